@@ -9,6 +9,7 @@ the CLI and the flows read the config, so what a stage does is visible at its ca
 
 from __future__ import annotations
 
+import copy
 import os
 import tomllib
 from pathlib import Path
@@ -55,6 +56,17 @@ def load_config(path: str | os.PathLike | None = None, env: dict | None = None) 
     return cfg
 
 
+def apply_overrides(cfg: dict, overrides: dict | None) -> dict:
+    """``{"run.nnsmith_n": 0, "verify.trials": 5}`` -> a copy of cfg with those keys set."""
+    cfg = copy.deepcopy(cfg)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if section not in cfg or not key:
+            raise KeyError(f"override {dotted!r}: expected SECTION.KEY with SECTION in {sorted(cfg)}")
+        cfg[section][key] = value
+    return cfg
+
+
 def default_backend() -> str:
     """cuda when a CUDA device is visible, else cpu."""
     try:
@@ -63,3 +75,22 @@ def default_backend() -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     except Exception:
         return "cpu"
+
+
+def _state_dir() -> Path:
+    return Path(os.environ.get("KERNELMILL_HOME", Path.home() / ".cache" / "kernelmill"))
+
+
+def record_latest_run(run_dir: str | os.PathLike) -> None:
+    """Remember a run directory as the most recent one (the default of `kernelmill query`)."""
+    d = _state_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "latest_run").write_text(str(Path(run_dir).resolve()))
+
+
+def latest_run() -> Path | None:
+    f = _state_dir() / "latest_run"
+    if not f.is_file():
+        return None
+    p = Path(f.read_text().strip())
+    return p if p.is_dir() else None

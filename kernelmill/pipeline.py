@@ -133,3 +133,18 @@ def summarize(run_dir: str | os.PathLike) -> str:
     widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(str(c)) for i, c in enumerate(cols)]
     line = lambda vals: "  ".join(str(v).rjust(w) for v, w in zip(vals, widths))  # noqa: E731
     return "\n".join([line(cols), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def run_all(out: str | os.PathLike, cfg: dict, backend: str = "auto") -> dict:
+    """Every stage in order, without Prefect (the flow in flows/pipeline.py does the same as tasks)."""
+    from kernelmill.config import record_latest_run
+
+    run_dir = Path(out).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record_latest_run(run_dir)
+    result: dict = {"run_dir": str(run_dir)}
+    result["tasks"] = stage_tasks(run_dir, cfg)
+    result["dialogues"] = stage_dialogues(run_dir, cfg, None if backend == "auto" else backend)
+    result["curate"] = stage_curate(run_dir, cfg)
+    result["summary"] = summarize(run_dir)
+    return result
