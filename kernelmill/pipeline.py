@@ -1,9 +1,17 @@
 """The main job as plain stage functions over a run directory, in the order a task travels.
 
     stage_tasks       seed KernelBench programs + mined code + NNSmith graphs -> annotated Task rows
+                      (= stage_load + stage_mine + stage_nnsmith into raw/tasks, then stage_annotate)
     stage_dialogues   prompts -> candidates (teacher or LLM) -> verifier -> repair turns -> Dialogue rows
+                      (= stage_repair; stage_generate and stage_verify run its first two steps alone,
+                      for sampling and verification at scale outside dialogues)
     stage_curate      rejection filtering, dedup, decontamination -> sft / rft / rl corpora + card + report
     summarize         a DuckDB query over the Parquet files, printed at the end of a run
+
+Gathered tasks are kept unannotated under ``<run_dir>/raw/tasks`` (a store root of its own, since
+a task's id does not change when it is annotated), so mining and NNSmith generation are not
+repeated when a run resumes. Long stages report progress through ``progress(stage, done, total)``
+or, when none is passed, through the hook set by :func:`set_progress_hook` (the CLI's bar).
 
 Every stage reads and writes the run directory through kernelmill.store (atomic, keyed by content
 hashes), and skips work whose rows are already there, so a killed run started again finishes with
@@ -16,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Callable
 
 from kernelmill import store
 from kernelmill.config import REPO_ROOT, default_backend
@@ -33,48 +42,324 @@ def resolve_backend(cfg: dict, backend: str | None = None) -> str:
     return default_backend() if b == "auto" else b
 
 
+# ---------------------------------------------------------------------------- progress and resume
+
+ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
+_progress_hook: ProgressFn | None = None
+
+
+def set_progress_hook(fn: ProgressFn | None) -> ProgressFn | None:
+    """Install the progress callback used when a stage is given none; returns the previous one."""
+    global _progress_hook
+    prev, _progress_hook = _progress_hook, fn
+    return prev
+
+
+def _report(progress: ProgressFn | None, stage: str, done: int, total: int) -> None:
+    fn = progress or _progress_hook
+    if fn is not None:
+        fn(stage, done, total)
+
+
+RAW = "raw"  # <run_dir>/raw: a store root for gathered, not yet annotated tasks
+
+
+def sweep_partial_writes(run_dir: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files a process killed mid-write left in the run's table folders.
+
+    A write renames its temporary file into place only once it is complete (kernelmill.store), so
+    a ``.tmp-*.parquet`` file is never part of a table; it must not be read (it may be truncated)
+    and is removed before a run resumes. Assumes no other process is writing this run directory
+    at the same time (one writer per run, as the store requires)."""
+    root = Path(run_dir)
+    removed = []
+    for table in store.TABLES:
+        for base in (root, root / RAW):
+            d = base / table
+            if d.is_dir():
+                for f in d.glob(".tmp-*"):
+                    f.unlink(missing_ok=True)
+                    removed.append(f)
+    if removed:
+        log.warning("removed %d partial write(s) left by a killed run: %s", len(removed),
+                    ", ".join(str(f) for f in removed))
+    return removed
+
+
+def dir_fingerprint(path: str | os.PathLike) -> str:
+    """A content hash of every file under ``path`` (names and bytes): a cache key for sources."""
+    import hashlib
+
+    root = Path(path)
+    h = hashlib.sha256()
+    files = [root] if root.is_file() else sorted(f for f in root.rglob("*") if f.is_file())
+    for f in files:
+        h.update(str(f.relative_to(root) if f != root else f.name).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------- tasks
+
+
+def gather_seed(source: str) -> list:
+    """KernelBench-format programs under ``source`` as unannotated Task rows (pure: no writes)."""
+    from graphs.kernelbench import load_kernelbench_dir
+
+    return list(load_kernelbench_dir(_repo_path(source), source="seed").tasks)
+
+
+def gather_mined(source: str, mine_cfg: dict) -> tuple[list, dict]:
+    """Mined tasks and the mining report (pure: no writes)."""
+    from synth.mine import mine_tasks
+
+    mined = mine_tasks(str(_repo_path(source)), target_numel=mine_cfg["target_numel"],
+                       timeout_s=mine_cfg["timeout_s"], license_allowlist=mine_cfg["license_allowlist"])
+    return list(mined.tasks), mined.report.as_dict()
+
+
+def gather_nnsmith(n: int, seed: int, nnsmith_cfg: dict) -> tuple[list, dict]:
+    """NNSmith-generated tasks and the skip counts (pure and seeded: same arguments, same tasks)."""
+    from graphs.nnsmith_tasks import generate_nnsmith_tasks
+
+    res = generate_nnsmith_tasks(n, seed, max_nodes=nnsmith_cfg["max_nodes"], target_numel=nnsmith_cfg["target_numel"])
+    return list(res.tasks), dict(res.skips)
+
+
+def write_raw_tasks(run_dir: str | os.PathLike, tasks: list) -> int:
+    """Append gathered tasks to ``<run_dir>/raw/tasks``; returns rows written (0 for known ids)."""
+    return store.write_records(Path(run_dir) / RAW, "tasks", tasks)
+
+
+def stage_load(run_dir: str | os.PathLike, cfg: dict, source: str | None = None) -> dict:
+    """Seed / KernelBench programs (``source`` or run.seed_tasks) -> raw tasks."""
+    source = source if source is not None else cfg["run"].get("seed_tasks", "")
+    if not source:
+        return {"seed": 0, "written": 0}
+    tasks = gather_seed(source)
+    return {"seed": len(tasks), "written": write_raw_tasks(run_dir, tasks)}
+
+
+def stage_mine(run_dir: str | os.PathLike, cfg: dict, source: str | None = None) -> dict:
+    """Mined GitHub-style code (``source`` or run.mine_source) -> raw tasks + ``mine_report.json``."""
+    import json
+
+    source = source if source is not None else cfg["run"].get("mine_source", "")
+    if not source:
+        return {"github": 0, "written": 0}
+    tasks, report = gather_mined(source, cfg["mine"])
+    written = write_raw_tasks(run_dir, tasks)
+    (Path(run_dir) / "mine_report.json").write_text(json.dumps(report, indent=2, default=str))
+    _mark_gathered(run_dir, "mine", {"source": source, **cfg["mine"]}, len(tasks))
+    return {"github": len(tasks), "mine_report": report, "written": written}
+
+
+def _gather_key(what: str, settings: dict) -> str:
+    import json
+
+    return f"{what}:" + json.dumps(settings, sort_keys=True, default=str)
+
+
+def _mark_gathered(run_dir: str | os.PathLike, what: str, settings: dict, n: int) -> None:
+    """Record, after its tasks are stored, that a gatherer ran with these settings."""
+    marks = Path(run_dir) / RAW / "gathered.txt"
+    marks.parent.mkdir(parents=True, exist_ok=True)
+    with open(marks, "a") as f:
+        f.write(f"{n}\t{_gather_key(what, settings)}\n")
+
+
+def _gathered(run_dir: str | os.PathLike, what: str, settings: dict) -> int | None:
+    """How many tasks a gatherer stored with these settings in an earlier attempt, None if it did not."""
+    marks = Path(run_dir) / RAW / "gathered.txt"
+    key = _gather_key(what, settings)
+    for line in marks.read_text().splitlines() if marks.is_file() else []:
+        n, _, k = line.partition("\t")
+        if k == key:
+            return int(n)
+    return None
+
+
+def stage_nnsmith(run_dir: str | os.PathLike, cfg: dict, n: int | None = None, seed: int | None = None) -> dict:
+    """NNSmith graphs (``n``/``seed`` or run.nnsmith_n/nnsmith_seed) -> raw tasks."""
+    n = cfg["run"].get("nnsmith_n", 0) if n is None else n
+    seed = cfg["run"].get("nnsmith_seed", 0) if seed is None else seed
+    if n <= 0:
+        return {"nnsmith": 0, "written": 0}
+    tasks, skips = gather_nnsmith(n, seed, cfg["nnsmith"])
+    written = write_raw_tasks(run_dir, tasks)
+    _mark_gathered(run_dir, "nnsmith", {"n": n, "seed": seed, **cfg["nnsmith"]}, len(tasks))
+    return {"nnsmith": len(tasks), "nnsmith_skips": skips, "written": written}
+
+
+def stage_annotate(run_dir: str | os.PathLike, cfg: dict, progress: ProgressFn | None = None,
+                   chunk: int = 16) -> dict:
+    """Annotate every raw task not yet in the ``tasks`` table, writing each chunk as it is done.
+
+    Tasks that fail annotation are counted (and listed in ``annotate_failures.json``), not written;
+    a resumed run tries them again."""
+    import json
+
+    from synth.annotate import annotate_tasks
+
+    known = store.stored_ids(run_dir, "tasks")
+    todo = [t for t in store.read_records(Path(run_dir) / RAW, "tasks") if t.task_id not in known]
+    annotated = written = 0
+    failures: list = []
+    _report(progress, "annotate", 0, len(todo))
+    for i in range(0, len(todo), chunk):
+        done, failed = annotate_tasks(todo[i:i + chunk], device_spec=cfg["annotate"]["device_spec"])
+        annotated += len(done)
+        failures += failed
+        written += store.write_records(run_dir, "tasks", done)
+        _report(progress, "annotate", min(i + chunk, len(todo)), len(todo))
+    if failures:
+        (Path(run_dir) / "annotate_failures.json").write_text(json.dumps([list(f) for f in failures], indent=1))
+    return {"annotated": annotated, "annotate_failures": len(failures), "written": written,
+            "already_annotated": len(known)}
+
+
 def stage_tasks(run_dir: str | os.PathLike, cfg: dict) -> dict:
     """Gather tasks from every configured source, annotate them, write the ``tasks`` table.
 
-    Returns counts per source. Sources whose setting is empty or zero are skipped."""
-    from graphs.kernelbench import load_kernelbench_dir
-    from synth.annotate import annotate_tasks
-
-    run = cfg["run"]
+    Returns counts per source. Sources whose setting is empty or zero are skipped. Gathered tasks
+    are kept in ``raw/tasks`` first, so a resumed run does not mine or generate again."""
     counts: dict = {}
-    gathered = []
+    run = cfg["run"]
     if run.get("seed_tasks"):
-        res = load_kernelbench_dir(_repo_path(run["seed_tasks"]), source="seed")
-        gathered += res.tasks
-        counts["seed"] = len(res.tasks)
+        counts["seed"] = stage_load(run_dir, cfg)["seed"]
+    # Mining and NNSmith are the slow gatherers: when an earlier attempt of this run stored their
+    # tasks with the same settings (a mark written after the tasks), they are not run again.
     if run.get("mine_source"):
-        from synth.mine import mine_tasks
-
-        m = cfg["mine"]
-        mined = mine_tasks(str(_repo_path(run["mine_source"])), target_numel=m["target_numel"],
-                           timeout_s=m["timeout_s"], license_allowlist=m["license_allowlist"])
-        gathered += mined.tasks
-        counts["github"] = len(mined.tasks)
-        counts["mine_report"] = mined.report.as_dict()
+        prior = _gathered(run_dir, "mine", {"source": run["mine_source"], **cfg["mine"]})
+        if prior is None:
+            r = stage_mine(run_dir, cfg)
+            counts["github"], counts["mine_report"] = r["github"], r["mine_report"]
+        else:
+            counts["github"] = prior
     if run.get("nnsmith_n", 0) > 0:
-        from graphs.nnsmith_tasks import generate_nnsmith_tasks
-
-        n = cfg["nnsmith"]
-        res = generate_nnsmith_tasks(run["nnsmith_n"], run.get("nnsmith_seed", 0), max_nodes=n["max_nodes"],
-                                     target_numel=n["target_numel"])
-        gathered += res.tasks
-        counts["nnsmith"] = len(res.tasks)
-        counts["nnsmith_skips"] = dict(res.skips)
-    known = store.stored_ids(run_dir, "tasks")
-    todo = [t for t in gathered if t.task_id not in known]
-    annotated, failures = annotate_tasks(todo, device_spec=cfg["annotate"]["device_spec"])
-    counts["annotated"] = len(annotated)
-    counts["annotate_failures"] = len(failures)
-    counts["written"] = store.write_records(run_dir, "tasks", annotated)
+        prior = _gathered(run_dir, "nnsmith", {"n": run["nnsmith_n"], "seed": run.get("nnsmith_seed", 0), **cfg["nnsmith"]})
+        if prior is None:
+            r = stage_nnsmith(run_dir, cfg)
+            counts["nnsmith"], counts["nnsmith_skips"] = r["nnsmith"], r["nnsmith_skips"]
+        else:
+            counts["nnsmith"] = prior
+    a = stage_annotate(run_dir, cfg)
+    counts.update(annotated=a["annotated"], annotate_failures=a["annotate_failures"], written=a["written"])
     return counts
 
 
-def stage_dialogues(run_dir: str | os.PathLike, cfg: dict, backend: str | None = None) -> dict:
+# ---------------------------------------------------------------------------- candidates and verdicts
+
+
+def stage_generate(run_dir: str | os.PathLike, cfg: dict, backend: str | None = None,
+                   progress: ProgressFn | None = None) -> dict:
+    """First-turn candidates: ``run.samples_per_task`` responses per task that has no first-turn
+    candidate from this generator and backend yet, written per task to the ``candidates`` table.
+
+    No verification and no repair here (stage_verify, stage_repair); this is the path for sampling
+    a large model over many tasks and verifying elsewhere."""
+    from synth.annotate import order_curriculum
+    from synth.generate import make_generator
+    from synth.prompts import build_prompt
+    from kernelmill.schema import Candidate
+
+    backend = resolve_backend(cfg, backend)
+    run = cfg["run"]
+    generator = make_generator(cfg["generate"], backend=backend, bug_rate=run["bug_rate"], seed=run.get("nnsmith_seed", 0))
+    tasks = order_curriculum(store.read_records(run_dir, "tasks"))
+    done = {c.task_id for c in store.read_records(run_dir, "candidates")
+            if c.turn == 0 and c.backend == backend and c.generator == generator.name}
+    todo = [t for t in tasks if t.task_id not in done]
+    written = 0
+    _report(progress, "generate", 0, len(todo))
+    for i, task in enumerate(todo):
+        messages = build_prompt(task, backend)
+        prompt = "\n\n".join(m.content for m in messages if m.role == "user")
+        cands = []
+        for response in generator.generate(messages, run["samples_per_task"]):
+            code = _extract_or_raw(response)
+            cands.append(Candidate(candidate_id=Candidate.make_id(task.task_id, backend, code), task_id=task.task_id,
+                                   backend=backend, generator=generator.name, code=code, turn=0,
+                                   prompt=prompt, response=response))
+        written += store.write_records(run_dir, "candidates", cands)
+        _report(progress, "generate", i + 1, len(todo))
+    return {"backend": backend, "generator": generator.name, "tasks": len(todo),
+            "skipped_done": len(tasks) - len(todo), "candidates_written": written}
+
+
+def _extract_or_raw(response: str) -> str:
+    """The code block of a response, or the response itself when none is found (the verifier
+    then records an extract-stage verdict for it, which is data too)."""
+    from verifier.extract import extract_code
+
+    try:
+        return extract_code(response) or response
+    except Exception:
+        return response
+
+
+def unverified(run_dir: str | os.PathLike, backend: str | None = None) -> list[tuple]:
+    """(task, candidate) pairs whose candidate has no verdict yet, in candidate-id order."""
+    tasks = {t.task_id: t for t in store.read_records(run_dir, "tasks")}
+    verified = store.stored_ids(run_dir, "verdicts")
+    items = [(tasks[c.task_id], c) for c in store.read_records(run_dir, "candidates")
+             if c.candidate_id not in verified and c.task_id in tasks and (backend is None or c.backend == backend)]
+    return sorted(items, key=lambda it: it[1].candidate_id)
+
+
+def stage_verify(run_dir: str | os.PathLike, cfg: dict, backend: str | None = None, *,
+                 verify_fn: Callable | None = None, flush_rows: int | None = None,
+                 progress: ProgressFn | None = None) -> dict:
+    """Verify every candidate without a verdict; verdicts are written as they arrive, in batches of
+    ``flush_rows`` (cfg flows.verify_flush_rows), so a killed run loses at most one batch of work
+    and a resumed run verifies only what is missing.
+
+    ``verify_fn`` has the signature of ``verifier.api.verify_batch`` (the default); the Ray
+    executor in flows/ray_verify.py is a drop-in replacement. ``backend`` None: every backend."""
+    import threading
+
+    from verifier.api import VerifyConfig, verify_batch
+
+    verify_fn = verify_fn or verify_batch
+    flush_rows = flush_rows or cfg.get("flows", {}).get("verify_flush_rows", 16)
+    items = unverified(run_dir, backend)
+    config = VerifyConfig.from_dict(cfg["verify"])
+    lock = threading.Lock()
+    pending: list = []
+    counts = {"verified": 0, "written": 0, "correct": 0}
+
+    def flush() -> None:
+        counts["written"] += store.write_records(run_dir, "verdicts", pending)
+        pending.clear()
+
+    def on_verdict(i: int, verdict) -> None:
+        with lock:  # verify_fn may call back from its own threads
+            verdict.candidate_id = verdict.candidate_id or items[i][1].candidate_id
+            pending.append(verdict)
+            counts["verified"] += 1
+            counts["correct"] += bool(verdict.correct)
+            if len(pending) >= flush_rows:
+                flush()
+            _report(progress, "verify", counts["verified"], len(items))
+
+    _report(progress, "verify", 0, len(items))
+    if items:
+        compile_workers = cfg["verify"].get("compile_workers") or None
+        verdicts = verify_fn(items, config=config, compile_workers=compile_workers, on_verdict=on_verdict)
+        with lock:
+            # a verify_fn that does not call back (or misses some) still gets its verdicts stored
+            seen = {v.candidate_id for v in pending} | store.stored_ids(run_dir, "verdicts")
+            for (_, cand), v in zip(items, verdicts):
+                v.candidate_id = v.candidate_id or cand.candidate_id
+                if v.candidate_id not in seen:
+                    pending.append(v)
+            flush()
+    return {"candidates": len(items), "verified": counts["verified"], "correct": counts["correct"],
+            "written": counts["written"]}
+
+
+def stage_dialogues(run_dir: str | os.PathLike, cfg: dict, backend: str | None = None,
+                    progress: ProgressFn | None = None) -> dict:
     """Generate, verify and repair candidates for every task without dialogues yet.
 
     Each task's candidates, verdicts and dialogues are written as soon as that task is done."""
@@ -88,17 +373,24 @@ def stage_dialogues(run_dir: str | os.PathLike, cfg: dict, backend: str | None =
     tasks = order_curriculum(store.read_records(run_dir, "tasks"))
     done = {d.task_id for d in store.read_records(run_dir, "dialogues") if d.backend == backend}
     todo = [t for t in tasks if t.task_id not in done]
+    finished = [0]
 
     def save(result) -> None:
         store.write_records(run_dir, "candidates", result.candidates)
         store.write_records(run_dir, "verdicts", result.verdicts)
         store.write_records(run_dir, "dialogues", result.dialogues)
+        finished[0] += 1
+        _report(progress, "dialogues", finished[0], len(todo))
 
     generator = make_generator(cfg["generate"], backend=backend, bug_rate=run["bug_rate"], seed=run.get("nnsmith_seed", 0))
+    _report(progress, "dialogues", 0, len(todo))
     stats = run_dialogues(todo, generator, backend=backend, samples_per_task=run["samples_per_task"],
                           max_turns=run["max_turns"], verify_config=VerifyConfig.from_dict(cfg["verify"]),
                           on_task_done=save)
     return {"backend": backend, "tasks": len(todo), "skipped_done": len(tasks) - len(todo), **stats}
+
+
+stage_repair = stage_dialogues  # the repair stage is the dialogue loop: feedback -> next turn -> verify
 
 
 def stage_curate(run_dir: str | os.PathLike, cfg: dict) -> dict:
@@ -142,6 +434,7 @@ def run_all(out: str | os.PathLike, cfg: dict, backend: str = "auto") -> dict:
     run_dir = Path(out).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     record_latest_run(run_dir)
+    sweep_partial_writes(run_dir)
     result: dict = {"run_dir": str(run_dir)}
     result["tasks"] = stage_tasks(run_dir, cfg)
     result["dialogues"] = stage_dialogues(run_dir, cfg, None if backend == "auto" else backend)
