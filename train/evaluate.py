@@ -1,0 +1,82 @@
+"""pass@k on held-out tasks, through the verifier.
+
+For each held-out RL row (tasks that :func:`train.data.is_heldout` kept out of every training
+stage), ``n`` answers are sampled (``n=1`` with greedy decoding by default), each is verified
+against the row's reference program, and pass@k is the unbiased estimator of Chen et al. (2021):
+
+    pass@k = mean over tasks of 1 - C(n - c, k) / C(n, k)      (c correct answers out of n)
+
+Only the first answer counts (no repair turns); ``repair_turns > 1`` also reports the share of tasks
+solved within that many feedback turns from the first sample. What it does not measure: speed-ups
+(the verifier's reward holds them; ``mean_reward`` is reported).
+"""
+
+from __future__ import annotations
+
+from math import comb
+from pathlib import Path
+
+from kernelmill.errors import InputError
+from train import data as D
+from train.rollout import RewardFn, multi_turn_rollouts, sample, decode_response, verifier_reward_fn
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct (1.0 when n - c < k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def evaluate_rows(model, tok, rows: list[dict], reward_fn: RewardFn, *, n: int = 1, ks: tuple[int, ...] = (1,),
+                  greedy: bool | None = None, max_new_tokens: int = 256, temperature: float = 1.0,
+                  repair_turns: int = 1, batch: int = 32) -> dict:
+    """pass@k for each k in ``ks`` over ``rows`` (one task each), plus per-task counts."""
+    if not rows:
+        raise InputError("evaluation rows", "none: no held-out tasks (raise heldout_frac or add tasks)")
+    greedy = (n == 1) if greedy is None else greedy
+    per_task = []
+    rewards: list[float] = []
+    for i in range(0, len(rows), max(1, batch // n)):
+        chunk = rows[i: i + max(1, batch // n)]
+        ctx = [D.encode_chat(tok, D.prompt_messages(r), add_generation_prompt=True)[0] for r in chunk for _ in range(n)]
+        outs = sample(model, tok, ctx, max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy)
+        texts = [decode_response(tok, o.ids) for o in outs]
+        scores = reward_fn([(r, texts[j * n + s]) for j, r in enumerate(chunk) for s in range(n)])
+        for j, r in enumerate(chunk):
+            sc = scores[j * n:(j + 1) * n]
+            rewards += [s.reward for s in sc]
+            per_task.append({"task_id": r["task_id"], "n": n, "correct": sum(s.correct for s in sc),
+                             "stages": [s.stage for s in sc]})
+    out = {f"pass@{k}": sum(pass_at_k(t["n"], t["correct"], k) for t in per_task) / len(per_task) for k in ks}
+    out.update(tasks=len(per_task), samples=len(rewards), mean_reward=sum(rewards) / len(rewards), per_task=per_task)
+    if repair_turns > 1:
+        trajs = multi_turn_rollouts(model, tok, [(r, D.prompt_messages(r), i, False) for i, r in enumerate(rows)],
+                                    reward_fn, turns=repair_turns, max_new_tokens=max_new_tokens, temperature=temperature)
+        out[f"solved_within_{repair_turns}_turns"] = sum(t.solved for t in trajs) / len(trajs)
+    return out
+
+
+def evaluate_checkpoint(model_dir: str | Path, corpus_dir: str | Path, *, backend: str = "cpu",
+                        verify_cfg: dict | None = None, heldout_frac: float = 0.2, split_seed: int = 0,
+                        n: int = 1, ks: tuple[int, ...] = (1,), max_new_tokens: int = 256, temperature: float = 1.0,
+                        max_tasks: int = 0, device: str = "auto", repair_turns: int = 1,
+                        reward_fn: RewardFn | None = None) -> dict:
+    """pass@k of a model directory (or a training output's latest checkpoint) on the held-out tasks
+    of a corpus's rl config, verified on ``backend``."""
+    from train.model import load_pretrained, resolve_model_dir
+    from train.sft import pick_device
+
+    model, tok = load_pretrained(resolve_model_dir(model_dir))
+    model.to(pick_device(device))
+    _train, held = D.split_rows(D.rows_of(D.load_corpus(corpus_dir, "rl")), heldout_frac, split_seed)
+    held = sorted({r["task_id"]: r for r in held}.values(), key=lambda r: r["task_id"])
+    if max_tasks:
+        held = held[:max_tasks]
+    fn = reward_fn or verifier_reward_fn(backend, verify_cfg)
+    res = evaluate_rows(model, tok, held, fn, n=n, ks=ks, max_new_tokens=max_new_tokens, temperature=temperature,
+                        repair_turns=repair_turns)
+    res.update(model=str(model_dir), backend=backend)
+    return res

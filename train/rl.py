@@ -1,0 +1,208 @@
+"""RL, GRPO-style, with multi-turn verifier feedback and the three MusaCoder stabilisers.
+
+One step, in order (each line is a call below):
+
+    1. choose prompts        fresh RL rows (held-out tasks excluded) + repair prompts from the
+                             Buffered Dynamic Retry buffer (``retry_ratio`` of the batch at most)
+    2. roll out              G = ``group_size`` trajectories per prompt, up to ``turns`` answers each,
+                             the verifier's feedback as the user turn between answers
+    3. reward                PrimeEcho R(r1, rT) per trajectory (or rT when switched off)
+    4. advantages            (R - mean_group) / std_group
+    5. retry buffer          groups where every trajectory failed -> repair prompts -> FIFO buffer
+    6. trainer log-probs     recomputed on the sampled tokens (no grad): the "old" policy
+    7. MirrorPop             drop trajectories whose mean |logp_rollout - logp_train| > threshold
+    8. policy update         clipped surrogate over the sampled tokens of kept trajectories,
+                             ``ppo_epochs`` passes, gradient clipped at 1.0
+    9. log + checkpoint      one JSON line per step in metrics.jsonl; ckpt-* with optimizer, buffer,
+                             and prompt cursor, so a resumed run continues where it stopped
+
+Not handled: a KL penalty against a frozen reference model (the approx. KL between the rollout
+policy and the updated one is logged instead); value functions; multiple GPUs. The policy learns
+from every answer it sampled in a trajectory (the feedback turns are context, not targets).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from kernelmill.errors import InputError
+from train import data as D
+from train.model import latest_checkpoint, load_pretrained, load_trainer_state, resolve_model_dir, save_checkpoint
+from train.rollout import RewardFn, Trajectory, multi_turn_rollouts, verifier_reward_fn
+from train.sft import MetricsLog, pick_device, stream_indices
+from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, mirrorpop_filter, mix_counts,
+                               prime_echo_reward)
+
+log = logging.getLogger("kernelmill.train")
+
+
+def trainer_logps(model, ids: torch.Tensor, att: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log p(token_t | tokens_<t) at the sampling temperature, [B, T] (position 0 gets 0)."""
+    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float() / temperature
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+
+
+def pad_trajectories(trajs: list[Trajectory], pad_id: int):
+    """Right-padded ids, attention mask, sampled-token mask and rollout log-probs."""
+    T = max(len(t.ids) for t in trajs)
+    B = len(trajs)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    att = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T))
+    lpr = torch.zeros((B, T))
+    for i, t in enumerate(trajs):
+        n = len(t.ids)
+        ids[i, :n] = torch.tensor(t.ids)
+        att[i, :n] = 1
+        mask[i, :n] = torch.tensor(t.mask, dtype=torch.float)
+        lpr[i, :n] = torch.tensor(t.logp_rollout)
+    return ids, att, mask, lpr
+
+
+def trajectory_reward(t: Trajectory, *, prime_echo: bool, lam: float, r_pass: float) -> float:
+    return prime_echo_reward(t.rewards[0], t.rewards[-1], t.correct[0], lam=lam, r_pass=r_pass, enabled=prime_echo)
+
+
+def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_fn: RewardFn | None = None,
+             backend: str = "cpu", verify_cfg: dict | None = None, steps: int = 20, prompts_per_step: int = 4,
+             group_size: int = 4, turns: int = 2, max_new_tokens: int = 256, temperature: float = 1.0,
+             lr: float = 1e-5, clip_eps: float = 0.2, ppo_epochs: int = 1, micro_batch: int = 16,
+             heldout_frac: float = 0.2, split_seed: int = 0, seed: int = 0, device: str = "auto",
+             prime_echo: bool = True, prime_echo_lambda: float = 0.5, r_pass: float = 1.0,
+             retry: bool = True, retry_cap: int = 64, retry_ratio: float = 0.25, retry_per_group: int = 1,
+             mirrorpop: bool = True, mirrorpop_threshold: float = 0.1, save_every: int = 10,
+             resume: bool = True, rows: list[dict] | None = None) -> dict:
+    """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
+
+    ``init`` is the policy to start from (an SFT output directory or a model directory).
+    ``reward_fn`` defaults to the real verifier on ``backend``. ``rows`` overrides the corpus rows
+    (already split; used by benchmarks that pick their own tasks)."""
+    out_dir = Path(out_dir)
+    dev = pick_device(device)
+    torch.manual_seed(seed)
+    ck = latest_checkpoint(out_dir) if resume else None
+    state: dict = {}
+    if ck is not None:
+        model, tok = load_pretrained(ck)
+        state = load_trainer_state(ck)
+    elif init:
+        model, tok = load_pretrained(resolve_model_dir(init))
+    else:
+        raise InputError("train rl --init", "RL needs a starting policy (an SFT output or a model directory)")
+    model.to(dev).train()
+    if rows is None:
+        rows, _held = D.split_rows(D.rows_of(D.load_corpus(corpus_dir, "rl")), heldout_frac, split_seed)
+    if not rows:
+        raise InputError(f"corpus {corpus_dir} (rl)", "has no training rows after holding out tasks")
+    if reward_fn is None:
+        reward_fn = verifier_reward_fn(backend, verify_cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    if state.get("optimizer"):
+        opt.load_state_dict(state["optimizer"])
+    buffer = RepairBuffer.from_state(state["buffer"]) if state.get("buffer") else RepairBuffer(cap=retry_cap, enabled=retry)
+    if "rng" in state:
+        torch.set_rng_state(state["rng"])
+    cursor = int(state.get("cursor", 0))
+    start = int(state.get("step", 0))
+    metrics = MetricsLog(out_dir / "metrics.jsonl", "rl", start)
+    t0 = time.time()
+    last: dict = {}
+    for step in range(start, steps):
+        ts = time.time()
+        # 1. prompts: fresh rows + buffered repair prompts
+        n_fresh, n_buf = mix_counts(prompts_per_step, len(buffer), retry_ratio, retry)
+        fresh = [rows[i] for i in stream_indices(cursor, n_fresh, len(rows), seed)]
+        cursor += n_fresh
+        starts = []
+        for g, row in enumerate(fresh):
+            starts += [(row, D.prompt_messages(row), g, False)] * group_size
+        for j, rp in enumerate(buffer.take(n_buf)):
+            starts += [(rp.row, rp.messages, n_fresh + j, True)] * group_size
+        # 2. multi-turn rollouts with verifier feedback
+        trajs = multi_turn_rollouts(model, tok, starts, reward_fn, turns=turns, max_new_tokens=max_new_tokens,
+                                    temperature=temperature)
+        # 3-4. PrimeEcho rewards and group-normalised advantages
+        R = torch.tensor([trajectory_reward(t, prime_echo=prime_echo, lam=prime_echo_lambda, r_pass=r_pass)
+                          for t in trajs])
+        gids = torch.tensor([t.group for t in trajs])
+        adv = group_advantages(R, gids)
+        # 5. Buffered Dynamic Retry: all-failed fresh groups become repair prompts
+        added = 0
+        for g in range(n_fresh):
+            grp = [t for t in trajs if t.group == g]
+            added += buffer.add_failed_group(grp[0].row, grp[0].prompt_messages, [t.responses[0] for t in grp],
+                                             [t.feedbacks[0] for t in grp], [t.solved for t in grp], step=step + 1,
+                                             per_group=retry_per_group)
+        # 6. trainer log-probs of the sampled tokens, before the update ("old" policy)
+        chunks = [list(range(i, min(i + micro_batch, len(trajs)))) for i in range(0, len(trajs), micro_batch)]
+        padded = [pad_trajectories([trajs[i] for i in c], tok.pad_token_id) for c in chunks]
+        with torch.no_grad():
+            old = [trainer_logps(model, ids.to(dev), att.to(dev), temperature).cpu() for ids, att, _, _ in padded]
+        # 7. MirrorPop: drop sequences whose rollout and trainer log-probs disagree
+        keeps, stats = [], []
+        for (ids, att, mask, lpr), lp_old in zip(padded, old):
+            k, s = mirrorpop_filter(lpr, lp_old, mask, threshold=mirrorpop_threshold, enabled=mirrorpop)
+            keeps.append(k)
+            stats.append(s)
+        keep_all = torch.cat(keeps)
+        stat_all = torch.cat(stats)
+        # 8. clipped policy update over kept sampled tokens
+        tok_total = sum(float((m * k[:, None]).sum()) for (_, _, m, _), k in zip(padded, keeps))
+        pol: dict = {"ratio_mean": 1.0, "ratio_max": 1.0, "clip_frac": 0.0, "approx_kl": 0.0}
+        loss_v = 0.0
+        gnorm = 0.0
+        if tok_total > 0 and float(adv.abs().sum()) > 0:
+            for _epoch in range(ppo_epochs):
+                opt.zero_grad(set_to_none=True)
+                acc: dict = {}
+                loss_v = 0.0
+                for c, (ids, att, mask, _), lp_old, k in zip(chunks, padded, old, keeps):
+                    m = (mask * k[:, None]).to(dev)
+                    ntok = float(m.sum())
+                    if ntok == 0:
+                        continue
+                    lp_new = trainer_logps(model, ids.to(dev), att.to(dev), temperature)
+                    loss, st = clipped_policy_loss(lp_new, lp_old.to(dev), adv[c].to(dev), m, clip_eps=clip_eps)
+                    w = ntok / tok_total
+                    (loss * w).backward()
+                    loss_v += float(loss.detach()) * w
+                    for key, val in st.items():
+                        acc[key] = max(acc.get(key, val), val) if key == "ratio_max" else acc.get(key, 0.0) + val * w
+                gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+                opt.step()
+                pol = acc or pol
+        # 9. metrics and checkpoint
+        fresh_t = [t for t in trajs if not t.from_buffer]
+        buf_t = [t for t in trajs if t.from_buffer]
+        last = {
+            "step": step + 1, "reward_mean": float(R.mean()), "reward_first_mean": _mean([t.rewards[0] for t in trajs]),
+            "reward_final_mean": _mean([t.rewards[-1] for t in trajs]),
+            "pass_rate": _mean([t.correct[0] for t in fresh_t]),  # first-turn pass rate on fresh prompts
+            "pass_rate_final": _mean([t.solved for t in fresh_t]),
+            "repair_pass_rate": _mean([t.correct[0] for t in buf_t]) if buf_t else None,
+            "mean_turns": _mean([len(t.responses) for t in trajs]),
+            "buffer_size": len(buffer), "buffer_added": added, "buffer_drawn": n_buf, "buffer_evicted": buffer.dropped,
+            "mirrorpop_dropped_share": float((~keep_all).float().mean()),
+            "mirrorpop_stat_mean": float(stat_all.mean()), "mirrorpop_stat_max": float(stat_all.max()),
+            "loss": loss_v, "grad_norm": gnorm, **pol, "trajectories": len(trajs), "sampled_tokens": int(tok_total),
+            "step_s": round(time.time() - ts, 3),
+        }
+        metrics.write(last)
+        log.info("rl step %d/%d reward %.3f pass %.3f buffer %d mirrorpop %.2f", step + 1, steps,
+                 last["reward_mean"], last["pass_rate"], len(buffer), last["mirrorpop_dropped_share"])
+        if (save_every and (step + 1) % save_every == 0) or step + 1 == steps:
+            save_checkpoint(out_dir, step + 1, model, tok, {"optimizer": opt.state_dict(), "stage": "rl",
+                                                             "buffer": buffer.state(), "cursor": cursor,
+                                                             "rng": torch.get_rng_state()})
+    return {"stage": "rl", "steps": steps, "resumed_from": start, "last": last,
+            "checkpoint": str(latest_checkpoint(out_dir)), "seconds": round(time.time() - t0, 2)}
+
+
+def _mean(xs) -> float:
+    xs = [float(x) for x in xs]
+    return sum(xs) / len(xs) if xs else 0.0

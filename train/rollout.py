@@ -1,0 +1,196 @@
+"""Sampling and multi-turn rollouts with verifier feedback, and the reward interface.
+
+A reward function scores a batch of (RL row, model response) pairs:
+
+    RewardFn = Callable[[list[tuple[dict, str]]], list[Score]]     Score(reward, correct, feedback)
+
+:func:`verifier_reward_fn` is the real one: each distinct response goes through
+``verifier.api`` (extract, static legality, compile, correctness, ...) against the row's reference
+program, and identical responses are scored once (a cache keyed by task and response text), which
+matters because every distinct kernel is compiled.
+
+A rollout (:func:`multi_turn_rollouts`) samples an answer for every context in one batched
+``generate`` call, scores the answers, and for each answer that failed appends the verifier's
+feedback as a user turn and samples again, up to ``turns`` answers. Each trajectory keeps its token
+ids, a mask that is 1 exactly on the tokens the policy sampled, and the log-probabilities the
+sampler assigned to them (the rollout-time log-probs MirrorPop compares with the trainer's).
+
+Not handled: stop strings other than the end-of-turn token; contexts longer than the model's
+position table (Llama's rotary positions extrapolate, but quality is not promised).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from train import data as D
+from train.stabilisers import repair_instruction
+
+log = logging.getLogger("kernelmill.train")
+
+
+@dataclass
+class Score:
+    reward: float
+    correct: bool
+    feedback: str = ""
+    stage: str = ""
+
+
+RewardFn = Callable[[list[tuple[dict, str]]], list[Score]]
+
+
+def verifier_available() -> bool:
+    try:
+        import verifier.api  # noqa: F401
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+def verifier_reward_fn(backend: str = "cpu", verify_cfg: dict | None = None) -> RewardFn:
+    """A RewardFn backed by the real verifier (``verifier.api.verify_candidate``), cached by content.
+
+    Raises ModuleNotFoundError when the verifier is not in this checkout."""
+    from verifier import api
+
+    config = None
+    if verify_cfg is not None and hasattr(api, "VerifyConfig"):
+        config = api.VerifyConfig.from_dict(verify_cfg)
+    cache: dict[str, Score] = {}
+
+    def score(items: list[tuple[dict, str]]) -> list[Score]:
+        keys = [hashlib.sha256(f"{backend}\0{row['reference_code']}\0{resp}".encode()).hexdigest() for row, resp in items]
+        todo = {k: it for k, it in zip(keys, items) if k not in cache}
+        if todo and hasattr(api, "verify_batch") and len(todo) > 1:
+            from kernelmill.schema import Candidate, Task
+
+            pairs = []
+            for row, resp in todo.values():
+                task = Task.from_code(row["reference_code"], name=row.get("task_id", "task"), source="teacher",
+                                      level=int(row.get("level", 0) or 0))
+                cand = Candidate(candidate_id=Candidate.make_id(task.task_id, backend, resp), task_id=task.task_id,
+                                 backend=backend, generator="policy", code=resp, response=resp)
+                pairs.append((task, cand))
+            verdicts = api.verify_batch(pairs, config=config)
+            for k, v in zip(todo, verdicts):
+                cache[k] = Score(float(v.reward), bool(v.correct), v.feedback or "", v.stage_reached)
+        else:
+            for k, (row, resp) in todo.items():
+                v = api.verify_candidate(row["reference_code"], resp, backend=backend, config=config)
+                cache[k] = Score(float(v.reward), bool(v.correct), v.feedback or "", v.stage_reached)
+        return [cache[k] for k in keys]
+
+    score.cache = cache  # type: ignore[attr-defined]
+    return score
+
+
+# ---------------------------------------------------------------------------- sampling
+
+
+@dataclass
+class Sampled:
+    ids: list[int]  # sampled tokens, up to and including the end token when one was sampled
+    logps: list[float]  # sampler log-probs of those tokens (at the sampling temperature)
+    closed: bool  # ended with the end-of-turn token (else cut by max_new_tokens)
+
+
+def sample(model, tok, contexts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
+           greedy: bool = False) -> list[Sampled]:
+    """One continuation per context, batched (left-padded). Log-probs are those of the distribution
+    actually sampled from: softmax(logits / temperature) with no top-k/top-p truncation."""
+    import torch
+
+    dev = next(model.parameters()).device
+    pad, end = tok.pad_token_id, tok.convert_tokens_to_ids(D.END)
+    L = max(len(c) for c in contexts)
+    ids = torch.full((len(contexts), L), pad, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, c in enumerate(contexts):
+        ids[i, L - len(c):] = torch.tensor(c)
+        att[i, L - len(c):] = 1
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        kw = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+        out = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=max_new_tokens,
+                             pad_token_id=pad, eos_token_id=end, output_logits=True, return_dict_in_generate=True, **kw)
+    model.train(was_training)
+    new = out.sequences[:, L:].cpu()
+    logits = torch.stack(out.logits, dim=1).float().cpu()  # [B, new, V] raw logits
+    t = 1.0 if greedy else temperature
+    lp = torch.log_softmax(logits / t, dim=-1).gather(-1, new[:, : logits.size(1), None]).squeeze(-1)
+    res = []
+    for i in range(len(contexts)):
+        row = new[i].tolist()
+        n = row.index(end) + 1 if end in row else len(row)
+        res.append(Sampled(ids=row[:n], logps=lp[i, :n].tolist(), closed=end in row[:n]))
+    return res
+
+
+def decode_response(tok, ids: list[int]) -> str:
+    return tok.decode(ids, skip_special_tokens=True)
+
+
+# ---------------------------------------------------------------------------- multi-turn rollouts
+
+
+@dataclass
+class Trajectory:
+    row: dict
+    group: int
+    prompt_messages: list[dict]
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)  # 1 on policy-sampled tokens
+    logp_rollout: list[float] = field(default_factory=list)  # aligned with ids; 0 where mask is 0
+    responses: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    feedbacks: list[str] = field(default_factory=list)
+    from_buffer: bool = False
+
+    @property
+    def solved(self) -> bool:
+        return bool(self.correct) and self.correct[-1]
+
+
+def multi_turn_rollouts(model, tok, starts: list[tuple[dict, list[dict], int, bool]], reward_fn: RewardFn, *,
+                        turns: int = 2, max_new_tokens: int = 256, temperature: float = 1.0) -> list[Trajectory]:
+    """Roll out every (row, opening messages, group id, from_buffer) start for up to ``turns`` answers.
+
+    After an answer fails, the verifier's feedback becomes the next user turn; a correct answer or
+    the last turn ends the trajectory. Every answer is scored, so ``rewards[0]`` is the first turn's
+    reward and ``rewards[-1]`` the final one."""
+    trajs = []
+    for row, msgs, gid, buf in starts:
+        ids, _ = D.encode_chat(tok, msgs, add_generation_prompt=True)
+        trajs.append(Trajectory(row=row, group=gid, prompt_messages=msgs, ids=ids, mask=[0] * len(ids),
+                                logp_rollout=[0.0] * len(ids), from_buffer=buf))
+    active = list(range(len(trajs)))
+    for t in range(turns):
+        if not active:
+            break
+        outs = sample(model, tok, [trajs[i].ids for i in active], max_new_tokens=max_new_tokens, temperature=temperature)
+        texts = [decode_response(tok, o.ids) for o in outs]
+        scores = reward_fn([(trajs[i].row, txt) for i, txt in zip(active, texts)])
+        still = []
+        for i, o, txt, s in zip(active, outs, texts, scores):
+            tr = trajs[i]
+            tr.ids += o.ids
+            tr.mask += [1] * len(o.ids)
+            tr.logp_rollout += o.logps
+            tr.responses.append(txt)
+            tr.rewards.append(float(s.reward))
+            tr.correct.append(bool(s.correct))
+            tr.feedbacks.append(s.feedback)
+            if not s.correct and t + 1 < turns:
+                suffix = D.turn_suffix(tok, repair_instruction(s.feedback), o.closed)
+                tr.ids += suffix
+                tr.mask += [0] * len(suffix)
+                tr.logp_rollout += [0.0] * len(suffix)
+                still.append(i)
+        active = still
+    return trajs

@@ -1,0 +1,192 @@
+"""SFT and RFT: next-token loss on assistant turns only, with resumable checkpoints.
+
+    train_sft(corpus_dir, out_dir, config="sft")   multi-turn repair dialogues from the sft config
+    train_sft(corpus_dir, out_dir, config="rft")   rejection-sampled (prompt, correct completion) pairs
+
+One loop for both, readable top to bottom. The batch of step s is a function of (seed, s) alone
+(a per-epoch permutation of the examples), so a run resumed from a checkpoint at step s continues
+with exactly the batches an uninterrupted run would have seen, and, with dropout off, ends with the
+same weights. Tasks that :func:`train.data.is_heldout` puts in the held-out split are never trained
+on, so evaluation on them measures generalisation to unseen tasks.
+
+Not handled: gradient accumulation, mixed precision, multi-GPU (a small model on one device is the
+use case); sequences longer than ``max_len`` are truncated, not packed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+from kernelmill.errors import InputError
+from train import data as D
+from train.model import (latest_checkpoint, load_pretrained, load_trainer_state, make_model_and_tokenizer,
+                         resolve_model_dir, save_checkpoint)
+
+log = logging.getLogger("kernelmill.train")
+
+
+def pick_device(device: str = "auto"):
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(device)
+
+
+class MetricsLog:
+    """Append-only JSON-lines metrics file. On resume from step s, lines of the same stage with a step
+    beyond s (written after the checkpoint) are dropped first, so each step appears once."""
+
+    def __init__(self, path: str | Path, stage: str, resume_step: int = 0):
+        self.path, self.stage = Path(path), stage
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_file():
+            kept = []
+            for line in self.path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by a kill
+                if rec.get("stage") == stage and rec.get("step", 0) > resume_step:
+                    continue
+                kept.append(line)
+            self.path.write_text("".join(k + "\n" for k in kept))
+
+    def write(self, rec: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"stage": self.stage, **rec}, sort_keys=True) + "\n")
+
+
+def read_metrics(path: str | Path, stage: str | None = None) -> list[dict]:
+    """The metrics records of a run (optionally of one stage), in order."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if stage is None or rec.get("stage") == stage:
+            out.append(rec)
+    return out
+
+
+def lr_at(step: int, total: int, base: float, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to 10% of ``base``."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    t = (step - warmup) / max(1, total - warmup)
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def batch_indices(step: int, n: int, batch_size: int, seed: int) -> list[int]:
+    """The example indices of step ``step``: consecutive slices of a per-epoch permutation."""
+    return stream_indices(step * batch_size, batch_size, n, seed)
+
+
+def stream_indices(pos: int, k: int, n: int, seed: int) -> list[int]:
+    """``k`` indices starting at position ``pos`` of an endless stream of per-epoch permutations of
+    range(n); a function of (pos, k, n, seed) only, which is what makes resumed runs reproducible."""
+    import torch
+
+    out: list[int] = []
+    while len(out) < k:
+        epoch, off = divmod(pos, n)
+        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        perm = torch.randperm(n, generator=g).tolist()
+        take = min(k - len(out), n - off)
+        out += perm[off: off + take]
+        pos += take
+    return out
+
+
+def masked_lm_loss(model, ids, att, lm):
+    """Mean cross-entropy over tokens whose loss-mask is 1 (targets shifted by one)."""
+    import torch.nn.functional as F
+
+    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+    tgt = ids[:, 1:]
+    m = lm[:, 1:].float()
+    ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1), reduction="none").view_as(m)
+    return (ce * m).sum() / m.sum().clamp(min=1.0), int(m.sum())
+
+
+def load_examples(corpus_dir, config: str, tok, *, max_len: int, heldout_frac: float, split_seed: int):
+    """Encoded (ids, mask) training examples of one config, held-out tasks excluded."""
+    rows = D.rows_of(D.load_corpus(corpus_dir, config))
+    train_rows, held = D.split_rows(rows, heldout_frac, split_seed)
+    dialogs = D.sft_dialogues(train_rows) if config == "sft" else D.rft_dialogues(train_rows)
+    examples = []
+    for msgs in dialogs:
+        ids, mask = D.encode_chat(tok, msgs)
+        if sum(mask[:max_len]) > 0:
+            examples.append((ids[:max_len], mask[:max_len]))
+    if not examples:
+        raise InputError(f"corpus {corpus_dir} ({config})",
+                         f"has no trainable examples ({len(rows)} rows, {len(held)} held out, max_len {max_len})")
+    return examples, {"rows": len(rows), "heldout_rows": len(held), "examples": len(examples)}
+
+
+def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft", init: str = "",
+              steps: int = 200, batch_size: int = 8, lr: float = 1e-3, warmup: int = 10, max_len: int = 512,
+              weight_decay: float = 0.0, save_every: int = 100, heldout_frac: float = 0.2, split_seed: int = 0,
+              seed: int = 0, device: str = "auto", vocab_size: int = 2000, n_layer: int = 2, d_model: int = 64,
+              n_head: int = 4, resume: bool = True, log_every: int = 10) -> dict:
+    """Train on the assistant turns of one corpus config; returns a summary dict.
+
+    ``init``: a model directory or a training output directory (its latest checkpoint) to start
+    from; empty builds a tokenizer on the corpus and a tiny model. With ``resume`` and a checkpoint
+    already in ``out_dir``, training continues from it (same batches, same optimizer state).
+    Writes ``out_dir/ckpt-*`` and appends to ``out_dir/metrics.jsonl``."""
+    import torch
+
+    if config not in ("sft", "rft"):
+        raise InputError(f"config {config!r}", "train_sft trains on 'sft' or 'rft'")
+    out_dir = Path(out_dir)
+    dev = pick_device(device)
+    ck = latest_checkpoint(out_dir) if resume else None
+    state: dict = {}
+    if ck is not None:
+        model, tok = load_pretrained(ck)
+        state = load_trainer_state(ck)
+        log.info("resuming %s from %s (step %d)", config, ck, state["step"])
+    elif init:
+        model, tok = load_pretrained(resolve_model_dir(init))
+    else:
+        model, tok = make_model_and_tokenizer("", lambda: D.corpus_texts(corpus_dir), vocab_size=vocab_size,
+                                              n_layer=n_layer, d_model=d_model, n_head=n_head, max_len=max_len, seed=seed)
+    model.to(dev).train()
+    examples, counts = load_examples(corpus_dir, config, tok, max_len=max_len, heldout_frac=heldout_frac,
+                                     split_seed=split_seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
+    if state.get("optimizer"):
+        opt.load_state_dict(state["optimizer"])
+    start = int(state.get("step", 0))
+    metrics = MetricsLog(out_dir / "metrics.jsonl", config, start)
+    t0 = time.time()
+    loss_v = float("nan")
+    for step in range(start, steps):
+        idx = batch_indices(step, len(examples), batch_size, seed)
+        ids, att, lm = D.pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx],
+                                   tok.pad_token_id, max_len)
+        ids, att, lm = ids.to(dev), att.to(dev), lm.to(dev)
+        cur_lr = lr_at(step, steps, lr, warmup)
+        for g in opt.param_groups:
+            g["lr"] = cur_lr
+        loss, ntok = masked_lm_loss(model, ids, att, lm)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_v = float(loss.detach())
+        metrics.write({"step": step + 1, "loss": loss_v, "lr": cur_lr, "tokens": ntok, "grad_norm": float(gnorm),
+                       "time_s": round(time.time() - t0, 3)})
+        if log_every and (step + 1) % log_every == 0:
+            log.info("%s step %d/%d loss %.4f", config, step + 1, steps, loss_v)
+        if (save_every and (step + 1) % save_every == 0) or step + 1 == steps:
+            save_checkpoint(out_dir, step + 1, model, tok, {"optimizer": opt.state_dict(), "stage": config})
+    return {"stage": config, "steps": steps, "resumed_from": start, "final_loss": loss_v,
+            "checkpoint": str(latest_checkpoint(out_dir)), "seconds": round(time.time() - t0, 2), **counts}
