@@ -129,6 +129,8 @@ def prompt_messages(row: dict) -> list[dict]:
 
 def corpus_texts(corpus_dir: str | Path) -> list[str]:
     """Every text of a corpus (all configs present), for training a tokenizer."""
+    if not Path(corpus_dir).is_dir():
+        raise InputError(f"corpus {corpus_dir}", "is not a directory")
     texts: list[str] = []
     for name in CONFIGS:
         try:

@@ -1,0 +1,164 @@
+"""`kernelmill train sft|rft|rl|eval`: the training stage on the command line.
+
+Every flag defaults to the [train] section of the config (data/default.toml, --config,
+KERNELMILL_TRAIN_* variables); a flag given on the command line wins. Each command prints a JSON
+summary on stdout; per-step metrics go to ``<out>/metrics.jsonl`` (plot with
+``kernelmill train plot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", required=True, help="corpus directory (sft/ rft/ rl/ Parquet folders, README.md card)")
+    p.add_argument("--device", default=None, help="auto, cpu, cuda (default: [train] device)")
+    p.add_argument("--heldout-frac", type=float, default=None, help="share of tasks never trained on")
+    p.add_argument("--seed", type=int, default=None)
+
+
+def register(sub) -> None:
+    tr = sub.add_parser("train", help="train a kernel-writing model on the corpora (SFT, RFT, RL) and evaluate it")
+    tsub = tr.add_subparsers(dest="train_command", metavar="TRAIN_COMMAND")
+
+    for name, what in (("sft", "supervised fine-tuning on the sft config (multi-turn repair dialogues)"),
+                       ("rft", "rejection-sampling fine-tuning on the rft config (correct completions only)")):
+        p = tsub.add_parser(name, help=what)
+        _common(p)
+        p.add_argument("--out", required=True, help="output directory (checkpoints, metrics.jsonl); resumes if it has checkpoints")
+        p.add_argument("--init", default="", help="model directory or training output to start from (default: [train] model, else a tiny model)")
+        p.add_argument("--steps", type=int, default=None)
+        p.add_argument("--batch-size", type=int, default=None)
+        p.add_argument("--lr", type=float, default=None)
+        p.add_argument("--no-resume", action="store_true", help="ignore checkpoints already in --out")
+        p.set_defaults(handler=_sft, train_config=name)
+
+    p = tsub.add_parser("rl", help="GRPO with multi-turn verifier feedback, PrimeEcho, Buffered Dynamic Retry, MirrorPop")
+    _common(p)
+    p.add_argument("--out", required=True)
+    p.add_argument("--init", required=True, help="starting policy: an SFT output directory or a model directory")
+    p.add_argument("--backend", default="cpu", help="verifier backend for rewards (cpu, cuda)")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--group-size", type=int, default=None)
+    p.add_argument("--prompts-per-step", type=int, default=None)
+    p.add_argument("--turns", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    for flag in ("prime-echo", "retry", "mirrorpop"):
+        p.add_argument(f"--no-{flag}", action="store_true", help=f"switch {flag} off (ablation)")
+    p.add_argument("--no-resume", action="store_true")
+    p.set_defaults(handler=_rl)
+
+    p = tsub.add_parser("eval", help="pass@k on held-out tasks through the verifier")
+    _common(p)
+    p.add_argument("--model", required=True, help="model directory or training output (latest checkpoint)")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--n", type=int, default=None, help="samples per task (1: greedy)")
+    p.add_argument("--k", type=int, nargs="+", default=None)
+    p.add_argument("--max-tasks", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.set_defaults(handler=_eval)
+
+    p = tsub.add_parser("plot", help="plot metrics.jsonl of a training output to a PNG")
+    p.add_argument("--out", required=True, help="training output directory holding metrics.jsonl")
+    p.add_argument("--png", default="", help="image path (default: <out>/metrics.png)")
+    p.set_defaults(handler=_plot)
+    tr.set_defaults(handler=lambda a: (tr.print_help(), 2)[1])
+
+
+def _pick(args, cfg: dict, flag: str, key: str | None = None):
+    v = getattr(args, flag, None)
+    return cfg[key or flag] if v is None else v
+
+
+def _setup(args) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    return args.cfg["train"]
+
+
+def _sft(args) -> int:
+    cfg = _setup(args)
+    from train.sft import train_sft
+
+    res = train_sft(args.corpus, args.out, config=args.train_config, init=args.init or cfg["model"],
+                    steps=_pick(args, cfg, "steps", "sft_steps"), batch_size=_pick(args, cfg, "batch_size"),
+                    lr=_pick(args, cfg, "lr"), warmup=cfg["warmup"], max_len=cfg["max_len"],
+                    save_every=cfg["save_every"], heldout_frac=_pick(args, cfg, "heldout_frac"),
+                    split_seed=cfg["split_seed"], seed=_pick(args, cfg, "seed"), device=_pick(args, cfg, "device"),
+                    vocab_size=cfg["vocab_size"], n_layer=cfg["n_layer"], d_model=cfg["d_model"],
+                    n_head=cfg["n_head"], resume=not args.no_resume)
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+def _rl(args) -> int:
+    cfg = _setup(args)
+    from train.rl import train_rl
+
+    res = train_rl(args.corpus, args.out, init=args.init, backend=args.backend, verify_cfg=args.cfg.get("verify"),
+                   steps=_pick(args, cfg, "steps", "rl_steps"), prompts_per_step=_pick(args, cfg, "prompts_per_step"),
+                   group_size=_pick(args, cfg, "group_size"), turns=_pick(args, cfg, "turns"),
+                   max_new_tokens=_pick(args, cfg, "max_new_tokens"), temperature=cfg["temperature"],
+                   lr=cfg["rl_lr"], clip_eps=cfg["clip_eps"], ppo_epochs=cfg["ppo_epochs"],
+                   micro_batch=cfg["micro_batch"], heldout_frac=_pick(args, cfg, "heldout_frac"),
+                   split_seed=cfg["split_seed"], seed=_pick(args, cfg, "seed"), device=_pick(args, cfg, "device"),
+                   prime_echo=cfg["prime_echo"] and not args.no_prime_echo, prime_echo_lambda=cfg["prime_echo_lambda"],
+                   r_pass=cfg["r_pass"], retry=cfg["retry"] and not args.no_retry, retry_cap=cfg["retry_cap"],
+                   retry_ratio=cfg["retry_ratio"], retry_per_group=cfg["retry_per_group"],
+                   mirrorpop=cfg["mirrorpop"] and not args.no_mirrorpop,
+                   mirrorpop_threshold=cfg["mirrorpop_threshold"], save_every=cfg["rl_save_every"],
+                   resume=not args.no_resume)
+    print(json.dumps(res, indent=2, default=str))
+    return 0
+
+
+def _eval(args) -> int:
+    cfg = _setup(args)
+    from train.evaluate import evaluate_checkpoint
+
+    res = evaluate_checkpoint(args.model, args.corpus, backend=args.backend, verify_cfg=args.cfg.get("verify"),
+                              heldout_frac=_pick(args, cfg, "heldout_frac"), split_seed=cfg["split_seed"],
+                              n=_pick(args, cfg, "n", "eval_n"), ks=tuple(_pick(args, cfg, "k", "eval_k")),
+                              max_new_tokens=_pick(args, cfg, "max_new_tokens"),
+                              temperature=cfg["temperature"], max_tasks=_pick(args, cfg, "max_tasks", "eval_max_tasks"),
+                              device=_pick(args, cfg, "device"))
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+def _plot(args) -> int:
+    from pathlib import Path
+
+    from kernelmill.errors import InputError
+    from train.sft import read_metrics
+
+    path = Path(args.out) / "metrics.jsonl"
+    if not path.is_file():
+        raise InputError(f"training output {args.out}", "has no metrics.jsonl")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = read_metrics(path)
+    panels = [("sft", "loss"), ("rft", "loss"), ("rl", "reward_mean"), ("rl", "pass_rate"),
+              ("rl", "mirrorpop_dropped_share"), ("rl", "buffer_size"), ("rl", "approx_kl")]
+    panels = [(s, k) for s, k in panels if any(r.get("stage") == s and r.get(k) is not None for r in recs)]
+    if not panels:
+        raise InputError(str(path), "holds no plottable metrics")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), squeeze=False)
+    for ax, (stage, key) in zip(axes[:, 0], panels):
+        pts = [(r["step"], r[key]) for r in recs if r.get("stage") == stage and r.get(key) is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts])
+        ax.set_ylabel(f"{stage} {key}", fontsize=8)
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    png = Path(args.png or Path(args.out) / "metrics.png")
+    fig.savefig(png, dpi=90)
+    print(png)
+    return 0
