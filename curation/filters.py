@@ -1,0 +1,201 @@
+"""Rejection filtering: which run records become sft, rft and rl rows, and why the rest do not.
+
+Each function takes plain records (kernelmill.schema) and returns the corpus rows it keeps plus a
+``Counter`` of removed items by reason, so the corpus report can say what was removed and why.
+Near-duplicate removal is not done here (it needs the code of every row: see corpus.py, which
+calls these first and then dedup.py).
+
+Corpus definitions:
+
+- **sft**: one row per dialogue that is ``solved`` and whose last turn verdict is correct
+  (optionally with ``speedup_eager >= min_speedup``). ``messages`` is the *whole* multi-turn
+  repair dialogue (system/user prompt, every assistant attempt, every verifier-feedback user
+  turn), cut after the last assistant message so it ends on the correct answer. A trainer that
+  wants single-turn data takes the first user message and the last assistant message.
+- **rft**: correct verified candidates (any turn), best first (reward, then speedup); the per-task
+  cap ``k`` and near-copy removal are applied in corpus.py.
+- **rl**: one row per (task, backend) with the task's prompt, reference program, test spec and the
+  generator's measured first-turn pass rate (first-turn samples are candidates without a parent);
+  ``difficulty = 1 - pass_rate``. Tasks every sample solves (pass rate 1) or none solves (0) are
+  left out unless ``keep_trivial``: they give a policy-gradient learner no signal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Iterable
+
+from kernelmill.schema import (Candidate, Dialogue, Message, RFTRow, RLRow, SFTRow, Task, TurnVerdict, Verdict,
+                               content_hash)
+
+# Tolerances the verifier uses when a task does not name its own (DESIGN.md, stage 4).
+DEFAULT_TOLERANCES = {"float32": {"atol": 1e-4, "rtol": 1e-4}, "float16": {"atol": 1e-2, "rtol": 1e-2},
+                      "bfloat16": {"atol": 1e-2, "rtol": 1e-2}}
+
+
+def _clean_dtype(dtype: str) -> str:
+    return dtype.replace("torch.", "")
+
+
+def final_turn(dialogue: Dialogue) -> TurnVerdict | None:
+    return dialogue.turn_verdicts[-1] if dialogue.turn_verdicts else None
+
+
+def trim_to_last_answer(messages: list[Message]) -> list[Message]:
+    """The messages up to and including the last assistant message (drops trailing feedback)."""
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    return list(messages[:last + 1])
+
+
+def assistant_text(messages: Iterable[Message]) -> str:
+    """All assistant turns joined: what near-copy detection compares for sft rows."""
+    return "\n".join(m.content for m in messages if m.role == "assistant")
+
+
+def filter_sft(dialogues: Iterable[Dialogue], tasks: dict[str, Task], *,
+               min_speedup: float = 0.0) -> tuple[list[SFTRow], Counter]:
+    """SFT rows from solved dialogues whose final answer is correct (see module docstring)."""
+    rows: list[SFTRow] = []
+    removed: Counter = Counter()
+    for d in dialogues:
+        last = final_turn(d)
+        task = tasks.get(d.task_id)
+        if task is None:
+            removed["unknown_task"] += 1
+            continue
+        if not d.solved:
+            removed["unsolved"] += 1
+            continue
+        if last is None or not last.correct:
+            removed["final_incorrect"] += 1
+            continue
+        if min_speedup > 0 and (last.speedup_eager is None or last.speedup_eager < min_speedup):
+            removed["below_min_speedup"] += 1
+            continue
+        messages = trim_to_last_answer(d.messages)
+        if not messages:
+            removed["no_answer"] += 1
+            continue
+        rows.append(SFTRow(id="s" + content_hash(d.dialogue_id), task_id=d.task_id, messages=messages,
+                           source=task.source, generator=d.generator, backend=d.backend, level=task.level,
+                           num_turns=d.num_turns or len(d.turn_verdicts), final_reward=d.final_reward,
+                           speedup_eager=last.speedup_eager, dialogue_id=d.dialogue_id))
+    return rows, removed
+
+
+def completion_text(c: Candidate) -> str:
+    """What the model said: its raw response when recorded, else the code as a fenced block."""
+    return c.response if c.response.strip() else f"```python\n{c.code.strip()}\n```"
+
+
+def filter_rft(candidates: Iterable[Candidate], verdicts: dict[str, Verdict], tasks: dict[str, Task],
+               prompts: dict[tuple[str, str], str]) -> tuple[list[tuple[RFTRow, str]], Counter]:
+    """Correct verified candidates as (RFTRow, code) pairs, best first within each task.
+
+    Order: reward desc, speedup desc, candidate id (deterministic). Candidates with no verdict
+    are not verified and are left out (reason ``unverified``)."""
+    kept: list[tuple[RFTRow, str]] = []
+    removed: Counter = Counter()
+    for c in candidates:
+        v = verdicts.get(c.candidate_id)
+        task = tasks.get(c.task_id)
+        if task is None:
+            removed["unknown_task"] += 1
+            continue
+        if v is None:
+            removed["unverified"] += 1
+            continue
+        if not v.correct or v.cheats:
+            removed["incorrect"] += 1
+            continue
+        prompt = prompts.get((c.task_id, c.backend)) or c.prompt
+        row = RFTRow(id="r" + content_hash(c.candidate_id), task_id=c.task_id, prompt=prompt,
+                     completion=completion_text(c), candidate_id=c.candidate_id, generator=c.generator,
+                     backend=c.backend, level=task.level, correct=True, stage_reached=v.stage_reached,
+                     reward=v.reward, speedup_eager=v.speedup_eager)
+        kept.append((row, c.code))
+    kept.sort(key=lambda rc: (rc[0].task_id, -rc[0].reward, -(rc[0].speedup_eager or 0.0), rc[0].candidate_id))
+    return kept, removed
+
+
+def rl_test_spec(task: Task) -> dict:
+    """What a verifier needs to score a sample for this task: inputs, outputs, tolerances."""
+    ann = task.annotations or {}
+    tol = ann.get("tolerances") or ann.get("tolerance")
+    if not tol:
+        dtypes = sorted({_clean_dtype(s.dtype) for s in task.output_specs} or {"float32"})
+        tol = {d: DEFAULT_TOLERANCES.get(d, DEFAULT_TOLERANCES["float32"]) for d in dtypes}
+    return {
+        "input_specs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in task.input_specs],
+        "output_specs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in task.output_specs],
+        "init_inputs": task.init_inputs,
+        "tolerances": tol,
+    }
+
+
+def first_turn_outcomes(candidates: Iterable[Candidate], verdicts: dict[str, Verdict]) -> dict[tuple[str, str], list[bool]]:
+    """(task_id, backend) -> correctness of each verified first-turn sample (no parent)."""
+    out: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for c in candidates:
+        if c.parent_id:
+            continue
+        v = verdicts.get(c.candidate_id)
+        if v is not None:
+            out[(c.task_id, c.backend)].append(bool(v.correct and not v.cheats))
+    return out
+
+
+def filter_rl(tasks: dict[str, Task], candidates: Iterable[Candidate], verdicts: dict[str, Verdict],
+              prompts: dict[tuple[str, str], str], *, keep_trivial: bool = False) -> tuple[list[RLRow], Counter]:
+    """RL rows: tasks with test spec and measured pass rate (see module docstring)."""
+    rows: list[RLRow] = []
+    removed: Counter = Counter()
+    outcomes = first_turn_outcomes(candidates, verdicts)
+    sampled_tasks = {tid for tid, _ in outcomes}
+    removed["no_samples"] = sum(1 for tid in tasks if tid not in sampled_tasks)
+    for (tid, backend), results in sorted(outcomes.items()):
+        task = tasks.get(tid)
+        if task is None:
+            removed["unknown_task"] += 1
+            continue
+        n = len(results)
+        rate = sum(results) / n
+        if not keep_trivial and rate in (0.0, 1.0):
+            removed["none_pass" if rate == 0.0 else "all_pass"] += 1
+            continue
+        prompt = prompts.get((tid, backend), "")
+        spec = rl_test_spec(task)
+        rows.append(RLRow(id="l" + content_hash(tid, backend), task_id=tid, prompt=prompt,
+                          reference_code=task.reference_code, test_spec=spec, level=task.level,
+                          difficulty=round(1.0 - rate, 6), pass_rate=round(rate, 6), n_samples=n, backend=backend))
+    return rows, +removed
+
+
+def prompt_map(tasks: dict[str, Task], candidates: Iterable[Candidate], dialogues: Iterable[Dialogue]) -> dict[tuple[str, str], str]:
+    """(task_id, backend) -> the generation prompt.
+
+    Uses synth.prompts.build_prompt(task, backend) when that module exists; otherwise the prompt
+    recorded on a first-turn candidate, else the first user message of a dialogue."""
+    keys = {(c.task_id, c.backend) for c in candidates} | {(d.task_id, d.backend) for d in dialogues}
+    out: dict[tuple[str, str], str] = {}
+    build = None
+    try:
+        from synth.prompts import build_prompt as build  # type: ignore[no-redef]
+    except ImportError:
+        build = None
+    if build is not None:
+        for tid, backend in keys:
+            if tid in tasks:
+                try:
+                    out[(tid, backend)] = str(build(tasks[tid], backend))
+                except Exception:  # a prompt builder bug must not lose the corpus: fall back below
+                    pass
+    for c in candidates:
+        if not c.parent_id and c.prompt and (c.task_id, c.backend) not in out:
+            out[(c.task_id, c.backend)] = c.prompt
+    for d in dialogues:
+        if (d.task_id, d.backend) not in out:
+            first_user = next((m.content for m in d.messages if m.role == "user"), "")
+            if first_user:
+                out[(d.task_id, d.backend)] = first_user
+    return out

@@ -1,0 +1,115 @@
+"""DuckDB over a run or corpus directory: one view per table, SQL in, rows out.
+
+Views: tasks, candidates, verdicts, dialogues, sft, rft, rl (kernelmill.schema.TABLES). A view
+reads ``<dir>/<table>/*.parquet``; a table with no files yet is still a view, empty, with the
+columns of its Arrow schema, so a query written for a finished run also runs on a fresh one.
+Struct and list columns (messages, op_histogram, input_specs) are DuckDB STRUCT / LIST values;
+dict fields (annotations, test_spec, versions) are JSON strings (use ``json_extract``).
+
+Not guaranteed: the views list the files present when ``connect`` ran; files written later are
+seen by a new connection. Rows that two racing writers stored twice are seen twice here
+(kernelmill.store.read_arrow removes such duplicates; SQL over raw files does not).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kernelmill.errors import InputError
+from kernelmill.schema import TABLES, arrow_schema
+
+
+def table_files(root: Path, table: str) -> list[Path]:
+    """The table's Parquet files, without in-flight temporary files (names starting with a dot)."""
+    d = root / table
+    return sorted(f for f in d.glob("*.parquet") if not f.name.startswith(".")) if d.is_dir() else []
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def connect(corpus_dir: str | os.PathLike):
+    """An in-memory DuckDB connection with the seven named views over ``corpus_dir``."""
+    import duckdb
+
+    root = Path(corpus_dir)
+    if not root.is_dir():
+        raise InputError(f"corpus directory {root}", "does not exist")
+    con = duckdb.connect()
+    for name, cls in TABLES.items():
+        files = table_files(root, name)
+        if files:
+            lst = "[" + ", ".join(_quote(f.resolve().as_posix()) for f in files) + "]"
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({lst}, union_by_name = true)")
+        else:
+            empty = arrow_schema(cls).empty_table()
+            con.register(f"_empty_{name}", empty)
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
+    return con
+
+
+def resolve_corpus(corpus_dir: str | os.PathLike | None) -> Path:
+    """The given directory, else the most recent run recorded by ``kernelmill run``."""
+    if corpus_dir:
+        return Path(corpus_dir)
+    from kernelmill.config import latest_run
+
+    latest = latest_run()
+    if latest is None:
+        raise InputError("--corpus", "not given and no run has been recorded yet (run `kernelmill run` "
+                         "or pass --corpus DIR)")
+    return latest
+
+
+def run_query(sql: str, corpus_dir: str | os.PathLike | None = None) -> tuple[list[str], list[tuple]]:
+    """Run one SQL statement over the views; returns (column names, rows).
+
+    A SQL error becomes an InputError naming the query and DuckDB's message."""
+    import duckdb
+
+    con = connect(resolve_corpus(corpus_dir))
+    try:
+        rel = con.sql(sql)
+        if rel is None:  # a statement with no result (e.g. SET)
+            return [], []
+        return list(rel.columns), rel.fetchall()
+    except duckdb.Error as e:
+        raise InputError("SQL query", str(e).strip()) from None
+    finally:
+        con.close()
+
+
+def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
+    """Rows as an aligned text table, CSV or JSON (a list of objects)."""
+    if fmt == "json":
+        import json
+
+        return json.dumps([dict(zip(columns, r)) for r in rows], default=str, indent=1)
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    if fmt != "table":
+        raise InputError("--format", f"unknown format {fmt!r}; use table, csv or json")
+    cells = [[_cell(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+    out = [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    s = str(v).replace("\n", "\\n")
+    return s if len(s) <= 80 else s[:77] + "..."
