@@ -148,10 +148,18 @@ def stage_mine(run_dir: str | os.PathLike, cfg: dict, source: str | None = None)
     if not source:
         return {"github": 0, "written": 0}
     tasks, report = gather_mined(source, cfg["mine"])
-    written = write_raw_tasks(run_dir, tasks)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
     (Path(run_dir) / "mine_report.json").write_text(json.dumps(report, indent=2, default=str))
-    _mark_gathered(run_dir, "mine", {"source": source, **cfg["mine"]}, len(tasks))
+    written = save_gathered(run_dir, "mine", {"source": source, **cfg["mine"]}, tasks)
     return {"github": len(tasks), "mine_report": report, "written": written}
+
+
+def save_gathered(run_dir: str | os.PathLike, what: str, settings: dict, tasks: list) -> int:
+    """Store gathered tasks in ``raw/tasks``, then mark the gatherer done with these settings
+    (the mark comes second, so a run killed in between gathers again rather than losing tasks)."""
+    written = write_raw_tasks(run_dir, tasks)
+    _mark_gathered(run_dir, what, settings, len(tasks))
+    return written
 
 
 def _gather_key(what: str, settings: dict) -> str:
@@ -186,8 +194,7 @@ def stage_nnsmith(run_dir: str | os.PathLike, cfg: dict, n: int | None = None, s
     if n <= 0:
         return {"nnsmith": 0, "written": 0}
     tasks, skips = gather_nnsmith(n, seed, cfg["nnsmith"])
-    written = write_raw_tasks(run_dir, tasks)
-    _mark_gathered(run_dir, "nnsmith", {"n": n, "seed": seed, **cfg["nnsmith"]}, len(tasks))
+    written = save_gathered(run_dir, "nnsmith", {"n": n, "seed": seed, **cfg["nnsmith"]}, tasks)
     return {"nnsmith": len(tasks), "nnsmith_skips": skips, "written": written}
 
 
