@@ -15,8 +15,9 @@ For graph ``i`` of a run with seed ``S`` (the task is named ``nnsmith_s<S>_<i>``
    order: (a) every placeholder of rank >= 1, each dim <= 4 * sqrt(target_numel); (b) every
    placeholder of rank >= 1; (c) the first placeholder only; (d) nnsmith's own solution. Shapes
    are solved, never rescaled after the fact, so they always stay consistent.
-3. **Emit** (graphs/nnsmith_emit.py) the graph output with the most elements (ties: the first),
-   with the ops and inputs it depends on, as a standalone KernelBench file.
+3. **Emit** (graphs/nnsmith_emit.py) one graph output, the one with the most ops behind it
+   (then the most elements, then the first), with the ops and inputs it depends on, as a
+   standalone KernelBench file.
 4. **Check** on two draws of ``get_inputs()``: the emitted Model and nnsmith's materialised model
    (``TorchModelCPU.from_gir``, eval mode) loaded with the same weights give the same output
    within a dtype tolerance; the output is floating point, finite, and changes when the inputs do.
@@ -233,9 +234,21 @@ def generate_graph(gseed: int, opset: list, *, max_nodes: int, target_numel: int
 
 
 def _pick_output(ir) -> str:
+    """The graph output the task returns: the leaf with the most ops behind it, then the most elements."""
+    from graphs.nnsmith_emit import ancestors
+
     leaves = ir.leaf_var()
-    numel = {v: math.prod(int(d) for d in ir.vars[v].shape) for v in leaves}
-    return max(leaves, key=lambda v: (numel[v], -leaves.index(v)))
+
+    def key(v):
+        n_ops = sum(1 for a in ancestors(ir, v) if type(_producer(ir, a).iexpr.op).__name__ not in ("Input", "Constant"))
+        return (n_ops, math.prod(int(d) for d in ir.vars[v].shape), -leaves.index(v))
+
+    return max(leaves, key=key)
+
+
+def _producer(ir, var: str):
+    inst_id = int(var[1:].split("_")[0])
+    return ir.find_inst_by_id(inst_id)
 
 
 # ---------------------------------------------------------------------------- equivalence
