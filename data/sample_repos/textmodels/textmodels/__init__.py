@@ -1,0 +1,1 @@
+"""textmodels: transformer pieces."""

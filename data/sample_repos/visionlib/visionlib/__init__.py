@@ -1,0 +1,1 @@
+"""visionlib: small convolutional building blocks."""

@@ -1,0 +1,6 @@
+import torch.nn as nn
+
+
+class Unfinished(nn.Module):
+    def forward(self, x)
+        return x +
