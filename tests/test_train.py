@@ -1,0 +1,226 @@
+"""The training stage end to end on real Parquet corpora, a real tokenizer and a real tiny Llama.
+
+Rewards: the RL mechanics tests use a cheap deterministic reward (a stand-in for the verifier,
+which compiles C++ per distinct answer and would make these tests minutes long); the CLI smoke run
+at the bottom uses the real cpu verifier through ``kernelmill train rl`` and ``train eval``.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelmill import store
+from kernelmill.errors import InputError
+from kernelmill.schema import Message, RFTRow, RLRow, SFTRow, task_id_for
+from train import data as D
+from train.model import build_tokenizer, latest_checkpoint, load_pretrained
+from train.rollout import Score, multi_turn_rollouts
+from train.sft import read_metrics, train_sft
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS = sorted((ROOT / "data" / "seed_tasks").glob("*/*.py"))
+TINY = dict(vocab_size=400, n_layer=1, d_model=32, n_head=2, max_len=256)
+
+
+def answer_for(name: str) -> str:
+    return f"```python\nclass ModelNew:\n    # {name} kernel\n    pass\n```"
+
+
+def build_corpus(root: Path) -> Path:
+    """sft / rft / rl tables written by the store, one row per seed task."""
+    sft, rft, rl = [], [], []
+    for i, f in enumerate(SEEDS):
+        code = f.read_text()
+        tid = task_id_for(code)
+        prompt = f"Write ModelNew for {f.stem}:\n{code[:200]}"
+        sft.append(SFTRow(id=f"s{i}", task_id=tid, source="seed", generator="teacher", backend="cpu", level=1,
+                          num_turns=1, final_reward=1.0,
+                          messages=[Message("system", "You write kernels."), Message("user", prompt),
+                                    Message("assistant", answer_for(f.stem))]))
+        rft.append(RFTRow(id=f"f{i}", task_id=tid, prompt=prompt, completion=answer_for(f.stem), candidate_id=f"c{i}",
+                          generator="teacher", backend="cpu", level=1, correct=i % 3 != 0, stage_reached="timing",
+                          reward=1.0))
+        rl.append(RLRow(id=f"r{i}", task_id=tid, prompt=prompt, reference_code=code, test_spec={"trials": 2}, level=1,
+                        difficulty=0.1, pass_rate=0.5, n_samples=2, backend="cpu"))
+    for name, rows in (("sft", sft), ("rft", rft), ("rl", rl)):
+        store.write_records(root, name, rows)
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return build_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def sft_out(corpus, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sft")
+    train_sft(corpus, out, steps=6, batch_size=4, save_every=3, **TINY)
+    return out
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def test_load_corpus_reads_parquet_with_and_without_a_dataset_card(corpus, tmp_path):
+    ds = D.load_corpus(corpus, "sft")
+    assert len(ds) == len(SEEDS) and ds[0]["messages"][2]["role"] == "assistant"
+    carded = build_corpus(tmp_path / "carded")
+    from curation.corpus import write_card
+
+    write_card(carded)
+    ds2 = D.load_corpus(carded, "rl")  # through datasets.load_dataset(dir, "rl")
+    assert sorted(ds2["task_id"]) == sorted(r["task_id"] for r in D.rows_of(D.load_corpus(corpus, "rl")))
+    assert D.row_test_spec(ds2[0]) == {"trials": 2}
+    with pytest.raises(InputError, match="no rft/"):
+        D.load_corpus(tmp_path, "rft")
+    with pytest.raises(InputError, match="must be one of"):
+        D.load_corpus(corpus, "dpo")
+
+
+def test_heldout_split_is_by_task_and_deterministic(corpus):
+    rows = D.rows_of(D.load_corpus(corpus, "rl"))
+    tr, held = D.split_rows(rows, 0.3, seed=1)
+    assert {r["task_id"] for r in tr}.isdisjoint({r["task_id"] for r in held})
+    assert D.split_rows(rows, 0.3, seed=1) == (tr, held)
+    assert D.split_rows(rows, 0.0)[1] == []
+
+
+def test_chat_encoding_masks_assistant_turns_only(corpus):
+    tok = build_tokenizer(D.corpus_texts(corpus), vocab_size=400)
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "make relu"},
+            {"role": "assistant", "content": "A1 ok"}, {"role": "user", "content": "fix it"},
+            {"role": "assistant", "content": "A2 ok"}]
+    ids, mask = D.encode_chat(tok, msgs)
+    assert len(ids) == len(mask)
+    trained = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    assert trained == "A1 ok<|end|>A2 ok<|end|>"
+    assert tok.decode(ids, skip_special_tokens=True) == "sysmake reluA1 okfix itA2 ok"
+    p_ids, p_mask = D.encode_chat(tok, msgs[:2], add_generation_prompt=True)
+    assert ids[: len(p_ids)] == p_ids and sum(p_mask) == 0  # generation starts exactly where the answer does
+    with pytest.raises(InputError):
+        D.encode_chat(tok, [{"role": "tool", "content": "x"}])
+
+
+# ---------------------------------------------------------------------------- SFT / RFT
+
+
+def test_sft_learns_and_resume_gives_the_same_weights(corpus, sft_out, tmp_path):
+    recs = read_metrics(sft_out / "metrics.jsonl", "sft")
+    assert [r["step"] for r in recs] == list(range(1, 7))
+    # a run stopped at step 3 and resumed ends where the uninterrupted run ended
+    part = tmp_path / "part"
+    train_sft(corpus, part, steps=3, batch_size=4, save_every=3, **TINY)
+    res = train_sft(corpus, part, steps=6, batch_size=4, save_every=3, **TINY)
+    assert res["resumed_from"] == 3
+    assert [r["step"] for r in read_metrics(part / "metrics.jsonl", "sft")] == list(range(1, 7))
+    a, _ = load_pretrained(latest_checkpoint(sft_out))
+    b, _ = load_pretrained(latest_checkpoint(part))
+    for (n, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.allclose(p, q, atol=1e-6), n
+    # and longer training on this tiny corpus drives the assistant-token loss down
+    long = train_sft(corpus, tmp_path / "long", steps=40, batch_size=4, lr=3e-3, save_every=0, **TINY)
+    first = read_metrics(tmp_path / "long" / "metrics.jsonl", "sft")[0]["loss"]
+    assert long["final_loss"] < 0.6 * first
+
+
+def test_rft_trains_on_correct_completions_of_training_tasks_only(corpus, sft_out, tmp_path):
+    res = train_sft(corpus, tmp_path / "rft", config="rft", init=str(sft_out), steps=2, batch_size=2, **TINY)
+    rows = D.rows_of(D.load_corpus(corpus, "rft"))
+    train_rows, _ = D.split_rows(rows, 0.2)
+    assert res["examples"] == sum(bool(r["correct"]) for r in train_rows) < len(rows)
+
+
+# ---------------------------------------------------------------------------- RL mechanics
+
+def starts_with_fn_reward(items):
+    """Deterministic stand-in for the verifier: correct iff the answer starts with 'class'."""
+    return [Score(reward=1.0 if r.startswith("class") else -0.5, correct=r.startswith("class"),
+                  feedback=f"FEEDBACK-{len(r)}: answer must start with class") for _row, r in items]
+
+
+def never_correct(items):
+    return [Score(reward=0.0, correct=False, feedback="compile error: x") for _ in items]
+
+
+def test_multi_turn_rollout_feeds_back_verifier_text_and_logs_matching_logprobs(sft_out):
+    from train.rl import trainer_logps, pad_trajectories
+
+    model, tok = load_pretrained(latest_checkpoint(sft_out))
+    row = {"task_id": "t", "prompt": "write relu", "reference_code": ""}
+    trajs = multi_turn_rollouts(model, tok, [(row, D.prompt_messages(row), 0, False)] * 3, never_correct,
+                                turns=3, max_new_tokens=8)
+    for t in trajs:
+        assert len(t.responses) == 3 and t.rewards == [0.0, 0.0, 0.0]
+        text = tok.decode(t.ids, skip_special_tokens=False)
+        assert text.count("compile error: x") == 2  # feedback after answers 1 and 2, not after the last
+        sampled = tok.decode([i for i, m in zip(t.ids, t.mask) if m], skip_special_tokens=True)
+        assert sampled == "".join(t.responses)
+    ids, att, mask, lpr = pad_trajectories(trajs, tok.pad_token_id)
+    with torch.no_grad():
+        lpt = trainer_logps(model, ids, att, 1.0)
+    # the sampler's log-probs are the trainer's on the same tokens (fp32, left vs right padding)
+    assert ((lpr - lpt).abs() * mask).max() < 1e-4
+
+
+def run_rl(corpus, init, out, reward_fn, **kw):
+    from train.rl import train_rl
+
+    args = dict(init=str(init), reward_fn=reward_fn, steps=3, prompts_per_step=2, group_size=2, turns=2,
+                max_new_tokens=6, lr=1e-3, save_every=0)
+    args.update(kw)
+    return train_rl(corpus, out, **args)
+
+
+def test_rl_logs_metrics_and_retry_buffer_feeds_later_batches(corpus, sft_out, tmp_path):
+    res = run_rl(corpus, sft_out, tmp_path / "rl", never_correct, steps=3, prompts_per_step=4, retry_ratio=0.5)
+    recs = read_metrics(tmp_path / "rl" / "metrics.jsonl", "rl")
+    assert [r["step"] for r in recs] == [1, 2, 3]
+    for key in ("reward_mean", "pass_rate", "mirrorpop_dropped_share", "buffer_size", "ratio_mean", "approx_kl"):
+        assert key in recs[0]
+    assert recs[0]["buffer_added"] == 4 and recs[0]["buffer_drawn"] == 0
+    assert recs[1]["buffer_drawn"] == 2  # half of the 4 prompts of step 2 are repair prompts
+    assert recs[1]["buffer_size"] == 4 - 2 + 2  # 2 taken, 2 fresh all-failed groups added
+    assert res["last"]["pass_rate"] == 0.0 and Path(res["checkpoint"]).is_dir()
+    off = run_rl(corpus, sft_out, tmp_path / "rl_off", never_correct, steps=2, prompts_per_step=4, retry=False)
+    assert off["last"]["buffer_size"] == 0 and off["last"]["buffer_drawn"] == 0
+
+
+def test_mirrorpop_threshold_filters_samples_and_switch_keeps_them(corpus, sft_out, tmp_path):
+    before, _ = load_pretrained(latest_checkpoint(sft_out))
+    res = run_rl(corpus, sft_out, tmp_path / "mp", starts_with_fn_reward, steps=1, mirrorpop_threshold=-1.0)
+    assert res["last"]["mirrorpop_dropped_share"] == 1.0 and res["last"]["sampled_tokens"] == 0
+    after, _ = load_pretrained(latest_checkpoint(tmp_path / "mp"))
+    for p, q in zip(before.parameters(), after.parameters()):
+        assert torch.equal(p, q)  # every sample dropped: no update
+    res2 = run_rl(corpus, sft_out, tmp_path / "mp_off", starts_with_fn_reward, steps=1, mirrorpop_threshold=-1.0,
+                  mirrorpop=False)
+    assert res2["last"]["mirrorpop_dropped_share"] == 0.0 and res2["last"]["sampled_tokens"] > 0
+
+
+def test_rl_updates_the_policy_and_resumes(corpus, sft_out, tmp_path):
+    # a reward that differs across a group gives a non-zero advantage, so the weights move
+    def length_reward(items):
+        return [Score(reward=float(len(r) % 3), correct=False, feedback="f") for _row, r in items]
+
+    before, _ = load_pretrained(latest_checkpoint(sft_out))
+    run_rl(corpus, sft_out, tmp_path / "r", length_reward, steps=2, save_every=1, group_size=4)
+    recs = read_metrics(tmp_path / "r" / "metrics.jsonl", "rl")
+    assert any(r["grad_norm"] > 0 for r in recs)
+    after, _ = load_pretrained(latest_checkpoint(tmp_path / "r"))
+    assert any(not torch.equal(p, q) for p, q in zip(before.parameters(), after.parameters()))
+    res = run_rl(corpus, sft_out, tmp_path / "r", length_reward, steps=3, save_every=1, group_size=4)
+    assert res["resumed_from"] == 2
+    assert [r["step"] for r in read_metrics(tmp_path / "r" / "metrics.jsonl", "rl")] == [1, 2, 3]
+
+
+def test_pass_at_k_estimator():
+    from train.evaluate import pass_at_k
+
+    assert pass_at_k(1, 1, 1) == 1.0 and pass_at_k(1, 0, 1) == 0.0
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2)
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
