@@ -1,0 +1,299 @@
+"""Candidate generation: one Generator interface, an OpenAI-compatible client and the built-in teacher.
+
+    Generator            protocol: ``name``; ``generate(messages, n) -> list[str]`` (n raw responses,
+                         each meant to hold a ```python block)
+    OpenAIGenerator      any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a hosted API)
+    TeacherGenerator     the offline teacher (synth/teacher.py), deterministic, optional planted bugs
+    make_generator       the openai generator when gen_cfg["base_url"] is set, else the teacher
+
+OpenAIGenerator guarantees: at most ``concurrency`` requests in flight across threads; 429 and 5xx
+answers, timeouts and dropped connections are retried up to ``max_retries`` times with exponential
+backoff (1 s, 2 s, 4 s ... capped at 30 s, or the server's Retry-After when it sends one); other 4xx
+answers raise at once with the server's message; finished responses are cached on disk under
+``cache_dir``, keyed by sha256 of (base_url, model, messages, n, temperature), so a re-run sends no
+request for a prompt it has already paid for. Not guaranteed: the same text from a sampling server
+when the cache is cleared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Protocol
+
+from kernelmill.errors import InputError
+from kernelmill.schema import Message
+
+
+class Generator(Protocol):
+    name: str
+
+    def generate(self, messages: list[Message], n: int) -> list[str]: ...
+
+
+class GenerationError(RuntimeError):
+    """The endpoint kept failing after every retry (the message names it and the last error)."""
+
+
+# ---------------------------------------------------------------------------- OpenAI-compatible
+
+
+def _chat_url(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    return base if base.endswith("/chat/completions") else base + "/chat/completions"
+
+
+class OpenAIGenerator:
+    """Chat completions over HTTP (httpx), with a concurrency limit, retries, timeouts and a cache."""
+
+    is_llm = True
+
+    def __init__(self, base_url: str, model: str, *, api_key: str = "", concurrency: int = 8,
+                 max_retries: int = 5, timeout_s: float = 120.0, temperature: float = 0.8,
+                 max_tokens: int = 0, cache_dir: str | os.PathLike | None = None,
+                 backoff_s: float = 1.0, max_backoff_s: float = 30.0):
+        if not base_url:
+            raise InputError("generate.base_url", "is empty; set it to an OpenAI-compatible endpoint")
+        if not model:
+            raise InputError("generate.model", f"is empty; name the model served at {base_url}")
+        import httpx
+
+        self.base_url, self.model, self.name = base_url, model, model
+        self.url = _chat_url(base_url)
+        self.concurrency = max(1, int(concurrency))
+        self.max_retries, self.timeout_s, self.temperature = int(max_retries), float(timeout_s), float(temperature)
+        self.max_tokens = int(max_tokens)
+        self.backoff_s, self.max_backoff_s = float(backoff_s), float(max_backoff_s)
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(self.timeout_s))
+        self.requests_sent = 0  # HTTP requests actually sent (retries included)
+        self.cache_hits = 0
+
+    def cache_key(self, messages: list[Message], n: int) -> str:
+        payload = json.dumps({"base_url": self.base_url, "model": self.model,
+                              "messages": [[m.role, m.content] for m in messages], "n": n,
+                              "temperature": self.temperature}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def _cache_path(self, key: str) -> Path | None:
+        return self.cache_dir / key[:2] / f"{key}.json" if self.cache_dir else None
+
+    def _cache_read(self, key: str) -> list[str] | None:
+        p = self._cache_path(key)
+        if p is None or not p.is_file():
+            return None
+        try:
+            return list(json.loads(p.read_text())["responses"])
+        except (ValueError, KeyError, TypeError):
+            return None  # a damaged cache entry is refetched, never trusted
+
+    def _cache_write(self, key: str, responses: list[str]) -> None:
+        p = self._cache_path(key)
+        if p is None:
+            return
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"model": self.model, "responses": responses}, f)
+        os.replace(tmp, p)
+
+    def _post(self, body: dict) -> dict:
+        import httpx
+
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            wait = min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
+            try:
+                with self._slots:
+                    self.requests_sent += 1
+                    r = self._client.post(self.url, json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as e:
+                last = f"{type(e).__name__}: {e}"
+            else:
+                if r.status_code == 200:
+                    try:
+                        return r.json()
+                    except ValueError:
+                        last = "200 with a body that is not JSON"
+                elif r.status_code == 429 or r.status_code >= 500:
+                    last = f"HTTP {r.status_code}: {r.text[:200]}"
+                    ra = r.headers.get("retry-after")
+                    if ra:
+                        try:
+                            wait = min(self.max_backoff_s, max(0.0, float(ra)))
+                        except ValueError:
+                            pass
+                else:
+                    raise InputError(f"generate endpoint {self.url}",
+                                     f"HTTP {r.status_code} (not retried): {r.text[:300]}")
+            if attempt < self.max_retries:
+                time.sleep(wait * (0.9 + 0.2 * random.random()))
+        raise GenerationError(f"{self.url}: gave up after {self.max_retries + 1} attempts; last error: {last}")
+
+    def generate(self, messages: list[Message], n: int) -> list[str]:
+        """n responses for the chat (from the cache when this exact request was answered before)."""
+        key = self.cache_key(messages, n)
+        cached = self._cache_read(key)
+        if cached is not None and len(cached) >= n:
+            self.cache_hits += 1
+            return cached[:n]
+        out: list[str] = []
+        while len(out) < n:  # some servers return fewer choices than asked for
+            body = {"model": self.model, "messages": [{"role": m.role, "content": m.content} for m in messages],
+                    "n": n - len(out), "temperature": self.temperature}
+            if self.max_tokens:
+                body["max_tokens"] = self.max_tokens
+            data = self._post(body)
+            choices = data.get("choices") or []
+            if not choices:
+                raise GenerationError(f"{self.url}: a 200 answer with no choices")
+            out += [(c.get("message") or {}).get("content") or "" for c in choices]
+        out = out[:n]
+        self._cache_write(key, out)
+        return out
+
+    def close(self) -> None:
+        self._client.close()
+
+
+# ---------------------------------------------------------------------------- teacher
+
+
+class TeacherGenerator:
+    """The built-in teacher behind the Generator interface.
+
+    First turn (no assistant message yet): sample i of n is the teacher's kernel for the reference in
+    the first user message, with launch-geometry variant i, preceded by the template reasoning trace;
+    ``round(bug_rate * n)`` samples carry a planted bug (synth.teacher.choose_bug). Repair turn: the
+    correct kernel with an explanation that quotes the last user message (the verifier's feedback).
+    Tasks it cannot lower get a decline text (synth.teacher.is_decline) and no code.
+    Deterministic: same messages, n, backend, bug_rate and seed give the same responses."""
+
+    is_llm = False
+    concurrency = 1
+
+    def __init__(self, backend: str, *, bug_rate: float = 0.0, seed: int = 0):
+        if backend not in ("cpu", "cuda"):
+            raise InputError("backend", f"the teacher writes cpu and cuda kernels, not {backend!r}")
+        if not 0.0 <= bug_rate <= 1.0:
+            raise InputError("run.bug_rate", f"must be between 0 and 1, got {bug_rate}")
+        self.name, self.backend, self.bug_rate, self.seed = "teacher", backend, float(bug_rate), int(seed)
+        self._planted: dict[str, tuple[str, int]] = {}  # response sha -> (bug, variant)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def injected_bug(self, response: str) -> str:
+        """The bug this teacher planted in one of its responses ("" for none or unknown)."""
+        return self._planted.get(self._key(response), ("", 0))[0]
+
+    def _task_for(self, reference: str):
+        from kernelmill.schema import Task
+
+        return Task.from_code(reference, name="task", source="teacher")
+
+    def generate(self, messages: list[Message], n: int) -> list[str]:
+        from synth import teacher
+        from synth.reasoning import template_trace
+
+        try:
+            reference = teacher.reference_from_messages(messages)
+        except teacher.TeacherDeclined as e:
+            return [teacher.decline_text(str(e))] * n
+        first_turn = not any(m.role == "assistant" for m in messages)
+        out = []
+        for i in range(n):
+            try:
+                if first_turn:
+                    bug = teacher.choose_bug(reference, self.backend, i, n, self.bug_rate, self.seed)
+                    text = teacher.first_turn_response(reference, self.backend, bug=bug, variant=i,
+                                                       reasoning=template_trace(self._task_for(reference), self.backend))
+                    variant = i
+                else:
+                    prev = next(m.content for m in reversed(messages) if m.role == "assistant")
+                    prev_bug, variant = self._planted.get(self._key(prev), ("", 0))
+                    feedback = messages[-1].content if messages[-1].role == "user" else ""
+                    text, bug = teacher.repair_response(reference, self.backend, feedback, prev_bug, variant), ""
+            except teacher.TeacherDeclined as e:
+                out.append(teacher.decline_text(str(e)))
+                continue
+            with self._lock:
+                self._planted[self._key(text)] = (bug, variant)
+            out.append(text)
+        return out
+
+
+# ---------------------------------------------------------------------------- factory and CLI
+
+
+def make_generator(gen_cfg: dict, *, backend: str, bug_rate: float = 0.0, seed: int = 0) -> Generator:
+    """The openai generator when ``gen_cfg["base_url"]`` is set (key from ``gen_cfg["api_key"]`` or the
+    variable named by ``api_key_env``), else the teacher for ``backend``."""
+    base_url = gen_cfg.get("base_url") or ""
+    if base_url:
+        key = gen_cfg.get("api_key") or os.environ.get(gen_cfg.get("api_key_env") or "OPENAI_API_KEY", "")
+        return OpenAIGenerator(base_url, gen_cfg.get("model", ""), api_key=key,
+                               concurrency=gen_cfg.get("concurrency", 8), max_retries=gen_cfg.get("max_retries", 5),
+                               timeout_s=gen_cfg.get("timeout_s", 120), temperature=gen_cfg.get("temperature", 0.8),
+                               max_tokens=gen_cfg.get("max_tokens", 0), cache_dir=gen_cfg.get("cache_dir") or None,
+                               backoff_s=gen_cfg.get("backoff_s", 1.0))
+    return TeacherGenerator(backend, bug_rate=bug_rate, seed=seed)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="first-turn candidates for a run's tasks (no verification)")
+    p.add_argument("run_dir", help="run directory holding a tasks table")
+    p.add_argument("--backend", default=None, help="cuda, cpu or auto (default: [run] backend)")
+    p.add_argument("-n", "--samples", type=int, default=None, help="responses per task (default: [run] samples_per_task)")
+    p.add_argument("--limit", type=int, default=0, help="at most this many tasks (0: all)")
+    p.add_argument("--bug-rate", type=float, default=None, help="teacher: share of samples with a planted bug")
+    p.set_defaults(handler=_cmd_generate)
+
+
+def _cmd_generate(args) -> int:
+    from kernelmill import store
+    from kernelmill.pipeline import resolve_backend
+    from kernelmill.schema import Candidate, content_hash
+    from synth.prompts import build_prompt, extract_code_block, reasoning_of_response
+    from synth.teacher import is_decline
+
+    cfg = args.cfg
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "tasks").is_dir():
+        raise InputError(run_dir, "has no tasks table; run `kernelmill annotate` or `kernelmill run` first")
+    backend = resolve_backend(cfg, args.backend)
+    n = args.samples or cfg["run"]["samples_per_task"]
+    bug_rate = cfg["run"]["bug_rate"] if args.bug_rate is None else args.bug_rate
+    gen = make_generator(cfg["generate"], backend=backend, bug_rate=bug_rate, seed=cfg["run"].get("nnsmith_seed", 0))
+    tasks = store.read_records(run_dir, "tasks")
+    if args.limit:
+        tasks = tasks[: args.limit]
+    cands, declined = [], 0
+    for t in tasks:
+        prompt = build_prompt(t, backend)
+        for i, resp in enumerate(gen.generate(prompt, n)):
+            if is_decline(resp):
+                declined += 1
+                continue
+            did = "d" + content_hash(t.task_id, backend, gen.name, str(i))
+            code = extract_code_block(resp) or resp
+            cands.append(Candidate(candidate_id=Candidate.make_id(t.task_id, backend, code, did), task_id=t.task_id,
+                                   backend=backend, generator=gen.name, code=code, dialogue_id=did,
+                                   prompt=prompt[-1].content, response=resp, reasoning=reasoning_of_response(resp),
+                                   injected_bug=getattr(gen, "injected_bug", lambda r: "")(resp)))
+    written = store.write_records(run_dir, "candidates", cands)
+    print(f"generate: {len(tasks)} tasks, {len(cands)} candidates ({written} new), {declined} declined, "
+          f"generator {gen.name}, backend {backend}")
+    return 0
