@@ -1,0 +1,171 @@
+"""Backends: what differs between devices, behind one small interface.
+
+A backend says which device tensors go to, how to synchronise it, how to time a region, how to flush
+the last-level cache between timed trials, how to poison memory a candidate might read uninitialised,
+and how to tell whether one of the candidate's own kernels ran. ``cpu`` and ``cuda`` are implemented;
+``musa`` would subclass ``CudaBackend`` with torch_musa's device, events and profiler activity (the
+shape is the same: a device string, events, a caching allocator, a kernel-launch profiler).
+
+Imported inside the execution child (torch only), and by the verifier process for the device name.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable
+
+import torch
+
+# glibc fills every malloc'd byte with (PERTURB ^ 0xff) = 0x5a: stale-memory reads become recognisable.
+CPU_PERTURB = 0xA5
+CPU_POISON_BYTE = CPU_PERTURB ^ 0xFF
+CPU_CHILD_ENV = {"MALLOC_PERTURB_": str(CPU_PERTURB), "MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
+                 "MALLOC_TOP_PAD_": "0"}
+
+
+class Backend:
+    name = "base"
+    device = "cpu"
+    poison_byte = 0
+
+    def available(self) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        pass
+
+    def time_call(self, fn: Callable[[], object]) -> tuple[object, float, float]:
+        """Run fn once; return (result, device microseconds, host wall microseconds)."""
+        raise NotImplementedError
+
+    def flush_cache(self) -> None:
+        pass
+
+    def poison_free_memory(self, nbytes: int) -> None:
+        pass
+
+    def own_kernel_ran(self, fn: Callable[[], object], kernel_names: list[str]) -> bool | None:
+        """Whether fn launched a kernel named in kernel_names; None when the backend cannot tell."""
+        return None
+
+    def child_env(self) -> dict:
+        return {}
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    device = "cpu"
+    poison_byte = CPU_POISON_BYTE
+
+    def __init__(self):
+        self._flush = None
+
+    def available(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        model = ""
+        try:
+            for line in open("/proc/cpuinfo"):
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        return f"cpu ({model or 'unknown'}, {torch.get_num_threads()} threads)"
+
+    def time_call(self, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        t1 = time.perf_counter()
+        us = (t1 - t0) * 1e6
+        return out, us, us
+
+    def flush_cache(self) -> None:
+        # 64 MiB written: larger than the LLC of the project's machines
+        if self._flush is None:
+            self._flush = torch.empty(16 * 1024 * 1024, dtype=torch.float32)
+        self._flush.fill_(1.0)
+
+    def child_env(self) -> dict:
+        return dict(CPU_CHILD_ENV)
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    device = "cuda"
+    poison_byte = 0xFF  # all-ones bytes: NaN in every float dtype
+
+    def __init__(self):
+        self._flush = None
+
+    def available(self) -> bool:
+        return torch.cuda.is_available()
+
+    def describe(self) -> str:
+        p = torch.cuda.get_device_properties(0)
+        return f"{p.name} ({p.total_memory // 2**30} GiB, sm_{p.major}{p.minor})"
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def time_call(self, fn):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        start.record()
+        out = fn()
+        # the whole device, not one stream: work hidden on a side stream is inside the measurement
+        torch.cuda.synchronize()
+        end.record()
+        end.synchronize()
+        t1 = time.perf_counter()
+        return out, start.elapsed_time(end) * 1e3, (t1 - t0) * 1e6
+
+    def flush_cache(self) -> None:
+        if self._flush is None:
+            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20) or 50 * 2**20
+            self._flush = torch.empty(max(2 * l2, 256 * 2**20) // 4, dtype=torch.int32, device="cuda")
+        self._flush.zero_()
+
+    def poison_free_memory(self, nbytes: int) -> None:
+        # a block handed back to the caching allocator is what torch.empty will give out next
+        n = max(nbytes, 1 << 20)
+        blk = torch.empty(n, dtype=torch.uint8, device="cuda")
+        blk.fill_(self.poison_byte)
+        del blk
+
+    def own_kernel_ran(self, fn, kernel_names):
+        from torch.profiler import ProfilerActivity, profile
+
+        if not kernel_names:
+            return None
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        ran = [e.name for e in prof.events() if getattr(e, "device_type", None) is not None
+               and "cuda" in str(e.device_type).lower()]
+        ran = ran or [e.name for e in prof.events()]
+        pat = re.compile("|".join(re.escape(k) for k in kernel_names))
+        return any(pat.search(n) for n in ran)
+
+
+BACKENDS = {"cpu": CpuBackend, "cuda": CudaBackend}
+
+
+def get_backend(name: str) -> Backend:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)} (musa is planned)")
+    return BACKENDS[name]()
+
+
+def kernel_names_in(cuda_sources: list[str]) -> list[str]:
+    """Names of __global__ functions in CUDA sources."""
+    names = []
+    for src in cuda_sources:
+        names += re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(\w+)", src)
+    return names

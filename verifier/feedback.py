@@ -1,0 +1,85 @@
+"""Stage 7b, feedback: a natural-language diagnosis a repair turn can quote as the next user message.
+
+Each helper returns plain sentences; ``compose`` puts the verdict's headline first, then the details,
+and ends with what to do. Nothing here decides an outcome; it only explains one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verifier import cheats
+
+HEADLINES = {
+    "pass": "Your kernel is correct and passed every legality check.",
+    "extract_error": "I could not find a usable candidate in your answer.",
+    "illegal": "Your program breaks the rules for candidates.",
+    "cheat": "Your program was rejected by the anti-cheat checks.",
+    "compile_error": "Your extension failed to compile.",
+    "crash": "Your kernel crashed while running.",
+    "timeout": "Your kernel did not finish in time.",
+    "wrong": "Your kernel runs but its output is wrong.",
+}
+ADVICE = {
+    "extract_error": "Reply with one ```python block that defines class ModelNew(nn.Module) and builds its kernel "
+                     "with torch.utils.cpp_extension.load_inline.",
+    "illegal": "Keep all computation inside your own native kernel; use PyTorch only to allocate (torch.empty) "
+               "and reshape (view, contiguous).",
+    "cheat": "Compute the result in your own kernel, on the inputs you are given, every call; use PyTorch only "
+             "to allocate and reshape.",
+    "compile_error": "Fix the first compiler error above; later errors often follow from it.",
+    "crash": "Check bounds on every index, the sizes you allocate, and that every pointer you write through is valid.",
+    "timeout": "Look for loops whose bound never changes, and blocking waits.",
+    "wrong": "Check indexing, bounds for sizes that are not multiples of your tile, and the reduction order.",
+}
+
+
+def mismatch(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> dict:
+    """Where and how much ``cand`` differs from ``ref`` (same shape), in float64."""
+    c, r = cand.detach().double(), ref.detach().double()
+    diff = (c - r).abs()
+    bad = ~(diff <= atol + rtol * r.abs())
+    bad |= torch.isnan(c) != torch.isnan(r)
+    n_bad = int(bad.sum())
+    finite = torch.isfinite(diff)
+    max_abs = float(diff[finite].max()) if bool(finite.any()) else float("inf")
+    rel = diff / r.abs().clamp_min(1e-12)
+    max_rel = float(rel[finite].max()) if bool(finite.any()) else float("inf")
+    out = {"n_bad": n_bad, "numel": c.numel(), "max_abs": max_abs, "max_rel": max_rel}
+    if n_bad:
+        flat = int(bad.reshape(-1).nonzero()[0])
+        idx = []
+        for s in reversed(c.shape):
+            idx.append(flat % s)
+            flat //= s
+        idx = tuple(reversed(idx))
+        out.update(first_index=idx, got=float(c[idx]) if c.dim() else float(c),
+                   expected=float(r[idx]) if r.dim() else float(r))
+    return out
+
+
+def describe_mismatch(m: dict, shape: tuple, label: str) -> str:
+    share = 100.0 * m["n_bad"] / max(m["numel"], 1)
+    s = (f"{label}: {m['n_bad']} of {m['numel']} elements ({share:.1f}%) differ from the reference "
+         f"(output shape {list(shape)}); max abs error {m['max_abs']:.3g}, max rel error {m['max_rel']:.3g}.")
+    if "first_index" in m:
+        s += f" First mismatch at index {list(m['first_index'])}: got {m['got']:.6g}, expected {m['expected']:.6g}."
+    return s
+
+
+def describe_cheats(codes: list[str]) -> list[str]:
+    return [f"Anti-cheat {cheats.describe(c)}." for c in codes]
+
+
+def compose(status: str, details: list[str], extra_advice: str = "") -> str:
+    """The full feedback text: headline, details (deduplicated, in order), advice."""
+    seen, lines = set(), [HEADLINES.get(status, status)]
+    for d in details:
+        d = d.strip()
+        if d and d not in seen:
+            seen.add(d)
+            lines.append(d)
+    advice = extra_advice or ADVICE.get(status, "")
+    if advice:
+        lines.append(advice)
+    return "\n".join(lines)

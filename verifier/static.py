@@ -1,0 +1,353 @@
+"""Stage 2, static legality: an AST scan of the candidate, and the static resolution of its
+``load_inline`` calls (so the compile pool can build them before anything of the candidate runs).
+
+What the scan guarantees: every finding names a cheat code (verifier/cheats.py), the line and the
+construct. What it does not: Python is dynamic, so ``getattr(torch, "mat" + "mul")`` passes this
+stage; the runtime dispatch check in the execution child is the backstop for every compute rule here.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from verifier import cheats
+
+# torch.X / torch.cuda.X / F.X calls that allocate, view, describe or synchronise: never compute.
+TORCH_ALLOWED = {
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "tensor", "as_tensor", "Size", "device", "dtype", "no_grad", "inference_mode", "is_tensor", "numel",
+    "get_default_dtype", "is_grad_enabled", "set_grad_enabled", "finfo", "iinfo", "Tensor",
+    "cuda.current_stream", "cuda.synchronize", "cuda.current_device", "cuda.is_available", "cuda.device",
+    "cuda.get_device_properties", "cuda.device_count", "cuda.get_device_capability", "cuda.default_stream",
+    "utils.cpp_extension.load_inline", "cpp_extension.load_inline", "load_inline",
+    "nn.Parameter", "nn.Module", "nn.ModuleList", "nn.ParameterList", "nn.init.kaiming_uniform_",
+    "nn.init.uniform_", "nn.init.zeros_", "nn.init.ones_", "nn.init.normal_", "nn.init.xavier_uniform_",
+}
+# Tensor methods that allocate, view, convert or describe; any other Tensor method is compute.
+TENSOR_METHOD_ALLOWED = {
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "data_ptr", "element_size",
+    "is_contiguous", "contiguous", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
+    "squeeze", "unsqueeze", "permute", "transpose", "t", "expand", "expand_as", "narrow", "select", "split",
+    "chunk", "unbind", "as_strided", "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "int", "long",
+    "bool", "type", "type_as", "detach", "requires_grad_", "new_empty", "new_zeros", "new_ones", "new_full",
+    "new_tensor", "empty_like", "zero_", "fill_", "copy_", "clone", "item", "tolist", "get_device",
+    "register_buffer", "register_parameter", "parameters", "buffers", "named_parameters", "children",
+    "modules", "state_dict", "load_state_dict", "eval", "train", "apply", "register_module", "add_module",
+}
+# Module-level imports and calls that reach outside the sandbox, by cheat code.
+IMPORT_CODES = {
+    "gc": cheats.C15, "inspect": cheats.C15, "pathlib": cheats.C15, "pickle": cheats.C15, "io": cheats.C15,
+    "threading": cheats.C09, "_thread": cheats.C09, "concurrent": cheats.C09, "asyncio": cheats.C09,
+    "subprocess": cheats.C17, "socket": cheats.C17, "multiprocessing": cheats.C17, "ctypes": cheats.C17,
+    "shutil": cheats.C17, "signal": cheats.C17, "urllib": cheats.C17, "http": cheats.C17, "requests": cheats.C17,
+    "resource": cheats.C17, "importlib": cheats.C11, "builtins": cheats.C11, "verifier": cheats.C11,
+    "kernelmill": cheats.C11, "random": cheats.C12, "numpy.random": cheats.C12,
+}
+CALL_CODES = {
+    "open": cheats.C15, "sys._getframe": cheats.C15, "globals": cheats.C15, "locals": cheats.C15, "vars": cheats.C15,
+    "__import__": cheats.C11, "eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11, "setattr": cheats.C11,
+    "time.sleep": cheats.C17, "os.system": cheats.C17, "os.fork": cheats.C17, "os.popen": cheats.C17,
+    "os.kill": cheats.C17, "os.remove": cheats.C17, "os.unlink": cheats.C17, "os.execv": cheats.C17,
+    "os.execl": cheats.C17, "os.spawnl": cheats.C17, "os.listdir": cheats.C15, "os.walk": cheats.C15,
+    "os.write": cheats.C18, "os.fdopen": cheats.C18, "os.open": cheats.C15, "os.dup2": cheats.C18,
+    "torch.manual_seed": cheats.C12, "torch.seed": cheats.C12, "torch.initial_seed": cheats.C12,
+    "torch.get_rng_state": cheats.C12, "torch.set_rng_state": cheats.C12, "torch.cuda.manual_seed": cheats.C12,
+    "torch.cuda.manual_seed_all": cheats.C12, "torch.random.manual_seed": cheats.C12,
+    "torch.cuda.get_rng_state": cheats.C12, "torch.cuda.Stream": cheats.C09, "torch.cuda.stream": cheats.C09,
+    "torch.compile": cheats.C01, "torch.jit.script": cheats.C01, "torch.jit.trace": cheats.C01,
+}
+ATTR_CODES = {"sys.stdout": cheats.C18, "sys.__stdout__": cheats.C18, "sys.modules": cheats.C11,
+              "__builtins__": cheats.C11, "__subclasses__": cheats.C15, "__globals__": cheats.C15,
+              "f_back": cheats.C15, "f_locals": cheats.C15}
+LOAD_INLINE_KEYS = ("cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags",
+                    "extra_ldflags", "extra_include_paths", "with_cuda", "name")
+
+
+@dataclass
+class Finding:
+    code: str
+    line: int
+    what: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.what} [{self.code}]"
+
+
+@dataclass
+class ExtensionSpec:
+    """The literal arguments of one load_inline call; ``resolved`` False when some could not be read."""
+    line: int
+    args: dict = field(default_factory=dict)
+    resolved: bool = True
+    problem: str = ""
+
+
+@dataclass
+class StaticReport:
+    findings: list[Finding] = field(default_factory=list)
+    extensions: list[ExtensionSpec] = field(default_factory=list)
+    kernel_functions: list[str] = field(default_factory=list)
+
+    @property
+    def cheat_codes(self) -> list[str]:
+        return sorted({f.code for f in self.findings})
+
+    @property
+    def fallback_ops(self) -> list[str]:
+        return sorted({f.what.split("`")[1] for f in self.findings if f.code == cheats.C01 and "`" in f.what})
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+class _Unresolvable(Exception):
+    pass
+
+
+def _literal(node: ast.AST, env: dict):
+    """Evaluate constant strings, names bound to constants, + of strings, lists, tuples, dicts, f-strings
+    of constants and str.join over constants. Anything else raises _Unresolvable."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        raise _Unresolvable(node.id)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(e, env) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return {_literal(k, env): _literal(v, env) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _literal(node.left, env) + _literal(node.right, env)
+    if isinstance(node, ast.JoinedStr):
+        out = []
+        for v in node.values:
+            out.append(str(_literal(v.value, env)) if isinstance(v, ast.FormattedValue) else _literal(v, env))
+        return "".join(out)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
+            and len(node.args) == 1 and not node.keywords):
+        return _literal(node.func.value, env).join(_literal(node.args[0], env))
+    raise _Unresolvable(ast.dump(node)[:60])
+
+
+def _module_constants(tree: ast.Module) -> dict:
+    env: dict = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                env[node.targets[0].id] = _literal(node.value, env)
+            except _Unresolvable:
+                env.pop(node.targets[0].id, None)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            try:
+                env[node.target.id] = _literal(node.value, env)
+            except _Unresolvable:
+                pass
+    return env
+
+
+def _is_load_inline(call: ast.Call) -> bool:
+    name = _dotted(call.func)
+    return name == "load_inline" or name.endswith(".load_inline")
+
+
+def resolve_extensions(tree: ast.Module) -> list[ExtensionSpec]:
+    """Every load_inline call with its arguments read statically (module-level constants only)."""
+    env = _module_constants(tree)
+    specs = []
+    positional = ("name", "cpp_sources", "cuda_sources")
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _is_load_inline(node)):
+            continue
+        spec = ExtensionSpec(line=node.lineno)
+        try:
+            for key, arg in zip(positional, node.args):
+                spec.args[key] = _literal(arg, env)
+            for kw in node.keywords:
+                if kw.arg is None:
+                    raise _Unresolvable("**kwargs")
+                if kw.arg in LOAD_INLINE_KEYS:
+                    spec.args[kw.arg] = _literal(kw.value, env)
+        except _Unresolvable as e:
+            spec.resolved = False
+            spec.problem = f"load_inline argument not a constant ({e})"
+        specs.append(spec)
+    return specs
+
+
+def exported_functions(specs: list[ExtensionSpec]) -> list[str]:
+    names: list[str] = []
+    for s in specs:
+        fns = s.args.get("functions") or []
+        if isinstance(fns, str):
+            fns = [fns]
+        names += list(fns.keys()) if isinstance(fns, dict) else [str(f) for f in fns]
+    return names
+
+
+def _class_defs(tree: ast.Module) -> dict[str, ast.ClassDef]:
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def _nn_submodules(cls: ast.ClassDef) -> set[str]:
+    """Attributes assigned an ``nn.X(...)`` / ``torch.nn.X(...)`` layer in the class body (not containers)."""
+    out = set()
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            fn = _dotted(node.value.func)
+            if (fn.startswith("nn.") or fn.startswith("torch.nn.")) and fn.split(".")[-1] not in (
+                    "Parameter", "ParameterList", "ModuleList", "ModuleDict", "ParameterDict"):
+                for t in node.targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                        out.add(t.attr)
+    return out
+
+
+def scan(code: str, backend: str = "cpu") -> StaticReport:
+    """The static legality report of a candidate program (which must parse)."""
+    tree = ast.parse(code)
+    report = StaticReport()
+    report.extensions = resolve_extensions(tree)
+    report.kernel_functions = exported_functions(report.extensions)
+    kernels = set(report.kernel_functions)
+    add = lambda code_, node, what: report.findings.append(Finding(code_, getattr(node, "lineno", 0), what))  # noqa: E731
+    # aliases: `import torch.nn.functional as F`, `from torch import relu`
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                root = a.name.split(".")[0]
+                code_ = IMPORT_CODES.get(a.name) or IMPORT_CODES.get(root)
+                if code_:
+                    add(code_, node, f"imports `{a.name}`")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            root = node.module.split(".")[0]
+            code_ = IMPORT_CODES.get(node.module) or IMPORT_CODES.get(root)
+            if code_:
+                add(code_, node, f"imports from `{node.module}`")
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+
+    def canonical(dotted: str) -> str:
+        head, _, rest = dotted.partition(".")
+        full = aliases.get(head, head)
+        return f"{full}.{rest}" if rest else full
+
+    classes = _class_defs(tree)
+    model_new = classes.get("ModelNew")
+    skip_funcs = {"get_inputs", "get_init_inputs"}
+    scope_nodes = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in skip_funcs)]
+    nn_layers = _nn_submodules(model_new) if model_new else set()
+
+    for top in scope_nodes:
+        for node in ast.walk(top):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                add(cheats.C01, node, "uses `@` (a PyTorch matmul)")
+            elif isinstance(node, ast.Attribute):
+                name = _dotted(node)
+                for key, code_ in ATTR_CODES.items():
+                    if name == key or name.endswith("." + key) or node.attr == key:
+                        add(code_, node, f"touches `{name or node.attr}`")
+                        break
+            elif isinstance(node, ast.Call):
+                raw = _dotted(node.func)
+                full = canonical(raw) if raw else ""
+                if _is_load_inline(node):
+                    continue
+                if full in CALL_CODES or raw in CALL_CODES:
+                    add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
+                    if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
+                        continue
+                if _is_torch_compute(full):
+                    add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)")
+                elif isinstance(node.func, ast.Attribute):
+                    meth = node.func.attr
+                    recv = _dotted(node.func.value)
+                    if meth in kernels:
+                        continue
+                    if recv.startswith("self.") and recv.count(".") == 1 and recv[5:] in nn_layers and \
+                            meth in ("forward", "__call__"):
+                        add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`")
+                    elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")):
+                        add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)")
+                elif isinstance(node.func, ast.Name):
+                    fn = node.func.id
+                    if fn in CALL_CODES:
+                        add(CALL_CODES[fn], node, f"calls `{fn}()`")
+                    elif fn == "Model":
+                        add(cheats.C04, node, "constructs the reference `Model`")
+                if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "self" and node.func.attr in nn_layers):
+                    add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)")
+
+    if model_new is not None:
+        for base in model_new.bases:
+            b = _dotted(base)
+            if b and b.split(".")[-1] not in ("Module",):
+                add(cheats.C04 if b.split(".")[-1] == "Model" else cheats.C04, base,
+                    f"ModelNew inherits from `{b}` instead of nn.Module")
+        for node in ast.walk(model_new):
+            if isinstance(node, ast.Name) and node.id == "Model":
+                add(cheats.C04, node, "refers to the reference `Model`")
+            elif isinstance(node, ast.Call) and _dotted(node.func).endswith(".forward") and \
+                    isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call) and \
+                    _dotted(node.func.value.func) == "super":
+                add(cheats.C04, node, "calls `super().forward`")
+            elif isinstance(node, ast.Try):
+                for h in node.handlers:
+                    if not all(isinstance(s, (ast.Raise, ast.Pass)) for s in h.body) or \
+                            any(isinstance(s, ast.Pass) for s in h.body):
+                        add(cheats.C03, h, "a try/except in ModelNew whose handler does more than re-raise "
+                                            "(a fallback path)")
+        used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+               {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        if kernels and not (kernels & used):
+            add(cheats.C02, model_new, "none of the compiled kernel functions "
+                                       f"({', '.join(sorted(kernels))}) is ever called")
+    # one finding per (code, line, what)
+    seen, unique = set(), []
+    for f in report.findings:
+        if (f.code, f.line, f.what) not in seen:
+            seen.add((f.code, f.line, f.what))
+            unique.append(f)
+    report.findings = unique
+    return report
+
+
+def _is_torch_compute(full: str) -> bool:
+    """True for torch.* / F.* calls that compute (everything outside the allocation/view allowlist)."""
+    if full.startswith("torch.nn.functional."):
+        return True
+    if not full.startswith("torch."):
+        return False
+    rest = full[len("torch."):]
+    if rest in TORCH_ALLOWED or rest.startswith(("cuda.", "utils.", "nn.init.")):
+        return False
+    if rest.startswith("nn."):
+        return False  # constructing a layer to hold parameters is honest; calling it is caught below
+    return True
+
+
+def _tensor_compute_methods() -> frozenset[str]:
+    try:
+        import torch
+        names = {n for n in dir(torch.Tensor) if not n.startswith("_")}
+    except Exception:  # pragma: no cover - torch is always there in practice
+        names = set()
+    benign = {"split", "index", "count", "copy", "sort", "get", "add", "format", "join", "items", "keys",
+              "values", "append", "extend", "pop", "update", "strip", "replace", "real", "imag", "data",
+              "shape", "device", "dtype", "grad", "is_cuda", "layout", "names", "T", "H", "mT", "mH"}
+    return frozenset(names - TENSOR_METHOD_ALLOWED - benign)
+
+
+_TENSOR_COMPUTE = _tensor_compute_methods()
