@@ -49,6 +49,7 @@ DEFAULTS = {
     "decontaminate_dir": "",
     "decontam_ngram": 13,
     "decontam_overlap": 0.5,
+    "decontam_common_share": 0.05,
     "shard_max_mb": 256,
     "row_group_mb": 16,
 }
@@ -157,7 +158,8 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *, 
         bench = decontam.load_benchmark(s["decontaminate_dir"], n=int(s["decontam_ngram"]))
         bench_files = len(bench)
         hits = decontam.find_contamination(tasks_all.values(), bench, n=int(s["decontam_ngram"]),
-                                           overlap=float(s["decontam_overlap"]))
+                                           overlap=float(s["decontam_overlap"]),
+                                           common_share=float(s["decontam_common_share"]))
     dirty = {h.task_id for h in hits}
     tasks = {tid: t for tid, t in tasks_all.items() if tid not in dirty}
     clean = lambda recs: [r for r in recs if r.task_id not in dirty]  # noqa: E731

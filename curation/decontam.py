@@ -8,10 +8,14 @@ file under it is a benchmark program. A task is contaminated when its reference 
 2. **ngram**: shares at least ``overlap`` of its token n-grams (``n`` tokens, default 13, the
    size used by common LLM decontamination reports) with a single benchmark program.
 
-Tokens for n-grams are taken from the normalised source (identifiers and literals kept as they
-are: a benchmark copy keeps its names far more often than not, and placeholder tokens would make
-every small elementwise program look like every other). Overlap is measured as a share of the
-*task's* n-grams, so a task that embeds a benchmark program with a little extra code still counts.
+Tokens for n-grams are taken from the normalised source with identifiers kept (a benchmark copy
+keeps its names far more often than not) and numbers mapped to ``NUM`` (the same program with
+other sizes is the same program). Benchmark programs share a lot of boilerplate (the Model class
+frame, ``get_inputs``), so n-grams found in more than ``common_share`` of the benchmark programs
+(and in at least 3 of them) are *common* and ignored on both sides; without this every small
+elementwise task would "overlap" every elementwise benchmark program. Overlap is measured as a
+share of the task's remaining n-grams, so a task that embeds a benchmark program with a little
+extra code still counts; a task made only of common n-grams is judged by exact match alone.
 
 Not guaranteed: a benchmark program rewritten with new names *and* new structure is not caught;
 programs shorter than ``n`` tokens are compared as one n-gram (effectively exact match).
@@ -52,7 +56,7 @@ class ContaminationHit:
 
 
 def program_tokens(code: str) -> list[str]:
-    return _TOKEN_RE.findall(normalise_source(code))
+    return ["NUM" if t[0].isdigit() else t for t in _TOKEN_RE.findall(normalise_source(code))]
 
 
 def ngrams(tokens: list[str], n: int) -> frozenset:
@@ -86,20 +90,22 @@ def load_benchmark(bench_dir: str | os.PathLike, *, n: int = 13) -> list[Benchma
 
 
 def find_contamination(tasks: Iterable[Task], benchmark: list[BenchmarkProgram], *, n: int = 13,
-                       overlap: float = 0.5) -> list[ContaminationHit]:
+                       overlap: float = 0.5, common_share: float = 0.05) -> list[ContaminationHit]:
     """One hit per contaminated task (exact matches win over n-gram ones; best overlap reported)."""
     by_hash = {p.exact_hash: p for p in benchmark}
     index: dict[tuple, list[int]] = {}
     for i, p in enumerate(benchmark):
         for g in p.ngrams:
             index.setdefault(g, []).append(i)
+    common_min = max(3, int(common_share * len(benchmark)) + 1)
+    common = {g for g, progs in index.items() if len(progs) >= common_min}
     hits = []
     for t in tasks:
         exact = by_hash.get(content_hash(normalise_source(t.reference_code)))
         if exact is not None:
             hits.append(ContaminationHit(t.task_id, t.name, "exact", exact.path, 1.0))
             continue
-        grams = ngrams(program_tokens(t.reference_code), n)
+        grams = ngrams(program_tokens(t.reference_code), n) - common
         if not grams:
             continue
         shared: Counter = Counter()

@@ -22,6 +22,10 @@ Shingles are k consecutive tokens (k = ``shingle``, default 5); a document's Min
 over its set of shingles; ``datasketch.MinHashLSH`` with ``threshold`` and ``num_perm`` proposes
 candidates, which are confirmed with the signatures' estimated Jaccard similarity >= threshold.
 
+Known limit: two files built from the same template around a different one-line expression (a
+ReLU and a tanh kernel with identical launch code) share most shingles and can score above 0.8;
+the corpora therefore deduplicate within one task, where such pairs do not arise.
+
 Not guaranteed: two programs with the same algorithm but different structure (a loop unrolled by
 hand, a grid-stride loop vs one thread per element) are *distinct* here, on purpose: those are
 the distinct implementations diversity selection wants to keep. MinHash is an estimate: pairs

@@ -171,10 +171,22 @@ def filter_rl(tasks: dict[str, Task], candidates: Iterable[Candidate], verdicts:
     return rows, +removed
 
 
+def render_prompt(prompt) -> str:
+    """A prompt as one string: a str as is; chat messages (system + user) joined by blank lines.
+
+    Trainers put rft / rl prompts in a single user turn, so the system message's text is kept
+    at the top rather than dropped."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n\n".join((m.content if hasattr(m, "content") else m["content"]) for m in prompt
+                       if (m.role if hasattr(m, "role") else m["role"]) in ("system", "user"))
+
+
 def prompt_map(tasks: dict[str, Task], candidates: Iterable[Candidate], dialogues: Iterable[Dialogue]) -> dict[tuple[str, str], str]:
     """(task_id, backend) -> the generation prompt.
 
-    Uses synth.prompts.build_prompt(task, backend) when that module exists; otherwise the prompt
+    Uses synth.prompts.build_prompt(task, backend) (rendered by render_prompt) when that module
+    exists and accepts the task; otherwise the prompt
     recorded on a first-turn candidate, else the first user message of a dialogue."""
     keys = {(c.task_id, c.backend) for c in candidates} | {(d.task_id, d.backend) for d in dialogues}
     out: dict[tuple[str, str], str] = {}
@@ -187,7 +199,7 @@ def prompt_map(tasks: dict[str, Task], candidates: Iterable[Candidate], dialogue
         for tid, backend in keys:
             if tid in tasks:
                 try:
-                    out[(tid, backend)] = str(build(tasks[tid], backend))
+                    out[(tid, backend)] = render_prompt(build(tasks[tid], backend))
                 except Exception:  # a prompt builder bug must not lose the corpus: fall back below
                     pass
     for c in candidates:
