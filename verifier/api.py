@@ -11,6 +11,7 @@ it stopped. Only problems of the verifier itself (a reference that does not run,
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import math
 import os
@@ -228,25 +229,69 @@ def _poisoned(t: torch.Tensor, byte: int) -> int:
     return int((b == byte).all(dim=1).sum())
 
 
-def _run_child(job_dir: Path, backend: str, timeout_s: float) -> tuple[int | None, bool, str]:
-    from verifier.backends import CPU_CHILD_ENV
+class ForkServer:
+    """One long-lived ``verifier.worker --serve`` process per backend and execution thread: torch is
+    imported once, and every candidate runs in a fresh child forked from it (so no candidate can
+    leave state for the next). Replaced when it dies."""
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-               PYTHONDONTWRITEBYTECODE="1")
-    if backend == "cpu":
-        env.update(CPU_CHILD_ENV)
-        env.setdefault("OMP_NUM_THREADS", "1")
-    with open(job_dir / "child.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "verifier.worker", str(job_dir)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, cwd=str(job_dir), start_new_session=True)
-        timed_out = False
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
-    text = (job_dir / "child.log").read_text(errors="replace")
+    def __init__(self, backend: str):
+        from verifier.backends import CPU_CHILD_ENV, CPU_PERTURB
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+                   PYTHONDONTWRITEBYTECODE="1")
+        if backend == "cpu":
+            env.update(CPU_CHILD_ENV, KM_CPU_PERTURB=str(CPU_PERTURB))
+            env.setdefault("OMP_NUM_THREADS", "1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "verifier.worker", "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
+
+    def run(self, job_dir: Path, timeout_s: float) -> tuple[int, bool]:
+        self.proc.stdin.write(f"{job_dir}\t{timeout_s}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise BrokenPipeError("fork server died")
+        rc, timed_out = line.split("\t")
+        return int(rc), bool(int(timed_out))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+_SERVERS: dict[tuple[str, int], ForkServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _server(backend: str) -> ForkServer:
+    key = (backend, threading.get_ident())
+    with _SERVERS_LOCK:
+        srv = _SERVERS.get(key)
+        if srv is None or not srv.alive():
+            srv = _SERVERS[key] = ForkServer(backend)
+        return srv
+
+
+@atexit.register
+def _close_servers() -> None:
+    for srv in list(_SERVERS.values()):
+        srv.close()
+
+
+def _run_child(job_dir: Path, backend: str, timeout_s: float) -> tuple[int | None, bool, str]:
+    try:
+        rc, timed_out = _server(backend).run(job_dir, timeout_s)
+    except (BrokenPipeError, OSError, ValueError):
+        rc, timed_out = _server(backend).run(job_dir, timeout_s)  # a fresh server, once
+    log_file = job_dir / "child.log"
+    text = log_file.read_text(errors="replace") if log_file.is_file() else ""
     return rc, timed_out, text
 
 

@@ -6,6 +6,8 @@ and ends with what to do. Nothing here decides an outcome; it only explains one.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from verifier import cheats
@@ -73,12 +75,18 @@ def describe_cheats(codes: list[str]) -> list[str]:
 
 def compose(status: str, details: list[str], extra_advice: str = "") -> str:
     """The full feedback text: headline, details (deduplicated, in order), advice."""
-    seen, lines = set(), [HEADLINES.get(status, status)]
+    seen, lines, per_kind = set(), [HEADLINES.get(status, status)], {}
     for d in details:
         d = d.strip()
-        if d and d not in seen:
-            seen.add(d)
-            lines.append(d)
+        # the same finding on every trial is said twice at most ("Trial 3: ..." ~ "Trial 1: ...")
+        kind = re.sub(r"^(Trial \d+|Extra-shape trial \([^)]*\)|Timed iteration \d+): ", "", d)[:60]
+        if not d or d in seen or per_kind.get(kind, 0) >= 2:
+            continue
+        seen.add(d)
+        per_kind[kind] = per_kind.get(kind, 0) + 1
+        lines.append(d)
+    if len(lines) > 14:
+        lines = lines[:14] + [f"(and {len(lines) - 14} more findings of the same kinds)"]
     advice = extra_advice or ADVICE.get(status, "")
     if advice:
         lines.append(advice)

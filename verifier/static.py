@@ -33,7 +33,7 @@ TENSOR_METHOD_ALLOWED = {
     "bool", "type", "type_as", "detach", "requires_grad_", "new_empty", "new_zeros", "new_ones", "new_full",
     "new_tensor", "empty_like", "zero_", "fill_", "copy_", "clone", "item", "tolist", "get_device",
     "register_buffer", "register_parameter", "parameters", "buffers", "named_parameters", "children",
-    "modules", "state_dict", "load_state_dict", "eval", "train", "apply", "register_module", "add_module",
+    "modules", "state_dict", "load_state_dict", "eval", "train", "apply", "register_module", "add_module", "as_subclass",
 }
 # Module-level imports and calls that reach outside the sandbox, by cheat code.
 IMPORT_CODES = {

@@ -172,6 +172,15 @@ def _patched(original: dict) -> list[str]:
     return [k for k, fn in original.items() if _unwrap(now.get(k)) is not _unwrap(fn)]
 
 
+def _short_traceback() -> str:
+    """The candidate-side frames and the exception line, not the verifier's own frames."""
+    etype, exc, tb = sys.exc_info()
+    frames = [f for f in traceback.extract_tb(tb) if "site-packages/torch" not in f.filename
+              and "verifier/worker.py" not in f.filename]
+    text = "".join(traceback.format_list(frames[-3:])) + "".join(traceback.format_exception_only(etype, exc))
+    return text[-2500:]
+
+
 def _exec_module(name: str, code: str, filename: str):
     mod = types.ModuleType(name)
     mod.__file__ = filename
@@ -307,7 +316,7 @@ def run_job(job_dir: Path) -> dict:
                     out = model_new(*inputs)
                 backend.synchronize()
             except Exception:  # noqa: BLE001
-                rec["error"] = traceback.format_exc(limit=3)[-2500:]
+                rec["error"] = _short_traceback()
                 result["trials"].append(rec)
                 break
             rec["threads_added"] = max(threading.active_count() - py0, _os_threads() - os0, 0)
@@ -368,6 +377,74 @@ def run_job(job_dir: Path) -> dict:
     return result
 
 
+def _run_forked(job_dir: str) -> None:
+    """Body of a forked child: own session, output to the job's log, result file, then _exit."""
+    code = 1
+    try:
+        os.setsid()
+        log = os.open(os.path.join(job_dir, "child.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(devnull)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        os.chdir(job_dir)
+        code = main(job_dir)
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve() -> int:
+    """A fork server: torch is imported once here, and every job runs in a fresh forked child.
+
+    Protocol on stdin/stdout (never visible to a child, whose fds 0-2 are replaced):
+    ``JOB_DIR<TAB>TIMEOUT_S`` in, ``RC<TAB>TIMED_OUT`` out. The server never runs torch ops itself, so
+    forking is safe; a child that outlives its timeout is killed with its whole process group."""
+    if os.environ.get("KM_CPU_PERTURB"):
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-6, int(os.environ["KM_CPU_PERTURB"]))  # M_PERTURB
+        libc.mallopt(-3, 32 * 1024 * 1024)  # M_MMAP_THRESHOLD: poisoned heap rather than fresh zero pages
+    import signal
+
+    for line in sys.stdin:
+        job_dir, _, timeout = line.rstrip("\n").partition("\t")
+        pid = os.fork()
+        if pid == 0:
+            _run_forked(job_dir)
+        deadline = time.monotonic() + float(timeout or 120)
+        timed_out, status = False, 0
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    os.kill(pid, signal.SIGKILL)
+                _, status = os.waitpid(pid, 0)
+                break
+            time.sleep(0.005)
+        try:  # leftovers of the child's session (a forked grandchild)
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        rc = os.waitstatus_to_exitcode(status)
+        sys.stdout.write(f"{rc}\t{int(timed_out)}\n")
+        sys.stdout.flush()
+    return 0
+
+
 def main(job_dir: str) -> int:
     job_dir_p = Path(job_dir)
     result = run_job(job_dir_p)
@@ -379,4 +456,4 @@ def main(job_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(serve() if sys.argv[1] == "--serve" else main(sys.argv[1]))
