@@ -1,0 +1,150 @@
+"""The repair loop end to end on the cpu backend: the teacher writes (and plants bugs), the real
+verifier (verifier.api.verify_batch: compile, execute, judge) answers, feedback becomes the next
+turn, and the records go to real Parquet tables. Compiles two extensions (the ReLU kernel and its
+bug variant); the verifier's build dir is shared by every test here."""
+
+import json
+
+import pytest
+
+from kernelmill import store
+from kernelmill.schema import Dialogue, Task
+from synth.generate import TeacherGenerator
+from synth.repair import run_dialogues
+from synth.teacher import choose_bug
+
+RELU = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 500)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture(scope="module")
+def verify_cfg(tmp_path_factory):
+    from verifier.api import VerifyConfig
+
+    return VerifyConfig(trials=5, timing_trials=3, warmup=1, time_torch_compile=False, other_shape=True,
+                        build_dir=str(tmp_path_factory.mktemp("builds")), compile_workers=2)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return Task.from_code(RELU, name="relu", source="seed", level=1)
+
+
+def _seed_for(bug: str) -> int:
+    """A seed whose one planted bug (of 2 samples at bug_rate 0.5) is ``bug``."""
+    for s in range(50):
+        if {choose_bug(RELU, "cpu", i, 2, 0.5, s) for i in range(2)} == {"", bug}:
+            return s
+    raise AssertionError(f"no seed plants {bug}")
+
+
+@pytest.fixture(scope="module")
+def repaired_run(task, verify_cfg, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    results = []
+
+    def save(result):
+        results.append(result)
+        store.write_records(run_dir, "candidates", result.candidates)
+        store.write_records(run_dir, "verdicts", result.verdicts)
+        store.write_records(run_dir, "dialogues", result.dialogues)
+
+    gen = TeacherGenerator("cpu", bug_rate=0.5, seed=_seed_for("off_by_one"))
+    stats = run_dialogues([task], gen, backend="cpu", samples_per_task=2, max_turns=3,
+                          verify_config=verify_cfg, on_task_done=save)
+    return stats, results, run_dir
+
+
+def test_buggy_sample_is_repaired_on_turn_two(repaired_run, task):
+    stats, results, run_dir = repaired_run
+    assert len(results) == 1  # on_task_done once per task
+    assert stats["dialogues"] == 2 and stats["solved"] == 2 and stats["turns"] == 3
+    assert stats["repaired_at_turn"] == {1: 0.5, 2: 0.5, 3: 0.0}
+    assert stats["repaired"] == 1 and stats["repair_tasks"] == 0
+    dialogues = sorted(store.read_records(run_dir, "dialogues"), key=lambda d: d.num_turns)
+    clean, fixed = dialogues
+    assert isinstance(clean, Dialogue) and clean.num_turns == 1 and clean.solved
+    assert [m.role for m in clean.messages] == ["system", "user", "assistant"]
+    assert fixed.num_turns == 2 and fixed.solved
+    assert [m.role for m in fixed.messages] == ["system", "user", "assistant", "user", "assistant"]
+    first, second = fixed.turn_verdicts
+    assert not first.correct and first.status == "wrong" and second.correct
+    assert fixed.first_turn_reward == first.reward < fixed.final_reward == second.reward
+    # the feedback turn quotes the verifier, and the teacher's answer refers to it
+    verdicts = {v.candidate_id: v for v in store.read_records(run_dir, "verdicts")}
+    feedback = verdicts[first.candidate_id].feedback
+    assert feedback and feedback.strip().splitlines()[0] in fixed.messages[3].content
+    assert "The verifier reported" in fixed.messages[4].content
+
+
+def test_every_turn_is_a_candidate_with_lineage(repaired_run):
+    _, _, run_dir = repaired_run
+    cands = {c.candidate_id: c for c in store.read_records(run_dir, "candidates")}
+    verdicts = {v.candidate_id for v in store.read_records(run_dir, "verdicts")}
+    assert len(cands) == 3 and set(cands) == verdicts
+    turn1 = [c for c in cands.values() if c.turn == 1]
+    assert len(turn1) == 1
+    parent = cands[turn1[0].parent_id]
+    assert parent.turn == 0 and parent.injected_bug == "off_by_one" and parent.dialogue_id == turn1[0].dialogue_id
+    assert turn1[0].injected_bug == "" and "Verifier feedback" in turn1[0].prompt
+    assert all(c.reasoning.startswith("## Reasoning") for c in cands.values() if c.turn == 0)
+    assert all("class ModelNew" in c.code and c.generator == "teacher" for c in cands.values())
+
+
+def test_rerun_is_idempotent(repaired_run, task, verify_cfg):
+    _, results, run_dir = repaired_run
+    before = {t: len(store.read_records(run_dir, t)) for t in ("candidates", "verdicts", "dialogues")}
+    gen = TeacherGenerator("cpu", bug_rate=0.5, seed=_seed_for("off_by_one"))
+    again = []
+    run_dialogues([task], gen, backend="cpu", samples_per_task=2, max_turns=3, verify_config=verify_cfg,
+                  on_task_done=again.append)
+    assert {d.dialogue_id for d in again[0].dialogues} == {d.dialogue_id for d in results[0].dialogues}
+    for t, n in before.items():
+        assert store.write_records(run_dir, t, getattr(again[0], t)) == 0 and len(store.read_records(run_dir, t)) == n
+
+
+def test_all_failed_group_yields_a_repair_task(task, verify_cfg):
+    gen = TeacherGenerator("cpu", bug_rate=1.0, seed=_seed_for("off_by_one"))
+    results = []
+    stats = run_dialogues([task], gen, backend="cpu", samples_per_task=2, max_turns=1,
+                          verify_config=verify_cfg, on_task_done=results.append)
+    assert stats["solved"] == 0 and stats["dialogues"] == 2 and stats["repair_tasks"] == 1
+    assert stats["repaired_at_turn"] == {1: 0.0}
+    (rt,) = results[0].repair_tasks
+    assert rt["task_id"] == task.task_id and rt["backend"] == "cpu"
+    assert [m["role"] for m in rt["messages"]] == ["system", "user", "assistant", "user"]
+    assert rt["feedback"] and rt["feedback"].strip().splitlines()[0] in rt["messages"][-1]["content"]
+    json.dumps(rt)  # plain data, ready for JSONL
+
+
+def test_repair_cli_writes_dialogues(task, verify_cfg, tmp_path, capsys):
+    from kernelmill.cli import main
+
+    run_dir = tmp_path / "run"
+    store.write_records(run_dir, "tasks", [task])
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(f'[run]\nbackend = "cpu"\nsamples_per_task = 1\nbug_rate = 0.0\nmax_turns = 2\n'
+                   f'[verify]\ntiming_trials = 3\nwarmup = 1\ntime_torch_compile = false\n'
+                   f'build_dir = "{verify_cfg.build_dir}"\n')
+    assert main(["--config", str(cfg), "repair", str(run_dir)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dialogues"] == 1 and out["solved"] == 1 and out["backend"] == "cpu"
+    assert len(store.read_records(run_dir, "dialogues")) == 1
+    assert main(["--config", str(cfg), "repair", str(tmp_path / "nope")]) == 2
