@@ -22,18 +22,24 @@ from kernelmill.errors import InputError
 from train.data import END, PAD, SPECIAL_TOKENS, BOS
 
 
-def build_tokenizer(texts: list[str], vocab_size: int = 2000, min_frequency: int = 2):
+def build_tokenizer(texts: list[str], vocab_size: int = 2000, min_frequency: int = 2, split_words: bool = True,
+                    max_token_chars: int = 24):
     """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts`` with the chat special tokens.
 
-    Deterministic for the same texts and settings. Any byte sequence encodes (byte fallback)."""
+    Deterministic for the same texts and settings. Any byte sequence encodes (byte fallback).
+    ``split_words=False`` lets merges cross word boundaries, so boilerplate that repeats across the
+    corpus (kernel headers, load_inline calls) becomes fewer, longer tokens (at most
+    ``max_token_chars`` characters, so answers stay compositions of reusable pieces rather than
+    whole memorised files): shorter sequences for a corpus of near-template programs, at the price
+    of a tokenizer that suits only that corpus."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split_words)
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+                                  max_token_length=max_token_chars, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token=BOS, eos_token=END, pad_token=PAD,
                                    additional_special_tokens=[t for t in SPECIAL_TOKENS if t not in (BOS, END, PAD)])
@@ -70,18 +76,6 @@ def load_pretrained(path: str | Path):
     if len(tok) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tok))
     model.config.pad_token_id = tok.pad_token_id
-    return model, tok
-
-
-def make_model_and_tokenizer(model_path: str, texts_fn, *, vocab_size: int, n_layer: int, d_model: int,
-                             n_head: int, max_len: int, seed: int = 0):
-    """A pretrained model when ``model_path`` is set, else a tokenizer trained on ``texts_fn()`` and a
-    tiny model sized for it. ``texts_fn`` is only called when a tokenizer must be trained."""
-    if model_path:
-        return load_pretrained(model_path)
-    tok = build_tokenizer(texts_fn(), vocab_size=vocab_size)
-    model = build_tiny_model(len(tok), n_layer=n_layer, d_model=d_model, n_head=n_head, max_len=max_len, seed=seed,
-                             pad_id=tok.pad_token_id, bos_id=tok.bos_token_id, eos_id=tok.eos_token_id)
     return model, tok
 
 

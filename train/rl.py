@@ -76,12 +76,13 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
              prime_echo: bool = True, prime_echo_lambda: float = 0.5, r_pass: float = 1.0,
              retry: bool = True, retry_cap: int = 64, retry_ratio: float = 0.25, retry_per_group: int = 1,
              mirrorpop: bool = True, mirrorpop_threshold: float = 0.1, save_every: int = 10,
-             resume: bool = True, rows: list[dict] | None = None) -> dict:
+             resume: bool = True, rows: list[dict] | None = None, max_seconds: float = 0.0) -> dict:
     """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
 
     ``init`` is the policy to start from (an SFT output directory or a model directory).
     ``reward_fn`` defaults to the real verifier on ``backend``. ``rows`` overrides the corpus rows
-    (already split; used by benchmarks that pick their own tasks)."""
+    (already split; used by benchmarks that pick their own tasks). ``max_seconds`` > 0 stops early,
+    with a checkpoint, once that much time has passed."""
     out_dir = Path(out_dir)
     dev = pick_device(device)
     torch.manual_seed(seed)
@@ -195,11 +196,15 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
         metrics.write(last)
         log.info("rl step %d/%d reward %.3f pass %.3f buffer %d mirrorpop %.2f", step + 1, steps,
                  last["reward_mean"], last["pass_rate"], len(buffer), last["mirrorpop_dropped_share"])
-        if (save_every and (step + 1) % save_every == 0) or step + 1 == steps:
+        out_of_time = max_seconds > 0 and time.time() - t0 > max_seconds
+        if (save_every and (step + 1) % save_every == 0) or step + 1 == steps or out_of_time:
             save_checkpoint(out_dir, step + 1, model, tok, {"optimizer": opt.state_dict(), "stage": "rl",
                                                              "buffer": buffer.state(), "cursor": cursor,
                                                              "rng": torch.get_rng_state()})
-    return {"stage": "rl", "steps": steps, "resumed_from": start, "last": last,
+        if out_of_time:
+            break
+    return {"stage": "rl", "steps": steps, "steps_done": int(last.get("step", start)), "resumed_from": start,
+            "last": last,
             "checkpoint": str(latest_checkpoint(out_dir)), "seconds": round(time.time() - t0, 2)}
 
 

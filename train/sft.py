@@ -23,8 +23,7 @@ from pathlib import Path
 
 from kernelmill.errors import InputError
 from train import data as D
-from train.model import (latest_checkpoint, load_pretrained, load_trainer_state, make_model_and_tokenizer,
-                         resolve_model_dir, save_checkpoint)
+from train.model import latest_checkpoint, load_pretrained, load_trainer_state, resolve_model_dir, save_checkpoint
 
 log = logging.getLogger("kernelmill.train")
 
@@ -134,13 +133,16 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
               steps: int = 200, batch_size: int = 8, lr: float = 1e-3, warmup: int = 10, max_len: int = 512,
               weight_decay: float = 0.0, save_every: int = 100, heldout_frac: float = 0.2, split_seed: int = 0,
               seed: int = 0, device: str = "auto", vocab_size: int = 2000, n_layer: int = 2, d_model: int = 64,
-              n_head: int = 4, resume: bool = True, log_every: int = 10) -> dict:
+              n_head: int = 4, resume: bool = True, log_every: int = 10, max_seconds: float = 0.0,
+              split_words: bool = True) -> dict:
     """Train on the assistant turns of one corpus config; returns a summary dict.
 
     ``init``: a model directory or a training output directory (its latest checkpoint) to start
     from; empty builds a tokenizer on the corpus and a tiny model. With ``resume`` and a checkpoint
     already in ``out_dir``, training continues from it (same batches, same optimizer state).
-    Writes ``out_dir/ckpt-*`` and appends to ``out_dir/metrics.jsonl``."""
+    Writes ``out_dir/ckpt-*`` and appends to ``out_dir/metrics.jsonl``. ``max_seconds`` > 0 stops
+    early (with a checkpoint) once that much time has passed; the learning-rate schedule still
+    assumes ``steps``."""
     import torch
 
     if config not in ("sft", "rft"):
@@ -156,8 +158,11 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
     elif init:
         model, tok = load_pretrained(resolve_model_dir(init))
     else:
-        model, tok = make_model_and_tokenizer("", lambda: D.corpus_texts(corpus_dir), vocab_size=vocab_size,
-                                              n_layer=n_layer, d_model=d_model, n_head=n_head, max_len=max_len, seed=seed)
+        from train.model import build_tiny_model, build_tokenizer
+
+        tok = build_tokenizer(D.corpus_texts(corpus_dir), vocab_size=vocab_size, split_words=split_words)
+        model = build_tiny_model(len(tok), n_layer=n_layer, d_model=d_model, n_head=n_head, max_len=max_len,
+                                 seed=seed, pad_id=tok.pad_token_id, bos_id=tok.bos_token_id, eos_id=tok.eos_token_id)
     model.to(dev).train()
     examples, counts = load_examples(corpus_dir, config, tok, max_len=max_len, heldout_frac=heldout_frac,
                                      split_seed=split_seed)
@@ -168,6 +173,7 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
     metrics = MetricsLog(out_dir / "metrics.jsonl", config, start)
     t0 = time.time()
     loss_v = float("nan")
+    done = start
     for step in range(start, steps):
         idx = batch_indices(step, len(examples), batch_size, seed)
         ids, att, lm = D.pad_batch([examples[i][0] for i in idx], [examples[i][1] for i in idx],
@@ -186,7 +192,11 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
                        "time_s": round(time.time() - t0, 3)})
         if log_every and (step + 1) % log_every == 0:
             log.info("%s step %d/%d loss %.4f", config, step + 1, steps, loss_v)
-        if (save_every and (step + 1) % save_every == 0) or step + 1 == steps:
+        out_of_time = max_seconds > 0 and time.time() - t0 > max_seconds
+        if (save_every and (step + 1) % save_every == 0) or step + 1 == steps or out_of_time:
             save_checkpoint(out_dir, step + 1, model, tok, {"optimizer": opt.state_dict(), "stage": config})
-    return {"stage": config, "steps": steps, "resumed_from": start, "final_loss": loss_v,
+        done = step + 1
+        if out_of_time:
+            break
+    return {"stage": config, "steps": steps, "steps_done": done, "resumed_from": start, "final_loss": loss_v,
             "checkpoint": str(latest_checkpoint(out_dir)), "seconds": round(time.time() - t0, 2), **counts}
