@@ -7,20 +7,24 @@ are written and resumed) stays the same and only where the work runs changes (da
 between steps and executors).
 
 How the work is placed:
-- each Ray task verifies a chunk of candidates by calling ``verify_batch`` on its node, which
-  compiles in that node's CPU pool (``compile_workers`` processes) and executes each candidate in
-  its own child process;
-- a chunk of cuda candidates asks Ray for ``num_gpus=1``, so chunks spread over every GPU of the
-  cluster, one verifier per GPU at a time; a chunk of cpu candidates asks for ``num_cpus`` equal
-  to its compile workers, so cpu verification spreads over every CPU node;
+- compilation: every distinct native extension of the batch (the verifier's static stage reads
+  the ``load_inline`` arguments; ``verifier.build.spec_key`` dedups them) is built by a Ray task
+  that asks for one CPU and no GPU, into the verifier's hash-keyed build root, so compile work
+  lands on CPU capacity anywhere in the cluster and never holds a GPU;
+- execution: each Ray task verifies a chunk of candidates by calling ``verify_batch`` on its node
+  once the chunk's builds are done (Ray passes the compile results as arguments, so it waits for
+  them); ``verify_batch`` finds the builds cached and runs each candidate in its own child;
+- a chunk of cuda candidates asks for ``num_gpus=1``, so chunks spread over every GPU of the
+  cluster, one verifier per GPU at a time; a chunk of cpu candidates asks for one CPU;
 - at most ``workers`` chunks are in flight (default: the cluster's GPUs for cuda, CPUs for cpu),
   and verdicts are handed to ``on_verdict`` as each chunk finishes, so the caller can write them.
 
-What it does not do: move build directories between nodes. The verifier's hash-keyed build cache
-is per node unless its directory is on a shared filesystem, so a source is compiled at most once
-per node, not once per cluster. Results come back through Ray's object store; a chunk whose node
-dies is resubmitted by Ray (``max_retries``) and, failing that, raises here, after the verdicts
-already handed to ``on_verdict`` were written by the caller.
+What it does not do: move build directories between nodes. The compile tasks help the execution
+tasks only when the build root (``verify.build_dir``) is on a filesystem every node sees; without
+one, a node that finds no build compiles it itself (still once per node: the cache is per build
+root). Results come back through Ray's object store; a task whose worker dies is retried by Ray
+(``max_retries``) and, failing that, raises here, after the verdicts already handed to
+``on_verdict`` were written by the caller.
 """
 
 from __future__ import annotations
@@ -59,6 +63,36 @@ def _verify_chunk(items: list, config, compile_workers: int) -> tuple[list, dict
                       "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
 
 
+def _compile_spec(build_root: str, spec: dict, timeout_s: float) -> dict:
+    """Runs on a Ray worker (one CPU, no GPU): build one extension into the shared build root."""
+    from verifier.build import build_blocking
+
+    res = build_blocking(build_root, spec, timeout_s)
+    return {"key": res.key, "ok": res.ok, "seconds": res.seconds, "cached": res.cached, "pid": os.getpid()}
+
+
+def extension_specs(items: Sequence[tuple]) -> list[list[dict]]:
+    """Per item, the resolved ``load_inline`` argument sets of its candidate (empty when the
+    candidate stops before compilation: no code, a static-check failure, unreadable arguments)."""
+    from verifier.extract import extract_code
+    from verifier.static import scan
+
+    out = []
+    for _, cand in items:
+        try:
+            code = extract_code(cand.code or cand.response)
+            report = scan(code, cand.backend) if code else None
+        except Exception:  # the verifier itself reports what is wrong with this candidate
+            report = None
+        ok = report is not None and not report.findings
+        out.append([e.args for e in report.extensions if e.resolved] if ok else [])
+    return out
+
+
+def _verify_after_builds(items: list, config, compile_workers: int, *builds) -> tuple[list, dict]:
+    return _verify_chunk(items, config, compile_workers)
+
+
 def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: int | None = None,
                      on_verdict: Callable | None = None, address: str = "local", workers: int = 0,
                      chunk: int = 1, stats: dict | None = None) -> list:
@@ -76,8 +110,26 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
     backends = {cand.backend for _, cand in items}
     if "cuda" in backends and n_gpus == 0:
         raise InputError(f"ray cluster {address or 'local'}", "cuda candidates to verify but the cluster has no GPU")
-    per_chunk_cpus = max(1, min(compile_workers or 1, n_cpus))
-    remote = ray.remote(max_retries=2)(_verify_chunk)
+    from verifier.api import VerifyConfig
+    from verifier.build import spec_key
+
+    config = config or VerifyConfig()
+    per_chunk_cpus = 1
+    remote = ray.remote(max_retries=2)(_verify_after_builds)
+    compile_remote = ray.remote(num_cpus=1, num_gpus=0, max_retries=2)(_compile_spec)
+
+    # Compile phase: one CPU task per distinct extension, submitted all at once.
+    build_root = str(config.build_root())
+    builds: dict[str, object] = {}
+    item_builds: list[list] = []
+    for specs in extension_specs(items):
+        refs = []
+        for spec in specs:
+            key = spec_key(spec)
+            if key not in builds:
+                builds[key] = compile_remote.remote(build_root, spec, config.compile_timeout_s)
+            refs.append(builds[key])
+        item_builds.append(refs)
 
     # Chunks are single-backend, so each asks for the one resource it needs.
     chunks = []
@@ -93,8 +145,9 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
     while todo or in_flight:
         while todo and len(in_flight) < limit:
             backend, idx = todo.pop(0)
-            opts = {"num_gpus": 1, "num_cpus": per_chunk_cpus} if backend == "cuda" else {"num_cpus": per_chunk_cpus}
-            ref = remote.options(**opts).remote([items[i] for i in idx], config, per_chunk_cpus)
+            opts = {"num_gpus": 1, "num_cpus": 1} if backend == "cuda" else {"num_cpus": 1}
+            deps = list(dict.fromkeys(r for i in idx for r in item_builds[i]))
+            ref = remote.options(**opts).remote([items[i] for i in idx], config, per_chunk_cpus, *deps)
             in_flight[ref] = idx
         done, _ = ray.wait(list(in_flight), num_returns=1)
         for ref in done:
@@ -106,8 +159,10 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
                 if on_verdict is not None:
                     on_verdict(i, v)
     if stats is not None:
+        compiled = ray.get(list(builds.values()))
         stats.update(workers=sorted(seen_workers), chunks=len(chunks), concurrency=limit,
-                     cluster={"CPU": n_cpus, "GPU": n_gpus})
+                     cluster={"CPU": n_cpus, "GPU": n_gpus}, extensions=len(builds),
+                     compile_failures=sum(not c["ok"] for c in compiled))
     return verdicts
 
 
