@@ -260,12 +260,25 @@ def _template(num_perm: int, seed: int):
     return m
 
 
+_PERMS: dict = {}
+
+
 def minhash_values(hashes: np.ndarray, num_perm: int, seed: int = 1) -> np.ndarray:
-    """The MinHash signature (datasketch's permutations) of a set of 32-bit shingle hashes."""
-    m = _template(num_perm, seed)
-    m.clear()
-    m.update_batch(hashes)
-    return m.hashvalues.copy()
+    """The MinHash signature of a set of 32-bit shingle hashes, as uint32.
+
+    Uses the affine permutations (h -> a*h + b mod 2^32, a odd) of datasketch's default
+    ``affine32`` scheme for (num_perm, seed), applied in one numpy expression; the shingle hashes
+    are already avalanched (shingle_hashes), so datasketch's input pre-mix is not repeated."""
+    perms = _PERMS.get((num_perm, seed))
+    if perms is None:
+        m = _template(num_perm, seed)
+        if m.scheme != "affine32":
+            raise RuntimeError(f"datasketch default scheme is {m.scheme!r}; this code expects 'affine32'")
+        a, b = m.permutations
+        perms = _PERMS[(num_perm, seed)] = (np.asarray(a, dtype=np.uint32), np.asarray(b, dtype=np.uint32))
+    a, b = perms
+    h = hashes.astype(np.uint32)[:, None]
+    return (h * a + b).min(axis=0)  # uint32 arithmetic wraps: mod 2^32
 
 
 def _signature_chunk(args) -> np.ndarray:

@@ -314,3 +314,19 @@ def test_curate_in_place_keeps_run_tables(tmp_path):
     assert st["rows"] == {"sft": 5, "rft": 5, "rl": 2} and "tasks" not in st["written"]
     assert sorted(p.name for p in (tmp_path / "tasks").glob("*.parquet")) == before
     assert (tmp_path / "README.md").is_file() and (tmp_path / "report" / "report.md").is_file()
+
+
+def test_documented_example_queries_run(built):
+    """Every SQL statement in docs/QUERIES.md runs over a built corpus (the README links them)."""
+    import re
+
+    from curation.query import run_query
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "QUERIES.md").read_text()
+    statements = [s.strip() for block in re.findall(r"```sql\n(.*?)```", doc, re.S) for s in block.split(";") if s.strip()]
+    assert len(statements) >= 7
+    results = {}
+    for sql in statements:
+        results[sql.splitlines()[0]] = run_query(sql, built["corpus"])
+    unsolved = next(rows for head, (cols, rows) in results.items() if head.startswith("SELECT t.task_id, t.name"))
+    assert [r[1] for r in unsolved] == ["Erf"]
