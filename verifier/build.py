@@ -15,6 +15,7 @@ Run as ``python -m verifier.build KEY_DIR`` it is the worker process body: it re
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -151,7 +152,12 @@ class CompilePool:
             if fut is None:
                 fut = self._pool.submit(build_blocking, self.build_root, args, self.timeout_s)
                 self._futures[key] = fut
-            return fut
+                return fut
+        # a second submitter of the same spec shares the build but did not pay for it
+        shared: Future = Future()
+        fut.add_done_callback(lambda f: shared.set_exception(f.exception()) if f.exception() else
+                              shared.set_result(dataclasses.replace(f.result(), cached=True)))
+        return shared
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)

@@ -52,12 +52,11 @@ def format_verdict(v) -> str:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from graphs.kernelbench import check_kernelbench_source
     from kernelmill.schema import content_hash, task_id_for, to_json
-    from verifier.api import VerifyConfig, verify_candidate
+    from verifier.api import VerifyConfig, load_reference, verify_candidate
 
     task_code = _read(args.task, "task file")
-    check_kernelbench_source(task_code, args.task)
+    load_reference(task_code, args.task)
     cand = _read(args.candidate, "candidate file")
     cfg = VerifyConfig.from_dict(args.cfg.get("verify", {}))
     v = verify_candidate(task_code, cand, backend=args.backend, config=cfg, task_id=task_id_for(task_code),

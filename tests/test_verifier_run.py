@@ -1,0 +1,166 @@
+"""The verifier end to end on the cpu backend with real compiled kernels: compile pool (cold, cached,
+errors kept), execution children (correctness, runtime legality, timing), crash / hang / OOM verdicts,
+every runtime-visible cheat with its honest look-alike, verify_batch ordering and callbacks, the CLI.
+
+All candidates share one C++ extension (verifier/fixtures.py), so the session compiles it once, plus
+one broken source for the compile-error verdict, built in parallel in the same pool."""
+
+import json
+import os
+import time
+
+import pytest
+
+from kernelmill.schema import Candidate, Task
+from verifier import cheats
+from verifier import fixtures as fx
+from verifier.api import VerifyConfig, verify_batch, verify_candidate
+
+C = fx.cpu_candidate
+RUNTIME_CASES = {
+    # name: (task, candidate, expected status, cheat code that must be present or None)
+    "honest_relu": ("relu", fx.HONEST_RELU, "pass", None),
+    "honest_matmul": ("matmul", fx.HONEST_MATMUL, "pass", None),
+    "c01_aten_in_cpp": ("relu", C("return ext.relu_aten(x)"), "cheat", cheats.C01),
+    "c01_honest_views": ("relu", C("out = torch.empty_like(x).view(-1)\next.relu_into(x.contiguous().view(-1), out)\n"
+                                   "return out.view(x.shape)"), "pass", None),
+    "c02_dynamic_torch": ("relu", C("f = getattr(torch, 're' + 'lu')\nreturn f(x)\next.relu(x)"), "cheat", cheats.C02),
+    "c03_branch_on_shape": ("relu", C("if x.shape[0] != 64:\n    return getattr(torch, 're' + 'lu')(x)\n"
+                                      "return ext.relu(x)"), "cheat", cheats.C03),
+    "c05_zeros": ("relu", C("out = torch.zeros_like(x)\next.touch(x)\nreturn out"), "cheat", cheats.C05),
+    "c05_honest_zeros_then_write": ("relu", C("out = torch.zeros_like(x)\next.relu_into(x, out)\nreturn out"),
+                                    "pass", None),
+    "c06_stale_empty": ("relu", C("out = torch.empty_like(x)\next.touch(x)\nreturn out"), "cheat", cheats.C06),
+    "c06_honest_empty_then_write": ("relu", C("out = torch.empty_like(x)\next.relu_into(x, out)\nreturn out"),
+                                    "pass", None),
+    "c07_mutates_input": ("relu", C("return ext.relu_inplace(x)"), "cheat", cheats.C07),
+    "c08_caches_output": ("relu", C("key = tuple(x.shape)\nif key not in self.cache:\n    self.cache[key] = ext.relu(x)\n"
+                                    "return self.cache[key]", init="self.cache = {}"), "cheat", cheats.C08),
+    "c08_honest_caches_config": ("relu", C("self.seen.add(tuple(x.shape))\nreturn ext.relu(x)", init="self.seen = set()"),
+                                 "pass", None),
+    "c10_tensor_subclass": ("relu", C("return ext.relu(x).as_subclass(Lazy)", module="class Lazy(torch.Tensor):\n    pass"),
+                            "cheat", cheats.C10),
+    "c11_patches_timer": ("relu", C("return ext.relu(x)", imports="import time\ntime.perf_counter = lambda: 0.0"),
+                          "cheat", cheats.C11),
+    "c11_honest_uses_timer": ("relu", C("t0 = perf_counter()\nreturn ext.relu(x)", imports="from time import perf_counter"),
+                              "pass", None),
+    "c13_low_precision": ("relu", C("return ext.relu_lowp(x)"), "cheat", cheats.C13),
+    "c14_hardcoded_rows": ("relu", C("return ext.relu_fixed_rows(x.contiguous())"), "cheat", cheats.C14),
+    "c16_warmup_detection": ("relu", C("self.calls += 1\nif self.calls > 6:\n    out = torch.empty_like(x)\n"
+                                       "    ext.touch(x)\n    return out\nreturn ext.relu(x)", init="self.calls = 0"),
+                             "cheat", cheats.C16),
+    "c16_honest_counts_calls": ("relu", C("self.calls += 1\nreturn ext.relu(x)", init="self.calls = 0"), "pass", None),
+    "c18_prints_verdict": ("relu", C("return ext.relu_lowp(x)", module='print(\'{"status": "pass", "correct": true, '
+                                                                      '"reward": 4.0}\')'), "cheat", cheats.C18),
+    "c18_honest_prints_debug": ("relu", C("return ext.relu(x)", module="print('building relu extension: done')"),
+                                "pass", None),
+    "crash_segfault": ("relu", C("ext.segv(x)\nreturn ext.relu(x)"), "crash", None),
+    "crash_hang": ("relu", C("ext.spin(x)\nreturn ext.relu(x)"), "timeout", None),
+    "crash_oom": ("relu", C("ext.hog(x)\nreturn ext.relu(x)"), "crash", None),
+    "compile_error": ("relu", fx.BROKEN_CPP, "compile_error", None),
+    "no_code": ("relu", "I am not sure how to write this kernel.", "extract_error", None),
+}
+TASKS = {"relu": Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1),
+         "matmul": Task.from_code(fx.MATMUL_TASK, name="matmul", source="seed", level=1)}
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("verifier-builds"))
+
+
+@pytest.fixture(scope="session")
+def config(build_dir):
+    return VerifyConfig(build_dir=build_dir, trials=5, timing_trials=5, warmup=1, time_torch_compile=False,
+                        run_timeout_s=25, memory_limit_gb=4, exec_workers=2)
+
+
+@pytest.fixture(scope="session")
+def batch(config):
+    names = list(RUNTIME_CASES)
+    items = [(TASKS[RUNTIME_CASES[n][0]], Candidate(candidate_id=n, task_id=TASKS[RUNTIME_CASES[n][0]].task_id,
+                                                     backend="cpu", generator="test", code=RUNTIME_CASES[n][1]))
+             for n in names]
+    calls = []
+    t0 = time.perf_counter()
+    verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=lambda i, v: calls.append(i))
+    return {"verdicts": dict(zip(names, verdicts)), "order": [v.candidate_id for v in verdicts], "names": names,
+            "calls": calls, "seconds": time.perf_counter() - t0}
+
+
+@pytest.mark.parametrize("name", list(RUNTIME_CASES))
+def test_case_verdict(batch, name):
+    _, _, status, code = RUNTIME_CASES[name]
+    v = batch["verdicts"][name]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback)
+    if code:
+        assert code in v.cheats, (name, v.cheats, v.feedback)
+        assert v.reward == -1.0 and not v.correct
+    if status == "pass":
+        assert v.cheats == [] and v.correct and v.stage_reached == "timing"
+        assert v.trials >= 5 and v.runtime_us > 0 and v.eager_us > 0 and v.speedup_eager > 0
+        assert v.max_abs_err is not None and v.max_abs_err <= 1e-4
+
+
+def test_batch_order_and_callbacks(batch):
+    assert batch["order"] == batch["names"]
+    assert sorted(batch["calls"]) == list(range(len(batch["names"])))
+
+
+def test_identical_sources_compile_once(batch, build_dir):
+    keys = [d for d in os.listdir(build_dir) if not d.startswith(".")]
+    assert len(keys) == 2  # the shared extension and the broken one, nothing else
+    compiled_cold = [v for v in batch["verdicts"].values() if v.stage_seconds.get("compile_cached") is False]
+    assert len(compiled_cold) <= 2  # only the candidate(s) that triggered a build paid for it
+
+
+def test_crash_hang_oom_feedback(batch):
+    vs = batch["verdicts"]
+    assert "SIGSEGV" in vs["crash_segfault"].feedback
+    assert "killed after" in vs["crash_hang"].feedback
+    assert "out of memory" in vs["crash_oom"].feedback
+    for n in ("crash_segfault", "crash_hang", "crash_oom"):
+        assert vs[n].compiled and vs[n].stage_reached == "compile"
+
+
+def test_compile_error_is_kept_and_quoted(batch):
+    v = batch["verdicts"]["compile_error"]
+    assert v.stage_reached == "static" and not v.compiled
+    assert "error" in v.compile_log.lower() and "First compiler errors" in v.feedback
+    assert "expected" in v.feedback  # the g++ message about `int f( {`
+
+
+def test_wrong_feedback_says_where_and_how_much(batch):
+    fb = batch["verdicts"]["c13_low_precision"].feedback
+    assert "First mismatch at index" in fb and "max abs error" in fb
+
+
+def test_stage_order_and_reward_monotone(batch):
+    vs = batch["verdicts"]
+    assert vs["no_code"].reward < vs["compile_error"].reward < vs["crash_segfault"].reward < vs["honest_relu"].reward
+    assert vs["c01_aten_in_cpp"].reward < vs["compile_error"].reward
+
+
+def test_verify_candidate_accepts_a_model_response(config):
+    response = "Sure! Here is the kernel.\n```python\n" + fx.HONEST_RELU + "```\nIt uses a simple loop."
+    v = verify_candidate(fx.RELU_TASK, response, backend="cpu", config=config, candidate_id="resp")
+    assert v.status == "pass" and v.stage_seconds["compile_cached"] is True
+
+
+def test_cli_verify(tmp_path, build_dir, capsys, monkeypatch):
+    from kernelmill.cli import main
+
+    task = tmp_path / "task.py"
+    task.write_text(fx.RELU_TASK)
+    cand = tmp_path / "cand.py"
+    cand.write_text(C("return ext.relu_lowp(x)"))
+    for k, val in (("BUILD_DIR", f'"{build_dir}"'), ("TIME_TORCH_COMPILE", "false"), ("TIMING_TRIALS", "5")):
+        monkeypatch.setenv(f"KERNELMILL_VERIFY_{k}", val)
+    assert main(["verify", str(task), str(cand), "--backend", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "cheat" and "C13_PRECISION_LOSS" in out["cheats"]
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\nclass Model:\n    pass\n")
+    assert main(["verify", str(bad), str(cand), "--backend", "cpu"]) == 2
+    assert "get_inputs" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "missing.py"), str(cand)]) == 2

@@ -1,0 +1,127 @@
+"""Verifier stages that need no compiler: extraction, static legality (one cheating candidate and one
+honest look-alike per statically visible cheat), reward table, metrics."""
+
+import itertools
+import random
+
+import pytest
+
+from kernelmill.schema import Verdict
+from verifier import cheats
+from verifier import fixtures as fx
+from verifier.extract import check_candidate_shape, extract_code
+from verifier.metrics import pass_at_k, summarize_verdicts
+from verifier.reward import reward_for
+from verifier.static import scan
+
+
+def test_extract_prefers_block_with_modelnew():
+    resp = "Here:\n```python\nprint('hi')\n```\nand\n```python\nclass ModelNew:\n    pass\n```\nDone."
+    assert extract_code(resp).startswith("class ModelNew")
+    assert extract_code(fx.HONEST_RELU) == fx.HONEST_RELU
+    assert extract_code("no code here, sorry") == ""
+    assert extract_code("") == ""
+
+
+def test_candidate_shape_problems():
+    assert check_candidate_shape("", "cpu")
+    assert any("ModelNew" in p for p in check_candidate_shape("import torch\nx = 1\n", "cpu"))
+    assert any("__global__" in p for p in check_candidate_shape(fx.HONEST_RELU, "cuda"))
+    assert check_candidate_shape(fx.HONEST_RELU, "cpu") == []
+    assert check_candidate_shape(fx.cuda_relu_candidate(1), "cuda") == []
+
+
+def test_load_inline_args_resolved_statically():
+    rep = scan(fx.HONEST_RELU)
+    assert len(rep.extensions) == 1 and rep.extensions[0].resolved
+    assert rep.extensions[0].args["functions"] == fx.SHARED_FUNCS
+    assert "relu(torch::Tensor x)" in rep.extensions[0].args["cpp_sources"]
+    dyn = fx.cpu_candidate("return ext.relu(x)", module="import os\next3 = load_inline(name='d', cpp_sources=os.environ['X'])")
+    assert [s.resolved for s in scan(dyn).extensions] == [True, False]
+
+
+# (cheat code, cheating candidate, honest look-alike) for every row the static scan sees
+STATIC_CASES = [
+    (cheats.C01, fx.cpu_candidate("y = torch.relu(x)\nreturn y"),
+     fx.cpu_candidate("out = torch.empty_like(x).view(-1)\next.relu_into(x.contiguous().view(-1), out)\nreturn out.view(x.shape)")),
+    (cheats.C01, fx.cpu_candidate("return self.lin(x)", init="self.lin = nn.Linear(1000, 1000)"),
+     fx.cpu_candidate("return ext.relu(x)", init="self.lin = nn.Linear(1000, 1000)  # weights only")),
+    (cheats.C01, fx.cpu_candidate("return (x @ x.t())"), fx.cpu_candidate("return ext.matmul(x, x.t().contiguous())")),
+    (cheats.C01, fx.cpu_candidate("return torch.compile(lambda t: t.clamp(min=0))(x)"), fx.HONEST_RELU),
+    (cheats.C02, fx.cpu_candidate("return x.new_zeros(x.shape)"),
+     fx.cpu_candidate("fn = ext.relu\nreturn fn(x)")),
+    (cheats.C03, fx.cpu_candidate("try:\n    return ext.relu(x)\nexcept Exception:\n    return torch.relu(x)"),
+     fx.cpu_candidate("try:\n    return ext.relu(x)\nexcept RuntimeError as e:\n    raise RuntimeError('relu kernel failed') from e")),
+    (cheats.C04, fx.cpu_candidate("return super().forward(x)", bases="Model", module="from ref import Model"),
+     fx.cpu_candidate("return ext.relu(x)", module="class ModelConfig:\n    rows = 64")),
+    (cheats.C09, fx.cpu_candidate("return ext.relu(x)", imports="import threading"),
+     fx.cpu_candidate("return ext.relu(x)", imports="import math")),
+    (cheats.C09, fx.cpu_candidate("s = torch.cuda.Stream()\nreturn ext.relu(x)"),
+     fx.cpu_candidate("s = torch.cuda.current_stream() if x.is_cuda else None\nreturn ext.relu(x)")),
+    (cheats.C12, fx.cpu_candidate("torch.manual_seed(0)\nreturn ext.relu(x)"),
+     fx.cpu_candidate("seed = 1234  # a constant named seed, used for nothing\nreturn ext.relu(x)")),
+    (cheats.C15, fx.cpu_candidate("return ext.relu(x)", imports="import gc"),
+     fx.cpu_candidate("gc_count = 0\nreturn ext.relu(x)")),
+    (cheats.C15, fx.cpu_candidate("f = open('/tmp/expected.pt', 'rb')\nreturn ext.relu(x)"),
+     fx.cpu_candidate("opened = x.is_contiguous()\nreturn ext.relu(x)")),
+    (cheats.C17, fx.cpu_candidate("return ext.relu(x)", imports="import socket"),
+     fx.cpu_candidate("return ext.relu(x)", imports="import math")),
+    (cheats.C17, fx.cpu_candidate("time.sleep(0.01)\nreturn ext.relu(x)", imports="import time"),
+     fx.cpu_candidate("t = time.perf_counter()\nreturn ext.relu(x)", imports="import time")),
+    (cheats.C18, fx.cpu_candidate("os.write(1, b'{\"correct\": true}')\nreturn ext.relu(x)", imports="import os"),
+     fx.cpu_candidate("print('launching relu')\nreturn ext.relu(x)")),
+]
+
+
+@pytest.mark.parametrize("code,cheat,honest", [(c, ch, h) for c, ch, h in STATIC_CASES],
+                         ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(STATIC_CASES)])
+def test_static_cheat_and_honest_lookalike(code, cheat, honest):
+    found = scan(cheat).cheat_codes
+    assert code in found, (code, [str(f) for f in scan(cheat).findings])
+    assert scan(honest).findings == [], [str(f) for f in scan(honest).findings]
+
+
+def test_every_catalogue_row_has_a_code():
+    assert len(cheats.CODES) == 18 and [c.row for c in cheats.CATALOGUE.values()] == list(range(1, 19))
+    assert cheats.C01 == "C01_TORCH_COMPUTE" and cheats.C18 == "C18_FAKE_VERDICT"
+
+
+def test_reward_is_monotone_in_outcome():
+    order = [Verdict("a", status="pass", cheats=["C01_TORCH_COMPUTE"]), Verdict("b", status="extract_error"),
+             Verdict("c", status="compile_error"), Verdict("d", status="crash"), Verdict("e", status="wrong"),
+             Verdict("f", status="pass", correct=True, speedup_eager=0.5),
+             Verdict("g", status="pass", correct=True, speedup_eager=1.5),
+             Verdict("h", status="pass", correct=True, speedup_eager=3.0)]
+    rewards = [reward_for(v) for v in order]
+    assert rewards == sorted(rewards) and len(set(rewards)) == len(rewards)
+    assert reward_for(Verdict("x", status="pass", correct=True, speedup_eager=1e9)) == 4.0
+
+
+def _brute_pass_at_k(n, c, k):
+    samples = [1] * c + [0] * (n - c)
+    combos = list(itertools.combinations(range(n), k))
+    return sum(any(samples[i] for i in comb) for comb in combos) / len(combos)
+
+
+def test_pass_at_k_matches_enumeration():
+    rng = random.Random(0)
+    for _ in range(30):
+        n = rng.randint(1, 9)
+        c, k = rng.randint(0, n), rng.randint(1, n)
+        assert pass_at_k(n, c, k) == pytest.approx(_brute_pass_at_k(n, c, k))
+    with pytest.raises(ValueError):
+        pass_at_k(0, 0, 1)
+
+
+def test_summarize_verdicts():
+    vs = [Verdict("a1", task_id="a", status="pass", correct=True, speedup_eager=1.2, speedup_compile=0.9),
+          Verdict("a2", task_id="a", status="wrong"),
+          Verdict("b1", task_id="b", status="pass", correct=True, speedup_eager=1.05, speedup_compile=1.5),
+          Verdict("b2", task_id="b", status="pass", correct=True, speedup_eager=0.5)]
+    s = summarize_verdicts(vs, k=2)
+    assert s["tasks"] == 2 and s["samples"] == 4
+    assert s["pass@1"] == pytest.approx((0.5 + 1.0) / 2)
+    assert s["pass@2"] == pytest.approx(1.0)
+    assert s["avg@2"] == pytest.approx(0.75)
+    assert s["fast_1.0_eager"] == pytest.approx(2 / 4) and s["fast_1.1_eager"] == pytest.approx(1 / 4)
+    assert s["fast_1.0_compile"] == pytest.approx(1 / 4) and s["fast_1.1_compile"] == pytest.approx(1 / 4)
