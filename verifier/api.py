@@ -519,7 +519,8 @@ def _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, ti
     with torch.no_grad():
         for j in picks:
             torch.manual_seed(timing_seeds[j])
-            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
+            with torch.device(device):
+                inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
             refs = [r.detach().cpu() for r in _as_list(model(*inputs))]
             got = _as_list(outs[j])
             atol, rtol = _tolerance(refs[0].dtype, cfg, ref_mod)

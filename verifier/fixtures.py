@@ -154,7 +154,7 @@ torch::Tensor relu_cuda(torch::Tensor x) {{
 }}
 '''
 
-CUDA_RELU_TASK = RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(4096, 4096)")
+CUDA_RELU_TASK = RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(2048, 4096)")
 
 
 def cuda_relu_candidate(k: int, *, forward: str = "return self.ext.relu_cuda(x.contiguous())", imports: str = "") -> str:

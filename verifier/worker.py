@@ -247,7 +247,8 @@ def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, 
     times, walls, outs = [], [], []
     for i, seed in enumerate(seeds[:warmup] + seeds):
         torch.manual_seed(seed)
-        inputs = _to_device(get_inputs(), device)
+        with torch.device(device):  # drawn on the device: fast, and the verifier redraws them the same way
+            inputs = _to_device(get_inputs(), device)
         backend.flush_cache()
         backend.synchronize()
         out, us, wall = backend.time_call(lambda: fn(*inputs))

@@ -1,0 +1,95 @@
+"""The verifier on the cuda backend (marker gpu): honest CUDA kernels pass with timings against eager and
+torch.compile; the rows that need CUDA (side stream, stale memory through the caching allocator, an
+illegal memory access, a kernel never launched) each get a cheating candidate and an honest look-alike.
+Runs as `pytest -m gpu tests/gpu`, or as a plain script where pytest is absent."""
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kernelmill.schema import Candidate, Task  # noqa: E402
+from verifier import cheats  # noqa: E402
+from verifier import fixtures as fx  # noqa: E402
+from verifier.api import VerifyConfig, verify_batch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+OOB_SRC = fx.cuda_relu_candidate(900).replace("y[i] = v > 0.0f ? v : 0.0f;", "y[i + (1L << 40)] = v;")
+ATEN_SRC = fx.cuda_relu_candidate(901).replace(
+    "relu_kernel_901<<<blocks, threads>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);\n    return y;",
+    "return at::relu(x);")
+CASES = {
+    "honest": (fx.cuda_relu_candidate(0), "pass", None),
+    "c09_side_stream": (fx.cuda_relu_candidate(0, forward="s = torch.cuda.Stream()\n        with torch.cuda.stream(s):\n"
+                                                        "            return self.ext.relu_cuda(x)"), "cheat", cheats.C09),
+    "c09_honest_current_stream": (fx.cuda_relu_candidate(0, forward="s = torch.cuda.current_stream()\n        "
+                                                                   "return self.ext.relu_cuda(x)"), "pass", None),
+    "c06_stale_cuda": (fx.cuda_relu_candidate(0, forward="out = torch.empty_like(x)\n        self.ext.relu_cuda(x[:1])\n"
+                                                       "        return out"), "cheat", cheats.C06),
+    "c06_honest_empty": (fx.cuda_relu_candidate(0, forward="x = x.contiguous().view(x.shape)\n        "
+                                                         "return self.ext.relu_cuda(x)"), "pass", None),
+    "c02_kernel_never_launched": (ATEN_SRC, "cheat", cheats.C02),
+    "illegal_memory_access": (OOB_SRC, "crash", None),
+    "honest_after_crash": (fx.cuda_relu_candidate(1), "pass", None),
+}
+
+
+def _run_cases():
+    task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
+    cfg = VerifyConfig(build_dir=os.environ.get("KM_GPU_BUILDS", tempfile.mkdtemp(prefix="km-gpu-builds-")),
+                       timing_trials=20, time_torch_compile=True, run_timeout_s=120, exec_workers=1)
+    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
+             for n, (c, _, _) in CASES.items()]
+    return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=os.cpu_count())))
+
+
+_CACHE = {}
+
+
+def verdicts():
+    if not _CACHE:
+        _CACHE.update(_run_cases())
+    return _CACHE
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gpu_case(name):
+    v = verdicts()[name]
+    _, status, code = CASES[name]
+    print(name, v.status, v.cheats, v.runtime_us, v.eager_us, v.compile_us, v.device)
+    assert v.status == status, (name, v.status, v.cheats, v.feedback)
+    if code:
+        assert code in v.cheats, (name, v.cheats, v.feedback)
+    if status == "pass":
+        assert v.correct and v.stage_reached == "timing" and v.runtime_us > 0 and v.eager_us > 0
+        assert v.compile_us and v.speedup_compile > 0, v.feedback
+        assert "H100" in v.device or "H200" in v.device or torch.cuda.get_device_name(0) in v.device
+
+
+def test_illegal_access_feedback():
+    v = verdicts()["illegal_memory_access"]
+    assert "illegal memory access" in v.feedback.lower() or "SIG" in v.feedback, v.feedback
+
+
+if __name__ == "__main__":
+    failed = 0
+    for n in CASES:
+        try:
+            test_gpu_case(n)
+            print("PASS", n)
+        except AssertionError as e:
+            failed += 1
+            print("FAIL", n, str(e)[:800])
+    try:
+        test_illegal_access_feedback()
+        print("PASS illegal_access_feedback")
+    except AssertionError as e:
+        failed += 1
+        print("FAIL illegal_access_feedback", str(e)[:800])
+    sys.exit(1 if failed else 0)
