@@ -54,11 +54,11 @@ class ProgressBar:
 
     Draws on stderr only when it is a terminal (a log file gets no control characters)."""
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, console=None):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        console = Console(stderr=True)
+        console = console or Console(stderr=True)
         self.enabled = enabled and console.is_terminal
         self.progress = Progress(TextColumn("[bold]{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)

@@ -199,7 +199,7 @@ def stage_nnsmith(run_dir: str | os.PathLike, cfg: dict, n: int | None = None, s
 
 
 def stage_annotate(run_dir: str | os.PathLike, cfg: dict, progress: ProgressFn | None = None,
-                   chunk: int = 16) -> dict:
+                   chunk: int = 64) -> dict:
     """Annotate every raw task not yet in the ``tasks`` table, writing each chunk as it is done.
 
     Tasks that fail annotation are counted (and listed in ``annotate_failures.json``), not written;
@@ -208,13 +208,15 @@ def stage_annotate(run_dir: str | os.PathLike, cfg: dict, progress: ProgressFn |
 
     from synth.annotate import annotate_tasks
 
+    a = cfg["annotate"]
     known = store.stored_ids(run_dir, "tasks")
     todo = [t for t in store.read_records(Path(run_dir) / RAW, "tasks") if t.task_id not in known]
     annotated = written = 0
     failures: list = []
     _report(progress, "annotate", 0, len(todo))
     for i in range(0, len(todo), chunk):
-        done, failed = annotate_tasks(todo[i:i + chunk], device_spec=cfg["annotate"]["device_spec"])
+        done, failed = annotate_tasks(todo[i:i + chunk], device_spec=a["device_spec"], timeout_s=a.get("timeout_s", 60),
+                                      memory_limit_gb=a.get("memory_limit_gb", 16.0))
         annotated += len(done)
         failures += failed
         written += store.write_records(run_dir, "tasks", done)

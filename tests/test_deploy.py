@@ -1,0 +1,134 @@
+"""Deployments on a real Prefect server: `prefect server start` as a subprocess, a process work
+pool, the flows deployed from this checkout (`kernelmill deploy`'s code path and prefect.yaml),
+a run triggered with parameters, a worker that executes it, and its output files checked."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from flows_fixtures import ROOT
+from kernelmill import store
+from kernelmill.config import DATA_DIR
+
+POOL = "kernelmill-test-pool"
+SEEDS = ["level1/1_ReLU.py", "level1/4_Sigmoid.py", "level2/12_Scale_Add_Tanh.py"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A Prefect server process with its own home and database; stopped after the module."""
+    home = tmp_path_factory.mktemp("prefect-server-home")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_LOGGING_LEVEL="WARNING", PREFECT_SERVER_UI_ENABLED="false")
+    env.pop("PREFECT_API_URL", None)
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port), "--no-ui"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("prefect server did not start:\n" + (home / "server.log").read_text()[-3000:])
+        time.sleep(0.5)
+    client_env = dict(os.environ, PREFECT_API_URL=url, PREFECT_HOME=str(tmp_path_factory.mktemp("client-home")),
+                      PYTHONPATH=str(ROOT))
+    yield url, client_env
+    os.killpg(proc.pid, 15)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+    log.close()
+
+
+@pytest.fixture
+def api(server):
+    """Point this process's Prefect client at the server for the test."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: server[0]}):
+        yield server
+
+
+def test_deploy_and_run_with_parameters_on_a_process_worker(api, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    from flows.commands import deploy_flows
+
+    url, env = api
+    seeds = tmp_path / "seeds"
+    for rel in SEEDS:
+        (seeds / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DATA_DIR / "seed_tasks" / rel, seeds / rel)
+    out = tmp_path / "run"
+
+    names = deploy_flows(["load", "e2e"], POOL, deployment_name="test")
+    assert names == ["kernelmill-load/test", "kernelmill-e2e/test"]
+    with get_client(sync_client=True) as client:
+        assert client.read_work_pool(POOL).type == "process"
+        dep = client.read_deployment_by_name("kernelmill-load/test")
+        assert dep.work_pool_name == POOL and dep.entrypoint == "flows/stages.py:load_flow"
+
+    # triggered with parameters; timeout=0 returns the scheduled run without waiting
+    run = run_deployment("kernelmill-load/test", parameters={"out": str(out), "source": str(seeds)}, timeout=0)
+    worker = subprocess.run([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--run-once",
+                             "--type", "process"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
+    with get_client(sync_client=True) as client:
+        deadline = time.monotonic() + 120
+        state = client.read_flow_run(run.id).state
+        while not state.is_final() and time.monotonic() < deadline:
+            time.sleep(1)
+            state = client.read_flow_run(run.id).state
+        artifacts = client.read_artifacts()
+    assert state.is_completed(), f"{state}\n--- worker ---\n{worker.stdout[-3000:]}\n{worker.stderr[-3000:]}"
+    assert run.parameters == {"out": str(out), "source": str(seeds)}
+
+    # the flow ran in the worker's subprocess and wrote the run directory named by the parameters
+    raw = store.read_records(out / "raw", "tasks")
+    assert sorted(t.name for t in raw) == sorted(Path(r).stem for r in SEEDS)
+    assert {t.level for t in raw} == {1, 2}
+    keys = {a.key for a in artifacts}
+    assert {"kernelmill-load-counts", "kernelmill-load-summary"} <= keys
+
+
+def test_prefect_yaml_deploys_every_flow(api):
+    """`prefect deploy --all` from the repository root accepts prefect.yaml and creates a
+    deployment per flow on the process pool."""
+    from prefect.client.orchestration import get_client
+
+    from flows.commands import ENTRYPOINTS, ensure_work_pool
+
+    url, env = api
+    ensure_work_pool("kernelmill-process")
+    res = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    with get_client(sync_client=True) as client:
+        deps = {d.name: d for d in client.read_deployments()}
+    for name, entrypoint in ENTRYPOINTS.items():
+        assert deps[name].entrypoint == entrypoint
+        assert deps[name].work_pool_name == "kernelmill-process"
+    assert deps["verify"].parameters == {"out": "runs/default", "backend": "all", "ray_address": ""}
