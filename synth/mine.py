@@ -237,7 +237,9 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     InputError only for a SOURCE that cannot be opened at all (a bad path, an unreachable URL).
     Not guaranteed: that a task computes anything interesting, or that it is fast on a GPU."""
     from synth.input_synthesis import FILTERS, SandboxPool
+    from synth.mine_sources import source_kind
 
+    source_kind(source)  # a SOURCE that is none of the accepted forms fails here, before any process starts
     t0 = time.monotonic()
     allow = {x.lower() for x in license_allowlist}
     report = MineReport(source=source)
