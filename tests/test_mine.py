@@ -1,7 +1,9 @@
 """End-to-end mining of the shipped sample corpus (data/sample_repos) and the `kernelmill mine` CLI.
 
-The corpus is mined once per session (real tree-sitter parses, real sandboxed subprocesses); every
-emitted task is then run from its own file in a fresh `python` process, as a user would run it."""
+The corpus is mined once per session (real tree-sitter parses, real sandboxed subprocesses). Every
+emitted task is then run from its own file in a fresh process: each in its own child forked from a
+`python` that has imported torch and nothing else (so 20 programs do not cost 20 torch imports), and
+two of them (a cross-file module, a config-object module) in a brand-new interpreter as well."""
 
 import json
 import math
@@ -157,7 +159,7 @@ def test_every_task_runs_in_a_fresh_process_from_its_own_file(mined, tmp_path):
         assert results[str(paths[t.name])] == str([s.shape for s in t.output_specs]), t.name
 
 
-@pytest.mark.parametrize("name", ["visionlib_MBConv", "textmodels_TransformerBlock", "textmodels_TokenEmbedding"])
+@pytest.mark.parametrize("name", ["visionlib_MBConv", "textmodels_TransformerBlock"])
 def test_task_runs_in_a_new_interpreter(mined, tmp_path, name):
     t = next(t for t in mined.tasks if t.name == name)
     f = _write_tasks([t], tmp_path)[name]
