@@ -285,7 +285,27 @@ def _close_servers() -> None:
         srv.close()
 
 
+def _spawn_child(job_dir: Path, timeout_s: float) -> tuple[int, bool]:
+    """A fresh interpreter per candidate (cuda: a forked child cannot use CUDA once torch has been
+    imported in a parent that touched it, so the cuda backend pays the import instead of forking)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+               PYTHONDONTWRITEBYTECODE="1")
+    with open(job_dir / "child.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "verifier.worker", str(job_dir)], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(job_dir),
+                                start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s), False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait(), True
+
+
 def _run_child(job_dir: Path, backend: str, timeout_s: float) -> tuple[int | None, bool, str]:
+    if backend != "cpu":
+        rc, timed_out = _spawn_child(job_dir, timeout_s)
+        log_file = job_dir / "child.log"
+        return rc, timed_out, log_file.read_text(errors="replace") if log_file.is_file() else ""
     try:
         rc, timed_out = _server(backend).run(job_dir, timeout_s)
     except (BrokenPipeError, OSError, ValueError):
