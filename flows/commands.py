@@ -118,14 +118,24 @@ def run_stages(out: str, cfg: dict, stages: list[str], backend: str, ray_address
     for name in STAGES:
         if name in stages:
             result[name] = calls[name]()
-    result["summary"] = pipeline.summarize(run_dir) if (Path(run_dir) / "tasks").is_dir() else ""
+    result["summary"] = summary_if_any(run_dir)
     return result
+
+
+def summary_if_any(run_dir: str) -> str:
+    """The DuckDB summary once the run has tasks and verdicts; a note before that."""
+    from pathlib import Path
+
+    from kernelmill import pipeline
+
+    if all(any((Path(run_dir) / t).glob("part-*.parquet")) for t in ("tasks", "verdicts")):
+        return pipeline.summarize(run_dir)
+    return "(no summary yet: the run has no tasks or no verdicts)"
 
 
 def run_stage_flows(out: str, names: list[str], backend: str, config_path: str | None, overrides: dict,
                     ray_address: str = "") -> dict:
     """The named stages in pipeline order, each as its own flow run (flows/stages.py)."""
-    from kernelmill import pipeline
     from flows import stages as sf
 
     result: dict = {}
@@ -146,7 +156,7 @@ def run_stage_flows(out: str, names: list[str], backend: str, config_path: str |
 
     run_dir = str(Path(out).resolve())
     result["run_dir"] = run_dir
-    result["summary"] = pipeline.summarize(run_dir) if (Path(run_dir) / "tasks").is_dir() else ""
+    result["summary"] = summary_if_any(run_dir)
     return result
 
 

@@ -122,7 +122,8 @@ def gather_nnsmith(n: int, seed: int, nnsmith_cfg: dict) -> tuple[list, dict]:
     """NNSmith-generated tasks and the skip counts (pure and seeded: same arguments, same tasks)."""
     from graphs.nnsmith_tasks import generate_nnsmith_tasks
 
-    res = generate_nnsmith_tasks(n, seed, max_nodes=nnsmith_cfg["max_nodes"], target_numel=nnsmith_cfg["target_numel"])
+    res = generate_nnsmith_tasks(n, seed, max_nodes=nnsmith_cfg["max_nodes"], target_numel=nnsmith_cfg["target_numel"],
+                                 dtypes=nnsmith_cfg.get("dtypes") or None)
     return list(res.tasks), dict(res.skips)
 
 
@@ -283,13 +284,14 @@ def stage_generate(run_dir: str | os.PathLike, cfg: dict, backend: str | None = 
     _report(progress, "generate", 0, len(todo))
     for i, task in enumerate(todo):
         messages = build_prompt(task, backend)
-        prompt = "\n\n".join(m.content for m in messages if m.role == "user")
+        prompt = messages[-1].content  # as synth.repair records a turn's prompt: the last message
         cands = []
         for response in generator.generate(messages, run["samples_per_task"]):
             code = _extract_or_raw(response)
             cands.append(Candidate(candidate_id=Candidate.make_id(task.task_id, backend, code), task_id=task.task_id,
                                    backend=backend, generator=generator.name, code=code, turn=0,
-                                   prompt=prompt, response=response))
+                                   prompt=prompt, response=response,
+                                   injected_bug=getattr(generator, "injected_bug", lambda r: "")(response)))
         written += store.write_records(run_dir, "candidates", cands)
         _report(progress, "generate", i + 1, len(todo))
     return {"backend": backend, "generator": generator.name, "tasks": len(todo),

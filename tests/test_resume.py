@@ -28,6 +28,12 @@ def start(run_dir) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
+def committed_parts(table_dir) -> list:
+    """Part files renamed into place. Not store.stored_ids: while the run writes, its glob also
+    sees the writer's temporary file, which may be renamed away before it is opened."""
+    return sorted(table_dir.glob("part-*.parquet")) if table_dir.is_dir() else []
+
+
 def finish(proc: subprocess.Popen, timeout: float = 600) -> str:
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, out[-3000:]
@@ -49,10 +55,8 @@ def test_killed_mid_verify_then_resumed_matches_uninterrupted(reference_run, tmp
     n = len(NAMES)
     proc = start(run_dir)
     deadline = time.monotonic() + 600
-    written = 0
     while time.monotonic() < deadline and proc.poll() is None:
-        written = len(store.stored_ids(run_dir, "verdicts"))
-        if written >= 1:
+        if committed_parts(run_dir / "verdicts"):
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed:\n" + proc.communicate()[0][-2000:]
