@@ -66,11 +66,13 @@ def curate_settings(cfg: dict | None) -> dict:
 
 
 def _rows_digest(arrow_table) -> str:
-    h = hashlib.sha256()
-    h.update(arrow_table.schema.to_string().encode())
-    for batch in arrow_table.to_batches(max_chunksize=4096):
-        h.update(json.dumps(batch.to_pylist(), sort_keys=True, default=str).encode())
-    return h.hexdigest()[:12]
+    """Content hash of a table: sha256 of its Arrow IPC stream (one chunk, so layout is canonical)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, arrow_table.schema) as w:
+        w.write_table(arrow_table.combine_chunks())
+    return hashlib.sha256(sink.getvalue()).hexdigest()[:12]
 
 
 def snapshot_files(root: Path, name: str) -> list[Path]:
