@@ -30,8 +30,6 @@ CANDIDATES = {
     "honest": (fx.HONEST_RELU, True),
     "honest_named": (fx.HONEST_RELU.replace("return ext.relu(x.contiguous())",
                                             "flat = x.contiguous()\n        return ext.relu(flat)"), True),
-    "honest_view": (fx.HONEST_RELU.replace("return ext.relu(x.contiguous())",
-                                           "return ext.relu(x.contiguous().view(x.shape))"), True),
     "torch_fallback": (fx.cpu_candidate("return torch.relu(x)"), False),
     "hard_coded_rows": (fx.cpu_candidate("return ext.relu_fixed_rows(x.contiguous())"), False),
 }

@@ -132,3 +132,39 @@ def test_prefect_yaml_deploys_every_flow(api):
         assert deps[name].entrypoint == entrypoint
         assert deps[name].work_pool_name == "kernelmill-process"
     assert deps["verify"].parameters == {"out": "runs/default", "backend": "all", "ray_address": ""}
+
+
+def test_serve_runs_a_triggered_flow_on_this_box(api, tmp_path):
+    """`kernelmill serve`: no pool, no worker; the serving process executes the triggered run."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    url, env = api
+    seeds = tmp_path / "seeds" / "level1"
+    seeds.mkdir(parents=True)
+    shutil.copy(DATA_DIR / "seed_tasks" / SEEDS[0], seeds)
+    out = tmp_path / "served"
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "kernelmill.cli", "serve", "--flows", "load", "--limit", "1"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with get_client(sync_client=True) as client:
+            deadline = time.monotonic() + 180
+            while True:  # the deployment appears once the serving process has registered it
+                try:
+                    client.read_deployment_by_name("kernelmill-load/serve")
+                    break
+                except Exception:
+                    assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+                    time.sleep(1)
+        run = run_deployment("kernelmill-load/serve", parameters={"out": str(out), "source": str(seeds.parent)},
+                             timeout=240)
+        assert run.state.is_completed(), (str(run.state), (tmp_path / "serve.log").read_text()[-3000:])
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+        log.close()
+    assert [t.name for t in store.read_records(out / "raw", "tasks")] == ["1_ReLU"]

@@ -13,7 +13,7 @@ from flows_fixtures import FAST_VERIFY, ROOT, kernelmill_cmd, seed_run_dir, sets
 from kernelmill import store
 
 TABLES = ("tasks", "candidates", "verdicts")
-NAMES = ["honest", "honest_named", "torch_fallback", "hard_coded_rows"]
+NAMES = ["honest", "torch_fallback", "hard_coded_rows"]
 VERIFY_ARGS = ["run", "--no-prefect", "--no-progress", "--stages", "verify", "--backend", "cpu",
                *sets({**FAST_VERIFY, "flows.verify_flush_rows": 1})]
 
