@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import json
 import typing
@@ -268,8 +269,16 @@ TABLES: dict[str, type] = {
 # ---------------------------------------------------------------------------- Arrow mapping
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple:
+    """(name, type) of each field, resolved once per record type (row conversion is a hot path)."""
+    hints = _hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
 
 
 def _arrow_type(tp: Any):
@@ -306,57 +315,63 @@ def arrow_schema(cls: type):
     return pa.schema([pa.field(f.name, _arrow_type(hints[f.name]), nullable=True) for f in dataclasses.fields(cls)])
 
 
-def _to_plain(value: Any, tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if value is None:
-        return None
-    if origin is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _to_plain(value, args[0])
-    if origin in (list, typing.List):
-        (arg,) = typing.get_args(tp)
-        return [_to_plain(v, arg) for v in value]
-    if tp is dict or origin is dict:
-        return json.dumps(value, sort_keys=True, default=str)
-    if dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        return {f.name: _to_plain(getattr(value, f.name), hints[f.name]) for f in dataclasses.fields(tp)}
-    return value
+def _identity(v: Any) -> Any:
+    return v
 
 
-def _from_plain(value: Any, tp: Any) -> Any:
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if typing.get_origin(tp) is typing.Union:
+        return [a for a in typing.get_args(tp) if a is not type(None)][0], True
+    return tp, False
+
+
+# Row conversion is a hot path (corpus writes and reads): the converter for each type is built once.
+@functools.lru_cache(maxsize=None)
+def _encoder(tp: Any):
+    """A function turning a value of type ``tp`` into its plain (Arrow-ready) form."""
+    tp, _ = _unwrap_optional(tp)
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
-        if value is None:
-            return None
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _from_plain(value, args[0])
-    if value is None:
-        if tp is dict or origin is dict:
-            return {}
-        if origin in (list, typing.List):
-            return []
-        return None
     if origin in (list, typing.List):
-        (arg,) = typing.get_args(tp)
-        return [_from_plain(v, arg) for v in value]
+        enc = _encoder(typing.get_args(tp)[0])
+        if enc is _identity:
+            return lambda v: None if v is None else list(v)
+        return lambda v: None if v is None else [enc(x) for x in v]
     if tp is dict or origin is dict:
-        return json.loads(value) if isinstance(value, str) else dict(value)
+        return lambda v: None if v is None else json.dumps(v, sort_keys=True, default=str)
     if dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        return tp(**{f.name: _from_plain(value.get(f.name), hints[f.name]) for f in dataclasses.fields(tp)
-                     if f.name in value})
-    return value
+        encs = tuple((name, _encoder(t)) for name, t in _fields(tp))
+        return lambda v: None if v is None else {name: enc(getattr(v, name)) for name, enc in encs}
+    return _identity
+
+
+@functools.lru_cache(maxsize=None)
+def _decoder(tp: Any):
+    """The inverse of :func:`_encoder`; missing lists and dicts come back empty, not None."""
+    tp, optional = _unwrap_optional(tp)
+    origin = typing.get_origin(tp)
+    if origin in (list, typing.List):
+        dec = _decoder(typing.get_args(tp)[0])
+        empty = None if optional else []
+        if dec is _identity:
+            return lambda v: empty if v is None else list(v)
+        return lambda v: empty if v is None else [dec(x) for x in v]
+    if tp is dict or origin is dict:
+        empty = None if optional else {}
+        return lambda v: empty if v is None else (json.loads(v) if isinstance(v, str) else dict(v))
+    if dataclasses.is_dataclass(tp):
+        decs = tuple((name, _decoder(t)) for name, t in _fields(tp))
+        return lambda v: None if v is None else tp(**{name: dec(v[name]) for name, dec in decs if name in v})
+    return _identity
 
 
 def to_row(record: Any) -> dict:
     """A record as a plain dict matching its Arrow schema (dict fields become JSON strings)."""
-    return _to_plain(record, type(record))
+    return _encoder(type(record))(record)
 
 
 def from_row(cls: type, row: dict) -> Any:
     """Rebuild a record from a row produced by :func:`to_row` (or read back from Parquet)."""
-    return _from_plain(row, cls)
+    return _decoder(cls)(row)
 
 
 def to_table(records: list, cls: type | None = None):
