@@ -165,6 +165,9 @@ def cmd_run(args) -> int:
 
     overrides = parse_sets(args.set)
     stages = parse_names(args.stages, STAGES, "--stages")
+    if args.ray and "verify" not in stages:
+        raise InputError(f"--ray {args.ray}", "applies to the verify stage only: add --stages verify (with the "
+                                              "stages before and after it that you want)")
     t0 = time.perf_counter()
     with ProgressBar(enabled=not args.no_progress):
         if stages and args.no_prefect:

@@ -121,3 +121,10 @@ def test_run_stages_cli_rejects_unknown_stage(capsys):
 
     assert main(["run", "--stages", "verify,bogus", "--no-prefect"]) == 2
     assert "bogus" in capsys.readouterr().err
+
+
+def test_ray_flag_needs_the_verify_stage(capsys):
+    from kernelmill.cli import main
+
+    assert main(["run", "--ray", "local", "--no-prefect"]) == 2
+    assert "--ray local" in capsys.readouterr().err
