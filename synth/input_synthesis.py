@@ -193,19 +193,30 @@ def guess_value(name: str, base: int):
     return _int_guess(name, base)
 
 
+_NESTED = "<nested config>"
+
+
 class RecordingConfig:
     """A config object that answers any attribute with a guess by name and remembers the guesses."""
 
-    def __init__(self, base: int):
+    def __init__(self, base: int, overrides: dict | None = None):
         object.__setattr__(self, "_guessed", {})
         object.__setattr__(self, "_base", base)
+        object.__setattr__(self, "_overrides", {} if overrides is None else overrides)  # from earlier errors
+        object.__setattr__(self, "_last", None)  # the attribute read last: the likely culprit of an error
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
         g = self._guessed
         if name not in g:
-            g[name] = guess_value(name, self._base)
+            v = self._overrides.get(name)
+            if v is None:
+                v = guess_value(name, self._base)
+            if v == _NESTED or (v is not None and re.search(r"(^|_)(config|cfg)$", name.lower())):
+                v = RecordingConfig(self._base)  # config.vision_config.hidden_size
+            g[name] = v
+        object.__setattr__(self, "_last", name)
         return g[name]
 
     def __getitem__(self, name: str):
@@ -220,10 +231,18 @@ class RecordingConfig:
         return True
 
     def frozen_spec(self) -> dict:
+        import ast
+
         fields = {}
         for k, v in self._guessed.items():
-            if isinstance(v, (bool, int, float, str)) or v is None:
-                fields[k] = {"k": "lit", "src": repr(v)}
+            if isinstance(v, RecordingConfig):
+                fields[k] = v.frozen_spec()
+                continue
+            try:
+                if ast.literal_eval(repr(v)) == v:
+                    fields[k] = {"k": "lit", "src": repr(v)}
+            except (ValueError, SyntaxError):
+                pass  # not plain data: the module sets it itself, or the task fails its run-from-file check
         return {"k": "ns", "fields": fields}
 
 
@@ -237,8 +256,9 @@ def _annotation_type(param, ns: dict):
     return a
 
 
-def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0):
-    """(value, spec) for one required constructor parameter; ``variant`` > 0 tries alternatives."""
+def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overrides: dict | None = None):
+    """(value, spec) for one required constructor parameter. ``variant`` 1 asks for a list, 2 for a
+    recording config object (``overrides``: attribute values learnt from earlier errors)."""
     import inspect
     import typing
 
@@ -257,6 +277,9 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0):
     if isinstance(ann, type) and issubclass(ann, nn.Module) or re.search(r"_layer$|_cls$|_class$|^block$", low):
         src = "nn.LayerNorm" if "norm" in low else "nn.ReLU"
         return eval(src, {"nn": nn}), {"k": "expr", "src": "torch." + src}
+    if variant == 2:
+        rc = RecordingConfig(base, overrides)
+        return rc, {"k": "recording", "obj": rc}
     want_list = origin in (list, tuple) or ann in (list, tuple) or variant == 1
     empty = ann is inspect.Parameter.empty
     if ann is bool or (empty and re.search(_BOOL_RE, low)):
@@ -270,7 +293,7 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0):
         v = str_rule or "default"
         return v, {"k": "lit", "src": repr(v)}
     if empty and re.search(_CONFIG_RE, low):
-        rc = RecordingConfig(base)
+        rc = RecordingConfig(base, overrides)
         return rc, {"k": "recording", "obj": rc}
     v = _int_guess(name, base)
     if want_list:
@@ -326,6 +349,37 @@ def _is_memory_error(e: BaseException) -> bool:
 
 
 _ITERABLE_ERR = re.compile(r"'int' object is not (iterable|subscriptable)|object of type 'int' has no len")
+_NOT_A_CONFIG_ERR = re.compile(r"'(int|float|str|bool|NoneType|type)' object has no attribute")
+
+
+def _fix_constructor(e: Exception, req, pairs, variants: list[int], overrides: list[dict]) -> bool:
+    """Change one constructor guess from an error; False when the error gives no hint."""
+    msg = str(e)
+    if _ITERABLE_ERR.search(msg):
+        for i, (v, _) in enumerate(pairs):  # a config attribute read just before it was indexed
+            if isinstance(v, RecordingConfig) and v._last and not isinstance(overrides[i].get(v._last), list):
+                got = v._guessed.get(v._last)
+                if isinstance(got, int) and not isinstance(got, bool):
+                    overrides[i][v._last] = [got, got]
+                    return True
+        ints = [i for i, p in enumerate(req) if variants[i] == 0 and i < len(pairs) and isinstance(pairs[i][0], int)]
+        plural = [i for i in ints if req[i].name.endswith("s")] or ints
+        if plural:
+            variants[plural[0]] = 1
+            return True
+    if _NOT_A_CONFIG_ERR.search(msg):
+        for i, (v, _) in enumerate(pairs):  # config.sub.attr where config.sub was guessed as a number
+            if isinstance(v, RecordingConfig) and v._last and overrides[i].get(v._last) != _NESTED \
+                    and not isinstance(v._guessed.get(v._last), RecordingConfig):
+                overrides[i][v._last] = _NESTED
+                return True
+        order = sorted(range(len(req)), key=lambda i: not re.search(r"conf|cfg|args|opt|param|setting",
+                                                                     req[i].name + str(req[i].annotation), re.I))
+        for i in order:
+            if variants[i] != 2:
+                variants[i] = 2
+                return True
+    return False
 
 
 def construct(Model, ns: dict, bases: list[int], deadline: float):
@@ -339,22 +393,21 @@ def construct(Model, ns: dict, bases: list[int], deadline: float):
     last, built = "", False
     for base in bases:
         variants = [0] * len(req)
-        for _ in range(len(req) + 2):
+        overrides: list[dict] = [{} for _ in req]
+        for _ in range(2 * len(req) + 12):
             if time.monotonic() > deadline:
                 raise DeductionFailed("init", "init_failed", "out of time: " + last)
+            pairs = []
             try:
-                pairs = [_param_spec(p, ns, base, variants[i]) for i, p in enumerate(req)]
+                for i, p in enumerate(req):
+                    pairs.append(_param_spec(p, ns, base, variants[i], overrides=overrides[i]))
                 model = Model(*[v for v, _ in pairs])
             except Exception as e:  # noqa: BLE001 - mined code raises anything
                 if _is_memory_error(e):
                     raise DeductionFailed("init", "memory", str(e)[:300])
                 last = f"{type(e).__name__}: {str(e)[:300]}"
-                if _ITERABLE_ERR.search(str(e)):
-                    ints = [i for i, p in enumerate(req) if variants[i] == 0]
-                    plural = [i for i in ints if req[i].name.endswith("s")] or ints
-                    if plural:
-                        variants[plural[0]] = 1
-                        continue
+                if _fix_constructor(e, req, pairs, variants, overrides):
+                    continue
                 break
             built = True
             yield model, pairs, base
@@ -526,8 +579,9 @@ def _forward_params(model):
     if kwonly:
         raise DeductionFailed("forward", "keyword_only_args", ", ".join(p.name for p in kwonly))
     names = [p.name for p in req]
-    if not names and any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()):
-        names = ["x"]
+    if not names:  # forward(self, input_ids=None, ...): feed the first optional positional parameter
+        optional = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = optional[:1] or (["x"] if any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()) else [])
     return names
 
 

@@ -163,8 +163,18 @@ class _Scope:
             sup = n.child_by_field_name("superclasses")
             if sup is not None:
                 self.scan(sup)
+            # names bound in a class body are visible to later statements of that body, not to methods
+            class_local: set[str] = set()
             for c in n.child_by_field_name("body").children:
-                self.scan(c, class_body=True)
+                d = c.child_by_field_name("definition") if c.type == "decorated_definition" else c
+                if d is not None and d.type == "function_definition":
+                    self.scan(c, class_body=True)
+                    class_local.add(_text(d.child_by_field_name("name")))
+                    continue
+                t = _Scope()
+                t.scan(c)
+                self.refs += [r for r in t.refs if r not in class_local and r not in t.bound]
+                class_local |= t.bound
         elif t == "lambda":
             p = n.child_by_field_name("parameters")
             if p is not None:

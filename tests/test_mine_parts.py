@@ -92,6 +92,9 @@ def test_local_names_are_not_mistaken_for_globals():
         x = 3  # a module-level x that the class must not drag in
 
         class Net(nn.Module):
+            default_scale = 2.0
+            scales = (default_scale, default_scale * 2)  # reads a class attribute, not a global
+
             def forward(self, x, *rest, scale=2, **kw):
                 y = [x for x in rest]
                 for i, (a, b) in enumerate(zip(y, y)):
