@@ -88,6 +88,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--only", default="", help="regex over family names")
+    ap.add_argument("--exec-workers", type=int, default=2, help="execution children at a time")
+    ap.add_argument("--timing-trials", type=int, default=10)
     args = ap.parse_args(argv)
 
     import torch
@@ -111,12 +113,25 @@ def main(argv=None) -> int:
         items.append((task, cand))
         rows.append((fam, name))
     t0 = time.time()
-    verdicts = verify_batch(items, config=VerifyConfig())
-    wall = time.time() - t0
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", device).strip("_")
+    partial = Path(os.environ.get("OUT") or args.out, f"teacher_{args.backend}_{slug}.partial.tsv")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_text("")
+
+    def on_verdict(i, v):  # a run cut short by a time limit still leaves every verdict it reached
+        with open(partial, "a") as f:
+            f.write("\t".join(map(str, (rows[i][0], v.status, v.stage_reached, v.max_abs_err, v.runtime_us,
+                                         v.eager_us, v.speedup_eager, v.speedup_compile,
+                                         " ".join(v.feedback.split())[:300]))) + "\n")
+
+    cfg = VerifyConfig(exec_workers=args.exec_workers, timing_trials=args.timing_trials)
+    verdicts = verify_batch(items, config=cfg, on_verdict=on_verdict)
+    wall = time.time() - t0
     lines = [f"# Teacher {args.backend} candidates through the verifier", "",
              f"device: {device}; torch {torch.__version__}; {len(items)} tasks, one per op family; "
-             f"verify_batch wall time {wall:.0f} s", "",
+             f"verify_batch wall time {wall:.0f} s; exec_workers {cfg.exec_workers}, timing_trials "
+             f"{cfg.timing_trials}, correctness trials {cfg.trials}", "",
              "| family | task | status | stage | max abs err | runtime us | eager us | speedup eager | speedup compile |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (fam, name), v in zip(rows, verdicts):
@@ -140,7 +155,6 @@ def main(argv=None) -> int:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", device).strip("_")
     (out / f"teacher_{args.backend}_{slug}.md").write_text(text)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], f"teacher_{args.backend}_{slug}.md").write_text(text)

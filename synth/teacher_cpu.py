@@ -44,7 +44,7 @@ def pointwise(i: int, step, nd: int, nin: int, bug: str, threads: int = 0) -> st
 
 
 def _combine(op: str) -> tuple[str, str]:
-    return {"sum": ("0.0f", "acc + v"), "mean": ("0.0f", "acc + v"),
+    return {"sum": ("0.0", "acc + v"), "mean": ("0.0", "acc + v"),
             "max": ("-INFINITY", "std::fmax(acc, v)"), "min": ("INFINITY", "std::fmin(acc, v)")}[op]
 
 
@@ -55,15 +55,16 @@ def reduce(i: int, step, bug: str, threads: int = 0) -> str:
     rbound = {"off_by_one": "R - 1", "missing_bounds_check": "R + 1"}.get(bug, "R")
     index = "x[(o * R + r) * inner + j]" if bug != "wrong_stride" else "x[o * R * inner + r + j]"
     fin = "acc / (float)R" if a["mean"] else "acc"
+    acc_t = "double" if op in ("sum", "mean") else "float"  # long serial sums accumulate in double
     if bug == "missing_sync":  # cpu flavour: the accumulator is not reset for each output
-        head, reset = f"  float acc = {ident};\n", ""
+        head, reset = f"  {acc_t} acc = {ident};\n", ""
     else:
-        head, reset = "", f"      float acc = {ident};\n"
+        head, reset = "", f"      {acc_t} acc = {ident};\n"
     return (f"static void run_k{i}(const float* x, float* y, int64_t outer, int64_t R, int64_t inner) {{\n{head}"
             f"  for (int64_t o = 0; o < outer; ++o) {{\n"
             f"    for (int64_t j = 0; j < inner; ++j) {{\n{reset}"
             f"      for (int64_t r = 0; r < {rbound}; ++r) {{ const float v = {index}; acc = {comb}; }}\n"
-            f"      y[o * inner + j] = {fin};\n"
+            f"      y[o * inner + j] = (float)({fin});\n"
             f"    }}\n  }}\n}}\n")
 
 

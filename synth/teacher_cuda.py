@@ -146,6 +146,7 @@ def reduce(i: int, step, bug: str, threads: int) -> str:
         block = "km_block_sum_nosync"
     rbound = "R - 1" if bug == "off_by_one" else "R"
     fin = "acc / (float)R" if a["mean"] else "acc"
+    col_acc = "double" if op in ("sum", "mean") else "float"
     # rows: reduced dims innermost, a block per output element
     row_loop = (f"  for (int64_t r = threadIdx.x; r < {rbound}; r += blockDim.x) {{ float v = xr[r]; acc = {comb}; }}\n"
                 if bug != "missing_bounds_check" else
@@ -162,9 +163,9 @@ def reduce(i: int, step, bug: str, threads: int) -> str:
             f"  int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
             f"  if (t >= outer * inner) return;\n"
             f"  int64_t o = t / inner, j = t % inner;\n"
-            f"  float acc = {ident};\n"
+            f"  {col_acc} acc = {ident};  // long serial sums accumulate in double\n"
             f"  for (int64_t r = 0; r < {rbound}; ++r) {{ float v = {col_index}; acc = {comb}; }}\n"
-            f"  y[t] = {fin};\n}}\n\n"
+            f"  y[t] = (float)({fin});\n}}\n\n"
             f"static void run_k{i}(const float* x, float* y, int64_t outer, int64_t R, int64_t inner) {{\n"
             f"  if (outer * inner == 0) return;\n"
             f"  if (inner == 1) {{\n"
