@@ -74,8 +74,9 @@ def _candidate(d: _Open, response: str, generator, backend: str, reasoning: str)
     return Candidate(candidate_id=cid, task_id=d.task.task_id, backend=backend, generator=generator.name,
                      code=code, turn=len(d.candidates), parent_id=parent, dialogue_id=d.dialogue_id,
                      prompt=d.messages[-1].content, response=response,
-                     reasoning=own if (own and len(d.candidates) == 0 and getattr(generator, "is_llm", False))
-                     else (own or reasoning),
+                     # an LLM's own reasoning wins; the teacher's first turn gets the task's annotated trace
+                     reasoning=(own or reasoning) if getattr(generator, "is_llm", False) or d.candidates
+                     else reasoning,
                      injected_bug=getattr(generator, "injected_bug", lambda r: "")(response))
 
 
