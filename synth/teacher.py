@@ -258,7 +258,7 @@ def choose_bug(reference_code: str, backend: str, sample: int, n: int, bug_rate:
 
 
 def _cpp_list(xs) -> str:
-    return "{" + ", ".join(str(int(x)) for x in xs) + "}"
+    return "{" + ", ".join(x if isinstance(x, str) else str(int(x)) for x in xs) + "}"
 
 
 def _host_step(i: int, s: Step, prog: Program, bug: str) -> str:

@@ -405,6 +405,14 @@ def _view_step(n, name, overload, shapes) -> Step:
         shape = list(out_shape)
         if shape and len(shapes[src.name]) > 0:
             shape[0] = -1  # the leading (batch) dim follows the runtime size
+        if len(out_shape) > len(shapes[src.name]):
+            # an unflatten (linear on 3-D input: view -> mm -> view back): take the leading dims at
+            # runtime from the graph input they came from
+            for name, shp in shapes.items():
+                if name.startswith("arg") and len(shp) >= len(out_shape) and \
+                        tuple(shp[:len(out_shape) - 1]) == tuple(out_shape[:-1]):
+                    shape = [f"v_{name}.sz[{d}]" for d in range(len(out_shape) - 1)] + [out_shape[-1]]
+                    break
         return Step("view", n.name, {"op": "view", "src": src.name, "shape": shape})
     if name == "t":
         perm = [1, 0] if rank == 2 else list(range(rank))
