@@ -15,6 +15,10 @@ task benchmark. Two measurements:
   without the fixed costs (sandbox start-up, and the deliberately hanging module that waits for its
   timeout). The task rate is almost all torch work on CPU at the scaled shapes.
 
+Optionally (``--real DIR``, e.g. the installed ``transformers`` package: real PyTorch code, 2,800
+files) the parse step also runs over DIR, and a random sample of ``--real-sample`` of its
+self-contained modules goes through the sandbox, giving the yield on real code.
+
 Wall times depend on machine load (the project machine is shared): the table records the load
 average at the start.
 """
@@ -65,6 +69,34 @@ def bench_mine(workers: int, target_numel: int, timeout_s: float) -> dict:
             "yield": r.yield_, "table": r.table()}
 
 
+def bench_real(source: str, sample: int, workers: int, target_numel: int, timeout_s: float) -> dict:
+    import concurrent.futures as cf
+    import random
+    from collections import Counter
+
+    from synth.input_synthesis import SandboxPool
+    from synth.mine import MineReport, _process, collect_candidates
+
+    report = MineReport(source=source)
+    t0 = time.perf_counter()
+    cands = list(collect_candidates(source, report, max_file_bytes=1 << 20))
+    parse_s = time.perf_counter() - t0
+    random.Random(0).shuffle(cands)
+    picked = cands[:sample]
+    outcomes: Counter = Counter()
+    t0 = time.perf_counter()
+    with SandboxPool(workers=workers) as pool, cf.ThreadPoolExecutor(workers) as ex:
+        for c, ded, ran, code in ex.map(lambda c: _process(pool, c, target_numel=target_numel, timeout_s=timeout_s,
+                                                           max_forward_s=2.0, min_forward_s=0.0), picked):
+            if ded.get("status") == "ok":
+                outcomes["task" if (ran or {}).get("status") == "ok" else "run_file_failed"] += 1
+            else:
+                outcomes[ded.get("reason", "crash")] += 1
+    return {"files": report.files, "parsed": report.files_parsed, "modules": report.modules_found,
+            "self_contained": len(cands), "why_not": report.not_self_contained.most_common(4), "parse_s": parse_s,
+            "sample": len(picked), "outcomes": outcomes, "mine_s": time.perf_counter() - t0}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--copies", type=int, default=20)
@@ -72,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-numel", type=int, default=1 << 20)
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "mine_cpu.md"))
+    ap.add_argument("--real", default="", help="a directory of real PyTorch code (e.g. site-packages/transformers)")
+    ap.add_argument("--real-sample", type=int, default=60)
     args = ap.parse_args(argv)
 
     load = os.getloadavg()[0]
@@ -88,6 +122,18 @@ def main(argv: list[str] | None = None) -> int:
         ("mine: wall time (all / without the hang)", f"{m['seconds']:.1f} s / {busy:.1f} s",
          f"{m['modules'] / busy * 60:.0f} modules/min without the hang"),
     ]
+    if args.real:
+        r = bench_real(args.real, args.real_sample, args.workers, args.target_numel, args.timeout)
+        tasks = r["outcomes"]["task"]
+        rows += [
+            ("real: files parsed (tree-sitter, closure)", f"{r['parsed']} / {r['files']}",
+             f"{r['files'] / r['parse_s']:.0f} files/s"),
+            ("real: modules found -> self-contained", f"{r['modules']} -> {r['self_contained']}",
+             "dropped: " + ", ".join(f"{k} {v}" for k, v in r["why_not"])),
+            ("real: random sample deduced -> tasks", f"{r['sample']} -> {tasks} ({tasks / max(r['sample'], 1):.0%})",
+             f"{r['sample'] / r['mine_s'] * 60:.0f} modules/min; "
+             + ", ".join(f"{k} {v}" for k, v in r["outcomes"].most_common() if k != "task")),
+        ]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     head = (f"miner on {os.cpu_count()} cores, workers={args.workers}, target_numel={args.target_numel}, "
@@ -96,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print()
     print(m["table"])
-    md = ["# Miner benchmark (CPU)", "", f"`python bench/bench_mine.py --copies {args.copies} --workers {args.workers}`",
+    cmd = f"python bench/bench_mine.py --copies {args.copies} --workers {args.workers}" + (
+        f" --real {args.real} --real-sample {args.real_sample}" if args.real else "")
+    md = ["# Miner benchmark (CPU)", "", f"`{cmd}`",
           "", head, "", "| measurement | count | rate |", "| --- | --- | --- |",
           *(f"| {a} | {b} | {c} |" for a, b, c in rows), "", "Mining report of the timed run:", "", "```",
           m["table"], "```", ""]

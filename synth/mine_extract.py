@@ -358,6 +358,9 @@ class RepoIndex:
 
     def __init__(self, files: list[ParsedFile]):
         self.files = {f.module: f for f in files}
+        # (module, name) -> why it cannot be made self-contained; shared by every class of the repository
+        # so that a big helper that fails (a decorator module, say) is explored once, not once per class
+        self.failed: dict[tuple[str, str], NotSelfContained] = {}
 
     def resolve(self, pf: ParsedFile, b: ImportBinding) -> ParsedFile | None:
         """The repository file an import refers to, or None when it is not in the repository."""
@@ -505,7 +508,17 @@ class _Closure:
         key = (pf.module, name)
         if key in self.visiting:
             return
+        if key in self.index.failed:
+            raise self.index.failed[key]
         self.visiting.add(key)
+        try:
+            self._need(pf, name)
+        except NotSelfContained as e:
+            if e.reason != "name_conflict":  # a conflict depends on what else was collected; the rest do not
+                self.index.failed[key] = e
+            raise
+
+    def _need(self, pf: ParsedFile, name: str) -> None:
         idx = pf.symbols.get(name)
         if idx is None:
             self._from_star_or_builtin(pf, name)
