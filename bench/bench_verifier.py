@@ -71,7 +71,11 @@ def main():
     cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-bench-"), timing_trials=a.timing_trials,
                        time_torch_compile=False, exec_workers=a.exec_workers, run_timeout_s=300)
     cold, cold_wall, util_c, busy_c = run_batch(cands, task, cfg, cores)
+    # printed as soon as known, so a run stopped at its time limit still leaves numbers behind
+    print(f"[cold] wall {cold_wall:.1f} s, passed {sum(v.status == 'pass' for v in cold)}/{a.n}, "
+          f"gpu util {util_c:.2f}, busy {busy_c:.2f}", flush=True)
     warm, warm_wall, util_w, busy_w = run_batch(cands, task, cfg, cores)
+    print(f"[cached] wall {warm_wall:.1f} s, gpu util {util_w:.2f}, busy {busy_w:.2f}", flush=True)
     ok_cold = sum(v.status == "pass" for v in cold)
     ok_warm = sum(v.status == "pass" for v in warm)
     comp_cold = statistics.mean(v.stage_seconds.get("compile", 0.0) for v in cold)

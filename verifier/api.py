@@ -140,6 +140,8 @@ def _front(reference_code: str, candidate_text: str, backend: str, task_id: str,
     problems = check_candidate_shape(code, backend)
     v.stage_seconds["extract"] = round(time.perf_counter() - t0, 4)
     if problems:
+        if any("never launched" in p for p in problems):
+            v.cheats = [cheats.C02]  # a kernel defined but never launched is row 2, not a format slip
         _finish(w, "extract_error", problems)
         return w
     w.code = code
