@@ -9,7 +9,7 @@ A module travels through these steps, each counted in :class:`MineReport`:
     license allowed  the source's license is on the allowlist ("unknown" when the source gives none)
     inputs deduced   constructor arguments and forward inputs found in the sandbox
                      (synth/input_synthesis.py), then shapes scaled toward ``target_numel``
-    filters          float_output, deterministic, no_io_or_randomness, input_dependent, runtime
+    filters          float_output, no_io_or_randomness, deterministic, input_dependent, runtime
     runs from file   the finished program, written to its own file, runs in a fresh sandboxed process
     tasks emitted    exact duplicates (same normalised program) collapse to the first one found
 
