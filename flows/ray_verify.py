@@ -67,7 +67,10 @@ def _compile_spec(build_root: str, spec: dict, timeout_s: float) -> dict:
     """Runs on a Ray worker (one CPU, no GPU): build one extension into the shared build root."""
     from verifier.build import build_blocking
 
-    res = build_blocking(build_root, spec, timeout_s)
+    try:
+        res = build_blocking(build_root, spec, timeout_s)
+    except Exception as e:  # noqa: BLE001 - the execution task then builds (and reports) it itself
+        return {"key": "", "ok": False, "error": f"{type(e).__name__}: {e}", "pid": os.getpid()}
     return {"key": res.key, "ok": res.ok, "seconds": res.seconds, "cached": res.cached, "pid": os.getpid()}
 
 
@@ -99,7 +102,9 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
     """Verify ``items`` ((Task, Candidate) pairs) on Ray; verdicts in the order of ``items``.
 
     ``on_verdict(i, verdict)`` is called in the driver as chunks finish (not from Ray workers).
-    ``stats``, when given, receives the workers that ran chunks (pid, host) and the chunk count."""
+    ``compile_workers`` is accepted for verify_batch's signature; compile parallelism here is the
+    cluster's CPUs. ``stats``, when given, receives the workers that ran chunks (host, pid), the
+    chunk count, the concurrency, the cluster's resources and the distinct extensions built."""
     import ray
 
     items = list(items)
@@ -114,7 +119,6 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
     from verifier.build import spec_key
 
     config = config or VerifyConfig()
-    per_chunk_cpus = 1
     remote = ray.remote(max_retries=2)(_verify_after_builds)
     compile_remote = ray.remote(num_cpus=1, num_gpus=0, max_retries=2)(_compile_spec)
 
@@ -136,7 +140,7 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
     for backend in sorted(backends):
         idx = [i for i, (_, c) in enumerate(items) if c.backend == backend]
         chunks += [(backend, idx[j:j + chunk]) for j in range(0, len(idx), max(1, chunk))]
-    limit = workers or max(1, n_gpus if backends == {"cuda"} else n_cpus // per_chunk_cpus)
+    limit = workers or max(1, n_gpus if backends == {"cuda"} else n_cpus)
 
     verdicts: list = [None] * len(items)
     in_flight: dict = {}
@@ -147,7 +151,8 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
             backend, idx = todo.pop(0)
             opts = {"num_gpus": 1, "num_cpus": 1} if backend == "cuda" else {"num_cpus": 1}
             deps = list(dict.fromkeys(r for i in idx for r in item_builds[i]))
-            ref = remote.options(**opts).remote([items[i] for i in idx], config, per_chunk_cpus, *deps)
+            # one compile worker per chunk: its builds are normally done by the compile tasks
+            ref = remote.options(**opts).remote([items[i] for i in idx], config, 1, *deps)
             in_flight[ref] = idx
         done, _ = ray.wait(list(in_flight), num_returns=1)
         for ref in done:
