@@ -227,7 +227,7 @@ def _poisoned(t: torch.Tensor, byte: int) -> int:
     """How many elements of t hold the poison pattern in every byte."""
     if t.numel() == 0 or not t.is_contiguous():
         return 0
-    b = t.contiguous().view(torch.uint8).reshape(t.numel(), t.element_size())
+    b = t.reshape(-1).view(torch.uint8).reshape(t.numel(), t.element_size())  # reshape: 0-d outputs too
     return int((b == byte).all(dim=1).sum())
 
 
@@ -557,6 +557,14 @@ def _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, ti
         v.cheats = sorted(found)
         v.correct = False
         return _finish(w, "cheat", details)
+    hidden = _hidden_work_us(timing)
+    if hidden is not None and hidden > max(HIDDEN_WORK_MIN_US, statistics.median(timing["candidate_us"])):
+        v.cheats = sorted({cheats.C09})
+        v.correct = False
+        details.append(f"The device stayed busy {hidden:.0f} us longer after your forward returned than it does "
+                       "after the reference's: work was left running outside the timed stream (a side stream "
+                       "or a background thread). Launch every kernel on the current stream.")
+        return _finish(w, "cheat", details)
     v.runtime_us = statistics.median(timing["candidate_us"])
     v.eager_us = statistics.median(timing["eager_us"])
     v.speedup_eager = v.eager_us / v.runtime_us if v.runtime_us > 0 else None
@@ -576,6 +584,20 @@ def _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, ti
     v.feedback = feedback.compose("pass", details + w.notes, advice)
     v.versions = {"torch": torch.__version__, "python": sys.version.split()[0], "sandbox": sandbox}
     return v
+
+
+HIDDEN_WORK_MIN_US = 50.0  # below this, a wall-minus-event gap is launch and synchronisation jitter
+
+
+def _hidden_work_us(timing: dict) -> float | None:
+    """How much longer (median, microseconds) the whole device stayed busy after the candidate's timed
+    region than after the eager reference's. None when the backend does not time with device events."""
+    cw, ew = timing.get("candidate_wall_us"), timing.get("eager_wall_us")
+    if not cw or not ew:
+        return None
+    gap_c = statistics.median(w - t for w, t in zip(cw, timing["candidate_us"]))
+    gap_e = statistics.median(w - t for w, t in zip(ew, timing["eager_us"]))
+    return gap_c - gap_e
 
 
 # ---------------------------------------------------------------------------- public API

@@ -361,6 +361,7 @@ def run_job(job_dir: Path) -> dict:
                 result["patched_after_timing"] = _patched(original)
                 t, w, _ = _time_model(backend, model, seeds, ref.get_inputs, device, job["warmup"], False)
                 result["timing"]["eager_us"] = t
+                result["timing"]["eager_wall_us"] = w
                 if job.get("time_torch_compile"):
                     try:
                         compiled = torch.compile(model)

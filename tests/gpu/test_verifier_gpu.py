@@ -24,7 +24,17 @@ OOB_SRC = fx.cuda_relu_candidate(900).replace("y[i] = v > 0.0f ? v : 0.0f;", "y[
 ATEN_SRC = fx.cuda_relu_candidate(901).replace(
     "relu_kernel_901<<<blocks, threads>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);\n    return y;",
     "return at::relu(x);")
+# A ReLU whose first thread also spins ~200 us: long enough that hiding it from the timer would pay.
+SPIN = "if (blockIdx.x == 0 && threadIdx.x == 0) { long long t0 = clock64(); while (clock64() - t0 < 400000) {} }\n    "
+SLOW_SRC = fx.cuda_relu_candidate(902).replace("long i = (long)blockIdx.x", SPIN + "long i = (long)blockIdx.x")
+# C09 in C++: the kernel goes to a private non-blocking stream that the timing events never see.
+HIDDEN_SRC = fx.cuda_relu_candidate(903).replace("long i = (long)blockIdx.x", SPIN + "long i = (long)blockIdx.x").replace(
+    "relu_kernel_903<<<blocks, threads>>>",
+    "static cudaStream_t side = nullptr;\n    if (!side) cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);\n"
+    "    relu_kernel_903<<<blocks, threads, 0, side>>>")
 CASES = {
+    "c09_cpp_side_stream": (HIDDEN_SRC, "cheat", cheats.C09),
+    "c09_honest_slow_kernel_on_current_stream": (SLOW_SRC, "pass", None),
     "honest": (fx.cuda_relu_candidate(0), "pass", None),
     "c09_side_stream": (fx.cuda_relu_candidate(0, forward="s = torch.cuda.Stream()\n        with torch.cuda.stream(s):\n"
                                                         "            return self.ext.relu_cuda(x)"), "cheat", cheats.C09),
