@@ -258,7 +258,7 @@ def _load_module(code: str, name: str):
     import types
 
     mod = types.ModuleType(name)
-    exec(compile(code, f"<{name}>", "exec"), mod.__dict__)
+    exec(compile(code, f"<{name}>", "exec", dont_inherit=True), mod.__dict__)
     return mod
 
 

@@ -28,6 +28,11 @@ from kernelmill.schema import TABLES, arrow_schema, content_hash, from_table, re
 PART_GLOB = "*.parquet"
 
 
+def part_files(d: Path) -> list[Path]:
+    """The committed Parquet files of a table folder (hidden names, such as temporary files, excluded)."""
+    return sorted(f for f in d.glob(PART_GLOB) if not f.name.startswith("."))
+
+
 def table_dir(root: str | os.PathLike, table: str) -> Path:
     if table not in TABLES:
         raise KeyError(f"unknown table {table!r}; known: {', '.join(TABLES)}")
@@ -39,7 +44,8 @@ def atomic_write_table(arrow_table, path: Path, *, row_group_size: int = 10_000)
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=path.parent)
+    # the suffix is not .parquet: no glob of a table (ours, DuckDB's, datasets') ever sees a partial file
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet.partial", dir=path.parent)
     os.close(fd)
     try:
         pq.write_table(arrow_table, tmp, compression="zstd", row_group_size=row_group_size)
@@ -59,7 +65,7 @@ def stored_ids(root: str | os.PathLike, table: str) -> set[str]:
     d = table_dir(root, table)
     id_field = TABLES[table].id_field
     ids: set[str] = set()
-    for f in sorted(d.glob(PART_GLOB)):
+    for f in part_files(d):
         ids.update(pq.read_table(f, columns=[id_field]).column(id_field).to_pylist())
     return ids
 
@@ -91,7 +97,7 @@ def read_arrow(root: str | os.PathLike, table: str):
 
     cls = TABLES[table]
     schema = arrow_schema(cls)
-    files = sorted(table_dir(root, table).glob(PART_GLOB))
+    files = part_files(table_dir(root, table))
     if not files:
         return schema.empty_table()
     t = pa.concat_tables([pq.read_table(f).select(schema.names).cast(schema) for f in files])

@@ -215,7 +215,7 @@ def _trace_program(code: str, seed: int) -> dict:
             return out
 
     ns: dict[str, Any] = {"__name__": "kernelmill_task"}
-    exec(compile(code, "<reference>", "exec"), ns)
+    exec(compile(code, "<reference>", "exec", dont_inherit=True), ns)
     torch.manual_seed(seed)
     init = ns["get_init_inputs"]()
     model = ns["Model"](*init)

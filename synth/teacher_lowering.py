@@ -180,7 +180,7 @@ def lower_reference(code: str) -> Program:
 
     ns: dict = {"__name__": "kernelmill_reference"}
     try:
-        exec(compile(code, "<reference>", "exec"), ns)
+        exec(compile(code, "<reference>", "exec", dont_inherit=True), ns)
         torch.manual_seed(0)
         init_inputs = list(ns["get_init_inputs"]())
         model = ns["Model"](*init_inputs).eval()

@@ -36,7 +36,7 @@ def test_flow_completes_and_records_latest_run(flow_run):
 def test_tables_are_parquet_that_duckdb_reads(flow_run):
     out, state = flow_run
     con = duckdb.connect()
-    n_tasks = con.sql(f"select count(*) from read_parquet('{out}/tasks/*.parquet')").fetchone()[0]
+    n_tasks = con.sql(f"select count(*) from read_parquet('{out}/tasks/*.parquet')").fetchall()[0][0]
     assert n_tasks == len(SEEDS)
     rows = con.sql(f"""select d.task_id, d.num_turns, d.solved, d.first_turn_reward, d.final_reward
                        from read_parquet('{out}/dialogues/*.parquet') d""").fetchall()

@@ -100,7 +100,7 @@ def load_reference(reference_code: str, name: str = "task"):
     """The task program as a module; InputError when it is not a runnable KernelBench program."""
     mod = types.ModuleType("km_reference_parent")
     try:
-        exec(compile(reference_code, f"<{name}>", "exec"), mod.__dict__)
+        exec(compile(reference_code, f"<{name}>", "exec", dont_inherit=True), mod.__dict__)
     except Exception as e:  # noqa: BLE001
         raise InputError(name, f"the task program does not run: {type(e).__name__}: {e}") from None
     for attr in ("Model", "get_inputs", "get_init_inputs"):

@@ -185,7 +185,7 @@ def _exec_module(name: str, code: str, filename: str):
     mod = types.ModuleType(name)
     mod.__file__ = filename
     sys.modules[name] = mod
-    exec(compile(code, filename, "exec"), mod.__dict__)
+    exec(compile(code, filename, "exec", dont_inherit=True), mod.__dict__)
     return mod
 
 
