@@ -27,7 +27,7 @@ from synth.teacher_lowering import lower_reference  # noqa: E402
 SEEDS = {p.stem: p.read_text() for p in sorted((ROOT / "data" / "seed_tasks").glob("*/*.py"))}
 ALL = {name: code for _, name, code in family_tasks()}
 # planted bugs compiled into the shared extension: (task, bug) pairs where the bug must show on cpu
-BUGGY = [("1_ReLU", "off_by_one"), ("7_Softmax", "missing_bounds_check"), ("2_Add_Broadcast", "wrong_stride"),
+BUGGY = [("1_ReLU", "off_by_one"), ("5_Sum_Reduction_Dim", "missing_bounds_check"), ("2_Add_Broadcast", "wrong_stride"),
          ("8_Matmul", "missing_sync"), ("5_Sum_Reduction_Dim", "wrong_stride"), ("9_LayerNorm", "missing_sync")]
 
 
