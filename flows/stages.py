@@ -138,7 +138,8 @@ def gpu_slot(cfg: dict):
     from prefect.concurrency.sync import concurrency
 
     ensure_gpu_limit(cfg.get("flows", {}).get("gpu_concurrency", 1))
-    return concurrency(GPU_LIMIT, occupy=1)
+    # leases are renewed while held; a run killed while holding one frees it within a minute
+    return concurrency(GPU_LIMIT, occupy=1, lease_duration=60)
 
 
 # ---------------------------------------------------------------------------- cached gatherers

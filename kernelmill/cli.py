@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that add subcommands, in the order --help lists them (the pipeline's order).
@@ -46,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The ephemeral Prefect server takes 10-75 s to start on a small, busy machine; prefect waits 20 s.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

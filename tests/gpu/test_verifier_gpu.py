@@ -53,7 +53,7 @@ CASES = {
 def _run_cases():
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
     cfg = VerifyConfig(build_dir=os.environ.get("KM_GPU_BUILDS", tempfile.mkdtemp(prefix="km-gpu-builds-")),
-                       timing_trials=20, time_torch_compile=True, run_timeout_s=120, exec_workers=1)
+                       timing_trials=20, time_torch_compile=True, run_timeout_s=180, exec_workers=4)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
              for n, (c, _, _) in CASES.items()]
     return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=os.cpu_count())))

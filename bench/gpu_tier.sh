@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The GPU tier, batched for one call on a GPU box (torch alone is enough there):
+#   1. pytest -m gpu tests/gpu        (verifier checks that need CUDA)
+#   2. bench/bench_teacher_gpu.py     (the teacher's cuda candidates, one task per op family)
+# or, with the argument "verifier":  bench/bench_verifier.py (throughput, busy fraction, timing noise).
+# Logs and tables go to $OUT (default /tmp/km-gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/km-gpu-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT/device.txt"
+if [ "${1:-}" = "verifier" ]; then
+    python3 bench/bench_verifier.py --n "${N:-32}" --exec-workers 4 --out "$OUT" 2>&1 | tee "$OUT/bench_verifier.log"
+    exit "${PIPESTATUS[0]}"
+fi
+python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
+rc=${PIPESTATUS[0]}
+python3 bench/bench_teacher_gpu.py --exec-workers 4 --out "$OUT" 2>&1 | tee "$OUT/bench_teacher.log"
+exit $rc
