@@ -135,8 +135,15 @@ def ensure_gpu_limit(slots: int) -> None:
 
 def gpu_slot(cfg: dict):
     """Hold one slot of ``kernelmill-gpu`` (one verifier or dialogue batch per GPU at a time)."""
-    from prefect.concurrency.sync import concurrency
+    import contextlib
 
+    from prefect.concurrency.sync import concurrency
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        # An ephemeral server lives as long as this one flow run, so there is nothing to share a GPU
+        # with; and it runs no lease-expiry service, so a slot held by a killed run would never free.
+        return contextlib.nullcontext()
     ensure_gpu_limit(cfg.get("flows", {}).get("gpu_concurrency", 1))
     # leases are renewed while held; a run killed while holding one frees it within a minute
     return concurrency(GPU_LIMIT, occupy=1, lease_duration=60)

@@ -152,7 +152,8 @@ def stage_mine(run_dir: str | os.PathLike, cfg: dict, source: str | None = None)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     (Path(run_dir) / "mine_report.json").write_text(json.dumps(report, indent=2, default=str))
     written = save_gathered(run_dir, "mine", {"source": source, **cfg["mine"]}, tasks)
-    return {"github": len(tasks), "mine_report": report, "written": written}
+    summary = {k: v for k, v in report.items() if k != "modules"}  # per-module detail stays in the file
+    return {"github": len(tasks), "mine_report": summary, "written": written}
 
 
 def save_gathered(run_dir: str | os.PathLike, what: str, settings: dict, tasks: list) -> int:
@@ -369,11 +370,34 @@ def stage_verify(run_dir: str | os.PathLike, cfg: dict, backend: str | None = No
             "written": counts["written"]}
 
 
-def stage_dialogues(run_dir: str | os.PathLike, cfg: dict, backend: str | None = None,
-                    progress: ProgressFn | None = None) -> dict:
-    """Generate, verify and repair candidates for every task without dialogues yet.
+def select_for_generation(tasks: list, limit: int) -> list:
+    """At most ``limit`` tasks (0: all), taken round-robin across sources in curriculum order, so a
+    budgeted run still covers seed, mined and NNSmith tasks. Deterministic for a given task list."""
+    if not limit or limit >= len(tasks):
+        return list(tasks)
+    by_source: dict[str, list] = {}
+    for t in tasks:
+        by_source.setdefault(t.source, []).append(t)
+    queues = [by_source[s] for s in sorted(by_source)]
+    picked: list = []
+    while len(picked) < limit:
+        for q in queues:
+            if q and len(picked) < limit:
+                picked.append(q.pop(0))
+    keep = {t.task_id for t in picked}
+    return [t for t in tasks if t.task_id in keep]
 
-    Each task's candidates, verdicts and dialogues are written as soon as that task is done."""
+
+def stage_dialogues(run_dir: str | os.PathLike, cfg: dict, backend: str | None = None,
+                    progress: ProgressFn | None = None, limit: int | None = None) -> dict:
+    """Generate, verify and repair candidates for the selected tasks that have no dialogues yet.
+
+    The selection is ``select_for_generation(curriculum, limit)`` with ``limit`` from
+    ``run.max_generate_tasks`` unless given (0: every task). Each task's candidates, verdicts and
+    dialogues are written as soon as that task is done; feedback-conditioned repair tasks (groups in
+    which every sample failed) are appended to ``<run_dir>/repair_tasks.jsonl``."""
+    import json
+
     from synth.annotate import order_curriculum
     from synth.generate import make_generator
     from synth.repair import run_dialogues
@@ -381,12 +405,18 @@ def stage_dialogues(run_dir: str | os.PathLike, cfg: dict, backend: str | None =
 
     backend = resolve_backend(cfg, backend)
     run = cfg["run"]
-    tasks = order_curriculum(store.read_records(run_dir, "tasks"))
+    limit = run.get("max_generate_tasks", 0) if limit is None else limit
+    tasks = select_for_generation(order_curriculum(store.read_records(run_dir, "tasks")), limit)
     done = {d.task_id for d in store.read_records(run_dir, "dialogues") if d.backend == backend}
     todo = [t for t in tasks if t.task_id not in done]
     finished = [0]
+    repair_file = Path(run_dir) / "repair_tasks.jsonl"
 
     def save(result) -> None:
+        if result.repair_tasks:  # before the dialogues: a task is only "done" once everything is stored
+            with open(repair_file, "a") as f:
+                for rt in result.repair_tasks:
+                    f.write(json.dumps(rt) + "\n")
         store.write_records(run_dir, "candidates", result.candidates)
         store.write_records(run_dir, "verdicts", result.verdicts)
         store.write_records(run_dir, "dialogues", result.dialogues)
@@ -415,7 +445,7 @@ SUMMARY_SQL = """
 SELECT t.level,
        count(DISTINCT t.task_id)                                   AS tasks,
        count(v.candidate_id)                                       AS candidates,
-       round(avg(CASE WHEN v.correct THEN 1 ELSE 0 END), 3)        AS pass_rate,
+       round(avg(v.correct::INT), 3)                               AS pass_rate,
        count(DISTINCT CASE WHEN v.correct THEN t.task_id END)      AS tasks_solved,
        round(median(v.speedup_eager) FILTER (WHERE v.correct), 3)  AS median_speedup_eager
 FROM read_parquet('{root}/tasks/*.parquet') t

@@ -209,43 +209,21 @@ def register(subparsers) -> None:
     p.add_argument("--backend", default=None, help="cuda, cpu or auto (default: [run] backend)")
     p.add_argument("--samples", type=int, default=None, help="first-turn samples per task")
     p.add_argument("--max-turns", type=int, default=None, help="turns per dialogue, the first included")
-    p.add_argument("--limit", type=int, default=0, help="at most this many tasks without dialogues (0: all)")
+    p.add_argument("--limit", type=int, default=0, help="at most this many tasks in all, round-robin over sources (0: every task)")
     p.set_defaults(handler=_cmd_repair)
 
 
 def _cmd_repair(args) -> int:
     from pathlib import Path
 
-    from kernelmill import store
+    from kernelmill.config import apply_overrides
     from kernelmill.errors import InputError
-    from kernelmill.pipeline import resolve_backend
-    from synth.annotate import order_curriculum
-    from synth.generate import make_generator
-    from verifier.api import VerifyConfig
+    from kernelmill.pipeline import stage_dialogues
 
-    cfg, run_dir = args.cfg, Path(args.run_dir)
+    run_dir = Path(args.run_dir)
     if not (run_dir / "tasks").is_dir():
         raise InputError(run_dir, "has no tasks table; run `kernelmill annotate` or `kernelmill run` first")
-    run = cfg["run"]
-    backend = resolve_backend(cfg, args.backend)
-    done = {d.task_id for d in store.read_records(run_dir, "dialogues") if d.backend == backend}
-    todo = [t for t in order_curriculum(store.read_records(run_dir, "tasks")) if t.task_id not in done]
-    if args.limit:
-        todo = todo[: args.limit]
-    repair_file = run_dir / "repair_tasks.jsonl"
-
-    def save(result) -> None:
-        store.write_records(run_dir, "candidates", result.candidates)
-        store.write_records(run_dir, "verdicts", result.verdicts)
-        store.write_records(run_dir, "dialogues", result.dialogues)
-        if result.repair_tasks:
-            with open(repair_file, "a") as f:
-                for rt in result.repair_tasks:
-                    f.write(json.dumps(rt) + "\n")
-
-    gen = make_generator(cfg["generate"], backend=backend, bug_rate=run["bug_rate"], seed=run.get("nnsmith_seed", 0))
-    stats = run_dialogues(todo, gen, backend=backend, samples_per_task=args.samples or run["samples_per_task"],
-                          max_turns=args.max_turns or run["max_turns"],
-                          verify_config=VerifyConfig.from_dict(cfg["verify"]), on_task_done=save)
-    print(json.dumps({"backend": backend, **stats}, indent=1))
+    over = {k: v for k, v in {"run.samples_per_task": args.samples, "run.max_turns": args.max_turns}.items() if v}
+    stats = stage_dialogues(run_dir, apply_overrides(args.cfg, over), args.backend, limit=args.limit)
+    print(json.dumps(stats, indent=1, default=str))
     return 0

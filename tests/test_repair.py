@@ -85,8 +85,8 @@ def test_buggy_sample_is_repaired_on_turn_two(repaired_run, task):
     assert fixed.num_turns == 2 and fixed.solved
     assert [m.role for m in fixed.messages] == ["system", "user", "assistant", "user", "assistant"]
     first, second = fixed.turn_verdicts
-    # the unwritten last element is garbage from torch.empty: judged wrong (or stale-memory cheat)
-    assert not first.correct and first.status in ("wrong", "cheat") and second.correct
+    # the unwritten last element holds the poison pattern: an honest indexing bug, judged wrong (not C06)
+    assert not first.correct and first.status == "wrong" and second.correct
     assert fixed.first_turn_reward == first.reward < fixed.final_reward == second.reward
     # the feedback turn quotes the verifier, and the teacher's answer refers to it
     verdicts = {v.candidate_id: v for v in store.read_records(run_dir, "verdicts")}

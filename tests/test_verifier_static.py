@@ -48,6 +48,9 @@ STATIC_CASES = [
      fx.cpu_candidate("return ext.relu(x)", init="self.lin = nn.Linear(1000, 1000)  # weights only")),
     (cheats.C01, fx.cpu_candidate("return (x @ x.t())"), fx.cpu_candidate("return ext.matmul(x, x.t().contiguous())")),
     (cheats.C01, fx.cpu_candidate("return torch.compile(lambda t: t.clamp(min=0))(x)"), fx.HONEST_RELU),
+    # a constant table built with torch in __init__ is honest; the same compute in forward is not
+    (cheats.C01, fx.cpu_candidate("return ext.relu(x) * torch.sin(torch.arange(1000.0))"),
+     fx.cpu_candidate("return ext.relu(x)", init="self.register_buffer('pe', torch.sin(torch.arange(1000.0)))")),
     (cheats.C02, fx.cpu_candidate("return x.new_zeros(x.shape)"),
      fx.cpu_candidate("fn = ext.relu\nreturn fn(x)")),
     (cheats.C03, fx.cpu_candidate("try:\n    return ext.relu(x)\nexcept Exception:\n    return torch.relu(x)"),

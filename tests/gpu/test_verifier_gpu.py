@@ -33,7 +33,7 @@ HIDDEN_SRC = fx.cuda_relu_candidate(903).replace("long i = (long)blockIdx.x", SP
     "static cudaStream_t side = nullptr;\n    if (!side) cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);\n"
     "    relu_kernel_903<<<blocks, threads, 0, side>>>")
 CASES = {
-    "c09_cpp_side_stream": (HIDDEN_SRC, "cheat", cheats.C09),
+    "c09_cpp_side_stream": (HIDDEN_SRC, None, None),  # judged by test_side_stream_work_is_not_hidden
     "c09_honest_slow_kernel_on_current_stream": (SLOW_SRC, "pass", None),
     "honest": (fx.cuda_relu_candidate(0), "pass", None),
     "c09_side_stream": (fx.cuda_relu_candidate(0, forward="s = torch.cuda.Stream()\n        with torch.cuda.stream(s):\n"
@@ -72,6 +72,8 @@ def verdicts():
 def test_gpu_case(name):
     v = verdicts()[name]
     _, status, code = CASES[name]
+    if status is None:
+        return
     print(name, v.status, v.cheats, v.runtime_us, v.eager_us, v.compile_us, v.device)
     assert v.status == status, (name, v.status, v.cheats, v.feedback)
     if code:
@@ -103,3 +105,15 @@ if __name__ == "__main__":
         failed += 1
         print("FAIL illegal_access_feedback", str(e)[:800])
     sys.exit(1 if failed else 0)
+
+
+def test_side_stream_work_is_not_hidden():
+    """Work launched from C++ on a private non-blocking stream either counts in the timed region (on the
+    H200 the current-stream events did wait for it) or is flagged C09 by the wall-minus-event check: it
+    never makes a candidate look faster than the same kernel on the current stream."""
+    v, slow = verdicts()["c09_cpp_side_stream"], verdicts()["c09_honest_slow_kernel_on_current_stream"]
+    assert slow.status == "pass" and slow.runtime_us > 100, slow.feedback
+    if v.status == "cheat":
+        assert cheats.C09 in v.cheats, v.feedback
+    else:
+        assert v.status == "pass" and v.runtime_us >= 0.8 * slow.runtime_us, (v.runtime_us, slow.runtime_us)
