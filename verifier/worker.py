@@ -136,23 +136,13 @@ def _apply_limits(job: dict) -> dict:
 
 
 def _guarded() -> dict:
-    """Functions whose identity the checks rely on."""
+    """Functions whose identity the checks rely on, as they are bound now (called once before the
+    candidate is imported, and again after each phase to see what it replaced)."""
     return {"torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
             "torch.manual_seed": torch.manual_seed, "torch.randn": torch.randn, "torch.rand": torch.rand,
             "torch.allclose": torch.allclose, "torch.equal": torch.equal, "torch.save": torch.save,
             "torch.Tensor.clone": torch.Tensor.clone, "torch.Tensor.copy_": torch.Tensor.copy_,
             "torch.Tensor.cpu": torch.Tensor.cpu, "time.perf_counter": time.perf_counter,
-            "builtins.print": builtins.print, "builtins.isinstance": builtins.isinstance,
-            "builtins.type": builtins.type, "torch.nn.Module.__call__": torch.nn.Module.__call__}
-
-
-def _current_guarded() -> dict:
-    import time as time_mod
-    return {"torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
-            "torch.manual_seed": torch.manual_seed, "torch.randn": torch.randn, "torch.rand": torch.rand,
-            "torch.allclose": torch.allclose, "torch.equal": torch.equal, "torch.save": torch.save,
-            "torch.Tensor.clone": torch.Tensor.clone, "torch.Tensor.copy_": torch.Tensor.copy_,
-            "torch.Tensor.cpu": torch.Tensor.cpu, "time.perf_counter": time_mod.perf_counter,
             "builtins.print": builtins.print, "builtins.isinstance": builtins.isinstance,
             "builtins.type": builtins.type, "torch.nn.Module.__call__": torch.nn.Module.__call__}
 
@@ -168,7 +158,7 @@ def _unwrap(fn):
 
 
 def _patched(original: dict) -> list[str]:
-    now = _current_guarded()
+    now = _guarded()
     return [k for k, fn in original.items() if _unwrap(now.get(k)) is not _unwrap(fn)]
 
 
