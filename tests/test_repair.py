@@ -12,26 +12,9 @@ from kernelmill.schema import Dialogue, Task
 from synth.generate import TeacherGenerator
 from synth.repair import run_dialogues
 from synth.teacher import choose_bug
+from verifier.fixtures import RELU_TASK
 
-RELU = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(64, 500)]
-
-
-def get_init_inputs():
-    return []
-"""
+RELU = RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(64, 500)")
 
 
 @pytest.fixture(scope="module")
