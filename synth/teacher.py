@@ -41,6 +41,7 @@ HOST_PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
 #include <vector>
+#include <algorithm>
 
 #define KM_MAXD 8
 // A tensor view as plain metadata: views (reshape, permute, expand, slice) never dispatch an op.

@@ -25,21 +25,31 @@ static void km_copy(const TV& src, float* dst) {
 """
 
 
+def operand_code(a, nd: int, nin: int, ind: str, unroll: str = "") -> str:
+    """C/CUDA statements, indented by ``ind``, that load each operand of element ``i`` of a fused
+    pointwise step (offsets strided against the output shape when not all operands are direct) and
+    compute its body. Shared by the cpu loop and the cuda kernel; ``unroll`` is a pragma line for
+    the coordinate loop (cuda), placed before it."""
+    offs = "".join(f"{ind}int64_t o{k} = i;\n" for k in range(nin))
+    if nd > 0:
+        coord = "".join(f"{ind}  int64_t p{k} = 0;\n" for k in range(nin))
+        acc = "".join(f"{ind}    p{k} += c * a.st[{k}][d];\n" for k in range(nin))
+        pick = "".join(f"{ind}  if (!a.direct[{k}]) o{k} = p{k};\n" for k in range(nin))
+        pragma = f"{ind}  {unroll}\n" if unroll else ""
+        offs += (f"{ind}if (!a.all_direct) {{\n{ind}  int64_t rem = i;\n{coord}{pragma}"
+                 f"{ind}  for (int d = {nd - 1}; d >= 0; --d) {{\n"
+                 f"{ind}    int64_t c = rem % a.sz[d]; rem /= a.sz[d];\n{acc}{ind}  }}\n{pick}{ind}}}\n")
+    loads = "".join(f"{ind}const float L{k} = a.in[{k}][o{k}];\n" for k in range(nin))
+    body = "".join(f"{ind}{line}\n" for line in a["body"])
+    return offs + loads + body
+
+
 def pointwise(i: int, step, nd: int, nin: int, bug: str, threads: int = 0) -> str:
     a = step.args
     bound = "n - 1" if bug == "off_by_one" else "n"
-    offs = "".join(f"    int64_t o{k} = i;\n" for k in range(nin))
-    if nd > 0:
-        coord = "".join(f"      int64_t p{k} = 0;\n" for k in range(nin))
-        acc = "".join(f"        p{k} += c * a.st[{k}][d];\n" for k in range(nin))
-        pick = "".join(f"      if (!a.direct[{k}]) o{k} = p{k};\n" for k in range(nin))
-        offs += (f"    if (!a.all_direct) {{\n      int64_t rem = i;\n{coord}"
-                 f"      for (int d = {nd - 1}; d >= 0; --d) {{\n"
-                 f"        int64_t c = rem % a.sz[d]; rem /= a.sz[d];\n{acc}      }}\n{pick}    }}\n")
-    loads = "".join(f"    const float L{k} = a.in[{k}][o{k}];\n" for k in range(nin))
-    body = "".join(f"    {line}\n" for line in a["body"])
+    ops = operand_code(a, nd, nin, "    ")
     return (f"static void run_k{i}(float* out, int64_t n, const PW{i}Args& a) {{\n"
-            f"  for (int64_t i = 0; i < {bound}; ++i) {{\n{offs}{loads}{body}"
+            f"  for (int64_t i = 0; i < {bound}; ++i) {{\n{ops}"
             f"    out[i] = {a['result']};\n  }}\n}}\n")
 
 
@@ -114,10 +124,13 @@ def layernorm(i: int, step, bug: str, threads: int = 0) -> str:
 
 
 def matmul(i: int, step, bug: str, tile: int = 0) -> str:
+    # Rows accumulate in one reused scratch row. The missing_sync bug skips clearing it, so each row
+    # starts from the previous row's sums: wrong from the second row on, whatever memory held.
     kb = {"off_by_one": "a.K - 1", "missing_bounds_check": "a.K + 1"}.get(bug, "a.K")
     bidx = "B[k * a.sbk + j * a.sbn]" if bug != "wrong_stride" else "B[k * a.sbn + j * a.sbk]"
-    reset = "" if bug == "missing_sync" else "      for (int64_t j = 0; j < a.N; ++j) cr[j] = 0.0f;\n"
+    reset = "" if bug == "missing_sync" else "      std::fill(acc.begin(), acc.end(), 0.0f);\n"
     return (f"static void run_k{i}(const KMMatmulArgs& a, float* c) {{\n"
+            f"  std::vector<float> acc(a.N, 0.0f);\n"
             f"  for (int64_t bt = 0; bt < a.batch; ++bt) {{\n"
             f"    const float* A = a.a + bt * a.sab;\n"
             f"    const float* B = a.b + bt * a.sbb;\n"
@@ -125,10 +138,10 @@ def matmul(i: int, step, bug: str, tile: int = 0) -> str:
             f"      float* cr = c + (bt * a.M + i) * a.N;\n{reset}"
             f"      for (int64_t k = 0; k < {kb}; ++k) {{\n"
             f"        const float av = A[i * a.sam + k * a.sak];\n"
-            f"        for (int64_t j = 0; j < a.N; ++j) cr[j] += av * {bidx};\n"
+            f"        for (int64_t j = 0; j < a.N; ++j) acc[j] += av * {bidx};\n"
             f"      }}\n"
             f"      for (int64_t j = 0; j < a.N; ++j) {{\n"
-            f"        float v = a.alpha * cr[j];\n"
+            f"        float v = a.alpha * acc[j];\n"
             f"        if (a.bias) v += a.beta * a.bias[i * a.sbias_m + j * a.sbias_n];\n"
             f"        cr[j] = v;\n      }}\n"
             f"    }}\n  }}\n}}\n")

@@ -16,6 +16,8 @@ Kernels (float32):
 
 from __future__ import annotations
 
+from synth.teacher_cpu import operand_code
+
 PRELUDE = r"""
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -110,19 +112,10 @@ def pointwise(i: int, step, nd: int, nin: int, bug: str, threads: int) -> str:
         guard = "  if (i >= n - 1) return;\n"
     elif bug == "missing_bounds_check":
         guard = ""
-    offs = "".join(f"  int64_t o{k} = i;\n" for k in range(nin))
-    if nd > 0:
-        coord = "".join(f"    int64_t p{k} = 0;\n" for k in range(nin))
-        acc = "".join(f"      p{k} += c * a.st[{k}][d];\n" for k in range(nin))
-        pick = "".join(f"    if (!a.direct[{k}]) o{k} = p{k};\n" for k in range(nin))
-        offs += (f"  if (!a.all_direct) {{\n    int64_t rem = i;\n{coord}"
-                 f"    #pragma unroll\n    for (int d = {nd - 1}; d >= 0; --d) {{\n"
-                 f"      int64_t c = rem % a.sz[d]; rem /= a.sz[d];\n{acc}    }}\n{pick}  }}\n")
-    loads = "".join(f"  const float L{k} = a.in[{k}][o{k}];\n" for k in range(nin))
-    body = "".join(f"  {line}\n" for line in a["body"])
+    ops = operand_code(a, nd, nin, "  ", unroll="#pragma unroll")
     grid = f"(n + {threads} - 1) / {threads}"
     return (f"__global__ void k{i}_pointwise(float* __restrict__ out, int64_t n, PW{i}Args a) {{\n"
-            f"  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n{guard}{offs}{loads}{body}"
+            f"  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n{guard}{ops}"
             f"  out[i] = {a['result']};\n}}\n\n"
             f"static void run_k{i}(float* out, int64_t n, const PW{i}Args& a) {{\n"
             f"  if (n == 0) return;\n"
