@@ -65,6 +65,7 @@ class VerifyConfig:
     allow_child_compile: bool = True
     build_dir: str = ""
     keep_jobs: bool = False
+    warm_processes: int = -1  # cuda: single-use processes started ahead (-1: as many as exec_workers; 0: none)
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "VerifyConfig":
@@ -287,25 +288,115 @@ def _close_servers() -> None:
         srv.close()
 
 
-def _spawn_child(job_dir: Path, timeout_s: float) -> tuple[int, bool]:
-    """A fresh interpreter per candidate (cuda: a forked child cannot use CUDA once torch has been
-    imported in a parent that touched it, so the cuda backend pays the import instead of forking)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-               PYTHONDONTWRITEBYTECODE="1")
-    with open(job_dir / "child.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "verifier.worker", str(job_dir)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(job_dir),
+def _job_root() -> str | None:
+    """Where job directories go: ``KM_JOB_DIR``, else /dev/shm when it has room (inputs and outputs of a
+    job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off the disk),
+    else the default temporary directory."""
+    if os.environ.get("KM_JOB_DIR"):
+        return os.environ["KM_JOB_DIR"]
+    try:
+        st = os.statvfs("/dev/shm")
+        if st.f_bavail * st.f_frsize > 8 * 2**30 and os.access("/dev/shm", os.W_OK):
+            return "/dev/shm"
+    except OSError:
+        pass
+    return None
+
+
+class WarmPool:
+    """Single-use execution processes for the cuda backend, started ahead of need: each has imported
+    torch and created its CUDA context before a candidate is assigned to it, runs exactly one job and
+    exits (``verifier.worker --wait``). Isolation is that of a fresh process per candidate; the start-up
+    cost (a CUDA context cannot be forked) overlaps with the execution of earlier candidates."""
+
+    def __init__(self, backend: str, size: int):
+        self.backend, self.size = backend, max(1, size)
+        self._ready: list[subprocess.Popen] = []
+        self._lock = threading.Lock()
+        self.fill()
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+                   PYTHONDONTWRITEBYTECODE="1", KM_WARM_BACKEND=self.backend)
+        return subprocess.Popen([sys.executable, "-m", "verifier.worker", "--wait"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, text=True,
                                 start_new_session=True)
-        try:
-            return proc.wait(timeout=timeout_s), False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            return proc.wait(), True
+
+    def fill(self) -> None:
+        with self._lock:
+            self._ready = [p for p in self._ready if p.poll() is None]
+            while len(self._ready) < self.size:
+                self._ready.append(self._start())
+
+    def take(self) -> subprocess.Popen | None:
+        with self._lock:
+            proc = None
+            while self._ready and proc is None:
+                p = self._ready.pop(0)
+                proc = p if p.poll() is None else None
+        self.fill()
+        return proc
+
+    def close(self) -> None:
+        with self._lock:
+            for p in self._ready:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                p.wait()
+            self._ready = []
 
 
-def _run_child(job_dir: Path, backend: str, timeout_s: float) -> tuple[int | None, bool, str]:
+_WARM: dict[str, WarmPool] = {}
+
+
+def warm_pool(backend: str, size: int) -> WarmPool:
+    with _SERVERS_LOCK:
+        pool = _WARM.get(backend)
+        if pool is None:
+            pool = _WARM[backend] = WarmPool(backend, size)
+        elif pool.size < size:
+            pool.size = size
+        return pool
+
+
+@atexit.register
+def _close_warm() -> None:
+    for pool in list(_WARM.values()):
+        pool.close()
+
+
+def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", warm: int = 0) -> tuple[int, bool]:
+    """A fresh interpreter per candidate (cuda: a forked child cannot use CUDA once torch has been
+    imported in a parent that touched it, so the cuda backend pays the import instead of forking); with
+    ``warm`` > 0 the interpreter comes from the WarmPool, started before the job existed."""
+    proc = None
+    if warm > 0:
+        proc = warm_pool(backend, warm).take()
+        if proc is not None:
+            try:
+                proc.stdin.write(f"{job_dir}\n")
+                proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                proc = None
+    if proc is None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+                   PYTHONDONTWRITEBYTECODE="1")
+        with open(job_dir / "child.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "verifier.worker", str(job_dir)], stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(job_dir),
+                                    start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout_s), False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait(), True
+
+
+def _run_child(job_dir: Path, backend: str, timeout_s: float, warm: int = 0) -> tuple[int | None, bool, str]:
     if backend != "cpu":
-        rc, timed_out = _spawn_child(job_dir, timeout_s)
+        rc, timed_out = _spawn_child(job_dir, timeout_s, backend, warm)
         log_file = job_dir / "child.log"
         return rc, timed_out, log_file.read_text(errors="replace") if log_file.is_file() else ""
     try:
@@ -329,7 +420,7 @@ def _execute(w: _Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Ver
     init = ref_mod.get_init_inputs()
     torch.manual_seed(init_seed)
     model = ref_mod.Model(*init).to(device).eval()
-    job_dir = Path(tempfile.mkdtemp(prefix="km-job-"))
+    job_dir = Path(tempfile.mkdtemp(prefix="km-job-", dir=_job_root()))
     t0 = time.perf_counter()
     trials = []  # (inputs on cpu, reference outputs on cpu, is_other_shape)
     with torch.no_grad():
@@ -358,9 +449,13 @@ def _execute(w: _Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Ver
     (job_dir / "job.json").write_text(json.dumps(job))
     for i, (inputs, _, _) in enumerate(trials):
         torch.save({"inputs": inputs}, job_dir / f"trial_{i}.pt")
+    t_child = time.perf_counter()
+    v.stage_seconds["execute_prepare"] = round(t_child - t0, 3)
     rc, timed_out, log = _run_child(job_dir, backend, cfg.run_timeout_s + (cfg.compile_timeout_s
                                                                           if cfg.allow_child_compile and
-                                                                          not w.specs else 0))
+                                                                          not w.specs else 0),
+                                    warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
+    v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
     v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
     try:
         return _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, timed_out, log)
@@ -396,6 +491,8 @@ def _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, ti
         return _finish(w, "crash", [f"The process running your kernel died: {why}{hint}."
                                     + (f" Last output:\n{log_tail}" if log_tail else "")])
     res = torch.load(res_file, weights_only=True)
+    for name, secs in (res.get("phase_s") or {}).items():
+        v.stage_seconds[f"child_{name}"] = float(secs)
     sandbox = res.get("sandbox", {})
     v.versions = {"sandbox": sandbox}
     for key, label in (("import_error", "Importing your program failed"), ("init_error", "ModelNew() failed")):

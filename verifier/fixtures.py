@@ -178,3 +178,51 @@ class ModelNew(nn.Module):
     def forward(self, x):
         {forward}
 '''
+
+
+CUDA_RELU_BARE_TEMPLATE = r'''
+#include <cstdint>
+__global__ void relu_bare_{k}(const float* __restrict__ x, float* __restrict__ y, int64_t n) {{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {{ float v = x[i]; y[i] = v > 0.0f ? v : 0.0f; }}
+}}
+void relu_launch(const float* x, float* y, int64_t n, cudaStream_t s) {{
+    relu_bare_{k}<<<(unsigned)((n + {threads} - 1) / {threads}), {threads}, 0, s>>>(x, y, n);
+}}
+'''
+
+CPP_RELU_BARE_WRAPPER = r'''
+#include <ATen/cuda/CUDAContext.h>
+void relu_launch(const float* x, float* y, int64_t n, cudaStream_t s);
+torch::Tensor relu_cuda(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat32, "x must be a float32 CUDA tensor");
+    x = x.contiguous();
+    auto y = torch::empty_like(x);
+    relu_launch(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), at::cuda::getCurrentCUDAStream());
+    return y;
+}
+'''
+
+
+def cuda_relu_bare_candidate(k: int) -> str:
+    """An honest CUDA ReLU whose CUDA source names nothing from torch (the torch wrapper is in cpp_sources):
+    the verifier builds it as the fast 'bare' variant."""
+    threads = (128, 256, 512, 1024)[k % 4]
+    src = CUDA_RELU_BARE_TEMPLATE.format(k=k, threads=threads)
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SRC = r"""{src}"""
+CPP_SRC = r"""{CPP_RELU_BARE_WRAPPER}"""
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = load_inline(name="relu_bare_{k}", cpp_sources=CPP_SRC, cuda_sources=CUDA_SRC,
+                               functions=["relu_cuda"], extra_cuda_cflags=["-O3"])
+
+    def forward(self, x):
+        return self.ext.relu_cuda(x)
+'''

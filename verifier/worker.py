@@ -253,7 +253,14 @@ def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, 
 
 def run_job(job_dir: Path) -> dict:
     job = json.loads((job_dir / "job.json").read_text())
-    result: dict = {"sandbox": _apply_limits(job), "trials": [], "events": []}
+    result: dict = {"sandbox": _apply_limits(job), "trials": [], "events": [], "phase_s": {}}
+    clock = [time.perf_counter()]
+
+    def phase(name: str) -> None:
+        now = time.perf_counter()
+        result["phase_s"][name] = round(now - clock[0], 4)
+        clock[0] = now
+
     backend = get_backend(job["backend"])
     device = backend.device
     original = _guarded()
@@ -284,6 +291,7 @@ def run_job(job_dir: Path) -> dict:
         model_new.load_state_dict(sd_ref)
         result["copied_parameters"] = True
     result["holds_reference_model"] = any(isinstance(m, ref.Model) for m in model_new.modules())
+    phase("load")
 
     # ---- correctness trials (reference order alternates; its outputs here are only for C11 checks)
     for i in range(job["n_trials"]):
@@ -325,6 +333,7 @@ def run_job(job_dir: Path) -> dict:
             rec["ref_output_here"] = ref_out_here
         result["trials"].append(rec)
     result["patched_after_trials"] = _patched(original)
+    phase("trials")
     ok_trials = result["trials"] and all("error" not in t and not t["output_problem"] for t in result["trials"])
     if ok_trials and cuda_kernels:
         trial = torch.load(job_dir / "trial_0.pt", weights_only=True)
@@ -332,6 +341,7 @@ def run_job(job_dir: Path) -> dict:
         with torch.no_grad():
             result["own_kernel_ran"] = backend.own_kernel_ran(lambda: model_new(*inputs), cuda_kernels)
     result["cuda_kernel_names"] = cuda_kernels
+    phase("own_kernel_check")
 
     # ---- timing: candidate first (its timed outputs go back to be judged), then the reference
     if ok_trials and job.get("timing_trials", 0) > 0:
@@ -364,6 +374,7 @@ def run_job(job_dir: Path) -> dict:
                 result["timing_error"] = traceback.format_exc(limit=3)[-2500:]
         if lock is not None:
             lock.close()
+        phase("timing")
     result["threads_python_at_start"] = threads_py0
     result["threads_os_at_start"] = threads_os0
     return result
@@ -437,6 +448,28 @@ def serve() -> int:
     return 0
 
 
+def wait_for_job() -> int:
+    """A single-use execution process started before its candidate exists (the cuda backend's warm pool):
+    torch is imported and the device initialised while earlier candidates run, then ONE job dir is read
+    from stdin and run exactly as a freshly spawned ``python -m verifier.worker JOB_DIR`` would run it, and
+    the process exits. Nothing of a candidate ever outlives its process."""
+    started = time.perf_counter()
+    if os.environ.get("KM_WARM_BACKEND", "cuda") == "cuda" and torch.cuda.is_available():
+        torch.empty(1, device="cuda")  # the CUDA context, created before the job arrives
+    import torch._dynamo  # noqa: F401  (imported lazily by the first torch.compile / disable wrapper: ~3 s)
+    warm_s = time.perf_counter() - started
+    line = sys.stdin.readline().strip()
+    if not line:
+        return 0
+    log = os.open(os.path.join(line, "child.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.chdir(line)
+    print(f"[verifier] warm execution process ready in {warm_s:.2f} s before this job", flush=True)
+    return main(line)
+
+
 def main(job_dir: str) -> int:
     job_dir_p = Path(job_dir)
     result = run_job(job_dir_p)
@@ -448,4 +481,4 @@ def main(job_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve() if sys.argv[1] == "--serve" else main(sys.argv[1]))
+    sys.exit(serve() if sys.argv[1] == "--serve" else wait_for_job() if sys.argv[1] == "--wait" else main(sys.argv[1]))

@@ -32,7 +32,14 @@ HIDDEN_SRC = fx.cuda_relu_candidate(903).replace("long i = (long)blockIdx.x", SP
     "relu_kernel_903<<<blocks, threads>>>",
     "static cudaStream_t side = nullptr;\n    if (!side) cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);\n"
     "    relu_kernel_903<<<blocks, threads, 0, side>>>")
+# The CUDA source defines its own pybind11 module: the 'light' build (torch/extension.h removed) cannot
+# compile it, so the verifier must fall back to the unchanged build and still pass it.
+PYBIND_IN_CU_SRC = fx.cuda_relu_candidate(904).replace(
+    "    return y;\n}\n", "    return y;\n}\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"relu_cuda\", &relu_cuda); }\n"
+).replace('functions=["relu_cuda"], ', "").replace('CPP_SRC = "torch::Tensor relu_cuda(torch::Tensor x);"', 'CPP_SRC = ""')
 CASES = {
+    "bare_build_variant": (fx.cuda_relu_bare_candidate(905), "pass", None),
+    "pybind_in_cuda_source_falls_back": (PYBIND_IN_CU_SRC, "pass", None),
     "c09_cpp_side_stream": (HIDDEN_SRC, None, None),  # judged by test_side_stream_work_is_not_hidden
     "c09_honest_slow_kernel_on_current_stream": (SLOW_SRC, "pass", None),
     "honest": (fx.cuda_relu_candidate(0), "pass", None),
@@ -50,9 +57,12 @@ CASES = {
 }
 
 
+BUILD_DIR = os.environ.get("KM_GPU_BUILDS") or tempfile.mkdtemp(prefix="km-gpu-builds-")
+
+
 def _run_cases():
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
-    cfg = VerifyConfig(build_dir=os.environ.get("KM_GPU_BUILDS", tempfile.mkdtemp(prefix="km-gpu-builds-")),
+    cfg = VerifyConfig(build_dir=BUILD_DIR,
                        timing_trials=20, time_torch_compile=True, run_timeout_s=180, exec_workers=4)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
              for n, (c, _, _) in CASES.items()]
@@ -82,6 +92,29 @@ def test_gpu_case(name):
         assert v.correct and v.stage_reached == "timing" and v.runtime_us > 0 and v.eager_us > 0
         assert v.compile_us and v.speedup_compile > 0, v.feedback
         assert "H100" in v.device or "H200" in v.device or torch.cuda.get_device_name(0) in v.device
+
+
+def _variant_of(name: str) -> dict:
+    """The build record (result.json) of a case's extension, found by a kernel name in its build dir."""
+    import json
+
+    marker = {"bare_build_variant": "relu_bare_905", "pybind_in_cuda_source_falls_back": "relu_kernel_904",
+              "honest": "relu_kernel_0("}[name]
+    verdicts()
+    for key_dir in Path(BUILD_DIR).iterdir():
+        spec = key_dir / "spec.json"
+        if spec.is_file() and marker in spec.read_text():
+            return json.loads((key_dir / "result.json").read_text())
+    raise AssertionError(f"no build of {name} in {BUILD_DIR}")
+
+
+def test_build_variants_on_gpu():
+    """A torch-free CUDA source builds as 'bare'; a source including torch/extension.h as 'light'; one that
+    needs pybind11 inside the CUDA source fails the light build and passes through the unchanged one."""
+    assert _variant_of("bare_build_variant")["variant"] == "bare"
+    assert _variant_of("honest")["variant"] == "light"
+    assert _variant_of("pybind_in_cuda_source_falls_back")["variant"] == "full"
+    assert all(_variant_of(n)["pch"] for n in ("bare_build_variant", "honest"))
 
 
 def test_illegal_access_feedback():

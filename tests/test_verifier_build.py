@@ -1,0 +1,66 @@
+"""Stage 3 build variants and the precompiled header: which sources take the fast paths, that the
+unchanged build always comes last, and that a real cpu build compiles its binding file against the PCH
+and yields a working module."""
+
+import json
+
+import pytest
+
+from verifier.build import build_blocking, build_variants, canonical_spec, pch_root
+
+TORCH_FREE_CU = "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\nvoid launch(float* y) { k<<<1, 32>>>(y); }"
+TORCH_CU = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }"
+
+
+def _spec(cuda, cpp="void launch(float* y);"):
+    return canonical_spec({"cpp_sources": cpp, "cuda_sources": cuda, "functions": ["launch"]})
+
+
+def test_torch_free_cuda_source_builds_bare_first():
+    v = build_variants(_spec(TORCH_FREE_CU))
+    assert [label for label, _ in v] == ["bare", "full"]
+    bare = v[0][1]
+    assert bare["no_implicit_headers"] is True
+    assert bare["cpp_sources"][0] == "#include <torch/extension.h>"
+    assert bare["cuda_sources"][0].startswith("#include <cuda.h>") and TORCH_FREE_CU in bare["cuda_sources"]
+    assert v[1][1]["cuda_sources"] == [TORCH_FREE_CU] and "no_implicit_headers" not in v[1][1]
+
+
+def test_without_no_implicit_headers_there_is_no_bare_variant():
+    assert [label for label, _ in build_variants(_spec(TORCH_FREE_CU), bare_ok=False)] == ["full"]
+
+
+@pytest.mark.parametrize("snippet", ["at::Tensor t;", "c10::Half h;", "TORCH_CHECK(true);", "C10_CUDA_KERNEL_LAUNCH_CHECK();",
+                                     "#include <ATen/cuda/CUDAContext.h>", "PYBIND11_MODULE(m, x) {}"])
+def test_any_torch_name_keeps_the_implicit_headers(snippet):
+    labels = [label for label, _ in build_variants(_spec(TORCH_FREE_CU + "\n" + snippet))]
+    assert "bare" not in labels and labels[-1] == "full"
+
+
+def test_extension_h_include_is_dropped_in_the_light_variant_only():
+    v = build_variants(_spec(TORCH_CU))
+    assert [label for label, _ in v] == ["light", "full"]
+    assert "torch/extension.h" not in v[0][1]["cuda_sources"][0] and "torch::Tensor f" in v[0][1]["cuda_sources"][0]
+    assert v[1][1]["cuda_sources"] == [TORCH_CU]
+
+
+def test_cpp_only_spec_has_one_unchanged_build():
+    spec = canonical_spec({"cpp_sources": "int f() { return 1; }", "functions": ["f"]})
+    v = build_variants(spec)
+    assert [label for label, _ in v] == ["full"] and v[0][1]["cpp_sources"] == spec["cpp_sources"]
+
+
+def test_cpu_build_uses_the_precompiled_header(tmp_path):
+    from verifier.worker import _load_so
+
+    src = "#include <torch/extension.h>\ntorch::Tensor twice(torch::Tensor x) { return x.mul(2); }"
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice"], "extra_cflags": ["-O3"]}, 600)
+    assert res.ok, res.log[-2000:]
+    assert res.variant == "full" and res.pch, res.log[-2000:]
+    assert json.loads((tmp_path / res.key / "result.json").read_text())["pch"] is True
+    sigs = [p.read_text() for p in pch_root().glob("*/signature.json")]
+    assert any('"-O3"' in s and "extension.h" in s for s in sigs)
+    import torch
+
+    mod = _load_so(f"km_{res.key}", res.so_path)
+    assert torch.equal(mod.twice(torch.ones(3)), torch.full((3,), 2.0))
