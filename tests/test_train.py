@@ -253,3 +253,13 @@ def test_cli_smoke_sft_then_rl_then_eval_with_the_real_cpu_verifier(corpus, tmp_
     res = json.loads(capsys.readouterr().out)
     assert res["pass@1"] == 0.0 and res["tasks"] == 1 and res["per_task"][0]["stages"] == ["none"]
     assert main(["train", "plot", "--out", str(rl)]) == 0 and (rl / "metrics.png").stat().st_size > 0
+
+
+def test_time_budgeted_sft_decays_the_learning_rate_within_its_budget(corpus, tmp_path):
+    """lr_by_time: a run stopped by max_seconds long before ``steps`` still ends its cosine decay."""
+    res = train_sft(corpus, tmp_path / "t", steps=100_000, batch_size=2, lr=1e-3, warmup=2, save_every=0,
+                    max_seconds=1.5, lr_by_time=True, **TINY)
+    recs = read_metrics(tmp_path / "t" / "metrics.jsonl", "sft")
+    assert res["steps_done"] < 100_000 and len(recs) == res["steps_done"] > 3
+    assert recs[1]["lr"] < recs[2]["lr"] or recs[2]["lr"] == pytest.approx(1e-3)  # warm-up first
+    assert recs[-1]["lr"] < 0.2e-3  # near the floor (10% of base) at the end of the budget

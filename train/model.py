@@ -23,7 +23,7 @@ from train.data import END, PAD, SPECIAL_TOKENS, BOS
 
 
 def build_tokenizer(texts: list[str], vocab_size: int = 2000, min_frequency: int = 2, split_words: bool = True,
-                    max_token_chars: int = 24):
+                    max_token_chars: int = 24, split_digits: bool = False):
     """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts`` with the chat special tokens.
 
     Deterministic for the same texts and settings. Any byte sequence encodes (byte fallback).
@@ -31,12 +31,16 @@ def build_tokenizer(texts: list[str], vocab_size: int = 2000, min_frequency: int
     corpus (kernel headers, load_inline calls) becomes fewer, longer tokens (at most
     ``max_token_chars`` characters, so answers stay compositions of reusable pieces rather than
     whole memorised files): shorter sequences for a corpus of near-template programs, at the price
-    of a tokenizer that suits only that corpus."""
+    of a tokenizer that suits only that corpus. ``split_digits`` makes every digit its own token, so a
+    number is spelled the same way wherever it occurs (a constant copied from a prompt into code is
+    copied digit by digit, whatever surrounds it)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split_words)
+    if split_digits:
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), tk.pre_tokenizer])
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
                                   max_token_length=max_token_chars, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)

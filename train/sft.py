@@ -134,15 +134,17 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
               weight_decay: float = 0.0, save_every: int = 100, heldout_frac: float = 0.2, split_seed: int = 0,
               seed: int = 0, device: str = "auto", vocab_size: int = 2000, n_layer: int = 2, d_model: int = 64,
               n_head: int = 4, resume: bool = True, log_every: int = 10, max_seconds: float = 0.0,
-              split_words: bool = True) -> dict:
+              split_words: bool = True, split_digits: bool = False, lr_by_time: bool = False, amp: bool = False) -> dict:
     """Train on the assistant turns of one corpus config; returns a summary dict.
 
     ``init``: a model directory or a training output directory (its latest checkpoint) to start
     from; empty builds a tokenizer on the corpus and a tiny model. With ``resume`` and a checkpoint
     already in ``out_dir``, training continues from it (same batches, same optimizer state).
     Writes ``out_dir/ckpt-*`` and appends to ``out_dir/metrics.jsonl``. ``max_seconds`` > 0 stops
-    early (with a checkpoint) once that much time has passed; the learning-rate schedule still
-    assumes ``steps``."""
+    early (with a checkpoint) once that much time has passed; the learning-rate schedule assumes
+    ``steps``, or with ``lr_by_time`` the larger of step/steps and elapsed/max_seconds (so a run cut by
+    its time budget still ends its warm-up and cosine decay; such a run is not step-reproducible).
+    ``amp`` runs forward and backward under bfloat16 autocast on a CUDA device (weights stay fp32)."""
     import torch
 
     if config not in ("sft", "rft"):
@@ -160,7 +162,8 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
     else:
         from train.model import build_tiny_model, build_tokenizer
 
-        tok = build_tokenizer(D.corpus_texts(corpus_dir), vocab_size=vocab_size, split_words=split_words)
+        tok = build_tokenizer(D.corpus_texts(corpus_dir), vocab_size=vocab_size, split_words=split_words,
+                              split_digits=split_digits)
         model = build_tiny_model(len(tok), n_layer=n_layer, d_model=d_model, n_head=n_head, max_len=max_len,
                                  seed=seed, pad_id=tok.pad_token_id, bos_id=tok.bos_token_id, eos_id=tok.eos_token_id)
     model.to(dev).train()
@@ -180,9 +183,13 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
                                    tok.pad_token_id, max_len)
         ids, att, lm = ids.to(dev), att.to(dev), lm.to(dev)
         cur_lr = lr_at(step, steps, lr, warmup)
+        if lr_by_time and max_seconds > 0 and step >= warmup:
+            frac = min(1.0, max(step / max(1, steps), (time.time() - t0) / max_seconds))
+            cur_lr = lr_at(warmup + int(frac * (steps - warmup)), steps, lr, warmup)
         for g in opt.param_groups:
             g["lr"] = cur_lr
-        loss, ntok = masked_lm_loss(model, ids, att, lm)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
+            loss, ntok = masked_lm_loss(model, ids, att, lm)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
