@@ -318,9 +318,10 @@ class WarmPool:
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
                    PYTHONDONTWRITEBYTECODE="1", KM_WARM_BACKEND=self.backend)
-        return subprocess.Popen([sys.executable, "-m", "verifier.worker", "--wait"], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, text=True,
-                                start_new_session=True)
+        # output before a job arrives (a failed start) goes to one log per pool, for diagnosis
+        with open(Path(tempfile.gettempdir()) / f"km-warm-{os.getpid()}-{self.backend}.log", "ab") as log:
+            return subprocess.Popen([sys.executable, "-m", "verifier.worker", "--wait"], stdin=subprocess.PIPE,
+                                    stdout=log, stderr=log, env=env, text=True, start_new_session=True)
 
     def fill(self) -> None:
         with self._lock:
@@ -380,6 +381,16 @@ def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", warm: i
                 proc.stdin.close()
             except (BrokenPipeError, OSError, ValueError):
                 proc = None
+        if proc is not None:
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                return proc.wait(), True
+            if (job_dir / "child.log").is_file():
+                return rc, False
+            # the process died before it took the job (no log yet: the candidate never ran): run it fresh
+            proc = None
     if proc is None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
                    PYTHONDONTWRITEBYTECODE="1")
