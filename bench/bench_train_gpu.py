@@ -136,7 +136,7 @@ class Report:
 
     def render(self) -> str:
         a, i = self.args, self.info
-        cols = ["run", "pass@1", "pass@1_unseen_combo", "mean_reward", "steps", "train_pass_rate", "mirrorpop_dropped",
+        cols = ["run", "pass@1", "pass@1_unseen_combo", "mean_reward", "steps", "final_loss", "train_pass_rate", "mirrorpop_dropped",
                 "buffer_size", "stages", "seconds"]
         lines = [f"# Training stage on {i['device']}", "",
                  f"Command: `{i['command']}`. Verifier backend: {i['backend']} (trials 5, timing_trials "
@@ -253,7 +253,7 @@ def run(args) -> int:
             ("RL without Buffered Dynamic Retry", {"retry": False}), ("RL without MirrorPop", {"mirrorpop": False})]
     for k, (name, flags) in enumerate(arms):
         est_eval = 0.6 * eval_s + 5
-        rl_s = min(args.rl_s, (left() - 10) / (len(arms) - k) - est_eval)
+        rl_s = min(args.rl_s, (left() - 30) / (len(arms) - k) - est_eval)  # a step may overrun its budget
         if rl_s < args.min_rl_s:
             rep.add({"run": name, "pass@1": "not run (budget)"})
             continue
