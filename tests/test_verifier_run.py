@@ -7,6 +7,7 @@ one broken source for the compile-error verdict, built in parallel in the same p
 
 import json
 import os
+import dataclasses
 import time
 
 import pytest
@@ -145,6 +146,14 @@ def test_verify_candidate_accepts_a_model_response(config):
     response = "Sure! Here is the kernel.\n```python\n" + fx.HONEST_RELU + "```\nIt uses a simple loop."
     v = verify_candidate(fx.RELU_TASK, response, backend="cpu", config=config, candidate_id="resp")
     assert v.status == "pass" and v.stage_seconds["compile_cached"] is True
+
+
+def test_fewer_timing_trials_than_warmup_keeps_outputs_paired_with_their_seeds(batch, config):
+    """Timed outputs are judged against the reference on the same seed: with timing_trials < warmup an
+    honest kernel must still pass (it was judged C16 when outputs and seeds were misaligned)."""
+    cfg = dataclasses.replace(config, timing_trials=2, warmup=3, timed_checks=2)
+    v = verify_candidate(fx.RELU_TASK, fx.HONEST_RELU, backend="cpu", config=cfg, candidate_id="few-timed")
+    assert v.status == "pass" and not v.cheats, v.feedback
 
 
 def test_cli_verify(tmp_path, build_dir, capsys, monkeypatch):

@@ -114,19 +114,21 @@ class CudaBackend(Backend):
         torch.cuda.synchronize()
 
     def time_call(self, fn):
-        """CUDA events on the current stream bracket fn: that is the runtime. The host wall time runs
-        until the whole device is idle (torch.cuda.synchronize, every stream), so work hidden on a side
-        stream shows up as wall time the events did not see; the verifier compares that gap with the
-        eager reference's gap, measured the same way in the same process (cheat C09)."""
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        """CUDA events on the current stream bracket fn: that is the runtime. A third event is recorded
+        after torch.cuda.synchronize() (every stream idle), so the second value is the device time until
+        ALL work fn started had finished: work hidden on a side stream (from Python or from C++) shows up
+        as a gap the current-stream events did not see; the verifier compares that gap with the eager
+        reference's gap, measured the same way in the same process (cheat C09). Both values are device
+        timestamps, so Python overhead in a candidate's forward does not enter the gap."""
+        start, end, idle = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
         start.record()
         out = fn()
         end.record()
         torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        return out, start.elapsed_time(end) * 1e3, (t1 - t0) * 1e6
+        idle.record()
+        idle.synchronize()
+        return out, start.elapsed_time(end) * 1e3, start.elapsed_time(idle) * 1e3
 
     def flush_cache(self) -> None:
         if self._flush is None:

@@ -235,14 +235,15 @@ def _os_threads() -> int:
 def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, keep_outputs: bool):
     """Median-ready per-iteration times of fn on fresh inputs drawn with each seed (same for every model)."""
     times, walls, outs = [], [], []
-    for i, seed in enumerate(seeds[:warmup] + seeds):
+    warm = seeds[:warmup]  # may be shorter than warmup: outs[j] must stay the output of seeds[j]
+    for i, seed in enumerate(warm + seeds):
         torch.manual_seed(seed)
         with torch.device(device):  # drawn on the device: fast, and the verifier redraws them the same way
             inputs = _to_device(get_inputs(), device)
         backend.flush_cache()
         backend.synchronize()
         out, us, wall = backend.time_call(lambda: fn(*inputs))
-        if i >= warmup:
+        if i >= len(warm):
             times.append(us)
             walls.append(wall)
             if keep_outputs:
