@@ -144,7 +144,9 @@ class Report:
                  f"Corpus: {i['tasks']} procedural task programs (synth/task_families.py) with the compact teacher's "
                  f"answers (synth/teacher_compact.py); {i['train_tasks']} trained on, {i['heldout_tasks']} held out. "
                  f"pass@1 (greedy) on {i['eval_tasks']} held-out programs never seen in training, "
-                 f"{i['eval_unseen_combo']} of them with an op combination that no training task has.",
+                 f"{i['eval_unseen_combo']} of them with an op combination that no training task has. RL prompts: "
+                 f"the other {i['heldout_tasks'] - i['eval_tasks']} held-out programs (never in SFT, never evaluated), "
+                 "rewarded by the verifier alone.",
                  f"Model: Llama {a.n_layer} layers, d={a.d_model}, {a.n_head} heads, BPE tokenizer trained on the corpus "
                  f"(vocab {a.vocab}, merges across words, digits split); SFT budget {a.sft_s:.0f} s; RL per arm: up to {a.rl_steps} steps within its "
                  f"budget, {a.prompts} prompts x G={a.group}, {a.turns} turns.", "",
@@ -180,7 +182,11 @@ def run(args) -> int:
     sft_rows = {r["task_id"]: r for r in D.rows_of(D.load_corpus(args.corpus, "sft"))}
     fams = json.loads((Path(args.corpus) / FAMILIES_FILE).read_text()) if (Path(args.corpus) / FAMILIES_FILE).is_file() else {}
     train_rows, held_all = D.split_rows(rows, args.heldout_frac, 0)
-    held = sorted(held_all, key=lambda r: r["task_id"])[: args.eval_tasks]
+    held_sorted = sorted(held_all, key=lambda r: r["task_id"])
+    held = held_sorted[: args.eval_tasks]
+    # RL prompts: held-out programs (never in SFT) other than the evaluated ones, so RL sees tasks the SFT
+    # model has not memorised (on its own training tasks every group passes and advantages are all zero)
+    rl_rows = held_sorted[args.eval_tasks:]
     train_combos = {fams.get(r["task_id"]) for r in train_rows}
     unseen = {r["task_id"] for r in held if fams.get(r["task_id"]) not in train_combos}
     verify_cfg = {"trials": 5, "timing_trials": args.timing_trials, "warmup": 1, "time_torch_compile": False,
@@ -259,7 +265,7 @@ def run(args) -> int:
             continue
         t = time.time()
         out = work / ("rl_" + "_".join(flags) if flags else "rl_all")
-        rr = train_rl(args.corpus, out, init=str(sft_out), reward_fn=reward_fn, rows=train_rows, steps=args.rl_steps,
+        rr = train_rl(args.corpus, out, init=str(sft_out), reward_fn=reward_fn, rows=rl_rows, steps=args.rl_steps,
                       prompts_per_step=args.prompts, group_size=args.group, turns=args.turns,
                       max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.rl_lr, save_every=0,
                       max_seconds=rl_s, resume=False, seed=args.seed, device=dev, **flags)
@@ -294,7 +300,7 @@ def main() -> int:
     ap.add_argument("--min-rl-s", type=float, default=15)
     ap.add_argument("--rl-steps", type=int, default=8)
     ap.add_argument("--min-eval-s", type=float, default=15)
-    ap.add_argument("--eval-tasks", type=int, default=24)
+    ap.add_argument("--eval-tasks", type=int, default=40)
     ap.add_argument("--teacher-check-train", type=int, default=8)
     ap.add_argument("--heldout-frac", type=float, default=0.1)
     ap.add_argument("--batch-size", type=int, default=32)

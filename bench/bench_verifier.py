@@ -74,6 +74,10 @@ def main():
     ap.add_argument("--exec-workers", type=int, default=4)
     ap.add_argument("--timing-trials", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=540, help="skip a phase that would not fit")
+    ap.add_argument("--style", default="light", choices=["light", "bare"],
+                    help="light: CUDA sources include torch/extension.h (KernelBench style); bare: torch-free CUDA "
+                         "source, torch wrapper in cpp_sources (the compact teacher's style)")
+    ap.add_argument("--skip-cached", action="store_true")
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
     t_start = time.perf_counter()
@@ -81,7 +85,8 @@ def main():
     cores = os.cpu_count() or 1
     device = torch.cuda.get_device_name(0)
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
-    cands = [fx.cuda_relu_candidate(1000 + k) for k in range(a.n)]
+    make = fx.cuda_relu_candidate if a.style == "light" else fx.cuda_relu_bare_candidate
+    cands = [make(1000 + k) for k in range(a.n)]
     cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-bench-"), timing_trials=a.timing_trials,
                        time_torch_compile=False, exec_workers=a.exec_workers, run_timeout_s=300)
     rows: list[tuple[str, object]] = [("device", device), ("cores (compile pool size)", cores),
@@ -110,7 +115,7 @@ def main():
     for v in cold:
         if v.status != "pass":
             print("NOT PASS", v.candidate_id, v.status, v.feedback[:500], flush=True)
-    if left() > cold_wall * 0.8 + 60:
+    if not a.skip_cached and left() > cold_wall * 0.8 + 60:
         warm, warm_wall, util_w, busy_w = run_batch(cands, task, cfg, cores)
         ok_warm = sum(v.status == "pass" for v in warm)
         print(f"[cached] wall {warm_wall:.1f} s, passed {ok_warm}/{a.n}, gpu util {util_w:.2f}, busy {busy_w:.2f}; "
@@ -125,10 +130,13 @@ def main():
                  ("GPU utilization mean / busy fraction, cached", f"{util_w:.2f} / {busy_w:.2f}")]
     else:
         rows.append(("cached batch", "not run (budget)"))
-    if left() > 60:
+    for hide in (50.0, 0.0):
+        if left() < 45:
+            rows.append((f"timing noise (hide_launch_us={hide:g})", "not run (budget)"))
+            continue
         # timing noise: one kernel, 5 repeated full measurements, one at a time
         cfg_n = VerifyConfig(build_dir=cfg.build_dir, timing_trials=a.timing_trials, time_torch_compile=False,
-                             exec_workers=1, run_timeout_s=300)
+                             exec_workers=1, run_timeout_s=300, hide_launch_us=hide)
         rep = verify_batch([(task, Candidate(candidate_id=f"n{r}", task_id=task.task_id, backend="cuda",
                                              generator="bench", code=cands[0])) for r in range(5)],
                            config=cfg_n, compile_workers=cores)
@@ -136,13 +144,13 @@ def main():
         eager = [v.eager_us for v in rep if v.eager_us]
         cv = statistics.pstdev(times) / statistics.mean(times) if len(times) >= 2 else float("nan")
         cv_e = statistics.pstdev(eager) / statistics.mean(eager) if len(eager) >= 2 else float("nan")
-        print(f"[noise] medians {times} us, CV {100 * cv:.2f}%; eager {eager}, CV {100 * cv_e:.2f}%", flush=True)
-        rows += [("**timing noise: CV of the median over 5 measurements (candidate)**",
+        print(f"[noise hide={hide}] medians {times} us, CV {100 * cv:.2f}%; eager {eager}, CV {100 * cv_e:.2f}%",
+              flush=True)
+        label = "launch hidden (default)" if hide else "launch timed (hide_launch_us=0)"
+        rows += [(f"**timing noise, {label}: CV of the median over 5 measurements (candidate)**",
                   f"**{100 * cv:.2f}%** (medians us: " + ", ".join(f"{t:.1f}" for t in times) + ")"),
-                 ("timing noise: CV over the same 5 runs (eager reference)",
+                 (f"timing noise, {label}: CV over the same 5 runs (eager reference)",
                   f"{100 * cv_e:.2f}% (medians us: " + ", ".join(f"{t:.1f}" for t in eager) + ")")]
-    else:
-        rows.append(("timing noise", "not run (budget)"))
     rows.append(("timing trials per measurement", a.timing_trials))
     variants = {}
     for f in Path(cfg.build_dir).glob("*/result.json"):
@@ -155,15 +163,17 @@ def main():
     table = "\n".join(f"| {k.ljust(w)} | {v} |" for k, v in rows)
     header = f"| {'metric'.ljust(w)} | value |\n|{'-' * (w + 2)}|-------|"
     text = (f"# Verifier benchmark on {device}\n\nCommand: `PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 "
-            f"bench/bench_verifier.py --n {a.n} --exec-workers {a.exec_workers}`\n\ntorch {torch.__version__}, "
-            f"python {sys.version.split()[0]}. Task: ReLU on 2048x4096 fp32; {a.n} distinct CUDA candidates "
-            "(different kernel names and block sizes; each CUDA source includes torch/extension.h, so each "
-            "builds as the 'light' variant). Throughput and noise runs time the eager reference; "
+            f"bench/bench_verifier.py --n {a.n} --exec-workers {a.exec_workers} --style {a.style}`\n\ntorch "
+            f"{torch.__version__}, python {sys.version.split()[0]}. Task: ReLU on 2048x4096 fp32; {a.n} distinct CUDA "
+            "candidates (different kernel names and block sizes; style " + a.style + ": " + (
+                "each CUDA source includes torch/extension.h, so each builds as the 'light' variant"
+                if a.style == "light" else "torch-free CUDA sources, built as the 'bare' variant") +
+            "). Throughput and noise runs time the eager reference; "
             "torch.compile of the reference is timed in tests/gpu.\n\n" + header + "\n" + table + "\n")
     print(text, flush=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"verifier_{device.replace(' ', '_')}.md").write_text(text)
+    (out / f"verifier_{device.replace(' ', '_')}_{a.style}.md").write_text(text)
 
 
 if __name__ == "__main__":

@@ -252,6 +252,22 @@ def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, 
     return times, walls, outs
 
 
+def _gap_probe(backend, cand, ref_model, seeds, get_inputs, device, n: int) -> dict:
+    """Idle-minus-end gaps (see CudaBackend.time_call) of candidate and reference, interleaved call by call
+    so that both see the same host load: the C09 check compares their smallest gaps."""
+    gaps: dict = {"candidate": [], "eager": []}
+    for i in range(n):
+        for name, fn in (("candidate", cand), ("eager", ref_model)):
+            torch.manual_seed(seeds[i % len(seeds)])
+            with torch.device(device):
+                inputs = _to_device(get_inputs(), device)
+            backend.synchronize()
+            out, us, idle_us = backend.time_call(lambda: fn(*inputs))
+            gaps[name].append(idle_us - us)
+            del out, inputs
+    return gaps
+
+
 def run_job(job_dir: Path) -> dict:
     job = json.loads((job_dir / "job.json").read_text())
     result: dict = {"sandbox": _apply_limits(job), "trials": [], "events": [], "phase_s": {}}
@@ -264,6 +280,8 @@ def run_job(job_dir: Path) -> dict:
 
     backend = get_backend(job["backend"])
     device = backend.device
+    if hasattr(backend, "hide_launch_us"):
+        backend.hide_launch_us = float(job.get("hide_launch_us", 0.0))
     original = _guarded()
     cuda_kernels: list[str] = []
     cpp_extension.load_inline = make_prebuilt_load_inline(job["build_root"], job.get("allow_child_compile", True),
@@ -363,6 +381,9 @@ def run_job(job_dir: Path) -> dict:
                 t, w, _ = _time_model(backend, model, seeds, ref.get_inputs, device, job["warmup"], False)
                 result["timing"]["eager_us"] = t
                 result["timing"]["eager_wall_us"] = w
+                if job["backend"] == "cuda" and job.get("gap_probes", 0) > 0:
+                    result["timing"]["gap_probe"] = _gap_probe(backend, model_new, model, seeds, ref.get_inputs,
+                                                               device, job["gap_probes"])
                 if job.get("time_torch_compile"):
                     try:
                         compiled = torch.compile(model)
