@@ -290,6 +290,12 @@ def _close_servers() -> None:
         srv.close()
 
 
+# torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
+# must determine happen under this lock, or a concurrent candidate's draws land in between (that made the
+# timed-output check compare against the wrong inputs and flag honest kernels C16)
+_RNG_LOCK = threading.RLock()
+
+
 def _job_root() -> str | None:
     """Where job directories go: ``KM_JOB_DIR``, else /dev/shm when it has room (inputs and outputs of a
     job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off the disk),
@@ -431,21 +437,24 @@ def _execute(w: _Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Ver
     trial_seeds = [rng.randrange(1, 2**31) for _ in range(cfg.trials)]
     timing_seeds = [rng.randrange(1, 2**31) for _ in range(cfg.timing_trials)]
     init = ref_mod.get_init_inputs()
-    torch.manual_seed(init_seed)
-    model = ref_mod.Model(*init).to(device).eval()
+    with _RNG_LOCK:  # the global generator: another execution thread must not draw between seed and use
+        torch.manual_seed(init_seed)
+        model = ref_mod.Model(*init).to(device).eval()
     job_dir = Path(tempfile.mkdtemp(prefix="km-job-", dir=_job_root()))
     t0 = time.perf_counter()
     trials = []  # (inputs on cpu, reference outputs on cpu, is_other_shape)
     with torch.no_grad():
         for seed in trial_seeds:
-            torch.manual_seed(seed)
-            inputs = ref_mod.get_inputs()
+            with _RNG_LOCK:
+                torch.manual_seed(seed)
+                inputs = ref_mod.get_inputs()
             ref = model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
             trials.append((inputs, [r.detach().cpu() for r in _as_list(ref)], False))
         if cfg.other_shape and trials:
-            torch.manual_seed(rng.randrange(1, 2**31))
-            cpu_model = model if device == "cpu" else None
-            probe = cpu_model or ref_mod.Model(*init).eval()
+            with _RNG_LOCK:
+                torch.manual_seed(rng.randrange(1, 2**31))
+                cpu_model = model if device == "cpu" else None
+                probe = cpu_model or ref_mod.Model(*init).eval()
             if device != "cpu":
                 probe.load_state_dict({k: t.cpu() for k, t in model.state_dict().items()})
             other = _other_shape_inputs(trials[0][0], probe, _as_list(trials[0][1])[0])
@@ -654,8 +663,8 @@ def _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, ti
     picks = sorted(secrets.SystemRandom().sample(range(len(outs)), min(cfg.timed_checks, len(outs))))
     with torch.no_grad():
         for j in picks:
-            torch.manual_seed(timing_seeds[j])
-            with torch.device(device):
+            with _RNG_LOCK, torch.device(device):  # the child drew these with the same seed, alone in its process
+                torch.manual_seed(timing_seeds[j])
                 inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
             refs = [r.detach().cpu() for r in _as_list(model(*inputs))]
             got = _as_list(outs[j])
