@@ -63,6 +63,7 @@ class VerifyConfig:
     allow_child_compile: bool = True
     build_dir: str = ""
     keep_jobs: bool = False
+    warm_device_ms: float = 50.0  # cuda: device kept busy this long before each model's timing (clocks up)
     gap_probes: int = 10  # cuda: interleaved candidate/reference calls measuring work left after the timed region
     hide_launch_us: float = 50.0  # cuda: a device-side wait queued before each timed call (0: off), see backends
     warm_processes: int = -1  # cuda: single-use processes started ahead (-1: as many as exec_workers; 0: none)
@@ -275,7 +276,7 @@ def _execute(w: _Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Ver
     job = {"backend": backend, "build_root": str(build_root), "candidate_code": w.code,
            "reference_code": w.reference_code, "init_seed": init_seed, "n_trials": len(trials),
            "timing_trials": cfg.timing_trials, "timing_seeds": timing_seeds, "warmup": cfg.warmup,
-           "hide_launch_us": cfg.hide_launch_us, "gap_probes": cfg.gap_probes,
+           "hide_launch_us": cfg.hide_launch_us, "gap_probes": cfg.gap_probes, "warm_device_ms": cfg.warm_device_ms,
            "time_torch_compile": cfg.time_torch_compile, "memory_limit_gb": cfg.memory_limit_gb,
            "allow_child_compile": cfg.allow_child_compile, "timing_lock": str(build_root / ".timing.lock")}
     import json

@@ -373,11 +373,13 @@ def run_job(job_dir: Path) -> dict:
             fcntl.flock(lock, fcntl.LOCK_EX)
         with torch.no_grad():
             try:
+                backend.warm_device(job.get("warm_device_ms", 0.0))
                 t, w, outs = _time_model(backend, model_new, seeds, ref.get_inputs, device, job["warmup"], True)
                 result["timing"] = {"candidate_us": t, "candidate_wall_us": w}
                 result["timed_outputs"] = outs
                 result["threads_added_timing"] = max(threading.active_count() - py0, _os_threads() - os0, 0)
                 result["patched_after_timing"] = _patched(original)
+                backend.warm_device(job.get("warm_device_ms", 0.0))
                 t, w, _ = _time_model(backend, model, seeds, ref.get_inputs, device, job["warmup"], False)
                 result["timing"]["eager_us"] = t
                 result["timing"]["eager_wall_us"] = w
