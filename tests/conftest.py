@@ -17,6 +17,11 @@ _SESSION_TMP = Path(tempfile.mkdtemp(prefix="kernelmill-tests-"))
 os.environ["PREFECT_HOME"] = str(_SESSION_TMP / "prefect")
 os.environ["KERNELMILL_HOME"] = str(_SESSION_TMP / "kernelmill")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# On the 2-core CI machine building a ~0.8 GB precompiled header per cflags set (three in this suite) costs
+# more than it saves over the suite's few dozen builds: off here, except in tests/test_verifier_build.py,
+# which builds one and checks it is used, and on GPU boxes, where tests/gpu checks the fast build paths.
+if not os.environ.get("CUDA_VISIBLE_DEVICES") and not Path("/dev/nvidiactl").exists():
+    os.environ.setdefault("KM_NO_PCH", "1")
 
 
 @pytest.fixture(scope="session")

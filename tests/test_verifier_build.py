@@ -50,8 +50,10 @@ def test_cpp_only_spec_has_one_unchanged_build():
     assert [label for label, _ in v] == ["full"] and v[0][1]["cpp_sources"] == spec["cpp_sources"]
 
 
-def test_cpu_build_uses_the_precompiled_header(tmp_path):
+def test_cpu_build_uses_the_precompiled_header(tmp_path, monkeypatch):
     from verifier.worker import _load_so
+
+    monkeypatch.delenv("KM_NO_PCH", raising=False)  # conftest turns the PCH off for the rest of the suite
 
     src = "#include <torch/extension.h>\ntorch::Tensor twice(torch::Tensor x) { return x.mul(2); }"
     res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice"], "extra_cflags": ["-O3"]}, 600)
@@ -64,3 +66,10 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path):
 
     mod = _load_so(f"km_{res.key}", res.so_path)
     assert torch.equal(mod.twice(torch.ones(3)), torch.full((3,), 2.0))
+
+
+def test_km_no_pch_builds_without_the_header(tmp_path, monkeypatch):
+    monkeypatch.setenv("KM_NO_PCH", "1")
+    src = "#include <torch/extension.h>\nint64_t three() { return 3; }"
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["three"]}, 600)
+    assert res.ok and res.variant == "full" and res.pch is False, res.log[-2000:]
