@@ -24,6 +24,12 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def child_env(**extra: str) -> dict:
+    """The environment of every execution process: this repository importable, no bytecode written."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+                PYTHONDONTWRITEBYTECODE="1", **extra)
+
+
 class ForkServer:
     """One long-lived ``verifier.worker --serve`` process per backend and execution thread: torch is
     imported once, and every candidate runs in a fresh child forked from it (so no candidate can
@@ -32,8 +38,7 @@ class ForkServer:
     def __init__(self, backend: str):
         from verifier.backends import CPU_CHILD_ENV, CPU_PERTURB
 
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-                   PYTHONDONTWRITEBYTECODE="1")
+        env = child_env()
         if backend == "cpu":
             env.update(CPU_CHILD_ENV, KM_CPU_PERTURB=str(CPU_PERTURB))
             env.setdefault("OMP_NUM_THREADS", "1")
@@ -108,8 +113,7 @@ class WarmPool:
         self.fill()
 
     def _start(self) -> subprocess.Popen:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-                   PYTHONDONTWRITEBYTECODE="1", KM_WARM_BACKEND=self.backend)
+        env = child_env(KM_WARM_BACKEND=self.backend)
         # output before a job arrives (a failed start) goes to one log per pool, for diagnosis
         with open(Path(tempfile.gettempdir()) / f"km-warm-{os.getpid()}-{self.backend}.log", "ab") as log:
             return subprocess.Popen([sys.executable, "-m", "verifier.worker", "--wait"], stdin=subprocess.PIPE,
@@ -184,8 +188,7 @@ def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", warm: i
             # the process died before it took the job (no log yet: the candidate never ran): run it fresh
             proc = None
     if proc is None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-                   PYTHONDONTWRITEBYTECODE="1")
+        env = child_env()
         with open(job_dir / "child.log", "wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "verifier.worker", str(job_dir)], stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(job_dir),

@@ -232,14 +232,19 @@ def _os_threads() -> int:
         return threading.active_count()
 
 
+def _draw_inputs(seed: int, get_inputs, device):
+    """Fresh inputs for one timed call: drawn on the device (fast), as the verifier redraws them from the seed."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        return _to_device(get_inputs(), device)
+
+
 def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, keep_outputs: bool):
     """Median-ready per-iteration times of fn on fresh inputs drawn with each seed (same for every model)."""
     times, walls, outs = [], [], []
     warm = seeds[:warmup]  # may be shorter than warmup: outs[j] must stay the output of seeds[j]
     for i, seed in enumerate(warm + seeds):
-        torch.manual_seed(seed)
-        with torch.device(device):  # drawn on the device: fast, and the verifier redraws them the same way
-            inputs = _to_device(get_inputs(), device)
+        inputs = _draw_inputs(seed, get_inputs, device)
         backend.flush_cache()
         backend.synchronize()
         out, us, wall = backend.time_call(lambda: fn(*inputs))
@@ -258,9 +263,7 @@ def _gap_probe(backend, cand, ref_model, seeds, get_inputs, device, n: int) -> d
     gaps: dict = {"candidate": [], "eager": []}
     for i in range(n):
         for name, fn in (("candidate", cand), ("eager", ref_model)):
-            torch.manual_seed(seeds[i % len(seeds)])
-            with torch.device(device):
-                inputs = _to_device(get_inputs(), device)
+            inputs = _draw_inputs(seeds[i % len(seeds)], get_inputs, device)
             backend.synchronize()
             out, us, idle_us = backend.time_call(lambda: fn(*inputs))
             gaps[name].append(idle_us - us)
