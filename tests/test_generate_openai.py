@@ -88,7 +88,7 @@ MSGS = [Message("system", "be brief"), Message("user", "write a kernel")]
 
 
 def make(url, tmp_path, **kw):
-    opts = dict(api_key="sk-test", concurrency=2, max_retries=4, timeout_s=0.5, temperature=0.0,
+    opts = dict(api_key="sk-test", concurrency=2, max_retries=4, timeout_s=5.0, temperature=0.0,
                 cache_dir=tmp_path / "cache", backoff_s=0.05)
     opts.update(kw)
     return OpenAIGenerator(url, "test-model", **opts)
@@ -158,7 +158,8 @@ def test_cache_hit_sends_no_request_and_survives_a_new_client(tmp_path):
 
 def test_concurrency_limit_holds_across_threads(tmp_path):
     with ChatServer(script=["slow"] * 6) as srv:
-        gen = make(srv.url, tmp_path, concurrency=2, cache_dir=None)
+        # a generous timeout: a 0.3 s answer must never be retried, even on a loaded CI machine
+        gen = make(srv.url, tmp_path, concurrency=2, cache_dir=None, timeout_s=10.0)
         threads = [threading.Thread(target=gen.generate, args=([Message("user", f"p{i}")], 1)) for i in range(6)]
         for t in threads:
             t.start()
