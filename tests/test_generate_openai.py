@@ -116,14 +116,14 @@ def test_retry_after_header_is_honoured(tmp_path):
 
 
 def test_timeout_is_retried(tmp_path):
-    with ChatServer(script=["sleep"], sleep_s=1.5) as srv:
-        gen = make(srv.url, tmp_path, timeout_s=0.4)
+    with ChatServer(script=["sleep"], sleep_s=6.0) as srv:
+        gen = make(srv.url, tmp_path, timeout_s=1.0)
         t0 = time.monotonic()
         out = gen.generate(MSGS, 1)
         elapsed = time.monotonic() - t0
     assert out and out[0].startswith("answer 0")
     assert len(srv.requests) == 2
-    assert elapsed < 1.4  # the client gave up on the stalled request instead of waiting it out
+    assert elapsed < 5.0  # the client gave up on the stalled request instead of waiting it out
 
 
 def test_gives_up_after_max_retries(tmp_path):
