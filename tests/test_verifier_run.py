@@ -108,6 +108,19 @@ def test_batch_order_and_callbacks(batch):
     assert sorted(batch["calls"]) == list(range(len(batch["names"])))
 
 
+def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
+    # the batch runs two execution children at a time and holds a hanging candidate: a timing phase either
+    # got the device lock (no other trials or reference runs meanwhile) or gave up after its bounded wait
+    # and went on (the hang must not turn an honest neighbour into a timeout)
+    passed = [v for v in batch["verdicts"].values() if v.status == "pass"]
+    bound = min(30.0, 0.2 * config.run_timeout_s)
+    for v in passed:
+        t = v.versions["timing"]
+        assert isinstance(t["exclusive"], bool) and 0 <= t["lock_wait_s"] <= 2 * bound + 1, (v.candidate_id, t)
+        assert "child_timing_lock_wait" in v.stage_seconds
+    assert sum(v.versions["timing"]["exclusive"] for v in passed) >= len(passed) // 2
+
+
 def test_identical_sources_compile_once(batch, build_dir):
     keys = [d for d in os.listdir(build_dir) if not d.startswith(".")]
     assert len(keys) == 2  # the shared extension and the broken one, nothing else

@@ -34,6 +34,7 @@ from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
 from verifier import cheats, feedback
 from verifier.build import CompilePool, first_errors
+from verifier.devlock import DeviceLock
 from verifier.processes import _job_root, _run_child
 from verifier.extract import check_candidate_shape, extract_code
 from verifier.reward import reward_for
@@ -129,7 +130,7 @@ def _finish(w: _Work, status: str, details: list[str] | None = None, passed_shar
     v.status = status if not v.cheats else "cheat"
     v.reward = reward_for(v, passed_share)
     v.feedback = feedback.compose(v.status, feedback.describe_cheats(v.cheats) + (details or []) + w.notes)
-    v.versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    v.versions = {**v.versions, "torch": torch.__version__, "python": sys.version.split()[0]}
     return v
 
 
@@ -239,6 +240,12 @@ def _poisoned(t: torch.Tensor, byte: int) -> int:
 _RNG_LOCK = threading.RLock()
 
 
+def _lock_wait_s(cfg: "VerifyConfig") -> float:
+    """Longest wait for the device lock (verifier/devlock.py): a share of the run timeout, so that a
+    neighbour holding the device can delay a candidate's timing but never push it into a timeout."""
+    return min(30.0, 0.2 * cfg.run_timeout_s)
+
+
 def _execute(w: _Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
     """Correctness, runtime legality and timing of a compiled candidate; judged here."""
     v = w.verdict
@@ -249,36 +256,40 @@ def _execute(w: _Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Ver
     trial_seeds = [rng.randrange(1, 2**31) for _ in range(cfg.trials)]
     timing_seeds = [rng.randrange(1, 2**31) for _ in range(cfg.timing_trials)]
     init = ref_mod.get_init_inputs()
-    with _RNG_LOCK:  # the global generator: another execution thread must not draw between seed and use
-        torch.manual_seed(init_seed)
-        model = ref_mod.Model(*init).to(device).eval()
     job_dir = Path(tempfile.mkdtemp(prefix="km-job-", dir=_job_root()))
     t0 = time.perf_counter()
     trials = []  # (inputs on cpu, reference outputs on cpu, is_other_shape)
-    with torch.no_grad():
-        for seed in trial_seeds:
-            with _RNG_LOCK:
-                torch.manual_seed(seed)
-                inputs = ref_mod.get_inputs()
-            ref = model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
-            trials.append((inputs, [r.detach().cpu() for r in _as_list(ref)], False))
-        if cfg.other_shape and trials:
-            with _RNG_LOCK:
-                torch.manual_seed(rng.randrange(1, 2**31))
-                cpu_model = model if device == "cpu" else None
-                probe = cpu_model or ref_mod.Model(*init).eval()
-            if device != "cpu":
-                probe.load_state_dict({k: t.cpu() for k, t in model.state_dict().items()})
-            other = _other_shape_inputs(trials[0][0], probe, _as_list(trials[0][1])[0])
-            if other is not None:
-                ref = model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in other])
-                trials.append((other, [r.detach().cpu() for r in _as_list(ref)], True))
+    # the reference runs here share the device with other candidates' trials, never with a timing phase
+    with DeviceLock(str(build_root / ".timing.lock")) as lock:
+        lock.acquire(False, _lock_wait_s(cfg))
+        with _RNG_LOCK:  # the global generator: another execution thread must not draw between seed and use
+            torch.manual_seed(init_seed)
+            model = ref_mod.Model(*init).to(device).eval()
+        with torch.no_grad():
+            for seed in trial_seeds:
+                with _RNG_LOCK:
+                    torch.manual_seed(seed)
+                    inputs = ref_mod.get_inputs()
+                ref = model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
+                trials.append((inputs, [r.detach().cpu() for r in _as_list(ref)], False))
+            if cfg.other_shape and trials:
+                with _RNG_LOCK:
+                    torch.manual_seed(rng.randrange(1, 2**31))
+                    cpu_model = model if device == "cpu" else None
+                    probe = cpu_model or ref_mod.Model(*init).eval()
+                if device != "cpu":
+                    probe.load_state_dict({k: t.cpu() for k, t in model.state_dict().items()})
+                other = _other_shape_inputs(trials[0][0], probe, _as_list(trials[0][1])[0])
+                if other is not None:
+                    ref = model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in other])
+                    trials.append((other, [r.detach().cpu() for r in _as_list(ref)], True))
     job = {"backend": backend, "build_root": str(build_root), "candidate_code": w.code,
            "reference_code": w.reference_code, "init_seed": init_seed, "n_trials": len(trials),
            "timing_trials": cfg.timing_trials, "timing_seeds": timing_seeds, "warmup": cfg.warmup,
            "hide_launch_us": cfg.hide_launch_us, "gap_probes": cfg.gap_probes, "warm_device_ms": cfg.warm_device_ms,
            "time_torch_compile": cfg.time_torch_compile, "memory_limit_gb": cfg.memory_limit_gb,
-           "allow_child_compile": cfg.allow_child_compile, "timing_lock": str(build_root / ".timing.lock")}
+           "allow_child_compile": cfg.allow_child_compile, "timing_lock": str(build_root / ".timing.lock"),
+           "lock_wait_s": _lock_wait_s(cfg)}
     import json
 
     (job_dir / "job.json").write_text(json.dumps(job))
@@ -293,7 +304,9 @@ def _execute(w: _Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Ver
     v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
     v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
     try:
-        return _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, timed_out, log)
+        with DeviceLock(str(build_root / ".timing.lock")) as lock:
+            lock.acquire(False, _lock_wait_s(cfg))  # the judge re-runs the reference on picked timed inputs
+            return _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, timed_out, log)
     finally:
         if not cfg.keep_jobs:
             shutil.rmtree(job_dir, ignore_errors=True)
@@ -329,7 +342,9 @@ def _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, ti
     for name, secs in (res.get("phase_s") or {}).items():
         v.stage_seconds[f"child_{name}"] = float(secs)
     sandbox = res.get("sandbox", {})
-    v.versions = {"sandbox": sandbox}
+    v.versions["sandbox"] = sandbox
+    if "timing_exclusive" in res:  # whether the device was this candidate's alone while it was timed
+        v.versions["timing"] = {"exclusive": bool(res["timing_exclusive"]), "lock_wait_s": res.get("lock_wait_s")}
     for key, label in (("import_error", "Importing your program failed"), ("init_error", "ModelNew() failed")):
         if res.get(key):
             v.cheats = sorted(found)
@@ -517,7 +532,7 @@ def _judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, ti
     v.status = "pass"
     v.reward = reward_for(v)
     v.feedback = feedback.compose("pass", details + w.notes, advice)
-    v.versions = {"torch": torch.__version__, "python": sys.version.split()[0], "sandbox": sandbox}
+    v.versions = {**v.versions, "torch": torch.__version__, "python": sys.version.split()[0]}
     return v
 
 

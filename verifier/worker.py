@@ -36,6 +36,7 @@ import torch.utils.cpp_extension as cpp_extension
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from verifier.backends import get_backend, kernel_names_in
+from verifier.devlock import device_lock
 from verifier.build import canonical_spec, extension_name, spec_key
 
 # aten ops that allocate, view, copy or describe: the only ones ModelNew.forward may dispatch.
@@ -239,9 +240,34 @@ def _draw_inputs(seed: int, get_inputs, device):
         return _to_device(get_inputs(), device)
 
 
+def _nbytes(out) -> int:
+    if isinstance(out, torch.Tensor):
+        return out.numel() * out.element_size()
+    return sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else 0
+
+
+def _device_copy(out):
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    return [_device_copy(t) for t in out]
+
+
+def _keep_budget(device: str) -> int:
+    """Bytes of timed outputs that may stay on the device during a timing phase."""
+    if device != "cuda":
+        return 0
+    free, _ = torch.cuda.mem_get_info()
+    return min(int(free * 0.25), 4 << 30)
+
+
 def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, keep_outputs: bool):
-    """Median-ready per-iteration times of fn on fresh inputs drawn with each seed (same for every model)."""
+    """Median-ready per-iteration times of fn on fresh inputs drawn with each seed (same for every model).
+
+    Kept outputs are copied on the device while a budget lasts and brought to the host after the loop: a
+    device-to-host copy between timed calls leaves the GPU idle for milliseconds, its clocks drop, and the
+    model whose outputs are kept (the candidate) would be timed at lower clocks than the references."""
     times, walls, outs = [], [], []
+    budget = _keep_budget(device) if keep_outputs else 0
     warm = seeds[:warmup]  # may be shorter than warmup: outs[j] must stay the output of seeds[j]
     for i, seed in enumerate(warm + seeds):
         inputs = _draw_inputs(seed, get_inputs, device)
@@ -252,9 +278,14 @@ def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, 
             times.append(us)
             walls.append(wall)
             if keep_outputs:
-                outs.append(_plain_cpu(out))
+                size = _nbytes(out)
+                if 0 < size <= budget:
+                    budget -= size
+                    outs.append(_device_copy(out))
+                else:
+                    outs.append(_plain_cpu(out))
         del out, inputs
-    return times, walls, outs
+    return times, walls, [_plain_cpu(o) for o in outs]
 
 
 def _gap_probe(backend, cand, ref_model, seeds, get_inputs, device, n: int) -> dict:
@@ -291,6 +322,10 @@ def run_job(job_dir: Path) -> dict:
                                                           cuda_kernels)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
 
+    # shared while this process works on the device, exclusive while it times (verifier/devlock.py)
+    lock = device_lock(job.get("timing_lock"))
+    lock_wait = float(job.get("lock_wait_s", 30.0))
+    lock.acquire(False, lock_wait)
     ref = _exec_module("km_reference", job["reference_code"], "reference.py")
     threads_py0, threads_os0 = threading.active_count(), _os_threads()
     try:
@@ -320,7 +355,7 @@ def run_job(job_dir: Path) -> dict:
         trial = torch.load(job_dir / f"trial_{i}.pt", weights_only=True)
         inputs = _to_device(trial["inputs"], device)
         pristine = _clone(inputs)
-        rec: dict = {"index": i}
+        rec: dict = {"index": i, "started_s": round(time.perf_counter() - clock[0], 4)}
         ref_out_here = None
         ref_first = i % 2 == 1
         with torch.no_grad():
@@ -357,54 +392,62 @@ def run_job(job_dir: Path) -> dict:
     result["patched_after_trials"] = _patched(original)
     phase("trials")
     ok_trials = result["trials"] and all("error" not in t and not t["output_problem"] for t in result["trials"])
+    result["cuda_kernel_names"] = cuda_kernels
+    timing = ok_trials and job.get("timing_trials", 0) > 0
+    if timing:
+        # one timing phase at a time per build root, and no other process's device work meanwhile
+        result["timing_exclusive"] = lock.acquire(True, lock_wait)
+        result["lock_wait_s"] = round(lock.waited_s, 4)
+        if not result["timing_exclusive"]:
+            result["events"].append(f"timing ran without the device to itself: the lock was not free within "
+                                    f"{lock_wait:.0f} s")
+        phase("timing_lock_wait")
+        _run_timing(job, result, backend, model_new, model, ref, device, original)
+        phase("timing")
+    # the profiler pass of the own-kernel check comes after timing, so nothing it leaves behind (CUPTI
+    # state, a lower clock after its synchronisations) can reach the timed calls
     if ok_trials and cuda_kernels:
         trial = torch.load(job_dir / "trial_0.pt", weights_only=True)
         inputs = _to_device(trial["inputs"], device)
         with torch.no_grad():
             result["own_kernel_ran"] = backend.own_kernel_ran(lambda: model_new(*inputs), cuda_kernels)
-    result["cuda_kernel_names"] = cuda_kernels
-    phase("own_kernel_check")
-
-    # ---- timing: candidate first (its timed outputs go back to be judged), then the reference
-    if ok_trials and job.get("timing_trials", 0) > 0:
-        seeds = job["timing_seeds"]
-        py0, os0 = threading.active_count(), _os_threads()
-        # one timing phase at a time per build root: concurrent children must not share the device then
-        lock = open(job["timing_lock"], "w") if job.get("timing_lock") else None
-        if lock is not None:
-            import fcntl
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        with torch.no_grad():
-            try:
-                backend.warm_device(job.get("warm_device_ms", 0.0))
-                t, w, outs = _time_model(backend, model_new, seeds, ref.get_inputs, device, job["warmup"], True)
-                result["timing"] = {"candidate_us": t, "candidate_wall_us": w}
-                result["timed_outputs"] = outs
-                result["threads_added_timing"] = max(threading.active_count() - py0, _os_threads() - os0, 0)
-                result["patched_after_timing"] = _patched(original)
-                backend.warm_device(job.get("warm_device_ms", 0.0))
-                t, w, _ = _time_model(backend, model, seeds, ref.get_inputs, device, job["warmup"], False)
-                result["timing"]["eager_us"] = t
-                result["timing"]["eager_wall_us"] = w
-                if job["backend"] == "cuda" and job.get("gap_probes", 0) > 0:
-                    result["timing"]["gap_probe"] = _gap_probe(backend, model_new, model, seeds, ref.get_inputs,
-                                                               device, job["gap_probes"])
-                if job.get("time_torch_compile"):
-                    try:
-                        compiled = torch.compile(model)
-                        t, w, _ = _time_model(backend, compiled, seeds, ref.get_inputs, device,
-                                              max(job["warmup"], 2), False)
-                        result["timing"]["compile_us"] = t
-                    except Exception as e:  # noqa: BLE001
-                        result["events"].append(f"torch.compile of the reference failed: {str(e)[:300]}")
-            except Exception:  # noqa: BLE001
-                result["timing_error"] = traceback.format_exc(limit=3)[-2500:]
-        if lock is not None:
-            lock.close()
-        phase("timing")
+        phase("own_kernel_check")
+    lock.close()
     result["threads_python_at_start"] = threads_py0
     result["threads_os_at_start"] = threads_os0
     return result
+
+
+def _run_timing(job, result, backend, model_new, model, ref, device, original) -> None:
+    """Candidate first (its timed outputs go back to be judged), then the eager reference, the gap probes
+    and torch.compile of the reference, all on the same fresh inputs per iteration."""
+    seeds = job["timing_seeds"]
+    py0, os0 = threading.active_count(), _os_threads()
+    with torch.no_grad():
+        try:
+            backend.warm_device(job.get("warm_device_ms", 0.0))
+            t, w, outs = _time_model(backend, model_new, seeds, ref.get_inputs, device, job["warmup"], True)
+            result["timing"] = {"candidate_us": t, "candidate_wall_us": w}
+            result["timed_outputs"] = outs
+            result["threads_added_timing"] = max(threading.active_count() - py0, _os_threads() - os0, 0)
+            result["patched_after_timing"] = _patched(original)
+            backend.warm_device(job.get("warm_device_ms", 0.0))
+            t, w, _ = _time_model(backend, model, seeds, ref.get_inputs, device, job["warmup"], False)
+            result["timing"]["eager_us"] = t
+            result["timing"]["eager_wall_us"] = w
+            if job["backend"] == "cuda" and job.get("gap_probes", 0) > 0:
+                result["timing"]["gap_probe"] = _gap_probe(backend, model_new, model, seeds, ref.get_inputs,
+                                                           device, job["gap_probes"])
+            if job.get("time_torch_compile"):
+                try:
+                    compiled = torch.compile(model)
+                    t, w, _ = _time_model(backend, compiled, seeds, ref.get_inputs, device,
+                                          max(job["warmup"], 2), False)
+                    result["timing"]["compile_us"] = t
+                except Exception as e:  # noqa: BLE001
+                    result["events"].append(f"torch.compile of the reference failed: {str(e)[:300]}")
+        except Exception:  # noqa: BLE001
+            result["timing_error"] = traceback.format_exc(limit=3)[-2500:]
 
 
 def _run_forked(job_dir: str) -> None:

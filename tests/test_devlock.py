@@ -1,0 +1,97 @@
+"""The device lock (verifier/devlock.py) with real flock(2) files: shared holders coexist, a timer gets the
+device alone, a waiting timer is not starved by new shared takers, every wait is bounded, and a killed
+holder frees the lock. Separate DeviceLock objects are separate open files, so threads of one process
+contend exactly as processes do; the kill test uses a real process."""
+
+import subprocess
+import sys
+import threading
+import time
+
+from verifier.devlock import DeviceLock, device_lock
+
+
+def test_shared_holders_coexist_and_exclusive_waits_bounded(tmp_path):
+    path = str(tmp_path / "dev.lock")
+    with DeviceLock(path) as a, DeviceLock(path) as b, DeviceLock(path) as t:
+        assert a.acquire(False, 1.0) and b.acquire(False, 1.0)
+        assert a.held == b.held == "shared"
+        t0 = time.monotonic()
+        assert not t.acquire(True, 0.3)  # the timer gives up after its bound, it does not hang
+        assert 0.3 <= time.monotonic() - t0 < 2.0 and t.held is None
+        a.release()
+        b.release()
+        assert t.acquire(True, 1.0) and t.held == "exclusive"
+        assert not a.acquire(False, 0.2)  # nobody shares the device with a timer
+        t.release()
+        assert a.acquire(False, 1.0)
+
+
+def test_waiting_timer_is_not_starved_by_new_shared_takers(tmp_path):
+    path = str(tmp_path / "dev.lock")
+    reader, timer, late = DeviceLock(path), DeviceLock(path), DeviceLock(path)
+    assert reader.acquire(False, 1.0)
+    got = {}
+    th = threading.Thread(target=lambda: got.setdefault("timer", timer.acquire(True, 10.0)))
+    th.start()
+    time.sleep(0.3)  # the timer is now waiting behind the reader, holding the turnstile
+    assert not late.acquire(False, 0.3)  # a new shared taker queues behind the waiting timer
+    reader.release()
+    th.join(5)
+    assert got["timer"] is True and timer.held == "exclusive"
+    timer.release()
+    assert late.acquire(False, 1.0)
+    for lk in (reader, timer, late):
+        lk.close()
+
+
+def test_exclusive_intervals_never_overlap_other_work(tmp_path):
+    path = str(tmp_path / "dev.lock")
+    log, log_lock = [], threading.Lock()
+
+    def worker(k):
+        with DeviceLock(path) as lk:
+            for i in range(6):
+                exclusive = (i + k) % 3 == 0
+                assert lk.acquire(exclusive, 20.0)
+                t0 = time.monotonic()
+                time.sleep(0.02)
+                t1 = time.monotonic()
+                lk.release()
+                with log_lock:
+                    log.append((exclusive, t0, t1, k))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert len(log) == 24
+    shared = [e for e in log if not e[0]]
+    assert any(a[3] != b[3] and a[1] < b[2] and b[1] < a[2] for a in shared for b in shared)  # sharing happened
+    for ex in (e for e in log if e[0]):
+        for other in log:
+            if other is not ex:
+                assert other[2] <= ex[1] or other[1] >= ex[2], (ex, other)
+
+
+def test_a_killed_holder_frees_the_device(tmp_path):
+    path = str(tmp_path / "dev.lock")
+    code = ("import sys, time\nfrom verifier.devlock import DeviceLock\nlk = DeviceLock(sys.argv[1])\n"
+            "assert lk.acquire(True, 5)\nprint('held', flush=True)\ntime.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        with DeviceLock(path) as mine:
+            assert not mine.acquire(False, 0.2)
+            p.kill()
+            p.wait(10)
+            assert mine.acquire(True, 2.0)
+    finally:
+        p.kill()
+
+
+def test_no_lock_file_means_no_lock():
+    lk = device_lock(None)
+    assert lk.acquire(True, 0.0) is False and lk.held is None
+    lk.close()

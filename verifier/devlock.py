@@ -1,0 +1,99 @@
+"""One device, many processes: a shared/exclusive lock so that a timing phase has the device to itself.
+
+Every process of a batch that runs work on the device (the verifier's reference runs, a candidate's
+correctness trials) holds the lock shared; a timing phase holds it exclusive. On a GPU, work from another
+process's CUDA context time-slices with the one being timed and lands inside its events; on a CPU it takes
+cores from it. Two flock(2) files: the device file, and a turnstile that every taker passes through and a
+waiting timer keeps, so that a stream of shared holders cannot starve it.
+
+Every wait is bounded. The lock protects timing accuracy; it must never turn a slow or hanging neighbour
+into someone else's timeout. A process that cannot get it in time goes on without it, and the result says
+so (``held`` stays None). Locks go with their process: a killed candidate releases what it held.
+
+Standard library only: imported inside the execution child, which has torch and nothing else.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+
+class DeviceLock:
+    def __init__(self, path: str):
+        self.path = str(path)
+        self._dev: int | None = None
+        self._turn: int | None = None
+        self.held: str | None = None  # "shared", "exclusive" or None
+        self.waited_s = 0.0
+
+    def _open(self) -> None:
+        if self._dev is None:
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            self._dev = os.open(self.path, flags, 0o666)
+            self._turn = os.open(self.path + ".turn", flags, 0o666)
+
+    @staticmethod
+    def _take(fd: int, op: int, deadline: float) -> bool:
+        delay = 0.0005
+        while True:
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(delay)
+                delay = min(delay * 2, 0.01)
+
+    def acquire(self, exclusive: bool, timeout_s: float) -> bool:
+        """Take the lock (dropping any mode held before); False when ``timeout_s`` passed first."""
+        self.release()
+        self._open()
+        t0 = time.monotonic()
+        deadline = t0 + max(0.0, timeout_s)
+        got = False
+        if self._take(self._turn, fcntl.LOCK_EX, deadline):
+            try:
+                got = self._take(self._dev, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
+            finally:
+                fcntl.flock(self._turn, fcntl.LOCK_UN)
+        self.waited_s += time.monotonic() - t0
+        self.held = ("exclusive" if exclusive else "shared") if got else None
+        return got
+
+    def release(self) -> None:
+        if self.held is not None and self._dev is not None:
+            fcntl.flock(self._dev, fcntl.LOCK_UN)
+        self.held = None
+
+    def close(self) -> None:
+        self.release()
+        for fd in (self._dev, self._turn):
+            if fd is not None:
+                os.close(fd)
+        self._dev = self._turn = None
+
+    def __enter__(self) -> "DeviceLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class NoLock(DeviceLock):
+    """Stands in where a job names no lock file."""
+
+    def __init__(self):
+        super().__init__("")
+
+    def acquire(self, exclusive: bool, timeout_s: float) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def device_lock(path: str | None) -> DeviceLock:
+    return DeviceLock(path) if path else NoLock()
