@@ -74,7 +74,7 @@ def bench_real(source: str, sample: int, workers: int, target_numel: int, timeou
     import random
     from collections import Counter
 
-    from synth.input_synthesis import SandboxPool
+    from synth.input_sandbox import SandboxPool
     from synth.mine import MineReport, _process, collect_candidates
 
     report = MineReport(source=source)

@@ -4,11 +4,13 @@ A module travels through these steps, each counted in :class:`MineReport`:
 
     files            read from the source (synth/mine_sources.py); binary, non-UTF-8, huge and
                      unparsable files are counted and skipped
-    modules found    nn.Module subclasses found by tree-sitter (synth/mine_extract.py)
+    modules found    nn.Module subclasses found by tree-sitter (synth/mine_discover.py)
     self-contained   its dependency closure cut out as one program with ``class Model``
+                     (synth/mine_extract.py)
     license allowed  the source's license is on the allowlist ("unknown" when the source gives none)
-    inputs deduced   constructor arguments and forward inputs found in the sandbox
-                     (synth/input_synthesis.py), then shapes scaled toward ``target_numel``
+    inputs deduced   constructor arguments (synth/init_args.py) and forward inputs
+                     (synth/input_synthesis.py) found in the sandbox (synth/input_sandbox.py),
+                     then shapes scaled toward ``target_numel``
     filters          float_output, no_io_or_randomness, deterministic, input_dependent, runtime
     runs from file   the finished program, written to its own file, runs in a fresh sandboxed process
     tasks emitted    exact duplicates (same normalised program) collapse to the first one found
@@ -161,8 +163,8 @@ def _task_name(repo: str, class_name: str) -> str:
 
 def collect_candidates(source: str, report: MineReport, *, max_file_bytes: int, max_files: int | None = None):
     """Yield self-contained programs of every module found in SOURCE, counting what drops out."""
-    from synth.mine_extract import (FileSyntaxError, NotSelfContained, RepoIndex, extract_module,
-                                    find_module_classes, parse_file)
+    from synth.mine_discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
+    from synth.mine_extract import extract_module
     from synth.mine_sources import SkippedFile, decode_source_file, iter_repos
 
     order = 0
@@ -236,7 +238,8 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     in source order kept). Bad files and modules are counted in the report, never raised. Raises
     InputError only for a SOURCE that cannot be opened at all (a bad path, an unreachable URL).
     Not guaranteed: that a task computes anything interesting, or that it is fast on a GPU."""
-    from synth.input_synthesis import FILTERS, SandboxPool
+    from synth.input_sandbox import SandboxPool
+    from synth.input_synthesis import FILTERS
     from synth.mine_sources import source_kind
 
     source_kind(source)  # a SOURCE that is none of the accepted forms fails here, before any process starts

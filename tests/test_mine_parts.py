@@ -10,10 +10,11 @@ import torch
 import torch.nn as nn
 
 from kernelmill.errors import InputError
-from synth.input_synthesis import InputGuess, SandboxPool, adjust_inputs
+from synth.input_sandbox import SandboxPool
+from synth.input_synthesis import InputGuess, adjust_inputs
 from synth.mine import mine_tasks
-from synth.mine_extract import (FileSyntaxError, NotSelfContained, RepoIndex, extract_module, find_module_classes,
-                                parse_file)
+from synth.mine_discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
+from synth.mine_extract import extract_module
 from synth.mine_sources import (SkippedFile, SourceFile, decode_source_file, iter_repos, license_from_text,
                                 parse_hf_source, source_kind)
 

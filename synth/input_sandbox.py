@@ -1,0 +1,297 @@
+"""Run the jobs on mined code in a sandbox: zygote processes that fork a fresh child per job.
+
+The parent never executes mined code. :class:`SandboxPool` starts one *zygote* process per worker
+(``python -I`` importing this module) that imports torch once and then, for every job, forks a fresh
+child. The child puts itself in its own process group, works in an empty temporary folder, sends its
+stdout/stderr to /dev/null, limits its address space (RLIMIT_AS: the memory the zygote already maps
+plus ``memory_bytes``) and writes one JSON result file; the zygote kills the whole group when the job
+runs past its timeout. A forked child is a fresh process: the only state it shares with the zygote is
+the imported torch and kernelmill's own deduction code, never another job's code.
+
+Jobs:
+    deduce    load the program, find constructor arguments (synth/init_args.py), find forward
+              inputs, scale free dimensions toward ``target_numel``, then apply the filters in
+              FILTERS order (synth/input_synthesis.py)
+    run_file  write the finished KernelBench program to its own file, run it with runpy, return the
+              output shapes
+
+Not protected against: code that escapes through already-open file descriptors of the zygote (none
+are passed but the pipes), kernel-level resource exhaustion other than memory (threads, disk), or a
+module that detects it is being probed.
+
+This file uses only the standard library and kernelmill's deduction modules (themselves standard
+library only) at import time; torch is imported inside the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from synth.init_args import (DeductionFailed, construct, finalize_spec, is_memory_error, render_spec,
+                             spec_needs_types)
+from synth.input_synthesis import IOWatch, apply_filters, deduce_inputs, output_specs, scale_inputs
+
+
+# ============================================================================ parent side
+
+# The zygote's interpreter runs isolated (-I: no PYTHONPATH, no user site-packages, neither the current
+# nor the script folder on sys.path), so the checkout that holds ``synth`` is on sys.path only while
+# this module is imported: mined code then sees the isolated interpreter's own sys.path, nothing more.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ZYGOTE = ("import sys; sys.path.insert(0, sys.argv[1]); from synth.input_sandbox import zygote_main; "
+           "sys.path.remove(sys.argv[1]); zygote_main()")
+
+
+class SandboxPool:
+    """``workers`` zygotes; ``run(job)`` is thread-safe and returns the child's JSON result.
+
+    A zygote that stops answering is killed and replaced; the job then reports reason "sandbox_lost"."""
+
+    def __init__(self, workers: int = 2, memory_bytes: int = 4 << 30):
+        self.memory_bytes = int(memory_bytes)
+        self._free: queue.Queue = queue.Queue()
+        self._all: list[subprocess.Popen] = []
+        self._lock = threading.Lock()
+        for _ in range(max(1, workers)):
+            self._free.put(self._start())  # torch imports in the zygotes while the caller parses files
+
+    def _start(self) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-I", "-u", "-c", _ZYGOTE, _CHECKOUT],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, start_new_session=True)
+        with self._lock:
+            self._all.append(p)
+        return p
+
+    def run(self, job: dict) -> dict:
+        job = {**job, "memory_bytes": self.memory_bytes}
+        z = self._free.get()
+        try:
+            if z is None or z.poll() is not None:
+                z = self._start()
+            result: dict = {}
+
+            def talk() -> None:
+                z.stdin.write(json.dumps(job) + "\n")
+                z.stdin.flush()
+                line = z.stdout.readline()
+                if line:
+                    result.update(json.loads(line))
+
+            t = threading.Thread(target=talk, daemon=True)
+            t.start()
+            t.join(float(job.get("timeout_s", 20)) + 60)  # the zygote enforces the timeout; this is a backstop
+            if not result:
+                self._kill(z)
+                z = None
+                return {"status": "fail", "stage": "sandbox", "reason": "sandbox_lost", "error": "zygote did not answer"}
+            return result
+        finally:
+            self._free.put(z)
+
+    def _kill(self, z: subprocess.Popen) -> None:
+        try:
+            os.killpg(z.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        z.wait()
+
+    def close(self) -> None:
+        with self._lock:
+            procs, self._all = self._all, []
+        for p in procs:  # zygotes hold no state worth a clean exit; one may still be importing torch
+            if p.poll() is None:
+                self._kill(p)
+            for stream in (p.stdin, p.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ============================================================================ jobs (in the child)
+
+
+def _load_program(code: str, filename: str) -> dict:
+    import importlib.util
+
+    with open(filename, "w") as f:
+        f.write(code)
+    spec = importlib.util.spec_from_file_location("mined_program", os.path.abspath(filename))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["mined_program"] = mod
+    spec.loader.exec_module(mod)
+    return vars(mod)
+
+
+def job_deduce(job: dict) -> dict:
+    """The child's work for a ``deduce`` job (see module docstring)."""
+    import torch
+
+    deadline = time.monotonic() + float(job["budget_s"])
+    watch = IOWatch()
+    try:
+        ns = _load_program(job["program"], "program.py")
+    except Exception as e:  # noqa: BLE001
+        return {"status": "fail", "stage": "load", "reason": "memory" if is_memory_error(e) else "load_failed",
+                "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    Model = ns["Model"]
+    last: DeductionFailed | None = None
+    try:
+        for model, pairs, base in construct(Model, ns, [32, 64, 16, 8], deadline):
+            model.eval()
+            ints = [v for v, _ in pairs if isinstance(v, int) and not isinstance(v, bool) and v > 1]
+            try:
+                names, guesses, out = deduce_inputs(model, base, ints, deadline)
+            except DeductionFailed as e:
+                if e.reason == "memory":
+                    raise
+                last = e
+                continue
+            guesses, out = scale_inputs(model, guesses, out, int(job["target_numel"]), deadline, float(job["max_forward_s"]))
+            failed, detail, seconds = apply_filters(model, guesses, out, watch, float(job["max_forward_s"]),
+                                                    float(job.get("min_forward_s", 0.0)))
+            specs = [finalize_spec(s) for _, s in pairs]
+            result = {"init_args": [render_spec(s) for s in specs], "needs_types": any(spec_needs_types(s) for s in specs),
+                      "inputs": [g.as_dict(n) for n, g in zip(names, guesses)], "outputs": output_specs(out),
+                      "forward_s": seconds, "torch_threads": torch.get_num_threads()}
+            if failed:
+                return {"status": "fail", "stage": "filter", "reason": failed, "error": detail, **result}
+            return {"status": "ok", **result}
+    except DeductionFailed as e:
+        last = e
+    except Exception as e:  # noqa: BLE001
+        last = DeductionFailed("forward", "memory" if is_memory_error(e) else "crash", f"{type(e).__name__}: {str(e)[:300]}")
+    last = last or DeductionFailed("init", "init_failed", "")
+    return {"status": "fail", "stage": last.stage, "reason": last.reason, "error": last.error}
+
+
+def job_run_file(job: dict) -> dict:
+    """Run a finished KernelBench program from its own file; report the output specs."""
+    import runpy
+
+    import torch
+
+    with open("task.py", "w") as f:
+        f.write(job["program"])
+    try:
+        g = runpy.run_path(os.path.abspath("task.py"), run_name="kernelbench_task")
+        torch.manual_seed(0)
+        model = g["Model"](*g["get_init_inputs"]()).eval()
+        with torch.no_grad():
+            out = model(*g["get_inputs"]())
+    except Exception as e:  # noqa: BLE001
+        return {"status": "fail", "stage": "run_file", "reason": "run_file_failed", "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    return {"status": "ok", "outputs": output_specs(out)}
+
+
+# ============================================================================ zygote
+
+
+def _vm_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _child(job: dict, result_path: str) -> None:
+    import resource
+
+    res: dict
+    try:
+        os.setpgid(0, 0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        limit = _vm_bytes() + int(job["memory_bytes"])
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        import torch
+
+        torch.set_num_threads(int(job.get("threads", 1)))
+        res = job_deduce(job) if job["mode"] == "deduce" else job_run_file(job)
+    except BaseException as e:  # noqa: BLE001 - everything must end in a result
+        res = {"status": "fail", "stage": job.get("mode", "?"), "reason": "memory" if is_memory_error(e) else "crash",
+               "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    try:
+        with open(result_path + ".tmp", "w") as f:
+            json.dump(res, f, default=str)
+        os.rename(result_path + ".tmp", result_path)
+    finally:
+        os._exit(0)
+
+
+def fork_and_run(job: dict) -> dict:
+    """Fork a child for one job, enforce the timeout on its whole process group, return its result."""
+    workdir = tempfile.mkdtemp(prefix="kernelmill-sbx-")
+    result_path = os.path.join(workdir, "result.json")
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(workdir)
+        _child(job, result_path)
+    deadline = t0 + float(job.get("timeout_s", 20))
+    status = None
+    try:
+        while True:
+            wpid, status = os.waitpid(pid, os.WNOHANG)
+            if wpid:
+                break
+            if time.monotonic() > deadline:
+                for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                    try:
+                        target()
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                os.waitpid(pid, 0)
+                return {"status": "fail", "stage": job["mode"], "reason": "timeout",
+                        "error": f"no result within {job.get('timeout_s')} s", "seconds": time.monotonic() - t0}
+            time.sleep(0.005)
+        try:
+            os.killpg(pid, signal.SIGKILL)  # stray grandchildren
+        except (ProcessLookupError, PermissionError):
+            pass
+        if os.path.exists(result_path):
+            with open(result_path) as f:
+                res = json.load(f)
+        else:
+            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+            res = {"status": "fail", "stage": job["mode"], "reason": "crash", "error": f"child died (signal {sig})"}
+        res["seconds"] = time.monotonic() - t0
+        return res
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def zygote_main() -> None:
+    import torch  # noqa: F401 - imported once here so that every forked child starts with it
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            res = fork_and_run(json.loads(line))
+        except Exception as e:  # noqa: BLE001
+            res = {"status": "fail", "stage": "sandbox", "reason": "crash", "error": repr(e)[:300]}
+        sys.stdout.write(json.dumps(res, default=str) + "\n")
+        sys.stdout.flush()
+
