@@ -3,7 +3,6 @@ input deduction from real torch error messages, and the sandbox's timeout and me
 
 import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
