@@ -37,11 +37,55 @@ def test_any_torch_name_keeps_the_implicit_headers(snippet):
     assert "bare" not in labels and labels[-1] == "full"
 
 
-def test_extension_h_include_is_dropped_in_the_light_variant_only():
+def test_extension_h_include_is_dropped_in_the_slim_and_light_variants_only():
     v = build_variants(_spec(TORCH_CU))
-    assert [label for label, _ in v] == ["light", "full"]
-    assert "torch/extension.h" not in v[0][1]["cuda_sources"][0] and "torch::Tensor f" in v[0][1]["cuda_sources"][0]
-    assert v[1][1]["cuda_sources"] == [TORCH_CU]
+    assert [label for label, _ in v] == ["slim", "light", "full"]
+    for label, kw in v[:2]:
+        assert "torch/extension.h" not in kw["cuda_sources"][0] and "torch::Tensor f" in kw["cuda_sources"][0]
+    assert v[2][1]["cuda_sources"] == [TORCH_CU]
+
+
+KB_CU = """#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void k(const float* x, float* y, long n) { long i = blockIdx.x * 256L + threadIdx.x; if (i < n) y[i] = x[i]; }
+torch::Tensor f(torch::Tensor x) {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32");
+    auto y = torch::empty_like(x);
+    auto z = torch::zeros({x.size(0)}, x.options().dtype(at::ScalarType::Float));
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "k", [&] { k<<<1, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), x.numel()); });
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}"""
+
+
+def test_slim_prelude_names_exactly_the_headers_the_source_needs():
+    (label, kw), *_ = build_variants(_spec(KB_CU))
+    assert label == "slim" and kw["no_implicit_headers"] is True
+    assert kw["cpp_sources"][0] == "#include <torch/extension.h>"  # the binding file is unchanged otherwise
+    src = kw["cuda_sources"][0]
+    head, _, body = src.partition("// ---- the candidate's source")
+    for inc in ("ATen/core/Tensor.h", "ATen/ops/empty_like.h", "ATen/ops/zeros.h", "ATen/Dispatch.h",
+                "c10/cuda/CUDAException.h"):
+        assert f"#include <{inc}>" in head
+    assert "torch/types.h" not in src and "ATen/ATen.h" not in src and "torch/extension.h" not in src
+    assert "#include <ATen/cuda/CUDAContext.h>" in body  # the source's own include stays
+    assert "using namespace at;" in head and "kFloat32" in head
+    assert body.rstrip().endswith("return y;\n}")  # the candidate's code follows, unchanged
+
+
+@pytest.mark.parametrize("snippet", [
+    "auto s = at::cuda::getCurrentCUDAStream();",  # the CUDA context header is not included by the source
+    "auto t = torch::not_an_op(x);",                # no ATen/ops header by that name
+    "torch::nn::Linear l(1, 1);",                  # the C++ frontend
+    "auto g = torch::autograd::grad({x}, {x});",
+    "py::object o;",
+    "AT_CUDA_CHECK(cudaGetLastError());",           # a macro outside the short list
+])
+def test_sources_outside_the_known_subset_skip_slim(snippet):
+    cu = TORCH_CU.replace("return x; }", snippet + " return x; }")
+    labels = [label for label, _ in build_variants(_spec(cu))]
+    assert labels == ["light", "full"], (snippet, labels)
 
 
 def test_cpp_only_spec_has_one_unchanged_build():

@@ -21,7 +21,10 @@ candidate's code means:
 - a CUDA source that names nothing from torch (no ``torch::``, ``at::``, ``c10::``, ``TORCH_*`` ...) is
   compiled with ``no_implicit_headers`` (only ``cuda.h``/``cuda_runtime.h``), which takes nvcc ~2 s instead
   of ~60 s: the "bare" variant;
-- a CUDA source that includes ``torch/extension.h`` (pybind11, torch/all.h) is first compiled with that
+- a CUDA source that uses torch only through the common subset (``torch::Tensor``, factory functions,
+  TORCH_CHECK, AT_DISPATCH, the current stream) is compiled against just the headers that subset needs
+  instead of all of ATen (verifier/slim.py): the "slim" variant;
+- a CUDA source that includes ``torch/extension.h`` (pybind11, torch/all.h) is next compiled with that
   line removed, keeping load_inline's implicit ``torch/types.h``: the "light" variant, about half the nvcc time.
 A variant that fails to build is followed by the unchanged ("full") build, whose log is the one reported,
 so compiler feedback always describes the candidate as written.
@@ -43,6 +46,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from verifier.slim import slim_source
 
 COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
 SPEC_KEYS = ("cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",
@@ -92,7 +97,7 @@ class BuildResult:
     log: str = ""
     seconds: float = 0.0
     cached: bool = False
-    variant: str = ""  # which build produced the .so: bare, light or full ("" when it failed)
+    variant: str = ""  # which build produced the .so: bare, slim, light or full ("" when it failed)
     pch: bool = False  # the binding file was compiled against the precompiled header
 
 
@@ -226,8 +231,13 @@ def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
             out.append(("bare", dict(full, no_implicit_headers=True,
                                      cuda_sources=["#include <cuda.h>\n#include <cuda_runtime.h>"] + list(cu),
                                      cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
-        elif any(_HEAVY_INCLUDE.search(src) for src in cu):
-            out.append(("light", dict(full, cuda_sources=[_HEAVY_INCLUDE.sub("", src) for src in cu])))
+        else:
+            slim = [slim_source(src) for src in cu] if bare_ok else [None]
+            if all(s is not None for s in slim):
+                out.append(("slim", dict(full, no_implicit_headers=True, cuda_sources=slim,
+                                         cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
+            if any(_HEAVY_INCLUDE.search(src) for src in cu):
+                out.append(("light", dict(full, cuda_sources=[_HEAVY_INCLUDE.sub("", src) for src in cu])))
     out.append(("full", full))
     return out
 

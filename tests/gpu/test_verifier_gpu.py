@@ -109,10 +109,11 @@ def _variant_of(name: str) -> dict:
 
 
 def test_build_variants_on_gpu():
-    """A torch-free CUDA source builds as 'bare'; a source including torch/extension.h as 'light'; one that
-    needs pybind11 inside the CUDA source fails the light build and passes through the unchanged one."""
+    """A torch-free CUDA source builds as 'bare'; a KernelBench-style source (torch/extension.h, torch::Tensor,
+    torch::empty_like) as 'slim'; one that needs pybind11 inside the CUDA source skips slim, fails the light
+    build and passes through the unchanged one."""
     assert _variant_of("bare_build_variant")["variant"] == "bare"
-    assert _variant_of("honest")["variant"] == "light"
+    assert _variant_of("honest")["variant"] == "slim"
     assert _variant_of("pybind_in_cuda_source_falls_back")["variant"] == "full"
     assert all(_variant_of(n)["pch"] for n in ("bare_build_variant", "honest"))
 
