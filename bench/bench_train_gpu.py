@@ -165,7 +165,7 @@ def run(args) -> int:
     from train import data as D
     from train.evaluate import evaluate_rows
     from train.model import latest_checkpoint, load_pretrained
-    from train.rl import train_rl
+    from train.rl import screen_prompts, train_rl
     from train.rollout import verifier_reward_fn
     from train.sft import train_sft
 
@@ -255,6 +255,23 @@ def run(args) -> int:
 
     eval_s = evaluate("SFT only", sft_out, {"steps": r["steps_done"], "final_loss": round(r["final_loss"], 4),
                                             "train_s": r["seconds"]})
+    if args.rl_screen and left() > args.min_rl_s * 4:
+        # dynamic sampling: keep the RL prompts on which the SFT model's G samples disagree (plus a share of
+        # never-solved ones for the retry buffer); prompts it always solves give zero advantages
+        t = time.time()
+        model, tok = load_pretrained(latest_checkpoint(sft_out))
+        model.to(dev)
+        pool = rl_rows[: args.rl_screen]
+        res = evaluate_rows(model, tok, pool, reward_fn, n=args.group, greedy=False, temperature=args.temperature,
+                            max_new_tokens=args.max_new_tokens)
+        kept, st = screen_prompts(pool, [p["correct"] for p in res["per_task"]], args.group)
+        del model
+        rep.note(f"RL prompt screening ({round(time.time() - t, 1)} s): SFT sampled G={args.group} answers for "
+                 f"{st['screened']} RL prompts: {st['mixed']} mixed, {st['all_pass']} always solved, "
+                 f"{st['all_fail']} never solved; RL trains on {st['kept']} (the mixed ones, and never-solved ones up to a "
+                 f"quarter, or all of them when none is mixed). Sample pass rate {res['pass@1']:.3f}.")
+        if kept:
+            rl_rows = kept
     arms = [("SFT + RL (all stabilisers)", {}), ("RL without PrimeEcho", {"prime_echo": False}),
             ("RL without Buffered Dynamic Retry", {"retry": False}), ("RL without MirrorPop", {"mirrorpop": False})]
     for k, (name, flags) in enumerate(arms):
@@ -299,6 +316,8 @@ def main() -> int:
     ap.add_argument("--rl-s", type=float, default=60, help="most RL seconds per arm (less when the budget is short)")
     ap.add_argument("--min-rl-s", type=float, default=15)
     ap.add_argument("--rl-steps", type=int, default=8)
+    ap.add_argument("--rl-screen", type=int, default=0,
+                    help="screen this many RL prompts with G samples of the SFT model and train RL on the mixed ones")
     ap.add_argument("--min-eval-s", type=float, default=15)
     ap.add_argument("--eval-tasks", type=int, default=40)
     ap.add_argument("--teacher-check-train", type=int, default=8)

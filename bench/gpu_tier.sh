@@ -2,7 +2,9 @@
 # The GPU tier, batched for one call on a GPU box (torch alone is enough there):
 #   1. pytest -m gpu tests/gpu        (verifier checks that need CUDA)
 #   2. bench/bench_teacher_gpu.py     (the teacher's cuda candidates, one task per op family)
-# or, with the argument "verifier":  bench/bench_verifier.py (throughput, busy fraction, timing noise).
+# or, with the argument "verifier":  bench/bench_verifier.py (throughput, busy fraction, timing noise);
+# "issue3": the GPU tests then the verifier benchmark in one call; "train": the training-stage benchmark
+# with RL prompt screening (bench/bench_train_gpu.py --rl-screen), in one call.
 # Logs and tables go to $OUT (default /tmp/km-gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,12 @@ if [ "${1:-}" = "issue3" ]; then  # the verifier's GPU checks and its benchmark,
     left=$(( ${TOTAL_S:-560} - ($(date +%s) - start) ))
     python3 bench/bench_verifier.py --n "${N:-48}" --exec-workers 4 --budget-s "$left" --out "$OUT" 2>&1 | tee "$OUT/bench_verifier.log"
     exit $rc
+fi
+if [ "${1:-}" = "train" ]; then  # SFT, screened RL prompts, RL arms with each stabiliser off, < 600 s
+    python3 bench/bench_train_gpu.py --corpus bench/data/train_corpus --budget-s "${TOTAL_S:-540}" \
+        --sft-s "${SFT_S:-90}" --rl-screen "${SCREEN:-48}" --rl-s "${RL_S:-70}" --rl-steps 30 \
+        --results "$OUT/train.md" 2>&1 | tee "$OUT/bench_train.log"
+    exit "${PIPESTATUS[0]}"
 fi
 if [ "${1:-}" = "verifier" ]; then
     python3 bench/bench_verifier.py --n "${N:-32}" --exec-workers 4 --out "$OUT" 2>&1 | tee "$OUT/bench_verifier.log"

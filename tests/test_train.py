@@ -216,6 +216,25 @@ def test_rl_updates_the_policy_and_resumes(corpus, sft_out, tmp_path):
     assert [r["step"] for r in read_metrics(tmp_path / "r" / "metrics.jsonl", "rl")] == [1, 2, 3]
 
 
+def test_screen_prompts_keeps_mixed_groups_and_a_bounded_share_of_unsolved_ones():
+    from train.rl import screen_prompts
+
+    rows = [{"task_id": f"t{i}"} for i in range(10)]
+    correct = [4, 2, 0, 1, 4, 0, 3, 0, 4, 0]  # of n = 4 samples each
+    kept, st = screen_prompts(rows, correct, 4, fail_share=0.25)
+    assert st == {"screened": 10, "mixed": 3, "all_pass": 3, "all_fail": 4, "kept": 4}
+    ids = [r["task_id"] for r in kept]
+    assert {"t1", "t3", "t6"} <= set(ids) and not {"t0", "t4", "t8"} & set(ids)  # always-solved: no signal
+    assert ids == sorted(ids, key=lambda t: int(t[1:]))  # input order kept
+    assert sum(correct[int(t[1:])] == 0 for t in ids) == 1  # 1 unsolved: 25% of the kept prompts
+    # nothing mixed: the unsolved prompts are all that can teach (through repair turns)
+    kept, st = screen_prompts(rows[:3], [4, 0, 0], 4)
+    assert [r["task_id"] for r in kept] == ["t1", "t2"] and st["mixed"] == 0
+    assert screen_prompts(rows[:2], [4, 4], 4)[0] == []
+    with pytest.raises(ValueError):
+        screen_prompts(rows, correct[:3], 4)
+
+
 def test_pass_at_k_estimator():
     from train.evaluate import pass_at_k
 

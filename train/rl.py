@@ -208,6 +208,28 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             "checkpoint": str(latest_checkpoint(out_dir)), "seconds": round(time.time() - t0, 2)}
 
 
+def screen_prompts(rows: list[dict], correct: list[int], n: int, *, fail_share: float = 0.25) -> tuple[list[dict], dict]:
+    """RL prompts that can teach something, from ``correct[i]`` passes out of ``n`` samples of the
+    current policy on ``rows[i]`` (dynamic sampling, as in DAPO).
+
+    A prompt the policy always solves gives a group of equal rewards: zero advantage, no gradient. Kept:
+    every prompt with mixed outcomes (0 < c < n), then prompts it never solves (c = 0: Buffered Dynamic
+    Retry turns those into repair prompts) up to ``fail_share`` of the result, in the input order.
+    Returns (kept rows, counts of mixed / all_pass / all_fail prompts among the screened ones)."""
+    if len(rows) != len(correct):
+        raise ValueError(f"{len(rows)} rows but {len(correct)} pass counts")
+    if not 0.0 <= fail_share < 1.0:
+        raise ValueError(f"fail_share must be in [0, 1), got {fail_share}")
+    mixed = [r for r, c in zip(rows, correct) if 0 < c < n]
+    failing = [r for r, c in zip(rows, correct) if c <= 0]
+    n_fail = min(len(failing), int(fail_share * len(mixed) / (1.0 - fail_share))) if mixed else len(failing)
+    keep_ids = {id(r) for r in mixed + failing[:n_fail]}
+    kept = [r for r in rows if id(r) in keep_ids]
+    stats = {"screened": len(rows), "mixed": len(mixed), "all_pass": sum(c >= n for c in correct),
+             "all_fail": len(failing), "kept": len(kept)}
+    return kept, stats
+
+
 def _mean(xs) -> float:
     xs = [float(x) for x in xs]
     return sum(xs) / len(xs) if xs else 0.0
