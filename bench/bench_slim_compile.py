@@ -137,7 +137,9 @@ def main():
         print(rows[-1], flush=True)
     import platform
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    from verifier.backends import CpuBackend
+
+    cpu = CpuBackend().describe()
     text = (f"# nvcc seconds per CUDA source: light vs slim (verifier/slim.py)\n\n`CUDA_HOME=/usr/local/cuda python3 "
             f"bench/bench_slim_compile.py --n-teacher {a.n_teacher}` on {cpu} ({os.cpu_count()} cores), "
             f"{platform.python_version()}, nvcc `{' '.join(nvcc)}`; one compile at a time, object only.\n\n"

@@ -110,8 +110,9 @@ def test_batch_order_and_callbacks(batch):
 
 def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
     # the batch runs two execution children at a time and holds a hanging candidate: a timing phase either
-    # got the device lock (no other trials or reference runs meanwhile) or gave up after its bounded wait
-    # and went on (the hang must not turn an honest neighbour into a timeout)
+    # got the device lock (on cpu: no other timing phase meanwhile; on cuda also no trials or reference
+    # runs, tests/test_devlock.py) or gave up after its bounded wait and went on (the hang must not turn an
+    # honest neighbour into a timeout)
     passed = [v for v in batch["verdicts"].values() if v.status == "pass"]
     bound = min(30.0, 0.2 * config.run_timeout_s)
     for v in passed:

@@ -30,7 +30,7 @@ from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
 from verifier import cheats
 from verifier.build import CompilePool, first_errors
-from verifier.devlock import DeviceLock
+from verifier.devlock import device_lock
 from verifier.processes import _job_root, _run_child
 from verifier.extract import check_candidate_shape, extract_code
 from verifier.judge import RNG_LOCK, Work, as_list, finish, judge
@@ -62,6 +62,7 @@ class VerifyConfig:
     gap_probes: int = 10  # cuda: interleaved candidate/reference calls measuring work left after the timed region
     hide_launch_us: float = 50.0  # cuda: a device-side wait queued before each timed call (0: off), see backends
     warm_processes: int = -1  # cuda: single-use processes started ahead (-1: as many as exec_workers; 0: none)
+    device_lock: bool = True  # timing phases get the device alone (verifier/devlock.py); False only to measure it
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "VerifyConfig":
@@ -201,6 +202,17 @@ def _other_shape_inputs(inputs: list, model, ref_out) -> list | None:
 
 
 
+def _lock_path(cfg: "VerifyConfig", build_root: Path) -> str | None:
+    return str(build_root / ".timing.lock") if cfg.device_lock else None
+
+
+def _shared_lock(cfg: "VerifyConfig", build_root: Path, backend: str):
+    """The device lock for the verifier's own device work, taken shared on cuda only: there another
+    process's kernels time-slice into a timed region; on cpu (bench/results/timing_noise_cpu.md) keeping
+    other work off the cores during timing did not lower the noise and cost 15-25% of the batch time."""
+    return device_lock(_lock_path(cfg, build_root) if backend == "cuda" else None)
+
+
 def _lock_wait_s(cfg: "VerifyConfig") -> float:
     """Longest wait for the device lock (verifier/devlock.py): a share of the run timeout, so that a
     neighbour holding the device can delay a candidate's timing but never push it into a timeout."""
@@ -221,7 +233,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     t0 = time.perf_counter()
     trials = []  # (inputs on cpu, reference outputs on cpu, is_other_shape)
     # the reference runs here share the device with other candidates' trials, never with a timing phase
-    with DeviceLock(str(build_root / ".timing.lock")) as lock:
+    with _shared_lock(cfg, build_root, backend) as lock:
         lock.acquire(False, _lock_wait_s(cfg))
         with RNG_LOCK:  # the global generator: another execution thread must not draw between seed and use
             torch.manual_seed(init_seed)
@@ -249,7 +261,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
            "timing_trials": cfg.timing_trials, "timing_seeds": timing_seeds, "warmup": cfg.warmup,
            "hide_launch_us": cfg.hide_launch_us, "gap_probes": cfg.gap_probes, "warm_device_ms": cfg.warm_device_ms,
            "time_torch_compile": cfg.time_torch_compile, "memory_limit_gb": cfg.memory_limit_gb,
-           "allow_child_compile": cfg.allow_child_compile, "timing_lock": str(build_root / ".timing.lock"),
+           "allow_child_compile": cfg.allow_child_compile, "timing_lock": _lock_path(cfg, build_root),
            "lock_wait_s": _lock_wait_s(cfg)}
     import json
 
@@ -265,7 +277,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
     v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
     try:
-        with DeviceLock(str(build_root / ".timing.lock")) as lock:
+        with _shared_lock(cfg, build_root, backend) as lock:
             lock.acquire(False, _lock_wait_s(cfg))  # the judge re-runs the reference on picked timed inputs
             return judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, timed_out, log)
     finally:

@@ -322,10 +322,12 @@ def run_job(job_dir: Path) -> dict:
                                                           cuda_kernels)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
 
-    # shared while this process works on the device, exclusive while it times (verifier/devlock.py)
+    # shared while this process works on the device (cuda only: see api._shared_lock), exclusive while it
+    # times (verifier/devlock.py)
     lock = device_lock(job.get("timing_lock"))
     lock_wait = float(job.get("lock_wait_s", 30.0))
-    lock.acquire(False, lock_wait)
+    if job["backend"] == "cuda":
+        lock.acquire(False, lock_wait)
     ref = _exec_module("km_reference", job["reference_code"], "reference.py")
     threads_py0, threads_os0 = threading.active_count(), _os_threads()
     try:
