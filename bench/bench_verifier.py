@@ -63,8 +63,8 @@ def _mean(xs) -> float:
 
 
 def exec_breakdown(vs) -> str:
-    keys = ["execute_prepare", "child_load", "child_trials", "child_own_kernel_check", "child_timing",
-            "execute_child", "execute"]
+    keys = ["execute_prepare", "child_load", "child_trials", "child_first_trial", "child_timing_lock_wait",
+            "child_timing", "child_own_kernel_check", "execute_child", "execute"]
     return ", ".join(f"{k} {_mean(v.stage_seconds.get(k, 0.0) for v in vs):.2f}" for k in keys)
 
 
@@ -111,7 +111,9 @@ def main():
              ("execution s per candidate, cold batch (prepare + child)", f"{_mean(v.stage_seconds.get('execute', 0) for v in cold):.2f}"),
              ("batch wall s, cold", f"{cold_wall:.1f}"),
              ("**distinct candidates per hour, cold (compile + execute, overlapped)**", f"**{a.n / cold_wall * 3600:.0f}**"),
-             ("GPU utilization mean / busy fraction (samples > 0%), cold", f"{util_c:.2f} / {busy_c:.2f}")]
+             ("GPU utilization mean / busy fraction (samples > 0%), cold", f"{util_c:.2f} / {busy_c:.2f}"),
+             ("timings with the device alone (device lock), cold",
+              f"{sum(bool(v.versions.get('timing', {}).get('exclusive')) for v in cold)} / {a.n}")]
     for v in cold:
         if v.status != "pass":
             print("NOT PASS", v.candidate_id, v.status, v.feedback[:500], flush=True)

@@ -119,6 +119,7 @@ def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
         t = v.versions["timing"]
         assert isinstance(t["exclusive"], bool) and 0 <= t["lock_wait_s"] <= 2 * bound + 1, (v.candidate_id, t)
         assert "child_timing_lock_wait" in v.stage_seconds
+        assert 0 <= v.stage_seconds["child_first_trial"] <= v.stage_seconds["child_trials"]
     assert sum(v.versions["timing"]["exclusive"] for v in passed) >= len(passed) // 2
 
 

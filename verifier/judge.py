@@ -109,6 +109,9 @@ def judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, tim
     res = torch.load(res_file, weights_only=True)
     for name, secs in (res.get("phase_s") or {}).items():
         v.stage_seconds[f"child_{name}"] = float(secs)
+    starts = [t.get("started_s") for t in res.get("trials", [])]
+    if len(starts) >= 2 and None not in starts[:2]:  # the first trial pays first-call costs (module loads)
+        v.stage_seconds["child_first_trial"] = round(float(starts[1] - starts[0]), 4)
     sandbox = res.get("sandbox", {})
     v.versions["sandbox"] = sandbox
     if "timing_exclusive" in res:  # whether the device was this candidate's alone while it was timed
