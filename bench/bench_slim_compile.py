@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import emit  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
 from verifier.build import _HEAVY_INCLUDE  # noqa: E402
 from verifier.slim import slim_source  # noqa: E402
@@ -145,10 +146,7 @@ def main():
             f"{platform.python_version()}, nvcc `{' '.join(nvcc)}`; one compile at a time, object only.\n\n"
             "| source | light s | slim s | speed-up |\n|---|---|---|---|\n"
             + "\n".join(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" for r in rows) + "\n")
-    print(text)
-    if a.out:
-        Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / "slim_compile_cpu.md").write_text(text)
+    emit(text, a.out, "slim_compile_cpu.md")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernelmill.schema import Candidate, Task  # noqa: E402
+from bench.common import emit  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 
@@ -75,10 +76,7 @@ def main():
                      f"{r['min']:.0f} / {r['median']:.0f} / {r['max']:.0f} | "
                      f"{r['exclusive'] if r['lock'] else '-'} | {r['wall']:.1f} |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.out:
-        Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / "timing_noise_cpu.md").write_text(text)
+    emit(text, a.out, "timing_noise_cpu.md")
 
 
 if __name__ == "__main__":
