@@ -96,8 +96,8 @@ def slim_source(src: str, ops_dir: Path | None = None) -> str | None:
     for macro in _MACROS.findall(src):
         if not _MACRO_OK.match(macro):
             return None
-    if re.search(r"\bpy::|pybind11", src):
-        return None
+    if re.search(r"\bpy::|pybind11|\busing\s+namespace\s+(?:torch|at|c10)\b", src):
+        return None  # unqualified names from torch cannot be mapped to their headers
     prelude = ["#include <cuda.h>", "#include <cuda_runtime.h>", "#include <ATen/core/Tensor.h>"]
     if "AT_DISPATCH_" in src:
         prelude.append("#include <ATen/Dispatch.h>")
