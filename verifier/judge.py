@@ -37,6 +37,9 @@ _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'corr
 
 @dataclass
 class Work:
+    """One candidate on its way through the stages: its verdict so far, its code, the task's reference
+    program, the load_inline specs found by the static stage, and notes for the feedback."""
+
     verdict: Verdict
     code: str = ""
     reference_code: str = ""
@@ -46,6 +49,7 @@ class Work:
 
 
 def finish(w: Work, status: str, details: list[str] | None = None, passed_share: float = 0.0) -> Verdict:
+    """Close a verdict that stopped at ``status``: reward, feedback, versions."""
     v = w.verdict
     v.status = status if not v.cheats else "cheat"
     v.reward = reward_for(v, passed_share)
