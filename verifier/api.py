@@ -232,7 +232,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     job_dir = Path(tempfile.mkdtemp(prefix="km-job-", dir=_job_root()))
     t0 = time.perf_counter()
     trials = []  # (inputs on cpu, reference outputs on cpu, is_other_shape)
-    # the reference runs here share the device with other candidates' trials, never with a timing phase
+    # cuda: the reference runs here share the device with other candidates' trials, never with a timing phase
     with _shared_lock(cfg, build_root, backend) as lock:
         lock.acquire(False, _lock_wait_s(cfg))
         with RNG_LOCK:  # the global generator: another execution thread must not draw between seed and use

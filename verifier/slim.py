@@ -21,6 +21,7 @@ is built by the next variant, so the worst a wrong guess costs is one failed att
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 
 # includes the slim build replaces (everything a typical source gets from them is in the prelude)
@@ -56,6 +57,7 @@ constexpr auto kF16 = kFloat16;
 """
 
 
+@lru_cache(maxsize=1)
 def _ops_dir() -> Path | None:
     try:
         import torch.utils.cpp_extension as ce

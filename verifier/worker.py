@@ -240,16 +240,8 @@ def _draw_inputs(seed: int, get_inputs, device):
         return _to_device(get_inputs(), device)
 
 
-def _nbytes(out) -> int:
-    if isinstance(out, torch.Tensor):
-        return out.numel() * out.element_size()
-    return sum(_nbytes(t) for t in out) if isinstance(out, (list, tuple)) else 0
-
-
-def _device_copy(out):
-    if isinstance(out, torch.Tensor):
-        return out.detach().clone()
-    return [_device_copy(t) for t in out]
+def _nbytes(obj) -> int:
+    return sum(t.numel() * t.element_size() for t in _tensors(obj))
 
 
 def _keep_budget(device: str) -> int:
@@ -281,7 +273,7 @@ def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, 
                 size = _nbytes(out)
                 if 0 < size <= budget:
                     budget -= size
-                    outs.append(_device_copy(out))
+                    outs.append(_clone(out))
                 else:
                     outs.append(_plain_cpu(out))
         del out, inputs
@@ -364,7 +356,7 @@ def run_job(job_dir: Path) -> dict:
             if ref_first:
                 ref_out_here = _plain_cpu(model(*_clone(inputs)))
             backend.synchronize()
-            out_bytes = sum(t.numel() * t.element_size() for t in _tensors(inputs)) * 2
+            out_bytes = _nbytes(inputs) * 2
             backend.poison_free_memory(out_bytes)
             KERNEL_CALLS[0] = 0
             py0, os0 = threading.active_count(), _os_threads()
