@@ -149,7 +149,9 @@ class Verdict:
     task_id: str = ""
     backend: str = ""
     stage_reached: str = "none"  # one of STAGES
-    status: str = ""  # short outcome code: pass, extract_error, illegal, compile_error, wrong, crash, timeout, cheat
+    # short outcome code: the candidate's (pass, extract_error, illegal, compile_error, wrong, crash, timeout,
+    # cheat) or the verifier's own (verifier_error: never rewarded, never in a corpus or a pass rate)
+    status: str = ""
     compiled: bool = False
     correct: bool = False
     cheats: list[str] = field(default_factory=list)  # ANTI_CHEAT codes, see verifier/cheats.py
@@ -162,6 +164,10 @@ class Verdict:
     compile_us: Optional[float] = None  # torch.compile of the reference
     speedup_eager: Optional[float] = None
     speedup_compile: Optional[float] = None
+    launch_us: Optional[float] = None  # launch-inclusive: host call start to device idle, one call at a time
+    eager_launch_us: Optional[float] = None
+    own_kernel_share: Optional[float] = None  # cuda: share of forward device time in the candidate's own kernels
+    foreign_kernels: list[str] = field(default_factory=list)  # cuda: the largest other kernels (family: name)
     reward: float = 0.0
     feedback: str = ""
     compile_log: str = ""

@@ -11,7 +11,7 @@ it stopped. Only problems of the verifier itself (a reference that does not run,
 
 from __future__ import annotations
 
-import dataclasses
+import hashlib
 import os
 import queue
 import secrets
@@ -29,69 +29,19 @@ import torch
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
 from verifier import cheats
+from verifier.backends import get_backend
 from verifier.build import CompilePool, first_errors
+from verifier.config import VerifyConfig, resolve_backend
+from verifier.contract import ChildReport, Job
 from verifier.devlock import device_lock
-from verifier.processes import _job_root, _run_child
 from verifier.extract import check_candidate_shape, extract_code
-from verifier.judge import RNG_LOCK, Work, as_list, finish, judge
+from verifier.inputs import build_model, draw_inputs, meta_input_bytes, nbytes, other_shape_inputs, same
+from verifier.judge import RNG_LOCK, ChildRun, Work, as_list, finish, judge
+from verifier.processes import _job_root, _run_child
 from verifier.static import scan
+from verifier.vendor import scan_library, scan_sources
 
-
-
-@dataclass
-class VerifyConfig:
-    trials: int = 5
-    timing_trials: int = 20
-    warmup: int = 3
-    compile_timeout_s: float = 300.0
-    run_timeout_s: float = 120.0
-    memory_limit_gb: float = 16.0
-    compile_workers: int = 0
-    exec_workers: int = 1
-    atol_fp32: float = 1e-4
-    rtol_fp32: float = 1e-4
-    atol_low: float = 1e-2
-    rtol_low: float = 1e-2
-    time_torch_compile: bool = True
-    other_shape: bool = True
-    timed_checks: int = 5
-    allow_child_compile: bool = True
-    build_dir: str = ""
-    keep_jobs: bool = False
-    warm_device_ms: float = 50.0  # cuda: device kept busy this long before each model's timing (clocks up)
-    gap_probes: int = 10  # cuda: interleaved candidate/reference calls measuring work left after the timed region
-    hide_launch_us: float = 50.0  # cuda: a device-side wait queued before each timed call (0: off), see backends
-    warm_processes: int = -1  # cuda: single-use processes started ahead (-1: as many as exec_workers; 0: none)
-    device_lock: bool = True  # timing phases get the device alone (verifier/devlock.py); False only to measure it
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "VerifyConfig":
-        """A config from the [verify] section; unknown keys are ignored, missing keys keep defaults."""
-        names = {f.name: f for f in dataclasses.fields(cls)}
-        kw = {}
-        for k, v in (d or {}).items():
-            if k in names:
-                kw[k] = type(getattr(cls(), k))(v)
-        cfg = cls(**kw)
-        if cfg.trials < 5:
-            raise InputError("verify.trials", f"must be at least 5, got {cfg.trials}")
-        return cfg
-
-    def build_root(self) -> Path:
-        if self.build_dir:
-            return Path(self.build_dir).expanduser()
-        home = Path(os.environ.get("KERNELMILL_HOME", Path.home() / ".cache" / "kernelmill"))
-        return home / f"verify-builds-{torch.__version__}"
-
-
-def resolve_backend(backend: str) -> str:
-    if backend == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if backend not in ("cpu", "cuda"):
-        raise InputError("--backend", f"unknown backend {backend!r}; use cpu, cuda or auto (musa is planned)")
-    if backend == "cuda" and not torch.cuda.is_available():
-        raise InputError("--backend cuda", "no CUDA device is visible to torch on this machine")
-    return backend
+__all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_candidate", "verify_batch"]
 
 
 def load_reference(reference_code: str, name: str = "task"):
@@ -132,21 +82,28 @@ def _front(reference_code: str, candidate_text: str, backend: str, task_id: str,
     t1 = time.perf_counter()
     report = scan(code, backend)
     v.stage_seconds["static"] = round(time.perf_counter() - t1, 4)
-    if report.findings:
-        v.cheats = report.cheat_codes
+    vendor = []
+    for spec in report.extensions:
+        srcs = [x for k in ("cpp_sources", "cuda_sources") for x in _as_strs(spec.args.get(k))]
+        vendor += scan_sources(srcs, _as_strs(spec.args.get("extra_ldflags")))
+    if report.findings or vendor:
+        v.cheats = sorted(set(report.cheat_codes) | ({cheats.C01} if vendor else set()))
         v.fallback_ops = report.fallback_ops
-        finish(w, "cheat", [f"Static check, {f}." for f in report.findings])
+        finish(w, "cheat", [f"Static check, {f}." for f in report.findings] +
+               [f"Static check: {f} [C01: compute by a vendor library or ATen internals, not your kernel]."
+                for f in vendor])
         return w
-    unresolved = [s for s in report.extensions if not s.resolved]
-    if unresolved and not ALLOW_UNRESOLVED[0]:
-        finish(w, "illegal", [f"line {s.line}: {s.problem}" for s in unresolved])
-        return w
+    # load_inline calls with non-constant arguments are built inside the child (allow_child_compile): the
+    # source and binary scans do not see them; the runtime monitors and time coverage still do
     v.stage_reached = "static"
     w.specs = [s.args for s in report.extensions if s.resolved]
     return w
 
 
-ALLOW_UNRESOLVED = [True]
+def _as_strs(x) -> list[str]:
+    if x is None:
+        return []
+    return [str(i) for i in x] if isinstance(x, (list, tuple)) else [str(x)]
 
 
 def _compile_done(w: Work, results: list) -> bool:
@@ -161,134 +118,216 @@ def _compile_done(w: Work, results: list) -> bool:
         return False
     v.compiled = True
     v.stage_reached = "compile"
+    vendor = [f for r in results for f in scan_library(r.so_path)]
+    if vendor:  # the linker's view: what the built extension calls by name, however the source spelled it
+        v.cheats = [cheats.C01]
+        finish(w, "cheat", [f"Binary check: {f} [C01: compute by a vendor library or ATen internals, not your "
+                            "kernel]." for f in vendor])
+        return False
     return True
 
 
 # ---------------------------------------------------------------------------- stages 4-6
 
 
-def _other_shape_inputs(inputs: list, model, ref_out) -> list | None:
-    """The inputs with the first dimension changed (S -> S + S//2 + 1) where the reference accepts it."""
-    tensors = [x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1]
-    if not tensors:
-        return None
-    s = tensors[0].shape[0]
-    s2 = s + s // 2 + 1
-    for mode in ("all_matching", "first_only"):
-        new = []
-        for i, x in enumerate(inputs):
-            if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == s and \
-                    (mode == "all_matching" or x is tensors[0]):
-                shape = (s2, *x.shape[1:])
-                new.append(torch.randn(shape, dtype=x.dtype) if x.is_floating_point() else
-                           torch.randint(0, 8, shape, dtype=x.dtype))
-            else:
-                new.append(x)
+@dataclass
+class TaskPlan:
+    """What the verifier learned about a task program once (cached per program and backend): how its
+    inputs are made, whether an extra-shape trial exists, whether it fits the machine."""
+
+    ref_mod: types.ModuleType
+    text: str
+    device: str
+    reproducible: bool = True  # get_inputs gives the same inputs for the same seed (else they are shipped)
+    other_shape: str = ""  # mode of verifier.inputs.other_shape_inputs, "" for none
+    input_bytes: int = 0
+    skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
+
+    def trial_inputs(self, job: Job, i: int, device: str) -> list:
+        """The inputs of trial ``i`` of ``job``, as the child got them (drawn again from the seed, or read)."""
+        if job.input_files:
+            return [x.to(device) if isinstance(x, torch.Tensor) else x for x in
+                    torch.load(self._job_dir(job) / f"trial_{i}.pt", weights_only=True)["inputs"]]
+        other = job.other_shape if (job.other_shape and i == len(job.trial_seeds) - 1) else ""
+        with RNG_LOCK:
+            return draw_inputs(self.ref_mod.get_inputs, job.trial_seeds[i], device, self.text, other)
+
+    def _job_dir(self, job: Job) -> Path:
+        return Path(getattr(job, "_dir"))
+
+
+_PLANS: dict[tuple[str, str], TaskPlan] = {}
+_PLAN_LOCK = threading.Lock()
+
+
+def _free_bytes(device: str) -> int:
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 1 << 40
+
+
+def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = "task") -> TaskPlan:
+    """The task's plan, made once per process (InputError when the program does not run as a task)."""
+    key = (hashlib.sha256(reference_code.encode()).hexdigest(), backend)
+    with _PLAN_LOCK:
+        if key in _PLANS:
+            return _PLANS[key]
+    device = "cuda" if backend == "cuda" else "cpu"
+    ref_mod = load_reference(reference_code, name)
+    plan = TaskPlan(ref_mod=ref_mod, text=reference_code, device=device)
+    meta = meta_input_bytes(ref_mod.get_inputs, reference_code)
+    free = _free_bytes(device)
+    # a trial holds the inputs, a pristine copy, the candidate's and the reference's outputs (about the size
+    # of the inputs each for most tasks), and the verifier draws them again to compare
+    if meta is not None and meta * 4 > free:
+        plan.skip_reason = (f"skipped: the task's inputs take {meta / 2**30:.1f} GiB and a trial needs about four "
+                            f"times that; {device} has {free / 2**30:.1f} GiB free")
+    if not plan.skip_reason:
+        seed = secrets.randbelow(2**31 - 1) + 1
         try:
-            with torch.no_grad():
-                out = model(*new)
-            if isinstance(out, torch.Tensor) and isinstance(ref_out, torch.Tensor) and out.shape != ref_out.shape:
-                return new
-        except Exception:  # noqa: BLE001
-            continue
-    return None
+            with RNG_LOCK, torch.no_grad():
+                a = draw_inputs(ref_mod.get_inputs, seed, device, reference_code)
+                b = draw_inputs(ref_mod.get_inputs, seed, device, reference_code)
+                plan.reproducible = same(a, b)
+                plan.input_bytes = nbytes(a)
+                del b
+                if cfg.other_shape and plan.input_bytes <= (1 << 30):
+                    model, _ = build_model(ref_mod, seed, device, reference_code)
+                    out = as_list(model(*a))[0]
+                    for mode in ("all_matching", "first_only"):
+                        try:
+                            out2 = as_list(model(*other_shape_inputs(a, mode)))[0]
+                        except Exception:  # noqa: BLE001 - the reference rejects this shape: try the next
+                            continue
+                        if isinstance(out2, torch.Tensor) and isinstance(out, torch.Tensor) and out2.shape != out.shape:
+                            plan.other_shape = mode
+                            break
+                    del model, out
+                del a
+        except Exception as e:  # noqa: BLE001
+            raise InputError(name, f"the task program does not run: {type(e).__name__}: {e}") from None
+    with _PLAN_LOCK:
+        _PLANS[key] = plan
+    return plan
 
 
+def _lock_path(cfg: VerifyConfig, build_root: Path) -> str:
+    return str(build_root / ".timing.lock") if cfg.device_lock else ""
 
 
-
-
-
-
-
-
-def _lock_path(cfg: "VerifyConfig", build_root: Path) -> str | None:
-    return str(build_root / ".timing.lock") if cfg.device_lock else None
-
-
-def _shared_lock(cfg: "VerifyConfig", build_root: Path, backend: str):
+def _shared_lock(cfg: VerifyConfig, build_root: Path, backend: str):
     """The device lock for the verifier's own device work, taken shared on cuda only: there another
     process's kernels time-slice into a timed region; on cpu (bench/results/timing_noise_cpu.md) keeping
     other work off the cores during timing did not lower the noise and cost 15-25% of the batch time."""
-    return device_lock(_lock_path(cfg, build_root) if backend == "cuda" else None)
+    return device_lock((_lock_path(cfg, build_root) or None) if backend == "cuda" else None)
 
 
-def _lock_wait_s(cfg: "VerifyConfig") -> float:
+def _lock_wait_s(cfg: VerifyConfig) -> float:
     """Longest wait for the device lock (verifier/devlock.py): a share of the run timeout, so that a
     neighbour holding the device can delay a candidate's timing but never push it into a timeout."""
     return min(30.0, 0.2 * cfg.run_timeout_s)
 
 
-def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
-    """Correctness, runtime legality and timing of a compiled candidate; judged here."""
-    v = w.verdict
-    device = "cuda" if backend == "cuda" else "cpu"
-    ref_mod = load_reference(w.reference_code, v.task_id or "task")
-    rng = secrets.SystemRandom()
-    init_seed = rng.randrange(1, 2**31)
-    trial_seeds = [rng.randrange(1, 2**31) for _ in range(cfg.trials)]
-    timing_seeds = [rng.randrange(1, 2**31) for _ in range(cfg.timing_trials)]
-    init = ref_mod.get_init_inputs()
-    job_dir = Path(tempfile.mkdtemp(prefix="km-job-", dir=_job_root()))
-    t0 = time.perf_counter()
-    trials = []  # (inputs on cpu, reference outputs on cpu, is_other_shape)
-    # cuda: the reference runs here share the device with other candidates' trials, never with a timing phase
-    with _shared_lock(cfg, build_root, backend) as lock:
-        lock.acquire(False, _lock_wait_s(cfg))
-        with RNG_LOCK:  # the global generator: another execution thread must not draw between seed and use
-            torch.manual_seed(init_seed)
-            model = ref_mod.Model(*init).to(device).eval()
-        with torch.no_grad():
-            for seed in trial_seeds:
-                with RNG_LOCK:
-                    torch.manual_seed(seed)
-                    inputs = ref_mod.get_inputs()
-                ref = model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
-                trials.append((inputs, [r.detach().cpu() for r in as_list(ref)], False))
-            if cfg.other_shape and trials:
-                with RNG_LOCK:
-                    torch.manual_seed(rng.randrange(1, 2**31))
-                    cpu_model = model if device == "cpu" else None
-                    probe = cpu_model or ref_mod.Model(*init).eval()
-                if device != "cpu":
-                    probe.load_state_dict({k: t.cpu() for k, t in model.state_dict().items()})
-                other = _other_shape_inputs(trials[0][0], probe, as_list(trials[0][1])[0])
-                if other is not None:
-                    ref = model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in other])
-                    trials.append((other, [r.detach().cpu() for r in as_list(ref)], True))
-    job = {"backend": backend, "build_root": str(build_root), "candidate_code": w.code,
-           "reference_code": w.reference_code, "init_seed": init_seed, "n_trials": len(trials),
-           "timing_trials": cfg.timing_trials, "timing_seeds": timing_seeds, "warmup": cfg.warmup,
-           "hide_launch_us": cfg.hide_launch_us, "gap_probes": cfg.gap_probes, "warm_device_ms": cfg.warm_device_ms,
-           "time_torch_compile": cfg.time_torch_compile, "memory_limit_gb": cfg.memory_limit_gb,
-           "allow_child_compile": cfg.allow_child_compile, "timing_lock": _lock_path(cfg, build_root),
-           "lock_wait_s": _lock_wait_s(cfg)}
-    import json
+def _seeds(n: int) -> list[int]:
+    return [secrets.randbelow(2**31 - 1) + 1 for _ in range(n)]
 
-    (job_dir / "job.json").write_text(json.dumps(job))
-    for i, (inputs, _, _) in enumerate(trials):
-        torch.save({"inputs": inputs}, job_dir / f"trial_{i}.pt")
-    t_child = time.perf_counter()
-    v.stage_seconds["execute_prepare"] = round(t_child - t0, 3)
-    rc, timed_out, log = _run_child(job_dir, backend, cfg.run_timeout_s + (cfg.compile_timeout_s
-                                                                          if cfg.allow_child_compile and
-                                                                          not w.specs else 0),
+
+def _job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, reference_code: str, **kw) -> Job:
+    return Job(kind=kind, backend=backend, build_root=str(build_root), reference_code=reference_code,
+               init_seed=_seeds(1)[0], warmup=cfg.warmup, timed_checks=cfg.timed_checks, gap_probes=cfg.gap_probes,
+               warm_device_ms=cfg.warm_device_ms, hide_launch_us=cfg.hide_launch_us,
+               time_torch_compile=cfg.time_torch_compile, memory_limit_gb=cfg.memory_limit_gb,
+               allow_child_compile=cfg.allow_child_compile, timing_lock=_lock_path(cfg, build_root),
+               lock_wait_s=_lock_wait_s(cfg), **kw)
+
+
+def _run_job(job: Job, timeout_s: float, cfg: VerifyConfig) -> tuple[Path, ChildRun]:
+    job_dir = Path(tempfile.mkdtemp(prefix=f"km-{job.kind}-", dir=_job_root()))
+    job.write(job_dir)
+    rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s,
                                     warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
-    v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
-    v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
-    try:
-        with _shared_lock(cfg, build_root, backend) as lock:
-            lock.acquire(False, _lock_wait_s(cfg))  # the judge re-runs the reference on picked timed inputs
-            return judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, timed_out, log)
-    finally:
+    return job_dir, ChildRun(rc, timed_out, log)
+
+
+_REF_TIMINGS: dict[tuple, object] = {}
+_REF_LOCKS: dict[tuple, threading.Lock] = {}
+
+
+def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path):
+    """The eager and torch.compile timings of a task's reference, measured once per process in a child
+    where no candidate code has ever run (so no candidate can slow the reference down), then reused for
+    every candidate of the task. Returns a ChildReport of kind "reference" (its timing_error set when it
+    could not be timed)."""
+    from verifier.contract import ChildReport
+
+    key = (hashlib.sha256(plan.text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup,
+           cfg.time_torch_compile, str(build_root))
+    with _PLAN_LOCK:
+        lock = _REF_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        if key in _REF_TIMINGS:
+            return _REF_TIMINGS[key]
+        job = _job("reference", backend, cfg, build_root, plan.text, timing_seeds=_seeds(cfg.timing_trials))
+        job_dir, run = _run_job(job, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg)
+        try:
+            rep = ChildReport.read(job_dir)
+        except Exception as e:  # noqa: BLE001
+            rep = ChildReport(kind="reference", timing_error=f"the reference timing process failed (exit {run.rc}, "
+                                                             f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
         if not cfg.keep_jobs:
             shutil.rmtree(job_dir, ignore_errors=True)
+        _REF_TIMINGS[key] = rep
+        return rep
 
 
-
-
-
-
+def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
+    """Correctness, runtime legality and timing of a compiled candidate; judged here. Problems on the
+    verifier's side (the task does not fit, its reference fails) end as ``verifier_error``."""
+    v = w.verdict
+    device = "cuda" if backend == "cuda" else "cpu"
+    t0 = time.perf_counter()
+    try:
+        plan = task_plan(w.reference_code, backend, cfg, v.task_id or "task")
+    except InputError as e:
+        return finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
+    if plan.skip_reason:
+        return finish(w, "verifier_error", [f"The verifier could not run this task: {plan.skip_reason}."])
+    n = cfg.trials + (1 if plan.other_shape else 0)
+    job = _job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code,
+               trial_seeds=_seeds(n), other_shape=plan.other_shape, input_files=not plan.reproducible,
+               timing_seeds=_seeds(cfg.timing_trials))
+    job_dir = Path(tempfile.mkdtemp(prefix="km-job-", dir=_job_root()))
+    job._dir = str(job_dir)  # type: ignore[attr-defined]  (where shipped inputs are, for TaskPlan.trial_inputs)
+    try:
+        job.write(job_dir)
+        if job.input_files:  # inputs that a seed does not reproduce travel as files
+            for i in range(n):
+                with _shared_lock(cfg, build_root, backend) as lock, RNG_LOCK:
+                    lock.acquire(False, _lock_wait_s(cfg))
+                    inputs = draw_inputs(plan.ref_mod.get_inputs, job.trial_seeds[i], device, plan.text,
+                                         job.other_shape if (job.other_shape and i == n - 1) else "")
+                torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
+                           job_dir / f"trial_{i}.pt")
+        # timed once per task, before the first candidate runs and outside any device lock
+        ref_timing = reference_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
+        v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
+        t_child = time.perf_counter()
+        timeout = cfg.run_timeout_s + (cfg.compile_timeout_s if cfg.allow_child_compile and not w.specs else 0)
+        rc, timed_out, log = _run_child(job_dir, backend, timeout,
+                                        warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
+        v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
+        v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
+        poison = get_backend(backend).poison_byte
+        with _shared_lock(cfg, build_root, backend) as lock:
+            lock.acquire(False, _lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
+            return judge(w, cfg, plan, job, job_dir, ChildRun(rc, timed_out, log), device, poison, ref_timing)
+    finally:
+        v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
+        if not cfg.keep_jobs:
+            shutil.rmtree(job_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- public API
@@ -321,7 +360,10 @@ def verify_candidate(reference_code: str, candidate_text: str, *, backend: str =
         results = [pool.submit(s).result() for s in w.specs]
     if not _compile_done(w, results):
         return _stamp(w)
-    _execute(w, backend, cfg, cfg.build_root())
+    try:
+        _execute(w, backend, cfg, cfg.build_root())
+    except Exception as e:  # noqa: BLE001 - the verifier's own failure is never the candidate's verdict
+        finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
     return _stamp(w)
 
 
@@ -396,9 +438,9 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                     if _compile_done(w, [f.result() for f in futs]):
                         _execute(w, w.verdict.backend, cfg, cfg.build_root())
                 except InputError as e:
-                    finish(w, "crash", [f"The verifier could not run this task: {e}"])
+                    finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
                 except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
-                    finish(w, "crash", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
+                    finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
                 deliver(i, w)
 
         threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)

@@ -17,6 +17,12 @@ from typing import Callable
 
 import torch
 
+# bound when this module is imported, before any candidate code runs: a candidate that replaces
+# torch.cuda.synchronize or torch.cuda.Event later does not change what the timing loop calls
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_synchronize = torch.cuda.synchronize
+
 # glibc fills every malloc'd byte with (PERTURB ^ 0xff) = 0x5a: stale-memory reads become recognisable.
 CPU_PERTURB = 0xA5
 CPU_POISON_BYTE = CPU_PERTURB ^ 0xFF
@@ -38,9 +44,27 @@ class Backend:
     def synchronize(self) -> None:
         pass
 
-    def time_call(self, fn: Callable[[], object]) -> tuple[object, float, float]:
-        """Run fn once; return (result, device microseconds, host wall microseconds)."""
+    hide_launch_us = 0.0
+
+    def probe_call(self, fn: Callable[[], object]) -> tuple[object, float, float, float]:
+        """Run fn once, alone: (result, device us of the call, device us until every stream was idle,
+        host us from the call's start until the device was idle: the launch-inclusive time)."""
         raise NotImplementedError
+
+    def mark(self):
+        """A point in the device's timeline, queued now (a CUDA event; a host clock reading on cpu)."""
+        raise NotImplementedError
+
+    def elapsed_us(self, a, b) -> float:
+        """Microseconds between two marks, once the device has passed both."""
+        raise NotImplementedError
+
+    def wait_on_device(self, us: float) -> None:
+        """Queue a device-side wait of about ``us`` microseconds (nothing on cpu)."""
+
+    def keep_budget(self) -> int:
+        """Bytes of timed outputs that may stay on the device during a timing loop."""
+        return 0
 
     def flush_cache(self) -> None:
         pass
@@ -50,10 +74,6 @@ class Backend:
 
     def poison_free_memory(self, nbytes: int) -> None:
         pass
-
-    def own_kernel_ran(self, fn: Callable[[], object], kernel_names: list[str]) -> bool | None:
-        """Whether fn launched a kernel named in kernel_names; None when the backend cannot tell."""
-        return None
 
     def child_env(self) -> dict:
         return {}
@@ -81,12 +101,17 @@ class CpuBackend(Backend):
             pass
         return f"cpu ({model or 'unknown'}, {torch.get_num_threads()} threads)"
 
-    def time_call(self, fn):
-        t0 = time.perf_counter()
+    def probe_call(self, fn):
+        t0 = _perf_counter()
         out = fn()
-        t1 = time.perf_counter()
-        us = (t1 - t0) * 1e6
-        return out, us, us
+        us = (_perf_counter() - t0) * 1e6
+        return out, us, us, us
+
+    def mark(self):
+        return _perf_counter()
+
+    def elapsed_us(self, a, b) -> float:
+        return (b - a) * 1e6
 
     def flush_cache(self) -> None:
         # 64 MiB written: larger than the LLC of the project's machines
@@ -129,7 +154,7 @@ class CudaBackend(Backend):
         return f"{p.name} ({p.total_memory // 2**30} GiB, sm_{p.major}{p.minor})"
 
     def synchronize(self) -> None:
-        torch.cuda.synchronize()
+        _synchronize()
 
     def warm_device(self, ms: float) -> None:
         # an idle GPU runs at low clocks and needs load to boost: without this the model timed first in a
@@ -148,27 +173,41 @@ class CudaBackend(Backend):
                 break
         del a
 
-    def time_call(self, fn):
-        """CUDA events on the current stream bracket fn: that is the runtime. A third event is recorded
-        after torch.cuda.synchronize() (every stream idle), so the second value is the device time until
-        ALL work fn started had finished: work hidden on a side stream (from Python or from C++) shows up
-        as a gap the current-stream events did not see; the verifier compares that gap with the eager
-        reference's gap, measured the same way in the same process (cheat C09). Both values are device
-        timestamps, so Python overhead in a candidate's forward does not enter the gap."""
-        start, end, idle = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        torch.cuda.synchronize()
-        if self.hide_launch_us > 0:
-            # a short device-side wait queued first: the host's launch path (Python, the binding, the
-            # allocator) overlaps it, so the events time what the device executes, not how quickly this
-            # process got the launch out; candidate and references are timed the same way
-            torch.cuda._sleep(self._sleep_cycles(self.hide_launch_us))
+    def probe_call(self, fn):
+        """CUDA events on the current stream bracket fn (its device time); a third event recorded after a
+        whole-device synchronize gives the device time until ALL work fn started had finished: work hidden
+        on a side stream (from Python or from C++) shows up as a gap the current-stream events did not see
+        (C09, compared with the eager reference's gap measured the same way in the reference process). The
+        host clock around it gives the launch-inclusive time."""
+        start, end, idle = (_Event(enable_timing=True) for _ in range(3))
+        _synchronize()
+        t0 = _perf_counter()
         start.record()
         out = fn()
         end.record()
-        torch.cuda.synchronize()
+        _synchronize()
         idle.record()
         idle.synchronize()
-        return out, start.elapsed_time(end) * 1e3, start.elapsed_time(idle) * 1e3
+        wall = (_perf_counter() - t0) * 1e6
+        return out, start.elapsed_time(end) * 1e3, start.elapsed_time(idle) * 1e3, wall
+
+    def mark(self):
+        e = _Event(enable_timing=True)
+        e.record()
+        return e
+
+    def elapsed_us(self, a, b) -> float:
+        return a.elapsed_time(b) * 1e3
+
+    def wait_on_device(self, us: float) -> None:
+        # the host's launch path (Python, the binding, the allocator) overlaps this wait, so the events
+        # that follow time what the device executes; candidate and references are timed the same way
+        if us > 0:
+            torch.cuda._sleep(self._sleep_cycles(us))
+
+    def keep_budget(self) -> int:
+        free, _ = torch.cuda.mem_get_info()
+        return min(int(free * 0.25), 4 << 30)
 
     def flush_cache(self) -> None:
         if self._flush is None:
@@ -182,20 +221,6 @@ class CudaBackend(Backend):
         blk = torch.empty(n, dtype=torch.uint8, device="cuda")
         blk.fill_(self.poison_byte)
         del blk
-
-    def own_kernel_ran(self, fn, kernel_names):
-        from torch.profiler import ProfilerActivity, profile
-
-        if not kernel_names:
-            return None
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        ran = [e.name for e in prof.events() if getattr(e, "device_type", None) is not None
-               and "cuda" in str(e.device_type).lower()]
-        ran = ran or [e.name for e in prof.events()]
-        pat = re.compile("|".join(re.escape(k) for k in kernel_names))
-        return any(pat.search(n) for n in ran)
 
 
 BACKENDS = {"cpu": CpuBackend, "cuda": CudaBackend}
@@ -213,3 +238,23 @@ def kernel_names_in(cuda_sources: list[str]) -> list[str]:
     for src in cuda_sources:
         names += re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(\w+)", src)
     return names
+
+
+# Foreign kernels by family, for the time-coverage report (C01): the first pattern that matches names it.
+KERNEL_FAMILIES = [
+    ("copy/fill", re.compile(r"memcpy|memset|Memcpy|Memset|FillFunctor|copy_kernel|CatArray|fill_kernel|"
+                             r"direct_copy|elementwise_kernel_with_index")),
+    ("CUTLASS", re.compile(r"cutlass|cute::")),
+    ("cuBLAS", re.compile(r"gemm|gemv|sgemm|hgemm|xmma|cublas|splitKreduce|gemmk1|dot_kernel|scal_kernel|"
+                          r"axpy_kernel|nrm2|asum")),
+    ("cuDNN", re.compile(r"cudnn|conv|winograd|implicit_convolve|fft|wgrad|dgrad|bn_fw|bn_bw")),
+    ("ATen", re.compile(r"at::|native::|aten|vectorized_elementwise|reduce_kernel|softmax|triton|"
+                        r"elementwise_kernel|index_elementwise")),
+]
+
+
+def kernel_family(name: str) -> str:
+    for family, pat in KERNEL_FAMILIES:
+        if pat.search(name):
+            return family
+    return "other"

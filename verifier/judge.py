@@ -1,38 +1,43 @@
 """Judging an execution: the verdict for a candidate from what its execution child reported.
 
-The child (verifier/worker.py) runs the candidate and reports raw facts: outputs per trial, the aten ops
-it dispatched, threads and patches it left behind, timed outputs, device times. Everything that decides
-is here, in the verifier's process, against reference outputs the child never saw: crash and timeout
-verdicts, the runtime cheat checks of ANTI_CHEAT.md (C01-C18 as far as they show at run time), the
-correctness comparison with dtype-aware tolerances, the timed-output re-checks, the hidden-work (C09)
-comparison, speedups, reward and feedback.
+The child (verifier/worker.py) runs the candidate and reports raw facts (verifier/contract.py): output
+files per trial, the aten ops two monitors saw, kernel device times, threads, what it changed in torch,
+timed outputs and device times. Everything that decides is here, in the verifier's process, against
+reference outputs the child never saw, computed on inputs drawn here from the same seeds. Each check is a
+function named for what it catches; it adds cheat codes and sentences of feedback to an ``Evidence``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-import secrets
 import signal
 import statistics
 import sys
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from kernelmill.schema import Verdict
 from verifier import cheats, feedback
+from verifier.backends import kernel_family
+from verifier.config import VerifyConfig
+from verifier.contract import FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
+from verifier.inputs import build_model, draw_inputs
 from verifier.reward import reward_for
-
-if TYPE_CHECKING:
-    from verifier.api import VerifyConfig
+from verifier.worker import forbidden
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
+HIDDEN_WORK_MIN_US = 30.0  # below this, an idle-minus-end gap is synchronisation jitter (device timestamps)
+CHUNK = 1 << 24  # elements compared at a time: outputs of several GB are compared in pieces
+
+# torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
+# must determine happen under this lock, or a concurrent candidate's draws land in between
+RNG_LOCK = threading.RLock()
 
 
 @dataclass
@@ -48,10 +53,33 @@ class Work:
     notes: list = dataclasses.field(default_factory=list)
 
 
+@dataclass
+class ChildRun:
+    rc: int | None
+    timed_out: bool
+    log: str
+
+
+@dataclass
+class Evidence:
+    """What the checks found so far: cheat codes, feedback sentences, forbidden ops."""
+
+    codes: set = field(default_factory=set)
+    details: list = field(default_factory=list)
+    fallback_ops: set = field(default_factory=set)
+
+    def add(self, code: str | None, sentence: str) -> None:
+        if code:
+            self.codes.add(code)
+        self.details.append(sentence)
+
+
 def finish(w: Work, status: str, details: list[str] | None = None, passed_share: float = 0.0) -> Verdict:
     """Close a verdict that stopped at ``status``: reward, feedback, versions."""
     v = w.verdict
-    v.status = status if not v.cheats else "cheat"
+    v.status = "cheat" if v.cheats and status != "verifier_error" else status
+    if status == "verifier_error":
+        v.cheats = []
     v.reward = reward_for(v, passed_share)
     v.feedback = feedback.compose(v.status, feedback.describe_cheats(v.cheats) + (details or []) + w.notes)
     v.versions = {**v.versions, "torch": torch.__version__, "python": sys.version.split()[0]}
@@ -78,143 +106,298 @@ def poisoned(t: torch.Tensor, byte: int) -> int:
     return int((b == byte).all(dim=1).sum())
 
 
-# torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
-# must determine happen under this lock, or a concurrent candidate's draws land in between (that made the
-# timed-output check compare against the wrong inputs and flag honest kernels C16)
-RNG_LOCK = threading.RLock()
+def compare(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> dict:
+    """feedback.mismatch over the whole tensor, in chunks (float64 copies of a 6 GB output do not fit)."""
+    if not (o.is_floating_point() or r.is_floating_point()):
+        n_bad = int((o != r).sum())
+        return {"n_bad": n_bad, "numel": o.numel(), "max_abs": float((o.long() - r.long()).abs().max()) if o.numel()
+                else 0.0, "max_rel": 0.0}
+    if o.numel() <= CHUNK:
+        return feedback.mismatch(o, r, atol, rtol)
+    of, rf = o.reshape(-1), r.reshape(-1)
+    total = {"n_bad": 0, "numel": o.numel(), "max_abs": 0.0, "max_rel": 0.0}
+    for s in range(0, o.numel(), CHUNK):
+        m = feedback.mismatch(of[s:s + CHUNK], rf[s:s + CHUNK], atol, rtol)
+        if m["n_bad"] and "first_index" not in total:
+            flat = s + m["first_index"][0]
+            idx = []
+            for size in reversed(o.shape):
+                idx.append(flat % size)
+                flat //= size
+            total.update(first_index=tuple(reversed(idx)), got=m["got"], expected=m["expected"])
+        total["n_bad"] += m["n_bad"]
+        total["max_abs"] = max(total["max_abs"], m["max_abs"])
+        total["max_rel"] = max(total["max_rel"], m["max_rel"])
+    return total
 
 
-def judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, timed_out, log) -> Verdict:
-    v = w.verdict
-    from verifier.backends import get_backend
+def _fingerprint(t: torch.Tensor) -> tuple:
+    """Enough of an output to tell a repeated one (C08) without keeping several GB per trial."""
+    flat = t.reshape(-1)
+    sample = flat[:: max(1, flat.numel() // 4096)][:4096].double().cpu()
+    return (tuple(t.shape), float(flat.double().sum()) if t.numel() else 0.0, sample)
 
-    v.device = get_backend(v.backend).describe() if v.backend == "cpu" or torch.cuda.is_available() else v.backend
-    poison = get_backend(v.backend).poison_byte
-    found: set[str] = set()
-    details: list[str] = []
+
+def _same_fingerprint(a: tuple, b: tuple) -> bool:
+    return a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
+
+
+# ---------------------------------------------------------------------------- the checks
+
+
+def check_fake_verdict(log: str, ev: Evidence) -> None:
+    """C18: text shaped like a verdict in the candidate's output (never parsed, but a sign of intent)."""
     if any(word in log for word in _VERDICT_WORDS):
-        found.add(cheats.C18)
-        details.append("Your program printed text shaped like a verifier verdict; candidate output is never "
-                       "read as a result.")
-    log_tail = "\n".join(log.strip().splitlines()[-15:])
-    if timed_out:
-        v.cheats = sorted(found)
+        ev.add(cheats.C18, "Your program printed text shaped like a verifier verdict; candidate output is never "
+                           "read as a result.")
+
+
+def check_tampering(patched: list[str], ev: Evidence) -> None:
+    """C11: torch functions, flags or the verifier's modules changed in the candidate's process."""
+    if patched:
+        ev.add(cheats.C11, "Your program changed torch or the verifier in its process: " + "; ".join(patched[:8]) + ".")
+
+
+def check_reference_held(report: ChildReport, ev: Evidence) -> None:
+    """C04: a submodule of ModelNew is the reference Model."""
+    if report.holds_reference_model:
+        ev.add(cheats.C04, "ModelNew holds an instance of the reference Model.")
+
+
+def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]:
+    """C01 (either monitor saw PyTorch compute), C11 (a monitor was switched off), C02 (no kernel function
+    called), C09 (threads left running), C07 (inputs modified), C10 (not a plain dense tensor). Returns the
+    forbidden ops of this trial (for the fallback-branch check)."""
+    bad = sorted(set(forbidden(rec.dispatched_ops)) | set(forbidden(rec.profiled_ops)))
+    if bad:
+        ev.codes.add(cheats.C01)
+        ev.fallback_ops |= set(bad)
+    if rec.monitor_problems:
+        ev.add(cheats.C11, f"{label}: {'; '.join(rec.monitor_problems)}.")
+    if rec.kernel_calls == 0:
+        ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
+    if rec.threads_added > 0:
+        ev.add(cheats.C09, f"{label}: forward left {rec.threads_added} new thread(s) running.")
+    if rec.mutated_inputs:
+        ev.add(cheats.C07, f"{label}: forward modified input(s) {rec.mutated_inputs} in place.")
+    if rec.output_problem:
+        ev.add(cheats.C10, f"{label}: {rec.output_problem}.")
+    return bad
+
+
+def check_outputs(outs: list, refs: list, inputs: list, here: list | None, label: str, cfg: VerifyConfig, ref_mod,
+                  poison: int, prev: list, ev: Evidence, errs: list) -> bool:
+    """Correctness of one trial, plus what the outputs reveal: C11 (the reference computed differently in the
+    candidate's process), C13 (fp32 computed at half precision), C06 (an output nothing wrote), C05 (an input,
+    a constant or zeros), C08 (an earlier call's output again). True when every output matches."""
+    ok = True
+    if here is not None and len(here) == len(refs) and any(
+            h.shape == r.shape and not torch.allclose(h.to(r.device).double(), r.double(), atol=1e-6, rtol=1e-6,
+                                                      equal_nan=True) for h, r in zip(here, refs)):
+        ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state tampered).")
+    if len(outs) != len(refs):
+        ev.add(None, f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
+        return False
+    for o, r in zip(outs, refs):
+        if tuple(o.shape) != tuple(r.shape):
+            ev.add(None, f"{label}: output shape {list(o.shape)}, expected {list(r.shape)}.")
+            ok = False
+            continue
+        if o.dtype != r.dtype:
+            ev.add(cheats.C13 if r.dtype == torch.float32 and o.dtype in LOW_PRECISION else None,
+                   f"{label}: output dtype {o.dtype}, expected {r.dtype}.")
+            ok = False
+            continue
+        o = o.to(r.device)
+        n_poison = poisoned(o, poison) if o.is_floating_point() else 0
+        if n_poison and poisoned(r, poison) < n_poison:
+            # An output nothing wrote is a bet on stale memory (the reference's freed result); a few
+            # unwritten elements are an honest indexing bug, judged wrong with the same diagnosis.
+            ev.add(cheats.C06 if n_poison == o.numel() else None,
+                   f"{label}: {n_poison} of {o.numel()} output elements were never written (they still hold the "
+                   "poison pattern of uninitialised memory).")
+        if o.is_floating_point() and not bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all()):
+            ev.add(None, f"{label}: output contains NaN or inf where the reference is finite.")
+        atol, rtol = tolerance(r.dtype, cfg, ref_mod)
+        m = compare(o, r, atol, rtol)
+        errs.append((m["max_abs"], m["max_rel"]))
+        if m["n_bad"]:
+            ok = False
+            ev.add(None, feedback.describe_mismatch(m, tuple(r.shape), label))
+            if r.dtype == torch.float32 and math.isfinite(m["max_rel"]) and not n_poison and \
+                    m["max_abs"] <= cfg.atol_low + cfg.rtol_low * float(r.abs().max()) and m["max_rel"] < 5e-2:
+                ev.add(cheats.C13, f"{label}: the error is the size of fp16/bf16 rounding; fp32 needs {atol:g}.")
+        if any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device)) for x in inputs) or \
+                (o.numel() > 1 and bool((o == o.reshape(-1)[0]).all()) and not bool((r == r.reshape(-1)[0]).all())):
+            ev.add(cheats.C05, f"{label}: the output is an input, a constant or all zeros.")
+        fp = _fingerprint(o)
+        if any(_same_fingerprint(p, fp) for p in prev):
+            ev.add(cheats.C08, f"{label}: the output is identical to an earlier call's output on different inputs.")
+        prev.append(fp)
+    return ok
+
+
+def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Evidence) -> None:
+    """C02: on cuda the profiler saw none of the candidate's __global__ kernels run. C01 (time coverage): the
+    share of forward device time spent in kernels named in the candidate's sources; foreign compute kernels
+    (cuBLAS, cuDNN, CUTLASS, ATen; copies and fills excluded) taking more than ``1 - min_own_share`` of it,
+    or any cuBLAS/cuDNN/CUTLASS kernel, is compute the candidate did not write."""
+    if report.own_kernel_ran is False:
+        ev.add(cheats.C02, "The profiler saw none of your __global__ kernels run during forward.")
+    trials = [t for t in report.trials if not t.error]
+    if not trials or not report.cuda_kernel_names or not any(t.foreign_kernel_us or t.own_kernel_us for t in trials):
+        return
+    own = sum(t.own_kernel_us for t in trials)
+    fam: dict[str, float] = {}
+    names: dict[str, float] = {}
+    for t in trials:
+        for name, us in t.foreign_kernel_us.items():
+            f = kernel_family(name)
+            fam[f] = fam.get(f, 0.0) + us
+            if f != "copy/fill":
+                names[name] = names.get(name, 0.0) + us
+    total = own + sum(fam.values())
+    compute = own + sum(us for f, us in fam.items() if f != "copy/fill")
+    v.own_kernel_share = round(own / total, 4) if total > 0 else None
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
+    v.foreign_kernels = [f"{kernel_family(n)}: {n[:100]} ({us / len(trials):.1f} us)" for n, us in top]
+    vendor = {f: us for f, us in fam.items() if f in ("cuBLAS", "cuDNN", "CUTLASS")}
+    foreign_share = 1.0 - own / compute if compute > 0 else 0.0
+    if vendor or foreign_share > 1.0 - cfg.min_own_share:
+        ev.add(cheats.C01, f"Only {100 * own / max(compute, 1e-9):.0f}% of forward's compute time was in your own "
+                           "kernels; the rest ran in " + ", ".join(v.foreign_kernels) + ".")
+
+
+def check_timed_outputs(report: ChildReport, job: Job, job_dir: Path, plan, model, device: str, cfg: VerifyConfig,
+                        ev: Evidence) -> None:
+    """C16: the outputs of timed iterations (picked at random in the child, after the fact) against the
+    reference on the same inputs; a candidate that behaves differently when timed is caught here."""
+    for j in (report.candidate.kept if report.candidate else []):
+        f = job_dir / f"timed_{j}.pt"
+        if not f.is_file() or j >= len(job.timing_seeds):
+            ev.add(cheats.C16, f"Timed iteration {j + 1}: its output is missing.")
+            return
+        got = as_list(torch.load(f, weights_only=True))
+        with RNG_LOCK:
+            inputs = draw_inputs(plan.ref_mod.get_inputs, job.timing_seeds[j], device, plan.text)
+        with torch.no_grad():
+            refs = [r.detach() for r in as_list(model(*inputs))]
+        del inputs
+        atol, rtol = tolerance(refs[0].dtype, cfg, plan.ref_mod)
+        bad = [compare(o.to(r.device), r, atol, rtol) for o, r in zip(got, refs) if o.shape == r.shape and
+               o.dtype == r.dtype]
+        if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
+            ev.add(cheats.C16, f"Timed iteration {j + 1}: the output was wrong although the correctness trials "
+                               "passed (behaviour differs when timed).")
+            return
+
+
+def hidden_work_us(candidate_gaps: list[float], reference_gaps: list[float]) -> float | None:
+    """How much longer the whole device stayed busy after the candidate's timed stream ended than after the
+    reference's (smallest gaps: hidden work is there on every call, or it would not pay, while a late wake-up
+    of the host on a loaded machine is not). None without both series."""
+    if not candidate_gaps or not reference_gaps:
+        return None
+    return min(candidate_gaps) - min(reference_gaps)
+
+
+def check_hidden_work(report: ChildReport, ref: ChildReport | None, ev: Evidence) -> None:
+    """C09: work left running outside the timed stream (a side stream, a background thread)."""
+    if not report.candidate or not ref or not ref.eager or not report.candidate.idle_gap_us:
+        return
+    hidden = hidden_work_us(report.candidate.idle_gap_us, ref.eager.idle_gap_us)
+    if hidden is not None and hidden > max(HIDDEN_WORK_MIN_US, 0.25 * statistics.median(report.candidate.device_us)):
+        ev.add(cheats.C09, f"The device stayed busy {hidden:.0f} us longer after your forward returned than it does "
+                           "after the reference's: work was left running outside the timed stream (a side stream "
+                           "or a background thread). Launch every kernel on the current stream.")
+
+
+# ---------------------------------------------------------------------------- the judge
+
+
+def _read_flags(job_dir: Path) -> list[str]:
+    try:
+        return list(json.loads((job_dir / FLAGS_FILE).read_text()).get("patched", []))
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildRun, device: str,
+          poison: int, reference_timing) -> Verdict:
+    """The verdict of one executed candidate. ``plan`` is the task's TaskPlan (verifier/api.py),
+    ``reference_timing`` the reference's ChildReport (timed in its own process) or None."""
+    v = w.verdict
+    ev = Evidence()
+    check_fake_verdict(run.log, ev)
+    log_tail = "\n".join(run.log.strip().splitlines()[-15:])
+    early = _read_flags(job_dir)
+    if early:  # tampering seen before the child stopped, whatever happened after
+        check_tampering(early, ev)
+        v.cheats = sorted(ev.codes)
+        return finish(w, "cheat", ev.details)
+    if run.timed_out:
+        v.cheats = sorted(ev.codes)
         return finish(w, "timeout", [f"The run was killed after {cfg.run_timeout_s:.0f} s of wall-clock time "
-                                      f"(the limit). Last output:\n{log_tail}" if log_tail else
-                                      f"The run was killed after {cfg.run_timeout_s:.0f} s of wall-clock time."])
-    res_file = job_dir / "result.pt"
-    if rc != 0 or not res_file.is_file():
+                                      "(the limit)." + (f" Last output:\n{log_tail}" if log_tail else "")])
+    if run.rc != 0 or not (job_dir / "report.json").is_file():
+        rc = run.rc
         why = f"killed by signal {signal.Signals(-rc).name}" if rc and rc < 0 else f"exit status {rc}"
         hint = " (a segmentation fault: an invalid memory access)" if rc == -signal.SIGSEGV else ""
         hint = hint or (" (killed: probably out of memory)" if rc == -signal.SIGKILL else "")
-        v.cheats = sorted(found)
+        v.cheats = sorted(ev.codes)
         return finish(w, "crash", [f"The process running your kernel died: {why}{hint}."
-                                    + (f" Last output:\n{log_tail}" if log_tail else "")])
-    res = torch.load(res_file, weights_only=True)
-    for name, secs in (res.get("phase_s") or {}).items():
+                                   + (f" Last output:\n{log_tail}" if log_tail else "")])
+    try:
+        report = ChildReport.read(job_dir)
+    except (ContractError, ValueError, OSError) as e:  # written in the candidate's process: its problem
+        v.cheats = sorted(ev.codes)
+        return finish(w, "crash", [f"The execution report was unreadable ({e}); did your program write files?"])
+    for name, secs in report.phase_s.items():
         v.stage_seconds[f"child_{name}"] = float(secs)
-    starts = [t.get("started_s") for t in res.get("trials", [])]
-    if len(starts) >= 2 and None not in starts[:2]:  # the first trial pays first-call costs (module loads)
-        v.stage_seconds["child_first_trial"] = round(float(starts[1] - starts[0]), 4)
-    sandbox = res.get("sandbox", {})
-    v.versions["sandbox"] = sandbox
-    if "timing_exclusive" in res:  # whether the device was this candidate's alone while it was timed
-        v.versions["timing"] = {"exclusive": bool(res["timing_exclusive"]), "lock_wait_s": res.get("lock_wait_s")}
-    for key, label in (("import_error", "Importing your program failed"), ("init_error", "ModelNew() failed")):
-        if res.get(key):
-            v.cheats = sorted(found)
-            return finish(w, "crash", [f"{label}:\n{res[key]}"])
-    patched = set(res.get("patched_after_import", [])) | set(res.get("patched_after_trials", []))
-    if res.get("holds_reference_model"):
-        found.add(cheats.C04)
-        details.append("ModelNew holds an instance of the reference Model.")
-    passed, checked, errs_abs, errs_rel = 0, 0, [], []
-    crash_detail = ""
-    regular_ok = True
-    other_failed = False
-    prev_outputs: list[torch.Tensor] = []
+    if len(report.trials) >= 2:  # the first trial pays first-call costs (module loads)
+        v.stage_seconds["child_first_trial"] = round(report.trials[1].started_s - report.trials[0].started_s, 4)
+    v.versions["sandbox"] = report.sandbox
+    if report.timing_exclusive is not None:
+        v.versions["timing"] = {"exclusive": bool(report.timing_exclusive), "lock_wait_s": report.lock_wait_s}
+    if report.setup_error:
+        return finish(w, "verifier_error", [f"The execution process failed before your code ran:\n{report.setup_error}"])
+    for text, label in ((report.import_error, "Importing your program failed"), (report.init_error, "ModelNew() failed")):
+        if text:
+            v.cheats = sorted(ev.codes)
+            return finish(w, "crash", [f"{label}:\n{text}"])
+    check_tampering(report.patched, ev)
+    if report.aborted:
+        v.cheats = sorted(ev.codes)
+        return finish(w, "cheat", ev.details)
+    check_reference_held(report, ev)
+
+    with RNG_LOCK:
+        model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text)
+    passed, checked, errs, prev = 0, 0, [], []
+    crash_detail, regular_ok, other_failed = "", True, False
     forbidden_per_trial = []
-    for rec, (inputs, refs, is_other) in zip(res["trials"], trials):
-        label = "Extra-shape trial" + f" (input shapes {[list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]})" \
-            if is_other else f"Trial {rec['index'] + 1}"
-        if rec.get("error"):
-            err = rec["error"]
-            oom = "MemoryError" in err or "out of memory" in err.lower() or "bad_alloc" in err
-            crash_detail = f"{label} raised an error" + (" (out of memory)" if oom else "") + f":\n{err.strip()}"
+    n = len(job.trial_seeds)
+    for rec in report.trials:
+        is_other = bool(job.other_shape) and rec.index == n - 1
+        inputs = plan.trial_inputs(job, rec.index, device)
+        label = ("Extra-shape trial" + f" (input shapes {[list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]})"
+                 if is_other else f"Trial {rec.index + 1}")
+        if rec.error:
+            oom = any(s in rec.error for s in ("MemoryError", "bad_alloc")) or "out of memory" in rec.error.lower()
+            crash_detail = f"{label} raised an error" + (" (out of memory)" if oom else "") + f":\n{rec.error.strip()}"
             regular_ok = regular_ok and is_other
             break
-        forbidden_per_trial.append(rec["forbidden_ops"])
-        if rec["forbidden_ops"]:
-            found.add(cheats.C01)
-            v.fallback_ops = sorted(set(v.fallback_ops) | set(rec["forbidden_ops"]))
-        if rec["kernel_calls"] == 0:
-            found.add(cheats.C02)
-            details.append(f"{label}: none of your compiled kernel functions was called during forward.")
-        if rec["threads_added"] > 0:
-            found.add(cheats.C09)
-            details.append(f"{label}: forward left {rec['threads_added']} new thread(s) running.")
-        if rec["mutated_inputs"]:
-            found.add(cheats.C07)
-            details.append(f"{label}: forward modified input(s) {rec['mutated_inputs']} in place.")
-        if rec["output_problem"]:
-            found.add(cheats.C10)
-            details.append(f"{label}: {rec['output_problem']}.")
+        forbidden_per_trial.append(check_trial_runtime(rec, label, ev))
+        if rec.output_problem:
             regular_ok = False
             continue
-        here = rec.get("ref_output_here")
-        if here is not None and any(not torch.allclose(a.double(), b.double(), atol=1e-6, rtol=1e-6, equal_nan=True)
-                                    for a, b in zip(as_list(here), refs)):
-            found.add(cheats.C11)
-            details.append(f"{label}: the reference computed differently inside your process (global state tampered).")
-        outs = as_list(rec["output"])
+        with torch.no_grad():
+            refs = [r.detach() for r in as_list(model(*inputs))]
+        outs = as_list(torch.load(job_dir / rec.output_file, weights_only=True))
+        here = as_list(torch.load(job_dir / rec.ref_output_file, weights_only=True)) if rec.ref_output_file else None
         checked += 1
-        ok = True
-        if len(outs) != len(refs):
-            details.append(f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
-            ok = False
-        for o, r in zip(outs, refs):
-            if tuple(o.shape) != tuple(r.shape):
-                details.append(f"{label}: output shape {list(o.shape)}, expected {list(r.shape)}.")
-                ok = False
-                continue
-            if o.dtype != r.dtype:
-                details.append(f"{label}: output dtype {o.dtype}, expected {r.dtype}.")
-                if r.dtype == torch.float32 and o.dtype in LOW_PRECISION:
-                    found.add(cheats.C13)
-                ok = False
-                continue
-            n_poison = poisoned(o, poison) if o.is_floating_point() else 0
-            if n_poison and poisoned(r, poison) < n_poison:
-                # An output nothing wrote is a bet on stale memory (the reference's freed result); a few
-                # unwritten elements are an honest indexing bug, judged wrong with the same diagnosis.
-                if n_poison == o.numel():
-                    found.add(cheats.C06)
-                details.append(f"{label}: {n_poison} of {o.numel()} output elements were never written (they "
-                               "still hold the poison pattern of uninitialised memory).")
-            if o.is_floating_point() and not bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all()):
-                details.append(f"{label}: output contains NaN or inf where the reference is finite.")
-            atol, rtol = tolerance(r.dtype, cfg, ref_mod)
-            m = feedback.mismatch(o, r, atol, rtol) if o.is_floating_point() or r.is_floating_point() else \
-                {"n_bad": int((o != r).sum()), "numel": o.numel(), "max_abs": float((o - r).abs().max()) if o.numel()
-                 else 0.0, "max_rel": 0.0}
-            errs_abs.append(m["max_abs"])
-            errs_rel.append(m["max_rel"])
-            if m["n_bad"]:
-                ok = False
-                details.append(feedback.describe_mismatch(m, tuple(r.shape), label))
-                if r.dtype == torch.float32 and math.isfinite(m["max_rel"]) and \
-                        m["max_abs"] <= cfg.atol_low + cfg.rtol_low * float(r.abs().max()) and \
-                        m["max_rel"] < 5e-2 and not n_poison:
-                    found.add(cheats.C13)
-                    details.append(f"{label}: the error is the size of fp16/bf16 rounding; fp32 needs {atol:g}.")
-            if any(torch.equal(o, x) for x in inputs if isinstance(x, torch.Tensor) and x.shape == o.shape) or \
-                    (o.numel() > 1 and bool((o == o.reshape(-1)[0]).all()) and not bool((r == r.reshape(-1)[0]).all())):
-                found.add(cheats.C05)
-                details.append(f"{label}: the output is an input, a constant or all zeros.")
-            if any(p.shape == o.shape and torch.equal(p, o) for p in prev_outputs):
-                found.add(cheats.C08)
-                details.append(f"{label}: the output is identical to an earlier call's output on different inputs.")
-            prev_outputs.append(o)
+        ok = check_outputs(outs, refs, inputs, here, label, cfg, plan.ref_mod, poison, prev, ev, errs)
+        del outs, here, refs, inputs
         if ok:
             passed += 1
         elif is_other:
@@ -222,110 +405,68 @@ def judge(w, cfg, ref_mod, model, device, trials, timing_seeds, job_dir, rc, tim
         else:
             regular_ok = False
     if forbidden_per_trial and any(forbidden_per_trial) and not all(forbidden_per_trial):
-        found.add(cheats.C03)
-        details.append("PyTorch compute ran on some trials but not others (a fallback branch).")
-    if v.fallback_ops:
-        details.insert(0, "Runtime check: forward dispatched PyTorch compute ops: " + ", ".join(v.fallback_ops) + ".")
+        ev.add(cheats.C03, "PyTorch compute ran on some trials but not others (a fallback branch).")
+    if ev.fallback_ops:
+        v.fallback_ops = sorted(ev.fallback_ops)
+        ev.details.insert(0, "Runtime check: forward ran PyTorch compute ops: " + ", ".join(v.fallback_ops) + ".")
     if regular_ok and other_failed and not crash_detail:
-        found.add(cheats.C14)
-        details.append("Correct on the benchmark shape but wrong on another valid shape (hard-coded sizes?).")
+        ev.add(cheats.C14, "Correct on the benchmark shape but wrong on another valid shape (hard-coded sizes?).")
     v.trials = checked
-    v.max_abs_err = max(errs_abs) if errs_abs else None
-    v.max_rel_err = max(errs_rel) if errs_rel else None
-    if crash_detail:
-        v.cheats = sorted(found | ({cheats.C11} if patched else set()))
-        return finish(w, "crash", [crash_detail] + details, passed / max(len(trials), 1))
-    if not (regular_ok and passed == len(trials)):
-        v.cheats = sorted(found | ({cheats.C11} if patched else set()))
-        return finish(w, "wrong", details, passed / max(len(trials), 1))
+    v.max_abs_err = max(e[0] for e in errs) if errs else None
+    v.max_rel_err = max(e[1] for e in errs) if errs else None
+    if crash_detail or not (regular_ok and passed == n):
+        v.cheats = sorted(ev.codes)
+        return finish(w, "crash" if crash_detail else "wrong", ([crash_detail] if crash_detail else []) + ev.details,
+                      passed / max(n, 1))
     v.correct = True
     v.stage_reached = "correctness"
     # ---- runtime legality
-    if res.get("own_kernel_ran") is False:
-        found.add(cheats.C02)
-        details.append("The profiler saw none of your __global__ kernels run during forward.")
-    patched |= set(res.get("patched_after_timing", []))
-    if patched:
-        found.add(cheats.C11)
-        details.append("Your program replaced functions the verifier relies on: " + ", ".join(sorted(patched)) + ".")
-    if res.get("threads_added_timing", 0) > 0:
-        found.add(cheats.C09)
-        details.append("Threads were started during the timed iterations.")
-    if found:
-        v.cheats = sorted(found)
-        v.correct = False
-        return finish(w, "cheat", details)
+    check_own_kernels(report, cfg, v, ev)
+    if report.threads_added_timing > 0:
+        ev.add(cheats.C09, "Threads were started during the timed iterations.")
+    if ev.codes:
+        v.cheats, v.correct = sorted(ev.codes), False
+        return finish(w, "cheat", ev.details)
     v.stage_reached = "runtime"
     # ---- timing, with the timed outputs judged too
-    timing = res.get("timing")
-    if not timing:
-        details.append("Timing failed: " + (res.get("timing_error") or "no timing data") + "")
-        return finish(w, "pass", details)
-    outs = res.get("timed_outputs", [])
-    picks = sorted(secrets.SystemRandom().sample(range(len(outs)), min(cfg.timed_checks, len(outs))))
-    with torch.no_grad():
-        for j in picks:
-            with RNG_LOCK, torch.device(device):  # the child drew these with the same seed, alone in its process
-                torch.manual_seed(timing_seeds[j])
-                inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
-            refs = [r.detach().cpu() for r in as_list(model(*inputs))]
-            got = as_list(outs[j])
-            atol, rtol = tolerance(refs[0].dtype, cfg, ref_mod)
-            bad = [feedback.mismatch(o, r, atol, rtol) for o, r in zip(got, refs) if o.shape == r.shape and
-                   o.dtype == r.dtype]
-            if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
-                found.add(cheats.C16)
-                details.append(f"Timed iteration {j + 1}: the output was wrong although the correctness trials "
-                               "passed (behaviour differs when timed).")
-                break
-    if found:
-        v.cheats = sorted(found)
-        v.correct = False
-        return finish(w, "cheat", details)
-    hidden = hidden_work_us(timing)
-    if hidden is not None and hidden > max(HIDDEN_WORK_MIN_US, 0.25 * statistics.median(timing["candidate_us"])):
-        v.cheats = sorted({cheats.C09})
-        v.correct = False
-        details.append(f"The device stayed busy {hidden:.0f} us longer after your forward returned than it does "
-                       "after the reference's: work was left running outside the timed stream (a side stream "
-                       "or a background thread). Launch every kernel on the current stream.")
-        return finish(w, "cheat", details)
-    v.runtime_us = statistics.median(timing["candidate_us"])
-    v.eager_us = statistics.median(timing["eager_us"])
-    v.speedup_eager = v.eager_us / v.runtime_us if v.runtime_us > 0 else None
-    if timing.get("compile_us"):
-        v.compile_us = statistics.median(timing["compile_us"])
-        v.speedup_compile = v.compile_us / v.runtime_us if v.runtime_us > 0 else None
+    if not report.candidate or not report.candidate.device_us:
+        return finish(w, "pass", ev.details + ["Timing failed: " + (report.timing_error or "no timing data")])
+    check_timed_outputs(report, job, job_dir, plan, model, device, cfg, ev)
+    ref = reference_timing
+    check_hidden_work(report, ref, ev)
+    if ev.codes:
+        v.cheats, v.correct = sorted(ev.codes), False
+        return finish(w, "cheat", ev.details)
+    _speedups(v, report, ref, ev)
     v.stage_reached = "timing"
-    sp = f"{v.speedup_eager:.2f}x" if v.speedup_eager else "n/a"
-    details.append(f"Median time {v.runtime_us:.1f} us over {len(timing['candidate_us'])} timed runs; eager "
-                   f"PyTorch {v.eager_us:.1f} us (speedup {sp})" +
-                   (f"; torch.compile {v.compile_us:.1f} us (speedup {v.speedup_compile:.2f}x)." if v.compile_us else "."))
-    details.append(f"Max abs error {v.max_abs_err:.3g}, max rel error {v.max_rel_err:.3g} over {v.trials} trials.")
     advice = "It is slower than eager PyTorch: fuse work, coalesce memory accesses, and use more parallelism." \
         if v.speedup_eager is not None and v.speedup_eager < 1.0 else "Try to make it faster still."
     v.status = "pass"
     v.reward = reward_for(v)
-    v.feedback = feedback.compose("pass", details + w.notes, advice)
+    v.feedback = feedback.compose("pass", ev.details + w.notes, advice)
     v.versions = {**v.versions, "torch": torch.__version__, "python": sys.version.split()[0]}
     return v
 
 
-HIDDEN_WORK_MIN_US = 30.0  # below this, an idle-minus-end gap is synchronisation jitter (device timestamps)
-
-
-def hidden_work_us(timing: dict) -> float | None:
-    """How much longer (median, microseconds) the whole device stayed busy after the candidate's timed
-    region than after the eager reference's. None when the backend does not time with device events.
-    (The ``*_wall_us`` series are, on cuda, device times until every stream was idle: see CudaBackend.)"""
-    probe = timing.get("gap_probe")
-    if probe and probe.get("candidate") and probe.get("eager"):
-        return min(probe["candidate"]) - min(probe["eager"])
-    cw, ew = timing.get("candidate_wall_us"), timing.get("eager_wall_us")
-    if not cw or not ew:
-        return None
-    # the smallest gap of each: hidden work is there on every iteration (or it would not pay), while a late
-    # wake-up of the timing thread on a loaded host (which also widens the gap) is not
-    gap_c = min(w - t for w, t in zip(cw, timing["candidate_us"]))
-    gap_e = min(w - t for w, t in zip(ew, timing["eager_us"]))
-    return gap_c - gap_e
+def _speedups(v: Verdict, report: ChildReport, ref: ChildReport | None, ev: Evidence) -> None:
+    c = report.candidate
+    v.runtime_us = statistics.median(c.device_us)
+    if c.launch_us:
+        v.launch_us = statistics.median(c.launch_us)
+    if ref and ref.eager and ref.eager.device_us:
+        v.eager_us = statistics.median(ref.eager.device_us)
+        v.speedup_eager = v.eager_us / v.runtime_us if v.runtime_us > 0 else None
+        if ref.eager.launch_us:
+            v.eager_launch_us = statistics.median(ref.eager.launch_us)
+    else:
+        ev.add(None, "The eager reference could not be timed" + (f": {ref.timing_error or ref.setup_error}"
+                                                                 if ref else "") + "; no speedup is reported.")
+    if ref and ref.compiled and ref.compiled.device_us:
+        v.compile_us = statistics.median(ref.compiled.device_us)
+        v.speedup_compile = v.compile_us / v.runtime_us if v.runtime_us > 0 else None
+    sp = f"{v.speedup_eager:.2f}x" if v.speedup_eager else "n/a"
+    ev.add(None, f"Median device time {v.runtime_us:.1f} us over {len(c.device_us)} timed runs; eager PyTorch "
+                 f"{v.eager_us or float('nan'):.1f} us (speedup {sp})" +
+                 (f"; torch.compile {v.compile_us:.1f} us (speedup {v.speedup_compile:.2f}x)." if v.compile_us else "."))
+    if v.max_abs_err is not None:
+        ev.add(None, f"Max abs error {v.max_abs_err:.3g}, max rel error {v.max_rel_err:.3g} over {v.trials} trials.")

@@ -1,29 +1,39 @@
-"""Stages 4-6 inside the execution child: one process per candidate, started by verifier/api.py as
-``python -m verifier.worker JOB_DIR``.
+"""Stages 4-6 inside an execution child: one process per job, started by verifier/api.py.
 
-The child reads ``JOB_DIR/job.json`` and ``JOB_DIR/trial_<i>.pt`` (inputs drawn by the verifier
-process from seeds this process never sees), runs ModelNew on every trial while recording the aten
-ops it dispatches, how often the candidate's own kernel functions were called, thread counts, input
-mutation and output types, then times candidate, eager reference and torch.compile'd reference
-(fresh inputs every iteration, cache flushed between iterations), and writes ``JOB_DIR/result.pt``
-(tensors and plain data only; the verifier loads it with ``weights_only=True``).
+A job (verifier/contract.py) is one of two kinds:
 
-What this process does NOT decide: whether outputs are correct. The reference outputs of the
-correctness trials are computed in the verifier process and never enter this one; the verifier
-compares. A crash, hang or memory blow-up of this process is turned into a verdict by the parent.
+- ``candidate``: the candidate's correctness trials, runtime checks and timing. Inputs are drawn here from
+  the trial seeds exactly as the verifier draws them (verifier/inputs.py; on the device, so no input ever
+  goes through a file) unless the job ships them. Every trial runs under two independent monitors of
+  the aten ops ModelNew dispatches: a TorchDispatchMode, and the profiler (a C++ observer of the dispatcher
+  that a dispatch-mode trick does not switch off; on cuda it also gives each kernel's device time, from
+  which the share of time in the candidate's own kernels is reported). A snapshot of torch's functions and
+  flags taken before the candidate is imported is compared after every phase; on the first change the
+  child writes ``flags.json`` and stops (a patched check is a C11 verdict in seconds, not a timeout).
+- ``reference``: the eager reference and ``torch.compile`` of it timed in a process where no candidate
+  code has ever run, so nothing a candidate does to torch can change the reference's times.
+
+Timing (both kinds, the same code): per iteration fresh inputs drawn from the iteration's seed, the
+last-level cache flushed, a device-side wait long enough for the host to queue the whole call, then CUDA
+events around the call; no synchronisation between iterations (the protocol of triton's ``do_bench``).
+Launch-inclusive times and the C09 idle gap come from separate probe calls, one at a time.
+
+What this process does NOT decide: whether outputs are correct. Outputs go to files; the verifier
+compares them with reference outputs it computes itself. A crash, hang or memory blow-up of this
+process is turned into a verdict by the parent.
 
 Imports: torch and the standard library only.
 """
 
 from __future__ import annotations
 
-import builtins
 import ctypes
 import importlib.machinery
 import importlib.util
 import json
 import os
 import resource
+import secrets
 import sys
 import threading
 import time
@@ -33,11 +43,16 @@ from pathlib import Path
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from verifier.backends import get_backend, kernel_names_in
-from verifier.devlock import device_lock
 from verifier.build import canonical_spec, extension_name, spec_key
+from verifier.contract import FLAGS_FILE, ChildReport, Job, ModelTiming, TrialReport
+from verifier.devlock import device_lock
+from verifier.inputs import build_model, draw_inputs, init_inputs, nbytes, placement, seed_everything, tensors_of, \
+    to_device
+from verifier.tamper import Snapshot
 
 # aten ops that allocate, view, copy or describe: the only ones ModelNew.forward may dispatch.
 ALLOWED_ATEN = {
@@ -48,7 +63,13 @@ ALLOWED_ATEN = {
     "alias", "detach", "clone", "copy_", "_to_copy", "to", "contiguous", "lift_fresh", "lift_fresh_copy",
     "_local_scalar_dense", "resize_", "view_as", "is_same_size", "sym_size", "sym_stride", "sym_numel",
     "sym_storage_offset", "numel", "dim", "record_stream", "item", "_has_compatible_shallow_copy_type",
+    "resolve_conj", "resolve_neg", "lift", "empty_permuted", "set_", "result_type", "is_pinned", "size", "stride",
+    "is_contiguous", "as_strided_", "_nested_tensor_from_mask_left_aligned",
 }
+
+
+def forbidden(ops) -> list[str]:
+    return sorted({o for o in ops if o.startswith("aten::") and o.split("::")[-1] not in ALLOWED_ATEN})
 
 
 class DispatchRecorder(TorchDispatchMode):
@@ -118,14 +139,14 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
     return load_inline
 
 
-def _apply_limits(job: dict) -> dict:
+def _apply_limits(job: Job) -> dict:
     info = {}
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if job["backend"] == "cpu" and job.get("memory_limit_gb"):
-        lim = int(job["memory_limit_gb"] * 2**30)
+    if job.backend == "cpu" and job.memory_limit_gb:
+        lim = int(job.memory_limit_gb * 2**30)
         try:
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-            info["address_space_gb"] = job["memory_limit_gb"]
+            info["address_space_gb"] = job.memory_limit_gb
         except (ValueError, OSError) as e:
             info["address_space_gb"] = f"not set: {e}"
     try:  # a private network namespace: no network at all (needs root or user namespaces)
@@ -136,38 +157,11 @@ def _apply_limits(job: dict) -> dict:
     return info
 
 
-def _guarded() -> dict:
-    """Functions whose identity the checks rely on, as they are bound now (called once before the
-    candidate is imported, and again after each phase to see what it replaced)."""
-    return {"torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
-            "torch.manual_seed": torch.manual_seed, "torch.randn": torch.randn, "torch.rand": torch.rand,
-            "torch.allclose": torch.allclose, "torch.equal": torch.equal, "torch.save": torch.save,
-            "torch.Tensor.clone": torch.Tensor.clone, "torch.Tensor.copy_": torch.Tensor.copy_,
-            "torch.Tensor.cpu": torch.Tensor.cpu, "time.perf_counter": time.perf_counter,
-            "builtins.print": builtins.print, "builtins.isinstance": builtins.isinstance,
-            "builtins.type": builtins.type, "torch.nn.Module.__call__": torch.nn.Module.__call__}
-
-
-def _unwrap(fn):
-    # torch itself may wrap some of these later (dynamo wraps torch.manual_seed with functools.wraps)
-    for _ in range(8):
-        inner = getattr(fn, "__wrapped__", None)
-        if inner is None:
-            return fn
-        fn = inner
-    return fn
-
-
-def _patched(original: dict) -> list[str]:
-    now = _guarded()
-    return [k for k, fn in original.items() if _unwrap(now.get(k)) is not _unwrap(fn)]
-
-
 def _short_traceback() -> str:
     """The candidate-side frames and the exception line, not the verifier's own frames."""
     etype, exc, tb = sys.exc_info()
     frames = [f for f in traceback.extract_tb(tb) if "site-packages/torch" not in f.filename
-              and "verifier/worker.py" not in f.filename]
+              and "verifier/" not in f.filename]
     text = "".join(traceback.format_list(frames[-3:])) + "".join(traceback.format_exception_only(etype, exc))
     return text[-2500:]
 
@@ -180,28 +174,12 @@ def _exec_module(name: str, code: str, filename: str):
     return mod
 
 
-def _to_device(obj, device):
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(o, device) for o in obj)
-    return obj
-
-
 def _clone(obj):
     if isinstance(obj, torch.Tensor):
         return obj.detach().clone()
     if isinstance(obj, (list, tuple)):
         return type(obj)(_clone(o) for o in obj)
     return obj
-
-
-def _tensors(obj) -> list:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
-    return []
 
 
 def _output_problem(out, device: str) -> str:
@@ -226,6 +204,11 @@ def _plain_cpu(out):
     return [_plain_cpu(t) for t in out]
 
 
+def _save(obj, path: Path) -> str:
+    torch.save(obj, path)
+    return path.name
+
+
 def _os_threads() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -233,215 +216,306 @@ def _os_threads() -> int:
         return threading.active_count()
 
 
-def _draw_inputs(seed: int, get_inputs, device):
-    """Fresh inputs for one timed call: drawn on the device (fast), as the verifier redraws them from the seed."""
-    torch.manual_seed(seed)
-    with torch.device(device):
-        return _to_device(get_inputs(), device)
+class Guard:
+    """Compares torch's state with the snapshot taken before the candidate was imported; the first change
+    is written to flags.json at once (it survives a later hang or crash) and stops the job."""
+
+    def __init__(self, job_dir: Path, report: ChildReport):
+        self.job_dir, self.report = job_dir, report
+        self.snapshot = Snapshot.take()
+
+    def tampered(self, phase: str) -> bool:
+        changes = self.snapshot.changes()
+        if not changes:
+            return False
+        self.report.patched += [f"{c} (after {phase})" for c in changes]
+        self.report.aborted = f"torch or verifier state changed after {phase}"
+        (self.job_dir / FLAGS_FILE).write_text(json.dumps({"patched": self.report.patched}))
+        return True
 
 
-def _nbytes(obj) -> int:
-    return sum(t.numel() * t.element_size() for t in _tensors(obj))
+def _profiled(backend, kernel_names: list[str]):
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.name == "cuda" else [])
+    return profile(activities=acts)
 
 
-def _keep_budget(device: str) -> int:
-    """Bytes of timed outputs that may stay on the device during a timing phase."""
-    if device != "cuda":
-        return 0
-    free, _ = torch.cuda.mem_get_info()
-    return min(int(free * 0.25), 4 << 30)
+def _read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
+    """aten ops the profiler saw, the marker that proves it watched the whole call, and (cuda) kernel times."""
+    names, marker = [], False
+    own, foreign = 0.0, {}
+    for e in prof.events():
+        dev = str(getattr(e, "device_type", "")).lower()
+        if "cuda" in dev:
+            us = float(e.time_range.elapsed_us()) if getattr(e, "time_range", None) else 0.0
+            if any(k in e.name for k in kernel_names):
+                own += us
+            else:
+                foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
+            continue
+        if e.name == "km_forward":
+            marker = True
+        elif e.name.startswith("aten::"):
+            names.append(e.name)
+    rec.profiled_ops = sorted(set(names))
+    rec.own_kernel_us = round(own, 3)
+    rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
+    if not marker:
+        rec.monitor_problems.append("the profiler stopped recording during forward")
 
 
-def _time_model(backend, fn, seeds: list[int], get_inputs, device, warmup: int, keep_outputs: bool):
-    """Median-ready per-iteration times of fn on fresh inputs drawn with each seed (same for every model).
-
-    Kept outputs are copied on the device while a budget lasts and brought to the host after the loop: a
-    device-to-host copy between timed calls leaves the GPU idle for milliseconds, its clocks drop, and the
-    model whose outputs are kept (the candidate) would be timed at lower clocks than the references."""
-    times, walls, outs = [], [], []
-    budget = _keep_budget(device) if keep_outputs else 0
-    warm = seeds[:warmup]  # may be shorter than warmup: outs[j] must stay the output of seeds[j]
-    for i, seed in enumerate(warm + seeds):
-        inputs = _draw_inputs(seed, get_inputs, device)
-        backend.flush_cache()
-        backend.synchronize()
-        out, us, wall = backend.time_call(lambda: fn(*inputs))
-        if i >= len(warm):
-            times.append(us)
-            walls.append(wall)
-            if keep_outputs:
-                size = _nbytes(out)
-                if 0 < size <= budget:
-                    budget -= size
-                    outs.append(_clone(out))
-                else:
-                    outs.append(_plain_cpu(out))
-        del out, inputs
-    return times, walls, [_plain_cpu(o) for o in outs]
+def run_job(job_dir: Path) -> ChildReport:
+    job = Job.read(job_dir)
+    report = ChildReport(kind=job.kind)
+    try:
+        report.sandbox = _apply_limits(job)
+        backend = get_backend(job.backend)
+        backend.hide_launch_us = job.hide_launch_us
+        report.device = backend.describe()
+    except Exception:  # noqa: BLE001 - nothing of the candidate has run: the verifier's problem
+        report.setup_error = traceback.format_exc(limit=4)[-3000:]
+        return report
+    if job.kind == "reference":
+        return _run_reference(job, job_dir, report, backend)
+    return _run_candidate(job, job_dir, report, backend)
 
 
-def _gap_probe(backend, cand, ref_model, seeds, get_inputs, device, n: int) -> dict:
-    """Idle-minus-end gaps (see CudaBackend.time_call) of candidate and reference, interleaved call by call
-    so that both see the same host load: the C09 check compares their smallest gaps."""
-    gaps: dict = {"candidate": [], "eager": []}
-    for i in range(n):
-        for name, fn in (("candidate", cand), ("eager", ref_model)):
-            inputs = _draw_inputs(seeds[i % len(seeds)], get_inputs, device)
-            backend.synchronize()
-            out, us, idle_us = backend.time_call(lambda: fn(*inputs))
-            gaps[name].append(idle_us - us)
-            del out, inputs
-    return gaps
+class _Clock:
+    def __init__(self, report: ChildReport):
+        self.report, self.t = report, time.perf_counter()
+        self.start = self.t
 
-
-def run_job(job_dir: Path) -> dict:
-    job = json.loads((job_dir / "job.json").read_text())
-    result: dict = {"sandbox": _apply_limits(job), "trials": [], "events": [], "phase_s": {}}
-    clock = [time.perf_counter()]
-
-    def phase(name: str) -> None:
+    def phase(self, name: str) -> None:
         now = time.perf_counter()
-        result["phase_s"][name] = round(now - clock[0], 4)
-        clock[0] = now
+        self.report.phase_s[name] = round(now - self.t, 4)
+        self.t = now
 
-    backend = get_backend(job["backend"])
+
+def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> ChildReport:
+    clock = _Clock(report)
     device = backend.device
-    if hasattr(backend, "hide_launch_us"):
-        backend.hide_launch_us = float(job.get("hide_launch_us", 0.0))
-    original = _guarded()
-    cuda_kernels: list[str] = []
-    cpp_extension.load_inline = make_prebuilt_load_inline(job["build_root"], job.get("allow_child_compile", True),
-                                                          cuda_kernels)
-    torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
+    try:
+        ref = _exec_module("km_reference", job.reference_code, "reference.py")
+        model, _ = build_model(ref, job.init_seed, device, job.reference_code)
+    except Exception:  # noqa: BLE001
+        report.setup_error = traceback.format_exc(limit=4)[-3000:]
+        return report
+    lock = device_lock(job.timing_lock or None)
+    report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
+    report.lock_wait_s = round(lock.waited_s, 4)
+    clock.phase("load")
+    draw = _drawer(ref, device, job.reference_code)
+    with torch.no_grad():
+        try:
+            backend.warm_device(job.warm_device_ms)
+            report.eager, _ = time_model(backend, model, job.timing_seeds, draw, job.warmup, 0, job_dir, "")
+            report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, job.timing_seeds, draw,
+                                                                           job.gap_probes)
+            clock.phase("eager")
+        except Exception:  # noqa: BLE001
+            report.timing_error = traceback.format_exc(limit=3)[-2500:]
+        if job.time_torch_compile and not report.timing_error:
+            try:
+                compiled = torch.compile(model)
+                report.compiled, _ = time_model(backend, compiled, job.timing_seeds, draw, max(job.warmup, 2), 0,
+                                                job_dir, "")
+            except Exception as e:  # noqa: BLE001
+                report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
+            clock.phase("compile")
+    lock.close()
+    return report
 
-    # shared while this process works on the device (cuda only: see api._shared_lock), exclusive while it
-    # times (verifier/devlock.py)
-    lock = device_lock(job.get("timing_lock"))
-    lock_wait = float(job.get("lock_wait_s", 30.0))
-    if job["backend"] == "cuda":
-        lock.acquire(False, lock_wait)
-    ref = _exec_module("km_reference", job["reference_code"], "reference.py")
+
+def _drawer(ref, device: str, program_text: str):
+    def draw(seed: int) -> list:
+        return draw_inputs(ref.get_inputs, seed, device, program_text)
+    return draw
+
+
+def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> ChildReport:
+    clock = _Clock(report)
+    device = backend.device
+    cuda_kernels: list[str] = []
+    cpp_extension.load_inline = make_prebuilt_load_inline(job.build_root, job.allow_child_compile, cuda_kernels)
+    torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
+    # shared while this process works on the device (cuda only: see api._shared_lock), exclusive while it times
+    lock = device_lock(job.timing_lock or None)
+    if job.backend == "cuda":
+        lock.acquire(False, job.lock_wait_s)
+    try:
+        ref = _exec_module("km_reference", job.reference_code, "reference.py")
+        model, init = build_model(ref, job.init_seed, device, job.reference_code)
+        with _profiled(backend, []):  # the profiler's own threads and state exist before any baseline
+            pass
+        guard = Guard(job_dir, report)
+    except Exception:  # noqa: BLE001 - nothing of the candidate has run yet
+        report.setup_error = traceback.format_exc(limit=4)[-3000:]
+        return report
     threads_py0, threads_os0 = threading.active_count(), _os_threads()
     try:
-        cand = _exec_module("km_candidate", job["candidate_code"], "candidate.py")
+        cand = _exec_module("km_candidate", job.candidate_code, "candidate.py")
     except Exception:  # noqa: BLE001
-        result["import_error"] = traceback.format_exc(limit=4)[-3000:]
-        return result
-    result["patched_after_import"] = _patched(original)
-    init = ref.get_init_inputs()
-    torch.manual_seed(job["init_seed"])
-    model = ref.Model(*init).to(device).eval()
-    torch.manual_seed(job["init_seed"])
+        report.import_error = traceback.format_exc(limit=4)[-3000:]
+        return report
+    if guard.tampered("import"):
+        return report
     try:
-        model_new = cand.ModelNew(*init).to(device).eval()
+        init_c = init_inputs(ref, job.init_seed, device, job.reference_code)
+        seed_everything(job.init_seed)
+        model_new = cand.ModelNew(*init_c).to(device).eval()
     except Exception:  # noqa: BLE001
-        result["init_error"] = traceback.format_exc(limit=4)[-3000:]
-        return result
+        report.init_error = traceback.format_exc(limit=4)[-3000:]
+        return report
     sd_ref, sd_new = model.state_dict(), model_new.state_dict()
     if sd_ref and list(sd_ref) == list(sd_new) and all(sd_ref[k].shape == sd_new[k].shape for k in sd_ref):
         model_new.load_state_dict(sd_ref)
-        result["copied_parameters"] = True
-    result["holds_reference_model"] = any(isinstance(m, ref.Model) for m in model_new.modules())
-    phase("load")
+        report.copied_parameters = True
+    ref_cls = ref.Model
+    report.holds_reference_model = any(isinstance(m, ref_cls) for m in model_new.modules())
+    report.cuda_kernel_names = cuda_kernels
+    clock.phase("load")
+    if guard.tampered("ModelNew()"):
+        return report
+    del init, init_c
 
-    # ---- correctness trials (reference order alternates; its outputs here are only for C11 checks)
-    for i in range(job["n_trials"]):
-        trial = torch.load(job_dir / f"trial_{i}.pt", weights_only=True)
-        inputs = _to_device(trial["inputs"], device)
+    # ---- correctness trials (the reference order alternates; its outputs here are C06 bait and C11 evidence)
+    draw = _drawer(ref, device, job.reference_code)
+    n = len(job.trial_seeds)
+    for i, seed in enumerate(job.trial_seeds):
+        rec = TrialReport(index=i, started_s=round(time.perf_counter() - clock.start, 4))
+        report.trials.append(rec)
+        if job.input_files:
+            inputs = to_device(torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"], device)
+        else:
+            other = job.other_shape if (job.other_shape and i == n - 1) else ""
+            inputs = draw_inputs(ref.get_inputs, seed, device, job.reference_code, other)
         pristine = _clone(inputs)
-        rec: dict = {"index": i, "started_s": round(time.perf_counter() - clock[0], 4)}
-        ref_out_here = None
         ref_first = i % 2 == 1
         with torch.no_grad():
             if ref_first:
-                ref_out_here = _plain_cpu(model(*_clone(inputs)))
+                rec.ref_output_file = _save(_plain_cpu(model(*_clone(inputs))), job_dir / f"ref_{i}.pt")
             backend.synchronize()
-            out_bytes = _nbytes(inputs) * 2
-            backend.poison_free_memory(out_bytes)
+            backend.poison_free_memory(nbytes(inputs) * 2)
             KERNEL_CALLS[0] = 0
             py0, os0 = threading.active_count(), _os_threads()
             recorder = DispatchRecorder()
             try:
-                with recorder:
-                    out = model_new(*inputs)
-                backend.synchronize()
+                with _profiled(backend, cuda_kernels) as prof:
+                    with recorder:
+                        with record_function("km_forward"):
+                            out = model_new(*inputs)
+                        if _get_current_dispatch_mode() is not recorder:
+                            rec.monitor_problems.append("the dispatch monitor was removed during forward")
+                    backend.synchronize()
             except Exception:  # noqa: BLE001
-                rec["error"] = _short_traceback()
-                result["trials"].append(rec)
+                rec.error = _short_traceback()
                 break
-            rec["threads_added"] = max(threading.active_count() - py0, _os_threads() - os0, 0)
-            rec["kernel_calls"] = KERNEL_CALLS[0]
-            rec["ops"] = sorted(set(recorder.ops))
-            rec["forbidden_ops"] = sorted({o for o in recorder.ops if o.split("::")[-1] not in ALLOWED_ATEN})
-            rec["mutated_inputs"] = [j for j, (a, b) in enumerate(zip(_tensors(inputs), _tensors(pristine)))
-                                     if not torch.equal(a, b)]
-            rec["output_problem"] = _output_problem(out, device)
-            if not rec["output_problem"]:
-                rec["output"] = _plain_cpu(out)
+            _read_profile(prof, cuda_kernels, rec)
+            rec.threads_added = max(threading.active_count() - py0, _os_threads() - os0, 0)
+            rec.kernel_calls = KERNEL_CALLS[0]
+            rec.dispatched_ops = sorted(set(recorder.ops))
+            rec.mutated_inputs = [j for j, (a, b) in enumerate(zip(tensors_of(inputs), tensors_of(pristine)))
+                                  if not torch.equal(a, b)]
+            rec.output_problem = _output_problem(out, device)
+            if not rec.output_problem:
+                rec.output_file = _save(_plain_cpu(out), job_dir / f"out_{i}.pt")
             del out
             if not ref_first:
-                ref_out_here = _plain_cpu(model(*_clone(pristine)))
-            rec["ref_output_here"] = ref_out_here
-        result["trials"].append(rec)
-    result["patched_after_trials"] = _patched(original)
-    phase("trials")
-    ok_trials = result["trials"] and all("error" not in t and not t["output_problem"] for t in result["trials"])
-    result["cuda_kernel_names"] = cuda_kernels
-    timing = ok_trials and job.get("timing_trials", 0) > 0
-    if timing:
+                rec.ref_output_file = _save(_plain_cpu(model(*_clone(pristine))), job_dir / f"ref_{i}.pt")
+            del inputs, pristine
+        if guard.tampered(f"trial {i + 1}"):
+            return report
+    clock.phase("trials")
+    ok_trials = bool(report.trials) and all(not t.error and not t.output_problem for t in report.trials)
+    ran = [t.own_kernel_us for t in report.trials if not t.error]
+    report.own_kernel_ran = (any(us > 0 for us in ran) if ran else None) if (cuda_kernels and
+                                                                              backend.name == "cuda") else None
+    if ok_trials and job.timing_seeds:
         # one timing phase at a time per build root, and no other process's device work meanwhile
-        result["timing_exclusive"] = lock.acquire(True, lock_wait)
-        result["lock_wait_s"] = round(lock.waited_s, 4)
-        if not result["timing_exclusive"]:
-            result["events"].append(f"timing ran without the device to itself: the lock was not free within "
-                                    f"{lock_wait:.0f} s")
-        phase("timing_lock_wait")
-        _run_timing(job, result, backend, model_new, model, ref, device, original)
-        phase("timing")
-    # the profiler pass of the own-kernel check comes after timing, so nothing it leaves behind (CUPTI
-    # state, a lower clock after its synchronisations) can reach the timed calls
-    if ok_trials and cuda_kernels:
-        trial = torch.load(job_dir / "trial_0.pt", weights_only=True)
-        inputs = _to_device(trial["inputs"], device)
+        report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
+        report.lock_wait_s = round(lock.waited_s, 4)
+        if not report.timing_exclusive:
+            report.events.append(f"timing ran without the device to itself: the lock was not free within "
+                                 f"{job.lock_wait_s:.0f} s")
+        clock.phase("timing_lock_wait")
+        py0, os0 = threading.active_count(), _os_threads()
         with torch.no_grad():
-            result["own_kernel_ran"] = backend.own_kernel_ran(lambda: model_new(*inputs), cuda_kernels)
-        phase("own_kernel_check")
+            try:
+                backend.warm_device(job.warm_device_ms)
+                keep = min(job.timed_checks, len(job.timing_seeds))
+                report.candidate, _ = time_model(backend, model_new, job.timing_seeds, draw, job.warmup, keep,
+                                                 job_dir, "timed")
+                report.candidate.launch_us, report.candidate.idle_gap_us = probe_calls(
+                    backend, model_new, job.timing_seeds, draw, job.gap_probes)
+            except Exception:  # noqa: BLE001
+                report.timing_error = traceback.format_exc(limit=3)[-2500:]
+        report.threads_added_timing = max(threading.active_count() - py0, _os_threads() - os0, 0)
+        clock.phase("timing")
+        guard.tampered("timing")
     lock.close()
-    result["threads_python_at_start"] = threads_py0
-    result["threads_os_at_start"] = threads_os0
-    return result
+    return report
 
 
-def _run_timing(job, result, backend, model_new, model, ref, device, original) -> None:
-    """Candidate first (its timed outputs go back to be judged), then the eager reference, the gap probes
-    and torch.compile of the reference, all on the same fresh inputs per iteration."""
-    seeds = job["timing_seeds"]
-    py0, os0 = threading.active_count(), _os_threads()
-    with torch.no_grad():
-        try:
-            backend.warm_device(job.get("warm_device_ms", 0.0))
-            t, w, outs = _time_model(backend, model_new, seeds, ref.get_inputs, device, job["warmup"], True)
-            result["timing"] = {"candidate_us": t, "candidate_wall_us": w}
-            result["timed_outputs"] = outs
-            result["threads_added_timing"] = max(threading.active_count() - py0, _os_threads() - os0, 0)
-            result["patched_after_timing"] = _patched(original)
-            backend.warm_device(job.get("warm_device_ms", 0.0))
-            t, w, _ = _time_model(backend, model, seeds, ref.get_inputs, device, job["warmup"], False)
-            result["timing"]["eager_us"] = t
-            result["timing"]["eager_wall_us"] = w
-            if job["backend"] == "cuda" and job.get("gap_probes", 0) > 0:
-                result["timing"]["gap_probe"] = _gap_probe(backend, model_new, model, seeds, ref.get_inputs,
-                                                           device, job["gap_probes"])
-            if job.get("time_torch_compile"):
-                try:
-                    compiled = torch.compile(model)
-                    t, w, _ = _time_model(backend, compiled, seeds, ref.get_inputs, device,
-                                          max(job["warmup"], 2), False)
-                    result["timing"]["compile_us"] = t
-                except Exception as e:  # noqa: BLE001
-                    result["events"].append(f"torch.compile of the reference failed: {str(e)[:300]}")
-        except Exception:  # noqa: BLE001
-            result["timing_error"] = traceback.format_exc(limit=3)[-2500:]
+def time_model(backend, fn, seeds: list[int], draw, warmup: int, keep: int, job_dir: Path,
+               prefix: str) -> tuple[ModelTiming, list]:
+    """Device time of ``fn`` per timed iteration (fresh inputs from each seed, cache flushed before each).
+
+    The host is kept ahead of the device: a device-side wait of about twice the host's time for one call is
+    queued before the start event, so the events bracket what the device executes, not how fast this
+    process got the launches out; there is no synchronisation between iterations. ``keep`` timed
+    iterations, picked here at random and unknown to the candidate (nothing distinguishes them while fn
+    runs), have their outputs copied after the end event and saved as ``<prefix>_<j>.pt`` for the verifier
+    to check (C16); the others are dropped, so every call allocates from the same cached memory."""
+    warm = seeds[:warmup]
+    host_us = []
+    for seed in warm:
+        inputs = draw(seed)
+        backend.flush_cache()
+        backend.synchronize()
+        t0 = time.perf_counter()
+        out = fn(*inputs)
+        host_us.append((time.perf_counter() - t0) * 1e6)
+        backend.synchronize()
+        del out, inputs
+    host = sorted(host_us)[len(host_us) // 2] if host_us else 0.0
+    hide = min(max(backend.hide_launch_us, 2.0 * host), 20_000.0) if backend.hide_launch_us > 0 else 0.0
+    picks = set(secrets.SystemRandom().sample(range(len(seeds)), min(keep, len(seeds)))) if keep else set()
+    marks, kept = [], {}
+    budget = backend.keep_budget()
+    for j, seed in enumerate(seeds):
+        inputs = draw(seed)
+        backend.flush_cache()
+        backend.wait_on_device(hide)
+        start = backend.mark()
+        out = fn(*inputs)
+        end = backend.mark()
+        marks.append((start, end))
+        if j in picks:  # outside the events; on the device while it fits, so the device does not idle
+            size = nbytes(out)
+            kept[j] = _clone(out) if size <= budget else _plain_cpu(out)
+            budget -= size if size <= budget else 0
+        del out, inputs
+    backend.synchronize()
+    timing = ModelTiming(device_us=[round(backend.elapsed_us(a, b), 3) for a, b in marks])
+    for j, out in sorted(kept.items()):
+        if prefix:
+            _save(_plain_cpu(out), job_dir / f"{prefix}_{j}.pt")
+        timing.kept.append(j)
+    return timing, []
+
+
+def probe_calls(backend, fn, seeds: list[int], draw, n: int) -> tuple[list[float], list[float]]:
+    """``n`` calls one at a time: launch-inclusive time (host call start to every stream idle) and the
+    device idle-minus-end gap (cuda: work left running after the timed stream's end event, C09)."""
+    launch, gaps = [], []
+    for i in range(n):
+        inputs = draw(seeds[i % len(seeds)])
+        backend.flush_cache()
+        backend.synchronize()
+        out, us, idle_us, wall_us = backend.probe_call(lambda: fn(*inputs))
+        launch.append(round(wall_us, 3))
+        gaps.append(round(idle_us - us, 3))
+        del out, inputs
+    return launch, gaps
 
 
 def _run_forked(job_dir: str) -> None:
@@ -551,11 +625,9 @@ def wait_for_job() -> int:
 
 def main(job_dir: str) -> int:
     job_dir_p = Path(job_dir)
-    result = run_job(job_dir_p)
-    # written last, atomically: a crash before this point leaves no result, which the parent reports
-    tmp = job_dir_p / "result.pt.tmp"
-    torch.save(result, tmp)
-    os.replace(tmp, job_dir_p / "result.pt")
+    report = run_job(job_dir_p)
+    # written last, atomically: a crash before this point leaves no report, which the parent reports
+    report.write(job_dir_p)
     return 0
 
 
