@@ -23,6 +23,7 @@ dialogues) are copied there as snapshots too, minus decontaminated tasks and the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,35 +32,25 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from curation import decontam, filters
+from curation.dedup import MinHashDeduper, select_diverse
+from curation.report import write_report
 from kernelmill import store
 from kernelmill.errors import InputError
 from kernelmill.schema import TABLES, arrow_schema, to_table
+from kernelmill.settings import CurateSettings, parse_settings
 
 CORPORA = ("sft", "rft", "rl")
 INTERMEDIATE = ("tasks", "candidates", "verdicts", "dialogues")
 MB = 1 << 20
 
-DEFAULTS = {
-    "sft_min_speedup": 0.0,
-    "rft_max_per_task": 4,
-    "rl_keep_trivial": False,
-    "minhash_num_perm": 128,
-    "minhash_shingle": 5,
-    "minhash_threshold": 0.8,
-    "decontaminate_dir": "",
-    "decontam_ngram": 13,
-    "decontam_overlap": 0.5,
-    "decontam_common_share": 0.05,
-    "shard_max_mb": 256,
-    "row_group_mb": 16,
-}
 
 
-def curate_settings(cfg: dict | None) -> dict:
-    """The [curate] config merged over DEFAULTS (unknown keys are kept, not checked)."""
-    out = dict(DEFAULTS)
-    out.update(cfg or {})
-    return out
+def curate_settings(cfg: CurateSettings | dict | None) -> CurateSettings:
+    """The [curate] settings; a dict is checked like a config section (unknown key: InputError)."""
+    if isinstance(cfg, CurateSettings):
+        return cfg
+    return parse_settings([("curate settings", {"curate": dict(cfg or {})})]).curate
 
 
 # ---------------------------------------------------------------------------- snapshot tables
@@ -139,16 +130,14 @@ def _read_run(run_dir: Path) -> dict[str, list]:
     return {name: store.read_records(run_dir, name) for name in INTERMEDIATE}
 
 
-def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *, cfg: dict) -> dict:
+def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
+                  cfg: CurateSettings | dict | None = None) -> dict:
     """Build sft / rft / rl (+ card + report) from a run directory; returns stats.
 
-    ``cfg`` is the [curate] section (keys in DEFAULTS). Stats: ``rows`` per corpus, ``removed``
+    ``cfg`` is the [curate] settings (kernelmill.settings.CurateSettings, or a dict of its keys). Stats: ``rows`` per corpus, ``removed``
     per corpus by reason, ``decontamination`` (hits with reasons), ``inputs`` (rows read),
     ``written`` (which tables changed on disk). Re-running on unchanged inputs writes nothing."""
-    from curation import decontam, filters
-    from curation.dedup import MinHashDeduper, select_diverse
-
-    s = curate_settings(cfg)
+    s = dataclasses.asdict(curate_settings(cfg))
     run_dir, corpus_dir = Path(run_dir), Path(corpus_dir)
     data = _read_run(run_dir)
     tasks_all = {t.task_id: t for t in data["tasks"]}
@@ -228,11 +217,9 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *, 
         "decontamination": {"benchmark_dir": str(s["decontaminate_dir"] or ""), "benchmark_files": bench_files,
                             "ngram": int(s["decontam_ngram"]), "overlap": float(s["decontam_overlap"]),
                             "removed_tasks": [h.as_dict() for h in hits]},
-        "settings": {k_: s[k_] for k_ in DEFAULTS},
+        "settings": {k_: v for k_, v in s.items() if k_ != "out"},  # out: where, not what
     }
-    from curation.report import write_report
-
-    stats_changed = _write_text_if_changed(corpus_dir / "report" / "stats.json",
+    stats_changed = store.write_text_if_changed(corpus_dir / "report" / "stats.json",
                                            json.dumps(stats, indent=1, sort_keys=True, default=str) + "\n")
     write_report(corpus_dir, stats)
     write_card(corpus_dir, stats)
@@ -245,23 +232,6 @@ def _by_task(items: list, key=lambda x: x.task_id) -> dict:
     for it in items:
         out[key(it)].append(it)
     return dict(out)
-
-
-def _write_text_if_changed(path: Path, text: str) -> bool:
-    """Atomic text write (temp file + rename), skipped when the content is already there."""
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return True
 
 
 def load_stats(corpus_dir: str | os.PathLike) -> dict | None:
@@ -372,5 +342,5 @@ def write_card(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Path
         body.append("Built by kernelmill; no build stats recorded in this directory.")
     body += ["", _LICENSE_NOTE]
     path = root / "README.md"
-    _write_text_if_changed(path, "\n".join(lines) + "\n".join(body))
+    store.write_text_if_changed(path, "\n".join(lines) + "\n".join(body))
     return path

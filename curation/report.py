@@ -20,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from kernelmill.store import write_text_if_changed
+
 PLOTS = ("tasks_by_level_source", "pass_rate_by_level", "speedup_distribution", "duplicates_removed",
          "turns_to_repair")
 
@@ -253,7 +255,5 @@ def write_report(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Pa
            *_md_table(["first correct turn", "dialogues"], sorted(turns.items(), key=lambda kv: (kv[0] == "unsolved", kv[0]))),
            "", "![](turns_to_repair.png)", ""]
     path = out / "report.md"
-    from curation.corpus import _write_text_if_changed
-
-    _write_text_if_changed(path, "\n".join(md))
+    write_text_if_changed(path, "\n".join(md))
     return path

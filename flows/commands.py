@@ -13,35 +13,25 @@ import json
 import sys
 import time
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from kernelmill.config import REPO_ROOT, load_settings, parse_sets
 from kernelmill.errors import InputError
+from kernelmill.pipeline import parse_stage_names, run_stages, set_progress_hook
+from kernelmill.stages import BY_NAME, DEFAULT_STAGES, STAGES
 
-# The stages `run --stages` accepts, in pipeline order; "tasks" (= load, mine, nnsmith,
-# annotate) and "dialogues" (= repair) are the end-to-end flow's coarser names.
-STAGES = ("load", "mine", "nnsmith", "annotate", "tasks", "generate", "verify", "repair", "dialogues", "curate")
-
-# Flow name -> entrypoint (file path relative to the repository root : function).
+# Flow name -> entrypoint (file path relative to the repository root : function); prefect.yaml has
+# one deployment per entry (tests/test_stages.py checks that it does).
 ENTRYPOINTS = {
     "e2e": "flows/pipeline.py:e2e_flow",
-    **{name: f"flows/stages.py:{name}_flow" for name in
-       ("load", "mine", "nnsmith", "annotate", "generate", "verify", "repair", "curate", "train")},
+    **{s.name: f"flows/stages.py:{s.name}_flow" for s in STAGES},
+    "train": "flows/stages.py:train_flow",
 }
 
 
-def parse_sets(pairs: list[str] | None) -> dict:
-    """``["run.nnsmith_n=0", "verify.trials=7"]`` -> ``{"run.nnsmith_n": 0, "verify.trials": 7}``."""
-    from kernelmill.config import _parse_env_value
-
-    out = {}
-    for p in pairs or []:
-        key, sep, raw = p.partition("=")
-        if not sep or "." not in key:
-            raise InputError(f"--set {p}", "expected SECTION.KEY=VALUE")
-        out[key.strip()] = _parse_env_value(raw.strip())
-    return out
-
-
 def parse_names(text: str | None, known, what: str) -> list[str]:
-    """``"verify,curate"`` -> ``["verify", "curate"]``, each checked against ``known``."""
+    """``"e2e,verify"`` -> ``["e2e", "verify"]``, each checked against ``known``."""
     names = [n.strip() for n in (text or "").split(",") if n.strip()]
     bad = [n for n in names if n not in known]
     if bad:
@@ -55,9 +45,6 @@ class ProgressBar:
     Draws on stderr only when it is a terminal (a log file gets no control characters)."""
 
     def __init__(self, enabled: bool = True, console=None):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
         console = console or Console(stderr=True)
         self.enabled = enabled and console.is_terminal
         self.progress = Progress(TextColumn("[bold]{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
@@ -70,118 +57,39 @@ class ProgressBar:
         self.progress.update(self.bars[stage], completed=done, total=total)
 
     def __enter__(self):
-        from kernelmill.pipeline import set_progress_hook
-
         if self.enabled:
             self.progress.start()
             self._prev = set_progress_hook(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        from kernelmill.pipeline import set_progress_hook
-
         if self.enabled:
             set_progress_hook(self._prev)
             self.progress.stop()
 
 
-def run_stages(out: str, cfg: dict, stages: list[str], backend: str, ray_address: str = "") -> dict:
-    """The named stages in pipeline order, called directly (no Prefect)."""
-    from pathlib import Path
-
-    from kernelmill import pipeline
-    from kernelmill.config import record_latest_run
-
-    run_dir = str(Path(out).resolve())
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    record_latest_run(run_dir)
-    pipeline.sweep_partial_writes(run_dir)
-    b = None if backend == "auto" else backend
-    verify_fn = None
-    if ray_address:
-        from flows.ray_verify import make_ray_verify_fn
-
-        verify_fn = make_ray_verify_fn(ray_address, workers=cfg.get("flows", {}).get("ray_workers", 0))
-    calls = {
-        "load": lambda: pipeline.stage_load(run_dir, cfg),
-        "mine": lambda: pipeline.stage_mine(run_dir, cfg),
-        "nnsmith": lambda: pipeline.stage_nnsmith(run_dir, cfg),
-        "annotate": lambda: pipeline.stage_annotate(run_dir, cfg),
-        "tasks": lambda: pipeline.stage_tasks(run_dir, cfg),
-        "generate": lambda: pipeline.stage_generate(run_dir, cfg, b),
-        "verify": lambda: pipeline.stage_verify(run_dir, cfg, b, verify_fn=verify_fn),
-        "repair": lambda: pipeline.stage_repair(run_dir, cfg, b),
-        "dialogues": lambda: pipeline.stage_dialogues(run_dir, cfg, b),
-        "curate": lambda: pipeline.stage_curate(run_dir, cfg),
-    }
-    result: dict = {"run_dir": run_dir}
-    for name in STAGES:
-        if name in stages:
-            result[name] = calls[name]()
-    result["summary"] = summary_if_any(run_dir)
-    return result
-
-
-def summary_if_any(run_dir: str) -> str:
-    """The DuckDB summary once the run has tasks and verdicts; a note before that."""
-    from pathlib import Path
-
-    from kernelmill import pipeline
-
-    if all(any((Path(run_dir) / t).glob("part-*.parquet")) for t in ("tasks", "verdicts")):
-        return pipeline.summarize(run_dir)
-    return "(no summary yet: the run has no tasks or no verdicts)"
-
-
-def run_stage_flows(out: str, names: list[str], backend: str, config_path: str | None, overrides: dict,
-                    ray_address: str = "") -> dict:
-    """The named stages in pipeline order, each as its own flow run (flows/stages.py)."""
-    from flows import stages as sf
-
-    result: dict = {}
-    for name in STAGES:
-        if name not in names:
-            continue
-        common = {"out": out, "config_path": config_path, "overrides": overrides}
-        if name == "tasks":
-            for sub in ("load", "mine", "nnsmith", "annotate"):
-                result[sub] = sf.STAGE_FLOWS[sub](**common)
-        elif name in ("generate", "repair", "dialogues"):
-            result[name] = sf.STAGE_FLOWS["repair" if name == "dialogues" else name](backend=backend, **common)
-        elif name == "verify":
-            result[name] = sf.verify_flow(backend="all" if backend == "auto" else backend, ray_address=ray_address, **common)
-        else:
-            result[name] = sf.STAGE_FLOWS[name](**common)
-    from pathlib import Path
-
-    run_dir = str(Path(out).resolve())
-    result["run_dir"] = run_dir
-    result["summary"] = summary_if_any(run_dir)
-    return result
-
-
 def cmd_run(args) -> int:
-    from kernelmill.config import apply_overrides
-
+    """The default stages, or ``--stages``, in list order: one Prefect flow run (flows/pipeline.py)
+    or, with ``--no-prefect``, plain calls (kernelmill.pipeline.run_stages). Same stage functions."""
     overrides = parse_sets(args.set)
-    stages = parse_names(args.stages, STAGES, "--stages")
-    if args.ray and "verify" not in stages:
-        raise InputError(f"--ray {args.ray}", "applies to the verify stage only: add --stages verify (with the "
-                                              "stages before and after it that you want)")
+    if args.backend != "auto":
+        overrides["run.backend"] = args.backend
+    names = parse_stage_names(args.stages)
+    if args.ray:
+        if not any(BY_NAME[n].ray for n in names):
+            ray_stages = ", ".join(s.name for s in STAGES if s.ray)
+            raise InputError(f"--ray {args.ray}", f"applies to the stages that can run on Ray ({ray_stages}) only: "
+                                                  "name them in --stages (with the stages before and after that you want)")
+        overrides["flows.ray_address"] = args.ray
+    settings = load_settings(args.config, overrides)  # bad settings fail here, before any flow starts
     t0 = time.perf_counter()
     with ProgressBar(enabled=not args.no_progress):
-        if stages and args.no_prefect:
-            result = run_stages(args.out, apply_overrides(args.cfg, overrides), stages, args.backend, args.ray or "")
-        elif stages:
-            result = run_stage_flows(args.out, stages, args.backend, args.config, overrides, args.ray or "")
-        elif args.no_prefect:
-            from kernelmill.pipeline import run_all
-
-            result = run_all(args.out, apply_overrides(args.cfg, overrides), args.backend)
+        if args.no_prefect:
+            result = run_stages(args.out, settings, names)
         else:
-            from flows.pipeline import e2e_flow
+            from flows.pipeline import e2e_flow  # prefect: not installed on the GPU box (--no-prefect)
 
-            result = e2e_flow(out=args.out, backend=args.backend, config_path=args.config, overrides=overrides)
+            result = e2e_flow(out=args.out, config_path=args.config, overrides=overrides, stages=names or None)
     elapsed = time.perf_counter() - t0
     done = {k: v for k, v in result.items() if k not in ("summary", "run_dir")}
     print(json.dumps(done, indent=2, default=str))
@@ -192,10 +100,10 @@ def cmd_run(args) -> int:
 
 def _flows_for(names: list[str]) -> dict:
     """Name -> flow object for the flows named (all when none)."""
-    from flows.pipeline import e2e_flow
-    from flows.stages import STAGE_FLOWS
+    from flows.pipeline import e2e_flow  # prefect: not installed on the GPU box
+    from flows.stages import STAGE_FLOWS, train_flow
 
-    every = {"e2e": e2e_flow, **STAGE_FLOWS}
+    every = {"e2e": e2e_flow, **STAGE_FLOWS, "train": train_flow}
     return {n: every[n] for n in (names or every)}
 
 
@@ -240,8 +148,6 @@ def deploy_flows(names: list[str], pool: str, *, source: str | None = None, para
     worker's machine must hold the checkout at the same path (or a shared filesystem)."""
     from prefect import Flow
 
-    from kernelmill.config import REPO_ROOT
-
     source = source or str(REPO_ROOT)
     ensure_work_pool(pool)
     done = []
@@ -254,7 +160,7 @@ def deploy_flows(names: list[str], pool: str, *, source: str | None = None, para
 
 
 def cmd_deploy(args) -> int:
-    pool = args.pool or args.cfg.get("flows", {}).get("work_pool", "kernelmill-process")
+    pool = args.pool or load_settings(args.config).flows.work_pool
     names = parse_names(args.flows, ENTRYPOINTS, "--flows")
     done = deploy_flows(names, pool, deployment_name=args.name)
     print(f"work pool: {pool} (process)")
@@ -275,9 +181,10 @@ def register(sub) -> None:
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"],
                    help="verifier backend; auto: cuda when a GPU is visible, else cpu")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                   help="override a config value, e.g. --set run.nnsmith_n=0 (repeatable)")
+                   help="override a setting, e.g. --set nnsmith.n=0 or --set mine.workers=2 (repeatable)")
     p.add_argument("--stages", metavar="S1,S2",
-                   help=f"run only these stages, in pipeline order ({', '.join(STAGES)}), each as its own flow")
+                   help=f"run these stages, in list order ({', '.join(BY_NAME)}; default: "
+                        f"{', '.join(DEFAULT_STAGES)})")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="verify on a Ray cluster: 'local' (start one here), 'auto', or 'ray://host:10001'")
     p.add_argument("--no-prefect", action="store_true",

@@ -1,68 +1,67 @@
-"""One Prefect flow per stage, each a thin layer over a stage function of kernelmill.pipeline.
+"""One Prefect flow per stage of kernelmill/stages.py's list, made from the list (plus train_flow).
 
-    load_flow       KernelBench / seed programs      -> <out>/raw/tasks
-    mine_flow       mined code (dir, git, hf:)        -> <out>/raw/tasks + mine_report.json
-    nnsmith_flow    NNSmith graphs                    -> <out>/raw/tasks
-    annotate_flow   raw tasks                         -> <out>/tasks
-    generate_flow   tasks                             -> <out>/candidates (first turn)
-    verify_flow     candidates without a verdict      -> <out>/verdicts (locally, or on a Ray cluster)
-    repair_flow     tasks without dialogues           -> candidates, verdicts, dialogues (multi-turn)
-    curate_flow     a run directory                   -> sft / rft / rl corpora, card, report
-    train_flow      a corpus                          -> checkpoints (``kernelmill train ...``)
+    <name>_flow     for every Stage: the stage's ``run`` as one Prefect task over ``out``
+    train_flow      ``kernelmill train ARGS...`` as a tracked flow run (training is not a pipeline stage)
+
+Every stage flow takes the same parameters: ``out`` (the run directory), ``backend`` (sets
+``run.backend`` unless "auto"), ``config_path`` and ``overrides`` (``{"section.key": value}``, the
+``--set`` of the CLI; e.g. ``{"load.dir": "/data/kb", "flows.ray_address": "auto"}``).
 
 What Prefect adds, and nothing more: retries and a timeout per stage task (safe because every
-stage is idempotent over the run directory), result caching for the pure gatherers whose inputs
-repeat across runs (the same seed directory, source tree or NNSmith seed), a global concurrency
-limit ``kernelmill-gpu`` around GPU work, a progress artifact while a long stage runs, and a
-table + markdown artifact that summarise each stage run.
-
-Every flow takes ``out`` (the run directory), ``config_path`` and ``overrides``
-(``{"section.key": value}``), like ``e2e_flow`` in flows/pipeline.py.
+stage is idempotent over the run directory), a global concurrency limit ``kernelmill-gpu`` held by
+the stages marked ``gpu``, a progress artifact while a long stage runs, and a table + markdown
+artifact that summarise each stage run. Prefect's result caching is off: the run directory is the
+cache (a stage skips what is stored).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import time
-from datetime import timedelta
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
                                update_progress_artifact)
-from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.settings import PREFECT_API_URL
 
+import train.commands
 from kernelmill import pipeline, store
-from kernelmill.config import apply_overrides, load_config, record_latest_run
-from kernelmill.schema import content_hash
+from kernelmill.config import load_settings
+from kernelmill.settings import Settings
+from kernelmill.stages import RAW, STAGES, Stage
 
 GPU_LIMIT = "kernelmill-gpu"
-GATHER_CACHE_DAYS = 7
 
 
 # ---------------------------------------------------------------------------- shared pieces
 
 
-def setup_run(out: str, config_path: str | None, overrides: dict | None) -> tuple[dict, str]:
-    """Load the config, create the run directory, remove partial writes of a killed attempt."""
-    cfg = apply_overrides(load_config(config_path), overrides)
-    run_dir = str(Path(out).resolve())
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    record_latest_run(run_dir)
-    pipeline.sweep_partial_writes(run_dir)
-    return cfg, run_dir
+def setup_run(out: str, config_path: str | None, overrides: dict | None, backend: str = "auto") -> tuple[Settings, str]:
+    """Load the settings, create the run directory, remove partial writes of a killed attempt."""
+    over = dict(overrides or {})
+    if backend != "auto":
+        over["run.backend"] = backend
+    settings = load_settings(config_path, over)
+    return settings, str(pipeline.prepare_run(out))
 
 
-def stage_opts(cfg: dict) -> dict:
-    """Retries and timeout of a stage task, from the [flows] config section."""
-    f = cfg.get("flows", {})
-    return {"retries": f.get("task_retries", 1), "retry_delay_seconds": f.get("retry_delay_s", 10),
-            "timeout_seconds": f.get("stage_timeout_s", 43200)}
+def stage_opts(settings: Settings) -> dict:
+    """Retries and timeout of a stage task, from the [flows] settings."""
+    f = settings.flows
+    return {"retries": f.task_retries, "retry_delay_seconds": f.retry_delay_s, "timeout_seconds": f.stage_timeout_s}
 
 
 def table_counts(run_dir: str) -> dict[str, int]:
     """Rows per table of a run directory (raw tasks included), for the summary artifacts."""
-    out = {f"raw/{t}": len(store.stored_ids(Path(run_dir) / pipeline.RAW, t)) for t in ("tasks",)}
+    out = {f"{RAW}/tasks": len(store.stored_ids(Path(run_dir) / RAW, "tasks"))}
     out.update({t: len(store.stored_ids(run_dir, t)) for t in store.TABLES})
     return out
 
@@ -91,7 +90,8 @@ def publish_stage(stage: str, run_dir: str, counts: dict, seconds: float) -> Non
 
 
 class PrefectProgress:
-    """A ``progress(stage, done, total)`` callback that moves a Prefect progress artifact.
+    """A ``progress(stage, done, total)`` callback that moves a Prefect progress artifact (and the
+    CLI's bar, when the flow runs under `kernelmill run`).
 
     Updates are throttled (at most one every ``min_interval_s`` unless the stage finished), so a
     stage over many thousands of items does not flood the API."""
@@ -102,8 +102,7 @@ class PrefectProgress:
         self._last: dict[str, float] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        if pipeline._progress_hook is not None:  # the CLI's bar, when the flow runs under `kernelmill run`
-            pipeline._progress_hook(stage, done, total)
+        pipeline.progress_hook(stage, done, total)
         pct = 100.0 * done / total if total else 100.0
         now = time.monotonic()
         if stage not in self._ids:
@@ -119,10 +118,6 @@ def ensure_gpu_limit(slots: int) -> None:
     """Create the ``kernelmill-gpu`` global concurrency limit when the server has none.
 
     An existing limit is left as it is: an operator may have sized it to the box's GPUs."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
     with get_client(sync_client=True) as client:
         try:
             client.read_global_concurrency_limit_by_name(GPU_LIMIT)
@@ -133,234 +128,74 @@ def ensure_gpu_limit(slots: int) -> None:
                 pass
 
 
-def gpu_slot(cfg: dict):
+def gpu_slot(settings: Settings):
     """Hold one slot of ``kernelmill-gpu`` (one verifier or dialogue batch per GPU at a time)."""
-    import contextlib
-
-    from prefect.concurrency.sync import concurrency
-    from prefect.settings import PREFECT_API_URL
-
     if not PREFECT_API_URL.value():
         # An ephemeral server lives as long as this one flow run, so there is nothing to share a GPU
         # with; and it runs no lease-expiry service, so a slot held by a killed run would never free.
         return contextlib.nullcontext()
-    ensure_gpu_limit(cfg.get("flows", {}).get("gpu_concurrency", 1))
+    ensure_gpu_limit(settings.flows.gpu_concurrency)
     # leases are renewed while held; a run killed while holding one frees it within a minute
     return concurrency(GPU_LIMIT, occupy=1, lease_duration=60)
 
 
-# ---------------------------------------------------------------------------- cached gatherers
-# Pure functions of their inputs, so their results are cached by Prefect across runs; writing
-# them into a run directory is a separate, uncached step.
+# ---------------------------------------------------------------------------- one task, one flow per stage
 
 
-def _source_key(source: str) -> str:
-    """A local source is keyed by its content; a URL or ``hf:`` name by itself."""
-    path = pipeline._repo_path(source)
-    return content_hash(source, pipeline.dir_fingerprint(path) if path.exists() else "")
+@task(cache_policy=NO_CACHE)
+def _stage_task(name: str, run_dir: str, settings: Settings) -> dict:
+    stage = next(s for s in STAGES if s.name == name)
+    with gpu_slot(settings) if stage.gpu else contextlib.nullcontext():
+        return stage.run(Path(run_dir), settings, PrefectProgress())
 
 
-def _seed_key(context, params) -> str:
-    return "seed-" + _source_key(params["source"])
-
-
-def _mine_key(context, params) -> str:
-    return "mine-" + _source_key(params["source"]) + "-" + content_hash(json.dumps(params["mine_cfg"], sort_keys=True))
-
-
-@task(name="gather-seed", cache_key_fn=_seed_key, cache_expiration=timedelta(days=GATHER_CACHE_DAYS),
-      persist_result=True)
-def gather_seed_task(source: str) -> list:
-    return pipeline.gather_seed(source)
-
-
-@task(name="gather-mined", cache_key_fn=_mine_key, cache_expiration=timedelta(days=GATHER_CACHE_DAYS),
-      persist_result=True, retries=1)
-def gather_mined_task(source: str, mine_cfg: dict) -> tuple[list, dict]:
-    return pipeline.gather_mined(source, mine_cfg)
-
-
-@task(name="gather-nnsmith", cache_policy=INPUTS + TASK_SOURCE, cache_expiration=timedelta(days=GATHER_CACHE_DAYS),
-      persist_result=True, retries=1)
-def gather_nnsmith_task(n: int, seed: int, nnsmith_cfg: dict) -> tuple[list, dict]:
-    return pipeline.gather_nnsmith(n, seed, nnsmith_cfg)
-
-
-@task(name="save-gathered", cache_policy=NO_CACHE)
-def save_gathered_task(run_dir: str, what: str, settings: dict, tasks: list) -> int:
-    return pipeline.save_gathered(run_dir, what, settings, tasks)
-
-
-# ---------------------------------------------------------------------------- stage tasks
-# Each calls one stage function; retries and timeout are set per call from the config.
-
-
-@task(name="annotate", cache_policy=NO_CACHE)
-def annotate_task(run_dir: str, cfg: dict) -> dict:
-    return pipeline.stage_annotate(run_dir, cfg, progress=PrefectProgress())
-
-
-@task(name="generate", cache_policy=NO_CACHE)
-def generate_task(run_dir: str, cfg: dict, backend: str | None) -> dict:
-    return pipeline.stage_generate(run_dir, cfg, backend, progress=PrefectProgress())
-
-
-@task(name="verify", cache_policy=NO_CACHE, tags=["gpu"])
-def verify_task(run_dir: str, cfg: dict, backend: str | None, ray_address: str) -> dict:
-    verify_fn, ray_stats = None, {}
-    if ray_address:
-        from flows.ray_verify import make_ray_verify_fn
-
-        f = cfg.get("flows", {})
-        verify_fn = make_ray_verify_fn(ray_address, workers=f.get("ray_workers", 0), stats=ray_stats)
-    with gpu_slot(cfg):
-        counts = pipeline.stage_verify(run_dir, cfg, backend, verify_fn=verify_fn, progress=PrefectProgress())
-    if ray_stats:
-        counts["ray_workers"] = len(ray_stats.get("workers", []))
-        counts["ray_cluster"] = ray_stats.get("cluster", {})
-    return counts
-
-
-@task(name="repair", cache_policy=NO_CACHE, tags=["gpu"])
-def repair_task(run_dir: str, cfg: dict, backend: str | None) -> dict:
-    with gpu_slot(cfg):
-        return pipeline.stage_repair(run_dir, cfg, backend, progress=PrefectProgress())
-
-
-@task(name="curate", cache_policy=NO_CACHE)
-def curate_task(run_dir: str, corpus_dir: str, cfg: dict) -> dict:
-    from curation.corpus import build_corpora
-
-    return build_corpora(run_dir, corpus_dir, cfg=cfg["curate"])
-
-
-# ---------------------------------------------------------------------------- flows
-
-
-@flow(name="kernelmill-load", log_prints=True)
-def load_flow(out: str = "runs/default", source: str = "", config_path: str | None = None,
-              overrides: dict | None = None) -> dict:
-    """KernelBench-format programs (``source``, default run.seed_tasks) into ``raw/tasks``."""
+def run_stage_task(stage: Stage, run_dir: str, settings: Settings) -> dict:
+    """``stage.run`` as a Prefect task run (named after the stage, retried, timed out), then its artifacts."""
     t0 = time.perf_counter()
-    cfg, run_dir = setup_run(out, config_path, overrides)
-    source = source or cfg["run"]["seed_tasks"]
-    tasks = gather_seed_task(source)
-    written = save_gathered_task(run_dir, "seed", {"source": source}, tasks)
-    counts = {"source": source, "seed": len(tasks), "written": written}
-    publish_stage("load", run_dir, counts, time.perf_counter() - t0)
+    opts = stage_opts(settings)
+    counts = _stage_task.with_options(name=stage.name, tags=["gpu"] if stage.gpu else [], **opts)(
+        stage.name, run_dir, settings)
+    get_run_logger().info("%s: %s", stage.name, counts)
+    publish_stage(stage.name, run_dir, counts, time.perf_counter() - t0)
     return counts
 
 
-@flow(name="kernelmill-mine", log_prints=True)
-def mine_flow(out: str = "runs/default", source: str = "", config_path: str | None = None,
-              overrides: dict | None = None) -> dict:
-    """Mined code (``source``: a directory, git path or URL, ``hf:NAME``) into ``raw/tasks``."""
-    t0 = time.perf_counter()
-    cfg, run_dir = setup_run(out, config_path, overrides)
-    source = source or cfg["run"]["mine_source"]
-    tasks, report = gather_mined_task.with_options(**stage_opts(cfg))(source, cfg["mine"])
-    (Path(run_dir) / "mine_report.json").write_text(json.dumps(report, indent=2, default=str))
-    written = save_gathered_task(run_dir, "mine", {"source": source, **cfg["mine"]}, tasks)
-    counts = {"source": source, "github": len(tasks), "written": written, "report": report}
-    publish_stage("mine", run_dir, counts, time.perf_counter() - t0)
-    return counts
+def make_stage_flow(stage: Stage):
+    """The flow ``kernelmill-<name>`` that runs one stage over a run directory."""
+
+    def stage_flow(out: str = "runs/default", backend: str = "auto", config_path: str | None = None,
+                   overrides: dict | None = None) -> dict:
+        settings, run_dir = setup_run(out, config_path, overrides, backend)
+        return run_stage_task(stage, run_dir, settings)
+
+    stage_flow.__name__ = stage_flow.__qualname__ = f"{stage.name}_flow"
+    stage_flow.__doc__ = (f"{stage.help[0].upper()}{stage.help[1:]}. Reads {', '.join(stage.reads) or 'no table'}; "
+                          f"writes {', '.join(stage.writes)}; settings [{stage.section}].")
+    return flow(name=f"kernelmill-{stage.name}", log_prints=True, description=stage_flow.__doc__)(stage_flow)
 
 
-@flow(name="kernelmill-nnsmith", log_prints=True)
-def nnsmith_flow(out: str = "runs/default", n: int = 6, seed: int = 0, config_path: str | None = None,
-                 overrides: dict | None = None) -> dict:
-    """``n`` NNSmith graphs from ``seed`` into ``raw/tasks`` (seeded: the same call, the same tasks)."""
-    t0 = time.perf_counter()
-    cfg, run_dir = setup_run(out, config_path, overrides)
-    tasks, skips = gather_nnsmith_task(n, seed, cfg["nnsmith"])
-    written = save_gathered_task(run_dir, "nnsmith", {"n": n, "seed": seed, **cfg["nnsmith"]}, tasks)
-    counts = {"n": n, "seed": seed, "nnsmith": len(tasks), "skips": skips, "written": written}
-    publish_stage("nnsmith", run_dir, counts, time.perf_counter() - t0)
-    return counts
-
-
-@flow(name="kernelmill-annotate", log_prints=True)
-def annotate_flow(out: str = "runs/default", config_path: str | None = None, overrides: dict | None = None) -> dict:
-    """Every raw task not yet annotated -> the ``tasks`` table."""
-    t0 = time.perf_counter()
-    cfg, run_dir = setup_run(out, config_path, overrides)
-    counts = annotate_task.with_options(**stage_opts(cfg))(run_dir, cfg)
-    publish_stage("annotate", run_dir, counts, time.perf_counter() - t0)
-    return counts
-
-
-@flow(name="kernelmill-generate", log_prints=True)
-def generate_flow(out: str = "runs/default", backend: str = "auto", config_path: str | None = None,
-                  overrides: dict | None = None) -> dict:
-    """First-turn candidates for every task that has none from the configured generator."""
-    t0 = time.perf_counter()
-    cfg, run_dir = setup_run(out, config_path, overrides)
-    counts = generate_task.with_options(**stage_opts(cfg))(run_dir, cfg, None if backend == "auto" else backend)
-    publish_stage("generate", run_dir, counts, time.perf_counter() - t0)
-    return counts
-
-
-@flow(name="kernelmill-verify", log_prints=True)
-def verify_flow(out: str = "runs/default", backend: str = "all", ray_address: str = "",
-                config_path: str | None = None, overrides: dict | None = None) -> dict:
-    """Verdicts for every candidate without one (``backend``: only that backend's candidates).
-
-    ``ray_address`` ("local", "auto", "ray://host:10001"; default flows.ray_address) spreads the
-    verification over a Ray cluster (flows/ray_verify.py); empty: the local verifier."""
-    t0 = time.perf_counter()
-    cfg, run_dir = setup_run(out, config_path, overrides)
-    ray_address = ray_address or cfg.get("flows", {}).get("ray_address", "")
-    counts = verify_task.with_options(**stage_opts(cfg))(run_dir, cfg, None if backend == "all" else backend, ray_address)
-    publish_stage("verify", run_dir, counts, time.perf_counter() - t0)
-    return counts
-
-
-@flow(name="kernelmill-repair", log_prints=True)
-def repair_flow(out: str = "runs/default", backend: str = "auto", config_path: str | None = None,
-                overrides: dict | None = None) -> dict:
-    """Multi-turn dialogues (generate -> verify -> feedback -> ...) for tasks without one."""
-    t0 = time.perf_counter()
-    cfg, run_dir = setup_run(out, config_path, overrides)
-    counts = repair_task.with_options(**stage_opts(cfg))(run_dir, cfg, None if backend == "auto" else backend)
-    publish_stage("repair", run_dir, counts, time.perf_counter() - t0)
-    return counts
-
-
-@flow(name="kernelmill-curate", log_prints=True)
-def curate_flow(out: str = "runs/default", corpus: str = "", config_path: str | None = None,
-                overrides: dict | None = None) -> dict:
-    """Corpora from a run directory, into ``corpus`` (default: the run directory itself)."""
-    t0 = time.perf_counter()
-    cfg, run_dir = setup_run(out, config_path, overrides)
-    corpus_dir = str(Path(corpus).resolve()) if corpus else run_dir
-    counts = curate_task.with_options(**stage_opts(cfg))(run_dir, corpus_dir, cfg)
-    publish_stage("curate", corpus_dir, counts, time.perf_counter() - t0)
-    return counts
+# Name -> flow; module attributes <name>_flow are the entrypoints of prefect.yaml's deployments.
+STAGE_FLOWS = {s.name: make_stage_flow(s) for s in STAGES}
+globals().update({f"{name}_flow": f for name, f in STAGE_FLOWS.items()})
 
 
 @flow(name="kernelmill-train", log_prints=True)
 def train_flow(args: list[str], config_path: str | None = None) -> dict:
     """``kernelmill train ARGS...`` (e.g. ``["sft", "--corpus", "runs/x", "--out", "ckpt/sft"]``)
-    as a flow run, so training is triggered and tracked like the other stages.
+    as a flow run, so training is triggered and tracked like the stages.
 
-    Runs the CLI handler in this process (not a subprocess); fails the flow on a non-zero exit."""
-    from kernelmill.cli import main
-
-    logger = get_run_logger()
+    Runs train/commands.py's handler in this process (not a subprocess); fails the flow on a
+    non-zero exit or an input error."""
+    parser = argparse.ArgumentParser(prog="kernelmill")
+    parser.add_argument("--config")
+    train.commands.register(parser.add_subparsers(dest="command"))
     argv = (["--config", config_path] if config_path else []) + ["train", *args]
-    logger.info("kernelmill %s", " ".join(argv))
+    get_run_logger().info("kernelmill %s", " ".join(argv))
     t0 = time.perf_counter()
-    code = main(argv)
+    parsed = parser.parse_args(argv)
+    code = int(parsed.handler(parsed) or 0)
     if code != 0:
         raise RuntimeError(f"kernelmill {' '.join(argv)} exited with {code}")
     counts = {"argv": " ".join(argv), "exit_code": code, "seconds": round(time.perf_counter() - t0, 1)}
     create_table_artifact(key="kernelmill-train-counts", table=_flat(counts), description="kernelmill train")
     return counts
-
-
-# Name -> flow, for `kernelmill serve` / `kernelmill deploy` and prefect.yaml's entrypoints.
-STAGE_FLOWS = {
-    "load": load_flow, "mine": mine_flow, "nnsmith": nnsmith_flow, "annotate": annotate_flow,
-    "generate": generate_flow, "verify": verify_flow, "repair": repair_flow, "curate": curate_flow,
-    "train": train_flow,
-}

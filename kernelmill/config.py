@@ -1,80 +1,109 @@
-"""One config mechanism: a TOML file, overridden by environment variables, overridden by CLI flags.
+"""One config mechanism: dataclass defaults, a TOML file, environment variables, ``--set``.
 
-``load_config()`` reads ``data/default.toml`` (shipped), then the file named by ``--config`` or
-``KERNELMILL_CONFIG`` if any, merged section by section, then variables named
-``KERNELMILL_<SECTION>_<KEY>`` (for example ``KERNELMILL_GENERATE_MODEL=qwen``), parsed as TOML
-values when they parse, else kept as strings. Stage functions take plain keyword arguments; only
-the CLI and the flows read the config, so what a stage does is visible at its call site.
+``load_settings()`` starts from the defaults written in kernelmill/settings.py, then applies, in
+order: the TOML file named by ``--config`` or ``KERNELMILL_CONFIG`` (sections and keys as in
+data/default.toml, which lists every default but is not read), variables named
+``KERNELMILL_<SECTION>_<KEY>`` (for example ``KERNELMILL_GENERATE_MODEL=qwen``; values parsed as
+TOML when they parse, else kept as strings), then ``--set SECTION.KEY=VALUE`` overrides. A key
+that no section has is an error naming the key and the file or variable it came from.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from kernelmill.errors import InputError
+from kernelmill.settings import SECTIONS, Settings, parse_settings
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = REPO_ROOT / "data"
-DEFAULT_CONFIG = DATA_DIR / "default.toml"
+DEFAULT_CONFIG = DATA_DIR / "default.toml"  # every default, for reading; the dataclasses are the source
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def _parse_env_value(raw: str) -> Any:
+def parse_value(raw: str) -> Any:
+    """A command-line or environment value: TOML when it parses (``2``, ``true``, ``["a"]``), else the text."""
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return raw
 
 
-def load_config(path: str | os.PathLike | None = None, env: dict | None = None) -> dict:
-    env = os.environ if env is None else env
-    cfg = tomllib.loads(DEFAULT_CONFIG.read_text())
-    path = path or env.get("KERNELMILL_CONFIG")
-    if path:
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"config file {p} does not exist")
-        try:
-            cfg = _merge(cfg, tomllib.loads(p.read_text()))
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"config file {p} is not valid TOML: {e}") from None
-    for key, raw in env.items():
-        if not key.startswith("KERNELMILL_") or key == "KERNELMILL_CONFIG":
+def parse_sets(pairs: list[str] | None) -> dict:
+    """``["mine.workers=2", "verify.trials=7"]`` -> ``{"mine.workers": 2, "verify.trials": 7}``."""
+    out = {}
+    for p in pairs or []:
+        key, sep, raw = p.partition("=")
+        if not sep or "." not in key:
+            raise InputError(f"--set {p}", "expected SECTION.KEY=VALUE")
+        out[key.strip()] = parse_value(raw.strip())
+    return out
+
+
+def read_toml(path: str | os.PathLike) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config file {p} does not exist")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"config file {p}", f"is not valid TOML: {e}") from None
+
+
+def env_layer(env: dict) -> list[tuple[str, dict]]:
+    """One layer per ``KERNELMILL_<SECTION>_<KEY>`` variable whose SECTION is a settings section."""
+    layers = []
+    for name, raw in sorted(env.items()):
+        if not name.startswith("KERNELMILL_") or name == "KERNELMILL_CONFIG":
             continue
-        rest = key[len("KERNELMILL_"):].lower()
-        section, _, name = rest.partition("_")
-        if section in cfg and isinstance(cfg[section], dict) and name:
-            cfg[section][name] = _parse_env_value(raw)
-    return cfg
+        section, _, key = name[len("KERNELMILL_"):].lower().partition("_")
+        if section in SECTIONS and key:  # KERNELMILL_HOME and the like are not settings
+            layers.append((f"environment variable {name}", {section: {key: parse_value(raw)}}))
+    return layers
 
 
-def apply_overrides(cfg: dict, overrides: dict | None) -> dict:
-    """``{"run.nnsmith_n": 0, "verify.trials": 5}`` -> a copy of cfg with those keys set."""
-    cfg = copy.deepcopy(cfg)
+def overrides_layer(overrides: dict | None) -> dict:
+    """``{"mine.workers": 2}`` -> ``{"mine": {"workers": 2}}``."""
+    layer: dict[str, dict] = {}
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
-        if section not in cfg or not key:
-            raise KeyError(f"override {dotted!r}: expected SECTION.KEY with SECTION in {sorted(cfg)}")
-        cfg[section][key] = value
-    return cfg
+        if not key:
+            raise InputError(f"--set {dotted}", "expected SECTION.KEY=VALUE")
+        layer.setdefault(section, {})[key] = value
+    return layer
+
+
+def load_settings(path: str | os.PathLike | None = None, overrides: dict | None = None,
+                  env: dict | None = None) -> Settings:
+    """The settings of a run (see the module docstring for the order of the layers)."""
+    env = os.environ if env is None else env
+    layers = []
+    path = path or env.get("KERNELMILL_CONFIG")
+    if path:
+        layers.append((f"config file {path}", read_toml(path)))
+    layers += env_layer(env)
+    if overrides:
+        layers.append(("--set", overrides_layer(overrides)))
+    return parse_settings(layers)
+
+
+def repo_path(p: str) -> Path:
+    """A path setting: absolute as given, else relative to the repository root."""
+    path = Path(p)
+    return path if path.is_absolute() else REPO_ROOT / path
 
 
 def default_backend() -> str:
     """cuda when a CUDA device is visible, else cpu."""
-    try:
-        import torch
+    import torch  # about 2 s; only the stages that generate or verify ask
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except Exception:
-        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_backend(backend: str) -> str:
+    return default_backend() if backend == "auto" else backend
 
 
 def _state_dir() -> Path:

@@ -112,3 +112,21 @@ def read_arrow(root: str | os.PathLike, table: str):
 
 def read_records(root: str | os.PathLike, table: str) -> list:
     return from_table(TABLES[table], read_arrow(root, table))
+
+
+def write_text_if_changed(path: str | os.PathLike, text: str) -> bool:
+    """Atomic text write (temp file + rename), skipped when the content is already there; True if written."""
+    path = Path(path)
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True

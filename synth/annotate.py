@@ -56,7 +56,6 @@ import dataclasses
 import math
 import os
 import sys
-import time
 from typing import Any
 
 from kernelmill.schema import OpCount, Task, TensorSpec
@@ -460,7 +459,7 @@ def order_curriculum(tasks: list[Task]) -> list[Task]:
     return sorted(tasks, key=lambda t: (t.level, t.difficulty, t.name, t.task_id))
 
 
-# ---------------------------------------------------------------------------- CLI
+# ---------------------------------------------------------------------------- reports
 
 
 def summary_table(tasks: list[Task]) -> str:
@@ -475,36 +474,3 @@ def summary_table(tasks: list[Task]) -> str:
         lines.append(f"{level:>5}  {len(ts):>5}  {med([t.flops for t in ts]):>14}  "
                      f"{med([t.bytes_moved for t in ts]):>14}  {med([t.floor_time_us for t in ts]):>15.3f}")
     return "\n".join(lines)
-
-
-def _cmd_annotate(args) -> int:
-    from kernelmill import store
-    from kernelmill.errors import InputError
-
-    run_dir = args.run_dir
-    if not os.path.isdir(os.path.join(run_dir, "tasks")):
-        raise InputError(run_dir, "no tasks table here (expected RUN_DIR/tasks/*.parquet)")
-    device = args.device_spec or args.cfg["annotate"]["device_spec"]
-    timeout = args.timeout_s if args.timeout_s is not None else args.cfg["annotate"].get("timeout_s", 60)
-    tasks = store.read_records(run_dir, "tasks")
-    done = store.stored_ids(args.out, "tasks") if os.path.isdir(args.out) else set()
-    todo = [t for t in tasks if t.task_id not in done]
-    t0 = time.time()
-    annotated, failures = annotate_tasks(todo, device_spec=device, timeout_s=timeout,
-                                         memory_limit_gb=args.cfg["annotate"].get("memory_limit_gb", 16))
-    written = store.write_records(args.out, "tasks", order_curriculum(annotated))
-    print(f"annotated {len(annotated)} of {len(todo)} tasks ({len(tasks) - len(todo)} already in {args.out}) "
-          f"in {time.time() - t0:.1f} s on {device}; wrote {written}")
-    print(summary_table(annotated))
-    for tid, reason in failures:
-        print(f"  failed {tid}: {reason}")
-    return 1 if todo and not annotated else 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("annotate", help="annotate a tasks table: shapes, FLOPs, bytes, floor time, level")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="directory holding a tasks table")
-    p.add_argument("--out", required=True, help="directory to write the annotated tasks table to")
-    p.add_argument("--device-spec", default=None, help="device for the roofline floor (default from config)")
-    p.add_argument("--timeout-s", type=float, default=None, help="per-task time limit")
-    p.set_defaults(handler=_cmd_annotate)

@@ -4,7 +4,8 @@
                          each meant to hold a ```python block)
     OpenAIGenerator      any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a hosted API)
     TeacherGenerator     the offline teacher (synth/teacher.py), deterministic, optional planted bugs
-    make_generator       the openai generator when gen_cfg["base_url"] is set, else the teacher
+    make_generator       the openai generator when generate.base_url is set, else the teacher
+    make_candidate       the one place a response becomes a Candidate (one id rule, one extractor)
 
 OpenAIGenerator guarantees: at most ``concurrency`` requests in flight across threads; 429 and 5xx
 answers, timeouts and dropped connections are retried up to ``max_retries`` times with exponential
@@ -27,8 +28,15 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+import httpx
+
 from kernelmill.errors import InputError
-from kernelmill.schema import Message
+from kernelmill.schema import Candidate, Message, Task, content_hash
+from kernelmill.settings import GenerateSettings
+from synth import teacher
+from synth.prompts import reasoning_of_response
+from synth.reasoning import template_trace
+from verifier.extract import extract_code
 
 
 class Generator(Protocol):
@@ -62,8 +70,6 @@ class OpenAIGenerator:
             raise InputError("generate.base_url", "is empty; set it to an OpenAI-compatible endpoint")
         if not model:
             raise InputError("generate.model", f"is empty; name the model served at {base_url}")
-        import httpx
-
         self.base_url, self.model, self.name = base_url, model, model
         self.url = _chat_url(base_url)
         self.concurrency = max(1, int(concurrency))
@@ -108,8 +114,6 @@ class OpenAIGenerator:
         os.replace(tmp, p)
 
     def _post(self, body: dict) -> dict:
-        import httpx
-
         last = ""
         for attempt in range(self.max_retries + 1):
             wait = min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
@@ -186,7 +190,7 @@ class TeacherGenerator:
         if backend not in ("cpu", "cuda"):
             raise InputError("backend", f"the teacher writes cpu and cuda kernels, not {backend!r}")
         if not 0.0 <= bug_rate <= 1.0:
-            raise InputError("run.bug_rate", f"must be between 0 and 1, got {bug_rate}")
+            raise InputError("generate.bug_rate", f"must be between 0 and 1, got {bug_rate}")
         self.name, self.backend, self.bug_rate, self.seed = "teacher", backend, float(bug_rate), int(seed)
         self._planted: dict[str, tuple[str, int]] = {}  # response sha -> (bug, variant)
         self._lock = threading.Lock()
@@ -200,14 +204,9 @@ class TeacherGenerator:
         return self._planted.get(self._key(response), ("", 0))[0]
 
     def _task_for(self, reference: str):
-        from kernelmill.schema import Task
-
         return Task.from_code(reference, name="task", source="teacher")
 
     def generate(self, messages: list[Message], n: int) -> list[str]:
-        from synth import teacher
-        from synth.reasoning import template_trace
-
         try:
             reference = teacher.reference_from_messages(messages)
         except teacher.TeacherDeclined as e:
@@ -235,65 +234,42 @@ class TeacherGenerator:
         return out
 
 
-# ---------------------------------------------------------------------------- factory and CLI
+# ---------------------------------------------------------------------------- factory and candidates
 
 
-def make_generator(gen_cfg: dict, *, backend: str, bug_rate: float = 0.0, seed: int = 0) -> Generator:
-    """The openai generator when ``gen_cfg["base_url"]`` is set (key from ``gen_cfg["api_key"]`` or the
-    variable named by ``api_key_env``), else the teacher for ``backend``."""
-    base_url = gen_cfg.get("base_url") or ""
-    if base_url:
-        key = gen_cfg.get("api_key") or os.environ.get(gen_cfg.get("api_key_env") or "OPENAI_API_KEY", "")
-        return OpenAIGenerator(base_url, gen_cfg.get("model", ""), api_key=key,
-                               concurrency=gen_cfg.get("concurrency", 8), max_retries=gen_cfg.get("max_retries", 5),
-                               timeout_s=gen_cfg.get("timeout_s", 120), temperature=gen_cfg.get("temperature", 0.8),
-                               max_tokens=gen_cfg.get("max_tokens", 0), cache_dir=gen_cfg.get("cache_dir") or None,
-                               backoff_s=gen_cfg.get("backoff_s", 1.0))
-    return TeacherGenerator(backend, bug_rate=bug_rate, seed=seed)
+def make_generator(gen: GenerateSettings, *, backend: str) -> Generator:
+    """The openai generator when ``gen.base_url`` is set (its key from the variable named by
+    ``gen.api_key_env``), else the teacher for ``backend`` (``gen.bug_rate``, ``gen.bug_seed``)."""
+    if gen.base_url:
+        return OpenAIGenerator(gen.base_url, gen.model, api_key=os.environ.get(gen.api_key_env, ""),
+                               concurrency=gen.concurrency, max_retries=gen.max_retries, timeout_s=gen.timeout_s,
+                               temperature=gen.temperature, max_tokens=gen.max_tokens,
+                               cache_dir=gen.cache_dir or None, backoff_s=gen.backoff_s)
+    return TeacherGenerator(backend, bug_rate=gen.bug_rate, seed=gen.bug_seed)
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("generate", help="first-turn candidates for a run's tasks (no verification)")
-    p.add_argument("run_dir", help="run directory holding a tasks table")
-    p.add_argument("--backend", default=None, help="cuda, cpu or auto (default: [run] backend)")
-    p.add_argument("-n", "--samples", type=int, default=None, help="responses per task (default: [run] samples_per_task)")
-    p.add_argument("--limit", type=int, default=0, help="at most this many tasks (0: all)")
-    p.add_argument("--bug-rate", type=float, default=None, help="teacher: share of samples with a planted bug")
-    p.set_defaults(handler=_cmd_generate)
+def is_declined(generator, response: str) -> bool:
+    """The teacher's answer for a task it cannot lower: no code, never stored as a candidate."""
+    return getattr(generator, "name", "") == "teacher" and teacher.is_decline(response)
 
 
-def _cmd_generate(args) -> int:
-    from kernelmill import store
-    from kernelmill.pipeline import resolve_backend
-    from kernelmill.schema import Candidate, content_hash
-    from synth.prompts import build_prompt, extract_code_block, reasoning_of_response
-    from synth.teacher import is_decline
+def dialogue_id_for(task_id: str, backend: str, generator_name: str, sample: int) -> str:
+    """The id of the dialogue that first-turn sample ``sample`` of a task opens."""
+    return "d" + content_hash(task_id, backend, generator_name, str(sample))
 
-    cfg = args.cfg
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "tasks").is_dir():
-        raise InputError(run_dir, "has no tasks table; run `kernelmill annotate` or `kernelmill run` first")
-    backend = resolve_backend(cfg, args.backend)
-    n = args.samples or cfg["run"]["samples_per_task"]
-    bug_rate = cfg["run"]["bug_rate"] if args.bug_rate is None else args.bug_rate
-    gen = make_generator(cfg["generate"], backend=backend, bug_rate=bug_rate, seed=cfg["run"].get("nnsmith_seed", 0))
-    tasks = store.read_records(run_dir, "tasks")
-    if args.limit:
-        tasks = tasks[: args.limit]
-    cands, declined = [], 0
-    for t in tasks:
-        prompt = build_prompt(t, backend)
-        for i, resp in enumerate(gen.generate(prompt, n)):
-            if is_decline(resp):
-                declined += 1
-                continue
-            did = "d" + content_hash(t.task_id, backend, gen.name, str(i))
-            code = extract_code_block(resp) or resp
-            cands.append(Candidate(candidate_id=Candidate.make_id(t.task_id, backend, code, did), task_id=t.task_id,
-                                   backend=backend, generator=gen.name, code=code, dialogue_id=did,
-                                   prompt=prompt[-1].content, response=resp, reasoning=reasoning_of_response(resp),
-                                   injected_bug=getattr(gen, "injected_bug", lambda r: "")(resp)))
-    written = store.write_records(run_dir, "candidates", cands)
-    print(f"generate: {len(tasks)} tasks, {len(cands)} candidates ({written} new), {declined} declined, "
-          f"generator {gen.name}, backend {backend}")
-    return 0
+
+def make_candidate(task_id: str, backend: str, generator, response: str, *, dialogue_id: str, turn: int = 0,
+                   parent_id: str | None = None, prompt: str = "", reasoning: str | None = None) -> Candidate:
+    """The one way a model response becomes a Candidate (the generate and repair stages use it).
+
+    ``code`` is the verifier's extraction (verifier.extract.extract_code), or the whole response
+    when it holds no program (the verifier's extract stage then records why: that is data too).
+    The id is ``Candidate.make_id(task, backend, code, parent_id or dialogue_id)``: the same
+    response in the same place of the same dialogue always gets the same id, so a re-run adds
+    nothing. ``reasoning`` None: the text the response puts before its code."""
+    code = extract_code(response) or response
+    return Candidate(candidate_id=Candidate.make_id(task_id, backend, code, parent_id or dialogue_id),
+                     task_id=task_id, backend=backend, generator=generator.name, code=code, turn=turn,
+                     parent_id=parent_id, dialogue_id=dialogue_id, prompt=prompt, response=response,
+                     reasoning=reasoning_of_response(response) if reasoning is None else reasoning,
+                     injected_bug=getattr(generator, "injected_bug", lambda r: "")(response))

@@ -311,7 +311,7 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     return MineResult(list(tasks.values()), report)
 
 
-# ---------------------------------------------------------------------------- CLI
+# ---------------------------------------------------------------------------- reports
 
 
 def write_report(out: str | Path, report: MineReport) -> None:
@@ -322,39 +322,3 @@ def write_report(out: str | Path, report: MineReport) -> None:
         tmp = out / f".{name}.tmp"
         tmp.write_text(text)
         tmp.replace(out / name)
-
-
-def _cmd_mine(args) -> int:
-    from kernelmill import store
-
-    m = args.cfg["mine"]
-    result = mine_tasks(args.source,
-                        target_numel=args.target_numel or m["target_numel"],
-                        timeout_s=args.timeout or m["timeout_s"],
-                        license_allowlist=m["license_allowlist"],
-                        workers=args.workers or m.get("workers", 2),
-                        max_file_bytes=m.get("max_file_bytes", 1 << 20),
-                        memory_limit_gb=m.get("memory_limit_gb", 4.0),
-                        max_forward_s=m.get("max_forward_s", 2.0),
-                        min_forward_s=m.get("min_forward_s", 0.0),
-                        max_files=args.max_files)
-    written = store.write_records(args.out, "tasks", result.tasks)
-    write_report(args.out, result.report)
-    print(result.report.table())
-    print(f"\n{written} new task rows written to {Path(args.out) / 'tasks'}; report in "
-          f"{Path(args.out) / 'mine_report.md'}")
-    return 0
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "mine", help="mine nn.Module classes from code into KernelBench tasks",
-        description="Mine PyTorch nn.Module subclasses from SOURCE into runnable KernelBench-format tasks. "
-                    "SOURCE: a directory, a git work tree or URL, or hf:NAME[:COLUMN] (a dataset of code files).")
-    p.add_argument("source", help="directory, git path or URL, or hf:NAME[:COLUMN]")
-    p.add_argument("--out", required=True, help="run directory: tasks/ table and mine_report.{json,md} go here")
-    p.add_argument("--target-numel", type=int, default=None, help="scale inputs toward this many elements")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per module in the sandbox")
-    p.add_argument("--workers", type=int, default=None, help="sandbox processes (default [mine] workers)")
-    p.add_argument("--max-files", type=int, default=None, help="stop after this many files (large datasets)")
-    p.set_defaults(handler=_cmd_mine)

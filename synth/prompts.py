@@ -12,12 +12,11 @@ native kernels through load_inline, the anti-fallback rule); the user message ho
     7. the answer format: reasoning first, then one ```python block
 
 ``build_repair_turn(verdict)`` turns the verifier's feedback into the next user message.
-``extract_code_block(response)`` pulls the code a response proposes (the last python block).
+The code of a response is pulled out by the verifier's extractor (verifier.extract.extract_code),
+through synth.generate.make_candidate: there is one extractor.
 """
 
 from __future__ import annotations
-
-import re
 
 from kernelmill.schema import Message, Task, Verdict
 
@@ -43,8 +42,6 @@ ANTI_FALLBACK = (
     "(torch.empty / empty_like) and views (.view, .reshape, .contiguous, .size, .stride); nn layers may be "
     "held only as parameter containers (pass `self.linear.weight` to your kernel, never call `self.linear(x)`)."
 )
-
-_CODE_RE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 
 
 def _spec_lines(specs) -> list[str]:
@@ -132,12 +129,6 @@ def build_repair_turn(verdict: Verdict, backend: str = "") -> Message:
     return Message("user", "\n\n".join([head, "Verifier feedback:\n" + body, *extra,
                                         "Fix the problem and answer with the complete corrected file "
                                         "in one ```python block."]))
-
-
-def extract_code_block(response: str) -> str:
-    """The code a response proposes: its last ```python block ("" when it has none)."""
-    blocks = _CODE_RE.findall(response or "")
-    return blocks[-1] if blocks else ""
 
 
 def reasoning_of_response(response: str) -> str:

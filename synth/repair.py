@@ -12,14 +12,15 @@ Records: each turn is one Candidate (turn = 0-based index, parent_id = the previ
 candidate, dialogue_id, prompt = the user turn it answers, the raw response, the reasoning, the
 teacher's injected_bug) and one Verdict; each sample is one Dialogue with every message, one
 TurnVerdict per turn, first_turn_reward, final_reward (the last turn's), num_turns and solved.
-Ids are content hashes of (task, backend, generator, sample index) and of the code, so re-running a
-task yields the same ids (the store drops duplicates).
+Candidates are built by synth.generate.make_candidate (one extractor, one id rule); dialogue ids
+are content hashes of (task, backend, generator, sample index), so re-running a task yields the
+same ids (the store drops duplicates).
 
 Repair tasks: when every first-turn sample of a task fails, the task also yields one
 feedback-conditioned repair task: a dict with the original prompt, the best failing response and
 the verifier's feedback as the final user turn (``messages``), plus task_id, backend, candidate_id,
 status and reward. They travel on ``result.repair_tasks`` and their count is in the stats; the
-``repair`` CLI also writes them to ``<run_dir>/repair_tasks.jsonl``.
+repair stage (kernelmill/stages.py) also writes them to ``<run_dir>/repair_tasks.jsonl``.
 
 A "solved" dialogue is one whose last verdict is ``correct`` (the reward's top tiers also need
 speed; correctness is what ends the repair loop).
@@ -27,12 +28,13 @@ speed; correctness is what ends the repair loop).
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from kernelmill.schema import Candidate, Dialogue, Message, Task, TurnVerdict, Verdict, content_hash
-from synth.prompts import build_prompt, build_repair_turn, extract_code_block, reasoning_of_response
+from synth.generate import dialogue_id_for, is_declined, make_candidate
+from synth.prompts import build_prompt, build_repair_turn, reasoning_of_response
+from synth.reasoning import trace_for
 
 
 @dataclass
@@ -60,27 +62,17 @@ class _Open:
         return bool(self.verdicts) and self.verdicts[-1].correct
 
 
-def _is_decline(generator, response: str) -> bool:
-    from synth.teacher import is_decline
-
-    return getattr(generator, "name", "") == "teacher" and is_decline(response)
-
-
 def _candidate(d: _Open, response: str, generator, backend: str, reasoning: str) -> Candidate:
-    code = extract_code_block(response) or response  # no block: the verifier's extract stage says so
-    parent = d.candidates[-1].candidate_id if d.candidates else None
-    cid = Candidate.make_id(d.task.task_id, backend, code, parent or d.dialogue_id)
+    # an LLM's own reasoning wins; the teacher's first turn gets the task's annotated trace
     own = reasoning_of_response(response)
-    return Candidate(candidate_id=cid, task_id=d.task.task_id, backend=backend, generator=generator.name,
-                     code=code, turn=len(d.candidates), parent_id=parent, dialogue_id=d.dialogue_id,
-                     prompt=d.messages[-1].content, response=response,
-                     # an LLM's own reasoning wins; the teacher's first turn gets the task's annotated trace
-                     reasoning=(own or reasoning) if getattr(generator, "is_llm", False) or d.candidates
-                     else reasoning,
-                     injected_bug=getattr(generator, "injected_bug", lambda r: "")(response))
+    use_own = getattr(generator, "is_llm", False) or d.candidates
+    return make_candidate(d.task.task_id, backend, generator, response, dialogue_id=d.dialogue_id,
+                          turn=len(d.candidates), parent_id=d.candidates[-1].candidate_id if d.candidates else None,
+                          prompt=d.messages[-1].content, reasoning=(own or reasoning) if use_own else reasoning)
 
 
 def _verify(items: list[tuple[Task, Candidate]], verify_config) -> list[Verdict]:
+    # verifier.api imports torch (about 2 s): kept out of the import of the stage list and the CLI
     from verifier.api import verify_batch
 
     verdicts = verify_batch(items, config=verify_config)
@@ -120,8 +112,6 @@ def run_dialogues(tasks: list[Task], generator, *, backend: str, samples_per_tas
     Returns stats: tasks, dialogues, turns, solved, solved_first_turn, repaired (solved after turn 1),
     repaired_at_turn ({k: share of dialogues solved at turn k}), declined (teacher samples without a
     candidate), repair_tasks (count)."""
-    from synth.reasoning import trace_for
-
     if samples_per_task < 1 or max_turns < 1:
         raise ValueError("samples_per_task and max_turns must be at least 1")
     stats = {"tasks": 0, "dialogues": 0, "turns": 0, "solved": 0, "solved_first_turn": 0, "repaired": 0,
@@ -139,10 +129,10 @@ def run_dialogues(tasks: list[Task], generator, *, backend: str, samples_per_tas
             opened: list[_Open] = []
             for t, prompt, responses in zip(chunk, prompts, firsts):
                 for i, resp in enumerate(responses):
-                    if _is_decline(generator, resp):
+                    if is_declined(generator, resp):
                         results[t.task_id].declined += 1
                         continue
-                    did = "d" + content_hash(t.task_id, backend, generator.name, str(i))
+                    did = dialogue_id_for(t.task_id, backend, generator.name, i)
                     d = _Open(task=t, sample=i, dialogue_id=did, messages=list(prompt))
                     d.candidates.append(_candidate(d, resp, generator, backend, traces[t.task_id]))
                     d.messages.append(Message("assistant", resp))
@@ -164,7 +154,7 @@ def run_dialogues(tasks: list[Task], generator, *, backend: str, samples_per_tas
                 nexts = list(pool.map(lambda d: generator.generate(d.messages, 1)[0], failing))
                 active = []
                 for d, resp in zip(failing, nexts):
-                    if _is_decline(generator, resp):
+                    if is_declined(generator, resp):
                         d.messages.pop()  # the dialogue ends on its last verified turn
                         continue
                     d.candidates.append(_candidate(d, resp, generator, backend, traces[d.task.task_id]))
@@ -198,32 +188,3 @@ def run_dialogues(tasks: list[Task], generator, *, backend: str, samples_per_tas
     n = stats["dialogues"]
     stats["repaired_at_turn"] = {k: round(solved_at.get(k, 0) / n, 4) if n else 0.0 for k in range(1, max_turns + 1)}
     return stats
-
-
-# ---------------------------------------------------------------------------- CLI
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("repair", help="generate, verify and repair candidates: dialogues for a run's tasks")
-    p.add_argument("run_dir", help="run directory holding a tasks table")
-    p.add_argument("--backend", default=None, help="cuda, cpu or auto (default: [run] backend)")
-    p.add_argument("--samples", type=int, default=None, help="first-turn samples per task")
-    p.add_argument("--max-turns", type=int, default=None, help="turns per dialogue, the first included")
-    p.add_argument("--limit", type=int, default=0, help="at most this many tasks in all, round-robin over sources (0: every task)")
-    p.set_defaults(handler=_cmd_repair)
-
-
-def _cmd_repair(args) -> int:
-    from pathlib import Path
-
-    from kernelmill.config import apply_overrides
-    from kernelmill.errors import InputError
-    from kernelmill.pipeline import stage_dialogues
-
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "tasks").is_dir():
-        raise InputError(run_dir, "has no tasks table; run `kernelmill annotate` or `kernelmill run` first")
-    over = {k: v for k, v in {"run.samples_per_task": args.samples, "run.max_turns": args.max_turns}.items() if v}
-    stats = stage_dialogues(run_dir, apply_overrides(args.cfg, over), args.backend, limit=args.limit)
-    print(json.dumps(stats, indent=1, default=str))
-    return 0

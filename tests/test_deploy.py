@@ -93,7 +93,8 @@ def test_deploy_and_run_with_parameters_on_a_process_worker(api, tmp_path):
         assert dep.work_pool_name == POOL and dep.entrypoint == "flows/stages.py:load_flow"
 
     # triggered with parameters; timeout=0 returns the scheduled run without waiting
-    run = run_deployment("kernelmill-load/test", parameters={"out": str(out), "source": str(seeds)}, timeout=0)
+    params = {"out": str(out), "overrides": {"load.dir": str(seeds)}}
+    run = run_deployment("kernelmill-load/test", parameters=params, timeout=0)
     worker = subprocess.run([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--run-once",
                              "--type", "process"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
     with get_client(sync_client=True) as client:
@@ -104,7 +105,7 @@ def test_deploy_and_run_with_parameters_on_a_process_worker(api, tmp_path):
             state = client.read_flow_run(run.id).state
         artifacts = client.read_artifacts()
     assert state.is_completed(), f"{state}\n--- worker ---\n{worker.stdout[-3000:]}\n{worker.stderr[-3000:]}"
-    assert run.parameters == {"out": str(out), "source": str(seeds)}
+    assert run.parameters == params
 
     # the flow ran in the worker's subprocess and wrote the run directory named by the parameters
     raw = store.read_records(out / "raw", "tasks")
@@ -131,7 +132,7 @@ def test_prefect_yaml_deploys_every_flow(api):
     for name, entrypoint in ENTRYPOINTS.items():
         assert deps[name].entrypoint == entrypoint
         assert deps[name].work_pool_name == "kernelmill-process"
-    assert deps["verify"].parameters == {"out": "runs/default", "backend": "all", "ray_address": ""}
+    assert deps["verify"].parameters == {"out": "runs/default", "backend": "auto"}
 
 
 def test_serve_runs_a_triggered_flow_on_this_box(api, tmp_path):
@@ -157,7 +158,7 @@ def test_serve_runs_a_triggered_flow_on_this_box(api, tmp_path):
                 except Exception:
                     assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
                     time.sleep(1)
-        run = run_deployment("kernelmill-load/serve", parameters={"out": str(out), "source": str(seeds.parent)},
+        run = run_deployment("kernelmill-load/serve", parameters={"out": str(out), "overrides": {"load.dir": str(seeds.parent)}},
                              timeout=240)
         assert run.state.is_completed(), (str(run.state), (tmp_path / "serve.log").read_text()[-3000:])
     finally:

@@ -11,6 +11,7 @@ import pytest
 
 from kernelmill.errors import InputError
 from kernelmill.schema import Message
+from kernelmill.settings import GenerateSettings
 from synth.generate import GenerationError, OpenAIGenerator, TeacherGenerator, make_generator
 
 
@@ -171,11 +172,12 @@ def test_concurrency_limit_holds_across_threads(tmp_path):
 
 def test_make_generator_picks_backend_from_config(tmp_path, monkeypatch):
     monkeypatch.setenv("KM_TEST_KEY", "sk-env")
-    gen = make_generator({"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "KM_TEST_KEY",
-                          "cache_dir": str(tmp_path)}, backend="cpu")
+    gen = make_generator(GenerateSettings(base_url="http://127.0.0.1:9/v1", model="m", api_key_env="KM_TEST_KEY",
+                                          cache_dir=str(tmp_path)), backend="cpu")
     assert isinstance(gen, OpenAIGenerator) and gen.name == "m" and gen.url.endswith("/v1/chat/completions")
     assert gen._client.headers["Authorization"] == "Bearer sk-env"
-    teacher = make_generator({"base_url": ""}, backend="cpu", bug_rate=0.5, seed=3)
+    teacher = make_generator(GenerateSettings(base_url="", bug_rate=0.5, bug_seed=3), backend="cpu")
     assert isinstance(teacher, TeacherGenerator) and teacher.name == "teacher" and teacher.bug_rate == 0.5
+    assert teacher.seed == 3  # the bug seed is its own setting (it was run.nnsmith_seed)
     with pytest.raises(InputError, match="generate.model"):
-        make_generator({"base_url": "http://127.0.0.1:9/v1", "model": ""}, backend="cpu")
+        make_generator(GenerateSettings(base_url="http://127.0.0.1:9/v1", model=""), backend="cpu")

@@ -136,11 +136,11 @@ def test_cli_writes_tasks_table_and_skip_reasons(tmp_path):
     assert {"reference_code", "input_specs", "output_specs", "op_histogram", "flops", "bytes_moved",
             "floor_time_us", "level", "difficulty", "annotations"} <= cols
     tasks = store.read_records(out, "tasks")
-    assert len(tasks) == report["annotated"] == report["emitted"]
+    assert len(tasks) == report["emitted"]  # `kernelmill nnsmith` runs the nnsmith stage, then annotate
     for t in tasks:
         assert t.level in (1, 2, 3, 4) and t.bytes_moved > 0 and t.input_specs and t.output_specs
         assert t.annotations["rule_level"] == t.level and "nnsmith" in t.annotations
     # running it again writes nothing new
     assert main(["nnsmith", "--n", "3", "--seed", "4", "--out", str(out), "--max-nodes", "3",
                  "--target-numel", "65536", "--exclude-ops", "core.BicubicInterp"]) == 0
-    assert json.loads((out / "nnsmith_skips.json").read_text())["written"] == 0
+    assert len(store.read_records(out, "tasks")) == len(tasks)

@@ -20,8 +20,8 @@ def flow_run(prefect_server, tmp_path_factory):
         (seeds / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(DATA_DIR / "seed_tasks" / rel, seeds / rel)
     out = tmp_path_factory.mktemp("run")
-    overrides = {"run.seed_tasks": str(seeds), "run.mine_source": "", "run.nnsmith_n": 0,
-                 "run.samples_per_task": 1, "run.bug_rate": 1.0, "run.max_turns": 2,
+    overrides = {"load.dir": str(seeds), "mine.source": "", "nnsmith.n": 0,
+                 "generate.samples_per_task": 1, "generate.bug_rate": 1.0, "repair.max_turns": 2,
                  "verify.timing_trials": 5, "verify.time_torch_compile": False}
     state = e2e_flow(out=str(out), backend="cpu", overrides=overrides, return_state=True)
     return out, state

@@ -5,8 +5,11 @@ import pytest
 
 from flows_fixtures import CANDIDATES, FAST_VERIFY, seed_run_dir, table_digest
 from kernelmill import store
-from kernelmill.config import apply_overrides, load_config
-from kernelmill.pipeline import stage_verify
+from kernelmill import stages
+from kernelmill.config import load_settings
+
+# flows.ray_address sends the verify stage's work to the cluster ray.init() started below
+ON_RAY = {**FAST_VERIFY, "flows.ray_address": "auto", "flows.ray_workers": 2}
 
 NAMES = ["honest", "honest_named", "torch_fallback"]
 
@@ -22,16 +25,12 @@ def ray_cluster():
 
 @pytest.fixture(scope="module")
 def ray_run(ray_cluster, tmp_path_factory):
-    from flows.ray_verify import make_ray_verify_fn
-
     run_dir = tmp_path_factory.mktemp("ray-run")
     cands = seed_run_dir(run_dir, NAMES)
-    cfg = apply_overrides(load_config(), {**FAST_VERIFY, "flows.verify_flush_rows": 1})
-    stats: dict = {}
+    settings = load_settings(overrides={**ON_RAY, "flows.verify_flush_rows": 1})
     seen = []
-    counts = stage_verify(run_dir, cfg, verify_fn=make_ray_verify_fn("auto", workers=2, stats=stats),
-                          progress=lambda stage, done, total: seen.append((stage, done, total)))
-    return run_dir, cands, counts, stats, seen
+    counts = stages.verify(run_dir, settings, lambda stage, done, total: seen.append((stage, done, total)))
+    return run_dir, cands, counts, counts["ray"], seen
 
 
 def test_every_candidate_gets_the_right_verdict(ray_run):
@@ -66,13 +65,9 @@ def test_verdicts_written_incrementally_and_progress_reported(ray_run):
 
 def test_rerun_on_ray_verifies_nothing(ray_run):
     """A resumed verify stage finds every verdict stored and submits no Ray work."""
-    from flows.ray_verify import make_ray_verify_fn
-
     run_dir, _, _, _, _ = ray_run
     before = table_digest(run_dir, "verdicts")
-    stats: dict = {}
-    again = stage_verify(run_dir, apply_overrides(load_config(), FAST_VERIFY),
-                         verify_fn=make_ray_verify_fn("auto", workers=2, stats=stats))
+    again = stages.verify(run_dir, load_settings(overrides=ON_RAY))
     assert again["candidates"] == 0 and again["written"] == 0
-    assert stats == {}  # ray_verify_batch returned before submitting anything
+    assert "ray" not in again  # no stats: ray_verify_batch was not called with anything to submit
     assert table_digest(run_dir, "verdicts") == before

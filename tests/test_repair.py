@@ -124,11 +124,11 @@ def test_repair_cli_writes_dialogues(task, verify_cfg, tmp_path, capsys):
     run_dir = tmp_path / "run"
     store.write_records(run_dir, "tasks", [task])
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(f'[run]\nbackend = "cpu"\nsamples_per_task = 1\nbug_rate = 0.0\nmax_turns = 2\n'
+    cfg.write_text(f'[run]\nbackend = "cpu"\n[generate]\nsamples_per_task = 1\nbug_rate = 0.0\n[repair]\nmax_turns = 2\n'
                    f'[verify]\ntiming_trials = 3\nwarmup = 1\ntime_torch_compile = false\n'
                    f'build_dir = "{verify_cfg.build_dir}"\n')
     assert main(["--config", str(cfg), "repair", str(run_dir)]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)["repair"]  # the CLI prints each stage's counts
     assert out["dialogues"] == 1 and out["solved"] == 1 and out["backend"] == "cpu"
     assert len(store.read_records(run_dir, "dialogues")) == 1
     assert main(["--config", str(cfg), "repair", str(tmp_path / "nope")]) == 2

@@ -1,7 +1,7 @@
 """`kernelmill train sft|rft|rl|eval`: the training stage on the command line.
 
-Every flag defaults to the [train] section of the config (data/default.toml, --config,
-KERNELMILL_TRAIN_* variables); a flag given on the command line wins. Each command prints a JSON
+Every flag defaults to the [train] settings (kernelmill.settings.TrainSettings, overridden by
+--config and KERNELMILL_TRAIN_* variables); a flag given on the command line wins. Each command prints a JSON
 summary on stdout; per-step metrics go to ``<out>/metrics.jsonl`` (plot with
 ``kernelmill train plot``).
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+
+from kernelmill.config import load_settings
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -74,11 +76,15 @@ def _pick(args, cfg: dict, flag: str, key: str | None = None):
 
 
 def _setup(args) -> dict:
+    """The [train] settings as a dict (TrainSettings, kernelmill/settings.py, holds the defaults);
+    ``args.verify_cfg``: the [verify] settings as a dict, for the verifier's reward."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # transformers: seconds to import; only training needs it
 
     hf_logging.disable_progress_bar()
-    return args.cfg["train"]
+    settings = load_settings(args.config).to_dict()
+    args.verify_cfg = settings["verify"]
+    return settings["train"]
 
 
 def _sft(args) -> int:
@@ -100,7 +106,7 @@ def _rl(args) -> int:
     cfg = _setup(args)
     from train.rl import train_rl
 
-    res = train_rl(args.corpus, args.out, init=args.init, backend=args.backend, verify_cfg=args.cfg.get("verify"),
+    res = train_rl(args.corpus, args.out, init=args.init, backend=args.backend, verify_cfg=args.verify_cfg,
                    steps=_pick(args, cfg, "steps", "rl_steps"), prompts_per_step=_pick(args, cfg, "prompts_per_step"),
                    group_size=_pick(args, cfg, "group_size"), turns=_pick(args, cfg, "turns"),
                    max_new_tokens=_pick(args, cfg, "max_new_tokens"), temperature=cfg["temperature"],
@@ -121,7 +127,7 @@ def _eval(args) -> int:
     cfg = _setup(args)
     from train.evaluate import evaluate_checkpoint
 
-    res = evaluate_checkpoint(args.model, args.corpus, backend=args.backend, verify_cfg=args.cfg.get("verify"),
+    res = evaluate_checkpoint(args.model, args.corpus, backend=args.backend, verify_cfg=args.verify_cfg,
                               heldout_frac=_pick(args, cfg, "heldout_frac"), split_seed=cfg["split_seed"],
                               n=_pick(args, cfg, "n", "eval_n"), ks=tuple(_pick(args, cfg, "k", "eval_k")),
                               max_new_tokens=_pick(args, cfg, "max_new_tokens"),

@@ -1,10 +1,11 @@
 """Verification spread over a Ray cluster: every GPU of the cluster runs verifier calls, CPU nodes
 take the CPU work.
 
-:func:`ray_verify_batch` has the signature of ``verifier.api.verify_batch`` and is passed to
-``kernelmill.pipeline.stage_verify(verify_fn=...)``, so the stage (what is verified, how verdicts
-are written and resumed) stays the same and only where the work runs changes (datatrove's split
-between steps and executors).
+:func:`ray_verify_batch` has the signature of ``verifier.api.verify_batch``; the verify stage
+(kernelmill/stages.py) imports this module, and ray, only when asked to, and uses it in place of the
+local verifier when ``flows.ray_address`` is set (``kernelmill run --ray ADDRESS``), so the stage
+(what is verified, how verdicts are written and resumed) stays the same and only where the work
+runs changes (datatrove's split between steps and executors).
 
 How the work is placed:
 - compilation: every distinct native extension of the batch (the verifier's static stage reads
@@ -33,7 +34,13 @@ import os
 import socket
 from typing import Callable, Sequence
 
+import ray
+
 from kernelmill.errors import InputError
+from verifier.api import VerifyConfig, verify_batch
+from verifier.build import build_blocking, spec_key
+from verifier.extract import extract_code
+from verifier.static import scan
 
 LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 
@@ -42,8 +49,6 @@ def connect(address: str = "local", *, num_cpus: int | None = None) -> dict:
     """Join the Ray cluster at ``address`` ("auto", "ray://host:10001", an ip:port), or start a
     local one for ``"local"`` (no dashboard, a small object store). Reuses an existing connection.
     Returns the cluster's resources."""
-    import ray
-
     if not ray.is_initialized():
         if address in ("", "local"):
             ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
@@ -56,8 +61,6 @@ def connect(address: str = "local", *, num_cpus: int | None = None) -> dict:
 
 def _verify_chunk(items: list, config, compile_workers: int) -> tuple[list, dict]:
     """Runs on a Ray worker: verify one chunk there; returns the verdicts and where they ran."""
-    from verifier.api import verify_batch
-
     verdicts = verify_batch(items, config=config, compile_workers=compile_workers)
     return verdicts, {"pid": os.getpid(), "host": socket.gethostname(), "n": len(items),
                       "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
@@ -65,8 +68,6 @@ def _verify_chunk(items: list, config, compile_workers: int) -> tuple[list, dict
 
 def _compile_spec(build_root: str, spec: dict, timeout_s: float) -> dict:
     """Runs on a Ray worker (one CPU, no GPU): build one extension into the shared build root."""
-    from verifier.build import build_blocking
-
     try:
         res = build_blocking(build_root, spec, timeout_s)
     except Exception as e:  # noqa: BLE001 - the execution task then builds (and reports) it itself
@@ -77,9 +78,6 @@ def _compile_spec(build_root: str, spec: dict, timeout_s: float) -> dict:
 def extension_specs(items: Sequence[tuple]) -> list[list[dict]]:
     """Per item, the resolved ``load_inline`` argument sets of its candidate (empty when the
     candidate stops before compilation: no code, a static-check failure, unreadable arguments)."""
-    from verifier.extract import extract_code
-    from verifier.static import scan
-
     out = []
     for _, cand in items:
         try:
@@ -105,8 +103,6 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
     ``compile_workers`` is accepted for verify_batch's signature; compile parallelism here is the
     cluster's CPUs. ``stats``, when given, receives the workers that ran chunks (host, pid), the
     chunk count, the concurrency, the cluster's resources and the distinct extensions built."""
-    import ray
-
     items = list(items)
     if not items:
         return []
@@ -115,9 +111,6 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
     backends = {cand.backend for _, cand in items}
     if "cuda" in backends and n_gpus == 0:
         raise InputError(f"ray cluster {address or 'local'}", "cuda candidates to verify but the cluster has no GPU")
-    from verifier.api import VerifyConfig
-    from verifier.build import spec_key
-
     config = config or VerifyConfig()
     remote = ray.remote(max_retries=2)(_verify_after_builds)
     compile_remote = ray.remote(num_cpus=1, num_gpus=0, max_retries=2)(_compile_spec)
@@ -173,7 +166,7 @@ def ray_verify_batch(items: Sequence[tuple], *, config=None, compile_workers: in
 
 def make_ray_verify_fn(address: str = "local", workers: int = 0, chunk: int = 1,
                        stats: dict | None = None) -> Callable:
-    """``ray_verify_batch`` bound to a cluster, for ``stage_verify(verify_fn=...)``."""
+    """``ray_verify_batch`` bound to a cluster, with ``verifier.api.verify_batch``'s signature."""
 
     def verify_fn(items, *, config=None, compile_workers=None, on_verdict=None):
         return ray_verify_batch(items, config=config, compile_workers=compile_workers, on_verdict=on_verdict,

@@ -1,0 +1,320 @@
+"""Typed settings: one dataclass per TOML section, the only place a default is written.
+
+    [run] RunSettings      [load] LoadSettings        [mine] MineSettings     [nnsmith] NnsmithSettings
+    [annotate] AnnotateSettings   [generate] GenerateSettings   [verify] verifier.api.VerifyConfig
+    [repair] RepairSettings       [curate] CurateSettings       [train] TrainSettings   [flows] FlowSettings
+
+``Settings`` holds one of each. A stage owns one section (kernelmill/stages.py names it) and may
+read [run] (the backend) and the sections of the work it calls (repair reads [generate] and
+[verify]). Adding a key is one field with its default in one dataclass; data/default.toml repeats
+the defaults for reading only (tests/test_settings.py keeps the two equal) and is not loaded.
+
+``parse_settings(layers)`` guarantees: every key of every layer names a field of its section, else
+InputError naming the key, where it came from (a file, an environment variable, ``--set``) and
+the closest known key; every value has the field's type (an int is accepted for a float), else
+InputError; the values are then checked by each dataclass's ``check()``. Not guaranteed: that a
+path named by a setting exists (the stage that reads it says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+
+from kernelmill.errors import InputError
+
+# Keys that moved when the stages got their own sections: named in the error instead of a guess.
+MOVED = {
+    "run.seed_tasks": "load.dir", "run.mine_source": "mine.source", "run.nnsmith_n": "nnsmith.n",
+    "run.nnsmith_seed": "nnsmith.seed (the teacher's bug seed is generate.bug_seed)",
+    "run.samples_per_task": "generate.samples_per_task", "run.bug_rate": "generate.bug_rate",
+    "run.max_turns": "repair.max_turns", "run.max_generate_tasks": "repair.max_tasks",
+    "run.generator": "generate.base_url (empty: the teacher)", "flows.verify_chunk": "nothing (it was never read)",
+}
+
+
+@dataclass
+class RunSettings:
+    backend: str = "auto"  # auto: cuda when a GPU is visible, else cpu
+
+    def check(self) -> None:
+        _one_of("run.backend", self.backend, ("auto", "cpu", "cuda"))
+
+
+@dataclass
+class LoadSettings:
+    dir: str = "data/seed_tasks"  # KernelBench-format programs (relative to the repository); "" skips
+    source: str = "seed"  # Task.source recorded on the loaded tasks (e.g. kernelbench)
+
+
+@dataclass
+class MineSettings:
+    # Every field but `source` and `max_files` is passed to synth.mine.mine_tasks by name, so a new
+    # mining knob is one field here and one keyword there.
+    source: str = "data/sample_repos"  # directory, git path or URL, or hf:NAME[:COLUMN]; "" skips
+    target_numel: int = 1048576
+    timeout_s: float = 10.0
+    license_allowlist: list[str] = field(default_factory=lambda: ["mit", "apache-2.0", "bsd-3-clause",
+                                                                  "bsd-2-clause", "unknown"])
+    workers: int = 2
+    max_file_bytes: int = 1048576
+    memory_limit_gb: float = 4.0
+    max_forward_s: float = 2.0
+    min_forward_s: float = 0.0
+    max_files: int = 0  # stop after this many files (0: no limit)
+
+    def check(self) -> None:
+        _at_least("mine.workers", self.workers, 1)
+
+
+@dataclass
+class NnsmithSettings:
+    n: int = 6  # graphs generated (0 skips)
+    seed: int = 0
+    max_nodes: int = 5
+    target_numel: int = 262144
+    dtypes: list[str] = field(default_factory=lambda: ["float32"])
+    include_ops: list[str] = field(default_factory=list)  # nnsmith ops to use only (core.ReLU or ReLU)
+    exclude_ops: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AnnotateSettings:
+    device_spec: str = "H100-SXM"
+    timeout_s: float = 60.0
+    memory_limit_gb: float = 16.0
+    from_dir: str = ""  # annotate the tasks table of this directory instead of the run's raw/tasks
+    chunk: int = 64  # tasks annotated (and written) per batch
+
+
+@dataclass
+class GenerateSettings:
+    samples_per_task: int = 2  # first-turn responses per task
+    bug_rate: float = 0.5  # teacher: share of first-turn samples given a planted bug
+    bug_seed: int = 0  # teacher: which samples get which bug
+    max_tasks: int = 0  # the generate stage: at most this many tasks in curriculum order (0: all)
+    base_url: str = ""  # OpenAI-compatible endpoint; empty: the teacher
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8
+    max_retries: int = 5
+    timeout_s: float = 120.0
+    temperature: float = 0.8
+    cache_dir: str = ".cache/llm"
+    max_tokens: int = 0
+    backoff_s: float = 1.0
+
+    def check(self) -> None:
+        _at_least("generate.samples_per_task", self.samples_per_task, 1)
+        if not 0.0 <= self.bug_rate <= 1.0:
+            raise InputError("generate.bug_rate", f"must be between 0 and 1, got {self.bug_rate}")
+
+
+@dataclass
+class RepairSettings:
+    max_turns: int = 3  # turns per dialogue, the first included
+    max_tasks: int = 6  # tasks that get dialogues, round-robin over sources in curriculum order (0: all)
+    task_batch: int = 4  # tasks whose candidates are verified in one batch
+
+    def check(self) -> None:
+        _at_least("repair.max_turns", self.max_turns, 1)
+
+
+@dataclass
+class CurateSettings:
+    out: str = ""  # corpus directory; "": the run directory itself
+    sft_min_speedup: float = 0.0
+    rft_max_per_task: int = 4
+    rl_keep_trivial: bool = False
+    minhash_num_perm: int = 128
+    minhash_shingle: int = 5
+    minhash_threshold: float = 0.8
+    decontaminate_dir: str = ""
+    decontam_ngram: int = 13
+    decontam_overlap: float = 0.5
+    decontam_common_share: float = 0.05
+    shard_max_mb: float = 256.0
+    row_group_mb: float = 16.0
+
+    def check(self) -> None:
+        if self.sft_min_speedup < 0:
+            raise InputError("curate.sft_min_speedup (--sft-min-speedup)", f"must be >= 0, got {self.sft_min_speedup}")
+        _at_least("curate.rft_max_per_task (--rft-k)", self.rft_max_per_task, 1)
+
+
+@dataclass
+class TrainSettings:
+    model: str = ""
+    device: str = "auto"
+    heldout_frac: float = 0.2
+    split_seed: int = 0
+    seed: int = 0
+    vocab_size: int = 2000
+    n_layer: int = 2
+    d_model: int = 64
+    n_head: int = 4
+    max_len: int = 512
+    sft_steps: int = 200
+    batch_size: int = 8
+    lr: float = 1e-3
+    warmup: int = 10
+    save_every: int = 100
+    rl_steps: int = 20
+    prompts_per_step: int = 4
+    group_size: int = 4
+    turns: int = 2
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    rl_lr: float = 1e-5
+    clip_eps: float = 0.2
+    ppo_epochs: int = 1
+    micro_batch: int = 16
+    rl_save_every: int = 10
+    prime_echo: bool = True
+    prime_echo_lambda: float = 0.5
+    r_pass: float = 1.0
+    retry: bool = True
+    retry_cap: int = 64
+    retry_ratio: float = 0.25
+    retry_per_group: int = 1
+    mirrorpop: bool = True
+    mirrorpop_threshold: float = 0.1
+    eval_n: int = 1
+    eval_k: list[int] = field(default_factory=lambda: [1])
+    eval_max_tasks: int = 0
+
+
+@dataclass
+class FlowSettings:
+    task_retries: int = 1
+    retry_delay_s: float = 10.0
+    stage_timeout_s: float = 43200.0
+    verify_flush_rows: int = 16  # verdicts written per batch: a killed run loses at most this many
+    gpu_concurrency: int = 1
+    work_pool: str = "kernelmill-process"
+    ray_address: str = ""  # verify on Ray: "" off, "local", "auto" or "ray://host:10001"
+    ray_workers: int = 0
+
+
+def _verify_config_type() -> type:
+    # verifier.api imports torch (about 2 s); the CLI's --help and the settings of stages that never
+    # verify do not pay for it.
+    from verifier.api import VerifyConfig
+
+    return VerifyConfig
+
+
+@dataclass
+class Settings:
+    run: RunSettings = field(default_factory=RunSettings)
+    load: LoadSettings = field(default_factory=LoadSettings)
+    mine: MineSettings = field(default_factory=MineSettings)
+    nnsmith: NnsmithSettings = field(default_factory=NnsmithSettings)
+    annotate: AnnotateSettings = field(default_factory=AnnotateSettings)
+    generate: GenerateSettings = field(default_factory=GenerateSettings)
+    verify: typing.Any = field(default_factory=lambda: _verify_config_type()())  # verifier.api.VerifyConfig
+    repair: RepairSettings = field(default_factory=RepairSettings)
+    curate: CurateSettings = field(default_factory=CurateSettings)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    flows: FlowSettings = field(default_factory=FlowSettings)
+
+    def to_dict(self) -> dict:
+        return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+SECTIONS = tuple(f.name for f in dataclasses.fields(Settings))
+
+
+def section_type(section: str) -> type:
+    """The dataclass of a section (VerifyConfig for [verify])."""
+    if section == "verify":
+        return _verify_config_type()
+    return typing.get_type_hints(Settings)[section]
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+Layer = tuple[str, dict]  # (where the values came from, {section: {key: value}})
+
+
+def _at_least(key: str, value: int, low: int) -> None:
+    if value < low:
+        raise InputError(key, f"must be at least {low}, got {value}")
+
+
+def _one_of(key: str, value: str, choices: tuple) -> None:
+    if value not in choices:
+        raise InputError(key, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _typed(value, tp, where: str):
+    """``value`` as the field type ``tp``; InputError naming ``where`` when it is not one."""
+    origin = typing.get_origin(tp)
+    if origin is list:
+        if not isinstance(value, list):
+            raise InputError(where, f"expected a list, got {value!r}")
+        (item,) = typing.get_args(tp) or (typing.Any,)
+        return [_typed(v, item, where) for v in value]
+    if tp is typing.Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # `--set mine.source=123` parses as a number
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        raise InputError(where, f"expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def _field_types(cls: type) -> dict[str, type]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _unknown(what: str, name: str, known, origin: str) -> InputError:
+    moved = MOVED.get(name)
+    if moved:
+        return InputError(f"{origin}: {what} {name}", f"is no longer a setting; it moved to {moved}")
+    close = difflib.get_close_matches(name.rpartition(".")[2], list(known), n=1)
+    hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(known))}"
+    return InputError(f"{origin}: {what} {name}", "unknown" + hint)
+
+
+def parse_settings(layers: list[Layer]) -> Settings:
+    """Settings from the dataclass defaults with each layer applied in order (later wins)."""
+    values: dict[str, dict] = {s: {} for s in SECTIONS}
+    for origin, layer in layers:
+        for section, keys in layer.items():
+            if section not in SECTIONS:
+                raise _unknown("section", section, SECTIONS, origin)
+            if not isinstance(keys, dict):
+                raise InputError(f"{origin}: [{section}]", "must be a table of keys")
+            types = _field_types(section_type(section))
+            for key, value in keys.items():
+                if key not in types:
+                    raise _unknown("key", f"{section}.{key}", types, origin)
+                values[section][key] = _typed(value, types[key], f"{origin}: {section}.{key}")
+    built = {}
+    for section, kw in values.items():
+        cls = section_type(section)
+        obj = cls.from_dict(kw) if section == "verify" else cls(**kw)  # VerifyConfig checks itself
+        if hasattr(obj, "check"):
+            obj.check()
+        built[section] = obj
+    return Settings(**built)
+
+
+def with_overrides(settings: Settings, overrides: dict | None, origin: str = "--set") -> Settings:
+    """A copy of ``settings`` with ``{"section.key": value}`` applied (same checks as parsing)."""
+    if not overrides:
+        return settings
+    layer: dict[str, dict] = {}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        if not key:
+            raise InputError(f"{origin} {dotted}", "expected SECTION.KEY")
+        layer.setdefault(section, {})[key] = value
+    return parse_settings([("current settings", settings.to_dict()), (origin, layer)])
