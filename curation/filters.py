@@ -140,7 +140,7 @@ def first_turn_outcomes(candidates: Iterable[Candidate], verdicts: dict[str, Ver
         if c.parent_id:
             continue
         v = verdicts.get(c.candidate_id)
-        if v is not None:
+        if v is not None and v.status != "verifier_error":  # not a sample of the candidate: not in a pass rate
             out[(c.task_id, c.backend)].append(bool(v.correct and not v.cheats))
     return out
 

@@ -26,9 +26,33 @@ RUNTIME_CASES = {
     "c01_aten_in_cpp": ("relu", C("return ext.relu_aten(x)"), "cheat", cheats.C01),
     "c01_honest_views": ("relu", C("out = torch.empty_like(x).view(-1)\next.relu_into(x.contiguous().view(-1), out)\n"
                                    "return out.view(x.shape)"), "pass", None),
-    "c02_dynamic_torch": ("relu", C("f = getattr(torch, 're' + 'lu')\nreturn f(x)\next.relu(x)"), "cheat", cheats.C02),
-    "c03_branch_on_shape": ("relu", C("if x.shape[0] != 64:\n    return getattr(torch, 're' + 'lu')(x)\n"
-                                      "return ext.relu(x)"), "cheat", cheats.C03),
+    "c02_dynamic_torch": ("relu", C("f = operator.attrgetter('re' + 'lu')(torch)\nreturn f(x)\next.relu(x)",
+                                    imports="import operator"), "cheat", cheats.C02),
+    "c03_branch_on_shape": ("relu", C("if x.shape[0] != 64:\n    return operator.attrgetter('relu')(torch)(x)\n"
+                                      "return ext.relu(x)", imports="import operator"), "cheat", cheats.C03),
+    # row 1 with the dispatch monitor switched off from inside forward (names built so the static scan
+    # cannot read them): the profiler, a second monitor the dispatch-mode switch does not reach, sees relu
+    "c01_monitor_switched_off": ("relu", C("off = operator.attrgetter('_' + 'C._DisableTorch' + 'Dispatch')(torch)\n"
+                                           "with off():\n    y = operator.attrgetter('re' + 'lu')(torch)(x)\n"
+                                           "ext.touch(x)\nreturn y", imports="import operator"), "cheat", cheats.C01),
+    "c01_honest_context_manager": ("relu", C("with torch.no_grad():\n    y = ext.relu(x.contiguous())\nreturn y"),
+                                   "pass", None),
+    # row 11: torch's behaviour changed at import (a flag with a getter): stopped at once, never timed
+    "c11_changes_torch_flags": ("relu", C("return ext.relu(x)", imports="import operator\n"
+                                          "operator.attrgetter('set_float32_' + 'matmul_precision')(torch)('medium')"), "cheat", cheats.C11),
+    "c11_honest_reads_flags": ("relu", C("enabled = torch.backends.cudnn.enabled\nreturn ext.relu(x)"), "pass", None),
+    # row 11: synchronisation replaced by a function that never returns: a cheat verdict, not a timeout
+    "c11_patched_synchronize": ("relu", C("torch.cuda.synchronize()\nreturn ext.relu(x)",
+                                          module="def _stall(*a, **k):\n    while True:\n        pass\n"
+                                                 "type(torch.cuda).__setattr__(torch.cuda, 'synch' + 'ronize', _stall)"),
+                                "cheat", cheats.C11),
+    "c11_honest_synchronizes": ("relu", C("y = ext.relu(x)\ntorch.cuda.synchronize() if torch.cuda.is_available() "
+                                          "else None\nreturn y"), "pass", None),
+    # a KernelBench-style program: .cuda() inputs, a constructor argument, a plain-number input (cpu backend)
+    "kb_style_device_inputs": ("kb_relu", C("return ext.relu(x.contiguous())", args="x, scale").replace(
+        "def __init__(self):", "def __init__(self, features):"), "pass", None),
+    # the verifier's own failure (the task's get_inputs breaks in the verifier): never the candidate's verdict
+    "verifier_error_task_inputs": ("broken_inputs", fx.HONEST_RELU, "verifier_error", None),
     "c05_zeros": ("relu", C("out = torch.zeros_like(x)\next.touch(x)\nreturn out"), "cheat", cheats.C05),
     "c05_honest_zeros_then_write": ("relu", C("out = torch.zeros_like(x)\next.relu_into(x, out)\nreturn out"),
                                     "pass", None),
@@ -62,7 +86,30 @@ RUNTIME_CASES = {
     "compile_error": ("relu", fx.BROKEN_CPP, "compile_error", None),
     "no_code": ("relu", "I am not sure how to write this kernel.", "extract_error", None),
 }
-TASKS = {"relu": Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1),
+KB_RELU_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.features = features
+
+    def forward(self, x, scale: float):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(48, 256).cuda(), 2.0]
+
+
+def get_init_inputs():
+    return [256]
+'''
+BROKEN_INPUTS_TASK = fx.RELU_TASK.replace("def get_inputs():", "def get_inputs():\n    raise OSError('dataset gone')")
+TASKS = {"kb_relu": Task.from_code(KB_RELU_TASK, name="kb_relu", source="seed", level=1),
+         "broken_inputs": Task.from_code(BROKEN_INPUTS_TASK, name="broken_inputs", source="seed", level=1),
+         "relu": Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1),
          "matmul": Task.from_code(fx.MATMUL_TASK, name="matmul", source="seed", level=1)}
 
 
@@ -98,10 +145,28 @@ def test_case_verdict(batch, name):
     if code:
         assert code in v.cheats, (name, v.cheats, v.feedback)
         assert v.reward == -1.0 and not v.correct
+    if status == "verifier_error":
+        assert v.cheats == [] and not v.correct and "dataset gone" in v.feedback
     if status == "pass":
         assert v.cheats == [] and v.correct and v.stage_reached == "timing"
         assert v.trials >= 5 and v.runtime_us > 0 and v.eager_us > 0 and v.speedup_eager > 0
         assert v.max_abs_err is not None and v.max_abs_err <= 1e-4
+
+
+def test_verifier_errors_are_counted_apart(batch):
+    from verifier.metrics import summarize_verdicts
+
+    vs = list(batch["verdicts"].values())
+    m = summarize_verdicts(vs)
+    assert m["verifier_errors"] == 1 and m["samples"] == len(vs) - 1
+    assert "verifier_error" not in m["status_counts"]
+
+
+def test_reference_timed_once_per_task_in_its_own_process(batch):
+    """Every passing candidate of a task reports the same eager time: the reference was timed once, in a
+    process where no candidate ran (a candidate that changes torch cannot slow it down)."""
+    eager = {v.eager_us for n, v in batch["verdicts"].items() if v.status == "pass" and RUNTIME_CASES[n][0] == "relu"}
+    assert len(eager) == 1 and next(iter(eager)) > 0
 
 
 def test_batch_order_and_callbacks(batch):

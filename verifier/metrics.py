@@ -37,11 +37,16 @@ def _fast(v: Verdict, p: float, against: str) -> bool:
 def summarize_verdicts(verdicts: Iterable[Verdict], k: int = 8) -> dict:
     """pass@1, pass@k, avg@k and fast_p over verdicts, grouped by task_id (see the module docstring)."""
     by_task: dict[str, list[Verdict]] = defaultdict(list)
+    verifier_errors = 0
     for v in verdicts:
+        if v.status == "verifier_error":  # the verifier's failure says nothing about the candidate
+            verifier_errors += 1
+            continue
         by_task[v.task_id].append(v)
     if not by_task:
-        return {"tasks": 0, "samples": 0}
-    out: dict = {"tasks": len(by_task), "samples": sum(len(vs) for vs in by_task.values())}
+        return {"tasks": 0, "samples": 0, "verifier_errors": verifier_errors}
+    out: dict = {"tasks": len(by_task), "samples": sum(len(vs) for vs in by_task.values()),
+                 "verifier_errors": verifier_errors}
     p1, pk, avgk = [], [], []
     for vs in by_task.values():
         n, c = len(vs), sum(v.correct for v in vs)

@@ -262,6 +262,10 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
         for node in ast.walk(top):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
                 add(cheats.C01, node, "uses `@` (a PyTorch matmul)")
+            elif isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                add(cheats.C11, node, f"touches `{_dotted(node) or '__dict__'}` (namespaces are not the candidate's)")
+            elif isinstance(node, ast.Attribute) and _private_torch(canonical(_dotted(node))):
+                add(cheats.C11, node, f"touches torch internals `{_dotted(node)}`")
             elif isinstance(node, ast.Attribute):
                 name = _dotted(node)
                 for key, code_ in ATTR_CODES.items():
@@ -273,6 +277,10 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                 full = canonical(raw) if raw else ""
                 if _is_load_inline(node):
                     continue
+                if raw in ("getattr", "hasattr", "delattr") and len(node.args) >= 2 and not (
+                        isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                        and not node.args[1].value.startswith("_")):
+                    add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
                 if full in CALL_CODES or raw in CALL_CODES:
                     add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
                     if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
@@ -331,6 +339,13 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
             unique.append(f)
     report.findings = unique
     return report
+
+
+def _private_torch(full: str) -> bool:
+    """torch.X._y...: private torch internals (the dispatcher's switches, the profiler's state, C bindings)."""
+    parts = full.split(".")
+    return parts[0] == "torch" and any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
+                                       for p in parts[1:])
 
 
 def _is_torch_compute(full: str) -> bool:
