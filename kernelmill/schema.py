@@ -62,13 +62,6 @@ def task_id_for(reference_code: str) -> str:
 
 # ---------------------------------------------------------------------------- records
 
-SOURCES = ("github", "nnsmith", "kernelbench", "teacher", "seed")
-BACKENDS = ("cuda", "cpu", "musa")
-
-# The verifier's stages, in order. A verdict's stage_reached is the last stage it got through
-# ("none" when extraction failed). Reward is monotone in this order (verifier/reward.py).
-STAGES = ("none", "extract", "static", "compile", "correctness", "runtime", "timing")
-
 
 @dataclass
 class TensorSpec:
@@ -98,7 +91,7 @@ class OpCount:
 class Task:
     task_id: str
     name: str
-    source: str
+    source: str  # github, nnsmith, kernelbench, teacher, seed
     level: int
     reference_code: str
     origin: Origin = field(default_factory=Origin)
@@ -125,7 +118,7 @@ class Task:
 class Candidate:
     candidate_id: str
     task_id: str
-    backend: str
+    backend: str  # cuda, cpu (musa planned)
     generator: str
     code: str
     turn: int = 0
@@ -148,7 +141,9 @@ class Verdict:
     candidate_id: str
     task_id: str = ""
     backend: str = ""
-    stage_reached: str = "none"  # one of STAGES
+    # the last verifier stage it got through, in order: none (extraction failed), extract, static, compile,
+    # correctness, runtime, timing; the reward is monotone in this order (verifier/reward.py)
+    stage_reached: str = "none"
     # short outcome code: the candidate's (pass, extract_error, illegal, compile_error, wrong, crash, timeout,
     # cheat) or the verifier's own (verifier_error: never rewarded, never in a corpus or a pass rate)
     status: str = ""
