@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 
 
 # ============================================================================ value specs
@@ -157,9 +158,34 @@ def _annotation_type(param, ns: dict):
     return a
 
 
+# Constructor parameters that are other modules. An instance (``PreNorm(dim, fn)``, ``Residual(fn)``) is
+# a GELU: it keeps the shape and is not the identity, so the task still computes something of its own.
+# A factory (``norm_layer=nn.LayerNorm``, ``act_layer``, ``block``) is called with whatever the module
+# passes: nn.Identity accepts any arguments, LayerNorm and GELU take the usual ones of their kind.
+_MODULE_RE = (r"^(fn|func|function|net|module|sublayer|submodule|inner|body|wrapped|layer|model|backbone)$"
+              r"|_(fn|net|module)$")
+_FACTORY_RE = r"_layer$|_cls$|_class$|^block$|_block$|^block_type$|_factory$|_fn_cls$"
+MODULE_INSTANCE, MODULE_FACTORY = 3, 4
+
+
+def _named_like(pattern: str, low_name: str) -> bool:
+    return bool(re.search(pattern, low_name)) and not re.match(r"(n|num|max|min|dim|d)_", low_name)
+
+
+def module_value(low_name: str, factory: bool):
+    """(value, spec) of a module argument named ``low_name``: an instance, or a class when ``factory``."""
+    import torch.nn as nn
+
+    if factory:
+        src = "LayerNorm" if "norm" in low_name else "GELU" if re.search(r"act|nonlin", low_name) else "Identity"
+        return getattr(nn, src), {"k": "expr", "src": f"torch.nn.{src}"}
+    return nn.GELU(), {"k": "expr", "src": "torch.nn.GELU()"}
+
+
 def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overrides: dict | None = None):
     """(value, spec) for one required constructor parameter. ``variant`` 1 asks for a list, 2 for a
-    recording config object (``overrides``: attribute values learnt from earlier errors)."""
+    recording config object (``overrides``: attribute values learnt from earlier errors), 3 for a module
+    instance, 4 for a module class (see ``module_value``)."""
     import inspect
     import typing
 
@@ -175,9 +201,11 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overri
         origin = typing.get_origin(ann)
     if isinstance(ann, type) and ann.__module__ == ns.get("__name__") and depth < 3 and not issubclass(ann, nn.Module):
         return _build_class(ann, ns, base, depth + 1)
-    if isinstance(ann, type) and issubclass(ann, nn.Module) or re.search(r"_layer$|_cls$|_class$|^block$", low):
-        src = "nn.LayerNorm" if "norm" in low else "nn.ReLU"
-        return eval(src, {"nn": nn}), {"k": "expr", "src": "torch." + src}
+    if variant == MODULE_INSTANCE or (variant == 0 and (
+            isinstance(ann, type) and issubclass(ann, nn.Module) or _named_like(_MODULE_RE, low))):
+        return module_value(low, factory=False)
+    if variant == MODULE_FACTORY or (variant == 0 and _named_like(_FACTORY_RE, low)):
+        return module_value(low, factory=True)
     if variant == 2:
         rc = RecordingConfig(base, overrides)
         return rc, {"k": "recording", "obj": rc}
@@ -240,8 +268,11 @@ def finalize_spec(spec: dict) -> dict:
 
 
 class DeductionFailed(Exception):
-    def __init__(self, stage: str, reason: str, error: str = ""):
-        self.stage, self.reason, self.error = stage, reason, error
+    """A failed deduction: its stage, reason and error; ``line`` is the mined program's source line
+    where the last attempt failed (used to tell which constructor argument was called)."""
+
+    def __init__(self, stage: str, reason: str, error: str = "", line: str = ""):
+        self.stage, self.reason, self.error, self.line = stage, reason, error, line
         super().__init__(f"{stage}/{reason}: {error}")
 
 
@@ -251,11 +282,34 @@ def is_memory_error(e: BaseException) -> bool:
 
 _ITERABLE_ERR = re.compile(r"'int' object is not (iterable|subscriptable)|object of type 'int' has no len")
 _NOT_A_CONFIG_ERR = re.compile(r"'(int|float|str|bool|NoneType|type)' object has no attribute")
+NOT_CALLABLE_ERR = re.compile(r"'(int|float|str|bool|list|tuple)' object is not callable")
+PROGRAM_FILE = "program.py"  # the file name the sandbox loads a mined program from
 
 
-def _fix_constructor(e: Exception, req, pairs, variants: list[int], overrides: list[dict]) -> bool:
+def failing_line(e: BaseException) -> str:
+    """The source line of the mined program (not torch's) where ``e`` was raised; "" when none."""
+    import traceback
+
+    lines = [f.line or "" for f in traceback.extract_tb(e.__traceback__) if f.filename.endswith(PROGRAM_FILE)]
+    return lines[-1] if lines else ""
+
+
+def params_named_in(line: str, names: list[str]) -> list[str]:
+    """The parameter names a failing line calls: ``self.fn(x)`` names ``fn``, ``block(dim)`` names
+    ``block``; then any other parameter name the line mentions."""
+    called = re.findall(r"(?:self\.)?(\w+)\s*\(", line)
+    first = [n for n in called if n in names]
+    return first or [n for n in names if re.search(rf"\b{re.escape(n)}\b", line)]
+
+
+def _fix_constructor(e: Exception, params, pairs, variants: list[int], overrides: list[dict]) -> bool:
     """Change one constructor guess from an error; False when the error gives no hint."""
     msg = str(e)
+    if NOT_CALLABLE_ERR.search(msg):  # a plain value where the module calls a class: block(dim)
+        names = [p.name for i, p in enumerate(params) if variants[i] not in (MODULE_INSTANCE, MODULE_FACTORY)]
+        for name in params_named_in(failing_line(e), names):
+            variants[[p.name for p in params].index(name)] = MODULE_FACTORY
+            return True
     if _ITERABLE_ERR.search(msg):
         for i, (v, _) in enumerate(pairs):  # a config attribute read just before it was indexed
             if isinstance(v, RecordingConfig) and v._last and not isinstance(overrides[i].get(v._last), list):
@@ -263,8 +317,8 @@ def _fix_constructor(e: Exception, req, pairs, variants: list[int], overrides: l
                 if isinstance(got, int) and not isinstance(got, bool):
                     overrides[i][v._last] = [got, got]
                     return True
-        ints = [i for i, p in enumerate(req) if variants[i] == 0 and i < len(pairs) and isinstance(pairs[i][0], int)]
-        plural = [i for i in ints if req[i].name.endswith("s")] or ints
+        ints = [i for i, p in enumerate(params) if variants[i] == 0 and i < len(pairs) and isinstance(pairs[i][0], int)]
+        plural = [i for i in ints if params[i].name.endswith("s")] or ints
         if plural:
             variants[plural[0]] = 1
             return True
@@ -274,8 +328,8 @@ def _fix_constructor(e: Exception, req, pairs, variants: list[int], overrides: l
                     and not isinstance(v._guessed.get(v._last), RecordingConfig):
                 overrides[i][v._last] = _NESTED
                 return True
-        order = sorted(range(len(req)), key=lambda i: not re.search(r"conf|cfg|args|opt|param|setting",
-                                                                     req[i].name + str(req[i].annotation), re.I))
+        order = sorted(range(len(params)), key=lambda i: not re.search(r"conf|cfg|args|opt|param|setting",
+                                                                        params[i].name + str(params[i].annotation), re.I))
         for i in order:
             if variants[i] != 2:
                 variants[i] = 2
@@ -283,35 +337,120 @@ def _fix_constructor(e: Exception, req, pairs, variants: list[int], overrides: l
     return False
 
 
-def construct(Model, ns: dict, bases: list[int], deadline: float):
-    """Yield (model, init specs, base) for each constructor attempt that succeeds."""
+_MISSING_ARGS_ERR = re.compile(r"missing \d+ required (?:keyword-only |positional )?arguments?: (.*)")
+
+
+def _add_missing_kwargs(msg: str, params: list, variants: list[int], overrides: list[dict]) -> bool:
+    """A constructor that passes ``**kwargs`` on to another one that needs ``depth``: add ``depth`` as a
+    keyword argument of its own (the names come from the inner call's TypeError)."""
+    import inspect
+
+    m = _MISSING_ARGS_ERR.search(msg)
+    known = {p.name for p in params}
+    names = [n for n in re.findall(r"'(\w+)'", m.group(1)) if n not in known] if m else []
+    for n in names:
+        params.append(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY))
+        variants.append(0)
+        overrides.append({})
+    return bool(names)
+
+
+@dataclass
+class InitArg:
+    """One constructor argument: passed by keyword when ``keyword`` (a keyword-only parameter)."""
+    name: str
+    keyword: bool
+    value: object
+    spec: dict
+
+
+MAX_SITE_PARAMS = 25_000_000  # a call site that builds a bigger model (ResNet-152, ViT-L) is not a task
+
+
+def _from_site(Model, sig, ns: dict, site: dict, base: int):
+    """(model, init args) built the way one call site of the repository builds it, arguments it leaves
+    to local variables guessed; None when the call does not fit the signature or the model is huge."""
+    params = [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(site["args"]) > len(positional):
+        return None
+    given = {p.name: src for p, src in zip(positional, site["args"])}
+    for k, src in site["kwargs"].items():
+        if k not in sig.parameters or k in given or sig.parameters[k].kind == sig.parameters[k].POSITIONAL_ONLY:
+            return None
+        given[k] = src
+    args, skipped = [], False
+    for p in params:
+        src = given.get(p.name)
+        if src is not None:
+            value, spec = eval(src, ns), {"k": "expr", "src": src}  # noqa: S307 - inside the sandbox
+        elif p.name in given or p.default is p.empty:
+            value, spec = _param_spec(p, ns, base, 0)
+        else:
+            skipped = skipped or p.kind != p.KEYWORD_ONLY  # later positional ones go by keyword
+            continue
+        keyword = p.kind == p.KEYWORD_ONLY or skipped
+        if keyword and p.kind == p.POSITIONAL_ONLY:
+            return None
+        args.append(InitArg(p.name, keyword, value, spec))
+    model = Model(*[a.value for a in args if not a.keyword], **{a.name: a.value for a in args if a.keyword})
+    if sum(t.numel() for t in model.parameters()) > MAX_SITE_PARAMS:
+        return None
+    return model, args
+
+
+def construct(Model, ns: dict, bases: list[int], deadline: float, forced: dict[str, int] | None = None,
+              sites: list[dict] = ()):
+    """Yield (model, init args, base) for each constructor attempt that succeeds.
+
+    First the repository's own calls of the class (``sites``, see synth/mine_callsites.py), then
+    guesses: required positional and keyword-only parameters are guessed alike; keyword-only ones are
+    passed by keyword (the task file then wraps the constructor, see synth/mine.py). ``forced`` maps
+    parameter names to a variant (see ``_param_spec``) learnt from a failed forward call."""
     import inspect
 
     sig = inspect.signature(Model)
     req, kwonly = required_params(sig)
-    if kwonly:
-        raise DeductionFailed("init", "keyword_only_args", ", ".join(p.name for p in kwonly))
+    params = req + kwonly
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+    forced = forced or {}
     last, built = "", False
+    for site in sites if not forced else ():
+        if time.monotonic() > deadline:
+            break
+        try:
+            made = _from_site(Model, sig, ns, site, bases[0])
+        except Exception as e:  # noqa: BLE001 - mined code raises anything
+            if is_memory_error(e):
+                raise DeductionFailed("init", "memory", str(e)[:300])
+            last = f"{type(e).__name__}: {str(e)[:300]}"
+            continue
+        if made is not None:
+            built = True
+            yield made[0], made[1], bases[0]
     for base in bases:
-        variants = [0] * len(req)
-        overrides: list[dict] = [{} for _ in req]
-        for _ in range(2 * len(req) + 12):
+        variants = [forced.get(p.name, 0) for p in params]
+        overrides: list[dict] = [{} for _ in params]
+        for _ in range(2 * len(params) + 12):
             if time.monotonic() > deadline:
                 raise DeductionFailed("init", "init_failed", "out of time: " + last)
             pairs = []
             try:
-                for i, p in enumerate(req):
+                for i, p in enumerate(params):
                     pairs.append(_param_spec(p, ns, base, variants[i], overrides=overrides[i]))
-                model = Model(*[v for v, _ in pairs])
+                model = Model(*[v for (v, _), p in zip(pairs, params) if p.kind != p.KEYWORD_ONLY],
+                              **{p.name: v for (v, _), p in zip(pairs, params) if p.kind == p.KEYWORD_ONLY})
             except Exception as e:  # noqa: BLE001 - mined code raises anything
                 if is_memory_error(e):
                     raise DeductionFailed("init", "memory", str(e)[:300])
                 last = f"{type(e).__name__}: {str(e)[:300]}"
-                if _fix_constructor(e, req, pairs, variants, overrides):
+                if takes_kwargs and _add_missing_kwargs(str(e), params, variants, overrides):
+                    continue
+                if _fix_constructor(e, params, pairs, variants, overrides):
                     continue
                 break
             built = True
-            yield model, pairs, base
+            yield model, [InitArg(p.name, p.kind == p.KEYWORD_ONLY, v, spec) for (v, spec), p in zip(pairs, params)], base
             break
     if not built:
         raise DeductionFailed("init", "init_failed", last or "no constructor attempt succeeded")

@@ -36,8 +36,8 @@ import tempfile
 import threading
 import time
 
-from synth.init_args import (DeductionFailed, construct, finalize_spec, is_memory_error, render_spec,
-                             spec_needs_types)
+from synth.init_args import (MODULE_INSTANCE, NOT_CALLABLE_ERR, PROGRAM_FILE, DeductionFailed, construct,
+                             finalize_spec, is_memory_error, params_named_in, render_spec, spec_needs_types)
 from synth.input_synthesis import IOWatch, apply_filters, deduce_inputs, output_specs, scale_inputs
 
 
@@ -143,42 +143,76 @@ def job_deduce(job: dict) -> dict:
     """The child's work for a ``deduce`` job (see module docstring)."""
     import torch
 
-    deadline = time.monotonic() + float(job["budget_s"])
+    t0 = time.monotonic()
+    deadline = t0 + float(job["budget_s"])
     watch = IOWatch()
     try:
-        ns = _load_program(job["program"], "program.py")
+        ns = _load_program(job["program"], PROGRAM_FILE)
     except Exception as e:  # noqa: BLE001
         return {"status": "fail", "stage": "load", "reason": "memory" if is_memory_error(e) else "load_failed",
                 "error": f"{type(e).__name__}: {str(e)[:300]}"}
     Model = ns["Model"]
+    phase = {"load": time.monotonic() - t0}  # seconds per phase, for the benchmark's time budget
     last: DeductionFailed | None = None
+    forced: dict[str, int] = {}
     try:
-        for model, pairs, base in construct(Model, ns, [32, 64, 16, 8], deadline):
-            model.eval()
-            ints = [v for v, _ in pairs if isinstance(v, int) and not isinstance(v, bool) and v > 1]
-            try:
-                names, guesses, out = deduce_inputs(model, base, ints, deadline)
-            except DeductionFailed as e:
-                if e.reason == "memory":
-                    raise
-                last = e
-                continue
-            guesses, out = scale_inputs(model, guesses, out, int(job["target_numel"]), deadline, float(job["max_forward_s"]))
-            failed, detail, seconds = apply_filters(model, guesses, out, watch, float(job["max_forward_s"]),
-                                                    float(job.get("min_forward_s", 0.0)))
-            specs = [finalize_spec(s) for _, s in pairs]
-            result = {"init_args": [render_spec(s) for s in specs], "needs_types": any(spec_needs_types(s) for s in specs),
-                      "inputs": [g.as_dict(n) for n, g in zip(names, guesses)], "outputs": output_specs(out),
-                      "forward_s": seconds, "torch_threads": torch.get_num_threads()}
-            if failed:
-                return {"status": "fail", "stage": "filter", "reason": failed, "error": detail, **result}
-            return {"status": "ok", **result}
+        for _ in range(3):  # a forward that calls a constructor argument restarts with it as a module
+            retry = False
+            for model, args, base in construct(Model, ns, [32, 64, 16, 8], deadline, forced, job.get("init_sites", [])):
+                model.eval()
+                ints = [a.value for a in args if isinstance(a.value, int) and not isinstance(a.value, bool) and a.value > 1]
+                try:
+                    names, guesses, out = deduce_inputs(model, base, ints, deadline)
+                except DeductionFailed as e:
+                    if e.reason == "memory":
+                        raise
+                    last = e
+                    called = module_args_called(e, args, forced)
+                    if called:
+                        forced.update(called)
+                        retry = True
+                        break
+                    continue
+                phase["deduce"] = time.monotonic() - t0
+                guesses, out = scale_inputs(model, guesses, out, int(job["target_numel"]), deadline,
+                                            float(job["max_forward_s"]), job.get("scale_forward_s"))
+                phase["scale"] = time.monotonic() - t0 - phase["deduce"]
+                failed, detail, seconds = apply_filters(model, guesses, out, watch, float(job["max_forward_s"]),
+                                                        float(job.get("min_forward_s", 0.0)))
+                phase["filters"] = time.monotonic() - t0 - phase["deduce"] - phase["scale"]
+                specs = [finalize_spec(a.spec) for a in args]
+                result = {"init_args": [render_spec(s) for s in specs],
+                          "init_params": [{"name": a.name, "keyword": a.keyword} for a in args],
+                          "needs_types": any(spec_needs_types(s) for s in specs),
+                          "inputs": [g.as_dict(n) for n, g in zip(names, guesses)], "outputs": output_specs(out),
+                          "forward_s": seconds, "torch_threads": torch.get_num_threads(),
+                          "phase_s": {k: round(v, 3) for k, v in phase.items()}}
+                if failed:
+                    return {"status": "fail", "stage": "filter", "reason": failed, "error": detail, **result}
+                return {"status": "ok", **result}
+            if not retry:
+                break
     except DeductionFailed as e:
         last = e
     except Exception as e:  # noqa: BLE001
         last = DeductionFailed("forward", "memory" if is_memory_error(e) else "crash", f"{type(e).__name__}: {str(e)[:300]}")
     last = last or DeductionFailed("init", "init_failed", "")
     return {"status": "fail", "stage": last.stage, "reason": last.reason, "error": last.error}
+
+
+def module_args_called(e: DeductionFailed, args: list, forced: dict[str, int]) -> dict[str, int]:
+    """Constructor arguments the failed forward called as modules (``self.fn(x)`` on an int): they are
+    guessed as module instances on the next attempt. Empty when the error is something else."""
+    if not NOT_CALLABLE_ERR.search(e.error):
+        return {}
+    names = [a.name for a in args if a.name not in forced and not isinstance(a.value, nn_module_type())]
+    return {n: MODULE_INSTANCE for n in params_named_in(e.line, names)[:1]}
+
+
+def nn_module_type():
+    import torch.nn as nn
+
+    return nn.Module
 
 
 def job_run_file(job: dict) -> dict:

@@ -28,25 +28,61 @@ FILTERS = ("float_output", "no_io_or_randomness", "deterministic", "input_depend
 
 
 class InputGuess:
-    def __init__(self, kind: str, shape: list[int], hi: int = 2):
-        self.kind, self.shape, self.hi = kind, list(shape), hi
+    """One forward input: a float tensor, integer ids in [0, hi), or a boolean mask (mostly True).
+    ``name`` is the forward parameter it feeds; ``keyword`` says it is passed by keyword (a keyword-only
+    parameter of forward)."""
+
+    def __init__(self, kind: str, shape: list[int], hi: int = 2, name: str = "x", keyword: bool = False):
+        self.kind, self.shape, self.hi, self.name, self.keyword = kind, list(shape), hi, name, keyword
 
     def key(self):
         return (self.kind, tuple(self.shape), self.hi)
 
-    def copy(self) -> "InputGuess":
-        return InputGuess(self.kind, self.shape, self.hi)
+    def copy(self, **change) -> "InputGuess":
+        g = InputGuess(self.kind, self.shape, self.hi, self.name, self.keyword)
+        for k, v in change.items():
+            setattr(g, k, list(v) if k == "shape" else v)
+        return g
 
     def make(self, gen):
         import torch
 
         if self.kind == "int":
             return torch.randint(0, max(self.hi, 1), self.shape, generator=gen)
+        if self.kind == "bool":
+            return torch.rand(self.shape, generator=gen) < MASK_KEEP
         return torch.randn(self.shape, generator=gen)
 
-    def as_dict(self, name: str) -> dict:
-        return {"name": name, "kind": self.kind, "shape": self.shape, "hi": self.hi,
-                "dtype": "int64" if self.kind == "int" else "float32"}
+    def as_dict(self, name: str | None = None) -> dict:
+        dtype = {"int": "int64", "bool": "bool"}.get(self.kind, "float32")
+        return {"name": name or self.name, "kind": self.kind, "shape": self.shape, "hi": self.hi, "dtype": dtype,
+                "keyword": self.keyword}
+
+
+MASK_KEEP = 0.9  # share of True in a synthesised mask: a row masked out entirely would be all -inf
+_MASK_RE = r"mask"
+_TIME_RE = r"^(t|time|times|timestep|timesteps|noise_level|noise_levels|sigma|sigmas|log_snr|step)$"
+_IDS_RE = r"(^|_)(ids|tokens|token_ids|labels|targets|indices)$"
+
+
+def guess_for_param(name: str, first: InputGuess, model) -> InputGuess:
+    """The guess for a forward parameter after the first, from its name: a mask over the first input's
+    leading dimensions, a per-sample time step, token ids, else a tensor like the first input."""
+    import re
+
+    low = name.lower()
+    lead = first.shape[:2]
+    if re.search(_MASK_RE, low):
+        return InputGuess("bool", lead, name=name)
+    if re.search(_TIME_RE, low):
+        return InputGuess("float", first.shape[:1], name=name)
+    if re.search(_IDS_RE, low):
+        return InputGuess("int", lead, _num_embeddings(model), name=name)
+    return first.copy(name=name)
+
+
+def _num_embeddings(model) -> int:
+    return min([e.num_embeddings for e in model.modules() if hasattr(e, "num_embeddings")] or [2])
 
 
 def first_layer_hint(model, base: int) -> InputGuess:
@@ -79,6 +115,10 @@ def first_layer_hint(model, base: int) -> InputGuess:
     for p in list(model.parameters()) + list(model.buffers()):
         if p.dim() == 1 and p.numel() > 1:
             return InputGuess("float", [2, 16, p.shape[0]])
+        big = [d for d, n in enumerate(p.shape) if n > 1]
+        if p.dim() >= 2 and len(big) == 1:  # a broadcast parameter: (1, C, 1, 1) scales channels of an image
+            c, rank = p.shape[big[0]], p.dim() + (1 if p.shape[0] > 1 else 0)
+            return InputGuess("float", [2, c] + [16] * (rank - 2) if big[0] < p.dim() - 1 else [2, 16, c])
     return InputGuess("float", [2, 16, base])
 
 
@@ -86,22 +126,31 @@ def _dims_of(shape_text: str) -> list[int]:
     return [int(x) for x in re.findall(r"-?\d+", shape_text)]
 
 
-def adjust_inputs(guesses: list[InputGuess], msg: str, model) -> bool:
-    """Change the guesses in place from an error message; False when the message gives no hint."""
+def adjust_inputs(guesses: list[InputGuess], msg: str, model, line: str = "") -> bool:
+    """Change the guesses in place from an error message (and the mined program's source ``line`` where
+    it was raised, which may name the input at fault); False when the message gives no hint."""
+    from synth.init_args import params_named_in
+
+    named = params_named_in(line, [g.name for g in guesses]) if line else []
+    # the guess the failing line names comes first, so a fix lands on the input at fault
+    order = sorted(guesses, key=lambda g: g.name not in named)
+
     def set_last(value: int, old: int | None = None) -> bool:
-        for g in guesses:
-            if g.kind == "float" and (old is None or g.shape[-1] == old):
+        for g in order:
+            if g.kind == "float" and len(g.shape) < 4 and (old is None or g.shape[-1] == old):
                 g.shape[-1] = value
                 return True
         return False
 
-    def set_rank(rank: int) -> bool:
-        changed = False
+    def set_rank(rank: int) -> bool:  # the input at fault, and the inputs shaped like it
+        at_fault = next((g for g in order if g.kind == "float" and len(g.shape) != rank), None)
+        if at_fault is None:
+            return False
+        old = list(at_fault.shape)
         for g in guesses:
-            if g.kind == "float" and len(g.shape) != rank:
-                g.shape = _shape_of_rank(rank, g.shape[1] if len(g.shape) > 3 else g.shape[-1])
-                changed = True
-        return changed
+            if g.kind == "float" and g.shape == old:
+                g.shape = _shape_of_rank(rank, old[1] if len(old) > 3 else old[-1])
+        return True
 
     m = re.search(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", msg)
     if m:
@@ -109,7 +158,7 @@ def adjust_inputs(guesses: list[InputGuess], msg: str, model) -> bool:
     m = re.search(r"expected input\[([^\]]*)\] to have (\d+) channels", msg)
     if m:
         seen = _dims_of(m.group(1))  # an unbatched input shows up with a leading 1 added
-        for g in guesses:
+        for g in order:
             if g.kind == "float" and len(g.shape) > 1:
                 if len(seen) != len(g.shape) and len(seen) > 2:
                     g.shape = [2, int(m.group(2))] + seen[2:]
@@ -119,14 +168,14 @@ def adjust_inputs(guesses: list[InputGuess], msg: str, model) -> bool:
     m = re.search(r"running_mean should contain \d+ elements not (\d+)", msg) or re.search(
         r"Expected (?:weight|bias) to be (?:a vector )?of size equal to the number of channels in input.*?(\d+)", msg)
     if m:
-        for g in guesses:
+        for g in order:
             if g.kind == "float" and len(g.shape) > 1:
                 g.shape[1] = int(m.group(1))
                 return True
     m = re.search(r"normalized_shape=\[([^\]]*)\], expected input with shape \[\*, ([^\]]*)\]", msg)
     if m:
         tail = _dims_of(m.group(2))
-        for g in guesses:
+        for g in order:
             if g.kind == "float":
                 g.shape = (g.shape[: max(1, len(g.shape) - len(tail))] + tail)
                 return True
@@ -147,7 +196,7 @@ def adjust_inputs(guesses: list[InputGuess], msg: str, model) -> bool:
     m = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (\d+)", msg)
     if m:
         a, b = int(m.group(1)), int(m.group(2))
-        for g in guesses:
+        for g in order:
             if g.kind == "float":
                 for d in range(len(g.shape) - 1, -1, -1):
                     if g.shape[d] in (a, b) and d > 0:
@@ -155,13 +204,13 @@ def adjust_inputs(guesses: list[InputGuess], msg: str, model) -> bool:
                         return True
     if re.search(r"scalar type[s]? (Long|Int)|Expected tensor for argument #1 'indices'|expected scalar type Long|"
                  r"tensors used as indices must be long|only integer tensors", msg):
-        for g in guesses:
+        for g in order:
             if g.kind == "float":
                 g.kind, g.shape = "int", g.shape[:2] if len(g.shape) > 2 else g.shape
-                g.hi = min([e.num_embeddings for e in model.modules() if hasattr(e, "num_embeddings")] or [2])
+                g.hi = _num_embeddings(model)
                 return True
     if "index out of range in self" in msg:
-        for g in guesses:
+        for g in order:
             if g.kind == "int" and g.hi > 2:
                 g.hi = 2
                 return True
@@ -175,53 +224,80 @@ def _shape_of_rank(rank: int, c: int) -> list[int]:
     return {1: [c], 2: [2, c], 3: [2, 16, c]}.get(rank, [c])
 
 
-def _fallbacks(n: int, dims: list[int]) -> list[list[InputGuess]]:
-    return [[InputGuess("float", _shape_of_rank(rank, d)) for _ in range(n)] for rank in (3, 2, 4, 1, 5) for d in dims]
+IMAGE_SIDES = (32, 28, 64, 224, 16)  # CIFAR, MNIST, then larger and smaller images
 
 
-def _forward_params(model):
+def _plans(first: InputGuess, rest: list[InputGuess], dims: list[int]) -> list[list[InputGuess]]:
+    """Fallback guesses once the first guess and its error-driven fixes fail: for an image input, the
+    usual image sides (a classifier head fixes them: LeNet wants 32 x 32, an MNIST net 28 x 28); then
+    every rank with each candidate feature size. Inputs that are not float (ids, masks) keep their guess."""
+    def with_first(g: InputGuess) -> list[InputGuess]:  # inputs shaped like the first one follow it
+        return [g] + [x.copy(shape=g.shape) if x.kind == "float" and x.shape == first.shape else x.copy() for x in rest]
+
+    plans = []
+    if first.kind == "float" and len(first.shape) >= 4:
+        for side in IMAGE_SIDES:
+            plans.append(with_first(first.copy(shape=first.shape[:2] + [side] * (len(first.shape) - 2))))
+    for rank in (3, 2, 4, 1, 5):
+        for d in dims:
+            plans.append(with_first(first.copy(kind="float", shape=_shape_of_rank(rank, d))))
+    return plans
+
+
+def forward_params(model) -> list[tuple[str, bool]]:
+    """(name, keyword-only) of the forward parameters to feed: every required one, positional or
+    keyword-only; none required: the first optional positional one (``forward(self, input_ids=None)``)."""
     import inspect
 
     sig = inspect.signature(model.forward)
     req, kwonly = required_params(sig)
-    if kwonly:
-        raise DeductionFailed("forward", "keyword_only_args", ", ".join(p.name for p in kwonly))
-    names = [p.name for p in req]
-    if not names:  # forward(self, input_ids=None, ...): feed the first optional positional parameter
+    names = [(p.name, False) for p in req] + [(p.name, True) for p in kwonly]
+    if not names:
         optional = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        names = optional[:1] or (["x"] if any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()) else [])
+        names = [(n, False) for n in optional[:1]] or (
+            [("x", False)] if any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()) else [])
     return names
 
 
 def run_forward(model, guesses: list[InputGuess], seed: int):
+    """(inputs, output) of one forward call on fresh inputs drawn with ``seed``; keyword guesses go by name."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
     xs = [g.make(gen) for g in guesses]
+    args = [x for g, x in zip(guesses, xs) if not g.keyword]
+    kwargs = {g.name: x for g, x in zip(guesses, xs) if g.keyword}
     with torch.no_grad():
-        return xs, model(*xs)
+        return xs, model(*args, **kwargs)
 
 
 def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_attempts: int = 40):
-    """(input names, guesses, output) of the first forward call that runs; DeductionFailed otherwise."""
-    names = _forward_params(model)
+    """(input names, guesses, output) of the first forward call that runs; DeductionFailed otherwise
+    (its ``line``: where the last attempt failed in the mined program)."""
+    from synth.init_args import failing_line
+
+    params = forward_params(model)
     hint = first_layer_hint(model, base)
-    guesses = [hint.copy() for _ in names]
-    plans = _fallbacks(len(names), list(dict.fromkeys([hint.shape[-1], *init_ints, base])))
-    seen, last = set(), ""
+    if not params:
+        guesses = []
+    else:
+        first = hint.copy(name=params[0][0], keyword=params[0][1])
+        guesses = [first] + [guess_for_param(n, first, model).copy(keyword=kw) for n, kw in params[1:]]
+    plans = _plans(guesses[0], guesses[1:], list(dict.fromkeys([hint.shape[-1], *init_ints, base]))) if guesses else []
+    seen, last, line = set(), "", ""
     for _ in range(max_attempts):
         if time.monotonic() > deadline:
             break
         seen.add(tuple(g.key() for g in guesses))
         try:
             _, out = run_forward(model, guesses, 0)
-            return names, guesses, out
+            return [g.name for g in guesses], guesses, out
         except Exception as e:  # noqa: BLE001
             if is_memory_error(e):
                 raise DeductionFailed("forward", "memory", str(e)[:300])
-            last = f"{type(e).__name__}: {str(e)[:300]}"
+            last, line = f"{type(e).__name__}: {str(e)[:300]}", failing_line(e)
             trial = [g.copy() for g in guesses]
-            if adjust_inputs(trial, str(e), model) and tuple(g.key() for g in trial) not in seen:
+            if adjust_inputs(trial, str(e), model, line) and tuple(g.key() for g in trial) not in seen:
                 guesses = trial
                 continue
             while plans and tuple(g.key() for g in plans[0]) in seen:
@@ -229,7 +305,7 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
             if not plans:
                 break
             guesses = plans.pop(0)
-    raise DeductionFailed("forward", "forward_failed", last or "no forward attempt succeeded")
+    raise DeductionFailed("forward", "forward_failed", last or "no forward attempt succeeded", line)
 
 
 # ============================================================================ outputs, scaling, filters
@@ -256,9 +332,15 @@ def _numel_metric(guesses, out) -> int:
     return max(n)
 
 
-def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_forward_s: float):
+def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_forward_s: float,
+                 max_step_s: float | None = None):
     """Double free dimensions (those whose doubling still runs) until the largest input or output
-    would pass ``target_numel``. Returns (guesses, out)."""
+    would pass ``target_numel``, a forward would take more than ``max_step_s`` (default
+    ``max_forward_s / 4``), or ``deadline`` passes. Returns (guesses, out).
+
+    ``max_step_s`` is the miner's time budget: the filters then run about five forwards at the final
+    shapes, so a heavy module (attention over many tokens) stops growing early instead of timing out."""
+    max_step_s = max_forward_s / 4 if max_step_s is None else min(max_step_s, max_forward_s / 4)
     moves = [("batch",)] + [(i, d) for i, g in enumerate(guesses) for d in range(len(g.shape))]
 
     def apply(gs, move):
@@ -290,7 +372,7 @@ def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_fo
             live.remove(move)
             continue
         o, dt = ok(trial)
-        if o is None or dt > max_forward_s / 4 or _numel_metric(trial, o) > target_numel:
+        if o is None or dt > max_step_s or _numel_metric(trial, o) > target_numel:
             live.remove(move)
             continue
         guesses, out = trial, o
@@ -375,6 +457,14 @@ def apply_filters(model, guesses, out, watch: IOWatch, max_forward_s: float, min
         return "float_output", "non floating-point outputs: " + ", ".join(bad), 0.0
     if any(not torch.isfinite(t).all() for t in tensors):
         return "float_output", "outputs hold NaN or inf", 0.0
+    times = []
+
+    def timed(seed: int):
+        t0 = time.perf_counter()
+        res = run_forward(model, guesses, seed)
+        times.append(time.perf_counter() - t0)
+        return res
+
     before = _rng_state()
     watch.active = True
     try:
@@ -385,19 +475,14 @@ def apply_filters(model, guesses, out, watch: IOWatch, max_forward_s: float, min
         return "no_io_or_randomness", "file/network/process access in forward: " + watch.events[0], 0.0
     if not _same_state(before, _rng_state()):
         return "no_io_or_randomness", "forward draws random numbers", 0.0
-    xs, a = run_forward(model, guesses, 1)
-    _, b = run_forward(model, guesses, 1)
+    xs, a = timed(1)
+    _, b = timed(1)
     if not _same_outputs(a, b):
         return "deterministic", "two eval-mode runs on the same inputs disagree", 0.0
-    _, c = run_forward(model, guesses, 2)
+    _, c = timed(2)
     if _same_outputs(a, c):
         return "input_dependent", "output does not change when the inputs change", 0.0
-    times = []
-    for seed in (3, 4, 5):
-        t0 = time.perf_counter()
-        run_forward(model, guesses, seed)
-        times.append(time.perf_counter() - t0)
-    best = min(times)
+    best = min(times)  # the three runs above (warm: the watched run came first), not three more
     if not (min_forward_s <= best <= max_forward_s):
         return "runtime", f"forward takes {best * 1e3:.3f} ms, outside [{min_forward_s * 1e3:g}, {max_forward_s * 1e3:g}] ms", best
     return None, "", best

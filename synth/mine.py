@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelmill.schema import Origin, Task, TensorSpec
+from synth.input_synthesis import MASK_KEEP
 
 STEPS = ("modules_found", "self_contained", "license_allowed", "inputs_deduced")
 
@@ -125,6 +126,7 @@ class _Candidate:
     license: str
     class_name: str
     program: str
+    sites: list = field(default_factory=list)  # constructor calls found in the repository (as_job dicts)
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -134,18 +136,57 @@ def _shape_src(shape: list[int]) -> str:
     return ", ".join(str(d) for d in shape)
 
 
+def _input_maker(spec: dict) -> str:
+    shape = _shape_src(spec["shape"]) + ("," if len(spec["shape"]) == 1 else "")
+    if spec["kind"] == "int":
+        return f"torch.randint(0, {spec['hi']}, ({shape}))"
+    if spec["kind"] == "bool":
+        return f"torch.rand({_shape_src(spec['shape'])}) < {MASK_KEEP}"
+    return f"torch.randn({_shape_src(spec['shape'])})"
+
+
+def needs_wrapper(deduced: dict) -> bool:
+    """Whether the mined class takes keyword-only constructor or forward arguments, which
+    ``Model(*get_init_inputs())(*get_inputs())`` cannot pass."""
+    return any(p["keyword"] for p in deduced.get("init_params", [])) or any(i.get("keyword") for i in deduced["inputs"])
+
+
+def wrap_keyword_only(program: str, class_name: str, deduced: dict) -> str:
+    """The program with the mined class under its own name again and a ``Model`` subclass that takes
+    every argument positionally and passes keyword-only ones by name. The subclass adds no state:
+    parameters and buffers keep the mined class's names."""
+    from synth.mine_extract import rename_identifier
+
+    inner = class_name if class_name != "Model" else "_MinedModel"
+    alias = f"\n{class_name} = Model\n"
+    program = program.replace(alias, "\n") if alias in program else program
+    if re.search(rf"\b{re.escape(inner)}\b", program):
+        inner = f"_Mined{class_name}"
+    program = rename_identifier(program, "Model", inner)
+    init = deduced.get("init_params", [])
+    lines = [f"class Model({inner}):",
+             f'    """{class_name} with its keyword-only arguments taken positionally (KernelBench calls',
+             '    Model(*get_init_inputs()) and model(*get_inputs())); it adds no state of its own."""']
+    if any(p["keyword"] for p in init):
+        call = [p["name"] if not p["keyword"] else f"{p['name']}={p['name']}" for p in init]
+        lines += ["", f"    def __init__(self, {', '.join(p['name'] for p in init)}):",
+                  f"        super().__init__({', '.join(call)})"]
+    inputs = deduced["inputs"]  # forward is always spelled out: a KernelBench Model defines its own
+    call = [i["name"] if not i.get("keyword") else f"{i['name']}={i['name']}" for i in inputs]
+    lines += ["", f"    def forward(self, {', '.join(i['name'] for i in inputs)}):",
+              f"        return super().forward({', '.join(call)})"]
+    return program.rstrip() + "\n\n\n" + "\n".join(lines) + "\n"
+
+
 def render_task_program(c: _Candidate, deduced: dict) -> str:
-    """The KernelBench file: the extracted program plus get_inputs() and get_init_inputs()."""
+    """The KernelBench file: the extracted program plus get_inputs() and get_init_inputs(); a class with
+    keyword-only arguments gets a ``Model`` wrapper (see ``wrap_keyword_only``)."""
     program = c.program
     if deduced.get("needs_types") and not re.search(r"^import types$", program, re.M):
         program = program.replace("import torch\n", "import torch\nimport types\n", 1)
-    makers = []
-    for spec in deduced["inputs"]:
-        if spec["kind"] == "int":
-            shape = _shape_src(spec["shape"]) + ("," if len(spec["shape"]) == 1 else "")
-            makers.append(f"torch.randint(0, {spec['hi']}, ({shape}))")
-        else:
-            makers.append(f"torch.randn({_shape_src(spec['shape'])})")
+    if needs_wrapper(deduced):
+        program = wrap_keyword_only(program, c.class_name, deduced)
+    makers = [_input_maker(spec) for spec in deduced["inputs"]]
     header = (f"# Mined from {c.repo}: {c.path}, class {c.class_name} (license {c.license}"
               + (f", commit {c.commit[:12]}" if c.commit else "") + ")\n")
     return (header + program.rstrip() + "\n\n\n"
@@ -205,19 +246,42 @@ def collect_candidates(source: str, report: MineReport, *, max_file_bytes: int, 
                     report.modules.append({**row, "outcome": "too_deep", "detail": ""})
                     continue
                 report.self_contained += 1
+                program, sites = with_call_sites(index, pf, found.class_name, em.program)
                 yield _Candidate(order, group.repo, pf.path, commits[pf.path], licenses[pf.path], found.class_name,
-                                 em.program)
+                                 program, sites)
                 order += 1
         if max_files is not None and report.files >= max_files:
             return
 
 
+def with_call_sites(index, pf, class_name: str, program: str) -> tuple[str, list[dict]]:
+    """The program extended with what the repository's own constructor calls of the class read, and
+    those calls (synth/mine_callsites.py). A call whose names cannot be made self-contained is dropped."""
+    from synth.mine_callsites import find_call_sites
+    from synth.mine_discover import NotSelfContained
+    from synth.mine_extract import extract_module
+
+    kept, needs = [], []
+    for site in find_call_sites(index, pf, class_name):
+        f = index.files.get(site.module)
+        trial = needs + [(f, n) for n in site.needs]
+        if site.needs:
+            try:
+                program_with = extract_module(index, pf, class_name, trial).program
+            except (NotSelfContained, RecursionError):
+                continue
+            program, needs = program_with, trial
+        kept.append(site.as_job())
+    return program, kept
+
+
 def _process(pool, c: _Candidate, *, target_numel: int, timeout_s: float, max_forward_s: float,
-             min_forward_s: float) -> tuple[_Candidate, dict, dict | None, str | None]:
+             min_forward_s: float, scale_forward_s: float | None = None) -> tuple[_Candidate, dict, dict | None, str | None]:
     """Deduce in the sandbox, then run the finished program from its own file in a fresh child."""
-    deduced = pool.run({"mode": "deduce", "program": c.program, "target_numel": target_numel,
+    deduced = pool.run({"mode": "deduce", "program": c.program, "target_numel": target_numel, "init_sites": c.sites,
                         "timeout_s": timeout_s, "budget_s": max(1.0, timeout_s * 0.8),
-                        "max_forward_s": max_forward_s, "min_forward_s": min_forward_s})
+                        "max_forward_s": max_forward_s, "min_forward_s": min_forward_s,
+                        "scale_forward_s": scale_forward_s})
     if deduced.get("status") != "ok":
         return c, deduced, None, None
     code = render_task_program(c, deduced)
@@ -230,14 +294,20 @@ def _process(pool, c: _Candidate, *, target_numel: int, timeout_s: float, max_fo
 
 def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allowlist: list[str],
                workers: int = 2, max_file_bytes: int = 1 << 20, memory_limit_gb: float = 4.0,
-               max_forward_s: float = 2.0, min_forward_s: float = 0.0, max_files: int | None = None) -> MineResult:
+               max_forward_s: float = 2.0, min_forward_s: float = 0.0, max_files: int | None = None,
+               scale_forward_s: float | None = 0.1) -> MineResult:
     """Mine SOURCE (a directory, a git path or URL, or ``hf:NAME[:COLUMN]``) into github Tasks.
 
     Guarantees: every returned task's reference_code ran from its own file in a fresh process and
     produced the recorded output shapes; task ids are unique (exact duplicates collapsed, the first
     in source order kept). Bad files and modules are counted in the report, never raised. Raises
     InputError only for a SOURCE that cannot be opened at all (a bad path, an unreachable URL).
-    Not guaranteed: that a task computes anything interesting, or that it is fast on a GPU."""
+    Not guaranteed: that a task computes anything interesting, or that it is fast on a GPU.
+
+    Time budget per module: ``timeout_s`` for deduction (the sandbox kills it after that) and again
+    for the run from its own file; inputs stop growing toward ``target_numel`` once one forward takes
+    ``scale_forward_s`` on one CPU thread (None: ``max_forward_s / 4``), which keeps heavy modules
+    (attention over many tokens) at a few seconds each."""
     from synth.input_sandbox import SandboxPool
     from synth.input_synthesis import FILTERS
     from synth.mine_sources import source_kind
@@ -258,7 +328,8 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
                 continue
             report.license_allowed += 1
             pending.add(ex.submit(_process, pool, c, target_numel=target_numel, timeout_s=timeout_s,
-                                  max_forward_s=max_forward_s, min_forward_s=min_forward_s))
+                                  max_forward_s=max_forward_s, min_forward_s=min_forward_s,
+                                  scale_forward_s=scale_forward_s))
             if len(pending) >= 4 * max(1, workers):  # bounded memory on large streamed sources
                 done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for fut in done:
@@ -271,13 +342,15 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     tasks: dict[str, Task] = {}
     for order in sorted(results):
         c, deduced, ran, code = results[order]
-        row = {"repo": c.repo, "path": c.path, "class": c.class_name}
+        row = {"repo": c.repo, "path": c.path, "class": c.class_name,
+               "seconds": round(deduced.get("seconds", 0.0) + (ran or {}).get("seconds", 0.0), 2)}
         stage = deduced.get("stage")
         if deduced.get("status") != "ok" and stage != "filter":
             report.deduction_failures[deduced.get("reason", "crash")] += 1
             report.modules.append({**row, "outcome": deduced.get("reason", "crash"), "detail": deduced.get("error", "")})
             continue
         report.inputs_deduced += 1
+        row["phase_s"] = deduced.get("phase_s", {})
         failed = deduced.get("reason") if stage == "filter" else None
         for f in FILTERS:
             if f == failed:

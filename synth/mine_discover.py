@@ -59,6 +59,7 @@ class TopStmt:
     binds: list[str]
     free: list[str]           # module-level names read, in first-use order
     imports: dict[str, list[ImportBinding]] = field(default_factory=dict)
+    eager: list[str] | None = None  # the names read when the statement runs (None: all of ``free``)
 
 
 @dataclass
@@ -80,6 +81,7 @@ class ParsedFile:
     classes: dict[str, ClassInfo]
     star_imports: list[ImportBinding]
     future_lines: list[str]
+    source: str | None = None  # the file's text (synth/mine_callsites.py reads its calls)
 
 
 # ---------------------------------------------------------------------------- scope analysis
@@ -129,7 +131,16 @@ class _Scope:
 
     def __init__(self) -> None:
         self.refs: list[str] = []
+        self.deferred: list[str] = []  # read only when a function runs, not when the statement does
         self.bound: set[str] = set()
+        self.declared: set[str] = set()  # ``global`` / ``nonlocal`` names: bound outside this scope
+
+    def take_free(self, inner: "_Scope", deferred: bool) -> None:
+        """The names a nested scope reads and does not bind itself are read here (``deferred``: when
+        the nested scope is a function body, which runs later)."""
+        free = [r for r in inner.refs if r not in inner.bound or r in inner.declared]
+        (self.deferred if deferred else self.refs).extend(free)
+        self.deferred += [r for r in inner.deferred if r not in inner.bound or r in inner.declared]
 
     def scan(self, n: Node, class_body: bool = False) -> None:
         t = n.type
@@ -141,11 +152,22 @@ class _Scope:
         elif t == "function_definition":
             if not class_body:
                 self.bound.add(_text(n.child_by_field_name("name")))
-            self.params(n.child_by_field_name("parameters"))
-            for f in ("return_type", "body"):
-                c = n.child_by_field_name(f)
-                if c is not None:
-                    self.scan(c)
+            # a function is its own scope: its parameters and locals do not hide globals elsewhere in
+            # the statement (``def _make_layers(self, cfg)`` beside a method that reads the global cfg)
+            inner = _Scope()
+            inner.params(n.child_by_field_name("parameters"), outer=self)
+            rt = n.child_by_field_name("return_type")
+            if rt is not None:
+                self.scan(rt)
+            inner.scan(n.child_by_field_name("body"))
+            self.take_free(inner, deferred=True)
+        elif t in ("list_comprehension", "set_comprehension", "dictionary_comprehension", "generator_expression"):
+            inner = _Scope()
+            for c in n.children:
+                inner.scan(c)
+            self.take_free(inner, deferred=False)
+        elif t in ("global_statement", "nonlocal_statement"):
+            self.declared.update(_text(c) for c in n.named_children if c.type == "identifier")
         elif t == "class_definition":
             if not class_body:
                 self.bound.add(_text(n.child_by_field_name("name")))
@@ -163,12 +185,15 @@ class _Scope:
                 t = _Scope()
                 t.scan(c)
                 self.refs += [r for r in t.refs if r not in class_local and r not in t.bound]
+                self.deferred += [r for r in t.deferred if r not in t.bound]
                 class_local |= t.bound
         elif t == "lambda":
+            inner = _Scope()
             p = n.child_by_field_name("parameters")
             if p is not None:
-                self.params(p)
-            self.scan(n.child_by_field_name("body"))
+                inner.params(p, outer=self)
+            inner.scan(n.child_by_field_name("body"))
+            self.take_free(inner, deferred=True)
         elif t in ("assignment", "augmented_assignment"):
             self.target(n.child_by_field_name("left"), bind=not class_body)
             for f in ("type", "right"):
@@ -210,7 +235,10 @@ class _Scope:
         else:
             self.scan(n)
 
-    def params(self, p: Node) -> None:
+    def params(self, p: Node, outer: "_Scope | None" = None) -> None:
+        """Bind the parameters here; their defaults and annotations are read in ``outer`` (when the
+        function is defined)."""
+        outer = outer or self
         for c in p.children:
             t = c.type
             if t == "identifier":
@@ -224,11 +252,11 @@ class _Scope:
                 for f in ("type", "value"):
                     v = c.child_by_field_name(f)
                     if v is not None:
-                        self.scan(v)
+                        outer.scan(v)
             elif t == "typed_parameter":
                 for g in c.children:
                     if g.type == "type":
-                        self.scan(g)
+                        outer.scan(g)
                     else:
                         self.target(g, bind=True)
             elif t == "tuple_pattern":
@@ -236,13 +264,18 @@ class _Scope:
 
 
 def _free_names(n: Node) -> tuple[list[str], set[str]]:
+    free, _, bound = _scope_names(n)
+    return free, bound
+
+
+def _scope_names(n: Node) -> tuple[list[str], list[str], set[str]]:
+    """(names read, of those the ones read when the statement itself runs, names bound) of one
+    statement; a name read only inside a function body is read later, when the function is called."""
     s = _Scope()
     s.scan(n)
-    seen: dict[str, None] = {}
-    for r in s.refs:
-        if r not in s.bound:
-            seen.setdefault(r, None)
-    return list(seen), s.bound
+    eager = list(dict.fromkeys(r for r in s.refs if r not in s.bound))
+    free = list(dict.fromkeys(r for r in s.refs + s.deferred if r not in s.bound))
+    return free, eager, s.bound
 
 
 def _is_main_guard(n: Node) -> bool:
@@ -294,7 +327,7 @@ def parse_file(path: str, text: str) -> ParsedFile:
                     imports.setdefault(b.name, []).append(b)
             stmt = TopStmt(idx, "import", _text(node), list(imports), [], imports)
         else:
-            free, bound = _free_names(node)
+            free, eager, bound = _scope_names(node)
             definition = node.child_by_field_name("definition") if t == "decorated_definition" else node
             if definition is not None and definition.type in ("function_definition", "class_definition"):
                 name = _text(definition.child_by_field_name("name"))
@@ -309,11 +342,11 @@ def parse_file(path: str, text: str) -> ParsedFile:
                 kind, binds = "block", sorted(bound)
             else:
                 kind, binds = "other", []
-            stmt = TopStmt(idx, kind, _text(node), binds, free)
+            stmt = TopStmt(idx, kind, _text(node), binds, free, eager=eager)
         stmts.append(stmt)
         for b in stmt.binds:
             symbols[b] = idx
-    return ParsedFile(path, module, is_pkg, stmts, symbols, classes, stars, future)
+    return ParsedFile(path, module, is_pkg, stmts, symbols, classes, stars, future, text)
 
 
 def walk(n: Node):
@@ -351,6 +384,7 @@ class RepoIndex:
         # (module, name) -> why it cannot be made self-contained; shared by every class of the repository
         # so that a big helper that fails (a decorator module, say) is explored once, not once per class
         self.failed: dict[tuple[str, str], NotSelfContained] = {}
+        self.calls: dict[str, dict] = {}  # module -> callee name -> call sites (synth/mine_callsites.py)
 
     def resolve(self, pf: ParsedFile, b: ImportBinding) -> ParsedFile | None:
         """The repository file an import refers to, or None when it is not in the repository."""

@@ -50,8 +50,9 @@ class ExtractedModule:
 
 
 class _Closure:
-    def __init__(self, index: RepoIndex):
+    def __init__(self, index: RepoIndex, taken: set[str] = frozenset()):
         self.index = index
+        self.index_names = taken  # names a renamed definition must not take (the files' own names)
         self.done: set[tuple[str, int]] = set()
         self.visiting: set[tuple[str, str]] = set()
         self.defs: list[tuple[ParsedFile | None, TopStmt]] = []  # None: an alias line made here
@@ -59,11 +60,23 @@ class _Closure:
         self.aliases: dict[str, str] = {}
         self.bound: dict[str, tuple[str, str]] = {}   # name -> (file module, text)
         self.future: dict[str, None] = {}
+        # file module -> {name in that file: name in the program}: two files that define one helper name
+        # differently (``default(val, d)`` and ``default(*args)``) both keep theirs, the later one renamed
+        self.renames: dict[str, dict[str, str]] = {}
+
+    def program_name(self, module: str, name: str) -> str:
+        return self.renames.get(module, {}).get(name, name)
 
     def bind(self, name: str, pf: ParsedFile, text: str) -> None:
         prev = self.bound.get(name)
         if prev is not None and prev[1] != text:
-            raise NotSelfContained("name_conflict", f"{name} is defined in {prev[0]} and {pf.module}")
+            if prev[0] == pf.module or name in RESERVED:
+                raise NotSelfContained("name_conflict", f"{name} is defined in {prev[0]} and {pf.module}")
+            new = f"{name}_{pf.module.split('.')[-1]}"
+            while new in self.bound or new in self.index_names:
+                new += "_"
+            self.renames.setdefault(pf.module, {})[name] = new
+            name = new
         self.bound[name] = (pf.module, text)
 
     def need(self, pf: ParsedFile, name: str) -> None:
@@ -90,7 +103,11 @@ class _Closure:
             for b in stmt.imports[name]:
                 self._import(pf, b)
             return
-        for n in stmt.free:
+        # what the statement reads when it runs (bases, decorators, defaults) is defined before it; what
+        # only its functions read comes after, so a base class that mentions its subclass in a method
+        # (AttentionLayers and CrossAttender) still comes first
+        eager = stmt.free if stmt.eager is None else stmt.eager
+        for n in eager:
             if n not in stmt.binds:
                 self.need(pf, n)
         if (pf.module, idx) not in self.done:
@@ -99,6 +116,9 @@ class _Closure:
                 self.bind(b, pf, stmt.text)
             self.future.update(dict.fromkeys(pf.future_lines))
             self.defs.append((pf, stmt))
+        for n in stmt.free:
+            if n not in stmt.binds and n not in eager:
+                self.need(pf, n)
 
     def _from_star_or_builtin(self, pf: ParsedFile, name: str) -> None:
         for b in pf.star_imports:
@@ -137,15 +157,20 @@ class _Closure:
                 raise NotSelfContained("module_import", f"{b.attr} from {b.module} in {pf.path}")
             raise NotSelfContained("undefined_name", f"{b.attr} in {target.path}")
         self.need(target, b.attr)
-        if b.name != b.attr and b.name not in self.aliases:
+        attr = self.program_name(target.module, b.attr)
+        if b.name == b.attr and attr != b.attr:  # the definition was renamed: so are this file's uses
+            self.renames.setdefault(pf.module, {})[b.name] = attr
+        elif b.name != b.attr and b.name not in self.aliases:
             # right after the definition, so the alias exists before anything that uses it is defined
-            self.aliases[b.name] = b.attr
-            self.bind(b.name, pf, f"{b.name} = {b.attr}")
-            self.defs.append((None, TopStmt(-1, "assign", f"{b.name} = {b.attr}", [b.name], [b.attr])))
+            self.aliases[b.name] = attr
+            self.bind(b.name, pf, f"{b.name} = {attr}")
+            alias = self.program_name(pf.module, b.name)
+            self.defs.append((None, TopStmt(-1, "assign", f"{alias} = {attr}", [alias], [attr])))
 
 
-def _rename_class(text: str, old: str, new: str, add_forward: bool) -> str:
-    """The class statement with its name (and references to it inside) changed to ``new``."""
+def rename_identifier(text: str, old: str, new: str) -> str:
+    """``text`` with every reference to the name ``old`` changed to ``new`` (attribute names such as
+    ``x.old`` and keyword names such as ``f(old=1)`` are not references and stay)."""
     src = text.encode("utf-8")
     tree = parser().parse(src)
     edits = []
@@ -159,7 +184,12 @@ def _rename_class(text: str, old: str, new: str, add_forward: bool) -> str:
             edits.append((n.start_byte, n.end_byte))
     for start, end in sorted(edits, reverse=True):
         src = src[:start] + new.encode() + src[end:]
-    out = src.decode("utf-8")
+    return src.decode("utf-8")
+
+
+def _rename_class(text: str, old: str, new: str, add_forward: bool) -> str:
+    """The class statement with its name (and references to it inside) changed to ``new``."""
+    out = rename_identifier(text, old, new)
     if add_forward:
         cls = next(n for n in walk(parser().parse(out.encode()).root_node) if n.type == "class_definition")
         body = cls.child_by_field_name("body")
@@ -170,10 +200,15 @@ def _rename_class(text: str, old: str, new: str, add_forward: bool) -> str:
     return out
 
 
-def extract_module(index: RepoIndex, pf: ParsedFile, class_name: str) -> ExtractedModule:
-    """The self-contained program of one class (see module docstring); raises NotSelfContained."""
-    c = _Closure(index)
+def extract_module(index: RepoIndex, pf: ParsedFile, class_name: str,
+                   extra_needs: list[tuple[ParsedFile, str]] = ()) -> ExtractedModule:
+    """The self-contained program of one class (see module docstring); raises NotSelfContained.
+    ``extra_needs``: (file, top-level name) pairs the program must define as well, such as the names
+    the constructor arguments of a call site read (synth/mine_callsites.py)."""
+    c = _Closure(index, set(pf.symbols))
     c.need(pf, class_name)
+    for f, name in extra_needs:
+        c.need(f, name)
     target_stmt = pf.stmts[pf.classes[class_name].stmt]
     for name in RESERVED:
         owner = c.bound.get(name)
@@ -188,12 +223,17 @@ def extract_module(index: RepoIndex, pf: ParsedFile, class_name: str) -> Extract
     lines += [line for line in c.imports if line != "import torch"]
     body = []
     for f, stmt in c.defs:
+        text = stmt.text
+        for old, new in (c.renames.get(f.module, {}) if f is not None else {}).items():
+            text = rename_identifier(text, old, new)
         if f is pf and stmt is target_stmt:
-            body.append(_rename_class(stmt.text, class_name, "Model", not pf.classes[class_name].has_own_forward))
+            body.append(_rename_class(text, class_name, "Model", not pf.classes[class_name].has_own_forward))
+            if class_name != "Model" and any(class_name in s.free for f, s in c.defs if s is not target_stmt):
+                # right after the class: a subclass defined later in the program (class Encoder(Layers))
+                # reads the name when it is defined
+                body.append(f"{class_name} = Model")
         else:
-            body.append(stmt.text)
-    if class_name != "Model" and any(class_name in s.free for f, s in c.defs if s is not target_stmt):
-        body.append(f"{class_name} = Model")
+            body.append(text)
     program = "\n".join(lines) + "\n\n\n" + "\n\n\n".join(body) + "\n"
     files = sorted({f.path for f, _ in c.defs if f is not None})
     return ExtractedModule(pf.path, class_name, program, files)
