@@ -245,6 +245,9 @@ def _read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
     own, foreign = 0.0, {}
     for e in prof.events():
         dev = str(getattr(e, "device_type", "")).lower()
+        if e.name == "km_forward":  # the marker, on the host and as a device-side annotation: not a kernel
+            marker = marker or "cuda" not in dev
+            continue
         if "cuda" in dev:
             us = float(e.time_range.elapsed_us()) if getattr(e, "time_range", None) else 0.0
             if any(k in e.name for k in kernel_names):
@@ -252,9 +255,7 @@ def _read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
             else:
                 foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
             continue
-        if e.name == "km_forward":
-            marker = True
-        elif e.name.startswith("aten::"):
+        if e.name.startswith("aten::"):
             names.append(e.name)
     rec.profiled_ops = sorted(set(names))
     rec.own_kernel_us = round(own, 3)

@@ -26,8 +26,9 @@ from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-MATMUL_TASK = fx.MATMUL_TASK.replace("torch.randn(64, 96)", "torch.randn(512, 384)").replace(
-    "torch.randn(96, 80)", "torch.randn(384, 256)")
+MATMUL_TASK = fx.MATMUL_TASK.replace("torch.randn(64, 96), torch.randn(96, 48)",
+                                     "torch.randn(512, 384), torch.randn(384, 256)")
+assert "512, 384" in MATMUL_TASK
 CUBLAS_PLAIN = r'''
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
