@@ -84,7 +84,8 @@ def stage_command(stage: Stage, args) -> int:
             raise InputError(f"run directory {run_dir}", "does not exist")
         if "tasks" in stage.reads and not (run_dir / "tasks").is_dir():
             raise InputError(run_dir, "has no tasks table; run `kernelmill annotate` or `kernelmill run` first")
-    result = run_stages(run_dir, settings, [stage.name, *stage.then])
+    with flows.commands.ProgressBar():  # a bar per stage on a terminal (annotate logs plain lines otherwise)
+        result = run_stages(run_dir, settings, [stage.name, *stage.then])
     counts = {k: v for k, v in result.items() if k not in ("summary", "run_dir")}
     print(json.dumps(counts, indent=1, default=str))
     report = run_dir / PRINTED_REPORT.get(stage.name, "")

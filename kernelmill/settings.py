@@ -86,7 +86,10 @@ class AnnotateSettings:
     timeout_s: float = 60.0
     memory_limit_gb: float = 16.0
     from_dir: str = ""  # annotate the tasks table of this directory instead of the run's raw/tasks
-    chunk: int = 64  # tasks annotated (and written) per batch
+    chunk: int = 64  # tasks written per batch (and at least every 10 s)
+    workers: int = 2  # annotation worker processes
+    real_budget_gb: float = 2.0  # memory for a program fake tensors cannot run, run for real
+    retry_failed: bool = False  # try tasks an earlier run failed to annotate again
 
 
 @dataclass

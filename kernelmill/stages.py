@@ -36,7 +36,8 @@ from kernelmill import store
 from kernelmill.config import repo_path, resolve_backend
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings
-from synth.annotate import annotate_tasks, order_curriculum
+from synth.annotate import order_curriculum
+from synth.annotate_store import annotate_into
 from synth.generate import dialogue_id_for, is_declined, make_candidate, make_generator
 from synth.mine import mine_tasks, write_report
 from synth.prompts import build_prompt
@@ -162,27 +163,22 @@ def nnsmith(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> d
 
 def annotate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
     """Every gathered task not yet in ``tasks`` (or every task of ``annotate.from_dir``'s tasks
-    table), annotated and written chunk by chunk. Tasks that fail annotation are counted and listed
-    in ``annotate_failures.json``, not written; a resumed run tries them again."""
+    table), annotated and written as it goes (synth/annotate_store.py). Tasks that fail annotation
+    are listed by origin path, category and reason in ``annotate_failures.json``, not written; a
+    resumed run does not try them again unless ``annotate.retry_failed``."""
     a = s.annotate
     source = Path(a.from_dir) if a.from_dir else run_dir / RAW
     if a.from_dir and not (source / "tasks").is_dir():
         raise InputError(a.from_dir, "has no tasks table (expected DIR/tasks/*.parquet)")
-    known = store.stored_ids(run_dir, "tasks")
-    todo = [t for t in store.read_records(source, "tasks") if t.task_id not in known]
-    done, failures, written = [], [], 0
-    progress("annotate", 0, len(todo))
-    for i in range(0, len(todo), max(1, a.chunk)):
-        ok, failed = annotate_tasks(todo[i:i + a.chunk], device_spec=a.device_spec, timeout_s=a.timeout_s,
-                                    memory_limit_gb=a.memory_limit_gb)
-        done += ok
-        failures += failed
-        written += store.write_records(run_dir, "tasks", ok)
-        progress("annotate", min(i + a.chunk, len(todo)), len(todo))
-    if failures:
-        _write_json(run_dir / "annotate_failures.json", [list(f) for f in failures])
-    return {"annotated": len(done), "annotate_failures": len(failures), "written": written,
-            "already_annotated": len(known), "failures": [list(f) for f in failures],
+    rep = annotate_into(run_dir, store.read_records(source, "tasks"), device_spec=a.device_spec,
+                        timeout_s=a.timeout_s, memory_limit_gb=a.memory_limit_gb, workers=a.workers,
+                        real_budget_gb=a.real_budget_gb, retry_failed=a.retry_failed, flush_every=max(1, a.chunk),
+                        progress=lambda done, total: progress("annotate", done, total))
+    done = rep.annotated
+    return {"annotated": len(done), "annotate_failures": len(rep.failures), "written": rep.written,
+            "already_annotated": rep.already, "failed_before": rep.failed_before,
+            "failures_by_category": rep.by_category(), "failures": rep.failure_lines(),
+            "seconds": round(rep.seconds, 1),
             "levels": {lvl: sum(t.level == lvl for t in done) for lvl in sorted({t.level for t in done})}}
 
 

@@ -1,8 +1,12 @@
 """Annotate every task, whatever its source, and order tasks as a curriculum.
 
-``annotate_tasks`` runs each task's reference program once, in a worker process, under a
-``TorchDispatchMode`` that records every aten op dispatched by ``Model.forward`` with its input
-and output shapes and dtypes. From that trace it fills the Task fields:
+``annotate_tasks`` (or ``annotate_stream``, which yields each task as it is done) runs each task's
+reference program once, in a worker process (synth/trace_worker.py), under a ``TorchDispatchMode``
+that records every aten op dispatched by ``Model.forward`` with its input and output shapes and
+dtypes. The program runs on fake tensors (shapes and dtypes, no data), so a KernelBench level-1
+input of 6.4 GB or a model with billions of weights costs no memory; programs that fake tensors
+cannot run (data-dependent ops) are run for real within a memory budget, and any device a program
+asks for (``.cuda()``) is mapped to cpu. From that trace it fills the Task fields:
 
 - ``input_specs`` / ``output_specs``: name (forward's parameter names; ``output<i>``), shape, dtype
   of each tensor argument and each tensor in the output.
@@ -19,7 +23,9 @@ and output shapes and dtypes. From that trace it fills the Task fields:
   ``levelN`` folder) keeps it; the rule's level is always in ``annotations["rule_level"]``.
 - ``annotations``: per-op trace (``ops``: op, input/output shapes and dtypes, FLOPs; first
   ``MAX_TRACED_OPS`` ops), counts, device spec, floor dtype, bound (compute/memory), rule names,
-  and the ops counted by the table's default rule (``default_flop_ops``: 1 FLOP per output element).
+  and the ops counted by the table's default rule (``default_flop_ops``: 1 FLOP per output element);
+  ``traced_with`` ("fake" or "real"), ``requested_devices`` (devices the program asked for, e.g.
+  ``["cuda"]``) and, for a real run, ``fake_error`` (why fake tensors could not run it).
 
 FLOP table (FLOP_RULES = "kernelmill-flops-v1"), per aten op family:
     mm: 2*M*N*K        addmm: 2*M*N*K + M*N      bmm: 2*B*M*N*K     baddbmm: 2*B*M*N*K + B*M*N
@@ -44,8 +50,9 @@ Curriculum: ``difficulty = level + min(0.999, log10(1 + flops + bytes_moved) / 1
 sort by level first and size within a level; :func:`order_curriculum` sorts by it.
 
 Isolation: reference code may be mined from anywhere, so it runs in a separate worker process
-(one worker serves many tasks) with a per-task timeout and an address-space limit; a worker that
-times out or crashes is killed and replaced, and the task is reported as a failure. Not protected
+(one worker serves many tasks; ``workers`` of them side by side) with a per-task timeout and an
+address-space limit; a worker that times out or crashes is killed and replaced, and the task is
+reported as a failure with its reason. Not protected
 against: code that reads or writes files, uses the network or spawns processes of its own; run
 untrusted sources in a container when that matters.
 """
@@ -55,10 +62,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
-from typing import Any
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator
 
 from kernelmill.schema import OpCount, Task, TensorSpec
+from synth.trace_worker import TraceWorker
 
 FLOP_RULES = "kernelmill-flops-v1"
 LEVEL_RULE = "kernelmill-level-v1"
@@ -180,201 +191,6 @@ def difficulty_for(level: int, flops: int, bytes_moved: int) -> float:
     return level + min(0.999, math.log10(1 + flops + bytes_moved) / 16)
 
 
-# ---------------------------------------------------------------------------- worker side
-
-
-def _trace_program(code: str, seed: int) -> dict:
-    """Run a KernelBench program once under a recording dispatch mode; plain data out."""
-    import inspect
-
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    records: list = []
-
-    def spec(t) -> list:
-        return [list(t.shape), str(t.dtype).removeprefix("torch.")]
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            name = func._overloadpacket.__name__
-            ins = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-            outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-            extra = {}
-            if "convolution" in name:
-                extra = {"transposed": bool(args[6]) if len(args) > 6 else False,
-                         "groups": int(args[8]) if len(args) > 8 else 1,
-                         "has_bias": len(args) > 2 and args[2] is not None}
-            elif "pool" in name and len(args) > 1:
-                extra = {"kernel_size": list(args[1]) if isinstance(args[1], (list, tuple)) else args[1]}
-            records.append((str(func), name, [spec(t) for t in ins], [spec(t) for t in outs], extra))
-            return out
-
-    ns: dict[str, Any] = {"__name__": "kernelmill_task"}
-    exec(compile(code, "<reference>", "exec", dont_inherit=True), ns)
-    torch.manual_seed(seed)
-    init = ns["get_init_inputs"]()
-    model = ns["Model"](*init)
-    inputs = ns["get_inputs"]()
-    try:
-        names = [p for p in inspect.signature(model.forward).parameters]
-    except (TypeError, ValueError):
-        names = []
-    with torch.no_grad(), Recorder():
-        out = model(*inputs)
-    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    if not outs:
-        raise TypeError(f"forward returned no tensor ({type(out).__name__})")
-    seen, weights = set(), []
-    for t in list(model.parameters()) + list(model.buffers()):
-        if id(t) not in seen:
-            seen.add(id(t))
-            weights.append(spec(t) + [t.element_size()])
-    in_specs = []
-    for i, x in enumerate(inputs):
-        if isinstance(x, torch.Tensor):
-            nm = names[i] if i < len(names) and names[i] not in ("args", "kwargs") else f"input{i}"
-            in_specs.append([nm] + spec(x) + [x.element_size()])
-    try:
-        init_repr = repr(init) if _plain(init) else ""
-    except Exception:
-        init_repr = ""
-    return {"records": records, "inputs": in_specs, "weights": weights,
-            "outputs": [[f"output{i}"] + spec(o) + [o.element_size()] for i, o in enumerate(outs)],
-            "init_inputs": init_repr}
-
-
-def _plain(x) -> bool:
-    if isinstance(x, (list, tuple)):
-        return all(_plain(v) for v in x)
-    if isinstance(x, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in x.items())
-    return x is None or isinstance(x, (bool, int, float, str))
-
-
-def _worker_stdio() -> None:
-    """Worker entry point: framed pickles on stdin/stdout, one (task_id, code, seed) at a time.
-
-    Replies ("ok", trace) or ("error", message). The program's own prints go to stderr (the
-    protocol keeps a private copy of stdout)."""
-    from multiprocessing.connection import Connection
-
-    memory_limit_gb = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
-    if memory_limit_gb > 0:
-        try:
-            import resource
-
-            lim = int(memory_limit_gb * 2**30)
-            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-        except (ImportError, ValueError, OSError):
-            pass
-    out_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    recv, send = Connection(os.dup(0), writable=False), Connection(out_fd, readable=False)
-    import torch  # noqa: F401  (imported before "ready" so the first task's timeout excludes it)
-
-    send.send(("ready", None))
-    while True:
-        try:
-            msg = recv.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        _task_id, code, seed = msg
-        try:
-            send.send(("ok", _trace_program(code, seed)))
-        except BaseException as e:  # the program's own failure is data for the parent
-            tb = e.__traceback__
-            where = ""
-            while tb is not None:
-                if tb.tb_frame.f_code.co_filename == "<reference>":
-                    where = f" (reference line {tb.tb_lineno})"
-                tb = tb.tb_next
-            send.send(("error", f"{type(e).__name__}: {str(e)[:300]}{where}"))
-
-
-class TraceWorker:
-    """One worker process serving many tasks; replaced after a timeout or a crash."""
-
-    def __init__(self, memory_limit_gb: float = 16.0, start_timeout_s: float = 120.0):
-        self.memory_limit_gb = memory_limit_gb
-        self.start_timeout_s = start_timeout_s
-        self.proc = None
-        self.send_conn = self.recv_conn = None
-
-    def _start(self) -> None:
-        import subprocess
-        from multiprocessing.connection import Connection
-
-        from kernelmill.config import REPO_ROOT
-
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from synth.annotate import _worker_stdio; _worker_stdio()",
-             str(self.memory_limit_gb)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT))
-        self.send_conn = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
-        self.recv_conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
-        self.proc.stdin.close()
-        self.proc.stdout.close()
-        try:
-            ready = self.recv_conn.poll(self.start_timeout_s)
-            if ready:
-                self.recv_conn.recv()
-        except (EOFError, OSError):
-            ready = False
-        if not ready:
-            self.close()
-            raise RuntimeError(f"annotation worker did not start within {self.start_timeout_s:.0f} s")
-
-    def close(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                self.send_conn.send(None)
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=2)
-            except Exception:
-                self.proc.kill()
-                self.proc.wait()
-        for c in (self.send_conn, self.recv_conn):
-            try:
-                c.close()
-            except OSError:
-                pass
-        self.proc = self.send_conn = self.recv_conn = None
-
-    def run(self, task_id: str, code: str, timeout_s: float, seed: int = 0) -> tuple[str, Any]:
-        """("ok", trace) or ("error", reason); never raises for the program's faults."""
-        if self.proc is None or self.proc.poll() is not None:
-            self.close()
-            self._start()
-        try:
-            self.send_conn.send((task_id, code, seed))
-            if not self.recv_conn.poll(timeout_s):
-                self.proc.kill()
-                self.close()
-                return "error", f"timeout: no result after {timeout_s:g} s"
-            return self.recv_conn.recv()
-        except (EOFError, OSError):
-            try:
-                rc = self.proc.wait(timeout=5)
-            except Exception:
-                self.proc.kill()
-                rc = self.proc.wait()
-            self.close()
-            return "error", f"worker crashed (exit code {rc}) while running the reference"
-
-
 # ---------------------------------------------------------------------------- parent side
 
 
@@ -413,7 +229,10 @@ def annotation_from_trace(task: Task, trace: dict, device_spec: str) -> Task:
         "device_spec": device.as_dict(), "floor_dtype": floor_dtype,
         "bound": "compute" if compute_s * 1e6 >= floor_us else "memory",
         "arithmetic_intensity": flops / bytes_moved if bytes_moved else 0.0,
+        "traced_with": trace.get("traced_with", "real"), "requested_devices": trace.get("requested_devices", []),
     })
+    if trace.get("fake_error"):
+        ann["fake_error"] = trace["fake_error"]
     return dataclasses.replace(
         task,
         input_specs=[TensorSpec(n, list(s), d) for n, s, d, _ in trace["inputs"]],
@@ -424,32 +243,94 @@ def annotation_from_trace(task: Task, trace: dict, device_spec: str) -> Task:
         level=int(level), difficulty=difficulty_for(level, flops, bytes_moved), annotations=ann)
 
 
+@dataclass
+class AnnotationOutcome:
+    """One task's annotation: ``annotated`` is the annotated copy, or None with ``reason`` saying why
+    (the program's error, ``timeout: ...``, ``worker crashed ...``). ``seconds``: wall time in the worker."""
+    task: Task
+    annotated: Task | None
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def _outcome(task: Task, status: str, data, device_spec: str, seconds: float) -> AnnotationOutcome:
+    if status != "ok":
+        return AnnotationOutcome(task, None, str(data), seconds)
+    try:
+        return AnnotationOutcome(task, annotation_from_trace(task, data, device_spec), "", seconds)
+    except Exception as e:  # a trace we cannot interpret is this task's failure only
+        return AnnotationOutcome(task, None, f"annotation failed: {type(e).__name__}: {e}", seconds)
+
+
+def annotate_stream(tasks: list[Task], *, device_spec: str = "H100-SXM", timeout_s: float = 60,
+                    memory_limit_gb: float = 16.0, workers: int = 1, mode: str = "auto",
+                    real_budget_gb: float = 2.0) -> Iterator[AnnotationOutcome]:
+    """One outcome per task, in the order they finish, from ``workers`` worker processes.
+
+    Every task gets exactly one outcome unless the caller stops iterating early; closing the
+    generator (or an exception in the caller, e.g. Ctrl-C) kills the workers at once. ``mode`` and
+    ``real_budget_gb``: see synth.trace_worker.trace_program. The input tasks are not changed."""
+    from synth.devices import get_device
+
+    get_device(device_spec)  # a bad name fails before any work starts
+    if not tasks:
+        return
+    pending: queue.SimpleQueue = queue.SimpleQueue()
+    for t in tasks:
+        pending.put(t)
+    results: queue.SimpleQueue = queue.SimpleQueue()
+    stop = threading.Event()
+    pool = [TraceWorker(memory_limit_gb=memory_limit_gb, mode=mode, real_budget_gb=real_budget_gb)
+            for _ in range(max(1, min(workers, len(tasks))))]
+
+    def serve(worker: TraceWorker) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    task = pending.get_nowait()
+                except queue.Empty:
+                    return
+                t0 = time.perf_counter()
+                status, data = worker.run(task.task_id, task.reference_code, timeout_s)
+                results.put(_outcome(task, status, data, device_spec, time.perf_counter() - t0))
+        except BaseException as e:  # a worker that cannot start is everyone's problem: re-raised below
+            results.put(e)
+        finally:
+            worker.close()
+
+    threads = [threading.Thread(target=serve, args=(w,), daemon=True) for w in pool]
+    for th in threads:
+        th.start()
+    done = 0
+    try:
+        while done < len(tasks):
+            r = results.get()
+            if isinstance(r, BaseException):
+                raise r
+            done += 1
+            yield r
+    finally:
+        stop.set()
+        if done < len(tasks):  # stopped early: do not wait for programs in flight
+            for w in pool:
+                w.kill()
+        for th in threads:
+            th.join()
+
+
 def annotate_tasks(tasks: list[Task], *, device_spec: str = "H100-SXM", timeout_s: float = 60,
-                   memory_limit_gb: float = 16.0) -> tuple[list[Task], list[tuple[str, str]]]:
+                   memory_limit_gb: float = 16.0, workers: int = 1, mode: str = "auto",
+                   real_budget_gb: float = 2.0) -> tuple[list[Task], list[tuple[str, str]]]:
     """Annotated copies of ``tasks`` (input order, failures left out) and (task_id, reason) failures.
 
     Every program runs in a worker process (see the module docstring); a task that raises, times
     out or kills its worker becomes a failure and the rest go on. The input tasks are not changed."""
-    from synth.devices import get_device
-
-    get_device(device_spec)  # a bad name fails before any work starts
-    annotated, failures = [], []
-    if not tasks:
-        return annotated, failures
-    worker = TraceWorker(memory_limit_gb=memory_limit_gb)
-    try:
-        for task in tasks:
-            status, data = worker.run(task.task_id, task.reference_code, timeout_s)
-            if status != "ok":
-                failures.append((task.task_id, str(data)))
-                continue
-            try:
-                annotated.append(annotation_from_trace(task, data, device_spec))
-            except Exception as e:  # a trace we cannot interpret is this task's failure only
-                failures.append((task.task_id, f"annotation failed: {type(e).__name__}: {e}"))
-    finally:
-        worker.close()
-    return annotated, failures
+    order = {id(t): i for i, t in enumerate(tasks)}
+    outcomes = sorted(annotate_stream(tasks, device_spec=device_spec, timeout_s=timeout_s,
+                                      memory_limit_gb=memory_limit_gb, workers=workers, mode=mode,
+                                      real_budget_gb=real_budget_gb), key=lambda o: order[id(o.task)])
+    return ([o.annotated for o in outcomes if o.annotated is not None],
+            [(o.task.task_id, o.reason) for o in outcomes if o.annotated is None])
 
 
 def order_curriculum(tasks: list[Task]) -> list[Task]:

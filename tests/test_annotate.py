@@ -1,6 +1,7 @@
 """Annotation: shapes, FLOPs and bytes of known programs against hand-computed values, the level
 rule, the curriculum order, worker isolation (errors, hangs, crashes), and DuckDB queries over a
-written tasks table. All programs run for real in the annotation worker process."""
+written tasks table. Programs run in the annotation worker process on fake tensors (no data), as
+annotation always does; a test below checks that a real run records the same trace."""
 
 import os
 import textwrap
@@ -214,3 +215,15 @@ def test_annotate_cli_writes_a_new_table(annotated, tmp_path):
     assert got[0].annotations["device_spec"]["name"] == "A100"
     assert main(["annotate", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert not os.path.exists(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("name,code", [("matmul", MATMUL), ("conv", CONV), ("softmax", SOFTMAX), ("chain", CHAIN)])
+def test_fake_tensor_trace_equals_a_real_run(name, code):
+    """Annotation traces on fake tensors; the ops, shapes, weights and outputs it records are the
+    ones a run on real data records (so shapes, FLOPs and bytes are unchanged by going fake)."""
+    from synth.trace_worker import trace_program
+
+    fake, real = trace_program(code, mode="fake"), trace_program(code, mode="real")
+    assert fake["traced_with"] == "fake" and real["traced_with"] == "real"
+    for key in ("records", "inputs", "weights", "outputs", "init_inputs"):
+        assert fake[key] == real[key], key
