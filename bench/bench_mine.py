@@ -15,9 +15,13 @@ task benchmark. Two measurements:
   without the fixed costs (sandbox start-up, and the deliberately hanging module that waits for its
   timeout). The task rate is almost all torch work on CPU at the scaled shapes.
 
-Optionally (``--real DIR``, e.g. the installed ``transformers`` package: real PyTorch code, 2,800
-files) the parse step also runs over DIR, and a random sample of ``--real-sample`` of its
-self-contained modules goes through the sandbox, giving the yield on real code.
+With ``--real DIR [DIR ...]`` (public repositories checked out by hand, each a folder with its
+LICENSE), every DIR is mined end to end with ``mine_tasks`` as ``kernelmill mine DIR`` would, and a
+per-repository table gives modules found, self-contained, inputs deduced, tasks, tasks as a share of
+self-contained modules, the share of filtered modules that ran from their own file, seconds, the load
+average before and after, and the largest drop reasons. The packages a repository imports must be
+installed for its modules to count as self-contained (for the recorded run: einops, einx,
+torch-einops-utils; ``pip install -e .[mine-bench]``).
 
 Wall times depend on machine load (the project machine is shared): the table records the load
 average at the start.
@@ -69,32 +73,32 @@ def bench_mine(workers: int, target_numel: int, timeout_s: float) -> dict:
             "yield": r.yield_, "table": r.table()}
 
 
-def bench_real(source: str, sample: int, workers: int, target_numel: int, timeout_s: float) -> dict:
-    import concurrent.futures as cf
-    import random
-    from collections import Counter
+def bench_real(source: str, workers: int, target_numel: int, timeout_s: float) -> dict:
+    """One repository mined end to end (as ``kernelmill mine`` does), with its report's counts."""
+    from synth.mine import mine_tasks
 
-    from synth.input_sandbox import SandboxPool
-    from synth.mine import MineReport, _process, collect_candidates
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    res = mine_tasks(source, target_numel=target_numel, timeout_s=timeout_s, workers=workers,
+                     license_allowlist=["mit", "apache-2.0", "bsd-3-clause", "bsd-2-clause", "unknown"])
+    dt = time.perf_counter() - t0
+    r = res.report
+    filtered = r.runs_from_file + sum(r.run_file_failures.values())
+    drops = r.not_self_contained + r.deduction_failures + r.filter_failures + r.run_file_failures
+    return {"name": Path(source).name, "modules": r.modules_found, "self_contained": r.self_contained,
+            "deduced": r.inputs_deduced, "tasks": r.tasks_emitted, "duplicates": r.duplicates,
+            "from_file": f"{r.runs_from_file}/{filtered}", "seconds": dt, "load": f"{load0:.1f}/{os.getloadavg()[0]:.1f}",
+            "drops": ", ".join(f"{k} {v}" for k, v in drops.most_common(4))}
 
-    report = MineReport(source=source)
-    t0 = time.perf_counter()
-    cands = list(collect_candidates(source, report, max_file_bytes=1 << 20))
-    parse_s = time.perf_counter() - t0
-    random.Random(0).shuffle(cands)
-    picked = cands[:sample]
-    outcomes: Counter = Counter()
-    t0 = time.perf_counter()
-    with SandboxPool(workers=workers) as pool, cf.ThreadPoolExecutor(workers) as ex:
-        for c, ded, ran, code in ex.map(lambda c: _process(pool, c, target_numel=target_numel, timeout_s=timeout_s,
-                                                           max_forward_s=2.0, min_forward_s=0.0), picked):
-            if ded.get("status") == "ok":
-                outcomes["task" if (ran or {}).get("status") == "ok" else "run_file_failed"] += 1
-            else:
-                outcomes[ded.get("reason", "crash")] += 1
-    return {"files": report.files, "parsed": report.files_parsed, "modules": report.modules_found,
-            "self_contained": len(cands), "why_not": report.not_self_contained.most_common(4), "parse_s": parse_s,
-            "sample": len(picked), "outcomes": outcomes, "mine_s": time.perf_counter() - t0}
+
+REAL_COLUMNS = ("repository", "modules", "self-contained", "deduced", "tasks", "tasks / self-contained",
+                "runs from own file", "exact duplicates", "seconds", "load before/after", "largest drops")
+
+
+def real_row(r: dict) -> list[str]:
+    share = r["tasks"] / r["self_contained"] if r["self_contained"] else 0.0
+    return [r["name"], str(r["modules"]), str(r["self_contained"]), str(r["deduced"]), str(r["tasks"]),
+            f"{share:.0%}", r["from_file"], str(r["duplicates"]), f"{r['seconds']:.0f}", r["load"], r["drops"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,50 +108,60 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-numel", type=int, default=1 << 20)
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "mine_cpu.md"))
-    ap.add_argument("--real", default="", help="a directory of real PyTorch code (e.g. site-packages/transformers)")
-    ap.add_argument("--real-sample", type=int, default=60)
+    ap.add_argument("--real", nargs="*", default=[], metavar="DIR",
+                    help="repositories to mine end to end (each a checked-out folder with its LICENSE)")
+    ap.add_argument("--skip-sample", action="store_true", help="only the --real repositories")
     args = ap.parse_args(argv)
+    if args.skip_sample and not args.real:
+        ap.error("--skip-sample needs --real")
 
     load = os.getloadavg()[0]
-    p = bench_parse(args.copies)
-    m = bench_mine(args.workers, args.target_numel, args.timeout)
-    # the hanging module occupies one of `workers` sandboxes for the whole timeout
-    busy = max(m["seconds"] - m["timeouts"] * args.timeout / args.workers, 1e-9)
-    rows = [
-        ("parse: files (tree-sitter, closure)", f"{p['files']}", f"{p['files'] / p['seconds']:.0f} files/s"),
-        ("parse: modules found / made self-contained", f"{p['modules']} / {p['self_contained']}",
-         f"{p['modules'] / p['seconds']:.0f} modules/s"),
-        ("mine: modules found -> tasks emitted", f"{m['modules']} -> {m['tasks']} (yield {m['yield']:.2f})",
-         f"{m['modules'] / m['seconds'] * 60:.0f} modules/min, {m['tasks'] / m['seconds'] * 60:.0f} tasks/min"),
-        ("mine: wall time (all / without the hang)", f"{m['seconds']:.1f} s / {busy:.1f} s",
-         f"{m['modules'] / busy * 60:.0f} modules/min without the hang"),
-    ]
-    if args.real:
-        r = bench_real(args.real, args.real_sample, args.workers, args.target_numel, args.timeout)
-        tasks = r["outcomes"]["task"]
-        rows += [
-            ("real: files parsed (tree-sitter, closure)", f"{r['parsed']} / {r['files']}",
-             f"{r['files'] / r['parse_s']:.0f} files/s"),
-            ("real: modules found -> self-contained", f"{r['modules']} -> {r['self_contained']}",
-             "dropped: " + ", ".join(f"{k} {v}" for k, v in r["why_not"])),
-            ("real: random sample deduced -> tasks", f"{r['sample']} -> {tasks} ({tasks / max(r['sample'], 1):.0%})",
-             f"{r['sample'] / r['mine_s'] * 60:.0f} modules/min; "
-             + ", ".join(f"{k} {v}" for k, v in r["outcomes"].most_common() if k != "task")),
+    rows, m = [], None
+    if not args.skip_sample:
+        p = bench_parse(args.copies)
+        m = bench_mine(args.workers, args.target_numel, args.timeout)
+        # the hanging module occupies one of `workers` sandboxes for the whole timeout
+        busy = max(m["seconds"] - m["timeouts"] * args.timeout / args.workers, 1e-9)
+        rows = [
+            ("parse: files (tree-sitter, closure)", f"{p['files']}", f"{p['files'] / p['seconds']:.0f} files/s"),
+            ("parse: modules found / made self-contained", f"{p['modules']} / {p['self_contained']}",
+             f"{p['modules'] / p['seconds']:.0f} modules/s"),
+            ("mine: modules found -> tasks emitted", f"{m['modules']} -> {m['tasks']} (yield {m['yield']:.2f})",
+             f"{m['modules'] / m['seconds'] * 60:.0f} modules/min, {m['tasks'] / m['seconds'] * 60:.0f} tasks/min"),
+            ("mine: wall time (all / without the hang)", f"{m['seconds']:.1f} s / {busy:.1f} s",
+             f"{m['modules'] / busy * 60:.0f} modules/min without the hang"),
         ]
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
+    real = []
+    for d in args.real:
+        real.append(bench_real(d, args.workers, args.target_numel, args.timeout))
+        print("  ".join(real_row(real[-1])), flush=True)
     head = (f"miner on {os.cpu_count()} cores, workers={args.workers}, target_numel={args.target_numel}, "
-            f"parse corpus = sample_repos x {args.copies}, load average at start {load:.1f}")
-    table = "\n".join([head, "", *(f"{a.ljust(w0)}  {b.ljust(w1)}  {c}" for a, b, c in rows)])
-    print(table)
-    print()
-    print(m["table"])
-    cmd = f"python bench/bench_mine.py --copies {args.copies} --workers {args.workers}" + (
-        f" --real {args.real} --real-sample {args.real_sample}" if args.real else "")
-    md = ["# Miner benchmark (CPU)", "", f"`{cmd}`",
-          "", head, "", "| measurement | count | rate |", "| --- | --- | --- |",
-          *(f"| {a} | {b} | {c} |" for a, b, c in rows), "", "Mining report of the timed run:", "", "```",
-          m["table"], "```", ""]
+            f"timeout {args.timeout:g} s per module, load average at start {load:.1f}"
+            + ("" if args.skip_sample else f", parse corpus = sample_repos x {args.copies}"))
+    lines = [head, ""]
+    if rows:
+        w0 = max(len(r[0]) for r in rows)
+        w1 = max(len(r[1]) for r in rows)
+        lines += [f"{a.ljust(w0)}  {b.ljust(w1)}  {c}" for a, b, c in rows]
+    if real:
+        table = [list(REAL_COLUMNS)] + [real_row(r) for r in real]
+        widths = [max(len(row[i]) for row in table) for i in range(len(REAL_COLUMNS))]
+        lines += ["", *("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)]
+    print("\n".join(lines))
+    if m:
+        print()
+        print(m["table"])
+    cmd = "python bench/bench_mine.py" + ("" if args.skip_sample else f" --copies {args.copies}") + \
+        f" --workers {args.workers} --timeout {args.timeout:g}" + (" --real " + " ".join(args.real) if args.real else "") + \
+        (" --skip-sample" if args.skip_sample else "")
+    md = ["# Miner benchmark (CPU)", "", f"`{cmd}`", "", head, ""]
+    if rows:
+        md += ["| measurement | count | rate |", "| --- | --- | --- |", *(f"| {a} | {b} | {c} |" for a, b, c in rows), ""]
+    if real:
+        md += ["| " + " | ".join(REAL_COLUMNS) + " |", "| --- |" + " ---: |" * 9 + " --- |",
+               *("| " + " | ".join(real_row(r)) + " |" for r in real), ""]
+    if m:
+        md += ["Mining report of the timed run:", "", "```", m["table"], "```", ""]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(md))

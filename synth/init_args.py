@@ -69,6 +69,12 @@ _FLOAT_RULES = [
     (r"^base$|theta", 10000.0), (r"init|range|std", 0.02), (r"scale|alpha|beta|gamma|slope|lr|weight", 1.0),
 ]
 _BOOL_RE = r"bias|affine|^use_|^is_|^has_|^with_|enable|causal|residual|inplace|batch_first|norm_first|pre_norm|learn|bidirectional|^return_|flag|track"
+def _boolish(low_name: str) -> bool:
+    """A flag by its name (``use_bias``, ``causal``), not a count (``num_residual_streams``)."""
+    return bool(re.search(_BOOL_RE, low_name)) and not re.match(r"(n|num|max|min)_", low_name) \
+        and not re.search(r"size|dim|streams|count|depth", low_name)
+
+
 _STR_RULES = [(r"(^|_)act($|_)|activation|nonlin", "relu"), (r"padding_mode", "zeros"), (r"(^|_)mode$", "nearest"),
               (r"^norm$|norm_type", "batch"), (r"^pool$|pool_type", "avg"), (r"^init$|init_mode", "normal")]
 _CONFIG_RE = r"^(config|cfg|args|opt|opts|hparams|params|conf|hp|settings|options|model_args|model_config)$"
@@ -85,7 +91,7 @@ def _int_guess(name: str, base: int) -> int:
 def guess_value(name: str, base: int):
     """A plausible plain value for a config attribute or constructor argument named ``name``."""
     low = name.lower()
-    if re.search(_BOOL_RE, low):
+    if _boolish(low):
         return True
     for pat, v in _FLOAT_RULES:
         if re.search(pat, low) and not re.search(r"size|dim|num|heads|channels|features", low):
@@ -165,7 +171,7 @@ def _annotation_type(param, ns: dict):
 _MODULE_RE = (r"^(fn|func|function|net|module|sublayer|submodule|inner|body|wrapped|layer|model|backbone)$"
               r"|_(fn|net|module)$")
 _FACTORY_RE = r"_layer$|_cls$|_class$|^block$|_block$|^block_type$|_factory$|_fn_cls$"
-MODULE_INSTANCE, MODULE_FACTORY = 3, 4
+MODULE_INSTANCE, MODULE_FACTORY, LONG_LIST = 3, 4, 5
 
 
 def _named_like(pattern: str, low_name: str) -> bool:
@@ -209,9 +215,9 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overri
     if variant == 2:
         rc = RecordingConfig(base, overrides)
         return rc, {"k": "recording", "obj": rc}
-    want_list = origin in (list, tuple) or ann in (list, tuple) or variant == 1
+    want_list = origin in (list, tuple) or ann in (list, tuple) or variant in (1, LONG_LIST)
     empty = ann is inspect.Parameter.empty
-    if ann is bool or (empty and re.search(_BOOL_RE, low)):
+    if ann is bool or (empty and _boolish(low)):
         return True, {"k": "lit", "src": "True"}
     dim_like = re.search(r"size|dim|num|heads|channels|features", low)
     if ann is float or (empty and not want_list and not dim_like and any(re.search(p, low) for p, _ in _FLOAT_RULES)):
@@ -226,7 +232,7 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overri
         return rc, {"k": "recording", "obj": rc}
     v = _int_guess(name, base)
     if want_list:
-        lst = [v, v]
+        lst = [v] * (4 if variant == LONG_LIST else 2)  # four stages (ResNet layers) when two were too few
         return (tuple(lst) if origin is tuple or ann is tuple else lst), {"k": "lit", "src": repr(tuple(lst) if origin is tuple or ann is tuple else lst)}
     return v, {"k": "lit", "src": repr(v)}
 
@@ -310,6 +316,11 @@ def _fix_constructor(e: Exception, params, pairs, variants: list[int], overrides
         for name in params_named_in(failing_line(e), names):
             variants[[p.name for p in params].index(name)] = MODULE_FACTORY
             return True
+    if re.search(r"(list|tuple) index out of range", msg):
+        for i in range(len(params)):
+            if variants[i] == 1 or (i < len(pairs) and isinstance(pairs[i][0], (list, tuple)) and variants[i] == 0):
+                variants[i] = LONG_LIST
+                return True
     if _ITERABLE_ERR.search(msg):
         for i, (v, _) in enumerate(pairs):  # a config attribute read just before it was indexed
             if isinstance(v, RecordingConfig) and v._last and not isinstance(overrides[i].get(v._last), list):
@@ -338,6 +349,8 @@ def _fix_constructor(e: Exception, params, pairs, variants: list[int], overrides
 
 
 _MISSING_ARGS_ERR = re.compile(r"missing \d+ required (?:keyword-only |positional )?arguments?: (.*)")
+# an assertion that names a keyword the constructor passes on: "`depth` must be passed in for `Encoder`"
+_MUST_PASS_ERR = re.compile(r"[`'\"](\w+)[`'\"] (?:must|needs to) be (?:passed|given|specified|provided|set)")
 
 
 def _add_missing_kwargs(msg: str, params: list, variants: list[int], overrides: list[dict]) -> bool:
@@ -347,7 +360,8 @@ def _add_missing_kwargs(msg: str, params: list, variants: list[int], overrides: 
 
     m = _MISSING_ARGS_ERR.search(msg)
     known = {p.name for p in params}
-    names = [n for n in re.findall(r"'(\w+)'", m.group(1)) if n not in known] if m else []
+    names = re.findall(r"'(\w+)'", m.group(1)) if m else _MUST_PASS_ERR.findall(msg)
+    names = [n for n in names if n not in known]
     for n in names:
         params.append(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY))
         variants.append(0)
@@ -370,15 +384,22 @@ MAX_SITE_PARAMS = 25_000_000  # a call site that builds a bigger model (ResNet-1
 def _from_site(Model, sig, ns: dict, site: dict, base: int):
     """(model, init args) built the way one call site of the repository builds it, arguments it leaves
     to local variables guessed; None when the call does not fit the signature or the model is huge."""
+    import inspect
+
     params = [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(site["args"]) > len(positional):
         return None
     given = {p.name: src for p, src in zip(positional, site["args"])}
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
     for k, src in site["kwargs"].items():
-        if k not in sig.parameters or k in given or sig.parameters[k].kind == sig.parameters[k].POSITIONAL_ONLY:
+        if k in given or (k not in sig.parameters and not takes_kwargs):
+            return None
+        if k in sig.parameters and sig.parameters[k].kind == sig.parameters[k].POSITIONAL_ONLY:
             return None
         given[k] = src
+    # keyword arguments that go to **kwargs (Encoder(dim=512, depth=6) passing them on to its base)
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in given if k not in sig.parameters]
     args, skipped = [], False
     for p in params:
         src = given.get(p.name)

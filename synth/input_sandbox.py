@@ -162,7 +162,8 @@ def job_deduce(job: dict) -> dict:
                 model.eval()
                 ints = [a.value for a in args if isinstance(a.value, int) and not isinstance(a.value, bool) and a.value > 1]
                 try:
-                    names, guesses, out = deduce_inputs(model, base, ints, deadline)
+                    names, guesses, out = deduce_inputs(model, base, ints, deadline,
+                                                        init_values={a.name: a.value for a in args})
                 except DeductionFailed as e:
                     if e.reason == "memory":
                         raise

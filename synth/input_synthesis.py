@@ -85,6 +85,35 @@ def _num_embeddings(model) -> int:
     return min([e.num_embeddings for e in model.modules() if hasattr(e, "num_embeddings")] or [2])
 
 
+_SIDE_RE = r"^(image_size|img_size|image_res|input_resolution|input_size|resolution|img_res)$"
+_CHANNELS_RE = r"^(channels|in_channels|in_chans|num_channels|input_channels|image_channels|in_ch|c_in)$"
+_FRAMES_RE = r"^(frames|num_frames|image_frames)$"
+
+
+def init_hint(init_values: dict) -> InputGuess | None:
+    """An image (or video) guess from constructor arguments that say what the input is: ``image_size``
+    and ``channels`` (3 when absent), ``frames`` for a video; None when they say nothing. A vision
+    transformer's first layer (a patch rearrange, then LayerNorm over patch features) does not."""
+    import re
+
+    def find(pattern):
+        return next((v for k, v in init_values.items() if re.search(pattern, k.lower())), None)
+
+    side = find(_SIDE_RE)
+    if isinstance(side, (tuple, list)) and side and all(isinstance(x, int) for x in side):
+        hw = list(side)
+    elif isinstance(side, int) and not isinstance(side, bool) and side > 1:
+        hw = [side, side]
+    else:
+        return None
+    c = find(_CHANNELS_RE)
+    c = c if isinstance(c, int) and not isinstance(c, bool) and c > 0 else 3
+    frames = find(_FRAMES_RE)
+    if isinstance(frames, int) and not isinstance(frames, bool) and frames > 0:
+        return InputGuess("float", [2, c, frames, *hw])
+    return InputGuess("float", [2, c, *hw])
+
+
 def first_layer_hint(model, base: int) -> InputGuess:
     """An input guess from the first layer the module registers (or from its parameters)."""
     import torch.nn as nn
@@ -271,13 +300,15 @@ def run_forward(model, guesses: list[InputGuess], seed: int):
         return xs, model(*args, **kwargs)
 
 
-def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_attempts: int = 40):
+def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_attempts: int = 40,
+                  init_values: dict | None = None):
     """(input names, guesses, output) of the first forward call that runs; DeductionFailed otherwise
-    (its ``line``: where the last attempt failed in the mined program)."""
+    (its ``line``: where the last attempt failed in the mined program). ``init_values``: the constructor
+    arguments by name (``image_size`` and ``channels`` say what an image input looks like)."""
     from synth.init_args import failing_line
 
     params = forward_params(model)
-    hint = first_layer_hint(model, base)
+    hint = init_hint(init_values or {}) or first_layer_hint(model, base)
     if not params:
         guesses = []
     else:

@@ -246,7 +246,7 @@ def collect_candidates(source: str, report: MineReport, *, max_file_bytes: int, 
                     report.modules.append({**row, "outcome": "too_deep", "detail": ""})
                     continue
                 report.self_contained += 1
-                program, sites = with_call_sites(index, pf, found.class_name, em.program)
+                program, sites = with_call_sites(em, index, pf, found.class_name)
                 yield _Candidate(order, group.repo, pf.path, commits[pf.path], licenses[pf.path], found.class_name,
                                  program, sites)
                 order += 1
@@ -254,23 +254,42 @@ def collect_candidates(source: str, report: MineReport, *, max_file_bytes: int, 
             return
 
 
-def with_call_sites(index, pf, class_name: str, program: str) -> tuple[str, list[dict]]:
+def _literal_assignment(text: str) -> bool:
+    """``cfg = {'VGG11': [64, 'M']}``: a plain name bound to a literal, which runs without side effects."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+        stmt = tree.body[0]
+        if len(tree.body) != 1 or not isinstance(stmt, ast.Assign):
+            return False
+        ast.literal_eval(stmt.value)
+        return True
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return False
+
+
+def with_call_sites(em, index, pf, class_name: str) -> tuple[str, list[dict]]:
     """The program extended with what the repository's own constructor calls of the class read, and
-    those calls (synth/mine_callsites.py). A call whose names cannot be made self-contained is dropped."""
+    those calls (synth/mine_callsites.py). A call is dropped when its names cannot be made
+    self-contained or would bring in top-level statements other than definitions and literal
+    assignments (``checkpoint = torch.load('out/ckpt.pt')`` in a script that builds the model)."""
     from synth.mine_callsites import find_call_sites
     from synth.mine_discover import NotSelfContained
     from synth.mine_extract import extract_module
 
-    kept, needs = [], []
+    program, kept, needs, before = em.program, [], [], set(em.statements)
     for site in find_call_sites(index, pf, class_name):
         f = index.files.get(site.module)
         trial = needs + [(f, n) for n in site.needs]
         if site.needs:
             try:
-                program_with = extract_module(index, pf, class_name, trial).program
+                ext = extract_module(index, pf, class_name, trial)
             except (NotSelfContained, RecursionError):
                 continue
-            program, needs = program_with, trial
+            if not all(_literal_assignment(t) for t in ext.statements if t not in before):
+                continue
+            program, needs = ext.program, trial
         kept.append(site.as_job())
     return program, kept
 

@@ -56,21 +56,24 @@ def _names_for(index: RepoIndex, target: ParsedFile, class_name: str, pf: Parsed
 
 
 def _local_assignment(ident):
-    """The value node of the one plain assignment ``name = value`` to this identifier in the body of
-    the function that holds it (``cfg = {...}; return DPN(cfg)``), else None."""
+    """The value node of the last plain assignment ``name = value`` to this identifier before it, in the
+    body of the function that holds it (``cfg = {...}; return DPN(cfg)``; ``model = TransformerWrapper(...);
+    model = AutoregressiveWrapper(model)``), else None."""
     fn = ident.parent
     while fn is not None and fn.type != "function_definition":
         fn = fn.parent
     if fn is None:
         return None
-    name, values = _text(ident), []
+    name, value = _text(ident), None
     for stmt in fn.child_by_field_name("body").named_children:
+        if stmt.end_byte > ident.start_byte:  # the statement of the call itself, and what follows
+            break
         a = stmt.named_children[0] if stmt.type == "expression_statement" and stmt.named_children else None
         if a is not None and a.type == "assignment":
             left = a.child_by_field_name("left")
             if left is not None and left.type == "identifier" and _text(left) == name:
-                values.append(a.child_by_field_name("right"))
-    return values[0] if len(values) == 1 and values[0] is not None else None
+                value = a.child_by_field_name("right")
+    return value
 
 
 def _value(node, pf: ParsedFile, depth: int = 0) -> tuple[str | None, list[str]]:

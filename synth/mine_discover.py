@@ -179,7 +179,10 @@ class _Scope:
             for c in n.child_by_field_name("body").children:
                 d = c.child_by_field_name("definition") if c.type == "decorated_definition" else c
                 if d is not None and d.type == "function_definition":
-                    self.scan(c, class_body=True)
+                    t = _Scope()
+                    t.scan(c, class_body=True)  # decorators such as @codebook.setter read class-body names
+                    self.refs += [r for r in t.refs if r not in class_local]
+                    self.deferred += t.deferred
                     class_local.add(_text(d.child_by_field_name("name")))
                     continue
                 t = _Scope()

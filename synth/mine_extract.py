@@ -20,7 +20,7 @@ from __future__ import annotations
 import builtins
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from synth.mine_discover import ImportBinding, NotSelfContained, ParsedFile, RepoIndex, TopStmt, parser, walk
@@ -47,6 +47,7 @@ class ExtractedModule:
     class_name: str
     program: str
     files_used: list[str]
+    statements: list[str] = field(default_factory=list)  # top-level statements other than def, class, import
 
 
 class _Closure:
@@ -236,4 +237,5 @@ def extract_module(index: RepoIndex, pf: ParsedFile, class_name: str,
             body.append(text)
     program = "\n".join(lines) + "\n\n\n" + "\n\n\n".join(body) + "\n"
     files = sorted({f.path for f, _ in c.defs if f is not None})
-    return ExtractedModule(pf.path, class_name, program, files)
+    statements = [s.text for f, s in c.defs if f is not None and s.kind not in ("def", "class", "import")]
+    return ExtractedModule(pf.path, class_name, program, files, statements)
