@@ -44,9 +44,33 @@ WORDS = ["data", "buf", "tmp", "acc", "val", "res", "src", "dst", "inp", "out", 
          "cnt", "num", "len", "total", "scale", "shift", "alpha", "beta", "gamma", "delta", "first", "second"]
 
 
+FUNCS = ["expf", "tanhf", "sinf", "cosf", "sqrtf", "fabsf", "logf", "erff", "rsqrtf", "floorf", "ceilf",
+         "log1pf", "__expf", "__logf"]
+FUNCS2 = ["fmaxf", "fminf", "powf", "__fdividef", "atomicMax"][:4]
+OPS = ["+", "-", "*", "/"]
+
+
+def _expr(rng: random.Random, depth: int) -> str:
+    """A random float expression over the previous value {V}: a tree of math calls and operators."""
+    if depth == 0 or rng.random() < 0.25:
+        return "{V}" if rng.random() < 0.7 else f"{rng.uniform(0.1, 3):.3f}f"
+    r = rng.random()
+    if r < 0.4:
+        return f"{rng.choice(FUNCS)}({_expr(rng, depth - 1)})"
+    if r < 0.55:
+        return f"{rng.choice(FUNCS2)}({_expr(rng, depth - 1)}, {_expr(rng, depth - 1)})"
+    if r < 0.65:
+        return f"({_expr(rng, depth - 1)} > 0.0f ? {_expr(rng, depth - 1)} : {_expr(rng, depth - 1)})"
+    return f"({_expr(rng, depth - 1)} {rng.choice(OPS)} {_expr(rng, depth - 1)})"
+
+
 def _chain(rng: random.Random) -> list[str]:
-    """2-6 elementwise steps; each reads the previous step's value through the {V} placeholder."""
-    return [rng.choice(EXPRS).format(v="{V}", c=f"{rng.uniform(0.1, 3):.3f}f") for _ in range(rng.randint(3, 7))]
+    """4-8 elementwise steps; each reads the previous step's value through the {V} placeholder.
+
+    30% of the steps are one of the classic activations (EXPRS), the rest random expression trees, so
+    originals share idioms but rarely a whole body."""
+    return [rng.choice(EXPRS).format(v="{V}", c=f"{rng.uniform(0.1, 3):.3f}f") if rng.random() < 0.3
+            else _expr(rng, 3) for _ in range(rng.randint(4, 8))]
 
 
 def render(spec: dict, names: dict, compact: bool, comments: bool) -> str:
@@ -120,17 +144,25 @@ def _names(rng: random.Random) -> dict:
     return {k: f"{w}_{rng.randint(0, 99)}" if k not in ("t",) else w + "_" for k, w in zip(keys, words)}
 
 
-def synthetic_corpus(n: int, seed: int = 0, copy_share: float = 0.4) -> tuple[list[str], list[int]]:
-    """n documents and, for each, the index of the original it copies (its own index if original)."""
+def iter_corpus(n: int, seed: int = 0, copy_share: float = 0.4):
+    """(document, index of the original it copies or its own index) for n documents, streamed.
+
+    A planted copy takes an earlier original, renames every user identifier, changes the block
+    size, reformats it (compact or not), may add comments, and in half the cases rewrites one
+    step of one kernel's expression chain (an edit a copy-paste-modify makes)."""
     rng = random.Random(seed)
-    docs, origin, specs = [], [], []
+    specs = []
     for i in range(n):
         if specs and rng.random() < copy_share:
             j = rng.randrange(len(specs))
-            spec = dict(specs[j][1])
-            spec["threads"] = rng.choice([128, 256, 512, 1024])  # a changed constant
-            docs.append(render(spec, _names(rng), compact=rng.random() < 0.5, comments=rng.random() < 0.5))
-            origin.append(specs[j][0])
+            orig, base = specs[j]
+            spec = {"parts": [dict(p) for p in base["parts"]], "threads": rng.choice([128, 256, 512, 1024])}
+            if rng.random() < 0.5:
+                part = rng.choice(spec["parts"])
+                chain = list(part["chain"])
+                chain[rng.randrange(len(chain))] = _chain(rng)[0]
+                part["chain"] = part["chain_tpl"] = chain
+            yield render(spec, _names(rng), compact=rng.random() < 0.5, comments=rng.random() < 0.5), orig
         else:
             parts = []
             for _ in range(rng.randint(1, 3)):
@@ -138,44 +170,99 @@ def synthetic_corpus(n: int, seed: int = 0, copy_share: float = 0.4) -> tuple[li
                 parts.append({"layout": rng.choice(LAYOUTS), "chain": chain, "chain_tpl": chain})
             spec = {"parts": parts, "threads": rng.choice([128, 256, 512, 1024])}
             specs.append((i, spec))
-            docs.append(render(spec, _names(rng), compact=False, comments=False))
-            origin.append(i)
+            yield render(spec, _names(rng), compact=False, comments=False), i
+
+
+def synthetic_corpus(n: int, seed: int = 0, copy_share: float = 0.4) -> tuple[list[str], list[int]]:
+    """n documents and, for each, the index of the original it copies (its own index if original)."""
+    docs, origin = [], []
+    for d, o in iter_corpus(n, seed, copy_share):
+        docs.append(d)
+        origin.append(o)
     return docs, origin
 
 
-def baseline_dedup(docs: list[str], num_perm: int, shingle: int, threshold: float) -> dict[int, int]:
-    """Plain datasketch: whitespace-token shingles, one MinHash per doc, LSH query then insert."""
+def _shingled(docs, shingle):
+    """Every document's shingles by the same code (curation.tokens + curation.dedup.shingles)."""
+    from curation.dedup import shingles
+    from curation.tokens import code_tokens
+
+    for d in docs:
+        yield shingles(code_tokens(d), shingle)
+
+
+def datasketch_dedup(docs, num_perm: int, shingle: int, threshold: float) -> dict[int, int]:
+    """Plain datasketch on the same tokens: one MinHash per document (update_batch), MinHashLSH
+    query, the first candidate whose estimated Jaccard reaches the threshold is the original,
+    else insert. One process."""
     from datasketch import MinHash, MinHashLSH
 
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
-    dropped: dict[int, int] = {}
-    for i, d in enumerate(docs):
-        toks = d.split()
-        sh = {" ".join(toks[j:j + shingle]).encode() for j in range(max(1, len(toks) - shingle + 1))}
-        m = MinHash(num_perm=num_perm)
-        m.update_batch(list(sh))
-        hits = lsh.query(m)
-        if hits:
-            dropped[i] = min(hits)
-        else:
+    template = MinHash(num_perm=num_perm, seed=1)  # permutations drawn once, as a careful user does
+    sigs, dropped = {}, {}
+    for i, sh in enumerate(_shingled(docs, shingle)):
+        m = MinHash(num_perm=num_perm, seed=1, permutations=template.permutations, scheme=template.scheme)
+        m.update_batch(sh)
+        hit = min((j for j in lsh.query(m) if m.jaccard(sigs[j]) >= threshold), default=None)
+        if hit is None:
             lsh.insert(i, m)
+            sigs[i] = m
+        else:
+            dropped[i] = hit
     return dropped
 
 
-def quality(dropped: dict[int, int], origin: list[int], docs: list[str], shingle: int, threshold: float,
-            sample: int = 300) -> tuple[float, float, float]:
-    """(copy recall, originals dropped, share of sampled dropped originals whose exact token-shingle
-    Jaccard with the kept match is below the threshold: the true false drops).
+def rensa_dedup(docs, num_perm: int, shingle: int, threshold: float) -> dict[int, int]:
+    """rensa's RMinHashDeduplicator with its own defaults (8 LSH bands at threshold 0.8) on the same
+    shingles, one process; the kept key a copy matches is not reported (-1)."""
+    from rensa import RMinHashDeduplicator
 
-    Random originals built from the same templates are often near-copies after identifiers and
-    literals are normalised, so "original dropped" alone overstates errors; the exact check says
-    how many of those drops MinHash got wrong."""
-    from curation.dedup import code_tokens
+    d = RMinHashDeduplicator(threshold, num_perm, True, seed=1)
+    dropped = {}
+    batch = []
+
+    def flush():
+        for (i, _), ok in zip(batch, d.add_pairs(batch)):
+            if not ok:
+                dropped[int(i)] = -1
+        batch.clear()
+
+    for i, sh in enumerate(_shingled(docs, shingle)):
+        batch.append((str(i), sh))
+        if len(batch) >= 512:
+            flush()
+    flush()
+    return dropped
+
+
+def kernelmill_dedup(docs, num_perm, shingle, threshold, workers, module=None) -> dict[int, int]:
+    if module is None:
+        from curation.dedup import MinHashDeduper
+    else:
+        MinHashDeduper = module.MinHashDeduper  # noqa: N806
+    d = MinHashDeduper(num_perm=num_perm, shingle=shingle, threshold=threshold, workers=workers)
+    res = d.dedup((str(i), doc) for i, doc in enumerate(docs))
+    return {int(k): int(v) for k, v in res.dropped.items()}
+
+
+def quality(dropped: dict[int, int], origin: list[int], docs: list[str] | None, shingle: int, threshold: float,
+            sample: int = 300) -> tuple[float, float, float | None]:
+    """(copy recall, originals dropped, originals wrongly dropped: the share of originals dropped
+    times the share of sampled dropped originals whose exact token-shingle Jaccard with the
+    document the method named as their match is below the threshold; None without the documents
+    or without a named match).
+
+    Random originals can be real near-copies of each other after identifiers and literals are
+    normalised, so "original dropped" alone overstates errors; the exact check says how many of
+    those drops MinHash got wrong."""
+    from curation.tokens import code_tokens
 
     copies = [i for i, o in enumerate(origin) if o != i]
     originals = [i for i, o in enumerate(origin) if o == i]
     recall = sum(i in dropped for i in copies) / max(1, len(copies))
     dropped_orig = [i for i in originals if i in dropped]
+    if docs is None:
+        return recall, len(dropped_orig) / max(1, len(originals)), None
     rng = random.Random(1)
     checked = rng.sample(dropped_orig, min(sample, len(dropped_orig)))
 
@@ -185,9 +272,33 @@ def quality(dropped: dict[int, int], origin: list[int], docs: list[str], shingle
 
     wrong = 0
     for i in checked:
+        if dropped[i] < 0:
+            return recall, len(dropped_orig) / max(1, len(originals)), None  # no match reported
         a, b = sh(docs[i]), sh(docs[dropped[i]])
         wrong += len(a & b) / len(a | b) < threshold
-    return recall, len(dropped_orig) / max(1, len(originals)), wrong / max(1, len(checked))
+    od = len(dropped_orig) / max(1, len(originals))
+    return recall, od, od * wrong / max(1, len(checked))
+
+
+def copy_jaccard(docs: list[str], origin: list[int], shingle: int, sample: int = 1000) -> tuple[float, float]:
+    """(1st percentile, median) exact shingle Jaccard of sampled planted copies with their original."""
+    from curation.tokens import code_tokens
+
+    def sh(x):
+        t = code_tokens(x)
+        return {tuple(t[j:j + shingle]) for j in range(max(1, len(t) - shingle + 1))}
+
+    copies = [i for i, o in enumerate(origin) if o != i]
+    js = sorted(len(sh(docs[i]) & sh(docs[origin[i]])) / len(sh(docs[i]) | sh(docs[origin[i]]))
+                for i in random.Random(2).sample(copies, min(sample, len(copies))))
+    return js[len(js) // 100], js[len(js) // 2]
+
+
+def _rss_mb() -> tuple[float, float]:
+    import resource
+
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,55 +308,105 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-perm", type=int, default=128)
     ap.add_argument("--shingle", type=int, default=5)
     ap.add_argument("--threshold", type=float, default=0.8)
+    ap.add_argument("--methods", default="kernelmill,datasketch,rensa",
+                    help="comma list of kernelmill, datasketch, rensa, before (the deduper of --before-rev)")
+    ap.add_argument("--before-rev", default="ba2535e", help="git revision whose curation/dedup.py is 'before'")
+    ap.add_argument("--stream", action="store_true", help="kernelmill only: generate the corpus while "
+                    "deduplicating, never holding it (the 1M-document run); no exact false-drop check")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "curation_cpu.md"))
     args = ap.parse_args(argv)
+    methods = args.methods.split(",")
+    load0 = os.getloadavg()
+    P = (args.num_perm, args.shingle, args.threshold)
+    rows = []
+    if args.stream:
+        origin: list[int] = []
 
-    from curation.dedup import MinHashDeduper
+        def docs_iter():
+            for d, o in iter_corpus(args.n):
+                origin.append(o)
+                yield d
 
-    load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    docs, origin = synthetic_corpus(args.n)
-    gen_s = time.perf_counter() - t0
-    mb = sum(len(d) for d in docs) / 1e6
+        t0 = time.perf_counter()
+        dropped = kernelmill_dedup(docs_iter(), *P, args.workers)
+        secs = time.perf_counter() - t0
+        self_mb, child_mb = _rss_mb()
+        rows.append(("kernelmill MinHashDeduper (rensa), corpus generated in the same process",
+                     f"{args.workers} workers", secs, *quality(dropped, origin, None, args.shingle, args.threshold)))
+        docs, mb, cj = None, None, None
+    else:
+        docs, origin = synthetic_corpus(args.n)
+        mb = sum(len(d) for d in docs) / 1e6
+        cj = copy_jaccard(docs, origin, args.shingle)
+        for m in methods:
+            t0 = time.perf_counter()
+            if m == "kernelmill":
+                dropped = kernelmill_dedup(docs, *P, args.workers)
+                label, procs = "kernelmill MinHashDeduper (rensa, 16 bands)", f"{args.workers} workers"
+            elif m == "datasketch":
+                dropped = datasketch_dedup(docs, *P)
+                label, procs = "datasketch MinHash + MinHashLSH", "1 process"
+            elif m == "rensa":
+                dropped = rensa_dedup(docs, *P)
+                label, procs = "rensa RMinHashDeduplicator, its default 8 bands", "1 process"
+            elif m == "before":
+                import importlib.util
+                import subprocess
 
-    t0 = time.perf_counter()
-    d = MinHashDeduper(num_perm=args.num_perm, shingle=args.shingle, threshold=args.threshold, workers=args.workers)
-    res = d.dedup([(str(i), doc) for i, doc in enumerate(docs)])
-    ours_s = time.perf_counter() - t0
-    ours_dropped = {int(k): int(v) for k, v in res.dropped.items()}
-
-    t0 = time.perf_counter()
-    base_dropped = baseline_dedup(docs, args.num_perm, args.shingle, args.threshold)
-    base_s = time.perf_counter() - t0
-
-    q_ours = quality(ours_dropped, origin, docs, args.shingle, args.threshold)
-    q_base = quality(base_dropped, origin, docs, args.shingle, args.threshold)
+                src = subprocess.run(["git", "show", f"{args.before_rev}:curation/dedup.py"], cwd=ROOT,
+                                     capture_output=True, text=True, check=True).stdout
+                path = Path("/tmp") / f"dedup_{args.before_rev}.py"
+                path.write_text(src)
+                spec = importlib.util.spec_from_file_location("dedup_before", path)
+                mod = importlib.util.module_from_spec(spec)
+                sys.modules["dedup_before"] = mod  # dataclasses look their module up
+                spec.loader.exec_module(mod)
+                t0 = time.perf_counter()
+                dropped = kernelmill_dedup(docs, *P, args.workers, module=mod)
+                label, procs = f"kernelmill before ({args.before_rev}: tree-sitter tokens, datasketch LSH)", \
+                    f"{args.workers} workers"
+            else:
+                raise SystemExit(f"unknown method {m}")
+            secs = time.perf_counter() - t0
+            rows.append((label, procs, secs, *quality(dropped, origin, docs, args.shingle, args.threshold)))
+        self_mb, child_mb = _rss_mb()
     n_copies = sum(1 for i, o in enumerate(origin) if o != i)
-    rows = [
-        ("kernelmill MinHashDeduper", f"tree-sitter tokens, {args.workers} workers", ours_s, args.n / ours_s, *q_ours),
-        ("datasketch MinHashLSH baseline", "whitespace tokens, 1 process", base_s, args.n / base_s, *q_base),
-    ]
+    fmt = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
     lines = [
-        f"## Dedup: {args.n:,} synthetic kernels ({mb:.1f} MB, {n_copies:,} planted copies), "
-        f"num_perm {args.num_perm}, shingle {args.shingle}, threshold {args.threshold}",
+        f"## Dedup: {args.n:,} synthetic kernels" + (f" ({mb:.1f} MB)" if mb else "") +
+        f", {n_copies:,} planted copies, num_perm {args.num_perm}, shingle {args.shingle}, "
+        f"threshold {args.threshold}; every method on the same tokens (curation.tokens.code_tokens)",
         "",
-        "| method | tokens / processes | seconds | docs/s | copy recall | originals dropped | of those, exact Jaccard < threshold |",
+        "| method | processes | seconds | docs/s | copy recall | originals dropped | originals wrongly dropped (exact Jaccard < threshold, sampled) |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
-        *[f"| {m} | {t} | {s:.1f} | {r:,.0f} | {rc:.3f} | {od:.3f} | {fd:.3f} |" for m, t, s, r, rc, od, fd in rows],
+        *[f"| {m} | {p} | {s:.1f} | {args.n / s:,.0f} | {rc:.4f} | {od:.4f} | {fmt(fd)} |" for m, p, s, rc, od, fd in rows],
         "",
-        f"throughput ratio (kernelmill / baseline): **{base_s / ours_s:.2f}x**; corpus generation {gen_s:.1f} s; "
-        f"load average at start {load0:.1f}; "
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
     ]
+    if len(rows) > 1:
+        base = next((r for r in rows if r[0].startswith("datasketch")), None)
+        if base:
+            lines.append("throughput vs datasketch: " + ", ".join(f"{r[0].split(' (')[0].split(',')[0]} "
+                                                                   f"**{base[2] / r[2]:.2f}x**" for r in rows if r is not base))
+    if cj:
+        lines.append(f"planted copies' exact shingle Jaccard with their original: 1st percentile {cj[0]:.3f}, "
+                     f"median {cj[1]:.3f}")
+    lines.append(f"peak RSS: this process {self_mb:,.0f} MB, largest worker {child_mb:,.0f} MB; "
+                 f"load average at start {load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f} (1/5/15 min); machine: "
+                 f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     text = "\n".join(lines)
     print(text)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         old = out.read_text() if out.is_file() else ""
-        marker = "<!-- dedup -->"
-        rest = old.split(marker)[-1].split("<!-- /dedup -->")[-1] if marker in old else old
-        out.write_text(f"{marker}\n{text}\n<!-- /dedup -->\n" + rest.lstrip("\n"))
+        marker = f"<!-- dedup {args.n}{' stream' if args.stream else ''} -->"
+        end = marker.replace("<!-- ", "<!-- /")
+        if marker in old:
+            head, rest = old.split(marker, 1)
+            rest = rest.split(end, 1)[-1]
+        else:
+            head, rest = "", old
+        out.write_text(head + f"{marker}\n{text}\n{end}\n" + rest.lstrip("\n"))
     return 0
 
 

@@ -115,6 +115,7 @@ class MinHashDeduper:
         self._index = RMinHashDeduplicator(threshold, num_perm, True, num_bands=bands, seed=seed)
         self._order: dict[str, int] = {}  # stored key -> its document's number
         self._offered = 0  # documents offered so far (stored or not): the next document's number
+        self._sigs: dict[str, object] = {}  # stored key -> signature (to name the closest original)
 
     # -- signatures
     def signatures(self, codes: Iterable[str], chunk: int = 512) -> Iterator:
@@ -153,12 +154,12 @@ class MinHashDeduper:
 
     # -- index
     def _copied(self, sigs: list, positions: list[int]) -> list[str]:
-        """For each signature (a confirmed copy), the earliest stored key it nearly copies that was
-        stored before it (``positions``: the signatures' document numbers)."""
+        """For each signature (a confirmed copy), the stored key it is most similar to among those
+        stored before it (``positions``: the signatures' document numbers); ties: the earliest."""
         out = []
-        for keys, pos in zip(self._index.get_duplicate_sets(sigs), positions):
-            earlier = [k for k in keys if self._order[k] < pos]
-            out.append(min(earlier or keys, key=self._order.__getitem__))
+        for sig, keys, pos in zip(sigs, self._index.get_duplicate_sets(sigs), positions):
+            earlier = [k for k in keys if self._order[k] < pos] or keys
+            out.append(max(earlier, key=lambda k: (sig.jaccard(self._sigs[k]), -self._order[k])))
         return out
 
     def add_signature(self, key: str, sig) -> str | None:
@@ -169,6 +170,7 @@ class MinHashDeduper:
         self._offered += 1
         if self._index.add(key, sig):
             self._order[key] = pos
+            self._sigs[key] = sig
             return None
         return self._copied([sig], [pos])[0]
 
@@ -207,6 +209,7 @@ class MinHashDeduper:
         for (key, sig), ok in zip(fresh, added):
             if ok:
                 self._order[key] = pos
+                self._sigs[key] = sig
                 res.kept.append(key)
             else:
                 dropped.append((key, sig))
