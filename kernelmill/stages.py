@@ -178,7 +178,7 @@ def annotate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> 
     return {"annotated": len(done), "annotate_failures": len(rep.failures), "written": rep.written,
             "already_annotated": rep.already, "failed_before": rep.failed_before,
             "failures_by_category": rep.by_category(), "failures": rep.failure_lines(),
-            "seconds": round(rep.seconds, 1),
+            "seconds": round(rep.seconds, 1), "slowest": [[p, round(sec, 1)] for p, sec in rep.slowest],
             "levels": {lvl: sum(t.level == lvl for t in done) for lvl in sorted({t.level for t in done})}}
 
 

@@ -52,16 +52,15 @@ sort by level first and size within a level; :func:`order_curriculum` sorts by i
 Isolation: reference code may be mined from anywhere, so it runs in a separate worker process
 (one worker serves many tasks; ``workers`` of them side by side) with a per-task timeout and an
 address-space limit; a worker that times out or crashes is killed and replaced, and the task is
-reported as a failure with its reason. Not protected
-against: code that reads or writes files, uses the network or spawns processes of its own; run
-untrusted sources in a container when that matters.
+reported as a failure with its reason. Not protected against: code that reads or writes files,
+uses the network or spawns processes of its own; run untrusted sources in a container when that
+matters. Writing rows as they finish, and remembering failures across runs: synth/annotate_store.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import queue
 import threading
 import time

@@ -274,6 +274,20 @@ def trace_program(code: str, seed: int = 0, *, mode: str = "auto", real_budget_g
     return trace
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this worker when the thread that started it dies (a killed load must
+    not leave workers running a 60 s program); elsewhere the worker exits at its next read instead."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent_pid and os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
+
+
 def worker_main() -> None:
     """Worker entry point: framed pickles on stdin/stdout, one (task_id, code, seed, options) at a time.
 
@@ -282,6 +296,7 @@ def worker_main() -> None:
     from multiprocessing.connection import Connection
 
     memory_limit_gb = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
+    _die_with_parent(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     if memory_limit_gb > 0:
         try:
             import resource
@@ -347,7 +362,7 @@ class TraceWorker:
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from synth.trace_worker import worker_main; worker_main()",
-             str(self.memory_limit_gb)],
+             str(self.memory_limit_gb), str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT))
         self.send_conn = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
         self.recv_conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
