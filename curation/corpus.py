@@ -32,6 +32,9 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from curation import decontam, filters
 from curation.dedup import MinHashDeduper, select_diverse
 from curation.report import write_report
@@ -58,8 +61,6 @@ def curate_settings(cfg: CurateSettings | dict | None) -> CurateSettings:
 
 def _rows_digest(arrow_table) -> str:
     """Content hash of a table: sha256 of its Arrow IPC stream (one chunk, so layout is canonical)."""
-    import pyarrow as pa
-
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, arrow_table.schema) as w:
         w.write_table(arrow_table.combine_chunks())
@@ -77,8 +78,6 @@ def write_snapshot(root: str | os.PathLike, name: str, records: list, *, shard_m
 
     An empty record list still writes one zero-row shard with the table's schema, so
     ``load_dataset`` and DuckDB see the table with its columns."""
-    import pyarrow.parquet as pq
-
     root = Path(root)
     cls = TABLES[name]
     records = sorted(records, key=lambda r: getattr(r, cls.id_field))

@@ -5,6 +5,9 @@
     kernelmill deploy [--pool NAME] [--flows ...]            deployments on a process work pool
 
 See docs/DEPLOY.md for the walkthrough (server, pool, worker, triggering runs with parameters).
+
+Prefect (and flows/pipeline.py, flows/stages.py, which import it) is imported inside the handlers
+that need it: the GPU box has no prefect, and `kernelmill run --no-prefect` must work there.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ import logging
 import os
 from pathlib import Path
 
+import duckdb
+
 from kernelmill import store
 from kernelmill.config import record_latest_run
 from kernelmill.errors import InputError
@@ -110,8 +112,6 @@ GROUP BY t.level ORDER BY t.level
 
 def summarize(run_dir: str | os.PathLike) -> str:
     """A per-level summary table computed by DuckDB over the run's Parquet files."""
-    import duckdb  # only the summary needs it; the stage list imports without it
-
     root = Path(run_dir).resolve().as_posix()
     rel = duckdb.connect().sql(SUMMARY_SQL.format(root=root))
     cols, rows = rel.columns, rel.fetchall()

@@ -23,6 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from kernelmill.schema import TABLES, arrow_schema, content_hash, from_table, record_id, to_table
 
 PART_GLOB = "*.parquet"
@@ -41,8 +44,6 @@ def table_dir(root: str | os.PathLike, table: str) -> Path:
 
 def atomic_write_table(arrow_table, path: Path, *, row_group_size: int = 10_000) -> None:
     """Write an Arrow table to ``path`` atomically (temp file + fsync + rename), zstd compressed."""
-    import pyarrow.parquet as pq
-
     path.parent.mkdir(parents=True, exist_ok=True)
     # the suffix is not .parquet: no glob of a table (ours, DuckDB's, datasets') ever sees a partial file
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet.partial", dir=path.parent)
@@ -60,8 +61,6 @@ def atomic_write_table(arrow_table, path: Path, *, row_group_size: int = 10_000)
 
 def stored_ids(root: str | os.PathLike, table: str) -> set[str]:
     """The ids already stored in a table (reads only the id column)."""
-    import pyarrow.parquet as pq
-
     d = table_dir(root, table)
     id_field = TABLES[table].id_field
     ids: set[str] = set()
@@ -92,9 +91,6 @@ def write_records(root: str | os.PathLike, table: str, records: Iterable) -> int
 
 def read_arrow(root: str | os.PathLike, table: str):
     """The whole table as one Arrow table (empty, with the schema, when nothing is stored)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     cls = TABLES[table]
     schema = arrow_schema(cls)
     files = part_files(table_dir(root, table))

@@ -30,7 +30,8 @@ PACKAGES = ("kernelmill", "synth", "graphs", "curation", "verifier", "train", "f
 
 
 def test_default_toml_repeats_the_dataclass_defaults():
-    """data/default.toml is for reading; every key in it is a setting with the same default."""
+    """data/default.toml is for reading; every key in it is a setting with the same default. A key
+    missing from it is allowed (adding a setting is one field in one dataclass), a stale one is not."""
     written = tomllib.loads(DEFAULT_CONFIG.read_text())
     defaults = Settings().to_dict()
     assert set(written) == set(defaults)
@@ -38,8 +39,6 @@ def test_default_toml_repeats_the_dataclass_defaults():
         for key, value in keys.items():
             assert key in defaults[section], f"[{section}] {key} is in default.toml but is not a setting"
             assert value == defaults[section][key], f"[{section}] {key}: default.toml {value!r}, dataclass {defaults[section][key]!r}"
-    for section in set(defaults) - {"verify"}:  # [verify] is verifier.api.VerifyConfig's own
-        assert set(written[section]) == set(defaults[section]), section
 
 
 def test_unknown_or_misspelt_key_names_the_key_and_the_file(tmp_path):

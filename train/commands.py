@@ -1,7 +1,10 @@
 """`kernelmill train sft|rft|rl|eval`: the training stage on the command line.
 
 Every flag defaults to the [train] settings (kernelmill.settings.TrainSettings, overridden by
---config and KERNELMILL_TRAIN_* variables); a flag given on the command line wins. Each command prints a JSON
+--config and KERNELMILL_TRAIN_* variables); a flag given on the command line wins.
+
+The trainer (torch, transformers, matplotlib: seconds to import) is imported inside each handler,
+so the rest of the CLI does not wait for it. Each command prints a JSON
 summary on stdout; per-step metrics go to ``<out>/metrics.jsonl`` (plot with
 ``kernelmill train plot``).
 """
@@ -11,8 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from pathlib import Path
 
 from kernelmill.config import load_settings
+from kernelmill.errors import InputError
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -138,9 +143,6 @@ def _eval(args) -> int:
 
 
 def _plot(args) -> int:
-    from pathlib import Path
-
-    from kernelmill.errors import InputError
     from train.sft import read_metrics
 
     path = Path(args.out) / "metrics.jsonl"
