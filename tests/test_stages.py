@@ -197,12 +197,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return out
 
 
-# The lead is untangling verifier/api <-> verifier/judge; no other circle is allowed.
-KNOWN_CIRCLES = [{"verifier.api", "verifier.judge"}]
-
-
 def test_no_import_circle_between_the_projects_modules():
-    circles = [c for c in _cycles(_project_modules()) if c not in KNOWN_CIRCLES]
+    """Imports inside functions count too: a circle hidden in a function is still a circle."""
+    circles = _cycles(_project_modules())
     assert not circles, circles
 
 
@@ -212,3 +209,46 @@ def test_the_orchestrator_stands_above_the_stages():
         if module.split(".")[0] in ("synth", "graphs", "curation", "verifier", "train"):
             assert not imported & {"kernelmill.pipeline", "kernelmill.stages", "kernelmill.cli"}, module
             assert not any(i.startswith("flows.") for i in imported), module
+
+
+# ---------------------------------------------------------------------------- defaults in one place
+
+
+def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
+    """Library functions keep keyword defaults for direct callers (tests, benchmarks); every one
+    that names a setting must equal the dataclass default, so the two cannot drift apart."""
+    import dataclasses
+    import inspect
+
+    from graphs.nnsmith_tasks import generate_nnsmith_tasks
+    from synth.annotate import annotate_tasks
+    from synth.generate import OpenAIGenerator
+    from synth.mine import mine_tasks
+    from train.evaluate import evaluate_checkpoint
+    from train.rl import train_rl
+    from train.sft import train_sft
+
+    s = Settings()
+    checks = [  # (function, settings section, {keyword: setting, or None where the meaning differs})
+        (mine_tasks, s.mine, {}),
+        (generate_nnsmith_tasks, s.nnsmith, {"dtypes": None}),  # None: graphs/nnsmith_tasks.py's own list
+        # annotate_tasks(workers=1) differs from annotate.workers = 2 (synth/annotate.py is not this
+        # change's; the annotate stage passes the setting): left out until its owner aligns them
+        (annotate_tasks, s.annotate, {"workers": None}),
+        (OpenAIGenerator.__init__, s.generate, {"cache_dir": None}),  # the client caches only when given a directory
+        (train_sft, s.train, {"steps": "sft_steps"}),
+        (train_rl, s.train, {"steps": "rl_steps", "lr": "rl_lr", "save_every": "rl_save_every"}),
+        (evaluate_checkpoint, s.train, {"n": "eval_n", "ks": "eval_k", "max_tasks": "eval_max_tasks"}),
+    ]
+    compared = 0
+    for fn, section, names in checks:
+        fields = dataclasses.asdict(section)
+        for name, p in inspect.signature(fn).parameters.items():
+            key = names.get(name, name)
+            if key is not None and key in fields and p.default is not inspect.Parameter.empty:
+                default = list(p.default) if isinstance(p.default, tuple) else p.default
+                if default is None and not fields[key]:
+                    default = fields[key]  # None (not given) stands for an empty setting: 0, "", []
+                assert default == fields[key], f"{fn.__qualname__}({name}={p.default!r}) but {key} = {fields[key]!r}"
+                compared += 1
+    assert compared > 50
