@@ -73,9 +73,10 @@ def bench_mine(workers: int, target_numel: int, timeout_s: float) -> dict:
             "yield": r.yield_, "table": r.table()}
 
 
-def bench_real(source: str, workers: int, target_numel: int, timeout_s: float) -> dict:
-    """One repository mined end to end (as ``kernelmill mine`` does), with its report's counts."""
-    from synth.mine import mine_tasks
+def bench_real(source: str, workers: int, target_numel: int, timeout_s: float, reports: str = "") -> dict:
+    """One repository mined end to end (as ``kernelmill mine`` does), with its report's counts; its
+    mining report (every module's outcome) goes to ``reports``/NAME when given."""
+    from synth.mine import mine_tasks, write_report
 
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -83,6 +84,8 @@ def bench_real(source: str, workers: int, target_numel: int, timeout_s: float) -
                      license_allowlist=["mit", "apache-2.0", "bsd-3-clause", "bsd-2-clause", "unknown"])
     dt = time.perf_counter() - t0
     r = res.report
+    if reports:
+        write_report(Path(reports) / Path(source).name, r)
     filtered = r.runs_from_file + sum(r.run_file_failures.values())
     drops = r.not_self_contained + r.deduction_failures + r.filter_failures + r.run_file_failures
     return {"name": Path(source).name, "modules": r.modules_found, "self_contained": r.self_contained,
@@ -111,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--real", nargs="*", default=[], metavar="DIR",
                     help="repositories to mine end to end (each a checked-out folder with its LICENSE)")
     ap.add_argument("--skip-sample", action="store_true", help="only the --real repositories")
+    ap.add_argument("--reports", default="", help="write each --real repository's mining report under this folder")
     args = ap.parse_args(argv)
     if args.skip_sample and not args.real:
         ap.error("--skip-sample needs --real")
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     real = []
     for d in args.real:
-        real.append(bench_real(d, args.workers, args.target_numel, args.timeout))
+        real.append(bench_real(d, args.workers, args.target_numel, args.timeout, args.reports))
         print("  ".join(real_row(real[-1])), flush=True)
     head = (f"miner on {os.cpu_count()} cores, workers={args.workers}, target_numel={args.target_numel}, "
             f"timeout {args.timeout:g} s per module, load average at start {load:.1f}"

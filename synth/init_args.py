@@ -1,10 +1,14 @@
 """Deduce the constructor arguments of a mined ``Model`` and write them as ``get_init_inputs()`` source.
 
 Runs inside the sandbox's forked children (synth/input_sandbox.py), never in the parent.
-:func:`construct` finds constructor arguments from signatures, defaults, annotations, name conventions
-and the error messages of failed attempts: an attribute-recording namespace (:class:`RecordingConfig`)
-for config objects, a dataclass of the program built from its own defaults. Every guessed value comes
-with a *value spec* that :func:`render_spec` writes back as source.
+:func:`construct` first tries the repository's own calls of the class (synth/mine_callsites.py:
+``ResNet(BasicBlock, [2, 2, 2, 2])``), then finds constructor arguments from signatures, defaults,
+annotations, name conventions and the error messages of failed attempts: an attribute-recording
+namespace (:class:`RecordingConfig`) for config objects, a dataclass of the program built from its own
+defaults, a module instance or class for arguments the module calls (``fn``, ``norm_layer``, ``block``),
+keyword arguments a ``**kwargs`` constructor passes on. Keyword-only parameters are guessed like
+positional ones and passed by keyword. Every value comes with a *value spec* that :func:`render_spec`
+writes back as source.
 
 Also here, shared with synth/input_synthesis.py and synth/input_sandbox.py: :class:`DeductionFailed`
 (stage, reason and error of a failed deduction), :func:`is_memory_error`, :func:`required_params`.
@@ -171,7 +175,7 @@ def _annotation_type(param, ns: dict):
 _MODULE_RE = (r"^(fn|func|function|net|module|sublayer|submodule|inner|body|wrapped|layer|model|backbone)$"
               r"|_(fn|net|module)$")
 _FACTORY_RE = r"_layer$|_cls$|_class$|^block$|_block$|^block_type$|_factory$|_fn_cls$"
-MODULE_INSTANCE, MODULE_FACTORY, LONG_LIST = 3, 4, 5
+MODULE_INSTANCE, MODULE_FACTORY, LONG_LIST, TRIPLE = 3, 4, 5, 6
 
 
 def _named_like(pattern: str, low_name: str) -> bool:
@@ -215,7 +219,7 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overri
     if variant == 2:
         rc = RecordingConfig(base, overrides)
         return rc, {"k": "recording", "obj": rc}
-    want_list = origin in (list, tuple) or ann in (list, tuple) or variant in (1, LONG_LIST)
+    want_list = origin in (list, tuple) or ann in (list, tuple) or variant in (1, LONG_LIST, TRIPLE)
     empty = ann is inspect.Parameter.empty
     if ann is bool or (empty and _boolish(low)):
         return True, {"k": "lit", "src": "True"}
@@ -232,8 +236,10 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overri
         return rc, {"k": "recording", "obj": rc}
     v = _int_guess(name, base)
     if want_list:
-        lst = [v] * (4 if variant == LONG_LIST else 2)  # four stages (ResNet layers) when two were too few
-        return (tuple(lst) if origin is tuple or ann is tuple else lst), {"k": "lit", "src": repr(tuple(lst) if origin is tuple or ann is tuple else lst)}
+        lst = [v] * {LONG_LIST: 4, TRIPLE: 3}.get(variant, 2)  # four stages (ResNet layers) when two were too few
+        as_tuple = origin is tuple or ann is tuple or variant in (LONG_LIST, TRIPLE)  # asserts often say "tuple"
+        value = tuple(lst) if as_tuple else lst
+        return value, {"k": "lit", "src": repr(value)}
     return v, {"k": "lit", "src": repr(v)}
 
 
@@ -316,6 +322,17 @@ def _fix_constructor(e: Exception, params, pairs, variants: list[int], overrides
         for name in params_named_in(failing_line(e), names):
             variants[[p.name for p in params].index(name)] = MODULE_FACTORY
             return True
+    wants_tuple = re.search(r"(\w+) (?:needs|must|should) (?:to )?be (?:a )?(?:tuple|list)(?: of (?:length )?(\d+))?", msg)
+    if wants_tuple or "cannot unpack non-iterable int" in msg:
+        names = [p.name for i, p in enumerate(params) if variants[i] in (0, 1) and i < len(pairs)
+                 and isinstance(pairs[i][0], (int, list)) and not isinstance(pairs[i][0], bool)]
+        hit = [n for n in names if wants_tuple and n == wants_tuple.group(1)] or params_named_in(failing_line(e), names)
+        if hit:
+            i = [p.name for p in params].index(hit[0])
+            variants[i] = LONG_LIST if wants_tuple and wants_tuple.group(2) in (None, "4") else 1
+            if wants_tuple and wants_tuple.group(2) == "3":
+                variants[i] = TRIPLE
+            return True
     if re.search(r"(list|tuple) index out of range", msg):
         for i in range(len(params)):
             if variants[i] == 1 or (i < len(pairs) and isinstance(pairs[i][0], (list, tuple)) and variants[i] == 0):
@@ -367,6 +384,21 @@ def _add_missing_kwargs(msg: str, params: list, variants: list[int], overrides: 
         variants.append(0)
         overrides.append({})
     return bool(names)
+
+
+def _add_named_optionals(msg: str, sig, params: list, variants: list[int], overrides: list[dict]) -> bool:
+    """``assert exists(depth), 'depth, heads, and mlp_dim must be supplied'``: optional parameters
+    (default None) that an assertion names are guessed too, passed by keyword."""
+    import inspect
+
+    known = {p.name for p in params}
+    named = [p.name for p in sig.parameters.values() if p.default is None and p.name not in known
+             and re.search(rf"\b{re.escape(p.name)}\b", msg)]
+    for n in named:
+        params.append(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY))
+        variants.append(0)
+        overrides.append({})
+    return bool(named)
 
 
 @dataclass
@@ -466,6 +498,8 @@ def construct(Model, ns: dict, bases: list[int], deadline: float, forced: dict[s
                     raise DeductionFailed("init", "memory", str(e)[:300])
                 last = f"{type(e).__name__}: {str(e)[:300]}"
                 if takes_kwargs and _add_missing_kwargs(str(e), params, variants, overrides):
+                    continue
+                if isinstance(e, AssertionError) and _add_named_optionals(str(e), sig, params, variants, overrides):
                     continue
                 if _fix_constructor(e, params, pairs, variants, overrides):
                     continue

@@ -152,9 +152,11 @@ def job_deduce(job: dict) -> dict:
         return {"status": "fail", "stage": "load", "reason": "memory" if is_memory_error(e) else "load_failed",
                 "error": f"{type(e).__name__}: {str(e)[:300]}"}
     Model = ns["Model"]
+    defaults = _defaults(Model)
     phase = {"load": time.monotonic() - t0}  # seconds per phase, for the benchmark's time budget
     last: DeductionFailed | None = None
     forced: dict[str, int] = {}
+    slow: dict | None = None  # the first result that failed only the runtime filter
     try:
         for _ in range(3):  # a forward that calls a constructor argument restarts with it as a module
             retry = False
@@ -163,7 +165,7 @@ def job_deduce(job: dict) -> dict:
                 ints = [a.value for a in args if isinstance(a.value, int) and not isinstance(a.value, bool) and a.value > 1]
                 try:
                     names, guesses, out = deduce_inputs(model, base, ints, deadline,
-                                                        init_values={a.name: a.value for a in args})
+                                                        init_values={**defaults, **{a.name: a.value for a in args}})
                 except DeductionFailed as e:
                     if e.reason == "memory":
                         raise
@@ -188,6 +190,11 @@ def job_deduce(job: dict) -> dict:
                           "inputs": [g.as_dict(n) for n, g in zip(names, guesses)], "outputs": output_specs(out),
                           "forward_s": seconds, "torch_threads": torch.get_num_threads(),
                           "phase_s": {k: round(v, 3) for k, v in phase.items()}}
+                if failed == "runtime" and slow is None:
+                    # a call site of the repository can build a model too big for the runtime limit:
+                    # the guessed (small) arguments come next
+                    slow = {"status": "fail", "stage": "filter", "reason": failed, "error": detail, **result}
+                    continue
                 if failed:
                     return {"status": "fail", "stage": "filter", "reason": failed, "error": detail, **result}
                 return {"status": "ok", **result}
@@ -197,8 +204,21 @@ def job_deduce(job: dict) -> dict:
         last = e
     except Exception as e:  # noqa: BLE001
         last = DeductionFailed("forward", "memory" if is_memory_error(e) else "crash", f"{type(e).__name__}: {str(e)[:300]}")
+    if slow is not None:
+        return slow
     last = last or DeductionFailed("init", "init_failed", "")
     return {"status": "fail", "stage": last.stage, "reason": last.reason, "error": last.error}
+
+
+def _defaults(Model) -> dict:
+    """The constructor's plain default values (``channels=3``), which also say what the input is."""
+    import inspect
+
+    try:
+        params = inspect.signature(Model).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in params if isinstance(p.default, (int, float, tuple, list))}
 
 
 def module_args_called(e: DeductionFailed, args: list, forced: dict[str, int]) -> dict[str, int]:

@@ -1,10 +1,15 @@
 """Deduce the forward inputs of a constructed module, scale them, then apply the filters.
 
 Runs inside the sandbox's forked children (synth/input_sandbox.py), never in the parent, on a model
-that synth/init_args.py built. :func:`deduce_inputs` finds forward inputs (first layer of the module,
-then error messages such as "mat1 and mat2 shapes cannot be multiplied" or "expected input[...] to
-have 16 channels"); :func:`scale_inputs` doubles free dimensions toward ``target_numel``;
-:func:`apply_filters` checks the filters in FILTERS order at the final shapes.
+that synth/init_args.py built. :func:`deduce_inputs` finds forward inputs: every required parameter,
+positional or keyword-only (passed by keyword); the first from the constructor arguments
+(``image_size``, ``channels``) or the module's first layer, the others from their names (a ``mask`` is
+boolean over the first input's leading dimensions, a ``time`` step has one value per sample, ``ids``
+are integers) or shaped like the first; then error messages ("mat1 and mat2 shapes cannot be
+multiplied", "expected input[...] to have 16 channels", the failing line naming the input at fault)
+and fallbacks (common image sides, every rank). :func:`scale_inputs` doubles free dimensions toward
+``target_numel`` within a per-forward time cap; :func:`apply_filters` checks the filters in FILTERS
+order at the final shapes.
 
 Deduction is heuristic: a module that needs inputs it cannot guess is counted as not deduced, and a
 module that detects it is being probed is not caught by the filters.
@@ -85,7 +90,8 @@ def _num_embeddings(model) -> int:
     return min([e.num_embeddings for e in model.modules() if hasattr(e, "num_embeddings")] or [2])
 
 
-_SIDE_RE = r"^(image_size|img_size|image_res|input_resolution|input_size|resolution|img_res)$"
+_SIDE_RE = r"^(image_size|img_size|image_res|input_resolution|input_size|resolution|img_res|input_shape)$"
+_LENGTH_RE = r"^(seq_len|seq_length|sequence_length|num_frames_len|series_len)$"
 _CHANNELS_RE = r"^(channels|in_channels|in_chans|num_channels|input_channels|image_channels|in_ch|c_in)$"
 _FRAMES_RE = r"^(frames|num_frames|image_frames)$"
 
@@ -100,13 +106,16 @@ def init_hint(init_values: dict) -> InputGuess | None:
         return next((v for k, v in init_values.items() if re.search(pattern, k.lower())), None)
 
     side = find(_SIDE_RE)
+    c = find(_CHANNELS_RE)
+    length = find(_LENGTH_RE)
     if isinstance(side, (tuple, list)) and side and all(isinstance(x, int) for x in side):
         hw = list(side)
     elif isinstance(side, int) and not isinstance(side, bool) and side > 1:
         hw = [side, side]
+    elif isinstance(length, int) and isinstance(c, int) and not isinstance(c, bool) and c > 0:
+        return InputGuess("float", [2, c, length])  # a 1-D signal: ViT-1D's series
     else:
         return None
-    c = find(_CHANNELS_RE)
     c = c if isinstance(c, int) and not isinstance(c, bool) and c > 0 else 3
     frames = find(_FRAMES_RE)
     if isinstance(frames, int) and not isinstance(frames, bool) and frames > 0:
@@ -216,8 +225,18 @@ def adjust_inputs(guesses: list[InputGuess], msg: str, model, line: str = "") ->
     if m:
         return set_rank(int(m.group(1)))
     m = re.search(r"(?:not enough|too many) values to unpack \(expected (\d+)", msg)
-    if m:
-        return set_rank(int(m.group(1)))
+    if m:  # ``b, n, _, h = *x.shape, self.heads``: the shape gives all but the items after it
+        extra = re.search(r"=\s*\*\s*[\w.]+\.shape\s*((?:,\s*[^,=]+)*)\s*$", line)
+        k = len([x for x in extra.group(1).split(",") if x.strip()]) if extra else 0
+        return set_rank(int(m.group(1)) - k)
+    m = re.search(r"divisible by (?:the )?(?:[a-z_]+ ){0,3}?(\d+)", msg)
+    if m and int(m.group(1)) > 1:  # "height 16 and width 16 must be divisible by window size 7"
+        n = int(m.group(1))
+        side = n * max(1, round(32 / n))
+        for g in order:
+            if g.kind == "float" and len(g.shape) >= 4 and any(d % n for d in g.shape[2:]):
+                g.shape = g.shape[:2] + [side] * (len(g.shape) - 2)
+                return True
     m = re.search(r"Dimension out of range \(expected to be in range of \[-(\d+), (\d+)\], but got (-?\d+)\)", msg)
     if m:
         need = abs(int(m.group(3))) + (1 if int(m.group(3)) >= 0 else 0)
@@ -288,6 +307,9 @@ def forward_params(model) -> list[tuple[str, bool]]:
     return names
 
 
+LAST_FORWARD_S = [0.0]  # seconds of the forward call deduce_inputs ended on (one job per process)
+
+
 def run_forward(model, guesses: list[InputGuess], seed: int):
     """(inputs, output) of one forward call on fresh inputs drawn with ``seed``; keyword guesses go by name."""
     import torch
@@ -316,12 +338,15 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
         guesses = [first] + [guess_for_param(n, first, model).copy(keyword=kw) for n, kw in params[1:]]
     plans = _plans(guesses[0], guesses[1:], list(dict.fromkeys([hint.shape[-1], *init_ints, base]))) if guesses else []
     seen, last, line = set(), "", ""
+    expanded = {tuple(guesses[0].shape[:2])} if guesses and len(guesses[0].shape) >= 4 else set()
     for _ in range(max_attempts):
         if time.monotonic() > deadline:
             break
         seen.add(tuple(g.key() for g in guesses))
         try:
+            t0 = time.perf_counter()
             _, out = run_forward(model, guesses, 0)
+            LAST_FORWARD_S[0] = time.perf_counter() - t0
             return [g.name for g in guesses], guesses, out
         except Exception as e:  # noqa: BLE001
             if is_memory_error(e):
@@ -331,6 +356,11 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
             if adjust_inputs(trial, str(e), model, line) and tuple(g.key() for g in trial) not in seen:
                 guesses = trial
                 continue
+            g0 = guesses[0]
+            if g0.kind == "float" and len(g0.shape) >= 4 and tuple(g0.shape[:2]) not in expanded:
+                # an image guess reached by error-driven fixes: its usual sides come next
+                expanded.add(tuple(g0.shape[:2]))
+                plans = _plans(g0, guesses[1:], [])[: len(IMAGE_SIDES)] + plans
             while plans and tuple(g.key() for g in plans[0]) in seen:
                 plans.pop(0)
             if not plans:
@@ -394,6 +424,8 @@ def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_fo
             return None, 0.0
         return o, time.perf_counter() - t0
 
+    if LAST_FORWARD_S[0] > max_step_s:  # already at the cap (a call site's full-size model): no growing
+        return guesses, out
     live = list(moves)
     i = 0
     while live and time.monotonic() < deadline:
@@ -498,10 +530,14 @@ def apply_filters(model, guesses, out, watch: IOWatch, max_forward_s: float, min
 
     before = _rng_state()
     watch.active = True
+    t0 = time.perf_counter()
     try:
         run_forward(model, guesses, 1)
     finally:
         watch.active = False
+    first = time.perf_counter() - t0
+    if first > 1.5 * max_forward_s:  # over the limit: the timed runs below would only cost more time
+        return "runtime", f"forward takes {first * 1e3:.3f} ms (one run), over {max_forward_s * 1e3:g} ms", first
     if watch.events:
         return "no_io_or_randomness", "file/network/process access in forward: " + watch.events[0], 0.0
     if not _same_state(before, _rng_state()):

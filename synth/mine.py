@@ -8,9 +8,11 @@ A module travels through these steps, each counted in :class:`MineReport`:
     self-contained   its dependency closure cut out as one program with ``class Model``
                      (synth/mine_extract.py)
     license allowed  the source's license is on the allowlist ("unknown" when the source gives none)
-    inputs deduced   constructor arguments (synth/init_args.py) and forward inputs
+    inputs deduced   constructor arguments (the repository's own calls of the class,
+                     synth/mine_callsites.py, then guesses: synth/init_args.py) and forward inputs
                      (synth/input_synthesis.py) found in the sandbox (synth/input_sandbox.py),
-                     then shapes scaled toward ``target_numel``
+                     then shapes scaled toward ``target_numel``; a class with keyword-only
+                     arguments gets a ``Model`` subclass that takes them positionally
     filters          float_output, no_io_or_randomness, deterministic, input_dependent, runtime
     runs from file   the finished program, written to its own file, runs in a fresh sandboxed process
     tasks emitted    exact duplicates (same normalised program) collapse to the first one found

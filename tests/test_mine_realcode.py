@@ -205,3 +205,119 @@ def test_a_method_parameter_does_not_hide_a_global_of_the_same_name():
     pf = parse_file("vgg.py", text)
     program = extract_module(RepoIndex([pf]), pf, "VGG").program
     assert 'cfg = {"small": [8, "M"]}' in program
+
+
+def test_call_sites_give_constructor_arguments_and_skip_locals_and_side_effects():
+    from synth.mine import with_call_sites
+    from synth.mine_callsites import find_call_sites
+
+    files = {
+        "nets/dpn.py": textwrap.dedent('''
+            import torch.nn as nn
+
+
+            class Block(nn.Module):
+                def forward(self, x):
+                    return x
+
+
+            class DPN(nn.Module):
+                def __init__(self, cfg, block, width=8):
+                    super().__init__()
+                    self.cfg, self.block = cfg, block
+
+                def forward(self, x):
+                    return x * self.cfg["scale"]
+
+
+            def dpn_small():
+                cfg = {"scale": 2.0}
+                return DPN(cfg, Block, width=16)
+
+
+            def inside(width):
+                return DPN({"scale": 1.0}, Block, width=width)
+        '''),
+        "sample.py": textwrap.dedent('''
+            import torch
+            from nets.dpn import DPN, Block
+            checkpoint = torch.load("out/ckpt.pt")
+            model = DPN(checkpoint["cfg"], Block)
+        '''),
+    }
+    parsed = [parse_file(p, t) for p, t in files.items()]
+    index = RepoIndex(parsed)
+    pf = next(p for p in parsed if p.path == "nets/dpn.py")
+    sites = find_call_sites(index, pf, "DPN")
+    jobs = [s.as_job() for s in sites]
+    # the factory's local cfg stands for its value; a keyword that reads a parameter is left to guessing
+    assert {"path": "nets/dpn.py", "args": ['{"scale": 2.0}', "Block"], "kwargs": {"width": "16"}} in jobs
+    assert {"path": "nets/dpn.py", "args": ['{"scale": 1.0}', "Block"], "kwargs": {"width": None}} in jobs
+    program, kept = with_call_sites(extract_module(index, pf, "DPN"), index, pf, "DPN")
+    assert "torch.load" not in program and all(k["path"] == "nets/dpn.py" for k in kept)
+    assert "class Block(nn.Module)" in program  # what the kept calls read is defined
+
+
+def test_a_base_class_that_names_its_subclass_in_a_method_is_defined_first():
+    text = textwrap.dedent('''
+        import torch.nn as nn
+
+
+        class Layers(nn.Module):
+            def forward(self, x):
+                return x * 2 if isinstance(self, Encoder) else x
+
+
+        class Encoder(Layers):
+            pass
+
+
+        class Stack(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.enc = Encoder()
+
+            def forward(self, x):
+                return self.enc(x)
+    ''')
+    pf = parse_file("layers.py", text)
+    for cls in ("Layers", "Stack"):
+        ns: dict = {}
+        exec(compile(extract_module(RepoIndex([pf]), pf, cls).program, f"{cls}.py", "exec"), ns)  # noqa: S102
+        assert issubclass(ns["Model"], ns["nn"].Module)
+
+
+def test_constructor_arguments_say_what_the_image_is():
+    from synth.input_synthesis import init_hint
+
+    assert init_hint({"image_size": 64, "patch_size": 8, "channels": 1}).shape == [2, 1, 64, 64]
+    assert init_hint({"image_size": (32, 48), "dim": 16}).shape == [2, 3, 32, 48]
+    assert init_hint({"image_size": 32, "frames": 4}).shape == [2, 3, 4, 32, 32]
+    assert init_hint({"dim": 32}) is None
+
+
+def test_constructor_guesses_modules_keyword_only_and_passed_on_keywords():
+    import time
+
+    import torch.nn as nn
+
+    from synth.init_args import construct
+
+    class Residual(nn.Module):
+        def __init__(self, fn, *, scale):
+            super().__init__()
+            self.fn, self.scale = fn, scale
+
+    class Inner(nn.Module):
+        def __init__(self, *, dim, depth):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(dim, dim) for _ in range(depth))
+
+    class Outer(Inner):  # passes **kwargs on: depth is named only by the inner TypeError
+        def __init__(self, *, dim, **kwargs):
+            super().__init__(dim=dim, **kwargs)
+
+    model, args, _ = next(construct(Residual, {}, [32], time.monotonic() + 10))
+    assert isinstance(model.fn, nn.Module) and [(a.name, a.keyword) for a in args] == [("fn", False), ("scale", True)]
+    model, args, _ = next(construct(Outer, {}, [32], time.monotonic() + 10))
+    assert [a.name for a in args] == ["dim", "depth"] and all(a.keyword for a in args) and len(model.layers) == 2
