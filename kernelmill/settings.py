@@ -135,7 +135,7 @@ class CurateSettings:
     minhash_shingle: int = 5
     minhash_threshold: float = 0.8
     decontaminate_dir: str = ""
-    decontam_ngram: int = 13
+    decontam_ngram: int = 5
     decontam_overlap: float = 0.5
     decontam_common_share: float = 0.05
     shard_max_mb: float = 256.0
