@@ -8,7 +8,7 @@ plus ``memory_bytes``) and writes one JSON result file; the zygote kills the who
 runs past its timeout. A forked child is a fresh process: the only state it shares with the zygote is
 the imported torch and kernelmill's own deduction code, never another job's code.
 
-Jobs:
+Jobs (each may name installed packages to ``preload`` in the zygote first: see :func:`preload`):
     deduce    load the program, find constructor arguments (synth/init_args.py), find forward
               inputs, scale free dimensions toward ``target_numel``, then apply the filters in
               FILTERS order (synth/input_synthesis.py)
@@ -38,7 +38,8 @@ import time
 
 from synth.init_args import (MODULE_INSTANCE, NOT_CALLABLE_ERR, PROGRAM_FILE, DeductionFailed, construct,
                              finalize_spec, is_memory_error, params_named_in, render_spec, spec_needs_types)
-from synth.input_synthesis import IOWatch, apply_filters, deduce_inputs, output_specs, scale_inputs
+from synth.input_filters import IOWatch, apply_filters, output_specs
+from synth.input_synthesis import deduce_inputs, scale_inputs
 
 
 # ============================================================================ parent side
@@ -337,14 +338,42 @@ def fork_and_run(job: dict) -> dict:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def preload(names: list[str], done: set[str]) -> None:
+    """Import installed packages (never mined code) in the zygote, so that children forked later start
+    with them: einx costs 2.5 s to import, paid once per zygote instead of twice per module. Output of
+    an import goes to /dev/null (stdout is the result pipe); a package that fails to import is left to
+    the child, which reports it."""
+    import importlib
+
+    for name in names:
+        if name in done:
+            continue
+        done.add(name)
+        sys.stdout.flush()
+        saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        try:
+            importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - SystemExit too: the zygote must keep serving
+            pass
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+
+
 def zygote_main() -> None:
     import torch  # noqa: F401 - imported once here so that every forked child starts with it
 
+    preloaded: set[str] = set()
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            res = fork_and_run(json.loads(line))
+            job = json.loads(line)
+            preload(job.get("preload", []), preloaded)
+            res = fork_and_run(job)
         except Exception as e:  # noqa: BLE001
             res = {"status": "fail", "stage": "sandbox", "reason": "crash", "error": repr(e)[:300]}
         sys.stdout.write(json.dumps(res, default=str) + "\n")

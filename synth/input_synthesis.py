@@ -8,8 +8,8 @@ boolean over the first input's leading dimensions, a ``time`` step has one value
 are integers) or shaped like the first; then error messages ("mat1 and mat2 shapes cannot be
 multiplied", "expected input[...] to have 16 channels", the failing line naming the input at fault)
 and fallbacks (common image sides, every rank). :func:`scale_inputs` doubles free dimensions toward
-``target_numel`` within a per-forward time cap; :func:`apply_filters` checks the filters in FILTERS
-order at the final shapes.
+``target_numel`` within a per-forward time cap; synth/input_filters.py then checks the filters at the
+final shapes.
 
 Deduction is heuristic: a module that needs inputs it cannot guess is counted as not deduced, and a
 module that detects it is being probed is not caught by the filters.
@@ -21,12 +21,11 @@ the parent can import FILTERS from here.
 from __future__ import annotations
 
 import re
-import sys
 import time
 
 from synth.init_args import DeductionFailed, is_memory_error, required_params
 
-FILTERS = ("float_output", "no_io_or_randomness", "deterministic", "input_dependent", "runtime")
+from synth.input_filters import FILTERS, flatten_outputs  # noqa: F401 - FILTERS: callers import it from here
 
 
 # ============================================================================ forward inputs
@@ -292,12 +291,26 @@ def _plans(first: InputGuess, rest: list[InputGuess], dims: list[int]) -> list[l
     return plans
 
 
+def forward_signature(model):
+    """The signature of the forward that does the work: past pass-through overrides such as the
+    ``forward(self, *args, **kwargs)`` synth/mine_extract.py gives a class that inherits its forward."""
+    import inspect
+
+    for cls in type(model).__mro__:
+        f = cls.__dict__.get("forward")
+        if f is None:
+            continue
+        sig = inspect.signature(f)
+        kinds = [p.kind for p in list(sig.parameters.values())[1:]]
+        if kinds != [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]:
+            return sig.replace(parameters=list(sig.parameters.values())[1:])
+    return inspect.signature(model.forward)
+
+
 def forward_params(model) -> list[tuple[str, bool]]:
     """(name, keyword-only) of the forward parameters to feed: every required one, positional or
     keyword-only; none required: the first optional positional one (``forward(self, input_ids=None)``)."""
-    import inspect
-
-    sig = inspect.signature(model.forward)
+    sig = forward_signature(model)
     req, kwonly = required_params(sig)
     names = [(p.name, False) for p in req] + [(p.name, True) for p in kwonly]
     if not names:
@@ -308,6 +321,18 @@ def forward_params(model) -> list[tuple[str, bool]]:
 
 
 LAST_FORWARD_S = [0.0]  # seconds of the forward call deduce_inputs ended on (one job per process)
+
+
+def _optional_inputs_named(model, msg: str, guesses: list[InputGuess]) -> list[str]:
+    """Optional forward parameters (default None) that an error message names and that are not fed yet."""
+    import re
+
+    if not guesses:
+        return []
+    fed = {g.name for g in guesses}
+    return [p.name for p in forward_signature(model).parameters.values()
+            if p.default is None and p.name not in fed and p.kind != p.POSITIONAL_ONLY
+            and len(p.name) > 2 and re.search(rf"\b{re.escape(p.name)}\b", msg)]
 
 
 def run_forward(model, guesses: list[InputGuess], seed: int):
@@ -352,6 +377,11 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
             if is_memory_error(e):
                 raise DeductionFailed("forward", "memory", str(e)[:300])
             last, line = f"{type(e).__name__}: {str(e)[:300]}", failing_line(e)
+            extra = _optional_inputs_named(model, str(e), guesses)
+            if extra:  # "context must be passed in if cross_attend is set": feed it, by keyword
+                guesses = guesses + [guess_for_param(n, guesses[0], model).copy(keyword=True) for n in extra]
+                plans = [p + [guess_for_param(n, p[0], model).copy(keyword=True) for n in extra] for p in plans]
+                continue
             trial = [g.copy() for g in guesses]
             if adjust_inputs(trial, str(e), model, line) and tuple(g.key() for g in trial) not in seen:
                 guesses = trial
@@ -369,15 +399,7 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
     raise DeductionFailed("forward", "forward_failed", last or "no forward attempt succeeded", line)
 
 
-# ============================================================================ outputs, scaling, filters
-
-
-def flatten_outputs(out) -> list:
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in flatten_outputs(o)]
-    if isinstance(out, dict):
-        return [t for o in out.values() for t in flatten_outputs(o)]
-    return [out]
+# ============================================================================ scaling
 
 
 def _numel_metric(guesses, out) -> int:
@@ -441,122 +463,3 @@ def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_fo
         guesses, out = trial, o
         i += 1
     return guesses, out
-
-
-class IOWatch:
-    """sys.addaudithook recorder of file, socket and process events while ``active``."""
-
-    EVENTS = ("open", "socket.", "subprocess.", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.remove",
-              "os.rename", "os.mkdir", "shutil.", "urllib.")
-
-    def __init__(self):
-        self.active = False
-        self.events: list[str] = []
-        self.ignore = tuple(p for p in {sys.prefix, sys.base_prefix, sys.exec_prefix} if p)
-        sys.addaudithook(self.hook)
-
-    def hook(self, event: str, args) -> None:
-        if not self.active or not event.startswith(self.EVENTS):
-            return
-        if event == "open" and args and isinstance(args[0], str) and args[0].startswith(self.ignore):
-            return  # lazy imports of installed modules
-        self.events.append(f"{event}{args!r}"[:200])
-
-
-def _rng_state():
-    import random
-
-    import torch
-
-    state = [torch.get_rng_state(), random.getstate()]
-    np = sys.modules.get("numpy")
-    if np is not None:
-        state.append(np.random.get_state()[1].copy())
-    return state
-
-
-def _same_state(a, b) -> bool:
-    import torch
-
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor):
-            if not torch.equal(x, y):
-                return False
-        elif hasattr(x, "shape"):
-            if not (x == y).all():
-                return False
-        elif x != y:
-            return False
-    return True
-
-
-def _same_outputs(a, b) -> bool:
-    """Bitwise equality of two outputs (CPU, one thread: a deterministic module repeats exactly)."""
-    import torch
-
-    fa, fb = flatten_outputs(a), flatten_outputs(b)
-    if len(fa) != len(fb):
-        return False
-    for x, y in zip(fa, fb):
-        if isinstance(x, torch.Tensor):
-            if not isinstance(y, torch.Tensor) or x.shape != y.shape or not torch.equal(x, y):
-                return False
-        elif x != y:
-            return False
-    return True
-
-
-def apply_filters(model, guesses, out, watch: IOWatch, max_forward_s: float, min_forward_s: float) -> tuple[str | None, str, float]:
-    """(first failed filter or None, detail, forward seconds) in FILTERS order, at the final shapes."""
-    import torch
-
-    leaves = flatten_outputs(out)
-    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
-    if not tensors:
-        return "float_output", "forward returns no tensor", 0.0
-    bad = [type(t).__name__ if not isinstance(t, torch.Tensor) else str(t.dtype) for t in leaves
-           if t is not None and not (isinstance(t, torch.Tensor) and t.is_floating_point())]
-    if bad:
-        return "float_output", "non floating-point outputs: " + ", ".join(bad), 0.0
-    if any(not torch.isfinite(t).all() for t in tensors):
-        return "float_output", "outputs hold NaN or inf", 0.0
-    times = []
-
-    def timed(seed: int):
-        t0 = time.perf_counter()
-        res = run_forward(model, guesses, seed)
-        times.append(time.perf_counter() - t0)
-        return res
-
-    before = _rng_state()
-    watch.active = True
-    t0 = time.perf_counter()
-    try:
-        run_forward(model, guesses, 1)
-    finally:
-        watch.active = False
-    first = time.perf_counter() - t0
-    if first > 1.5 * max_forward_s:  # over the limit: the timed runs below would only cost more time
-        return "runtime", f"forward takes {first * 1e3:.3f} ms (one run), over {max_forward_s * 1e3:g} ms", first
-    if watch.events:
-        return "no_io_or_randomness", "file/network/process access in forward: " + watch.events[0], 0.0
-    if not _same_state(before, _rng_state()):
-        return "no_io_or_randomness", "forward draws random numbers", 0.0
-    xs, a = timed(1)
-    _, b = timed(1)
-    if not _same_outputs(a, b):
-        return "deterministic", "two eval-mode runs on the same inputs disagree", 0.0
-    _, c = timed(2)
-    if _same_outputs(a, c):
-        return "input_dependent", "output does not change when the inputs change", 0.0
-    best = min(times)  # the three runs above (warm: the watched run came first), not three more
-    if not (min_forward_s <= best <= max_forward_s):
-        return "runtime", f"forward takes {best * 1e3:.3f} ms, outside [{min_forward_s * 1e3:g}, {max_forward_s * 1e3:g}] ms", best
-    return None, "", best
-
-
-def output_specs(out) -> list[dict]:
-    import torch
-
-    return [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
-            for t in flatten_outputs(out) if isinstance(t, torch.Tensor)]

@@ -296,17 +296,29 @@ def with_call_sites(em, index, pf, class_name: str) -> tuple[str, list[dict]]:
     return program, kept
 
 
+def installed_imports(program: str) -> list[str]:
+    """The third-party packages a program imports (top-level names, torch and the standard library
+    aside): extracted programs import only installed packages, their own code is inlined."""
+    import sys
+
+    names = re.findall(r"^(?:import|from)\s+([A-Za-z_]\w*)", program, re.M)
+    return [n for n in dict.fromkeys(names) if n != "torch" and n not in sys.stdlib_module_names
+            and n != "__future__"]
+
+
 def _process(pool, c: _Candidate, *, target_numel: int, timeout_s: float, max_forward_s: float,
              min_forward_s: float, scale_forward_s: float | None = None) -> tuple[_Candidate, dict, dict | None, str | None]:
     """Deduce in the sandbox, then run the finished program from its own file in a fresh child."""
+    preload = installed_imports(c.program)
     deduced = pool.run({"mode": "deduce", "program": c.program, "target_numel": target_numel, "init_sites": c.sites,
+                        "preload": preload,
                         "timeout_s": timeout_s, "budget_s": max(1.0, timeout_s * 0.8),
                         "max_forward_s": max_forward_s, "min_forward_s": min_forward_s,
                         "scale_forward_s": scale_forward_s})
     if deduced.get("status") != "ok":
         return c, deduced, None, None
     code = render_task_program(c, deduced)
-    ran = pool.run({"mode": "run_file", "program": code, "timeout_s": timeout_s})
+    ran = pool.run({"mode": "run_file", "program": code, "timeout_s": timeout_s, "preload": preload})
     if ran.get("status") == "ok" and [o["shape"] for o in ran["outputs"]] != [o["shape"] for o in deduced["outputs"]]:
         ran = {"status": "fail", "reason": "output_shape_changed",
                "error": f"{ran['outputs']} vs deduced {deduced['outputs']}"}

@@ -217,7 +217,9 @@ def test_sandbox_kills_hangs_and_limits_memory_and_keeps_going():
     with SandboxPool(workers=1, memory_bytes=1 << 30) as pool:
         assert pool.run({**job, "program": hang, "timeout_s": 1.5})["reason"] == "timeout"
         assert pool.run({**job, "program": huge, "timeout_s": 20})["reason"] == "memory"
-        ok = pool.run({**job, "program": SWISH.replace("class Swish", "class Model"), "timeout_s": 20})
+        # `import this` prints the Zen of Python to the zygote's stdout, its result pipe: kept off it
+        ok = pool.run({**job, "program": SWISH.replace("class Swish", "class Model"), "timeout_s": 20,
+                       "preload": ["this", "no_such_package_here"]})
     assert ok["status"] == "ok" and ok["init_args"] == [] and ok["outputs"][0]["shape"] == ok["inputs"][0]["shape"]
 
 
