@@ -129,11 +129,21 @@ def _import_bindings(node: Node) -> list[ImportBinding]:
 class _Scope:
     """Names read (in order) and names bound anywhere inside one statement."""
 
-    def __init__(self) -> None:
+    def __init__(self, lazy_annotations: bool = False) -> None:
+        # ``from __future__ import annotations``: annotations are strings, never evaluated, so the names
+        # they mention are not needed (``cache: LayerIntermediates | None`` with no import of it)
+        self.lazy_annotations = lazy_annotations
         self.refs: list[str] = []
         self.deferred: list[str] = []  # read only when a function runs, not when the statement does
         self.bound: set[str] = set()
         self.declared: set[str] = set()  # ``global`` / ``nonlocal`` names: bound outside this scope
+
+    def child(self) -> "_Scope":
+        return _Scope(self.lazy_annotations)
+
+    def annotation(self, n: Node | None) -> None:
+        if n is not None and not self.lazy_annotations:
+            self.scan(n)
 
     def take_free(self, inner: "_Scope", deferred: bool) -> None:
         """The names a nested scope reads and does not bind itself are read here (``deferred``: when
@@ -154,15 +164,13 @@ class _Scope:
                 self.bound.add(_text(n.child_by_field_name("name")))
             # a function is its own scope: its parameters and locals do not hide globals elsewhere in
             # the statement (``def _make_layers(self, cfg)`` beside a method that reads the global cfg)
-            inner = _Scope()
+            inner = self.child()
             inner.params(n.child_by_field_name("parameters"), outer=self)
-            rt = n.child_by_field_name("return_type")
-            if rt is not None:
-                self.scan(rt)
+            self.annotation(n.child_by_field_name("return_type"))
             inner.scan(n.child_by_field_name("body"))
             self.take_free(inner, deferred=True)
         elif t in ("list_comprehension", "set_comprehension", "dictionary_comprehension", "generator_expression"):
-            inner = _Scope()
+            inner = self.child()
             for c in n.children:
                 inner.scan(c)
             self.take_free(inner, deferred=False)
@@ -179,19 +187,19 @@ class _Scope:
             for c in n.child_by_field_name("body").children:
                 d = c.child_by_field_name("definition") if c.type == "decorated_definition" else c
                 if d is not None and d.type == "function_definition":
-                    t = _Scope()
+                    t = self.child()
                     t.scan(c, class_body=True)  # decorators such as @codebook.setter read class-body names
                     self.refs += [r for r in t.refs if r not in class_local]
                     self.deferred += t.deferred
                     class_local.add(_text(d.child_by_field_name("name")))
                     continue
-                t = _Scope()
+                t = self.child()
                 t.scan(c)
                 self.refs += [r for r in t.refs if r not in class_local and r not in t.bound]
                 self.deferred += [r for r in t.deferred if r not in t.bound]
                 class_local |= t.bound
         elif t == "lambda":
-            inner = _Scope()
+            inner = self.child()
             p = n.child_by_field_name("parameters")
             if p is not None:
                 inner.params(p, outer=self)
@@ -199,10 +207,10 @@ class _Scope:
             self.take_free(inner, deferred=True)
         elif t in ("assignment", "augmented_assignment"):
             self.target(n.child_by_field_name("left"), bind=not class_body)
-            for f in ("type", "right"):
-                c = n.child_by_field_name(f)
-                if c is not None:
-                    self.scan(c)
+            self.annotation(n.child_by_field_name("type"))
+            c = n.child_by_field_name("right")
+            if c is not None:
+                self.scan(c)
         elif t in ("for_statement", "for_in_clause"):
             self.target(n.child_by_field_name("left"), bind=True)
             for c in n.children:
@@ -252,14 +260,14 @@ class _Scope:
                         self.bound.add(_text(g))
             elif t in ("default_parameter", "typed_default_parameter"):
                 self.target(c.child_by_field_name("name"), bind=True)
-                for f in ("type", "value"):
-                    v = c.child_by_field_name(f)
-                    if v is not None:
-                        outer.scan(v)
+                outer.annotation(c.child_by_field_name("type"))
+                v = c.child_by_field_name("value")
+                if v is not None:
+                    outer.scan(v)
             elif t == "typed_parameter":
                 for g in c.children:
                     if g.type == "type":
-                        outer.scan(g)
+                        outer.annotation(g)
                     else:
                         self.target(g, bind=True)
             elif t == "tuple_pattern":
@@ -271,10 +279,10 @@ def _free_names(n: Node) -> tuple[list[str], set[str]]:
     return free, bound
 
 
-def _scope_names(n: Node) -> tuple[list[str], list[str], set[str]]:
+def _scope_names(n: Node, lazy_annotations: bool = False) -> tuple[list[str], list[str], set[str]]:
     """(names read, of those the ones read when the statement itself runs, names bound) of one
     statement; a name read only inside a function body is read later, when the function is called."""
-    s = _Scope()
+    s = _Scope(lazy_annotations)
     s.scan(n)
     eager = list(dict.fromkeys(r for r in s.refs if r not in s.bound))
     free = list(dict.fromkeys(r for r in s.refs + s.deferred if r not in s.bound))
@@ -330,7 +338,7 @@ def parse_file(path: str, text: str) -> ParsedFile:
                     imports.setdefault(b.name, []).append(b)
             stmt = TopStmt(idx, "import", _text(node), list(imports), [], imports)
         else:
-            free, eager, bound = _scope_names(node)
+            free, eager, bound = _scope_names(node, "annotations" in " ".join(future))
             definition = node.child_by_field_name("definition") if t == "decorated_definition" else node
             if definition is not None and definition.type in ("function_definition", "class_definition"):
                 name = _text(definition.child_by_field_name("name"))

@@ -142,7 +142,18 @@ class _Closure:
             what = "import " + (f"{b.module}.{b.attr}" if b.attr else b.module if " as " in b.line else b.name)
             prev = self.bound.get(b.name)
             if prev is not None and prev[1] != what:
-                raise NotSelfContained("name_conflict", f"{b.name} is imported as two different things")
+                # torch's einsum in one file, einops' in another: the later file's import gets an alias
+                if prev[0] == pf.module or not (b.attr or " as " in b.line) or b.name in RESERVED:
+                    raise NotSelfContained("name_conflict", f"{b.name} is imported as two different things")
+                if pf.module in self.renames and b.name in self.renames[pf.module]:
+                    return
+                new = f"{b.name}_{pf.module.split('.')[-1]}"
+                while new in self.bound or new in self.index_names:
+                    new += "_"
+                self.renames.setdefault(pf.module, {})[b.name] = new
+                self.bound[new] = (pf.module, what)
+                self.imports[(f"from {b.module} import {b.attr}" if b.attr else f"import {b.module}") + f" as {new}"] = None
+                return
             if prev is None:
                 self.bound[b.name] = (pf.module, what)
                 self.imports[b.line] = None

@@ -170,12 +170,12 @@ def test_every_task_runs_from_its_own_file_in_a_new_interpreter(mined, tmp_path)
 def test_helpers_defined_differently_in_two_files_are_both_kept():
     files = {
         "pkg/__init__.py": "",
-        "pkg/attend.py": "def default(val, d):\n    return val if val is not None else d\n\n\n"
-                         "def pick(a, b):\n    return default(a, b)\n",
-        "pkg/layers.py": "import torch.nn as nn\nfrom .attend import pick\n\n\n"
+        "pkg/attend.py": "from math import sqrt\n\n\ndef default(val, d):\n    return val if val is not None else d\n\n\n"
+                         "def pick(a, b):\n    return default(a, b) * sqrt(1.0)\n",
+        "pkg/layers.py": "import torch.nn as nn\nfrom numpy import sqrt\nfrom .attend import pick\n\n\n"
                          "def default(*args):\n    return next(a for a in args if a is not None)\n\n\n"
                          "class Mix(nn.Module):\n    def forward(self, x, y=None):\n"
-                         "        return default(y, x) * pick(None, 2.0)\n",
+                         "        return default(y, x) * pick(None, 2.0) * float(sqrt(1.0))\n",
     }
     parsed = [parse_file(p, t) for p, t in files.items()]
     index = RepoIndex(parsed)
@@ -186,6 +186,7 @@ def test_helpers_defined_differently_in_two_files_are_both_kept():
 
     x = torch.ones(2)
     assert torch.equal(ns["Model"]()(x), 2 * x)  # layers' default(*args) and attend's default(val, d)
+    assert "from math import sqrt" in program and "from numpy import sqrt as sqrt_" in program  # imports too
 
 
 def test_a_method_parameter_does_not_hide_a_global_of_the_same_name():
