@@ -90,11 +90,21 @@ def _same_outputs(a, b) -> bool:
     return True
 
 
+def run_forward(model, guesses: list, seed: int):
+    """(inputs, output) of one forward call on fresh inputs drawn with ``seed``; keyword guesses go by name."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    xs = [g.make(gen) for g in guesses]
+    args = [x for g, x in zip(guesses, xs) if not g.keyword]
+    kwargs = {g.name: x for g, x in zip(guesses, xs) if g.keyword}
+    with torch.no_grad():
+        return xs, model(*args, **kwargs)
+
+
 def apply_filters(model, guesses, out, watch: IOWatch, max_forward_s: float, min_forward_s: float) -> tuple[str | None, str, float]:
     """(first failed filter or None, detail, forward seconds) in FILTERS order, at the final shapes."""
     import torch
-
-    from synth.input_synthesis import run_forward
 
     leaves = flatten_outputs(out)
     tensors = [t for t in leaves if isinstance(t, torch.Tensor)]

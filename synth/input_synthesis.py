@@ -25,7 +25,7 @@ import time
 
 from synth.init_args import DeductionFailed, is_memory_error, required_params
 
-from synth.input_filters import FILTERS, flatten_outputs  # noqa: F401 - FILTERS: callers import it from here
+from synth.input_filters import FILTERS, flatten_outputs, run_forward  # noqa: F401 - callers import them from here
 
 
 # ============================================================================ forward inputs
@@ -333,18 +333,6 @@ def _optional_inputs_named(model, msg: str, guesses: list[InputGuess]) -> list[s
     return [p.name for p in forward_signature(model).parameters.values()
             if p.default is None and p.name not in fed and p.kind != p.POSITIONAL_ONLY
             and len(p.name) > 2 and re.search(rf"\b{re.escape(p.name)}\b", msg)]
-
-
-def run_forward(model, guesses: list[InputGuess], seed: int):
-    """(inputs, output) of one forward call on fresh inputs drawn with ``seed``; keyword guesses go by name."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    xs = [g.make(gen) for g in guesses]
-    args = [x for g, x in zip(guesses, xs) if not g.keyword]
-    kwargs = {g.name: x for g, x in zip(guesses, xs) if g.keyword}
-    with torch.no_grad():
-        return xs, model(*args, **kwargs)
 
 
 def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_attempts: int = 40,
