@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import emit  # noqa: E402
+
 
 class Timeout(Exception):
     pass
@@ -133,11 +135,7 @@ def main(argv=None) -> int:
         lines += ["", "Ran, with a note:", ""] + [f"- {r[0]}/{r[1]}: {r[3]}" for r in notes]
     lines += ["", "Slowest:", ""] + [f"- {r[0]}/{r[1]}: {r[4]:.1f} s, device peak {r[5]:.1f} GiB, inputs {r[6]:.2f} GiB"
                                     for r in sorted(rows, key=lambda r: -r[4])[:8]]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"kernelbench_reference_{re.sub(r'[^A-Za-z0-9]+', '_', dev_name).strip('_')}.md").write_text(text)
+    emit("\n".join(lines) + "\n", args.out, f"kernelbench_reference_{re.sub(r'[^A-Za-z0-9]+', '_', dev_name).strip('_')}.md")
     return 0
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import emit  # noqa: E402
+
 VEC4_RELU = r'''
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -192,11 +194,7 @@ def main(argv=None) -> int:
     within = sum(abs(r - 1) <= 0.10 for r in ratios)
     lines += ["", f"speedups within 10% of do_bench: {within}/{len(ratios)}; median CV of the candidate time over "
                   f"repeats: {statistics.median(cvs) if cvs else float('nan'):.1%}; wall {time.time() - t_start:.0f} s"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"timing_truth_{re.sub(r'[^A-Za-z0-9]+', '_', device).strip('_')}.md").write_text(text)
+    emit("\n".join(lines) + "\n", args.out, f"timing_truth_{re.sub(r'[^A-Za-z0-9]+', '_', device).strip('_')}.md")
     return 0
 
 

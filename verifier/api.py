@@ -143,17 +143,18 @@ class TaskPlan:
     input_bytes: int = 0
     skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
 
-    def trial_inputs(self, job: Job, i: int, device: str) -> list:
-        """The inputs of trial ``i`` of ``job``, as the child got them (drawn again from the seed, or read)."""
-        if job.input_files:
-            return [x.to(device) if isinstance(x, torch.Tensor) else x for x in
-                    torch.load(self._job_dir(job) / f"trial_{i}.pt", weights_only=True)["inputs"]]
+    def draw_trial(self, job: Job, i: int, device: str) -> list:
+        """The inputs of trial ``i`` of ``job`` drawn from its seed (the last trial is the extra shape, if any)."""
         other = job.other_shape if (job.other_shape and i == len(job.trial_seeds) - 1) else ""
         with RNG_LOCK:
             return draw_inputs(self.ref_mod.get_inputs, job.trial_seeds[i], device, self.text, other)
 
-    def _job_dir(self, job: Job) -> Path:
-        return Path(getattr(job, "_dir"))
+    def trial_inputs(self, job: Job, i: int, device: str, job_dir: Path) -> list:
+        """The inputs of trial ``i`` as the child got them: shipped in ``job_dir``, or drawn again."""
+        if job.input_files:
+            return [x.to(device) if isinstance(x, torch.Tensor) else x for x in
+                    torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"]]
+        return self.draw_trial(job, i, device)
 
 
 _PLANS: dict[tuple[str, str], TaskPlan] = {}
@@ -244,12 +245,16 @@ def _job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, reference
                lock_wait_s=_lock_wait_s(cfg), **kw)
 
 
-def _run_job(job: Job, timeout_s: float, cfg: VerifyConfig) -> tuple[Path, ChildRun]:
-    job_dir = Path(tempfile.mkdtemp(prefix=f"km-{job.kind}-", dir=_job_root()))
+def _job_dir(job: Job) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"km-{job.kind}-", dir=_job_root()))
+
+
+def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> ChildRun:
+    """Write the job into its directory and run it in an execution child (its files already there)."""
     job.write(job_dir)
     rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s,
                                     warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
-    return job_dir, ChildRun(rc, timed_out, log)
+    return ChildRun(rc, timed_out, log)
 
 
 _REF_TIMINGS: dict[tuple, object] = {}
@@ -271,7 +276,8 @@ def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root
         if key in _REF_TIMINGS:
             return _REF_TIMINGS[key]
         job = _job("reference", backend, cfg, build_root, plan.text, timing_seeds=_seeds(cfg.timing_trials))
-        job_dir, run = _run_job(job, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg)
+        job_dir = _job_dir(job)
+        run = _run_job(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg)
         try:
             rep = ChildReport.read(job_dir)
         except Exception as e:  # noqa: BLE001
@@ -299,16 +305,13 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     job = _job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code,
                trial_seeds=_seeds(n), other_shape=plan.other_shape, input_files=not plan.reproducible,
                timing_seeds=_seeds(cfg.timing_trials))
-    job_dir = Path(tempfile.mkdtemp(prefix="km-job-", dir=_job_root()))
-    job._dir = str(job_dir)  # type: ignore[attr-defined]  (where shipped inputs are, for TaskPlan.trial_inputs)
+    job_dir = _job_dir(job)
     try:
-        job.write(job_dir)
         if job.input_files:  # inputs that a seed does not reproduce travel as files
             for i in range(n):
-                with _shared_lock(cfg, build_root, backend) as lock, RNG_LOCK:
+                with _shared_lock(cfg, build_root, backend) as lock:
                     lock.acquire(False, _lock_wait_s(cfg))
-                    inputs = draw_inputs(plan.ref_mod.get_inputs, job.trial_seeds[i], device, plan.text,
-                                         job.other_shape if (job.other_shape and i == n - 1) else "")
+                    inputs = plan.draw_trial(job, i, device)
                 torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
                            job_dir / f"trial_{i}.pt")
         # timed once per task, before the first candidate runs and outside any device lock
@@ -316,14 +319,13 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
         v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
         t_child = time.perf_counter()
         timeout = cfg.run_timeout_s + (cfg.compile_timeout_s if cfg.allow_child_compile and not w.specs else 0)
-        rc, timed_out, log = _run_child(job_dir, backend, timeout,
-                                        warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
+        run = _run_job(job, job_dir, timeout, cfg)
         v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
         v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
         poison = get_backend(backend).poison_byte
         with _shared_lock(cfg, build_root, backend) as lock:
             lock.acquire(False, _lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
-            return judge(w, cfg, plan, job, job_dir, ChildRun(rc, timed_out, log), device, poison, ref_timing)
+            return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing)
     finally:
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:

@@ -17,6 +17,7 @@ other generators (``reproducible`` returns False and the verifier ships their in
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 
@@ -54,35 +55,14 @@ class DevicePlacement(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def placement(device: str, program_text: str = ""):
     """The context that runs task code on ``device``: the device as default, plus cuda -> device mapping
     when the backend is not cuda and the program names cuda (the mode costs Python time per torch call)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.device(device))
     if torch.device(device).type != "cuda" and "cuda" in program_text:
-        return _Both(torch.device(device), DevicePlacement(device))
-    return _Both(torch.device(device), _Nothing())
-
-
-class _Both:
-    def __init__(self, a, b):
-        self.a, self.b = a, b
-
-    def __enter__(self):
-        self.a.__enter__()
-        self.b.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.b.__exit__(*exc)
-        self.a.__exit__(*exc)
-        return False
+        stack.enter_context(DevicePlacement(device))
+    return stack
 
 
 def seed_everything(seed: int) -> None:

@@ -28,7 +28,7 @@ from verifier.config import VerifyConfig
 from verifier.contract import FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
 from verifier.inputs import build_model, draw_inputs
 from verifier.reward import reward_for
-from verifier.worker import forbidden
+from verifier.monitors import forbidden
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
@@ -379,7 +379,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     n = len(job.trial_seeds)
     for rec in report.trials:
         is_other = bool(job.other_shape) and rec.index == n - 1
-        inputs = plan.trial_inputs(job, rec.index, device)
+        inputs = plan.trial_inputs(job, rec.index, device, job_dir)
         label = ("Extra-shape trial" + f" (input shapes {[list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]})"
                  if is_other else f"Trial {rec.index + 1}")
         if rec.error:

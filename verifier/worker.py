@@ -13,10 +13,7 @@ A job (verifier/contract.py) is one of two kinds:
 - ``reference``: the eager reference and ``torch.compile`` of it timed in a process where no candidate
   code has ever run, so nothing a candidate does to torch can change the reference's times.
 
-Timing (both kinds, the same code): per iteration fresh inputs drawn from the iteration's seed, the
-last-level cache flushed, a device-side wait long enough for the host to queue the whole call, then CUDA
-events around the call; no synchronisation between iterations (the protocol of triton's ``do_bench``).
-Launch-inclusive times and the C09 idle gap come from separate probe calls, one at a time.
+Timing (both kinds, the same code) is verifier/timing.py; the two op monitors are verifier/monitors.py.
 
 What this process does NOT decide: whether outputs are correct. Outputs go to files; the verifier
 compares them with reference outputs it computes itself. A crash, hang or memory blow-up of this
@@ -33,7 +30,6 @@ import importlib.util
 import json
 import os
 import resource
-import secrets
 import sys
 import threading
 import time
@@ -43,46 +39,17 @@ from pathlib import Path
 
 import torch
 import torch.utils.cpp_extension as cpp_extension
-from torch.profiler import ProfilerActivity, profile, record_function
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.profiler import record_function
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from verifier.backends import get_backend, kernel_names_in
 from verifier.build import canonical_spec, extension_name, spec_key
-from verifier.contract import FLAGS_FILE, ChildReport, Job, ModelTiming, TrialReport
+from verifier.contract import FLAGS_FILE, ChildReport, Job, TrialReport
 from verifier.devlock import device_lock
-from verifier.inputs import build_model, draw_inputs, init_inputs, nbytes, placement, seed_everything, tensors_of, \
-    to_device
+from verifier.inputs import build_model, draw_inputs, init_inputs, nbytes, seed_everything, tensors_of, to_device
+from verifier.monitors import DispatchRecorder, profiled, read_profile
 from verifier.tamper import Snapshot
-
-# aten ops that allocate, view, copy or describe: the only ones ModelNew.forward may dispatch.
-ALLOWED_ATEN = {
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "ones",
-    "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "fill_", "zero_", "view", "_unsafe_view",
-    "reshape", "_reshape_alias", "as_strided", "expand", "expand_as", "permute", "transpose", "t", "unsqueeze",
-    "squeeze", "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind",
-    "alias", "detach", "clone", "copy_", "_to_copy", "to", "contiguous", "lift_fresh", "lift_fresh_copy",
-    "_local_scalar_dense", "resize_", "view_as", "is_same_size", "sym_size", "sym_stride", "sym_numel",
-    "sym_storage_offset", "numel", "dim", "record_stream", "item", "_has_compatible_shallow_copy_type",
-    "resolve_conj", "resolve_neg", "lift", "empty_permuted", "set_", "result_type", "is_pinned", "size", "stride",
-    "is_contiguous", "as_strided_", "_nested_tensor_from_mask_left_aligned",
-}
-
-
-def forbidden(ops) -> list[str]:
-    return sorted({o for o in ops if o.startswith("aten::") and o.split("::")[-1] not in ALLOWED_ATEN})
-
-
-class DispatchRecorder(TorchDispatchMode):
-    """Records every aten op dispatched while active (Python calls and at:: calls from C++ alike)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-        self.ops.append(f"{func.namespace}::{func.overloadpacket.__name__}")
-        return func(*args, **(kwargs or {}))
-
+from verifier.timing import clone, plain_cpu, probe_calls, time_model
 
 KERNEL_CALLS = [0]
 
@@ -174,14 +141,6 @@ def _exec_module(name: str, code: str, filename: str):
     return mod
 
 
-def _clone(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_clone(o) for o in obj)
-    return obj
-
-
 def _output_problem(out, device: str) -> str:
     """Why an output is not a plain dense tensor with real storage on the task's device ("" if it is)."""
     for t in (out if isinstance(out, (tuple, list)) else [out]):
@@ -196,12 +155,6 @@ def _output_problem(out, device: str) -> str:
         except Exception as e:  # noqa: BLE001
             return f"output has no real storage ({e})"
     return ""
-
-
-def _plain_cpu(out):
-    if isinstance(out, torch.Tensor):
-        return out.detach().to("cpu").clone()
-    return [_plain_cpu(t) for t in out]
 
 
 def _save(obj, path: Path) -> str:
@@ -232,36 +185,6 @@ class Guard:
         self.report.aborted = f"torch or verifier state changed after {phase}"
         (self.job_dir / FLAGS_FILE).write_text(json.dumps({"patched": self.report.patched}))
         return True
-
-
-def _profiled(backend, kernel_names: list[str]):
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.name == "cuda" else [])
-    return profile(activities=acts)
-
-
-def _read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
-    """aten ops the profiler saw, the marker that proves it watched the whole call, and (cuda) kernel times."""
-    names, marker = [], False
-    own, foreign = 0.0, {}
-    for e in prof.events():
-        dev = str(getattr(e, "device_type", "")).lower()
-        if e.name == "km_forward":  # the marker, on the host and as a device-side annotation: not a kernel
-            marker = marker or "cuda" not in dev
-            continue
-        if "cuda" in dev:
-            us = float(e.time_range.elapsed_us()) if getattr(e, "time_range", None) else 0.0
-            if any(k in e.name for k in kernel_names):
-                own += us
-            else:
-                foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
-            continue
-        if e.name.startswith("aten::"):
-            names.append(e.name)
-    rec.profiled_ops = sorted(set(names))
-    rec.own_kernel_us = round(own, 3)
-    rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
-    if not marker:
-        rec.monitor_problems.append("the profiler stopped recording during forward")
 
 
 def run_job(job_dir: Path) -> ChildReport:
@@ -308,7 +231,7 @@ def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     with torch.no_grad():
         try:
             backend.warm_device(job.warm_device_ms)
-            report.eager, _ = time_model(backend, model, job.timing_seeds, draw, job.warmup, 0, job_dir, "")
+            report.eager = time_model(backend, model, job.timing_seeds, draw, job.warmup, 0, job_dir, "")
             report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, job.timing_seeds, draw,
                                                                            job.gap_probes)
             clock.phase("eager")
@@ -317,7 +240,7 @@ def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         if job.time_torch_compile and not report.timing_error:
             try:
                 compiled = torch.compile(model)
-                report.compiled, _ = time_model(backend, compiled, job.timing_seeds, draw, max(job.warmup, 2), 0,
+                report.compiled = time_model(backend, compiled, job.timing_seeds, draw, max(job.warmup, 2), 0,
                                                 job_dir, "")
             except Exception as e:  # noqa: BLE001
                 report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
@@ -345,7 +268,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     try:
         ref = _exec_module("km_reference", job.reference_code, "reference.py")
         model, init = build_model(ref, job.init_seed, device, job.reference_code)
-        with _profiled(backend, []):  # the profiler's own threads and state exist before any baseline
+        with profiled(backend):  # the profiler's own threads and state exist before any baseline
             pass
         guard = Guard(job_dir, report)
     except Exception:  # noqa: BLE001 - nothing of the candidate has run yet
@@ -389,18 +312,18 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         else:
             other = job.other_shape if (job.other_shape and i == n - 1) else ""
             inputs = draw_inputs(ref.get_inputs, seed, device, job.reference_code, other)
-        pristine = _clone(inputs)
+        pristine = clone(inputs)
         ref_first = i % 2 == 1
         with torch.no_grad():
             if ref_first:
-                rec.ref_output_file = _save(_plain_cpu(model(*_clone(inputs))), job_dir / f"ref_{i}.pt")
+                rec.ref_output_file = _save(plain_cpu(model(*clone(inputs))), job_dir / f"ref_{i}.pt")
             backend.synchronize()
             backend.poison_free_memory(nbytes(inputs) * 2)
             KERNEL_CALLS[0] = 0
             py0, os0 = threading.active_count(), _os_threads()
             recorder = DispatchRecorder()
             try:
-                with _profiled(backend, cuda_kernels) as prof:
+                with profiled(backend) as prof:
                     with recorder:
                         with record_function("km_forward"):
                             out = model_new(*inputs)
@@ -410,7 +333,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             except Exception:  # noqa: BLE001
                 rec.error = _short_traceback()
                 break
-            _read_profile(prof, cuda_kernels, rec)
+            read_profile(prof, cuda_kernels, rec)
             rec.threads_added = max(threading.active_count() - py0, _os_threads() - os0, 0)
             rec.kernel_calls = KERNEL_CALLS[0]
             rec.dispatched_ops = sorted(set(recorder.ops))
@@ -418,10 +341,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                                   if not torch.equal(a, b)]
             rec.output_problem = _output_problem(out, device)
             if not rec.output_problem:
-                rec.output_file = _save(_plain_cpu(out), job_dir / f"out_{i}.pt")
+                rec.output_file = _save(plain_cpu(out), job_dir / f"out_{i}.pt")
             del out
             if not ref_first:
-                rec.ref_output_file = _save(_plain_cpu(model(*_clone(pristine))), job_dir / f"ref_{i}.pt")
+                rec.ref_output_file = _save(plain_cpu(model(*clone(pristine))), job_dir / f"ref_{i}.pt")
             del inputs, pristine
         if guard.tampered(f"trial {i + 1}"):
             return report
@@ -443,7 +366,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             try:
                 backend.warm_device(job.warm_device_ms)
                 keep = min(job.timed_checks, len(job.timing_seeds))
-                report.candidate, _ = time_model(backend, model_new, job.timing_seeds, draw, job.warmup, keep,
+                report.candidate = time_model(backend, model_new, job.timing_seeds, draw, job.warmup, keep,
                                                  job_dir, "timed")
                 report.candidate.launch_us, report.candidate.idle_gap_us = probe_calls(
                     backend, model_new, job.timing_seeds, draw, job.gap_probes)
@@ -454,69 +377,6 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         guard.tampered("timing")
     lock.close()
     return report
-
-
-def time_model(backend, fn, seeds: list[int], draw, warmup: int, keep: int, job_dir: Path,
-               prefix: str) -> tuple[ModelTiming, list]:
-    """Device time of ``fn`` per timed iteration (fresh inputs from each seed, cache flushed before each).
-
-    The host is kept ahead of the device: a device-side wait of about twice the host's time for one call is
-    queued before the start event, so the events bracket what the device executes, not how fast this
-    process got the launches out; there is no synchronisation between iterations. ``keep`` timed
-    iterations, picked here at random and unknown to the candidate (nothing distinguishes them while fn
-    runs), have their outputs copied after the end event and saved as ``<prefix>_<j>.pt`` for the verifier
-    to check (C16); the others are dropped, so every call allocates from the same cached memory."""
-    warm = seeds[:warmup]
-    host_us = []
-    for seed in warm:
-        inputs = draw(seed)
-        backend.flush_cache()
-        backend.synchronize()
-        t0 = time.perf_counter()
-        out = fn(*inputs)
-        host_us.append((time.perf_counter() - t0) * 1e6)
-        backend.synchronize()
-        del out, inputs
-    host = sorted(host_us)[len(host_us) // 2] if host_us else 0.0
-    hide = min(max(backend.hide_launch_us, 2.0 * host), 20_000.0) if backend.hide_launch_us > 0 else 0.0
-    picks = set(secrets.SystemRandom().sample(range(len(seeds)), min(keep, len(seeds)))) if keep else set()
-    marks, kept = [], {}
-    budget = backend.keep_budget()
-    for j, seed in enumerate(seeds):
-        inputs = draw(seed)
-        backend.flush_cache()
-        backend.wait_on_device(hide)
-        start = backend.mark()
-        out = fn(*inputs)
-        end = backend.mark()
-        marks.append((start, end))
-        if j in picks:  # outside the events; on the device while it fits, so the device does not idle
-            size = nbytes(out)
-            kept[j] = _clone(out) if size <= budget else _plain_cpu(out)
-            budget -= size if size <= budget else 0
-        del out, inputs
-    backend.synchronize()
-    timing = ModelTiming(device_us=[round(backend.elapsed_us(a, b), 3) for a, b in marks])
-    for j, out in sorted(kept.items()):
-        if prefix:
-            _save(_plain_cpu(out), job_dir / f"{prefix}_{j}.pt")
-        timing.kept.append(j)
-    return timing, []
-
-
-def probe_calls(backend, fn, seeds: list[int], draw, n: int) -> tuple[list[float], list[float]]:
-    """``n`` calls one at a time: launch-inclusive time (host call start to every stream idle) and the
-    device idle-minus-end gap (cuda: work left running after the timed stream's end event, C09)."""
-    launch, gaps = [], []
-    for i in range(n):
-        inputs = draw(seeds[i % len(seeds)])
-        backend.flush_cache()
-        backend.synchronize()
-        out, us, idle_us, wall_us = backend.probe_call(lambda: fn(*inputs))
-        launch.append(round(wall_us, 3))
-        gaps.append(round(idle_us - us, 3))
-        del out, inputs
-    return launch, gaps
 
 
 def _run_forked(job_dir: str) -> None:

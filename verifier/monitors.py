@@ -1,0 +1,75 @@
+"""The two monitors of what ModelNew.forward computes, in the execution child (cheat C01, C11).
+
+- ``DispatchRecorder``: a TorchDispatchMode recording every aten op dispatched (Python calls and at:: calls
+  from C++ alike); a candidate can switch it off from inside forward (``torch._C._DisableTorchDispatch``).
+- ``profiled`` / ``read_profile``: the profiler, a C++ observer of the dispatcher that the dispatch-mode
+  switch does not reach; a ``km_forward`` marker proves it watched the whole call; on cuda it also gives
+  each kernel's device time (own kernels vs foreign ones, for the time-coverage check in judge.py).
+``forbidden`` is the allowlist both are judged by. Imports: torch and the standard library only.
+"""
+
+from __future__ import annotations
+
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from verifier.contract import TrialReport
+
+# aten ops that allocate, view, copy or describe: the only ones ModelNew.forward may dispatch.
+ALLOWED_ATEN = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "ones",
+    "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "fill_", "zero_", "view", "_unsafe_view",
+    "reshape", "_reshape_alias", "as_strided", "expand", "expand_as", "permute", "transpose", "t", "unsqueeze",
+    "squeeze", "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind",
+    "alias", "detach", "clone", "copy_", "_to_copy", "to", "contiguous", "lift_fresh", "lift_fresh_copy",
+    "_local_scalar_dense", "resize_", "view_as", "is_same_size", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "numel", "dim", "record_stream", "item", "_has_compatible_shallow_copy_type",
+    "resolve_conj", "resolve_neg", "lift", "empty_permuted", "set_", "result_type", "is_pinned", "size", "stride",
+    "is_contiguous", "as_strided_", "_nested_tensor_from_mask_left_aligned",
+}
+
+
+def forbidden(ops) -> list[str]:
+    return sorted({o for o in ops if o.startswith("aten::") and o.split("::")[-1] not in ALLOWED_ATEN})
+
+
+class DispatchRecorder(TorchDispatchMode):
+    """Records every aten op dispatched while active (Python calls and at:: calls from C++ alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        self.ops.append(f"{func.namespace}::{func.overloadpacket.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+def profiled(backend):
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.name == "cuda" else [])
+    return profile(activities=acts)
+
+
+def read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
+    """aten ops the profiler saw, the marker that proves it watched the whole call, and (cuda) kernel times."""
+    names, marker = [], False
+    own, foreign = 0.0, {}
+    for e in prof.events():
+        dev = str(getattr(e, "device_type", "")).lower()
+        if e.name == "km_forward":  # the marker, on the host and as a device-side annotation: not a kernel
+            marker = marker or "cuda" not in dev
+            continue
+        if "cuda" in dev:
+            us = float(e.time_range.elapsed_us()) if getattr(e, "time_range", None) else 0.0
+            if any(k in e.name for k in kernel_names):
+                own += us
+            else:
+                foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
+            continue
+        if e.name.startswith("aten::"):
+            names.append(e.name)
+    rec.profiled_ops = sorted(set(names))
+    rec.own_kernel_us = round(own, 3)
+    rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
+    if not marker:
+        rec.monitor_problems.append("the profiler stopped recording during forward")
