@@ -64,15 +64,19 @@ def add_stage_command(sub, stage: Stage) -> None:
 
 
 def stage_overrides(stage: Stage, args) -> dict:
-    """``--set`` values, then the stage's own arguments (given ones only) as ``section.key``."""
+    """``--set`` values, then the stage's own arguments (given ones only) as ``section.key``; an
+    argument with a ``cli_default`` that neither its flag nor ``--set`` gave takes that default."""
     over = parse_sets(args.set)
     for a in stage.cli:
         value = getattr(args, _arg_dest(stage, a.key), None)
-        if a.key == "run_dir" or value is None:
+        key = a.key if "." in a.key else f"{stage.section}.{a.key}"
+        if a.key == "run_dir" or (value is None and (a.cli_default is None or key in over)):
             continue
+        if value is None:
+            value = a.cli_default
         if a.nargs == ",":
             value = [v.strip() for v in value.split(",") if v.strip()]
-        over[a.key if "." in a.key else f"{stage.section}.{a.key}"] = value
+        over[key] = value
     return over
 
 

@@ -60,6 +60,7 @@ class Arg:
     help: str
     type: Callable = str
     nargs: str | None = None
+    cli_default: object = None  # the subcommand's value when neither the flag nor --set gives one
 
 
 @dataclass(frozen=True)
@@ -343,7 +344,8 @@ _BACKEND = Arg(("--backend",), "run.backend", "cuda, cpu or auto")
 STAGES: tuple[Stage, ...] = (
     Stage("load", "load", (), ("raw/tasks",), load, "KernelBench-format programs (a directory of level folders) as tasks",
           cli=(Arg(("dir",), "dir", "a KernelBench directory (level1/, level2/, ...)"),
-               Arg(("--source",), "source", "Task.source recorded on the tasks")), then=("annotate",)),
+               Arg(("--source",), "source", "Task.source recorded on the tasks (default: kernelbench)",
+                   cli_default="kernelbench")), then=("annotate",)),
     Stage("mine", "mine", (), ("raw/tasks",), mine, "mine nn.Module classes from code into KernelBench tasks",
           cli=(Arg(("source",), "source", "directory, git path or URL, or hf:NAME[:COLUMN]"),
                Arg(("--target-numel",), "target_numel", "scale inputs toward this many elements", int),

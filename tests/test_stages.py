@@ -252,3 +252,17 @@ def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
                 assert default == fields[key], f"{fn.__qualname__}({name}={p.default!r}) but {key} = {fields[key]!r}"
                 compared += 1
     assert compared > 50
+
+
+def test_kernelmill_load_labels_tasks_kernelbench_unless_told_otherwise():
+    """`kernelmill load DIR` loads a KernelBench directory: its tasks are source=kernelbench, not the
+    default run's "seed" (the [load] section's default, which labels data/seed_tasks)."""
+    from kernelmill.cli import stage_overrides
+
+    load = next(s for s in stages.STAGES if s.name == "load")
+    parser = build_parser()
+    assert stage_overrides(load, parser.parse_args(["load", "kb", "--out", "r"]))["load.source"] == "kernelbench"
+    assert stage_overrides(load, parser.parse_args(["load", "kb", "--out", "r", "--source", "mine"]))["load.source"] == "mine"
+    given = stage_overrides(load, parser.parse_args(["load", "kb", "--out", "r", "--set", "load.source=x"]))
+    assert given["load.source"] == "x"
+    assert Settings().load.source == "seed"  # kernelmill run's default load is still the seed tasks
