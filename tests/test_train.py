@@ -184,6 +184,10 @@ def test_rl_logs_metrics_and_retry_buffer_feeds_later_batches(corpus, sft_out, t
     assert recs[1]["buffer_drawn"] == 2  # half of the 4 prompts of step 2 are repair prompts
     assert recs[1]["buffer_size"] == 4 - 2 + 2  # 2 taken, 2 fresh all-failed groups added
     assert res["last"]["pass_rate"] == 0.0 and Path(res["checkpoint"]).is_dir()
+    # the groups say why nothing was learnt: every group failed, so every advantage was zero
+    assert all(r["zero_adv_share"] == 1.0 and r["all_fail_groups"] == r["groups"] and r["signal_tokens"] == 0
+               for r in recs)
+    assert recs[1]["groups"] == 4 and recs[1]["fresh_prompts"] == 2 and recs[1]["buffer_trajectories"] == 2 * 2
     off = run_rl(corpus, sft_out, tmp_path / "rl_off", never_correct, steps=2, prompts_per_step=4, retry=False)
     assert off["last"]["buffer_size"] == 0 and off["last"]["buffer_drawn"] == 0
 
@@ -206,9 +210,12 @@ def test_rl_updates_the_policy_and_resumes(corpus, sft_out, tmp_path):
         return [Score(reward=float(len(r) % 3), correct=False, feedback="f") for _row, r in items]
 
     before, _ = load_pretrained(latest_checkpoint(sft_out))
-    run_rl(corpus, sft_out, tmp_path / "r", length_reward, steps=2, save_every=1, group_size=4)
+    seen = []
+    run_rl(corpus, sft_out, tmp_path / "r", length_reward, steps=2, save_every=1, group_size=4, on_step=seen.append)
     recs = read_metrics(tmp_path / "r" / "metrics.jsonl", "rl")
+    assert [r["step"] for r in seen] == [1, 2] and seen[-1]["reward_mean"] == recs[-1]["reward_mean"]
     assert any(r["grad_norm"] > 0 for r in recs)
+    assert any(r["signal_tokens"] > 0 and r["zero_adv_share"] < 1.0 for r in recs)
     after, _ = load_pretrained(latest_checkpoint(tmp_path / "r"))
     assert any(not torch.equal(p, q) for p, q in zip(before.parameters(), after.parameters()))
     res = run_rl(corpus, sft_out, tmp_path / "r", length_reward, steps=3, save_every=1, group_size=4)
@@ -233,6 +240,32 @@ def test_screen_prompts_keeps_mixed_groups_and_a_bounded_share_of_unsolved_ones(
     assert screen_prompts(rows[:2], [4, 4], 4)[0] == []
     with pytest.raises(ValueError):
         screen_prompts(rows, correct[:3], 4)
+
+
+def test_bootstrap_intervals_resample_tasks_and_pair_two_models():
+    from train.evaluate import bootstrap_ci, paired_bootstrap_diff, per_task_pass1
+
+    vals = [1.0] * 20 + [0.0] * 20
+    lo, hi = bootstrap_ci(vals, seed=1)
+    assert lo < 0.5 < hi and 0.3 < lo and hi < 0.7  # about +-0.15 for 40 tasks at 0.5
+    assert bootstrap_ci(vals, seed=1) == (lo, hi)  # deterministic for a seed
+    assert bootstrap_ci([1.0] * 5) == (1.0, 1.0) and bootstrap_ci([0.25]) == (0.25, 0.25)
+    # more tasks, narrower interval
+    lo2, hi2 = bootstrap_ci(vals * 10, seed=1)
+    assert hi2 - lo2 < (hi - lo) / 2
+    # pairing: model b solves the same tasks as a plus 4 more; the interval of the difference excludes 0
+    a = [1.0] * 16 + [0.0] * 24
+    b = [1.0] * 20 + [0.0] * 20
+    d, dlo, dhi = paired_bootstrap_diff(a, b)
+    assert d == pytest.approx(0.1) and 0 < dlo <= d <= dhi
+    same = paired_bootstrap_diff(a, a)
+    assert same == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        paired_bootstrap_diff(a, b[:3])
+    with pytest.raises(ValueError):
+        bootstrap_ci([])
+    res = {"per_task": [{"task_id": "t1", "n": 4, "correct": 1}, {"task_id": "t2", "n": 1, "correct": 1}]}
+    assert per_task_pass1(res) == {"t1": 0.25, "t2": 1.0}
 
 
 def test_pass_at_k_estimator():

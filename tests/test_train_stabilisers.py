@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, mirrorpop_filter, mix_counts,
-                               prime_echo_reward)
+from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, group_summary, mirrorpop_filter,
+                               mix_counts, prime_echo_reward)
 
 # verifier/reward.py's table: failing outcomes score below 1.0, correct ones 1.0 .. 4.0
 FAIL_REWARDS = [-1.0, -0.5, 0.0, 0.1, 0.2, 0.25, 0.3]
@@ -137,3 +137,18 @@ def test_clipped_policy_loss_stops_gradient_outside_the_trust_region():
     assert far.grad[0].abs().sum() == 0  # A > 0 and ratio above 1 + eps: clipped, no push further
     assert far.grad[1, 1:].abs().sum() > 0  # A < 0: the unclipped (pessimistic) term still pulls back
     assert st2["clip_frac"] == pytest.approx(1.0) and st2["approx_kl"] > 0
+
+
+def test_group_summary_counts_groups_without_signal_and_by_outcome():
+    # group 0: all solved, equal rewards; group 1: all failed, equal; group 2: mixed; group 3: all solved at
+    # different speeds (non-zero advantages from the speed-up part of the reward alone)
+    R = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.2, 1.0, 2.5])
+    gids = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    solved = torch.tensor([True, True, False, False, True, False, True, True])
+    s = group_summary(R, gids, group_advantages(R, gids), solved)
+    assert s["groups"] == 4 and s["zero_adv_groups"] == 2 and s["zero_adv_share"] == 0.5
+    assert (s["all_pass_groups"], s["all_fail_groups"], s["mixed_groups"]) == (2, 1, 1)
+    assert s["group_reward_std_mean"] == pytest.approx((0 + 0 + 0.4 + 0.75) / 4)
+    assert s["reward_std"] == pytest.approx(float(R.std(unbiased=False)))
+    empty = group_summary(torch.zeros(0), torch.zeros(0, dtype=torch.long), torch.zeros(0), torch.zeros(0, dtype=torch.bool))
+    assert empty["groups"] == 0 and empty["zero_adv_share"] == 0.0

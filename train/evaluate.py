@@ -9,10 +9,16 @@ against the row's reference program, and pass@k is the unbiased estimator of Che
 Only the first answer counts (no repair turns); ``repair_turns > 1`` also reports the share of tasks
 solved within that many feedback turns from the first sample. What it does not measure: speed-ups
 (the verifier's reward holds them; ``mean_reward`` is reported).
+
+Intervals: :func:`bootstrap_ci` resamples tasks (not samples: tasks differ far more than samples of
+one task do) for a 95% percentile interval of pass@1; :func:`paired_bootstrap_diff` resamples the
+same tasks for two models evaluated on them, for the interval of their difference. Percentile
+intervals from a few dozen tasks are approximate (they run narrow for small task counts).
 """
 
 from __future__ import annotations
 
+import random
 from math import comb
 from pathlib import Path
 
@@ -28,6 +34,37 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def bootstrap_ci(values: list[float], *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (one per task), resampling tasks.
+
+    Deterministic for a seed; (v, v) for a single value. Raises ValueError for no values."""
+    if not values:
+        raise ValueError("bootstrap_ci needs at least one value")
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    lo = means[int((1 - level) / 2 * n_boot)]
+    hi = means[min(n_boot - 1, int((1 + level) / 2 * n_boot))]
+    return lo, hi
+
+
+def paired_bootstrap_diff(a: list[float], b: list[float], *, n_boot: int = 2000, level: float = 0.95,
+                          seed: int = 0) -> tuple[float, float, float]:
+    """(mean(b) - mean(a), low, high): the difference of two models' per-task scores on the same tasks,
+    with a percentile interval from resampling tasks jointly (the pairing removes task difficulty
+    from the spread). Raises ValueError when the lists differ in length or are empty."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired_bootstrap_diff needs two equal, non-empty lists, got {len(a)} and {len(b)}")
+    d = [y - x for x, y in zip(a, b)]
+    lo, hi = bootstrap_ci(d, n_boot=n_boot, level=level, seed=seed)
+    return sum(d) / len(d), lo, hi
+
+
+def per_task_pass1(res: dict) -> dict[str, float]:
+    """task_id -> pass@1 estimate (correct / samples) of an :func:`evaluate_rows` result."""
+    return {t["task_id"]: t["correct"] / t["n"] for t in res["per_task"]}
 
 
 def evaluate_rows(model, tok, rows: list[dict], reward_fn: RewardFn, *, n: int = 1, ks: tuple[int, ...] = (1,),
@@ -51,6 +88,7 @@ def evaluate_rows(model, tok, rows: list[dict], reward_fn: RewardFn, *, n: int =
             per_task.append({"task_id": r["task_id"], "n": n, "correct": sum(s.correct for s in sc),
                              "stages": [s.stage for s in sc]})
     out = {f"pass@{k}": sum(pass_at_k(t["n"], t["correct"], k) for t in per_task) / len(per_task) for k in ks}
+    out["pass@1_ci95"] = bootstrap_ci([t["correct"] / t["n"] for t in per_task])
     out.update(tasks=len(per_task), samples=len(rewards), mean_reward=sum(rewards) / len(rewards), per_task=per_task)
     if repair_turns > 1:
         trajs = multi_turn_rollouts(model, tok, [(r, D.prompt_messages(r), i, False) for i, r in enumerate(rows)],

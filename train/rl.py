@@ -13,8 +13,11 @@ One step, in order (each line is a call below):
     7. MirrorPop             drop trajectories whose mean |logp_rollout - logp_train| > threshold
     8. policy update         clipped surrogate over the sampled tokens of kept trajectories,
                              ``ppo_epochs`` passes, gradient clipped at 1.0
-    9. log + checkpoint      one JSON line per step in metrics.jsonl; ckpt-* with optimizer, buffer,
-                             and prompt cursor, so a resumed run continues where it stopped
+    9. log + checkpoint      one JSON line per step in metrics.jsonl (and to ``on_step``): rewards, the
+                             groups (how many had zero advantage, all passed, all failed, were mixed),
+                             the retry buffer (size, added, drawn, evicted), sequences MirrorPop
+                             dropped; ckpt-* with optimizer, buffer, and prompt cursor, so a resumed run
+                             continues where it stopped
 
 Not handled: a KL penalty against a frozen reference model (the approx. KL between the rollout
 policy and the updated one is logged instead); value functions; multiple GPUs. The policy learns
@@ -26,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -34,8 +38,8 @@ from train import data as D
 from train.model import latest_checkpoint, load_pretrained, load_trainer_state, resolve_model_dir, save_checkpoint
 from train.rollout import RewardFn, Trajectory, multi_turn_rollouts, verifier_reward_fn
 from train.sft import MetricsLog, pick_device, stream_indices
-from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, mirrorpop_filter, mix_counts,
-                               prime_echo_reward)
+from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, group_summary, mirrorpop_filter,
+                               mix_counts, prime_echo_reward)
 
 log = logging.getLogger("kernelmill.train")
 
@@ -76,13 +80,15 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
              prime_echo: bool = True, prime_echo_lambda: float = 0.5, r_pass: float = 1.0,
              retry: bool = True, retry_cap: int = 64, retry_ratio: float = 0.25, retry_per_group: int = 1,
              mirrorpop: bool = True, mirrorpop_threshold: float = 0.1, save_every: int = 10,
-             resume: bool = True, rows: list[dict] | None = None, max_seconds: float = 0.0) -> dict:
+             resume: bool = True, rows: list[dict] | None = None, max_seconds: float = 0.0,
+             on_step: Callable[[dict], None] | None = None) -> dict:
     """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
 
     ``init`` is the policy to start from (an SFT output directory or a model directory).
     ``reward_fn`` defaults to the real verifier on ``backend``. ``rows`` overrides the corpus rows
     (already split; used by benchmarks that pick their own tasks). ``max_seconds`` > 0 stops early,
-    with a checkpoint, once that much time has passed."""
+    with a checkpoint, once that much time has passed. ``on_step`` gets each step's metrics record as
+    soon as it is written (benchmarks flush it where a cut-off run still leaves it)."""
     out_dir = Path(out_dir)
     dev = pick_device(device)
     torch.manual_seed(seed)
@@ -180,6 +186,9 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
         # 9. metrics and checkpoint
         fresh_t = [t for t in trajs if not t.from_buffer]
         buf_t = [t for t in trajs if t.from_buffer]
+        groups = group_summary(R, gids, adv, torch.tensor([t.solved for t in trajs]))
+        signal_tok = sum(float((m * k[:, None] * (adv[c].abs() > 1e-6)[:, None]).sum())
+                         for c, (_, _, m, _), k in zip(chunks, padded, keeps))
         last = {
             "step": step + 1, "reward_mean": float(R.mean()), "reward_first_mean": _mean([t.rewards[0] for t in trajs]),
             "reward_final_mean": _mean([t.rewards[-1] for t in trajs]),
@@ -188,12 +197,16 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             "repair_pass_rate": _mean([t.correct[0] for t in buf_t]) if buf_t else None,
             "mean_turns": _mean([len(t.responses) for t in trajs]),
             "buffer_size": len(buffer), "buffer_added": added, "buffer_drawn": n_buf, "buffer_evicted": buffer.dropped,
-            "mirrorpop_dropped_share": float((~keep_all).float().mean()),
+            "buffer_trajectories": len(buf_t), "fresh_prompts": n_fresh, **groups,
+            "mirrorpop_dropped": int((~keep_all).sum()), "mirrorpop_dropped_share": float((~keep_all).float().mean()),
             "mirrorpop_stat_mean": float(stat_all.mean()), "mirrorpop_stat_max": float(stat_all.max()),
             "loss": loss_v, "grad_norm": gnorm, **pol, "trajectories": len(trajs), "sampled_tokens": int(tok_total),
+            "signal_tokens": int(signal_tok),  # kept sampled tokens with a non-zero advantage: what the update used
             "step_s": round(time.time() - ts, 3),
         }
         metrics.write(last)
+        if on_step is not None:
+            on_step(last)
         log.info("rl step %d/%d reward %.3f pass %.3f buffer %d mirrorpop %.2f", step + 1, steps,
                  last["reward_mean"], last["pass_rate"], len(buffer), last["mirrorpop_dropped_share"])
         out_of_time = max_seconds > 0 and time.time() - t0 > max_seconds

@@ -184,6 +184,33 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float 
     return adv
 
 
+def group_summary(rewards: torch.Tensor, group_ids: torch.Tensor, advantages: torch.Tensor,
+                  solved: torch.Tensor, eps: float = 1e-6) -> dict:
+    """What a batch of GRPO groups can teach, for the per-step log.
+
+    ``rewards``, ``advantages`` (float) and ``solved`` (bool: the trajectory ended correct) are per
+    trajectory, ``group_ids`` names each one's group. Returns: ``groups``; ``zero_adv_groups`` and
+    ``zero_adv_share`` (groups whose advantages are all below ``eps`` in magnitude: equal rewards, no
+    gradient); ``all_pass_groups`` / ``all_fail_groups`` / ``mixed_groups`` by ``solved``;
+    ``reward_std`` over all trajectories and ``group_reward_std_mean`` (mean within-group std, the
+    spread GRPO normalises away). Says nothing about whether a non-zero advantage is signal or noise
+    (timing rewards of equally correct answers differ by noise)."""
+    out = {"groups": 0, "zero_adv_groups": 0, "all_pass_groups": 0, "all_fail_groups": 0, "mixed_groups": 0}
+    stds = []
+    for g in group_ids.unique():
+        sel = group_ids == g
+        out["groups"] += 1
+        out["zero_adv_groups"] += int(bool((advantages[sel].abs() < eps).all()))
+        s = solved[sel]
+        key = "all_pass_groups" if bool(s.all()) else "all_fail_groups" if not bool(s.any()) else "mixed_groups"
+        out[key] += 1
+        stds.append(float(rewards[sel].float().std(unbiased=False)))
+    out["zero_adv_share"] = out["zero_adv_groups"] / out["groups"] if out["groups"] else 0.0
+    out["reward_std"] = float(rewards.float().std(unbiased=False)) if rewards.numel() else 0.0
+    out["group_reward_std_mean"] = sum(stds) / len(stds) if stds else 0.0
+    return out
+
+
 def clipped_policy_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor,
                         mask: torch.Tensor, *, clip_eps: float = 0.2) -> tuple[torch.Tensor, dict]:
     """PPO/GRPO clipped surrogate, averaged over all unmasked tokens of the batch.
