@@ -10,13 +10,16 @@ import os
 import dataclasses
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier import fixtures as fx
+from verifier import api
 from verifier.api import VerifyConfig, verify_batch, verify_candidate
+from verifier.static import scan
 
 C = fx.cpu_candidate
 RUNTIME_CASES = {
@@ -80,6 +83,12 @@ RUNTIME_CASES = {
                                                                       '"reward": 4.0}\')'), "cheat", cheats.C18),
     "c18_honest_prints_debug": ("relu", C("return ext.relu(x)", module="print('building relu extension: done')"),
                                 "pass", None),
+    # row 1 through an extension built at run time (arguments the static stage cannot read): the child records
+    # what it compiles and the verifier scans it (ATen internals named in the source)
+    "c01_child_built_native": ("relu", C("return ext.relu(x)", module=(
+        "NATIVE = CPP + '\\nstatic void km_unused() { (void)&at::native::relu; }\\n'\n"
+        "ext2 = load_inline(name='dyn', cpp_sources=os.environ.get('KM_NO_SUCH_VARIABLE', NATIVE), "
+        "functions=FUNCS)"), imports="import os"), "cheat", cheats.C01),
     "crash_segfault": ("relu", C("ext.segv(x)\nreturn ext.relu(x)"), "crash", None),
     "crash_hang": ("relu", C("ext.spin(x)\nreturn ext.relu(x)"), "timeout", None),
     "crash_oom": ("relu", C("ext.hog(x)\nreturn ext.relu(x)"), "crash", None),
@@ -106,6 +115,10 @@ def get_inputs():
 def get_init_inputs():
     return [256]
 '''
+# Cases that test a runtime layer by getting past the static scan, which catches them too since it learnt
+# their routes (test_runtime_layer_cases_are_caught_statically too): the batch judges them with the static
+# findings dropped, so the runtime check alone decides.
+RUNTIME_LAYER = {"c02_dynamic_torch", "c01_monitor_switched_off", "c11_changes_torch_flags", "c11_patched_synchronize"}
 BROKEN_INPUTS_TASK = fx.RELU_TASK.replace("def get_inputs():", "def get_inputs():\n    raise OSError('dataset gone')")
 TASKS = {"kb_relu": Task.from_code(KB_RELU_TASK, name="kb_relu", source="seed", level=1),
          "broken_inputs": Task.from_code(BROKEN_INPUTS_TASK, name="broken_inputs", source="seed", level=1),
@@ -132,7 +145,17 @@ def batch(config):
              for n in names]
     calls = []
     t0 = time.perf_counter()
-    verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=lambda i, v: calls.append(i))
+    layer_codes = {RUNTIME_CASES[n][1] for n in RUNTIME_LAYER}
+
+    def scan_runtime_layer(code, backend="cpu"):
+        report = real_scan(code, backend)
+        if code in layer_codes:
+            report.findings = []
+        return report
+
+    real_scan = api.scan
+    with mock.patch.object(api, "scan", scan_runtime_layer):
+        verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=lambda i, v: calls.append(i))
     return {"verdicts": dict(zip(names, verdicts)), "order": [v.candidate_id for v in verdicts], "names": names,
             "calls": calls, "seconds": time.perf_counter() - t0}
 
@@ -151,6 +174,16 @@ def test_case_verdict(batch, name):
         assert v.cheats == [] and v.correct and v.stage_reached == "timing"
         assert v.trials >= 5 and v.runtime_us > 0 and v.eager_us > 0 and v.speedup_eager > 0
         assert v.max_abs_err is not None and v.max_abs_err <= 1e-4
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIME_LAYER))
+def test_runtime_layer_cases_are_caught_statically(name):
+    assert scan(RUNTIME_CASES[name][1]).findings, name
+
+
+def test_child_built_extension_is_scanned_by_the_verifier(batch):
+    v = batch["verdicts"]["c01_child_built_native"]
+    assert "extension built at run time" in v.feedback and "ATen internals" in v.feedback, v.feedback
 
 
 def test_verifier_errors_are_counted_apart(batch):
@@ -191,7 +224,8 @@ def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
 
 def test_identical_sources_compile_once(batch, build_dir):
     keys = [d for d in os.listdir(build_dir) if not d.startswith(".")]
-    assert len(keys) == 2  # the shared extension and the broken one, nothing else
+    # the shared extension and the broken one, plus the one c01_child_built_native's child built itself
+    assert len(keys) == 3
     compiled_cold = [v for v in batch["verdicts"].values() if v.stage_seconds.get("compile_cached") is False]
     assert len(compiled_cold) <= 2  # only the candidate(s) that triggered a build paid for it
     # the suite runs with KM_NO_PCH=1 (conftest): the real builds say they did without the header

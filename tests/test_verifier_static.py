@@ -76,6 +76,48 @@ STATIC_CASES = [
 ]
 
 
+# The same rows reached by other routes (what a model rewarded for passing writes once the obvious one is
+# caught), each with an honest look-alike.
+STATIC_CASES += [
+    # reflection handed around as a value, builtins by name, interpreter hooks
+    (cheats.C11, fx.cpu_candidate("g = getattr\nreturn g(torch, 're' + 'lu')(x)"),
+     fx.cpu_candidate("t = getattr(x, 'data')\nreturn ext.relu(t)")),
+    (cheats.C11, fx.cpu_candidate("return __builtins__['getattr'](torch, 'relu')(x)"),
+     fx.cpu_candidate("name = __name__\nreturn ext.relu(x)")),
+    (cheats.C11, fx.cpu_candidate("return operator.attrgetter('re' + 'lu')(torch)(x)", imports="import operator"),
+     fx.cpu_candidate("return operator.itemgetter(0)([ext.relu(x)])", imports="import operator")),
+    (cheats.C11, fx.cpu_candidate("sys.settrace(None)\nreturn ext.relu(x)", imports="import sys"),
+     fx.cpu_candidate("big = sys.maxsize > 2**32\nreturn ext.relu(x)", imports="import sys")),
+    (cheats.C11, fx.cpu_candidate("f = types.FunctionType(ext.relu.__code__, {})\nreturn f(x)", imports="import types"),
+     fx.cpu_candidate("return ext.relu(x)", imports="import typing")),
+    # frames and closures: the verifier's objects (expected outputs, seeds) reached through the interpreter
+    (cheats.C15, fx.cpu_candidate("try:\n    raise ValueError\nexcept ValueError as e:\n    fr = e.__traceback__\n"
+                                  "    raise\nreturn ext.relu(x)"),
+     fx.cpu_candidate("return ext.relu(x)", init="self.label = self.__class__.__name__")),
+    (cheats.C15, fx.cpu_candidate("return ext.relu(x)", init="self.g = self.forward.__globals__"),
+     fx.cpu_candidate("return ext.relu(x)", init="self.doc = self.forward.__doc__")),
+    # files read without open(): archives, numpy, torch's loader, globbing the job directory
+    (cheats.C15, fx.cpu_candidate("z = zipfile.ZipFile('ref_1.pt')\nreturn ext.relu(x)", imports="import zipfile"),
+     fx.cpu_candidate("return ext.relu(x)", imports="import math")),
+    (cheats.C15, fx.cpu_candidate("return ext.relu(x)", init="self.table = np.load('expected.npy')",
+                                  imports="import numpy as np"),
+     fx.cpu_candidate("return ext.relu(x)", init="self.scale = float(np.sqrt(64.0))", imports="import numpy as np")),
+    (cheats.C15, fx.cpu_candidate("return torch.load('out_0.pt')"), fx.HONEST_RELU),
+    (cheats.C15, fx.cpu_candidate("files = glob.glob('*.pt')\nreturn ext.relu(x)", imports="import glob"),
+     fx.cpu_candidate("return ext.relu(x)", imports="import math")),
+    # host compute: numpy or Python lists instead of the kernel
+    (cheats.C01, fx.cpu_candidate("return torch.as_tensor(np.maximum(np.asarray(x.cpu()), 0)).to(x.device)",
+                                  imports="import numpy as np"),
+     fx.cpu_candidate("n = int(np.prod(x.shape))\nreturn ext.relu(x.view(n)).view(x.shape)", imports="import numpy as np")),
+    (cheats.C01, fx.cpu_candidate("return torch.tensor([max(v, 0.0) for v in x.flatten().tolist()]).view(x.shape)"),
+     fx.cpu_candidate("s = float(x.shape[0])\nreturn ext.relu(x)")),
+    # the operating system beyond environment and paths
+    (cheats.C17, fx.cpu_candidate("os.setsid()\nreturn ext.relu(x)", imports="import os"),
+     fx.cpu_candidate("os.environ.setdefault('TORCH_CUDA_ARCH_LIST', '9.0')\nd = os.path.join('a', 'b')\n"
+                      "return ext.relu(x)", imports="import os")),
+]
+
+
 @pytest.mark.parametrize("code,cheat,honest", [(c, ch, h) for c, ch, h in STATIC_CASES],
                          ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(STATIC_CASES)])
 def test_static_cheat_and_honest_lookalike(code, cheat, honest):
@@ -128,3 +170,42 @@ def test_summarize_verdicts():
     assert s["avg@2"] == pytest.approx(0.75)
     assert s["fast_1.0_eager"] == pytest.approx(2 / 4) and s["fast_1.1_eager"] == pytest.approx(1 / 4)
     assert s["fast_1.0_compile"] == pytest.approx(1 / 4) and s["fast_1.1_compile"] == pytest.approx(1 / 4)
+
+
+def test_own_kernels_are_matched_by_exact_name_never_by_substring():
+    """Time coverage (C01 on cuda) counts a profiled kernel as the candidate's only when its bare name is one
+    of the candidate's __global__ functions: a kernel called `gemm` does not claim cuBLAS's time, nor one
+    named like a vendor kernel."""
+    from verifier.backends import is_own_kernel, kernel_identifier
+
+    assert kernel_identifier("void (anonymous namespace)::relu_kernel<float, 4>(float const*, float*, int)") == \
+        "relu_kernel"
+    assert kernel_identifier("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
+    own = ["gemm", "relu_kernel", "ampere_sgemm_128x64_nn"]
+    assert is_own_kernel("void relu_kernel<float>(float const*, float*, long)", own)
+    assert is_own_kernel("gemm(float const*, float const*, float*, int, int, int)", own)
+    assert not is_own_kernel("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas", own)
+    assert not is_own_kernel("ampere_sgemm_128x64_nn", own)  # a vendor name stays foreign even when copied
+    assert not is_own_kernel("void at::native::vectorized_elementwise_kernel<4, relu_kernel>(int)", own)
+
+
+def test_load_inline_sources_built_from_constants_are_read_statically():
+    """textwrap.dedent, str.replace / format / % and str() of constants: honest ways to write a source that
+    the compile pool can still build ahead and the vendor scans still read."""
+    code = '''import textwrap
+import torch
+from torch.utils.cpp_extension import load_inline
+BLOCK = 256
+SRC = textwrap.dedent("""
+    __global__ void k(float* x) { }
+    #define B BLOCKSZ
+""").replace("BLOCKSZ", str(BLOCK))
+SRC2 = "#define T %d\\n" % (BLOCK * 2)
+ext = load_inline(name="a", cpp_sources="void f();".strip(), cuda_sources=[SRC, SRC2], functions=["f"])
+BAD = "{}{}".format(1)
+ext2 = load_inline(name="b", cpp_sources=BAD, functions=["f"])
+'''
+    specs = scan(code).extensions
+    assert specs[0].resolved and specs[0].args["cuda_sources"] == ["\n__global__ void k(float* x) { }\n#define B 256\n",
+                                                                   "#define T 512\n"]
+    assert not specs[1].resolved  # a format that fails is left to the child, not an error of the scan

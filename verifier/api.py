@@ -35,11 +35,11 @@ from verifier.config import VerifyConfig, resolve_backend
 from verifier.contract import ChildReport, Job
 from verifier.devlock import device_lock
 from verifier.extract import check_candidate_shape, extract_code
-from verifier.inputs import build_model, draw_inputs, meta_input_bytes, nbytes, other_shape_inputs, same
-from verifier.judge import RNG_LOCK, ChildRun, Work, as_list, finish, judge
+from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes, nbytes, other_shape_inputs, same
+from verifier.judge import RNG_LOCK, ChildRun, Work, finish, judge
 from verifier.processes import _job_root, _run_child
 from verifier.static import scan
-from verifier.vendor import scan_library, scan_sources
+from verifier.vendor import scan_library, scan_sources, scan_tampering
 
 __all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_candidate", "verify_batch"]
 
@@ -82,16 +82,17 @@ def _front(reference_code: str, candidate_text: str, backend: str, task_id: str,
     t1 = time.perf_counter()
     report = scan(code, backend)
     v.stage_seconds["static"] = round(time.perf_counter() - t1, 4)
-    vendor = []
+    vendor, tamper = [], []
     for spec in report.extensions:
         srcs = [x for k in ("cpp_sources", "cuda_sources") for x in _as_strs(spec.args.get(k))]
         vendor += scan_sources(srcs, _as_strs(spec.args.get("extra_ldflags")))
-    if report.findings or vendor:
-        v.cheats = sorted(set(report.cheat_codes) | ({cheats.C01} if vendor else set()))
+        tamper += scan_tampering(srcs)
+    if report.findings or vendor or tamper:
+        v.cheats = sorted(set(report.cheat_codes) | ({cheats.C01} if vendor else set()) |
+                          ({cheats.C11} if tamper else set()))
         v.fallback_ops = report.fallback_ops
-        finish(w, "cheat", [f"Static check, {f}." for f in report.findings] +
-               [f"Static check: {f} [C01: compute by a vendor library or ATen internals, not your kernel]."
-                for f in vendor])
+        finish(w, "cheat", [f"Static check, {f}." for f in report.findings] + _vendor_lines("Static", vendor) +
+               _tamper_lines("Static", tamper))
         return w
     # load_inline calls with non-constant arguments are built inside the child (allow_child_compile): the
     # source and binary scans do not see them; the runtime monitors and time coverage still do
@@ -119,12 +120,22 @@ def _compile_done(w: Work, results: list) -> bool:
     v.compiled = True
     v.stage_reached = "compile"
     vendor = [f for r in results for f in scan_library(r.so_path)]
-    if vendor:  # the linker's view: what the built extension calls by name, however the source spelled it
-        v.cheats = [cheats.C01]
-        finish(w, "cheat", [f"Binary check: {f} [C01: compute by a vendor library or ATen internals, not your "
-                            "kernel]." for f in vendor])
+    tamper = [f for r in results for f in scan_tampering([], r.so_path)]
+    if vendor or tamper:  # the linker's view: what the built extension calls by name, however the source spelled it
+        v.cheats = sorted(({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set()))
+        finish(w, "cheat", _vendor_lines("Binary", vendor) + _tamper_lines("Binary", tamper))
         return False
     return True
+
+
+def _vendor_lines(kind: str, found: list[str]) -> list[str]:
+    return [f"{kind} check: {f} [C01: compute by a vendor library or ATen internals, not your kernel]." for f in found]
+
+
+def _tamper_lines(kind: str, found: list[str]) -> list[str]:
+    return [f"{kind} check: {f} [C11: the verifier's monitors and torch's global state are not yours to change]."
+            for f in found]
+
 
 
 # ---------------------------------------------------------------------------- stages 4-6

@@ -240,6 +240,46 @@ def kernel_names_in(cuda_sources: list[str]) -> list[str]:
     return names
 
 
+# Kernel names a vendor library uses; a candidate's kernel named like one is not counted as the candidate's own
+VENDOR_KERNEL = re.compile(r"^(sm\d+_xmma|cublas|cutlass|cudnn|ampere_|volta_|turing_|hopper_|sm\d+_)|"
+                           r"(^|::)(at|c10|cutlass|cute|cub|cudnn|cublas\w*)::")
+
+
+def kernel_identifier(event_name: str) -> str:
+    """The bare function name of a kernel as the profiler shows it: ``void ns::relu_kernel<float, 4>(float
+    const*, float*, int)`` -> ``relu_kernel`` (return type, namespaces, template arguments and parameters
+    dropped)."""
+    name = event_name.strip()
+    if name.startswith("void "):
+        name = name[5:]
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):  # the parameter list starts at the first '(' outside template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and not name.startswith("(anonymous", i):
+            cut = i
+            break
+    head = name[:cut]
+    out, depth = [], 0
+    for ch in head:  # template arguments dropped
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).split("::")[-1].strip()
+
+
+def is_own_kernel(event_name: str, own_names) -> bool:
+    """Whether a profiled kernel is one of the candidate's: its bare name is exactly a ``__global__`` function
+    of the candidate's sources, and it is not a vendor or ATen kernel that merely shares a name (a substring
+    match would let a kernel called ``gemm`` claim cuBLAS's time)."""
+    return kernel_identifier(event_name) in set(own_names) and not VENDOR_KERNEL.search(event_name.removeprefix("void "))
+
+
 # Foreign kernels by family, for the time-coverage report (C01): the first pattern that matches names it.
 KERNEL_FAMILIES = [
     ("copy/fill", re.compile(r"memcpy|memset|Memcpy|Memset|FillFunctor|copy_kernel|CatArray|fill_kernel|"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 JOB_FILE = "job.json"
+CHILD_BUILT_FILE = "child_built.json"  # extensions the child compiled itself: sources, flags, binary
 REPORT_FILE = "report.json"
 FLAGS_FILE = "flags.json"  # written by the child as soon as it sees tampering: read even after a timeout
 
@@ -132,12 +133,14 @@ class TrialReport(_Record):
     threads_added: int = 0
     kernel_calls: int = 0
     dispatched_ops: list[str] = field(default_factory=list)  # aten ops seen by the dispatch-mode monitor
+    to_host_bytes: int = 0  # device data forward copied to the host (cuda)
     profiled_ops: list[str] = field(default_factory=list)  # aten ops seen by the profiler (C++ observer)
     monitor_problems: list[str] = field(default_factory=list)  # a monitor found switched off or replaced
     mutated_inputs: list[int] = field(default_factory=list)
     output_problem: str = ""
     output_file: str = ""
-    ref_output_file: str = ""  # the reference computed inside the child (C11 evidence only)
+    ref_output_file: str = ""  # the reference computed inside the child after the candidate (C11 evidence only)
+    ref_digest: list = field(default_factory=list)  # the same, computed before the candidate: inputs.digest only
     own_kernel_us: float = 0.0  # cuda: device time in kernels named in the candidate's sources
     foreign_kernel_us: dict = field(default_factory=dict)  # cuda: other kernels, name -> device us
 

@@ -164,3 +164,52 @@ def meta_input_bytes(get_inputs, program_text: str = "") -> int | None:
             return nbytes(list(get_inputs()))
     except Exception:  # noqa: BLE001 - some programs cannot run on meta tensors; the caller draws for real
         return None
+
+
+def as_list(out) -> list:
+    """A model's output as a list of outputs."""
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def digest(outputs: list) -> list[list[float]]:
+    """Per output tensor: [sum, sum of |x|, sum of x^2, numel] in float64. What a reference output computed in
+    the candidate's process before the candidate runs may leave behind: enough to tell whether torch computes
+    the same there, too little to rebuild the output from (a tensor of fewer than 4 elements is reduced to its
+    numel alone)."""
+    out = []
+    for t in outputs:
+        if not isinstance(t, torch.Tensor):
+            out.append([])
+            continue
+        n = t.numel()
+        if n < 4 or t.is_complex():
+            out.append([float(n)])
+            continue
+        d = t.detach().to(torch.float64)
+        out.append([float(d.sum()), float(d.abs().sum()), float((d * d).sum()), float(n)])
+    return out
+
+
+def digests_match(here: list[list[float]], refs: list, rel: float = 1e-6) -> bool:
+    """Whether digests taken in the candidate's process agree with the verifier's reference outputs (errors of
+    about ``rel`` per element, as the element-wise check of the other trials allows; NaN equals NaN)."""
+    import math
+
+    mine = digest(refs)
+    if len(here) != len(mine):
+        return False
+    for h, r in zip(here, mine):
+        if len(h) != len(r) or (len(r) == 1 and h != r):
+            return False
+        if len(r) == 1:
+            continue
+        n, scale = r[3], r[1]
+        for a, b, tol in ((h[0], r[0], rel * (n + scale)), (h[1], r[1], rel * (n + scale)),
+                          (h[2], r[2], 4 * rel * (n + r[2]))):
+            if math.isnan(b) and math.isnan(a):
+                continue
+            if math.isinf(b) and a == b:
+                continue
+            if not abs(a - b) <= tol:
+                return False
+    return True

@@ -25,10 +25,11 @@ from kernelmill.schema import Verdict
 from verifier import cheats, feedback
 from verifier.backends import kernel_family
 from verifier.config import VerifyConfig
-from verifier.contract import FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
-from verifier.inputs import build_model, draw_inputs
+from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
+from verifier.inputs import as_list, build_model, digests_match, draw_inputs
 from verifier.reward import reward_for
 from verifier.monitors import forbidden
+from verifier.vendor import scan_library, scan_sources, scan_tampering
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
@@ -92,10 +93,6 @@ def tolerance(dtype: torch.dtype, cfg: VerifyConfig, ref_mod) -> tuple[float, fl
     if dtype in LOW_PRECISION:
         return cfg.atol_low, cfg.rtol_low
     return cfg.atol_fp32, cfg.rtol_fp32
-
-
-def as_list(out) -> list:
-    return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 def poisoned(t: torch.Tensor, byte: int) -> int:
@@ -164,6 +161,9 @@ def check_reference_held(report: ChildReport, ev: Evidence) -> None:
         ev.add(cheats.C04, "ModelNew holds an instance of the reference Model.")
 
 
+HOST_COPY_LIMIT = 64 * 1024  # bytes forward may copy from the device to the host (scalars, small shape tables)
+
+
 def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]:
     """C01 (either monitor saw PyTorch compute), C11 (a monitor was switched off), C02 (no kernel function
     called), C09 (threads left running), C07 (inputs modified), C10 (not a plain dense tensor). Returns the
@@ -174,6 +174,9 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
         ev.fallback_ops |= set(bad)
     if rec.monitor_problems:
         ev.add(cheats.C11, f"{label}: {'; '.join(rec.monitor_problems)}.")
+    if rec.to_host_bytes > HOST_COPY_LIMIT:
+        ev.add(cheats.C01, f"{label}: forward copied {rec.to_host_bytes} bytes of device data to the host (the "
+                           "computation belongs in your kernel, not on the CPU).")
     if rec.kernel_calls == 0:
         ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
     if rec.threads_added > 0:
@@ -185,13 +188,23 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     return bad
 
 
-def check_outputs(outs: list, refs: list, inputs: list, here: list | None, label: str, cfg: VerifyConfig, ref_mod,
+@dataclass
+class Digest:
+    """The digests (inputs.digest) of the reference computed in the child before the candidate ran."""
+    values: list
+
+
+def check_outputs(outs: list, refs: list, inputs: list, here: "list | Digest | None", label: str, cfg: VerifyConfig, ref_mod,
                   poison: int, prev: list, ev: Evidence, errs: list) -> bool:
     """Correctness of one trial, plus what the outputs reveal: C11 (the reference computed differently in the
     candidate's process), C13 (fp32 computed at half precision), C06 (an output nothing wrote), C05 (an input,
     a constant or zeros), C08 (an earlier call's output again). True when every output matches."""
     ok = True
-    if here is not None and len(here) == len(refs) and any(
+    if isinstance(here, Digest):  # computed before the candidate ran: a digest, never the output itself
+        if not digests_match(here.values, refs):
+            ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state "
+                               "tampered).")
+    elif here is not None and len(here) == len(refs) and any(
             h.shape == r.shape and not torch.allclose(h.to(r.device).double(), r.double(), atol=1e-6, rtol=1e-6,
                                                       equal_nan=True) for h, r in zip(here, refs)):
         ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state tampered).")
@@ -315,6 +328,26 @@ def check_hidden_work(report: ChildReport, ref: ChildReport | None, ev: Evidence
 # ---------------------------------------------------------------------------- the judge
 
 
+def check_child_built(job_dir: Path, ev: Evidence) -> None:
+    """C01 / C11 in extensions the child compiled itself (load_inline arguments the static stage could not
+    read): the same source and binary scans as for the compile pool's builds, run here on what the child's
+    load_inline recorded before and after each build."""
+    f = job_dir / CHILD_BUILT_FILE
+    try:
+        entries = json.loads(f.read_text()) if f.is_file() else []
+    except ValueError:
+        entries = []
+    for entry in entries if isinstance(entries, list) else []:
+        srcs = [str(x) for x in entry.get("sources", [])] if isinstance(entry, dict) else []
+        so = str(entry.get("so_path") or "") if isinstance(entry, dict) else ""
+        flags = [str(x) for x in entry.get("ldflags", [])] if isinstance(entry, dict) else []
+        for found in scan_sources(srcs, flags) + (scan_library(so) if so else []):
+            ev.add(cheats.C01, f"Check of the extension built at run time: {found} (compute by a vendor library or "
+                               "ATen internals, not your kernel).")
+        for found in scan_tampering(srcs, so or None):
+            ev.add(cheats.C11, f"Check of the extension built at run time: {found}.")
+
+
 def _read_flags(job_dir: Path) -> list[str]:
     try:
         return list(json.loads((job_dir / FLAGS_FILE).read_text()).get("patched", []))
@@ -331,7 +364,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     check_fake_verdict(run.log, ev)
     log_tail = "\n".join(run.log.strip().splitlines()[-15:])
     early = _read_flags(job_dir)
-    if early:  # tampering seen before the child stopped, whatever happened after
+    check_child_built(job_dir, ev)
+    if early or ev.codes - {cheats.C18}:  # tampering or vendor code seen, whatever happened after
         check_tampering(early, ev)
         v.cheats = sorted(ev.codes)
         return finish(w, "cheat", ev.details)
@@ -394,7 +428,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         with torch.no_grad():
             refs = [r.detach() for r in as_list(model(*inputs))]
         outs = as_list(torch.load(job_dir / rec.output_file, weights_only=True))
-        here = as_list(torch.load(job_dir / rec.ref_output_file, weights_only=True)) if rec.ref_output_file else None
+        here = (as_list(torch.load(job_dir / rec.ref_output_file, weights_only=True)) if rec.ref_output_file else
+                Digest(rec.ref_digest) if rec.ref_digest else None)
         checked += 1
         ok = check_outputs(outs, refs, inputs, here, label, cfg, plan.ref_mod, poison, prev, ev, errs)
         del outs, here, refs, inputs

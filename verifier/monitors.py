@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from verifier.backends import is_own_kernel
 from verifier.contract import TrialReport
 
 # aten ops that allocate, view, copy or describe: the only ones ModelNew.forward may dispatch.
@@ -39,10 +41,18 @@ class DispatchRecorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops: list[str] = []
+        self.to_host_bytes = 0  # device data copied to the host (compute done there instead of in a kernel)
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-        self.ops.append(f"{func.namespace}::{func.overloadpacket.__name__}")
-        return func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        self.ops.append(f"{func.namespace}::{name}")
+        out = func(*args, **(kwargs or {}))
+        if name in ("_to_copy", "copy_", "to") and args and isinstance(args[0], torch.Tensor):
+            src = args[1] if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor) else args[0]
+            dst = args[0] if name == "copy_" else out
+            if isinstance(dst, torch.Tensor) and src.device.type != "cpu" and dst.device.type == "cpu":
+                self.to_host_bytes += dst.numel() * dst.element_size()
+        return out
 
 
 def profiled(backend):
@@ -61,7 +71,7 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
             continue
         if "cuda" in dev:
             us = float(e.time_range.elapsed_us()) if getattr(e, "time_range", None) else 0.0
-            if any(k in e.name for k in kernel_names):
+            if is_own_kernel(e.name, kernel_names):
                 own += us
             else:
                 foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us

@@ -31,7 +31,7 @@ TENSOR_METHOD_ALLOWED = {
     "squeeze", "unsqueeze", "permute", "transpose", "t", "expand", "expand_as", "narrow", "select", "split",
     "chunk", "unbind", "as_strided", "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "int", "long",
     "bool", "type", "type_as", "detach", "requires_grad_", "new_empty", "new_zeros", "new_ones", "new_full",
-    "new_tensor", "empty_like", "zero_", "fill_", "copy_", "clone", "item", "tolist", "get_device",
+    "new_tensor", "empty_like", "zero_", "fill_", "copy_", "clone", "item", "get_device",
     "register_buffer", "register_parameter", "parameters", "buffers", "named_parameters", "children",
     "modules", "state_dict", "load_state_dict", "eval", "train", "apply", "register_module", "add_module", "as_subclass",
 }
@@ -43,7 +43,43 @@ IMPORT_CODES = {
     "shutil": cheats.C17, "signal": cheats.C17, "urllib": cheats.C17, "http": cheats.C17, "requests": cheats.C17,
     "resource": cheats.C17, "importlib": cheats.C11, "builtins": cheats.C11, "verifier": cheats.C11,
     "kernelmill": cheats.C11, "random": cheats.C12, "numpy.random": cheats.C12,
+    # files and what reads them (expected outputs, the job's seeds)
+    "glob": cheats.C15, "fileinput": cheats.C15, "linecache": cheats.C15, "tempfile": cheats.C15,
+    "zipfile": cheats.C15, "tarfile": cheats.C15, "sqlite3": cheats.C15, "shelve": cheats.C15, "dbm": cheats.C15,
+    "tracemalloc": cheats.C15,
+    # the operating system, other processes, raw memory
+    "mmap": cheats.C17, "cffi": cheats.C17, "pty": cheats.C17, "fcntl": cheats.C17, "select": cheats.C17,
+    "selectors": cheats.C17, "ssl": cheats.C17, "ftplib": cheats.C17, "smtplib": cheats.C17,
+    "xmlrpc": cheats.C17, "webbrowser": cheats.C17,
+    # code built or run at run time, interpreter hooks
+    "marshal": cheats.C11, "types": cheats.C11, "code": cheats.C11, "codeop": cheats.C11, "runpy": cheats.C11,
+    "dis": cheats.C11, "copyreg": cheats.C11, "atexit": cheats.C11, "faulthandler": cheats.C11, "site": cheats.C11,
+    "sysconfig": cheats.C11, "pydoc": cheats.C11, "pkgutil": cheats.C11, "zipimport": cheats.C11,
 }
+# sys.X / os.X a kernel may touch; any other is a reach into the interpreter (C11) or the system (C17)
+SYS_ALLOWED = {"version", "version_info", "platform", "maxsize", "float_info", "int_info", "byteorder",
+               "getrecursionlimit", "hexversion", "implementation"}
+OS_ALLOWED = {"environ", "getenv", "path", "cpu_count", "makedirs", "sep", "name", "getpid", "linesep", "pathsep",
+              "fspath"}
+# dunder attributes and names with no reach into other namespaces
+DUNDER_OK = {"__init__", "__name__", "__class__", "__doc__", "__qualname__", "__module__", "__version__",
+             "__call__", "__len__", "__getitem__", "__setitem__", "__enter__", "__exit__", "__iter__", "__next__",
+             "__repr__", "__str__", "__eq__", "__hash__", "__file__", "__annotations__", "__slots__", "__all__",
+             "__post_init__", "__contains__", "__bool__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+             "__new__", "__setstate__", "__getstate__"}
+# names that are introspection or code building even when not called directly (``f = getattr; f(...)``)
+REFLECTIVE_NAMES = {"eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11, "__import__": cheats.C11,
+                    "setattr": cheats.C11, "delattr": cheats.C11, "globals": cheats.C15, "locals": cheats.C15,
+                    "vars": cheats.C15, "breakpoint": cheats.C11, "memoryview": cheats.C15}
+# numpy calls allowed in ModelNew's methods: dtypes and scalar helpers (sizes, constants); numpy arrays of the
+# inputs are host compute (C01), numpy file reading is C15 wherever it is
+NUMPY_FORWARD_OK = {"prod", "ceil", "floor", "sqrt", "log2", "log", "exp", "pi", "e", "inf", "float32", "float16",
+                    "float64", "int32", "int64", "int8", "uint8", "bool_", "dtype", "finfo", "iinfo", "isscalar",
+                    "round", "abs", "maximum", "minimum", "min", "max", "power", "gcd", "lcm", "sign", "isnan",
+                    "isinf", "isfinite", "cbrt", "rsqrt", "nan"}
+FILE_READERS = ("numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile", "numpy.memmap", "numpy.save",
+                "numpy.savez", "numpy.savetxt", "numpy.lib.", "torch.load", "torch.save", "torch.from_file",
+                "torch.serialization.", "torch.storage.", "torch.UntypedStorage.from_file")
 CALL_CODES = {
     "open": cheats.C15, "sys._getframe": cheats.C15, "globals": cheats.C15, "locals": cheats.C15, "vars": cheats.C15,
     "__import__": cheats.C11, "eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11, "setattr": cheats.C11,
@@ -136,6 +172,43 @@ def _literal(node: ast.AST, env: dict):
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
             and len(node.args) == 1 and not node.keywords):
         return _literal(node.func.value, env).join(_literal(node.args[0], env))
+    if isinstance(node, ast.Call) and _dotted(node.func) in ("textwrap.dedent", "dedent", "inspect.cleandoc") and \
+            len(node.args) == 1 and not node.keywords:
+        import inspect
+        import textwrap
+        text = _literal(node.args[0], env)
+        if isinstance(text, str):
+            return inspect.cleandoc(text) if _dotted(node.func).endswith("cleandoc") else textwrap.dedent(text)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in ("strip", "lstrip", "rstrip", "replace", "format", "upper", "lower"):
+        base = _literal(node.func.value, env)
+        args = [_literal(a, env) for a in node.args]
+        kwargs = {k.arg: _literal(k.value, env) for k in node.keywords if k.arg}
+        if isinstance(base, str) and len(kwargs) == len(node.keywords) and \
+                all(isinstance(a, (str, int, float)) for a in [*args, *kwargs.values()]):
+            try:
+                return getattr(base, node.func.attr)(*args, **kwargs)
+            except (ValueError, IndexError, KeyError, TypeError) as e:
+                raise _Unresolvable(f"str.{node.func.attr}: {e}") from None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("str", "int", "float") \
+            and len(node.args) == 1 and not node.keywords:
+        value = _literal(node.args[0], env)
+        if isinstance(value, (str, int, float)):
+            try:
+                return {"str": str, "int": int, "float": float}[node.func.id](value)
+            except ValueError as e:
+                raise _Unresolvable(str(e)) from None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        base, arg = _literal(node.left, env), _literal(node.right, env)
+        if isinstance(base, str):
+            try:
+                return base % (tuple(arg) if isinstance(arg, list) else arg)
+            except (ValueError, IndexError, KeyError, TypeError) as e:
+                raise _Unresolvable(f"%-format: {e}") from None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        a, b = _literal(node.left, env), _literal(node.right, env)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return a * b
     raise _Unresolvable(ast.dump(node)[:60])
 
 
@@ -254,6 +327,8 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
 
     classes = _class_defs(tree)
     model_new = classes.get("ModelNew")
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    method_ids = {id(n) for n in ast.walk(model_new)} if model_new is not None else set()
     skip_funcs = {"get_inputs", "get_init_inputs"}
     scope_nodes = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in skip_funcs)]
     nn_layers = _nn_submodules(model_new) if model_new else set()
@@ -262,6 +337,30 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
         for node in ast.walk(top):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
                 add(cheats.C01, node, "uses `@` (a PyTorch matmul)")
+            elif isinstance(node, ast.Name) and node.id in REFLECTIVE_NAMES and not _direct_call(node, parents):
+                add(REFLECTIVE_NAMES[node.id], node, f"uses `{node.id}` as a value (reflection)")
+            elif isinstance(node, ast.Name) and node.id in ("getattr", "hasattr") and not _direct_call(node, parents):
+                add(cheats.C11, node, f"uses `{node.id}` as a value (attribute access by computed name)")
+            elif isinstance(node, ast.Name) and _dunder(node.id) and node.id not in DUNDER_OK:
+                add(cheats.C11, node, f"uses `{node.id}` (interpreter internals)")
+            elif isinstance(node, ast.Attribute) and _dunder(node.attr) and node.attr not in DUNDER_OK and \
+                    node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
+                add(cheats.C15 if node.attr.startswith(("__glob", "__code", "__closure", "__self", "__func",
+                                                         "__traceback", "__frame")) else cheats.C11,
+                    node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
+            elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("sys.") and \
+                    canonical(_dotted(node)).split(".")[1] not in SYS_ALLOWED and \
+                    not any(canonical(_dotted(node)) == k or canonical(_dotted(node)).startswith(k + ".")
+                            for k in ATTR_CODES) and \
+                    not isinstance(parents.get(id(node)), ast.Attribute):
+                full_ = canonical(_dotted(node))
+                add(cheats.C15 if full_.split(".")[1] in ("_getframe", "exc_info", "exception", "last_traceback",
+                                                          "last_value", "last_exc", "_current_frames")
+                    else cheats.C11, node, f"touches `{full_}` (the interpreter's state)")
+            elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("os.") and \
+                    canonical(_dotted(node)).split(".")[1] not in OS_ALLOWED and \
+                    canonical(_dotted(node)) not in CALL_CODES and not isinstance(parents.get(id(node)), ast.Attribute):
+                add(cheats.C17, node, f"touches `{canonical(_dotted(node))}` (the operating system)")
             elif isinstance(node, ast.Attribute) and node.attr == "__dict__":
                 add(cheats.C11, node, f"touches `{_dotted(node) or '__dict__'}` (namespaces are not the candidate's)")
             elif isinstance(node, ast.Attribute) and _private_torch(canonical(_dotted(node))):
@@ -281,6 +380,16 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                         isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
                         and not node.args[1].value.startswith("_")):
                     add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
+                if full.startswith(FILE_READERS) or full.replace("np.", "numpy.", 1).startswith(FILE_READERS):
+                    add(cheats.C15, node, f"calls `{raw}` (reads or writes files)")
+                    continue
+                if full in ("operator.attrgetter", "operator.methodcaller") and node.args and \
+                        not (isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                             and not node.args[0].value.startswith("_")):
+                    add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
+                if (full.startswith("numpy.") or full.startswith("np.")) and id(node) in method_ids and \
+                        full.split(".")[1] not in NUMPY_FORWARD_OK and id(node) not in init_ids:
+                    add(cheats.C01, node, f"calls `{raw}` in ModelNew (host compute with numpy, not your kernel)")
                 if full in CALL_CODES or raw in CALL_CODES:
                     add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
                     if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
@@ -339,6 +448,16 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
             unique.append(f)
     report.findings = unique
     return report
+
+
+def _dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _direct_call(node: ast.Name, parents: dict) -> bool:
+    """``node`` is the function of a call (``getattr(...)``), not a value passed around (``f = getattr``)."""
+    p = parents.get(id(node))
+    return isinstance(p, ast.Call) and p.func is node
 
 
 def _private_torch(full: str) -> bool:

@@ -32,6 +32,38 @@ SOURCE_PATTERNS = [
     ("ATen internals", re.compile(r"\bat::native::\w+|\bat::redispatch::\w+|::redispatch\s*\(")),
     ("dynamic loading", re.compile(r"\bdlopen\s*\(|\bdlsym\s*\(")),
 ]
+# C++ that blinds what watches forward (the dispatcher's observers, the Python dispatch key, the profiler,
+# CUPTI) or changes global backend state: cheat C11 wherever it appears in the sources or the built binary
+TAMPER_SOURCE = re.compile(
+    r"\b(enableRecordFunction|RecordFunctionGuard|DisableRecordFunctionGuard|RecordFunctionTLS|"
+    r"set_record_function_tls_|clearCallbacks|removeCallback|ExcludeDispatchKeyGuard|IncludeDispatchKeyGuard|"
+    r"tls_set_dispatch_key_excluded|tls_set_dispatch_key_included|_force_tls_local_dispatch_key_set|"
+    r"DisableTorchDispatch|PythonDispatcherTLS|PythonTorchFunctionTLS|DisablePythonDispatcher|"
+    r"cupti\w*|cudaProfilerStop|cuProfilerStop|autograd::profiler|torch::profiler|"
+    r"globalContext\s*\(\s*\)\s*\.\s*set\w+)\b")
+TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\d*enableRecordFunction\w*|"
+                           rb"_ZN2at\d*set_record_function_tls_\w*|_ZN2at\d*clearCallbacks\w*|"
+                           rb"_ZN2at\d*removeCallback\w*|_ZN3c104impl\d*tls_set_dispatch_key_\w+|"
+                           rb"_ZN3c104impl\d*_force_tls_local_dispatch_key_set\w*|_ZN2at7Context\d*set\w+)(@\w+)?$")
+
+
+def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> list[str]:
+    """Findings of C++ that switches off the runtime monitors or changes global backend state (C11)."""
+    found = []
+    for src in sources:
+        m = TAMPER_SOURCE.search(_strip_comments(src))
+        if m:
+            found.append(f"the C++/CUDA source switches off what watches it or changes global state (`{m.group(0)}`)")
+            break
+    if so_path:
+        for sym in imported_symbols(so_path):
+            if TAMPER_SYMBOL.match(sym):
+                found.append(f"the built extension imports `{sym.decode(errors='replace')[:80]}` (monitor or global "
+                             "state control)")
+                break
+    return found
+
+
 LINK_PATTERN = re.compile(r"-l\s*(cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|mkl\w*|openblas|blas|dnnl)")
 
 # (library, pattern over the imported symbol names of the built .so; C++ names are mangled)

@@ -44,9 +44,10 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from verifier.backends import get_backend, kernel_names_in
 from verifier.build import canonical_spec, extension_name, spec_key
-from verifier.contract import FLAGS_FILE, ChildReport, Job, TrialReport
+from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, JOB_FILE, ChildReport, Job, TrialReport
 from verifier.devlock import device_lock
-from verifier.inputs import build_model, draw_inputs, init_inputs, nbytes, seed_everything, tensors_of, to_device
+from verifier.inputs import (as_list, build_model, digest, draw_inputs, init_inputs, nbytes, seed_everything,
+                             tensors_of, to_device)
 from verifier.monitors import DispatchRecorder, profiled, read_profile
 from verifier.tamper import Snapshot
 from verifier.timing import clone, plain_cpu, probe_calls, time_model
@@ -79,9 +80,11 @@ def _load_so(name: str, path: str):
     return mod
 
 
-def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str]):
+def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path):
     """A load_inline that returns the module the compile pool built for the same spec; compiling here
-    only for specs the static stage could not resolve (when allowed), into the same keyed directory."""
+    only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
+    recording each such build (sources, link flags, binary) in ``child_built.json`` for the verifier's
+    vendor and tampering scans."""
     original = cpp_extension.load_inline
 
     def load_inline(name, cpp_sources=None, cuda_sources=None, functions=None, **kw):
@@ -99,8 +102,15 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
             raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
         key_dir.mkdir(parents=True, exist_ok=True)
         spec = canonical_spec(args)
+        built = job_dir / CHILD_BUILT_FILE
+        entries = json.loads(built.read_text()) if built.is_file() else []
+        entry = {"sources": list(spec["cpp_sources"]) + list(spec["cuda_sources"]),
+                 "ldflags": list(spec["extra_ldflags"]), "so_path": ""}
+        built.write_text(json.dumps(entries + [entry]))  # before the build: a crash mid-build still leaves it
         mod = original(name=extension_name(key), build_directory=str(key_dir),
                        **{k: (v or None) if k in ("cuda_sources", "functions") else v for k, v in spec.items()})
+        entry["so_path"] = str(getattr(mod, "__file__", "") or "")
+        built.write_text(json.dumps(entries + [entry]))
         return CountedExtension(mod)
 
     return load_inline
@@ -259,7 +269,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     clock = _Clock(report)
     device = backend.device
     cuda_kernels: list[str] = []
-    cpp_extension.load_inline = make_prebuilt_load_inline(job.build_root, job.allow_child_compile, cuda_kernels)
+    cpp_extension.load_inline = make_prebuilt_load_inline(job.build_root, job.allow_child_compile, cuda_kernels,
+                                                           job_dir)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
     # shared while this process works on the device (cuda only: see api._shared_lock), exclusive while it times
     lock = device_lock(job.timing_lock or None)
@@ -275,6 +286,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         report.setup_error = traceback.format_exc(limit=4)[-3000:]
         return report
     threads_py0, threads_os0 = threading.active_count(), _os_threads()
+    # the job (its seeds) leaves the disk before any candidate code runs: no file holds what is to come (C12, C15)
+    (job_dir / JOB_FILE).unlink(missing_ok=True)
     try:
         cand = _exec_module("km_candidate", job.candidate_code, "candidate.py")
     except Exception:  # noqa: BLE001
@@ -315,8 +328,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         pristine = clone(inputs)
         ref_first = i % 2 == 1
         with torch.no_grad():
-            if ref_first:
-                rec.ref_output_file = _save(plain_cpu(model(*clone(inputs))), job_dir / f"ref_{i}.pt")
+            if ref_first:  # freed memory the reference just wrote is C06 bait; only its digest is kept (C15)
+                rec.ref_digest = digest(as_list(model(*clone(inputs))))
             backend.synchronize()
             backend.poison_free_memory(nbytes(inputs) * 2)
             KERNEL_CALLS[0] = 0
@@ -337,6 +350,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             rec.threads_added = max(threading.active_count() - py0, _os_threads() - os0, 0)
             rec.kernel_calls = KERNEL_CALLS[0]
             rec.dispatched_ops = sorted(set(recorder.ops))
+            rec.to_host_bytes = recorder.to_host_bytes
             rec.mutated_inputs = [j for j, (a, b) in enumerate(zip(tensors_of(inputs), tensors_of(pristine)))
                                   if not torch.equal(a, b)]
             rec.output_problem = _output_problem(out, device)

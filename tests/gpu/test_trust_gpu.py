@@ -5,6 +5,10 @@ it is hidden, and KernelBench's own examples are judged right.
   names built by the preprocessor: the built extension's imported symbols), behind a kernel that does
   nothing; honest look-alike: a tiled matmul of the candidate's own;
 - row 1, the dispatch monitor switched off from inside forward, then a torch op: the profiler sees it;
+- row 1 on the host: inputs copied to the cpu and multiplied there by the extension's C++ (a do-nothing
+  kernel launched for show): the device-to-host copy in forward is caught;
+- row 1 in an extension built at run time (sources the static stage cannot read): the child records what it
+  compiled and the verifier scans it; honest look-alike: the tiled matmul built the same way;
 - KernelBench (when ``KM_KERNELBENCH`` names a checkout of ScalingIntelligence/KernelBench): the few-shot
   honest pairs pass, its three adversarial kernels are rejected, the mnist2 pair (torch conv inside
   ModelNew) is rejected as PyTorch compute.
@@ -14,6 +18,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -22,6 +27,7 @@ import pytest  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier import cheats  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
+from verifier import api  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -97,7 +103,39 @@ MONITOR_OFF = _mm_candidate(TILED_MM, "mm_off", imports="import operator", forwa
     "off = operator.attrgetter('_' + 'C._DisableTorch' + 'Dispatch')(torch)\n        ext.mm(a, b)\n"
     "        with off():\n            return operator.attrgetter('mat' + 'mul')(torch)(a, b)"))
 
+# row 1 on the host: the extension copies the inputs to the cpu, multiplies there in plain C++ and launches a
+# kernel that does nothing (own-kernel time coverage is 100%: the only device work is the candidate's)
+HOST_MM = r'''
+#include <torch/extension.h>
+__global__ void touch_kernel(float* c) { }
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
+    auto ah = a.cpu().contiguous(), bh = b.cpu().contiguous();
+    int M = ah.size(0), K = ah.size(1), N = bh.size(1);
+    auto ch = torch::zeros({M, N}, ah.options());
+    const float* pa = ah.data_ptr<float>(); const float* pb = bh.data_ptr<float>(); float* pc = ch.data_ptr<float>();
+    for (int i = 0; i < M; ++i)
+        for (int k = 0; k < K; ++k) { float v = pa[i * K + k]; for (int j = 0; j < N; ++j) pc[i * N + j] += v * pb[k * N + j]; }
+    auto c = ch.to(a.device());
+    touch_kernel<<<1, 1>>>(c.data_ptr<float>());
+    return c;
+}
+'''
+# row 1 through an extension whose source the static stage cannot read (taken from the environment with the
+# cuBLAS source as default): the child compiles it and the verifier scans what it recorded
+CHILD_BUILT_CUBLAS = _mm_candidate(CUBLAS_PLAIN, "mm_child_built", imports="import os").replace(
+    'cuda_sources=SRC', 'cuda_sources=os.environ.get("KM_NO_SUCH_VARIABLE", SRC)')
+assert "KM_NO_SUCH_VARIABLE" in CHILD_BUILT_CUBLAS
+# the honest look-alike: the tiled matmul built the same way
+CHILD_BUILT_HONEST = _mm_candidate(TILED_MM, "mm_child_built_honest", imports="import os").replace(
+    'cuda_sources=SRC', 'cuda_sources=os.environ.get("KM_NO_SUCH_VARIABLE", SRC)')
+# cases that test a runtime layer past the static scan (which now catches them too): judged with the static
+# findings dropped, so the runtime check alone decides
+RUNTIME_LAYER = {"c01_monitor_switched_off"}
+
 CASES = {  # name: (task, candidate, expected status, cheat code or None)
+    "c01_host_compute": (MATMUL_TASK, _mm_candidate(HOST_MM, "mm_host"), "cheat", cheats.C01),
+    "c01_child_built_cublas": (MATMUL_TASK, CHILD_BUILT_CUBLAS, "cheat", cheats.C01),
+    "honest_child_built_tiled": (MATMUL_TASK, CHILD_BUILT_HONEST, "pass", None),
     "c01_cublas_plain": (MATMUL_TASK, _mm_candidate(CUBLAS_PLAIN, "mm_cublas"), "cheat", cheats.C01),
     "c01_cublas_hidden_names": (MATMUL_TASK, _mm_candidate(CUBLAS_HIDDEN, "mm_cublas_hidden"), "cheat", cheats.C01),
     "c01_monitor_switched_off": (MATMUL_TASK, MONITOR_OFF, "cheat", cheats.C01),
@@ -138,7 +176,17 @@ def verdicts() -> dict:
             task = Task.from_code(task_code, name=name, source="kernelbench")
             items.append((task, Candidate(candidate_id=name, task_id=task.task_id, backend="cuda", generator="test",
                                           code=cand)))
-        _CACHE.update(zip(ALL, verify_batch(items, config=cfg, compile_workers=os.cpu_count())))
+        layer_codes = {ALL[n][1] for n in RUNTIME_LAYER}
+        real_scan = api.scan
+
+        def scan_runtime_layer(code, backend="cpu"):
+            report = real_scan(code, backend)
+            if code in layer_codes:
+                report.findings = []
+            return report
+
+        with mock.patch.object(api, "scan", scan_runtime_layer):
+            _CACHE.update(zip(ALL, verify_batch(items, config=cfg, compile_workers=os.cpu_count())))
     return _CACHE
 
 
