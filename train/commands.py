@@ -1,4 +1,4 @@
-"""`kernelmill train sft|rft|rl|eval`: the training stage on the command line.
+"""`kernelmill train sft|rft|rl|eval` and `kernelmill serve-model`: the training stage on the command line.
 
 Every flag defaults to the [train] settings (kernelmill.settings.TrainSettings, overridden by
 --config and KERNELMILL_TRAIN_* variables); a flag given on the command line wins.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 
 from kernelmill.config import load_settings
@@ -73,6 +74,20 @@ def register(sub) -> None:
     p.add_argument("--png", default="", help="image path (default: <out>/metrics.png)")
     p.set_defaults(handler=_plot)
     tr.set_defaults(handler=lambda a: (tr.print_help(), 2)[1])
+
+    sm = sub.add_parser("serve-model", help="serve a checkpoint with `transformers serve` (OpenAI-compatible) for the generate stage",
+                        description="Start `transformers serve` for a model directory or a training output's latest "
+                                    "checkpoint, wait until it answers /v1/models, print the --set overrides that point "
+                                    "`kernelmill generate` at it, and serve until interrupted (train/serve.py).")
+    sm.add_argument("checkpoint", help="model directory, or a training output directory (its latest checkpoint)")
+    sm.add_argument("--host", default="127.0.0.1")
+    sm.add_argument("--port", type=int, default=8000, help="0: a free port")
+    sm.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ...")
+    sm.add_argument("--continuous-batching", action="store_true",
+                    help="batch concurrent requests (paged attention); the first request's temperature then holds for all")
+    sm.add_argument("--log", default="", help="server log file (default: a temporary folder, printed)")
+    sm.add_argument("--timeout-s", type=float, default=300.0, help="give up when it has not answered by then")
+    sm.set_defaults(handler=_serve_model)
 
 
 def _pick(args, cfg: dict, flag: str, key: str | None = None):
@@ -140,6 +155,31 @@ def _eval(args) -> int:
                               device=_pick(args, cfg, "device"))
     print(json.dumps(res, indent=2))
     return 0
+
+
+def _serve_model(args) -> int:
+    from train.serve import ModelServer, prepare_checkpoint
+
+    ckpt, changed = prepare_checkpoint(args.checkpoint)
+    server = ModelServer(ckpt, host=args.host, port=args.port, device=args.device,
+                         continuous_batching=args.continuous_batching, log_path=args.log or None, timeout_s=args.timeout_s)
+    try:
+        server.start()
+    except RuntimeError as e:
+        print(f"kernelmill serve-model: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({"base_url": server.base_url, "model": server.model, "pid": server.proc.pid,
+                      "ready_s": server.ready_s, "log": str(server.log_path), "changed": changed,
+                      "generate": " ".join(f"--set {s}" for s in server.settings())}, indent=1), flush=True)
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` of this command stops the server too
+    try:
+        return server.proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
 
 
 def _plot(args) -> int:

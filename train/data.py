@@ -11,6 +11,13 @@ special tokens, after one ``<|bos|>``. A generation prompt ends with ``<|assista
 stops at ``<|end|>``. Content is encoded segment by segment, so the token boundary between a
 prompt and its response is exactly where generation starts (no merge across the boundary).
 
+Served checkpoints: :data:`CHAT_TEMPLATE` is this format as a Jinja chat template; every checkpoint
+carries it (train/model.py), so ``tokenizer.apply_chat_template`` (what ``transformers serve`` and
+other OpenAI-compatible servers call) gives the ids :func:`encode_chat` gives: the markers match the
+special tokens and the text between them is tokenized on its own (tests/test_serve_model.py checks
+the ids for the tokenizer train/model.py builds; a base model's tokenizer that adds a prefix space
+to every segment is not checked). Roles other than system, user and assistant are refused, as here.
+
 Loss masks: 1 on the content tokens and the closing ``<|end|>`` of assistant turns, 0 elsewhere
 (system/user turns, role markers, padding). Sequences longer than ``max_len`` keep their start
 and are cut at ``max_len``.
@@ -32,6 +39,14 @@ CONFIGS = ("sft", "rft", "rl")
 ROLES = ("system", "user", "assistant")
 BOS, END, PAD = "<|bos|>", "<|end|>", "<|pad|>"
 SPECIAL_TOKENS = [PAD, BOS, END] + [f"<|{r}|>" for r in ROLES]
+# encode_chat as a chat template (literal markers: a base model's bos_token may be another token)
+CHAT_TEMPLATE = (
+    "<|bos|>{% for message in messages %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{ raise_exception('message role ' + message['role'] + ' must be one of system, user, assistant') }}{% endif %}"
+    "<|{{ message['role'] }}|>{{ message['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 # ---------------------------------------------------------------------------- reading corpora

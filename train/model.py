@@ -7,7 +7,9 @@ network. A local model path is loaded with ``from_pretrained``; the chat markers
 are added to its tokenizer as special tokens if missing (and the embeddings resized).
 
 Checkpoints are plain directories: ``save_pretrained`` model and tokenizer files plus
-``trainer_state.pt`` (optimizer, step, RNG and whatever the loop adds). :func:`latest_checkpoint`
+``trainer_state.pt`` (optimizer, step, RNG and whatever the loop adds), ready to serve
+(:func:`write_serving_files`: the chat template of train/data.py in the tokenizer, and a
+generation config that stops at ``<|end|>`` and samples at the request's temperature). :func:`latest_checkpoint`
 finds the newest complete one (a checkpoint is written to a temporary folder and renamed, so a run
 killed mid-save leaves the previous checkpoint as the latest).
 """
@@ -19,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from kernelmill.errors import InputError
-from train.data import END, PAD, SPECIAL_TOKENS, BOS
+from train.data import BOS, CHAT_TEMPLATE, END, PAD, SPECIAL_TOKENS
 
 
 def build_tokenizer(texts: list[str], vocab_size: int = 2000, min_frequency: int = 2, split_words: bool = True,
@@ -99,7 +101,7 @@ def save_checkpoint(out_dir: str | Path, step: int, model, tok, state: dict, kee
     if tmp.exists():
         shutil.rmtree(tmp)
     model.save_pretrained(str(tmp))
-    tok.save_pretrained(str(tmp))
+    write_serving_files(tmp, tok)
     torch.save({**state, "step": step}, tmp / STATE_FILE)
     if final.exists():
         shutil.rmtree(final)
@@ -107,6 +109,21 @@ def save_checkpoint(out_dir: str | Path, step: int, model, tok, state: dict, kee
     for old in sorted(out_dir.glob("ckpt-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def write_serving_files(ckpt: str | Path, tok) -> None:
+    """Make a checkpoint directory servable as it is: the tokenizer saved with train/data.py's chat
+    template (the format every kernelmill stage trains on, whatever template a base model came with),
+    and generation_config.json set to stop at ``<|end|>`` and to sample (temperature 1, no top-k or
+    top-p cut, as train/rollout.py samples) unless a request sets temperature 0. Callers that pass
+    ``do_sample`` to ``generate`` (train/rollout.py) are unaffected."""
+    from transformers import GenerationConfig
+
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(str(ckpt))
+    end = tok.convert_tokens_to_ids(END)
+    GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, eos_token_id=end,
+                     pad_token_id=tok.pad_token_id, bos_token_id=tok.convert_tokens_to_ids(BOS)).save_pretrained(str(ckpt))
 
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
