@@ -43,7 +43,7 @@ SAMPLE = ROOT / "data" / "sample_repos"
 
 
 def bench_parse(copies: int) -> dict:
-    from synth.mine import MineReport, collect_candidates
+    from synth.mine.miner import MineReport, collect_candidates
 
     tmp = Path(tempfile.mkdtemp(prefix="kernelmill-bench-mine-"))
     try:
@@ -61,7 +61,7 @@ def bench_parse(copies: int) -> dict:
 
 
 def bench_mine(workers: int, target_numel: int, timeout_s: float) -> dict:
-    from synth.mine import mine_tasks
+    from synth.mine.miner import mine_tasks
 
     t0 = time.perf_counter()
     res = mine_tasks(str(SAMPLE), target_numel=target_numel, timeout_s=timeout_s, workers=workers,
@@ -76,7 +76,7 @@ def bench_mine(workers: int, target_numel: int, timeout_s: float) -> dict:
 def bench_real(source: str, workers: int, target_numel: int, timeout_s: float, reports: str = "") -> dict:
     """One repository mined end to end (as ``kernelmill mine`` does), with its report's counts; its
     mining report (every module's outcome) goes to ``reports``/NAME when given."""
-    from synth.mine import mine_tasks, write_report
+    from synth.mine.miner import mine_tasks, write_report
 
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()

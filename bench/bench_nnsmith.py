@@ -32,7 +32,7 @@ SHARD = """
 import json, sys, time
 t0 = time.time()
 from graphs.nnsmith_tasks import generate_nnsmith_tasks
-from synth.annotate import annotate_tasks
+from synth.annotate.annotator import annotate_tasks
 t1 = time.time()
 res = generate_nnsmith_tasks({n}, {seed}, max_nodes={max_nodes}, target_numel={target})
 t2 = time.time()

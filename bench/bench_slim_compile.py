@@ -95,7 +95,7 @@ def compile_seconds(nvcc, flags, source: str, work: Path, label: str) -> tuple[f
 
 def teacher_sources(n: int) -> list[tuple[str, str]]:
     from verifier.static import scan
-    from synth.teacher import write_candidate
+    from synth.teacher.writer import write_candidate
 
     out = []
     for p in sorted(Path("data/seed_tasks/level1").glob("*.py"))[: n * 3]:

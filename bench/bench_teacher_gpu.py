@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     import torch
 
     from kernelmill.schema import Candidate, Task
-    from synth.teacher import TeacherDeclined, write_candidate
+    from synth.teacher.writer import TeacherDeclined, write_candidate
     from verifier.api import VerifyConfig, verify_batch
 
     items, rows, declined = [], [], []

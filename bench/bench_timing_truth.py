@@ -96,7 +96,7 @@ print("RESULT " + json.dumps(out))
 def cases(kb_dir: str | None) -> list[tuple[str, str, str]]:
     """(name, reference program, candidate program)."""
     from bench.bench_teacher_gpu import family_tasks
-    from synth.teacher import write_candidate
+    from synth.teacher.writer import write_candidate
     from verifier import fixtures as fx
 
     want = {"activation_relu": "scalar relu (teacher)", "reduce_sum_dim": "reduction", "softmax": "softmax",

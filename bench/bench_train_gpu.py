@@ -8,9 +8,9 @@ Two steps:
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_train_gpu.py \\
         --corpus bench/data/train_corpus --budget-s 520                                     (GPU box)
 
-The corpus: ``--tasks`` distinct programs from synth/task_families.py (elementwise chains, row
+The corpus: ``--tasks`` distinct programs from synth/teacher/task_families.py (elementwise chains, row
 reductions, row softmax, random constants and shapes), each with the compact teacher's answer
-(synth/teacher_compact.py) for ``--backend``: an sft row (user = instruction + task code,
+(synth/teacher/compact.py) for ``--backend``: an sft row (user = instruction + task code,
 assistant = the answer in a ```python block) and an rl row (prompt, reference_code). Making it
 verifies the cpu twins of ``--check`` tasks with the real cpu verifier (the cuda and cpu answers
 share their expression lines); the GPU run verifies cuda teacher answers on the GPU before
@@ -46,8 +46,8 @@ FAMILIES_FILE = "families.json"
 def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: float, check: int) -> None:
     from kernelmill import store
     from kernelmill.schema import Message, RLRow, SFTRow, task_id_for
-    from synth.task_families import generate_tasks, task_code
-    from synth.teacher_compact import answer
+    from synth.teacher.compact import answer
+    from synth.teacher.task_families import generate_tasks, task_code
     from train.data import is_heldout
 
     t0 = time.time()
@@ -82,8 +82,8 @@ def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: 
 
 def check_teacher_cpu(tasks, n: int) -> None:
     """Verify the cpu twins of ``n`` tasks (spread over the kinds) with the real cpu verifier."""
-    from synth.teacher_compact import cpu_answer
-    from synth.task_families import task_code
+    from synth.teacher.compact import cpu_answer
+    from synth.teacher.task_families import task_code
     from train.rollout import verifier_reward_fn
 
     by_kind: dict[str, list] = {}
@@ -141,8 +141,8 @@ class Report:
         lines = [f"# Training stage on {i['device']}", "",
                  f"Command: `{i['command']}`. Verifier backend: {i['backend']} (trials 5, timing_trials "
                  f"{a.timing_trials}, no torch.compile timing).",
-                 f"Corpus: {i['tasks']} procedural task programs (synth/task_families.py) with the compact teacher's "
-                 f"answers (synth/teacher_compact.py); {i['train_tasks']} trained on, {i['heldout_tasks']} held out. "
+                 f"Corpus: {i['tasks']} procedural task programs (synth/teacher/task_families.py) with the compact teacher's "
+                 f"answers (synth/teacher/compact.py); {i['train_tasks']} trained on, {i['heldout_tasks']} held out. "
                  f"pass@1 (greedy) on {i['eval_tasks']} held-out programs never seen in training, "
                  f"{i['eval_unseen_combo']} of them with an op combination that no training task has. RL prompts: "
                  f"the other {i['heldout_tasks'] - i['eval_tasks']} held-out programs (never in SFT, never evaluated), "

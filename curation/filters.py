@@ -185,14 +185,14 @@ def render_prompt(prompt) -> str:
 def prompt_map(tasks: dict[str, Task], candidates: Iterable[Candidate], dialogues: Iterable[Dialogue]) -> dict[tuple[str, str], str]:
     """(task_id, backend) -> the generation prompt.
 
-    Uses synth.prompts.build_prompt(task, backend) (rendered by render_prompt) when that module
+    Uses synth.generate.prompts.build_prompt(task, backend) (rendered by render_prompt) when that module
     exists and accepts the task; otherwise the prompt
     recorded on a first-turn candidate, else the first user message of a dialogue."""
     keys = {(c.task_id, c.backend) for c in candidates} | {(d.task_id, d.backend) for d in dialogues}
     out: dict[tuple[str, str], str] = {}
     build = None
     try:
-        from synth.prompts import build_prompt as build  # type: ignore[no-redef]
+        from synth.generate.prompts import build_prompt as build  # type: ignore[no-redef]
     except ImportError:
         build = None
     if build is not None:

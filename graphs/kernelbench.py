@@ -6,7 +6,7 @@ is taken from the nearest ``levelN`` folder above a file (0 when there is none, 
 annotation).
 
 The check is static (an AST parse): loading never runs the program. Running it, to learn input
-shapes and dtypes, is the annotation stage's job (synth/annotate.py).
+shapes and dtypes, is the annotation stage's job (synth/annotate/annotator.py).
 """
 
 from __future__ import annotations

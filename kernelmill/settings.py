@@ -51,7 +51,7 @@ class LoadSettings:
 
 @dataclass
 class MineSettings:
-    # Every field but `source` and `max_files` is passed to synth.mine.mine_tasks by name, so a new
+    # Every field but `source` and `max_files` is passed to synth.mine.miner.mine_tasks by name, so a new
     # mining knob is one field here and one keyword there.
     source: str = "data/sample_repos"  # directory, git path or URL, or hf:NAME[:COLUMN]; "" skips
     target_numel: int = 1048576

@@ -36,12 +36,12 @@ from kernelmill import store
 from kernelmill.config import repo_path, resolve_backend
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings
-from synth.annotate import order_curriculum
-from synth.annotate_store import annotate_into
-from synth.generate import dialogue_id_for, is_declined, make_candidate, make_generator
-from synth.mine import mine_tasks, write_report
-from synth.prompts import build_prompt
-from synth.repair import run_dialogues
+from synth.annotate.annotator import order_curriculum
+from synth.annotate.store import annotate_into
+from synth.generate.generators import dialogue_id_for, is_declined, make_candidate, make_generator
+from synth.generate.prompts import build_prompt
+from synth.generate.repair import run_dialogues
+from synth.mine.miner import mine_tasks, write_report
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 RAW = "raw"  # <run_dir>/raw: a store root for gathered, not yet annotated tasks
@@ -164,7 +164,7 @@ def nnsmith(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> d
 
 def annotate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
     """Every gathered task not yet in ``tasks`` (or every task of ``annotate.from_dir``'s tasks
-    table), annotated and written as it goes (synth/annotate_store.py). Tasks that fail annotation
+    table), annotated and written as it goes (synth/annotate/store.py). Tasks that fail annotation
     are listed by origin path, category and reason in ``annotate_failures.json``, not written; a
     resumed run does not try them again unless ``annotate.retry_failed``."""
     a = s.annotate
@@ -298,7 +298,7 @@ def select_for_generation(tasks: list, limit: int) -> list:
 
 
 def repair(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
-    """Generate, verify and repair (synth/repair.py) for the tasks ``select_for_generation`` picks
+    """Generate, verify and repair (synth/generate/repair.py) for the tasks ``select_for_generation`` picks
     (``repair.max_tasks``) that have no dialogue on this backend yet. Each task's candidates,
     verdicts and dialogues are stored as soon as it is done; tasks where every first-turn sample
     failed add a feedback-conditioned repair task to ``<run_dir>/repair_tasks.jsonl``."""

@@ -10,8 +10,8 @@ import pytest
 
 from kernelmill import store
 from kernelmill.schema import Task
-from synth.annotate import annotate_tasks, difficulty_for, level_for, order_curriculum
-from synth.devices import get_device
+from synth.annotate.annotator import annotate_tasks, difficulty_for, level_for, order_curriculum
+from synth.annotate.devices import get_device
 
 MATMUL = textwrap.dedent("""
     import torch
@@ -221,7 +221,7 @@ def test_annotate_cli_writes_a_new_table(annotated, tmp_path):
 def test_fake_tensor_trace_equals_a_real_run(name, code):
     """Annotation traces on fake tensors; the ops, shapes, weights and outputs it records are the
     ones a run on real data records (so shapes, FLOPs and bytes are unchanged by going fake)."""
-    from synth.trace_worker import trace_program
+    from synth.annotate.trace_worker import trace_program
 
     fake, real = trace_program(code, mode="fake"), trace_program(code, mode="real")
     assert fake["traced_with"] == "fake" and real["traced_with"] == "real"

@@ -113,7 +113,7 @@ def test_corpora_rows_follow_the_rejection_rules(built):
     assert st["removed"]["rft"] == {"incorrect": 5, "near_duplicate": 3}
     assert all(r.correct and "ModelNew" in r.completion for r in rft)
     from curation.filters import render_prompt
-    from synth.prompts import build_prompt
+    from synth.generate.prompts import build_prompt
 
     relu_task = info["tasks"]["relu"]
     expected_prompt = render_prompt(build_prompt(relu_task, "cuda"))

@@ -12,7 +12,7 @@ import pytest
 from kernelmill.errors import InputError
 from kernelmill.schema import Message
 from kernelmill.settings import GenerateSettings
-from synth.generate import GenerationError, OpenAIGenerator, TeacherGenerator, make_generator
+from synth.generate.generators import GenerationError, OpenAIGenerator, TeacherGenerator, make_generator
 
 
 class ChatServer:

@@ -242,7 +242,7 @@ def test_failures_are_named_with_a_category_and_not_retried(loaded):
 def test_interrupted_annotation_keeps_what_was_done_and_resumes(tmp_path: Path):
     """Ctrl-C after the second program: its rows are written; the next call does only the rest."""
     from kernelmill import store
-    from synth.annotate_store import annotate_into
+    from synth.annotate.store import annotate_into
 
     tasks = [load_task_file(_write(tmp_path / f"p{i}.py", GOOD.replace("x * self.k", f"x * self.k + {i}")))
              for i in range(5)]

@@ -17,7 +17,7 @@ from graphs.kernelbench import check_kernelbench_source
 from kernelmill import store
 from kernelmill.cli import main as cli_main
 from kernelmill.schema import task_id_for
-from synth.mine import mine_tasks
+from synth.mine.miner import mine_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "sample_repos"

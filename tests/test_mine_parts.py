@@ -9,12 +9,12 @@ import torch
 import torch.nn as nn
 
 from kernelmill.errors import InputError
-from synth.input_sandbox import SandboxPool
-from synth.input_synthesis import InputGuess, adjust_inputs
-from synth.mine import mine_tasks
-from synth.mine_discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
-from synth.mine_extract import extract_module
-from synth.mine_sources import (SkippedFile, SourceFile, decode_source_file, iter_repos, license_from_text,
+from synth.mine.discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
+from synth.mine.extract import extract_module
+from synth.mine.input_sandbox import SandboxPool
+from synth.mine.input_synthesis import InputGuess, adjust_inputs
+from synth.mine.miner import mine_tasks
+from synth.mine.sources import (SkippedFile, SourceFile, decode_source_file, iter_repos, license_from_text,
                                 parse_hf_source, source_kind)
 
 ALLOW = ["mit", "apache-2.0", "unknown"]

@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 from graphs.kernelbench import check_kernelbench_source
-from synth.mine import mine_tasks
-from synth.mine_discover import RepoIndex, parse_file
-from synth.mine_extract import extract_module
+from synth.mine.discover import RepoIndex, parse_file
+from synth.mine.extract import extract_module
+from synth.mine.miner import mine_tasks
 
 ALLOW = ["mit"]
 
@@ -209,8 +209,8 @@ def test_a_method_parameter_does_not_hide_a_global_of_the_same_name():
 
 
 def test_call_sites_give_constructor_arguments_and_skip_locals_and_side_effects():
-    from synth.mine import with_call_sites
-    from synth.mine_callsites import find_call_sites
+    from synth.mine.callsites import find_call_sites
+    from synth.mine.miner import with_call_sites
 
     files = {
         "nets/dpn.py": textwrap.dedent('''
@@ -289,7 +289,7 @@ def test_a_base_class_that_names_its_subclass_in_a_method_is_defined_first():
 
 
 def test_constructor_arguments_say_what_the_image_is():
-    from synth.input_synthesis import init_hint
+    from synth.mine.input_synthesis import init_hint
 
     assert init_hint({"image_size": 64, "patch_size": 8, "channels": 1}).shape == [2, 1, 64, 64]
     assert init_hint({"image_size": (32, 48), "dim": 16}).shape == [2, 3, 32, 48]
@@ -302,7 +302,7 @@ def test_constructor_guesses_modules_keyword_only_and_passed_on_keywords():
 
     import torch.nn as nn
 
-    from synth.init_args import construct
+    from synth.mine.init_args import construct
 
     class Residual(nn.Module):
         def __init__(self, fn, *, scale):

@@ -9,9 +9,9 @@ import pytest
 
 from kernelmill import store
 from kernelmill.schema import Dialogue, Task
-from synth.generate import TeacherGenerator
-from synth.repair import run_dialogues
-from synth.teacher import choose_bug
+from synth.generate.generators import TeacherGenerator
+from synth.generate.repair import run_dialogues
+from synth.teacher.writer import choose_bug
 from verifier.fixtures import RELU_TASK
 
 RELU = RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(64, 500)")

@@ -19,7 +19,7 @@ from kernelmill.config import DEFAULT_CONFIG, load_settings
 from kernelmill.errors import InputError
 from kernelmill.schema import Task
 from kernelmill.settings import Settings, section_type
-from synth.generate import TeacherGenerator, dialogue_id_for, make_candidate
+from synth.generate.generators import TeacherGenerator, dialogue_id_for, make_candidate
 from verifier.extract import extract_code
 from verifier.fixtures import RELU_TASK
 
@@ -162,7 +162,7 @@ def _imports(path: Path, module: str) -> set[str]:
 
 def _project_modules() -> dict[str, set[str]]:
     files = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for pkg in PACKAGES
-             for p in (ROOT / pkg).glob("*.py") if p.name != "__init__.py"}
+             for p in (ROOT / pkg).rglob("*.py") if p.name != "__init__.py"}
     return {m: {i for i in _imports(p, m) if i in files and i != m} for m, p in files.items()}
 
 
@@ -221,9 +221,9 @@ def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
     import inspect
 
     from graphs.nnsmith_tasks import generate_nnsmith_tasks
-    from synth.annotate import annotate_tasks
-    from synth.generate import OpenAIGenerator
-    from synth.mine import mine_tasks
+    from synth.annotate.annotator import annotate_tasks
+    from synth.generate.generators import OpenAIGenerator
+    from synth.mine.miner import mine_tasks
     from train.evaluate import evaluate_checkpoint
     from train.rl import train_rl
     from train.sft import train_sft
@@ -232,7 +232,7 @@ def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
     checks = [  # (function, settings section, {keyword: setting, or None where the meaning differs})
         (mine_tasks, s.mine, {}),
         (generate_nnsmith_tasks, s.nnsmith, {"dtypes": None}),  # None: graphs/nnsmith_tasks.py's own list
-        # annotate_tasks(workers=1) differs from annotate.workers = 2 (synth/annotate.py is not this
+        # annotate_tasks(workers=1) differs from annotate.workers = 2 (synth/annotate/annotator.py is not this
         # change's; the annotate stage passes the setting): left out until its owner aligns them
         (annotate_tasks, s.annotate, {"workers": None}),
         (OpenAIGenerator.__init__, s.generate, {"cache_dir": None}),  # the client caches only when given a directory

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 import torch
 
-from synth.task_families import KINDS, OPS, FamilyTask, Op, degenerate, fmt_const, generate_tasks, run_task, task_code
-from synth.teacher_compact import answer, cpu_answer, cuda_answer
+from synth.teacher.compact import answer, cpu_answer, cuda_answer
+from synth.teacher.task_families import KINDS, OPS, FamilyTask, Op, degenerate, fmt_const, generate_tasks, run_task, task_code
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_teacher_gpu import FAMILY_TASKS, family_tasks  # noqa: E402
 
 from kernelmill.schema import Message  # noqa: E402
-from synth.generate import TeacherGenerator  # noqa: E402
-from synth.teacher import (BUG_KINDS, TeacherDeclined, bug_sites, choose_bug, is_decline,  # noqa: E402
+from synth.generate.generators import TeacherGenerator  # noqa: E402
+from synth.teacher.writer import (BUG_KINDS, TeacherDeclined, bug_sites, choose_bug, is_decline,  # noqa: E402
                            write_candidate)
-from synth.teacher_lowering import lower_reference  # noqa: E402
+from synth.teacher.lowering import lower_reference  # noqa: E402
 
 SEEDS = {p.stem: p.read_text() for p in sorted((ROOT / "data" / "seed_tasks").glob("*/*.py"))}
 ALL = {name: code for _, name, code in family_tasks()}
@@ -165,7 +165,7 @@ def test_deterministic_and_bug_share():
 
 
 def test_teacher_generator_turns():
-    from synth.prompts import build_prompt
+    from synth.generate.prompts import build_prompt
     from kernelmill.schema import Task
 
     task = Task.from_code(SEEDS["2_Add_Broadcast"], name="add", source="seed")
@@ -192,7 +192,7 @@ def test_teacher_declines_what_it_cannot_lower():
     with pytest.raises(TeacherDeclined, match="convolution"):
         write_candidate(code, "cpu")
     from kernelmill.schema import Task
-    from synth.prompts import build_prompt
+    from synth.generate.prompts import build_prompt
 
     out = TeacherGenerator("cpu").generate(build_prompt(Task.from_code(code, name="c", source="seed"), "cpu"), 2)
     assert len(out) == 2 and all(is_decline(r) and "```" not in r for r in out)

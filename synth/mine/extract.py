@@ -1,6 +1,6 @@
 """Cut one nn.Module subclass out of its repository as a self-contained program with ``class Model``.
 
-``extract_module`` collects the dependency closure of one class that synth/mine_discover.py found: the
+``extract_module`` collects the dependency closure of one class that synth/mine/discover.py found: the
 imports it uses (only of packages that can be imported here), the helper functions, constants and
 other classes it reads, its base classes, and, across files of one repository, what it imports
 relatively (``from .layers import ConvBNAct``). The class is renamed ``Model``.
@@ -10,7 +10,7 @@ What cannot be made self-contained raises :class:`NotSelfContained` with a short
 (a whole repository module used as a namespace), ``undefined_name``, ``name_conflict`` (two different
 definitions of one name, or a definition named Model / get_inputs / get_init_inputs).
 
-Not guaranteed: the closure follows the per-statement scope analysis of synth/mine_discover.py, so a
+Not guaranteed: the closure follows the per-statement scope analysis of synth/mine/discover.py, so a
 global shadowed by a local of the same name somewhere else in the class is missed; the sandboxed run
 then fails and the module is counted as not deduced. Nothing here executes the code.
 """
@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from synth.mine_discover import ImportBinding, NotSelfContained, ParsedFile, RepoIndex, TopStmt, parser, walk
+from synth.mine.discover import ImportBinding, NotSelfContained, ParsedFile, RepoIndex, TopStmt, parser, walk
 
 BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__builtins__", "__class__"}
 RESERVED = ("Model", "get_inputs", "get_init_inputs")
@@ -216,7 +216,7 @@ def extract_module(index: RepoIndex, pf: ParsedFile, class_name: str,
                    extra_needs: list[tuple[ParsedFile, str]] = ()) -> ExtractedModule:
     """The self-contained program of one class (see module docstring); raises NotSelfContained.
     ``extra_needs``: (file, top-level name) pairs the program must define as well, such as the names
-    the constructor arguments of a call site read (synth/mine_callsites.py)."""
+    the constructor arguments of a call site read (synth/mine/callsites.py)."""
     c = _Closure(index, set(pf.symbols))
     c.need(pf, class_name)
     for f, name in extra_needs:

@@ -1,14 +1,14 @@
 """Deduce the forward inputs of a constructed module, scale them, then apply the filters.
 
-Runs inside the sandbox's forked children (synth/input_sandbox.py), never in the parent, on a model
-that synth/init_args.py built. :func:`deduce_inputs` finds forward inputs: every required parameter,
+Runs inside the sandbox's forked children (synth/mine/input_sandbox.py), never in the parent, on a model
+that synth/mine/init_args.py built. :func:`deduce_inputs` finds forward inputs: every required parameter,
 positional or keyword-only (passed by keyword); the first from the constructor arguments
 (``image_size``, ``channels``) or the module's first layer, the others from their names (a ``mask`` is
 boolean over the first input's leading dimensions, a ``time`` step has one value per sample, ``ids``
 are integers) or shaped like the first; then error messages ("mat1 and mat2 shapes cannot be
 multiplied", "expected input[...] to have 16 channels", the failing line naming the input at fault)
 and fallbacks (common image sides, every rank). :func:`scale_inputs` doubles free dimensions toward
-``target_numel`` within a per-forward time cap; synth/input_filters.py then checks the filters at the
+``target_numel`` within a per-forward time cap; synth/mine/input_filters.py then checks the filters at the
 final shapes.
 
 Deduction is heuristic: a module that needs inputs it cannot guess is counted as not deduced, and a
@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 import time
 
-from synth.init_args import DeductionFailed, is_memory_error, required_params
+from synth.mine.init_args import DeductionFailed, is_memory_error, required_params
 
-from synth.input_filters import FILTERS, flatten_outputs, run_forward  # noqa: F401 - callers import them from here
+from synth.mine.input_filters import FILTERS, flatten_outputs, run_forward  # noqa: F401 - callers import them from here
 
 
 # ============================================================================ forward inputs
@@ -166,7 +166,7 @@ def _dims_of(shape_text: str) -> list[int]:
 def adjust_inputs(guesses: list[InputGuess], msg: str, model, line: str = "") -> bool:
     """Change the guesses in place from an error message (and the mined program's source ``line`` where
     it was raised, which may name the input at fault); False when the message gives no hint."""
-    from synth.init_args import params_named_in
+    from synth.mine.init_args import params_named_in
 
     named = params_named_in(line, [g.name for g in guesses]) if line else []
     # the guess the failing line names comes first, so a fix lands on the input at fault
@@ -293,7 +293,7 @@ def _plans(first: InputGuess, rest: list[InputGuess], dims: list[int]) -> list[l
 
 def forward_signature(model):
     """The signature of the forward that does the work: past pass-through overrides such as the
-    ``forward(self, *args, **kwargs)`` synth/mine_extract.py gives a class that inherits its forward."""
+    ``forward(self, *args, **kwargs)`` synth/mine/extract.py gives a class that inherits its forward."""
     import inspect
 
     for cls in type(model).__mro__:
@@ -340,7 +340,7 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
     """(input names, guesses, output) of the first forward call that runs; DeductionFailed otherwise
     (its ``line``: where the last attempt failed in the mined program). ``init_values``: the constructor
     arguments by name (``image_size`` and ``channels`` say what an image input looks like)."""
-    from synth.init_args import failing_line
+    from synth.mine.init_args import failing_line
 
     params = forward_params(model)
     hint = init_hint(init_values or {}) or first_layer_hint(model, base)

@@ -2,15 +2,15 @@
 
 A module travels through these steps, each counted in :class:`MineReport`:
 
-    files            read from the source (synth/mine_sources.py); binary, non-UTF-8, huge and
+    files            read from the source (synth/mine/sources.py); binary, non-UTF-8, huge and
                      unparsable files are counted and skipped
-    modules found    nn.Module subclasses found by tree-sitter (synth/mine_discover.py)
+    modules found    nn.Module subclasses found by tree-sitter (synth/mine/discover.py)
     self-contained   its dependency closure cut out as one program with ``class Model``
-                     (synth/mine_extract.py)
+                     (synth/mine/extract.py)
     license allowed  the source's license is on the allowlist ("unknown" when the source gives none)
     inputs deduced   constructor arguments (the repository's own calls of the class,
-                     synth/mine_callsites.py, then guesses: synth/init_args.py) and forward inputs
-                     (synth/input_synthesis.py) found in the sandbox (synth/input_sandbox.py),
+                     synth/mine/callsites.py, then guesses: synth/mine/init_args.py) and forward inputs
+                     (synth/mine/input_synthesis.py) found in the sandbox (synth/mine/input_sandbox.py),
                      then shapes scaled toward ``target_numel``; a class with keyword-only
                      arguments gets a ``Model`` subclass that takes them positionally
     filters          float_output, no_io_or_randomness, deterministic, input_dependent, runtime
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelmill.schema import Origin, Task, TensorSpec
-from synth.input_synthesis import MASK_KEEP
+from synth.mine.input_synthesis import MASK_KEEP
 
 STEPS = ("modules_found", "self_contained", "license_allowed", "inputs_deduced")
 
@@ -64,7 +64,7 @@ class MineReport:
         return self.tasks_emitted / self.modules_found if self.modules_found else 0.0
 
     def as_dict(self) -> dict:
-        from synth.input_synthesis import FILTERS
+        from synth.mine.input_synthesis import FILTERS
 
         return {
             "source": self.source, "files": self.files, "files_parsed": self.files_parsed,
@@ -80,7 +80,7 @@ class MineReport:
         }
 
     def rows(self) -> list[tuple[str, int, str]]:
-        from synth.input_synthesis import FILTERS
+        from synth.mine.input_synthesis import FILTERS
 
         def why(c: Counter) -> str:
             return ", ".join(f"{k} {v}" for k, v in c.most_common())
@@ -157,7 +157,7 @@ def wrap_keyword_only(program: str, class_name: str, deduced: dict) -> str:
     """The program with the mined class under its own name again and a ``Model`` subclass that takes
     every argument positionally and passes keyword-only ones by name. The subclass adds no state:
     parameters and buffers keep the mined class's names."""
-    from synth.mine_extract import rename_identifier
+    from synth.mine.extract import rename_identifier
 
     inner = class_name if class_name != "Model" else "_MinedModel"
     alias = f"\n{class_name} = Model\n"
@@ -206,9 +206,9 @@ def _task_name(repo: str, class_name: str) -> str:
 
 def collect_candidates(source: str, report: MineReport, *, max_file_bytes: int, max_files: int | None = None):
     """Yield self-contained programs of every module found in SOURCE, counting what drops out."""
-    from synth.mine_discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
-    from synth.mine_extract import extract_module
-    from synth.mine_sources import SkippedFile, decode_source_file, iter_repos
+    from synth.mine.discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
+    from synth.mine.extract import extract_module
+    from synth.mine.sources import SkippedFile, decode_source_file, iter_repos
 
     order = 0
     for group in iter_repos(source, max_file_bytes=max_file_bytes):
@@ -273,12 +273,12 @@ def _literal_assignment(text: str) -> bool:
 
 def with_call_sites(em, index, pf, class_name: str) -> tuple[str, list[dict]]:
     """The program extended with what the repository's own constructor calls of the class read, and
-    those calls (synth/mine_callsites.py). A call is dropped when its names cannot be made
+    those calls (synth/mine/callsites.py). A call is dropped when its names cannot be made
     self-contained or would bring in top-level statements other than definitions and literal
     assignments (``checkpoint = torch.load('out/ckpt.pt')`` in a script that builds the model)."""
-    from synth.mine_callsites import find_call_sites
-    from synth.mine_discover import NotSelfContained
-    from synth.mine_extract import extract_module
+    from synth.mine.callsites import find_call_sites
+    from synth.mine.discover import NotSelfContained
+    from synth.mine.extract import extract_module
 
     program, kept, needs, before = em.program, [], [], set(em.statements)
     for site in find_call_sites(index, pf, class_name):
@@ -341,9 +341,9 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     for the run from its own file; inputs stop growing toward ``target_numel`` once one forward takes
     ``scale_forward_s`` on one CPU thread (None: ``max_forward_s / 4``), which keeps heavy modules
     (attention over many tokens) at a few seconds each."""
-    from synth.input_sandbox import SandboxPool
-    from synth.input_synthesis import FILTERS
-    from synth.mine_sources import source_kind
+    from synth.mine.input_sandbox import SandboxPool
+    from synth.mine.input_synthesis import FILTERS
+    from synth.mine.sources import source_kind
 
     source_kind(source)  # a SOURCE that is none of the accepted forms fails here, before any process starts
     t0 = time.monotonic()

@@ -13,7 +13,7 @@ native kernels through load_inline, the anti-fallback rule); the user message ho
 
 ``build_repair_turn(verdict)`` turns the verifier's feedback into the next user message.
 The code of a response is pulled out by the verifier's extractor (verifier.extract.extract_code),
-through synth.generate.make_candidate: there is one extractor.
+through synth.generate.generators.make_candidate: there is one extractor.
 """
 
 from __future__ import annotations

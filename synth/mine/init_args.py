@@ -1,7 +1,7 @@
 """Deduce the constructor arguments of a mined ``Model`` and write them as ``get_init_inputs()`` source.
 
-Runs inside the sandbox's forked children (synth/input_sandbox.py), never in the parent.
-:func:`construct` first tries the repository's own calls of the class (synth/mine_callsites.py:
+Runs inside the sandbox's forked children (synth/mine/input_sandbox.py), never in the parent.
+:func:`construct` first tries the repository's own calls of the class (synth/mine/callsites.py:
 ``ResNet(BasicBlock, [2, 2, 2, 2])``), then finds constructor arguments from signatures, defaults,
 annotations, name conventions and the error messages of failed attempts: an attribute-recording
 namespace (:class:`RecordingConfig`) for config objects, a dataclass of the program built from its own
@@ -10,7 +10,7 @@ keyword arguments a ``**kwargs`` constructor passes on. Keyword-only parameters 
 positional ones and passed by keyword. Every value comes with a *value spec* that :func:`render_spec`
 writes back as source.
 
-Also here, shared with synth/input_synthesis.py and synth/input_sandbox.py: :class:`DeductionFailed`
+Also here, shared with synth/mine/input_synthesis.py and synth/mine/input_sandbox.py: :class:`DeductionFailed`
 (stage, reason and error of a failed deduction), :func:`is_memory_error`, :func:`required_params`.
 
 Deduction is heuristic: a module whose constructor needs values it cannot guess is counted as not
@@ -456,9 +456,9 @@ def construct(Model, ns: dict, bases: list[int], deadline: float, forced: dict[s
               sites: list[dict] = ()):
     """Yield (model, init args, base) for each constructor attempt that succeeds.
 
-    First the repository's own calls of the class (``sites``, see synth/mine_callsites.py), then
+    First the repository's own calls of the class (``sites``, see synth/mine/callsites.py), then
     guesses: required positional and keyword-only parameters are guessed alike; keyword-only ones are
-    passed by keyword (the task file then wraps the constructor, see synth/mine.py). ``forced`` maps
+    passed by keyword (the task file then wraps the constructor, see synth/mine/miner.py). ``forced`` maps
     parameter names to a variant (see ``_param_spec``) learnt from a failed forward call."""
     import inspect
 

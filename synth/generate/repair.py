@@ -12,7 +12,7 @@ Records: each turn is one Candidate (turn = 0-based index, parent_id = the previ
 candidate, dialogue_id, prompt = the user turn it answers, the raw response, the reasoning, the
 teacher's injected_bug) and one Verdict; each sample is one Dialogue with every message, one
 TurnVerdict per turn, first_turn_reward, final_reward (the last turn's), num_turns and solved.
-Candidates are built by synth.generate.make_candidate (one extractor, one id rule); dialogue ids
+Candidates are built by synth.generate.generators.make_candidate (one extractor, one id rule); dialogue ids
 are content hashes of (task, backend, generator, sample index), so re-running a task yields the
 same ids (the store drops duplicates).
 
@@ -32,9 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from kernelmill.schema import Candidate, Dialogue, Message, Task, TurnVerdict, Verdict, content_hash
-from synth.generate import dialogue_id_for, is_declined, make_candidate
-from synth.prompts import build_prompt, build_repair_turn, reasoning_of_response
-from synth.reasoning import trace_for
+from synth.generate.generators import dialogue_id_for, is_declined, make_candidate
+from synth.generate.prompts import build_prompt, build_repair_turn, reasoning_of_response
+from synth.generate.reasoning import trace_for
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Annotate every task, whatever its source, and order tasks as a curriculum.
 
 ``annotate_tasks`` (or ``annotate_stream``, which yields each task as it is done) runs each task's
-reference program once, in a worker process (synth/trace_worker.py), under a ``TorchDispatchMode``
+reference program once, in a worker process (synth/annotate/trace_worker.py), under a ``TorchDispatchMode``
 that records every aten op dispatched by ``Model.forward`` with its input and output shapes and
 dtypes. The program runs on fake tensors (shapes and dtypes, no data), so a KernelBench level-1
 input of 6.4 GB or a model with billions of weights costs no memory; programs that fake tensors
@@ -16,7 +16,7 @@ asks for (``.cuda()``) is mapped to cpu. From that trace it fills the Task field
 - ``bytes_moved``: bytes of the forward's tensor inputs + the model's parameters and buffers + the
   output tensors, each tensor counted once. This is the least traffic any implementation needs
   (read everything once, write the result once); intermediates are assumed to stay on chip.
-- ``floor_time_us``: roofline floor on a named device (synth/devices.py):
+- ``floor_time_us``: roofline floor on a named device (synth/annotate/devices.py):
   ``max(flops / peak[dtype], bytes_moved / bandwidth)``, with dtype the dtype of the largest
   floating-point input, parameter or buffer.
 - ``level`` and ``difficulty``: the rule below. A task that arrived with a level (a KernelBench
@@ -54,7 +54,7 @@ Isolation: reference code may be mined from anywhere, so it runs in a separate w
 address-space limit; a worker that times out or crashes is killed and replaced, and the task is
 reported as a failure with its reason. Not protected against: code that reads or writes files,
 uses the network or spawns processes of its own; run untrusted sources in a container when that
-matters. Writing rows as they finish, and remembering failures across runs: synth/annotate_store.py.
+matters. Writing rows as they finish, and remembering failures across runs: synth/annotate/store.py.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from kernelmill.schema import OpCount, Task, TensorSpec
-from synth.trace_worker import TraceWorker
+from synth.annotate.trace_worker import TraceWorker
 
 FLOP_RULES = "kernelmill-flops-v1"
 LEVEL_RULE = "kernelmill-level-v1"
@@ -195,7 +195,7 @@ def difficulty_for(level: int, flops: int, bytes_moved: int) -> float:
 
 def annotation_from_trace(task: Task, trace: dict, device_spec: str) -> Task:
     """The annotated copy of ``task`` built from a worker's trace (pure function of its inputs)."""
-    from synth.devices import get_device
+    from synth.annotate.devices import get_device
 
     device = get_device(device_spec)
     ops, hist, unknown = [], {}, set()
@@ -268,8 +268,8 @@ def annotate_stream(tasks: list[Task], *, device_spec: str = "H100-SXM", timeout
 
     Every task gets exactly one outcome unless the caller stops iterating early; closing the
     generator (or an exception in the caller, e.g. Ctrl-C) kills the workers at once. ``mode`` and
-    ``real_budget_gb``: see synth.trace_worker.trace_program. The input tasks are not changed."""
-    from synth.devices import get_device
+    ``real_budget_gb``: see synth.annotate.trace_worker.trace_program. The input tasks are not changed."""
+    from synth.annotate.devices import get_device
 
     get_device(device_spec)  # a bad name fails before any work starts
     if not tasks:

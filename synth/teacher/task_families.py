@@ -1,5 +1,5 @@
 """A seeded procedural generator of small KernelBench-style task programs, in families a small model
-can learn to translate into kernels (synth/teacher_compact.py writes the answers).
+can learn to translate into kernels (synth/teacher/compact.py writes the answers).
 
 Families (``FamilyTask.kind``):
 

@@ -1,6 +1,6 @@
 """The annotation worker: runs a KernelBench program's forward once under an op recorder.
 
-What the worker guarantees (the parent, synth/annotate.py, turns the trace into annotations):
+What the worker guarantees (the parent, synth/annotate/annotator.py, turns the trace into annotations):
 
 - **No real data by default.** ``get_init_inputs()``, the ``Model`` constructor, ``get_inputs()``
   and ``forward`` all run under torch's ``FakeTensorMode``: every tensor has a shape, dtype and
@@ -361,7 +361,7 @@ class TraceWorker:
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from synth.trace_worker import worker_main; worker_main()",
+            [sys.executable, "-c", "from synth.annotate.trace_worker import worker_main; worker_main()",
              str(self.memory_limit_gb), str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT))
         self.send_conn = Connection(os.dup(self.proc.stdin.fileno()), readable=False)

@@ -1,6 +1,6 @@
 """CUDA kernels for the teacher: one ``__global__`` kernel and one ``run_k<i>`` launcher per plan step.
 
-Every launcher has the signature the shared host wrapper (synth/teacher.py) calls, and launches on
+Every launcher has the signature the shared host wrapper (synth/teacher/writer.py) calls, and launches on
 ``at::cuda::getCurrentCUDAStream()``. Sizes are runtime arguments. ``bug`` names the planted bug
 for this kernel ("" for none); the bug lines are the only difference from the correct kernel, so a
 repair dialogue's fix is a small, real diff.
@@ -16,7 +16,7 @@ Kernels (float32):
 
 from __future__ import annotations
 
-from synth.teacher_cpu import operand_code
+from synth.teacher.cpu import operand_code
 
 PRELUDE = r"""
 #include <ATen/cuda/CUDAContext.h>

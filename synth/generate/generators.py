@@ -3,7 +3,7 @@
     Generator            protocol: ``name``; ``generate(messages, n) -> list[str]`` (n raw responses,
                          each meant to hold a ```python block)
     OpenAIGenerator      any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, a hosted API)
-    TeacherGenerator     the offline teacher (synth/teacher.py), deterministic, optional planted bugs
+    TeacherGenerator     the offline teacher (synth/teacher/writer.py), deterministic, optional planted bugs
     make_generator       the openai generator when generate.base_url is set, else the teacher
     make_candidate       the one place a response becomes a Candidate (one id rule, one extractor)
 
@@ -33,9 +33,9 @@ import httpx
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Message, Task, content_hash
 from kernelmill.settings import GenerateSettings
-from synth import teacher
-from synth.prompts import reasoning_of_response
-from synth.reasoning import template_trace
+from synth.generate.prompts import reasoning_of_response
+from synth.generate.reasoning import template_trace
+from synth.teacher import writer as teacher
 from verifier.extract import extract_code
 
 
@@ -178,9 +178,9 @@ class TeacherGenerator:
 
     First turn (no assistant message yet): sample i of n is the teacher's kernel for the reference in
     the first user message, with launch-geometry variant i, preceded by the template reasoning trace;
-    ``round(bug_rate * n)`` samples carry a planted bug (synth.teacher.choose_bug). Repair turn: the
+    ``round(bug_rate * n)`` samples carry a planted bug (synth.teacher.writer.choose_bug). Repair turn: the
     correct kernel with an explanation that quotes the last user message (the verifier's feedback).
-    Tasks it cannot lower get a decline text (synth.teacher.is_decline) and no code.
+    Tasks it cannot lower get a decline text (synth.teacher.writer.is_decline) and no code.
     Deterministic: same messages, n, backend, bug_rate and seed give the same responses."""
 
     is_llm = False

@@ -2,7 +2,7 @@
 
 Plain serial loops over ``float*`` (compiled with -O3); no OpenMP or ATen threading, so a kernel
 starts no threads the verifier would have to account for. Same launcher signatures as
-synth/teacher_cuda.py, so the host wrapper is shared. ``bug`` names the planted bug ("" for none).
+synth/teacher/cuda.py, so the host wrapper is shared. ``bug`` names the planted bug ("" for none).
 
     pointwise  one loop over output elements, strided/broadcast operands, direct-index fast path
     reduce     [outer, R, inner] loops, the reduced extent innermost when inner == 1

@@ -8,8 +8,8 @@ each argument, its source text when every name it reads is defined at the top le
 (or is a builtin); an argument that reads a local variable (``Attention(dim, heads=heads)`` inside
 another module) is left to guessing (None).
 
-synth/mine_extract.py adds the definitions those arguments read to the extracted program, so the
-sources are valid there; synth/init_args.py tries the call sites before guessing. Nothing here executes
+synth/mine/extract.py adds the definitions those arguments read to the extracted program, so the
+sources are valid there; synth/mine/init_args.py tries the call sites before guessing. Nothing here executes
 the code. Not guaranteed: that a top-level name an argument reads is not shadowed by a local of the same
 name at the call (the sandboxed constructor call then fails and guessing takes over).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from synth.mine_discover import ParsedFile, RepoIndex, _free_names, _text, parser, walk
+from synth.mine.discover import ParsedFile, RepoIndex, _free_names, _text, parser, walk
 
 MAX_SITES = 3  # per class: the first calls in repository order are the canonical ones (factories)
 

@@ -1,7 +1,7 @@
 """Annotate tasks into a tasks table as they finish: the annotate stage's loop.
 
 ``annotate_into(root, tasks, ...)`` is what ``kernelmill annotate``, ``kernelmill load`` (load, then
-annotate) and ``kernelmill run`` call. It annotates with synth.annotate.annotate_stream (worker
+annotate) and ``kernelmill run`` call. It annotates with synth.annotate.annotator.annotate_stream (worker
 processes, fake tensors) and guarantees:
 
 - **Writing as it goes.** Annotated rows go to ``root/tasks`` every ``flush_every`` tasks or
@@ -141,8 +141,8 @@ def annotate_into(root: str | os.PathLike, tasks: list[Task], *, device_spec: st
     line on stderr every 15 s (default: when stderr is not a terminal, where a bar would not show).
     Raises InputError for an unknown device spec; a task's own failure never raises."""
     from kernelmill import store
-    from synth.annotate import annotate_stream, order_curriculum
-    from synth.devices import get_device
+    from synth.annotate.annotator import annotate_stream, order_curriculum
+    from synth.annotate.devices import get_device
 
     t0 = time.perf_counter()
     get_device(device_spec)

@@ -20,14 +20,14 @@ from __future__ import annotations
 import math
 
 from kernelmill.schema import Message, Task
-from synth.prompts import device_name
+from synth.generate.prompts import device_name
 
 SECTIONS = ("Shapes", "Ops", "Cost", "Plan", "Parallelism", "Memory", "Checks")
 
 
 def _plan(task: Task):
     try:
-        from synth.teacher_lowering import lower_reference
+        from synth.teacher.lowering import lower_reference
 
         return lower_reference(task.reference_code)
     except Exception:  # an unlowerable task still gets a trace, without a kernel plan
@@ -129,7 +129,7 @@ def template_trace(task: Task, backend: str) -> str:
 
 def llm_trace_messages(task: Task, backend: str) -> list[Message]:
     """The chat that asks an LLM for a structured trace with the template's sections."""
-    from synth.prompts import build_prompt
+    from synth.generate.prompts import build_prompt
 
     msgs = build_prompt(task, backend)
     ask = ("Before writing any code, write only a structured reasoning trace for this task with these "

@@ -7,9 +7,9 @@ on a first turn, a reasoning section and the code, a planted bug in the samples 
 on a repair turn (the last user message carries verifier feedback), the correct version with a
 short explanation that quotes the feedback.
 
-Lowering (synth/teacher_lowering.py) gives a plan; this module writes the shared host wrapper (a
+Lowering (synth/teacher/lowering.py) gives a plan; this module writes the shared host wrapper (a
 ``forward`` C++ function that allocates outputs with ``torch::empty`` and launches one kernel per
-step) and takes each step's kernel from synth/teacher_cuda.py or synth/teacher_cpu.py. Views are
+step) and takes each step's kernel from synth/teacher/cuda.py or synth/teacher/cpu.py. Views are
 metadata on a small ``TV`` struct (pointer, sizes, strides), so no aten view or copy op runs.
 
 Planted bugs (``BUG_KINDS``), each only where it changes the result on the task's own shapes:
@@ -28,8 +28,8 @@ import math
 import re
 
 from kernelmill.schema import content_hash
-from synth import teacher_cpu, teacher_cuda
-from synth.teacher_lowering import Program, Step, Unsupported, lower_reference
+from synth.teacher import cpu as teacher_cpu, cuda as teacher_cuda
+from synth.teacher.lowering import Program, Step, Unsupported, lower_reference
 
 BUG_KINDS = ("off_by_one", "missing_bounds_check", "wrong_stride", "missing_sync", "forbidden_fallback")
 # Sample variants: launch geometry differs, so the samples of one task are not identical text.

@@ -9,9 +9,9 @@ runs past its timeout. A forked child is a fresh process: the only state it shar
 the imported torch and kernelmill's own deduction code, never another job's code.
 
 Jobs (each may name installed packages to ``preload`` in the zygote first: see :func:`preload`):
-    deduce    load the program, find constructor arguments (synth/init_args.py), find forward
+    deduce    load the program, find constructor arguments (synth/mine/init_args.py), find forward
               inputs, scale free dimensions toward ``target_numel``, then apply the filters in
-              FILTERS order (synth/input_synthesis.py)
+              FILTERS order (synth/mine/input_synthesis.py)
     run_file  write the finished KernelBench program to its own file, run it with runpy, return the
               output shapes
 
@@ -36,10 +36,10 @@ import tempfile
 import threading
 import time
 
-from synth.init_args import (MODULE_INSTANCE, NOT_CALLABLE_ERR, PROGRAM_FILE, DeductionFailed, construct,
+from synth.mine.init_args import (MODULE_INSTANCE, NOT_CALLABLE_ERR, PROGRAM_FILE, DeductionFailed, construct,
                              finalize_spec, is_memory_error, params_named_in, render_spec, spec_needs_types)
-from synth.input_filters import IOWatch, apply_filters, output_specs
-from synth.input_synthesis import deduce_inputs, scale_inputs
+from synth.mine.input_filters import IOWatch, apply_filters, output_specs
+from synth.mine.input_synthesis import deduce_inputs, scale_inputs
 
 
 # ============================================================================ parent side
@@ -48,7 +48,7 @@ from synth.input_synthesis import deduce_inputs, scale_inputs
 # nor the script folder on sys.path), so the checkout that holds ``synth`` is on sys.path only while
 # this module is imported: mined code then sees the isolated interpreter's own sys.path, nothing more.
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_ZYGOTE = ("import sys; sys.path.insert(0, sys.argv[1]); from synth.input_sandbox import zygote_main; "
+_ZYGOTE = ("import sys; sys.path.insert(0, sys.argv[1]); from synth.mine.input_sandbox import zygote_main; "
            "sys.path.remove(sys.argv[1]); zygote_main()")
 
 

@@ -5,11 +5,11 @@ module-level names it reads (a light scope analysis over the tree-sitter tree: p
 targets, loop variables, ``as`` names, comprehension variables and nested imports are local).
 :class:`RepoIndex` holds the parsed files of one repository by dotted module name and resolves imports
 between them. ``find_module_classes`` lists the classes whose bases lead to ``torch.nn`` (directly,
-through a class in the same repository, or through ``from torch.nn import ...``). synth/mine_extract.py
+through a class in the same repository, or through ``from torch.nn import ...``). synth/mine/extract.py
 then cuts each class out as a self-contained program.
 
 Errors: :class:`FileSyntaxError` (a file that is not valid Python) and :class:`NotSelfContained`
-(raised by synth/mine_extract.py; defined here because :class:`RepoIndex` caches it per repository).
+(raised by synth/mine/extract.py; defined here because :class:`RepoIndex` caches it per repository).
 
 Not guaranteed: the scope analysis is per statement, not per function, so a global shadowed by a
 local of the same name somewhere else in the class is missed. Nothing here executes the code.
@@ -81,7 +81,7 @@ class ParsedFile:
     classes: dict[str, ClassInfo]
     star_imports: list[ImportBinding]
     future_lines: list[str]
-    source: str | None = None  # the file's text (synth/mine_callsites.py reads its calls)
+    source: str | None = None  # the file's text (synth/mine/callsites.py reads its calls)
 
 
 # ---------------------------------------------------------------------------- scope analysis
@@ -395,7 +395,7 @@ class RepoIndex:
         # (module, name) -> why it cannot be made self-contained; shared by every class of the repository
         # so that a big helper that fails (a decorator module, say) is explored once, not once per class
         self.failed: dict[tuple[str, str], NotSelfContained] = {}
-        self.calls: dict[str, dict] = {}  # module -> callee name -> call sites (synth/mine_callsites.py)
+        self.calls: dict[str, dict] = {}  # module -> callee name -> call sites (synth/mine/callsites.py)
 
     def resolve(self, pf: ParsedFile, b: ImportBinding) -> ParsedFile | None:
         """The repository file an import refers to, or None when it is not in the repository."""

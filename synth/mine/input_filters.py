@@ -6,7 +6,7 @@ random generator during forward), ``deterministic`` (two runs on the same inputs
 ``input_dependent`` (new inputs change the output), ``runtime`` (one forward within the limits, on one
 CPU thread).
 
-Runs inside the sandbox's forked children (synth/input_sandbox.py). Not caught: a module that
+Runs inside the sandbox's forked children (synth/mine/input_sandbox.py). Not caught: a module that
 detects it is being probed. This file uses only the standard library at import time (torch is
 imported inside the sandbox), so the parent can import FILTERS from here.
 """
