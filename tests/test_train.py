@@ -97,7 +97,7 @@ def test_chat_encoding_masks_assistant_turns_only(corpus):
     assert len(ids) == len(mask)
     trained = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
     assert trained == "A1 ok<|end|>A2 ok<|end|>"
-    assert tok.decode(ids, skip_special_tokens=True) == "sysmake reluA1 okfix itA2 ok"
+    assert tok.decode(ids, skip_special_tokens=True) == "sys\n\nmake reluA1 okfix itA2 ok"  # system folded into user
     p_ids, p_mask = D.encode_chat(tok, msgs[:2], add_generation_prompt=True)
     assert ids[: len(p_ids)] == p_ids and sum(p_mask) == 0  # generation starts exactly where the answer does
     with pytest.raises(InputError):

@@ -7,7 +7,10 @@ do; otherwise it reads ``<corpus_dir>/<name>/*.parquet`` through the ``parquet``
 without the ``datasets`` package (the GPU image) it falls back to pyarrow and says so once.
 
 Chat format: every message is ``<|role|> content <|end|>`` with the role and end markers as single
-special tokens, after one ``<|bos|>``. A generation prompt ends with ``<|assistant|>``; the model
+special tokens, after one ``<|bos|>``. A system message is folded into the user message after it
+(system text, a blank line, user text: :func:`fold_system`), which is how curation writes the
+prompt of rft and rl rows (curation.filters.render_prompt), so a [system, user] chat from the
+generate stage, an sft dialogue and an rft / rl row's single user turn are one token sequence. A generation prompt ends with ``<|assistant|>``; the model
 stops at ``<|end|>``. Content is encoded segment by segment, so the token boundary between a
 prompt and its response is exactly where generation starts (no merge across the boundary).
 
@@ -39,12 +42,19 @@ CONFIGS = ("sft", "rft", "rl")
 ROLES = ("system", "user", "assistant")
 BOS, END, PAD = "<|bos|>", "<|end|>", "<|pad|>"
 SPECIAL_TOKENS = [PAD, BOS, END] + [f"<|{r}|>" for r in ROLES]
-# encode_chat as a chat template (literal markers: a base model's bos_token may be another token)
+# encode_chat (with fold_system) as a chat template; literal markers: a base model's bos_token may be another token
 CHAT_TEMPLATE = (
-    "<|bos|>{% for message in messages %}"
+    "<|bos|>{% set ns = namespace(system=none) %}{% for message in messages %}"
     "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
     "{{ raise_exception('message role ' + message['role'] + ' must be one of system, user, assistant') }}{% endif %}"
-    "<|{{ message['role'] }}|>{{ message['content'] }}<|end|>{% endfor %}"
+    "{% if message['role'] == 'system' %}"
+    "{% set ns.system = message['content'] if ns.system is none else ns.system + '\n\n' + message['content'] %}"
+    "{% elif message['role'] == 'user' %}"
+    "<|user|>{% if ns.system is not none %}{{ ns.system + '\n\n' }}{% set ns.system = none %}{% endif %}"
+    "{{ message['content'] }}<|end|>"
+    "{% else %}{% if ns.system is not none %}<|user|>{{ ns.system }}<|end|>{% set ns.system = none %}{% endif %}"
+    "<|assistant|>{{ message['content'] }}<|end|>{% endif %}{% endfor %}"
+    "{% if ns.system is not none %}<|user|>{{ ns.system }}<|end|>{% endif %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
@@ -177,14 +187,38 @@ def encode_text(tok, text: str) -> list[int]:
     return tok.encode(text, add_special_tokens=False)
 
 
+def fold_system(messages: list[dict]) -> list[dict]:
+    """The messages with each system message folded into the next user message (joined by a blank
+    line, as curation.filters.render_prompt joins them); a system message with no user message after
+    it becomes a user turn of its own. Raises InputError on a role other than system, user, assistant."""
+    out: list[dict] = []
+    pending: list[str] = []
+    for m in messages:
+        if m["role"] not in ROLES:
+            raise InputError(f"message role {m['role']!r}", f"must be one of {', '.join(ROLES)}")
+        if m["role"] == "system":
+            pending.append(m["content"])
+            continue
+        if m["role"] == "user":
+            out.append({"role": "user", "content": "\n\n".join(pending + [m["content"]])})
+        else:
+            if pending:
+                out.append({"role": "user", "content": "\n\n".join(pending)})
+            out.append({"role": m["role"], "content": m["content"]})
+        pending = []
+    if pending:
+        out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
+
+
 def encode_chat(tok, messages: list[dict], *, add_generation_prompt: bool = False,
                 train_roles: tuple[str, ...] = ("assistant",)) -> tuple[list[int], list[int]]:
-    """(ids, loss_mask) of a conversation; mask is 1 on the content and end token of turns whose
-    role is in ``train_roles``."""
+    """(ids, loss_mask) of a conversation (system messages folded: :func:`fold_system`); mask is 1 on
+    the content and end token of turns whose role is in ``train_roles``."""
     end = tok.convert_tokens_to_ids(END)
     ids = [tok.convert_tokens_to_ids(BOS)]
     mask = [0]
-    for m in messages:
+    for m in fold_system(messages):
         content = encode_text(tok, m["content"]) + [end]
         on = 1 if m["role"] in train_roles else 0
         ids += [role_id(tok, m["role"])] + content
