@@ -209,3 +209,28 @@ ext2 = load_inline(name="b", cpp_sources=BAD, functions=["f"])
     assert specs[0].resolved and specs[0].args["cuda_sources"] == ["\n__global__ void k(float* x) { }\n#define B 256\n",
                                                                    "#define T 512\n"]
     assert not specs[1].resolved  # a format that fails is left to the child, not an error of the scan
+
+
+def test_extension_functions_named_like_tensor_methods_are_not_torch_compute():
+    """`ext.mm(a, b)` calls the candidate's own function even when the sources of `ext` are built at run time
+    (the static stage cannot read them, but it reads `functions`, and it knows `ext` came from load_inline)."""
+    for functions in ('["mm"]', 'os.environ.get("FN", "mm").split()'):
+        code = f'''import os
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+ext = load_inline(name="m", cpp_sources=os.environ.get("SRC", "torch::Tensor mm(torch::Tensor a, torch::Tensor b);"),
+                  functions={functions})
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return ext.mm(a, b)
+'''
+        rep = scan(code)
+        assert rep.findings == [] and not rep.extensions[0].resolved, [str(f) for f in rep.findings]
+    assert C01_in(scan(code.replace("return ext.mm(a, b)", "return a.mm(b)")))
+
+
+def C01_in(rep) -> bool:
+    return cheats.C01 in rep.cheat_codes

@@ -242,17 +242,16 @@ def resolve_extensions(tree: ast.Module) -> list[ExtensionSpec]:
         if not (isinstance(node, ast.Call) and _is_load_inline(node)):
             continue
         spec = ExtensionSpec(line=node.lineno)
-        try:
-            for key, arg in zip(positional, node.args):
+        given = list(zip(positional, node.args)) + [(kw.arg, kw.value) for kw in node.keywords
+                                                      if kw.arg in LOAD_INLINE_KEYS]
+        if any(kw.arg is None for kw in node.keywords):
+            spec.resolved, spec.problem = False, "load_inline argument not a constant (**kwargs)"
+        for key, arg in given:  # each argument on its own: `functions` stays known when a source is not
+            try:
                 spec.args[key] = _literal(arg, env)
-            for kw in node.keywords:
-                if kw.arg is None:
-                    raise _Unresolvable("**kwargs")
-                if kw.arg in LOAD_INLINE_KEYS:
-                    spec.args[kw.arg] = _literal(kw.value, env)
-        except _Unresolvable as e:
-            spec.resolved = False
-            spec.problem = f"load_inline argument not a constant ({e})"
+            except _Unresolvable as e:
+                spec.resolved = False
+                spec.problem = spec.problem or f"load_inline argument not a constant ({e})"
         specs.append(spec)
     return specs
 
@@ -325,6 +324,10 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
         full = aliases.get(head, head)
         return f"{full}.{rest}" if rest else full
 
+    # what load_inline returned (``ext = load_inline(...)``, ``self.ext = ...``): calls on it are the candidate's
+    # own functions, whatever they are called (``ext.mm`` is not ``Tensor.mm``)
+    extension_objects = {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
+                         isinstance(n.value, ast.Call) and _is_load_inline(n.value) for t in n.targets} - {""}
     classes = _class_defs(tree)
     model_new = classes.get("ModelNew")
     parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
@@ -399,7 +402,7 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                 elif isinstance(node.func, ast.Attribute):
                     meth = node.func.attr
                     recv = _dotted(node.func.value)
-                    if meth in kernels:
+                    if meth in kernels or recv in extension_objects:
                         continue
                     if recv.startswith("self.") and recv.count(".") == 1 and recv[5:] in nn_layers and \
                             meth in ("forward", "__call__"):
