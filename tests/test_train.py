@@ -204,6 +204,16 @@ def test_mirrorpop_threshold_filters_samples_and_switch_keeps_them(corpus, sft_o
     assert res2["last"]["mirrorpop_dropped_share"] == 0.0 and res2["last"]["sampled_tokens"] > 0
 
 
+def test_bf16_rollouts_disagree_with_the_fp32_trainer_and_mirrorpop_sees_it(corpus, sft_out, tmp_path):
+    # fp32 sampler and trainer agree to rounding; a bf16 sampler (an engine of lower precision) does not
+    same = run_rl(corpus, sft_out, tmp_path / "fp32", starts_with_fn_reward, steps=1)["last"]
+    low = run_rl(corpus, sft_out, tmp_path / "bf16", starts_with_fn_reward, steps=1, rollout_bf16=True,
+                 mirrorpop_threshold=2e-5)["last"]
+    assert same["mirrorpop_stat_max"] < 2e-5 and same["mirrorpop_dropped"] == 0
+    assert low["mirrorpop_stat_mean"] > 10 * max(same["mirrorpop_stat_mean"], 1e-6)
+    assert low["mirrorpop_dropped"] == low["trajectories"]
+
+
 def test_rl_updates_the_policy_and_resumes(corpus, sft_out, tmp_path):
     # a reward that differs across a group gives a non-zero advantage, so the weights move
     def length_reward(items):

@@ -5,7 +5,9 @@ One step, in order (each line is a call below):
     1. choose prompts        fresh RL rows (held-out tasks excluded) + repair prompts from the
                              Buffered Dynamic Retry buffer (``retry_ratio`` of the batch at most)
     2. roll out              G = ``group_size`` trajectories per prompt, up to ``turns`` answers each,
-                             the verifier's feedback as the user turn between answers
+                             the verifier's feedback as the user turn between answers (under bf16
+                             autocast with ``rollout_bf16``: a sampler of lower precision than the
+                             trainer, the mismatch MirrorPop exists for)
     3. reward                PrimeEcho R(r1, rT) per trajectory (or rT when switched off)
     4. advantages            (R - mean_group) / std_group
     5. retry buffer          groups where every trajectory failed -> repair prompts -> FIFO buffer
@@ -81,7 +83,7 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
              retry: bool = True, retry_cap: int = 64, retry_ratio: float = 0.25, retry_per_group: int = 1,
              mirrorpop: bool = True, mirrorpop_threshold: float = 0.1, save_every: int = 10,
              resume: bool = True, rows: list[dict] | None = None, max_seconds: float = 0.0,
-             on_step: Callable[[dict], None] | None = None) -> dict:
+             on_step: Callable[[dict], None] | None = None, rollout_bf16: bool = False) -> dict:
     """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
 
     ``init`` is the policy to start from (an SFT output directory or a model directory).
@@ -131,8 +133,9 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
         for j, rp in enumerate(buffer.take(n_buf)):
             starts += [(rp.row, rp.messages, n_fresh + j, True)] * group_size
         # 2. multi-turn rollouts with verifier feedback
-        trajs = multi_turn_rollouts(model, tok, starts, reward_fn, turns=turns, max_new_tokens=max_new_tokens,
-                                    temperature=temperature)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=rollout_bf16):
+            trajs = multi_turn_rollouts(model, tok, starts, reward_fn, turns=turns, max_new_tokens=max_new_tokens,
+                                        temperature=temperature)
         # 3-4. PrimeEcho rewards and group-normalised advantages
         R = torch.tensor([trajectory_reward(t, prime_echo=prime_echo, lam=prime_echo_lambda, r_pass=r_pass)
                           for t in trajs])
