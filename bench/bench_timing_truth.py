@@ -70,13 +70,14 @@ class ModelNew(nn.Module):
 '''
 
 DOBENCH_CHILD = r'''
-import json, sys, types, torch
+import json, sys, tempfile, types, torch
+from pathlib import Path
 import torch.utils.cpp_extension as cpp
 from triton.testing import do_bench
 from verifier.worker import make_prebuilt_load_inline
 from verifier.inputs import build_model, draw_inputs
 job = json.loads(open(sys.argv[1]).read())
-cpp.load_inline = make_prebuilt_load_inline(job["build_root"], False, [])
+cpp.load_inline = make_prebuilt_load_inline(job["build_root"], False, [], Path(tempfile.mkdtemp()))
 def load(name, code):
     m = types.ModuleType(name); exec(compile(code, name, "exec"), m.__dict__); return m
 ref = load("ref", job["task"]); cand = load("cand", job["cand"])
@@ -156,8 +157,8 @@ def main(argv=None) -> int:
         names.append(name)
     runs, last = [], 0.0
     for r in range(args.repeats):
-        # a repeat starts only if it (as long as the last one) still leaves a quarter of the budget for do_bench
-        if r and time.time() - t_start + last > args.budget_s * 0.75:
+        # a repeat starts only if it (as long as the last one) still leaves a sixth of the budget for do_bench
+        if r and time.time() - t_start + last > args.budget_s * 0.83:
             break
         t_rep = time.time()
         api._REF_TIMINGS.clear()  # each repeat times the reference again, in a fresh process
