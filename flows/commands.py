@@ -24,6 +24,9 @@ from kernelmill.errors import InputError
 from kernelmill.pipeline import parse_stage_names, run_stages, set_progress_hook
 from kernelmill.stages import BY_NAME, DEFAULT_STAGES, STAGES
 
+# prefect (and flows.pipeline / flows.stages, which import it) is imported inside the commands that
+# use it: it is not installed on the GPU box, where `kernelmill run --no-prefect` must still work.
+
 # Flow name -> entrypoint (file path relative to the repository root : function); prefect.yaml has
 # one deployment per entry (tests/test_stages.py checks that it does).
 ENTRYPOINTS = {

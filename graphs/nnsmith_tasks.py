@@ -37,11 +37,17 @@ import contextlib
 import json
 import math
 import random
+import types
 import warnings
 from dataclasses import dataclass, field
 
+from graphs.nnsmith_emit import UnsupportedOp, ancestors, emit_graph
 from kernelmill.errors import InputError
 from kernelmill.schema import Origin, Task, content_hash
+
+# nnsmith, z3, numpy and torch are imported inside the functions that use them: the CLI imports this
+# module (the nnsmith stage) and stays free of them (torch alone takes about 2 s; nnsmith warns on
+# import) until the stage runs.
 
 GEN_TIMEOUT_MS = 20_000
 WEIGHT_CAP = 1 << 20
@@ -235,8 +241,6 @@ def generate_graph(gseed: int, opset: list, *, max_nodes: int, target_numel: int
 
 def _pick_output(ir) -> str:
     """The graph output the task returns: the leaf with the most ops behind it, then the most elements."""
-    from graphs.nnsmith_emit import ancestors
-
     leaves = ir.leaf_var()
 
     def key(v):
@@ -255,8 +259,6 @@ def _producer(ir, var: str):
 
 
 def _load_module(code: str, name: str):
-    import types
-
     mod = types.ModuleType(name)
     exec(compile(code, f"<{name}>", "exec", dont_inherit=True), mod.__dict__)
     return mod
@@ -333,8 +335,6 @@ def check_equivalence(ir, emitted, code: str, *, trials: int = 2, seed: int = 0)
 
 def make_task(ir, *, seed: int, index: int, gseed: int, settings: dict, tier: str) -> Task:
     """Emit and check one graph; the Task (level 0: annotation sets it). Raises GraphSkipped."""
-    from graphs.nnsmith_emit import UnsupportedOp, ancestors, emit_graph
-
     output = _pick_output(ir)
     kept = ancestors(ir, output)
     if not any(type(i.iexpr.op).__name__ == "Input" for i in ir.insts if i.retvals()[0] in kept):

@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from kernelmill.schema import OpCount, Task, TensorSpec
+from synth.annotate.devices import get_device
 from synth.annotate.trace_worker import TraceWorker
 
 FLOP_RULES = "kernelmill-flops-v1"
@@ -195,8 +196,6 @@ def difficulty_for(level: int, flops: int, bytes_moved: int) -> float:
 
 def annotation_from_trace(task: Task, trace: dict, device_spec: str) -> Task:
     """The annotated copy of ``task`` built from a worker's trace (pure function of its inputs)."""
-    from synth.annotate.devices import get_device
-
     device = get_device(device_spec)
     ops, hist, unknown = [], {}, set()
     flops = n_compute = n_heavy = 0
@@ -269,8 +268,6 @@ def annotate_stream(tasks: list[Task], *, device_spec: str = "H100-SXM", timeout
     Every task gets exactly one outcome unless the caller stops iterating early; closing the
     generator (or an exception in the caller, e.g. Ctrl-C) kills the workers at once. ``mode`` and
     ``real_budget_gb``: see synth.annotate.trace_worker.trace_program. The input tasks are not changed."""
-    from synth.annotate.devices import get_device
-
     get_device(device_spec)  # a bad name fails before any work starts
     if not tasks:
         return

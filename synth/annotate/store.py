@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from kernelmill import store
 from kernelmill.schema import Task
+from synth.annotate.annotator import annotate_stream, order_curriculum
+from synth.annotate.devices import get_device
 
 FAILURES_FILE = "annotate_failures.json"
 
@@ -140,10 +143,6 @@ def annotate_into(root: str | os.PathLike, tasks: list[Task], *, device_spec: st
     ``progress(done, total)`` is called after every task. ``log_progress`` prints a plain progress
     line on stderr every 15 s (default: when stderr is not a terminal, where a bar would not show).
     Raises InputError for an unknown device spec; a task's own failure never raises."""
-    from kernelmill import store
-    from synth.annotate.annotator import annotate_stream, order_curriculum
-    from synth.annotate.devices import get_device
-
     t0 = time.perf_counter()
     get_device(device_spec)
     root = Path(root)

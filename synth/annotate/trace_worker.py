@@ -34,9 +34,15 @@ own; a program that hangs or crashes is handled by the parent (timeout, worker r
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+import subprocess
 import sys
+from multiprocessing.connection import Connection
 from typing import Any
+
+# torch is imported inside the functions that run in the worker: the parent imports this module for
+# TraceWorker (annotator.py, hence the CLI) and stays free of torch (about 2 s to import).
 
 # queries of tensor metadata: dispatched for fake tensors (a tensor subclass), never kernels
 METADATA_OPS = frozenset("sym_size sym_stride sym_numel sym_storage_offset is_contiguous dim size stride numel "
@@ -153,8 +159,6 @@ def _plain(x) -> bool:
 
 def _run_once(ns: dict, seed: int, fake: bool) -> dict:
     """Build the model and inputs and run forward once under the recorder; plain data out."""
-    import inspect
-
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -293,8 +297,6 @@ def worker_main() -> None:
 
     Replies ("ok", trace) or ("error", message). The program's own prints go to stderr (the
     protocol keeps a private copy of stdout)."""
-    from multiprocessing.connection import Connection
-
     memory_limit_gb = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
     _die_with_parent(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     if memory_limit_gb > 0:
@@ -350,10 +352,7 @@ class TraceWorker:
         self.send_conn = self.recv_conn = None
 
     def _start(self) -> None:
-        import subprocess
-        from multiprocessing.connection import Connection
-
-        from kernelmill.config import REPO_ROOT
+        from kernelmill.config import REPO_ROOT  # here, not at the top: the worker process stays off the settings
 
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))

@@ -20,15 +20,14 @@ from __future__ import annotations
 import math
 
 from kernelmill.schema import Message, Task
-from synth.generate.prompts import device_name
+from synth.generate.prompts import build_prompt, device_name
+from synth.teacher.lowering import lower_reference
 
 SECTIONS = ("Shapes", "Ops", "Cost", "Plan", "Parallelism", "Memory", "Checks")
 
 
 def _plan(task: Task):
     try:
-        from synth.teacher.lowering import lower_reference
-
         return lower_reference(task.reference_code)
     except Exception:  # an unlowerable task still gets a trace, without a kernel plan
         return None
@@ -129,8 +128,6 @@ def template_trace(task: Task, backend: str) -> str:
 
 def llm_trace_messages(task: Task, backend: str) -> list[Message]:
     """The chat that asks an LLM for a structured trace with the template's sections."""
-    from synth.generate.prompts import build_prompt
-
     msgs = build_prompt(task, backend)
     ask = ("Before writing any code, write only a structured reasoning trace for this task with these "
            "sections, one heading each: " + ", ".join(SECTIONS) + ". Be concrete about shapes, the cost, "

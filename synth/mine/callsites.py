@@ -16,6 +16,7 @@ name at the call (the sandboxed constructor call then fails and guessing takes o
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 
 from synth.mine.discover import ParsedFile, RepoIndex, _free_names, _text, parser, walk
@@ -79,8 +80,6 @@ def _local_assignment(ident):
 def _value(node, pf: ParsedFile, depth: int = 0) -> tuple[str | None, list[str]]:
     """(source, top-level names it reads) of one argument, or (None, []) when it reads anything else.
     A bare local name assigned once in the calling function stands for its assigned value."""
-    import builtins
-
     if node.type == "identifier" and _text(node) not in pf.symbols and not hasattr(builtins, _text(node)) \
             and depth < 2:
         value = _local_assignment(node)

@@ -20,8 +20,12 @@ imported inside the sandbox).
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
 import time
+import traceback
+import typing
 from dataclasses import dataclass
 
 
@@ -143,8 +147,6 @@ class RecordingConfig:
         return True
 
     def frozen_spec(self) -> dict:
-        import ast
-
         fields = {}
         for k, v in self._guessed.items():
             if isinstance(v, RecordingConfig):
@@ -196,9 +198,6 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overri
     """(value, spec) for one required constructor parameter. ``variant`` 1 asks for a list, 2 for a
     recording config object (``overrides``: attribute values learnt from earlier errors), 3 for a module
     instance, 4 for a module class (see ``module_value``)."""
-    import inspect
-    import typing
-
     import torch.nn as nn
 
     name = param.name
@@ -244,8 +243,6 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overri
 
 
 def required_params(sig):
-    import inspect
-
     req, kwonly = [], []
     for p in sig.parameters.values():
         if p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -256,8 +253,6 @@ def required_params(sig):
 
 def _build_class(cls, ns, base, depth):
     """Instantiate a (config) class of the program from its own defaults plus guesses."""
-    import inspect
-
     req, kwonly = required_params(inspect.signature(cls))
     vals, specs = [], []
     for p in req:
@@ -300,8 +295,6 @@ PROGRAM_FILE = "program.py"  # the file name the sandbox loads a mined program f
 
 def failing_line(e: BaseException) -> str:
     """The source line of the mined program (not torch's) where ``e`` was raised; "" when none."""
-    import traceback
-
     lines = [f.line or "" for f in traceback.extract_tb(e.__traceback__) if f.filename.endswith(PROGRAM_FILE)]
     return lines[-1] if lines else ""
 
@@ -373,8 +366,6 @@ _MUST_PASS_ERR = re.compile(r"[`'\"](\w+)[`'\"] (?:must|needs to) be (?:passed|g
 def _add_missing_kwargs(msg: str, params: list, variants: list[int], overrides: list[dict]) -> bool:
     """A constructor that passes ``**kwargs`` on to another one that needs ``depth``: add ``depth`` as a
     keyword argument of its own (the names come from the inner call's TypeError)."""
-    import inspect
-
     m = _MISSING_ARGS_ERR.search(msg)
     known = {p.name for p in params}
     names = re.findall(r"'(\w+)'", m.group(1)) if m else _MUST_PASS_ERR.findall(msg)
@@ -389,8 +380,6 @@ def _add_missing_kwargs(msg: str, params: list, variants: list[int], overrides: 
 def _add_named_optionals(msg: str, sig, params: list, variants: list[int], overrides: list[dict]) -> bool:
     """``assert exists(depth), 'depth, heads, and mlp_dim must be supplied'``: optional parameters
     (default None) that an assertion names are guessed too, passed by keyword."""
-    import inspect
-
     known = {p.name for p in params}
     named = [p.name for p in sig.parameters.values() if p.default is None and p.name not in known
              and re.search(rf"\b{re.escape(p.name)}\b", msg)]
@@ -416,8 +405,6 @@ MAX_SITE_PARAMS = 25_000_000  # a call site that builds a bigger model (ResNet-1
 def _from_site(Model, sig, ns: dict, site: dict, base: int):
     """(model, init args) built the way one call site of the repository builds it, arguments it leaves
     to local variables guessed; None when the call does not fit the signature or the model is huge."""
-    import inspect
-
     params = [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(site["args"]) > len(positional):
@@ -460,8 +447,6 @@ def construct(Model, ns: dict, bases: list[int], deadline: float, forced: dict[s
     guesses: required positional and keyword-only parameters are guessed alike; keyword-only ones are
     passed by keyword (the task file then wraps the constructor, see synth/mine/miner.py). ``forced`` maps
     parameter names to a variant (see ``_param_spec``) learnt from a failed forward call."""
-    import inspect
-
     sig = inspect.signature(Model)
     req, kwonly = required_params(sig)
     params = req + kwonly

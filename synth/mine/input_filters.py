@@ -13,6 +13,7 @@ imported inside the sandbox), so the parent can import FILTERS from here.
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 
@@ -48,8 +49,6 @@ class IOWatch:
 
 
 def _rng_state():
-    import random
-
     import torch
 
     state = [torch.get_rng_state(), random.getstate()]

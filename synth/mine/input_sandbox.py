@@ -25,9 +25,14 @@ library only) at import time; torch is imported inside the sandbox.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import inspect
 import json
 import os
 import queue
+import resource
+import runpy
 import shutil
 import signal
 import subprocess
@@ -129,8 +134,6 @@ class SandboxPool:
 
 
 def _load_program(code: str, filename: str) -> dict:
-    import importlib.util
-
     with open(filename, "w") as f:
         f.write(code)
     spec = importlib.util.spec_from_file_location("mined_program", os.path.abspath(filename))
@@ -213,8 +216,6 @@ def job_deduce(job: dict) -> dict:
 
 def _defaults(Model) -> dict:
     """The constructor's plain default values (``channels=3``), which also say what the input is."""
-    import inspect
-
     try:
         params = inspect.signature(Model).parameters.values()
     except (TypeError, ValueError):
@@ -239,8 +240,6 @@ def nn_module_type():
 
 def job_run_file(job: dict) -> dict:
     """Run a finished KernelBench program from its own file; report the output specs."""
-    import runpy
-
     import torch
 
     with open("task.py", "w") as f:
@@ -271,8 +270,6 @@ def _vm_bytes() -> int:
 
 
 def _child(job: dict, result_path: str) -> None:
-    import resource
-
     res: dict
     try:
         os.setpgid(0, 0)
@@ -343,8 +340,6 @@ def preload(names: list[str], done: set[str]) -> None:
     with them: einx costs 2.5 s to import, paid once per zygote instead of twice per module. Output of
     an import goes to /dev/null (stdout is the result pipe); a package that fails to import is left to
     the child, which reports it."""
-    import importlib
-
     for name in names:
         if name in done:
             continue

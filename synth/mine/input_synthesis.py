@@ -20,10 +20,11 @@ the parent can import FILTERS from here.
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 
-from synth.mine.init_args import DeductionFailed, is_memory_error, required_params
+from synth.mine.init_args import DeductionFailed, failing_line, is_memory_error, params_named_in, required_params
 
 from synth.mine.input_filters import FILTERS, flatten_outputs, run_forward  # noqa: F401 - callers import them from here
 
@@ -72,8 +73,6 @@ _IDS_RE = r"(^|_)(ids|tokens|token_ids|labels|targets|indices)$"
 def guess_for_param(name: str, first: InputGuess, model) -> InputGuess:
     """The guess for a forward parameter after the first, from its name: a mask over the first input's
     leading dimensions, a per-sample time step, token ids, else a tensor like the first input."""
-    import re
-
     low = name.lower()
     lead = first.shape[:2]
     if re.search(_MASK_RE, low):
@@ -99,8 +98,6 @@ def init_hint(init_values: dict) -> InputGuess | None:
     """An image (or video) guess from constructor arguments that say what the input is: ``image_size``
     and ``channels`` (3 when absent), ``frames`` for a video; None when they say nothing. A vision
     transformer's first layer (a patch rearrange, then LayerNorm over patch features) does not."""
-    import re
-
     def find(pattern):
         return next((v for k, v in init_values.items() if re.search(pattern, k.lower())), None)
 
@@ -166,8 +163,6 @@ def _dims_of(shape_text: str) -> list[int]:
 def adjust_inputs(guesses: list[InputGuess], msg: str, model, line: str = "") -> bool:
     """Change the guesses in place from an error message (and the mined program's source ``line`` where
     it was raised, which may name the input at fault); False when the message gives no hint."""
-    from synth.mine.init_args import params_named_in
-
     named = params_named_in(line, [g.name for g in guesses]) if line else []
     # the guess the failing line names comes first, so a fix lands on the input at fault
     order = sorted(guesses, key=lambda g: g.name not in named)
@@ -294,8 +289,6 @@ def _plans(first: InputGuess, rest: list[InputGuess], dims: list[int]) -> list[l
 def forward_signature(model):
     """The signature of the forward that does the work: past pass-through overrides such as the
     ``forward(self, *args, **kwargs)`` synth/mine/extract.py gives a class that inherits its forward."""
-    import inspect
-
     for cls in type(model).__mro__:
         f = cls.__dict__.get("forward")
         if f is None:
@@ -325,8 +318,6 @@ LAST_FORWARD_S = [0.0]  # seconds of the forward call deduce_inputs ended on (on
 
 def _optional_inputs_named(model, msg: str, guesses: list[InputGuess]) -> list[str]:
     """Optional forward parameters (default None) that an error message names and that are not fed yet."""
-    import re
-
     if not guesses:
         return []
     fed = {g.name for g in guesses}
@@ -340,8 +331,6 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
     """(input names, guesses, output) of the first forward call that runs; DeductionFailed otherwise
     (its ``line``: where the last attempt failed in the mined program). ``init_values``: the constructor
     arguments by name (``image_size`` and ``channels`` say what an image input looks like)."""
-    from synth.mine.init_args import failing_line
-
     params = forward_params(model)
     hint = init_hint(init_values or {}) or first_layer_hint(model, base)
     if not params:

@@ -22,16 +22,23 @@ Mined code only ever runs inside the sandbox's forked children, never in this pr
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures as cf
 import json
 import re
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelmill.schema import Origin, Task, TensorSpec
-from synth.mine.input_synthesis import MASK_KEEP
+from synth.mine.callsites import find_call_sites
+from synth.mine.discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
+from synth.mine.extract import extract_module, rename_identifier
+from synth.mine.input_sandbox import SandboxPool
+from synth.mine.input_synthesis import FILTERS, MASK_KEEP
+from synth.mine.sources import SkippedFile, decode_source_file, iter_repos, source_kind
 
 STEPS = ("modules_found", "self_contained", "license_allowed", "inputs_deduced")
 
@@ -64,8 +71,6 @@ class MineReport:
         return self.tasks_emitted / self.modules_found if self.modules_found else 0.0
 
     def as_dict(self) -> dict:
-        from synth.mine.input_synthesis import FILTERS
-
         return {
             "source": self.source, "files": self.files, "files_parsed": self.files_parsed,
             "file_skips": dict(self.file_skips), "modules_found": self.modules_found,
@@ -80,8 +85,6 @@ class MineReport:
         }
 
     def rows(self) -> list[tuple[str, int, str]]:
-        from synth.mine.input_synthesis import FILTERS
-
         def why(c: Counter) -> str:
             return ", ".join(f"{k} {v}" for k, v in c.most_common())
 
@@ -157,8 +160,6 @@ def wrap_keyword_only(program: str, class_name: str, deduced: dict) -> str:
     """The program with the mined class under its own name again and a ``Model`` subclass that takes
     every argument positionally and passes keyword-only ones by name. The subclass adds no state:
     parameters and buffers keep the mined class's names."""
-    from synth.mine.extract import rename_identifier
-
     inner = class_name if class_name != "Model" else "_MinedModel"
     alias = f"\n{class_name} = Model\n"
     program = program.replace(alias, "\n") if alias in program else program
@@ -206,10 +207,6 @@ def _task_name(repo: str, class_name: str) -> str:
 
 def collect_candidates(source: str, report: MineReport, *, max_file_bytes: int, max_files: int | None = None):
     """Yield self-contained programs of every module found in SOURCE, counting what drops out."""
-    from synth.mine.discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
-    from synth.mine.extract import extract_module
-    from synth.mine.sources import SkippedFile, decode_source_file, iter_repos
-
     order = 0
     for group in iter_repos(source, max_file_bytes=max_file_bytes):
         parsed, licenses, commits = [], {}, {}
@@ -258,8 +255,6 @@ def collect_candidates(source: str, report: MineReport, *, max_file_bytes: int, 
 
 def _literal_assignment(text: str) -> bool:
     """``cfg = {'VGG11': [64, 'M']}``: a plain name bound to a literal, which runs without side effects."""
-    import ast
-
     try:
         tree = ast.parse(text)
         stmt = tree.body[0]
@@ -276,10 +271,6 @@ def with_call_sites(em, index, pf, class_name: str) -> tuple[str, list[dict]]:
     those calls (synth/mine/callsites.py). A call is dropped when its names cannot be made
     self-contained or would bring in top-level statements other than definitions and literal
     assignments (``checkpoint = torch.load('out/ckpt.pt')`` in a script that builds the model)."""
-    from synth.mine.callsites import find_call_sites
-    from synth.mine.discover import NotSelfContained
-    from synth.mine.extract import extract_module
-
     program, kept, needs, before = em.program, [], [], set(em.statements)
     for site in find_call_sites(index, pf, class_name):
         f = index.files.get(site.module)
@@ -299,8 +290,6 @@ def with_call_sites(em, index, pf, class_name: str) -> tuple[str, list[dict]]:
 def installed_imports(program: str) -> list[str]:
     """The third-party packages a program imports (top-level names, torch and the standard library
     aside): extracted programs import only installed packages, their own code is inlined."""
-    import sys
-
     names = re.findall(r"^(?:import|from)\s+([A-Za-z_]\w*)", program, re.M)
     return [n for n in dict.fromkeys(names) if n != "torch" and n not in sys.stdlib_module_names
             and n != "__future__"]
@@ -341,10 +330,6 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     for the run from its own file; inputs stop growing toward ``target_numel`` once one forward takes
     ``scale_forward_s`` on one CPU thread (None: ``max_forward_s / 4``), which keeps heavy modules
     (attention over many tokens) at a few seconds each."""
-    from synth.mine.input_sandbox import SandboxPool
-    from synth.mine.input_synthesis import FILTERS
-    from synth.mine.sources import source_kind
-
     source_kind(source)  # a SOURCE that is none of the accepted forms fails here, before any process starts
     t0 = time.monotonic()
     allow = {x.lower() for x in license_allowlist}

@@ -226,7 +226,7 @@ def parse_hf_source(source: str) -> tuple[str, str | None]:
 
 
 def _open_hf(name: str):
-    import datasets
+    import datasets  # slow to import (about 2 s, torch with it): only hf: sources need it
 
     p = Path(name)
     if p.is_dir() and any((p / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json")):

@@ -27,6 +27,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import torch
+
 # op name -> (torch line, C line, uses y, number of constants). {a}/{b} are constants, written by
 # fmt_const in torch lines and fmt_const + "f" in C lines.
 OPS: dict[str, tuple[str, str, bool, int]] = {
@@ -181,8 +183,6 @@ def generate_tasks(n: int, seed: int = 0, *, max_numel: int = 1 << 20, row_share
 
 def run_task(code: str, seed: int = 0):
     """Execute a task program and return (model output, inputs); the check that it is a valid task."""
-    import torch
-
     ns: dict = {}
     exec(compile(code, "<task>", "exec"), ns)  # noqa: S102 - our own generated programs
     torch.manual_seed(seed)
@@ -195,8 +195,6 @@ def run_task(code: str, seed: int = 0):
 def degenerate(code: str) -> str:
     """Why a task program is unusable ("" when it is fine): its output on two input draws is not
     finite, or is identical (it does not depend on the inputs)."""
-    import torch
-
     a, _ = run_task(code, seed=1)
     b, _ = run_task(code, seed=2)
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
