@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from graphs.nnsmith_emit import UnsupportedOp, ancestors, emit_graph
 from kernelmill.errors import InputError
 from kernelmill.schema import Origin, Task, content_hash
+from kernelmill.settings import NnsmithSettings  # the library functions' keyword defaults are its defaults
 
 # nnsmith, z3, numpy and torch are imported inside the functions that use them: the CLI imports this
 # module (the nnsmith stage) and stays free of them (torch alone takes about 2 s; nnsmith warns on
@@ -362,7 +363,8 @@ def make_task(ir, *, seed: int, index: int, gseed: int, settings: dict, tier: st
                                                    "graph": [str(i) for i in ir.insts]}})
 
 
-def generate_nnsmith_tasks(n: int, seed: int, *, max_nodes: int = 5, target_numel: int = 262144,
+def generate_nnsmith_tasks(n: int, seed: int, *, max_nodes: int = NnsmithSettings.max_nodes,
+                           target_numel: int = NnsmithSettings.target_numel,
                            include_ops: list[str] | None = None, exclude_ops: list[str] | None = None,
                            dtypes: list[str] | None = None) -> NNSmithResult:
     """``n`` nnsmith graphs as checked KernelBench tasks, and the skip reasons of those that failed.

@@ -216,12 +216,14 @@ def test_the_orchestrator_stands_above_the_stages():
 
 def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
     """Library functions keep keyword defaults for direct callers (tests, benchmarks); every one
-    that names a setting must equal the dataclass default, so the two cannot drift apart."""
+    that names a setting must equal the dataclass default, so the two cannot drift apart (mining,
+    nnsmith, annotation and the OpenAI client read them from the dataclasses; train/ repeats them)."""
     import dataclasses
     import inspect
 
     from graphs.nnsmith_tasks import generate_nnsmith_tasks
-    from synth.annotate.annotator import annotate_tasks
+    from synth.annotate.annotator import annotate_stream, annotate_tasks
+    from synth.annotate.store import annotate_into
     from synth.generate.generators import OpenAIGenerator
     from synth.mine.miner import mine_tasks
     from train.evaluate import evaluate_checkpoint
@@ -232,9 +234,9 @@ def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
     checks = [  # (function, settings section, {keyword: setting, or None where the meaning differs})
         (mine_tasks, s.mine, {}),
         (generate_nnsmith_tasks, s.nnsmith, {"dtypes": None}),  # None: graphs/nnsmith_tasks.py's own list
-        # annotate_tasks(workers=1) differs from annotate.workers = 2 (synth/annotate/annotator.py is not this
-        # change's; the annotate stage passes the setting): left out until its owner aligns them
-        (annotate_tasks, s.annotate, {"workers": None}),
+        (annotate_tasks, s.annotate, {}),
+        (annotate_stream, s.annotate, {}),
+        (annotate_into, s.annotate, {"flush_every": "chunk"}),
         (OpenAIGenerator.__init__, s.generate, {"cache_dir": None}),  # the client caches only when given a directory
         (train_sft, s.train, {"steps": "sft_steps"}),
         (train_rl, s.train, {"steps": "rl_steps", "lr": "rl_lr", "save_every": "rl_save_every"}),

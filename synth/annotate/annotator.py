@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from kernelmill.schema import OpCount, Task, TensorSpec
+from kernelmill.settings import AnnotateSettings  # the library functions' keyword defaults are its defaults
 from synth.annotate.devices import get_device
 from synth.annotate.trace_worker import TraceWorker
 
@@ -260,9 +261,11 @@ def _outcome(task: Task, status: str, data, device_spec: str, seconds: float) ->
         return AnnotationOutcome(task, None, f"annotation failed: {type(e).__name__}: {e}", seconds)
 
 
-def annotate_stream(tasks: list[Task], *, device_spec: str = "H100-SXM", timeout_s: float = 60,
-                    memory_limit_gb: float = 16.0, workers: int = 1, mode: str = "auto",
-                    real_budget_gb: float = 2.0) -> Iterator[AnnotationOutcome]:
+def annotate_stream(tasks: list[Task], *, device_spec: str = AnnotateSettings.device_spec,
+                    timeout_s: float = AnnotateSettings.timeout_s,
+                    memory_limit_gb: float = AnnotateSettings.memory_limit_gb,
+                    workers: int = AnnotateSettings.workers, mode: str = "auto",
+                    real_budget_gb: float = AnnotateSettings.real_budget_gb) -> Iterator[AnnotationOutcome]:
     """One outcome per task, in the order they finish, from ``workers`` worker processes.
 
     Every task gets exactly one outcome unless the caller stops iterating early; closing the
@@ -314,9 +317,11 @@ def annotate_stream(tasks: list[Task], *, device_spec: str = "H100-SXM", timeout
             th.join()
 
 
-def annotate_tasks(tasks: list[Task], *, device_spec: str = "H100-SXM", timeout_s: float = 60,
-                   memory_limit_gb: float = 16.0, workers: int = 1, mode: str = "auto",
-                   real_budget_gb: float = 2.0) -> tuple[list[Task], list[tuple[str, str]]]:
+def annotate_tasks(tasks: list[Task], *, device_spec: str = AnnotateSettings.device_spec,
+                   timeout_s: float = AnnotateSettings.timeout_s,
+                   memory_limit_gb: float = AnnotateSettings.memory_limit_gb,
+                   workers: int = AnnotateSettings.workers, mode: str = "auto",
+                   real_budget_gb: float = AnnotateSettings.real_budget_gb) -> tuple[list[Task], list[tuple[str, str]]]:
     """Annotated copies of ``tasks`` (input order, failures left out) and (task_id, reason) failures.
 
     Every program runs in a worker process (see the module docstring); a task that raises, times

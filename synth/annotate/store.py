@@ -33,6 +33,7 @@ from typing import Callable
 
 from kernelmill import store
 from kernelmill.schema import Task
+from kernelmill.settings import AnnotateSettings  # the keyword defaults of annotate_into are its defaults
 from synth.annotate.annotator import annotate_stream, order_curriculum
 from synth.annotate.devices import get_device
 
@@ -133,11 +134,13 @@ class _LogProgress:
             print(f"annotate: {done}/{total} done, {failed} failed", file=sys.stderr, flush=True)
 
 
-def annotate_into(root: str | os.PathLike, tasks: list[Task], *, device_spec: str = "H100-SXM",
-                  timeout_s: float = 60, memory_limit_gb: float = 16.0, workers: int = 2,
-                  real_budget_gb: float = 2.0, retry_failed: bool = False,
+def annotate_into(root: str | os.PathLike, tasks: list[Task], *, device_spec: str = AnnotateSettings.device_spec,
+                  timeout_s: float = AnnotateSettings.timeout_s,
+                  memory_limit_gb: float = AnnotateSettings.memory_limit_gb, workers: int = AnnotateSettings.workers,
+                  real_budget_gb: float = AnnotateSettings.real_budget_gb,
+                  retry_failed: bool = AnnotateSettings.retry_failed,
                   progress: Callable[[int, int], None] | None = None, log_progress: bool | None = None,
-                  flush_every: int = 25, flush_s: float = 10.0) -> AnnotateReport:
+                  flush_every: int = AnnotateSettings.chunk, flush_s: float = 10.0) -> AnnotateReport:
     """Annotate the ``tasks`` not yet in ``root/tasks`` into it; see the module docstring.
 
     ``progress(done, total)`` is called after every task. ``log_progress`` prints a plain progress

@@ -25,6 +25,7 @@ import random
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -62,10 +63,11 @@ class OpenAIGenerator:
 
     is_llm = True
 
-    def __init__(self, base_url: str, model: str, *, api_key: str = "", concurrency: int = 8,
-                 max_retries: int = 5, timeout_s: float = 120.0, temperature: float = 0.8,
-                 max_tokens: int = 0, cache_dir: str | os.PathLike | None = None,
-                 backoff_s: float = 1.0, max_backoff_s: float = 30.0):
+    def __init__(self, base_url: str, model: str, *, api_key: str = "",
+                 concurrency: int = GenerateSettings.concurrency, max_retries: int = GenerateSettings.max_retries,
+                 timeout_s: float = GenerateSettings.timeout_s, temperature: float = GenerateSettings.temperature,
+                 max_tokens: int = GenerateSettings.max_tokens, cache_dir: str | os.PathLike | None = None,
+                 backoff_s: float = GenerateSettings.backoff_s, max_backoff_s: float = 30.0):
         if not base_url:
             raise InputError("generate.base_url", "is empty; set it to an OpenAI-compatible endpoint")
         if not model:
@@ -144,24 +146,32 @@ class OpenAIGenerator:
                 time.sleep(wait * (0.9 + 0.2 * random.random()))
         raise GenerationError(f"{self.url}: gave up after {self.max_retries + 1} attempts; last error: {last}")
 
+    def _choices(self, messages: list[Message], n: int) -> list[str]:
+        body = {"model": self.model, "messages": [{"role": m.role, "content": m.content} for m in messages],
+                "n": n, "temperature": self.temperature}
+        if self.max_tokens:
+            body["max_tokens"] = self.max_tokens
+        choices = self._post(body).get("choices") or []
+        if not choices:
+            raise GenerationError(f"{self.url}: a 200 answer with no choices")
+        return [(c.get("message") or {}).get("content") or "" for c in choices]
+
     def generate(self, messages: list[Message], n: int) -> list[str]:
-        """n responses for the chat (from the cache when this exact request was answered before)."""
+        """n responses for the chat (from the cache when this exact request was answered before).
+
+        A server that answers with fewer choices than ``n`` (``transformers serve`` gives one, whatever
+        ``n`` says) is asked for the rest one choice per request, those requests sent concurrently
+        (within ``concurrency``)."""
         key = self.cache_key(messages, n)
         cached = self._cache_read(key)
         if cached is not None and len(cached) >= n:
             self.cache_hits += 1
             return cached[:n]
-        out: list[str] = []
-        while len(out) < n:  # some servers return fewer choices than asked for
-            body = {"model": self.model, "messages": [{"role": m.role, "content": m.content} for m in messages],
-                    "n": n - len(out), "temperature": self.temperature}
-            if self.max_tokens:
-                body["max_tokens"] = self.max_tokens
-            data = self._post(body)
-            choices = data.get("choices") or []
-            if not choices:
-                raise GenerationError(f"{self.url}: a 200 answer with no choices")
-            out += [(c.get("message") or {}).get("content") or "" for c in choices]
+        out = self._choices(messages, n)
+        if len(out) < n:
+            with ThreadPoolExecutor(max_workers=min(n - len(out), self.concurrency)) as pool:
+                for more in pool.map(lambda _: self._choices(messages, 1), range(n - len(out))):
+                    out += more
         out = out[:n]
         self._cache_write(key, out)
         return out

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelmill.schema import Origin, Task, TensorSpec
+from kernelmill.settings import MineSettings  # the library functions' keyword defaults are its defaults
 from synth.mine.callsites import find_call_sites
 from synth.mine.discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
 from synth.mine.extract import extract_module, rename_identifier
@@ -315,9 +316,10 @@ def _process(pool, c: _Candidate, *, target_numel: int, timeout_s: float, max_fo
 
 
 def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allowlist: list[str],
-               workers: int = 2, max_file_bytes: int = 1 << 20, memory_limit_gb: float = 4.0,
-               max_forward_s: float = 2.0, min_forward_s: float = 0.0, max_files: int | None = None,
-               scale_forward_s: float | None = 0.1) -> MineResult:
+               workers: int = MineSettings.workers, max_file_bytes: int = MineSettings.max_file_bytes,
+               memory_limit_gb: float = MineSettings.memory_limit_gb, max_forward_s: float = MineSettings.max_forward_s,
+               min_forward_s: float = MineSettings.min_forward_s, max_files: int | None = None,
+               scale_forward_s: float | None = MineSettings.scale_forward_s) -> MineResult:
     """Mine SOURCE (a directory, a git path or URL, or ``hf:NAME[:COLUMN]``) into github Tasks.
 
     Guarantees: every returned task's reference_code ran from its own file in a fresh process and
