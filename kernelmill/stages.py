@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -189,8 +190,10 @@ def annotate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> 
 def generate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
     """First-turn candidates: ``generate.samples_per_task`` responses for each task (curriculum
     order, at most ``generate.max_tasks``) that has no first-turn candidate from this generator and
-    backend yet, written per task. Teacher declines are counted, not stored (as in repair). No
-    verification here: the path for sampling a large model and verifying elsewhere."""
+    backend yet, written per task in task order. An endpoint is asked for up to
+    ``generate.concurrency`` tasks at once (the teacher, one). Teacher declines are counted, not
+    stored (as in repair). No verification here: the path for sampling a large model and verifying
+    elsewhere."""
     backend = resolve_backend(s.run.backend)
     generator = make_generator(s.generate, backend=backend)
     tasks = order_curriculum(store.read_records(run_dir, "tasks"))
@@ -200,18 +203,23 @@ def generate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> 
     todo = [t for t in tasks if t.task_id not in done]
     written = declined = 0
     progress("generate", 0, len(todo))
-    for i, task in enumerate(todo):
+
+    def sample(task):
         messages = build_prompt(task, backend)
-        cands = []
-        for sample, response in enumerate(generator.generate(messages, s.generate.samples_per_task)):
-            if is_declined(generator, response):
-                declined += 1
-                continue
-            cands.append(make_candidate(task.task_id, backend, generator, response,
-                                        dialogue_id=dialogue_id_for(task.task_id, backend, generator.name, sample),
-                                        prompt=messages[-1].content))
-        written += store.write_records(run_dir, "candidates", cands)
-        progress("generate", i + 1, len(todo))
+        return task, messages, generator.generate(messages, s.generate.samples_per_task)
+
+    with ThreadPoolExecutor(max_workers=max(1, int(getattr(generator, "concurrency", 1)))) as pool:
+        for i, (task, messages, responses) in enumerate(pool.map(sample, todo)):
+            cands = []
+            for n, response in enumerate(responses):
+                if is_declined(generator, response):
+                    declined += 1
+                    continue
+                cands.append(make_candidate(task.task_id, backend, generator, response,
+                                            dialogue_id=dialogue_id_for(task.task_id, backend, generator.name, n),
+                                            prompt=messages[-1].content))
+            written += store.write_records(run_dir, "candidates", cands)
+            progress("generate", i + 1, len(todo))
     return {"backend": backend, "generator": generator.name, "tasks": len(todo),
             "skipped_done": len(tasks) - len(todo), "declined": declined, "candidates_written": written}
 
@@ -240,39 +248,53 @@ def _verify_fn(s: Settings, stats: dict) -> Callable:
 
 def verify(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
     """A verdict for every candidate without one (``run.backend`` auto: every backend's), written in
-    batches of ``flows.verify_flush_rows`` as they arrive, so a killed run loses at most one batch."""
-    items = unverified(run_dir, None if s.run.backend == "auto" else s.run.backend)
+    batches of ``flows.verify_flush_rows`` as they arrive, so a killed run loses at most one batch.
+
+    Candidates of one task and backend with the same code (k samples of a confident model) are
+    verified once: the others get a copy of that verdict under their own candidate id (counted in
+    ``reused``). So a kernel that passes only some of the time is judged once per call, not per copy."""
+    todo = unverified(run_dir, None if s.run.backend == "auto" else s.run.backend)
+    copies: dict[tuple, list] = {}
+    for task, cand in todo:
+        copies.setdefault((cand.task_id, cand.backend, cand.code), []).append((task, cand))
+    items = [group[0] for group in copies.values()]
     ray_stats: dict = {}
     verify_fn = _verify_fn(s, ray_stats)
     lock = threading.Lock()
     pending: list = []
-    counts = {"candidates": len(items), "verified": 0, "correct": 0, "written": 0}
+    counts = {"candidates": len(todo), "verified": 0, "reused": len(todo) - len(items), "correct": 0, "written": 0}
 
     def flush() -> None:
         counts["written"] += store.write_records(run_dir, "verdicts", pending)
         pending.clear()
 
+    def add(i: int, verdict) -> None:  # under lock
+        cand = items[i][1]
+        verdict.candidate_id = verdict.candidate_id or cand.candidate_id
+        group = copies[(cand.task_id, cand.backend, cand.code)]
+        for _, dup in group:
+            v = verdict if dup is cand else dataclasses.replace(verdict, candidate_id=dup.candidate_id)
+            pending.append(v)
+            counts["correct"] += bool(v.correct)
+        counts["verified"] += len(group)
+
     def on_verdict(i: int, verdict) -> None:
         with lock:  # verify_fn may call back from its own threads
-            verdict.candidate_id = verdict.candidate_id or items[i][1].candidate_id
-            pending.append(verdict)
-            counts["verified"] += 1
-            counts["correct"] += bool(verdict.correct)
+            add(i, verdict)
             if len(pending) >= s.flows.verify_flush_rows:
                 flush()
-            progress("verify", counts["verified"], len(items))
+            progress("verify", counts["verified"], len(todo))
 
-    progress("verify", 0, len(items))
+    progress("verify", 0, len(todo))
     if items:
         verdicts = verify_fn(items, config=s.verify, compile_workers=s.verify.compile_workers or None,
                              on_verdict=on_verdict)
         with lock:
             # a verify_fn that does not call back (or misses some) still gets its verdicts stored
             seen = {v.candidate_id for v in pending} | store.stored_ids(run_dir, "verdicts")
-            for (_, cand), v in zip(items, verdicts):
-                v.candidate_id = v.candidate_id or cand.candidate_id
-                if v.candidate_id not in seen:
-                    pending.append(v)
+            for i, ((_, cand), v) in enumerate(zip(items, verdicts)):
+                if (v.candidate_id or cand.candidate_id) not in seen:
+                    add(i, v)
             flush()
     if ray_stats:  # where the work ran: workers (host, pid), chunks, concurrency, cluster, extensions built
         counts["ray"] = ray_stats

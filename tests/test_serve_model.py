@@ -1,0 +1,126 @@
+"""A trained checkpoint served by the real `transformers serve` on a loopback port, sampled through the
+project's OpenAI client and its generate stage (the `kernelmill generate` command). Nothing is faked:
+the checkpoint is trained here for a few steps with train/sft.py on procedural tasks whose prompts are
+the generate stage's own (synth/generate/prompts.py), and the server is the FastAPI/uvicorn app of
+transformers in a child process (train/serve.py). The model is tiny and barely trained, so what it
+writes is not code; the test checks the plumbing a real model relies on: the served prompt is the
+token sequence the trainer trained on, the server's greedy answer is the in-process greedy answer,
+and completions come back as candidates of the generate stage."""
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from curation.filters import render_prompt
+from kernelmill import store
+from kernelmill.cli import main as kernelmill_main
+from kernelmill.schema import Message, SFTRow, Task, task_id_for
+from synth.generate.generators import OpenAIGenerator
+from synth.generate.prompts import build_prompt
+from synth.teacher.compact import answer
+from synth.teacher.task_families import generate_tasks, task_code
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(checkpoint dir, tasks, corpus dir): a 1-layer model trained 4 steps on 6 procedural tasks."""
+    from train.model import latest_checkpoint
+    from train.sft import train_sft
+
+    root = tmp_path_factory.mktemp("serve")
+    tasks, rows = [], []
+    for i, ft in enumerate(generate_tasks(6, seed=3)):
+        ref = task_code(ft)
+        task = Task.from_code(ref, name=f"family_{i}", source="teacher", level=1)
+        msgs = build_prompt(task, "cpu") + [Message("assistant", f"```python\n{answer(ft, 'cpu')}```")]
+        tasks.append(task)
+        rows.append(SFTRow(id="s" + task.task_id, task_id=task_id_for(ref), messages=msgs, source="teacher",
+                           generator="teacher_compact", backend="cpu", level=1, num_turns=1, final_reward=1.0))
+    corpus = root / "corpus"
+    store.write_records(corpus, "sft", rows)
+    res = train_sft(corpus, root / "sft", steps=4, batch_size=2, lr=3e-3, warmup=1, max_len=1024, save_every=0,
+                    heldout_frac=0.0, vocab_size=2048, n_layer=1, d_model=32, n_head=2, device="cpu", log_every=0,
+                    split_words=False, split_digits=True)
+    assert res["steps_done"] == 4
+    return latest_checkpoint(root / "sft"), tasks, root
+
+
+@pytest.fixture(scope="module")
+def server(trained):
+    from train.serve import ModelServer, prepare_checkpoint
+
+    ckpt, changed = prepare_checkpoint(trained[0])
+    assert changed == []  # train/model.py already wrote the chat template and the generation config
+    with ModelServer(ckpt, device="cpu", log_path=trained[2] / "server.log", timeout_s=240) as s:
+        yield s
+
+
+def test_checkpoint_chat_template_is_the_training_format(trained):
+    from transformers import AutoTokenizer
+
+    from train import data as D
+
+    tok = AutoTokenizer.from_pretrained(str(trained[0]))
+    for task in trained[1][:3]:
+        msgs = [{"role": m.role, "content": m.content} for m in build_prompt(task, "cpu")]
+        served = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        assert served == D.encode_chat(tok, msgs, add_generation_prompt=True)[0]
+        # an rft / rl row's prompt (system and user text in one user turn) is the same token sequence
+        row_prompt = [{"role": "user", "content": render_prompt(build_prompt(task, "cpu"))}]
+        assert served == D.encode_chat(tok, row_prompt, add_generation_prompt=True)[0]
+    with pytest.raises(Exception, match="role"):
+        tok.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
+
+
+def test_server_answers_as_the_trained_model(trained, server):
+    """The server counts the prompt tokens encode_chat makes, and its greedy answer (temperature 0) is
+    the in-process greedy answer of train/rollout.py: same prompt ids, same weights, same stop token."""
+    from train import data as D
+    from train.model import load_pretrained
+    from train.rollout import decode_response, sample
+
+    assert httpx.get(server.base_url + "/models", timeout=30).status_code == 200
+    msgs = [{"role": m.role, "content": m.content} for m in build_prompt(trained[1][0], "cpu")]
+    r = httpx.post(server.base_url + "/chat/completions", timeout=120,
+                   json={"model": server.model, "messages": msgs, "temperature": 0, "max_tokens": 12})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    model, tok = load_pretrained(trained[0])
+    ids = D.encode_chat(tok, msgs, add_generation_prompt=True)[0]
+    assert body["usage"]["prompt_tokens"] == len(ids)
+    local = sample(model, tok, [ids], max_new_tokens=12, greedy=True)[0]
+    assert body["choices"][0]["message"]["content"] == decode_response(tok, local.ids)
+    wrong = httpx.post(server.base_url + "/chat/completions", timeout=60,
+                       json={"model": "another-model", "messages": msgs, "max_tokens": 2})
+    assert wrong.status_code == 400  # the served name is the checkpoint path, nothing else
+
+
+def test_openai_client_samples_the_served_checkpoint(trained, server, tmp_path):
+    gen = OpenAIGenerator(server.base_url, server.model, temperature=1.0, max_tokens=8, cache_dir=tmp_path / "cache",
+                          concurrency=2, max_retries=1)
+    out = gen.generate(build_prompt(trained[1][1], "cpu"), 3)  # transformers serve ignores n: the client asks again
+    assert len(out) == 3 and all(isinstance(t, str) for t in out)
+    assert gen.requests_sent == 3
+    assert gen.generate(build_prompt(trained[1][1], "cpu"), 3) == out and gen.requests_sent == 3  # cached
+
+
+def test_generate_stage_against_the_served_checkpoint(trained, server, tmp_path, capsys):
+    """`kernelmill generate RUN --set generate.base_url=... --set generate.model=...`, as with any hosted model."""
+    run = tmp_path / "run"
+    store.write_records(run, "tasks", trained[1][:2])
+    argv = ["generate", str(run), "--set", "run.backend=cpu", "--set", "generate.samples_per_task=2",
+            "--set", "generate.max_tokens=8", "--set", f"generate.cache_dir={tmp_path / 'cache'}"]
+    argv += [a for s in server.settings() for a in ("--set", s)]
+    assert kernelmill_main(argv) == 0
+    counts = json.loads(capsys.readouterr().out)["generate"]
+    assert counts["generator"] == server.model and counts["candidates_written"] == 4
+    cands = store.read_records(run, "candidates")
+    assert len(cands) == 4
+    assert {c.task_id for c in cands} == {t.task_id for t in trained[1][:2]}
+    assert {c.generator for c in cands} == {server.model}
+    assert all(c.prompt and c.response is not None for c in cands)
+    assert Path(server.log_path).read_text().count("POST /v1/chat/completions") >= 4
