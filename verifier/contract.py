@@ -177,6 +177,7 @@ class ChildReport(_Record):
     compile_error: str = ""
     timing_error: str = ""
     threads_added_timing: int = 0
+    reference_gap_us: list[float] = field(default_factory=list)  # the reference's idle gaps, probed between the candidate's
     timing_exclusive: typing.Optional[bool] = None
     lock_wait_s: float = 0.0
     device: str = ""

@@ -50,7 +50,7 @@ from verifier.inputs import (as_list, build_model, digest, draw_inputs, init_inp
                              tensors_of, to_device)
 from verifier.monitors import DispatchRecorder, profiled, read_profile
 from verifier.tamper import Snapshot
-from verifier.timing import clone, plain_cpu, probe_calls, time_model
+from verifier.timing import clone, plain_cpu, probe_calls, probe_pairs, time_model
 
 KERNEL_CALLS = [0]
 
@@ -382,8 +382,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 keep = min(job.timed_checks, len(job.timing_seeds))
                 report.candidate = time_model(backend, model_new, job.timing_seeds, draw, job.warmup, keep,
                                                  job_dir, "timed")
-                report.candidate.launch_us, report.candidate.idle_gap_us = probe_calls(
-                    backend, model_new, job.timing_seeds, draw, job.gap_probes)
+                report.candidate.launch_us, report.candidate.idle_gap_us, report.reference_gap_us = probe_pairs(
+                    backend, model_new, model, job.timing_seeds, draw, job.gap_probes)
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
         report.threads_added_timing = max(threading.active_count() - py0, _os_threads() - os0, 0)
