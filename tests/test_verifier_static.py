@@ -234,3 +234,17 @@ class ModelNew(nn.Module):
 
 def C01_in(rep) -> bool:
     return cheats.C01 in rep.cheat_codes
+
+
+def test_kernel_names_read_past_launch_bounds_on_either_side_of_void():
+    """`__global__ void __launch_bounds__(256) k(...)` is legal CUDA: the kernel is `k`, not the attribute
+    (reading the attribute as the name made every launch of such an honest kernel look like no own kernel)."""
+    from verifier.backends import kernel_names_in
+
+    src = """__global__ void a(float* x) {}
+__global__ void __launch_bounds__(256, 2) b(float* x) {}
+__global__ __launch_bounds__(128) void c(float* x) {}
+template <typename T> __global__ static void d(T* x) {}
+__global__ void __cluster_dims__(2, 1, 1) f(float* x) {}
+"""
+    assert kernel_names_in([src]) == ["a", "b", "c", "d", "f"]

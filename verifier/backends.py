@@ -236,8 +236,16 @@ def kernel_names_in(cuda_sources: list[str]) -> list[str]:
     """Names of __global__ functions in CUDA sources."""
     names = []
     for src in cuda_sources:
-        names += re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(\w+)", src)
+        names += [m.group(1) for m in _GLOBAL_FN.finditer(src)]
     return names
+
+
+# `__global__` then qualifiers and attributes (static, inline, __launch_bounds__(256, 2), __cluster_dims__(2,1,1),
+# __noinline__) on either side of `void`, then the name and its parameter list or template arguments
+_QUALIFIERS = r"(?:(?:static|inline|__noinline__|__forceinline__|__launch_bounds__\s*\([^)]*\)|" \
+              r"__cluster_dims__\s*\([^)]*\)|__maxnreg__\s*\([^)]*\))\s+)*"
+_GLOBAL_FN = re.compile(r"__global__\s+" + _QUALIFIERS + r"void\s+" + _QUALIFIERS.replace(")\\s+)*", ")\\s*)*")
+                        + r"(?!__launch_bounds__|__cluster_dims__|__maxnreg__)(\w+)\s*[(<]")
 
 
 # Kernel names a vendor library uses; a candidate's kernel named like one is not counted as the candidate's own
