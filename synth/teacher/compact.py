@@ -2,9 +2,12 @@
 that is a regular function of the task, so a small model can learn the mapping.
 
 The answer is one template per family kind with three variable parts: whether a second input ``y``
-is passed, one C expression line per op of the chain (``OPS``: ``x = torch.relu(x)`` ->
+is passed (and whether it is a row vector broadcast over the rows: ``y[i % m]``, ``y[c]``), one C
+expression line per op of the chains before and after the row op (``OPS``: ``x = torch.relu(x)`` ->
 ``v = fmaxf(v, 0.0f);``, constants copied), and the kind's loop (elementwise, row reduction, row
-softmax). Sizes are runtime arguments, so the answer does not depend on the task's shape.
+softmax, logsumexp, row normalisations). Row kinds that keep the shape write the chain's values to
+``out`` in a first pass, then finish each row in place. Sizes are runtime arguments, so the answer
+does not depend on the task's shape.
 
 cuda: the CUDA source names nothing from torch (no torch/at/c10 namespaces, TORCH_/AT_/C10_ macros
 or torch includes): ``__global__ void fused`` and a plain ``launch`` taking raw pointers, sizes and a
@@ -20,7 +23,7 @@ use one thread per row (simple, not fast).
 
 from __future__ import annotations
 
-from synth.teacher.task_families import FamilyTask
+from synth.teacher.task_families import OPS, REDUCING, FamilyTask
 
 HEADER = "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
 
@@ -33,31 +36,65 @@ def _names(t: FamilyTask) -> tuple[str, str, str, str]:
     return "x", "const float* x", "x", "torch::Tensor x"
 
 
-def _body(t: FamilyTask, ind: str, idx: str) -> str:
-    """Load x (and y) at ``idx`` into v (and w), then one line per op."""
-    lines = [f"float v = x[{idx}];"] + ([f"float w = y[{idx}];"] if t.two_inputs else [])
+def _body(t: FamilyTask, ind: str, idx: str, yidx: str = "") -> str:
+    """Load x at ``idx`` (and y at ``yidx``, default ``idx``) into v (and w), then one line per op."""
+    lines = [f"float v = x[{idx}];"] + ([f"float w = y[{yidx or idx}];"] if t.two_inputs else [])
     lines += [o.c_line() for o in t.ops]
+    return "".join(f"{ind}{ln}\n" for ln in lines)
+
+
+def _finish(t: FamilyTask, ind: str, value: str, dest: str, yidx: str = "") -> str:
+    """``dest = value`` through the post chain: ``float v = value;`` (w loaded when a post op uses y),
+    one line per post op, ``dest = v;``. Without a post chain: ``dest = value;``."""
+    if not t.post:
+        return f"{ind}{dest} = {value};\n"
+    lines = [f"float v = {value};"]
+    if t.two_inputs and any(OPS[o.name][2] for o in t.post):
+        lines.append(f"float w = y[{yidx}];")
+    lines += [o.c_line() for o in t.post] + [f"{dest} = v;"]
     return "".join(f"{ind}{ln}\n" for ln in lines)
 
 
 def _row_loop(t: FamilyTask, ind: str) -> str:
     """The per-row computation of a row kind, for row ``r`` of ``cols`` columns (C, cuda and cpu)."""
-    loop = f"{ind}for (long c = 0; c < cols; c++) {{\n{ind}  long i = r * cols + c;\n{_body(t, ind + '  ', 'i')}"
+    yc = "c" if t.y_row else "i"
+    head = f"{ind}for (long c = 0; c < cols; c++) {{\n{ind}  long i = r * cols + c;\n"
+    loop = head + _body(t, ind + "  ", "i", yc)
+    # the last pass of a shape-keeping kind: each value of the row, finished through the post chain
+    last = lambda value: head + _finish(t, ind + "  ", value, "out[i]", yc) + f"{ind}}}\n"  # noqa: E731
     if t.kind in ("sum", "mean"):
         fin = "(float)acc" if t.kind == "sum" else "(float)(acc / cols)"
-        return f"{ind}double acc = 0.0;\n{loop}{ind}  acc += v;\n{ind}}}\n{ind}out[r] = {fin};\n"
+        return f"{ind}double acc = 0.0;\n{loop}{ind}  acc += v;\n{ind}}}\n" + _finish(t, ind, fin, "out[r]")
     if t.kind == "amax":
-        return f"{ind}float acc = -3.4e38f;\n{loop}{ind}  acc = fmaxf(acc, v);\n{ind}}}\n{ind}out[r] = acc;\n"
-    # softmax: values, then exp(v - max) and their sum, then the scale
-    return (f"{ind}float m = -3.4e38f;\n{loop}{ind}  out[i] = v;\n{ind}  m = fmaxf(m, v);\n{ind}}}\n"
-            f"{ind}double s = 0.0;\n"
-            f"{ind}for (long i = r * cols; i < (r + 1) * cols; i++) {{\n"
-            f"{ind}  out[i] = expf(out[i] - m);\n{ind}  s += out[i];\n{ind}}}\n"
-            f"{ind}for (long i = r * cols; i < (r + 1) * cols; i++) out[i] = (float)(out[i] / s);\n")
+        return f"{ind}float acc = -3.4e38f;\n{loop}{ind}  acc = fmaxf(acc, v);\n{ind}}}\n" + _finish(t, ind, "acc", "out[r]")
+    if t.kind == "logsumexp":  # max, then the sum of exp(v - max) with the chain computed again
+        return (f"{ind}float m = -3.4e38f;\n{loop}{ind}  m = fmaxf(m, v);\n{ind}}}\n"
+                f"{ind}double s = 0.0;\n{loop}{ind}  s += expf(v - m);\n{ind}}}\n"
+                + _finish(t, ind, "m + logf((float)s)", "out[r]"))
+    if t.kind == "softmax":  # values, then exp(v - max) and their sum, then the scale
+        pre = (f"{ind}float m = -3.4e38f;\n{loop}{ind}  out[i] = v;\n{ind}  m = fmaxf(m, v);\n{ind}}}\n"
+               f"{ind}double s = 0.0;\n"
+               f"{ind}for (long i = r * cols; i < (r + 1) * cols; i++) {{\n"
+               f"{ind}  out[i] = expf(out[i] - m);\n{ind}  s += out[i];\n{ind}}}\n")
+        if not t.post:
+            return pre + f"{ind}for (long i = r * cols; i < (r + 1) * cols; i++) out[i] = (float)(out[i] / s);\n"
+        return pre + last("(float)(out[i] / s)")
+    mean = f"{ind}double acc = 0.0;\n{loop}{ind}  out[i] = v;\n{ind}  acc += v;\n{ind}}}\n"
+    if t.kind == "center":
+        return mean + f"{ind}float mu = (float)(acc / cols);\n" + last("out[i] - mu")
+    if t.kind == "rmsnorm":
+        return (f"{ind}double acc = 0.0;\n{loop}{ind}  out[i] = v;\n{ind}  acc += (double)v * v;\n{ind}}}\n"
+                f"{ind}float rs = (float)(1.0 / sqrt(acc / cols + 1e-5));\n" + last("out[i] * rs"))
+    if t.kind == "layernorm":  # center, then scale by the rms of the centred row
+        return (mean + f"{ind}float mu = (float)(acc / cols);\n{ind}double sq = 0.0;\n"
+                f"{ind}for (long i = r * cols; i < (r + 1) * cols; i++) {{\n"
+                f"{ind}  out[i] = out[i] - mu;\n{ind}  sq += (double)out[i] * out[i];\n{ind}}}\n"
+                f"{ind}float rs = (float)(1.0 / sqrt(sq / cols + 1e-5));\n" + last("out[i] * rs"))
+    raise ValueError(f"teacher_compact: unknown kind {t.kind!r}")
 
 
 def _alloc(t: FamilyTask) -> str:
-    return "torch::empty_like(x)" if t.kind in ("ew", "softmax") else "torch::empty({x.size(0)}, x.options())"
+    return "torch::empty({x.size(0)}, x.options())" if t.kind in REDUCING else "torch::empty_like(x)"
 
 
 def _check(t: FamilyTask, device: str) -> str:
@@ -81,7 +118,11 @@ def cuda_answer(t: FamilyTask) -> str:
     """The cuda ModelNew file for a task (bare CUDA source + torch wrapper in cpp_sources)."""
     _args, params, ptrs, tparams = _names(t)
     data = ", ".join(f"{a}.data_ptr<float>()" for a in ptrs.split(", "))
-    if t.kind == "ew":
+    if t.kind == "ew" and t.y_row:  # y is a row vector of m values, broadcast over x
+        sizes, size_args, count, size_vals = "long n, long m", "n, m", "n", "x.numel(), y.numel()"
+        kernel = ("  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n) return;\n"
+                  + _body(t, "  ", "i", "i % m") + "  out[i] = v;\n")
+    elif t.kind == "ew":
         sizes, size_args, count, size_vals = "long n", "n", "n", "x.numel()"
         kernel = ("  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n) return;\n"
                   + _body(t, "  ", "i") + "  out[i] = v;\n")
@@ -110,8 +151,9 @@ def cpu_answer(t: FamilyTask) -> str:
             + f"  auto out_t = {_alloc(t).replace('x.', 'x_t.').replace('(x)', '(x_t)')};\n{ptr_decl}"
             "  float* out = out_t.data_ptr<float>();\n")
     if t.kind == "ew":
-        loop = "  for (long i = 0; i < n; i++) {\n" + _body(t, "    ", "i") + "    out[i] = v;\n  }\n"
-        head += "  long n = x_t.numel();\n"
+        loop = ("  for (long i = 0; i < n; i++) {\n" + _body(t, "    ", "i", "i % m" if t.y_row else "")
+                + "    out[i] = v;\n  }\n")
+        head += "  long n = x_t.numel();\n" + ("  long m = y_t.numel();\n" if t.y_row else "")
     else:
         loop = "  for (long r = 0; r < rows; r++) {\n" + _row_loop(t, "    ") + "  }\n"
         head += "  long rows = x_t.size(0), cols = x_t.size(1);\n"
