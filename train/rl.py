@@ -89,7 +89,8 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
     ``init`` is the policy to start from (an SFT output directory or a model directory).
     ``reward_fn`` defaults to the real verifier on ``backend``. ``rows`` overrides the corpus rows
     (already split; used by benchmarks that pick their own tasks). ``max_seconds`` > 0 stops early,
-    with a checkpoint, once that much time has passed. ``on_step`` gets each step's metrics record as
+    with a checkpoint, before a step that would end past it (judged by the mean step time so far; the
+    first step always runs, and a step slower than the mean can still overrun). ``on_step`` gets each step's metrics record as
     soon as it is written (benchmarks flush it where a cut-off run still leaves it)."""
     out_dir = Path(out_dir)
     dev = pick_device(device)
@@ -212,7 +213,9 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             on_step(last)
         log.info("rl step %d/%d reward %.3f pass %.3f buffer %d mirrorpop %.2f", step + 1, steps,
                  last["reward_mean"], last["pass_rate"], len(buffer), last["mirrorpop_dropped_share"])
-        out_of_time = max_seconds > 0 and time.time() - t0 > max_seconds
+        # stop before a step that would not fit, judged by the mean step time so far (a budget is a promise)
+        spent = time.time() - t0
+        out_of_time = max_seconds > 0 and spent + spent / (step + 1 - start) > max_seconds
         if (save_every and (step + 1) % save_every == 0) or step + 1 == steps or out_of_time:
             save_checkpoint(out_dir, step + 1, model, tok, {"optimizer": opt.state_dict(), "stage": "rl",
                                                              "buffer": buffer.state(), "cursor": cursor,
