@@ -322,3 +322,137 @@ def test_constructor_guesses_modules_keyword_only_and_passed_on_keywords():
     assert isinstance(model.fn, nn.Module) and [(a.name, a.keyword) for a in args] == [("fn", False), ("scale", True)]
     model, args, _ = next(construct(Outer, {}, [32], time.monotonic() + 10))
     assert [a.name for a in args] == ["dim", "depth"] and all(a.keyword for a in args) and len(model.layers) == 2
+
+
+# ---------------------------------------------------------------------------- wrappers of other models (issue 17)
+
+WRAPPER_FILES = {
+    "LICENSE": "MIT License\n\nPermission is hereby granted, free of charge, to any person obtaining a copy",
+    "seqlib/__init__.py": "from seqlib.nets import TokenNet\nfrom seqlib.wrappers import LossWrapper, WidthMatched\n",
+    "seqlib/nets.py": '''
+        import torch.nn as nn
+
+
+        class TokenNet(nn.Module):
+            def __init__(self, num_tokens, max_seq_len, dim):
+                super().__init__()
+                self.max_seq_len = max_seq_len
+                self.dim = dim
+                self.token_emb = nn.Embedding(num_tokens, dim)
+                self.to_logits = nn.Linear(dim, num_tokens)
+
+            def forward(self, x):
+                return self.to_logits(self.token_emb(x))
+    ''',
+    "seqlib/wrappers.py": '''
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class LossWrapper(nn.Module):
+            """Takes another model of the repository and reads its attributes: built only in tests."""
+            def __init__(self, net, ignore_index=-100):
+                super().__init__()
+                self.net = net
+                self.max_seq_len = net.max_seq_len
+                self.num_tokens = net.token_emb.num_embeddings
+                self.ignore_index = ignore_index
+
+            def forward(self, x):
+                b, n = x.shape
+                assert n == self.max_seq_len
+                logits = self.net(x[:, :-1])
+                return F.cross_entropy(logits.transpose(1, 2), x[:, 1:], ignore_index=self.ignore_index)
+
+
+        class WidthMatched(nn.Module):
+            """Its own `dim` must equal the wrapped model's."""
+            def __init__(self, net, dim):
+                super().__init__()
+                self.net = net
+                self.token_emb = net.token_emb
+                self.norm = nn.LayerNorm(dim)
+
+            def forward(self, x):
+                return self.norm(self.net.token_emb(x))
+    ''',
+    "tests/test_seqlib.py": '''
+        import torch
+        from seqlib.nets import TokenNet
+
+
+        def test_loss_wrapper():
+            from seqlib import LossWrapper
+
+            model = TokenNet(num_tokens=32, max_seq_len=12, dim=16)
+            model = LossWrapper(model)
+            assert model(torch.randint(0, 32, (2, 12))).ndim == 0
+    ''',
+}
+
+
+@pytest.fixture(scope="module")
+def mined_wrappers(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seqlib_repo")
+    for path, text in WRAPPER_FILES.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(textwrap.dedent(text))
+    return mine_tasks(str(root), target_numel=1 << 12, timeout_s=20, license_allowlist=ALLOW, workers=2)
+
+
+def test_a_wrapper_is_built_the_way_a_test_function_builds_it(mined_wrappers):
+    """LossWrapper is imported inside the test function through the package's re-export, and its
+    argument is the variable assigned on the line before: the task builds the same TokenNet, and the
+    token ids are as long as the model's max_seq_len (the forward asserts it)."""
+    t = _task(mined_wrappers, "LossWrapper")
+    check_kernelbench_source(t.reference_code)
+    assert "class TokenNet(nn.Module)" in t.reference_code
+    assert t.init_inputs == "[TokenNet(num_tokens=32, max_seq_len=12, dim=16)]"
+    assert t.input_specs[0].dtype == "int64" and t.input_specs[0].shape[1] == 12
+
+
+def test_a_model_argument_nobody_passes_comes_from_a_class_that_has_what_it_reads(mined_wrappers):
+    """WidthMatched is never called in the repository; it reads net.token_emb, which TokenNet sets, so a
+    call of TokenNet (the test's) fills it, and its own `dim` is taken from the model (16), not guessed."""
+    t = _task(mined_wrappers, "WidthMatched")
+    assert t.init_inputs == "[TokenNet(num_tokens=32, max_seq_len=12, dim=16), 16]"
+    assert t.input_specs[0].dtype == "int64"
+
+
+def test_every_wrapper_task_runs_from_its_own_file(mined_wrappers, tmp_path):
+    for t in mined_wrappers.tasks:
+        f = tmp_path / f"{t.name}.py"
+        f.write_text(t.reference_code)
+        run = ("import runpy, torch, sys\ng = runpy.run_path(sys.argv[1])\n"
+               "m = g['Model'](*g['get_init_inputs']()).eval()\nout = m(*g['get_inputs']())\n"
+               "assert isinstance(out, torch.Tensor) and out.is_floating_point()\n")
+        r = subprocess.run([sys.executable, "-c", run, str(f)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (t.name, r.stderr[-1000:])
+
+
+def test_callable_and_weight_reading_parameters_get_modules():
+    """`activation: Callable` is guessed as a module, not a number; a module whose constructor reads
+    `module.weight` gets a Linear wider than the guessed sizes (a low rank below its width fits)."""
+    import time
+    from typing import Callable
+
+    import torch.nn as nn
+
+    from synth.mine.init_args import construct
+
+    class GatedProj(nn.Module):
+        def __init__(self, dim_in, dim_out, activation: Callable):
+            super().__init__()
+            self.proj, self.act = nn.Linear(dim_in, dim_out * 2), activation
+
+    class LowRank(nn.Module):
+        def __init__(self, module, rank):
+            super().__init__()
+            out_dim, in_dim = module.weight.shape
+            assert rank < min(out_dim, in_dim)
+            self.a = nn.Parameter(module.weight.new_zeros(out_dim, rank))
+
+    model, args, _ = next(construct(GatedProj, {}, [32], time.monotonic() + 10))
+    assert isinstance(model.act, nn.Module)
+    model, args, _ = next(construct(LowRank, {}, [32], time.monotonic() + 10))
+    assert isinstance(args[0].value, nn.Linear) and args[0].value.in_features > args[1].value

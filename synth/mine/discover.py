@@ -395,7 +395,8 @@ class RepoIndex:
         # (module, name) -> why it cannot be made self-contained; shared by every class of the repository
         # so that a big helper that fails (a decorator module, say) is explored once, not once per class
         self.failed: dict[tuple[str, str], NotSelfContained] = {}
-        self.calls: dict[str, dict] = {}  # module -> callee name -> call sites (synth/mine/callsites.py)
+        self.calls: dict = {}  # module -> the file's calls (synth/mine/callsites.py)
+        self.inits: dict = {}  # module -> class -> its __init__ node (synth/mine/callsites.py)
 
     def resolve(self, pf: ParsedFile, b: ImportBinding) -> ParsedFile | None:
         """The repository file an import refers to, or None when it is not in the repository."""

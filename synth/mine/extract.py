@@ -47,7 +47,8 @@ class ExtractedModule:
     class_name: str
     program: str
     files_used: list[str]
-    statements: list[str] = field(default_factory=list)  # top-level statements other than def, class, import
+    statements: list[tuple[str, str]] = field(default_factory=list)  # (path, text) of top-level statements
+    # other than def, class and import
 
 
 class _Closure:
@@ -248,5 +249,5 @@ def extract_module(index: RepoIndex, pf: ParsedFile, class_name: str,
             body.append(text)
     program = "\n".join(lines) + "\n\n\n" + "\n\n\n".join(body) + "\n"
     files = sorted({f.path for f, _ in c.defs if f is not None})
-    statements = [s.text for f, s in c.defs if f is not None and s.kind not in ("def", "class", "import")]
+    statements = [(f.path, s.text) for f, s in c.defs if f is not None and s.kind not in ("def", "class", "import")]
     return ExtractedModule(pf.path, class_name, program, files, statements)

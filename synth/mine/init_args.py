@@ -21,6 +21,7 @@ imported inside the sandbox).
 from __future__ import annotations
 
 import ast
+import collections.abc
 import inspect
 import re
 import time
@@ -177,7 +178,9 @@ def _annotation_type(param, ns: dict):
 _MODULE_RE = (r"^(fn|func|function|net|module|sublayer|submodule|inner|body|wrapped|layer|model|backbone)$"
               r"|_(fn|net|module)$")
 _FACTORY_RE = r"_layer$|_cls$|_class$|^block$|_block$|^block_type$|_factory$|_fn_cls$"
-MODULE_INSTANCE, MODULE_FACTORY, LONG_LIST, TRIPLE = 3, 4, 5, 6
+MODULE_INSTANCE, MODULE_FACTORY, LONG_LIST, TRIPLE, MODULE_LINEAR = 3, 4, 5, 6, 7
+_NO_ATTRIBUTE_ERR = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+LINEAR_ATTRIBUTES = frozenset(("weight", "bias", "in_features", "out_features"))
 
 
 def _named_like(pattern: str, low_name: str) -> bool:
@@ -210,8 +213,13 @@ def _param_spec(param, ns: dict, base: int, variant: int, depth: int = 0, overri
         origin = typing.get_origin(ann)
     if isinstance(ann, type) and ann.__module__ == ns.get("__name__") and depth < 3 and not issubclass(ann, nn.Module):
         return _build_class(ann, ns, base, depth + 1)
+    if variant == MODULE_LINEAR:  # the module reads fn.weight / fn.in_features: a layer with weights,
+        # wider than the guessed sizes so that what they bound (a low rank, a head count) fits
+        return nn.Linear(2 * base, 2 * base), {"k": "expr", "src": f"torch.nn.Linear({2 * base}, {2 * base})"}
+    callable_ann = ann is collections.abc.Callable or origin is collections.abc.Callable or (  # `act: Callable`
+        isinstance(ann, str) and re.fullmatch(r"(typing\.|collections\.abc\.)?Callable(\[.*\])?", ann) is not None)
     if variant == MODULE_INSTANCE or (variant == 0 and (
-            isinstance(ann, type) and issubclass(ann, nn.Module) or _named_like(_MODULE_RE, low))):
+            isinstance(ann, type) and issubclass(ann, nn.Module) or _named_like(_MODULE_RE, low) or callable_ann)):
         return module_value(low, factory=False)
     if variant == MODULE_FACTORY or (variant == 0 and _named_like(_FACTORY_RE, low)):
         return module_value(low, factory=True)
@@ -310,6 +318,12 @@ def params_named_in(line: str, names: list[str]) -> list[str]:
 def _fix_constructor(e: Exception, params, pairs, variants: list[int], overrides: list[dict]) -> bool:
     """Change one constructor guess from an error; False when the error gives no hint."""
     msg = str(e)
+    m = _NO_ATTRIBUTE_ERR.search(msg)
+    if m and m.group(2) in LINEAR_ATTRIBUTES:  # 'GELU' object has no attribute 'weight': a Linear instead
+        for i, (v, _) in enumerate(pairs):
+            if type(v).__name__ == m.group(1) and variants[i] != MODULE_LINEAR:
+                variants[i] = MODULE_LINEAR
+                return True
     if NOT_CALLABLE_ERR.search(msg):  # a plain value where the module calls a class: block(dim)
         names = [p.name for i, p in enumerate(params) if variants[i] not in (MODULE_INSTANCE, MODULE_FACTORY)]
         for name in params_named_in(failing_line(e), names):
@@ -402,6 +416,16 @@ class InitArg:
 MAX_SITE_PARAMS = 25_000_000  # a call site that builds a bigger model (ResNet-152, ViT-L) is not a task
 
 
+def _int_attribute(modules: list, name: str) -> int | None:
+    """The integer attribute ``name`` of the first of these modules or their submodules that has one."""
+    for m in modules:
+        for sub in m.modules():
+            v = getattr(sub, name, None)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+    return None
+
+
 def _from_site(Model, sig, ns: dict, site: dict, base: int):
     """(model, init args) built the way one call site of the repository builds it, arguments it leaves
     to local variables guessed; None when the call does not fit the signature or the model is huge."""
@@ -419,13 +443,21 @@ def _from_site(Model, sig, ns: dict, site: dict, base: int):
         given[k] = src
     # keyword arguments that go to **kwargs (Encoder(dim=512, depth=6) passing them on to its base)
     params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in given if k not in sig.parameters]
+    import torch.nn as nn
+
+    values = {k: eval(src, ns) for k, src in given.items() if src is not None}  # noqa: S307 - inside the sandbox
+    modules = [v for v in values.values() if isinstance(v, nn.Module)]
     args, skipped = [], False
     for p in params:
         src = given.get(p.name)
         if src is not None:
-            value, spec = eval(src, ns), {"k": "expr", "src": src}  # noqa: S307 - inside the sandbox
+            value, spec = values[p.name], {"k": "expr", "src": src}
         elif p.name in given or p.default is p.empty:
             value, spec = _param_spec(p, ns, base, 0)
+            known = _int_attribute(modules, p.name)
+            if known is not None and isinstance(value, int):
+                # a wrapper's `dim` is its model's: AutoregressiveLatent(net=TransformerWrapper(...), dim=...)
+                value, spec = known, {"k": "lit", "src": repr(known)}
         else:
             skipped = skipped or p.kind != p.KEYWORD_ONLY  # later positional ones go by keyword
             continue

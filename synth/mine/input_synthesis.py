@@ -251,10 +251,28 @@ def adjust_inputs(guesses: list[InputGuess], msg: str, model, line: str = "") ->
                 g.kind, g.shape = "int", g.shape[:2] if len(g.shape) > 2 else g.shape
                 g.hi = _num_embeddings(model)
                 return True
+    m = re.search(r"assert\s+(\w+)\s*(==|<=)\s*self\.(\w+)", line)
+    if m:  # `b, n = x.shape; assert n == self.max_seq_len`: the sequence is as long as the model says
+        want = getattr(model, m.group(3), None)
+        if isinstance(want, int) and not isinstance(want, bool) and want > 0:
+            for g in order:
+                if len(g.shape) >= 2 and (g.shape[1] != want if m.group(2) == "==" else g.shape[1] > want):
+                    g.shape[1] = want
+                    return True
+    m = re.search(r"max(?:imum)? sequence length (?:of |is )?(\d+)", msg)
+    if m:  # "a sequence length of 128 but your absolute positional embedding has a max sequence length of 32"
+        for g in order:
+            if len(g.shape) >= 2 and g.shape[1] > int(m.group(1)):
+                g.shape[1] = int(m.group(1))
+                return True
     if "index out of range in self" in msg:
         for g in order:
             if g.kind == "int" and g.hi > 2:
                 g.hi = 2
+                return True
+        for g in order:  # a float input that the module turns into embedding indices
+            if g.kind == "float":
+                g.kind, g.shape, g.hi = "int", g.shape[:2] if len(g.shape) > 2 else g.shape, _num_embeddings(model)
                 return True
     return False
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kernelmill.schema import Origin, Task, TensorSpec
 from kernelmill.settings import MineSettings  # the library functions' keyword defaults are its defaults
-from synth.mine.callsites import find_call_sites
+from synth.mine.callsites import find_call_sites, provider_sites
 from synth.mine.discover import FileSyntaxError, NotSelfContained, RepoIndex, find_module_classes, parse_file
 from synth.mine.extract import extract_module, rename_identifier
 from synth.mine.input_sandbox import SandboxPool
@@ -270,18 +270,21 @@ def _literal_assignment(text: str) -> bool:
 def with_call_sites(em, index, pf, class_name: str) -> tuple[str, list[dict]]:
     """The program extended with what the repository's own constructor calls of the class read, and
     those calls (synth/mine/callsites.py). A call is dropped when its names cannot be made
-    self-contained or would bring in top-level statements other than definitions and literal
-    assignments (``checkpoint = torch.load('out/ckpt.pt')`` in a script that builds the model)."""
+    self-contained or would bring in top-level statements of the calling file other than definitions
+    and literal assignments (``checkpoint = torch.load('out/ckpt.pt')`` in a script that builds the
+    model); the top-level statements of the library files it imports (``LinearNoBias = partial(...)``)
+    run whenever the repository's own code is imported, and are kept."""
     program, kept, needs, before = em.program, [], [], set(em.statements)
-    for site in find_call_sites(index, pf, class_name):
-        f = index.files.get(site.module)
-        trial = needs + [(f, n) for n in site.needs]
+    # the class's own calls first, then calls made up for its model-valued parameters (fallbacks)
+    for site in find_call_sites(index, pf, class_name) + provider_sites(index, pf, class_name):
+        trial = needs + [(index.files[m], n) for m, n in site.needs]
         if site.needs:
             try:
                 ext = extract_module(index, pf, class_name, trial)
             except (NotSelfContained, RecursionError):
                 continue
-            if not all(_literal_assignment(t) for t in ext.statements if t not in before):
+            if not all(_literal_assignment(t) for path, t in ext.statements if (path, t) not in before
+                       and path == site.path):
                 continue
             program, needs = ext.program, trial
         kept.append(site.as_job())
