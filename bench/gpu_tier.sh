@@ -4,7 +4,9 @@
 #   2. bench/bench_teacher_gpu.py     (the teacher's cuda candidates, one task per op family)
 # or, with the argument "verifier":  bench/bench_verifier.py (throughput, busy fraction, timing noise);
 # "issue3": the GPU tests then the verifier benchmark in one call; "train": the training-stage benchmark
-# with RL prompt screening (bench/bench_train_gpu.py --rl-screen), in one call.
+# with RL prompt screening (bench/bench_train_gpu.py --rl-screen), in one call; "loop": a trained checkpoint
+# served by transformers serve, sampled, verified, curated into rft rows, RFT, served and evaluated again
+# (bench/bench_loop_gpu.py), in one call.
 # Logs and tables go to $OUT (default /tmp/km-gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,16 @@ if [ "${1:-}" = "train" ]; then  # SFT, screened RL prompts, RL arms with each s
     python3 bench/bench_train_gpu.py --corpus bench/data/train_corpus --budget-s "${TOTAL_S:-540}" \
         --sft-s "${SFT_S:-90}" --rl-screen "${SCREEN:-48}" --rl-s "${RL_S:-70}" --rl-steps 30 \
         --results "$OUT/train.md" 2>&1 | tee "$OUT/bench_train.log"
+    exit "${PIPESTATUS[0]}"
+fi
+if [ "${1:-}" = "loop" ]; then  # SFT -> transformers serve -> sample -> verify -> curate -> RFT -> serve -> evaluate, < 600 s
+    # what transformers serve and the curate stage need beyond the box's image travels as wheels in .whl/
+    # (carry .whl and bench/data/loop_corpus; README "The loop with a served model" lists them)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || { echo "loop: installing .whl/*.whl failed (carry .whl)"; exit 2; }
+    export PYTHONPATH=/tmp/site:$PYTHONPATH
+    python3 bench/bench_loop_gpu.py --corpus bench/data/loop_corpus --budget-s "${TOTAL_S:-540}" \
+        --sft-s "${SFT_S:-90}" --rft-s "${RFT_S:-45}" --k "${K:-8}" --results "$OUT/loop.md" 2>&1 | tee "$OUT/bench_loop.log"
     exit "${PIPESTATUS[0]}"
 fi
 if [ "${1:-}" = "verifier" ]; then
