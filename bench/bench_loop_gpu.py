@@ -304,7 +304,7 @@ def run(args) -> int:
         counts = BY_NAME[name].run(run_dir, s, lambda *a: None)
         return {"seconds": round(time.time() - t, 1), **{k: v for k, v in counts.items() if not isinstance(v, (list, dict))}}
 
-    # 1. SFT, with the teacher's answers for a few evaluation tasks verified alongside
+    # 1. SFT, with the teacher's answers for E and P verified alongside
     teacher: dict = {}
 
     def check_teacher() -> None:
