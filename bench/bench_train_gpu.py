@@ -1,32 +1,50 @@
-"""GPU benchmark of the training stage: a small model trained from scratch on a procedural teacher
-corpus, pass@1 on held-out task programs through the verifier, SFT alone vs SFT+RL vs RL with each
-stabiliser (PrimeEcho, Buffered Dynamic Retry, MirrorPop) switched off.
+"""GPU benchmark of the training stage, RL with signal: a small model trained from scratch on a tiered
+procedural teacher corpus; the held-out tiers on which SFT passes about half of its samples become the
+RL and evaluation mix; SFT vs SFT+RL with all stabilisers vs RL with each stabiliser (PrimeEcho,
+Buffered Dynamic Retry, MirrorPop) switched off, pass@1 with 95% bootstrap intervals over tasks, and
+every RL step's groups logged.
 
 Two steps:
 
-    python bench/bench_train_gpu.py --make-corpus bench/data/train_corpus --tasks 8000      (here)
-    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_train_gpu.py \\
-        --corpus bench/data/train_corpus --budget-s 520                                     (GPU box)
+    python bench/bench_train_gpu.py --make-corpus bench/data/train_corpus --tasks 8000 \\
+        --tier-shares 1=0.4,2=0.2,3=0.2,4=0.2                                               (here, CPU)
+    bash bench/gpu_tier.sh train                                                          (GPU box)
 
-The corpus: ``--tasks`` distinct programs from synth/teacher/task_families.py (elementwise chains, row
-reductions, row softmax, random constants and shapes), each with the compact teacher's answer
-(synth/teacher/compact.py) for ``--backend``: an sft row (user = instruction + task code,
-assistant = the answer in a ```python block) and an rl row (prompt, reference_code). Making it
-verifies the cpu twins of ``--check`` tasks with the real cpu verifier (the cuda and cpu answers
-share their expression lines); the GPU run verifies cuda teacher answers on the GPU before
-anything else and reports how many passed. Held-out tasks (train.data.is_heldout on task_id) are
-never trained on in any stage: they are other programs (other op combinations, constants or
-shapes); the report gives the share of evaluated held-out tasks whose op combination never occurs
-in training, and pass@1 on those alone.
+The corpus: ``--tasks`` distinct programs from synth/teacher/task_families.py in four tiers (1: the
+original elementwise chains and row reductions / softmax; 2: longer chains and a broadcast row-vector
+input; 3: reductions and softmax followed by elementwise work; 4: logsumexp and row normalisations
+with chains before and after), each with the compact teacher's answer (synth/teacher/compact.py) for
+``--backend``: an sft row and an rl row; ``families.json`` holds each task's op combination and tier.
+Held-out tasks (train.data.is_heldout on task_id) are never trained on in any stage.
 
-Every phase runs under an explicit time budget; a phase that does not fit is reported as "not run",
-never estimated. Each result row is printed (JSON, flushed) and the markdown table rewritten as soon
-as the row exists, so a run cut off still leaves its numbers in ``--results`` and $OUT.
+Phases of the run, in order, each under a time budget (a phase that does not fit is reported as
+"not run", never estimated):
+
+  1. SFT on the training tasks, each tier's share kept per ``--sft-tiers`` (with ``--sft-s``, the two
+     knobs of how strong SFT gets on each tier). Alongside, the teacher's own answers for the
+     screening and evaluation tasks go through the verifier on this machine (a per-tier teacher
+     check, and a warm verdict cache: a model answer equal to the teacher's is verified once).
+  2. Tier screening: ``--screen-samples`` sampled answers of the SFT model for ``--screen-per-tier``
+     held-out tasks of each tier. The tiers whose sample pass rate lies in [``--band-lo``,
+     ``--band-hi``] (else the one nearest the band's middle) become the mix (``--eval-tiers`` names
+     them instead). Screening tasks are never evaluated, so the choice uses no evaluation outcome.
+  3. SFT pass@1 (greedy) on ``--eval-tasks`` held-out tasks of the chosen tiers.
+  4. RL arms (``--arms``): the first gets ``--rl-s``, the others ``--ablation-rl-s`` and at most the
+     first arm's step count. RL prompts: held-out tasks of the chosen tiers outside the evaluation
+     set, screened ones that SFT always solved left out. Each arm is evaluated like SFT, with the
+     paired bootstrap interval of its difference to SFT on the same tasks.
+
+Every RL step's record (rewards, groups with zero advantage, all-pass / all-fail / mixed groups, retry
+buffer size, additions, draws and evictions, sequences MirrorPop dropped, tokens with a non-zero
+advantage) is appended to ``$OUT/rl_steps.jsonl`` as it happens, each result row to
+``$OUT/train_rows.jsonl``, and the markdown (``--results`` and its copy in $OUT) is rewritten after
+every row, so a run cut off still leaves its numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -41,29 +59,42 @@ sys.path.insert(0, str(ROOT))
 PROMPT = ("Write `ModelNew` for the {backend} backend: custom kernels through load_inline, no PyTorch compute.\n"
           "```python\n{ref}```")
 FAMILIES_FILE = "families.json"
+ARMS = {"all": ("SFT + RL (all stabilisers)", {}), "no_prime_echo": ("RL without PrimeEcho", {"prime_echo": False}),
+        "no_retry": ("RL without Buffered Dynamic Retry", {"retry": False}),
+        "no_mirrorpop": ("RL without MirrorPop", {"mirrorpop": False})}
 
 
-def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: float, check: int) -> None:
+# ---------------------------------------------------------------------------- corpus (CPU, beforehand)
+
+
+def task_level(t) -> int:
+    """KernelBench level of a family task: 1 a single elementwise chain, 2 a fused row op, 3 a row
+    normalisation or logsumexp (a block's worth of passes)."""
+    return 1 if t.kind == "ew" else 3 if t.tier == 4 else 2
+
+
+def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: float, check: int,
+                tier_shares: str) -> None:
     from kernelmill import store
     from kernelmill.schema import Message, RLRow, SFTRow, task_id_for
     from synth.teacher.compact import answer
-    from synth.teacher.task_families import generate_tasks, task_code
+    from synth.teacher.task_families import generate_mix, parse_shares, task_code
     from train.data import is_heldout
 
     t0 = time.time()
-    tasks = generate_tasks(n_tasks, seed)
+    tasks = generate_mix(n_tasks, seed, parse_shares(tier_shares))
     sft, rl, fams = [], [], {}
     for t in tasks:
         ref = task_code(t)
         tid = task_id_for(ref)
         prompt = PROMPT.format(backend=backend, ref=ref)
-        level = 1 if t.kind == "ew" else 2
+        level = task_level(t)
         sft.append(SFTRow(id="s" + tid, task_id=tid, source="teacher", generator="teacher_compact", backend=backend,
                           level=level, num_turns=1, final_reward=1.0,
                           messages=[Message("user", prompt), Message("assistant", f"```python\n{answer(t, backend)}```")]))
         rl.append(RLRow(id="r" + tid, task_id=tid, prompt=prompt, reference_code=ref, test_spec={}, level=level,
-                        difficulty=float(len(t.ops)), pass_rate=1.0, n_samples=1, backend=backend))
-        fams[tid] = t.signature
+                        difficulty=t.difficulty, pass_rate=1.0, n_samples=1, backend=backend))
+        fams[tid] = {"sig": t.signature, "tier": t.tier}
     if len(fams) != len(tasks):
         raise SystemExit(f"make-corpus: {len(tasks) - len(fams)} task programs share a task_id")
     out.mkdir(parents=True, exist_ok=True)
@@ -74,24 +105,28 @@ def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: 
     (out / FAMILIES_FILE).write_text(json.dumps(fams, sort_keys=True, indent=0))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     held = sum(is_heldout(tid, heldout_frac) for tid in fams)
+    per_tier = {k: sum(f["tier"] == k for f in fams.values()) for k in sorted({f["tier"] for f in fams.values()})}
     print(f"corpus {out}: {len(sft)} sft rows, {len(rl)} rl rows ({held} held out at frac {heldout_frac}), "
-          f"{len(set(fams.values()))} op combinations, {size / 1e6:.2f} MB, {time.time() - t0:.0f} s", flush=True)
+          f"tasks per tier {per_tier}, {len({f['sig'] for f in fams.values()})} op combinations, "
+          f"{size / 1e6:.2f} MB, {time.time() - t0:.0f} s", flush=True)
     if check:
         check_teacher_cpu(tasks, check)
 
 
 def check_teacher_cpu(tasks, n: int) -> None:
-    """Verify the cpu twins of ``n`` tasks (spread over the kinds) with the real cpu verifier."""
+    """Verify the cpu twins of ``n`` tasks (spread over tiers and kinds) with the real cpu verifier."""
     from synth.teacher.compact import cpu_answer
     from synth.teacher.task_families import task_code
     from train.rollout import verifier_reward_fn
 
-    by_kind: dict[str, list] = {}
+    by_kind: dict[tuple, list] = {}
     for t in tasks:
-        by_kind.setdefault(t.kind, []).append(t)
+        by_kind.setdefault((t.tier, t.kind), []).append(t)
+    # rounds over the tiers, each round taking the next kind of every tier
+    order = sorted(by_kind, key=lambda k: (sorted(x[1] for x in by_kind if x[0] == k[0]).index(k[1]), k[0]))
     pick = []
     while len(pick) < n and any(by_kind.values()):
-        for k in sorted(by_kind):
+        for k in order:
             if by_kind[k] and len(pick) < n:
                 pick.append(by_kind[k].pop(0))
     fn = verifier_reward_fn("cpu", {"trials": 5, "timing_trials": 0, "time_torch_compile": False})
@@ -101,8 +136,42 @@ def check_teacher_cpu(tasks, n: int) -> None:
     ok = sum(s.correct for s in scores)
     for t, s in zip(pick, scores):
         if not s.correct:
-            print("teacher cpu twin FAILED", t.signature, s.stage, s.feedback[:400], flush=True)
+            print("teacher cpu twin FAILED", t.tier, t.signature, s.stage, s.feedback[:400], flush=True)
     print(f"teacher check (cpu verifier, cpu twins): {ok}/{len(pick)} correct, {time.time() - t0:.0f} s", flush=True)
+
+
+def read_families(corpus: Path) -> dict[str, dict]:
+    """task_id -> {"sig", "tier"}; a corpus made before tiers (values are signatures) is all tier 1."""
+    f = corpus / FAMILIES_FILE
+    raw = json.loads(f.read_text()) if f.is_file() else {}
+    return {k: (v if isinstance(v, dict) else {"sig": v, "tier": 1}) for k, v in raw.items()}
+
+
+def keep_share(task_id: str, share: float) -> bool:
+    """Deterministic subsample by task id (independent of the held-out split's hash)."""
+    return share >= 1.0 or int(hashlib.sha256(f"sft-keep:{task_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
+
+
+def write_sft_corpus(corpus: Path, out: Path, fams: dict, shares: dict[int, float]) -> dict[int, int]:
+    """A copy of ``corpus`` whose sft table keeps ``shares[tier]`` of each tier's rows (rl table whole: the
+    tokenizer reads its prompts). Returns the sft rows kept per tier."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (out / "sft").mkdir(parents=True, exist_ok=True)
+    (out / "rl").mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*/*.parquet"):
+        old.unlink()
+    sft = pa.concat_tables([pq.read_table(f) for f in sorted((corpus / "sft").glob("*.parquet"))])
+    tier_of = [fams.get(t, {"tier": 1})["tier"] for t in sft.column("task_id").to_pylist()]
+    keep = [keep_share(t, shares.get(k, 0.0)) for t, k in zip(sft.column("task_id").to_pylist(), tier_of)]
+    pq.write_table(sft.filter(pa.array(keep)), out / "sft" / "part-0.parquet")
+    for f in sorted((corpus / "rl").glob("*.parquet")):
+        pq.write_table(pq.read_table(f), out / "rl" / f.name)
+    return {k: sum(1 for t, kept in zip(tier_of, keep) if kept and t == k) for k in sorted(set(tier_of))}
+
+
+# ---------------------------------------------------------------------------- the report
 
 
 def device_name() -> str:
@@ -111,15 +180,96 @@ def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
+def fmt_ci(ci) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+
+
+def choose_tiers(rates: dict[int, float], lo: float, hi: float) -> list[int]:
+    """The tiers whose screening pass rate is in [lo, hi]; else the one nearest (lo + hi) / 2 (the harder
+    one on a tie). Tiers with no rate (not screened) are never chosen."""
+    inside = sorted(k for k, r in rates.items() if lo <= r <= hi)
+    if inside or not rates:
+        return inside
+    mid = (lo + hi) / 2
+    return [min(rates, key=lambda k: (abs(rates[k] - mid), -k))]
+
+
+def summarise_steps(recs: list[dict]) -> dict:
+    """An arm's RL steps in a few numbers: what the groups could teach, what the buffer and MirrorPop did."""
+    if not recs:
+        return {}
+    n = len(recs)
+    mean = lambda k: round(sum(float(r.get(k) or 0.0) for r in recs) / n, 3)  # noqa: E731
+    total = lambda k: int(sum(int(r.get(k) or 0) for r in recs))  # noqa: E731
+    rp = [r["repair_pass_rate"] for r in recs if r.get("repair_pass_rate") is not None]
+    return {"steps": n, "s_per_step": mean("step_s"), "train_pass_rate": mean("pass_rate"),
+            "reward_mean": mean("reward_mean"), "reward_std": mean("reward_std"),
+            "zero_adv_share": mean("zero_adv_share"), "groups": total("groups"),
+            "mixed_groups": total("mixed_groups"), "all_pass_groups": total("all_pass_groups"),
+            "all_fail_groups": total("all_fail_groups"), "buffer_added": total("buffer_added"),
+            "buffer_drawn": total("buffer_drawn"), "buffer_max": max(int(r.get("buffer_size", 0)) for r in recs),
+            "repair_pass_rate": round(sum(rp) / len(rp), 3) if rp else "",
+            "mirrorpop_dropped": total("mirrorpop_dropped"), "trajectories": total("trajectories"),
+            "signal_tokens": total("signal_tokens"), "sampled_tokens": total("sampled_tokens")}
+
+
+def diagnose(name: str, s: dict, diff: tuple | None) -> str:
+    """One sentence per arm, from its logged groups: why RL moved pass@1 or did not."""
+    if not s:
+        return f"{name}: no RL step ran."
+    why = (f"{name}: {s['steps']} steps ({s['s_per_step']} s each), {s['groups']} groups: {s['mixed_groups']} mixed, "
+           f"{s['all_pass_groups']} all-pass, {s['all_fail_groups']} all-fail; {s['zero_adv_share']:.0%} of groups per "
+           f"step had zero advantage; {s['signal_tokens']} of {s['sampled_tokens']} kept sampled tokens carried a "
+           f"non-zero advantage; retry buffer: {s['buffer_added']} added, {s['buffer_drawn']} drawn (repair pass "
+           f"rate {s['repair_pass_rate'] if s['repair_pass_rate'] != '' else 'n/a'}); MirrorPop dropped "
+           f"{s['mirrorpop_dropped']} of {s['trajectories']} sequences.")
+    if diff is not None:
+        d, lo, hi = diff
+        verdict = ("the interval excludes 0" if lo > 0 or hi < 0 else "the interval includes 0: no measurable change")
+        why += f" pass@1 change vs SFT {d:+.3f} [{lo:+.3f}, {hi:+.3f}], {verdict}."
+    return why
+
+
 class Report:
-    """The result table, rewritten (stdout JSON line + markdown file + $OUT copy) after every row."""
+    """The result tables, rewritten (markdown file + $OUT copy) after every row; each row also goes to
+    stdout and $OUT/train_rows.jsonl as one JSON line, flushed."""
+
+    COLS = ["run", "tiers", "pass@1", "ci95", "vs_sft", "vs_sft_ci95", "pass@1_unseen_combo", "mean_reward", "steps",
+            "s_per_step", "zero_adv_share", "mixed_groups", "all_pass_groups", "all_fail_groups", "buffer_added",
+            "buffer_drawn", "repair_pass_rate", "mirrorpop_dropped", "signal_tokens", "stages", "seconds"]
+    STEP_COLS = ["step", "reward_mean", "reward_std", "pass_rate", "groups", "zero_adv_share", "mixed_groups",
+                 "all_pass_groups", "all_fail_groups", "buffer_size", "buffer_added", "buffer_drawn", "repair_pass_rate",
+                 "mirrorpop_dropped", "mirrorpop_stat_mean", "signal_tokens", "approx_kl", "step_s"]
 
     def __init__(self, args, info: dict):
-        self.args, self.info, self.rows, self.notes = args, info, [], []
+        self.args, self.info = args, info
+        self.rows: list[dict] = []
+        self.notes: list[str] = []
+        self.tiers: list[dict] = []
+        self.steps: dict[str, list[dict]] = {}
+        self.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+
+    def append_jsonl(self, name: str, rec: dict) -> None:
+        if self.out:
+            with (self.out / name).open("a") as f:
+                f.write(json.dumps(rec, default=str) + "\n")
 
     def add(self, row: dict) -> None:
         self.rows.append(row)
-        print(json.dumps(row), flush=True)
+        print(json.dumps(row, default=str), flush=True)
+        self.append_jsonl("train_rows.jsonl", row)
+        self.write()
+
+    def tier(self, row: dict) -> None:
+        self.tiers.append(row)
+        print(json.dumps({"tier_screen": row}), flush=True)
+        self.append_jsonl("train_rows.jsonl", {"tier_screen": row})
+        self.write()
+
+    def step(self, arm: str, rec: dict) -> None:
+        self.steps.setdefault(arm, []).append(rec)
+        self.append_jsonl("rl_steps.jsonl", {"arm": arm, **rec})
+        print(json.dumps({"arm": arm, **{k: rec.get(k) for k in self.STEP_COLS}}), flush=True)
         self.write()
 
     def note(self, text: str) -> None:
@@ -131,42 +281,59 @@ class Report:
         md = self.render()
         Path(self.args.results).parent.mkdir(parents=True, exist_ok=True)
         Path(self.args.results).write_text(md)
-        if os.environ.get("OUT"):
-            Path(os.environ["OUT"], Path(self.args.results).name).write_text(md)
+        if self.out:
+            (self.out / Path(self.args.results).name).write_text(md)
 
     def render(self) -> str:
         a, i = self.args, self.info
-        cols = ["run", "pass@1", "pass@1_unseen_combo", "mean_reward", "steps", "final_loss", "train_pass_rate", "mirrorpop_dropped",
-                "buffer_size", "stages", "seconds"]
-        lines = [f"# Training stage on {i['device']}", "",
-                 f"Command: `{i['command']}`. Verifier backend: {i['backend']} (trials 5, timing_trials "
-                 f"{a.timing_trials}, no torch.compile timing).",
-                 f"Corpus: {i['tasks']} procedural task programs (synth/teacher/task_families.py) with the compact teacher's "
-                 f"answers (synth/teacher/compact.py); {i['train_tasks']} trained on, {i['heldout_tasks']} held out. "
-                 f"pass@1 (greedy) on {i['eval_tasks']} held-out programs never seen in training, "
-                 f"{i['eval_unseen_combo']} of them with an op combination that no training task has. RL prompts: "
-                 f"the other {i['heldout_tasks'] - i['eval_tasks']} held-out programs (never in SFT, never evaluated), "
-                 "rewarded by the verifier alone.",
+        cell = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+        cap = (f"; RL rewards capped at {a.rl_reward_cap} (every correct answer scores the same, whatever its speed)"
+               if a.rl_reward_cap else "; RL rewards as the verifier gives them (speed-ups included)")
+        lines = [f"# Training stage on {i['device']}: RL with signal", "",
+                 f"Command: `{i['command']}`. Verifier backend: {i['backend']} (trials {a.trials}, timing_trials "
+                 f"{a.timing_trials}, no torch.compile timing){cap}.",
+                 f"Corpus: {i['tasks']} procedural task programs (synth/teacher/task_families.py, tasks per tier "
+                 f"{i['per_tier']}) with the compact teacher's answers (synth/teacher/compact.py); {i['train_tasks']} "
+                 f"training tasks, of which SFT kept {i.get('sft_kept', '?')} per tier (--sft-tiers {a.sft_tiers}); "
+                 f"{i['heldout_tasks']} held out, never trained on by SFT.",
                  f"Model: Llama {a.n_layer} layers, d={a.d_model}, {a.n_head} heads, BPE tokenizer trained on the corpus "
-                 f"(vocab {a.vocab}, merges across words, digits split); SFT budget {a.sft_s:.0f} s; RL per arm: up to {a.rl_steps} steps within its "
-                 f"budget, {a.prompts} prompts x G={a.group}, {a.turns} turns.", "",
-                 "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-        for row in self.rows:
-            lines.append("| " + " | ".join(str(row.get(c, "")) for c in cols) + " |")
+                 f"(vocab {a.vocab}); SFT budget {a.sft_s:.0f} s. RL: {a.prompts} prompts x G={a.group}, {a.turns} turns, "
+                 f"lr {a.rl_lr}, {a.ppo_epochs} PPO epochs per batch, temperature {a.temperature}, rollouts in "
+                 f"{'bf16' if a.rollout_bf16 else 'fp32'} (trainer fp32, MirrorPop threshold {a.mirrorpop_threshold}); first arm up to {a.rl_s:.0f} s, the others up "
+                 f"to {a.ablation_rl_s:.0f} s and the first arm's step count.",
+                 "pass@1: greedy, one answer per task, through the full verifier; ci95: percentile bootstrap over tasks "
+                 "(2000 resamples); vs_sft: the paired difference to SFT on the same tasks and its interval.", ""]
+        if self.tiers:
+            tc = ["tier", "screened_tasks", "samples", "sample_pass_rate", "teacher_ok", "eval_pool", "rl_pool", "chosen"]
+            lines += ["## Tier screening (SFT samples on held-out tasks that are never evaluated)", "",
+                      "| " + " | ".join(tc) + " |", "|" + " --- |" * len(tc)]
+            lines += ["| " + " | ".join(cell(r.get(c, "")) for c in tc) + " |" for r in self.tiers]
+            lines.append("")
+        lines += ["## Results", "", "| " + " | ".join(self.COLS) + " |", "|" + " --- |" * len(self.COLS)]
+        lines += ["| " + " | ".join(cell(r.get(c, "")) for c in self.COLS) + " |" for r in self.rows]
         if self.notes:
             lines += ["", *[f"- {n}" for n in self.notes]]
-        return "\n".join(lines) + "\n"
+        for arm, recs in self.steps.items():
+            lines += ["", f"## RL steps: {arm}", "", "| " + " | ".join(self.STEP_COLS) + " |",
+                      "|" + " --- |" * len(self.STEP_COLS)]
+            lines += ["| " + " | ".join(cell(r.get(c, "")) if r.get(c) is not None else "" for c in self.STEP_COLS) + " |"
+                      for r in recs]
+        return "\n".join(x for x in lines if x is not None) + "\n"
+
+
+# ---------------------------------------------------------------------------- the run (GPU box)
 
 
 def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
+    from synth.teacher.task_families import TIERS, parse_shares
     from train import data as D
-    from train.evaluate import evaluate_rows
+    from train.evaluate import evaluate_rows, paired_bootstrap_diff, per_task_pass1
     from train.model import latest_checkpoint, load_pretrained
-    from train.rl import screen_prompts, train_rl
-    from train.rollout import verifier_reward_fn
+    from train.rl import train_rl
+    from train.rollout import Score, verifier_reward_fn
     from train.sft import train_sft
 
     hf_logging.disable_progress_bar()
@@ -174,129 +341,196 @@ def run(args) -> int:
     t_start = time.time()
     left = lambda: args.budget_s - (time.time() - t_start)  # noqa: E731
     work = Path(args.work)
+    corpus = Path(args.corpus)
     backend = args.backend or ("cuda" if torch.cuda.is_available() else "cpu")
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    rows = D.rows_of(D.load_corpus(args.corpus, "rl"))
+    rows = D.rows_of(D.load_corpus(corpus, "rl"))
     if rows and rows[0].get("backend") not in (backend, None):
-        raise SystemExit(f"corpus {args.corpus} holds {rows[0]['backend']} answers; this run verifies on {backend}")
-    sft_rows = {r["task_id"]: r for r in D.rows_of(D.load_corpus(args.corpus, "sft"))}
-    fams = json.loads((Path(args.corpus) / FAMILIES_FILE).read_text()) if (Path(args.corpus) / FAMILIES_FILE).is_file() else {}
+        raise SystemExit(f"corpus {corpus} holds {rows[0]['backend']} answers; this run verifies on {backend}")
+    sft_rows = {r["task_id"]: r for r in D.rows_of(D.load_corpus(corpus, "sft"))}
+    fams = read_families(corpus)
+    tier_of = lambda r: fams.get(r["task_id"], {"tier": 1})["tier"]  # noqa: E731
     train_rows, held_all = D.split_rows(rows, args.heldout_frac, 0)
-    held_sorted = sorted(held_all, key=lambda r: r["task_id"])
-    held = held_sorted[: args.eval_tasks]
-    # RL prompts: held-out programs (never in SFT) other than the evaluated ones, so RL sees tasks the SFT
-    # model has not memorised (on its own training tasks every group passes and advantages are all zero)
-    rl_rows = held_sorted[args.eval_tasks:]
-    train_combos = {fams.get(r["task_id"]) for r in train_rows}
-    unseen = {r["task_id"] for r in held if fams.get(r["task_id"]) not in train_combos}
-    verify_cfg = {"trials": 5, "timing_trials": args.timing_trials, "warmup": 1, "time_torch_compile": False,
-                  "exec_workers": 4, "compile_workers": os.cpu_count() or 4, "compile_timeout_s": 240,
+    held = {k: sorted((r for r in held_all if tier_of(r) == k), key=lambda r: r["task_id"]) for k in TIERS}
+    screen = {k: v[: args.screen_per_tier] for k, v in held.items()}
+    eval_pool = {k: v[args.screen_per_tier: args.screen_per_tier + args.eval_tasks] for k, v in held.items()}
+    rl_pool = {k: v[args.screen_per_tier + args.eval_tasks:] for k, v in held.items()}
+    verify_cfg = {"trials": args.trials, "timing_trials": args.timing_trials, "warmup": 1, "time_torch_compile": False,
+                  "exec_workers": args.exec_workers, "compile_workers": os.cpu_count() or 4, "compile_timeout_s": 240,
                   "run_timeout_s": 60}
     reward_fn = verifier_reward_fn(backend, verify_cfg)  # one cache: identical answers are verified once
+
+    def rl_reward(items):  # RL optimises correctness: with the cap, equally correct answers tie (no timing noise)
+        sc = reward_fn(items)
+        if not args.rl_reward_cap:
+            return sc
+        return [Score(min(s.reward, args.rl_reward_cap), s.correct, s.feedback, s.stage) for s in sc]
+
     info = {"device": device_name(), "backend": backend, "tasks": len(rows), "train_tasks": len(train_rows),
-            "heldout_tasks": len(held_all), "eval_tasks": len(held), "eval_unseen_combo": len(unseen),
+            "heldout_tasks": len(held_all), "per_tier": {k: sum(tier_of(r) == k for r in rows) for k in TIERS},
             "command": " ".join(["python3", "bench/bench_train_gpu.py", *sys.argv[1:]])}
     rep = Report(args, info)
     print(json.dumps(info), flush=True)
 
-    # 0. the teacher's own answers for the evaluated held-out tasks (and a few training tasks), verified on
-    # this machine while SFT runs; also warms the compiler (precompiled header) and the verdict cache
-    teacher: dict = {}
+    # 1. SFT on the kept share of each tier; the teacher's answers verified alongside, in chunks, until SFT ends
+    sft_corpus = work / "sft_corpus"
+    info["sft_kept"] = write_sft_corpus(corpus, sft_corpus, fams, parse_shares(args.sft_tiers))
+    trained_sigs = {fams.get(x["task_id"], {}).get("sig") for x in D.rows_of(D.load_corpus(sft_corpus, "sft"))
+                    if not D.is_heldout(x["task_id"], args.heldout_frac)}
+    teacher: dict[int, list[int]] = {k: [0, 0] for k in TIERS}
+    stop = threading.Event()
 
     def check_teacher() -> None:
-        t = time.time()
-        picks = held + train_rows[: args.teacher_check_train]
-        items = [(r, sft_rows[r["task_id"]]["messages"][-1]["content"]) for r in picks if r["task_id"] in sft_rows]
-        try:
-            scores = reward_fn(items)
-            teacher.update(ok=sum(s.correct for s in scores), n=len(scores), s=round(time.time() - t, 1),
-                           failed=[(r["task_id"], s.stage, s.feedback[:300]) for (r, _), s in zip(items, scores)
-                                   if not s.correct][:3])
-        except Exception as e:  # noqa: BLE001 - reported, never fatal to the training run
-            teacher.update(error=f"{type(e).__name__}: {e}"[:500])
+        # round-robin over the tiers: each tier's screening tasks, then its evaluation candidates
+        pools = [list(screen[k]) + list(eval_pool[k]) for k in TIERS]
+        order: list[dict] = []
+        while any(pools) and len(order) < args.teacher_check:
+            for p in pools:
+                if p and len(order) < args.teacher_check:
+                    order.append(p.pop(0))
+        for c in range(0, len(order), args.verify_chunk):
+            if stop.is_set():
+                return
+            chunk = [r for r in order[c: c + args.verify_chunk] if r["task_id"] in sft_rows]
+            try:
+                scores = reward_fn([(r, sft_rows[r["task_id"]]["messages"][-1]["content"]) for r in chunk])
+            except Exception as e:  # noqa: BLE001 - reported, never fatal to the training run
+                rep.note(f"teacher check error: {type(e).__name__}: {e}"[:500])
+                return
+            for r, s in zip(chunk, scores):
+                teacher[tier_of(r)][0] += int(s.correct)
+                teacher[tier_of(r)][1] += 1
+                if not s.correct:
+                    print("teacher answer FAILED", tier_of(r), fams.get(r["task_id"], {}).get("sig"), s.stage,
+                          s.feedback[:300], flush=True)
 
     checker = threading.Thread(target=check_teacher, daemon=True)
     checker.start()
-
-    # 1. SFT
     sft_out = work / "sft"
-    sft_budget = min(args.sft_s, max(0.0, left() - 60))
-    r = train_sft(args.corpus, sft_out, steps=args.sft_steps, batch_size=args.batch_size, lr=args.lr, warmup=50,
+    r = train_sft(sft_corpus, sft_out, steps=args.sft_steps, batch_size=args.batch_size, lr=args.lr, warmup=50,
                   max_len=args.max_len, save_every=0, heldout_frac=args.heldout_frac, vocab_size=args.vocab,
                   n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head, log_every=0,
-                  max_seconds=sft_budget, split_words=False, split_digits=True, resume=False, lr_by_time=True, amp=True, device=dev)
+                  max_seconds=min(args.sft_s, max(1.0, left() - 120)), split_words=False, split_digits=True,
+                  resume=False, lr_by_time=True, amp=True, device=dev)
     print(json.dumps({k: v for k, v in r.items() if k != "checkpoint"}), flush=True)
-    checker.join(timeout=max(1.0, min(120.0, left() - 60)))
-    if "ok" in teacher:
-        rep.note(f"Teacher check on {info['device']} ({backend} verifier): {teacher['ok']}/{teacher['n']} of the "
-                 f"compact teacher's answers correct ({len(held)} evaluated held-out tasks + "
-                 f"{teacher['n'] - len(held)} training tasks), {teacher['s']} s, run alongside SFT."
-                 + (f" Failures: {teacher['failed']}" if teacher["failed"] else ""))
-    else:
-        rep.note(f"Teacher check: {teacher.get('error', 'not finished within its budget')}")
+    if rep.out:
+        (rep.out / "metrics_sft.jsonl").write_text((sft_out / "metrics.jsonl").read_text())
+    stop.set()
+    checker.join(timeout=max(1.0, min(args.teacher_wait_s, left() - 60)))
+    model, tok = load_pretrained(latest_checkpoint(sft_out))
+    lens = [len(D.encode_text(tok, sft_rows[x["task_id"]]["messages"][-1]["content"])) for k in TIERS
+            for x in eval_pool[k][:8] if x["task_id"] in sft_rows]
+    plen = [len(D.encode_chat(tok, D.prompt_messages(x), add_generation_prompt=True)[0]) for k in TIERS
+            for x in eval_pool[k][:8]]
+    rep.note(f"SFT: {r['steps_done']} steps in {r['seconds']} s, final loss {r['final_loss']:.4f}, {r['examples']} "
+             f"examples. Teacher answers in tokens: max {max(lens, default=0)} (--max-new-tokens "
+             f"{args.max_new_tokens}); prompt + answer max {max((a + b for a, b in zip(plen, lens)), default=0)} "
+             f"(--max-len {args.max_len}). Teacher check ({backend} verifier, run alongside SFT): "
+             + ", ".join(f"tier {k} {v[0]}/{v[1]}" for k, v in teacher.items()) + ".")
 
-    def evaluate(name: str, model_dir: Path, extra: dict) -> float:
+    # 2. tier screening, or the tiers named on the command line
+    rates: dict[int, float] = {}
+    if args.eval_tiers == "auto":
+        t = time.time()
+        pool = [x for k in TIERS for x in screen[k]]
+        res = evaluate_rows(model, tok, pool, reward_fn, n=args.screen_samples, greedy=False,
+                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, batch=args.gen_batch)
+        per = {p["task_id"]: p["correct"] for p in res["per_task"]}
+        for k in TIERS:
+            got = [per[x["task_id"]] for x in screen[k] if x["task_id"] in per]
+            if got:
+                rates[k] = sum(got) / (len(got) * args.screen_samples)
+        chosen = choose_tiers(rates, args.band_lo, args.band_hi)
+        always = {tid for tid, c in per.items() if c >= args.screen_samples}
+        rep.note(f"Tier screening: {len(pool)} tasks x {args.screen_samples} samples in {time.time() - t:.0f} s.")
+    else:
+        chosen = sorted(int(x) for x in args.eval_tiers.split(","))
+        always = set()
+    for k in TIERS:
+        rep.tier({"tier": k, "screened_tasks": len(screen[k]) if rates else 0,
+                  "samples": len(screen[k]) * args.screen_samples if rates else 0, "sample_pass_rate": rates.get(k, ""),
+                  "teacher_ok": f"{teacher[k][0]}/{teacher[k][1]}", "eval_pool": len(eval_pool[k]),
+                  "rl_pool": len(rl_pool[k]), "chosen": "yes" if k in chosen else ""})
+    evalset: list[dict] = []
+    pools = [list(eval_pool[k]) for k in chosen]
+    while any(pools) and len(evalset) < args.eval_tasks:
+        for p in pools:
+            if p and len(evalset) < args.eval_tasks:
+                evalset.append(p.pop(0))
+    rl_rows = [x for k in chosen for x in screen[k] if x["task_id"] not in always] + [x for k in chosen for x in rl_pool[k]]
+    unseen = {x["task_id"] for x in evalset if fams.get(x["task_id"], {}).get("sig") not in trained_sigs}
+    tiers_txt = ",".join(map(str, chosen))
+    rep.note(f"Mix: tiers {tiers_txt}; {len(evalset)} evaluation tasks ({len(unseen)} with an op combination SFT never "
+             f"saw), {len(rl_rows)} RL prompts ({sum(x['task_id'] not in always for k in chosen for x in screen[k])} "
+             "screened, the rest unscreened).")
+    if not evalset:
+        rep.note("No evaluation task in the chosen tiers: stopping.")
+        return 1
+
+    # 3. SFT pass@1 on the evaluation set
+    base: dict[str, float] = {}
+
+    def evaluate(name: str, model_dir: Path | None, extra: dict, mdl=None, is_base: bool = False) -> float:
         if left() < args.min_eval_s:
-            rep.add({"run": name, "pass@1": "not run (budget)", **extra})
+            rep.add({"run": name, "tiers": tiers_txt, "pass@1": "not run (budget)", **extra})
             return 0.0
         t = time.time()
-        model, tok = load_pretrained(latest_checkpoint(model_dir))
-        model.to(dev)
-        res = evaluate_rows(model, tok, held, reward_fn, n=1, max_new_tokens=args.max_new_tokens)
+        if mdl is None:
+            mdl, _ = load_pretrained(latest_checkpoint(model_dir))
+            mdl.to(dev)
+        res = evaluate_rows(mdl, tok, evalset, reward_fn, n=1, max_new_tokens=args.max_new_tokens, batch=args.gen_batch)
+        p1 = per_task_pass1(res)
         stages: dict = {}
         for p in res["per_task"]:
             stages[p["stages"][0]] = stages.get(p["stages"][0], 0) + 1
-        un = [p for p in res["per_task"] if p["task_id"] in unseen]
-        rep.add({"run": name, "pass@1": round(res["pass@1"], 3),
-                 "pass@1_unseen_combo": round(sum(p["correct"] for p in un) / len(un), 3) if un else "",
-                 "mean_reward": round(res["mean_reward"], 3), "stages": stages, **extra,
-                 "seconds": round(time.time() - t, 1)})
+        un = [p1[x] for x in p1 if x in unseen]
+        row = {"run": name, "tiers": tiers_txt, "pass@1": round(res["pass@1"], 3), "ci95": fmt_ci(res["pass@1_ci95"]),
+               "pass@1_unseen_combo": round(sum(un) / len(un), 3) if un else "",
+               "mean_reward": round(res["mean_reward"], 3), "stages": stages, **extra,
+               "seconds": round(time.time() - t, 1)}
+        if is_base:
+            base.update(p1)
+        elif base:
+            ids = sorted(base)
+            d = paired_bootstrap_diff([base[x] for x in ids], [p1[x] for x in ids])
+            row.update(vs_sft=round(d[0], 3), vs_sft_ci95=fmt_ci(d[1:]))
+            extra["_diff"] = d
+        row["per_task"] = {x: int(v) for x, v in p1.items()}
+        rep.add({k: v for k, v in row.items() if k != "per_task"})
+        rep.append_jsonl("train_rows.jsonl", {"run": name, "per_task": row["per_task"]})
         return time.time() - t
 
-    eval_s = evaluate("SFT only", sft_out, {"steps": r["steps_done"], "final_loss": round(r["final_loss"], 4),
-                                            "train_s": r["seconds"]})
-    if args.rl_screen and left() > args.min_rl_s * 4:
-        # dynamic sampling: keep the RL prompts on which the SFT model's G samples disagree (plus a share of
-        # never-solved ones for the retry buffer); prompts it always solves give zero advantages
-        t = time.time()
-        model, tok = load_pretrained(latest_checkpoint(sft_out))
-        model.to(dev)
-        pool = rl_rows[: args.rl_screen]
-        res = evaluate_rows(model, tok, pool, reward_fn, n=args.group, greedy=False, temperature=args.temperature,
-                            max_new_tokens=args.max_new_tokens)
-        kept, st = screen_prompts(pool, [p["correct"] for p in res["per_task"]], args.group)
-        del model
-        rep.note(f"RL prompt screening ({round(time.time() - t, 1)} s): SFT sampled G={args.group} answers for "
-                 f"{st['screened']} RL prompts: {st['mixed']} mixed, {st['all_pass']} always solved, "
-                 f"{st['all_fail']} never solved; RL trains on {st['kept']} (the mixed ones, and never-solved ones up to a "
-                 f"quarter, or all of them when none is mixed). Sample pass rate {res['pass@1']:.3f}.")
-        if kept:
-            rl_rows = kept
-    arms = [("SFT + RL (all stabilisers)", {}), ("RL without PrimeEcho", {"prime_echo": False}),
-            ("RL without Buffered Dynamic Retry", {"retry": False}), ("RL without MirrorPop", {"mirrorpop": False})]
-    for k, (name, flags) in enumerate(arms):
-        est_eval = 0.6 * eval_s + 5
-        rl_s = min(args.rl_s, (left() - 30) / (len(arms) - k) - est_eval)  # a step may overrun its budget
-        if rl_s < args.min_rl_s:
-            rep.add({"run": name, "pass@1": "not run (budget)"})
+    model.to(dev)
+    eval_s = evaluate("SFT only", None, {"steps": r["steps_done"]}, mdl=model, is_base=True)
+    del model
+
+    # 4. RL arms
+    arms = [a for a in args.arms.split(",") if a]
+    main_steps = args.rl_steps
+    for k, key in enumerate(arms):
+        name, flags = ARMS[key]
+        budget = args.rl_s if k == 0 else args.ablation_rl_s
+        rl_s = min(budget, left() - (0.6 * eval_s + 10) - 15)
+        if rl_s < args.min_rl_s or not rl_rows:
+            rep.add({"run": name, "tiers": tiers_txt, "pass@1": "not run (budget)" if rl_rows else "not run (no prompts)"})
             continue
         t = time.time()
-        out = work / ("rl_" + "_".join(flags) if flags else "rl_all")
-        rr = train_rl(args.corpus, out, init=str(sft_out), reward_fn=reward_fn, rows=rl_rows, steps=args.rl_steps,
-                      prompts_per_step=args.prompts, group_size=args.group, turns=args.turns,
-                      max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.rl_lr, save_every=0,
-                      max_seconds=rl_s, resume=False, seed=args.seed, device=dev, **flags)
-        recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-        if os.environ.get("OUT"):
-            Path(os.environ["OUT"], f"metrics_{out.name}.jsonl").write_text((out / "metrics.jsonl").read_text())
-        evaluate(name, out, {"steps": rr["steps_done"], "rl_s": round(time.time() - t, 1),
-                             "train_pass_rate": round(sum(x["pass_rate"] for x in recs) / len(recs), 3),
-                             "mirrorpop_dropped": round(sum(x["mirrorpop_dropped_share"] for x in recs) / len(recs), 3),
-                             "buffer_size": recs[-1]["buffer_size"]})
+        out = work / f"rl_{key}"
+        rr = train_rl(sft_corpus, out, init=str(sft_out), reward_fn=rl_reward, rows=rl_rows,
+                      steps=args.rl_steps if k == 0 else main_steps, prompts_per_step=args.prompts,
+                      group_size=args.group, turns=args.turns, max_new_tokens=args.max_new_tokens,
+                      temperature=args.temperature, lr=args.rl_lr, ppo_epochs=args.ppo_epochs, save_every=0,
+                      max_seconds=rl_s, resume=False, seed=args.seed, device=dev, rollout_bf16=args.rollout_bf16,
+                      mirrorpop_threshold=args.mirrorpop_threshold,
+                      on_step=lambda rec, _n=name: rep.step(_n, rec), **flags)
+        if k == 0:
+            main_steps = max(1, rr["steps_done"])  # ablations get no more steps than the arm they are compared with
+        summ = summarise_steps(rep.steps.get(name, []))
+        extra = {**{c: summ.get(c, "") for c in Report.COLS if c in summ}, "rl_s": round(time.time() - t, 1)}
+        evaluate(name, out, extra)
+        rep.note(diagnose(name, summ, extra.get("_diff")))
     rep.note(f"Total wall time {time.time() - t_start:.0f} s of a {args.budget_s:.0f} s budget.")
     print(rep.render(), flush=True)
-    if os.environ.get("OUT") and (sft_out / "metrics.jsonl").is_file():
-        Path(os.environ["OUT"], "metrics_sft.jsonl").write_text((sft_out / "metrics.jsonl").read_text())
     return 0
 
 
@@ -304,34 +538,57 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--make-corpus", default="", help="write the procedural teacher corpus here and exit")
     ap.add_argument("--tasks", type=int, default=8000, help="task programs in the corpus (make-corpus)")
-    ap.add_argument("--check", type=int, default=10, help="cpu twins verified with the cpu verifier (make-corpus)")
+    ap.add_argument("--tier-shares", default="1=0.4,2=0.2,3=0.2,4=0.2", help="corpus share of each tier (make-corpus)")
+    ap.add_argument("--check", type=int, default=8, help="cpu twins verified with the cpu verifier (make-corpus)")
     ap.add_argument("--backend", default="", help="answers' backend (make-corpus: cuda) / verifier backend (run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--corpus", default="bench/data/train_corpus")
     ap.add_argument("--work", default="/tmp/kernelmill_train_bench")
     ap.add_argument("--results", default="")
-    ap.add_argument("--budget-s", type=float, default=520)
-    ap.add_argument("--sft-s", type=float, default=180)
+    ap.add_argument("--budget-s", type=float, default=525, help="the whole run; every phase fits in it")
+    # SFT: how strong the starting policy is, per tier
+    ap.add_argument("--sft-s", type=float, default=150, help="SFT seconds (the time budget usually ends SFT)")
+    ap.add_argument("--sft-tiers", default="1=1,2=1,3=0.3,4=0.15",
+                    help="share of each tier's training tasks SFT trains on (0 leaves a tier unseen)")
     ap.add_argument("--sft-steps", type=int, default=6000, help="schedule length (the time budget usually ends SFT)")
-    ap.add_argument("--rl-s", type=float, default=60, help="most RL seconds per arm (less when the budget is short)")
-    ap.add_argument("--min-rl-s", type=float, default=15)
-    ap.add_argument("--rl-steps", type=int, default=8)
-    ap.add_argument("--rl-screen", type=int, default=0,
-                    help="screen this many RL prompts with G samples of the SFT model and train RL on the mixed ones")
+    ap.add_argument("--teacher-check", type=int, default=64, help="teacher answers verified alongside SFT, at most")
+    ap.add_argument("--teacher-wait-s", type=float, default=30, help="wait for the teacher check after SFT, at most")
+    # the mix
+    ap.add_argument("--eval-tiers", default="auto", help="'auto' (screening picks) or tiers, e.g. '3,4'")
+    ap.add_argument("--screen-per-tier", type=int, default=8)
+    ap.add_argument("--screen-samples", type=int, default=2)
+    ap.add_argument("--band-lo", type=float, default=0.3)
+    ap.add_argument("--band-hi", type=float, default=0.7)
+    ap.add_argument("--eval-tasks", type=int, default=40, help="evaluation tasks (over the chosen tiers)")
     ap.add_argument("--min-eval-s", type=float, default=15)
-    ap.add_argument("--eval-tasks", type=int, default=40)
-    ap.add_argument("--teacher-check-train", type=int, default=8)
-    ap.add_argument("--heldout-frac", type=float, default=0.1)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--rl-lr", type=float, default=2e-5)
-    ap.add_argument("--prompts", type=int, default=4)
+    # RL
+    ap.add_argument("--arms", default="all,no_prime_echo,no_retry,no_mirrorpop",
+                    help=f"RL arms in order, from {', '.join(ARMS)}; the first is the one the others are held to")
+    ap.add_argument("--rl-s", type=float, default=150, help="most RL seconds of the first arm")
+    ap.add_argument("--ablation-rl-s", type=float, default=60, help="most RL seconds of each later arm")
+    ap.add_argument("--min-rl-s", type=float, default=20)
+    ap.add_argument("--rl-steps", type=int, default=40, help="most RL steps of the first arm")
+    ap.add_argument("--rl-lr", type=float, default=1e-4)
+    ap.add_argument("--ppo-epochs", type=int, default=2, help="policy updates per verified batch")
+    ap.add_argument("--rl-reward-cap", type=float, default=1.0, help="RL reward ceiling (0: the verifier's, speed-ups included)")
+    ap.add_argument("--rollout-bf16", action="store_true", help="sample RL rollouts under bf16 autocast")
+    ap.add_argument("--mirrorpop-threshold", type=float, default=0.1, help="mean |logp_rollout - logp_train| to drop at")
+    ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=0.8)
-    ap.add_argument("--timing-trials", type=int, default=3)
-    ap.add_argument("--max-len", type=int, default=512)
-    ap.add_argument("--max-new-tokens", type=int, default=320)
+    # verifier
+    ap.add_argument("--trials", type=int, default=5, help="correctness trials per answer (the verifier wants 5 or more)")
+    ap.add_argument("--timing-trials", type=int, default=0)
+    ap.add_argument("--exec-workers", type=int, default=6)
+    ap.add_argument("--verify-chunk", type=int, default=16)
+    # model
+    ap.add_argument("--heldout-frac", type=float, default=0.1)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--gen-batch", type=int, default=64, help="sequences per generate call in evaluation")
+    ap.add_argument("--max-len", type=int, default=512, help="SFT sequence cut (teacher prompt + answer: <= 300 tokens)")
+    ap.add_argument("--max-new-tokens", type=int, default=256, help="per answer (teacher answers: <= 240 tokens)")
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--n-layer", type=int, default=6)
     ap.add_argument("--d-model", type=int, default=384)
@@ -339,8 +596,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.make_corpus:
         make_corpus(Path(args.make_corpus), args.tasks, args.backend or "cuda", args.seed, args.heldout_frac,
-                    args.check)
+                    args.check, args.tier_shares)
         return 0
+    bad = [a for a in args.arms.split(",") if a and a not in ARMS]
+    if bad:
+        raise SystemExit(f"--arms: unknown {bad}; known: {', '.join(ARMS)}")
     if not args.results:
         dev = device_name().lower()
         tag = "h100" if "h100" in dev else "h200" if "h200" in dev else re.sub(r"\W+", "_", dev)

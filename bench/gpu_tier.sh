@@ -4,7 +4,7 @@
 #   2. bench/bench_teacher_gpu.py     (the teacher's cuda candidates, one task per op family)
 # or, with the argument "verifier":  bench/bench_verifier.py (throughput, busy fraction, timing noise);
 # "issue3": the GPU tests then the verifier benchmark in one call; "train": the training-stage benchmark
-# with RL prompt screening (bench/bench_train_gpu.py --rl-screen), in one call; "loop": a trained checkpoint
+# on a tiered task mix (bench/bench_train_gpu.py: SFT, tier screening, SFT vs RL arms), in one call; "loop": a trained checkpoint
 # served by transformers serve, sampled, verified, curated into rft rows, RFT, served and evaluated again
 # (bench/bench_loop_gpu.py), in one call.
 # Logs and tables go to $OUT (default /tmp/km-gpu-out).
@@ -23,9 +23,14 @@ if [ "${1:-}" = "issue3" ]; then  # the verifier's GPU checks and its benchmark,
     python3 bench/bench_verifier.py --n "${N:-48}" --exec-workers 4 --budget-s "$left" --out "$OUT" 2>&1 | tee "$OUT/bench_verifier.log"
     exit $rc
 fi
-if [ "${1:-}" = "train" ]; then  # SFT, screened RL prompts, RL arms with each stabiliser off, < 600 s
-    python3 bench/bench_train_gpu.py --corpus bench/data/train_corpus --budget-s "${TOTAL_S:-540}" \
-        --sft-s "${SFT_S:-90}" --rl-screen "${SCREEN:-48}" --rl-s "${RL_S:-70}" --rl-steps 30 \
+if [ "${1:-}" = "train" ]; then  # SFT, tier screening, SFT vs RL arms with 95% intervals; one call of < 560 s
+    # knobs (environment): TOTAL_S whole run; SFT_S and SFT_TIERS how strong SFT gets per tier; TIERS "auto"
+    # (screening picks the tiers SFT passes 30-70% of) or e.g. "3,4"; RL_S first arm, ABL_S each ablation arm;
+    # ARMS which arms, in order (all,no_prime_echo,no_retry,no_mirrorpop); PROMPTS x GROUP trajectories per step
+    python3 bench/bench_train_gpu.py --corpus bench/data/train_corpus --budget-s "${TOTAL_S:-525}" \
+        --sft-s "${SFT_S:-150}" --sft-tiers "${SFT_TIERS:-1=1,2=1,3=0.3,4=0.15}" --eval-tiers "${TIERS:-auto}" \
+        --rl-s "${RL_S:-150}" --ablation-rl-s "${ABL_S:-60}" --arms "${ARMS:-all,no_prime_echo,no_retry,no_mirrorpop}" \
+        --prompts "${PROMPTS:-6}" --group "${GROUP:-4}" --rollout-bf16 \
         --results "$OUT/train.md" 2>&1 | tee "$OUT/bench_train.log"
     exit "${PIPESTATUS[0]}"
 fi
