@@ -547,7 +547,7 @@ def main() -> int:
     ap.add_argument("--results", default="")
     ap.add_argument("--budget-s", type=float, default=525, help="the whole run; every phase fits in it")
     # SFT: how strong the starting policy is, per tier
-    ap.add_argument("--sft-s", type=float, default=150, help="SFT seconds (the time budget usually ends SFT)")
+    ap.add_argument("--sft-s", type=float, default=120, help="SFT seconds (the time budget usually ends SFT)")
     ap.add_argument("--sft-tiers", default="1=1,2=1,3=0.3,4=0.15",
                     help="share of each tier's training tasks SFT trains on (0 leaves a tier unseen)")
     ap.add_argument("--sft-steps", type=int, default=6000, help="schedule length (the time budget usually ends SFT)")
@@ -564,7 +564,7 @@ def main() -> int:
     # RL
     ap.add_argument("--arms", default="all,no_prime_echo,no_retry,no_mirrorpop",
                     help=f"RL arms in order, from {', '.join(ARMS)}; the first is the one the others are held to")
-    ap.add_argument("--rl-s", type=float, default=150, help="most RL seconds of the first arm")
+    ap.add_argument("--rl-s", type=float, default=180, help="most RL seconds of the first arm")
     ap.add_argument("--ablation-rl-s", type=float, default=60, help="most RL seconds of each later arm")
     ap.add_argument("--min-rl-s", type=float, default=20)
     ap.add_argument("--rl-steps", type=int, default=40, help="most RL steps of the first arm")

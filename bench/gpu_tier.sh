@@ -26,11 +26,14 @@ fi
 if [ "${1:-}" = "train" ]; then  # SFT, tier screening, SFT vs RL arms with 95% intervals; one call of < 560 s
     # knobs (environment): TOTAL_S whole run; SFT_S and SFT_TIERS how strong SFT gets per tier; TIERS "auto"
     # (screening picks the tiers SFT passes 30-70% of) or e.g. "3,4"; RL_S first arm, ABL_S each ablation arm;
-    # ARMS which arms, in order (all,no_prime_echo,no_retry,no_mirrorpop); PROMPTS x GROUP trajectories per step
-    python3 bench/bench_train_gpu.py --corpus bench/data/train_corpus --budget-s "${TOTAL_S:-525}" \
-        --sft-s "${SFT_S:-150}" --sft-tiers "${SFT_TIERS:-1=1,2=1,3=0.3,4=0.15}" --eval-tiers "${TIERS:-auto}" \
-        --rl-s "${RL_S:-150}" --ablation-rl-s "${ABL_S:-60}" --arms "${ARMS:-all,no_prime_echo,no_retry,no_mirrorpop}" \
-        --prompts "${PROMPTS:-6}" --group "${GROUP:-4}" --rollout-bf16 \
+    # ARMS which arms, in order (all,no_prime_echo,no_retry,no_mirrorpop); PROMPTS x GROUP trajectories per step,
+    # TURNS answers per trajectory. Distinct answers cost a cold nvcc build each (~0.5 per second on 16 cores):
+    # that, not the model, bounds RL steps per call
+    # the budget is the run's plan; timeout is the hard stop that still leaves $OUT's rows (rc 124)
+    timeout "${KILL_S:-555}" python3 bench/bench_train_gpu.py --corpus bench/data/train_corpus --budget-s "${TOTAL_S:-525}" \
+        --sft-s "${SFT_S:-120}" --sft-tiers "${SFT_TIERS:-1=1,2=1,3=0.3,4=0.15}" --eval-tiers "${TIERS:-auto}" \
+        --rl-s "${RL_S:-180}" --ablation-rl-s "${ABL_S:-60}" --arms "${ARMS:-all,no_prime_echo,no_retry,no_mirrorpop}" \
+        --prompts "${PROMPTS:-6}" --group "${GROUP:-4}" --turns "${TURNS:-2}" --rollout-bf16 \
         --results "$OUT/train.md" 2>&1 | tee "$OUT/bench_train.log"
     exit "${PIPESTATUS[0]}"
 fi
