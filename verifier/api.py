@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
+import torch.utils.cpp_extension as cpp_extension
 
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
@@ -277,8 +278,6 @@ def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root
     where no candidate code has ever run (so no candidate can slow the reference down), then reused for
     every candidate of the task. Returns a ChildReport of kind "reference" (its timing_error set when it
     could not be timed)."""
-    from verifier.contract import ChildReport
-
     key = (hashlib.sha256(plan.text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup,
            cfg.time_torch_compile, str(build_root))
     with _PLAN_LOCK:
@@ -350,9 +349,7 @@ def _check_toolchain(backend: str) -> None:
     if shutil.which(os.environ.get("CXX", "c++")) is None and shutil.which("g++") is None:
         raise InputError("compiler", "no C++ compiler (c++/g++) on PATH: the verifier cannot build any candidate")
     if backend == "cuda":
-        from torch.utils.cpp_extension import CUDA_HOME
-
-        if not CUDA_HOME:
+        if not cpp_extension.CUDA_HOME:
             raise InputError("nvcc", "CUDA_HOME is not set and nvcc was not found: cuda candidates cannot be built")
 
 

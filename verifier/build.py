@@ -35,9 +35,11 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import hashlib
+import inspect
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -46,6 +48,9 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
+import torch.utils.cpp_extension as ce
 
 from verifier.slim import slim_source
 
@@ -78,7 +83,6 @@ def canonical_spec(args: dict) -> dict:
 
 def spec_key(args: dict) -> str:
     """The build key: a hash of the canonical spec, the torch version and the CUDA arch list."""
-    import torch
 
     blob = json.dumps({"spec": canonical_spec(args), "torch": torch.__version__,
                        "arch": os.environ.get("TORCH_CUDA_ARCH_LIST", "")}, sort_keys=True)
@@ -249,9 +253,7 @@ def pch_root() -> Path:
 def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
     """The C++ compiler and cflags torch uses for main.cpp with these kwargs, read from the ninja file it
     writes (the build itself is stopped before it starts)."""
-    import shlex
 
-    import torch.utils.cpp_extension as ce
 
     class _Stop(Exception):
         pass
@@ -288,7 +290,6 @@ def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
 
 def ensure_pch(kwargs: dict) -> Path | None:
     """A directory holding ``torch/extension.h.gch`` for these cflags (built once, under a lock), or None."""
-    import torch
 
     if sys.platform != "linux" or os.environ.get("KM_NO_PCH"):
         return None
@@ -340,7 +341,6 @@ def ensure_pch(kwargs: dict) -> Path | None:
 def _try_build(key: str, key_dir: Path, label: str, kwargs: dict, pch: Path | None, quiet: bool) -> str:
     """One load_inline build into ``key_dir/label``; returns the .so path. With ``quiet`` the compiler
     output goes to ``label.log`` instead of the build log (a failed fast variant is not the candidate's fault)."""
-    import torch.utils.cpp_extension as ce
 
     kw = dict(kwargs)
     if pch is not None:
@@ -376,9 +376,7 @@ def _try_build(key: str, key_dir: Path, label: str, kwargs: dict, pch: Path | No
 
 
 def _child_main(key_dir: str) -> int:
-    import inspect
 
-    import torch.utils.cpp_extension as ce
 
     key_dir_p = Path(key_dir)
     spec = json.loads((key_dir_p / "spec.json").read_text())

@@ -10,7 +10,13 @@ there is no compiler.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+
+from kernelmill import store
+from kernelmill.errors import InputError
+from kernelmill.schema import content_hash, task_id_for, to_json
+from verifier.metrics import summarize_verdicts
 
 
 def register(subparsers) -> None:
@@ -28,8 +34,6 @@ def register(subparsers) -> None:
 
 
 def _read(path: str, what: str) -> str:
-    from kernelmill.errors import InputError
-
     f = Path(path)
     if not f.is_file():
         raise InputError(path, f"{what} does not exist")
@@ -52,8 +56,7 @@ def format_verdict(v) -> str:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from kernelmill.schema import content_hash, task_id_for, to_json
-    from verifier.api import VerifyConfig, load_reference, verify_candidate
+    from verifier.api import VerifyConfig, load_reference, verify_candidate  # here: torch stays out of the CLI
 
     task_code = _read(args.task, "task file")
     load_reference(task_code, args.task)
@@ -66,11 +69,6 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    import json
-
-    from kernelmill import store
-    from kernelmill.errors import InputError
-    from verifier.metrics import summarize_verdicts
 
     if not Path(args.run_dir).is_dir():
         raise InputError(args.run_dir, "run directory does not exist")

@@ -18,6 +18,7 @@ other generators (``reproducible`` returns False and the verifier ships their in
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import sys
 
@@ -193,8 +194,6 @@ def digest(outputs: list) -> list[list[float]]:
 def digests_match(here: list[list[float]], refs: list, rel: float = 1e-6) -> bool:
     """Whether digests taken in the candidate's process agree with the verifier's reference outputs (errors of
     about ``rel`` per element, as the element-wise check of the other trials allows; NaN equals NaN)."""
-    import math
-
     mine = digest(refs)
     if len(here) != len(mine):
         return False

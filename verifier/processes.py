@@ -36,7 +36,7 @@ class ForkServer:
     leave state for the next). Replaced when it dies."""
 
     def __init__(self, backend: str):
-        from verifier.backends import CPU_CHILD_ENV, CPU_PERTURB
+        from verifier.backends import CPU_CHILD_ENV, CPU_PERTURB  # here: this module stays torch-free
 
         env = child_env()
         if backend == "cpu":

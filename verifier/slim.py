@@ -24,6 +24,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+import torch.utils.cpp_extension as ce
+
 # includes the slim build replaces (everything a typical source gets from them is in the prelude)
 _HEAVY = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch/(?:extension|all|python|types)|ATen/ATen)\.h[>"]'
                     r'[ \t]*$', re.M)
@@ -59,10 +61,6 @@ constexpr auto kF16 = kFloat16;
 
 @lru_cache(maxsize=1)
 def _ops_dir() -> Path | None:
-    try:
-        import torch.utils.cpp_extension as ce
-    except ImportError:  # pragma: no cover - the verifier always has torch
-        return None
     for inc in ce.include_paths():
         d = Path(inc) / "ATen" / "ops"
         if d.is_dir():

@@ -9,6 +9,8 @@ stage; the runtime dispatch check in the execution child is the backstop for eve
 from __future__ import annotations
 
 import ast
+import inspect
+import textwrap
 from dataclasses import dataclass, field
 
 from verifier import cheats
@@ -174,8 +176,6 @@ def _literal(node: ast.AST, env: dict):
         return _literal(node.func.value, env).join(_literal(node.args[0], env))
     if isinstance(node, ast.Call) and _dotted(node.func) in ("textwrap.dedent", "dedent", "inspect.cleandoc") and \
             len(node.args) == 1 and not node.keywords:
-        import inspect
-        import textwrap
         text = _literal(node.args[0], env)
         if isinstance(text, str):
             return inspect.cleandoc(text) if _dotted(node.func).endswith("cleandoc") else textwrap.dedent(text)
@@ -485,7 +485,7 @@ def _is_torch_compute(full: str) -> bool:
 
 
 def _tensor_compute_methods() -> frozenset[str]:
-    try:
+    try:  # torch here: the scan itself runs without it (the teacher and curation import this module)
         import torch
         names = {n for n in dir(torch.Tensor) if not n.startswith("_")}
     except Exception:  # pragma: no cover - torch is always there in practice

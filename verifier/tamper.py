@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+import torch.profiler
+import torch.utils._python_dispatch as pydispatch
+import torch.utils.cpp_extension as cpp_extension
 
 
 def _namespaces() -> dict:
-    import torch.profiler
-    import torch.utils._python_dispatch as pydispatch
-    import torch.utils.cpp_extension as cpp_extension
-
     spaces = {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
               "torch._C.TensorBase": torch._C.TensorBase, "torch.nn.Module": torch.nn.Module,
               "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event, "torch._C": torch._C,

@@ -19,6 +19,7 @@ Each finding names the library. Honest look-alikes that must pass: allocation an
 from __future__ import annotations
 
 import re
+import struct
 from pathlib import Path
 
 # (library, pattern over source text)
@@ -104,8 +105,6 @@ def imported_symbols(so_path: str | Path) -> list[bytes]:
 
     A minimal reader of .dynsym/.dynstr (64-bit little-endian ELF, what the compilers here produce): no
     binutils, no third-party package, so it runs wherever the verifier runs."""
-    import struct
-
     try:
         data = Path(so_path).read_bytes()
     except OSError:

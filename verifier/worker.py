@@ -30,6 +30,7 @@ import importlib.util
 import json
 import os
 import resource
+import signal
 import sys
 import threading
 import time
@@ -429,7 +430,6 @@ def serve() -> int:
         libc = ctypes.CDLL(None)
         libc.mallopt(-6, int(os.environ["KM_CPU_PERTURB"]))  # M_PERTURB
         libc.mallopt(-3, 32 * 1024 * 1024)  # M_MMAP_THRESHOLD: poisoned heap rather than fresh zero pages
-    import signal
 
     for line in sys.stdin:
         job_dir, _, timeout = line.rstrip("\n").partition("\t")
