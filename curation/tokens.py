@@ -107,15 +107,17 @@ _PY_LEX = re.compile(
 _CPP_LEX = re.compile(
     r"(?:\s+|//[^\n]*|/\*[\s\S]*?\*/)*+("                           # whitespace, comments
     r"[A-Za-z_]\w*(?![\"'])"                                      # identifier (not a literal prefix)
+    r"|[(){}\[\];,?~]"                                             # punctuation that starts no longer token
     r"|(?:[-+](?=\.?\d))?(?:0[xX][0-9a-fA-F']+|\d[\d']*\.?[\d']*(?:[eE][-+]?\d+)?|\.\d[\d']*(?:[eE][-+]?\d+)?)"
     r"[uUlLfFhH]*"                                                # number (a sign: see native_tokens)
+    r"|<<<|>>>|<<=|>>=|->\*|->|::|\+\+|--|&&|\|\||<<|>>|[-+*/%&|^!=<>]=|\.\.\."  # operators
     r'|"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"'                         # string literal
     r"|'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'"                         # char literal
     r'|#[ \t]*include[ \t]*(?:<[^>\n]*>|"[^"\n]*")'               # include line
     r"|#[ \t]*(?:ifdef|ifndef|if|elif|else|endif|undef)\b"        # conditional: the rest is lexed
     r"|#[ \t]*[A-Za-z_]\w*(?:\\\n|[^\n])*"                         # define / pragma / other: whole line
     r'|(?:u8|[LuU])?R"\([\s\S]*?\)"|(?:u8|[LuU])["\'][^"\'\n]*["\']'  # prefixed literals
-    r"|<<<|>>>|<<=|>>=|->\*|->|::|\+\+|--|&&|\|\||<<|>>|[-+*/%&|^!=<>]=|\.\.\.|\S)")
+    r"|\S)")
 _DIRECTIVE = re.compile(r"#[ \t]*(\w+)[ \t]*((?:\\\n|[^\n])*)")
 _DEFINE = re.compile(r"([A-Za-z_]\w*)(\([^)]*\))?[ \t]*((?:\\\n|[^\n])*)")
 _ESCAPE = re.compile(r"\\(?:\n|[\\'\"abfnrtv]|[0-7]{1,3}|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]+\})")

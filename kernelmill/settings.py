@@ -132,12 +132,14 @@ class CurateSettings:
     sft_min_speedup: float = 0.0
     rft_max_per_task: int = 4
     rl_keep_trivial: bool = False
-    minhash_num_perm: int = 128
-    minhash_shingle: int = 5
+    minhash_num_perm: int = 256
+    minhash_shingle: int = 7
     minhash_threshold: float = 0.8
     decontaminate_dir: str = ""
     decontam_ngram: int = 5
     decontam_overlap: float = 0.5
+    decontam_contain: float = 0.8
+    decontam_min_ngrams: int = 20
     decontam_common_share: float = 0.05
     shard_max_mb: float = 256.0
     row_group_mb: float = 16.0

@@ -1,5 +1,5 @@
 """Curation over real files: Parquet written through kernelmill.store, corpora built by
-build_corpora, read back with datasets.load_dataset and DuckDB, tree-sitter tokens, datasketch LSH."""
+build_corpora, read back with datasets.load_dataset and DuckDB, tree-sitter tokens, MinHash dedup."""
 
 from __future__ import annotations
 
@@ -85,6 +85,92 @@ def test_dedup_parallel_signatures_equal_serial():
     serial = MinHashDeduper(workers=1).signature_values(codes)
     parallel = MinHashDeduper(workers=2).signature_values(codes)
     assert (serial == parallel).all()
+
+
+def _variants(n: int) -> list[tuple[str, str]]:
+    """n distinct kernels (a random chain of 8 math calls each, in one of two layouts) and a
+    renamed, reformatted copy of each."""
+    import random
+
+    rng = random.Random(0)
+    ops = ["expf", "tanhf", "sinf", "cosf", "sqrtf", "fabsf", "logf", "erff", "rsqrtf", "floorf", "ceilf", "log1pf"]
+    items = []
+    for i in range(n):
+        body = "v"
+        for _ in range(8):
+            body = f"{rng.choice(ops)}({body} {rng.choice('+-*')} {rng.choice(['v', '1.5f', '0.5f'])})"
+        make = elementwise_candidate if i % 2 else (lambda b, **kw: grid_stride_candidate(b))
+        items.append((f"k{i}", make(body)))
+        items.append((f"k{i}_copy", elementwise_candidate(body, names={"kern": f"renamed_{i}", "v": "val"},
+                                                          compact=True, comment="// copied") if i % 2 else
+                      grid_stride_candidate(body).replace("act_vec4", f"renamed_{i}")))
+    return items
+
+
+def test_dedup_drops_only_exact_near_copies_and_the_workers_do_not_change_the_result():
+    from curation.dedup import MinHashDeduper
+
+    items = _variants(40)
+    serial = MinHashDeduper(workers=1).dedup(items)
+    # after the parent has used rensa (its thread pool), forked workers still work: they never call it
+    parallel = MinHashDeduper(workers=2).dedup(items, chunk=16)
+    assert parallel.kept == serial.kept and parallel.dropped == serial.dropped
+    d = MinHashDeduper()
+    codes = dict(items)
+    for copy, orig in serial.dropped.items():
+        assert d.exact_similarity(codes[copy], codes[orig]) >= 0.8  # every drop is checked exactly
+    assert {f"k{i}_copy" for i in range(40)} <= set(serial.dropped)
+    for a in serial.kept:
+        for b in serial.kept:
+            if a < b:
+                assert d.exact_similarity(codes[a], codes[b]) < 0.8
+
+
+def test_dedup_decides_on_exact_jaccard_not_the_estimate():
+    from curation.dedup import MinHashDeduper
+
+    a, b = elementwise_candidate(RELU), elementwise_candidate(SIGMOID)
+    d = MinHashDeduper(num_perm=256)
+    exact, est = d.exact_similarity(a, b), d.similarity(a, b)
+    assert abs(exact - est) < 0.15
+    # a threshold between the estimate and the exact value: the exact value decides
+    lo, hi = sorted([exact, est])
+    if hi - lo > 0.01:
+        t = (lo + hi) / 2
+        assert bool(MinHashDeduper(threshold=t).dedup([("a", a), ("b", b)]).dropped) == (exact >= t)
+    assert MinHashDeduper(threshold=max(0.01, exact - 0.01)).dedup([("a", a), ("b", b)]).dropped == {"b": "a"}
+    assert MinHashDeduper(threshold=min(1.0, exact + 0.01)).dedup([("a", a), ("b", b)]).dropped == {}
+
+
+def test_dedup_chain_drops_a_copy_of_a_dropped_copy():
+    """a ~ b and b ~ c but not a ~ c: greedy keeps a and c; chain keeps a only."""
+    from curation.dedup import MinHashDeduper
+
+    steps = ["expf(v)", "tanhf(v)", "sinf(v)", "cosf(v)", "sqrtf(v)", "fabsf(v)", "logf(v)", "erff(v)"]
+    a = elementwise_candidate(" + ".join(steps))
+    b = elementwise_candidate(" + ".join(steps[:6] + ["floorf(v)", "ceilf(v)"]))
+    c = elementwise_candidate(" + ".join(steps[:4] + ["rsqrtf(v)", "log1pf(v)", "floorf(v)", "ceilf(v)"]))
+    d = MinHashDeduper(shingle=3)
+    t = (d.exact_similarity(a, c) + min(d.exact_similarity(a, b), d.exact_similarity(b, c))) / 2
+    assert d.exact_similarity(a, c) < t <= min(d.exact_similarity(a, b), d.exact_similarity(b, c))
+    greedy = MinHashDeduper(shingle=3, threshold=t).dedup([("a", a), ("b", b), ("c", c)])
+    assert greedy.kept == ["a", "c"] and greedy.dropped == {"b": "a"}
+    chained = MinHashDeduper(shingle=3, threshold=t, chain=True).dedup([("a", a), ("b", b), ("c", c)])
+    assert chained.kept == ["a"] and chained.dropped == {"b": "a", "c": "b"}
+
+
+def test_dedup_boilerplate_buckets_stop_proposing():
+    """A band value shared by max_bucket documents proposes nothing more; exact copies of a kernel
+    still collide in the bands their own code fills."""
+    from curation.dedup import MinHashDeduper
+
+    items = _variants(60)
+    full = MinHashDeduper(max_bucket=0).dedup(items)
+    capped_d = MinHashDeduper(max_bucket=2)
+    capped = capped_d.dedup(items)
+    assert any(v == () for t in capped_d._tables for v in t.values())
+    assert set(capped.dropped) <= set(full.dropped)
+    assert len(capped.dropped) >= 0.9 * len(full.dropped)
 
 
 # ---------------------------------------------------------------------------- corpora
