@@ -78,7 +78,7 @@ def load_corpus(corpus_dir: str | Path, name: str):
     files = sorted((corpus_dir / name).glob("*.parquet"))
     if not files:
         raise InputError(f"corpus {corpus_dir}", f"has no {name}/*.parquet files")
-    try:
+    try:  # datasets is optional (absent on the GPU box) and slow to import: only here
         import datasets
     except ModuleNotFoundError:
         log.warning("datasets is not installed; reading %s/%s with pyarrow", corpus_dir, name)
@@ -238,7 +238,7 @@ def turn_suffix(tok, feedback_turn: str, closed: bool) -> list[int]:
 
 def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int, max_len: int):
     """Right-padded (input_ids, attention_mask, loss_mask) LongTensors, each sequence cut at max_len."""
-    import torch
+    import torch  # here: the chat format above is used without torch (curation, the serving template)
 
     seqs = [s[:max_len] for s in seqs]
     masks = [m[:max_len] for m in masks]

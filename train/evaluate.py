@@ -25,6 +25,8 @@ from pathlib import Path
 from kernelmill.errors import InputError
 from train import data as D
 from train.rollout import RewardFn, multi_turn_rollouts, sample, decode_response, verifier_reward_fn
+from train.model import load_pretrained, resolve_model_dir
+from train.sft import pick_device
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -104,8 +106,6 @@ def evaluate_checkpoint(model_dir: str | Path, corpus_dir: str | Path, *, backen
                         reward_fn: RewardFn | None = None) -> dict:
     """pass@k of a model directory (or a training output's latest checkpoint) on the held-out tasks
     of a corpus's rl config, verified on ``backend``."""
-    from train.model import load_pretrained, resolve_model_dir
-    from train.sft import pick_device
 
     model, tok = load_pretrained(resolve_model_dir(model_dir))
     model.to(pick_device(device))

@@ -20,6 +20,11 @@ import os
 import shutil
 from pathlib import Path
 
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedTokenizerFast)
+
 from kernelmill.errors import InputError
 from train.data import BOS, CHAT_TEMPLATE, END, PAD, SPECIAL_TOKENS
 
@@ -36,8 +41,6 @@ def build_tokenizer(texts: list[str], vocab_size: int = 2000, min_frequency: int
     of a tokenizer that suits only that corpus. ``split_digits`` makes every digit its own token, so a
     number is spelled the same way wherever it occurs (a constant copied from a prompt into code is
     copied digit by digit, whatever surrounds it)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split_words)
@@ -54,8 +57,6 @@ def build_tokenizer(texts: list[str], vocab_size: int = 2000, min_frequency: int
 def build_tiny_model(vocab_size: int, *, n_layer: int = 2, d_model: int = 64, n_head: int = 4,
                      max_len: int = 512, seed: int = 0, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2):
     """A randomly initialised LlamaForCausalLM (tied embeddings, no dropout), built offline."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=d_model, intermediate_size=4 * d_model,
                       num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=n_head,
@@ -67,7 +68,6 @@ def build_tiny_model(vocab_size: int, *, n_layer: int = 2, d_model: int = 64, n_
 
 def load_pretrained(path: str | Path):
     """(model, tokenizer) from a local directory, with the chat special tokens ensured."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = Path(path)
     if not (p / "config.json").is_file():
@@ -92,7 +92,6 @@ STATE_FILE = "trainer_state.pt"
 
 def save_checkpoint(out_dir: str | Path, step: int, model, tok, state: dict, keep: int = 2) -> Path:
     """Write ``<out_dir>/ckpt-<step>`` atomically (temp folder + rename); keep the newest ``keep``."""
-    import torch
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +116,6 @@ def write_serving_files(ckpt: str | Path, tok) -> None:
     and generation_config.json set to stop at ``<|end|>`` and to sample (temperature 1, no top-k or
     top-p cut, as train/rollout.py samples) unless a request sets temperature 0. Callers that pass
     ``do_sample`` to ``generate`` (train/rollout.py) are unaffected."""
-    from transformers import GenerationConfig
 
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(str(ckpt))
@@ -147,6 +145,5 @@ def resolve_model_dir(path: str | Path) -> Path:
 
 
 def load_trainer_state(ckpt: Path) -> dict:
-    import torch
 
     return torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)

@@ -26,6 +26,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+
 from train import data as D
 from train.stabilisers import repair_instruction
 
@@ -55,7 +57,7 @@ def verifier_reward_fn(backend: str = "cpu", verify_cfg: dict | None = None) -> 
     """A RewardFn backed by the real verifier (``verifier.api.verify_candidate``), cached by content.
 
     Raises ModuleNotFoundError when the verifier is not in this checkout."""
-    from verifier import api
+    from verifier import api  # here: the trainer runs without the verifier when rewards come from elsewhere
 
     config = None
     if verify_cfg is not None and hasattr(api, "VerifyConfig"):
@@ -102,7 +104,6 @@ def sample(model, tok, contexts: list[list[int]], *, max_new_tokens: int, temper
            greedy: bool = False) -> list[Sampled]:
     """One continuation per context, batched (left-padded). Log-probs are those of the distribution
     actually sampled from: softmax(logits / temperature) with no top-k/top-p truncation."""
-    import torch
 
     dev = next(model.parameters()).device
     pad, end = tok.pad_token_id, tok.convert_tokens_to_ids(D.END)

@@ -21,15 +21,18 @@ import math
 import time
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+
 from kernelmill.errors import InputError
 from train import data as D
-from train.model import latest_checkpoint, load_pretrained, load_trainer_state, resolve_model_dir, save_checkpoint
+from train.model import (build_tiny_model, build_tokenizer, latest_checkpoint, load_pretrained, load_trainer_state,
+                         resolve_model_dir, save_checkpoint)
 
 log = logging.getLogger("kernelmill.train")
 
 
 def pick_device(device: str = "auto"):
-    import torch
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -89,7 +92,6 @@ def batch_indices(step: int, n: int, batch_size: int, seed: int) -> list[int]:
 def stream_indices(pos: int, k: int, n: int, seed: int) -> list[int]:
     """``k`` indices starting at position ``pos`` of an endless stream of per-epoch permutations of
     range(n); a function of (pos, k, n, seed) only, which is what makes resumed runs reproducible."""
-    import torch
 
     out: list[int] = []
     while len(out) < k:
@@ -104,7 +106,6 @@ def stream_indices(pos: int, k: int, n: int, seed: int) -> list[int]:
 
 def masked_lm_loss(model, ids, att, lm):
     """Mean cross-entropy over tokens whose loss-mask is 1 (targets shifted by one)."""
-    import torch.nn.functional as F
 
     logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
     tgt = ids[:, 1:]
@@ -145,7 +146,6 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
     ``steps``, or with ``lr_by_time`` the larger of step/steps and elapsed/max_seconds (so a run cut by
     its time budget still ends its warm-up and cosine decay; such a run is not step-reproducible).
     ``amp`` runs forward and backward under bfloat16 autocast on a CUDA device (weights stay fp32)."""
-    import torch
 
     if config not in ("sft", "rft"):
         raise InputError(f"config {config!r}", "train_sft trains on 'sft' or 'rft'")
@@ -160,8 +160,7 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
     elif init:
         model, tok = load_pretrained(resolve_model_dir(init))
     else:
-        from train.model import build_tiny_model, build_tokenizer
-
+    
         tok = build_tokenizer(D.corpus_texts(corpus_dir), vocab_size=vocab_size, split_words=split_words,
                               split_digits=split_digits)
         model = build_tiny_model(len(tok), n_layer=n_layer, d_model=d_model, n_head=n_head, max_len=max_len,
