@@ -143,13 +143,18 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
 
     # 1. decontamination: whole tasks go, with every row derived from them
     hits: list = []
+    near: list = []  # kept tasks that overlap a benchmark program (near misses, for a reviewer)
     bench_files = 0
     if s["decontaminate_dir"]:
         bench = decontam.load_benchmark(s["decontaminate_dir"], n=int(s["decontam_ngram"]))
         bench_files = len(bench)
-        hits = decontam.find_contamination(tasks_all.values(), bench, n=int(s["decontam_ngram"]),
-                                           overlap=float(s["decontam_overlap"]),
-                                           common_share=float(s["decontam_common_share"]))
+        rule = dict(overlap=float(s["decontam_overlap"]), contain=float(s["decontam_contain"]),
+                    min_ngrams=int(s["decontam_min_ngrams"]))
+        overlaps = decontam.task_overlaps(tasks_all.values(), bench, n=int(s["decontam_ngram"]), top=10 ** 9,
+                                          common_share=float(s["decontam_common_share"]),
+                                          min_ngrams=rule["min_ngrams"])
+        hits = [h for h in (decontam.contamination(o, **rule) for o in overlaps) if h is not None]
+        near = decontam.near_misses(overlaps, {h.task_id for h in hits})
     dirty = {h.task_id for h in hits}
     tasks = {tid: t for tid, t in tasks_all.items() if tid not in dirty}
     clean = lambda recs: [r for r in recs if r.task_id not in dirty]  # noqa: E731
@@ -215,7 +220,8 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
         "removed": {c: dict(sorted((k_, v) for k_, v in removed[c].items() if v)) for c in CORPORA},
         "decontamination": {"benchmark_dir": str(s["decontaminate_dir"] or ""), "benchmark_files": bench_files,
                             "ngram": int(s["decontam_ngram"]), "overlap": float(s["decontam_overlap"]),
-                            "removed_tasks": [h.as_dict() for h in hits]},
+                            "contain": float(s["decontam_contain"]), "min_ngrams": int(s["decontam_min_ngrams"]),
+                            "removed_tasks": [h.as_dict() for h in hits], "kept_overlaps": near},
         "settings": {k_: v for k_, v in s.items() if k_ != "out"},  # out: where, not what
     }
     stats_changed = store.write_text_if_changed(corpus_dir / "report" / "stats.json",
@@ -273,8 +279,10 @@ SQL over the same files: `kernelmill query --corpus path/to/this/directory "SELE
   from (present when they are stored in this directory), for analysis and provenance.
 
 Decontamination: when a benchmark directory was given, tasks whose reference program matches a
-benchmark program (normalised exact match, or token n-gram overlap) are removed with everything
-derived from them; `report/stats.json` and `report/report.md` list each removal and its reason.
+benchmark program (normalised exact match, the same tokens up to names and sizes, token n-gram
+overlap) or contains one (a share of its n-grams) are removed with everything derived from them;
+`report/stats.json` and `report/report.md` list each removal, its reason and the other programs the
+task overlaps, and the kept tasks that come close.
 """
 
 _LICENSE_NOTE = """\
@@ -333,8 +341,9 @@ def write_card(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Path
                         + (", ".join(f"{k}: {v}" for k, v in sorted(rem.items())) or "none") + " |")
         dec = stats.get("decontamination", {})
         if dec.get("benchmark_dir"):
-            body += ["", f"Decontaminated against `{dec['benchmark_dir']}` ({dec.get('benchmark_files', 0)} programs, "
-                     f"{dec.get('ngram')}-gram overlap >= {dec.get('overlap')} or normalised exact match): "
+            body += ["", f"Decontaminated against `{dec['benchmark_dir']}` ({dec.get('benchmark_files', 0)} programs; "
+                     f"{dec.get('ngram')}-gram Jaccard >= {dec.get('overlap')}, >= {dec.get('contain')} of a program "
+                     f"contained, or an exact / token-for-token match): "
                      f"{len(dec.get('removed_tasks', []))} tasks removed."]
         body += ["", "Plots and details: `report/report.md`."]
     else:

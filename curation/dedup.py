@@ -205,9 +205,10 @@ class MinHashDeduper:
     docstring). A document is a copy when it nearly copies a kept document; with ``chain``, when
     it nearly copies any earlier document, kept or dropped, so a group linked by near-copy pairs
     keeps only its first document (what union-find dedup does). A band value shared by
-    ``max_bucket`` stored documents is boilerplate and proposes no more candidates (0: no limit). Insertion order decides which copy is kept, so callers sort
-    their items best first. ``workers`` > 1 tokenises in that many processes (the result is the
-    same). A key already offered is ignored."""
+    ``max_bucket`` stored documents is boilerplate and proposes no more candidates (0: no limit).
+    Insertion order decides which copy is kept, so callers sort their items best first.
+    ``workers`` > 1 tokenises in that many processes (the result is the same). A key already
+    offered is ignored."""
 
     def __init__(self, num_perm: int = 256, shingle: int = 7, threshold: float = 0.8, seed: int = 1,
                  workers: int = 1, bands: int = 14, rows: int = 9, max_bucket: int = 128, chain: bool = False):

@@ -243,11 +243,25 @@ def write_report(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Pa
     md += ["## Decontamination", ""]
     if dec.get("benchmark_dir"):
         hits = dec.get("removed_tasks", [])
-        md += [f"Benchmark `{dec['benchmark_dir']}`: {dec.get('benchmark_files', 0)} programs; {dec.get('ngram')}-gram "
-               f"overlap threshold {dec.get('overlap')}; {len(hits)} tasks removed.", ""]
+        md += [f"Benchmark `{dec['benchmark_dir']}`: {dec.get('benchmark_files', 0)} programs; {dec.get('ngram')}-grams; "
+               f"a task is removed at Jaccard >= {dec.get('overlap')} with a program, or when it contains >= "
+               f"{dec.get('contain')} of a program of >= {dec.get('min_ngrams')} uncommon n-grams, or matches one "
+               f"exactly or token for token; {len(hits)} tasks removed.", ""]
+
+        def others(xs):
+            return "; ".join(f"{x['path']} ({x['jaccard']:.2f} / {x['contained']:.2f})" for x in xs[:3]) or "-"
+
         if hits:
-            md += _md_table(["task_id", "task", "reason", "benchmark program", "overlap"],
-                            [(h["task_id"], h["task_name"], h["reason"], h["benchmark_path"], h["overlap"]) for h in hits])
+            md += _md_table(["task_id", "task", "reason", "benchmark program", "Jaccard", "contained",
+                             "also overlaps (Jaccard / contained)"],
+                            [(h["task_id"], h["task_name"], h["reason"], h["benchmark_path"], h["overlap"],
+                              h.get("contained", 1.0), others(h.get("others", []))) for h in hits])
+        near = dec.get("kept_overlaps", [])
+        if near:
+            md += ["", "Kept, but overlapping a benchmark program (Jaccard >= 0.3 or >= half of it contained): "
+                   f"{len(near)} tasks.", "",
+                   *_md_table(["task_id", "task", "overlapping programs (Jaccard / contained)"],
+                              [(x["task_id"], x["task_name"], others(x["programs"])) for x in near])]
     else:
         md += ["No benchmark directory given (set `[curate] decontaminate_dir` or `--decontaminate DIR`)."]
     turns = data["turns"]

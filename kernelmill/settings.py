@@ -139,7 +139,7 @@ class CurateSettings:
     decontam_ngram: int = 5
     decontam_overlap: float = 0.5
     decontam_contain: float = 0.8
-    decontam_min_ngrams: int = 20
+    decontam_min_ngrams: int = 12
     decontam_common_share: float = 0.05
     shard_max_mb: float = 256.0
     row_group_mb: float = 16.0
