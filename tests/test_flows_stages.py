@@ -62,7 +62,7 @@ def test_verify_flow_holds_the_gpu_limit_and_publishes_progress(prefect_server, 
 
     seed_run_dir(tmp_path, ["torch_fallback"])
     counts = verify_flow(out=str(tmp_path), overrides={"flows.gpu_concurrency": 2}, backend="cpu")
-    assert counts == {"candidates": 1, "verified": 1, "correct": 0, "written": 1}
+    assert counts == {"candidates": 1, "verified": 1, "reused": 0, "correct": 0, "written": 1}
     (v,) = store.read_records(tmp_path, "verdicts")
     assert v.status == "cheat" and v.cheats
     with get_client(sync_client=True) as client:
