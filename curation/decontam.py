@@ -61,6 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from curation.tokens import _PY_LEX
 from kernelmill.errors import InputError
 from kernelmill.schema import Task, content_hash, normalise_source
 
@@ -70,8 +71,6 @@ _KEEP = frozenset(keyword.kwlist) | _MODULES | frozenset({"self", "super", "rang
 
 def program_tokens(code: str) -> list[str]:
     """The tokens a copy keeps (module docstring): ops verbatim, user names ``ID``, numbers ``NUM``."""
-    from curation.tokens import _PY_LEX
-
     out: list[str] = []
     prev2, prev = "", ""
     line_start, depth = True, 0

@@ -160,7 +160,7 @@ def _shingle_chunk(args) -> tuple[np.ndarray, np.ndarray]:
 
 def _signatures(hashes: np.ndarray, bounds: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
     """rensa MinHash signatures, (n, num_perm) uint32, of the sets ``shingle_sets`` returned."""
-    from rensa import RMinHash
+    from rensa import RMinHash  # here: imported after the fork in the signing process (rensa does not survive fork)
 
     if len(bounds) < 2:
         return np.zeros((0, num_perm), np.uint32)
@@ -254,7 +254,7 @@ class MinHashDeduper:
             for hashes, bounds in sets:
                 yield _signatures(hashes, bounds, self.num_perm, self.seed), hashes, bounds
             return
-        import multiprocessing as mp
+        import multiprocessing as mp  # here: only the multi-worker path forks
 
         # fork is safe: the workers never call rensa (its thread pool does not survive a fork)
         with mp.get_context("fork").Pool(self.workers) as pool:

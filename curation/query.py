@@ -13,6 +13,9 @@ seen by a new connection. Rows that two racing writers stored twice are seen twi
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 from pathlib import Path
 
@@ -32,7 +35,7 @@ def _quote(s: str) -> str:
 
 def connect(corpus_dir: str | os.PathLike):
     """An in-memory DuckDB connection with the seven named views over ``corpus_dir``."""
-    import duckdb
+    import duckdb  # here: the CLI (which registers these commands) starts without loading DuckDB
 
     root = Path(corpus_dir)
     if not root.is_dir():
@@ -84,13 +87,8 @@ def run_query(sql: str, corpus_dir: str | os.PathLike | None = None) -> tuple[li
 def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
     """Rows as an aligned text table, CSV or JSON (a list of objects)."""
     if fmt == "json":
-        import json
-
         return json.dumps([dict(zip(columns, r)) for r in rows], default=str, indent=1)
     if fmt == "csv":
-        import csv
-        import io
-
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(columns)

@@ -20,6 +20,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from curation.query import connect
 from kernelmill.store import write_text_if_changed
 
 PLOTS = ("tasks_by_level_source", "pass_rate_by_level", "speedup_distribution", "duplicates_removed",
@@ -80,8 +81,6 @@ def first_correct_turn(correct: list[bool] | None) -> int | None:
 
 def gather(corpus_dir: str | os.PathLike) -> dict:
     """The numbers behind the plots, from DuckDB over the directory's views."""
-    from curation.query import connect
-
     con = connect(corpus_dir)
     try:
         turns: dict[str, int] = {}

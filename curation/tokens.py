@@ -289,7 +289,7 @@ def _parser(lang: str):
     """One tree-sitter parser per grammar per process (parsers are not shareable across forks)."""
     p = _PARSERS.get(lang)
     if p is None:
-        from tree_sitter import Language, Parser
+        from tree_sitter import Language, Parser  # here: the lexer path needs no tree-sitter; only checks do
 
         if lang == "python":
             import tree_sitter_python as grammar
