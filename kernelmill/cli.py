@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # The ephemeral Prefect server takes 10-75 s to start on a small, busy machine; prefect waits 20 s.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    # The ephemeral server (a subprocess that inherits this environment) would send usage telemetry and log
+    # an ERROR when the network is unreachable; a run that did its work prints no ERROR line.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
