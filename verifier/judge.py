@@ -341,9 +341,11 @@ def check_child_built(job_dir: Path, ev: Evidence) -> None:
     except ValueError:
         entries = []
     for entry in entries if isinstance(entries, list) else []:
-        srcs = [str(x) for x in entry.get("sources", [])] if isinstance(entry, dict) else []
-        so = str(entry.get("so_path") or "") if isinstance(entry, dict) else ""
-        flags = [str(x) for x in entry.get("ldflags", [])] if isinstance(entry, dict) else []
+        if not isinstance(entry, dict):
+            continue
+        srcs = [str(x) for x in entry.get("sources", [])]
+        so = str(entry.get("so_path") or "")
+        flags = [str(x) for x in entry.get("ldflags", [])]
         for found in scan_sources(srcs, flags) + (scan_library(so) if so else []):
             ev.add(cheats.C01, f"Check of the extension built at run time: {found} (compute by a vendor library or "
                                "ATen internals, not your kernel).")

@@ -88,8 +88,9 @@ def probe_pairs(backend, fn, ref, seeds: list[int], draw, n: int) -> tuple[list[
     candidate; each probe starts from an idle device, so nothing of one call spills into the next."""
     launch, gaps, ref_gaps = [], [], []
     for i in range(n):
-        (la,), (ga,) = probe_calls(backend, fn, seeds[i % len(seeds):] + seeds, draw, 1)
-        _, (gr,) = probe_calls(backend, ref, seeds[i % len(seeds):] + seeds, draw, 1)
+        seed = [seeds[i % len(seeds)]]
+        (la,), (ga,) = probe_calls(backend, fn, seed, draw, 1)
+        _, (gr,) = probe_calls(backend, ref, seed, draw, 1)
         launch.append(la)
         gaps.append(ga)
         ref_gaps.append(gr)
