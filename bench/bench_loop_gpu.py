@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import threading
@@ -55,6 +54,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import default_results, device_name  # noqa: E402
 
 FAMILIES_FILE = "families.json"
 
@@ -95,12 +96,6 @@ def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: 
 
 
 # ---------------------------------------------------------------------------- the report
-
-
-def device_name() -> str:
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 class Report:
@@ -607,9 +602,7 @@ def main() -> int:
         make_corpus(Path(args.make_corpus), args.tasks, args.backend or "cuda", args.seed, args.heldout_frac)
         return 0
     if not args.results:
-        dev = device_name().lower()
-        tag = "h100" if "h100" in dev else "h200" if "h200" in dev else re.sub(r"\W+", "_", dev)
-        args.results = str(ROOT / "bench" / "results" / f"loop_{tag}.md")
+        args.results = default_results("loop")
     return run(args)
 
 

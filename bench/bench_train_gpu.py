@@ -47,7 +47,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -55,6 +54,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import default_results, device_name  # noqa: E402
 
 PROMPT = ("Write `ModelNew` for the {backend} backend: custom kernels through load_inline, no PyTorch compute.\n"
           "```python\n{ref}```")
@@ -172,12 +173,6 @@ def write_sft_corpus(corpus: Path, out: Path, fams: dict, shares: dict[int, floa
 
 
 # ---------------------------------------------------------------------------- the report
-
-
-def device_name() -> str:
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 def fmt_ci(ci) -> str:
@@ -602,9 +597,7 @@ def main() -> int:
     if bad:
         raise SystemExit(f"--arms: unknown {bad}; known: {', '.join(ARMS)}")
     if not args.results:
-        dev = device_name().lower()
-        tag = "h100" if "h100" in dev else "h200" if "h200" in dev else re.sub(r"\W+", "_", dev)
-        args.results = str(ROOT / "bench" / "results" / f"train_{tag}.md")
+        args.results = default_results("train")
     return run(args)
 
 
