@@ -34,19 +34,32 @@ Phases of the run, in order, each under a time budget (a phase that does not fit
      set, screened ones that SFT always solved left out. Each arm is evaluated like SFT, with the
      paired bootstrap interval of its difference to SFT on the same tasks.
 
+Several device calls (one holds 10 minutes): ``--save-state DIR`` writes the SFT policy (bf16-rounded,
+two tar parts of 15 MB) with the chosen tiers, the RL prompts' screening and the SFT evaluation;
+``--load-state DIR`` in a later call skips phases 1-3 and runs ``--arms`` from that same policy, so every
+arm is compared with one SFT model. ``--eval-steps 8`` also evaluates each arm at step 8 (ablations run
+at most the first arm's steps: compare them with the first arm's row at the same step).
+
+The verifier runs as the RL reward needs it: correctness only (no timing), executions cut at
+``--run-timeout-s``, and without the full-build fallback (``--full-build-fallback`` turns it on): an
+answer whose torch-free CUDA source fails its bare build is a compile error with that build's message
+(verifier/build.py), instead of a 60-90 s nvcc build of the same source with all of torch's headers that
+fails the same way at the tail of every rollout turn.
+
 Every RL step's record (rewards, groups with zero advantage, all-pass / all-fail / mixed groups, retry
 buffer size, additions, draws and evictions, sequences MirrorPop dropped, tokens with a non-zero
 advantage) is appended to ``$OUT/rl_steps.jsonl`` as it happens, each result row to
 ``$OUT/train_rows.jsonl``, and the markdown (``--results`` and its copy in $OUT) is rewritten after
-every row, so a run cut off still leaves its numbers.
+every row, so a run cut off still leaves its numbers. Each step also records where its time went
+(sampling, the verifier reward, the update) and how many distinct answers it verified.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -55,121 +68,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import default_results, device_name  # noqa: E402
+from bench.common import default_results, device_name, pack_policy, round_to_bf16, unpack_policy  # noqa: E402
+from bench.train_corpus import make_corpus, read_families, write_sft_corpus  # noqa: E402
 
-PROMPT = ("Write `ModelNew` for the {backend} backend: custom kernels through load_inline, no PyTorch compute.\n"
-          "```python\n{ref}```")
-FAMILIES_FILE = "families.json"
+STATE_FILE = "train_state.json"  # --save-state / --load-state: the chosen mix and the SFT evaluation
 ARMS = {"all": ("SFT + RL (all stabilisers)", {}), "no_prime_echo": ("RL without PrimeEcho", {"prime_echo": False}),
         "no_retry": ("RL without Buffered Dynamic Retry", {"retry": False}),
         "no_mirrorpop": ("RL without MirrorPop", {"mirrorpop": False})}
-
-
-# ---------------------------------------------------------------------------- corpus (CPU, beforehand)
-
-
-def task_level(t) -> int:
-    """KernelBench level of a family task: 1 a single elementwise chain, 2 a fused row op, 3 a row
-    normalisation or logsumexp (a block's worth of passes)."""
-    return 1 if t.kind == "ew" else 3 if t.tier == 4 else 2
-
-
-def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: float, check: int,
-                tier_shares: str) -> None:
-    from kernelmill import store
-    from kernelmill.schema import Message, RLRow, SFTRow, task_id_for
-    from synth.teacher.compact import answer
-    from synth.teacher.task_families import generate_mix, parse_shares, task_code
-    from train.data import is_heldout
-
-    t0 = time.time()
-    tasks = generate_mix(n_tasks, seed, parse_shares(tier_shares))
-    sft, rl, fams = [], [], {}
-    for t in tasks:
-        ref = task_code(t)
-        tid = task_id_for(ref)
-        prompt = PROMPT.format(backend=backend, ref=ref)
-        level = task_level(t)
-        sft.append(SFTRow(id="s" + tid, task_id=tid, source="teacher", generator="teacher_compact", backend=backend,
-                          level=level, num_turns=1, final_reward=1.0,
-                          messages=[Message("user", prompt), Message("assistant", f"```python\n{answer(t, backend)}```")]))
-        rl.append(RLRow(id="r" + tid, task_id=tid, prompt=prompt, reference_code=ref, test_spec={}, level=level,
-                        difficulty=t.difficulty, pass_rate=1.0, n_samples=1, backend=backend))
-        fams[tid] = {"sig": t.signature, "tier": t.tier}
-    if len(fams) != len(tasks):
-        raise SystemExit(f"make-corpus: {len(tasks) - len(fams)} task programs share a task_id")
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*/*.parquet"):
-        old.unlink()
-    store.write_records(out, "sft", sft)
-    store.write_records(out, "rl", rl)
-    (out / FAMILIES_FILE).write_text(json.dumps(fams, sort_keys=True, indent=0))
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    held = sum(is_heldout(tid, heldout_frac) for tid in fams)
-    per_tier = {k: sum(f["tier"] == k for f in fams.values()) for k in sorted({f["tier"] for f in fams.values()})}
-    print(f"corpus {out}: {len(sft)} sft rows, {len(rl)} rl rows ({held} held out at frac {heldout_frac}), "
-          f"tasks per tier {per_tier}, {len({f['sig'] for f in fams.values()})} op combinations, "
-          f"{size / 1e6:.2f} MB, {time.time() - t0:.0f} s", flush=True)
-    if check:
-        check_teacher_cpu(tasks, check)
-
-
-def check_teacher_cpu(tasks, n: int) -> None:
-    """Verify the cpu twins of ``n`` tasks (spread over tiers and kinds) with the real cpu verifier."""
-    from synth.teacher.compact import cpu_answer
-    from synth.teacher.task_families import task_code
-    from train.rollout import verifier_reward_fn
-
-    by_kind: dict[tuple, list] = {}
-    for t in tasks:
-        by_kind.setdefault((t.tier, t.kind), []).append(t)
-    # rounds over the tiers, each round taking the next kind of every tier
-    order = sorted(by_kind, key=lambda k: (sorted(x[1] for x in by_kind if x[0] == k[0]).index(k[1]), k[0]))
-    pick = []
-    while len(pick) < n and any(by_kind.values()):
-        for k in order:
-            if by_kind[k] and len(pick) < n:
-                pick.append(by_kind[k].pop(0))
-    fn = verifier_reward_fn("cpu", {"trials": 5, "timing_trials": 0, "time_torch_compile": False})
-    t0 = time.time()
-    scores = fn([({"reference_code": task_code(t), "task_id": t.signature}, f"```python\n{cpu_answer(t)}```")
-                 for t in pick])
-    ok = sum(s.correct for s in scores)
-    for t, s in zip(pick, scores):
-        if not s.correct:
-            print("teacher cpu twin FAILED", t.tier, t.signature, s.stage, s.feedback[:400], flush=True)
-    print(f"teacher check (cpu verifier, cpu twins): {ok}/{len(pick)} correct, {time.time() - t0:.0f} s", flush=True)
-
-
-def read_families(corpus: Path) -> dict[str, dict]:
-    """task_id -> {"sig", "tier"}; a corpus made before tiers (values are signatures) is all tier 1."""
-    f = corpus / FAMILIES_FILE
-    raw = json.loads(f.read_text()) if f.is_file() else {}
-    return {k: (v if isinstance(v, dict) else {"sig": v, "tier": 1}) for k, v in raw.items()}
-
-
-def keep_share(task_id: str, share: float) -> bool:
-    """Deterministic subsample by task id (independent of the held-out split's hash)."""
-    return share >= 1.0 or int(hashlib.sha256(f"sft-keep:{task_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
-
-
-def write_sft_corpus(corpus: Path, out: Path, fams: dict, shares: dict[int, float]) -> dict[int, int]:
-    """A copy of ``corpus`` whose sft table keeps ``shares[tier]`` of each tier's rows (rl table whole: the
-    tokenizer reads its prompts). Returns the sft rows kept per tier."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    (out / "sft").mkdir(parents=True, exist_ok=True)
-    (out / "rl").mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*/*.parquet"):
-        old.unlink()
-    sft = pa.concat_tables([pq.read_table(f) for f in sorted((corpus / "sft").glob("*.parquet"))])
-    tier_of = [fams.get(t, {"tier": 1})["tier"] for t in sft.column("task_id").to_pylist()]
-    keep = [keep_share(t, shares.get(k, 0.0)) for t, k in zip(sft.column("task_id").to_pylist(), tier_of)]
-    pq.write_table(sft.filter(pa.array(keep)), out / "sft" / "part-0.parquet")
-    for f in sorted((corpus / "rl").glob("*.parquet")):
-        pq.write_table(pq.read_table(f), out / "rl" / f.name)
-    return {k: sum(1 for t, kept in zip(tier_of, keep) if kept and t == k) for k in sorted(set(tier_of))}
 
 
 # ---------------------------------------------------------------------------- the report
@@ -234,7 +139,8 @@ class Report:
             "buffer_drawn", "repair_pass_rate", "mirrorpop_dropped", "signal_tokens", "stages", "seconds"]
     STEP_COLS = ["step", "reward_mean", "reward_std", "pass_rate", "groups", "zero_adv_share", "mixed_groups",
                  "all_pass_groups", "all_fail_groups", "buffer_size", "buffer_added", "buffer_drawn", "repair_pass_rate",
-                 "mirrorpop_dropped", "mirrorpop_stat_mean", "signal_tokens", "approx_kl", "step_s"]
+                 "mirrorpop_dropped", "mirrorpop_stat_mean", "signal_tokens", "approx_kl", "distinct_answers", "sample_s",
+                 "reward_s", "update_s", "step_s"]
 
     def __init__(self, args, info: dict):
         self.args, self.info = args, info
@@ -326,7 +232,7 @@ def run(args) -> int:
     from synth.teacher.task_families import TIERS, parse_shares
     from train import data as D
     from train.evaluate import evaluate_rows, paired_bootstrap_diff, per_task_pass1
-    from train.model import latest_checkpoint, load_pretrained
+    from train.model import latest_checkpoint, load_pretrained, write_serving_files
     from train.rl import train_rl
     from train.rollout import Score, verifier_reward_fn
     from train.sft import train_sft
@@ -399,33 +305,56 @@ def run(args) -> int:
                     print("teacher answer FAILED", tier_of(r), fams.get(r["task_id"], {}).get("sig"), s.stage,
                           s.feedback[:300], flush=True)
 
-    checker = threading.Thread(target=check_teacher, daemon=True)
-    checker.start()
-    sft_out = work / "sft"
-    r = train_sft(sft_corpus, sft_out, steps=args.sft_steps, batch_size=args.batch_size, lr=args.lr, warmup=50,
-                  max_len=args.max_len, save_every=0, heldout_frac=args.heldout_frac, vocab_size=args.vocab,
-                  n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head, log_every=0,
-                  max_seconds=min(args.sft_s, max(1.0, left() - 120)), split_words=False, split_digits=True,
-                  resume=False, lr_by_time=True, amp=True, device=dev)
-    print(json.dumps({k: v for k, v in r.items() if k != "checkpoint"}), flush=True)
-    if rep.out:
-        (rep.out / "metrics_sft.jsonl").write_text((sft_out / "metrics.jsonl").read_text())
-    stop.set()
-    checker.join(timeout=max(1.0, min(args.teacher_wait_s, left() - 60)))
-    model, tok = load_pretrained(latest_checkpoint(sft_out))
-    lens = [len(D.encode_text(tok, sft_rows[x["task_id"]]["messages"][-1]["content"])) for k in TIERS
-            for x in eval_pool[k][:8] if x["task_id"] in sft_rows]
-    plen = [len(D.encode_chat(tok, D.prompt_messages(x), add_generation_prompt=True)[0]) for k in TIERS
-            for x in eval_pool[k][:8]]
-    rep.note(f"SFT: {r['steps_done']} steps in {r['seconds']} s, final loss {r['final_loss']:.4f}, {r['examples']} "
-             f"examples. Teacher answers in tokens: max {max(lens, default=0)} (--max-new-tokens "
-             f"{args.max_new_tokens}); prompt + answer max {max((a + b for a, b in zip(plen, lens)), default=0)} "
-             f"(--max-len {args.max_len}). Teacher check ({backend} verifier, run alongside SFT): "
-             + ", ".join(f"tier {k} {v[0]}/{v[1]}" for k, v in teacher.items()) + ".")
+    def do_sft():
+        checker = threading.Thread(target=check_teacher, daemon=True)
+        checker.start()
+        sft_out = work / "sft"
+        r = train_sft(sft_corpus, sft_out, steps=args.sft_steps, batch_size=args.batch_size, lr=args.lr, warmup=50,
+                      max_len=args.max_len, save_every=0, heldout_frac=args.heldout_frac, vocab_size=args.vocab,
+                      n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head, log_every=0,
+                      max_seconds=min(args.sft_s, max(1.0, left() - 120)), split_words=False, split_digits=True,
+                      resume=False, lr_by_time=True, amp=True, device=dev)
+        print(json.dumps({k: v for k, v in r.items() if k != "checkpoint"}), flush=True)
+        if rep.out and not args.save_state:  # with a saved state $OUT is at the device tool's 8 files
+            (rep.out / "metrics_sft.jsonl").write_text((sft_out / "metrics.jsonl").read_text())
+        stop.set()
+        checker.join(timeout=max(1.0, min(args.teacher_wait_s, left() - 60)))
+        model, tok = load_pretrained(latest_checkpoint(sft_out))
+        lens = [len(D.encode_text(tok, sft_rows[x["task_id"]]["messages"][-1]["content"])) for k in TIERS
+                for x in eval_pool[k][:8] if x["task_id"] in sft_rows]
+        plen = [len(D.encode_chat(tok, D.prompt_messages(x), add_generation_prompt=True)[0]) for k in TIERS
+                for x in eval_pool[k][:8]]
+        rep.note(f"SFT: {r['steps_done']} steps in {r['seconds']} s, final loss {r['final_loss']:.4f}, {r['examples']} "
+                 f"examples. Teacher answers in tokens: max {max(lens, default=0)} (--max-new-tokens "
+                 f"{args.max_new_tokens}); prompt + answer max {max((a + b for a, b in zip(plen, lens)), default=0)} "
+                 f"(--max-len {args.max_len}). Teacher check ({backend} verifier, run alongside SFT): "
+                 + ", ".join(f"tier {k} {v[0]}/{v[1]}" for k, v in teacher.items()) + ".")
+        round_to_bf16(model)  # the policy every arm starts from, identical in a later call (pack_policy)
+        model.save_pretrained(str(sft_init))
+        write_serving_files(sft_init, tok)
+        return model, tok, r["steps_done"]
+
+    sft_init = work / "sft_policy"  # the SFT policy every arm starts from (bf16-rounded weights, fp32 model)
+    state: dict = json.loads((Path(args.load_state) / STATE_FILE).read_text()) if args.load_state else {}
+    if state:
+        if state["corpus_rows"] != len(rows) or state["sft_tiers"] != args.sft_tiers:
+            raise SystemExit(f"--load-state {args.load_state}: saved for {state['corpus_rows']} rl rows and --sft-tiers "
+                             f"{state['sft_tiers']}; this run has {len(rows)} and {args.sft_tiers}")
+        unpack_policy(Path(args.load_state), sft_init)
+        model, tok = load_pretrained(sft_init)
+        sft_steps = state["sft_row"].get("steps", "")
+        teacher.update({int(k): v for k, v in state["teacher"].items()})
+        rep.note(f"SFT policy, tiers and the SFT evaluation from the saved state of an earlier call "
+                 f"(--load-state; {state['note']}).")
+    else:
+        model, tok, sft_steps = do_sft()
 
     # 2. tier screening, or the tiers named on the command line
     rates: dict[int, float] = {}
-    if args.eval_tiers == "auto":
+    if state:
+        rates = {int(k): v for k, v in state["rates"].items()}
+        chosen, always = state["chosen"], set(state["always"])
+    elif args.eval_tiers == "auto":
         t = time.time()
         pool = [x for k in TIERS for x in screen[k]]
         res = evaluate_rows(model, tok, pool, reward_fn, n=args.screen_samples, greedy=False,
@@ -495,35 +424,64 @@ def run(args) -> int:
         rep.append_jsonl("train_rows.jsonl", {"run": name, "per_task": row["per_task"]})
         return time.time() - t
 
-    model.to(dev)
-    eval_s = evaluate("SFT only", None, {"steps": r["steps_done"]}, mdl=model, is_base=True)
+    if state:  # the SFT row and its per-task outcomes as the call that trained SFT measured them
+        rep.add(state["sft_row"])
+        base.update(state["sft_per_task"])
+        eval_s = float(state["sft_row"]["seconds"])
+    else:
+        model.to(dev)
+        eval_s = evaluate("SFT only", None, {"steps": sft_steps}, mdl=model, is_base=True)
+        if args.save_state:
+            parts = pack_policy(model, tok, Path(args.save_state))
+            sft_row = next(x for x in rep.rows if x["run"] == "SFT only")
+            Path(args.save_state, STATE_FILE).write_text(json.dumps({
+                "corpus_rows": len(rows), "sft_tiers": args.sft_tiers, "rates": rates, "chosen": chosen,
+                "always": sorted(always), "teacher": teacher, "sft_row": sft_row, "sft_per_task": dict(base),
+                "note": f"{info['device']}, {sft_steps} SFT steps, command {info['command']}"}))
+            rep.note(f"Saved the SFT policy ({len(parts)} parts, bf16) and this state to {args.save_state} "
+                     "(--load-state there runs the arms from the same SFT policy in a later call).")
     del model
 
-    # 4. RL arms
+    # 4. RL arms, each evaluated at the --eval-steps it reaches and where it stops
     arms = [a for a in args.arms.split(",") if a]
     main_steps = args.rl_steps
+    marks = sorted({int(x) for x in args.eval_steps.split(",") if x.strip()})
+    reserve = 0.6 * eval_s + 10  # one evaluation of an RL checkpoint (no cached SFT answers to reuse)
     for k, key in enumerate(arms):
         name, flags = ARMS[key]
-        budget = args.rl_s if k == 0 else args.ablation_rl_s
-        rl_s = min(budget, left() - (0.6 * eval_s + 10) - 15)
-        if rl_s < args.min_rl_s or not rl_rows:
+        cap = args.rl_steps if k == 0 else main_steps
+        targets = [m for m in marks if m < cap] + [cap]
+        budget = min(args.rl_s if k == 0 else args.ablation_rl_s, left() - reserve * len(targets) - 15)
+        if budget < args.min_rl_s or not rl_rows:
             rep.add({"run": name, "tiers": tiers_txt, "pass@1": "not run (budget)" if rl_rows else "not run (no prompts)"})
             continue
         t = time.time()
         out = work / f"rl_{key}"
-        rr = train_rl(sft_corpus, out, init=str(sft_out), reward_fn=rl_reward, rows=rl_rows,
-                      steps=args.rl_steps if k == 0 else main_steps, prompts_per_step=args.prompts,
-                      group_size=args.group, turns=args.turns, max_new_tokens=args.max_new_tokens,
-                      temperature=args.temperature, lr=args.rl_lr, ppo_epochs=args.ppo_epochs, save_every=0,
-                      max_seconds=rl_s, resume=False, seed=args.seed, device=dev, rollout_bf16=args.rollout_bf16,
-                      mirrorpop_threshold=args.mirrorpop_threshold,
-                      on_step=lambda rec, _n=name: rep.step(_n, rec), **flags)
+        shutil.rmtree(out, ignore_errors=True)
+        done = 0
+        for target in targets:
+            spent = time.time() - t
+            if done and budget - spent < args.min_rl_s:
+                break
+            rr = train_rl(sft_corpus, out, init=str(sft_init), reward_fn=rl_reward, rows=rl_rows, steps=target,
+                          prompts_per_step=args.prompts, group_size=args.group, turns=args.turns,
+                          max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.rl_lr,
+                          ppo_epochs=args.ppo_epochs, save_every=0, max_seconds=budget - spent, resume=True,
+                          seed=args.seed, device=dev, rollout_bf16=args.rollout_bf16,
+                          mirrorpop_threshold=args.mirrorpop_threshold,
+                          on_step=lambda rec, _n=name: rep.step(_n, rec), **flags)
+            if rr["steps_done"] <= done:
+                break
+            done = rr["steps_done"]
+            summ = summarise_steps(rep.steps.get(name, []))
+            extra = {**{c: summ.get(c, "") for c in Report.COLS if c in summ}, "rl_s": round(time.time() - t, 1)}
+            label = name if done >= cap or done < target else f"{name} (step {done})"
+            evaluate(label, out, extra)
+            rep.note(diagnose(label, summ, extra.get("_diff")))
+            if done < target:  # the budget ended the arm early
+                break
         if k == 0:
-            main_steps = max(1, rr["steps_done"])  # ablations get no more steps than the arm they are compared with
-        summ = summarise_steps(rep.steps.get(name, []))
-        extra = {**{c: summ.get(c, "") for c in Report.COLS if c in summ}, "rl_s": round(time.time() - t, 1)}
-        evaluate(name, out, extra)
-        rep.note(diagnose(name, summ, extra.get("_diff")))
+            main_steps = max(1, done)  # ablations get no more steps than the arm they are compared with
     rep.note(f"Total wall time {time.time() - t_start:.0f} s of a {args.budget_s:.0f} s budget.")
     print(rep.render(), flush=True)
     return 0
@@ -563,6 +521,9 @@ def main() -> int:
     ap.add_argument("--ablation-rl-s", type=float, default=60, help="most RL seconds of each later arm")
     ap.add_argument("--min-rl-s", type=float, default=20)
     ap.add_argument("--rl-steps", type=int, default=40, help="most RL steps of the first arm")
+    ap.add_argument("--eval-steps", default="", help="also evaluate each arm at these step counts, e.g. '8'")
+    ap.add_argument("--save-state", default="", help="write the SFT policy (bf16 parts) and the chosen mix here")
+    ap.add_argument("--load-state", default="", help="skip SFT, screening and its evaluation: use a saved state")
     ap.add_argument("--rl-lr", type=float, default=1e-4)
     ap.add_argument("--ppo-epochs", type=int, default=2, help="policy updates per verified batch")
     ap.add_argument("--rl-reward-cap", type=float, default=1.0, help="RL reward ceiling (0: the verifier's, speed-ups included)")
@@ -575,7 +536,11 @@ def main() -> int:
     # verifier
     ap.add_argument("--trials", type=int, default=5, help="correctness trials per answer (the verifier wants 5 or more)")
     ap.add_argument("--timing-trials", type=int, default=0)
-    ap.add_argument("--exec-workers", type=int, default=6)
+    ap.add_argument("--exec-workers", type=int, default=8)
+    ap.add_argument("--run-timeout-s", type=float, default=30, help="an answer's execution, at most")
+    ap.add_argument("--full-build-fallback", action="store_true",
+                    help="rebuild answers that fail their bare build with all torch headers (the verifier's default; "
+                         "off here: the RL reward's contract is the headers a source includes)")
     ap.add_argument("--verify-chunk", type=int, default=16)
     # model
     ap.add_argument("--heldout-frac", type=float, default=0.1)

@@ -26,3 +26,68 @@ def default_results(prefix: str) -> str:
     dev = device_name().lower()
     tag = "h100" if "h100" in dev else "h200" if "h200" in dev else re.sub(r"\W+", "_", dev)
     return str(Path(__file__).resolve().parent / "results" / f"{prefix}_{tag}.md")
+
+
+# ---------------------------------------------------------------------------- a policy carried between device calls
+
+PART_BYTES = 15_000_000  # under the 16 MiB per file that the device tool brings back from $OUT
+
+
+def round_to_bf16(model) -> None:
+    """Round the weights to bf16 values in place (the model stays fp32): the policy a run goes on with is
+    then exactly the one a later call unpacks from the bf16 copy of pack_policy."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+
+
+def pack_policy(model, tok, dest: Path) -> list[Path]:
+    """``model`` (rounded by round_to_bf16 first) as bf16 safetensors with its tokenizer, tarred and cut into
+    ``policy.tar.NN`` parts of PART_BYTES under ``dest``: a 15M-parameter model is two files."""
+    import io
+    import tarfile
+    import tempfile
+
+    import torch
+
+    from train.model import write_serving_files
+
+    buf = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "policy"
+        model.to(torch.bfloat16).save_pretrained(str(d))
+        model.float()
+        write_serving_files(d, tok)
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(d), arcname="policy")
+    blob = buf.getvalue()
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("policy.tar.*"):
+        old.unlink()
+    parts = []
+    for n, i in enumerate(range(0, len(blob), PART_BYTES)):
+        parts.append(dest / f"policy.tar.{n:02d}")
+        parts[-1].write_bytes(blob[i: i + PART_BYTES])
+    return parts
+
+
+def unpack_policy(src: Path, dest: Path) -> Path:
+    """pack_policy's parts under ``src`` as an fp32 model directory at ``dest`` (the same values)."""
+    import io
+    import tarfile
+    import tempfile
+
+    from train.model import load_pretrained, write_serving_files
+
+    parts = sorted(Path(src).glob("policy.tar.*"))
+    if not parts:
+        raise SystemExit(f"{src}: no policy.tar.* parts (written by pack_policy)")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as tar:
+            tar.extractall(tmp, filter="data")
+        model, tok = load_pretrained(Path(tmp) / "policy")
+        model.float().save_pretrained(str(dest))
+        write_serving_files(dest, tok)
+    return dest

@@ -13,8 +13,10 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/km-gpu-out}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
-python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT/device.txt"
+# the device, in device.txt (train: at the top of its log instead, which keeps $OUT to the device tool's 8 files)
+DEVICE_FILE="$OUT/device.txt"; [ "${1:-}" = "train" ] && DEVICE_FILE="$OUT/bench_train.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$DEVICE_FILE"
+python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$DEVICE_FILE"
 if [ "${1:-}" = "issue3" ]; then  # the verifier's GPU checks and its benchmark, in one call of < 600 s
     start=$(date +%s)
     timeout 240 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
@@ -27,14 +29,17 @@ if [ "${1:-}" = "train" ]; then  # SFT, tier screening, SFT vs RL arms with 95% 
     # knobs (environment): TOTAL_S whole run; SFT_S and SFT_TIERS how strong SFT gets per tier; TIERS "auto"
     # (screening picks the tiers SFT passes 30-70% of) or e.g. "3,4"; RL_S first arm, ABL_S each ablation arm;
     # ARMS which arms, in order (all,no_prime_echo,no_retry,no_mirrorpop); PROMPTS x GROUP trajectories per step,
-    # TURNS answers per trajectory. Distinct answers cost a cold nvcc build each (~0.5 per second on 16 cores):
-    # that, not the model, bounds RL steps per call
+    # TURNS answers per trajectory; RL_STEPS most steps of the first arm, EVAL_STEPS extra evaluation points
+    # (e.g. "8"). Several calls: SAVE_STATE=$OUT keeps the SFT policy (bf16, two files) and the chosen mix;
+    # a later call with LOAD_STATE=<those files, carried> runs further arms from the same SFT policy.
+    # Distinct answers cost a cold build each (bare: ~10 core-s): that, not the model, bounds RL steps per call
     # the budget is the run's plan; timeout is the hard stop that still leaves $OUT's rows (rc 124)
     timeout "${KILL_S:-555}" python3 bench/bench_train_gpu.py --corpus bench/data/train_corpus --budget-s "${TOTAL_S:-525}" \
         --sft-s "${SFT_S:-120}" --sft-tiers "${SFT_TIERS:-1=1,2=1,3=0.3,4=0.15}" --eval-tiers "${TIERS:-auto}" \
         --rl-s "${RL_S:-180}" --ablation-rl-s "${ABL_S:-60}" --arms "${ARMS:-all,no_prime_echo,no_retry,no_mirrorpop}" \
-        --prompts "${PROMPTS:-6}" --group "${GROUP:-4}" --turns "${TURNS:-2}" --rollout-bf16 \
-        --results "$OUT/train.md" 2>&1 | tee "$OUT/bench_train.log"
+        --rl-steps "${RL_STEPS:-40}" --eval-steps "${EVAL_STEPS:-}" --save-state "${SAVE_STATE:-}" \
+        --load-state "${LOAD_STATE:-}" --prompts "${PROMPTS:-6}" --group "${GROUP:-4}" --turns "${TURNS:-2}" \
+        --rollout-bf16 --results "$OUT/train.md" 2>&1 | tee -a "$OUT/bench_train.log"
     exit "${PIPESTATUS[0]}"
 fi
 if [ "${1:-}" = "loop" ]; then  # SFT -> transformers serve -> sample -> verify -> curate -> RFT -> serve -> evaluate, < 600 s

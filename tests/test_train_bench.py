@@ -7,7 +7,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from bench.bench_train_gpu import choose_tiers, diagnose, keep_share, read_families, summarise_steps, write_sft_corpus
+from bench.bench_train_gpu import choose_tiers, diagnose, summarise_steps
+from bench.train_corpus import keep_share, read_families, write_sft_corpus
 from kernelmill import store
 from kernelmill.schema import Message, RLRow, SFTRow
 
@@ -75,3 +76,29 @@ def test_summarise_steps_and_diagnosis_say_why_from_the_logged_groups():
 @pytest.mark.parametrize("share", [0.0, 1.0])
 def test_keep_share_extremes(share):
     assert all(keep_share(f"t{i}", share) == (share == 1.0) for i in range(50))
+
+
+def test_a_policy_packed_for_the_next_device_call_comes_back_with_the_same_weights(tmp_path, monkeypatch):
+    """--save-state / --load-state: the SFT policy rounded to bf16 values, packed into parts under the device
+    tool's 16 MiB per file, unpacks to an fp32 model directory with exactly those weights and the tokenizer."""
+    import torch
+
+    import bench.common as common
+    from train.model import build_tiny_model, build_tokenizer, load_pretrained
+
+    tok = build_tokenizer(["def forward(self, x): return torch.relu(x)"] * 50, vocab_size=300)
+    model = build_tiny_model(len(tok), n_layer=1, d_model=32, n_head=2, pad_id=tok.pad_token_id)
+    common.round_to_bf16(model)
+    assert all(torch.equal(p, p.bfloat16().float()) for p in model.parameters())
+    monkeypatch.setattr(common, "PART_BYTES", 20_000)  # several parts from a small model
+    parts = common.pack_policy(model, tok, tmp_path / "state")
+    assert len(parts) > 1 and all(p.stat().st_size <= 20_000 for p in parts)
+    assert next(model.parameters()).dtype == torch.float32  # the caller's model is left in fp32
+    back, tok2 = load_pretrained(common.unpack_policy(tmp_path / "state", tmp_path / "policy"))
+    assert next(back.parameters()).dtype == torch.float32
+    want = model.state_dict()
+    for k, v in back.state_dict().items():
+        assert torch.equal(v, want[k]), k
+    assert tok2("return torch.relu(x)")["input_ids"] == tok("return torch.relu(x)")["input_ids"]
+    with pytest.raises(SystemExit, match="no policy.tar"):
+        common.unpack_policy(tmp_path / "empty", tmp_path / "p2")

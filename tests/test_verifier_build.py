@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from verifier.build import build_blocking, build_variants, canonical_spec, pch_root
+from verifier.build import (FALLBACK_OFF, build_blocking, build_variants, canonical_spec, failed_targets, pch_root,
+                            spec_key, variant_failure_is_final)
 
 TORCH_FREE_CU = "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\nvoid launch(float* y) { k<<<1, 32>>>(y); }"
 TORCH_CU = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }"
@@ -22,7 +23,11 @@ def test_torch_free_cuda_source_builds_bare_first():
     bare = v[0][1]
     assert bare["no_implicit_headers"] is True
     assert bare["cpp_sources"][0] == "#include <torch/extension.h>"
-    assert bare["cuda_sources"][0].startswith("#include <cuda.h>") and TORCH_FREE_CU in bare["cuda_sources"]
+    assert "#include <cuda.h>" in bare["cuda_sources"][0] and TORCH_FREE_CU in bare["cuda_sources"]
+    # load_inline puts three header lines before the full build's CUDA source: the bare build has three too,
+    # so compiler messages name the same line numbers
+    assert bare["cuda_sources"][0].count("\n") == 2 and "torch/types.h" not in bare["cuda_sources"][0].replace(
+        "torch/types.h not included", "")
     assert v[1][1]["cuda_sources"] == [TORCH_FREE_CU] and "no_implicit_headers" not in v[1][1]
 
 
@@ -122,3 +127,61 @@ def test_km_no_pch_turns_the_header_off(tmp_path, monkeypatch):
     monkeypatch.setenv("KM_NO_PCH", "1")
     spec = canonical_spec({"cpp_sources": "int64_t three() { return 3; }", "functions": ["three"]})
     assert ensure_pch(spec) is None and list(tmp_path.iterdir()) == []
+
+
+# ninja output as torch's verbose build writes it (one job: main.o, then the CUDA object, then the link)
+MAIN_FAILED = """[1/3] c++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=km_x -c main.cpp -o main.o
+FAILED: main.o
+c++ -MMD -MF main.o.d -c /b/bare/main.cpp -o main.o
+/b/bare/main.cpp:7:3: error: 'lauch' was not declared in this scope
+ninja: build stopped: subcommand failed.
+"""
+CUDA_FAILED = """[1/3] c++ -c main.cpp -o main.o
+[2/3] /usr/local/cuda/bin/nvcc -c cuda.cu -o cuda.cuda.o
+FAILED: cuda.cuda.o
+/b/bare/cuda.cu(9): error: identifier "w" is undefined
+ninja: build stopped: subcommand failed.
+"""
+LINK_FAILED = """[3/3] c++ main.o cuda.cuda.o -shared -o km_x.so
+FAILED: km_x.so
+/usr/bin/ld: main.o: undefined reference to `launch(float*)'
+"""
+
+
+def test_failed_targets_reads_ninja_failures():
+    assert failed_targets(MAIN_FAILED) == ["main.o"]
+    assert failed_targets(CUDA_FAILED) == ["cuda.cuda.o"]
+    assert failed_targets(LINK_FAILED) == ["km_x.so"]
+    assert failed_targets("error: something before ninja ran") == []
+
+
+@pytest.mark.parametrize("label", ["bare", "slim", "light"])
+@pytest.mark.parametrize("log", [MAIN_FAILED, LINK_FAILED])
+def test_binding_file_or_link_failure_of_a_fast_variant_is_final(label, log):
+    # main.cpp and the link are the full build's byte for byte: rebuilding could only repeat the error
+    for fallback in (True, False):
+        final, why = variant_failure_is_final(label, log, fallback)
+        assert final and "byte-identical" in why and why != FALLBACK_OFF
+
+
+def test_cuda_object_failure_falls_back_unless_the_bare_contract_is_asked_for():
+    assert variant_failure_is_final("bare", CUDA_FAILED, True) == (False, "")
+    assert variant_failure_is_final("bare", CUDA_FAILED, False) == (True, FALLBACK_OFF)
+    for label in ("slim", "light"):  # their headers are the verifier's guess: never final on the CUDA object
+        assert variant_failure_is_final(label, CUDA_FAILED, False) == (False, "")
+    # a failure whose log names no ninja target (the build never ran) is not final either
+    assert variant_failure_is_final("bare", "RuntimeError: no shared object", True) == (False, "")
+
+
+def test_a_result_that_skipped_the_full_build_is_reused_only_without_the_fallback(tmp_path):
+    args = {"cpp_sources": "int three() { return 3; }", "functions": ["three"]}
+    key_dir = tmp_path / spec_key(args)
+    key_dir.mkdir()
+    (key_dir / "result.json").write_text(json.dumps({"key": spec_key(args), "ok": False, "seconds": 1.0,
+                                                     "variant": "", "fallback_skipped": True}))
+    (key_dir / "build.log").write_text("cuda.cu(3): error: bare build failed")
+    cached = build_blocking(tmp_path, args, 600, full_fallback=False)
+    assert cached.cached and not cached.ok and cached.fallback_skipped and "bare build failed" in cached.log
+    rebuilt = build_blocking(tmp_path, args, 600, full_fallback=True)  # wants the full build: it runs
+    assert rebuilt.ok and not rebuilt.cached and not rebuilt.fallback_skipped, rebuilt.log[-2000:]
+    assert build_blocking(tmp_path, args, 600, full_fallback=True).cached

@@ -18,7 +18,8 @@ One step, in order (each line is a call below):
     9. log + checkpoint      one JSON line per step in metrics.jsonl (and to ``on_step``): rewards, the
                              groups (how many had zero advantage, all passed, all failed, were mixed),
                              the retry buffer (size, added, drawn, evicted), sequences MirrorPop
-                             dropped; ckpt-* with optimizer, buffer, and prompt cursor, so a resumed run
+                             dropped; where the step's time went (sampling, the reward, the update);
+                             ckpt-* with optimizer, buffer, and prompt cursor, so a resumed run
                              continues where it stopped
 
 Not handled: a KL penalty against a frozen reference model (the approx. KL between the rollout
@@ -133,10 +134,20 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             starts += [(row, D.prompt_messages(row), g, False)] * group_size
         for j, rp in enumerate(buffer.take(n_buf)):
             starts += [(rp.row, rp.messages, n_fresh + j, True)] * group_size
-        # 2. multi-turn rollouts with verifier feedback
+        # 2. multi-turn rollouts with verifier feedback (the reward's share of the time measured apart)
+        reward_s = [0.0]
+
+        def timed_reward(items, _s=reward_s):
+            t = time.time()
+            try:
+                return reward_fn(items)
+            finally:
+                _s[0] += time.time() - t
+
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=rollout_bf16):
-            trajs = multi_turn_rollouts(model, tok, starts, reward_fn, turns=turns, max_new_tokens=max_new_tokens,
+            trajs = multi_turn_rollouts(model, tok, starts, timed_reward, turns=turns, max_new_tokens=max_new_tokens,
                                         temperature=temperature)
+        rollout_s = time.time() - ts
         # 3-4. PrimeEcho rewards and group-normalised advantages
         R = torch.tensor([trajectory_reward(t, prime_echo=prime_echo, lam=prime_echo_lambda, r_pass=r_pass)
                           for t in trajs])
@@ -206,7 +217,10 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             "mirrorpop_stat_mean": float(stat_all.mean()), "mirrorpop_stat_max": float(stat_all.max()),
             "loss": loss_v, "grad_norm": gnorm, **pol, "trajectories": len(trajs), "sampled_tokens": int(tok_total),
             "signal_tokens": int(signal_tok),  # kept sampled tokens with a non-zero advantage: what the update used
-            "step_s": round(time.time() - ts, 3),
+            "answers": sum(len(t.responses) for t in trajs),
+            "distinct_answers": len({(t.row.get("task_id"), r) for t in trajs for r in t.responses}),
+            "sample_s": round(rollout_s - reward_s[0], 3), "reward_s": round(reward_s[0], 3),
+            "update_s": round(time.time() - ts - rollout_s, 3), "step_s": round(time.time() - ts, 3),
         }
         metrics.write(last)
         if on_step is not None:

@@ -366,7 +366,8 @@ def verify_candidate(reference_code: str, candidate_text: str, *, backend: str =
     w = _front(reference_code, candidate_text, backend, task_id, candidate_id)
     if w.verdict.status:
         return _stamp(w)
-    with CompilePool(cfg.build_root(), workers=1, timeout_s=cfg.compile_timeout_s) as pool:
+    with CompilePool(cfg.build_root(), workers=1, timeout_s=cfg.compile_timeout_s,
+                     full_fallback=cfg.full_build_fallback) as pool:
         results = [pool.submit(s).result() for s in w.specs]
     if not _compile_done(w, results):
         return _stamp(w)
@@ -412,7 +413,8 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     ready: queue.Queue = queue.Queue()
     works: list[Work] = []
     pending = [0]
-    with CompilePool(cfg.build_root(), workers=max(1, workers), timeout_s=cfg.compile_timeout_s) as pool:
+    with CompilePool(cfg.build_root(), workers=max(1, workers), timeout_s=cfg.compile_timeout_s,
+                     full_fallback=cfg.full_build_fallback) as pool:
         for i, (task, cand) in enumerate(items):
             backend = resolve_backend(cand.backend or "cpu")
             w = _front(task.reference_code, cand.code or cand.response, backend, task.task_id, cand.candidate_id)

@@ -27,7 +27,18 @@ candidate's code means:
 - a CUDA source that includes ``torch/extension.h`` (pybind11, torch/all.h) is next compiled with that
   line removed, keeping load_inline's implicit ``torch/types.h``: the "light" variant, about half the nvcc time.
 A variant that fails to build is followed by the unchanged ("full") build, whose log is the one reported,
-so compiler feedback always describes the candidate as written.
+so compiler feedback always describes the candidate as written, with two exceptions:
+- the binding file failed (or the link did): every variant writes ``main.cpp`` byte for byte as
+  the full build does (load_inline's ``#include <torch/extension.h>`` line, then the candidate's sources and
+  bindings) and link with the same flags, and ninja (one job) builds ``main.o`` first, so the full build
+  would stop at the same error: the variant's log is reported and nothing is rebuilt (exact);
+- ``full_fallback=False`` (``VerifyConfig.full_build_fallback``): a CUDA source that fails in its bare
+  variant is reported with that variant's log (slim and light still fall back: their headers are a
+  guess). Contract: a source that names nothing from torch is built with the headers it includes plus
+  cuda.h/cuda_runtime.h. The RL reward uses it: a failed answer then costs ~10 core-s instead of a 60-90 s
+  full nvcc build that fails the same way at the tail of a rollout turn. Such a result is marked
+  ``fallback_skipped``, and a later request with the fallback on builds the full variant.
+The bare variant's CUDA file keeps the full build's line numbers (three header lines before the source).
 """
 
 from __future__ import annotations
@@ -103,6 +114,7 @@ class BuildResult:
     cached: bool = False
     variant: str = ""  # which build produced the .so: bare, slim, light or full ("" when it failed)
     pch: bool = False  # the binding file was compiled against the precompiled header
+    fallback_skipped: bool = False  # failed in a fast variant, the full build not tried (full_fallback=False)
 
 
 def _read_result(key_dir: Path) -> BuildResult | None:
@@ -115,32 +127,41 @@ def _read_result(key_dir: Path) -> BuildResult | None:
         return None
     log = (key_dir / "build.log").read_text(errors="replace") if (key_dir / "build.log").is_file() else ""
     return BuildResult(key=d["key"], ok=d["ok"], so_path=d.get("so_path", ""), log=log, seconds=d.get("seconds", 0.0),
-                       cached=True, variant=d.get("variant", ""), pch=d.get("pch", False))
+                       cached=True, variant=d.get("variant", ""), pch=d.get("pch", False),
+                       fallback_skipped=d.get("fallback_skipped", False))
 
 
 def _write_result(key_dir: Path, res: BuildResult) -> None:
     tmp = key_dir / "result.json.tmp"
     tmp.write_text(json.dumps({"key": res.key, "ok": res.ok, "so_path": res.so_path, "seconds": res.seconds,
-                               "variant": res.variant, "pch": res.pch}))
+                               "variant": res.variant, "pch": res.pch, "fallback_skipped": res.fallback_skipped}))
     os.replace(tmp, key_dir / "result.json")
 
 
-def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float) -> BuildResult:
-    """Build one spec (or return the cached result) in a separate process; safe across processes."""
+def _usable(res: BuildResult | None, full_fallback: bool) -> BuildResult | None:
+    """A cached result this request may use: not one that skipped the full build when this one wants it."""
+    return None if res is None or (full_fallback and res.fallback_skipped) else res
+
+
+def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
+                   full_fallback: bool = True) -> BuildResult:
+    """Build one spec (or return the cached result) in a separate process; safe across processes.
+    ``full_fallback=False``: a failed fast variant is final (module docstring)."""
     key = spec_key(args)
     key_dir = Path(build_root) / key
     key_dir.mkdir(parents=True, exist_ok=True)
-    done = _read_result(key_dir)
+    done = _usable(_read_result(key_dir), full_fallback)
     if done:
         return done
     with open(key_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        done = _read_result(key_dir)
+        done = _usable(_read_result(key_dir), full_fallback)
         if done:
             return done
+        (key_dir / "built.json").unlink(missing_ok=True)
         (key_dir / "spec.json").write_text(json.dumps(canonical_spec(args)))
         t0 = time.perf_counter()
-        env = dict(os.environ, MAX_JOBS="1", PYTHONPATH=os.pathsep.join(
+        env = dict(os.environ, MAX_JOBS="1", KM_FULL_FALLBACK="1" if full_fallback else "0", PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
         with open(key_dir / "build.log", "w") as log:
             # compilers run niced: execution children (which feed the GPU and take timings) come first
@@ -162,7 +183,8 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float) 
         ok = rc == 0 and bool(so) and Path(so).is_file()
         res = BuildResult(key=key, ok=ok, so_path=so if ok else "", seconds=seconds,
                           log=(key_dir / "build.log").read_text(errors="replace"),
-                          variant=built.get("variant", "") if ok else "", pch=bool(built.get("pch")) and ok)
+                          variant=built.get("variant", "") if ok else "", pch=bool(built.get("pch")) and ok,
+                          fallback_skipped=bool(built.get("fallback_skipped")) and not ok)
         _write_result(key_dir, res)
         return res
 
@@ -170,8 +192,10 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float) 
 class CompilePool:
     """Parallel builds: ``submit(args)`` returns a Future[BuildResult]; one future per key."""
 
-    def __init__(self, build_root: str | os.PathLike, workers: int = 0, timeout_s: float = 300.0):
+    def __init__(self, build_root: str | os.PathLike, workers: int = 0, timeout_s: float = 300.0,
+                 full_fallback: bool = True):
         self.build_root = Path(build_root)
+        self.full_fallback = full_fallback
         self.build_root.mkdir(parents=True, exist_ok=True)
         self.workers = workers or (os.cpu_count() or 1)
         self.timeout_s = timeout_s
@@ -184,7 +208,7 @@ class CompilePool:
         with self._lock:
             fut = self._futures.get(key)
             if fut is None:
-                fut = self._pool.submit(build_blocking, self.build_root, args, self.timeout_s)
+                fut = self._pool.submit(build_blocking, self.build_root, args, self.timeout_s, self.full_fallback)
                 self._futures[key] = fut
                 return fut
         # a second submitter of the same spec shares the build but did not pay for it
@@ -201,6 +225,32 @@ class CompilePool:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def failed_targets(log: str) -> list[str]:
+    """The ninja targets a build log says failed (``FAILED: main.o``, ``FAILED: cuda.cuda.o``, the .so)."""
+    out = []
+    for m in re.finditer(r"^FAILED: (.+)$", log, re.M):
+        out += [t for t in m.group(1).split() if t not in out]
+    return out
+
+
+FALLBACK_OFF = "full_build_fallback is off"
+
+
+def variant_failure_is_final(label: str, log: str, full_fallback: bool) -> tuple[bool, str]:
+    """Whether a failed fast variant's log is the build's answer, and why (module docstring).
+
+    Exact: every variant writes the full build's ``main.cpp`` and links the same way, so a failure in
+    anything but the CUDA object (``*.cuda.o``) is the one the full build would report. A bare CUDA
+    object's failure is final when the caller turned the fallback off (the contract: a torch-free source
+    gets the headers it includes); a slim or light one never is (their headers are the verifier's guess)."""
+    failed = failed_targets(log)
+    if label != "full" and failed and not any(t.endswith(".cuda.o") for t in failed):
+        return True, f"{', '.join(failed)} failed, and the full build's binding file and link are byte-identical"
+    if label == "bare" and not full_fallback:
+        return True, FALLBACK_OFF
+    return False, ""
 
 
 def first_errors(log: str, max_lines: int = 25) -> str:
@@ -220,6 +270,7 @@ def first_errors(log: str, max_lines: int = 25) -> str:
 _NAMES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::|\b(?:TORCH|AT|C10|PYBIND11)_[A-Z0-9_]+|"
                           r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|Python)")
 _HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|python)\.h[>"][ \t]*$', re.M)
+BARE_PRELUDE = "// bare build: torch/types.h not included\n#include <cuda.h>\n#include <cuda_runtime.h>"
 PCH_MAX_FLAG_SETS = 6  # each PCH is ~0.8 GB: only this many distinct cflags sets get one
 
 
@@ -232,8 +283,9 @@ def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
     cu = spec["cuda_sources"]
     if cu:
         if bare_ok and not any(_NAMES_TORCH.search(src) for src in cu):
+            # three lines before the source, as the full build has: compiler messages keep their line numbers
             out.append(("bare", dict(full, no_implicit_headers=True,
-                                     cuda_sources=["#include <cuda.h>\n#include <cuda_runtime.h>"] + list(cu),
+                                     cuda_sources=[BARE_PRELUDE] + list(cu),
                                      cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
         else:
             slim = [slim_source(src) for src in cu] if bare_ok else [None]
@@ -384,6 +436,7 @@ def _child_main(key_dir: str) -> int:
     bare_ok = "no_implicit_headers" in inspect.signature(ce.load_inline).parameters
     variants = build_variants(spec, bare_ok=bare_ok)
     pch = ensure_pch(spec)
+    full_fallback = os.environ.get("KM_FULL_FALLBACK", "1") != "0"
     for n, (label, kwargs) in enumerate(variants):
         last = n == len(variants) - 1
         try:
@@ -391,6 +444,16 @@ def _child_main(key_dir: str) -> int:
         except Exception as e:  # noqa: BLE001
             if last:
                 raise
+            vlog = key_dir_p / f"{label}.log"
+            text = vlog.read_text(errors="replace") if vlog.is_file() else ""
+            stop, why = variant_failure_is_final(label, text, full_fallback)
+            if stop:
+                print(text, flush=True)
+                print(f"[verifier] the {label} build failed ({type(e).__name__}); not rebuilt unchanged: {why}",
+                      flush=True)
+                (key_dir_p / "built.json").write_text(json.dumps({"fallback_skipped": why == FALLBACK_OFF,
+                                                                  "variant": label}))
+                return 1
             print(f"[verifier] the {label} build failed ({type(e).__name__}); building the sources unchanged",
                   flush=True)
             continue
