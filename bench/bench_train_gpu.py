@@ -72,6 +72,7 @@ from bench.common import default_results, device_name, pack_policy, round_to_bf1
 from bench.train_corpus import make_corpus, read_families, write_sft_corpus  # noqa: E402
 
 STATE_FILE = "train_state.json"  # --save-state / --load-state: the chosen mix and the SFT evaluation
+ARM_STATE = "arm_state.pt"  # --save-arm / --resume-arm: an arm's step, retry buffer, prompt cursor and RNG
 ARMS = {"all": ("SFT + RL (all stabilisers)", {}), "no_prime_echo": ("RL without PrimeEcho", {"prime_echo": False}),
         "no_retry": ("RL without Buffered Dynamic Retry", {"retry": False}),
         "no_mirrorpop": ("RL without MirrorPop", {"mirrorpop": False})}
@@ -225,6 +226,40 @@ class Report:
 # ---------------------------------------------------------------------------- the run (GPU box)
 
 
+def save_arm(dest: Path, key: str, out: Path) -> None:
+    """An arm's newest checkpoint for a later device call: its weights rounded to bf16 (pack_policy parts) and
+    the trainer state train_rl resumes from, less the optimizer (AdamW's moments are twice the weights: over
+    what the device tool carries)."""
+    import torch
+
+    from train.model import latest_checkpoint, load_pretrained, load_trainer_state
+
+    ck = latest_checkpoint(out)
+    model, tok = load_pretrained(ck)
+    round_to_bf16(model)
+    pack_policy(model, tok, dest)
+    st = load_trainer_state(ck)
+    torch.save({"arm": key, "stage": "rl", "step": st["step"], "buffer": st["buffer"], "cursor": st["cursor"],
+                "rng": st["rng"]}, dest / ARM_STATE)
+
+
+def resume_arm(args, key: str, out: Path) -> int:
+    """Lay out save_arm's files as ``out/ckpt-<step>`` (train_rl resumes from it, AdamW fresh); the step."""
+    import torch
+
+    from train.model import STATE_FILE as CKPT_STATE
+
+    src = Path(args.resume_arm)
+    st = torch.load(src / ARM_STATE, map_location="cpu", weights_only=False)
+    if st["arm"] != key:
+        raise SystemExit(f"--resume-arm {src}: saved for arm {st['arm']!r}, but the first arm here is {key!r}")
+    shutil.rmtree(out, ignore_errors=True)
+    ck = out / f"ckpt-{int(st['step']):07d}"
+    unpack_policy(src, ck)
+    torch.save(st, ck / CKPT_STATE)
+    return int(st["step"])
+
+
 def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
@@ -340,8 +375,14 @@ def run(args) -> int:
         if state["corpus_rows"] != len(rows) or state["sft_tiers"] != args.sft_tiers:
             raise SystemExit(f"--load-state {args.load_state}: saved for {state['corpus_rows']} rl rows and --sft-tiers "
                              f"{state['sft_tiers']}; this run has {len(rows)} and {args.sft_tiers}")
-        unpack_policy(Path(args.load_state), sft_init)
-        model, tok = load_pretrained(sft_init)
+        if any(Path(args.load_state).glob("policy.tar.*")):
+            unpack_policy(Path(args.load_state), sft_init)
+            model, tok = load_pretrained(sft_init)
+        elif args.resume_arm and len([a for a in args.arms.split(",") if a]) == 1:
+            model, tok = None, None  # the one arm goes on from its own saved policy: no SFT weights needed here
+        else:
+            raise SystemExit(f"--load-state {args.load_state}: no SFT policy parts (policy.tar.*), and an arm here "
+                             "starts from SFT")
         sft_steps = state["sft_row"].get("steps", "")
         teacher.update({int(k): v for k, v in state["teacher"].items()})
         rep.note(f"SFT policy, tiers and the SFT evaluation from the saved state of an earlier call "
@@ -447,18 +488,23 @@ def run(args) -> int:
     main_steps = args.rl_steps
     marks = sorted({int(x) for x in args.eval_steps.split(",") if x.strip()})
     reserve = 0.6 * eval_s + 10  # one evaluation of an RL checkpoint (no cached SFT answers to reuse)
+    resumed = resume_arm(args, arms[0], work / f"rl_{arms[0]}") if args.resume_arm and arms else 0
+    if resumed and tok is None:
+        tok = load_pretrained(latest_checkpoint(work / f"rl_{arms[0]}"))[1]
     for k, key in enumerate(arms):
         name, flags = ARMS[key]
         cap = args.rl_steps if k == 0 else main_steps
-        targets = [m for m in marks if m < cap] + [cap]
+        start = resumed if k == 0 else 0
+        targets = [m for m in marks if start < m < cap] + [cap]
         budget = min(args.rl_s if k == 0 else args.ablation_rl_s, left() - reserve * len(targets) - 15)
         if budget < args.min_rl_s or not rl_rows:
             rep.add({"run": name, "tiers": tiers_txt, "pass@1": "not run (budget)" if rl_rows else "not run (no prompts)"})
             continue
         t = time.time()
         out = work / f"rl_{key}"
-        shutil.rmtree(out, ignore_errors=True)
-        done = 0
+        if not start:
+            shutil.rmtree(out, ignore_errors=True)
+        done = start
         for target in targets:
             spent = time.time() - t
             if done and budget - spent < args.min_rl_s:
@@ -482,6 +528,10 @@ def run(args) -> int:
                 break
         if k == 0:
             main_steps = max(1, done)  # ablations get no more steps than the arm they are compared with
+            if args.save_arm and done > start:
+                save_arm(Path(args.save_arm), key, out)
+                rep.note(f"Saved {name} at step {done} to {args.save_arm} (bf16 weights, retry buffer, prompt cursor, "
+                         "RNG; no optimizer state): --resume-arm there goes on in a later call with a fresh AdamW.")
     rep.note(f"Total wall time {time.time() - t_start:.0f} s of a {args.budget_s:.0f} s budget.")
     print(rep.render(), flush=True)
     return 0
@@ -524,6 +574,9 @@ def main() -> int:
     ap.add_argument("--eval-steps", default="", help="also evaluate each arm at these step counts, e.g. '8'")
     ap.add_argument("--save-state", default="", help="write the SFT policy (bf16 parts) and the chosen mix here")
     ap.add_argument("--load-state", default="", help="skip SFT, screening and its evaluation: use a saved state")
+    ap.add_argument("--save-arm", default="", help="write the first arm's policy (bf16) and trainer state here")
+    ap.add_argument("--resume-arm", default="", help="the first arm goes on from a --save-arm directory "
+                    "(--rl-steps counts from its step 0; needs --load-state)")
     ap.add_argument("--rl-lr", type=float, default=1e-4)
     ap.add_argument("--ppo-epochs", type=int, default=2, help="policy updates per verified batch")
     ap.add_argument("--rl-reward-cap", type=float, default=1.0, help="RL reward ceiling (0: the verifier's, speed-ups included)")
@@ -561,6 +614,8 @@ def main() -> int:
     bad = [a for a in args.arms.split(",") if a and a not in ARMS]
     if bad:
         raise SystemExit(f"--arms: unknown {bad}; known: {', '.join(ARMS)}")
+    if args.resume_arm and not args.load_state:
+        raise SystemExit("--resume-arm needs --load-state (the mix and the SFT evaluation it is compared with)")
     if not args.results:
         args.results = default_results("train")
     return run(args)

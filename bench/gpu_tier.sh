@@ -31,14 +31,15 @@ if [ "${1:-}" = "train" ]; then  # SFT, tier screening, SFT vs RL arms with 95% 
     # ARMS which arms, in order (all,no_prime_echo,no_retry,no_mirrorpop); PROMPTS x GROUP trajectories per step,
     # TURNS answers per trajectory; RL_STEPS most steps of the first arm, EVAL_STEPS extra evaluation points
     # (e.g. "8"). Several calls: SAVE_STATE=$OUT keeps the SFT policy (bf16, two files) and the chosen mix;
-    # a later call with LOAD_STATE=<those files, carried> runs further arms from the same SFT policy.
+    # a later call with LOAD_STATE=<those files, carried> runs further arms from the same SFT policy;
+    # SAVE_ARM=$OUT/arm keeps the first arm's policy and trainer state, RESUME_ARM=<carried> goes on with it.
     # Distinct answers cost a cold build each (bare: ~10 core-s): that, not the model, bounds RL steps per call
     # the budget is the run's plan; timeout is the hard stop that still leaves $OUT's rows (rc 124)
     timeout "${KILL_S:-555}" python3 bench/bench_train_gpu.py --corpus bench/data/train_corpus --budget-s "${TOTAL_S:-525}" \
         --sft-s "${SFT_S:-120}" --sft-tiers "${SFT_TIERS:-1=1,2=1,3=0.3,4=0.15}" --eval-tiers "${TIERS:-auto}" \
         --rl-s "${RL_S:-180}" --ablation-rl-s "${ABL_S:-60}" --arms "${ARMS:-all,no_prime_echo,no_retry,no_mirrorpop}" \
         --rl-steps "${RL_STEPS:-40}" --eval-steps "${EVAL_STEPS:-}" --save-state "${SAVE_STATE:-}" \
-        --load-state "${LOAD_STATE:-}" --prompts "${PROMPTS:-6}" --group "${GROUP:-4}" --turns "${TURNS:-2}" \
+        --load-state "${LOAD_STATE:-}" --save-arm "${SAVE_ARM:-}" --resume-arm "${RESUME_ARM:-}" --prompts "${PROMPTS:-6}" --group "${GROUP:-4}" --turns "${TURNS:-2}" \
         --rollout-bf16 --results "$OUT/train.md" 2>&1 | tee -a "$OUT/bench_train.log"
     exit "${PIPESTATUS[0]}"
 fi
