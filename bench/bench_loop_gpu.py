@@ -55,16 +55,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import default_results, device_name  # noqa: E402
+from bench.common import FAMILIES_FILE, default_results, device_name, write_family_corpus  # noqa: E402
 
-FAMILIES_FILE = "families.json"
 
 
 # ---------------------------------------------------------------------------- the corpus (made here, once)
 
 
 def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: float) -> None:
-    from kernelmill import store
     from kernelmill.schema import Message, SFTRow, Task
     from synth.generate.prompts import build_prompt
     from synth.teacher.compact import answer
@@ -81,15 +79,7 @@ def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: 
                            final_reward=1.0))
         tasks.append(task)
         fams[task.task_id] = ft.signature
-    if len(fams) != len(tasks):
-        raise SystemExit(f"make-corpus: {len(tasks) - len(fams)} task programs share a task_id")
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*/*.parquet"):
-        old.unlink()
-    store.write_records(out, "tasks", tasks)
-    store.write_records(out, "sft", rows)
-    (out / FAMILIES_FILE).write_text(json.dumps(fams, sort_keys=True, indent=0))
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    size = write_family_corpus(out, {"tasks": tasks, "sft": rows}, fams, len(tasks))
     held = sum(is_heldout(t.task_id, heldout_frac) for t in tasks)
     print(f"corpus {out}: {len(tasks)} tasks and sft rows ({backend}), {held} held out at frac {heldout_frac}, "
           f"{len(set(fams.values()))} op combinations, {size / 1e6:.2f} MB, {time.time() - t0:.0f} s", flush=True)

@@ -28,6 +28,27 @@ def default_results(prefix: str) -> str:
     return str(Path(__file__).resolve().parent / "results" / f"{prefix}_{tag}.md")
 
 
+FAMILIES_FILE = "families.json"  # task_id -> op combination (and tier) of a procedural corpus
+
+
+def write_family_corpus(out: Path, tables: dict[str, list], fams: dict, n_tasks: int) -> int:
+    """A procedural benchmark corpus at ``out``: each table's records (kernelmill.store), replacing older
+    parquet files, and ``families.json``; returns its size in bytes. Two programs with one task_id stop it."""
+    import json
+
+    from kernelmill import store
+
+    if len(fams) != n_tasks:
+        raise SystemExit(f"make-corpus: {n_tasks - len(fams)} task programs share a task_id")
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*/*.parquet"):
+        old.unlink()
+    for table, records in tables.items():
+        store.write_records(out, table, records)
+    (out / FAMILIES_FILE).write_text(json.dumps(fams, sort_keys=True, indent=0))
+    return sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+
+
 # ---------------------------------------------------------------------------- a policy carried between device calls
 
 PART_BYTES = 15_000_000  # under the 16 MiB per file that the device tool brings back from $OUT

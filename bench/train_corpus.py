@@ -15,7 +15,7 @@ from pathlib import Path
 
 PROMPT = ("Write `ModelNew` for the {backend} backend: custom kernels through load_inline, no PyTorch compute.\n"
           "```python\n{ref}```")
-FAMILIES_FILE = "families.json"
+FAMILIES_FILE = "families.json"  # the name bench.common.write_family_corpus writes
 
 
 def task_level(t) -> int:
@@ -26,7 +26,7 @@ def task_level(t) -> int:
 
 def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: float, check: int,
                 tier_shares: str) -> None:
-    from kernelmill import store
+    from bench.common import write_family_corpus
     from kernelmill.schema import Message, RLRow, SFTRow, task_id_for
     from synth.teacher.compact import answer
     from synth.teacher.task_families import generate_mix, parse_shares, task_code
@@ -46,15 +46,7 @@ def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: 
         rl.append(RLRow(id="r" + tid, task_id=tid, prompt=prompt, reference_code=ref, test_spec={}, level=level,
                         difficulty=t.difficulty, pass_rate=1.0, n_samples=1, backend=backend))
         fams[tid] = {"sig": t.signature, "tier": t.tier}
-    if len(fams) != len(tasks):
-        raise SystemExit(f"make-corpus: {len(tasks) - len(fams)} task programs share a task_id")
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*/*.parquet"):
-        old.unlink()
-    store.write_records(out, "sft", sft)
-    store.write_records(out, "rl", rl)
-    (out / FAMILIES_FILE).write_text(json.dumps(fams, sort_keys=True, indent=0))
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    size = write_family_corpus(out, {"sft": sft, "rl": rl}, fams, len(tasks))
     held = sum(is_heldout(tid, heldout_frac) for tid in fams)
     per_tier = {k: sum(f["tier"] == k for f in fams.values()) for k in sorted({f["tier"] for f in fams.values()})}
     print(f"corpus {out}: {len(sft)} sft rows, {len(rl)} rl rows ({held} held out at frac {heldout_frac}), "
