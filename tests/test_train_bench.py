@@ -1,13 +1,13 @@
 """The training benchmark's own decisions (bench/bench_train_gpu.py): which tiers become the RL and
 evaluation mix, how SFT is thinned per tier, and how an arm's logged RL steps are summed up and read.
-The GPU run itself is dry-run on cpu at tiny sizes (bench/results/train_cpu.md)."""
+The GPU run itself is dry-run on cpu at tiny sizes (bench/results/train_cpu.md); the report lives in bench/train_report.py."""
 
 import json
 
 import pyarrow.parquet as pq
 import pytest
 
-from bench.bench_train_gpu import choose_tiers, diagnose, summarise_steps
+from bench.train_report import choose_tiers, diagnose, summarise_steps
 from bench.train_corpus import keep_share, read_families, write_sft_corpus
 from kernelmill import store
 from kernelmill.schema import Message, RLRow, SFTRow
