@@ -30,8 +30,9 @@ A variant that fails to build is followed by the unchanged ("full") build, whose
 so compiler feedback always describes the candidate as written, with two exceptions:
 - the binding file failed (or the link did): every variant writes ``main.cpp`` byte for byte as
   the full build does (load_inline's ``#include <torch/extension.h>`` line, then the candidate's sources and
-  bindings) and link with the same flags, and ninja (one job) builds ``main.o`` first, so the full build
-  would stop at the same error: the variant's log is reported and nothing is rebuilt (exact);
+  bindings) and link with the same flags, so the full build fails too: the variant's log is reported and
+  nothing is rebuilt (the verdict is exact; the full build's log could show its CUDA object's errors first
+  if that object, compiled with all of torch's headers, failed where the variant's did not);
 - ``full_fallback=False`` (``VerifyConfig.full_build_fallback``): a CUDA source that fails in its bare
   variant is reported with that variant's log (slim and light still fall back: their headers are a
   guess). Contract: a source that names nothing from torch is built with the headers it includes plus

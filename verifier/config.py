@@ -41,7 +41,7 @@ class VerifyConfig:
     warm_processes: int = -1  # cuda: single-use processes started ahead (-1: as many as exec_workers; 0: none)
     device_lock: bool = True  # timing phases get the device alone (verifier/devlock.py); False only to measure it
     min_own_share: float = 0.5  # cuda: least share of forward device time in the candidate's own kernels (C01)
-    full_build_fallback: bool = True  # a source failing its fast (bare/slim) build is rebuilt unchanged (build.py)
+    full_build_fallback: bool = True  # a CUDA source failing its bare build is rebuilt unchanged (False: final; build.py)
 
     @classmethod
     def from_dict(cls, d: dict | None, source: str = "[verify]") -> "VerifyConfig":
