@@ -64,7 +64,7 @@ def load_manifest(path: Path) -> list[dict]:
 def select(rows: list[dict], levels: str = "", sources: str = "", shard: str = "0/1", limit: int = 0,
            skip_ids: set | None = None) -> list[dict]:
     """The rows of this run: filtered by level and source, then shard ``i/n`` takes every n-th row of the
-    list sorted by id (so each shard gets every level and source), then ``limit``."""
+    list sorted by source, level and id (so each shard gets its share of every level and source), then ``limit``."""
     if levels:
         want = {int(x) for x in levels.split(",")}
         rows = [r for r in rows if int(r["level"]) in want]
@@ -76,7 +76,7 @@ def select(rows: list[dict], levels: str = "", sources: str = "", shard: str = "
     i, n = (int(x) for x in shard.split("/"))
     if not 0 <= i < n:
         raise SystemExit(f"--shard {shard}: want i/n with 0 <= i < n")
-    rows = sorted(rows, key=lambda r: r["id"])[i::n]
+    rows = sorted(rows, key=lambda r: (r["source"], int(r["level"]), r["id"]))[i::n]
     return rows[:limit] if limit else rows
 
 
@@ -175,18 +175,30 @@ def load_classes(path: Path | None) -> dict[str, dict]:
     return out
 
 
+# static_ok / static_ok_torch: --static-only rows that went through both stages (the second with PyTorch compute
+# found, which the strict policy rejects at the end of the run and the partial one may pass)
+AGREES_WITH_CORRECT = ("pass", "static_ok", "static_ok_torch")
+
+
 def is_disagreement(row: dict) -> bool:
     if row["status"] == NOT_REACHED:
         return False
-    return (row["source_judgement"] == "correct") != (row["status"] == "pass")
+    return (row["source_judgement"] == "correct") != (row["status"] in AGREES_WITH_CORRECT)
+
+
+def finding_kind(line: str) -> str:
+    """A finding with its specifics (line numbers, names in backticks, function lists) blanked out."""
+    k = re.sub(r"line \d+", "line N", line)
+    k = re.sub(r"`[^`]*`", "`X`", k)
+    return re.sub(r"\([a-z_0-9, ]+\) is ever called", "(X) is ever called", k)[:200]
 
 
 def _cell(x) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
 
 
-def _num(x) -> str:
-    return "" if x is None else f"{x:.2g}" if isinstance(x, float) else str(x)
+def _num(x, fmt: str = ".2e") -> str:
+    return "" if x is None else format(x, fmt) if isinstance(x, (int, float)) else str(x)
 
 
 def render(rows: list[dict], classes: dict[str, dict], title: str, header_lines: list[str]) -> str:
@@ -242,8 +254,23 @@ def render(rows: list[dict], classes: dict[str, dict], title: str, header_lines:
     for r in dis:
         cl = classes.get(r["id"], {})
         out.append(f"| {r['id']} | {r['level']} | {_cell(r['problem'])} | {r['status']} | {','.join(r['cheats'])} | "
-                   f"{_num(r['max_abs_err'])} / {_num(r['max_rel_err'])} | {_num(r['own_kernel_share'])} | "
+                   f"{_num(r['max_abs_err'])} / {_num(r['max_rel_err'])} | {_num(r['own_kernel_share'], '.2f')} | "
                    f"{_cell(r['key_line'])} | {cl.get('class', '')} | {_cell(cl.get('note', ''))} |")
+    kinds: dict[str, list] = collections.defaultdict(list)
+    for r in rows:
+        for k in {finding_kind(f) for f in r.get("findings", [])}:
+            kinds[k].append(r)
+    if kinds:
+        out += ["", "## Findings by kind", "", "Each kind of finding line (names blanked), how many solutions have it, how "
+                "many have it as their only kind, and the names found.", "",
+                "| finding | solutions | only kind | names (count) |", "| --- | --- | --- | --- |"]
+        only = collections.Counter(next(iter(ks)) for r in rows
+                                   if len(ks := {finding_kind(f) for f in r.get("findings", [])}) == 1)
+        for k, rs in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+            names = collections.Counter(m for r in rs for f in r.get("findings", []) if finding_kind(f) == k
+                                        for m in re.findall(r"`([^`]*)`", f))
+            out.append(f"| {_cell(k)} | {len(rs)} | {only.get(k, 0)} | "
+                       + _cell(", ".join(f"{n} ({c})" for n, c in names.most_common(12))) + " |")
     unknown = sorted(set(classes) - {r["id"] for r in dis})
     if unknown:
         out += ["", "Classified ids that are not disagreements in these rows: " + ", ".join(unknown)]
@@ -309,9 +336,13 @@ def run_static(rows: list[dict], legality: str) -> list[dict]:
     for r, (task, cand) in zip(rows, items_for(rows, "cuda")):
         w = _front(task.reference_code, cand.code, "cuda", task.task_id, cand.candidate_id)
         v = w.verdict
-        if not v.status:
-            v.status = "static_ok"
-        out.append(verdict_row(r, v, legality))
+        torch_found = [f"Static check, {f}." for f in getattr(w, "torch_findings", None) or []]
+        row = verdict_row(r, v, legality)
+        if not v.status:  # went on to compile; PyTorch compute found statically is judged at the end (strict)
+            row["status"] = "static_ok_torch" if torch_found else "static_ok"
+            row["findings"] = torch_found[:12]
+            row["key_line"] = torch_found[0][:240] if torch_found else ""
+        out.append(row)
     return out
 
 
@@ -381,7 +412,9 @@ def main(argv=None) -> int:
             w.add(row)
         text = render(w.rows, classes, "Test bed: extraction and static stages only (no compile, no GPU)",
                       [f"Command: `{cmd}`", f"Verifier commit: {verifier_commit()}; {len(rows)} solutions; "
-                       f"{time.time() - t0:.0f} s. `static_ok`: passed both stages (went on to compile in a real run)."])
+                       f"{time.time() - t0:.0f} s. `static_ok`: passed both stages (went on to compile in a real run); "
+                       "`static_ok_torch`: passed, with PyTorch compute found (the strict policy rejects it at "
+                       "the end of a real run, the partial one may pass it)."])
         (od / f"testbed_{name}.md").write_text(text)
         print(text)
         return 0

@@ -1,0 +1,174 @@
+"""The test bed benchmark's CPU side (bench/bench_testbed_gpu.py): shard selection, merging shard JSONL files,
+the hand classification of disagreements, the markdown tables, and the extraction + static run over a small
+manifest. Every row and program here is written by hand in this file (no fetched solution, no ext/)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import bench_testbed_gpu as tb  # noqa: E402
+
+
+def row(id_, status, judgement="correct", source="srcA", level=1, cheats=(), key="", **kw):
+    r = {"id": id_, "source": source, "level": level, "problem": f"p_{id_}", "problem_id": 1, "model": "m",
+         "source_judgement": judgement, "source_speedup": 1.0, "source_gpu": "L40S", "status": status,
+         "stage_reached": "", "cheats": list(cheats), "max_abs_err": None, "max_rel_err": None,
+         "own_kernel_share": None, "fallback_ops": [], "foreign_kernels": [], "pass_strict": None,
+         "pass_partial": None, "speedup_eager": None, "runtime_us": None, "eager_us": None, "feedback": key,
+         "key_line": key, "findings": [], "stage_seconds_total": 1.0, "legality": "strict", "device": "H100"}
+    r.update(kw)
+    return r
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def shards(tmp_path):
+    s0 = write_jsonl(tmp_path / "testbed_h100_s0of2.jsonl", [
+        row("a1", "pass", pass_strict=True, pass_partial=True),
+        row("a2", "wrong", max_abs_err=9.8e-4, max_rel_err=1e-3, key="mismatch at [3, 7]: got 0.8783, expected 0.8785"),
+        row("a3", tb.NOT_REACHED, key="budget reached while running"),
+    ])
+    s1 = write_jsonl(tmp_path / "testbed_h100_s1of2.jsonl", [
+        row("a3", "cheat", cheats=["C01_TORCH_COMPUTE"], source="srcB", level=2, key="Static check, line 9: calls `F.conv2d`",
+            pass_strict=False, pass_partial=True),
+        row("b1", "pass", judgement="incorrect", source="srcB", level=2, pass_strict=True, pass_partial=True),
+        row("b2", "task_error", source="srcB", level=2, key="the reference output does not depend on its inputs"),
+    ])
+    return s0, s1
+
+
+def test_merge_keeps_a_verdict_over_not_reached_whatever_the_file_order(shards):
+    s0, s1 = shards
+    for files in ([s0, s1], [s1, s0]):
+        rows = {r["id"]: r for r in tb.merge_rows(files)}
+        assert sorted(rows) == ["a1", "a2", "a3", "b1", "b2"]
+        assert rows["a3"]["status"] == "cheat"
+
+
+def test_report_tables_agreement_and_disagreements_with_classes(shards, tmp_path):
+    classes_file = tmp_path / "classes.json"
+    classes_file.write_text(json.dumps({"a2": {"class": "tolerance", "note": "K=4096 accumulation order"},
+                                        "b2": "task at fault"}))
+    rows = tb.merge_rows(list(shards))
+    text = tb.render(rows, tb.load_classes(classes_file), "t", [])
+    # verdicts by status: the all row counts every status once
+    all_row = next(ln for ln in text.splitlines() if ln.startswith("| all |  | 5 |"))
+    assert all_row.count("| 1 ") >= 3 and "| 2 |" in all_row  # pass 2, wrong/cheat/task_error 1 each
+    assert "| C01_TORCH_COMPUTE |" in text
+    # agreement: srcA correct 2 of 2 judged... a1 agrees, a2 does not
+    assert "| srcA | correct | 2 |" in text and "1 (50%)" in text
+    # an "incorrect" solution the verifier passes is a disagreement too
+    dis = text.split("## Disagreements")[1]
+    for i in ("a2", "a3", "b1", "b2"):
+        assert f"| {i} |" in dis
+    assert "| a1 |" not in dis
+    a2 = next(ln for ln in dis.splitlines() if ln.startswith("| a2 |"))
+    assert "| tolerance | K=4096 accumulation order |" in a2 and "9.80e-04 / 1.00e-03" in a2 and "mismatch at [3, 7]" in a2
+    b2 = next(ln for ln in dis.splitlines() if ln.startswith("| b2 |"))
+    assert "| task at fault |" in b2
+    a3 = next(ln for ln in dis.splitlines() if ln.startswith("| a3 |"))
+    assert a3.endswith("|  |  |")  # not classified yet: empty class and note
+    assert "(unclassified): 2" in text and "task at fault: 1" in text and "tolerance: 1" in text
+
+
+def test_classify_csv_and_bad_class(tmp_path):
+    f = tmp_path / "c.csv"
+    f.write_text("id,class,note\na2,verifier fault,static scan misreads nn.init\n")
+    assert tb.load_classes(f) == {"a2": {"class": "verifier fault", "note": "static scan misreads nn.init"}}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"a2": "flaky"}))
+    with pytest.raises(SystemExit, match="a2"):
+        tb.load_classes(bad)
+
+
+def test_report_mode_writes_the_markdown_from_shards(shards, tmp_path):
+    out = tmp_path / "out"
+    assert tb.main(["--report", *map(str, shards), "--name", "merged_test", "--out", str(out)]) == 0
+    text = (out / "testbed_merged_test.md").read_text()
+    assert "5 solutions" in text and "## Disagreements (4)" in text
+
+
+def test_shards_are_disjoint_and_cover_the_selection():
+    rows = [{"id": f"src-l{1 + i % 3}-p{i:03d}", "level": 1 + i % 3, "source": "x" if i % 2 else "y"} for i in range(50)]
+    parts = [tb.select(rows, shard=f"{i}/3") for i in range(3)]
+    ids = [r["id"] for p in parts for r in p]
+    assert sorted(ids) == sorted(r["id"] for r in rows) and len(set(ids)) == 50
+    assert {r["level"] for r in parts[0]} == {1, 2, 3}
+    assert all(r["level"] == 2 for r in tb.select(rows, levels="2"))
+    assert len(tb.select(rows, sources="x", limit=4)) == 4
+    assert "src-l2-p001" not in {r["id"] for r in tb.select(rows, skip_ids={"src-l2-p001"})}
+
+
+TASK = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(64)]
+
+def get_init_inputs():
+    return []
+'''
+
+HONEST = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = """
+#include <torch/extension.h>
+__global__ void relu_k(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+torch::Tensor relu(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    relu_k<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+ext = load_inline(name="relu_tb", cpp_sources="torch::Tensor relu(torch::Tensor x);", cuda_sources=src,
+                  functions=["relu"])
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu(x)
+'''
+
+NO_KERNEL = '''import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+'''
+
+
+def test_static_only_run_over_a_small_manifest(tmp_path):
+    (tmp_path / "problems").mkdir()
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "problems" / "relu.py").write_text(TASK)
+    manifest = []
+    for id_, code in (("honest", HONEST), ("no-kernel", NO_KERNEL)):
+        (tmp_path / "solutions" / f"{id_}.py").write_text(code)
+        manifest.append({"id": id_, "source": "hand", "repo": "none/none", "commit": "0" * 40, "path": "x",
+                         "level": 1, "problem_id": 1, "problem_name": "relu", "problem_file": "problems/relu.py",
+                         "solution_file": f"solutions/{id_}.py", "source_judgement": "correct", "model": "hand"})
+    write_jsonl(tmp_path / "manifest.jsonl", manifest)
+    out = tmp_path / "out"
+    assert tb.main(["--manifest", str(tmp_path / "manifest.jsonl"), "--static-only", "--out", str(out)]) == 0
+    rows = {r["id"]: r for r in map(json.loads, (out / "testbed_static_cpu.jsonl").read_text().splitlines())}
+    assert rows["honest"]["status"] == "static_ok"
+    assert rows["no-kernel"]["status"] == "extract_error"
+    assert "| no-kernel |" in (out / "testbed_static_cpu.md").read_text().split("## Disagreements")[1]
