@@ -22,8 +22,8 @@ filled from ``--classify`` (JSON, YAML or CSV: id -> class and note) and left em
 
 Settings: ``--set KEY=VALUE`` sets any ``VerifyConfig`` field; ``--legality strict|partial`` sets
 ``VerifyConfig.legality`` where the verifier has it (read with getattr: the script runs before and after it
-exists). Defaults chosen for a bench run, not the verifier's: ``time_torch_compile=false`` (agreement on
-correctness is the question here, and compiling every reference costs a minute each).
+exists). Defaults chosen for a bench run, not the verifier's: ``time_torch_compile=false`` and
+``timing_trials=5`` (agreement on correctness and legality is the question here, not speed).
 
 Not checked here: speedups against the source's (different GPUs, different harnesses); the sources publish
 only solutions they judged correct, so the "incorrect" row of the matrix stays empty with this set.
@@ -35,6 +35,7 @@ import argparse
 import collections
 import csv
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -49,7 +50,9 @@ sys.path.insert(0, str(ROOT))
 
 CLASSES = ("candidate bug", "tolerance", "task at fault", "verifier fault")
 NOT_REACHED = "not reached"
-BENCH_DEFAULTS = {"time_torch_compile": False}
+# a bench run asks about correctness and legality, not speed: no torch.compile of every reference (a minute
+# each), and the fewest timed iterations that still re-check timed outputs (C16); --set overrides both
+BENCH_DEFAULTS = {"time_torch_compile": False, "timing_trials": 5}
 
 
 # ----------------------------------------------------------------------------- manifest and selection
@@ -62,8 +65,9 @@ def load_manifest(path: Path) -> list[dict]:
 
 
 def select(rows: list[dict], levels: str = "", sources: str = "", shard: str = "0/1", limit: int = 0,
-           skip_ids: set | None = None) -> list[dict]:
-    """The rows of this run: filtered by level and source, then shard ``i/n`` takes every n-th row of the
+           skip_ids: set | None = None, per_problem: int = 0) -> list[dict]:
+    """The rows of this run: filtered by level and source, at most ``per_problem`` solutions of each (source,
+    level, problem) (picked by a hash of the id: no model preferred), then shard ``i/n`` takes every n-th row of the
     list sorted by source, level and id (so each shard gets its share of every level and source), then ``limit``."""
     if levels:
         want = {int(x) for x in levels.split(",")}
@@ -71,6 +75,12 @@ def select(rows: list[dict], levels: str = "", sources: str = "", shard: str = "
     if sources:
         want_s = set(sources.split(","))
         rows = [r for r in rows if r["source"] in want_s]
+    if per_problem:
+        groups = collections.defaultdict(list)
+        for r in rows:
+            groups[(r["source"], int(r["level"]), r["problem_id"])].append(r)
+        rows = [r for g in groups.values()
+                for r in sorted(g, key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())[:per_problem]]
     if skip_ids:
         rows = [r for r in rows if r["id"] not in skip_ids]
     i, n = (int(x) for x in shard.split("/"))
@@ -86,7 +96,9 @@ def read_text(r: dict, key: str) -> str:
 
 # ----------------------------------------------------------------------------- one row per verdict
 
-_GENERIC = re.compile(r"^(Your program was rejected|Anti-cheat C\d\d_[A-Z_]+: |Compute the result|Reply with|I could not find)")
+# the headline and advice lines every verdict of a kind shares (verifier/feedback.py), and build chatter
+_GENERIC = re.compile(r"^(Your (kernel|program|extension) |Anti-cheat C\d\d_[A-Z_]+: |Compute the result|Reply with|"
+                      r"I could not find|First compiler errors:|\[verifier\]|Traceback|File \")")
 _SPECIFIC = re.compile(r"(?i)\[C\d\d_|static check|runtime check|mismatch|differ|max abs|error:|illegal|timed out|crash|"
                        r"never launched|no code|not found|tolerance|expected")
 
@@ -372,6 +384,7 @@ def main(argv=None) -> int:
     ap.add_argument("--levels", default="")
     ap.add_argument("--sources", default="")
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--per-problem", type=int, default=0, help="at most this many solutions per problem (0: all)")
     ap.add_argument("--skip-done", nargs="*", default=[], metavar="FILE.jsonl",
                     help="skip ids that already have a verdict in these files (a second call over the rest)")
     ap.add_argument("--legality", default="", choices=["", "strict", "partial"])
@@ -400,7 +413,7 @@ def main(argv=None) -> int:
 
     t0 = time.time()
     skip = {r["id"] for f in a.skip_done for r in merge_rows([Path(f)]) if r["status"] != NOT_REACHED}
-    rows = select(load_manifest(Path(a.manifest)), a.levels, a.sources, a.shard, a.limit, skip)
+    rows = select(load_manifest(Path(a.manifest)), a.levels, a.sources, a.shard, a.limit, skip, a.per_problem)
     shard_tag = "" if a.shard == "0/1" else "_s{}of{}".format(*a.shard.split("/"))
     cfg, legality = make_config(a.set, a.legality, a.exec_workers)
     cmd = "PYTHONPATH=. python bench/bench_testbed_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:])
