@@ -55,7 +55,7 @@ def _tree_rss_kb(root_pid: int) -> int:
 
 def run_load(kbdir: str, out: str, timeout_s: float | None = None) -> dict:
     # timeout inside time: the SIGTERM goes to kernelmill itself, and time still reports
-    cli = [shutil.which("kernelmill")] if shutil.which("kernelmill") else [sys.executable, "-m", "kernelmill.cli"]
+    cli = [shutil.which("kernelmill")] if shutil.which("kernelmill") else [sys.executable, "-m", "orchestrator.cli"]
     cmd = ["/usr/bin/time", "-v"] + (["timeout", str(timeout_s)] if timeout_s else []) + cli + ["load", kbdir, "--out", out]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

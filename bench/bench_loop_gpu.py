@@ -233,7 +233,7 @@ def run(args) -> int:
 
     from kernelmill import store
     from kernelmill.config import load_settings
-    from kernelmill.stages import BY_NAME
+    from orchestrator.stages import BY_NAME
     from train import data as D
     from train.evaluate import paired_bootstrap_diff
     from train.model import latest_checkpoint

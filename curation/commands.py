@@ -1,5 +1,5 @@
 """CLI: ``kernelmill query`` and ``kernelmill report`` (``kernelmill curate`` is the curate stage's
-subcommand, made from the stage list in kernelmill/stages.py).
+subcommand, made from the stage list in orchestrator/stages.py).
 
     kernelmill query [--corpus DIR] "SQL" [--format table|csv|json]
     kernelmill report RUN_DIR

@@ -21,8 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kernelmill.config import REPO_ROOT, load_settings, parse_sets
 from kernelmill.errors import InputError
-from kernelmill.pipeline import parse_stage_names, run_stages, set_progress_hook
-from kernelmill.stages import BY_NAME, DEFAULT_STAGES, STAGES
+from orchestrator.pipeline import parse_stage_names, run_stages, set_progress_hook
+from orchestrator.stages import BY_NAME, DEFAULT_STAGES, STAGES
 
 # prefect (and flows.pipeline / flows.stages, which import it) is imported inside the commands that
 # use it: it is not installed on the GPU box, where `kernelmill run --no-prefect` must still work.
@@ -46,7 +46,7 @@ def parse_names(text: str | None, known, what: str) -> list[str]:
 
 
 class ProgressBar:
-    """A rich progress bar per stage, fed by ``kernelmill.pipeline``'s progress hook.
+    """A rich progress bar per stage, fed by ``orchestrator.pipeline``'s progress hook.
 
     Draws on stderr only when it is a terminal (a log file gets no control characters)."""
 
@@ -76,7 +76,7 @@ class ProgressBar:
 
 def cmd_run(args) -> int:
     """The default stages, or ``--stages``, in list order: one Prefect flow run (flows/pipeline.py)
-    or, with ``--no-prefect``, plain calls (kernelmill.pipeline.run_stages). Same stage functions."""
+    or, with ``--no-prefect``, plain calls (orchestrator.pipeline.run_stages). Same stage functions."""
     overrides = parse_sets(args.set)
     if args.backend != "auto":
         overrides["run.backend"] = args.backend

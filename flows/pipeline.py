@@ -1,4 +1,4 @@
-"""The end-to-end Prefect flow: the stages of kernelmill/stages.py's list, each one Prefect task.
+"""The end-to-end Prefect flow: the stages of orchestrator/stages.py's list, each one Prefect task.
 
 ``e2e_flow`` runs the default stages (or those named by ``stages``) in list order through
 flows/stages.py's ``run_stage_task`` -- the same ``Stage.run`` functions that ``kernelmill run
@@ -13,8 +13,8 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from flows.stages import run_stage_task, setup_run
-from kernelmill.pipeline import parse_stage_names, summary_if_any
-from kernelmill.stages import DEFAULT_STAGES, STAGES
+from orchestrator.pipeline import parse_stage_names, summary_if_any
+from orchestrator.stages import DEFAULT_STAGES, STAGES
 
 
 @flow(name="kernelmill-e2e", log_prints=True)

@@ -1,4 +1,4 @@
-"""One Prefect flow per stage of kernelmill/stages.py's list, made from the list (plus train_flow).
+"""One Prefect flow per stage of orchestrator/stages.py's list, made from the list (plus train_flow).
 
     <name>_flow     for every Stage: the stage's ``run`` as one Prefect task over ``out``
     train_flow      ``kernelmill train ARGS...`` as a tracked flow run (training is not a pipeline stage)
@@ -33,10 +33,11 @@ from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.settings import PREFECT_API_URL
 
 import train.commands
-from kernelmill import pipeline, store
+from kernelmill import store
 from kernelmill.config import load_settings
 from kernelmill.settings import Settings
-from kernelmill.stages import RAW, STAGES, Stage
+from orchestrator import pipeline
+from orchestrator.stages import RAW, STAGES, Stage
 
 GPU_LIMIT = "kernelmill-gpu"
 

@@ -4,7 +4,7 @@
     [annotate] AnnotateSettings   [generate] GenerateSettings   [verify] verifier.api.VerifyConfig
     [repair] RepairSettings       [curate] CurateSettings       [train] TrainSettings   [flows] FlowSettings
 
-``Settings`` holds one of each. A stage owns one section (kernelmill/stages.py names it) and may
+``Settings`` holds one of each. A stage owns one section (orchestrator/stages.py names it) and may
 read [run] (the backend) and the sections of the work it calls (repair reads [generate] and
 [verify]). Adding a key is one field with its default in one dataclass; data/default.toml repeats
 the defaults for reading only (tests/test_settings.py keeps the two equal) and is not loaded.

@@ -77,7 +77,7 @@ def test_progress_bar_draws_each_stage(tmp_path):
 
     from flows.commands import ProgressBar
     from kernelmill.config import load_settings
-    from kernelmill.pipeline import run_stages
+    from orchestrator.pipeline import run_stages
 
     seed_run_dir(tmp_path, ["torch_fallback"])  # stops at the static stage: no compile
     buf = io.StringIO()

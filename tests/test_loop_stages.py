@@ -5,7 +5,7 @@ stores a verdict for every candidate under its own id."""
 from kernelmill import store
 from kernelmill.config import load_settings
 from kernelmill.schema import Candidate, Task
-from kernelmill.stages import BY_NAME
+from orchestrator.stages import BY_NAME
 from synth.generate.generators import dialogue_id_for
 
 REF = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"

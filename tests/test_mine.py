@@ -15,7 +15,7 @@ import pytest
 
 from graphs.kernelbench import check_kernelbench_source
 from kernelmill import store
-from kernelmill.cli import main as cli_main
+from orchestrator.cli import main as cli_main
 from kernelmill.schema import task_id_for
 from synth.mine.miner import mine_tasks
 

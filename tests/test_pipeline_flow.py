@@ -61,7 +61,7 @@ def test_sft_table_loads_with_datasets(flow_run):
 
 
 def test_summary_is_computed_from_the_files(flow_run):
-    from kernelmill.pipeline import summarize
+    from orchestrator.pipeline import summarize
 
     out, state = flow_run
     text = summarize(out)

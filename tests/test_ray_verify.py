@@ -5,7 +5,7 @@ import pytest
 
 from flows_fixtures import CANDIDATES, FAST_VERIFY, seed_run_dir, table_digest
 from kernelmill import store
-from kernelmill import stages
+from orchestrator import stages
 from kernelmill.config import load_settings
 
 # flows.ray_address sends the verify stage's work to the cluster ray.init() started below

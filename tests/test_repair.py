@@ -119,7 +119,7 @@ def test_all_failed_group_yields_a_repair_task(task, verify_cfg):
 
 
 def test_repair_cli_writes_dialogues(task, verify_cfg, tmp_path, capsys):
-    from kernelmill.cli import main
+    from orchestrator.cli import main
 
     run_dir = tmp_path / "run"
     store.write_records(run_dir, "tasks", [task])

@@ -90,7 +90,7 @@ def test_resuming_a_finished_run_adds_nothing(reference_run):
 def test_stray_partial_write_is_never_read(tmp_path):
     """Readers skip nothing by themselves (kernelmill.store globs *.parquet), so the run removes
     partial writes before it reads: a truncated temporary file must not break a resumed stage."""
-    from kernelmill.pipeline import sweep_partial_writes
+    from orchestrator.pipeline import sweep_partial_writes
 
     seed_run_dir(tmp_path, ["torch_fallback"])
     stray = tmp_path / "candidates" / ".tmp-abc123.parquet"

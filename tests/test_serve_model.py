@@ -15,7 +15,7 @@ import pytest
 
 from curation.filters import render_prompt
 from kernelmill import store
-from kernelmill.cli import main as kernelmill_main
+from orchestrator.cli import main as kernelmill_main
 from kernelmill.schema import Message, SFTRow, Task, task_id_for
 from synth.generate.generators import OpenAIGenerator
 from synth.generate.prompts import build_prompt

@@ -13,17 +13,22 @@ import pytest
 import yaml
 
 from flows_fixtures import ROOT
-from kernelmill import stages, store
-from kernelmill.cli import build_parser, main
+from kernelmill import store
 from kernelmill.config import DEFAULT_CONFIG, load_settings
 from kernelmill.errors import InputError
 from kernelmill.schema import Task
 from kernelmill.settings import Settings, section_type
+from orchestrator import stages
+from orchestrator.cli import build_parser, main
 from synth.generate.generators import TeacherGenerator, dialogue_id_for, make_candidate
 from verifier.extract import extract_code
 from verifier.fixtures import RELU_TASK
 
-PACKAGES = ("kernelmill", "synth", "graphs", "curation", "verifier", "train", "flows")
+# The ground (kernelmill: schema, store, settings, errors, config), the packages the orchestrator drives,
+# and the orchestrator with its Prefect wrapping (orchestrator/, flows/) on top.
+PACKAGES = ("kernelmill", "synth", "graphs", "curation", "verifier", "train", "orchestrator", "flows")
+BELOW = ("kernelmill", "synth", "graphs", "curation", "verifier", "train")
+ABOVE = ("orchestrator", "flows")
 
 
 # ---------------------------------------------------------------------------- settings
@@ -203,12 +208,22 @@ def test_no_import_circle_between_the_projects_modules():
     assert not circles, circles
 
 
-def test_the_orchestrator_stands_above_the_stages():
+def test_the_orchestrator_stands_above_the_packages_it_drives():
+    """No module of the ground (kernelmill/) or of a driven package imports orchestrator/ or flows/,
+    anywhere in the file (inside functions too)."""
     graph = _project_modules()
-    for module, imported in graph.items():
-        if module.split(".")[0] in ("synth", "graphs", "curation", "verifier", "train"):
-            assert not imported & {"kernelmill.pipeline", "kernelmill.stages", "kernelmill.cli"}, module
-            assert not any(i.startswith("flows.") for i in imported), module
+    assert {m for m in graph if m.startswith("orchestrator.")} >= {"orchestrator.stages", "orchestrator.pipeline",
+                                                                    "orchestrator.cli", "orchestrator.ray_verify"}
+    offenders = {m: sorted(i for i in imported if i.split(".")[0] in ABOVE)
+                 for m, imported in graph.items() if m.split(".")[0] in BELOW}
+    assert not {m: i for m, i in offenders.items() if i}, offenders
+
+
+def test_the_ground_holds_no_orchestration():
+    """kernelmill/ is the ground: schema, store, settings, errors, config; the stage list, pipeline,
+    CLI and Ray executor live in orchestrator/."""
+    assert not [p.name for p in (ROOT / "kernelmill").glob("*.py")
+                if p.stem in ("stages", "pipeline", "cli", "ray_verify")]
 
 
 # ---------------------------------------------------------------------------- defaults in one place
@@ -259,7 +274,7 @@ def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
 def test_kernelmill_load_labels_tasks_kernelbench_unless_told_otherwise():
     """`kernelmill load DIR` loads a KernelBench directory: its tasks are source=kernelbench, not the
     default run's "seed" (the [load] section's default, which labels data/seed_tasks)."""
-    from kernelmill.cli import stage_overrides
+    from orchestrator.cli import stage_overrides
 
     load = next(s for s in stages.STAGES if s.name == "load")
     parser = build_parser()

@@ -296,7 +296,7 @@ def test_cli_smoke_sft_then_rl_then_eval_with_the_real_cpu_verifier(corpus, tmp_
     ``kernelmill train`` with rewards from verifier.api on the cpu backend. A tiny random model
     writes no valid kernel, so every answer stops at the verifier's extract stage (no compile):
     this proves the loop runs end to end with the real verifier, not that the model learns."""
-    from kernelmill.cli import main
+    from orchestrator.cli import main
 
     sft, rl = tmp_path / "sft", tmp_path / "rl"
     env_tiny = ["--steps", "3", "--batch-size", "2"]

@@ -20,7 +20,7 @@ Repair tasks: when every first-turn sample of a task fails, the task also yields
 feedback-conditioned repair task: a dict with the original prompt, the best failing response and
 the verifier's feedback as the final user turn (``messages``), plus task_id, backend, candidate_id,
 status and reward. They travel on ``result.repair_tasks`` and their count is in the stats; the
-repair stage (kernelmill/stages.py) also writes them to ``<run_dir>/repair_tasks.jsonl``.
+repair stage (orchestrator/stages.py) also writes them to ``<run_dir>/repair_tasks.jsonl``.
 
 A "solved" dialogue is one whose last verdict is ``correct`` (the reward's top tiers also need
 speed; correctness is what ends the repair loop).

@@ -1,8 +1,8 @@
 """The one kernelmill CLI.
 
-Every stage of kernelmill/stages.py's list is a subcommand made from its ``Stage`` entry: the
+Every stage of orchestrator/stages.py's list is a subcommand made from its ``Stage`` entry: the
 entry's arguments set keys of its settings section, ``--set SECTION.KEY=VALUE`` sets any key, and
-the handler calls ``kernelmill.pipeline.run_stages`` with that stage (and the stages its
+the handler calls ``orchestrator.pipeline.run_stages`` with that stage (and the stages its
 subcommand chains, e.g. a gatherer then annotate) -- the code path ``kernelmill run --stages``
 takes. The other commands come from the packages' commands.py modules (run / serve / deploy, the
 single-candidate verifier, query / report, train).
@@ -24,8 +24,8 @@ import train.commands
 import verifier.commands
 from kernelmill.config import load_settings, parse_sets
 from kernelmill.errors import InputError
-from kernelmill.pipeline import run_stages
-from kernelmill.stages import STAGES, Stage
+from orchestrator.pipeline import run_stages
+from orchestrator.stages import STAGES, Stage
 
 # A file a stage writes into the run directory that its subcommand prints after the JSON counts.
 PRINTED_REPORT = {"mine": "mine_report.md"}

@@ -2,7 +2,7 @@
 take the CPU work.
 
 :func:`ray_verify_batch` has the signature of ``verifier.api.verify_batch``; the verify stage
-(kernelmill/stages.py) imports this module, and ray, only when asked to, and uses it in place of the
+(orchestrator/stages.py) imports this module, and ray, only when asked to, and uses it in place of the
 local verifier when ``flows.ray_address`` is set (``kernelmill run --ray ADDRESS``), so the stage
 (what is verified, how verdicts are written and resumed) stays the same and only where the work
 runs changes (datatrove's split between steps and executors).

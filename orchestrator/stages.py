@@ -6,8 +6,8 @@
 
 A stage is ``run(run_dir, settings, progress) -> dict`` (counts of what it did): a plain function
 over a run directory and the typed settings (kernelmill/settings.py). Everything that runs a stage
-takes it from ``STAGES``: ``kernelmill run [--stages]`` (kernelmill/pipeline.py), the CLI
-subcommands (kernelmill/cli.py), the Prefect flows and deployments (flows/, prefect.yaml) and Ray
+takes it from ``STAGES``: ``kernelmill run [--stages]`` (orchestrator/pipeline.py), the CLI
+subcommands (orchestrator/cli.py), the Prefect flows and deployments (flows/, prefect.yaml) and Ray
 dispatch (the verify stage's ``flows.ray_address``). Reading the stage functions below in order
 follows one task from its source file to its Parquet row.
 
@@ -238,7 +238,7 @@ def _verify_fn(s: Settings, stats: dict) -> Callable:
     # Imported here: verifier.api imports torch and ray is an optional dependency; the stage list
     # (and `kernelmill --help`) loads without either.
     if s.flows.ray_address:
-        from kernelmill.ray_verify import make_ray_verify_fn
+        from orchestrator.ray_verify import make_ray_verify_fn
 
         return make_ray_verify_fn(s.flows.ray_address, workers=s.flows.ray_workers, stats=stats)
     from verifier.api import verify_batch

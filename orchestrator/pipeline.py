@@ -1,4 +1,4 @@
-"""The orchestrator: runs stages of kernelmill/stages.py's list over a run directory.
+"""The orchestrator: runs stages of orchestrator/stages.py's list over a run directory.
 
     prepare_run        create the run directory, remember it as the latest, remove partial writes
     run_stages         the named stages (default: every default stage) in list order, plain calls
@@ -24,9 +24,9 @@ from kernelmill import store
 from kernelmill.config import record_latest_run
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings
-from kernelmill.stages import BY_NAME, DEFAULT_STAGES, RAW, STAGES, ProgressFn, no_progress
+from orchestrator.stages import BY_NAME, DEFAULT_STAGES, RAW, STAGES, ProgressFn, no_progress
 
-log = logging.getLogger("kernelmill.pipeline")
+log = logging.getLogger("orchestrator.pipeline")
 
 _progress_hook: ProgressFn | None = None
 
