@@ -145,7 +145,8 @@ class Verdict:
     # correctness, runtime, timing; the reward is monotone in this order (verifier/reward.py)
     stage_reached: str = "none"
     # short outcome code: the candidate's (pass, extract_error, illegal, compile_error, wrong, crash, timeout,
-    # cheat) or the verifier's own (verifier_error: never rewarded, never in a corpus or a pass rate)
+    # cheat), the verifier's own (verifier_error) or the task's (task_error: its reference output does not
+    # depend on its inputs); the last two are never rewarded, never in a corpus or a pass rate (NOT_JUDGED)
     status: str = ""
     compiled: bool = False
     correct: bool = False
@@ -163,6 +164,11 @@ class Verdict:
     eager_launch_us: Optional[float] = None
     own_kernel_share: Optional[float] = None  # cuda: share of forward device time in the candidate's own kernels
     foreign_kernels: list[str] = field(default_factory=list)  # cuda: the largest other kernels (family: name)
+    # what each legality policy says of this candidate (verify.legality picks the one ``status`` follows):
+    # strict = no torch compute in forward; partial = torch compute allowed beside own kernels doing work.
+    # None where the candidate stopped before the question could be answered (extraction, compile, a crash).
+    pass_strict: Optional[bool] = None
+    pass_partial: Optional[bool] = None
     reward: float = 0.0
     feedback: str = ""
     compile_log: str = ""
@@ -171,6 +177,15 @@ class Verdict:
     stage_seconds: dict = field(default_factory=dict)
 
     id_field: typing.ClassVar[str] = "candidate_id"
+
+    @property
+    def judged(self) -> bool:
+        """Whether the verdict says something about the candidate (not a verifier or task fault)."""
+        return self.status not in NOT_JUDGED
+
+
+# statuses that are no sample of the candidate: no reward, no corpus row, no pass rate; counted apart
+NOT_JUDGED = ("verifier_error", "task_error")
 
 
 @dataclass

@@ -11,6 +11,7 @@ it stopped. Only problems of the verifier itself (a reference that does not run,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import queue
@@ -36,7 +37,8 @@ from verifier.config import VerifyConfig, resolve_backend
 from verifier.contract import ChildReport, Job
 from verifier.devlock import device_lock
 from verifier.extract import check_candidate_shape, extract_code
-from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes, nbytes, other_shape_inputs, same
+from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes, nbytes, same, size_changes
+from verifier.numerics import error_and_scale, float64_model, widen
 from verifier.judge import RNG_LOCK, ChildRun, Work, finish, judge
 from verifier.processes import _job_root, _run_child
 from verifier.static import scan
@@ -88,13 +90,17 @@ def _front(reference_code: str, candidate_text: str, backend: str, task_id: str,
         srcs = [x for k in ("cpp_sources", "cuda_sources") for x in _as_strs(spec.args.get(k))]
         vendor += scan_sources(srcs, _as_strs(spec.args.get("extra_ldflags")))
         tamper += scan_tampering(srcs)
-    if report.findings or vendor or tamper:
+    # PyTorch compute alone does not stop the candidate here: it is judged to the end so that the verdict can
+    # say what the partial legality policy (KernelBench's) makes of it; the strict policy rejects it then
+    blocking = [f for f in report.findings if not f.torch]
+    v.fallback_ops = report.fallback_ops
+    if blocking or vendor or tamper:
         v.cheats = sorted(set(report.cheat_codes) | ({cheats.C01} if vendor else set()) |
                           ({cheats.C11} if tamper else set()))
-        v.fallback_ops = report.fallback_ops
         finish(w, "cheat", [f"Static check, {f}." for f in report.findings] + _vendor_lines("Static", vendor) +
                _tamper_lines("Static", tamper))
         return w
+    w.torch_findings = [str(f) for f in report.findings]
     # load_inline calls with non-constant arguments are built inside the child (allow_child_compile): the
     # source and binary scans do not see them; the runtime monitors and time coverage still do
     v.stage_reached = "static"
@@ -151,9 +157,12 @@ class TaskPlan:
     text: str
     device: str
     reproducible: bool = True  # get_inputs gives the same inputs for the same seed (else they are shipped)
-    other_shape: str = ""  # mode of verifier.inputs.other_shape_inputs, "" for none
+    other_shape: str = ""  # the extra-shape trial's size change (verifier.inputs.SizeChange as JSON), "" for none
     input_bytes: int = 0
     skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
+    task_fault: str = ""  # the reference's output does not depend on its inputs: every verdict is a task_error
+    float64: str = ""  # "" when the float64 reference runs (measured tolerance), else why not (fixed tolerance)
+    pooled: list = dataclasses.field(default_factory=list)  # per output: (fp32 error, scale) on the plan's draws
 
     def draw_trial(self, job: Job, i: int, device: str) -> list:
         """The inputs of trial ``i`` of ``job`` drawn from its seed (the last trial is the extra shape, if any)."""
@@ -207,24 +216,86 @@ def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = 
                 plan.reproducible = same(a, b)
                 plan.input_bytes = nbytes(a)
                 del b
-                if cfg.other_shape and plan.input_bytes <= (1 << 30):
-                    model, _ = build_model(ref_mod, seed, device, reference_code)
-                    out = as_list(model(*a))[0]
-                    for mode in ("all_matching", "first_only"):
-                        try:
-                            out2 = as_list(model(*other_shape_inputs(a, mode)))[0]
-                        except Exception:  # noqa: BLE001 - the reference rejects this shape: try the next
-                            continue
-                        if isinstance(out2, torch.Tensor) and isinstance(out, torch.Tensor) and out2.shape != out.shape:
-                            plan.other_shape = mode
-                            break
-                    del model, out
-                del a
+                model, _ = build_model(ref_mod, seed, device, reference_code)
+                out = as_list(model(*a))
+                c = draw_inputs(ref_mod.get_inputs, seed + 1, device, reference_code)
+                out_c = as_list(model(*c))
+                plan.task_fault = reference_fault(out, out_c, same(a, c))
+                plan.float64, plan.pooled = _float64_check(model, [a, c], [out, out_c], plan.input_bytes, free, cfg)
+                del c, out_c
+                if cfg.other_shape and plan.input_bytes <= (1 << 30) and not plan.task_fault:
+                    plan.other_shape = _pick_size_change(ref_mod, model, reference_code, seed, device, a)
+                del model, out, a
         except Exception as e:  # noqa: BLE001
             raise InputError(name, f"the task program does not run: {type(e).__name__}: {e}") from None
     with _PLAN_LOCK:
         _PLANS[key] = plan
     return plan
+
+
+def reference_fault(out: list, out_other: list, same_inputs: bool) -> str:
+    """Why a task's reference output does not depend on its inputs ("" when it does): ``out`` and
+    ``out_other`` are its outputs on two draws of get_inputs with different seeds. A product of 512 normals
+    underflows to zero, a constant or NaN output is the task's fault: no candidate can be judged on it."""
+    floats = [(o, p) for o, p in zip(out, out_other) if isinstance(o, torch.Tensor) and o.is_floating_point()
+              and isinstance(p, torch.Tensor)]
+    if not floats:
+        return ""
+    if all(not bool(torch.isfinite(o).any()) for o, _ in floats if o.numel()):
+        return "the reference output is NaN or inf everywhere on random inputs"
+    if not same_inputs and all(o.shape == p.shape and torch.equal(o, p) for o, p in floats):
+        zero = all(not bool(o.any()) for o, _ in floats)
+        return ("the reference output is all zero for every input (underflow or a constant)" if zero else
+                "the reference output is identical for different inputs (it does not depend on them)")
+    return ""
+
+
+def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
+                   cfg: VerifyConfig) -> tuple[str, list]:
+    """("", per output (fp32 error, scale) over ``draws``) when the reference runs in float64 here (the measured
+    tolerance of verifier/numerics.py), else (why not, [])."""
+    if not cfg.float64_reference:
+        return "off (verify.float64_reference = false)", []
+    if not any(isinstance(o, torch.Tensor) and o.dtype == torch.float32 for o in outs[0]):
+        return "no float32 output", []
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if 3 * input_bytes + 2 * weights > free // 2:
+        return "the float64 copy of the reference and its inputs does not fit in memory", []
+    model64 = float64_model(model)
+    pooled = [(0.0, 0.0)] * len(outs[0])
+    for inputs, out in zip(draws, outs):
+        try:
+            out64 = as_list(model64(*widen(inputs)))
+        except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel: the fixed tolerance instead
+            return f"the reference does not run in float64 ({type(e).__name__}: {str(e)[:120]})", []
+        if len(out64) != len(out) or any(isinstance(o, torch.Tensor) and (not isinstance(p, torch.Tensor) or
+                                                                        p.shape != o.shape) for o, p in zip(out, out64)):
+            return "the float64 reference returns other outputs", []
+        for k, (o, p) in enumerate(zip(out, out64)):
+            if isinstance(o, torch.Tensor) and o.dtype == torch.float32:
+                e, m = error_and_scale(o, p)
+                pooled[k] = (max(pooled[k][0], e), max(pooled[k][1], m))
+    return "", pooled
+
+
+def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs: list) -> str:
+    """The first size change of the task's own constants (verifier.inputs.size_changes) whose inputs the
+    reference accepts and whose shapes differ from the benchmark's; "" when there is none."""
+    shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
+    for change in size_changes(text):
+        spec = change.to_json()
+        try:
+            meta = meta_input_bytes(lambda: draw_inputs(ref_mod.get_inputs, seed, "meta", text, spec), text)
+            if meta is not None and meta > 4 * max(nbytes(inputs), 1 << 20):  # 1.5x on up to three dimensions
+                continue
+            other = draw_inputs(ref_mod.get_inputs, seed, device, text, spec)
+            if [tuple(x.shape) for x in other if isinstance(x, torch.Tensor)] == shapes:
+                continue
+            as_list(model(*other))
+        except Exception:  # noqa: BLE001 - the reference rejects this shape: try the next
+            continue
+        return spec
+    return ""
 
 
 def _lock_path(cfg: VerifyConfig, build_root: Path) -> str:
@@ -311,6 +382,9 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
         return finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
     if plan.skip_reason:
         return finish(w, "verifier_error", [f"The verifier could not run this task: {plan.skip_reason}."])
+    if plan.task_fault:
+        return finish(w, "task_error", [f"This task cannot judge a candidate: {plan.task_fault}. The task is at "
+                                        "fault, not your kernel."])
     n = cfg.trials + (1 if plan.other_shape else 0)
     job = _job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code,
                trial_seeds=_seeds(n), other_shape=plan.other_shape, input_files=not plan.reproducible,

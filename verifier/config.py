@@ -29,6 +29,17 @@ class VerifyConfig:
     rtol_fp32: float = 1e-4
     atol_low: float = 1e-2
     rtol_low: float = 1e-2
+    # fp32 outputs: the tolerance measured from a float64 run of the reference (verifier/numerics.py);
+    # atol_fp32 / rtol_fp32 are the fallback where the float64 reference cannot run
+    float64_reference: bool = True
+    tol_factor: float = 64.0  # x the fp32 reference's own error against float64
+    tol_scale: float = 8e-5  # x the largest |output| (long sequential accumulations)
+    tol_floor: float = 1e-6
+    # strict: forward computes in the candidate's own kernels only (MusaCoder's rule, the corpora's);
+    # partial: torch compute allowed beside them (KernelBench's rule), one own kernel must run and do work.
+    # Every verdict records what both say (Verdict.pass_strict / pass_partial).
+    legality: str = "strict"
+    partial_min_own_share: float = 0.02  # cuda, partial: least share of forward device time in own kernels
     time_torch_compile: bool = True
     other_shape: bool = True
     timed_checks: int = 5
@@ -59,6 +70,8 @@ class VerifyConfig:
             except (TypeError, ValueError):
                 raise InputError(source, f"verify.{k} must be {want.__name__}, got {v!r}") from None
         cfg = cls(**kw)
+        if cfg.legality not in ("strict", "partial"):
+            raise InputError(source, f"verify.legality must be strict or partial, got {cfg.legality!r}")
         if cfg.trials < 5:
             raise InputError(source, f"verify.trials must be at least 5, got {cfg.trials}")
         return cfg

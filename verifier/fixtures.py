@@ -226,3 +226,210 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return self.ext.relu_cuda(x)
 '''
+
+
+# ---------------------------------------------------------------------------- numerics and task contracts
+# Honest kernels that accumulate in fp32 in another order than torch (long reductions), the same computations
+# at lower precision (C13), a task whose reference underflows (the task's fault), a task that guarantees square
+# symmetric inputs, and parameters initialised the way nn.Linear does it. One C++ source for all (one build).
+
+PRECISION_CPP = r'''
+#include <torch/extension.h>
+#include <cstring>
+#include <cmath>
+
+static inline float keep_bits(float v, int mantissa) {  // round to `mantissa` bits: fp16/TF32 (10), bf16 (7)
+    uint32_t b; std::memcpy(&b, &v, 4);
+    uint32_t drop = 23 - mantissa; b = (b + (1u << (drop - 1))) & ~((1u << drop) - 1u);
+    float o; std::memcpy(&o, &b, 4); return o;
+}
+static torch::Tensor mm(torch::Tensor a, torch::Tensor b, int mantissa) {  // one fp32 accumulator per output
+    a = a.contiguous(); b = b.contiguous();
+    int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+    auto out = torch::empty({M, N}, a.options());
+    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = out.data_ptr<float>();
+    for (int64_t i = 0; i < M; ++i) for (int64_t j = 0; j < N; ++j) {
+        float acc = 0.f;
+        for (int64_t k = 0; k < K; ++k) {
+            float x = A[i * K + k], y = B[k * N + j];
+            if (mantissa < 23) { x = keep_bits(x, mantissa); y = keep_bits(y, mantissa); }
+            acc += x * y;
+        }
+        C[i * N + j] = acc;
+    }
+    return out;
+}
+torch::Tensor matmul_f32(torch::Tensor a, torch::Tensor b) { return mm(a, b, 23); }
+torch::Tensor matmul_tf32(torch::Tensor a, torch::Tensor b) { return mm(a, b, 10); }
+torch::Tensor matmul_bf16(torch::Tensor a, torch::Tensor b) { return mm(a, b, 7); }
+torch::Tensor matmul_square(torch::Tensor a, torch::Tensor b) {  // the task guarantees one N for every dimension
+    int64_t n = a.size(0); a = a.contiguous(); b = b.contiguous();
+    auto out = torch::empty({n, n}, a.options());
+    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = out.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) for (int64_t j = 0; j < n; ++j) {
+        float acc = 0.f; for (int64_t k = 0; k < n; ++k) acc += A[i * n + k] * B[k * n + j]; C[i * n + j] = acc;
+    }
+    return out;
+}
+torch::Tensor matmul_square_fixed(torch::Tensor a, torch::Tensor b) {  // hard-codes n = 64
+    const int64_t n = 64; a = a.contiguous(); b = b.contiguous(); int64_t m = a.size(0);
+    auto out = torch::zeros({m, m}, a.options());
+    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = out.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) for (int64_t j = 0; j < n; ++j) {
+        float acc = 0.f; for (int64_t k = 0; k < n; ++k) acc += A[i * m + k] * B[k * m + j]; C[i * m + j] = acc;
+    }
+    return out;
+}
+torch::Tensor sum_rows(torch::Tensor x) {  // one sequential fp32 sum per row
+    x = x.contiguous(); int64_t R = x.size(0), L = x.numel() / R;
+    auto out = torch::empty({R}, x.options()); const float* p = x.data_ptr<float>(); float* o = out.data_ptr<float>();
+    for (int64_t r = 0; r < R; ++r) { float acc = 0.f; for (int64_t i = 0; i < L; ++i) acc += p[r * L + i]; o[r] = acc; }
+    return out;
+}
+torch::Tensor sum_rows_half(torch::Tensor x) {  // the same with the inputs rounded to 10 mantissa bits
+    x = x.contiguous(); int64_t R = x.size(0), L = x.numel() / R;
+    auto out = torch::empty({R}, x.options()); const float* p = x.data_ptr<float>(); float* o = out.data_ptr<float>();
+    for (int64_t r = 0; r < R; ++r) { float acc = 0.f; for (int64_t i = 0; i < L; ++i) acc += keep_bits(p[r * L + i], 10); o[r] = acc; }
+    return out;
+}
+torch::Tensor cumsum_rows(torch::Tensor x) {  // sequential fp32 scan per row
+    x = x.contiguous(); int64_t R = x.size(0), L = x.size(1);
+    auto out = torch::empty_like(x); const float* p = x.data_ptr<float>(); float* o = out.data_ptr<float>();
+    for (int64_t r = 0; r < R; ++r) { float acc = 0.f; for (int64_t i = 0; i < L; ++i) { acc += p[r * L + i]; o[r * L + i] = acc; } }
+    return out;
+}
+torch::Tensor fro_normalize(torch::Tensor x) {  // x / ||x||_F with one fp32 accumulator over every element
+    x = x.contiguous(); auto out = torch::empty_like(x); const float* p = x.data_ptr<float>(); float* o = out.data_ptr<float>();
+    float acc = 0.f; for (int64_t i = 0; i < x.numel(); ++i) acc += p[i] * p[i];
+    float inv = 1.f / std::sqrt(acc); for (int64_t i = 0; i < x.numel(); ++i) o[i] = p[i] * inv;
+    return out;
+}
+torch::Tensor prod_rows(torch::Tensor x) {
+    x = x.contiguous(); int64_t R = x.size(0), L = x.size(1);
+    auto out = torch::empty({R}, x.options()); const float* p = x.data_ptr<float>(); float* o = out.data_ptr<float>();
+    for (int64_t r = 0; r < R; ++r) { float acc = 1.f; for (int64_t i = 0; i < L; ++i) acc *= p[r * L + i]; o[r] = acc; }
+    return out;
+}
+torch::Tensor gelu_crude(torch::Tensor x) {  // "fast math" far outside fp32: tanh by a 3-term rational guess
+    x = x.contiguous(); auto out = torch::empty_like(x); const float* p = x.data_ptr<float>(); float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) { float v = p[i]; float u = 0.7978845608f * (v + 0.044715f * v * v * v);
+        float t = u < -3.f ? -1.f : (u > 3.f ? 1.f : u * (27.f + u * u) / (27.f + 9.f * u * u)); o[i] = 0.5f * v * (1.f + t); }
+    return out;
+}
+torch::Tensor gelu_erf(torch::Tensor x) {
+    x = x.contiguous(); auto out = torch::empty_like(x); const float* p = x.data_ptr<float>(); float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) o[i] = 0.5f * p[i] * (1.f + std::erf(p[i] * 0.70710678118654752f));
+    return out;
+}
+torch::Tensor linear(torch::Tensor x, torch::Tensor w, torch::Tensor b) {  // x @ w.T + b
+    x = x.contiguous(); w = w.contiguous(); int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+    auto out = torch::empty({M, N}, x.options());
+    const float* X = x.data_ptr<float>(); const float* W = w.data_ptr<float>(); const float* B = b.data_ptr<float>();
+    float* O = out.data_ptr<float>();
+    for (int64_t i = 0; i < M; ++i) for (int64_t j = 0; j < N; ++j) {
+        float acc = B[j]; for (int64_t k = 0; k < K; ++k) acc += X[i * K + k] * W[j * K + k]; O[i * N + j] = acc;
+    }
+    return out;
+}
+torch::Tensor relu(torch::Tensor x) {
+    x = x.contiguous(); auto out = torch::empty_like(x); const float* p = x.data_ptr<float>(); float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) o[i] = p[i] > 0.f ? p[i] : 0.f;
+    return out;
+}
+torch::Tensor tiny_copy(torch::Tensor x) { return x; }
+'''
+PRECISION_FUNCS = ["matmul_f32", "matmul_tf32", "matmul_bf16", "matmul_square", "matmul_square_fixed", "sum_rows",
+                   "sum_rows_half", "cumsum_rows", "fro_normalize", "prod_rows", "gelu_crude", "gelu_erf", "linear",
+                   "relu", "tiny_copy"]
+
+
+def _task(forward: str, inputs: str, *, args: str = "x", init: str = "", init_inputs: str = "[]",
+          module: str = "") -> str:
+    return f'''import torch
+import torch.nn as nn
+{module}
+
+class Model(nn.Module):
+    def __init__(self{init and ', ' + init.split(':')[0]}):
+        super().__init__()
+        {init.split(':', 1)[1].strip() if init else "pass"}
+
+    def forward(self, {args}):
+        return {forward}
+
+
+def get_inputs():
+    {inputs}
+
+
+def get_init_inputs():
+    return {init_inputs}
+'''
+
+
+PRECISION_TASKS = {
+    # K = 8192: an fp32 dot product of 8192 terms; 64 x 64 outputs keep the cpu build of the test fast
+    "matmul_long_k": _task("torch.matmul(a, b)", "return [torch.randn(64, 8192), torch.randn(8192, 64)]",
+                           args="a, b"),
+    "sum_1m": _task("torch.sum(x, dim=1)", "return [torch.randn(4, 1 << 20)]"),
+    "cumsum_long": _task("torch.cumsum(x, dim=1)", "return [torch.randn(16, 32768)]"),
+    "fro_norm_2m": _task("x / torch.norm(x, p='fro')", "return [torch.randn(32, 256, 256)]"),
+    "gelu": _task("torch.nn.functional.gelu(x)", "return [torch.randn(256, 1024) * 3]"),
+    # the reference underflows: a product of 512 normals is 0 in fp32 (about e^-325) for every row
+    "prod_underflow": _task("torch.prod(x, dim=1)", "return [torch.randn(128, 512)]"),
+    # one N for every dimension, symmetric inputs: another valid shape keeps both (N changes, A stays A.T)
+    "matmul_symmetric": _task("torch.matmul(A, B)", "A = torch.randn(N, N)\n    A = (A + A.T) / 2\n    "
+                              "B = torch.randn(N, N)\n    B = (B + B.T) / 2\n    return [A, B]", args="A, B",
+                              module="N = 64"),
+    "linear": _task("self.fc(x)", "return [torch.randn(32, 256)]",
+                    init="in_features, out_features: self.fc = nn.Linear(in_features, out_features)",
+                    init_inputs="[256, 128]"),
+    "linear_relu": _task("torch.relu(self.fc(x))", "return [torch.randn(32, 256)]",
+                         init="in_features, out_features: self.fc = nn.Linear(in_features, out_features)",
+                         init_inputs="[256, 128]"),
+}
+
+
+def precision_candidate(forward: str, *, args: str = "x", init: str = "", params: str = "") -> str:
+    """A cpu candidate using the shared precision extension; ``forward`` is the body of ModelNew.forward,
+    ``init`` more lines of __init__ (``params``: its extra parameters), ``ext`` the extension."""
+    def indent(s: str, n: int) -> str:
+        return "\n".join(" " * n + ln if ln.strip() else ln for ln in s.strip("\n").splitlines())
+
+    return f'''import math
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP = r"""{PRECISION_CPP}"""
+FUNCS = {PRECISION_FUNCS!r}
+ext = load_inline(name="precision_ext", cpp_sources=CPP, functions=FUNCS, extra_cflags=["-O2"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self{', ' + params if params else ''}):
+        super().__init__()
+{indent(init, 8) if init.strip() else "        pass"}
+
+    def forward(self, {args}):
+{indent(forward, 8)}
+'''
+
+
+# nn.Linear's own initialisation, written out as models write it (a helper called from __init__)
+LINEAR_INIT = '''self.weight = nn.Parameter(torch.empty(out_features, in_features))
+self.bias = nn.Parameter(torch.empty(out_features))
+self.reset_parameters()'''
+LINEAR_RESET = '''
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        fan_in, _ = nn.init._calculate_fan_in_and_fan_out(self.weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        self.bias.data.uniform_(-bound, bound)
+'''
+
+
+def linear_candidate(forward: str = "return ext.linear(x, self.weight, self.bias)", *, extra_init: str = "") -> str:
+    code = precision_candidate(forward, init=LINEAR_INIT + ("\n" + extra_init if extra_init else ""),
+                               params="in_features, out_features")
+    return code.replace("\n    def forward(", LINEAR_RESET + "\n    def forward(", 1)

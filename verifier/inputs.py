@@ -17,13 +17,19 @@ other generators (``reproducible`` returns False and the verifier ships their in
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import json
 import math
 import random
 import sys
+import types
+from dataclasses import dataclass, field
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from verifier.numerics import reference_numerics
 
 
 def _map_device(dev, target: torch.device):
@@ -84,39 +90,242 @@ def to_device(obj, device):
 
 
 def draw_inputs(get_inputs, seed: int, device: str, program_text: str = "", other_shape: str = "") -> list:
-    """The inputs of one trial: ``get_inputs()`` under the seed, on ``device``; with ``other_shape`` the
-    extra-shape variant of the same draw (``other_shape_inputs``)."""
+    """The inputs of one trial: ``get_inputs()`` under the seed, on ``device``; with ``other_shape`` (a
+    ``SizeChange`` as JSON) the inputs the task's own ``get_inputs`` makes with its size constants changed."""
+    if other_shape:
+        get_inputs = variant_get_inputs(program_text, other_shape)
     seed_everything(seed)
     with placement(device, program_text):
         inputs = to_device(list(get_inputs()), device)
-        if other_shape:
-            inputs = other_shape_inputs(inputs, other_shape)
     return inputs
 
 
-def other_shape_inputs(inputs: list, mode: str) -> list:
-    """The inputs with their first dimension changed, S -> S + S//2 + 1: ``all_matching`` changes every
-    tensor whose first dimension is S, ``first_only`` the first tensor only. New values come from the
-    (seeded) generator, so the variant is as reproducible as the draw."""
-    tensors = [x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1]
-    if not tensors:
-        return inputs
-    s = tensors[0].shape[0]
-    s2 = s + s // 2 + 1
-    new = []
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == s and \
-                (mode == "all_matching" or x is tensors[0]):
-            shape = (s2, *x.shape[1:])
-            new.append(torch.randn(shape, dtype=x.dtype, device=x.device) if x.is_floating_point() else
-                       torch.randint(0, 8, shape, dtype=x.dtype, device=x.device))
-        else:
-            new.append(x)
-    return new
+# ---------------------------------------------------------------------------- other valid shapes
+#
+# An extra-shape trial (C14, hard-coded shapes) must feed inputs the task itself could produce: the task's
+# get_inputs, run with its size constants changed, so whatever get_inputs guarantees (square, symmetric,
+# positive, one N for every dimension) still holds. A size constant is a module-level int (or tuple of
+# ints) that get_inputs reads, directly or through other constants, and that neither get_init_inputs nor
+# the Model class reads (those fix the weights the candidate was built with, or are axes); an int literal
+# written inside get_inputs is one too. Every constant of the same value gets the same new value (equal
+# sizes stay equal), and the new value keeps the old one's power-of-two factor up to 32 (a task whose sizes
+# are all multiples of 32 never yields another size), about 3/2 of the old one.
+
+
+def _module_ints(tree: ast.Module) -> dict[str, ast.AST]:
+    """Module-level ``NAME = <int or tuple/list of ints>`` assignments (the value nodes)."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            v = node.value
+            elts = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+            if elts and all(isinstance(e, ast.Constant) and type(e.value) is int for e in elts):
+                out[node.targets[0].id] = v
+    return out
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _reach(start: set[str], deps: dict[str, set[str]]) -> set[str]:
+    seen, todo = set(), list(start)
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo += list(deps.get(n, ()))
+    return seen
+
+
+def size_constants(program_text: str) -> tuple[list[str], list[int]]:
+    """The task's size constants: module-level names and the int literals inside get_inputs (see above)."""
+    try:
+        tree = ast.parse(program_text)
+    except SyntaxError:
+        return [], []
+    deps: dict[str, set[str]] = {}
+    funcs: dict[str, ast.AST] = {}
+    classes: list[ast.AST] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        deps.setdefault(n.id, set()).update(_names_in(node.value))
+        elif isinstance(node, ast.FunctionDef):
+            funcs[node.name] = node
+            deps.setdefault(node.name, set()).update(_names_in(node))
+        elif isinstance(node, ast.ClassDef):
+            classes.append(node)
+    if "get_inputs" not in funcs:
+        return [], []
+    used = _reach(_names_in(funcs["get_inputs"]), deps)
+    fixed = _reach(set().union(*[_names_in(c) for c in classes],
+                               _names_in(funcs["get_init_inputs"]) if "get_init_inputs" in funcs else set()), deps)
+    ints = _module_ints(tree)
+    bound_names = _reach(_randint_bound_names(tree), deps)
+    names = [n for n in ints if n in used and n not in fixed and n not in bound_names]
+    g = funcs["get_inputs"]
+    literals = sorted({n.value for n in ast.walk(g) if isinstance(n, ast.Constant) and type(n.value) is int
+                       and not _is_axis_or_bound(n, g)})
+    return names, literals
+
+
+_FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "full", "randint", "randperm", "eye", "arange", "normal",
+              "rand_like", "Tensor", "FloatTensor"}
+
+
+def _call_name(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _shape_literals(func: ast.AST) -> tuple[set[int], set[int]]:
+    """Ids of the int literals inside get_inputs that are tensor sizes (arguments of torch.randn, zeros, ...,
+    randint's size), and the values that are also value bounds (randint's low / high): those stay put."""
+    sizes, bounds = set(), set()
+    for call in ast.walk(func):
+        if not (isinstance(call, ast.Call) and _call_name(call) in _FACTORIES):
+            continue
+        name = _call_name(call)
+        args = list(call.args)
+        if name == "randint":
+            bounds |= {a.value for a in args if isinstance(a, ast.Constant) and type(a.value) is int}
+            args = [a for a in args if isinstance(a, (ast.Tuple, ast.List))]
+        elif name == "full":
+            args = args[:1]
+        args += [k.value for k in call.keywords if k.arg == "size"]
+        for a in args:
+            for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a]):
+                if isinstance(e, ast.Constant) and type(e.value) is int and e.value >= 2:
+                    sizes.add(id(e))
+    return sizes, bounds
+
+
+def _is_axis_or_bound(const: ast.Constant, func: ast.AST) -> bool:
+    """Whether an int literal inside get_inputs is anything but a tensor size (or shares a value with a bound)."""
+    sizes, bounds = _shape_literals(func)
+    return id(const) not in sizes or const.value in bounds
+
+
+def _randint_bound_names(tree: ast.AST) -> set[str]:
+    """Names used as randint's value range anywhere: index ranges, not sizes (changing one alone would
+    make indices the model's fixed tables cannot take)."""
+    out = set()
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and _call_name(call) == "randint":
+            for a in call.args:
+                if not isinstance(a, (ast.Tuple, ast.List)):
+                    out |= _names_in(a)
+            for k in call.keywords:
+                if k.arg in ("low", "high"):
+                    out |= _names_in(k.value)
+    return out
+
+
+def other_size(v: int) -> int:
+    """About 3/2 of ``v``, keeping its power-of-two factor up to 32 (``v`` plus that factor where rounding to
+    it would give ``v`` back). Larger, not smaller: a kernel written for the benchmark size then leaves part
+    of the output unwritten (wrong, C14) instead of writing past a smaller buffer."""
+    g = 1
+    while v % (g * 2) == 0 and g < 32:
+        g *= 2
+    new = (v * 3 // 2) // g * g
+    return new if new > v else v + g
+
+
+@dataclass
+class SizeChange:
+    """Which size constants an extra-shape trial changes, and to what (travels to the child as JSON)."""
+
+    names: dict = field(default_factory=dict)  # module-level name -> new value (an int or a list of ints)
+    literals: dict = field(default_factory=dict)  # str(old literal inside get_inputs) -> new literal
+
+    def to_json(self) -> str:
+        return json.dumps({"names": self.names, "literals": self.literals}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "SizeChange":
+        d = json.loads(text)
+        return cls(names=dict(d.get("names", {})), literals=dict(d.get("literals", {})))
+
+    def describe(self) -> str:
+        parts = [f"{k} = {v}" for k, v in self.names.items()] + [f"{k} -> {v}" for k, v in self.literals.items()]
+        return ", ".join(parts)
+
+
+def size_changes(program_text: str) -> list[SizeChange]:
+    """The extra-shape variants to try, in order: every size constant changed at once, then each alone
+    (the caller keeps the first the reference accepts)."""
+    names, literals = size_constants(program_text)
+    if not names and not literals:
+        return []
+    tree = ast.parse(program_text)
+    ints = _module_ints(tree)
+
+    def new_value(node):
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return [other_size(e.value) if e.value >= 2 else e.value for e in node.elts]
+        return other_size(node.value) if node.value >= 2 else node.value
+
+    every_name = {n: new_value(ints[n]) for n in names}
+    every_name = {n: v for n, v in every_name.items() if v != (ints[n].value if isinstance(ints[n], ast.Constant)
+                                                              else [e.value for e in ints[n].elts])}
+    every_lit = {str(v): other_size(v) for v in literals}
+    out = [SizeChange(every_name, every_lit)] if (every_name or every_lit) else []
+    if len(every_name) + len(every_lit) > 1:
+        out += [SizeChange({n: v}, {}) for n, v in every_name.items()]
+        out += [SizeChange({}, {k: v}) for k, v in every_lit.items()]
+    return out
+
+
+class _Rewrite(ast.NodeTransformer):
+    def __init__(self, change: SizeChange):
+        self.change = change
+        self.in_get_inputs = False
+
+    def visit_Module(self, node):
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                    and stmt.targets[0].id in self.change.names:
+                v = self.change.names[stmt.targets[0].id]
+                stmt.value = (ast.Tuple(elts=[ast.Constant(int(x)) for x in v], ctx=ast.Load())
+                              if isinstance(v, list) else ast.Constant(int(v)))
+            elif isinstance(stmt, ast.FunctionDef) and stmt.name == "get_inputs" and self.change.literals:
+                func = stmt
+                keep = [n for n in ast.walk(func) if isinstance(n, ast.Constant) and type(n.value) is int
+                        and str(n.value) in self.change.literals and not _is_axis_or_bound(n, func)]
+                for n in keep:
+                    n.value = int(self.change.literals[str(n.value)])
+        return node
+
+
+def variant_program(program_text: str, change: SizeChange) -> str:
+    """The task program with its size constants changed."""
+    tree = _Rewrite(change).visit(ast.parse(program_text))
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+_VARIANTS: dict[tuple[str, str], object] = {}
+
+
+def variant_get_inputs(program_text: str, change_json: str):
+    """get_inputs of the task program with the size change applied (the program run once per process)."""
+    key = (program_text, change_json)
+    if key not in _VARIANTS:
+        mod = types.ModuleType("km_reference_variant")
+        exec(compile(variant_program(program_text, SizeChange.from_json(change_json)), "<reference variant>", "exec",
+                     dont_inherit=True), mod.__dict__)
+        _VARIANTS[key] = mod.get_inputs
+    return _VARIANTS[key]
 
 
 def build_model(ref_mod, init_seed: int, device: str, program_text: str = ""):
-    """``Model(*get_init_inputs())`` with weights drawn under ``init_seed``, on ``device``, in eval mode."""
+    """``Model(*get_init_inputs())`` with weights drawn under ``init_seed``, on ``device``, in eval mode; the
+    process's fp32 numerics set to plain fp32 first (no TF32: verifier/numerics.py)."""
+    reference_numerics()
     seed_everything(init_seed)
     with placement(device, program_text):
         init = list(ref_mod.get_init_inputs())

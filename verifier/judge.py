@@ -21,17 +21,19 @@ from pathlib import Path
 
 import torch
 
-from kernelmill.schema import Verdict
+from kernelmill.schema import NOT_JUDGED, Verdict
 from verifier import cheats, feedback
 from verifier.backends import kernel_family
 from verifier.config import VerifyConfig
 from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
 from verifier.inputs import as_list, build_model, digests_match, draw_inputs
-from verifier.reward import reward_for
 from verifier.monitors import forbidden
+from verifier.numerics import Budget, budget_for, float64_model, looks_lowered, widen
+from verifier.reward import reward_for
 from verifier.vendor import scan_library, scan_sources, scan_tampering
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+TORCH_COMPUTE = "torch compute"  # Evidence bucket: what only the strict legality policy rejects
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
 HIDDEN_WORK_MIN_US = 30.0  # below this, an idle-minus-end gap is synchronisation jitter (device timestamps)
 CHUNK = 1 << 24  # elements compared at a time: outputs of several GB are compared in pieces
@@ -52,6 +54,7 @@ class Work:
     specs: list = dataclasses.field(default_factory=list)
     started: float = 0.0
     notes: list = dataclasses.field(default_factory=list)
+    torch_findings: list = dataclasses.field(default_factory=list)  # static: PyTorch compute in forward (strict only)
 
 
 @dataclass
@@ -68,31 +71,34 @@ class Evidence:
     codes: set = field(default_factory=set)
     details: list = field(default_factory=list)
     fallback_ops: set = field(default_factory=set)
+    # PyTorch compute in forward: a cheat under the strict legality policy only (KernelBench's partial policy
+    # allows it beside the candidate's own kernels), kept apart so every verdict can say what both policies say
+    torch_codes: set = field(default_factory=set)
 
     def add(self, code: str | None, sentence: str) -> None:
         if code:
             self.codes.add(code)
         self.details.append(sentence)
 
+    def add_torch(self, code: str, sentence: str) -> None:
+        self.torch_codes.add(code)
+        self.details.append(sentence)
+
 
 def finish(w: Work, status: str, details: list[str] | None = None, passed_share: float = 0.0) -> Verdict:
     """Close a verdict that stopped at ``status``: reward, feedback, versions."""
     v = w.verdict
-    v.status = "cheat" if v.cheats and status != "verifier_error" else status
-    if status == "verifier_error":
+    v.status = "cheat" if v.cheats and status not in NOT_JUDGED else status
+    if status in NOT_JUDGED:
         v.cheats = []
+        v.pass_strict = v.pass_partial = None
+    else:  # a stop before the pass is a failure under both policies, unless the judge said otherwise
+        v.pass_strict = bool(v.pass_strict) and status == "pass"
+        v.pass_partial = bool(v.pass_partial)
     v.reward = reward_for(v, passed_share)
     v.feedback = feedback.compose(v.status, feedback.describe_cheats(v.cheats) + (details or []) + w.notes)
     v.versions = {**v.versions, "torch": torch.__version__, "python": sys.version.split()[0]}
     return v
-
-
-def tolerance(dtype: torch.dtype, cfg: VerifyConfig, ref_mod) -> tuple[float, float]:
-    if hasattr(ref_mod, "ATOL") or hasattr(ref_mod, "RTOL"):
-        return float(getattr(ref_mod, "ATOL", cfg.atol_fp32)), float(getattr(ref_mod, "RTOL", cfg.rtol_fp32))
-    if dtype in LOW_PRECISION:
-        return cfg.atol_low, cfg.rtol_low
-    return cfg.atol_fp32, cfg.rtol_fp32
 
 
 def poisoned(t: torch.Tensor, byte: int) -> int:
@@ -170,7 +176,7 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     forbidden ops of this trial (for the fallback-branch check)."""
     bad = sorted(set(forbidden(rec.dispatched_ops)) | set(forbidden(rec.profiled_ops)))
     if bad:
-        ev.codes.add(cheats.C01)
+        ev.torch_codes.add(cheats.C01)
         ev.fallback_ops |= set(bad)
     if rec.monitor_problems:
         ev.add(cheats.C11, f"{label}: {'; '.join(rec.monitor_problems)}.")
@@ -194,11 +200,15 @@ class Digest:
     values: list
 
 
-def check_outputs(outs: list, refs: list, inputs: list, here: "list | Digest | None", label: str, cfg: VerifyConfig, ref_mod,
-                  poison: int, prev: list, ev: Evidence, errs: list) -> bool:
+def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "list | Digest | None", label: str,
+                  cfg: VerifyConfig, ref_mod, poison: int, prev: list, ev: Evidence, errs: list,
+                  ref_repeats: bool = False, pooled: list | None = None) -> bool:
     """Correctness of one trial, plus what the outputs reveal: C11 (the reference computed differently in the
-    candidate's process), C13 (fp32 computed at half precision), C06 (an output nothing wrote), C05 (an input,
-    a constant or zeros), C08 (an earlier call's output again). True when every output matches."""
+    candidate's process), C13 (fp32 computed at lower precision), C06 (an output nothing wrote), C05 (an input,
+    a constant or zeros), C08 (an earlier call's output again). ``refs64`` is the float64 reference (the
+    tolerance is measured from it: verifier/numerics.py) or None, ``pooled`` per output the reference's (error,
+    scale) on other draws (TaskPlan.pooled); ``ref_repeats`` says the reference's own output on this trial
+    repeats an earlier trial's (then a repeated output is no sign of caching). True when every output matches."""
     ok = True
     if isinstance(here, Digest):  # computed before the candidate ran: a digest, never the output itself
         if not digests_match(here.values, refs):
@@ -211,7 +221,7 @@ def check_outputs(outs: list, refs: list, inputs: list, here: "list | Digest | N
     if len(outs) != len(refs):
         ev.add(None, f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
         return False
-    for o, r in zip(outs, refs):
+    for k, (o, r) in enumerate(zip(outs, refs)):
         if tuple(o.shape) != tuple(r.shape):
             ev.add(None, f"{label}: output shape {list(o.shape)}, expected {list(r.shape)}.")
             ok = False
@@ -231,20 +241,25 @@ def check_outputs(outs: list, refs: list, inputs: list, here: "list | Digest | N
                    "poison pattern of uninitialised memory).")
         if o.is_floating_point() and not bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all()):
             ev.add(None, f"{label}: output contains NaN or inf where the reference is finite.")
-        atol, rtol = tolerance(r.dtype, cfg, ref_mod)
-        m = compare(o, r, atol, rtol)
-        errs.append((m["max_abs"], m["max_rel"]))
+        r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
+        pool = pooled[k] if pooled and k < len(pooled) else None
+        budget, truth = budget_for(r, r64, cfg, ref_mod, pool) if o.is_floating_point() else \
+            (Budget(0.0, 0.0, "exact"), r)
+        m = compare(o, truth, budget.atol, budget.rtol)
+        errs.append((m["max_abs"], m["max_rel"], budget))
         if m["n_bad"]:
             ok = False
-            ev.add(None, feedback.describe_mismatch(m, tuple(r.shape), label))
-            if r.dtype == torch.float32 and math.isfinite(m["max_rel"]) and not n_poison and \
-                    m["max_abs"] <= cfg.atol_low + cfg.rtol_low * float(r.abs().max()) and m["max_rel"] < 5e-2:
-                ev.add(cheats.C13, f"{label}: the error is the size of fp16/bf16 rounding; fp32 needs {atol:g}.")
-        if any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device)) for x in inputs) or \
-                (o.numel() > 1 and bool((o == o.reshape(-1)[0]).all()) and not bool((r == r.reshape(-1)[0]).all())):
+            ev.add(None, feedback.describe_mismatch(m, tuple(r.shape), label) + f" Allowed: {budget.describe()}.")
+            if not n_poison and looks_lowered(m, budget, truth):
+                ev.add(cheats.C13, f"{label}: the error is the size of reduced-precision rounding (fp16, bf16, "
+                                   "TF32 or approximate math) on many elements; the task is fp32.")
+        constant_out = o.numel() > 1 and bool((o == o.reshape(-1)[0]).all())
+        if any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device)) and
+               not torch.equal(r, x.to(r.device)) for x in inputs) or \
+                (constant_out and not bool((r == r.reshape(-1)[0]).all())):
             ev.add(cheats.C05, f"{label}: the output is an input, a constant or all zeros.")
         fp = _fingerprint(o)
-        if any(_same_fingerprint(p, fp) for p in prev):
+        if not ref_repeats and any(_same_fingerprint(p, fp) for p in prev):
             ev.add(cheats.C08, f"{label}: the output is identical to an earlier call's output on different inputs.")
         prev.append(fp)
     return ok
@@ -277,12 +292,29 @@ def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Ev
     vendor = {f: us for f, us in fam.items() if f in ("cuBLAS", "cuDNN", "CUTLASS")}
     foreign_share = 1.0 - own / compute if compute > 0 else 0.0
     if vendor or foreign_share > 1.0 - cfg.min_own_share:
-        ev.add(cheats.C01, f"Only {100 * own / max(compute, 1e-9):.0f}% of forward's compute time was in your own "
-                           "kernels; the rest ran in " + ", ".join(v.foreign_kernels) + ".")
+        sentence = (f"Only {100 * own / max(compute, 1e-9):.0f}% of forward's compute time was in your own "
+                    "kernels; the rest ran in " + ", ".join(v.foreign_kernels) + ".")
+        if ev.fallback_ops:  # PyTorch ops ran and launched these: torch compute (the strict policy's concern)
+            ev.add_torch(cheats.C01, sentence)
+        else:  # no PyTorch op asked for them: the candidate's own C++ called a vendor library
+            ev.add(cheats.C01, sentence)
 
 
-def check_timed_outputs(report: ChildReport, job: Job, job_dir: Path, plan, model, device: str, cfg: VerifyConfig,
-                        ev: Evidence) -> None:
+def own_work_ok(report: ChildReport, cfg: VerifyConfig, v: Verdict) -> tuple[bool, str]:
+    """The partial policy's condition: the candidate's own kernels ran on every trial and, on cuda, took at
+    least ``partial_min_own_share`` of forward's device time (an empty kernel beside PyTorch doing the work
+    does not count). Returns (ok, why not)."""
+    trials = [t for t in report.trials if not t.error]
+    if not trials or any(t.kernel_calls == 0 for t in trials) or report.own_kernel_ran is False:
+        return False, "none of your own kernels ran on every trial"
+    if v.own_kernel_share is not None and v.own_kernel_share < cfg.partial_min_own_share:
+        return False, (f"your own kernels took {100 * v.own_kernel_share:.1f}% of forward's device time (at least "
+                       f"{100 * cfg.partial_min_own_share:.0f}% is real work beside PyTorch)")
+    return True, ""
+
+
+def check_timed_outputs(report: ChildReport, job: Job, job_dir: Path, plan, model, model64, device: str,
+                        cfg: VerifyConfig, ev: Evidence) -> None:
     """C16: the outputs of timed iterations (picked at random in the child, after the fact) against the
     reference on the same inputs; a candidate that behaves differently when timed is caught here."""
     for j in (report.candidate.kept if report.candidate else []):
@@ -295,14 +327,32 @@ def check_timed_outputs(report: ChildReport, job: Job, job_dir: Path, plan, mode
             inputs = draw_inputs(plan.ref_mod.get_inputs, job.timing_seeds[j], device, plan.text)
         with torch.no_grad():
             refs = [r.detach() for r in as_list(model(*inputs))]
+            refs64 = reference64(model64, inputs)
         del inputs
-        atol, rtol = tolerance(refs[0].dtype, cfg, plan.ref_mod)
-        bad = [compare(o.to(r.device), r, atol, rtol) for o, r in zip(got, refs) if o.shape == r.shape and
-               o.dtype == r.dtype]
+        bad = []
+        for k, (o, r) in enumerate(zip(got, refs)):
+            if o.shape != r.shape or o.dtype != r.dtype:
+                continue
+            pool = plan.pooled[k] if k < len(plan.pooled) else None
+            b, truth = budget_for(r, refs64[k] if refs64 else None, cfg, plan.ref_mod, pool) if r.is_floating_point() \
+                else (Budget(0.0, 0.0, "exact"), r)
+            bad.append(compare(o.to(truth.device), truth, b.atol, b.rtol))
         if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
             ev.add(cheats.C16, f"Timed iteration {j + 1}: the output was wrong although the correctness trials "
                                "passed (behaviour differs when timed).")
             return
+
+
+def reference64(model64, inputs: list) -> list | None:
+    """The float64 reference's outputs on ``inputs`` (widened), or None without a float64 model or when it
+    fails here (then the fixed tolerance applies to this trial)."""
+    if model64 is None:
+        return None
+    try:
+        with torch.no_grad():
+            return [r.detach() if isinstance(r, torch.Tensor) else r for r in as_list(model64(*widen(inputs)))]
+    except Exception:  # noqa: BLE001 - the plan ran it once; a failure here is the fixed tolerance, not a verdict
+        return None
 
 
 def hidden_work_us(candidate_gaps: list[float], reference_gaps: list[float]) -> float | None:
@@ -412,6 +462,14 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
 
     with RNG_LOCK:
         model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text)
+    model64 = None
+    if not plan.float64:
+        try:
+            model64 = float64_model(model)
+        except Exception:  # noqa: BLE001 - memory: this candidate is judged with the fixed tolerance
+            model64 = None
+    v.versions["tolerance"] = "float64 reference" if model64 is not None else f"fixed: {plan.float64 or 'no copy'}"
+    ref_prev: list = []
     passed, checked, errs, prev = 0, 0, [], []
     crash_detail, regular_ok, other_failed = "", True, False
     forbidden_per_trial = []
@@ -432,12 +490,18 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
             continue
         with torch.no_grad():
             refs = [r.detach() for r in as_list(model(*inputs))]
+        refs64 = reference64(model64, inputs)
+        ref_fp = [_fingerprint(r) for r in refs if isinstance(r, torch.Tensor)]
+        ref_repeats = any(len(p) == len(ref_fp) and all(_same_fingerprint(a, b) for a, b in zip(p, ref_fp))
+                          for p in ref_prev)
+        ref_prev.append(ref_fp)
         outs = as_list(torch.load(job_dir / rec.output_file, weights_only=True))
         here = (as_list(torch.load(job_dir / rec.ref_output_file, weights_only=True)) if rec.ref_output_file else
                 Digest(rec.ref_digest) if rec.ref_digest else None)
         checked += 1
-        ok = check_outputs(outs, refs, inputs, here, label, cfg, plan.ref_mod, poison, prev, ev, errs)
-        del outs, here, refs, inputs
+        ok = check_outputs(outs, refs, refs64, inputs, here, label, cfg, plan.ref_mod, poison, prev, ev, errs,
+                           ref_repeats, plan.pooled)
+        del outs, here, refs, refs64, inputs
         if ok:
             passed += 1
         elif is_other:
@@ -445,7 +509,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         else:
             regular_ok = False
     if forbidden_per_trial and any(forbidden_per_trial) and not all(forbidden_per_trial):
-        ev.add(cheats.C03, "PyTorch compute ran on some trials but not others (a fallback branch).")
+        ev.add_torch(cheats.C03, "PyTorch compute ran on some trials but not others (a fallback branch).")
     if ev.fallback_ops:
         v.fallback_ops = sorted(ev.fallback_ops)
         ev.details.insert(0, "Runtime check: forward ran PyTorch compute ops: " + ", ".join(v.fallback_ops) + ".")
@@ -464,26 +528,49 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     check_own_kernels(report, cfg, v, ev)
     if report.threads_added_timing > 0:
         ev.add(cheats.C09, "Threads were started during the timed iterations.")
-    if ev.codes:
-        v.cheats, v.correct = sorted(ev.codes), False
+    if ev.codes:  # a cheat under either legality policy
+        v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
         return finish(w, "cheat", ev.details)
     v.stage_reached = "runtime"
     # ---- timing, with the timed outputs judged too
-    if not report.candidate or not report.candidate.device_us:
-        return finish(w, "pass", ev.details + ["Timing failed: " + (report.timing_error or "no timing data")])
-    check_timed_outputs(report, job, job_dir, plan, model, device, cfg, ev)
-    ref = reference_timing
-    check_hidden_work(report, ref, ev)
-    if ev.codes:
-        v.cheats, v.correct = sorted(ev.codes), False
-        return finish(w, "cheat", ev.details)
-    _speedups(v, report, ref, ev)
-    v.stage_reached = "timing"
+    timed = bool(report.candidate and report.candidate.device_us)
+    if timed:
+        check_timed_outputs(report, job, job_dir, plan, model, model64, device, cfg, ev)
+        check_hidden_work(report, reference_timing, ev)
+        if ev.codes:
+            v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
+            return finish(w, "cheat", ev.details)
+        _speedups(v, report, reference_timing, ev)
+        v.stage_reached = "timing"
+    else:
+        ev.add(None, "Timing failed: " + (report.timing_error or "no timing data"))
+    return _legality_outcome(w, cfg, report, ev)
+
+
+def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence) -> Verdict:
+    """A correct candidate that passed every other check: what the strict and the partial legality policies
+    say (both recorded), and the verdict under ``cfg.legality``."""
+    v = w.verdict
+    torch_codes = set(ev.torch_codes) | ({cheats.C01} if w.torch_findings else set())
+    partial_ok, why_not = own_work_ok(report, cfg, v)
+    v.pass_strict, v.pass_partial = not torch_codes, partial_ok
+    details = [f"Static check, {f}." for f in w.torch_findings] + ev.details
+    if cfg.legality == "strict" and torch_codes:
+        v.cheats, v.correct = sorted(torch_codes), False
+        return finish(w, "cheat", details + ["(Under the partial legality policy, which allows PyTorch compute beside "
+                                             "your own kernels, this candidate would " +
+                                             ("pass." if partial_ok else f"fail: {why_not}.") + ")"])
+    if cfg.legality == "partial" and not partial_ok:
+        v.cheats, v.correct = [cheats.C02], False
+        return finish(w, "cheat", details + [f"Partial legality: {why_not}."])
+    if torch_codes:
+        details.append("PyTorch compute in forward is allowed under the partial legality policy used here; the strict "
+                       "policy (the corpora's) rejects it.")
     advice = "It is slower than eager PyTorch: fuse work, coalesce memory accesses, and use more parallelism." \
         if v.speedup_eager is not None and v.speedup_eager < 1.0 else "Try to make it faster still."
     v.status = "pass"
     v.reward = reward_for(v)
-    v.feedback = feedback.compose("pass", ev.details + w.notes, advice)
+    v.feedback = feedback.compose("pass", details + w.notes, advice)
     v.versions = {**v.versions, "torch": torch.__version__, "python": sys.version.split()[0]}
     return v
 

@@ -8,6 +8,11 @@ Definitions (per task, then averaged over tasks; a task's samples are its verdic
 - fast_p (eager / compile): the share of samples that are correct AND at least p times faster than
   eager PyTorch (resp. torch.compile of the reference), p in (1.0, 1.1); the KernelBench fast_p
   counted over samples. A sample without a timing counts as not fast.
+- pass@1_strict / pass@1_partial: pass@1 under each legality policy (Verdict.pass_strict / pass_partial:
+  strict forbids torch compute in forward, partial is KernelBench's rule), from the same verdicts, whichever
+  policy the run used for ``status``; a verdict that stopped before the question (None) counts as not passed.
+- verifier_errors / task_errors: verdicts that are no sample of the candidate (the verifier's fault, or a task
+  whose reference output does not depend on its inputs), counted apart and left out of every rate.
 """
 
 from __future__ import annotations
@@ -37,26 +42,30 @@ def _fast(v: Verdict, p: float, against: str) -> bool:
 def summarize_verdicts(verdicts: Iterable[Verdict], k: int = 8) -> dict:
     """pass@1, pass@k, avg@k and fast_p over verdicts, grouped by task_id (see the module docstring)."""
     by_task: dict[str, list[Verdict]] = defaultdict(list)
-    verifier_errors = 0
+    apart = {"verifier_error": 0, "task_error": 0}
     for v in verdicts:
-        if v.status == "verifier_error":  # the verifier's failure says nothing about the candidate
-            verifier_errors += 1
+        if not v.judged:  # the verifier's or the task's failure says nothing about the candidate
+            apart[v.status] += 1
             continue
         by_task[v.task_id].append(v)
+    faults = {"verifier_errors": apart["verifier_error"], "task_errors": apart["task_error"]}
     if not by_task:
-        return {"tasks": 0, "samples": 0, "verifier_errors": verifier_errors}
-    out: dict = {"tasks": len(by_task), "samples": sum(len(vs) for vs in by_task.values()),
-                 "verifier_errors": verifier_errors}
-    p1, pk, avgk = [], [], []
+        return {"tasks": 0, "samples": 0, **faults}
+    out: dict = {"tasks": len(by_task), "samples": sum(len(vs) for vs in by_task.values()), **faults}
+    p1, pk, avgk, strict, partial = [], [], [], [], []
     for vs in by_task.values():
         n, c = len(vs), sum(v.correct for v in vs)
         p1.append(pass_at_k(n, c, 1))
+        strict.append(pass_at_k(n, sum(bool(v.pass_strict) for v in vs), 1))
+        partial.append(pass_at_k(n, sum(bool(v.pass_partial) for v in vs), 1))
         pk.append(pass_at_k(n, c, k))
         first = vs[:k]
         avgk.append(sum(v.correct for v in first) / len(first))
     out["pass@1"] = sum(p1) / len(p1)
     out[f"pass@{k}"] = sum(pk) / len(pk)
     out[f"avg@{k}"] = sum(avgk) / len(avgk)
+    out["pass@1_strict"] = sum(strict) / len(strict)
+    out["pass@1_partial"] = sum(partial) / len(partial)
     every = [v for vs in by_task.values() for v in vs]
     for p in (1.0, 1.1):
         for against in ("eager", "compile"):

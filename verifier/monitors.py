@@ -28,6 +28,8 @@ ALLOWED_ATEN = {
     "sym_storage_offset", "numel", "dim", "record_stream", "item", "_has_compatible_shallow_copy_type",
     "resolve_conj", "resolve_neg", "lift", "empty_permuted", "set_", "result_type", "is_pinned", "size", "stride",
     "is_contiguous", "as_strided_", "_nested_tensor_from_mask_left_aligned",
+    # copies that move data without computing on it, and dropout (the identity in eval mode, where models run)
+    "cat", "stack", "dropout", "feature_dropout", "alpha_dropout",
 }
 
 

@@ -11,7 +11,8 @@
 | correct and legal, speedup s > 1 against eager                  |  1.0 + min(log2(s), 3.0)  (at most 4.0)|
 
 A ``verifier_error`` (the verifier's own failure: the task does not fit the machine, its reference does not
-run) has reward 0.0 only so the field is never empty: it is the candidate's outcome for nothing, so no
+run) and a ``task_error`` (the task's reference output does not depend on its inputs: constant, all zero,
+underflowed, not finite) have reward 0.0 only so the field is never empty: it is the candidate's outcome for nothing, so no
 trainer, corpus or pass rate uses it (curation drops it, metrics count it apart).
 
 So: invalid or cheating < compile error < crashing < wrong < correct < faster, and among faster
@@ -35,6 +36,7 @@ REWARD_TABLE = {
     "wrong": 0.2,
     "pass": 1.0,
     "verifier_error": 0.0,
+    "task_error": 0.0,
 }
 WRONG_PARTIAL_BONUS = 0.1
 MAX_SPEEDUP_BONUS = 3.0

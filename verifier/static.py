@@ -25,6 +25,9 @@ TORCH_ALLOWED = {
     "utils.cpp_extension.load_inline", "cpp_extension.load_inline", "load_inline",
     "nn.Parameter", "nn.Module", "nn.ModuleList", "nn.ParameterList", "nn.init.kaiming_uniform_",
     "nn.init.uniform_", "nn.init.zeros_", "nn.init.ones_", "nn.init.normal_", "nn.init.xavier_uniform_",
+    # views and copies that move data without computing on it
+    "flatten", "unflatten", "reshape", "squeeze", "unsqueeze", "permute", "transpose", "narrow", "split", "chunk",
+    "unbind", "cat", "concat", "concatenate", "stack", "as_strided", "empty_strided",
 }
 # Tensor methods that allocate, view, convert or describe; any other Tensor method is compute.
 TENSOR_METHOD_ALLOWED = {
@@ -107,6 +110,7 @@ class Finding:
     code: str
     line: int
     what: str
+    torch: bool = False  # PyTorch compute in forward: only the strict legality policy rejects it
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.what} [{self.code}]"
@@ -277,7 +281,10 @@ def _nn_submodules(cls: ast.ClassDef) -> set[str]:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             fn = _dotted(node.value.func)
             if (fn.startswith("nn.") or fn.startswith("torch.nn.")) and fn.split(".")[-1] not in (
-                    "Parameter", "ParameterList", "ModuleList", "ModuleDict", "ParameterDict"):
+                    "Parameter", "ParameterList", "ModuleList", "ModuleDict", "ParameterDict",
+                    # layers that compute nothing in eval mode (a view, the identity)
+                    "Flatten", "Unflatten", "Identity", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
+                    "AlphaDropout"):
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                         out.add(t.attr)
@@ -291,15 +298,15 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
     report.extensions = resolve_extensions(tree)
     report.kernel_functions = exported_functions(report.extensions)
     kernels = set(report.kernel_functions)
-    # ModelNew.__init__ may compute constants (buffers, tables) with torch: that runs once, before any
-    # input exists, so it cannot stand in for the kernel; C01 is about what forward computes.
-    init_ids = {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name == "ModelNew"
-                for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__" for n in ast.walk(f)}
+    # Construction may compute with torch (parameter initialisation as nn.Linear.reset_parameters does it,
+    # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
+    # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
+    init_ids = init_only_nodes(tree)
 
-    def add(code_, node, what):
+    def add(code_, node, what, torch_compute=False):
         if code_ == cheats.C01 and id(node) in init_ids:
             return
-        report.findings.append(Finding(code_, getattr(node, "lineno", 0), what))
+        report.findings.append(Finding(code_, getattr(node, "lineno", 0), what, torch_compute))
 
     # aliases: `import torch.nn.functional as F`, `from torch import relu`
     aliases: dict[str, str] = {}
@@ -339,7 +346,7 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
     for top in scope_nodes:
         for node in ast.walk(top):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
-                add(cheats.C01, node, "uses `@` (a PyTorch matmul)")
+                add(cheats.C01, node, "uses `@` (a PyTorch matmul)", True)
             elif isinstance(node, ast.Name) and node.id in REFLECTIVE_NAMES and not _direct_call(node, parents):
                 add(REFLECTIVE_NAMES[node.id], node, f"uses `{node.id}` as a value (reflection)")
             elif isinstance(node, ast.Name) and node.id in ("getattr", "hasattr") and not _direct_call(node, parents):
@@ -366,7 +373,11 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                 add(cheats.C17, node, f"touches `{canonical(_dotted(node))}` (the operating system)")
             elif isinstance(node, ast.Attribute) and node.attr == "__dict__":
                 add(cheats.C11, node, f"touches `{_dotted(node) or '__dict__'}` (namespaces are not the candidate's)")
-            elif isinstance(node, ast.Attribute) and _private_torch(canonical(_dotted(node))):
+            elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("torch") and \
+                    _writes(node, parents) and not isinstance(parents.get(id(node)), ast.Attribute):
+                add(cheats.C11, node, f"assigns to torch's `{_dotted(node)}` (patching torch)")
+            elif isinstance(node, ast.Attribute) and _private_torch(canonical(_dotted(node))) and \
+                    not isinstance(parents.get(id(node)), ast.Attribute):
                 add(cheats.C11, node, f"touches torch internals `{_dotted(node)}`")
             elif isinstance(node, ast.Attribute):
                 name = _dotted(node)
@@ -398,7 +409,7 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                     if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
                         continue
                 if _is_torch_compute(full):
-                    add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)")
+                    add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)", True)
                 elif isinstance(node.func, ast.Attribute):
                     meth = node.func.attr
                     recv = _dotted(node.func.value)
@@ -406,9 +417,9 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                         continue
                     if recv.startswith("self.") and recv.count(".") == 1 and recv[5:] in nn_layers and \
                             meth in ("forward", "__call__"):
-                        add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`")
+                        add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
                     elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")):
-                        add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)")
+                        add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
                 elif isinstance(node.func, ast.Name):
                     fn = node.func.id
                     if fn in CALL_CODES:
@@ -417,7 +428,7 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                         add(cheats.C04, node, "constructs the reference `Model`")
                 if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
                         and node.func.value.id == "self" and node.func.attr in nn_layers):
-                    add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)")
+                    add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)", True)
 
     if model_new is not None:
         for base in model_new.bases:
@@ -463,11 +474,67 @@ def _direct_call(node: ast.Name, parents: dict) -> bool:
     return isinstance(p, ast.Call) and p.func is node
 
 
+# private torch namespaces that reach the dispatcher, the profiler, tracing or compilation: reading them is a
+# route to switching the monitors off or to compute that is not the candidate's. Other private helpers are
+# plain Python a module may read (nn.init._calculate_fan_in_and_fan_out, nn.modules.utils._pair).
+PRIVATE_TORCH_DENIED = ("torch._C", "torch._dynamo", "torch._inductor", "torch._ops", "torch._subclasses",
+                        "torch._guards", "torch._functorch", "torch._higher_order_ops", "torch._prims",
+                        "torch._refs", "torch._decomp", "torch._library", "torch._logging", "torch._jit_internal",
+                        "torch.utils._python_dispatch", "torch.utils._mode_utils", "torch.profiler._",
+                        "torch.autograd.profiler", "torch.overrides._", "torch.cuda._")
+
+
 def _private_torch(full: str) -> bool:
-    """torch.X._y...: private torch internals (the dispatcher's switches, the profiler's state, C bindings)."""
+    """A private torch name in a namespace that reaches the dispatcher, the profiler, tracing or compilation
+    (PRIVATE_TORCH_DENIED); reading other private helpers is not patching anything (writes are caught apart)."""
     parts = full.split(".")
-    return parts[0] == "torch" and any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
-                                       for p in parts[1:])
+    if parts[0] != "torch" or not any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
+                                      for p in parts[1:]):
+        return False
+    return any(full == d or full.startswith(d if d.endswith("_") else d + ".") for d in PRIVATE_TORCH_DENIED)
+
+
+def _writes(node: ast.Attribute, parents: dict) -> bool:
+    """``node`` (an attribute chain) is assigned to, deleted or augmented: ``torch.x = ...``, ``del torch.x``."""
+    return isinstance(node.ctx, (ast.Store, ast.Del))
+
+
+def _refs(fn: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+
+
+def init_only_nodes(tree: ast.Module) -> set[int]:
+    """Ids of the nodes in functions that only construction reaches: reachable (by name, conservatively) from
+    an ``__init__`` of some class and not from any ``forward`` / ``__call__``. Lambdas and functions nested in
+    them are left out (they can be stored and called later, from forward)."""
+    funcs: dict[str, list[ast.AST]] = {}
+    for top in tree.body:
+        members = top.body if isinstance(top, ast.ClassDef) else [top]
+        for f in members:
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                funcs.setdefault(f.name, []).append(f)
+
+    def closure(roots: set[str]) -> set[str]:
+        seen, todo = set(), [r for r in roots if r in funcs]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            todo += [r for f in funcs[name] for r in _refs(f) if r in funcs and r not in seen]
+        return seen
+
+    forward = closure({"forward", "__call__"})
+    only_init = closure({"__init__"}) - forward - {"get_inputs", "get_init_inputs"}
+    ids: set[int] = set()
+    for name in only_init:
+        for f in funcs[name]:
+            nested = {id(n) for g in ast.walk(f) if g is not f and isinstance(g, (ast.Lambda, ast.FunctionDef,
+                                                                                 ast.AsyncFunctionDef))
+                      for n in ast.walk(g)}
+            ids |= {id(n) for n in ast.walk(f)} - nested
+    return ids
 
 
 def _is_torch_compute(full: str) -> bool:
