@@ -7,7 +7,12 @@ Guarantees:
   processes (an flock on the key's directory); failures are cached too, with their compiler log;
 - each compile runs in its own process group with a wall-clock timeout, and a timed-out group is killed;
 - the compiler output of a failure is kept in ``<key>/build.log`` and returned.
-It does not sandbox the compiler: flags come from the candidate (see verifier/README.md).
+- where bubblewrap runs (verifier/sandbox.py), the build process (compiler, linker, and the import of the
+  built module, whose static initialisers are the candidate's code) runs in a sandbox: read-only view,
+  writable only the key directory and the precompiled-header cache, no network, no host environment,
+  its processes ended with it; an escape attempt fails the build with ``[verifier sandbox]`` in its log
+  and ``sandbox.json`` in the key directory; compiler messages located in files outside the candidate's
+  sources and the installed headers keep their location but not their text (``redact_compiler_log``).
 
 Run as ``python -m verifier.build KEY_DIR`` it is the worker process body: it reads
 ``KEY_DIR/spec.json``, builds, and exits 0 on success.
@@ -54,6 +59,7 @@ import re
 import shlex
 import signal
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -64,6 +70,7 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as ce
 
+from verifier import sandbox
 from verifier.slim import slim_source
 
 COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
@@ -162,20 +169,34 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
         (key_dir / "built.json").unlink(missing_ok=True)
         (key_dir / "spec.json").write_text(json.dumps(canonical_spec(args)))
         t0 = time.perf_counter()
-        env = dict(os.environ, MAX_JOBS="1", KM_FULL_FALLBACK="1" if full_fallback else "0", PYTHONPATH=os.pathsep.join(
+        (key_dir / sandbox.EVIDENCE_FILE).unlink(missing_ok=True)
+        env = dict(os.environ, MAX_JOBS="1", KM_FULL_FALLBACK="1" if full_fallback else "0", KM_PCH_DIR=str(pch_root()),
+                   PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+        cmd = [sys.executable, "-m", "verifier.build", str(key_dir)]
+        jail = _BuildSandbox(key_dir) if sandbox.enabled() else None
+        if jail:
+            cmd, env = jail.argv(cmd, env), {}
         with open(key_dir / "build.log", "w") as log:
             # compilers run niced: execution children (which feed the GPU and take timings) come first
-            proc = subprocess.Popen([sys.executable, "-m", "verifier.build", str(key_dir)], stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    preexec_fn=lambda: os.nice(COMPILE_NICE))
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=jail.preexec if jail else lambda: os.nice(COMPILE_NICE),
+                                    pass_fds=jail.pass_fds if jail else ())
+            if jail:
+                jail.started()
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap: the sandbox's processes die with it
                 proc.wait()
                 log.write(f"\n[verifier] compilation timed out after {timeout_s:.0f} s and was killed\n")
                 rc = -1
+            findings = jail.finish() if jail else []
+            if findings:
+                sandbox.write_findings(key_dir, findings)
+                log.write("\n" + sandbox.describe(findings) + "\n")
+                rc = rc or sandbox.ESCAPE_EXIT
+        _redact_log(key_dir)
         seconds = time.perf_counter() - t0
         built = {}
         if (key_dir / "built.json").is_file():
@@ -188,6 +209,60 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
                           fallback_skipped=bool(built.get("fallback_skipped")) and not ok)
         _write_result(key_dir, res)
         return res
+
+
+class _BuildSandbox:
+    """The sandbox of one build process (verifier/sandbox.py): writable only the key directory and the
+    precompiled-header cache; the ``--supervise`` wrapper ends and reports whatever the build left."""
+
+    def __init__(self, key_dir: Path):
+        pch = pch_root()
+        pch.mkdir(parents=True, exist_ok=True)
+        self.key_dir = key_dir
+        self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")), writable=[str(key_dir), str(pch)])
+        self.limit = sandbox.PidsLimit()
+        self.read_fd, self.write_fd = os.pipe()
+        self.pass_fds = (self.write_fd,)
+
+    def argv(self, cmd: list, env: dict) -> list:
+        return self.box.argv([sys.executable, "-m", "verifier.sandbox", "--supervise", str(self.write_fd), "--", *cmd],
+                             dict(env, KM_SANDBOXED="1"))
+
+    def preexec(self) -> None:
+        os.nice(COMPILE_NICE)
+        self.limit.enter()
+
+    def started(self) -> None:
+        os.close(self.write_fd)
+
+    def finish(self) -> list[str]:
+        with os.fdopen(self.read_fd) as f:
+            text = f.read()
+        try:
+            found = json.loads(text) if text.strip() else []
+        except ValueError:
+            found = []
+        found += [f"wrote {p} (outside the build directory; the write went to a discarded copy)"
+                  for p in self.box.outside_writes()[:10]]
+        if self.limit.hits():
+            found.append(f"the process limit ({sandbox.PIDS_MAX} processes and threads) was hit: a fork bomb")
+        self.box.remove()
+        self.limit.remove()
+        return found
+
+
+def _mkdtemp(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir=sandbox._scratch_base())
+
+
+def _redact_log(key_dir: Path) -> None:
+    """The build log as it may be quoted: text of files outside the candidate's sources withheld."""
+    f = key_dir / "build.log"
+    if f.is_file():
+        text = f.read_text(errors="replace")
+        clean = sandbox.redact_compiler_log(text, [str(key_dir)])
+        if clean != text:
+            f.write_text(clean)
 
 
 class CompilePool:

@@ -7,13 +7,23 @@
 Every job gets its own process, a wall-clock timeout and its process group killed after it; job
 directories go to memory-backed /dev/shm when it has room.
 
+Sandbox (verifier/sandbox.py): where bubblewrap runs, the fork server and every cuda execution process
+run inside one: a read-only view, writable only in this thread's job root (``_job_root``: one directory per
+process and execution thread, so a candidate never sees another thread's jobs) and a private /tmp, no
+network, no host environment, a private pid namespace. After every job the processes the job left are
+killed (the fork server, or the ``--supervise`` wrapper, lists them first), the network counters and the
+view's root are checked, and what a candidate job attempted goes to ``sandbox.json`` in its job
+directory, a line in its log and exit status ``sandbox.ESCAPE_EXIT``.
+
 Imports: the standard library (verifier.backends, for the cpu children's environment, when a fork server starts).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,13 +31,15 @@ import tempfile
 import threading
 from pathlib import Path
 
+from verifier import sandbox
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def child_env(**extra: str) -> dict:
     """The environment of every execution process: this repository importable, no bytecode written."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-                PYTHONDONTWRITEBYTECODE="1", **extra)
+                PYTHONDONTWRITEBYTECODE="1", KM_SANDBOX_NOTE=json.dumps(sandbox.status()), **extra)
 
 
 class ForkServer:
@@ -35,24 +47,39 @@ class ForkServer:
     imported once, and every candidate runs in a fresh child forked from it (so no candidate can
     leave state for the next). Replaced when it dies."""
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, job_root: str | None = None, build_root: str = "", locks: list = ()):
         from verifier.backends import CPU_CHILD_ENV, CPU_PERTURB  # here: this module stays torch-free
 
         env = child_env()
         if backend == "cpu":
             env.update(CPU_CHILD_ENV, KM_CPU_PERTURB=str(CPU_PERTURB))
             env.setdefault("OMP_NUM_THREADS", "1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "verifier.worker", "--serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
+        cmd = [sys.executable, "-m", "verifier.worker", "--serve"]
+        self.sandbox, self.limit, self.job_root, self.build_root = None, None, job_root, build_root
+        self.locks = list(locks)
+        if job_root and sandbox.enabled():
+            self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
+                                           writable=[job_root, *locks], read_only=[build_root])
+            self.limit = sandbox.PidsLimit()
+            cmd, env = self.sandbox.argv(cmd, dict(env, KM_SANDBOXED="1")), {}
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
+                                     preexec_fn=self.limit.enter if self.limit else None)
 
-    def run(self, job_dir: Path, timeout_s: float) -> tuple[int, bool]:
+    def run(self, job_dir: Path, timeout_s: float) -> tuple[int, bool, list[str]]:
+        """Run one job; returns (exit status, timed out, what the job attempted outside its sandbox)."""
+        hits = self.limit.hits() if self.limit else 0
         self.proc.stdin.write(f"{job_dir}\t{timeout_s}\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise BrokenPipeError("fork server died")
-        rc, timed_out = line.split("\t")
-        return int(rc), bool(int(timed_out))
+        rc, timed_out, *rest = line.rstrip("\n").split("\t")
+        findings = json.loads(rest[0]) if rest and rest[0] else []
+        if self.sandbox:
+            findings += _write_findings(self.sandbox.outside_writes())
+        if self.limit and self.limit.hits() > hits:
+            findings.append(f"the process limit ({sandbox.PIDS_MAX} processes and threads) was hit: a fork bomb")
+        return int(rc), bool(int(timed_out)), findings
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -64,18 +91,32 @@ class ForkServer:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        for part in (self.sandbox, self.limit):
+            if part:
+                part.remove()
+
+
+def _write_findings(paths: list[str]) -> list[str]:
+    return [f"wrote {p} (outside the job directory; the write went to a discarded copy)" for p in paths[:10]] + (
+        [f"... and {len(paths) - 10} more paths"] if len(paths) > 10 else [])
 
 
 _SERVERS: dict[tuple[str, int], ForkServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def _server(backend: str) -> ForkServer:
+def _server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
+    """This thread's fork server; its sandbox sees ``build_root`` (read-only), so a new build root means a
+    new server."""
     key = (backend, threading.get_ident())
+    root = _job_root()
     with _SERVERS_LOCK:
         srv = _SERVERS.get(key)
-        if srv is None or not srv.alive():
-            srv = _SERVERS[key] = ForkServer(backend)
+        if srv is None or not srv.alive() or srv.build_root != build_root or srv.job_root != root \
+                or srv.locks != list(locks):
+            if srv is not None:
+                srv.close()
+            srv = _SERVERS[key] = ForkServer(backend, root, build_root, locks)
         return srv
 
 
@@ -85,10 +126,7 @@ def _close_servers() -> None:
         srv.close()
 
 
-def _job_root() -> str | None:
-    """Where job directories go: ``KM_JOB_DIR``, else /dev/shm when it has room (inputs and outputs of a
-    job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off the disk),
-    else the default temporary directory."""
+def _base_job_root() -> str:
     if os.environ.get("KM_JOB_DIR"):
         return os.environ["KM_JOB_DIR"]
     try:
@@ -97,7 +135,32 @@ def _job_root() -> str | None:
             return "/dev/shm"
     except OSError:
         pass
-    return None
+    return tempfile.gettempdir()
+
+
+_JOB_ROOTS: dict[int, str] = {}
+_JOB_ROOTS_LOCK = threading.Lock()
+
+
+def _job_root() -> str:
+    """Where this thread's job directories go: a directory of its own (the only one its sandboxed
+    execution processes may write) under ``KM_JOB_DIR``, else /dev/shm when it has room (inputs and
+    outputs of a job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off
+    the disk), else the default temporary directory."""
+    tid = threading.get_ident()
+    with _JOB_ROOTS_LOCK:
+        root = _JOB_ROOTS.get(tid)
+        if root is None or not os.path.isdir(root):
+            base = _base_job_root()
+            os.makedirs(base, exist_ok=True)
+            root = _JOB_ROOTS[tid] = tempfile.mkdtemp(prefix=f"km-jobs-{os.getpid()}-", dir=base)
+        return root
+
+
+@atexit.register
+def _remove_job_roots() -> None:
+    for root in list(_JOB_ROOTS.values()):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 class WarmPool:
@@ -106,18 +169,20 @@ class WarmPool:
     exits (``verifier.worker --wait``). Isolation is that of a fresh process per candidate; the start-up
     cost (a CUDA context cannot be forked) overlaps with the execution of earlier candidates."""
 
-    def __init__(self, backend: str, size: int):
-        self.backend, self.size = backend, max(1, size)
-        self._ready: list[subprocess.Popen] = []
+    def __init__(self, backend: str, size: int, job_root: str | None = None, build_root: str = "", locks: list = ()):
+        self.backend, self.size, self.job_root, self.build_root = backend, max(1, size), job_root, build_root
+        self.locks = list(locks)
+        self._ready: list[Sandboxed] = []
         self._lock = threading.Lock()
         self.fill()
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> "Sandboxed":
         env = child_env(KM_WARM_BACKEND=self.backend)
         # output before a job arrives (a failed start) goes to one log per pool, for diagnosis
         with open(Path(tempfile.gettempdir()) / f"km-warm-{os.getpid()}-{self.backend}.log", "ab") as log:
-            return subprocess.Popen([sys.executable, "-m", "verifier.worker", "--wait"], stdin=subprocess.PIPE,
-                                    stdout=log, stderr=log, env=env, text=True, start_new_session=True)
+            return Sandboxed([sys.executable, "-m", "verifier.worker", "--wait"], env, [self.job_root, *self.locks],
+                             gpu=self.backend != "cpu", read_only=[self.build_root], stdin=subprocess.PIPE,
+                             stdout=log, stderr=log)
 
     def fill(self) -> None:
         with self._lock:
@@ -125,7 +190,7 @@ class WarmPool:
             while len(self._ready) < self.size:
                 self._ready.append(self._start())
 
-    def take(self) -> subprocess.Popen | None:
+    def take(self) -> "Sandboxed | None":
         with self._lock:
             proc = None
             while self._ready and proc is None:
@@ -137,24 +202,24 @@ class WarmPool:
     def close(self) -> None:
         with self._lock:
             for p in self._ready:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                p.wait()
+                p.kill()
             self._ready = []
 
 
-_WARM: dict[str, WarmPool] = {}
+_WARM: dict[tuple[str, int], WarmPool] = {}
 
 
-def warm_pool(backend: str, size: int) -> WarmPool:
+def warm_pool(backend: str, size: int, build_root: str = "", locks: list = ()) -> WarmPool:
+    """This thread's pool (its processes may write only this thread's job root); one process started
+    ahead per thread is enough, since a thread runs one job at a time."""
+    root = _job_root()
+    key = (backend, threading.get_ident())
     with _SERVERS_LOCK:
-        pool = _WARM.get(backend)
-        if pool is None:
-            pool = _WARM[backend] = WarmPool(backend, size)
-        elif pool.size < size:
-            pool.size = size
+        pool = _WARM.get(key)
+        if pool is None or pool.job_root != root or pool.build_root != build_root or pool.locks != list(locks):
+            if pool is not None:
+                pool.close()
+            pool = _WARM[key] = WarmPool(backend, 1 if size > 0 else 0, root, build_root, locks)
         return pool
 
 
@@ -164,51 +229,142 @@ def _close_warm() -> None:
         pool.close()
 
 
-def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", warm: int = 0) -> tuple[int, bool]:
+class Sandboxed:
+    """One execution process, in a sandbox when there is one (verifier/sandbox.py): bubblewrap runs the
+    ``--supervise`` wrapper, which runs ``command``, then kills whatever the job left in the sandbox and
+    reports it (with network use) on a pipe the command does not inherit. ``writable`` is the one host
+    directory the process may write."""
+
+    def __init__(self, command: list, env: dict, writable: list, gpu: bool, read_only: list = (), **popen):
+        self.sandbox, self.limit, self._read = None, None, None
+        if writable and writable[0] and sandbox.enabled():
+            self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
+                                           writable=writable, gpu=gpu, read_only=read_only)
+            self.limit = sandbox.PidsLimit()
+            r, w = os.pipe()
+            command = self.sandbox.argv([sys.executable, "-m", "verifier.sandbox", "--supervise", str(w), "--",
+                                         *command], dict(env, KM_SANDBOXED="1"))
+            popen["pass_fds"] = (w,)
+            env = {}
+        self.proc = subprocess.Popen(command, env=env, text=True, start_new_session=True,
+                                     preexec_fn=self.limit.enter if self.limit else None, **popen)
+        if self.sandbox:
+            os.close(w)
+            self._read = os.fdopen(r)
+        self.pid, self.stdin = self.proc.pid, self.proc.stdin
+
+    def poll(self):
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # bubblewrap: its pid namespace goes with it
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self.findings()
+
+    def findings(self) -> list[str]:
+        """After the process ended: what its job attempted outside the sandbox (and the sandbox removed)."""
+        out = []
+        if self._read is not None:
+            try:
+                text = self._read.read()
+                out += json.loads(text) if text.strip() else []
+            except (OSError, ValueError):
+                pass
+            self._read.close()
+            self._read = None
+        if self.sandbox:
+            out += _write_findings(self.sandbox.outside_writes())
+            self.sandbox.remove()
+        if self.limit:
+            if self.limit.hits():
+                out.append(f"the process limit ({sandbox.PIDS_MAX} processes and threads) was hit: a fork bomb")
+            self.limit.remove()
+        return out
+
+
+def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", warm: int = 0,
+                 build_root: str = "", locks: list = ()) -> tuple[int, bool, list[str]]:
     """A fresh interpreter per candidate (cuda: a forked child cannot use CUDA once torch has been
     imported in a parent that touched it, so the cuda backend pays the import instead of forking); with
     ``warm`` > 0 the interpreter comes from the WarmPool, started before the job existed."""
     proc = None
-    if warm > 0:
-        proc = warm_pool(backend, warm).take()
+    writable = _job_root() if _under_root(job_dir) else str(job_dir)
+    if warm > 0 and _under_root(job_dir):
+        proc = warm_pool(backend, warm, build_root, locks).take()
         if proc is not None:
             try:
                 proc.stdin.write(f"{job_dir}\n")
                 proc.stdin.close()
             except (BrokenPipeError, OSError, ValueError):
+                proc.kill()
                 proc = None
         if proc is not None:
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                return proc.wait(), True
+                proc.kill()
+                return proc.proc.returncode, True, []
             if (job_dir / "child.log").is_file():
-                return rc, False
+                return rc, False, proc.findings()
             # the process died before it took the job (no log yet: the candidate never ran): run it fresh
+            proc.findings()
             proc = None
     if proc is None:
-        env = child_env()
         with open(job_dir / "child.log", "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "verifier.worker", str(job_dir)], stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(job_dir),
-                                    start_new_session=True)
+            proc = Sandboxed([sys.executable, "-m", "verifier.worker", str(job_dir)], child_env(), [writable, *locks],
+                             gpu=backend != "cpu", read_only=[build_root], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=str(job_dir))
     try:
-        return proc.wait(timeout=timeout_s), False
+        return proc.wait(timeout=timeout_s), False, proc.findings()
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait(), True
+        proc.kill()
+        return proc.proc.returncode, True, []
+
+
+def _under_root(job_dir: Path) -> bool:
+    return sandbox._under(os.path.abspath(job_dir), _job_root())
+
+
+def _job_fields(job_dir: Path) -> tuple[str, str, list[str]]:
+    """(kind, build_root, lock files) of the job in ``job_dir``; the device lock's files (verifier/devlock.py)
+    are made here, so that a sandbox can bind them writable (the rest of the build root is read-only)."""
+    try:
+        d = json.loads((job_dir / "job.json").read_text())
+    except (OSError, ValueError, AttributeError):
+        return "", "", []
+    locks = [d["timing_lock"], d["timing_lock"] + ".turn"] if d.get("timing_lock") else []
+    for f in locks:
+        try:
+            os.close(os.open(f, os.O_RDWR | os.O_CREAT, 0o666))
+        except OSError:
+            pass
+    return str(d.get("kind", "")), str(d.get("build_root", "")), locks
 
 
 def _run_child(job_dir: Path, backend: str, timeout_s: float, warm: int = 0) -> tuple[int | None, bool, str]:
-    if backend != "cpu":
-        rc, timed_out = _spawn_child(job_dir, timeout_s, backend, warm)
-        log_file = job_dir / "child.log"
-        return rc, timed_out, log_file.read_text(errors="replace") if log_file.is_file() else ""
-    try:
-        rc, timed_out = _server(backend).run(job_dir, timeout_s)
-    except (BrokenPipeError, OSError, ValueError):
-        rc, timed_out = _server(backend).run(job_dir, timeout_s)  # a fresh server, once
+    """Run one job; returns (exit status, timed out, its log). A candidate job that attempted to leave its
+    sandbox gets ``sandbox.json`` in its directory, a last log line saying what, and (when it otherwise
+    exited 0) exit status ``sandbox.ESCAPE_EXIT``. The log is redacted (host environment values)."""
+    kind, build_root, locks = _job_fields(job_dir)
+    if backend != "cpu" or not _under_root(job_dir):
+        rc, timed_out, findings = _spawn_child(job_dir, timeout_s, backend, warm, build_root, locks)
+    else:
+        try:
+            rc, timed_out, findings = _server(backend, build_root, locks).run(job_dir, timeout_s)
+        except (BrokenPipeError, OSError, ValueError):
+            rc, timed_out, findings = _server(backend, build_root, locks).run(job_dir, timeout_s)  # a fresh server, once
     log_file = job_dir / "child.log"
     text = log_file.read_text(errors="replace") if log_file.is_file() else ""
+    text = sandbox.redact_env(text)
+    if findings and kind != "reference":  # a reference job runs no candidate code
+        sandbox.write_findings(job_dir, findings)
+        text = text.rstrip("\n") + "\n" + sandbox.describe(findings) + "\n"
+        if rc == 0:
+            rc = sandbox.ESCAPE_EXIT
     return rc, timed_out, text

@@ -43,6 +43,7 @@ import torch.utils.cpp_extension as cpp_extension
 from torch.profiler import record_function
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from verifier import sandbox
 from verifier.backends import get_backend, kernel_names_in
 from verifier.build import canonical_spec, extension_name, spec_key
 from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, JOB_FILE, ChildReport, Job, TrialReport
@@ -94,6 +95,8 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
         cuda_kernel_names.extend(kernel_names_in(canonical_spec(args)["cuda_sources"]))
         key_dir = Path(build_root) / key
         res = key_dir / "result.json"
+        if os.environ.get("KM_SANDBOXED") and not res.is_file():
+            key_dir = job_dir / "child_build" / key  # the build root is read-only in the sandbox
         if res.is_file():
             d = json.loads(res.read_text())
             if not d["ok"]:
@@ -127,6 +130,14 @@ def _apply_limits(job: Job) -> dict:
             info["address_space_gb"] = job.memory_limit_gb
         except (ValueError, OSError) as e:
             info["address_space_gb"] = f"not set: {e}"
+    try:
+        info.update(json.loads(os.environ.get("KM_SANDBOX_NOTE") or "{}"))  # verifier/sandbox.py status()
+    except ValueError:
+        pass
+    if os.environ.get("KM_SANDBOXED"):  # inside bubblewrap: the namespaces are already private
+        info["network"] = "isolated (sandbox)"
+        return info
+    info["isolation"] = info.get("isolation", "none")
     try:  # a private network namespace: no network at all (needs root or user namespaces)
         libc = ctypes.CDLL(None, use_errno=True)
         info["network"] = "isolated" if libc.unshare(0x40000000) == 0 else "not isolated (unshare refused)"
@@ -424,8 +435,12 @@ def serve() -> int:
     """A fork server: torch is imported once here, and every job runs in a fresh forked child.
 
     Protocol on stdin/stdout (never visible to a child, whose fds 0-2 are replaced):
-    ``JOB_DIR<TAB>TIMEOUT_S`` in, ``RC<TAB>TIMED_OUT`` out. The server never runs torch ops itself, so
-    forking is safe; a child that outlives its timeout is killed with its whole process group."""
+    ``JOB_DIR<TAB>TIMEOUT_S`` in, ``RC<TAB>TIMED_OUT<TAB>FINDINGS`` out. The server never runs torch ops
+    itself, so forking is safe; a child that outlives its timeout is killed with its whole process group.
+    Inside a sandbox (``KM_SANDBOXED``, verifier/sandbox.py) the server is alone in its pid and network
+    namespaces: after each job it kills every other process there (setsid() does not escape that) and
+    reports them and any network use as FINDINGS (a JSON list)."""
+    sandboxed = bool(os.environ.get("KM_SANDBOXED"))
     if os.environ.get("KM_CPU_PERTURB"):
         libc = ctypes.CDLL(None)
         libc.mallopt(-6, int(os.environ["KM_CPU_PERTURB"]))  # M_PERTURB
@@ -433,6 +448,7 @@ def serve() -> int:
 
     for line in sys.stdin:
         job_dir, _, timeout = line.rstrip("\n").partition("\t")
+        net0 = sandbox.net_counters() if sandboxed else {}
         pid = os.fork()
         if pid == 0:
             _run_forked(job_dir)
@@ -456,7 +472,11 @@ def serve() -> int:
         except (ProcessLookupError, PermissionError):
             pass
         rc = os.waitstatus_to_exitcode(status)
-        sys.stdout.write(f"{rc}\t{int(timed_out)}\n")
+        findings = []
+        if sandboxed:  # after a timeout the job's leftovers (a build it started) are killed, not evidence
+            left = sandbox.reap_namespace()
+            findings = ([] if timed_out else left) + sandbox.net_findings(net0, sandbox.net_counters())
+        sys.stdout.write(f"{rc}\t{int(timed_out)}\t{json.dumps(findings)}\n")
         sys.stdout.flush()
     return 0
 
