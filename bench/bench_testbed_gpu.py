@@ -299,6 +299,10 @@ def out_dir(arg: str) -> Path:
 # ----------------------------------------------------------------------------- runs
 
 def verifier_commit() -> str:
+    """The commit the verifier ran at: KM_VERIFIER_COMMIT where a run uses an exported copy of a commit (the
+    GPU box gets `git archive` of it, whose parent directories may hold another checkout), else git here."""
+    if os.environ.get("KM_VERIFIER_COMMIT"):
+        return os.environ["KM_VERIFIER_COMMIT"] + " (exported tree)"
     try:
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=10).stdout.strip()
