@@ -24,8 +24,8 @@ subcommands run; nothing is simulated):
      (the RFT pool), through the OpenAI client (synth/generate/generators.py) at --temperature.
   4. the verify stage (verify-run) judges every sample (compile pool = the box's cores, builds cached
      by source hash, so a kernel written twice compiles once across the loop).
-     --repair-turns N >= 2: on P the repair stage replaces 3-4 (failed samples get the verifier's
-     feedback as the next user turn, up to N answers).
+     --repair-turns N >= 2: on P the repair stage follows 3 (it verifies the first turns with the verify
+     stage's function; failed samples get the verifier's feedback as the next user turn, up to N answers).
   5. the curate stage on P: rft rows (correct answers only, deduplicated, curate.rft_max_per_task
      per task).
   6. RFT (train/sft.py, config rft) from the SFT checkpoint on those rows.
@@ -278,8 +278,8 @@ def run(args) -> int:
                 "generate.cache_dir": str(work / "llm_cache"), "verify.trials": args.trials,
                 "verify.timing_trials": args.timing_trials, "verify.time_torch_compile": False,
                 "verify.compile_workers": info["compile_workers"], "verify.exec_workers": args.exec_workers,
-                "verify.run_timeout_s": 60, "verify.compile_timeout_s": 240, "repair.max_tasks": 0,
-                "repair.max_turns": max(1, args.repair_turns), "repair.task_batch": max(1, len(pool)),
+                "verify.run_timeout_s": 60, "verify.compile_timeout_s": 240, "generate.tasks_per_level": 0,
+                "repair.max_turns": max(1, args.repair_turns),
                 "flows.verify_flush_rows": 32, "curate.rft_max_per_task": args.rft_per_task}
         sets.update({f"generate.{k}": v for k, v in gen.items()})
         return load_settings(None, sets)
@@ -399,7 +399,10 @@ def run(args) -> int:
             def one(label: str, run_dir: Path) -> None:
                 st = "repair" if label == "P" and args.repair_turns >= 2 else "generate"
                 try:
-                    results[label] = (st, stage(st, run_dir, s))
+                    counts = stage("generate", run_dir, s)
+                    if st == "repair":  # continues the stored first turns (verifying them first)
+                        counts = {**counts, **{f"repair_{k}": v for k, v in stage("repair", run_dir, s).items()}}
+                    results[label] = (st, counts)
                 except Exception as e:  # noqa: BLE001 - a failed phase is reported, the run goes on
                     results[label] = (st, {"error": f"{type(e).__name__}: {e}"[:400]})
 

@@ -136,7 +136,7 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
     ``cfg`` is the [curate] settings (kernelmill.settings.CurateSettings, or a dict of its keys). Stats: ``rows`` per corpus, ``removed``
     per corpus by reason, ``decontamination`` (hits with reasons), ``inputs`` (rows read),
     ``written`` (which tables changed on disk). Re-running on unchanged inputs writes nothing."""
-    s = dataclasses.asdict(curate_settings(cfg))
+    s = curate_settings(cfg)
     run_dir, corpus_dir = Path(run_dir), Path(corpus_dir)
     data = _read_run(run_dir)
     tasks_all = {t.task_id: t for t in data["tasks"]}
@@ -145,13 +145,13 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
     hits: list = []
     near: list = []  # kept tasks that overlap a benchmark program (near misses, for a reviewer)
     bench_files = 0
-    if s["decontaminate_dir"]:
-        bench = decontam.load_benchmark(s["decontaminate_dir"], n=int(s["decontam_ngram"]))
+    if s.decontaminate_dir:
+        bench = decontam.load_benchmark(s.decontaminate_dir, n=s.decontam_ngram)
         bench_files = len(bench)
-        rule = dict(overlap=float(s["decontam_overlap"]), contain=float(s["decontam_contain"]),
-                    min_ngrams=int(s["decontam_min_ngrams"]))
-        overlaps = decontam.task_overlaps(tasks_all.values(), bench, n=int(s["decontam_ngram"]), top=10 ** 9,
-                                          common_share=float(s["decontam_common_share"]),
+        rule = dict(overlap=s.decontam_overlap, contain=s.decontam_contain,
+                    min_ngrams=s.decontam_min_ngrams)
+        overlaps = decontam.task_overlaps(tasks_all.values(), bench, n=s.decontam_ngram, top=10 ** 9,
+                                          common_share=s.decontam_common_share,
                                           min_ngrams=rule["min_ngrams"])
         hits = [h for h in (decontam.contamination(o, **rule) for o in overlaps) if h is not None]
         near = decontam.near_misses(overlaps, {h.task_id for h in hits})
@@ -165,14 +165,14 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
         if dirty:
             removed[c]["contaminated_tasks"] = len(dirty)
 
-    prompts = filters.prompt_map(tasks, candidates, dialogues)
-    deduper = MinHashDeduper(num_perm=int(s["minhash_num_perm"]), shingle=int(s["minhash_shingle"]),
-                             threshold=float(s["minhash_threshold"]))
+    prompts = filters.prompt_map(candidates)
+    deduper = MinHashDeduper(num_perm=s.minhash_num_perm, shingle=s.minhash_shingle,
+                             threshold=s.minhash_threshold)
 
     # 2. sft: solved dialogues; near-copy trajectories (all assistant turns) dropped among the
     # dialogues of one task with the same number of turns (a repair trajectory is never a copy
     # of a first-turn answer: its wrong attempts and feedback are what it teaches)
-    sft_rows, r = filters.filter_sft(dialogues, tasks, min_speedup=float(s["sft_min_speedup"]))
+    sft_rows, r = filters.filter_sft(dialogues, tasks, candidates, verdicts, min_speedup=s.sft_min_speedup)
     removed["sft"].update(r)
     sft_rows.sort(key=lambda x: (x.task_id, x.num_turns, -x.final_reward, x.id))
     sft_kept = []
@@ -184,7 +184,7 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
         removed["sft"]["near_duplicate"] += len(dropped)
 
     # 3. rft: correct candidates, up to k distinct per task, best first
-    k = int(s["rft_max_per_task"])
+    k = s.rft_max_per_task
     pairs, r = filters.filter_rft(candidates, verdicts, tasks, prompts)
     removed["rft"].update(r)
     rft_kept = []
@@ -196,12 +196,12 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
         removed["rft"]["over_k"] += len(group) - len(keep) - len(dropped)
 
     # 4. rl: tasks with measured, non-trivial pass rate
-    rl_rows, r = filters.filter_rl(tasks, candidates, verdicts, prompts, keep_trivial=bool(s["rl_keep_trivial"]))
+    rl_rows, r = filters.filter_rl(tasks, candidates, verdicts, prompts, keep_trivial=s.rl_keep_trivial)
     removed["rl"].update(r)
 
     # 5. write
     written = {}
-    shard = dict(shard_max_mb=float(s["shard_max_mb"]), row_group_mb=float(s["row_group_mb"]))
+    shard = dict(shard_max_mb=s.shard_max_mb, row_group_mb=s.row_group_mb)
     for name, rows in (("sft", sft_kept), ("rft", rft_kept), ("rl", rl_rows)):
         written[name] = write_snapshot(corpus_dir, name, rows, **shard)
     if corpus_dir.resolve() != run_dir.resolve():
@@ -218,11 +218,11 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
         "inputs": {name: len(recs) for name, recs in data.items()},
         "rows": {"sft": len(sft_kept), "rft": len(rft_kept), "rl": len(rl_rows)},
         "removed": {c: dict(sorted((k_, v) for k_, v in removed[c].items() if v)) for c in CORPORA},
-        "decontamination": {"benchmark_dir": str(s["decontaminate_dir"] or ""), "benchmark_files": bench_files,
-                            "ngram": int(s["decontam_ngram"]), "overlap": float(s["decontam_overlap"]),
-                            "contain": float(s["decontam_contain"]), "min_ngrams": int(s["decontam_min_ngrams"]),
+        "decontamination": {"benchmark_dir": s.decontaminate_dir or "", "benchmark_files": bench_files,
+                            "ngram": s.decontam_ngram, "overlap": s.decontam_overlap,
+                            "contain": s.decontam_contain, "min_ngrams": s.decontam_min_ngrams,
                             "removed_tasks": [h.as_dict() for h in hits], "kept_overlaps": near},
-        "settings": {k_: v for k_, v in s.items() if k_ != "out"},  # out: where, not what
+        "settings": {k_: v for k_, v in dataclasses.asdict(s).items() if k_ != "out"},  # out: where, not what
     }
     stats_changed = store.write_text_if_changed(corpus_dir / "report" / "stats.json",
                                            json.dumps(stats, indent=1, sort_keys=True, default=str) + "\n")

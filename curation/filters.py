@@ -10,8 +10,14 @@ Corpus definitions:
 - **sft**: one row per dialogue that is ``solved`` and whose last turn verdict is correct
   (optionally with ``speedup_eager >= min_speedup``). ``messages`` is the *whole* multi-turn
   repair dialogue (system/user prompt, every assistant attempt, every verifier-feedback user
-  turn), cut after the last assistant message so it ends on the correct answer. A trainer that
-  wants single-turn data takes the first user message and the last assistant message.
+  turn), cut after the last assistant message so it ends on the correct answer: a repaired
+  dialogue teaches repair (failed answer, the verifier's feedback as the next user turn, the
+  fix). A correct first-turn answer whose dialogue has no record yet (generate and verify ran,
+  repair did not) is a one-turn row with the same id its dialogue's row will have. A trainer
+  that wants single-turn data takes the first user message and the last assistant message.
+- **prompts** are the ones stored with the candidates (``Candidate.prompt``, the user turn the
+  generate stage sent; the system message is the same for every task): a first-turn candidate
+  stored without one stops the curation with an error rather than being given a rebuilt prompt.
 - **rft**: correct verified candidates (any turn), best first (reward, then speedup); the per-task
   cap ``k`` and near-copy removal are applied in corpus.py.
 - **rl**: one row per (task, backend) with the task's prompt, reference program, test spec and the
@@ -25,8 +31,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Iterable
 
+from kernelmill.errors import InputError
 from kernelmill.schema import (Candidate, Dialogue, Message, RFTRow, RLRow, SFTRow, Task, TurnVerdict, Verdict,
                                content_hash)
+from synth.generate.prompts import first_turn_messages
 
 # Tolerances the verifier uses when a task does not name its own (DESIGN.md, stage 4).
 DEFAULT_TOLERANCES = {"float32": {"atol": 1e-4, "rtol": 1e-4}, "float16": {"atol": 1e-2, "rtol": 1e-2},
@@ -52,11 +60,16 @@ def assistant_text(messages: Iterable[Message]) -> str:
     return "\n".join(m.content for m in messages if m.role == "assistant")
 
 
-def filter_sft(dialogues: Iterable[Dialogue], tasks: dict[str, Task], *,
+def filter_sft(dialogues: Iterable[Dialogue], tasks: dict[str, Task], candidates: Iterable[Candidate] = (),
+               verdicts: dict[str, Verdict] | None = None, *,
                min_speedup: float = 0.0) -> tuple[list[SFTRow], Counter]:
-    """SFT rows from solved dialogues whose final answer is correct (see module docstring)."""
+    """SFT rows from solved dialogues whose final answer is correct, and from correct first-turn
+    candidates whose dialogue has no Dialogue record (generate + verify without repair); see the
+    module docstring. Both kinds of row of one dialogue have the same id, so a first-turn answer
+    curated before repair ran is the same row after it."""
     rows: list[SFTRow] = []
     removed: Counter = Counter()
+    dialogues = list(dialogues)
     for d in dialogues:
         last = final_turn(d)
         task = tasks.get(d.task_id)
@@ -80,7 +93,32 @@ def filter_sft(dialogues: Iterable[Dialogue], tasks: dict[str, Task], *,
                            source=task.source, generator=d.generator, backend=d.backend, level=task.level,
                            num_turns=d.num_turns or len(d.turn_verdicts), final_reward=d.final_reward,
                            speedup_eager=last.speedup_eager, dialogue_id=d.dialogue_id))
+    in_dialogues = {d.dialogue_id for d in dialogues}
+    verdicts = verdicts or {}
+    for c in candidates:
+        if c.parent_id or c.turn or c.dialogue_id in in_dialogues:
+            continue  # a repair turn, or a first turn its Dialogue record already stands for
+        task, v = tasks.get(c.task_id), verdicts.get(c.candidate_id)
+        if task is None or v is None or not v.correct or v.cheats:
+            continue  # unknown, unverified or failed first turns are the rft / rl filters' to count
+        if min_speedup > 0 and (v.speedup_eager is None or v.speedup_eager < min_speedup):
+            removed["below_min_speedup"] += 1
+            continue
+        did = c.dialogue_id or c.candidate_id
+        rows.append(SFTRow(id="s" + content_hash(did), task_id=c.task_id,
+                           messages=first_turn_messages(stored_prompt(c)) + [Message("assistant", c.response or completion_text(c))],
+                           source=task.source, generator=c.generator, backend=c.backend, level=task.level,
+                           num_turns=1, final_reward=v.reward, speedup_eager=v.speedup_eager, dialogue_id=did))
     return rows, removed
+
+
+def stored_prompt(c: Candidate) -> str:
+    """The user turn a candidate answered, as stored by the stage that wrote it; a candidate stored
+    without one is an error (its prompt is not rebuilt: the task or the prompt code may have changed)."""
+    if not c.prompt:
+        raise InputError(f"candidate {c.candidate_id} (task {c.task_id}, turn {c.turn})",
+                         "was stored without the prompt it answers; curate uses the stored prompt and rebuilds none")
+    return c.prompt
 
 
 def completion_text(c: Candidate) -> str:
@@ -108,7 +146,7 @@ def filter_rft(candidates: Iterable[Candidate], verdicts: dict[str, Verdict], ta
         if not v.correct or v.cheats:
             removed["incorrect"] += 1
             continue
-        prompt = prompts.get((c.task_id, c.backend)) or c.prompt
+        prompt = prompts.get((c.task_id, c.backend)) or stored_prompt(c)
         row = RFTRow(id="r" + content_hash(c.candidate_id), task_id=c.task_id, prompt=prompt,
                      completion=completion_text(c), candidate_id=c.candidate_id, generator=c.generator,
                      backend=c.backend, level=task.level, correct=True, stage_reached=v.stage_reached,
@@ -140,7 +178,7 @@ def first_turn_outcomes(candidates: Iterable[Candidate], verdicts: dict[str, Ver
         if c.parent_id:
             continue
         v = verdicts.get(c.candidate_id)
-        if v is not None and v.status != "verifier_error":  # not a sample of the candidate: not in a pass rate
+        if v is not None and v.judged:  # a verifier or task fault is no sample of the candidate: not in a pass rate
             out[(c.task_id, c.backend)].append(bool(v.correct and not v.cheats))
     return out
 
@@ -182,32 +220,13 @@ def render_prompt(prompt) -> str:
                        if (m.role if hasattr(m, "role") else m["role"]) in ("system", "user"))
 
 
-def prompt_map(tasks: dict[str, Task], candidates: Iterable[Candidate], dialogues: Iterable[Dialogue]) -> dict[tuple[str, str], str]:
-    """(task_id, backend) -> the generation prompt.
-
-    Uses synth.generate.prompts.build_prompt(task, backend) (rendered by render_prompt) when that module
-    exists and accepts the task; otherwise the prompt
-    recorded on a first-turn candidate, else the first user message of a dialogue."""
-    keys = {(c.task_id, c.backend) for c in candidates} | {(d.task_id, d.backend) for d in dialogues}
+def prompt_map(candidates: Iterable[Candidate]) -> dict[tuple[str, str], str]:
+    """(task_id, backend) -> the first-turn prompt the generator was sent, as one string (system and
+    user, ``render_prompt``): the prompt stored on the task's first-turn candidates (the smallest
+    candidate id's when two differ). A first-turn candidate without a stored prompt is an error."""
     out: dict[tuple[str, str], str] = {}
-    build = None
-    try:
-        from synth.generate.prompts import build_prompt as build  # type: ignore[no-redef]
-    except ImportError:
-        build = None
-    if build is not None:
-        for tid, backend in keys:
-            if tid in tasks:
-                try:
-                    out[(tid, backend)] = render_prompt(build(tasks[tid], backend))
-                except Exception:  # a prompt builder bug must not lose the corpus: fall back below
-                    pass
-    for c in candidates:
-        if not c.parent_id and c.prompt and (c.task_id, c.backend) not in out:
-            out[(c.task_id, c.backend)] = c.prompt
-    for d in dialogues:
-        if (d.task_id, d.backend) not in out:
-            first_user = next((m.content for m in d.messages if m.role == "user"), "")
-            if first_user:
-                out[(d.task_id, d.backend)] = first_user
+    for c in sorted(candidates, key=lambda c: c.candidate_id):
+        if c.parent_id or c.turn:
+            continue
+        out.setdefault((c.task_id, c.backend), render_prompt(first_turn_messages(stored_prompt(c))))
     return out

@@ -32,7 +32,6 @@ from orchestrator.stages import BY_NAME, DEFAULT_STAGES, STAGES
 ENTRYPOINTS = {
     "e2e": "flows/pipeline.py:e2e_flow",
     **{s.name: f"flows/stages.py:{s.name}_flow" for s in STAGES},
-    "train": "flows/stages.py:train_flow",
 }
 
 
@@ -107,9 +106,9 @@ def cmd_run(args) -> int:
 def _flows_for(names: list[str]) -> dict:
     """Name -> flow object for the flows named (all when none)."""
     from flows.pipeline import e2e_flow  # prefect: not installed on the GPU box
-    from flows.stages import STAGE_FLOWS, train_flow
+    from flows.stages import STAGE_FLOWS
 
-    every = {"e2e": e2e_flow, **STAGE_FLOWS, "train": train_flow}
+    every = {"e2e": e2e_flow, **STAGE_FLOWS}
     return {n: every[n] for n in (names or every)}
 
 

@@ -1,7 +1,6 @@
-"""One Prefect flow per stage of orchestrator/stages.py's list, made from the list (plus train_flow).
+"""One Prefect flow per stage of orchestrator/stages.py's list, made from the list.
 
-    <name>_flow     for every Stage: the stage's ``run`` as one Prefect task over ``out``
-    train_flow      ``kernelmill train ARGS...`` as a tracked flow run (training is not a pipeline stage)
+    <name>_flow     for every Stage (training included): the stage's ``run`` as one Prefect task over ``out``
 
 Every stage flow takes the same parameters: ``out`` (the run directory), ``backend`` (sets
 ``run.backend`` unless "auto"), ``config_path`` and ``overrides`` (``{"section.key": value}``, the
@@ -16,7 +15,6 @@ cache (a stage skips what is stored).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import time
@@ -32,7 +30,6 @@ from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.settings import PREFECT_API_URL
 
-import train.commands
 from kernelmill import store
 from kernelmill.config import load_settings
 from kernelmill.settings import Settings
@@ -178,25 +175,3 @@ def make_stage_flow(stage: Stage):
 # Name -> flow; module attributes <name>_flow are the entrypoints of prefect.yaml's deployments.
 STAGE_FLOWS = {s.name: make_stage_flow(s) for s in STAGES}
 globals().update({f"{name}_flow": f for name, f in STAGE_FLOWS.items()})
-
-
-@flow(name="kernelmill-train", log_prints=True)
-def train_flow(args: list[str], config_path: str | None = None) -> dict:
-    """``kernelmill train ARGS...`` (e.g. ``["sft", "--corpus", "runs/x", "--out", "ckpt/sft"]``)
-    as a flow run, so training is triggered and tracked like the stages.
-
-    Runs train/commands.py's handler in this process (not a subprocess); fails the flow on a
-    non-zero exit or an input error."""
-    parser = argparse.ArgumentParser(prog="kernelmill")
-    parser.add_argument("--config")
-    train.commands.register(parser.add_subparsers(dest="command"))
-    argv = (["--config", config_path] if config_path else []) + ["train", *args]
-    get_run_logger().info("kernelmill %s", " ".join(argv))
-    t0 = time.perf_counter()
-    parsed = parser.parse_args(argv)
-    code = int(parsed.handler(parsed) or 0)
-    if code != 0:
-        raise RuntimeError(f"kernelmill {' '.join(argv)} exited with {code}")
-    counts = {"argv": " ".join(argv), "exit_code": code, "seconds": round(time.perf_counter() - t0, 1)}
-    create_table_artifact(key="kernelmill-train-counts", table=_flat(counts), description="kernelmill train")
-    return counts

@@ -30,7 +30,10 @@ MOVED = {
     "run.seed_tasks": "load.dir", "run.mine_source": "mine.source", "run.nnsmith_n": "nnsmith.n",
     "run.nnsmith_seed": "nnsmith.seed (the teacher's bug seed is generate.bug_seed)",
     "run.samples_per_task": "generate.samples_per_task", "run.bug_rate": "generate.bug_rate",
-    "run.max_turns": "repair.max_turns", "run.max_generate_tasks": "repair.max_tasks",
+    "run.max_turns": "repair.max_turns", "run.max_generate_tasks": "generate.tasks_per_level",
+    "generate.max_tasks": "generate.tasks_per_level (one selection rule for generate, and repair follows it)",
+    "repair.max_tasks": "generate.tasks_per_level (repair continues the dialogues generate opened)",
+    "repair.task_batch": "nothing (repair verifies every open dialogue's next turn in one call of the verify stage)",
     "run.generator": "generate.base_url (empty: the teacher)", "flows.verify_chunk": "nothing (it was never read)",
 }
 
@@ -98,7 +101,9 @@ class GenerateSettings:
     samples_per_task: int = 2  # first-turn responses per task
     bug_rate: float = 0.5  # teacher: share of first-turn samples given a planted bug
     bug_seed: int = 0  # teacher: which samples get which bug
-    max_tasks: int = 0  # the generate stage: at most this many tasks in curriculum order (0: all)
+    # per level, at most this many tasks get first-turn samples, taken round-robin over sources in
+    # curriculum order; a task the generator declines does not count (0: every task)
+    tasks_per_level: int = 2
     base_url: str = ""  # OpenAI-compatible endpoint; empty: the teacher
     model: str = ""
     api_key_env: str = "OPENAI_API_KEY"
@@ -112,15 +117,14 @@ class GenerateSettings:
 
     def check(self) -> None:
         _at_least("generate.samples_per_task", self.samples_per_task, 1)
+        _at_least("generate.tasks_per_level", self.tasks_per_level, 0)
         if not 0.0 <= self.bug_rate <= 1.0:
             raise InputError("generate.bug_rate", f"must be between 0 and 1, got {self.bug_rate}")
 
 
 @dataclass
 class RepairSettings:
-    max_turns: int = 3  # turns per dialogue, the first included
-    max_tasks: int = 6  # tasks that get dialogues, round-robin over sources in curriculum order (0: all)
-    task_batch: int = 4  # tasks whose candidates are verified in one batch
+    max_turns: int = 3  # turns per dialogue, the first (the generate stage's) included
 
     def check(self) -> None:
         _at_least("repair.max_turns", self.max_turns, 1)
@@ -152,7 +156,9 @@ class CurateSettings:
 
 @dataclass
 class TrainSettings:
-    model: str = ""
+    kind: str = "sft"  # the train stage: sft (sft corpus), rft (rft corpus) or rl (GRPO on the rl corpus)
+    out: str = ""  # the train stage's output; "": <run_dir>/train/<kind>
+    model: str = ""  # model to start from ("" for sft / rft: a tiny model; rl: <run_dir>/train/sft)
     device: str = "auto"
     heldout_frac: float = 0.2
     split_seed: int = 0
@@ -190,6 +196,9 @@ class TrainSettings:
     eval_n: int = 1
     eval_k: list[int] = field(default_factory=lambda: [1])
     eval_max_tasks: int = 0
+
+    def check(self) -> None:
+        _one_of("train.kind", self.kind, ("sft", "rft", "rl"))
 
 
 @dataclass
@@ -244,6 +253,29 @@ def section_type(section: str) -> type:
 
 
 Layer = tuple[str, dict]  # (where the values came from, {section: {key: value}})
+
+
+# The trainer's keyword arguments whose name differs from their [train] key.
+TRAIN_KEYWORDS = {"train_sft": {"steps": "sft_steps"},
+                  "train_rl": {"steps": "rl_steps", "lr": "rl_lr", "save_every": "rl_save_every"},
+                  "evaluate_checkpoint": {"n": "eval_n", "ks": "eval_k", "max_tasks": "eval_max_tasks"}}
+
+
+def keywords_for(fn, section, renames: dict[str, str] | None = None) -> dict:
+    """The keyword arguments of ``fn`` that a settings section holds (``renames``: keyword -> key
+    where the names differ), with the section's values: how a caller passes a settings dataclass to
+    a library function whose keyword defaults are that dataclass's (one place for each default)."""
+    import inspect
+
+    renames = TRAIN_KEYWORDS.get(fn.__name__, {}) if renames is None else renames
+    values = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+    out = {}
+    for name, p in inspect.signature(fn).parameters.items():
+        key = renames.get(name, name)
+        if p.kind is p.KEYWORD_ONLY and key in values:
+            v = values[key]
+            out[name] = tuple(v) if isinstance(v, list) and isinstance(p.default, tuple) or name == "ks" else v
+    return out
 
 
 def _at_least(key: str, value: int, low: int) -> None:

@@ -1,6 +1,6 @@
 """The pipeline's stages: one list, in the order a task travels.
 
-    STAGES          load, mine, nnsmith, annotate, generate, verify, repair, curate
+    STAGES          load, mine, nnsmith, annotate, generate, verify, repair, curate, train
     Stage           name, the settings section it owns, the tables it reads and writes, ``run``,
                     what its CLI subcommand adds, and whether it holds the GPU or may use Ray
 
@@ -36,12 +36,13 @@ from graphs.nnsmith_tasks import generate_nnsmith_tasks
 from kernelmill import store
 from kernelmill.config import repo_path, resolve_backend
 from kernelmill.errors import InputError
-from kernelmill.settings import Settings
+from kernelmill.settings import Settings, keywords_for
 from synth.annotate.annotator import order_curriculum
 from synth.annotate.store import annotate_into
 from synth.generate.generators import dialogue_id_for, is_declined, make_candidate, make_generator
 from synth.generate.prompts import build_prompt
-from synth.generate.repair import run_dialogues
+from synth.generate.reasoning import template_trace
+from synth.generate.repair import dialogue_chains, repair_dialogues
 from synth.mine.miner import mine_tasks, write_report
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
@@ -187,41 +188,76 @@ def annotate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> 
 # ---------------------------------------------------------------------------- candidates and verdicts
 
 
+def select_tasks(tasks: list, per_level: int) -> list[list]:
+    """The one task selection rule: per level (ascending), the level's tasks taken round-robin over
+    their sources (sorted by name), each source in curriculum order -- so a budgeted run covers every
+    level and every source. ``per_level`` is how many the caller takes from the front of each list
+    (0: all); the lists hold every task so a caller can go on past tasks its generator declines.
+    Deterministic for a given task list."""
+    out = []
+    for level in sorted({t.level for t in tasks}):
+        by_source: dict[str, list] = {}
+        for t in order_curriculum([t for t in tasks if t.level == level]):
+            by_source.setdefault(t.source, []).append(t)
+        queues = [list(by_source[src]) for src in sorted(by_source)]
+        picked: list = []
+        while any(queues):
+            for q in queues:
+                if q:
+                    picked.append(q.pop(0))
+        out.append(picked)
+    return out
+
+
 def generate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
-    """First-turn candidates: ``generate.samples_per_task`` responses for each task (curriculum
-    order, at most ``generate.max_tasks``) that has no first-turn candidate from this generator and
-    backend yet, written per task in task order. An endpoint is asked for up to
-    ``generate.concurrency`` tasks at once (the teacher, one). Teacher declines are counted, not
-    stored (as in repair). No verification here: the path for sampling a large model and verifying
-    elsewhere."""
+    """First-turn candidates, each the first turn of a dialogue (``dialogue_id_for``):
+    ``generate.samples_per_task`` responses for each task ``select_tasks`` picks -- per level, the
+    first ``generate.tasks_per_level`` tasks that get at least one candidate from this generator on
+    this backend (tasks already sampled count; a task the teacher declines does not) -- written per
+    task with the prompt sent (``Candidate.prompt``). An endpoint is asked for up to
+    ``generate.concurrency`` tasks at once (the teacher, one). No verification here: the verify stage
+    judges them, and the repair stage continues the failed ones."""
     backend = resolve_backend(s.run.backend)
     generator = make_generator(s.generate, backend=backend)
-    tasks = order_curriculum(store.read_records(run_dir, "tasks"))
-    tasks = tasks[:s.generate.max_tasks] if s.generate.max_tasks else tasks
-    done = {c.task_id for c in store.read_records(run_dir, "candidates")
-            if c.turn == 0 and c.backend == backend and c.generator == generator.name}
-    todo = [t for t in tasks if t.task_id not in done]
-    written = declined = 0
-    progress("generate", 0, len(todo))
+    per_level = s.generate.tasks_per_level
+    sampled = {c.task_id for c in store.read_records(run_dir, "candidates")
+               if c.turn == 0 and c.backend == backend and c.generator == generator.name}
+    levels = select_tasks(store.read_records(run_dir, "tasks"), per_level)
+    counts = {"backend": backend, "generator": generator.name, "tasks": 0, "skipped_done": 0, "declined": 0,
+              "candidates_written": 0, "levels": {}}
+    total = sum(min(len(lv), per_level) if per_level else len(lv) for lv in levels)
+    progress("generate", 0, total)
 
     def sample(task):
         messages = build_prompt(task, backend)
         return task, messages, generator.generate(messages, s.generate.samples_per_task)
 
     with ThreadPoolExecutor(max_workers=max(1, int(getattr(generator, "concurrency", 1)))) as pool:
-        for i, (task, messages, responses) in enumerate(pool.map(sample, todo)):
-            cands = []
-            for n, response in enumerate(responses):
-                if is_declined(generator, response):
-                    declined += 1
-                    continue
-                cands.append(make_candidate(task.task_id, backend, generator, response,
-                                            dialogue_id=dialogue_id_for(task.task_id, backend, generator.name, n),
-                                            prompt=messages[-1].content))
-            written += store.write_records(run_dir, "candidates", cands)
-            progress("generate", i + 1, len(todo))
-    return {"backend": backend, "generator": generator.name, "tasks": len(todo),
-            "skipped_done": len(tasks) - len(todo), "declined": declined, "candidates_written": written}
+        for tasks in levels:
+            have = sum(t.task_id in sampled for t in tasks)
+            counts["skipped_done"] += have
+            queue = [t for t in tasks if t.task_id not in sampled]
+            while queue and (not per_level or have < per_level):
+                batch, queue = (queue[:per_level - have], queue[per_level - have:]) if per_level else (queue, [])
+                for task, messages, responses in pool.map(sample, batch):
+                    cands = []
+                    for n, response in enumerate(responses):
+                        if is_declined(generator, response):
+                            counts["declined"] += 1
+                            continue
+                        cands.append(make_candidate(
+                            task.task_id, backend, generator, response,
+                            dialogue_id=dialogue_id_for(task.task_id, backend, generator.name, n),
+                            prompt=messages[-1].content,
+                            # the teacher's first turn carries the task's annotated reasoning trace
+                            reasoning=None if getattr(generator, "is_llm", False) else template_trace(task, backend)))
+                    counts["candidates_written"] += store.write_records(run_dir, "candidates", cands)
+                    if cands:
+                        have += 1
+                        counts["tasks"] += 1
+                        counts["levels"][task.level] = counts["levels"].get(task.level, 0) + 1
+                        progress("generate", counts["tasks"] + counts["skipped_done"], total)
+    return counts
 
 
 def unverified(run_dir: Path, backend: str | None = None) -> list[tuple]:
@@ -246,22 +282,24 @@ def _verify_fn(s: Settings, stats: dict) -> Callable:
     return verify_batch
 
 
-def verify(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
-    """A verdict for every candidate without one (``run.backend`` auto: every backend's), written in
-    batches of ``flows.verify_flush_rows`` as they arrive, so a killed run loses at most one batch.
+def verify_items(run_dir: Path, s: Settings, todo: list[tuple], progress: ProgressFn = no_progress,
+                 stage: str = "verify") -> tuple[dict, dict]:
+    """Verify (task, candidate) pairs and write their verdicts: the verify stage's work, which the
+    repair stage calls for every turn it adds. Returns (counts, {candidate_id: verdict}).
 
-    Candidates of one task and backend with the same code (k samples of a confident model) are
-    verified once: the others get a copy of that verdict under their own candidate id (counted in
-    ``reused``). So a kernel that passes only some of the time is judged once per call, not per copy."""
-    todo = unverified(run_dir, None if s.run.backend == "auto" else s.run.backend)
+    Verdicts are written in batches of ``flows.verify_flush_rows`` as they arrive, so a killed run
+    loses at most one batch. Candidates of one task and backend with the same code (k samples of a
+    confident model) are verified once: the others get a copy of that verdict under their own
+    candidate id (counted in ``reused``). So a kernel that passes only some of the time is judged
+    once per call, not per copy. With ``flows.ray_address`` the work runs on Ray."""
     copies: dict[tuple, list] = {}
     for task, cand in todo:
         copies.setdefault((cand.task_id, cand.backend, cand.code), []).append((task, cand))
     items = [group[0] for group in copies.values()]
     ray_stats: dict = {}
-    verify_fn = _verify_fn(s, ray_stats)
     lock = threading.Lock()
     pending: list = []
+    got: dict = {}
     counts = {"candidates": len(todo), "verified": 0, "reused": len(todo) - len(items), "correct": 0, "written": 0}
 
     def flush() -> None:
@@ -275,6 +313,7 @@ def verify(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> di
         for _, dup in group:
             v = verdict if dup is cand else dataclasses.replace(verdict, candidate_id=dup.candidate_id)
             pending.append(v)
+            got[v.candidate_id] = v
             counts["correct"] += bool(v.correct)
         counts["verified"] += len(group)
 
@@ -283,69 +322,79 @@ def verify(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> di
             add(i, verdict)
             if len(pending) >= s.flows.verify_flush_rows:
                 flush()
-            progress("verify", counts["verified"], len(todo))
+            progress(stage, counts["verified"], len(todo))
 
-    progress("verify", 0, len(todo))
+    progress(stage, 0, len(todo))
     if items:
+        verify_fn = _verify_fn(s, ray_stats)
         verdicts = verify_fn(items, config=s.verify, compile_workers=s.verify.compile_workers or None,
                              on_verdict=on_verdict)
         with lock:
             # a verify_fn that does not call back (or misses some) still gets its verdicts stored
-            seen = {v.candidate_id for v in pending} | store.stored_ids(run_dir, "verdicts")
+            seen = set(got) | store.stored_ids(run_dir, "verdicts")
             for i, ((_, cand), v) in enumerate(zip(items, verdicts)):
                 if (v.candidate_id or cand.candidate_id) not in seen:
                     add(i, v)
             flush()
     if ray_stats:  # where the work ran: workers (host, pid), chunks, concurrency, cluster, extensions built
         counts["ray"] = ray_stats
-    return counts
+    return counts, got
 
 
-def select_for_generation(tasks: list, limit: int) -> list:
-    """At most ``limit`` tasks (0: all), taken round-robin across sources in curriculum order, so a
-    budgeted run still covers seed, mined and NNSmith tasks. Deterministic for a given task list."""
-    if not limit or limit >= len(tasks):
-        return list(tasks)
-    by_source: dict[str, list] = {}
-    for t in tasks:
-        by_source.setdefault(t.source, []).append(t)
-    queues = [by_source[src] for src in sorted(by_source)]
-    picked: list = []
-    while len(picked) < limit:
-        for q in queues:
-            if q and len(picked) < limit:
-                picked.append(q.pop(0))
-    keep = {t.task_id for t in picked}
-    return [t for t in tasks if t.task_id in keep]
+def verify(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
+    """A verdict for every candidate without one (``run.backend`` auto: every backend's), through
+    ``verify_items`` (batched writes, identical code judged once, Ray when asked)."""
+    todo = unverified(run_dir, None if s.run.backend == "auto" else s.run.backend)
+    return verify_items(run_dir, s, todo, progress)[0]
 
 
 def repair(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
-    """Generate, verify and repair (synth/generate/repair.py) for the tasks ``select_for_generation`` picks
-    (``repair.max_tasks``) that have no dialogue on this backend yet. Each task's candidates,
-    verdicts and dialogues are stored as soon as it is done; tasks where every first-turn sample
-    failed add a feedback-conditioned repair task to ``<run_dir>/repair_tasks.jsonl``."""
+    """Continue every stored dialogue of this generator and backend that has no Dialogue record yet
+    (synth/generate/repair.py): a failed latest turn gets the verifier's feedback as the next user
+    turn and a new answer from the same generator, verified by ``verify_items`` (the verify stage's
+    function), up to ``repair.max_turns`` turns. Candidates are written per round, verdicts in the
+    verify stage's batches, each Dialogue as soon as it closes. Tasks where every first-turn sample
+    failed add a feedback-conditioned repair task to ``<run_dir>/repair_tasks.jsonl``. It samples no
+    first turn: that is the generate stage's (a first turn without a verdict is verified here)."""
     backend = resolve_backend(s.run.backend)
-    tasks = select_for_generation(order_curriculum(store.read_records(run_dir, "tasks")), s.repair.max_tasks)
-    done = {d.task_id for d in store.read_records(run_dir, "dialogues") if d.backend == backend}
-    todo = [t for t in tasks if t.task_id not in done]
-    finished = [0]
+    generator = make_generator(s.generate, backend=backend)
+    tasks = {t.task_id: t for t in store.read_records(run_dir, "tasks")}
+    done = store.stored_ids(run_dir, "dialogues")
+    chains = {d: ch for d, ch in dialogue_chains(store.read_records(run_dir, "candidates"), backend=backend,
+                                                 generator=generator.name).items() if d not in done}
+    if hasattr(generator, "recall"):  # the teacher explains the bug it planted in another process
+        for ch in chains.values():
+            sample = next((i for i in range(max(s.generate.samples_per_task, 64))
+                           if dialogue_id_for(ch[0].task_id, backend, generator.name, i) == ch[0].dialogue_id), 0)
+            for c in ch:
+                generator.recall(c.response, bug=c.injected_bug, variant=sample)
+    wanted = {c.candidate_id for ch in chains.values() for c in ch}
+    verdicts = {v.candidate_id: v for v in store.read_records(run_dir, "verdicts") if v.candidate_id in wanted}
+    verify_counts: dict = {}
 
-    def save(result) -> None:
-        if result.repair_tasks:  # before the dialogues: a task is only "done" once everything is stored
-            with open(run_dir / "repair_tasks.jsonl", "a") as f:
-                for rt in result.repair_tasks:
-                    f.write(json.dumps(rt) + "\n")
-        store.write_records(run_dir, "candidates", result.candidates)
-        store.write_records(run_dir, "verdicts", result.verdicts)
-        store.write_records(run_dir, "dialogues", result.dialogues)
-        finished[0] += 1
-        progress("repair", finished[0], len(todo))
+    def verify_fn(items: list[tuple]) -> dict:
+        counts, got = verify_items(run_dir, s, items, stage="repair-verify")
+        for k, v in counts.items():
+            if isinstance(v, int):
+                verify_counts[k] = verify_counts.get(k, 0) + v
+        return got
 
-    progress("repair", 0, len(todo))
-    stats = run_dialogues(todo, make_generator(s.generate, backend=backend), backend=backend,
-                          samples_per_task=s.generate.samples_per_task, max_turns=s.repair.max_turns,
-                          verify_config=s.verify, on_task_done=save, task_batch=s.repair.task_batch)
-    return {"backend": backend, "skipped_done": len(tasks) - len(todo), **stats}
+    def write_repair_tasks(found: list[dict]) -> None:
+        path = run_dir / "repair_tasks.jsonl"
+        have = {json.loads(line)["repair_task_id"] for line in path.read_text().splitlines()} if path.is_file() else set()
+        new = [rt for rt in found if rt["repair_task_id"] not in have]
+        if new:
+            with open(path, "a") as f:
+                f.writelines(json.dumps(rt) + "\n" for rt in new)
+
+    stats = repair_dialogues(chains, tasks, generator, backend=backend, max_turns=s.repair.max_turns,
+                             verdicts=verdicts, verify=verify_fn,
+                             save_candidates=lambda cands: store.write_records(run_dir, "candidates", cands),
+                             on_closed=lambda dls: store.write_records(run_dir, "dialogues", dls),
+                             on_first_turns=write_repair_tasks,
+                             progress=lambda done_, total: progress("repair", done_, total))
+    return {"backend": backend, "generator": generator.name, "skipped_done": len(done), **stats,
+            "verify": verify_counts}
 
 
 # ---------------------------------------------------------------------------- corpora
@@ -356,6 +405,33 @@ def curate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> di
     if not run_dir.is_dir():
         raise InputError(f"run directory {run_dir}", "does not exist")
     return build_corpora(run_dir, Path(s.curate.out) if s.curate.out else run_dir, cfg=s.curate)
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def train(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
+    """``train.kind`` on the run's corpus (``curate.out``, default the run directory) into
+    ``train.out`` (default ``<run_dir>/train/<kind>``): sft or rft fine-tuning (train/sft.py) from
+    ``train.model`` (empty: a tiny model), or GRPO (train/rl.py) from ``train.model`` or the run's
+    sft output, rewarded by the verifier on ``run.backend``. Resumes from checkpoints in the output.
+    Not in the default run."""
+    t = s.train
+    corpus = Path(s.curate.out) if s.curate.out else run_dir
+    out = Path(t.out) if t.out else run_dir / "train" / t.kind
+    if not (corpus / t.kind).is_dir():
+        raise InputError(f"corpus {corpus}", f"has no {t.kind}/ corpus; run the curate stage first")
+    if t.kind in ("sft", "rft"):
+        from train.sft import train_sft  # torch and transformers: seconds to import
+
+        return train_sft(corpus, out, config=t.kind, init=t.model, **keywords_for(train_sft, t))
+    init = t.model or str(run_dir / "train" / "sft")
+    if not Path(init).exists():
+        raise InputError("train.model", "is empty and the run has no train/sft output to start RL from")
+    from train.rl import train_rl
+
+    return train_rl(corpus, out, init=init, backend=resolve_backend(s.run.backend),
+                    verify_cfg=dataclasses.asdict(s.verify), **keywords_for(train_rl, t))
 
 
 # ---------------------------------------------------------------------------- the list
@@ -388,19 +464,19 @@ STAGES: tuple[Stage, ...] = (
                Arg(("--device-spec",), "device_spec", "device for the roofline floor"),
                Arg(("--timeout-s",), "timeout_s", "per-task time limit", float))),
     Stage("generate", "generate", ("tasks", "candidates"), ("candidates",), generate,
-          "first-turn candidates for a run's tasks (no verification)", default=False,
+          "first-turn candidates (teacher or LLM) for the tasks the selection rule picks on every level",
           cli=(_RUN_DIR, _BACKEND, Arg(("-n", "--samples"), "samples_per_task", "responses per task", int),
-               Arg(("--limit",), "max_tasks", "at most this many tasks", int),
+               Arg(("--per-level",), "tasks_per_level", "tasks per level, round-robin over sources (0: all)", int),
                Arg(("--bug-rate",), "bug_rate", "teacher: share of samples with a planted bug", float))),
     Stage("verify", "verify", ("tasks", "candidates", "verdicts"), ("verdicts",), verify,
-          "a verdict for every candidate of a run without one (locally or on Ray)", default=False, gpu=True,
+          "a verdict for every candidate of a run without one (locally or on Ray)", gpu=True,
           ray=True, command="verify-run",
           cli=(_RUN_DIR, _BACKEND, Arg(("--ray",), "flows.ray_address", "Ray cluster: local, auto or ray://host:10001"))),
-    Stage("repair", "repair", ("tasks", "dialogues"), ("candidates", "verdicts", "dialogues"), repair,
-          "generate, verify and repair candidates: multi-turn dialogues for a run's tasks", gpu=True,
-          cli=(_RUN_DIR, _BACKEND, Arg(("--samples",), "generate.samples_per_task", "first-turn samples per task", int),
-               Arg(("--max-turns",), "max_turns", "turns per dialogue, the first included", int),
-               Arg(("--limit",), "max_tasks", "at most this many tasks, round-robin over sources (0: all)", int))),
+    Stage("repair", "repair", ("tasks", "candidates", "verdicts", "dialogues"), ("candidates", "verdicts", "dialogues"),
+          repair, "continue failed first turns: verifier feedback as the next turn, verified like the verify stage",
+          gpu=True, ray=True,
+          cli=(_RUN_DIR, _BACKEND, Arg(("--max-turns",), "max_turns", "turns per dialogue, the first included", int),
+               Arg(("--ray",), "flows.ray_address", "Ray cluster: local, auto or ray://host:10001"))),
     Stage("curate", "curate", ("tasks", "candidates", "verdicts", "dialogues"), ("sft", "rft", "rl"), curate,
           "filter, decontaminate and deduplicate a run into sft/rft/rl corpora",
           cli=(_RUN_DIR, Arg(("--out",), "out", "corpus directory (default: RUN_DIR itself)"),
@@ -408,6 +484,12 @@ STAGES: tuple[Stage, ...] = (
                Arg(("--sft-min-speedup",), "sft_min_speedup", "keep sft rows at least P times faster than eager", float),
                Arg(("--rft-k",), "rft_max_per_task", "at most K distinct correct solutions per task in rft", int),
                Arg(("--rl-keep-trivial",), "rl_keep_trivial", "keep rl tasks with pass rate 0 or 1", bool))),
+    Stage("train", "train", ("sft", "rft", "rl"), ("train/<kind>",), train,
+          "fine-tune on the run's corpus: sft, rft or rl (GRPO rewarded by the verifier)", default=False, gpu=True,
+          command="train-run",
+          cli=(_RUN_DIR, _BACKEND, Arg(("--kind",), "kind", "sft, rft or rl"),
+               Arg(("--init",), "model", "model to start from (rl default: RUN_DIR/train/sft)"),
+               Arg(("--out",), "out", "output directory (default: RUN_DIR/train/KIND)"))),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

@@ -214,6 +214,8 @@ class RunBuilder:
                      backend=backend, generator="teacher", messages=msgs, turn_verdicts=tvs,
                      first_turn_reward=tvs[0].reward, final_reward=tvs[-1].reward, num_turns=len(tvs),
                      solved=tvs[-1].correct)
+        for c in turns:  # as the generate and repair stages store them: every turn names its dialogue
+            c.dialogue_id = d.dialogue_id
         self.dialogues.append(d)
         return d
 

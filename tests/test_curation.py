@@ -185,9 +185,14 @@ def test_corpora_rows_follow_the_rejection_rules(built):
     rft = store.read_records(built["corpus"], "rft")
     rl = store.read_records(built["corpus"], "rl")
     # sft: relu orig + grid + repair (renamed copy of orig dropped), sigmoid ok; tanh ok; unsolved ones out
-    assert {r.dialogue_id for r in sft} == {info["dialogues"][k].dialogue_id
-                                            for k in ("relu_orig", "relu_grid", "relu_repair", "sig_ok", "tanh")}
-    assert st["removed"]["sft"] == {"near_duplicate": 1, "unsolved": 2}
+    # and tanh's second kernel: a correct first turn with no dialogue record (generate + verify, no repair) is a
+    # one-turn row under its candidate id (relu's reformatted copy, also without a record, is a near-copy)
+    from_dialogues = {info["dialogues"][k].dialogue_id for k in ("relu_orig", "relu_grid", "relu_repair", "sig_ok", "tanh")}
+    (extra,) = [r for r in sft if r.dialogue_id not in from_dialogues]
+    assert {r.dialogue_id for r in sft} >= from_dialogues and extra.task_id == info["tasks"]["tanh"].task_id
+    assert extra.num_turns == 1 and [m.role for m in extra.messages] == ["system", "user", "assistant"]
+    assert extra.messages[1].content == "Write a CUDA kernel for ScaledTanh."  # the prompt stored with the candidate
+    assert st["removed"]["sft"] == {"near_duplicate": 2, "unsolved": 2}
     repair = next(r for r in sft if r.dialogue_id == info["dialogues"]["relu_repair"].dialogue_id)
     assert [m.role for m in repair.messages] == ["user", "assistant", "user", "assistant"]  # ends on the fix
     assert "mismatch" in repair.messages[2].content and repair.num_turns == 2
@@ -199,11 +204,11 @@ def test_corpora_rows_follow_the_rejection_rules(built):
     assert st["removed"]["rft"] == {"incorrect": 5, "near_duplicate": 3}
     assert all(r.correct and "ModelNew" in r.completion for r in rft)
     from curation.filters import render_prompt
-    from synth.generate.prompts import build_prompt
+    from synth.generate.prompts import first_turn_messages
 
+    # the prompt stored with the candidates (what the generator was sent), never a rebuilt one
     relu_task = info["tasks"]["relu"]
-    expected_prompt = render_prompt(build_prompt(relu_task, "cuda"))
-    assert "torch.relu(x)" in expected_prompt
+    expected_prompt = render_prompt(first_turn_messages("Write a CUDA kernel for ReLU."))
     assert {r.prompt for r in rft if r.task_id == relu_task.task_id} == {expected_prompt}
     # rl: relu 4/5, sigmoid 1/2; tanh (all pass) and erf (none pass) left out
     rates = {r.task_id: (r.pass_rate, r.n_samples, r.difficulty) for r in rl}
@@ -217,7 +222,7 @@ def test_load_dataset_works_for_every_config(built):
     import datasets
 
     corpus, cache = built["corpus"], built["root"] / "hf_cache"
-    expect = {"sft": 5, "rft": 5, "rl": 2, "tasks": 4, "candidates": 13, "verdicts": 13, "dialogues": 8}
+    expect = {"sft": 6, "rft": 5, "rl": 2, "tasks": 4, "candidates": 13, "verdicts": 13, "dialogues": 8}
     for name, n in expect.items():
         ds = datasets.load_dataset(str(corpus), name, cache_dir=str(cache))["train"]
         assert ds.num_rows == n, name
@@ -225,7 +230,7 @@ def test_load_dataset_works_for_every_config(built):
     assert set(sft[0]["messages"][0]) == {"role", "content"}
     card = (corpus / "README.md").read_text()
     assert card.startswith("---\n") and "config_name: rl" in card and "## Schema" in card and "License" in card
-    assert "| sft | 5 |" in card
+    assert "| sft | 6 |" in card
 
 
 def test_rebuild_is_idempotent_and_options_change_the_snapshot(built, tmp_path):
@@ -242,7 +247,7 @@ def test_rebuild_is_idempotent_and_options_change_the_snapshot(built, tmp_path):
     assert again["rows"] == built["stats"]["rows"]
     # k = 1 and a speedup floor shrink the snapshots (rows are replaced, not appended)
     st = build_corpora(built["run"], corpus, cfg={"rft_max_per_task": 1, "sft_min_speedup": 1.5, "rl_keep_trivial": True})
-    assert st["rows"] == {"sft": 2, "rft": 3, "rl": 4}
+    assert st["rows"] == {"sft": 3, "rft": 3, "rl": 4}
     assert st["removed"]["rft"] == {"incorrect": 5, "over_k": 5} and st["removed"]["sft"]["below_min_speedup"] == 3
     assert len(store.read_records(corpus, "rft")) == 3 and len(list((corpus / "rft").glob("*.parquet"))) == 1
     assert not [p for p in corpus.rglob(".*") if p.name != ".gitattributes"]  # no temp leftovers
@@ -286,7 +291,7 @@ def test_views_and_example_queries(built):
         (SELECT 1 FROM verdicts v WHERE v.task_id = t.task_id AND v.correct)""", built["corpus"])
     assert unsolved == [("Erf",)]
     _, msgs = run_query("SELECT count(*) FROM sft, unnest(messages) AS m(msg) WHERE msg.role = 'assistant'", built["corpus"])
-    assert msgs == [(6,)]
+    assert msgs == [(7,)]
 
 
 def test_empty_views_exist_with_columns_on_a_fresh_run(tmp_path):
@@ -378,7 +383,7 @@ def test_report_plots_are_written_with_every_build(built, capsys):
         png = rep / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, name
     md = (rep / "report.md").read_text()
-    assert "| sft | near_duplicate | 1 |" in md and "![](turns_to_repair.png)" in md
+    assert "| sft | near_duplicate | 2 |" in md and "![](turns_to_repair.png)" in md
     assert "| 2 | 1 |" in md  # one dialogue first correct at turn 2
     for p in rep.glob("*.png"):
         p.unlink()
@@ -394,7 +399,7 @@ def test_curate_in_place_keeps_run_tables(tmp_path):
     standard_run(tmp_path)
     before = sorted(p.name for p in (tmp_path / "tasks").glob("*.parquet"))
     st = build_corpora(tmp_path, tmp_path, cfg={})
-    assert st["rows"] == {"sft": 5, "rft": 5, "rl": 2} and "tasks" not in st["written"]
+    assert st["rows"] == {"sft": 6, "rft": 5, "rl": 2} and "tasks" not in st["written"]
     assert sorted(p.name for p in (tmp_path / "tasks").glob("*.parquet")) == before
     assert (tmp_path / "README.md").is_file() and (tmp_path / "report" / "report.md").is_file()
 
@@ -413,3 +418,19 @@ def test_documented_example_queries_run(built):
         results[sql.splitlines()[0]] = run_query(sql, built["corpus"])
     unsolved = next(rows for head, (cols, rows) in results.items() if head.startswith("SELECT t.task_id, t.name"))
     assert [r[1] for r in unsolved] == ["Erf"]
+
+
+def test_a_candidate_stored_without_its_prompt_stops_curation(tmp_path):
+    """Curate uses the prompt stored with each first-turn candidate; one without it is an error naming the
+    candidate, not a silently rebuilt prompt."""
+    from curation.corpus import build_corpora
+    from kernelmill.errors import InputError
+
+    info = standard_run(tmp_path / "run")
+    c = info["relu"]["orig"]
+    c.prompt = ""
+    store.write_records(tmp_path / "bad", "tasks", info["builder"].tasks)
+    store.write_records(tmp_path / "bad", "candidates", [c])
+    store.write_records(tmp_path / "bad", "verdicts", [v for v in info["builder"].verdicts if v.candidate_id == c.candidate_id])
+    with pytest.raises(InputError, match=c.candidate_id):
+        build_corpora(tmp_path / "bad", tmp_path / "bad", cfg={})

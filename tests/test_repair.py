@@ -1,16 +1,18 @@
-"""The repair loop end to end on the cpu backend: the teacher writes (and plants bugs), the real
-verifier (verifier.api.verify_batch: compile, execute, judge) answers, feedback becomes the next
-turn, and the records go to real Parquet tables. Compiles two extensions (the ReLU kernel and its
-bug variant); the verifier's build dir is shared by every test here."""
+"""The repair stage end to end on the cpu backend: the generate stage's teacher writes first turns (and
+plants bugs), the verify stage judges them with the real verifier (compile, execute, judge), and the
+repair stage reads the failed ones and their verdicts from the store, sends the feedback as the next
+turn and verifies the answer through the verify stage's function; every record goes to real Parquet
+tables. Compiles two extensions (the ReLU kernel and its bug variant); the verifier's build dir is
+shared by every test here."""
 
 import json
 
 import pytest
 
 from kernelmill import store
+from kernelmill.config import load_settings
 from kernelmill.schema import Dialogue, Task
-from synth.generate.generators import TeacherGenerator
-from synth.generate.repair import run_dialogues
+from orchestrator.pipeline import run_stages
 from synth.teacher.writer import choose_bug
 from verifier.fixtures import RELU_TASK
 
@@ -18,11 +20,8 @@ RELU = RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(64, 500)")
 
 
 @pytest.fixture(scope="module")
-def verify_cfg(tmp_path_factory):
-    from verifier.api import VerifyConfig
-
-    return VerifyConfig(trials=5, timing_trials=3, warmup=1, time_torch_compile=False, other_shape=True,
-                        build_dir=str(tmp_path_factory.mktemp("builds")), compile_workers=2)
+def build_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("builds"))
 
 
 @pytest.fixture(scope="module")
@@ -38,26 +37,26 @@ def _seed_for(bug: str) -> int:
     raise AssertionError(f"no seed plants {bug}")
 
 
+def settings_for(build_dir: str, **over):
+    base = {"run.backend": "cpu", "generate.samples_per_task": 2, "generate.bug_rate": 0.5,
+            "generate.bug_seed": _seed_for("off_by_one"), "repair.max_turns": 3, "verify.trials": 5,
+            "verify.timing_trials": 3, "verify.warmup": 1, "verify.time_torch_compile": False,
+            "verify.other_shape": True, "verify.build_dir": build_dir, "verify.compile_workers": 2}
+    return load_settings(None, {**base, **over})
+
+
 @pytest.fixture(scope="module")
-def repaired_run(task, verify_cfg, tmp_path_factory):
+def repaired_run(task, build_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
-    results = []
-
-    def save(result):
-        results.append(result)
-        store.write_records(run_dir, "candidates", result.candidates)
-        store.write_records(run_dir, "verdicts", result.verdicts)
-        store.write_records(run_dir, "dialogues", result.dialogues)
-
-    gen = TeacherGenerator("cpu", bug_rate=0.5, seed=_seed_for("off_by_one"))
-    stats = run_dialogues([task], gen, backend="cpu", samples_per_task=2, max_turns=3,
-                          verify_config=verify_cfg, on_task_done=save)
-    return stats, results, run_dir
+    store.write_records(run_dir, "tasks", [task])
+    result = run_stages(run_dir, settings_for(build_dir), ["generate", "verify", "repair"])
+    return result["repair"], result, run_dir
 
 
 def test_buggy_sample_is_repaired_on_turn_two(repaired_run, task):
-    stats, results, run_dir = repaired_run
-    assert len(results) == 1  # on_task_done once per task
+    stats, result, run_dir = repaired_run
+    assert result["generate"]["candidates_written"] == 2 and result["verify"]["verified"] == 2
+    assert stats["new_turns"] == 1 and stats["verify"]["verified"] == 1  # through the verify stage's function
     assert stats["dialogues"] == 2 and stats["solved"] == 2 and stats["turns"] == 3
     assert stats["repaired_at_turn"] == {1: 0.5, 2: 0.5, 3: 0.0}
     assert stats["repaired"] == 1 and stats["repair_tasks"] == 0
@@ -92,33 +91,39 @@ def test_every_turn_is_a_candidate_with_lineage(repaired_run):
     assert all("class ModelNew" in c.code and c.generator == "teacher" for c in cands.values())
 
 
-def test_rerun_is_idempotent(repaired_run, task, verify_cfg):
-    _, results, run_dir = repaired_run
-    before = {t: len(store.read_records(run_dir, t)) for t in ("candidates", "verdicts", "dialogues")}
-    gen = TeacherGenerator("cpu", bug_rate=0.5, seed=_seed_for("off_by_one"))
-    again = []
-    run_dialogues([task], gen, backend="cpu", samples_per_task=2, max_turns=3, verify_config=verify_cfg,
-                  on_task_done=again.append)
-    assert {d.dialogue_id for d in again[0].dialogues} == {d.dialogue_id for d in results[0].dialogues}
-    for t, n in before.items():
-        assert store.write_records(run_dir, t, getattr(again[0], t)) == 0 and len(store.read_records(run_dir, t)) == n
+def test_rerun_is_idempotent(repaired_run, build_dir):
+    _, _, run_dir = repaired_run
+    before = {t: sorted(store.stored_ids(run_dir, t)) for t in ("candidates", "verdicts", "dialogues")}
+    again = run_stages(run_dir, settings_for(build_dir), ["generate", "verify", "repair"])
+    assert again["generate"]["candidates_written"] == 0 and again["verify"]["candidates"] == 0
+    assert again["repair"]["dialogues"] == 0 and again["repair"]["new_turns"] == 0
+    for t, ids in before.items():
+        assert sorted(store.stored_ids(run_dir, t)) == ids
 
 
-def test_all_failed_group_yields_a_repair_task(task, verify_cfg):
-    gen = TeacherGenerator("cpu", bug_rate=1.0, seed=_seed_for("off_by_one"))
-    results = []
-    stats = run_dialogues([task], gen, backend="cpu", samples_per_task=2, max_turns=1,
-                          verify_config=verify_cfg, on_task_done=results.append)
+def test_all_failed_group_yields_a_repair_task(task, build_dir, tmp_path):
+    store.write_records(tmp_path, "tasks", [task])
+    res = run_stages(tmp_path, settings_for(build_dir, **{"generate.bug_rate": 1.0, "repair.max_turns": 1}),
+                     ["generate", "verify", "repair"])
+    stats = res["repair"]
     assert stats["solved"] == 0 and stats["dialogues"] == 2 and stats["repair_tasks"] == 1
-    assert stats["repaired_at_turn"] == {1: 0.0}
-    (rt,) = results[0].repair_tasks
+    assert stats["repaired_at_turn"] == {1: 0.0} and stats["new_turns"] == 0
+    (rt,) = [json.loads(line) for line in (tmp_path / "repair_tasks.jsonl").read_text().splitlines()]
     assert rt["task_id"] == task.task_id and rt["backend"] == "cpu"
     assert [m["role"] for m in rt["messages"]] == ["system", "user", "assistant", "user"]
     assert rt["feedback"] and rt["feedback"].strip().splitlines()[0] in rt["messages"][-1]["content"]
-    json.dumps(rt)  # plain data, ready for JSONL
 
 
-def test_repair_cli_writes_dialogues(task, verify_cfg, tmp_path, capsys):
+def test_repair_stage_verifies_first_turns_the_verify_stage_has_not(task, build_dir, tmp_path):
+    """generate then repair (no verify stage in between): repair judges the first turns itself,
+    through the same function, and samples none of them again."""
+    store.write_records(tmp_path, "tasks", [task])
+    res = run_stages(tmp_path, settings_for(build_dir), ["generate", "repair"])
+    assert res["repair"]["verify"]["verified"] == 3 and res["repair"]["new_turns"] == 1
+    assert sorted(c.turn for c in store.read_records(tmp_path, "candidates")) == [0, 0, 1]
+
+
+def test_repair_cli_writes_dialogues(task, build_dir, tmp_path, capsys):
     from orchestrator.cli import main
 
     run_dir = tmp_path / "run"
@@ -126,7 +131,9 @@ def test_repair_cli_writes_dialogues(task, verify_cfg, tmp_path, capsys):
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(f'[run]\nbackend = "cpu"\n[generate]\nsamples_per_task = 1\nbug_rate = 0.0\n[repair]\nmax_turns = 2\n'
                    f'[verify]\ntiming_trials = 3\nwarmup = 1\ntime_torch_compile = false\n'
-                   f'build_dir = "{verify_cfg.build_dir}"\n')
+                   f'build_dir = "{build_dir}"\n')
+    assert main(["--config", str(cfg), "generate", str(run_dir)]) == 0
+    capsys.readouterr()
     assert main(["--config", str(cfg), "repair", str(run_dir)]) == 0
     out = json.loads(capsys.readouterr().out)["repair"]  # the CLI prints each stage's counts
     assert out["dialogues"] == 1 and out["solved"] == 1 and out["backend"] == "cpu"

@@ -124,3 +124,37 @@ def test_generate_stage_against_the_served_checkpoint(trained, server, tmp_path,
     assert {c.generator for c in cands} == {server.model}
     assert all(c.prompt and c.response is not None for c in cands)
     assert Path(server.log_path).read_text().count("POST /v1/chat/completions") >= 4
+
+
+def test_generate_verify_repair_sample_each_first_turn_once(trained, server, tmp_path, capsys):
+    """`kernelmill run --stages generate,verify,repair` against the served checkpoint: the generate stage
+    samples each first turn, the verify stage judges it, and the repair stage continues the stored
+    dialogues without sampling any first turn again. Counted at the server (its access log) and in the
+    stored rows; the response cache is off, so every answer is a request."""
+    run = tmp_path / "run"
+    store.write_records(run, "tasks", trained[1][:2])
+    log = Path(server.log_path)
+    before = log.read_text().count("POST /v1/chat/completions")
+    argv = ["run", "--no-prefect", "--no-progress", "--stages", "generate,verify,repair", "--out", str(run),
+            "--set", "run.backend=cpu", "--set", "generate.samples_per_task=2", "--set", "generate.tasks_per_level=0",
+            "--set", "generate.max_tokens=8", "--set", "generate.cache_dir=", "--set", "repair.max_turns=2"]
+    argv += [a for s in server.settings() for a in ("--set", s)]
+    assert kernelmill_main(argv) == 0
+    capsys.readouterr()
+    requests = log.read_text().count("POST /v1/chat/completions") - before
+    cands = store.read_records(run, "candidates")
+    first = [c for c in cands if c.turn == 0]
+    assert len(first) == 4 and len({c.dialogue_id for c in first}) == 4  # 2 tasks x 2 samples, once each
+    # the tiny model writes no program: every first turn fails and gets exactly one repair turn
+    assert sorted(c.turn for c in cands) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert {c.parent_id for c in cands if c.turn == 1} == {c.candidate_id for c in first}
+    assert requests == len(cands) == 8
+    assert {v.candidate_id for v in store.read_records(run, "verdicts")} == {c.candidate_id for c in cands}
+    dialogues = store.read_records(run, "dialogues")
+    assert len(dialogues) == 4 and all(d.num_turns == 2 for d in dialogues)
+    assert all([m.role for m in d.messages] == ["system", "user", "assistant", "user", "assistant"] for d in dialogues)
+    # run again: everything is stored, nothing is asked
+    assert kernelmill_main(argv) == 0
+    capsys.readouterr()
+    assert log.read_text().count("POST /v1/chat/completions") - before == 8
+    assert len(store.read_records(run, "candidates")) == 8

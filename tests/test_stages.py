@@ -255,7 +255,7 @@ def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
         (OpenAIGenerator.__init__, s.generate, {"cache_dir": None}),  # the client caches only when given a directory
         (train_sft, s.train, {"steps": "sft_steps"}),
         (train_rl, s.train, {"steps": "rl_steps", "lr": "rl_lr", "save_every": "rl_save_every"}),
-        (evaluate_checkpoint, s.train, {"n": "eval_n", "ks": "eval_k", "max_tasks": "eval_max_tasks"}),
+        (evaluate_checkpoint, s.train, {"n": "eval_n", "ks": None, "max_tasks": "eval_max_tasks"}),  # ks None: eval_k
     ]
     compared = 0
     for fn, section, names in checks:

@@ -12,6 +12,7 @@ summary on stdout; per-step metrics go to ``<out>/metrics.jsonl`` (plot with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from kernelmill.config import load_settings
 from kernelmill.errors import InputError
+from kernelmill.settings import Settings, keywords_for
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -90,69 +92,51 @@ def register(sub) -> None:
     sm.set_defaults(handler=_serve_model)
 
 
-def _pick(args, cfg: dict, flag: str, key: str | None = None):
-    v = getattr(args, flag, None)
-    return cfg[key or flag] if v is None else v
-
-
-def _setup(args) -> dict:
-    """The [train] settings as a dict (TrainSettings, kernelmill/settings.py, holds the defaults);
-    ``args.verify_cfg``: the [verify] settings as a dict, for the verifier's reward."""
+def _setup(args, **flags) -> Settings:
+    """The settings, with the command's flags that were given (``flags``: flag -> [train] key) set
+    on ``[train]``: the trainer's keyword defaults are TrainSettings' (kernelmill/settings.py), so a
+    flag left out keeps the configured value."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from transformers.utils import logging as hf_logging  # transformers: seconds to import; only training needs it
 
     hf_logging.disable_progress_bar()
-    settings = load_settings(args.config).to_dict()
-    args.verify_cfg = settings["verify"]
-    return settings["train"]
+    over = {f"train.{key}": getattr(args, flag) for flag, key in flags.items() if getattr(args, flag, None) is not None}
+    return load_settings(args.config, over)
 
 
 def _sft(args) -> int:
-    cfg = _setup(args)
+    s = _setup(args, steps="sft_steps", batch_size="batch_size", lr="lr", heldout_frac="heldout_frac",
+               seed="seed", device="device")
     from train.sft import train_sft
 
-    res = train_sft(args.corpus, args.out, config=args.train_config, init=args.init or cfg["model"],
-                    steps=_pick(args, cfg, "steps", "sft_steps"), batch_size=_pick(args, cfg, "batch_size"),
-                    lr=_pick(args, cfg, "lr"), warmup=cfg["warmup"], max_len=cfg["max_len"],
-                    save_every=cfg["save_every"], heldout_frac=_pick(args, cfg, "heldout_frac"),
-                    split_seed=cfg["split_seed"], seed=_pick(args, cfg, "seed"), device=_pick(args, cfg, "device"),
-                    vocab_size=cfg["vocab_size"], n_layer=cfg["n_layer"], d_model=cfg["d_model"],
-                    n_head=cfg["n_head"], resume=not args.no_resume)
+    res = train_sft(args.corpus, args.out, config=args.train_config, init=args.init or s.train.model,
+                    resume=not args.no_resume, **keywords_for(train_sft, s.train))
     print(json.dumps(res, indent=2))
     return 0
 
 
 def _rl(args) -> int:
-    cfg = _setup(args)
+    s = _setup(args, steps="rl_steps", prompts_per_step="prompts_per_step", group_size="group_size",
+               turns="turns", max_new_tokens="max_new_tokens", heldout_frac="heldout_frac", seed="seed",
+               device="device")
     from train.rl import train_rl
 
-    res = train_rl(args.corpus, args.out, init=args.init, backend=args.backend, verify_cfg=args.verify_cfg,
-                   steps=_pick(args, cfg, "steps", "rl_steps"), prompts_per_step=_pick(args, cfg, "prompts_per_step"),
-                   group_size=_pick(args, cfg, "group_size"), turns=_pick(args, cfg, "turns"),
-                   max_new_tokens=_pick(args, cfg, "max_new_tokens"), temperature=cfg["temperature"],
-                   lr=cfg["rl_lr"], clip_eps=cfg["clip_eps"], ppo_epochs=cfg["ppo_epochs"],
-                   micro_batch=cfg["micro_batch"], heldout_frac=_pick(args, cfg, "heldout_frac"),
-                   split_seed=cfg["split_seed"], seed=_pick(args, cfg, "seed"), device=_pick(args, cfg, "device"),
-                   prime_echo=cfg["prime_echo"] and not args.no_prime_echo, prime_echo_lambda=cfg["prime_echo_lambda"],
-                   r_pass=cfg["r_pass"], retry=cfg["retry"] and not args.no_retry, retry_cap=cfg["retry_cap"],
-                   retry_ratio=cfg["retry_ratio"], retry_per_group=cfg["retry_per_group"],
-                   mirrorpop=cfg["mirrorpop"] and not args.no_mirrorpop,
-                   mirrorpop_threshold=cfg["mirrorpop_threshold"], save_every=cfg["rl_save_every"],
-                   resume=not args.no_resume)
+    kw = keywords_for(train_rl, s.train)
+    kw.update(prime_echo=kw["prime_echo"] and not args.no_prime_echo, retry=kw["retry"] and not args.no_retry,
+              mirrorpop=kw["mirrorpop"] and not args.no_mirrorpop)
+    res = train_rl(args.corpus, args.out, init=args.init, backend=args.backend,
+                   verify_cfg=dataclasses.asdict(s.verify), resume=not args.no_resume, **kw)
     print(json.dumps(res, indent=2, default=str))
     return 0
 
 
 def _eval(args) -> int:
-    cfg = _setup(args)
+    s = _setup(args, n="eval_n", k="eval_k", max_tasks="eval_max_tasks", max_new_tokens="max_new_tokens",
+               heldout_frac="heldout_frac", device="device")
     from train.evaluate import evaluate_checkpoint
 
-    res = evaluate_checkpoint(args.model, args.corpus, backend=args.backend, verify_cfg=args.verify_cfg,
-                              heldout_frac=_pick(args, cfg, "heldout_frac"), split_seed=cfg["split_seed"],
-                              n=_pick(args, cfg, "n", "eval_n"), ks=tuple(_pick(args, cfg, "k", "eval_k")),
-                              max_new_tokens=_pick(args, cfg, "max_new_tokens"),
-                              temperature=cfg["temperature"], max_tasks=_pick(args, cfg, "max_tasks", "eval_max_tasks"),
-                              device=_pick(args, cfg, "device"))
+    res = evaluate_checkpoint(args.model, args.corpus, backend=args.backend, verify_cfg=dataclasses.asdict(s.verify),
+                              **keywords_for(evaluate_checkpoint, s.train))
     print(json.dumps(res, indent=2))
     return 0
 

@@ -23,6 +23,7 @@ from math import comb
 from pathlib import Path
 
 from kernelmill.errors import InputError
+from kernelmill.settings import TrainSettings
 from train import data as D
 from train.rollout import RewardFn, multi_turn_rollouts, sample, decode_response, verifier_reward_fn
 from train.model import load_pretrained, resolve_model_dir
@@ -100,13 +101,14 @@ def evaluate_rows(model, tok, rows: list[dict], reward_fn: RewardFn, *, n: int =
 
 
 def evaluate_checkpoint(model_dir: str | Path, corpus_dir: str | Path, *, backend: str = "cpu",
-                        verify_cfg: dict | None = None, heldout_frac: float = 0.2, split_seed: int = 0,
-                        n: int = 1, ks: tuple[int, ...] = (1,), max_new_tokens: int = 256, temperature: float = 1.0,
-                        max_tasks: int = 0, device: str = "auto", repair_turns: int = 1,
-                        reward_fn: RewardFn | None = None) -> dict:
+                        verify_cfg: dict | None = None, heldout_frac: float = TrainSettings.heldout_frac,
+                        split_seed: int = TrainSettings.split_seed, n: int = TrainSettings.eval_n,
+                        ks: tuple[int, ...] | None = None, max_new_tokens: int = TrainSettings.max_new_tokens,
+                        temperature: float = TrainSettings.temperature, max_tasks: int = TrainSettings.eval_max_tasks,
+                        device: str = TrainSettings.device, repair_turns: int = 1, reward_fn: RewardFn | None = None) -> dict:
     """pass@k of a model directory (or a training output's latest checkpoint) on the held-out tasks
-    of a corpus's rl config, verified on ``backend``."""
-
+    of a corpus's rl config, verified on ``backend``. ``ks`` None: ``[train] eval_k``'s default."""
+    ks = tuple(ks or TrainSettings().eval_k)
     model, tok = load_pretrained(resolve_model_dir(model_dir))
     model.to(pick_device(device))
     _train, held = D.split_rows(D.rows_of(D.load_corpus(corpus_dir, "rl")), heldout_frac, split_seed)

@@ -37,6 +37,7 @@ from typing import Callable
 import torch
 
 from kernelmill.errors import InputError
+from kernelmill.settings import TrainSettings
 from train import data as D
 from train.model import latest_checkpoint, load_pretrained, load_trainer_state, resolve_model_dir, save_checkpoint
 from train.rollout import RewardFn, Trajectory, multi_turn_rollouts, verifier_reward_fn
@@ -76,15 +77,21 @@ def trajectory_reward(t: Trajectory, *, prime_echo: bool, lam: float, r_pass: fl
 
 
 def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_fn: RewardFn | None = None,
-             backend: str = "cpu", verify_cfg: dict | None = None, steps: int = 20, prompts_per_step: int = 4,
-             group_size: int = 4, turns: int = 2, max_new_tokens: int = 256, temperature: float = 1.0,
-             lr: float = 1e-5, clip_eps: float = 0.2, ppo_epochs: int = 1, micro_batch: int = 16,
-             heldout_frac: float = 0.2, split_seed: int = 0, seed: int = 0, device: str = "auto",
-             prime_echo: bool = True, prime_echo_lambda: float = 0.5, r_pass: float = 1.0,
-             retry: bool = True, retry_cap: int = 64, retry_ratio: float = 0.25, retry_per_group: int = 1,
-             mirrorpop: bool = True, mirrorpop_threshold: float = 0.1, save_every: int = 10,
-             resume: bool = True, rows: list[dict] | None = None, max_seconds: float = 0.0,
-             on_step: Callable[[dict], None] | None = None, rollout_bf16: bool = False) -> dict:
+             backend: str = "cpu", verify_cfg: dict | None = None, steps: int = TrainSettings.rl_steps,
+             prompts_per_step: int = TrainSettings.prompts_per_step, group_size: int = TrainSettings.group_size,
+             turns: int = TrainSettings.turns, max_new_tokens: int = TrainSettings.max_new_tokens,
+             temperature: float = TrainSettings.temperature, lr: float = TrainSettings.rl_lr,
+             clip_eps: float = TrainSettings.clip_eps, ppo_epochs: int = TrainSettings.ppo_epochs,
+             micro_batch: int = TrainSettings.micro_batch, heldout_frac: float = TrainSettings.heldout_frac,
+             split_seed: int = TrainSettings.split_seed, seed: int = TrainSettings.seed,
+             device: str = TrainSettings.device, prime_echo: bool = TrainSettings.prime_echo,
+             prime_echo_lambda: float = TrainSettings.prime_echo_lambda, r_pass: float = TrainSettings.r_pass,
+             retry: bool = TrainSettings.retry, retry_cap: int = TrainSettings.retry_cap,
+             retry_ratio: float = TrainSettings.retry_ratio, retry_per_group: int = TrainSettings.retry_per_group,
+             mirrorpop: bool = TrainSettings.mirrorpop,
+             mirrorpop_threshold: float = TrainSettings.mirrorpop_threshold,
+             save_every: int = TrainSettings.rl_save_every, resume: bool = True, rows: list[dict] | None = None,
+             max_seconds: float = 0.0, on_step: Callable[[dict], None] | None = None, rollout_bf16: bool = False) -> dict:
     """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
 
     ``init`` is the policy to start from (an SFT output directory or a model directory).

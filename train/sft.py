@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelmill.errors import InputError
+from kernelmill.settings import TrainSettings
 from train import data as D
 from train.model import (build_tiny_model, build_tokenizer, latest_checkpoint, load_pretrained, load_trainer_state,
                          resolve_model_dir, save_checkpoint)
@@ -131,11 +132,15 @@ def load_examples(corpus_dir, config: str, tok, *, max_len: int, heldout_frac: f
 
 
 def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft", init: str = "",
-              steps: int = 200, batch_size: int = 8, lr: float = 1e-3, warmup: int = 10, max_len: int = 512,
-              weight_decay: float = 0.0, save_every: int = 100, heldout_frac: float = 0.2, split_seed: int = 0,
-              seed: int = 0, device: str = "auto", vocab_size: int = 2000, n_layer: int = 2, d_model: int = 64,
-              n_head: int = 4, resume: bool = True, log_every: int = 10, max_seconds: float = 0.0,
-              split_words: bool = True, split_digits: bool = False, lr_by_time: bool = False, amp: bool = False) -> dict:
+              steps: int = TrainSettings.sft_steps, batch_size: int = TrainSettings.batch_size,
+              lr: float = TrainSettings.lr, warmup: int = TrainSettings.warmup, max_len: int = TrainSettings.max_len,
+              weight_decay: float = 0.0, save_every: int = TrainSettings.save_every,
+              heldout_frac: float = TrainSettings.heldout_frac, split_seed: int = TrainSettings.split_seed,
+              seed: int = TrainSettings.seed, device: str = TrainSettings.device,
+              vocab_size: int = TrainSettings.vocab_size, n_layer: int = TrainSettings.n_layer,
+              d_model: int = TrainSettings.d_model, n_head: int = TrainSettings.n_head, resume: bool = True,
+              log_every: int = 10, max_seconds: float = 0.0, split_words: bool = True, split_digits: bool = False,
+              lr_by_time: bool = False, amp: bool = False) -> dict:
     """Train on the assistant turns of one corpus config; returns a summary dict.
 
     ``init``: a model directory or a training output directory (its latest checkpoint) to start

@@ -213,6 +213,13 @@ class TeacherGenerator:
         """The bug this teacher planted in one of its responses ("" for none or unknown)."""
         return self._planted.get(self._key(response), ("", 0))[0]
 
+    def recall(self, response: str, *, bug: str, variant: int) -> None:
+        """Remember a response of an earlier process (a stored candidate: its ``injected_bug`` and
+        sample index), so a repair turn written now explains the same bug and keeps the same launch
+        geometry as one written in the process that planted it."""
+        with self._lock:
+            self._planted.setdefault(self._key(response), (bug, variant))
+
     def _task_for(self, reference: str):
         return Task.from_code(reference, name="task", source="teacher")
 

@@ -114,6 +114,12 @@ def build_prompt(task: Task, backend: str) -> list[Message]:
     return [Message("system", SYSTEM_PROMPT), Message("user", "\n".join(parts))]
 
 
+def first_turn_messages(user_prompt: str) -> list[Message]:
+    """The first-turn chat around a stored user prompt (``Candidate.prompt`` of a turn-0 candidate):
+    what ``build_prompt`` sent, since the system message is the same for every task."""
+    return [Message("system", SYSTEM_PROMPT), Message("user", user_prompt)]
+
+
 def build_repair_turn(verdict: Verdict, backend: str = "") -> Message:
     """The next user turn after a failed candidate: what the verifier found, and what to do."""
     status = verdict.status or "fail"
