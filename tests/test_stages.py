@@ -283,3 +283,18 @@ def test_kernelmill_load_labels_tasks_kernelbench_unless_told_otherwise():
     given = stage_overrides(load, parser.parse_args(["load", "kb", "--out", "r", "--set", "load.source=x"]))
     assert given["load.source"] == "x"
     assert Settings().load.source == "seed"  # kernelmill run's default load is still the seed tasks
+
+
+def test_verifier_job_defaults_are_the_verify_settings():
+    """verifier/contract.py's Job takes its defaults from VerifyConfig (no second copy to drift)."""
+    import dataclasses
+
+    from verifier.config import VerifyConfig
+    from verifier.contract import Job
+
+    cfg = {f.name: f.default for f in dataclasses.fields(VerifyConfig)}
+    # other_shape means a mode string in a Job (the config's bool says whether there is one)
+    shared = [f for f in dataclasses.fields(Job)
+              if f.name in cfg and f.name != "other_shape" and f.default is not dataclasses.MISSING]
+    assert len(shared) >= 8
+    assert all(f.default == cfg[f.name] for f in shared), [(f.name, f.default, cfg[f.name]) for f in shared]

@@ -326,3 +326,20 @@ def test_time_budgeted_sft_decays_the_learning_rate_within_its_budget(corpus, tm
     assert recs[0]["lr"] < recs[1]["lr"] == pytest.approx(1e-3)  # warm-up first
     assert all(a["lr"] >= b["lr"] for a, b in zip(recs[1:], recs[2:]))  # then a monotone decay
     assert recs[-1]["lr"] < 0.2e-3  # near the floor (10% of base) at the end of the budget
+
+
+def test_train_stage_fine_tunes_on_the_runs_corpus(corpus, tmp_path, capsys):
+    """`kernelmill train-run RUN_DIR --kind sft` (the stage of the list): the run's corpus (here a corpus
+    directory passed as curate.out) into RUN_DIR/train/sft, with the [train] section's values."""
+    from orchestrator.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    sets = ["--set", f"curate.out={corpus}", "--set", "train.sft_steps=2", "--set", "train.batch_size=2",
+            "--set", "train.save_every=0", "--set", "train.device=cpu"]
+    sets += [a for k, v in TINY.items() for a in ("--set", f"train.{k}={v}")]
+    assert main(["train-run", str(run), "--kind", "sft", *sets]) == 0
+    out = json.loads(capsys.readouterr().out)["train"]
+    assert out["steps_done"] == 2
+    assert (run / "train" / "sft" / "metrics.jsonl").is_file()
+    assert main(["train-run", str(run), "--kind", "bogus", *sets]) == 2  # a checked setting

@@ -3,8 +3,9 @@
 A ``Job`` goes to a child as ``job.json``; the child answers with a ``ChildReport`` as ``report.json``
 plus tensors in separate ``*.pt`` files (loaded with ``weights_only=True``). Both directions are plain
 JSON of these dataclasses: ``from_dict`` rejects unknown keys and wrong types, so a field renamed on one
-side fails loudly instead of falling back to a default of its own. Defaults live here and in
-``VerifyConfig`` only (``job_from_config`` copies the config; the child never invents a value).
+side fails loudly instead of falling back to a default of its own. Defaults live in ``VerifyConfig``
+only: a ``Job`` field that is a setting takes its default from there (``verifier.api._job`` copies the
+config; the child never invents a value).
 
 What the contract does NOT guarantee: that a child's report is true. A candidate runs in the child and
 can write anything there. The verifier decides correctness from output tensors against reference outputs
@@ -18,6 +19,8 @@ import json
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from verifier.config import VerifyConfig
 
 JOB_FILE = "job.json"
 CHILD_BUILT_FILE = "child_built.json"  # extensions the child compiled itself: sources, flags, binary
@@ -104,14 +107,14 @@ class Job(_Record):
     other_shape: str = ""  # "" (no extra-shape trial) or the mode of verifier.inputs.other_shape_inputs
     input_files: bool = False  # trial inputs shipped as trial_<i>.pt (get_inputs not reproducible from a seed)
     timing_seeds: list[int] = field(default_factory=list)
-    warmup: int = 3
-    timed_checks: int = 5
-    gap_probes: int = 10
-    warm_device_ms: float = 50.0
-    hide_launch_us: float = 50.0
-    time_torch_compile: bool = True
-    memory_limit_gb: float = 16.0
-    allow_child_compile: bool = True
+    warmup: int = VerifyConfig.warmup
+    timed_checks: int = VerifyConfig.timed_checks
+    gap_probes: int = VerifyConfig.gap_probes
+    warm_device_ms: float = VerifyConfig.warm_device_ms
+    hide_launch_us: float = VerifyConfig.hide_launch_us
+    time_torch_compile: bool = VerifyConfig.time_torch_compile
+    memory_limit_gb: float = VerifyConfig.memory_limit_gb
+    allow_child_compile: bool = VerifyConfig.allow_child_compile
     timing_lock: str = ""  # path of the device lock ("" = none)
     lock_wait_s: float = 30.0
 
