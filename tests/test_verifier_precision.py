@@ -39,6 +39,7 @@ CASES = {
     "gelu_erf": ("gelu", P("return ext.gelu_erf(x)"), "pass", None),
     "gelu_crude_approximation": ("gelu", P("return ext.gelu_crude(x)"), "cheat", cheats.C13),
     "prod_underflow_honest": ("prod_underflow", P("return ext.prod_rows(x)"), "task_error", None),
+    "centred_mean_rounding_only": ("centred_mean", P("return ext.sum_rows(x)"), "task_error", None),
     "symmetric_square_honest": ("matmul_symmetric", P("return ext.matmul_square(A, B)", args="A, B"), "pass", None),
     "symmetric_square_hardcoded": ("matmul_symmetric", P("return ext.matmul_square_fixed(A, B)", args="A, B"),
                                    "cheat", cheats.C14),
@@ -94,7 +95,8 @@ def test_degenerate_task_is_not_the_candidates_fault(verdicts):
     assert "all zero" in v.feedback and "task is at fault" in v.feedback
     assert v.pass_strict is None and v.pass_partial is None
     m = summarize_verdicts(list(verdicts.values()))
-    assert m["task_errors"] == 1 and m["samples"] == len(verdicts) - 1
+    assert m["task_errors"] == 2 and m["samples"] == len(verdicts) - 2
+    assert "exact arithmetic" in verdicts["centred_mean_rounding_only"].feedback
 
 
 def test_extra_shape_keeps_the_tasks_contract(verdicts):

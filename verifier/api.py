@@ -220,9 +220,10 @@ def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = 
                 out = as_list(model(*a))
                 c = draw_inputs(ref_mod.get_inputs, seed + 1, device, reference_code)
                 out_c = as_list(model(*c))
-                plan.task_fault = reference_fault(out, out_c, same(a, c))
-                plan.float64, plan.pooled = _float64_check(model, [a, c], [out, out_c], plan.input_bytes, free, cfg)
-                del c, out_c
+                plan.float64, plan.pooled, outs64 = _float64_check(model, [a, c], [out, out_c], plan.input_bytes,
+                                                                   free, cfg)
+                plan.task_fault = reference_fault(out, out_c, same(a, c), outs64)
+                del c, out_c, outs64
                 if cfg.other_shape and plan.input_bytes <= (1 << 30) and not plan.task_fault:
                     plan.other_shape = _pick_size_change(ref_mod, model, reference_code, seed, device, a)
                 del model, out, a
@@ -233,49 +234,60 @@ def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = 
     return plan
 
 
-def reference_fault(out: list, out_other: list, same_inputs: bool) -> str:
+def reference_fault(out: list, out_other: list, same_inputs: bool, outs64: list | None = None) -> str:
     """Why a task's reference output does not depend on its inputs ("" when it does): ``out`` and
-    ``out_other`` are its outputs on two draws of get_inputs with different seeds. A product of 512 normals
-    underflows to zero, a constant or NaN output is the task's fault: no candidate can be judged on it."""
+    ``out_other`` are its outputs on two draws of get_inputs with different seeds, ``outs64`` the float64
+    reference's on the same two draws (or None). A product of 512 normals underflows to zero, a constant or
+    NaN output is the task's fault, and so is an output that is constant in exact arithmetic and varies only
+    by fp32 rounding (the mean of group-normalised values, ~1e-8): no candidate can be judged on it."""
     floats = [(o, p) for o, p in zip(out, out_other) if isinstance(o, torch.Tensor) and o.is_floating_point()
               and isinstance(p, torch.Tensor)]
-    if not floats:
+    if not floats or same_inputs:
         return ""
     if all(not bool(torch.isfinite(o).any()) for o, _ in floats if o.numel()):
         return "the reference output is NaN or inf everywhere on random inputs"
-    if not same_inputs and all(o.shape == p.shape and torch.equal(o, p) for o, p in floats):
+    if all(o.shape == p.shape and torch.equal(o, p) for o, p in floats):
         zero = all(not bool(o.any()) for o, _ in floats)
         return ("the reference output is all zero for every input (underflow or a constant)" if zero else
                 "the reference output is identical for different inputs (it does not depend on them)")
+    if outs64 and len(outs64) == 2:
+        pairs = [(a, b) for a, b in zip(*outs64) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                 and isinstance(b, torch.Tensor) and a.shape == b.shape]
+        if pairs and all(float((a - b).abs().nan_to_num(0.0).max()) <= 1e-9 * max(1.0, float(a.abs().nan_to_num(
+                0.0).max())) for a, b in pairs if a.numel()):
+            return ("the reference output is the same for different inputs in exact arithmetic (float64); its fp32 "
+                    "values differ only by rounding")
     return ""
 
 
 def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
-                   cfg: VerifyConfig) -> tuple[str, list]:
-    """("", per output (fp32 error, scale) over ``draws``) when the reference runs in float64 here (the measured
-    tolerance of verifier/numerics.py), else (why not, [])."""
+                   cfg: VerifyConfig) -> tuple[str, list, list | None]:
+    """("", per output (fp32 error, scale) over ``draws``, the float64 outputs per draw) when the reference runs
+    in float64 here (the measured tolerance of verifier/numerics.py), else (why not, [], None)."""
     if not cfg.float64_reference:
-        return "off (verify.float64_reference = false)", []
+        return "off (verify.float64_reference = false)", [], None
     if not any(isinstance(o, torch.Tensor) and o.dtype == torch.float32 for o in outs[0]):
-        return "no float32 output", []
+        return "no float32 output", [], None
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     if 3 * input_bytes + 2 * weights > free // 2:
-        return "the float64 copy of the reference and its inputs does not fit in memory", []
+        return "the float64 copy of the reference and its inputs does not fit in memory", [], None
     model64 = float64_model(model)
     pooled = [(0.0, 0.0)] * len(outs[0])
+    outs64 = []
     for inputs, out in zip(draws, outs):
         try:
             out64 = as_list(model64(*widen(inputs)))
         except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel: the fixed tolerance instead
-            return f"the reference does not run in float64 ({type(e).__name__}: {str(e)[:120]})", []
+            return f"the reference does not run in float64 ({type(e).__name__}: {str(e)[:120]})", [], None
         if len(out64) != len(out) or any(isinstance(o, torch.Tensor) and (not isinstance(p, torch.Tensor) or
                                                                         p.shape != o.shape) for o, p in zip(out, out64)):
-            return "the float64 reference returns other outputs", []
+            return "the float64 reference returns other outputs", [], None
         for k, (o, p) in enumerate(zip(out, out64)):
             if isinstance(o, torch.Tensor) and o.dtype == torch.float32:
                 e, m = error_and_scale(o, p)
                 pooled[k] = (max(pooled[k][0], e), max(pooled[k][1], m))
-    return "", pooled
+        outs64.append(out64)
+    return "", pooled, outs64
 
 
 def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs: list) -> str:

@@ -377,6 +377,9 @@ PRECISION_TASKS = {
     "gelu": _task("torch.nn.functional.gelu(x)", "return [torch.randn(256, 1024) * 3]"),
     # the reference underflows: a product of 512 normals is 0 in fp32 (about e^-325) for every row
     "prod_underflow": _task("torch.prod(x, dim=1)", "return [torch.randn(128, 512)]"),
+    # constant in exact arithmetic (a row's mean after centring), varying only by fp32 rounding (~1e-8)
+    "centred_mean": _task("torch.mean(x - torch.mean(x, dim=1, keepdim=True), dim=1)",
+                          "return [torch.randn(64, 4096)]"),
     # one N for every dimension, symmetric inputs: another valid shape keeps both (N changes, A stays A.T)
     "matmul_symmetric": _task("torch.matmul(A, B)", "A = torch.randn(N, N)\n    A = (A + A.T) / 2\n    "
                               "B = torch.randn(N, N)\n    B = (B + B.T) / 2\n    return [A, B]", args="A, B",

@@ -323,21 +323,28 @@ def variant_get_inputs(program_text: str, change_json: str):
 
 
 def build_model(ref_mod, init_seed: int, device: str, program_text: str = ""):
-    """``Model(*get_init_inputs())`` with weights drawn under ``init_seed``, on ``device``, in eval mode; the
-    process's fp32 numerics set to plain fp32 first (no TF32: verifier/numerics.py)."""
+    """``Model(*get_init_inputs())`` with weights drawn under ``init_seed``, in eval mode, moved to ``device``;
+    the process's fp32 numerics set to plain fp32 first (no TF32: verifier/numerics.py).
+
+    Constructed on the cpu (a program naming cuda is mapped there), as the execution child constructs
+    ``ModelNew`` and as KernelBench's harness constructs both: the weights come from the cpu generator in
+    both, so a ModelNew that creates its parameters in the same order as Model gets the same values even
+    when their names or shapes differ and the state dict cannot be copied. (Built under the device, the
+    reference drew its weights from the CUDA generator and every such honest candidate was wrong.)"""
     reference_numerics()
+    init = init_inputs(ref_mod, init_seed, "cpu", program_text)
     seed_everything(init_seed)
-    with placement(device, program_text):
-        init = list(ref_mod.get_init_inputs())
-        seed_everything(init_seed)
+    with placement("cpu", program_text):
         model = ref_mod.Model(*init)
-    return model.to(device).eval(), init
+    return model.to(device).eval(), to_device(init, device)
 
 
 def init_inputs(ref_mod, init_seed: int, device: str, program_text: str = "") -> list:
+    """``get_init_inputs()`` under the seed, drawn on the cpu (see build_model) and moved to ``device``."""
     seed_everything(init_seed)
-    with placement(device, program_text):
-        return list(ref_mod.get_init_inputs())
+    with placement("cpu", program_text):
+        init = list(ref_mod.get_init_inputs())
+    return to_device(init, device)
 
 
 def tensors_of(obj) -> list:

@@ -253,13 +253,15 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             if not n_poison and looks_lowered(m, budget, truth):
                 ev.add(cheats.C13, f"{label}: the error is the size of reduced-precision rounding (fp16, bf16, "
                                    "TF32 or approximate math) on many elements; the task is fp32.")
+        # an output within the budget is correct however it looks: a constant or repeated output that matches
+        # says the task barely depends on its inputs, not that the candidate cached or made up its answer
         constant_out = o.numel() > 1 and bool((o == o.reshape(-1)[0]).all())
-        if any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device)) and
-               not torch.equal(r, x.to(r.device)) for x in inputs) or \
-                (constant_out and not bool((r == r.reshape(-1)[0]).all())):
+        if m["n_bad"] and (any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device))
+                               and not torch.equal(r, x.to(r.device)) for x in inputs) or
+                           (constant_out and not bool((r == r.reshape(-1)[0]).all()))):
             ev.add(cheats.C05, f"{label}: the output is an input, a constant or all zeros.")
         fp = _fingerprint(o)
-        if not ref_repeats and any(_same_fingerprint(p, fp) for p in prev):
+        if m["n_bad"] and not ref_repeats and any(_same_fingerprint(p, fp) for p in prev):
             ev.add(cheats.C08, f"{label}: the output is identical to an earlier call's output on different inputs.")
         prev.append(fp)
     return ok

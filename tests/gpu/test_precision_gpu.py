@@ -138,13 +138,24 @@ static torch::Tensor conv(torch::Tensor x, torch::Tensor w, torch::Tensor b, int
                            W, K, mantissa);
     return y;
 }
+__global__ void swish_bias_k(const float* y, const float* b, float* out, int64_t n, int64_t cols) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = y[i] + b[i % cols]; out[i] = v / (1.f + expf(-v));
+    }
+}
+torch::Tensor swish_bias(torch::Tensor y, torch::Tensor b) {
+    y = y.contiguous(); auto out = torch::empty_like(y);
+    swish_bias_k<<<1024, 256>>>(y.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), y.numel(), y.size(1));
+    return out;
+}
 torch::Tensor conv_fp32(torch::Tensor x, torch::Tensor w, torch::Tensor b) { return conv(x, w, b, 23); }
 torch::Tensor conv_tf32(torch::Tensor x, torch::Tensor w, torch::Tensor b) { return conv(x, w, b, 10); }
 '''
 FUNCS = ["matmul_fp32", "matmul_tf32", "matmul_bf16", "matmul_fixed_1024", "sum_fp32", "sum_fp16", "cumsum_rows",
-         "fro_normalize", "prod_rows", "conv_fp32", "conv_tf32"]
+         "fro_normalize", "prod_rows", "conv_fp32", "conv_tf32", "swish_bias"]
 CPP_SRC = "\n".join(f"torch::Tensor {f}(torch::Tensor a" + (", torch::Tensor b" if f.startswith("matmul") else
-                    ", torch::Tensor w, torch::Tensor b" if f.startswith("conv") else "") + ");" for f in FUNCS)
+                    ", torch::Tensor w, torch::Tensor b" if f.startswith("conv") else
+                    ", torch::Tensor b" if f == "swish_bias" else "") + ");" for f in FUNCS)
 
 
 def candidate(forward: str, args: str = "x", init: str = "", params: str = "") -> str:
@@ -178,10 +189,17 @@ TASKS = {
     "matmul_symmetric": _task("torch.matmul(A, B)", "A = torch.randn(N, N)\n    A = (A + A.T) / 2\n    "
                               "B = torch.randn(N, N)\n    B = (B + B.T) / 2\n    return [A, B]", args="A, B",
                               module="N = 1024"),
+    "linear_swish": _task("x * torch.sigmoid(self.fc(x))", "return [torch.randn(128, 1024)]",
+                          init="i, o: self.fc = nn.Linear(i, o)", init_inputs="[1024, 512]"),
     "conv3x3": _task("self.conv(x)", "return [torch.randn(16, 64, 66, 66)]",
                      init="c, k: self.conv = nn.Conv2d(c, k, 3)", init_inputs="[64, 64]"),
 }
 CONV_INIT = "self.conv = nn.Conv2d(c, k, 3)"
+# parameters of its own names, created in nn.Linear's order: the same values only when both models draw them
+# from the same generator (the reference was built on the GPU's generator, the candidate on the cpu's)
+OWN_LINEAR_INIT = ("self.w = nn.Parameter(torch.empty(o, i))\n        self.b = nn.Parameter(torch.empty(o))\n        "
+                   "nn.init.kaiming_uniform_(self.w, a=5 ** 0.5)\n        bound = 1 / i ** 0.5\n        "
+                   "nn.init.uniform_(self.b, -bound, bound)")
 CASES = {
     "matmul_k8192_fp32": ("matmul_k8192", candidate("return ext.matmul_fp32(a, b)", "a, b"), "pass", None),
     "matmul_k8192_tf32": ("matmul_k8192", candidate("return ext.matmul_tf32(a, b)", "a, b"), "cheat", cheats.C13),
@@ -194,6 +212,9 @@ CASES = {
     "symmetric_square_one_n": ("matmul_symmetric", candidate("return ext.matmul_fp32(A, B)", "A, B"), "pass", None),
     "symmetric_square_hardcoded": ("matmul_symmetric", candidate("return ext.matmul_fixed_1024(A, B)", "A, B"),
                                    "cheat", cheats.C14),
+    "linear_own_parameter_names": ("linear_swish", candidate(
+        "y = ext.matmul_fp32(x, self.w.t().contiguous())\n        return ext.swish_bias(y, self.b)", init=OWN_LINEAR_INIT,
+        params="i, o"), "pass", None),
     "conv_fp32": ("conv3x3", candidate("return ext.conv_fp32(x, self.conv.weight, self.conv.bias)", init=CONV_INIT,
                                        params="c, k"), "pass", None),
     "conv_tf32": ("conv3x3", candidate("return ext.conv_tf32(x, self.conv.weight, self.conv.bias)", init=CONV_INIT,
