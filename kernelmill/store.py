@@ -10,7 +10,10 @@ Guarantees:
 - a write is idempotent: rows whose id (the record's content-hash id field) is already stored in
   the table are dropped before writing, and the part file's name is the digest of the ids it
   holds, so re-running a stage with the same inputs adds nothing;
-- reading returns each id once even if two writers raced (first file in name order wins).
+- reading returns each id once even if two writers raced (first file in name order wins);
+- a part file that is not readable Parquet (truncated, corrupt) is an ``UnreadablePartFile`` error naming
+  it in one line; ``heal`` moves such files aside (``<table>/.unreadable/``), after which the rows they
+  held are simply missing, so a resumed stage recomputes them (``kernelmill run`` heals before it starts).
 
 Not guaranteed: concurrent writers to one table from several machines without a shared
 filesystem; that is what the flows' single writer task is for.
@@ -26,9 +29,58 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kernelmill.errors import InputError
 from kernelmill.schema import TABLES, arrow_schema, content_hash, from_table, record_id, to_table
 
 PART_GLOB = "*.parquet"
+ASIDE_DIR = ".unreadable"
+
+
+class UnreadablePartFile(InputError):
+    """A stored Parquet file that cannot be read; the message is one line naming it."""
+
+    def __init__(self, path: Path, why: str):
+        self.path = Path(path)
+        super().__init__(str(path), f"not a readable Parquet file ({why}); `kernelmill run` on this directory "
+                                    "moves it aside and recomputes its rows")
+
+
+def _why(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def check_readable(path: Path) -> None:
+    """Raise UnreadablePartFile unless ``path``'s Parquet footer reads (cheap: the footer only)."""
+    try:
+        pq.read_metadata(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise UnreadablePartFile(path, _why(e)) from None
+
+
+def unreadable_files(root: str | os.PathLike) -> list[Path]:
+    """The part files of every table under ``root`` that do not read as Parquet."""
+    bad = []
+    for table in TABLES:
+        for f in part_files(Path(root) / table):
+            try:
+                check_readable(f)
+            except UnreadablePartFile:
+                bad.append(f)
+    return bad
+
+
+def heal(root: str | os.PathLike) -> list[Path]:
+    """Move every unreadable part file under ``root`` to ``<table>/.unreadable/`` (never deleted: kept for
+    diagnosis, invisible to every reader); returns where they went. Their rows are then missing, so the
+    stages that wrote them recompute them on resume."""
+    moved = []
+    for f in unreadable_files(root):
+        aside = f.parent / ASIDE_DIR
+        aside.mkdir(exist_ok=True)
+        dest = aside / f.name
+        os.replace(f, dest)
+        moved.append(dest)
+    return moved
 
 
 def part_files(d: Path) -> list[Path]:
@@ -65,8 +117,15 @@ def stored_ids(root: str | os.PathLike, table: str) -> set[str]:
     id_field = TABLES[table].id_field
     ids: set[str] = set()
     for f in part_files(d):
-        ids.update(pq.read_table(f, columns=[id_field]).column(id_field).to_pylist())
+        ids.update(_read(f, columns=[id_field]).column(id_field).to_pylist())
     return ids
+
+
+def _read(f: Path, columns=None):
+    try:
+        return pq.read_table(f, columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise UnreadablePartFile(f, _why(e)) from None
 
 
 def write_records(root: str | os.PathLike, table: str, records: Iterable) -> int:
@@ -96,7 +155,7 @@ def read_arrow(root: str | os.PathLike, table: str):
     files = part_files(table_dir(root, table))
     if not files:
         return schema.empty_table()
-    t = pa.concat_tables([pq.read_table(f).select(schema.names).cast(schema) for f in files])
+    t = pa.concat_tables([_read(f).select(schema.names).cast(schema) for f in files])
     ids = t.column(cls.id_field).to_pylist()
     if len(set(ids)) != len(ids):
         first = {}

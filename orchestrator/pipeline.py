@@ -89,6 +89,9 @@ def run_stages(out: str | os.PathLike, settings: Settings, names: list[str] | No
     ``{"run_dir", <stage>: counts..., "summary"}``."""
     wanted = set(names or DEFAULT_STAGES)
     run_dir = prepare_run(out)
+    for moved in store.heal(run_dir):  # resume heals: a truncated file's rows are recomputed by its stage
+        logging.getLogger("kernelmill").warning("%s: not a readable Parquet file; moved aside to %s, its rows "
+                                                "are recomputed", moved.parent.parent / moved.name, moved)
     result: dict = {"run_dir": str(run_dir)}
     for stage in STAGES:
         if stage.name in wanted:
