@@ -202,6 +202,22 @@ class TrainSettings:
 
 
 @dataclass
+class LoopSettings:
+    rounds: int = 1  # rounds of sample -> verify -> repair -> curate -> RFT, each followed by an evaluation
+    model: str = ""  # the starting checkpoint, served with `transformers serve`; "": the generate.base_url endpoint
+    k: int = 4  # samples per task, for the training pool and for the held-out evaluation
+    pool_tasks: int = 0  # at most this many training-split tasks sampled per round (0: all)
+    eval_tasks: int = 0  # at most this many held-out tasks (train.heldout_frac, train.split_seed) evaluated (0: all)
+    device: str = "auto"  # where a served checkpoint runs
+    serve_timeout_s: float = 300.0
+    continuous_batching: bool = False  # batch concurrent requests (use it on a GPU)
+
+    def check(self) -> None:
+        _at_least("loop.rounds", self.rounds, 1)
+        _at_least("loop.k", self.k, 1)
+
+
+@dataclass
 class FlowSettings:
     task_retries: int = 1
     retry_delay_s: float = 10.0
@@ -233,6 +249,7 @@ class Settings:
     repair: RepairSettings = field(default_factory=RepairSettings)
     curate: CurateSettings = field(default_factory=CurateSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
+    loop: LoopSettings = field(default_factory=LoopSettings)
     flows: FlowSettings = field(default_factory=FlowSettings)
 
     def to_dict(self) -> dict:

@@ -1,6 +1,6 @@
 """The pipeline's stages: one list, in the order a task travels.
 
-    STAGES          load, mine, nnsmith, annotate, generate, verify, repair, curate, train
+    STAGES          load, mine, nnsmith, annotate, generate, verify, repair, curate, train, loop
     Stage           name, the settings section it owns, the tables it reads and writes, ``run``,
                     what its CLI subcommand adds, and whether it holds the GPU or may use Ray
 
@@ -434,6 +434,16 @@ def train(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dic
                     verify_cfg=dataclasses.asdict(s.verify), **keywords_for(train_rl, t))
 
 
+def loop(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
+    """``loop.rounds`` rounds of generate -> verify -> repair -> curate on the training split with the
+    current model, RFT on the correct answers, and an evaluation of each model on the held-out split
+    (orchestrator/loop.py; metrics in ``<run_dir>/loop/metrics.jsonl`` and ``loop.md``). Not in the
+    default run."""
+    from orchestrator.loop import run_loop  # train and the server: imported when the loop runs
+
+    return run_loop(run_dir, s, progress, {n: BY_NAME[n].run for n in ("generate", "verify", "repair", "curate")})
+
+
 # ---------------------------------------------------------------------------- the list
 
 _RUN_DIR = Arg(("run_dir",), "run_dir", "run directory holding a tasks table")
@@ -490,6 +500,12 @@ STAGES: tuple[Stage, ...] = (
           cli=(_RUN_DIR, _BACKEND, Arg(("--kind",), "kind", "sft, rft or rl"),
                Arg(("--init",), "model", "model to start from (rl default: RUN_DIR/train/sft)"),
                Arg(("--out",), "out", "output directory (default: RUN_DIR/train/KIND)"))),
+    Stage("loop", "loop", ("tasks",), ("loop/",), loop,
+          "rounds of sample, verify, repair, curate and RFT from a checkpoint or endpoint, evaluated on held-out tasks",
+          default=False, gpu=True,
+          cli=(_RUN_DIR, _BACKEND, Arg(("--rounds",), "rounds", "rounds of sampling and RFT", int),
+               Arg(("--model",), "model", "starting checkpoint (default: the generate.base_url endpoint)"),
+               Arg(("-k",), "k", "samples per task", int))),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

@@ -158,3 +158,42 @@ def test_generate_verify_repair_sample_each_first_turn_once(trained, server, tmp
     capsys.readouterr()
     assert log.read_text().count("POST /v1/chat/completions") - before == 8
     assert len(store.read_records(run, "candidates")) == 8
+
+
+def test_loop_round_from_a_served_checkpoint(trained, tmp_path, capsys):
+    """`kernelmill loop RUN_DIR --model CKPT` at tiny size: the checkpoint served by the real `transformers serve`,
+    its answers judged by the real verifier (cpu), one round of generate -> verify -> repair -> curate on the
+    training split and an evaluation of each model on the held-out split, with metrics and intervals per
+    model. The barely trained model writes no program, so nothing is correct: the round keeps its model
+    (RFT has no rows) and every pass rate is 0. Run again, it resumes: no request, no new row."""
+    from train.data import is_heldout
+
+    run = tmp_path / "run"
+    store.write_records(run, "tasks", trained[1])
+    held = [t for t in trained[1] if is_heldout(t.task_id, 0.5, 0)]
+    assert 0 < len(held) < len(trained[1])  # both sides of the split have tasks
+    argv = ["loop", str(run), "--model", str(trained[0]), "--rounds", "1", "-k", "2", "--backend", "cpu",
+            "--set", "loop.device=cpu", "--set", "loop.pool_tasks=2", "--set", "loop.eval_tasks=1",
+            "--set", "train.heldout_frac=0.5", "--set", "generate.max_tokens=8", "--set", "generate.cache_dir=",
+            "--set", "repair.max_turns=2"]
+    assert kernelmill_main(argv) == 0
+    out = json.loads(capsys.readouterr().out)["loop"]
+    assert out["pool_tasks"] == 2 and out["heldout_tasks"] == 1
+    (rnd,) = out["rounds"]
+    assert rnd["generate"]["candidates_written"] == 4 and rnd["verify"]["verified"] == 4
+    assert rnd["repair"]["new_turns"] == 4 and rnd["rft"] == {"skipped": "no correct answer in the pool"}
+    assert out["models"] == [str(trained[0])] * 2
+    loop = run / "loop"
+    rows = [json.loads(line) for line in (loop / "metrics.jsonl").read_text().splitlines()]
+    assert [r["model_index"] for r in rows] == [0, 1]
+    assert all(r["pass@1"] == 0.0 and r["pass@1_ci"] == [0.0, 0.0] and r["tasks"] == 1 for r in rows)
+    assert rows[1]["pass@k_diff"] == [0.0, 0.0, 0.0]
+    assert len(store.read_records(loop / "eval-0", "verdicts")) == 2  # 1 held-out task x k
+    assert not {c.task_id for c in store.read_records(loop / "round-1" / "pool", "candidates")} & {t.task_id for t in held}
+    assert "| m1 | 1 | 1 |" in (loop / "loop.md").read_text()
+    posts = lambda: sum(p.read_text().count("POST /v1/chat/completions") for p in loop.glob("*.log"))  # noqa: E731
+    before = posts()
+    assert before == 4 + 4 + 2 + 2  # pool first turns, their repair turns, two evaluations
+    assert kernelmill_main(argv) == 0
+    capsys.readouterr()
+    assert posts() == before and len((loop / "metrics.jsonl").read_text().splitlines()) == 2
