@@ -66,7 +66,7 @@ class MineSettings:
     memory_limit_gb: float = 4.0
     max_forward_s: float = 2.0
     min_forward_s: float = 0.0
-    scale_forward_s: float = 0.1  # inputs stop growing toward target_numel once one forward takes this long
+    scale_work: float = 2e9  # inputs stop growing once one forward's FLOPs + elements written pass this (not time)
     max_files: int = 0  # stop after this many files (0: no limit)
 
     def check(self) -> None:

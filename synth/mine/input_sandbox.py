@@ -182,7 +182,7 @@ def job_deduce(job: dict) -> dict:
                     continue
                 phase["deduce"] = time.monotonic() - t0
                 guesses, out = scale_inputs(model, guesses, out, int(job["target_numel"]), deadline,
-                                            float(job["max_forward_s"]), job.get("scale_forward_s"))
+                                            float(job["max_forward_s"]), job.get("scale_work"))
                 phase["scale"] = time.monotonic() - t0 - phase["deduce"]
                 failed, detail, seconds = apply_filters(model, guesses, out, watch, float(job["max_forward_s"]),
                                                         float(job.get("min_forward_s", 0.0)))

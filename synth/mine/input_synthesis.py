@@ -331,7 +331,6 @@ def forward_params(model) -> list[tuple[str, bool]]:
     return names
 
 
-LAST_FORWARD_S = [0.0]  # seconds of the forward call deduce_inputs ended on (one job per process)
 
 
 def _optional_inputs_named(model, msg: str, guesses: list[InputGuess]) -> list[str]:
@@ -364,9 +363,7 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
             break
         seen.add(tuple(g.key() for g in guesses))
         try:
-            t0 = time.perf_counter()
             _, out = run_forward(model, guesses, 0)
-            LAST_FORWARD_S[0] = time.perf_counter() - t0
             return [g.name for g in guesses], guesses, out
         except Exception as e:  # noqa: BLE001
             if is_memory_error(e):
@@ -396,6 +393,8 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
 
 # ============================================================================ scaling
 
+DEFAULT_SCALE_WORK = 2e9  # MineSettings.scale_work: FLOPs + elements written by one forward
+
 
 def _numel_metric(guesses, out) -> int:
     import torch
@@ -410,15 +409,44 @@ def _numel_metric(guesses, out) -> int:
     return max(n)
 
 
-def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_forward_s: float,
-                 max_step_s: float | None = None):
-    """Double free dimensions (those whose doubling still runs) until the largest input or output
-    would pass ``target_numel``, a forward would take more than ``max_step_s`` (default
-    ``max_forward_s / 4``), or ``deadline`` passes. Returns (guesses, out).
+def forward_work(model, guesses) -> tuple[object, float] | tuple[None, float]:
+    """(output, work) of one forward at these shapes; work = FLOPs counted by torch's FlopCounterMode
+    (matmul, conv, attention) + elements every dispatched op wrote. A property of the program and the
+    shapes, not of the machine: the same on any load. (None, 0.0) when the forward fails."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
 
-    ``max_step_s`` is the miner's time budget: the filters then run about five forwards at the final
-    shapes, so a heavy module (attention over many tokens) stops growing early instead of timing out."""
-    max_step_s = max_forward_s / 4 if max_step_s is None else min(max_step_s, max_forward_s / 4)
+    written = [0]
+
+    class _Elements(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in flatten_outputs(out):
+                if isinstance(t, torch.Tensor):
+                    written[0] += t.numel()
+            return out
+
+    try:
+        with FlopCounterMode(display=False) as flops, _Elements():
+            _, o = run_forward(model, guesses, 0)
+    except Exception:  # noqa: BLE001
+        return None, 0.0
+    return o, float(flops.get_total_flops() + written[0])
+
+
+def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_forward_s: float,
+                 max_work: float | None = None):
+    """Double free dimensions (those whose doubling still runs) until the largest input or output
+    would pass ``target_numel`` or one forward's work (``forward_work``: FLOPs + elements written) would
+    pass ``max_work`` (the miner's budget: a heavy module, attention over many tokens, stops growing early
+    instead of timing out). Returns (guesses, out).
+
+    Deterministic: every stop is decided from the program and its shapes, never from wall time, so the
+    same source gives the same shapes (and task ids) on any machine load. ``deadline`` is a safety net
+    only (a module whose doublings all still fit would otherwise take long); ``max_forward_s`` is unused
+    here and kept for the signature's callers."""
+    max_work = DEFAULT_SCALE_WORK if max_work is None else float(max_work)
     moves = [("batch",)] + [(i, d) for i, g in enumerate(guesses) for d in range(len(g.shape))]
 
     def apply(gs, move):
@@ -433,16 +461,23 @@ def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_fo
             gs[i].shape[d] *= 2
         return gs
 
-    def ok(gs):
-        t0 = time.perf_counter()
-        try:
-            _, o = run_forward(model, gs, 0)
-        except Exception:  # noqa: BLE001
-            return None, 0.0
-        return o, time.perf_counter() - t0
-
-    if LAST_FORWARD_S[0] > max_step_s:  # already at the cap (a call site's full-size model): no growing
+    if forward_work(model, guesses)[1] > max_work:  # already at the cap (a call site's full-size model)
         return guesses, out
+    live = list(moves)
+    i = 0
+    while live and time.monotonic() < deadline:
+        move = live[i % len(live)]
+        trial = apply(guesses, move)
+        if _numel_metric(trial, out) > target_numel:
+            live.remove(move)
+            continue
+        o, work = forward_work(model, trial)
+        if o is None or work > max_work or _numel_metric(trial, o) > target_numel:
+            live.remove(move)
+            continue
+        guesses, out = trial, o
+        i += 1
+    return guesses, out
     live = list(moves)
     i = 0
     while live and time.monotonic() < deadline:

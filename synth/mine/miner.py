@@ -300,14 +300,14 @@ def installed_imports(program: str) -> list[str]:
 
 
 def _process(pool, c: _Candidate, *, target_numel: int, timeout_s: float, max_forward_s: float,
-             min_forward_s: float, scale_forward_s: float | None = None) -> tuple[_Candidate, dict, dict | None, str | None]:
+             min_forward_s: float, scale_work: float | None = None) -> tuple[_Candidate, dict, dict | None, str | None]:
     """Deduce in the sandbox, then run the finished program from its own file in a fresh child."""
     preload = installed_imports(c.program)
     deduced = pool.run({"mode": "deduce", "program": c.program, "target_numel": target_numel, "init_sites": c.sites,
                         "preload": preload,
                         "timeout_s": timeout_s, "budget_s": max(1.0, timeout_s * 0.8),
                         "max_forward_s": max_forward_s, "min_forward_s": min_forward_s,
-                        "scale_forward_s": scale_forward_s})
+                        "scale_work": scale_work})
     if deduced.get("status") != "ok":
         return c, deduced, None, None
     code = render_task_program(c, deduced)
@@ -322,7 +322,7 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
                workers: int = MineSettings.workers, max_file_bytes: int = MineSettings.max_file_bytes,
                memory_limit_gb: float = MineSettings.memory_limit_gb, max_forward_s: float = MineSettings.max_forward_s,
                min_forward_s: float = MineSettings.min_forward_s, max_files: int | None = None,
-               scale_forward_s: float | None = MineSettings.scale_forward_s) -> MineResult:
+               scale_work: float | None = MineSettings.scale_work) -> MineResult:
     """Mine SOURCE (a directory, a git path or URL, or ``hf:NAME[:COLUMN]``) into github Tasks.
 
     Guarantees: every returned task's reference_code ran from its own file in a fresh process and
@@ -332,9 +332,10 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     Not guaranteed: that a task computes anything interesting, or that it is fast on a GPU.
 
     Time budget per module: ``timeout_s`` for deduction (the sandbox kills it after that) and again
-    for the run from its own file; inputs stop growing toward ``target_numel`` once one forward takes
-    ``scale_forward_s`` on one CPU thread (None: ``max_forward_s / 4``), which keeps heavy modules
-    (attention over many tokens) at a few seconds each."""
+    for the run from its own file; inputs stop growing toward ``target_numel`` once one forward's work
+    (FLOPs + elements written, counted by torch's dispatcher) would pass ``scale_work``, which keeps heavy
+    modules (attention over many tokens) at a few seconds each. Input sizes come from the program, never
+    from wall time: the same SOURCE gives the same task ids on any machine load."""
     source_kind(source)  # a SOURCE that is none of the accepted forms fails here, before any process starts
     t0 = time.monotonic()
     allow = {x.lower() for x in license_allowlist}
@@ -352,7 +353,7 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
             report.license_allowed += 1
             pending.add(ex.submit(_process, pool, c, target_numel=target_numel, timeout_s=timeout_s,
                                   max_forward_s=max_forward_s, min_forward_s=min_forward_s,
-                                  scale_forward_s=scale_forward_s))
+                                  scale_work=scale_work))
             if len(pending) >= 4 * max(1, workers):  # bounded memory on large streamed sources
                 done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for fut in done:
