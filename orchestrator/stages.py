@@ -431,7 +431,7 @@ def train(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dic
     from train.rl import train_rl
 
     return train_rl(corpus, out, init=init, backend=resolve_backend(s.run.backend),
-                    verify_cfg=dataclasses.asdict(s.verify), **keywords_for(train_rl, t))
+                    verify_cfg=s.verify, **keywords_for(train_rl, t))
 
 
 def loop(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:

@@ -12,7 +12,6 @@ summary on stdout; per-step metrics go to ``<out>/metrics.jsonl`` (plot with
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
@@ -125,7 +124,7 @@ def _rl(args) -> int:
     kw.update(prime_echo=kw["prime_echo"] and not args.no_prime_echo, retry=kw["retry"] and not args.no_retry,
               mirrorpop=kw["mirrorpop"] and not args.no_mirrorpop)
     res = train_rl(args.corpus, args.out, init=args.init, backend=args.backend,
-                   verify_cfg=dataclasses.asdict(s.verify), resume=not args.no_resume, **kw)
+                   verify_cfg=s.verify, resume=not args.no_resume, **kw)
     print(json.dumps(res, indent=2, default=str))
     return 0
 
@@ -135,7 +134,7 @@ def _eval(args) -> int:
                heldout_frac="heldout_frac", device="device")
     from train.evaluate import evaluate_checkpoint
 
-    res = evaluate_checkpoint(args.model, args.corpus, backend=args.backend, verify_cfg=dataclasses.asdict(s.verify),
+    res = evaluate_checkpoint(args.model, args.corpus, backend=args.backend, verify_cfg=s.verify,
                               **keywords_for(evaluate_checkpoint, s.train))
     print(json.dumps(res, indent=2))
     return 0

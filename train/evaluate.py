@@ -101,7 +101,7 @@ def evaluate_rows(model, tok, rows: list[dict], reward_fn: RewardFn, *, n: int =
 
 
 def evaluate_checkpoint(model_dir: str | Path, corpus_dir: str | Path, *, backend: str = "cpu",
-                        verify_cfg: dict | None = None, heldout_frac: float = TrainSettings.heldout_frac,
+                        verify_cfg=None, heldout_frac: float = TrainSettings.heldout_frac,
                         split_seed: int = TrainSettings.split_seed, n: int = TrainSettings.eval_n,
                         ks: tuple[int, ...] | None = None, max_new_tokens: int = TrainSettings.max_new_tokens,
                         temperature: float = TrainSettings.temperature, max_tasks: int = TrainSettings.eval_max_tasks,

@@ -77,7 +77,7 @@ def trajectory_reward(t: Trajectory, *, prime_echo: bool, lam: float, r_pass: fl
 
 
 def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_fn: RewardFn | None = None,
-             backend: str = "cpu", verify_cfg: dict | None = None, steps: int = TrainSettings.rl_steps,
+             backend: str = "cpu", verify_cfg=None, steps: int = TrainSettings.rl_steps,
              prompts_per_step: int = TrainSettings.prompts_per_step, group_size: int = TrainSettings.group_size,
              turns: int = TrainSettings.turns, max_new_tokens: int = TrainSettings.max_new_tokens,
              temperature: float = TrainSettings.temperature, lr: float = TrainSettings.rl_lr,

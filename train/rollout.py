@@ -53,15 +53,18 @@ def verifier_available() -> bool:
     return True
 
 
-def verifier_reward_fn(backend: str = "cpu", verify_cfg: dict | None = None) -> RewardFn:
+def verifier_reward_fn(backend: str = "cpu", verify_cfg=None) -> RewardFn:
     """A RewardFn backed by the real verifier (``verifier.api.verify_candidate``), cached by content.
+    ``verify_cfg``: the [verify] settings (a VerifyConfig, or a dict of its keys), None for its defaults.
 
     Raises ModuleNotFoundError when the verifier is not in this checkout."""
     from verifier import api  # here: the trainer runs without the verifier when rewards come from elsewhere
 
     config = None
-    if verify_cfg is not None and hasattr(api, "VerifyConfig"):
+    if isinstance(verify_cfg, dict) and hasattr(api, "VerifyConfig"):
         config = api.VerifyConfig.from_dict(verify_cfg)
+    elif verify_cfg is not None:
+        config = verify_cfg
     cache: dict[str, Score] = {}
 
     def score(items: list[tuple[dict, str]]) -> list[Score]:
