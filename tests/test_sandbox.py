@@ -297,3 +297,47 @@ def test_redaction_of_compiler_text_and_host_values(tmp_path):
     assert "root:x" not in out and "'root'" not in out and SECRET not in out
     assert "/etc/passwd:1:" in out
     assert sandbox.redact_env(f"value {ENV_SECRET}!", [ENV_SECRET]) == "value [host environment value withheld]!"
+
+
+def test_cli_binary_candidate_gets_a_verdict(tmp_path):
+    """A candidate file that is not text is the candidate's problem: a verdict and exit 0 (README), not exit 2."""
+    task = tmp_path / "task.py"
+    task.write_text(fx.RELU_TASK)
+    cand = tmp_path / "cand.bin"
+    cand.write_bytes(bytes(range(256)) * 8)
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "verify", str(task), str(cand), "--backend", "cpu",
+                        "--json"], capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parent.parent,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+    assert json.loads(r.stdout)["status"] == "extract_error"
+
+
+def test_sigkilled_build_leaves_no_compiler(tmp_path):
+    """The build runs in a sandbox that dies with its parent: SIGKILL of the verifying process ends the compiler."""
+    script = ("import sys\nfrom verifier.build import build_blocking\nfrom verifier import fixtures as fx\n"
+              "build_blocking(sys.argv[1], dict(cpp_sources=fx.SHARED_CPP + '\\n// kill test', functions=fx.SHARED_FUNCS), 300)\n")
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=root,
+                         env=dict(os.environ, PYTHONPATH=str(root), KM_NO_PCH="1"))
+    def ours() -> list[int]:  # this build's compiler only (other builds may run on a shared machine)
+        out = []
+        for pid in _alive("cc1plus"):
+            try:
+                if str(tmp_path) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    out.append(pid)
+            except OSError:
+                pass
+        return out
+
+    end = time.time() + 120
+    while time.time() < end and not ours():
+        time.sleep(0.2)
+    assert ours(), "the compiler never started"
+    p.kill()
+    p.wait()
+    end = time.time() + 10
+    while time.time() < end and ours():
+        time.sleep(0.2)
+    assert ours() == []

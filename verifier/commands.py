@@ -33,13 +33,17 @@ def register(subparsers) -> None:
     m.set_defaults(handler=_metrics)
 
 
-def _read(path: str, what: str) -> str:
+def _read(path: str, what: str, lenient: bool = False) -> str:
+    """The file's text. ``lenient`` (the candidate: anything a model wrote gets a verdict): bytes that are
+    not UTF-8 become U+FFFD and the extract stage judges what is left; else such a file is an InputError."""
     f = Path(path)
     if not f.is_file():
         raise InputError(path, f"{what} does not exist")
     try:
         return f.read_text(encoding="utf-8")
     except UnicodeDecodeError:
+        if lenient:
+            return f.read_bytes().decode("utf-8", errors="replace").replace("\x00", "\ufffd")
         raise InputError(path, f"{what} is not UTF-8 text") from None
 
 
@@ -60,7 +64,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     task_code = _read(args.task, "task file")
     load_reference(task_code, args.task)
-    cand = _read(args.candidate, "candidate file")
+    cand = _read(args.candidate, "candidate file", lenient=True)
     cfg = VerifyConfig.from_dict(args.cfg.get("verify", {}))
     v = verify_candidate(task_code, cand, backend=args.backend, config=cfg, task_id=task_id_for(task_code),
                          candidate_id="c" + content_hash(cand))
