@@ -90,9 +90,12 @@ def load_settings(path: str | os.PathLike | None = None, overrides: dict | None 
 
 
 def repo_path(p: str) -> Path:
-    """A path setting: absolute as given, else relative to the repository root."""
+    """A path setting: absolute as given; a relative one against the working directory when it exists
+    there (what a user typed), else against the repository root (the shipped defaults, data/...)."""
     path = Path(p)
-    return path if path.is_absolute() else REPO_ROOT / path
+    if path.is_absolute():
+        return path
+    return path.resolve() if path.exists() else REPO_ROOT / path
 
 
 def default_backend() -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -88,7 +89,17 @@ def run_stages(out: str | os.PathLike, settings: Settings, names: list[str] | No
     """The named stages (default: the default run's) in list order, each called once; returns
     ``{"run_dir", <stage>: counts..., "summary"}``."""
     wanted = set(names or DEFAULT_STAGES)
+    created = not Path(out).exists()
     run_dir = prepare_run(out)
+    try:
+        return _run_stages(run_dir, settings, wanted, progress)
+    except BaseException:
+        if created and not any(run_dir.rglob("*.parquet")):  # nothing was stored: leave no empty --out behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _run_stages(run_dir: Path, settings: Settings, wanted: set, progress: ProgressFn | None) -> dict:
     for moved in store.heal(run_dir):  # resume heals: a truncated file's rows are recomputed by its stage
         logging.getLogger("kernelmill").warning("%s: not a readable Parquet file; moved aside to %s, its rows "
                                                 "are recomputed", moved.parent.parent / moved.name, moved)

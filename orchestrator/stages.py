@@ -125,6 +125,10 @@ def load(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict
     if not s.load.dir:
         return {"tasks": 0, "written": 0}
     res = load_kernelbench_dir(repo_path(s.load.dir), source=s.load.source, strict=False)
+    if not res.tasks:  # a wrong directory is the user's to fix, not an empty success
+        raise InputError(f"load.dir {s.load.dir}", "holds no KernelBench program (level folders of .py files "
+                         "defining Model, get_inputs, get_init_inputs)" + (f"; {len(res.errors)} file(s) were not "
+                                                                           f"KernelBench: {res.errors[0]}" if res.errors else ""))
     written = store.write_records(run_dir / RAW, "tasks", res.tasks)
     return {"dir": s.load.dir, "tasks": len(res.tasks), "not_kernelbench": [str(e) for e in res.errors],
             "written": written}
