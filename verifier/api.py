@@ -11,6 +11,7 @@ it stopped. Only problems of the verifier itself (a reference that does not run,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -382,6 +383,25 @@ def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root
         return rep
 
 
+_DEVICE_WORK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _device_memory(device: str):
+    """One execution thread at a time runs the reference in this process on cuda (plans and judging: the fp32
+    and float64 references and their outputs), and what it freed goes back to the driver afterwards. Without
+    both, eight threads' cached blocks held 77 GB of an 80 GB H100 and the candidates' own processes ran out
+    of memory (test bed, issue 22). On cpu there is no cache to return and the threads run side by side."""
+    if device != "cuda":
+        yield
+        return
+    with _DEVICE_WORK:
+        try:
+            yield
+        finally:
+            torch.cuda.empty_cache()
+
+
 def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
     """Correctness, runtime legality and timing of a compiled candidate; judged here. Problems on the
     verifier's side (the task does not fit, its reference fails) end as ``verifier_error``."""
@@ -389,7 +409,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     device = "cuda" if backend == "cuda" else "cpu"
     t0 = time.perf_counter()
     try:
-        plan = task_plan(w.reference_code, backend, cfg, v.task_id or "task")
+        with _device_memory(device):
+            plan = task_plan(w.reference_code, backend, cfg, v.task_id or "task")
     except InputError as e:
         return finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
     if plan.skip_reason:
@@ -419,7 +440,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
         v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
         v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
         poison = get_backend(backend).poison_byte
-        with _shared_lock(cfg, build_root, backend) as lock:
+        with _shared_lock(cfg, build_root, backend) as lock, _device_memory(device):
             lock.acquire(False, _lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
             return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing)
     finally:
