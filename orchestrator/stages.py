@@ -142,7 +142,8 @@ def mine(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict
     if prior is not None:
         return {"tasks": prior, "written": 0, "gathered_before": True}
     kw = {k: v for k, v in dataclasses.asdict(s.mine).items() if k not in ("source", "max_files")}
-    res = mine_tasks(str(repo_path(s.mine.source)), max_files=s.mine.max_files or None, **kw)
+    res = mine_tasks(str(repo_path(s.mine.source)), max_files=s.mine.max_files or None,
+                     progress=lambda done, total: progress("mine", done, total), **kw)
     write_report(run_dir, res.report)
     written = _save_gathered(run_dir, "mine", s.mine, res.tasks)
     summary = {k: v for k, v in res.report.as_dict().items() if k != "modules"}  # per module: the file

@@ -54,3 +54,13 @@ def test_forward_work_is_a_property_of_the_shapes():
     g2.shape[0] *= 2
     _, w2 = forward_work(model, [g2])
     assert w1 >= 2 * 16 * 64 * 32 and 1.9 * w1 < w2 <= 2 * w1 and forward_work(model, [g])[1] == w1
+
+
+def test_mine_reports_progress_per_module(tmp_path):
+    src = tmp_path / "textmodels"
+    shutil.copytree(ROOT / "data" / "sample_repos" / "textmodels", src)
+    seen = []
+    res = mine_tasks(str(src), target_numel=1 << 16, timeout_s=30, license_allowlist=ALLOW, workers=1,
+                     scale_work=1e7, progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] == res.report.license_allowed
+    assert [d for d, _ in seen] == list(range(1, len(seen) + 1))

@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from kernelmill.schema import Origin, Task, TensorSpec
 from kernelmill.settings import MineSettings  # the library functions' keyword defaults are its defaults
@@ -322,7 +323,8 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
                workers: int = MineSettings.workers, max_file_bytes: int = MineSettings.max_file_bytes,
                memory_limit_gb: float = MineSettings.memory_limit_gb, max_forward_s: float = MineSettings.max_forward_s,
                min_forward_s: float = MineSettings.min_forward_s, max_files: int | None = None,
-               scale_work: float | None = MineSettings.scale_work) -> MineResult:
+               scale_work: float | None = MineSettings.scale_work,
+               progress: Callable[[int, int], None] | None = None) -> MineResult:
     """Mine SOURCE (a directory, a git path or URL, or ``hf:NAME[:COLUMN]``) into github Tasks.
 
     Guarantees: every returned task's reference_code ran from its own file in a fresh process and
@@ -344,6 +346,15 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     with SandboxPool(workers=workers, memory_bytes=int(memory_limit_gb * (1 << 30))) as pool, \
             cf.ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
         pending: set = set()
+        counts = [0, 0]  # done, submitted
+
+        def finished(fut) -> None:
+            res = fut.result()
+            results[res[0].order] = res
+            counts[0] += 1
+            if progress:
+                progress(counts[0], counts[1])
+
         for c in collect_candidates(source, report, max_file_bytes=max_file_bytes, max_files=max_files):
             if c.license.lower() not in allow:
                 report.license_rejected[c.license] += 1
@@ -354,14 +365,13 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
             pending.add(ex.submit(_process, pool, c, target_numel=target_numel, timeout_s=timeout_s,
                                   max_forward_s=max_forward_s, min_forward_s=min_forward_s,
                                   scale_work=scale_work))
+            counts[1] += 1
             if len(pending) >= 4 * max(1, workers):  # bounded memory on large streamed sources
                 done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for fut in done:
-                    res = fut.result()
-                    results[res[0].order] = res
+                    finished(fut)
         for fut in cf.as_completed(pending):
-            res = fut.result()
-            results[res[0].order] = res
+            finished(fut)
 
     tasks: dict[str, Task] = {}
     for order in sorted(results):
