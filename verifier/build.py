@@ -219,7 +219,9 @@ class _BuildSandbox:
         pch = pch_root()
         pch.mkdir(parents=True, exist_ok=True)
         self.key_dir = key_dir
-        self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")), writable=[str(key_dir), str(pch)])
+        # the device nodes too: without TORCH_CUDA_ARCH_LIST, torch's CUDA build asks the device for its arch
+        self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")), writable=[str(key_dir), str(pch)],
+                                   gpu=Path("/dev/nvidiactl").exists())
         self.limit = sandbox.PidsLimit()
         self.read_fd, self.write_fd = os.pipe()
         self.pass_fds = (self.write_fd,)
