@@ -341,3 +341,18 @@ def test_sigkilled_build_leaves_no_compiler(tmp_path):
     while time.time() < end and ours():
         time.sleep(0.2)
     assert ours() == []
+
+
+def test_child_report_withholds_host_environment_values(tmp_path, monkeypatch):
+    """Redaction on read (verifier/contract.py): the error strings a child wrote never carry host env values,
+    even where no sandbox cleared the child's environment."""
+    import json as _json
+
+    from verifier.contract import REPORT_FILE, ChildReport
+
+    monkeypatch.setenv("KM_TEST_HOST_SECRET", ENV_SECRET)
+    (tmp_path / REPORT_FILE).write_text(_json.dumps({"kind": "candidate", "import_error": f"boom {ENV_SECRET}",
+                                                     "trials": [{"index": 0, "error": f"x{ENV_SECRET}y"}]}))
+    rep = ChildReport.read(tmp_path)
+    assert ENV_SECRET not in rep.import_error and ENV_SECRET not in rep.trials[0].error
+    assert "withheld" in rep.import_error

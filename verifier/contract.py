@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verifier.config import VerifyConfig
+from verifier.sandbox import host_secrets, redact_env
 
 JOB_FILE = "job.json"
 CHILD_BUILT_FILE = "child_built.json"  # extensions the child compiled itself: sources, flags, binary
@@ -192,4 +193,16 @@ class ChildReport(_Record):
 
     @classmethod
     def read(cls, job_dir: Path) -> "ChildReport":
-        return cls.from_dict(json.loads((job_dir / REPORT_FILE).read_text()))
+        """The child's report, with values of the host's environment withheld from every text in it (the
+        child's error strings quote what the candidate raised; verifier/sandbox.py)."""
+        return cls.from_dict(_redacted(json.loads((job_dir / REPORT_FILE).read_text()), host_secrets()))
+
+
+def _redacted(value, secrets: list[str]):
+    if isinstance(value, str):
+        return redact_env(value, secrets)
+    if isinstance(value, list):
+        return [_redacted(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _redacted(v, secrets) for k, v in value.items()}
+    return value

@@ -418,8 +418,9 @@ def host_secrets(env: dict | None = None) -> list[str]:
     """Values of the host's environment that must never appear in a verdict (long enough to be specific)."""
     env = dict(os.environ) if env is None else env
     keep = set(clean_env(env).values())
-    return sorted({v for k, v in env.items() if len(v) >= 6 and v not in keep and not os.path.isabs(v)
-                   and not re.fullmatch(r"[\d.:,]+", v)}, key=len, reverse=True)
+    # specific enough: 8+ characters, not a plain word (WARNING), a number list or a path
+    return sorted({v for k, v in env.items() if len(v) >= 8 and v not in keep and not os.path.isabs(v)
+                   and not v.isalpha() and not re.fullmatch(r"[\d.:,]+", v)}, key=len, reverse=True)
 
 
 def redact_env(text: str, secrets: list[str] | None = None) -> str:
