@@ -189,7 +189,7 @@ TASKS = {
     "matmul_symmetric": _task("torch.matmul(A, B)", "A = torch.randn(N, N)\n    A = (A + A.T) / 2\n    "
                               "B = torch.randn(N, N)\n    B = (B + B.T) / 2\n    return [A, B]", args="A, B",
                               module="N = 1024"),
-    "linear_swish": _task("x * torch.sigmoid(self.fc(x))", "return [torch.randn(128, 1024)]",
+    "linear_swish": _task("torch.nn.functional.silu(self.fc(x))", "return [torch.randn(128, 1024)]",
                           init="i, o: self.fc = nn.Linear(i, o)", init_inputs="[1024, 512]"),
     "conv3x3": _task("self.conv(x)", "return [torch.randn(16, 64, 66, 66)]",
                      init="c, k: self.conv = nn.Conv2d(c, k, 3)", init_inputs="[64, 64]"),
