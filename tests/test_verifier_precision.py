@@ -135,3 +135,15 @@ def test_init_reached_from_forward_is_compute():
     """The init exemption holds for code only construction reaches: forward calling reset_parameters is C01."""
     code = fx.linear_candidate("self.reset_parameters()\nreturn ext.linear(x, self.weight, self.bias)")
     assert cheats.C01 in {f.code for f in scan(code).findings}
+
+
+def test_failed_device_warm_up_is_the_verifiers_fault():
+    """A warm execution process that could not initialise the device says so in its first lines, before any
+    candidate code runs; a candidate printing the same words later does not turn its own failure into it."""
+    from verifier.judge import _warm_up_failed
+
+    ours = "[verifier] warm execution process ready in 0.00 s before this job\nwarm-up failed:\nTraceback ..."
+    assert _warm_up_failed(ours)
+    assert not _warm_up_failed("[verifier] warm execution process ready in 0.01 s before this job\nrunning\n"
+                               "warm-up failed: (printed by the candidate)")
+    assert not _warm_up_failed("warm-up failed:\n")

@@ -39,7 +39,7 @@ class VerifyConfig:
     # partial: torch compute allowed beside them (KernelBench's rule), one own kernel must run and do work.
     # Every verdict records what both say (Verdict.pass_strict / pass_partial).
     legality: str = "strict"
-    partial_min_own_share: float = 0.02  # cuda, partial: least share of forward device time in own kernels
+    partial_min_own_share: float = 0.001  # cuda, partial: least share of forward device time in own kernels
     time_torch_compile: bool = True
     other_shape: bool = True
     timed_checks: int = 5

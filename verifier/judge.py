@@ -405,6 +405,14 @@ def check_child_built(job_dir: Path, ev: Evidence) -> None:
             ev.add(cheats.C11, f"Check of the extension built at run time: {found}.")
 
 
+def _warm_up_failed(log: str) -> bool:
+    """The warm execution process's own first lines (written before any candidate code runs, so a candidate
+    cannot put them first) say its device warm-up failed."""
+    head = log.lstrip().splitlines()[:4]
+    return bool(head) and head[0].startswith("[verifier] warm execution process ready") and \
+        any(line.startswith("warm-up failed") for line in head[1:])
+
+
 def _read_flags(job_dir: Path) -> list[str]:
     try:
         return list(json.loads((job_dir / FLAGS_FILE).read_text()).get("patched", []))
@@ -426,6 +434,11 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         check_tampering(early, ev)
         v.cheats = sorted(ev.codes)
         return finish(w, "cheat", ev.details)
+    if (run.timed_out or run.rc != 0) and not (job_dir / "report.json").is_file() and _warm_up_failed(run.log):
+        # the warm process could not initialise the device before the candidate's job reached it (the device
+        # was full of other processes' memory): whatever happened next is not the candidate's outcome
+        return finish(w, "verifier_error", ["The execution process failed to initialise the device before your "
+                                            "code ran:\n" + "\n".join(run.log.strip().splitlines()[:8])])
     if run.timed_out:
         v.cheats = sorted(ev.codes)
         return finish(w, "timeout", [f"The run was killed after {cfg.run_timeout_s:.0f} s of wall-clock time "
