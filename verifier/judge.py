@@ -408,9 +408,13 @@ def check_child_built(job_dir: Path, ev: Evidence) -> None:
 def _warm_up_failed(log: str) -> bool:
     """The warm execution process's own first lines (written before any candidate code runs, so a candidate
     cannot put them first) say its device warm-up failed."""
-    head = log.lstrip().splitlines()[:4]
-    return bool(head) and head[0].startswith("[verifier] warm execution process ready") and \
-        any(line.startswith("warm-up failed") for line in head[1:])
+    head = log.lstrip().splitlines()[:3]
+    if not head or not head[0].startswith("[verifier] warm execution process ready"):
+        return False
+    notes = head[1:]
+    if notes and notes[0].startswith("network isolation before warm-up failed"):  # the one note printed before
+        notes = notes[1:]
+    return bool(notes) and notes[0].startswith("warm-up failed")
 
 
 def _read_flags(job_dir: Path) -> list[str]:
