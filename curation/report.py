@@ -42,6 +42,8 @@ FROM dialogues d JOIN tasks t USING (task_id) GROUP BY t.level ORDER BY t.level
 """
 SQL_SPEEDUP = "SELECT speedup_eager FROM verdicts WHERE correct AND speedup_eager IS NOT NULL AND speedup_eager > 0"
 SQL_TURNS = "SELECT solved, list_transform(turn_verdicts, lambda x: x.correct) AS correct FROM dialogues"
+SQL_STATUS = "SELECT status, count(*) AS n FROM verdicts GROUP BY status ORDER BY n DESC, status"
+SQL_POLICIES = "SELECT count_if(pass_strict), count_if(pass_partial), count(*) FROM verdicts"
 
 
 def _plt():
@@ -79,6 +81,14 @@ def first_correct_turn(correct: list[bool] | None) -> int | None:
     return None
 
 
+def _policies(con) -> tuple | None:
+    """(strict passes, partial passes, verdicts); None for a verdicts table written before the policy columns."""
+    try:
+        return tuple(con.sql(SQL_POLICIES).fetchall()[0])
+    except Exception:  # noqa: BLE001 - duckdb's binder error on a table without the columns (duckdb stays lazy here)
+        return None
+
+
 def gather(corpus_dir: str | os.PathLike) -> dict:
     """The numbers behind the plots, from DuckDB over the directory's views."""
     con = connect(corpus_dir)
@@ -95,6 +105,8 @@ def gather(corpus_dir: str | os.PathLike) -> dict:
             "speedups": [r[0] for r in con.sql(SQL_SPEEDUP).fetchall()],
             "turns": turns,
             "corpus_rows": {n: con.sql(f"SELECT count(*) FROM {n}").fetchall()[0][0] for n in ("sft", "rft", "rl")},
+            "statuses": con.sql(SQL_STATUS).fetchall(),
+            "policies": _policies(con),
         }
     finally:
         con.close()
@@ -222,6 +234,16 @@ def write_report(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Pa
     md += ["## Pass rate by level", "",
            *_md_table(["level", "first-turn samples", "first-turn pass rate", "any-turn pass rate"], data["pass"]),
            "", "![](pass_rate_by_level.png)", ""]
+    faults = {st: n for st, n in data["statuses"] if st in ("verifier_error", "task_error")}
+    md += ["## Verdicts", "", *_md_table(["status", "verdicts"], data["statuses"]), "",
+           f"Not the candidates' outcome, left out of every pass rate, reward and corpus: "
+           f"{faults.get('task_error', 0)} task faults (`task_error`: the task's reference output does not depend "
+           f"on its inputs) and {faults.get('verifier_error', 0)} verifier faults (`verifier_error`)."]
+    if data["policies"]:
+        strict, partial, total = data["policies"]
+        md += [f"Legality policies over the same {total} verdicts: {strict} pass strict (no PyTorch compute in "
+               f"forward, the corpora's rule), {partial} pass partial (KernelBench's rule)."]
+    md += [""]
     sp = sorted(data["speedups"])
     if sp:
         med = sp[len(sp) // 2] if len(sp) % 2 else (sp[len(sp) // 2 - 1] + sp[len(sp) // 2]) / 2

@@ -385,6 +385,9 @@ def test_report_plots_are_written_with_every_build(built, capsys):
     md = (rep / "report.md").read_text()
     assert "| sft | near_duplicate | 2 |" in md and "![](turns_to_repair.png)" in md
     assert "| 2 | 1 |" in md  # one dialogue first correct at turn 2
+    # verdicts by status, with the task and verifier faults counted apart from the candidates' outcomes
+    assert "## Verdicts" in md and "| status | verdicts |" in md
+    assert "0 task faults (`task_error`" in md and "verifier faults (`verifier_error`)" in md
     for p in rep.glob("*.png"):
         p.unlink()
     assert cli_main(["report", str(built["corpus"])]) == 0
