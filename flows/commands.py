@@ -13,8 +13,10 @@ that need it: the GPU box has no prefect, and `kernelmill run --no-prefect` must
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -164,10 +166,23 @@ def deploy_flows(names: list[str], pool: str, *, source: str | None = None, para
     return done
 
 
+def checkout_root(start: str | Path | None = None) -> Path:
+    """The kernelmill checkout ``kernelmill deploy`` runs from: the working directory or the nearest parent
+    holding prefect.yaml, orchestrator/ and flows/ (a clone may differ from the one the package was installed
+    from, and the deployment must name the checkout its worker will run); else the installed package's."""
+    here = Path(start or os.getcwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "prefect.yaml").is_file() and (d / "orchestrator").is_dir() and (d / "flows").is_dir():
+            return d
+    return Path(REPO_ROOT)
+
+
 def cmd_deploy(args) -> int:
     pool = args.pool or load_settings(args.config).flows.work_pool
     names = parse_names(args.flows, ENTRYPOINTS, "--flows")
-    done = deploy_flows(names, pool, deployment_name=args.name)
+    source = checkout_root()
+    done = deploy_flows(names, pool, source=str(source), deployment_name=args.name)
+    print(f"checkout: {source}")
     print(f"work pool: {pool} (process)")
     for d in done:
         print(f"deployed {d}")

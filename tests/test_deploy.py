@@ -169,3 +169,19 @@ def test_serve_runs_a_triggered_flow_on_this_box(api, tmp_path):
             os.killpg(proc.pid, 9)
         log.close()
     assert [t.name for t in store.read_records(out / "raw", "tasks")] == ["1_ReLU"]
+
+
+def test_deploy_names_the_checkout_it_runs_from(tmp_path, monkeypatch):
+    """`kernelmill deploy` run inside another clone records that clone (where its worker will run), not the
+    directory the package happens to be installed from; outside any checkout, the installed one."""
+    from flows.commands import checkout_root
+    from kernelmill.config import REPO_ROOT
+
+    clone = tmp_path / "clone"
+    for d in ("orchestrator", "flows", "data/seed_tasks"):
+        (clone / d).mkdir(parents=True)
+    (clone / "prefect.yaml").write_text("deployments: []\n")
+    monkeypatch.chdir(clone / "data" / "seed_tasks")
+    assert checkout_root() == clone.resolve()
+    monkeypatch.chdir(tmp_path)
+    assert checkout_root() == REPO_ROOT

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verifier import fixtures as fx
+from verifier import cheats, fixtures as fx
 from verifier import sandbox
 from verifier.api import VerifyConfig, verify_candidate
 
@@ -122,9 +122,9 @@ def verify(code: str, config, task: str = fx.RELU_TASK):
 
 
 def blocked(v) -> None:
-    """An escape's verdict: never a pass, named as C17 in the feedback."""
-    assert v.status != "pass", v.feedback
-    assert v.reward <= 0.1
+    """An escape's verdict: a C17 cheat (reward -1), named in the feedback."""
+    assert v.status == "cheat" and cheats.C17 in v.cheats, (v.status, v.cheats, v.feedback)
+    assert v.reward == -1.0
     assert "C17_SANDBOX_ESCAPE" in v.feedback, v.feedback
 
 
@@ -235,8 +235,8 @@ def test_static_initialiser_escape_fails_the_build(config, tmp_path):
                             f'cpp_sources={cpp!r}, functions=["f"])')
     v = verify(code, config)
     assert not target.exists()
-    assert v.status == "compile_error"
-    assert "C17_SANDBOX_ESCAPE" in v.compile_log and str(target) in v.compile_log
+    assert v.status == "cheat" and v.cheats == [cheats.C17], (v.status, v.cheats, v.feedback)
+    assert "C17_SANDBOX_ESCAPE" in v.compile_log and str(target) in v.feedback
 
 
 # ---------------------------------------------------------------- the mechanisms, without torch

@@ -31,7 +31,7 @@ import torch.utils.cpp_extension as cpp_extension
 
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
-from verifier import cheats
+from verifier import cheats, sandbox
 from verifier.backends import get_backend
 from verifier.build import CompilePool, first_errors
 from verifier.config import VerifyConfig, resolve_backend
@@ -115,11 +115,18 @@ def _as_strs(x) -> list[str]:
     return [str(i) for i in x] if isinstance(x, (list, tuple)) else [str(x)]
 
 
-def _compile_done(w: Work, results: list) -> bool:
-    """Record compile results; False (and the verdict finished) when any spec failed."""
+def _compile_done(w: Work, results: list, build_root: Path | None = None) -> bool:
+    """Record compile results; False (and the verdict finished) when any spec failed or its build tried to
+    escape the sandbox (C17, from the evidence the sandbox left in the key directory under ``build_root``)."""
     v = w.verdict
     v.stage_seconds["compile"] = round(sum(r.seconds for r in results if not r.cached), 3)
     v.stage_seconds["compile_cached"] = all(r.cached for r in results) if results else True
+    escapes = [f for r in results for f in sandbox.escape_findings(build_root / r.key)] if build_root else []
+    if escapes:  # the build process (the candidate's static initialisers run when it imports the module) escaped
+        v.cheats = [cheats.C17]
+        v.compile_log = next((r.log for r in results if not r.ok), "")[-20000:]
+        finish(w, "cheat", [f"The sandbox blocked, while building: {f}." for f in escapes])
+        return False
     bad = [r for r in results if not r.ok]
     if bad:
         v.compile_log = bad[0].log[-20000:]
@@ -476,7 +483,7 @@ def verify_candidate(reference_code: str, candidate_text: str, *, backend: str =
     with CompilePool(cfg.build_root(), workers=1, timeout_s=cfg.compile_timeout_s,
                      full_fallback=cfg.full_build_fallback) as pool:
         results = [pool.submit(s).result() for s in w.specs]
-    if not _compile_done(w, results):
+    if not _compile_done(w, results, cfg.build_root()):
         return _stamp(w)
     try:
         _execute(w, backend, cfg, cfg.build_root())
@@ -554,7 +561,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                 i, futs = item
                 w = works[i]
                 try:
-                    if _compile_done(w, [f.result() for f in futs]):
+                    if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
                         _execute(w, w.verdict.backend, cfg, cfg.build_root())
                 except InputError as e:
                     finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])

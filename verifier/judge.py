@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from kernelmill.schema import NOT_JUDGED, Verdict
-from verifier import cheats, feedback
+from verifier import cheats, feedback, sandbox
 from verifier.backends import kernel_family
 from verifier.config import VerifyConfig
 from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
@@ -405,6 +405,14 @@ def check_child_built(job_dir: Path, ev: Evidence) -> None:
             ev.add(cheats.C11, f"Check of the extension built at run time: {found}.")
 
 
+def check_sandbox_escape(job_dir: Path, ev: Evidence) -> None:
+    """C17: what the sandbox (verifier/sandbox.py) saw the job attempt outside its view: writes outside the job
+    directory, processes left behind, network use, the process limit. Written by the verifier's side of the
+    sandbox into the job directory after the child ended, never by the child."""
+    for found in sandbox.escape_findings(job_dir):
+        ev.add(cheats.C17, f"The sandbox blocked: {found}.")
+
+
 def _warm_up_failed(log: str) -> bool:
     """The warm execution process's own first lines (written before any candidate code runs, so a candidate
     cannot put them first) say its device warm-up failed."""
@@ -434,6 +442,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     log_tail = "\n".join(run.log.strip().splitlines()[-15:])
     early = _read_flags(job_dir)
     check_child_built(job_dir, ev)
+    check_sandbox_escape(job_dir, ev)
     if early or ev.codes - {cheats.C18}:  # tampering or vendor code seen, whatever happened after
         check_tampering(early, ev)
         v.cheats = sorted(ev.codes)
