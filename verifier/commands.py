@@ -2,7 +2,7 @@
 ``kernelmill metrics RUN_DIR [--k 8] [--json]``.
 
 ``verify`` prints one verdict and exits 0 whatever the candidate did; it exits 2 (an InputError,
-printed by kernelmill.cli) only when the verifier itself cannot run: the task file is missing or not
+printed by orchestrator/cli.py) only when the verifier itself cannot run: the task file is missing or not
 a runnable KernelBench program, the candidate file is missing, the backend is unknown or absent, or
 there is no compiler.
 """
