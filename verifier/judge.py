@@ -28,12 +28,10 @@ from verifier.config import VerifyConfig
 from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
 from verifier.inputs import as_list, build_model, digests_match, draw_inputs
 from verifier.monitors import forbidden
-from verifier.numerics import Budget, budget_for, float64_model, looks_lowered, widen
+from verifier.numerics import LOW_PRECISION, budget_for, float64_model, looks_lowered, widen
 from verifier.reward import reward_for
 from verifier.vendor import scan_library, scan_sources, scan_tampering
 
-LOW_PRECISION = (torch.float16, torch.bfloat16)
-TORCH_COMPUTE = "torch compute"  # Evidence bucket: what only the strict legality policy rejects
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
 HIDDEN_WORK_MIN_US = 30.0  # below this, an idle-minus-end gap is synchronisation jitter (device timestamps)
 CHUNK = 1 << 24  # elements compared at a time: outputs of several GB are compared in pieces
@@ -243,8 +241,7 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             ev.add(None, f"{label}: output contains NaN or inf where the reference is finite.")
         r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
         pool = pooled[k] if pooled and k < len(pooled) else None
-        budget, truth = budget_for(r, r64, cfg, ref_mod, pool) if o.is_floating_point() else \
-            (Budget(0.0, 0.0, "exact"), r)
+        budget, truth = budget_for(r, r64, cfg, ref_mod, pool)
         m = compare(o, truth, budget.atol, budget.rtol)
         errs.append((m["max_abs"], m["max_rel"], budget))
         if m["n_bad"]:
@@ -336,8 +333,7 @@ def check_timed_outputs(report: ChildReport, job: Job, job_dir: Path, plan, mode
             if o.shape != r.shape or o.dtype != r.dtype:
                 continue
             pool = plan.pooled[k] if k < len(plan.pooled) else None
-            b, truth = budget_for(r, refs64[k] if refs64 else None, cfg, plan.ref_mod, pool) if r.is_floating_point() \
-                else (Budget(0.0, 0.0, "exact"), r)
+            b, truth = budget_for(r, refs64[k] if refs64 else None, cfg, plan.ref_mod, pool)
             bad.append(compare(o.to(truth.device), truth, b.atol, b.rtol))
         if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
             ev.add(cheats.C16, f"Timed iteration {j + 1}: the output was wrong although the correctness trials "

@@ -127,7 +127,10 @@ def fixed_budget(dtype: torch.dtype, cfg, ref_mod) -> Budget:
 
 def budget_for(r32: torch.Tensor, r64: torch.Tensor | None, cfg, ref_mod,
                pooled: tuple[float, float] | None = None) -> tuple[Budget, torch.Tensor]:
-    """The budget of one output and the tensor to compare against (the float64 reference where measured)."""
+    """The budget of one output and the tensor to compare against (the float64 reference where measured;
+    integer and boolean outputs must match exactly)."""
+    if not r32.is_floating_point():
+        return Budget(0.0, 0.0, "exact"), r32
     if (r64 is not None and r32.dtype == torch.float32 and r64.dtype == torch.float64 and r64.shape == r32.shape
             and not (hasattr(ref_mod, "ATOL") or hasattr(ref_mod, "RTOL"))):
         return measured_budget(r32, r64, cfg, pooled), r64

@@ -374,7 +374,7 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
             elif isinstance(node, ast.Attribute) and node.attr == "__dict__":
                 add(cheats.C11, node, f"touches `{_dotted(node) or '__dict__'}` (namespaces are not the candidate's)")
             elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("torch") and \
-                    _writes(node, parents) and not isinstance(parents.get(id(node)), ast.Attribute):
+                    isinstance(node.ctx, (ast.Store, ast.Del)) and not isinstance(parents.get(id(node)), ast.Attribute):
                 add(cheats.C11, node, f"assigns to torch's `{_dotted(node)}` (patching torch)")
             elif isinstance(node, ast.Attribute) and _private_torch(canonical(_dotted(node))) and \
                     not isinstance(parents.get(id(node)), ast.Attribute):
@@ -492,11 +492,6 @@ def _private_torch(full: str) -> bool:
                                       for p in parts[1:]):
         return False
     return any(full == d or full.startswith(d if d.endswith("_") else d + ".") for d in PRIVATE_TORCH_DENIED)
-
-
-def _writes(node: ast.Attribute, parents: dict) -> bool:
-    """``node`` (an attribute chain) is assigned to, deleted or augmented: ``torch.x = ...``, ``del torch.x``."""
-    return isinstance(node.ctx, (ast.Store, ast.Del))
 
 
 def _refs(fn: ast.AST) -> set[str]:
