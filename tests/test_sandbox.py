@@ -6,6 +6,7 @@ host's environment is blocked and named in its verdict; an honest kernel still p
 All runtime escapes live in ONE extension (so the module compiles it once); the build-time escape (a static
 initialiser, which runs in the build process) and the outside include are their own sources."""
 
+import json
 import os
 import socket
 import subprocess
@@ -285,6 +286,27 @@ def test_supervisor_ends_detached_processes_and_sees_network_use(tmp_path):
     assert p.returncode == 0, p.stderr
     assert time.time() - t0 < 30
     assert "outlived the job" in findings and "network use" in findings
+
+
+def test_supervisor_bounds_a_fork_bomb_without_a_cgroup(tmp_path):
+    """The GPU box delegates no pids controller: the supervisor's own process count ends a fork bomb there.
+    Started here without the cgroup (plain subprocess), so only the count can stop it."""
+    box, _ = _box(tmp_path)
+    script = ("import os, signal, time\n"
+              "for i in range(5000):\n"
+              "    if os.fork() == 0:\n        signal.pause()\n        os._exit(0)\n"
+              "time.sleep(300)\n")
+    r, w = os.pipe()
+    cmd = box.argv([sys.executable, "-m", "verifier.sandbox", "--supervise", str(w), "--", sys.executable, "-c", script],
+                   {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    t0 = time.time()
+    p = subprocess.run(cmd, env={}, pass_fds=(w,), timeout=120, capture_output=True, text=True)
+    os.close(w)
+    with os.fdopen(r) as f:
+        findings = json.loads(f.read())
+    assert time.time() - t0 < 60, "the bomb ran until the job's own end"
+    assert p.returncode != 0
+    assert any("fork bomb" in x and f"at most {sandbox.PROCS_MAX}" in x for x in findings), findings
 
 
 def test_redaction_of_compiler_text_and_host_values(tmp_path):

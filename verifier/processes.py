@@ -259,13 +259,15 @@ class Sandboxed:
     def wait(self, timeout: float | None = None) -> int:
         return self.proc.wait(timeout=timeout)
 
-    def kill(self) -> None:
+    def kill(self) -> list[str]:
+        """End the process (a timeout): bubblewrap's pid namespace goes with it. Returns what the job had
+        attempted by then (writes outside; a fork bomb the supervisor ended first)."""
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # bubblewrap: its pid namespace goes with it
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
-        self.findings()
+        return self.findings()
 
     def findings(self) -> list[str]:
         """After the process ended: what its job attempted outside the sandbox (and the sandbox removed)."""
@@ -308,8 +310,7 @@ def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", warm: i
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                return proc.proc.returncode, True, []
+                return proc.proc.returncode, True, proc.kill()
             if (job_dir / "child.log").is_file():
                 return rc, False, proc.findings()
             # the process died before it took the job (no log yet: the candidate never ran): run it fresh
@@ -323,8 +324,7 @@ def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", warm: i
     try:
         return proc.wait(timeout=timeout_s), False, proc.findings()
     except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.proc.returncode, True, []
+        return proc.proc.returncode, True, proc.kill()
 
 
 def _under_root(job_dir: Path) -> bool:

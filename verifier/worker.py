@@ -455,11 +455,19 @@ def serve() -> int:
         if pid == 0:
             _run_forked(job_dir)
         deadline = time.monotonic() + float(timeout or 120)
-        timed_out, status = False, 0
+        timed_out, status, bomb, next_count = False, 0, [], 0.0
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 break
+            if sandboxed and time.monotonic() > next_count:  # a fork bomb ends the job (sandbox.watch)
+                next_count = time.monotonic() + sandbox.WATCH_S
+                n = sandbox.count_processes()
+                if n > sandbox.PROCS_MAX:
+                    bomb = [sandbox.bomb_finding(n)]
+                    sandbox._kill_tree(pid)
+                    _, status = os.waitpid(pid, 0)
+                    break
             if time.monotonic() > deadline:
                 timed_out = True
                 try:
@@ -477,7 +485,7 @@ def serve() -> int:
         findings = []
         if sandboxed:  # after a timeout the job's leftovers (a build it started) are killed, not evidence
             left = sandbox.reap_namespace()
-            findings = ([] if timed_out else left) + sandbox.net_findings(net0, sandbox.net_counters())
+            findings = bomb + ([] if timed_out or bomb else left) + sandbox.net_findings(net0, sandbox.net_counters())
         sys.stdout.write(f"{rc}\t{int(timed_out)}\t{json.dumps(findings)}\n")
         sys.stdout.flush()
     return 0
