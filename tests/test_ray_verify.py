@@ -1,9 +1,18 @@
 """The verify stage spread over a real local Ray cluster (2 CPUs): compile tasks on CPU, verifier
-calls on several Ray workers, verdicts written by the stage as they arrive."""
+calls on several Ray workers, verdicts written by the stage as they arrive; a Ray worker killed while
+it verifies a chunk (SIGKILL from outside, as the OOM killer or a lost GPU would end it) costs a retry,
+never a verdict."""
 
+import collections
+import os
+import signal
+import threading
+import time
+
+import psutil
 import pytest
 
-from flows_fixtures import CANDIDATES, FAST_VERIFY, seed_run_dir, table_digest
+from flows_fixtures import CANDIDATES, FAST_VERIFY, make_candidates, relu_task, seed_run_dir, table_digest
 from kernelmill import store
 from orchestrator import stages
 from kernelmill.config import load_settings
@@ -71,3 +80,109 @@ def test_rerun_on_ray_verifies_nothing(ray_run):
     assert again["candidates"] == 0 and again["written"] == 0
     assert "ray" not in again  # no stats: ray_verify_batch was not called with anything to submit
     assert table_digest(run_dir, "verdicts") == before
+
+
+# ---------------------------------------------------------------------------- a worker killed mid-chunk
+
+VERIFY_TASK_TITLE = "ray::_verify_after_builds"  # Ray's process title while a worker runs a verify chunk
+# the candidates that run (compile + execution child), so every chunk lasts seconds and a kill lands mid-chunk
+RUNNING = ["honest", "honest_named", "hard_coded_rows"]
+
+
+class ChunkKiller(threading.Thread):
+    """Kills (SIGKILL) the first Ray worker of this test's cluster seen running a verify chunk for
+    ``after_s`` seconds: outside the task, as a real failure would, not a hook inside kernelmill."""
+
+    def __init__(self, after_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.after_s, self.killed, self.stop = after_s, [], threading.Event()
+
+    def run(self):
+        me, first_seen = psutil.Process(os.getpid()), {}
+        while not self.stop.is_set() and not self.killed:
+            # only our own cluster's workers (descendants of this process): other Ray clusters may share the box
+            for p in me.children(recursive=True):
+                try:
+                    title = " ".join(p.cmdline())
+                except psutil.Error:
+                    continue
+                if title.startswith(VERIFY_TASK_TITLE):
+                    t = first_seen.setdefault(p.pid, time.monotonic())
+                    if time.monotonic() - t >= self.after_s:
+                        os.kill(p.pid, signal.SIGKILL)
+                        self.killed.append(p.pid)
+                        break
+            self.stop.wait(0.02)
+
+
+@pytest.fixture(scope="module")
+def killed_run(ray_cluster, tmp_path_factory):
+    """The verify stage on Ray with one worker SIGKILLed mid-chunk, and the same stage run in this
+    process (no Ray) on a copy of the same run directory."""
+    ray_dir, local_dir = tmp_path_factory.mktemp("ray-killed"), tmp_path_factory.mktemp("one-process")
+    cands = seed_run_dir(ray_dir, RUNNING)
+    seed_run_dir(local_dir, RUNNING)
+    local = stages.verify(local_dir, load_settings(overrides=FAST_VERIFY))  # also builds the extension
+    killer = ChunkKiller()
+    killer.start()
+    try:
+        counts = stages.verify(ray_dir, load_settings(overrides={**ON_RAY, "flows.verify_flush_rows": 1}))
+    finally:
+        killer.stop.set()
+        killer.join()
+    return ray_dir, local_dir, cands, counts, local, killer.killed
+
+
+def test_killed_worker_loses_no_verdict_and_duplicates_none(killed_run):
+    ray_dir, _, cands, counts, _, killed = killed_run
+    assert len(killed) == 1, "the killer found no verify chunk to kill"
+    ids = [v.candidate_id for v in store.read_records(ray_dir, "verdicts")]
+    assert collections.Counter(ids) == collections.Counter(c.candidate_id for c in cands)  # each exactly once
+    assert counts["verified"] == counts["written"] == len(RUNNING)
+    stats = counts["ray"]
+    assert stats["retries"] == 1 and stats["duplicates_dropped"] == 0 and stats["unjudged"] == 0
+    assert stats["judged"] == len(RUNNING)
+    (failure,) = stats["failures"]
+    assert failure["retried"] and failure["attempt"] == 1 and "WorkerCrashedError" in failure["error"], failure
+    # the retry ran in another process: the killed worker is not among those that returned verdicts
+    assert killed[0] not in {pid for _, pid in stats["workers"]}
+
+
+def test_killed_run_verdicts_equal_a_one_process_run(killed_run):
+    ray_dir, local_dir, _, _, local, _ = killed_run
+    assert local["verified"] == len(RUNNING) and "ray" not in local
+    assert table_digest(ray_dir, "verdicts") == table_digest(local_dir, "verdicts")
+    by_id = {v.candidate_id: v for v in store.read_records(local_dir, "verdicts")}
+    for v in store.read_records(ray_dir, "verdicts"):
+        want = by_id[v.candidate_id]
+        assert (v.status, v.correct, v.stage_reached) == (want.status, want.correct, want.stage_reached)
+
+
+def test_chunk_out_of_attempts_raises_and_makes_up_no_verdict(ray_cluster):
+    """max_attempts=1: the killed chunk is not retried; the other chunk's verdicts are handed out once,
+    the killed chunk's candidates get none (a lost worker is never the candidate's verdict)."""
+    from orchestrator.ray_verify import RayVerifyError, ray_verify_batch
+    from verifier.api import VerifyConfig
+
+    task = relu_task()
+    items = [(task, c) for c in make_candidates(RUNNING + ["torch_fallback"])]
+    cfg = VerifyConfig.from_dict({k.split(".", 1)[1]: v for k, v in FAST_VERIFY.items()})
+    handed, stats = [], {}
+    killer = ChunkKiller()
+    killer.start()
+    try:
+        with pytest.raises(RayVerifyError) as err:
+            ray_verify_batch(items, config=cfg, address="auto", workers=2, chunk=2, max_attempts=1, stats=stats,
+                             on_verdict=lambda i, v: handed.append((i, v.candidate_id)))
+    finally:
+        killer.stop.set()
+        killer.join()
+    assert len(killer.killed) == 1
+    summary = err.value.summary
+    lost = set(summary.unjudged)
+    assert len(lost) == 2 and summary.retries == 0 and len(summary.failures) == 1
+    assert not summary.failures[0].retried and set(summary.failures[0].candidate_ids) == lost
+    assert sorted(i for i, _ in handed) == sorted({i for i, (_, c) in enumerate(items) if c.candidate_id not in lost})
+    assert all(items[i][1].candidate_id == cid for i, cid in handed)
+    assert stats["unjudged"] == 2 and set(stats["unjudged_ids"]) == lost
+    assert "2 candidate(s) unjudged" in str(err.value)
