@@ -193,6 +193,8 @@ class TrainSettings:
     retry_per_group: int = 1
     mirrorpop: bool = True
     mirrorpop_threshold: float = 0.1
+    dynamic_sampling: bool = True  # DAPO: an all-pass or all-fail fresh group is replaced by another task's group
+    dynamic_max_rounds: int = 1  # extra rollout rounds per step to replace such groups
     eval_n: int = 1
     eval_k: list[int] = field(default_factory=lambda: [1])
     eval_max_tasks: int = 0
@@ -203,18 +205,31 @@ class TrainSettings:
 
 @dataclass
 class LoopSettings:
-    rounds: int = 1  # rounds of sample -> verify -> repair -> curate -> RFT, each followed by an evaluation
-    model: str = ""  # the starting checkpoint, served with `transformers serve`; "": the generate.base_url endpoint
+    rounds: int = 1  # rounds of sample -> verify -> repair -> curate -> train (loop.train), each followed by an evaluation
+    model: str = ""  # the starting checkpoint, served (loop.server); "": the generate.base_url endpoint
     k: int = 4  # samples per task, for the training pool and for the held-out evaluation
     pool_tasks: int = 0  # at most this many training-split tasks sampled per round (0: all)
     eval_tasks: int = 0  # at most this many held-out tasks (train.heldout_frac, train.split_seed) evaluated (0: all)
     device: str = "auto"  # where a served checkpoint runs
     serve_timeout_s: float = 300.0
     continuous_batching: bool = False  # batch concurrent requests (use it on a GPU)
+    server: str = "auto"  # transformers (`transformers serve`), local (in this process, standard library), auto
+    train: str = "rft"  # what a round trains: rft, rl (GRPO from the round's model), rft+rl (RL after RFT)
+    rl_steps: int = 8  # GRPO steps per round
+    group_size: int = 8  # samples per RL prompt: large enough that most screened groups have mixed outcomes
+    prompts_per_step: int = 4
+    rl_fail_share: float = 0.25  # share of the RL pool that may be tasks the policy never solved (BDR's repair prompts)
+    max_seconds: float = 0.0  # time budget of one call (0: none): no phase starts past it, training stops in it
 
     def check(self) -> None:
         _at_least("loop.rounds", self.rounds, 1)
         _at_least("loop.k", self.k, 1)
+        _one_of("loop.server", self.server, ("auto", "transformers", "local"))
+        _one_of("loop.train", self.train, ("rft", "rl", "rft+rl"))
+        _at_least("loop.group_size", self.group_size, 2)
+        _at_least("loop.prompts_per_step", self.prompts_per_step, 1)
+        if not 0.0 <= self.rl_fail_share < 1.0:
+            raise InputError("loop.rl_fail_share", f"must be in [0, 1), got {self.rl_fail_share}")
 
 
 @dataclass

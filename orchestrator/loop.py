@@ -1,15 +1,27 @@
-"""The training loop as a stage: rounds of sample -> verify -> repair -> curate -> fine-tune (RFT), each
-model evaluated on held-out tasks. Every phase is an existing stage function over a run directory of its
-own, so the loop resumes at any phase like the stages do (each skips what is stored).
+"""The training loop as a stage: rounds of sample -> verify -> repair -> curate -> train (RFT, RL or both),
+each model evaluated on held-out tasks. Every phase is an existing stage function (or the trainer) over a
+run directory of its own, so the loop resumes at any phase like the stages do.
 
-    run_loop(run_dir, settings, progress) -> dict        the ``loop`` stage (`kernelmill loop RUN_DIR`)
+    run_loop(run_dir, settings, progress, phases) -> dict    the ``loop`` stage (`kernelmill loop RUN_DIR`)
+    share_start(src_run_dir, dst_run_dir)                     start another arm from a run's model 0 and pool
 
-Models: m0 is ``loop.model`` (a checkpoint, served with `transformers serve`) or, when empty, the
-``generate.base_url`` endpoint. Round r samples the training split with m(r-1), verifies, repairs
-(``repair.max_turns``) and curates it, and fine-tunes m(r) with the rft corpus (correct answers, up to
-``curate.rft_max_per_task`` distinct ones per task: near-copies dropped, so RFT keeps diverse correct
-samples) from m(r-1) (a checkpoint) or from ``train.model`` (an endpoint has no weights to tune; empty:
-a tiny model). A round whose pool has no correct answer keeps m(r-1).
+Models: m0 is ``loop.model`` (a checkpoint, served by ``loop.server``: `transformers serve`, or the
+in-process server of train/serve.py where fastapi is missing) or, when empty, the ``generate.base_url``
+endpoint. Round r samples the training split with m(r-1) (``loop.k`` answers per task), verifies, repairs
+(``repair.max_turns``) and curates it, then trains (``loop.train``):
+
+- ``rft``: fine-tunes on the rft corpus (correct answers, up to ``curate.rft_max_per_task`` distinct ones per
+  task: near-copies dropped, so RFT keeps diverse correct samples) from m(r-1) (a checkpoint) or from
+  ``train.model`` (an endpoint has no weights to tune; empty: a tiny model);
+- ``rl``: GRPO (train/rl.py) from m(r-1) for ``loop.rl_steps`` steps, groups of ``loop.group_size``, on the
+  round's RL pool: the tasks the current policy solved sometimes but not always among its k first answers
+  (DAPO-style screening, train.rl.screen_prompts), plus never-solved ones up to ``loop.rl_fail_share`` (Buffered
+  Dynamic Retry's repair prompts come from them); while training, an all-pass or all-fail group is replaced
+  by another task's group (``train.dynamic_sampling``). Stabilisers and their ablations: ``train.prime_echo``,
+  ``train.retry`` (BDR), ``train.mirrorpop``. RL needs weights: m(r-1) must be a checkpoint;
+- ``rft+rl``: RFT, then RL from the RFT model.
+
+A round whose pool has nothing to learn from (no correct answer; no screened task) keeps m(r-1).
 
 Tasks: the run's ``tasks`` table, split by ``train.data.is_heldout`` (``train.heldout_frac``,
 ``train.split_seed``: the trainer's own split), so no held-out task is ever sampled for training.
@@ -17,14 +29,20 @@ Tasks: the run's ``tasks`` table, split by ``train.data.is_heldout`` (``train.he
 Layout under ``<run_dir>/loop``:
     round-<r>/pool/       the round's sampled training tasks: candidates, verdicts, dialogues, sft/rft/rl
     round-<r>/rft/        the RFT output (checkpoints, metrics.jsonl)
+    round-<r>/rl/         the RL output (checkpoints, metrics.jsonl: one line per step with the share of mixed
+                          groups before and after replacement, repair prompts drawn and solved, MirrorPop drops)
+    round-<r>/phases.json the round's finished phases (pool, rft, rl) with what each did and the model it left:
+                          a phase listed there is not run again
     eval-<i>/             model i's k samples per held-out task, verified
     metrics.jsonl         one line per evaluated model: pass@1, pass@k, avg@k, fast_1.0, fast_1.1
                           (against eager), each with a 95% bootstrap interval over tasks, and the paired
-                          difference to model 0 with its interval; written last, so a model with a line is done
-    loop.md               the same as a table
+                          difference to model 0 with its interval; RL rounds add their stabiliser summary;
+                          written last, so a model with a line is done
+    loop.md               the same as a table, and the RL steps of each round
 
-Not done here: RL rounds (`kernelmill train-run RUN_DIR --kind rl` takes the corpus), sampling the
-held-out tasks with repair turns (the evaluation is first-answer only, as pass@k is defined).
+``loop.max_seconds`` bounds one call: no phase starts past it, and RFT and RL stop inside it with a checkpoint
+(the next call resumes them from it). Not done here: sampling the held-out tasks with repair turns (the
+evaluation is first-answer only, as pass@k is defined).
 """
 
 from __future__ import annotations
@@ -32,6 +50,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -92,27 +112,31 @@ def summarize(scores: dict[str, dict[str, float]], base: dict[str, dict[str, flo
 
 @contextlib.contextmanager
 def serving(model: str, s: Settings, log: Path):
-    """Settings whose generator is ``model`` behind `transformers serve` (a checkpoint), or the
-    configured endpoint when ``model`` is empty."""
+    """Settings whose generator is ``model`` behind a server (``loop.server``: `transformers serve` in a child
+    process, or the in-process server of train/serve.py; auto: the first where fastapi and uvicorn import,
+    else the second), or the configured endpoint when ``model`` is empty."""
     if not model:
         if not s.generate.base_url:
             raise InputError("loop.model", "is empty and generate.base_url names no endpoint to sample")
         yield s
         return
-    from train.serve import ModelServer, prepare_checkpoint
+    from train.serve import LocalModelServer, ModelServer, prepare_checkpoint, transformers_serve_available
 
     ckpt, _ = prepare_checkpoint(model)
-    with ModelServer(ckpt, device=s.loop.device, continuous_batching=s.loop.continuous_batching, log_path=log,
-                     timeout_s=s.loop.serve_timeout_s) as server:
+    local = s.loop.server == "local" or (s.loop.server == "auto" and not transformers_serve_available())
+    cls = LocalModelServer if local else ModelServer
+    with cls(ckpt, device=s.loop.device, continuous_batching=s.loop.continuous_batching, log_path=log,
+             timeout_s=s.loop.serve_timeout_s) as server:
         yield dataclasses.replace(s, generate=dataclasses.replace(s.generate, base_url=server.base_url,
                                                                   model=server.model))
 
 
 def _sampling(s: Settings) -> Settings:
-    """Every task of a sub-run, ``loop.k`` samples each."""
+    """Every task of a sub-run, ``loop.k`` samples each; the rl config keeps every sampled task with its pass
+    rate (the loop screens it itself)."""
     return dataclasses.replace(s, generate=dataclasses.replace(s.generate, samples_per_task=s.loop.k,
                                                                tasks_per_level=0),
-                               curate=dataclasses.replace(s.curate, out=""))
+                               curate=dataclasses.replace(s.curate, out="", rl_keep_trivial=True))
 
 
 def _read_metrics(path: Path) -> dict[int, dict]:
@@ -136,13 +160,106 @@ def _table(rows: list[dict], k: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+RL_STEP_COLS = ("step", "groups", "mixed_share_first", "replaced_groups", "mixed_share", "buffer_drawn",
+                "buffer_trajectories", "repair_solved", "repair_pass_rate", "mirrorpop_dropped", "reward_mean",
+                "pass_rate", "step_s")
+
+
+def rl_step_table(records: list[dict]) -> str:
+    """The stabiliser statistics of RL steps (train/rl.py's metrics lines) as a markdown table: share of
+    fresh groups with mixed outcomes when first rolled out and after dynamic sampling replaced the flat ones,
+    repair prompts (BDR) drawn, their trajectories and how many of those ended solved, MirrorPop drops."""
+    lines = ["| " + " | ".join(RL_STEP_COLS) + " |", "|" + " --- |" * len(RL_STEP_COLS)]
+    for r in records:
+        cells = []
+        for c in RL_STEP_COLS:
+            v = r.get(c)
+            cells.append("-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def rl_summary(records: list[dict]) -> dict:
+    """Per-round totals of the RL steps: mean mixed share (first / after replacement), repair prompts drawn
+    and solved (BDR solve rate over repair trajectories), MirrorPop drops."""
+    if not records:
+        return {}
+    n = len(records)
+    buf = sum(r.get("buffer_trajectories", 0) for r in records)
+    solved = sum(r.get("repair_solved", 0) for r in records)
+    return {"steps": n, "mixed_share_first": round(sum(r.get("mixed_share_first", 0.0) for r in records) / n, 4),
+            "mixed_share": round(sum(r.get("mixed_share", 0.0) for r in records) / n, 4),
+            "replaced_groups": sum(r.get("replaced_groups", 0) for r in records),
+            "repair_prompts": sum(r.get("buffer_drawn", 0) for r in records), "repair_trajectories": buf,
+            "repair_solved": solved, "repair_solve_rate": round(solved / buf, 4) if buf else None,
+            "mirrorpop_dropped": sum(r.get("mirrorpop_dropped", 0) for r in records)}
+
+
+def rl_pool(pool_dir: Path, s: Settings) -> tuple[list[dict], dict]:
+    """The round's RL prompts: its rl corpus rows (one per sampled task, with the first-turn pass rate of the
+    round's model over ``loop.k`` answers) screened by train.rl.screen_prompts: every task solved sometimes
+    but not always, then never-solved tasks up to ``loop.rl_fail_share`` of the pool. Held-out tasks are not
+    in the pool (the round samples only the training split)."""
+    from train import data as D
+    from train.rl import screen_prompts
+
+    try:
+        rows = D.rows_of(D.load_corpus(pool_dir, "rl"))
+    except InputError:
+        return [], {"screened": 0, "mixed": 0, "all_pass": 0, "all_fail": 0, "kept": 0}
+    rows.sort(key=lambda r: r["task_id"])
+    # pass counts on a common scale: 0 never, 2 always, 1 sometimes (tasks may have different sample counts)
+    code = [0 if r["pass_rate"] <= 0 else 2 if r["pass_rate"] >= 1 else 1 for r in rows]
+    return screen_prompts(rows, code, 2, fail_share=s.loop.rl_fail_share)
+
+
+class _Phases:
+    """``round-<r>/phases.json``: the round's finished phases, written as each one ends."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.done: dict = json.loads(path.read_text()) if path.is_file() else {}
+
+    def mark(self, name: str, record: dict) -> None:
+        self.done[name] = record
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.done, indent=1, default=str))
+        tmp.replace(self.path)
+
+
+def share_start(src: Path, dst: Path) -> None:
+    """Start the loop run ``dst`` from run ``src``'s evaluated model 0 and its round-1 pool (the tasks table,
+    ``loop/eval-0``, ``loop/round-1/pool`` with its phases.json "pool" entry, and model 0's metrics line),
+    so arms that differ only in how round 1 trains (RFT, RL, RL with a stabiliser off) sample and verify
+    once. The caller promises the same tasks, model 0 and sampling settings; nothing here checks them.
+    Copies nothing that ``dst`` already has."""
+    from kernelmill.store import read_records, write_records
+
+    s_loop, d_loop = src / LOOP, dst / LOOP
+    if not (s_loop / "eval-0" / "scores.json").is_file() or not (s_loop / "round-1" / "phases.json").is_file():
+        raise InputError(f"loop run {src}", "has no evaluated model 0 and round-1 pool to share")
+    if not read_records(dst, "tasks"):
+        write_records(dst, "tasks", read_records(src, "tasks"))
+    for sub in ("eval-0", "round-1/pool"):
+        if not (d_loop / sub).exists():
+            shutil.copytree(s_loop / sub, d_loop / sub)
+    phases = _Phases(d_loop / "round-1" / "phases.json")
+    if "pool" not in phases.done:
+        phases.mark("pool", {**json.loads((s_loop / "round-1" / "phases.json").read_text())["pool"],
+                             "shared_from": str(src)})
+    if 0 not in _read_metrics(d_loop / "metrics.jsonl"):
+        with open(d_loop / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(_read_metrics(s_loop / "metrics.jsonl")[0]) + "\n")
+
+
 def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) -> dict:
     """``loop.rounds`` rounds over the run's tasks (see the module docstring); ``phases`` holds the stage
     functions generate, verify, repair and curate (orchestrator/stages.py passes its own). Returns the
-    metrics per evaluated model and what each round did."""
-    from train.model import latest_checkpoint
-    from train.sft import train_sft
-
+    metrics per evaluated model, what each round did, and ``stopped`` (why this call ended before the last
+    round's evaluation, e.g. ``loop.max_seconds``; absent when the loop is done)."""
+    t0 = time.time()
+    left = lambda: s.loop.max_seconds - (time.time() - t0) if s.loop.max_seconds > 0 else float("inf")  # noqa: E731
     generate, verify, repair, curate = (phases[n] for n in ("generate", "verify", "repair", "curate"))
     root = run_dir / LOOP
     root.mkdir(parents=True, exist_ok=True)
@@ -155,6 +272,7 @@ def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) 
     done = _read_metrics(metrics_path)
     models = [s.loop.model]
     rounds: list[dict] = []
+    extra: dict[int, dict] = {}
 
     def evaluate(i: int) -> None:
         if i in done:
@@ -167,33 +285,129 @@ def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) 
         scores = task_scores(store.read_records(eval_dir, "verdicts"), s.loop.k)
         base = None if i == 0 else json.loads((root / "eval-0" / "scores.json").read_text())
         (eval_dir / "scores.json").write_text(json.dumps(scores, indent=1, sort_keys=True))
-        row = {"model_index": i, "model": models[i] or s.generate.model, **summarize(scores, base)}
+        row = {"model_index": i, "model": models[i] or s.generate.model, **summarize(scores, base), **extra.get(i, {})}
         with open(metrics_path, "a") as f:
             f.write(json.dumps(row) + "\n")
         done[i] = row
 
+    def finish(stopped: str = "") -> dict:
+        rows = [done[i] for i in sorted(done)]
+        md = (f"# kernelmill loop {run_dir}\n\n{len(pool)} training tasks, {len(held)} held out, k = {s.loop.k}, "
+              f"train = {s.loop.train}; per model: mean over held-out tasks [95% bootstrap interval] "
+              f"(difference to m0 [paired bootstrap interval])\n\n" + _table(rows, s.loop.k))
+        for r in range(1, s.loop.rounds + 1):
+            steps = _rl_records(root / f"round-{r}" / "rl")
+            if steps:
+                md += f"\n## RL steps, round {r}\n\n{json.dumps(rl_summary(steps))}\n\n" + rl_step_table(steps)
+        (root / "loop.md").write_text(md)
+        out = {"pool_tasks": len(pool), "heldout_tasks": len(held), "models": models, "rounds": rounds,
+               "metrics": rows}
+        if stopped:
+            out["stopped"] = stopped
+        return out
+
+    def out_of_time(what: str) -> str:
+        return f"loop.max_seconds ({s.loop.max_seconds:.0f} s) spent before {what}" if left() <= 0 else ""
+
+    if out_of_time("evaluating m0"):
+        return finish(out_of_time("evaluating m0"))
     evaluate(0)
     for r in range(1, s.loop.rounds + 1):
-        pool_dir = root / f"round-{r}" / "pool"
-        store.write_records(pool_dir, "tasks", pool)
-        with serving(models[r - 1], sample_s, root / f"serve-round-{r}.log") as ps:
-            counts = {"generate": generate(pool_dir, ps, progress), "verify": verify(pool_dir, ps, progress),
-                      "repair": repair(pool_dir, ps, progress)}
-        counts["curate"] = {"rows": curate(pool_dir, sample_s, progress)["rows"]}
-        out = root / f"round-{r}" / "rft"
-        if counts["curate"]["rows"].get("rft", 0):
-            init = models[r - 1] or s.train.model
-            res = train_sft(pool_dir, out, config="rft", init=init, **keywords_for(train_sft, s.train))
-            counts["rft"] = {k: v for k, v in res.items() if isinstance(v, (int, float, str))}
-            models.append(str(latest_checkpoint(out)))
-        else:  # nothing correct to learn from: the model stays
-            counts["rft"] = {"skipped": "no correct answer in the pool"}
-            models.append(models[r - 1])
-        rounds.append({"round": r, **counts})
+        rdir = root / f"round-{r}"
+        pool_dir = rdir / "pool"
+        ph = _Phases(rdir / "phases.json")
+        counts: dict = {"round": r}
+        rounds.append(counts)
+        if "pool" not in ph.done:
+            if out_of_time(f"round {r}'s pool"):
+                return finish(out_of_time(f"round {r}'s pool"))
+            store.write_records(pool_dir, "tasks", pool)
+            with serving(models[r - 1], sample_s, root / f"serve-round-{r}.log") as ps:
+                got = {"generate": generate(pool_dir, ps, progress), "verify": verify(pool_dir, ps, progress),
+                       "repair": repair(pool_dir, ps, progress)}
+            got["curate"] = {"rows": curate(pool_dir, sample_s, progress)["rows"]}
+            ph.mark("pool", got)
+        counts.update(ph.done["pool"])
+        model = models[r - 1]
+        for kind in ("rft", "rl"):
+            if kind not in s.loop.train.split("+"):
+                continue
+            if kind not in ph.done:
+                if out_of_time(f"round {r}'s {kind}"):
+                    return finish(out_of_time(f"round {r}'s {kind}"))
+                res = (_rft if kind == "rft" else _rl)(pool_dir, rdir / kind, model, s, left())
+                if res.pop("cut", False):  # stopped by the time budget with a checkpoint: resumed next call
+                    counts[kind] = res
+                    return finish(f"loop.max_seconds ({s.loop.max_seconds:.0f} s) spent during round {r}'s {kind}")
+                ph.mark(kind, res)
+            counts[kind] = ph.done[kind]
+            model = ph.done[kind].get("model") or model
+        if "rl" in ph.done:
+            extra[r] = {"rl": rl_summary(_rl_records(rdir / "rl"))}
+        models.append(model)
+        if out_of_time(f"evaluating m{r}") and r not in done:
+            return finish(out_of_time(f"evaluating m{r}"))
         evaluate(r)
-    rows = [done[i] for i in sorted(done)]
-    (root / "loop.md").write_text(f"# kernelmill loop {run_dir}\n\n{len(pool)} training tasks, {len(held)} held out, "
-                                  f"k = {s.loop.k}; per model: mean over held-out tasks [95% bootstrap interval] "
-                                  f"(difference to m0 [interval])\n\n" + _table(rows, s.loop.k))
-    return {"pool_tasks": len(pool), "heldout_tasks": len(held), "models": models, "rounds": rounds,
-            "metrics": rows}
+    return finish()
+
+
+def _rl_records(out: Path) -> list[dict]:
+    from train.sft import read_metrics
+
+    path = out / "metrics.jsonl"
+    return read_metrics(path, "rl") if path.is_file() else []
+
+
+def _rft(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dict:
+    """RFT from ``model`` (or ``train.model`` for an endpoint) on the pool's rft rows; ``cut`` when the time
+    budget ended it early."""
+    from train.model import latest_checkpoint
+    from train.sft import train_sft
+
+    rows = _corpus_rows(pool_dir, "rft")
+    if not rows:  # nothing correct to learn from: the model stays
+        return {"skipped": "no correct answer in the pool", "model": model}
+    kw = keywords_for(train_sft, s.train)
+    if left != float("inf"):
+        kw["max_seconds"] = max(1.0, left)
+    res = train_sft(pool_dir, out, config="rft", init=model or s.train.model, **kw)
+    rec = {k: v for k, v in res.items() if isinstance(v, (int, float, str))}
+    rec["model"] = str(latest_checkpoint(out))
+    rec["cut"] = res["steps_done"] < res["steps"]
+    return rec
+
+
+def _rl(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dict:
+    """GRPO from ``model`` on the round's screened RL pool (:func:`rl_pool`) with the [train] trainer settings,
+    the loop's steps, group size and prompts per step; ``cut`` when the time budget ended it early."""
+    from kernelmill.config import resolve_backend
+    from train.model import latest_checkpoint
+    from train.rl import train_rl
+
+    if not model:
+        raise InputError("loop.train", "rl needs weights to train: set loop.model to a checkpoint "
+                                       "(an endpoint can be sampled, not trained)")
+    rows, screen = rl_pool(pool_dir, s)
+    if not rows:  # every sampled task always passed (or nothing was sampled): no group could differ
+        return {"skipped": "no task in the pool that the model fails at least sometimes", "screen": screen,
+                "model": model}
+    kw = keywords_for(train_rl, s.train)
+    kw.update(steps=s.loop.rl_steps, group_size=s.loop.group_size, prompts_per_step=s.loop.prompts_per_step)
+    if left != float("inf"):
+        kw["max_seconds"] = max(1.0, left)
+    res = train_rl(pool_dir, out, init=model, rows=rows, backend=resolve_backend(s.run.backend), verify_cfg=s.verify,
+                   **kw)
+    rec = {k: v for k, v in res.items() if isinstance(v, (int, float, str))}
+    rec.update(screen=screen, model=str(latest_checkpoint(out)), cut=res["steps_done"] < res["steps"],
+               stabilisers={"prime_echo": kw["prime_echo"], "retry": kw["retry"], "mirrorpop": kw["mirrorpop"],
+                            "dynamic_sampling": kw["dynamic_sampling"]})
+    return rec
+
+
+def _corpus_rows(corpus: Path, name: str) -> list[dict]:
+    from train import data as D
+
+    try:
+        return D.rows_of(D.load_corpus(corpus, name))
+    except InputError:
+        return []

@@ -8,6 +8,8 @@ One step, in order (each line is a call below):
                              the verifier's feedback as the user turn between answers (under bf16
                              autocast with ``rollout_bf16``: a sampler of lower precision than the
                              trainer, the mismatch MirrorPop exists for)
+    2b. dynamic sampling     a fresh group whose samples all pass or all fail (no signal) is replaced by
+                             the next prompt's group, up to ``dynamic_max_rounds`` extra rollouts (DAPO)
     3. reward                PrimeEcho R(r1, rT) per trajectory (or rT when switched off)
     4. advantages            (R - mean_group) / std_group
     5. retry buffer          groups where every trajectory failed -> repair prompts -> FIFO buffer
@@ -16,8 +18,10 @@ One step, in order (each line is a call below):
     8. policy update         clipped surrogate over the sampled tokens of kept trajectories,
                              ``ppo_epochs`` passes, gradient clipped at 1.0
     9. log + checkpoint      one JSON line per step in metrics.jsonl (and to ``on_step``): rewards, the
-                             groups (how many had zero advantage, all passed, all failed, were mixed),
-                             the retry buffer (size, added, drawn, evicted), sequences MirrorPop
+                             groups (how many had zero advantage, all passed, all failed, were mixed;
+                             ``mixed_share_first`` before and ``mixed_share`` after replacement),
+                             the retry buffer (size, added, drawn, evicted; ``repair_pass_rate``: the
+                             share of repair-prompt trajectories whose first answer was correct), sequences MirrorPop
                              dropped; where the step's time went (sampling, the reward, the update);
                              ckpt-* with optimizer, buffer, and prompt cursor, so a resumed run
                              continues where it stopped
@@ -72,6 +76,13 @@ def pad_trajectories(trajs: list[Trajectory], pad_id: int):
     return ids, att, mask, lpr
 
 
+def is_flat_group(trajs: list[Trajectory]) -> bool:
+    """A group whose trajectories all had the same outcome: every first answer correct, or every
+    trajectory failed to the end, or every one failed first and was repaired (DAPO's all-pass /
+    all-fail, turn by turn). Such a group has equal rewards up to timing noise."""
+    return len({(t.correct[0], t.solved) for t in trajs}) <= 1
+
+
 def trajectory_reward(t: Trajectory, *, prime_echo: bool, lam: float, r_pass: float) -> float:
     return prime_echo_reward(t.rewards[0], t.rewards[-1], t.correct[0], lam=lam, r_pass=r_pass, enabled=prime_echo)
 
@@ -90,6 +101,8 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
              retry_ratio: float = TrainSettings.retry_ratio, retry_per_group: int = TrainSettings.retry_per_group,
              mirrorpop: bool = TrainSettings.mirrorpop,
              mirrorpop_threshold: float = TrainSettings.mirrorpop_threshold,
+             dynamic_sampling: bool = TrainSettings.dynamic_sampling,
+             dynamic_max_rounds: int = TrainSettings.dynamic_max_rounds,
              save_every: int = TrainSettings.rl_save_every, resume: bool = True, rows: list[dict] | None = None,
              max_seconds: float = 0.0, on_step: Callable[[dict], None] | None = None, rollout_bf16: bool = False) -> dict:
     """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
@@ -136,11 +149,8 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
         n_fresh, n_buf = mix_counts(prompts_per_step, len(buffer), retry_ratio, retry)
         fresh = [rows[i] for i in stream_indices(cursor, n_fresh, len(rows), seed)]
         cursor += n_fresh
-        starts = []
-        for g, row in enumerate(fresh):
-            starts += [(row, D.prompt_messages(row), g, False)] * group_size
-        for j, rp in enumerate(buffer.take(n_buf)):
-            starts += [(rp.row, rp.messages, n_fresh + j, True)] * group_size
+        starts = [(row, D.prompt_messages(row), g, False) for g, row in enumerate(fresh)]
+        starts += [(rp.row, rp.messages, n_fresh + j, True) for j, rp in enumerate(buffer.take(n_buf))]
         # 2. multi-turn rollouts with verifier feedback (the reward's share of the time measured apart)
         reward_s = [0.0]
 
@@ -151,22 +161,44 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             finally:
                 _s[0] += time.time() - t
 
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=rollout_bf16):
-            trajs = multi_turn_rollouts(model, tok, starts, timed_reward, turns=turns, max_new_tokens=max_new_tokens,
-                                        temperature=temperature)
+        def roll(group_starts):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=rollout_bf16):
+                return multi_turn_rollouts(model, tok, [x for st in group_starts for x in [st] * group_size],
+                                           timed_reward, turns=turns, max_new_tokens=max_new_tokens,
+                                           temperature=temperature)
+
+        def bdr(new_trajs, groups) -> int:
+            """5. Buffered Dynamic Retry: all-failed fresh groups become repair prompts."""
+            n = 0
+            for g in groups:
+                grp = [t for t in new_trajs if t.group == g]
+                n += buffer.add_failed_group(grp[0].row, grp[0].prompt_messages, [t.responses[0] for t in grp],
+                                             [t.feedbacks[0] for t in grp], [t.solved for t in grp], step=step + 1,
+                                             per_group=retry_per_group)
+            return n
+
+        trajs = roll(starts)
+        added = bdr(trajs, range(n_fresh))
+        flat_first = [g for g in range(n_fresh) if is_flat_group([t for t in trajs if t.group == g])]
+        # dynamic sampling (DAPO): a fresh group whose samples all pass or all fail teaches nothing; it is
+        # replaced by the group of the next prompt in the stream, up to dynamic_max_rounds extra rollouts
+        flat, replaced, rounds = flat_first, 0, 0
+        while dynamic_sampling and flat and rounds < dynamic_max_rounds:
+            rounds += 1
+            new_rows = [rows[i] for i in stream_indices(cursor, len(flat), len(rows), seed)]
+            cursor += len(flat)
+            new = roll([(row, D.prompt_messages(row), g, False) for g, row in zip(flat, new_rows)])
+            added += bdr(new, flat)
+            gone = set(flat)
+            trajs = [t for t in trajs if t.group not in gone] + new
+            replaced += len(flat)
+            flat = [g for g in flat if is_flat_group([t for t in trajs if t.group == g])]
         rollout_s = time.time() - ts
         # 3-4. PrimeEcho rewards and group-normalised advantages
         R = torch.tensor([trajectory_reward(t, prime_echo=prime_echo, lam=prime_echo_lambda, r_pass=r_pass)
                           for t in trajs])
         gids = torch.tensor([t.group for t in trajs])
         adv = group_advantages(R, gids)
-        # 5. Buffered Dynamic Retry: all-failed fresh groups become repair prompts
-        added = 0
-        for g in range(n_fresh):
-            grp = [t for t in trajs if t.group == g]
-            added += buffer.add_failed_group(grp[0].row, grp[0].prompt_messages, [t.responses[0] for t in grp],
-                                             [t.feedbacks[0] for t in grp], [t.solved for t in grp], step=step + 1,
-                                             per_group=retry_per_group)
         # 6. trainer log-probs of the sampled tokens, before the update ("old" policy)
         chunks = [list(range(i, min(i + micro_batch, len(trajs)))) for i in range(0, len(trajs), micro_batch)]
         padded = [pad_trajectories([trajs[i] for i in c], tok.pad_token_id) for c in chunks]
@@ -220,6 +252,12 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             "mean_turns": _mean([len(t.responses) for t in trajs]),
             "buffer_size": len(buffer), "buffer_added": added, "buffer_drawn": n_buf, "buffer_evicted": buffer.dropped,
             "buffer_trajectories": len(buf_t), "fresh_prompts": n_fresh, **groups,
+            # dynamic sampling: fresh groups that were all-pass / all-fail when first rolled out, how many were
+            # replaced, and the share of fresh groups with mixed outcomes after replacement
+            "flat_groups_first": len(flat_first), "replaced_groups": replaced, "dynamic_rounds": rounds,
+            "mixed_share_first": 1.0 - len(flat_first) / n_fresh if n_fresh else 0.0,
+            "mixed_share": 1.0 - len(flat) / n_fresh if n_fresh else 0.0,
+            "repair_solved": sum(t.solved for t in buf_t),
             "mirrorpop_dropped": int((~keep_all).sum()), "mirrorpop_dropped_share": float((~keep_all).float().mean()),
             "mirrorpop_stat_mean": float(stat_all.mean()), "mirrorpop_stat_max": float(stat_all.max()),
             "loss": loss_v, "grad_norm": gnorm, **pol, "trajectories": len(trajs), "sampled_tokens": int(tok_total),

@@ -1,4 +1,5 @@
-"""Serve a trained checkpoint behind an OpenAI-compatible endpoint: ``transformers serve``.
+"""Serve a trained checkpoint behind an OpenAI-compatible endpoint: ``transformers serve``, or, where
+fastapi and uvicorn are missing (the GPU image), :class:`LocalModelServer` (standard library, in-process).
 
     kernelmill serve-model CHECKPOINT [--host 127.0.0.1] [--port 8000] [--device auto] [--continuous-batching]
     kernelmill generate RUN_DIR --set generate.base_url=http://127.0.0.1:8000/v1 --set generate.model=MODEL
@@ -172,6 +173,191 @@ class ModelServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class LocalModelServer:
+    """An OpenAI-compatible chat endpoint served from this process with the standard library's HTTP server
+    and the trainer's own batched sampler (train/rollout.sample): what a box without fastapi and uvicorn
+    (the GPU image) uses in place of ``transformers serve``. Same interface as :class:`ModelServer`.
+
+    POST /v1/chat/completions takes messages, ``n`` (all n choices come back in one answer), ``temperature``
+    (0: greedy) and ``max_tokens``; GET /v1/models lists the one model. Concurrent requests are batched:
+    a worker thread takes every request that arrives within ``batch_wait_s`` of the first (up to
+    ``max_batch`` sequences) into one left-padded ``generate`` call per (temperature, max_tokens). The
+    prompt is :func:`train.data.encode_chat` of the messages (the checkpoint's chat template, exactly).
+    Every request is logged as ``POST /v1/chat/completions <status>`` to ``log_path``.
+
+    Not handled: streaming, stop strings, top-p / top-k (sampling is from softmax(logits / temperature)),
+    tools, other endpoints."""
+
+    continuous_batching = False
+
+    def __init__(self, model_dir: str | Path, *, host: str = "127.0.0.1", port: int = 0, device: str = "auto",
+                 log_path: str | Path | None = None, max_batch: int = 256, batch_wait_s: float = 0.05, **_ignored):
+        self.model = str(Path(model_dir).resolve())
+        self.host, self.port = host, int(port) or free_port(host)
+        self.device, self.max_batch, self.batch_wait_s = device, int(max_batch), float(batch_wait_s)
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="km-serve-")) / "server.log"
+        self.ready_s: float | None = None
+        self.requests = 0
+        self._httpd = None
+        self._threads: list = []
+
+    base_url = ModelServer.base_url
+    settings = ModelServer.settings
+    log_tail = ModelServer.log_tail
+
+    def _log(self, line: str) -> None:
+        with self._log_lock, open(self.log_path, "a") as f:
+            f.write(time.strftime("%H:%M:%S ") + line + "\n")
+
+    def start(self) -> "LocalModelServer":
+        import queue
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from train.model import load_pretrained
+        from train.sft import pick_device
+
+        t0 = time.time()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_lock = threading.Lock()
+        model, tok = load_pretrained(self.model)
+        self._model, self._tok = model.to(pick_device(self.device)).eval(), tok
+        self._queue: queue.Queue = queue.Queue()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, fmt, *args):  # the request line goes to the server's log, not stderr
+                pass
+
+            def _send(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                server._log(f"{self.command} {self.path} {code}")
+
+            def do_GET(self):
+                if self.path.rstrip("/") in ("/v1/models", "/health"):
+                    self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self):
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
+                try:
+                    req = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                    if req.get("model") != server.model:
+                        return self._send(400, {"error": {"message": f"model {req.get('model')!r} is not served "
+                                                                     f"here; this server serves {server.model}"}})
+                    job = server._submit(req)
+                except (ValueError, KeyError, TypeError) as e:
+                    return self._send(400, {"error": {"message": f"bad request: {e}"}})
+                job["done"].wait()
+                if "error" in job:
+                    return self._send(500, {"error": {"message": job["error"]}})
+                self._send(200, job["answer"])
+
+        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._httpd.daemon_threads = True
+        self._threads = [threading.Thread(target=self._httpd.serve_forever, daemon=True),
+                         threading.Thread(target=self._batches, daemon=True)]
+        for th in self._threads:
+            th.start()
+        self.ready_s = round(time.time() - t0, 1)
+        self._log(f"serving {self.model} at {self.base_url} (in-process, ready in {self.ready_s} s)")
+        return self
+
+    def _submit(self, req: dict) -> dict:
+        import threading
+
+        from train import data as D
+
+        msgs = [{"role": m["role"], "content": m["content"]} for m in req["messages"]]
+        ids, _ = D.encode_chat(self._tok, msgs, add_generation_prompt=True)
+        job = {"ids": ids, "n": max(1, int(req.get("n") or 1)), "temperature": float(req.get("temperature", 1.0)),
+               "max_tokens": int(req.get("max_tokens") or 256), "done": threading.Event()}
+        self._queue.put(job)
+        return job
+
+    def _batches(self) -> None:
+        """The worker: gather requests, sample them in batches, answer each."""
+        import queue
+
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            jobs, seqs = [job], job["n"]
+            deadline = time.time() + self.batch_wait_s
+            while seqs < self.max_batch:
+                try:
+                    nxt = self._queue.get(timeout=max(0.0, deadline - time.time()))
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                jobs.append(nxt)
+                seqs += nxt["n"]
+            by_kind: dict = {}
+            for j in jobs:
+                by_kind.setdefault((j["temperature"], j["max_tokens"]), []).append(j)
+            for (temp, max_tokens), group in by_kind.items():
+                try:
+                    self._answer(group, temp, max_tokens)
+                except Exception as e:  # noqa: BLE001 - the requests get a 500 with the reason; the server goes on
+                    for j in group:
+                        j["error"] = f"{type(e).__name__}: {e}"[:500]
+                for j in group:
+                    j["done"].set()
+
+    def _answer(self, jobs: list[dict], temp: float, max_tokens: int) -> None:
+        from train.rollout import decode_response, sample
+
+        contexts = [j["ids"] for j in jobs for _ in range(j["n"])]
+        outs = []
+        for i in range(0, len(contexts), self.max_batch):
+            outs += sample(self._model, self._tok, contexts[i:i + self.max_batch], max_new_tokens=max_tokens,
+                           temperature=temp if temp > 0 else 1.0, greedy=temp <= 0)
+        pos = 0
+        for j in jobs:
+            mine = outs[pos:pos + j["n"]]
+            pos += j["n"]
+            self.requests += 1
+            j["answer"] = {
+                "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": int(time.time()),
+                "model": self.model,
+                "choices": [{"index": i, "message": {"role": "assistant", "content": decode_response(self._tok, o.ids)},
+                             "finish_reason": "stop" if o.closed else "length"} for i, o in enumerate(mine)],
+                "usage": {"prompt_tokens": len(j["ids"]), "completion_tokens": sum(len(o.ids) for o in mine),
+                          "total_tokens": len(j["ids"]) * j["n"] + sum(len(o.ids) for o in mine)}}
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._queue.put(None)
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._httpd = None
+        self._model = None  # the weights go with the server (the trainer may need the memory next)
+
+    def __enter__(self) -> "LocalModelServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def transformers_serve_available() -> bool:
+    """Whether ``transformers serve`` can run here (it needs fastapi and uvicorn; the GPU image has neither)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("fastapi", "uvicorn"))
 
 
 def _serve_forever(args: dict) -> None:
