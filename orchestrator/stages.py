@@ -360,7 +360,8 @@ def repair(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> di
     function), up to ``repair.max_turns`` turns. Candidates are written per round, verdicts in the
     verify stage's batches, each Dialogue as soon as it closes. Tasks where every first-turn sample
     failed add a feedback-conditioned repair task to ``<run_dir>/repair_tasks.jsonl``. It samples no
-    first turn: that is the generate stage's (a first turn without a verdict is verified here)."""
+    first turn: that is the generate stage's (a first turn without a verdict is verified here). Progress
+    counts turns verified, one by one as their verdicts arrive."""
     backend = resolve_backend(s.run.backend)
     generator = make_generator(s.generate, backend=backend)
     tasks = {t.task_id: t for t in store.read_records(run_dir, "tasks")}
@@ -377,8 +378,9 @@ def repair(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> di
     verdicts = {v.candidate_id: v for v in store.read_records(run_dir, "verdicts") if v.candidate_id in wanted}
     verify_counts: dict = {}
 
-    def verify_fn(items: list[tuple]) -> dict:
-        counts, got = verify_items(run_dir, s, items, stage="repair-verify")
+    def verify_fn(items: list[tuple], done: Callable[[int], None]) -> dict:
+        counts, got = verify_items(run_dir, s, items, progress=lambda _stage, n, _total: done(n),
+                                   stage="repair-verify")
         for k, v in counts.items():
             if isinstance(v, int):
                 verify_counts[k] = verify_counts.get(k, 0) + v

@@ -139,3 +139,22 @@ def test_repair_cli_writes_dialogues(task, build_dir, tmp_path, capsys):
     assert out["dialogues"] == 1 and out["solved"] == 1 and out["backend"] == "cpu"
     assert len(store.read_records(run_dir, "dialogues")) == 1
     assert main(["--config", str(cfg), "repair", str(tmp_path / "nope")]) == 2
+
+
+def test_repair_progress_advances_per_verified_turn(task, build_dir, tmp_path):
+    """The repair stage's progress counts turns as their verdicts arrive, not dialogues as they close (a
+    `kernelmill run` bar sat at 0/6 for 46 s): generate then repair, two dialogues whose first turns both
+    fail, up to 2 turns each, so repair verifies the 2 first turns and the 2 repair answers."""
+    store.write_records(tmp_path, "tasks", [task])
+    calls = []
+    res = run_stages(tmp_path, settings_for(build_dir, **{"generate.bug_rate": 1.0, "repair.max_turns": 2}),
+                     ["generate", "repair"], progress=lambda stage, done, total: calls.append((stage, done, total)))
+    got = [(done, total) for stage, done, total in calls if stage == "repair"]
+    verified = res["repair"]["verify"]["verified"]
+    assert verified == 4 and res["repair"]["new_turns"] == 2
+    assert got[0] == (0, 4)  # 2 first turns to verify, 1 repair turn possible per dialogue
+    dones = [d for d, _ in got]
+    assert dones == sorted(dones) and all(d <= t for d, t in got)
+    # the first turns were verified one at a time (distinct code: one verdict each), before any repair answer
+    assert {1, 2} <= set(dones) and dones.index(2) < dones.index(verified)
+    assert got[-1] == (verified, verified)

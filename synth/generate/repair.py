@@ -28,6 +28,7 @@ speed; correctness is what ends the repair loop).
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
@@ -36,7 +37,8 @@ from synth.generate.generators import is_declined, make_candidate
 from synth.generate.prompts import build_repair_turn, first_turn_messages
 from synth.generate.reasoning import template_trace
 
-VerifyFn = Callable[[list[tuple[Task, Candidate]]], dict[str, Verdict]]  # candidate id -> verdict
+# (pairs, done) -> candidate id -> verdict; done(n) says that n of the pairs have their verdict so far (any thread)
+VerifyFn = Callable[[list[tuple[Task, Candidate]], Callable[[int], None]], dict[str, Verdict]]
 
 
 def dialogue_chains(candidates: Iterable[Candidate], *, backend: str, generator: str) -> dict[str, list[Candidate]]:
@@ -99,7 +101,12 @@ def repair_dialogues(chains: dict[str, list[Candidate]], tasks: dict[str, Task],
     """Continue ``chains`` (see the module docstring); ``verdicts`` holds the stored verdicts and
     receives the new ones. Returns stats: dialogues, turns, solved, solved_first_turn, repaired
     (solved after turn 1), repaired_at_turn ({k: share of dialogues solved at turn k}), new_turns,
-    declined (repair answers the teacher could not write), repair_tasks."""
+    declined (repair answers the teacher could not write), repair_tasks.
+
+    ``progress(done, total)`` counts turns verified here: ``done`` grows by one as each verdict arrives
+    (through ``verify``'s ``done``), ``total`` is ``done`` plus the turns still possible (those being
+    verified and, per open dialogue, the turns up to ``max_turns``), so it shrinks as dialogues close
+    early and equals ``done`` at the end."""
     if max_turns < 1:
         raise ValueError("max_turns must be at least 1")
     chains = {did: list(ch) for did, ch in chains.items() if ch[0].task_id in tasks}
@@ -107,11 +114,32 @@ def repair_dialogues(chains: dict[str, list[Candidate]], tasks: dict[str, Task],
              "new_turns": 0, "declined": 0, "repair_tasks": 0}
     closed: set[str] = set()
     pool = ThreadPoolExecutor(max_workers=max(1, int(getattr(generator, "concurrency", 1))))
+    turns = {"verified": 0, "batch": 0, "batch_done": 0}  # verified before this batch; this batch's size, done
+    lock = threading.Lock()
+
+    def report() -> None:
+        if progress is None:
+            return
+        with lock:  # verify may call back from its own threads; the calls stay in order
+            done = turns["verified"] + turns["batch_done"]
+            possible = sum(max_turns - len(ch) for d, ch in chains.items() if d not in closed)
+            progress(done, done + turns["batch"] - turns["batch_done"] + possible)
+
+    def batch_done(n: int) -> None:
+        with lock:
+            turns["batch_done"] = max(turns["batch_done"], min(n, turns["batch"]))
+        report()
 
     def judge(cands: list[Candidate]) -> None:
         todo = [(tasks[c.task_id], c) for c in cands if c.candidate_id not in verdicts]
         if todo:
-            verdicts.update(verify(todo))
+            with lock:
+                turns["batch"], turns["batch_done"] = len(todo), 0
+            report()
+            verdicts.update(verify(todo, batch_done))
+            with lock:
+                turns["verified"] += len(todo)
+                turns["batch"] = turns["batch_done"] = 0
         missing = [c.candidate_id for c in cands if c.candidate_id not in verdicts]
         if missing:
             raise RuntimeError(f"the verification function returned no verdict for {missing}")
@@ -120,8 +148,7 @@ def repair_dialogues(chains: dict[str, list[Candidate]], tasks: dict[str, Task],
         closed.update(dids)
         if dids:
             on_closed([make_dialogue(chains[d], verdicts) for d in dids])
-        if progress is not None:
-            progress(len(closed), len(chains))
+        report()
 
     try:
         judge([ch[-1] for ch in chains.values()])  # first turns the verify stage has not judged yet
