@@ -288,12 +288,17 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     lock = device_lock(job.timing_lock or None)
     if job.backend == "cuda":
         lock.acquire(False, job.lock_wait_s)
+    if job.backend == "cuda":
+        clock.phase("shared_lock_wait")
     try:
         ref = _exec_module("km_reference", job.reference_code, "reference.py")
         model, init = build_model(ref, job.init_seed, device, job.reference_code)
+        clock.phase("load_reference")
         with profiled(backend):  # the profiler's own threads and state exist before any baseline
             pass
+        clock.phase("load_profiler")
         guard = Guard(job_dir, report)
+        clock.phase("load_guard")
     except Exception:  # noqa: BLE001 - nothing of the candidate has run yet
         report.setup_error = traceback.format_exc(limit=4)[-3000:]
         return report
@@ -305,6 +310,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     except Exception:  # noqa: BLE001
         report.import_error = traceback.format_exc(limit=4)[-3000:]
         return report
+    clock.phase("load_candidate_import")
     if guard.tampered("import"):
         return report
     try:

@@ -1,0 +1,115 @@
+"""Where a candidate's build seconds go: each compile command of the verifier's first build variant (the
+binding file main.cpp, the CUDA file cuda.cu, the link), run alone and timed, and nvcc's own phase times
+(``nvcc --time``) for the CUDA file. On a GPU box:
+
+    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_build_phases.py --per-task 1 --out bench/results
+
+Prints a markdown table (and writes bench/results/build_phases_<device>.md)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch.utils.cpp_extension as ce  # noqa: E402
+
+from bench.common import device_name, emit  # noqa: E402
+from bench.mixed_batch import mixed_batch  # noqa: E402
+from orchestrator.ray_verify import extension_specs  # noqa: E402
+from verifier.build import build_variants, canonical_spec, ensure_pch  # noqa: E402
+
+
+def write_build_files(kwargs: dict, build_dir: Path) -> None:
+    """load_inline writes the sources and build.ninja; the build itself is stopped."""
+    class Stop(Exception):
+        pass
+
+    def stop(*_a, **_k):
+        raise Stop
+
+    saved = ce._run_ninja_build
+    ce._run_ninja_build = stop
+    try:
+        ce.load_inline(name="km_phase_probe", build_directory=str(build_dir), verbose=False, **kwargs)
+    except Stop:
+        pass
+    finally:
+        ce._run_ninja_build = saved
+        ce.JIT_EXTENSION_VERSIONER.entries.pop("km_phase_probe", None)
+
+
+def command(build_dir: Path, target: str) -> str:
+    return subprocess.run(["ninja", "-t", "commands", "-s", target], cwd=build_dir, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def timed(cmd: str, cwd: Path) -> tuple[float, bool, str]:
+    t = time.perf_counter()
+    r = subprocess.run(cmd, shell=True, cwd=cwd, capture_output=True, text=True)
+    return time.perf_counter() - t, r.returncode == 0, (r.stdout + r.stderr)[-800:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-task", type=int, default=1)
+    ap.add_argument("--tasks", default="", help="comma-separated task names of bench/mixed_batch.py (default: all)")
+    ap.add_argument("--out", default="bench/results")
+    a = ap.parse_args()
+    items = [it for it in mixed_batch(a.per_task)
+             if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
+    specs = extension_specs(items)
+    rows, phases = [], defaultdict(list)
+    for (task, cand), sp in zip(items, specs):
+        if not sp:
+            continue
+        spec = canonical_spec(sp[0])
+        label, kwargs = build_variants(spec)[0]
+        pch = ensure_pch(spec)
+        if pch is not None:
+            kwargs = dict(kwargs, extra_cflags=list(kwargs.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"])
+        d = Path(tempfile.mkdtemp(prefix="km-phases-"))
+        write_build_files(kwargs, d)
+        row = {"candidate": cand.candidate_id, "variant": label}
+        for obj, tu in (("main.o", "binding main.cpp"), ("cuda.cuda.o", "cuda.cu")):
+            cmd = command(d, obj)
+            if tu == "cuda.cu":
+                cmd += f" --time {d / 'nvcc_time.csv'}"
+            s, ok, tail = timed(cmd, d)
+            row[tu] = f"{s:.1f}" + ("" if ok else " (failed)")
+            if not ok:
+                print(cand.candidate_id, tu, "FAILED", tail, flush=True)
+        link = command(d, "km_phase_probe.so")
+        s, ok, _ = timed(link, d)
+        row["link"] = f"{s:.1f}" + ("" if ok else " (failed)")
+        try:
+            with open(d / "nvcc_time.csv") as f:
+                for rec in csv.reader(f):
+                    if len(rec) >= 4 and rec[0].strip() and rec[0].strip() != "source file name":
+                        phases[rec[1].strip()].append(float(rec[-1]) / 1000.0)
+        except (OSError, ValueError):
+            pass
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    cols = ["candidate", "variant", "binding main.cpp", "cuda.cu", "link"]
+    table = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n" + "\n".join(
+        "| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows)
+    ptable = "| nvcc phase | mean s | n |\n|---|---|---|\n" + "\n".join(
+        f"| {k} | {sum(v) / len(v):.2f} | {len(v)} |" for k, v in sorted(phases.items(), key=lambda kv: -sum(kv[1])))
+    text = (f"# Build phases on {device_name()}\n\nCommand: `PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 "
+            f"bench/bench_build_phases.py --per-task {a.per_task} --tasks '{a.tasks}'`; each command run alone (one at a time), "
+            "seconds of wall time; the binding file against the precompiled header where there is one.\n\n"
+            + table + "\n\n" + ptable + "\n")
+    emit(text, a.out, f"build_phases_{device_name().replace(' ', '_')}.md")
+
+
+if __name__ == "__main__":
+    main()
