@@ -1,62 +1,59 @@
-"""GPU benchmark of the loop with a served model: SFT -> serve -> sample -> verify -> curate -> RFT ->
-serve again -> sample -> verify, and pass@1 / pass@k / avg@k / fast_1.0 on held-out tasks before and
-after the RFT round.
+"""GPU benchmark of the training loop: SFT, then arms that each call the loop (orchestrator/loop.py, the
+`kernelmill loop` stage) from the same SFT model: SFT + one RFT round, SFT + RL, and SFT + RL with each
+stabiliser off (PrimeEcho, Buffered Dynamic Retry, MirrorPop) at the same number of RL steps. It owns no loop
+logic: sampling, verification, repair, curation, RFT, RL and the held-out evaluation are the loop's.
 
-Two steps:
+    python bench/bench_loop_gpu.py --make-corpus bench/data/loop_corpus --tasks 8000 --backend cuda   (here, once)
+    python3 bench/bench_loop_gpu.py --budget-s 540 --state-out $OUT --results $OUT/loop.md            (GPU, call 1)
+    python3 bench/bench_loop_gpu.py --budget-s 540 --state-in ext/loop_state --state-out $OUT ...      (call 2, ...)
 
-    python bench/bench_loop_gpu.py --make-corpus bench/data/loop_corpus --tasks 8000 --backend cuda   (here)
-    bash bench/gpu_tier.sh loop                                                                       (GPU box)
+What one call does, in order, each step skipped when the state already holds it:
 
-The corpus: ``--tasks`` procedural programs (synth/teacher/task_families.py) as tasks (the ``tasks``
-table), and an sft row per task whose chat is the generate stage's own prompt for it
-(synth/generate/prompts.build_prompt: system + user) and the compact teacher's answer
-(synth/teacher/compact.py). A model trained on it is asked, once served, exactly what `kernelmill
-generate` asks any hosted model (train/data.py folds the system message into the user turn, as the
-served chat template and the rft rows of the curate stage do).
+  1. SFT from scratch (train/sft.py, ``--sft-s``) on the corpus's training split (train.data.is_heldout at
+     ``--heldout-frac``: the SFT split); m0 is that checkpoint rounded to bf16 (what the state carries, so
+     every call starts every arm from the same weights).
+  2. the arms, in ``--arms`` order, each a loop run directory ``<work>/arms/<arm>`` over the SFT-held-out
+     tasks, split again by the loop (train.heldout_frac 0.5, train.split_seed 1) into the pool the round
+     samples and trains on and the held-out set E it evaluates (``--pool-tasks``, ``--eval-tasks``):
+       rft                  loop.train = rft: m0 evaluated on E, the pool sampled (k answers per task, repair turns),
+                            verified, curated, RFT, m1 evaluated
+       rl                   loop.train = rl: GRPO (``--rl-steps``, groups of ``--group``) on the pool screened to
+                            tasks m0 solves sometimes but not always, dynamic sampling, all stabilisers
+       rl_no_prime_echo, rl_no_retry, rl_no_mirrorpop   the same with one stabiliser off
+     The first arm samples m0's evaluation and the pool; the others start from its copy
+     (orchestrator.loop.share_start), so every arm is compared with the same m0 scores (paired bootstrap).
+  3. results: held-out pass@1 per arm with its 95% interval and the paired-bootstrap difference to SFT with its
+     interval, pass@k, avg@k, fast_1.0/1.1; per RL arm the stabiliser statistics of every step (share of mixed
+     groups before/after replacement, repair prompts drawn and solved, MirrorPop drops) -> ``--results``.
 
-What one run does, every step a real component (the stage functions are what the `kernelmill`
-subcommands run; nothing is simulated):
+Several calls: ``--budget-s`` bounds a call; an arm starts only when its estimated time (the last finished arm of
+its kind, or ``--rl-est-s``) fits, and the loop gets the rest as loop.max_seconds. At the end of every call the
+state (m0 in bf16, every arm's run directory without checkpoints) is written to ``--state-out`` as
+``loop_state.tar.NN`` parts of 15 MB; a later call with ``--state-in DIR`` (those parts, carried) goes on where it
+stopped. An arm cut inside RL restarts its RL in the next call (checkpoints are not carried).
 
-  1. SFT from scratch (train/sft.py) on the training split; meanwhile the teacher's own answers for a
-     few evaluation tasks go through the verifier (checks the verifier on this box, warms its caches).
-  2. serve the SFT checkpoint with `transformers serve` (train/serve.py; continuous batching on cuda).
-  3. the generate stage samples k answers for every task of two held-out sets, E (evaluation) and P
-     (the RFT pool), through the OpenAI client (synth/generate/generators.py) at --temperature.
-  4. the verify stage (verify-run) judges every sample (compile pool = the box's cores, builds cached
-     by source hash, so a kernel written twice compiles once across the loop).
-     --repair-turns N >= 2: on P the repair stage follows 3 (it verifies the first turns with the verify
-     stage's function; failed samples get the verifier's feedback as the next user turn, up to N answers).
-  5. the curate stage on P: rft rows (correct answers only, deduplicated, curate.rft_max_per_task
-     per task).
-  6. RFT (train/sft.py, config rft) from the SFT checkpoint on those rows.
-  7. serve the RFT checkpoint; generate and verify on E again.
-  8. verifier/metrics.summarize_verdicts on E before and after (pass@1 and avg@k from the same k
-     samples; fast_1.0: correct and at least as fast as eager PyTorch), and the per-task difference
-     of avg@k with a 95% interval (paired bootstrap over tasks, train/evaluate.py).
-
-Held out: train.data.is_heldout(task_id, --heldout-frac), the split SFT uses; E and P are disjoint
-slices of the held-out tasks, so no evaluated task is in SFT or in RFT. Every phase has a time budget
-inside --budget-s; a phase that does not fit is reported "not run", never estimated. Every result row
-is printed as JSON and the markdown table rewritten as soon as it exists ($OUT and --results), so a
-run cut off keeps what it measured.
+Imports: no prefect, no fastapi: sampling uses the loop's in-process server (loop.server = local) on the GPU box.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
 import sys
-import threading
+import tarfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import FAMILIES_FILE, default_results, device_name, write_family_corpus  # noqa: E402
+from bench.common import FAMILIES_FILE, PART_BYTES, default_results, device_name, write_family_corpus  # noqa: E402
 
+ARMS = ("rft", "rl", "rl_no_prime_echo", "rl_no_retry", "rl_no_mirrorpop")
+STATE = "state.json"
 
 
 # ---------------------------------------------------------------------------- the corpus (made here, once)
@@ -83,107 +80,6 @@ def make_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldout_frac: 
     held = sum(is_heldout(t.task_id, heldout_frac) for t in tasks)
     print(f"corpus {out}: {len(tasks)} tasks and sft rows ({backend}), {held} held out at frac {heldout_frac}, "
           f"{len(set(fams.values()))} op combinations, {size / 1e6:.2f} MB, {time.time() - t0:.0f} s", flush=True)
-
-
-# ---------------------------------------------------------------------------- the report
-
-
-class Report:
-    """Result rows and phase rows, rewritten (a JSON line on stdout, markdown in --results and $OUT)
-    whenever one is added."""
-
-    COLS = ["model", "tasks", "samples", "pass@1", "pass@k", "avg@k", "fast_1.0", "statuses", "verifier_errors"]
-
-    def __init__(self, args, info: dict):
-        self.args, self.info = args, info
-        self.results: list[dict] = []
-        self.phases: list[dict] = []
-        self.notes: list[str] = []
-
-    def _emit(self, kind: str, row: dict) -> None:
-        print(json.dumps({"row": kind, **row}, default=str), flush=True)
-        if os.environ.get("OUT"):
-            with open(Path(os.environ["OUT"]) / "loop_rows.jsonl", "a") as f:
-                f.write(json.dumps({"row": kind, **row}, default=str) + "\n")
-        self.write()
-
-    def result(self, row: dict) -> None:
-        self.results.append(row)
-        self._emit("result", row)
-
-    def phase(self, row: dict) -> None:
-        self.phases.append(row)
-        self._emit("phase", row)
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
-        self._emit("note", {"text": text})
-
-    def write(self) -> None:
-        md = self.render()
-        Path(self.args.results).parent.mkdir(parents=True, exist_ok=True)
-        Path(self.args.results).write_text(md)
-        if os.environ.get("OUT"):
-            Path(os.environ["OUT"], Path(self.args.results).name).write_text(md)
-
-    def render(self) -> str:
-        a, i = self.args, self.info
-        k = a.k
-        lines = [f"# The loop with a served model on {i['device']}", "",
-                 f"Command: `{i['command']}` (commit {i['commit']}). Verifier backend: {i['backend']} "
-                 f"(trials {a.trials}, timing_trials {a.timing_trials}, no torch.compile timing; compile pool "
-                 f"{i['compile_workers']}, {a.exec_workers} execution workers).",
-                 f"Corpus: {i['tasks']} procedural tasks, {i['train_tasks']} trained on (SFT), {i['heldout_tasks']} "
-                 f"held out; E = {i['eval_tasks']} held-out tasks evaluated before and after RFT ({i['eval_unseen_combo']} "
-                 f"with an op combination no training task has), P = {i['pool_tasks']} other held-out tasks sampled "
-                 f"for the RFT rows. k = {k} samples per task at temperature {a.temperature}, at most "
-                 f"{a.max_new_tokens} new tokens, served by `transformers serve`"
-                 f"{' with continuous batching' if i['continuous_batching'] else ''}.",
-                 f"Model: Llama {a.n_layer} layers, d={a.d_model}, {a.n_head} heads, byte-level BPE (vocab {a.vocab}) "
-                 f"trained on the corpus; SFT budget {a.sft_s:.0f} s; RFT: up to {a.rft_steps} steps, lr {a.rft_lr}, "
-                 f"budget {a.rft_s:.0f} s.", "",
-                 "| " + " | ".join(c.replace("@k", f"@{k}") for c in self.COLS) + " |",
-                 "|" + " --- |" * len(self.COLS)]
-        for r in self.results:
-            lines.append("| " + " | ".join(str(r.get(c, "")) for c in self.COLS) + " |")
-        if self.phases:
-            lines += ["", "| phase | seconds | what |", "| --- | --- | --- |"]
-            lines += [f"| {p['phase']} | {p.get('seconds', '')} | {p.get('what', '')} |" for p in self.phases]
-        if self.notes:
-            lines += ["", *[f"- {n}" for n in self.notes]]
-        return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------------------- the run
-
-
-def git_commit() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def metrics_row(name: str, run_dir: Path, k: int) -> tuple[dict, dict[str, float]]:
-    """(result row, per-task share of correct samples) of a run's verdicts."""
-    from kernelmill import store
-    from verifier.metrics import summarize_verdicts
-
-    verdicts = store.read_records(run_dir, "verdicts")
-    s = summarize_verdicts(verdicts, k=k)
-    row = {"model": name, "tasks": s["tasks"], "samples": s["samples"], "verifier_errors": s["verifier_errors"]}
-    if s["tasks"]:
-        row.update({"pass@1": round(s["pass@1"], 3), "pass@k": round(s[f"pass@{k}"], 3),
-                    "avg@k": round(s[f"avg@{k}"], 3), "fast_1.0": round(s["fast_1.0_eager"], 3),
-                    "statuses": s["status_counts"]})
-    per_task: dict[str, list[bool]] = {}
-    for v in verdicts:
-        if v.status != "verifier_error":
-            per_task.setdefault(v.task_id, []).append(bool(v.correct))
-    return row, {t: sum(c) / len(c) for t, c in per_task.items()}
 
 
 def read_corpus(corpus: Path, backend: str) -> tuple[list, dict[str, str]]:
@@ -217,14 +113,178 @@ def write_training_corpus(out: Path, tasks: list, answers: dict[str, str], backe
                messages=build_prompt(t, backend) + [Message("assistant", answers[t.task_id])]) for t in tasks])
 
 
-def rft_rows(run_dir: Path, tasks: bool = False) -> int:
-    """Rows (or distinct tasks) of a run's rft config; 0 when curation wrote none."""
-    import pyarrow.parquet as pq
+# ---------------------------------------------------------------------------- state carried between calls
 
-    files = sorted((run_dir / "rft").glob("*.parquet"))
-    if tasks:
-        return len({t for f in files for t in pq.read_table(f, columns=["task_id"]).column("task_id").to_pylist()})
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+def _skip(name: str) -> bool:
+    """What the state leaves behind: checkpoints (the RL and RFT outputs; an arm's evaluation is what counts),
+    the fp32 m0 (rebuilt from m0_bf16), the SFT output and its training corpus (rebuilt or not needed)."""
+    parts = Path(name).parts
+    return (any(p.startswith(("ckpt-", ".tmp-ckpt-")) for p in parts) or parts[:1] in (("m0",), ("sft",), ("corpus",))
+            or name.endswith(".pyc"))
+
+
+def pack_state(work: Path, dest: Path) -> list[Path]:
+    """``work`` (less :func:`_skip`) as ``loop_state.tar.NN`` parts of PART_BYTES under ``dest``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=3) as tar:
+        for p in sorted(work.rglob("*")):
+            rel = p.relative_to(work).as_posix()
+            if p.is_file() and not _skip(rel):
+                tar.add(str(p), arcname=rel, recursive=False)
+    blob = buf.getvalue()
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("loop_state.tar.*"):
+        old.unlink()
+    parts = []
+    for n, i in enumerate(range(0, len(blob), PART_BYTES)):
+        parts.append(dest / f"loop_state.tar.{n:02d}")
+        parts[-1].write_bytes(blob[i: i + PART_BYTES])
+    return parts
+
+
+def unpack_state(src: Path, work: Path) -> None:
+    """The parts of :func:`pack_state` under ``src`` into ``work``; an arm whose training finished but whose
+    model (a checkpoint, not carried) was not evaluated gets that phase again."""
+    parts = sorted(src.glob("loop_state.tar.*"))
+    if not parts:
+        raise SystemExit(f"--state-in {src}: no loop_state.tar.* parts (written by --state-out)")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
+        tar.extractall(work, filter="data")
+    for phases in work.glob("arms/*/loop/round-*/phases.json"):
+        done = json.loads(phases.read_text())
+        lost = [k for k, v in done.items() if k != "pool" and v.get("model") and not Path(v["model"]).exists()]
+        if lost:
+            phases.write_text(json.dumps({k: v for k, v in done.items() if k not in lost}, indent=1))
+
+
+def export_m0(sft_out: Path, work: Path) -> None:
+    """m0_bf16: the SFT checkpoint in bf16 (what the state carries)."""
+    import torch
+
+    from train.model import latest_checkpoint, load_pretrained, write_serving_files
+
+    model, tok = load_pretrained(latest_checkpoint(sft_out))
+    model.to(torch.bfloat16).save_pretrained(str(work / "m0_bf16"))
+    write_serving_files(work / "m0_bf16", tok)
+
+
+def materialize_m0(work: Path) -> Path:
+    """m0 as an fp32 model directory (the bf16 values), built once per call from m0_bf16."""
+    from train.model import load_pretrained, write_serving_files
+
+    m0 = work / "m0"
+    if not (m0 / "config.json").is_file():
+        model, tok = load_pretrained(work / "m0_bf16")
+        model.float().save_pretrained(str(m0))
+        write_serving_files(m0, tok)
+    return m0
+
+
+# ---------------------------------------------------------------------------- the arms' settings
+
+
+def arm_settings(args, arm: str, m0: Path, backend: str, max_seconds: float):
+    """The loop's settings for one arm: every arm samples, verifies and evaluates the same way; they differ in
+    loop.train and one stabiliser switch."""
+    from kernelmill.config import load_settings
+
+    dev = "cuda" if backend == "cuda" else "cpu"
+    sets = {"run.backend": backend, "loop.model": str(m0), "loop.server": args.server, "loop.device": dev,
+            "loop.rounds": 1, "loop.k": args.k, "loop.pool_tasks": args.pool_tasks, "loop.eval_tasks": args.eval_tasks,
+            "loop.train": "rft" if arm == "rft" else "rl", "loop.rl_steps": args.rl_steps, "loop.group_size": args.group,
+            "loop.prompts_per_step": args.prompts, "loop.rl_fail_share": args.fail_share,
+            "loop.max_seconds": max(1.0, max_seconds), "loop.serve_timeout_s": 300.0,
+            # the loop's split of the SFT-held-out tasks into pool and E (RFT and RL use the same one)
+            "train.heldout_frac": 0.5, "train.split_seed": 1, "train.device": dev, "train.max_len": args.max_len,
+            "train.sft_steps": args.rft_steps, "train.lr": args.rft_lr, "train.batch_size": 16, "train.warmup": 5,
+            "train.save_every": 0, "train.rl_save_every": 0, "train.turns": args.turns,
+            "train.max_new_tokens": args.max_new_tokens, "train.temperature": args.temperature,
+            "train.rl_lr": args.rl_lr, "train.micro_batch": 32, "train.dynamic_max_rounds": args.dynamic_rounds,
+            "train.rollout_bf16": backend == "cuda",
+            "train.prime_echo": arm != "rl_no_prime_echo", "train.retry": arm != "rl_no_retry",
+            "train.mirrorpop": arm != "rl_no_mirrorpop",
+            "generate.temperature": args.temperature, "generate.max_tokens": args.max_new_tokens,
+            "generate.concurrency": args.concurrency, "generate.cache_dir": "", "generate.timeout_s": 600.0,
+            "generate.max_retries": 1, "verify.trials": args.trials, "verify.timing_trials": args.timing_trials,
+            "verify.time_torch_compile": False, "verify.compile_workers": args.compile_workers or (os.cpu_count() or 4),
+            "verify.exec_workers": args.exec_workers, "verify.run_timeout_s": 60, "verify.compile_timeout_s": 240,
+            "repair.max_turns": args.repair_turns, "curate.rft_max_per_task": args.rft_per_task,
+            "flows.verify_flush_rows": 32}
+    return load_settings(None, sets)
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def _cell(r: dict, m: str) -> str:
+    v, ci = r.get(m), r.get(f"{m}_ci")
+    return "-" if v is None else f"{v:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _diff(r: dict, m: str) -> str:
+    d = r.get(f"{m}_diff")
+    return "-" if not d else f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"
+
+
+def render(args, work: Path, state: dict) -> str:
+    from orchestrator.loop import rl_step_table
+    from train.sft import read_metrics
+
+    k = args.k
+    info = state.get("info", {})
+    lines = [f"# The training loop, SFT vs RFT vs RL and the stabiliser ablations, on {info.get('device', '?')}", "",
+             f"Commands (one per call): {'; '.join(f'`{c}`' for c in state.get('commands', []))}. "
+             f"Verifier backend {info.get('backend')}; sampling with the loop's in-process server "
+             f"(loop.server = {args.server}).",
+             f"SFT: {json.dumps(state.get('sft', {}))}.",
+             f"Tasks: the corpus's SFT-held-out tasks ({info.get('held')}), split by the loop into the round's pool "
+             f"(at most {args.pool_tasks}) and E (at most {args.eval_tasks}, evaluated for every model); k = {k} answers per "
+             f"task at temperature {args.temperature}, at most {args.max_new_tokens} new tokens; pool repair turns "
+             f"{args.repair_turns}. RL: {args.rl_steps} steps, {args.prompts} prompts x {args.group} samples, "
+             f"{args.turns} turns, lr {args.rl_lr}, dynamic sampling {args.dynamic_rounds} extra round(s); RFT "
+             f"{args.rft_steps} steps, lr {args.rft_lr}.", "",
+             "Held-out E: mean over tasks [95% bootstrap interval]; diff = arm minus SFT per task [95% paired "
+             "bootstrap interval].", "",
+             f"| arm | tasks | pass@1 | pass@1 diff vs SFT | pass@{k} | avg@{k} | avg@{k} diff | fast_1.0 | fast_1.1 | "
+             "RL mixed share (first / after) | BDR repair solved | MirrorPop dropped | seconds |",
+             "|" + " --- |" * 13]
+    first = work / "arms" / args.arms[0] / "loop" / "metrics.jsonl"
+    if first.is_file():
+        for line in first.read_text().splitlines():
+            r = json.loads(line)
+            if r["model_index"] == 0:
+                lines.append(f"| SFT (m0) | {r['tasks']} | {_cell(r, 'pass@1')} | - | {_cell(r, 'pass@k')} | "
+                             f"{_cell(r, 'avg@k')} | - | {_cell(r, 'fast_1.0')} | {_cell(r, 'fast_1.1')} | | | | |")
+    for arm in args.arms:
+        path = work / "arms" / arm / "loop" / "metrics.jsonl"
+        got = {json.loads(x)["model_index"]: json.loads(x) for x in path.read_text().splitlines()} if path.is_file() else {}
+        a = state.get("arms", {}).get(arm, {})
+        if 1 not in got:
+            lines.append(f"| SFT + {arm} | not run{': ' + a['stopped'] if a.get('stopped') else ''} |" + " |" * 11)
+            continue
+        r = got[1]
+        rl = r.get("rl") or {}
+        mixed = f"{rl['mixed_share_first']:.2f} / {rl['mixed_share']:.2f}" if rl else "-"
+        bdr = (f"{rl['repair_solved']}/{rl['repair_trajectories']} ({rl['repair_prompts']} prompts)" if rl else "-")
+        lines.append(f"| SFT + {arm} | {r['tasks']} | {_cell(r, 'pass@1')} | {_diff(r, 'pass@1')} | {_cell(r, 'pass@k')} | "
+                     f"{_cell(r, 'avg@k')} | {_diff(r, 'avg@k')} | {_cell(r, 'fast_1.0')} | {_cell(r, 'fast_1.1')} | "
+                     f"{mixed} | {bdr} | {rl.get('mirrorpop_dropped', '-') if rl else '-'} | {a.get('seconds', '')} |")
+    for arm in args.arms:
+        rl_metrics = work / "arms" / arm / "loop" / "round-1" / "rl" / "metrics.jsonl"
+        phases = work / "arms" / arm / "loop" / "round-1" / "phases.json"
+        if rl_metrics.is_file():
+            ph = json.loads(phases.read_text()) if phases.is_file() else {}
+            lines += ["", f"## {arm}: RL steps", "", f"RL pool screen: {json.dumps((ph.get('rl') or {}).get('screen'))}", "",
+                      rl_step_table(read_metrics(rl_metrics, "rl")).rstrip()]
+    for arm, a in state.get("arms", {}).items():
+        lines.append(f"\n- {arm}: {json.dumps(a)}")
+    for note in state.get("notes", []):
+        lines.append(f"- {note}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- the run
 
 
 def run(args) -> int:
@@ -232,12 +292,9 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from kernelmill import store
-    from kernelmill.config import load_settings
+    from orchestrator.loop import run_loop, share_start
     from orchestrator.stages import BY_NAME
     from train import data as D
-    from train.evaluate import paired_bootstrap_diff
-    from train.model import latest_checkpoint
-    from train.serve import ModelServer
     from train.sft import train_sft
 
     hf_logging.disable_progress_bar()
@@ -245,299 +302,108 @@ def run(args) -> int:
     t_start = time.time()
     left = lambda: args.budget_s - (time.time() - t_start)  # noqa: E731
     work = Path(args.work)
+    if args.fresh:
+        shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
+    if args.state_in and not (work / STATE).is_file():
+        unpack_state(Path(args.state_in), work)
+    state = json.loads((work / STATE).read_text()) if (work / STATE).is_file() else {}
     cuda = torch.cuda.is_available()
     backend = args.backend or ("cuda" if cuda else "cpu")
+    state.setdefault("commands", []).append(" ".join(["python3", "bench/bench_loop_gpu.py", *sys.argv[1:]]))
+    state.setdefault("arms", {})
+    state.setdefault("notes", [])
+
+    def save(note: str = "") -> None:
+        if note:
+            state["notes"].append(note)
+            print(f"note: {note}", flush=True)
+        (work / STATE).write_text(json.dumps(state, indent=1, default=str))
+        md = render(args, work, state)
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.results).write_text(md)
+
     tasks, answers = read_corpus(Path(args.corpus), backend)
-    corpus = work / "corpus"
-    write_training_corpus(corpus, tasks, answers, backend)
-    fams_file = Path(args.corpus) / FAMILIES_FILE
-    fams = json.loads(fams_file.read_text()) if fams_file.is_file() else {}
     held = sorted((t for t in tasks if D.is_heldout(t.task_id, args.heldout_frac)), key=lambda t: t.task_id)
-    train_combos = {fams.get(t.task_id) for t in tasks if not D.is_heldout(t.task_id, args.heldout_frac)}
-    evals, pool = held[:args.eval_tasks], held[args.eval_tasks:args.eval_tasks + args.pool_tasks]
-    cores = os.cpu_count() or 4
-    info = {"device": device_name(), "backend": backend, "commit": git_commit(), "tasks": len(tasks),
-            "train_tasks": len(tasks) - len(held), "heldout_tasks": len(held), "eval_tasks": len(evals),
-            "pool_tasks": len(pool), "eval_unseen_combo": sum(fams.get(t.task_id) not in train_combos for t in evals),
-            "compile_workers": args.compile_workers or cores,
-            "continuous_batching": args.cb == "on" or (args.cb == "auto" and cuda),
-            "command": " ".join(["python3", "bench/bench_loop_gpu.py", *sys.argv[1:]])}
-    rep = Report(args, info)
-    runs = {name: work / name for name in ("eval_sft", "pool", "eval_rft")}
-    # an earlier run's checkpoints would be "latest", and its cached answers are keyed by the same checkpoint path
-    for name in ("sft", "rft", "llm_cache", *(() if args.keep_work else runs)):
-        shutil.rmtree(work / name, ignore_errors=True)
-    for name, run_dir in runs.items():
-        store.write_records(run_dir, "tasks", evals if name.startswith("eval") else pool)
+    state["info"] = {"device": device_name(), "backend": backend, "tasks": len(tasks), "held": len(held)}
 
-    def settings(**gen):
-        sets = {"run.backend": backend, "generate.samples_per_task": args.k, "generate.temperature": args.temperature,
-                "generate.max_tokens": args.max_new_tokens, "generate.concurrency": args.concurrency,
-                "generate.max_retries": 2, "generate.timeout_s": args.request_timeout_s,
-                "generate.cache_dir": str(work / "llm_cache"), "verify.trials": args.trials,
-                "verify.timing_trials": args.timing_trials, "verify.time_torch_compile": False,
-                "verify.compile_workers": info["compile_workers"], "verify.exec_workers": args.exec_workers,
-                "verify.run_timeout_s": 60, "verify.compile_timeout_s": 240, "generate.tasks_per_level": 0,
-                "repair.max_turns": max(1, args.repair_turns),
-                "flows.verify_flush_rows": 32, "curate.rft_max_per_task": args.rft_per_task}
-        sets.update({f"generate.{k}": v for k, v in gen.items()})
-        return load_settings(None, sets)
-
-    def stage(name: str, run_dir: Path, s) -> dict:
+    # 1. SFT -> m0 (bf16 values)
+    if not (work / "m0_bf16" / "config.json").is_file():
+        corpus, sft_out = work / "corpus", work / "sft"
+        write_training_corpus(corpus, tasks, answers, backend)
+        shutil.rmtree(sft_out, ignore_errors=True)
         t = time.time()
-        counts = BY_NAME[name].run(run_dir, s, lambda *a: None)
-        return {"seconds": round(time.time() - t, 1), **{k: v for k, v in counts.items() if not isinstance(v, (list, dict))}}
+        r = train_sft(corpus, sft_out, steps=args.sft_steps, batch_size=args.batch_size, lr=args.lr, warmup=50,
+                      max_len=args.max_len, save_every=0, heldout_frac=args.heldout_frac, vocab_size=args.vocab,
+                      n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head, log_every=0,
+                      max_seconds=min(args.sft_s, max(1.0, left() - args.reserve_s)), split_words=False,
+                      split_digits=True, resume=False, lr_by_time=True, amp=cuda, device="cuda" if cuda else "cpu")
+        export_m0(sft_out, work)
+        shutil.rmtree(sft_out, ignore_errors=True)
+        if cuda:
+            torch.cuda.empty_cache()
+        state["sft"] = {"steps": r["steps_done"], "final_loss": round(r["final_loss"], 4), "examples": r["examples"],
+                        "seconds": round(time.time() - t, 1), "model": f"Llama {args.n_layer} layers, d={args.d_model}, "
+                        f"{args.n_head} heads, vocab {args.vocab}, weights rounded to bf16"}
+        save()
+    m0 = materialize_m0(work)
 
-    # 1. SFT, with the teacher's answers for E and P verified alongside
-    teacher: dict = {}
+    # 2. the arms, each a loop run
+    phases = {n: BY_NAME[n].run for n in ("generate", "verify", "repair", "curate")}
 
-    def check_teacher() -> None:
-        from kernelmill.schema import Candidate
-        from verifier.api import verify_batch
-        from verifier.extract import extract_code
+    def progress(stage: str, done: int, total: int) -> None:
+        if total and done == total:
+            print(f"  {stage}: {done}/{total} ({time.time() - t_start:.0f} s)", flush=True)
 
-        t = time.time()
-        pairs = []
-        for task in (evals + pool)[:args.teacher_check if args.teacher_check >= 0 else None]:
-            resp = answers[task.task_id]
-            pairs.append((task, Candidate(candidate_id=Candidate.make_id(task.task_id, backend, resp), task_id=task.task_id,
-                                          backend=backend, generator="teacher_compact", code=extract_code(resp) or resp,
-                                          response=resp)))
-        try:
-            s = settings()
-            vs = verify_batch(pairs, config=s.verify, compile_workers=info["compile_workers"])
-            teacher.update(ok=sum(v.correct for v in vs), n=len(vs), s=round(time.time() - t, 1),
-                           e=sum(v.correct for v in vs[:len(evals)]), ne=min(len(vs), len(evals)),
-                           failed=[(v.task_id, v.status, (v.feedback or "")[:200]) for v in vs if not v.correct][:3])
-        except Exception as e:  # noqa: BLE001 - reported, never fatal to the run
-            teacher.update(error=f"{type(e).__name__}: {e}"[:500])
-
-    checker = threading.Thread(target=check_teacher, daemon=True)
-    if args.teacher_check:
-        checker.start()  # CPU-bound builds beside GPU-bound SFT
-    sft_out = work / "sft"
-    sft_budget = min(args.sft_s, max(0.0, left() - args.reserve_s))
-    t = time.time()
-    r = train_sft(corpus, sft_out, steps=args.sft_steps, batch_size=args.batch_size, lr=args.lr, warmup=50,
-                  max_len=args.max_len, save_every=0, heldout_frac=args.heldout_frac, vocab_size=args.vocab,
-                  n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head, log_every=0,
-                  max_seconds=sft_budget, split_words=False, split_digits=True, resume=False, lr_by_time=True,
-                  amp=cuda, device="cuda" if cuda else "cpu")
-    if cuda:
-        torch.cuda.empty_cache()  # the server and the verifier's processes need the memory SFT cached
-    rep.phase({"phase": "SFT", "seconds": round(time.time() - t, 1),
-               "what": f"{r['steps_done']} steps, final loss {r['final_loss']:.4f}, {r['examples']} examples"})
-
-    def report_teacher() -> None:
-        if not args.teacher_check or teacher.get("reported"):
-            return
-        teacher["reported"] = "ok" in teacher
-        rep.note(f"Teacher check (the compact teacher's own answers through the same verifier, alongside SFT; it also "
-                 f"fills the build cache with the kernels a model that learnt them writes): {teacher['ok']}/{teacher['n']} "
-                 f"correct, {teacher['e']}/{teacher['ne']} on E, {teacher['s']} s"
-                 + (f"; failures {teacher['failed']}" if teacher.get("failed") else "")
-                 if "ok" in teacher else f"Teacher check: {teacher.get('error', 'not finished when reported')}")
-
-    def keep_log(server, label: str) -> None:
-        """The end of a server's log, appended to $OUT/servers.log (one file: $OUT brings back at most 8)."""
-        if os.environ.get("OUT"):
-            with open(Path(os.environ["OUT"]) / "servers.log", "a") as f:
-                f.write(f"===== transformers serve: {label} ({server.log_path})\n{server.log_tail(12000)}\n")
-
-    def start_server(ckpt: Path, name: str, budget: float):
-        """(server, what the first request saw), or (None, why not). A server whose first request fails
-        with continuous batching is restarted without it (once), and the report says so."""
-        import httpx
-
-        from synth.generate.prompts import build_prompt
-
-        msgs = [{"role": m.role, "content": m.content} for m in build_prompt(evals[0], backend)]
-        for cb in ([True, False] if info["continuous_batching"] else [False]):
-            server = ModelServer(ckpt, device="cuda" if cuda else "cpu", continuous_batching=cb,
-                                 log_path=work / f"server_{name}.log", timeout_s=min(300.0, budget),
-                                 extra_args={"cb_max_memory_percent": args.cb_memory} if cb else {})
-            try:
-                server.start()
-                t = time.time()
-                r = httpx.post(server.base_url + "/chat/completions", timeout=180.0,
-                               json={"model": server.model, "messages": msgs, "temperature": args.temperature,
-                                     "max_tokens": 16})
-                if r.status_code == 200:
-                    u = r.json().get("usage", {})
-                    return server, (f"first request {time.time() - t:.1f} s ({u.get('prompt_tokens')} prompt tokens, "
-                                    f"{u.get('completion_tokens')} new)")
-                why = f"first request HTTP {r.status_code}: {r.text[:300]}"
-            except (RuntimeError, httpx.HTTPError) as e:
-                why = f"{type(e).__name__}: {e}"
-            server.stop()
-            keep_log(server, f"{name}{' (continuous batching)' if cb else ''}, failed")
-            if cb:
-                rep.note(f"transformers serve with continuous batching failed ({why[:300]}); restarted without it")
-        return None, why
-
-    def serve_and_sample(name: str, ckpt: Path, targets: list[tuple[str, Path]], budget: float) -> bool:
-        """Serve ``ckpt``, run the sampling stage on each target run (concurrently), stop the server."""
-        if budget < args.min_phase_s:
-            for label, _ in targets:
-                rep.phase({"phase": f"sample {label}", "what": "not run (budget)"})
-            return False
-        t = time.time()
-        server, smoke = start_server(ckpt, name, budget)
-        timing[f"serve {name}"] = time.time() - t
-        if server is None:
-            rep.phase({"phase": f"serve {name}", "seconds": round(time.time() - t, 1), "what": f"failed: {smoke[-600:]}"})
-            return False
-        rep.phase({"phase": f"serve {name}", "seconds": round(time.time() - t, 1),
-                   "what": f"transformers serve up in {server.ready_s} s (answers /v1/models), "
-                           f"{'continuous batching, ' if server.continuous_batching else ''}model {server.model}; {smoke}"})
-        results: dict = {}
-        t_sample = time.time()
-        try:
-            s = settings(base_url=server.base_url, model=server.model)
-
-            def one(label: str, run_dir: Path) -> None:
-                st = "repair" if label == "P" and args.repair_turns >= 2 else "generate"
-                try:
-                    counts = stage("generate", run_dir, s)
-                    if st == "repair":  # continues the stored first turns (verifying them first)
-                        counts = {**counts, **{f"repair_{k}": v for k, v in stage("repair", run_dir, s).items()}}
-                    results[label] = (st, counts)
-                except Exception as e:  # noqa: BLE001 - a failed phase is reported, the run goes on
-                    results[label] = (st, {"error": f"{type(e).__name__}: {e}"[:400]})
-
-            threads = [threading.Thread(target=one, args=tgt, daemon=True) for tgt in targets]
-            for th in threads:
-                th.start()
-            deadline = time.time() + budget
-            for th in threads:
-                th.join(timeout=max(0.0, deadline - time.time()))
-            late = [label for (label, _), th in zip(targets, threads) if th.is_alive()]
-        finally:
-            server.stop()  # a sampling stage still running fails its requests now and ends
-        for th in threads:
-            th.join(timeout=60)
-        timing[f"sample {name}"] = time.time() - t_sample
-        keep_log(server, name)
-        for label, run_dir in targets:
-            st, res = results.get(label, ("generate", {"error": "did not end"}))
-            n = len(store.read_records(run_dir, "candidates"))
-            rep.phase({"phase": f"{st} {label} ({name})", "seconds": res.get("seconds", round(time.time() - t, 1)),
-                       "what": (f"cut by its budget; " if label in late else "") + f"{n} candidates; "
-                               + json.dumps({k: v for k, v in res.items() if k != "seconds"}, default=str)})
-        return True
-
-    def verify(label: str, run_dir: Path) -> dict:
-        if left() < args.min_phase_s:
-            rep.phase({"phase": f"verify {label}", "what": "not run (budget)"})
-            return {}
-        try:
-            res = stage("verify", run_dir, settings())
-            rep.phase({"phase": f"verify {label}", "seconds": res["seconds"],
-                       "what": json.dumps({k: v for k, v in res.items() if k != "seconds"})})
-            return res
-        except Exception as e:  # noqa: BLE001
-            rep.phase({"phase": f"verify {label}", "what": f"failed: {type(e).__name__}: {e}"[:400]})
-            return {}
-
-    def fit_pool(ver_e: dict) -> Path:
-        """P, or its first tasks whose verification fits the budget and still leaves RFT, a second server,
-        sampling and verifying E their time (the cost per distinct candidate as measured on E)."""
-        distinct_e = ver_e.get("candidates", 0) - ver_e.get("reused", 0)
-        if distinct_e <= 0:
-            return runs["pool"]
-        rate = ver_e["seconds"] / distinct_e
-        after = (args.rft_s + timing.get("serve sft", 30.0) + timing.get("sample sft", 60.0) + ver_e["seconds"]
-                 + args.min_phase_s)
-        allowed = left() - after
-        cands = store.read_records(runs["pool"], "candidates")
-        codes: dict[str, set] = {}
-        for c in cands:
-            codes.setdefault(c.task_id, set()).add(c.code)
-        keep, cost = [], 0.0
-        for task in pool:
-            n = len(codes.get(task.task_id, ()))
-            if cost + n * rate > allowed:
-                break
-            keep.append(task)
-            cost += n * rate
-        if len(keep) == len(pool):
-            return runs["pool"]
-        fit = work / "pool_fit"
-        shutil.rmtree(fit, ignore_errors=True)
-        store.write_records(fit, "tasks", keep)
-        ids = {t.task_id for t in keep}
-        store.write_records(fit, "candidates", [c for c in cands if c.task_id in ids])
-        rep.note(f"P cut to its first {len(keep)} of {len(pool)} tasks for verification and RFT: all of them would not "
-                 f"leave time for RFT and the second evaluation ({rate:.2f} s per distinct candidate on E, "
-                 f"{max(0.0, allowed):.0f} s available, {after:.0f} s kept for what follows)")
-        return fit
-
-    # 2-4. serve the SFT model, sample E and P, verify them
-    sft_ckpt = latest_checkpoint(sft_out)
-    timing: dict[str, float] = {}
-    pool_dir = runs["pool"]
-    targets = [("E", runs["eval_sft"]), ("P", runs["pool"])]
-    sampled = serve_and_sample("sft", sft_ckpt, targets, min(args.sample_s, left() - args.reserve_s))
-    if args.teacher_check:
-        checker.join(timeout=max(1.0, min(args.teacher_wait_s, left() - args.reserve_s)))
-        report_teacher()
-    if sampled:
-        ver_e = verify("E (SFT)", runs["eval_sft"])
-        row, before = metrics_row("SFT", runs["eval_sft"], args.k)
-        rep.result(row)
-        if args.repair_turns < 2:  # (the repair stage verified P as it went)
-            pool_dir = fit_pool(ver_e)
-            verify("P (SFT)", pool_dir)
-    else:
-        before = {}
-        rep.result({"model": "SFT", "pass@1": "not run"})
-
-    # 5-6. curate P into rft rows, RFT from the SFT checkpoint
-    rft_out = work / "rft"
-    rft_ckpt = None
-    if sampled and left() > args.rft_min_s + args.min_phase_s:
-        t = time.time()
-        try:
-            cur = stage("curate", pool_dir, settings())
-            n_rft = rft_rows(pool_dir)
-        except Exception as e:  # noqa: BLE001
-            cur, n_rft = {"error": f"{type(e).__name__}: {e}"[:400]}, 0
-        rep.phase({"phase": "curate P", "seconds": round(time.time() - t, 1),
-                   "what": f"{n_rft} rft rows; " + json.dumps({k: v for k, v in cur.items() if k != 'seconds'}, default=str)[:600]})
-        if n_rft:
-            t = time.time()
-            rr = train_sft(pool_dir, rft_out, config="rft", init=str(sft_ckpt), steps=args.rft_steps,
-                           batch_size=args.rft_batch_size, lr=args.rft_lr, warmup=5, max_len=args.max_len, save_every=0,
-                           heldout_frac=0.0, log_every=0, max_seconds=min(args.rft_s, left() - args.reserve_s),
-                           resume=False, amp=cuda, device="cuda" if cuda else "cpu")
-            rft_ckpt = latest_checkpoint(rft_out)
-            if cuda:
-                torch.cuda.empty_cache()
-            rep.phase({"phase": "RFT", "seconds": round(time.time() - t, 1),
-                       "what": f"{rr['steps_done']} steps on {rr['examples']} rft rows of {rft_rows(pool_dir, tasks=True)} "
-                               f"P tasks (none of E), final loss {rr['final_loss']:.4f}"})
+    base = work / "arms" / args.arms[0]
+    for arm in args.arms:
+        a = state["arms"].setdefault(arm, {})
+        if a.get("done"):
+            continue
+        kind = "rft" if arm == "rft" else "rl"
+        same = [x["seconds"] for x in state["arms"].values() if x.get("done") and x.get("kind") == kind]
+        est = same[-1] if same else (args.rl_est_s if kind == "rl" else 0.0)
+        if left() - args.reserve_s < est * 0.8:
+            save(f"{arm} not started in this call: about {est:.0f} s estimated, {left():.0f} s left")
+            break
+        run_dir = work / "arms" / arm
+        if arm == args.arms[0]:
+            store.write_records(run_dir, "tasks", held)
         else:
-            rep.phase({"phase": "RFT", "what": "not run (no correct sample in P to train on)"})
-    else:
-        rep.phase({"phase": "RFT", "what": "not run (budget)"})
-
-    # 7-8. serve the RFT model, sample and verify E again
-    if rft_ckpt is not None and serve_and_sample("rft", rft_ckpt, [("E", runs["eval_rft"])],
-                                                  min(args.sample_s, left() - args.reserve_s / 2)):
-        verify("E (RFT)", runs["eval_rft"])
-        row, after = metrics_row("SFT + RFT", runs["eval_rft"], args.k)
-        rep.result(row)
-        common = sorted(set(before) & set(after))
-        if common:
-            d, lo, hi = paired_bootstrap_diff([before[t] for t in common], [after[t] for t in common])
-            rep.note(f"avg@{args.k} after minus before, per task, on the {len(common)} E tasks with samples in both: "
-                     f"{d:+.3f} (95% interval {lo:+.3f} to {hi:+.3f}, paired bootstrap over tasks)")
-    else:
-        rep.result({"model": "SFT + RFT", "pass@1": "not run"})
-    report_teacher()  # when it finished after its first report
-    rep.note(f"Total wall time {time.time() - t_start:.0f} s of a {args.budget_s:.0f} s budget.")
-    print(rep.render(), flush=True)
+            try:
+                share_start(base, run_dir)
+            except Exception as e:  # noqa: BLE001 - the first arm has not sampled its pool yet
+                save(f"{arm} not started: {type(e).__name__}: {e}")
+                break
+        s = arm_settings(args, arm, m0, backend, left() - args.reserve_s)
+        t = time.time()
+        print(f"arm {arm}: starting ({left():.0f} s left)", flush=True)
+        try:
+            out = run_loop(run_dir, s, progress, phases)
+        except Exception as e:  # noqa: BLE001 - reported; the state keeps what finished
+            a.update(error=f"{type(e).__name__}: {e}"[:600])
+            save(f"{arm} failed: {a['error']}")
+            break
+        a["seconds"] = round(a.get("seconds_before", 0.0) + time.time() - t, 1)
+        a["kind"] = kind
+        if out.get("stopped"):
+            a.update(stopped=out["stopped"], seconds_before=a["seconds"])
+            save(f"{arm} stopped: {out['stopped']}")
+            break
+        a.update(done=True, stopped="")
+        if cuda:
+            torch.cuda.empty_cache()
+        save()
+        print(json.dumps({"arm": arm, **{k: v for k, v in out["metrics"][-1].items() if k in ("pass@1", "pass@1_diff", "rl")}},
+                         default=str), flush=True)
+    state["notes"].append(f"call {len(state['commands'])}: {time.time() - t_start:.0f} s of a {args.budget_s:.0f} s budget; "
+                          f"arms done: {[a for a, x in state['arms'].items() if x.get('done')]}")
+    save()
+    if args.state_out:
+        parts = pack_state(work, Path(args.state_out))
+        print(f"state: {len(parts)} part(s), {sum(p.stat().st_size for p in parts) / 1e6:.1f} MB in {args.state_out}",
+              flush=True)
+    print(render(args, work, state), flush=True)
     return 0
 
 
@@ -548,52 +414,55 @@ def main() -> int:
     ap.add_argument("--backend", default="", help="answers' backend (make-corpus: cuda) / verifier backend (run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--corpus", default="bench/data/loop_corpus")
-    ap.add_argument("--work", default="/tmp/kernelmill_loop_bench")
-    ap.add_argument("--keep-work", action="store_true", help="keep the run directories of an earlier run (resume)")
+    ap.add_argument("--work", default="/tmp/kernelmill_loop_bench", help="where the run lives during a call")
+    ap.add_argument("--fresh", action="store_true", help="start over (remove --work first)")
+    ap.add_argument("--state-in", default="", help="a directory of loop_state.tar.NN parts from an earlier call")
+    ap.add_argument("--state-out", default="", help="write the state's parts here at the end of the call (e.g. $OUT)")
     ap.add_argument("--results", default="")
     ap.add_argument("--budget-s", type=float, default=540)
-    ap.add_argument("--reserve-s", type=float, default=60, help="kept back at each phase for the phases after it")
-    ap.add_argument("--min-phase-s", type=float, default=15)
-    ap.add_argument("--heldout-frac", type=float, default=0.1)
-    ap.add_argument("--eval-tasks", type=int, default=32, help="E: held-out tasks evaluated before and after RFT")
-    ap.add_argument("--pool-tasks", type=int, default=40, help="P: other held-out tasks sampled for the rft rows")
-    ap.add_argument("--k", type=int, default=8, help="samples per task")
+    ap.add_argument("--reserve-s", type=float, default=45, help="kept back for the state and the report")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, the first samples the pool ({', '.join(ARMS)})")
+    ap.add_argument("--rl-est-s", type=float, default=170, help="an RL arm's expected seconds before one has run")
+    ap.add_argument("--server", default="local", help="loop.server: local (in-process; the GPU image), transformers, auto")
+    ap.add_argument("--heldout-frac", type=float, default=0.1, help="the SFT split of the corpus")
+    ap.add_argument("--eval-tasks", type=int, default=16, help="E: held-out tasks every model is evaluated on")
+    ap.add_argument("--pool-tasks", type=int, default=24, help="the round's pool: tasks sampled for RFT rows and RL")
+    ap.add_argument("--k", type=int, default=8, help="answers per task (pool and E)")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--max-new-tokens", type=int, default=320)
-    ap.add_argument("--concurrency", type=int, default=64, help="requests in flight (generate.concurrency)")
-    ap.add_argument("--request-timeout-s", type=float, default=120)
-    ap.add_argument("--cb", choices=("auto", "on", "off"), default="auto",
-                    help="continuous batching in transformers serve (auto: on with cuda)")
-    ap.add_argument("--cb-memory", type=float, default=0.2, help="share of GPU memory for the served KV cache")
-    ap.add_argument("--sample-s", type=float, default=100, help="most seconds for one serve + sample phase")
-    ap.add_argument("--repair-turns", type=int, default=0, help=">= 2: repair dialogues on P (the repair stage)")
+    ap.add_argument("--concurrency", type=int, default=32, help="requests in flight (generate.concurrency)")
+    ap.add_argument("--repair-turns", type=int, default=2, help="repair.max_turns on the pool")
     ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--timing-trials", type=int, default=5)
+    ap.add_argument("--timing-trials", type=int, default=3)
     ap.add_argument("--compile-workers", type=int, default=0, help="0: the box's cores")
     ap.add_argument("--exec-workers", type=int, default=8)
-    ap.add_argument("--teacher-check", type=int, default=-1,
-                    help="tasks of E then P whose teacher answer is verified alongside SFT (-1: all, 0: none)")
-    ap.add_argument("--teacher-wait-s", type=float, default=60,
-                    help="most seconds to wait for the teacher check after sampling, before verifying")
     ap.add_argument("--rft-per-task", type=int, default=4, help="curate.rft_max_per_task")
-    ap.add_argument("--sft-s", type=float, default=90)
-    ap.add_argument("--sft-steps", type=int, default=6000, help="schedule length (the time budget usually ends SFT)")
-    ap.add_argument("--rft-s", type=float, default=45)
-    ap.add_argument("--rft-min-s", type=float, default=10)
-    ap.add_argument("--rft-steps", type=int, default=150)
-    ap.add_argument("--rft-batch-size", type=int, default=16)
+    ap.add_argument("--rft-steps", type=int, default=60)
     ap.add_argument("--rft-lr", type=float, default=2e-4)
+    ap.add_argument("--rl-steps", type=int, default=6)
+    ap.add_argument("--group", type=int, default=8, help="loop.group_size")
+    ap.add_argument("--prompts", type=int, default=4, help="loop.prompts_per_step")
+    ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("--rl-lr", type=float, default=2e-5)
+    ap.add_argument("--fail-share", type=float, default=0.25, help="loop.rl_fail_share")
+    ap.add_argument("--dynamic-rounds", type=int, default=1, help="train.dynamic_max_rounds")
+    ap.add_argument("--sft-s", type=float, default=75)
+    ap.add_argument("--sft-steps", type=int, default=6000, help="schedule length (the time budget usually ends SFT)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--n-layer", type=int, default=6)
-    ap.add_argument("--d-model", type=int, default=384)
-    ap.add_argument("--n-head", type=int, default=6)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--n-head", type=int, default=4)
     args = ap.parse_args()
     if args.make_corpus:
         make_corpus(Path(args.make_corpus), args.tasks, args.backend or "cuda", args.seed, args.heldout_frac)
         return 0
+    args.arms = [a for a in args.arms.split(",") if a]
+    bad = [a for a in args.arms if a not in ARMS]
+    if bad:
+        raise SystemExit(f"--arms: unknown {bad}; choose from {', '.join(ARMS)}")
     if not args.results:
         args.results = default_results("loop")
     return run(args)

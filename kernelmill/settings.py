@@ -195,6 +195,7 @@ class TrainSettings:
     mirrorpop_threshold: float = 0.1
     dynamic_sampling: bool = True  # DAPO: an all-pass or all-fail fresh group is replaced by another task's group
     dynamic_max_rounds: int = 1  # extra rollout rounds per step to replace such groups
+    rollout_bf16: bool = False  # sample RL rollouts under bf16 autocast (a sampler less precise than the trainer)
     eval_n: int = 1
     eval_k: list[int] = field(default_factory=lambda: [1])
     eval_max_tasks: int = 0

@@ -200,12 +200,10 @@ def rl_pool(pool_dir: Path, s: Settings) -> tuple[list[dict], dict]:
     round's model over ``loop.k`` answers) screened by train.rl.screen_prompts: every task solved sometimes
     but not always, then never-solved tasks up to ``loop.rl_fail_share`` of the pool. Held-out tasks are not
     in the pool (the round samples only the training split)."""
-    from train import data as D
     from train.rl import screen_prompts
 
-    try:
-        rows = D.rows_of(D.load_corpus(pool_dir, "rl"))
-    except InputError:
+    rows = _corpus_rows(pool_dir, "rl")
+    if not rows:
         return [], {"screened": 0, "mixed": 0, "all_pass": 0, "all_fail": 0, "kept": 0}
     rows.sort(key=lambda r: r["task_id"])
     # pass counts on a common scale: 0 never, 2 always, 1 sometimes (tasks may have different sample counts)
@@ -405,9 +403,12 @@ def _rl(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dict
 
 
 def _corpus_rows(corpus: Path, name: str) -> list[dict]:
+    """The rows of one corpus config; [] when curation wrote none (an empty shard is not a dataset)."""
+    import pyarrow.parquet as pq
+
     from train import data as D
 
-    try:
-        return D.rows_of(D.load_corpus(corpus, name))
-    except InputError:
+    files = sorted((corpus / name).glob("*.parquet"))
+    if not sum(pq.ParquetFile(f).metadata.num_rows for f in files):
         return []
+    return D.rows_of(D.load_corpus(corpus, name))

@@ -104,7 +104,8 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
              dynamic_sampling: bool = TrainSettings.dynamic_sampling,
              dynamic_max_rounds: int = TrainSettings.dynamic_max_rounds,
              save_every: int = TrainSettings.rl_save_every, resume: bool = True, rows: list[dict] | None = None,
-             max_seconds: float = 0.0, on_step: Callable[[dict], None] | None = None, rollout_bf16: bool = False) -> dict:
+             max_seconds: float = 0.0, on_step: Callable[[dict], None] | None = None,
+             rollout_bf16: bool = TrainSettings.rollout_bf16) -> dict:
     """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
 
     ``init`` is the policy to start from (an SFT output directory or a model directory).
