@@ -313,7 +313,7 @@ def test_cli_smoke_sft_then_rl_then_eval_with_the_real_cpu_verifier(corpus, tmp_
     assert main(["train", "eval", "--corpus", str(corpus), "--model", str(rl), "--backend", "cpu",
                  "--max-tasks", "1", "--max-new-tokens", "8"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["pass@1"] == 0.0 and res["tasks"] == 1 and res["per_task"][0]["stages"] == ["none"]
+    assert res["pass@1"] == 0.0 and res["tasks"] == 1 and res["per_task"][0]["stages"] == ["extract"]
     assert main(["train", "plot", "--out", str(rl)]) == 0 and (rl / "metrics.png").stat().st_size > 0
 
 

@@ -240,13 +240,46 @@ def test_crash_hang_oom_feedback(batch):
     assert "SIGSEGV" in vs["crash_segfault"].feedback
     assert "killed after" in vs["crash_hang"].feedback
     assert "out of memory" in vs["crash_oom"].feedback
-    for n in ("crash_segfault", "crash_hang", "crash_oom"):
-        assert vs[n].compiled and vs[n].stage_reached == "compile"
+    for n in ("crash_segfault", "crash_hang", "crash_oom"):  # each in the first correctness trial
+        assert vs[n].compiled and vs[n].stage_reached == "correctness"
+
+
+# candidates that behave through the correctness trials (5 + the extra shape: 6 calls) and then crash or hang
+# in the timing stage's first call; one that runs everywhere and computes the wrong values
+AFTER_TRIALS = "self.calls += 1\nif self.calls > 6:\n    ext.{}(x)\nreturn ext.relu(x)"
+STAGE_CASES = {
+    "crash_in_timing": (C(AFTER_TRIALS.format("segv"), init="self.calls = 0"), "crash", "timing"),
+    "hang_in_timing": (C(AFTER_TRIALS.format("spin"), init="self.calls = 0"), "timeout", "timing"),
+    "wrong_values": (C("return ext.relu(x.t().contiguous()).view(x.shape)"), "wrong", "correctness"),
+    "static_rejection": (C("return ext.relu(x)", imports="import threading"), "cheat", "static"),
+}
+
+
+def test_stage_reached_names_the_stage_that_decided(batch, config):
+    """stage_reached is where the verdict was decided: a crash or a hang in the timing stage is "timing", one
+    in the correctness trials "correctness", like a wrong output; a pass ends at "timing"; the earlier stages
+    name themselves."""
+    vs = batch["verdicts"]
+    assert vs["no_code"].stage_reached == "extract"
+    assert vs["compile_error"].stage_reached == "compile"
+    assert vs["crash_segfault"].stage_reached == vs["crash_hang"].stage_reached == "correctness"
+    assert vs["c07_mutates_input"].stage_reached == "runtime"  # correct outputs, a mutated input
+    assert vs["c16_warmup_detection"].stage_reached == "timing"  # a timed output is wrong
+    assert {v.stage_reached for v in vs.values() if v.status == "pass"} == {"timing"}
+    cfg = dataclasses.replace(config, run_timeout_s=12)  # the hang costs this much
+    items = [(TASKS["relu"], Candidate(candidate_id=n, task_id=TASKS["relu"].task_id, backend="cpu", generator="test",
+                                       code=code)) for n, (code, _, _) in STAGE_CASES.items()]
+    got = {v.candidate_id: v for v in verify_batch(items, config=cfg, compile_workers=1)}
+    for n, (_, status, stage) in STAGE_CASES.items():
+        v = got[n]
+        assert (v.status, v.stage_reached) == (status, stage), (n, v.status, v.stage_reached, v.feedback)
+    assert got["crash_in_timing"].correct is False and "SIGSEGV" in got["crash_in_timing"].feedback
+    assert "killed after" in got["hang_in_timing"].feedback
 
 
 def test_compile_error_is_kept_and_quoted(batch):
     v = batch["verdicts"]["compile_error"]
-    assert v.stage_reached == "static" and not v.compiled
+    assert v.stage_reached == "compile" and not v.compiled
     assert "error" in v.compile_log.lower() and "First compiler errors" in v.feedback
     assert "expected" in v.feedback  # the g++ message about `int f( {`
 

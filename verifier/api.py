@@ -5,8 +5,12 @@ execution child (verifier/worker.py: trials, runtime checks, timing) -> judge (v
 against reference outputs computed in THIS process, which the child never sees) -> reward and feedback.
 
 Guarantees: every call returns one Verdict per candidate, whatever the candidate does (crash, hang,
-memory blow-up, garbage output); ``stage_reached`` is the last stage it got through and ``status`` why
-it stopped. Only problems of the verifier itself (a reference that does not run, no compiler) raise.
+memory blow-up, garbage output); ``status`` is what was decided and ``stage_reached`` the stage that
+decided it: extract, static, compile (the build and the built library's scan), correctness (the
+candidate's process until its trials are over, the trials judged; a task that cannot judge it), runtime
+(the legality checks on what the trials ran), timing (the candidate's process after its trials, the
+timed outputs; every pass ends here). Only problems of the verifier itself (a reference that does not
+run, no compiler) raise.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ def _front(reference_code: str, candidate_text: str, backend: str, task_id: str,
     """Extract and static stages; the returned work's verdict has a status when it stopped here."""
     t0 = time.perf_counter()
     v = Verdict(candidate_id=candidate_id, task_id=task_id, backend=backend)
+    v.stage_reached = "extract"
     w = Work(verdict=v, reference_code=reference_code, started=t0)
     code = extract_code(candidate_text)
     problems = check_candidate_shape(code, backend)
@@ -82,7 +87,7 @@ def _front(reference_code: str, candidate_text: str, backend: str, task_id: str,
         finish(w, "extract_error", problems)
         return w
     w.code = code
-    v.stage_reached = "extract"
+    v.stage_reached = "static"
     t1 = time.perf_counter()
     report = scan(code, backend)
     v.stage_seconds["static"] = round(time.perf_counter() - t1, 4)
@@ -104,7 +109,7 @@ def _front(reference_code: str, candidate_text: str, backend: str, task_id: str,
     w.torch_findings = [str(f) for f in report.findings]
     # load_inline calls with non-constant arguments are built inside the child (allow_child_compile): the
     # source and binary scans do not see them; the runtime monitors and time coverage still do
-    v.stage_reached = "static"
+    v.stage_reached = "compile"
     w.specs = [s.args for s in report.extensions if s.resolved]
     return w
 
@@ -133,7 +138,6 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         finish(w, "compile_error", ["First compiler errors:\n" + first_errors(bad[0].log)])
         return False
     v.compiled = True
-    v.stage_reached = "compile"
     vendor = [f for r in results for f in scan_library(r.so_path)]
     tamper = [f for r in results for f in scan_tampering([], r.so_path)]
     if vendor or tamper:  # the linker's view: what the built extension calls by name, however the source spelled it
@@ -413,6 +417,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     """Correctness, runtime legality and timing of a compiled candidate; judged here. Problems on the
     verifier's side (the task does not fit, its reference fails) end as ``verifier_error``."""
     v = w.verdict
+    v.stage_reached = "correctness"
     device = "cuda" if backend == "cuda" else "cpu"
     t0 = time.perf_counter()
     try:

@@ -428,6 +428,18 @@ def _read_flags(job_dir: Path) -> list[str]:
         return []
 
 
+def run_stage(job: Job, job_dir: Path, report: ChildReport | None = None) -> str:
+    """The run stage the candidate's process was in when it stopped: "timing" once its correctness trials
+    were over (its report says it began timing or, without a report, every trial left its output files,
+    named as verifier/worker.py writes them), else "correctness"."""
+    if report is not None:
+        return "timing" if report.timing_exclusive is not None else "correctness"
+    n = len(job.trial_seeds)
+    over = all((job_dir / f"out_{i}.pt").is_file() for i in range(n)) and \
+        all((job_dir / f"ref_{i}.pt").is_file() for i in range(0, n, 2))  # even trials: the reference after
+    return "timing" if n and over else "correctness"
+
+
 def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildRun, device: str,
           poison: int, reference_timing) -> Verdict:
     """The verdict of one executed candidate. ``plan`` is the task's TaskPlan (verifier/api.py),
@@ -441,6 +453,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     check_sandbox_escape(job_dir, ev)
     if early or ev.codes - {cheats.C18}:  # tampering or vendor code seen, whatever happened after
         check_tampering(early, ev)
+        v.stage_reached = run_stage(job, job_dir)
         v.cheats = sorted(ev.codes)
         return finish(w, "cheat", ev.details)
     if (run.timed_out or run.rc != 0) and not (job_dir / "report.json").is_file() and _warm_up_failed(run.log):
@@ -449,6 +462,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         return finish(w, "verifier_error", ["The execution process failed to initialise the device before your "
                                             "code ran:\n" + "\n".join(run.log.strip().splitlines()[:8])])
     if run.timed_out:
+        v.stage_reached = run_stage(job, job_dir)
         v.cheats = sorted(ev.codes)
         return finish(w, "timeout", [f"The run was killed after {cfg.run_timeout_s:.0f} s of wall-clock time "
                                       "(the limit)." + (f" Last output:\n{log_tail}" if log_tail else "")])
@@ -457,6 +471,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         why = f"killed by signal {signal.Signals(-rc).name}" if rc and rc < 0 else f"exit status {rc}"
         hint = " (a segmentation fault: an invalid memory access)" if rc == -signal.SIGSEGV else ""
         hint = hint or (" (killed: probably out of memory)" if rc == -signal.SIGKILL else "")
+        v.stage_reached = run_stage(job, job_dir)
         v.cheats = sorted(ev.codes)
         return finish(w, "crash", [f"The process running your kernel died: {why}{hint}."
                                    + (f" Last output:\n{log_tail}" if log_tail else "")])
@@ -480,6 +495,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
             return finish(w, "crash", [f"{label}:\n{text}"])
     check_tampering(report.patched, ev)
     if report.aborted:
+        v.stage_reached = run_stage(job, job_dir, report)
         v.cheats = sorted(ev.codes)
         return finish(w, "cheat", ev.details)
     check_reference_held(report, ev)
@@ -547,7 +563,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         return finish(w, "crash" if crash_detail else "wrong", ([crash_detail] if crash_detail else []) + ev.details,
                       passed / max(n, 1))
     v.correct = True
-    v.stage_reached = "correctness"
+    v.stage_reached = "runtime"
     # ---- runtime legality
     check_own_kernels(report, cfg, v, ev)
     if report.threads_added_timing > 0:
@@ -555,7 +571,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     if ev.codes:  # a cheat under either legality policy
         v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
         return finish(w, "cheat", ev.details)
-    v.stage_reached = "runtime"
+    v.stage_reached = "timing"
     # ---- timing, with the timed outputs judged too
     timed = bool(report.candidate and report.candidate.device_us)
     if timed:
@@ -565,7 +581,6 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
             v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
             return finish(w, "cheat", ev.details)
         _speedups(v, report, reference_timing, ev)
-        v.stage_reached = "timing"
     else:
         ev.add(None, "Timing failed: " + (report.timing_error or "no timing data"))
     return _legality_outcome(w, cfg, report, ev)
