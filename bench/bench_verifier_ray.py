@@ -1,0 +1,240 @@
+"""Verifier scaling over the GPUs of one host on Ray: the same mixed batch on 1, 2, 4 ... GPUs.
+
+    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python bench/bench_verifier_ray.py --gpus 1,2,4
+    PYTHONPATH=. python bench/bench_verifier_ray.py --backend cpu --gpus 0 --tasks 8   # smoke run, no GPU
+
+For each GPU count N it starts a local Ray cluster with N GPUs (``ray.init(num_gpus=N)``: Ray hands
+out GPU ids 0..N-1 and sets ``CUDA_VISIBLE_DEVICES`` per task), verifies the batch through
+orchestrator/ray_verify.py (one execution pool per GPU, compile tasks on the CPUs) and shuts the
+cluster down. The batch: the teacher's candidates for the level-1 and level-2 seed tasks
+(data/seed_tasks: elementwise, activations, reductions, softmax, norms, matmul, fused chains), an
+honest one per task and a planted bug on every second task, each repeated ``--repeats`` times under
+its own candidate id (so every run has several timings of one kernel: the timing CV). Every distinct
+extension is built before the clock starts (reported apart), so the runs compare execution, which is
+what a GPU adds.
+
+Columns: candidates per hour; per-GPU scaling = (rate at N / N) / rate at 1 (the issue asks >= 0.9);
+verdict agreement with the 1-GPU run (status, correct, stage reached per candidate id); timing CV =
+median over kernels of the coefficient of variation of the candidate's runtime over its repeats; the
+devices the chunks ran on with their candidate counts, and how many pairs of chunks overlapped in
+time on one device (0 when no two timings share a device: Ray gives a GPU to one chunk at a time).
+
+``--backend cpu``: each "GPU" is a cpu execution pool (a Ray task asking one CPU); all pools share
+the host's cores, so the smoke run checks the plumbing and the verdicts, not GPU scaling.
+NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+NVSHMEM_DISABLE_NVLS=1): set in this process before Ray starts (so the raylet and every worker
+inherit it) and in the job's runtime_env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from orchestrator.ray_verify import NO_MULTICAST_ENV  # noqa: E402
+
+os.environ.update(NO_MULTICAST_ENV)  # before any process is started: ray's and the verifier's inherit it
+
+from bench.common import emit  # noqa: E402
+from kernelmill.schema import Candidate, Task  # noqa: E402
+
+
+def mixed_batch(backend: str, n_tasks: int, repeats: int, only: str = "") -> tuple[list[tuple], list[str]]:
+    """(items, kernel label per item): the teacher's candidates for the first ``n_tasks`` level-1/2
+    seed tasks (in their numbered order; ``only``: those whose file stem matches this regex), an
+    honest one per task and a planted bug on every second task, each ``repeats`` times with its own
+    candidate id."""
+    import re
+
+    from synth.teacher.lowering import lower_reference
+    from synth.teacher.writer import BUG_KINDS, TeacherDeclined, bug_sites, write_candidate
+
+    files = sorted((ROOT / "data" / "seed_tasks").glob("level[12]/*.py"), key=lambda p: int(p.stem.split("_")[0]))
+    files = [f for f in files if not only or re.search(only, f.stem)]
+    if not 1 <= n_tasks <= len(files):
+        raise SystemExit(f"--tasks {n_tasks}: data/seed_tasks has {len(files)} level-1/2 tasks"
+                         + (f" matching --only {only!r}" if only else ""))
+    items, labels = [], []
+    for t, path in enumerate(files[:n_tasks]):
+        code = path.read_text()
+        task = Task.from_code(code, name=path.stem, source="seed", level=int(path.parent.name[-1]))
+        kernels = [("honest", "")]
+        if t % 2 == 1:
+            kinds = [k for k in BUG_KINDS if k in bug_sites(lower_reference(code), backend)]
+            kernels.append((kinds[(t // 2) % len(kinds)],) * 2)
+        for label, bug in kernels:
+            try:
+                text = write_candidate(code, backend, bug=bug)
+            except TeacherDeclined as e:
+                raise SystemExit(f"{path}: the teacher declines it ({e}); the batch needs every seed task")
+            base = Candidate.make_id(task.task_id, backend, text)
+            for r in range(repeats):
+                items.append((task, Candidate(candidate_id=f"{base}-r{r}", task_id=task.task_id, backend=backend,
+                                              generator="teacher", code=text)))
+                labels.append(f"{path.stem}:{label}")
+    return items, labels
+
+
+def prebuild(items: list[tuple], build_root: str, timeout_s: float, workers: int) -> tuple[int, int, float]:
+    """Every distinct extension of the batch built into ``build_root``: (built, failed, wall s)."""
+    from orchestrator.ray_verify import extension_specs
+    from verifier.build import build_blocking, spec_key
+
+    specs = {spec_key(s): s for per_item in extension_specs(items) for s in per_item}
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        results = list(pool.map(lambda s: build_blocking(build_root, s, timeout_s), specs.values()))
+    return len(results), sum(not r.ok for r in results), time.perf_counter() - t0
+
+
+def overlaps_on_one_device(runs) -> int:
+    """Pairs of chunks that ran at the same time on the same GPU (one host)."""
+    n = 0
+    for i, a in enumerate(runs):
+        for b in runs[i + 1:]:
+            same = a.host == b.host and a.gpus and set(a.gpus.split(",")) & set(b.gpus.split(","))
+            if same and a.started < b.ended and b.started < a.ended:
+                n += 1
+    return n
+
+
+def timing_cv(verdicts: list, labels: list[str]) -> float:
+    """Median over kernels (label) of the CV of runtime_us over the kernel's repeats (correct ones only)."""
+    by: dict[str, list[float]] = {}
+    for v, lab in zip(verdicts, labels):
+        if v.correct and v.runtime_us:
+            by.setdefault(lab, []).append(v.runtime_us)
+    cvs = [statistics.pstdev(x) / statistics.mean(x) for x in by.values() if len(x) >= 2]
+    return statistics.median(cvs) if cvs else float("nan")
+
+
+def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int) -> dict:
+    """One fresh local Ray cluster with ``pools`` GPUs (cpu: CPU execution pools), the batch verified."""
+    import ray
+
+    from orchestrator.ray_verify import LOCAL_OBJECT_STORE_BYTES, verify_on_ray
+
+    cores = os.cpu_count() or 1
+    ray.init(num_cpus=cores, num_gpus=pools if backend == "cuda" else 0, include_dashboard=False,
+             object_store_memory=LOCAL_OBJECT_STORE_BYTES, log_to_driver=False,
+             runtime_env={"env_vars": dict(NO_MULTICAST_ENV)})
+    try:
+        t0 = time.perf_counter()
+        verdicts, summary = verify_on_ray(items, config=cfg, address="auto",  # the cluster just started
+                                            workers=pools, chunk=chunk)
+        wall = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    where = {}
+    for r in summary.runs:
+        key = f"gpu {r.gpus}" if r.gpus else f"cpu pid {r.pid}"
+        where[key] = where.get(key, 0) + r.candidates
+    return {"pools": pools, "verdicts": verdicts, "wall": wall, "summary": summary, "where": where,
+            "overlaps": overlaps_on_one_device(summary.runs)}
+
+
+def agreement(a: list, b: list) -> tuple[int, int]:
+    key = lambda v: (v.status, bool(v.correct), v.stage_reached)  # noqa: E731
+    by = {v.candidate_id: key(v) for v in b}
+    return sum(by.get(v.candidate_id) == key(v) for v in a), len(a)
+
+
+def device_names() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return "; ".join(out.splitlines()) or "no GPU (cpu)"
+
+
+def commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "orchestrator", "verifier", "bench"], cwd=ROOT,
+                               capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown"
+    return head.strip() + (" (+ uncommitted changes in orchestrator/ verifier/ bench/)" if dirty.strip() else "")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpus", default="1,2,4",
+                    help="GPU counts to run, comma-separated (1 is always run: the baseline); "
+                         "with --backend cpu, cpu execution pools (0: the smoke set 1,2)")
+    ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--tasks", type=int, default=13, help="level-1/2 seed tasks in the batch (at most 13, all by default)")
+    ap.add_argument("--only", default="", help="regex over seed task file stems (e.g. '1_ReLU|7_Softmax')")
+    ap.add_argument("--repeats", type=int, default=3, help="copies of every kernel, each its own candidate")
+    ap.add_argument("--chunk", type=int, default=4, help="candidates per Ray task (per GPU pool call)")
+    ap.add_argument("--exec-workers", type=int, default=2, help="execution children per pool")
+    ap.add_argument("--timing-trials", type=int, default=20)
+    ap.add_argument("--out", default="", help="write the table here (a .md file) as well as printing it")
+    a = ap.parse_args(argv)
+    counts = sorted({int(x) for x in a.gpus.split(",") if x.strip()} - {0} | {1})
+    if a.backend == "cpu" and a.gpus.strip() == "0":
+        counts = [1, 2]
+    if a.repeats < 2:
+        raise SystemExit(f"--repeats {a.repeats}: the timing CV needs at least 2 repeats")
+    from verifier.api import VerifyConfig
+
+    items, labels = mixed_batch(a.backend, a.tasks, a.repeats, a.only)
+    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-ray-bench-"), timing_trials=a.timing_trials,
+                       time_torch_compile=False, exec_workers=a.exec_workers, run_timeout_s=300)
+    built, failed, build_s = prebuild(items, str(cfg.build_root()), cfg.compile_timeout_s, os.cpu_count() or 1)
+    print(f"prebuilt {built} extensions ({failed} failed) in {build_s:.0f} s", flush=True)
+    results = []
+    for n in counts:
+        res = run_on(n, a.backend, items, cfg, a.chunk)
+        results.append(res)
+        print(f"[{n}] wall {res['wall']:.1f} s, retries {res['summary'].retries}, where {res['where']}", flush=True)
+    base = results[0]
+    rate1 = len(items) / base["wall"] * 3600
+    unit = "GPUs" if a.backend == "cuda" else "cpu pools"
+    lines = [f"| {unit} | candidates | wall s | candidates/h | per-{unit[:-1]} scaling vs 1 | verdicts = 1-pool run | "
+             "timing CV (median) | chunks overlapping on one GPU | retries | candidates per device |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        rate = len(items) / r["wall"] * 3600
+        same, total = agreement(r["verdicts"], base["verdicts"])
+        where = ", ".join(f"{k}: {v}" for k, v in sorted(r["where"].items()))
+        overl = str(r["overlaps"]) if a.backend == "cuda" else "n/a (cpu pools share the cores)"
+        lines.append(f"| {r['pools']} | {len(items)} | {r['wall']:.1f} | {rate:.0f} | {rate / r['pools'] / rate1:.2f} | "
+                     f"{same}/{total} | {100 * timing_cv(r['verdicts'], labels):.2f}% | {overl} | "
+                     f"{r['summary'].retries} | {where} |")
+    statuses: dict[str, int] = {}
+    for v in base["verdicts"]:
+        statuses[v.status] = statuses.get(v.status, 0) + 1
+    import torch
+
+    cmd = "PYTHONPATH=. python bench/bench_verifier_ray.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    text = "\n".join([
+        f"# Verifier on Ray, {a.backend} backend: scaling over execution pools of one host", "",
+        f"Command: `{cmd}`", "",
+        f"Devices: {device_names()}; host cores {os.cpu_count()}; torch {torch.__version__}; commit {commit()}.",
+        f"Batch: {a.tasks} level-1/2 seed tasks ({', '.join(sorted({t.name for t, _ in items}))}), {len(set(labels))} kernels (teacher, an honest one per task and a "
+        f"planted bug on every second task) x {a.repeats} repeats = {len(items)} candidates; statuses in the 1-pool run: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + ".",
+        f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, "
+        f"{a.timing_trials} timing trials, torch.compile not timed. {built} distinct extensions built before the runs "
+        f"in {build_s:.0f} s ({failed} failed), not in the walls below.", "",
+        *lines, ""])
+    emit(text, str(Path(a.out).parent) if a.out else "", Path(a.out).name if a.out else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
