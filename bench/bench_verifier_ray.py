@@ -220,7 +220,8 @@ def main(argv=None) -> int:
         statuses[v.status] = statuses.get(v.status, 0) + 1
     import torch
 
-    cmd = "PYTHONPATH=. python bench/bench_verifier_ray.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    env = "".join(f"{k}={os.environ[k]} " for k in ("KM_NO_PCH", "TORCH_CUDA_ARCH_LIST") if os.environ.get(k))
+    cmd = f"PYTHONPATH=. {env}python bench/bench_verifier_ray.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
     text = "\n".join([
         f"# Verifier on Ray, {a.backend} backend: scaling over execution pools of one host", "",
         f"Command: `{cmd}`", "",
