@@ -364,7 +364,7 @@ def _rft(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dic
 
     rows = _corpus_rows(pool_dir, "rft")
     if not rows:  # nothing correct to learn from: the model stays
-        return {"skipped": "no correct answer in the pool", "model": model}
+        return {"skipped": "no correct answer in the pool"}
     kw = keywords_for(train_sft, s.train)
     if left != float("inf"):
         kw["max_seconds"] = max(1.0, left)
@@ -387,8 +387,7 @@ def _rl(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dict
                                        "(an endpoint can be sampled, not trained)")
     rows, screen = rl_pool(pool_dir, s)
     if not rows:  # every sampled task always passed (or nothing was sampled): no group could differ
-        return {"skipped": "no task in the pool that the model fails at least sometimes", "screen": screen,
-                "model": model}
+        return {"skipped": "no task in the pool that the model fails at least sometimes", "screen": screen}
     kw = keywords_for(train_rl, s.train)
     kw.update(steps=s.loop.rl_steps, group_size=s.loop.group_size, prompts_per_step=s.loop.prompts_per_step)
     if left != float("inf"):
