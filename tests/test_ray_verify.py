@@ -186,3 +186,18 @@ def test_chunk_out_of_attempts_raises_and_makes_up_no_verdict(ray_cluster):
     assert all(items[i][1].candidate_id == cid for i, cid in handed)
     assert stats["unjudged"] == 2 and set(stats["unjudged_ids"]) == lost
     assert "2 candidate(s) unjudged" in str(err.value)
+
+
+def test_a_chunk_answer_that_does_not_match_its_candidates_is_not_handed_out():
+    """What a chunk returns is checked before any verdict is handed out: a short answer or a verdict
+    in another candidate's place makes the attempt a failure (retried), never a misattributed verdict."""
+    from kernelmill.schema import Verdict
+    from orchestrator.ray_verify import _chunk_problem
+
+    items = [(relu_task(), c) for c in make_candidates(RUNNING)]
+    ids = [c.candidate_id for _, c in items]
+    right = [Verdict(candidate_id=i) for i in ids]
+    assert _chunk_problem(items, [0, 1, 2], right) == ""
+    assert "2 verdicts for 3 candidates" in _chunk_problem(items, [0, 1, 2], right[:2])
+    assert ids[0] in _chunk_problem(items, [0, 1, 2], [right[1], right[0], right[2]])
+    assert _chunk_problem(items, [0, 1, 2], [right[0], None, right[2]])
