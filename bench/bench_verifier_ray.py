@@ -19,6 +19,10 @@ median over kernels of the coefficient of variation of the candidate's runtime o
 devices the chunks ran on with their candidate counts, and how many pairs of chunks overlapped in
 time on one device (0 when no two timings share a device: Ray gives a GPU to one chunk at a time).
 
+``--kill-one``: in every run on more than one pool, a Ray worker running a verify chunk is SIGKILLed
+once it has run ``--kill-after`` seconds (as a lost GPU or the OOM killer would end it); the retries
+column counts the resubmitted chunks, and the verdicts must still match the 1-GPU run one for one.
+
 ``--backend cpu``: each "GPU" is a cpu execution pool (a Ray task asking one CPU); all pools share
 the host's cores, so the smoke run checks the plumbing and the verdicts, not GPU scaling.
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
@@ -30,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import threading
 import shlex
 import statistics
 import subprocess
@@ -120,8 +126,28 @@ def timing_cv(verdicts: list, labels: list[str]) -> float:
     return statistics.median(cvs) if cvs else float("nan")
 
 
-def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int) -> dict:
-    """One fresh local Ray cluster with ``pools`` GPUs (cpu: CPU execution pools), the batch verified."""
+def kill_one_chunk(after_s: float, stop: threading.Event, killed: list) -> None:
+    """SIGKILL the first Ray worker of this process's cluster seen running a verify chunk for ``after_s``."""
+    import psutil
+
+    me, seen = psutil.Process(os.getpid()), {}
+    while not stop.is_set() and not killed:
+        for p in me.children(recursive=True):  # only our own cluster's workers
+            try:
+                title = " ".join(p.cmdline())
+            except psutil.Error:
+                continue
+            if title.startswith("ray::_verify_after_builds"):
+                if time.monotonic() - seen.setdefault(p.pid, time.monotonic()) >= after_s:
+                    os.kill(p.pid, signal.SIGKILL)
+                    killed.append(p.pid)
+                    break
+        stop.wait(0.05)
+
+
+def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int, kill_after: float | None = None) -> dict:
+    """One fresh local Ray cluster with ``pools`` GPUs (cpu: CPU execution pools), the batch verified;
+    with ``kill_after``, one worker running a chunk is killed that long into the chunk."""
     import ray
 
     from orchestrator.ray_verify import LOCAL_OBJECT_STORE_BYTES, verify_on_ray
@@ -130,19 +156,26 @@ def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int) -> dic
     ray.init(num_cpus=cores, num_gpus=pools if backend == "cuda" else 0, include_dashboard=False,
              object_store_memory=LOCAL_OBJECT_STORE_BYTES, log_to_driver=False,
              runtime_env={"env_vars": dict(NO_MULTICAST_ENV)})
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=kill_one_chunk, args=(kill_after, stop, killed), daemon=True)
     try:
+        if kill_after is not None:
+            killer.start()
         t0 = time.perf_counter()
         verdicts, summary = verify_on_ray(items, config=cfg, address="auto",  # the cluster just started
                                             workers=pools, chunk=chunk)
         wall = time.perf_counter() - t0
     finally:
+        stop.set()
+        if killer.is_alive():
+            killer.join()
         ray.shutdown()
     where = {}
     for r in summary.runs:
         key = f"gpu {r.gpus}" if r.gpus else f"cpu pid {r.pid}"
         where[key] = where.get(key, 0) + r.candidates
     return {"pools": pools, "verdicts": verdicts, "wall": wall, "summary": summary, "where": where,
-            "overlaps": overlaps_on_one_device(summary.runs)}
+            "overlaps": overlaps_on_one_device(summary.runs), "killed": killed}
 
 
 def agreement(a: list, b: list) -> tuple[int, int]:
@@ -182,6 +215,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=4, help="candidates per Ray task (per GPU pool call)")
     ap.add_argument("--exec-workers", type=int, default=2, help="execution children per pool")
     ap.add_argument("--timing-trials", type=int, default=20)
+    ap.add_argument("--kill-one", action="store_true", help="kill one chunk's Ray worker in each run on > 1 pool")
+    ap.add_argument("--kill-after", type=float, default=2.0, help="seconds into a chunk before --kill-one kills it")
+    ap.add_argument("--build-dir", default="", help="the verifier's build root (default: a fresh temporary one)")
     ap.add_argument("--out", default="", help="write the table here (a .md file) as well as printing it")
     a = ap.parse_args(argv)
     counts = sorted({int(x) for x in a.gpus.split(",") if x.strip()} - {0} | {1})
@@ -192,20 +228,21 @@ def main(argv=None) -> int:
     from verifier.api import VerifyConfig
 
     items, labels = mixed_batch(a.backend, a.tasks, a.repeats, a.only)
-    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-ray-bench-"), timing_trials=a.timing_trials,
+    cfg = VerifyConfig(build_dir=a.build_dir or tempfile.mkdtemp(prefix="km-ray-bench-"), timing_trials=a.timing_trials,
                        time_torch_compile=False, exec_workers=a.exec_workers, run_timeout_s=300)
     built, failed, build_s = prebuild(items, str(cfg.build_root()), cfg.compile_timeout_s, os.cpu_count() or 1)
     print(f"prebuilt {built} extensions ({failed} failed) in {build_s:.0f} s", flush=True)
     results = []
     for n in counts:
-        res = run_on(n, a.backend, items, cfg, a.chunk)
+        res = run_on(n, a.backend, items, cfg, a.chunk, a.kill_after if a.kill_one and n > 1 else None)
         results.append(res)
-        print(f"[{n}] wall {res['wall']:.1f} s, retries {res['summary'].retries}, where {res['where']}", flush=True)
+        print(f"[{n}] wall {res['wall']:.1f} s, killed {res['killed']}, retries {res['summary'].retries}, "
+              f"where {res['where']}", flush=True)
     base = results[0]
     rate1 = len(items) / base["wall"] * 3600
     unit = "GPUs" if a.backend == "cuda" else "cpu pools"
     lines = [f"| {unit} | candidates | wall s | candidates/h | per-{unit[:-1]} scaling vs 1 | verdicts = 1-pool run | "
-             "timing CV (median) | chunks overlapping on one GPU | retries | candidates per device |",
+             "timing CV (median) | chunks overlapping on one GPU | workers killed / chunk retries | candidates per device |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         rate = len(items) / r["wall"] * 3600
@@ -214,7 +251,7 @@ def main(argv=None) -> int:
         overl = str(r["overlaps"]) if a.backend == "cuda" else "n/a (cpu pools share the cores)"
         lines.append(f"| {r['pools']} | {len(items)} | {r['wall']:.1f} | {rate:.0f} | {rate / r['pools'] / rate1:.2f} | "
                      f"{same}/{total} | {100 * timing_cv(r['verdicts'], labels):.2f}% | {overl} | "
-                     f"{r['summary'].retries} | {where} |")
+                     f"{len(r['killed'])} / {r['summary'].retries} | {where} |")
     statuses: dict[str, int] = {}
     for v in base["verdicts"]:
         statuses[v.status] = statuses.get(v.status, 0) + 1
