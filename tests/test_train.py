@@ -15,7 +15,7 @@ from kernelmill import store
 from kernelmill.errors import InputError
 from kernelmill.schema import Message, RFTRow, RLRow, SFTRow, task_id_for
 from train import data as D
-from train.model import build_tokenizer, latest_checkpoint, load_pretrained
+from train.model import build_tokenizer, latest_checkpoint, load_pretrained, load_trainer_state
 from train.rollout import Score, multi_turn_rollouts
 from train.sft import read_metrics, train_sft
 
@@ -180,9 +180,12 @@ def test_rl_logs_metrics_and_retry_buffer_feeds_later_batches(corpus, sft_out, t
     assert [r["step"] for r in recs] == [1, 2, 3]
     for key in ("reward_mean", "pass_rate", "mirrorpop_dropped_share", "buffer_size", "ratio_mean", "approx_kl"):
         assert key in recs[0]
-    assert recs[0]["buffer_added"] == 4 and recs[0]["buffer_drawn"] == 0
+    # every fresh group fails throughout: BDR buffers it, dynamic sampling replaces it by another task's group,
+    # which fails throughout and is buffered too (one repair prompt per group rolled out); repair groups are
+    # never replaced
+    assert recs[0]["replaced_groups"] == 4 and recs[0]["buffer_added"] == 4 + 4 and recs[0]["buffer_drawn"] == 0
     assert recs[1]["buffer_drawn"] == 2  # half of the 4 prompts of step 2 are repair prompts
-    assert recs[1]["buffer_size"] == 4 - 2 + 2  # 2 taken, 2 fresh all-failed groups added
+    assert recs[1]["replaced_groups"] == 2 and recs[1]["buffer_size"] == 8 - 2 + 2 + 2  # 2 taken, 2 + 2 added
     assert res["last"]["pass_rate"] == 0.0 and Path(res["checkpoint"]).is_dir()
     # the groups say why nothing was learnt: every group failed, so every advantage was zero
     assert all(r["zero_adv_share"] == 1.0 and r["all_fail_groups"] == r["groups"] and r["signal_tokens"] == 0
@@ -308,7 +311,14 @@ def test_cli_smoke_sft_then_rl_then_eval_with_the_real_cpu_verifier(corpus, tmp_
     assert [r["step"] for r in recs] == [1, 2]
     # verifier rewards: an answer with no code block is an extract_error, -0.5 in verifier/reward.py
     assert all(r["reward_first_mean"] == -0.5 and r["pass_rate"] == 0.0 for r in recs)
-    assert recs[0]["buffer_added"] == 1  # the all-failed group became a repair prompt
+    # dynamic sampling: step 1's fresh group failed throughout, so BDR buffered it and it was replaced by
+    # the next task's group, which failed throughout too and was buffered as well: 2 repair prompts, one per
+    # task rolled out (retry_per_group 1); the buffer is never drawn (one prompt per step keeps it fresh)
+    assert [(r["flat_groups_first"], r["replaced_groups"], r["all_fail_groups"]) for r in recs] == [(1, 1, 1)] * 2
+    assert [(r["buffer_added"], r["buffer_size"], r["buffer_drawn"]) for r in recs] == [(2, 2, 0), (2, 4, 0)]
+    buffered = load_trainer_state(latest_checkpoint(rl))["buffer"]["items"]
+    assert [it["created_step"] for it in buffered] == [1, 1, 2, 2]
+    assert len({it["row"]["task_id"] for it in buffered}) == 4  # a replacement is another task, never re-buffered
     capsys.readouterr()
     assert main(["train", "eval", "--corpus", str(corpus), "--model", str(rl), "--backend", "cpu",
                  "--max-tasks", "1", "--max-new-tokens", "8"]) == 0
