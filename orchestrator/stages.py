@@ -43,7 +43,6 @@ from synth.generate.generators import dialogue_id_for, is_declined, make_candida
 from synth.generate.prompts import build_prompt
 from synth.generate.reasoning import template_trace
 from synth.generate.repair import dialogue_chains, repair_dialogues
-from synth.mine.miner import mine_tasks, write_report
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 RAW = "raw"  # <run_dir>/raw: a store root for gathered, not yet annotated tasks
@@ -134,8 +133,17 @@ def load(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict
             "written": written}
 
 
+def mine_tasks(source: str, **kw):
+    """synth.mine.miner.mine_tasks, imported on first call: the miner needs tree-sitter, which the GPU box
+    (it imports this module for verify, train and the loop) does not have."""
+    from synth.mine.miner import mine_tasks as mine_source
+
+    return mine_source(source, **kw)
+
+
 def mine(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
     """Modules mined from ``mine.source`` -> ``raw/tasks``, ``mine_report.json`` and ``.md``."""
+    from synth.mine.miner import write_report  # tree-sitter: see mine_tasks
     if not s.mine.source:
         return {"tasks": 0, "written": 0}
     prior = _gathered(run_dir, "mine", s.mine)
