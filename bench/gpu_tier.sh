@@ -4,9 +4,8 @@
 #   2. bench/bench_teacher_gpu.py     (the teacher's cuda candidates, one task per op family)
 # or, with the argument "verifier":  bench/bench_verifier.py (throughput, busy fraction, timing noise);
 # "issue3": the GPU tests then the verifier benchmark in one call; "train": the training-stage benchmark
-# on a tiered task mix (bench/bench_train_gpu.py: SFT, tier screening, SFT vs RL arms), in one call; "loop": a trained checkpoint
-# served by transformers serve, sampled, verified, curated into rft rows, RFT, served and evaluated again
-# (bench/bench_loop_gpu.py), in one call.
+# on a tiered task mix (bench/bench_train_gpu.py: SFT, tier screening, SFT vs RL arms), in one call; "loop": SFT, then
+# the loop's arms (rft, rl, rl with each stabiliser off) from one m0, over one or more calls (bench/bench_loop_gpu.py).
 # Logs and tables go to $OUT (default /tmp/km-gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,14 +42,15 @@ if [ "${1:-}" = "train" ]; then  # SFT, tier screening, SFT vs RL arms with 95% 
         --rollout-bf16 --results "$OUT/train.md" 2>&1 | tee -a "$OUT/bench_train.log"
     exit "${PIPESTATUS[0]}"
 fi
-if [ "${1:-}" = "loop" ]; then  # SFT -> transformers serve -> sample -> verify -> curate -> RFT -> serve -> evaluate, < 600 s
-    # what transformers serve and the curate stage need beyond the box's image travels as wheels in .whl/
-    # (carry .whl and bench/data/loop_corpus; README "The loop with a served model" lists them)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || { echo "loop: installing .whl/*.whl failed (carry .whl)"; exit 2; }
-    export PYTHONPATH=/tmp/site:$PYTHONPATH
-    python3 bench/bench_loop_gpu.py --corpus bench/data/loop_corpus --budget-s "${TOTAL_S:-540}" \
-        --sft-s "${SFT_S:-90}" --rft-s "${RFT_S:-45}" --k "${K:-8}" --results "$OUT/loop.md" 2>&1 | tee "$OUT/bench_loop.log"
+if [ "${1:-}" = "loop" ]; then  # SFT -> arms rft, rl, rl_no_prime_echo, rl_no_retry, rl_no_mirrorpop; < 600 s a call
+    # what the loop needs beyond the box's image travels as wheels in ext/whl/ (carry ext and bench/data/loop_corpus);
+    # sampling uses the loop's in-process server (the box has no fastapi). The state goes to $OUT as
+    # loop_state.tar.NN; carry those parts back (e.g. ext/loop_state) and call again with STATE_IN=ext/loop_state.
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ext/whl/*.whl \
+        || { echo "loop: installing ext/whl/*.whl failed (carry ext/whl)"; exit 2; }
+    export PYTHONPATH=/tmp/site:.
+    python3 bench/bench_loop_gpu.py --budget-s "${TOTAL_S:-540}" ${STATE_IN:+--state-in "$STATE_IN"} --state-out "$OUT" \
+        --results "$OUT/loop.md" 2>&1 | tee "$OUT/bench_loop.log"
     exit "${PIPESTATUS[0]}"
 fi
 if [ "${1:-}" = "verifier" ]; then
