@@ -24,7 +24,7 @@ import torch.utils.cpp_extension as ce  # noqa: E402
 
 from bench.common import device_name, emit  # noqa: E402
 from bench.mixed_batch import mixed_batch  # noqa: E402
-from orchestrator.ray_verify import extension_specs  # noqa: E402
+from verifier.static import scan  # noqa: E402
 from verifier.build import build_variants, canonical_spec, ensure_pch  # noqa: E402
 
 
@@ -66,7 +66,7 @@ def main() -> None:
     a = ap.parse_args()
     items = [it for it in mixed_batch(a.per_task)
              if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
-    specs = extension_specs(items)
+    specs = [[e.args for e in scan(c.code, 'cuda').extensions if e.resolved] for _, c in items]
     rows, phases = [], defaultdict(list)
     for (task, cand), sp in zip(items, specs):
         if not sp:

@@ -185,3 +185,36 @@ def test_a_result_that_skipped_the_full_build_is_reused_only_without_the_fallbac
     rebuilt = build_blocking(tmp_path, args, 600, full_fallback=True)  # wants the full build: it runs
     assert rebuilt.ok and not rebuilt.cached and not rebuilt.fallback_skipped, rebuilt.log[-2000:]
     assert build_blocking(tmp_path, args, 600, full_fallback=True).cached
+
+
+def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
+    """Two specs whose binding file is the same (they differ in link flags only) compile it once: the second
+    build takes the object from the build root's cache and still links and runs; a spec with an include
+    path of its own is never cached (its objects could depend on files outside the key)."""
+    import torch
+
+    from verifier.build import objects_root
+    from verifier.worker import _load_so
+
+    src = "#include <torch/extension.h>\ntorch::Tensor thrice(torch::Tensor x) { return x.mul(3); }"
+    a = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600)
+    assert a.ok and a.objects_reused == 0, a.log[-2000:]
+    cached = sorted(objects_root(tmp_path).glob("*.o"))
+    assert len(cached) == 1
+    b = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_ldflags": ["-lgomp"]}, 600)
+    assert b.ok and b.key != a.key and b.objects_reused == 1, b.log[-2000:]
+    assert "compiled before" in b.log and sorted(objects_root(tmp_path).glob("*.o")) == cached
+    for res in (a, b):  # both in one process: each is loaded under its own name
+        assert torch.equal(_load_so(f"km_{res.key}", res.so_path).thrice(torch.ones(2)), torch.full((2,), 3.0))
+    c = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_include_paths": [str(tmp_path)]},
+                       600)
+    assert c.ok and c.objects_reused == 0 and sorted(objects_root(tmp_path).glob("*.o")) == cached
+
+
+def test_a_failed_compile_reads_like_ninja_and_caches_nothing(tmp_path):
+    from verifier.build import objects_root
+
+    res = build_blocking(tmp_path, {"cpp_sources": "int broken( { return 1; }", "functions": ["broken"]}, 600)
+    assert not res.ok
+    assert failed_targets(res.log) == ["main.o"], res.log[-2000:]
+    assert list(objects_root(tmp_path).glob("*.o")) == []

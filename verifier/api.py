@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import re
 import queue
 import secrets
 import shutil
@@ -323,7 +324,12 @@ def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs:
 
 
 def _lock_path(cfg: VerifyConfig, build_root: Path) -> str:
-    return str(build_root / ".timing.lock") if cfg.device_lock else ""
+    """The device lock's file: one per device this process sees (``CUDA_VISIBLE_DEVICES``), so that verifier
+    pools of several GPUs sharing one build root (orchestrator/ray_verify.py) do not hold each other's timing."""
+    if not cfg.device_lock:
+        return ""
+    devices = re.sub(r"[^\w,.-]", "_", os.environ.get("CUDA_VISIBLE_DEVICES", "").strip())
+    return str(build_root / (f".timing-{devices}.lock" if devices else ".timing.lock"))
 
 
 def _shared_lock(cfg: VerifyConfig, build_root: Path, backend: str):

@@ -70,9 +70,10 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as ce
 
-from verifier import sandbox
+from verifier import objcache, sandbox
 from verifier.slim import slim_source
 
+OBJECTS_DIR = "objects"  # under the build root: the object cache (verifier/objcache.py)
 COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
 SPEC_KEYS = ("cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",
              "extra_include_paths", "with_cuda")
@@ -123,6 +124,7 @@ class BuildResult:
     variant: str = ""  # which build produced the .so: bare, slim, light or full ("" when it failed)
     pch: bool = False  # the binding file was compiled against the precompiled header
     fallback_skipped: bool = False  # failed in a fast variant, the full build not tried (full_fallback=False)
+    objects_reused: int = 0  # object files taken from the object cache (verifier/objcache.py), not compiled
 
 
 def _read_result(key_dir: Path) -> BuildResult | None:
@@ -136,13 +138,14 @@ def _read_result(key_dir: Path) -> BuildResult | None:
     log = (key_dir / "build.log").read_text(errors="replace") if (key_dir / "build.log").is_file() else ""
     return BuildResult(key=d["key"], ok=d["ok"], so_path=d.get("so_path", ""), log=log, seconds=d.get("seconds", 0.0),
                        cached=True, variant=d.get("variant", ""), pch=d.get("pch", False),
-                       fallback_skipped=d.get("fallback_skipped", False))
+                       fallback_skipped=d.get("fallback_skipped", False), objects_reused=d.get("objects_reused", 0))
 
 
 def _write_result(key_dir: Path, res: BuildResult) -> None:
     tmp = key_dir / "result.json.tmp"
     tmp.write_text(json.dumps({"key": res.key, "ok": res.ok, "so_path": res.so_path, "seconds": res.seconds,
-                               "variant": res.variant, "pch": res.pch, "fallback_skipped": res.fallback_skipped}))
+                               "variant": res.variant, "pch": res.pch, "fallback_skipped": res.fallback_skipped,
+                               "objects_reused": res.objects_reused}))
     os.replace(tmp, key_dir / "result.json")
 
 
@@ -171,10 +174,11 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
         t0 = time.perf_counter()
         (key_dir / sandbox.EVIDENCE_FILE).unlink(missing_ok=True)
         env = dict(os.environ, MAX_JOBS="1", KM_FULL_FALLBACK="1" if full_fallback else "0", KM_PCH_DIR=str(pch_root()),
+                   **{objcache.OBJ_DIR_ENV: str(objects_root(build_root))},
                    PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
         cmd = [sys.executable, "-m", "verifier.build", str(key_dir)]
-        jail = _BuildSandbox(key_dir) if sandbox.enabled() else None
+        jail = _BuildSandbox(key_dir, objects_root(build_root)) if sandbox.enabled() else None
         if jail:
             cmd, env = jail.argv(cmd, env), {}
         with open(key_dir / "build.log", "w") as log:
@@ -206,21 +210,24 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
         res = BuildResult(key=key, ok=ok, so_path=so if ok else "", seconds=seconds,
                           log=(key_dir / "build.log").read_text(errors="replace"),
                           variant=built.get("variant", "") if ok else "", pch=bool(built.get("pch")) and ok,
-                          fallback_skipped=bool(built.get("fallback_skipped")) and not ok)
+                          fallback_skipped=bool(built.get("fallback_skipped")) and not ok,
+                          objects_reused=int(built.get("objects_reused", 0)) if ok else 0)
         _write_result(key_dir, res)
         return res
 
 
 class _BuildSandbox:
     """The sandbox of one build process (verifier/sandbox.py): writable only the key directory and the
-    precompiled-header cache; the ``--supervise`` wrapper ends and reports whatever the build left."""
+    precompiled-header and object caches; the ``--supervise`` wrapper ends and reports whatever the build left."""
 
-    def __init__(self, key_dir: Path):
+    def __init__(self, key_dir: Path, objects: Path):
         pch = pch_root()
         pch.mkdir(parents=True, exist_ok=True)
+        objects.mkdir(parents=True, exist_ok=True)
         self.key_dir = key_dir
         # the device nodes too: without TORCH_CUDA_ARCH_LIST, torch's CUDA build asks the device for its arch
-        self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")), writable=[str(key_dir), str(pch)],
+        self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")),
+                                   writable=[str(key_dir), str(pch), str(objects)],
                                    gpu=Path("/dev/nvidiactl").exists())
         self.limit = sandbox.PidsLimit()
         self.read_fd, self.write_fd = os.pipe()
@@ -376,6 +383,11 @@ def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
     return out
 
 
+def objects_root(build_root: str | os.PathLike) -> Path:
+    """The object cache of a build root (verifier/objcache.py): shared by its builds, gone with it."""
+    return Path(build_root) / OBJECTS_DIR
+
+
 def pch_root() -> Path:
     return Path(os.environ.get("KM_PCH_DIR") or Path.home() / ".cache" / "kernelmill" / "pch")
 
@@ -468,16 +480,23 @@ def ensure_pch(kwargs: dict) -> Path | None:
         return None
 
 
-def _try_build(key: str, key_dir: Path, label: str, kwargs: dict, pch: Path | None, quiet: bool) -> str:
+def _try_build(key: str, key_dir: Path, label: str, kwargs: dict, pch: Path | None, quiet: bool,
+               stats: dict | None = None) -> str:
     """One load_inline build into ``key_dir/label``; returns the .so path. With ``quiet`` the compiler
     output goes to ``label.log`` instead of the build log (a failed fast variant is not the candidate's fault)."""
 
     kw = dict(kwargs)
+    stats = {} if stats is None else stats
     if pch is not None:
         kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"]
     out_dir = key_dir / label
     out_dir.mkdir(exist_ok=True)
-    name = extension_name(key)
+    # compiled under one module name for every build, so that the binding file's text (and object) depends on
+    # the spec alone; the shared object exports the init function under the spec's own name too, and is loaded
+    # by that name (two extensions of one candidate process cannot share a module name)
+    name = objcache.MODULE
+    kw["extra_ldflags"] = list(kw.get("extra_ldflags") or []) + [
+        f"-Wl,--defsym=PyInit_{extension_name(key)}=PyInit_{objcache.MODULE}"]
     saved = None
     if quiet:
         sys.stdout.flush()
@@ -487,10 +506,17 @@ def _try_build(key: str, key_dir: Path, label: str, kwargs: dict, pch: Path | No
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    obj_dir = os.environ.get(objcache.OBJ_DIR_ENV, "")
+    ninja = ce._run_ninja_build
+    if obj_dir and objcache.cacheable(kwargs):
+        def cached_build(build_directory: str, verbose: bool, error_prefix: str) -> None:
+            stats.update(objcache.run_cached(build_directory, obj_dir, error_prefix))
+        ce._run_ninja_build = cached_build
     try:
         ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)  # every variant keeps the one module name
         ce.load_inline(name=name, build_directory=str(out_dir), verbose=True, **kw)
     finally:
+        ce._run_ninja_build = ninja
         ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
         if saved is not None:
             sys.stdout.flush()
@@ -518,7 +544,8 @@ def _child_main(key_dir: str) -> int:
     for n, (label, kwargs) in enumerate(variants):
         last = n == len(variants) - 1
         try:
-            so = _try_build(key, key_dir_p, label, kwargs, pch, quiet=not last)
+            stats: dict = {}
+            so = _try_build(key, key_dir_p, label, kwargs, pch, quiet=not last, stats=stats)
         except Exception as e:  # noqa: BLE001
             if last:
                 raise
@@ -539,7 +566,8 @@ def _child_main(key_dir: str) -> int:
         log_file = key_dir_p / (f"{label}.log" if not last else "build.log")
         log = log_file.read_text(errors="replace") if log_file.is_file() else ""
         used_pch = pch is not None and "not used because" not in log
-        (key_dir_p / "built.json").write_text(json.dumps({"so_path": so, "variant": label, "pch": used_pch}))
+        (key_dir_p / "built.json").write_text(json.dumps({"so_path": so, "variant": label, "pch": used_pch,
+                                                          "objects_reused": len(stats.get("hits", []))}))
         return 0
     return 1
 

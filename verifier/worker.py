@@ -515,6 +515,12 @@ def wait_for_job() -> int:
     try:
         if os.environ.get("KM_WARM_BACKEND", "cuda") == "cuda" and torch.cuda.is_available():
             torch.empty(1, device="cuda")  # the CUDA context, created before the job arrives
+            # the profiler's CUDA side (CUPTI, kineto) starts once per process: 6.2 s per candidate when it
+            # started inside the job (bench/results/throughput_h100.md), now while earlier candidates run
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                torch.empty(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
         import torch._dynamo  # noqa: F401  (imported lazily by the first torch.compile / disable wrapper: ~3 s)
     except Exception:  # noqa: BLE001
         notes.append("warm-up failed:\n" + traceback.format_exc(limit=3))
