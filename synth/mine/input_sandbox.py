@@ -52,7 +52,7 @@ from synth.mine.input_synthesis import deduce_inputs, scale_inputs
 # The zygote's interpreter runs isolated (-I: no PYTHONPATH, no user site-packages, neither the current
 # nor the script folder on sys.path), so the checkout that holds ``synth`` is on sys.path only while
 # this module is imported: mined code then sees the isolated interpreter's own sys.path, nothing more.
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout: synth/mine/ is two below it
 _ZYGOTE = ("import sys; sys.path.insert(0, sys.argv[1]); from synth.mine.input_sandbox import zygote_main; "
            "sys.path.remove(sys.argv[1]); zygote_main()")
 
