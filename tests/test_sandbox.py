@@ -378,3 +378,19 @@ def test_child_report_withholds_host_environment_values(tmp_path, monkeypatch):
     rep = ChildReport.read(tmp_path)
     assert ENV_SECRET not in rep.import_error and ENV_SECRET not in rep.trials[0].error
     assert "withheld" in rep.import_error
+
+
+def test_warm_execution_process_warms_up_without_error(tmp_path):
+    """The warm process (verifier.worker --wait) initialises before its job arrives; its own first lines in the
+    job's log say whether that failed (a local-name bug once made every warm-up fail, so each cuda job paid the
+    CUDA context and the profiler's start itself)."""
+    from verifier.processes import child_env
+
+    job = tmp_path / "job"
+    job.mkdir()
+    env = child_env(KM_WARM_BACKEND="cpu")
+    p = subprocess.run([sys.executable, "-m", "verifier.worker", "--wait"], input=f"{job}\n", env=env,
+                       capture_output=True, text=True, timeout=120)
+    log = (job / "child.log").read_text()
+    assert log.startswith("[verifier] warm execution process ready in"), (log, p.stderr)
+    assert "warm-up failed" not in log and "isolation before warm-up failed" not in log, log
