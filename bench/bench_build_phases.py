@@ -103,7 +103,7 @@ def main() -> None:
     table = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n" + "\n".join(
         "| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows)
     ptable = "| nvcc phase | mean s | n |\n|---|---|---|\n" + "\n".join(
-        f"| {k} | {sum(v) / len(v):.2f} | {len(v)} |" for k, v in sorted(phases.items(), key=lambda kv: -sum(kv[1])))
+        f"| {k} | {sum(v) / len(v):.2f} | {len(v)} |" for k, v in sorted(phases.items(), key=lambda kv: -sum(kv[1])) if v)
     text = (f"# Build phases on {device_name()}\n\nCommand: `PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 "
             f"bench/bench_build_phases.py --per-task {a.per_task} --tasks '{a.tasks}'`; each command run alone (one at a time), "
             "seconds of wall time; the binding file against the precompiled header where there is one.\n\n"
