@@ -73,7 +73,7 @@ import torch.utils.cpp_extension as ce
 from verifier import objcache, sandbox
 from verifier.slim import slim_source
 
-OBJECTS_DIR = "objects"  # under the build root: the object cache (verifier/objcache.py)
+OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/objcache.py)
 COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
 SPEC_KEYS = ("cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",
              "extra_include_paths", "with_cuda")
