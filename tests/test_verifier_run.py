@@ -326,3 +326,16 @@ def test_cli_verify(tmp_path, build_dir, capsys, monkeypatch):
     assert main(["verify", str(bad), str(cand), "--backend", "cpu"]) == 2
     assert "get_inputs" in capsys.readouterr().err
     assert main(["verify", str(tmp_path / "missing.py"), str(cand)]) == 2
+
+
+def test_task_plan_follows_the_settings_it_was_made_with(config):
+    """A plan made with the extra-shape trial off is not reused by a verification that has it on (or back):
+    a process that verified one task under both settings ran the hard-coded-rows cheat without its C14 trial."""
+    text = fx.RELU_TASK + "\n# plan-cache probe\n"  # a program no other test planned in this process
+    off = api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=False))
+    on = api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True))
+    assert off.other_shape == "" and on.other_shape, (off.other_shape, on.other_shape)
+    assert api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=False)) is off
+    assert api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True)) is on
+    no64 = api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True, float64_reference=False))
+    assert no64.float64.startswith("off") and on.float64 == ""

@@ -191,7 +191,12 @@ class TaskPlan:
         return self.draw_trial(job, i, device)
 
 
-_PLANS: dict[tuple[str, str], TaskPlan] = {}
+_PLANS: dict[tuple, TaskPlan] = {}
+
+
+def plan_settings(cfg: VerifyConfig) -> tuple:
+    """The verifier settings a TaskPlan is made from (task_plan reads no other field of ``cfg``)."""
+    return (bool(cfg.other_shape), bool(cfg.float64_reference))
 _PLAN_LOCK = threading.Lock()
 
 
@@ -205,8 +210,10 @@ def _free_bytes(device: str) -> int:
 
 
 def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = "task") -> TaskPlan:
-    """The task's plan, made once per process (InputError when the program does not run as a task)."""
-    key = (hashlib.sha256(reference_code.encode()).hexdigest(), backend)
+    """The task's plan, made once per process and configuration (InputError when the program does not run
+    as a task). The settings the plan depends on are part of the cache key: a plan made with the extra-shape
+    trial or the float64 reference off is never handed to a verification that has them on, or back."""
+    key = (hashlib.sha256(reference_code.encode()).hexdigest(), backend) + plan_settings(cfg)
     with _PLAN_LOCK:
         if key in _PLANS:
             return _PLANS[key]
