@@ -53,6 +53,9 @@ sys.path.insert(0, str(ROOT))
 from bench.common import FAMILIES_FILE, PART_BYTES, default_results, device_name, write_family_corpus  # noqa: E402
 
 ARMS = ("rft", "rl", "rl_no_prime_echo", "rl_no_retry", "rl_no_mirrorpop")
+# what the loop's phases import, some only late (curate's near-duplicate step imports rensa after sampling and
+# verifying for minutes): checked before anything runs, so a missing wheel costs seconds, not a device call
+LOOP_IMPORTS = ("torch", "transformers", "pyarrow", "duckdb", "rensa", "tree_sitter", "tree_sitter_python")
 STATE = "state.json"
 
 
@@ -287,7 +290,20 @@ def render(args, work: Path, state: dict) -> str:
 # ---------------------------------------------------------------------------- the run
 
 
+def missing_imports(names=LOOP_IMPORTS) -> list[str]:
+    """The modules of ``names`` this interpreter cannot import (found on sys.path, not loaded)."""
+    import importlib.util
+
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
 def run(args) -> int:
+    missing = missing_imports()
+    if missing:
+        print(f"bench_loop_gpu: {', '.join(missing)} not importable by {sys.executable}: carry their Python "
+              f"{sys.version_info.major}.{sys.version_info.minor} wheels in ext/whl (bash bench/gpu_wheels.sh) and "
+              f"install them (bench/gpu_tier.sh loop does)", file=sys.stderr)
+        return 2
     import torch
     from transformers.utils import logging as hf_logging
 
