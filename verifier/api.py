@@ -45,7 +45,8 @@ from verifier.devlock import device_lock
 from verifier.extract import check_candidate_shape, extract_code
 from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes, nbytes, same, size_changes
 from verifier.numerics import error_and_scale, float64_model, widen
-from verifier.judge import RNG_LOCK, ChildRun, Work, finish, judge
+from verifier.judge import ChildRun, Work, finish, judge
+from verifier.outputs import RNG_LOCK
 from verifier.processes import _job_root, _run_child
 from verifier.static import scan
 from verifier.vendor import scan_library, scan_sources, scan_tampering

@@ -4,19 +4,19 @@ The child (verifier/worker.py) runs the candidate and reports raw facts (verifie
 files per trial, the aten ops two monitors saw, kernel device times, threads, what it changed in torch,
 timed outputs and device times. Everything that decides is here, in the verifier's process, against
 reference outputs the child never saw, computed on inputs drawn here from the same seeds. Each check is a
-function named for what it catches; it adds cheat codes and sentences of feedback to an ``Evidence``.
+function named for what it catches; it adds cheat codes and sentences of feedback to an ``Evidence``. The
+checks of the outputs themselves (correctness; C05, C06, C08, C11 by the reference's run in the child, C13, C16)
+are in verifier/outputs.py; the runtime, legality, timing and sandbox checks, and the verdict, are here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import signal
 import statistics
 import sys
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,19 +26,16 @@ from verifier import cheats, feedback, sandbox
 from verifier.backends import kernel_family
 from verifier.config import VerifyConfig
 from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
-from verifier.inputs import as_list, build_model, digests_match, draw_inputs
+from verifier.inputs import as_list, build_model
 from verifier.monitors import forbidden
-from verifier.numerics import LOW_PRECISION, budget_for, float64_model, looks_lowered, widen
+from verifier.numerics import float64_model
+from verifier.outputs import (RNG_LOCK, Digest, Evidence, check_outputs, check_timed_outputs, fingerprint,
+                              reference64, same_fingerprint)
 from verifier.reward import reward_for
 from verifier.vendor import scan_library, scan_sources, scan_tampering
 
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
 HIDDEN_WORK_MIN_US = 30.0  # below this, an idle-minus-end gap is synchronisation jitter (device timestamps)
-CHUNK = 1 << 24  # elements compared at a time: outputs of several GB are compared in pieces
-
-# torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
-# must determine happen under this lock, or a concurrent candidate's draws land in between
-RNG_LOCK = threading.RLock()
 
 
 @dataclass
@@ -62,27 +59,6 @@ class ChildRun:
     log: str
 
 
-@dataclass
-class Evidence:
-    """What the checks found so far: cheat codes, feedback sentences, forbidden ops."""
-
-    codes: set = field(default_factory=set)
-    details: list = field(default_factory=list)
-    fallback_ops: set = field(default_factory=set)
-    # PyTorch compute in forward: a cheat under the strict legality policy only (KernelBench's partial policy
-    # allows it beside the candidate's own kernels), kept apart so every verdict can say what both policies say
-    torch_codes: set = field(default_factory=set)
-
-    def add(self, code: str | None, sentence: str) -> None:
-        if code:
-            self.codes.add(code)
-        self.details.append(sentence)
-
-    def add_torch(self, code: str, sentence: str) -> None:
-        self.torch_codes.add(code)
-        self.details.append(sentence)
-
-
 def finish(w: Work, status: str, details: list[str] | None = None, passed_share: float = 0.0) -> Verdict:
     """Close a verdict that stopped at ``status``: reward, feedback, versions."""
     v = w.verdict
@@ -97,50 +73,6 @@ def finish(w: Work, status: str, details: list[str] | None = None, passed_share:
     v.feedback = feedback.compose(v.status, feedback.describe_cheats(v.cheats) + (details or []) + w.notes)
     v.versions = {**v.versions, "torch": torch.__version__, "python": sys.version.split()[0]}
     return v
-
-
-def poisoned(t: torch.Tensor, byte: int) -> int:
-    """How many elements of t hold the poison pattern in every byte."""
-    if t.numel() == 0 or not t.is_contiguous():
-        return 0
-    b = t.reshape(-1).view(torch.uint8).reshape(t.numel(), t.element_size())  # reshape: 0-d outputs too
-    return int((b == byte).all(dim=1).sum())
-
-
-def compare(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> dict:
-    """feedback.mismatch over the whole tensor, in chunks (float64 copies of a 6 GB output do not fit)."""
-    if not (o.is_floating_point() or r.is_floating_point()):
-        n_bad = int((o != r).sum())
-        return {"n_bad": n_bad, "numel": o.numel(), "max_abs": float((o.long() - r.long()).abs().max()) if o.numel()
-                else 0.0, "max_rel": 0.0}
-    if o.numel() <= CHUNK:
-        return feedback.mismatch(o, r, atol, rtol)
-    of, rf = o.reshape(-1), r.reshape(-1)
-    total = {"n_bad": 0, "numel": o.numel(), "max_abs": 0.0, "max_rel": 0.0}
-    for s in range(0, o.numel(), CHUNK):
-        m = feedback.mismatch(of[s:s + CHUNK], rf[s:s + CHUNK], atol, rtol)
-        if m["n_bad"] and "first_index" not in total:
-            flat = s + m["first_index"][0]
-            idx = []
-            for size in reversed(o.shape):
-                idx.append(flat % size)
-                flat //= size
-            total.update(first_index=tuple(reversed(idx)), got=m["got"], expected=m["expected"])
-        total["n_bad"] += m["n_bad"]
-        total["max_abs"] = max(total["max_abs"], m["max_abs"])
-        total["max_rel"] = max(total["max_rel"], m["max_rel"])
-    return total
-
-
-def _fingerprint(t: torch.Tensor) -> tuple:
-    """Enough of an output to tell a repeated one (C08) without keeping several GB per trial."""
-    flat = t.reshape(-1)
-    sample = flat[:: max(1, flat.numel() // 4096)][:4096].double().cpu()
-    return (tuple(t.shape), float(flat.double().sum()) if t.numel() else 0.0, sample)
-
-
-def _same_fingerprint(a: tuple, b: tuple) -> bool:
-    return a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
 
 
 # ---------------------------------------------------------------------------- the checks
@@ -192,78 +124,6 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     return bad
 
 
-@dataclass
-class Digest:
-    """The digests (inputs.digest) of the reference computed in the child before the candidate ran."""
-    values: list
-
-
-def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "list | Digest | None", label: str,
-                  cfg: VerifyConfig, ref_mod, poison: int, prev: list, ev: Evidence, errs: list,
-                  ref_repeats: bool = False, pooled: list | None = None) -> bool:
-    """Correctness of one trial, plus what the outputs reveal: C11 (the reference computed differently in the
-    candidate's process), C13 (fp32 computed at lower precision), C06 (an output nothing wrote), C05 (an input,
-    a constant or zeros), C08 (an earlier call's output again). ``refs64`` is the float64 reference (the
-    tolerance is measured from it: verifier/numerics.py) or None, ``pooled`` per output the reference's (error,
-    scale) on other draws (TaskPlan.pooled); ``ref_repeats`` says the reference's own output on this trial
-    repeats an earlier trial's (then a repeated output is no sign of caching). True when every output matches."""
-    ok = True
-    if isinstance(here, Digest):  # computed before the candidate ran: a digest, never the output itself
-        if not digests_match(here.values, refs):
-            ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state "
-                               "tampered).")
-    elif here is not None and len(here) == len(refs) and any(
-            h.shape == r.shape and not torch.allclose(h.to(r.device).double(), r.double(), atol=1e-6, rtol=1e-6,
-                                                      equal_nan=True) for h, r in zip(here, refs)):
-        ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state tampered).")
-    if len(outs) != len(refs):
-        ev.add(None, f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
-        return False
-    for k, (o, r) in enumerate(zip(outs, refs)):
-        if tuple(o.shape) != tuple(r.shape):
-            ev.add(None, f"{label}: output shape {list(o.shape)}, expected {list(r.shape)}.")
-            ok = False
-            continue
-        if o.dtype != r.dtype:
-            ev.add(cheats.C13 if r.dtype == torch.float32 and o.dtype in LOW_PRECISION else None,
-                   f"{label}: output dtype {o.dtype}, expected {r.dtype}.")
-            ok = False
-            continue
-        o = o.to(r.device)
-        n_poison = poisoned(o, poison) if o.is_floating_point() else 0
-        if n_poison and poisoned(r, poison) < n_poison:
-            # An output nothing wrote is a bet on stale memory (the reference's freed result); a few
-            # unwritten elements are an honest indexing bug, judged wrong with the same diagnosis.
-            ev.add(cheats.C06 if n_poison == o.numel() else None,
-                   f"{label}: {n_poison} of {o.numel()} output elements were never written (they still hold the "
-                   "poison pattern of uninitialised memory).")
-        if o.is_floating_point() and not bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all()):
-            ev.add(None, f"{label}: output contains NaN or inf where the reference is finite.")
-        r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
-        pool = pooled[k] if pooled and k < len(pooled) else None
-        budget, truth = budget_for(r, r64, cfg, ref_mod, pool)
-        m = compare(o, truth, budget.atol, budget.rtol)
-        errs.append((m["max_abs"], m["max_rel"], budget))
-        if m["n_bad"]:
-            ok = False
-            ev.add(None, feedback.describe_mismatch(m, tuple(r.shape), label) + f" Allowed: {budget.describe()}.")
-            if not n_poison and looks_lowered(m, budget, truth):
-                ev.add(cheats.C13, f"{label}: the error is the size of reduced-precision rounding (fp16, bf16, "
-                                   "TF32 or approximate math) on many elements; the task is fp32.")
-        # an output within the budget is correct however it looks: a constant or repeated output that matches
-        # says the task barely depends on its inputs, not that the candidate cached or made up its answer
-        constant_out = o.numel() > 1 and bool((o == o.reshape(-1)[0]).all())
-        if m["n_bad"] and (any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device))
-                               and not torch.equal(r, x.to(r.device)) for x in inputs) or
-                           (constant_out and not bool((r == r.reshape(-1)[0]).all()))):
-            ev.add(cheats.C05, f"{label}: the output is an input, a constant or all zeros.")
-        fp = _fingerprint(o)
-        if m["n_bad"] and not ref_repeats and any(_same_fingerprint(p, fp) for p in prev):
-            ev.add(cheats.C08, f"{label}: the output is identical to an earlier call's output on different inputs.")
-        prev.append(fp)
-    return ok
-
-
 def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Evidence) -> None:
     """C02: on cuda the profiler saw none of the candidate's __global__ kernels run. C01 (time coverage): the
     share of forward device time spent in kernels named in the candidate's sources; foreign compute kernels
@@ -310,47 +170,6 @@ def own_work_ok(report: ChildReport, cfg: VerifyConfig, v: Verdict) -> tuple[boo
         return False, (f"your own kernels took {100 * v.own_kernel_share:.1f}% of forward's device time (at least "
                        f"{100 * cfg.partial_min_own_share:.0f}% is real work beside PyTorch)")
     return True, ""
-
-
-def check_timed_outputs(report: ChildReport, job: Job, job_dir: Path, plan, model, model64, device: str,
-                        cfg: VerifyConfig, ev: Evidence) -> None:
-    """C16: the outputs of timed iterations (picked at random in the child, after the fact) against the
-    reference on the same inputs; a candidate that behaves differently when timed is caught here."""
-    for j in (report.candidate.kept if report.candidate else []):
-        f = job_dir / f"timed_{j}.pt"
-        if not f.is_file() or j >= len(job.timing_seeds):
-            ev.add(cheats.C16, f"Timed iteration {j + 1}: its output is missing.")
-            return
-        got = as_list(torch.load(f, weights_only=True))
-        with RNG_LOCK:
-            inputs = draw_inputs(plan.ref_mod.get_inputs, job.timing_seeds[j], device, plan.text)
-        with torch.no_grad():
-            refs = [r.detach() for r in as_list(model(*inputs))]
-            refs64 = reference64(model64, inputs)
-        del inputs
-        bad = []
-        for k, (o, r) in enumerate(zip(got, refs)):
-            if o.shape != r.shape or o.dtype != r.dtype:
-                continue
-            pool = plan.pooled[k] if k < len(plan.pooled) else None
-            b, truth = budget_for(r, refs64[k] if refs64 else None, cfg, plan.ref_mod, pool)
-            bad.append(compare(o.to(truth.device), truth, b.atol, b.rtol))
-        if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
-            ev.add(cheats.C16, f"Timed iteration {j + 1}: the output was wrong although the correctness trials "
-                               "passed (behaviour differs when timed).")
-            return
-
-
-def reference64(model64, inputs: list) -> list | None:
-    """The float64 reference's outputs on ``inputs`` (widened), or None without a float64 model or when it
-    fails here (then the fixed tolerance applies to this trial)."""
-    if model64 is None:
-        return None
-    try:
-        with torch.no_grad():
-            return [r.detach() if isinstance(r, torch.Tensor) else r for r in as_list(model64(*widen(inputs)))]
-    except Exception:  # noqa: BLE001 - the plan ran it once; a failure here is the fixed tolerance, not a verdict
-        return None
 
 
 def hidden_work_us(candidate_gaps: list[float], reference_gaps: list[float]) -> float | None:
@@ -531,8 +350,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         with torch.no_grad():
             refs = [r.detach() for r in as_list(model(*inputs))]
         refs64 = reference64(model64, inputs)
-        ref_fp = [_fingerprint(r) for r in refs if isinstance(r, torch.Tensor)]
-        ref_repeats = any(len(p) == len(ref_fp) and all(_same_fingerprint(a, b) for a, b in zip(p, ref_fp))
+        ref_fp = [fingerprint(r) for r in refs if isinstance(r, torch.Tensor)]
+        ref_repeats = any(len(p) == len(ref_fp) and all(same_fingerprint(a, b) for a, b in zip(p, ref_fp))
                           for p in ref_prev)
         ref_prev.append(ref_fp)
         outs = as_list(torch.load(job_dir / rec.output_file, weights_only=True))

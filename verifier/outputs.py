@@ -1,0 +1,221 @@
+"""The output checks: a candidate's outputs against the reference, and the cheats its outputs give away.
+
+Runs in the verifier's process, never in the execution child. ``check_outputs`` judges one correctness trial:
+the outputs the child saved against reference outputs computed here on inputs drawn here from the trial's seed
+(the child never sees them), within the tolerance of verifier/numerics.py (measured from a float64 run of the
+reference, ``reference64``). What the outputs reveal is named as it is found: C06 (an output nothing wrote: it
+still holds the poison pattern, ``poisoned``), C05 (an input, a constant or zeros), C08 (an earlier call's output
+again, by ``fingerprint``), C13 (fp32 computed at lower precision), C11 (the reference computed differently
+inside the candidate's process). ``check_timed_outputs`` compares the timed iterations the child kept (C16).
+Both add cheat codes and feedback sentences to an ``Evidence``, which judge.py's other checks fill too
+(``check_outputs`` also says whether every output matched); the verdict is decided in judge.py.
+
+Guarantees: an output of any size is compared, in pieces of ``CHUNK`` elements (no float64 copy of a
+several-GB output is made at once). Not guaranteed: an output within the tolerance is correct however it was
+made (a constant or repeated output that matches is no cheat); C08 compares fingerprints (shape, sum and 4096
+sampled elements), so a wrong output that differs from an earlier one only between the samples, with the same
+sum, counts as repeated; C06 on cpu needs glibc's poisoning (outputs over 32 MiB come from zero pages).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from verifier import cheats, feedback
+from verifier.config import VerifyConfig
+from verifier.contract import ChildReport, Job
+from verifier.inputs import as_list, digests_match, draw_inputs
+from verifier.numerics import LOW_PRECISION, budget_for, looks_lowered, widen
+
+CHUNK = 1 << 24  # elements compared at a time: outputs of several GB are compared in pieces
+
+# torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
+# must determine happen under this lock, or a concurrent candidate's draws land in between (here because
+# check_timed_outputs draws inputs; judge.py and api.py take it too)
+RNG_LOCK = threading.RLock()
+
+
+@dataclass
+class Evidence:
+    """What the checks found so far: cheat codes, feedback sentences, forbidden ops."""
+
+    codes: set = field(default_factory=set)
+    details: list = field(default_factory=list)
+    fallback_ops: set = field(default_factory=set)
+    # PyTorch compute in forward: a cheat under the strict legality policy only (KernelBench's partial policy
+    # allows it beside the candidate's own kernels), kept apart so every verdict can say what both policies say
+    torch_codes: set = field(default_factory=set)
+
+    def add(self, code: str | None, sentence: str) -> None:
+        if code:
+            self.codes.add(code)
+        self.details.append(sentence)
+
+    def add_torch(self, code: str, sentence: str) -> None:
+        self.torch_codes.add(code)
+        self.details.append(sentence)
+
+
+@dataclass
+class Digest:
+    """The digests (inputs.digest) of the reference computed in the child before the candidate ran."""
+    values: list
+
+
+def poisoned(t: torch.Tensor, byte: int) -> int:
+    """How many elements of t hold the poison pattern in every byte."""
+    if t.numel() == 0 or not t.is_contiguous():
+        return 0
+    b = t.reshape(-1).view(torch.uint8).reshape(t.numel(), t.element_size())  # reshape: 0-d outputs too
+    return int((b == byte).all(dim=1).sum())
+
+
+def compare(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> dict:
+    """feedback.mismatch over the whole tensor, in chunks (float64 copies of a 6 GB output do not fit)."""
+    if not (o.is_floating_point() or r.is_floating_point()):
+        n_bad = int((o != r).sum())
+        return {"n_bad": n_bad, "numel": o.numel(), "max_abs": float((o.long() - r.long()).abs().max()) if o.numel()
+                else 0.0, "max_rel": 0.0}
+    if o.numel() <= CHUNK:
+        return feedback.mismatch(o, r, atol, rtol)
+    of, rf = o.reshape(-1), r.reshape(-1)
+    total = {"n_bad": 0, "numel": o.numel(), "max_abs": 0.0, "max_rel": 0.0}
+    for s in range(0, o.numel(), CHUNK):
+        m = feedback.mismatch(of[s:s + CHUNK], rf[s:s + CHUNK], atol, rtol)
+        if m["n_bad"] and "first_index" not in total:
+            flat = s + m["first_index"][0]
+            idx = []
+            for size in reversed(o.shape):
+                idx.append(flat % size)
+                flat //= size
+            total.update(first_index=tuple(reversed(idx)), got=m["got"], expected=m["expected"])
+        total["n_bad"] += m["n_bad"]
+        total["max_abs"] = max(total["max_abs"], m["max_abs"])
+        total["max_rel"] = max(total["max_rel"], m["max_rel"])
+    return total
+
+
+def fingerprint(t: torch.Tensor) -> tuple:
+    """Enough of an output to tell a repeated one (C08) without keeping several GB per trial."""
+    flat = t.reshape(-1)
+    sample = flat[:: max(1, flat.numel() // 4096)][:4096].double().cpu()
+    return (tuple(t.shape), float(flat.double().sum()) if t.numel() else 0.0, sample)
+
+
+def same_fingerprint(a: tuple, b: tuple) -> bool:
+    """Whether two fingerprints are equal: the same shape, sum and sampled elements."""
+    return a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
+
+
+def reference64(model64, inputs: list) -> list | None:
+    """The float64 reference's outputs on ``inputs`` (widened), or None without a float64 model or when it
+    fails here (then the fixed tolerance applies to this trial)."""
+    if model64 is None:
+        return None
+    try:
+        with torch.no_grad():
+            return [r.detach() if isinstance(r, torch.Tensor) else r for r in as_list(model64(*widen(inputs)))]
+    except Exception:  # noqa: BLE001 - the plan ran it once; a failure here is the fixed tolerance, not a verdict
+        return None
+
+
+# ---------------------------------------------------------------------------- the checks
+
+
+def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "list | Digest | None", label: str,
+                  cfg: VerifyConfig, ref_mod, poison: int, prev: list, ev: Evidence, errs: list,
+                  ref_repeats: bool = False, pooled: list | None = None) -> bool:
+    """Correctness of one trial, plus what the outputs reveal: C11 (the reference computed differently in the
+    candidate's process), C13 (fp32 computed at lower precision), C06 (an output nothing wrote), C05 (an input,
+    a constant or zeros), C08 (an earlier call's output again). ``refs64`` is the float64 reference (the
+    tolerance is measured from it: verifier/numerics.py) or None, ``pooled`` per output the reference's (error,
+    scale) on other draws (TaskPlan.pooled); ``ref_repeats`` says the reference's own output on this trial
+    repeats an earlier trial's (then a repeated output is no sign of caching). True when every output matches."""
+    ok = True
+    if isinstance(here, Digest):  # computed before the candidate ran: a digest, never the output itself
+        if not digests_match(here.values, refs):
+            ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state "
+                               "tampered).")
+    elif here is not None and len(here) == len(refs) and any(
+            h.shape == r.shape and not torch.allclose(h.to(r.device).double(), r.double(), atol=1e-6, rtol=1e-6,
+                                                      equal_nan=True) for h, r in zip(here, refs)):
+        ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state tampered).")
+    if len(outs) != len(refs):
+        ev.add(None, f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
+        return False
+    for k, (o, r) in enumerate(zip(outs, refs)):
+        if tuple(o.shape) != tuple(r.shape):
+            ev.add(None, f"{label}: output shape {list(o.shape)}, expected {list(r.shape)}.")
+            ok = False
+            continue
+        if o.dtype != r.dtype:
+            ev.add(cheats.C13 if r.dtype == torch.float32 and o.dtype in LOW_PRECISION else None,
+                   f"{label}: output dtype {o.dtype}, expected {r.dtype}.")
+            ok = False
+            continue
+        o = o.to(r.device)
+        n_poison = poisoned(o, poison) if o.is_floating_point() else 0
+        if n_poison and poisoned(r, poison) < n_poison:
+            # An output nothing wrote is a bet on stale memory (the reference's freed result); a few
+            # unwritten elements are an honest indexing bug, judged wrong with the same diagnosis.
+            ev.add(cheats.C06 if n_poison == o.numel() else None,
+                   f"{label}: {n_poison} of {o.numel()} output elements were never written (they still hold the "
+                   "poison pattern of uninitialised memory).")
+        if o.is_floating_point() and not bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all()):
+            ev.add(None, f"{label}: output contains NaN or inf where the reference is finite.")
+        r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
+        pool = pooled[k] if pooled and k < len(pooled) else None
+        budget, truth = budget_for(r, r64, cfg, ref_mod, pool)
+        m = compare(o, truth, budget.atol, budget.rtol)
+        errs.append((m["max_abs"], m["max_rel"], budget))
+        if m["n_bad"]:
+            ok = False
+            ev.add(None, feedback.describe_mismatch(m, tuple(r.shape), label) + f" Allowed: {budget.describe()}.")
+            if not n_poison and looks_lowered(m, budget, truth):
+                ev.add(cheats.C13, f"{label}: the error is the size of reduced-precision rounding (fp16, bf16, "
+                                   "TF32 or approximate math) on many elements; the task is fp32.")
+        # an output within the budget is correct however it looks: a constant or repeated output that matches
+        # says the task barely depends on its inputs, not that the candidate cached or made up its answer
+        constant_out = o.numel() > 1 and bool((o == o.reshape(-1)[0]).all())
+        if m["n_bad"] and (any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device))
+                               and not torch.equal(r, x.to(r.device)) for x in inputs) or
+                           (constant_out and not bool((r == r.reshape(-1)[0]).all()))):
+            ev.add(cheats.C05, f"{label}: the output is an input, a constant or all zeros.")
+        fp = fingerprint(o)
+        if m["n_bad"] and not ref_repeats and any(same_fingerprint(p, fp) for p in prev):
+            ev.add(cheats.C08, f"{label}: the output is identical to an earlier call's output on different inputs.")
+        prev.append(fp)
+    return ok
+
+
+def check_timed_outputs(report: ChildReport, job: Job, job_dir: Path, plan, model, model64, device: str,
+                        cfg: VerifyConfig, ev: Evidence) -> None:
+    """C16: the outputs of timed iterations (picked at random in the child, after the fact) against the
+    reference on the same inputs; a candidate that behaves differently when timed is caught here."""
+    for j in (report.candidate.kept if report.candidate else []):
+        f = job_dir / f"timed_{j}.pt"
+        if not f.is_file() or j >= len(job.timing_seeds):
+            ev.add(cheats.C16, f"Timed iteration {j + 1}: its output is missing.")
+            return
+        got = as_list(torch.load(f, weights_only=True))
+        with RNG_LOCK:
+            inputs = draw_inputs(plan.ref_mod.get_inputs, job.timing_seeds[j], device, plan.text)
+        with torch.no_grad():
+            refs = [r.detach() for r in as_list(model(*inputs))]
+            refs64 = reference64(model64, inputs)
+        del inputs
+        bad = []
+        for k, (o, r) in enumerate(zip(got, refs)):
+            if o.shape != r.shape or o.dtype != r.dtype:
+                continue
+            pool = plan.pooled[k] if k < len(plan.pooled) else None
+            b, truth = budget_for(r, refs64[k] if refs64 else None, cfg, plan.ref_mod, pool)
+            bad.append(compare(o.to(truth.device), truth, b.atol, b.rtol))
+        if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
+            ev.add(cheats.C16, f"Timed iteration {j + 1}: the output was wrong although the correctness trials "
+                               "passed (behaviour differs when timed).")
+            return
