@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import FAMILIES_FILE, PART_BYTES, default_results, device_name, write_family_corpus  # noqa: E402
+from bench.common import FAMILIES_FILE, default_results, device_name, write_family_corpus, write_parts  # noqa: E402
 
 ARMS = ("rft", "rl", "rl_no_prime_echo", "rl_no_retry", "rl_no_mirrorpop")
 # what the loop's phases import, some only late (curate's near-duplicate step imports rensa after sampling and
@@ -135,15 +135,7 @@ def pack_state(work: Path, dest: Path) -> list[Path]:
             rel = p.relative_to(work).as_posix()
             if p.is_file() and not _skip(rel):
                 tar.add(str(p), arcname=rel, recursive=False)
-    blob = buf.getvalue()
-    dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("loop_state.tar.*"):
-        old.unlink()
-    parts = []
-    for n, i in enumerate(range(0, len(blob), PART_BYTES)):
-        parts.append(dest / f"loop_state.tar.{n:02d}")
-        parts[-1].write_bytes(blob[i: i + PART_BYTES])
-    return parts
+    return write_parts(buf.getvalue(), dest, "loop_state.tar")
 
 
 def unpack_state(src: Path, work: Path) -> None:

@@ -8,6 +8,7 @@ fixed cost of starting one sandbox (bubblewrap + the supervising process), which
 execution process pay once, against the same command without it.
 
     python bench/bench_sandbox.py [--n 8] [--rounds 3] [--out bench/results/sandbox_cpu.md]
+    python bench/bench_sandbox.py --builds 2 --rounds 4      (cold builds instead: the build-side cost)
 """
 
 from __future__ import annotations
@@ -46,6 +47,63 @@ for i in range(n):
     assert v.status == "pass", v.feedback
 print(json.dumps({"times": times, "child": child, "judged": judged, "sandbox": sandbox.status().get("isolation")}))
 """
+
+
+BUILDS = r"""
+import json, sys
+from verifier import build, fixtures as fx, sandbox
+from verifier.static import scan
+(spec,) = [e.args for e in scan(fx.HONEST_RELU, "cpu").extensions if e.resolved]
+root, n, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out = []
+for i in range(n):
+    # a distinct source per build: a new build key and new objects (nothing cached), the same work
+    args = dict(spec, cpp_sources=[s + f"\nint km_bench_{tag}_{i}() {{ return {i}; }}\n"
+                                   for s in build._as_list(spec["cpp_sources"])])
+    res = build.build_blocking(root, args, timeout_s=600)
+    assert res.ok, res.log[-2000:]
+    out.append(res.seconds)
+print(json.dumps({"seconds": out, "sandbox": sandbox.status().get("isolation")}))
+"""
+
+
+def build_mode(build_dir: str, n: int, on: bool, tag: str) -> dict:
+    """``n`` cold builds of distinct cpu extensions in a process of its own, the sandbox on or off."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if not on:
+        env["KM_SANDBOX"] = "off"
+    r = subprocess.run([sys.executable, "-c", BUILDS, build_dir, str(n), tag], env=env, capture_output=True,
+                       text=True, cwd=ROOT, timeout=3600)
+    if r.returncode != 0:
+        raise SystemExit(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def builds_report(args) -> str:
+    """The sandbox's cost on builds: ``--builds`` cold builds per mode and round, modes alternated."""
+    build_dir = tempfile.mkdtemp(prefix="km-bench-sandbox-builds-")
+    secs = {True: [], False: []}
+    isolation = ""
+    build_mode(build_dir, 1, True, "pch")  # the precompiled header, built once for both modes
+    for r in range(args.rounds):
+        for on in ((True, False) if r % 2 == 0 else (False, True)):
+            res = build_mode(build_dir, args.builds, on, f"r{r}{'s' if on else 'p'}")
+            secs[on] += res["seconds"]
+            isolation = res["sandbox"] if on else isolation
+    med = {on: statistics.median(v) for on, v in secs.items()}
+    low = {on: min(v) for on, v in secs.items()}
+    return "\n".join([
+        f"## Builds: cold builds with and without the sandbox ({device_name()}, {os.cpu_count()} cores)", "",
+        f"`python bench/bench_sandbox.py --builds {args.builds} --rounds {args.rounds}`: {args.builds} cold builds per "
+        f"mode and round of the honest cpu ReLU extension, each with a distinct source line (a new build key, no "
+        f"object reused; the precompiled header built beforehand), one at a time, modes alternated, each mode in "
+        f"its own process. Sandbox: {isolation}.", "",
+        "| mode | builds | median s / build | min | max |", "| --- | --- | --- | --- | --- |",
+        *[f"| {'sandbox' if on else 'no sandbox'} | {len(secs[on])} | {med[on]:.3f} | {low[on]:.3f} | "
+          f"{max(secs[on]):.3f} |" for on in (True, False)],
+        "", f"Sandbox cost per build: median {med[True] - med[False]:+.3f} s "
+            f"({100 * (med[True] - med[False]) / med[False]:+.1f}%), minimum {low[True] - low[False]:+.3f} s "
+            f"({100 * (low[True] - low[False]) / low[False]:+.1f}%). Goal: < 5%.", ""])
 
 
 def run_mode(build_dir: str, n: int, on: bool) -> dict:
@@ -117,7 +175,15 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8, help="candidates per mode and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=default_results("sandbox"))
+    ap.add_argument("--builds", type=int, default=0,
+                    help="measure cold builds instead (this many per mode and round); appends to --out")
     args = ap.parse_args()
+    if args.builds:
+        text = builds_report(args)
+        print(text)
+        with open(args.out, "a") as f:
+            f.write("\n" + text)
+        return
     build_dir = tempfile.mkdtemp(prefix="km-bench-sandbox-")
     per = {True: [], False: []}
     child = {True: [], False: []}

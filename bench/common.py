@@ -83,13 +83,18 @@ def pack_policy(model, tok, dest: Path) -> list[Path]:
         write_serving_files(d, tok)
         with tarfile.open(fileobj=buf, mode="w") as tar:
             tar.add(str(d), arcname="policy")
-    blob = buf.getvalue()
+    return write_parts(buf.getvalue(), dest, "policy.tar")
+
+
+def write_parts(blob: bytes, dest: Path, prefix: str) -> list[Path]:
+    """``blob`` as ``<prefix>.NN`` files of PART_BYTES under ``dest`` (what the device tool carries back), earlier
+    parts of that prefix removed first."""
     dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("policy.tar.*"):
+    for old in dest.glob(f"{prefix}.*"):
         old.unlink()
     parts = []
     for n, i in enumerate(range(0, len(blob), PART_BYTES)):
-        parts.append(dest / f"policy.tar.{n:02d}")
+        parts.append(dest / f"{prefix}.{n:02d}")
         parts[-1].write_bytes(blob[i: i + PART_BYTES])
     return parts
 

@@ -16,12 +16,10 @@ import pytest
 
 from kernelmill import store
 from kernelmill.config import load_settings
-from kernelmill.schema import Message, SFTRow, Task, task_id_for
 from orchestrator.loop import rl_pool, run_loop, share_start
 from orchestrator.stages import BY_NAME
-from synth.generate.prompts import build_prompt
-from synth.teacher.compact import answer
-from synth.teacher.task_families import generate_tasks, task_code
+
+from model_fixtures import train_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -29,24 +27,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """(checkpoint dir, tasks): a 1-layer model trained 4 steps on 6 procedural tasks."""
-    from train.model import latest_checkpoint
-    from train.sft import train_sft
-
-    root = tmp_path_factory.mktemp("looprl")
-    tasks, rows = [], []
-    for i, ft in enumerate(generate_tasks(6, seed=3)):
-        ref = task_code(ft)
-        task = Task.from_code(ref, name=f"family_{i}", source="teacher", level=1)
-        msgs = build_prompt(task, "cpu") + [Message("assistant", f"```python\n{answer(ft, 'cpu')}```")]
-        tasks.append(task)
-        rows.append(SFTRow(id="s" + task.task_id, task_id=task_id_for(ref), messages=msgs, source="teacher",
-                           generator="teacher_compact", backend="cpu", level=1, num_turns=1, final_reward=1.0))
-    store.write_records(root / "corpus", "sft", rows)
-    res = train_sft(root / "corpus", root / "sft", steps=4, batch_size=2, lr=3e-3, warmup=1, max_len=1024,
-                    save_every=0, heldout_frac=0.0, vocab_size=2048, n_layer=1, d_model=32, n_head=2, device="cpu",
-                    log_every=0, split_words=False, split_digits=True)
-    assert res["steps_done"] == 4
-    return latest_checkpoint(root / "sft"), tasks
+    return train_tiny(tmp_path_factory.mktemp("looprl"))
 
 
 def settings(ckpt, **more):

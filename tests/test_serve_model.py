@@ -16,37 +16,19 @@ import pytest
 from curation.filters import render_prompt
 from kernelmill import store
 from orchestrator.cli import main as kernelmill_main
-from kernelmill.schema import Message, SFTRow, Task, task_id_for
 from synth.generate.generators import OpenAIGenerator
 from synth.generate.prompts import build_prompt
-from synth.teacher.compact import answer
-from synth.teacher.task_families import generate_tasks, task_code
+
+from model_fixtures import train_tiny
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """(checkpoint dir, tasks, corpus dir): a 1-layer model trained 4 steps on 6 procedural tasks."""
-    from train.model import latest_checkpoint
-    from train.sft import train_sft
-
+    """(checkpoint dir, tasks, root with the corpus): a 1-layer model trained 4 steps on 6 procedural tasks."""
     root = tmp_path_factory.mktemp("serve")
-    tasks, rows = [], []
-    for i, ft in enumerate(generate_tasks(6, seed=3)):
-        ref = task_code(ft)
-        task = Task.from_code(ref, name=f"family_{i}", source="teacher", level=1)
-        msgs = build_prompt(task, "cpu") + [Message("assistant", f"```python\n{answer(ft, 'cpu')}```")]
-        tasks.append(task)
-        rows.append(SFTRow(id="s" + task.task_id, task_id=task_id_for(ref), messages=msgs, source="teacher",
-                           generator="teacher_compact", backend="cpu", level=1, num_turns=1, final_reward=1.0))
-    corpus = root / "corpus"
-    store.write_records(corpus, "sft", rows)
-    res = train_sft(corpus, root / "sft", steps=4, batch_size=2, lr=3e-3, warmup=1, max_len=1024, save_every=0,
-                    heldout_frac=0.0, vocab_size=2048, n_layer=1, d_model=32, n_head=2, device="cpu", log_every=0,
-                    split_words=False, split_digits=True)
-    assert res["steps_done"] == 4
-    return latest_checkpoint(root / "sft"), tasks, root
+    return (*train_tiny(root), root)
 
 
 @pytest.fixture(scope="module")

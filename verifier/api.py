@@ -46,7 +46,7 @@ from verifier.extract import check_candidate_shape, extract_code
 from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes, nbytes, same, size_changes
 from verifier.numerics import error_and_scale, float64_model, widen
 from verifier.judge import ChildRun, Work, finish, judge
-from verifier.outputs import RNG_LOCK
+from verifier.outputs import RNG_LOCK, reference_fault
 from verifier.processes import _job_root, _run_child
 from verifier.static import scan
 from verifier.vendor import scan_library, scan_sources, scan_tampering
@@ -253,32 +253,6 @@ def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = 
     with _PLAN_LOCK:
         _PLANS[key] = plan
     return plan
-
-
-def reference_fault(out: list, out_other: list, same_inputs: bool, outs64: list | None = None) -> str:
-    """Why a task's reference output does not depend on its inputs ("" when it does): ``out`` and
-    ``out_other`` are its outputs on two draws of get_inputs with different seeds, ``outs64`` the float64
-    reference's on the same two draws (or None). A product of 512 normals underflows to zero, a constant or
-    NaN output is the task's fault, and so is an output that is constant in exact arithmetic and varies only
-    by fp32 rounding (the mean of group-normalised values, ~1e-8): no candidate can be judged on it."""
-    floats = [(o, p) for o, p in zip(out, out_other) if isinstance(o, torch.Tensor) and o.is_floating_point()
-              and isinstance(p, torch.Tensor)]
-    if not floats or same_inputs:
-        return ""
-    if all(not bool(torch.isfinite(o).any()) for o, _ in floats if o.numel()):
-        return "the reference output is NaN or inf everywhere on random inputs"
-    if all(o.shape == p.shape and torch.equal(o, p) for o, p in floats):
-        zero = all(not bool(o.any()) for o, _ in floats)
-        return ("the reference output is all zero for every input (underflow or a constant)" if zero else
-                "the reference output is identical for different inputs (it does not depend on them)")
-    if outs64 and len(outs64) == 2:
-        pairs = [(a, b) for a, b in zip(*outs64) if isinstance(a, torch.Tensor) and a.is_floating_point()
-                 and isinstance(b, torch.Tensor) and a.shape == b.shape]
-        if pairs and all(float((a - b).abs().nan_to_num(0.0).max()) <= 1e-9 * max(1.0, float(a.abs().nan_to_num(
-                0.0).max())) for a, b in pairs if a.numel()):
-            return ("the reference output is the same for different inputs in exact arithmetic (float64); its fp32 "
-                    "values differ only by rounding")
-    return ""
 
 
 def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
