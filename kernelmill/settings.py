@@ -167,7 +167,7 @@ class TrainSettings:
     n_layer: int = 2
     d_model: int = 64
     n_head: int = 4
-    max_len: int = 512
+    max_len: int = 2048
     sft_steps: int = 200
     batch_size: int = 8
     lr: float = 1e-3
