@@ -9,6 +9,9 @@ logic: sampling, verification, repair, curation, RFT, RL and the held-out evalua
 
 What one call does, in order, each step skipped when the state already holds it:
 
+  0. repair dialogues (``--repair-sft-tasks``): training tasks given the teacher's answer with a planted bug
+     (plant_bug), judged by the verify stage; each failure becomes a two-turn SFT dialogue (the feedback turn the
+     repair stage and Buffered Dynamic Retry send, then the correct answer), so repair is something m0 learned.
   1. SFT from scratch (train/sft.py, ``--sft-s``) on the corpus's training split (train.data.is_heldout at
      ``--heldout-frac``: the SFT split); m0 is that checkpoint rounded to bf16 (what the state carries, so
      every call starts every arm from the same weights).
@@ -41,6 +44,7 @@ import argparse
 import io
 import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -101,10 +105,10 @@ def read_corpus(corpus: Path, backend: str) -> tuple[list, dict[str, str]]:
     return [t for t in tasks if t.task_id in answers], answers
 
 
-def write_training_corpus(out: Path, tasks: list, answers: dict[str, str], backend: str) -> None:
+def write_training_corpus(out: Path, tasks: list, answers: dict[str, str], backend: str, extra=()) -> None:
     """The sft config the run trains on: each task's prompt built now by the generate stage's own
     builder (a corpus made before a change to synth/generate/prompts.py still trains on what the
-    generate stage will send), then the teacher's answer."""
+    generate stage will send), then the teacher's answer; plus ``extra`` rows (the repair dialogues)."""
     from kernelmill import store
     from kernelmill.schema import Message, SFTRow
     from synth.generate.prompts import build_prompt
@@ -113,7 +117,81 @@ def write_training_corpus(out: Path, tasks: list, answers: dict[str, str], backe
     store.write_records(out, "sft", [
         SFTRow(id="s" + t.task_id, task_id=t.task_id, source="teacher", generator="teacher_compact", backend=backend,
                level=t.level, num_turns=1, final_reward=1.0,
-               messages=build_prompt(t, backend) + [Message("assistant", answers[t.task_id])]) for t in tasks])
+               messages=build_prompt(t, backend) + [Message("assistant", answers[t.task_id])]) for t in tasks]
+        + list(extra))
+
+
+# ---------------------------------------------------------------------------- repair dialogues for SFT
+
+# Bugs planted in a teacher answer for the repair dialogues, each a mistake a kernel writer makes; the verifier
+# decides whether it shows on the task (a dialogue is kept only when the answer failed)
+_OP_LINE = re.compile(r"\n[ \t]+v = [^\n]*;")  # one op of the fused chain (the load line is "float v = ...")
+
+
+def _drop_last_op(code: str) -> str:
+    ops = list(_OP_LINE.finditer(code))
+    return code[:ops[-1].start()] + code[ops[-1].end():] if ops else code
+
+
+BUGS = {
+    "dropped_op": _drop_last_op,  # one op of the chain forgotten
+    "launch_floor": lambda c: re.sub(r"\(\((n|rows) \+ 255\) / 256\)", r"(\1 / 256)", c, count=1),  # grid rounded down
+    "mean_divisor": lambda c: c.replace("acc / cols", "acc / rows", 1),  # the wrong extent
+}
+
+
+def plant_bug(answer: str, key: str) -> tuple[str, str]:
+    """(bug name, the answer with it) for one of the BUGS that changes it, chosen by ``key``; ("", answer) if none."""
+    import hashlib
+
+    fits = [(name, bugged) for name, f in BUGS.items() if (bugged := f(answer)) != answer]
+    if not fits:
+        return "", answer
+    return fits[int(hashlib.sha256(key.encode()).hexdigest(), 16) % len(fits)]
+
+
+def repair_dialogues(work: Path, tasks: list, answers: dict[str, str], backend: str, n: int, settings) -> dict:
+    """Two-turn SFT dialogues made by the pipeline's own parts: a teacher answer with a planted bug (plant_bug),
+    judged by the verify stage; where it failed, the repair stage's feedback turn (build_repair_turn, what a
+    repair round or Buffered Dynamic Retry sends) and the teacher's correct answer. Written to
+    ``work/repair_sft`` (an sft table, carried with the state); returns counts."""
+    from kernelmill import store
+    from kernelmill.schema import Candidate, Message, SFTRow
+    from orchestrator.stages import BY_NAME
+    from synth.generate.prompts import build_prompt, build_repair_turn
+    from verifier.extract import extract_code
+
+    out, run = work / "repair_sft", work / "repair_run"
+    picked, cands, bugs = sorted(tasks, key=lambda t: t.task_id)[:n], [], {}
+    for t in picked:
+        bug, response = plant_bug(answers[t.task_id], t.task_id)  # the answer as the model sees it: fenced code
+        if bug:
+            code = extract_code(response)
+            cid = Candidate.make_id(t.task_id, backend, code)
+            bugs[cid] = bug
+            cands.append(Candidate(candidate_id=cid, task_id=t.task_id, backend=backend, generator="teacher_bug",
+                                   code=code, response=response, turn=0, injected_bug=bug))
+    shutil.rmtree(run, ignore_errors=True)
+    store.write_records(run, "tasks", picked)
+    store.write_records(run, "candidates", cands)
+    BY_NAME["verify"].run(run, settings)
+    by_task = {t.task_id: t for t in picked}
+    rows, kept = [], {}
+    for v in store.read_records(run, "verdicts"):
+        if not v.judged or v.status == "pass":
+            continue
+        c = next(c for c in cands if c.candidate_id == v.candidate_id)
+        t = by_task[c.task_id]
+        msgs = (build_prompt(t, backend) + [Message("assistant", c.response), build_repair_turn(v, backend),
+                                             Message("assistant", answers[t.task_id])])
+        rows.append(SFTRow(id="r" + c.candidate_id, task_id=t.task_id, source="teacher", generator="teacher_repair",
+                           backend=backend, level=t.level, num_turns=2, final_reward=1.0, messages=msgs))
+        kept[bugs[c.candidate_id]] = kept.get(bugs[c.candidate_id], 0) + 1
+    shutil.rmtree(out, ignore_errors=True)
+    if rows:
+        store.write_records(out, "sft", rows)
+    shutil.rmtree(run, ignore_errors=True)
+    return {"tasks": len(picked), "planted": len(cands), "failed_and_kept": len(rows), "by_bug": kept}
 
 
 # ---------------------------------------------------------------------------- state carried between calls
@@ -233,6 +311,8 @@ def render(args, work: Path, state: dict) -> str:
              f"Verifier backend {info.get('backend')}; sampling with the loop's in-process server "
              f"(loop.server = {args.server}).",
              f"SFT: {json.dumps(state.get('sft', {}))}.",
+             f"Two-turn repair dialogues in the SFT corpus (a planted bug judged by the verifier, its feedback turn, the "
+             f"fix): {json.dumps(state.get('repair_sft', {}))}.",
              f"Tasks: the corpus's SFT-held-out tasks ({info.get('held')}), split by the loop into the round's pool "
              f"(at most {args.pool_tasks}) and E (at most {args.eval_tasks}, evaluated for every model); k = {k} answers per "
              f"task at temperature {args.temperature}, at most {args.max_new_tokens} new tokens; pool repair turns "
@@ -335,10 +415,19 @@ def run(args) -> int:
     held = sorted((t for t in tasks if D.is_heldout(t.task_id, args.heldout_frac)), key=lambda t: t.task_id)
     state["info"] = {"device": device_name(), "backend": backend, "tasks": len(tasks), "held": len(held)}
 
-    # 1. SFT -> m0 (bf16 values)
+    # 1. SFT -> m0 (bf16 values), on the teacher's answers and two-turn repair dialogues (BDR's repair prompts
+    # and the loop's repair turns are then something the model has seen)
     if not (work / "m0_bf16" / "config.json").is_file():
         corpus, sft_out = work / "corpus", work / "sft"
-        write_training_corpus(corpus, tasks, answers, backend)
+        train = [t for t in tasks if not D.is_heldout(t.task_id, args.heldout_frac)]
+        if args.repair_sft_tasks and "repair_sft" not in state:
+            t = time.time()
+            state["repair_sft"] = repair_dialogues(work, train, answers, backend, args.repair_sft_tasks,
+                                                   arm_settings(args, "rft", work, backend, 600.0))
+            state["repair_sft"]["seconds"] = round(time.time() - t, 1)
+            save()
+        extra = store.read_records(work / "repair_sft", "sft") if (work / "repair_sft").is_dir() else []
+        write_training_corpus(corpus, tasks, answers, backend, extra)
         shutil.rmtree(sft_out, ignore_errors=True)
         t = time.time()
         r = train_sft(corpus, sft_out, steps=args.sft_steps, batch_size=args.batch_size, lr=args.lr, warmup=50,
@@ -458,7 +547,10 @@ def main() -> int:
     ap.add_argument("--sft-steps", type=int, default=6000, help="schedule length (the time budget usually ends SFT)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--max-len", type=int, default=512)
+    ap.add_argument("--max-len", type=int, default=1024,
+                    help="model positions and SFT cut: a two-turn repair dialogue is ~800 tokens of this corpus")
+    ap.add_argument("--repair-sft-tasks", type=int, default=96,
+                    help="training tasks given a planted-bug answer, verified; each failure a two-turn SFT dialogue")
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--n-layer", type=int, default=6)
     ap.add_argument("--d-model", type=int, default=256)

@@ -102,3 +102,29 @@ def test_a_policy_packed_for_the_next_device_call_comes_back_with_the_same_weigh
     assert tok2("return torch.relu(x)")["input_ids"] == tok("return torch.relu(x)")["input_ids"]
     with pytest.raises(SystemExit, match="no policy.tar"):
         common.unpack_policy(tmp_path / "empty", tmp_path / "p2")
+
+
+def test_loop_bench_plants_one_real_bug_per_answer_deterministically():
+    """bench/bench_loop_gpu.plant_bug, the first turn of the loop bench's repair dialogues: one named bug that
+    changes exactly one line of the teacher's answer (cuda and cpu), the same one for the same key, and a bug
+    for nearly every task (the verifier decides later which of them fail)."""
+    import difflib
+
+    from bench.bench_loop_gpu import BUGS, plant_bug
+    from synth.teacher.compact import answer
+    from synth.teacher.task_families import generate_tasks
+
+    for backend in ("cuda", "cpu"):
+        planted = 0
+        for i, ft in enumerate(generate_tasks(60, seed=2)):
+            good = f"```python\n{answer(ft, backend)}```"
+            bug, bad = plant_bug(good, f"task{i}")
+            assert (bug, bad) == plant_bug(good, f"task{i}")
+            if not bug:
+                assert bad == good
+                continue
+            planted += 1
+            assert bug in BUGS and bad != good
+            changed = [d for d in difflib.ndiff(good.splitlines(), bad.splitlines()) if d[:2] in ("- ", "+ ")]
+            assert 1 <= len(changed) <= 2, changed  # one line removed, or one line replaced
+        assert planted >= 50, (backend, planted)
