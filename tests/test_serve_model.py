@@ -179,3 +179,39 @@ def test_loop_round_from_a_served_checkpoint(trained, tmp_path, capsys):
     assert kernelmill_main(argv) == 0
     capsys.readouterr()
     assert posts() == before and len((loop / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_server_child_ends_when_the_run_that_started_it_is_killed(tmp_path):
+    """A model server runs in its own session (so stop() can end its whole group); when the process that started
+    it dies without cleaning up (SIGKILL; SIGTERM with Python's default handler), the server's parent watch ends
+    it: a killed `kernelmill loop` left `train.serve` serving at 126% cpu before this watch."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    root = Path(__file__).resolve().parents[1]
+    child = ("import os, sys, time; sys.path.insert(0, %r); from train.serve import end_with_parent; "
+             "end_with_parent(os.getppid(), poll_s=0.1); time.sleep(120)" % str(root))
+    parent = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', %r], start_new_session=True); "
+              "print(p.pid, flush=True); time.sleep(120)" % child)
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())
+    time.sleep(1.0)  # the child is up and watching
+    assert psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    deadline = time.time() + 15
+    while not gone() and time.time() < deadline:
+        time.sleep(0.1)
+    assert gone(), "the server child outlived its killed parent"

@@ -38,6 +38,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -124,7 +125,7 @@ class ModelServer:
         import httpx
 
         args = {"model": self.model, "host": self.host, "port": self.port, "device": self.device,
-                "continuous_batching": self.continuous_batching, **self.extra_args}
+                "continuous_batching": self.continuous_batching, "parent_pid": os.getpid(), **self.extra_args}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         t0 = time.time()
@@ -360,11 +361,27 @@ def transformers_serve_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("fastapi", "uvicorn"))
 
 
+def end_with_parent(parent_pid: int, poll_s: float = 1.0) -> threading.Thread:
+    """A daemon thread that ends this process's group once ``parent_pid`` is no longer its parent (the parent
+    ended, however: SIGKILL, SIGTERM without cleanup, a crash): a server in its own session is otherwise left
+    serving, holding its port, memory and cores, after the run that started it is gone."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    t = threading.Thread(target=watch, name="end-with-parent", daemon=True)
+    t.start()
+    return t
+
+
 def _serve_forever(args: dict) -> None:
     """The child: what ``transformers serve MODEL --host H --port P --device D [--continuous-batching]``
-    runs, with the model pinned (``force_model``: loaded now, never unloaded)."""
+    runs, with the model pinned (``force_model``: loaded now, never unloaded); it ends with its parent."""
     from transformers.cli.serve import Serve
 
+    if args.get("parent_pid"):
+        end_with_parent(int(args.pop("parent_pid")))
     Serve(force_model=args.pop("model"), log_level=args.pop("log_level", "info"), **args)
 
 
