@@ -20,31 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch.utils.cpp_extension as ce  # noqa: E402
-
 from bench.common import device_name, emit  # noqa: E402
 from bench.mixed_batch import mixed_batch  # noqa: E402
 from verifier.static import scan  # noqa: E402
-from verifier.build import build_variants, canonical_spec, ensure_pch  # noqa: E402
-
-
-def write_build_files(kwargs: dict, build_dir: Path) -> None:
-    """load_inline writes the sources and build.ninja; the build itself is stopped."""
-    class Stop(Exception):
-        pass
-
-    def stop(*_a, **_k):
-        raise Stop
-
-    saved = ce._run_ninja_build
-    ce._run_ninja_build = stop
-    try:
-        ce.load_inline(name="km_phase_probe", build_directory=str(build_dir), verbose=False, **kwargs)
-    except Stop:
-        pass
-    finally:
-        ce._run_ninja_build = saved
-        ce.JIT_EXTENSION_VERSIONER.entries.pop("km_phase_probe", None)
+from verifier.build import build_variants, canonical_spec, ensure_pch, write_build_files  # noqa: E402
 
 
 def command(build_dir: Path, target: str) -> str:
@@ -77,7 +56,7 @@ def main() -> None:
         if pch is not None:
             kwargs = dict(kwargs, extra_cflags=list(kwargs.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"])
         d = Path(tempfile.mkdtemp(prefix="km-phases-"))
-        write_build_files(kwargs, d)
+        write_build_files(d, "km_phase_probe", verbose=False, **kwargs)
         row = {"candidate": cand.candidate_id, "variant": label}
         for obj, tu in (("main.o", "binding main.cpp"), ("cuda.cuda.o", "cuda.cu")):
             cmd = command(d, obj)

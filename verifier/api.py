@@ -193,12 +193,12 @@ class TaskPlan:
 
 
 _PLANS: dict[tuple, TaskPlan] = {}
+_PLAN_LOCK = threading.Lock()
 
 
 def plan_settings(cfg: VerifyConfig) -> tuple:
     """The verifier settings a TaskPlan is made from (task_plan reads no other field of ``cfg``)."""
     return (bool(cfg.other_shape), bool(cfg.float64_reference))
-_PLAN_LOCK = threading.Lock()
 
 
 def _free_bytes(device: str) -> int:

@@ -392,10 +392,9 @@ def pch_root() -> Path:
     return Path(os.environ.get("KM_PCH_DIR") or Path.home() / ".cache" / "kernelmill" / "pch")
 
 
-def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
-    """The C++ compiler and cflags torch uses for main.cpp with these kwargs, read from the ninja file it
-    writes (the build itself is stopped before it starts)."""
-
+def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
+    """What ``load_inline(name=name, build_directory=build_dir, **kwargs)`` writes (the sources and build.ninja),
+    the build itself stopped before ninja runs."""
 
     class _Stop(Exception):
         pass
@@ -403,20 +402,26 @@ def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
     def stop(*_a, **_k):
         raise _Stop
 
-    work.mkdir(parents=True, exist_ok=True)
+    build_dir.mkdir(parents=True, exist_ok=True)
     saved = ce._run_ninja_build
     ce._run_ninja_build = stop
     try:
-        ce.load_inline(name="km_pch_probe", cpp_sources=["int km_probe() { return 0; }"],
-                       cuda_sources=(["__global__ void km_probe_k() {}"] if kwargs.get("cuda_sources") else None),
-                       extra_cflags=kwargs.get("extra_cflags") or None,
-                       extra_include_paths=kwargs.get("extra_include_paths") or None,
-                       with_cuda=kwargs.get("with_cuda"), build_directory=str(work))
+        ce.load_inline(name=name, build_directory=str(build_dir), **kwargs)
     except _Stop:
         pass
     finally:
         ce._run_ninja_build = saved
-        ce.JIT_EXTENSION_VERSIONER.entries.pop("km_pch_probe", None)
+        ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+
+
+def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
+    """The C++ compiler and cflags torch uses for main.cpp with these kwargs, read from the ninja file it
+    writes (the build itself is stopped before it starts)."""
+    write_build_files(work, "km_pch_probe", cpp_sources=["int km_probe() { return 0; }"],
+                      cuda_sources=(["__global__ void km_probe_k() {}"] if kwargs.get("cuda_sources") else None),
+                      extra_cflags=kwargs.get("extra_cflags") or None,
+                      extra_include_paths=kwargs.get("extra_include_paths") or None,
+                      with_cuda=kwargs.get("with_cuda"))
     ninja = work / "build.ninja"
     if not ninja.is_file():
         return None

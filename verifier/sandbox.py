@@ -407,12 +407,21 @@ def watch(proc: subprocess.Popen, limit: int = PROCS_MAX) -> tuple[int, list[str
             return proc.wait(timeout=WATCH_S), []
         except subprocess.TimeoutExpired:
             pass
-        n = count_processes()
-        if n > limit:
-            _kill_tree(proc.pid)
+        bomb = end_if_bomb(proc.pid, limit)
+        if bomb:
             rc = proc.wait()
             reap_namespace()
-            return rc, [bomb_finding(n)]
+            return rc, bomb
+
+
+def end_if_bomb(pid: int, limit: int = PROCS_MAX) -> list[str]:
+    """With more than ``limit`` processes in this namespace (a fork bomb), SIGKILL the job ``pid`` and its group
+    and return the finding; else []. The one check of ``watch`` and of the cpu fork server (verifier/worker.py)."""
+    n = count_processes()
+    if n <= limit:
+        return []
+    _kill_tree(pid)
+    return [bomb_finding(n)]
 
 
 def _kill_tree(pid: int) -> None:

@@ -288,7 +288,6 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     lock = device_lock(job.timing_lock or None)
     if job.backend == "cuda":
         lock.acquire(False, job.lock_wait_s)
-    if job.backend == "cuda":
         clock.phase("shared_lock_wait")
     try:
         ref = _exec_module("km_reference", job.reference_code, "reference.py")
@@ -468,10 +467,8 @@ def serve() -> int:
                 break
             if sandboxed and time.monotonic() > next_count:  # a fork bomb ends the job (sandbox.watch)
                 next_count = time.monotonic() + sandbox.WATCH_S
-                n = sandbox.count_processes()
-                if n > sandbox.PROCS_MAX:
-                    bomb = [sandbox.bomb_finding(n)]
-                    sandbox._kill_tree(pid)
+                bomb = sandbox.end_if_bomb(pid)
+                if bomb:
                     _, status = os.waitpid(pid, 0)
                     break
             if time.monotonic() > deadline:
