@@ -161,8 +161,8 @@ def _table(rows: list[dict], k: int) -> str:
 
 
 RL_STEP_COLS = ("step", "groups", "mixed_share_first", "replaced_groups", "mixed_share", "buffer_drawn",
-                "buffer_trajectories", "repair_solved", "repair_pass_rate", "mirrorpop_dropped", "reward_mean",
-                "pass_rate", "step_s")
+                "buffer_too_long", "buffer_trajectories", "repair_solved", "repair_pass_rate", "context_full",
+                "mirrorpop_dropped", "reward_mean", "pass_rate", "reward_s", "step_s")
 
 
 def rl_step_table(records: list[dict]) -> str:
@@ -192,6 +192,8 @@ def rl_summary(records: list[dict]) -> dict:
             "replaced_groups": sum(r.get("replaced_groups", 0) for r in records),
             "repair_prompts": sum(r.get("buffer_drawn", 0) for r in records), "repair_trajectories": buf,
             "repair_solved": solved, "repair_solve_rate": round(solved / buf, 4) if buf else None,
+            "repair_too_long": sum(r.get("buffer_too_long", 0) for r in records),
+            "context_full": sum(r.get("context_full", 0) for r in records),
             "mirrorpop_dropped": sum(r.get("mirrorpop_dropped", 0) for r in records)}
 
 
@@ -336,7 +338,9 @@ def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) 
                 res = (_rft if kind == "rft" else _rl)(pool_dir, rdir / kind, model, s, left())
                 if res.pop("cut", False):  # stopped by the time budget with a checkpoint: resumed next call
                     counts[kind] = res
-                    return finish(f"loop.max_seconds ({s.loop.max_seconds:.0f} s) spent during round {r}'s {kind}")
+                    return finish(f"loop.max_seconds ({s.loop.max_seconds:.0f} s) would end inside round {r}'s {kind}: "
+                                  f"stopped with a checkpoint after {res.get('steps_done')} of {res.get('steps')} "
+                                  f"steps (judged by the mean step time)")
                 ph.mark(kind, res)
             counts[kind] = ph.done[kind]
             model = ph.done[kind].get("model") or model

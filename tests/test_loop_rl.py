@@ -64,6 +64,26 @@ def test_local_server_answers_n_choices_in_one_request(trained, tmp_path):
     assert (tmp_path / "s.log").read_text().count("POST /v1/chat/completions 200") == 1
 
 
+def test_local_server_keeps_answers_inside_the_model_positions(trained, tmp_path):
+    """max_tokens is cut to the room the prompt leaves in the model's positions ("length" when that ends
+    the answer); a prompt with no room left gets an empty "length" answer, not a sample past the table."""
+    from train import data as D
+    from train.serve import LocalModelServer
+
+    with LocalModelServer(trained[0], device="cpu", log_path=tmp_path / "s.log") as srv:
+        limit = srv._model.config.max_position_embeddings
+        msgs = [{"role": "user", "content": "write a kernel"}]
+        n_prompt = len(D.encode_chat(srv._tok, msgs, add_generation_prompt=True)[0])
+        body = {"model": srv.model, "messages": msgs, "n": 2, "temperature": 1.0, "max_tokens": limit}
+        r = httpx.post(srv.base_url + "/chat/completions", json=body, timeout=120).json()
+        assert r["usage"]["completion_tokens"] <= 2 * (limit - n_prompt)
+        huge = [{"role": "user", "content": "kernel " * limit}]
+        r = httpx.post(srv.base_url + "/chat/completions", json={**body, "messages": huge}, timeout=120).json()
+        assert [c["message"]["content"] for c in r["choices"]] == ["", ""]
+        assert {c["finish_reason"] for c in r["choices"]} == {"length"} and r["usage"]["completion_tokens"] == 0
+    assert "cut to 0" in (tmp_path / "s.log").read_text()
+
+
 def test_loop_rl_phase_screens_replaces_and_resumes(trained, tmp_path):
     """`kernelmill loop` with loop.train=rl: m0 evaluated, the round's pool sampled and verified, the RL pool
     screened from the pool's pass rates, GRPO run with dynamic sampling (each all-fail group replaced), m1

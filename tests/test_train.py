@@ -165,6 +165,37 @@ def test_multi_turn_rollout_feeds_back_verifier_text_and_logs_matching_logprobs(
     assert ((lpr - lpt).abs() * mask).max() < 1e-4
 
 
+def test_repair_turn_that_would_not_fit_the_model_positions_is_not_sampled(sft_out):
+    """A repair turn whose context plus max_new_tokens passes the model's positions ends the trajectory
+    (context_full) instead of sampling past them; with room, the same rollout runs every turn."""
+    from train.rollout import context_limit
+
+    model, tok = load_pretrained(latest_checkpoint(sft_out))
+    assert context_limit(model) == TINY["max_len"]
+    row = {"task_id": "t", "prompt": "write relu", "reference_code": ""}
+    start = (row, D.prompt_messages(row), 0, False)
+    n_prompt = len(D.encode_chat(tok, D.prompt_messages(row), add_generation_prompt=True)[0])
+    tight = multi_turn_rollouts(model, tok, [start] * 2, never_correct, turns=3, max_new_tokens=8,
+                                max_context=n_prompt + 8 + 4)  # the first answer fits, the feedback turn does not
+    assert [len(t.responses) for t in tight] == [1, 1] and all(t.context_full for t in tight)
+    roomy = multi_turn_rollouts(model, tok, [start] * 2, never_correct, turns=3, max_new_tokens=8)
+    assert [len(t.responses) for t in roomy] == [3, 3] and not any(t.context_full for t in roomy)
+
+
+def long_feedback(items):
+    return [Score(reward=0.0, correct=False, feedback="compile error: " + "x y z " * 200) for _ in items]
+
+
+def test_rl_drops_repair_prompts_longer_than_the_model_positions(corpus, sft_out, tmp_path):
+    """Feedback of ~600 tokens against a model of 256 positions: no repair turn is sampled (context_full on
+    every trajectory) and every buffered repair prompt is dropped when drawn (buffer_too_long), not sampled."""
+    run_rl(corpus, sft_out, tmp_path / "rl", long_feedback, steps=2, prompts_per_step=4, retry_ratio=0.5)
+    recs = read_metrics(tmp_path / "rl" / "metrics.jsonl", "rl")
+    assert all(r["context_full"] == r["trajectories"] > 0 and r["mean_turns"] == 1.0 for r in recs)
+    assert recs[0]["buffer_added"] > 0 and recs[1]["buffer_drawn"] == recs[1]["buffer_too_long"] == 2
+    assert recs[1]["buffer_trajectories"] == 0 and recs[1]["groups"] == recs[1]["fresh_prompts"]
+
+
 def run_rl(corpus, init, out, reward_fn, **kw):
     from train.rl import train_rl
 

@@ -44,7 +44,7 @@ from kernelmill.errors import InputError
 from kernelmill.settings import TrainSettings
 from train import data as D
 from train.model import latest_checkpoint, load_pretrained, load_trainer_state, resolve_model_dir, save_checkpoint
-from train.rollout import RewardFn, Trajectory, multi_turn_rollouts, verifier_reward_fn
+from train.rollout import RewardFn, Trajectory, context_limit, multi_turn_rollouts, verifier_reward_fn
 from train.sft import MetricsLog, pick_device, stream_indices
 from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, group_summary, mirrorpop_filter,
                                mix_counts, prime_echo_reward)
@@ -127,6 +127,7 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
     else:
         raise InputError("train rl --init", "RL needs a starting policy (an SFT output or a model directory)")
     model.to(dev).train()
+    limit = context_limit(model)  # contexts (prompt, answers, feedback) never run past the model's positions
     if rows is None:
         rows, _held = D.split_rows(D.rows_of(D.load_corpus(corpus_dir, "rl")), heldout_frac, split_seed)
     if not rows:
@@ -151,7 +152,12 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
         fresh = [rows[i] for i in stream_indices(cursor, n_fresh, len(rows), seed)]
         cursor += n_fresh
         starts = [(row, D.prompt_messages(row), g, False) for g, row in enumerate(fresh)]
-        starts += [(rp.row, rp.messages, n_fresh + j, True) for j, rp in enumerate(buffer.take(n_buf))]
+        # a buffered repair prompt needs room for its answer in the model's positions; one without is dropped
+        taken = buffer.take(n_buf)
+        fits = [rp for rp in taken if limit is None
+                or len(D.encode_chat(tok, rp.messages, add_generation_prompt=True)[0]) + max_new_tokens <= limit]
+        too_long = len(taken) - len(fits)
+        starts += [(rp.row, rp.messages, n_fresh + j, True) for j, rp in enumerate(fits)]
         # 2. multi-turn rollouts with verifier feedback (the reward's share of the time measured apart)
         reward_s = [0.0]
 
@@ -166,7 +172,7 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=rollout_bf16):
                 return multi_turn_rollouts(model, tok, [x for st in group_starts for x in [st] * group_size],
                                            timed_reward, turns=turns, max_new_tokens=max_new_tokens,
-                                           temperature=temperature)
+                                           temperature=temperature, max_context=limit)
 
         def bdr(new_trajs, groups) -> int:
             """5. Buffered Dynamic Retry: all-failed fresh groups become repair prompts."""
@@ -251,8 +257,10 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
             "pass_rate_final": _mean([t.solved for t in fresh_t]),
             "repair_pass_rate": _mean([t.correct[0] for t in buf_t]) if buf_t else None,
             "mean_turns": _mean([len(t.responses) for t in trajs]),
-            "buffer_size": len(buffer), "buffer_added": added, "buffer_drawn": n_buf, "buffer_evicted": buffer.dropped,
+            "buffer_size": len(buffer), "buffer_added": added, "buffer_drawn": len(taken), "buffer_evicted": buffer.dropped,
             "buffer_trajectories": len(buf_t), "fresh_prompts": n_fresh, **groups,
+            # the model's positions: buffered repair prompts dropped for want of room, repair turns not sampled
+            "buffer_too_long": too_long, "context_full": sum(t.context_full for t in trajs),
             # dynamic sampling: fresh groups that were all-pass / all-fail when first rolled out, how many were
             # replaced, and the share of fresh groups with mixed outcomes after replacement
             "flat_groups_first": len(flat_first), "replaced_groups": replaced, "dynamic_rounds": rounds,

@@ -15,8 +15,11 @@ feedback as a user turn and samples again, up to ``turns`` answers. Each traject
 ids, a mask that is 1 exactly on the tokens the policy sampled, and the log-probabilities the
 sampler assigned to them (the rollout-time log-probs MirrorPop compares with the trainer's).
 
-Not handled: stop strings other than the end-of-turn token; contexts longer than the model's
-position table (Llama's rotary positions extrapolate, but quality is not promised).
+Contexts stay inside the model's position table (:func:`context_limit`): a repair turn whose context
+plus ``max_new_tokens`` would not fit is not sampled, the trajectory ends at its last answer and is
+marked ``context_full`` (the H100 loop run of session 10 sent repair contexts of 617-1581 tokens, plus
+320 new, to a model with 1024 positions, and transformers warned of it on every such call). Not handled: stop strings other than
+the end-of-turn token.
 """
 
 from __future__ import annotations
@@ -135,6 +138,12 @@ def sample(model, tok, contexts: list[list[int]], *, max_new_tokens: int, temper
     return res
 
 
+def context_limit(model) -> int | None:
+    """The most tokens (context and continuation) the model has positions for; None when it does not say."""
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if n else None
+
+
 def decode_response(tok, ids: list[int]) -> str:
     return tok.decode(ids, skip_special_tokens=True)
 
@@ -155,6 +164,7 @@ class Trajectory:
     correct: list[bool] = field(default_factory=list)
     feedbacks: list[str] = field(default_factory=list)
     from_buffer: bool = False
+    context_full: bool = False  # a repair turn was due but its context would not fit the model's positions
 
     @property
     def solved(self) -> bool:
@@ -162,12 +172,16 @@ class Trajectory:
 
 
 def multi_turn_rollouts(model, tok, starts: list[tuple[dict, list[dict], int, bool]], reward_fn: RewardFn, *,
-                        turns: int = 2, max_new_tokens: int = 256, temperature: float = 1.0) -> list[Trajectory]:
+                        turns: int = 2, max_new_tokens: int = 256, temperature: float = 1.0,
+                        max_context: int | None = None) -> list[Trajectory]:
     """Roll out every (row, opening messages, group id, from_buffer) start for up to ``turns`` answers.
 
     After an answer fails, the verifier's feedback becomes the next user turn; a correct answer or
     the last turn ends the trajectory. Every answer is scored, so ``rewards[0]`` is the first turn's
-    reward and ``rewards[-1]`` the final one."""
+    reward and ``rewards[-1]`` the final one. A repair turn whose context plus ``max_new_tokens`` exceeds
+    ``max_context`` (default: the model's :func:`context_limit`) is not sampled: the trajectory ends there,
+    ``context_full`` set."""
+    limit = max_context if max_context is not None else context_limit(model)
     trajs = []
     for row, msgs, gid, buf in starts:
         ids, _ = D.encode_chat(tok, msgs, add_generation_prompt=True)
@@ -192,6 +206,9 @@ def multi_turn_rollouts(model, tok, starts: list[tuple[dict, list[dict], int, bo
             tr.feedbacks.append(s.feedback)
             if not s.correct and t + 1 < turns:
                 suffix = D.turn_suffix(tok, repair_instruction(s.feedback), o.closed)
+                if limit is not None and len(tr.ids) + len(suffix) + max_new_tokens > limit:
+                    tr.context_full = True
+                    continue
                 tr.ids += suffix
                 tr.mask += [0] * len(suffix)
                 tr.logp_rollout += [0.0] * len(suffix)

@@ -186,7 +186,11 @@ class LocalModelServer:
     a worker thread takes every request that arrives within ``batch_wait_s`` of the first (up to
     ``max_batch`` sequences) into one left-padded ``generate`` call per (temperature, max_tokens). The
     prompt is :func:`train.data.encode_chat` of the messages (the checkpoint's chat template, exactly).
-    Every request is logged as ``POST /v1/chat/completions <status>`` to ``log_path``.
+    Every request is logged as ``POST /v1/chat/completions <status>`` to ``log_path``. A request never
+    runs past the model's positions (train.rollout.context_limit): ``max_tokens`` is cut to the room its
+    prompt leaves (``finish_reason`` "length" when the cut ends it), and a prompt that leaves no room gets
+    an empty answer with "length" (vLLM answers 400 there; the repair stage would stop on that, while an
+    empty answer is judged like any answer without code).
 
     Not handled: streaming, stop strings, top-p / top-k (sampling is from softmax(logits / temperature)),
     tools, other endpoints."""
@@ -278,10 +282,18 @@ class LocalModelServer:
 
         from train import data as D
 
+        from train.rollout import context_limit
+
         msgs = [{"role": m["role"], "content": m["content"]} for m in req["messages"]]
         ids, _ = D.encode_chat(self._tok, msgs, add_generation_prompt=True)
+        max_tokens = int(req.get("max_tokens") or 256)
+        limit = context_limit(self._model)
+        if limit is not None and len(ids) + max_tokens > limit:
+            self._log(f"prompt of {len(ids)} tokens: max_tokens {max_tokens} cut to {max(0, limit - len(ids))} "
+                      f"(the model has {limit} positions)")
+            max_tokens = max(0, limit - len(ids))
         job = {"ids": ids, "n": max(1, int(req.get("n") or 1)), "temperature": float(req.get("temperature", 1.0)),
-               "max_tokens": int(req.get("max_tokens") or 256), "done": threading.Event()}
+               "max_tokens": max_tokens, "done": threading.Event()}
         self._queue.put(job)
         return job
 
@@ -320,9 +332,11 @@ class LocalModelServer:
     def _answer(self, jobs: list[dict], temp: float, max_tokens: int) -> None:
         from train.rollout import decode_response, sample
 
+        from train.rollout import Sampled
+
         contexts = [j["ids"] for j in jobs for _ in range(j["n"])]
-        outs = []
-        for i in range(0, len(contexts), self.max_batch):
+        outs = [] if max_tokens > 0 else [Sampled(ids=[], logps=[], closed=False) for _ in contexts]
+        for i in range(0, len(contexts) if max_tokens > 0 else 0, self.max_batch):
             outs += sample(self._model, self._tok, contexts[i:i + self.max_batch], max_new_tokens=max_tokens,
                            temperature=temp if temp > 0 else 1.0, greedy=temp <= 0)
         pos = 0
