@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -370,6 +371,8 @@ def _rft(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dic
     if not rows:  # nothing correct to learn from: the model stays
         return {"skipped": "no correct answer in the pool"}
     kw = keywords_for(train_sft, s.train)
+    if s.loop.rft_epochs > 0:  # a few rows trained for many passes are memorised, and the rest forgotten
+        kw["steps"] = max(1, min(kw["steps"], math.ceil(s.loop.rft_epochs * len(rows) / kw["batch_size"])))
     if left != float("inf"):
         kw["max_seconds"] = max(1.0, left)
     res = train_sft(pool_dir, out, config="rft", init=model or s.train.model, **kw)

@@ -177,3 +177,22 @@ def test_dynamic_sampling_keeps_mixed_groups(trained, tmp_path):
     st = res["last"]
     assert st["flat_groups_first"] >= 1 and st["replaced_groups"] >= 1 and st["mixed_share"] == 1.0
     assert st["mixed_groups"] == st["groups"] == 2
+
+
+def test_rft_round_trains_at_most_loop_rft_epochs_passes_over_its_rows(trained, tmp_path):
+    """RFT over a handful of rows: loop.rft_epochs caps the steps (2 passes over 5 rows in batches of 4: 3
+    steps) where train.sft_steps alone would run 7; rft_epochs 0 leaves train.sft_steps in charge."""
+    from kernelmill.schema import RFTRow
+    from orchestrator.loop import _rft
+
+    pool = tmp_path / "pool"
+    store.write_records(pool, "rft", [
+        RFTRow(id=f"f{i}", task_id=t.task_id, prompt=f"Write ModelNew for {t.name}", completion="```python\npass\n```",
+               candidate_id=f"c{i}", generator="m0", backend="cpu", level=1, correct=True, stage_reached="timing",
+               reward=1.0) for i, t in enumerate(trained[1][:5])])
+    common = {"train.sft_steps": 7, "train.batch_size": 4, "train.heldout_frac": 0.0, "train.save_every": 0}
+    capped = _rft(pool, tmp_path / "capped", str(trained[0]), settings(trained[0], **common), float("inf"))
+    assert capped["steps"] == capped["steps_done"] == 3 and not capped["cut"]
+    free = _rft(pool, tmp_path / "free", str(trained[0]), settings(trained[0], **common, **{"loop.rft_epochs": 0}),
+                float("inf"))
+    assert free["steps"] == free["steps_done"] == 7
