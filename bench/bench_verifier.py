@@ -159,6 +159,12 @@ def main():
           f"gpu util {util_c:.2f}, busy {busy_c:.2f}; exec means: {exec_breakdown(cold)}", flush=True)
     rows += [("passed, cold batch", f"{ok_cold} / {a.n}"),
              ("compile s per candidate, cold (build process time, pool of cores)", f"{comp_cold:.1f}"),
+             # CPU seconds of the compilers: against the wall above it says whether the pool's builds wait for
+             # cores (cpu < wall) or each costs more CPU under load than alone (bench_build_phases.py)
+             ("compile CPU s per candidate, cold (user + system of the build and its compilers)",
+              f"{_mean(v.stage_seconds.get('compile_cpu', 0.0) for v in cold):.1f}"),
+             ("compile CPU s of the batch / (batch wall s x cores)",
+              f"{sum(v.stage_seconds.get('compile_cpu', 0.0) for v in cold) / max(cold_wall * (os.cpu_count() or 1), 1e-9):.2f}"),
              ("execution s per candidate, cold batch (prepare + child)", f"{_mean(v.stage_seconds.get('execute', 0) for v in cold):.2f}"),
              ("batch wall s, cold", f"{cold_wall:.1f}"),
              ("**distinct candidates per hour, cold (compile + execute, overlapped)**", f"**{a.n / cold_wall * 3600:.0f}**"),

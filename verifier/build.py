@@ -125,6 +125,7 @@ class BuildResult:
     pch: bool = False  # the binding file was compiled against the precompiled header
     fallback_skipped: bool = False  # failed in a fast variant, the full build not tried (full_fallback=False)
     objects_reused: int = 0  # object files taken from the object cache (verifier/objcache.py), not compiled
+    cpu_s: float = 0.0  # CPU seconds (user + system) of the build process (python, torch import) and its compilers
 
 
 def _read_result(key_dir: Path) -> BuildResult | None:
@@ -138,14 +139,15 @@ def _read_result(key_dir: Path) -> BuildResult | None:
     log = (key_dir / "build.log").read_text(errors="replace") if (key_dir / "build.log").is_file() else ""
     return BuildResult(key=d["key"], ok=d["ok"], so_path=d.get("so_path", ""), log=log, seconds=d.get("seconds", 0.0),
                        cached=True, variant=d.get("variant", ""), pch=d.get("pch", False),
-                       fallback_skipped=d.get("fallback_skipped", False), objects_reused=d.get("objects_reused", 0))
+                       fallback_skipped=d.get("fallback_skipped", False), objects_reused=d.get("objects_reused", 0),
+                       cpu_s=d.get("cpu_s", 0.0))
 
 
 def _write_result(key_dir: Path, res: BuildResult) -> None:
     tmp = key_dir / "result.json.tmp"
     tmp.write_text(json.dumps({"key": res.key, "ok": res.ok, "so_path": res.so_path, "seconds": res.seconds,
                                "variant": res.variant, "pch": res.pch, "fallback_skipped": res.fallback_skipped,
-                               "objects_reused": res.objects_reused}))
+                               "objects_reused": res.objects_reused, "cpu_s": res.cpu_s}))
     os.replace(tmp, key_dir / "result.json")
 
 
@@ -211,7 +213,8 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
                           log=(key_dir / "build.log").read_text(errors="replace"),
                           variant=built.get("variant", "") if ok else "", pch=bool(built.get("pch")) and ok,
                           fallback_skipped=bool(built.get("fallback_skipped")) and not ok,
-                          objects_reused=int(built.get("objects_reused", 0)) if ok else 0)
+                          objects_reused=int(built.get("objects_reused", 0)) if ok else 0,
+                          cpu_s=float(built.get("cpu_s", 0.0)))
         _write_result(key_dir, res)
         return res
 
@@ -536,6 +539,14 @@ def _try_build(key: str, key_dir: Path, label: str, kwargs: dict, pch: Path | No
     return str(so[0])
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its waited-for descendants (ninja, the compilers)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 3)
+
+
 def _child_main(key_dir: str) -> int:
 
 
@@ -562,7 +573,7 @@ def _child_main(key_dir: str) -> int:
                 print(f"[verifier] the {label} build failed ({type(e).__name__}); not rebuilt unchanged: {why}",
                       flush=True)
                 (key_dir_p / "built.json").write_text(json.dumps({"fallback_skipped": why == FALLBACK_OFF,
-                                                                  "variant": label}))
+                                                                  "variant": label, "cpu_s": _cpu_seconds()}))
                 return 1
             print(f"[verifier] the {label} build failed ({type(e).__name__}); building the sources unchanged",
                   flush=True)
@@ -572,7 +583,8 @@ def _child_main(key_dir: str) -> int:
         log = log_file.read_text(errors="replace") if log_file.is_file() else ""
         used_pch = pch is not None and "not used because" not in log
         (key_dir_p / "built.json").write_text(json.dumps({"so_path": so, "variant": label, "pch": used_pch,
-                                                          "objects_reused": len(stats.get("hits", []))}))
+                                                          "objects_reused": len(stats.get("hits", [])),
+                                                          "cpu_s": _cpu_seconds()}))
         return 0
     return 1
 
