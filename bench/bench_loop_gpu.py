@@ -41,6 +41,7 @@ Imports: no prefect, no fastapi: sampling uses the loop's in-process server (loo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -231,6 +232,17 @@ def unpack_state(src: Path, work: Path) -> None:
             phases.write_text(json.dumps({k: v for k, v in done.items() if k not in lost}, indent=1))
 
 
+def keep_repair_dialogues(work: Path, state: dict) -> dict:
+    """A new run that keeps only an earlier state's repair dialogues (their verification is minutes of a
+    device call): m0 and every arm go, so SFT runs again with this call's settings (e.g. another --max-len)."""
+    for name in ("m0", "m0_bf16", "arms", "sft", "corpus"):
+        shutil.rmtree(work / name, ignore_errors=True)
+    kept = {k: state[k] for k in ("repair_sft",) if k in state}
+    if kept:
+        kept["notes"] = [f"repair dialogues kept from an earlier state (--redo-sft): {json.dumps(kept['repair_sft'])}"]
+    return kept
+
+
 def export_m0(sft_out: Path, work: Path) -> None:
     """m0_bf16: the SFT checkpoint in bf16 (what the state carries)."""
     import torch
@@ -312,7 +324,7 @@ def render(args, work: Path, state: dict) -> str:
              f"(loop.server = {args.server}).",
              f"SFT: {json.dumps(state.get('sft', {}))}.",
              f"Two-turn repair dialogues in the SFT corpus (a planted bug judged by the verifier, its feedback turn, the "
-             f"fix): {json.dumps(state.get('repair_sft', {}))}.",
+             f"fix), each {args.repair_sft_repeat} time(s) in the corpus: {json.dumps(state.get('repair_sft', {}))}.",
              f"Tasks: the corpus's SFT-held-out tasks ({info.get('held')}), split by the loop into the round's pool "
              f"(at most {args.pool_tasks}) and E (at most {args.eval_tasks}, evaluated for every model); k = {k} answers per "
              f"task at temperature {args.temperature}, at most {args.max_new_tokens} new tokens; pool repair turns "
@@ -396,6 +408,8 @@ def run(args) -> int:
     if args.state_in and not (work / STATE).is_file():
         unpack_state(Path(args.state_in), work)
     state = json.loads((work / STATE).read_text()) if (work / STATE).is_file() else {}
+    if args.redo_sft:
+        state = keep_repair_dialogues(work, state)
     cuda = torch.cuda.is_available()
     backend = args.backend or ("cuda" if cuda else "cpu")
     state.setdefault("commands", []).append(" ".join(["python3", "bench/bench_loop_gpu.py", *sys.argv[1:]]))
@@ -427,6 +441,9 @@ def run(args) -> int:
             state["repair_sft"]["seconds"] = round(time.time() - t, 1)
             save()
         extra = store.read_records(work / "repair_sft", "sft") if (work / "repair_sft").is_dir() else []
+        # each dialogue repeated (ids kept distinct): 32 dialogues beside 7195 single answers were 0.4% of SFT
+        extra = [dataclasses.replace(r, id=f"{r.id}~{i}" if i else r.id) for r in extra
+                 for i in range(args.repair_sft_repeat)]
         write_training_corpus(corpus, tasks, answers, backend, extra)
         shutil.rmtree(sft_out, ignore_errors=True)
         t = time.time()
@@ -513,6 +530,9 @@ def main() -> int:
     ap.add_argument("--corpus", default="bench/data/loop_corpus")
     ap.add_argument("--work", default="/tmp/kernelmill_loop_bench", help="where the run lives during a call")
     ap.add_argument("--fresh", action="store_true", help="start over (remove --work first)")
+    ap.add_argument("--redo-sft", action="store_true",
+                    help="keep only the state's repair dialogues: SFT, m0 and every arm run again (the first call "
+                         "of a new run only)")
     ap.add_argument("--state-in", default="", help="a directory of loop_state.tar.NN parts from an earlier call")
     ap.add_argument("--state-out", default="", help="write the state's parts here at the end of the call (e.g. $OUT)")
     ap.add_argument("--results", default="")
@@ -551,6 +571,8 @@ def main() -> int:
                     help="model positions and SFT cut: measured on the H100 run of 041f5c1 with this tokenizer, the "
                          "corpus's two-turn repair dialogues are 639-1331 tokens (median 890) and the pool's repair "
                          "prompts 617-1581 tokens before their 320 new ones: 1024 cut or overran most of them")
+    ap.add_argument("--repair-sft-repeat", type=int, default=4,
+                    help="times each repair dialogue appears in the SFT corpus (1: once)")
     ap.add_argument("--repair-sft-tasks", type=int, default=96,
                     help="training tasks given a planted-bug answer, verified; each failure a two-turn SFT dialogue")
     ap.add_argument("--vocab", type=int, default=2048)

@@ -128,3 +128,19 @@ def test_loop_bench_plants_one_real_bug_per_answer_deterministically():
             changed = [d for d in difflib.ndiff(good.splitlines(), bad.splitlines()) if d[:2] in ("- ", "+ ")]
             assert 1 <= len(changed) <= 2, changed  # one line removed, or one line replaced
         assert planted >= 50, (backend, planted)
+
+
+def test_loop_bench_redo_sft_keeps_only_the_verified_repair_dialogues(tmp_path):
+    """--redo-sft: the repair dialogues (minutes of verification on the device) stay, with their counts;
+    m0, the SFT corpus and every arm go, so the next SFT runs with this call's settings."""
+    from bench.bench_loop_gpu import keep_repair_dialogues
+
+    for name in ("m0_bf16", "arms/rl/loop", "corpus/sft", "repair_sft/sft"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "f").write_text("x")
+    state = {"repair_sft": {"planted": 48, "failed_and_kept": 32}, "sft": {"steps": 985}, "arms": {"rl": {"done": True}},
+             "commands": ["call 1"]}
+    kept = keep_repair_dialogues(tmp_path, state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repair_sft"]
+    assert kept["repair_sft"] == state["repair_sft"] and "sft" not in kept and "arms" not in kept
+    assert keep_repair_dialogues(tmp_path, {}) == {}  # nothing verified before: a plain fresh start
