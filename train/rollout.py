@@ -18,8 +18,8 @@ sampler assigned to them (the rollout-time log-probs MirrorPop compares with the
 Contexts stay inside the model's position table (:func:`context_limit`): a repair turn whose context
 plus ``max_new_tokens`` would not fit is not sampled, the trajectory ends at its last answer and is
 marked ``context_full`` (the H100 loop run of session 10 sent repair contexts of 617-1581 tokens, plus
-320 new, to a model with 1024 positions, and transformers warned of it on every such call). Not handled: stop strings other than
-the end-of-turn token.
+320 new, to a model with 1024 positions). An opening prompt is sampled as it is (train/rl.py drops
+buffered repair prompts without room). Not handled: stop strings other than the end-of-turn token.
 """
 
 from __future__ import annotations

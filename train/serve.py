@@ -281,7 +281,6 @@ class LocalModelServer:
         import threading
 
         from train import data as D
-
         from train.rollout import context_limit
 
         msgs = [{"role": m["role"], "content": m["content"]} for m in req["messages"]]
