@@ -222,3 +222,35 @@ def test_a_failed_compile_reads_like_ninja_and_caches_nothing(tmp_path):
     assert not res.ok
     assert failed_targets(res.log) == ["main.o"], res.log[-2000:]
     assert list(objects_root(tmp_path).glob("*.o")) == []
+
+
+def test_old_torch_dispatch_spelling_builds_as_that_torch_read_it(tmp_path):
+    """A kernel written for an older torch passes ``x.type()`` to AT_DISPATCH (published model answers do);
+    today's headers reject it ("no suitable conversion function from DeprecatedTypeProperties"), so the
+    build reads it as ``x.scalar_type()``, which is what it meant: the honest kernel builds and runs, the
+    log says what was read differently, and ``.type()`` anywhere else is left alone."""
+    import torch
+
+    from verifier.build import compat_source
+    from verifier.worker import _load_so
+
+    src = """#include <torch/extension.h>
+torch::Tensor twice_old(torch::Tensor x) {
+  auto y = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.type(), "twice_old", ([&] {
+    const auto* a = x.data_ptr<scalar_t>();
+    auto* b = y.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < x.numel(); ++i) b[i] = a[i] * 2;
+  }));
+  return y;
+}"""
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice_old"]}, 600)
+    assert res.ok, res.log[-3000:]
+    assert "torch API compatibility: 1 AT_DISPATCH argument" in res.log
+    mod = _load_so(f"km_{res.key}", res.so_path)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(37, dtype=dtype)
+        assert torch.equal(mod.twice_old(x), x * 2)
+    assert compat_source("AT_DISPATCH_FLOATING_TYPES_AND(at::kHalf, in->w.type(), \"f\", [&] {")[1] == 1
+    assert compat_source("auto t = x.type(); AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"f\"") == (
+        "auto t = x.type(); AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"f\"", 0)
