@@ -586,8 +586,9 @@ def _child_main(key_dir: str) -> int:
     spec = json.loads((key_dir_p / "spec.json").read_text())
     key = key_dir_p.name
     bare_ok = "no_implicit_headers" in inspect.signature(ce.load_inline).parameters
-    if compat_spec(spec)[1]:
-        print(f"[verifier] torch API compatibility: {compat_spec(spec)[1]} AT_DISPATCH argument(s) `x.type()` read as "
+    rewritten = compat_spec(spec)[1]
+    if rewritten:
+        print(f"[verifier] torch API compatibility: {rewritten} AT_DISPATCH argument(s) `x.type()` read as "
               f"`x.scalar_type()` (today's torch no longer converts one to the other)", flush=True)
     variants = build_variants(spec, bare_ok=bare_ok)
     pch = ensure_pch(spec)
