@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from verifier.build import (FALLBACK_OFF, build_blocking, build_variants, canonical_spec, failed_targets, pch_root,
-                            spec_key, variant_failure_is_final)
+from verifier.build import (FALLBACK_OFF, build_blocking, build_variants, canonical_spec, failed_targets, spec_key,
+                            variant_failure_is_final)
+from verifier.pch import pch_root
 
 TORCH_FREE_CU = "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\nvoid launch(float* y) { k<<<1, 32>>>(y); }"
 TORCH_CU = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }"
@@ -121,7 +122,7 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, monkeypatch):
 def test_km_no_pch_turns_the_header_off(tmp_path, monkeypatch):
     # the cpu suite builds with KM_NO_PCH=1 (conftest); test_verifier_run checks its real builds say pch
     # false; here: with it set no PCH is made or looked up
-    from verifier.build import ensure_pch
+    from verifier.pch import ensure_pch
 
     monkeypatch.setenv("KM_PCH_DIR", str(tmp_path))
     monkeypatch.setenv("KM_NO_PCH", "1")

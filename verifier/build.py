@@ -21,8 +21,8 @@ Build cost (what dominates a verifier's throughput) is cut three ways, none of w
 candidate's code means:
 - the C++ binding file (``main.cpp``, which starts with ``#include <torch/extension.h>``) is compiled
   against a GCC precompiled header of that file, built once per compiler, torch version and cflags under
-  a shared cache directory (``KM_PCH_DIR``, default ``~/.cache/kernelmill/pch``); the PCH's flags are read
-  from the ninja file torch itself writes, and a PCH GCC rejects is simply not used;
+  a shared cache directory (``KM_PCH_DIR``, default ``~/.cache/kernelmill/pch``; verifier/pch.py); the PCH's
+  flags are read from the ninja file torch itself writes, and a PCH GCC rejects is simply not used;
 - a CUDA source that names nothing from torch (no ``torch::``, ``at::``, ``c10::``, ``TORCH_*`` ...) is
   compiled with ``no_implicit_headers`` (only ``cuda.h``/``cuda_runtime.h``), which takes nvcc ~2 s instead
   of ~60 s: the "bare" variant;
@@ -60,7 +60,6 @@ import inspect
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import tempfile
@@ -75,6 +74,7 @@ import torch
 import torch.utils.cpp_extension as ce
 
 from verifier import objcache, sandbox
+from verifier.pch import ensure_pch, pch_root
 from verifier.slim import slim_source
 
 OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/objcache.py)
@@ -363,7 +363,6 @@ _NAMES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::|\b(?:TORCH|AT|C10|P
                           r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|Python)")
 _HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|python)\.h[>"][ \t]*$', re.M)
 BARE_PRELUDE = "// bare build: torch/types.h not included\n#include <cuda.h>\n#include <cuda_runtime.h>"
-PCH_MAX_FLAG_SETS = 6  # each PCH is ~0.8 GB: only this many distinct cflags sets get one
 
 
 # torch API that kernels written for an older torch use and today's headers no longer accept, read the way that
@@ -421,103 +420,6 @@ def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
 def objects_root(build_root: str | os.PathLike) -> Path:
     """The object cache of a build root (verifier/objcache.py): shared by its builds, gone with it."""
     return Path(build_root) / OBJECTS_DIR
-
-
-def pch_root() -> Path:
-    return Path(os.environ.get("KM_PCH_DIR") or Path.home() / ".cache" / "kernelmill" / "pch")
-
-
-def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
-    """What ``load_inline(name=name, build_directory=build_dir, **kwargs)`` writes (the sources and build.ninja),
-    the build itself stopped before ninja runs."""
-
-    class _Stop(Exception):
-        pass
-
-    def stop(*_a, **_k):
-        raise _Stop
-
-    build_dir.mkdir(parents=True, exist_ok=True)
-    saved = ce._run_ninja_build
-    ce._run_ninja_build = stop
-    try:
-        ce.load_inline(name=name, build_directory=str(build_dir), **kwargs)
-    except _Stop:
-        pass
-    finally:
-        ce._run_ninja_build = saved
-        ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
-
-
-def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
-    """The C++ compiler and cflags torch uses for main.cpp with these kwargs, read from the ninja file it
-    writes (the build itself is stopped before it starts)."""
-    write_build_files(work, "km_pch_probe", cpp_sources=["int km_probe() { return 0; }"],
-                      cuda_sources=(["__global__ void km_probe_k() {}"] if kwargs.get("cuda_sources") else None),
-                      extra_cflags=kwargs.get("extra_cflags") or None,
-                      extra_include_paths=kwargs.get("extra_include_paths") or None,
-                      with_cuda=kwargs.get("with_cuda"))
-    ninja = work / "build.ninja"
-    if not ninja.is_file():
-        return None
-    vals = {}
-    for line in ninja.read_text().splitlines():
-        k, sep, v = line.partition(" = ")
-        if sep and k in ("cxx", "cflags", "post_cflags"):
-            vals[k] = v
-    flags = [f for f in shlex.split(vals.get("cflags", "") + " " + vals.get("post_cflags", ""))
-             if not f.startswith("-DTORCH_EXTENSION_NAME=")]
-    return vals.get("cxx", "c++"), flags
-
-
-def ensure_pch(kwargs: dict) -> Path | None:
-    """A directory holding ``torch/extension.h.gch`` for these cflags (built once, under a lock), or None."""
-
-    if sys.platform != "linux" or os.environ.get("KM_NO_PCH"):
-        return None
-    sig = json.dumps({"torch": torch.__version__, "cflags": kwargs.get("extra_cflags") or [],
-                      "inc": kwargs.get("extra_include_paths") or [], "cuda": bool(kwargs.get("cuda_sources")),
-                      "with_cuda": kwargs.get("with_cuda"), "cxx": os.environ.get("CXX", "")}, sort_keys=True)
-    root = pch_root()
-    d = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
-    gch = d / "torch" / "extension.h.gch"
-    try:
-        if (d / "ok").is_file():
-            return d
-        if (d / "failed").is_file():
-            return None
-        root.mkdir(parents=True, exist_ok=True)
-        if not d.exists() and sum(1 for p in root.iterdir() if p.is_dir()) >= PCH_MAX_FLAG_SETS:
-            return None
-        (d / "torch").mkdir(parents=True, exist_ok=True)
-        with open(d / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if (d / "ok").is_file():
-                return d
-            if (d / "failed").is_file():
-                return None
-            probe = _probe_cflags(kwargs, d / "probe")
-            header = Path(torch.__file__).parent / "include" / "torch" / "extension.h"
-            if probe is None or not header.is_file():
-                (d / "failed").write_text("no ninja file or no torch/extension.h")
-                return None
-            cxx, flags = probe
-            tmp = gch.with_name("extension.h.gch.partial")
-            cmd = [*cxx.split(), "-x", "c++-header", str(header), "-o", str(tmp), *flags]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                (d / "failed").write_text(" ".join(cmd) + "\n" + r.stdout[-4000:] + r.stderr[-4000:])
-                return None
-            os.replace(tmp, gch)
-            # GCC wants the header beside its .gch (ninja's -MMD names it; a rejected PCH falls back to it)
-            link = d / "torch" / "extension.h"
-            if not link.exists():
-                link.symlink_to(header)
-            (d / "signature.json").write_text(sig + "\n" + json.dumps(cmd))
-            (d / "ok").write_text("")
-            return d
-    except OSError:
-        return None
 
 
 def _try_build(key: str, key_dir: Path, label: str, kwargs: dict, pch: Path | None, quiet: bool,

@@ -1,0 +1,123 @@
+"""The precompiled header of a build's binding file: ``torch/extension.h`` compiled once by GCC per compiler,
+torch version and cflags set, under a shared cache directory (``KM_PCH_DIR``, default
+``~/.cache/kernelmill/pch``; ``KM_NO_PCH=1`` turns it off), so that each candidate's ``main.cpp`` skips parsing
+the ~150k lines that header pulls in (verifier/build.py's module docstring says where it is used).
+
+Guarantees: the PCH's compiler and flags are the ones torch itself writes into the ninja file for those kwargs
+(read from a probe build stopped before ninja runs, :func:`write_build_files`), so a PCH GCC would reject is not
+made for a different flag set; it is built under an flock, at most ``PCH_MAX_FLAG_SETS`` flag sets get one, and a
+failed attempt is remembered (``failed``) instead of retried. Not guaranteed: that GCC uses it (a PCH it rejects
+is silently skipped, with the header read as usual)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.utils.cpp_extension as ce
+
+PCH_MAX_FLAG_SETS = 6  # each PCH is ~0.8 GB: only this many distinct cflags sets get one
+
+
+def pch_root() -> Path:
+    return Path(os.environ.get("KM_PCH_DIR") or Path.home() / ".cache" / "kernelmill" / "pch")
+
+
+def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
+    """What ``load_inline(name=name, build_directory=build_dir, **kwargs)`` writes (the sources and build.ninja),
+    the build itself stopped before ninja runs."""
+
+    class _Stop(Exception):
+        pass
+
+    def stop(*_a, **_k):
+        raise _Stop
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    saved = ce._run_ninja_build
+    ce._run_ninja_build = stop
+    try:
+        ce.load_inline(name=name, build_directory=str(build_dir), **kwargs)
+    except _Stop:
+        pass
+    finally:
+        ce._run_ninja_build = saved
+        ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+
+
+def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
+    """The C++ compiler and cflags torch uses for main.cpp with these kwargs, read from the ninja file it
+    writes (the build itself is stopped before it starts)."""
+    write_build_files(work, "km_pch_probe", cpp_sources=["int km_probe() { return 0; }"],
+                      cuda_sources=(["__global__ void km_probe_k() {}"] if kwargs.get("cuda_sources") else None),
+                      extra_cflags=kwargs.get("extra_cflags") or None,
+                      extra_include_paths=kwargs.get("extra_include_paths") or None,
+                      with_cuda=kwargs.get("with_cuda"))
+    ninja = work / "build.ninja"
+    if not ninja.is_file():
+        return None
+    vals = {}
+    for line in ninja.read_text().splitlines():
+        k, sep, v = line.partition(" = ")
+        if sep and k in ("cxx", "cflags", "post_cflags"):
+            vals[k] = v
+    flags = [f for f in shlex.split(vals.get("cflags", "") + " " + vals.get("post_cflags", ""))
+             if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    return vals.get("cxx", "c++"), flags
+
+
+def ensure_pch(kwargs: dict) -> Path | None:
+    """A directory holding ``torch/extension.h.gch`` for these cflags (built once, under a lock), or None."""
+
+    if sys.platform != "linux" or os.environ.get("KM_NO_PCH"):
+        return None
+    sig = json.dumps({"torch": torch.__version__, "cflags": kwargs.get("extra_cflags") or [],
+                      "inc": kwargs.get("extra_include_paths") or [], "cuda": bool(kwargs.get("cuda_sources")),
+                      "with_cuda": kwargs.get("with_cuda"), "cxx": os.environ.get("CXX", "")}, sort_keys=True)
+    root = pch_root()
+    d = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
+    gch = d / "torch" / "extension.h.gch"
+    try:
+        if (d / "ok").is_file():
+            return d
+        if (d / "failed").is_file():
+            return None
+        root.mkdir(parents=True, exist_ok=True)
+        if not d.exists() and sum(1 for p in root.iterdir() if p.is_dir()) >= PCH_MAX_FLAG_SETS:
+            return None
+        (d / "torch").mkdir(parents=True, exist_ok=True)
+        with open(d / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (d / "ok").is_file():
+                return d
+            if (d / "failed").is_file():
+                return None
+            probe = _probe_cflags(kwargs, d / "probe")
+            header = Path(torch.__file__).parent / "include" / "torch" / "extension.h"
+            if probe is None or not header.is_file():
+                (d / "failed").write_text("no ninja file or no torch/extension.h")
+                return None
+            cxx, flags = probe
+            tmp = gch.with_name("extension.h.gch.partial")
+            cmd = [*cxx.split(), "-x", "c++-header", str(header), "-o", str(tmp), *flags]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                (d / "failed").write_text(" ".join(cmd) + "\n" + r.stdout[-4000:] + r.stderr[-4000:])
+                return None
+            os.replace(tmp, gch)
+            # GCC wants the header beside its .gch (ninja's -MMD names it; a rejected PCH falls back to it)
+            link = d / "torch" / "extension.h"
+            if not link.exists():
+                link.symlink_to(header)
+            (d / "signature.json").write_text(sig + "\n" + json.dumps(cmd))
+            (d / "ok").write_text("")
+            return d
+    except OSError:
+        return None
