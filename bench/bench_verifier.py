@@ -46,16 +46,33 @@ class GpuSampler(threading.Thread):
             self.stop.wait(0.5)
 
 
+def host_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all the host's cores from /proc/stat (busy: all but idle and iowait)."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    total = sum(vals[:8])  # guest time is already inside user
+    return total - idle, total
+
+
 def run_batch(items, cfg, workers):
+    """verdicts, wall s, GPU util mean, GPU busy fraction, host CPU busy fraction over the batch."""
     sampler = GpuSampler()
     sampler.start()
+    b0, t0_ticks = host_cpu_ticks()
     t0 = time.perf_counter()
     vs = verify_batch(items, config=cfg, compile_workers=workers)
     wall = time.perf_counter() - t0
+    b1, t1_ticks = host_cpu_ticks()
     sampler.stop.set()
     sampler.join()
     s = sampler.samples
-    return vs, wall, (sum(s) / len(s) / 100 if s else float("nan")), (sum(x > 0 for x in s) / len(s) if s else float("nan"))
+    host = (b1 - b0) / (t1_ticks - t0_ticks) if t1_ticks > t0_ticks else float("nan")
+    return (vs, wall, (sum(s) / len(s) / 100 if s else float("nan")),
+            (sum(x > 0 for x in s) / len(s) if s else float("nan")), host)
 
 
 def _mean(xs) -> float:
@@ -152,7 +169,7 @@ def main():
     rows.append(("one-off: precompiled header + first build s (not in the batches)",
                  f"{time.perf_counter() - t:.1f} (ok={pre.ok}, variant={pre.variant}, pch={pre.pch})"))
     print(rows[-1], flush=True)
-    cold, cold_wall, util_c, busy_c = run_batch(items, cfg, cores)
+    cold, cold_wall, util_c, busy_c, host_c = run_batch(items, cfg, cores)
     ok_cold = sum(v.status == "pass" for v in cold)
     comp_cold = _mean(v.stage_seconds.get("compile", 0.0) for v in cold)
     print(f"[cold] wall {cold_wall:.1f} s, passed {ok_cold}/{a.n}, compile s/cand {comp_cold:.1f}, "
@@ -169,6 +186,7 @@ def main():
              ("batch wall s, cold", f"{cold_wall:.1f}"),
              ("**distinct candidates per hour, cold (compile + execute, overlapped)**", f"**{a.n / cold_wall * 3600:.0f}**"),
              ("GPU utilization mean / busy fraction (samples > 0%), cold", f"{util_c:.2f} / {busy_c:.2f}"),
+             ("host CPU busy fraction over the batch (/proc/stat, all cores), cold", f"{host_c:.2f}"),
              ("timings with the device alone (device lock), cold",
               f"{sum(bool(v.versions.get('timing', {}).get('exclusive')) for v in cold)} / {a.n}")]
     rows += seconds_table(cold)
@@ -182,7 +200,7 @@ def main():
         if v.status != "pass":
             print("NOT PASS", v.candidate_id, v.status, v.feedback[:500], flush=True)
     if not a.skip_cached and left() > cold_wall * 0.8 + 60:
-        warm, warm_wall, util_w, busy_w = run_batch(items, cfg, cores)
+        warm, warm_wall, util_w, busy_w, host_w = run_batch(items, cfg, cores)
         ok_warm = sum(v.status == "pass" for v in warm)
         print(f"[cached] wall {warm_wall:.1f} s, passed {ok_warm}/{a.n}, gpu util {util_w:.2f}, busy {busy_w:.2f}; "
               f"exec means: {exec_breakdown(warm)}", flush=True)
@@ -193,7 +211,8 @@ def main():
                  ("  of which (means, s)", exec_breakdown(warm)),
                  ("batch wall s, cached", f"{warm_wall:.1f}"),
                  ("candidates per hour, cached builds", f"{a.n / warm_wall * 3600:.0f}"),
-                 ("GPU utilization mean / busy fraction, cached", f"{util_w:.2f} / {busy_w:.2f}")]
+                 ("GPU utilization mean / busy fraction, cached", f"{util_w:.2f} / {busy_w:.2f}"),
+                 ("host CPU busy fraction over the batch, cached", f"{host_w:.2f}")]
     else:
         rows.append(("cached batch", "not run (budget)"))
     for hide in (50.0, 0.0):
