@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from kernelmill.schema import Candidate, Task  # noqa: E402
+from bench.proc_cpu import ProcCpu  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 
@@ -59,9 +60,11 @@ def host_cpu_ticks() -> tuple[int, int]:
 
 
 def run_batch(items, cfg, workers):
-    """verdicts, wall s, GPU util mean, GPU busy fraction, host CPU busy fraction over the batch."""
-    sampler = GpuSampler()
+    """verdicts, wall s, GPU util mean, GPU busy fraction, host CPU busy fraction over the batch, and the host
+    CPU seconds by kind of process (bench/proc_cpu.py)."""
+    sampler, procs = GpuSampler(), ProcCpu()
     sampler.start()
+    procs.start()
     b0, t0_ticks = host_cpu_ticks()
     t0 = time.perf_counter()
     vs = verify_batch(items, config=cfg, compile_workers=workers)
@@ -69,10 +72,11 @@ def run_batch(items, cfg, workers):
     b1, t1_ticks = host_cpu_ticks()
     sampler.stop.set()
     sampler.join()
+    by_kind = procs.finish()
     s = sampler.samples
     host = (b1 - b0) / (t1_ticks - t0_ticks) if t1_ticks > t0_ticks else float("nan")
     return (vs, wall, (sum(s) / len(s) / 100 if s else float("nan")),
-            (sum(x > 0 for x in s) / len(s) if s else float("nan")), host)
+            (sum(x > 0 for x in s) / len(s) if s else float("nan")), host, by_kind)
 
 
 def _mean(xs) -> float:
@@ -169,7 +173,7 @@ def main():
     rows.append(("one-off: precompiled header + first build s (not in the batches)",
                  f"{time.perf_counter() - t:.1f} (ok={pre.ok}, variant={pre.variant}, pch={pre.pch})"))
     print(rows[-1], flush=True)
-    cold, cold_wall, util_c, busy_c, host_c = run_batch(items, cfg, cores)
+    cold, cold_wall, util_c, busy_c, host_c, kinds_c = run_batch(items, cfg, cores)
     ok_cold = sum(v.status == "pass" for v in cold)
     comp_cold = _mean(v.stage_seconds.get("compile", 0.0) for v in cold)
     print(f"[cold] wall {cold_wall:.1f} s, passed {ok_cold}/{a.n}, compile s/cand {comp_cold:.1f}, "
@@ -189,6 +193,8 @@ def main():
              ("host CPU busy fraction over the batch (/proc/stat, all cores), cold", f"{host_c:.2f}"),
              ("timings with the device alone (device lock), cold",
               f"{sum(bool(v.versions.get('timing', {}).get('exclusive')) for v in cold)} / {a.n}")]
+    rows += [(f"host CPU s per candidate, cold: {k} ({n} processes)", f"{sec / a.n:.2f}")
+             for k, (sec, n) in kinds_c.items() if sec >= 0.05 * a.n]
     rows += seconds_table(cold)
     commit = os.environ.get("KM_VERIFIER_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
@@ -200,7 +206,7 @@ def main():
         if v.status != "pass":
             print("NOT PASS", v.candidate_id, v.status, v.feedback[:500], flush=True)
     if not a.skip_cached and left() > cold_wall * 0.8 + 60:
-        warm, warm_wall, util_w, busy_w, host_w = run_batch(items, cfg, cores)
+        warm, warm_wall, util_w, busy_w, host_w, _ = run_batch(items, cfg, cores)
         ok_warm = sum(v.status == "pass" for v in warm)
         print(f"[cached] wall {warm_wall:.1f} s, passed {ok_warm}/{a.n}, gpu util {util_w:.2f}, busy {busy_w:.2f}; "
               f"exec means: {exec_breakdown(warm)}", flush=True)
