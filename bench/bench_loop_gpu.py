@@ -47,6 +47,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import sys
 import tarfile
 import time
@@ -58,6 +59,11 @@ sys.path.insert(0, str(ROOT))
 from bench.common import FAMILIES_FILE, default_results, device_name, write_family_corpus, write_parts  # noqa: E402
 
 ARMS = ("rft", "rl", "rl_no_prime_echo", "rl_no_retry", "rl_no_mirrorpop")
+
+
+def arm_base(arm: str) -> str:
+    """``rl@b`` is arm ``rl`` run again under its own name (same m0, pool and E), e.g. after a verifier change."""
+    return arm.split("@", 1)[0]
 # what the loop's phases import, some only late (curate's near-duplicate step imports rensa after sampling and
 # verifying for minutes): checked before anything runs, so a missing wheel costs seconds, not a device call
 LOOP_IMPORTS = ("torch", "transformers", "pyarrow", "duckdb", "rensa", "tree_sitter", "tree_sitter_python")
@@ -474,9 +480,9 @@ def run(args) -> int:
         a = state["arms"].setdefault(arm, {})
         if a.get("done"):
             continue
-        kind = "rft" if arm == "rft" else "rl"
+        kind = "rft" if arm_base(arm) == "rft" else "rl"
         same = [x["seconds"] for x in state["arms"].values() if x.get("done") and x.get("kind") == kind]
-        est = same[-1] if same else (args.rl_est_s if kind == "rl" else 0.0)
+        est = statistics.median(same) if same else (args.rl_est_s if kind == "rl" else 0.0)
         if left() - args.reserve_s < est * 0.8:
             save(f"{arm} not started in this call: about {est:.0f} s estimated, {left():.0f} s left")
             break
@@ -489,7 +495,7 @@ def run(args) -> int:
             except Exception as e:  # noqa: BLE001 - the first arm has not sampled its pool yet
                 save(f"{arm} not started: {type(e).__name__}: {e}")
                 break
-        s = arm_settings(args, arm, m0, backend, left() - args.reserve_s)
+        s = arm_settings(args, arm_base(arm), m0, backend, left() - args.reserve_s)
         t = time.time()
         print(f"arm {arm}: starting ({left():.0f} s left)", flush=True)
         try:
@@ -538,7 +544,8 @@ def main() -> int:
     ap.add_argument("--results", default="")
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--reserve-s", type=float, default=45, help="kept back for the state and the report")
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, the first samples the pool ({', '.join(ARMS)})")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, the first samples the pool ({', '.join(ARMS)}; "
+                    "ARM@TAG runs ARM again under its own name)")
     ap.add_argument("--rl-est-s", type=float, default=150, help="an RL arm's expected seconds before one has run")
     ap.add_argument("--server", default="local", help="loop.server: local (in-process; the GPU image), transformers, auto")
     ap.add_argument("--heldout-frac", type=float, default=0.1, help="the SFT split of the corpus")
@@ -584,7 +591,7 @@ def main() -> int:
         make_corpus(Path(args.make_corpus), args.tasks, args.backend or "cuda", args.seed, args.heldout_frac)
         return 0
     args.arms = [a for a in args.arms.split(",") if a]
-    bad = [a for a in args.arms if a not in ARMS]
+    bad = [a for a in args.arms if arm_base(a) not in ARMS]
     if bad:
         raise SystemExit(f"--arms: unknown {bad}; choose from {', '.join(ARMS)}")
     if not args.results:

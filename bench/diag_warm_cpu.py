@@ -3,7 +3,10 @@ warm-up (verifier/worker.py wait_for_job): interpreter + ``import torch``, the C
 first CUDA session (CUPTI), ``import torch._dynamo``. One fresh process per run, as the verifier starts one
 per candidate. On a GPU box:
 
-    PYTHONPATH=. python3 bench/diag_warm_cpu.py --runs 3
+    PYTHONPATH=. python3 bench/diag_warm_cpu.py --runs 3 [--env OMP_NUM_THREADS=1] [--import-only]
+
+``--env K=V`` (repeatable) runs the probes with that environment too, beside the default; ``--import-only``
+stops after ``import torch.utils.cpp_extension`` (what a build process imports).
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ out = {}
 w, c = time.time(), cpu()
 out["interpreter start (to the first line)"] = (w - t0w, c)
 import torch
-out["import torch"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
+import torch.utils.cpp_extension
+out["import torch (+ cpp_extension)"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
+out["threads after the import"] = (len(os.listdir("/proc/self/task")), 0.0)
+if os.environ.get("KM_IMPORT_ONLY"):
+    print(json.dumps(out))
+    raise SystemExit(0)
 torch.empty(1, device="cuda")
 out["CUDA context"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
 from torch.profiler import ProfilerActivity, profile
@@ -45,21 +53,28 @@ print(json.dumps(out))
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--env", action="append", default=[], metavar="K=V")
+    ap.add_argument("--import-only", action="store_true")
     a = ap.parse_args()
     import os
     import time
-    rows: dict[str, list] = {}
-    for _ in range(a.runs):
-        r = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                           env=dict(os.environ, KM_T0=repr(time.time())))
-        if r.returncode:
-            print(r.stderr[-2000:])
-            continue
-        for k, v in json.loads(r.stdout.strip().splitlines()[-1]).items():
-            rows.setdefault(k, []).append(v)
-    print("| warm-up phase | wall s (runs) | CPU s (runs) |\n|---|---|---|")
-    for k, vs in rows.items():
-        print(f"| {k} | {', '.join(f'{w:.2f}' for w, _ in vs)} | {', '.join(f'{c:.2f}' for _, c in vs)} |")
+    print("| environment | phase | wall s (runs) | CPU s (runs) |\n|---|---|---|---|")
+    for extra in ["", *a.env]:
+        env = dict(os.environ, **dict([extra.split("=", 1)] if extra else []))
+        if a.import_only:
+            env["KM_IMPORT_ONLY"] = "1"
+        rows: dict[str, list] = {}
+        for _ in range(a.runs):
+            r = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                               env=dict(env, KM_T0=repr(time.time())))
+            if r.returncode:
+                print(r.stderr[-2000:])
+                continue
+            for k, v in json.loads(r.stdout.strip().splitlines()[-1]).items():
+                rows.setdefault(k, []).append(v)
+        for k, vs in rows.items():
+            print(f"| {extra or 'default'} | {k} | {', '.join(f'{w:.2f}' for w, _ in vs)} | "
+                  f"{', '.join(f'{c:.2f}' for _, c in vs)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -144,3 +144,19 @@ def test_loop_bench_redo_sft_keeps_only_the_verified_repair_dialogues(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repair_sft"]
     assert kept["repair_sft"] == state["repair_sft"] and "sft" not in kept and "arms" not in kept
     assert keep_repair_dialogues(tmp_path, {}) == {}  # nothing verified before: a plain fresh start
+
+
+def test_loop_bench_arm_run_again_under_a_tag_has_the_arms_settings():
+    """``--arms rl@b``: arm rl again under its own name (a before/after pair on one m0), with rl's settings."""
+    import argparse
+
+    from bench.bench_loop_gpu import ARMS, arm_base, arm_settings
+
+    assert arm_base("rl@b") == "rl" and arm_base("rl_no_retry") == "rl_no_retry" and "rl@b" not in ARMS
+    args = argparse.Namespace(server="local", k=2, pool_tasks=2, eval_tasks=2, rl_steps=1, group=2, prompts=1,
+                              fail_share=0.25, max_len=64, rft_steps=1, rft_lr=1e-4, turns=1, max_new_tokens=8,
+                              temperature=0.8, rl_lr=1e-5, dynamic_rounds=0, concurrency=1, trials=5, timing_trials=3,
+                              compile_workers=1, exec_workers=1, repair_turns=1, rft_per_task=1)
+    a = arm_settings(args, arm_base("rl_no_retry@b"), "m0", "cpu", 10.0)
+    b = arm_settings(args, "rl_no_retry", "m0", "cpu", 10.0)
+    assert a == b and a.train.retry is False and a.train.prime_echo is True

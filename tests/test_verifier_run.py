@@ -339,3 +339,36 @@ def test_task_plan_follows_the_settings_it_was_made_with(config):
     assert api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True)) is on
     no64 = api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True, float64_reference=False))
     assert no64.float64.startswith("off") and on.float64 == ""
+
+
+def test_execution_slots_serve_the_next_batch_and_keep_nothing_between_candidates(config):
+    """verify_batch's execution threads lease slots (verifier/processes.py): the next batch's threads get the
+    same slots, so their fork servers (cpu) and warm processes (cuda) serve it instead of piling up; and a
+    file a candidate leaves beside its job directory is gone before the slot's next candidate runs."""
+    from verifier import processes
+
+    task = TASKS["relu"]
+    leaver = fx.cpu_candidate("return ext.relu(x.contiguous())", init=(
+        "import os, pathlib\n"
+        "pathlib.Path(os.getcwd()).parent.joinpath('left-' + str(os.getpid())).write_text('for the next one')"))
+    looker = fx.cpu_candidate("return ext.relu(x.contiguous())", init=(
+        "import glob, os\n"
+        "left = glob.glob(os.path.join(os.path.dirname(os.getcwd()), 'left-*'))\n"
+        "assert not left, f'found what an earlier candidate left: {left}'"))
+
+    def run(codes):
+        items = [(task, Candidate(candidate_id=f"c{i}", task_id=task.task_id, backend="cpu", generator="test", code=c))
+                 for i, c in enumerate(codes)]
+        with mock.patch.object(api, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
+                                                                                             findings=[])):
+            return verify_batch(items, config=dataclasses.replace(config, exec_workers=1), compile_workers=1)
+
+    first = run([leaver])
+    assert first[0].status == "pass", first[0].feedback
+    slot_servers = {k: s.proc.pid for k, s in processes._SERVERS.items() if k[1] == "slot"}
+    assert slot_servers, "an execution thread of verify_batch runs in a leased slot"
+    roots = [Path(r) for k, r in processes._JOB_ROOTS.items() if k[0] == "slot"]
+    assert roots and all(not any(r.iterdir()) for r in roots), "the leaver's file was removed with its job"
+    second = run([looker, fx.HONEST_RELU])
+    assert [v.status for v in second] == ["pass", "pass"], [v.feedback for v in second]
+    assert {k: s.proc.pid for k, s in processes._SERVERS.items() if k[1] == "slot"} == slot_servers

@@ -47,7 +47,7 @@ from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes,
 from verifier.numerics import error_and_scale, float64_model, widen
 from verifier.judge import ChildRun, Work, finish, judge
 from verifier.outputs import RNG_LOCK, reference_fault
-from verifier.processes import _job_root, _run_child
+from verifier.processes import _job_root, _run_child, clear_job_root, exec_slot
 from verifier.static import scan
 from verifier.vendor import scan_library, scan_sources, scan_tampering
 
@@ -448,6 +448,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:
             shutil.rmtree(job_dir, ignore_errors=True)
+            clear_job_root()  # the candidate's job is the slot's outermost: nothing else of it is alive
 
 
 # ---------------------------------------------------------------------------- public API
@@ -548,6 +549,10 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                 f.add_done_callback(when_built)
 
         def exec_loop() -> None:
+            with exec_slot():  # this thread's fork server, warm process and job root: kept for the next batch
+                exec_jobs()
+
+        def exec_jobs() -> None:
             while True:
                 item = ready.get()
                 if item is None:

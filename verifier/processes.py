@@ -1,6 +1,6 @@
 """Execution processes for the verifier: where a candidate's job runs.
 
-- cpu: a fork server per backend and execution thread (``verifier.worker --serve``) imports torch once and
+- cpu: a fork server per backend and execution slot (``verifier.worker --serve``) imports torch once and
   forks a fresh child per job;
 - cuda: a fresh interpreter per job (a CUDA context cannot be forked), taken from a WarmPool of single-use
   processes started ahead of need (``verifier.worker --wait``), or spawned on demand.
@@ -8,8 +8,8 @@ Every job gets its own process, a wall-clock timeout and its process group kille
 directories go to memory-backed /dev/shm when it has room.
 
 Sandbox (verifier/sandbox.py): where bubblewrap runs, the fork server and every cuda execution process
-run inside one: a read-only view, writable only in this thread's job root (``_job_root``: one directory per
-process and execution thread, so a candidate never sees another thread's jobs) and a private /tmp, no
+run inside one: a read-only view, writable only in this slot's job root (``_job_root``: one directory per
+process and execution slot, so a candidate never sees another slot's jobs, and emptied after every job) and a private /tmp, no
 network, no host environment, a private pid namespace. After every job the processes the job left are
 killed (the fork server, or the ``--supervise`` wrapper, lists them first), the network counters and the
 view's root are checked, and what a candidate job attempted goes to ``sandbox.json`` in its job
@@ -28,7 +28,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import queue
 import threading
+from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 
 from verifier import sandbox
@@ -101,14 +104,84 @@ def _write_findings(paths: list[str]) -> list[str]:
         [f"... and {len(paths) - 10} more paths"] if len(paths) > 10 else [])
 
 
-_SERVERS: dict[tuple[str, int], ForkServer] = {}
+# ---------------------------------------------------------------------------- execution slots
+# Fork servers, warm processes and job roots belong to an execution *slot*, not to a thread: a verify_batch
+# leases one slot per execution thread for the thread's life and gives it back at the end, and the next
+# batch's threads lease the same slots. So the warm process a thread started for its next job (the cuda
+# WarmPool: torch imported, CUDA context and profiler started, ~13 CPU-s) serves the next batch's first job
+# instead of being left behind, and the processes alive at any time are bounded by the most execution
+# threads that ever ran at once (an RL run verifies hundreds of batches). A thread that leased no slot (a
+# direct caller of the execution functions) is its own slot, as before.
+
+_SLOT = threading.local()
+_SLOTS_LOCK = threading.Lock()
+_FREE_SLOTS: list[int] = []
+_SLOTS_MADE = 0
+
+
+@contextmanager
+def exec_slot():
+    """Lease an execution slot for this thread while the block runs (the lowest free one)."""
+    global _SLOTS_MADE
+    with _SLOTS_LOCK:
+        if _FREE_SLOTS:
+            n = _FREE_SLOTS.pop(0)
+        else:
+            n, _SLOTS_MADE = _SLOTS_MADE, _SLOTS_MADE + 1
+    _SLOT.n = n
+    try:
+        yield n
+    finally:
+        _SLOT.n = None
+        with _SLOTS_LOCK:
+            _FREE_SLOTS.append(n)
+            _FREE_SLOTS.sort()
+
+
+def _slot() -> tuple[str, int]:
+    n = getattr(_SLOT, "n", None)
+    return ("slot", n) if n is not None else ("thread", threading.get_ident())
+
+
+class _Spawner:
+    """Starts the processes that outlive a job (fork servers, warm processes) from one thread that lives as
+    long as this process. bubblewrap's ``--die-with-parent`` (PR_SET_PDEATHSIG) kills a sandboxed process
+    when the *thread* that started it ends, and a batch's execution threads end with the batch."""
+
+    def __init__(self):
+        self._q: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, fn, *args, **kwargs):
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="km-spawner", daemon=True)
+                self._thread.start()
+        fut: Future = Future()
+        self._q.put((fut, fn, args, kwargs))
+        return fut.result()
+
+    def _loop(self) -> None:
+        while True:
+            fut, fn, args, kwargs = self._q.get()
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - the caller's error, raised in the caller's thread
+                fut.set_exception(e)
+
+
+_SPAWNER = _Spawner()
+
+
+_SERVERS: dict[tuple, ForkServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
 def _server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
-    """This thread's fork server; its sandbox sees ``build_root`` (read-only), so a new build root means a
+    """This slot's fork server; its sandbox sees ``build_root`` (read-only), so a new build root means a
     new server."""
-    key = (backend, threading.get_ident())
+    key = (backend, *_slot())
     root = _job_root()
     with _SERVERS_LOCK:
         srv = _SERVERS.get(key)
@@ -116,7 +189,7 @@ def _server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
                 or srv.locks != list(locks):
             if srv is not None:
                 srv.close()
-            srv = _SERVERS[key] = ForkServer(backend, root, build_root, locks)
+            srv = _SERVERS[key] = _SPAWNER.call(ForkServer, backend, root, build_root, locks)
         return srv
 
 
@@ -138,7 +211,7 @@ def _base_job_root() -> str:
     return tempfile.gettempdir()
 
 
-_JOB_ROOTS: dict[int, str] = {}
+_JOB_ROOTS: dict[tuple, str] = {}
 _JOB_ROOTS_LOCK = threading.Lock()
 
 
@@ -147,7 +220,7 @@ def _job_root() -> str:
     execution processes may write) under ``KM_JOB_DIR``, else /dev/shm when it has room (inputs and
     outputs of a job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off
     the disk), else the default temporary directory."""
-    tid = threading.get_ident()
+    tid = _slot()
     with _JOB_ROOTS_LOCK:
         root = _JOB_ROOTS.get(tid)
         if root is None or not os.path.isdir(root):
@@ -155,6 +228,18 @@ def _job_root() -> str:
             os.makedirs(base, exist_ok=True)
             root = _JOB_ROOTS[tid] = tempfile.mkdtemp(prefix=f"km-jobs-{os.getpid()}-", dir=base)
         return root
+
+
+def clear_job_root() -> None:
+    """Remove everything in this slot's job root. Called after each job: its slot runs one job at a time,
+    so whatever is left there (a file a candidate wrote beside its job directory) would otherwise be
+    readable by the slot's next candidate, in this batch or a later one."""
+    root = Path(_job_root())
+    for entry in root.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 @atexit.register
@@ -180,7 +265,7 @@ class WarmPool:
         env = child_env(KM_WARM_BACKEND=self.backend)
         # output before a job arrives (a failed start) goes to one log per pool, for diagnosis
         with open(Path(tempfile.gettempdir()) / f"km-warm-{os.getpid()}-{self.backend}.log", "ab") as log:
-            return Sandboxed([sys.executable, "-m", "verifier.worker", "--wait"], env, [self.job_root, *self.locks],
+            return _SPAWNER.call(Sandboxed, [sys.executable, "-m", "verifier.worker", "--wait"], env, [self.job_root, *self.locks],
                              gpu=self.backend != "cpu", read_only=[self.build_root], stdin=subprocess.PIPE,
                              stdout=log, stderr=log)
 
@@ -206,14 +291,14 @@ class WarmPool:
             self._ready = []
 
 
-_WARM: dict[tuple[str, int], WarmPool] = {}
+_WARM: dict[tuple, WarmPool] = {}
 
 
 def warm_pool(backend: str, size: int, build_root: str = "", locks: list = ()) -> WarmPool:
-    """This thread's pool (its processes may write only this thread's job root); one process started
-    ahead per thread is enough, since a thread runs one job at a time."""
+    """This slot's pool (its processes may write only this slot's job root); one process started ahead per
+    slot is enough, since a slot runs one job at a time."""
     root = _job_root()
-    key = (backend, threading.get_ident())
+    key = (backend, *_slot())
     with _SERVERS_LOCK:
         pool = _WARM.get(key)
         if pool is None or pool.job_root != root or pool.build_root != build_root or pool.locks != list(locks):
