@@ -179,7 +179,10 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
         (key_dir / "spec.json").write_text(json.dumps(canonical_spec(args)))
         t0 = time.perf_counter()
         (key_dir / sandbox.EVIDENCE_FILE).unlink(missing_ok=True)
-        env = dict(os.environ, MAX_JOBS="1", KM_FULL_FALLBACK="1" if full_fallback else "0", KM_PCH_DIR=str(pch_root()),
+        # OMP_NUM_THREADS=1: nothing in a build computes, and torch's import with a thread per core cost 6.5-7.5
+        # CPU-s against 4.9 s with one (bench/diag_warm_cpu.py on the H100 box, 16 cores); the compilers ignore it
+        env = dict(os.environ, MAX_JOBS="1", OMP_NUM_THREADS="1", KM_FULL_FALLBACK="1" if full_fallback else "0",
+                   KM_PCH_DIR=str(pch_root()),
                    **{objcache.OBJ_DIR_ENV: str(objects_root(build_root))},
                    PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
