@@ -21,6 +21,7 @@ Imports: the standard library (verifier.backends, for the cpu children's environ
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import shutil
@@ -45,14 +46,21 @@ def child_env(**extra: str) -> dict:
                 PYTHONDONTWRITEBYTECODE="1", KM_SANDBOX_NOTE=json.dumps(sandbox.status()), **extra)
 
 
+def environment_signature() -> str:
+    """What a long-lived execution process inherited: the environment (the sandbox switch and everything
+    child_env passes) and whether bubblewrap is used. A process serves only while this is unchanged."""
+    return hashlib.sha256(json.dumps([sorted(os.environ.items()), sandbox.enabled()]).encode()).hexdigest()
+
+
 class ForkServer:
-    """One long-lived ``verifier.worker --serve`` process per backend and execution thread: torch is
+    """One long-lived ``verifier.worker --serve`` process per backend and execution slot: torch is
     imported once, and every candidate runs in a fresh child forked from it (so no candidate can
-    leave state for the next). Replaced when it dies."""
+    leave state for the next). Replaced when it dies, and when the environment it started with changed."""
 
     def __init__(self, backend: str, job_root: str | None = None, build_root: str = "", locks: list = ()):
         from verifier.backends import CPU_CHILD_ENV, CPU_PERTURB  # here: this module stays torch-free
 
+        self.signature = environment_signature()
         env = child_env()
         if backend == "cpu":
             env.update(CPU_CHILD_ENV, KM_CPU_PERTURB=str(CPU_PERTURB))
@@ -186,7 +194,7 @@ def _server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
     with _SERVERS_LOCK:
         srv = _SERVERS.get(key)
         if srv is None or not srv.alive() or srv.build_root != build_root or srv.job_root != root \
-                or srv.locks != list(locks):
+                or srv.locks != list(locks) or srv.signature != environment_signature():
             if srv is not None:
                 srv.close()
             srv = _SERVERS[key] = _SPAWNER.call(ForkServer, backend, root, build_root, locks)
@@ -257,6 +265,7 @@ class WarmPool:
     def __init__(self, backend: str, size: int, job_root: str | None = None, build_root: str = "", locks: list = ()):
         self.backend, self.size, self.job_root, self.build_root = backend, max(1, size), job_root, build_root
         self.locks = list(locks)
+        self.signature = environment_signature()
         self._ready: list[Sandboxed] = []
         self._lock = threading.Lock()
         self.fill()
@@ -301,7 +310,8 @@ def warm_pool(backend: str, size: int, build_root: str = "", locks: list = ()) -
     key = (backend, *_slot())
     with _SERVERS_LOCK:
         pool = _WARM.get(key)
-        if pool is None or pool.job_root != root or pool.build_root != build_root or pool.locks != list(locks):
+        if pool is None or pool.job_root != root or pool.build_root != build_root or pool.locks != list(locks) \
+                or pool.signature != environment_signature():
             if pool is not None:
                 pool.close()
             pool = _WARM[key] = WarmPool(backend, 1 if size > 0 else 0, root, build_root, locks)
