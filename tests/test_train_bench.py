@@ -105,12 +105,12 @@ def test_a_policy_packed_for_the_next_device_call_comes_back_with_the_same_weigh
 
 
 def test_loop_bench_plants_one_real_bug_per_answer_deterministically():
-    """bench/bench_loop_gpu.plant_bug, the first turn of the loop bench's repair dialogues: one named bug that
+    """bench/loop_data.plant_bug, the first turn of the loop bench's repair dialogues: one named bug that
     changes exactly one line of the teacher's answer (cuda and cpu), the same one for the same key, and a bug
     for nearly every task (the verifier decides later which of them fail)."""
     import difflib
 
-    from bench.bench_loop_gpu import BUGS, plant_bug
+    from bench.loop_data import BUGS, plant_bug
     from synth.teacher.compact import answer
     from synth.teacher.task_families import generate_tasks
 
