@@ -47,36 +47,21 @@ class GpuSampler(threading.Thread):
             self.stop.wait(0.5)
 
 
-def host_cpu_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of all the host's cores from /proc/stat (busy: all but idle and iowait)."""
-    try:
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0, 0
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    total = sum(vals[:8])  # guest time is already inside user
-    return total - idle, total
-
-
 def run_batch(items, cfg, workers):
     """verdicts, wall s, GPU util mean, GPU busy fraction, host CPU busy fraction over the batch, and the host
     CPU seconds by kind of process (bench/proc_cpu.py)."""
     sampler, procs = GpuSampler(), ProcCpu()
     sampler.start()
     procs.start()
-    b0, t0_ticks = host_cpu_ticks()
     t0 = time.perf_counter()
     vs = verify_batch(items, config=cfg, compile_workers=workers)
     wall = time.perf_counter() - t0
-    b1, t1_ticks = host_cpu_ticks()
     sampler.stop.set()
     sampler.join()
     by_kind = procs.finish()
     s = sampler.samples
-    host = (b1 - b0) / (t1_ticks - t0_ticks) if t1_ticks > t0_ticks else float("nan")
     return (vs, wall, (sum(s) / len(s) / 100 if s else float("nan")),
-            (sum(x > 0 for x in s) / len(s) if s else float("nan")), host, by_kind)
+            (sum(x > 0 for x in s) / len(s) if s else float("nan")), procs.host_busy, by_kind)
 
 
 def _mean(xs) -> float:

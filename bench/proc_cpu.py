@@ -3,9 +3,9 @@ system ticks) of every process on the box every ``interval`` seconds and keeps e
 process's CPU is counted up to its last sample before it exited (compilers live for seconds: the part lost
 is under ``interval`` per process). Kinds come from the process name and, for Python, its command line:
 what the verifier's build processes and compilers cost against its execution processes, its sandbox
-wrappers and the parent.
+wrappers and the parent. ``host_busy``: the share of all cores' time the host was busy over the run (/proc/stat).
 
-Linux only; elsewhere :meth:`ProcCpu.table` says nothing was sampled."""
+Linux only; elsewhere :meth:`ProcCpu.finish` returns nothing and ``host_busy`` is nan."""
 
 from __future__ import annotations
 
@@ -23,20 +23,32 @@ def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
     if comm in COMPILERS:
         return "compilers (nvcc phases, gcc, ninja, ld)"
     if comm.startswith("python") or "python" in cmdline.split(" ", 1)[0]:
+        if "verifier.sandbox" in cmdline:  # first: a supervisor's command line ends with the one it supervises
+            return "sandbox supervisors (python)"
         if "verifier.build" in cmdline:
             return "build processes (python: load_inline, ninja driver)"
         if "verifier.worker" in cmdline and "--serve" in cmdline:
             return "cpu fork servers and their children"
         if "verifier.worker" in cmdline:
             return "execution processes (python: torch, CUDA context, profiler, the job)"
-        if "verifier.sandbox" in cmdline:
-            return "sandbox supervisors (python)"
         return "other python"
     if comm == "bwrap":
         return "bubblewrap"
     if comm == "nvidia-smi":
         return "nvidia-smi (the GPU sampler)"
     return "other: " + comm
+
+
+def host_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all the host's cores from /proc/stat (busy: all but idle and iowait)."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    total = sum(vals[:8])  # guest time is already inside user
+    return total - idle, total
 
 
 class ProcCpu(threading.Thread):
@@ -47,11 +59,11 @@ class ProcCpu(threading.Thread):
         self.last: dict[int, tuple[str, float]] = {}  # pid -> (kind, cpu s at the last sample)
         self.base: dict[int, float] = {}  # pid -> cpu s already spent when first seen (processes older than us)
         self.me = os.getpid()
-        self.started_clean = False
-        self._sample()  # processes alive before the run: only what they spend from now on counts
-        self.started_clean = True
+        self._sample(first=True)  # processes alive before the run: only what they spend from now on counts
+        self.ticks0 = host_cpu_ticks()
+        self.host_busy = float("nan")  # the host's busy fraction over the run, set by finish()
 
-    def _sample(self) -> None:
+    def _sample(self, first: bool = False) -> None:
         try:
             pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
         except OSError:
@@ -67,7 +79,7 @@ class ProcCpu(threading.Thread):
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
                     self.last[pid] = (kind(pid, comm, cmd, self.me), cpu)
-                    if not self.started_clean:
+                    if first:
                         self.base[pid] = cpu
                 else:
                     self.last[pid] = (self.last[pid][0], cpu)
@@ -80,7 +92,10 @@ class ProcCpu(threading.Thread):
         self._sample()
 
     def finish(self) -> dict[str, tuple[float, int]]:
-        """Stop; {kind: (CPU seconds during the run, processes seen)}."""
+        """Stop; {kind: (CPU seconds during the run, processes seen)}, and ``host_busy`` set."""
+        busy1, total1 = host_cpu_ticks()
+        busy0, total0 = self.ticks0
+        self.host_busy = (busy1 - busy0) / (total1 - total0) if total1 > total0 else float("nan")
         self.stop.set()
         self.join()
         out: dict[str, list] = defaultdict(lambda: [0.0, 0])

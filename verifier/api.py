@@ -446,9 +446,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing)
     finally:
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
-        if not cfg.keep_jobs:
-            shutil.rmtree(job_dir, ignore_errors=True)
-            clear_job_root()  # the candidate's job is the slot's outermost: nothing else of it is alive
+        if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root
+            clear_job_root()  # (the candidate's job is the slot's outermost: nothing else of it is alive)
 
 
 # ---------------------------------------------------------------------------- public API
