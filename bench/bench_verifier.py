@@ -147,7 +147,7 @@ def main():
     cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-bench-"), timing_trials=a.timing_trials,
                        time_torch_compile=False, exec_workers=a.exec_workers, run_timeout_s=300)
     rows: list[tuple[str, object]] = [("device", device), ("cores (compile pool size)", cores),
-                                      ("execution workers (warm single-use processes)", a.exec_workers),
+                                      ("execution workers (slots: cuda, two warm fork servers each)", a.exec_workers),
                                       ("distinct candidates", a.n)]
     # the one-off precompiled header build is paid before the clock starts for the batch and reported apart
     t = time.perf_counter()

@@ -1,5 +1,5 @@
 """CPU seconds (user + system, all threads) and wall seconds of each phase of a cuda execution process's
-warm-up (verifier/worker.py wait_for_job): interpreter + ``import torch``, the CUDA context, the profiler's
+warm-up (verifier/worker.py _warm_up, in a child its fork server forked): interpreter + ``import torch``, the CUDA context, the profiler's
 first CUDA session (CUPTI), ``import torch._dynamo``. One fresh process per run, as the verifier starts one
 per candidate. On a GPU box:
 

@@ -27,9 +27,7 @@ def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
             return "sandbox supervisors (python)"
         if "verifier.build" in cmdline:
             return "build processes (python: load_inline, ninja driver)"
-        if "verifier.worker" in cmdline and "--serve" in cmdline:
-            return "cpu fork servers and their children"
-        if "verifier.worker" in cmdline:
+        if "verifier.worker" in cmdline:  # fork servers (torch), their forked children (CUDA, profiler, the job)
             return "execution processes (python: torch, CUDA context, profiler, the job)"
         return "other python"
     if comm == "bwrap":

@@ -8,9 +8,10 @@ from bench.proc_cpu import ProcCpu, kind
 
 def test_processes_are_classified_by_what_they_run():
     me = 1
-    sup = "python3 -m verifier.sandbox --supervise 7 -- python3 -m verifier.worker --wait"
+    sup = "python3 -m verifier.sandbox --supervise 7 -- python3 -m verifier.build /b/k"
     assert kind(5, "python3", sup, me).startswith("sandbox supervisors")
-    assert kind(5, "python3", "python3 -m verifier.worker --wait", me).startswith("execution processes")
+    assert kind(5, "python3", "python3 -m verifier.worker --serve", me).startswith("execution processes")
+    assert kind(5, "python3", "python3 -m verifier.worker /jobs/km-candidate-1", me).startswith("execution processes")
     assert kind(5, "python3", "python3 -m verifier.build /b/k", me).startswith("build processes")
     assert kind(5, "cicc", "cicc ...", me).startswith("compilers")
     assert kind(me, "python3", "python3 bench/bench_verifier.py", me).startswith("benchmark process")

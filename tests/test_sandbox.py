@@ -380,16 +380,20 @@ def test_child_report_withholds_host_environment_values(tmp_path, monkeypatch):
 
 
 def test_warm_execution_process_warms_up_without_error(tmp_path):
-    """The warm process (verifier.worker --wait) initialises before its job arrives; its own first lines in the
-    job's log say whether that failed (a local-name bug once made every warm-up fail, so each cuda job paid the
-    CUDA context and the profiler's start itself)."""
+    """A warm fork server (verifier.worker --serve, KM_SERVE_WARM) forks the next job's child before the job
+    exists, and that child initialises (cuda: CUDA context, profiler) first; its own first line in the job's
+    log says so, and whether that failed (a local-name bug once made every warm-up fail, so each cuda job
+    paid the CUDA context and the profiler's start itself)."""
     from verifier.processes import child_env
 
     job = tmp_path / "job"
     job.mkdir()
-    env = child_env(KM_WARM_BACKEND="cpu")
-    p = subprocess.run([sys.executable, "-m", "verifier.worker", "--wait"], input=f"{job}\n", env=env,
+    env = child_env(KM_WARM_BACKEND="cpu", KM_SERVE_WARM="1", OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "verifier.worker", "--serve"], input=f"{job}\t60\n", env=env,
                        capture_output=True, text=True, timeout=120)
     log = (job / "child.log").read_text()
     assert log.startswith("[verifier] warm execution process ready in"), (log, p.stderr)
-    assert "warm-up failed" not in log and "isolation before warm-up failed" not in log, log
+    assert "(forked by its fork server)" in log.splitlines()[0], log
+    assert "warm-up failed" not in log, log
+    rc, timed_out, findings = p.stdout.splitlines()[0].split("\t")  # the protocol line, nothing before it
+    assert timed_out == "0" and rc != "0", p.stdout  # the job itself fails: its dir has no job.json

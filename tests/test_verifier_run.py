@@ -343,7 +343,7 @@ def test_task_plan_follows_the_settings_it_was_made_with(config):
 
 def test_execution_slots_serve_the_next_batch_and_keep_nothing_between_candidates(config):
     """verify_batch's execution threads lease slots (verifier/processes.py): the next batch's threads get the
-    same slots, so their fork servers (cpu) and warm processes (cuda) serve it instead of piling up; and a
+    same slots, so their fork servers serve it instead of piling up; and a
     file a candidate leaves beside its job directory is gone before the slot's next candidate runs."""
     from verifier import processes
 
@@ -372,3 +372,37 @@ def test_execution_slots_serve_the_next_batch_and_keep_nothing_between_candidate
     second = run([looker, fx.HONEST_RELU])
     assert [v.status for v in second] == ["pass", "pass"], [v.feedback for v in second]
     assert {k: s.proc.pid for k, s in processes._SERVERS.items() if k[1] == "slot"} == slot_servers
+
+
+def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config, monkeypatch):
+    """cuda jobs run in children a fork server forked and warmed up before the job existed (verifier/processes.py);
+    each slot has two such servers in separate sandboxes, taking turns, so the warm child waiting for the next
+    job never shares a sandbox with the running one. Exercised here with cpu jobs through the same path: every
+    job runs in a forked child of a ``--serve`` process, the slot has two distinct servers, and what a job left
+    in its sandbox's private scratch (HOME, TMPDIR) and /dev/shm is gone before that server's next job (the
+    third job runs on the first job's server)."""
+    from verifier import processes
+
+    monkeypatch.setattr(processes, "WARM_BACKENDS", ("cuda", "cpu"))
+    task = TASKS["relu"]
+    leaver = fx.cpu_candidate("return ext.relu(x.contiguous())", init=(
+        "import os, pathlib\n"
+        "assert '--serve' in pathlib.Path('/proc/self/cmdline').read_text(), 'not a forked child of a server'\n"
+        "for d in (os.environ['HOME'], os.environ.get('TMPDIR', '/tmp'), '/dev/shm'):\n"
+        "    if os.access(d, os.W_OK):\n"
+        "        pathlib.Path(d, 'left-behind').write_text('for the next one')"))
+    looker = fx.cpu_candidate("return ext.relu(x.contiguous())", init=(
+        "import os, pathlib\n"
+        "assert '--serve' in pathlib.Path('/proc/self/cmdline').read_text(), 'not a forked child of a server'\n"
+        "left = [d for d in (os.environ['HOME'], os.environ.get('TMPDIR', '/tmp'), '/dev/shm')\n"
+        "        if os.path.exists(os.path.join(d, 'left-behind'))]\n"
+        "assert not left, f'found what an earlier job left in {left}'"))
+    items = [(task, Candidate(candidate_id=f"w{i}", task_id=task.task_id, backend="cpu", generator="test", code=c))
+             for i, c in enumerate([leaver, fx.HONEST_RELU, looker])]
+    with mock.patch.object(api, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
+                                                                                         findings=[])):
+        out = verify_batch(items, config=dataclasses.replace(config, exec_workers=1), compile_workers=1)
+    assert [v.status for v in out] == ["pass"] * 3, [v.feedback for v in out]
+    warm = {k: s for k, s in processes._SERVERS.items() if k[0] == "cpu" and k[1] == "slot" and k[-1] is not None}
+    assert sorted(k[-1] for k in warm) == [0, 1], warm.keys()
+    assert len({s.proc.pid for s in warm.values()}) == 2 and all(s.alive() for s in warm.values())

@@ -548,7 +548,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                 f.add_done_callback(when_built)
 
         def exec_loop() -> None:
-            with exec_slot():  # this thread's fork server, warm process and job root: kept for the next batch
+            with exec_slot():  # this thread's fork servers and job root: kept for the next batch
                 exec_jobs()
 
         def exec_jobs() -> None:

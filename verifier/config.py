@@ -49,7 +49,7 @@ class VerifyConfig:
     warm_device_ms: float = 50.0  # cuda: device kept busy this long before each model's timing (clocks up)
     gap_probes: int = 10  # calls timed one at a time: launch-inclusive time and the C09 idle gap
     hide_launch_us: float = 50.0  # cuda: least device-side wait queued before each timed call (0: off)
-    warm_processes: int = -1  # cuda: single-use processes started ahead (-1: as many as exec_workers; 0: none)
+    warm_processes: int = -1  # cuda: jobs run in children forked ahead by warm fork servers (0: a fresh process each)
     device_lock: bool = True  # timing phases get the device alone (verifier/devlock.py); False only to measure it
     min_own_share: float = 0.5  # cuda: least share of forward device time in the candidate's own kernels (C01)
     full_build_fallback: bool = True  # a CUDA source failing its bare build is rebuilt unchanged (False: final; build.py)

@@ -1,19 +1,26 @@
 """Execution processes for the verifier: where a candidate's job runs.
 
-- cpu: a fork server per backend and execution slot (``verifier.worker --serve``) imports torch once and
-  forks a fresh child per job;
-- cuda: a fresh interpreter per job (a CUDA context cannot be forked), taken from a WarmPool of single-use
-  processes started ahead of need (``verifier.worker --wait``), or spawned on demand.
+- a fork server per backend and execution slot (``verifier.worker --serve``) imports torch once and forks a
+  fresh child per job (the server never runs torch ops, so forking is safe);
+- cuda: a CUDA context cannot be forked, so the server never creates one: in its warm mode it forks the
+  next job's child ahead of the job, and that child creates its CUDA context and starts the profiler while
+  earlier jobs run, then waits for its job. Each slot has two such servers in separate sandboxes, taking
+  turns: the warm child waiting for the next job never shares a sandbox with the job running now. With
+  ``warm`` = 0 (``VerifyConfig.warm_processes``) a cuda job gets a fresh interpreter instead.
 Every job gets its own process, a wall-clock timeout and its process group killed after it; job
 directories go to memory-backed /dev/shm when it has room.
 
-Sandbox (verifier/sandbox.py): where bubblewrap runs, the fork server and every cuda execution process
+Sandbox (verifier/sandbox.py): where bubblewrap runs, every fork server and every fresh execution process
 run inside one: a read-only view, writable only in this slot's job root (``_job_root``: one directory per
-process and execution slot, so a candidate never sees another slot's jobs, and emptied after every job) and a private /tmp, no
-network, no host environment, a private pid namespace. After every job the processes the job left are
-killed (the fork server, or the ``--supervise`` wrapper, lists them first), the network counters and the
-view's root are checked, and what a candidate job attempted goes to ``sandbox.json`` in its job
-directory, a line in its log and exit status ``sandbox.ESCAPE_EXIT``.
+process and execution slot, so a candidate never sees another slot's jobs, and emptied after every job) and
+a private scratch (HOME, TMPDIR; a fork server empties it after every job), no network, no host
+environment, a private pid namespace. After every job the processes the job left are killed (the fork
+server, or the ``--supervise`` wrapper, lists them first), the network counters and the view's root are
+checked, and what a candidate job attempted goes to ``sandbox.json`` in its job directory, a line in its
+log and exit status ``sandbox.ESCAPE_EXIT``.
+
+What a server shares between the jobs it serves: the interpreter it forks from (which no job can write:
+each job is a child process) and nothing on disk (job root and scratch are emptied between jobs).
 
 Imports: the standard library (verifier.backends, for the cpu children's environment, when a fork server starts).
 """
@@ -57,7 +64,8 @@ class ForkServer:
     imported once, and every candidate runs in a fresh child forked from it (so no candidate can
     leave state for the next). Replaced when it dies, and when the environment it started with changed."""
 
-    def __init__(self, backend: str, job_root: str | None = None, build_root: str = "", locks: list = ()):
+    def __init__(self, backend: str, job_root: str | None = None, build_root: str = "", locks: list = (),
+                 warm: bool = False):
         from verifier.backends import CPU_CHILD_ENV, CPU_PERTURB  # here: this module stays torch-free
 
         self.signature = environment_signature()
@@ -65,12 +73,17 @@ class ForkServer:
         if backend == "cpu":
             env.update(CPU_CHILD_ENV, KM_CPU_PERTURB=str(CPU_PERTURB))
             env.setdefault("OMP_NUM_THREADS", "1")
+        if warm:
+            # the server itself runs one OpenMP thread (an OpenMP pool does not survive a fork); each child
+            # sets the count a fresh process would have had
+            env.update(KM_SERVE_WARM="1", KM_WARM_BACKEND=backend, OMP_NUM_THREADS="1",
+                       KM_CHILD_OMP_THREADS=os.environ.get("OMP_NUM_THREADS", ""))
         cmd = [sys.executable, "-m", "verifier.worker", "--serve"]
         self.sandbox, self.limit, self.job_root, self.build_root = None, None, job_root, build_root
         self.locks = list(locks)
         if job_root and sandbox.enabled():
             self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
-                                           writable=[job_root, *locks], read_only=[build_root])
+                                           writable=[job_root, *locks], read_only=[build_root], gpu=backend != "cpu")
             self.limit = sandbox.PidsLimit()
             cmd, env = self.sandbox.argv(cmd, dict(env, KM_SANDBOXED="1")), {}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
@@ -113,10 +126,10 @@ def _write_findings(paths: list[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- execution slots
-# Fork servers, warm processes and job roots belong to an execution *slot*, not to a thread: a verify_batch
+# Fork servers (and the warm children they forked) and job roots belong to an execution *slot*, not to a thread: a verify_batch
 # leases one slot per execution thread for the thread's life and gives it back at the end, and the next
-# batch's threads lease the same slots. So the warm process a thread started for its next job (the cuda
-# WarmPool: torch imported, CUDA context and profiler started, ~13 CPU-s) serves the next batch's first job
+# batch's threads lease the same slots. So the warm child a slot's server forked for its next job (cuda:
+# CUDA context and profiler started, ~6.7 CPU-s; the server itself ~6.3 for torch) serves the next batch's first job
 # instead of being left behind, and the processes alive at any time are bounded by the most execution
 # threads that ever ran at once (an RL run verifies hundreds of batches). A thread that leased no slot (a
 # direct caller of the execution functions) is its own slot, as before.
@@ -152,7 +165,7 @@ def _slot() -> tuple[str, int]:
 
 
 class _Spawner:
-    """Starts the processes that outlive a job (fork servers, warm processes) from one thread that lives as
+    """Starts the processes that outlive a job (fork servers) from one thread that lives as
     long as this process. bubblewrap's ``--die-with-parent`` (PR_SET_PDEATHSIG) kills a sandboxed process
     when the *thread* that started it ends, and a batch's execution threads end with the batch."""
 
@@ -186,10 +199,10 @@ _SERVERS: dict[tuple, ForkServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def _server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
-    """This slot's fork server; its sandbox sees ``build_root`` (read-only), so a new build root means a
-    new server."""
-    key = (backend, *_slot())
+def _server(backend: str, build_root: str = "", locks: list = (), turn: int | None = None) -> ForkServer:
+    """This slot's fork server, or its warm one of ``turn`` 0 or 1 (``_warm_server``); its sandbox sees
+    ``build_root`` (read-only), so a new build root means a new server."""
+    key = (backend, *_slot(), turn)
     root = _job_root()
     with _SERVERS_LOCK:
         srv = _SERVERS.get(key)
@@ -197,8 +210,24 @@ def _server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
                 or srv.locks != list(locks) or srv.signature != environment_signature():
             if srv is not None:
                 srv.close()
-            srv = _SERVERS[key] = _SPAWNER.call(ForkServer, backend, root, build_root, locks)
+            srv = _SERVERS[key] = _SPAWNER.call(ForkServer, backend, root, build_root, locks, turn is not None)
         return srv
+
+
+WARM_BACKENDS = ("cuda",)  # backends whose jobs run in pre-forked, warmed-up children (a pair of servers per slot)
+_TURNS: dict[tuple, int] = {}
+
+
+def _warm_server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
+    """The cuda server whose turn it is in this slot; the other one (started now if it is not running) warms
+    its next child while this job runs."""
+    slot = (backend, *_slot())
+    with _SERVERS_LOCK:
+        turn = _TURNS.get(slot, 0)
+        _TURNS[slot] = 1 - turn
+    srv = _server(backend, build_root, locks, turn)
+    _server(backend, build_root, locks, 1 - turn)
+    return srv
 
 
 @atexit.register
@@ -254,74 +283,6 @@ def clear_job_root() -> None:
 def _remove_job_roots() -> None:
     for root in list(_JOB_ROOTS.values()):
         shutil.rmtree(root, ignore_errors=True)
-
-
-class WarmPool:
-    """Single-use execution processes for the cuda backend, started ahead of need: each has imported
-    torch and created its CUDA context before a candidate is assigned to it, runs exactly one job and
-    exits (``verifier.worker --wait``). Isolation is that of a fresh process per candidate; the start-up
-    cost (a CUDA context cannot be forked) overlaps with the execution of earlier candidates."""
-
-    def __init__(self, backend: str, size: int, job_root: str | None = None, build_root: str = "", locks: list = ()):
-        self.backend, self.size, self.job_root, self.build_root = backend, max(1, size), job_root, build_root
-        self.locks = list(locks)
-        self.signature = environment_signature()
-        self._ready: list[Sandboxed] = []
-        self._lock = threading.Lock()
-        self.fill()
-
-    def _start(self) -> "Sandboxed":
-        env = child_env(KM_WARM_BACKEND=self.backend)
-        # output before a job arrives (a failed start) goes to one log per pool, for diagnosis
-        with open(Path(tempfile.gettempdir()) / f"km-warm-{os.getpid()}-{self.backend}.log", "ab") as log:
-            return _SPAWNER.call(Sandboxed, [sys.executable, "-m", "verifier.worker", "--wait"], env, [self.job_root, *self.locks],
-                             gpu=self.backend != "cpu", read_only=[self.build_root], stdin=subprocess.PIPE,
-                             stdout=log, stderr=log)
-
-    def fill(self) -> None:
-        with self._lock:
-            self._ready = [p for p in self._ready if p.poll() is None]
-            while len(self._ready) < self.size:
-                self._ready.append(self._start())
-
-    def take(self) -> "Sandboxed | None":
-        with self._lock:
-            proc = None
-            while self._ready and proc is None:
-                p = self._ready.pop(0)
-                proc = p if p.poll() is None else None
-        self.fill()
-        return proc
-
-    def close(self) -> None:
-        with self._lock:
-            for p in self._ready:
-                p.kill()
-            self._ready = []
-
-
-_WARM: dict[tuple, WarmPool] = {}
-
-
-def warm_pool(backend: str, size: int, build_root: str = "", locks: list = ()) -> WarmPool:
-    """This slot's pool (its processes may write only this slot's job root); one process started ahead per
-    slot is enough, since a slot runs one job at a time."""
-    root = _job_root()
-    key = (backend, *_slot())
-    with _SERVERS_LOCK:
-        pool = _WARM.get(key)
-        if pool is None or pool.job_root != root or pool.build_root != build_root or pool.locks != list(locks) \
-                or pool.signature != environment_signature():
-            if pool is not None:
-                pool.close()
-            pool = _WARM[key] = WarmPool(backend, 1 if size > 0 else 0, root, build_root, locks)
-        return pool
-
-
-@atexit.register
-def _close_warm() -> None:
-    for pool in list(_WARM.values()):
-        pool.close()
 
 
 class Sandboxed:
@@ -385,37 +346,14 @@ class Sandboxed:
         return out
 
 
-def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", warm: int = 0,
-                 build_root: str = "", locks: list = ()) -> tuple[int, bool, list[str]]:
-    """A fresh interpreter per candidate (cuda: a forked child cannot use CUDA once torch has been
-    imported in a parent that touched it, so the cuda backend pays the import instead of forking); with
-    ``warm`` > 0 the interpreter comes from the WarmPool, started before the job existed."""
-    proc = None
+def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", build_root: str = "",
+                 locks: list = ()) -> tuple[int, bool, list[str]]:
+    """A fresh interpreter for one job (cuda with warm_processes 0, or a job dir outside the slot's root)."""
     writable = _job_root() if _under_root(job_dir) else str(job_dir)
-    if warm > 0 and _under_root(job_dir):
-        proc = warm_pool(backend, warm, build_root, locks).take()
-        if proc is not None:
-            try:
-                proc.stdin.write(f"{job_dir}\n")
-                proc.stdin.close()
-            except (BrokenPipeError, OSError, ValueError):
-                proc.kill()
-                proc = None
-        if proc is not None:
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                return proc.proc.returncode, True, proc.kill()
-            if (job_dir / "child.log").is_file():
-                return rc, False, proc.findings()
-            # the process died before it took the job (no log yet: the candidate never ran): run it fresh
-            proc.findings()
-            proc = None
-    if proc is None:
-        with open(job_dir / "child.log", "wb") as log:
-            proc = Sandboxed([sys.executable, "-m", "verifier.worker", str(job_dir)], child_env(), [writable, *locks],
-                             gpu=backend != "cpu", read_only=[build_root], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             cwd=str(job_dir))
+    with open(job_dir / "child.log", "wb") as log:
+        proc = Sandboxed([sys.executable, "-m", "verifier.worker", str(job_dir)], child_env(), [writable, *locks],
+                         gpu=backend != "cpu", read_only=[build_root], stdout=log, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, cwd=str(job_dir))
     try:
         return proc.wait(timeout=timeout_s), False, proc.findings()
     except subprocess.TimeoutExpired:
@@ -447,13 +385,14 @@ def _run_child(job_dir: Path, backend: str, timeout_s: float, warm: int = 0) -> 
     sandbox gets ``sandbox.json`` in its directory, a last log line saying what, and (when it otherwise
     exited 0) exit status ``sandbox.ESCAPE_EXIT``. The log is redacted (host environment values)."""
     kind, build_root, locks = _job_fields(job_dir)
-    if backend != "cpu" or not _under_root(job_dir):
-        rc, timed_out, findings = _spawn_child(job_dir, timeout_s, backend, warm, build_root, locks)
+    if not _under_root(job_dir) or (backend != "cpu" and warm <= 0):
+        rc, timed_out, findings = _spawn_child(job_dir, timeout_s, backend, build_root, locks)
     else:
+        server = _warm_server if backend in WARM_BACKENDS else _server
         try:
-            rc, timed_out, findings = _server(backend, build_root, locks).run(job_dir, timeout_s)
+            rc, timed_out, findings = server(backend, build_root, locks).run(job_dir, timeout_s)
         except (BrokenPipeError, OSError, ValueError):
-            rc, timed_out, findings = _server(backend, build_root, locks).run(job_dir, timeout_s)  # a fresh server, once
+            rc, timed_out, findings = server(backend, build_root, locks).run(job_dir, timeout_s)  # a fresh server, once
     log_file = job_dir / "child.log"
     text = log_file.read_text(errors="replace") if log_file.is_file() else ""
     text = sandbox.redact_env(text)

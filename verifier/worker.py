@@ -30,6 +30,7 @@ import importlib.util
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 import threading
@@ -410,11 +411,12 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     return report
 
 
-def _run_forked(job_dir: str) -> None:
-    """Body of a forked child: own session, output to the job's log, result file, then _exit."""
+def _run_forked(job_dir: str, notes: tuple = ()) -> None:
+    """Body of a forked child: own session, output to the job's log (``notes`` first), result file, then _exit."""
     code = 1
     try:
-        os.setsid()
+        if os.getsid(0) != os.getpid():  # a pre-forked warm child has its session already
+            os.setsid()
         log = os.open(os.path.join(job_dir, "child.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -425,6 +427,8 @@ def _run_forked(job_dir: str) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         os.chdir(job_dir)
+        if notes:
+            print(*notes, sep="\n", flush=True)
         code = main(job_dir)
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
@@ -434,6 +438,112 @@ def _run_forked(job_dir: str) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _warm_up() -> list[str]:
+    """What a job would otherwise start itself: the CUDA context and the profiler's CUDA side (CUPTI, kineto:
+    6.2 s per candidate when it started inside the job, bench/results/throughput_h100.md), and torch._dynamo.
+    Returns notes on what failed (the job then initialises lazily)."""
+    notes = []
+    try:
+        if os.environ.get("KM_WARM_BACKEND", "cuda") == "cuda" and torch.cuda.is_available():
+            torch.empty(1, device="cuda")
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                torch.empty(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+        # "as": a plain ``import torch._dynamo`` would make ``torch`` a local name of this function, unbound above
+        import torch._dynamo as _dynamo  # noqa: F401  (imported lazily by the first torch.compile / disable wrapper)
+    except Exception:  # noqa: BLE001
+        notes.append("warm-up failed:\n" + traceback.format_exc(limit=3))
+    return notes
+
+
+def _prefork() -> tuple[int, int]:
+    """Fork the next job's process now (the fork server's warm mode): in its own session, away from the
+    server's protocol pipes, it restores the thread count a fresh process would have, warms up (the CUDA
+    context cannot exist in the server, which must stay forkable), then reads ONE job dir from a pipe and
+    runs it. Returns (pid, the pipe's write end)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(r)
+        return pid, w
+    try:
+        os.close(w)
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # fd 0/1 are the server's protocol: a warm-up message must not reach them
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        if not os.environ.get("KM_SANDBOXED"):  # isolation before CUDA, as in a job (in bubblewrap it is private
+            ctypes.CDLL(None, use_errno=True).unshare(0x40000000)  # already, and its supervisor reads the counters)
+        threads = os.environ.get("KM_CHILD_OMP_THREADS", "")
+        torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0)))
+        started = time.perf_counter()
+        notes = _warm_up()
+        warm_s = time.perf_counter() - started
+        job = b""
+        while not job.endswith(b"\n"):
+            part = os.read(r, 4096)
+            if not part:
+                os._exit(0)
+            job += part
+    except BaseException:  # noqa: BLE001 - nothing to report to: the server runs the job in a plain fork
+        os._exit(3)
+    _run_forked(job.decode().strip(), (f"[verifier] warm execution process ready in {warm_s:.2f} s before this job "
+                                       "(forked by its fork server)", *notes))
+
+
+def _hand_over(pending: tuple[int, int] | None, job_dir: str) -> int | None:
+    """Give the job to the pre-forked child if it is still alive and takes it; its pid, else None."""
+    if pending is None:
+        return None
+    pid, w = pending
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == 0:
+            os.write(w, (job_dir + "\n").encode())
+            return pid
+    except OSError:
+        pass
+    finally:
+        os.close(w)
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    return None
+
+
+def _wipe_private_dirs() -> None:
+    """Empty the sandbox's private scratch (HOME, TMPDIR: a tmpfs that lives as long as the server) and its
+    /dev/shm, except mount points (the slot's job root is bound there): nothing a job leaves in them reaches
+    the next job (a poisoned compiler cache in $HOME would reach a later reference's torch.compile)."""
+    try:
+        mounts = {line.split()[4] for line in open("/proc/self/mountinfo")}
+    except OSError:
+        mounts = set()
+    for top in (sandbox.SCRATCH, "/dev/shm"):
+        try:
+            entries = os.listdir(top)
+        except OSError:
+            continue
+        for name in entries:
+            path = os.path.join(top, name)
+            if any(m == path or m.startswith(path + "/") for m in mounts):
+                continue
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+            except OSError:
+                pass
 
 
 def serve() -> int:
@@ -453,12 +563,16 @@ def serve() -> int:
         libc.mallopt(-6, int(os.environ["KM_CPU_PERTURB"]))  # M_PERTURB
         libc.mallopt(-3, 32 * 1024 * 1024)  # M_MMAP_THRESHOLD: poisoned heap rather than fresh zero pages
 
+    warm = bool(os.environ.get("KM_SERVE_WARM"))
+    pending = _prefork() if warm else None
     for line in sys.stdin:
         job_dir, _, timeout = line.rstrip("\n").partition("\t")
         net0 = sandbox.net_counters() if sandboxed else {}
-        pid = os.fork()
-        if pid == 0:
-            _run_forked(job_dir)
+        pid, pending = _hand_over(pending, job_dir), None
+        if pid is None:
+            pid = os.fork()
+            if pid == 0:
+                _run_forked(job_dir)
         deadline = time.monotonic() + float(timeout or 120)
         timed_out, status, bomb, next_count = False, 0, [], 0.0
         while True:
@@ -489,54 +603,12 @@ def serve() -> int:
         if sandboxed:  # after a timeout the job's leftovers (a build it started) are killed, not evidence
             left = sandbox.reap_namespace()
             findings = bomb + ([] if timed_out or bomb else left) + sandbox.net_findings(net0, sandbox.net_counters())
+            _wipe_private_dirs()
         sys.stdout.write(f"{rc}\t{int(timed_out)}\t{json.dumps(findings)}\n")
         sys.stdout.flush()
+        if warm:  # the next job's process, forked and warmed up while this server waits for it
+            pending = _prefork()
     return 0
-
-
-def wait_for_job() -> int:
-    """A single-use execution process started before its candidate exists (the cuda backend's warm pool):
-    torch is imported and the device initialised while earlier candidates run, then ONE job dir is read
-    from stdin and run exactly as a freshly spawned ``python -m verifier.worker JOB_DIR`` would run it, and
-    the process exits. Nothing of a candidate ever outlives its process.
-
-    The network namespace is made private first, in the same order as a fresh child (isolation, then
-    CUDA); a failed warm-up is reported in the job's log and the job still runs (initialising lazily)."""
-    started = time.perf_counter()
-    notes = []
-    if not os.environ.get("KM_SANDBOXED"):  # in bubblewrap the namespace is private already, and the sandbox's
-        try:  # supervisor reads its counters: a namespace of our own would hide the job's network use from it
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.unshare(0x40000000)
-        except Exception as e:  # noqa: BLE001
-            notes.append(f"network isolation before warm-up failed: {e}")
-    try:
-        if os.environ.get("KM_WARM_BACKEND", "cuda") == "cuda" and torch.cuda.is_available():
-            torch.empty(1, device="cuda")  # the CUDA context, created before the job arrives
-            # the profiler's CUDA side (CUPTI, kineto) starts once per process: 6.2 s per candidate when it
-            # started inside the job (bench/results/throughput_h100.md), now while earlier candidates run
-            from torch.profiler import ProfilerActivity, profile
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-                torch.empty(1, device="cuda").add_(1)
-            torch.cuda.synchronize()
-        # "as": a plain ``import torch._dynamo`` would make ``torch`` a local name of this function, unbound above
-        import torch._dynamo as _dynamo  # noqa: F401  (imported lazily by the first torch.compile / disable wrapper)
-    except Exception:  # noqa: BLE001
-        notes.append("warm-up failed:\n" + traceback.format_exc(limit=3))
-    warm_s = time.perf_counter() - started
-    line = sys.stdin.readline().strip()
-    if not line:
-        return 0
-    log = os.open(os.path.join(line, "child.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.chdir(line)
-    print(f"[verifier] warm execution process ready in {warm_s:.2f} s before this job", *notes, sep="\n", flush=True)
-    rc = main(line)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)  # the result file is complete; skip the interpreter's teardown (~1 s with torch loaded)
 
 
 def main(job_dir: str) -> int:
@@ -548,4 +620,4 @@ def main(job_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve() if sys.argv[1] == "--serve" else wait_for_job() if sys.argv[1] == "--wait" else main(sys.argv[1]))
+    sys.exit(serve() if sys.argv[1] == "--serve" else main(sys.argv[1]))
