@@ -25,8 +25,8 @@ def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
     if comm.startswith("python") or "python" in cmdline.split(" ", 1)[0]:
         if "verifier.sandbox" in cmdline:  # first: a supervisor's command line ends with the one it supervises
             return "sandbox supervisors (python)"
-        if "verifier.build" in cmdline:
-            return "build processes (python: load_inline, ninja driver)"
+        if "verifier.buildproc" in cmdline:  # torch-free: the compile step's ninja driver, the import check
+            return "build steps (python: ninja driver, import check of the built module)"
         if "verifier.worker" in cmdline:  # fork servers (torch), their forked children (CUDA, profiler, the job)
             return "execution processes (python: torch, CUDA context, profiler, the job)"
         return "other python"

@@ -8,11 +8,12 @@ from bench.proc_cpu import ProcCpu, kind
 
 def test_processes_are_classified_by_what_they_run():
     me = 1
-    sup = "python3 -m verifier.sandbox --supervise 7 -- python3 -m verifier.build /b/k"
+    sup = "python3 -m verifier.sandbox --supervise 7 -- python3 -m verifier.buildproc compile /b/k/light"
     assert kind(5, "python3", sup, me).startswith("sandbox supervisors")
     assert kind(5, "python3", "python3 -m verifier.worker --serve", me).startswith("execution processes")
     assert kind(5, "python3", "python3 -m verifier.worker /jobs/km-candidate-1", me).startswith("execution processes")
-    assert kind(5, "python3", "python3 -m verifier.build /b/k", me).startswith("build processes")
+    assert kind(5, "python3", "python3 -m verifier.buildproc check /b/k/light/km_ext.so km_k /t/c.json", me).startswith(
+        "build steps")
     assert kind(5, "cicc", "cicc ...", me).startswith("compilers")
     assert kind(me, "python3", "python3 bench/bench_verifier.py", me).startswith("benchmark process")
 
@@ -22,8 +23,8 @@ def test_a_childs_cpu_is_counted_under_its_kind():
     p.start()
     # a build-process look-alike that burns CPU for about a second, then sleeps past a sample before exiting
     subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\n"
-                    "time.sleep(0.3)", "verifier.build"], check=True)
+                    "time.sleep(0.3)", "verifier.buildproc"], check=True)
     by_kind = p.finish()
-    sec, n = by_kind["build processes (python: load_inline, ninja driver)"]
+    sec, n = by_kind["build steps (python: ninja driver, import check of the built module)"]
     assert n == 1 and 0.8 <= sec <= 1.5, by_kind
     assert 0.0 < p.host_busy <= 1.0

@@ -1,14 +1,21 @@
 """Stage 3 build variants and the precompiled header: which sources take the fast paths, that the
 unchanged build always comes last, and that a real cpu build compiles its binding file against the PCH
-and yields a working module."""
+and yields a working module; the build steps (verifier/buildproc.py) run without torch, a module that does not
+import fails its build, and the candidate code the import check runs cannot write the object cache or the PCH."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from verifier.build import (FALLBACK_OFF, build_blocking, build_variants, canonical_spec, failed_targets, spec_key,
-                            variant_failure_is_final)
-from verifier.pch import pch_root
+from verifier.build import (FALLBACK_OFF, TORCH_FIRST, build_blocking, build_variants, canonical_spec, failed_targets,
+                            first_errors, library_dirs, objects_root, spec_key, variant_failure_is_final)
+from verifier.pch import ensure_pch, pch_root
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TORCH_FREE_CU = "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\nvoid launch(float* y) { k<<<1, 32>>>(y); }"
 TORCH_CU = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }"
@@ -194,12 +201,16 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
     path of its own is never cached (its objects could depend on files outside the key)."""
     import torch
 
-    from verifier.build import objects_root
     from verifier.worker import _load_so
 
     src = "#include <torch/extension.h>\ntorch::Tensor thrice(torch::Tensor x) { return x.mul(3); }"
     a = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600)
     assert a.ok and a.objects_reused == 0, a.log[-2000:]
+    assert TORCH_FIRST not in a.log  # the import check passed without torch's import
+    # the check, run again by hand: the module imports (PyInit runs) in a process that never imports torch
+    r, mods = _step_imports(["check", a.so_path, f"km_{a.key}", str(tmp_path / "check.json")], tmp_path)
+    assert r.returncode == 0 and json.loads((tmp_path / "check.json").read_text())["ok"], r.stderr[-2000:]
+    assert "torch" not in mods and "verifier.buildproc" not in mods and "verifier.objcache" in mods, sorted(mods)
     cached = sorted(objects_root(tmp_path).glob("*.o"))
     assert len(cached) == 1
     b = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_ldflags": ["-lgomp"]}, 600)
@@ -217,8 +228,6 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
 
 
 def test_a_failed_compile_reads_like_ninja_and_caches_nothing(tmp_path):
-    from verifier.build import objects_root
-
     res = build_blocking(tmp_path, {"cpp_sources": "int broken( { return 1; }", "functions": ["broken"]}, 600)
     assert not res.ok
     assert failed_targets(res.log) == ["main.o"], res.log[-2000:]
@@ -258,9 +267,9 @@ torch::Tensor twice_old(torch::Tensor x) {
 
 
 def test_build_process_runs_with_one_openmp_thread(tmp_path):
-    """Nothing in a build computes: its process (which imports torch, and the built module) runs with
+    """Nothing in a build computes: its steps (the import check imports torch where a module needs it) run with
     OMP_NUM_THREADS=1, which cut torch's import from 6.5-7.5 to 4.9 CPU-s on the 16-core GPU box. The built
-    module's static initialiser (candidate code, run by that import) prints what it sees to the build log."""
+    module's static initialiser (candidate code, run by the import check) prints what it sees to the build log."""
     src = """#include <torch/extension.h>
 #include <cstdio>
 #include <cstdlib>
@@ -270,3 +279,79 @@ torch::Tensor same(torch::Tensor x) { return x; }"""
     res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["same"]}, 600)
     assert res.ok, res.log[-3000:]
     assert "omp threads in the build: 1" in res.log, res.log[-3000:]
+
+
+def _step_imports(argv: list[str], tmp_path) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """``python -m verifier.buildproc ARGV`` with the environment a build gives its steps (unsandboxed here), and
+    the modules it imported (``-X importtime``)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LD_LIBRARY_PATH=os.pathsep.join(library_dirs()),
+               KM_OBJ_DIR=str(objects_root(tmp_path)))
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "verifier.buildproc", *argv], env=env,
+                       capture_output=True, text=True, timeout=300)
+    mods = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    return r, {m.split(".")[0] for m in mods} | mods
+
+
+def test_a_module_that_does_not_import_fails_its_build_and_no_step_imports_torch(tmp_path, monkeypatch):
+    """A source that compiles and links but names a function nothing defines: the import check's dlopen fails
+    (undefined symbol), so the build fails with that import error in its log, as load_inline's import did.
+    Both steps, run again by hand, never import torch (the compile step relinks from the object cache)."""
+    monkeypatch.delenv("KM_NO_PCH", raising=False)  # the -O3 PCH test_cpu_build_uses_the_precompiled_header makes
+    src = ("#include <torch/extension.h>\nint64_t km_helper(int64_t x);  // declared, defined nowhere\n"
+           "int64_t calls_helper(int64_t x) { return km_helper(x); }")
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["calls_helper"], "extra_cflags": ["-O3"]}, 600)
+    assert not res.ok and res.variant == "" and not res.so_path, res.log[-3000:]
+    assert failed_targets(res.log) == [] and "[2/2]" in res.log, res.log[-3000:]  # it compiled and linked
+    assert "ImportError" in res.log and "undefined symbol" in res.log and "km_helper" in res.log, res.log[-3000:]
+    assert "failed to import" in res.log and "undefined symbol" in first_errors(res.log)
+    assert json.loads((tmp_path / res.key / "result.json").read_text())["ok"] is False
+    assert len(list(objects_root(tmp_path).glob("*.o"))) == 1  # the object compiled fine: it is cached
+    full = tmp_path / res.key / "full"
+    r, mods = _step_imports(["compile", str(full)], tmp_path)
+    assert r.returncode == 0 and "compiled before" in r.stdout and (full / "km_ext.so").is_file(), r.stdout[-2000:]
+    assert json.loads((full / "compile.json").read_text())["objects_reused"] == 1
+    assert "torch" not in mods, sorted(mods)
+    r, mods = _step_imports(["check", str(full / "km_ext.so"), f"km_{res.key}", str(tmp_path / "c.json")], tmp_path)
+    assert r.returncode == 1 and "undefined symbol" in r.stderr and "torch" not in mods, (r.stderr[-2000:], mods)
+    assert json.loads((tmp_path / "c.json").read_text())["ok"] is False
+
+
+def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, monkeypatch):
+    """The import check runs the candidate's static initialisers; it used to run in the build's sandbox, which
+    could write the build root's object cache and the precompiled-header cache, so a candidate could replace an
+    object or the PCH that later builds use. Now neither is in its view: the writes fail (the sandbox may also
+    record the attempt) and nothing appears there, while the compile step did fill the object cache."""
+    from verifier import sandbox
+
+    if not sandbox.enabled():
+        pytest.skip(f"no sandbox here: {sandbox.status().get('reason')}")
+    monkeypatch.delenv("KM_NO_PCH", raising=False)
+    pch_dir = ensure_pch(canonical_spec({"cpp_sources": "", "extra_cflags": ["-O3"]}))  # the one this build uses
+    assert pch_dir is not None
+    objects = objects_root(tmp_path)
+    objects.mkdir(parents=True)
+    planted = [objects / f"km-planted-{os.getpid()}.o", pch_dir / "torch" / f"km-planted-{os.getpid()}.h"]
+    writes = "".join(f'w("{p}"); ' for p in planted)
+    src = ("#include <torch/extension.h>\n#include <cstdio>\n"
+           "static void w(const char* p) { FILE* f = std::fopen(p, \"w\"); if (f) { std::fputs(\"x\", f);"
+           " std::fclose(f); } std::printf(\"planting %s: %s\\n\", p, f ? \"written\" : \"refused\");"
+           " std::fflush(stdout); }\n"
+           f"static int km_init = [] {{ {writes}return 0; }}();\n"
+           "torch::Tensor same(torch::Tensor x) { return x; }")
+    try:
+        res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["same"], "extra_cflags": ["-O3"]}, 600)
+        assert [p for p in planted if p.exists()] == []
+    finally:
+        for p in planted:
+            p.unlink(missing_ok=True)
+    assert res.log.count(": refused") == len(planted), res.log[-3000:]  # the initialiser ran, and was refused
+    findings = sandbox.escape_findings(tmp_path / res.key)
+    assert res.ok == (not findings), (res.log[-3000:], findings)
+    assert res.pch or findings, res.log[-3000:]
+    assert len(list(objects.glob("*.o"))) == 1  # the compile step wrote the cache (main.o): only that
+
+
+def test_the_timeout_covers_the_whole_build(tmp_path):
+    res = build_blocking(tmp_path, {"cpp_sources": "int64_t one() { return 1; }", "functions": ["one"]}, 1)
+    assert not res.ok and "[verifier] compilation timed out after 1 s and was killed" in res.log, res.log[-2000:]
+    assert not any(p.suffix == ".so" for p in (tmp_path / res.key).rglob("*")), "the build was not stopped"

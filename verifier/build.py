@@ -7,22 +7,31 @@ Guarantees:
   processes (an flock on the key's directory); failures are cached too, with their compiler log;
 - each compile runs in its own process group with a wall-clock timeout, and a timed-out group is killed;
 - the compiler output of a failure is kept in ``<key>/build.log`` and returned.
-- where bubblewrap runs (verifier/sandbox.py), the build process (compiler, linker, and the import of the
-  built module, whose static initialisers are the candidate's code) runs in a sandbox: read-only view,
-  writable only the key directory and the precompiled-header cache, no network, no host environment,
-  its processes ended with it; an escape attempt fails the build with ``[verifier sandbox]`` in its log
-  and ``sandbox.json`` in the key directory; compiler messages located in files outside the candidate's
-  sources and the installed headers keep their location but not their text (``redact_compiler_log``).
-
-Run as ``python -m verifier.build KEY_DIR`` it is the worker process body: it reads
-``KEY_DIR/spec.json``, builds, and exits 0 on success.
+- the thread that calls ``build_blocking`` writes each variant's sources and build.ninja into ``key/<label>``
+  (``load_inline`` stopped before ninja, in this process, which has torch), then runs two torch-free processes
+  (verifier/buildproc.py), niced, in process groups, under one timeout for the whole build: the compile step
+  (compilers only) and the import check (the module imported under the spec's own name, as the execution
+  process loads it: its static initialisers and pybind11 init are the candidate's code), which needs torch's
+  shared libraries, not torch's import (0.3 against 1.5-4.9 CPU-s): ``library_dirs``. A module that fails to
+  import so is tried again with torch imported first (load_inline's own conditions) before it fails a variant.
+- where bubblewrap runs (verifier/sandbox.py), each step has a sandbox of its own: read-only view, no network,
+  no host environment, its processes ended with it. The compile step may write its variant's directory, and
+  the object cache only for a spec ``objcache.cacheable`` accepts; the precompiled header is read-only. The
+  import check may write nothing of the build root, the object cache or the precompiled headers (only a
+  private report directory): when it shared the compile's sandbox, a candidate's static initialiser could
+  replace a cached object or the PCH that later candidates' builds use. An escape attempt fails the build
+  with ``[verifier sandbox]`` in its log and ``sandbox.json`` in the key directory; compiler messages located
+  in files outside the candidate's sources and the installed headers keep their location but not their text
+  (``redact_compiler_log``).
 
 Build cost (what dominates a verifier's throughput) is cut three ways, none of which changes what a
 candidate's code means:
 - the C++ binding file (``main.cpp``, which starts with ``#include <torch/extension.h>``) is compiled
   against a GCC precompiled header of that file, built once per compiler, torch version and cflags under
   a shared cache directory (``KM_PCH_DIR``, default ``~/.cache/kernelmill/pch``; verifier/pch.py); the PCH's
-  flags are read from the ninja file torch itself writes, and a PCH GCC rejects is simply not used;
+  flags are read from the ninja file torch itself writes, and a PCH GCC rejects is simply not used. It is
+  built by this process, outside the sandbox, so only for a spec whose own flags ``objcache.cacheable``
+  accepts (no include paths, plugins or wrappers reach that compiler); other specs build without one;
 - a CUDA source that names nothing from torch (no ``torch::``, ``at::``, ``c10::``, ``TORCH_*`` ...) is
   compiled with ``no_implicit_headers`` (only ``cuda.h``/``cuda_runtime.h``), which takes nvcc ~2 s instead
   of ~60 s: the "bare" variant;
@@ -55,17 +64,20 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import inspect
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,8 +85,8 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as ce
 
-from verifier import objcache, sandbox
-from verifier.pch import ensure_pch, pch_root
+from verifier import buildproc, objcache, sandbox
+from verifier.pch import ensure_pch, write_build_files
 from verifier.slim import slim_source
 
 OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/objcache.py)
@@ -129,7 +141,7 @@ class BuildResult:
     pch: bool = False  # the binding file was compiled against the precompiled header
     fallback_skipped: bool = False  # failed in a fast variant, the full build not tried (full_fallback=False)
     objects_reused: int = 0  # object files taken from the object cache (verifier/objcache.py), not compiled
-    cpu_s: float = 0.0  # CPU seconds (user + system) of the build process (python, torch import) and its compilers
+    cpu_s: float = 0.0  # CPU seconds (user + system) of the build: its steps (python, compilers) and this thread
 
 
 def _read_result(key_dir: Path) -> BuildResult | None:
@@ -162,7 +174,7 @@ def _usable(res: BuildResult | None, full_fallback: bool) -> BuildResult | None:
 
 def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
                    full_fallback: bool = True) -> BuildResult:
-    """Build one spec (or return the cached result) in a separate process; safe across processes.
+    """Build one spec (or return the cached result) in separate processes; safe across processes.
     ``full_fallback=False``: a failed fast variant is final (module docstring)."""
     key = spec_key(args)
     key_dir = Path(build_root) / key
@@ -175,70 +187,197 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
         done = _usable(_read_result(key_dir), full_fallback)
         if done:
             return done
-        (key_dir / "built.json").unlink(missing_ok=True)
-        (key_dir / "spec.json").write_text(json.dumps(canonical_spec(args)))
+        spec = canonical_spec(args)
+        (key_dir / "spec.json").write_text(json.dumps(spec))
         t0 = time.perf_counter()
         (key_dir / sandbox.EVIDENCE_FILE).unlink(missing_ok=True)
-        # OMP_NUM_THREADS=1: nothing in a build computes, and torch's import with a thread per core cost 6.5-7.5
-        # CPU-s against 4.9 s with one (bench/diag_warm_cpu.py on the H100 box, 16 cores); the compilers ignore it
-        env = dict(os.environ, MAX_JOBS="1", OMP_NUM_THREADS="1", KM_FULL_FALLBACK="1" if full_fallback else "0",
-                   KM_PCH_DIR=str(pch_root()),
-                   **{objcache.OBJ_DIR_ENV: str(objects_root(build_root))},
-                   PYTHONPATH=os.pathsep.join(
-            [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
-        cmd = [sys.executable, "-m", "verifier.build", str(key_dir)]
-        jail = _BuildSandbox(key_dir, objects_root(build_root)) if sandbox.enabled() else None
-        if jail:
-            cmd, env = jail.argv(cmd, env), {}
         with open(key_dir / "build.log", "w") as log:
-            # compilers run niced: execution children (which feed the GPU and take timings) come first
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    preexec_fn=jail.preexec if jail else lambda: os.nice(COMPILE_NICE),
-                                    pass_fds=jail.pass_fds if jail else ())
-            if jail:
-                jail.started()
+            build = _Build(key, key_dir, objects_root(build_root), log)
             try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap: the sandbox's processes die with it
-                proc.wait()
+                got = build.run(spec, timeout_s, full_fallback)
+            except Exception:  # noqa: BLE001 - the build fails with the error in its log (a build process's crash did)
+                log.write(traceback.format_exc())
+                got = {}
+            if build.timed_out:
                 log.write(f"\n[verifier] compilation timed out after {timeout_s:.0f} s and was killed\n")
-                rc = -1
-            findings = jail.finish() if jail else []
-            if findings:
-                sandbox.write_findings(key_dir, findings)
-                log.write("\n" + sandbox.describe(findings) + "\n")
-                rc = rc or sandbox.ESCAPE_EXIT
+            if build.findings:
+                sandbox.write_findings(key_dir, build.findings)
+                log.write("\n" + sandbox.describe(build.findings) + "\n")
         _redact_log(key_dir)
-        seconds = time.perf_counter() - t0
-        built = {}
-        if (key_dir / "built.json").is_file():
-            built = json.loads((key_dir / "built.json").read_text())
-        so = built.get("so_path", "")
-        ok = rc == 0 and bool(so) and Path(so).is_file()
-        res = BuildResult(key=key, ok=ok, so_path=so if ok else "", seconds=seconds,
+        ok = bool(got.get("so_path")) and not build.timed_out and not build.findings
+        res = BuildResult(key=key, ok=ok, so_path=got["so_path"] if ok else "", seconds=time.perf_counter() - t0,
                           log=(key_dir / "build.log").read_text(errors="replace"),
-                          variant=built.get("variant", "") if ok else "", pch=bool(built.get("pch")) and ok,
-                          fallback_skipped=bool(built.get("fallback_skipped")) and not ok,
-                          objects_reused=int(built.get("objects_reused", 0)) if ok else 0,
-                          cpu_s=float(built.get("cpu_s", 0.0)))
+                          variant=got["variant"] if ok else "", pch=bool(got.get("pch")) and ok,
+                          fallback_skipped=bool(got.get("fallback_skipped")) and not ok,
+                          objects_reused=int(got.get("objects_reused", 0)) if ok else 0, cpu_s=round(build.cpu, 3))
         _write_result(key_dir, res)
         return res
 
 
-class _BuildSandbox:
-    """The sandbox of one build process (verifier/sandbox.py): writable only the key directory and the
-    precompiled-header and object caches; the ``--supervise`` wrapper ends and reports whatever the build left."""
+# OMP_NUM_THREADS=1: nothing in a build computes (torch's import, where the import check still does it, with a thread
+# per core cost 6.5-7.5 CPU-s against 4.9 s with one on the 16-core H100 box); MAX_JOBS=1: one compiler per build
+STEP_ENV = {"MAX_JOBS": "1", "OMP_NUM_THREADS": "1"}
+TORCH_FIRST = "the built module imported only with torch imported first"
 
-    def __init__(self, key_dir: Path, objects: Path):
-        pch = pch_root()
-        pch.mkdir(parents=True, exist_ok=True)
-        objects.mkdir(parents=True, exist_ok=True)
-        self.key_dir = key_dir
-        # the device nodes too: without TORCH_CUDA_ARCH_LIST, torch's CUDA build asks the device for its arch
-        self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")),
-                                   writable=[str(key_dir), str(pch), str(objects)],
-                                   gpu=Path("/dev/nvidiactl").exists())
+
+class _Build:
+    """One build's variants, tried in order by the calling thread until one compiles and imports (module
+    docstring); ``cpu`` sums the CPU seconds of its steps and of this thread's own work for it."""
+
+    def __init__(self, key: str, key_dir: Path, objects: Path, log):
+        self.key, self.key_dir, self.objects, self.log = key, key_dir, objects, log
+        self.cpu, self.timed_out, self.findings, self.pch = 0.0, False, [], None
+
+    def say(self, text: str) -> None:
+        self.log.write(text if text.endswith("\n") else text + "\n")
+        self.log.flush()
+
+    def run(self, spec: dict, timeout_s: float, full_fallback: bool) -> dict:
+        """The variants in order; returns the result's fields ({} when the build failed)."""
+        c0 = time.thread_time()
+        variants, rewritten = _variants(spec, _bare_ok())
+        if rewritten:
+            self.say(f"[verifier] torch API compatibility: {rewritten} AT_DISPATCH argument(s) `x.type()` read as "
+                     f"`x.scalar_type()` (today's torch no longer converts one to the other)")
+        cacheable = objcache.cacheable(spec)
+        self.pch = ensure_pch(spec) if cacheable else None  # no candidate code: its flags are the whitelisted ones
+        self.cpu += time.thread_time() - c0
+        env = dict(os.environ, **STEP_ENV, PYTHONPATH=os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+        env.pop(objcache.OBJ_DIR_ENV, None)
+        self.compile_env = dict(env, **({objcache.OBJ_DIR_ENV: str(self.objects)} if cacheable else {}))
+        self.compile_rw = [self.objects] if cacheable else []
+        self.check_env = dict(env, LD_LIBRARY_PATH=os.pathsep.join(library_dirs()))
+        self.deadline = time.monotonic() + timeout_s
+        for n, (label, kwargs) in enumerate(variants):
+            last = n == len(variants) - 1
+            log_file = self.key_dir / ("build.log" if last else f"{label}.log")
+            out = self.log if last else open(log_file, "w")
+            try:
+                failed, so, reused = self.variant(label, kwargs, out)
+            finally:
+                if not last:
+                    out.close()
+            if self.timed_out or self.findings:
+                return {}
+            text = log_file.read_text(errors="replace")
+            if not failed:
+                return {"so_path": so, "variant": label, "objects_reused": reused,
+                        "pch": self.pch is not None and "not used because" not in text}
+            if last:
+                return {}
+            stop, why = variant_failure_is_final(label, text, full_fallback)
+            if stop:
+                self.say(text)
+                self.say(f"[verifier] the {label} build failed ({failed}); not rebuilt unchanged: {why}")
+                return {"fallback_skipped": why == FALLBACK_OFF}
+            self.say(f"[verifier] the {label} build failed ({failed}); building the sources unchanged")
+        return {}
+
+    def variant(self, label: str, kwargs: dict, out) -> tuple[str, str, int]:
+        """One variant: its files, its compile step, its import check; (what failed, "" if nothing; the .so;
+        objects reused). Output goes to ``out``."""
+        vdir = self.key_dir / label
+        c0 = time.thread_time()
+        try:
+            write_variant(self.key, vdir, kwargs, self.pch)
+        except Exception:  # noqa: BLE001 - what load_inline raises before its build (no CUDA, no compiler) fails it
+            out.write(traceback.format_exc())
+            return "writing its build files", "", 0
+        finally:
+            self.cpu += time.thread_time() - c0
+        report = vdir / buildproc.COMPILE_REPORT
+        report.unlink(missing_ok=True)
+        rc = self.step(["compile", str(vdir)], self.compile_env, out, [vdir, *self.compile_rw],
+                       [self.pch] if self.pch else [])
+        compiled = self.report(report)
+        so = sorted(vdir.glob(f"{objcache.MODULE}*.so"))
+        if rc != 0 or not compiled.get("ok"):
+            return "compile", "", 0
+        if not so:
+            out.write(f"[verifier] the {label} build produced no shared object\n")
+            return "compile", "", 0
+        if not self.check(str(so[0]), out):
+            return "import check", "", 0
+        return "", str(so[0]), int(compiled.get("objects_reused", 0))
+
+    def check(self, so: str, out) -> bool:
+        """The import check: without torch, then (if that failed) with torch imported first; the last try's
+        output goes to ``out``. Its sandbox may write only a private directory (its report)."""
+        tmp = Path(_mkdtemp(prefix="km-check-"))
+        rw = tmp / "rw"
+        rw.mkdir()
+        try:
+            for torch_first in (False, True):
+                report = rw / "check.json"
+                report.unlink(missing_ok=True)
+                with open(tmp / "check.log", "w+", errors="replace") as cap:
+                    argv = ["check", so, extension_name(self.key), str(report)] + ["--import-torch"] * torch_first
+                    rc = self.step(argv, self.check_env, cap, [rw], [self.key_dir])
+                    ok = rc == 0 and bool(self.report(report).get("ok"))
+                    if ok or torch_first or rc is None or self.findings:
+                        cap.seek(0)
+                        out.write(cap.read())
+                        if not ok and rc is not None:
+                            out.write(f"[verifier] the built module failed to import (exit status {rc})\n")
+                        elif ok and torch_first:
+                            out.write(f"[verifier] {TORCH_FIRST}\n")
+                        return ok
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return False
+
+    def report(self, path: Path) -> dict:
+        """A step's report (verifier/buildproc.py); its CPU seconds are added to the build's."""
+        try:
+            d = json.loads(path.read_text())
+            self.cpu += float(d.get("cpu_s") or 0.0)
+            return d
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+
+    def step(self, argv: list[str], env: dict, out, writable: list, read_only: list = ()) -> int | None:
+        """``python -m verifier.buildproc ARGV``, output to ``out``, sandboxed where bubblewrap runs; its exit
+        status, or None when the build's deadline killed it (``timed_out``); sandbox findings go to ``findings``."""
+        cmd = [sys.executable, "-m", "verifier.buildproc", *argv]
+        jail = _BuildSandbox(writable, read_only) if sandbox.enabled() else None
+        if jail:
+            cmd, env = jail.argv(cmd, env), {}
+        out.flush()
+        try:
+            # compilers run niced: execution children (which feed the GPU and take timings) come first
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=jail.preexec if jail else lambda: os.nice(COMPILE_NICE),
+                                    pass_fds=jail.pass_fds if jail else ())
+        except BaseException:
+            if jail:
+                jail.started()
+                jail.finish()
+            raise
+        if jail:
+            jail.started()
+        try:
+            rc = proc.wait(timeout=max(self.deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap: the sandbox's processes die with it
+            proc.wait()
+            self.timed_out, rc = True, None
+        if jail:
+            self.findings += jail.finish()
+        return rc
+
+
+class _BuildSandbox:
+    """The sandbox of one build step (verifier/sandbox.py): writable only ``writable``, ``read_only`` bound
+    read-only; the ``--supervise`` wrapper ends and reports whatever the step left."""
+
+    def __init__(self, writable: list, read_only: list = ()):
+        for p in writable:
+            Path(p).mkdir(parents=True, exist_ok=True)
+        # the device nodes too: a static initialiser may touch the GPU (as in the execution process), and nvcc's
+        # -arch=native asks the device
+        self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")), writable=[str(p) for p in writable],
+                                   read_only=[str(p) for p in read_only], gpu=Path("/dev/nvidiactl").exists())
         self.limit = sandbox.PidsLimit()
         self.read_fd, self.write_fd = os.pipe()
         self.pass_fds = (self.write_fd,)
@@ -261,7 +400,7 @@ class _BuildSandbox:
             found = json.loads(text) if text.strip() else []
         except ValueError:
             found = []
-        found += [f"wrote {p} (outside the build directory; the write went to a discarded copy)"
+        found += [f"wrote {p} (outside the directories a build step may write; the write went to a discarded copy)"
                   for p in self.box.outside_writes()[:10]]
         if self.limit.hits():
             found.append(f"the process limit ({sandbox.PIDS_MAX} processes and threads) was hit: a fork bomb")
@@ -397,7 +536,12 @@ def compat_spec(spec: dict) -> tuple[dict, int]:
 def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
     """load_inline keyword sets to try in order; the last one is always the spec as written ("full"), read
     through :func:`compat_spec` like every variant."""
-    spec, _ = compat_spec(spec)
+    return _variants(spec, bare_ok)[0]
+
+
+def _variants(spec: dict, bare_ok: bool) -> tuple[list[tuple[str, dict]], int]:
+    """:func:`build_variants` and the number of :func:`compat_source` rewrites (the regex runs once a build)."""
+    spec, rewritten = compat_spec(spec)
     full = dict(spec)
     full["cuda_sources"] = full["cuda_sources"] or None
     full["functions"] = full["functions"] or None
@@ -417,7 +561,7 @@ def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
             if any(_HEAVY_INCLUDE.search(src) for src in cu):
                 out.append(("light", dict(full, cuda_sources=[_HEAVY_INCLUDE.sub("", src) for src in cu])))
     out.append(("full", full))
-    return out
+    return out, rewritten
 
 
 def objects_root(build_root: str | os.PathLike) -> Path:
@@ -425,110 +569,38 @@ def objects_root(build_root: str | os.PathLike) -> Path:
     return Path(build_root) / OBJECTS_DIR
 
 
-def _try_build(key: str, key_dir: Path, label: str, kwargs: dict, pch: Path | None, quiet: bool,
-               stats: dict | None = None) -> str:
-    """One load_inline build into ``key_dir/label``; returns the .so path. With ``quiet`` the compiler
-    output goes to ``label.log`` instead of the build log (a failed fast variant is not the candidate's fault)."""
-
+def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None) -> None:
+    """What a variant's ``load_inline`` writes into ``out_dir`` (sources, build.ninja; ninja not run): against
+    the PCH if any; under one module name for every build, so that the binding file's text (and object) depends
+    on the spec alone; the .so exports its init function under the spec's own name too, which loads it (two
+    extensions of one candidate process cannot share a module name)."""
     kw = dict(kwargs)
-    stats = {} if stats is None else stats
     if pch is not None:
         kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"]
-    out_dir = key_dir / label
-    out_dir.mkdir(exist_ok=True)
-    # compiled under one module name for every build, so that the binding file's text (and object) depends on
-    # the spec alone; the shared object exports the init function under the spec's own name too, and is loaded
-    # by that name (two extensions of one candidate process cannot share a module name)
-    name = objcache.MODULE
     kw["extra_ldflags"] = list(kw.get("extra_ldflags") or []) + [
         f"-Wl,--defsym=PyInit_{extension_name(key)}=PyInit_{objcache.MODULE}"]
-    saved = None
-    if quiet:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        saved = (os.dup(1), os.dup(2))
-        fd = os.open(key_dir / f"{label}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-    obj_dir = os.environ.get(objcache.OBJ_DIR_ENV, "")
-    ninja = ce._run_ninja_build
-    if obj_dir and objcache.cacheable(kwargs):
-        def cached_build(build_directory: str, verbose: bool, error_prefix: str) -> None:
-            stats.update(objcache.run_cached(build_directory, obj_dir, error_prefix))
-        ce._run_ninja_build = cached_build
-    try:
-        ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)  # every variant keeps the one module name
-        ce.load_inline(name=name, build_directory=str(out_dir), verbose=True, **kw)
-    finally:
-        ce._run_ninja_build = ninja
-        ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
-        if saved is not None:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-    so = sorted(out_dir.glob(f"{name}*.so"))
-    if not so:
-        raise RuntimeError(f"{label} build produced no shared object")
-    return str(so[0])
+    write_build_files(out_dir, objcache.MODULE, verbose=True, **kw)
 
 
-def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process and of its waited-for descendants (ninja, the compilers)."""
-    import resource
-
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 3)
+@functools.lru_cache(maxsize=1)
+def _bare_ok() -> bool:
+    return "no_implicit_headers" in inspect.signature(ce.load_inline).parameters
 
 
-def _child_main(key_dir: str) -> int:
+_SYSTEM_LIB = re.compile(r"/(?:usr/)?lib(?:32|64|x32)?(?:/[\w.]+-linux-gnu\w*)?")
 
 
-    key_dir_p = Path(key_dir)
-    spec = json.loads((key_dir_p / "spec.json").read_text())
-    key = key_dir_p.name
-    bare_ok = "no_implicit_headers" in inspect.signature(ce.load_inline).parameters
-    rewritten = compat_spec(spec)[1]
-    if rewritten:
-        print(f"[verifier] torch API compatibility: {rewritten} AT_DISPATCH argument(s) `x.type()` read as "
-              f"`x.scalar_type()` (today's torch no longer converts one to the other)", flush=True)
-    variants = build_variants(spec, bare_ok=bare_ok)
-    pch = ensure_pch(spec)
-    full_fallback = os.environ.get("KM_FULL_FALLBACK", "1") != "0"
-    for n, (label, kwargs) in enumerate(variants):
-        last = n == len(variants) - 1
-        try:
-            stats: dict = {}
-            so = _try_build(key, key_dir_p, label, kwargs, pch, quiet=not last, stats=stats)
-        except Exception as e:  # noqa: BLE001
-            if last:
-                raise
-            vlog = key_dir_p / f"{label}.log"
-            text = vlog.read_text(errors="replace") if vlog.is_file() else ""
-            stop, why = variant_failure_is_final(label, text, full_fallback)
-            if stop:
-                print(text, flush=True)
-                print(f"[verifier] the {label} build failed ({type(e).__name__}); not rebuilt unchanged: {why}",
-                      flush=True)
-                (key_dir_p / "built.json").write_text(json.dumps({"fallback_skipped": why == FALLBACK_OFF,
-                                                                  "variant": label, "cpu_s": _cpu_seconds()}))
-                return 1
-            print(f"[verifier] the {label} build failed ({type(e).__name__}); building the sources unchanged",
-                  flush=True)
-            continue
-        sys.stdout.flush()
-        log_file = key_dir_p / (f"{label}.log" if not last else "build.log")
-        log = log_file.read_text(errors="replace") if log_file.is_file() else ""
-        used_pch = pch is not None and "not used because" not in log
-        (key_dir_p / "built.json").write_text(json.dumps({"so_path": so, "variant": label, "pch": used_pch,
-                                                          "objects_reused": len(stats.get("hits", [])),
-                                                          "cpu_s": _cpu_seconds()}))
-        return 0
-    return 1
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1]))
+@functools.lru_cache(maxsize=1)
+def library_dirs() -> tuple[str, ...]:
+    """The import check's LD_LIBRARY_PATH: torch's lib directory, the directory of every other shared library
+    this process (torch imported) has mapped, the inherited path: what a built module would find in a torch
+    process (a CUDA one names libcudart directly). Not the loader's system directories: it searches them anyway,
+    and first they would shadow the interpreter's runpath (pyenv's python took the system libpython of its version)."""
+    out = [os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "lib")]
+    for line in Path("/proc/self/maps").read_text().splitlines() if os.path.exists("/proc/self/maps") else []:
+        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+        if path.startswith("/") and ".so" in os.path.basename(path) and not _SYSTEM_LIB.fullmatch(
+                os.path.dirname(os.path.realpath(path))):
+            out.append(os.path.dirname(path))
+    out += os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    return tuple(dict.fromkeys(d for d in out if d and os.path.isdir(d)))

@@ -19,8 +19,9 @@ flags outside ``CACHEABLE_FLAGS`` runs ninja unchanged.
 Trust: a key covers everything that decides the object: no candidate-controlled path can be included
 (the sources are written by torch into a fresh directory; ``-I``/``-include``/plugins/wrappers are not
 in ``CACHEABLE_FLAGS``, so such builds are not cached), and an object is stored only after its compile
-succeeded. The cache lives beside the build root's key directories and is written by the sandboxed
-build process, like the precompiled header.
+succeeded. The cache lives beside the build root's key directories and is written only by the sandboxed
+compile step of a cacheable spec (verifier/buildproc.py), where no candidate code runs; the import check of a
+built module, which runs the candidate's static initialisers, cannot write it (verifier/build.py).
 """
 
 from __future__ import annotations
@@ -108,6 +109,20 @@ def _run(cmd: str, cwd: Path, error_prefix: str, target: str = "", step: str = "
         raise RuntimeError(f"{error_prefix}: {text}")
 
 
+def ninja_command() -> list[str]:
+    """What torch's ``_run_ninja_build`` runs: ``ninja -v``, with ``-j MAX_JOBS`` where that is set."""
+    jobs = os.environ.get("MAX_JOBS", "")
+    return ["ninja", "-v"] + (["-j", jobs] if jobs.isdigit() else [])
+
+
+def run_ninja(build_dir: str | os.PathLike, error_prefix: str) -> dict:
+    """The build as torch runs it: ninja's own output on stdout (``FAILED: target`` and the compiler's)."""
+    sys.stdout.flush()
+    if subprocess.run(ninja_command(), cwd=build_dir).returncode != 0:
+        raise RuntimeError(error_prefix)
+    return {"ninja": True}
+
+
 def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error_prefix: str = "Error building") -> dict:
     """Build what torch's build.ninja in ``build_dir`` describes, reusing cached objects; returns
     ``{"hits": [...], "misses": [...]}`` (object names), or ``{"ninja": True}`` when it ran ninja as is."""
@@ -116,8 +131,7 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
     compiles = [t for t in targets if t[1] in ("compile", "cuda_compile")]
     links = [t for t in targets if t[1] == "link"]
     if len(links) != 1 or len(compiles) + 1 != len(targets):
-        _run("ninja -v", build_dir, error_prefix)
-        return {"ninja": True}
+        return run_ninja(build_dir, error_prefix)
     cache_dir.mkdir(parents=True, exist_ok=True)
     stats: dict = {"hits": [], "misses": []}
     n = len(targets)

@@ -18,12 +18,16 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import torch
 import torch.utils.cpp_extension as ce
 
 PCH_MAX_FLAG_SETS = 6  # each PCH is ~0.8 GB: only this many distinct cflags sets get one
+# one load_inline at a time in this process: the stop below patches torch's module, and its extension versioner
+# would rename a second concurrent extension of the same name (``name_v1``), which the ninja file then builds
+_WRITE_LOCK = threading.Lock()
 
 
 def pch_root() -> Path:
@@ -32,7 +36,8 @@ def pch_root() -> Path:
 
 def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
     """What ``load_inline(name=name, build_directory=build_dir, **kwargs)`` writes (the sources and build.ninja),
-    the build itself stopped before ninja runs."""
+    the build itself stopped before ninja runs; thread-safe, and always under ``name`` itself (torch's versioner
+    forgets it before and after)."""
 
     class _Stop(Exception):
         pass
@@ -41,15 +46,17 @@ def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
         raise _Stop
 
     build_dir.mkdir(parents=True, exist_ok=True)
-    saved = ce._run_ninja_build
-    ce._run_ninja_build = stop
-    try:
-        ce.load_inline(name=name, build_directory=str(build_dir), **kwargs)
-    except _Stop:
-        pass
-    finally:
-        ce._run_ninja_build = saved
+    with _WRITE_LOCK:
+        saved = ce._run_ninja_build
+        ce._run_ninja_build = stop
         ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+        try:
+            ce.load_inline(name=name, build_directory=str(build_dir), **kwargs)
+        except _Stop:
+            pass
+        finally:
+            ce._run_ninja_build = saved
+            ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
 
 
 def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:

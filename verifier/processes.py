@@ -76,7 +76,9 @@ class ForkServer:
         if warm:
             # the server itself runs one OpenMP thread (an OpenMP pool does not survive a fork); each child
             # sets the count a fresh process would have had
-            env.update(KM_SERVE_WARM="1", KM_WARM_BACKEND=backend, OMP_NUM_THREADS="1",
+            # NVML for torch's device count: `import torch.utils.cpp_extension` counts devices, and the CUDA
+            # runtime's count marks every later fork "bad" (no CUDA there); NVML's does not (measured on the H100)
+            env.update(KM_SERVE_WARM="1", KM_WARM_BACKEND=backend, OMP_NUM_THREADS="1", PYTORCH_NVML_BASED_CUDA_CHECK="1",
                        KM_CHILD_OMP_THREADS=os.environ.get("OMP_NUM_THREADS", ""))
         cmd = [sys.executable, "-m", "verifier.worker", "--serve"]
         self.sandbox, self.limit, self.job_root, self.build_root = None, None, job_root, build_root
