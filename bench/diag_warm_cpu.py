@@ -6,7 +6,9 @@ per candidate. On a GPU box:
     PYTHONPATH=. python3 bench/diag_warm_cpu.py --runs 3 [--env OMP_NUM_THREADS=1] [--import-only]
 
 ``--env K=V`` (repeatable) runs the probes with that environment too, beside the default; ``--import-only``
-stops after ``import torch.utils.cpp_extension`` (what a build process imports).
+stops after ``import torch.utils.cpp_extension`` (what a build process imports); ``--env KM_PROF_CPU_FIRST=1`` runs a
+CPU-only profiler session before the CUDA context (is kineto's start, not CUPTI's, the cost). The profiler's first
+CUDA session is timed in three parts: its start (CUPTI's activities enabled), one kernel, its stop and events.
 """
 
 from __future__ import annotations
@@ -32,13 +34,21 @@ out["threads after the import"] = (len(os.listdir("/proc/self/task")), 0.0)
 if os.environ.get("KM_IMPORT_ONLY"):
     print(json.dumps(out))
     raise SystemExit(0)
+from torch.profiler import ProfilerActivity, profile
+if os.environ.get("KM_PROF_CPU_FIRST"):  # kineto's own start, without CUDA (what a fork server could pay once)
+    with profile(activities=[ProfilerActivity.CPU]):
+        torch.empty(1).add_(1)
+    out["profiler CPU-only session before CUDA"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
 torch.empty(1, device="cuda")
 out["CUDA context"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
-from torch.profiler import ProfilerActivity, profile
-with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-    torch.empty(1, device="cuda").add_(1)
+prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+prof.__enter__()
+out["profiler first session: start (CUPTI activities enabled)"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
+torch.empty(1, device="cuda").add_(1)
 torch.cuda.synchronize()
-out["profiler first session (CUPTI)"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
+out["profiler first session: one kernel"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
+prof.__exit__(None, None, None)
+out["profiler first session: stop + events"] = (time.time() - w, cpu() - c); w, c = time.time(), cpu()
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
     torch.empty(1, device="cuda").add_(1)
 torch.cuda.synchronize()

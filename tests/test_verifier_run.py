@@ -8,6 +8,8 @@ one broken source for the compile-error verdict, built in parallel in the same p
 import json
 import os
 import dataclasses
+import subprocess
+import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -21,6 +23,7 @@ from verifier import api
 from verifier.api import VerifyConfig, verify_batch, verify_candidate
 from verifier.static import scan
 
+ROOT = Path(__file__).resolve().parent.parent
 C = fx.cpu_candidate
 RUNTIME_CASES = {
     # name: (task, candidate, expected status, cheat code that must be present or None)
@@ -406,3 +409,22 @@ def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config
     warm = {k: s for k, s in processes._SERVERS.items() if k[0] == "cpu" and k[1] == "slot" and k[-1] is not None}
     assert sorted(k[-1] for k in warm) == [0, 1], warm.keys()
     assert len({s.proc.pid for s in warm.values()}) == 2 and all(s.alive() for s in warm.values())
+
+
+def test_fork_server_preloads_what_the_profiler_imports_without_a_thread_or_cuda():
+    """A fork server imports torch._dynamo once (the profiler's first session imports it: 4-6 CPU-s in every
+    forked child on the GPU box before): the import must leave the server forkable, no new thread, CUDA
+    untouched. If it ever initialised CUDA, the server starts again without the preload and still serves."""
+    probe = ("import os, sys, torch\nfrom verifier import worker\nn = len(os.listdir('/proc/self/task'))\n"
+             "assert 'torch._dynamo' not in sys.modules\nworker._preload()\n"
+             "assert 'torch._dynamo' in sys.modules and len(os.listdir('/proc/self/task')) == n\n"
+             "assert not torch.cuda.is_initialized()\nprint('ok')")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+    # a preload that initialised CUDA (simulated): the server execs itself without it, then serves (EOF: exits 0)
+    fake = ("import runpy, sys, torch\ntorch.cuda.is_initialized = lambda: True\nsys.argv = ['worker', '--serve']\n"
+            "runpy.run_module('verifier.worker', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", fake], env=env, input="", capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "initialised CUDA in the fork server" in r.stderr and "starts again without the preload" in r.stderr

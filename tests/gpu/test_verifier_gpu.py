@@ -150,4 +150,5 @@ def test_side_stream_work_is_not_hidden():
     if v.status == "cheat":
         assert cheats.C09 in v.cheats, v.feedback
     else:
-        assert v.status == "pass" and v.runtime_us >= 0.8 * slow.runtime_us, (v.runtime_us, slow.runtime_us)
+        assert v.status == "pass" and v.runtime_us >= 0.8 * slow.runtime_us, (
+            v.status, v.runtime_us, slow.runtime_us, v.versions.get("timing"), v.feedback[:600])
