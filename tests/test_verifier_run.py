@@ -428,3 +428,20 @@ def test_fork_server_preloads_what_the_profiler_imports_without_a_thread_or_cuda
     r = subprocess.run([sys.executable, "-c", fake], env=env, input="", capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "initialised CUDA in the fork server" in r.stderr and "starts again without the preload" in r.stderr
+
+
+def test_builds_are_submitted_round_robin_over_tasks_and_verdicts_keep_the_items_order(config):
+    """An RL step hands its candidates grouped by prompt: the builds go to the pool one task at a time in turn,
+    so each task's one-off preparation (reference plan and timing) starts early rather than at the batch's
+    tail; the verdicts still come back in the order of the items."""
+    from verifier.api import build_order
+
+    relu, mm = TASKS["relu"], TASKS["matmul"]
+    grouped = [(relu, None)] * 3 + [(mm, None)] * 2
+    assert build_order(grouped) == [0, 3, 1, 4, 2]
+    assert build_order([]) == []
+    items = [(t, Candidate(candidate_id=f"o{i}", task_id=t.task_id, backend="cpu", generator="test", code=c))
+             for i, (t, c) in enumerate([(relu, fx.HONEST_RELU), (relu, "no code block here"), (mm, fx.HONEST_MATMUL)])]
+    out = verify_batch(items, config=config, compile_workers=1)
+    assert [v.candidate_id for v in out] == ["o0", "o1", "o2"]
+    assert [v.status for v in out] == ["pass", "extract_error", "pass"], [v.feedback for v in out]
