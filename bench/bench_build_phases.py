@@ -4,6 +4,9 @@ binding file main.cpp, the CUDA file cuda.cu, the link), run alone and timed, an
 
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_build_phases.py --per-task 1 --out bench/results
 
+On a machine without a GPU (torch's CPU build, nvcc present) add ``--cuda-home /usr/local/cuda``: the compile
+commands and nvcc's phases are timed the same way; the link fails (no libtorch_cuda) and says so.
+
 Prints a markdown table (and writes bench/results/build_phases_<device>.md)."""
 
 from __future__ import annotations
@@ -38,12 +41,24 @@ def timed(cmd: str, cwd: Path) -> tuple[float, bool, str]:
     return time.perf_counter() - t, r.returncode == 0, (r.stdout + r.stderr)[-800:]
 
 
+def _phase_ms(rec: list[str]) -> float:
+    """A row of ``nvcc --time``'s CSV: milliseconds in the last column (older nvcc) or before a unit column (nvcc 13:
+    ``..., tool, metric, unit``)."""
+    vals = [v.strip() for v in rec]
+    return float(vals[-2] if vals[-1] == "ms" else vals[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-task", type=int, default=1)
     ap.add_argument("--tasks", default="", help="comma-separated task names of bench/mixed_batch.py (default: all)")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--cuda-home", default="", help="where nvcc lives, for a CPU build of torch (which leaves "
+                    "cpp_extension's CUDA_HOME None): the compiles run, the link against libtorch_cuda fails")
     a = ap.parse_args()
+    if a.cuda_home:
+        import torch.utils.cpp_extension as ce
+        ce.CUDA_HOME = a.cuda_home
     items = [it for it in mixed_batch(a.per_task)
              if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
     specs = [[e.args for e in scan(c.code, 'cuda').extensions if e.resolved] for _, c in items]
@@ -74,7 +89,7 @@ def main() -> None:
             with open(d / "nvcc_time.csv") as f:
                 for rec in csv.reader(f):
                     if len(rec) >= 4 and rec[0].strip() and rec[0].strip() != "source file name":
-                        phases[rec[1].strip()].append(float(rec[-1]) / 1000.0)
+                        phases[rec[1].strip()].append(_phase_ms(rec) / 1000.0)
         except (OSError, ValueError):
             pass
         rows.append(row)
