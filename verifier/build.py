@@ -598,7 +598,8 @@ def library_dirs() -> tuple[str, ...]:
     and first they would shadow the interpreter's runpath (pyenv's python took the system libpython of its version)."""
     out = [os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "lib")]
     for line in Path("/proc/self/maps").read_text().splitlines() if os.path.exists("/proc/self/maps") else []:
-        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+        fields = line.split(None, 5)  # address perms offset dev inode [path]
+        path = fields[5].strip() if len(fields) == 6 else ""
         if path.startswith("/") and ".so" in os.path.basename(path) and not _SYSTEM_LIB.fullmatch(
                 os.path.dirname(os.path.realpath(path))):
             out.append(os.path.dirname(path))

@@ -109,16 +109,12 @@ def _run(cmd: str, cwd: Path, error_prefix: str, target: str = "", step: str = "
         raise RuntimeError(f"{error_prefix}: {text}")
 
 
-def ninja_command() -> list[str]:
-    """What torch's ``_run_ninja_build`` runs: ``ninja -v``, with ``-j MAX_JOBS`` where that is set."""
-    jobs = os.environ.get("MAX_JOBS", "")
-    return ["ninja", "-v"] + (["-j", jobs] if jobs.isdigit() else [])
-
-
 def run_ninja(build_dir: str | os.PathLike, error_prefix: str) -> dict:
-    """The build as torch runs it: ninja's own output on stdout (``FAILED: target`` and the compiler's)."""
+    """The build as torch's ``_run_ninja_build`` runs it (``ninja -v``, ``-j MAX_JOBS`` where that is set): ninja's
+    own output on stdout (``FAILED: target`` and the compiler's)."""
+    jobs = os.environ.get("MAX_JOBS", "")
     sys.stdout.flush()
-    if subprocess.run(ninja_command(), cwd=build_dir).returncode != 0:
+    if subprocess.run(["ninja", "-v"] + (["-j", jobs] if jobs.isdigit() else []), cwd=build_dir).returncode != 0:
         raise RuntimeError(error_prefix)
     return {"ninja": True}
 
