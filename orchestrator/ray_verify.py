@@ -122,6 +122,9 @@ class RaySummary:
                 "retries": self.retries, "duplicates_dropped": self.duplicates_dropped,
                 "workers": self.workers, "chunks_by_device": placed,
                 "failures": [dataclasses.asdict(f) for f in self.failures[:shown]],
+                # where each retried chunk finally ran (a failure says where it did not)
+                "retry_runs": [{"chunk": r.chunk, "attempt": r.attempt, "host": r.host, "pid": r.pid}
+                               for r in self.runs if r.attempt > 1][:shown],
                 "unjudged": len(self.unjudged), "unjudged_ids": self.unjudged[:shown]}
 
 
