@@ -35,10 +35,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from verifier import binding
 
 MODULE = "km_ext"  # the module name of every extension the compile pool builds
 OBJ_DIR_ENV = "KM_OBJ_DIR"
+CANONICAL_OFF_ENV = "KM_NO_CANONICAL_BINDING"  # =1: binding files compiled as written (verifier/binding.py)
 
 # flags a candidate may pass (extra_cflags / extra_cuda_cflags / extra_ldflags) and still share objects
 CACHEABLE_FLAGS = re.compile(
@@ -109,6 +113,14 @@ def _run(cmd: str, cwd: Path, error_prefix: str, target: str = "", step: str = "
         raise RuntimeError(f"{error_prefix}: {text}")
 
 
+def _try(cmd: str, cwd: Path, log: list[str]) -> bool:
+    """Run a command whose failure is not the build's: its command line and output go to ``log`` (printed by
+    the caller only if all it tried worked)."""
+    r = subprocess.run(cmd, shell=True, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log.append(f"[binding] {cmd}\n{r.stdout.decode(errors='replace')}")
+    return r.returncode == 0
+
+
 def run_ninja(build_dir: str | os.PathLike, error_prefix: str) -> dict:
     """The build as torch's ``_run_ninja_build`` runs it (``ninja -v``, ``-j MAX_JOBS`` where that is set): ninja's
     own output on stdout (``FAILED: target`` and the compiler's)."""
@@ -119,9 +131,108 @@ def run_ninja(build_dir: str | os.PathLike, error_prefix: str) -> dict:
     return {"ninja": True}
 
 
+def _cached_object(build_dir: Path, cache_dir: Path, cmd: str, inputs: list[str]) -> tuple[str, Path]:
+    key = object_key(build_dir, cmd, inputs)
+    return key, cache_dir / f"{key}.o"
+
+
+def _store(build_dir: Path, out: str, key: str, cache_dir: Path) -> None:
+    """Put a compiled object in the cache (atomically: another build may read the key meanwhile)."""
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
+    os.close(fd)
+    shutil.copyfile(build_dir / out, tmp)
+    os.replace(tmp, cache_dir / f"{key}.o")
+
+
+def _compile_cached(build_dir: Path, cache_dir: Path, cmd: str, inputs: list[str], out: str, error_prefix: str,
+                    step: str) -> bool:
+    """One object through the cache: True when it was taken from the cache, False when compiled (and stored)."""
+    key, cached = _cached_object(build_dir, cache_dir, cmd, inputs)
+    if cached.is_file():
+        shutil.copyfile(cached, build_dir / out)
+        print(f"[verifier] {out}: the same object was compiled before (cache {key})", flush=True)
+        return True
+    _run(cmd, build_dir, error_prefix, out, step)
+    _store(build_dir, out, key, cache_dir)
+    return False
+
+
+def _with_input(cmd: str, old: Path, new: Path, out: str, new_out: str) -> str:
+    """A compile command with its input file and output object (and the depfile named after it) replaced."""
+    argv = shlex.split(cmd)
+    swap = {str(old): str(new), out: new_out, f"{out}.d": f"{new_out}.d"}
+    return shlex.join(swap.get(a, a) for a in argv)
+
+
+def _symbols(objects: list[Path], *flags: str) -> list[str]:
+    r = subprocess.run(["nm", "--format=posix", *flags, *map(str, objects)], capture_output=True, text=True)
+    if r.returncode != 0:
+        return []
+    return [line.split()[0] for line in r.stdout.splitlines() if line and not line.endswith(":")]
+
+
+@dataclass
+class _Canonical:
+    """The binding file compiled in its canonical form, not yet linked; its log printed only if the link works."""
+
+    canon: binding.CanonicalBinding
+    out: str  # the binding's object (main.o)
+    key: str
+    hit: bool
+    log: list[str]
+
+
+def _canonical_compile(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Canonical | None:
+    """The binding file's canonical form (verifier/binding.py) and its names file compiled; None, having printed
+    nothing, when the file has none or a compile fails (the caller compiles the file as written)."""
+    src_path = Path(build_dir, src)
+    canon = binding.canonical_binding(src_path.read_text(errors="replace"))
+    if canon is None:
+        return None
+    canon_src, names_src = build_dir / binding.CANONICAL_FILE, build_dir / binding.NAMES_FILE
+    canon_src.write_text(canon.text)
+    names_src.write_text(canon.names_source)
+    cmd, log = _command(build_dir, out), []
+    canon_cmd = _with_input(cmd, src_path, canon_src, out, out)
+    key, cached = _cached_object(build_dir, cache_dir, canon_cmd, [canon_src.name])
+    hit = cached.is_file()
+    if hit:
+        shutil.copyfile(cached, build_dir / out)
+        log.append(f"[verifier] {out}: the binding file's canonical form was compiled before (cache {key})\n")
+    elif not _try(canon_cmd, build_dir, log):
+        return None
+    if not _try(_with_input(cmd, src_path, names_src, out, binding.NAMES_OBJECT), build_dir, log):
+        return None
+    return _Canonical(canon, out, key, hit, log)
+
+
+def _canonical_link(build_dir: Path, cache_dir: Path, c: _Canonical, others: list[str], link: str) -> bool:
+    """Link the canonical binding object with the candidate's names (``--defsym``); False, having printed
+    nothing, when the other objects do not define what it declares or the link fails."""
+    aliases = binding.link_aliases(c.canon, _symbols([build_dir / c.out], "--undefined-only"),
+                                   set(_symbols([build_dir / o for o in others], "--defined-only")))
+    argv = shlex.split(_command(build_dir, link))
+    if aliases is None or c.out not in argv:
+        return False
+    at = argv.index(c.out) + 1
+    if not _try(shlex.join(argv[:at] + [binding.NAMES_OBJECT] + argv[at:] + aliases), build_dir, c.log):
+        return False
+    if not c.hit:
+        _store(build_dir, c.out, c.key, cache_dir)
+    sys.stdout.write("".join(c.log))
+    sys.stdout.flush()
+    return True
+
+
 def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error_prefix: str = "Error building") -> dict:
     """Build what torch's build.ninja in ``build_dir`` describes, reusing cached objects; returns
-    ``{"hits": [...], "misses": [...]}`` (object names), or ``{"ninja": True}`` when it ran ninja as is."""
+    ``{"hits": [...], "misses": [...]}`` (object names; ``"binding": "canonical"`` when the binding file was
+    compiled in its canonical form), or ``{"ninja": True}`` when it ran ninja as is.
+
+    The binding file (``main.cpp``) is built last, in its canonical form when it has one (verifier/binding.py:
+    one object per declared signature set, whatever the candidate's names); when that form fails to compile or
+    link, or the other objects do not define what it declares, the file is compiled and linked as written, so
+    the log and the module are those of the unchanged build."""
     build_dir, cache_dir = Path(build_dir), Path(cache_dir)
     targets = _targets(build_dir)
     compiles = [t for t in targets if t[1] in ("compile", "cuda_compile")]
@@ -131,20 +242,24 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
     cache_dir.mkdir(parents=True, exist_ok=True)
     stats: dict = {"hits": [], "misses": []}
     n = len(targets)
+    mains = [t for t in compiles if t[1] == "compile" and len(t[2]) == 1 and Path(t[2][0]).name == "main.cpp"]
+    canonical = None
     for i, (out, _rule, inputs) in enumerate(compiles):
-        cmd = _command(build_dir, out)
-        key = object_key(build_dir, cmd, inputs)
-        cached = cache_dir / f"{key}.o"
-        if cached.is_file():
-            shutil.copyfile(cached, build_dir / out)
-            print(f"[verifier] {out}: the same object was compiled before (cache {key})", flush=True)
-            stats["hits"].append(out)
-            continue
-        _run(cmd, build_dir, error_prefix, out, f"[{i + 1}/{n}] ")
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
-        os.close(fd)
-        shutil.copyfile(build_dir / out, tmp)
-        os.replace(tmp, cached)
-        stats["misses"].append(out)
+        if len(mains) == 1 and out == mains[0][0] and os.environ.get(CANONICAL_OFF_ENV) != "1":
+            canonical = _canonical_compile(build_dir, cache_dir, out, inputs[0])
+            if canonical is not None:
+                continue
+        hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix,
+                              f"[{i + 1}/{n}] ")
+        stats["hits" if hit else "misses"].append(out)
+    if canonical is not None:
+        others = [o for o, _r, _i in compiles if o != canonical.out]
+        if _canonical_link(build_dir, cache_dir, canonical, others, links[0][0]):
+            stats["hits" if canonical.hit else "misses"].append(canonical.out)
+            stats["binding"] = "canonical"
+            return stats
+        out, _rule, inputs = mains[0]  # as written, as the build without the canonical form would
+        hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix, f"[1/{n}] ")
+        stats["hits" if hit else "misses"].append(out)
     _run(_command(build_dir, links[0][0]), build_dir, error_prefix, links[0][0], f"[{n}/{n}] ")
     return stats

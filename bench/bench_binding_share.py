@@ -1,0 +1,131 @@
+"""What one binding object per declared signature set saves: the mixed batch's candidates built through the
+verifier's real compile step (``python -m verifier.buildproc compile``: the object cache, the precompiled header,
+the first build variant each), once with binding files compiled as written (``KM_NO_CANONICAL_BINDING=1``) and
+once in their canonical form (verifier/binding.py), each arm with a fresh object cache. On a GPU box:
+
+    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_binding_share.py --per-task 12 --jobs 16
+
+On a machine without a GPU (torch's CPU build, nvcc present) add ``--cuda-home /usr/local/cuda``: the link then
+runs against empty stand-ins for libtorch_cuda and libc10_cuda (nothing is loaded; the compile step's work is the
+same). Prints a markdown table (and writes bench/results/binding_share_<device>.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import device_name, emit  # noqa: E402
+from bench.mixed_batch import mixed_batch  # noqa: E402
+from verifier import buildproc, objcache  # noqa: E402
+from verifier.build import build_variants, canonical_spec, spec_key, write_variant  # noqa: E402
+from verifier.pch import ensure_pch  # noqa: E402
+from verifier.static import scan  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stub_libraries(where: Path) -> Path:
+    """Empty shared objects named like torch's CUDA libraries, for a link on a machine whose torch has none."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "empty.c").write_text("int km_empty_stub;\n")
+    for lib in ("torch_cuda", "c10_cuda"):
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(where / f"lib{lib}.so"), str(where / "empty.c")],
+                       check=True)
+    return where
+
+
+def prepare(items, work: Path, stubs: Path | None) -> list[tuple[str, Path]]:
+    """Each candidate's first build variant written as the verifier writes it (the sources and build.ninja)."""
+    out = []
+    for _task, cand in items:
+        found = [e.args for e in scan(cand.code, "cuda").extensions if e.resolved]
+        if not found:
+            continue
+        spec = canonical_spec(found[0])
+        label, kwargs = build_variants(spec)[0]
+        if stubs is not None:
+            kwargs = dict(kwargs, extra_ldflags=list(kwargs.get("extra_ldflags") or []) + [f"-L{stubs}"])
+        vdir = work / cand.candidate_id / label
+        write_variant(spec_key(spec), vdir, kwargs, ensure_pch(spec))
+        out.append((cand.candidate_id, vdir))
+    return out
+
+
+def compile_arm(built: list[tuple[str, Path]], canonical: bool, jobs: int, work: Path) -> dict:
+    """Every candidate's compile step with a fresh object cache; the steps' own CPU seconds (compilers included)."""
+    cache = work / ("objects-canonical" if canonical else "objects-as-written")
+    env = dict(os.environ, MAX_JOBS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
+               **{objcache.OBJ_DIR_ENV: str(cache), objcache.CANONICAL_OFF_ENV: "0" if canonical else "1"})
+
+    def one(item):
+        cid, vdir = item
+        d = vdir.parent / ("canonical" if canonical else "as-written")
+        subprocess.run(["rm", "-rf", str(d)], check=True)
+        subprocess.run(["cp", "-r", str(vdir), str(d)], check=True)
+        r = subprocess.run([sys.executable, "-m", "verifier.buildproc", "compile", str(d)], env=env,
+                           capture_output=True, text=True)
+        rep = json.loads((d / buildproc.COMPILE_REPORT).read_text()) if (d / buildproc.COMPILE_REPORT).exists() else {}
+        return {"candidate": cid, "ok": r.returncode == 0 and rep.get("ok", False), "cpu_s": rep.get("cpu_s", 0.0),
+                "reused": rep.get("objects_reused", 0), "canonical": "[binding]" in r.stdout
+                or "canonical form was compiled before" in r.stdout, "tail": r.stdout[-600:]}
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(jobs) as pool:
+        rows = list(pool.map(one, built))
+    return {"rows": rows, "wall_s": time.perf_counter() - t0,
+            "binding_objects": len(list(cache.glob("*.o"))) - len({r["candidate"] for r in rows}) if rows else 0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-task", type=int, default=12)
+    ap.add_argument("--tasks", default="", help="comma-separated task names of bench/mixed_batch.py (default: all)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--cuda-home", default="", help="where nvcc lives, for a CPU build of torch (cpp_extension's "
+                    "CUDA_HOME is None there); the link runs against empty stand-ins for torch's CUDA libraries")
+    a = ap.parse_args()
+    stubs = None
+    work = Path(tempfile.mkdtemp(prefix="km-binding-share-"))
+    if a.cuda_home:
+        import torch.utils.cpp_extension as ce
+        ce.CUDA_HOME = a.cuda_home
+        stubs = stub_libraries(work / "stubs")
+    items = [it for it in mixed_batch(a.per_task)
+             if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
+    built = prepare(items, work, stubs)
+    arms = {}
+    for canonical in (False, True):
+        arms[canonical] = res = compile_arm(built, canonical, a.jobs, work)
+        bad = [r for r in res["rows"] if not r["ok"]]
+        for r in bad[:3]:
+            print(r["candidate"], "FAILED\n", r["tail"], flush=True)
+        print(json.dumps({"canonical": canonical, "wall_s": round(res["wall_s"], 1), "failed": len(bad)}), flush=True)
+    lines = ["| binding files | candidates | built | canonical | binding objects compiled | compile CPU s (all) | "
+             "per candidate | wall s (jobs) |", "|---|---|---|---|---|---|---|---|"]
+    for canonical, res in arms.items():
+        rows = res["rows"]
+        cpu = sum(r["cpu_s"] for r in rows)
+        lines.append(f"| {'canonical form' if canonical else 'as written'} | {len(rows)} | "
+                     f"{sum(r['ok'] for r in rows)} | {sum(r['canonical'] for r in rows)} | {res['binding_objects']} | "
+                     f"{cpu:.1f} | {cpu / max(len(rows), 1):.2f} | {res['wall_s']:.1f} ({a.jobs}) |")
+    text = (f"# One binding object per declared signature set, on {device_name()}\n\nCommand: `PYTHONPATH=. "
+            f"python3 bench/bench_binding_share.py --per-task {a.per_task} --jobs {a.jobs}"
+            f"{' --tasks ' + a.tasks if a.tasks else ''}{' --cuda-home ' + a.cuda_home if a.cuda_home else ''}`: "
+            "each candidate's first build variant through the verifier's compile step (`python -m verifier.buildproc "
+            "compile`), the precompiled header on, a fresh object cache per arm. \"compile CPU s\": the steps' own "
+            "CPU seconds with their compilers (getrusage).\n\n" + "\n".join(lines) + "\n")
+    emit(text, a.out, f"binding_share_{device_name().replace(' ', '_')}.md")
+
+
+if __name__ == "__main__":
+    main()
