@@ -85,6 +85,46 @@ def compile_arm(built: list[tuple[str, Path]], canonical: bool, jobs: int, work:
             "binding_objects": len(list(cache.glob("*.o"))) - len({r["candidate"] for r in rows}) if rows else 0}
 
 
+def testbed_share(manifest: Path, work: Path) -> str:
+    """How often model-written solutions' binding files have a canonical form, and how many distinct binding
+    objects they need as written and in that form (per problem: one RL group's answers, one task)."""
+    from verifier.binding import canonical_binding
+
+    written, canon, per_problem = set(), set(), {}
+    n = have_cuda = has_form = 0
+    for line in manifest.read_text().splitlines():
+        rec = json.loads(line)
+        code = (manifest.parent / rec["solution_file"]).read_text(errors="replace")
+        n += 1
+        try:
+            found = [e.args for e in scan(code, "cuda").extensions if e.resolved]
+        except SyntaxError:  # a solution that is not Python (the verifier's verdict: static error)
+            continue
+        if not found or not found[0].get("cuda_sources"):
+            continue
+        spec = canonical_spec(found[0])
+        d = work / "testbed" / rec["id"]
+        try:
+            write_variant(spec_key(spec), d, build_variants(spec)[-1][1], None)
+        except Exception:  # noqa: BLE001 - a spec load_inline refuses before its build is not counted
+            continue
+        have_cuda += 1
+        text = (d / "main.cpp").read_text(errors="replace")
+        c = canonical_binding(text)
+        has_form += c is not None
+        written.add(text)
+        canon.add(c.text if c else text)
+        group = per_problem.setdefault((rec["repo"], rec["level"], rec["problem_id"]), [set(), set()])
+        group[0].add(text)
+        group[1].add(c.text if c else text)
+    multi = {k: v for k, v in per_problem.items() if sum(1 for _ in v[0]) > 0}
+    return ("| solutions | with a resolved CUDA load_inline | binding file has a canonical form | distinct binding "
+            "files as written | distinct in canonical form | problems | binding objects per problem, as written -> "
+            "canonical (sum) |\n|---|---|---|---|---|---|---|\n"
+            f"| {n} | {have_cuda} | {has_form} ({has_form / max(have_cuda, 1):.0%}) | {len(written)} | {len(canon)} | "
+            f"{len(multi)} | {sum(len(v[0]) for v in multi.values())} -> {sum(len(v[1]) for v in multi.values())} |\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-task", type=int, default=12)
@@ -93,6 +133,8 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--cuda-home", default="", help="where nvcc lives, for a CPU build of torch (cpp_extension's "
                     "CUDA_HOME is None there); the link runs against empty stand-ins for torch's CUDA libraries")
+    ap.add_argument("--testbed", default="", help="a test bed manifest (bench/testbed_build.py): count how many "
+                    "model-written binding files have a canonical form, instead of compiling the mixed batch")
     a = ap.parse_args()
     stubs = None
     work = Path(tempfile.mkdtemp(prefix="km-binding-share-"))
@@ -100,6 +142,14 @@ def main() -> None:
         import torch.utils.cpp_extension as ce
         ce.CUDA_HOME = a.cuda_home
         stubs = stub_libraries(work / "stubs")
+    if a.testbed:
+        table = testbed_share(Path(a.testbed), work)
+        emit(f"# Binding files of model-written solutions with a canonical form\n\nCommand: `PYTHONPATH=. "
+             f"TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_binding_share.py --testbed {a.testbed}"
+             f"{' --cuda-home ' + a.cuda_home if a.cuda_home else ''}`: each solution's unchanged build files as the "
+             "verifier writes them (its first resolved CUDA load_inline).\n\n" + table, a.out,
+             "binding_share_testbed.md")
+        return
     items = [it for it in mixed_batch(a.per_task)
              if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
     built = prepare(items, work, stubs)

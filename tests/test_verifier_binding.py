@@ -207,3 +207,21 @@ def test_a_binding_file_that_does_not_compile_fails_as_written(builds, pch, caps
     out = capsys.readouterr().out
     assert "FAILED: main.o" in out and re.search(r"Missing.{1,3} does not name a type", out) and "main.cpp" in out
     assert "km_binding" not in out and "km_f0" not in out
+
+
+def test_two_builds_at_once_compile_the_shared_object_once(builds, pch):
+    """Answers of one task are built side by side: the second finds the first compiling their canonical object,
+    builds its other objects, waits, and takes the object from the cache."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root, cache, *_ = builds
+    before = set(cache.glob("*.o"))
+    jobs = [("p", "double halve(double x);", ["halve"], "double halve(double x) { return x / 2; }"),
+            ("q", "double third(double v);", ["third"], "double third(double v) { return v / 3; }")]
+    with ThreadPoolExecutor(2) as pool:
+        stats = list(pool.map(lambda j: two_object_build(root / j[0], j[1], j[2], j[3], cache, pch), jobs))
+    assert all(st["binding"] == "canonical" for st in stats), stats
+    assert sorted(len(st["hits"]) for st in stats) == [0, 1], stats  # one compiled it, the other waited for it
+    assert len(set(cache.glob("*.o")) - before) == 3  # two impl objects, one binding object
+    assert _load_so("km_p", str(root / "p" / "km_ext.so")).halve(3.0) == 1.5
+    assert _load_so("km_q", str(root / "q" / "km_ext.so")).third(3.0) == 1.0

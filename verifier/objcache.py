@@ -26,6 +26,7 @@ built module, which runs the candidate's static initialisers, cannot write it (v
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -173,42 +174,65 @@ def _symbols(objects: list[Path], *flags: str) -> list[str]:
 
 @dataclass
 class _Canonical:
-    """The binding file compiled in its canonical form, not yet linked; its log printed only if the link works."""
+    """A build's binding file in its canonical form: its object's cache key, the lock that keeps two builds from
+    compiling the same object at once, and the log printed only if the canonical link works."""
 
     canon: binding.CanonicalBinding
+    src: Path  # the file as written
     out: str  # the binding's object (main.o)
+    cmd: str  # the compile command of the canonical file
     key: str
-    hit: bool
+    lock: int  # file descriptor of the key's lock file
     log: list[str]
+    hit: bool = False
 
 
-def _canonical_compile(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Canonical | None:
-    """The binding file's canonical form (verifier/binding.py) and its names file compiled; None, having printed
-    nothing, when the file has none or a compile fails (the caller compiles the file as written)."""
+def _canonical_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Canonical | None:
+    """The binding file's canonical form (verifier/binding.py) written beside it; None when it has none."""
     src_path = Path(build_dir, src)
     canon = binding.canonical_binding(src_path.read_text(errors="replace"))
     if canon is None:
         return None
-    canon_src, names_src = build_dir / binding.CANONICAL_FILE, build_dir / binding.NAMES_FILE
+    canon_src = build_dir / binding.CANONICAL_FILE
     canon_src.write_text(canon.text)
-    names_src.write_text(canon.names_source)
-    cmd, log = _command(build_dir, out), []
-    canon_cmd = _with_input(cmd, src_path, canon_src, out, out)
-    key, cached = _cached_object(build_dir, cache_dir, canon_cmd, [canon_src.name])
-    hit = cached.is_file()
-    if hit:
-        shutil.copyfile(cached, build_dir / out)
-        log.append(f"[verifier] {out}: the binding file's canonical form was compiled before (cache {key})\n")
-    elif not _try(canon_cmd, build_dir, log):
-        return None
-    if not _try(_with_input(cmd, src_path, names_src, out, binding.NAMES_OBJECT), build_dir, log):
-        return None
-    return _Canonical(canon, out, key, hit, log)
+    (build_dir / binding.NAMES_FILE).write_text(canon.names_source)
+    cmd = _with_input(_command(build_dir, out), src_path, canon_src, out, out)
+    key, _ = _cached_object(build_dir, cache_dir, cmd, [canon_src.name])
+    return _Canonical(canon, src_path, out, cmd, key, os.open(cache_dir / f".{key}.lock", os.O_CREAT | os.O_RDWR,
+                                                               0o644), [])
 
 
-def _canonical_link(build_dir: Path, cache_dir: Path, c: _Canonical, others: list[str], link: str) -> bool:
-    """Link the canonical binding object with the candidate's names (``--defsym``); False, having printed
-    nothing, when the other objects do not define what it declares or the link fails."""
+def _canonical_object(build_dir: Path, cache_dir: Path, c: _Canonical, wait: bool) -> bool | None:
+    """The canonical object in place: True (from the cache, or compiled and stored), False (its compile failed:
+    nothing printed), None when ``wait`` is off and another build is compiling the same object right now (the
+    caller builds its other objects first and asks again)."""
+    try:
+        fcntl.flock(c.lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return None
+    try:
+        cached = cache_dir / f"{c.key}.o"
+        if cached.is_file():
+            shutil.copyfile(cached, build_dir / c.out)
+            c.hit = True
+            c.log.append(f"[verifier] {c.out}: the binding file's canonical form was compiled before (cache {c.key})\n")
+            return True
+        if not _try(c.cmd, build_dir, c.log):
+            return False
+        _store(build_dir, c.out, c.key, cache_dir)
+        return True
+    finally:
+        fcntl.flock(c.lock, fcntl.LOCK_UN)
+
+
+def _canonical_link(build_dir: Path, c: _Canonical, others: list[str], link: str) -> bool:
+    """The names file compiled and linked with the canonical object, each ``km_f<i>`` mapped onto the
+    candidate's function (``--defsym``); False, having printed nothing, when the other objects do not define
+    what the file declares or a step fails."""
+    names_cmd = _with_input(_command(build_dir, c.out), c.src, build_dir / binding.NAMES_FILE, c.out,
+                            binding.NAMES_OBJECT)
+    if not _try(names_cmd, build_dir, c.log):
+        return False
     aliases = binding.link_aliases(c.canon, _symbols([build_dir / c.out], "--undefined-only"),
                                    set(_symbols([build_dir / o for o in others], "--defined-only")))
     argv = shlex.split(_command(build_dir, link))
@@ -217,8 +241,6 @@ def _canonical_link(build_dir: Path, cache_dir: Path, c: _Canonical, others: lis
     at = argv.index(c.out) + 1
     if not _try(shlex.join(argv[:at] + [binding.NAMES_OBJECT] + argv[at:] + aliases), build_dir, c.log):
         return False
-    if not c.hit:
-        _store(build_dir, c.out, c.key, cache_dir)
     sys.stdout.write("".join(c.log))
     sys.stdout.flush()
     return True
@@ -229,9 +251,10 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
     ``{"hits": [...], "misses": [...]}`` (object names; ``"binding": "canonical"`` when the binding file was
     compiled in its canonical form), or ``{"ninja": True}`` when it ran ninja as is.
 
-    The binding file (``main.cpp``) is built last, in its canonical form when it has one (verifier/binding.py:
-    one object per declared signature set, whatever the candidate's names); when that form fails to compile or
-    link, or the other objects do not define what it declares, the file is compiled and linked as written, so
+    The binding file (``main.cpp``) is compiled in its canonical form when it has one (verifier/binding.py: one
+    object per declared signature set, whatever the candidate's names; a build that finds another compiling the
+    same object builds its other objects first, then takes it from the cache); when that form fails to compile
+    or link, or the other objects do not define what it declares, the file is compiled and linked as written, and
     the log and the module are those of the unchanged build."""
     build_dir, cache_dir = Path(build_dir), Path(cache_dir)
     targets = _targets(build_dir)
@@ -243,21 +266,30 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
     stats: dict = {"hits": [], "misses": []}
     n = len(targets)
     mains = [t for t in compiles if t[1] == "compile" and len(t[2]) == 1 and Path(t[2][0]).name == "main.cpp"]
-    canonical = None
+    canonical, ready = None, None
     for i, (out, _rule, inputs) in enumerate(compiles):
         if len(mains) == 1 and out == mains[0][0] and os.environ.get(CANONICAL_OFF_ENV) != "1":
-            canonical = _canonical_compile(build_dir, cache_dir, out, inputs[0])
+            canonical = _canonical_form(build_dir, cache_dir, out, inputs[0])
             if canonical is not None:
-                continue
+                ready = _canonical_object(build_dir, cache_dir, canonical, wait=False)
+                if ready is not False:
+                    continue  # in place, or another build is compiling it: the other objects first
+                os.close(canonical.lock)
+                canonical = None
         hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix,
                               f"[{i + 1}/{n}] ")
         stats["hits" if hit else "misses"].append(out)
     if canonical is not None:
-        others = [o for o, _r, _i in compiles if o != canonical.out]
-        if _canonical_link(build_dir, cache_dir, canonical, others, links[0][0]):
-            stats["hits" if canonical.hit else "misses"].append(canonical.out)
-            stats["binding"] = "canonical"
-            return stats
+        try:
+            if ready is None:
+                ready = _canonical_object(build_dir, cache_dir, canonical, wait=True)
+            others = [o for o, _r, _i in compiles if o != canonical.out]
+            if ready and _canonical_link(build_dir, canonical, others, links[0][0]):
+                stats["hits" if canonical.hit else "misses"].append(canonical.out)
+                stats["binding"] = "canonical"
+                return stats
+        finally:
+            os.close(canonical.lock)
         out, _rule, inputs = mains[0]  # as written, as the build without the canonical form would
         hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix, f"[1/{n}] ")
         stats["hits" if hit else "misses"].append(out)

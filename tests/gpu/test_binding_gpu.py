@@ -1,0 +1,79 @@
+"""One binding object per declared signature set on real CUDA builds (marker gpu: CUDA builds need a CUDA build
+of torch). Two honest answers that name their host function and its parameter differently share one binding
+object; an answer whose declaration the CUDA object does not define fails as it does with the file compiled as
+written; every verdict is the one the build without the canonical form gives (``KM_NO_CANONICAL_BINDING=1``)."""
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import pytest  # noqa: E402
+
+from kernelmill.schema import Candidate, Task  # noqa: E402
+from verifier import fixtures as fx  # noqa: E402
+from verifier import objcache  # noqa: E402
+from verifier.api import VerifyConfig, verify_batch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+CASES = {
+    "named_relu_cuda": fx.cuda_relu_candidate(930),
+    "named_my_relu": fx.cuda_relu_candidate(931).replace("relu_cuda", "my_relu").replace(
+        'CPP_SRC = "torch::Tensor my_relu(torch::Tensor x);"',
+        'CPP_SRC = "// host side\\nat::Tensor my_relu(at::Tensor input);"'),
+    # declares a second parameter the CUDA source's function does not take: the module does not load
+    "undefined_declaration": fx.cuda_relu_candidate(932).replace(
+        'CPP_SRC = "torch::Tensor relu_cuda(torch::Tensor x);"',
+        'CPP_SRC = "torch::Tensor relu_cuda(torch::Tensor x, int64_t n);"'),
+}
+
+
+def _verdicts(build_dir: str, canonical: bool) -> dict:
+    task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
+    cfg = VerifyConfig(build_dir=build_dir, timing_trials=0, time_torch_compile=False, exec_workers=2)
+    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
+             for n, c in CASES.items()]
+    saved = os.environ.pop(objcache.CANONICAL_OFF_ENV, None)
+    if not canonical:
+        os.environ[objcache.CANONICAL_OFF_ENV] = "1"
+    try:
+        return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=2)))
+    finally:
+        os.environ.pop(objcache.CANONICAL_OFF_ENV, None)
+        if saved is not None:
+            os.environ[objcache.CANONICAL_OFF_ENV] = saved
+
+
+def _reused(build_dir: str, marker: str) -> int:
+    for key_dir in Path(build_dir).iterdir():
+        spec = key_dir / "spec.json"
+        if spec.is_file() and marker in spec.read_text():
+            return json.loads((key_dir / "result.json").read_text())["objects_reused"]
+    raise AssertionError(f"no build with {marker} in {build_dir}")
+
+
+@pytest.fixture(scope="module")
+def runs():
+    on, off = tempfile.mkdtemp(prefix="km-bind-on-"), tempfile.mkdtemp(prefix="km-bind-off-")
+    return {"on": (on, _verdicts(on, True)), "off": (off, _verdicts(off, False))}
+
+
+def test_verdicts_are_those_of_the_file_as_written(runs):
+    on, off = runs["on"][1], runs["off"][1]
+    for name in CASES:
+        assert (on[name].status, on[name].cheats) == (off[name].status, off[name].cheats), (
+            name, on[name].feedback, off[name].feedback)
+    assert on["named_relu_cuda"].status == on["named_my_relu"].status == "pass", on["named_my_relu"].feedback
+    bad = on["undefined_declaration"]
+    assert bad.status == "compile_error" and "relu_cuda" in bad.feedback, bad.feedback
+
+
+def test_answers_differing_in_names_share_one_binding_object(runs):
+    (on_dir, _), (off_dir, _) = runs["on"], runs["off"]
+    # built side by side: one compiled the canonical binding object, the other took it from the cache
+    assert _reused(on_dir, "relu_930") + _reused(on_dir, "relu_931") == 1
+    assert _reused(off_dir, "relu_930") + _reused(off_dir, "relu_931") == 0  # as written: two binding files
