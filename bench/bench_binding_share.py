@@ -43,8 +43,9 @@ def stub_libraries(where: Path) -> Path:
     return where
 
 
-def prepare(items, work: Path, stubs: Path | None) -> list[tuple[str, Path]]:
-    """Each candidate's first build variant written as the verifier writes it (the sources and build.ninja)."""
+def prepare(items, work: Path, stubs: Path | None) -> list[tuple[str, dict]]:
+    """Each candidate's first build variant, written as the verifier writes it (the sources and build.ninja) into
+    one directory per arm (``as-written``, ``canonical``): a build's commands name its own directory."""
     out = []
     for _task, cand in items:
         found = [e.args for e in scan(cand.code, "cuda").extensions if e.resolved]
@@ -54,23 +55,23 @@ def prepare(items, work: Path, stubs: Path | None) -> list[tuple[str, Path]]:
         label, kwargs = build_variants(spec)[0]
         if stubs is not None:
             kwargs = dict(kwargs, extra_ldflags=list(kwargs.get("extra_ldflags") or []) + [f"-L{stubs}"])
-        vdir = work / cand.candidate_id / label
-        write_variant(spec_key(spec), vdir, kwargs, ensure_pch(spec))
-        out.append((cand.candidate_id, vdir))
+        dirs = {}
+        for arm in ("as-written", "canonical"):
+            dirs[arm] = work / cand.candidate_id / f"{label}-{arm}"
+            write_variant(spec_key(spec), dirs[arm], kwargs, ensure_pch(spec))
+        out.append((cand.candidate_id, dirs))
     return out
 
 
-def compile_arm(built: list[tuple[str, Path]], canonical: bool, jobs: int, work: Path) -> dict:
+def compile_arm(built: list[tuple[str, dict]], canonical: bool, jobs: int, work: Path) -> dict:
     """Every candidate's compile step with a fresh object cache; the steps' own CPU seconds (compilers included)."""
     cache = work / ("objects-canonical" if canonical else "objects-as-written")
     env = dict(os.environ, MAX_JOBS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
                **{objcache.OBJ_DIR_ENV: str(cache), objcache.CANONICAL_OFF_ENV: "0" if canonical else "1"})
 
     def one(item):
-        cid, vdir = item
-        d = vdir.parent / ("canonical" if canonical else "as-written")
-        subprocess.run(["rm", "-rf", str(d)], check=True)
-        subprocess.run(["cp", "-r", str(vdir), str(d)], check=True)
+        cid, dirs = item
+        d = dirs["canonical" if canonical else "as-written"]
         r = subprocess.run([sys.executable, "-m", "verifier.buildproc", "compile", str(d)], env=env,
                            capture_output=True, text=True)
         rep = json.loads((d / buildproc.COMPILE_REPORT).read_text()) if (d / buildproc.COMPILE_REPORT).exists() else {}

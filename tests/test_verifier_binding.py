@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from verifier import objcache
-from verifier.binding import canonical_binding, link_aliases
+from verifier.binding import canonical_binding, link_aliases, names_clear_of
 from verifier.pch import ensure_pch, write_build_files
 from verifier.worker import _load_so
 
@@ -81,11 +81,22 @@ def test_anything_but_declarations_is_compiled_as_written(cpp):
     assert canonical_binding(main_cpp(cpp, ["f"])) is None
 
 
+@pytest.mark.parametrize("name", ["delete", "and", "main", "km_f1", "km_binding_names"])
+def test_keywords_main_and_the_canonical_forms_own_names_are_compiled_as_written(name):
+    assert canonical_binding(main_cpp(f"int {name}(int x);", [name])) is None
+
+
 def test_a_binding_file_of_the_candidates_own_is_compiled_as_written():
     own = "#include <torch/extension.h>\nint f(int);\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"f\", &f); }"
     assert canonical_binding(own) is None
     # an m.def whose Python name is not the C++ name (load_inline never writes one)
     assert canonical_binding(main_cpp("int f(int);", ["f"]).replace('m.def("f"', 'm.def("g"')) is None
+
+
+def test_names_the_headers_use_keep_the_file_as_written():
+    c = canonical_binding(main_cpp("torch::Tensor abs(torch::Tensor x);\nint64_t mine(int64_t x);", ["abs", "mine"]))
+    assert c is not None and c.includes == ("torch/extension.h",)
+    assert not names_clear_of(c, {"abs", "Tensor"}) and names_clear_of(c, {"Tensor", "relu"})
 
 
 def test_link_aliases_map_each_canonical_symbol_onto_the_candidates_function():
@@ -225,3 +236,17 @@ def test_two_builds_at_once_compile_the_shared_object_once(builds, pch):
     assert len(set(cache.glob("*.o")) - before) == 3  # two impl objects, one binding object
     assert _load_so("km_p", str(root / "p" / "km_ext.so")).halve(3.0) == 1.5
     assert _load_so("km_q", str(root / "q" / "km_ext.so")).third(3.0) == 1.0
+
+
+def test_a_name_the_headers_declare_fails_as_written(builds, pch, capsys):
+    """``abs`` is an overload set in the global namespace once torch's headers are in: the file as written cannot
+    pass it to wrap_pybind_function, and the build fails as it always did (``km_f0`` would have compiled)."""
+    root, cache, *_ = builds
+    capsys.readouterr()
+    with pytest.raises(RuntimeError):
+        two_object_build(root / "abs", "int64_t abs(int64_t x);", ["abs"], "int64_t abs(int64_t x) { return x; }",
+                         cache, pch)
+    out = capsys.readouterr().out
+    assert "FAILED: main.o" in out and "[binding]" not in out and "km_f0" not in out
+    # the headers' identifiers were read once and kept beside the objects
+    assert len(list(cache.glob("*.idents"))) == 1

@@ -102,6 +102,33 @@ def test_sources_outside_the_known_subset_skip_slim(snippet):
     assert labels == ["light", "full"], (snippet, labels)
 
 
+@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists() and not os.environ.get("CUDA_HOME"),
+                    reason="load_inline writes a CUDA build's files only where it finds nvcc")
+def test_each_variant_writes_the_binding_file_load_inline_writes_for_the_spec(tmp_path, monkeypatch):
+    """Variants are written one after another from one spec (slim, then light, then full when each fails): each
+    variant's main.cpp has one module definition, and the full build's is the file load_inline writes for the
+    spec alone. (load_inline appends to the lists it is given: the full build after a failed light one got a
+    second PYBIND11_MODULE and failed to compile, an honest kernel turned into a compile error.)"""
+    import torch.utils.cpp_extension as ce
+
+    from verifier.build import write_variant
+    from verifier.pch import write_build_files
+
+    monkeypatch.setattr(ce, "CUDA_HOME", ce.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    cu = ("#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n"
+          "torch::Tensor f(torch::Tensor x) { auto s = at::cuda::getCurrentCUDAStream(); return x.sin(); }")
+    spec = canonical_spec({"cpp_sources": "torch::Tensor f(torch::Tensor x);", "cuda_sources": cu, "functions": ["f"]})
+    variants = build_variants(spec)
+    assert [label for label, _ in variants] == ["slim", "light", "full"]
+    for label, kwargs in variants:
+        write_variant(spec_key(spec), tmp_path / label, kwargs, None)
+        main = (tmp_path / label / "main.cpp").read_text()
+        assert main.count("PYBIND11_MODULE") == 1 and main.count("m.def(") == 1, (label, main)
+    write_build_files(tmp_path / "alone", "km_ext", **build_variants(spec)[-1][1])
+    assert (tmp_path / "full" / "main.cpp").read_text() == (tmp_path / "alone" / "main.cpp").read_text()
+
+
 def test_cpp_only_spec_has_one_unchanged_build():
     spec = canonical_spec({"cpp_sources": "int f() { return 1; }", "functions": ["f"]})
     v = build_variants(spec)

@@ -16,7 +16,9 @@ types, not the names), the same C++ functions called.
 
 What it does not take: anything but ``#include <...>`` lines followed by one declaration per exported function
 (a definition, a macro, a namespace, a default argument, a string, an unexported declaration: the file is
-compiled as written). The declarations are hidden (``#pragma GCC visibility``), so no ``km_f<i>`` is exported
+compiled as written), nor a function name the included headers use for anything (``abs``: the file as written
+would name an overload set, where ``km_f0`` names one function; the caller checks the preprocessed headers'
+identifiers with :func:`names_clear_of`), a keyword, ``main`` or ``km_*``. The declarations are hidden (``#pragma GCC visibility``), so no ``km_f<i>`` is exported
 from the module and one module's cannot stand in for another's. When the canonical compile or link fails, or
 the link's other objects do not define every function the declarations name, the caller compiles the file as
 written, so a failure reads exactly as it would have (verifier/objcache.py).
@@ -31,6 +33,7 @@ MODULE_LINE = "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"
 CANONICAL_FILE = "km_binding.cpp"  # beside main.cpp in the build directory
 NAMES_FILE = "km_binding_names.cpp"
 NAMES_OBJECT = "km_binding_names.o"
+HEADERS_FILE = "km_binding_headers.cpp"  # its includes alone, preprocessed once per flags (names_clear_of)
 NAMES_SYMBOL = "km_binding_names"
 _IDENT = r"[A-Za-z_]\w*"
 _DOC = r'"((?:[^"\\\n]|\\.)*)"'
@@ -51,8 +54,33 @@ class CanonicalBinding:
     """A binding file in the form shared by every build that declares the same types (module docstring)."""
 
     text: str  # the canonical main.cpp
+    includes: tuple[str, ...]  # its headers, in order (``#include <h>``)
     names: tuple[str, ...]  # the exported C++ functions, in m.def order: km_f<i> stands for names[i]
     names_source: str  # defines NAMES_SYMBOL: each function's Python name and docstring, as load_inline wrote them
+
+
+# C++ keywords and alternative tokens, and names the file as written would not compile under (``main``) or
+# that the canonical form itself uses (km_*)
+_NOT_OWN = set("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
+decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if
+inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+register reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch
+template this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
+wchar_t while xor xor_eq main""".split())
+
+
+def own_name(name: str) -> bool:
+    """A name the canonical form may stand in for: not a keyword, ``main`` or one of its own (``km_``)."""
+    return name not in _NOT_OWN and not name.startswith("km_")
+
+
+def names_clear_of(binding: "CanonicalBinding", header_identifiers: set[str]) -> bool:
+    """Whether no exported name is an identifier anywhere in the preprocessed headers (macros included): then the
+    headers declare nothing of that name, the file as written finds exactly its own declaration where it names
+    the function, and the canonical form compiles exactly when it does. Conservative: a name the headers use for
+    anything (a member, a parameter) keeps the file as written."""
+    return not any(n in header_identifiers for n in binding.names)
 
 
 def canonical_name(i: int) -> str:
@@ -153,7 +181,7 @@ def canonical_binding(main_text: str) -> CanonicalBinding | None:
         defs.append((m.group(1), m.group(3)))
         wrapped.add(bool(_DEF_WRAPPED.fullmatch(line)))
     names = [n for n, _ in defs]
-    if not defs or len(set(names)) != len(names) or len(wrapped) != 1:
+    if not defs or len(set(names)) != len(names) or len(wrapped) != 1 or any(not own_name(n) for n in names):
         return None
     code = _without_comments(head)
     if code is None:
@@ -191,7 +219,8 @@ def canonical_binding(main_text: str) -> CanonicalBinding | None:
     lines.append("}")
     literals = ", ".join(f'"{n}", "{doc}"' for n, doc in defs)
     names_source = f'extern "C" const char* const {NAMES_SYMBOL}[] = {{{literals}}};\n'
-    return CanonicalBinding(text="\n".join(lines) + "\n", names=tuple(names), names_source=names_source)
+    return CanonicalBinding(text="\n".join(lines) + "\n", includes=tuple(includes), names=tuple(names),
+                            names_source=names_source)
 
 
 def _without_comments(text: str) -> str | None:

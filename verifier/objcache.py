@@ -187,11 +187,48 @@ class _Canonical:
     hit: bool = False
 
 
+_IDENTIFIER = re.compile(rb"[A-Za-z_]\w*")
+
+
+def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, includes: tuple[str, ...]) -> set[str]:
+    """Every identifier in the headers ``includes`` preprocessed with the flags of compile command ``cmd`` (input
+    ``src``), macro names included (``-dD``); kept in the cache per flags and headers. Empty when the headers do
+    not preprocess (the canonical compile then fails as well)."""
+    drop_next = {"-MF", "-o"}
+    argv, skip = [], False
+    for a in shlex.split(cmd):
+        if skip or a in drop_next or a in ("-MMD", "-c", "-Winvalid-pch") or a == str(src):
+            skip = a in drop_next
+            continue
+        argv.append(a)
+    headers = build_dir / binding.HEADERS_FILE
+    headers.write_text("".join(f"#include <{h}>\n" for h in includes))
+    argv += ["-E", "-dD", "-P", str(headers)]
+    key = hashlib.sha256(json.dumps({"argv": [a.replace(str(build_dir), "@BUILD@") for a in argv],
+                                     "tool": _identity(argv[0])}).encode()).hexdigest()[:32]
+    stored = cache_dir / f"{key}.idents"
+    if stored.is_file():
+        return set(stored.read_text().split())
+    r = subprocess.run(argv, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    if r.returncode != 0:
+        return set()
+    found = {m.decode() for m in set(_IDENTIFIER.findall(r.stdout))}
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(sorted(found)))
+    os.replace(tmp, stored)
+    return found
+
+
 def _canonical_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Canonical | None:
-    """The binding file's canonical form (verifier/binding.py) written beside it; None when it has none."""
+    """The binding file's canonical form (verifier/binding.py) written beside it; None when it has none, or when
+    the headers it includes use one of its function names for anything (binding.names_clear_of)."""
     src_path = Path(build_dir, src)
     canon = binding.canonical_binding(src_path.read_text(errors="replace"))
     if canon is None:
+        return None
+    idents = header_identifiers(build_dir, cache_dir, _command(build_dir, out), src_path, canon.includes)
+    if not idents or not binding.names_clear_of(canon, idents):
         return None
     canon_src = build_dir / binding.CANONICAL_FILE
     canon_src.write_text(canon.text)

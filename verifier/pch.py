@@ -37,7 +37,7 @@ def pch_root() -> Path:
 def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
     """What ``load_inline(name=name, build_directory=build_dir, **kwargs)`` writes (the sources and build.ninja),
     the build itself stopped before ninja runs; thread-safe, and always under ``name`` itself (torch's versioner
-    forgets it before and after)."""
+    forgets it before and after). The caller's lists are left as they were."""
 
     class _Stop(Exception):
         pass
@@ -45,6 +45,9 @@ def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
     def stop(*_a, **_k):
         raise _Stop
 
+    # load_inline inserts its headers into, and appends the module definition to, the lists it is given: a copy,
+    # or a second variant written from the same lists (light, then full) gets two PYBIND11_MODULE blocks
+    kwargs = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()}
     build_dir.mkdir(parents=True, exist_ok=True)
     with _WRITE_LOCK:
         saved = ce._run_ninja_build
