@@ -248,5 +248,18 @@ def test_a_name_the_headers_declare_fails_as_written(builds, pch, capsys):
                          cache, pch)
     out = capsys.readouterr().out
     assert "FAILED: main.o" in out and "[binding]" not in out and "km_f0" not in out
-    # the headers' identifiers were read once and kept beside the objects
+    # the headers' identifiers were read once and kept beside the objects (one set of headers and flags so far)
     assert len(list(cache.glob("*.idents"))) == 1
+
+
+def test_another_include_set_is_read_for_its_own_names(builds, pch, capsys):
+    """A name only the file's own extra header declares (wordexp.h's ``wordfree``, not in torch's headers): the
+    identifiers read are those of the file's includes, so it is compiled as written and fails as written."""
+    root, cache, *_ = builds
+    capsys.readouterr()
+    with pytest.raises(RuntimeError):
+        two_object_build(root / "wordexp", "#include <wordexp.h>\nint64_t wordfree(int64_t x);", ["wordfree"],
+                         "int64_t wordfree(int64_t x) { return x; }", cache, pch)
+    out = capsys.readouterr().out
+    assert "FAILED: main.o" in out and "km_f0" not in out
+    assert len(list(cache.glob("*.idents"))) == 2

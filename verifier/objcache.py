@@ -166,7 +166,12 @@ def _with_input(cmd: str, old: Path, new: Path, out: str, new_out: str) -> str:
 
 
 def _symbols(objects: list[Path], *flags: str) -> list[str]:
-    r = subprocess.run(["nm", "--format=posix", *flags, *map(str, objects)], capture_output=True, text=True)
+    """The symbols ``nm`` lists for ``objects`` (none where nm is missing or fails: the file is then linked as
+    written)."""
+    try:
+        r = subprocess.run(["nm", "--format=posix", *flags, *map(str, objects)], capture_output=True, text=True)
+    except OSError:
+        return []
     if r.returncode != 0:
         return []
     return [line.split()[0] for line in r.stdout.splitlines() if line and not line.endswith(":")]
@@ -205,11 +210,14 @@ def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, in
     headers.write_text("".join(f"#include <{h}>\n" for h in includes))
     argv += ["-E", "-dD", "-P", str(headers)]
     key = hashlib.sha256(json.dumps({"argv": [a.replace(str(build_dir), "@BUILD@") for a in argv],
-                                     "tool": _identity(argv[0])}).encode()).hexdigest()[:32]
+                                     "headers": list(includes), "tool": _identity(argv[0])}).encode()).hexdigest()[:32]
     stored = cache_dir / f"{key}.idents"
     if stored.is_file():
         return set(stored.read_text().split())
-    r = subprocess.run(argv, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        r = subprocess.run(argv, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return set()
     if r.returncode != 0:
         return set()
     found = {m.decode() for m in set(_IDENTIFIER.findall(r.stdout))}
