@@ -89,7 +89,9 @@ def compile_arm(built: list[tuple[str, dict]], canonical: bool, jobs: int, work:
 def testbed_share(manifest: Path, work: Path) -> str:
     """How often model-written solutions' binding files have a canonical form, and how many distinct binding
     objects they need as written and in that form (per problem: one RL group's answers, one task)."""
-    from verifier.binding import canonical_binding
+    from verifier.binding import canonical_binding, names_clear_of
+
+    (work / "idents").mkdir(parents=True, exist_ok=True)
 
     written, canon, per_problem = set(), set(), {}
     n = have_cuda = has_form = 0
@@ -112,6 +114,10 @@ def testbed_share(manifest: Path, work: Path) -> str:
         have_cuda += 1
         text = (d / "main.cpp").read_text(errors="replace")
         c = canonical_binding(text)
+        if c is not None:  # as the compile step decides: no name the included headers use
+            idents = objcache.header_identifiers(d, work / "idents", objcache._command(d, "main.o"), d / "main.cpp",
+                                                 c.includes)
+            c = c if idents and names_clear_of(c, idents) else None
         has_form += c is not None
         written.add(text)
         canon.add(c.text if c else text)
@@ -148,7 +154,9 @@ def main() -> None:
         emit(f"# Binding files of model-written solutions with a canonical form\n\nCommand: `PYTHONPATH=. "
              f"TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_binding_share.py --testbed {a.testbed}"
              f"{' --cuda-home ' + a.cuda_home if a.cuda_home else ''}`: each solution's unchanged build files as the "
-             "verifier writes them (its first resolved CUDA load_inline).\n\n" + table, a.out,
+             "verifier writes them (its first resolved CUDA load_inline); \"has a canonical form\": verifier/binding.py "
+             "gives one and no function name is an identifier of the headers it includes (as the compile step "
+             "decides).\n\n" + table, a.out,
              "binding_share_testbed.md")
         return
     items = [it for it in mixed_batch(a.per_task)
