@@ -7,7 +7,8 @@ file exactly (the same declarations and function names: model answers to one tas
 extension of the verifier is compiled under one fixed module name (``MODULE``), so the binding's text
 depends on nothing else; the link adds the spec's own init symbol as an alias (``--defsym``), and the
 extension is loaded under that name (CPython hands back the first module loaded under a name, whatever
-the file).
+the file). A binding file that only declares the candidate's functions is compiled in a canonical form that
+does not depend on their names (verifier/binding.py), so answers that differ in names share that object too.
 
 ``run_cached(build_dir, cache_dir, ...)`` stands in for torch's ``_run_ninja_build``: it reads each compile
 command from the ``build.ninja`` torch wrote (``ninja -t commands -s TARGET``: ninja's own expansion), keys
