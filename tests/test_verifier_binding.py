@@ -208,6 +208,13 @@ def test_declarations_the_other_objects_do_not_define_are_linked_as_written(buil
     assert "[binding]" not in capsys.readouterr().out  # the log is the unchanged build's
     with pytest.raises(ImportError, match="_Z7add_onel"):
         _load_so("km_m", str(root / "m" / "km_ext.so"))
+    # defined, but static (a local symbol no other object links to): the same
+    st = two_object_build(root / "s", "int64_t add_one(int64_t x);", ["add_one"],
+                          "static int64_t add_one(int64_t x) { return x + 1; }\n"
+                          "int64_t use_it(int64_t x) { return add_one(x); }", cache, pch)
+    assert "binding" not in st and st["hits"] == ["main.o"]
+    with pytest.raises(ImportError, match="_Z7add_onel"):
+        _load_so("km_s", str(root / "s" / "km_ext.so"))
 
 
 def test_a_binding_file_that_does_not_compile_fails_as_written(builds, pch, capsys):

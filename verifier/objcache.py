@@ -280,7 +280,7 @@ def _canonical_link(build_dir: Path, c: _Canonical, others: list[str], link: str
     if not _try(names_cmd, build_dir, c.log):
         return False
     aliases = binding.link_aliases(c.canon, _symbols([build_dir / c.out], "--undefined-only"),
-                                   set(_symbols([build_dir / o for o in others], "--defined-only")))
+                                   set(_symbols([build_dir / o for o in others], "--defined-only", "--extern-only")))
     argv = shlex.split(_command(build_dir, link))
     if aliases is None or c.out not in argv:
         return False
