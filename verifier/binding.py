@@ -130,7 +130,7 @@ def _parameter(text: str) -> str | None:
         return None
     last = toks[-1]
     if (len(toks) >= 2 and re.fullmatch(_IDENT, last) and last not in _TYPE_WORDS
-            and (re.fullmatch(r"\w+", toks[-2]) or toks[-2] in (">", "&", "&&", "*")) and toks[-2] != "::"):
+            and (re.fullmatch(r"\w+", toks[-2]) or toks[-2] in (">", "&", "&&", "*"))):
         toks = toks[:-1]
     t = _type(toks)
     return _join(t) if t else None
@@ -175,11 +175,12 @@ def canonical_binding(main_text: str) -> CanonicalBinding | None:
         return None
     defs, wrapped = [], set()
     for line in tail.split("\n")[:-1]:
-        m = _DEF_WRAPPED.fullmatch(line) or _DEF_PLAIN.fullmatch(line)
+        w = _DEF_WRAPPED.fullmatch(line)
+        m = w or _DEF_PLAIN.fullmatch(line)
         if not m or m.group(1) != m.group(2):
             return None
         defs.append((m.group(1), m.group(3)))
-        wrapped.add(bool(_DEF_WRAPPED.fullmatch(line)))
+        wrapped.add(w is not None)
     names = [n for n, _ in defs]
     if not defs or len(set(names)) != len(names) or len(wrapped) != 1 or any(not own_name(n) for n in names):
         return None
@@ -253,7 +254,7 @@ def link_aliases(binding: CanonicalBinding, undefined: list[str], defined: set[s
     (``undefined``: its undefined symbols, as ``nm -u`` lists them), onto the candidate's function of the same
     parameter types; None when one is not among ``defined`` (the symbols the link's other objects define:
     the file as written would then not link or load the same way, so it is compiled as written)."""
-    out, seen = [], set()
+    out = []
     for i, name in enumerate(binding.names):
         prefix = f"_Z{len(canonical_name(i))}{canonical_name(i)}"
         mine = [s for s in undefined if s.startswith(prefix) and not s[len(prefix):][:1].isdigit()]
@@ -263,5 +264,4 @@ def link_aliases(binding: CanonicalBinding, undefined: list[str], defined: set[s
         if original not in defined:
             return None
         out.append(f"-Wl,--defsym={mine[0]}={original}")
-        seen.add(i)
-    return out if len(seen) == len(binding.names) else None
+    return out

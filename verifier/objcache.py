@@ -186,6 +186,7 @@ class _Canonical:
     canon: binding.CanonicalBinding
     src: Path  # the file as written
     out: str  # the binding's object (main.o)
+    written_cmd: str  # the file's compile command as ninja would run it
     cmd: str  # the compile command of the canonical file
     key: str
     lock: int  # file descriptor of the key's lock file
@@ -208,13 +209,13 @@ def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, in
             continue
         argv.append(a)
     headers = build_dir / binding.HEADERS_FILE
-    headers.write_text("".join(f"#include <{h}>\n" for h in includes))
     argv += ["-E", "-dD", "-P", str(headers)]
     key = hashlib.sha256(json.dumps({"argv": [a.replace(str(build_dir), "@BUILD@") for a in argv],
                                      "headers": list(includes), "tool": _identity(argv[0])}).encode()).hexdigest()[:32]
     stored = cache_dir / f"{key}.idents"
     if stored.is_file():
         return set(stored.read_text().split())
+    headers.write_text("".join(f"#include <{h}>\n" for h in includes))
     try:
         r = subprocess.run(argv, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     except OSError:
@@ -236,16 +237,17 @@ def _canonical_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Ca
     canon = binding.canonical_binding(src_path.read_text(errors="replace"))
     if canon is None:
         return None
-    idents = header_identifiers(build_dir, cache_dir, _command(build_dir, out), src_path, canon.includes)
+    written_cmd = _command(build_dir, out)
+    idents = header_identifiers(build_dir, cache_dir, written_cmd, src_path, canon.includes)
     if not idents or not binding.names_clear_of(canon, idents):
         return None
     canon_src = build_dir / binding.CANONICAL_FILE
     canon_src.write_text(canon.text)
     (build_dir / binding.NAMES_FILE).write_text(canon.names_source)
-    cmd = _with_input(_command(build_dir, out), src_path, canon_src, out, out)
+    cmd = _with_input(written_cmd, src_path, canon_src, out, out)
     key, _ = _cached_object(build_dir, cache_dir, cmd, [canon_src.name])
-    return _Canonical(canon, src_path, out, cmd, key, os.open(cache_dir / f".{key}.lock", os.O_CREAT | os.O_RDWR,
-                                                               0o644), [])
+    lock = os.open(cache_dir / f".{key}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    return _Canonical(canon, src_path, out, written_cmd, cmd, key, lock, [])
 
 
 def _canonical_object(build_dir: Path, cache_dir: Path, c: _Canonical, wait: bool) -> bool | None:
@@ -275,8 +277,7 @@ def _canonical_link(build_dir: Path, c: _Canonical, others: list[str], link: str
     """The names file compiled and linked with the canonical object, each ``km_f<i>`` mapped onto the
     candidate's function (``--defsym``); False, having printed nothing, when the other objects do not define
     what the file declares or a step fails."""
-    names_cmd = _with_input(_command(build_dir, c.out), c.src, build_dir / binding.NAMES_FILE, c.out,
-                            binding.NAMES_OBJECT)
+    names_cmd = _with_input(c.written_cmd, c.src, build_dir / binding.NAMES_FILE, c.out, binding.NAMES_OBJECT)
     if not _try(names_cmd, build_dir, c.log):
         return False
     aliases = binding.link_aliases(c.canon, _symbols([build_dir / c.out], "--undefined-only"),
@@ -337,7 +338,7 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
         finally:
             os.close(canonical.lock)
         out, _rule, inputs = mains[0]  # as written, as the build without the canonical form would
-        hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix, f"[1/{n}] ")
+        hit = _compile_cached(build_dir, cache_dir, canonical.written_cmd, inputs, out, error_prefix, f"[1/{n}] ")
         stats["hits" if hit else "misses"].append(out)
     _run(_command(build_dir, links[0][0]), build_dir, error_prefix, links[0][0], f"[{n}/{n}] ")
     return stats
