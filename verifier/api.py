@@ -39,6 +39,7 @@ from kernelmill.schema import Candidate, Task, Verdict
 from verifier import cheats, sandbox
 from verifier.backends import get_backend
 from verifier.build import CompilePool, first_errors
+from verifier.channel import Driver, Ledger
 from verifier.config import VerifyConfig, resolve_backend
 from verifier.contract import ChildReport, Job
 from verifier.devlock import device_lock
@@ -75,11 +76,24 @@ def load_reference(reference_code: str, name: str = "task"):
 
 
 def _front(reference_code: str, candidate_text: str, backend: str, task_id: str, candidate_id: str) -> Work:
-    """Extract and static stages; the returned work's verdict has a status when it stopped here."""
+    """Extract and static stages; the returned work's verdict has a status when it stopped here. Whatever a
+    candidate's text does to these stages, it ends as that candidate's verdict: a failure of the verifier's
+    own scanning code is a ``verifier_error`` for this candidate, and the batch goes on."""
     t0 = time.perf_counter()
     v = Verdict(candidate_id=candidate_id, task_id=task_id, backend=backend)
     v.stage_reached = "extract"
     w = Work(verdict=v, reference_code=reference_code, started=t0)
+    try:
+        return _front_stages(w, candidate_text, backend, t0)
+    except Exception as e:  # noqa: BLE001
+        finish(w, "verifier_error", [f"The verifier's {v.stage_reached} stage failed on this candidate "
+                                     f"({type(e).__name__}: {str(e)[:300]}); this is the verifier's fault, not "
+                                     "your program's."])
+        return w
+
+
+def _front_stages(w: Work, candidate_text: str, backend: str, t0: float) -> Work:
+    v = w.verdict
     code = extract_code(candidate_text)
     problems = check_candidate_shape(code, backend)
     v.stage_seconds["extract"] = round(time.perf_counter() - t0, 4)
@@ -199,7 +213,7 @@ _PLAN_LOCK = threading.Lock()
 
 def plan_settings(cfg: VerifyConfig) -> tuple:
     """The verifier settings a TaskPlan is made from (task_plan reads no other field of ``cfg``)."""
-    return (bool(cfg.other_shape), bool(cfg.float64_reference))
+    return (bool(cfg.other_shape), bool(cfg.float64_reference), bool(cfg.eval_mode))
 
 
 def _free_bytes(device: str) -> int:
@@ -238,7 +252,7 @@ def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = 
                 plan.reproducible = same(a, b)
                 plan.input_bytes = nbytes(a)
                 del b
-                model, _ = build_model(ref_mod, seed, device, reference_code)
+                model, _ = build_model(ref_mod, seed, device, reference_code, cfg.eval_mode)
                 out = as_list(model(*a))
                 c = draw_inputs(ref_mod.get_inputs, seed + 1, device, reference_code)
                 out_c = as_list(model(*c))
@@ -338,7 +352,8 @@ def _job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, reference
                warm_device_ms=cfg.warm_device_ms, hide_launch_us=cfg.hide_launch_us,
                time_torch_compile=cfg.time_torch_compile, memory_limit_gb=cfg.memory_limit_gb,
                allow_child_compile=cfg.allow_child_compile, timing_lock=_lock_path(cfg, build_root),
-               lock_wait_s=_lock_wait_s(cfg), **kw)
+               lock_wait_s=_lock_wait_s(cfg), eval_mode=cfg.eval_mode, wall_repeats=max(1, cfg.wall_repeats),
+               timing_budget_s=cfg.timing_budget_s, **kw)
 
 
 def _job_dir(job: Job) -> Path:
@@ -353,25 +368,65 @@ def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> Ch
     return ChildRun(rc, timed_out, log)
 
 
-_REF_TIMINGS: dict[tuple, object] = {}
+WALL_TARGET_S = 0.01  # a bracket of the verifier's clock lasts about this long (at most WALL_MAX_CALLS calls)
+WALL_MAX_CALLS = 500
+
+
+def bracket_calls(call_s: float) -> int:
+    """Calls in one bracket for a model whose calls take about ``call_s`` (at least 3)."""
+    if call_s <= 0:
+        return 10
+    return max(3, min(WALL_MAX_CALLS, int(WALL_TARGET_S / call_s) + 1))
+
+
+def per_call_s(ledger: Ledger, label: str) -> float | None:
+    """The least wall time per call over the brackets of ``label`` (the verifier's clock), None without any."""
+    times = [b.wall_s / len(b.seeds) for b in ledger.brackets if b.label == label and b.seeds]
+    return min(times) if times else None
+
+
+@dataclass
+class ReferenceTiming:
+    """The reference's timings, measured once per task where no candidate code ever ran: its child's report
+    (event times, trusted: nothing else ran there), and from the verifier's own clock its time per call and
+    the per-call cost of the bracket itself (inputs drawn, output summed) that every model's bracket pays."""
+
+    report: ChildReport
+    wall_call_s: float | None = None
+    wall_overhead_s: float | None = None
+
+
+_REF_TIMINGS: dict[tuple, ReferenceTiming] = {}
 _REF_LOCKS: dict[tuple, threading.Lock] = {}
 
 
-def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path):
+def _run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on_trial=None) -> tuple[ChildRun, Ledger]:
+    """Run a job whose child asks this process for its seeds and brackets (verifier/channel.py)."""
+    driver = Driver(job_dir, job.n_trials, job.n_timing, on_trial=on_trial,
+                    wall_calls=lambda label, claimed: bracket_calls(claimed))
+    try:
+        run = _run_job(job, job_dir, timeout_s, cfg)
+    finally:
+        ledger = driver.close()
+    job.trial_seeds = [ledger.trial_seeds.get(i, 0) for i in range(job.n_trials)]
+    job.timing_seeds = list(ledger.timing_seeds)
+    return run, ledger
+
+
+def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
     """The eager and torch.compile timings of a task's reference, measured once per process in a child
     where no candidate code has ever run (so no candidate can slow the reference down), then reused for
-    every candidate of the task. Returns a ChildReport of kind "reference" (its timing_error set when it
-    could not be timed)."""
+    every candidate of the task. Its report's timing_error is set when it could not be timed."""
     key = (hashlib.sha256(plan.text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup,
-           cfg.time_torch_compile, str(build_root))
+           cfg.time_torch_compile, cfg.eval_mode, str(build_root))
     with _PLAN_LOCK:
         lock = _REF_LOCKS.setdefault(key, threading.Lock())
     with lock:
         if key in _REF_TIMINGS:
             return _REF_TIMINGS[key]
-        job = _job("reference", backend, cfg, build_root, plan.text, timing_seeds=_seeds(cfg.timing_trials))
+        job = _job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
         job_dir = _job_dir(job)
-        run = _run_job(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg)
+        run, ledger = _run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg)
         try:
             rep = ChildReport.read(job_dir)
         except Exception as e:  # noqa: BLE001
@@ -379,8 +434,11 @@ def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root
                                                              f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
         if not cfg.keep_jobs:
             shutil.rmtree(job_dir, ignore_errors=True)
-        _REF_TIMINGS[key] = rep
-        return rep
+        ref_call, null_call = per_call_s(ledger, "reference"), per_call_s(ledger, "null")
+        timing = ReferenceTiming(rep, None if ref_call is None or null_call is None else max(ref_call - null_call, 0.0),
+                                 null_call)
+        _REF_TIMINGS[key] = timing
+        return timing
 
 
 _DEVICE_WORK = threading.Lock()
@@ -420,30 +478,33 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
         return finish(w, "task_error", [f"This task cannot judge a candidate: {plan.task_fault}. The task is at "
                                         "fault, not your kernel."])
     n = cfg.trials + (1 if plan.other_shape else 0)
-    job = _job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code,
-               trial_seeds=_seeds(n), other_shape=plan.other_shape, input_files=not plan.reproducible,
-               timing_seeds=_seeds(cfg.timing_trials))
+    job = _job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=n,
+               other_shape=plan.other_shape, input_files=not plan.reproducible, n_timing=cfg.timing_trials)
     job_dir = _job_dir(job)
+
+    def ship_inputs(i: int, seed: int) -> None:
+        """Inputs a seed does not reproduce travel as a file, written when the child reaches their trial."""
+        other = job.other_shape if (job.other_shape and i == n - 1) else ""
+        with _shared_lock(cfg, build_root, backend) as lock:
+            lock.acquire(False, _lock_wait_s(cfg))
+            with RNG_LOCK:
+                inputs = draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text, other)
+        torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
+                   job_dir / f"trial_{i}.pt")
+
     try:
-        if job.input_files:  # inputs that a seed does not reproduce travel as files
-            for i in range(n):
-                with _shared_lock(cfg, build_root, backend) as lock:
-                    lock.acquire(False, _lock_wait_s(cfg))
-                    inputs = plan.draw_trial(job, i, device)
-                torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
-                           job_dir / f"trial_{i}.pt")
         # timed once per task, before the first candidate runs and outside any device lock
         ref_timing = reference_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
         v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
         t_child = time.perf_counter()
         timeout = cfg.run_timeout_s + (cfg.compile_timeout_s if cfg.allow_child_compile and not w.specs else 0)
-        run = _run_job(job, job_dir, timeout, cfg)
+        run, ledger = _run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
         v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
         v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
         poison = get_backend(backend).poison_byte
         with _shared_lock(cfg, build_root, backend) as lock, _device_memory(device):
             lock.acquire(False, _lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
-            return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing)
+            return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing, ledger)
     finally:
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root

@@ -104,6 +104,9 @@ class Job(_Record):
     reference_code: str
     init_seed: int
     candidate_code: str = ""
+    n_trials: int = 0  # correctness trials; each one's seed comes over the channel when the child reaches it
+    n_timing: int = 0  # timed iterations; their seeds come over the channel when the trials are over
+    # the verifier's own record of the seeds it handed out (verifier/channel.py): never written for the child
     trial_seeds: list[int] = field(default_factory=list)
     other_shape: str = ""  # "" (no extra-shape trial) or the mode of verifier.inputs.other_shape_inputs
     input_files: bool = False  # trial inputs shipped as trial_<i>.pt (get_inputs not reproducible from a seed)
@@ -118,9 +121,15 @@ class Job(_Record):
     allow_child_compile: bool = VerifyConfig.allow_child_compile
     timing_lock: str = ""  # path of the device lock ("" = none)
     lock_wait_s: float = 30.0
+    eval_mode: bool = VerifyConfig.eval_mode
+    wall_repeats: int = VerifyConfig.wall_repeats
+    timing_budget_s: float = VerifyConfig.timing_budget_s
 
     def write(self, job_dir: Path) -> None:
-        (job_dir / JOB_FILE).write_text(json.dumps(self.to_dict()))
+        """The job as the child reads it: without the seeds (they are handed out one step at a time)."""
+        d = self.to_dict()
+        d["trial_seeds"], d["timing_seeds"] = [], []
+        (job_dir / JOB_FILE).write_text(json.dumps(d))
 
     @classmethod
     def read(cls, job_dir: Path) -> "Job":
@@ -172,7 +181,10 @@ class ChildReport(_Record):
     aborted: str = ""  # why the child stopped early (tampering seen)
     copied_parameters: bool = False
     holds_reference_model: bool = False
+    reference_error: str = ""  # the reference failed in the child: the verifier's problem, not the candidate's
+    threads_at_load: int = 0  # threads the candidate's import or ModelNew() started and left running
     trials: list[TrialReport] = field(default_factory=list)
+    timed: typing.Optional[TrialReport] = None  # what the monitors saw over every timed call
     cuda_kernel_names: list[str] = field(default_factory=list)
     own_kernel_ran: typing.Optional[bool] = None
     candidate: typing.Optional[ModelTiming] = None

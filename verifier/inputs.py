@@ -322,8 +322,9 @@ def variant_get_inputs(program_text: str, change_json: str):
     return _VARIANTS[key]
 
 
-def build_model(ref_mod, init_seed: int, device: str, program_text: str = ""):
-    """``Model(*get_init_inputs())`` with weights drawn under ``init_seed``, in eval mode, moved to ``device``;
+def build_model(ref_mod, init_seed: int, device: str, program_text: str = "", eval_mode: bool = False):
+    """``Model(*get_init_inputs())`` with weights drawn under ``init_seed``, in the mode it was constructed in
+    (KernelBench's harness never calls ``.eval()``; ``eval_mode`` does), moved to ``device``;
     the process's fp32 numerics set to plain fp32 first (no TF32: verifier/numerics.py).
 
     Constructed on the cpu (a program naming cuda is mapped there), as the execution child constructs
@@ -336,7 +337,8 @@ def build_model(ref_mod, init_seed: int, device: str, program_text: str = ""):
     seed_everything(init_seed)
     with placement("cpu", program_text):
         model = ref_mod.Model(*init)
-    return model.to(device).eval(), to_device(init, device)
+    model = model.to(device)
+    return (model.eval() if eval_mode else model), to_device(init, device)
 
 
 def init_inputs(ref_mod, init_seed: int, device: str, program_text: str = "") -> list:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import random
 import signal
 import statistics
 import sys
@@ -25,8 +27,9 @@ from kernelmill.schema import NOT_JUDGED, Verdict
 from verifier import cheats, feedback, sandbox
 from verifier.backends import kernel_family
 from verifier.config import VerifyConfig
+from verifier.channel import Ledger
 from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, ContractError, Job, TrialReport
-from verifier.inputs import as_list, build_model
+from verifier.inputs import as_list, build_model, draw_inputs
 from verifier.monitors import forbidden
 from verifier.numerics import float64_model
 from verifier.outputs import (RNG_LOCK, Digest, Evidence, check_outputs, check_timed_outputs, fingerprint,
@@ -97,6 +100,79 @@ def check_reference_held(report: ChildReport, ev: Evidence) -> None:
         ev.add(cheats.C04, "ModelNew holds an instance of the reference Model.")
 
 
+def check_channel(ledger: Ledger, ev: Evidence) -> None:
+    """C12: the candidate spoke on the verifier's channel (asked for a seed out of turn, answered for the
+    child): only the verifier's own code in the child asks, each step once and in order."""
+    if ledger.problems:
+        ev.add(cheats.C12, "Your program used the verifier's channel to its execution process: "
+                           + "; ".join(ledger.problems[:3]) + ". Seeds are handed out one trial at a time.")
+
+
+def check_threads_at_load(report: ChildReport, ev: Evidence) -> None:
+    """C09: threads the candidate's import or constructor started and left running. Work on them is watched by
+    no thread-local monitor, and forward does not need them (kernels run on the device, not on a host thread)."""
+    if report.threads_at_load > 0:
+        ev.add(cheats.C09, f"Importing your program or constructing ModelNew left {report.threads_at_load} new "
+                           "thread(s) running: work on a thread of your own is not allowed.")
+
+
+WALL_SUMS_CHECKED = 4  # calls of the verifier-timed brackets whose output sums are recomputed here
+
+
+def check_wall(ledger: Ledger, plan, model, device: str, ev: Evidence) -> float | None:
+    """The candidate's time per call by the verifier's own clock (verifier/channel.py), after checking that the
+    brackets it answered were real work: a few of their calls, picked here, recomputed with the reference and
+    compared by output sum (C16 when they differ: a timed call that computed something else). C11 when the
+    child reported timings but no bracket came back. Returns seconds per call, or None."""
+    brackets = [b for b in ledger.brackets if b.label == "candidate" and b.seeds]
+    if not brackets:
+        ev.add(cheats.C11, "The execution process reported timings but never ran the calls timed by the verifier's "
+                           "own clock.")
+        return None
+    rng = random.SystemRandom()
+    picks = [(b, rng.randrange(len(b.seeds))) for b in rng.choices(brackets, k=WALL_SUMS_CHECKED)]
+    for b, k in picks:
+        with RNG_LOCK, torch.no_grad():
+            inputs = draw_inputs(plan.ref_mod.get_inputs, b.seeds[k], device, plan.text)
+            outs = [o for o in as_list(model(*inputs)) if isinstance(o, torch.Tensor)]
+        want = sum(float(o.to(torch.float64).sum()) for o in outs)
+        scale = sum(float(o.to(torch.float64).abs().sum()) for o in outs) + sum(o.numel() for o in outs) * 1e-6
+        got = b.sums[k]
+        if not (got == want or (math.isnan(got) and math.isnan(want)) or abs(got - want) <= 1e-3 * scale):
+            ev.add(cheats.C16, f"A call timed by the verifier's clock returned other outputs than the reference "
+                               f"(output sum {got:.6g}, expected {want:.6g}): timed calls must compute what the "
+                               "checked ones do.")
+            break
+        del inputs, outs
+    return min(b.wall_s / len(b.seeds) for b in brackets)
+
+
+def cap_by_wall(v: Verdict, cfg: VerifyConfig, ref, candidate_call_s: float | None, ev: Evidence) -> None:
+    """A reported speedup is at most ``cfg.wall_margin`` x the one the verifier's own clock measured (the child
+    measures its device times itself, in a process the candidate controls). The clock times calls back to back,
+    launch overhead included, as a caller of the model sees them; where the child's device-only times claim
+    more than the margin allows, the runtime is raised to what the clock supports and the feedback says so."""
+    if ref is None or ref.wall_call_s is None or ref.wall_overhead_s is None or candidate_call_s is None \
+            or not v.runtime_us or not v.eager_us:
+        return
+    cand = max(candidate_call_s - ref.wall_overhead_s, 0.02 * ref.wall_call_s, 1e-7)
+    wall_speedup = ref.wall_call_s / cand
+    v.versions["timing"] = {**v.versions.get("timing", {}), "wall_call_us": round(cand * 1e6, 3),
+                            "eager_wall_call_us": round(ref.wall_call_s * 1e6, 3),
+                            "wall_speedup": round(wall_speedup, 4)}
+    floor_us = v.eager_us / (cfg.wall_margin * wall_speedup)
+    if v.runtime_us >= floor_us:
+        return
+    v.versions["timing"]["device_runtime_us"] = v.runtime_us
+    v.runtime_us = floor_us
+    v.speedup_eager = v.eager_us / v.runtime_us
+    if v.compile_us:
+        v.speedup_compile = v.compile_us / v.runtime_us
+    ev.add(None, f"Your device times claim {v.eager_us / v.versions['timing']['device_runtime_us']:.2f}x over eager, "
+                 f"but the verifier's own clock measured {wall_speedup:.2f}x per call (launch overhead included); the "
+                 f"speedup reported is capped at {cfg.wall_margin:g}x that ({v.speedup_eager:.2f}x).")
+
+
 HOST_COPY_LIMIT = 64 * 1024  # bytes forward may copy from the device to the host (scalars, small shape tables)
 
 
@@ -131,7 +207,7 @@ def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Ev
     or any cuBLAS/cuDNN/CUTLASS kernel, is compute the candidate did not write."""
     if report.own_kernel_ran is False:
         ev.add(cheats.C02, "The profiler saw none of your __global__ kernels run during forward.")
-    trials = [t for t in report.trials if not t.error]
+    trials = [t for t in report.trials if not t.error] + ([report.timed] if report.timed is not None else [])
     if not trials or not report.cuda_kernel_names or not any(t.foreign_kernel_us or t.own_kernel_us for t in trials):
         return
     own = sum(t.own_kernel_us for t in trials)
@@ -253,19 +329,23 @@ def run_stage(job: Job, job_dir: Path, report: ChildReport | None = None) -> str
     named as verifier/worker.py writes them), else "correctness"."""
     if report is not None:
         return "timing" if report.timing_exclusive is not None else "correctness"
-    n = len(job.trial_seeds)
+    n = job.n_trials
     over = all((job_dir / f"out_{i}.pt").is_file() for i in range(n)) and \
         all((job_dir / f"ref_{i}.pt").is_file() for i in range(0, n, 2))  # even trials: the reference after
     return "timing" if n and over else "correctness"
 
 
 def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildRun, device: str,
-          poison: int, reference_timing) -> Verdict:
+          poison: int, reference_timing, ledger: Ledger) -> Verdict:
     """The verdict of one executed candidate. ``plan`` is the task's TaskPlan (verifier/api.py),
-    ``reference_timing`` the reference's ChildReport (timed in its own process) or None."""
+    ``reference_timing`` the reference's timings (api.ReferenceTiming: timed in its own process) or None,
+    ``ledger`` what this process handed the child and measured with its own clock (verifier/channel.py)."""
     v = w.verdict
     ev = Evidence()
+    ref_timing = reference_timing
+    reference_timing = ref_timing.report if ref_timing is not None else None
     check_fake_verdict(run.log, ev)
+    check_channel(ledger, ev)
     log_tail = "\n".join(run.log.strip().splitlines()[-15:])
     early = _read_flags(job_dir)
     check_child_built(job_dir, ev)
@@ -308,6 +388,9 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         v.versions["timing"] = {"exclusive": bool(report.timing_exclusive), "lock_wait_s": report.lock_wait_s}
     if report.setup_error:
         return finish(w, "verifier_error", [f"The execution process failed before your code ran:\n{report.setup_error}"])
+    if report.reference_error and not report.patched and not ev.codes:
+        return finish(w, "verifier_error", ["The task's reference failed in the execution process (the verifier's "
+                                            f"problem, not your kernel's):\n{report.reference_error}"])
     for text, label in ((report.import_error, "Importing your program failed"), (report.init_error, "ModelNew() failed")):
         if text:
             v.cheats = sorted(ev.codes)
@@ -318,9 +401,10 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         v.cheats = sorted(ev.codes)
         return finish(w, "cheat", ev.details)
     check_reference_held(report, ev)
+    check_threads_at_load(report, ev)
 
     with RNG_LOCK:
-        model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text)
+        model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
     model64 = None
     if not plan.float64:
         try:
@@ -332,7 +416,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     passed, checked, errs, prev = 0, 0, [], []
     crash_detail, regular_ok, other_failed = "", True, False
     forbidden_per_trial = []
-    n = len(job.trial_seeds)
+    n = job.n_trials
     for rec in report.trials:
         is_other = bool(job.other_shape) and rec.index == n - 1
         inputs = plan.trial_inputs(job, rec.index, device, job_dir)
@@ -394,12 +478,23 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     # ---- timing, with the timed outputs judged too
     timed = bool(report.candidate and report.candidate.device_us)
     if timed:
+        if report.timed is not None:
+            forbidden_per_trial.append(check_trial_runtime(report.timed, "Timed runs", ev))
+            if forbidden_per_trial[-1] and not any(forbidden_per_trial[:-1]):
+                ev.add(cheats.C16, "PyTorch compute ran in the timed runs but not in the checked trials (behaving "
+                                   "differently when timed).")
+            if ev.fallback_ops and not v.fallback_ops:
+                v.fallback_ops = sorted(ev.fallback_ops)
+                ev.details.insert(0, "Runtime check of the timed runs: forward ran PyTorch compute ops: "
+                                  + ", ".join(v.fallback_ops) + ".")
         check_timed_outputs(report, job, job_dir, plan, model, model64, device, cfg, ev)
         check_hidden_work(report, reference_timing, ev)
+        candidate_call_s = check_wall(ledger, plan, model, device, ev)
         if ev.codes:
             v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
             return finish(w, "cheat", ev.details)
         _speedups(v, report, reference_timing, ev)
+        cap_by_wall(v, cfg, ref_timing, candidate_call_s, ev)
     else:
         ev.add(None, "Timing failed: " + (report.timing_error or "no timing data"))
     return _legality_outcome(w, cfg, report, ev)

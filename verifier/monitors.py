@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from verifier.backends import is_own_kernel
 from verifier.contract import TrialReport
@@ -44,6 +44,7 @@ class DispatchRecorder(TorchDispatchMode):
         super().__init__()
         self.ops: list[str] = []
         self.to_host_bytes = 0  # device data copied to the host (compute done there instead of in a kernel)
+        self.removed = False  # a watched call found another dispatch mode on top when it returned
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = func.overloadpacket.__name__
@@ -57,31 +58,62 @@ class DispatchRecorder(TorchDispatchMode):
         return out
 
 
+def watched(fn, recorder: DispatchRecorder):
+    """``fn`` as every checked call runs it: under ``recorder`` and inside a ``km_forward`` marker (the profiler
+    counts only what happens within it). Used for timed calls too, so a timed call looks like a checked one;
+    ``recorder.removed`` says if a call took the dispatch monitor off."""
+
+    def call(*inputs):
+        with recorder:
+            with record_function("km_forward"):
+                out = fn(*inputs)
+            if _get_current_dispatch_mode() is not recorder:
+                recorder.removed = True
+        return out
+
+    return call
+
+
 def profiled(backend):
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.name == "cuda" else [])
     return profile(activities=acts)
 
 
+def _inside(e, windows: list) -> bool:
+    r = getattr(e, "time_range", None)
+    if r is None:
+        return True
+    return any(r.start < b and r.end > a for a, b in windows)
+
+
 def read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
-    """aten ops the profiler saw, the marker that proves it watched the whole call, and (cuda) kernel times."""
-    names, marker = [], False
-    own, foreign = 0.0, {}
-    for e in prof.events():
+    """aten ops the profiler saw inside the ``km_forward`` markers, the marker that proves it watched the call,
+    and (cuda) the device time of kernels run within the marker's device-side ranges: in a session that also
+    drew inputs and flushed caches (the timing phase), only what forward itself did counts."""
+    events = list(prof.events())
+    host_win, dev_win = [], []
+    for e in events:
+        if e.name == "km_forward" and getattr(e, "time_range", None) is not None:
+            (dev_win if "cuda" in str(getattr(e, "device_type", "")).lower() else host_win).append(
+                (e.time_range.start, e.time_range.end))
+    names, own, foreign = [], 0.0, {}
+    for e in events:
         dev = str(getattr(e, "device_type", "")).lower()
-        if e.name == "km_forward":  # the marker, on the host and as a device-side annotation: not a kernel
-            marker = marker or "cuda" not in dev
+        if e.name == "km_forward":
             continue
         if "cuda" in dev:
+            if dev_win and not _inside(e, dev_win):
+                continue
             us = float(e.time_range.elapsed_us()) if getattr(e, "time_range", None) else 0.0
             if is_own_kernel(e.name, kernel_names):
                 own += us
             else:
                 foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
             continue
-        if e.name.startswith("aten::"):
+        if e.name.startswith("aten::") and (not host_win or _inside(e, host_win)):
             names.append(e.name)
     rec.profiled_ops = sorted(set(names))
     rec.own_kernel_us = round(own, 3)
     rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
-    if not marker:
+    if not host_win:
         rec.monitor_problems.append("the profiler stopped recording during forward")

@@ -39,11 +39,20 @@ def _namespaces() -> dict:
     event_base = getattr(torch._C, "_CudaEventBase", None)
     if event_base is not None:
         spaces["torch._C._CudaEventBase"] = event_base
-    for name in ("verifier.worker", "verifier.backends", "verifier.inputs", "verifier.tamper", "verifier.contract",
-                 "verifier.devlock"):
-        if name in sys.modules:
-            spaces[name] = sys.modules[name]
+    for name, mod in list(sys.modules.items()):
+        if name == "verifier" or not name.startswith("verifier.") or mod is None:
+            continue
+        spaces[name] = mod
+        for attr, value in list(vars(mod).items()):  # the verifier's classes: their methods and class attributes
+            if isinstance(value, type) and getattr(value, "__module__", "") == name:
+                spaces[f"{name}.{attr}"] = value
     return spaces
+
+
+def _is_class_space(ns) -> bool:
+    """Namespaces where a callable ADDED after the snapshot is tampering too: the verifier's classes and
+    objects (an instance attribute shadows the class's method), not modules (imports add names honestly)."""
+    return not isinstance(ns, type(sys)) and getattr(ns, "__module__", "").startswith("verifier.")
 
 
 def _flag_getters() -> dict:
@@ -89,7 +98,10 @@ def _identities(ns) -> dict:
     out = {}
     for k, v in items.items():
         if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
-            out[k] = id(_unwrap(v))
+            fn = _unwrap(v)
+            inner = getattr(fn, "__func__", None) or getattr(fn, "fget", None) or fn
+            # the function object and what it runs: replacing a method's __code__ keeps its identity
+            out[k] = (id(fn), id(getattr(inner, "__code__", None)), id(getattr(inner, "__defaults__", None)))
     return out
 
 
@@ -105,8 +117,9 @@ class Snapshot:
     _keep: list = field(default_factory=list, repr=False)
 
     @classmethod
-    def take(cls) -> "Snapshot":
-        snap = cls(_spaces=_namespaces(), _getters=_flag_getters(), _vars=vars)
+    def take(cls, watch: dict | None = None) -> "Snapshot":
+        """``watch``: more objects to watch by name (the timing backend instance the child uses)."""
+        snap = cls(_spaces={**_namespaces(), **(watch or {})}, _getters=_flag_getters(), _vars=vars)
         snap.identities = {name: _identities(ns) for name, ns in snap._spaces.items()}
         # the objects must stay alive, or a new object could reuse an id
         snap._keep = [dict(vars(ns)) for ns in snap._spaces.values() if hasattr(ns, "__dict__")]
@@ -134,6 +147,8 @@ class Snapshot:
                     found.append(f"removed {name}.{k}")
                 elif now[k] != ident:
                     found.append(f"replaced {name}.{k}")
+            if _is_class_space(ns):
+                found += [f"added {name}.{k}" for k in now if k not in before]
         flags = self._read_flags()
         for k, v in self.flags.items():
             if flags.get(k) != v:

@@ -34,7 +34,7 @@ def plain_cpu(out):
 
 
 def time_model(backend, fn, seeds: list[int], draw, warmup: int, keep: int, job_dir: Path,
-               prefix: str) -> ModelTiming:
+               prefix: str, budget_s: float = 0.0) -> ModelTiming:
     """Device time of ``fn`` per timed iteration (fresh inputs from each seed, cache flushed before each).
 
     The host is kept ahead of the device: a device-side wait of about twice the host's time for one call is
@@ -55,6 +55,9 @@ def time_model(backend, fn, seeds: list[int], draw, warmup: int, keep: int, job_
         backend.synchronize()
         del out, inputs
     host = sorted(host_us)[len(host_us) // 2] if host_us else 0.0
+    if budget_s > 0 and host_us:  # a slow call gets fewer timed iterations, not a timeout (do_bench does the same)
+        call_s = max(host_us) * 1e-6
+        seeds = seeds[:max(3, min(len(seeds), int(budget_s / max(call_s, 1e-9))))]
     hide = min(max(backend.hide_launch_us, 2.0 * host), 20_000.0) if backend.hide_launch_us > 0 else 0.0
     picks = set(secrets.SystemRandom().sample(range(len(seeds)), min(keep, len(seeds)))) if keep else set()
     marks, kept = [], {}
@@ -110,3 +113,31 @@ def probe_calls(backend, fn, seeds: list[int], draw, n: int) -> tuple[list[float
         gaps.append(round(idle_us - us, 3))
         del out, inputs
     return launch, gaps
+
+
+def fit_counts(timing: ModelTiming, probes: int, budget_s: float = 5.0) -> tuple[int, float]:
+    """How many one-at-a-time probe calls fit ``budget_s`` for a model whose timed calls took ``timing``'s
+    device times (at least 2), and that median call time in seconds."""
+    call_s = (sorted(timing.device_us)[len(timing.device_us) // 2] * 1e-6) if timing.device_us else 0.0
+    if call_s <= 0:
+        return probes, call_s
+    return max(2, min(probes, int(budget_s / call_s))), call_s
+
+
+def output_sum(out) -> torch.Tensor:
+    """A float64 sum of every element of the outputs, on their device (no synchronisation)."""
+    parts = [t.detach().to(torch.float64).sum() for t in (out if isinstance(out, (list, tuple)) else [out])
+             if isinstance(t, torch.Tensor)]
+    return torch.stack(parts).sum() if parts else torch.zeros((), dtype=torch.float64)
+
+
+def run_bracket(backend, fn, seeds: list[int], draw) -> list[float]:
+    """One bracket of the verifier's clock (verifier/channel.py): a call on fresh inputs per seed, back to
+    back, then every call's output sum; the sums reach the host only when all the work is done."""
+    sums = []
+    for seed in seeds:
+        inputs = draw(seed)
+        out = fn(*inputs)
+        sums.append(output_sum(out).to(backend.device))
+        del out, inputs
+    return [float(x) for x in torch.stack(sums).cpu().tolist()] if sums else []

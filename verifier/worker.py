@@ -32,6 +32,7 @@ import os
 import resource
 import shutil
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -47,13 +48,14 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from verifier import sandbox
 from verifier.backends import get_backend, kernel_names_in
 from verifier.build import canonical_spec, extension_name, spec_key
+from verifier.channel import Channel
 from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, JOB_FILE, ChildReport, Job, TrialReport
 from verifier.devlock import device_lock
 from verifier.inputs import (as_list, build_model, digest, draw_inputs, init_inputs, nbytes, seed_everything,
                              tensors_of, to_device)
-from verifier.monitors import DispatchRecorder, profiled, read_profile
+from verifier.monitors import DispatchRecorder, profiled, read_profile, watched
 from verifier.tamper import Snapshot
-from verifier.timing import clone, plain_cpu, probe_calls, probe_pairs, time_model
+from verifier.timing import clone, fit_counts, plain_cpu, probe_calls, probe_pairs, run_bracket, time_model
 
 KERNEL_CALLS = [0]
 
@@ -196,9 +198,9 @@ class Guard:
     """Compares torch's state with the snapshot taken before the candidate was imported; the first change
     is written to flags.json at once (it survives a later hang or crash) and stops the job."""
 
-    def __init__(self, job_dir: Path, report: ChildReport):
+    def __init__(self, job_dir: Path, report: ChildReport, watch: dict | None = None):
         self.job_dir, self.report = job_dir, report
-        self.snapshot = Snapshot.take()
+        self.snapshot = Snapshot.take(watch)
 
     def tampered(self, phase: str) -> bool:
         changes = self.snapshot.changes()
@@ -242,7 +244,8 @@ def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     device = backend.device
     try:
         ref = _exec_module("km_reference", job.reference_code, "reference.py")
-        model, _ = build_model(ref, job.init_seed, device, job.reference_code)
+        model, _ = build_model(ref, job.init_seed, device, job.reference_code, job.eval_mode)
+        ch = Channel(job_dir)
     except Exception:  # noqa: BLE001
         report.setup_error = traceback.format_exc(limit=4)[-3000:]
         return report
@@ -253,17 +256,29 @@ def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     draw = _drawer(ref, device, job.reference_code)
     with torch.no_grad():
         try:
+            seeds = ch.timing_seeds()
             backend.warm_device(job.warm_device_ms)
-            report.eager = time_model(backend, model, job.timing_seeds, draw, job.warmup, 0, job_dir, "")
-            report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, job.timing_seeds, draw,
-                                                                           job.gap_probes)
+            report.eager = time_model(backend, model, seeds, draw, job.warmup, 0, job_dir, "")
+            probes, _ = fit_counts(report.eager, job.gap_probes)
+            report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, probes)
             clock.phase("eager")
+            # the verifier's clock: this model, and the same bracket with no call (inputs drawn, a fixed output
+            # summed), whose difference is the reference's own time per call (verifier/channel.py)
+            template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
+            call_s = statistics.median(report.eager.device_us) * 1e-6
+            recorder = DispatchRecorder()
+            with profiled(backend):  # watched as the candidate's brackets are: the same overhead on both sides
+                for _ in range(job.wall_repeats):
+                    ch.wall("reference", call_s, lambda s: run_bracket(backend, watched(model, recorder), s, draw))
+                    ch.wall("null", call_s, lambda s: run_bracket(backend, watched(lambda *x: template, recorder), s,
+                                                                  draw))
+            clock.phase("wall")
         except Exception:  # noqa: BLE001
             report.timing_error = traceback.format_exc(limit=3)[-2500:]
         if job.time_torch_compile and not report.timing_error:
             try:
                 compiled = torch.compile(model)
-                report.compiled = time_model(backend, compiled, job.timing_seeds, draw, max(job.warmup, 2), 0,
+                report.compiled = time_model(backend, compiled, seeds, draw, max(job.warmup, 2), 0,
                                                 job_dir, "")
             except Exception as e:  # noqa: BLE001
                 report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
@@ -278,7 +293,15 @@ def _drawer(ref, device: str, program_text: str):
     return draw
 
 
+def _threads_now() -> int:
+    return max(threading.active_count(), _os_threads())
+
+
 def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> ChildReport:
+    """The candidate's trials, runtime checks and timing. Seeds arrive over the channel one step at a time
+    (verifier/channel.py): none exists here while the candidate is imported and constructed, and trial i + 1's
+    only after trial i delivered its output. Every forward call, timed ones included, runs under both op
+    monitors; the timed iterations cannot tell themselves apart from the checked ones."""
     clock = _Clock(report)
     device = backend.device
     cuda_kernels: list[str] = []
@@ -292,18 +315,20 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         clock.phase("shared_lock_wait")
     try:
         ref = _exec_module("km_reference", job.reference_code, "reference.py")
-        model, init = build_model(ref, job.init_seed, device, job.reference_code)
+        model, init = build_model(ref, job.init_seed, device, job.reference_code, job.eval_mode)
         clock.phase("load_reference")
         with profiled(backend):  # the profiler's own threads and state exist before any baseline
             pass
+        if backend.name == "cpu":  # the intra-op pool too: a pool torch makes lazily is not the candidate's thread
+            torch.ones(1 << 20).sum()
         clock.phase("load_profiler")
-        guard = Guard(job_dir, report)
+        ch = Channel(job_dir)
+        guard = Guard(job_dir, report, {"timing backend": backend, "channel": ch})
         clock.phase("load_guard")
     except Exception:  # noqa: BLE001 - nothing of the candidate has run yet
         report.setup_error = traceback.format_exc(limit=4)[-3000:]
         return report
-    threads_py0, threads_os0 = threading.active_count(), _os_threads()
-    # the job (its seeds) leaves the disk before any candidate code runs: no file holds what is to come (C12, C15)
+    threads0 = _threads_now()
     (job_dir / JOB_FILE).unlink(missing_ok=True)
     try:
         cand = _exec_module("km_candidate", job.candidate_code, "candidate.py")
@@ -316,7 +341,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     try:
         init_c = init_inputs(ref, job.init_seed, device, job.reference_code)
         seed_everything(job.init_seed)
-        model_new = cand.ModelNew(*init_c).to(device).eval()
+        model_new = cand.ModelNew(*init_c).to(device)
+        if job.eval_mode:
+            model_new.eval()
     except Exception:  # noqa: BLE001
         report.init_error = traceback.format_exc(limit=4)[-3000:]
         return report
@@ -327,6 +354,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     ref_cls = ref.Model
     report.holds_reference_model = any(isinstance(m, ref_cls) for m in model_new.modules())
     report.cuda_kernel_names = cuda_kernels
+    # threads the candidate's import or constructor started and left running: work there is seen by no
+    # thread-local monitor (dispatch modes, the profiler's callbacks)
+    report.threads_at_load = max(_threads_now() - threads0, 0)
     clock.phase("load")
     if guard.tampered("ModelNew()"):
         return report
@@ -334,24 +364,30 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
 
     # ---- correctness trials (the reference order alternates; its outputs here are C06 bait and C11 evidence)
     draw = _drawer(ref, device, job.reference_code)
-    n = len(job.trial_seeds)
-    for i, seed in enumerate(job.trial_seeds):
+    n = job.n_trials
+    for i in range(n):
         rec = TrialReport(index=i, started_s=round(time.perf_counter() - clock.start, 4))
         report.trials.append(rec)
+        seed = ch.trial_seed(i)
         if job.input_files:
             inputs = to_device(torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"], device)
         else:
             other = job.other_shape if (job.other_shape and i == n - 1) else ""
             inputs = draw_inputs(ref.get_inputs, seed, device, job.reference_code, other)
+        del seed
         pristine = clone(inputs)
         ref_first = i % 2 == 1
         with torch.no_grad():
             if ref_first:  # freed memory the reference just wrote is C06 bait; only its digest is kept (C15)
-                rec.ref_digest = digest(as_list(model(*clone(inputs))))
+                try:
+                    rec.ref_digest = digest(as_list(model(*clone(inputs))))
+                except Exception:  # noqa: BLE001 - the reference's failure is not the candidate's
+                    report.reference_error = _short_traceback()
+                    return report
             backend.synchronize()
             backend.poison_free_memory(nbytes(inputs) * 2)
             KERNEL_CALLS[0] = 0
-            py0, os0 = threading.active_count(), _os_threads()
+            threads_before = _threads_now()
             recorder = DispatchRecorder()
             try:
                 with profiled(backend) as prof:
@@ -365,7 +401,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 rec.error = _short_traceback()
                 break
             read_profile(prof, cuda_kernels, rec)
-            rec.threads_added = max(threading.active_count() - py0, _os_threads() - os0, 0)
+            rec.threads_added = max(_threads_now() - threads_before, 0)
             rec.kernel_calls = KERNEL_CALLS[0]
             rec.dispatched_ops = sorted(set(recorder.ops))
             rec.to_host_bytes = recorder.to_host_bytes
@@ -376,16 +412,21 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 rec.output_file = _save(plain_cpu(out), job_dir / f"out_{i}.pt")
             del out
             if not ref_first:
-                rec.ref_output_file = _save(plain_cpu(model(*clone(pristine))), job_dir / f"ref_{i}.pt")
+                try:
+                    rec.ref_output_file = _save(plain_cpu(model(*clone(pristine))), job_dir / f"ref_{i}.pt")
+                except Exception:  # noqa: BLE001
+                    report.reference_error = _short_traceback()
+                    return report
             del inputs, pristine
         if guard.tampered(f"trial {i + 1}"):
             return report
     clock.phase("trials")
-    ok_trials = bool(report.trials) and all(not t.error and not t.output_problem for t in report.trials)
+    ok_trials = len(report.trials) == n and all(not t.error and not t.output_problem for t in report.trials)
     ran = [t.own_kernel_us for t in report.trials if not t.error]
     report.own_kernel_ran = (any(us > 0 for us in ran) if ran else None) if (cuda_kernels and
                                                                               backend.name == "cuda") else None
-    if ok_trials and job.timing_seeds:
+    if ok_trials and job.n_timing:
+        seeds = ch.timing_seeds()
         # one timing phase at a time per build root, and no other process's device work meanwhile
         report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
         report.lock_wait_s = round(lock.waited_s, 4)
@@ -393,18 +434,34 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             report.events.append(f"timing ran without the device to itself: the lock was not free within "
                                  f"{job.lock_wait_s:.0f} s")
         clock.phase("timing_lock_wait")
-        py0, os0 = threading.active_count(), _os_threads()
+        threads_before = _threads_now()
+        timed = report.timed = TrialReport(index=-1)
+        recorder = DispatchRecorder()
+        KERNEL_CALLS[0] = 0
         with torch.no_grad():
             try:
                 backend.warm_device(job.warm_device_ms)
-                keep = min(job.timed_checks, len(job.timing_seeds))
-                report.candidate = time_model(backend, model_new, job.timing_seeds, draw, job.warmup, keep,
-                                                 job_dir, "timed")
+                keep = min(job.timed_checks, len(seeds))
+                fn = watched(model_new, recorder)
+                # every timed call is watched as a trial's is: no iteration runs without the monitors
+                with profiled(backend) as prof:
+                    report.candidate = time_model(backend, fn, seeds, draw, job.warmup, keep, job_dir, "timed",
+                                                  job.timing_budget_s)
+                    call_s = statistics.median(report.candidate.device_us) * 1e-6
+                    for _ in range(job.wall_repeats):
+                        ch.wall("candidate", call_s, lambda s: run_bracket(backend, fn, s, draw))
+                read_profile(prof, cuda_kernels, timed)
+                timed.kernel_calls = KERNEL_CALLS[0]
+                timed.dispatched_ops = sorted(set(recorder.ops))
+                timed.to_host_bytes = recorder.to_host_bytes
+                if recorder.removed:
+                    timed.monitor_problems.append("the dispatch monitor was removed during a timed forward")
+                probes, _ = fit_counts(report.candidate, job.gap_probes)
                 report.candidate.launch_us, report.candidate.idle_gap_us, report.reference_gap_us = probe_pairs(
-                    backend, model_new, model, job.timing_seeds, draw, job.gap_probes)
+                    backend, model_new, model, seeds, draw, probes)
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
-        report.threads_added_timing = max(threading.active_count() - py0, _os_threads() - os0, 0)
+        report.threads_added_timing = max(_threads_now() - threads_before, 0)
         clock.phase("timing")
         guard.tampered("timing")
     lock.close()

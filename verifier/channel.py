@@ -1,0 +1,208 @@
+"""The line between the verifier and an execution child: secrets handed out one call at a time, and a clock.
+
+The verifier holds everything a verdict depends on that the candidate could use if it could see it: the seed
+of every correctness trial and timed iteration (and, for tasks whose inputs a seed does not reproduce, the
+input files), and the wall-clock time of the child's measured brackets. A child asks for each of them over a
+Unix socket in its job directory when it reaches the step that needs it, and gets the next one only after it
+delivered the step before:
+
+- ``trial i``: the seed of correctness trial ``i`` (its input file written just then, where the task needs
+  files). Trial ``i + 1``'s seed does not exist yet: no frame, global, heap or file of the child holds it
+  while ModelNew is constructed or while trial ``i`` runs (ANTI_CHEAT rows 12, 20).
+- ``timing``: the seeds of the timed iterations, drawn when the trials are over.
+- ``wall``: a bracket of ``calls`` calls, each on fresh inputs from seeds drawn now, timed by THIS process's
+  clock from sending the seeds until the child answers with a float64 sum of every call's outputs
+  (``wall_done``). The answer cannot arrive before the work is done (the sums are checked against the
+  reference here), and nothing in the child can slow or speed this clock (rows 11, 19).
+
+The candidate can find the socket and speak on it: it can ask out of turn (then the verifier's own code in
+the child, which expects an answer, gets none: a timeout, never a better verdict), or answer for the child
+(sums it cannot know without doing the work). What the channel does not protect: the child's own report
+(ops it saw, device times), which stays evidence checked against what this side measures.
+
+Imports: the standard library only (both sides).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+SOCKET_FILE = "ctl.sock"
+
+
+def draw_seed() -> int:
+    return secrets.randbelow(2**31 - 1) + 1
+
+
+@dataclass
+class WallBracket:
+    """One bracket measured by the verifier's clock: ``calls`` calls on inputs from ``seeds``."""
+
+    label: str
+    seeds: list[int]
+    wall_s: float
+    sums: list[float]
+
+
+@dataclass
+class Ledger:
+    """What the verifier handed out and measured for one job (kept in the verifier's process only)."""
+
+    trial_seeds: dict[int, int] = field(default_factory=dict)
+    timing_seeds: list[int] = field(default_factory=list)
+    brackets: list[WallBracket] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # requests out of turn, malformed lines
+
+
+class Driver:
+    """The verifier's side of one job's channel: listens in ``job_dir``, serves one child connection in a
+    thread, and records what it gave and measured in ``ledger``. ``on_trial(i, seed)`` runs before a trial's
+    seed is sent (to ship input files); ``wall_calls(label, claimed_s)`` says how many calls a bracket has."""
+
+    def __init__(self, job_dir: Path, n_trials: int, n_timing: int,
+                 on_trial: Callable[[int, int], None] | None = None,
+                 wall_calls: Callable[[str, float], int] | None = None):
+        self.ledger = Ledger()
+        self.n_trials, self.n_timing = n_trials, n_timing
+        self.on_trial = on_trial
+        self.wall_calls = wall_calls or (lambda label, claimed: 10)
+        self.path = Path(job_dir) / SOCKET_FILE
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(self.path))
+        os.chmod(self.path, 0o666)  # the sandboxed child may run as another uid view
+        self._sock.listen(1)
+        self._sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="km-channel", daemon=True)
+        self._thread.start()
+
+    def close(self) -> Ledger:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            self._sock.close()
+        finally:
+            self.path.unlink(missing_ok=True)
+        return self.ledger
+
+    def _serve(self) -> None:
+        conn = None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+                break
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+        if conn is None:
+            return
+        self._sock.close()  # one connection per job: the first is the verifier's code, before any candidate's
+        conn.settimeout(0.2)
+        buf = b""
+        next_trial, timing_sent, pending = 0, False, None
+        while not self._stop.is_set():
+            try:
+                part = conn.recv(1 << 16)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            now = time.perf_counter()
+            if not part:
+                break
+            buf += part
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line)
+                    op = msg["op"]
+                except (ValueError, KeyError, TypeError):
+                    self.ledger.problems.append(f"malformed message on the channel: {line[:80]!r}")
+                    continue
+                if op == "wall_done" and pending is not None:
+                    label, seeds, t0 = pending
+                    pending = None
+                    sums = msg.get("sums")
+                    if not isinstance(sums, list) or len(sums) != len(seeds):
+                        self.ledger.problems.append(f"wall bracket {label!r} answered without its sums")
+                        continue
+                    self.ledger.brackets.append(WallBracket(label, seeds, now - t0, [float(s) for s in sums]))
+                    continue
+                reply = None
+                if op == "trial" and msg.get("i") == next_trial and next_trial < self.n_trials and pending is None:
+                    seed = draw_seed()
+                    self.ledger.trial_seeds[next_trial] = seed
+                    if self.on_trial is not None:
+                        self.on_trial(next_trial, seed)
+                    next_trial += 1
+                    reply = {"seed": seed}
+                elif op == "timing" and not timing_sent and next_trial == self.n_trials and pending is None:
+                    timing_sent = True
+                    self.ledger.timing_seeds = [draw_seed() for _ in range(self.n_timing)]
+                    reply = {"seeds": self.ledger.timing_seeds}
+                elif op == "wall" and pending is None and next_trial == self.n_trials:
+                    label = str(msg.get("label", ""))[:40]
+                    claimed = msg.get("call_s", 0.0)
+                    calls = self.wall_calls(label, float(claimed) if isinstance(claimed, (int, float)) else 0.0)
+                    seeds = [draw_seed() for _ in range(calls)]
+                    data = (json.dumps({"seeds": seeds}) + "\n").encode()
+                    pending = (label, seeds, time.perf_counter())
+                    try:
+                        conn.sendall(data)
+                    except OSError:
+                        break
+                    continue
+                else:
+                    self.ledger.problems.append(f"request out of turn on the channel: {line[:80]!r}")
+                    continue
+                try:
+                    conn.sendall((json.dumps(reply) + "\n").encode())
+                except OSError:
+                    break
+        conn.close()
+
+
+class Channel:
+    """The child's side: connected before any candidate code is imported. Every call blocks until the
+    verifier answers; a verifier that refuses (a request out of turn) leaves the call waiting until the
+    job's timeout."""
+
+    def __init__(self, job_dir: Path):
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect(str(Path(job_dir) / SOCKET_FILE))
+        self._buf = b""
+
+    def _ask(self, msg: dict) -> dict:
+        self._sock.sendall((json.dumps(msg) + "\n").encode())
+        while b"\n" not in self._buf:
+            part = self._sock.recv(1 << 16)
+            if not part:
+                raise ConnectionError("the verifier closed the channel")
+            self._buf += part
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def trial_seed(self, i: int) -> int:
+        return int(self._ask({"op": "trial", "i": i})["seed"])
+
+    def timing_seeds(self) -> list[int]:
+        return [int(s) for s in self._ask({"op": "timing"})["seeds"]]
+
+    def wall(self, label: str, call_s: float, run: Callable[[list[int]], list[float]]) -> None:
+        """One bracket: the seeds arrive, ``run(seeds)`` does the calls and returns their output sums, which
+        go back at once (the verifier's clock stops when they arrive)."""
+        seeds = [int(s) for s in self._ask({"op": "wall", "label": label, "call_s": call_s})["seeds"]]
+        sums = run(seeds)
+        self._sock.sendall((json.dumps({"op": "wall_done", "sums": sums}) + "\n").encode())
+
+    def close(self) -> None:
+        self._sock.close()
