@@ -15,8 +15,8 @@ delivered the step before:
   (``wall_done``). The answer cannot arrive before the work is done (the sums are checked against the
   reference here), and nothing in the child can slow or speed this clock (rows 11, 19).
 
-The candidate can find the socket and speak on it: it can ask out of turn (then the verifier's own code in
-the child, which expects an answer, gets none: a timeout, never a better verdict), or answer for the child
+The candidate can find the socket and speak on it: it can ask out of turn (refused, and recorded: C12; the
+verifier's own code in the child then finds its step taken and stops the job), or answer for the child
 (sums it cannot know without doing the work). What the channel does not protect: the child's own report
 (ops it saw, device times), which stays evidence checked against what this side measures.
 
@@ -163,7 +163,7 @@ class Driver:
                     continue
                 else:
                     self.ledger.problems.append(f"request out of turn on the channel: {line[:80]!r}")
-                    continue
+                    reply = {"refused": "out of turn"}
                 try:
                     conn.sendall((json.dumps(reply) + "\n").encode())
                 except OSError:
@@ -173,8 +173,7 @@ class Driver:
 
 class Channel:
     """The child's side: connected before any candidate code is imported. Every call blocks until the
-    verifier answers; a verifier that refuses (a request out of turn) leaves the call waiting until the
-    job's timeout."""
+    verifier answers; a refusal (the step was already taken, by other code of this process) raises."""
 
     def __init__(self, job_dir: Path):
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -189,7 +188,11 @@ class Channel:
                 raise ConnectionError("the verifier closed the channel")
             self._buf += part
         line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
+        reply = json.loads(line)
+        if "refused" in reply:
+            raise ConnectionRefusedError(f"the verifier refused {msg.get('op')!r}: {reply['refused']} (the channel was "
+                                         "used by other code in this process)")
+        return reply
 
     def trial_seed(self, i: int) -> int:
         return int(self._ask({"op": "trial", "i": i})["seed"])

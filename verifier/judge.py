@@ -155,6 +155,9 @@ def cap_by_wall(v: Verdict, cfg: VerifyConfig, ref, candidate_call_s: float | No
     if ref is None or ref.wall_call_s is None or ref.wall_overhead_s is None or candidate_call_s is None \
             or not v.runtime_us or not v.eager_us:
         return
+    if ref.wall_call_s < 0.05 * ref.wall_overhead_s + 1e-6:  # below the clock's resolution: nothing to hold against
+        v.versions["timing"] = {**v.versions.get("timing", {}), "wall_speedup": None}
+        return
     cand = max(candidate_call_s - ref.wall_overhead_s, 0.02 * ref.wall_call_s, 1e-7)
     wall_speedup = ref.wall_call_s / cand
     v.versions["timing"] = {**v.versions.get("timing", {}), "wall_call_us": round(cand * 1e6, 3),

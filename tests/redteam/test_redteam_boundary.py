@@ -1,0 +1,232 @@
+"""Red team of the trust boundary (issue 34, ANTI_CHEAT rows 11, 12, 19, 20, 22, 23): candidates written by
+reading the verifier's code, each trying to cross from the candidate's process into what the verdict relies on,
+on the cpu backend with a real compiled extension (one build shared by every case). Each is named for what it
+does; each must be rejected with its code, and the honest look-alikes must pass.
+
+Cases that use Python reflection the static scan already flags are judged here with the static findings
+dropped (as tests/test_verifier_run.py does for its runtime layer), so the runtime boundary alone decides."""
+
+import math
+import time
+from unittest import mock
+
+import pytest
+import torch
+
+from kernelmill.schema import Candidate, Task, Verdict
+from verifier import api, cheats
+from verifier import fixtures as fx
+from verifier.api import ReferenceTiming, VerifyConfig, verify_batch
+from verifier.channel import Channel, Driver, Ledger, WallBracket
+from verifier.contract import ChildReport
+from verifier.judge import cap_by_wall, check_wall
+from verifier.outputs import Evidence
+
+RED_CPP = r"""
+#include <torch/extension.h>
+#include <thread>
+#include <chrono>
+namespace py = pybind11;
+
+torch::Tensor relu(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* a = xc.data_ptr<float>();
+    float* b = y.data_ptr<float>();
+    for (int64_t i = 0; i < xc.numel(); ++i) b[i] = a[i] > 0.f ? a[i] : 0.f;
+    return y;
+}
+
+// the timer of the timing backend, replaced through pybind11: no Python line to scan
+void patch_timer() {
+    py::object cls = py::module_::import("verifier.backends").attr("CpuBackend");
+    cls.attr("elapsed_us") = py::module_::import("builtins").attr("eval")("lambda self, a, b: (b - a) * 1e6 / 16");
+}
+
+// every seed-like value in the callers' frames: locals named seed/seeds, and trial/timing seeds of a job
+py::list frame_seeds() {
+    py::list found;
+    py::object f = py::module_::import("sys").attr("_getframe")(0);
+    while (!f.is_none()) {
+        py::dict loc = f.attr("f_locals");
+        for (auto item : loc) {
+            py::object v = py::reinterpret_borrow<py::object>(item.second);
+            std::string key = py::str(item.first);
+            for (const char* name : {"trial_seeds", "timing_seeds"}) {
+                try { for (auto s : v.attr(name)) found.append(s); } catch (py::error_already_set&) {}
+            }
+            if (key == "seed" || key == "seeds") found.append(v);
+        }
+        f = f.attr("f_back");
+    }
+    return found;
+}
+
+// the verifier's channel object, found in a caller's frame, asked for trial 0's seed ahead of the verifier
+int64_t ask_channel() {
+    py::object f = py::module_::import("sys").attr("_getframe")(0);
+    while (!f.is_none()) {
+        py::dict loc = f.attr("f_locals");
+        for (auto item : loc) {
+            py::object v = py::reinterpret_borrow<py::object>(item.second);
+            if (py::hasattr(v, "trial_seed")) return v.attr("trial_seed")(0).cast<int64_t>();
+        }
+        f = f.attr("f_back");
+    }
+    return -1;
+}
+
+// work on a thread of its own, started at import: no thread-local monitor sees it
+void start_thread() {
+    std::thread([] { while (true) std::this_thread::sleep_for(std::chrono::milliseconds(20)); }).detach();
+}
+"""
+RED_FUNCS = ["relu", "patch_timer", "frame_seeds", "ask_channel", "start_thread"]
+
+
+def red(forward: str, *, module: str = "", init: str = "pass", imports: str = "") -> str:
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+{imports}
+CPP = r"""{RED_CPP}"""
+ext = load_inline(name="red_ext", cpp_sources=CPP, functions={RED_FUNCS!r}, extra_cflags=["-O2"])
+{module}
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init}
+
+    def forward(self, x):
+        {forward}
+'''
+
+
+# precompute answers from stolen seeds the way the verifier draws inputs (torch.manual_seed, get_inputs)
+STEAL = ("self.answers = []\n        for s in ext.frame_seeds():\n            if isinstance(s, int):\n"
+         "                torch.manual_seed(s)\n                self.answers.append(ext.relu(torch.randn(64, 1000)))")
+CASES = {
+    # name: (candidate, expected status, cheat code that must be present or None, static findings dropped)
+    "timer_patched_from_cpp_through_a_class_attribute": (red("return ext.relu(x)", module="ext.patch_timer()"),
+                                                         "cheat", cheats.C11, False),
+    "timer_patched_by_replacing_the_method_code_object": (red("return ext.relu(x)", module=(
+        "import sys\nsys.modules['verifier.backends'].CpuBackend.elapsed_us.__code__ = "
+        "(lambda self, a, b: (b - a) * 1e5).__code__")), "cheat", cheats.C11, True),
+    "timing_backend_instance_method_shadowed_from_a_frame": (red(
+        "for f in [sys._getframe(k) for k in range(1, 6)]:\n"
+        "            b = f.f_locals.get('backend')\n"
+        "            if b is not None:\n"
+        "                b.elapsed_us = lambda a, c: 0.01\n"
+        "        return ext.relu(x)", imports="import sys"), "cheat", cheats.C11, True),
+    "report_writer_replaced_to_launder_the_report": (red("return ext.relu(x)", module=(
+        "import sys\nsys.modules['verifier.contract'].ChildReport.write = lambda self, d: None")),
+        "cheat", cheats.C11, True),
+    "seeds_read_from_callers_frames_in_cpp_at_construction": (red(
+        "if self.answers:\n            return ext.relu(self.answers.pop(0))\n"
+        "        return ext.relu(x.t().contiguous().view(x.shape))",
+        init=STEAL), "wrong", None, True),
+    "channel_asked_for_a_seed_ahead_of_the_verifier": (red("return ext.relu(x)", init="self.stolen = ext.ask_channel()"),
+                                                       "cheat", cheats.C12, False),
+    "thread_started_at_import_outlives_it": (red("return ext.relu(x)", module="ext.start_thread()"),
+                                             "cheat", cheats.C09, False),
+    # honest look-alikes
+    "honest_relu_same_extension": (red("return ext.relu(x)"), "pass", None, False),
+    "honest_reads_its_own_training_flag": (red("assert self.training, 'KernelBench runs modules as constructed'\n"
+                                               "        return ext.relu(x)"), "pass", None, False),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    cfg = VerifyConfig(build_dir=str(tmp_path_factory.mktemp("redteam-builds")), trials=5, timing_trials=5, warmup=1,
+                       time_torch_compile=False, run_timeout_s=40, memory_limit_gb=4, exec_workers=2)
+    task = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
+    names = list(CASES)
+    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam",
+                              code=CASES[n][0])) for n in names]
+    dropped = {CASES[n][0] for n in names if CASES[n][3]}
+    real_scan = api.scan
+
+    def scan(code, backend="cpu"):
+        report = real_scan(code, backend)
+        if code in dropped:
+            report.findings = []
+        return report
+
+    with mock.patch.object(api, "scan", scan):
+        return dict(zip(names, verify_batch(items, config=cfg, compile_workers=2)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_redteam_case(verdicts, name):
+    v = verdicts[name]
+    _, status, code, _ = CASES[name]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback[:600])
+    if code:
+        assert code in v.cheats, (name, v.cheats, v.feedback[:400])
+        assert v.reward < 0
+
+
+def test_the_child_never_sees_a_seed_before_its_trial(tmp_path):
+    """The verifier's side of the channel: no seed exists before it is asked for in turn; the next trial's
+    only after the previous one; timing seeds only after the trials; anything out of turn refused and recorded."""
+    given = []
+    d = Driver(tmp_path, n_trials=2, n_timing=3, on_trial=lambda i, s: given.append((i, s)))
+    ch = Channel(tmp_path)
+    try:
+        assert d.ledger.trial_seeds == {}
+        with pytest.raises(ConnectionRefusedError):
+            ch.timing_seeds()  # trials not over
+        with pytest.raises(ConnectionRefusedError):
+            ch.trial_seed(1)  # trial 0 first
+        s0 = ch.trial_seed(0)
+        with pytest.raises(ConnectionRefusedError):
+            ch.trial_seed(0)  # taken once
+        s1 = ch.trial_seed(1)
+        timing = ch.timing_seeds()
+    finally:
+        ch.close()
+        ledger = d.close()
+    assert [i for i, _ in given] == [0, 1] and ledger.trial_seeds == {0: s0, 1: s1}
+    assert len(timing) == 3 and ledger.timing_seeds == timing
+    assert len(ledger.problems) == 3
+
+
+def test_speedup_claimed_by_the_child_is_capped_by_the_verifiers_clock():
+    """A child that reports 16x while the verifier's clock saw the same time per call as the reference's gets
+    at most wall_margin x the clock's speedup, and is told so."""
+    cfg = VerifyConfig()
+    v = Verdict(candidate_id="c", task_id="t", backend="cpu")
+    v.runtime_us, v.eager_us = 1.0, 16.0
+    v.speedup_eager = 16.0
+    ref = ReferenceTiming(ChildReport(kind="reference"), wall_call_s=16e-6, wall_overhead_s=4e-6)
+    ev = Evidence()
+    cap_by_wall(v, cfg, ref, candidate_call_s=20e-6, ev=ev)
+    assert v.speedup_eager <= cfg.wall_margin * 1.0 + 1e-9
+    assert v.versions["timing"]["device_runtime_us"] == 1.0 and "verifier's own clock" in " ".join(ev.details)
+    honest = Verdict(candidate_id="h", task_id="t", backend="cpu")
+    honest.runtime_us, honest.eager_us, honest.speedup_eager = 8.0, 16.0, 2.0
+    cap_by_wall(honest, cfg, ref, candidate_call_s=12e-6, ev=Evidence())  # the clock agrees: 2x
+    assert honest.speedup_eager == 2.0 and honest.runtime_us == 8.0
+
+
+def test_wall_bracket_sums_that_are_not_the_work_are_a_cheat():
+    """The brackets the verifier timed must have computed the reference's outputs (C16), and a child that
+    reports timings but ran no bracket forged them (C11)."""
+    task = api.task_plan(fx.RELU_TASK, "cpu", VerifyConfig())
+    from verifier.inputs import build_model, draw_inputs
+
+    model, _ = build_model(task.ref_mod, 1, "cpu", task.text)
+    seeds = [11, 12, 13]
+    true = [float(model(*draw_inputs(task.ref_mod.get_inputs, s, "cpu", task.text)).double().sum()) for s in seeds]
+    good = Ledger(brackets=[WallBracket("candidate", seeds, 0.003, true)])
+    ev = Evidence()
+    assert math.isclose(check_wall(good, task, model, "cpu", ev), 0.001) and not ev.codes
+    bad = Ledger(brackets=[WallBracket("candidate", seeds, 0.003, [0.0, 0.0, 0.0])])
+    ev = Evidence()
+    check_wall(bad, task, model, "cpu", ev)
+    assert cheats.C16 in ev.codes
+    ev = Evidence()
+    assert check_wall(Ledger(), task, model, "cpu", ev) is None and cheats.C11 in ev.codes
