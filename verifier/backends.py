@@ -240,6 +240,48 @@ def kernel_names_in(cuda_sources: list[str]) -> list[str]:
     return names
 
 
+# Every __global__ function the candidate defines is compiled under this prefix (verifier/build.py compat_spec),
+# so a kernel is the candidate's by a name nothing outside its own module can carry: a kernel of PyTorch's or a
+# vendor's keeps its own name, whatever the candidate calls its kernels (ANTI_CHEAT row 21).
+OWN_PREFIX = "kmown_"
+_LIB_QUALIFIED = r"(?:at|torch|std|c10|cub|thrust|cuda|cutlass|cute)::\s*"
+
+
+def own_kernel_renames(spec: dict) -> dict[str, str]:
+    """The candidate's kernel names -> the names they are compiled under (every mention in the CUDA sources,
+    strings included, so a lookup by name finds the renamed kernel). A name is left as written where a rename
+    would change what the code means: it is also named in the C++ sources or the exported functions (another
+    file links to it), qualified by a library namespace (a library function of that name is called), or
+    already carries the prefix. Such a name counts as the candidate's only where no foreign kernel family
+    matches it (``is_own_kernel``)."""
+    cuda = [str(x) for x in spec.get("cuda_sources") or []]
+    cpp = "\n".join(str(x) for x in spec.get("cpp_sources") or [])
+    functions = {str(f) for f in spec.get("functions") or []}
+    text = "\n".join(cuda)
+    out = {}
+    for n in sorted(set(kernel_names_in(cuda))):
+        esc = re.escape(n)
+        if n.startswith(OWN_PREFIX) or n in functions or re.search(rf"\b{esc}\b", cpp) or \
+                re.search(rf"{_LIB_QUALIFIED}{esc}\b", text):
+            continue
+        out[n] = OWN_PREFIX + n
+    return out
+
+
+def rename_kernels(src: str, renames: dict[str, str]) -> str:
+    """``src`` with each renamed kernel's identifier replaced (whole identifiers only; line count unchanged)."""
+    if not renames:
+        return src
+    pat = re.compile(r"\b(" + "|".join(map(re.escape, sorted(renames, key=len, reverse=True))) + r")\b")
+    return pat.sub(lambda m: renames[m.group(1)], src)
+
+
+def own_kernel_names(spec: dict) -> list[str]:
+    """The names the candidate's kernels run under once built (the profiler shows these)."""
+    ren = own_kernel_renames(spec)
+    return [ren.get(n, n) for n in kernel_names_in([str(x) for x in spec.get("cuda_sources") or []])]
+
+
 # `__global__` then qualifiers and attributes (static, inline, __launch_bounds__(256, 2), __cluster_dims__(2,1,1),
 # __noinline__) on either side of `void`, then the name and its parameter list or template arguments
 _QUALIFIERS = r"(?:(?:static|inline|__noinline__|__forceinline__|__launch_bounds__\s*\([^)]*\)|" \
@@ -285,7 +327,13 @@ def is_own_kernel(event_name: str, own_names) -> bool:
     """Whether a profiled kernel is one of the candidate's: its bare name is exactly a ``__global__`` function
     of the candidate's sources, and it is not a vendor or ATen kernel that merely shares a name (a substring
     match would let a kernel called ``gemm`` claim cuBLAS's time)."""
-    return kernel_identifier(event_name) in set(own_names) and not VENDOR_KERNEL.search(event_name.removeprefix("void "))
+    bare = kernel_identifier(event_name)
+    if bare not in set(own_names):
+        return False
+    if bare.startswith(OWN_PREFIX):  # compiled under the prefix: nothing outside the candidate's module has it
+        return True
+    name = event_name.removeprefix("void ")
+    return not VENDOR_KERNEL.search(name) and kernel_family(name) in ("other", "copy/fill")
 
 
 # Foreign kernels by family, for the time-coverage report (C01): the first pattern that matches names it.

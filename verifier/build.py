@@ -86,6 +86,7 @@ import torch
 import torch.utils.cpp_extension as ce
 
 from verifier import buildproc, objcache, sandbox
+from verifier.backends import OWN_PREFIX, own_kernel_renames, rename_kernels
 from verifier.pch import ensure_pch, write_build_files
 from verifier.slim import slim_source
 
@@ -488,8 +489,9 @@ def variant_failure_is_final(label: str, log: str, full_fallback: bool) -> tuple
 
 
 def first_errors(log: str, max_lines: int = 25) -> str:
-    """The first compiler errors of a build log (what a repair turn needs), trimmed."""
-    lines = log.splitlines()
+    """The first compiler errors of a build log (what a repair turn needs), trimmed; the candidate's kernels
+    under the names it wrote them with (not the prefix they were compiled under)."""
+    lines = log.replace(OWN_PREFIX, "").splitlines()
     hits = [i for i, ln in enumerate(lines) if "error" in ln.lower() and "Error building extension" not in ln]
     if not hits:
         tail = [ln for ln in lines if ln.strip()][-max_lines:]
@@ -524,12 +526,15 @@ def compat_source(src: str) -> tuple[str, int]:
 
 
 def compat_spec(spec: dict) -> tuple[dict, int]:
-    """The spec with :func:`compat_source` applied to its C++ and CUDA sources, and the rewrite count."""
+    """The spec with :func:`compat_source` applied to its C++ and CUDA sources, and the rewrite count; the
+    candidate's kernels renamed to the names only its own module carries (backends.own_kernel_renames)."""
     out, n = dict(spec), 0
     for k in ("cpp_sources", "cuda_sources"):
         done = [compat_source(src) for src in spec.get(k) or []]
         out[k] = [d[0] for d in done]
         n += sum(d[1] for d in done)
+    renames = own_kernel_renames(spec)
+    out["cuda_sources"] = [rename_kernels(src, renames) for src in out["cuda_sources"]]
     return out, n
 
 

@@ -55,6 +55,34 @@ def _is_class_space(ns) -> bool:
     return not isinstance(ns, type(sys)) and getattr(ns, "__module__", "").startswith("verifier.")
 
 
+def _cudart():
+    """The CUDA runtime this process loaded (torch's), or None: found in the process's mappings, not by name
+    lookup a candidate could steer."""
+    try:
+        for line in open("/proc/self/maps"):
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            if "libcudart.so" in path:
+                import ctypes
+                return ctypes.CDLL(path)
+    except OSError:
+        pass
+    return None
+
+
+_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
+
+
+def _device_limit_getter(lib, limit: int):
+    import ctypes
+
+    get = lib.cudaDeviceGetLimit
+
+    def read() -> int:
+        value = ctypes.c_size_t(0)
+        return int(value.value) if get(ctypes.byref(value), limit) == 0 else -1
+    return read
+
+
 def _flag_getters() -> dict:
     cuda_be = torch.backends.cuda
     getters = {
@@ -73,6 +101,10 @@ def _flag_getters() -> dict:
     for name in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled"):
         if hasattr(cuda_be, name):
             getters[f"torch.backends.cuda.{name}"] = getattr(cuda_be, name)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        lib = _cudart()
+        if lib is not None:  # device state that outlives a call: L2 lines kept for the candidate's next timed call
+            getters["cudaLimitPersistingL2CacheSize"] = _device_limit_getter(lib, _PERSISTING_L2)
     for name in ("_get_cublas_allow_fp16_reduced_precision_reduction",
                  "_get_cublas_allow_bf16_reduced_precision_reduction"):
         if hasattr(torch._C, name):

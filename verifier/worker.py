@@ -46,8 +46,8 @@ from torch.profiler import record_function
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from verifier import sandbox
-from verifier.backends import get_backend, kernel_names_in
-from verifier.build import canonical_spec, extension_name, spec_key
+from verifier.backends import get_backend, own_kernel_names
+from verifier.build import canonical_spec, compat_spec, extension_name, spec_key
 from verifier.channel import Channel
 from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, JOB_FILE, ChildReport, Job, TrialReport
 from verifier.devlock import device_lock
@@ -95,7 +95,7 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
     def load_inline(name, cpp_sources=None, cuda_sources=None, functions=None, **kw):
         args = dict(kw, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions)
         key = spec_key(args)
-        cuda_kernel_names.extend(kernel_names_in(canonical_spec(args)["cuda_sources"]))
+        cuda_kernel_names.extend(own_kernel_names(canonical_spec(args)))
         key_dir = Path(build_root) / key
         res = key_dir / "result.json"
         if os.environ.get("KM_SANDBOXED") and not res.is_file():
@@ -108,7 +108,7 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
         if not allow_compile:
             raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
         key_dir.mkdir(parents=True, exist_ok=True)
-        spec = canonical_spec(args)
+        spec = compat_spec(canonical_spec(args))[0]  # as the compile pool builds it: kernels under their own names
         built = job_dir / CHILD_BUILT_FILE
         entries = json.loads(built.read_text()) if built.is_file() else []
         entry = {"sources": list(spec["cpp_sources"]) + list(spec["cuda_sources"]),

@@ -230,3 +230,34 @@ def test_wall_bracket_sums_that_are_not_the_work_are_a_cheat():
     assert cheats.C16 in ev.codes
     ev = Evidence()
     assert check_wall(Ledger(), task, model, "cpu", ev) is None and cheats.C11 in ev.codes
+
+
+def test_candidate_kernels_are_built_under_names_only_their_module_carries():
+    """A kernel named like PyTorch's (softmax_warp_forward) is compiled as kmown_softmax_warp_forward, so
+    PyTorch's own kernel of that name is never booked as the candidate's; every mention is renamed alike (a
+    launch, a function pointer for cudaLaunchKernel, a lookup by name), while a name another file links to
+    keeps its spelling and then counts as the candidate's only where no foreign family matches it."""
+    from verifier.backends import is_own_kernel, own_kernel_names, own_kernel_renames, rename_kernels
+    from verifier.build import compat_spec
+
+    src = ('__global__ void softmax_warp_forward(float* y) {}\n'
+           'template <int B> __global__ void gemm_tile(float* c) {}\n'
+           'void run(float* y) { softmax_warp_forward<<<1, 1>>>(y); gemm_tile<64><<<1, 1>>>(y);\n'
+           '  cudaLaunchKernel((const void*)softmax_warp_forward, 1, 1, nullptr, 0, 0);\n'
+           '  const char* k = "gemm_tile"; }\n')
+    spec = {"cuda_sources": [src], "cpp_sources": ["void run(float* y);"], "functions": ["run"]}
+    built = compat_spec(spec)[0]["cuda_sources"][0]
+    assert "softmax_warp_forward" not in built.replace("kmown_softmax_warp_forward", "")
+    assert built.count("kmown_softmax_warp_forward") == 3 and '"kmown_gemm_tile"' in built
+    assert built.count("\n") == src.count("\n")
+    names = own_kernel_names(spec)
+    pytorch = ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>(float*, "
+               "float const*, int, int, int, bool const*, int, bool)")
+    assert not is_own_kernel(pytorch, names)
+    assert is_own_kernel("kmown_softmax_warp_forward(float*)", names)
+    assert is_own_kernel("void kmown_gemm_tile<64>(float*)", names)  # a vendor-looking name of its own
+    # named in the C++ file too: kept as written, and then never given a foreign family's time
+    linked = dict(spec, cpp_sources=["void softmax_warp_forward(float*);"])
+    assert "softmax_warp_forward" not in own_kernel_renames(linked)
+    assert not is_own_kernel(pytorch, own_kernel_names(linked))
+    assert rename_kernels("x", {}) == "x"

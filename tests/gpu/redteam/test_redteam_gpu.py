@@ -1,0 +1,200 @@
+"""Red team of the trust boundary on cuda (marker gpu; ANTI_CHEAT rows 21, 23, 24): candidates written by
+reading the verifier, judged with the static and source/binary scans dropped where the case tests a runtime
+layer (those scans catch some of them too), so the runtime boundary alone decides. Honest look-alikes pass.
+
+- PyTorch's softmax called below the dispatcher (``at::cuda::_softmax``) beside a do-nothing kernel the
+  candidate names ``softmax_warp_forward``, PyTorch's kernel name: the candidate's kernels run under a name
+  only its own module carries, so PyTorch's kernel stays foreign (C01);
+- its own kernel while the profiler's callbacks are on and ``at::matmul`` when they are off: every timed call
+  is watched, so it only ever runs its own kernel (a pass on its own merits, never cuBLAS's time);
+- an L2 persistence window set from forward (``cudaLimitPersistingL2CacheSize``): device state that outlives
+  the call, read back after every phase (C11);
+- honest: a tiled matmul whose kernel is called ``gemm_tile`` (a vendor-looking name), launched with
+  ``cudaLaunchKernel``.
+"""
+
+import sys
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+import pytest  # noqa: E402
+
+from kernelmill.schema import Candidate, Task  # noqa: E402
+from verifier import api, cheats  # noqa: E402
+from verifier.api import VerifyConfig, verify_batch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SOFTMAX_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(256, 4096)]
+
+
+def get_init_inputs():
+    return []
+'''
+MATMUL_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(512, 384), torch.randn(384, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+SOFTMAX_NAMED_LIKE_PYTORCH = r'''
+#include <torch/extension.h>
+#include <ATen/ops/_softmax_cuda_dispatch.h>
+__global__ void softmax_warp_forward(float* y, int n) { if (n < 0) y[0] = 0.f; }
+torch::Tensor softmax(torch::Tensor x) {
+    auto y = at::cuda::_softmax(x, 1, false);
+    softmax_warp_forward<<<1, 32>>>(y.data_ptr<float>(), 1);
+    return y;
+}
+'''
+TILED = r'''
+#define T 16
+__global__ void gemm_tile(const float* a, const float* b, float* c, int M, int K, int N) {
+    __shared__ float sa[T][T], sb[T][T];
+    int r = blockIdx.y * T + threadIdx.y, col = blockIdx.x * T + threadIdx.x;
+    float acc = 0.f;
+    for (int k0 = 0; k0 < K; k0 += T) {
+        sa[threadIdx.y][threadIdx.x] = (r < M && k0 + threadIdx.x < K) ? a[r * K + k0 + threadIdx.x] : 0.f;
+        sb[threadIdx.y][threadIdx.x] = (col < N && k0 + threadIdx.y < K) ? b[(k0 + threadIdx.y) * N + col] : 0.f;
+        __syncthreads();
+        for (int k = 0; k < T; ++k) acc += sa[threadIdx.y][k] * sb[k][threadIdx.x];
+        __syncthreads();
+    }
+    if (r < M && col < N) c[r * N + col] = acc;
+}
+'''
+MM_WATCHED_ONLY = r'''
+#include <torch/extension.h>
+#include <ATen/record_function.h>
+''' + TILED + r'''
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
+    if (!at::hasThreadLocalCallbacks()) return at::matmul(a, b);
+    auto c = torch::empty({a.size(0), b.size(1)}, a.options());
+    int M = a.size(0), K = a.size(1), N = b.size(1);
+    dim3 block(T, T), grid((N + T - 1) / T, (M + T - 1) / T);
+    gemm_tile<<<grid, block>>>(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), M, K, N);
+    return c;
+}
+'''
+MM_LAUNCH_KERNEL = r'''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+''' + TILED + r'''
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
+    auto c = torch::empty({a.size(0), b.size(1)}, a.options());
+    int M = a.size(0), K = a.size(1), N = b.size(1);
+    const float* pa = a.data_ptr<float>(); const float* pb = b.data_ptr<float>(); float* pc = c.data_ptr<float>();
+    void* args[] = {&pa, &pb, &pc, &M, &K, &N};
+    dim3 block(T, T), grid((N + T - 1) / T, (M + T - 1) / T);
+    cudaLaunchKernel((const void*)gemm_tile, grid, block, args, 0, at::cuda::getCurrentCUDAStream());
+    return c;
+}
+'''
+MM_L2_PERSIST = MM_LAUNCH_KERNEL.replace("    auto c = torch::empty(", '''    cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 16 << 20);
+    cudaStreamAttrValue attr = {};
+    attr.accessPolicyWindow.base_ptr = a.data_ptr();
+    attr.accessPolicyWindow.num_bytes = a.numel() * 4;
+    attr.accessPolicyWindow.hitRatio = 1.0f;
+    attr.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    attr.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    cudaStreamSetAttribute(at::cuda::getCurrentCUDAStream(), cudaStreamAttributeAccessPolicyWindow, &attr);
+    auto c = torch::empty(''', 1)
+assert "PersistingL2" in MM_L2_PERSIST
+
+
+def _candidate(src: str, fn: str, args: str, name: str) -> str:
+    sig = ", ".join(f"torch::Tensor {a}" for a in args.split(", "))
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+SRC = r"""{src}"""
+ext = load_inline(name="{name}", cpp_sources="torch::Tensor {fn}({sig});", cuda_sources=SRC, functions=["{fn}"],
+                  extra_cuda_cflags=["-O3"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {args}):
+        return ext.{fn}({", ".join(a + ".contiguous()" for a in args.split(", "))})
+'''
+
+
+CASES = {  # name: (task, candidate, expected status, cheat code or None, runtime layer only)
+    "pytorch_softmax_below_the_dispatcher_named_like_pytorchs_kernel": (
+        SOFTMAX_TASK, _candidate(SOFTMAX_NAMED_LIKE_PYTORCH, "softmax", "x", "sm_spoof"), "cheat", cheats.C01, True),
+    "own_kernel_when_watched_matmul_when_not": (
+        MATMUL_TASK, _candidate(MM_WATCHED_ONLY, "mm", "a, b", "mm_watched"), "pass", None, True),
+    "l2_persistence_window_set_from_forward": (
+        MATMUL_TASK, _candidate(MM_L2_PERSIST, "mm", "a, b", "mm_l2"), "cheat", cheats.C11, False),
+    "honest_vendor_looking_kernel_name_launched_with_cudaLaunchKernel": (
+        MATMUL_TASK, _candidate(MM_LAUNCH_KERNEL, "mm", "a, b", "mm_launch"), "pass", None, False),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-redteam-gpu-"), timing_trials=10, run_timeout_s=120,
+                       time_torch_compile=False)
+    tasks = {t: Task.from_code(t, name=f"t{k}", source="seed", level=1) for k, t in enumerate({c[0] for c in CASES.values()})}
+    names = list(CASES)
+    items = [(tasks[CASES[n][0]], Candidate(candidate_id=n, task_id=tasks[CASES[n][0]].task_id, backend="cuda",
+                                            generator="redteam", code=CASES[n][1])) for n in names]
+    layer = {CASES[n][1] for n in names if CASES[n][4]}
+    real_scan = api.scan
+
+    def scan(code, backend="cuda"):
+        report = real_scan(code, backend)
+        if code in layer:
+            report.findings = []
+        return report
+
+    def sources(srcs, flags=()):  # the source scan of the runtime-layer cases: their sources are the runtime's
+        return [] if any(s in c for c in layer for s in srcs) else real_sources(srcs, flags)
+
+    real_sources, real_library = api.scan_sources, api.scan_library
+    with mock.patch.object(api, "scan", scan), mock.patch.object(api, "scan_sources", sources), \
+            mock.patch.object(api, "scan_library", lambda path: []):
+        return dict(zip(names, verify_batch(items, config=cfg, compile_workers=8)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_redteam_gpu_case(verdicts, name):
+    v = verdicts[name]
+    _, _, status, code, _ = CASES[name]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback[:800])
+    if code:
+        assert code in v.cheats, (name, v.cheats)
+    if name == "own_kernel_when_watched_matmul_when_not":
+        assert not v.fallback_ops and (v.own_kernel_share or 0) > 0.5, (v.fallback_ops, v.own_kernel_share)
