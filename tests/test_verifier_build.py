@@ -13,6 +13,7 @@ import pytest
 
 from verifier.build import (FALLBACK_OFF, TORCH_FIRST, build_blocking, build_variants, canonical_spec, failed_targets,
                             first_errors, library_dirs, objects_root, spec_key, variant_failure_is_final)
+from verifier.backends import own_kernel_renames, rename_kernels
 from verifier.pch import ensure_pch, pch_root
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,12 +32,14 @@ def test_torch_free_cuda_source_builds_bare_first():
     bare = v[0][1]
     assert bare["no_implicit_headers"] is True
     assert bare["cpp_sources"][0] == "#include <torch/extension.h>"
-    assert "#include <cuda.h>" in bare["cuda_sources"][0] and TORCH_FREE_CU in bare["cuda_sources"]
+    built = rename_kernels(TORCH_FREE_CU, own_kernel_renames(_spec(TORCH_FREE_CU)))  # kernels as kmown_<name>
+    assert built != TORCH_FREE_CU and built.count("\n") == TORCH_FREE_CU.count("\n")
+    assert "#include <cuda.h>" in bare["cuda_sources"][0] and built in bare["cuda_sources"]
     # load_inline puts three header lines before the full build's CUDA source: the bare build has three too,
     # so compiler messages name the same line numbers
     assert bare["cuda_sources"][0].count("\n") == 2 and "torch/types.h" not in bare["cuda_sources"][0].replace(
         "torch/types.h not included", "")
-    assert v[1][1]["cuda_sources"] == [TORCH_FREE_CU] and "no_implicit_headers" not in v[1][1]
+    assert v[1][1]["cuda_sources"] == [built] and "no_implicit_headers" not in v[1][1]
 
 
 def test_without_no_implicit_headers_there_is_no_bare_variant():

@@ -29,6 +29,10 @@ def test_candidate_shape_problems():
     assert any("__global__" in p for p in check_candidate_shape(fx.HONEST_RELU, "cuda"))
     assert check_candidate_shape(fx.HONEST_RELU, "cpu") == []
     assert check_candidate_shape(fx.cuda_relu_candidate(1), "cuda") == []
+    # ModelNew is the module-level name: a class, or the name bound to a class of the program
+    assert check_candidate_shape(fx.HONEST_RELU.replace("class ModelNew(", "class Model(") + "ModelNew = Model\n",
+                                 "cpu") == []
+    assert any("not a class" in p for p in check_candidate_shape(fx.HONEST_RELU + "ModelNew = 3\n", "cpu"))
 
 
 def test_load_inline_args_resolved_statically():
@@ -118,6 +122,24 @@ STATIC_CASES += [
 ]
 
 
+# Forms real solutions use, next to the cheat each resembles (tests/redteam/test_redteam_static.py has the rest):
+# ModelNew bound to a class, a Sequential of the candidate's own modules, tuple-keyed tables and ** in dicts.
+_OWN_BLOCK = "class Block(nn.Module):\n    def forward(self, x):\n        return ext.relu(x)\n"
+_TABLES = "_TUNED = {(1, 131072, 64): (8, 64, 512)}\nCFG = {**{'a': 1}, 'b': 2}\n"
+STATIC_CASES += [
+    (cheats.C04, fx.cpu_candidate("return super().forward(x)", bases="Model", module="from ref import Model").replace(
+        "class ModelNew(", "class Fast(") + "\n\nModelNew = Fast\n",
+     fx.cpu_candidate("return ext.relu(x)").replace("class ModelNew(", "class Model(") + "\n\nModelNew = Model\n"),
+    (cheats.C01, fx.cpu_candidate("return torch.matmul(x, x)").replace("class ModelNew(", "class Fast(") +
+     "\n\nModelNew = Fast\n",
+     fx.cpu_candidate("return ext.relu(x)").replace("class ModelNew(", "class Fast(") + "\n\nModelNew = Fast\n"),
+    (cheats.C01, fx.cpu_candidate("return self.seq(x)", init="self.seq = nn.Sequential(nn.Linear(1000, 1000))"),
+     fx.cpu_candidate("return self.seq(x)", init="self.seq = nn.Sequential(Block(), Block())", module=_OWN_BLOCK)),
+    (cheats.C01, fx.cpu_candidate("return torch.relu(x)", module=_TABLES),
+     fx.cpu_candidate("return ext.relu(x)", module=_TABLES)),
+]
+
+
 @pytest.mark.parametrize("code,cheat,honest", [(c, ch, h) for c, ch, h in STATIC_CASES],
                          ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(STATIC_CASES)])
 def test_static_cheat_and_honest_lookalike(code, cheat, honest):
@@ -181,9 +203,12 @@ def test_own_kernels_are_matched_by_exact_name_never_by_substring():
     assert kernel_identifier("void (anonymous namespace)::relu_kernel<float, 4>(float const*, float*, int)") == \
         "relu_kernel"
     assert kernel_identifier("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
-    own = ["gemm", "relu_kernel", "ampere_sgemm_128x64_nn"]
+    own = ["gemm", "relu_kernel", "ampere_sgemm_128x64_nn", "kmown_gemm"]
     assert is_own_kernel("void relu_kernel<float>(float const*, float*, long)", own)
-    assert is_own_kernel("gemm(float const*, float const*, float*, int, int, int)", own)
+    # the candidate's kernels are built as kmown_<name> (backends.own_kernel_renames): its own `gemm` is that one;
+    # a kernel that merely carries the name `gemm` (left as written, or a library's) is matched by a vendor family
+    assert is_own_kernel("kmown_gemm(float const*, float const*, float*, int, int, int)", own)
+    assert not is_own_kernel("gemm(float const*, float const*, float*, int, int, int)", own)
     assert not is_own_kernel("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas", own)
     assert not is_own_kernel("ampere_sgemm_128x64_nn", own)  # a vendor name stays foreign even when copied
     assert not is_own_kernel("void at::native::vectorized_elementwise_kernel<4, relu_kernel>(int)", own)

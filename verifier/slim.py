@@ -11,11 +11,18 @@ headers (``ATen/core/Tensor.h``, one ``ATen/ops/<op>.h`` per function called, ``
 dispatch macro is used) and the ``torch::`` names torch/types.h would have given it, or None when the
 source uses anything outside the short list this module knows (then the caller builds it as before).
 
-What it does not change: the candidate's code, its flags, the binding file. ``torch::empty_like`` resolves
-to ``at::empty_like`` instead of the autograd-wrapping overload of the same name, which makes no difference
-to a forward pass (the verifier runs it under no_grad, and the result is the same tensor). A source that
-still fails to compile slim (a tensor operator such as ``x + y``, a method that lives in another header)
-is built by the next variant, so the worst a wrong guess costs is one failed attempt.
+What it does not change: the candidate's code, its flags, the binding file, and what the code means. A build
+variant must never change that: a source whose meaning the slim prelude would change is not slim (None), it is
+built by the next variant. The one place where the two preludes differ is the factory functions that torch's
+headers declare in ``torch::`` itself (torch/csrc/autograd/generated/variable_factories.h) rather than take from
+``at::``: under the slim prelude ``torch::zeros`` is ``at::zeros``. That is exact only where every overload of the
+``torch::`` function exists in ``at::`` with the same parameters and defaults (``_exact_torch_factories`` reads
+both headers of the installed torch; ``torch::tensor`` is not one: ``torch::tensor(sum / n, opts)`` is 0-dim with
+torch's headers and a 1-element 1-D tensor as ``at::tensor(T value, opts)``, and ``torch::from_blob`` adds what
+``at::from_blob`` lacks), and where nothing asks for ``requires_grad`` (the ``torch::`` wrappers make the result
+require grad, the ``at::`` functions reject the option). A source that still fails to compile slim (a tensor
+operator such as ``x + y``, a method that lives in another header) is built by the next variant, so the worst a
+wrong guess costs is one failed attempt.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch.utils.cpp_extension as ce
+
+from verifier.vendor import strip_cxx
 
 # includes the slim build replaces (everything a typical source gets from them is in the prelude)
 _HEAVY = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch/(?:extension|all|python|types)|ATen/ATen)\.h[>"]'
@@ -68,16 +77,73 @@ def _ops_dir() -> Path | None:
     return None
 
 
+_SIGNATURE_HEAD = re.compile(r"^[ \t]*(?:inline\s+)?(?:TORCH_API\s+)?(?:at::)?Tensor\s+(\w+)\s*\(", re.M)
+
+
+def _signatures(text: str) -> dict[str, set[str]]:
+    """name -> the parameter lists (defaults included, spacing and ``at::`` / ``c10::`` / ``::std::``
+    qualification dropped) of the functions returning a Tensor by value declared in a header's text."""
+    out: dict[str, set[str]] = {}
+    for m in _SIGNATURE_HEAD.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        params = re.sub(r"(?<![\w:])(?:::)?(?:at|c10|std)::", "", text[m.end():i - 1])
+        params = re.sub(r"\s+", "", params)
+        out.setdefault(m.group(1), set()).add(params)
+    return out
+
+
+@lru_cache(maxsize=4)
+def _torch_factories(ops_dir: Path | None) -> tuple[frozenset[str], frozenset[str]]:
+    """(every function torch's headers declare in ``torch::`` itself (variable_factories.h), those of them that the
+    slim prelude's ``torch::`` -> ``at::`` maps exactly: each ``torch::`` overload has an ``at::`` twin with the
+    same parameters and defaults in its ATen/ops header). Nothing is exact when the headers cannot be read."""
+    header = None
+    for base in ([ops_dir.parent.parent] if ops_dir is not None else []) + \
+            [Path(inc) for inc in ce.include_paths()]:
+        candidate = base / "torch" / "csrc" / "autograd" / "generated" / "variable_factories.h"
+        if candidate.is_file():
+            header = candidate
+            break
+    if header is None or ops_dir is None:
+        return frozenset(_FACTORIES_KNOWN), frozenset()
+    theirs = _signatures(header.read_text(errors="replace"))
+    exact = set()
+    for name, sigs in theirs.items():
+        op = ops_dir / f"{name[:-len('_symint')] if name.endswith('_symint') else name}.h"
+        if op.is_file() and sigs <= _signatures(op.read_text(errors="replace")).get(name, set()):
+            exact.add(name)
+    return frozenset(set(theirs) | _FACTORIES_KNOWN), frozenset(exact - {"tensor", "from_blob"})
+
+
+# declared in torch:: by torch's headers whatever this torch's headers say (so a missing header never makes them
+# look like plain at:: names)
+_FACTORIES_KNOWN = {"tensor", "from_blob", "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones",
+                    "ones_like", "full", "full_like", "arange", "range", "linspace", "logspace", "eye", "rand",
+                    "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "normal",
+                    "scalar_tensor", "from_file"}
+
+
 def slim_source(src: str, ops_dir: Path | None = None) -> str | None:
-    """The source with a minimal torch prelude instead of its heavy includes, or None if not eligible."""
+    """The source with a minimal torch prelude instead of its heavy includes, or None if not eligible (a name
+    outside the known subset, or one whose meaning the slim prelude would change: module docstring)."""
     ops_dir = ops_dir or _ops_dir()
     if ops_dir is None:
         return None
+    factories, exact = _torch_factories(ops_dir)
+    code = strip_cxx(src)
     own = _OWN_INCLUDES.findall(_HEAVY.sub("", src))
     cuda_header = any(h.startswith(("ATen/cuda/", "c10/cuda/")) for h in own)
     ops: set[str] = set()
-    for ns, path, after in _QUALIFIED.findall(src):
+    # options that ask for requires_grad (``opts.requires_grad(true)``, ``torch::requires_grad()``); reading a
+    # tensor's flag (``t.requires_grad()``) means the same under both preludes
+    asks_grad = re.search(r"(?<![.>])\brequires_grad\s*\(|(?:\.|->)\s*requires_grad\s*\(\s*[^)\s]", code) is not None
+    for ns, path, after in _QUALIFIED.findall(code):
         parts = path.split("::")
+        if ns == "torch" and parts[0] in factories and (parts[0] not in exact or asks_grad):
+            return None  # torch::tensor, torch::from_blob, a factory asked for requires_grad: at:: means otherwise
         if parts[0] == "cuda":
             if not cuda_header:  # the source brings the CUDA context header itself, or it is not slim
                 return None
@@ -93,10 +159,10 @@ def slim_source(src: str, ops_dir: Path | None = None) -> str | None:
             ops.add(name)
             continue
         return None
-    for macro in _MACROS.findall(src):
+    for macro in _MACROS.findall(code):
         if not _MACRO_OK.match(macro):
             return None
-    if re.search(r"\bpy::|pybind11|\busing\s+namespace\s+(?:torch|at|c10)\b", src):
+    if re.search(r"\bpy::|pybind11|\busing\s+namespace\s+(?:torch|at|c10)\b", code):
         return None  # unqualified names from torch cannot be mapped to their headers
     prelude = ["#include <cuda.h>", "#include <cuda_runtime.h>", "#include <ATen/core/Tensor.h>"]
     if "AT_DISPATCH_" in src:

@@ -2,18 +2,31 @@
 ``load_inline`` calls (so the compile pool can build them before anything of the candidate runs).
 
 What the scan guarantees: every finding names a cheat code (verifier/cheats.py), the line and the
-construct. What it does not: Python is dynamic, so ``getattr(torch, "mat" + "mul")`` passes this
-stage; the runtime dispatch check in the execution child is the backstop for every compute rule here.
+construct; it never fails on the candidate's Python (any internal failure is a :class:`StaticScanError`
+for that candidate, a verifier fault). What it does not: Python is dynamic, so ``getattr(torch, "mat" + "mul")``
+passes this stage; the runtime dispatch check in the execution child is the backstop for every compute rule here.
+
+What it reads as the candidate's forward: ``ModelNew`` is the class the module-level name binds (``class
+ModelNew`` or ``ModelNew = Model``, extract.model_new_binding), with the program's classes it inherits from. The
+compute rules (C01, and C04's ``Model(...)``) apply to code that can run: module-level code, ModelNew, and the
+functions and classes that live code names (transitively); a class or function nothing names (the reference kept
+next to the answer, a test helper, a ``__main__`` block) is not scanned for them. The other rules (reflection,
+files, processes...) apply everywhere but ``__main__`` blocks. An nn container (Sequential, ModuleList,
+ModuleDict) is PyTorch compute only when a PyTorch layer is among its members.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from verifier import cheats
+from verifier.extract import model_new_binding
 
 # torch.X / torch.cuda.X / F.X calls that allocate, view, describe or synchronise: never compute.
 TORCH_ALLOWED = {
@@ -155,9 +168,53 @@ class _Unresolvable(Exception):
     pass
 
 
+class StaticScanError(Exception):
+    """The static stage itself failed on one candidate: a fault of the verifier, not of the candidate. Raised by
+    :func:`scan` for any unexpected internal exception, with the candidate's problem described (the exception, the
+    place in this module where it was raised); the caller makes it that candidate's ``verifier_error``."""
+
+
+# the largest string or sequence a constant expression may build while being read (a source is far smaller)
+_MAX_LITERAL = 1 << 24
+
+
 def _literal(node: ast.AST, env: dict):
-    """Evaluate constant strings, names bound to constants, + of strings, lists, tuples, dicts, f-strings
-    of constants and str.join over constants. Anything else raises _Unresolvable."""
+    """Evaluate constant strings, names bound to constants, + of strings, lists, tuples, dicts (tuple keys,
+    ``**`` unpacking), f-strings of constants and str.join over constants. Anything else raises _Unresolvable,
+    and so does anything that fails while being read (never another exception: unusual but valid Python such as
+    ``{(1, 2): 3}`` or ``{**A, "b": 2}`` must not stop the scan)."""
+    try:
+        value = _literal_node(node, env)
+    except _Unresolvable:
+        raise
+    except (RecursionError, MemoryError):
+        raise _Unresolvable("expression too deep or too large") from None
+    except Exception as e:  # noqa: BLE001 - TypeError, AttributeError, OverflowError...: not a constant we read
+        raise _Unresolvable(f"{type(e).__name__}: {e}") from None
+    if isinstance(value, (str, list, dict)) and len(value) > _MAX_LITERAL or \
+            isinstance(value, int) and value.bit_length() > _MAX_LITERAL // 16:
+        raise _Unresolvable("constant too large")
+    return value
+
+
+def _bounded_format(fmt: str, kind: str = "spec", args=()) -> str:
+    """``fmt`` when formatting with it cannot build a huge string (a width or precision of millions), else
+    _Unresolvable. ``kind``: a format spec (f-string), a ``%`` format or a ``str.format`` template (``args``: its
+    arguments, which may be widths of nested fields)."""
+    huge = {"spec": r"\d{7,}",
+            "percent": r"%[#0\- +]*(?:\*|\d{7,}|\d*\.(?:\*|\d{7,}))",
+            "format": r"\{[^{}]*:[^{}]*\d{7,}[^{}]*\}"}[kind]
+    if re.search(huge, fmt) or (kind == "format" and "{" in fmt.partition(":")[2] and
+                                any(isinstance(a, int) and abs(a) > 10 ** 6 for a in args)):
+        raise _Unresolvable("format width too large to read")
+    return fmt
+
+
+def _hashable(value):
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+def _literal_node(node: ast.AST, env: dict):
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -165,19 +222,59 @@ def _literal(node: ast.AST, env: dict):
             return env[node.id]
         raise _Unresolvable(node.id)
     if isinstance(node, (ast.List, ast.Tuple)):
-        return [_literal(e, env) for e in node.elts]
-    if isinstance(node, ast.Dict):
-        return {_literal(k, env): _literal(v, env) for k, v in zip(node.keys, node.values)}
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _literal(node.left, env) + _literal(node.right, env)
-    if isinstance(node, ast.JoinedStr):
         out = []
+        for e in node.elts:
+            if isinstance(e, ast.Starred):
+                inner = _literal(e.value, env)
+                if not isinstance(inner, (list, tuple, str)):
+                    raise _Unresolvable("starred element not a sequence")
+                out.extend(inner)
+            else:
+                out.append(_literal(e, env))
+        return out
+    if isinstance(node, ast.Dict):
+        out_d: dict = {}
+        for k, v in zip(node.keys, node.values):
+            if k is None:  # {**OTHER, ...}
+                inner = _literal(v, env)
+                if not isinstance(inner, dict):
+                    raise _Unresolvable("** of something not a dict")
+                out_d.update(inner)
+            else:
+                out_d[_hashable(_literal(k, env))] = _literal(v, env)
+        return out_d
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        operands = []  # a + b + c + ... is left-nested: read it as a list, not by recursion (long sources)
+        while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            operands.append(node.right)
+            node = node.left
+        operands.append(node)
+        acc = _literal(operands[-1], env)
+        for o in reversed(operands[:-1]):
+            acc = acc + _literal(o, env)
+            if isinstance(acc, (str, list)) and len(acc) > _MAX_LITERAL:
+                raise _Unresolvable("constant too large")
+        return acc
+    if isinstance(node, ast.JoinedStr):
+        out_s = []
         for v in node.values:
-            out.append(str(_literal(v.value, env)) if isinstance(v, ast.FormattedValue) else _literal(v, env))
-        return "".join(out)
+            if isinstance(v, ast.FormattedValue):
+                value = _literal(v.value, env)
+                if not isinstance(value, (str, int, float, bool)) and value is not None:
+                    raise _Unresolvable("f-string of a container")  # a tuple was read as a list: its text differs
+                if v.conversion in (ord("r"), ord("s"), ord("a")):
+                    value = {ord("r"): repr, ord("s"): str, ord("a"): ascii}[v.conversion](value)
+                spec = _bounded_format(_literal(v.format_spec, env)) if v.format_spec is not None else ""
+                out_s.append(format(value, spec))
+            else:
+                out_s.append(_literal(v, env))
+        return "".join(out_s)
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
             and len(node.args) == 1 and not node.keywords):
-        return _literal(node.func.value, env).join(_literal(node.args[0], env))
+        sep, items = _literal(node.func.value, env), _literal(node.args[0], env)
+        if not isinstance(sep, str) or not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise _Unresolvable("str.join of something not strings")
+        return sep.join(items)
     if isinstance(node, ast.Call) and _dotted(node.func) in ("textwrap.dedent", "dedent", "inspect.cleandoc") and \
             len(node.args) == 1 and not node.keywords:
         text = _literal(node.args[0], env)
@@ -186,16 +283,24 @@ def _literal(node: ast.AST, env: dict):
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
             node.func.attr in ("strip", "lstrip", "rstrip", "replace", "format", "upper", "lower"):
         base = _literal(node.func.value, env)
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise _Unresolvable("starred argument")
         args = [_literal(a, env) for a in node.args]
         kwargs = {k.arg: _literal(k.value, env) for k in node.keywords if k.arg}
         if isinstance(base, str) and len(kwargs) == len(node.keywords) and \
                 all(isinstance(a, (str, int, float)) for a in [*args, *kwargs.values()]):
+            if node.func.attr == "format":
+                _bounded_format(base, "format", [*args, *kwargs.values()])
+            if node.func.attr == "replace" and len(args) >= 2 and isinstance(args[0], str) and \
+                    isinstance(args[1], str) and args[0] and \
+                    len(base) + base.count(args[0]) * max(0, len(args[1]) - len(args[0])) > _MAX_LITERAL:
+                raise _Unresolvable("str.replace result too large")
             try:
                 return getattr(base, node.func.attr)(*args, **kwargs)
-            except (ValueError, IndexError, KeyError, TypeError) as e:
+            except (ValueError, IndexError, KeyError, TypeError, AttributeError) as e:
                 raise _Unresolvable(f"str.{node.func.attr}: {e}") from None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("str", "int", "float") \
-            and len(node.args) == 1 and not node.keywords:
+            and len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
         value = _literal(node.args[0], env)
         if isinstance(value, (str, int, float)):
             try:
@@ -205,6 +310,7 @@ def _literal(node: ast.AST, env: dict):
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
         base, arg = _literal(node.left, env), _literal(node.right, env)
         if isinstance(base, str):
+            _bounded_format(base, "percent")
             try:
                 return base % (tuple(arg) if isinstance(arg, list) else arg)
             except (ValueError, IndexError, KeyError, TypeError) as e:
@@ -213,7 +319,11 @@ def _literal(node: ast.AST, env: dict):
         a, b = _literal(node.left, env), _literal(node.right, env)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)):
             return a * b
-    raise _Unresolvable(ast.dump(node)[:60])
+        if isinstance(a, int) and isinstance(b, str):
+            a, b = b, a
+        if isinstance(a, str) and isinstance(b, int) and not isinstance(b, bool) and len(a) * max(b, 0) <= _MAX_LITERAL:
+            return a * b  # "-" * 70 in a generated comment line
+    raise _Unresolvable(type(node).__name__)
 
 
 def _module_constants(tree: ast.Module) -> dict:
@@ -266,7 +376,12 @@ def exported_functions(specs: list[ExtensionSpec]) -> list[str]:
         fns = s.args.get("functions") or []
         if isinstance(fns, str):
             fns = [fns]
-        names += list(fns.keys()) if isinstance(fns, dict) else [str(f) for f in fns]
+        if isinstance(fns, dict):
+            names += [str(k) for k in fns]
+        elif isinstance(fns, (list, tuple)):
+            names += [str(f) for f in fns]
+        else:  # not what load_inline takes; the build says so, the scan goes on
+            names.append(str(fns))
     return names
 
 
@@ -274,25 +389,215 @@ def _class_defs(tree: ast.Module) -> dict[str, ast.ClassDef]:
     return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
 
 
-def _nn_submodules(cls: ast.ClassDef) -> set[str]:
-    """Attributes assigned an ``nn.X(...)`` / ``torch.nn.X(...)`` layer in the class body (not containers)."""
-    out = set()
-    for node in ast.walk(cls):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            fn = _dotted(node.value.func)
-            if (fn.startswith("nn.") or fn.startswith("torch.nn.")) and fn.split(".")[-1] not in (
-                    "Parameter", "ParameterList", "ModuleList", "ModuleDict", "ParameterDict",
-                    # layers that compute nothing in eval mode (a view, the identity)
-                    "Flatten", "Unflatten", "Identity", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
-                    "AlphaDropout"):
-                for t in node.targets:
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        out.add(t.attr)
-    return out
+# nn classes that hold parameters or modules, or compute nothing in eval mode (a view, the identity)
+_NN_NO_COMPUTE = {"Parameter", "ParameterList", "ParameterDict", "Flatten", "Unflatten", "Identity", "Dropout",
+                  "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Module"}
+# containers: they compute what their members compute (a Sequential of the candidate's own modules runs its kernels)
+_NN_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict"}
+
+
+def _main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either side): a block that never runs when the verifier imports the program."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1
+            and isinstance(node.test.ops[0], ast.Eq)):
+        return False
+    sides = [node.test.left, node.test.comparators[0]]
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and \
+        any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
+
+
+def _own_chain(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
+    """``cls`` and the classes of the program it inherits from (by name, transitively): their methods are its."""
+    chain, todo = [], [cls]
+    while todo:
+        c = todo.pop(0)
+        if any(c is d for d in chain):
+            continue
+        chain.append(c)
+        for base in c.bases:
+            if isinstance(base, ast.Name) and base.id in classes and base.id != "Model":
+                todo.append(classes[base.id])
+    return chain
+
+
+class _Scope:
+    """What the scan knows about the program's structure: which module-level functions and classes can run
+    (``dead``: the nodes of those that nothing live names), which ``self.X`` of a class are PyTorch layers."""
+
+    def __init__(self, tree: ast.Module, model_new: ast.ClassDef | None, canonical, skipped: list[ast.stmt]):
+        self.tree, self.canonical = tree, canonical
+        self.classes = _class_defs(tree)
+        self.dead = self._dead_nodes(model_new, skipped)
+
+    # ---- liveness: what ModelNew, its bases, and the module-level code that runs at import name
+    def _dead_nodes(self, model_new: ast.ClassDef | None, skipped: list[ast.stmt]) -> set[int]:
+        """Ids of the nodes of module-level functions and classes that nothing live refers to by name (a class
+        the program defines and never uses, a test helper): code that never runs, so not scanned as if forward
+        called it. Conservative: any mention of the name (a call, an attribute, a decorator, a default value)
+        makes it live, and so does a decorator or a metaclass on it (registration at import). Without a ModelNew
+        class everything is live."""
+        if model_new is None:
+            return set()
+        skipped_ids = {id(n) for n in skipped}
+        defs: dict[str, list[ast.stmt]] = {}
+        roots: list[ast.AST] = []
+        forced: set[str] = set()
+        for top in self.tree.body:
+            if id(top) in skipped_ids:
+                continue
+            if isinstance(top, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs.setdefault(top.name, []).append(top)
+                # what runs when the definition runs: decorators, bases, keywords, defaults, a class body's statements
+                roots += top.decorator_list
+                if top.decorator_list or (isinstance(top, ast.ClassDef) and top.keywords):
+                    forced.add(top.name)  # a decorator or a metaclass may register it where forward finds it
+                if isinstance(top, ast.ClassDef):
+                    roots += top.bases + [k.value for k in top.keywords]
+                    roots += [m for m in top.body if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                else:
+                    roots += top.args.defaults + [d for d in top.args.kw_defaults if d is not None]
+            else:
+                roots.append(top)
+        roots.append(model_new)
+        live: set[str] = set()
+        todo = list(roots) + [d for name in forced for d in defs[name]]
+        live |= forced
+        while todo:
+            node = todo.pop()
+            for name in _refs(node):
+                if name in defs and name not in live:
+                    live.add(name)
+                    todo += defs[name]
+        live |= {c.name for c in _own_chain(model_new, self.classes)}
+        dead: set[int] = set()
+        for name, nodes in defs.items():
+            if name in live:
+                continue
+            for d in nodes:
+                if d is model_new:
+                    continue
+                body = d.body if isinstance(d, ast.ClassDef) else [d]
+                for member in body:  # a dead class's methods; its other statements ran at import (roots above)
+                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(d, ast.ClassDef):
+                        dead |= {id(n) for n in ast.walk(member)}
+        return dead
+
+    # ---- PyTorch layers held by a class
+    def nn_class(self, call: ast.AST) -> str:
+        """The nn class a call constructs (``nn.Linear(...)`` -> "Linear"), "" when it is not one."""
+        if not isinstance(call, ast.Call):
+            return ""
+        raw = _dotted(call.func)
+        full = self.canonical(raw) if raw else ""
+        for prefix in ("torch.nn.", "nn."):
+            for name in (full, raw):
+                if name.startswith(prefix):
+                    rest = name[len(prefix):]
+                    if rest.split(".")[0] in ("init", "functional", "utils", "parameter"):
+                        return ""  # functions and helpers, not a module
+                    return rest.split(".")[-1]
+        return ""
+
+    def _computes(self, call: ast.Call, fn: ast.AST | None) -> bool:
+        """Whether an nn construction computes with PyTorch when called: a layer does (not those in
+        _NN_NO_COMPUTE); a container does when a layer is among its members, read from its arguments and, for
+        names they use, from what the enclosing function assigns or appends to those names."""
+        kind = self.nn_class(call)
+        if kind in _NN_NO_COMPUTE or not kind:
+            return False
+        if kind not in _NN_CONTAINERS:
+            return True
+        sources: list[ast.AST] = [*call.args, *[k.value for k in call.keywords]]
+        names = {n.id for src in sources for n in ast.walk(src) if isinstance(n, ast.Name)}
+        if fn is not None:  # layers = [nn.Linear(...)]; layers.append(...); layers += [...]
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets):
+                    sources.append(n.value)
+                elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in names:
+                    sources.append(n.value)
+                elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                        isinstance(n.func.value, ast.Name) and n.func.value.id in names and \
+                        n.func.attr in ("append", "extend", "insert", "update", "__setitem__"):
+                    sources += n.args
+                elif isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                                                       and t.value.id in names for t in n.targets):
+                    sources.append(n.value)
+        return any(self.nn_class(n) and self.nn_class(n) not in _NN_NO_COMPUTE | _NN_CONTAINERS
+                   for src in sources for n in ast.walk(src))
+
+    def torch_layers(self, cls: ast.ClassDef | None) -> set[str]:
+        """Attributes ``self.X`` of ``cls`` (and of the classes of the program it inherits from) assigned a PyTorch
+        layer or a container holding one; a container of the program's own modules is not one."""
+        out: set[str] = set()
+        if cls is None:
+            return out
+        for c in _own_chain(cls, self.classes):
+            for fn in c.body:
+                for node in ast.walk(fn):
+                    target = value = None
+                    if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                        for t in targets:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                if self._computes(node.value, fn):
+                                    out.add(t.attr)
+                        continue
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                            node.func.attr in ("add_module", "register_module") and len(node.args) == 2 and \
+                            isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                        target, value = node.args[0].value, node.args[1]
+                    if target and isinstance(value, ast.Call) and self._computes(value, fn):
+                        out.add(target)
+        return out
+
+
+def _loop_bindings(target: ast.AST, it: ast.AST) -> list[tuple[str, ast.AST]]:
+    """(loop variable, what it iterates over) for ``for target in it``, through enumerate / zip / reversed /
+    list and the module methods that yield members (children, values, items, named_children...)."""
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.args:
+        fn = it.func.id
+        if fn == "enumerate":
+            return _loop_bindings(target.elts[1], it.args[0]) if isinstance(target, ast.Tuple) and \
+                len(target.elts) == 2 else []
+        if fn == "zip":
+            return [b for t, a in zip(target.elts, it.args) for b in _loop_bindings(t, a)] if \
+                isinstance(target, ast.Tuple) and len(target.elts) == len(it.args) else []
+        if fn in ("reversed", "list", "iter", "tuple", "sorted"):
+            return _loop_bindings(target, it.args[0])
+        return []
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute):
+        if it.func.attr in ("children", "values", "modules"):
+            return _loop_bindings(target, it.func.value)
+        if it.func.attr in ("items", "named_children", "named_modules"):
+            return _loop_bindings(target.elts[1], it.func.value) if isinstance(target, ast.Tuple) and \
+                len(target.elts) == 2 else []
+        return []
+    if isinstance(it, ast.Subscript):
+        return _loop_bindings(target, it.value)
+    return [(target.id, it)] if isinstance(target, ast.Name) else []
 
 
 def scan(code: str, backend: str = "cpu") -> StaticReport:
-    """The static legality report of a candidate program (which must parse)."""
+    """The static legality report of a candidate program (which must parse).
+
+    Never fails on the candidate's Python: an unexpected exception inside the scan is the verifier's fault and
+    comes out as :class:`StaticScanError` naming the exception and where it was raised."""
+    try:
+        return _scan(code, backend)
+    except StaticScanError:
+        raise
+    except SyntaxError as e:
+        raise StaticScanError(f"the static scan was given a program that does not parse (line {e.lineno}: "
+                              f"{e.msg}); the extract stage should have stopped it") from e
+    except Exception as e:  # noqa: BLE001 - the scan's own fault: one candidate's verifier_error, not a crash
+        where = traceback.extract_tb(e.__traceback__)
+        last = next((f for f in reversed(where) if f.filename.endswith(("static.py", "extract.py", "vendor.py"))),
+                    where[-1] if where else None)
+        at = f" at {Path(last.filename).name}:{last.lineno} in {last.name}" if last else ""
+        raise StaticScanError(f"the static scan failed on this candidate: {type(e).__name__}: {e}{at}") from e
+
+
+def _scan(code: str, backend: str = "cpu") -> StaticReport:
     tree = ast.parse(code)
     report = StaticReport()
     report.extensions = resolve_extensions(tree)
@@ -302,15 +607,26 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
     # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
     # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
     init_ids = init_only_nodes(tree)
+    # a block under `if __name__ == "__main__":` never runs when the verifier imports the program (unless the
+    # program rebinds __name__, which then keeps it in the scan)
+    rebinds_name = any(isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load)
+                       for n in ast.walk(tree))
+    main_blocks = [] if rebinds_name else [n for n in tree.body if _main_guard(n)]
+    main_ids = {id(x) for n in main_blocks for x in ast.walk(n)}
+    dead: set[int] = set()  # filled once ModelNew is known (_Scope): code that nothing live names
 
     def add(code_, node, what, torch_compute=False):
         if code_ == cheats.C01 and id(node) in init_ids:
+            return
+        if code_ in (cheats.C01, cheats.C04) and id(node) in dead:
             return
         report.findings.append(Finding(code_, getattr(node, "lineno", 0), what, torch_compute))
 
     # aliases: `import torch.nn.functional as F`, `from torch import relu`
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
+        if id(node) in main_ids:
+            continue
         if isinstance(node, ast.Import):
             for a in node.names:
                 aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
@@ -335,13 +651,47 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
     # own functions, whatever they are called (``ext.mm`` is not ``Tensor.mm``)
     extension_objects = {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
                          isinstance(n.value, ast.Call) and _is_load_inline(n.value) for t in n.targets} - {""}
-    classes = _class_defs(tree)
-    model_new = classes.get("ModelNew")
-    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
-    method_ids = {id(n) for n in ast.walk(model_new)} if model_new is not None else set()
+    # ModelNew is the class the module-level name binds: `class ModelNew`, or `ModelNew = Model` / `= FastConv`
+    binding = model_new_binding(tree)
+    model_new = binding.cls if binding is not None else None
     skip_funcs = {"get_inputs", "get_init_inputs"}
-    scope_nodes = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in skip_funcs)]
-    nn_layers = _nn_submodules(model_new) if model_new else set()
+    skipped = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in skip_funcs) or id(n) in main_ids]
+    scope_nodes = [n for n in tree.body if not any(n is k for k in skipped)]
+    structure = _Scope(tree, model_new, canonical, skipped)
+    dead |= structure.dead
+    classes = structure.classes
+    chain = _own_chain(model_new, classes) if model_new is not None else []
+    # the program's own class named Model, bound to ModelNew: `Model` names the candidate's class, not the reference
+    own_model = model_new is not None and model_new.name == "Model" and classes.get("Model") is model_new
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    method_ids = {id(n) for c in chain for n in ast.walk(c)}
+    model_layers = structure.torch_layers(model_new)
+    class_layers = {id(c): structure.torch_layers(c) | model_layers for c in classes.values()}
+    enclosing_class: dict[int, set[str]] = {}
+    for c in classes.values():
+        for n in ast.walk(c):
+            enclosing_class[id(n)] = class_layers[id(c)]
+    # `for m in self.layers: x = m(x)`: loop variables that stand for a member of a PyTorch container
+    loop_layers: dict[int, str] = {}
+    for c in classes.values():
+        for loop in ast.walk(c):
+            if not isinstance(loop, (ast.For, ast.comprehension)):
+                continue
+            body = loop.body if isinstance(loop, ast.For) else [parents.get(id(loop))]
+            for name, source in _loop_bindings(loop.target, loop.iter):
+                recv = _dotted(source)
+                if not (recv.startswith("self.") and recv.count(".") == 1 and recv[5:] in class_layers[id(c)]):
+                    continue
+                for stmt in body:
+                    for n in ast.walk(stmt):
+                        if isinstance(n, ast.Call) and (
+                                (isinstance(n.func, ast.Name) and n.func.id == name) or
+                                (isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
+                                 n.func.value.id == name and n.func.attr in ("forward", "__call__"))):
+                            loop_layers[id(n)] = f"{recv} (as `{name}`)"
+    if binding is not None and binding.reference_model:
+        add(cheats.C04, next((n for n in tree.body if getattr(n, "lineno", 0) == binding.line), tree),
+            f"`ModelNew` is bound to `{binding.alias}`, the reference `Model`")
 
     for top in scope_nodes:
         for node in ast.walk(top):
@@ -415,8 +765,8 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                     recv = _dotted(node.func.value)
                     if meth in kernels or recv in extension_objects:
                         continue
-                    if recv.startswith("self.") and recv.count(".") == 1 and recv[5:] in nn_layers and \
-                            meth in ("forward", "__call__"):
+                    if recv.startswith("self.") and recv.count(".") == 1 and \
+                            recv[5:] in enclosing_class.get(id(node), model_layers) and meth in ("forward", "__call__"):
                         add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
                     elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")):
                         add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
@@ -424,31 +774,47 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                     fn = node.func.id
                     if fn in CALL_CODES:
                         add(CALL_CODES[fn], node, f"calls `{fn}()`")
-                    elif fn == "Model":
+                    elif fn == "Model" and not own_model:
                         add(cheats.C04, node, "constructs the reference `Model`")
+                layers = enclosing_class.get(id(node), model_layers)
                 if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id == "self" and node.func.attr in nn_layers):
+                        and node.func.value.id == "self" and node.func.attr in layers):
                     add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)", True)
+                member = node.func.value if (isinstance(node.func, ast.Attribute) and
+                                             node.func.attr in ("forward", "__call__")) else node.func
+                if isinstance(member, ast.Subscript) and _dotted(member.value).startswith("self.") and \
+                        _dotted(member.value).count(".") == 1 and _dotted(member.value)[5:] in layers:
+                    add(cheats.C01, node, f"calls a member of the nn container `{_dotted(member.value)}` "
+                                          "(its PyTorch forward)", True)
+                if id(node) in loop_layers:
+                    add(cheats.C01, node, f"calls a member of the nn container {loop_layers[id(node)]} "
+                                          "(its PyTorch forward)", True)
 
     if model_new is not None:
-        for base in model_new.bases:
-            b = _dotted(base)
-            if b and b.split(".")[-1] not in ("Module",):
-                add(cheats.C04 if b.split(".")[-1] == "Model" else cheats.C04, base,
-                    f"ModelNew inherits from `{b}` instead of nn.Module")
-        for node in ast.walk(model_new):
-            if isinstance(node, ast.Name) and node.id == "Model":
-                add(cheats.C04, node, "refers to the reference `Model`")
-            elif isinstance(node, ast.Call) and _dotted(node.func).endswith(".forward") and \
-                    isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call) and \
-                    _dotted(node.func.value.func) == "super":
-                add(cheats.C04, node, "calls `super().forward`")
-            elif isinstance(node, ast.Try):
-                for h in node.handlers:
-                    if not all(isinstance(s, (ast.Raise, ast.Pass)) for s in h.body) or \
-                            any(isinstance(s, ast.Pass) for s in h.body):
-                        add(cheats.C03, h, "a try/except in ModelNew whose handler does more than re-raise "
-                                            "(a fallback path)")
+        for c in chain:
+            who = "ModelNew" if c is model_new else f"`{c.name}`, a base of ModelNew,"
+            for base in c.bases:
+                b = _dotted(base)
+                if not b or (isinstance(base, ast.Name) and base.id in classes and base.id != "Model"):
+                    continue  # a class of the program: its own bases are judged in turn (chain)
+                if b.split(".")[-1] not in ("Module",):
+                    add(cheats.C04, base, f"{who} inherits from `{b}` instead of nn.Module")
+            # super().forward reaches the program's own base class only when that is what the class derives from
+            own_super = bool(c.bases) and isinstance(c.bases[0], ast.Name) and c.bases[0].id in classes and \
+                c.bases[0].id != "Model"
+            for node in ast.walk(c):
+                if isinstance(node, ast.Name) and node.id == "Model" and not own_model:
+                    add(cheats.C04, node, "refers to the reference `Model`")
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr in ("forward", "__call__") and isinstance(node.func.value, ast.Call) and \
+                        _dotted(node.func.value.func) == "super" and not own_super:
+                    add(cheats.C04, node, "calls `super().forward`")
+                elif isinstance(node, ast.Try):
+                    for h in node.handlers:
+                        if not all(isinstance(s, (ast.Raise, ast.Pass)) for s in h.body) or \
+                                any(isinstance(s, ast.Pass) for s in h.body):
+                            add(cheats.C03, h, "a try/except in ModelNew whose handler does more than re-raise "
+                                                "(a fallback path)")
         used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
                {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         if kernels and not (kernels & used):

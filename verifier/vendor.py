@@ -4,7 +4,9 @@ The runtime dispatch monitors see ATen ops that go through the dispatcher. They 
 whose C++ calls cuBLAS, cuBLASLt, cuDNN, CUTLASS, oneDNN / MKL / BLAS, or ATen's internal kernels
 (``at::native::``, ``at::cuda::blas::``) directly. Three independent checks catch that:
 
-1. ``scan_sources``: the candidate's C++/CUDA source text (includes, calls, handles, link flags);
+1. ``scan_sources``: the candidate's C++/CUDA source text: the library's identifiers in use (calls, handles,
+   types, namespaces), not its includes (an unused ``#include <cublas_v2.h>`` computes nothing), and link flags
+   that put a library's code inside the module (static linking); a dynamic ``-lcublas`` is judged by (2);
 2. ``scan_library``: the dynamic symbols the built extension imports (an ELF's dynamic string table lists
    every function it links to by name, so a call the source hid behind macros still shows; a ``dlopen`` /
    ``dlsym`` pair that would fetch a library by a built-up string is flagged too);
@@ -20,13 +22,20 @@ from __future__ import annotations
 
 import re
 import struct
+from collections import Counter
 from pathlib import Path
 
 # (library, pattern over source text)
+# The patterns read the code a compiler would compile: comments, string literals, #include lines and macros that are
+# defined but never expanded are removed first (``code_text``). An include alone computes nothing: a library is
+# judged by its identifiers in use (calls, handles, types, namespaces); a name the preprocessor builds
+# (``cu##blas##Sgemm``) never shows here and is caught by the built module's imported symbols (``scan_library``).
 SOURCE_PATTERNS = [
-    ("cuBLAS", re.compile(r"\bcublas\w*|getCurrentCUDABlas(Lt)?Handle|\bat::cuda::blas\b|cublas_v2\.h|cublasLt\.h")),
-    ("cuDNN", re.compile(r"\bcudnn\w*|cudnn\.h|\bat::native::cudnn")),
-    ("CUTLASS", re.compile(r"#\s*include\s*[<\"](cutlass|cute)/|\bcutlass::|\bcute::")),
+    ("cuBLAS", re.compile(r"\bcublas\w*|getCurrentCUDABlas(Lt)?Handle|\bat::cuda::blas\b")),
+    ("cuDNN", re.compile(r"\bcudnn\w*|\bat::native::cudnn")),
+    # header-only: no imported symbol shows it, its namespace does (``cute::``, ``using namespace cute``, an alias);
+    # on cuda its kernels are foreign by name in the time coverage
+    ("CUTLASS", re.compile(r"\b(?:cutlass|cute)\b")),
     ("cuSPARSE/cuFFT/cuSOLVER", re.compile(r"\bcusparse\w+|\bcufft\w+|\bcusolver\w+")),
     ("BLAS/MKL/oneDNN", re.compile(r"\bcblas_\w+|\bmkl_\w+|\bdnnl(::|_)\w*|\bmkldnn\w*|\bsgemm_\s*\(|\bat::native::cpublas|"
                                    r"\bat::cpublas\b")),
@@ -65,7 +74,13 @@ def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> lis
     return found
 
 
-LINK_PATTERN = re.compile(r"-l\s*(cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|mkl\w*|openblas|blas|dnnl)")
+# a vendor library named in the link flags. Linked dynamically (``-lcublas``) it is judged by what the built module
+# imports from it (``scan_library``): an unused ``-l`` flag imports nothing, with or without --as-needed. Linked
+# statically (``-l:libcublas_static.a``, a path to an archive, ``-Wl,-Bstatic``) its code lands inside the module,
+# where no imported symbol shows it: that is a finding by itself.
+LINK_PATTERN = re.compile(r"(?:-l\s*:?\s*|\blib)(cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|mkl\w*|openblas|"
+                          r"blas|dnnl)")
+_STATIC_LINK = re.compile(r"\.a\b|_static\b|-Bstatic|--whole-archive|^-static$")
 
 # (library, pattern over the imported symbol names of the built .so; C++ names are mangled)
 SYMBOL_PATTERNS = [
@@ -82,22 +97,97 @@ SYMBOL_PATTERNS = [
 def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> list[str]:
     """Findings in the candidate's C++/CUDA sources and link flags, each naming the library and the text."""
     found = []
+    texts = [code_text(src) for src in sources]
     for lib, pat in SOURCE_PATTERNS:
-        for src in sources:
-            m = pat.search(_strip_comments(src))
+        for text in texts:
+            m = pat.search(text)
             if m:
                 found.append(f"the C++/CUDA source uses {lib} (`{m.group(0).strip()}`)")
                 break
-    for flag in link_flags or []:
-        m = LINK_PATTERN.search(str(flag))
-        if m:
-            found.append(f"links against `{m.group(1)}` (extra_ldflags)")
+    flags = [str(f) for f in link_flags or []]
+    static = any(_STATIC_LINK.search(f) for f in flags)
+    for flag in flags:
+        m = LINK_PATTERN.search(flag)
+        if m and (static or _STATIC_LINK.search(flag)):
+            found.append(f"links `{m.group(1)}` statically (extra_ldflags `{flag[:80]}`): its code would be inside "
+                         "the module, where no imported symbol shows what it computes")
     return found
 
 
+def strip_cxx(src: str, strings: bool = False, keep_names: bool = False) -> str:
+    """C/C++ source with its comments replaced by spaces (newlines kept, so line numbers stay), and with
+    ``strings`` the contents of string and character literals (raw strings too) blanked, except, with
+    ``keep_names``, a string that is exactly one identifier (``cuModuleGetFunction(&f, mod, "relu_kernel")``). A
+    small lexer, not a regex: a ``//`` inside a string literal (``"http://..."``) starts no comment, a quote in a
+    comment no string."""
+    out: list[str] = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" ")
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(" " + "\n" * src.count("\n", i, j))
+        elif c == '"' and i > 0 and src[i - 1] == "R" and _RAW_PREFIX.search(src, max(0, i - 4), i + 1):
+            k = src.find("(", i + 1)
+            delim = src[i + 1:k] if 0 <= k - i - 1 <= 16 else None
+            if delim is None or any(ch in delim for ch in ' \\)\n\t"'):
+                j = i + 1  # not a raw string after all: the quote opens nothing we understand; keep going
+                out.append(c)
+            else:
+                end = src.find(")" + delim + '"', k + 1)
+                j = n if end < 0 else end + len(delim) + 2
+                out.append('""' + "\n" * src.count("\n", i, j) if strings else src[i:j])
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            j = min(j + 1, n)
+            keep = not strings or (keep_names and c == '"' and re.fullmatch(r'"[A-Za-z_]\w*"', src[i:j]))
+            out.append(src[i:j] if keep else c + c)
+        else:
+            m = _PLAIN.match(src, i + 1)
+            j = m.end() if m else i + 1
+            out.append(src[i:j])
+        i = j
+    return "".join(out)
+
+
+_PLAIN = re.compile(r"[^/\"']*")
+# R"( starts a raw string when R is the prefix (alone, or after u8, u, U, L), not the end of an identifier
+_RAW_PREFIX = re.compile(r'(?:^|[^\w])(?:u8|u|U|L)?R"$')
+
+
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?:[^\n\\]|\\\n|\\.)*", re.M)
+
+
+def code_text(src: str) -> str:
+    """What of a source can call anything: comments, string literals and ``#include`` lines removed, and every
+    macro that is defined but never expanded (its name used nowhere else) dropped with its body."""
+    text = strip_cxx(src, strings=True)
+    text = re.sub(r"^[ \t]*#[ \t]*include\b[^\n]*", " ", text, flags=re.M)
+    for _ in range(8):  # a macro used only by an unused macro is unused too
+        defines = list(_DEFINE.finditer(text))
+        if not defines:
+            break
+        uses = Counter(_WORD.findall(text))
+        unused = [m for m in defines if uses[m.group(1)] == _WORD.findall(m.group(0)).count(m.group(1))]
+        if not unused:
+            break
+        for m in reversed(unused):
+            text = text[:m.start()] + "\n" * m.group(0).count("\n") + text[m.end():]
+    return text
+
+
+_WORD = re.compile(r"\w+")
+
+
 def _strip_comments(src: str) -> str:
-    src = re.sub(r"/\*.*?\*/", " ", src, flags=re.DOTALL)
-    return re.sub(r"//[^\n]*", " ", src)
+    return strip_cxx(src)
 
 
 def imported_symbols(so_path: str | Path) -> list[bytes]:
