@@ -369,7 +369,7 @@ def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> Ch
 
 
 WALL_TARGET_S = 0.01  # a bracket of the verifier's clock lasts about this long (at most WALL_MAX_CALLS calls)
-WALL_MAX_CALLS = 500
+WALL_MAX_CALLS = 200
 
 
 def bracket_calls(call_s: float) -> int:
