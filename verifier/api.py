@@ -368,8 +368,8 @@ def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> Ch
     return ChildRun(rc, timed_out, log)
 
 
-WALL_TARGET_S = 0.01  # a bracket of the verifier's clock lasts about this long (at most WALL_MAX_CALLS calls)
-WALL_MAX_CALLS = 200
+WALL_TARGET_S = 0.005  # a bracket of the verifier's clock lasts about this long (at most WALL_MAX_CALLS calls)
+WALL_MAX_CALLS = 64
 
 
 def bracket_calls(call_s: float) -> int:

@@ -116,7 +116,7 @@ def check_threads_at_load(report: ChildReport, ev: Evidence) -> None:
                            "thread(s) running: work on a thread of your own is not allowed.")
 
 
-WALL_SUMS_CHECKED = 4  # calls of the verifier-timed brackets whose output sums are recomputed here
+WALL_SUMS_CHECKED = 2  # calls of the verifier-timed brackets whose output sums are recomputed here
 
 
 def check_wall(ledger: Ledger, plan, model, device: str, ev: Evidence) -> float | None:
