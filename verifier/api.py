@@ -376,7 +376,8 @@ def bracket_calls(call_s: float) -> int:
     """Calls in one bracket for a model whose calls take about ``call_s`` (at least 3)."""
     if call_s <= 0:
         return 10
-    return max(3, min(WALL_MAX_CALLS, int(WALL_TARGET_S / call_s) + 1))
+    least = 1 if call_s > 0.25 else 3  # a call this long is resolved by the clock on its own
+    return max(least, min(WALL_MAX_CALLS, int(WALL_TARGET_S / call_s) + 1))
 
 
 def per_call_s(ledger: Ledger, label: str) -> float | None:

@@ -76,12 +76,20 @@ int64_t ask_channel() {
     return -1;
 }
 
+// honest and slow: the same ReLU recomputed for about 1.5 s a call (a direct ConvTranspose3d took 1.4 s)
+torch::Tensor slow_relu(torch::Tensor x) {
+    auto t0 = std::chrono::steady_clock::now();
+    torch::Tensor y;
+    do { y = relu(x); } while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
+    return y;
+}
+
 // work on a thread of its own, started at import: no thread-local monitor sees it
 void start_thread() {
     std::thread([] { while (true) std::this_thread::sleep_for(std::chrono::milliseconds(20)); }).detach();
 }
 """
-RED_FUNCS = ["relu", "patch_timer", "frame_seeds", "ask_channel", "start_thread"]
+RED_FUNCS = ["relu", "slow_relu", "patch_timer", "frame_seeds", "ask_channel", "start_thread"]
 
 
 def red(forward: str, *, module: str = "", init: str = "pass", imports: str = "") -> str:
@@ -135,12 +143,20 @@ CASES = {
     "honest_relu_same_extension": (red("return ext.relu(x)"), "pass", None, False),
     "honest_reads_its_own_training_flag": (red("assert self.training, 'KernelBench runs modules as constructed'\n"
                                                "        return ext.relu(x)"), "pass", None, False),
+    # an OpenMP pool torch creates lazily inside forward (a large zeros fill) is torch's, not the candidate's thread
+    "honest_lazy_openmp_pool_in_forward": (red("buf = torch.zeros(1 << 22)\n        return ext.relu(x)"),
+                                           "pass", None, False),
 }
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
-    cfg = VerifyConfig(build_dir=str(tmp_path_factory.mktemp("redteam-builds")), trials=5, timing_trials=5, warmup=1,
+def build_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("redteam-builds"))  # one build of the red-team extension for the module
+
+
+@pytest.fixture(scope="module")
+def verdicts(build_dir):
+    cfg = VerifyConfig(build_dir=build_dir, trials=5, timing_trials=5, warmup=1,
                        time_torch_compile=False, run_timeout_s=40, memory_limit_gb=4, exec_workers=2)
     task = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
     names = list(CASES)
@@ -167,6 +183,17 @@ def test_redteam_case(verdicts, name):
     if code:
         assert code in v.cheats, (name, v.cheats, v.feedback[:400])
         assert v.reward < 0
+
+
+def test_a_slow_correct_kernel_is_timed_not_killed(build_dir):
+    """1.5 s a call under the default 20 timed iterations and 10 probe pairs used to run past the job's limit and
+    come back as a timeout about loops that never end; the timed iterations and probes are fitted to the call
+    time (verify.timing_budget_s), so it is a pass with its (slow) time."""
+    cfg = VerifyConfig(build_dir=build_dir, trials=5, timing_trials=20, gap_probes=10, warmup=1, timing_budget_s=3,
+                       time_torch_compile=False, run_timeout_s=45, memory_limit_gb=4)
+    v = api.verify_candidate(fx.RELU_TASK, red("return ext.slow_relu(x)"), backend="cpu", config=cfg)
+    assert v.status == "pass", (v.status, v.feedback[:500])
+    assert v.runtime_us > 1e6 and v.speedup_eager < 1
 
 
 def test_the_child_never_sees_a_seed_before_its_trial(tmp_path):
