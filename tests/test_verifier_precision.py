@@ -13,17 +13,36 @@ blunt rule turned away must pass, and the cheat each rule exists for must still 
 - legality policies: a candidate that computes the linear layer with torch and only the ReLU in its own kernel
   is a C01 cheat under strict legality and a pass under partial legality, and every verdict records both.
 
-All candidates share one C++ extension (verifier/fixtures.py PRECISION_CPP): the session builds it once."""
+- the per-element budget with real tensors (verifier/numerics.py; the cheats are in
+  tests/redteam/test_redteam_precision.py): honest long reductions (sequential sums of 1M and 65536, a two-level
+  sum of 16M, a 32768-long scan, K = 8192 dot products, softmax, layer norm, variance, a global norm), elements
+  near zero after cancellation, outputs of mixed magnitudes, fast-math elementwise error, exact-valued outputs
+  whose reference is unstable, non-finite values where the fp32 reference has them, and a reference recomputed in
+  another process (another accumulation order) all pass;
+- size constants written as expressions (``N = 2048 * 2``, ``1 << 12``, ``K = N // 2``, ``4 * 256`` inside
+  get_inputs) are varied on the extra-shape trial, keeping the task's guarantees.
 
+All candidates share one C++ extension (verifier/fixtures.py PRECISION_CPP): the session builds it once (its build
+directory is shared with tests/redteam/test_redteam_precision.py)."""
+
+import ast
 import dataclasses
+import types
 
+import numpy as np
 import pytest
+import torch
 
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier import fixtures as fx
-from verifier.api import VerifyConfig, verify_batch
+from verifier.api import VerifyConfig, _pick_size_change, load_reference, verify_batch
+from verifier.backends import CPU_POISON_BYTE
+from verifier.inputs import (build_model, draw_inputs, other_size, other_size_keeping_all, size_changes,
+                             size_constants, variant_program)
 from verifier.metrics import summarize_verdicts
+from verifier.numerics import budget_for
+from verifier.outputs import Evidence, _reference_differs, check_outputs
 from verifier.static import scan
 
 P = fx.precision_candidate
@@ -43,16 +62,26 @@ CASES = {
     "symmetric_square_honest": ("matmul_symmetric", P("return ext.matmul_square(A, B)", args="A, B"), "pass", None),
     "symmetric_square_hardcoded": ("matmul_symmetric", P("return ext.matmul_square_fixed(A, B)", args="A, B"),
                                    "cheat", cheats.C14),
+    # the same task with its size written as an expression (N = 32 * 2): the honest kernel passes its extra shape
+    "symmetric_square_expression_honest": ("matmul_symmetric_expr", P("return ext.matmul_square(A, B)", args="A, B"),
+                                           "pass", None),
     "linear_init_like_nn_linear": ("linear", fx.linear_candidate(), "pass", None),
     "linear_torch_then_own_relu": ("linear_relu", fx.linear_candidate(
         "return ext.relu(torch.nn.functional.linear(x, self.weight, self.bias))"), "cheat", cheats.C01),
 }
-TASKS = {name: Task.from_code(code, name=name, source="seed", level=1) for name, code in fx.PRECISION_TASKS.items()}
+# the symmetric square task with its one size written as an expression (tests/redteam/test_redteam_precision.py
+# hard-codes it)
+EXPRESSION_TASK = fx.PRECISION_TASKS["matmul_symmetric"].replace("N = 64", "N = 32 * 2")
+TASKS = {name: Task.from_code(code, name=name, source="seed", level=1)
+         for name, code in {**fx.PRECISION_TASKS, "matmul_symmetric_expr": EXPRESSION_TASK}.items()}
 
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory):
-    return VerifyConfig(build_dir=str(tmp_path_factory.mktemp("precision-builds")), trials=5, timing_trials=3,
+    # one build directory for the session: the red-team module builds the same extension
+    build = tmp_path_factory.getbasetemp() / "precision-builds"
+    build.mkdir(exist_ok=True)
+    return VerifyConfig(build_dir=str(build), trials=5, timing_trials=3,
                         warmup=1, time_torch_compile=False, run_timeout_s=60, memory_limit_gb=6, exec_workers=2)
 
 
@@ -100,9 +129,11 @@ def test_degenerate_task_is_not_the_candidates_fault(verdicts):
 
 
 def test_extra_shape_keeps_the_tasks_contract(verdicts):
-    """N = 64 becomes 96 for both inputs (square, symmetric by the task's own get_inputs): six trials, all passed."""
+    """N = 64 becomes 96 for both inputs (square, symmetric by the task's own get_inputs): six trials, all passed;
+    the same where the task writes N = 32 * 2."""
     v = verdicts["symmetric_square_honest"]
     assert v.trials == 6, v.feedback
+    assert verdicts["symmetric_square_expression_honest"].trials == 6, verdicts["symmetric_square_expression_honest"]
     bad = verdicts["symmetric_square_hardcoded"].feedback
     assert "[96, 96], [96, 96]" in bad, bad
 
@@ -147,3 +178,286 @@ def test_failed_device_warm_up_is_the_verifiers_fault():
     assert not _warm_up_failed("[verifier] warm execution process ready in 0.01 s before this job\nrunning\n"
                                "warm-up failed: (printed by the candidate)")
     assert not _warm_up_failed("warm-up failed:\n")
+
+
+# ---------------------------------------------------------------------------- the per-element budget, real tensors
+# Honest fp32 implementations in another order than torch's (numpy's float32 cumsum is a sequential loop), judged
+# by check_outputs as a trial's output is; the cheats are in tests/redteam/test_redteam_precision.py.
+
+CFG = VerifyConfig()
+TASK_MODULE = types.SimpleNamespace()  # a task without ATOL / RTOL
+
+
+def judge(out, r32, r64, inputs=(), pooled=None, here=None):
+    """(status, evidence) of one output as check_outputs judges it: "pass", "wrong" or "cheat"."""
+    ev, errs = Evidence(), []
+    ok = check_outputs([out], [r32], [r64] if r64 is not None else None, list(inputs), here, "Trial 1", CFG,
+                       TASK_MODULE, CPU_POISON_BYTE, [], ev, errs, pooled=[pooled] if pooled else None)
+    return ("pass" if ok and not ev.codes else "cheat" if ev.codes else "wrong"), ev
+
+
+def seq_sum(x: torch.Tensor) -> torch.Tensor:
+    """One fp32 accumulator per row, in order (a one-thread loop)."""
+    return torch.from_numpy(np.cumsum(x.numpy(), axis=-1, dtype=np.float32)[..., -1].copy())
+
+
+def seq_scan(x: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.cumsum(x.numpy(), axis=-1, dtype=np.float32))
+
+
+def seq_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.cumsum(a.numpy()[:, :, None] * b.numpy()[None], axis=1, dtype=np.float32)[:, -1].copy())
+
+
+def _matmul_k8192():
+    a, b = torch.randn(32, 8192), torch.randn(8192, 32)
+    return seq_matmul(a, b), a @ b, a.double() @ b.double(), (a, b), None
+
+
+def _sum_1m_four_rows():
+    x = torch.randn(4, 1 << 20)
+    # the plan's scale: the largest |sum| on two other draws (a sum to 4 numbers has no neighbourhood)
+    pooled = (0.0, max(float(torch.randn(4, 1 << 20).double().sum(1).abs().max()) for _ in range(2)))
+    return seq_sum(x), x.sum(1), x.double().sum(1), (x,), pooled
+
+
+def _sum_16m_one_output():
+    # a GPU's two-level reduction: 4096 sequential partial sums of 4096, then one sequential sum of those
+    x = torch.randn(1, 1 << 24)
+    pooled = (0.0, max(float(torch.randn(1, 1 << 24).double().sum().abs()) for _ in range(2)))
+    return seq_sum(seq_sum(x.reshape(4096, 4096)).reshape(1, -1)), x.sum(1), x.double().sum(1), (x,), pooled
+
+
+def _sum_65536_many_rows():
+    x = torch.randn(256, 1 << 16)
+    return seq_sum(x), x.sum(1), x.double().sum(1), (x,), None
+
+
+def _cumsum_32768():
+    x = torch.randn(16, 32768)
+    return seq_scan(x), torch.cumsum(x, 1), torch.cumsum(x.double(), 1), (x,), None
+
+
+def _softmax_16384():
+    x = torch.randn(32, 16384) * 2
+    e = torch.exp(x - x.max(1, keepdim=True).values)
+    return e / seq_sum(e)[:, None], torch.softmax(x, 1), torch.softmax(x.double(), 1), (x,), None
+
+
+def _layer_norm_4096():
+    x = torch.randn(64, 4096) * 3 + 1
+    mu = seq_sum(x) / 4096
+    xc = x - mu[:, None]
+    out = xc / torch.sqrt(seq_sum(xc * xc)[:, None] / 4096 + 1e-5)
+    f = torch.nn.functional.layer_norm
+    return out, f(x, (4096,)), f(x.double(), (4096,)), (x,), None
+
+
+def _variance_two_pass():
+    x = torch.randn(256, 4096) + 0.5
+    mu = seq_sum(x) / 4096
+    out = seq_sum((x - mu[:, None]) ** 2) / 4096
+    return out, torch.var(x, 1, unbiased=False), torch.var(x.double(), 1, unbiased=False), (x,), None
+
+
+def _frobenius_norm_2m():
+    # one sequential sum of 2M squares: every element carries the same relative error (6e-4), larger than fp16's
+    x = torch.randn(32, 256, 256)
+    out = x / torch.sqrt(seq_sum((x * x).reshape(1, -1)))
+    return out, x / torch.norm(x, p="fro"), x.double() / torch.norm(x.double(), p="fro"), (x,), None
+
+
+def _centred_rows_offset_1000():
+    # near zero after cancellation: |out| ~ 1, the terms summed ~ 1000; the error follows the terms
+    x = torch.randn(256, 1024) + 1000
+    out = x - (seq_sum(x) / 1024)[:, None]
+    return out, x - x.mean(1, keepdim=True), x.double() - x.double().mean(1, keepdim=True), (x,), None
+
+
+def _matmul_mixed_scales():
+    # rows and columns of very different magnitudes: each element is judged at its own scale
+    a = torch.randn(64, 2048) * torch.exp(torch.randn(64, 1) * 2)
+    b = torch.randn(2048, 128) * torch.exp(torch.randn(1, 128) * 2)
+    return seq_matmul(a, b), a @ b, a.double() @ b.double(), (a, b), None
+
+
+def _relu_of_matmul():
+    a, b = torch.randn(64, 4096), torch.randn(4096, 64)
+    return torch.relu(seq_matmul(a, b)), torch.relu(a @ b), torch.relu(a.double() @ b.double()), (a, b), None
+
+
+def _exp_through_exp2():
+    # fast-math style exp (exp2 of a rounded product): a few ulp from torch's, on every element
+    x = torch.randn(512, 1024) * 4
+    return torch.exp2(x * 1.4426950408889634), torch.exp(x), torch.exp(x.double()), (x,), None
+
+
+HONEST = {
+    "matmul_k8192_sequential": _matmul_k8192,
+    "sum_1m_sequential_four_rows": _sum_1m_four_rows,
+    "sum_16m_two_level_one_output": _sum_16m_one_output,
+    "sum_65536_sequential_256_rows": _sum_65536_many_rows,
+    "cumsum_32768_sequential": _cumsum_32768,
+    "softmax_16384_sequential_denominator": _softmax_16384,
+    "layer_norm_4096_two_pass_sequential": _layer_norm_4096,
+    "variance_two_pass_sequential": _variance_two_pass,
+    "frobenius_norm_2m_sequential": _frobenius_norm_2m,
+    "near_zero_after_cancellation_offset_1000": _centred_rows_offset_1000,
+    "matmul_mixed_row_and_column_scales": _matmul_mixed_scales,
+    "relu_of_matmul_half_exact_zeros": _relu_of_matmul,
+    "exp_fast_math_through_exp2": _exp_through_exp2,
+}
+
+
+@pytest.mark.parametrize("name", list(HONEST))
+def test_honest_fp32_passes_the_per_element_budget(name):
+    torch.manual_seed(1)
+    out, r32, r64, inputs, pooled = HONEST[name]()
+    status, ev = judge(out, r32, r64, inputs, pooled)
+    assert status == "pass", (name, ev.details)
+
+
+def test_long_reductions_would_fail_a_relative_fp32_tolerance():
+    """The honest cases above are not trivially close: their error is far beyond fp32 rounding of the element."""
+    torch.manual_seed(1)
+    for build in (_sum_1m_four_rows, _cumsum_32768, _frobenius_norm_2m, _centred_rows_offset_1000):
+        out, r32, r64, *_ = build()
+        rel = ((out.double() - r64).abs() / r64.abs().clamp_min(1e-30)).max()
+        assert float(rel) > 1e-4, build.__name__
+
+
+def _knife_edge(n: int = 100_000, edges: int = 3):
+    """Values whose fp32 product with 10 rounds onto an integer that the exact product does not reach: floor
+    in fp32 and in float64 differ on those ``edges`` elements (the fp32 reference is unstable there)."""
+    x = torch.randn(n) * 4
+    k = torch.arange(1, 10_000, dtype=torch.float64)
+    near = (k / 10).float()  # fp32(k / 10): below k / 10 for about half of the k
+    unstable = near[(near.double() * 10 < k) & ((near * 10) == k.float())][:edges]
+    x[torch.randperm(n)[:edges]] = unstable
+    return x
+
+
+def test_exact_output_where_the_reference_is_unstable_accepts_either_value():
+    torch.manual_seed(2)
+    x = _knife_edge()
+    r32, r64 = torch.floor(x * 10), torch.floor(x.double() * 10)
+    assert int((r32.double() != r64).sum()) == 3  # unstable on three elements only
+    b, _ = budget_for(r32, r64, CFG, TASK_MODULE)
+    assert b.kind == "exact" and b.unstable == 3
+    assert judge(torch.floor(x * 10), r32, r64, (x,))[0] == "pass"  # the fp32 value
+    assert judge(torch.floor(x.double() * 10).float(), r32, r64, (x,))[0] == "pass"  # the exact value
+
+
+def test_integer_and_boolean_outputs_compare_exactly_and_pass():
+    torch.manual_seed(3)
+    a, w = torch.randn(256, 512), torch.randn(512, 16)
+    r32, r64 = torch.argmax(a @ w, 1), torch.argmax(a.double() @ w.double(), 1)
+    assert judge(torch.argmax(seq_matmul(a, w), 1), r32, r64, (a, w))[0] == "pass"
+    x = torch.randn(128, 128)
+    assert judge(x > 0, x > 0, x.double() > 0, (x,))[0] == "pass"
+    assert judge(torch.sign(x), torch.sign(x), torch.sign(x.double()), (x,))[0] == "pass"
+
+
+def test_inf_where_the_fp32_reference_overflows_passes():
+    """exp(30 x) overflows fp32 where float64 is finite: an honest kernel's inf there is the task's own value."""
+    torch.manual_seed(4)
+    x = torch.randn(256, 1024)
+    r32, r64 = torch.exp(30 * x), torch.exp(30 * x.double())
+    assert bool(torch.isinf(r32).any()) and bool(torch.isfinite(r64).all())
+    out = torch.exp2((30 * x) * 1.4426950408889634)
+    status, ev = judge(out, r32, r64, (x,))
+    assert status == "pass", ev.details
+
+
+def test_nan_where_the_fp32_reference_is_nan_passes():
+    torch.manual_seed(5)
+    x = torch.randn(256, 256)
+    r32, r64 = torch.log(x), torch.log(x.double())
+    out = torch.log2(x) * 0.6931471805599453
+    status, ev = judge(out, r32, r64, (x,))
+    assert status == "pass", ev.details
+
+
+def test_reference_recomputed_in_another_order_is_not_tampering():
+    """The child's own reference may run the ops with another thread count (another accumulation order): within
+    the measured budget it is the same reference, no C11."""
+    torch.manual_seed(6)
+    out, r32, r64, inputs, _ = _matmul_k8192()
+    assert not _reference_differs(out, r32, r64, CFG, TASK_MODULE, None)
+    status, ev = judge(r32.clone(), r32, r64, inputs, here=[out])
+    assert status == "pass" and not ev.codes, ev.details
+
+
+# ---------------------------------------------------------------------------- size constants written as expressions
+
+def _program(module: str, inputs: str) -> str:
+    return f"""import torch
+import torch.nn as nn
+{module}
+
+class Model(nn.Module):
+    def forward(self, *xs):
+        return xs[0]
+
+
+def get_inputs():
+    {inputs}
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+EXPRESSION_PROGRAMS = {
+    "product": (_program("N = 2048 * 2", "return [torch.randn(N, N)]"), {"N": 6144}),
+    "product_named_dim": (_program("dim = 4 * 1024\nbatch = 16", "return [torch.randn(batch, dim)]"),
+                          {"dim": 6144, "batch": 32}),
+    "shift": (_program("M = 1 << 12", "return [torch.randn(M, 8)]"), {"M": 6144}),
+    "derived": (_program("N = 2048 * 2\nK = N // 2", "return [torch.randn(N, K), torch.randn(K, N)]"), {"N": 6144}),
+    "tuple": (_program("SHAPE = (16, 4 * 256)", "return [torch.randn(*SHAPE)]"), {"SHAPE": [32, 1536]}),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPRESSION_PROGRAMS))
+def test_module_size_written_as_an_expression_is_a_size_constant(name):
+    text, want = EXPRESSION_PROGRAMS[name]
+    first = size_changes(text)[0]
+    assert first.names == want, first.to_json()
+    program = variant_program(text, first)
+    tree = ast.parse(program)
+    values = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+              and not (name == "derived" and n.targets[0].id == "K")}
+    assert {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if k in want} == want
+    if name == "derived":  # K = N // 2 is derived, never replaced: it follows N as the task derives it
+        assert "K = N // 2" in program
+
+
+def test_sizes_written_as_expressions_inside_get_inputs_are_sizes():
+    text = _program("batch = 16", "n = 1 << 6\n    return [torch.randn(batch, 4 * 256), torch.randn(n, n), "
+                                  "torch.randint(0, 10, (batch, 2 * 8))]")
+    names, literals = size_constants(text)
+    assert names == ["batch"] and literals == [16, 64, 1024]
+    program = variant_program(text, size_changes(text)[0])
+    assert "torch.randn(batch, 1536)" in program and "n = 96" in program
+    assert "torch.randint(0, 10, (batch, 32))" in program  # randint's value range stays, its size changes
+
+
+def test_other_size_keeps_the_tasks_divisibility():
+    assert [other_size(v) for v in (64, 1024, 3072, 1000, 100, 224, 4095, 3)] == \
+        [96, 1536, 4608, 1400, 140, 320, 5985, 4]
+    for v in (96, 224, 3072, 1000):  # the fallback variant keeps every small factor
+        assert other_size_keeping_all(v) % np.gcd(v, 32 * 9 * 25 * 7) == 0 and other_size_keeping_all(v) > v
+    text = _program("N = 32 * 3", "return [torch.randn(N, N).view(-1, 3)]")
+    assert [c.names for c in size_changes(text)] == [{"N": 128}, {"N": 192}]
+
+
+def test_extra_shape_of_an_expression_task_keeps_square_and_symmetric():
+    """The plan's pick on the task that writes N = 32 * 2: 96 for both inputs, still symmetric."""
+    ref = load_reference(EXPRESSION_TASK, "expr")
+    model, _ = build_model(ref, 7, "cpu", EXPRESSION_TASK)
+    inputs = draw_inputs(ref.get_inputs, 7, "cpu", EXPRESSION_TASK)
+    spec = _pick_size_change(ref, model, EXPRESSION_TASK, 7, "cpu", inputs)
+    other = draw_inputs(ref.get_inputs, 8, "cpu", EXPRESSION_TASK, spec)
+    assert [tuple(x.shape) for x in other] == [(96, 96), (96, 96)]
+    assert all(torch.equal(x, x.T) for x in other)

@@ -5,11 +5,14 @@ the outputs the child saved against reference outputs computed here on inputs dr
 (the child never sees them), within the tolerance of verifier/numerics.py (measured from a float64 run of the
 reference, ``reference64``). What the outputs reveal is named as it is found: C06 (an output nothing wrote: it
 still holds the poison pattern, ``poisoned``), C05 (an input, a constant or zeros), C08 (an earlier call's output
-again, by ``fingerprint``), C13 (fp32 computed at lower precision), C11 (the reference computed differently
-inside the candidate's process). ``check_timed_outputs`` compares the timed iterations the child kept (C16).
-``reference_fault`` says when the task's own reference output does not depend on its inputs (a task_error).
-Both add cheat codes and feedback sentences to an ``Evidence``, which judge.py's other checks fill too
-(``check_outputs`` also says whether every output matched); the verdict is decided in judge.py.
+again, by ``fingerprint``), C13 (fp32 computed at lower precision: errors with the signature of fewer mantissa
+bits, numerics.looks_lowered; a plain wrong answer is no code), C11 (the reference computed differently inside
+the candidate's process: not bit-identical and outside the measured budget, ``_reference_differs``; another
+thread count there is another accumulation order, not tampering). ``check_timed_outputs`` compares the timed
+iterations the child kept (C16). ``reference_fault`` says when the task's own reference output does not depend
+on its inputs (a task_error). Both add cheat codes and feedback sentences to an ``Evidence``, which judge.py's
+other checks fill too (``check_outputs`` also says whether every output matched); the verdict is decided in
+judge.py.
 
 Guarantees: an output of any size is compared, in pieces of ``CHUNK`` elements (no float64 copy of a
 several-GB output is made at once). Not guaranteed: an output within the tolerance is correct however it was
@@ -30,9 +33,10 @@ from verifier import cheats, feedback
 from verifier.config import VerifyConfig
 from verifier.contract import ChildReport, Job
 from verifier.inputs import as_list, digests_match, draw_inputs
-from verifier.numerics import LOW_PRECISION, budget_for, looks_lowered, widen
+from verifier.numerics import CHUNK as NUMERICS_CHUNK
+from verifier.numerics import LOW_PRECISION, Budget, budget_for, error_follows_inputs, looks_lowered, widen
 
-CHUNK = 1 << 24  # elements compared at a time: outputs of several GB are compared in pieces
+CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/numerics.py): outputs of several GB in pieces
 
 # torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
 # must determine happen under this lock, or a concurrent candidate's draws land in between (here because
@@ -75,29 +79,11 @@ def poisoned(t: torch.Tensor, byte: int) -> int:
     return int((b == byte).all(dim=1).sum())
 
 
-def compare(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> dict:
-    """feedback.mismatch over the whole tensor, in chunks (float64 copies of a 6 GB output do not fit)."""
-    if not (o.is_floating_point() or r.is_floating_point()):
-        n_bad = int((o != r).sum())
-        return {"n_bad": n_bad, "numel": o.numel(), "max_abs": float((o.long() - r.long()).abs().max()) if o.numel()
-                else 0.0, "max_rel": 0.0}
-    if o.numel() <= CHUNK:
-        return feedback.mismatch(o, r, atol, rtol)
-    of, rf = o.reshape(-1), r.reshape(-1)
-    total = {"n_bad": 0, "numel": o.numel(), "max_abs": 0.0, "max_rel": 0.0}
-    for s in range(0, o.numel(), CHUNK):
-        m = feedback.mismatch(of[s:s + CHUNK], rf[s:s + CHUNK], atol, rtol)
-        if m["n_bad"] and "first_index" not in total:
-            flat = s + m["first_index"][0]
-            idx = []
-            for size in reversed(o.shape):
-                idx.append(flat % size)
-                flat //= size
-            total.update(first_index=tuple(reversed(idx)), got=m["got"], expected=m["expected"])
-        total["n_bad"] += m["n_bad"]
-        total["max_abs"] = max(total["max_abs"], m["max_abs"])
-        total["max_rel"] = max(total["max_rel"], m["max_rel"])
-    return total
+def compare(o: torch.Tensor, truth: torch.Tensor, budget: Budget) -> dict:
+    """The account of one output against its budget (per element, verifier/numerics.py: n_bad, max_abs, max_rel,
+    the first mismatch, as feedback.describe_mismatch reads it), over the whole tensor in chunks (float64 copies
+    of a 6 GB output do not fit)."""
+    return budget.compare(o, truth)
 
 
 def fingerprint(t: torch.Tensor) -> tuple:
@@ -127,6 +113,24 @@ def reference64(model64, inputs: list) -> list | None:
 # ---------------------------------------------------------------------------- the checks
 
 
+def _reference_differs(h, r: torch.Tensor, r64, cfg: VerifyConfig, ref_mod, pooled) -> bool:
+    """Whether the reference computed in the candidate's process (``h``) is not the reference computed here
+    (``r``): bit-identical is the same; otherwise, where the tolerance is measured, ``h`` must be as good as an
+    honest fp32 implementation (another process may run the same ops with another thread count, so another
+    accumulation order: a K = 8192 matmul differs by 1e-4) and a reference changed by tampering (TF32, reduced
+    matmul precision, flushed denormals: errors of a lowering) is not; with a fixed tolerance, within 1e-6."""
+    if not isinstance(h, torch.Tensor) or h.shape != r.shape:
+        return False
+    h = h.to(r.device)
+    if h.dtype == r.dtype and torch.equal(h, r):
+        return False
+    if h.dtype == r.dtype and r.is_floating_point() and r64 is not None:
+        budget, truth = budget_for(r, r64, cfg, ref_mod, pooled)
+        if budget.kind in ("float64", "exact"):
+            return bool(compare(h, truth, budget)["n_bad"])
+    return not torch.allclose(h.double(), r.double(), atol=1e-6, rtol=1e-6, equal_nan=True)
+
+
 def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "list | Digest | None", label: str,
                   cfg: VerifyConfig, ref_mod, poison: int, prev: list, ev: Evidence, errs: list,
                   ref_repeats: bool = False, pooled: list | None = None) -> bool:
@@ -142,8 +146,9 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state "
                                "tampered).")
     elif here is not None and len(here) == len(refs) and any(
-            h.shape == r.shape and not torch.allclose(h.to(r.device).double(), r.double(), atol=1e-6, rtol=1e-6,
-                                                      equal_nan=True) for h, r in zip(here, refs)):
+            _reference_differs(h, r, refs64[k] if refs64 is not None and k < len(refs64) else None, cfg, ref_mod,
+                               pooled[k] if pooled and k < len(pooled) else None)
+            for k, (h, r) in enumerate(zip(here, refs))):
         ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state tampered).")
     if len(outs) != len(refs):
         ev.add(None, f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
@@ -166,17 +171,17 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             ev.add(cheats.C06 if n_poison == o.numel() else None,
                    f"{label}: {n_poison} of {o.numel()} output elements were never written (they still hold the "
                    "poison pattern of uninitialised memory).")
-        if o.is_floating_point() and not bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all()):
+        if o.is_floating_point() and bool((~torch.isfinite(o) & torch.isfinite(r)).any()):
             ev.add(None, f"{label}: output contains NaN or inf where the reference is finite.")
         r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
         pool = pooled[k] if pooled and k < len(pooled) else None
         budget, truth = budget_for(r, r64, cfg, ref_mod, pool)
-        m = compare(o, truth, budget.atol, budget.rtol)
-        errs.append((m["max_abs"], m["max_rel"], budget))
+        m = compare(o, truth, budget)
+        errs.append((m["max_abs"], m["max_rel"], budget.light()))
         if m["n_bad"]:
             ok = False
             ev.add(None, feedback.describe_mismatch(m, tuple(r.shape), label) + f" Allowed: {budget.describe()}.")
-            if not n_poison and looks_lowered(m, budget, truth):
+            if not n_poison and looks_lowered(m, budget, truth) and not error_follows_inputs(o, truth, inputs):
                 ev.add(cheats.C13, f"{label}: the error is the size of reduced-precision rounding (fp16, bf16, "
                                    "TF32 or approximate math) on many elements; the task is fp32.")
         # an output within the budget is correct however it looks: a constant or repeated output that matches
@@ -215,7 +220,7 @@ def check_timed_outputs(report: ChildReport, job: Job, job_dir: Path, plan, mode
                 continue
             pool = plan.pooled[k] if k < len(plan.pooled) else None
             b, truth = budget_for(r, refs64[k] if refs64 else None, cfg, plan.ref_mod, pool)
-            bad.append(compare(o.to(truth.device), truth, b.atol, b.rtol))
+            bad.append(compare(o.to(truth.device), truth, b))
         if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
             ev.add(cheats.C16, f"Timed iteration {j + 1}: the output was wrong although the correctness trials "
                                "passed (behaviour differs when timed).")
