@@ -56,7 +56,6 @@ class VerifyConfig:
     # ``self.training`` True), as its harness runs them; True runs the reference and ModelNew in eval mode
     eval_mode: bool = False
     wall_repeats: int = 2  # brackets timed by the verifier's own clock per model (verifier/channel.py)
-    wall_margin: float = 1.5  # a reported speedup is at most this x the speedup the verifier's clock measured
     timing_budget_s: float = 10.0  # timed iterations fitted to the call time so that they take about this long
     full_build_fallback: bool = True  # a CUDA source failing its bare build is rebuilt unchanged (False: final; build.py)
 

@@ -147,33 +147,32 @@ def check_wall(ledger: Ledger, plan, model, device: str, ev: Evidence) -> float 
     return min(b.wall_s / len(b.seeds) for b in brackets)
 
 
-def cap_by_wall(v: Verdict, cfg: VerifyConfig, ref, candidate_call_s: float | None, ev: Evidence) -> None:
-    """A reported speedup is at most ``cfg.wall_margin`` x the one the verifier's own clock measured (the child
-    measures its device times itself, in a process the candidate controls). The clock times calls back to back,
-    launch overhead included, as a caller of the model sees them; where the child's device-only times claim
-    more than the margin allows, the runtime is raised to what the clock supports and the feedback says so."""
+CLOCK_MIN_REF_S = 2e-3  # the clock judges device times only where the reference's call is this long (device-bound)
+CLOCK_RATIO = 3.0  # ... and only a clocked call this many times the claimed device time
+CLOCK_MIN_GAP_S = 1e-3  # ... and longer than it by this much: no host load on a loaded machine does that
+
+
+def check_clock(v: Verdict, ref, candidate_call_s: float | None, ev: Evidence) -> None:
+    """C11 where the child's device times contradict the verifier's own clock (verifier/channel.py) beyond what
+    host load can explain. The clock times calls back to back, launch overhead included; on a loaded machine a
+    small kernel's clocked call is host time (measured on the H100 under 16 compiles: honest small kernels clocked
+    up to 15x their device time), so the clock cannot judge them and records its figures as evidence only. Where
+    the reference's own call is long (device-bound, >= 2 ms), a candidate whose clocked call exceeds its claimed
+    device time by 3x and by more than 1 ms reported times it did not take."""
     if ref is None or ref.wall_call_s is None or ref.wall_overhead_s is None or candidate_call_s is None \
-            or not v.runtime_us or not v.eager_us:
+            or not v.runtime_us:
         return
-    if ref.wall_call_s < 0.05 * ref.wall_overhead_s + 1e-6:  # below the clock's resolution: nothing to hold against
-        v.versions["timing"] = {**v.versions.get("timing", {}), "wall_speedup": None}
-        return
-    cand = max(candidate_call_s - ref.wall_overhead_s, 0.02 * ref.wall_call_s, 1e-7)
-    wall_speedup = ref.wall_call_s / cand
+    cand = max(candidate_call_s - ref.wall_overhead_s, 0.0)
+    claimed = v.runtime_us * 1e-6
     v.versions["timing"] = {**v.versions.get("timing", {}), "wall_call_us": round(cand * 1e6, 3),
                             "eager_wall_call_us": round(ref.wall_call_s * 1e6, 3),
-                            "wall_speedup": round(wall_speedup, 4)}
-    floor_us = v.eager_us / (cfg.wall_margin * wall_speedup)
-    if v.runtime_us >= floor_us:
-        return
-    v.versions["timing"]["device_runtime_us"] = v.runtime_us
-    v.runtime_us = floor_us
-    v.speedup_eager = v.eager_us / v.runtime_us
-    if v.compile_us:
-        v.speedup_compile = v.compile_us / v.runtime_us
-    ev.add(None, f"Your device times claim {v.eager_us / v.versions['timing']['device_runtime_us']:.2f}x over eager, "
-                 f"but the verifier's own clock measured {wall_speedup:.2f}x per call (launch overhead included); the "
-                 f"speedup reported is capped at {cfg.wall_margin:g}x that ({v.speedup_eager:.2f}x).")
+                            "wall_speedup": round(ref.wall_call_s / cand, 4) if cand > 0 else None}
+    ref_device = (v.eager_us or 0.0) * 1e-6
+    if ref_device >= CLOCK_MIN_REF_S and ref.wall_call_s >= 0.5 * ref_device and cand > CLOCK_RATIO * claimed \
+            and cand - claimed > CLOCK_MIN_GAP_S:
+        ev.add(cheats.C11, f"Your process reported {v.runtime_us:.0f} us of device time per call, but the verifier's "
+                           f"own clock measured {cand * 1e6:.0f} us per call (the reference: {ref.wall_call_s * 1e6:.0f} "
+                           "us by the clock): the timings reported from your process were not the time taken.")
 
 
 HOST_COPY_LIMIT = 64 * 1024  # bytes forward may copy from the device to the host (scalars, small shape tables)
@@ -493,11 +492,11 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         check_timed_outputs(report, job, job_dir, plan, model, model64, device, cfg, ev)
         check_hidden_work(report, reference_timing, ev)
         candidate_call_s = check_wall(ledger, plan, model, device, ev)
+        _speedups(v, report, reference_timing, ev)
+        check_clock(v, ref_timing, candidate_call_s, ev)
         if ev.codes:
             v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
             return finish(w, "cheat", ev.details)
-        _speedups(v, report, reference_timing, ev)
-        cap_by_wall(v, cfg, ref_timing, candidate_call_s, ev)
     else:
         ev.add(None, "Timing failed: " + (report.timing_error or "no timing data"))
     return _legality_outcome(w, cfg, report, ev)

@@ -19,7 +19,7 @@ from verifier import fixtures as fx
 from verifier.api import ReferenceTiming, VerifyConfig, verify_batch
 from verifier.channel import Channel, Driver, Ledger, WallBracket
 from verifier.contract import ChildReport
-from verifier.judge import cap_by_wall, check_wall
+from verifier.judge import check_clock, check_wall
 from verifier.outputs import Evidence
 
 RED_CPP = r"""
@@ -80,7 +80,7 @@ int64_t ask_channel() {
 torch::Tensor slow_relu(torch::Tensor x) {
     auto t0 = std::chrono::steady_clock::now();
     torch::Tensor y;
-    do { y = relu(x); } while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
+    do { y = ::relu(x); } while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
     return y;
 }
 
@@ -221,22 +221,30 @@ def test_the_child_never_sees_a_seed_before_its_trial(tmp_path):
     assert len(ledger.problems) == 3
 
 
-def test_speedup_claimed_by_the_child_is_capped_by_the_verifiers_clock():
-    """A child that reports 16x while the verifier's clock saw the same time per call as the reference's gets
-    at most wall_margin x the clock's speedup, and is told so."""
-    cfg = VerifyConfig()
-    v = Verdict(candidate_id="c", task_id="t", backend="cpu")
-    v.runtime_us, v.eager_us = 1.0, 16.0
-    v.speedup_eager = 16.0
-    ref = ReferenceTiming(ChildReport(kind="reference"), wall_call_s=16e-6, wall_overhead_s=4e-6)
+def test_device_times_the_verifiers_clock_contradicts_are_a_cheat():
+    """Where the reference's call is long (device-bound), a child whose claimed device time is a small part of
+    what the verifier's own clock measured per call (16x claimed on a 4 ms reference, 4 ms by the clock) forged
+    its times: C11. A small kernel whose clocked call is host time on a loaded machine (15x its device time,
+    seen on the H100 under 16 compiles) is not judged by the clock, and an honest fast kernel on the long task
+    is not either."""
+    ref = ReferenceTiming(ChildReport(kind="reference"), wall_call_s=4e-3, wall_overhead_s=50e-6)
+    forged = Verdict(candidate_id="c", task_id="t", backend="cpu")
+    forged.runtime_us, forged.eager_us = 250.0, 4000.0
     ev = Evidence()
-    cap_by_wall(v, cfg, ref, candidate_call_s=20e-6, ev=ev)
-    assert v.speedup_eager <= cfg.wall_margin * 1.0 + 1e-9
-    assert v.versions["timing"]["device_runtime_us"] == 1.0 and "verifier's own clock" in " ".join(ev.details)
+    check_clock(forged, ref, candidate_call_s=4.05e-3, ev=ev)
+    assert cheats.C11 in ev.codes and "own clock" in " ".join(ev.details)
+    assert forged.versions["timing"]["wall_call_us"] == 4000.0
     honest = Verdict(candidate_id="h", task_id="t", backend="cpu")
-    honest.runtime_us, honest.eager_us, honest.speedup_eager = 8.0, 16.0, 2.0
-    cap_by_wall(honest, cfg, ref, candidate_call_s=12e-6, ev=Evidence())  # the clock agrees: 2x
-    assert honest.speedup_eager == 2.0 and honest.runtime_us == 8.0
+    honest.runtime_us, honest.eager_us = 250.0, 4000.0
+    ev = Evidence()
+    check_clock(honest, ref, candidate_call_s=0.45e-3, ev=ev)  # a loaded host: 400 us a call, still no contradiction
+    assert not ev.codes
+    small_ref = ReferenceTiming(ChildReport(kind="reference"), wall_call_s=20e-6, wall_overhead_s=50e-6)
+    small = Verdict(candidate_id="s", task_id="t", backend="cpu")
+    small.runtime_us, small.eager_us = 3.0, 6.0
+    ev = Evidence()
+    check_clock(small, small_ref, candidate_call_s=500e-6, ev=ev)
+    assert not ev.codes and small.versions["timing"]["wall_call_us"] == 450.0
 
 
 def test_wall_bracket_sums_that_are_not_the_work_are_a_cheat():
