@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import random
+import re
 import signal
 import statistics
 import sys
@@ -98,6 +99,19 @@ def check_reference_held(report: ChildReport, ev: Evidence) -> None:
     """C04: a submodule of ModelNew is the reference Model."""
     if report.holds_reference_model:
         ev.add(cheats.C04, "ModelNew holds an instance of the reference Model.")
+
+
+_NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
+
+
+def reference_name_hint(error: str, ref_mod) -> list[str]:
+    """Your program runs in its own module, not in the task's globals (KernelBench's harness executes both in one
+    namespace): a NameError for a name the task program defines says so, naming it."""
+    m = _NAME_ERROR.search(error or "")
+    if not m or not hasattr(ref_mod, m.group(1)):
+        return []
+    return [f"`{m.group(1)}` is defined in the task program, not in yours: your program runs as its own module, so "
+            f"define `{m.group(1)}` (or take it from the inputs) in your own file."]
 
 
 def check_channel(ledger: Ledger, ev: Evidence) -> None:
@@ -396,7 +410,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     for text, label in ((report.import_error, "Importing your program failed"), (report.init_error, "ModelNew() failed")):
         if text:
             v.cheats = sorted(ev.codes)
-            return finish(w, "crash", [f"{label}:\n{text}"])
+            return finish(w, "crash", [f"{label}:\n{text}"] + reference_name_hint(text, plan.ref_mod))
     check_tampering(report.patched, ev)
     if report.aborted:
         v.stage_reached = run_stage(job, job_dir, report)
@@ -427,6 +441,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         if rec.error:
             oom = any(s in rec.error for s in ("MemoryError", "bad_alloc")) or "out of memory" in rec.error.lower()
             crash_detail = f"{label} raised an error" + (" (out of memory)" if oom else "") + f":\n{rec.error.strip()}"
+            crash_detail += "".join("\n" + h for h in reference_name_hint(rec.error, plan.ref_mod))
             regular_ok = regular_ok and is_other
             break
         forbidden_per_trial.append(check_trial_runtime(rec, label, ev))

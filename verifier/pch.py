@@ -83,16 +83,25 @@ def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
     return vals.get("cxx", "c++"), flags
 
 
+def pch_key(kwargs: dict) -> str:
+    """The precompiled header's cache key: torch's version and include directory (two environments with the same
+    torch version, a second venv, must not share a header compiled against the other's paths, which a sandboxed
+    build cannot read), the interpreter's prefix, the flags, include paths and compiler."""
+    include = str(Path(torch.__file__).resolve().parent / "include")
+    sig = json.dumps({"torch": torch.__version__, "torch_include": include, "python": sys.prefix,
+                      "cflags": kwargs.get("extra_cflags") or [], "inc": kwargs.get("extra_include_paths") or [],
+                      "cuda": bool(kwargs.get("cuda_sources")), "with_cuda": kwargs.get("with_cuda"),
+                      "cxx": os.environ.get("CXX", "")}, sort_keys=True)
+    return hashlib.sha256(sig.encode()).hexdigest()[:16]
+
+
 def ensure_pch(kwargs: dict) -> Path | None:
     """A directory holding ``torch/extension.h.gch`` for these cflags (built once, under a lock), or None."""
 
     if sys.platform != "linux" or os.environ.get("KM_NO_PCH"):
         return None
-    sig = json.dumps({"torch": torch.__version__, "cflags": kwargs.get("extra_cflags") or [],
-                      "inc": kwargs.get("extra_include_paths") or [], "cuda": bool(kwargs.get("cuda_sources")),
-                      "with_cuda": kwargs.get("with_cuda"), "cxx": os.environ.get("CXX", "")}, sort_keys=True)
     root = pch_root()
-    d = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
+    d = root / pch_key(kwargs)
     gch = d / "torch" / "extension.h.gch"
     try:
         if (d / "ok").is_file():

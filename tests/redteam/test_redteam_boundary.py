@@ -296,3 +296,27 @@ def test_candidate_kernels_are_built_under_names_only_their_module_carries():
     assert "softmax_warp_forward" not in own_kernel_renames(linked)
     assert not is_own_kernel(pytorch, own_kernel_names(linked))
     assert rename_kernels("x", {}) == "x"
+
+
+def test_a_name_of_the_task_program_used_by_the_candidate_is_named_in_the_feedback(build_dir):
+    """KernelBench runs a solution in the task's globals; this verifier runs it as its own module. A solution that
+    uses the task's batch_size crashes, and the feedback names the name and says where it lives."""
+    task = fx.RELU_TASK.replace("def get_inputs():", "batch_size = 64\n\n\ndef get_inputs():")
+    cfg = VerifyConfig(build_dir=build_dir, trials=5, timing_trials=3, warmup=1, time_torch_compile=False,
+                       run_timeout_s=40, memory_limit_gb=4)
+    v = api.verify_candidate(task, red("return ext.relu(x[:batch_size])"), backend="cpu", config=cfg)
+    assert v.status == "crash" and "`batch_size` is defined in the task program" in v.feedback, v.feedback[:600]
+
+
+def test_the_precompiled_header_of_another_environment_is_not_reused(monkeypatch):
+    """Two environments with the same torch version (a second venv) get different precompiled headers: the key
+    holds torch's include directory and the interpreter's prefix."""
+    import torch
+
+    from verifier import pch
+
+    a = pch.pch_key({"extra_cflags": ["-O2"]})
+    monkeypatch.setattr(torch, "__file__", "/elsewhere/venv/lib/python3.11/site-packages/torch/__init__.py")
+    assert pch.pch_key({"extra_cflags": ["-O2"]}) != a
+    monkeypatch.undo()
+    assert pch.pch_key({"extra_cflags": ["-O2"]}) == a
