@@ -83,7 +83,7 @@ def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
     return vals.get("cxx", "c++"), flags
 
 
-def pch_key(kwargs: dict) -> str:
+def pch_signature(kwargs: dict) -> str:
     """The precompiled header's cache key: torch's version and include directory (two environments with the same
     torch version, a second venv, must not share a header compiled against the other's paths, which a sandboxed
     build cannot read), the interpreter's prefix, the flags, include paths and compiler."""
@@ -92,7 +92,12 @@ def pch_key(kwargs: dict) -> str:
                       "cflags": kwargs.get("extra_cflags") or [], "inc": kwargs.get("extra_include_paths") or [],
                       "cuda": bool(kwargs.get("cuda_sources")), "with_cuda": kwargs.get("with_cuda"),
                       "cxx": os.environ.get("CXX", "")}, sort_keys=True)
-    return hashlib.sha256(sig.encode()).hexdigest()[:16]
+    return sig
+
+
+def pch_key(kwargs: dict) -> str:
+    """The directory name of the precompiled header for these arguments (a hash of :func:`pch_signature`)."""
+    return hashlib.sha256(pch_signature(kwargs).encode()).hexdigest()[:16]
 
 
 def ensure_pch(kwargs: dict) -> Path | None:
@@ -101,7 +106,8 @@ def ensure_pch(kwargs: dict) -> Path | None:
     if sys.platform != "linux" or os.environ.get("KM_NO_PCH"):
         return None
     root = pch_root()
-    d = root / pch_key(kwargs)
+    sig = pch_signature(kwargs)
+    d = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
     gch = d / "torch" / "extension.h.gch"
     try:
         if (d / "ok").is_file():
