@@ -5,8 +5,9 @@ layer (those scans catch some of them too), so the runtime boundary alone decide
 - PyTorch's softmax called below the dispatcher (``at::cuda::_softmax``) beside a do-nothing kernel the
   candidate names ``softmax_warp_forward``, PyTorch's kernel name: the candidate's kernels run under a name
   only its own module carries, so PyTorch's kernel stays foreign (C01);
-- its own kernel while the profiler's callbacks are on and ``at::matmul`` when they are off: every timed call
-  is watched, so it only ever runs its own kernel (a pass on its own merits, never cuBLAS's time);
+- its own kernel while the profiler's callbacks are on and ``at::matmul`` when they are off: every timed call is
+  watched (the clocked brackets by the dispatch monitor alone, where the profiler's callbacks are off), so the
+  switch shows as PyTorch compute in timed calls only: C16 (and C01);
 - an L2 persistence window set from forward (``cudaLimitPersistingL2CacheSize``): device state that outlives
   the call, read back after every phase (C11);
 - honest: a tiled matmul whose kernel is called ``gemm_tile`` (a vendor-looking name), launched with
@@ -155,7 +156,7 @@ CASES = {  # name: (task, candidate, expected status, cheat code or None, runtim
     "pytorch_softmax_below_the_dispatcher_named_like_pytorchs_kernel": (
         SOFTMAX_TASK, _candidate(SOFTMAX_NAMED_LIKE_PYTORCH, "softmax", "x", "sm_spoof"), "cheat", cheats.C01, True),
     "own_kernel_when_watched_matmul_when_not": (
-        MATMUL_TASK, _candidate(MM_WATCHED_ONLY, "mm", "a, b", "mm_watched"), "pass", None, True),
+        MATMUL_TASK, _candidate(MM_WATCHED_ONLY, "mm", "a, b", "mm_watched"), "cheat", cheats.C16, True),
     "l2_persistence_window_set_from_forward": (
         MATMUL_TASK, _candidate(MM_L2_PERSIST, "mm", "a, b", "mm_l2"), "cheat", cheats.C11, False),
     "honest_vendor_looking_kernel_name_launched_with_cudaLaunchKernel": (
@@ -197,4 +198,4 @@ def test_redteam_gpu_case(verdicts, name):
     if code:
         assert code in v.cheats, (name, v.cheats)
     if name == "own_kernel_when_watched_matmul_when_not":
-        assert not v.fallback_ops and (v.own_kernel_share or 0) > 0.5, (v.fallback_ops, v.own_kernel_share)
+        assert "aten::matmul" in v.fallback_ops or "aten::mm" in v.fallback_ops, v.fallback_ops
