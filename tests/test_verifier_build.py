@@ -385,3 +385,19 @@ def test_the_timeout_covers_the_whole_build(tmp_path):
     res = build_blocking(tmp_path, {"cpp_sources": "int64_t one() { return 1; }", "functions": ["one"]}, 1)
     assert not res.ok and "[verifier] compilation timed out after 1 s and was killed" in res.log, res.log[-2000:]
     assert not any(p.suffix == ".so" for p in (tmp_path / res.key).rglob("*")), "the build was not stopped"
+
+
+def test_a_failure_of_the_verifiers_own_build_code_is_a_verifier_error_not_a_compile_error(tmp_path):
+    """An exception in the verifier's build code (c2aa163's precompiled-header bug: every cuda build failed) is the
+    verifier's fault: the candidate gets verifier_error, and nothing is cached as its failed build."""
+    from unittest import mock
+
+    from verifier import build as build_mod
+    from verifier import fixtures as fx
+    from verifier.api import VerifyConfig, verify_candidate
+
+    cfg = VerifyConfig(build_dir=str(tmp_path), time_torch_compile=False, timing_trials=3)
+    with mock.patch.object(build_mod._Build, "run", side_effect=NameError("name 'sig' is not defined")):
+        v = verify_candidate(fx.RELU_TASK, fx.HONEST_RELU, backend="cpu", config=cfg)
+    assert v.status == "verifier_error" and "not a compile error of your code" in v.feedback, (v.status, v.feedback)
+    assert not list(tmp_path.glob("*/result.json"))

@@ -149,6 +149,11 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         v.compile_log = next((r.log for r in results if not r.ok), "")[-20000:]
         finish(w, "cheat", [f"The sandbox blocked, while building: {f}." for f in escapes])
         return False
+    broken = [r for r in results if r.verifier_error]
+    if broken:  # the verifier's build code failed: never the candidate's compile error
+        finish(w, "verifier_error", [f"The verifier's build failed on its own side ({broken[0].verifier_error}); this "
+                                     "is not a compile error of your code."])
+        return False
     bad = [r for r in results if not r.ok]
     if bad:
         v.compile_log = bad[0].log[-20000:]

@@ -143,6 +143,7 @@ class BuildResult:
     fallback_skipped: bool = False  # failed in a fast variant, the full build not tried (full_fallback=False)
     objects_reused: int = 0  # object files taken from the object cache (verifier/objcache.py), not compiled
     cpu_s: float = 0.0  # CPU seconds (user + system) of the build: its steps (python, compilers) and this thread
+    verifier_error: str = ""  # the verifier's own build code failed (not the candidate's sources): never cached
 
 
 def _read_result(key_dir: Path) -> BuildResult | None:
@@ -196,9 +197,10 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
             build = _Build(key, key_dir, objects_root(build_root), log)
             try:
                 got = build.run(spec, timeout_s, full_fallback)
-            except Exception:  # noqa: BLE001 - the build fails with the error in its log (a build process's crash did)
+            except Exception as e:  # noqa: BLE001 - the verifier's own code failed: not the candidate's compile error
                 log.write(traceback.format_exc())
-                got = {}
+                return BuildResult(key=key, ok=False, log=traceback.format_exc()[-3000:], seconds=time.perf_counter() - t0,
+                                   verifier_error=f"{type(e).__name__}: {str(e)[:300]}")
             if build.timed_out:
                 log.write(f"\n[verifier] compilation timed out after {timeout_s:.0f} s and was killed\n")
             if build.findings:
