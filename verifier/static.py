@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verifier import cheats
-from verifier.extract import model_new_binding
+from verifier.extract import _dotted, model_new_binding
 
 # torch.X / torch.cuda.X / F.X calls that allocate, view, describe or synchronise: never compute.
 TORCH_ALLOWED = {
@@ -151,17 +151,6 @@ class StaticReport:
     @property
     def fallback_ops(self) -> list[str]:
         return sorted({f.what.split("`")[1] for f in self.findings if f.code == cheats.C01 and "`" in f.what})
-
-
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 class _Unresolvable(Exception):

@@ -25,6 +25,7 @@ import pytest  # noqa: E402
 
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier import api, cheats  # noqa: E402
+from verifier import fixtures as fx  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -48,25 +49,8 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-MATMUL_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return torch.matmul(a, b)
-
-
-def get_inputs():
-    return [torch.randn(512, 384), torch.randn(384, 256)]
-
-
-def get_init_inputs():
-    return []
-'''
+MATMUL_TASK = fx.MATMUL_TASK.replace("torch.randn(64, 96), torch.randn(96, 48)",
+                                     "torch.randn(512, 384), torch.randn(384, 256)")
 
 SOFTMAX_NAMED_LIKE_PYTORCH = r'''
 #include <torch/extension.h>
