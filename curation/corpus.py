@@ -92,6 +92,7 @@ def write_snapshot(root: str | os.PathLike, name: str, records: list, *, shard_m
         return False
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.new-", dir=root))
+    store.usual_dir_mode(tmp)  # it becomes the table's folder
     try:
         for i, fname in enumerate(names):
             part = table.slice(i * per_shard, per_shard)
@@ -249,8 +250,8 @@ def load_stats(corpus_dir: str | os.PathLike) -> dict | None:
 _CARD_INTRO = """\
 # kernelmill GPU-kernel corpora
 
-Training data for models that write native GPU kernels, produced by
-[kernelmill](https://github.com/) from PyTorch programs: every completion was compiled and run by
+Training data for models that write native GPU kernels, produced by kernelmill (a pipeline after
+the data pipeline of the MusaCoder paper, arXiv 2606.04847) from PyTorch programs: every completion was compiled and run by
 kernelmill's execution verifier (correctness over several trials with fresh inputs, anti-cheat
 checks, timing against eager PyTorch and `torch.compile`).
 
@@ -304,6 +305,20 @@ def _type_str(t) -> str:
     return str(t).replace("\n", " ")
 
 
+def _portable(value):
+    """A setting as the card shows it: an absolute local path by its last part only."""
+    return Path(value).name if isinstance(value, str) and os.path.isabs(value) else value
+
+
+def _run_dir_named(run_dir: str, corpus_dir: Path) -> str:
+    """How the card names the run it was built from: never a local absolute path (the card travels)."""
+    if not run_dir:
+        return "a kernelmill run directory"
+    if Path(run_dir) == corpus_dir.resolve():
+        return "the run directory's tables, stored beside this card"
+    return f"a kernelmill run directory (`{Path(run_dir).name}`)"
+
+
 def write_card(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Path:
     """Write ``<corpus>/README.md``: YAML configs (sft default, rft, rl, and the stored
     intermediate tables), schema, provenance, license note, stats. Returns its path.
@@ -330,10 +345,10 @@ def write_card(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Path
         body.append("")
     body += ["## Provenance", ""]
     if stats:
-        body.append(f"Built by `kernelmill curate` from the run directory `{stats.get('run_dir', '?')}`.")
+        body.append(f"Built by `kernelmill curate` from {_run_dir_named(stats.get('run_dir', ''), root)}.")
         settings = stats.get("settings", {})
         if settings:
-            body += ["", "Settings: " + ", ".join(f"`{k}={v}`" for k, v in sorted(settings.items())) + "."]
+            body += ["", "Settings: " + ", ".join(f"`{k}={_portable(v)}`" for k, v in sorted(settings.items())) + "."]
         body += ["", "## Stats", "", "| corpus | rows | removed (reason: count) |", "| --- | --- | --- |"]
         for c in CORPORA:
             rem = stats.get("removed", {}).get(c, {})
@@ -341,7 +356,7 @@ def write_card(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Path
                         + (", ".join(f"{k}: {v}" for k, v in sorted(rem.items())) or "none") + " |")
         dec = stats.get("decontamination", {})
         if dec.get("benchmark_dir"):
-            body += ["", f"Decontaminated against `{dec['benchmark_dir']}` ({dec.get('benchmark_files', 0)} programs; "
+            body += ["", f"Decontaminated against `{_portable(dec['benchmark_dir'])}` ({dec.get('benchmark_files', 0)} programs; "
                      f"{dec.get('ngram')}-gram Jaccard >= {dec.get('overlap')}, >= {dec.get('contain')} of a program "
                      f"contained, or an exact / token-for-token match): "
                      f"{len(dec.get('removed_tasks', []))} tasks removed."]

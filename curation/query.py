@@ -96,15 +96,19 @@ def check_read_only(con, sql: str) -> None:
 
 
 def resolve_corpus(corpus_dir: str | os.PathLike | None) -> Path:
-    """The given directory, else the most recent run recorded by ``kernelmill run``."""
+    """The given directory, else the latest run started from the working directory (kernelmill.config.latest_run:
+    one per working directory, so a run started elsewhere is never read by default); the directory read by
+    default is named on stderr."""
     if corpus_dir:
         return Path(corpus_dir)
     from kernelmill.config import latest_run
 
     latest = latest_run()
     if latest is None:
-        raise InputError("--corpus", "not given and no run has been recorded yet (run `kernelmill run` "
-                         "or pass --corpus DIR)")
+        raise InputError("--corpus", f"not given, and no run was started from this directory ({Path.cwd()}); "
+                         "pass --corpus DIR")
+    print(f"reading {latest} (the latest run started from this directory; --corpus DIR reads another)",
+          file=sys.stderr)
     return latest
 
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from curation.query import connect
-from kernelmill.store import write_text_if_changed
+from kernelmill.store import usual_mode, write_text_if_changed
 
 PLOTS = ("tasks_by_level_source", "pass_rate_by_level", "speedup_distribution", "duplicates_removed",
          "turns_to_repair")
@@ -57,6 +57,7 @@ def _plt():
 
 def _save(fig, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=path.parent)
+    usual_mode(fd)
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=100, bbox_inches="tight", metadata={"Software": None})

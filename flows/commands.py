@@ -18,16 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-from kernelmill.config import REPO_ROOT, load_settings, parse_sets
+from kernelmill.config import REPO_ROOT, load_settings, parse_sets, record_latest_run
 from kernelmill.errors import InputError
-from orchestrator.pipeline import parse_stage_names, run_stages, set_progress_hook
+from orchestrator.pipeline import parse_stage_names, run_stages
+from orchestrator.progress import StageProgress, counts_table
 from orchestrator.stages import BY_NAME, DEFAULT_STAGES, STAGES
 
 # prefect (and flows.pipeline / flows.stages, which import it) is imported inside the commands that
 # use it: it is not installed on the GPU box, where `kernelmill run --no-prefect` must still work.
+
+RUN_COUNTS = "run_counts.json"  # <run>/run_counts.json: every stage's counts of the latest `kernelmill run`
 
 # Flow name -> entrypoint (file path relative to the repository root : function); prefect.yaml has
 # one deployment per entry (tests/test_stages.py checks that it does).
@@ -46,38 +46,12 @@ def parse_names(text: str | None, known, what: str) -> list[str]:
     return names
 
 
-class ProgressBar:
-    """A rich progress bar per stage, fed by ``orchestrator.pipeline``'s progress hook.
-
-    Draws on stderr only when it is a terminal (a log file gets no control characters)."""
-
-    def __init__(self, enabled: bool = True, console=None):
-        console = console or Console(stderr=True)
-        self.enabled = enabled and console.is_terminal
-        self.progress = Progress(TextColumn("[bold]{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
-        self.bars: dict[str, int] = {}
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage not in self.bars:
-            self.bars[stage] = self.progress.add_task(stage, total=total)
-        self.progress.update(self.bars[stage], completed=done, total=total)
-
-    def __enter__(self):
-        if self.enabled:
-            self.progress.start()
-            self._prev = set_progress_hook(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.enabled:
-            set_progress_hook(self._prev)
-            self.progress.stop()
-
-
 def cmd_run(args) -> int:
     """The default stages, or ``--stages``, in list order: one Prefect flow run (flows/pipeline.py)
-    or, with ``--no-prefect``, plain calls (orchestrator.pipeline.run_stages). Same stage functions."""
+    or, with ``--no-prefect``, plain calls (orchestrator.pipeline.run_stages). Same stage functions.
+
+    Prints a line per stage as it starts and ends (bars on a terminal), then a table of what every stage
+    did (all the counts: ``<run>/run_counts.json``) and the per-level summary."""
     overrides = parse_sets(args.set)
     if args.backend != "auto":
         overrides["run.backend"] = args.backend
@@ -89,18 +63,22 @@ def cmd_run(args) -> int:
                                                   "name them in --stages (with the stages before and after that you want)")
         overrides["flows.ray_address"] = args.ray
     settings = load_settings(args.config, overrides)  # bad settings fail here, before any flow starts
+    record_latest_run(args.out)  # what `kernelmill query` reads by default from this directory
+    if not args.no_prefect:
+        # imported before the bars start, so that its log handlers print through them
+        from flows.pipeline import e2e_flow  # prefect: not installed on the GPU box (--no-prefect)
     t0 = time.perf_counter()
-    with ProgressBar(enabled=not args.no_progress):
+    with StageProgress(enabled=not args.no_progress, every_s=settings.run.progress_every_s) as shown:
         if args.no_prefect:
             result = run_stages(args.out, settings, names)
         else:
-            from flows.pipeline import e2e_flow  # prefect: not installed on the GPU box (--no-prefect)
-
             result = e2e_flow(out=args.out, config_path=args.config, overrides=overrides, stages=names or None)
     elapsed = time.perf_counter() - t0
     done = {k: v for k, v in result.items() if k not in ("summary", "run_dir")}
-    print(json.dumps(done, indent=2, default=str))
-    print(f"\nrun directory: {result['run_dir']}   ({elapsed:.0f} s)\n")
+    counts_file = Path(result["run_dir"]) / RUN_COUNTS
+    counts_file.write_text(json.dumps(done, indent=2, default=str) + "\n")
+    print(counts_table(done, shown.seconds))
+    print(f"\nrun directory: {result['run_dir']}   ({elapsed:.0f} s; every count: {counts_file})\n")
     print(result["summary"])
     return 0
 
@@ -209,7 +187,8 @@ def register(sub) -> None:
                    help="verify on a Ray cluster: 'local' (start one here), 'auto', or 'ray://host:10001'")
     p.add_argument("--no-prefect", action="store_true",
                    help="call the stage functions directly, without Prefect (e.g. on a GPU box without prefect)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress: no bars on a terminal, no progress lines elsewhere")
     p.set_defaults(handler=cmd_run)
 
     s = sub.add_parser("serve", help="serve kernelmill's flows from this machine (no work pool needed)",

@@ -32,8 +32,10 @@ from prefect.settings import PREFECT_API_URL
 
 from kernelmill import store
 from kernelmill.config import load_settings
-from kernelmill.settings import Settings
+from kernelmill.errors import InputError
+from kernelmill.settings import Settings, with_overrides
 from orchestrator import pipeline
+from orchestrator.progress import counts_line
 from orchestrator.stages import RAW, STAGES, Stage
 
 GPU_LIMIT = "kernelmill-gpu"
@@ -43,11 +45,15 @@ GPU_LIMIT = "kernelmill-gpu"
 
 
 def setup_run(out: str, config_path: str | None, overrides: dict | None, backend: str = "auto") -> tuple[Settings, str]:
-    """Load the settings, create the run directory, remove partial writes of a killed attempt."""
-    over = dict(overrides or {})
+    """Load the settings, create the run directory, remove partial writes of a killed attempt and move
+    damaged part files aside (orchestrator.pipeline.prepare_run). A bad key names the flow parameter it came
+    from (``overrides``, ``backend``), as a deployment run is given them."""
+    settings = load_settings(config_path, dict(overrides or {}), overrides_origin="flow parameter overrides")
     if backend != "auto":
-        over["run.backend"] = backend
-    settings = load_settings(config_path, over)
+        try:
+            settings = with_overrides(settings, {"run.backend": backend}, origin="flow parameter backend")
+        except InputError as e:
+            raise InputError(f"flow parameter backend={backend!r}", e.problem) from None
     return settings, str(pipeline.prepare_run(out))
 
 
@@ -144,7 +150,7 @@ def gpu_slot(settings: Settings):
 def _stage_task(name: str, run_dir: str, settings: Settings) -> dict:
     stage = next(s for s in STAGES if s.name == name)
     with gpu_slot(settings) if stage.gpu else contextlib.nullcontext():
-        return stage.run(Path(run_dir), settings, PrefectProgress())
+        return pipeline.run_stage(stage, Path(run_dir), settings, PrefectProgress())
 
 
 def run_stage_task(stage: Stage, run_dir: str, settings: Settings) -> dict:
@@ -153,7 +159,7 @@ def run_stage_task(stage: Stage, run_dir: str, settings: Settings) -> dict:
     opts = stage_opts(settings)
     counts = _stage_task.with_options(name=stage.name, tags=["gpu"] if stage.gpu else [], **opts)(
         stage.name, run_dir, settings)
-    get_run_logger().info("%s: %s", stage.name, counts)
+    get_run_logger().info("%s: %s", stage.name, counts_line(counts))  # every count: the table artifact
     publish_stage(stage.name, run_dir, counts, time.perf_counter() - t0)
     return counts
 

@@ -10,6 +10,8 @@ that no section has is an error naming the key and the file or variable it came 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tomllib
 from pathlib import Path
@@ -64,20 +66,24 @@ def env_layer(env: dict) -> list[tuple[str, dict]]:
     return layers
 
 
-def overrides_layer(overrides: dict | None) -> dict:
-    """``{"mine.workers": 2}`` -> ``{"mine": {"workers": 2}}``."""
+def overrides_layer(overrides: dict | None, origin: str = "--set") -> dict:
+    """``{"mine.workers": 2}`` -> ``{"mine": {"workers": 2}}``; a key that is not SECTION.KEY is an error
+    naming ``origin``."""
     layer: dict[str, dict] = {}
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if not key:
-            raise InputError(f"--set {dotted}", "expected SECTION.KEY=VALUE")
+            raise InputError(f"{origin} {dotted}", "expected SECTION.KEY=VALUE" if origin == "--set"
+                             else 'expected a "SECTION.KEY" name')
         layer.setdefault(section, {})[key] = value
     return layer
 
 
 def load_settings(path: str | os.PathLike | None = None, overrides: dict | None = None,
-                  env: dict | None = None) -> Settings:
-    """The settings of a run (see the module docstring for the order of the layers)."""
+                  env: dict | None = None, overrides_origin: str = "--set") -> Settings:
+    """The settings of a run (see the module docstring for the order of the layers). ``overrides_origin``
+    is how an error names where the overrides came from: ``--set`` on the command line, a flow's parameter
+    for a deployment run."""
     env = os.environ if env is None else env
     layers = []
     path = path or env.get("KERNELMILL_CONFIG")
@@ -85,7 +91,7 @@ def load_settings(path: str | os.PathLike | None = None, overrides: dict | None 
         layers.append((f"config file {path}", read_toml(path)))
     layers += env_layer(env)
     if overrides:
-        layers.append(("--set", overrides_layer(overrides)))
+        layers.append((overrides_origin, overrides_layer(overrides, overrides_origin)))
     return parse_settings(layers)
 
 
@@ -113,16 +119,37 @@ def _state_dir() -> Path:
     return Path(os.environ.get("KERNELMILL_HOME", Path.home() / ".cache" / "kernelmill"))
 
 
-def record_latest_run(run_dir: str | os.PathLike) -> None:
-    """Remember a run directory as the most recent one (the default of `kernelmill query`)."""
-    d = _state_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "latest_run").write_text(str(Path(run_dir).resolve()))
+def _latest_run_file(workdir: str | os.PathLike | None) -> tuple[Path, Path]:
+    """(working directory, the file that names the latest run started from it)."""
+    wd = Path(workdir or os.getcwd()).resolve()
+    key = hashlib.sha256(str(wd).encode()).hexdigest()[:20]
+    return wd, _state_dir() / "latest_runs" / key  # (latest_run, a file, was the old per-user pointer)
 
 
-def latest_run() -> Path | None:
-    f = _state_dir() / "latest_run"
-    if not f.is_file():
+def record_latest_run(run_dir: str | os.PathLike, workdir: str | os.PathLike | None = None) -> None:
+    """Remember ``run_dir`` as the latest run started from ``workdir`` (default: the working directory),
+    the default of `kernelmill query` there. One pointer per working directory: a run started from
+    another directory (another user's shell, a Prefect worker, a test) never changes it. The CLI
+    records the runs a user starts; flows run by workers record nothing."""
+    wd, f = _latest_run_file(workdir)
+    tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"workdir": str(wd), "run_dir": str(Path(run_dir).resolve())}))
+        os.replace(tmp, f)
+    except OSError:  # a read-only home: the run goes on, `kernelmill query` then needs --corpus
+        pass
+
+
+def latest_run(workdir: str | os.PathLike | None = None) -> Path | None:
+    """The latest run started from ``workdir`` (default: the working directory), None when there is
+    none or its directory is gone."""
+    wd, f = _latest_run_file(workdir)
+    try:
+        rec = json.loads(f.read_text())
+    except (OSError, ValueError):
         return None
-    p = Path(f.read_text().strip())
-    return p if p.is_dir() else None
+    if rec.get("workdir") != str(wd):
+        return None
+    p = Path(rec.get("run_dir", ""))
+    return p if rec.get("run_dir") and p.is_dir() else None

@@ -41,6 +41,7 @@ MOVED = {
 @dataclass
 class RunSettings:
     backend: str = "auto"  # auto: cuda when a GPU is visible, else cpu
+    progress_every_s: float = 15.0  # off a terminal: at most one progress line per stage this often
 
     def check(self) -> None:
         _one_of("run.backend", self.backend, ("auto", "cpu", "cuda"))

@@ -13,7 +13,8 @@ Guarantees:
 - reading returns each id once even if two writers raced (first file in name order wins);
 - a part file that is not readable Parquet (truncated, corrupt) is an ``UnreadablePartFile`` error naming
   it in one line; ``heal`` moves such files aside (``<table>/.unreadable/``), after which the rows they
-  held are simply missing, so a resumed stage recomputes them (``kernelmill run`` heals before it starts).
+  held are simply missing, so a resumed stage recomputes them (every way of running stages heals the run
+  directory before it starts: orchestrator.pipeline.prepare_run).
 
 Not guaranteed: concurrent writers to one table from several machines without a shared
 filesystem; that is what the flows' single writer task is for.
@@ -41,8 +42,34 @@ class UnreadablePartFile(InputError):
 
     def __init__(self, path: Path, why: str):
         self.path = Path(path)
-        super().__init__(str(path), f"not a readable Parquet file ({why}); `kernelmill run` on this directory "
-                                    "moves it aside and recomputes its rows")
+        super().__init__(str(path), f"not a readable Parquet file ({why}); a run started on this directory "
+                                    "(`kernelmill run`, a stage command, a flow) moves it aside and recomputes "
+                                    "its rows")
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it (and back)
+    os.umask(mask)
+    return mask
+
+
+def usual_mode(fd: int) -> None:
+    """Give a file made by ``tempfile.mkstemp`` (always 0600) the mode a newly created file gets under the
+    process's umask (0644 under the usual 022), before it is renamed into place: a run directory is shared
+    with other users and services (a Prefect worker, a DuckDB reader, the Hub upload) like any other files."""
+    os.fchmod(fd, 0o666 & ~_umask())
+
+
+def usual_dir_mode(path: str | os.PathLike) -> None:
+    """The same for a folder made by ``tempfile.mkdtemp`` (0700): 0755 under the usual umask."""
+    os.chmod(path, 0o777 & ~_umask())
 
 
 def _why(e: Exception) -> str:
@@ -99,6 +126,7 @@ def atomic_write_table(arrow_table, path: Path, *, row_group_size: int = 10_000)
     path.parent.mkdir(parents=True, exist_ok=True)
     # the suffix is not .parquet: no glob of a table (ours, DuckDB's, datasets') ever sees a partial file
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet.partial", dir=path.parent)
+    usual_mode(fd)
     os.close(fd)
     try:
         pq.write_table(arrow_table, tmp, compression="zstd", row_group_size=row_group_size)
@@ -177,6 +205,7 @@ def write_text_if_changed(path: str | os.PathLike, text: str) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:
+        usual_mode(fd)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -1,6 +1,7 @@
 """The orchestrator: runs stages of orchestrator/stages.py's list over a run directory.
 
-    prepare_run        create the run directory, remember it as the latest, remove partial writes
+    prepare_run        create the run directory, remove partial writes, move damaged part files aside
+    run_stage          one stage's ``run``, its start and end (with its counts) told to the progress hook
     run_stages         the named stages (default: every default stage) in list order, plain calls
     summarize          a per-level table computed by DuckDB over the run's Parquet files
 
@@ -8,8 +9,10 @@ It sits above the stages: nothing under synth/, graphs/, curation/, verifier/ or
 The Prefect flows (flows/) call the same ``Stage.run`` functions, one Prefect task per stage; the
 CLI calls ``run_stages`` for ``kernelmill run --no-prefect`` and for each stage subcommand.
 
-Resume lives in the stages and the store (every stage skips rows already stored); the one thing
-done here is :func:`sweep_partial_writes` before any stage reads.
+Resume lives in the stages and the store (every stage skips rows already stored); what is done here,
+before any stage reads and whoever runs the stages (the CLI, a Prefect flow, a worker), is
+:func:`prepare_run`: remove partial writes and move unreadable part files aside (their rows are then
+missing, so the stage that wrote them recomputes them).
 """
 
 from __future__ import annotations
@@ -17,15 +20,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 import duckdb
 
 from kernelmill import store
-from kernelmill.config import record_latest_run
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings
-from orchestrator.stages import BY_NAME, DEFAULT_STAGES, RAW, STAGES, ProgressFn, no_progress
+from orchestrator.stages import BY_NAME, DEFAULT_STAGES, RAW, STAGES, ProgressFn, Stage, no_progress
 
 log = logging.getLogger("orchestrator.pipeline")
 
@@ -42,6 +45,20 @@ def set_progress_hook(fn: ProgressFn | None) -> ProgressFn | None:
 
 def progress_hook(stage: str, done: int, total: int) -> None:
     (_progress_hook or no_progress)(stage, done, total)
+
+
+def run_stage(stage: Stage, run_dir: Path, settings: Settings, progress: ProgressFn | None = None) -> dict:
+    """``stage.run`` over the run directory; the installed hook (the CLI's orchestrator.progress.StageProgress)
+    is told when it starts and ends, with its counts. Every runner calls this: ``run_stages`` and the
+    Prefect task of flows/stages.py."""
+    hook = _progress_hook
+    if hasattr(hook, "begin"):
+        hook.begin(stage.name)
+    t0 = time.perf_counter()
+    counts = stage.run(run_dir, settings, progress or progress_hook)
+    if hasattr(hook, "end"):
+        hook.end(stage.name, counts, time.perf_counter() - t0)
+    return counts
 
 
 def parse_stage_names(text: str | None) -> list[str]:
@@ -75,12 +92,27 @@ def sweep_partial_writes(run_dir: str | os.PathLike) -> list[Path]:
     return removed
 
 
+def heal_run(run_dir: str | os.PathLike) -> list[Path]:
+    """Move every part file of the run's tables (raw ones included) that does not read as Parquet to
+    ``<table>/.unreadable/`` (kernelmill.store.heal), with one warning line each; returns where they went.
+    The rows they held are then missing, so the stage that wrote them recomputes them."""
+    moved = []
+    for base in (Path(run_dir), Path(run_dir) / RAW):
+        for dest in store.heal(base):
+            log.warning("%s: not a readable Parquet file; moved aside to %s, its rows are recomputed",
+                        dest.parent.parent / dest.name, dest)
+            moved.append(dest)
+    return moved
+
+
 def prepare_run(out: str | os.PathLike) -> Path:
-    """The run directory, absolute: created, recorded as the latest run, partial writes removed."""
+    """The run directory, absolute: created, partial writes removed, damaged part files moved aside
+    (:func:`heal_run`). Every way of running stages calls it first: the CLI, ``kernelmill run`` with or
+    without Prefect, and every flow."""
     run_dir = Path(out).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    record_latest_run(run_dir)
     sweep_partial_writes(run_dir)
+    heal_run(run_dir)
     return run_dir
 
 
@@ -100,13 +132,10 @@ def run_stages(out: str | os.PathLike, settings: Settings, names: list[str] | No
 
 
 def _run_stages(run_dir: Path, settings: Settings, wanted: set, progress: ProgressFn | None) -> dict:
-    for moved in store.heal(run_dir):  # resume heals: a truncated file's rows are recomputed by its stage
-        logging.getLogger("kernelmill").warning("%s: not a readable Parquet file; moved aside to %s, its rows "
-                                                "are recomputed", moved.parent.parent / moved.name, moved)
     result: dict = {"run_dir": str(run_dir)}
     for stage in STAGES:
         if stage.name in wanted:
-            result[stage.name] = stage.run(run_dir, settings, progress or progress_hook)
+            result[stage.name] = run_stage(stage, run_dir, settings, progress)
     result["summary"] = summary_if_any(run_dir)
     return result
 

@@ -189,7 +189,8 @@ def annotate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> 
     rep = annotate_into(run_dir, store.read_records(source, "tasks"), device_spec=a.device_spec,
                         timeout_s=a.timeout_s, memory_limit_gb=a.memory_limit_gb, workers=a.workers,
                         real_budget_gb=a.real_budget_gb, retry_failed=a.retry_failed, flush_every=max(1, a.chunk),
-                        progress=lambda done, total: progress("annotate", done, total))
+                        progress=lambda done, total: progress("annotate", done, total),
+                        log_progress=False)  # its runner shows progress (the CLI's lines or bars, a flow's artifact)
     done = rep.annotated
     return {"annotated": len(done), "annotate_failures": len(rep.failures), "written": rep.written,
             "already_annotated": rep.already, "failed_before": rep.failed_before,
@@ -439,14 +440,16 @@ def train(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dic
     if t.kind in ("sft", "rft"):
         from train.sft import train_sft  # torch and transformers: seconds to import
 
-        return train_sft(corpus, out, config=t.kind, init=t.model, **keywords_for(train_sft, t))
+        return train_sft(corpus, out, config=t.kind, init=t.model, **keywords_for(train_sft, t),
+                         progress=lambda done, total: progress("train", done, total))
     init = t.model or str(run_dir / "train" / "sft")
     if not Path(init).exists():
         raise InputError("train.model", "is empty and the run has no train/sft output to start RL from")
     from train.rl import train_rl
 
     return train_rl(corpus, out, init=init, backend=resolve_backend(s.run.backend),
-                    verify_cfg=s.verify, **keywords_for(train_rl, t))
+                    verify_cfg=s.verify, **keywords_for(train_rl, t),
+                    on_step=lambda m: progress("train", int(m.get("step", 0)), t.rl_steps))
 
 
 def loop(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:

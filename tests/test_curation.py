@@ -309,8 +309,8 @@ def test_query_cli_formats_default_corpus_and_errors(built, tmp_path, capsys, mo
 
     monkeypatch.setenv("KERNELMILL_HOME", str(tmp_path / "home"))
     assert cli_main(["query", "SELECT 1"]) == 2  # no run recorded yet
-    assert "no run has been recorded" in capsys.readouterr().err
-    record_latest_run(built["corpus"])
+    assert "no run was started from this directory" in capsys.readouterr().err
+    record_latest_run(built["corpus"])  # for the working directory
     assert cli_main(["query", "--format", "json", "SELECT level, count(*) AS n FROM rl GROUP BY level"]) == 0
     assert json.loads(capsys.readouterr().out) == [{"level": 1, "n": 2}]
     assert cli_main(["query", "--corpus", str(built["corpus"]), "--format", "csv", "SELECT name FROM tasks ORDER BY name"]) == 0
@@ -352,6 +352,29 @@ def test_decontamination_removes_benchmark_tasks_and_reports_why(built, tmp_path
     assert "level1/21_Sigmoid.py" in report and "exact" in report and "2 tasks removed" in report
     # the run directory itself is never modified
     assert len(store.read_records(built["run"], "tasks")) == 4
+
+
+def test_card_is_portable_and_files_get_the_usual_modes(built, tmp_path, capsys):
+    """`kernelmill curate RUN --out CORPUS`: the dataset card names no placeholder link and no local absolute
+    path (it travels to the Hub with the corpus), and every file written has the mode any new file gets under
+    the umask (0644 under 022), not mkstemp's 0600."""
+    bench = tmp_path / "bench" / "level1"
+    bench.mkdir(parents=True)
+    (bench / "99_Other.py").write_text(reference("Conv", "torch.conv2d(x, x)", dim=33))
+    out = tmp_path / "corpus"
+    assert cli_main(["curate", str(built["run"]), "--out", str(out), "--decontaminate", str(bench.parent)]) == 0
+    capsys.readouterr()
+    card = (out / "README.md").read_text()
+    assert "https://github.com/)" not in card and "](https://github.com" not in card
+    for local in (str(tmp_path), str(built["root"]), str(built["root"].resolve()), "/tmp/"):
+        assert local not in card, local
+    assert "from a kernelmill run directory (`run`)" in card and "Decontaminated against `bench`" in card
+    mask = os.umask(0o022)
+    os.umask(mask)
+    files = [p for p in out.rglob("*") if p.is_file()] + list(built["run"].rglob("part-*.parquet"))  # + the store's
+    assert any(p.suffix == ".parquet" for p in files) and any(p.suffix == ".png" for p in files)
+    assert {oct(p.stat().st_mode & 0o777) for p in files} == {oct(0o666 & ~mask)}
+    assert {oct(p.stat().st_mode & 0o777) for p in out.rglob("*") if p.is_dir()} == {oct(0o777 & ~mask)}
 
 
 def test_bad_inputs_are_named_and_lose_nothing(built, tmp_path, capsys):

@@ -115,24 +115,50 @@ def test_deploy_and_run_with_parameters_on_a_process_worker(api, tmp_path):
     assert {"kernelmill-load-counts", "kernelmill-load-summary"} <= keys
 
 
-def test_prefect_yaml_deploys_every_flow(api):
-    """`prefect deploy --all` from the repository root accepts prefect.yaml and creates a
-    deployment per flow on the process pool."""
+def documented_lines(doc: Path, heading: str, starts: tuple[str, ...]) -> list[str]:
+    """The shell lines of ``doc``'s section ``heading`` that start with one of ``starts``, as written."""
+    text = doc.read_text()
+    section = text[text.index(heading):]
+    section = section[:section.find("\n## ", 1) if "\n## " in section[1:] else None]
+    return [line.strip() for line in section.splitlines() if line.strip().startswith(starts)]
+
+
+def run_line(line: str, env: dict) -> subprocess.CompletedProcess:
+    """One documented command line through bash, from the repository root (its comment included)."""
+    return subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_readme_quick_start_deploys_every_flow_and_runs_again(api):
+    """The README's Prefect quick-start, its lines run literally (from the README) against a fresh server: the
+    work pool command, then `prefect deploy --all` (prefect.yaml), which creates a deployment per flow on the
+    process pool; the pool command works a second time too, and so does docs/DEPLOY.md's GPU limit line."""
     from prefect.client.orchestration import get_client
 
-    from flows.commands import ENTRYPOINTS, ensure_work_pool
+    from flows.commands import ENTRYPOINTS
+    from flows.stages import GPU_LIMIT
 
     url, env = api
-    ensure_work_pool("kernelmill-process")
-    res = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    env = {**env, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    pool, deploy = documented_lines(ROOT / "README.md", "## Deploying with Prefect",
+                                    ("prefect work-pool create", "prefect deploy "))
+    assert "--overwrite" in pool and deploy.startswith("prefect deploy --all")
+    for line in (pool, pool, deploy.replace("prefect deploy", "prefect --no-prompt deploy", 1)):
+        res = run_line(line, env)
+        assert res.returncode == 0, line + "\n" + res.stdout[-3000:] + res.stderr[-3000:]
     with get_client(sync_client=True) as client:
         deps = {d.name: d for d in client.read_deployments()}
+        assert client.read_work_pool("kernelmill-process").type == "process"
     for name, entrypoint in ENTRYPOINTS.items():
         assert deps[name].entrypoint == entrypoint
         assert deps[name].work_pool_name == "kernelmill-process"
     assert deps["verify"].parameters == {"out": "runs/default", "backend": "auto"}
+
+    (gcl,) = documented_lines(ROOT / "docs" / "DEPLOY.md", "## 3. Start a worker", ("prefect gcl",))
+    for _ in range(2):  # creates it, then updates it
+        res = run_line(gcl, env)
+        assert res.returncode == 0, gcl + "\n" + res.stdout[-3000:] + res.stderr[-3000:]
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name(GPU_LIMIT).limit == 8
 
 
 def test_serve_runs_a_triggered_flow_on_this_box(api, tmp_path):

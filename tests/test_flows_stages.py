@@ -1,5 +1,5 @@
 """Per-stage Prefect flows run for real (ephemeral server from conftest): what they write, the
-artifacts they publish, the GPU concurrency limit, and the CLI's progress bar. Kept to stages
+artifacts they publish, the GPU concurrency limit, and the CLI's progress bar (more: tests/test_progress.py). Kept to stages
 that compile nothing (the Ray, resume and e2e tests compile)."""
 
 import io
@@ -75,14 +75,15 @@ def test_verify_flow_holds_the_gpu_limit_and_publishes_progress(prefect_server, 
 def test_progress_bar_draws_each_stage(tmp_path):
     from rich.console import Console
 
-    from flows.commands import ProgressBar
     from kernelmill.config import load_settings
     from orchestrator.pipeline import run_stages
+    from orchestrator.progress import StageProgress
 
     seed_run_dir(tmp_path, ["torch_fallback"])  # stops at the static stage: no compile
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=100)
-    with ProgressBar(console=console):
+    with StageProgress(console=console):
         run_stages(tmp_path, load_settings(), ["verify"])
     text = buf.getvalue()
     assert "verify" in text and "1/1" in text
+    assert "[verify] started" in text and "[verify] done in" in text  # printed above the bar

@@ -1,18 +1,31 @@
 """Mining is deterministic under load: input sizes come from the program (FLOPs and elements written,
-counted by torch's dispatcher), never from wall time, so the same source mined on an idle machine and on
-one whose cores are all busy gives the same task ids and shapes. Real mining (sandboxed deduction, the
-program run from its own file), real busy processes."""
+counted by torch's dispatcher), never from wall time, and every time limit (the sandbox's timeout, the
+deduction budget, the runtime filter) is read on a clock that stands still while the process waits for a CPU
+(synth/mine/own_clock.py), so the same source mined on an idle machine and on one whose cores are all busy
+gives the same task ids and shapes. Real mining through the CLI (sandboxed deduction, the program run from
+its own file), real busy processes."""
 
+import json
 import multiprocessing as mp
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from synth.mine.input_synthesis import InputGuess, forward_work
 from synth.mine.miner import mine_tasks
+from synth.mine.own_clock import own_clock
 
 ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "data" / "sample_repos"
 ALLOW = ["mit", "apache-2.0", "bsd-3-clause", "bsd-2-clause", "unknown"]
+# The heaviest sample modules but one (attention: under 1 s of their own on the 2-core machine) and the module
+# that never finishes its constructor (HangingInit), under a timeout the idle machine meets with room and two
+# busy processes per core stretch past in wall time (about 3x): before the limits were read on the own clock,
+# these modules timed out or stopped growing their inputs early under that load.
+TEXT_FILES = ["__init__.py", "attention.py", "config.py", "ffn.py", "norms.py"]
+TIMEOUT_S = 3
 
 
 def _spin() -> None:
@@ -20,28 +33,77 @@ def _spin() -> None:
         pass
 
 
-def _mine(src: Path) -> dict:
-    res = mine_tasks(str(src), target_numel=1 << 20, timeout_s=30, license_allowlist=ALLOW, workers=1,
-                     scale_work=2e8)
-    return {t.task_id: [list(s.shape) for s in t.input_specs] for t in res.tasks}
+def _sources(d: Path) -> Path:
+    (d / "textmodels" / "textmodels").mkdir(parents=True)
+    shutil.copy(SAMPLES / "textmodels" / "LICENSE", d / "textmodels" / "LICENSE")
+    for f in TEXT_FILES:
+        shutil.copy(SAMPLES / "textmodels" / "textmodels" / f, d / "textmodels" / "textmodels" / f)
+    (d / "visionlib" / "visionlib").mkdir(parents=True)
+    shutil.copy(SAMPLES / "visionlib" / "LICENSE", d / "visionlib" / "LICENSE")
+    shutil.copy(SAMPLES / "visionlib" / "visionlib" / "bad_modules.py", d / "visionlib" / "visionlib")
+    return d
+
+
+def _mine_cli(src: Path, out: Path) -> dict:
+    """`kernelmill run --stages mine` as a user runs it; {module: (outcome, task id or reason)}."""
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--no-prefect", "--no-progress",
+                        "--stages", "mine", "--out", str(out), "--set", f"mine.source={src}",
+                        "--set", f"mine.timeout_s={TIMEOUT_S}", "--set", "mine.workers=2"],
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((out / "mine_report.json").read_text())
+    return {f"{m['path']}:{m['class']}": (m["outcome"], m["detail"] if m["outcome"] in ("task", "duplicate")
+                                          else m["outcome"]) for m in report["modules"]}
 
 
 def test_same_task_ids_idle_and_under_load(tmp_path):
-    src = tmp_path / "textmodels"
-    shutil.copytree(ROOT / "data" / "sample_repos" / "textmodels", src)
-    idle = _mine(src)
-    assert idle, "nothing mined"
+    src = _sources(tmp_path / "src")
+    idle = _mine_cli(src, tmp_path / "idle")
+    assert sum(o == "task" for o, _ in idle.values()) >= 5, idle
+    assert idle["visionlib/bad_modules.py:HangingInit"][0] == "timeout"  # a real hang still times out
     ctx = mp.get_context("fork")
     busy = [ctx.Process(target=_spin, daemon=True) for _ in range(2 * (os.cpu_count() or 2))]
     for p in busy:
         p.start()
     try:
-        loaded = _mine(src)
+        loaded = _mine_cli(src, tmp_path / "loaded")
     finally:
         for p in busy:
             p.kill()
             p.join()
     assert loaded == idle
+
+
+def test_own_clock_does_not_advance_while_waiting_for_a_cpu():
+    """Four busy processes on two cores: a loop takes about three times as long in wall time, the same on
+    the own clock; a sleep advances both."""
+    import time
+
+    def loop() -> tuple[float, float]:
+        w0, c0 = time.monotonic(), own_clock()
+        x = 0
+        for i in range(3_000_000):
+            x += i
+        return time.monotonic() - w0, own_clock() - c0
+
+    wall_idle, own_idle = loop()
+    ctx = mp.get_context("fork")
+    busy = [ctx.Process(target=_spin, daemon=True) for _ in range(2 * (os.cpu_count() or 2))]
+    for p in busy:
+        p.start()
+    try:
+        time.sleep(0.2)
+        wall_busy, own_busy = loop()
+    finally:
+        for p in busy:
+            p.kill()
+            p.join()
+    assert wall_busy > 1.8 * own_busy  # the loop waited for a CPU most of the time...
+    assert own_busy < 1.5 * max(own_idle, 0.05)  # ...which the own clock does not count
+    c0 = own_clock()
+    time.sleep(0.3)
+    assert 0.25 < own_clock() - c0 < 0.5
 
 
 def test_forward_work_is_a_property_of_the_shapes():

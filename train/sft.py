@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import time
+from typing import Callable
 from pathlib import Path
 
 import torch
@@ -140,7 +141,8 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
               vocab_size: int = TrainSettings.vocab_size, n_layer: int = TrainSettings.n_layer,
               d_model: int = TrainSettings.d_model, n_head: int = TrainSettings.n_head, resume: bool = True,
               log_every: int = 10, max_seconds: float = 0.0, split_words: bool = True, split_digits: bool = False,
-              lr_by_time: bool = False, amp: bool = False) -> dict:
+              lr_by_time: bool = False, amp: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> dict:
     """Train on the assistant turns of one corpus config; returns a summary dict.
 
     ``init``: a model directory or a training output directory (its latest checkpoint) to start
@@ -150,7 +152,8 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
     early (with a checkpoint) once that much time has passed; the learning-rate schedule assumes
     ``steps``, or with ``lr_by_time`` the larger of step/steps and elapsed/max_seconds (so a run cut by
     its time budget still ends its warm-up and cosine decay; such a run is not step-reproducible).
-    ``amp`` runs forward and backward under bfloat16 autocast on a CUDA device (weights stay fp32)."""
+    ``amp`` runs forward and backward under bfloat16 autocast on a CUDA device (weights stay fp32).
+    ``progress(steps_done, steps)`` is called after every step (the stage's progress line or bar)."""
 
     if config not in ("sft", "rft"):
         raise InputError(f"config {config!r}", "train_sft trains on 'sft' or 'rft'")
@@ -207,6 +210,8 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
         if (save_every and (step + 1) % save_every == 0) or step + 1 == steps or out_of_time:
             save_checkpoint(out_dir, step + 1, model, tok, {"optimizer": opt.state_dict(), "stage": config})
         done = step + 1
+        if progress is not None:
+            progress(done, steps)
         if out_of_time:
             break
     return {"stage": config, "steps": steps, "steps_done": done, "resumed_from": start, "final_loss": loss_v,

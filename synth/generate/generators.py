@@ -34,6 +34,7 @@ import httpx
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Message, Task, content_hash
 from kernelmill.settings import GenerateSettings
+from kernelmill.store import usual_mode
 from synth.generate.prompts import reasoning_of_response
 from synth.generate.reasoning import template_trace
 from synth.teacher import writer as teacher
@@ -111,6 +112,7 @@ class OpenAIGenerator:
             return
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")
+        usual_mode(fd)
         with os.fdopen(fd, "w") as f:
             json.dump({"model": self.model, "responses": responses}, f)
         os.replace(tmp, p)

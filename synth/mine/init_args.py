@@ -24,10 +24,11 @@ import ast
 import collections.abc
 import inspect
 import re
-import time
 import traceback
 import typing
 from dataclasses import dataclass
+
+from synth.mine.own_clock import own_clock  # budgets on the clock a busy machine does not advance
 
 
 # ============================================================================ value specs
@@ -478,7 +479,8 @@ def construct(Model, ns: dict, bases: list[int], deadline: float, forced: dict[s
     First the repository's own calls of the class (``sites``, see synth/mine/callsites.py), then
     guesses: required positional and keyword-only parameters are guessed alike; keyword-only ones are
     passed by keyword (the task file then wraps the constructor, see synth/mine/miner.py). ``forced`` maps
-    parameter names to a variant (see ``_param_spec``) learnt from a failed forward call."""
+    parameter names to a variant (see ``_param_spec``) learnt from a failed forward call. ``deadline`` is read
+    on synth.mine.own_clock's clock, which a busy machine does not advance."""
     sig = inspect.signature(Model)
     req, kwonly = required_params(sig)
     params = req + kwonly
@@ -486,7 +488,7 @@ def construct(Model, ns: dict, bases: list[int], deadline: float, forced: dict[s
     forced = forced or {}
     last, built = "", False
     for site in sites if not forced else ():
-        if time.monotonic() > deadline:
+        if own_clock() > deadline:
             break
         try:
             made = _from_site(Model, sig, ns, site, bases[0])
@@ -502,7 +504,7 @@ def construct(Model, ns: dict, bases: list[int], deadline: float, forced: dict[s
         variants = [forced.get(p.name, 0) for p in params]
         overrides: list[dict] = [{} for _ in params]
         for _ in range(2 * len(params) + 12):
-            if time.monotonic() > deadline:
+            if own_clock() > deadline:
                 raise DeductionFailed("init", "init_failed", "out of time: " + last)
             pairs = []
             try:

@@ -5,7 +5,10 @@ The parent never executes mined code. :class:`SandboxPool` starts one *zygote* p
 child. The child puts itself in its own process group, works in an empty temporary folder, sends its
 stdout/stderr to /dev/null, limits its address space (RLIMIT_AS: the memory the zygote already maps
 plus ``memory_bytes``) and writes one JSON result file; the zygote kills the whole group when the job
-runs past its timeout. A forked child is a fresh process: the only state it shares with the zygote is
+runs past its timeout. Timeouts, and the deduction's own time budget, are read on synth/mine/own_clock.py's
+clock (wall time minus the time the child waited for a CPU), so a busy machine makes mining slower, never
+different; a child still running after ``WALL_FACTOR`` times its timeout in wall time is killed anyway
+(a machine so overloaded is a backstop case, reported as a timeout). A forked child is a fresh process: the only state it shares with the zygote is
 the imported torch and kernelmill's own deduction code, never another job's code.
 
 Jobs (each may name installed packages to ``preload`` in the zygote first: see :func:`preload`):
@@ -45,6 +48,9 @@ from synth.mine.init_args import (MODULE_INSTANCE, NOT_CALLABLE_ERR, PROGRAM_FIL
                              finalize_spec, is_memory_error, params_named_in, render_spec, spec_needs_types)
 from synth.mine.input_filters import IOWatch, apply_filters, output_specs
 from synth.mine.input_synthesis import deduce_inputs, scale_inputs
+from synth.mine.own_clock import own_clock, waited_s
+
+WALL_FACTOR = 10  # a child is killed after this many times its timeout in wall time, whatever its own clock says
 
 
 # ============================================================================ parent side
@@ -95,7 +101,7 @@ class SandboxPool:
 
             t = threading.Thread(target=talk, daemon=True)
             t.start()
-            t.join(float(job.get("timeout_s", 20)) + 60)  # the zygote enforces the timeout; this is a backstop
+            t.join(WALL_FACTOR * float(job.get("timeout_s", 20)) + 60)  # the zygote enforces the timeout; a backstop
             if not result:
                 self._kill(z)
                 z = None
@@ -147,7 +153,7 @@ def job_deduce(job: dict) -> dict:
     """The child's work for a ``deduce`` job (see module docstring)."""
     import torch
 
-    t0 = time.monotonic()
+    t0 = own_clock()  # the budget is read on this clock: a busy machine makes deduction slower, not different
     deadline = t0 + float(job["budget_s"])
     watch = IOWatch()
     try:
@@ -157,7 +163,7 @@ def job_deduce(job: dict) -> dict:
                 "error": f"{type(e).__name__}: {str(e)[:300]}"}
     Model = ns["Model"]
     defaults = _defaults(Model)
-    phase = {"load": time.monotonic() - t0}  # seconds per phase, for the benchmark's time budget
+    phase = {"load": own_clock() - t0}  # seconds per phase, for the benchmark's time budget
     last: DeductionFailed | None = None
     forced: dict[str, int] = {}
     slow: dict | None = None  # the first result that failed only the runtime filter
@@ -180,13 +186,13 @@ def job_deduce(job: dict) -> dict:
                         retry = True
                         break
                     continue
-                phase["deduce"] = time.monotonic() - t0
+                phase["deduce"] = own_clock() - t0
                 guesses, out = scale_inputs(model, guesses, out, int(job["target_numel"]), deadline,
                                             float(job["max_forward_s"]), job.get("scale_work"))
-                phase["scale"] = time.monotonic() - t0 - phase["deduce"]
+                phase["scale"] = own_clock() - t0 - phase["deduce"]
                 failed, detail, seconds = apply_filters(model, guesses, out, watch, float(job["max_forward_s"]),
                                                         float(job.get("min_forward_s", 0.0)))
-                phase["filters"] = time.monotonic() - t0 - phase["deduce"] - phase["scale"]
+                phase["filters"] = own_clock() - t0 - phase["deduce"] - phase["scale"]
                 specs = [finalize_spec(a.spec) for a in args]
                 result = {"init_args": [render_spec(s) for s in specs],
                           "init_params": [{"name": a.name, "keyword": a.keyword} for a in args],
@@ -302,14 +308,15 @@ def fork_and_run(job: dict) -> dict:
     if pid == 0:
         os.chdir(workdir)
         _child(job, result_path)
-    deadline = t0 + float(job.get("timeout_s", 20))
+    limit = float(job.get("timeout_s", 20))
     status = None
     try:
         while True:
             wpid, status = os.waitpid(pid, os.WNOHANG)
             if wpid:
                 break
-            if time.monotonic() > deadline:
+            wall = time.monotonic() - t0
+            if wall > limit and (wall - waited_s(pid) > limit or wall > WALL_FACTOR * limit):
                 for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
                     try:
                         target()
@@ -360,6 +367,10 @@ def preload(names: list[str], done: set[str]) -> None:
 
 def zygote_main() -> None:
     import torch  # noqa: F401 - imported once here so that every forked child starts with it
+    # The first forward under a dispatch mode (input scaling's work count, synth/mine/input_synthesis.py)
+    # imports torch._dynamo: 1-2 s of every child's budget, and file reads a busy disk stretches, when it is
+    # not imported here once. It starts no thread.
+    import torch._dynamo  # noqa: F401
 
     preloaded: set[str] = set()
     for line in sys.stdin:

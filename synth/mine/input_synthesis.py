@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import inspect
 import re
-import time
 
 from synth.mine.init_args import DeductionFailed, failing_line, is_memory_error, params_named_in, required_params
 
 from synth.mine.input_filters import FILTERS, flatten_outputs, run_forward  # noqa: F401 - callers import them from here
+from synth.mine.own_clock import own_clock  # the deadline's clock (see input_sandbox.py)
 
 
 # ============================================================================ forward inputs
@@ -347,7 +347,8 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
                   init_values: dict | None = None):
     """(input names, guesses, output) of the first forward call that runs; DeductionFailed otherwise
     (its ``line``: where the last attempt failed in the mined program). ``init_values``: the constructor
-    arguments by name (``image_size`` and ``channels`` say what an image input looks like)."""
+    arguments by name (``image_size`` and ``channels`` say what an image input looks like). ``deadline`` is
+    read on synth.mine.own_clock's clock, which a busy machine does not advance."""
     params = forward_params(model)
     hint = init_hint(init_values or {}) or first_layer_hint(model, base)
     if not params:
@@ -359,7 +360,7 @@ def deduce_inputs(model, base: int, init_ints: list[int], deadline: float, max_a
     seen, last, line = set(), "", ""
     expanded = {tuple(guesses[0].shape[:2])} if guesses and len(guesses[0].shape) >= 4 else set()
     for _ in range(max_attempts):
-        if time.monotonic() > deadline:
+        if own_clock() > deadline:
             break
         seen.add(tuple(g.key() for g in guesses))
         try:
@@ -443,8 +444,9 @@ def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_fo
     instead of timing out). Returns (guesses, out).
 
     Deterministic: every stop is decided from the program and its shapes, never from wall time, so the
-    same source gives the same shapes (and task ids) on any machine load. ``deadline`` is a safety net
-    only (a module whose doublings all still fit would otherwise take long); ``max_forward_s`` is unused
+    same source gives the same shapes (and task ids) on any machine load. ``deadline`` (on synth.mine.own_clock's
+    clock, which a busy machine does not advance) is a safety net only (a module whose doublings all still
+    fit would otherwise take long); ``max_forward_s`` is unused
     here and kept for the signature's callers."""
     max_work = DEFAULT_SCALE_WORK if max_work is None else float(max_work)
     moves = [("batch",)] + [(i, d) for i, g in enumerate(guesses) for d in range(len(g.shape))]
@@ -465,7 +467,7 @@ def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_fo
         return guesses, out
     live = list(moves)
     i = 0
-    while live and time.monotonic() < deadline:
+    while live and own_clock() < deadline:
         move = live[i % len(live)]
         trial = apply(guesses, move)
         if _numel_metric(trial, out) > target_numel:
@@ -473,21 +475,6 @@ def scale_inputs(model, guesses, out, target_numel: int, deadline: float, max_fo
             continue
         o, work = forward_work(model, trial)
         if o is None or work > max_work or _numel_metric(trial, o) > target_numel:
-            live.remove(move)
-            continue
-        guesses, out = trial, o
-        i += 1
-    return guesses, out
-    live = list(moves)
-    i = 0
-    while live and time.monotonic() < deadline:
-        move = live[i % len(live)]
-        trial = apply(guesses, move)
-        if _numel_metric(trial, out) > target_numel:
-            live.remove(move)
-            continue
-        o, dt = ok(trial)
-        if o is None or dt > max_step_s or _numel_metric(trial, o) > target_numel:
             live.remove(move)
             continue
         guesses, out = trial, o

@@ -334,10 +334,13 @@ def mine_tasks(source: str, *, target_numel: int, timeout_s: float, license_allo
     Not guaranteed: that a task computes anything interesting, or that it is fast on a GPU.
 
     Time budget per module: ``timeout_s`` for deduction (the sandbox kills it after that) and again
-    for the run from its own file; inputs stop growing toward ``target_numel`` once one forward's work
-    (FLOPs + elements written, counted by torch's dispatcher) would pass ``scale_work``, which keeps heavy
-    modules (attention over many tokens) at a few seconds each. Input sizes come from the program, never
-    from wall time: the same SOURCE gives the same task ids on any machine load."""
+    for the run from its own file, and ``max_forward_s`` for one forward at the final shapes (the runtime
+    filter), all read on synth/mine/own_clock.py's clock (wall time minus the time the process waited for a
+    CPU), so a busy machine makes mining slower, not different; inputs stop growing toward ``target_numel``
+    once one forward's work (FLOPs + elements written, counted by torch's dispatcher) would pass
+    ``scale_work``, which keeps heavy modules (attention over many tokens) at a few seconds each. Input sizes
+    come from the program, never from wall time: the same SOURCE gives the same task ids on any machine load
+    (tests/test_mine_deterministic.py mines under four busy processes on two cores)."""
     source_kind(source)  # a SOURCE that is none of the accepted forms fails here, before any process starts
     t0 = time.monotonic()
     allow = {x.lower() for x in license_allowlist}
