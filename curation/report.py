@@ -2,7 +2,7 @@
 
 Plots (matplotlib, Agg backend, no display needed):
     tasks_by_level_source.png   tasks per level, stacked by source
-    pass_rate_by_level.png      first-turn pass rate and dialogue solve rate per level
+    pass_rate_by_level.png      first-turn and any-turn pass rate per level (the table's columns)
     speedup_distribution.png    speedup over eager of correct verdicts (log2 histogram)
     duplicates_removed.png      rows removed per corpus and reason (near-copies, filters, decontamination)
     turns_to_repair.png         solved dialogues by the turn of their first correct answer, and unsolved ones
@@ -134,24 +134,30 @@ def _plot_tasks(data, path):
     _save(fig, path)
 
 
+def pass_series(rows) -> tuple[list, list[float], list[float]]:
+    """What the pass-rate plot draws: per level the first-turn and the any-turn pass rate, the same columns as the
+    report's table beside it (level, first-turn samples, first-turn pass rate, any-turn pass rate)."""
+    return [r[0] for r in rows], [r[2] or 0.0 for r in rows], [r[3] or 0.0 for r in rows]
+
+
 def _plot_pass(data, path):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
-    rows, solved = data["pass"], {r[0]: r[1] for r in data["solved"]}
+    rows = data["pass"]
     if not rows:
         _no_data(ax, "verdicts")
     else:
-        levels = [r[0] for r in rows]
+        levels, first, any_turn = pass_series(rows)
         xs = range(len(levels))
         w = 0.38
-        ax.bar([x - w / 2 for x in xs], [r[2] or 0.0 for r in rows], width=w, label="first-turn pass rate")
-        ax.bar([x + w / 2 for x in xs], [solved.get(lv, 0.0) or 0.0 for lv in levels], width=w,
-               label="dialogues solved")
+        ax.bar([x - w / 2 for x in xs], first, width=w, label="first-turn pass rate")
+        ax.bar([x + w / 2 for x in xs], any_turn, width=w, label="any-turn pass rate")
         ax.set_xticks(list(xs), [str(lv) for lv in levels])
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("level")
         ax.set_ylabel("rate")
-        ax.legend()
+        # below the axes: a legend inside covered the bars of a level whose rates are near 1
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     ax.set_title("Pass rate by level")
     _save(fig, path)
 

@@ -460,3 +460,12 @@ def test_a_candidate_stored_without_its_prompt_stops_curation(tmp_path):
     store.write_records(tmp_path / "bad", "verdicts", [v for v in info["builder"].verdicts if v.candidate_id == c.candidate_id])
     with pytest.raises(InputError, match=c.candidate_id):
         build_corpora(tmp_path / "bad", tmp_path / "bad", cfg={})
+
+
+def test_pass_rate_plot_draws_the_columns_of_the_table_beside_it():
+    """pass_rate_by_level.png plots the first-turn and the any-turn pass rate per level, the table's columns
+    (it plotted 'dialogues solved', a number the report's table does not have, beside it)."""
+    from curation.report import pass_series
+
+    rows = [(1, 12, 0.5, 0.75), (2, 8, None, 0.25)]
+    assert pass_series(rows) == ([1, 2], [0.5, 0.0], [0.75, 0.25])
