@@ -36,10 +36,6 @@ SELECT t.level,
 FROM candidates c JOIN verdicts v USING (candidate_id) JOIN tasks t ON t.task_id = c.task_id
 GROUP BY t.level ORDER BY t.level
 """
-SQL_SOLVED = """
-SELECT t.level, avg(CASE WHEN d.solved THEN 1.0 ELSE 0.0 END) AS solve_rate, count(*) AS dialogues
-FROM dialogues d JOIN tasks t USING (task_id) GROUP BY t.level ORDER BY t.level
-"""
 SQL_SPEEDUP = "SELECT speedup_eager FROM verdicts WHERE correct AND speedup_eager IS NOT NULL AND speedup_eager > 0"
 SQL_TURNS = "SELECT solved, list_transform(turn_verdicts, lambda x: x.correct) AS correct FROM dialogues"
 SQL_STATUS = "SELECT status, count(*) AS n FROM verdicts GROUP BY status ORDER BY n DESC, status"
@@ -102,7 +98,6 @@ def gather(corpus_dir: str | os.PathLike) -> dict:
         return {
             "tasks": con.sql(SQL_TASKS).fetchall(),
             "pass": con.sql(SQL_PASS).fetchall(),
-            "solved": con.sql(SQL_SOLVED).fetchall(),
             "speedups": [r[0] for r in con.sql(SQL_SPEEDUP).fetchall()],
             "turns": turns,
             "corpus_rows": {n: con.sql(f"SELECT count(*) FROM {n}").fetchall()[0][0] for n in ("sft", "rft", "rl")},
