@@ -7,6 +7,9 @@ source's own correctness judgement.
     PYTHONPATH=. python bench/bench_testbed_gpu.py --manifest ext/testbed/manifest.jsonl --static-only
     # the tables again from one or more JSONL files (shards merged), with the hand classification:
     PYTHONPATH=. python bench/bench_testbed_gpu.py --report bench/results/testbed_h100_s*.jsonl --classify FILE
+    # the forks' solutions (both judgements), one per problem, in four shards of about 120:
+    PYTHONPATH=. python bench/bench_testbed_gpu.py --sources technoabsurdist,yenhaohuang --per-problem 1 --shard 0/4
+    # two runs compared verdict by verdict: bench/testbed_compare.py --before OLD.jsonl... --after NEW.jsonl...
 
 The set comes from bench/testbed_build.py (``ext/testbed/manifest.jsonl``). Every solution is verified with
 its source's own problem file as the task, through ``verifier.api.verify_batch`` on cuda, in chunks, so a
@@ -25,8 +28,8 @@ Settings: ``--set KEY=VALUE`` sets any ``VerifyConfig`` field; ``--legality stri
 exists). Defaults chosen for a bench run, not the verifier's: ``time_torch_compile=false`` and
 ``timing_trials=5`` (agreement on correctness and legality is the question here, not speed).
 
-Not checked here: speedups against the source's (different GPUs, different harnesses); the sources publish
-only solutions they judged correct, so the "incorrect" row of the matrix stays empty with this set.
+Not checked here: speedups against the source's (different GPUs, different harnesses). CUDA-L1 and the
+leaderboard publish only solutions they judged correct; the two KernelBench forks publish both judgements.
 """
 
 from __future__ import annotations
@@ -67,20 +70,25 @@ def load_manifest(path: Path) -> list[dict]:
 def select(rows: list[dict], levels: str = "", sources: str = "", shard: str = "0/1", limit: int = 0,
            skip_ids: set | None = None, per_problem: int = 0) -> list[dict]:
     """The rows of this run: filtered by level and source, at most ``per_problem`` solutions of each (source,
-    level, problem) (picked by a hash of the id: no model preferred), then shard ``i/n`` takes every n-th row of the
-    list sorted by source, level and id (so each shard gets its share of every level and source), then ``limit``."""
+    level, problem) (picked by a hash of the id: no model preferred; where the source judged some correct and some
+    incorrect, the picks alternate between its judgements, so ``per_problem=2`` takes one of each), then shard
+    ``i/n`` takes every n-th row of the list sorted by source, level and id (so each shard gets its share of every
+    level and source), then ``limit``."""
     if levels:
         want = {int(x) for x in levels.split(",")}
         rows = [r for r in rows if int(r["level"]) in want]
     if sources:
         want_s = set(sources.split(","))
+        unknown = sorted(want_s - {r["source"] for r in rows})
+        if unknown:
+            raise SystemExit(f"--sources: no solution of {', '.join(unknown)} in the manifest; it has "
+                             + ", ".join(sorted({r['source'] for r in rows})))
         rows = [r for r in rows if r["source"] in want_s]
     if per_problem:
         groups = collections.defaultdict(list)
         for r in rows:
             groups[(r["source"], int(r["level"]), r["problem_id"])].append(r)
-        rows = [r for g in groups.values()
-                for r in sorted(g, key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())[:per_problem]]
+        rows = [r for g in groups.values() for r in _alternate_judgements(g)[:per_problem]]
     if skip_ids:
         rows = [r for r in rows if r["id"] not in skip_ids]
     i, n = (int(x) for x in shard.split("/"))
@@ -88,6 +96,22 @@ def select(rows: list[dict], levels: str = "", sources: str = "", shard: str = "
         raise SystemExit(f"--shard {shard}: want i/n with 0 <= i < n")
     rows = sorted(rows, key=lambda r: (r["source"], int(r["level"]), r["id"]))[i::n]
     return rows[:limit] if limit else rows
+
+
+def _alternate_judgements(group: list[dict]) -> list[dict]:
+    """The group in hash order of the ids, interleaved by judgement (the first pick is the hash-first id whatever
+    its judgement, so a source that judged everything correct gets the same picks as a plain hash order)."""
+    ordered = sorted(group, key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())
+    by_j: dict[str, list[dict]] = {}
+    for r in ordered:
+        by_j.setdefault(r.get("source_judgement", ""), []).append(r)
+    queues = list(by_j.values())
+    out: list[dict] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
 
 
 def read_text(r: dict, key: str) -> str:
@@ -327,7 +351,10 @@ def make_config(sets: list[str], legality: str, exec_workers: int = 4):
         else:
             print(f"note: this verifier has no VerifyConfig.legality; --legality {legality} ignored", flush=True)
     d = {k: v for k, v in d.items() if k in names or k not in BENCH_DEFAULTS or k == "exec_workers"}
-    cfg = VerifyConfig.from_dict(d, "--set")
+    from kernelmill.config import parse_value
+    from kernelmill.settings import parse_section
+
+    cfg = parse_section("verify", {k: parse_value(v) if isinstance(v, str) else v for k, v in d.items()}, "--set")
     return cfg, getattr(cfg, "legality", "strict (no legality setting)")
 
 

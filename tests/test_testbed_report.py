@@ -104,6 +104,8 @@ def test_shards_are_disjoint_and_cover_the_selection():
     assert {r["level"] for r in parts[0]} == {1, 2, 3}
     assert all(r["level"] == 2 for r in tb.select(rows, levels="2"))
     assert len(tb.select(rows, sources="x", limit=4)) == 4
+    with pytest.raises(SystemExit, match="--sources: no solution of nosuch"):
+        tb.select(rows, sources="x,nosuch")
     assert "src-l2-p001" not in {r["id"] for r in tb.select(rows, skip_ids={"src-l2-p001"})}
 
 
@@ -172,3 +174,160 @@ def test_static_only_run_over_a_small_manifest(tmp_path):
     assert rows["honest"]["status"] == "static_ok"
     assert rows["no-kernel"]["status"] == "extract_error"
     assert "| no-kernel |" in (out / "testbed_static_cpu.md").read_text().split("## Disagreements")[1]
+
+
+# ----------------------------------------------------------------------------- two runs compared (testbed_compare)
+
+from bench import testbed_compare as tc  # noqa: E402
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    before = [write_jsonl(tmp_path / "before_s0.jsonl", [
+        row("same", "pass", pass_strict=True, pass_partial=True),
+        row("fixed", "cheat", cheats=["C01_TORCH_COMPUTE"], key="calls `F.conv2d`"),
+        row("broke", "pass", source="srcB", level=2, pass_strict=True, pass_partial=True),
+        row("recoded", "cheat", cheats=["C03_FALLBACK_BRANCH"]),
+        row("late", "wrong"),
+        row("gone", "pass"),
+    ])]
+    after = [write_jsonl(tmp_path / "after_s0.jsonl", [
+        row("same", "pass", pass_strict=True, pass_partial=True),
+        row("fixed", "pass", pass_strict=True, pass_partial=True),
+        row("late", tb.NOT_REACHED, key="budget reached while running"),
+        row("new", "pass"),
+    ]), write_jsonl(tmp_path / "after_s1.jsonl", [
+        row("broke", "wrong", source="srcB", level=2, key="mismatch at [0, 1]: got 2.0, expected 1.0",
+            pass_strict=False, pass_partial=False),
+        row("recoded", "cheat", cheats=["C02_KERNEL_NOT_LAUNCHED"]),
+    ])]
+    return before, after
+
+
+def test_compare_finds_each_changed_verdict_by_id(two_runs):
+    before, after = two_runs
+    c = tc.compare(tb.merge_rows(before), tb.merge_rows(after))
+    assert sorted(b["id"] for b, _ in c["common"]) == ["broke", "fixed", "recoded", "same"]
+    assert [(b["id"], b["status"], a["status"]) for b, a in c["changed"]] == [
+        ("fixed", "cheat", "pass"), ("recoded", "cheat", "cheat"), ("broke", "pass", "wrong")]
+    # a row the budget did not reach on one side is no change, and ids on one side only are listed apart
+    assert c["unreached"] == ["late"] and c["only_before"] == ["gone"] and c["only_after"] == ["new"]
+
+
+def test_compare_report_tables(two_runs):
+    before, after = two_runs
+    text = tc.render_compare(tc.compare(tb.merge_rows(before), tb.merge_rows(after)), before, after)
+    counts = text.split("## Counts")[1].splitlines()[4]
+    assert counts == "| 4 | 3 | 2 | 1 | 1 | 1 | 1 |"
+    trans = text.split("## Status transitions")[1]
+    assert "| before \\ after | pass | cheat | wrong | all |" in trans
+    assert "| cheat | 1 | 1 | 0 | 2 |" in trans and "| pass | 1 | 0 | 1 | 2 |" in trans
+    passes = text.split("## Passes per source")[1]
+    assert "| srcB | 1 | 1 | 0 | 1 | 0 | 1 | 0 |" in passes and "| all | 4 | 2 | 2 | 2 | 2 | 2 | 2 |" in passes
+    changed = text.split("## Changed verdicts (3)")[1]
+    recoded = next(ln for ln in changed.splitlines() if ln.startswith("| recoded |"))
+    assert "| cheat | cheat | C03_FALLBACK_BRANCH | C02_KERNEL_NOT_LAUNCHED |" in recoded
+    broke = next(ln for ln in changed.splitlines() if ln.startswith("| broke |"))
+    assert "| pass | wrong |  |  | mismatch at [0, 1]" in broke
+    assert "| same |" not in changed and "| late |" not in changed
+    assert "Not reached on one side (1): late" in text and "Only before (1): gone" in text
+
+
+def test_compare_cli_prints_and_writes_the_report(two_runs, tmp_path, capsys):
+    before, after = two_runs
+    out = tmp_path / "cmp.md"
+    assert tc.main(["--before", *map(str, before), "--after", *map(str, after), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "## Changed verdicts (3)" in printed and out.read_text() == printed.rstrip("\n") + "\n"
+    assert tc.main(["--before", str(tmp_path / "missing.jsonl"), "--after", *map(str, after)]) == 2
+
+
+def test_per_problem_alternates_judgements_and_keeps_the_hash_first_pick():
+    rows = [{"id": f"s-l1-p1-m{i}", "level": 1, "problem_id": 1, "source": "s",
+             "source_judgement": "correct" if i < 3 else "incorrect"} for i in range(5)]
+    two = tb.select(rows, per_problem=2)
+    assert sorted(r["source_judgement"] for r in two) == ["correct", "incorrect"]
+    one_correct_only = tb.select([r for r in rows if r["source_judgement"] == "correct"], per_problem=1)
+    import hashlib
+    first = min((r for r in rows if r["source_judgement"] == "correct"),
+                key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())
+    assert [r["id"] for r in one_correct_only] == [first["id"]]
+    assert len(tb.select(rows, per_problem=1)) == 1
+
+
+# ----------------------------------------------------------------------------- a KernelBench fork's run folders
+
+import subprocess  # noqa: E402
+
+from bench import testbed_build as bld  # noqa: E402
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                   capture_output=True)
+
+
+def test_build_reads_a_fork_with_both_judgements_and_leaves_out_harness_faults(tmp_path):
+    """A small fork made here as a real git repository, in the two layouts of yenhao-huang/KernelBench."""
+    work = tmp_path / "work"
+    files = {
+        "KernelBench/level1/1_ReLU.py": TASK, "KernelBench/level1/2_ReLU_big.py": TASK,
+        "KernelBench/level1/3_ReLU_again.py": TASK, "KernelBench/level2/1_ReLU_fused.py": TASK,
+        "runs/ralph_codex_cuda_all/generated_kernels/level_1/problem_1.py": HONEST,
+        "runs/ralph_codex_cuda_all/generated_kernels/level_1/problem_2.py": HONEST.replace("relu_tb", "relu_2"),
+        "runs/ralph_codex_cuda_all/generated_kernels/level_1/problem_3.py": NO_KERNEL,
+        "runs/ralph_codex_cuda_all/generated_kernels/level_2/problem_1.py": HONEST.replace("relu_tb", "relu_l2"),
+        "runs/ralph_codex_cuda_all/generated_kernels/level_4/problem_1.py": HONEST,
+        "runs/ralph_codex_cuda_all/generated_kernels/level_1/problem_9.py": HONEST.replace("relu_tb", "relu_9"),
+        "runs/openrouter_deepseek_v4_pro_leaderboard_l1/generation_config.yaml": "model_name: openrouter/x/y\n",
+        "runs/openrouter_deepseek_v4_pro_leaderboard_l1/eval_results.json": json.dumps({"1": [
+            {"sample_id": 0, "compiled": True, "correctness": False,
+             "metadata": {"hardware": "RTX 4090", "correctness_issue": "Output mismatch"}}]}),
+    }
+    k = "runs/ralph_codex_cuda_all/generated_kernels"
+    ralph = [
+        {"level": 1, "problem_id": 1, "status": "evaluated", "model_name": "codex-gpt-5.5",
+         "generated_kernel_path": f"{k}/level_1/problem_1.py",
+         "eval_result": {"compiled": True, "correctness": True, "metadata": {"hardware": "RTX 4090"}}},
+        {"level": 1, "problem_id": 2, "status": "evaluated", "generated_kernel_path": f"{k}/level_1/problem_2.py",
+         "eval_result": {"compiled": True, "correctness": False,
+                         "metadata": {"runtime_error": "CUDA out of memory. Tried to allocate 6.00 GiB"}}},
+        {"level": 1, "problem_id": 3, "status": "evaluated", "generated_kernel_path": f"{k}/level_1/problem_3.py",
+         "eval_result": {"compiled": True, "correctness": False, "metadata": {"correctness_issue": "Output mismatch"}}},
+        {"level": 2, "problem_id": 1, "status": "static_failed", "generated_kernel_path": f"{k}/level_2/problem_1.py",
+         "static_errors": ["Contains 'pass' statement (inheritance bypass)"]},
+        {"level": 4, "problem_id": 1, "status": "evaluated", "generated_kernel_path": f"{k}/level_4/problem_1.py",
+         "eval_result": {"compiled": True, "correctness": True}},
+    ]
+    files["runs/ralph_codex_cuda_all/results.jsonl"] = "".join(json.dumps(r) + "\n" for r in ralph)
+    for path, text in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    link = work / "runs/openrouter_deepseek_v4_pro_leaderboard_l1/level_1_problem_1_sample_0_kernel.py"
+    link.symlink_to("../ralph_codex_cuda_all/generated_kernels/level_1/problem_9.py")
+    _git(work, "init", "-q")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-q", "-m", "runs")
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mirrors / "yenhao-huang+KernelBench" / "repo")],
+                   check=True, capture_output=True)
+
+    out = tmp_path / "testbed"
+    rows, skipped = bld.build(out, mirrors, ["h100"], False, ["yenhaohuang"])
+    got = {(r["level"], r["problem_id"], r["model"]): r for r in rows}
+    assert sorted(got) == [(1, 1, "deepseek-v4-pro"), (1, 1, "gpt-5.5"), (2, 1, "gpt-5.5")]
+    assert got[(1, 1, "gpt-5.5")]["source_judgement"] == "correct"
+    assert got[(2, 1, "gpt-5.5")]["source_judgement"] == "incorrect"
+    assert "KernelBench static check: Contains 'pass'" in got[(2, 1, "gpt-5.5")]["source_note"]
+    ds = got[(1, 1, "deepseek-v4-pro")]
+    assert ds["source_judgement"] == "incorrect" and ds["source_note"] == "Output mismatch"
+    assert (out / ds["solution_file"]).read_text() == files[f"{k}/level_1/problem_9.py"]  # the link, followed
+    assert (out / ds["problem_file"]).read_text() == TASK and ds["problem_path"] == "KernelBench/level1/1_ReLU.py"
+    assert ds["problem_name"] == "1_ReLU"
+    assert skipped["yenhaohuang: no verdict on the code (harness fault)"] == 1  # out of memory: not the code's fault
+    assert skipped["yenhaohuang: no load_inline + __global__ (incorrect)"] == 1
+    assert skipped["yenhaohuang: run folder runs/ralph_gemma4_cuda_all not in the mirror"] == 1
+    manifest = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in manifest} == {r["id"] for r in rows}
+    with pytest.raises(bld.UnknownSource, match="nosuch"):
+        bld.build(out, mirrors, ["h100"], False, ["nosuch"])
