@@ -1,6 +1,6 @@
 """What one binding object per declared signature set saves: the mixed batch's candidates built through the
 verifier's real compile step (``python -m verifier.buildproc compile``: the object cache, the precompiled header,
-the first build variant each), once with binding files compiled as written (``KM_NO_CANONICAL_BINDING=1``) and
+the first build variant each), once with binding files compiled as written (``[verify] canonical_binding = false``) and
 once in their canonical form (verifier/binding.py), each arm with a fresh object cache. On a GPU box:
 
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_binding_share.py --per-task 12 --jobs 16
@@ -27,6 +27,7 @@ from bench.common import device_name, emit  # noqa: E402
 from bench.mixed_batch import mixed_batch  # noqa: E402
 from verifier import buildproc, objcache  # noqa: E402
 from verifier.build import build_variants, canonical_spec, spec_key, write_variant  # noqa: E402
+from verifier.config import VerifyConfig  # noqa: E402
 from verifier.pch import ensure_pch  # noqa: E402
 from verifier.static import scan  # noqa: E402
 
@@ -58,7 +59,7 @@ def prepare(items, work: Path, stubs: Path | None) -> list[tuple[str, dict]]:
         dirs = {}
         for arm in ("as-written", "canonical"):
             dirs[arm] = work / cand.candidate_id / f"{label}-{arm}"
-            write_variant(spec_key(spec), dirs[arm], kwargs, ensure_pch(spec))
+            write_variant(spec_key(spec), dirs[arm], kwargs, ensure_pch(spec, VerifyConfig().pch_root()))
         out.append((cand.candidate_id, dirs))
     return out
 
@@ -66,13 +67,13 @@ def prepare(items, work: Path, stubs: Path | None) -> list[tuple[str, dict]]:
 def compile_arm(built: list[tuple[str, dict]], canonical: bool, jobs: int, work: Path) -> dict:
     """Every candidate's compile step with a fresh object cache; the steps' own CPU seconds (compilers included)."""
     cache = work / ("objects-canonical" if canonical else "objects-as-written")
-    env = dict(os.environ, MAX_JOBS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
-               **{objcache.OBJ_DIR_ENV: str(cache), objcache.CANONICAL_OFF_ENV: "0" if canonical else "1"})
+    env = dict(os.environ, MAX_JOBS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    step_args = ["--objects", str(cache)] + ([] if canonical else ["--as-written"])
 
     def one(item):
         cid, dirs = item
         d = dirs["canonical" if canonical else "as-written"]
-        r = subprocess.run([sys.executable, "-m", "verifier.buildproc", "compile", str(d)], env=env,
+        r = subprocess.run([sys.executable, "-m", "verifier.buildproc", "compile", str(d), *step_args], env=env,
                            capture_output=True, text=True)
         rep = json.loads((d / buildproc.COMPILE_REPORT).read_text()) if (d / buildproc.COMPILE_REPORT).exists() else {}
         return {"candidate": cid, "ok": r.returncode == 0 and rep.get("ok", False), "cpu_s": rep.get("cpu_s", 0.0),

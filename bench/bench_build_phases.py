@@ -27,6 +27,7 @@ from bench.common import device_name, emit  # noqa: E402
 from bench.mixed_batch import mixed_batch  # noqa: E402
 from verifier.static import scan  # noqa: E402
 from verifier.build import build_variants, canonical_spec  # noqa: E402
+from verifier.config import VerifyConfig  # noqa: E402
 from verifier.pch import ensure_pch, write_build_files  # noqa: E402
 
 
@@ -68,7 +69,7 @@ def main() -> None:
             continue
         spec = canonical_spec(sp[0])
         label, kwargs = build_variants(spec)[0]
-        pch = ensure_pch(spec)
+        pch = ensure_pch(spec, VerifyConfig().pch_root())
         if pch is not None:
             kwargs = dict(kwargs, extra_cflags=list(kwargs.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"])
         d = Path(tempfile.mkdtemp(prefix="km-phases-"))

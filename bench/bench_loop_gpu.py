@@ -10,7 +10,7 @@ logic: sampling, verification, repair, curation, RFT, RL and the held-out evalua
 What one call does, in order, each step skipped when the state already holds it:
 
   0. repair dialogues (``--repair-sft-tasks``): training tasks given the teacher's answer with a planted bug
-     (bench/loop_data.py plant_bug), judged by the verify stage; each failure becomes a two-turn SFT dialogue (the feedback turn the
+     (synth/teacher/warm_start.py, the bug from synth/teacher/bugs.py), judged by the verify stage; each failure becomes a two-turn SFT dialogue (the feedback turn the
      repair stage and Buffered Dynamic Retry send, then the correct answer), so repair is something m0 learned.
   1. SFT from scratch (train/sft.py, ``--sft-s``) on the corpus's training split (train.data.is_heldout at
      ``--heldout-frac``: the SFT split); m0 is that checkpoint rounded to bf16 (what the state carries, so
@@ -55,10 +55,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import default_results, device_name, write_parts  # noqa: E402
-from bench.loop_data import make_corpus, read_corpus, repair_dialogues, write_training_corpus  # noqa: E402
+from bench.common import default_results, device_name  # noqa: E402
+from kernelmill.settings import LOOP_ARMS  # noqa: E402
+from synth.teacher.warm_start import keep_only_dialogues, repair_dialogues  # noqa: E402
+from train.export import export_bf16, fp32_copy, write_parts  # noqa: E402
+from train.family_corpus import make_prompted_corpus, read_corpus, write_training_corpus  # noqa: E402
 
-ARMS = ("rft", "rl", "rl_no_prime_echo", "rl_no_retry", "rl_no_mirrorpop")
+ARMS = tuple(LOOP_ARMS)  # the loop's arms (loop.arm): rft, rl, rl_no_prime_echo, rl_no_retry, rl_no_mirrorpop
 # what the loop's phases import, some only late (curate's near-duplicate step imports rensa after sampling and
 # verifying for minutes): checked before anything runs, so a missing wheel costs seconds, not a device call
 LOOP_IMPORTS = ("torch", "transformers", "pyarrow", "duckdb", "rensa", "tree_sitter", "tree_sitter_python")
@@ -107,52 +110,18 @@ def unpack_state(src: Path, work: Path) -> None:
             phases.write_text(json.dumps({k: v for k, v in done.items() if k not in lost}, indent=1))
 
 
-def keep_repair_dialogues(work: Path, state: dict) -> dict:
-    """A new run that keeps only an earlier state's repair dialogues (their verification is minutes of a
-    device call): m0 and every arm go, so SFT runs again with this call's settings (e.g. another --max-len)."""
-    for name in ("m0", "m0_bf16", "arms", "sft", "corpus"):
-        shutil.rmtree(work / name, ignore_errors=True)
-    kept = {k: state[k] for k in ("repair_sft",) if k in state}
-    if kept:
-        kept["notes"] = [f"repair dialogues kept from an earlier state (--redo-sft): {json.dumps(kept['repair_sft'])}"]
-    return kept
-
-
-def export_m0(sft_out: Path, work: Path) -> None:
-    """m0_bf16: the SFT checkpoint in bf16 (what the state carries)."""
-    import torch
-
-    from train.model import latest_checkpoint, load_pretrained, write_serving_files
-
-    model, tok = load_pretrained(latest_checkpoint(sft_out))
-    model.to(torch.bfloat16).save_pretrained(str(work / "m0_bf16"))
-    write_serving_files(work / "m0_bf16", tok)
-
-
-def materialize_m0(work: Path) -> Path:
-    """m0 as an fp32 model directory (the bf16 values), built once per call from m0_bf16."""
-    from train.model import load_pretrained, write_serving_files
-
-    m0 = work / "m0"
-    if not (m0 / "config.json").is_file():
-        model, tok = load_pretrained(work / "m0_bf16")
-        model.float().save_pretrained(str(m0))
-        write_serving_files(m0, tok)
-    return m0
-
-
 # ---------------------------------------------------------------------------- the arms' settings
 
 
 def arm_settings(args, arm: str, m0: Path, backend: str, max_seconds: float):
     """The loop's settings for one arm: every arm samples, verifies and evaluates the same way; they differ in
-    loop.train and one stabiliser switch."""
+    loop.arm (loop.train and one stabiliser switch, applied by the loop: orchestrator.loop.with_arm)."""
     from kernelmill.config import load_settings
 
     dev = "cuda" if backend == "cuda" else "cpu"
     sets = {"run.backend": backend, "loop.model": str(m0), "loop.server": args.server, "loop.device": dev,
             "loop.rounds": 1, "loop.k": args.k, "loop.pool_tasks": args.pool_tasks, "loop.eval_tasks": args.eval_tasks,
-            "loop.train": "rft" if arm == "rft" else "rl", "loop.rl_steps": args.rl_steps, "loop.group_size": args.group,
+            "loop.arm": arm, "loop.rl_steps": args.rl_steps, "loop.group_size": args.group,
             "loop.prompts_per_step": args.prompts, "loop.rl_fail_share": args.fail_share,
             "loop.max_seconds": max(1.0, max_seconds), "loop.serve_timeout_s": 300.0,
             # the loop's split of the SFT-held-out tasks into pool and E (RFT and RL use the same one)
@@ -162,8 +131,6 @@ def arm_settings(args, arm: str, m0: Path, backend: str, max_seconds: float):
             "train.max_new_tokens": args.max_new_tokens, "train.temperature": args.temperature,
             "train.rl_lr": args.rl_lr, "train.micro_batch": 32, "train.dynamic_max_rounds": args.dynamic_rounds,
             "train.rollout_bf16": backend == "cuda",
-            "train.prime_echo": arm != "rl_no_prime_echo", "train.retry": arm != "rl_no_retry",
-            "train.mirrorpop": arm != "rl_no_mirrorpop",
             "generate.temperature": args.temperature, "generate.max_tokens": args.max_new_tokens,
             "generate.concurrency": args.concurrency, "generate.cache_dir": "", "generate.timeout_s": 600.0,
             "generate.max_retries": 1, "verify.trials": args.trials, "verify.timing_trials": args.timing_trials,
@@ -283,8 +250,8 @@ def run(args) -> int:
     if args.state_in and not (work / STATE).is_file():
         unpack_state(Path(args.state_in), work)
     state = json.loads((work / STATE).read_text()) if (work / STATE).is_file() else {}
-    if args.redo_sft:
-        state = keep_repair_dialogues(work, state)
+    if args.redo_sft:  # SFT runs again with this call's settings (e.g. another --max-len); m0 and every arm go
+        state = keep_only_dialogues(work, state, ("m0", "m0_bf16", "arms", "sft", "corpus"))
     cuda = torch.cuda.is_available()
     backend = args.backend or ("cuda" if cuda else "cpu")
     state.setdefault("commands", []).append(" ".join(["python3", "bench/bench_loop_gpu.py", *sys.argv[1:]]))
@@ -311,8 +278,9 @@ def run(args) -> int:
         train = [t for t in tasks if not D.is_heldout(t.task_id, args.heldout_frac)]
         if args.repair_sft_tasks and "repair_sft" not in state:
             t = time.time()
+            verify_s = arm_settings(args, "rft", work, backend, 600.0)
             state["repair_sft"] = repair_dialogues(work, train, answers, backend, args.repair_sft_tasks,
-                                                   arm_settings(args, "rft", work, backend, 600.0))
+                                                   lambda d: BY_NAME["verify"].run(d, verify_s))
             state["repair_sft"]["seconds"] = round(time.time() - t, 1)
             save()
         extra = store.read_records(work / "repair_sft", "sft") if (work / "repair_sft").is_dir() else []
@@ -327,7 +295,7 @@ def run(args) -> int:
                       n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head, log_every=0,
                       max_seconds=min(args.sft_s, max(1.0, left() - args.reserve_s)), split_words=False,
                       split_digits=True, resume=False, lr_by_time=True, amp=cuda, device="cuda" if cuda else "cpu")
-        export_m0(sft_out, work)
+        export_bf16(sft_out, work / "m0_bf16")  # what the state carries
         shutil.rmtree(sft_out, ignore_errors=True)
         if cuda:
             torch.cuda.empty_cache()
@@ -335,7 +303,7 @@ def run(args) -> int:
                         "seconds": round(time.time() - t, 1), "model": f"Llama {args.n_layer} layers, d={args.d_model}, "
                         f"{args.n_head} heads, vocab {args.vocab}, weights rounded to bf16"}
         save()
-    m0 = materialize_m0(work)
+    m0 = fp32_copy(work / "m0_bf16", work / "m0")  # the bf16 values as fp32, built once per call
 
     # 2. the arms, each a loop run
     phases = {n: BY_NAME[n].run for n in ("generate", "verify", "repair", "curate")}
@@ -457,7 +425,7 @@ def main() -> int:
     ap.add_argument("--n-head", type=int, default=4)
     args = ap.parse_args()
     if args.make_corpus:
-        make_corpus(Path(args.make_corpus), args.tasks, args.backend or "cuda", args.seed, args.heldout_frac)
+        make_prompted_corpus(Path(args.make_corpus), args.tasks, args.backend or "cuda", args.seed, args.heldout_frac)
         return 0
     args.arms = [a for a in args.arms.split(",") if a]
     bad = [a for a in args.arms if arm_base(a) not in ARMS]

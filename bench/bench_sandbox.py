@@ -2,7 +2,7 @@
 
 Verifies the same N honest candidates (the shared cpu extension, built once beforehand, so every candidate
 pays execution only, where the sandbox's per-job work is) with the sandbox on and with it off
-(``KM_SANDBOX=off``), each mode in its own process, modes alternated over ``--rounds``; reports the median
+(``KERNELMILL_VERIFY_SANDBOX=false``), each mode in its own process, modes alternated over ``--rounds``; reports the median
 verification time per candidate of each mode and the difference as a share of the time without it. Also the
 fixed cost of starting one sandbox (bubblewrap + the supervising process), which a build and every cuda
 execution process pay once, against the same command without it.
@@ -29,11 +29,12 @@ sys.path.insert(0, str(ROOT))
 from bench.common import default_results, device_name, emit  # noqa: E402
 
 CHILD = r"""
-import json, sys, time
+import dataclasses, json, sys, time
+from kernelmill.config import load_settings
 from verifier import fixtures as fx, sandbox
-from verifier.api import VerifyConfig, verify_candidate
-cfg = VerifyConfig(build_dir=sys.argv[1], trials=5, timing_trials=5, warmup=1, time_torch_compile=False,
-                   run_timeout_s=60, memory_limit_gb=4, exec_workers=1)
+from verifier.entry import verify_candidate
+cfg = dataclasses.replace(load_settings().verify, build_dir=sys.argv[1], trials=5, timing_trials=5, warmup=1,
+                          time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4, exec_workers=1)
 n = int(sys.argv[2])
 verify_candidate(fx.RELU_TASK, fx.HONEST_RELU, backend="cpu", config=cfg)  # server start and reference timing
 times, child, judged = [], [], []
@@ -51,8 +52,11 @@ print(json.dumps({"times": times, "child": child, "judged": judged, "sandbox": s
 
 BUILDS = r"""
 import json, sys
+from kernelmill.config import load_settings
 from verifier import build, fixtures as fx, sandbox
+from verifier.config import use_host
 from verifier.static import scan
+use_host(load_settings().verify.host())  # KERNELMILL_VERIFY_SANDBOX from the parent
 (spec,) = [e.args for e in scan(fx.HONEST_RELU, "cpu").extensions if e.resolved]
 root, n, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 out = []
@@ -71,7 +75,7 @@ def build_mode(build_dir: str, n: int, on: bool, tag: str) -> dict:
     """``n`` cold builds of distinct cpu extensions in a process of its own, the sandbox on or off."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if not on:
-        env["KM_SANDBOX"] = "off"
+        env["KERNELMILL_VERIFY_SANDBOX"] = "false"
     r = subprocess.run([sys.executable, "-c", BUILDS, build_dir, str(n), tag], env=env, capture_output=True,
                        text=True, cwd=ROOT, timeout=3600)
     if r.returncode != 0:
@@ -107,9 +111,9 @@ def builds_report(args) -> str:
 
 
 def run_mode(build_dir: str, n: int, on: bool) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), KM_NO_PCH="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), KERNELMILL_VERIFY_PCH="false")
     if not on:
-        env["KM_SANDBOX"] = "off"
+        env["KERNELMILL_VERIFY_SANDBOX"] = "false"
     r = subprocess.run([sys.executable, "-c", CHILD, build_dir, str(n)], env=env, capture_output=True, text=True,
                        cwd=ROOT, timeout=1800)
     if r.returncode != 0:

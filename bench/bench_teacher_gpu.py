@@ -2,8 +2,8 @@
 
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python bench/bench_teacher_gpu.py [--out bench/results]
 
-Builds the teacher's (bug-free) cuda candidate for every seed task in data/seed_tasks and for the
-extra family tasks below (families the seed set lacks), verifies them all in one
+Builds the teacher's (bug-free) cuda candidate for every task of synth/teacher/coverage.py (the seed tasks in
+data/seed_tasks and one extra task per family the seed set lacks), verifies them all in one
 ``verifier.api.verify_batch`` call with backend cuda, prints a table (family, task, status,
 max error, runtime, eager and torch.compile speedups) and writes it to
 ``<out>/teacher_cuda_<device>.md`` with the device named. Needs only torch and this repo's
@@ -13,7 +13,6 @@ verifier/ and synth/ teacher modules (no prefect, duckdb or nnsmith), so it runs
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import re
 import statistics
@@ -24,60 +23,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-_HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
-
-
-def _task(init: str, forward: str, inputs: str, init_inputs: str = "[]", extra_init: str = "") -> str:
-    return (_HEAD + f"class Model(nn.Module):\n    def __init__(self{init}):\n        super().__init__()\n{extra_init}"
-            f"\n    def forward(self, {forward}\n\n\ndef get_inputs():\n    return {inputs}\n\n\n"
-            f"def get_init_inputs():\n    return {init_inputs}\n")
-
-
-# family -> reference program, for the families data/seed_tasks does not cover.
-FAMILY_TASKS = {
-    "unary_silu": _task("", "x):\n        return F.silu(x)", "[torch.randn(333, 1000)]"),
-    "unary_leaky_relu_elu": _task("", "x):\n        return F.elu(F.leaky_relu(x, 0.2)) + F.hardtanh(x, -0.5, 0.5)",
-                                  "[torch.randn(64, 129, 65)]"),
-    "binary_broadcast_3d": _task("", "a, b, c):\n        return torch.maximum(a * b, c) - a / (b.abs() + 1.0)",
-                                 "[torch.randn(16, 1, 512), torch.randn(1, 64, 512), torch.randn(512)]"),
-    "reduce_amax_dim0": _task("", "x):\n        return torch.amax(x, dim=0)", "[torch.randn(300, 1000)]"),
-    "reduce_sum_middle_dims": _task("", "x):\n        return x.sum(dim=(1, 2), keepdim=True)",
-                                    "[torch.randn(32, 63, 65, 17)]"),
-    "reduce_mean_all": _task("", "x):\n        return x.mean()", "[torch.randn(1000, 1000)]"),
-    "log_softmax_dim1_of_3d": _task("", "x):\n        return torch.log_softmax(x, dim=1)", "[torch.randn(8, 300, 128)]"),
-    "softmax_odd_rows": _task("", "x):\n        return torch.softmax(x, dim=-1)", "[torch.randn(1000, 1000)]"),
-    "layernorm_3d_odd": _task("", "x):\n        return self.ln(x)", "[torch.randn(16, 50, 777)]", "[]",
-                              "        self.ln = nn.LayerNorm(777)\n"),
-    "rmsnorm_weighted": _task("", "x):\n        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.w",
-                              "[torch.randn(512, 1000)]", "[]", "        self.w = nn.Parameter(torch.ones(1000))\n"),
-    "matmul_odd_sizes": _task("", "a, b):\n        return a @ b", "[torch.randn(333, 257), torch.randn(257, 129)]"),
-    "bmm": _task("", "a, b):\n        return torch.bmm(a, b)", "[torch.randn(8, 128, 96), torch.randn(8, 96, 160)]"),
-    "linear_3d_gelu": _task("", "x):\n        return F.gelu(self.fc(x))", "[torch.randn(4, 64, 256)]", "[]",
-                            "        self.fc = nn.Linear(256, 384)\n"),
-    "transpose_add": _task("", "x, y):\n        return x.transpose(0, 1) + y", "[torch.randn(256, 512), torch.randn(512, 256)]"),
-    "fused_chain_nnsmith_like": _task("", "x, y):\n        z = torch.sigmoid(x) * torch.tanh(y)\n"
-                                      "        return torch.sum(z * z + 1.0, dim=-1)",
-                                      "[torch.randn(128, 2048), torch.randn(128, 2048)]"),
-}
-
-# seed file stem -> family name
-SEED_FAMILIES = {"1_ReLU": "activation_relu", "2_Add_Broadcast": "binary_broadcast", "3_GELU": "activation_gelu",
-                 "4_Sigmoid": "activation_sigmoid", "5_Sum_Reduction_Dim": "reduce_sum_dim",
-                 "6_Mean_Reduction": "reduce_mean", "7_Softmax": "softmax", "8_Matmul": "matmul_tiled",
-                 "9_LayerNorm": "layernorm", "10_RMSNorm": "rmsnorm", "11_Matmul_Bias_ReLU": "linear_bias_relu",
-                 "12_Scale_Add_Tanh": "fused_elementwise", "13_Softmax_Then_Sum": "fused_softmax_sum"}
-
-
-def family_tasks() -> list[tuple[str, str, str]]:
-    """(family, name, reference code) for every seed task and every extra family task."""
-    out = []
-    for f in sorted(glob.glob(str(ROOT / "data" / "seed_tasks" / "*" / "*.py"))):
-        stem = Path(f).stem
-        out.append((SEED_FAMILIES.get(stem, stem), stem, Path(f).read_text()))
-    out += [(fam, fam, code) for fam, code in FAMILY_TASKS.items()]
-    return out
-
 
 def _fmt(v, spec=".3g"):
     return "-" if v is None else format(v, spec)
@@ -95,6 +40,7 @@ def main(argv=None) -> int:
     import torch
 
     from kernelmill.schema import Candidate, Task
+    from synth.teacher.coverage import family_tasks
     from synth.teacher.writer import TeacherDeclined, write_candidate
     from verifier.api import VerifyConfig, verify_batch
 

@@ -96,7 +96,7 @@ print("RESULT " + json.dumps(out))
 
 def cases(kb_dir: str | None) -> list[tuple[str, str, str]]:
     """(name, reference program, candidate program)."""
-    from bench.bench_teacher_gpu import family_tasks
+    from synth.teacher.coverage import family_tasks
     from synth.teacher.writer import write_candidate
     from verifier import fixtures as fx
 

@@ -68,9 +68,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import default_results, device_name, pack_policy, round_to_bf16, unpack_policy  # noqa: E402
-from bench.train_corpus import make_corpus, read_families, write_sft_corpus  # noqa: E402
-from bench.train_report import Report, choose_tiers, diagnose, fmt_ci, summarise_steps  # noqa: E402
+from bench.common import default_results, device_name  # noqa: E402
+from bench.train_report import Report, fmt_ci  # noqa: E402
+from train.export import pack_policy, round_to_bf16, unpack_policy  # noqa: E402
+from train.family_corpus import check_teacher_cpu, make_tiered_corpus, read_families, write_sft_corpus  # noqa: E402
 
 STATE_FILE = "train_state.json"  # --save-state / --load-state: the chosen mix and the SFT evaluation
 ARM_STATE = "arm_state.pt"  # --save-arm / --resume-arm: an arm's step, retry buffer, prompt cursor and RNG
@@ -122,11 +123,12 @@ def run(args) -> int:
 
     from synth.teacher.task_families import TIERS, parse_shares
     from train import data as D
-    from train.evaluate import evaluate_rows, paired_bootstrap_diff, per_task_pass1
+    from train.evaluate import diagnose, evaluate_rows, paired_bootstrap_diff, per_task_pass1, summarise_steps
     from train.model import latest_checkpoint, load_pretrained, write_serving_files
     from train.rl import train_rl
     from train.rollout import Score, verifier_reward_fn
     from train.sft import train_sft
+    from train.tiers import TierScreen, round_robin, screen_tiers, split_by_tier
 
     hf_logging.disable_progress_bar()
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -143,10 +145,8 @@ def run(args) -> int:
     fams = read_families(corpus)
     tier_of = lambda r: fams.get(r["task_id"], {"tier": 1})["tier"]  # noqa: E731
     train_rows, held_all = D.split_rows(rows, args.heldout_frac, 0)
-    held = {k: sorted((r for r in held_all if tier_of(r) == k), key=lambda r: r["task_id"]) for k in TIERS}
-    screen = {k: v[: args.screen_per_tier] for k, v in held.items()}
-    eval_pool = {k: v[args.screen_per_tier: args.screen_per_tier + args.eval_tasks] for k, v in held.items()}
-    rl_pool = {k: v[args.screen_per_tier + args.eval_tasks:] for k, v in held.items()}
+    split = split_by_tier(held_all, tier_of, args.screen_per_tier, args.eval_tasks, TIERS)
+    screen, eval_pool, rl_pool = split.screen, split.eval_pool, split.rl_pool
     verify_cfg = {"trials": args.trials, "timing_trials": args.timing_trials, "warmup": 1, "time_torch_compile": False,
                   "exec_workers": args.exec_workers, "compile_workers": os.cpu_count() or 4, "compile_timeout_s": 240,
                   "run_timeout_s": 60}
@@ -174,12 +174,7 @@ def run(args) -> int:
 
     def check_teacher() -> None:
         # round-robin over the tiers: each tier's screening tasks, then its evaluation candidates
-        pools = [list(screen[k]) + list(eval_pool[k]) for k in TIERS]
-        order: list[dict] = []
-        while any(pools) and len(order) < args.teacher_check:
-            for p in pools:
-                if p and len(order) < args.teacher_check:
-                    order.append(p.pop(0))
+        order = round_robin([screen[k] + eval_pool[k] for k in TIERS], args.teacher_check)
         for c in range(0, len(order), args.verify_chunk):
             if stop.is_set():
                 return
@@ -247,38 +242,24 @@ def run(args) -> int:
         model, tok, sft_steps = do_sft()
 
     # 2. tier screening, or the tiers named on the command line
-    rates: dict[int, float] = {}
     if state:
-        rates = {int(k): v for k, v in state["rates"].items()}
-        chosen, always = state["chosen"], set(state["always"])
+        scr = TierScreen({int(k): v for k, v in state["rates"].items()}, state["chosen"], set(state["always"]))
     elif args.eval_tiers == "auto":
         t = time.time()
-        pool = [x for k in TIERS for x in screen[k]]
-        res = evaluate_rows(model, tok, pool, reward_fn, n=args.screen_samples, greedy=False,
-                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, batch=args.gen_batch)
-        per = {p["task_id"]: p["correct"] for p in res["per_task"]}
-        for k in TIERS:
-            got = [per[x["task_id"]] for x in screen[k] if x["task_id"] in per]
-            if got:
-                rates[k] = sum(got) / (len(got) * args.screen_samples)
-        chosen = choose_tiers(rates, args.band_lo, args.band_hi)
-        always = {tid for tid, c in per.items() if c >= args.screen_samples}
-        rep.note(f"Tier screening: {len(pool)} tasks x {args.screen_samples} samples in {time.time() - t:.0f} s.")
+        scr = screen_tiers(model, tok, screen, reward_fn, args.screen_samples, args.band_lo, args.band_hi,
+                           temperature=args.temperature, max_new_tokens=args.max_new_tokens, batch=args.gen_batch)
+        rep.note(f"Tier screening: {sum(map(len, screen.values()))} tasks x {args.screen_samples} samples in "
+                 f"{time.time() - t:.0f} s.")
     else:
-        chosen = sorted(int(x) for x in args.eval_tiers.split(","))
-        always = set()
+        scr = TierScreen(chosen=sorted(int(x) for x in args.eval_tiers.split(",")))
+    rates, chosen, always = scr.rates, scr.chosen, scr.always
     for k in TIERS:
         rep.tier({"tier": k, "screened_tasks": len(screen[k]) if rates else 0,
                   "samples": len(screen[k]) * args.screen_samples if rates else 0, "sample_pass_rate": rates.get(k, ""),
                   "teacher_ok": f"{teacher[k][0]}/{teacher[k][1]}", "eval_pool": len(eval_pool[k]),
                   "rl_pool": len(rl_pool[k]), "chosen": "yes" if k in chosen else ""})
-    evalset: list[dict] = []
-    pools = [list(eval_pool[k]) for k in chosen]
-    while any(pools) and len(evalset) < args.eval_tasks:
-        for p in pools:
-            if p and len(evalset) < args.eval_tasks:
-                evalset.append(p.pop(0))
-    rl_rows = [x for k in chosen for x in screen[k] if x["task_id"] not in always] + [x for k in chosen for x in rl_pool[k]]
+    evalset = split.eval_set(chosen, args.eval_tasks)
+    rl_rows = split.rl_prompts(chosen, always)
     unseen = {x["task_id"] for x in evalset if fams.get(x["task_id"], {}).get("sig") not in trained_sigs}
     tiers_txt = ",".join(map(str, chosen))
     rep.note(f"Mix: tiers {tiers_txt}; {len(evalset)} evaluation tasks ({len(unseen)} with an op combination SFT never "
@@ -464,8 +445,10 @@ def main() -> int:
     ap.add_argument("--n-head", type=int, default=6)
     args = ap.parse_args()
     if args.make_corpus:
-        make_corpus(Path(args.make_corpus), args.tasks, args.backend or "cuda", args.seed, args.heldout_frac,
-                    args.check, args.tier_shares)
+        tasks = make_tiered_corpus(Path(args.make_corpus), args.tasks, args.backend or "cuda", args.seed,
+                                   args.tier_shares, args.heldout_frac)
+        if args.check:
+            check_teacher_cpu(tasks, args.check)
         return 0
     bad = [a for a in args.arms.split(",") if a and a not in ARMS]
     if bad:

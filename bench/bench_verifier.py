@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from kernelmill.schema import Candidate, Task  # noqa: E402
-from bench.proc_cpu import ProcCpu  # noqa: E402
+from verifier.proc_cpu import ProcCpu  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 
@@ -49,7 +49,7 @@ class GpuSampler(threading.Thread):
 
 def run_batch(items, cfg, workers):
     """verdicts, wall s, GPU util mean, GPU busy fraction, host CPU busy fraction over the batch, and the host
-    CPU seconds by kind of process (bench/proc_cpu.py)."""
+    CPU seconds by kind of process (verifier/proc_cpu.py)."""
     sampler, procs = GpuSampler(), ProcCpu()
     sampler.start()
     procs.start()
@@ -116,12 +116,236 @@ def write_verdicts(vs, path: Path) -> None:
                                 "correct": v.correct, "speedup": round(v.speedup_eager or 0, 2)}) + "\n")
 
 
+
+# ----------------------------------------------------------------------------- the real-code batch (issue 38)
+# ``--batch real``: the test bed's model-written solutions (verifier/testbed.py picks them) through the verify entry
+# with the verifier's default settings (torch.compile of each reference timed, the sandbox on), at 1 candidate per
+# task and at --per-task k, each in a fresh process with a fresh build directory (the in-process caches of task
+# plans and reference timings, and the build cache, would otherwise let the second batch ride on the first).
+
+def _commit() -> str:
+    return os.environ.get("KM_VERIFIER_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
+
+
+def _device(backend: str) -> str:
+    return torch.cuda.get_device_name(0) if backend == "cuda" else "cpu"
+
+
+def real_once(a, out_json: Path) -> None:
+    """One real-code batch at ``a.per_task`` in this process, within ``a.budget_s``; writes its record to
+    ``out_json``. At the budget it stops waiting, records what finished, and exits the process (os._exit: what
+    still runs in the verifier's threads is abandoned; its sandboxes die with it)."""
+    import hashlib
+    import json
+
+    from verifier.config import VerifyConfig
+    from verifier.entry import VerifyStats, verify
+    from verifier.testbed import load_manifest, real_batch
+
+    t_start = time.perf_counter()
+    batch = real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task,
+                       levels=[int(x) for x in a.levels.split(",") if x], n_tasks=a.n_tasks,
+                       sources=[x for x in a.sources.split(",") if x], backend=a.backend, pad=a.pad_copies)
+    # the verifier's defaults: only where builds go (fresh: a cold cache, as a new machine's first run) and how
+    # many execution children run at once (default: VerifyConfig's, 1) are set here
+    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix=f"km-bench-real-k{a.per_task}-"),
+                       **({"exec_workers": a.exec_workers} if a.exec_workers else {}))
+    done: list = []  # (seconds since the batch started, item index, verdict)
+    lock = threading.Lock()
+    stats = VerifyStats()
+    sampler, procs = GpuSampler(), ProcCpu()
+    if a.backend == "cuda":
+        sampler.start()
+    procs.start()
+    t0 = time.perf_counter()
+
+    def on_verdict(i, v):
+        with lock:
+            done.append((time.perf_counter() - t0, i, v))
+            print(f"[k={a.per_task} {len(done)}/{len(batch.items)} {done[-1][0]:.0f}s] {batch.items[i][1].candidate_id}: "
+                  f"{v.status} {','.join(v.cheats)}", flush=True)
+
+    errors: list = []
+
+    def work():
+        try:
+            verify(batch.items, config=cfg, compile_workers=os.cpu_count() or 1, on_verdict=on_verdict, stats=stats)
+        except Exception as e:  # noqa: BLE001 - recorded in the result, the batch's rows stay
+            errors.append(f"{type(e).__name__}: {e}")
+
+    th = threading.Thread(target=work, daemon=True)
+    th.start()
+    th.join(max(1.0, a.budget_s - (t0 - t_start)))
+    cut = th.is_alive()
+    wall = time.perf_counter() - t0
+    sampler.stop.set()
+    by_kind = procs.finish()
+    with lock:
+        rows = [{"id": batch.items[i][1].candidate_id, "task_id": v.task_id, "backend": v.backend,
+                 "status": v.status, "cheats": list(v.cheats), "correct": bool(v.correct),
+                 "pass_strict": v.pass_strict, "pass_partial": v.pass_partial,
+                 "speedup": round(v.speedup_eager, 3) if v.speedup_eager else None,
+                 "program": hashlib.sha256(batch.items[i][1].code.encode()).hexdigest(),
+                 "stage_seconds": dict(v.stage_seconds), "exclusive": v.versions.get("timing", {}).get("exclusive")}
+                for _, i, v in sorted(done, key=lambda d: d[1])]
+    s = sampler.samples
+    record = {"per_task": a.per_task, "describe": batch.describe(), "items": len(batch.items), "tasks": batch.tasks,
+              "distinct": batch.distinct, "copies": batch.copies, "programs": stats.programs, "reused": stats.reused,
+              "finished": len(rows), "cut": cut, "wall_s": wall, "errors": errors,
+              "config": {k: getattr(cfg, k) for k in ("exec_workers", "time_torch_compile", "sandbox", "trials",
+                                                      "timing_trials", "timing_budget_s", "legality")},
+              "gpu_util": (sum(s) / len(s) / 100) if s else None, "host_busy": procs.host_busy,
+              "cpu_by_kind": {k: [sec, n] for k, (sec, n) in by_kind.items()}, "rows": rows}
+    out_json.write_text(json.dumps(record))
+    if cut:
+        print(f"budget reached after {wall:.0f} s: {len(rows)} of {len(batch.items)} verdicts recorded", flush=True)
+        os._exit(0)
+
+
+def real_cost(record: dict):
+    """The verification cost of one batch's finished verdicts over its measured wall (curation/cost.py), copies
+    of one program counted once."""
+    from curation.cost import verification_cost
+    from kernelmill.schema import Verdict
+
+    vs = [Verdict(candidate_id=r["id"], task_id=r["task_id"], backend=r["backend"], status=r["status"],
+                  stage_seconds=r["stage_seconds"]) for r in record["rows"]]
+    return verification_cost(vs, programs={r["id"]: r["program"] for r in record["rows"]}, wall_s=record["wall_s"])
+
+
+def real_section(record: dict) -> tuple[float | None, list[str]]:
+    """(candidates per hour, markdown lines) of one batch's record."""
+    import collections
+
+    from curation.cost import HEADLINE_KEYS, cost_table
+
+    cost = real_cost(record)
+    k, n = record["per_task"], len(record["rows"])
+    per_hour = cost.per_gpu_hour
+    statuses = dict(sorted(collections.Counter(r["status"] for r in record["rows"]).items()))
+    lines = [f"### {'1 candidate' if k == 1 else f'k = {k} candidates'} per task", "",
+             f"Batch: {record['describe']}.", "",
+             f"- {'1 candidate per task' if k == 1 else f'k = {k} per task'}: real-code batch: "
+             f"**{per_hour:.0f}** per hour" if per_hour else f"- k = {k}: real-code batch: nothing finished",
+             f"- distinct programs verified: {cost.programs} of {record['programs']} in the batch "
+             f"({record['items']} candidates, {record['reused']} identical copies reused by the verify entry); "
+             f"verdicts: {n}; wall {record['wall_s']:.1f} s"
+             + (" (**cut at the budget**: the rate counts what finished over the wall up to the cut)" if record["cut"] else ""),
+             f"- statuses: {statuses}",
+             f"- timings with the device alone: {sum(bool(r['exclusive']) for r in record['rows'])} / {n}; GPU "
+             f"utilization mean: {record['gpu_util'] if record['gpu_util'] is None else round(record['gpu_util'], 2)}; "
+             f"host CPU busy: {record['host_busy']:.2f}",
+             *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
+             "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
+             "from Verdict.stage_seconds):", "", *cost_table(cost, HEADLINE_KEYS), "",
+             "Host CPU-seconds per distinct program by kind of process (verifier/proc_cpu.py):", "",
+             "| processes | CPU s per program | processes seen |", "| --- | --- | --- |"]
+    # every process of the box is sampled: kinds under 0.05 s per program (the shell, kernel threads) left out
+    lines += [f"| {kind} | {sec / max(cost.programs, 1):.2f} | {cnt} |"
+              for kind, (sec, cnt) in sorted(record["cpu_by_kind"].items(), key=lambda kv: -kv[1][0])
+              if sec >= 0.05 * max(cost.programs, 1)]
+    return per_hour, lines + [""]
+
+
+def warm_pch(backend: str, timeout_s: float) -> float:
+    """Build the precompiled header of the default flags (once per machine and flags set, kept under
+    ~/.cache/kernelmill/pch: every batch after the first finds it) before any batch's clock; its seconds."""
+    from verifier.build import build_blocking
+    from verifier.config import VerifyConfig, use_host
+
+    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-bench-pch-"))
+    use_host(cfg.host())
+    warm = {"cpp_sources": ["int km_pch_warm() { return 1; }"], "functions": ["km_pch_warm"]}
+    if backend == "cuda":
+        warm.update({"cuda_sources": ["__global__ void k(){}"], "extra_cuda_cflags": ["-O3"]})
+    t = time.perf_counter()
+    build_blocking(cfg.build_root(), warm, max(30.0, timeout_s))
+    return time.perf_counter() - t
+
+
+def _real_argv(a, k: int, budget_s: float, out_json: Path) -> list[str]:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--batch", "real", "--manifest", a.manifest,
+            "--per-task", str(k), "--levels", a.levels, "--n-tasks", str(a.n_tasks), "--sources", a.sources,
+            "--backend", a.backend, "--budget-s", f"{budget_s:.0f}", "--one-batch", str(out_json)]
+    return argv + (["--exec-workers", str(a.exec_workers)] if a.exec_workers else []) + \
+        (["--pad-copies"] if a.pad_copies else [])
+
+
+def real_main(a) -> int:
+    """``--batch real``: the batch at 1 per task, then at ``--per-task`` k (when k > 1), each in its own process
+    within its share of ``--budget-s``; prints and writes throughput_real_<device>_<commit>.md and the verdicts."""
+    import json
+
+    if a.one_batch:
+        real_once(a, Path(a.one_batch))
+        return 0
+    t_start = time.perf_counter()
+    pch_s = warm_pch(a.backend, a.budget_s / 2)
+    ks = [1] + ([a.per_task] if a.per_task > 1 else [])
+    records = []
+    work = Path(tempfile.mkdtemp(prefix="km-bench-real-"))
+    for j, k in enumerate(ks):
+        left = a.budget_s - (time.perf_counter() - t_start)
+        share = left / (len(ks) - j) if k == 1 else left - 15  # the k batch gets what the first left
+        if share < 30:
+            print(f"k={k}: not run ({left:.0f} s of the budget left)", flush=True)
+            continue
+        rec_path = work / f"k{k}.json"
+        try:  # the batch process keeps its own budget; this bound is for a process that hangs past it
+            rc = subprocess.run(_real_argv(a, k, share, rec_path), timeout=share + 60).returncode
+        except subprocess.TimeoutExpired:
+            rc = "killed 60 s past its budget"
+        if not rec_path.is_file():
+            print(f"k={k}: the batch process ended ({rc}) without a record", flush=True)
+            continue
+        records.append(json.loads(rec_path.read_text()))
+    device, commit = _device(a.backend), _commit()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f"{device.replace(' ', '_')}_{commit}"
+    with open(out / f"verdicts_real_{tag}.jsonl", "w") as f:
+        for rec in records:
+            for r in rec["rows"]:
+                f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
+                                    "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"]}) + "\n")
+    cmd = ("PYTHONPATH=. python3 bench/bench_verifier.py --batch real --manifest " + a.manifest +
+           f" --per-task {a.per_task} --levels {a.levels} --n-tasks {a.n_tasks}" +
+           (f" --sources {a.sources}" if a.sources else "") + f" --backend {a.backend} --budget-s {a.budget_s:.0f}" +
+           (f" --exec-workers {a.exec_workers}" if a.exec_workers else "") + (" --pad-copies" if a.pad_copies else ""))
+    cfg = records[0]["config"] if records else {}
+    md = [f"# Real-code batch on {device}", "",
+          f"Command: `{cmd}` at {commit}; torch {torch.__version__}, python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} cores (the compile pool).", "",
+          "The batch: the test bed's model-written KernelBench solutions (bench/testbed_build.py; "
+          "verifier/testbed.py picks them: tasks round-robin over the levels, the tasks with the most distinct "
+          "solutions first, the same tasks at every k; up to k distinct solutions per task across sources and "
+          "models), each judged against its own problem file, through the verify entry (verifier/entry.py) on the "
+          f"{a.backend} backend with the verifier's default settings ({', '.join(f'{k}={v}' for k, v in cfg.items())}), "
+          "a fresh build directory per batch (cold build cache), each batch in a fresh process (no task plan or "
+          "reference timing carried over). The one-off precompiled header is built before the clock. "
+          "The figure counts distinct programs per hour of wall (one GPU): identical copies, which the verify "
+          "entry verifies once, never raise it. "
+          f"One-off before every clock (precompiled header of the default flags + a first build): {pch_s:.1f} s.", ""]
+    for rec in records:
+        md += real_section(rec)[1]
+    if not records:
+        md += ["No batch finished inside the budget.", ""]
+    text = "\n".join(md)
+    print(text, flush=True)
+    (out / f"throughput_real_{tag}.md").write_text(text)
+    return 0
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", default="mixed", choices=["mixed", "relu"])
-    ap.add_argument("--per-task", type=int, default=12, help="mixed batch: candidates per task (8 tasks)")
+    ap.add_argument("--batch", default="mixed", choices=["mixed", "relu", "real"])
+    ap.add_argument("--per-task", type=int, default=None,
+                    help="mixed batch: candidates per task (8 tasks; default 12); real batch: k distinct solutions "
+                         "per task, run after the batch at 1 per task (default 8)")
     ap.add_argument("--n", type=int, default=32, help="relu batch: candidates")
-    ap.add_argument("--exec-workers", type=int, default=4)
+    ap.add_argument("--exec-workers", type=int, default=None,
+                    help="execution workers (mixed/relu default 4; real: the verifier's default unless given)")
     ap.add_argument("--timing-trials", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=540, help="skip a phase that would not fit")
     ap.add_argument("--style", default="light", choices=["light", "bare"],
@@ -129,7 +353,22 @@ def main():
                          "source, torch wrapper in cpp_sources (the compact teacher's style)")
     ap.add_argument("--skip-cached", action="store_true")
     ap.add_argument("--out", default="bench/results")
+    # --batch real (issue 38): the test bed's model-written solutions (verifier/testbed.py)
+    ap.add_argument("--manifest", default="ext/testbed/manifest.jsonl", help="real batch: the test bed manifest")
+    ap.add_argument("--levels", default="1,2,3", help="real batch: levels, comma-separated")
+    ap.add_argument("--n-tasks", type=int, default=16, help="real batch: tasks (0: every task of the levels)")
+    ap.add_argument("--sources", default="", help="real batch: test bed sources, comma-separated (default: all)")
+    ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"],
+                    help="real batch: the candidates' backend (cpu: a smoke run on a manifest of cpu solutions)")
+    ap.add_argument("--pad-copies", action="store_true",
+                    help="real batch: fill a task with fewer than k distinct solutions with identical copies")
+    ap.add_argument("--one-batch", default="", help=argparse.SUPPRESS)  # the child process of one real batch
     a = ap.parse_args()
+    if a.batch == "real":
+        a.per_task = 8 if a.per_task is None else a.per_task
+        return real_main(a)
+    a.per_task = 12 if a.per_task is None else a.per_task
+    a.exec_workers = 4 if a.exec_workers is None else a.exec_workers
     t_start = time.perf_counter()
     left = lambda: a.budget_s - (time.perf_counter() - t_start)  # noqa: E731
     cores = os.cpu_count() or 1
@@ -256,4 +495,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,7 +5,7 @@
 
 For each GPU count N it starts a local Ray cluster with N GPUs (``ray.init(num_gpus=N)``: Ray hands
 out GPU ids 0..N-1 and sets ``CUDA_VISIBLE_DEVICES`` per task), verifies the batch through
-orchestrator/ray_verify.py (one execution pool per GPU, compile tasks on the CPUs) and shuts the
+verifier/ray_pool.py (one execution pool per GPU, compile tasks on the CPUs) and shuts the
 cluster down. The batch: the teacher's candidates for the level-1 and level-2 seed tasks
 (data/seed_tasks: elementwise, activations, reductions, softmax, norms, matmul, fused chains), an
 honest one per task and a planted bug on every second task, each repeated ``--repeats`` times under
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from orchestrator.ray_verify import NO_MULTICAST_ENV  # noqa: E402
+from verifier.ray_pool import NO_MULTICAST_ENV  # noqa: E402
 
 os.environ.update(NO_MULTICAST_ENV)  # before any process is started: ray's and the verifier's inherit it
 
@@ -95,7 +95,7 @@ def mixed_batch(backend: str, n_tasks: int, repeats: int, only: str = "") -> tup
 
 def prebuild(items: list[tuple], build_root: str, timeout_s: float, workers: int) -> tuple[int, int, float]:
     """Every distinct extension of the batch built into ``build_root``: (built, failed, wall s)."""
-    from orchestrator.ray_verify import extension_specs
+    from verifier.ray_pool import extension_specs
     from verifier.build import build_blocking, spec_key
 
     specs = {spec_key(s): s for per_item in extension_specs(items) for s in per_item}
@@ -150,7 +150,7 @@ def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int, kill_a
     with ``kill_after``, one worker running a chunk is killed that long into the chunk."""
     import ray
 
-    from orchestrator.ray_verify import LOCAL_OBJECT_STORE_BYTES, verify_on_ray
+    from verifier.ray_pool import LOCAL_OBJECT_STORE_BYTES, verify_on_ray
 
     cores = os.cpu_count() or 1
     ray.init(num_cpus=cores, num_gpus=pools if backend == "cuda" else 0, include_dashboard=False,
@@ -257,7 +257,7 @@ def main(argv=None) -> int:
         statuses[v.status] = statuses.get(v.status, 0) + 1
     import torch
 
-    env = "".join(f"{k}={os.environ[k]} " for k in ("KM_NO_PCH", "TORCH_CUDA_ARCH_LIST") if os.environ.get(k))
+    env = "".join(f"{k}={os.environ[k]} " for k in ("KERNELMILL_VERIFY_PCH", "TORCH_CUDA_ARCH_LIST") if os.environ.get(k))
     cmd = f"PYTHONPATH=. {env}python bench/bench_verifier_ray.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
     text = "\n".join([
         f"# Verifier on Ray, {a.backend} backend: scaling over execution pools of one host", "",

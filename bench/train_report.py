@@ -1,5 +1,5 @@
-"""The training benchmark's report (bench/bench_train_gpu.py): which tiers become the mix, an arm's RL steps
-summed up and read, and the markdown tables rewritten after every row (with their $OUT copies).
+"""The training benchmark's report (bench/bench_train_gpu.py): the markdown tables rewritten after every row (with
+their $OUT copies). Tier choice is train/tiers.py's, an arm's steps are read by train/evaluate.py.
 
 Imports: the standard library only.
 """
@@ -13,52 +13,6 @@ from pathlib import Path
 
 def fmt_ci(ci) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-
-
-def choose_tiers(rates: dict[int, float], lo: float, hi: float) -> list[int]:
-    """The tiers whose screening pass rate is in [lo, hi]; else the one nearest (lo + hi) / 2 (the harder
-    one on a tie). Tiers with no rate (not screened) are never chosen."""
-    inside = sorted(k for k, r in rates.items() if lo <= r <= hi)
-    if inside or not rates:
-        return inside
-    mid = (lo + hi) / 2
-    return [min(rates, key=lambda k: (abs(rates[k] - mid), -k))]
-
-
-def summarise_steps(recs: list[dict]) -> dict:
-    """An arm's RL steps in a few numbers: what the groups could teach, what the buffer and MirrorPop did."""
-    if not recs:
-        return {}
-    n = len(recs)
-    mean = lambda k: round(sum(float(r.get(k) or 0.0) for r in recs) / n, 3)  # noqa: E731
-    total = lambda k: int(sum(int(r.get(k) or 0) for r in recs))  # noqa: E731
-    rp = [r["repair_pass_rate"] for r in recs if r.get("repair_pass_rate") is not None]
-    return {"steps": n, "s_per_step": mean("step_s"), "train_pass_rate": mean("pass_rate"),
-            "reward_mean": mean("reward_mean"), "reward_std": mean("reward_std"),
-            "zero_adv_share": mean("zero_adv_share"), "groups": total("groups"),
-            "mixed_groups": total("mixed_groups"), "all_pass_groups": total("all_pass_groups"),
-            "all_fail_groups": total("all_fail_groups"), "buffer_added": total("buffer_added"),
-            "buffer_drawn": total("buffer_drawn"), "buffer_max": max(int(r.get("buffer_size", 0)) for r in recs),
-            "repair_pass_rate": round(sum(rp) / len(rp), 3) if rp else "",
-            "mirrorpop_dropped": total("mirrorpop_dropped"), "trajectories": total("trajectories"),
-            "signal_tokens": total("signal_tokens"), "sampled_tokens": total("sampled_tokens")}
-
-
-def diagnose(name: str, s: dict, diff: tuple | None) -> str:
-    """One sentence per arm, from its logged groups: why RL moved pass@1 or did not."""
-    if not s:
-        return f"{name}: no RL step ran."
-    why = (f"{name}: {s['steps']} steps ({s['s_per_step']} s each), {s['groups']} groups: {s['mixed_groups']} mixed, "
-           f"{s['all_pass_groups']} all-pass, {s['all_fail_groups']} all-fail; {s['zero_adv_share']:.0%} of groups per "
-           f"step had zero advantage; {s['signal_tokens']} of {s['sampled_tokens']} kept sampled tokens carried a "
-           f"non-zero advantage; retry buffer: {s['buffer_added']} added, {s['buffer_drawn']} drawn (repair pass "
-           f"rate {s['repair_pass_rate'] if s['repair_pass_rate'] != '' else 'n/a'}); MirrorPop dropped "
-           f"{s['mirrorpop_dropped']} of {s['trajectories']} sequences.")
-    if diff is not None:
-        d, lo, hi = diff
-        verdict = ("the interval excludes 0" if lo > 0 or hi < 0 else "the interval includes 0: no measurable change")
-        why += f" pass@1 change vs SFT {d:+.3f} [{lo:+.3f}, {hi:+.3f}], {verdict}."
-    return why
 
 
 class Report:

@@ -8,7 +8,9 @@ Plots (matplotlib, Agg backend, no display needed):
     turns_to_repair.png         solved dialogues by the turn of their first correct answer, and unsolved ones
 
 The numbers come from DuckDB over the directory's views (curation.query) and from the build
-stats (``report/stats.json``). A plot with no data still gets written, saying so, so the set of
+stats (``report/stats.json``); the verification cost (candidates per GPU-hour, seconds per candidate by stage:
+curation/cost.py) from the build stats, else from the directory's verdicts. A plot with no data still gets
+written, saying so, so the set of
 files is the same for every run. Not guaranteed: byte-identical PNGs across matplotlib versions.
 """
 
@@ -20,6 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from curation.cost import VerificationCost, cost_section, run_cost
 from curation.query import connect
 from kernelmill.store import usual_mode, write_text_if_changed
 
@@ -211,6 +214,14 @@ def _md_table(header: list[str], rows: list) -> list[str]:
         ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
 
 
+def report_cost(root: Path, stats: dict) -> VerificationCost | None:
+    """The run's verification cost: the one the build recorded (over the run's verdicts, before decontamination),
+    else the one of the verdicts stored in ``root``."""
+    if stats.get("verification_cost"):
+        return VerificationCost.from_dict(stats["verification_cost"])
+    return run_cost(root)
+
+
 def write_report(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Path:
     """Write the five plots and ``report/report.md``; returns the report.md path.
 
@@ -287,6 +298,7 @@ def write_report(corpus_dir: str | os.PathLike, stats: dict | None = None) -> Pa
                               [(x["task_id"], x["task_name"], others(x["programs"])) for x in near])]
     else:
         md += ["No benchmark directory given (set `[curate] decontaminate_dir` or `--decontaminate DIR`)."]
+    md += ["", *cost_section(report_cost(root, stats))]
     turns = data["turns"]
     md += ["", "## Turns to repair", "",
            *_md_table(["first correct turn", "dialogues"], sorted(turns.items(), key=lambda kv: (kv[0] == "unsolved", kv[0]))),

@@ -54,9 +54,38 @@ def read_toml(path: str | os.PathLike) -> dict:
         raise InputError(f"config file {p}", f"is not valid TOML: {e}") from None
 
 
-def env_layer(env: dict) -> list[tuple[str, dict]]:
-    """One layer per ``KERNELMILL_<SECTION>_<KEY>`` variable whose SECTION is a settings section."""
+# The verifier's switches before they were [verify] keys: read for one release, with a DeprecationWarning
+# naming the key; (key, value from the variable's text).
+LEGACY_ENV = {
+    "KM_NO_PCH": ("pch", lambda v: not v), "KM_PCH_DIR": ("pch_dir", str),
+    "KM_NO_CANONICAL_BINDING": ("canonical_binding", lambda v: v != "1"),
+    "KM_SANDBOX": ("sandbox", lambda v: v.lower() not in ("0", "off", "no", "false")),
+    "KM_SANDBOX_PROCS": ("sandbox_procs", int), "KM_SANDBOX_PIDS": ("sandbox_pids", int),
+    "KM_BWRAP": ("bwrap", str), "KM_JOB_DIR": ("job_dir", str),
+}
+
+
+def _legacy_layers(env: dict) -> list[tuple[str, dict]]:
+    import warnings
+
     layers = []
+    for name, (key, parse) in LEGACY_ENV.items():
+        if env.get(name):
+            warnings.warn(f"environment variable {name} is deprecated and goes in the next release: set "
+                          f"verify.{key} (KERNELMILL_VERIFY_{key.upper()}, [verify] {key}, --set verify.{key}=...)",
+                          DeprecationWarning, stacklevel=3)
+            try:
+                value = parse(env[name])
+            except ValueError:
+                raise InputError(f"environment variable {name}", f"expected an int, got {env[name]!r}") from None
+            layers.append((f"environment variable {name}", {"verify": {key: value}}))
+    return layers
+
+
+def env_layer(env: dict) -> list[tuple[str, dict]]:
+    """One layer per ``KERNELMILL_<SECTION>_<KEY>`` variable whose SECTION is a settings section (after those of
+    the deprecated KM_* names of [verify] keys, ``LEGACY_ENV``, so that the new name wins)."""
+    layers = _legacy_layers(env)
     for name, raw in sorted(env.items()):
         if not name.startswith("KERNELMILL_") or name == "KERNELMILL_CONFIG":
             continue
@@ -102,17 +131,6 @@ def repo_path(p: str) -> Path:
     if path.is_absolute():
         return path
     return path.resolve() if path.exists() else REPO_ROOT / path
-
-
-def default_backend() -> str:
-    """cuda when a CUDA device is visible, else cpu."""
-    import torch  # about 2 s; only the stages that generate or verify ask
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_backend(backend: str) -> str:
-    return default_backend() if backend == "auto" else backend
 
 
 def _state_dir() -> Path:

@@ -1,7 +1,7 @@
 """Typed settings: one dataclass per TOML section, the only place a default is written.
 
     [run] RunSettings      [load] LoadSettings        [mine] MineSettings     [nnsmith] NnsmithSettings
-    [annotate] AnnotateSettings   [generate] GenerateSettings   [verify] verifier.api.VerifyConfig
+    [annotate] AnnotateSettings   [generate] GenerateSettings   [verify] verifier.config.VerifyConfig
     [repair] RepairSettings       [curate] CurateSettings       [train] TrainSettings   [flows] FlowSettings
 
 ``Settings`` holds one of each. A stage owns one section (orchestrator/stages.py names it) and may
@@ -12,7 +12,10 @@ the defaults for reading only (tests/test_settings.py keeps the two equal) and i
 ``parse_settings(layers)`` guarantees: every key of every layer names a field of its section, else
 InputError naming the key, where it came from (a file, an environment variable, ``--set``) and
 the closest known key; every value has the field's type (an int is accepted for a float), else
-InputError; the values are then checked by each dataclass's ``check()``. Not guaranteed: that a
+InputError; the values are then checked by each dataclass's ``check()``. ``[verify]`` is parsed like every
+other section (``parse_section`` is also how a caller holding a plain dict of [verify] keys gets a
+VerifyConfig); its dataclass lives in verifier/config.py, which a bare GPU box runs without this package's
+other modules, and is torch-free at import. Not guaranteed: that a
 path named by a setting exists (the stage that reads it says so).
 """
 
@@ -24,6 +27,7 @@ import typing
 from dataclasses import dataclass, field
 
 from kernelmill.errors import InputError
+from verifier.config import VerifyConfig
 
 # Keys that moved when the stages got their own sections: named in the error instead of a guess.
 MOVED = {
@@ -205,6 +209,17 @@ class TrainSettings:
         _one_of("train.kind", self.kind, ("sft", "rft", "rl"))
 
 
+# loop.arm: the ablation arms of the training loop, each a name for what a round trains (loop.train) and which
+# RL stabiliser is off (train.prime_echo, train.retry, train.mirrorpop); applied by orchestrator.loop.with_arm
+LOOP_ARMS: dict[str, dict[str, object]] = {
+    "rft": {"loop.train": "rft"},
+    "rl": {"loop.train": "rl"},
+    "rl_no_prime_echo": {"loop.train": "rl", "train.prime_echo": False},
+    "rl_no_retry": {"loop.train": "rl", "train.retry": False},
+    "rl_no_mirrorpop": {"loop.train": "rl", "train.mirrorpop": False},
+}
+
+
 @dataclass
 class LoopSettings:
     rounds: int = 1  # rounds of sample -> verify -> repair -> curate -> train (loop.train), each followed by an evaluation
@@ -225,9 +240,14 @@ class LoopSettings:
     # 041f5c1 trained 60 steps of 16 over 24 rows (40 passes) and lost 0.094 held-out pass@1
     rft_epochs: float = 2.0
     max_seconds: float = 0.0  # time budget of one call (0: none): no phase starts past it, training stops in it
+    # an ablation arm (LOOP_ARMS): sets loop.train and the RL stabilisers, over what they are set to; "": as set.
+    # "ARM@TAG" is ARM again under another name (the tag only labels a repeat, e.g. before/after a change)
+    arm: str = ""
 
     def check(self) -> None:
         _at_least("loop.rounds", self.rounds, 1)
+        if self.arm:
+            _one_of("loop.arm", self.arm.split("@", 1)[0], tuple(LOOP_ARMS))
         _at_least("loop.k", self.k, 1)
         _one_of("loop.server", self.server, ("auto", "transformers", "local"))
         _one_of("loop.train", self.train, ("rft", "rl", "rft+rl"))
@@ -251,14 +271,6 @@ class FlowSettings:
     ray_workers: int = 0
 
 
-def _verify_config_type() -> type:
-    # verifier.api imports torch (about 2 s); the CLI's --help and the settings of stages that never
-    # verify do not pay for it.
-    from verifier.api import VerifyConfig
-
-    return VerifyConfig
-
-
 @dataclass
 class Settings:
     run: RunSettings = field(default_factory=RunSettings)
@@ -267,7 +279,7 @@ class Settings:
     nnsmith: NnsmithSettings = field(default_factory=NnsmithSettings)
     annotate: AnnotateSettings = field(default_factory=AnnotateSettings)
     generate: GenerateSettings = field(default_factory=GenerateSettings)
-    verify: typing.Any = field(default_factory=lambda: _verify_config_type()())  # verifier.api.VerifyConfig
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     repair: RepairSettings = field(default_factory=RepairSettings)
     curate: CurateSettings = field(default_factory=CurateSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
@@ -283,8 +295,6 @@ SECTIONS = tuple(f.name for f in dataclasses.fields(Settings))
 
 def section_type(section: str) -> type:
     """The dataclass of a section (VerifyConfig for [verify])."""
-    if section == "verify":
-        return _verify_config_type()
     return typing.get_type_hints(Settings)[section]
 
 
@@ -360,28 +370,42 @@ def _unknown(what: str, name: str, known, origin: str) -> InputError:
     return InputError(f"{origin}: {what} {name}", "unknown" + hint)
 
 
+def _checked_values(section: str, keys, origin: str) -> dict:
+    """``keys`` of ``section`` as their fields' types; InputError naming an unknown key (with the closest
+    known one) or a value of the wrong type, and ``origin``."""
+    if section not in SECTIONS:
+        raise _unknown("section", section, SECTIONS, origin)
+    if not isinstance(keys, dict):
+        raise InputError(f"{origin}: [{section}]", "must be a table of keys")
+    types = _field_types(section_type(section))
+    out = {}
+    for key, value in keys.items():
+        if key not in types:
+            raise _unknown("key", f"{section}.{key}", types, origin)
+        out[key] = _typed(value, types[key], f"{origin}: {section}.{key}")
+    return out
+
+
+def _built(section: str, values: dict):
+    obj = section_type(section)(**values)
+    if hasattr(obj, "check"):
+        obj.check()
+    return obj
+
+
+def parse_section(section: str, keys: dict | None, origin: str):
+    """One section's dataclass from a plain dict of its keys (the rest keep their defaults), with the checks
+    of ``parse_settings``: e.g. ``parse_section("verify", {"trials": 7}, "--verify-config")``."""
+    return _built(section, _checked_values(section, keys or {}, origin))
+
+
 def parse_settings(layers: list[Layer]) -> Settings:
     """Settings from the dataclass defaults with each layer applied in order (later wins)."""
     values: dict[str, dict] = {s: {} for s in SECTIONS}
     for origin, layer in layers:
         for section, keys in layer.items():
-            if section not in SECTIONS:
-                raise _unknown("section", section, SECTIONS, origin)
-            if not isinstance(keys, dict):
-                raise InputError(f"{origin}: [{section}]", "must be a table of keys")
-            types = _field_types(section_type(section))
-            for key, value in keys.items():
-                if key not in types:
-                    raise _unknown("key", f"{section}.{key}", types, origin)
-                values[section][key] = _typed(value, types[key], f"{origin}: {section}.{key}")
-    built = {}
-    for section, kw in values.items():
-        cls = section_type(section)
-        obj = cls.from_dict(kw) if section == "verify" else cls(**kw)  # VerifyConfig checks itself
-        if hasattr(obj, "check"):
-            obj.check()
-        built[section] = obj
-    return Settings(**built)
+            values.setdefault(section, {}).update(_checked_values(section, keys, origin))
+    return Settings(**{section: _built(section, kw) for section, kw in values.items()})
 
 
 def with_overrides(settings: Settings, overrides: dict | None, origin: str = "--set") -> Settings:

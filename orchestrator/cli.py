@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     verifier.commands.register(sub)  # verify (one candidate), metrics
     curation.commands.register(sub)  # query, report
     train.commands.register(sub)  # train sft|rft|rl|eval|plot
+    add_serve_verifier_command(sub)  # serve-verifier (the verifier as a reward service)
     sub.choices["metrics"].description = (
         "pass@1, pass@k, avg@k, fast_1.0 / fast_1.1 against eager and torch.compile, pass@1 under the strict and "
         "the partial legality policy, task and verifier faults counted apart, over RUN_DIR's verdicts (grouped by "
@@ -138,6 +139,41 @@ def build_parser() -> argparse.ArgumentParser:
         if not sub.choices[action.dest].description:
             sub.choices[action.dest].description = action.help[0].upper() + action.help[1:] + "."
     return parser
+
+
+# ---------------------------------------------------------------------------- serve-verifier
+
+
+def add_serve_verifier_command(sub) -> None:
+    """`kernelmill serve-verifier`: the verifier behind HTTP for RL trainers (verifier/serve.py)."""
+    p = sub.add_parser("serve-verifier", help="serve the verifier over HTTP as a reward service (POST /verify)",
+                       description="Serve the verifier over HTTP: POST /verify judges a batch of completions against "
+                                   "their tasks and answers a Verdict per item; requests arriving close together are "
+                                   "verified in one call. GET /health. Settings: [verify] (and [flows] for Ray).")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: no authentication)")
+    p.add_argument("--port", type=int, default=8770)
+    p.add_argument("--backend", default="auto", help="default backend of requests: auto, cpu or cuda")
+    p.add_argument("--ray", default=None, metavar="ADDRESS", help="verify on a Ray cluster: local, auto or "
+                                                                   "ray://host:10001 (default: flows.ray_address)")
+    p.add_argument("--settings", default=None, metavar="FILE", help="TOML settings file (as --config)")
+    p.add_argument("--max-batch", type=int, default=64, help="items after which a verification call closes")
+    p.add_argument("--max-wait-ms", type=float, default=50.0,
+                   help="how long a call waits for more requests after the first (ms)")
+    p.add_argument("--record", default=None, metavar="FILE", help="append one JSON line per answered item")
+    add_set_flag(p)
+    p.set_defaults(handler=serve_verifier_command)
+
+
+def serve_verifier_command(args) -> int:
+    from verifier import serve  # fastapi and torch: only this command pays for them
+    from verifier.entry import ray_target
+
+    settings = load_settings(args.settings or args.config, parse_sets(args.set))
+    address = args.ray if args.ray is not None else settings.flows.ray_address
+    serve.serve(settings.verify, host=args.host, port=args.port, backend=args.backend,
+                ray=ray_target(address, settings.flows.ray_workers), max_items=args.max_batch,
+                max_wait_ms=args.max_wait_ms, record=args.record)
+    return 0
 
 
 # ---------------------------------------------------------------------------- checks before the verifier runs

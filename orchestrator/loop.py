@@ -18,10 +18,15 @@ endpoint. Round r samples the training split with m(r-1) (``loop.k`` answers per
   (DAPO-style screening, train.rl.screen_prompts), plus never-solved ones up to ``loop.rl_fail_share`` (Buffered
   Dynamic Retry's repair prompts come from them); while training, an all-pass or all-fail group is replaced
   by another task's group (``train.dynamic_sampling``). Stabilisers and their ablations: ``train.prime_echo``,
-  ``train.retry`` (BDR), ``train.mirrorpop``. RL needs weights: m(r-1) must be a checkpoint;
+  ``train.retry`` (BDR), ``train.mirrorpop``; ``loop.arm`` names an arm (rft, rl, rl_no_prime_echo, rl_no_retry,
+  rl_no_mirrorpop: :func:`with_arm`) instead of setting them one by one. RL needs weights: m(r-1) must be a checkpoint;
 - ``rft+rl``: RFT, then RL from the RFT model.
 
 A round whose pool has nothing to learn from (no correct answer; no screened task) keeps m(r-1).
+
+Every answer is judged through the verifier's one entry (verifier.entry.verify): the rounds' and evaluations'
+verify and repair stages, and the RL reward (train.rollout.verifier_reward_fn), on the Ray cluster
+``flows.ray_address`` names when it names one.
 
 Tasks: the run's ``tasks`` table, split by ``train.data.is_heldout`` (``train.heldout_frac``,
 ``train.split_seed``: the trainer's own split), so no held-out task is ever sampled for training.
@@ -254,11 +259,28 @@ def share_start(src: Path, dst: Path) -> None:
             f.write(json.dumps(_read_metrics(s_loop / "metrics.jsonl")[0]) + "\n")
 
 
+def with_arm(s: Settings) -> Settings:
+    """``s`` with its ablation arm applied: ``loop.arm`` (kernelmill.settings.LOOP_ARMS; a tag after ``@`` ignored)
+    sets loop.train and the RL stabiliser switches over what ``s`` holds; no arm: ``s`` unchanged."""
+    from kernelmill.settings import LOOP_ARMS
+
+    if not s.loop.arm:
+        return s
+    sets = LOOP_ARMS[s.loop.arm.split("@", 1)[0]]
+    loop = {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith("loop.")}
+    train = {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith("train.")}
+    # every stabiliser on unless the arm switches it off: arms differ from each other in one switch only
+    train = {"prime_echo": True, "retry": True, "mirrorpop": True, **train}
+    return dataclasses.replace(s, loop=dataclasses.replace(s.loop, **loop),
+                               train=dataclasses.replace(s.train, **train))
+
+
 def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) -> dict:
     """``loop.rounds`` rounds over the run's tasks (see the module docstring); ``phases`` holds the stage
     functions generate, verify, repair and curate (orchestrator/stages.py passes its own). Returns the
     metrics per evaluated model, what each round did, and ``stopped`` (why this call ended before the last
     round's evaluation, e.g. ``loop.max_seconds``; absent when the loop is done)."""
+    s = with_arm(s)
     t0 = time.time()
     left = lambda: s.loop.max_seconds - (time.time() - t0) if s.loop.max_seconds > 0 else float("inf")  # noqa: E731
     generate, verify, repair, curate = (phases[n] for n in ("generate", "verify", "repair", "curate"))
@@ -385,9 +407,10 @@ def _rft(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dic
 def _rl(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dict:
     """GRPO from ``model`` on the round's screened RL pool (:func:`rl_pool`) with the [train] trainer settings,
     the loop's steps, group size and prompts per step; ``cut`` when the time budget ended it early."""
-    from kernelmill.config import resolve_backend
+    from verifier.config import resolve_backend
     from train.model import latest_checkpoint
     from train.rl import train_rl
+    from verifier.entry import ray_target
 
     if not model:
         raise InputError("loop.train", "rl needs weights to train: set loop.model to a checkpoint "
@@ -399,8 +422,9 @@ def _rl(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dict
     kw.update(steps=s.loop.rl_steps, group_size=s.loop.group_size, prompts_per_step=s.loop.prompts_per_step)
     if left != float("inf"):
         kw["max_seconds"] = max(1.0, left)
-    res = train_rl(pool_dir, out, init=model, rows=rows, backend=resolve_backend(s.run.backend), verify_cfg=s.verify,
-                   **kw)
+    # the reward verifies through the entry where the round's verify stage did (flows.ray_address)
+    res = train_rl(pool_dir, out, init=model, rows=rows, backend=resolve_backend(s.run.backend, "run.backend"),
+                   verify_cfg=s.verify, verify_ray=ray_target(s.flows.ray_address, s.flows.ray_workers), **kw)
     rec = {k: v for k, v in res.items() if isinstance(v, (int, float, str))}
     rec.update(screen=screen, model=str(latest_checkpoint(out)), cut=res["steps_done"] < res["steps"],
                stabilisers={"prime_echo": kw["prime_echo"], "retry": kw["retry"], "mirrorpop": kw["mirrorpop"],

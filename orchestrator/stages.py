@@ -34,7 +34,7 @@ from curation.corpus import build_corpora
 from graphs.kernelbench import load_kernelbench_dir
 from graphs.nnsmith_tasks import generate_nnsmith_tasks
 from kernelmill import store
-from kernelmill.config import repo_path, resolve_backend
+from kernelmill.config import repo_path
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings, keywords_for
 from synth.annotate.annotator import order_curriculum
@@ -43,6 +43,7 @@ from synth.generate.generators import dialogue_id_for, is_declined, make_candida
 from synth.generate.prompts import build_prompt
 from synth.generate.reasoning import template_trace
 from synth.generate.repair import dialogue_chains, repair_dialogues
+from verifier.config import resolve_backend
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 RAW = "raw"  # <run_dir>/raw: a store root for gathered, not yet annotated tasks
@@ -231,7 +232,7 @@ def generate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> 
     task with the prompt sent (``Candidate.prompt``). An endpoint is asked for up to
     ``generate.concurrency`` tasks at once (the teacher, one). No verification here: the verify stage
     judges them, and the repair stage continues the failed ones."""
-    backend = resolve_backend(s.run.backend)
+    backend = resolve_backend(s.run.backend, "run.backend")
     generator = make_generator(s.generate, backend=backend)
     per_level = s.generate.tasks_per_level
     sampled = {c.task_id for c in store.read_records(run_dir, "candidates")
@@ -283,75 +284,50 @@ def unverified(run_dir: Path, backend: str | None = None) -> list[tuple]:
     return sorted(items, key=lambda it: it[1].candidate_id)
 
 
-def _verify_fn(s: Settings, stats: dict) -> Callable:
-    """The local verifier, or Ray when ``flows.ray_address`` names a cluster (same signature)."""
-    # Imported here: verifier.api imports torch and ray is an optional dependency; the stage list
-    # (and `kernelmill --help`) loads without either.
-    if s.flows.ray_address:
-        from orchestrator.ray_verify import make_ray_verify_fn
-
-        return make_ray_verify_fn(s.flows.ray_address, workers=s.flows.ray_workers, stats=stats)
-    from verifier.api import verify_batch
-
-    return verify_batch
-
-
 def verify_items(run_dir: Path, s: Settings, todo: list[tuple], progress: ProgressFn = no_progress,
                  stage: str = "verify") -> tuple[dict, dict]:
-    """Verify (task, candidate) pairs and write their verdicts: the verify stage's work, which the
-    repair stage calls for every turn it adds. Returns (counts, {candidate_id: verdict}).
+    """Verify (task, candidate) pairs through the one entry (verifier.entry.verify: identical code judged
+    once, copies get its verdict under their own id; on Ray with ``flows.ray_address``) and write the
+    verdicts: the verify stage's work, which the repair stage calls for every turn it adds. Returns
+    (counts, {candidate_id: verdict}).
 
-    Verdicts are written in batches of ``flows.verify_flush_rows`` as they arrive, so a killed run
-    loses at most one batch. Candidates of one task and backend with the same code (k samples of a
-    confident model) are verified once: the others get a copy of that verdict under their own
-    candidate id (counted in ``reused``). So a kernel that passes only some of the time is judged
-    once per call, not per copy. With ``flows.ray_address`` the work runs on Ray."""
-    copies: dict[tuple, list] = {}
-    for task, cand in todo:
-        copies.setdefault((cand.task_id, cand.backend, cand.code), []).append((task, cand))
-    items = [group[0] for group in copies.values()]
-    ray_stats: dict = {}
+    Verdicts are written in batches of ``flows.verify_flush_rows`` as the entry hands them out, so a killed
+    run loses at most one batch; what was handed out before an error (Ray out of attempts) is written too."""
+    # Imported here: verifier.api imports torch and ray is an optional dependency; the stage list
+    # (and `kernelmill --help`) loads without either.
+    from verifier.entry import VerifyStats, ray_target, verify as verify_entry
+
     lock = threading.Lock()
     pending: list = []
     got: dict = {}
-    counts = {"candidates": len(todo), "verified": 0, "reused": len(todo) - len(items), "correct": 0, "written": 0}
+    stats = VerifyStats()
+    counts = {"candidates": len(todo), "verified": 0, "reused": 0, "correct": 0, "written": 0}
 
     def flush() -> None:
         counts["written"] += store.write_records(run_dir, "verdicts", pending)
         pending.clear()
 
-    def add(i: int, verdict) -> None:  # under lock
-        cand = items[i][1]
-        verdict.candidate_id = verdict.candidate_id or cand.candidate_id
-        group = copies[(cand.task_id, cand.backend, cand.code)]
-        for _, dup in group:
-            v = verdict if dup is cand else dataclasses.replace(verdict, candidate_id=dup.candidate_id)
-            pending.append(v)
-            got[v.candidate_id] = v
-            counts["correct"] += bool(v.correct)
-        counts["verified"] += len(group)
-
-    def on_verdict(i: int, verdict) -> None:
-        with lock:  # verify_fn may call back from its own threads
-            add(i, verdict)
+    def on_verdict(_i: int, verdict) -> None:
+        with lock:  # the entry calls back from its execution threads
+            pending.append(verdict)
+            got[verdict.candidate_id] = verdict
+            counts["verified"] += 1
+            counts["correct"] += bool(verdict.correct)
             if len(pending) >= s.flows.verify_flush_rows:
                 flush()
             progress(stage, counts["verified"], len(todo))
 
     progress(stage, 0, len(todo))
-    if items:
-        verify_fn = _verify_fn(s, ray_stats)
-        verdicts = verify_fn(items, config=s.verify, compile_workers=s.verify.compile_workers or None,
-                             on_verdict=on_verdict)
+    try:
+        if todo:
+            verify_entry(todo, config=s.verify, ray=ray_target(s.flows.ray_address, s.flows.ray_workers),
+                         compile_workers=s.verify.compile_workers or None, on_verdict=on_verdict, stats=stats)
+    finally:
         with lock:
-            # a verify_fn that does not call back (or misses some) still gets its verdicts stored
-            seen = set(got) | store.stored_ids(run_dir, "verdicts")
-            for i, ((_, cand), v) in enumerate(zip(items, verdicts)):
-                if (v.candidate_id or cand.candidate_id) not in seen:
-                    add(i, v)
             flush()
-    if ray_stats:  # where the work ran: workers (host, pid), chunks, concurrency, cluster, extensions built
-        counts["ray"] = ray_stats
+    counts["reused"] = stats.reused
+    if stats.ray:  # where the work ran: workers (host, pid), chunks, concurrency, cluster, extensions built
+        counts["ray"] = stats.ray
     return counts, got
 
 
@@ -371,7 +347,7 @@ def repair(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> di
     failed add a feedback-conditioned repair task to ``<run_dir>/repair_tasks.jsonl``. It samples no
     first turn: that is the generate stage's (a first turn without a verdict is verified here). Progress
     counts turns verified, one by one as their verdicts arrive."""
-    backend = resolve_backend(s.run.backend)
+    backend = resolve_backend(s.run.backend, "run.backend")
     generator = make_generator(s.generate, backend=backend)
     tasks = {t.task_id: t for t in store.read_records(run_dir, "tasks")}
     done = store.stored_ids(run_dir, "dialogues")
@@ -446,9 +422,11 @@ def train(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dic
     if not Path(init).exists():
         raise InputError("train.model", "is empty and the run has no train/sft output to start RL from")
     from train.rl import train_rl
+    from verifier.entry import ray_target
 
-    return train_rl(corpus, out, init=init, backend=resolve_backend(s.run.backend),
-                    verify_cfg=s.verify, **keywords_for(train_rl, t),
+    return train_rl(corpus, out, init=init, backend=resolve_backend(s.run.backend, "run.backend"),
+                    verify_cfg=s.verify, verify_ray=ray_target(s.flows.ray_address, s.flows.ray_workers),
+                    **keywords_for(train_rl, t),
                     on_step=lambda m: progress("train", int(m.get("step", 0)), t.rl_steps))
 
 

@@ -18,10 +18,50 @@ os.environ["PREFECT_HOME"] = str(_SESSION_TMP / "prefect")
 os.environ["KERNELMILL_HOME"] = str(_SESSION_TMP / "kernelmill")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # On the 2-core CI machine building a ~0.8 GB precompiled header per cflags set (three in this suite) costs
-# more than it saves over the suite's few dozen builds: off here, except in tests/test_verifier_build.py,
-# which builds one and checks it is used, and on GPU boxes, where tests/gpu checks the fast build paths.
+# more than it saves over the suite's few dozen builds: off here ([verify] pch = false), except where a test asks
+# for it (the ``with_pch`` fixture), and on GPU boxes, where tests/gpu checks the fast build paths.
 if not os.environ.get("CUDA_VISIBLE_DEVICES") and not Path("/dev/nvidiactl").exists():
-    os.environ.setdefault("KM_NO_PCH", "1")
+    os.environ.setdefault("KERNELMILL_VERIFY_PCH", "false")
+
+
+def _verify_defaults_from_the_environment() -> None:
+    """The ``KERNELMILL_VERIFY_<KEY>`` variables reach what the settings layer loads (the CLI, flows) by
+    themselves; here they also become the defaults of every VerifyConfig a test builds in code (a key it passes
+    still wins), so that the suite's ``[verify] pch = false`` holds there too. The dataclass's own defaults
+    (``dataclasses.fields``, what data/default.toml repeats) are unchanged."""
+    import dataclasses
+
+    from kernelmill.config import load_settings
+    from verifier.config import VerifyConfig
+
+    given = load_settings(env={k: v for k, v in os.environ.items() if k.startswith("KERNELMILL_VERIFY_")}).verify
+    changed = {f.name: getattr(given, f.name) for f in dataclasses.fields(VerifyConfig)
+               if getattr(given, f.name) != f.default}
+    if changed:
+        init = VerifyConfig.__init__
+
+        def __init__(self, **kw):
+            init(self, **{**changed, **kw})
+
+        VerifyConfig.__init__ = __init__
+
+
+_verify_defaults_from_the_environment()
+
+
+@pytest.fixture
+def with_pch():
+    """Builds in this test use the precompiled header (``[verify] pch = true``, the default outside the suite);
+    yields the header cache directory."""
+    from verifier.config import VerifyConfig, current_host, use_host
+
+    before = current_host()
+    cfg = VerifyConfig(pch=True)
+    use_host(cfg.host())
+    try:
+        yield cfg.pch_root()
+    finally:
+        use_host(before)
 
 
 @pytest.fixture(scope="session")

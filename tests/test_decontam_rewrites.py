@@ -1,17 +1,12 @@
-"""Decontamination catches benchmark programs rewritten the way a mined copy is (bench/bench_decontam.rewrite):
+"""Decontamination catches benchmark programs rewritten the way a mined copy is (curation/rewrites.py):
 renamed class, variables and attributes, changed sizes, methods in another order, no docstrings."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from curation_fixtures import reference
 from curation import decontam
 from kernelmill.schema import Task, content_hash
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.bench_decontam import rewrite  # noqa: E402
+from curation.rewrites import rewrite
 
 LAYER = '''import torch
 import torch.nn as nn

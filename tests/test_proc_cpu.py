@@ -1,9 +1,9 @@
-"""bench/proc_cpu.py: the host CPU seconds by kind of process that bench_verifier.py reports."""
+"""verifier/proc_cpu.py: the host CPU seconds by kind of process that bench_verifier.py reports."""
 
 import subprocess
 import sys
 
-from bench.proc_cpu import ProcCpu, kind
+from verifier.proc_cpu import ProcCpu, kind
 
 
 def test_processes_are_classified_by_what_they_run():

@@ -1,7 +1,7 @@
-"""The verify stage spread over a real local Ray cluster (2 CPUs): compile tasks on CPU, verifier
-calls on several Ray workers, verdicts written by the stage as they arrive; a Ray worker killed while
-it verifies a chunk (SIGKILL from outside, as the OOM killer or a lost GPU would end it) costs a retry,
-never a verdict."""
+"""The verify stage spread over a real local Ray cluster (2 CPUs) by the one entry's Ray engine
+(verifier/ray_pool.py): compile tasks on CPU, verifier calls on several Ray workers, verdicts written by
+the stage as they arrive; a Ray worker killed while it verifies a chunk (SIGKILL from outside, as the OOM
+killer or a lost GPU would end it) costs a retry, never a verdict."""
 
 import collections
 import os
@@ -79,8 +79,31 @@ def test_rerun_on_ray_verifies_nothing(ray_run):
     before = table_digest(run_dir, "verdicts")
     again = stages.verify(run_dir, load_settings(overrides=ON_RAY))
     assert again["candidates"] == 0 and again["written"] == 0
-    assert "ray" not in again  # no stats: ray_verify_batch was not called with anything to submit
+    assert "ray" not in again  # no stats: nothing was submitted to the cluster
     assert table_digest(run_dir, "verdicts") == before
+
+
+def test_the_rl_reward_of_a_round_on_the_same_settings_runs_on_the_cluster_and_judges_alike(ray_run, monkeypatch):
+    """flows.ray_address sends the RL reward (what loop._rl hands train_rl) to the cluster through the same entry
+    as the verify stage: nothing runs in this process, and the stage's candidates get the stage's verdicts."""
+    from train.rollout import verifier_reward_fn
+    from verifier import entry
+
+    run_dir, cands, _, _, _ = ray_run
+    settings = load_settings(overrides=ON_RAY)
+
+    def in_this_process(*args, **kw):
+        raise AssertionError("the reward was verified in this process, not on the cluster")
+
+    monkeypatch.setattr(entry, "_run_local", in_this_process)
+    reward = verifier_reward_fn("cpu", settings.verify,
+                                ray=entry.ray_target(settings.flows.ray_address, settings.flows.ray_workers))
+    task = relu_task()
+    scores = reward([({"reference_code": task.reference_code, "task_id": task.task_id, "level": 1}, c.code)
+                     for c in cands])
+    stored = {v.candidate_id: v for v in store.read_records(run_dir, "verdicts")}
+    same = lambda v: {k: x for k, x in to_row(v).items() if k not in MEASURED and k != "candidate_id"}  # noqa: E731
+    assert [same(s.verdict) for s in scores] == [same(stored[c.candidate_id]) for c in cands]
 
 
 # ---------------------------------------------------------------------------- a worker killed mid-chunk
@@ -178,19 +201,20 @@ def test_killed_run_verdicts_equal_a_one_process_run(killed_run):
 def test_chunk_out_of_attempts_raises_and_makes_up_no_verdict(ray_cluster):
     """max_attempts=1: the killed chunk is not retried; the other chunk's verdicts are handed out once,
     the killed chunk's candidates get none (a lost worker is never the candidate's verdict)."""
-    from orchestrator.ray_verify import RayVerifyError, ray_verify_batch
-    from verifier.api import VerifyConfig
+    from kernelmill.settings import parse_section
+    from verifier.entry import RayTarget, VerifyStats, verify
+    from verifier.ray_pool import RayVerifyError
 
     task = relu_task()
     items = [(task, c) for c in make_candidates(RUNNING + ["torch_fallback"])]
-    cfg = VerifyConfig.from_dict({k.split(".", 1)[1]: v for k, v in FAST_VERIFY.items()})
-    handed, stats = [], {}
+    cfg = parse_section("verify", {k.split(".", 1)[1]: v for k, v in FAST_VERIFY.items()}, "FAST_VERIFY")
+    handed, stats = [], VerifyStats()
     killer = ChunkKiller()
     killer.start()
     try:
         with pytest.raises(RayVerifyError) as err:
-            ray_verify_batch(items, config=cfg, address="auto", workers=2, chunk=2, max_attempts=1, stats=stats,
-                             on_verdict=lambda i, v: handed.append((i, v.candidate_id)))
+            verify(items, config=cfg, ray=RayTarget("auto", workers=2, chunk=2, max_attempts=1), stats=stats,
+                   on_verdict=lambda i, v: handed.append((i, v.candidate_id)))
     finally:
         killer.stop.set()
         killer.join()
@@ -201,7 +225,7 @@ def test_chunk_out_of_attempts_raises_and_makes_up_no_verdict(ray_cluster):
     assert not summary.failures[0].retried and set(summary.failures[0].candidate_ids) == lost
     assert sorted(i for i, _ in handed) == sorted({i for i, (_, c) in enumerate(items) if c.candidate_id not in lost})
     assert all(items[i][1].candidate_id == cid for i, cid in handed)
-    assert stats["unjudged"] == 2 and set(stats["unjudged_ids"]) == lost
+    assert stats.ray["unjudged"] == 2 and set(stats.ray["unjudged_ids"]) == lost
     assert "2 candidate(s) unjudged" in str(err.value)
 
 
@@ -209,7 +233,7 @@ def test_a_chunk_answer_that_does_not_match_its_candidates_is_not_handed_out():
     """What a chunk returns is checked before any verdict is handed out: a short answer or a verdict
     in another candidate's place makes the attempt a failure (retried), never a misattributed verdict."""
     from kernelmill.schema import Verdict
-    from orchestrator.ray_verify import _chunk_problem
+    from verifier.ray_pool import _chunk_problem
 
     items = [(relu_task(), c) for c in make_candidates(RUNNING)]
     ids = [c.candidate_id for _, c in items]

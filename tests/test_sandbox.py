@@ -19,7 +19,8 @@ import pytest
 
 from verifier import cheats, fixtures as fx
 from verifier import sandbox
-from verifier.api import VerifyConfig, verify_candidate
+from verifier.api import VerifyConfig
+from verifier.entry import verify_candidate
 
 pytestmark = pytest.mark.skipif(not sandbox.enabled(), reason=f"no sandbox here: {sandbox.status().get('reason')}")
 
@@ -274,7 +275,7 @@ def _supervised(tmp_path, script: str, timeout: float) -> tuple[subprocess.Compl
     the supervisor's findings and the seconds it took."""
     box, _ = _box(tmp_path)
     r, w = os.pipe()
-    cmd = box.argv([sys.executable, "-m", "verifier.sandbox", "--supervise", str(w), "--", sys.executable, "-c", script],
+    cmd = box.argv(sandbox.supervise_argv(w, [sys.executable, "-c", script]),
                    {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     t0 = time.time()
     p = subprocess.run(cmd, env={}, pass_fds=(w,), timeout=timeout, capture_output=True, text=True)
@@ -302,10 +303,17 @@ def test_supervisor_bounds_a_fork_bomb_without_a_cgroup(tmp_path):
               "for i in range(5000):\n"
               "    if os.fork() == 0:\n        signal.pause()\n        os._exit(0)\n"
               "time.sleep(300)\n")
-    p, findings, took = _supervised(tmp_path, script, 120)
+    from verifier.config import VerifyConfig, current_host, use_host
+
+    before = current_host()
+    use_host(VerifyConfig(sandbox_procs=64).host())  # [verify] sandbox_procs reaches the supervisor (its argv)
+    try:
+        p, findings, took = _supervised(tmp_path, script, 120)
+    finally:
+        use_host(before)
     assert took < 60, "the bomb ran until the job's own end"
     assert p.returncode != 0
-    assert any("fork bomb" in x and f"at most {sandbox.PROCS_MAX}" in x for x in findings), findings
+    assert any("fork bomb" in x and "at most 64 " in x for x in findings), findings
 
 
 def test_redaction_of_compiler_text_and_host_values(tmp_path):
@@ -338,10 +346,12 @@ def test_cli_binary_candidate_gets_a_verdict(tmp_path):
 def test_sigkilled_build_leaves_no_compiler(tmp_path):
     """The build runs in a sandbox that dies with its parent: SIGKILL of the verifying process ends the compiler."""
     script = ("import sys\nfrom verifier.build import build_blocking\nfrom verifier import fixtures as fx\n"
+              "from kernelmill.config import load_settings\nfrom verifier.config import use_host\n"
+              "use_host(load_settings().verify.host())\n"  # KERNELMILL_VERIFY_PCH=false (conftest)
               "build_blocking(sys.argv[1], dict(cpp_sources=fx.SHARED_CPP + '\\n// kill test', functions=fx.SHARED_FUNCS), 300)\n")
     root = Path(__file__).resolve().parent.parent
     p = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=root,
-                         env=dict(os.environ, PYTHONPATH=str(root), KM_NO_PCH="1"))
+                         env=dict(os.environ, PYTHONPATH=str(root), KERNELMILL_VERIFY_PCH="false"))
     def ours() -> list[int]:  # this build's compiler only (other builds may run on a shared machine)
         out = []
         for pid in _alive("cc1plus"):
@@ -380,16 +390,17 @@ def test_child_report_withholds_host_environment_values(tmp_path, monkeypatch):
 
 
 def test_warm_execution_process_warms_up_without_error(tmp_path):
-    """A warm fork server (verifier.worker --serve, KM_SERVE_WARM) forks the next job's child before the job
+    """A warm fork server (verifier.worker --serve, childenv.SERVE_WARM) forks the next job's child before the job
     exists, and that child initialises (cuda: CUDA context, profiler) first; its own first line in the job's
     log says so, and whether that failed (a local-name bug once made every warm-up fail, so each cuda job
     paid the CUDA context and the profiler's start itself)."""
+    from verifier import childenv
     from verifier.processes import child_env
 
     job = tmp_path / "job"
     job.mkdir()
-    env = child_env(KM_WARM_BACKEND="cpu", KM_SERVE_WARM="1", OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, "-m", "verifier.worker", "--serve"], input=f"{job}\t60\n", env=env,
+    env = child_env(**{childenv.WARM_BACKEND: "cpu", childenv.SERVE_WARM: "1"}, OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "verifier.worker", "--serve", "128"], input=f"{job}\t60\n", env=env,
                        capture_output=True, text=True, timeout=120)
     log = (job / "child.log").read_text()
     assert log.startswith("[verifier] warm execution process ready in"), (log, p.stderr)

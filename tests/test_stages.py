@@ -37,8 +37,12 @@ ABOVE = ("orchestrator", "flows")
 def test_default_toml_repeats_the_dataclass_defaults():
     """data/default.toml is for reading; every key in it is a setting with the same default. A key
     missing from it is allowed (adding a setting is one field in one dataclass), a stale one is not."""
+    import dataclasses
+
     written = tomllib.loads(DEFAULT_CONFIG.read_text())
-    defaults = Settings().to_dict()
+    # the dataclasses' own defaults (tests/conftest.py gives the VerifyConfigs tests build [verify] pch = false)
+    defaults = {s: {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                    for f in dataclasses.fields(section_type(s))} for s in Settings().to_dict()}
     assert set(written) == set(defaults)
     for section, keys in written.items():
         for key, value in keys.items():
@@ -209,19 +213,36 @@ def test_no_import_circle_between_the_projects_modules():
 
 
 def test_the_orchestrator_stands_above_the_packages_it_drives():
-    """No module of the ground (kernelmill/) or of a driven package imports orchestrator/ or flows/,
-    anywhere in the file (inside functions too)."""
+    """No module of the ground (kernelmill/) or of a driven package (verifier/ with its one entry and its Ray
+    engine, train/ with the RL reward, synth/, curation/, graphs/) imports orchestrator/ or flows/, anywhere
+    in the file (inside functions too)."""
     graph = _project_modules()
     assert {m for m in graph if m.startswith("orchestrator.")} >= {"orchestrator.stages", "orchestrator.pipeline",
-                                                                    "orchestrator.cli", "orchestrator.ray_verify"}
+                                                                    "orchestrator.cli"}
+    assert {"verifier.entry", "verifier.ray_pool", "train.rollout"} <= set(graph)
     offenders = {m: sorted(i for i in imported if i.split(".")[0] in ABOVE)
                  for m, imported in graph.items() if m.split(".")[0] in BELOW}
     assert not {m: i for m, i in offenders.items() if i}, offenders
 
 
+def test_the_verification_entry_needs_only_the_verifier_and_the_ground():
+    """verifier.entry and its Ray engine reach (through every project import, inside functions too) only
+    verifier/ and kernelmill/: the RL reward and a bare GPU box call them without the orchestrator, and the
+    dispatch to Ray is the verifier's, not the orchestrator's."""
+    graph = _project_modules()
+    for start in ("verifier.entry", "verifier.ray_pool"):
+        seen, todo = set(), [start]
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo += graph.get(m, ())
+        assert {m.split(".")[0] for m in seen} <= {"verifier", "kernelmill"}, (start, sorted(seen))
+
+
 def test_the_ground_holds_no_orchestration():
-    """kernelmill/ is the ground: schema, store, settings, errors, config; the stage list, pipeline,
-    CLI and Ray executor live in orchestrator/."""
+    """kernelmill/ is the ground: schema, store, settings, errors, config; the stage list, pipeline and
+    CLI live in orchestrator/, the Ray executor behind the verifier's one entry (verifier/ray_pool.py)."""
     assert not [p.name for p in (ROOT / "kernelmill").glob("*.py")
                 if p.stem in ("stages", "pipeline", "cli", "ray_verify")]
 

@@ -7,22 +7,18 @@ also exec'd as is (its own load_inline) to check the Python side: ModelNew, stat
 """
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from kernelmill.schema import Message
+from synth.generate.generators import TeacherGenerator
+from synth.teacher.coverage import FAMILY_TASKS, family_tasks
+from synth.teacher.lowering import lower_reference
+from synth.teacher.writer import BUG_KINDS, TeacherDeclined, bug_sites, choose_bug, is_decline, write_candidate
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-from bench_teacher_gpu import FAMILY_TASKS, family_tasks  # noqa: E402
-
-from kernelmill.schema import Message  # noqa: E402
-from synth.generate.generators import TeacherGenerator  # noqa: E402
-from synth.teacher.writer import (BUG_KINDS, TeacherDeclined, bug_sites, choose_bug, is_decline,  # noqa: E402
-                           write_candidate)
-from synth.teacher.lowering import lower_reference  # noqa: E402
 
 SEEDS = {p.stem: p.read_text() for p in sorted((ROOT / "data" / "seed_tasks").glob("*/*.py"))}
 ALL = {name: code for _, name, code in family_tasks()}

@@ -6,7 +6,6 @@ declarations, or whose declarations the other objects do not define, is compiled
 The real builds are two-object C++ builds (the binding file and a second translation unit defining the
 functions, as a CUDA build's ``cuda.cu`` does): the CPU machine has no CUDA torch to link a CUDA build against."""
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -118,12 +117,10 @@ IMPL = "#include <cstdint>\n#include <stdexcept>\n"
 def pch():
     """The precompiled header test_verifier_build's PCH test builds too (same flags): the binding's compile in
     seconds, as the verifier's builds get it."""
-    saved = os.environ.pop("KM_NO_PCH", None)
-    try:
-        return ensure_pch({"cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O3"]})
-    finally:
-        if saved is not None:
-            os.environ["KM_NO_PCH"] = saved
+    from verifier.config import VerifyConfig
+
+    return ensure_pch({"cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O3"]},
+                      VerifyConfig(pch=True).pch_root())
 
 
 def two_object_build(d: Path, cpp: str, functions: list[str], impl: str, cache: Path, pch: Path | None,
@@ -138,13 +135,7 @@ def two_object_build(d: Path, cpp: str, functions: list[str], impl: str, cache: 
     ninja = (d / "build.ninja").read_text()
     ninja = ninja.replace("build main.o: compile", f"build impl.o: compile {d}/impl.cpp\nbuild main.o: compile")
     (d / "build.ninja").write_text(re.sub(r"(build \S+\.so: link main\.o)", r"\1 impl.o", ninja))
-    if canonical:
-        return objcache.run_cached(d, cache)
-    os.environ[objcache.CANONICAL_OFF_ENV] = "1"
-    try:
-        return objcache.run_cached(d, cache)
-    finally:
-        del os.environ[objcache.CANONICAL_OFF_ENV]
+    return objcache.run_cached(d, cache, canonical_binding=canonical)
 
 
 ADD = "int64_t add_one(int64_t x) { if (x < 0) throw std::invalid_argument(\"negative\"); return x + 1; }"

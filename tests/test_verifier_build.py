@@ -14,7 +14,7 @@ import pytest
 from verifier.build import (FALLBACK_OFF, TORCH_FIRST, build_blocking, build_variants, canonical_spec, failed_targets,
                             first_errors, library_dirs, objects_root, spec_key, variant_failure_is_final)
 from verifier.backends import own_kernel_renames, rename_kernels
-from verifier.pch import ensure_pch, pch_root
+from verifier.pch import ensure_pch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,17 +138,16 @@ def test_cpp_only_spec_has_one_unchanged_build():
     assert [label for label, _ in v] == ["full"] and v[0][1]["cpp_sources"] == spec["cpp_sources"]
 
 
-def test_cpu_build_uses_the_precompiled_header(tmp_path, monkeypatch):
+def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
     from verifier.worker import _load_so
 
-    monkeypatch.delenv("KM_NO_PCH", raising=False)  # conftest turns the PCH off for the rest of the suite
 
     src = "#include <torch/extension.h>\ntorch::Tensor twice(torch::Tensor x) { return x.mul(2); }"
     res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice"], "extra_cflags": ["-O3"]}, 600)
     assert res.ok, res.log[-2000:]
     assert res.variant == "full" and res.pch, res.log[-2000:]
     assert json.loads((tmp_path / res.key / "result.json").read_text())["pch"] is True
-    sigs = [p.read_text() for p in pch_root().glob("*/signature.json")]
+    sigs = [p.read_text() for p in with_pch.glob("*/signature.json")]
     assert any('"-O3"' in s and "extension.h" in s for s in sigs)
     import torch
 
@@ -156,15 +155,21 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, monkeypatch):
     assert torch.equal(mod.twice(torch.ones(3)), torch.full((3,), 2.0))
 
 
-def test_km_no_pch_turns_the_header_off(tmp_path, monkeypatch):
-    # the cpu suite builds with KM_NO_PCH=1 (conftest); test_verifier_run checks its real builds say pch
-    # false; here: with it set no PCH is made or looked up
-    from verifier.pch import ensure_pch
+def test_pch_false_turns_the_header_off(tmp_path):
+    # the cpu suite builds with [verify] pch = false (conftest); test_verifier_run checks its real builds say pch
+    # false; here: with it off no PCH is made or looked up, though pch_dir names a directory
+    from verifier.config import VerifyConfig, current_host, use_host
 
-    monkeypatch.setenv("KM_PCH_DIR", str(tmp_path))
-    monkeypatch.setenv("KM_NO_PCH", "1")
-    spec = canonical_spec({"cpp_sources": "int64_t three() { return 3; }", "functions": ["three"]})
-    assert ensure_pch(spec) is None and list(tmp_path.iterdir()) == []
+    assert VerifyConfig(pch=False, pch_dir=str(tmp_path)).host().pch_dir == ""
+    before = current_host()
+    use_host(VerifyConfig(pch=False, pch_dir=str(tmp_path)).host())
+    try:
+        res = build_blocking(tmp_path / "builds", {"cpp_sources": "int64_t three() { return 3; }",
+                                                   "functions": ["three"]}, 600)
+    finally:
+        use_host(before)
+    assert res.ok and res.pch is False, res.log[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["builds"]
 
 
 # ninja output as torch's verbose build writes it (one job: main.o, then the CUDA object, then the link)
@@ -314,19 +319,20 @@ torch::Tensor same(torch::Tensor x) { return x; }"""
 def _step_imports(argv: list[str], tmp_path) -> tuple[subprocess.CompletedProcess, set[str]]:
     """``python -m verifier.buildproc ARGV`` with the environment a build gives its steps (unsandboxed here), and
     the modules it imported (``-X importtime``)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LD_LIBRARY_PATH=os.pathsep.join(library_dirs()),
-               KM_OBJ_DIR=str(objects_root(tmp_path)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LD_LIBRARY_PATH=os.pathsep.join(library_dirs()))
+    if argv[0] == "compile":
+        argv = [*argv, "--objects", str(objects_root(tmp_path))]
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "verifier.buildproc", *argv], env=env,
                        capture_output=True, text=True, timeout=300)
     mods = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     return r, {m.split(".")[0] for m in mods} | mods
 
 
-def test_a_module_that_does_not_import_fails_its_build_and_no_step_imports_torch(tmp_path, monkeypatch):
+def test_a_module_that_does_not_import_fails_its_build_and_no_step_imports_torch(tmp_path, with_pch):
     """A source that compiles and links but names a function nothing defines: the import check's dlopen fails
     (undefined symbol), so the build fails with that import error in its log, as load_inline's import did.
     Both steps, run again by hand, never import torch (the compile step relinks from the object cache)."""
-    monkeypatch.delenv("KM_NO_PCH", raising=False)  # the -O3 PCH test_cpu_build_uses_the_precompiled_header makes
+    # with_pch: the -O3 PCH test_cpu_build_uses_the_precompiled_header makes
     src = ("#include <torch/extension.h>\nint64_t km_helper(int64_t x);  // declared, defined nowhere\n"
            "int64_t calls_helper(int64_t x) { return km_helper(x); }")
     res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["calls_helper"], "extra_cflags": ["-O3"]}, 600)
@@ -346,7 +352,7 @@ def test_a_module_that_does_not_import_fails_its_build_and_no_step_imports_torch
     assert json.loads((tmp_path / "c.json").read_text())["ok"] is False
 
 
-def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, monkeypatch):
+def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, with_pch):
     """The import check runs the candidate's static initialisers; it used to run in the build's sandbox, which
     could write the build root's object cache and the precompiled-header cache, so a candidate could replace an
     object or the PCH that later builds use. Now neither is in its view: the writes fail (the sandbox may also
@@ -355,8 +361,7 @@ def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, m
 
     if not sandbox.enabled():
         pytest.skip(f"no sandbox here: {sandbox.status().get('reason')}")
-    monkeypatch.delenv("KM_NO_PCH", raising=False)
-    pch_dir = ensure_pch(canonical_spec({"cpp_sources": "", "extra_cflags": ["-O3"]}))  # the one this build uses
+    pch_dir = ensure_pch(canonical_spec({"cpp_sources": "", "extra_cflags": ["-O3"]}), with_pch)  # this build's
     assert pch_dir is not None
     objects = objects_root(tmp_path)
     objects.mkdir(parents=True)
@@ -394,7 +399,8 @@ def test_a_failure_of_the_verifiers_own_build_code_is_a_verifier_error_not_a_com
 
     from verifier import build as build_mod
     from verifier import fixtures as fx
-    from verifier.api import VerifyConfig, verify_candidate
+    from verifier.api import VerifyConfig
+    from verifier.entry import verify_candidate
 
     cfg = VerifyConfig(build_dir=str(tmp_path), time_torch_compile=False, timing_trials=3)
     with mock.patch.object(build_mod._Build, "run", side_effect=NameError("name 'sig' is not defined")):

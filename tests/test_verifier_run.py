@@ -20,7 +20,8 @@ from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier import fixtures as fx
 from verifier import api
-from verifier.api import VerifyConfig, verify_batch, verify_candidate
+from verifier.api import VerifyConfig, verify_batch
+from verifier.entry import verify_candidate
 from verifier.static import scan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,7 +234,7 @@ def test_identical_sources_compile_once(batch, build_dir):
     assert len(keys) == (2 if sandbox.enabled() else 3)
     compiled_cold = [v for v in batch["verdicts"].values() if v.stage_seconds.get("compile_cached") is False]
     assert len(compiled_cold) <= 2  # only the candidate(s) that triggered a build paid for it
-    # the suite runs with KM_NO_PCH=1 (conftest): the real builds say they did without the header
+    # the suite runs with [verify] pch = false (conftest): the real builds say they did without the header
     results = [json.loads(p.read_text()) for p in Path(build_dir).glob("*/result.json")]
     assert len(results) == 2 and all(r.get("pch") is False for r in results)
 

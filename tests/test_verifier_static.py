@@ -273,3 +273,67 @@ template <typename T> __global__ static void d(T* x) {}
 __global__ void __cluster_dims__(2, 1, 1) f(float* x) {}
 """
     assert kernel_names_in([src]) == ["a", "b", "c", "d", "f"]
+
+
+# Reflection judged by what it does (issue 35): reading the candidate's own objects is not a patch. Each program
+# below is a KernelBench-style answer of the kind real models wrote; the cheats they resemble are in
+# tests/redteam/test_redteam_static.py (writes through namespaces, setattr on torch, torch called by a name).
+_OWN_BN = '''
+class FastBatchNorm(nn.Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+
+    def extra_repr(self):
+        return "{num_features}, eps={eps}, momentum={momentum}".format(**self.__dict__)
+
+    def forward(self, x):
+        return ext.relu(x)
+'''
+
+
+def test_formatting_extra_repr_from_own_dict_is_not_a_patch():
+    """technoabsurdist-l1-p33 (gemini-2.5-pro, judged correct by its source) formats ``extra_repr`` with
+    ``**self.__dict__``: a read of its own attributes, rejected as C11 before."""
+    code = fx.cpu_candidate("return self.bn(x)", init="self.bn = FastBatchNorm(64)", module=_OWN_BN)
+    assert scan(code).findings == [], [str(f) for f in scan(code).findings]
+    read_forms = ["dict(self.__dict__)", "self.__dict__.get('eps', 0.0)", "'eps' in vars(self)",
+                  "sorted(vars(self).items())", "f'{self.__dict__}'", "{**vars(self)}"]
+    for form in read_forms:
+        rep = scan(fx.cpu_candidate(f"info = {form}\nreturn ext.relu(x)"))
+        assert rep.findings == [], (form, [str(f) for f in rep.findings])
+
+
+def test_reading_a_submodules_weights_by_a_computed_name_is_not_a_patch():
+    """yenhaohuang-l3-p38 (gpt-5.5, judged correct) reads an nn.LSTM's weights layer by layer with
+    ``getattr(self.lstm, "weight_ih_l" + suffix)``: a read of its own submodule, rejected as C11 before.
+    Private and computed names on its own objects (``hasattr(block, '_fused')``) are reads too."""
+    forward = ("out = x\nfor layer in range(2):\n    suffix = str(layer)\n"
+               "    w = getattr(self.lstm, 'weight_ih_l' + suffix).contiguous()\n"
+               "    b = getattr(self.lstm, f'bias_ih_l{layer}')\n"
+               "    if hasattr(self, '_fused') and getattr(self, '_scale', 1.0) > 0:\n"
+               "        out = ext.relu(out)\nreturn out")
+    code = fx.cpu_candidate(forward, init="self.lstm = nn.LSTM(8, 8, num_layers=2)\nself._fused = True")
+    assert scan(code).findings == [], [str(f) for f in scan(code).findings]
+    # writing its own attributes by name, as __init__ loops do, is not a patch either
+    init = "for i in range(3):\n    setattr(self, f'w{i}', nn.Parameter(torch.zeros(8)))\ndelattr(self, 'w2')"
+    assert scan(fx.cpu_candidate("return ext.relu(x)", init=init)).findings == []
+
+
+def test_code_that_does_not_parse_is_reported_with_its_syntax_error_and_line():
+    """A bare program (a ``.py`` solution, no fence) with a syntax error got "no code block found" (52 solutions of
+    the test bed): it is code, and the verdict says where it does not parse."""
+    program = fx.HONEST_RELU + "\nclass Broken(nn.Module):\n    def forward(self, x):\n        return x * 0.0f\n"
+    assert extract_code(program) == program
+    problems = check_candidate_shape(extract_code(program), "cpu")
+    line = program.splitlines().index("        return x * 0.0f") + 1
+    assert problems == [f"the code does not parse as Python: line {line}: invalid decimal literal "
+                        "(the line reads: return x * 0.0f)"], problems
+    # code around a stray fence is still code; prose, or C++ alone, is still an answer with no code
+    stray = fx.HONEST_RELU + "```\n"
+    assert any(f"line {stray.count(chr(10))}: invalid syntax" in p for p in check_candidate_shape(extract_code(stray),
+                                                                                                   "cpu"))
+    for answer in ("I cannot write this kernel, sorry.", "```cpp\nclass Foo {};\n```\nimport it yourself"):
+        assert extract_code(answer) == ""
+        assert "no code block found" in check_candidate_shape(extract_code(answer), "cpu")[0]

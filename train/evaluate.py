@@ -14,6 +14,10 @@ Intervals: :func:`bootstrap_ci` resamples tasks (not samples: tasks differ far m
 one task do) for a 95% percentile interval of pass@1; :func:`paired_bootstrap_diff` resamples the
 same tasks for two models evaluated on them, for the interval of their difference. Percentile
 intervals from a few dozen tasks are approximate (they run narrow for small task counts).
+
+An RL run's logged steps (train/rl.py's metrics lines), read: :func:`summarise_steps` sums them (groups with mixed,
+all-pass and all-fail outcomes, retry buffer, MirrorPop drops, tokens with a non-zero advantage) and
+:func:`diagnose` says in one sentence why RL moved pass@1 or did not, with the paired difference to its start.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from kernelmill.settings import TrainSettings
 from train import data as D
 from train.rollout import RewardFn, multi_turn_rollouts, sample, decode_response, verifier_reward_fn
 from train.model import load_pretrained, resolve_model_dir
-from train.sft import pick_device
+from verifier.config import resolve_backend
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -110,7 +114,7 @@ def evaluate_checkpoint(model_dir: str | Path, corpus_dir: str | Path, *, backen
     of a corpus's rl config, verified on ``backend``. ``ks`` None: ``[train] eval_k``'s default."""
     ks = tuple(ks or TrainSettings().eval_k)
     model, tok = load_pretrained(resolve_model_dir(model_dir))
-    model.to(pick_device(device))
+    model.to(resolve_backend(device, "train.device"))
     _train, held = D.split_rows(D.rows_of(D.load_corpus(corpus_dir, "rl")), heldout_frac, split_seed)
     held = sorted({r["task_id"]: r for r in held}.values(), key=lambda r: r["task_id"])
     if max_tasks:
@@ -120,3 +124,42 @@ def evaluate_checkpoint(model_dir: str | Path, corpus_dir: str | Path, *, backen
                         repair_turns=repair_turns)
     res.update(model=str(model_dir), backend=backend)
     return res
+
+
+# ---------------------------------------------------------------------------- an RL run's logged steps, read
+
+
+def summarise_steps(recs: list[dict]) -> dict:
+    """An arm's RL steps in a few numbers: what the groups could teach, what the buffer and MirrorPop did."""
+    if not recs:
+        return {}
+    n = len(recs)
+    mean = lambda k: round(sum(float(r.get(k) or 0.0) for r in recs) / n, 3)  # noqa: E731
+    total = lambda k: int(sum(int(r.get(k) or 0) for r in recs))  # noqa: E731
+    rp = [r["repair_pass_rate"] for r in recs if r.get("repair_pass_rate") is not None]
+    return {"steps": n, "s_per_step": mean("step_s"), "train_pass_rate": mean("pass_rate"),
+            "reward_mean": mean("reward_mean"), "reward_std": mean("reward_std"),
+            "zero_adv_share": mean("zero_adv_share"), "groups": total("groups"),
+            "mixed_groups": total("mixed_groups"), "all_pass_groups": total("all_pass_groups"),
+            "all_fail_groups": total("all_fail_groups"), "buffer_added": total("buffer_added"),
+            "buffer_drawn": total("buffer_drawn"), "buffer_max": max(int(r.get("buffer_size", 0)) for r in recs),
+            "repair_pass_rate": round(sum(rp) / len(rp), 3) if rp else "",
+            "mirrorpop_dropped": total("mirrorpop_dropped"), "trajectories": total("trajectories"),
+            "signal_tokens": total("signal_tokens"), "sampled_tokens": total("sampled_tokens")}
+
+
+def diagnose(name: str, s: dict, diff: tuple | None) -> str:
+    """One sentence per arm, from its logged groups: why RL moved pass@1 or did not."""
+    if not s:
+        return f"{name}: no RL step ran."
+    why = (f"{name}: {s['steps']} steps ({s['s_per_step']} s each), {s['groups']} groups: {s['mixed_groups']} mixed, "
+           f"{s['all_pass_groups']} all-pass, {s['all_fail_groups']} all-fail; {s['zero_adv_share']:.0%} of groups per "
+           f"step had zero advantage; {s['signal_tokens']} of {s['sampled_tokens']} kept sampled tokens carried a "
+           f"non-zero advantage; retry buffer: {s['buffer_added']} added, {s['buffer_drawn']} drawn (repair pass "
+           f"rate {s['repair_pass_rate'] if s['repair_pass_rate'] != '' else 'n/a'}); MirrorPop dropped "
+           f"{s['mirrorpop_dropped']} of {s['trajectories']} sequences.")
+    if diff is not None:
+        d, lo, hi = diff
+        verdict = ("the interval excludes 0" if lo > 0 or hi < 0 else "the interval includes 0: no measurable change")
+        why += f" pass@1 change vs SFT {d:+.3f} [{lo:+.3f}, {hi:+.3f}], {verdict}."
+    return why

@@ -45,9 +45,10 @@ from kernelmill.settings import TrainSettings
 from train import data as D
 from train.model import latest_checkpoint, load_pretrained, load_trainer_state, resolve_model_dir, save_checkpoint
 from train.rollout import RewardFn, Trajectory, context_limit, multi_turn_rollouts, verifier_reward_fn
-from train.sft import MetricsLog, pick_device, stream_indices
+from train.sft import MetricsLog, stream_indices
 from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, group_summary, mirrorpop_filter,
                                mix_counts, prime_echo_reward)
+from verifier.config import resolve_backend
 
 log = logging.getLogger("kernelmill.train")
 
@@ -88,7 +89,7 @@ def trajectory_reward(t: Trajectory, *, prime_echo: bool, lam: float, r_pass: fl
 
 
 def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_fn: RewardFn | None = None,
-             backend: str = "cpu", verify_cfg=None, steps: int = TrainSettings.rl_steps,
+             backend: str = "cpu", verify_cfg=None, verify_ray=None, steps: int = TrainSettings.rl_steps,
              prompts_per_step: int = TrainSettings.prompts_per_step, group_size: int = TrainSettings.group_size,
              turns: int = TrainSettings.turns, max_new_tokens: int = TrainSettings.max_new_tokens,
              temperature: float = TrainSettings.temperature, lr: float = TrainSettings.rl_lr,
@@ -109,13 +110,14 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
     """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
 
     ``init`` is the policy to start from (an SFT output directory or a model directory).
-    ``reward_fn`` defaults to the real verifier on ``backend``. ``rows`` overrides the corpus rows
+    ``reward_fn`` defaults to the real verifier on ``backend`` (verifier.entry, on the Ray cluster ``verify_ray``
+    names when given). ``rows`` overrides the corpus rows
     (already split; used by benchmarks that pick their own tasks). ``max_seconds`` > 0 stops early,
     with a checkpoint, before a step that would end past it (judged by the mean step time so far; the
     first step always runs, and a step slower than the mean can still overrun). ``on_step`` gets each step's metrics record as
     soon as it is written (benchmarks flush it where a cut-off run still leaves it)."""
     out_dir = Path(out_dir)
-    dev = pick_device(device)
+    dev = torch.device(resolve_backend(device, "train.device"))
     torch.manual_seed(seed)
     ck = latest_checkpoint(out_dir) if resume else None
     state: dict = {}
@@ -133,7 +135,7 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
     if not rows:
         raise InputError(f"corpus {corpus_dir} (rl)", "has no training rows after holding out tasks")
     if reward_fn is None:
-        reward_fn = verifier_reward_fn(backend, verify_cfg)
+        reward_fn = verifier_reward_fn(backend, verify_cfg, ray=verify_ray)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     if state.get("optimizer"):
         opt.load_state_dict(state["optimizer"])

@@ -4,10 +4,11 @@ A reward function scores a batch of (RL row, model response) pairs:
 
     RewardFn = Callable[[list[tuple[dict, str]]], list[Score]]     Score(reward, correct, feedback)
 
-:func:`verifier_reward_fn` is the real one: each distinct response goes through
-``verifier.api`` (extract, static legality, compile, correctness, ...) against the row's reference
-program, and identical responses are scored once (a cache keyed by task and response text), which
-matters because every distinct kernel is compiled.
+:func:`verifier_reward_fn` is the real one: each batch of responses goes through the verifier's one
+entry (``verifier.entry.verify``: extract, static legality, compile, correctness, ...) against the row's
+reference program, as the verify stage's candidates do; identical programs of a batch are verified once
+(the entry's reuse), which matters because every distinct kernel is compiled. Nothing is cached across
+batches: the same answer in a later step is judged again.
 
 A rollout (:func:`multi_turn_rollouts`) samples an answer for every context in one batched
 ``generate`` call, scores the answers, and for each answer that failed appends the verifier's
@@ -24,13 +25,13 @@ buffered repair prompts without room). Not handled: stop strings other than the 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
+from kernelmill.schema import Task, Verdict
 from train import data as D
 from train.stabilisers import repair_instruction
 
@@ -43,6 +44,7 @@ class Score:
     correct: bool
     feedback: str = ""
     stage: str = ""
+    verdict: Verdict | None = None  # the verifier's whole verdict (None for rewards that come from elsewhere)
 
 
 RewardFn = Callable[[list[tuple[dict, str]]], list[Score]]
@@ -50,49 +52,53 @@ RewardFn = Callable[[list[tuple[dict, str]]], list[Score]]
 
 def verifier_available() -> bool:
     try:
-        import verifier.api  # noqa: F401
+        import verifier.entry  # noqa: F401
     except ModuleNotFoundError:
         return False
     return True
 
 
-def verifier_reward_fn(backend: str = "cpu", verify_cfg=None) -> RewardFn:
-    """A RewardFn backed by the real verifier (``verifier.api.verify_candidate``), cached by content.
+@dataclass(frozen=True)
+class Policy:
+    """The generator a policy's answers are recorded under (``make_candidate`` reads its ``name``)."""
+
+    name: str = "policy"
+
+
+def verifier_reward_fn(backend: str = "cpu", verify_cfg=None, ray=None) -> RewardFn:
+    """A RewardFn backed by the real verifier: every batch of answers is one call of the one entry
+    (``verifier.entry.verify``), each answer a Candidate made by ``make_candidate`` as the generate stage makes
+    them (the verifier's extraction, content-hash ids; sample ``n`` of a task in a batch opens dialogue
+    ``dialogue_id_for(task, backend, "policy", n)``). So the reward judges an answer exactly as the verify
+    stage judges the same response: identical programs of one batch verified once, locally or on ``ray`` (a
+    verifier.entry.RayTarget, the loop's ``flows.ray_address``). ``Score.verdict`` is the full verdict.
     ``verify_cfg``: the [verify] settings (a VerifyConfig, or a dict of its keys), None for its defaults.
 
     Raises ModuleNotFoundError when the verifier is not in this checkout."""
-    from verifier import api  # here: the trainer runs without the verifier when rewards come from elsewhere
+    # here: the trainer runs without the verifier (and the generators) when rewards come from elsewhere
+    from synth.generate.generators import dialogue_id_for, make_candidate
+    from verifier.entry import verify
 
     config = None
-    if isinstance(verify_cfg, dict) and hasattr(api, "VerifyConfig"):
-        config = api.VerifyConfig.from_dict(verify_cfg)
+    if isinstance(verify_cfg, dict):
+        from kernelmill.settings import parse_section
+
+        config = parse_section("verify", verify_cfg, "verify_cfg")
     elif verify_cfg is not None:
         config = verify_cfg
-    cache: dict[str, Score] = {}
+    policy = Policy()
 
     def score(items: list[tuple[dict, str]]) -> list[Score]:
-        keys = [hashlib.sha256(f"{backend}\0{row['reference_code']}\0{resp}".encode()).hexdigest() for row, resp in items]
-        todo = {k: it for k, it in zip(keys, items) if k not in cache}
-        if todo and hasattr(api, "verify_batch") and len(todo) > 1:
-            from kernelmill.schema import Candidate, Task
+        pairs, seen = [], {}
+        for row, resp in items:
+            task = Task.from_code(row["reference_code"], name=row.get("task_id", "task"), source="teacher",
+                                  level=int(row.get("level", 0) or 0))
+            n = seen[task.task_id] = seen.get(task.task_id, -1) + 1
+            pairs.append((task, make_candidate(task.task_id, backend, policy, resp,
+                                               dialogue_id=dialogue_id_for(task.task_id, backend, policy.name, n))))
+        verdicts = verify(pairs, config=config, ray=ray)
+        return [Score(float(v.reward), bool(v.correct), v.feedback or "", v.stage_reached, v) for v in verdicts]
 
-            pairs = []
-            for row, resp in todo.values():
-                task = Task.from_code(row["reference_code"], name=row.get("task_id", "task"), source="teacher",
-                                      level=int(row.get("level", 0) or 0))
-                cand = Candidate(candidate_id=Candidate.make_id(task.task_id, backend, resp), task_id=task.task_id,
-                                 backend=backend, generator="policy", code=resp, response=resp)
-                pairs.append((task, cand))
-            verdicts = api.verify_batch(pairs, config=config)
-            for k, v in zip(todo, verdicts):
-                cache[k] = Score(float(v.reward), bool(v.correct), v.feedback or "", v.stage_reached)
-        else:
-            for k, (row, resp) in todo.items():
-                v = api.verify_candidate(row["reference_code"], resp, backend=backend, config=config)
-                cache[k] = Score(float(v.reward), bool(v.correct), v.feedback or "", v.stage_reached)
-        return [cache[k] for k in keys]
-
-    score.cache = cache  # type: ignore[attr-defined]
     return score
 
 

@@ -222,13 +222,13 @@ class LocalModelServer:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         from train.model import load_pretrained
-        from train.sft import pick_device
+        from verifier.config import resolve_backend
 
         t0 = time.time()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_lock = threading.Lock()
         model, tok = load_pretrained(self.model)
-        self._model, self._tok = model.to(pick_device(self.device)).eval(), tok
+        self._model, self._tok = model.to(resolve_backend(self.device, "loop.device")).eval(), tok
         self._queue: queue.Queue = queue.Queue()
         server = self
 

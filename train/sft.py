@@ -30,15 +30,9 @@ from kernelmill.settings import TrainSettings
 from train import data as D
 from train.model import (build_tiny_model, build_tokenizer, latest_checkpoint, load_pretrained, load_trainer_state,
                          resolve_model_dir, save_checkpoint)
+from verifier.config import resolve_backend
 
 log = logging.getLogger("kernelmill.train")
-
-
-def pick_device(device: str = "auto"):
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(device)
 
 
 class MetricsLog:
@@ -158,7 +152,7 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
     if config not in ("sft", "rft"):
         raise InputError(f"config {config!r}", "train_sft trains on 'sft' or 'rft'")
     out_dir = Path(out_dir)
-    dev = pick_device(device)
+    dev = torch.device(resolve_backend(device, "train.device"))
     ck = latest_checkpoint(out_dir) if resume else None
     state: dict = {}
     if ck is not None:

@@ -1,4 +1,5 @@
-"""The verifier's Python API: verify one candidate, or a batch with compiling and executing overlapped.
+"""The verifier's stages and its local engine (``verify_batch``: a batch with compiling and executing
+overlapped). Callers verify through verifier/entry.py (``verify``, ``verify_candidate``), which runs this engine.
 
 A candidate travels: extract -> static legality -> compile (CompilePool, keyed build dirs) ->
 execution child (verifier/worker.py: trials, runtime checks, timing) -> judge (verifier/judge.py: outputs
@@ -15,7 +16,6 @@ run, no compiler) raise.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import os
@@ -36,23 +36,24 @@ import torch.utils.cpp_extension as cpp_extension
 
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
-from verifier import cheats, sandbox
+from verifier import admission, cheats, sandbox
 from verifier.backends import get_backend
 from verifier.build import CompilePool, first_errors
 from verifier.channel import Driver, Ledger
-from verifier.config import VerifyConfig, resolve_backend
+from verifier.config import VerifyConfig, resolve_backend, use_host
 from verifier.contract import ChildReport, Job
 from verifier.devlock import device_lock
 from verifier.extract import check_candidate_shape, extract_code
 from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes, nbytes, same, size_changes
 from verifier.numerics import error_and_scale, float64_model, widen
 from verifier.judge import ChildRun, Work, finish, judge
+from verifier.knockout import run_knockout
 from verifier.outputs import RNG_LOCK, reference_fault
 from verifier.processes import _job_root, _run_child, clear_job_root, exec_slot
 from verifier.static import scan
 from verifier.vendor import scan_library, scan_sources, scan_tampering
 
-__all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_candidate", "verify_batch"]
+__all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_batch"]
 
 
 def load_reference(reference_code: str, name: str = "task"):
@@ -193,10 +194,19 @@ class TaskPlan:
     reproducible: bool = True  # get_inputs gives the same inputs for the same seed (else they are shipped)
     other_shape: str = ""  # the extra-shape trial's size change (verifier.inputs.SizeChange as JSON), "" for none
     input_bytes: int = 0
+    output_bytes: int = 0  # the reference's outputs on the plan's draw
+    weight_bytes: int = 0  # the reference model's parameters and buffers
+    module_bytes: int = 0  # tensors the task's module keeps in its globals (the child holds them too)
+    trial_scale: float = 1.0  # the largest trial's inputs over the benchmark's (the extra shape: up to 4)
     skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
     task_fault: str = ""  # the reference's output does not depend on its inputs: every verdict is a task_error
     float64: str = ""  # "" when the float64 reference runs (measured tolerance), else why not (fixed tolerance)
     pooled: list = dataclasses.field(default_factory=list)  # per output: (fp32 error, scale) on the plan's draws
+
+    def job_bytes(self) -> int:
+        """The bytes one execution job of this task plans to hold (verifier/admission.py admits it by them)."""
+        return admission.job_bytes(int(self.input_bytes * self.trial_scale), int(self.output_bytes * self.trial_scale),
+                                   self.weight_bytes, not self.float64) + self.module_bytes
 
     def draw_trial(self, job: Job, i: int, device: str) -> list:
         """The inputs of trial ``i`` of ``job`` drawn from its seed (the last trial is the extra shape, if any)."""
@@ -212,8 +222,24 @@ class TaskPlan:
         return self.draw_trial(job, i, device)
 
 
-_PLANS: dict[tuple, TaskPlan] = {}
+# per task: held by its pending candidates in verify_batch; after them, kept for a later batch (an RL step, a Ray
+# chunk) only while the plans nobody holds are few and their modules small (issue 35: a module's tensors stayed)
+PLANS_KEPT, PLANS_KEPT_BYTES = 32, 64 << 20
+_PLANS = admission.HeldCache(PLANS_KEPT, PLANS_KEPT_BYTES, size=lambda plan: admission.module_bytes(plan.ref_mod))
 _PLAN_LOCK = threading.Lock()
+
+
+def _plan_key(reference_code: str, backend: str, cfg: VerifyConfig) -> tuple:
+    return (hashlib.sha256(reference_code.encode()).hexdigest(), backend) + plan_settings(cfg)
+
+
+def _release_plan(key: tuple) -> None:
+    """One pending candidate of the plan's task is done; with none left, the plan is kept within the cache's bounds
+    or leaves it (with the task's module and what it holds), and then, on cuda, what it held goes back to the
+    driver. A later batch plans a dropped task again."""
+    if _PLANS.release(key) and key[1] == "cuda":
+        with admission.device_work("cuda"):  # empties the allocator's cache once no reference runs here
+            pass
 
 
 def plan_settings(cfg: VerifyConfig) -> tuple:
@@ -221,35 +247,33 @@ def plan_settings(cfg: VerifyConfig) -> tuple:
     return (bool(cfg.other_shape), bool(cfg.float64_reference), bool(cfg.eval_mode))
 
 
-def _free_bytes(device: str) -> int:
-    if device == "cuda":
-        return torch.cuda.mem_get_info()[0]
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return 1 << 40
-
-
 def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = "task") -> TaskPlan:
-    """The task's plan, made once per process and configuration (InputError when the program does not run
-    as a task). The settings the plan depends on are part of the cache key: a plan made with the extra-shape
-    trial or the float64 reference off is never handed to a verification that has them on, or back."""
-    key = (hashlib.sha256(reference_code.encode()).hexdigest(), backend) + plan_settings(cfg)
-    with _PLAN_LOCK:
-        if key in _PLANS:
-            return _PLANS[key]
+    """The task's plan, made once per configuration while it is cached (held by pending candidates of the task,
+    else kept within ``_PLANS``'s bounds); InputError when the program does not run as a task. The settings the
+    plan depends on are part of the cache key: a plan made with the extra-shape trial or the float64 reference off
+    is never handed to a verification that has them on, or back. Building it is admitted by the process's memory
+    gate (verifier/admission.py) like an execution job."""
+    return _PLANS.get_or_build(_plan_key(reference_code, backend, cfg),
+                               lambda: _build_plan(reference_code, backend, cfg, name))
+
+
+def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str) -> TaskPlan:
     device = "cuda" if backend == "cuda" else "cpu"
     ref_mod = load_reference(reference_code, name)
     plan = TaskPlan(ref_mod=ref_mod, text=reference_code, device=device)
     meta = meta_input_bytes(ref_mod.get_inputs, reference_code)
-    free = _free_bytes(device)
+    free = admission.free_bytes(device)
     # a trial holds the inputs, a pristine copy, the candidate's and the reference's outputs (about the size
     # of the inputs each for most tasks), and the verifier draws them again to compare
     if meta is not None and meta * 4 > free:
         plan.skip_reason = (f"skipped: the task's inputs take {meta / 2**30:.1f} GiB and a trial needs about four "
                             f"times that; {device} has {free / 2**30:.1f} GiB free")
-    if not plan.skip_reason:
-        seed = secrets.randbelow(2**31 - 1) + 1
+    if plan.skip_reason:
+        return plan
+    seed = secrets.randbelow(2**31 - 1) + 1
+    # planning holds about what a job does (three draws, outputs, the float64 copies); unknown inputs plan nothing
+    planned = admission.job_bytes(meta or 0, meta or 0, 0, cfg.float64_reference)
+    with admission.gate_for(device, cfg.memory_budget_gib).admit(planned), admission.device_work(device):
         try:
             with RNG_LOCK, torch.no_grad():
                 a = draw_inputs(ref_mod.get_inputs, seed, device, reference_code)
@@ -259,6 +283,8 @@ def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = 
                 del b
                 model, _ = build_model(ref_mod, seed, device, reference_code, cfg.eval_mode)
                 out = as_list(model(*a))
+                plan.output_bytes = nbytes(out)
+                plan.weight_bytes = nbytes(list(model.parameters()) + list(model.buffers()))
                 c = draw_inputs(ref_mod.get_inputs, seed + 1, device, reference_code)
                 out_c = as_list(model(*c))
                 plan.float64, plan.pooled, outs64 = _float64_check(model, [a, c], [out, out_c], plan.input_bytes,
@@ -267,11 +293,11 @@ def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = 
                 del c, out_c, outs64
                 if cfg.other_shape and plan.input_bytes <= (1 << 30) and not plan.task_fault:
                     plan.other_shape = _pick_size_change(ref_mod, model, reference_code, seed, device, a)
+                    plan.trial_scale = _other_shape_scale(plan, seed)
                 del model, out, a
+                plan.module_bytes = admission.module_bytes(ref_mod)
         except Exception as e:  # noqa: BLE001
             raise InputError(name, f"the task program does not run: {type(e).__name__}: {e}") from None
-    with _PLAN_LOCK:
-        _PLANS[key] = plan
     return plan
 
 
@@ -305,6 +331,16 @@ def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
     return "", pooled, outs64
 
 
+def _other_shape_scale(plan: TaskPlan, seed: int) -> float:
+    """The extra-shape trial's input bytes (on meta tensors) over the benchmark's, at least 1: a job is admitted by
+    its largest trial, whose outputs are taken to grow in proportion."""
+    if not plan.other_shape or not plan.input_bytes:
+        return 1.0
+    get = plan.ref_mod.get_inputs
+    other = meta_input_bytes(lambda: draw_inputs(get, seed, "meta", plan.text, plan.other_shape), plan.text) or 0
+    return max(1.0, other / plan.input_bytes)
+
+
 def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs: list) -> str:
     """The first size change of the task's own constants (verifier.inputs.size_changes) whose inputs the
     reference accepts and whose shapes differ from the benchmark's; "" when there is none."""
@@ -327,7 +363,7 @@ def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs:
 
 def _lock_path(cfg: VerifyConfig, build_root: Path) -> str:
     """The device lock's file: one per device this process sees (``CUDA_VISIBLE_DEVICES``), so that verifier
-    pools of several GPUs sharing one build root (orchestrator/ray_verify.py) do not hold each other's timing."""
+    pools of several GPUs sharing one build root (verifier/ray_pool.py) do not hold each other's timing."""
     if not cfg.device_lock:
         return ""
     devices = re.sub(r"[^\w,.-]", "_", os.environ.get("CUDA_VISIBLE_DEVICES", "").strip())
@@ -447,25 +483,6 @@ def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root
         return timing
 
 
-_DEVICE_WORK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _device_memory(device: str):
-    """One execution thread at a time runs the reference in this process on cuda (plans and judging: the fp32
-    and float64 references and their outputs), and what it freed goes back to the driver afterwards. Without
-    both, eight threads' cached blocks held 77 GB of an 80 GB H100 and the candidates' own processes ran out
-    of memory (test bed, issue 22). On cpu there is no cache to return and the threads run side by side."""
-    if device != "cuda":
-        yield
-        return
-    with _DEVICE_WORK:
-        try:
-            yield
-        finally:
-            torch.cuda.empty_cache()
-
-
 def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
     """Correctness, runtime legality and timing of a compiled candidate; judged here. Problems on the
     verifier's side (the task does not fit, its reference fails) end as ``verifier_error``."""
@@ -474,8 +491,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     device = "cuda" if backend == "cuda" else "cpu"
     t0 = time.perf_counter()
     try:
-        with _device_memory(device):
-            plan = task_plan(w.reference_code, backend, cfg, v.task_id or "task")
+        plan = task_plan(w.reference_code, backend, cfg, v.task_id or "task")
     except InputError as e:
         return finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
     if plan.skip_reason:
@@ -498,19 +514,26 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
         torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
                    job_dir / f"trial_{i}.pt")
 
+    # the child's and the judge's memory, admitted together (verifier/admission.py): jobs whose planned bytes do
+    # not fit beside those running wait, first come first served; one larger than the whole budget runs alone
     try:
-        # timed once per task, before the first candidate runs and outside any device lock
-        ref_timing = reference_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
-        v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
-        t_child = time.perf_counter()
-        timeout = cfg.run_timeout_s + (cfg.compile_timeout_s if cfg.allow_child_compile and not w.specs else 0)
-        run, ledger = _run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
-        v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
-        v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
-        poison = get_backend(backend).poison_byte
-        with _shared_lock(cfg, build_root, backend) as lock, _device_memory(device):
-            lock.acquire(False, _lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
-            return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing, ledger)
+        with admission.gate_for(device, cfg.memory_budget_gib).admit(plan.job_bytes()) as waited:
+            v.stage_seconds["execute_admission"] = round(waited, 3)
+            # timed once per task, before the first candidate runs and outside any device lock
+            ref_timing = reference_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
+            v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
+            t_child = time.perf_counter()
+            timeout = cfg.run_timeout_s + (cfg.compile_timeout_s if cfg.allow_child_compile and not w.specs else 0)
+            run, ledger = _run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
+            v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
+            v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
+            poison = get_backend(backend).poison_byte
+            with _shared_lock(cfg, build_root, backend) as lock, admission.device_work(device):
+                lock.acquire(False, _lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
+                # the partial policy's knockout trial (verifier/knockout.py), run by the judge only where it decides
+                knockout = (lambda: run_knockout(w, plan, cfg, build_root, make_job=_job, job_dir_of=_job_dir,
+                                                     run_driven=_run_driven)) if backend == "cuda" else None
+                return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing, ledger, knockout)
     finally:
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root
@@ -526,31 +549,6 @@ def _check_toolchain(backend: str) -> None:
     if backend == "cuda":
         if not cpp_extension.CUDA_HOME:
             raise InputError("nvcc", "CUDA_HOME is not set and nvcc was not found: cuda candidates cannot be built")
-
-
-def verify_candidate(reference_code: str, candidate_text: str, *, backend: str = "cpu",
-                     config: VerifyConfig | None = None, task_id: str = "", candidate_id: str = "") -> Verdict:
-    """Verify one candidate against a task program; always returns a Verdict for the candidate.
-
-    Raises InputError only for problems of the verifier's own inputs (a task program that does not run,
-    an unknown backend, no compiler)."""
-    cfg = config or VerifyConfig()
-    backend = resolve_backend(backend)
-    load_reference(reference_code, task_id or "task")
-    _check_toolchain(backend)
-    w = _front(reference_code, candidate_text, backend, task_id, candidate_id)
-    if w.verdict.status:
-        return _stamp(w)
-    with CompilePool(cfg.build_root(), workers=1, timeout_s=cfg.compile_timeout_s,
-                     full_fallback=cfg.full_build_fallback) as pool:
-        results = [pool.submit(s).result() for s in w.specs]
-    if not _compile_done(w, results, cfg.build_root()):
-        return _stamp(w)
-    try:
-        _execute(w, backend, cfg, cfg.build_root())
-    except Exception as e:  # noqa: BLE001 - the verifier's own failure is never the candidate's verdict
-        finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
-    return _stamp(w)
 
 
 def _stamp(w: Work) -> Verdict:
@@ -573,13 +571,16 @@ def build_order(items: Sequence[tuple[Task, Candidate]]) -> list[int]:
 def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | None = None,
                  compile_workers: int | None = None, on_verdict: Callable[[int, Verdict], None] | None = None,
                  ) -> list[Verdict]:
-    """Verify many candidates: extraction and static checks up front, all extensions submitted to one
-    compile pool at once, and each candidate executed as soon as its builds are done (up to
-    ``config.exec_workers`` execution children at a time; their timing phases serialise on a lock).
+    """The local engine of verifier.entry.verify (callers go through the entry: identical-code reuse, Ray,
+    streaming; tests/test_one_entry.py holds product code to it). Verifies every item as given, none reused:
+    extraction and static checks up front, all extensions submitted to one compile pool at once, and each
+    candidate executed as soon as its builds are done (up to ``config.exec_workers`` execution children at a
+    time; their timing phases serialise on a lock).
 
     Returns verdicts in the order of ``items``; ``on_verdict(i, verdict)`` is called as each finishes
     (from a worker thread, one call at a time)."""
     cfg = config or VerifyConfig()
+    use_host(cfg.host())  # [verify] pch, sandbox, job_dir, ...: for the builds, sandboxes and servers started below
     n = len(items)
     verdicts: list[Verdict | None] = [None] * n
     if not n:
@@ -589,9 +590,12 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
         _check_toolchain(b)
     workers = compile_workers if compile_workers is not None else (cfg.compile_workers or os.cpu_count() or 1)
     done_lock = threading.Lock()
+    plan_keys: list[tuple | None] = [None] * n  # the plan a pending candidate holds (released at its verdict)
 
     def deliver(i: int, w: Work) -> None:
         v = _stamp(w)
+        if plan_keys[i] is not None:
+            _release_plan(plan_keys[i])
         with done_lock:
             verdicts[i] = v
             if on_verdict:
@@ -610,6 +614,8 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
             if w.verdict.status:
                 deliver(i, w)
                 continue
+            plan_keys[i] = _plan_key(task.reference_code, backend, cfg)
+            _PLANS.hold(plan_keys[i])
             futs = [pool.submit(s) for s in w.specs]
             pending[0] += 1
             if not futs:

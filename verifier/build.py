@@ -28,7 +28,7 @@ Build cost (what dominates a verifier's throughput) is cut three ways, none of w
 candidate's code means:
 - the C++ binding file (``main.cpp``, which starts with ``#include <torch/extension.h>``) is compiled
   against a GCC precompiled header of that file, built once per compiler, torch version and cflags under
-  a shared cache directory (``KM_PCH_DIR``, default ``~/.cache/kernelmill/pch``; verifier/pch.py); the PCH's
+  a shared cache directory (``[verify] pch_dir``, default ``~/.cache/kernelmill/pch``; verifier/pch.py); the PCH's
   flags are read from the ninja file torch itself writes, and a PCH GCC rejects is simply not used. It is
   built by this process, outside the sandbox, so only for a spec whose own flags ``objcache.cacheable``
   accepts (no include paths, plugins or wrappers reach that compiler); other specs build without one;
@@ -85,8 +85,9 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as ce
 
-from verifier import buildproc, objcache, sandbox
+from verifier import buildproc, childenv, objcache, sandbox
 from verifier.backends import OWN_PREFIX, own_kernel_renames, rename_kernels
+from verifier.config import current_host
 from verifier.pch import ensure_pch, write_build_files
 from verifier.slim import slim_source
 
@@ -243,12 +244,14 @@ class _Build:
             self.say(f"[verifier] torch API compatibility: {rewritten} AT_DISPATCH argument(s) `x.type()` read as "
                      f"`x.scalar_type()` (today's torch no longer converts one to the other)")
         cacheable = objcache.cacheable(spec)
-        self.pch = ensure_pch(spec) if cacheable else None  # no candidate code: its flags are the whitelisted ones
+        host = current_host()  # [verify] pch_dir ("" when pch is off), canonical_binding: verifier/config.py
+        self.pch = ensure_pch(spec, Path(host.pch_dir)) if cacheable and host.pch_dir else None  # whitelisted flags
         self.cpu += time.thread_time() - c0
         env = dict(os.environ, **STEP_ENV, PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
-        env.pop(objcache.OBJ_DIR_ENV, None)
-        self.compile_env = dict(env, **({objcache.OBJ_DIR_ENV: str(self.objects)} if cacheable else {}))
+        self.compile_args = (["--objects", str(self.objects)] if cacheable else []) + \
+            ([] if host.canonical_binding else ["--as-written"])
+        self.compile_env = env
         self.compile_rw = [self.objects] if cacheable else []
         self.check_env = dict(env, LD_LIBRARY_PATH=os.pathsep.join(library_dirs()))
         self.deadline = time.monotonic() + timeout_s
@@ -291,7 +294,7 @@ class _Build:
             self.cpu += time.thread_time() - c0
         report = vdir / buildproc.COMPILE_REPORT
         report.unlink(missing_ok=True)
-        rc = self.step(["compile", str(vdir)], self.compile_env, out, [vdir, *self.compile_rw],
+        rc = self.step(["compile", str(vdir), *self.compile_args], self.compile_env, out, [vdir, *self.compile_rw],
                        [self.pch] if self.pch else [])
         compiled = self.report(report)
         so = sorted(vdir.glob(f"{objcache.MODULE}*.so"))
@@ -381,13 +384,12 @@ class _BuildSandbox:
         # -arch=native asks the device
         self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")), writable=[str(p) for p in writable],
                                    read_only=[str(p) for p in read_only], gpu=Path("/dev/nvidiactl").exists())
-        self.limit = sandbox.PidsLimit()
+        self.limit = sandbox.PidsLimit(current_host().sandbox_pids)
         self.read_fd, self.write_fd = os.pipe()
         self.pass_fds = (self.write_fd,)
 
     def argv(self, cmd: list, env: dict) -> list:
-        return self.box.argv([sys.executable, "-m", "verifier.sandbox", "--supervise", str(self.write_fd), "--", *cmd],
-                             dict(env, KM_SANDBOXED="1"))
+        return self.box.argv(sandbox.supervise_argv(self.write_fd, cmd), dict(env, **{childenv.SANDBOXED: "1"}))
 
     def preexec(self) -> None:
         os.nice(COMPILE_NICE)
@@ -406,7 +408,7 @@ class _BuildSandbox:
         found += [f"wrote {p} (outside the directories a build step may write; the write went to a discarded copy)"
                   for p in self.box.outside_writes()[:10]]
         if self.limit.hits():
-            found.append(f"the process limit ({sandbox.PIDS_MAX} processes and threads) was hit: a fork bomb")
+            found.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
         self.box.remove()
         self.limit.remove()
         return found

@@ -1,14 +1,15 @@
 """The two steps of one build variant, each run by verifier/build.py as its own (sandboxed) process; torch-free
 (the standard library and verifier.objcache), so a step costs a Python start, not torch's import:
 
-    python -m verifier.buildproc compile VARIANT_DIR
+    python -m verifier.buildproc compile VARIANT_DIR [--objects DIR] [--as-written]
     python -m verifier.buildproc check SO_PATH MODULE_NAME REPORT [--import-torch]
 
 ``compile`` builds what the ``build.ninja`` in VARIANT_DIR describes (the verifier's own process wrote it and the
 sources, with ``load_inline`` stopped before ninja): through the object cache (``objcache.run_cached``) when
-``KM_OBJ_DIR`` names one (the verifier sets it only for a spec ``objcache.cacheable`` accepts), else with
-``ninja -v`` as torch's own build runs it; compiler output on stdout (the build log), as ninja prints it. No
-candidate code runs here, only compilers. Report: ``VARIANT_DIR/compile.json``.
+``--objects`` names one (the verifier passes it only for a spec ``objcache.cacheable`` accepts; ``--as-written``:
+the binding file is not put in its canonical form, ``[verify] canonical_binding = false``), else with ``ninja -v``
+as torch's own build runs it; compiler output on stdout (the build log), as ninja prints it. No candidate code
+runs here, only compilers. Report: ``VARIANT_DIR/compile.json``.
 
 ``check`` imports the built module under MODULE_NAME (the spec's own name: the shared object exports that init
 function too, as the execution process loads it), which runs its static initialisers and pybind11 init: the
@@ -22,7 +23,6 @@ sandbox's process tree does not hand its children's usage up to the verifier."""
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import traceback
@@ -39,13 +39,12 @@ def cpu_seconds() -> float:
     return round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 3)
 
 
-def compile_variant(variant_dir: str) -> int:
+def compile_variant(variant_dir: str, obj_dir: str = "", canonical: bool = True) -> int:
     d = Path(variant_dir)
-    obj_dir = os.environ.get(objcache.OBJ_DIR_ENV, "")
     error = f"Error building extension '{objcache.MODULE}'"
     stats: dict = {}
     try:
-        stats = objcache.run_cached(d, obj_dir, error) if obj_dir else objcache.run_ninja(d, error)
+        stats = objcache.run_cached(d, obj_dir, error, canonical_binding=canonical) if obj_dir else objcache.run_ninja(d, error)
         ok = True
     except (RuntimeError, OSError) as e:
         print(error if isinstance(e, RuntimeError) else f"{error}: {e}", flush=True)
@@ -76,8 +75,12 @@ def check_import(so_path: str, name: str, report: str, import_torch: bool = Fals
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "compile":
-        return compile_variant(argv[1])
+    if len(argv) >= 2 and argv[0] == "compile":
+        rest, obj_dir = argv[2:], ""
+        if rest[:1] == ["--objects"] and len(rest) >= 2:
+            obj_dir, rest = rest[1], rest[2:]
+        if rest in ([], ["--as-written"]):
+            return compile_variant(argv[1], obj_dir, canonical=not rest)
     if len(argv) in (4, 5) and argv[0] == "check" and argv[4:] in ([], ["--import-torch"]):
         return check_import(argv[1], argv[2], argv[3], import_torch=len(argv) == 5)
     print(__doc__.split("\n\n")[1], file=sys.stderr)

@@ -1,5 +1,6 @@
 """CLI: ``kernelmill verify TASK.py CANDIDATE [--backend cuda|cpu|auto] [--json]`` and
-``kernelmill metrics RUN_DIR [--k 8] [--json]``.
+``kernelmill metrics RUN_DIR [--k 8] [--slots N] [--json]`` (with the run's verification cost: candidates per
+GPU-hour and seconds per candidate by stage, curation/cost.py).
 
 ``verify`` prints one verdict and exits 0 whatever the candidate did; it exits 2 (an InputError,
 printed by orchestrator/cli.py) only when the verifier itself cannot run: the task file is missing or not
@@ -29,6 +30,9 @@ def register(subparsers) -> None:
     m = subparsers.add_parser("metrics", help="pass@k, avg@k and fast_p over a run directory's verdicts")
     m.add_argument("run_dir")
     m.add_argument("--k", type=int, default=8)
+    m.add_argument("--slots", type=int, default=0,
+                   help="execution slots that shared one GPU in the run, for the verification cost's GPU-hours "
+                        "(default: the configured [verify] exec_workers)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(handler=_metrics)
 
@@ -60,12 +64,14 @@ def format_verdict(v) -> str:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from verifier.api import VerifyConfig, load_reference, verify_candidate  # here: torch stays out of the CLI
+    from kernelmill.settings import parse_section
+    from verifier.api import load_reference  # here: torch stays out of the CLI
+    from verifier.entry import verify_candidate
 
     task_code = _read(args.task, "task file")
     load_reference(task_code, args.task)
     cand = _read(args.candidate, "candidate file", lenient=True)
-    cfg = VerifyConfig.from_dict(args.cfg.get("verify", {}))
+    cfg = parse_section("verify", args.cfg.get("verify", {}), "[verify]")
     v = verify_candidate(task_code, cand, backend=args.backend, config=cfg, task_id=task_id_for(task_code),
                          candidate_id="c" + content_hash(cand))
     print(to_json(v) if args.json else format_verdict(v))
@@ -76,11 +82,18 @@ def _metrics(args: argparse.Namespace) -> int:
 
     if not Path(args.run_dir).is_dir():
         raise InputError(args.run_dir, "run directory does not exist")
+    from curation.cost import cost_section, run_cost  # stdlib-only; here: the verifier package does not need it
+
     verdicts = store.read_records(args.run_dir, "verdicts")
     summary = summarize_verdicts(verdicts, k=args.k)
+    slots = args.slots or int((getattr(args, "cfg", None) or {}).get("verify", {}).get("exec_workers", 1) or 1)
+    if slots < 1:
+        raise InputError("--slots", f"must be >= 1, got {slots}")
+    cost = run_cost(args.run_dir, slots_per_gpu=slots)
     if args.json:
-        print(json.dumps(summary, sort_keys=True))
+        print(json.dumps({**summary, "verification_cost": cost.as_dict() if cost else None}, sort_keys=True))
     else:
         for key, val in summary.items():
             print(f"{key:20s} {val:.4f}" if isinstance(val, float) else f"{key:20s} {val}")
+        print("\n" + "\n".join(cost_section(cost)))
     return 0

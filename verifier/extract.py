@@ -1,7 +1,7 @@
 """Stage 1, extract: the candidate program from a model response (or a plain Python file).
 
 ``extract_code`` guarantees only that what it returns is the text of one code block (or the whole
-input when the input is itself a program); whether that text is a legal candidate is decided by
+input when the input is itself a program, parsing or not); whether that text is a legal candidate is decided by
 ``check_candidate_shape`` and the static stage.
 
 ``ModelNew`` is whatever the module-level name binds when the program has run: ``class ModelNew``, or
@@ -23,6 +23,11 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOT
 _DEFINES_MODEL_NEW = re.compile(r"^(?:class[ \t]+ModelNew\b|ModelNew[ \t]*(?::[^=\n]*)?=(?!=))", re.M)
 
 
+# a line only a Python program of this kind starts with: the ModelNew binding, or an import of torch
+_PROGRAM_LINE = re.compile(r"^(?:class[ \t]+ModelNew\b|ModelNew[ \t]*(?::[^=\n]*)?=(?!=)|import[ \t]+torch\b|"
+                           r"from[ \t]+torch[\w.]*[ \t]+import\b)", re.M)
+
+
 def parse_program(code: str) -> ast.Module | None:
     """The program's AST, or None when it does not parse (a syntax error, a NUL byte, nesting the parser
     refuses): never an exception."""
@@ -40,7 +45,10 @@ def extract_code(response: str) -> str:
     """The candidate program inside ``response``; "" when there is none.
 
     Preference: the last fenced block that defines ``ModelNew`` (python-tagged blocks first), then the
-    last python-tagged block, then the whole response when it parses as Python by itself."""
+    last python-tagged block, then the whole response when it parses as Python by itself, or when it does not
+    parse but is a program all the same (a line binds ``ModelNew`` or imports torch): a bare ``.py`` solution with
+    a syntax error, or code around a stray fence, is then reported as code that does not parse, with its line,
+    not as an answer without code. Prose with no such line gives ""."""
     if not response or not response.strip():
         return ""
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(response)]
@@ -52,8 +60,11 @@ def extract_code(response: str) -> str:
             return with_model[-1].strip() + "\n"
     if py:
         return py[-1].strip() + "\n"
+    whole = response if response.endswith("\n") else response + "\n"
     if "```" not in response and _parses(response):
-        return response if response.endswith("\n") else response + "\n"
+        return whole
+    if _PROGRAM_LINE.search(response):  # a program that does not parse: the shape check names its syntax error
+        return whole
     return ""
 
 
@@ -218,7 +229,9 @@ def check_candidate_shape(code: str, backend: str) -> list[str]:
         try:
             ast.parse(code)
         except SyntaxError as e:
-            return [f"the code does not parse as Python: line {e.lineno}: {e.msg}"]
+            text = (e.text or "").strip()
+            at = f" (the line reads: {text[:100]}{'...' if len(text) > 100 else ''})" if text else ""
+            return [f"the code does not parse as Python: line {e.lineno}: {e.msg}{at}"]
         except Exception as e:  # noqa: BLE001 - NUL bytes, nesting too deep for the parser
             return [f"the code does not parse as Python: {type(e).__name__}: {e}"]
         return ["the code does not parse as Python"]

@@ -251,13 +251,25 @@ def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Ev
             ev.add(cheats.C01, sentence)
 
 
-def own_work_ok(report: ChildReport, cfg: VerifyConfig, v: Verdict) -> tuple[bool, str]:
-    """The partial policy's condition: the candidate's own kernels ran on every trial and, on cuda, took at
-    least ``partial_min_own_share`` of forward's device time (an empty kernel beside PyTorch doing the work
-    does not count). Returns (ok, why not)."""
+def own_kernels_ran(report: ChildReport) -> bool:
+    """The candidate's own kernels were called on every trial (and, on cuda, the profiler saw one run)."""
     trials = [t for t in report.trials if not t.error]
-    if not trials or any(t.kernel_calls == 0 for t in trials) or report.own_kernel_ran is False:
+    return bool(trials) and all(t.kernel_calls > 0 for t in trials) and report.own_kernel_ran is not False
+
+
+NO_CONTRIBUTION = "your own kernels do not contribute to the output: with them skipped it is still correct"
+
+
+def own_work_ok(report: ChildReport, cfg: VerifyConfig, v: Verdict, knocked=None) -> tuple[bool, str]:
+    """The partial policy's condition: the candidate's own kernels ran on every trial and produce part of the
+    output. ``knocked`` is the knockout run's result (verifier/knockout.py: cuda, forward ran PyTorch compute):
+    where conclusive it decides (still correct with every own launch skipped: no part of the output is theirs;
+    wrong, crashed or hung: it is). Without one (cpu, no PyTorch compute) or inconclusive, the share rule: on cuda
+    at least ``partial_min_own_share`` of forward's device time. Returns (ok, why not)."""
+    if not own_kernels_ran(report):
         return False, "none of your own kernels ran on every trial"
+    if knocked is not None and knocked.conclusive:
+        return (False, f"{NO_CONTRIBUTION} ({knocked.detail})") if knocked.outcome == "no_contribution" else (True, "")
     if v.own_kernel_share is not None and v.own_kernel_share < cfg.partial_min_own_share:
         return False, (f"your own kernels took {100 * v.own_kernel_share:.1f}% of forward's device time (at least "
                        f"{100 * cfg.partial_min_own_share:.0f}% is real work beside PyTorch)")
@@ -352,10 +364,11 @@ def run_stage(job: Job, job_dir: Path, report: ChildReport | None = None) -> str
 
 
 def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildRun, device: str,
-          poison: int, reference_timing, ledger: Ledger) -> Verdict:
+          poison: int, reference_timing, ledger: Ledger, knockout=None) -> Verdict:
     """The verdict of one executed candidate. ``plan`` is the task's TaskPlan (verifier/api.py),
     ``reference_timing`` the reference's timings (api.ReferenceTiming: timed in its own process) or None,
-    ``ledger`` what this process handed the child and measured with its own clock (verifier/channel.py)."""
+    ``ledger`` what this process handed the child and measured with its own clock (verifier/channel.py),
+    ``knockout`` the knockout run on demand (cuda: the partial policy's question, see ``_legality_outcome``)."""
     v = w.verdict
     ev = Evidence()
     ref_timing = reference_timing
@@ -514,15 +527,23 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
             return finish(w, "cheat", ev.details)
     else:
         ev.add(None, "Timing failed: " + (report.timing_error or "no timing data"))
-    return _legality_outcome(w, cfg, report, ev)
+    return _legality_outcome(w, cfg, report, ev, knockout)
 
 
-def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence) -> Verdict:
+def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence, knockout=None) -> Verdict:
     """A correct candidate that passed every other check: what the strict and the partial legality policies
-    say (both recorded), and the verdict under ``cfg.legality``."""
+    say (both recorded), and the verdict under ``cfg.legality``. Where forward ran PyTorch compute beside own
+    kernels that ran on every trial, ``knockout()`` (a zero-argument callable, cuda; verifier/knockout.py) runs
+    the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do."""
     v = w.verdict
     torch_codes = set(ev.torch_codes) | ({cheats.C01} if w.torch_findings else set())
-    partial_ok, why_not = own_work_ok(report, cfg, v)
+    knocked = knockout() if torch_codes and knockout is not None and own_kernels_ran(report) else None
+    if knocked is not None:
+        v.versions["knockout"] = knocked.to_dict()
+        if not knocked.conclusive:
+            w.notes.append(f"Partial legality: the knockout run (your kernels' launches skipped) was inconclusive: "
+                           f"{knocked.detail}; the share of device time decided instead.")
+    partial_ok, why_not = own_work_ok(report, cfg, v, knocked)
     v.pass_strict, v.pass_partial = not torch_codes, partial_ok
     details = [f"Static check, {f}." for f in w.torch_findings] + ev.details
     if cfg.legality == "strict" and torch_codes:

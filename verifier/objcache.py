@@ -43,8 +43,6 @@ from pathlib import Path
 from verifier import binding
 
 MODULE = "km_ext"  # the module name of every extension the compile pool builds
-OBJ_DIR_ENV = "KM_OBJ_DIR"
-CANONICAL_OFF_ENV = "KM_NO_CANONICAL_BINDING"  # =1: binding files compiled as written (verifier/binding.py)
 
 # flags a candidate may pass (extra_cflags / extra_cuda_cflags / extra_ldflags) and still share objects
 CACHEABLE_FLAGS = re.compile(
@@ -293,12 +291,14 @@ def _canonical_link(build_dir: Path, c: _Canonical, others: list[str], link: str
     return True
 
 
-def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error_prefix: str = "Error building") -> dict:
+def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error_prefix: str = "Error building",
+               canonical_binding: bool = True) -> dict:
     """Build what torch's build.ninja in ``build_dir`` describes, reusing cached objects; returns
     ``{"hits": [...], "misses": [...]}`` (object names; ``"binding": "canonical"`` when the binding file was
     compiled in its canonical form), or ``{"ninja": True}`` when it ran ninja as is.
 
-    The binding file (``main.cpp``) is compiled in its canonical form when it has one (verifier/binding.py: one
+    The binding file (``main.cpp``) is compiled in its canonical form (``canonical_binding=False``, the
+    ``[verify]`` key: never) when it has one (verifier/binding.py: one
     object per declared signature set, whatever the candidate's names; a build that finds another compiling the
     same object builds its other objects first, then takes it from the cache); when that form fails to compile
     or link, or the other objects do not define what it declares, the file is compiled and linked as written, and
@@ -315,7 +315,7 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
     mains = [t for t in compiles if t[1] == "compile" and len(t[2]) == 1 and Path(t[2][0]).name == "main.cpp"]
     canonical, ready = None, None
     for i, (out, _rule, inputs) in enumerate(compiles):
-        if len(mains) == 1 and out == mains[0][0] and os.environ.get(CANONICAL_OFF_ENV) != "1":
+        if canonical_binding and len(mains) == 1 and out == mains[0][0]:
             canonical = _canonical_form(build_dir, cache_dir, out, inputs[0])
             if canonical is not None:
                 ready = _canonical_object(build_dir, cache_dir, canonical, wait=False)

@@ -1,6 +1,6 @@
 """The precompiled header of a build's binding file: ``torch/extension.h`` compiled once by GCC per compiler,
-torch version and cflags set, under a shared cache directory (``KM_PCH_DIR``, default
-``~/.cache/kernelmill/pch``; ``KM_NO_PCH=1`` turns it off), so that each candidate's ``main.cpp`` skips parsing
+torch version and cflags set, under a shared cache directory (``[verify] pch_dir``, default
+``~/.cache/kernelmill/pch``; ``[verify] pch = false`` turns it off), so that each candidate's ``main.cpp`` skips parsing
 the ~150k lines that header pulls in (verifier/build.py's module docstring says where it is used).
 
 Guarantees: the PCH's compiler and flags are the ones torch itself writes into the ninja file for those kwargs
@@ -28,10 +28,6 @@ PCH_MAX_FLAG_SETS = 6  # each PCH is ~0.8 GB: only this many distinct cflags set
 # one load_inline at a time in this process: the stop below patches torch's module, and its extension versioner
 # would rename a second concurrent extension of the same name (``name_v1``), which the ninja file then builds
 _WRITE_LOCK = threading.Lock()
-
-
-def pch_root() -> Path:
-    return Path(os.environ.get("KM_PCH_DIR") or Path.home() / ".cache" / "kernelmill" / "pch")
 
 
 def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
@@ -100,12 +96,12 @@ def pch_key(kwargs: dict) -> str:
     return hashlib.sha256(pch_signature(kwargs).encode()).hexdigest()[:16]
 
 
-def ensure_pch(kwargs: dict) -> Path | None:
-    """A directory holding ``torch/extension.h.gch`` for these cflags (built once, under a lock), or None."""
+def ensure_pch(kwargs: dict, root: Path) -> Path | None:
+    """A directory under ``root`` (the ``[verify] pch_dir`` cache) holding ``torch/extension.h.gch`` for these
+    cflags (built once, under a lock), or None."""
 
-    if sys.platform != "linux" or os.environ.get("KM_NO_PCH"):
+    if sys.platform != "linux":
         return None
-    root = pch_root()
     sig = pch_signature(kwargs)
     d = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
     gch = d / "torch" / "extension.h.gch"

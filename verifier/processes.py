@@ -42,7 +42,8 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 
-from verifier import sandbox
+from verifier import childenv, sandbox
+from verifier.config import current_host
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,13 +51,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def child_env(**extra: str) -> dict:
     """The environment of every execution process: this repository importable, no bytecode written."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-                PYTHONDONTWRITEBYTECODE="1", KM_SANDBOX_NOTE=json.dumps(sandbox.status()), **extra)
+                PYTHONDONTWRITEBYTECODE="1", **{childenv.SANDBOX_NOTE: json.dumps(sandbox.status())}, **extra)
 
 
 def environment_signature() -> str:
-    """What a long-lived execution process inherited: the environment (the sandbox switch and everything
-    child_env passes) and whether bubblewrap is used. A process serves only while this is unchanged."""
-    return hashlib.sha256(json.dumps([sorted(os.environ.items()), sandbox.enabled()]).encode()).hexdigest()
+    """What a long-lived execution process inherited: the environment (everything child_env passes), the host
+    settings (verifier/config.py) and whether bubblewrap is used. A process serves only while this is unchanged."""
+    state = [sorted(os.environ.items()), repr(current_host()), sandbox.enabled()]
+    return hashlib.sha256(json.dumps(state).encode()).hexdigest()
 
 
 class ForkServer:
@@ -71,23 +73,25 @@ class ForkServer:
         self.signature = environment_signature()
         env = child_env()
         if backend == "cpu":
-            env.update(CPU_CHILD_ENV, KM_CPU_PERTURB=str(CPU_PERTURB))
+            env.update(CPU_CHILD_ENV, **{childenv.CPU_PERTURB: str(CPU_PERTURB)})
             env.setdefault("OMP_NUM_THREADS", "1")
         if warm:
             # the server itself runs one OpenMP thread (an OpenMP pool does not survive a fork); each child
             # sets the count a fresh process would have had
             # NVML for torch's device count: `import torch.utils.cpp_extension` counts devices, and the CUDA
             # runtime's count marks every later fork "bad" (no CUDA there); NVML's does not (measured on the H100)
-            env.update(KM_SERVE_WARM="1", KM_WARM_BACKEND=backend, OMP_NUM_THREADS="1", PYTORCH_NVML_BASED_CUDA_CHECK="1",
-                       KM_CHILD_OMP_THREADS=os.environ.get("OMP_NUM_THREADS", ""))
-        cmd = [sys.executable, "-m", "verifier.worker", "--serve"]
+            env.update({childenv.SERVE_WARM: "1", childenv.WARM_BACKEND: backend, "OMP_NUM_THREADS": "1",
+                        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+                        childenv.CHILD_OMP_THREADS: os.environ.get("OMP_NUM_THREADS", "")})
+        host = current_host()
+        cmd = [sys.executable, "-m", "verifier.worker", "--serve", str(host.sandbox_procs)]
         self.sandbox, self.limit, self.job_root, self.build_root = None, None, job_root, build_root
         self.locks = list(locks)
         if job_root and sandbox.enabled():
             self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
                                            writable=[job_root, *locks], read_only=[build_root], gpu=backend != "cpu")
-            self.limit = sandbox.PidsLimit()
-            cmd, env = self.sandbox.argv(cmd, dict(env, KM_SANDBOXED="1")), {}
+            self.limit = sandbox.PidsLimit(host.sandbox_pids)
+            cmd, env = self.sandbox.argv(cmd, dict(env, **{childenv.SANDBOXED: "1"})), {}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
                                      preexec_fn=self.limit.enter if self.limit else None)
 
@@ -104,7 +108,7 @@ class ForkServer:
         if self.sandbox:
             findings += _write_findings(self.sandbox.outside_writes())
         if self.limit and self.limit.hits() > hits:
-            findings.append(f"the process limit ({sandbox.PIDS_MAX} processes and threads) was hit: a fork bomb")
+            findings.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
         return int(rc), bool(int(timed_out)), findings
 
     def alive(self) -> bool:
@@ -239,8 +243,8 @@ def _close_servers() -> None:
 
 
 def _base_job_root() -> str:
-    if os.environ.get("KM_JOB_DIR"):
-        return os.environ["KM_JOB_DIR"]
+    if current_host().job_dir:
+        return current_host().job_dir
     try:
         st = os.statvfs("/dev/shm")
         if st.f_bavail * st.f_frsize > 8 * 2**30 and os.access("/dev/shm", os.W_OK):
@@ -256,10 +260,10 @@ _JOB_ROOTS_LOCK = threading.Lock()
 
 def _job_root() -> str:
     """Where this thread's job directories go: a directory of its own (the only one its sandboxed
-    execution processes may write) under ``KM_JOB_DIR``, else /dev/shm when it has room (inputs and
+    execution processes may write) under ``[verify] job_dir``, else /dev/shm when it has room (inputs and
     outputs of a job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off
     the disk), else the default temporary directory."""
-    tid = _slot()
+    tid = (*_slot(), current_host().job_dir)  # a new [verify] job_dir: a new root
     with _JOB_ROOTS_LOCK:
         root = _JOB_ROOTS.get(tid)
         if root is None or not os.path.isdir(root):
@@ -298,10 +302,9 @@ class Sandboxed:
         if writable and writable[0] and sandbox.enabled():
             self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
                                            writable=writable, gpu=gpu, read_only=read_only)
-            self.limit = sandbox.PidsLimit()
+            self.limit = sandbox.PidsLimit(current_host().sandbox_pids)
             r, w = os.pipe()
-            command = self.sandbox.argv([sys.executable, "-m", "verifier.sandbox", "--supervise", str(w), "--",
-                                         *command], dict(env, KM_SANDBOXED="1"))
+            command = self.sandbox.argv(sandbox.supervise_argv(w, command), dict(env, **{childenv.SANDBOXED: "1"}))
             popen["pass_fds"] = (w,)
             env = {}
         self.proc = subprocess.Popen(command, env=env, text=True, start_new_session=True,
@@ -343,7 +346,7 @@ class Sandboxed:
             self.sandbox.remove()
         if self.limit:
             if self.limit.hits():
-                out.append(f"the process limit ({sandbox.PIDS_MAX} processes and threads) was hit: a fork bomb")
+                out.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
             self.limit.remove()
         return out
 

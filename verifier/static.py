@@ -3,8 +3,11 @@
 
 What the scan guarantees: every finding names a cheat code (verifier/cheats.py), the line and the
 construct; it never fails on the candidate's Python (any internal failure is a :class:`StaticScanError`
-for that candidate, a verifier fault). What it does not: Python is dynamic, so ``getattr(torch, "mat" + "mul")``
-passes this stage; the runtime dispatch check in the execution child is the backstop for every compute rule here.
+for that candidate, a verifier fault). What it does not: Python is dynamic, so compute reached through a name
+bound at run time (``f = getattr(torch, name)`` called later) passes this stage; the runtime dispatch check in the
+execution child is the backstop for every compute rule here. Reflection (``getattr``/``setattr``, ``__dict__``,
+``vars``) is judged by what it does and on whose object (verifier/static_tamper.py): writes to what is not the
+candidate's are C11, reads of its own objects are not findings.
 
 What it reads as the candidate's forward: ``ModelNew`` is the class the module-level name binds (``class
 ModelNew`` or ``ModelNew = Model``, extract.model_new_binding), with the program's classes it inherits from. The
@@ -18,15 +21,17 @@ ModuleDict) is PyTorch compute only when a PyTorch layer is among its members.
 from __future__ import annotations
 
 import ast
-import inspect
-import re
-import textwrap
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from verifier import cheats
 from verifier.extract import _dotted, model_new_binding
+from verifier.static_literal import ExtensionSpec, _is_load_inline, _module_constants, exported_functions, \
+    resolve_extensions
+from verifier.static_scope import _loop_bindings, _main_guard, _own_chain, _Scope, init_only_nodes
+from verifier.static_tamper import DUNDER_OK, Context, _dunder, dunder_code, foreign_names, judge_call, \
+    judge_namespace, judge_store, private_torch
 
 # torch.X / torch.cuda.X / F.X calls that allocate, view, describe or synchronise: never compute.
 TORCH_ALLOWED = {
@@ -79,12 +84,6 @@ SYS_ALLOWED = {"version", "version_info", "platform", "maxsize", "float_info", "
                "getrecursionlimit", "hexversion", "implementation"}
 OS_ALLOWED = {"environ", "getenv", "path", "cpu_count", "makedirs", "sep", "name", "getpid", "linesep", "pathsep",
               "fspath"}
-# dunder attributes and names with no reach into other namespaces
-DUNDER_OK = {"__init__", "__name__", "__class__", "__doc__", "__qualname__", "__module__", "__version__",
-             "__call__", "__len__", "__getitem__", "__setitem__", "__enter__", "__exit__", "__iter__", "__next__",
-             "__repr__", "__str__", "__eq__", "__hash__", "__file__", "__annotations__", "__slots__", "__all__",
-             "__post_init__", "__contains__", "__bool__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
-             "__new__", "__setstate__", "__getstate__"}
 # names that are introspection or code building even when not called directly (``f = getattr; f(...)``)
 REFLECTIVE_NAMES = {"eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11, "__import__": cheats.C11,
                     "setattr": cheats.C11, "delattr": cheats.C11, "globals": cheats.C15, "locals": cheats.C15,
@@ -99,8 +98,8 @@ FILE_READERS = ("numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfi
                 "numpy.savez", "numpy.savetxt", "numpy.lib.", "torch.load", "torch.save", "torch.from_file",
                 "torch.serialization.", "torch.storage.", "torch.UntypedStorage.from_file")
 CALL_CODES = {
-    "open": cheats.C15, "sys._getframe": cheats.C15, "globals": cheats.C15, "locals": cheats.C15, "vars": cheats.C15,
-    "__import__": cheats.C11, "eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11, "setattr": cheats.C11,
+    "open": cheats.C15, "sys._getframe": cheats.C15, "globals": cheats.C15, "locals": cheats.C15,
+    "__import__": cheats.C11, "eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11,
     "time.sleep": cheats.C17, "os.system": cheats.C17, "os.fork": cheats.C17, "os.popen": cheats.C17,
     "os.kill": cheats.C17, "os.remove": cheats.C17, "os.unlink": cheats.C17, "os.execv": cheats.C17,
     "os.execl": cheats.C17, "os.spawnl": cheats.C17, "os.listdir": cheats.C15, "os.walk": cheats.C15,
@@ -114,8 +113,6 @@ CALL_CODES = {
 ATTR_CODES = {"sys.stdout": cheats.C18, "sys.__stdout__": cheats.C18, "sys.modules": cheats.C11,
               "__builtins__": cheats.C11, "__subclasses__": cheats.C15, "__globals__": cheats.C15,
               "f_back": cheats.C15, "f_locals": cheats.C15}
-LOAD_INLINE_KEYS = ("cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags",
-                    "extra_ldflags", "extra_include_paths", "with_cuda", "name")
 
 
 @dataclass
@@ -127,15 +124,6 @@ class Finding:
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.what} [{self.code}]"
-
-
-@dataclass
-class ExtensionSpec:
-    """The literal arguments of one load_inline call; ``resolved`` False when some could not be read."""
-    line: int
-    args: dict = field(default_factory=dict)
-    resolved: bool = True
-    problem: str = ""
 
 
 @dataclass
@@ -153,417 +141,10 @@ class StaticReport:
         return sorted({f.what.split("`")[1] for f in self.findings if f.code == cheats.C01 and "`" in f.what})
 
 
-class _Unresolvable(Exception):
-    pass
-
-
 class StaticScanError(Exception):
     """The static stage itself failed on one candidate: a fault of the verifier, not of the candidate. Raised by
     :func:`scan` for any unexpected internal exception, with the candidate's problem described (the exception, the
     place in this module where it was raised); the caller makes it that candidate's ``verifier_error``."""
-
-
-# the largest string or sequence a constant expression may build while being read (a source is far smaller)
-_MAX_LITERAL = 1 << 24
-
-
-def _literal(node: ast.AST, env: dict):
-    """Evaluate constant strings, names bound to constants, + of strings, lists, tuples, dicts (tuple keys,
-    ``**`` unpacking), f-strings of constants and str.join over constants. Anything else raises _Unresolvable,
-    and so does anything that fails while being read (never another exception: unusual but valid Python such as
-    ``{(1, 2): 3}`` or ``{**A, "b": 2}`` must not stop the scan)."""
-    try:
-        value = _literal_node(node, env)
-    except _Unresolvable:
-        raise
-    except (RecursionError, MemoryError):
-        raise _Unresolvable("expression too deep or too large") from None
-    except Exception as e:  # noqa: BLE001 - TypeError, AttributeError, OverflowError...: not a constant we read
-        raise _Unresolvable(f"{type(e).__name__}: {e}") from None
-    if isinstance(value, (str, list, dict)) and len(value) > _MAX_LITERAL or \
-            isinstance(value, int) and value.bit_length() > _MAX_LITERAL // 16:
-        raise _Unresolvable("constant too large")
-    return value
-
-
-def _bounded_format(fmt: str, kind: str = "spec", args=()) -> str:
-    """``fmt`` when formatting with it cannot build a huge string (a width or precision of millions), else
-    _Unresolvable. ``kind``: a format spec (f-string), a ``%`` format or a ``str.format`` template (``args``: its
-    arguments, which may be widths of nested fields)."""
-    huge = {"spec": r"\d{7,}",
-            "percent": r"%[#0\- +]*(?:\*|\d{7,}|\d*\.(?:\*|\d{7,}))",
-            "format": r"\{[^{}]*:[^{}]*\d{7,}[^{}]*\}"}[kind]
-    if re.search(huge, fmt) or (kind == "format" and "{" in fmt.partition(":")[2] and
-                                any(isinstance(a, int) and abs(a) > 10 ** 6 for a in args)):
-        raise _Unresolvable("format width too large to read")
-    return fmt
-
-
-def _hashable(value):
-    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
-
-
-def _literal_node(node: ast.AST, env: dict):
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id in env:
-            return env[node.id]
-        raise _Unresolvable(node.id)
-    if isinstance(node, (ast.List, ast.Tuple)):
-        out = []
-        for e in node.elts:
-            if isinstance(e, ast.Starred):
-                inner = _literal(e.value, env)
-                if not isinstance(inner, (list, tuple, str)):
-                    raise _Unresolvable("starred element not a sequence")
-                out.extend(inner)
-            else:
-                out.append(_literal(e, env))
-        return out
-    if isinstance(node, ast.Dict):
-        out_d: dict = {}
-        for k, v in zip(node.keys, node.values):
-            if k is None:  # {**OTHER, ...}
-                inner = _literal(v, env)
-                if not isinstance(inner, dict):
-                    raise _Unresolvable("** of something not a dict")
-                out_d.update(inner)
-            else:
-                out_d[_hashable(_literal(k, env))] = _literal(v, env)
-        return out_d
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        operands = []  # a + b + c + ... is left-nested: read it as a list, not by recursion (long sources)
-        while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            operands.append(node.right)
-            node = node.left
-        operands.append(node)
-        acc = _literal(operands[-1], env)
-        for o in reversed(operands[:-1]):
-            acc = acc + _literal(o, env)
-            if isinstance(acc, (str, list)) and len(acc) > _MAX_LITERAL:
-                raise _Unresolvable("constant too large")
-        return acc
-    if isinstance(node, ast.JoinedStr):
-        out_s = []
-        for v in node.values:
-            if isinstance(v, ast.FormattedValue):
-                value = _literal(v.value, env)
-                if not isinstance(value, (str, int, float, bool)) and value is not None:
-                    raise _Unresolvable("f-string of a container")  # a tuple was read as a list: its text differs
-                if v.conversion in (ord("r"), ord("s"), ord("a")):
-                    value = {ord("r"): repr, ord("s"): str, ord("a"): ascii}[v.conversion](value)
-                spec = _bounded_format(_literal(v.format_spec, env)) if v.format_spec is not None else ""
-                out_s.append(format(value, spec))
-            else:
-                out_s.append(_literal(v, env))
-        return "".join(out_s)
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
-            and len(node.args) == 1 and not node.keywords):
-        sep, items = _literal(node.func.value, env), _literal(node.args[0], env)
-        if not isinstance(sep, str) or not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            raise _Unresolvable("str.join of something not strings")
-        return sep.join(items)
-    if isinstance(node, ast.Call) and _dotted(node.func) in ("textwrap.dedent", "dedent", "inspect.cleandoc") and \
-            len(node.args) == 1 and not node.keywords:
-        text = _literal(node.args[0], env)
-        if isinstance(text, str):
-            return inspect.cleandoc(text) if _dotted(node.func).endswith("cleandoc") else textwrap.dedent(text)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-            node.func.attr in ("strip", "lstrip", "rstrip", "replace", "format", "upper", "lower"):
-        base = _literal(node.func.value, env)
-        if any(isinstance(a, ast.Starred) for a in node.args):
-            raise _Unresolvable("starred argument")
-        args = [_literal(a, env) for a in node.args]
-        kwargs = {k.arg: _literal(k.value, env) for k in node.keywords if k.arg}
-        if isinstance(base, str) and len(kwargs) == len(node.keywords) and \
-                all(isinstance(a, (str, int, float)) for a in [*args, *kwargs.values()]):
-            if node.func.attr == "format":
-                _bounded_format(base, "format", [*args, *kwargs.values()])
-            if node.func.attr == "replace" and len(args) >= 2 and isinstance(args[0], str) and \
-                    isinstance(args[1], str) and args[0] and \
-                    len(base) + base.count(args[0]) * max(0, len(args[1]) - len(args[0])) > _MAX_LITERAL:
-                raise _Unresolvable("str.replace result too large")
-            try:
-                return getattr(base, node.func.attr)(*args, **kwargs)
-            except (ValueError, IndexError, KeyError, TypeError, AttributeError) as e:
-                raise _Unresolvable(f"str.{node.func.attr}: {e}") from None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("str", "int", "float") \
-            and len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
-        value = _literal(node.args[0], env)
-        if isinstance(value, (str, int, float)):
-            try:
-                return {"str": str, "int": int, "float": float}[node.func.id](value)
-            except ValueError as e:
-                raise _Unresolvable(str(e)) from None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-        base, arg = _literal(node.left, env), _literal(node.right, env)
-        if isinstance(base, str):
-            _bounded_format(base, "percent")
-            try:
-                return base % (tuple(arg) if isinstance(arg, list) else arg)
-            except (ValueError, IndexError, KeyError, TypeError) as e:
-                raise _Unresolvable(f"%-format: {e}") from None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        a, b = _literal(node.left, env), _literal(node.right, env)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            return a * b
-        if isinstance(a, int) and isinstance(b, str):
-            a, b = b, a
-        if isinstance(a, str) and isinstance(b, int) and not isinstance(b, bool) and len(a) * max(b, 0) <= _MAX_LITERAL:
-            return a * b  # "-" * 70 in a generated comment line
-    raise _Unresolvable(type(node).__name__)
-
-
-def _module_constants(tree: ast.Module) -> dict:
-    env: dict = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                env[node.targets[0].id] = _literal(node.value, env)
-            except _Unresolvable:
-                env.pop(node.targets[0].id, None)
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            try:
-                env[node.target.id] = _literal(node.value, env)
-            except _Unresolvable:
-                pass
-    return env
-
-
-def _is_load_inline(call: ast.Call) -> bool:
-    name = _dotted(call.func)
-    return name == "load_inline" or name.endswith(".load_inline")
-
-
-def resolve_extensions(tree: ast.Module) -> list[ExtensionSpec]:
-    """Every load_inline call with its arguments read statically (module-level constants only)."""
-    env = _module_constants(tree)
-    specs = []
-    positional = ("name", "cpp_sources", "cuda_sources")
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _is_load_inline(node)):
-            continue
-        spec = ExtensionSpec(line=node.lineno)
-        given = list(zip(positional, node.args)) + [(kw.arg, kw.value) for kw in node.keywords
-                                                      if kw.arg in LOAD_INLINE_KEYS]
-        if any(kw.arg is None for kw in node.keywords):
-            spec.resolved, spec.problem = False, "load_inline argument not a constant (**kwargs)"
-        for key, arg in given:  # each argument on its own: `functions` stays known when a source is not
-            try:
-                spec.args[key] = _literal(arg, env)
-            except _Unresolvable as e:
-                spec.resolved = False
-                spec.problem = spec.problem or f"load_inline argument not a constant ({e})"
-        specs.append(spec)
-    return specs
-
-
-def exported_functions(specs: list[ExtensionSpec]) -> list[str]:
-    names: list[str] = []
-    for s in specs:
-        fns = s.args.get("functions") or []
-        if isinstance(fns, str):
-            fns = [fns]
-        if isinstance(fns, dict):
-            names += [str(k) for k in fns]
-        elif isinstance(fns, (list, tuple)):
-            names += [str(f) for f in fns]
-        else:  # not what load_inline takes; the build says so, the scan goes on
-            names.append(str(fns))
-    return names
-
-
-def _class_defs(tree: ast.Module) -> dict[str, ast.ClassDef]:
-    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-
-
-# nn classes that hold parameters or modules, or compute nothing in eval mode (a view, the identity)
-_NN_NO_COMPUTE = {"Parameter", "ParameterList", "ParameterDict", "Flatten", "Unflatten", "Identity", "Dropout",
-                  "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Module"}
-# containers: they compute what their members compute (a Sequential of the candidate's own modules runs its kernels)
-_NN_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict"}
-
-
-def _main_guard(node: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` (either side): a block that never runs when the verifier imports the program."""
-    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1
-            and isinstance(node.test.ops[0], ast.Eq)):
-        return False
-    sides = [node.test.left, node.test.comparators[0]]
-    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and \
-        any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
-
-
-def _own_chain(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
-    """``cls`` and the classes of the program it inherits from (by name, transitively): their methods are its."""
-    chain, todo = [], [cls]
-    while todo:
-        c = todo.pop(0)
-        if any(c is d for d in chain):
-            continue
-        chain.append(c)
-        for base in c.bases:
-            if isinstance(base, ast.Name) and base.id in classes and base.id != "Model":
-                todo.append(classes[base.id])
-    return chain
-
-
-class _Scope:
-    """What the scan knows about the program's structure: which module-level functions and classes can run
-    (``dead``: the nodes of those that nothing live names), which ``self.X`` of a class are PyTorch layers."""
-
-    def __init__(self, tree: ast.Module, model_new: ast.ClassDef | None, canonical, skipped: list[ast.stmt]):
-        self.tree, self.canonical = tree, canonical
-        self.classes = _class_defs(tree)
-        self.dead = self._dead_nodes(model_new, skipped)
-
-    # ---- liveness: what ModelNew, its bases, and the module-level code that runs at import name
-    def _dead_nodes(self, model_new: ast.ClassDef | None, skipped: list[ast.stmt]) -> set[int]:
-        """Ids of the nodes of module-level functions and classes that nothing live refers to by name (a class
-        the program defines and never uses, a test helper): code that never runs, so not scanned as if forward
-        called it. Conservative: any mention of the name (a call, an attribute, a decorator, a default value)
-        makes it live, and so does a decorator or a metaclass on it (registration at import). Without a ModelNew
-        class everything is live."""
-        if model_new is None:
-            return set()
-        skipped_ids = {id(n) for n in skipped}
-        defs: dict[str, list[ast.stmt]] = {}
-        roots: list[ast.AST] = []
-        forced: set[str] = set()
-        for top in self.tree.body:
-            if id(top) in skipped_ids:
-                continue
-            if isinstance(top, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                defs.setdefault(top.name, []).append(top)
-                # what runs when the definition runs: decorators, bases, keywords, defaults, a class body's statements
-                roots += top.decorator_list
-                if top.decorator_list or (isinstance(top, ast.ClassDef) and top.keywords):
-                    forced.add(top.name)  # a decorator or a metaclass may register it where forward finds it
-                if isinstance(top, ast.ClassDef):
-                    roots += top.bases + [k.value for k in top.keywords]
-                    roots += [m for m in top.body if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
-                else:
-                    roots += top.args.defaults + [d for d in top.args.kw_defaults if d is not None]
-            else:
-                roots.append(top)
-        roots.append(model_new)
-        live: set[str] = set()
-        todo = list(roots) + [d for name in forced for d in defs[name]]
-        live |= forced
-        while todo:
-            node = todo.pop()
-            for name in _refs(node):
-                if name in defs and name not in live:
-                    live.add(name)
-                    todo += defs[name]
-        live |= {c.name for c in _own_chain(model_new, self.classes)}
-        dead: set[int] = set()
-        for name, nodes in defs.items():
-            if name in live:
-                continue
-            for d in nodes:
-                if d is model_new:
-                    continue
-                body = d.body if isinstance(d, ast.ClassDef) else [d]
-                for member in body:  # a dead class's methods; its other statements ran at import (roots above)
-                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(d, ast.ClassDef):
-                        dead |= {id(n) for n in ast.walk(member)}
-        return dead
-
-    # ---- PyTorch layers held by a class
-    def nn_class(self, call: ast.AST) -> str:
-        """The nn class a call constructs (``nn.Linear(...)`` -> "Linear"), "" when it is not one."""
-        if not isinstance(call, ast.Call):
-            return ""
-        raw = _dotted(call.func)
-        full = self.canonical(raw) if raw else ""
-        for prefix in ("torch.nn.", "nn."):
-            for name in (full, raw):
-                if name.startswith(prefix):
-                    rest = name[len(prefix):]
-                    if rest.split(".")[0] in ("init", "functional", "utils", "parameter"):
-                        return ""  # functions and helpers, not a module
-                    return rest.split(".")[-1]
-        return ""
-
-    def _computes(self, call: ast.Call, fn: ast.AST | None) -> bool:
-        """Whether an nn construction computes with PyTorch when called: a layer does (not those in
-        _NN_NO_COMPUTE); a container does when a layer is among its members, read from its arguments and, for
-        names they use, from what the enclosing function assigns or appends to those names."""
-        kind = self.nn_class(call)
-        if kind in _NN_NO_COMPUTE or not kind:
-            return False
-        if kind not in _NN_CONTAINERS:
-            return True
-        sources: list[ast.AST] = [*call.args, *[k.value for k in call.keywords]]
-        names = {n.id for src in sources for n in ast.walk(src) if isinstance(n, ast.Name)}
-        if fn is not None:  # layers = [nn.Linear(...)]; layers.append(...); layers += [...]
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets):
-                    sources.append(n.value)
-                elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in names:
-                    sources.append(n.value)
-                elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
-                        isinstance(n.func.value, ast.Name) and n.func.value.id in names and \
-                        n.func.attr in ("append", "extend", "insert", "update", "__setitem__"):
-                    sources += n.args
-                elif isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
-                                                       and t.value.id in names for t in n.targets):
-                    sources.append(n.value)
-        return any(self.nn_class(n) and self.nn_class(n) not in _NN_NO_COMPUTE | _NN_CONTAINERS
-                   for src in sources for n in ast.walk(src))
-
-    def torch_layers(self, cls: ast.ClassDef | None) -> set[str]:
-        """Attributes ``self.X`` of ``cls`` (and of the classes of the program it inherits from) assigned a PyTorch
-        layer or a container holding one; a container of the program's own modules is not one."""
-        out: set[str] = set()
-        if cls is None:
-            return out
-        for c in _own_chain(cls, self.classes):
-            for fn in c.body:
-                for node in ast.walk(fn):
-                    target = value = None
-                    if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
-                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                        for t in targets:
-                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                                if self._computes(node.value, fn):
-                                    out.add(t.attr)
-                        continue
-                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                            node.func.attr in ("add_module", "register_module") and len(node.args) == 2 and \
-                            isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                        target, value = node.args[0].value, node.args[1]
-                    if target and isinstance(value, ast.Call) and self._computes(value, fn):
-                        out.add(target)
-        return out
-
-
-def _loop_bindings(target: ast.AST, it: ast.AST) -> list[tuple[str, ast.AST]]:
-    """(loop variable, what it iterates over) for ``for target in it``, through enumerate / zip / reversed /
-    list and the module methods that yield members (children, values, items, named_children...)."""
-    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.args:
-        fn = it.func.id
-        if fn == "enumerate":
-            return _loop_bindings(target.elts[1], it.args[0]) if isinstance(target, ast.Tuple) and \
-                len(target.elts) == 2 else []
-        if fn == "zip":
-            return [b for t, a in zip(target.elts, it.args) for b in _loop_bindings(t, a)] if \
-                isinstance(target, ast.Tuple) and len(target.elts) == len(it.args) else []
-        if fn in ("reversed", "list", "iter", "tuple", "sorted"):
-            return _loop_bindings(target, it.args[0])
-        return []
-    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute):
-        if it.func.attr in ("children", "values", "modules"):
-            return _loop_bindings(target, it.func.value)
-        if it.func.attr in ("items", "named_children", "named_modules"):
-            return _loop_bindings(target.elts[1], it.func.value) if isinstance(target, ast.Tuple) and \
-                len(target.elts) == 2 else []
-        return []
-    if isinstance(it, ast.Subscript):
-        return _loop_bindings(target, it.value)
-    return [(target.id, it)] if isinstance(target, ast.Name) else []
 
 
 def scan(code: str, backend: str = "cpu") -> StaticReport:
@@ -580,7 +161,7 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                               f"{e.msg}); the extract stage should have stopped it") from e
     except Exception as e:  # noqa: BLE001 - the scan's own fault: one candidate's verifier_error, not a crash
         where = traceback.extract_tb(e.__traceback__)
-        last = next((f for f in reversed(where) if f.filename.endswith(("static.py", "extract.py", "vendor.py"))),
+        last = next((f for f in reversed(where) if f.filename.endswith(("static.py", "static_literal.py", "static_scope.py", "static_tamper.py", "extract.py", "vendor.py"))),
                     where[-1] if where else None)
         at = f" at {Path(last.filename).name}:{last.lineno} in {last.name}" if last else ""
         raise StaticScanError(f"the static scan failed on this candidate: {type(e).__name__}: {e}{at}") from e
@@ -678,6 +259,9 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                                 (isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
                                  n.func.value.id == name and n.func.attr in ("forward", "__call__"))):
                             loop_layers[id(n)] = f"{recv} (as `{name}`)"
+    # reflection is judged by what it does and on whose object (static_tamper): writes to what is not the
+    # candidate's are patches, reads of its own objects are not
+    reflect = Context(_module_constants(tree), foreign_names(tree, set(aliases)), canonical, _is_torch_compute)
     if binding is not None and binding.reference_model:
         add(cheats.C04, next((n for n in tree.body if getattr(n, "lineno", 0) == binding.line), tree),
             f"`ModelNew` is bound to `{binding.alias}`, the reference `Model`")
@@ -694,9 +278,7 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                 add(cheats.C11, node, f"uses `{node.id}` (interpreter internals)")
             elif isinstance(node, ast.Attribute) and _dunder(node.attr) and node.attr not in DUNDER_OK and \
                     node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
-                add(cheats.C15 if node.attr.startswith(("__glob", "__code", "__closure", "__self", "__func",
-                                                         "__traceback", "__frame")) else cheats.C11,
-                    node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
+                add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
             elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("sys.") and \
                     canonical(_dotted(node)).split(".")[1] not in SYS_ALLOWED and \
                     not any(canonical(_dotted(node)) == k or canonical(_dotted(node)).startswith(k + ".")
@@ -711,11 +293,13 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                     canonical(_dotted(node)) not in CALL_CODES and not isinstance(parents.get(id(node)), ast.Attribute):
                 add(cheats.C17, node, f"touches `{canonical(_dotted(node))}` (the operating system)")
             elif isinstance(node, ast.Attribute) and node.attr == "__dict__":
-                add(cheats.C11, node, f"touches `{_dotted(node) or '__dict__'}` (namespaces are not the candidate's)")
-            elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("torch") and \
-                    isinstance(node.ctx, (ast.Store, ast.Del)) and not isinstance(parents.get(id(node)), ast.Attribute):
-                add(cheats.C11, node, f"assigns to torch's `{_dotted(node)}` (patching torch)")
-            elif isinstance(node, ast.Attribute) and _private_torch(canonical(_dotted(node))) and \
+                for hit in judge_namespace(node, node.value, parents, reflect):
+                    add(hit.code, node, hit.what, hit.torch)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) and \
+                    judge_store(node, reflect) is not None:
+                hit = judge_store(node, reflect)
+                add(hit.code, node, hit.what)
+            elif isinstance(node, ast.Attribute) and private_torch(canonical(_dotted(node))) and \
                     not isinstance(parents.get(id(node)), ast.Attribute):
                 add(cheats.C11, node, f"touches torch internals `{_dotted(node)}`")
             elif isinstance(node, ast.Attribute):
@@ -729,10 +313,11 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                 full = canonical(raw) if raw else ""
                 if _is_load_inline(node):
                     continue
-                if raw in ("getattr", "hasattr", "delattr") and len(node.args) >= 2 and not (
-                        isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-                        and not node.args[1].value.startswith("_")):
-                    add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
+                hits = judge_call(node, parents, reflect)
+                if hits is not None:  # getattr / hasattr / setattr / delattr / vars: judged by what they do
+                    for hit in hits:
+                        add(hit.code, node, hit.what, hit.torch)
+                    continue
                 if full.startswith(FILE_READERS) or full.replace("np.", "numpy.", 1).startswith(FILE_READERS):
                     add(cheats.C15, node, f"calls `{raw}` (reads or writes files)")
                     continue
@@ -819,72 +404,10 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
     return report
 
 
-def _dunder(name: str) -> bool:
-    return len(name) > 4 and name.startswith("__") and name.endswith("__")
-
-
 def _direct_call(node: ast.Name, parents: dict) -> bool:
     """``node`` is the function of a call (``getattr(...)``), not a value passed around (``f = getattr``)."""
     p = parents.get(id(node))
     return isinstance(p, ast.Call) and p.func is node
-
-
-# private torch namespaces that reach the dispatcher, the profiler, tracing or compilation: reading them is a
-# route to switching the monitors off or to compute that is not the candidate's. Other private helpers are
-# plain Python a module may read (nn.init._calculate_fan_in_and_fan_out, nn.modules.utils._pair).
-PRIVATE_TORCH_DENIED = ("torch._C", "torch._dynamo", "torch._inductor", "torch._ops", "torch._subclasses",
-                        "torch._guards", "torch._functorch", "torch._higher_order_ops", "torch._prims",
-                        "torch._refs", "torch._decomp", "torch._library", "torch._logging", "torch._jit_internal",
-                        "torch.utils._python_dispatch", "torch.utils._mode_utils", "torch.profiler._",
-                        "torch.autograd.profiler", "torch.overrides._", "torch.cuda._")
-
-
-def _private_torch(full: str) -> bool:
-    """A private torch name in a namespace that reaches the dispatcher, the profiler, tracing or compilation
-    (PRIVATE_TORCH_DENIED); reading other private helpers is not patching anything (writes are caught apart)."""
-    parts = full.split(".")
-    if parts[0] != "torch" or not any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
-                                      for p in parts[1:]):
-        return False
-    return any(full == d or full.startswith(d if d.endswith("_") else d + ".") for d in PRIVATE_TORCH_DENIED)
-
-
-def _refs(fn: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | \
-        {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
-
-
-def init_only_nodes(tree: ast.Module) -> set[int]:
-    """Ids of the nodes in functions that only construction reaches: reachable (by name, conservatively) from
-    an ``__init__`` of some class and not from any ``forward`` / ``__call__``. Lambdas and functions nested in
-    them are left out (they can be stored and called later, from forward)."""
-    funcs: dict[str, list[ast.AST]] = {}
-    for top in tree.body:
-        members = top.body if isinstance(top, ast.ClassDef) else [top]
-        for f in members:
-            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                funcs.setdefault(f.name, []).append(f)
-
-    def closure(roots: set[str]) -> set[str]:
-        seen, todo = set(), [r for r in roots if r in funcs]
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            todo += [r for f in funcs[name] for r in _refs(f) if r in funcs and r not in seen]
-        return seen
-
-    forward = closure({"forward", "__call__"})
-    only_init = closure({"__init__"}) - forward - {"get_inputs", "get_init_inputs"}
-    ids: set[int] = set()
-    for name in only_init:
-        for f in funcs[name]:
-            nested = {id(n) for g in ast.walk(f) if g is not f and isinstance(g, (ast.Lambda, ast.FunctionDef,
-                                                                                 ast.AsyncFunctionDef))
-                      for n in ast.walk(g)}
-            ids |= {id(n) for n in ast.walk(f)} - nested
-    return ids
 
 
 def _is_torch_compute(full: str) -> bool:

@@ -45,7 +45,7 @@ import torch.utils.cpp_extension as cpp_extension
 from torch.profiler import record_function
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from verifier import sandbox
+from verifier import childenv, sandbox
 from verifier.backends import get_backend, own_kernel_names
 from verifier.build import canonical_spec, compat_spec, extension_name, spec_key
 from verifier.channel import Channel
@@ -53,6 +53,7 @@ from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, JOB_FILE, ChildRepor
 from verifier.devlock import device_lock
 from verifier.inputs import (as_list, build_model, digest, draw_inputs, init_inputs, nbytes, seed_everything,
                              tensors_of, to_device)
+from verifier.knockout import ChildKnockout
 from verifier.monitors import DispatchRecorder, profiled, read_profile, watched
 from verifier.tamper import Snapshot
 from verifier.timing import clone, fit_counts, plain_cpu, probe_calls, probe_pairs, run_bracket, time_model
@@ -85,11 +86,13 @@ def _load_so(name: str, path: str):
     return mod
 
 
-def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path):
+def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path,
+                              on_load=None):
     """A load_inline that returns the module the compile pool built for the same spec; compiling here
     only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
     recording each such build (sources, link flags, binary) in ``child_built.json`` for the verifier's
-    vendor and tampering scans."""
+    vendor and tampering scans. ``on_load(so_path)`` is called with each extension's file once it is loaded
+    (a knockout run: verifier/knockout.py)."""
     original = cpp_extension.load_inline
 
     def load_inline(name, cpp_sources=None, cuda_sources=None, functions=None, **kw):
@@ -98,13 +101,16 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
         cuda_kernel_names.extend(own_kernel_names(canonical_spec(args)))
         key_dir = Path(build_root) / key
         res = key_dir / "result.json"
-        if os.environ.get("KM_SANDBOXED") and not res.is_file():
+        if os.environ.get(childenv.SANDBOXED) and not res.is_file():
             key_dir = job_dir / "child_build" / key  # the build root is read-only in the sandbox
         if res.is_file():
             d = json.loads(res.read_text())
             if not d["ok"]:
                 raise RuntimeError("extension failed to compile (see the compile stage)")
-            return CountedExtension(_load_so(extension_name(key), d["so_path"]))
+            mod = _load_so(extension_name(key), d["so_path"])
+            if on_load:
+                on_load(d["so_path"])
+            return CountedExtension(mod)
         if not allow_compile:
             raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
         key_dir.mkdir(parents=True, exist_ok=True)
@@ -118,6 +124,8 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
                        **{k: (v or None) if k in ("cuda_sources", "functions") else v for k, v in spec.items()})
         entry["so_path"] = str(getattr(mod, "__file__", "") or "")
         built.write_text(json.dumps(entries + [entry]))
+        if on_load and entry["so_path"]:
+            on_load(entry["so_path"])
         return CountedExtension(mod)
 
     return load_inline
@@ -134,10 +142,10 @@ def _apply_limits(job: Job) -> dict:
         except (ValueError, OSError) as e:
             info["address_space_gb"] = f"not set: {e}"
     try:
-        info.update(json.loads(os.environ.get("KM_SANDBOX_NOTE") or "{}"))  # verifier/sandbox.py status()
+        info.update(json.loads(os.environ.get(childenv.SANDBOX_NOTE) or "{}"))  # verifier/sandbox.py status()
     except ValueError:
         pass
-    if os.environ.get("KM_SANDBOXED"):  # inside bubblewrap: the namespaces are already private
+    if os.environ.get(childenv.SANDBOXED):  # inside bubblewrap: the namespaces are already private
         info["network"] = "isolated (sandbox)"
         return info
     info["isolation"] = info.get("isolation", "none")
@@ -303,8 +311,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     clock = _Clock(report)
     device = backend.device
     cuda_kernels: list[str] = []
+    # a knockout run (verifier/knockout.py): the candidate's own launches are skipped; read before its import
+    knockout = ChildKnockout.from_job_dir(job_dir) if job.backend == "cuda" else None
     cpp_extension.load_inline = make_prebuilt_load_inline(job.build_root, job.allow_child_compile, cuda_kernels,
-                                                           job_dir)
+                                                           job_dir, knockout.skip_launches_of if knockout else None)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
     # shared while this process works on the device (cuda only: see api._shared_lock), exclusive while it times
     lock = device_lock(job.timing_lock or None)
@@ -419,6 +429,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         if guard.tampered(f"trial {i + 1}"):
             return report
     clock.phase("trials")
+    if knockout:
+        knockout.write_result(job_dir)
     ok_trials = len(report.trials) == n and all(not t.error and not t.output_problem for t in report.trials)
     ran = [t.own_kernel_us for t in report.trials if not t.error]
     report.own_kernel_ran = (any(us > 0 for us in ran) if ran else None) if (cuda_kernels and
@@ -503,7 +515,7 @@ def _warm_up() -> list[str]:
     Returns notes on what failed (the job then initialises lazily)."""
     notes = []
     try:
-        if os.environ.get("KM_WARM_BACKEND", "cuda") == "cuda" and torch.cuda.is_available():
+        if os.environ.get(childenv.WARM_BACKEND, "cuda") == "cuda" and torch.cuda.is_available():
             torch.empty(1, device="cuda")
             from torch.profiler import ProfilerActivity, profile
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
@@ -545,9 +557,9 @@ def _prefork() -> tuple[int, int]:
         for fd in (0, 1, 2):  # fd 0/1 are the server's protocol: a warm-up message must not reach them
             os.dup2(devnull, fd)
         os.close(devnull)
-        if not os.environ.get("KM_SANDBOXED"):  # isolation before CUDA, as in a job (in bubblewrap it is private
+        if not os.environ.get(childenv.SANDBOXED):  # isolation before CUDA, as in a job (in bubblewrap it is private
             ctypes.CDLL(None, use_errno=True).unshare(0x40000000)  # already, and its supervisor reads the counters)
-        threads = os.environ.get("KM_CHILD_OMP_THREADS", "")
+        threads = os.environ.get(childenv.CHILD_OMP_THREADS, "")
         torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0)))
         started = time.perf_counter()
         notes = _warm_up()
@@ -615,31 +627,31 @@ def _wipe_private_dirs() -> None:
                 pass
 
 
-def serve() -> int:
+def serve(procs_max: int) -> int:
     """A fork server: torch is imported once here, and every job runs in a fresh forked child.
 
     Protocol on stdin/stdout (never visible to a child, whose fds 0-2 are replaced):
     ``JOB_DIR<TAB>TIMEOUT_S`` in, ``RC<TAB>TIMED_OUT<TAB>FINDINGS`` out. The server never runs torch ops
     itself, so forking is safe; a child that outlives its timeout is killed with its whole process group.
-    Inside a sandbox (``KM_SANDBOXED``, verifier/sandbox.py) the server is alone in its pid and network
+    Inside a sandbox (``childenv.SANDBOXED``, verifier/sandbox.py) the server is alone in its pid and network
     namespaces: after each job it kills every other process there (setsid() does not escape that) and
     reports them and any network use as FINDINGS (a JSON list)."""
-    sandboxed = bool(os.environ.get("KM_SANDBOXED"))
+    sandboxed = bool(os.environ.get(childenv.SANDBOXED))
     if sandboxed:
         sandbox.become_subreaper()
-    if os.environ.get("KM_CPU_PERTURB"):
+    if os.environ.get(childenv.CPU_PERTURB):
         libc = ctypes.CDLL(None)
-        libc.mallopt(-6, int(os.environ["KM_CPU_PERTURB"]))  # M_PERTURB
+        libc.mallopt(-6, int(os.environ[childenv.CPU_PERTURB]))  # M_PERTURB
         libc.mallopt(-3, 32 * 1024 * 1024)  # M_MMAP_THRESHOLD: poisoned heap rather than fresh zero pages
 
-    if not os.environ.get("KM_NO_PRELOAD"):
+    if not os.environ.get(childenv.NO_PRELOAD):
         try:
             _preload()
         except RuntimeError as e:  # this process can no longer fork usable children: the same server, without it
             print(f"[verifier] {e}; the fork server starts again without the preload", file=sys.stderr, flush=True)
-            os.execve(sys.executable, [sys.executable, "-m", "verifier.worker", "--serve"],
-                      dict(os.environ, KM_NO_PRELOAD="1"))
-    warm = bool(os.environ.get("KM_SERVE_WARM"))
+            os.execve(sys.executable, [sys.executable, "-m", "verifier.worker", "--serve", str(procs_max)],
+                      dict(os.environ, **{childenv.NO_PRELOAD: "1"}))
+    warm = bool(os.environ.get(childenv.SERVE_WARM))
     pending = _prefork() if warm else None
     for line in sys.stdin:
         job_dir, _, timeout = line.rstrip("\n").partition("\t")
@@ -657,7 +669,7 @@ def serve() -> int:
                 break
             if sandboxed and time.monotonic() > next_count:  # a fork bomb ends the job (sandbox.watch)
                 next_count = time.monotonic() + sandbox.WATCH_S
-                bomb = sandbox.end_if_bomb(pid)
+                bomb = sandbox.end_if_bomb(pid, procs_max)
                 if bomb:
                     _, status = os.waitpid(pid, 0)
                     break
@@ -696,4 +708,5 @@ def main(job_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve() if sys.argv[1] == "--serve" else main(sys.argv[1]))
+    # --serve PROCS_MAX: a fork server ([verify] sandbox_procs bounds a sandboxed job's processes); else one job
+    sys.exit(serve(int(sys.argv[2])) if sys.argv[1] == "--serve" else main(sys.argv[1]))

@@ -12,7 +12,8 @@ Lowering (synth/teacher/lowering.py) gives a plan; this module writes the shared
 step) and takes each step's kernel from synth/teacher/cuda.py or synth/teacher/cpu.py. Views are
 metadata on a small ``TV`` struct (pointer, sizes, strides), so no aten view or copy op runs.
 
-Planted bugs (``BUG_KINDS``), each only where it changes the result on the task's own shapes:
+Planted bugs (``BUG_KINDS``: the writer's kinds of the one catalogue, synth/teacher/bugs.py), each only where
+it changes the result on the task's own shapes:
     off_by_one            loop or guard bound one short
     missing_bounds_check  cuda: guard/tail check dropped; cpu: a row loop reads one past its end
     wrong_stride          a broadcast operand indexed as if full-size, a column/matrix stride swapped
@@ -29,9 +30,10 @@ import re
 
 from kernelmill.schema import content_hash
 from synth.teacher import cpu as teacher_cpu, cuda as teacher_cuda
+from synth.teacher.bugs import WRITER_BUGS, explain
 from synth.teacher.lowering import Program, Step, Unsupported, lower_reference
 
-BUG_KINDS = ("off_by_one", "missing_bounds_check", "wrong_stride", "missing_sync", "forbidden_fallback")
+BUG_KINDS = WRITER_BUGS  # off_by_one, missing_bounds_check, wrong_stride, missing_sync, forbidden_fallback
 # Sample variants: launch geometry differs, so the samples of one task are not identical text.
 VARIANTS = ({"threads": 256, "tile": 16}, {"threads": 128, "tile": 32}, {"threads": 512, "tile": 16})
 DECLINE_PREFIX = "The teacher declines this task:"
@@ -463,20 +465,6 @@ def reference_from_messages(messages) -> str:
     raise TeacherDeclined("no reference program in the first user message")
 
 
-BUG_EXPLANATIONS = {
-    "off_by_one": "a loop bound (or the thread guard) stopped one element short, so the last element of "
-                  "each line was never computed; the bound is now the full extent",
-    "missing_bounds_check": "the kernel read past the end of its data (a guard / tail check was missing), "
-                            "picking up neighbouring or out-of-range values; the bounds checks are restored",
-    "wrong_stride": "an operand was indexed with the wrong stride (a broadcast operand read as if it had "
-                    "the output's shape, or a matrix read transposed); indices now use the real strides",
-    "missing_sync": "a barrier / accumulator reset was missing, so partial results raced or leaked between "
-                    "outputs; the __syncthreads() (cuda) or per-output reset (cpu) is back",
-    "forbidden_fallback": "the forward fell back to PyTorch compute, which the rules forbid; the fallback "
-                          "is removed and every result comes from the custom kernels",
-}
-
-
 def decline_text(reason: str) -> str:
     return f"{DECLINE_PREFIX} {reason}. No candidate is given."
 
@@ -494,7 +482,6 @@ def repair_response(reference_code: str, backend: str, feedback: str, previous_b
     """The correct kernel after verifier feedback, with a short explanation that refers to it."""
     code = write_candidate(reference_code, backend, bug="", variant=variant)
     quoted = " ".join(feedback.strip().split())[:300] or "the previous candidate failed"
-    cause = BUG_EXPLANATIONS.get(previous_bug, "I re-derived every index and bound from the shapes and "
-                                               "rewrote the kernel without shortcuts")
+    cause = explain(previous_bug)
     return (f"The verifier reported: \"{quoted}\"\n\nDiagnosis: {cause}.\n\n"
             f"Corrected implementation:\n\n```python\n{code}```\n")

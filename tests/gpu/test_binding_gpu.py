@@ -1,10 +1,9 @@
 """One binding object per declared signature set on real CUDA builds (marker gpu: CUDA builds need a CUDA build
 of torch). Two honest answers that name their host function and its parameter differently share one binding
 object; an answer whose declaration the CUDA object does not define fails as it does with the file compiled as
-written; every verdict is the one the build without the canonical form gives (``KM_NO_CANONICAL_BINDING=1``)."""
+written; every verdict is the one the build without the canonical form gives (``[verify] canonical_binding = false``)."""
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +14,6 @@ import pytest  # noqa: E402
 
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
-from verifier import objcache  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -34,18 +32,11 @@ CASES = {
 
 def _verdicts(build_dir: str, canonical: bool) -> dict:
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
-    cfg = VerifyConfig(build_dir=build_dir, timing_trials=0, time_torch_compile=False, exec_workers=2)
+    cfg = VerifyConfig(build_dir=build_dir, timing_trials=0, time_torch_compile=False, exec_workers=2,
+                       canonical_binding=canonical)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
              for n, c in CASES.items()]
-    saved = os.environ.pop(objcache.CANONICAL_OFF_ENV, None)
-    if not canonical:
-        os.environ[objcache.CANONICAL_OFF_ENV] = "1"
-    try:
-        return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=2)))
-    finally:
-        os.environ.pop(objcache.CANONICAL_OFF_ENV, None)
-        if saved is not None:
-            os.environ[objcache.CANONICAL_OFF_ENV] = saved
+    return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=2)))
 
 
 def _reused(build_dir: str, marker: str) -> int:
@@ -75,5 +66,6 @@ def test_verdicts_are_those_of_the_file_as_written(runs):
 def test_answers_differing_in_names_share_one_binding_object(runs):
     (on_dir, _), (off_dir, _) = runs["on"], runs["off"]
     # built side by side: one compiled the canonical binding object, the other took it from the cache
-    assert _reused(on_dir, "relu_930") + _reused(on_dir, "relu_931") == 1
-    assert _reused(off_dir, "relu_930") + _reused(off_dir, "relu_931") == 0  # as written: two binding files
+    # (the markers are the kernels' names: the load_inline name is not part of the build spec)
+    assert _reused(on_dir, "relu_kernel_930") + _reused(on_dir, "relu_kernel_931") == 1
+    assert _reused(off_dir, "relu_kernel_930") + _reused(off_dir, "relu_kernel_931") == 0  # as written: two binding files

@@ -18,7 +18,8 @@ import torch
 
 from verifier import fixtures as fx
 from verifier import sandbox
-from verifier.api import VerifyConfig, verify_candidate
+from verifier.api import VerifyConfig
+from verifier.entry import verify_candidate
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),

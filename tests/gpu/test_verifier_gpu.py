@@ -148,7 +148,10 @@ def test_side_stream_work_is_not_hidden():
     v, slow = verdicts()["c09_cpp_side_stream"], verdicts()["c09_honest_slow_kernel_on_current_stream"]
     assert slow.status == "pass" and slow.runtime_us > 100, slow.feedback
     if v.status == "cheat":
-        assert cheats.C09 in v.cheats, v.feedback
+        # C09 from the wall-minus-event check, or C01: the unsynchronised side stream runs beside the verifier's
+        # own pre-launch wait kernel (torch.cuda._sleep) on the current stream, which then falls inside
+        # forward's device-side range and is booked as foreign compute. Either way it is not passed faster.
+        assert cheats.C09 in v.cheats or cheats.C01 in v.cheats, v.feedback
     else:
         assert v.status == "pass" and v.runtime_us >= 0.8 * slow.runtime_us, (
             v.status, v.runtime_us, slow.runtime_us, v.versions.get("timing"), v.feedback[:600])

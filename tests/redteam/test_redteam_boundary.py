@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kernelmill.schema import Candidate, Task, Verdict
-from verifier import api, cheats
+from verifier import api, cheats, entry
 from verifier import fixtures as fx
 from verifier.api import ReferenceTiming, VerifyConfig, verify_batch
 from verifier.channel import Channel, Driver, Ledger, WallBracket
@@ -191,7 +191,7 @@ def test_a_slow_correct_kernel_is_timed_not_killed(build_dir):
     time (verify.timing_budget_s), so it is a pass with its (slow) time."""
     cfg = VerifyConfig(build_dir=build_dir, trials=5, timing_trials=20, gap_probes=10, warmup=1, timing_budget_s=3,
                        time_torch_compile=False, run_timeout_s=45, memory_limit_gb=4)
-    v = api.verify_candidate(fx.RELU_TASK, red("return ext.slow_relu(x)"), backend="cpu", config=cfg)
+    v = entry.verify_candidate(fx.RELU_TASK, red("return ext.slow_relu(x)"), backend="cpu", config=cfg)
     assert v.status == "pass", (v.status, v.feedback[:500])
     assert v.runtime_us > 1e6 and v.speedup_eager < 1
 
@@ -304,7 +304,7 @@ def test_a_name_of_the_task_program_used_by_the_candidate_is_named_in_the_feedba
     task = fx.RELU_TASK.replace("def get_inputs():", "batch_size = 64\n\n\ndef get_inputs():")
     cfg = VerifyConfig(build_dir=build_dir, trials=5, timing_trials=3, warmup=1, time_torch_compile=False,
                        run_timeout_s=40, memory_limit_gb=4)
-    v = api.verify_candidate(task, red("return ext.relu(x[:batch_size])"), backend="cpu", config=cfg)
+    v = entry.verify_candidate(task, red("return ext.relu(x[:batch_size])"), backend="cpu", config=cfg)
     assert v.status == "crash" and "`batch_size` is defined in the task program" in v.feedback, v.feedback[:600]
 
 

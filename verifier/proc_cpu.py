@@ -1,4 +1,4 @@
-"""Host CPU seconds by kind of process while a benchmark runs: a thread reads ``/proc/<pid>/stat`` (user +
+"""Host CPU seconds by kind of process while the verifier runs (used by bench/bench_verifier.py): a thread reads ``/proc/<pid>/stat`` (user +
 system ticks) of every process on the box every ``interval`` seconds and keeps each pid's last reading, so a
 process's CPU is counted up to its last sample before it exited (compilers live for seconds: the part lost
 is under ``interval`` per process). Kinds come from the process name and, for Python, its command line:

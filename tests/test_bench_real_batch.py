@@ -1,0 +1,144 @@
+"""The real-code batch (verifier/testbed.py, what `bench/bench_verifier.py --batch real` measures): a test bed
+manifest becomes (Task, Candidate) pairs, the same tasks at every k, k distinct solutions per task where the test bed
+has them, copies only when asked, and errors that name the manifest line. The manifest here is written by hand in
+this file (the real one, ext/testbed, is git-ignored and holds cuda solutions); the one verification runs the cpu
+fixtures of verifier/fixtures.py through the real verify entry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flows_fixtures import FAST_VERIFY
+from kernelmill.errors import InputError
+from kernelmill.schema import Task
+from verifier import fixtures as fx
+from verifier.testbed import load_manifest, real_batch
+
+RELU_NAMED = fx.HONEST_RELU.replace("return ext.relu(x.contiguous())", "flat = x.contiguous()\n        return ext.relu(flat)")
+FALLBACK = fx.cpu_candidate("return torch.relu(x)")
+# level -> problems (name, program, solutions); the relu program appears under two sources (one task)
+SOLUTIONS = {
+    "relu_a": fx.HONEST_RELU, "relu_b": RELU_NAMED, "relu_c": FALLBACK,
+    "mm_a": fx.HONEST_MATMUL, "mm_b": fx.cpu_candidate("return torch.matmul(a, b)", args="a, b"),
+}
+
+
+def write_testbed(root: Path, extra_rows: list[dict] | None = None) -> Path:
+    """A manifest in the test bed's format: relu (level 1) published by two sources with 3 distinct solutions, one
+    of them published twice; matmul (level 1) with 2; a level-2 relu variant with 1."""
+    (root / "problems" / "s1").mkdir(parents=True)
+    (root / "problems" / "s2").mkdir(parents=True)
+    (root / "solutions").mkdir()
+    relu2 = fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(32, 500)")
+    problems = {"s1/relu.py": fx.RELU_TASK, "s2/relu.py": fx.RELU_TASK, "s1/mm.py": fx.MATMUL_TASK,
+                "s1/relu2.py": relu2}
+    for rel, text in problems.items():
+        (root / "problems" / rel).write_text(text)
+    rows = []
+
+    def add(id_, source, level, problem, solution, model):
+        (root / "solutions" / f"{id_}.py").write_text(SOLUTIONS[solution])
+        rows.append({"id": id_, "source": source, "level": level, "problem_name": Path(problem).stem,
+                     "problem_file": f"problems/{problem}", "solution_file": f"solutions/{id_}.py", "model": model,
+                     "source_judgement": "correct", "repo": f"o/{source}", "commit": "0" * 40, "path": problem})
+
+    add("s1-relu-m1", "s1", 1, "s1/relu.py", "relu_a", "m1")
+    add("s1-relu-m2", "s1", 1, "s1/relu.py", "relu_b", "m2")
+    add("s2-relu-m3", "s2", 1, "s2/relu.py", "relu_c", "m3")
+    add("s2-relu-m1", "s2", 1, "s2/relu.py", "relu_a", "m1")  # the same code as s1-relu-m1: one solution
+    add("s1-mm-m1", "s1", 1, "s1/mm.py", "mm_a", "m1")
+    add("s1-mm-m2", "s1", 1, "s1/mm.py", "mm_b", "m2")
+    add("s1-relu2-m1", "s1", 2, "s1/relu2.py", "relu_a", "m1")
+    manifest = root / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows + (extra_rows or [])))
+    return manifest
+
+
+def test_the_same_tasks_at_every_k_with_k_distinct_solutions_each(tmp_path):
+    sols = load_manifest(write_testbed(tmp_path))
+    one, three = real_batch(sols, per_task=1, backend="cpu"), real_batch(sols, per_task=3, backend="cpu")
+    tasks = lambda b: [t.task_id for t, _ in b.items]  # noqa: E731
+    assert list(dict.fromkeys(tasks(one))) == list(dict.fromkeys(tasks(three)))
+    assert one.tasks == three.tasks == 3  # the relu program of two sources is one task
+    # each task is its own problem file's program, its solutions the candidates of that task
+    relu = Task.from_code(fx.RELU_TASK, name="x", source="kernelbench")
+    by_task = {}
+    for t, c in three.items:
+        by_task.setdefault(t.task_id, []).append(c)
+        assert c.backend == "cpu" and c.task_id == t.task_id and c.code == (tmp_path / "solutions" / f"{c.candidate_id}.py").read_text()
+    assert sorted(c.code for c in by_task[relu.task_id]) == sorted([fx.HONEST_RELU, RELU_NAMED, FALLBACK])
+    assert sorted(len(v) for v in by_task.values()) == [1, 2, 3] and three.short_tasks == 2
+    assert three.distinct == 6 and three.copies == 0
+    # the one solution of a task at k=1 is among its k=3 picks; picks span models before repeating one
+    assert {c.candidate_id for _, c in one.items} <= {c.candidate_id for _, c in three.items}
+    two = real_batch(sols, per_task=2, backend="cpu")
+    relu_two = [c.generator for t, c in two.items if t.task_id == relu.task_id]
+    assert len(set(relu_two)) == 2
+    assert three.tasks_by_level == ((1, 2), (2, 1))
+
+
+def test_tasks_alternate_levels_and_the_richest_come_first(tmp_path):
+    sols = load_manifest(write_testbed(tmp_path))
+    b = real_batch(sols, per_task=8, n_tasks=2, backend="cpu")
+    levels = [t.level for t, _ in b.items]
+    assert list(dict.fromkeys(levels)) == [1, 2]  # level 1's best task, then level 2's
+    assert b.items[0][0].task_id == Task.from_code(fx.RELU_TASK, name="x", source="k").task_id  # 3 solutions > 2
+    only2 = real_batch(sols, per_task=1, levels=(2,), backend="cpu")
+    assert only2.tasks == 1 and only2.items[0][1].candidate_id == "s1-relu2-m1"
+    src = real_batch(sols, per_task=8, sources=("s2",), backend="cpu")
+    assert sorted(c.candidate_id for _, c in src.items) == ["s2-relu-m1", "s2-relu-m3"]
+
+
+def test_pad_fills_short_tasks_with_identical_copies_counted_apart(tmp_path):
+    sols = load_manifest(write_testbed(tmp_path))
+    b = real_batch(sols, per_task=4, backend="cpu", pad=True)
+    assert len(b.items) == 12 and b.copies == 12 - 6 and b.distinct == 6
+    copies = [c for _, c in b.items if "#copy" in c.candidate_id]
+    originals = {c.candidate_id: c.code for _, c in b.items if "#copy" not in c.candidate_id}
+    assert len(copies) == b.copies and len({c.candidate_id for _, c in b.items}) == len(b.items)
+    for c in copies:
+        assert c.code == originals[c.candidate_id.split("#")[0]]
+
+
+def test_manifest_errors_name_the_line_and_the_problem(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        load_manifest(tmp_path / "none.jsonl")
+    m = write_testbed(tmp_path / "a", [{"id": "x", "source": "s1", "level": 1, "problem_file": "problems/s1/relu.py"}])
+    with pytest.raises(InputError) as e:
+        load_manifest(m)
+    assert "line 8" in str(e.value) and "solution_file" in str(e.value)
+    m = write_testbed(tmp_path / "b", [{"id": "x", "source": "s1", "level": 1, "problem_file": "problems/gone.py",
+                                        "solution_file": "solutions/s1-mm-m1.py"}])
+    with pytest.raises(InputError, match="problem_file problems/gone.py does not exist"):
+        load_manifest(m)
+    sols = load_manifest(write_testbed(tmp_path / "c"))
+    with pytest.raises(InputError, match="no solution of nosuch"):
+        real_batch(sols, sources=("nosuch",))
+    with pytest.raises(InputError, match="per_task"):
+        real_batch(sols, per_task=0)
+    with pytest.raises(InputError, match="level"):
+        real_batch(sols, levels=(3,))
+
+
+def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path):
+    """A real verification of a padded batch through the verify entry (cpu): copies get their program's verdict,
+    and the verification cost (curation/cost.py, the benchmark's table) counts each program once."""
+    from curation.cost import verification_cost
+    from verifier.config import VerifyConfig
+    from verifier.entry import VerifyStats, verify
+
+    sols = load_manifest(write_testbed(tmp_path))
+    b = real_batch(sols, per_task=2, n_tasks=1, backend="cpu", pad=True, levels=(2,))  # one solution + one copy
+    assert len(b.items) == 2 and b.copies == 1
+    cfg = VerifyConfig(**{k.split(".")[1]: v for k, v in FAST_VERIFY.items()}, build_dir=str(tmp_path / "builds"))
+    stats = VerifyStats()
+    vs = verify(b.items, config=cfg, compile_workers=1, stats=stats)
+    assert stats.reused == 1 and vs[0].status == vs[1].status == "pass"
+    programs = {c.candidate_id: c.code for _, c in b.items}
+    cost = verification_cost(vs, programs=programs, wall_s=36.0)
+    assert cost.verdicts == 2 and cost.programs == 1 and cost.executed == 1
+    assert cost.per_gpu_hour == pytest.approx(100.0)  # 1 program in 36 s of wall on one device
+    assert cost.stage("execute").total_s == pytest.approx(vs[0].stage_seconds["execute"])

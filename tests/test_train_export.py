@@ -1,0 +1,51 @@
+"""Model export (train/export.py): a policy rounded to bf16 and packed into parts of bounded size comes back as an
+fp32 model directory with exactly those weights and the tokenizer."""
+
+import pytest
+import torch
+
+import train.export as export
+from kernelmill.errors import InputError
+from train.model import build_tiny_model, build_tokenizer, load_pretrained
+
+
+def _model():
+    tok = build_tokenizer(["def forward(self, x): return torch.relu(x)"] * 50, vocab_size=300)
+    return build_tiny_model(len(tok), n_layer=1, d_model=32, n_head=2, pad_id=tok.pad_token_id), tok
+
+
+def test_a_policy_packed_for_the_next_device_call_comes_back_with_the_same_weights(tmp_path, monkeypatch):
+    """The policy rounded to bf16 values, packed into parts under a per-file limit, unpacks to an fp32 model
+    directory with exactly those weights and the tokenizer."""
+    model, tok = _model()
+    export.round_to_bf16(model)
+    assert all(torch.equal(p, p.bfloat16().float()) for p in model.parameters())
+    monkeypatch.setattr(export, "PART_BYTES", 20_000)  # several parts from a small model
+    parts = export.pack_policy(model, tok, tmp_path / "state")
+    assert len(parts) > 1 and all(p.stat().st_size <= 20_000 for p in parts)
+    assert next(model.parameters()).dtype == torch.float32  # the caller's model is left in fp32
+    back, tok2 = load_pretrained(export.unpack_policy(tmp_path / "state", tmp_path / "policy"))
+    assert next(back.parameters()).dtype == torch.float32
+    want = model.state_dict()
+    for k, v in back.state_dict().items():
+        assert torch.equal(v, want[k]), k
+    assert tok2("return torch.relu(x)")["input_ids"] == tok("return torch.relu(x)")["input_ids"]
+    with pytest.raises(InputError, match="no policy.tar"):
+        export.unpack_policy(tmp_path / "empty", tmp_path / "p2")
+
+
+def test_a_checkpoint_exported_in_bf16_comes_back_in_fp32_with_the_rounded_weights(tmp_path):
+    model, tok = _model()
+    model.save_pretrained(str(tmp_path / "ckpt"))
+    from train.model import write_serving_files
+
+    write_serving_files(tmp_path / "ckpt", tok)
+    export.export_bf16(tmp_path / "ckpt", tmp_path / "bf16")
+    size = lambda d: sum(f.stat().st_size for f in (tmp_path / d).glob("*.safetensors"))  # noqa: E731
+    assert size("bf16") < 0.6 * size("ckpt")  # two bytes a weight, not four
+    back, _ = load_pretrained(export.fp32_copy(tmp_path / "bf16", tmp_path / "fp32"))
+    want = model.state_dict()
+    for k, v in back.state_dict().items():
+        assert v.dtype == torch.float32 and torch.equal(v, want[k].bfloat16().float()), k
+    (tmp_path / "bf16" / "config.json").unlink()  # an existing fp32 copy is kept, not rebuilt
+    assert export.fp32_copy(tmp_path / "bf16", tmp_path / "fp32") == tmp_path / "fp32"

@@ -1,0 +1,241 @@
+"""Memory admission (issue 35): execution jobs run side by side only while the bytes their tasks plan to hold fit
+the budget (verify.memory_budget_gib), a job larger than the whole budget runs alone, small jobs still run
+together, and what a task held in the verifier's process (its plan, the task's module) is freed once no pending
+candidate of the task is left. Verdicts do not change: every honest kernel here passes.
+
+The batches are real (cpu backend, compiled kernels, execution children). Which children run at the same time is
+observed by wrapping the verifier's own ``_run_driven`` (the real one runs inside): the wrapper marks a candidate's
+child as running and holds its start until a second child starts, a job is held back by the memory gate, or no
+other job of the batch is left to start; so jobs the verifier lets run together are seen together, and jobs it
+holds back cost no wait. Nothing is mocked."""
+
+import gc
+import threading
+import time
+import weakref
+
+import pytest
+
+from kernelmill.schema import Candidate, Task
+from verifier import admission, api
+from verifier import fixtures as fx
+from verifier.api import VerifyConfig, verify_batch
+
+COMPANY_S = 60.0  # the longest a child's start waits for another (a bound for a broken batch, never reached)
+
+
+def relu_task(rows: int, cols: int, tag: str) -> Task:
+    text = fx.RELU_TASK.replace("torch.randn(64, 1000)", f"torch.randn({rows}, {cols})") + f"\n# {tag}\n"
+    return Task.from_code(text, name=tag, source="seed", level=1)
+
+
+SMALL = Task.from_code(fx.RELU_TASK, name="small_relu", source="seed", level=1)
+SMALL_MM = Task.from_code(fx.MATMUL_TASK, name="small_matmul", source="seed", level=1)
+BIG = [relu_task(1024, 1024 + 16 * k, f"big-{k}") for k in range(3)]  # distinct programs, about one size
+HUGE = relu_task(2048, 4096, "huge")
+# a task whose module keeps a table larger than the plans kept after their batch may hold (api.PLANS_KEPT_BYTES)
+HEAVY = Task.from_code(fx.RELU_TASK.replace("import torch.nn as nn\n", "import torch.nn as nn\n\n"
+                                            "TABLE = torch.zeros(2048, 8448)  # 66 MiB the task never reads\n"),
+                       name="heavy_module_relu", source="seed", level=1)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return VerifyConfig(build_dir=str(tmp_path_factory.mktemp("memory-builds")), trials=5, timing_trials=0,
+                        warmup=1, time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4)
+
+
+@pytest.fixture(scope="module")
+def planned(base):
+    """Each task program's planned bytes (its plan is made again, and freed, by the batches below)."""
+    return {t.reference_code: api.task_plan(t.reference_code, "cpu", base).job_bytes()
+            for t in [SMALL, SMALL_MM, HEAVY, HUGE, *BIG]}
+
+
+@pytest.fixture(scope="module")
+def config(base, planned):
+    """A budget that fits one big task but not two, two small ones, and not the huge one."""
+    big = [planned[t.reference_code] for t in BIG]
+    budget = 2 * min(big) - (1 << 20)
+    assert budget >= max(big)
+    assert planned[HEAVY.reference_code] + planned[SMALL_MM.reference_code] <= budget
+    assert planned[SMALL.reference_code] + planned[SMALL_MM.reference_code] <= budget
+    assert planned[HUGE.reference_code] > budget
+    return VerifyConfig(**{**base.__dict__, "memory_budget_gib": budget / admission.GIB})
+
+
+class Overlap:
+    """Wraps api._run_driven: records the candidates' children running at once (the most bytes their tasks
+    planned, the most children) and holds each child's start until another starts, a job waits at ``gate``, or
+    all ``total`` candidates' children have started."""
+
+    def __init__(self, planned: dict, gate: admission.MemoryGate, total: int):
+        self.real = api._run_driven
+        self.planned, self.gate, self.total = planned, gate, total
+        self.started = 0
+        self.running: dict[int, str] = {}
+        self.most_jobs = 0
+        self.most_bytes = 0
+        self.cond = threading.Condition()
+
+    def __call__(self, job, job_dir, timeout_s, cfg, on_trial=None):
+        if job.kind != "candidate":
+            return self.real(job, job_dir, timeout_s, cfg, on_trial)
+        me = id(job)
+        with self.cond:
+            self.running[me] = job.reference_code
+            self.started += 1
+            self.most_jobs = max(self.most_jobs, len(self.running))
+            self.most_bytes = max(self.most_bytes, sum(self.planned[t] for t in self.running.values()))
+            self.cond.notify_all()
+            deadline = time.monotonic() + COMPANY_S  # the gate does not notify this condition: looked at often
+            while not (len(self.running) >= 2 or self.gate.waiting or self.started >= self.total) \
+                    and time.monotonic() < deadline:
+                self.cond.wait(0.05)
+        try:
+            return self.real(job, job_dir, timeout_s, cfg, on_trial)
+        finally:
+            with self.cond:
+                del self.running[me]
+
+
+def run_batch(tasks_and_ids, config, planned, monkeypatch, on_verdict=None):
+    probe = Overlap(planned, admission.gate_for("cpu", config.memory_budget_gib), len(tasks_and_ids))
+    monkeypatch.setattr(api, "_run_driven", probe)
+    items = [(t, Candidate(candidate_id=cid, task_id=t.task_id, backend="cpu", generator="test", code=fx.HONEST_RELU
+                           if "relu" in t.reference_code else fx.HONEST_MATMUL)) for t, cid in tasks_and_ids]
+    verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=on_verdict)
+    return verdicts, probe
+
+
+def test_memory_gate_admits_first_come_first_served_within_its_budget():
+    """The gate itself: a request that does not fit waits, a later small one does not overtake it, both are
+    admitted once the first holder leaves, and a request larger than the budget waits for an empty gate and then
+    holds it alone."""
+    gate = admission.MemoryGate(100)
+    order: list[str] = []
+    holds = {k: threading.Event() for k in "abcde"}
+    threads = []
+
+    def take(name: str, n: int):
+        gate.acquire(n)
+        order.append(name)
+        holds[name].wait()
+        gate.release(n)
+
+    def start(name: str, n: int):
+        threads.append(threading.Thread(target=take, args=(name, n)))
+        threads[-1].start()
+
+    def wait_until(pred):
+        deadline = time.monotonic() + 30  # a bound on a broken gate, not a timing assertion
+        while not pred() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert pred(), (order, gate.admitted, gate.waiting)
+
+    start("a", 60)
+    wait_until(lambda: order == ["a"])
+    start("b", 60)
+    wait_until(lambda: gate.waiting == 1)
+    start("c", 10)
+    wait_until(lambda: gate.waiting == 2)
+    assert order == ["a"] and gate.admitted == 60  # c fits beside a, yet waits behind b
+    holds["a"].set()
+    wait_until(lambda: order == ["a", "b", "c"])  # both admitted once a left
+    assert gate.admitted == 70
+    start("d", 500)
+    wait_until(lambda: gate.waiting == 1)
+    start("e", 1)
+    wait_until(lambda: gate.waiting == 2)
+    holds["b"].set()
+    holds["c"].set()
+    wait_until(lambda: "d" in order)
+    assert gate.admitted == gate.budget and gate.waiting == 1 and "e" not in order  # d alone, e waits
+    holds["d"].set()
+    holds["e"].set()
+    for t in threads:
+        t.join(30)
+    assert order == ["a", "b", "c", "d", "e"] and gate.admitted == 0 and gate.peak == gate.budget
+
+
+def test_large_tasks_are_serialised_within_the_memory_budget(config, planned, monkeypatch):
+    """Three tasks of which two do not fit the budget together, three execution workers: their children run one
+    at a time (without admission they ran together) and every honest kernel passes."""
+    cfg = VerifyConfig(**{**config.__dict__, "exec_workers": 3})
+    verdicts, probe = run_batch([(t, f"big-{k}") for k, t in enumerate(BIG)], cfg, planned, monkeypatch)
+    assert [v.status for v in verdicts] == ["pass"] * 3, [v.feedback for v in verdicts]
+    budget = admission.gate_for("cpu", cfg.memory_budget_gib).budget
+    assert probe.most_jobs == 1 and probe.most_bytes <= budget
+
+
+def test_a_task_larger_than_the_budget_runs_alone_and_small_ones_still_run(config, planned, monkeypatch):
+    """A task planned above the whole budget is not refused and does not stall the batch: it runs with nothing
+    beside it, and the small task of the same batch runs before or after it."""
+    cfg = VerifyConfig(**{**config.__dict__, "exec_workers": 2})
+    verdicts, probe = run_batch([(HUGE, "huge"), (SMALL, "small")], cfg, planned, monkeypatch)
+    assert [v.status for v in verdicts] == ["pass", "pass"], [v.feedback for v in verdicts]
+    assert probe.most_jobs == 1
+
+
+@pytest.fixture(scope="module")
+def small_batch(config, planned):
+    """Two candidates of the heavy-module task and one of a small task, two execution workers; at each verdict,
+    whether each task's plan is still cached, and a weak reference to each plan's task module."""
+    cfg = VerifyConfig(**{**config.__dict__, "exec_workers": 2})
+    items = [(HEAVY, "relu-1"), (SMALL_MM, "matmul-1"), (HEAVY, "relu-2")]
+    keys = {t.task_id: api._plan_key(t.reference_code, "cpu", cfg) for t, _ in items}
+    seen: list[tuple[str, bool, bool, str]] = []  # task, another candidate of it pending, plan cached, candidate
+    modules: dict[str, weakref.ref] = {}
+    lock = threading.Lock()
+
+    def on_verdict(i, v):
+        with lock:
+            task_id = items[i][0].task_id
+            others_pending = any(t.task_id == task_id and not any(s[3] == cid for s in seen)
+                                 for k, (t, cid) in enumerate(items) if k != i)
+            plan = api._PLANS.get(keys[task_id])
+            if plan is not None:
+                modules.setdefault(task_id, weakref.ref(plan.ref_mod))
+            seen.append((task_id, others_pending, plan is not None, items[i][1]))
+
+    with pytest.MonkeyPatch.context() as mp:
+        verdicts, probe = run_batch(items, cfg, planned, mp, on_verdict=on_verdict)
+    kept_after = {t.task_id: keys[t.task_id] in api._PLANS for t, _ in items}
+    return verdicts, probe, seen, modules, kept_after
+
+
+def test_small_tasks_still_run_side_by_side(small_batch):
+    """Small tasks whose planned bytes fit the budget together are admitted together: two children ran at once."""
+    verdicts, probe, *_ = small_batch
+    assert [v.status for v in verdicts] == ["pass"] * 3, [v.feedback for v in verdicts]
+    assert probe.most_jobs == 2
+
+
+def test_a_task_plan_is_freed_when_no_candidate_of_the_task_is_pending(small_batch):
+    """A task's plan stays while a candidate of the task is pending; with its last verdict a plan whose module
+    holds much (66 MiB here) leaves the verifier's process with the module, while a small one is kept for the
+    next batch. Before, every plan and its module were kept for the life of the process (issue 35)."""
+    _, _, seen, modules, kept_after = small_batch
+    heavy = [(pending, cached) for task_id, pending, cached, _ in seen if task_id == HEAVY.task_id]
+    assert heavy == [(True, True), (False, False)], seen
+    assert kept_after == {HEAVY.task_id: False, SMALL_MM.task_id: True}
+    assert HEAVY.task_id in modules
+    gc.collect()
+    assert modules[HEAVY.task_id]() is None, "the heavy task's module is still alive after its last verdict"
+
+
+def test_plans_nobody_holds_are_kept_within_bounds():
+    """The plan cache's bounds: held values are never dropped; unheld ones are kept least recently used first
+    within a count and a byte bound, and a value larger than the byte bound is dropped with its last holder."""
+    cache = admission.HeldCache(keep=2, keep_bytes=100, size=lambda v: v)
+    for key, size in (("a", 10), ("b", 10), ("big", 500)):
+        cache.hold(key)
+        assert cache.get_or_build(key, lambda size=size: size) == size
+    assert "big" in cache  # held: kept whatever its size
+    assert cache.release("big") and "big" not in cache
+    cache.release("a")
+    cache.release("b")
+    assert "a" in cache and "b" in cache
+    cache.get_or_build("a", lambda: 0)  # a used again: b is now the least recently used
+    cache.get_or_build("c", lambda: 10)  # built with no holder: kept within the bounds, b leaves
+    assert ("a" in cache, "b" in cache, "c" in cache) == (True, False, True)

@@ -1,0 +1,241 @@
+"""The static stage's reading of a program's structure: which of its functions and classes can run (liveness from
+ModelNew, its bases and the module-level code), which code only construction reaches, and which ``self.X`` of a
+class are PyTorch layers (an nn container only when a PyTorch layer is among its members).
+
+It reads names, not values: conservative where Python is dynamic (any mention of a name makes it live).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from verifier.extract import _dotted
+
+def _class_defs(tree: ast.Module) -> dict[str, ast.ClassDef]:
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+# nn classes that hold parameters or modules, or compute nothing in eval mode (a view, the identity)
+_NN_NO_COMPUTE = {"Parameter", "ParameterList", "ParameterDict", "Flatten", "Unflatten", "Identity", "Dropout",
+                  "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Module"}
+# containers: they compute what their members compute (a Sequential of the candidate's own modules runs its kernels)
+_NN_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict"}
+
+
+def _main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either side): a block that never runs when the verifier imports the program."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1
+            and isinstance(node.test.ops[0], ast.Eq)):
+        return False
+    sides = [node.test.left, node.test.comparators[0]]
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and \
+        any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
+
+
+def _own_chain(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
+    """``cls`` and the classes of the program it inherits from (by name, transitively): their methods are its."""
+    chain, todo = [], [cls]
+    while todo:
+        c = todo.pop(0)
+        if any(c is d for d in chain):
+            continue
+        chain.append(c)
+        for base in c.bases:
+            if isinstance(base, ast.Name) and base.id in classes and base.id != "Model":
+                todo.append(classes[base.id])
+    return chain
+
+
+class _Scope:
+    """What the scan knows about the program's structure: which module-level functions and classes can run
+    (``dead``: the nodes of those that nothing live names), which ``self.X`` of a class are PyTorch layers."""
+
+    def __init__(self, tree: ast.Module, model_new: ast.ClassDef | None, canonical, skipped: list[ast.stmt]):
+        self.tree, self.canonical = tree, canonical
+        self.classes = _class_defs(tree)
+        self.dead = self._dead_nodes(model_new, skipped)
+
+    # ---- liveness: what ModelNew, its bases, and the module-level code that runs at import name
+    def _dead_nodes(self, model_new: ast.ClassDef | None, skipped: list[ast.stmt]) -> set[int]:
+        """Ids of the nodes of module-level functions and classes that nothing live refers to by name (a class
+        the program defines and never uses, a test helper): code that never runs, so not scanned as if forward
+        called it. Conservative: any mention of the name (a call, an attribute, a decorator, a default value)
+        makes it live, and so does a decorator or a metaclass on it (registration at import). Without a ModelNew
+        class everything is live."""
+        if model_new is None:
+            return set()
+        skipped_ids = {id(n) for n in skipped}
+        defs: dict[str, list[ast.stmt]] = {}
+        roots: list[ast.AST] = []
+        forced: set[str] = set()
+        for top in self.tree.body:
+            if id(top) in skipped_ids:
+                continue
+            if isinstance(top, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs.setdefault(top.name, []).append(top)
+                # what runs when the definition runs: decorators, bases, keywords, defaults, a class body's statements
+                roots += top.decorator_list
+                if top.decorator_list or (isinstance(top, ast.ClassDef) and top.keywords):
+                    forced.add(top.name)  # a decorator or a metaclass may register it where forward finds it
+                if isinstance(top, ast.ClassDef):
+                    roots += top.bases + [k.value for k in top.keywords]
+                    roots += [m for m in top.body if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                else:
+                    roots += top.args.defaults + [d for d in top.args.kw_defaults if d is not None]
+            else:
+                roots.append(top)
+        roots.append(model_new)
+        live: set[str] = set()
+        todo = list(roots) + [d for name in forced for d in defs[name]]
+        live |= forced
+        while todo:
+            node = todo.pop()
+            for name in _refs(node):
+                if name in defs and name not in live:
+                    live.add(name)
+                    todo += defs[name]
+        live |= {c.name for c in _own_chain(model_new, self.classes)}
+        dead: set[int] = set()
+        for name, nodes in defs.items():
+            if name in live:
+                continue
+            for d in nodes:
+                if d is model_new:
+                    continue
+                body = d.body if isinstance(d, ast.ClassDef) else [d]
+                for member in body:  # a dead class's methods; its other statements ran at import (roots above)
+                    if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(d, ast.ClassDef):
+                        dead |= {id(n) for n in ast.walk(member)}
+        return dead
+
+    # ---- PyTorch layers held by a class
+    def nn_class(self, call: ast.AST) -> str:
+        """The nn class a call constructs (``nn.Linear(...)`` -> "Linear"), "" when it is not one."""
+        if not isinstance(call, ast.Call):
+            return ""
+        raw = _dotted(call.func)
+        full = self.canonical(raw) if raw else ""
+        for prefix in ("torch.nn.", "nn."):
+            for name in (full, raw):
+                if name.startswith(prefix):
+                    rest = name[len(prefix):]
+                    if rest.split(".")[0] in ("init", "functional", "utils", "parameter"):
+                        return ""  # functions and helpers, not a module
+                    return rest.split(".")[-1]
+        return ""
+
+    def _computes(self, call: ast.Call, fn: ast.AST | None) -> bool:
+        """Whether an nn construction computes with PyTorch when called: a layer does (not those in
+        _NN_NO_COMPUTE); a container does when a layer is among its members, read from its arguments and, for
+        names they use, from what the enclosing function assigns or appends to those names."""
+        kind = self.nn_class(call)
+        if kind in _NN_NO_COMPUTE or not kind:
+            return False
+        if kind not in _NN_CONTAINERS:
+            return True
+        sources: list[ast.AST] = [*call.args, *[k.value for k in call.keywords]]
+        names = {n.id for src in sources for n in ast.walk(src) if isinstance(n, ast.Name)}
+        if fn is not None:  # layers = [nn.Linear(...)]; layers.append(...); layers += [...]
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets):
+                    sources.append(n.value)
+                elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in names:
+                    sources.append(n.value)
+                elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                        isinstance(n.func.value, ast.Name) and n.func.value.id in names and \
+                        n.func.attr in ("append", "extend", "insert", "update", "__setitem__"):
+                    sources += n.args
+                elif isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                                                       and t.value.id in names for t in n.targets):
+                    sources.append(n.value)
+        return any(self.nn_class(n) and self.nn_class(n) not in _NN_NO_COMPUTE | _NN_CONTAINERS
+                   for src in sources for n in ast.walk(src))
+
+    def torch_layers(self, cls: ast.ClassDef | None) -> set[str]:
+        """Attributes ``self.X`` of ``cls`` (and of the classes of the program it inherits from) assigned a PyTorch
+        layer or a container holding one; a container of the program's own modules is not one."""
+        out: set[str] = set()
+        if cls is None:
+            return out
+        for c in _own_chain(cls, self.classes):
+            for fn in c.body:
+                for node in ast.walk(fn):
+                    target = value = None
+                    if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                        for t in targets:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                if self._computes(node.value, fn):
+                                    out.add(t.attr)
+                        continue
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                            node.func.attr in ("add_module", "register_module") and len(node.args) == 2 and \
+                            isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                        target, value = node.args[0].value, node.args[1]
+                    if target and isinstance(value, ast.Call) and self._computes(value, fn):
+                        out.add(target)
+        return out
+
+
+def _loop_bindings(target: ast.AST, it: ast.AST) -> list[tuple[str, ast.AST]]:
+    """(loop variable, what it iterates over) for ``for target in it``, through enumerate / zip / reversed /
+    list and the module methods that yield members (children, values, items, named_children...)."""
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.args:
+        fn = it.func.id
+        if fn == "enumerate":
+            return _loop_bindings(target.elts[1], it.args[0]) if isinstance(target, ast.Tuple) and \
+                len(target.elts) == 2 else []
+        if fn == "zip":
+            return [b for t, a in zip(target.elts, it.args) for b in _loop_bindings(t, a)] if \
+                isinstance(target, ast.Tuple) and len(target.elts) == len(it.args) else []
+        if fn in ("reversed", "list", "iter", "tuple", "sorted"):
+            return _loop_bindings(target, it.args[0])
+        return []
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute):
+        if it.func.attr in ("children", "values", "modules"):
+            return _loop_bindings(target, it.func.value)
+        if it.func.attr in ("items", "named_children", "named_modules"):
+            return _loop_bindings(target.elts[1], it.func.value) if isinstance(target, ast.Tuple) and \
+                len(target.elts) == 2 else []
+        return []
+    if isinstance(it, ast.Subscript):
+        return _loop_bindings(target, it.value)
+    return [(target.id, it)] if isinstance(target, ast.Name) else []
+
+
+def _refs(fn: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+
+
+def init_only_nodes(tree: ast.Module) -> set[int]:
+    """Ids of the nodes in functions that only construction reaches: reachable (by name, conservatively) from
+    an ``__init__`` of some class and not from any ``forward`` / ``__call__``. Lambdas and functions nested in
+    them are left out (they can be stored and called later, from forward)."""
+    funcs: dict[str, list[ast.AST]] = {}
+    for top in tree.body:
+        members = top.body if isinstance(top, ast.ClassDef) else [top]
+        for f in members:
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                funcs.setdefault(f.name, []).append(f)
+
+    def closure(roots: set[str]) -> set[str]:
+        seen, todo = set(), [r for r in roots if r in funcs]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            todo += [r for f in funcs[name] for r in _refs(f) if r in funcs and r not in seen]
+        return seen
+
+    forward = closure({"forward", "__call__"})
+    only_init = closure({"__init__"}) - forward - {"get_inputs", "get_init_inputs"}
+    ids: set[int] = set()
+    for name in only_init:
+        for f in funcs[name]:
+            nested = {id(n) for g in ast.walk(f) if g is not f and isinstance(g, (ast.Lambda, ast.FunctionDef,
+                                                                                 ast.AsyncFunctionDef))
+                      for n in ast.walk(g)}
+            ids |= {id(n) for n in ast.walk(f)} - nested
+    return ids
