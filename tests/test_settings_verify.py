@@ -92,6 +92,10 @@ def test_the_verifier_reads_no_km_variable_and_one_function_resolves_a_backend()
                 assert not node.value.startswith("KM_"), f"{path.name} names {node.value}"
     assert resolvers == ["verifier/config.py:resolve_backend"]
     assert resolve_backend("cpu") == "cpu" and resolve_backend("auto") in ("cpu", "cuda")
+    with pytest.raises(InputError, match="train.device"):  # a trainer's device may name a GPU, which must exist
+        resolve_backend("cuda:64", "train.device", device_index=True)
+    with pytest.raises(InputError, match="run.backend"):  # a verifier backend names no index
+        resolve_backend("cuda:0", "run.backend")
     with pytest.raises(InputError, match="run.backend.*unknown backend 'gpu'"):
         resolve_backend("gpu", "run.backend")
 

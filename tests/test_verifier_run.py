@@ -424,7 +424,7 @@ def test_fork_server_preloads_what_the_profiler_imports_without_a_thread_or_cuda
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
     # a preload that initialised CUDA (simulated): the server execs itself without it, then serves (EOF: exits 0)
-    fake = ("import runpy, sys, torch\ntorch.cuda.is_initialized = lambda: True\nsys.argv = ['worker', '--serve']\n"
+    fake = ("import runpy, sys, torch\ntorch.cuda.is_initialized = lambda: True\nsys.argv = ['worker', '--serve', '64']\n"
             "runpy.run_module('verifier.worker', run_name='__main__')")
     r = subprocess.run([sys.executable, "-c", fake], env=env, input="", capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

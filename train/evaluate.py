@@ -114,7 +114,7 @@ def evaluate_checkpoint(model_dir: str | Path, corpus_dir: str | Path, *, backen
     of a corpus's rl config, verified on ``backend``. ``ks`` None: ``[train] eval_k``'s default."""
     ks = tuple(ks or TrainSettings().eval_k)
     model, tok = load_pretrained(resolve_model_dir(model_dir))
-    model.to(resolve_backend(device, "train.device"))
+    model.to(resolve_backend(device, "train.device", device_index=True))
     _train, held = D.split_rows(D.rows_of(D.load_corpus(corpus_dir, "rl")), heldout_frac, split_seed)
     held = sorted({r["task_id"]: r for r in held}.values(), key=lambda r: r["task_id"])
     if max_tasks:

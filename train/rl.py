@@ -117,7 +117,7 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
     first step always runs, and a step slower than the mean can still overrun). ``on_step`` gets each step's metrics record as
     soon as it is written (benchmarks flush it where a cut-off run still leaves it)."""
     out_dir = Path(out_dir)
-    dev = torch.device(resolve_backend(device, "train.device"))
+    dev = torch.device(resolve_backend(device, "train.device", device_index=True))
     torch.manual_seed(seed)
     ck = latest_checkpoint(out_dir) if resume else None
     state: dict = {}

@@ -228,7 +228,7 @@ class LocalModelServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_lock = threading.Lock()
         model, tok = load_pretrained(self.model)
-        self._model, self._tok = model.to(resolve_backend(self.device, "loop.device")).eval(), tok
+        self._model, self._tok = model.to(resolve_backend(self.device, "loop.device", device_index=True)).eval(), tok
         self._queue: queue.Queue = queue.Queue()
         server = self
 

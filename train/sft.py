@@ -152,7 +152,7 @@ def train_sft(corpus_dir: str | Path, out_dir: str | Path, *, config: str = "sft
     if config not in ("sft", "rft"):
         raise InputError(f"config {config!r}", "train_sft trains on 'sft' or 'rft'")
     out_dir = Path(out_dir)
-    dev = torch.device(resolve_backend(device, "train.device"))
+    dev = torch.device(resolve_backend(device, "train.device", device_index=True))
     ck = latest_checkpoint(out_dir) if resume else None
     state: dict = {}
     if ck is not None:

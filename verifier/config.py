@@ -137,13 +137,19 @@ def current_host() -> HostSettings:
     return _HOST[0] or VerifyConfig().host()
 
 
-def resolve_backend(backend: str, where: str = "--backend") -> str:
+def resolve_backend(backend: str, where: str = "--backend", *, device_index: bool = False) -> str:
     """The one backend resolver (stages, verifier, trainer): ``auto`` is cuda when torch sees a CUDA device, else
-    cpu; cpu and cuda are checked. InputError naming ``where`` (the flag or setting it came from) otherwise."""
+    cpu; cpu and cuda are checked. InputError naming ``where`` (the flag or setting it came from) otherwise.
+    ``device_index``: a trainer's device may name one GPU (``cuda:1``), which must exist."""
     import torch  # about 2 s: only callers about to verify or train pay for it
 
     if backend == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if device_index and backend.startswith("cuda:") and backend[5:].isdigit():
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(backend[5:]) >= n:
+            raise InputError(where, f"{backend!r}: this machine has {n} CUDA device(s) visible to torch")
+        return backend
     if backend not in BACKENDS:
         raise InputError(where, f"unknown backend {backend!r}; use cpu, cuda or auto (musa is planned)")
     if backend == "cuda" and not torch.cuda.is_available():
