@@ -239,3 +239,22 @@ def test_plans_nobody_holds_are_kept_within_bounds():
     cache.get_or_build("a", lambda: 0)  # a used again: b is now the least recently used
     cache.get_or_build("c", lambda: 10)  # built with no holder: kept within the bounds, b leaves
     assert ("a" in cache, "b" in cache, "c" in cache) == (True, False, True)
+
+
+def test_the_float64_reference_is_left_out_when_its_outputs_would_not_fit():
+    """A task whose float64 outputs (twice the fp32 ones, per draw) would not fit beside what the plan holds gets
+    the fixed tolerance and says why; with room it runs (a 4 GiB-input conv whose float64 output is 16 GiB ran the
+    H100 out of memory while 4 execution workers ran: test bed, technoabsurdist-l1-p87)."""
+    import torch
+
+    from verifier.api import _float64_check
+
+    model = torch.nn.Linear(64, 256)
+    x = [torch.randn(8, 64)]
+    outs = [[model(x[0]).detach()]]
+    cfg = VerifyConfig(float64_reference=True)
+    small, room = 4 * (8 * 64 * 4 + 8 * 256 * 4), 1 << 30
+    why, pooled, outs64 = _float64_check(model, [x], outs, 8 * 64 * 4, small, cfg)
+    assert "does not fit" in why and outs64 is None
+    why, pooled, outs64 = _float64_check(model, [x], outs, 8 * 64 * 4, room, cfg)
+    assert why == "" and outs64[0][0].dtype == torch.float64 and len(pooled) == 1

@@ -296,6 +296,9 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
                     plan.trial_scale = _other_shape_scale(plan, seed)
                 del model, out, a
                 plan.module_bytes = admission.module_bytes(ref_mod)
+        except torch.cuda.OutOfMemoryError as e:  # the verifier's memory, not the program's fault: not cached
+            raise InputError(name, "the verifier ran out of device memory while planning this task (its inputs take "
+                                   f"{plan.input_bytes / 2**30:.1f} GiB; {str(e)[:160]})") from None
         except Exception as e:  # noqa: BLE001
             raise InputError(name, f"the task program does not run: {type(e).__name__}: {e}") from None
     return plan
@@ -310,14 +313,28 @@ def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
     if not any(isinstance(o, torch.Tensor) and o.dtype == torch.float32 for o in outs[0]):
         return "no float32 output", [], None
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    if 3 * input_bytes + 2 * weights > free // 2:
-        return "the float64 copy of the reference and its inputs does not fit in memory", [], None
+    out_bytes = nbytes(outs[0])
+    held = len(draws) * (input_bytes + out_bytes) + weights  # the fp32 draws and outputs held while this runs
+    need = 2 * input_bytes + 2 * len(draws) * out_bytes + 2 * weights  # widened inputs, float64 outputs and weights
+    if held + need > free * 3 // 4:
+        return "the float64 copy of the reference, its inputs and outputs does not fit in memory", [], None
+    try:
+        return _float64_outputs(model, draws, outs)
+    except torch.cuda.OutOfMemoryError:  # the estimate missed (another process, forward's own workspace)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return "the float64 reference ran out of device memory", [], None
+
+
+def _float64_outputs(model, draws: list, outs: list) -> tuple[str, list, list | None]:
     model64 = float64_model(model)
     pooled = [(0.0, 0.0)] * len(outs[0])
     outs64 = []
     for inputs, out in zip(draws, outs):
         try:
             out64 = as_list(model64(*widen(inputs)))
+        except torch.cuda.OutOfMemoryError:
+            raise
         except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel: the fixed tolerance instead
             return f"the reference does not run in float64 ({type(e).__name__}: {str(e)[:120]})", [], None
         if len(out64) != len(out) or any(isinstance(o, torch.Tensor) and (not isinstance(p, torch.Tensor) or
