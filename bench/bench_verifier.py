@@ -4,7 +4,7 @@ goes, GPU busy fraction, and timing noise (one kernel, 5 repeated measurements: 
 
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_verifier.py --batch mixed --per-task 12
 
-``--batch mixed`` (default): 8 tasks of levels 1-2 (bench/mixed_batch.py), ``--per-task`` distinct candidates
+``--batch mixed`` (default): 8 tasks of levels 1-2 (verifier/mixed_batch.py), ``--per-task`` distinct candidates
 each; ``--batch relu``: ``--n`` variants of one ReLU (the session-5 figure). Prints a table and writes
 bench/results/verifier_<device>_<batch>.md and the verdicts (candidate, status, cheats) as
 verdicts_<device>_<batch>_<commit>.jsonl, to compare two verifiers' verdicts on the same batch."""
@@ -124,7 +124,7 @@ def write_verdicts(vs, path: Path) -> None:
 # plans and reference timings, and the build cache, would otherwise let the second batch ride on the first).
 
 def _commit() -> str:
-    return os.environ.get("KM_VERIFIER_COMMIT") or subprocess.run(
+    return os.environ.get("KERNELMILL_VERIFIER_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
         cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
 
@@ -375,7 +375,7 @@ def main():
     device = torch.cuda.get_device_name(0)
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
     if a.batch == "mixed":
-        from bench.mixed_batch import mixed_batch
+        from verifier.mixed_batch import mixed_batch
         items = mixed_batch(a.per_task)
         a.n = len(items)
     else:
@@ -420,7 +420,7 @@ def main():
     rows += [(f"host CPU s per candidate, cold: {k} ({n} processes)", f"{sec / a.n:.2f}")
              for k, (sec, n) in kinds_c.items() if sec >= 0.05 * a.n]
     rows += seconds_table(cold)
-    commit = os.environ.get("KM_VERIFIER_COMMIT") or subprocess.run(
+    commit = os.environ.get("KERNELMILL_VERIFIER_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -477,7 +477,7 @@ def main():
     w = max(len(r[0]) for r in rows)
     table = "\n".join(f"| {k.ljust(w)} | {v} |" for k, v in rows)
     header = f"| {'metric'.ljust(w)} | value |\n|{'-' * (w + 2)}|-------|"
-    what = (f"Batch: {a.n} distinct CUDA candidates over 8 tasks of levels 1-2 (bench/mixed_batch.py: ReLU, GELU, "
+    what = (f"Batch: {a.n} distinct CUDA candidates over 8 tasks of levels 1-2 (verifier/mixed_batch.py: ReLU, GELU, "
             "swish, row sum, row max, softmax, tiled matmul, Linear+bias+ReLU+scale; block sizes, kernel and host "
             "function names vary)" if a.batch == "mixed" else
             f"Task: ReLU on 2048x4096 fp32; {a.n} distinct CUDA "

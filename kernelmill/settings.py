@@ -7,7 +7,7 @@
 ``Settings`` holds one of each. A stage owns one section (orchestrator/stages.py names it) and may
 read [run] (the backend) and the sections of the work it calls (repair reads [generate] and
 [verify]). Adding a key is one field with its default in one dataclass; data/default.toml repeats
-the defaults for reading only (tests/test_settings.py keeps the two equal) and is not loaded.
+the defaults for reading only (tests/test_stages.py and tests/test_settings_verify.py keeps the two equal) and is not loaded.
 
 ``parse_settings(layers)`` guarantees: every key of every layer names a field of its section, else
 InputError naming the key, where it came from (a file, an environment variable, ``--set``) and
@@ -204,9 +204,15 @@ class TrainSettings:
     eval_n: int = 1
     eval_k: list[int] = field(default_factory=lambda: [1])
     eval_max_tasks: int = 0
+    # where the RL reward is judged: "" the verifier's entry in this process; "auto" a `kernelmill serve-verifier`
+    # started for the RL run (a free 127.0.0.1 port) and stopped after it; http(s)://... a running service
+    verifier_url: str = ""
 
     def check(self) -> None:
         _one_of("train.kind", self.kind, ("sft", "rft", "rl"))
+        if self.verifier_url not in ("", "auto") and not self.verifier_url.startswith(("http://", "https://")):
+            raise InputError("train.verifier_url", f'must be "", "auto" or an http(s):// URL, '
+                                                   f"got {self.verifier_url!r}")
 
 
 # loop.arm: the ablation arms of the training loop, each a name for what a round trains (loop.train) and which

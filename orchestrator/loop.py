@@ -25,8 +25,10 @@ endpoint. Round r samples the training split with m(r-1) (``loop.k`` answers per
 A round whose pool has nothing to learn from (no correct answer; no screened task) keeps m(r-1).
 
 Every answer is judged through the verifier's one entry (verifier.entry.verify): the rounds' and evaluations'
-verify and repair stages, and the RL reward (train.rollout.verifier_reward_fn), on the Ray cluster
-``flows.ray_address`` names when it names one.
+verify and repair stages, and the RL reward (train.rollout.rl_reward), on the Ray cluster ``flows.ray_address``
+names when it names one. The RL reward calls the entry in this process, or through the verifier service when
+``train.verifier_url`` names one (a running `kernelmill serve-verifier`, or ``auto``: one started with the run's
+[verify] and [flows] settings for each RL phase and stopped after it); the same answers get the same scores.
 
 Tasks: the run's ``tasks`` table, split by ``train.data.is_heldout`` (``train.heldout_frac``,
 ``train.split_seed``: the trainer's own split), so no held-out task is ever sampled for training.
@@ -422,7 +424,8 @@ def _rl(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dict
     kw.update(steps=s.loop.rl_steps, group_size=s.loop.group_size, prompts_per_step=s.loop.prompts_per_step)
     if left != float("inf"):
         kw["max_seconds"] = max(1.0, left)
-    # the reward verifies through the entry where the round's verify stage did (flows.ray_address)
+    # the reward verifies through the entry where the round's verify stage did (flows.ray_address), in this
+    # process or through the verifier service (train.verifier_url, one of the [train] keywords above)
     res = train_rl(pool_dir, out, init=model, rows=rows, backend=resolve_backend(s.run.backend, "run.backend"),
                    verify_cfg=s.verify, verify_ray=ray_target(s.flows.ray_address, s.flows.ray_workers), **kw)
     rec = {k: v for k, v in res.items() if isinstance(v, (int, float, str))}

@@ -406,7 +406,8 @@ def train(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dic
     """``train.kind`` on the run's corpus (``curate.out``, default the run directory) into
     ``train.out`` (default ``<run_dir>/train/<kind>``): sft or rft fine-tuning (train/sft.py) from
     ``train.model`` (empty: a tiny model), or GRPO (train/rl.py) from ``train.model`` or the run's
-    sft output, rewarded by the verifier on ``run.backend``. Resumes from checkpoints in the output.
+    sft output, rewarded by the verifier on ``run.backend`` (in this process, or through the verifier service
+    ``train.verifier_url`` names). Resumes from checkpoints in the output.
     Not in the default run."""
     t = s.train
     corpus = Path(s.curate.out) if s.curate.out else run_dir

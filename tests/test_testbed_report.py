@@ -1,16 +1,23 @@
-"""The test bed benchmark's CPU side (bench/bench_testbed_gpu.py): shard selection, merging shard JSONL files,
-the hand classification of disagreements, the markdown tables, and the extraction + static run over a small
-manifest. Every row and program here is written by hand in this file (no fetched solution, no ext/)."""
+"""The test bed's CPU side (verifier/testbed.py, verifier/testbed_report.py): shard selection, merging shard JSONL
+files, the hand classification of disagreements, the markdown tables, two runs compared and the regressions the
+gpu suite fails on, the extraction + static run and the budget of a run over a small manifest, and the builder
+script (bench/testbed_build.py, run as a program) over a fork made here. Every row and program here is written
+by hand in this file (no fetched solution, no ext/)."""
 
+import hashlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kernelmill.errors import InputError
+from verifier import testbed as T
+from verifier import testbed_report as tb
+from verifier.testbed import TestbedSolution
 
-from bench import bench_testbed_gpu as tb  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def row(id_, status, judgement="correct", source="srcA", level=1, cheats=(), key="", **kw):
@@ -85,28 +92,39 @@ def test_classify_csv_and_bad_class(tmp_path):
     assert tb.load_classes(f) == {"a2": {"class": "verifier fault", "note": "static scan misreads nn.init"}}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"a2": "flaky"}))
-    with pytest.raises(SystemExit, match="a2"):
+    with pytest.raises(InputError, match="a2: class 'flaky'"):
         tb.load_classes(bad)
 
 
-def test_report_mode_writes_the_markdown_from_shards(shards, tmp_path):
-    out = tmp_path / "out"
-    assert tb.main(["--report", *map(str, shards), "--name", "merged_test", "--out", str(out)]) == 0
-    text = (out / "testbed_merged_test.md").read_text()
-    assert "5 solutions" in text and "## Disagreements (4)" in text
+def test_merge_names_the_file_and_line_of_a_bad_row(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(json.dumps(row("a1", "pass")) + "\n{not json\n")
+    with pytest.raises(InputError, match="bad.jsonl line 2"):
+        tb.merge_rows([f])
+    with pytest.raises(InputError, match="missing.jsonl: no such verdict file"):
+        tb.merge_rows([tmp_path / "missing.jsonl"])
+
+
+def sol(id_, level=1, source="x", judgement="correct", problem_id=1, base=Path("/nonexistent")):
+    return TestbedSolution(id=id_, source=source, level=level, problem_name=f"p{problem_id}",
+                           problem_file=base / "p.py", solution_file=base / f"{id_}.py", model="m",
+                           source_judgement=judgement, problem_id=problem_id)
 
 
 def test_shards_are_disjoint_and_cover_the_selection():
-    rows = [{"id": f"src-l{1 + i % 3}-p{i:03d}", "level": 1 + i % 3, "source": "x" if i % 2 else "y"} for i in range(50)]
-    parts = [tb.select(rows, shard=f"{i}/3") for i in range(3)]
-    ids = [r["id"] for p in parts for r in p]
-    assert sorted(ids) == sorted(r["id"] for r in rows) and len(set(ids)) == 50
-    assert {r["level"] for r in parts[0]} == {1, 2, 3}
-    assert all(r["level"] == 2 for r in tb.select(rows, levels="2"))
-    assert len(tb.select(rows, sources="x", limit=4)) == 4
-    with pytest.raises(SystemExit, match="--sources: no solution of nosuch"):
-        tb.select(rows, sources="x,nosuch")
-    assert "src-l2-p001" not in {r["id"] for r in tb.select(rows, skip_ids={"src-l2-p001"})}
+    rows = [sol(f"src-l{1 + i % 3}-p{i:03d}", level=1 + i % 3, source="x" if i % 2 else "y", problem_id=i)
+            for i in range(50)]
+    parts = [T.select(rows, shard=f"{i}/3") for i in range(3)]
+    ids = [r.id for p in parts for r in p]
+    assert sorted(ids) == sorted(r.id for r in rows) and len(set(ids)) == 50
+    assert {r.level for r in parts[0]} == {1, 2, 3}
+    assert all(r.level == 2 for r in T.select(rows, levels=[2]))
+    assert len(T.select(rows, sources=["x"], limit=4)) == 4
+    with pytest.raises(InputError, match="sources: no solution of nosuch"):
+        T.select(rows, sources=["x", "nosuch"])
+    with pytest.raises(InputError, match="shard: 3/3"):
+        T.select(rows, shard="3/3")
+    assert "src-l2-p001" not in {r.id for r in T.select(rows, skip_ids={"src-l2-p001"})}
 
 
 TASK = '''import torch
@@ -168,17 +186,35 @@ def test_static_only_run_over_a_small_manifest(tmp_path):
                          "level": 1, "problem_id": 1, "problem_name": "relu", "problem_file": "problems/relu.py",
                          "solution_file": f"solutions/{id_}.py", "source_judgement": "correct", "model": "hand"})
     write_jsonl(tmp_path / "manifest.jsonl", manifest)
-    out = tmp_path / "out"
-    assert tb.main(["--manifest", str(tmp_path / "manifest.jsonl"), "--static-only", "--out", str(out)]) == 0
-    rows = {r["id"]: r for r in map(json.loads, (out / "testbed_static_cpu.jsonl").read_text().splitlines())}
+    rows = {r["id"]: r for r in T.run_static(T.load_manifest(tmp_path / "manifest.jsonl"))}
     assert rows["honest"]["status"] == "static_ok"
     assert rows["no-kernel"]["status"] == "extract_error"
-    assert "| no-kernel |" in (out / "testbed_static_cpu.md").read_text().split("## Disagreements")[1]
+    assert "| no-kernel |" in tb.render(list(rows.values()), {}, "t", []).split("## Disagreements")[1]
 
 
-# ----------------------------------------------------------------------------- two runs compared (testbed_compare)
+def test_a_run_writes_one_row_per_solution_without_verifying_past_its_budget(tmp_path):
+    """No verification runs here: one solution's file is gone (its row says so), and a budget under the 45 s a
+    chunk needs leaves the rest ``not reached``; the JSONL holds the same rows as the return value."""
+    (tmp_path / "problems").mkdir()
+    (tmp_path / "problems" / "relu.py").write_text(TASK)
+    sols = []
+    for id_ in ("gone", "kept"):
+        (tmp_path / f"{id_}.py").write_text(HONEST)
+        sols.append(TestbedSolution(id=id_, source="hand", level=1, problem_name="relu",
+                                    problem_file=tmp_path / "problems" / "relu.py", solution_file=tmp_path / f"{id_}.py"))
+    (tmp_path / "gone.py").unlink()
+    cfg = T.make_config(["trials=7"], "partial")
+    assert (cfg.trials, cfg.legality, cfg.time_torch_compile, cfg.timing_trials) == (7, "partial", False, 5)
+    rows = T.run_testbed(sols[:1], cfg, tmp_path / "a.jsonl", budget_s=600, chunk=1, backend="cpu", log=lambda m: None)
+    assert [(r["id"], r["status"]) for r in rows] == [("gone", "bench_error")] and "could not read" in rows[0]["key_line"]
+    rows = T.run_testbed(sols, cfg, tmp_path / "b.jsonl", budget_s=10, backend="cpu", log=lambda m: None)
+    assert [(r["id"], r["status"]) for r in rows] == [("gone", tb.NOT_REACHED), ("kept", tb.NOT_REACHED)]
+    assert [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()] == rows
+    with pytest.raises(InputError, match="nosuch"):
+        T.make_config(["nosuch=1"])
 
-from bench import testbed_compare as tc  # noqa: E402
+
+# ----------------------------------------------------------------------------- two runs compared
 
 
 @pytest.fixture
@@ -206,7 +242,7 @@ def two_runs(tmp_path):
 
 def test_compare_finds_each_changed_verdict_by_id(two_runs):
     before, after = two_runs
-    c = tc.compare(tb.merge_rows(before), tb.merge_rows(after))
+    c = tb.compare(tb.merge_rows(before), tb.merge_rows(after))
     assert sorted(b["id"] for b, _ in c["common"]) == ["broke", "fixed", "recoded", "same"]
     assert [(b["id"], b["status"], a["status"]) for b, a in c["changed"]] == [
         ("fixed", "cheat", "pass"), ("recoded", "cheat", "cheat"), ("broke", "pass", "wrong")]
@@ -216,7 +252,7 @@ def test_compare_finds_each_changed_verdict_by_id(two_runs):
 
 def test_compare_report_tables(two_runs):
     before, after = two_runs
-    text = tc.render_compare(tc.compare(tb.merge_rows(before), tb.merge_rows(after)), before, after)
+    text = tb.render_compare(tb.compare(tb.merge_rows(before), tb.merge_rows(after)), before, after)
     counts = text.split("## Counts")[1].splitlines()[4]
     assert counts == "| 4 | 3 | 2 | 1 | 1 | 1 | 1 |"
     trans = text.split("## Status transitions")[1]
@@ -233,33 +269,37 @@ def test_compare_report_tables(two_runs):
     assert "Not reached on one side (1): late" in text and "Only before (1): gone" in text
 
 
-def test_compare_cli_prints_and_writes_the_report(two_runs, tmp_path, capsys):
+def test_regressions_are_lost_passes_and_verifier_errors_on_correct_solutions(two_runs, tmp_path):
+    before, after = two_runs
+    got = tb.regressions(tb.merge_rows(before), tb.merge_rows(after))
+    assert got == ["broke: pass -> wrong: mismatch at [0, 1]: got 2.0, expected 1.0"]  # "late": not reached
+    err = write_jsonl(tmp_path / "err.jsonl", [row("new", "verifier_error", key="worker died"),
+                                               row("ok", "verifier_error", judgement="incorrect")])
+    assert tb.regressions([], tb.merge_rows([err])) == [
+        "new: verifier_error on a solution its source judged correct: worker died"]
+    assert tb.regressions(tb.merge_rows(before), tb.merge_rows(before)) == []
+
+
+def test_compare_script_prints_and_writes_the_report(two_runs, tmp_path):
     before, after = two_runs
     out = tmp_path / "cmp.md"
-    assert tc.main(["--before", *map(str, before), "--after", *map(str, after), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "## Changed verdicts (3)" in printed and out.read_text() == printed.rstrip("\n") + "\n"
-    assert tc.main(["--before", str(tmp_path / "missing.jsonl"), "--after", *map(str, after)]) == 2
+    p = subprocess.run([sys.executable, "bench/testbed_compare.py", "--before", *map(str, before), "--after",
+                        *map(str, after), "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "## Changed verdicts (3)" in p.stdout and out.read_text() == p.stdout.rstrip("\n") + "\n"
 
 
 def test_per_problem_alternates_judgements_and_keeps_the_hash_first_pick():
-    rows = [{"id": f"s-l1-p1-m{i}", "level": 1, "problem_id": 1, "source": "s",
-             "source_judgement": "correct" if i < 3 else "incorrect"} for i in range(5)]
-    two = tb.select(rows, per_problem=2)
-    assert sorted(r["source_judgement"] for r in two) == ["correct", "incorrect"]
-    one_correct_only = tb.select([r for r in rows if r["source_judgement"] == "correct"], per_problem=1)
-    import hashlib
-    first = min((r for r in rows if r["source_judgement"] == "correct"),
-                key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())
-    assert [r["id"] for r in one_correct_only] == [first["id"]]
-    assert len(tb.select(rows, per_problem=1)) == 1
+    rows = [sol(f"s-l1-p1-m{i}", source="s", judgement="correct" if i < 3 else "incorrect") for i in range(5)]
+    two = T.select(rows, per_problem=2)
+    assert sorted(r.source_judgement for r in two) == ["correct", "incorrect"]
+    one_correct_only = T.select([r for r in rows if r.source_judgement == "correct"], per_problem=1)
+    first = min((r for r in rows if r.source_judgement == "correct"), key=lambda r: hashlib.sha1(r.id.encode()).hexdigest())
+    assert [r.id for r in one_correct_only] == [first.id]
+    assert len(T.select(rows, per_problem=1)) == 1
 
 
 # ----------------------------------------------------------------------------- a KernelBench fork's run folders
-
-import subprocess  # noqa: E402
-
-from bench import testbed_build as bld  # noqa: E402
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -313,7 +353,15 @@ def test_build_reads_a_fork_with_both_judgements_and_leaves_out_harness_faults(t
                    check=True, capture_output=True)
 
     out = tmp_path / "testbed"
-    rows, skipped = bld.build(out, mirrors, ["h100"], False, ["yenhaohuang"])
+
+    def build(*sources):
+        return subprocess.run([sys.executable, "bench/testbed_build.py", "--out", str(out), "--mirrors", str(mirrors),
+                               "--sources", ",".join(sources)], cwd=ROOT, capture_output=True, text=True)
+
+    p = build("yenhaohuang")
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    skipped = json.loads((out / "skipped.json").read_text())
     got = {(r["level"], r["problem_id"], r["model"]): r for r in rows}
     assert sorted(got) == [(1, 1, "deepseek-v4-pro"), (1, 1, "gpt-5.5"), (2, 1, "gpt-5.5")]
     assert got[(1, 1, "gpt-5.5")]["source_judgement"] == "correct"
@@ -327,7 +375,6 @@ def test_build_reads_a_fork_with_both_judgements_and_leaves_out_harness_faults(t
     assert skipped["yenhaohuang: no verdict on the code (harness fault)"] == 1  # out of memory: not the code's fault
     assert skipped["yenhaohuang: no load_inline + __global__ (incorrect)"] == 1
     assert skipped["yenhaohuang: run folder runs/ralph_gemma4_cuda_all not in the mirror"] == 1
-    manifest = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
-    assert {r["id"] for r in manifest} == {r["id"] for r in rows}
-    with pytest.raises(bld.UnknownSource, match="nosuch"):
-        bld.build(out, mirrors, ["h100"], False, ["nosuch"])
+    assert {s.id for s in T.load_manifest(out / "manifest.jsonl")} == {r["id"] for r in rows}
+    p = build("nosuch")
+    assert p.returncode == 2 and "nosuch" in p.stderr

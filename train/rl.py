@@ -33,6 +33,7 @@ from every answer it sampled in a trajectory (the feedback turns are context, no
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -44,7 +45,7 @@ from kernelmill.errors import InputError
 from kernelmill.settings import TrainSettings
 from train import data as D
 from train.model import latest_checkpoint, load_pretrained, load_trainer_state, resolve_model_dir, save_checkpoint
-from train.rollout import RewardFn, Trajectory, context_limit, multi_turn_rollouts, verifier_reward_fn
+from train.rollout import RewardFn, Trajectory, context_limit, multi_turn_rollouts, rl_reward
 from train.sft import MetricsLog, stream_indices
 from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, group_summary, mirrorpop_filter,
                                mix_counts, prime_echo_reward)
@@ -106,12 +107,15 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
              dynamic_max_rounds: int = TrainSettings.dynamic_max_rounds,
              save_every: int = TrainSettings.rl_save_every, resume: bool = True, rows: list[dict] | None = None,
              max_seconds: float = 0.0, on_step: Callable[[dict], None] | None = None,
-             rollout_bf16: bool = TrainSettings.rollout_bf16) -> dict:
+             rollout_bf16: bool = TrainSettings.rollout_bf16,
+             verifier_url: str = TrainSettings.verifier_url) -> dict:
     """GRPO on the rl corpus config; returns a summary dict and writes checkpoints + metrics.jsonl.
 
     ``init`` is the policy to start from (an SFT output directory or a model directory).
-    ``reward_fn`` defaults to the real verifier on ``backend`` (verifier.entry, on the Ray cluster ``verify_ray``
-    names when given). ``rows`` overrides the corpus rows
+    ``reward_fn`` defaults to the real verifier on ``backend`` with ``verify_cfg`` (verifier.entry, on the Ray
+    cluster ``verify_ray`` names when given), in this process or, with ``verifier_url`` (train.verifier_url), through
+    the verifier service: a running one at that URL, or with "auto" one started for this call and stopped when it
+    returns (train.rollout.rl_reward; the same scores for the same answers). ``rows`` overrides the corpus rows
     (already split; used by benchmarks that pick their own tasks). ``max_seconds`` > 0 stops early,
     with a checkpoint, before a step that would end past it (judged by the mean step time so far; the
     first step always runs, and a step slower than the mean can still overrun). ``on_step`` gets each step's metrics record as
@@ -119,182 +123,185 @@ def train_rl(corpus_dir: str | Path, out_dir: str | Path, *, init: str, reward_f
     out_dir = Path(out_dir)
     dev = torch.device(resolve_backend(device, "train.device", device_index=True))
     torch.manual_seed(seed)
-    ck = latest_checkpoint(out_dir) if resume else None
-    state: dict = {}
-    if ck is not None:
-        model, tok = load_pretrained(ck)
-        state = load_trainer_state(ck)
-    elif init:
-        model, tok = load_pretrained(resolve_model_dir(init))
-    else:
-        raise InputError("train rl --init", "RL needs a starting policy (an SFT output or a model directory)")
-    model.to(dev).train()
-    limit = context_limit(model)  # contexts (prompt, answers, feedback) never run past the model's positions
-    if rows is None:
-        rows, _held = D.split_rows(D.rows_of(D.load_corpus(corpus_dir, "rl")), heldout_frac, split_seed)
-    if not rows:
-        raise InputError(f"corpus {corpus_dir} (rl)", "has no training rows after holding out tasks")
-    if reward_fn is None:
-        reward_fn = verifier_reward_fn(backend, verify_cfg, ray=verify_ray)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
-    if state.get("optimizer"):
-        opt.load_state_dict(state["optimizer"])
-    buffer = RepairBuffer.from_state(state["buffer"]) if state.get("buffer") else RepairBuffer(cap=retry_cap, enabled=retry)
-    if "rng" in state:
-        torch.set_rng_state(state["rng"])
-    cursor = int(state.get("cursor", 0))
-    start = int(state.get("step", 0))
-    metrics = MetricsLog(out_dir / "metrics.jsonl", "rl", start)
-    t0 = time.time()
-    last: dict = {}
-    for step in range(start, steps):
-        ts = time.time()
-        # 1. prompts: fresh rows + buffered repair prompts
-        n_fresh, n_buf = mix_counts(prompts_per_step, len(buffer), retry_ratio, retry)
-        fresh = [rows[i] for i in stream_indices(cursor, n_fresh, len(rows), seed)]
-        cursor += n_fresh
-        starts = [(row, D.prompt_messages(row), g, False) for g, row in enumerate(fresh)]
-        # a buffered repair prompt needs room for its answer in the model's positions; one without is dropped
-        taken = buffer.take(n_buf)
-        fits = [rp for rp in taken if limit is None
-                or len(D.encode_chat(tok, rp.messages, add_generation_prompt=True)[0]) + max_new_tokens <= limit]
-        too_long = len(taken) - len(fits)
-        starts += [(rp.row, rp.messages, n_fresh + j, True) for j, rp in enumerate(fits)]
-        # 2. multi-turn rollouts with verifier feedback (the reward's share of the time measured apart)
-        reward_s = [0.0]
+    stack = contextlib.ExitStack()
+    if reward_fn is None:  # the verifier here or its service (train.verifier_url), checked before the model loads
+        reward_fn = stack.enter_context(rl_reward(backend, verify_cfg, ray=verify_ray, verifier_url=verifier_url,
+                                                  log_dir=out_dir))
+    with stack:  # a serve-verifier started for this run (verifier_url = "auto") stops when the run ends
+        ck = latest_checkpoint(out_dir) if resume else None
+        state: dict = {}
+        if ck is not None:
+            model, tok = load_pretrained(ck)
+            state = load_trainer_state(ck)
+        elif init:
+            model, tok = load_pretrained(resolve_model_dir(init))
+        else:
+            raise InputError("train rl --init", "RL needs a starting policy (an SFT output or a model directory)")
+        model.to(dev).train()
+        limit = context_limit(model)  # contexts (prompt, answers, feedback) never run past the model's positions
+        if rows is None:
+            rows, _held = D.split_rows(D.rows_of(D.load_corpus(corpus_dir, "rl")), heldout_frac, split_seed)
+        if not rows:
+            raise InputError(f"corpus {corpus_dir} (rl)", "has no training rows after holding out tasks")
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+        if state.get("optimizer"):
+            opt.load_state_dict(state["optimizer"])
+        buffer = RepairBuffer.from_state(state["buffer"]) if state.get("buffer") else RepairBuffer(cap=retry_cap, enabled=retry)
+        if "rng" in state:
+            torch.set_rng_state(state["rng"])
+        cursor = int(state.get("cursor", 0))
+        start = int(state.get("step", 0))
+        metrics = MetricsLog(out_dir / "metrics.jsonl", "rl", start)
+        t0 = time.time()
+        last: dict = {}
+        for step in range(start, steps):
+            ts = time.time()
+            # 1. prompts: fresh rows + buffered repair prompts
+            n_fresh, n_buf = mix_counts(prompts_per_step, len(buffer), retry_ratio, retry)
+            fresh = [rows[i] for i in stream_indices(cursor, n_fresh, len(rows), seed)]
+            cursor += n_fresh
+            starts = [(row, D.prompt_messages(row), g, False) for g, row in enumerate(fresh)]
+            # a buffered repair prompt needs room for its answer in the model's positions; one without is dropped
+            taken = buffer.take(n_buf)
+            fits = [rp for rp in taken if limit is None
+                    or len(D.encode_chat(tok, rp.messages, add_generation_prompt=True)[0]) + max_new_tokens <= limit]
+            too_long = len(taken) - len(fits)
+            starts += [(rp.row, rp.messages, n_fresh + j, True) for j, rp in enumerate(fits)]
+            # 2. multi-turn rollouts with verifier feedback (the reward's share of the time measured apart)
+            reward_s = [0.0]
 
-        def timed_reward(items, _s=reward_s):
-            t = time.time()
-            try:
-                return reward_fn(items)
-            finally:
-                _s[0] += time.time() - t
+            def timed_reward(items, _s=reward_s):
+                t = time.time()
+                try:
+                    return reward_fn(items)
+                finally:
+                    _s[0] += time.time() - t
 
-        def roll(group_starts):
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=rollout_bf16):
-                return multi_turn_rollouts(model, tok, [x for st in group_starts for x in [st] * group_size],
-                                           timed_reward, turns=turns, max_new_tokens=max_new_tokens,
-                                           temperature=temperature, max_context=limit)
+            def roll(group_starts):
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=rollout_bf16):
+                    return multi_turn_rollouts(model, tok, [x for st in group_starts for x in [st] * group_size],
+                                               timed_reward, turns=turns, max_new_tokens=max_new_tokens,
+                                               temperature=temperature, max_context=limit)
 
-        def bdr(new_trajs, groups) -> int:
-            """5. Buffered Dynamic Retry: all-failed fresh groups become repair prompts."""
-            n = 0
-            for g in groups:
-                grp = [t for t in new_trajs if t.group == g]
-                n += buffer.add_failed_group(grp[0].row, grp[0].prompt_messages, [t.responses[0] for t in grp],
-                                             [t.feedbacks[0] for t in grp], [t.solved for t in grp], step=step + 1,
-                                             per_group=retry_per_group)
-            return n
+            def bdr(new_trajs, groups) -> int:
+                """5. Buffered Dynamic Retry: all-failed fresh groups become repair prompts."""
+                n = 0
+                for g in groups:
+                    grp = [t for t in new_trajs if t.group == g]
+                    n += buffer.add_failed_group(grp[0].row, grp[0].prompt_messages, [t.responses[0] for t in grp],
+                                                 [t.feedbacks[0] for t in grp], [t.solved for t in grp], step=step + 1,
+                                                 per_group=retry_per_group)
+                return n
 
-        trajs = roll(starts)
-        added = bdr(trajs, range(n_fresh))
-        flat_first = [g for g in range(n_fresh) if is_flat_group([t for t in trajs if t.group == g])]
-        # dynamic sampling (DAPO): a fresh group whose samples all pass or all fail teaches nothing; it is
-        # replaced by the group of the next prompt in the stream, up to dynamic_max_rounds extra rollouts
-        flat, replaced, rounds = flat_first, 0, 0
-        while dynamic_sampling and flat and rounds < dynamic_max_rounds:
-            rounds += 1
-            new_rows = [rows[i] for i in stream_indices(cursor, len(flat), len(rows), seed)]
-            cursor += len(flat)
-            new = roll([(row, D.prompt_messages(row), g, False) for g, row in zip(flat, new_rows)])
-            added += bdr(new, flat)
-            gone = set(flat)
-            trajs = [t for t in trajs if t.group not in gone] + new
-            replaced += len(flat)
-            flat = [g for g in flat if is_flat_group([t for t in trajs if t.group == g])]
-        rollout_s = time.time() - ts
-        # 3-4. PrimeEcho rewards and group-normalised advantages
-        R = torch.tensor([trajectory_reward(t, prime_echo=prime_echo, lam=prime_echo_lambda, r_pass=r_pass)
-                          for t in trajs])
-        gids = torch.tensor([t.group for t in trajs])
-        adv = group_advantages(R, gids)
-        # 6. trainer log-probs of the sampled tokens, before the update ("old" policy)
-        chunks = [list(range(i, min(i + micro_batch, len(trajs)))) for i in range(0, len(trajs), micro_batch)]
-        padded = [pad_trajectories([trajs[i] for i in c], tok.pad_token_id) for c in chunks]
-        with torch.no_grad():
-            old = [trainer_logps(model, ids.to(dev), att.to(dev), temperature).cpu() for ids, att, _, _ in padded]
-        # 7. MirrorPop: drop sequences whose rollout and trainer log-probs disagree
-        keeps, stats = [], []
-        for (ids, att, mask, lpr), lp_old in zip(padded, old):
-            k, s = mirrorpop_filter(lpr, lp_old, mask, threshold=mirrorpop_threshold, enabled=mirrorpop)
-            keeps.append(k)
-            stats.append(s)
-        keep_all = torch.cat(keeps)
-        stat_all = torch.cat(stats)
-        # 8. clipped policy update over kept sampled tokens
-        tok_total = sum(float((m * k[:, None]).sum()) for (_, _, m, _), k in zip(padded, keeps))
-        pol: dict = {"ratio_mean": 1.0, "ratio_max": 1.0, "clip_frac": 0.0, "approx_kl": 0.0}
-        loss_v = 0.0
-        gnorm = 0.0
-        if tok_total > 0 and float(adv.abs().sum()) > 0:
-            for _epoch in range(ppo_epochs):
-                opt.zero_grad(set_to_none=True)
-                acc: dict = {}
-                loss_v = 0.0
-                for c, (ids, att, mask, _), lp_old, k in zip(chunks, padded, old, keeps):
-                    m = (mask * k[:, None]).to(dev)
-                    ntok = float(m.sum())
-                    if ntok == 0:
-                        continue
-                    lp_new = trainer_logps(model, ids.to(dev), att.to(dev), temperature)
-                    loss, st = clipped_policy_loss(lp_new, lp_old.to(dev), adv[c].to(dev), m, clip_eps=clip_eps)
-                    w = ntok / tok_total
-                    (loss * w).backward()
-                    loss_v += float(loss.detach()) * w
-                    for key, val in st.items():
-                        acc[key] = max(acc.get(key, val), val) if key == "ratio_max" else acc.get(key, 0.0) + val * w
-                gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-                opt.step()
-                pol = acc or pol
-        # 9. metrics and checkpoint
-        fresh_t = [t for t in trajs if not t.from_buffer]
-        buf_t = [t for t in trajs if t.from_buffer]
-        groups = group_summary(R, gids, adv, torch.tensor([t.solved for t in trajs]))
-        signal_tok = sum(float((m * k[:, None] * (adv[c].abs() > 1e-6)[:, None]).sum())
-                         for c, (_, _, m, _), k in zip(chunks, padded, keeps))
-        last = {
-            "step": step + 1, "reward_mean": float(R.mean()), "reward_first_mean": _mean([t.rewards[0] for t in trajs]),
-            "reward_final_mean": _mean([t.rewards[-1] for t in trajs]),
-            "pass_rate": _mean([t.correct[0] for t in fresh_t]),  # first-turn pass rate on fresh prompts
-            "pass_rate_final": _mean([t.solved for t in fresh_t]),
-            "repair_pass_rate": _mean([t.correct[0] for t in buf_t]) if buf_t else None,
-            "mean_turns": _mean([len(t.responses) for t in trajs]),
-            "buffer_size": len(buffer), "buffer_added": added, "buffer_drawn": len(taken), "buffer_evicted": buffer.dropped,
-            "buffer_trajectories": len(buf_t), "fresh_prompts": n_fresh, **groups,
-            # the model's positions: buffered repair prompts dropped for want of room, repair turns not sampled
-            "buffer_too_long": too_long, "context_full": sum(t.context_full for t in trajs),
-            # dynamic sampling: fresh groups that were all-pass / all-fail when first rolled out, how many were
-            # replaced, and the share of fresh groups with mixed outcomes after replacement
-            "flat_groups_first": len(flat_first), "replaced_groups": replaced, "dynamic_rounds": rounds,
-            "mixed_share_first": 1.0 - len(flat_first) / n_fresh if n_fresh else 0.0,
-            "mixed_share": 1.0 - len(flat) / n_fresh if n_fresh else 0.0,
-            "repair_solved": sum(t.solved for t in buf_t),
-            "mirrorpop_dropped": int((~keep_all).sum()), "mirrorpop_dropped_share": float((~keep_all).float().mean()),
-            "mirrorpop_stat_mean": float(stat_all.mean()), "mirrorpop_stat_max": float(stat_all.max()),
-            "loss": loss_v, "grad_norm": gnorm, **pol, "trajectories": len(trajs), "sampled_tokens": int(tok_total),
-            "signal_tokens": int(signal_tok),  # kept sampled tokens with a non-zero advantage: what the update used
-            "answers": sum(len(t.responses) for t in trajs),
-            "distinct_answers": len({(t.row.get("task_id"), r) for t in trajs for r in t.responses}),
-            "sample_s": round(rollout_s - reward_s[0], 3), "reward_s": round(reward_s[0], 3),
-            "update_s": round(time.time() - ts - rollout_s, 3), "step_s": round(time.time() - ts, 3),
-        }
-        metrics.write(last)
-        if on_step is not None:
-            on_step(last)
-        log.info("rl step %d/%d reward %.3f pass %.3f buffer %d mirrorpop %.2f", step + 1, steps,
-                 last["reward_mean"], last["pass_rate"], len(buffer), last["mirrorpop_dropped_share"])
-        # stop before a step that would not fit, judged by the mean step time so far (a budget is a promise)
-        spent = time.time() - t0
-        out_of_time = max_seconds > 0 and spent + spent / (step + 1 - start) > max_seconds
-        if (save_every and (step + 1) % save_every == 0) or step + 1 == steps or out_of_time:
-            save_checkpoint(out_dir, step + 1, model, tok, {"optimizer": opt.state_dict(), "stage": "rl",
-                                                             "buffer": buffer.state(), "cursor": cursor,
-                                                             "rng": torch.get_rng_state()})
-        if out_of_time:
-            break
-    return {"stage": "rl", "steps": steps, "steps_done": int(last.get("step", start)), "resumed_from": start,
-            "last": last,
-            "checkpoint": str(latest_checkpoint(out_dir)), "seconds": round(time.time() - t0, 2)}
+            trajs = roll(starts)
+            added = bdr(trajs, range(n_fresh))
+            flat_first = [g for g in range(n_fresh) if is_flat_group([t for t in trajs if t.group == g])]
+            # dynamic sampling (DAPO): a fresh group whose samples all pass or all fail teaches nothing; it is
+            # replaced by the group of the next prompt in the stream, up to dynamic_max_rounds extra rollouts
+            flat, replaced, rounds = flat_first, 0, 0
+            while dynamic_sampling and flat and rounds < dynamic_max_rounds:
+                rounds += 1
+                new_rows = [rows[i] for i in stream_indices(cursor, len(flat), len(rows), seed)]
+                cursor += len(flat)
+                new = roll([(row, D.prompt_messages(row), g, False) for g, row in zip(flat, new_rows)])
+                added += bdr(new, flat)
+                gone = set(flat)
+                trajs = [t for t in trajs if t.group not in gone] + new
+                replaced += len(flat)
+                flat = [g for g in flat if is_flat_group([t for t in trajs if t.group == g])]
+            rollout_s = time.time() - ts
+            # 3-4. PrimeEcho rewards and group-normalised advantages
+            R = torch.tensor([trajectory_reward(t, prime_echo=prime_echo, lam=prime_echo_lambda, r_pass=r_pass)
+                              for t in trajs])
+            gids = torch.tensor([t.group for t in trajs])
+            adv = group_advantages(R, gids)
+            # 6. trainer log-probs of the sampled tokens, before the update ("old" policy)
+            chunks = [list(range(i, min(i + micro_batch, len(trajs)))) for i in range(0, len(trajs), micro_batch)]
+            padded = [pad_trajectories([trajs[i] for i in c], tok.pad_token_id) for c in chunks]
+            with torch.no_grad():
+                old = [trainer_logps(model, ids.to(dev), att.to(dev), temperature).cpu() for ids, att, _, _ in padded]
+            # 7. MirrorPop: drop sequences whose rollout and trainer log-probs disagree
+            keeps, stats = [], []
+            for (ids, att, mask, lpr), lp_old in zip(padded, old):
+                k, s = mirrorpop_filter(lpr, lp_old, mask, threshold=mirrorpop_threshold, enabled=mirrorpop)
+                keeps.append(k)
+                stats.append(s)
+            keep_all = torch.cat(keeps)
+            stat_all = torch.cat(stats)
+            # 8. clipped policy update over kept sampled tokens
+            tok_total = sum(float((m * k[:, None]).sum()) for (_, _, m, _), k in zip(padded, keeps))
+            pol: dict = {"ratio_mean": 1.0, "ratio_max": 1.0, "clip_frac": 0.0, "approx_kl": 0.0}
+            loss_v = 0.0
+            gnorm = 0.0
+            if tok_total > 0 and float(adv.abs().sum()) > 0:
+                for _epoch in range(ppo_epochs):
+                    opt.zero_grad(set_to_none=True)
+                    acc: dict = {}
+                    loss_v = 0.0
+                    for c, (ids, att, mask, _), lp_old, k in zip(chunks, padded, old, keeps):
+                        m = (mask * k[:, None]).to(dev)
+                        ntok = float(m.sum())
+                        if ntok == 0:
+                            continue
+                        lp_new = trainer_logps(model, ids.to(dev), att.to(dev), temperature)
+                        loss, st = clipped_policy_loss(lp_new, lp_old.to(dev), adv[c].to(dev), m, clip_eps=clip_eps)
+                        w = ntok / tok_total
+                        (loss * w).backward()
+                        loss_v += float(loss.detach()) * w
+                        for key, val in st.items():
+                            acc[key] = max(acc.get(key, val), val) if key == "ratio_max" else acc.get(key, 0.0) + val * w
+                    gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+                    opt.step()
+                    pol = acc or pol
+            # 9. metrics and checkpoint
+            fresh_t = [t for t in trajs if not t.from_buffer]
+            buf_t = [t for t in trajs if t.from_buffer]
+            groups = group_summary(R, gids, adv, torch.tensor([t.solved for t in trajs]))
+            signal_tok = sum(float((m * k[:, None] * (adv[c].abs() > 1e-6)[:, None]).sum())
+                             for c, (_, _, m, _), k in zip(chunks, padded, keeps))
+            last = {
+                "step": step + 1, "reward_mean": float(R.mean()), "reward_first_mean": _mean([t.rewards[0] for t in trajs]),
+                "reward_final_mean": _mean([t.rewards[-1] for t in trajs]),
+                "pass_rate": _mean([t.correct[0] for t in fresh_t]),  # first-turn pass rate on fresh prompts
+                "pass_rate_final": _mean([t.solved for t in fresh_t]),
+                "repair_pass_rate": _mean([t.correct[0] for t in buf_t]) if buf_t else None,
+                "mean_turns": _mean([len(t.responses) for t in trajs]),
+                "buffer_size": len(buffer), "buffer_added": added, "buffer_drawn": len(taken), "buffer_evicted": buffer.dropped,
+                "buffer_trajectories": len(buf_t), "fresh_prompts": n_fresh, **groups,
+                # the model's positions: buffered repair prompts dropped for want of room, repair turns not sampled
+                "buffer_too_long": too_long, "context_full": sum(t.context_full for t in trajs),
+                # dynamic sampling: fresh groups that were all-pass / all-fail when first rolled out, how many were
+                # replaced, and the share of fresh groups with mixed outcomes after replacement
+                "flat_groups_first": len(flat_first), "replaced_groups": replaced, "dynamic_rounds": rounds,
+                "mixed_share_first": 1.0 - len(flat_first) / n_fresh if n_fresh else 0.0,
+                "mixed_share": 1.0 - len(flat) / n_fresh if n_fresh else 0.0,
+                "repair_solved": sum(t.solved for t in buf_t),
+                "mirrorpop_dropped": int((~keep_all).sum()), "mirrorpop_dropped_share": float((~keep_all).float().mean()),
+                "mirrorpop_stat_mean": float(stat_all.mean()), "mirrorpop_stat_max": float(stat_all.max()),
+                "loss": loss_v, "grad_norm": gnorm, **pol, "trajectories": len(trajs), "sampled_tokens": int(tok_total),
+                "signal_tokens": int(signal_tok),  # kept sampled tokens with a non-zero advantage: what the update used
+                "answers": sum(len(t.responses) for t in trajs),
+                "distinct_answers": len({(t.row.get("task_id"), r) for t in trajs for r in t.responses}),
+                "sample_s": round(rollout_s - reward_s[0], 3), "reward_s": round(reward_s[0], 3),
+                "update_s": round(time.time() - ts - rollout_s, 3), "step_s": round(time.time() - ts, 3),
+            }
+            metrics.write(last)
+            if on_step is not None:
+                on_step(last)
+            log.info("rl step %d/%d reward %.3f pass %.3f buffer %d mirrorpop %.2f", step + 1, steps,
+                     last["reward_mean"], last["pass_rate"], len(buffer), last["mirrorpop_dropped_share"])
+            # stop before a step that would not fit, judged by the mean step time so far (a budget is a promise)
+            spent = time.time() - t0
+            out_of_time = max_seconds > 0 and spent + spent / (step + 1 - start) > max_seconds
+            if (save_every and (step + 1) % save_every == 0) or step + 1 == steps or out_of_time:
+                save_checkpoint(out_dir, step + 1, model, tok, {"optimizer": opt.state_dict(), "stage": "rl",
+                                                                 "buffer": buffer.state(), "cursor": cursor,
+                                                                 "rng": torch.get_rng_state()})
+            if out_of_time:
+                break
+        return {"stage": "rl", "steps": steps, "steps_done": int(last.get("step", start)), "resumed_from": start,
+                "last": last,
+                "checkpoint": str(latest_checkpoint(out_dir)), "seconds": round(time.time() - t0, 2)}
 
 
 def screen_prompts(rows: list[dict], correct: list[int], n: int, *, fail_share: float = 0.25) -> tuple[list[dict], dict]:

@@ -8,7 +8,8 @@ A reward function scores a batch of (RL row, model response) pairs:
 entry (``verifier.entry.verify``: extract, static legality, compile, correctness, ...) against the row's
 reference program, as the verify stage's candidates do; identical programs of a batch are verified once
 (the entry's reuse), which matters because every distinct kernel is compiled. Nothing is cached across
-batches: the same answer in a later step is judged again.
+batches: the same answer in a later step is judged again. :func:`rl_reward` picks it, or the same judgement
+through the verifier service (``train.verifier_url``: train/trl_reward.py's ``service_reward_fn``).
 
 A rollout (:func:`multi_turn_rollouts`) samples an answer for every context in one batched
 ``generate`` call, scores the answers, and for each answer that failed appends the verifier's
@@ -25,81 +26,64 @@ buffered repair prompts without room). Not handled: stop strings other than the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
 
-from kernelmill.schema import Task, Verdict
 from train import data as D
+from train.reward import Policy, RewardFn, Score, _verify_config, reward_pairs, score_of  # noqa: F401 (re-exported)
 from train.stabilisers import repair_instruction
 
 log = logging.getLogger("kernelmill.train")
 
 
-@dataclass
-class Score:
-    reward: float
-    correct: bool
-    feedback: str = ""
-    stage: str = ""
-    verdict: Verdict | None = None  # the verifier's whole verdict (None for rewards that come from elsewhere)
-
-
-RewardFn = Callable[[list[tuple[dict, str]]], list[Score]]
-
-
-def verifier_available() -> bool:
-    try:
-        import verifier.entry  # noqa: F401
-    except ModuleNotFoundError:
-        return False
-    return True
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The generator a policy's answers are recorded under (``make_candidate`` reads its ``name``)."""
-
-    name: str = "policy"
-
-
 def verifier_reward_fn(backend: str = "cpu", verify_cfg=None, ray=None) -> RewardFn:
     """A RewardFn backed by the real verifier: every batch of answers is one call of the one entry
-    (``verifier.entry.verify``), each answer a Candidate made by ``make_candidate`` as the generate stage makes
-    them (the verifier's extraction, content-hash ids; sample ``n`` of a task in a batch opens dialogue
-    ``dialogue_id_for(task, backend, "policy", n)``). So the reward judges an answer exactly as the verify
+    (``verifier.entry.verify``) on :func:`reward_pairs`. So the reward judges an answer exactly as the verify
     stage judges the same response: identical programs of one batch verified once, locally or on ``ray`` (a
     verifier.entry.RayTarget, the loop's ``flows.ray_address``). ``Score.verdict`` is the full verdict.
     ``verify_cfg``: the [verify] settings (a VerifyConfig, or a dict of its keys), None for its defaults.
 
     Raises ModuleNotFoundError when the verifier is not in this checkout."""
     # here: the trainer runs without the verifier (and the generators) when rewards come from elsewhere
-    from synth.generate.generators import dialogue_id_for, make_candidate
     from verifier.entry import verify
 
-    config = None
-    if isinstance(verify_cfg, dict):
-        from kernelmill.settings import parse_section
-
-        config = parse_section("verify", verify_cfg, "verify_cfg")
-    elif verify_cfg is not None:
-        config = verify_cfg
-    policy = Policy()
+    config = _verify_config(verify_cfg)
 
     def score(items: list[tuple[dict, str]]) -> list[Score]:
-        pairs, seen = [], {}
-        for row, resp in items:
-            task = Task.from_code(row["reference_code"], name=row.get("task_id", "task"), source="teacher",
-                                  level=int(row.get("level", 0) or 0))
-            n = seen[task.task_id] = seen.get(task.task_id, -1) + 1
-            pairs.append((task, make_candidate(task.task_id, backend, policy, resp,
-                                               dialogue_id=dialogue_id_for(task.task_id, backend, policy.name, n))))
-        verdicts = verify(pairs, config=config, ray=ray)
-        return [Score(float(v.reward), bool(v.correct), v.feedback or "", v.stage_reached, v) for v in verdicts]
+        verdicts = verify(reward_pairs(items, backend), config=config, ray=ray)
+        return [score_of(v) for v in verdicts]
 
     return score
+
+
+@contextlib.contextmanager
+def rl_reward(backend: str = "cpu", verify_cfg=None, ray=None, *, verifier_url: str = "",
+              log_dir: str | Path | None = None) -> Iterator[RewardFn]:
+    """The RL reward that ``train.verifier_url`` names, for the ``with`` block: "" the verifier's entry in this
+    process (:func:`verifier_reward_fn`); an http(s) URL the running `kernelmill serve-verifier` there (its
+    /health checked first); "auto" a serve-verifier started for the block with these [verify] settings and
+    ``ray`` (log: ``log_dir/serve-verifier.log``) and stopped after it. The service's scores are those of the
+    in-process path for the same answers (the same candidates, the same verifier). A service that does not
+    answer raises InputError naming train.verifier_url and the URL (train/trl_reward.py)."""
+    if not verifier_url:
+        yield verifier_reward_fn(backend, verify_cfg, ray=ray)
+        return
+    from train.trl_reward import check_service, local_verifier_service, service_reward_fn
+
+    if verifier_url != "auto":
+        check_service(verifier_url)
+        yield service_reward_fn(verifier_url, backend)
+        return
+    log_path = Path(log_dir or tempfile.gettempdir()) / "serve-verifier.log"
+    with local_verifier_service(_verify_config(verify_cfg), backend=backend, ray=ray, log_path=log_path) as url:
+        log.info("rl reward: serve-verifier at %s (log %s)", url, log_path)
+        yield service_reward_fn(url, backend)
 
 
 # ---------------------------------------------------------------------------- sampling

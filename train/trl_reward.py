@@ -1,33 +1,44 @@
 """Rewards from the verifier service (`kernelmill serve-verifier`) for TRL's GRPOTrainer and for kernelmill's own RL.
 
-TRL calls a reward function once per generation batch as ``reward(prompts=..., completions=...,
-completion_ids=..., **columns)`` where ``columns`` are the dataset's other columns, one value per
-completion, plus ``trainer_state``, ``log_extra`` and ``log_metric`` (trl 1.16's GRPOTrainer). So a dataset
-with a ``reference_code`` column (the rl corpus has one: ``datasets.load_dataset(run_dir, "rl")``), or a
-``task_id`` column naming tasks the server already holds, is all it needs:
+TRL calls a reward function once per generation batch as ``reward(prompts=..., completions=..., **columns)``;
+a dataset with a ``reference_code`` column (the rl corpus has one) or a ``task_id`` column naming tasks the server
+holds is all :class:`VerifierReward` needs:
 
-    from trl import GRPOConfig, GRPOTrainer
-    from train.trl_reward import VerifierReward
     reward = VerifierReward("http://127.0.0.1:8770")
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=rl_rows, args=GRPOConfig(...)).train()
 
-A completion is a string, or (a conversational dataset) a list of chat messages: the verifier reads the
-content of the last assistant message (text parts joined). Each call is one request to the server,
-whatever the batch holds; the reward is ``Verdict.reward`` (the verifier's hierarchical reward, README of
-verifier/), and None for a verdict that is the verifier's or the task's fault (``verifier_error``,
-``task_error``: no sample of the model), which TRL leaves out of the group's baseline. The verdict's status
-goes to the completions table (``log_extra``) and the share of passes to the logged metrics
-(``verifier/pass_rate``). A server that stays unreachable raises (the client retries first): a training step
-without its rewards is not one to take.
+A completion is a string or a list of chat messages (the last assistant message's content is verified). Each call
+is one request; the reward is ``Verdict.reward``, None for a ``verifier_error`` or ``task_error`` verdict (left out
+of the group's baseline); the status goes to the completions table and ``verifier/pass_rate`` to the logged
+metrics. A server that stays unreachable raises after the client's retries.
+
+kernelmill's own RL takes its rewards from the same service when ``train.verifier_url`` names one
+(:func:`service_reward_fn`); ``auto`` starts a server for the RL run (:func:`local_verifier_service`) with the run's
+[verify] settings and stops it after.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from kernelmill.errors import InputError
 from kernelmill.schema import task_id_for
-from verifier.client import VerifierClient, VerifyItem, VerifyResponse
+from verifier.client import ServiceError, VerifierClient, VerifyItem, VerifyResponse
+from verifier.config import VerifyConfig
+
+if TYPE_CHECKING:
+    from train.reward import Score
+
+ROOT = Path(__file__).resolve().parent.parent  # `python -m orchestrator.cli` runs from the checkout
 
 
 def completion_text(completion: Any) -> str:
@@ -99,21 +110,119 @@ class VerifierReward:
         return [float(v.reward) if v.judged else None for v in verdicts]
 
 
-def service_reward_fn(client: VerifierClient | str, backend: str = "") -> Callable:
+def service_reward_fn(client: VerifierClient | str, backend: str = "", *,
+                      setting: str = "train.verifier_url") -> Callable:
     """kernelmill's own RL reward (train.rollout.RewardFn: (rl row, response) pairs -> Score) from the service,
-    so that the RL loop scores answers through the same server a TRL run uses. A verifier or task fault scores
-    0.0 there, as ``verifier_reward_fn`` does."""
-    from train.rollout import Score
+    so that the RL loop scores answers through the same server a TRL run uses. With ``backend`` named, the
+    answers are the Candidates ``train.rollout.reward_pairs`` makes (the in-process reward's: same candidate ids,
+    so the same Score and verdict row for the same answers, apart from what timing measures); with "" the
+    server's backend and its content ids. ``Score.verdict`` is the server's whole verdict.
+
+    A server that stays unreachable or refuses the batch (after the client's retries) raises InputError naming
+    ``setting`` and the URL: a step without its rewards is not one to take, and never a silent 0 reward."""
+    from train.reward import reward_pairs, score_of
 
     client = VerifierClient(client) if isinstance(client, str) else client
 
     def score(batch: list[tuple[dict, str]]) -> list[Score]:
         if not batch:
             return []
-        tasks = {task_id_for(row["reference_code"]): row["reference_code"] for row, _ in batch}
-        items = [VerifyItem(completion=resp, task_id=task_id_for(row["reference_code"])) for row, resp in batch]
-        verdicts = client.verify(items, tasks=tasks, backend=backend).verdicts
-        return [Score(float(v.reward) if v.judged else 0.0, bool(v.correct), v.feedback or "", v.stage_reached)
-                for v in verdicts]
+        if backend:
+            pairs = reward_pairs(batch, backend)
+            items = [VerifyItem(completion=resp, task_id=task.task_id, candidate_id=cand.candidate_id)
+                     for (task, cand), (_, resp) in zip(pairs, batch)]
+            tasks = {task.task_id: task.reference_code for task, _ in pairs}
+        else:
+            tasks = {task_id_for(row["reference_code"]): row["reference_code"] for row, _ in batch}
+            items = [VerifyItem(completion=resp, task_id=task_id_for(row["reference_code"])) for row, resp in batch]
+        try:
+            verdicts = client.verify(items, tasks=tasks, backend=backend).verdicts
+        except ServiceError as e:
+            raise InputError(f"{setting} = {client.url}", f"the verifier service gave no rewards for a batch of "
+                                                         f"{len(items)} answers: {e}") from None
+        if len(verdicts) != len(items):
+            raise InputError(f"{setting} = {client.url}", f"answered {len(verdicts)} verdicts for {len(items)} answers")
+        return [score_of(v) for v in verdicts]
 
     return score
+
+
+def check_service(client: VerifierClient | str, *, setting: str = "train.verifier_url") -> dict:
+    """The service's /health, or InputError naming ``setting`` and the URL when it does not answer (after the
+    client's retries): an RL run finds a missing service before it loads a model, not at its first reward."""
+    client = VerifierClient(client) if isinstance(client, str) else client
+    try:
+        return client.health()
+    except ServiceError as e:
+        raise InputError(f"{setting} = {client.url}", f"the verifier service does not answer: {e}") from None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_verifier_command(verify_cfg: VerifyConfig, *, port: int, backend: str, ray=None) -> list[str]:
+    """The `kernelmill serve-verifier` command line that serves exactly ``verify_cfg`` (every [verify] key as a
+    --set, so that the server judges as this process would) on ``ray`` (a verifier.entry.RayTarget) or locally."""
+    cmd = [sys.executable, "-m", "orchestrator.cli", "serve-verifier", "--host", "127.0.0.1", "--port", str(port),
+           "--backend", backend or "auto"]
+    if ray is not None:
+        cmd += ["--ray", ray.address, "--set", f"flows.ray_workers={int(ray.workers)}"]
+    for f in dataclasses.fields(VerifyConfig):
+        cmd += ["--set", f"verify.{f.name}={json.dumps(getattr(verify_cfg, f.name))}"]  # JSON scalars are TOML
+    return cmd
+
+
+@contextlib.contextmanager
+def local_verifier_service(verify_cfg: VerifyConfig, *, backend: str, log_path: str | Path, ray=None,
+                           start_timeout_s: float = 300.0, setting: str = "train.verifier_url") -> Iterator[str]:
+    """A `kernelmill serve-verifier` subprocess on a free 127.0.0.1 port for the ``with`` block; yields its URL
+    once /health answers, and stops it (SIGTERM, then SIGKILL after 30 s) when the block ends, however it ends.
+    Its output goes to ``log_path``. InputError naming ``setting`` when it exits or stays silent for
+    ``start_timeout_s`` (importing torch and fastapi takes a while on a busy machine).
+
+    Not guarded: the port is free when chosen, and another process could take it before the server binds it
+    (the server then exits and this raises)."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    with log_path.open("w") as out:
+        proc = subprocess.Popen(serve_verifier_command(verify_cfg, port=port, backend=backend, ray=ray), cwd=ROOT,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_health(proc, url, log_path, start_timeout_s, setting)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_for_health(proc: subprocess.Popen, url: str, log_path: Path, timeout_s: float, setting: str) -> None:
+    client = VerifierClient(url, timeout_s=5.0, retries=0)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise InputError(f"{setting} = auto", f"serve-verifier exited with {proc.returncode} before answering "
+                                                  f"at {url} (log {log_path}):\n{_tail(log_path)}")
+        try:
+            if client.health().get("status") == "ok":
+                return
+        except ServiceError:
+            time.sleep(0.5)
+    raise InputError(f"{setting} = auto", f"serve-verifier did not answer {url}/health in {timeout_s:.0f} s "
+                                          f"(log {log_path}):\n{_tail(log_path)}")
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

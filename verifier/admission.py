@@ -5,7 +5,7 @@ by a byte estimate made from its task's plan (``job_bytes``: the input, output a
 the plan was made, times the copies the child and the judge hold). A ``MemoryGate`` admits jobs in arrival
 order while the sum of admitted bytes stays within the budget; a job larger than the whole budget waits until
 nothing else is admitted and then runs alone. Without it, four execution workers on one GPU, each on a task of
-4 GiB inputs, ran out of device memory and an honest kernel ended ``verifier_error`` (issue 35).
+4 GiB inputs, ran out of device memory and an honest kernel ended ``verifier_error``.
 
 Guarantees: the admitted bytes never exceed the budget except for one oversized job running alone; no job
 waits forever while the jobs admitted before it finish (first come, first served: a large job is not starved
@@ -235,7 +235,7 @@ def device_work(device: str):
     """One execution thread at a time runs the reference in this process on cuda (plans and judging: the fp32
     and float64 references and their outputs), and what it freed goes back to the driver afterwards. Without
     both, eight threads' cached blocks held 77 GB of an 80 GB H100 and the candidates' own processes ran out
-    of memory (test bed, issue 22). On cpu there is no cache to return and the threads run side by side.
+    of memory (on the test bed). On cpu there is no cache to return and the threads run side by side.
     Take it inside a gate's admission, never around one (a thread holding it must not wait for bytes)."""
     if device != "cuda":
         yield

@@ -2,62 +2,19 @@
 directories keyed by the hash of their sources and flags.
 
 Guarantees:
-- identical extension specs (sources, exported functions, flags; the ``name`` is ignored) map to one
-  key and are compiled at most once per build root, across threads (one future per key) and across
-  processes (an flock on the key's directory); failures are cached too, with their compiler log;
-- each compile runs in its own process group with a wall-clock timeout, and a timed-out group is killed;
-- the compiler output of a failure is kept in ``<key>/build.log`` and returned.
-- the thread that calls ``build_blocking`` writes each variant's sources and build.ninja into ``key/<label>``
-  (``load_inline`` stopped before ninja, in this process, which has torch), then runs two torch-free processes
-  (verifier/buildproc.py), niced, in process groups, under one timeout for the whole build: the compile step
-  (compilers only) and the import check (the module imported under the spec's own name, as the execution
-  process loads it: its static initialisers and pybind11 init are the candidate's code), which needs torch's
-  shared libraries, not torch's import (0.3 against 1.5-4.9 CPU-s): ``library_dirs``. A module that fails to
-  import so is tried again with torch imported first (load_inline's own conditions) before it fails a variant.
-- where bubblewrap runs (verifier/sandbox.py), each step has a sandbox of its own: read-only view, no network,
-  no host environment, its processes ended with it. The compile step may write its variant's directory, and
-  the object cache only for a spec ``objcache.cacheable`` accepts; the precompiled header is read-only. The
-  import check may write nothing of the build root, the object cache or the precompiled headers (only a
-  private report directory): when it shared the compile's sandbox, a candidate's static initialiser could
-  replace a cached object or the PCH that later candidates' builds use. An escape attempt fails the build
-  with ``[verifier sandbox]`` in its log and ``sandbox.json`` in the key directory; compiler messages located
-  in files outside the candidate's sources and the installed headers keep their location but not their text
-  (``redact_compiler_log``).
+- identical extension specs (sources, exported functions, flags; the ``name`` is ignored) map to one key and are
+  compiled at most once per build root, across threads and processes (an flock on the key's directory);
+  failures are cached too, with their compiler log (``<key>/build.log``, returned);
+- each build runs in torch-free processes (verifier/buildproc.py: the compile step, then the import check), in
+  process groups under one timeout, killed when it runs out; where bubblewrap runs (verifier/sandbox.py) each
+  step has a sandbox of its own, and the import check can write nothing that later builds read;
+- faster variants (precompiled header, "bare", "slim", "light") never change what the candidate's code means;
+  a variant that fails is followed by the unchanged full build, whose log is reported (exceptions: a failed
+  binding file or link, and ``full_build_fallback = false`` for a bare variant, marked ``fallback_skipped``);
+- :func:`compat_source` reads spellings of an older torch whose meaning is fixed (``x.type()`` as an
+  AT_DISPATCH argument) as today's, and the build log says so.
 
-Build cost (what dominates a verifier's throughput) is cut three ways, none of which changes what a
-candidate's code means:
-- the C++ binding file (``main.cpp``, which starts with ``#include <torch/extension.h>``) is compiled
-  against a GCC precompiled header of that file, built once per compiler, torch version and cflags under
-  a shared cache directory (``[verify] pch_dir``, default ``~/.cache/kernelmill/pch``; verifier/pch.py); the PCH's
-  flags are read from the ninja file torch itself writes, and a PCH GCC rejects is simply not used. It is
-  built by this process, outside the sandbox, so only for a spec whose own flags ``objcache.cacheable``
-  accepts (no include paths, plugins or wrappers reach that compiler); other specs build without one;
-- a CUDA source that names nothing from torch (no ``torch::``, ``at::``, ``c10::``, ``TORCH_*`` ...) is
-  compiled with ``no_implicit_headers`` (only ``cuda.h``/``cuda_runtime.h``), which takes nvcc ~2 s instead
-  of ~60 s: the "bare" variant;
-- a CUDA source that uses torch only through the common subset (``torch::Tensor``, factory functions,
-  TORCH_CHECK, AT_DISPATCH, the current stream) is compiled against just the headers that subset needs
-  instead of all of ATen (verifier/slim.py): the "slim" variant;
-- a CUDA source that includes ``torch/extension.h`` (pybind11, torch/all.h) is next compiled with that
-  line removed, keeping load_inline's implicit ``torch/types.h``: the "light" variant, about half the nvcc time.
-Every variant, the full one included, reads the sources through :func:`compat_source`: spellings of an
-older torch that today's headers reject but whose meaning is fixed (``x.type()`` as an AT_DISPATCH
-argument, read as ``x.scalar_type()``), so an honest kernel written for that torch is judged, not its
-torch version; the build log says so when it happens.
-A variant that fails to build is followed by the unchanged ("full") build, whose log is the one reported,
-so compiler feedback always describes the candidate as written, with two exceptions:
-- the binding file failed (or the link did): every variant writes ``main.cpp`` byte for byte as
-  the full build does (load_inline's ``#include <torch/extension.h>`` line, then the candidate's sources and
-  bindings) and link with the same flags, so the full build fails too: the variant's log is reported and
-  nothing is rebuilt (the verdict is exact; the full build's log could show its CUDA object's errors first
-  if that object, compiled with all of torch's headers, failed where the variant's did not);
-- ``full_fallback=False`` (``VerifyConfig.full_build_fallback``): a CUDA source that fails in its bare
-  variant is reported with that variant's log (slim and light still fall back: their headers are a
-  guess). Contract: a source that names nothing from torch is built with the headers it includes plus
-  cuda.h/cuda_runtime.h. The RL reward uses it: a failed answer then costs ~10 core-s instead of a 60-90 s
-  full nvcc build that fails the same way at the tail of a rollout turn. Such a result is marked
-  ``fallback_skipped``, and a later request with the fallback on builds the full variant.
-The bare variant's CUDA file keeps the full build's line numbers (three header lines before the source).
+The variants, the sandbox steps and the fallback rules in detail: docs/MODULES.md, "verifier/build.py".
 """
 
 from __future__ import annotations

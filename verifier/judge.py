@@ -172,7 +172,8 @@ def check_clock(v: Verdict, ref, candidate_call_s: float | None, ev: Evidence) -
     small kernel's clocked call is host time (measured on the H100 under 16 compiles: honest small kernels clocked
     up to 15x their device time), so the clock cannot judge them and records its figures as evidence only. Where
     the reference's own call is long (device-bound, >= 2 ms), a candidate whose clocked call exceeds its claimed
-    device time by 3x and by more than 1 ms reported times it did not take."""
+    device time, times the slowdown the clock showed for the reference's own call, by 3x and by more than 1 ms
+    reported times it did not take."""
     if ref is None or ref.wall_call_s is None or ref.wall_overhead_s is None or candidate_call_s is None \
             or not v.runtime_us:
         return
@@ -182,8 +183,12 @@ def check_clock(v: Verdict, ref, candidate_call_s: float | None, ev: Evidence) -
                             "eager_wall_call_us": round(ref.wall_call_s * 1e6, 3),
                             "wall_speedup": round(ref.wall_call_s / cand, 4) if cand > 0 else None}
     ref_device = (v.eager_us or 0.0) * 1e-6
-    if ref_device >= CLOCK_MIN_REF_S and ref.wall_call_s >= 0.5 * ref_device and cand > CLOCK_RATIO * claimed \
-            and cand - claimed > CLOCK_MIN_GAP_S:
+    if ref_device < CLOCK_MIN_REF_S or ref.wall_call_s < 0.5 * ref_device:
+        return
+    # the host's slowdown of a device-bound call, as the reference showed it: a loaded CPU box clocked an honest
+    # 9 ms kernel at 33 ms while its 8.8 ms reference clocked 22 ms; the candidate is held to the same slowdown
+    expected = claimed * max(1.0, ref.wall_call_s / ref_device)
+    if cand > CLOCK_RATIO * expected and cand - expected > CLOCK_MIN_GAP_S:
         ev.add(cheats.C11, f"Your process reported {v.runtime_us:.0f} us of device time per call, but the verifier's "
                            f"own clock measured {cand * 1e6:.0f} us per call (the reference: {ref.wall_call_s * 1e6:.0f} "
                            "us by the clock): the timings reported from your process were not the time taken.")

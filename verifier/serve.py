@@ -4,25 +4,14 @@
                    -> {"verdicts": [Verdict, ...], "batch": {batch_id, requests, items, verified, seconds}}
     GET  /health   -> {"status": "ok", "backend", "verifier", "pending", "batches", "requests", "items", "verified"}
 
-The contract (dataclasses, validation naming the bad field) is verifier/client.py's; a verdict is
-``kernelmill.schema.Verdict``, all of it, as the verify stage stores it. Verification is one call of the
-verifier's one entry (``verifier.entry.verify``), in this process or on the Ray cluster it is given.
+The contract is verifier/client.py's; a verdict is ``kernelmill.schema.Verdict``, all of it. Guarantees: requests
+within ``max_wait_ms`` of the first waiting one (up to ``max_items`` items) are verified in one call of
+``verifier.entry.verify``, in one worker thread off the event loop; every item gets its verdict, whatever the
+candidate does; a malformed request is a 4xx naming its field and never reaches the verifier; a client that
+disconnects loses only its answer; the verifier's own failure is a 503 for that call, and serving goes on.
 
-What it guarantees:
-- requests that arrive within ``max_wait_ms`` of the first one waiting (up to ``max_items`` items) are
-  verified together, in one call of the entry (compiles overlap, one execution pool), which verifies
-  identical (task, backend, program) once (each copy gets the verdict under its own id);
-- verification runs in one worker thread, never on the event loop: /health answers while a batch runs,
-  and calls follow one another (the verifier owns the machine's cores and its device while it runs);
-- every item gets its verdict, whatever the candidate does (a crash, a hang, a fork bomb are verdicts:
-  the verifier's guarantee); a malformed request is a 4xx naming its field and never reaches the verifier;
-  a client that disconnects loses its answer, nothing else (its items may still be verified with the batch);
-- the verifier's own failure (no compiler, a Ray cluster gone) is a 503 for the requests of that call,
-  and the server goes on serving.
-
-What it does not do: authenticate (bind it to 127.0.0.1 or a private network: a request runs the task
-program it sends in this process, as the verifier runs every reference), queue without bound (a client
-waits as long as the batches before its own take), or persist anything but the optional record file.
+Not done: authentication (bind it to 127.0.0.1 or a private network: a request runs the task program it sends),
+a bounded queue, persistence beyond the optional record file.
 """
 
 from __future__ import annotations

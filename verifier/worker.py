@@ -530,10 +530,9 @@ def _warm_up() -> list[str]:
 
 def _preload() -> None:
     """What the profiler's first session imports (``torch._dynamo``, and through it ``torch._inductor``), imported
-    once by a fork server so that its children start with it: 4.3-6.3 CPU-s per candidate on the 16-core H100
-    box (bench/diag_warm_cpu.py: after a CPU-only profiler session, the first CUDA session starts in 0.00 s), 1.6 s
-    on the project's CPU machines. Python modules only: the import starts no thread and touches no CUDA; a
-    server whose CUDA got initialised would hand its children a bad fork, so that ends it with the reason."""
+    once by a fork server so that its children start with it instead of paying it per candidate. Python modules
+    only: the import starts no thread and touches no CUDA; a server whose CUDA got initialised would hand its
+    children a bad fork, so that ends it with the reason."""
     import torch._dynamo as _dynamo  # noqa: F401  ("as": keeps ``torch`` the module's global)
 
     if torch.cuda.is_initialized():

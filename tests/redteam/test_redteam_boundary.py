@@ -245,6 +245,18 @@ def test_device_times_the_verifiers_clock_contradicts_are_a_cheat():
     ev = Evidence()
     check_clock(small, small_ref, candidate_call_s=500e-6, ev=ev)
     assert not ev.codes and small.versions["timing"]["wall_call_us"] == 450.0
+    # a loaded cpu box slows every device-bound call: the reference (8.8 ms) clocked at 22 ms, an honest 9 ms kernel
+    # at 33 ms (seen in the cpu suite under 2 compiles): held to the reference's slowdown, it is no contradiction,
+    # while a claim 16x below what the clock measured still is
+    loaded_ref = ReferenceTiming(ChildReport(kind="reference"), wall_call_s=22e-3, wall_overhead_s=50e-6)
+    loaded = Verdict(candidate_id="l", task_id="t", backend="cpu")
+    loaded.runtime_us, loaded.eager_us = 8961.0, 8778.0
+    ev = Evidence()
+    check_clock(loaded, loaded_ref, candidate_call_s=33.4e-3, ev=ev)
+    assert not ev.codes
+    loaded.runtime_us = 33400.0 / 16
+    check_clock(loaded, loaded_ref, candidate_call_s=33.4e-3, ev=ev)
+    assert cheats.C11 in ev.codes
 
 
 def test_wall_bracket_sums_that_are_not_the_work_are_a_cheat():
