@@ -42,13 +42,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import os
 import shutil
 import statistics
 import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -56,9 +54,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import default_results, device_name  # noqa: E402
+from kernelmill.errors import InputError  # noqa: E402
 from kernelmill.settings import LOOP_ARMS  # noqa: E402
 from synth.teacher.warm_start import keep_only_dialogues, repair_dialogues  # noqa: E402
-from train.export import export_bf16, fp32_copy, write_parts  # noqa: E402
+from train.export import export_bf16, fp32_copy, pack_loop_state, unpack_loop_state  # noqa: E402
 from train.family_corpus import make_prompted_corpus, read_corpus, write_training_corpus  # noqa: E402
 
 ARMS = tuple(LOOP_ARMS)  # the loop's arms (loop.arm): rft, rl, rl_no_prime_echo, rl_no_retry, rl_no_mirrorpop
@@ -71,43 +70,6 @@ STATE = "state.json"
 def arm_base(arm: str) -> str:
     """``rl@b`` is arm ``rl`` run again under its own name (same m0, pool and E), e.g. after a verifier change."""
     return arm.split("@", 1)[0]
-
-
-# ---------------------------------------------------------------------------- state carried between calls
-
-
-def _skip(name: str) -> bool:
-    """What the state leaves behind: checkpoints (the RL and RFT outputs; an arm's evaluation is what counts),
-    the fp32 m0 (rebuilt from m0_bf16), the SFT output and its training corpus (rebuilt or not needed)."""
-    parts = Path(name).parts
-    return (any(p.startswith(("ckpt-", ".tmp-ckpt-")) for p in parts) or parts[:1] in (("m0",), ("sft",), ("corpus",))
-            or name.endswith(".pyc"))
-
-
-def pack_state(work: Path, dest: Path) -> list[Path]:
-    """``work`` (less :func:`_skip`) as ``loop_state.tar.NN`` parts of PART_BYTES under ``dest``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=3) as tar:
-        for p in sorted(work.rglob("*")):
-            rel = p.relative_to(work).as_posix()
-            if p.is_file() and not _skip(rel):
-                tar.add(str(p), arcname=rel, recursive=False)
-    return write_parts(buf.getvalue(), dest, "loop_state.tar")
-
-
-def unpack_state(src: Path, work: Path) -> None:
-    """The parts of :func:`pack_state` under ``src`` into ``work``; an arm whose training finished but whose
-    model (a checkpoint, not carried) was not evaluated gets that phase again."""
-    parts = sorted(src.glob("loop_state.tar.*"))
-    if not parts:
-        raise SystemExit(f"--state-in {src}: no loop_state.tar.* parts (written by --state-out)")
-    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
-        tar.extractall(work, filter="data")
-    for phases in work.glob("arms/*/loop/round-*/phases.json"):
-        done = json.loads(phases.read_text())
-        lost = [k for k, v in done.items() if k != "pool" and v.get("model") and not Path(v["model"]).exists()]
-        if lost:
-            phases.write_text(json.dumps({k: v for k, v in done.items() if k not in lost}, indent=1))
 
 
 # ---------------------------------------------------------------------------- the arms' settings
@@ -248,7 +210,11 @@ def run(args) -> int:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     if args.state_in and not (work / STATE).is_file():
-        unpack_state(Path(args.state_in), work)
+        try:
+            unpack_loop_state(Path(args.state_in), work)
+        except InputError:
+            raise SystemExit(f"--state-in {args.state_in}: no loop_state.tar.* parts (written by --state-out)") \
+                from None
     state = json.loads((work / STATE).read_text()) if (work / STATE).is_file() else {}
     if args.redo_sft:  # SFT runs again with this call's settings (e.g. another --max-len); m0 and every arm go
         state = keep_only_dialogues(work, state, ("m0", "m0_bf16", "arms", "sft", "corpus"))
@@ -357,7 +323,7 @@ def run(args) -> int:
                           f"arms done: {[a for a, x in state['arms'].items() if x.get('done')]}")
     save()
     if args.state_out:
-        parts = pack_state(work, Path(args.state_out))
+        parts = pack_loop_state(work, Path(args.state_out))
         print(f"state: {len(parts)} part(s), {sum(p.stat().st_size for p in parts) / 1e6:.1f} MB in {args.state_out}",
               flush=True)
     print(render(args, work, state), flush=True)

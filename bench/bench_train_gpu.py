@@ -69,52 +69,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import default_results, device_name  # noqa: E402
-from bench.train_report import Report, fmt_ci  # noqa: E402
-from train.export import pack_policy, round_to_bf16, unpack_policy  # noqa: E402
+from kernelmill.errors import InputError  # noqa: E402
+from train.export import pack_policy, resume_rl_arm, round_to_bf16, save_rl_arm, unpack_policy  # noqa: E402
 from train.family_corpus import check_teacher_cpu, make_tiered_corpus, read_families, write_sft_corpus  # noqa: E402
+from train.report import Report, fmt_ci  # noqa: E402
 
 STATE_FILE = "train_state.json"  # --save-state / --load-state: the chosen mix and the SFT evaluation
-ARM_STATE = "arm_state.pt"  # --save-arm / --resume-arm: an arm's step, retry buffer, prompt cursor and RNG
 ARMS = {"all": ("SFT + RL (all stabilisers)", {}), "no_prime_echo": ("RL without PrimeEcho", {"prime_echo": False}),
         "no_retry": ("RL without Buffered Dynamic Retry", {"retry": False}),
         "no_mirrorpop": ("RL without MirrorPop", {"mirrorpop": False})}
 
 
 # ---------------------------------------------------------------------------- the run (GPU box)
-
-
-def save_arm(dest: Path, key: str, out: Path) -> None:
-    """An arm's newest checkpoint for a later device call: its weights rounded to bf16 (pack_policy parts) and
-    the trainer state train_rl resumes from, less the optimizer (AdamW's moments are twice the weights: over
-    what the device tool carries)."""
-    import torch
-
-    from train.model import latest_checkpoint, load_pretrained, load_trainer_state
-
-    ck = latest_checkpoint(out)
-    model, tok = load_pretrained(ck)
-    round_to_bf16(model)
-    pack_policy(model, tok, dest)
-    st = load_trainer_state(ck)
-    torch.save({"arm": key, "stage": "rl", "step": st["step"], "buffer": st["buffer"], "cursor": st["cursor"],
-                "rng": st["rng"]}, dest / ARM_STATE)
-
-
-def resume_arm(args, key: str, out: Path) -> int:
-    """Lay out save_arm's files as ``out/ckpt-<step>`` (train_rl resumes from it, AdamW fresh); the step."""
-    import torch
-
-    from train.model import STATE_FILE as CKPT_STATE
-
-    src = Path(args.resume_arm)
-    st = torch.load(src / ARM_STATE, map_location="cpu", weights_only=False)
-    if st["arm"] != key:
-        raise SystemExit(f"--resume-arm {src}: saved for arm {st['arm']!r}, but the first arm here is {key!r}")
-    shutil.rmtree(out, ignore_errors=True)
-    ck = out / f"ckpt-{int(st['step']):07d}"
-    unpack_policy(src, ck)
-    torch.save(st, ck / CKPT_STATE)
-    return int(st["step"])
 
 
 def run(args) -> int:
@@ -325,7 +291,10 @@ def run(args) -> int:
     main_steps = args.rl_steps
     marks = sorted({int(x) for x in args.eval_steps.split(",") if x.strip()})
     reserve = 1.5 * eval_s + 15  # one evaluation of an RL checkpoint: its new answers are not in the cache (H100: 85 s vs SFT 58 s)
-    resumed = resume_arm(args, arms[0], work / f"rl_{arms[0]}") if args.resume_arm and arms else 0
+    try:
+        resumed = resume_rl_arm(Path(args.resume_arm), arms[0], work / f"rl_{arms[0]}") if args.resume_arm and arms else 0
+    except InputError as e:
+        raise SystemExit(f"--resume-arm {e}") from None
     if resumed and tok is None:
         tok = load_pretrained(latest_checkpoint(work / f"rl_{arms[0]}"))[1]
     for k, key in enumerate(arms):
@@ -366,7 +335,7 @@ def run(args) -> int:
         if k == 0:
             main_steps = max(1, done)  # ablations get no more steps than the arm they are compared with
             if args.save_arm and done > start:
-                save_arm(Path(args.save_arm), key, out)
+                save_rl_arm(Path(args.save_arm), key, out)
                 rep.note(f"Saved {name} at step {done} to {args.save_arm} (bf16 weights, retry buffer, prompt cursor, "
                          "RNG; no optimizer state): --resume-arm there goes on in a later call with a fresh AdamW.")
     rep.note(f"Total wall time {time.time() - t_start:.0f} s of a {args.budget_s:.0f} s budget.")

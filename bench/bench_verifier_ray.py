@@ -54,43 +54,8 @@ from verifier.ray_pool import NO_MULTICAST_ENV  # noqa: E402
 os.environ.update(NO_MULTICAST_ENV)  # before any process is started: ray's and the verifier's inherit it
 
 from bench.common import emit  # noqa: E402
-from kernelmill.schema import Candidate, Task  # noqa: E402
-
-
-def mixed_batch(backend: str, n_tasks: int, repeats: int, only: str = "") -> tuple[list[tuple], list[str]]:
-    """(items, kernel label per item): the teacher's candidates for the first ``n_tasks`` level-1/2
-    seed tasks (in their numbered order; ``only``: those whose file stem matches this regex), an
-    honest one per task and a planted bug on every second task, each ``repeats`` times with its own
-    candidate id."""
-    import re
-
-    from synth.teacher.lowering import lower_reference
-    from synth.teacher.writer import BUG_KINDS, TeacherDeclined, bug_sites, write_candidate
-
-    files = sorted((ROOT / "data" / "seed_tasks").glob("level[12]/*.py"), key=lambda p: int(p.stem.split("_")[0]))
-    files = [f for f in files if not only or re.search(only, f.stem)]
-    if not 1 <= n_tasks <= len(files):
-        raise SystemExit(f"--tasks {n_tasks}: data/seed_tasks has {len(files)} level-1/2 tasks"
-                         + (f" matching --only {only!r}" if only else ""))
-    items, labels = [], []
-    for t, path in enumerate(files[:n_tasks]):
-        code = path.read_text()
-        task = Task.from_code(code, name=path.stem, source="seed", level=int(path.parent.name[-1]))
-        kernels = [("honest", "")]
-        if t % 2 == 1:
-            kinds = [k for k in BUG_KINDS if k in bug_sites(lower_reference(code), backend)]
-            kernels.append((kinds[(t // 2) % len(kinds)],) * 2)
-        for label, bug in kernels:
-            try:
-                text = write_candidate(code, backend, bug=bug)
-            except TeacherDeclined as e:
-                raise SystemExit(f"{path}: the teacher declines it ({e}); the batch needs every seed task")
-            base = Candidate.make_id(task.task_id, backend, text)
-            for r in range(repeats):
-                items.append((task, Candidate(candidate_id=f"{base}-r{r}", task_id=task.task_id, backend=backend,
-                                              generator="teacher", code=text)))
-                labels.append(f"{path.stem}:{label}")
-    return items, labels
+from kernelmill.errors import InputError  # noqa: E402
+from synth.teacher.coverage import seed_batch  # noqa: E402
 
 
 def prebuild(items: list[tuple], build_root: str, timeout_s: float, workers: int) -> tuple[int, int, float]:
@@ -227,7 +192,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"--repeats {a.repeats}: the timing CV needs at least 2 repeats")
     from verifier.api import VerifyConfig
 
-    items, labels = mixed_batch(a.backend, a.tasks, a.repeats, a.only)
+    try:
+        items, labels = seed_batch(a.backend, a.tasks, a.repeats, a.only)
+    except InputError as e:
+        raise SystemExit(f"--tasks/--only: {e}") from None
     cfg = VerifyConfig(build_dir=a.build_dir or tempfile.mkdtemp(prefix="km-ray-bench-"), timing_trials=a.timing_trials,
                        time_torch_compile=False, exec_workers=a.exec_workers, run_timeout_s=300)
     built, failed, build_s = prebuild(items, str(cfg.build_root()), cfg.compile_timeout_s, os.cpu_count() or 1)

@@ -1,6 +1,9 @@
 """Model export (train/export.py): a policy rounded to bf16 and packed into parts of bounded size comes back as an
 fp32 model directory with exactly those weights and the tokenizer."""
 
+import json
+import shutil
+
 import pytest
 import torch
 
@@ -49,3 +52,22 @@ def test_a_checkpoint_exported_in_bf16_comes_back_in_fp32_with_the_rounded_weigh
         assert v.dtype == torch.float32 and torch.equal(v, want[k].bfloat16().float()), k
     (tmp_path / "bf16" / "config.json").unlink()  # an existing fp32 copy is kept, not rebuilt
     assert export.fp32_copy(tmp_path / "bf16", tmp_path / "fp32") == tmp_path / "fp32"
+
+
+def test_loop_state_carries_the_runs_but_not_checkpoints_and_reruns_a_phase_whose_model_is_gone(tmp_path):
+    work, dest, back = tmp_path / "work", tmp_path / "parts", tmp_path / "back"
+    rnd = work / "arms" / "rl" / "loop" / "round-1"
+    (rnd / "rl" / "ckpt-5").mkdir(parents=True)
+    (rnd / "rl" / "ckpt-5" / "model.safetensors").write_bytes(b"w")
+    (work / "m0").mkdir()
+    (work / "m0" / "config.json").write_text("{}")
+    (rnd / "phases.json").write_text('{"pool": {"model": "gone"}, "rl": {"model": "' + str(rnd / "rl" / "ckpt-5")
+                                     + '"}, "eval": {"rows": 3}}')
+    assert export.pack_loop_state(work, dest)
+    shutil.rmtree(work)  # the next call's machine: the checkpoint is not there
+    export.unpack_loop_state(dest, back)
+    kept = sorted(p.relative_to(back).as_posix() for p in back.rglob("*") if p.is_file())
+    assert kept == ["arms/rl/loop/round-1/phases.json"]
+    assert set(json.loads((back / "arms/rl/loop/round-1/phases.json").read_text())) == {"pool", "eval"}
+    with pytest.raises(InputError, match="no loop_state.tar"):
+        export.unpack_loop_state(tmp_path / "empty", back)

@@ -6,6 +6,10 @@
     export_bf16(ckpt_or_out, dest)       a checkpoint (or a training output's latest) as a bf16 model directory
     fp32_copy(src, dest)                 a bf16 model directory as an fp32 one (skipped when dest has a model)
     write_parts(blob, dest, prefix)      any bytes as ``<prefix>.NN`` parts
+    save_rl_arm(dest, arm, out)          an RL run's newest checkpoint, bf16 parts + trainer state less the optimizer
+    resume_rl_arm(src, arm, out)         those back as ``out/ckpt-<step>`` that train_rl resumes from; the step
+    pack_loop_state(work, dest)          a loop benchmark's work directory (no checkpoints) as ``loop_state.tar.NN``
+    unpack_loop_state(src, work)         those parts back; phases whose model was not carried are run again
 
 Why parts: a machine that hands back files of at most 16 MiB each (a GPU box's output folder) carries a 15M-parameter
 model as two parts. Round first (round_to_bf16), then a run that goes on in fp32 and a later one that unpacks the
@@ -16,6 +20,8 @@ bf16 parts start from exactly the same weights. Every model directory written ha
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import tarfile
 import tempfile
 from pathlib import Path
@@ -23,6 +29,7 @@ from pathlib import Path
 from kernelmill.errors import InputError
 
 PART_BYTES = 15_000_000  # under 16 MiB per file
+ARM_STATE = "arm_state.pt"  # save_rl_arm: an arm's step, retry buffer, prompt cursor and RNG
 
 
 def round_to_bf16(model) -> None:
@@ -104,3 +111,71 @@ def fp32_copy(src: Path, dest: Path) -> Path:
         model.float().save_pretrained(str(dest))
         write_serving_files(dest, tok)
     return dest
+
+
+def _left_behind(name: str) -> bool:
+    """What the loop state leaves behind: checkpoints (the RL and RFT outputs; an arm's evaluation is what counts),
+    the fp32 m0 (rebuilt from m0_bf16), the SFT output and its training corpus (rebuilt or not needed)."""
+    parts = Path(name).parts
+    return (any(p.startswith(("ckpt-", ".tmp-ckpt-")) for p in parts) or parts[:1] in (("m0",), ("sft",), ("corpus",))
+            or name.endswith(".pyc"))
+
+
+def pack_loop_state(work: Path, dest: Path) -> list[Path]:
+    """``work`` (less :func:`_left_behind`) as ``loop_state.tar.NN`` parts of PART_BYTES under ``dest``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=3) as tar:
+        for p in sorted(work.rglob("*")):
+            rel = p.relative_to(work).as_posix()
+            if p.is_file() and not _left_behind(rel):
+                tar.add(str(p), arcname=rel, recursive=False)
+    return write_parts(buf.getvalue(), dest, "loop_state.tar")
+
+
+def unpack_loop_state(src: Path, work: Path) -> None:
+    """The parts of :func:`pack_loop_state` under ``src`` into ``work``; a loop round's phase whose model (a
+    checkpoint, not carried) is gone is dropped from its phases.json, so the loop runs it again."""
+    parts = sorted(Path(src).glob("loop_state.tar.*"))
+    if not parts:
+        raise InputError(str(src), "no loop_state.tar.* parts (written by pack_loop_state)")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
+        tar.extractall(work, filter="data")
+    for phases in work.glob("arms/*/loop/round-*/phases.json"):
+        done = json.loads(phases.read_text())
+        lost = [k for k, v in done.items() if k != "pool" and v.get("model") and not Path(v["model"]).exists()]
+        if lost:
+            phases.write_text(json.dumps({k: v for k, v in done.items() if k not in lost}, indent=1))
+
+
+def save_rl_arm(dest: Path, arm: str, out: Path) -> None:
+    """The newest checkpoint of the RL run ``out`` for a later device call: its weights rounded to bf16 (pack_policy
+    parts) and the trainer state train_rl resumes from, less the optimizer (AdamW's moments are twice the weights:
+    over what a device call carries back)."""
+    import torch
+
+    from train.model import latest_checkpoint, load_pretrained, load_trainer_state
+
+    ck = latest_checkpoint(out)
+    model, tok = load_pretrained(ck)
+    round_to_bf16(model)
+    pack_policy(model, tok, dest)
+    st = load_trainer_state(ck)
+    torch.save({"arm": arm, "stage": "rl", "step": st["step"], "buffer": st["buffer"], "cursor": st["cursor"],
+                "rng": st["rng"]}, dest / ARM_STATE)
+
+
+def resume_rl_arm(src: Path, arm: str, out: Path) -> int:
+    """save_rl_arm's files under ``src`` laid out as ``out/ckpt-<step>`` (train_rl resumes from it, AdamW fresh);
+    returns the step. Raises InputError when they were saved for another arm."""
+    import torch
+
+    from train.model import STATE_FILE as CKPT_STATE
+
+    st = torch.load(Path(src) / ARM_STATE, map_location="cpu", weights_only=False)
+    if st["arm"] != arm:
+        raise InputError(str(src), f"saved for arm {st['arm']!r}, but the first arm here is {arm!r}")
+    shutil.rmtree(out, ignore_errors=True)
+    ck = out / f"ckpt-{int(st['step']):07d}"
+    unpack_policy(src, ck)
+    torch.save(st, ck / CKPT_STATE)
+    return int(st["step"])

@@ -1,5 +1,5 @@
-"""The training benchmark's report (bench/bench_train_gpu.py): the markdown tables rewritten after every row (with
-their $OUT copies). Tier choice is train/tiers.py's, an arm's steps are read by train/evaluate.py.
+"""The report of a training run (bench/bench_train_gpu.py writes it): the markdown tables rewritten after every
+row (with their $OUT copies). Tier choice is train/tiers.py's, an arm's steps are read by train/evaluate.py.
 
 Imports: the standard library only.
 """
