@@ -27,6 +27,8 @@ from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier.proc_cpu import ProcCpu  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
+from verifier.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
+from curation.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
 
 
 class GpuSampler(threading.Thread):
@@ -64,59 +66,6 @@ def run_batch(items, cfg, workers):
             (sum(x > 0 for x in s) / len(s) if s else float("nan")), procs.host_busy, by_kind)
 
 
-def _mean(xs) -> float:
-    xs = list(xs)
-    return statistics.mean(xs) if xs else float("nan")
-
-
-def exec_breakdown(vs) -> str:
-    keys = ["execute_prepare", "child_load", "child_trials", "child_first_trial", "child_timing_lock_wait",
-            "child_timing", "child_own_kernel_check", "execute_child", "execute"]
-    return ", ".join(f"{k} {_mean(v.stage_seconds.get(k, 0.0) for v in vs):.2f}" for k in keys)
-
-
-# where a candidate's seconds go: (label, stage_seconds key or a function of the stage seconds)
-SECONDS = [
-    ("compile: build process, per candidate (CPU-bound, pool of cores)", "compile"),
-    ("prepare: task plan (reference, float64 check; once per task) + reference timing (once per task)",
-     "execute_prepare"),
-    ("child: wait for the shared device lock", "child_shared_lock_wait"),
-    ("child: reference module + reference model built", "child_load_reference"),
-    ("child: profiler start", "child_load_profiler"),
-    ("child: torch state snapshot (tamper guard)", "child_load_guard"),
-    ("child: candidate module imported (extension loaded)", "child_load_candidate_import"),
-    ("child: ModelNew built", "child_load"),
-    ("child: correctness trials", "child_trials"),
-    ("child: wait for the timing lock", "child_timing_lock_wait"),
-    ("child: timing", "child_timing"),
-    ("execution process: start + end not in its own phases", lambda st: st.get("execute_child", 0) - sum(
-        st.get(k, 0) for k in ("child_shared_lock_wait", "child_load_reference", "child_load_profiler",
-                               "child_load_guard", "child_load_candidate_import", "child_load", "child_trials",
-                               "child_timing_lock_wait", "child_timing"))),
-    ("judge: outputs compared, float64 reference on the trial inputs", lambda st: st.get("execute", 0)
-     - st.get("execute_prepare", 0) - st.get("execute_child", 0)),
-    ("total per candidate (wall, one worker)", "total"),
-]
-
-
-def seconds_table(vs) -> list[tuple[str, str]]:
-    rows = []
-    for label, key in SECONDS:
-        vals = [key(v.stage_seconds) if callable(key) else float(v.stage_seconds.get(key, 0.0) or 0.0) for v in vs
-                if v.stage_seconds.get("execute") is not None or key == "compile"]
-        rows.append((f"s per candidate: {label}", f"{_mean(vals):.2f} (max {max(vals, default=0):.2f})"))
-    return rows
-
-
-def write_verdicts(vs, path: Path) -> None:
-    import json
-    with open(path, "w") as f:
-        for v in vs:
-            f.write(json.dumps({"candidate_id": v.candidate_id, "status": v.status, "cheats": v.cheats,
-                                "correct": v.correct, "speedup": round(v.speedup_eager or 0, 2)}) + "\n")
-
-
-
 # ----------------------------------------------------------------------------- the real-code batch (issue 38)
 # ``--batch real``: the test bed's model-written solutions (verifier/testbed.py picks them) through the verify entry
 # with the verifier's default settings (torch.compile of each reference timed, the sandbox on), at 1 candidate per
@@ -137,7 +86,6 @@ def real_once(a, out_json: Path) -> None:
     """One real-code batch at ``a.per_task`` in this process, within ``a.budget_s``; writes its record to
     ``out_json``. At the budget it stops waiting, records what finished, and exits the process (os._exit: what
     still runs in the verifier's threads is abandoned; its sandboxes die with it)."""
-    import hashlib
     import json
 
     from verifier.config import VerifyConfig
@@ -183,70 +131,13 @@ def real_once(a, out_json: Path) -> None:
     sampler.stop.set()
     by_kind = procs.finish()
     with lock:
-        rows = [{"id": batch.items[i][1].candidate_id, "task_id": v.task_id, "backend": v.backend,
-                 "status": v.status, "cheats": list(v.cheats), "correct": bool(v.correct),
-                 "pass_strict": v.pass_strict, "pass_partial": v.pass_partial,
-                 "speedup": round(v.speedup_eager, 3) if v.speedup_eager else None,
-                 "program": hashlib.sha256(batch.items[i][1].code.encode()).hexdigest(),
-                 "stage_seconds": dict(v.stage_seconds), "exclusive": v.versions.get("timing", {}).get("exclusive")}
-                for _, i, v in sorted(done, key=lambda d: d[1])]
-    s = sampler.samples
-    record = {"per_task": a.per_task, "describe": batch.describe(), "items": len(batch.items), "tasks": batch.tasks,
-              "distinct": batch.distinct, "copies": batch.copies, "programs": stats.programs, "reused": stats.reused,
-              "finished": len(rows), "cut": cut, "wall_s": wall, "errors": errors,
-              "config": {k: getattr(cfg, k) for k in ("exec_workers", "time_torch_compile", "sandbox", "trials",
-                                                      "timing_trials", "timing_budget_s", "legality")},
-              "gpu_util": (sum(s) / len(s) / 100) if s else None, "host_busy": procs.host_busy,
-              "cpu_by_kind": {k: [sec, n] for k, (sec, n) in by_kind.items()}, "rows": rows}
+        rows = [real_row(batch.items[i][1], v) for _, i, v in sorted(done, key=lambda d: d[1])]
+    record = real_record(batch, stats, cfg, rows, per_task=a.per_task, cut=cut, wall_s=wall, errors=errors,
+                         gpu_samples=sampler.samples, host_busy=procs.host_busy, cpu_by_kind=by_kind)
     out_json.write_text(json.dumps(record))
     if cut:
         print(f"budget reached after {wall:.0f} s: {len(rows)} of {len(batch.items)} verdicts recorded", flush=True)
         os._exit(0)
-
-
-def real_cost(record: dict):
-    """The verification cost of one batch's finished verdicts over its measured wall (curation/cost.py), copies
-    of one program counted once."""
-    from curation.cost import verification_cost
-    from kernelmill.schema import Verdict
-
-    vs = [Verdict(candidate_id=r["id"], task_id=r["task_id"], backend=r["backend"], status=r["status"],
-                  stage_seconds=r["stage_seconds"]) for r in record["rows"]]
-    return verification_cost(vs, programs={r["id"]: r["program"] for r in record["rows"]}, wall_s=record["wall_s"])
-
-
-def real_section(record: dict) -> tuple[float | None, list[str]]:
-    """(candidates per hour, markdown lines) of one batch's record."""
-    import collections
-
-    from curation.cost import HEADLINE_KEYS, cost_table
-
-    cost = real_cost(record)
-    k, n = record["per_task"], len(record["rows"])
-    per_hour = cost.per_gpu_hour
-    statuses = dict(sorted(collections.Counter(r["status"] for r in record["rows"]).items()))
-    lines = [f"### {'1 candidate' if k == 1 else f'k = {k} candidates'} per task", "",
-             f"Batch: {record['describe']}.", "",
-             f"- {'1 candidate per task' if k == 1 else f'k = {k} per task'}: real-code batch: "
-             f"**{per_hour:.0f}** per hour" if per_hour else f"- k = {k}: real-code batch: nothing finished",
-             f"- distinct programs verified: {cost.programs} of {record['programs']} in the batch "
-             f"({record['items']} candidates, {record['reused']} identical copies reused by the verify entry); "
-             f"verdicts: {n}; wall {record['wall_s']:.1f} s"
-             + (" (**cut at the budget**: the rate counts what finished over the wall up to the cut)" if record["cut"] else ""),
-             f"- statuses: {statuses}",
-             f"- timings with the device alone: {sum(bool(r['exclusive']) for r in record['rows'])} / {n}; GPU "
-             f"utilization mean: {record['gpu_util'] if record['gpu_util'] is None else round(record['gpu_util'], 2)}; "
-             f"host CPU busy: {record['host_busy']:.2f}",
-             *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
-             "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
-             "from Verdict.stage_seconds):", "", *cost_table(cost, HEADLINE_KEYS), "",
-             "Host CPU-seconds per distinct program by kind of process (verifier/proc_cpu.py):", "",
-             "| processes | CPU s per program | processes seen |", "| --- | --- | --- |"]
-    # every process of the box is sampled: kinds under 0.05 s per program (the shell, kernel threads) left out
-    lines += [f"| {kind} | {sec / max(cost.programs, 1):.2f} | {cnt} |"
-              for kind, (sec, cnt) in sorted(record["cpu_by_kind"].items(), key=lambda kv: -kv[1][0])
-              if sec >= 0.05 * max(cost.programs, 1)]
-    return per_hour, lines + [""]
 
 
 def warm_pch(backend: str, timeout_s: float) -> float:
@@ -305,34 +196,14 @@ def real_main(a) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = f"{device.replace(' ', '_')}_{commit}"
-    with open(out / f"verdicts_real_{tag}.jsonl", "w") as f:
-        for rec in records:
-            for r in rec["rows"]:
-                f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
-                                    "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"]}) + "\n")
+    write_real_verdicts(records, out / f"verdicts_real_{tag}.jsonl")
     cmd = ("PYTHONPATH=. python3 bench/bench_verifier.py --batch real --manifest " + a.manifest +
            f" --per-task {a.per_task} --levels {a.levels} --n-tasks {a.n_tasks}" +
            (f" --sources {a.sources}" if a.sources else "") + f" --backend {a.backend} --budget-s {a.budget_s:.0f}" +
            (f" --exec-workers {a.exec_workers}" if a.exec_workers else "") + (" --pad-copies" if a.pad_copies else ""))
-    cfg = records[0]["config"] if records else {}
-    md = [f"# Real-code batch on {device}", "",
-          f"Command: `{cmd}` at {commit}; torch {torch.__version__}, python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} cores (the compile pool).", "",
-          "The batch: the test bed's model-written KernelBench solutions (bench/testbed_build.py; "
-          "verifier/testbed.py picks them: tasks round-robin over the levels, the tasks with the most distinct "
-          "solutions first, the same tasks at every k; up to k distinct solutions per task across sources and "
-          "models), each judged against its own problem file, through the verify entry (verifier/entry.py) on the "
-          f"{a.backend} backend with the verifier's default settings ({', '.join(f'{k}={v}' for k, v in cfg.items())}), "
-          "a fresh build directory per batch (cold build cache), each batch in a fresh process (no task plan or "
-          "reference timing carried over). The one-off precompiled header is built before the clock. "
-          "The figure counts distinct programs per hour of wall (one GPU): identical copies, which the verify "
-          "entry verifies once, never raise it. "
-          f"One-off before every clock (precompiled header of the default flags + a first build): {pch_s:.1f} s.", ""]
-    for rec in records:
-        md += real_section(rec)[1]
-    if not records:
-        md += ["No batch finished inside the budget.", ""]
-    text = "\n".join(md)
+    text = real_report(records, device=device, cmd=cmd, commit=commit, backend=a.backend, pch_s=pch_s,
+                       versions=f"torch {torch.__version__}, python {sys.version.split()[0]}, "
+                                f"{os.cpu_count()} cores (the compile pool)")
     print(text, flush=True)
     (out / f"throughput_real_{tag}.md").write_text(text)
     return 0
@@ -399,7 +270,7 @@ def main():
     print(rows[-1], flush=True)
     cold, cold_wall, util_c, busy_c, host_c, kinds_c = run_batch(items, cfg, cores)
     ok_cold = sum(v.status == "pass" for v in cold)
-    comp_cold = _mean(v.stage_seconds.get("compile", 0.0) for v in cold)
+    comp_cold = mean_or_nan(v.stage_seconds.get("compile", 0.0) for v in cold)
     print(f"[cold] wall {cold_wall:.1f} s, passed {ok_cold}/{a.n}, compile s/cand {comp_cold:.1f}, "
           f"gpu util {util_c:.2f}, busy {busy_c:.2f}; exec means: {exec_breakdown(cold)}", flush=True)
     rows += [("passed, cold batch", f"{ok_cold} / {a.n}"),
@@ -407,10 +278,10 @@ def main():
              # CPU seconds of the compilers: against the wall above it says whether the pool's builds wait for
              # cores (cpu < wall) or each costs more CPU under load than alone (bench_build_phases.py)
              ("compile CPU s per candidate, cold (user + system of the build and its compilers)",
-              f"{_mean(v.stage_seconds.get('compile_cpu', 0.0) for v in cold):.1f}"),
+              f"{mean_or_nan(v.stage_seconds.get('compile_cpu', 0.0) for v in cold):.1f}"),
              ("compile CPU s of the batch / (batch wall s x cores)",
               f"{sum(v.stage_seconds.get('compile_cpu', 0.0) for v in cold) / max(cold_wall * (os.cpu_count() or 1), 1e-9):.2f}"),
-             ("execution s per candidate, cold batch (prepare + child)", f"{_mean(v.stage_seconds.get('execute', 0) for v in cold):.2f}"),
+             ("execution s per candidate, cold batch (prepare + child)", f"{mean_or_nan(v.stage_seconds.get('execute', 0) for v in cold):.2f}"),
              ("batch wall s, cold", f"{cold_wall:.1f}"),
              ("**distinct candidates per hour, cold (compile + execute, overlapped)**", f"**{a.n / cold_wall * 3600:.0f}**"),
              ("GPU utilization mean / busy fraction (samples > 0%), cold", f"{util_c:.2f} / {busy_c:.2f}"),
@@ -420,8 +291,7 @@ def main():
     rows += [(f"host CPU s per candidate, cold: {k} ({n} processes)", f"{sec / a.n:.2f}")
              for k, (sec, n) in kinds_c.items() if sec >= 0.05 * a.n]
     rows += seconds_table(cold)
-    commit = os.environ.get("KERNELMILL_VERIFIER_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+    commit = _commit()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     write_verdicts(cold, out / f"verdicts_{device.replace(' ', '_')}_{a.batch}_{commit}.jsonl")
@@ -435,9 +305,9 @@ def main():
         print(f"[cached] wall {warm_wall:.1f} s, passed {ok_warm}/{a.n}, gpu util {util_w:.2f}, busy {busy_w:.2f}; "
               f"exec means: {exec_breakdown(warm)}", flush=True)
         rows += [("passed, cached batch", f"{ok_warm} / {a.n}"),
-                 ("compile s per candidate, cached", f"{_mean(v.stage_seconds.get('compile', 0.0) for v in warm):.3f}"),
+                 ("compile s per candidate, cached", f"{mean_or_nan(v.stage_seconds.get('compile', 0.0) for v in warm):.3f}"),
                  ("execution s per candidate, cached batch (prepare + child)",
-                  f"{_mean(v.stage_seconds.get('execute', 0) for v in warm):.2f}"),
+                  f"{mean_or_nan(v.stage_seconds.get('execute', 0) for v in warm):.2f}"),
                  ("  of which (means, s)", exec_breakdown(warm)),
                  ("batch wall s, cached", f"{warm_wall:.1f}"),
                  ("candidates per hour, cached builds", f"{a.n / warm_wall * 3600:.0f}"),

@@ -208,3 +208,64 @@ def cost_section(cost: VerificationCost | None, title: str = "## Verification co
             "`compile_cpu` is CPU-seconds (build processes and compilers); every other stage is wall seconds "
             "(the verifier measures no CPU time of execution). A program verified once for several identical "
             "candidates counts once. How each number is computed: curation/cost.py."]
+
+
+# ----------------------------------------------------------------------------- per-verdict stage tables (benchmarks)
+# bench/bench_verifier.py prints these: means over a batch's verdicts, not the per-program medians above
+
+def mean_or_nan(xs) -> float:
+    """The mean of ``xs``; nan when it is empty."""
+    xs = list(xs)
+    return statistics.mean(xs) if xs else float("nan")
+
+
+EXEC_KEYS = ("execute_prepare", "child_load", "child_trials", "child_first_trial", "child_timing_lock_wait",
+             "child_timing", "child_own_kernel_check", "execute_child", "execute")
+_CHILD_PHASES = ("child_shared_lock_wait", "child_load_reference", "child_load_profiler", "child_load_guard",
+                 "child_load_candidate_import", "child_load", "child_trials", "child_timing_lock_wait", "child_timing")
+# where a candidate's seconds go: (label, stage_seconds key or a function of the stage seconds)
+SECONDS = [
+    ("compile: build process, per candidate (CPU-bound, pool of cores)", "compile"),
+    ("prepare: task plan (reference, float64 check; once per task) + reference timing (once per task)",
+     "execute_prepare"),
+    ("child: wait for the shared device lock", "child_shared_lock_wait"),
+    ("child: reference module + reference model built", "child_load_reference"),
+    ("child: profiler start", "child_load_profiler"),
+    ("child: torch state snapshot (tamper guard)", "child_load_guard"),
+    ("child: candidate module imported (extension loaded)", "child_load_candidate_import"),
+    ("child: ModelNew built", "child_load"),
+    ("child: correctness trials", "child_trials"),
+    ("child: wait for the timing lock", "child_timing_lock_wait"),
+    ("child: timing", "child_timing"),
+    ("execution process: start + end not in its own phases",
+     lambda st: st.get("execute_child", 0) - sum(st.get(k, 0) for k in _CHILD_PHASES)),
+    ("judge: outputs compared, float64 reference on the trial inputs", lambda st: st.get("execute", 0)
+     - st.get("execute_prepare", 0) - st.get("execute_child", 0)),
+    ("total per candidate (wall, one worker)", "total"),
+]
+
+
+def exec_breakdown(verdicts: Iterable[Verdict]) -> str:
+    """``"execute_prepare 0.12, child_load 0.40, ..."``: the mean seconds of each execution phase (EXEC_KEYS)."""
+    vs = list(verdicts)
+    return ", ".join(f"{k} {mean_or_nan(v.stage_seconds.get(k, 0.0) for v in vs):.2f}" for k in EXEC_KEYS)
+
+
+def seconds_table(verdicts: Iterable[Verdict]) -> list[tuple[str, str]]:
+    """(label, "mean (max max)") per row of SECONDS; a stage past compile counts only verdicts that executed."""
+    vs, rows = list(verdicts), []
+    for label, key in SECONDS:
+        vals = [key(v.stage_seconds) if callable(key) else float(v.stage_seconds.get(key, 0.0) or 0.0) for v in vs
+                if v.stage_seconds.get("execute") is not None or key == "compile"]
+        rows.append((f"s per candidate: {label}", f"{mean_or_nan(vals):.2f} (max {max(vals, default=0):.2f})"))
+    return rows
+
+
+def write_verdicts(verdicts: Iterable[Verdict], path) -> None:
+    """One JSON line per verdict (candidate_id, status, cheats, correct, speedup): two verifiers' verdicts on the
+    same batch compared with a diff."""
+    import json
+    with open(path, "w") as f:
+        for v in verdicts:
+            f.write(json.dumps({"candidate_id": v.candidate_id, "status": v.status, "cheats": v.cheats,
+                                "correct": v.correct, "speedup": round(v.speedup_eager or 0, 2)}) + "\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("kernelmill", "verifier", "synth", "graphs", "curation", "flows", "train", "orchestrator")
-BENCH_LINE_CAP = 3700  # a ratchet: issue 36 asks for 3,500; lower it as benchmarks shrink, never raise it
+BENCH_LINE_CAP = 3500  # issue 36: bench/*.py under 3,500 lines; lower it as benchmarks shrink, never raise it
 
 
 def bench_imports(path: Path, root: Path = ROOT) -> list[str]:

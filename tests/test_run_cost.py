@@ -107,3 +107,18 @@ def test_metrics_the_report_and_the_card_state_the_cost(run):
         assert "## Verification cost" in text
         assert f"Verification cost: {cost.per_gpu_hour:.0f} candidates per" in text
         assert f"| {cost.stage('compile_cpu').median_s:.3f} |" in text
+
+
+def test_seconds_table_counts_only_executed_verdicts_past_compile_and_exec_breakdown_means():
+    from curation.cost import SECONDS, exec_breakdown, seconds_table
+    ran = Verdict(candidate_id="a", task_id="t", backend="cuda", status="pass",
+                  stage_seconds={"compile": 1.0, "execute": 3.0, "execute_prepare": 1.0, "execute_child": 1.5})
+    built_only = Verdict(candidate_id="b", task_id="t", backend="cuda", status="compile_error",
+                         stage_seconds={"compile": 3.0})
+    rows = dict(seconds_table([ran, built_only]))
+    assert len(rows) == len(SECONDS)
+    assert rows["s per candidate: compile: build process, per candidate (CPU-bound, pool of cores)"] == "2.00 (max 3.00)"
+    # the judge's share: execute - prepare - child, of the one verdict that executed
+    assert rows["s per candidate: judge: outputs compared, float64 reference on the trial inputs"] == "0.50 (max 0.50)"
+    assert exec_breakdown([ran, built_only]).startswith("execute_prepare 0.50, ")
+    assert exec_breakdown([]).startswith("execute_prepare nan, ")

@@ -307,3 +307,107 @@ def render_compare(c: dict, before_files: list, after_files: list) -> str:
         if ids:
             out += ["", f"{label} ({len(ids)}): " + ", ".join(ids[:40]) + (" ..." if len(ids) > 40 else "")]
     return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------- the real-code batch's report
+# (bench/bench_verifier.py --batch real, issue 38): a record per batch, {"per_task", "describe", "items", "programs",
+# "reused", "wall_s", "cut", "errors", "config", "gpu_util", "host_busy", "cpu_by_kind", "rows": [...]}
+
+def real_row(cand, v) -> dict:
+    """The record row of one verdict ``v`` of candidate ``cand`` (its program: the sha256 of its code)."""
+    import hashlib
+
+    return {"id": cand.candidate_id, "task_id": v.task_id, "backend": v.backend, "status": v.status,
+            "cheats": list(v.cheats), "correct": bool(v.correct), "pass_strict": v.pass_strict,
+            "pass_partial": v.pass_partial, "speedup": round(v.speedup_eager, 3) if v.speedup_eager else None,
+            "program": hashlib.sha256(cand.code.encode()).hexdigest(), "stage_seconds": dict(v.stage_seconds),
+            "exclusive": v.versions.get("timing", {}).get("exclusive")}
+
+
+def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool, wall_s: float, errors: list[str],
+                gpu_samples: list[float], host_busy: float, cpu_by_kind: dict) -> dict:
+    """One batch's record: ``batch`` a verifier.testbed.RealBatch, ``stats`` the verify entry's VerifyStats, ``cfg``
+    its VerifyConfig, ``gpu_samples`` nvidia-smi utilization percents, ``cpu_by_kind`` {kind: (CPU s, processes)}."""
+    s = gpu_samples
+    return {"per_task": per_task, "describe": batch.describe(), "items": len(batch.items), "tasks": batch.tasks,
+            "distinct": batch.distinct, "copies": batch.copies, "programs": stats.programs, "reused": stats.reused,
+            "finished": len(rows), "cut": cut, "wall_s": wall_s, "errors": errors,
+            "config": {k: getattr(cfg, k) for k in ("exec_workers", "time_torch_compile", "sandbox", "trials",
+                                                    "timing_trials", "timing_budget_s", "legality")},
+            "gpu_util": (sum(s) / len(s) / 100) if s else None, "host_busy": host_busy,
+            "cpu_by_kind": {k: [sec, n] for k, (sec, n) in cpu_by_kind.items()}, "rows": rows}
+
+
+def real_cost(record: dict):
+    """The verification cost of one batch's finished verdicts over its measured wall (curation/cost.py), copies
+    of one program counted once."""
+    from curation.cost import verification_cost  # stdlib-only; the verifier package does not need it
+    from kernelmill.schema import Verdict
+
+    vs = [Verdict(candidate_id=r["id"], task_id=r["task_id"], backend=r["backend"], status=r["status"],
+                  stage_seconds=r["stage_seconds"]) for r in record["rows"]]
+    return verification_cost(vs, programs={r["id"]: r["program"] for r in record["rows"]}, wall_s=record["wall_s"])
+
+
+def real_section(record: dict) -> tuple[float | None, list[str]]:
+    """(candidates per hour, markdown lines) of one batch's record."""
+    from curation.cost import HEADLINE_KEYS, cost_table
+
+    cost = real_cost(record)
+    k, n = record["per_task"], len(record["rows"])
+    per_hour = cost.per_gpu_hour
+    statuses = dict(sorted(collections.Counter(r["status"] for r in record["rows"]).items()))
+    lines = [f"### {'1 candidate' if k == 1 else f'k = {k} candidates'} per task", "",
+             f"Batch: {record['describe']}.", "",
+             f"- {'1 candidate per task' if k == 1 else f'k = {k} per task'}: real-code batch: "
+             f"**{per_hour:.0f}** per hour" if per_hour else f"- k = {k}: real-code batch: nothing finished",
+             f"- distinct programs verified: {cost.programs} of {record['programs']} in the batch "
+             f"({record['items']} candidates, {record['reused']} identical copies reused by the verify entry); "
+             f"verdicts: {n}; wall {record['wall_s']:.1f} s"
+             + (" (**cut at the budget**: the rate counts what finished over the wall up to the cut)" if record["cut"] else ""),
+             f"- statuses: {statuses}",
+             f"- timings with the device alone: {sum(bool(r['exclusive']) for r in record['rows'])} / {n}; GPU "
+             f"utilization mean: {record['gpu_util'] if record['gpu_util'] is None else round(record['gpu_util'], 2)}; "
+             f"host CPU busy: {record['host_busy']:.2f}",
+             *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
+             "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
+             "from Verdict.stage_seconds):", "", *cost_table(cost, HEADLINE_KEYS), "",
+             "Host CPU-seconds per distinct program by kind of process (verifier/proc_cpu.py):", "",
+             "| processes | CPU s per program | processes seen |", "| --- | --- | --- |"]
+    # every process of the box is sampled: kinds under 0.05 s per program (the shell, kernel threads) left out
+    lines += [f"| {kind} | {sec / max(cost.programs, 1):.2f} | {cnt} |"
+              for kind, (sec, cnt) in sorted(record["cpu_by_kind"].items(), key=lambda kv: -kv[1][0])
+              if sec >= 0.05 * max(cost.programs, 1)]
+    return per_hour, lines + [""]
+
+
+def write_real_verdicts(records: list[dict], path: Path) -> None:
+    """One JSON line per verdict of every batch (id, per_task, status, cheats, correct, speedup)."""
+    with open(path, "w") as f:
+        for rec in records:
+            for r in rec["rows"]:
+                f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
+                                    "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"]}) + "\n")
+
+
+def real_report(records: list[dict], *, device: str, cmd: str, commit: str, versions: str, backend: str,
+                pch_s: float) -> str:
+    """The markdown of a real-code run: what was measured and how, then real_section of each batch."""
+    cfg = records[0]["config"] if records else {}
+    md = [f"# Real-code batch on {device}", "",
+          f"Command: `{cmd}` at {commit}; {versions}.", "",
+          "The batch: the test bed's model-written KernelBench solutions (bench/testbed_build.py; "
+          "verifier/testbed.py picks them: tasks round-robin over the levels, the tasks with the most distinct "
+          "solutions first, the same tasks at every k; up to k distinct solutions per task across sources and "
+          "models), each judged against its own problem file, through the verify entry (verifier/entry.py) on the "
+          f"{backend} backend with the verifier's default settings ({', '.join(f'{k}={v}' for k, v in cfg.items())}), "
+          "a fresh build directory per batch (cold build cache), each batch in a fresh process (no task plan or "
+          "reference timing carried over). The one-off precompiled header is built before the clock. "
+          "The figure counts distinct programs per hour of wall (one GPU): identical copies, which the verify "
+          "entry verifies once, never raise it. "
+          f"One-off before every clock (precompiled header of the default flags + a first build): {pch_s:.1f} s.", ""]
+    for rec in records:
+        md += real_section(rec)[1]
+    if not records:
+        md += ["No batch finished inside the budget.", ""]
+    return "\n".join(md)
