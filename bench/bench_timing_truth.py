@@ -148,7 +148,9 @@ def main(argv=None) -> int:
 
     t_start = time.time()
     build_root = tempfile.mkdtemp(prefix="km-truth-builds-")
-    cfg = api.VerifyConfig(build_dir=build_root, exec_workers=4, timing_trials=30, time_torch_compile=False)
+    # prep_cache off: each repeat must time the reference again, not read the first repeat's kept timing
+    cfg = api.VerifyConfig(build_dir=build_root, exec_workers=4, timing_trials=30, time_torch_compile=False,
+                           prep_cache=False)
     items, names = [], []
     for name, task_code, cand_code in cases(args.kernelbench or None):
         task = Task.from_code(task_code, name=name, source="teacher")

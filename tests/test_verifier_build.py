@@ -355,7 +355,7 @@ def test_a_module_that_does_not_import_fails_its_build_and_no_step_imports_torch
 def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, with_pch):
     """The import check runs the candidate's static initialisers; it used to run in the build's sandbox, which
     could write the build root's object cache and the precompiled-header cache, so a candidate could replace an
-    object or the PCH that later builds use. Now neither is in its view: the writes fail (the sandbox may also
+    object or the PCH that later builds use (or plant a reference timing in prep/ that later processes read). Now neither is in its view: the writes fail (the sandbox may also
     record the attempt) and nothing appears there, while the compile step did fill the object cache."""
     from verifier import sandbox
 
@@ -365,7 +365,10 @@ def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, w
     assert pch_dir is not None
     objects = objects_root(tmp_path)
     objects.mkdir(parents=True)
-    planted = [objects / f"km-planted-{os.getpid()}.o", pch_dir / "torch" / f"km-planted-{os.getpid()}.h"]
+    prep = tmp_path / "prep"  # the reference timings later processes read (verifier/prep_cache.py)
+    prep.mkdir()
+    planted = [objects / f"km-planted-{os.getpid()}.o", pch_dir / "torch" / f"km-planted-{os.getpid()}.h",
+               prep / f"km-planted-{os.getpid()}.json"]
     writes = "".join(f'w("{p}"); ' for p in planted)
     src = ("#include <torch/extension.h>\n#include <cstdio>\n"
            "static void w(const char* p) { FILE* f = std::fopen(p, \"w\"); if (f) { std::fputs(\"x\", f);"

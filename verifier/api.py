@@ -36,7 +36,7 @@ import torch.utils.cpp_extension as cpp_extension
 
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
-from verifier import admission, cheats, sandbox
+from verifier import admission, cheats, prep_cache, sandbox
 from verifier.backends import get_backend
 from verifier.build import CompilePool, first_errors
 from verifier.channel import Driver, Ledger
@@ -475,29 +475,43 @@ def _run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on
 def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
     """The eager and torch.compile timings of a task's reference, measured once per process in a child
     where no candidate code has ever run (so no candidate can slow the reference down), then reused for
-    every candidate of the task. Its report's timing_error is set when it could not be timed."""
+    every candidate of the task. With ``cfg.prep_cache`` a measurement that succeeded is also kept under the
+    build root (verifier/prep_cache.py) and read by later processes on the same device with the same settings,
+    which then start no child. Its report's timing_error is set when it could not be timed."""
     key = (hashlib.sha256(plan.text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup,
-           cfg.time_torch_compile, cfg.eval_mode, str(build_root))
+           cfg.time_torch_compile, cfg.eval_mode, str(build_root), cfg.prep_cache)
     with _PLAN_LOCK:
         lock = _REF_LOCKS.setdefault(key, threading.Lock())
     with lock:
         if key in _REF_TIMINGS:
             return _REF_TIMINGS[key]
-        job = _job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
-        job_dir = _job_dir(job)
-        run, ledger = _run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg)
-        try:
-            rep = ChildReport.read(job_dir)
-        except Exception as e:  # noqa: BLE001
-            rep = ChildReport(kind="reference", timing_error=f"the reference timing process failed (exit {run.rc}, "
-                                                             f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
-        if not cfg.keep_jobs:
-            shutil.rmtree(job_dir, ignore_errors=True)
-        ref_call, null_call = per_call_s(ledger, "reference"), per_call_s(ledger, "null")
-        timing = ReferenceTiming(rep, None if ref_call is None or null_call is None else max(ref_call - null_call, 0.0),
-                                 null_call)
+        measure = lambda: _measure_reference(plan, backend, cfg, build_root)  # noqa: E731
+        timing = measure() if not cfg.prep_cache else prep_cache.kept_or_measured(
+            build_root, prep_cache.entry_key(plan.text, backend, _device_name(backend), cfg),
+            cfg.run_timeout_s + (180 if cfg.time_torch_compile else 60), measure, ReferenceTiming)
         _REF_TIMINGS[key] = timing
         return timing
+
+
+def _device_name(backend: str) -> str:
+    return get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
+
+
+def _measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
+    """One timing of the reference in its own child (the verifier's clock brackets it from this process)."""
+    job = _job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
+    job_dir = _job_dir(job)
+    run, ledger = _run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg)
+    try:
+        rep = ChildReport.read(job_dir)
+    except Exception as e:  # noqa: BLE001
+        rep = ChildReport(kind="reference", timing_error=f"the reference timing process failed (exit {run.rc}, "
+                                                         f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
+    if not cfg.keep_jobs:
+        shutil.rmtree(job_dir, ignore_errors=True)
+    ref_call, null_call = per_call_s(ledger, "reference"), per_call_s(ledger, "null")
+    return ReferenceTiming(rep, None if ref_call is None or null_call is None else max(ref_call - null_call, 0.0),
+                           null_call)
 
 
 def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:

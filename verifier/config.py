@@ -64,6 +64,7 @@ class VerifyConfig:
     timing_budget_s: float = 10.0  # timed iterations fitted to the call time so that they take about this long
     full_build_fallback: bool = True  # a CUDA source failing its bare build is rebuilt unchanged (False: final; build.py)
     memory_budget_gib: float = 0.0  # GiB that execution jobs may plan to hold at once (verifier/admission.py); 0: auto
+    prep_cache: bool = True  # reference timings kept under the build root, per task and device (verifier/prep_cache.py)
     # the host: caches, sandbox, job files (HostSettings; they were KM_* variables)
     pch: bool = True  # binding files compiled against a precompiled torch/extension.h (verifier/pch.py)
     pch_dir: str = ""  # "": ~/.cache/kernelmill/pch (~0.8 GB per cflags set)

@@ -1,0 +1,186 @@
+"""Task preparation kept on disk (verifier/prep_cache.py): the reference's timings, measured once per task,
+device and settings, are read by later verifier processes instead of measured again; verdicts do not change.
+
+Real verifier runs on the cpu backend (the relu task of verifier/fixtures.py, its honest candidate compiled once
+for the module); the second and concurrent processes are real subprocesses. Whether a process measured is
+counted by wrapping ``api._measure_reference`` (the one function that starts the reference's child) in that
+process, and read from the entry's own record of the process that measured it."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelmill.schema import Candidate, Task
+from verifier import api, prep_cache
+from verifier import fixtures as fx
+from verifier.api import VerifyConfig, verify_batch
+from verifier.contract import ChildReport, ModelTiming
+
+ROOT = Path(__file__).resolve().parent.parent
+RELU = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
+
+# run in a fresh interpreter: verify the relu task (or only time its reference) and say whether it measured
+SCRIPT = r'''
+import json, os, sys
+from verifier import api
+from verifier import fixtures as fx
+from verifier.api import VerifyConfig
+cfg = VerifyConfig(**json.loads(sys.argv[1]))
+measured = []
+real = api._measure_reference
+api._measure_reference = lambda *a: (measured.append(1), real(*a))[1]
+out = {"pid": os.getpid()}
+if sys.argv[2] == "verify":
+    from kernelmill.schema import Candidate, Task
+    task = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
+    v = api.verify_batch([(task, Candidate(candidate_id="c", task_id=task.task_id, backend="cpu", generator="test",
+                                           code=fx.HONEST_RELU))], config=cfg)[0]
+    out.update(status=v.status, correct=v.correct, cheats=v.cheats, eager_us=v.eager_us)
+else:
+    plan = api.task_plan(fx.RELU_TASK, "cpu", cfg)
+    t = api.reference_timing(plan, "cpu", cfg, cfg.build_root())
+    out.update(eager=t.report.eager.device_us, wall_call_s=t.wall_call_s)
+out["measured"] = len(measured)
+print("RESULT " + json.dumps(out))
+'''
+
+SETTINGS = dict(trials=5, timing_trials=3, warmup=1, time_torch_compile=False, run_timeout_s=25, memory_limit_gb=4,
+                exec_workers=1, pch=False)
+
+
+def _cfg(build_dir: Path, **kw) -> VerifyConfig:
+    return VerifyConfig(build_dir=str(build_dir), **{**SETTINGS, **kw})
+
+
+def _in_a_new_process(cfg: VerifyConfig, what: str) -> subprocess.Popen:
+    given = {k: getattr(cfg, k) for k in (*SETTINGS, "build_dir", "prep_cache")}
+    return subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(given), what], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def _result(proc: subprocess.Popen) -> dict:
+    out, _ = proc.communicate(timeout=600)
+    lines = [x for x in out.splitlines() if x.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, out[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def _entries(build_dir: Path) -> list[Path]:
+    return sorted((build_dir / prep_cache.DIR).glob("*.json"))
+
+
+@pytest.fixture
+def fresh_memo(monkeypatch):
+    """This process's own memo of reference timings emptied, so that a call here looks as a new process would."""
+    monkeypatch.setattr(api, "_REF_TIMINGS", {})
+    monkeypatch.setattr(api, "_REF_LOCKS", {})
+
+
+def test_a_second_process_reads_the_kept_timing_and_gives_the_same_verdict(tmp_path, fresh_memo):
+    cfg = _cfg(tmp_path)
+    first = verify_batch([(RELU, Candidate(candidate_id="c", task_id=RELU.task_id, backend="cpu", generator="test",
+                                           code=fx.HONEST_RELU))], config=cfg)[0]
+    assert first.status == "pass", first.feedback
+    [entry] = _entries(tmp_path)
+    kept = entry.read_bytes()
+    assert json.loads(kept)["measured_by"]["pid"] == os.getpid()
+
+    second = _result(_in_a_new_process(cfg, "verify"))
+    assert second["measured"] == 0  # no reference child started in the second process
+    assert (second["status"], second["correct"], second["cheats"]) == (first.status, first.correct, first.cheats)
+    assert second["eager_us"] == first.eager_us  # the kept figures, not a new measurement
+    assert _entries(tmp_path) == [entry] and entry.read_bytes() == kept
+
+
+def test_two_processes_needing_the_same_task_measure_it_once(tmp_path):
+    cfg = _cfg(tmp_path)
+    procs = [_in_a_new_process(cfg, "time") for _ in range(2)]
+    results = [_result(p) for p in procs]
+    assert sum(r["measured"] for r in results) == 1
+    assert results[0]["eager"] == results[1]["eager"]
+    [entry] = _entries(tmp_path)
+    assert json.loads(entry.read_text())["measured_by"]["pid"] in {r["pid"] for r in results}
+
+
+def test_a_changed_program_setting_or_device_is_another_entry(tmp_path, fresh_memo):
+    cfg = _cfg(tmp_path)
+    base = prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", cfg)
+    assert base == prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", _cfg(tmp_path))
+    others = [prep_cache.entry_key(fx.MATMUL_TASK, "cpu", "cpu (x, 2 threads)", cfg),
+              prep_cache.entry_key(fx.RELU_TASK + "\n", "cpu", "cpu (x, 2 threads)", cfg),
+              prep_cache.entry_key(fx.RELU_TASK, "cuda", "cpu (x, 2 threads)", cfg),
+              prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 4 threads)", cfg)]
+    for change in ({"timing_trials": 4}, {"warmup": 2}, {"time_torch_compile": True}, {"eval_mode": True},
+                   {"gap_probes": 3}, {"wall_repeats": 1}, {"hide_launch_us": 0.0}, {"device_lock": False}):
+        changed = dataclasses.replace(cfg, **change)
+        others.append(prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", changed))
+    assert len({base, *others}) == len(others) + 1
+    # settings the reference's timing never sees share the entry
+    assert base == prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", dataclasses.replace(cfg, trials=9))
+
+    # and on disk: the same task under another warmup is measured and kept beside the first
+    for c in (cfg, dataclasses.replace(cfg, warmup=2)):
+        api.reference_timing(api.task_plan(fx.RELU_TASK, "cpu", c), "cpu", c, c.build_root())
+    assert len(_entries(tmp_path)) == 2
+
+
+def _plant(cfg: VerifyConfig, eager_us: float) -> Path:
+    """An entry under the relu task's key with figures no measurement gives."""
+    key = prep_cache.entry_key(fx.RELU_TASK, "cpu", api._device_name("cpu"), cfg)
+    report = ChildReport(kind="reference", eager=ModelTiming(device_us=[eager_us] * 3), timing_exclusive=True)
+    return prep_cache.write(cfg.build_root(), key, report, 1e-3, 1e-5)
+
+
+def test_a_kept_entry_is_read_and_prep_cache_false_bypasses_it(tmp_path, fresh_memo):
+    cfg = _cfg(tmp_path)
+    entry = _plant(cfg, 123456.0)
+    t = api.reference_timing(api.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
+    assert t.report.eager.device_us == [123456.0] * 3 and t.wall_call_s == 1e-3
+
+    off = dataclasses.replace(cfg, prep_cache=False)
+    t = api.reference_timing(api.task_plan(fx.RELU_TASK, "cpu", off), "cpu", off, off.build_root())
+    assert t.report.eager.device_us and 123456.0 not in t.report.eager.device_us
+    assert json.loads(entry.read_text())["report"]["eager"]["device_us"] == [123456.0] * 3  # left as it was
+    assert _entries(tmp_path) == [entry]
+
+
+@pytest.mark.parametrize("damage", ["not json {", json.dumps({"schema": prep_cache.SCHEMA - 1}), "truncated"])
+def test_a_corrupt_or_old_entry_is_ignored_and_rewritten(tmp_path, fresh_memo, damage):
+    cfg = _cfg(tmp_path)
+    entry = _plant(cfg, 123456.0)
+    if damage == "truncated":
+        damage = entry.read_text()[:-20]
+    elif damage.startswith("{"):
+        damage = json.dumps({**json.loads(entry.read_text()), "schema": prep_cache.SCHEMA - 1})
+    entry.write_text(damage)
+    t = api.reference_timing(api.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
+    assert t.report.eager.device_us and 123456.0 not in t.report.eager.device_us
+    kept = json.loads(entry.read_text())
+    assert kept["schema"] == prep_cache.SCHEMA and kept["measured_by"]["pid"] == os.getpid()
+    assert ChildReport.from_dict(kept["report"]).eager.device_us == t.report.eager.device_us
+
+
+def test_only_a_clean_exclusive_timing_is_kept_and_it_holds_no_seed():
+    good = ChildReport(kind="reference", eager=ModelTiming(device_us=[5.0], kept=[0]), timing_exclusive=True)
+    assert prep_cache.keepable(good)
+    for bad in (dataclasses.replace(good, timing_error="Traceback ..."), dataclasses.replace(good, setup_error="x"),
+                dataclasses.replace(good, compile_error="x"), dataclasses.replace(good, timing_exclusive=False),
+                dataclasses.replace(good, eager=None)):
+        assert not prep_cache.keepable(bad)
+
+
+def test_an_entry_holds_timings_and_no_seed_or_input(tmp_path):
+    report = ChildReport(kind="reference", eager=ModelTiming(device_us=[5.0], kept=[0, 2]), timing_exclusive=True,
+                         events=["input digest 0xabc"], trials=[])
+    path = prep_cache.write(tmp_path, "k" * 64, report, None, None)
+    d = json.loads(path.read_text())
+    assert set(d["report"]) == set(prep_cache.KEPT) and d["report"]["eager"]["kept"] == []
+    assert "seed" not in path.read_text() and "digest" not in path.read_text()
+    assert prep_cache.read(tmp_path, "k" * 64)[0].eager.device_us == [5.0]
+    assert prep_cache.read(tmp_path, "j" * 64) is None  # another key's file name, not found
