@@ -28,7 +28,7 @@ from verifier.proc_cpu import ProcCpu  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 from verifier.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
-from curation.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
+from verifier.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
 
 
 class GpuSampler(threading.Thread):

@@ -1,6 +1,6 @@
 """CLI: ``kernelmill verify TASK.py CANDIDATE [--backend cuda|cpu|auto] [--json]`` and
 ``kernelmill metrics RUN_DIR [--k 8] [--slots N] [--json]`` (with the run's verification cost: candidates per
-GPU-hour and seconds per candidate by stage, curation/cost.py).
+GPU-hour and seconds per candidate by stage, verifier/cost.py).
 
 ``verify`` prints one verdict and exits 0 whatever the candidate did; it exits 2 (an InputError,
 printed by orchestrator/cli.py) only when the verifier itself cannot run: the task file is missing or not
@@ -82,7 +82,7 @@ def _metrics(args: argparse.Namespace) -> int:
 
     if not Path(args.run_dir).is_dir():
         raise InputError(args.run_dir, "run directory does not exist")
-    from curation.cost import cost_section, run_cost  # stdlib-only; here: the verifier package does not need it
+    from verifier.cost import cost_section, run_cost
 
     verdicts = store.read_records(args.run_dir, "verdicts")
     summary = summarize_verdicts(verdicts, k=args.k)

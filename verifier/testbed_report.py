@@ -339,9 +339,9 @@ def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool
 
 
 def real_cost(record: dict):
-    """The verification cost of one batch's finished verdicts over its measured wall (curation/cost.py), copies
+    """The verification cost of one batch's finished verdicts over its measured wall (verifier/cost.py), copies
     of one program counted once."""
-    from curation.cost import verification_cost  # stdlib-only; the verifier package does not need it
+    from verifier.cost import verification_cost
     from kernelmill.schema import Verdict
 
     vs = [Verdict(candidate_id=r["id"], task_id=r["task_id"], backend=r["backend"], status=r["status"],
@@ -351,7 +351,7 @@ def real_cost(record: dict):
 
 def real_section(record: dict) -> tuple[float | None, list[str]]:
     """(candidates per hour, markdown lines) of one batch's record."""
-    from curation.cost import HEADLINE_KEYS, cost_table
+    from verifier.cost import HEADLINE_KEYS, cost_table
 
     cost = real_cost(record)
     k, n = record["per_task"], len(record["rows"])

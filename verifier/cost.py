@@ -207,7 +207,7 @@ def cost_section(cost: VerificationCost | None, title: str = "## Verification co
     return [title, "", headline(cost), "", *cost_table(cost), "",
             "`compile_cpu` is CPU-seconds (build processes and compilers); every other stage is wall seconds "
             "(the verifier measures no CPU time of execution). A program verified once for several identical "
-            "candidates counts once. How each number is computed: curation/cost.py."]
+            "candidates counts once. How each number is computed: verifier/cost.py."]
 
 
 # ----------------------------------------------------------------------------- per-verdict stage tables (benchmarks)
