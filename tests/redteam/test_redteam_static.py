@@ -9,28 +9,23 @@ model-written solutions use that were rejected, each next to the cheat it resemb
    after cudaGetFuncBySymbol or cuModuleGetFunction, graphs) are not "never launched".
 4. An unused vendor include or ``-l`` flag is not vendor compute; calls are, and a name the preprocessor builds is
    caught by the built module's imported symbols.
-5. The slim build never changes what the source means (``torch::tensor`` is 0-dim with torch's headers).
 6. ``nn.Sequential`` of the candidate's own modules is not an nn layer; classes nothing uses are not scanned as if
    forward called them.
 7. Triton programs and ``cpp_extension.load`` from files get an extract error that says they are out of scope.
-8. Reflection is judged by what it does: reading the candidate's own objects (``**self.__dict__``,
-   ``getattr(self.lstm, "weight_ih_l" + suffix)``) is not a patch; writing through any namespace, setattr /
-   delattr on what is imported, and PyTorch called by a name the scan reads or cannot read still are.
+The slim build's meaning (tests/redteam/test_redteam_slim.py) and reflection
+(tests/redteam/test_redteam_reflection.py) have files of their own.
 """
 
 import ast
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from verifier import cheats
 from verifier import static as static_mod
-from verifier.build import build_variants, canonical_spec
 from verifier.extract import check_candidate_shape, extract_code, model_new_binding
-from verifier.slim import _ops_dir, _torch_factories, slim_source
 from verifier.static import StaticScanError, scan
 from verifier.vendor import code_text, scan_library, scan_sources
 
@@ -391,99 +386,6 @@ def test_unused_link_flag_imports_nothing_and_a_pasted_vendor_name_shows_in_the_
         assert any("cuBLAS" in f and "cublasSgemm_v2" in f for f in scan_library(so))  # ...the linker does
 
 
-# ---------------------------------------------------------------------------- 5. the slim build keeps the meaning
-
-def _variant_labels(cu: str) -> list[str]:
-    spec = canonical_spec({"cpp_sources": "torch::Tensor f(torch::Tensor x);", "cuda_sources": cu,
-                           "functions": ["f"]})
-    return [label for label, _ in build_variants(spec)]
-
-
-MEAN_CU = '''#include <torch/extension.h>
-__global__ void k(const float* x, float* s, int n) { }
-torch::Tensor f(torch::Tensor x) {
-    auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(x.device());
-    float sum = 1.f; int n = 2;
-    return torch::tensor(sum / n, opts);
-}
-'''
-
-
-@pytest.mark.parametrize("cu,slim", [
-    (MEAN_CU, False),  # 0-dim with torch's headers, 1-D as at::tensor(T value, opts)
-    (MEAN_CU.replace("torch::tensor(sum / n, opts)", "torch::tensor({sum, sum}, opts)"), False),
-    (MEAN_CU.replace("return torch::tensor(sum / n, opts);",
-                     "auto b = torch::from_blob(&sum, {1}, opts); return b.clone();"), False),
-    (MEAN_CU.replace("torch::tensor(sum / n, opts)", "torch::zeros({n}, opts.requires_grad(true))"), False),
-    # the same values through names that mean the same thing under both preludes
-    (MEAN_CU.replace("torch::tensor(sum / n, opts)", "at::tensor(sum / n, opts)"), True),
-    (MEAN_CU.replace("torch::tensor(sum / n, opts)", "torch::full({}, sum / n, opts)"), True),
-    (MEAN_CU.replace("torch::tensor(sum / n, opts)", "torch::scalar_tensor(sum / n, opts)"), True),
-    (MEAN_CU.replace("torch::tensor(sum / n, opts)", "torch::zeros({n}, opts)"), True),
-    (MEAN_CU.replace("return torch::tensor(sum / n, opts);",
-                     "// torch::tensor(sum / n, opts) would be 0-dim\n    return torch::empty_like(x);"), True),
-], ids=["torch_tensor_scalar", "torch_tensor_list", "torch_from_blob", "requires_grad_option", "at_tensor",
-        "torch_full", "torch_scalar_tensor", "torch_zeros", "torch_tensor_in_a_comment"])
-def test_slim_build_is_not_used_where_it_would_change_the_meaning(cu, slim):
-    labels = _variant_labels(cu)
-    assert labels[-1] == "full" and ("slim" in labels) == slim, labels
-
-
-def test_slim_maps_a_torch_factory_to_at_only_where_every_overload_is_the_same():
-    factories, exact = _torch_factories(_ops_dir())
-    assert {"tensor", "from_blob"} <= factories - exact
-    assert {"empty", "empty_like", "zeros", "ones", "full", "arange", "randn", "randint", "scalar_tensor"} <= exact
-
-
-SEMANTICS_BODY = r'''
-#include <cstdio>
-static void show(const char* what, const at::Tensor& t) {
-    std::printf("%s dim=%d numel=%d dtype=%s req=%d sum=%.3f\n", what, (int)t.dim(), (int)t.numel(),
-                c10::toString(t.scalar_type()), (int)t.requires_grad(),
-                t.numel() ? t.to(at::kDouble).sum().item<double>() : 0.0);
-}
-int main() {
-    auto opts = torch::TensorOptions().dtype(torch::kFloat32);
-    float sum = 3.f; int n = 2;
-    auto x = torch::ones({2, 3}, opts);
-    show("zeros", torch::zeros({n}, opts));
-    show("full", torch::full({}, sum / n, opts));
-    show("scalar_tensor", torch::scalar_tensor(sum / n, opts));
-    show("at_tensor", at::tensor(sum / n, opts));
-    show("arange", torch::arange(5));
-    show("arange_f", torch::arange(0, 5, opts));
-    show("randint", torch::randint(1, 2, {4}));  // dtype from the default options; values all 1
-    show("zeros_like", torch::zeros_like(x, torch::kDouble));
-    show("ones_like", torch::ones_like(x));
-    return 0;
-}
-'''
-
-
-@pytest.mark.slow
-def test_slim_prelude_compiles_to_what_torch_headers_mean(tmp_path):
-    """The slim prelude and torch's own header, compiled and run (host code, g++ against libtorch_cpu): the
-    factories the slim build accepts give tensors of the same shape, dtype and values."""
-    import torch
-
-    cxx = shutil.which("g++")
-    assert cxx
-    src = "#include <torch/extension.h>\n" + SEMANTICS_BODY
-    slim = slim_source(src)
-    assert slim is not None
-    tdir = Path(torch.__file__).parent
-    inc = [f"-I{tdir / 'include'}", f"-I{tdir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
-           "-I/usr/local/cuda/include"]
-    outs = {}
-    for label, text in (("slim", slim), ("full", "#include <torch/types.h>\n" + SEMANTICS_BODY)):
-        (tmp_path / f"{label}.cpp").write_text(text)
-        subprocess.run([cxx, "-std=c++17", "-O0", "-w", *inc, str(tmp_path / f"{label}.cpp"), "-o",
-                        str(tmp_path / label), f"-L{tdir / 'lib'}", "-ltorch_cpu", "-lc10",
-                        f"-Wl,-rpath,{tdir / 'lib'}"], check=True, capture_output=True)
-        outs[label] = subprocess.run([str(tmp_path / label)], check=True, capture_output=True, text=True).stdout
-    assert outs["slim"] == outs["full"] and "randint dim=1 numel=4 dtype=Long" in outs["full"], outs
-
-
 # ---------------------------------------------------------------------------- 6. own modules, unused classes
 
 OWN_BLOCKS = HEAD + '''
@@ -616,37 +518,3 @@ def test_programs_outside_the_verifier_get_an_extract_error_that_says_so(code, s
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
-
-
-# ---------------------------------------------------------------------------- 8. reflection: reads and writes
-
-# the cheats the honest reads of tests/test_verifier_static.py resemble: each writes to what is not its own (or
-# hides a submodule from nn.Module's registration), or calls PyTorch by a name
-TAMPER = {
-    "own_dict_write_hides_a_submodule": (cheats.C11, "self.__dict__['ref'] = nn.Linear(8, 8)\nreturn ext.relu(x)"),
-    "own_dict_update": (cheats.C11, "self.__dict__.update(lin=nn.Linear(8, 8))\nreturn ext.relu(x)"),
-    "own_dict_handed_on": (cheats.C11, "ns = self.__dict__\nns['ref'] = nn.Linear(8, 8)\nreturn ext.relu(x)"),
-    "vars_of_functional_written": (cheats.C11, "vars(torch.nn.functional)['relu'] = ext.relu\nreturn ext.relu(x)"),
-    "functional_dict_written": (cheats.C11, "torch.nn.functional.__dict__['relu'] = ext.relu\nreturn ext.relu(x)"),
-    "setattr_torch_computed_name": (cheats.C11, "setattr(torch, 'mat' + 'mul', ext.relu)\nreturn ext.relu(x)"),
-    "delattr_torch_constant_name": (cheats.C11, "delattr(torch.cuda, 'synchronize')\nreturn ext.relu(x)"),
-    "setattr_through_type": (cheats.C11, "setattr(type(x), 'relu', ext.relu)\nreturn ext.relu(x)"),
-    "alias_of_torch_assigned": (cheats.C11, "F2 = torch.nn.functional\nF2.relu = ext.relu\nreturn ext.relu(x)"),
-    "getattr_torch_computed_called": (cheats.C01, "return getattr(torch, 'mat' + 'mul')(x, x)"),
-    "getattr_torch_unreadable_called": (cheats.C01, "n = str(x.dim())\nreturn getattr(torch, 're' + n)(x)"),
-    "functional_dict_item_called": (cheats.C01, "return torch.nn.functional.__dict__['relu'](x)"),
-    "getattr_builds_a_dunder_on_own": (cheats.C15, "g = getattr(self.forward, '__glo' + 'bals__')\n"
-                                                   "return ext.relu(x)"),
-    "private_torch_by_name": (cheats.C11, "c = getattr(torch, '_' + 'C')\nreturn ext.relu(x)"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(TAMPER))
-def test_writes_through_namespaces_and_torch_called_by_name_are_still_caught(name):
-    from verifier import fixtures as fx
-
-    code_, forward = TAMPER[name]
-    rep = scan(fx.cpu_candidate(forward))
-    assert code_ in rep.cheat_codes, [str(f) for f in rep.findings]
-    if code_ == cheats.C01:  # PyTorch compute, as `torch.matmul(x, x)` written out is
-        assert any(f.torch for f in rep.findings if f.code == cheats.C01)
