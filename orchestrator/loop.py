@@ -1,6 +1,8 @@
 """The training loop as a stage: rounds of sample -> verify -> repair -> curate -> train (RFT, RL or both),
-each model evaluated on held-out tasks. Every phase is an existing stage function (or the trainer) over a
-run directory of its own, so the loop resumes at any phase like the stages do.
+each model evaluated on held-out tasks. Every phase is a sub-run directory whose steps (existing stage
+functions, or the trainer) the runner runs (orchestrator.ledger.run_steps) and records in that directory's
+ledger, so the loop resumes at any step: this module decides which phases run with which model, the runner
+what is already done.
 
     run_loop(run_dir, settings, progress, phases) -> dict    the ``loop`` stage (`kernelmill loop RUN_DIR`)
     share_start(src_run_dir, dst_run_dir)                     start another arm from a run's model 0 and pool
@@ -34,21 +36,24 @@ Tasks: the run's ``tasks`` table, split by ``train.data.is_heldout`` (``train.he
 ``train.split_seed``: the trainer's own split), so no held-out task is ever sampled for training.
 
 Layout under ``<run_dir>/loop``:
-    round-<r>/pool/       the round's sampled training tasks: candidates, verdicts, dialogues, sft/rft/rl
-    round-<r>/rft/        the RFT output (checkpoints, metrics.jsonl)
+    round-<r>/pool/       the round's sampled training tasks: candidates, verdicts, dialogues, sft/rft/rl;
+                          steps generate, verify, repair, curate
+    round-<r>/rft/        the RFT output (checkpoints, metrics.jsonl); step rft, with the model it left
     round-<r>/rl/         the RL output (checkpoints, metrics.jsonl: one line per step with the share of mixed
-                          groups before and after replacement, repair prompts drawn and solved, MirrorPop drops)
-    round-<r>/phases.json the round's finished phases (pool, rft, rl) with what each did and the model it left:
-                          a phase listed there is not run again
-    eval-<i>/             model i's k samples per held-out task, verified
+                          groups before and after replacement, repair prompts drawn and solved, MirrorPop drops);
+                          step rl, with the model it left
+    eval-<i>/             model i's k samples per held-out task, verified, and scores.json; steps generate,
+                          verify, score
+    */ledger.json         each sub-run's finished steps (orchestrator/ledger.py): a step recorded there is not
+                          run again, unless the model it left is gone
     metrics.jsonl         one line per evaluated model: pass@1, pass@k, avg@k, fast_1.0, fast_1.1
                           (against eager), each with a 95% bootstrap interval over tasks, and the paired
                           difference to model 0 with its interval; RL rounds add their stabiliser summary;
-                          written last, so a model with a line is done
+                          written by an evaluation's last step (score), once per model
     loop.md               the same as a table, and the RL steps of each round
 
-``loop.max_seconds`` bounds one call: no phase starts past it, and RFT and RL stop inside it with a checkpoint
-(the next call resumes them from it). Not done here: sampling the held-out tasks with repair turns (the
+``loop.max_seconds`` bounds one call: no phase (sub-run) starts past it, and RFT and RL stop inside it with a
+checkpoint (the next call resumes them from it). Not done here: sampling the held-out tasks with repair turns (the
 evaluation is first-answer only, as pass@k is defined).
 """
 
@@ -58,7 +63,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -66,6 +70,8 @@ from typing import Callable
 from kernelmill import store
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings, keywords_for
+from orchestrator import ledger
+from orchestrator.ledger import UNFINISHED, Step, copy_sub_run, run_steps
 
 LOOP = "loop"
 METRICS = ("pass@1", "pass@k", "avg@k", "fast_1.0", "fast_1.1")
@@ -221,41 +227,22 @@ def rl_pool(pool_dir: Path, s: Settings) -> tuple[list[dict], dict]:
     return screen_prompts(rows, code, 2, fail_share=s.loop.rl_fail_share)
 
 
-class _Phases:
-    """``round-<r>/phases.json``: the round's finished phases, written as each one ends."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.done: dict = json.loads(path.read_text()) if path.is_file() else {}
-
-    def mark(self, name: str, record: dict) -> None:
-        self.done[name] = record
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.done, indent=1, default=str))
-        tmp.replace(self.path)
-
-
 def share_start(src: Path, dst: Path) -> None:
     """Start the loop run ``dst`` from run ``src``'s evaluated model 0 and its round-1 pool (the tasks table,
-    ``loop/eval-0``, ``loop/round-1/pool`` with its phases.json "pool" entry, and model 0's metrics line),
-    so arms that differ only in how round 1 trains (RFT, RL, RL with a stabiliser off) sample and verify
-    once. The caller promises the same tasks, model 0 and sampling settings; nothing here checks them.
-    Copies nothing that ``dst`` already has."""
+    the sub-runs ``loop/eval-0`` and ``loop/round-1/pool`` with their records, noted as shared, and model 0's
+    metrics line), so arms that differ only in how round 1 trains (RFT, RL, RL with a stabiliser off) sample
+    and verify once. The caller promises the same tasks, model 0 and sampling settings; nothing here checks
+    them. Copies nothing that ``dst`` already has."""
     from kernelmill.store import read_records, write_records
 
     s_loop, d_loop = src / LOOP, dst / LOOP
-    if not (s_loop / "eval-0" / "scores.json").is_file() or not (s_loop / "round-1" / "phases.json").is_file():
+    subs = {"eval-0": ledger.EVAL_STEPS, "round-1/pool": ledger.POOL_STEPS}
+    if not all(ledger.done(s_loop / sub, step) for sub, steps in subs.items() for step in steps):
         raise InputError(f"loop run {src}", "has no evaluated model 0 and round-1 pool to share")
     if not read_records(dst, "tasks"):
         write_records(dst, "tasks", read_records(src, "tasks"))
-    for sub in ("eval-0", "round-1/pool"):
-        if not (d_loop / sub).exists():
-            shutil.copytree(s_loop / sub, d_loop / sub)
-    phases = _Phases(d_loop / "round-1" / "phases.json")
-    if "pool" not in phases.done:
-        phases.mark("pool", {**json.loads((s_loop / "round-1" / "phases.json").read_text())["pool"],
-                             "shared_from": str(src)})
+    for sub in subs:
+        copy_sub_run(s_loop / sub, d_loop / sub, note=f"shared from {src}")
     if 0 not in _read_metrics(d_loop / "metrics.jsonl"):
         with open(d_loop / "metrics.jsonl", "a") as f:
             f.write(json.dumps(_read_metrics(s_loop / "metrics.jsonl")[0]) + "\n")
@@ -281,7 +268,8 @@ def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) 
     """``loop.rounds`` rounds over the run's tasks (see the module docstring); ``phases`` holds the stage
     functions generate, verify, repair and curate (orchestrator/stages.py passes its own). Returns the
     metrics per evaluated model, what each round did, and ``stopped`` (why this call ended before the last
-    round's evaluation, e.g. ``loop.max_seconds``; absent when the loop is done)."""
+    round's evaluation, e.g. ``loop.max_seconds``; absent when the loop is done). Each phase is a sub-run
+    directory run by orchestrator.ledger.run_steps, which skips the steps its ledger records done."""
     s = with_arm(s)
     t0 = time.time()
     left = lambda: s.loop.max_seconds - (time.time() - t0) if s.loop.max_seconds > 0 else float("inf")  # noqa: E731
@@ -299,21 +287,40 @@ def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) 
     rounds: list[dict] = []
     extra: dict[int, dict] = {}
 
-    def evaluate(i: int) -> None:
-        if i in done:
-            return
-        eval_dir = root / f"eval-{i}"
-        store.write_records(eval_dir, "tasks", held)
-        with serving(models[i], sample_s, root / f"serve-eval-{i}.log") as es:
-            generate(eval_dir, es, progress)
-            verify(eval_dir, es, progress)
-        scores = task_scores(store.read_records(eval_dir, "verdicts"), s.loop.k)
-        base = None if i == 0 else json.loads((root / "eval-0" / "scores.json").read_text())
-        (eval_dir / "scores.json").write_text(json.dumps(scores, indent=1, sort_keys=True))
-        row = {"model_index": i, "model": models[i] or s.generate.model, **summarize(scores, base), **extra.get(i, {})}
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        done[i] = row
+    def out_of_time(what: str) -> str:
+        return f"loop.max_seconds ({s.loop.max_seconds:.0f} s) spent before {what}" if left() <= 0 else ""
+
+    def sampled(tasks: list, fn: Callable) -> Callable:
+        """The generate step of a sub-run: its tasks written, then sampled."""
+        def step(d: Path, st: Settings, p) -> dict:
+            store.write_records(d, "tasks", tasks)
+            return fn(d, st, p)
+        return step
+
+    def phase(d: Path, steps: list[Step], what: str, model: str = "", log: str = "") -> ledger.StepsDone:
+        return run_steps(d, steps, sample_s, progress, stop=lambda: out_of_time(what),
+                         context=lambda: serving(model, sample_s, root / log))
+
+    def score(i: int) -> Callable:
+        def step(eval_dir: Path, _st: Settings, _p) -> dict:
+            scores = task_scores(store.read_records(eval_dir, "verdicts"), s.loop.k)
+            base = None if i == 0 else json.loads((root / "eval-0" / "scores.json").read_text())
+            (eval_dir / "scores.json").write_text(json.dumps(scores, indent=1, sort_keys=True))
+            row = {"model_index": i, "model": models[i] or s.generate.model, **summarize(scores, base),
+                   **extra.get(i, {})}
+            if i not in _read_metrics(metrics_path):  # a call killed after this line and before its record
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            return row
+        return step
+
+    def evaluate(i: int) -> str:
+        res = phase(root / f"eval-{i}", [Step("generate", sampled(held, generate), context=True),
+                                         Step("verify", verify, context=True), Step("score", score(i))],
+                    f"evaluating m{i}", models[i], f"serve-eval-{i}.log")
+        if "score" in res.entries:
+            done.setdefault(i, _read_metrics(metrics_path).get(i) or res.entries["score"].counts)
+        return res.stopped
 
     def finish(stopped: str = "") -> dict:
         rows = [done[i] for i in sorted(done)]
@@ -331,51 +338,53 @@ def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) 
             out["stopped"] = stopped
         return out
 
-    def out_of_time(what: str) -> str:
-        return f"loop.max_seconds ({s.loop.max_seconds:.0f} s) spent before {what}" if left() <= 0 else ""
-
-    if out_of_time("evaluating m0"):
-        return finish(out_of_time("evaluating m0"))
-    evaluate(0)
+    stopped = evaluate(0)
+    if stopped:
+        return finish(stopped)
     for r in range(1, s.loop.rounds + 1):
         rdir = root / f"round-{r}"
         pool_dir = rdir / "pool"
-        ph = _Phases(rdir / "phases.json")
         counts: dict = {"round": r}
         rounds.append(counts)
-        if "pool" not in ph.done:
-            if out_of_time(f"round {r}'s pool"):
-                return finish(out_of_time(f"round {r}'s pool"))
-            store.write_records(pool_dir, "tasks", pool)
-            with serving(models[r - 1], sample_s, root / f"serve-round-{r}.log") as ps:
-                got = {"generate": generate(pool_dir, ps, progress), "verify": verify(pool_dir, ps, progress),
-                       "repair": repair(pool_dir, ps, progress)}
-            got["curate"] = {"rows": curate(pool_dir, sample_s, progress)["rows"]}
-            ph.mark("pool", got)
-        counts.update(ph.done["pool"])
+        got = phase(pool_dir, [Step("generate", sampled(pool, generate), context=True),
+                               Step("verify", verify, context=True), Step("repair", repair, context=True),
+                               Step("curate", lambda d, st, p: {"rows": curate(d, st, p)["rows"]})],
+                    f"round {r}'s pool", models[r - 1], f"serve-round-{r}.log")
+        if got.stopped:
+            return finish(got.stopped)
+        counts.update({name: e.counts for name, e in got.entries.items()})
         model = models[r - 1]
         for kind in ("rft", "rl"):
             if kind not in s.loop.train.split("+"):
                 continue
-            if kind not in ph.done:
-                if out_of_time(f"round {r}'s {kind}"):
-                    return finish(out_of_time(f"round {r}'s {kind}"))
-                res = (_rft if kind == "rft" else _rl)(pool_dir, rdir / kind, model, s, left())
-                if res.pop("cut", False):  # stopped by the time budget with a checkpoint: resumed next call
-                    counts[kind] = res
-                    return finish(f"loop.max_seconds ({s.loop.max_seconds:.0f} s) would end inside round {r}'s {kind}: "
-                                  f"stopped with a checkpoint after {res.get('steps_done')} of {res.get('steps')} "
-                                  f"steps (judged by the mean step time)")
-                ph.mark(kind, res)
-            counts[kind] = ph.done[kind]
-            model = ph.done[kind].get("model") or model
-        if "rl" in ph.done:
-            extra[r] = {"rl": rl_summary(_rl_records(rdir / "rl"))}
+            trained = run_steps(rdir / kind, [Step(kind, _trainer(kind, pool_dir, model, s, left, r))], s, progress,
+                                stop=lambda: out_of_time(f"round {r}'s {kind}"))
+            if trained.stopped:
+                if trained.unfinished is not None:  # stopped by the time budget with a checkpoint: resumed next call
+                    counts[kind] = trained.unfinished
+                return finish(trained.stopped)
+            counts[kind] = trained.entries[kind].counts
+            model = trained.entries[kind].model or model
+            if kind == "rl":
+                extra[r] = {"rl": rl_summary(_rl_records(rdir / "rl"))}
         models.append(model)
-        if out_of_time(f"evaluating m{r}") and r not in done:
-            return finish(out_of_time(f"evaluating m{r}"))
-        evaluate(r)
+        stopped = evaluate(r)
+        if stopped:
+            return finish(stopped)
     return finish()
+
+
+def _trainer(kind: str, pool_dir: Path, model: str, s: Settings, left: Callable[[], float], r: int) -> Callable:
+    """The rft or rl step of round ``r``: it trains from ``model`` into its sub-run directory, and reports
+    itself UNFINISHED when the time budget ended it with a checkpoint (the next call resumes from it)."""
+    def step(out: Path, _st: Settings, _p) -> dict:
+        res = (_rft if kind == "rft" else _rl)(pool_dir, out, model, s, left())
+        if res.pop("cut", False):
+            res[UNFINISHED] = (f"loop.max_seconds ({s.loop.max_seconds:.0f} s) would end inside round {r}'s {kind}: "
+                               f"stopped with a checkpoint after {res.get('steps_done')} of {res.get('steps')} "
+                               f"steps (judged by the mean step time)")
+        return res
+    return step
 
 
 def _rl_records(out: Path) -> list[dict]:

@@ -21,6 +21,7 @@ def _diff(r: dict, m: str) -> str:
 def render(args, work: Path, state: dict) -> str:
     """The markdown of bench/bench_loop_gpu.py: ``args`` its parsed command line (k, arms, server, the sampling and
     training settings), ``work`` its work directory (``arms/<arm>/loop/...``), ``state`` its saved state."""
+    from orchestrator.ledger import entries
     from orchestrator.loop import rl_step_table  # lazily, as the benchmark's --help needs none of it
     from train.sft import read_metrics
 
@@ -66,12 +67,12 @@ def render(args, work: Path, state: dict) -> str:
                      f"{_cell(r, 'avg@k')} | {_diff(r, 'avg@k')} | {_cell(r, 'fast_1.0')} | {_cell(r, 'fast_1.1')} | "
                      f"{mixed} | {bdr} | {rl.get('mirrorpop_dropped', '-') if rl else '-'} | {a.get('seconds', '')} |")
     for arm in args.arms:
-        rl_metrics = work / "arms" / arm / "loop" / "round-1" / "rl" / "metrics.jsonl"
-        phases = work / "arms" / arm / "loop" / "round-1" / "phases.json"
-        if rl_metrics.is_file():
-            ph = json.loads(phases.read_text()) if phases.is_file() else {}
-            lines += ["", f"## {arm}: RL steps", "", f"RL pool screen: {json.dumps((ph.get('rl') or {}).get('screen'))}", "",
-                      rl_step_table(read_metrics(rl_metrics, "rl")).rstrip()]
+        rl_dir = work / "arms" / arm / "loop" / "round-1" / "rl"
+        if (rl_dir / "metrics.jsonl").is_file():
+            rl = entries(rl_dir).get("rl")  # the RL step's record (orchestrator/ledger.py)
+            screen = rl.counts.get("screen") if rl else None
+            lines += ["", f"## {arm}: RL steps", "", f"RL pool screen: {json.dumps(screen)}", "",
+                      rl_step_table(read_metrics(rl_dir / "metrics.jsonl", "rl")).rstrip()]
     for arm, a in state.get("arms", {}).items():
         lines.append(f"\n- {arm}: {json.dumps(a)}")
     for note in state.get("notes", []):

@@ -1,18 +1,26 @@
-"""The orchestrator: runs stages of orchestrator/stages.py's list over a run directory.
+"""The orchestrator: runs stages of orchestrator/stages.py's list over a run directory, recording what
+finished in the run's ledger.
 
     prepare_run        create the run directory, remove partial writes, move damaged part files aside
-    run_stage          one stage's ``run``, its start and end (with its counts) told to the progress hook
+    run_stage          one stage's ``run``, recorded in the run's ledger; its start and end told to the progress hook
     run_stages         the named stages (default: every default stage) in list order, plain calls
     summarize          a per-level table computed by DuckDB over the run's Parquet files
 
 It sits above the stages: nothing under synth/, graphs/, curation/, verifier/ or train/ imports it.
-The Prefect flows (flows/) call the same ``Stage.run`` functions, one Prefect task per stage; the
-CLI calls ``run_stages`` for ``kernelmill run --no-prefect`` and for each stage subcommand.
+The Prefect flows (flows/) call the same ``Stage.run`` functions through ``run_stage``, one Prefect
+task per stage; the CLI calls ``run_stages`` for ``kernelmill run --no-prefect`` and for each stage
+subcommand; the loop (orchestrator/loop.py) runs its sub-run directories with the same runner's
+``orchestrator.ledger.run_steps``.
 
-Resume lives in the stages and the store (every stage skips rows already stored); what is done here,
-before any stage reads and whoever runs the stages (the CLI, a Prefect flow, a worker), is
-:func:`prepare_run`: remove partial writes and move unreadable part files aside (their rows are then
-missing, so the stage that wrote them recomputes them).
+Resume has one record and one writer: every step a runner finishes is marked in its directory's
+``ledger.json`` (orchestrator/ledger.py; ``run_stage`` records through ``ledger.recorded_run``). Data
+stays idempotent on its own (every stage skips rows already stored), so a stage runs again on a resumed
+run unless the ledger says it need not: a gatherer (``Stage.once``) recorded with equal settings, a
+sub-run step recorded done. The annotate stage's failed tasks are recorded in its entry and left out of
+its next run. Before any stage reads, whoever runs the
+stages (the CLI, a Prefect flow, a worker), :func:`prepare_run` removes partial writes, moves unreadable
+part files aside (their rows are then missing, so the stage that wrote them recomputes them) and refuses
+a damaged ledger (an InputError naming the file).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import duckdb
 from kernelmill import store
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings
+from orchestrator import ledger
 from orchestrator.stages import BY_NAME, DEFAULT_STAGES, RAW, STAGES, ProgressFn, Stage, no_progress
 
 log = logging.getLogger("orchestrator.pipeline")
@@ -48,14 +57,14 @@ def progress_hook(stage: str, done: int, total: int) -> None:
 
 
 def run_stage(stage: Stage, run_dir: Path, settings: Settings, progress: ProgressFn | None = None) -> dict:
-    """``stage.run`` over the run directory; the installed hook (the CLI's orchestrator.progress.StageProgress)
-    is told when it starts and ends, with its counts. Every runner calls this: ``run_stages`` and the
-    Prefect task of flows/stages.py."""
+    """``stage.run`` over the run directory, recorded in its ledger when it returns (orchestrator.ledger.recorded_run);
+    the installed hook (the CLI's orchestrator.progress.StageProgress) is told when it starts and ends, with
+    its counts. Every runner calls this: ``run_stages`` and the Prefect task of flows/stages.py."""
     hook = _progress_hook
     if hasattr(hook, "begin"):
         hook.begin(stage.name)
     t0 = time.perf_counter()
-    counts = stage.run(run_dir, settings, progress or progress_hook)
+    counts = ledger.recorded_run(stage, Path(run_dir), settings, progress or progress_hook)
     if hasattr(hook, "end"):
         hook.end(stage.name, counts, time.perf_counter() - t0)
     return counts
@@ -107,12 +116,14 @@ def heal_run(run_dir: str | os.PathLike) -> list[Path]:
 
 def prepare_run(out: str | os.PathLike) -> Path:
     """The run directory, absolute: created, partial writes removed, damaged part files moved aside
-    (:func:`heal_run`). Every way of running stages calls it first: the CLI, ``kernelmill run`` with or
-    without Prefect, and every flow."""
+    (:func:`heal_run`), its ledger read (InputError naming the file when it is damaged, before any stage
+    runs). Every way of running stages calls it first: the CLI, ``kernelmill run`` with or without
+    Prefect, and every flow."""
     run_dir = Path(out).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     sweep_partial_writes(run_dir)
     heal_run(run_dir)
+    ledger.entries(run_dir)
     return run_dir
 
 

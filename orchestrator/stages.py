@@ -14,9 +14,11 @@ follows one task from its source file to its Parquet row.
 Every stage reads and writes through kernelmill.store (atomic, keyed by content hashes) and skips
 work whose rows are already stored, so a run killed anywhere and started again ends with nothing
 lost and nothing duplicated. Gathered tasks are kept unannotated under ``<run_dir>/raw/tasks`` (a
-store root of its own: annotating a task does not change its id), and the slow gatherers (mine,
-nnsmith) mark, after their tasks are stored, the settings they ran with, so a resumed run does not
-gather again. Not guaranteed: two processes writing one run directory at the same time.
+store root of its own: annotating a task does not change its id). What else a resumed run must not
+redo is the runner's record (orchestrator/ledger.py; orchestrator.pipeline.run_stage writes it): the
+slow gatherers (mine, nnsmith; ``Stage.once``) are recorded with the settings they ran with once their
+tasks are stored, and the annotate stage's failed tasks are recorded so its next run leaves them out.
+No stage writes that record. Not guaranteed: two processes writing one run directory at the same time.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from kernelmill import store
 from kernelmill.config import repo_path
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings, keywords_for
+from orchestrator import ledger
 from synth.annotate.annotator import order_curriculum
-from synth.annotate.store import annotate_into
+from synth.annotate.store import AnnotationFailure, annotate_into, read_failures
 from synth.generate.generators import dialogue_id_for, is_declined, make_candidate, make_generator
 from synth.generate.prompts import build_prompt
 from synth.generate.reasoning import template_trace
@@ -79,6 +82,9 @@ class Stage:
     command: str = ""  # CLI subcommand ("": the stage's name)
     cli: tuple[Arg, ...] = ()  # arguments of the subcommand besides --out and --set
     then: tuple[str, ...] = ()  # stages the subcommand runs after this one (gatherers annotate)
+    # a slow gatherer: the settings the runner records it done with (None: nothing to gather this time). The
+    # runner (orchestrator.pipeline.run_stage) does not run it again with equal settings once its tasks are stored.
+    once: Callable[[Settings], object] | None = None
 
     @property
     def cli_name(self) -> str:
@@ -88,32 +94,6 @@ class Stage:
 # ---------------------------------------------------------------------------- gathering
 
 
-def _gather_key(what: str, settings) -> str:
-    return f"{what}:" + json.dumps(dataclasses.asdict(settings), sort_keys=True, default=str)
-
-
-def _gathered(run_dir: Path, what: str, settings) -> int | None:
-    """How many tasks a gatherer stored with these settings in an earlier attempt, None if it did not."""
-    marks = run_dir / RAW / "gathered.txt"
-    key = _gather_key(what, settings)
-    for line in marks.read_text().splitlines() if marks.is_file() else []:
-        n, _, k = line.partition("\t")
-        if k == key:
-            return int(n)
-    return None
-
-
-def _save_gathered(run_dir: Path, what: str, settings, tasks: list) -> int:
-    """Store gathered tasks in ``raw/tasks``, then mark the gatherer done with these settings (the
-    mark comes second: a run killed in between gathers again rather than losing tasks)."""
-    written = store.write_records(run_dir / RAW, "tasks", tasks)
-    marks = run_dir / RAW / "gathered.txt"
-    marks.parent.mkdir(parents=True, exist_ok=True)
-    with open(marks, "a") as f:
-        f.write(f"{len(tasks)}\t{_gather_key(what, settings)}\n")
-    return written
-
-
 def _write_json(path: Path, data) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
@@ -121,7 +101,7 @@ def _write_json(path: Path, data) -> None:
 
 
 def load(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
-    """KernelBench-format programs under ``load.dir`` -> ``raw/tasks`` (cheap: not marked, re-read)."""
+    """KernelBench-format programs under ``load.dir`` -> ``raw/tasks`` (cheap: read again on every run)."""
     if not s.load.dir:
         return {"tasks": 0, "written": 0}
     res = load_kernelbench_dir(repo_path(s.load.dir), source=s.load.source, strict=False)
@@ -143,61 +123,71 @@ def mine_tasks(source: str, **kw):
 
 
 def mine(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
-    """Modules mined from ``mine.source`` -> ``raw/tasks``, ``mine_report.json`` and ``.md``."""
+    """Modules mined from ``mine.source`` -> ``raw/tasks``, ``mine_report.json`` and ``.md`` (once per
+    settings: ``Stage.once``)."""
     from synth.mine.miner import write_report  # tree-sitter: see mine_tasks
     if not s.mine.source:
         return {"tasks": 0, "written": 0}
-    prior = _gathered(run_dir, "mine", s.mine)
-    if prior is not None:
-        return {"tasks": prior, "written": 0, "gathered_before": True}
     kw = {k: v for k, v in dataclasses.asdict(s.mine).items() if k not in ("source", "max_files")}
     res = mine_tasks(str(repo_path(s.mine.source)), max_files=s.mine.max_files or None,
                      progress=lambda done, total: progress("mine", done, total), **kw)
     write_report(run_dir, res.report)
-    written = _save_gathered(run_dir, "mine", s.mine, res.tasks)
+    written = store.write_records(run_dir / RAW, "tasks", res.tasks)
     summary = {k: v for k, v in res.report.as_dict().items() if k != "modules"}  # per module: the file
     return {"tasks": len(res.tasks), "written": written, "mine_report": summary}
 
 
 def nnsmith(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
     """``nnsmith.n`` NNSmith graphs from ``nnsmith.seed`` -> ``raw/tasks`` and ``nnsmith_skips.json``
-    (seeded: the same settings give the same tasks)."""
+    (seeded: the same settings give the same tasks; once per settings: ``Stage.once``)."""
     n = s.nnsmith
     if n.n <= 0:
         return {"tasks": 0, "written": 0}
-    prior = _gathered(run_dir, "nnsmith", n)
-    if prior is not None:
-        return {"tasks": prior, "written": 0, "gathered_before": True}
     res = generate_nnsmith_tasks(n.n, n.seed, max_nodes=n.max_nodes, target_numel=n.target_numel,
                                  include_ops=n.include_ops or None, exclude_ops=n.exclude_ops or None,
                                  dtypes=n.dtypes or None)
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_json(run_dir / "nnsmith_skips.json", {"settings": res.settings, "generated": n.n, "emitted": len(res.tasks),
                                                  "skips": res.skips, "skipped": res.skipped})
-    written = _save_gathered(run_dir, "nnsmith", n, res.tasks)
+    written = store.write_records(run_dir / RAW, "tasks", res.tasks)
     return {"tasks": len(res.tasks), "skips": dict(res.skips), "written": written}
 
 
 def annotate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:
     """Every gathered task not yet in ``tasks`` (or every task of ``annotate.from_dir``'s tasks
     table), annotated and written as it goes (synth/annotate/store.py). Tasks that fail annotation
-    are listed by origin path, category and reason in ``annotate_failures.json``, not written; a
-    resumed run does not try them again unless ``annotate.retry_failed``."""
+    are listed by origin path, category and reason in the report ``annotate_failures.json``, not
+    written, and handed to the runner (under ledger.SKIP) for the run's ledger; a resumed run leaves
+    the tasks the ledger records as failed out unless ``annotate.retry_failed``."""
     a = s.annotate
     source = Path(a.from_dir) if a.from_dir else run_dir / RAW
     if a.from_dir and not (source / "tasks").is_dir():
         raise InputError(a.from_dir, "has no tasks table (expected DIR/tasks/*.parquet)")
-    rep = annotate_into(run_dir, store.read_records(source, "tasks"), device_spec=a.device_spec,
+    tasks = store.read_records(source, "tasks")
+    known = store.stored_ids(run_dir, "tasks") if (run_dir / "tasks").is_dir() else set()
+    prior = ledger.entries(run_dir).get("annotate")
+    recorded = set(prior.skip) - known if prior else set()
+    left_out = set() if a.retry_failed else recorded
+    rep = annotate_into(run_dir, [t for t in tasks if t.task_id not in left_out], device_spec=a.device_spec,
                         timeout_s=a.timeout_s, memory_limit_gb=a.memory_limit_gb, workers=a.workers,
-                        real_budget_gb=a.real_budget_gb, retry_failed=a.retry_failed, flush_every=max(1, a.chunk),
+                        real_budget_gb=a.real_budget_gb, retry_failed=True, flush_every=max(1, a.chunk),
                         progress=lambda done, total: progress("annotate", done, total),
                         log_progress=False)  # its runner shows progress (the CLI's lines or bars, a flow's artifact)
+    failed_now = {f.task_id for f in rep.failures}
+    reported = read_failures(run_dir)
+    before = [reported.get(t.task_id) or AnnotationFailure(t.task_id, t.name, t.origin.path or t.name, t.level,
+                                                           "recorded", "failed in an earlier run (the run's ledger)")
+              for t in tasks if t.task_id in left_out]
+    rep.failures, rep.failed_before = before + rep.failures, len(before)
+    ids = {t.task_id for t in tasks}
+    skip = (recorded - (ids if a.retry_failed else set())) | failed_now
     done = rep.annotated
     return {"annotated": len(done), "annotate_failures": len(rep.failures), "written": rep.written,
             "already_annotated": rep.already, "failed_before": rep.failed_before,
             "failures_by_category": rep.by_category(), "failures": rep.failure_lines(),
             "seconds": round(rep.seconds, 1), "slowest": [[p, round(sec, 1)] for p, sec in rep.slowest],
-            "levels": {lvl: sum(t.level == lvl for t in done) for lvl in sorted({t.level for t in done})}}
+            "levels": {lvl: sum(t.level == lvl for t in done) for lvl in sorted({t.level for t in done})},
+            ledger.SKIP: sorted(skip)}
 
 
 # ---------------------------------------------------------------------------- candidates and verdicts
@@ -452,12 +442,14 @@ STAGES: tuple[Stage, ...] = (
                Arg(("--source",), "source", "Task.source recorded on the tasks (default: kernelbench)",
                    cli_default="kernelbench")), then=("annotate",)),
     Stage("mine", "mine", (), ("raw/tasks",), mine, "mine nn.Module classes from code into KernelBench tasks",
+          once=lambda s: s.mine if s.mine.source else None,
           cli=(Arg(("source",), "source", "directory, git path or URL, or hf:NAME[:COLUMN]"),
                Arg(("--target-numel",), "target_numel", "scale inputs toward this many elements", int),
                Arg(("--timeout",), "timeout_s", "seconds per module in the sandbox", float),
                Arg(("--workers",), "workers", "sandbox processes", int),
                Arg(("--max-files",), "max_files", "stop after this many files", int)), then=("annotate",)),
     Stage("nnsmith", "nnsmith", (), ("raw/tasks",), nnsmith, "NNSmith graphs emitted as checked tasks, with skip reasons",
+          once=lambda s: s.nnsmith if s.nnsmith.n > 0 else None,
           cli=(Arg(("--n",), "n", "graphs to generate", int), Arg(("--seed",), "seed", "run seed (same seed, same tasks)", int),
                Arg(("--max-nodes",), "max_nodes", "ops per graph", int),
                Arg(("--include-ops",), "include_ops", "comma-separated nnsmith ops to use only", str, ","),

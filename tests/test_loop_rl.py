@@ -16,6 +16,7 @@ import pytest
 
 from kernelmill import store
 from kernelmill.config import load_settings
+from orchestrator import ledger
 from orchestrator.loop import rl_pool, run_loop, share_start
 from orchestrator.stages import BY_NAME
 
@@ -114,8 +115,10 @@ def test_loop_rl_phase_screens_replaces_and_resumes(trained, tmp_path):
     assert rows[1]["pass@1_diff"] == [0.0, 0.0, 0.0] and rows[1]["rl"]["steps"] == 2
     assert rows[1]["rl"]["replaced_groups"] == sum(st["replaced_groups"] for st in steps)
     assert out["models"][1].startswith(str(loop / "round-1" / "rl" / "ckpt-"))
-    phases = json.loads((loop / "round-1" / "phases.json").read_text())
-    assert set(phases) == {"pool", "rl"}
+    rnd1 = loop / "round-1"
+    assert set(ledger.entries(rnd1 / "pool")) == {"generate", "verify", "repair", "curate"}
+    assert set(ledger.entries(rnd1 / "rl")) == {"rl"} and not (rnd1 / "rft").exists()
+    assert ledger.done(rnd1 / "rl", "rl").model == out["models"][1]
     md = (loop / "loop.md").read_text()
     assert "| m1 | 1 | 1 |" in md and "## RL steps, round 1" in md and "mixed_share_first" in md
     assert calls.count("generate") == 3  # eval-0, the pool, eval-1

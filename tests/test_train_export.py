@@ -55,19 +55,32 @@ def test_a_checkpoint_exported_in_bf16_comes_back_in_fp32_with_the_rounded_weigh
 
 
 def test_loop_state_carries_the_runs_but_not_checkpoints_and_reruns_a_phase_whose_model_is_gone(tmp_path):
+    """The rounds' records travel, the checkpoints they name do not: the RL step whose model is gone is not
+    done on the next machine (the loop runs it again), the pool's steps are. Same for an arm kept in an
+    earlier version's layout (round-<r>/phases.json)."""
+    from orchestrator import ledger
+
     work, dest, back = tmp_path / "work", tmp_path / "parts", tmp_path / "back"
     rnd = work / "arms" / "rl" / "loop" / "round-1"
-    (rnd / "rl" / "ckpt-5").mkdir(parents=True)
-    (rnd / "rl" / "ckpt-5" / "model.safetensors").write_bytes(b"w")
+    old = work / "arms" / "rft" / "loop" / "round-1"
+    for d in (rnd, old):
+        (d / "rl" / "ckpt-5").mkdir(parents=True)
+        (d / "rl" / "ckpt-5" / "model.safetensors").write_bytes(b"w")
     (work / "m0").mkdir()
     (work / "m0" / "config.json").write_text("{}")
-    (rnd / "phases.json").write_text('{"pool": {"model": "gone"}, "rl": {"model": "' + str(rnd / "rl" / "ckpt-5")
-                                     + '"}, "eval": {"rows": 3}}')
+    ledger.mark(rnd / "pool", "generate", {"candidates_written": 3})
+    ledger.mark(rnd / "rl", "rl", {"steps_done": 5}, model=str(rnd / "rl" / "ckpt-5"))
+    (old / "phases.json").write_text('{"pool": {"generate": {"tasks": 1}}, "rl": {"model": "'
+                                     + str(old / "rl" / "ckpt-5") + '"}}')
+    assert ledger.done(rnd / "rl", "rl") and ledger.done(old / "rl", "rl")
     assert export.pack_loop_state(work, dest)
     shutil.rmtree(work)  # the next call's machine: the checkpoint is not there
     export.unpack_loop_state(dest, back)
     kept = sorted(p.relative_to(back).as_posix() for p in back.rglob("*") if p.is_file())
-    assert kept == ["arms/rl/loop/round-1/phases.json"]
-    assert set(json.loads((back / "arms/rl/loop/round-1/phases.json").read_text())) == {"pool", "eval"}
+    assert kept == ["arms/rft/loop/round-1/phases.json", "arms/rl/loop/round-1/pool/ledger.json",
+                    "arms/rl/loop/round-1/rl/ledger.json"]
+    for arm in ("rl", "rft"):
+        d = back / "arms" / arm / "loop" / "round-1"
+        assert ledger.done(d / "rl", "rl") is None and ledger.done(d / "pool", "generate") is not None
     with pytest.raises(InputError, match="no loop_state.tar"):
         export.unpack_loop_state(tmp_path / "empty", back)

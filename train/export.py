@@ -20,7 +20,6 @@ bf16 parts start from exactly the same weights. Every model directory written ha
 from __future__ import annotations
 
 import io
-import json
 import shutil
 import tarfile
 import tempfile
@@ -133,18 +132,14 @@ def pack_loop_state(work: Path, dest: Path) -> list[Path]:
 
 
 def unpack_loop_state(src: Path, work: Path) -> None:
-    """The parts of :func:`pack_loop_state` under ``src`` into ``work``; a loop round's phase whose model (a
-    checkpoint, not carried) is gone is dropped from its phases.json, so the loop runs it again."""
+    """The parts of :func:`pack_loop_state` under ``src`` into ``work``. A loop round's phase whose model (a
+    checkpoint, not carried) is gone runs again: its record names that model, and the loop's runner counts a
+    step whose model is gone as not done."""
     parts = sorted(Path(src).glob("loop_state.tar.*"))
     if not parts:
         raise InputError(str(src), "no loop_state.tar.* parts (written by pack_loop_state)")
     with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:gz") as tar:
         tar.extractall(work, filter="data")
-    for phases in work.glob("arms/*/loop/round-*/phases.json"):
-        done = json.loads(phases.read_text())
-        lost = [k for k, v in done.items() if k != "pool" and v.get("model") and not Path(v["model"]).exists()]
-        if lost:
-            phases.write_text(json.dumps({k: v for k, v in done.items() if k not in lost}, indent=1))
 
 
 def save_rl_arm(dest: Path, arm: str, out: Path) -> None:
