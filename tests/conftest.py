@@ -65,6 +65,22 @@ def with_pch():
 
 
 @pytest.fixture(scope="session")
+def shared_build_dir() -> str:
+    """The session's verifier build root (the default one, under the session's KERNELMILL_HOME, which the verify
+    stage, serve-verifier and every VerifyConfig without a build_dir use too). Builds are content-addressed by
+    sources, flags and torch version, and failures are cached with their log (verifier/build.py), so modules whose
+    extensions are honest fixtures (verifier/fixtures.py) share this root instead of compiling the same sources
+    again in a root of their own, and keep the fork servers that a new build root would restart. A test that
+    asserts a cold build, or on what a build root holds (tests/test_verifier_run.py, test_verifier_build.py,
+    test_prep_cache.py, test_run_cost.py), keeps a root of its own."""
+    from verifier.config import VerifyConfig
+
+    root = VerifyConfig().build_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return str(root)
+
+
+@pytest.fixture(scope="session")
 def prefect_server():
     """One ephemeral Prefect server (with its own SQLite database) for the whole test session."""
     from prefect.testing.utilities import prefect_test_harness

@@ -123,7 +123,7 @@ def test_manifest_errors_name_the_line_and_the_problem(tmp_path):
         real_batch(sols, levels=(3,))
 
 
-def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path):
+def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, shared_build_dir):
     """A real verification of a padded batch through the verify entry (cpu): copies get their program's verdict,
     and the verification cost (verifier/cost.py, the benchmark's table) counts each program once."""
     from verifier.cost import verification_cost
@@ -133,7 +133,7 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path):
     sols = load_manifest(write_testbed(tmp_path))
     b = real_batch(sols, per_task=2, n_tasks=1, backend="cpu", pad=True, levels=(2,))  # one solution + one copy
     assert len(b.items) == 2 and b.copies == 1
-    cfg = VerifyConfig(**{k.split(".")[1]: v for k, v in FAST_VERIFY.items()}, build_dir=str(tmp_path / "builds"))
+    cfg = VerifyConfig(**{k.split(".")[1]: v for k, v in FAST_VERIFY.items()}, build_dir=shared_build_dir)
     stats = VerifyStats()
     vs = verify(b.items, config=cfg, compile_workers=1, stats=stats)
     assert stats.reused == 1 and vs[0].status == vs[1].status == "pass"

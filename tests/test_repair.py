@@ -2,8 +2,8 @@
 plants bugs), the verify stage judges them with the real verifier (compile, execute, judge), and the
 repair stage reads the failed ones and their verdicts from the store, sends the feedback as the next
 turn and verifies the answer through the verify stage's function; every record goes to real Parquet
-tables. Compiles two extensions (the ReLU kernel and its bug variant); the verifier's build dir is
-shared by every test here."""
+tables. Compiles two extensions (the ReLU kernel and its bug variant) in the session's build dir
+(tests/conftest.py's shared_build_dir), which the other modules' honest fixtures share."""
 
 import json
 
@@ -20,8 +20,8 @@ RELU = RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(64, 500)")
 
 
 @pytest.fixture(scope="module")
-def build_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("builds"))
+def build_dir(shared_build_dir):
+    return shared_build_dir  # the session's (tests/conftest.py): the ReLU kernel is built once per session
 
 
 @pytest.fixture(scope="module")

@@ -40,8 +40,8 @@ HEAVY = Task.from_code(fx.RELU_TASK.replace("import torch.nn as nn\n", "import t
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return VerifyConfig(build_dir=str(tmp_path_factory.mktemp("memory-builds")), trials=5, timing_trials=0,
+def base(shared_build_dir):
+    return VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=0,
                         warmup=1, time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4)
 
 
