@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier.proc_cpu import ProcCpu  # noqa: E402
 from verifier import fixtures as fx  # noqa: E402
-from verifier.api import VerifyConfig, verify_batch  # noqa: E402
+from verifier.api import VerifyConfig, usable_cores, verify_batch  # noqa: E402
 from verifier.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from verifier.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
 
@@ -119,7 +119,7 @@ def real_once(a, out_json: Path) -> None:
 
     def work():
         try:
-            verify(batch.items, config=cfg, compile_workers=os.cpu_count() or 1, on_verdict=on_verdict, stats=stats)
+            verify(batch.items, config=cfg, compile_workers=usable_cores(), on_verdict=on_verdict, stats=stats)
         except Exception as e:  # noqa: BLE001 - recorded in the result, the batch's rows stay
             errors.append(f"{type(e).__name__}: {e}")
 
@@ -203,7 +203,7 @@ def real_main(a) -> int:
            (f" --exec-workers {a.exec_workers}" if a.exec_workers else "") + (" --pad-copies" if a.pad_copies else ""))
     text = real_report(records, device=device, cmd=cmd, commit=commit, backend=a.backend, pch_s=pch_s,
                        versions=f"torch {torch.__version__}, python {sys.version.split()[0]}, "
-                                f"{os.cpu_count()} cores (the compile pool)")
+                                f"{usable_cores()} cores (the compile pool)")
     print(text, flush=True)
     (out / f"throughput_real_{tag}.md").write_text(text)
     return 0
@@ -242,7 +242,7 @@ def main():
     a.exec_workers = 4 if a.exec_workers is None else a.exec_workers
     t_start = time.perf_counter()
     left = lambda: a.budget_s - (time.perf_counter() - t_start)  # noqa: E731
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     device = torch.cuda.get_device_name(0)
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
     if a.batch == "mixed":
@@ -280,7 +280,7 @@ def main():
              ("compile CPU s per candidate, cold (user + system of the build and its compilers)",
               f"{mean_or_nan(v.stage_seconds.get('compile_cpu', 0.0) for v in cold):.1f}"),
              ("compile CPU s of the batch / (batch wall s x cores)",
-              f"{sum(v.stage_seconds.get('compile_cpu', 0.0) for v in cold) / max(cold_wall * (os.cpu_count() or 1), 1e-9):.2f}"),
+              f"{sum(v.stage_seconds.get('compile_cpu', 0.0) for v in cold) / max(cold_wall * usable_cores(), 1e-9):.2f}"),
              ("execution s per candidate, cold batch (prepare + child)", f"{mean_or_nan(v.stage_seconds.get('execute', 0) for v in cold):.2f}"),
              ("batch wall s, cold", f"{cold_wall:.1f}"),
              ("**distinct candidates per hour, cold (compile + execute, overlapped)**", f"**{a.n / cold_wall * 3600:.0f}**"),

@@ -38,7 +38,7 @@ from verifier import admission, cheats, prep_cache, sandbox
 from verifier.backends import get_backend
 from verifier.build import CompilePool, first_errors
 from verifier.channel import Driver, Ledger
-from verifier.config import VerifyConfig, resolve_backend, use_host
+from verifier.config import VerifyConfig, resolve_backend, usable_cores, use_host
 from verifier.contract import ChildReport, Job
 from verifier.devlock import device_lock
 from verifier.extract import check_candidate_shape, extract_code
@@ -403,7 +403,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     backends = {resolve_backend(c.backend or "cpu") for _, c in items}
     for b in backends:
         _check_toolchain(b)
-    workers = compile_workers if compile_workers is not None else (cfg.compile_workers or os.cpu_count() or 1)
+    workers = compile_workers if compile_workers is not None else (cfg.compile_workers or usable_cores())
     done_lock = threading.Lock()
     plan_keys: list[tuple | None] = [None] * n  # the plan a pending candidate holds (released at its verdict)
 

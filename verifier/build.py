@@ -44,7 +44,7 @@ import torch.utils.cpp_extension as ce
 
 from verifier import buildproc, childenv, objcache, sandbox
 from verifier.backends import OWN_PREFIX, own_kernel_renames, rename_kernels
-from verifier.config import current_host
+from verifier.config import current_host, usable_cores
 from verifier.pch import ensure_pch, write_build_files
 from verifier.slim import slim_source
 
@@ -393,7 +393,7 @@ class CompilePool:
         self.build_root = Path(build_root)
         self.full_fallback = full_fallback
         self.build_root.mkdir(parents=True, exist_ok=True)
-        self.workers = workers or (os.cpu_count() or 1)
+        self.workers = workers or usable_cores()
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="km-compile")
         self._futures: dict[str, Future] = {}

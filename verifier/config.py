@@ -28,7 +28,7 @@ class VerifyConfig:
     compile_timeout_s: float = 300.0
     run_timeout_s: float = 120.0
     memory_limit_gb: float = 16.0
-    compile_workers: int = 0
+    compile_workers: int = 0  # 0: the cores this process may run on (config.usable_cores: its CPU affinity)
     exec_workers: int = 1
     atol_fp32: float = 1e-4
     rtol_fp32: float = 1e-4
@@ -100,6 +100,16 @@ class VerifyConfig:
         import torch  # its version names the directory; here, so that the settings layer stays torch-free
 
         return _home() / f"verify-builds-{torch.__version__}"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a container's cpuset), not the host's
+    count. The compile pool and a local Ray cluster size themselves by it: one verifier per GPU under
+    ``taskset -c 0-15`` on a 64-core host starts 16 compilers, not 64."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return os.cpu_count() or 1
 
 
 def _home() -> Path:

@@ -31,6 +31,7 @@ import ray
 from kernelmill.errors import InputError
 from verifier.api import VerifyConfig, verify_batch
 from verifier.build import build_blocking, spec_key
+from verifier.config import usable_cores
 from verifier.extract import extract_code
 from verifier.static import scan
 
@@ -128,7 +129,7 @@ def connect(address: str = "local", *, num_cpus: int | None = None) -> dict:
         if address in ("", "local"):
             for k, v in NO_MULTICAST_ENV.items():
                 os.environ.setdefault(k, v)
-            ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+            ray.init(num_cpus=num_cpus or usable_cores(), include_dashboard=False,
                      object_store_memory=LOCAL_OBJECT_STORE_BYTES, log_to_driver=False,
                      ignore_reinit_error=True, runtime_env=runtime_env)
         else:
