@@ -47,7 +47,7 @@ def main(argv=None) -> int:
                     help="skip ids that already have a verdict in these files (a second call over the rest)")
     ap.add_argument("--legality", default="", choices=["", "strict", "partial"])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a VerifyConfig field")
-    ap.add_argument("--chunk", type=int, default=48, help="solutions per verify call")
+    ap.add_argument("--chunk", type=int, default=48, help="solutions per verify call (0: all in one)")
     ap.add_argument("--exec-workers", type=int, default=4)
     ap.add_argument("--compile-workers", type=int, default=0, help="0: the cores")
     ap.add_argument("--name", default="", help="testbed_<name>.{jsonl,md}; default from the device and shard")

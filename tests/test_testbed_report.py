@@ -214,6 +214,22 @@ def test_a_run_writes_one_row_per_solution_without_verifying_past_its_budget(tmp
         T.make_config(["nosuch=1"])
 
 
+def test_an_unreadable_solution_is_its_own_row_and_the_rest_of_its_chunk_is_verified(tmp_path):
+    """One verify call for the whole selection (chunk 0): the solution whose file is gone is a bench_error row,
+    the other one still goes through the verify entry (no kernel: extract_error, no compile)."""
+    (tmp_path / "problems").mkdir()
+    (tmp_path / "problems" / "relu.py").write_text(TASK)
+    sols = []
+    for id_, code in (("gone", HONEST), ("no-kernel", NO_KERNEL)):
+        (tmp_path / f"{id_}.py").write_text(code)
+        sols.append(TestbedSolution(id=id_, source="hand", level=1, problem_name="relu",
+                                    problem_file=tmp_path / "problems" / "relu.py", solution_file=tmp_path / f"{id_}.py"))
+    (tmp_path / "gone.py").unlink()
+    rows = T.run_testbed(sols, T.make_config([], "strict"), tmp_path / "c.jsonl", budget_s=600, chunk=0,
+                         backend="cpu", log=lambda m: None)
+    assert sorted((r["id"], r["status"]) for r in rows) == [("gone", "bench_error"), ("no-kernel", "extract_error")]
+
+
 # ----------------------------------------------------------------------------- two runs compared
 
 

@@ -346,10 +346,12 @@ class RowLog:
 def run_testbed(solutions: list[TestbedSolution], config, jsonl: Path, *, budget_s: float = 560, chunk: int = 48,
                 backend: str = "cuda", compile_workers: int | None = None, log: Callable[[str], None] = print,
                 at_budget: Callable[[list[dict]], None] | None = None) -> list[dict]:
-    """Every solution through verifier.entry.verify, ``chunk`` at a time, one row each (module docstring). The
-    budget is checked between chunks (a chunk starts only with max(45 s, 0.8 x the last chunk) left); with
-    ``at_budget``, a watchdog also fires at the budget while a chunk runs: it adds the ``not reached`` rows and
-    calls ``at_budget(rows)`` from its thread (the CLI writes its report there and exits). Returns the rows."""
+    """Every solution through verifier.entry.verify, ``chunk`` at a time (0: all in one call, so no chunk waits
+    for its slowest row, a timeout, before the next starts), one row each (module docstring). A solution whose
+    files cannot be read is its own ``bench_error`` row; the rest of its chunk is verified. The budget is checked
+    between chunks (a chunk starts only with max(45 s, 0.8 x the last chunk) left); with ``at_budget``, a
+    watchdog also fires at the budget while a chunk runs: it adds the ``not reached`` rows and calls
+    ``at_budget(rows)`` from its thread (the CLI writes its report there and exits). Returns the rows."""
     from verifier.entry import verify
 
     t0, out, done = time.time(), RowLog(jsonl), set()
@@ -371,19 +373,21 @@ def run_testbed(solutions: list[TestbedSolution], config, jsonl: Path, *, budget
     if timer:
         timer.daemon = True
         timer.start()
-    last = 0.0
+    last, chunk = 0.0, chunk if chunk > 0 else max(1, len(solutions))
     for start in range(0, len(solutions), chunk):
         left_s = budget_s - (time.time() - t0)
         if left_s < max(45.0, 0.8 * last):
             log(f"stopping before chunk {start // chunk}: {left_s:.0f} s left, last chunk took {last:.0f} s")
             break
-        part, c0 = solutions[start:start + chunk], time.time()
-        try:
-            items = [solution_item(s, backend) for s in part]
-        except Exception as e:  # noqa: BLE001 - an unreadable file is a row, not the end of the run
-            for s in part:
+        c0, part, items = time.time(), [], []
+        for s in solutions[start:start + chunk]:
+            try:
+                items.append(solution_item(s, backend))
+                part.append(s)
+            except Exception as e:  # noqa: BLE001 - an unreadable file is its solution's row, not the chunk's
                 out.add(not_reached_row(s, legality, f"could not read: {type(e).__name__}: {e}", status="bench_error"))
                 done.add(s.id)
+        if not items:
             continue
 
         def on_verdict(i: int, v, part=part) -> None:
