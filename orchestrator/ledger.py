@@ -73,7 +73,13 @@ def settings_step(name: str, settings) -> tuple[str, str]:
     """(step, note) of a step recorded per settings (a gatherer): the name with a digest of the settings
     section, and the settings as JSON."""
     text = json.dumps(dataclasses.asdict(settings), sort_keys=True, default=str)
-    return f"{name} {hashlib.sha256(text.encode()).hexdigest()[:16]}", text
+    return _digest_step(name, text), text
+
+
+def _digest_step(name: str, settings_json: str) -> str:
+    """The step name a gatherer is recorded under: its name and a digest of its settings as JSON (one formula
+    for new entries and for the gathered.txt lines of earlier versions, so those resume under the same step)."""
+    return f"{name} {hashlib.sha256(settings_json.encode()).hexdigest()[:16]}"
 
 
 def _path(run_dir) -> Path:
@@ -231,8 +237,7 @@ def _legacy(run_dir: Path) -> dict[str, Entry]:
         n, _, key = line.partition("\t")
         name, _, text = key.partition(":")
         if n.isdigit() and text:
-            step = f"{name} {hashlib.sha256(text.encode()).hexdigest()[:16]}"
-            found.append(Entry(step, {"tasks": int(n)}, "", text))
+            found.append(Entry(_digest_step(name, text), {"tasks": int(n)}, "", text))
     failures = run_dir / "annotate_failures.json"
     if failures.is_file():
         from synth.annotate.store import read_failures
