@@ -1,6 +1,8 @@
-"""Verifier scaling over the GPUs of one host on Ray: the same mixed batch on 1, 2, 4 ... GPUs.
+"""Verifier scaling over the GPUs of one host on Ray: the same batch on 1, 2, 4 ... GPUs.
 
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python bench/bench_verifier_ray.py --gpus 1,2,4
+    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python bench/bench_verifier_ray.py --batch real --gpus 1,2,4 \
+        --cores-per-gpu 16 --kill-one       # the real-code batch, compile included, 16 cores a GPU
     PYTHONPATH=. python bench/bench_verifier_ray.py --backend cpu --gpus 0 --tasks 8   # smoke run, no GPU
 
 For each GPU count N it starts a local Ray cluster with N GPUs (``ray.init(num_gpus=N)``: Ray hands
@@ -11,7 +13,11 @@ cluster down. The batch: the teacher's candidates for the level-1 and level-2 se
 honest one per task and a planted bug on every second task, each repeated ``--repeats`` times under
 its own candidate id (so every run has several timings of one kernel: the timing CV). Every distinct
 extension is built before the clock starts (reported apart), so the runs compare execution, which is
-what a GPU adds.
+what a GPU adds. ``--batch real``: the model-written test bed's real-code batch (bench_verifier.py
+--batch real; ext/testbed, never committed), each run cold in a fresh build root, so compiling and
+task preparation are inside every wall, as a user's run pays them; ``--cores-per-gpu`` gives the
+cluster that many CPUs per GPU (a 4-GPU host's 64 cores are 16 per GPU), so the 1-GPU run does not
+compile on all of them.
 
 Columns: candidates per hour; per-GPU scaling = (rate at N / N) / rate at 1 (the issue asks >= 0.9);
 verdict agreement with the 1-GPU run (status, correct, stage reached per candidate id); timing CV =
@@ -70,6 +76,16 @@ def prebuild(items: list[tuple], build_root: str, timeout_s: float, workers: int
     return len(results), sum(not r.ok for r in results), time.perf_counter() - t0
 
 
+def real_items(a) -> tuple[list[tuple], list[str]]:
+    """The real-code batch of bench_verifier.py --batch real (verifier/testbed.py), labelled by candidate."""
+    from verifier.testbed import load_manifest, real_batch
+
+    batch = real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task, n_tasks=a.n_tasks,
+                       levels=[int(x) for x in a.levels.split(",") if x], sources=[x for x in a.sources.split(",") if x],
+                       backend=a.backend)
+    return list(batch.items), [c.candidate_id for _, c in batch.items]
+
+
 def overlaps_on_one_device(runs) -> int:
     """Pairs of chunks that ran at the same time on the same GPU (one host)."""
     n = 0
@@ -110,14 +126,17 @@ def kill_one_chunk(after_s: float, stop: threading.Event, killed: list) -> None:
         stop.wait(0.05)
 
 
-def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int, kill_after: float | None = None) -> dict:
+def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int, kill_after: float | None = None,
+           cores_per_gpu: int = 0) -> dict:
     """One fresh local Ray cluster with ``pools`` GPUs (cpu: CPU execution pools), the batch verified;
-    with ``kill_after``, one worker running a chunk is killed that long into the chunk."""
+    with ``kill_after``, one worker running a chunk is killed that long into the chunk; with ``cores_per_gpu``,
+    the cluster is given that many CPUs per GPU (compile tasks and pools share them), not the host's."""
     import ray
 
+    from verifier.config import usable_cores
     from verifier.ray_pool import LOCAL_OBJECT_STORE_BYTES, verify_on_ray
 
-    cores = os.cpu_count() or 1
+    cores = min(usable_cores(), cores_per_gpu * pools) if cores_per_gpu else usable_cores()
     ray.init(num_cpus=cores, num_gpus=pools if backend == "cuda" else 0, include_dashboard=False,
              object_store_memory=LOCAL_OBJECT_STORE_BYTES, log_to_driver=False,
              runtime_env={"env_vars": dict(NO_MULTICAST_ENV)})
@@ -140,7 +159,7 @@ def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int, kill_a
         key = f"gpu {r.gpus}" if r.gpus else f"cpu pid {r.pid}"
         where[key] = where.get(key, 0) + r.candidates
     return {"pools": pools, "verdicts": verdicts, "wall": wall, "summary": summary, "where": where,
-            "overlaps": overlaps_on_one_device(summary.runs), "killed": killed}
+            "overlaps": overlaps_on_one_device(summary.runs), "killed": killed, "cores": cores}
 
 
 def agreement(a: list, b: list) -> tuple[int, int]:
@@ -183,26 +202,47 @@ def main(argv=None) -> int:
     ap.add_argument("--kill-one", action="store_true", help="kill one chunk's Ray worker in each run on > 1 pool")
     ap.add_argument("--kill-after", type=float, default=2.0, help="seconds into a chunk before --kill-one kills it")
     ap.add_argument("--build-dir", default="", help="the verifier's build root (default: a fresh temporary one)")
+    ap.add_argument("--batch", default="seed", choices=["seed", "real"],
+                    help="seed: the teacher's kernels, extensions built before the clock; real: the model-written "
+                         "test bed (bench_verifier.py --batch real's batch), every run cold: a fresh build root, "
+                         "compile and task preparation inside the wall")
+    ap.add_argument("--manifest", default="ext/testbed/manifest.jsonl", help="real batch: the test bed manifest")
+    ap.add_argument("--per-task", type=int, default=1, help="real batch: distinct solutions per task")
+    ap.add_argument("--n-tasks", type=int, default=24, help="real batch: tasks (0: every task of the levels)")
+    ap.add_argument("--levels", default="1,2,3", help="real batch: levels, comma-separated")
+    ap.add_argument("--sources", default="", help="real batch: test bed sources, comma-separated (default: all)")
+    ap.add_argument("--cores-per-gpu", type=int, default=0,
+                    help="CPUs the Ray cluster gets per GPU (0: every usable core whatever the GPU count)")
+    ap.add_argument("--time-torch-compile", action="store_true",
+                    help="time torch.compile of each reference too (the verifier's default; off by default here)")
     ap.add_argument("--out", default="", help="write the table here (a .md file) as well as printing it")
     a = ap.parse_args(argv)
     counts = sorted({int(x) for x in a.gpus.split(",") if x.strip()} - {0} | {1})
     if a.backend == "cpu" and a.gpus.strip() == "0":
         counts = [1, 2]
-    if a.repeats < 2:
+    if a.batch == "seed" and a.repeats < 2:
         raise SystemExit(f"--repeats {a.repeats}: the timing CV needs at least 2 repeats")
+    import dataclasses
+
     from verifier.api import VerifyConfig
 
     try:
-        items, labels = seed_batch(a.backend, a.tasks, a.repeats, a.only)
+        items, labels = seed_batch(a.backend, a.tasks, a.repeats, a.only) if a.batch == "seed" else real_items(a)
     except InputError as e:
-        raise SystemExit(f"--tasks/--only: {e}") from None
+        raise SystemExit(f"--tasks/--only/--manifest: {e}") from None
     cfg = VerifyConfig(build_dir=a.build_dir or tempfile.mkdtemp(prefix="km-ray-bench-"), timing_trials=a.timing_trials,
-                       time_torch_compile=False, exec_workers=a.exec_workers, run_timeout_s=300)
-    built, failed, build_s = prebuild(items, str(cfg.build_root()), cfg.compile_timeout_s, os.cpu_count() or 1)
-    print(f"prebuilt {built} extensions ({failed} failed) in {build_s:.0f} s", flush=True)
+                       time_torch_compile=a.time_torch_compile, exec_workers=a.exec_workers, run_timeout_s=300)
+    built = failed = 0
+    build_s = 0.0
+    if a.batch == "seed":
+        built, failed, build_s = prebuild(items, str(cfg.build_root()), cfg.compile_timeout_s, os.cpu_count() or 1)
+        print(f"prebuilt {built} extensions ({failed} failed) in {build_s:.0f} s", flush=True)
     results = []
     for n in counts:
-        res = run_on(n, a.backend, items, cfg, a.chunk, a.kill_after if a.kill_one and n > 1 else None)
+        if a.batch == "real":  # cold: this run compiles and prepares every task itself
+            cfg = dataclasses.replace(cfg, build_dir=tempfile.mkdtemp(prefix=f"km-ray-bench-{n}gpu-"))
+        res = run_on(n, a.backend, items, cfg, a.chunk, a.kill_after if a.kill_one and n > 1 else None,
+                     a.cores_per_gpu)
         results.append(res)
         print(f"[{n}] wall {res['wall']:.1f} s, killed {res['killed']}, retries {res['summary'].retries}, "
               f"where {res['where']}", flush=True)
@@ -217,7 +257,8 @@ def main(argv=None) -> int:
         same, total = agreement(r["verdicts"], base["verdicts"])
         where = ", ".join(f"{k}: {v}" for k, v in sorted(r["where"].items()))
         overl = str(r["overlaps"]) if a.backend == "cuda" else "n/a (cpu pools share the cores)"
-        lines.append(f"| {r['pools']} | {len(items)} | {r['wall']:.1f} | {rate:.0f} | {rate / r['pools'] / rate1:.2f} | "
+        lines.append(f"| {r['pools']} ({r['cores']} CPUs) | {len(items)} | {r['wall']:.1f} | {rate:.0f} | "
+                     f"{rate / r['pools'] / rate1:.2f} | "
                      f"{same}/{total} | {100 * timing_cv(r['verdicts'], labels):.2f}% | {overl} | "
                      f"{len(r['killed'])} / {r['summary'].retries} | {where} |")
     statuses: dict[str, int] = {}
@@ -227,17 +268,28 @@ def main(argv=None) -> int:
 
     env = "".join(f"{k}={os.environ[k]} " for k in ("KERNELMILL_VERIFY_PCH", "TORCH_CUDA_ARCH_LIST") if os.environ.get(k))
     cmd = f"PYTHONPATH=. {env}python bench/bench_verifier_ray.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    if a.batch == "seed":
+        about = [f"Batch: {a.tasks} level-1/2 seed tasks ({', '.join(sorted({t.name for t, _ in items}))}), "
+                 f"{len(set(labels))} kernels (teacher, an honest one per task and a planted bug on every second task) "
+                 f"x {a.repeats} repeats = {len(items)} candidates; statuses in the 1-pool run: "
+                 + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + ".",
+                 f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, "
+                 f"{a.timing_trials} timing trials, torch.compile not timed. {built} distinct extensions built before "
+                 f"the runs in {build_s:.0f} s ({failed} failed), not in the walls below."]
+    else:
+        about = [f"Batch: the real-code batch (verifier/testbed.py real_batch: {a.manifest}, levels {a.levels}, "
+                 f"{len({t.task_id for t, _ in items})} tasks x up to {a.per_task} distinct model-written solutions = "
+                 f"{len(items)} candidates); statuses in the 1-pool run: "
+                 + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + ".",
+                 f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, "
+                 f"{a.timing_trials} timing trials, torch.compile {'timed' if a.time_torch_compile else 'not timed'}; "
+                 "every run cold (a fresh build root): compiling every extension and preparing every task are inside "
+                 "its wall. Timing CV: n/a (no repeats)."]
     text = "\n".join([
         f"# Verifier on Ray, {a.backend} backend: scaling over execution pools of one host", "",
         f"Command: `{cmd}`", "",
         f"Devices: {device_names()}; host cores {os.cpu_count()}; torch {torch.__version__}; commit {commit()}.",
-        f"Batch: {a.tasks} level-1/2 seed tasks ({', '.join(sorted({t.name for t, _ in items}))}), {len(set(labels))} kernels (teacher, an honest one per task and a "
-        f"planted bug on every second task) x {a.repeats} repeats = {len(items)} candidates; statuses in the 1-pool run: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + ".",
-        f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, "
-        f"{a.timing_trials} timing trials, torch.compile not timed. {built} distinct extensions built before the runs "
-        f"in {build_s:.0f} s ({failed} failed), not in the walls below.", "",
-        *lines, ""])
+        *about, "", *lines, ""])
     emit(text, str(Path(a.out).parent) if a.out else "", Path(a.out).name if a.out else "")
     return 0
 

@@ -207,7 +207,7 @@ def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> Ch
     job.write(job_dir)
     rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s,
                                     warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
-    return ChildRun(rc, timed_out, log)
+    return ChildRun(rc, timed_out, log, timeout_s)
 
 
 WALL_TARGET_S = 0.005  # a bracket of the verifier's clock lasts about this long (at most WALL_MAX_CALLS calls)
@@ -338,7 +338,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             ref_timing = reference_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
             v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
             t_child = time.perf_counter()
-            timeout = cfg.run_timeout_s + (cfg.compile_timeout_s if cfg.allow_child_compile and not w.specs else 0)
+            timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
             run, ledger = _run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend

@@ -61,6 +61,7 @@ class ChildRun:
     rc: int | None
     timed_out: bool
     log: str
+    limit_s: float = 0.0  # the wall-clock limit it ran under
 
 
 def finish(w: Work, status: str, details: list[str] | None = None, passed_share: float = 0.0) -> Verdict:
@@ -397,8 +398,11 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     if run.timed_out:
         v.stage_reached = run_stage(job, job_dir)
         v.cheats = sorted(ev.codes)
-        return finish(w, "timeout", [f"The run was killed after {cfg.run_timeout_s:.0f} s of wall-clock time "
-                                      "(the limit)." + (f" Last output:\n{log_tail}" if log_tail else "")])
+        limit = run.limit_s or cfg.run_timeout_s
+        return finish(w, "timeout", [f"The run was killed after {limit:.0f} s of wall-clock time (the limit: "
+                                      f"{cfg.run_timeout_s:.0f} s for your code, plus the time the verifier allows "
+                                      "for copying out this task's outputs)." +
+                                      (f" Last output:\n{log_tail}" if log_tail else "")])
     if run.rc != 0 or not (job_dir / "report.json").is_file():
         rc = run.rc
         why = f"killed by signal {signal.Signals(-rc).name}" if rc and rc < 0 else f"exit status {rc}"

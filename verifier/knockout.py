@@ -221,7 +221,7 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
             torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
                        job_dir / f"trial_{i}.pt")
 
-        timeout = cfg.run_timeout_s + (cfg.compile_timeout_s if cfg.allow_child_compile and not w.specs else 0)
+        timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
         run, _ = run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
         return _judge_knockout(job, job_dir, run, plan, cfg)
     except Exception as e:  # noqa: BLE001 - the verifier's failure never decides against the candidate

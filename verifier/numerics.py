@@ -6,8 +6,11 @@ error an honest fp32 implementation makes. The budget is per element, from stati
 output along the last dimension):
 
     budget_i = max(atol_b, rtol_b * |r64_i|)
-    atol_b   = max(tol_floor, tol_factor * E_b, tol_scale * S_b)      S_b = min(S, TAIL * T_b)
-    rtol_b   = max(tol_scale, tol_factor * R_b)
+    atol_b   = max(tol_floor, tol_factor * E_b, F_s(K) * S_b)      S_b = min(S, TAIL * T_b)
+    rtol_b   = max(F_r(K), tol_factor * R_b)
+
+F_s(K), F_r(K) are ``tol_scale`` raised for an output of a long reduction (K terms, verifier/reduction.py):
+``accumulation_floors``.
 
 An element passes within its budget of the float64 value or of the fp32 reference's value. Exact-valued outputs
 (integer, boolean, fp32 on a lattice) are compared exactly, with a bounded allowance where the fp32 reference is
@@ -30,6 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
+from verifier.reduction import RefStats, accumulation_floors
+
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 # the error band of reduced-precision arithmetic, as a share of an element's local scale: above the budget and
 # below this, with many elements off, the error is rounding of fewer mantissa bits rather than a logic bug
@@ -44,8 +49,6 @@ TAIL = 4.0  # the absolute term's scale is at most this x the block's median |va
 LATTICE_BITS = 8  # exact-valued outputs: multiples of 2^-m, m <= this ...
 LATTICE_LIMIT = float(1 << 24)  # ... below 2^24 units (exactly representable in fp32)
 CHUNK = 1 << 24  # elements handled at a time (a 6 GB output is measured and compared in pieces)
-
-
 def reference_numerics() -> None:
     """fp32 means fp32 for the reference: no TF32 in matmuls or cuDNN convolutions. Set in every process
     that computes a reference (the verifier and the execution child, before its tamper snapshot)."""
@@ -120,6 +123,7 @@ class Budget:
     flips: int = 0
     step: float = 0.0
     unstable: int = 0
+    reduction: int = 0  # the longest reduction on the output's way (raises the floors; 0: not recorded)
 
     def describe(self) -> str:
         if self.kind == "exact":
@@ -134,8 +138,9 @@ class Budget:
         lo_r, hi_r = float(self.rtol_b.min()), float(self.rtol_b.max())
         return (f"measured tolerance per element, the larger of {lo_a:.3g}..{hi_a:.3g} and {lo_r:.3g}..{hi_r:.3g} x "
                 f"|value| per row (the fp32 reference's own error against float64: median {self.err_level:.3g}, "
-                f"largest {self.ref_err:.3g}; output scale {self.scale:.3g}), against float64 or the fp32 "
-                "reference's own value")
+                f"largest {self.ref_err:.3g}; output scale {self.scale:.3g}"
+                + (f"; floors for a {self.reduction}-term reduction" if self.reduction > 1 else "")
+                + "), against float64 or the fp32 reference's own value")
 
     def light(self) -> "Budget":
         """This budget without the fp32 reference it holds (what a verdict keeps after its trial: no output stays
@@ -389,11 +394,12 @@ def _sample(t: torch.Tensor, block: int, stride: int) -> torch.Tensor:
     return torch.cat([t[:full * block].view(full, block)[:, ::stride].reshape(-1), t[full * block:][::stride]])
 
 
-def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple[float, float] | None = None) -> Budget:
+def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple | None = None) -> Budget:
     """The per-element budget of one fp32 output from the reference's own error against its float64 twin
-    (chunked: a 6 GB output is measured in pieces). ``pooled``: (error, scale) seen on other draws of the same
-    task (the plan's two): an output of fewer than MIN_LOCAL elements (a sum to 4 numbers) takes the larger
-    scale, so it does not get a tight budget from one draw whose sums happen to be small."""
+    (chunked: a 6 GB output is measured in pieces). ``pooled``: RefStats (or (error, scale)) seen on other draws
+    of the same task (the plan's two): an output of fewer than MIN_LOCAL elements (a sum to 4 numbers) takes the
+    larger scale, so it does not get a tight budget from one draw whose sums happen to be small; its reduction
+    length raises the floors of both terms (``accumulation_floors``)."""
     f32, f64 = r32.reshape(-1), r64.reshape(-1)
     n = f32.numel()
     block = block_size(tuple(r32.shape))
@@ -437,12 +443,14 @@ def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple[flo
         s_eff = torch.full_like(typ, max(scale, pooled[1] if pooled else 0.0))
     else:
         s_eff = torch.clamp(TAIL * typ, max=scale)
-    atol_b = torch.clamp_min(torch.maximum(cfg.tol_factor * lev, cfg.tol_scale * s_eff), cfg.tol_floor)
-    rtol_b = torch.clamp_min(cfg.tol_factor * rl, cfg.tol_scale)
+    reduction, same_sign = (pooled.reduction, pooled.same_sign) if isinstance(pooled, RefStats) else (0, 0)
+    scale_floor, rel_floor = accumulation_floors(reduction, same_sign, cfg.tol_scale)
+    atol_b = torch.clamp_min(torch.maximum(cfg.tol_factor * lev, scale_floor * s_eff), cfg.tol_floor)
+    rtol_b = torch.clamp_min(cfg.tol_factor * rl, rel_floor)
     atol = float(torch.maximum(atol_b, rtol_b * scale).max()) if atol_b.numel() else cfg.tol_floor
     return Budget(atol=atol, rtol=0.0, kind="float64", ref_err=err, scale=scale, alt=r32, block=block,
                   atol_b=atol_b.to(torch.float32), rtol_b=rtol_b.to(torch.float32), s_eff=s_eff.to(torch.float32),
-                  err_level=med_e)
+                  err_level=med_e, reduction=reduction)
 
 
 def error_and_scale(r32: torch.Tensor, r64: torch.Tensor) -> tuple[float, float]:
@@ -472,7 +480,7 @@ def fixed_budget(dtype: torch.dtype, cfg, ref_mod) -> Budget:
 
 
 def budget_for(r32: torch.Tensor, r64: torch.Tensor | None, cfg, ref_mod,
-               pooled: tuple[float, float] | None = None) -> tuple[Budget, torch.Tensor]:
+               pooled: tuple | None = None) -> tuple[Budget, torch.Tensor]:
     """The budget of one output and the tensor to compare against: the float64 reference where measured (an
     exact-valued output: exactly, the fp32 reference's value accepted too); integer and boolean outputs must
     match exactly (the float64 run's value or the fp32 reference's, where both exist)."""

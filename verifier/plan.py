@@ -22,6 +22,7 @@ from verifier.contract import Job
 from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes, nbytes, same, size_changes
 from verifier.numerics import error_and_scale, float64_model, widen
 from verifier.outputs import RNG_LOCK, reference_fault
+from verifier.reduction import ReductionTracker, RefStats
 
 
 
@@ -39,6 +40,11 @@ def load_reference(reference_code: str, name: str = "task"):
 
 
 # ---------------------------------------------------------------------------- stages 1-3
+
+
+# seconds a GiB of output takes to leave the execution child (a device-to-host copy and torch.save to the job
+# directory): 1.0 s measured for the save alone on a loaded 2-core machine, doubled
+TRANSFER_S_PER_GIB = 2.0
 
 
 @dataclass
@@ -59,12 +65,25 @@ class TaskPlan:
     skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
     task_fault: str = ""  # the reference's output does not depend on its inputs: every verdict is a task_error
     float64: str = ""  # "" when the float64 reference runs (measured tolerance), else why not (fixed tolerance)
-    pooled: list = dataclasses.field(default_factory=list)  # per output: (fp32 error, scale) on the plan's draws
+    pooled: list = dataclasses.field(default_factory=list)  # per output: numerics.RefStats on the plan's draws
 
     def job_bytes(self) -> int:
         """The bytes one execution job of this task plans to hold (verifier/admission.py admits it by them)."""
         return admission.job_bytes(int(self.input_bytes * self.trial_scale), int(self.output_bytes * self.trial_scale),
                                    self.weight_bytes, not self.float64) + self.module_bytes
+
+    def run_limit_s(self, cfg: VerifyConfig, job: Job, child_compiles: bool = False) -> float:
+        """The wall-clock limit of one execution job: ``run_timeout_s`` for the candidate's code, plus the time
+        its outputs take to leave the child (copied to host memory and written for the judge, at most
+        ``TRANSFER_S_PER_GIB`` a GiB), which is the verifier's plumbing, not the candidate's: a correct kernel
+        for a task with a 4 GiB output (KernelBench's small-K matmul) wrote 6 trials, their references and the
+        timed checks, ~80 GiB, within the candidate's 120 s and was killed as a hang. Plus the compile limit
+        where the child builds the candidate itself."""
+        scale = self.trial_scale if job.other_shape else 1.0
+        trials = 2 * (max(job.n_trials - 1, 0) + scale)  # each trial's output and the reference's beside it
+        checks = job.timed_checks * (1 if job.n_timing else 0)  # the timed iterations' outputs kept for C16
+        out_gib = self.output_bytes * (trials + checks) / 2**30
+        return cfg.run_timeout_s + TRANSFER_S_PER_GIB * out_gib + (cfg.compile_timeout_s if child_compiles else 0)
 
     def draw_trial(self, job: Job, i: int, device: str) -> list:
         """The inputs of trial ``i`` of ``job`` drawn from its seed (the last trial is the extra shape, if any)."""
@@ -186,11 +205,17 @@ def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
 
 def _float64_outputs(model, draws: list, outs: list) -> tuple[str, list, list | None]:
     model64 = float64_model(model)
-    pooled = [(0.0, 0.0)] * len(outs[0])
+    pooled = [RefStats(0.0, 0.0)] * len(outs[0])
     outs64 = []
-    for inputs, out in zip(draws, outs):
+    for d, (inputs, out) in enumerate(zip(draws, outs)):
         try:
-            out64 = as_list(model64(*widen(inputs)))
+            if d == 0:  # the first draw also records each output's reduction length (the budget's floors)
+                with ReductionTracker() as tracker:
+                    out64 = as_list(model64(*widen(inputs)))
+                pooled = [RefStats(0.0, 0.0, r.length, r.same_sign) for r in tracker.reductions(out64)]
+                pooled += [RefStats(0.0, 0.0)] * (len(outs[0]) - len(pooled))
+            else:
+                out64 = as_list(model64(*widen(inputs)))
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel: the fixed tolerance instead
@@ -201,7 +226,7 @@ def _float64_outputs(model, draws: list, outs: list) -> tuple[str, list, list | 
         for k, (o, p) in enumerate(zip(out, out64)):
             if isinstance(o, torch.Tensor) and o.dtype == torch.float32:
                 e, m = error_and_scale(o, p)
-                pooled[k] = (max(pooled[k][0], e), max(pooled[k][1], m))
+                pooled[k] = pooled[k]._replace(err=max(pooled[k].err, e), scale=max(pooled[k].scale, m))
         outs64.append(out64)
     return "", pooled, outs64
 

@@ -22,6 +22,7 @@ from verifier.backends import CPU_POISON_BYTE
 from verifier.inputs import build_model, draw_inputs, size_changes
 from verifier.numerics import error_and_scale
 from verifier.outputs import Evidence, check_outputs
+from verifier.reduction import ReductionTracker, RefStats
 
 CFG = VerifyConfig()
 TASK_MODULE = types.SimpleNamespace()  # a task without ATOL / RTOL
@@ -132,6 +133,45 @@ def test_sum_of_1m_with_fp16_inputs():
     x = torch.randn(4, 1 << 20)
     pooled = (0.0, max(float(torch.randn(4, 1 << 20).double().sum(1).abs().max()) for _ in range(2)))
     assert_lowering(seq_sum(keep_bits(x, 10)), x.sum(1), x.double().sum(1), (x,), pooled)
+
+
+def recorded(fn, *inputs) -> list[RefStats]:
+    """Per output of ``fn``, its reduction lengths as the plan's float64 pass records them (verifier/reduction.py)
+    and its largest |value|: the floors the budget is given."""
+    with torch.no_grad(), ReductionTracker() as tracker:
+        outs = fn(*[x.double() for x in inputs])
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    return [RefStats(0.0, float(o.abs().max()), r.length, r.same_sign)
+            for o, r in zip(outs, tracker.reductions(outs))]
+
+
+def test_sum_of_1m_with_fp16_inputs_where_the_reduction_is_recorded():
+    """The long-reduction floors must not hide a lowering of a sum that cancels: 1M normals, fp16 inputs."""
+    torch.manual_seed(15)
+    x = torch.randn(4, 1 << 20)
+    stats = recorded(lambda t: t.sum(1), x)[0]
+    stats = stats._replace(scale=max(float(torch.randn(4, 1 << 20).double().sum(1).abs().max()) for _ in range(2)))
+    assert_lowering(seq_sum(keep_bits(x, 10)), x.sum(1), x.double().sum(1), (x,), stats)
+
+
+def test_bf16_matmul_at_large_k_on_zero_mean_inputs():
+    """K = 786432 (KernelBench's large-K matmul at its extra shape) on normals: the floor for a same-sign sum of
+    that length would cover bf16's error; these terms cancel, so the floor stays and the lowering is C13."""
+    torch.manual_seed(16)
+    a, b = torch.randn(8, 3 << 18), torch.randn(3 << 18, 16)
+    stats = recorded(lambda p, q: p @ q, a, b)[0]
+    assert stats.reduction == 3 << 18 and stats.same_sign == 0
+    assert_lowering(bf16(a) @ bf16(b), a @ b, a.double() @ b.double(), (a, b), stats)
+
+
+def test_bf16_matmul_beside_a_long_positive_reduction():
+    """A task with a 1M-term positive sum as one output and a K = 4096 matmul as another: the matmul's floor is
+    its own reduction's, and its bf16 lowering is C13."""
+    torch.manual_seed(17)
+    x, a, b = torch.rand(4, 1 << 20), torch.rand(32, 4096), torch.rand(4096, 32)
+    stats = recorded(lambda t, p, q: (t.sum(1), p @ q), x, a, b)
+    assert stats[0].same_sign == 1 << 20 and stats[1].same_sign == 4096
+    assert_lowering(bf16(a) @ bf16(b), a @ b, a.double() @ b.double(), (a, b), stats[1])
 
 
 def test_row_sums_with_fp16_partial_sums():
