@@ -25,9 +25,10 @@ median over kernels of the coefficient of variation of the candidate's runtime o
 devices the chunks ran on with their candidate counts, and how many pairs of chunks overlapped in
 time on one device (0 when no two timings share a device: Ray gives a GPU to one chunk at a time).
 
-``--kill-one``: in every run on more than one pool, a Ray worker running a verify chunk is SIGKILLed
-once it has run ``--kill-after`` seconds (as a lost GPU or the OOM killer would end it); the retries
-column counts the resubmitted chunks, and the verdicts must still match the 1-GPU run one for one.
+``--kill-one``: one more run at the largest count (its row says "killed"), where a Ray worker running a
+verify chunk is SIGKILLed once it has run ``--kill-after`` seconds (as a lost GPU or the OOM killer would
+end it); the retries column counts the resubmitted chunks, and the verdicts must still match the 1-GPU run
+one for one. The scaling rows themselves run undisturbed.
 
 ``--backend cpu``: each "GPU" is a cpu execution pool (a Ray task asking one CPU); all pools share
 the host's cores, so the smoke run checks the plumbing and the verdicts, not GPU scaling.
@@ -199,7 +200,8 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=4, help="candidates per Ray task (per GPU pool call)")
     ap.add_argument("--exec-workers", type=int, default=2, help="execution children per pool")
     ap.add_argument("--timing-trials", type=int, default=20)
-    ap.add_argument("--kill-one", action="store_true", help="kill one chunk's Ray worker in each run on > 1 pool")
+    ap.add_argument("--kill-one", action="store_true",
+                    help="one more run at the largest count, killing one chunk's Ray worker")
     ap.add_argument("--kill-after", type=float, default=2.0, help="seconds into a chunk before --kill-one kills it")
     ap.add_argument("--build-dir", default="", help="the verifier's build root (default: a fresh temporary one)")
     ap.add_argument("--batch", default="seed", choices=["seed", "real"],
@@ -238,11 +240,12 @@ def main(argv=None) -> int:
         built, failed, build_s = prebuild(items, str(cfg.build_root()), cfg.compile_timeout_s, os.cpu_count() or 1)
         print(f"prebuilt {built} extensions ({failed} failed) in {build_s:.0f} s", flush=True)
     results = []
-    for n in counts:
+    runs = [(n, None) for n in counts] + ([(counts[-1], a.kill_after)] if a.kill_one and counts[-1] > 1 else [])
+    for n, kill_after in runs:
         if a.batch == "real":  # cold: this run compiles and prepares every task itself
             cfg = dataclasses.replace(cfg, build_dir=tempfile.mkdtemp(prefix=f"km-ray-bench-{n}gpu-"))
-        res = run_on(n, a.backend, items, cfg, a.chunk, a.kill_after if a.kill_one and n > 1 else None,
-                     a.cores_per_gpu)
+        res = run_on(n, a.backend, items, cfg, a.chunk, kill_after, a.cores_per_gpu)
+        res["kill_run"] = kill_after is not None
         results.append(res)
         print(f"[{n}] wall {res['wall']:.1f} s, killed {res['killed']}, retries {res['summary'].retries}, "
               f"where {res['where']}", flush=True)
@@ -257,7 +260,8 @@ def main(argv=None) -> int:
         same, total = agreement(r["verdicts"], base["verdicts"])
         where = ", ".join(f"{k}: {v}" for k, v in sorted(r["where"].items()))
         overl = str(r["overlaps"]) if a.backend == "cuda" else "n/a (cpu pools share the cores)"
-        lines.append(f"| {r['pools']} ({r['cores']} CPUs) | {len(items)} | {r['wall']:.1f} | {rate:.0f} | "
+        killed_run = " (--kill-one run)" if r["kill_run"] else ""
+        lines.append(f"| {r['pools']} ({r['cores']} CPUs){killed_run} | {len(items)} | {r['wall']:.1f} | {rate:.0f} | "
                      f"{rate / r['pools'] / rate1:.2f} | "
                      f"{same}/{total} | {100 * timing_cv(r['verdicts'], labels):.2f}% | {overl} | "
                      f"{len(r['killed'])} / {r['summary'].retries} | {where} |")

@@ -1,5 +1,8 @@
 """Stages 4-6 inside an execution child: one process per job, started by verifier/api.py.
 
+The child is forked from a fork server (``--serve``, verifier/forkserver.py) that runs this module's ``main`` for
+each job, or is a fresh interpreter running ``python -m verifier.worker JOB_DIR``; this module is the job itself.
+
 A job (verifier/contract.py) is one of two kinds:
 
 - ``candidate``: the candidate's correctness trials, runtime checks and timing. Inputs are drawn here from
@@ -30,8 +33,6 @@ import importlib.util
 import json
 import os
 import resource
-import shutil
-import signal
 import statistics
 import sys
 import threading
@@ -45,7 +46,7 @@ import torch.utils.cpp_extension as cpp_extension
 from torch.profiler import record_function
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from verifier import childenv, sandbox
+from verifier import childenv
 from verifier.backends import get_backend, own_kernel_names
 from verifier.build import canonical_spec, compat_spec, extension_name, spec_key
 from verifier.channel import Channel
@@ -480,224 +481,6 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     return report
 
 
-def _run_forked(job_dir: str, notes: tuple = ()) -> None:
-    """Body of a forked child: own session, output to the job's log (``notes`` first), result file, then _exit."""
-    code = 1
-    try:
-        if os.getsid(0) != os.getpid():  # a pre-forked warm child has its session already
-            os.setsid()
-        log = os.open(os.path.join(job_dir, "child.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(devnull)
-        sys.stdout = open(1, "w", buffering=1, closefd=False)
-        sys.stderr = open(2, "w", buffering=1, closefd=False)
-        os.chdir(job_dir)
-        if notes:
-            print(*notes, sep="\n", flush=True)
-        code = main(job_dir)
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-def _warm_up() -> list[str]:
-    """What a job would otherwise start itself: the CUDA context and the profiler's CUDA side (CUPTI, kineto:
-    6.2 s per candidate when it started inside the job, bench/results/throughput_h100.md), and torch._dynamo.
-    Returns notes on what failed (the job then initialises lazily)."""
-    notes = []
-    try:
-        if os.environ.get(childenv.WARM_BACKEND, "cuda") == "cuda" and torch.cuda.is_available():
-            torch.empty(1, device="cuda")
-            from torch.profiler import ProfilerActivity, profile
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-                torch.empty(1, device="cuda").add_(1)
-            torch.cuda.synchronize()
-        # "as": a plain ``import torch._dynamo`` would make ``torch`` a local name of this function, unbound above
-        import torch._dynamo as _dynamo  # noqa: F401  (imported lazily by the first torch.compile / disable wrapper)
-    except Exception:  # noqa: BLE001
-        notes.append("warm-up failed:\n" + traceback.format_exc(limit=3))
-    return notes
-
-
-def _preload() -> None:
-    """What the profiler's first session imports (``torch._dynamo``, and through it ``torch._inductor``), imported
-    once by a fork server so that its children start with it instead of paying it per candidate. Python modules
-    only: the import starts no thread and touches no CUDA; a server whose CUDA got initialised would hand its
-    children a bad fork, so that ends it with the reason."""
-    import torch._dynamo as _dynamo  # noqa: F401  ("as": keeps ``torch`` the module's global)
-
-    if torch.cuda.is_initialized():
-        raise RuntimeError("importing torch._dynamo initialised CUDA in the fork server: its children could not use it")
-
-
-def _prefork() -> tuple[int, int]:
-    """Fork the next job's process now (the fork server's warm mode): in its own session, away from the
-    server's protocol pipes, it restores the thread count a fresh process would have, warms up (the CUDA
-    context cannot exist in the server, which must stay forkable), then reads ONE job dir from a pipe and
-    runs it. Returns (pid, the pipe's write end)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(r)
-        return pid, w
-    try:
-        os.close(w)
-        os.setsid()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):  # fd 0/1 are the server's protocol: a warm-up message must not reach them
-            os.dup2(devnull, fd)
-        os.close(devnull)
-        if not os.environ.get(childenv.SANDBOXED):  # isolation before CUDA, as in a job (in bubblewrap it is private
-            ctypes.CDLL(None, use_errno=True).unshare(0x40000000)  # already, and its supervisor reads the counters)
-        threads = os.environ.get(childenv.CHILD_OMP_THREADS, "")
-        torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0)))
-        started = time.perf_counter()
-        notes = _warm_up()
-        warm_s = time.perf_counter() - started
-        job = b""
-        while not job.endswith(b"\n"):
-            part = os.read(r, 4096)
-            if not part:
-                os._exit(0)
-            job += part
-    except BaseException:  # noqa: BLE001 - nothing to report to: the server runs the job in a plain fork
-        os._exit(3)
-    _run_forked(job.decode().strip(), (f"[verifier] warm execution process ready in {warm_s:.2f} s before this job "
-                                       "(forked by its fork server)", *notes))
-
-
-def _hand_over(pending: tuple[int, int] | None, job_dir: str) -> int | None:
-    """Give the job to the pre-forked child if it is still alive and takes it; its pid, else None."""
-    if pending is None:
-        return None
-    pid, w = pending
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == 0:
-            os.write(w, (job_dir + "\n").encode())
-            return pid
-    except OSError:
-        pass
-    finally:
-        os.close(w)
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
-    return None
-
-
-def _wipe_private_dirs() -> None:
-    """Empty the sandbox's private scratch (HOME, TMPDIR: a tmpfs that lives as long as the server) and its
-    /dev/shm, except mount points (the slot's job root is bound there): nothing a job leaves in them reaches
-    the next job (a poisoned compiler cache in $HOME would reach a later reference's torch.compile)."""
-    try:
-        mounts = {line.split()[4] for line in open("/proc/self/mountinfo")}
-    except OSError:
-        mounts = set()
-    for top in (sandbox.SCRATCH, "/dev/shm"):
-        try:
-            entries = os.listdir(top)
-        except OSError:
-            continue
-        for name in entries:
-            path = os.path.join(top, name)
-            if any(m == path or m.startswith(path + "/") for m in mounts):
-                continue
-            try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.unlink(path)
-            except OSError:
-                pass
-
-
-def serve(procs_max: int) -> int:
-    """A fork server: torch is imported once here, and every job runs in a fresh forked child.
-
-    Protocol on stdin/stdout (never visible to a child, whose fds 0-2 are replaced):
-    ``JOB_DIR<TAB>TIMEOUT_S`` in, ``RC<TAB>TIMED_OUT<TAB>FINDINGS`` out. The server never runs torch ops
-    itself, so forking is safe; a child that outlives its timeout is killed with its whole process group.
-    Inside a sandbox (``childenv.SANDBOXED``, verifier/sandbox.py) the server is alone in its pid and network
-    namespaces: after each job it kills every other process there (setsid() does not escape that) and
-    reports them and any network use as FINDINGS (a JSON list)."""
-    sandboxed = bool(os.environ.get(childenv.SANDBOXED))
-    if sandboxed:
-        sandbox.become_subreaper()
-    if os.environ.get(childenv.CPU_PERTURB):
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-6, int(os.environ[childenv.CPU_PERTURB]))  # M_PERTURB
-        libc.mallopt(-3, 32 * 1024 * 1024)  # M_MMAP_THRESHOLD: poisoned heap rather than fresh zero pages
-
-    if not os.environ.get(childenv.NO_PRELOAD):
-        try:
-            _preload()
-        except RuntimeError as e:  # this process can no longer fork usable children: the same server, without it
-            print(f"[verifier] {e}; the fork server starts again without the preload", file=sys.stderr, flush=True)
-            os.execve(sys.executable, [sys.executable, "-m", "verifier.worker", "--serve", str(procs_max)],
-                      dict(os.environ, **{childenv.NO_PRELOAD: "1"}))
-    warm = bool(os.environ.get(childenv.SERVE_WARM))
-    pending = _prefork() if warm else None
-    for line in sys.stdin:
-        job_dir, _, timeout = line.rstrip("\n").partition("\t")
-        net0 = sandbox.net_counters() if sandboxed else {}
-        pid, pending = _hand_over(pending, job_dir), None
-        if pid is None:
-            pid = os.fork()
-            if pid == 0:
-                _run_forked(job_dir)
-        deadline = time.monotonic() + float(timeout or 120)
-        timed_out, status, bomb, next_count = False, 0, [], 0.0
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if sandboxed and time.monotonic() > next_count:  # a fork bomb ends the job (sandbox.watch)
-                next_count = time.monotonic() + sandbox.WATCH_S
-                bomb = sandbox.end_if_bomb(pid, procs_max)
-                if bomb:
-                    _, status = os.waitpid(pid, 0)
-                    break
-            if time.monotonic() > deadline:
-                timed_out = True
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    os.kill(pid, signal.SIGKILL)
-                _, status = os.waitpid(pid, 0)
-                break
-            time.sleep(0.005)
-        try:  # leftovers of the child's session (a forked grandchild)
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        rc = os.waitstatus_to_exitcode(status)
-        findings = []
-        if sandboxed:  # after a timeout the job's leftovers (a build it started) are killed, not evidence
-            left = sandbox.reap_namespace()
-            findings = bomb + ([] if timed_out or bomb else left) + sandbox.net_findings(net0, sandbox.net_counters())
-            _wipe_private_dirs()
-        sys.stdout.write(f"{rc}\t{int(timed_out)}\t{json.dumps(findings)}\n")
-        sys.stdout.flush()
-        if warm:  # the next job's process, forked and warmed up while this server waits for it
-            pending = _prefork()
-    return 0
-
-
 def main(job_dir: str) -> int:
     job_dir_p = Path(job_dir)
     report = run_job(job_dir_p)
@@ -707,5 +490,10 @@ def main(job_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    # --serve PROCS_MAX: a fork server ([verify] sandbox_procs bounds a sandboxed job's processes); else one job
-    sys.exit(serve(int(sys.argv[2])) if sys.argv[1] == "--serve" else main(sys.argv[1]))
+    # --serve PROCS_MAX: a fork server (verifier/forkserver.py; [verify] sandbox_procs bounds a sandboxed job's
+    # processes) whose forked children run main; else one job
+    if sys.argv[1] == "--serve":
+        from verifier.forkserver import serve  # here: a one-job process does not import the server
+
+        sys.exit(serve(int(sys.argv[2]), main))
+    sys.exit(main(sys.argv[1]))
