@@ -1,8 +1,11 @@
-"""The execution job's wall-clock limit (issue 35: technoabsurdist-l1-p7, KernelBench's small-K matmul at
-M = N = 32768, a 4 GiB output, correct by its source, was killed as a hang in its timing stage): the limit is
-``run_timeout_s`` for the candidate's code plus the time the verifier's own plumbing takes to copy each output
-out of the child (verifier/plan.py ``TaskPlan.run_limit_s``), and the timeout verdict names the limit it ran
-under. A small task's limit is the configured one; a hang is still a timeout (tests/test_verifier_run.py)."""
+"""The execution job's wall-clock limit and memory plan, and the crash text it reports (issue 35).
+
+technoabsurdist-l1-p7, KernelBench's small-K matmul at M = N = 32768 (a 4 GiB output, 9 GiB on the extra shape),
+correct by its source, was killed as a hang in its timing stage: the limit is ``run_timeout_s`` for the
+candidate's code plus the time the verifier's own plumbing takes to copy each output out of the child
+(verifier/plan.py ``TaskPlan.run_limit_s``), the extra shape's outputs are measured, not scaled from its inputs,
+and the timeout verdict names the limit it ran under (tests/test_verifier_run.py: a hang is still a timeout).
+A crash whose message is mostly tensor reprs keeps the error's name (verifier/worker.py ``_short_traceback``)."""
 
 import types
 
@@ -15,9 +18,10 @@ from verifier.plan import TRANSFER_S_PER_GIB, TaskPlan
 CFG = VerifyConfig()
 
 
-def plan(output_bytes: int, trial_scale: float = 1.0) -> TaskPlan:
+def plan(output_bytes: int, trial_scale: float = 1.0, other_output_bytes: int = 0) -> TaskPlan:
     return TaskPlan(ref_mod=types.SimpleNamespace(), text="", device="cuda", output_bytes=output_bytes,
-                    trial_scale=trial_scale)
+                    trial_scale=trial_scale, other_shape="x" if trial_scale > 1 else "",
+                    other_output_bytes=other_output_bytes)
 
 
 def job(n_trials: int = 6, other_shape: str = "", n_timing: int = 20) -> Job:
@@ -44,3 +48,34 @@ def test_the_allowance_follows_what_the_job_writes():
     assert big.run_limit_s(CFG, job()) > no_timing
     assert big.run_limit_s(CFG, job(), child_compiles=True) == pytest.approx(
         big.run_limit_s(CFG, job()) + CFG.compile_timeout_s)
+
+
+def test_the_extra_shapes_measured_output_sets_memory_and_limit():
+    """KernelBench's small-K matmul: the extra shape's inputs grow 1.5x, its output 2.25x (4 -> 9 GiB). The job is
+    admitted by the measured 9 GiB, not 1.5 x 4 GiB, and its last trial's copy-out counts 9 GiB."""
+    measured = plan(4 << 30, trial_scale=1.5, other_output_bytes=9 << 30)
+    scaled = plan(4 << 30, trial_scale=1.5)
+    assert measured.largest_output_bytes() == 9 << 30 and scaled.largest_output_bytes() == 6 << 30
+    assert measured.job_bytes() - scaled.job_bytes() >= 3 * (3 << 30)  # every planned copy of the output
+    extra = measured.run_limit_s(CFG, job(other_shape="x")) - scaled.run_limit_s(CFG, job(other_shape="x"))
+    assert extra == pytest.approx(TRANSFER_S_PER_GIB * 2 * 3)  # the last trial's output and reference: 3 GiB more
+
+
+def test_a_long_error_message_keeps_its_head_and_end():
+    """pybind11 appends every argument's repr to "incompatible function arguments": the feedback must still
+    name the error and the signatures it supports (technoabsurdist-l1-p74 / p66 / p55 showed tensor values only)."""
+    from verifier import worker
+
+    head = ("conv1d_cuda(): incompatible function arguments. The following argument types are supported:\n"
+            "    1. (arg0: torch.Tensor, arg1: torch.Tensor, arg2: int) -> torch.Tensor\n\nInvoked with: ")
+    try:
+        raise TypeError(head + "tensor([[0.5108, 0.1540, 0.0908, ...]]), " * 400 + "3")
+    except TypeError:
+        text = worker._short_traceback()
+    assert len(text) <= 2500
+    assert "TypeError: conv1d_cuda(): incompatible function arguments" in text
+    assert "arg2: int" in text and "characters cut" in text and text.rstrip().endswith("3")
+    try:
+        raise ValueError("a short message")
+    except ValueError:
+        assert worker._short_traceback().rstrip().endswith("ValueError: a short message")

@@ -457,7 +457,8 @@ def test_extra_shape_of_an_expression_task_keeps_square_and_symmetric():
     ref = load_reference(EXPRESSION_TASK, "expr")
     model, _ = build_model(ref, 7, "cpu", EXPRESSION_TASK)
     inputs = draw_inputs(ref.get_inputs, 7, "cpu", EXPRESSION_TASK)
-    spec = _pick_size_change(ref, model, EXPRESSION_TASK, 7, "cpu", inputs)
+    spec, out_bytes = _pick_size_change(ref, model, EXPRESSION_TASK, 7, "cpu", inputs)
     other = draw_inputs(ref.get_inputs, 8, "cpu", EXPRESSION_TASK, spec)
     assert [tuple(x.shape) for x in other] == [(96, 96), (96, 96)]
+    assert out_bytes == sum(o.numel() * o.element_size() for o in [model(*other)])  # measured on that shape
     assert all(torch.equal(x, x.T) for x in other)

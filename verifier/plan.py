@@ -62,6 +62,7 @@ class TaskPlan:
     weight_bytes: int = 0  # the reference model's parameters and buffers
     module_bytes: int = 0  # tensors the task's module keeps in its globals (the child holds them too)
     trial_scale: float = 1.0  # the largest trial's inputs over the benchmark's (the extra shape: up to 4)
+    other_output_bytes: int = 0  # the reference's outputs on the extra shape (0: none, or not measured)
     skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
     task_fault: str = ""  # the reference's output does not depend on its inputs: every verdict is a task_error
     float64: str = ""  # "" when the float64 reference runs (measured tolerance), else why not (fixed tolerance)
@@ -69,8 +70,14 @@ class TaskPlan:
 
     def job_bytes(self) -> int:
         """The bytes one execution job of this task plans to hold (verifier/admission.py admits it by them)."""
-        return admission.job_bytes(int(self.input_bytes * self.trial_scale), int(self.output_bytes * self.trial_scale),
+        return admission.job_bytes(int(self.input_bytes * self.trial_scale), self.largest_output_bytes(),
                                    self.weight_bytes, not self.float64) + self.module_bytes
+
+    def largest_output_bytes(self) -> int:
+        """The outputs of the largest trial: the extra shape's as measured, else scaled with its inputs."""
+        if self.other_shape and self.other_output_bytes:
+            return max(self.output_bytes, self.other_output_bytes)
+        return int(self.output_bytes * self.trial_scale)
 
     def run_limit_s(self, cfg: VerifyConfig, job: Job, child_compiles: bool = False) -> float:
         """The wall-clock limit of one execution job: ``run_timeout_s`` for the candidate's code, plus the time
@@ -79,10 +86,10 @@ class TaskPlan:
         for a task with a 4 GiB output (KernelBench's small-K matmul) wrote 6 trials, their references and the
         timed checks, ~80 GiB, within the candidate's 120 s and was killed as a hang. Plus the compile limit
         where the child builds the candidate itself."""
-        scale = self.trial_scale if job.other_shape else 1.0
-        trials = 2 * (max(job.n_trials - 1, 0) + scale)  # each trial's output and the reference's beside it
-        checks = job.timed_checks * (1 if job.n_timing else 0)  # the timed iterations' outputs kept for C16
-        out_gib = self.output_bytes * (trials + checks) / 2**30
+        last = self.largest_output_bytes() if job.other_shape else self.output_bytes
+        trials = 2 * (max(job.n_trials - 1, 0) * self.output_bytes + last)  # each output and the reference's
+        checks = job.timed_checks * (1 if job.n_timing else 0) * self.output_bytes  # timed outputs kept for C16
+        out_gib = (trials + checks) / 2**30
         return cfg.run_timeout_s + TRANSFER_S_PER_GIB * out_gib + (cfg.compile_timeout_s if child_compiles else 0)
 
     def draw_trial(self, job: Job, i: int, device: str) -> list:
@@ -169,7 +176,8 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
                 plan.task_fault = reference_fault(out, out_c, same(a, c), outs64)
                 del c, out_c, outs64
                 if cfg.other_shape and plan.input_bytes <= (1 << 30) and not plan.task_fault:
-                    plan.other_shape = _pick_size_change(ref_mod, model, reference_code, seed, device, a)
+                    plan.other_shape, plan.other_output_bytes = _pick_size_change(ref_mod, model, reference_code,
+                                                                                  seed, device, a)
                     plan.trial_scale = _other_shape_scale(plan, seed)
                 del model, out, a
                 plan.module_bytes = admission.module_bytes(ref_mod)
@@ -241,9 +249,11 @@ def _other_shape_scale(plan: TaskPlan, seed: int) -> float:
     return max(1.0, other / plan.input_bytes)
 
 
-def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs: list) -> str:
-    """The first size change of the task's own constants (verifier.inputs.size_changes) whose inputs the
-    reference accepts and whose shapes differ from the benchmark's; "" when there is none."""
+def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs: list) -> tuple[str, int]:
+    """(the first size change of the task's own constants (verifier.inputs.size_changes) whose inputs the
+    reference accepts and whose shapes differ from the benchmark's, the bytes of the reference's outputs on
+    it); ("", 0) when there is none. The outputs are measured, not scaled from the inputs: a matmul's inputs
+    grow 1.5x where its output grows 2.25x (KernelBench's small-K matmul: 4 GiB -> 9 GiB)."""
     shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
     for change in size_changes(text):
         spec = change.to_json()
@@ -254,8 +264,8 @@ def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs:
             other = draw_inputs(ref_mod.get_inputs, seed, device, text, spec)
             if [tuple(x.shape) for x in other if isinstance(x, torch.Tensor)] == shapes:
                 continue
-            as_list(model(*other))
+            out_bytes = nbytes(as_list(model(*other)))
         except Exception:  # noqa: BLE001 - the reference rejects this shape: try the next
             continue
-        return spec
-    return ""
+        return spec, out_bytes
+    return "", 0

@@ -158,13 +158,22 @@ def _apply_limits(job: Job) -> dict:
     return info
 
 
-def _short_traceback() -> str:
-    """The candidate-side frames and the exception line, not the verifier's own frames."""
+def _short_traceback(limit: int = 2500) -> str:
+    """The candidate-side frames and the exception, not the verifier's own frames, within ``limit`` characters.
+    A long message keeps its head and its end: pybind11's "incompatible function arguments" error appends the
+    repr of every tensor it was given ("Invoked with: tensor([[...]])"), and its last 2,500 characters were
+    tensor values with the error's name and the supported signatures cut away."""
     etype, exc, tb = sys.exc_info()
     frames = [f for f in traceback.extract_tb(tb) if "site-packages/torch" not in f.filename
               and "verifier/" not in f.filename]
-    text = "".join(traceback.format_list(frames[-3:])) + "".join(traceback.format_exception_only(etype, exc))
-    return text[-2500:]
+    where = "".join(traceback.format_list(frames[-3:]))[-(limit // 3):]
+    what = "".join(traceback.format_exception_only(etype, exc))
+    room = limit - len(where)
+    if len(what) > room:
+        keep_end = room // 4
+        cut = f"\n... [{len(what) - room} characters cut] ...\n"
+        what = what[:room - keep_end - len(cut)] + cut + what[-keep_end:]
+    return where + what
 
 
 def _exec_module(name: str, code: str, filename: str):

@@ -330,7 +330,7 @@ def test_size_baked_in_where_the_task_writes_an_expression_meets_another_shape(n
     model, _ = build_model(ref, 3, "cpu", text)
     inputs = draw_inputs(ref.get_inputs, 3, "cpu", text)
     assert [tuple(x.shape) for x in inputs] == shapes
-    spec = _pick_size_change(ref, model, text, 3, "cpu", inputs)
+    spec, _ = _pick_size_change(ref, model, text, 3, "cpu", inputs)
     assert spec, size_changes(text)
     other = [tuple(x.shape) for x in draw_inputs(ref.get_inputs, 4, "cpu", text, spec)]
     assert all(o != s for o, s in zip(other, shapes)) and all(64 not in o for o in other), other
