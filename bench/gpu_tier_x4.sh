@@ -39,7 +39,7 @@ testbed() {  # testbed GPU SHARD NAME [SOURCES]
   [ "$budget" -gt 90 ] || return 0
   [ -n "${4:-}" ] && sel="${SEL/--sources cudal1,kbleaderboard,technoabsurdist,yenhaohuang/--sources $4}"
   local skip; skip=$(ls $W/tb/*.jsonl 2>/dev/null | tr '\n' ' ')
-  (cd .cache/final && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=. timeout $((budget + 20)) \
+  (cd .cache/final && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=. KERNELMILL_VERIFIER_COMMIT=$C timeout $((budget + 20)) \
     taskset -c $((g * 16))-$((g * 16 + 15)) python3 bench/bench_testbed_gpu.py $sel --shard "$shard" \
     --budget-s $((budget - 15)) --skip-done $skip --out $W/tb --name "h100x4_${name}_$C") >$W/logs/tb_$name.log 2>&1
 }
