@@ -272,23 +272,21 @@ def main(argv=None) -> int:
 
     env = "".join(f"{k}={os.environ[k]} " for k in ("KERNELMILL_VERIFY_PCH", "TORCH_CUDA_ARCH_LIST") if os.environ.get(k))
     cmd = f"PYTHONPATH=. {env}python bench/bench_verifier_ray.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    seen = "statuses in the 1-pool run: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + "."
+    pools = f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, " \
+            f"{a.timing_trials} timing trials, torch.compile {'timed' if a.time_torch_compile else 'not timed'}"
     if a.batch == "seed":
         about = [f"Batch: {a.tasks} level-1/2 seed tasks ({', '.join(sorted({t.name for t, _ in items}))}), "
                  f"{len(set(labels))} kernels (teacher, an honest one per task and a planted bug on every second task) "
-                 f"x {a.repeats} repeats = {len(items)} candidates; statuses in the 1-pool run: "
-                 + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + ".",
-                 f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, "
-                 f"{a.timing_trials} timing trials, torch.compile not timed. {built} distinct extensions built before "
-                 f"the runs in {build_s:.0f} s ({failed} failed), not in the walls below."]
+                 f"x {a.repeats} repeats = {len(items)} candidates; {seen}",
+                 f"{pools}. {built} distinct extensions built before the runs in {build_s:.0f} s ({failed} failed), "
+                 "not in the walls below."]
     else:
         about = [f"Batch: the real-code batch (verifier/testbed.py real_batch: {a.manifest}, levels {a.levels}, "
                  f"{len({t.task_id for t, _ in items})} tasks x up to {a.per_task} distinct model-written solutions = "
-                 f"{len(items)} candidates); statuses in the 1-pool run: "
-                 + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + ".",
-                 f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, "
-                 f"{a.timing_trials} timing trials, torch.compile {'timed' if a.time_torch_compile else 'not timed'}; "
-                 "every run cold (a fresh build root): compiling every extension and preparing every task are inside "
-                 "its wall. Timing CV: n/a (no repeats)."]
+                 f"{len(items)} candidates); {seen}",
+                 f"{pools}; every run cold (a fresh build root): compiling every extension and preparing every task "
+                 "are inside its wall. Timing CV: n/a (no repeats)."]
     text = "\n".join([
         f"# Verifier on Ray, {a.backend} backend: scaling over execution pools of one host", "",
         f"Command: `{cmd}`", "",

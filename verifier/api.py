@@ -140,7 +140,8 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         finish(w, "compile_error", ["First compiler errors:\n" + first_errors(bad[0].log)])
         return False
     v.compiled = True
-    vendor = [f for r in results for f in scan_library(r.so_path)]
+    sources = [src for spec in w.specs for key in ("cpp_sources", "cuda_sources") for src in _as_strs(spec.get(key))]
+    vendor = [f for r in results for f in scan_library(r.so_path, sources)]
     tamper = [f for r in results for f in scan_tampering([], r.so_path)]
     if vendor or tamper:  # the linker's view: what the built extension calls by name, however the source spelled it
         v.cheats = sorted(({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set()))

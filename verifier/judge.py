@@ -323,7 +323,7 @@ def check_child_built(job_dir: Path, ev: Evidence) -> None:
         srcs = [str(x) for x in entry.get("sources", [])]
         so = str(entry.get("so_path") or "")
         flags = [str(x) for x in entry.get("ldflags", [])]
-        for found in scan_sources(srcs, flags) + (scan_library(so) if so else []):
+        for found in scan_sources(srcs, flags) + (scan_library(so, srcs) if so else []):
             ev.add(cheats.C01, f"Check of the extension built at run time: {found} (compute by a vendor library or "
                                "ATen internals, not your kernel).")
         for found in scan_tampering(srcs, so or None):

@@ -12,6 +12,8 @@ model-written solutions use that were rejected, each next to the cheat it resemb
 6. ``nn.Sequential`` of the candidate's own modules is not an nn layer; classes nothing uses are not scanned as if
    forward called them.
 7. Triton programs and ``cpp_extension.load`` from files get an extract error that says they are out of scope.
+8. The dlopen / dlsym that CUDA 13's CCCL headers (cub, thrust) import into any module is not vendor compute; the
+   same import without them, or a dlopen the candidate writes beside a CUB include, still is.
 The slim build's meaning (tests/redteam/test_redteam_slim.py) and reflection
 (tests/redteam/test_redteam_reflection.py) have files of their own.
 """
@@ -518,3 +520,34 @@ def test_programs_outside_the_verifier_get_an_extract_error_that_says_so(code, s
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ---------------------------------------------------------------------------- 8. dlopen imported by CCCL headers
+
+CUB_SOURCE = "#include <torch/extension.h>\n#include <cub/cub.cuh>\n__global__ void k(float* x) { x[0] = 1; }\n"
+
+
+@pytest.fixture(scope="module")
+def dlopen_so(tmp_path_factory):
+    """An extension that imports dlopen / dlsym, as every module including CUDA 13's CCCL headers does (an honest
+    CUB reduction, technoabsurdist-l1-p95, got C01 for it on the H100)."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    d = tmp_path_factory.mktemp("dlopen")
+    (d / "m.cpp").write_text('#include <dlfcn.h>\nextern "C" void* load(const char* n) { return dlsym(dlopen(n, 2), "f"); }\n')
+    so = d / "m.so"
+    subprocess.run([cxx, "-shared", "-fPIC", "-o", str(so), str(d / "m.cpp"), "-ldl"], check=True)
+    return so
+
+
+def test_dynamic_loading_imported_by_cccl_headers_is_not_vendor_compute(dlopen_so):
+    assert scan_library(dlopen_so, [CUB_SOURCE]) == []
+    assert scan_library(dlopen_so, ["#include <thrust/sort.h>\n"]) == []
+
+
+def test_dynamic_loading_without_cccl_or_written_beside_it_is_still_flagged(dlopen_so):
+    """The cheat look-alikes: the same import with no CCCL include (or one only in a comment) is a finding, and a
+    candidate that includes CUB to cover a dlopen it writes is caught by its source."""
+    assert any("dynamic loading" in f for f in scan_library(dlopen_so))
+    assert any("dynamic loading" in f for f in scan_library(dlopen_so, ["// #include <cub/cub.cuh>\nint f();\n"]))
+    written = CUB_SOURCE + 'void* h = dlopen("libcublas.so", 2);\n'
+    assert any("dynamic loading" in f for f in scan_sources([written]))
