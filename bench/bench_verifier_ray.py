@@ -1,37 +1,29 @@
-"""Verifier scaling over the GPUs of one host on Ray: the same batch on 1, 2, 4 ... GPUs.
+"""Verifier scaling over the GPUs of one host on Ray: the real-code batch on 1, 2, 4 ... GPUs, compile included.
 
-    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python bench/bench_verifier_ray.py --gpus 1,2,4
-    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python bench/bench_verifier_ray.py --batch real --gpus 1,2,4 \
-        --cores-per-gpu 16 --kill-one       # the real-code batch, compile included, 16 cores a GPU
-    PYTHONPATH=. python bench/bench_verifier_ray.py --backend cpu --gpus 0 --tasks 8   # smoke run, no GPU
+    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python bench/bench_verifier_ray.py --gpus 1,2,4 --cores-per-gpu 16 \
+        --kill-one                                       # 16 cores a GPU, as a 4-GPU host of 64 has
+    PYTHONPATH=. python bench/bench_verifier_ray.py --backend cpu --gpus 0 --n-tasks 3   # smoke run, no GPU
 
-For each GPU count N it starts a local Ray cluster with N GPUs (``ray.init(num_gpus=N)``: Ray hands
-out GPU ids 0..N-1 and sets ``CUDA_VISIBLE_DEVICES`` per task), verifies the batch through
-verifier/ray_pool.py (one execution pool per GPU, compile tasks on the CPUs) and shuts the
-cluster down. The batch: the teacher's candidates for the level-1 and level-2 seed tasks
-(data/seed_tasks: elementwise, activations, reductions, softmax, norms, matmul, fused chains), an
-honest one per task and a planted bug on every second task, each repeated ``--repeats`` times under
-its own candidate id (so every run has several timings of one kernel: the timing CV). Every distinct
-extension is built before the clock starts (reported apart), so the runs compare execution, which is
-what a GPU adds. ``--batch real``: the model-written test bed's real-code batch (bench_verifier.py
---batch real; ext/testbed, never committed), each run cold in a fresh build root, so compiling and
-task preparation are inside every wall, as a user's run pays them; ``--cores-per-gpu`` gives the
-cluster that many CPUs per GPU (a 4-GPU host's 64 cores are 16 per GPU), so the 1-GPU run does not
-compile on all of them.
+The batch is bench_verifier.py --batch real's: the model-written test bed (verifier/testbed.py real_batch;
+ext/testbed, fetched, never committed), ``--n-tasks`` tasks x up to ``--per-task`` distinct solutions. For each
+GPU count N it starts a local Ray cluster with N GPUs (``ray.init(num_gpus=N)``: Ray hands out GPU ids 0..N-1
+and sets ``CUDA_VISIBLE_DEVICES`` per task) and ``--cores-per-gpu`` x N CPUs, verifies the batch through
+verifier/ray_pool.py (compile tasks on the CPUs, one execution pool per GPU) in a fresh build root, so compiling
+every extension and preparing every task are inside the wall as a user's run pays them, and shuts the cluster
+down. Each run prints a line when it ends, so a call cut at its deadline still shows the runs it finished.
 
 Columns: candidates per hour; per-GPU scaling = (rate at N / N) / rate at 1 (the issue asks >= 0.9);
-verdict agreement with the 1-GPU run (status, correct, stage reached per candidate id); timing CV =
-median over kernels of the coefficient of variation of the candidate's runtime over its repeats; the
-devices the chunks ran on with their candidate counts, and how many pairs of chunks overlapped in
-time on one device (0 when no two timings share a device: Ray gives a GPU to one chunk at a time).
+verdict agreement with the 1-GPU run (status, correct, stage reached per candidate id); the devices the
+chunks ran on with their candidate counts, and how many pairs of chunks overlapped in time on one device
+(0 when no two timings share a device: Ray gives a GPU to one chunk at a time).
 
-``--kill-one``: one more run at the largest count (its row says "killed"), where a Ray worker running a
-verify chunk is SIGKILLed once it has run ``--kill-after`` seconds (as a lost GPU or the OOM killer would
-end it); the retries column counts the resubmitted chunks, and the verdicts must still match the 1-GPU run
-one for one. The scaling rows themselves run undisturbed.
+``--kill-one``: one more run at the largest count, where a Ray worker running a verify chunk is SIGKILLed
+once it has run ``--kill-after`` seconds (as a lost GPU or the OOM killer would end it); the retries column
+counts the resubmitted chunks, and the verdicts must still match the 1-GPU run one for one. The scaling rows
+themselves run undisturbed.
 
-``--backend cpu``: each "GPU" is a cpu execution pool (a Ray task asking one CPU); all pools share
-the host's cores, so the smoke run checks the plumbing and the verdicts, not GPU scaling.
+``--backend cpu``: each "GPU" is a cpu execution pool (a Ray task asking one CPU) and the test bed's CUDA
+solutions do not build for it, so the smoke run checks the plumbing, not verdicts or scaling.
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1): set in this process before Ray starts (so the raylet and every worker
 inherit it) and in the job's runtime_env.
@@ -44,12 +36,10 @@ import os
 import signal
 import threading
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,29 +52,16 @@ os.environ.update(NO_MULTICAST_ENV)  # before any process is started: ray's and 
 
 from bench.common import emit  # noqa: E402
 from kernelmill.errors import InputError  # noqa: E402
-from synth.teacher.coverage import seed_batch  # noqa: E402
 
 
-def prebuild(items: list[tuple], build_root: str, timeout_s: float, workers: int) -> tuple[int, int, float]:
-    """Every distinct extension of the batch built into ``build_root``: (built, failed, wall s)."""
-    from verifier.ray_pool import extension_specs
-    from verifier.build import build_blocking, spec_key
-
-    specs = {spec_key(s): s for per_item in extension_specs(items) for s in per_item}
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        results = list(pool.map(lambda s: build_blocking(build_root, s, timeout_s), specs.values()))
-    return len(results), sum(not r.ok for r in results), time.perf_counter() - t0
-
-
-def real_items(a) -> tuple[list[tuple], list[str]]:
-    """The real-code batch of bench_verifier.py --batch real (verifier/testbed.py), labelled by candidate."""
+def real_items(a) -> list[tuple]:
+    """The real-code batch of bench_verifier.py --batch real (verifier/testbed.py)."""
     from verifier.testbed import load_manifest, real_batch
 
     batch = real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task, n_tasks=a.n_tasks,
                        levels=[int(x) for x in a.levels.split(",") if x], sources=[x for x in a.sources.split(",") if x],
                        backend=a.backend)
-    return list(batch.items), [c.candidate_id for _, c in batch.items]
+    return list(batch.items)
 
 
 def overlaps_on_one_device(runs) -> int:
@@ -96,16 +73,6 @@ def overlaps_on_one_device(runs) -> int:
             if same and a.started < b.ended and b.started < a.ended:
                 n += 1
     return n
-
-
-def timing_cv(verdicts: list, labels: list[str]) -> float:
-    """Median over kernels (label) of the CV of runtime_us over the kernel's repeats (correct ones only)."""
-    by: dict[str, list[float]] = {}
-    for v, lab in zip(verdicts, labels):
-        if v.correct and v.runtime_us:
-            by.setdefault(lab, []).append(v.runtime_us)
-    cvs = [statistics.pstdev(x) / statistics.mean(x) for x in by.values() if len(x) >= 2]
-    return statistics.median(cvs) if cvs else float("nan")
 
 
 def kill_one_chunk(after_s: float, stop: threading.Event, killed: list) -> None:
@@ -194,25 +161,17 @@ def main(argv=None) -> int:
                     help="GPU counts to run, comma-separated (1 is always run: the baseline); "
                          "with --backend cpu, cpu execution pools (0: the smoke set 1,2)")
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--tasks", type=int, default=13, help="level-1/2 seed tasks in the batch (at most 13, all by default)")
-    ap.add_argument("--only", default="", help="regex over seed task file stems (e.g. '1_ReLU|7_Softmax')")
-    ap.add_argument("--repeats", type=int, default=3, help="copies of every kernel, each its own candidate")
     ap.add_argument("--chunk", type=int, default=4, help="candidates per Ray task (per GPU pool call)")
     ap.add_argument("--exec-workers", type=int, default=2, help="execution children per pool")
     ap.add_argument("--timing-trials", type=int, default=20)
     ap.add_argument("--kill-one", action="store_true",
                     help="one more run at the largest count, killing one chunk's Ray worker")
     ap.add_argument("--kill-after", type=float, default=2.0, help="seconds into a chunk before --kill-one kills it")
-    ap.add_argument("--build-dir", default="", help="the verifier's build root (default: a fresh temporary one)")
-    ap.add_argument("--batch", default="seed", choices=["seed", "real"],
-                    help="seed: the teacher's kernels, extensions built before the clock; real: the model-written "
-                         "test bed (bench_verifier.py --batch real's batch), every run cold: a fresh build root, "
-                         "compile and task preparation inside the wall")
-    ap.add_argument("--manifest", default="ext/testbed/manifest.jsonl", help="real batch: the test bed manifest")
-    ap.add_argument("--per-task", type=int, default=1, help="real batch: distinct solutions per task")
-    ap.add_argument("--n-tasks", type=int, default=24, help="real batch: tasks (0: every task of the levels)")
-    ap.add_argument("--levels", default="1,2,3", help="real batch: levels, comma-separated")
-    ap.add_argument("--sources", default="", help="real batch: test bed sources, comma-separated (default: all)")
+    ap.add_argument("--manifest", default="ext/testbed/manifest.jsonl", help="the test bed manifest")
+    ap.add_argument("--per-task", type=int, default=1, help="distinct solutions per task")
+    ap.add_argument("--n-tasks", type=int, default=24, help="tasks (0: every task of the levels)")
+    ap.add_argument("--levels", default="1,2,3", help="levels, comma-separated")
+    ap.add_argument("--sources", default="", help="test bed sources, comma-separated (default: all)")
     ap.add_argument("--cores-per-gpu", type=int, default=0,
                     help="CPUs the Ray cluster gets per GPU (0: every usable core whatever the GPU count)")
     ap.add_argument("--time-torch-compile", action="store_true",
@@ -222,28 +181,18 @@ def main(argv=None) -> int:
     counts = sorted({int(x) for x in a.gpus.split(",") if x.strip()} - {0} | {1})
     if a.backend == "cpu" and a.gpus.strip() == "0":
         counts = [1, 2]
-    if a.batch == "seed" and a.repeats < 2:
-        raise SystemExit(f"--repeats {a.repeats}: the timing CV needs at least 2 repeats")
-    import dataclasses
-
     from verifier.api import VerifyConfig
 
     try:
-        items, labels = seed_batch(a.backend, a.tasks, a.repeats, a.only) if a.batch == "seed" else real_items(a)
+        items = real_items(a)
     except InputError as e:
-        raise SystemExit(f"--tasks/--only/--manifest: {e}") from None
-    cfg = VerifyConfig(build_dir=a.build_dir or tempfile.mkdtemp(prefix="km-ray-bench-"), timing_trials=a.timing_trials,
-                       time_torch_compile=a.time_torch_compile, exec_workers=a.exec_workers, run_timeout_s=300)
-    built = failed = 0
-    build_s = 0.0
-    if a.batch == "seed":
-        built, failed, build_s = prebuild(items, str(cfg.build_root()), cfg.compile_timeout_s, os.cpu_count() or 1)
-        print(f"prebuilt {built} extensions ({failed} failed) in {build_s:.0f} s", flush=True)
+        raise SystemExit(f"--manifest/--levels/--sources: {e}") from None
     results = []
     runs = [(n, None) for n in counts] + ([(counts[-1], a.kill_after)] if a.kill_one and counts[-1] > 1 else [])
     for n, kill_after in runs:
-        if a.batch == "real":  # cold: this run compiles and prepares every task itself
-            cfg = dataclasses.replace(cfg, build_dir=tempfile.mkdtemp(prefix=f"km-ray-bench-{n}gpu-"))
+        # cold: this run compiles and prepares every task itself, in a build root of its own
+        cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix=f"km-ray-bench-{n}gpu-"), timing_trials=a.timing_trials,
+                           time_torch_compile=a.time_torch_compile, exec_workers=a.exec_workers, run_timeout_s=300)
         res = run_on(n, a.backend, items, cfg, a.chunk, kill_after, a.cores_per_gpu)
         res["kill_run"] = kill_after is not None
         results.append(res)
@@ -253,8 +202,8 @@ def main(argv=None) -> int:
     rate1 = len(items) / base["wall"] * 3600
     unit = "GPUs" if a.backend == "cuda" else "cpu pools"
     lines = [f"| {unit} | candidates | wall s | candidates/h | per-{unit[:-1]} scaling vs 1 | verdicts = 1-pool run | "
-             "timing CV (median) | chunks overlapping on one GPU | workers killed / chunk retries | candidates per device |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "chunks overlapping on one GPU | workers killed / chunk retries | candidates per device |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         rate = len(items) / r["wall"] * 3600
         same, total = agreement(r["verdicts"], base["verdicts"])
@@ -262,8 +211,7 @@ def main(argv=None) -> int:
         overl = str(r["overlaps"]) if a.backend == "cuda" else "n/a (cpu pools share the cores)"
         killed_run = " (--kill-one run)" if r["kill_run"] else ""
         lines.append(f"| {r['pools']} ({r['cores']} CPUs){killed_run} | {len(items)} | {r['wall']:.1f} | {rate:.0f} | "
-                     f"{rate / r['pools'] / rate1:.2f} | "
-                     f"{same}/{total} | {100 * timing_cv(r['verdicts'], labels):.2f}% | {overl} | "
+                     f"{rate / r['pools'] / rate1:.2f} | {same}/{total} | {overl} | "
                      f"{len(r['killed'])} / {r['summary'].retries} | {where} |")
     statuses: dict[str, int] = {}
     for v in base["verdicts"]:
@@ -275,18 +223,11 @@ def main(argv=None) -> int:
     seen = "statuses in the 1-pool run: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + "."
     pools = f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, " \
             f"{a.timing_trials} timing trials, torch.compile {'timed' if a.time_torch_compile else 'not timed'}"
-    if a.batch == "seed":
-        about = [f"Batch: {a.tasks} level-1/2 seed tasks ({', '.join(sorted({t.name for t, _ in items}))}), "
-                 f"{len(set(labels))} kernels (teacher, an honest one per task and a planted bug on every second task) "
-                 f"x {a.repeats} repeats = {len(items)} candidates; {seen}",
-                 f"{pools}. {built} distinct extensions built before the runs in {build_s:.0f} s ({failed} failed), "
-                 "not in the walls below."]
-    else:
-        about = [f"Batch: the real-code batch (verifier/testbed.py real_batch: {a.manifest}, levels {a.levels}, "
-                 f"{len({t.task_id for t, _ in items})} tasks x up to {a.per_task} distinct model-written solutions = "
-                 f"{len(items)} candidates); {seen}",
-                 f"{pools}; every run cold (a fresh build root): compiling every extension and preparing every task "
-                 "are inside its wall. Timing CV: n/a (no repeats)."]
+    about = [f"Batch: the real-code batch (verifier/testbed.py real_batch: {a.manifest}, levels {a.levels}, "
+             f"{len({t.task_id for t, _ in items})} tasks x up to {a.per_task} distinct model-written solutions = "
+             f"{len(items)} candidates); {seen}",
+             f"{pools}; every run cold (a fresh build root): compiling every extension and preparing every task are "
+             "inside its wall."]
     text = "\n".join([
         f"# Verifier on Ray, {a.backend} backend: scaling over execution pools of one host", "",
         f"Command: `{cmd}`", "",

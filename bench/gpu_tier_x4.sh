@@ -11,7 +11,7 @@
 #                              sources' test bed rows (NEW_SOURCES) on every GPU that is free
 #   bash bench/gpu_tier_x4.sh B   four test bed lanes over what call A left (skip-done), same warm machine
 #                              (OLD_LANES of them, default 0, on the old sources, the rest on NEW_SOURCES)
-#   bash bench/gpu_tier_x4.sh R   the Ray scaling run (bench_verifier_ray.py --batch real, 1, 2 and 4 GPUs, 16
+#   bash bench/gpu_tier_x4.sh R   the Ray scaling run (bench_verifier_ray.py: the real batch, 1, 2 and 4 GPUs, 16
 #                              cores a GPU, --kill-one); Ray from ext/whl_ray (RAY=1 DEST=ext/whl_ray
 #                              bench/gpu_wheels.sh, and its dependencies' wheels)
 #   bash bench/gpu_tier_x4.sh C   one GPU (nvidia-h100-x1): the tests call A left unfinished (TESTS=...) on 4
@@ -79,7 +79,7 @@ elif [ "$PHASE" = R ]; then
   # only what the image lacks: the slim Ray wheel and those of its dependencies not installed there
   python3 -m pip install -q --no-index --find-links ext/whl_ray ray >$W/logs/pip_ray.log 2>&1
   (cd .cache/final && PYTHONPATH=. timeout $(($(left) + 5)) python3 bench/bench_verifier_ray.py \
-    --batch real --gpus 1,2,4 --cores-per-gpu 16 --kill-one --kill-after 5 --n-tasks ${RAY_TASKS:-16} \
+    --gpus 1,2,4 --cores-per-gpu 16 --kill-one --kill-after 5 --n-tasks ${RAY_TASKS:-16} \
     --per-task ${RAY_K:-2} --chunk 2 --exec-workers 4 --out $W/ray/multigpu_$C.md) >$W/logs/ray_$C.log 2>&1
 elif [ "$PHASE" = A ]; then
   (cost base base 1; cost final final 1; cost base base 2; cost final final 2) &

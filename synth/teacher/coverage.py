@@ -3,7 +3,6 @@ writes kernels for: every seed task of data/seed_tasks, named by its family, and
 seed set lacks (odd sizes, broadcasts over three dims, reductions over middle dims, bmm, a linear layer in 3-D).
 
     family_tasks() -> [(family, name, reference code)]
-    seed_batch(backend, n_tasks, repeats) -> ([(Task, Candidate)], kernel labels)   the verifier benchmarks' batch
 
 tests/test_teacher.py compiles the cpu candidates of all of them; bench/bench_teacher_gpu.py verifies the cuda ones.
 """
@@ -11,9 +10,6 @@ tests/test_teacher.py compiles the cpu candidates of all of them; bench/bench_te
 from __future__ import annotations
 
 from pathlib import Path
-
-from kernelmill.errors import InputError
-from kernelmill.schema import Candidate, Task
 
 SEED_DIR = Path(__file__).resolve().parents[2] / "data" / "seed_tasks"
 
@@ -68,39 +64,3 @@ def family_tasks() -> list[tuple[str, str, str]]:
         out.append((SEED_FAMILIES.get(f.stem, f.stem), f.stem, f.read_text()))
     out += [(fam, fam, code) for fam, code in FAMILY_TASKS.items()]
     return out
-
-
-def seed_batch(backend: str, n_tasks: int, repeats: int, only: str = "") -> tuple[list[tuple], list[str]]:
-    """(items, kernel label per item): the teacher's candidates for the first ``n_tasks`` level-1/2 seed tasks (in
-    their numbered order; ``only``: those whose file stem matches this regex), an honest one per task and a planted
-    bug on every second task, each ``repeats`` times with its own candidate id (several timings of one kernel).
-    Raises InputError when fewer tasks match or the teacher declines one (the batch needs every task)."""
-    import re
-
-    from synth.teacher.lowering import lower_reference
-    from synth.teacher.writer import BUG_KINDS, TeacherDeclined, bug_sites, write_candidate
-
-    files = sorted(SEED_DIR.glob("level[12]/*.py"), key=lambda p: int(p.stem.split("_")[0]))
-    files = [f for f in files if not only or re.search(only, f.stem)]
-    if not 1 <= n_tasks <= len(files):
-        raise InputError(f"n_tasks {n_tasks}", f"data/seed_tasks has {len(files)} level-1/2 tasks"
-                         + (f" matching {only!r}" if only else ""))
-    items, labels = [], []
-    for t, path in enumerate(files[:n_tasks]):
-        code = path.read_text()
-        task = Task.from_code(code, name=path.stem, source="seed", level=int(path.parent.name[-1]))
-        kernels = [("honest", "")]
-        if t % 2 == 1:
-            kinds = [k for k in BUG_KINDS if k in bug_sites(lower_reference(code), backend)]
-            kernels.append((kinds[(t // 2) % len(kinds)],) * 2)
-        for label, bug in kernels:
-            try:
-                text = write_candidate(code, backend, bug=bug)
-            except TeacherDeclined as e:
-                raise InputError(str(path), f"the teacher declines it ({e}); the batch needs every seed task") from e
-            base = Candidate.make_id(task.task_id, backend, text)
-            for r in range(repeats):
-                items.append((task, Candidate(candidate_id=f"{base}-r{r}", task_id=task.task_id, backend=backend,
-                                              generator="teacher", code=text)))
-                labels.append(f"{path.stem}:{label}")
-    return items, labels
