@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import re
 
-import torch
-
 from verifier import cheats
 
 HEADLINES = {
@@ -34,31 +32,6 @@ ADVICE = {
     "timeout": "Look for loops whose bound never changes, and blocking waits.",
     "wrong": "Check indexing, bounds for sizes that are not multiples of your tile, and the reduction order.",
 }
-
-
-def mismatch(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> dict:
-    """Where and how much ``cand`` differs from ``ref`` (same shape), in float64."""
-    c, r = cand.detach().double(), ref.detach().double()
-    diff = (c - r).abs()
-    # NaN where the reference has NaN, and the reference's own infinities, are matches
-    same_special = (torch.isnan(c) & torch.isnan(r)) | (torch.isinf(r) & (c == r))
-    bad = ~(diff <= atol + rtol * r.abs()) & ~same_special
-    n_bad = int(bad.sum())
-    finite = torch.isfinite(diff)
-    max_abs = float(diff[finite].max()) if bool(finite.any()) else float("inf")
-    rel = diff / r.abs().clamp_min(1e-12)
-    max_rel = float(rel[finite].max()) if bool(finite.any()) else float("inf")
-    out = {"n_bad": n_bad, "numel": c.numel(), "max_abs": max_abs, "max_rel": max_rel}
-    if n_bad:
-        flat = int(bad.reshape(-1).nonzero()[0])
-        idx = []
-        for s in reversed(c.shape):
-            idx.append(flat % s)
-            flat //= s
-        idx = tuple(reversed(idx))
-        out.update(first_index=idx, got=float(c[idx]) if c.dim() else float(c),
-                   expected=float(r[idx]) if r.dim() else float(r))
-    return out
 
 
 def describe_mismatch(m: dict, shape: tuple, label: str) -> str:

@@ -313,9 +313,16 @@ class Budget:
 
 
 def _finite_max_abs(t: torch.Tensor) -> float:
-    a = t.detach().abs()
-    a = a[torch.isfinite(a)]
-    return float(a.max()) if a.numel() else 0.0
+    """The largest finite |value| of ``t`` (0 for none), in chunks of the flat view and without boolean
+    indexing: ``t[torch.isfinite(t)]`` on a 4-D output is a nonzero() of N x 4 int64 indices, 56 GiB for
+    KernelBench's 7 GiB RMSNorm output (technoabsurdist-l1-p36 ended verifier_error for it on an H100)."""
+    f, best = t.detach().reshape(-1), 0.0
+    for s in range(0, f.numel(), CHUNK):
+        a = f[s:s + CHUNK].abs()
+        a = a.masked_fill_(~torch.isfinite(a), 0) if a.is_floating_point() else a
+        if a.numel():
+            best = max(best, float(a.max()))
+    return best
 
 
 def _lattice_bits(t: torch.Tensor) -> int | None:
