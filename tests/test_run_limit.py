@@ -5,7 +5,9 @@ correct by its source, was killed as a hang in its timing stage: the limit is ``
 candidate's code plus the time the verifier's own plumbing takes to copy each output out of the child
 (verifier/plan.py ``TaskPlan.run_limit_s``), the extra shape's outputs are measured, not scaled from its inputs,
 and the timeout verdict names the limit it ran under (tests/test_verifier_run.py: a hang is still a timeout).
-A crash whose message is mostly tensor reprs keeps the error's name (verifier/worker.py ``_short_traceback``)."""
+Planning is admitted by the outputs a forward on meta tensors measures (a conv's 8 GiB output of 1 GiB inputs ran
+the device out of memory while planning). Large outputs are scaled without an index tensor. A crash whose message
+is mostly tensor reprs keeps the error's name (verifier/worker.py ``_short_traceback``)."""
 
 import types
 
@@ -104,3 +106,54 @@ def test_a_large_outputs_scale_is_read_without_an_index_tensor():
     assert _largest_allocation(lambda: _finite_max_abs(t)) <= t.numel() * t.element_size()
     # the old way, for the record: N x 4 int64 indices, 8x the output itself
     assert _largest_allocation(lambda: t[torch.isfinite(t)]) >= 7 * t.numel() * t.element_size()
+
+
+OUTER = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.outer(a, b)
+
+def get_inputs():
+    return [torch.rand(2048), torch.rand(4096)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_planning_is_admitted_by_the_outputs_a_meta_forward_measures(monkeypatch):
+    """An outer product's output is 1,365x its inputs (KernelBench's conv2d l1-p63: 8 GiB out of 1 GiB in ran the
+    device out of memory while planning, admitted by its input size): planning asks the gate for the outputs."""
+    from verifier import admission
+    from verifier.api import load_reference
+    from verifier.inputs import meta_output_bytes
+    from verifier.plan import _build_plan
+
+    ref = load_reference(OUTER, "outer")
+    assert meta_output_bytes(ref, OUTER) == 2048 * 4096 * 4
+    asked = []
+    real_gate = admission.gate_for
+
+    def gate_for(device, budget_gib):
+        gate = real_gate(device, budget_gib)
+        admit = gate.admit
+
+        def spy(n):
+            asked.append(n)
+            return admit(n)
+        monkeypatch.setattr(gate, "admit", spy)
+        return gate
+    monkeypatch.setattr(admission, "gate_for", gate_for)
+    plan = _build_plan(OUTER, "cpu", CFG, "outer")
+    assert plan.output_bytes == 2048 * 4096 * 4
+    assert asked and asked[0] >= admission.job_bytes(6144 * 4, plan.output_bytes, 0, True)
+
+
+def test_a_program_that_does_not_run_on_meta_plans_without_it():
+    from verifier.api import load_reference
+    from verifier.inputs import meta_output_bytes
+
+    text = OUTER.replace("return torch.outer(a, b)", "return torch.outer(a, b) * float(a.sum().item())")
+    assert meta_output_bytes(load_reference(text, "item"), text) is None

@@ -467,6 +467,18 @@ def meta_input_bytes(get_inputs, program_text: str = "") -> int | None:
         return None
 
 
+def meta_output_bytes(ref_mod, program_text: str = "") -> int | None:
+    """Bytes the reference's outputs would take, found by running it on meta tensors (no weights or inputs are
+    allocated); None where the program does not run on meta. A conv whose output is 16 times its 1 GiB input
+    was admitted to planning by its input size and ran the device out of memory (technoabsurdist-l1-p63)."""
+    try:
+        with placement("meta", program_text), torch.no_grad():
+            model = ref_mod.Model(*ref_mod.get_init_inputs())
+            return nbytes(as_list(model(*ref_mod.get_inputs())))
+    except Exception:  # noqa: BLE001 - data-dependent shapes, .item(), cpu-only ops: the caller plans without it
+        return None
+
+
 def as_list(out) -> list:
     """A model's output as a list of outputs."""
     return list(out) if isinstance(out, (list, tuple)) else [out]

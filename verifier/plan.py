@@ -19,7 +19,8 @@ from kernelmill.errors import InputError
 from verifier import admission
 from verifier.config import VerifyConfig
 from verifier.contract import Job
-from verifier.inputs import as_list, build_model, draw_inputs, meta_input_bytes, nbytes, same, size_changes
+from verifier.inputs import (as_list, build_model, draw_inputs, meta_input_bytes, meta_output_bytes, nbytes, same,
+                             size_changes)
 from verifier.numerics import error_and_scale, float64_model, widen
 from verifier.outputs import RNG_LOCK, reference_fault
 from verifier.reduction import ReductionTracker, RefStats
@@ -155,8 +156,10 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
     if plan.skip_reason:
         return plan
     seed = secrets.randbelow(2**31 - 1) + 1
-    # planning holds about what a job does (three draws, outputs, the float64 copies); unknown inputs plan nothing
-    planned = admission.job_bytes(meta or 0, meta or 0, 0, cfg.float64_reference)
+    # planning holds about what a job does (three draws, outputs, the float64 copies); the outputs' size from a
+    # forward on meta tensors, else taken as the inputs'; unknown inputs plan nothing
+    meta_out = meta_output_bytes(ref_mod, reference_code) if meta is not None else None
+    planned = admission.job_bytes(meta or 0, max(meta or 0, meta_out or 0), 0, cfg.float64_reference)
     with admission.gate_for(device, cfg.memory_budget_gib).admit(planned), admission.device_work(device):
         try:
             with RNG_LOCK, torch.no_grad():
