@@ -18,8 +18,10 @@ setup: $(STAMP)
 run: $(STAMP)
 	kernelmill run --out $(OUT)
 
+# two workers (pytest-xdist), each taking whole test files, so a module's fixtures are built once (tests/conftest.py:
+# what the workers share)
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not gpu"
+	$(PY) -m pytest -q -m "not gpu" -n 2 --dist loadfile
 
 gpu-test:
 	$(PY) -m pytest -q -m gpu tests/gpu

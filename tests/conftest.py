@@ -22,6 +22,16 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # for it (the ``with_pch`` fixture), and on GPU boxes, where tests/gpu checks the fast build paths.
 if not os.environ.get("CUDA_VISIBLE_DEVICES") and not Path("/dev/nvidiactl").exists():
     os.environ.setdefault("KERNELMILL_VERIFY_PCH", "false")
+# Under pytest-xdist (``make test`` runs two workers) each worker imports this file and so has a KERNELMILL_HOME,
+# and with it a default build root, of its own: the honest fixtures that several modules build would be compiled
+# once per worker. There the workers' default build root is one directory for the run (xdist's run id names it),
+# which they share safely: a build is keyed by content and compiled under an flock on its key's directory
+# (verifier/build.py), and the object cache and the kept reference timings lock per entry (verifier/objcache.py,
+# verifier/prep_cache.py). It is the same path in every worker, as the built module's recorded path must be for a
+# sandboxed child of either worker to load it. A test that gives a build_dir of its own is unaffected.
+if os.environ.get("PYTEST_XDIST_TESTRUNUID"):
+    os.environ.setdefault("KERNELMILL_VERIFY_BUILD_DIR", str(Path(tempfile.gettempdir()) / (
+        f"kernelmill-tests-run-{os.environ['PYTEST_XDIST_TESTRUNUID']}") / "verify-builds"))
 
 
 def _verify_defaults_from_the_environment() -> None:
@@ -66,13 +76,14 @@ def with_pch():
 
 @pytest.fixture(scope="session")
 def shared_build_dir() -> str:
-    """The session's verifier build root (the default one, under the session's KERNELMILL_HOME, which the verify
-    stage, serve-verifier and every VerifyConfig without a build_dir use too). Builds are content-addressed by
-    sources, flags and torch version, and failures are cached with their log (verifier/build.py), so modules whose
-    extensions are honest fixtures (verifier/fixtures.py) share this root instead of compiling the same sources
-    again in a root of their own, and keep the fork servers that a new build root would restart. A test that
-    asserts a cold build, or on what a build root holds (tests/test_verifier_run.py, test_verifier_build.py,
-    test_prep_cache.py, test_run_cost.py), keeps a root of its own."""
+    """The session's verifier build root (the default one, which the verify stage, serve-verifier and every
+    VerifyConfig without a build_dir use too: under the session's KERNELMILL_HOME, or the run's one under
+    pytest-xdist, above). Builds are content-addressed by sources, flags and torch version, and failures are
+    cached with their log (verifier/build.py), so modules whose extensions are honest fixtures
+    (verifier/fixtures.py) share this root instead of compiling the same sources again in a root of their own,
+    and keep the fork servers that a new build root would restart. A test that asserts a cold build, or on what
+    a build root holds (tests/test_verifier_run.py, test_verifier_build.py, test_prep_cache.py,
+    test_run_cost.py), keeps a root of its own."""
     from verifier.config import VerifyConfig
 
     root = VerifyConfig().build_root()

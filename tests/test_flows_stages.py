@@ -57,9 +57,15 @@ def test_load_then_annotate_flows_write_raw_then_annotated_tasks(prefect_server,
 def test_verify_flow_holds_the_gpu_limit_and_publishes_progress(prefect_server, tmp_path):
     """Candidates that stop at the static stage: real verifier, nothing to compile."""
     from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
 
     from flows.stages import GPU_LIMIT, verify_flow
 
+    with get_client(sync_client=True) as client:  # another module's flow on this session's server may have made it
+        try:
+            client.delete_global_concurrency_limit_by_name(GPU_LIMIT)
+        except ObjectNotFound:
+            pass
     seed_run_dir(tmp_path, ["torch_fallback"])
     counts = verify_flow(out=str(tmp_path), overrides={"flows.gpu_concurrency": 2}, backend="cpu")
     assert counts == {"candidates": 1, "verified": 1, "reused": 0, "correct": 0, "written": 1}

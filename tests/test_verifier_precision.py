@@ -77,11 +77,10 @@ TASKS = {name: Task.from_code(code, name=name, source="seed", level=1)
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    # one build directory for the session: the red-team module builds the same extension
-    build = tmp_path_factory.getbasetemp() / "precision-builds"
-    build.mkdir(exist_ok=True)
-    return VerifyConfig(build_dir=str(build), trials=5, timing_trials=3,
+def config(shared_build_dir):
+    # the session's build root: the red-team module builds the same extension, and under pytest-xdist it may run
+    # on the other worker (a directory under the worker's own basetemp would build it once per worker)
+    return VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=3,
                         warmup=1, time_torch_compile=False, run_timeout_s=60, memory_limit_gb=6, exec_workers=2)
 
 
