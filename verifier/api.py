@@ -89,7 +89,7 @@ def _front_stages(w: Work, candidate_text: str, backend: str, t0: float) -> Work
     v.stage_seconds["static"] = round(time.perf_counter() - t1, 4)
     vendor, tamper = [], []
     for spec in report.extensions:
-        srcs = [x for k in ("cpp_sources", "cuda_sources") for x in _as_strs(spec.args.get(k))]
+        srcs = _sources(spec.args)
         vendor += scan_sources(srcs, _as_strs(spec.args.get("extra_ldflags")))
         tamper += scan_tampering(srcs)
     # PyTorch compute alone does not stop the candidate here: it is judged to the end so that the verdict can
@@ -116,6 +116,11 @@ def _as_strs(x) -> list[str]:
     return [str(i) for i in x] if isinstance(x, (list, tuple)) else [str(x)]
 
 
+def _sources(spec_args: dict) -> list[str]:
+    """The C++ and CUDA source texts of one load_inline call's arguments."""
+    return [src for key in ("cpp_sources", "cuda_sources") for src in _as_strs(spec_args.get(key))]
+
+
 def _compile_done(w: Work, results: list, build_root: Path | None = None) -> bool:
     """Record compile results; False (and the verdict finished) when any spec failed or its build tried to
     escape the sandbox (C17, from the evidence the sandbox left in the key directory under ``build_root``)."""
@@ -140,7 +145,7 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         finish(w, "compile_error", ["First compiler errors:\n" + first_errors(bad[0].log)])
         return False
     v.compiled = True
-    sources = [src for spec in w.specs for key in ("cpp_sources", "cuda_sources") for src in _as_strs(spec.get(key))]
+    sources = [src for spec in w.specs for src in _sources(spec)]
     vendor = [f for r in results for f in scan_library(r.so_path, sources)]
     tamper = [f for r in results for f in scan_tampering([], r.so_path)]
     if vendor or tamper:  # the linker's view: what the built extension calls by name, however the source spelled it

@@ -49,6 +49,8 @@ TAIL = 4.0  # the absolute term's scale is at most this x the block's median |va
 LATTICE_BITS = 8  # exact-valued outputs: multiples of 2^-m, m <= this ...
 LATTICE_LIMIT = float(1 << 24)  # ... below 2^24 units (exactly representable in fp32)
 CHUNK = 1 << 24  # elements handled at a time (a 6 GB output is measured and compared in pieces)
+
+
 def reference_numerics() -> None:
     """fp32 means fp32 for the reference: no TF32 in matmuls or cuDNN convolutions. Set in every process
     that computes a reference (the verifier and the execution child, before its tamper snapshot)."""
