@@ -23,11 +23,14 @@ def seeds(tmp_path_factory):
     return d
 
 
-def _artifacts(key_prefix: str):
+def _artifacts(key_prefix: str, naming: str = ""):
+    """The server's artifacts under a key prefix whose data names ``naming`` (this test's run directory or
+    seed folder): under xdist another module's flows publish the same keys on the session's server."""
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        return [a for a in client.read_artifacts() if (a.key or "").startswith(key_prefix)]
+        return [a for a in client.read_artifacts()
+                if (a.key or "").startswith(key_prefix) and naming in str(a.data)]
 
 
 def test_load_then_annotate_flows_write_raw_then_annotated_tasks(prefect_server, seeds, tmp_path):
@@ -48,9 +51,9 @@ def test_load_then_annotate_flows_write_raw_then_annotated_tasks(prefect_server,
     assert annotate_flow(out=str(out))["written"] == 0
     assert len(store.read_records(out, "tasks")) == 3
 
-    summary = [a for a in _artifacts("kernelmill-annotate-summary")]
-    assert summary and "| tasks | 3 |" in summary[0].data
-    counts_tables = _artifacts("kernelmill-load-counts")
+    summary = _artifacts("kernelmill-annotate-summary", naming=str(out))
+    assert summary and all("| tasks | 3 |" in a.data for a in summary)
+    counts_tables = _artifacts("kernelmill-load-counts", naming=str(seeds))
     assert counts_tables and "seed" in counts_tables[0].data
 
 
