@@ -79,10 +79,35 @@ def _front_stages(w: Work, candidate_text: str, backend: str, t0: float) -> Work
     v.stage_seconds["extract"] = round(time.perf_counter() - t0, 4)
     if problems:
         if any("never launched" in p for p in problems):
-            v.cheats = [cheats.C02]  # a kernel defined but never launched is row 2, not a format slip
+            # a kernel defined but never launched is row 2, not a format slip; whatever computes the answer
+            # instead (cuBLAS, ATen, a patched clock) is judged by the static stage too, so that the verdict
+            # names every row the program breaks, not the first one found
+            report, vendor, tamper = _static_stage(code, backend, v)
+            v.cheats = sorted({cheats.C02} | _static_codes(report, vendor, tamper))
+            problems = problems + _static_lines(report, vendor, tamper)
         finish(w, "extract_error", problems)
         return w
     w.code = code
+    report, vendor, tamper = _static_stage(code, backend, v)
+    # PyTorch compute alone does not stop the candidate here: it is judged to the end so that the verdict can
+    # say what the partial legality policy (KernelBench's) makes of it; the strict policy rejects it then
+    blocking = [f for f in report.findings if not f.torch]
+    v.fallback_ops = report.fallback_ops
+    if blocking or vendor or tamper:
+        v.cheats = sorted(_static_codes(report, vendor, tamper))
+        finish(w, "cheat", _static_lines(report, vendor, tamper))
+        return w
+    w.torch_findings = [str(f) for f in report.findings]
+    # load_inline calls with non-constant arguments are built inside the child (allow_child_compile): the
+    # source and binary scans do not see them; the runtime monitors and time coverage still do
+    v.stage_reached = "compile"
+    w.specs = [s.args for s in report.extensions if s.resolved]
+    return w
+
+
+def _static_stage(code: str, backend: str, v: Verdict):
+    """The static scan of the Python text and the source and tampering scans of every load_inline call it
+    resolves: (report, vendor findings, tampering findings)."""
     v.stage_reached = "static"
     t1 = time.perf_counter()
     report = scan(code, backend)
@@ -92,22 +117,17 @@ def _front_stages(w: Work, candidate_text: str, backend: str, t0: float) -> Work
         srcs = _sources(spec.args)
         vendor += scan_sources(srcs, _as_strs(spec.args.get("extra_ldflags")))
         tamper += scan_tampering(srcs)
-    # PyTorch compute alone does not stop the candidate here: it is judged to the end so that the verdict can
-    # say what the partial legality policy (KernelBench's) makes of it; the strict policy rejects it then
-    blocking = [f for f in report.findings if not f.torch]
-    v.fallback_ops = report.fallback_ops
-    if blocking or vendor or tamper:
-        v.cheats = sorted(set(report.cheat_codes) | ({cheats.C01} if vendor else set()) |
-                          ({cheats.C11} if tamper else set()))
-        finish(w, "cheat", [f"Static check, {f}." for f in report.findings] + _vendor_lines("Static", vendor) +
-               _tamper_lines("Static", tamper))
-        return w
-    w.torch_findings = [str(f) for f in report.findings]
-    # load_inline calls with non-constant arguments are built inside the child (allow_child_compile): the
-    # source and binary scans do not see them; the runtime monitors and time coverage still do
-    v.stage_reached = "compile"
-    w.specs = [s.args for s in report.extensions if s.resolved]
-    return w
+    return report, vendor, tamper
+
+
+def _static_codes(report, vendor: list, tamper: list) -> set[str]:
+    """The cheat codes of the static stage's findings, PyTorch compute's included."""
+    return set(report.cheat_codes) | ({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set())
+
+
+def _static_lines(report, vendor: list, tamper: list) -> list[str]:
+    return [f"Static check, {f}." for f in report.findings] + _vendor_lines("Static", vendor) + \
+        _tamper_lines("Static", tamper)
 
 
 def _as_strs(x) -> list[str]:

@@ -12,6 +12,7 @@ model-written solutions use that were rejected, each next to the cheat it resemb
 6. ``nn.Sequential`` of the candidate's own modules is not an nn layer; classes nothing uses are not scanned as if
    forward called them.
 7. Triton programs and ``cpp_extension.load`` from files get an extract error that says they are out of scope.
+   A kernel nobody launches beside cuBLAS or torch compute is C02 and C01 both.
 8. The dlopen / dlsym that CUDA 13's CCCL headers (cub, thrust) import into any module is not vendor compute; the
    same import without them, or a dlopen the candidate writes beside a CUB include, still is.
 The slim build's meaning (tests/redteam/test_redteam_slim.py) and reflection
@@ -299,6 +300,33 @@ def test_a_kernel_referenced_by_no_launch_route_is_still_never_launched():
     # one kernel launched, another never referenced: something is launched, the runtime judges the rest
     two = KERNEL + "__global__ void unused_kernel(float* y) { }\n"
     assert check_candidate_shape(_cuda_candidate(LAUNCHES["cudaLaunchKernel"], two), "cuda") == []
+
+
+def test_a_never_launched_kernel_beside_vendor_or_torch_compute_names_both_rows():
+    """KernelBench's technoabsurdist-l1-p2 on the H100: a kernel defined, never launched, the answer from cuBLAS.
+    The verdict said C02 alone; the extract stop now runs the static stage too, so it names C01 as well."""
+    from verifier.api import _front
+
+    def front(host):
+        return _front("", _cuda_candidate(host), "cuda", "t", "c").verdict
+
+    cublas = ('torch::Tensor relu(torch::Tensor x) {\n    auto y = torch::empty_like(x); float one = 1.f;\n'
+              '    cublasSgemm(at::cuda::getCurrentCUDABlasHandle(), CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one,\n'
+              '                x.data_ptr<float>(), 1, x.data_ptr<float>(), 1, &one, y.data_ptr<float>(), 1);\n'
+              '    return y;\n}')
+    v = front(cublas)
+    assert v.status == "cheat" and v.cheats == sorted([cheats.C01, cheats.C02]), (v.status, v.cheats)
+    assert "never launched" in v.feedback and "cuBLAS" in v.feedback
+    v = front('torch::Tensor relu(torch::Tensor x) {\n    return at::relu(x);\n}')
+    assert v.status == "cheat" and v.cheats == [cheats.C02]  # ATen in C++: the runtime's question, as before
+    # the answer from torch in forward: strict's C01 beside C02
+    torch_fwd = _cuda_candidate('torch::Tensor relu(torch::Tensor x) {\n    return x;\n}').replace(
+        "return ext.relu(x.contiguous())", "return torch.relu(ext.relu(x))")
+    v = _front("", torch_fwd, "cuda", "t", "c").verdict
+    assert v.cheats == sorted([cheats.C01, cheats.C02]), v.cheats
+    # an honest launch stays clean of both
+    v = front(LAUNCHES["cudaLaunchKernel"])
+    assert not v.status and not v.cheats and v.stage_reached == "compile"
 
 
 # ---------------------------------------------------------------------------- 4. vendor includes and link flags
