@@ -258,3 +258,19 @@ def test_the_float64_reference_is_left_out_when_its_outputs_would_not_fit():
     assert "does not fit" in why and outs64 is None
     why, pooled, outs64 = _float64_check(model, [x], outs, 8 * 64 * 4, room, cfg)
     assert why == "" and outs64[0][0].dtype == torch.float64 and len(pooled) == 1
+
+
+def test_a_task_is_refused_for_the_device_it_needs_not_for_the_memory_other_jobs_hold(base, monkeypatch):
+    """KernelBench's Softsign (6 GiB of inputs) was skipped on an H100 with 18.8 GiB free while three other jobs
+    ran: the plan, cached for the task, made every candidate a verifier_error. Free memory is now read once the
+    memory gate admits the planning; a task is refused only when a trial cannot fit the whole device."""
+    task = relu_task(512, 1024 + 8, "busy-device")  # 2 MiB of inputs; a program no other test plans
+    monkeypatch.setattr(admission, "free_bytes", lambda device: 1 << 20)  # the other jobs hold the rest now
+    p = api.task_plan(task.reference_code, "cpu", base)
+    assert p.skip_reason == "" and p.input_bytes == 512 * 1032 * 4  # before: skipped, "0.0 GiB free"
+    assert p.float64 != ""  # the float64 copy still reads what is free once admitted: too little here
+    # a trial that would not fit the whole device is still refused, and the reason names the device's size
+    monkeypatch.setattr(admission, "capacity_bytes", lambda device: 4 << 20)
+    other = relu_task(512, 1024 + 16, "too-big-device")
+    p = api.task_plan(other.reference_code, "cpu", base)
+    assert p.skip_reason.startswith("skipped: the task's inputs take") and "GiB in all" in p.skip_reason

@@ -119,6 +119,17 @@ def free_bytes(device: str) -> int:
         return 1 << 40
 
 
+def capacity_bytes(device: str) -> int:
+    """All the memory of ``device`` (cuda: the GPU's total; cpu: physical RAM): what a job running alone could
+    have. A task is refused for its size against this, never against what is free while other jobs run."""
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[1]
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 1 << 40
+
+
 def auto_budget(device: str) -> int:
     """The budget of a gate where none is configured: a share of the GPU's total memory, or of available RAM."""
     if device == "cuda":

@@ -147,13 +147,15 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
     ref_mod = load_reference(reference_code, name)
     plan = TaskPlan(ref_mod=ref_mod, text=reference_code, device=device)
     meta = meta_input_bytes(ref_mod.get_inputs, reference_code)
-    free = admission.free_bytes(device)
+    capacity = admission.capacity_bytes(device)
     # a trial holds the inputs, a pristine copy, the candidate's and the reference's outputs (about the size
-    # of the inputs each for most tasks), and the verifier draws them again to compare
-    if meta is not None and meta * 4 > free:
+    # of the inputs each for most tasks), and the verifier draws them again to compare. Refused only when that
+    # exceeds the whole device: what is free now depends on the jobs beside this one (KernelBench's Softsign,
+    # 6 GiB of inputs, was skipped with 18.8 GiB free of an H100 while three other jobs ran), and the memory gate
+    # below serialises a task that fits the device only alone
+    if meta is not None and meta * 4 > capacity:
         plan.skip_reason = (f"skipped: the task's inputs take {meta / 2**30:.1f} GiB and a trial needs about four "
-                            f"times that; {device} has {free / 2**30:.1f} GiB free")
-    if plan.skip_reason:
+                            f"times that; {device} has {capacity / 2**30:.1f} GiB in all")
         return plan
     seed = secrets.randbelow(2**31 - 1) + 1
     # planning holds about what a job does (three draws, outputs, the float64 copies); the outputs' size from a
@@ -161,6 +163,7 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
     meta_out = meta_output_bytes(ref_mod, reference_code) if meta is not None else None
     planned = admission.job_bytes(meta or 0, max(meta or 0, meta_out or 0), 0, cfg.float64_reference)
     with admission.gate_for(device, cfg.memory_budget_gib).admit(planned), admission.device_work(device):
+        free = admission.free_bytes(device)  # once admitted: what the float64 copy may take
         try:
             with RNG_LOCK, torch.no_grad():
                 a = draw_inputs(ref_mod.get_inputs, seed, device, reference_code)
