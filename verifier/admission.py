@@ -207,6 +207,11 @@ class HeldCache:
         with self._lock:
             return self._values.get(key, default)
 
+    def held(self, key) -> bool:
+        """Whether a user holds ``key`` now."""
+        with self._lock:
+            return bool(self._users.get(key))
+
     def hold(self, key) -> None:
         with self._lock:
             self._users[key] = self._users.get(key, 0) + 1
