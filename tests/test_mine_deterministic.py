@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from synth.mine.input_synthesis import InputGuess, forward_work
 from synth.mine.miner import mine_tasks
 from synth.mine.own_clock import own_clock
@@ -104,6 +106,23 @@ def test_own_clock_does_not_advance_while_waiting_for_a_cpu():
     c0 = own_clock()
     time.sleep(0.3)
     assert 0.25 < own_clock() - c0 < 0.5
+
+
+def test_own_clock_reads_its_wall_clock_and_wait_as_one_pair(monkeypatch):
+    """A preemption between reading the wait and the wall clock: 5 ms of waiting shows in the wall clock and
+    only in the wait read after it. A reading that paired the earlier wait with the later wall clock was 5 ms
+    ahead, and the next difference came out negative (a mined forward measured at -3.665 ms under load)."""
+    from synth.mine import own_clock as oc
+
+    wall = iter([10.006, 10.0065, 10.007])  # 5 ms preempted after the first wait read, before the wall clock
+    waits = iter([1.000, 1.005, 1.005, 1.005, 1.005])  # the kernel adds it when the thread runs again
+    monkeypatch.setattr(oc.time, "monotonic", lambda: next(wall))
+    monkeypatch.setattr(oc, "_wait_s", lambda path: next(waits))
+    first = oc.own_clock()  # wait 1.000, wall 10.006, wait 1.005 (changed: read again), wall 10.0065, wait 1.005
+    second = oc.own_clock()  # wait 1.005, wall 10.007, wait 1.005
+    # before: 10.006 - 1.000, then 10.0065 - 1.005: the second reading 4.5 ms before the first
+    assert first == pytest.approx(10.0065 - 1.005) and second - first == pytest.approx(0.0005)
+    assert second - first > 0
 
 
 def test_forward_work_is_a_property_of_the_shapes():

@@ -32,8 +32,19 @@ def _wait_s(path: str) -> float | None:
 def own_clock() -> float:
     """Seconds on this thread's clock (module docstring): ``time.monotonic()`` minus the time the calling
     thread waited for a CPU. Only differences are meaningful, as with ``time.monotonic``."""
-    wait = _wait_s(f"/proc/self/task/{threading.get_native_id()}/schedstat")
-    return time.monotonic() - (wait or 0.0)
+    path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+    # the wait and the wall clock read as one pair: a preemption between the two reads would put its wait on
+    # one side only, and a difference of two readings could then come out negative (a forward measured at
+    # -3.7 ms under load); the kernel adds a wait when the thread runs again, so an unchanged wait before and
+    # after the wall clock means none fell between them
+    wait = _wait_s(path)
+    for _ in range(8):
+        now = time.monotonic()
+        again = _wait_s(path)
+        if again == wait:
+            break
+        wait = again
+    return now - (wait or 0.0)
 
 
 def waited_s(pid: int) -> float:
