@@ -111,21 +111,19 @@ class MemoryGate:
 
 def free_bytes(device: str) -> int:
     """Memory free on ``device`` now (cuda: the driver's count; cpu: available RAM)."""
-    if device == "cuda":
-        return torch.cuda.mem_get_info()[0]
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return 1 << 40
+    return torch.cuda.mem_get_info()[0] if device == "cuda" else _ram_bytes("SC_AVPHYS_PAGES")
 
 
 def capacity_bytes(device: str) -> int:
     """All the memory of ``device`` (cuda: the GPU's total; cpu: physical RAM): what a job running alone could
     have. A task is refused for its size against this, never against what is free while other jobs run."""
-    if device == "cuda":
-        return torch.cuda.mem_get_info()[1]
+    return torch.cuda.mem_get_info()[1] if device == "cuda" else _ram_bytes("SC_PHYS_PAGES")
+
+
+def _ram_bytes(pages: str) -> int:
+    """RAM in bytes from a sysconf page count (available or physical); 1 TiB where the system does not say."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf(pages) * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
         return 1 << 40
 
