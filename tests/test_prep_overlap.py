@@ -9,6 +9,7 @@
 
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -68,10 +69,9 @@ def test_the_compiled_reference_is_built_outside_the_device_lock(tmp_path, fresh
     assert longest < held + build / 2, (longest, rep.phase_s)
 
 
-def test_a_task_is_prepared_while_its_first_candidate_compiles(tmp_path, fresh_memo, monkeypatch):
-    cfg = VerifyConfig(build_dir=str(tmp_path / "build"), trials=3, timing_trials=3, warmup=1,
-                       time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4, pch=False, prep_cache=False,
-                       exec_workers=1)
+def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir, fresh_memo, monkeypatch):
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=False,
+                       run_timeout_s=60, memory_limit_gb=4, prep_cache=False, exec_workers=1)
     events = []
     real_measure, real_done = api._measure_reference, api._compile_done
 
@@ -85,7 +85,9 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(tmp_path, fresh_m
 
     monkeypatch.setattr(api, "_measure_reference", measure)
     monkeypatch.setattr(api, "_compile_done", compile_done)
-    code = fx.HONEST_RELU.replace("ModelNew(nn.Module):", "ModelNew(nn.Module):\n    # built cold here")
+    # sources no build root holds yet: the candidate compiles (seconds, against the precompiled header)
+    code = fx.HONEST_RELU.replace("ModelNew(nn.Module):", f"ModelNew(nn.Module):\n    # {uuid.uuid4().hex}").replace(
+        "#include <torch/extension.h>", f"#include <torch/extension.h>\n// {uuid.uuid4().hex}")
     (v,) = verify_batch([(TASK, Candidate(candidate_id="c", task_id=TASK.task_id, backend="cpu", generator="t",
                                           code=code))], config=cfg)
     assert v.status == "pass" and v.correct and v.eager_us, (v.status, v.feedback[:500])
