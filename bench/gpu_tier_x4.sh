@@ -78,8 +78,9 @@ elif [ "$PHASE" = R ]; then
   mkdir -p $W/ray
   # only what the image lacks: the slim Ray wheel and those of its dependencies not installed there
   python3 -m pip install -q --no-index --find-links ext/whl_ray ray >$W/logs/pip_ray.log 2>&1
+  # 16 candidates by default: at 2b392f7 the 1-GPU run of 32 real ones did not finish in a 460-s call
   (cd .cache/final && PYTHONPATH=. timeout $(($(left) + 5)) python3 bench/bench_verifier_ray.py \
-    --gpus 1,2,4 --cores-per-gpu 16 --kill-one --kill-after 5 --n-tasks ${RAY_TASKS:-16} \
+    --gpus 1,2,4 --cores-per-gpu 16 --kill-one --kill-after 5 --n-tasks ${RAY_TASKS:-8} \
     --per-task ${RAY_K:-2} --chunk 2 --exec-workers 4 --out $W/ray/multigpu_$C.md) >$W/logs/ray_$C.log 2>&1
 elif [ "$PHASE" = A ]; then
   (cost base base 1; cost final final 1; cost base base 2; cost final final 2) &
