@@ -25,7 +25,6 @@ import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -328,6 +327,11 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
         pass
 
 
+def _prep_loop(jobs: queue.Queue) -> None:
+    while (item := jobs.get()) is not None:
+        prepare_task(*item)
+
+
 def _device_name(backend: str) -> str:
     return get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
 
@@ -471,71 +475,83 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     works: list[Work] = [None] * n  # type: ignore[list-item]  (each set below before anything reads it)
     pending = [0]
     prepared: set[tuple] = set()
-    with CompilePool(cfg.build_root(), workers=max(1, workers), timeout_s=cfg.compile_timeout_s,
-                     full_fallback=cfg.full_build_fallback) as pool, \
-            ThreadPoolExecutor(PREP_WORKERS, thread_name_prefix="km-prep") as prep:
-        for i in build_order(items):
-            task, cand = items[i]
-            backend = resolve_backend(cand.backend or "cpu")
-            w = _front(task.reference_code, cand.code or cand.response, backend, task.task_id, cand.candidate_id)
-            works[i] = w
-            if w.verdict.status:
-                deliver(i, w)
-                continue
-            plan_keys[i] = _plan_key(task.reference_code, backend, cfg)
-            _PLANS.hold(plan_keys[i])
-            if plan_keys[i] not in prepared:  # the task's preparation runs while its candidates compile
-                prepared.add(plan_keys[i])
-                prep.submit(prepare_task, plan_keys[i], task.reference_code, backend, cfg, cfg.build_root(),
-                            task.task_id or "task")
-            futs = [pool.submit(s) for s in w.specs]
-            pending[0] += 1
-            if not futs:
-                ready.put((i, []))
-                continue
+    # daemon threads, as the execution threads: a Ctrl-C (or any exception here) leaves without waiting for a
+    # reference child, and the interpreter's exit does not join them
+    prep_queue: queue.Queue = queue.Queue()
+    prep_threads = [threading.Thread(target=_prep_loop, args=(prep_queue,), name=f"km-prep-{k}", daemon=True)
+                    for k in range(PREP_WORKERS)]
+    for t in prep_threads:
+        t.start()
+    try:
+        with CompilePool(cfg.build_root(), workers=max(1, workers), timeout_s=cfg.compile_timeout_s,
+                         full_fallback=cfg.full_build_fallback) as pool:
+            for i in build_order(items):
+                task, cand = items[i]
+                backend = resolve_backend(cand.backend or "cpu")
+                w = _front(task.reference_code, cand.code or cand.response, backend, task.task_id, cand.candidate_id)
+                works[i] = w
+                if w.verdict.status:
+                    deliver(i, w)
+                    continue
+                plan_keys[i] = _plan_key(task.reference_code, backend, cfg)
+                _PLANS.hold(plan_keys[i])
+                if plan_keys[i] not in prepared:  # the task's preparation runs while its candidates compile
+                    prepared.add(plan_keys[i])
+                    prep_queue.put((plan_keys[i], task.reference_code, backend, cfg, cfg.build_root(),
+                                    task.task_id or "task"))
+                futs = [pool.submit(s) for s in w.specs]
+                pending[0] += 1
+                if not futs:
+                    ready.put((i, []))
+                    continue
 
-            def when_built(_f, i=i, futs=futs):
-                if all(f.done() for f in futs):
-                    with done_lock:
-                        if getattr(works[i], "_queued", False):
-                            return
-                        works[i]._queued = True  # type: ignore[attr-defined]
-                    ready.put((i, futs))
+                def when_built(_f, i=i, futs=futs):
+                    if all(f.done() for f in futs):
+                        with done_lock:
+                            if getattr(works[i], "_queued", False):
+                                return
+                            works[i]._queued = True  # type: ignore[attr-defined]
+                        ready.put((i, futs))
 
-            for f in futs:
-                f.add_done_callback(when_built)
+                for f in futs:
+                    f.add_done_callback(when_built)
 
-        def exec_loop() -> None:
-            with exec_slot():  # this thread's fork servers and job root: kept for the next batch
-                exec_jobs()
+            def exec_loop() -> None:
+                with exec_slot():  # this thread's fork servers and job root: kept for the next batch
+                    exec_jobs()
 
-        def exec_jobs() -> None:
+            def exec_jobs() -> None:
+                while True:
+                    item = ready.get()
+                    if item is None:
+                        return
+                    i, futs = item
+                    w = works[i]
+                    try:
+                        if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
+                            _execute(w, w.verdict.backend, cfg, cfg.build_root())
+                    except InputError as e:
+                        finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
+                    except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
+                        finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
+                    deliver(i, w)
+
+            threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
+                       for k in range(max(1, cfg.exec_workers))]
+            for t in threads:
+                t.start()
             while True:
-                item = ready.get()
-                if item is None:
-                    return
-                i, futs = item
-                w = works[i]
-                try:
-                    if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
-                        _execute(w, w.verdict.backend, cfg, cfg.build_root())
-                except InputError as e:
-                    finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
-                except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
-                    finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
-                deliver(i, w)
-
-        threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
-                   for k in range(max(1, cfg.exec_workers))]
-        for t in threads:
-            t.start()
-        while True:
-            with done_lock:
-                if all(v is not None for v in verdicts):
-                    break
-            time.sleep(0.05)
-        for _ in threads:
-            ready.put(None)
-        for t in threads:
-            t.join()
+                with done_lock:
+                    if all(v is not None for v in verdicts):
+                        break
+                time.sleep(0.05)
+            for _ in threads:
+                ready.put(None)
+            for t in threads:
+                t.join()
+    finally:  # each thread ends after its current task (on an exception: without anyone waiting)
+        for _ in prep_threads:
+            prep_queue.put(None)
+    for t in prep_threads:  # a preparation still running (its task's candidates all stopped early) ends first
+        t.join()
     return [v for v in verdicts if v is not None]
