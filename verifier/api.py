@@ -16,6 +16,7 @@ run, no compiler) raise.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -320,16 +321,42 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
         plan = task_plan(reference_code, backend, cfg, name)
         if plan.skip_reason or plan.task_fault or cfg.timing_trials <= 0 or not _PLANS.held(key):
             return
-        device = "cuda" if backend == "cuda" else "cpu"
-        with exec_slot(), admission.gate_for(device, cfg.memory_budget_gib).admit(plan.job_bytes()):
+        with exec_slot(), admission.gate_for(plan.device, cfg.memory_budget_gib).admit(plan.job_bytes()):
             reference_timing(plan, backend, cfg, build_root)  # (a slot: its fork server is kept for the next)
     except Exception:  # noqa: BLE001 - met again, and judged, by the task's first candidate
         pass
 
 
-def _prep_loop(jobs: queue.Queue) -> None:
-    while (item := jobs.get()) is not None:
-        prepare_task(*item)
+@contextlib.contextmanager
+def _preparing():
+    """``PREP_WORKERS`` threads running ``prepare_task`` on what the block hands them (the yielded function, which
+    takes ``prepare_task``'s arguments and passes each plan key on once).
+    Daemon threads, as the execution threads are: on an exception (a Ctrl-C) the block is left without waiting
+    for a reference child, and the interpreter's exit does not join them; each ends after its current task.
+    A block that finishes waits for them (a task whose candidates all stopped early may still be timing)."""
+    jobs: queue.Queue = queue.Queue()
+
+    def loop() -> None:
+        while (item := jobs.get()) is not None:
+            prepare_task(*item)
+
+    threads = [threading.Thread(target=loop, name=f"km-prep-{k}", daemon=True) for k in range(PREP_WORKERS)]
+    for t in threads:
+        t.start()
+    seen: set[tuple] = set()
+
+    def submit(key: tuple, *rest) -> None:
+        if key not in seen:
+            seen.add(key)
+            jobs.put((key, *rest))
+
+    try:
+        yield submit
+    finally:
+        for _ in threads:
+            jobs.put(None)
+    for t in threads:
+        t.join()
 
 
 def _device_name(backend: str) -> str:
@@ -474,84 +501,69 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     ready: queue.Queue = queue.Queue()
     works: list[Work] = [None] * n  # type: ignore[list-item]  (each set below before anything reads it)
     pending = [0]
-    prepared: set[tuple] = set()
-    # daemon threads, as the execution threads: a Ctrl-C (or any exception here) leaves without waiting for a
-    # reference child, and the interpreter's exit does not join them
-    prep_queue: queue.Queue = queue.Queue()
-    prep_threads = [threading.Thread(target=_prep_loop, args=(prep_queue,), name=f"km-prep-{k}", daemon=True)
-                    for k in range(PREP_WORKERS)]
-    for t in prep_threads:
-        t.start()
-    try:
-        with CompilePool(cfg.build_root(), workers=max(1, workers), timeout_s=cfg.compile_timeout_s,
-                         full_fallback=cfg.full_build_fallback) as pool:
-            for i in build_order(items):
-                task, cand = items[i]
-                backend = resolve_backend(cand.backend or "cpu")
-                w = _front(task.reference_code, cand.code or cand.response, backend, task.task_id, cand.candidate_id)
-                works[i] = w
-                if w.verdict.status:
-                    deliver(i, w)
-                    continue
-                plan_keys[i] = _plan_key(task.reference_code, backend, cfg)
-                _PLANS.hold(plan_keys[i])
-                if plan_keys[i] not in prepared:  # the task's preparation runs while its candidates compile
-                    prepared.add(plan_keys[i])
-                    prep_queue.put((plan_keys[i], task.reference_code, backend, cfg, cfg.build_root(),
-                                    task.task_id or "task"))
-                futs = [pool.submit(s) for s in w.specs]
-                pending[0] += 1
-                if not futs:
-                    ready.put((i, []))
-                    continue
+    with _preparing() as prepare, CompilePool(cfg.build_root(), workers=max(1, workers),
+                                              timeout_s=cfg.compile_timeout_s,
+                                              full_fallback=cfg.full_build_fallback) as pool:
+        for i in build_order(items):
+            task, cand = items[i]
+            backend = resolve_backend(cand.backend or "cpu")
+            w = _front(task.reference_code, cand.code or cand.response, backend, task.task_id, cand.candidate_id)
+            works[i] = w
+            if w.verdict.status:
+                deliver(i, w)
+                continue
+            plan_keys[i] = _plan_key(task.reference_code, backend, cfg)
+            _PLANS.hold(plan_keys[i])
+            # the task's preparation (once per batch) runs while its candidates compile
+            prepare(plan_keys[i], task.reference_code, backend, cfg, cfg.build_root(), task.task_id or "task")
+            futs = [pool.submit(s) for s in w.specs]
+            pending[0] += 1
+            if not futs:
+                ready.put((i, []))
+                continue
 
-                def when_built(_f, i=i, futs=futs):
-                    if all(f.done() for f in futs):
-                        with done_lock:
-                            if getattr(works[i], "_queued", False):
-                                return
-                            works[i]._queued = True  # type: ignore[attr-defined]
-                        ready.put((i, futs))
+            def when_built(_f, i=i, futs=futs):
+                if all(f.done() for f in futs):
+                    with done_lock:
+                        if getattr(works[i], "_queued", False):
+                            return
+                        works[i]._queued = True  # type: ignore[attr-defined]
+                    ready.put((i, futs))
 
-                for f in futs:
-                    f.add_done_callback(when_built)
+            for f in futs:
+                f.add_done_callback(when_built)
 
-            def exec_loop() -> None:
-                with exec_slot():  # this thread's fork servers and job root: kept for the next batch
-                    exec_jobs()
+        def exec_loop() -> None:
+            with exec_slot():  # this thread's fork servers and job root: kept for the next batch
+                exec_jobs()
 
-            def exec_jobs() -> None:
-                while True:
-                    item = ready.get()
-                    if item is None:
-                        return
-                    i, futs = item
-                    w = works[i]
-                    try:
-                        if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
-                            _execute(w, w.verdict.backend, cfg, cfg.build_root())
-                    except InputError as e:
-                        finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
-                    except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
-                        finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
-                    deliver(i, w)
-
-            threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
-                       for k in range(max(1, cfg.exec_workers))]
-            for t in threads:
-                t.start()
+        def exec_jobs() -> None:
             while True:
-                with done_lock:
-                    if all(v is not None for v in verdicts):
-                        break
-                time.sleep(0.05)
-            for _ in threads:
-                ready.put(None)
-            for t in threads:
-                t.join()
-    finally:  # each thread ends after its current task (on an exception: without anyone waiting)
-        for _ in prep_threads:
-            prep_queue.put(None)
-    for t in prep_threads:  # a preparation still running (its task's candidates all stopped early) ends first
-        t.join()
+                item = ready.get()
+                if item is None:
+                    return
+                i, futs = item
+                w = works[i]
+                try:
+                    if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
+                        _execute(w, w.verdict.backend, cfg, cfg.build_root())
+                except InputError as e:
+                    finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
+                except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
+                    finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
+                deliver(i, w)
+
+        threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
+                   for k in range(max(1, cfg.exec_workers))]
+        for t in threads:
+            t.start()
+        while True:
+            with done_lock:
+                if all(v is not None for v in verdicts):
+                    break
+            time.sleep(0.05)
+        for _ in threads:
+            ready.put(None)
+        for t in threads:
+            t.join()
     return [v for v in verdicts if v is not None]

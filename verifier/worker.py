@@ -275,44 +275,42 @@ def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         return report
     clock.phase("load")
     draw = _drawer(ref, device, job.reference_code)
-    lock = device_lock(job.timing_lock or None)
     with torch.no_grad():
         try:
             seeds = ch.timing_seeds()
         except Exception:  # noqa: BLE001
             report.timing_error = traceback.format_exc(limit=3)[-2500:]
-            seeds = []
-        compiled = _build_compiled(model, draw, seeds, backend, report) if job.time_torch_compile and seeds else None
+            return report
+        compiled = _build_compiled(model, draw, seeds, backend, report) if job.time_torch_compile else None
         clock.phase("compile_build")
-        report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
-        report.lock_wait_s = round(lock.waited_s, 4)
-        clock.phase("lock_wait")
-        try:
-            if report.timing_error:
-                raise RuntimeError("no timing seeds")
-            backend.warm_device(job.warm_device_ms)
-            report.eager = time_model(backend, model, seeds, draw, job.warmup, 0, job_dir, "")
-            probes, _ = fit_counts(report.eager, job.gap_probes)
-            report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, probes)
-            clock.phase("eager")
-            # the verifier's clock: this model, and the same bracket with no call (inputs drawn, a fixed output
-            # summed), whose difference is the reference's own time per call (verifier/channel.py)
-            template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
-            call_s = statistics.median(report.eager.device_us) * 1e-6
-            recorder = DispatchRecorder()  # watched as the candidate's brackets are: the same overhead on both sides
-            for _ in range(job.wall_repeats):
-                ch.wall("reference", call_s, lambda s: run_bracket(backend, watched(model, recorder), s, draw))
-                ch.wall("null", call_s, lambda s: run_bracket(backend, watched(lambda *x: template, recorder), s, draw))
-            clock.phase("wall")
-        except Exception:  # noqa: BLE001
-            report.timing_error = report.timing_error or traceback.format_exc(limit=3)[-2500:]
-        if compiled is not None and not report.timing_error:
+        with device_lock(job.timing_lock or None) as lock:
+            report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
+            report.lock_wait_s = round(lock.waited_s, 4)
+            clock.phase("lock_wait")
             try:
-                report.compiled = time_model(backend, compiled, seeds, draw, max(job.warmup, 2), 0, job_dir, "")
-            except Exception as e:  # noqa: BLE001
-                report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
-            clock.phase("compile")
-    lock.close()
+                backend.warm_device(job.warm_device_ms)
+                report.eager = time_model(backend, model, seeds, draw, job.warmup, 0, job_dir, "")
+                probes, _ = fit_counts(report.eager, job.gap_probes)
+                report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, probes)
+                clock.phase("eager")
+                # the verifier's clock: this model, and the same bracket with no call (inputs drawn, a fixed output
+                # summed), whose difference is the reference's own time per call (verifier/channel.py)
+                template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
+                call_s = statistics.median(report.eager.device_us) * 1e-6
+                recorder = DispatchRecorder()  # watched as the candidate's brackets are: same overhead on both sides
+                for _ in range(job.wall_repeats):
+                    ch.wall("reference", call_s, lambda s: run_bracket(backend, watched(model, recorder), s, draw))
+                    ch.wall("null", call_s,
+                            lambda s: run_bracket(backend, watched(lambda *x: template, recorder), s, draw))
+                clock.phase("wall")
+            except Exception:  # noqa: BLE001
+                report.timing_error = traceback.format_exc(limit=3)[-2500:]
+            if compiled is not None and not report.timing_error:
+                try:
+                    report.compiled = time_model(backend, compiled, seeds, draw, max(job.warmup, 2), 0, job_dir, "")
+                except Exception as e:  # noqa: BLE001
+                    report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
+                clock.phase("compile")
     return report
 
 
