@@ -114,8 +114,9 @@ class ModelNew(nn.Module):
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    return VerifyConfig(build_dir=str(tmp_path_factory.mktemp("sandbox-builds")), trials=2, timing_trials=2, warmup=1,
+def config(shared_build_dir):
+    # the session's build root: the honest relu extension is built once for every module that verifies it
+    return VerifyConfig(build_dir=shared_build_dir, trials=2, timing_trials=2, warmup=1,
                         time_torch_compile=False, run_timeout_s=40, memory_limit_gb=4, exec_workers=1)
 
 

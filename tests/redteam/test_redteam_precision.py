@@ -341,10 +341,9 @@ def test_size_baked_in_where_the_task_writes_an_expression_meets_another_shape(n
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    build = tmp_path_factory.getbasetemp() / "precision-builds"  # shared with tests/test_verifier_precision.py
-    build.mkdir(exist_ok=True)
-    return VerifyConfig(build_dir=str(build), trials=5, timing_trials=3, warmup=1, time_torch_compile=False,
+def config(shared_build_dir):
+    # the session's build root, where tests/test_verifier_precision.py builds the same extension
+    return VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=3, warmup=1, time_torch_compile=False,
                         run_timeout_s=60, memory_limit_gb=6, exec_workers=1)
 
 
