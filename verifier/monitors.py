@@ -75,8 +75,24 @@ def watched(fn, recorder: DispatchRecorder):
 
 
 def profiled(backend):
+    """The profiler session of a phase. On cpu it records the aten ops of every thread of the process (Kineto's
+    ``profile_all_threads``), not only the calling one's: at:: compute the candidate's C++ runs on a
+    ``std::thread`` it starts and joins inside forward reaches neither the dispatch mode nor a thread-local
+    profiler (ANTI_CHEAT 22), and falls inside the ``km_forward`` window like any op of the call. On cuda the
+    device view (CUPTI) sees every thread's kernels already, and the session is left as measured on the H100."""
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.name == "cuda" else [])
-    return profile(activities=acts)
+    every_thread = _every_thread_config() if backend.name == "cpu" else None
+    return profile(activities=acts, **({"experimental_config": every_thread} if every_thread is not None else {}))
+
+
+def _every_thread_config():
+    """Kineto's all-threads setting where this torch has it (torch 2.13 does), else None (this thread only)."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):
+        return None
 
 
 def _inside(e, windows: list) -> bool:

@@ -88,8 +88,30 @@ torch::Tensor slow_relu(torch::Tensor x) {
 void start_thread() {
     std::thread([] { while (true) std::this_thread::sleep_for(std::chrono::milliseconds(20)); }).detach();
 }
+// ATen compute on a std::thread started and joined inside the call: nothing outlives it, and neither the
+// dispatch mode nor a profiler that watches the calling thread only sees the op
+torch::Tensor relu_on_a_thread(torch::Tensor x) {
+    torch::Tensor y;
+    std::thread t([&] { y = at::clamp_min(x, 0.0); });
+    t.join();
+    return y;
+}
+// honest: its own loop split over two std::threads, no ATen compute on either
+torch::Tensor relu_two_threads(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* a = xc.data_ptr<float>();
+    float* b = y.data_ptr<float>();
+    const int64_t n = xc.numel(), h = n / 2;
+    auto part = [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) b[i] = a[i] > 0.f ? a[i] : 0.f; };
+    std::thread t(part, int64_t(0), h);
+    part(h, n);
+    t.join();
+    return y;
+}
 """
-RED_FUNCS = ["relu", "slow_relu", "patch_timer", "frame_seeds", "ask_channel", "start_thread"]
+RED_FUNCS = ["relu", "slow_relu", "patch_timer", "frame_seeds", "ask_channel", "start_thread", "relu_on_a_thread",
+             "relu_two_threads"]
 
 
 def red(forward: str, *, module: str = "", init: str = "pass", imports: str = "") -> str:
@@ -139,7 +161,15 @@ CASES = {
                                                        "cheat", cheats.C12, False),
     "thread_started_at_import_outlives_it": (red("return ext.relu(x)", module="ext.start_thread()"),
                                              "cheat", cheats.C09, False),
+    # ANTI_CHEAT 22 inside the call: PyTorch compute on a thread started and joined within forward, from C++ (the
+    # static scan has nothing to read) and from Python (its findings dropped)
+    "aten_on_a_cpp_thread_inside_forward": (red("return ext.relu_on_a_thread(x)"), "cheat", cheats.C01, False),
+    "torch_on_a_python_thread_inside_forward": (red(
+        "out = {}\n        t = threading.Thread(target=lambda: out.update(y=torch.relu(x)))\n"
+        "        t.start()\n        t.join()\n        ext.relu(x)\n        return out['y']", imports="import threading"),
+        "cheat", cheats.C01, True),
     # honest look-alikes
+    "honest_own_loop_split_over_two_cpp_threads": (red("return ext.relu_two_threads(x)"), "pass", None, False),
     "honest_relu_same_extension": (red("return ext.relu(x)"), "pass", None, False),
     "honest_reads_its_own_training_flag": (red("assert self.training, 'KernelBench runs modules as constructed'\n"
                                                "        return ext.relu(x)"), "pass", None, False),
