@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -43,7 +44,8 @@ from verifier.config import VerifyConfig, resolve_backend, usable_cores, use_hos
 from verifier.contract import ChildReport, Job
 from verifier.devlock import device_lock
 from verifier.extract import check_candidate_shape, extract_code
-from verifier.inputs import draw_inputs
+from verifier.harness import Clocked, Harness
+from verifier.inputs import build_model, draw_inputs
 from verifier.judge import ChildRun, Work, finish, judge
 from verifier.knockout import run_knockout
 from verifier.outputs import RNG_LOCK
@@ -221,7 +223,7 @@ def _job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, reference
                warm_device_ms=cfg.warm_device_ms, hide_launch_us=cfg.hide_launch_us,
                time_torch_compile=cfg.time_torch_compile, memory_limit_gb=cfg.memory_limit_gb,
                allow_child_compile=cfg.allow_child_compile, timing_lock=_lock_path(cfg, build_root),
-               lock_wait_s=_lock_wait_s(cfg), eval_mode=cfg.eval_mode, wall_repeats=max(1, cfg.wall_repeats),
+               lock_wait_s=_lock_wait_s(cfg), eval_mode=cfg.eval_mode, n_brackets=max(3, cfg.timed_brackets),
                timing_budget_s=cfg.timing_budget_s, **kw)
 
 
@@ -237,50 +239,53 @@ def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> Ch
     return ChildRun(rc, timed_out, log, timeout_s)
 
 
-WALL_TARGET_S = 0.005  # a bracket of the verifier's clock lasts about this long (at most WALL_MAX_CALLS calls)
-WALL_MAX_CALLS = 64
-
-
-def bracket_calls(call_s: float) -> int:
-    """Calls in one bracket for a model whose calls take about ``call_s`` (at least 3)."""
-    if call_s <= 0:
-        return 10
-    least = 1 if call_s > 0.25 else 3  # a call this long is resolved by the clock on its own
-    return max(least, min(WALL_MAX_CALLS, int(WALL_TARGET_S / call_s) + 1))
-
-
-def per_call_s(ledger: Ledger, label: str) -> float | None:
-    """The least wall time per call over the brackets of ``label`` (the verifier's clock), None without any."""
-    times = [b.wall_s / len(b.seeds) for b in ledger.brackets if b.label == label and b.seeds]
-    return min(times) if times else None
-
-
 @dataclass
 class ReferenceTiming:
     """The reference's timings, measured once per task where no candidate code ever ran: its child's report
-    (event times, trusted: nothing else ran there), and from the verifier's own clock its time per call and
-    the per-call cost of the bracket itself (inputs drawn, output summed) that every model's bracket pays."""
+    (launch times, errors, the device) and what the harness clocked (verifier/harness.py): ``clocked`` holds
+    ``eager_s`` and ``compile_s`` (time per call, null subtracted) and ``null`` (the null bracket's seconds by
+    its number of calls, as a string key), which every candidate's brackets of the task are reduced by."""
 
     report: ChildReport
-    wall_call_s: float | None = None
-    wall_overhead_s: float | None = None
+    clocked: dict = dataclasses.field(default_factory=dict)
+
+    def null(self) -> dict[int, float]:
+        return {int(k): float(v) for k, v in (self.clocked.get("null") or {}).items()}
 
 
 _REF_TIMINGS: dict[tuple, ReferenceTiming] = {}
 _REF_LOCKS: dict[tuple, threading.Lock] = {}
 
 
-def _run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on_trial=None) -> tuple[ChildRun, Ledger]:
-    """Run a job whose child asks this process for its seeds and brackets (verifier/channel.py)."""
+def _run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on_trial=None,
+                harness: Harness | None = None) -> tuple[ChildRun, Ledger, Clocked]:
+    """Run a job whose child asks this process for its seeds and its clocked brackets (verifier/channel.py,
+    verifier/harness.py)."""
     driver = Driver(job_dir, job.n_trials, job.n_timing, on_trial=on_trial,
-                    wall_calls=lambda label, claimed: bracket_calls(claimed))
+                    on_bracket=harness.serve if harness is not None else None)
     try:
         run = _run_job(job, job_dir, timeout_s, cfg)
     finally:
         ledger = driver.close()
+        clocked = harness.close() if harness is not None else Clocked()
     job.trial_seeds = [ledger.trial_seeds.get(i, 0) for i in range(job.n_trials)]
     job.timing_seeds = list(ledger.timing_seeds)
-    return run, ledger
+    return run, ledger, clocked
+
+
+def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyConfig, check: bool) -> Harness:
+    """The harness of one job: the reference built as the child builds it (same init seed), inputs drawn as the
+    trials draw them."""
+    def reference():
+        with RNG_LOCK:
+            model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
+        return model
+
+    def draw(seed: int) -> list:
+        return draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
+
+    return Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
+                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s)
 
 
 def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
@@ -364,20 +369,29 @@ def _device_name(backend: str) -> str:
 
 
 def _measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
-    """One timing of the reference in its own child (the verifier's clock brackets it from this process)."""
+    """One timing of the reference in its own child, clocked by the harness in this process."""
     job = _job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
     job_dir = _job_dir(job)
-    run, ledger = _run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg)
+    device = "cuda" if backend == "cuda" else "cpu"
+    harness = _harness(plan, job, job_dir, device, cfg, check=False)
+    run, ledger, clocked = _run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg,
+                                       harness=harness)
     try:
         rep = ChildReport.read(job_dir)
     except Exception as e:  # noqa: BLE001
         rep = ChildReport(kind="reference", timing_error=f"the reference timing process failed (exit {run.rc}, "
                                                          f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
+    if ledger.harness_error and not rep.timing_error:
+        rep.timing_error = f"the harness failed: {ledger.harness_error}"
     if not cfg.keep_jobs:
         shutil.rmtree(job_dir, ignore_errors=True)
-    ref_call, null_call = per_call_s(ledger, "reference"), per_call_s(ledger, "null")
-    return ReferenceTiming(rep, None if ref_call is None or null_call is None else max(ref_call - null_call, 0.0),
-                           null_call)
+    null = clocked.null_by_calls()
+    figures = {"null": {str(k): v for k, v in null.items()}}
+    for label, key in (("reference", "eager_s"), ("compiled", "compile_s")):
+        per_call = clocked.per_call_s(label, null)
+        if per_call is not None:
+            figures[key] = per_call
+    return ReferenceTiming(rep, figures)
 
 
 def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
@@ -421,7 +435,9 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
             t_child = time.perf_counter()
             timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
-            run, ledger = _run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
+            harness = _harness(plan, job, job_dir, device, cfg, check=True)
+            run, ledger, clocked = _run_driven(job, job_dir, timeout, cfg, harness=harness,
+                                               on_trial=ship_inputs if job.input_files else None)
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
@@ -430,7 +446,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                 # the partial policy's knockout trial (verifier/knockout.py), run by the judge only where it decides
                 knockout = (lambda: run_knockout(w, plan, cfg, build_root, make_job=_job, job_dir_of=_job_dir,
                                                      run_driven=_run_driven)) if backend == "cuda" else None
-                return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing, ledger, knockout)
+                return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing, ledger, clocked, knockout)
     finally:
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root

@@ -43,37 +43,29 @@ def draw_seed() -> int:
 
 
 @dataclass
-class WallBracket:
-    """One bracket measured by the verifier's clock: ``calls`` calls on inputs from ``seeds``."""
-
-    label: str
-    seeds: list[int]
-    wall_s: float
-    sums: list[float]
-
-
-@dataclass
 class Ledger:
     """What the verifier handed out and measured for one job (kept in the verifier's process only)."""
 
     trial_seeds: dict[int, int] = field(default_factory=dict)
     timing_seeds: list[int] = field(default_factory=list)
-    brackets: list[WallBracket] = field(default_factory=list)
+    records: dict[str, dict] = field(default_factory=dict)  # the monitors' records, as streamed after each call
     problems: list[str] = field(default_factory=list)  # requests out of turn, malformed lines
+    harness_error: str = ""  # the harness's own failure during a bracket (the verifier's, never the candidate's)
 
 
 class Driver:
     """The verifier's side of one job's channel: listens in ``job_dir``, serves one child connection in a
     thread, and records what it gave and measured in ``ledger``. ``on_trial(i, seed)`` runs before a trial's
-    seed is sent (to ship input files); ``wall_calls(label, claimed_s)`` says how many calls a bracket has."""
+    seed is sent (to ship input files); ``on_bracket(label, send, recv)`` runs one clocked bracket
+    (verifier/harness.py) on the connection."""
 
     def __init__(self, job_dir: Path, n_trials: int, n_timing: int,
                  on_trial: Callable[[int, int], None] | None = None,
-                 wall_calls: Callable[[str, float], int] | None = None):
+                 on_bracket: Callable | None = None):
         self.ledger = Ledger()
         self.n_trials, self.n_timing = n_trials, n_timing
         self.on_trial = on_trial
-        self.wall_calls = wall_calls or (lambda label, claimed: 10)
+        self.on_bracket = on_bracket
         self.path = Path(job_dir) / SOCKET_FILE
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(str(self.path))
@@ -86,7 +78,7 @@ class Driver:
 
     def close(self) -> Ledger:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=30)
         try:
             self._sock.close()
         finally:
@@ -107,67 +99,74 @@ class Driver:
             return
         self._sock.close()  # one connection per job: the first is the verifier's code, before any candidate's
         conn.settimeout(0.2)
-        buf = b""
-        next_trial, timing_sent, pending = 0, False, None
-        while not self._stop.is_set():
-            try:
-                part = conn.recv(1 << 16)
-            except socket.timeout:
-                continue
-            except OSError:
-                break
-            now = time.perf_counter()
-            if not part:
-                break
-            buf += part
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
+        buf = [b""]
+
+        def recv() -> dict | None:
+            """The next message (None when the child is gone or the job is over)."""
+            while b"\n" not in buf[0]:
+                if self._stop.is_set():
+                    return None
                 try:
-                    msg = json.loads(line)
-                    op = msg["op"]
-                except (ValueError, KeyError, TypeError):
-                    self.ledger.problems.append(f"malformed message on the channel: {line[:80]!r}")
+                    part = conn.recv(1 << 16)
+                except socket.timeout:
                     continue
-                if op == "wall_done" and pending is not None:
-                    label, seeds, t0 = pending
-                    pending = None
-                    sums = msg.get("sums")
-                    if not isinstance(sums, list) or len(sums) != len(seeds):
-                        self.ledger.problems.append(f"wall bracket {label!r} answered without its sums")
-                        continue
-                    self.ledger.brackets.append(WallBracket(label, seeds, now - t0, [float(s) for s in sums]))
+                except OSError:
+                    return None
+                if not part:
+                    return None
+                buf[0] += part
+            line, buf[0] = buf[0].split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+                if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
+                    raise ValueError
+                return msg
+            except ValueError:
+                self.ledger.problems.append(f"malformed message on the channel: {line[:80]!r}")
+                return {"op": ""}
+
+        def send(reply: dict) -> None:
+            conn.sendall((json.dumps(reply) + "\n").encode())
+
+        next_trial, timing_sent = 0, False
+        try:
+            while (msg := recv()) is not None:
+                op = msg["op"]
+                if op == "record":  # the monitors' record of one call, kept as first sent
+                    key = str(msg.get("key", ""))[:40]
+                    if key and key not in self.ledger.records and isinstance(msg.get("record"), dict):
+                        self.ledger.records[key] = msg["record"]
                     continue
                 reply = None
-                if op == "trial" and msg.get("i") == next_trial and next_trial < self.n_trials and pending is None:
+                if op == "trial" and msg.get("i") == next_trial and next_trial < self.n_trials:
                     seed = draw_seed()
                     self.ledger.trial_seeds[next_trial] = seed
                     if self.on_trial is not None:
                         self.on_trial(next_trial, seed)
                     next_trial += 1
                     reply = {"seed": seed}
-                elif op == "timing" and not timing_sent and next_trial == self.n_trials and pending is None:
+                elif op == "timing" and not timing_sent and next_trial == self.n_trials:
                     timing_sent = True
                     self.ledger.timing_seeds = [draw_seed() for _ in range(self.n_timing)]
                     reply = {"seeds": self.ledger.timing_seeds}
-                elif op == "wall" and pending is None and next_trial == self.n_trials:
-                    label = str(msg.get("label", ""))[:40]
-                    claimed = msg.get("call_s", 0.0)
-                    calls = self.wall_calls(label, float(claimed) if isinstance(claimed, (int, float)) else 0.0)
-                    seeds = [draw_seed() for _ in range(calls)]
-                    data = (json.dumps({"seeds": seeds}) + "\n").encode()
-                    pending = (label, seeds, time.perf_counter())
+                elif op == "bracket" and next_trial == self.n_trials and self.on_bracket is not None \
+                        and not self.ledger.harness_error:
                     try:
-                        conn.sendall(data)
+                        self.on_bracket(str(msg.get("label", ""))[:40], send, recv)
                     except OSError:
                         break
+                    except Exception as e:  # noqa: BLE001
+                        if type(e).__name__ == "_ChildGone":
+                            break
+                        self.ledger.harness_error = f"{type(e).__name__}: {str(e)[:400]}"
+                        send({"refused": "the harness failed"})
                     continue
                 else:
-                    self.ledger.problems.append(f"request out of turn on the channel: {line[:80]!r}")
+                    self.ledger.problems.append(f"request out of turn on the channel: {json.dumps(msg)[:80]!r}")
                     reply = {"refused": "out of turn"}
-                try:
-                    conn.sendall((json.dumps(reply) + "\n").encode())
-                except OSError:
-                    break
+                send(reply)
+        except OSError:
+            pass
         conn.close()
 
 
@@ -200,12 +199,13 @@ class Channel:
     def timing_seeds(self) -> list[int]:
         return [int(s) for s in self._ask({"op": "timing"})["seeds"]]
 
-    def wall(self, label: str, call_s: float, run: Callable[[list[int]], list[float]]) -> None:
-        """One bracket: the seeds arrive, ``run(seeds)`` does the calls and returns their output sums, which
-        go back at once (the verifier's clock stops when they arrive)."""
-        seeds = [int(s) for s in self._ask({"op": "wall", "label": label, "call_s": call_s})["seeds"]]
-        sums = run(seeds)
-        self._sock.sendall((json.dumps({"op": "wall_done", "sums": sums}) + "\n").encode())
+    def record(self, key: str, record: dict) -> None:
+        """Stream the monitors' record of one call as soon as it is filled: the verifier keeps the first one
+        sent under each key, so an edit made later in this process changes nothing."""
+        self._sock.sendall((json.dumps({"op": "record", "key": key, "record": record}) + "\n").encode())
+
+    def ask(self, msg: dict) -> dict:
+        return self._ask(msg)
 
     def close(self) -> None:
         self._sock.close()

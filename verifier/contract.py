@@ -122,7 +122,7 @@ class Job(_Record):
     timing_lock: str = ""  # path of the device lock ("" = none)
     lock_wait_s: float = 30.0
     eval_mode: bool = VerifyConfig.eval_mode
-    wall_repeats: int = VerifyConfig.wall_repeats
+    n_brackets: int = VerifyConfig.timed_brackets  # clocked brackets per model (the harness may stop it sooner)
     timing_budget_s: float = VerifyConfig.timing_budget_s
 
     def write(self, job_dir: Path) -> None:

@@ -33,7 +33,8 @@ from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, Contrac
 from verifier.inputs import as_list, build_model, draw_inputs
 from verifier.monitors import forbidden
 from verifier.numerics import float64_model
-from verifier.outputs import (RNG_LOCK, Digest, Evidence, check_outputs, check_timed_outputs, fingerprint,
+from verifier.harness import Clocked
+from verifier.outputs import (RNG_LOCK, Digest, Evidence, check_clocked_outputs, check_outputs, fingerprint,
                               reference64, same_fingerprint)
 from verifier.reward import reward_for
 from verifier.vendor import scan_library, scan_sources, scan_tampering
@@ -131,68 +132,30 @@ def check_threads_at_load(report: ChildReport, ev: Evidence) -> None:
                            "thread(s) running: work on a thread of your own is not allowed.")
 
 
-WALL_SUMS_CHECKED = 2  # calls of the verifier-timed brackets whose output sums are recomputed here
-
-
-def check_wall(ledger: Ledger, plan, model, device: str, ev: Evidence) -> float | None:
-    """The candidate's time per call by the verifier's own clock (verifier/channel.py), after checking that the
-    brackets it answered were real work: a few of their calls, picked here, recomputed with the reference and
-    compared by output sum (C16 when they differ: a timed call that computed something else). C11 when the
-    child reported timings but no bracket came back. Returns seconds per call, or None."""
-    brackets = [b for b in ledger.brackets if b.label == "candidate" and b.seeds]
-    if not brackets:
-        ev.add(cheats.C11, "The execution process reported timings but never ran the calls timed by the verifier's "
-                           "own clock.")
-        return None
-    rng = random.SystemRandom()
-    picks = [(b, rng.randrange(len(b.seeds))) for b in rng.choices(brackets, k=WALL_SUMS_CHECKED)]
-    for b, k in picks:
-        with RNG_LOCK, torch.no_grad():
-            inputs = draw_inputs(plan.ref_mod.get_inputs, b.seeds[k], device, plan.text)
-            outs = [o for o in as_list(model(*inputs)) if isinstance(o, torch.Tensor)]
-        want = sum(float(o.to(torch.float64).sum()) for o in outs)
-        scale = sum(float(o.to(torch.float64).abs().sum()) for o in outs) + sum(o.numel() for o in outs) * 1e-6
-        got = b.sums[k]
-        if not (got == want or (math.isnan(got) and math.isnan(want)) or abs(got - want) <= 1e-3 * scale):
-            ev.add(cheats.C16, f"A call timed by the verifier's clock returned other outputs than the reference "
-                               f"(output sum {got:.6g}, expected {want:.6g}): timed calls must compute what the "
-                               "checked ones do.")
+def use_streamed_records(report: ChildReport, ledger: Ledger, ev: Evidence) -> None:
+    """The monitors' records as the child streamed them, call by call (verifier/channel.py), replace the ones in
+    its final report: a record edited, emptied or dropped after it was sent changes nothing. A record the report
+    has and the stream does not is C11 (the stream was cut to hide it)."""
+    trials = []
+    for i in range(len(report.trials)):
+        got = ledger.records.get(f"trial{i}")
+        if got is None:
+            ev.add(cheats.C11, f"The record of trial {i + 1} never reached the verifier while the trial ran.")
             break
-        del inputs, outs
-    return min(b.wall_s / len(b.seeds) for b in brackets)
-
-
-CLOCK_MIN_REF_S = 2e-3  # the clock judges device times only where the reference's call is this long (device-bound)
-CLOCK_RATIO = 3.0  # ... and only a clocked call this many times the claimed device time
-CLOCK_MIN_GAP_S = 1e-3  # ... and longer than it by this much: no host load on a loaded machine does that
-
-
-def check_clock(v: Verdict, ref, candidate_call_s: float | None, ev: Evidence) -> None:
-    """C11 where the child's device times contradict the verifier's own clock (verifier/channel.py) beyond what
-    host load can explain. The clock times calls back to back, launch overhead included; on a loaded machine a
-    small kernel's clocked call is host time (measured on the H100 under 16 compiles: honest small kernels clocked
-    up to 15x their device time), so the clock cannot judge them and records its figures as evidence only. Where
-    the reference's own call is long (device-bound, >= 2 ms), a candidate whose clocked call exceeds its claimed
-    device time, times the slowdown the clock showed for the reference's own call, by 3x and by more than 1 ms
-    reported times it did not take."""
-    if ref is None or ref.wall_call_s is None or ref.wall_overhead_s is None or candidate_call_s is None \
-            or not v.runtime_us:
-        return
-    cand = max(candidate_call_s - ref.wall_overhead_s, 0.0)
-    claimed = v.runtime_us * 1e-6
-    v.versions["timing"] = {**v.versions.get("timing", {}), "wall_call_us": round(cand * 1e6, 3),
-                            "eager_wall_call_us": round(ref.wall_call_s * 1e6, 3),
-                            "wall_speedup": round(ref.wall_call_s / cand, 4) if cand > 0 else None}
-    ref_device = (v.eager_us or 0.0) * 1e-6
-    if ref_device < CLOCK_MIN_REF_S or ref.wall_call_s < 0.5 * ref_device:
-        return
-    # the host's slowdown of a device-bound call, as the reference showed it: a loaded CPU box clocked an honest
-    # 9 ms kernel at 33 ms while its 8.8 ms reference clocked 22 ms; the candidate is held to the same slowdown
-    expected = claimed * max(1.0, ref.wall_call_s / ref_device)
-    if cand > CLOCK_RATIO * expected and cand - expected > CLOCK_MIN_GAP_S:
-        ev.add(cheats.C11, f"Your process reported {v.runtime_us:.0f} us of device time per call, but the verifier's "
-                           f"own clock measured {cand * 1e6:.0f} us per call (the reference: {ref.wall_call_s * 1e6:.0f} "
-                           "us by the clock): the timings reported from your process were not the time taken.")
+        try:
+            trials.append(TrialReport.from_dict(got))
+        except (ContractError, ValueError, TypeError):
+            ev.add(cheats.C11, f"The record of trial {i + 1} sent to the verifier was malformed.")
+            break
+    report.trials = trials
+    if report.timed is not None:
+        got = ledger.records.get("timed")
+        try:
+            report.timed = TrialReport.from_dict(got) if got is not None else None
+        except (ContractError, ValueError, TypeError):
+            report.timed = None
+        if report.timed is None and not report.timing_error:
+            ev.add(cheats.C11, "The monitors' record of the timed calls never reached the verifier.")
 
 
 HOST_COPY_LIMIT = 64 * 1024  # bytes forward may copy from the device to the host (scalars, small shape tables)
@@ -291,15 +254,15 @@ def hidden_work_us(candidate_gaps: list[float], reference_gaps: list[float]) -> 
     return min(candidate_gaps) - min(reference_gaps)
 
 
-def check_hidden_work(report: ChildReport, ref: ChildReport | None, ev: Evidence) -> None:
+def check_hidden_work(report: ChildReport, ref: ChildReport | None, runtime_us: float, ev: Evidence) -> None:
     """C09: work left running outside the timed stream (a side stream, a background thread)."""
     if not report.candidate or not report.candidate.idle_gap_us:
-        return
+        return  # (first signal only: the harness's snapshot of every timed output is what a side stream cannot pass)
     # the reference probed between the candidate's probes, in the same process under the same load; the
     # reference's own timing process (another moment, another load) only when those are missing
     ref_gaps = report.reference_gap_us or (ref.eager.idle_gap_us if ref and ref.eager else [])
     hidden = hidden_work_us(report.candidate.idle_gap_us, ref_gaps)
-    if hidden is not None and hidden > max(HIDDEN_WORK_MIN_US, 0.25 * statistics.median(report.candidate.device_us)):
+    if hidden is not None and hidden > max(HIDDEN_WORK_MIN_US, 0.25 * runtime_us):
         ev.add(cheats.C09, f"The device stayed busy {hidden:.0f} us longer after your forward returned than it does "
                            "after the reference's: work was left running outside the timed stream (a side stream "
                            "or a background thread). Launch every kernel on the current stream.")
@@ -370,13 +333,15 @@ def run_stage(job: Job, job_dir: Path, report: ChildReport | None = None) -> str
 
 
 def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildRun, device: str,
-          poison: int, reference_timing, ledger: Ledger, knockout=None) -> Verdict:
+          poison: int, reference_timing, ledger: Ledger, clocked: Clocked | None = None, knockout=None) -> Verdict:
     """The verdict of one executed candidate. ``plan`` is the task's TaskPlan (verifier/api.py),
     ``reference_timing`` the reference's timings (api.ReferenceTiming: timed in its own process) or None,
-    ``ledger`` what this process handed the child and measured with its own clock (verifier/channel.py),
+    ``ledger`` what this process handed the child and the records it streamed (verifier/channel.py), ``clocked``
+    what the harness timed and saw of the timed calls (verifier/harness.py),
     ``knockout`` the knockout run on demand (cuda: the partial policy's question, see ``_legality_outcome``)."""
     v = w.verdict
     ev = Evidence()
+    clocked = clocked if clocked is not None else Clocked()
     ref_timing = reference_timing
     reference_timing = ref_timing.report if ref_timing is not None else None
     check_fake_verdict(run.log, ev)
@@ -433,6 +398,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         if text:
             v.cheats = sorted(ev.codes)
             return finish(w, "crash", [f"{label}:\n{text}"] + reference_name_hint(text, plan.ref_mod))
+    use_streamed_records(report, ledger, ev)
     check_tampering(report.patched, ev)
     if report.aborted:
         v.stage_reached = run_stage(job, job_dir, report)
@@ -514,8 +480,11 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
         return finish(w, "cheat", ev.details)
     v.stage_reached = "timing"
-    # ---- timing, with the timed outputs judged too
-    timed = bool(report.candidate and report.candidate.device_us)
+    # ---- timing: the harness's clock and its checks of every timed output (verifier/harness.py)
+    if ledger.harness_error or clocked.error:
+        return finish(w, "verifier_error", ["The verifier's timing harness failed on its own side ("
+                                            f"{ledger.harness_error or clocked.error}); this is not your kernel's fault."])
+    timed = any(b.label == "candidate" for b in clocked.brackets) and not report.timing_error
     if timed:
         if report.timed is not None:
             forbidden_per_trial.append(check_trial_runtime(report.timed, "Timed runs", ev))
@@ -526,16 +495,17 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
                 v.fallback_ops = sorted(ev.fallback_ops)
                 ev.details.insert(0, "Runtime check of the timed runs: forward ran PyTorch compute ops: "
                                   + ", ".join(v.fallback_ops) + ".")
-        check_timed_outputs(report, job, job_dir, plan, model, model64, device, cfg, ev)
-        check_hidden_work(report, reference_timing, ev)
-        candidate_call_s = check_wall(ledger, plan, model, device, ev)
-        _speedups(v, report, reference_timing, ev)
-        check_clock(v, ref_timing, candidate_call_s, ev)
+        else:
+            ev.add(cheats.C11, "The monitors' record of the timed calls is missing.")
+        check_clocked_outputs(clocked, plan, model, model64, cfg, ev)
+        _speedups(v, report, clocked, ref_timing, ev)
+        check_hidden_work(report, reference_timing, v.runtime_us or 0.0, ev)
         if ev.codes:
             v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
             return finish(w, "cheat", ev.details)
     else:
-        ev.add(None, "Timing failed: " + (report.timing_error or "no timing data"))
+        why = report.timing_error or "; ".join(clocked.problems[:2]) or "no timed call was clocked"
+        ev.add(None, "Timing failed: " + why)
     return _legality_outcome(w, cfg, report, ev, knockout)
 
 
@@ -575,25 +545,39 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     return v
 
 
-def _speedups(v: Verdict, report: ChildReport, ref: ChildReport | None, ev: Evidence) -> None:
-    c = report.candidate
-    v.runtime_us = statistics.median(c.device_us)
-    if c.launch_us:
-        v.launch_us = statistics.median(c.launch_us)
-    if ref and ref.eager and ref.eager.device_us:
-        v.eager_us = statistics.median(ref.eager.device_us)
-        v.speedup_eager = v.eager_us / v.runtime_us if v.runtime_us > 0 else None
-        if ref.eager.launch_us:
-            v.eager_launch_us = statistics.median(ref.eager.launch_us)
+RUNTIME_FLOOR_US = 0.5  # a time per call below this is the clock's resolution, not the model's
+
+
+def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Evidence) -> None:
+    """Runtime, eager and torch.compile times per call, all from the harness's clock (verifier/harness.py), each
+    less the null bracket of the same number of calls; launch-inclusive times from the one-at-a-time probes."""
+    null = ref.null() if ref is not None else {}
+    per = clocked.per_call_s("candidate", null)
+    v.runtime_us = round(max((per or 0.0) * 1e6, RUNTIME_FLOOR_US), 3)
+    rows = [b for b in clocked.brackets if b.label == "candidate"]
+    v.versions["timing"] = {**v.versions.get("timing", {}), "clock": "harness", "brackets": len(rows),
+                            "calls": max(b.calls for b in rows), "late": sum(b.late for b in rows),
+                            "null_us": {str(k): round(s * 1e6, 3) for k, s in null.items()}}
+    if report.candidate is not None and report.candidate.launch_us:
+        v.launch_us = statistics.median(report.candidate.launch_us)
+    eager = ref.clocked.get("eager_s") if ref is not None else None
+    if eager is not None:
+        v.eager_us = round(max(eager * 1e6, RUNTIME_FLOOR_US), 3)
+        v.speedup_eager = v.eager_us / v.runtime_us
+        if ref.report.eager and ref.report.eager.launch_us:
+            v.eager_launch_us = statistics.median(ref.report.eager.launch_us)
     else:
-        ev.add(None, "The eager reference could not be timed" + (f": {ref.timing_error or ref.setup_error}"
-                                                                 if ref else "") + "; no speedup is reported.")
-    if ref and ref.compiled and ref.compiled.device_us:
-        v.compile_us = statistics.median(ref.compiled.device_us)
-        v.speedup_compile = v.compile_us / v.runtime_us if v.runtime_us > 0 else None
+        rep = ref.report if ref is not None else None
+        ev.add(None, "The eager reference could not be timed" + (f": {rep.timing_error or rep.setup_error}"
+                                                                 if rep else "") + "; no speedup is reported.")
+    comp = ref.clocked.get("compile_s") if ref is not None else None
+    if comp is not None:
+        v.compile_us = round(max(comp * 1e6, RUNTIME_FLOOR_US), 3)
+        v.speedup_compile = v.compile_us / v.runtime_us
     sp = f"{v.speedup_eager:.2f}x" if v.speedup_eager else "n/a"
-    ev.add(None, f"Median device time {v.runtime_us:.1f} us over {len(c.device_us)} timed runs; eager PyTorch "
-                 f"{v.eager_us or float('nan'):.1f} us (speedup {sp})" +
+    calls = sum(b.calls for b in rows)
+    ev.add(None, f"Time per call {v.runtime_us:.1f} us over {calls} timed calls in {len(rows)} brackets (the "
+                 f"verifier's clock); eager PyTorch {v.eager_us or float('nan'):.1f} us (speedup {sp})" +
                  (f"; torch.compile {v.compile_us:.1f} us (speedup {v.speedup_compile:.2f}x)." if v.compile_us else "."))
     if v.max_abs_err is not None:
         ev.add(None, f"Max abs error {v.max_abs_err:.3g}, max rel error {v.max_rel_err:.3g} over {v.trials} trials.")

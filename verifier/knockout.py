@@ -222,7 +222,7 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
                        job_dir / f"trial_{i}.pt")
 
         timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
-        run, _ = run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
+        run, _, _ = run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
         return _judge_knockout(job, job_dir, run, plan, cfg)
     except Exception as e:  # noqa: BLE001 - the verifier's failure never decides against the candidate
         return KnockoutResult(INCONCLUSIVE, f"the knockout run failed on the verifier's side ({type(e).__name__}: "

@@ -11,7 +11,7 @@ setting the reference's child is given (``settings_read``) and ``SCHEMA``. A dif
 is another entry; nothing is ever looked up by task name.
 
 Guarantees: an entry holds the timings only (the child's eager and compiled device times, launch times and idle
-gaps, the verifier's clock per call): never a seed, an input or an output. It is written atomically (a temporary
+gaps, the harness's clocked time per call): never a seed, an input or an output. It is written atomically (a temporary
 file, then ``os.replace``); a file that does not parse, has another schema or another key is ignored and
 overwritten by the next measurement. A file lock per key makes two processes that need the same task measure it
 once: the second waits (bounded) and reads. A timing that failed, or that ran without the device to itself, is
@@ -37,7 +37,7 @@ import torch
 from verifier.config import VerifyConfig
 from verifier.contract import ChildReport, Job
 
-SCHEMA = 1
+SCHEMA = 2  # 2: the harness's clocked figures (verifier/harness.py) instead of the child's device times
 DIR = "prep"
 # the ChildReport fields an entry keeps: what judge.py reads of the reference (timings, their errors, the device)
 KEPT = ("kind", "phase_s", "eager", "compiled", "compile_error", "timing_exclusive", "lock_wait_s", "device")
@@ -63,32 +63,36 @@ def entry_path(build_root: Path, key: str) -> Path:
     return Path(build_root) / DIR / f"{key}.json"
 
 
-def keepable(report: ChildReport) -> bool:
-    """Whether a reference report is worth keeping: timed, without error, with the device to itself (a
+def keepable(report: ChildReport, clocked: dict) -> bool:
+    """Whether a reference timing is worth keeping: clocked, without error, with the device to itself (a
     timing shared with another process's work would stay slow for every later process)."""
     return (not report.timing_error and not report.setup_error and not report.compile_error
-            and report.eager is not None and bool(report.eager.device_us) and report.timing_exclusive is not False)
+            and isinstance(clocked.get("eager_s"), float) and bool(clocked.get("null"))
+            and report.timing_exclusive is not False)
 
 
-def read(build_root: Path, key: str) -> tuple[ChildReport, float | None, float | None] | None:
-    """The kept (report, wall_call_s, wall_overhead_s) of ``key``; None when there is none or it cannot be used
+def _numbers(clocked: dict) -> bool:
+    vals = [v for k, v in clocked.items() if k != "null"] + list((clocked.get("null") or {}).values())
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
+
+
+def read(build_root: Path, key: str) -> tuple[ChildReport, dict] | None:
+    """The kept (report, clocked figures) of ``key``; None when there is none or it cannot be used
     (missing, unparsable, another schema or key, a report that does not match ChildReport)."""
     try:
         d = json.loads(entry_path(build_root, key).read_text())
         if d.get("schema") != SCHEMA or d.get("key") != key:
             return None
         report = ChildReport.from_dict(d["report"])
-        wall_call, overhead = d["wall_call_s"], d["wall_overhead_s"]
-        numbers = [x for x in (wall_call, overhead) if x is not None]
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
+        clocked = d["clocked"]
+        if not isinstance(clocked, dict) or not _numbers(clocked):
             return None
-        return report, wall_call, overhead
+        return report, clocked
     except Exception:  # noqa: BLE001 - a corrupt entry is a miss: measured again and rewritten
         return None
 
 
-def write(build_root: Path, key: str, report: ChildReport, wall_call_s: float | None,
-          wall_overhead_s: float | None) -> Path:
+def write(build_root: Path, key: str, report: ChildReport, clocked: dict) -> Path:
     """Keep a measured timing (atomically: a reader sees the old file or the whole new one)."""
     full = report.to_dict()
     kept = {k: full[k] for k in KEPT}
@@ -96,7 +100,7 @@ def write(build_root: Path, key: str, report: ChildReport, wall_call_s: float | 
         if kept[model]:
             kept[model]["kept"] = []
     entry = {"schema": SCHEMA, "key": key, "measured_by": {"pid": os.getpid(), "at": round(time.time(), 3)},
-             "report": kept, "wall_call_s": wall_call_s, "wall_overhead_s": wall_overhead_s}
+             "report": kept, "clocked": clocked}
     path = entry_path(build_root, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)
@@ -137,8 +141,8 @@ def measuring(build_root: Path, key: str, wait_s: float):
 
 
 def kept_or_measured(build_root: Path, key: str, wait_s: float, measure, make):
-    """The timing of ``key``: ``make(report, wall_call_s, wall_overhead_s)`` from its entry when one is kept, else
-    ``measure()`` (an object with those three attributes), kept when ``keepable``. One process measures a key at
+    """The timing of ``key``: ``make(report, clocked)`` from its entry when one is kept, else ``measure()`` (an
+    object with those two attributes), kept when ``keepable``. One process measures a key at
     a time; one that waited for another reads what it kept."""
     kept = read(build_root, key)
     if kept is None:
@@ -146,7 +150,7 @@ def kept_or_measured(build_root: Path, key: str, wait_s: float, measure, make):
             kept = read(build_root, key)  # measured by another process while this one waited
             if kept is None:
                 timing = measure()
-                if keepable(timing.report):
-                    write(build_root, key, timing.report, timing.wall_call_s, timing.wall_overhead_s)
+                if keepable(timing.report, timing.clocked):
+                    write(build_root, key, timing.report, timing.clocked)
                 return timing
     return make(*kept)

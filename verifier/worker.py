@@ -50,14 +50,15 @@ from verifier import childenv
 from verifier.backends import get_backend, own_kernel_names
 from verifier.build import canonical_spec, compat_spec, extension_name, spec_key
 from verifier.channel import Channel
-from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, JOB_FILE, ChildReport, Job, TrialReport
+from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, JOB_FILE, ChildReport, Job, ModelTiming, TrialReport
 from verifier.devlock import device_lock
 from verifier.inputs import (as_list, build_model, digest, draw_inputs, init_inputs, nbytes, seed_everything,
                              tensors_of, to_device)
 from verifier.knockout import ChildKnockout
 from verifier.monitors import DispatchRecorder, profiled, read_profile, watched
 from verifier.tamper import Snapshot
-from verifier.timing import clone, fit_counts, plain_cpu, probe_calls, probe_pairs, run_bracket, time_model
+from verifier.harness_client import BracketClient
+from verifier.timing import clone, plain_cpu, probe_calls, probe_pairs
 
 KERNEL_CALLS = [0]
 
@@ -287,27 +288,27 @@ def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
             report.lock_wait_s = round(lock.waited_s, 4)
             clock.phase("lock_wait")
+            clocked = BracketClient(ch, job.backend)
             try:
                 backend.warm_device(job.warm_device_ms)
-                report.eager = time_model(backend, model, seeds, draw, job.warmup, 0, job_dir, "")
-                probes, _ = fit_counts(report.eager, job.gap_probes)
-                report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, probes)
-                clock.phase("eager")
-                # the verifier's clock: this model, and the same bracket with no call (inputs drawn, a fixed output
-                # summed), whose difference is the reference's own time per call (verifier/channel.py)
+                # the harness (the verifier's process) clocks every bracket; this process only runs the calls
                 template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
-                call_s = statistics.median(report.eager.device_us) * 1e-6
-                recorder = DispatchRecorder()  # watched as the candidate's brackets are: same overhead on both sides
-                for _ in range(job.wall_repeats):
-                    ch.wall("reference", call_s, lambda s: run_bracket(backend, watched(model, recorder), s, draw))
-                    ch.wall("null", call_s,
-                            lambda s: run_bracket(backend, watched(lambda *x: template, recorder), s, draw))
-                clock.phase("wall")
+                # on cpu the candidate's timed calls run under the dispatch monitor, whose host cost would be
+                # the candidate's alone: the reference and the null pay it too (on cuda the host is ahead of the
+                # device and the monitors cost no device time)
+                wrap = (lambda f: watched(f, DispatchRecorder())) if job.backend == "cpu" else (lambda f: f)
+                _brackets(clocked, "reference", wrap(model), job.n_brackets)
+                _brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
+                clock.phase("eager")
+                n = _probe_count(backend, model, draw, seeds, job.gap_probes)
+                report.eager = ModelTiming()
+                report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, n)
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
             if compiled is not None and not report.timing_error:
                 try:
-                    report.compiled = time_model(backend, compiled, seeds, draw, max(job.warmup, 2), 0, job_dir, "")
+                    _brackets(clocked, "compiled", wrap(compiled), job.n_brackets)
+                    report.compiled = ModelTiming()
                 except Exception as e:  # noqa: BLE001
                     report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
                 clock.phase("compile")
@@ -326,6 +327,26 @@ def _build_compiled(model, draw, seeds: list[int], backend, report: ChildReport)
     except Exception as e:  # noqa: BLE001
         report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
         return None
+
+
+def _brackets(client: BracketClient, label: str, fn, most: int) -> None:
+    """Up to ``most`` clocked brackets of ``fn`` (a first one of a single call, the probe); the harness answers
+    "enough" once it has what it needs."""
+    for _ in range(most + 1):
+        if client.bracket(label, fn) == "enough":
+            return
+
+
+def _probe_count(backend, fn, draw, seeds: list[int], most: int, budget_s: float = 2.0) -> int:
+    """One-at-a-time probe calls that fit ``budget_s`` (at least 2), from one call's host time."""
+    inputs = draw(seeds[0])
+    backend.synchronize()
+    t0 = time.perf_counter()
+    out = fn(*inputs)
+    backend.synchronize()
+    call_s = time.perf_counter() - t0
+    del out, inputs
+    return max(2, min(most, int(budget_s / max(call_s, 1e-9))))
 
 
 def _drawer(ref, device: str, program_text: str):
@@ -442,6 +463,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     backend.synchronize()
             except Exception:  # noqa: BLE001
                 rec.error = _short_traceback()
+                ch.record(f"trial{i}", rec.to_dict())
                 break
             read_profile(prof, cuda_kernels, rec)
             rec.threads_added = max(_threads_now() - threads_before, 0)
@@ -461,6 +483,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     report.reference_error = _short_traceback()
                     return report
             del inputs, pristine
+        ch.record(f"trial{i}", rec.to_dict())  # kept by the verifier as sent: later edits here change nothing
         if guard.tampered(f"trial {i + 1}"):
             return report
     clock.phase("trials")
@@ -472,7 +495,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                                                                               backend.name == "cuda") else None
     if ok_trials and job.n_timing:
         seeds = ch.timing_seeds()
-        # one timing phase at a time per build root, and no other process's device work meanwhile
+        # one timing phase at a time per device, and no other process's device work meanwhile
         report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
         report.lock_wait_s = round(lock.waited_s, 4)
         if not report.timing_exclusive:
@@ -485,27 +508,32 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         KERNEL_CALLS[0] = 0
         with torch.no_grad():
             try:
-                backend.warm_device(job.warm_device_ms)
-                keep = min(job.timed_checks, len(seeds))
                 fn = watched(model_new, recorder)
-                # every timed call is watched: the timed iterations by both monitors, as a trial is; the calls
-                # of the verifier-clocked brackets (hundreds) by the dispatch monitor, whose cost does not grow
-                # with a profile to read afterwards
-                with profiled(backend) as prof:
-                    report.candidate = time_model(backend, fn, seeds, draw, job.warmup, keep, job_dir, "timed",
-                                                  job.timing_budget_s)
-                read_profile(prof, cuda_kernels, timed)
-                call_s = statistics.median(report.candidate.device_us) * 1e-6
-                for _ in range(job.wall_repeats if call_s < 0.1 else 1):  # a slow call: one bracket is enough
-                    ch.wall("candidate", call_s, lambda s: run_bracket(backend, fn, s, draw))
+                for seed in seeds[:job.warmup]:  # this process's own warm-up: nothing here is measured
+                    out = fn(*draw(seed))
+                    del out
+                backend.synchronize()
+                backend.warm_device(job.warm_device_ms)
+                # every timed call is clocked by the harness in the verifier's process and watched here by both
+                # monitors, as a trial is (verifier/harness.py: the inputs, outputs, clock and picks live there)
+                clocked = BracketClient(ch, job.backend)
+                if backend.name == "cuda":  # the profiler's device view of every timed call (no device time cost)
+                    with profiled(backend) as prof:
+                        _brackets(clocked, "candidate", fn, job.n_brackets)
+                    backend.synchronize()
+                    read_profile(prof, cuda_kernels, timed)
+                else:  # on cpu its host cost would be the candidate's alone: the dispatch monitor watches these calls
+                    _brackets(clocked, "candidate", fn, job.n_brackets)
                 timed.kernel_calls = KERNEL_CALLS[0]
                 timed.dispatched_ops = sorted(set(recorder.ops))
                 timed.to_host_bytes = recorder.to_host_bytes
                 if recorder.removed:
                     timed.monitor_problems.append("the dispatch monitor was removed during a timed forward")
-                probes, _ = fit_counts(report.candidate, job.gap_probes)
+                ch.record("timed", timed.to_dict())
+                n = _probe_count(backend, model_new, draw, seeds, job.gap_probes)
+                report.candidate = ModelTiming()
                 report.candidate.launch_us, report.candidate.idle_gap_us, report.reference_gap_us = probe_pairs(
-                    backend, model_new, model, seeds, draw, probes)
+                    backend, model_new, model, seeds, draw, n)
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
         report.threads_added_timing = max(_threads_now() - threads_before, 0)

@@ -1,0 +1,360 @@
+"""The trusted harness: every time and every timed output a verdict relies on, measured in THIS process.
+
+This module runs in the verifier's own process, which never imports, loads or runs candidate code. An execution
+child (the candidate's, or the reference's) is a compute server: it asks for a *clocked bracket* over the job's
+channel (verifier/channel.py) and the harness runs it:
+
+1. the harness draws the bracket's inputs from seeds it never sends, into memory of its own (private), and
+   hands the child the layout of a pool it owns (verifier/ipc.py: a shared file on cpu, device memory exported
+   by CUDA IPC on cuda): K input sets and K output sets;
+2. the child maps the pool and queues its calls: on cuda ``wait(gate)``, K x (forward, copy of the output into
+   the pool's output set k), ``record(done)``, where gate and done are interprocess events; on cpu it blocks
+   until the harness says go;
+3. the harness starts its clock, copies the inputs into the pool (only now can the child see them), flushes the
+   last-level cache (cuda), and releases the gate; the clock stops when the child's ``done`` has passed (cuda:
+   the harness's own timing events on its own stream, around the cross-process waits; cpu: its perf_counter
+   from go to the child's answer);
+4. right after, the harness copies every output set out of the pool (a snapshot) and checks each against the
+   reference it runs itself on its private inputs (loosely: did the call compute this input's answer); it
+   keeps a few (input, output) pairs picked at random after the clock stopped for the full, budgeted check of
+   the judge; the pool's outputs are compared with the snapshot again before the next bracket and at the end
+   (an output written after ``done`` is work the clock did not see).
+
+A model's time per call is the bracket's time minus that of a null bracket of the same K (the reference's child
+answering with a fixed output: the input copies, the flush, the output copies and the cross-process waits),
+divided by K. Nothing the child does to its own timers, events, reports, RNG or copies of the verifier's modules
+changes these figures: the clock, the inputs, the flush, the outputs' copies and the picks are here.
+
+Not guaranteed: on cuda a child that records ``done`` before its last writes and has them land between the
+harness's end event and its snapshot copy (a context switch of the GPU's time slicing) is not seen by the
+snapshot; the late-write check sees writes that land after the snapshot.
+Imports: torch, the standard library and the verifier's torch-side modules only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from verifier import ipc
+from verifier.inputs import as_list, draw_inputs, nbytes
+
+MAX_CALLS = 32  # calls per bracket at most
+SET_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # bytes of input + output sets per bracket (x2: private copies)
+TARGET_S = {"cuda": 0.01, "cpu": 0.02}  # a bracket's calls last about this long
+SLEEP_US = (2000.0, 200_000.0)  # cuda: the harness's stream waits this long (first, at most) while the child queues
+LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about this much per element here
+LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
+
+
+@dataclass
+class Bracket:
+    """One bracket measured here: ``calls`` calls of the child's model, ``seconds`` by this process's clock."""
+
+    label: str
+    calls: int
+    seconds: float
+    late: bool = False  # cuda: the gate opened before the child had queued its calls (launch time included)
+
+
+@dataclass
+class Clocked:
+    """What the harness measured and saw for one job (kept in the verifier's process only)."""
+
+    brackets: list[Bracket] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # timed outputs wrong, written late, or missing
+    kept: list[tuple[list, list]] = field(default_factory=list)  # (inputs, outputs) picked after the loop
+    calls_seen: int = 0
+    error: str = ""  # the harness's own failure (never the candidate's)
+    host_clock: bool = False  # cpu: perf_counter brackets
+
+    def per_call_s(self, label: str, null: dict[int, float] | None = None) -> float | None:
+        """Median time per call of ``label``'s brackets (late ones only if nothing else), less the null
+        bracket's time of the same K; None without brackets."""
+        rows = [b for b in self.brackets if b.label == label]
+        if not rows:
+            return None
+        big = max(b.calls for b in rows)
+        rows = [b for b in rows if b.calls == big] or rows
+        rows = [b for b in rows if not b.late] or rows
+        over = (null or {}).get(big, 0.0)
+        return self.summary(max(b.seconds - over, 0.0) / b.calls for b in rows)
+
+    def summary(self, values) -> float:
+        """cuda: the median (device time: the noise is symmetric and small); cpu: the least (a host clock on a
+        shared machine is only ever slowed down by load)."""
+        vals = list(values)
+        return min(vals) if self.host_clock else statistics.median(vals)
+
+    def null_by_calls(self) -> dict[int, float]:
+        by: dict[int, list[float]] = {}
+        for b in self.brackets:
+            if b.label == "null":
+                by.setdefault(b.calls, []).append(b.seconds)
+        return {k: self.summary(v) for k, v in by.items()}
+
+
+def _loose_problem(out: torch.Tensor, ref: torch.Tensor) -> str:
+    """Why a timed output is not the answer for its input ("" when it is, to about 1% per element)."""
+    if not isinstance(out, torch.Tensor) or out.shape != ref.shape or out.dtype != ref.dtype:
+        return f"an output of shape {tuple(getattr(out, 'shape', ()))} where {tuple(ref.shape)} was expected"
+    if not ref.numel():
+        return ""
+    o, r = out.to(ref.device), ref
+    if r.is_floating_point() or r.is_complex():
+        rtol = LOOSE_RTOL["half" if r.dtype in (torch.float16, torch.bfloat16) else "float"]
+        finite = r[torch.isfinite(r)] if r.numel() <= (1 << 24) else r.flatten()[:1 << 24]
+        finite = finite[torch.isfinite(finite)]
+        scale = float(finite.abs().max()) if finite.numel() else 1.0
+        ok = torch.isclose(o, r, rtol=rtol, atol=rtol * 1e-1 * scale + 1e-6, equal_nan=True)
+    else:
+        ok = o == r
+    bad = int((~ok).sum())
+    return f"{bad} of {r.numel()} elements differ from the answer" if bad > LOOSE_SHARE * r.numel() else ""
+
+
+class Harness:
+    """The harness side of one job's clocked brackets. ``reference()`` returns the task's reference model
+    (built as the child's was: same init seed), ``draw(seed)`` one call's inputs on the device; ``check``
+    (the candidate's job) turns on the output checks; ``keep`` is how many (inputs, outputs) pairs to keep for
+    the judge's full check, picked uniformly over every timed call."""
+
+    def __init__(self, backend: str, job_dir: Path, reference: Callable[[], object], draw: Callable[[int], list],
+                 *, check: bool, keep: int = 0, rng_lock=None, budget_s: float = 10.0):
+        self.backend, self.job_dir = backend, Path(job_dir)
+        self.device = "cuda" if backend == "cuda" else "cpu"
+        self._reference_factory, self._draw = reference, draw
+        self.check, self.keep = check, keep
+        self.rng_lock = rng_lock
+        self.budget_s = budget_s
+        self.result = Clocked(host_clock=self.device == "cpu")
+        self._model = None
+        self._pool = None
+        self._layout: dict | None = None
+        self._probe_s: dict[str, float] = {}
+        self._sleep_us = SLEEP_US[0]
+        self._snapshot: list[list[torch.Tensor]] = []
+        self._stream = None
+        self._flush = None
+        self._null_turn = 0
+
+    # ---- set-up (first bracket)
+
+    def _model_(self):
+        if self._model is None:
+            self._model = self._reference_factory()
+        return self._model
+
+    def _draw_locked(self, seed: int) -> list:
+        if self.rng_lock is None:
+            return self._draw(seed)
+        with self.rng_lock:
+            return self._draw(seed)
+
+    def _set_up(self) -> None:
+        inputs = self._draw_locked(secrets.randbelow(2**31 - 1) + 1)
+        with torch.no_grad():
+            outs = [o for o in as_list(self._model_()(*inputs))]
+        ins, off = [], 0
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                ins.append(["t", off, list(x.shape), str(x.dtype)])
+                off += ipc.aligned(x.numel() * x.element_size())
+            else:
+                ins.append(["v"])
+        outs_l = []
+        for o in outs:
+            if not isinstance(o, torch.Tensor):
+                raise RuntimeError("the reference returns a non-tensor output: its calls cannot be clocked")
+            outs_l.append([off, list(o.shape), str(o.dtype)])
+            off += ipc.aligned(o.numel() * o.element_size())
+        stride = max(off, ipc.ALIGN)
+        per_set = nbytes(inputs) + nbytes(outs)
+        most = max(1, min(MAX_CALLS, SET_BUDGET[self.device] // max(2 * per_set, 1)))
+        self._layout = {"inputs": ins, "outputs": outs_l, "stride": stride, "most": most}
+        if self.device == "cuda":
+            self._pool = ipc.CudaPool(stride * most)
+            self._stream = torch.cuda.Stream()
+            self._gate = torch.cuda.Event(interprocess=True)
+            self._done = torch.cuda.Event(interprocess=True)
+            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20) or 50 * 2**20
+            self._flush = torch.empty(max(2 * l2, 256 * 2**20) // 4, dtype=torch.int32, device="cuda")
+            self._pool_desc = {"ipc": self._pool.handle, "bytes": self._pool.nbytes,
+                               "gate": bytes(self._gate.ipc_handle()).hex(),
+                               "done": bytes(self._done.ipc_handle()).hex()}
+            self._tensor = self._pool.tensor
+        else:
+            path = self.job_dir / "harness_pool.bin"
+            self._tensor = ipc.cpu_pool(path, stride * most)
+            self._pool_desc = {"file": str(path), "bytes": stride * most}
+
+    def _calls_for(self, label: str) -> int:
+        """1 for a label's first bracket (its probe) and for a slow model; else as many as fit the target."""
+        most = self._layout["most"]
+        if label == "null":  # the null is measured at both counts the models use
+            self._null_turn += 1
+            return 1 if self._null_turn % 2 else most
+        probe = self._probe_s.get(label)
+        if probe is None:
+            return 1
+        return most if probe * most <= 50 * TARGET_S[self.device] else 1
+
+    def _views(self, k: int) -> tuple[list, list]:
+        lay, base = self._layout, k * self._layout["stride"]
+        ins = [ipc.view(self._tensor, base + e[1], e[2], e[3]) if e[0] == "t" else None for e in lay["inputs"]]
+        outs = [ipc.view(self._tensor, base + e[0], e[1], e[2]) for e in lay["outputs"]]
+        return ins, outs
+
+    # ---- one bracket
+
+    def serve(self, label: str, send: Callable[[dict], None], recv: Callable[[], dict | None]) -> None:
+        """One bracket over the channel; what it measured goes to ``self.result``. Raises only on the
+        harness's own failures (the caller records them as such)."""
+        done = [b for b in self.result.brackets if b.label == label]
+        if len(done) >= 4 and sum(b.seconds for b in done) > self.budget_s:  # a slow model: enough of it
+            send({"enough": True})
+            return
+        if self._layout is None:
+            self._set_up()
+        self._late_writes()
+        calls = self._calls_for(label)
+        seeds = [secrets.randbelow(2**31 - 1) + 1 for _ in range(calls)]
+        private = [self._draw_locked(s) for s in seeds]  # drawn before the clock: the child cannot see them
+        values = [[None if isinstance(x, torch.Tensor) else x for x in inp] for inp in private]
+        views = [self._views(k) for k in range(calls)]
+        send({"calls": calls, "stride": self._layout["stride"], "inputs": self._layout["inputs"],
+              "outputs": self._layout["outputs"], "pool": self._pool_desc})
+        msg = recv()
+        if not msg or msg.get("op") != "armed":
+            raise _ChildGone(f"the child did not arm bracket {label!r}: {msg!r}")
+        if self.device == "cuda":
+            seconds, late = self._clock_cuda(private, views, values, send, recv)
+        else:
+            seconds, late = self._clock_cpu(private, views, values, send, recv)
+        if seconds is None:
+            return
+        if label not in self._probe_s:
+            self._probe_s[label] = seconds / calls
+        self.result.brackets.append(Bracket(label, calls, seconds, late))
+        self._snapshot = [[o.clone() for o in outs] for _, outs in views]
+        if self.check:
+            self._check(label, private, self._snapshot)
+
+    def _write_inputs(self, private: list, views: list) -> None:
+        for inp, (ins, _) in zip(private, views):
+            for x, dst in zip(inp, ins):
+                if dst is not None:
+                    dst.copy_(x)
+
+    def _clock_cpu(self, private, views, values, send, recv):
+        t0 = time.perf_counter()
+        self._write_inputs(private, views)
+        send({"go": True, "values": values})
+        msg = recv()
+        t1 = time.perf_counter()
+        if not msg or msg.get("op") != "finished":
+            send({"ok": False})
+            raise _ChildGone(f"the child did not finish its bracket: {msg!r}")
+        send({"ok": True})
+        if msg.get("error"):
+            self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
+            return None, False
+        return t1 - t0, False
+
+    def _clock_cuda(self, private, views, values, send, recv):
+        s = self._stream
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.current_stream().synchronize()  # the private inputs are drawn
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(_cycles(self._sleep_us))  # the child queues its calls while this runs
+            start.record(s)
+            self._write_inputs(private, views)
+            self._flush.zero_()
+            self._gate.record(s)
+        t_go = time.perf_counter()
+        send({"go": True, "values": values})
+        msg = recv()
+        queued_s = time.perf_counter() - t_go
+        if not msg or msg.get("op") != "finished":
+            s.synchronize()
+            send({"ok": False})
+            raise _ChildGone(f"the child did not queue its bracket: {msg!r}")
+        late = bool(start.query())  # the gate may have opened before the last call was queued
+        with torch.cuda.stream(s):
+            s.wait_event(self._done)
+            end.record(s)
+        end.synchronize()
+        send({"ok": True})
+        self._sleep_us = min(SLEEP_US[1], max(SLEEP_US[0], 3e6 * queued_s, self._sleep_us * (2 if late else 1)))
+        if msg.get("error"):
+            self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
+            return None, late
+        return start.elapsed_time(end) * 1e-3, late
+
+    def _check(self, label: str, private: list, outs: list) -> None:
+        model = self._model_()
+        for inp, got in zip(private, outs):
+            self.result.calls_seen += 1
+            with torch.no_grad():
+                refs = [r for r in as_list(model(*inp)) if isinstance(r, torch.Tensor)]
+            for j, (o, r) in enumerate(zip(got, refs)):
+                why = _loose_problem(o, r)
+                if why:
+                    self.result.problems.append(f"timed call {self.result.calls_seen} ({label}): output {j}: {why}")
+                    return
+            # reservoir sampling: every timed call equally likely to be among the kept, decided after its clock
+            if len(self.result.kept) < self.keep:
+                self.result.kept.append((inp, got))
+            else:
+                r = secrets.randbelow(self.result.calls_seen)
+                if r < self.keep:
+                    self.result.kept[r] = (inp, got)
+
+    def _late_writes(self) -> None:
+        """Outputs of the last bracket changed in the pool after its snapshot: written after ``done``."""
+        if not self._snapshot or not self.check:
+            return
+        for k, snap in enumerate(self._snapshot):
+            _, outs = self._views(k)
+            if any(not torch.equal(a, b) for a, b in zip(outs, snap)):
+                self.result.problems.append("outputs were written after the timed calls had reported done (work the "
+                                            "clock did not see)")
+                break
+        self._snapshot = []
+
+    def close(self) -> Clocked:
+        """After the child ended: the last late-write check, then the pool is freed."""
+        try:
+            self._late_writes()
+        finally:
+            if isinstance(self._pool, ipc.CudaPool):
+                self._pool.free()
+            self._pool = self._tensor = None
+        return self.result
+
+
+class _ChildGone(RuntimeError):
+    """The child stopped answering mid-bracket (it crashed, hung or spoke out of turn): its verdict says so."""
+
+
+_CYCLES_PER_US = [0.0]
+
+
+def _cycles(us: float) -> int:
+    """GPU clock cycles that ``torch.cuda._sleep`` spins for ``us`` microseconds (calibrated once)."""
+    if not _CYCLES_PER_US[0]:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)
+        torch.cuda.synchronize()
+        a.record()
+        torch.cuda._sleep(1_000_000)
+        b.record()
+        b.synchronize()
+        _CYCLES_PER_US[0] = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
+    return max(1, int(us * _CYCLES_PER_US[0]))
