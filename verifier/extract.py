@@ -150,6 +150,15 @@ def _out_of_scope(tree: ast.Module, code: str) -> str:
     """The message for a program this verifier does not judge (a clear extract_error, not a rejection that
     reads like the candidate's fault), or ""."""
     if "load_inline" in code:
+        # a Triton function beside the CUDA code is judged by whether live code launches it (one nothing calls
+        # never runs); static_scope imports this module, hence the import here
+        from verifier.static_scope import live_triton_kernels
+        launched = live_triton_kernels(tree)
+        if launched:
+            return ("Triton kernels are not supported by this verifier: it judges CUDA/C++ kernels whose sources are "
+                    "passed as strings to torch.utils.cpp_extension.load_inline, and this program's live code "
+                    f"launches the Triton function(s) {', '.join(launched)} (@triton.jit); a Triton function that "
+                    "nothing calls is ignored")
         return ""
     triton = any(isinstance(n, (ast.Import, ast.ImportFrom)) and any(
         (getattr(n, "module", None) or a.name).split(".")[0] == "triton" or a.name.split(".")[0] == "triton"

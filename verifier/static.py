@@ -16,6 +16,14 @@ functions and classes that live code names (transitively); a class or function n
 next to the answer, a test helper, a ``__main__`` block) is not scanned for them. The other rules (reflection,
 files, processes...) apply everywhere but ``__main__`` blocks. An nn container (Sequential, ModuleList,
 ModuleDict) is PyTorch compute only when a PyTorch layer is among its members.
+
+Rules judge what the code does, not what it imports (issue 47): threading, shutil, pathlib and site are judged by
+the names used of them (``USE_JUDGED``: a lock, ``shutil.which``, a path's name are honest; a thread, ``rmtree``, a
+file read or written through a path are not); a try/except handler that calls the candidate's own kernels and
+nothing of PyTorch or the reference is not a fallback; a side stream joined back to the current stream before the
+function returns is not side work (static_scope.side_stream_hits); a tensor method's name is judged on its receiver
+(static_scope.Kinds: a queue's ``put`` is not ``Tensor.put``); reading sys (``sys.stderr``, ``sys.executable``) is
+not patching it.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from verifier import cheats
 from verifier.extract import _dotted, model_new_binding
 from verifier.static_literal import ExtensionSpec, _is_load_inline, _module_constants, exported_functions, \
     resolve_extensions
-from verifier.static_scope import _loop_bindings, _main_guard, _own_chain, _Scope, init_only_nodes
+from verifier.static_scope import OTHER, PATH, PATH_CLASSES, TENSOR, Kinds, _loop_bindings, _main_guard, _own_chain, \
+    _Scope, init_only_nodes, side_stream_hits
 from verifier.static_tamper import DUNDER_OK, Context, _dunder, dunder_code, foreign_names, judge_call, \
     judge_namespace, judge_store, private_torch
 
@@ -60,10 +69,10 @@ TENSOR_METHOD_ALLOWED = {
 }
 # Module-level imports and calls that reach outside the sandbox, by cheat code.
 IMPORT_CODES = {
-    "gc": cheats.C15, "inspect": cheats.C15, "pathlib": cheats.C15, "pickle": cheats.C15, "io": cheats.C15,
-    "threading": cheats.C09, "_thread": cheats.C09, "concurrent": cheats.C09, "asyncio": cheats.C09,
+    "gc": cheats.C15, "inspect": cheats.C15, "pickle": cheats.C15, "io": cheats.C15,
+    "_thread": cheats.C09, "concurrent": cheats.C09, "asyncio": cheats.C09,
     "subprocess": cheats.C17, "socket": cheats.C17, "multiprocessing": cheats.C17, "ctypes": cheats.C17,
-    "shutil": cheats.C17, "signal": cheats.C17, "urllib": cheats.C17, "http": cheats.C17, "requests": cheats.C17,
+    "signal": cheats.C17, "urllib": cheats.C17, "http": cheats.C17, "requests": cheats.C17,
     "resource": cheats.C17, "importlib": cheats.C11, "builtins": cheats.C11, "verifier": cheats.C11,
     "kernelmill": cheats.C11, "random": cheats.C12, "numpy.random": cheats.C12,
     # files and what reads them (expected outputs, the job's seeds)
@@ -76,12 +85,38 @@ IMPORT_CODES = {
     "xmlrpc": cheats.C17, "webbrowser": cheats.C17,
     # code built or run at run time, interpreter hooks
     "marshal": cheats.C11, "types": cheats.C11, "code": cheats.C11, "codeop": cheats.C11, "runpy": cheats.C11,
-    "dis": cheats.C11, "copyreg": cheats.C11, "atexit": cheats.C11, "faulthandler": cheats.C11, "site": cheats.C11,
+    "dis": cheats.C11, "copyreg": cheats.C11, "atexit": cheats.C11, "faulthandler": cheats.C11,
     "sysconfig": cheats.C11, "pydoc": cheats.C11, "pkgutil": cheats.C11, "zipimport": cheats.C11,
 }
+# Modules judged by what the code does with them, not by the import: the names listed read or build something
+# (a lock, the path of a tool, a path's name); any other use is the row's finding where it is. An import nothing
+# uses is still the row's finding at the import: the scan cannot see what it is for.
+USE_JUDGED = {
+    "threading": (cheats.C09, {"Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event", "local",
+                               "get_ident", "get_native_id", "current_thread", "main_thread", "TIMEOUT_MAX"}),
+    "shutil": (cheats.C17, {"which", "get_terminal_size"}),
+    "pathlib": (cheats.C15, {c.split(".")[1] for c in PATH_CLASSES}),
+    "site": (cheats.C11, {"getsitepackages", "getusersitepackages", "getuserbase", "USER_SITE", "USER_BASE",
+                          "ENABLE_USER_SITE", "PREFIXES"}),
+}
+_JUDGED_WHY = {cheats.C09: " (work on another thread)", cheats.C17: " (the file system or the operating system)",
+               cheats.C15: " (files)", cheats.C11: " (the interpreter's import machinery)"}
+# what reads or writes files through a path object (pathlib): the first set whatever the object is (no other
+# object of a kernel program has such methods), the second on what the scan knows is a path
+PATH_IO_ANY = {"read_text": cheats.C15, "read_bytes": cheats.C15, "iterdir": cheats.C15, "rglob": cheats.C15,
+               "readlink": cheats.C15, "write_text": cheats.C17, "write_bytes": cheats.C17, "unlink": cheats.C17,
+               "rmdir": cheats.C17, "symlink_to": cheats.C17, "hardlink_to": cheats.C17, "lchmod": cheats.C17}
+PATH_IO = {**PATH_IO_ANY, "open": cheats.C15, "glob": cheats.C15, "walk": cheats.C15, "touch": cheats.C17,
+           "rename": cheats.C17, "replace": cheats.C17, "chmod": cheats.C17, "link_to": cheats.C17}
 # sys.X / os.X a kernel may touch; any other is a reach into the interpreter (C11) or the system (C17)
 SYS_ALLOWED = {"version", "version_info", "platform", "maxsize", "float_info", "int_info", "byteorder",
-               "getrecursionlimit", "hexversion", "implementation"}
+               "getrecursionlimit", "hexversion", "implementation", "executable", "prefix", "base_prefix",
+               "exec_prefix", "base_exec_prefix", "flags", "getsizeof", "getdefaultencoding",
+               "getfilesystemencoding", "api_version", "float_repr_style", "abiflags",
+               # the streams as values (print(..., file=sys.stderr), sys.stdout.flush()); replacing them is a write
+               "stdout", "stderr"}
+# sys.X that reach frames and tracebacks (the verifier's objects): C15; any other sys.X outside SYS_ALLOWED is C11
+SYS_FRAMES = {"_getframe", "exc_info", "exception", "last_traceback", "last_value", "last_exc", "_current_frames"}
 OS_ALLOWED = {"environ", "getenv", "path", "cpu_count", "makedirs", "sep", "name", "getpid", "linesep", "pathsep",
               "fspath"}
 # names that are introspection or code building even when not called directly (``f = getattr; f(...)``)
@@ -107,10 +142,10 @@ CALL_CODES = {
     "torch.manual_seed": cheats.C12, "torch.seed": cheats.C12, "torch.initial_seed": cheats.C12,
     "torch.get_rng_state": cheats.C12, "torch.set_rng_state": cheats.C12, "torch.cuda.manual_seed": cheats.C12,
     "torch.cuda.manual_seed_all": cheats.C12, "torch.random.manual_seed": cheats.C12,
-    "torch.cuda.get_rng_state": cheats.C12, "torch.cuda.Stream": cheats.C09, "torch.cuda.stream": cheats.C09,
+    "torch.cuda.get_rng_state": cheats.C12,
     "torch.compile": cheats.C01, "torch.jit.script": cheats.C01, "torch.jit.trace": cheats.C01,
 }
-ATTR_CODES = {"sys.stdout": cheats.C18, "sys.__stdout__": cheats.C18, "sys.modules": cheats.C11,
+ATTR_CODES = {"sys.__stdout__": cheats.C18, "sys.modules": cheats.C11,
               "__builtins__": cheats.C11, "__subclasses__": cheats.C15, "__globals__": cheats.C15,
               "f_back": cheats.C15, "f_locals": cheats.C15}
 
@@ -185,7 +220,11 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
     main_ids = {id(x) for n in main_blocks for x in ast.walk(n)}
     dead: set[int] = set()  # filled once ModelNew is known (_Scope): code that nothing live names
 
+    compute_ids: set[int] = set()  # nodes found computing with PyTorch or the reference, wherever they are
+
     def add(code_, node, what, torch_compute=False):
+        if code_ in (cheats.C01, cheats.C04):
+            compute_ids.add(id(node))
         if code_ == cheats.C01 and id(node) in init_ids:
             return
         if code_ in (cheats.C01, cheats.C04) and id(node) in dead:
@@ -194,6 +233,7 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
 
     # aliases: `import torch.nn.functional as F`, `from torch import relu`
     aliases: dict[str, str] = {}
+    judged: dict[str, tuple[str, ast.AST]] = {}  # a name bound to a USE_JUDGED module -> (module, its import)
     for node in ast.walk(tree):
         if id(node) in main_ids:
             continue
@@ -201,14 +241,23 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
             for a in node.names:
                 aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
                 root = a.name.split(".")[0]
+                if root in USE_JUDGED:
+                    judged[a.asname or root] = (root, node)  # judged by its uses, below
+                    continue
                 code_ = IMPORT_CODES.get(a.name) or IMPORT_CODES.get(root)
                 if code_:
                     add(code_, node, f"imports `{a.name}`")
         elif isinstance(node, ast.ImportFrom) and node.module:
             root = node.module.split(".")[0]
-            code_ = IMPORT_CODES.get(node.module) or IMPORT_CODES.get(root)
-            if code_:
-                add(code_, node, f"imports from `{node.module}`")
+            if root in USE_JUDGED:
+                code_, allowed = USE_JUDGED[root]
+                for a in node.names:
+                    if node.module != root or a.name not in allowed:
+                        add(code_, node, f"imports `{a.name}` from `{node.module}`")
+            else:
+                code_ = IMPORT_CODES.get(node.module) or IMPORT_CODES.get(root)
+                if code_:
+                    add(code_, node, f"imports from `{node.module}`")
             for a in node.names:
                 aliases[a.asname or a.name] = f"{node.module}.{a.name}"
 
@@ -221,6 +270,18 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
     # own functions, whatever they are called (``ext.mm`` is not ``Tensor.mm``)
     extension_objects = {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
                          isinstance(n.value, ast.Call) and _is_load_inline(n.value) for t in n.targets} - {""}
+    grew = True
+    while grew:  # and what is bound to one (`self.ext = ext`)
+        before = len(extension_objects)
+        extension_objects |= {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
+                              _dotted(n.value) in extension_objects for t in n.targets} - {""}
+        grew = len(extension_objects) > before
+
+    def own_call(call: ast.AST) -> bool:
+        """A call of one of the candidate's own compiled functions (``ext.relu(x)``, ``self.ext.fast(x)``)."""
+        return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and \
+            (_dotted(call.func.value) in extension_objects or
+             (call.func.attr in kernels and _dotted(call.func.value) not in ("", "torch")))
     # ModelNew is the class the module-level name binds: `class ModelNew`, or `ModelNew = Model` / `= FastConv`
     binding = model_new_binding(tree)
     model_new = binding.cls if binding is not None else None
@@ -262,6 +323,15 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
     # reflection is judged by what it does and on whose object (static_tamper): writes to what is not the
     # candidate's are patches, reads of its own objects are not
     reflect = Context(_module_constants(tree), foreign_names(tree, set(aliases)), canonical, _is_torch_compute)
+    # what a receiver is (a tensor, a path, a queue...), from where its name is bound: a method is judged on it
+    kinds = Kinds(tree, canonical, own_call, classes)
+
+    def path_io(node: ast.Attribute) -> bool:
+        """``recv.read_text`` and the like: files read or written through a path object."""
+        recv = _dotted(node.value)
+        if recv in extension_objects or node.attr in kernels:
+            return False
+        return node.attr in PATH_IO_ANY or canonical(recv) in PATH_CLASSES or kinds.of(node.value) == PATH
     if binding is not None and binding.reference_model:
         add(cheats.C04, next((n for n in tree.body if getattr(n, "lineno", 0) == binding.line), tree),
             f"`ModelNew` is bound to `{binding.alias}`, the reference `Model`")
@@ -276,6 +346,11 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                 add(cheats.C11, node, f"uses `{node.id}` as a value (attribute access by computed name)")
             elif isinstance(node, ast.Name) and _dunder(node.id) and node.id not in DUNDER_OK:
                 add(cheats.C11, node, f"uses `{node.id}` (interpreter internals)")
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                    aliases.get(node.id, "").startswith("sys.") and aliases[node.id].split(".")[1] not in SYS_ALLOWED:
+                full_ = aliases[node.id]  # `from sys import settrace`: the same reach as sys.settrace
+                add(ATTR_CODES.get(full_) or (cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11), node,
+                    f"uses `{full_}` (the interpreter's state)")
             elif isinstance(node, ast.Attribute) and _dunder(node.attr) and node.attr not in DUNDER_OK and \
                     node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
                 add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
@@ -285,9 +360,8 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                             for k in ATTR_CODES) and \
                     not isinstance(parents.get(id(node)), ast.Attribute):
                 full_ = canonical(_dotted(node))
-                add(cheats.C15 if full_.split(".")[1] in ("_getframe", "exc_info", "exception", "last_traceback",
-                                                          "last_value", "last_exc", "_current_frames")
-                    else cheats.C11, node, f"touches `{full_}` (the interpreter's state)")
+                add(cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11, node,
+                    f"touches `{full_}` (the interpreter's state)")
             elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("os.") and \
                     canonical(_dotted(node)).split(".")[1] not in OS_ALLOWED and \
                     canonical(_dotted(node)) not in CALL_CODES and not isinstance(parents.get(id(node)), ast.Attribute):
@@ -299,6 +373,10 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                     judge_store(node, reflect) is not None:
                 hit = judge_store(node, reflect)
                 add(hit.code, node, hit.what)
+            elif isinstance(node, ast.Attribute) and node.attr in PATH_IO and isinstance(node.ctx, ast.Load) and \
+                    path_io(node):
+                add(PATH_IO[node.attr], node, f"`{_dotted(node) or node.attr}` "
+                    f"{'reads' if PATH_IO[node.attr] == cheats.C15 else 'writes or removes'} files through a path")
             elif isinstance(node, ast.Attribute) and private_torch(canonical(_dotted(node))) and \
                     not isinstance(parents.get(id(node)), ast.Attribute):
                 add(cheats.C11, node, f"touches torch internals `{_dotted(node)}`")
@@ -343,7 +421,11 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                             recv[5:] in enclosing_class.get(id(node), model_layers) and meth in ("forward", "__call__"):
                         add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
                     elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")):
-                        add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
+                        # judged on the receiver: a queue's put, a set's add, a list's sort are not PyTorch; a
+                        # receiver the scan cannot place is a tensor unless the name is a container's as well
+                        kind = kinds.of(node.func.value)
+                        if kind == TENSOR or (kind not in (OTHER, PATH) and meth not in _CONTAINER_METHODS):
+                            add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
                 elif isinstance(node.func, ast.Name):
                     fn = node.func.id
                     if fn in CALL_CODES:
@@ -364,6 +446,49 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                     add(cheats.C01, node, f"calls a member of the nn container {loop_layers[id(node)]} "
                                           "(its PyTorch forward)", True)
 
+    # side streams: work on one must be joined back to the current stream before the function returns
+    for node, what in side_stream_hits(tree, canonical, main_ids):
+        add(cheats.C09, node, what)
+    # threading, shutil, pathlib, site: judged by what the code uses of them
+    for alias, (module, imported) in judged.items():
+        code_, allowed = USE_JUDGED[module]
+        refs = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == alias and id(n) not in main_ids
+                and isinstance(n.ctx, ast.Load)]
+        for n in refs:
+            p = parents.get(id(n))
+            member = p.attr if isinstance(p, ast.Attribute) and p.value is n else None
+            if member not in allowed:
+                add(code_, n, (f"uses `{module}.{member}`" if member else f"uses `{module}` as a value") +
+                    _JUDGED_WHY[code_])
+        if not refs:
+            add(code_, imported, f"imports `{module}` and uses nothing of it the scan can judge")
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    methods = {m.name: m for c in chain for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def reach(body: list[ast.stmt], seen: set | None = None) -> tuple[bool, bool]:
+        """(calls one of the candidate's own kernels, computes with PyTorch or the reference): what ``body`` does,
+        through the methods of ModelNew and the program's functions it calls, by name."""
+        seen = set() if seen is None else seen
+        own = foreign = False
+        for stmt in body:
+            for n in ast.walk(stmt):
+                if id(n) in compute_ids or (isinstance(n, ast.Name) and n.id == "Model" and not own_model):
+                    foreign = True
+                if not isinstance(n, ast.Call):
+                    continue
+                if own_call(n) and kinds.of(n.func.value) != TENSOR:
+                    own = True
+                callee = None
+                if isinstance(n.func, ast.Attribute) and _dotted(n.func.value) == "self":
+                    callee = methods.get(n.func.attr)
+                elif isinstance(n.func, ast.Name):
+                    callee = functions.get(n.func.id)
+                if callee is not None and id(callee) not in seen:
+                    seen.add(id(callee))
+                    o, f = reach(callee.body, seen)
+                    own, foreign = own or o, foreign or f
+        return own, foreign
+
     if model_new is not None:
         for c in chain:
             who = "ModelNew" if c is model_new else f"`{c.name}`, a base of ModelNew,"
@@ -376,19 +501,30 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
             # super().forward reaches the program's own base class only when that is what the class derives from
             own_super = bool(c.bases) and isinstance(c.bases[0], ast.Name) and c.bases[0].id in classes and \
                 c.bases[0].id != "Model"
+            # super().__call__ is nn.Module's call (it runs this class's own forward) unless a base is the reference
+            from_model = any(_dotted(b).split(".")[-1] == "Model" and not own_model
+                             for cc in _own_chain(c, classes) for b in cc.bases)
             for node in ast.walk(c):
                 if isinstance(node, ast.Name) and node.id == "Model" and not own_model:
                     add(cheats.C04, node, "refers to the reference `Model`")
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                         node.func.attr in ("forward", "__call__") and isinstance(node.func.value, ast.Call) and \
-                        _dotted(node.func.value.func) == "super" and not own_super:
-                    add(cheats.C04, node, "calls `super().forward`")
-                elif isinstance(node, ast.Try):
+                        _dotted(node.func.value.func) == "super" and not own_super and \
+                        (node.func.attr == "forward" or from_model):
+                    add(cheats.C04, node, f"calls `super().{node.func.attr}`")
+        for c in chain:
+            for node in ast.walk(c):
+                if isinstance(node, ast.Try):
                     for h in node.handlers:
-                        if not all(isinstance(s, (ast.Raise, ast.Pass)) for s in h.body) or \
-                                any(isinstance(s, ast.Pass) for s in h.body):
+                        if all(isinstance(s, ast.Raise) for s in h.body):
+                            continue
+                        own, foreign = reach(h.body)
+                        if foreign:
+                            add(cheats.C03, h, "a try/except in ModelNew whose handler computes with PyTorch or the "
+                                                "reference (a fallback path)")
+                        elif not own:
                             add(cheats.C03, h, "a try/except in ModelNew whose handler does more than re-raise "
-                                                "(a fallback path)")
+                                                "and calls none of your own kernels (a fallback path)")
         used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
                {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         if kernels and not (kernels & used):
@@ -430,10 +566,13 @@ def _tensor_compute_methods() -> frozenset[str]:
         names = {n for n in dir(torch.Tensor) if not n.startswith("_")}
     except Exception:  # pragma: no cover - torch is always there in practice
         names = set()
-    benign = {"split", "index", "count", "copy", "sort", "get", "add", "format", "join", "items", "keys",
-              "values", "append", "extend", "pop", "update", "strip", "replace", "real", "imag", "data",
-              "shape", "device", "dtype", "grad", "is_cuda", "layout", "names", "T", "H", "mT", "mH"}
-    return frozenset(names - TENSOR_METHOD_ALLOWED - benign)
+    # attributes, not methods: never called
+    attributes = {"real", "imag", "data", "shape", "device", "dtype", "grad", "is_cuda", "layout", "names", "T", "H",
+                  "mT", "mH"}
+    return frozenset(names - TENSOR_METHOD_ALLOWED - attributes)
 
 
 _TENSOR_COMPUTE = _tensor_compute_methods()
+# tensor methods that are also the methods of Python's containers (a set's add, a list's sort and index, a dict's
+# values): on a receiver the scan cannot place they are read as the container's; on a tensor they are compute
+_CONTAINER_METHODS = frozenset({"add", "index", "sort", "values", "count", "copy"})
