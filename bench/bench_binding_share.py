@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit  # noqa: E402
-from verifier.mixed_batch import mixed_batch  # noqa: E402
+from bench.lib.mixed_batch import mixed_batch  # noqa: E402
 from verifier import buildproc, objcache  # noqa: E402
 from verifier.build import build_variants, canonical_spec, spec_key, write_variant  # noqa: E402
 from verifier.config import VerifyConfig  # noqa: E402
@@ -136,7 +136,7 @@ def testbed_share(manifest: Path, work: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-task", type=int, default=12)
-    ap.add_argument("--tasks", default="", help="comma-separated task names of verifier/mixed_batch.py (default: all)")
+    ap.add_argument("--tasks", default="", help="comma-separated task names of bench/lib/mixed_batch.py (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--cuda-home", default="", help="where nvcc lives, for a CPU build of torch (cpp_extension's "

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit  # noqa: E402
-from verifier.mixed_batch import mixed_batch  # noqa: E402
+from bench.lib.mixed_batch import mixed_batch  # noqa: E402
 from verifier.static import scan  # noqa: E402
 from verifier.build import build_variants, canonical_spec  # noqa: E402
 from verifier.config import VerifyConfig  # noqa: E402
@@ -52,7 +52,7 @@ def _phase_ms(rec: list[str]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-task", type=int, default=1)
-    ap.add_argument("--tasks", default="", help="comma-separated task names of verifier/mixed_batch.py (default: all)")
+    ap.add_argument("--tasks", default="", help="comma-separated task names of bench/lib/mixed_batch.py (default: all)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--cuda-home", default="", help="where nvcc lives, for a CPU build of torch (which leaves "
                     "cpp_extension's CUDA_HOME None): the compiles run, the link against libtorch_cuda fails")

@@ -30,8 +30,9 @@ from bench.common import default_results, device_name, emit  # noqa: E402
 
 CHILD = r"""
 import dataclasses, json, sys, time
+from bench.lib import fixtures as fx
 from kernelmill.config import load_settings
-from verifier import fixtures as fx, sandbox
+from verifier import sandbox
 from verifier.entry import verify_candidate
 cfg = dataclasses.replace(load_settings().verify, build_dir=sys.argv[1], trials=5, timing_trials=5, warmup=1,
                           time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4, exec_workers=1)
@@ -52,8 +53,9 @@ print(json.dumps({"times": times, "child": child, "judged": judged, "sandbox": s
 
 BUILDS = r"""
 import json, sys
+from bench.lib import fixtures as fx
 from kernelmill.config import load_settings
-from verifier import build, fixtures as fx, sandbox
+from verifier import build, sandbox
 from verifier.config import use_host
 from verifier.static import scan
 use_host(load_settings().verify.host())  # KERNELMILL_VERIFY_SANDBOX from the parent

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import emit  # noqa: E402
-from verifier import fixtures as fx  # noqa: E402
+from bench.lib import fixtures as fx  # noqa: E402
 from verifier.build import _HEAVY_INCLUDE  # noqa: E402
 from verifier.slim import slim_source  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The test bed of real model-written KernelBench solutions (issue 22) through the verifier, against each
-source's own correctness judgement: a command line over verifier/testbed.py and verifier/testbed_report.py.
+source's own correctness judgement: a command line over bench/lib/testbed.py and bench/lib/testbed_report.py.
 The run with its assertions (nothing that passed before is newly rejected) is `pytest -m gpu
 tests/gpu/test_testbed_gpu.py`; this script keeps the options of a manual run and the report-only modes.
 
@@ -10,9 +10,9 @@ tests/gpu/test_testbed_gpu.py`; this script keeps the options of a manual run an
     PYTHONPATH=. python bench/testbed_compare.py --before OLD.jsonl... --after NEW.jsonl...   # two runs compared
 
 Writes under --out, else $OUT, else bench/results/: ``testbed_<name>.jsonl`` (one row per verdict, appended as
-it arrives) and ``testbed_<name>.md`` (verifier/testbed_report.py ``render``). A watchdog writes what is done
+it arrives) and ``testbed_<name>.md`` (bench/lib/testbed_report.py ``render``). A watchdog writes what is done
 and exits at the budget whatever is running. ``--set KEY=VALUE`` sets any VerifyConfig field; defaults for a
-test bed run: ``time_torch_compile=false``, ``timing_trials=5`` (verifier/testbed.py RUN_DEFAULTS).
+test bed run: ``time_torch_compile=false``, ``timing_trials=5`` (bench/lib/testbed.py RUN_DEFAULTS).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from verifier import testbed as T  # noqa: E402
-from verifier.testbed_report import NOT_REACHED, load_classes, merge_rows, render  # noqa: E402
+from bench.lib import testbed as T  # noqa: E402
+from bench.lib.testbed_report import NOT_REACHED, load_classes, merge_rows, render  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -98,7 +98,7 @@ def cases(kb_dir: str | None) -> list[tuple[str, str, str]]:
     """(name, reference program, candidate program)."""
     from synth.teacher.coverage import family_tasks
     from synth.teacher.writer import write_candidate
-    from verifier import fixtures as fx
+    from bench.lib import fixtures as fx
 
     want = {"activation_relu": "scalar relu (teacher)", "reduce_sum_dim": "reduction", "softmax": "softmax",
             "layernorm": "layernorm", "matmul_tiled": "tiled matmul", "linear_bias_relu": "matmul+bias+relu",

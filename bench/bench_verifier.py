@@ -4,7 +4,7 @@ goes, GPU busy fraction, and timing noise (one kernel, 5 repeated measurements: 
 
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_verifier.py --batch mixed --per-task 12
 
-``--batch mixed`` (default): 8 tasks of levels 1-2 (verifier/mixed_batch.py), ``--per-task`` distinct candidates
+``--batch mixed`` (default): 8 tasks of levels 1-2 (bench/lib/mixed_batch.py), ``--per-task`` distinct candidates
 each; ``--batch relu``: ``--n`` variants of one ReLU (the session-5 figure). Prints a table and writes
 bench/results/verifier_<device>_<batch>.md and the verdicts (candidate, status, cheats) as
 verdicts_<device>_<batch>_<commit>.jsonl, to compare two verifiers' verdicts on the same batch."""
@@ -23,11 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from bench.lib import fixtures as fx  # noqa: E402
+from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier.proc_cpu import ProcCpu  # noqa: E402
-from verifier import fixtures as fx  # noqa: E402
 from verifier.api import VerifyConfig, usable_cores, verify_batch  # noqa: E402
-from verifier.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from verifier.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
 
 
@@ -67,7 +67,7 @@ def run_batch(items, cfg, workers):
 
 
 # ----------------------------------------------------------------------------- the real-code batch (issue 38)
-# ``--batch real``: the test bed's model-written solutions (verifier/testbed.py picks them) through the verify entry
+# ``--batch real``: the test bed's model-written solutions (bench/lib/testbed.py picks them) through the verify entry
 # with the verifier's default settings (torch.compile of each reference timed, the sandbox on), at 1 candidate per
 # task and at --per-task k, each in a fresh process with a fresh build directory (the in-process caches of task
 # plans and reference timings, and the build cache, would otherwise let the second batch ride on the first).
@@ -90,7 +90,7 @@ def real_once(a, out_json: Path) -> None:
 
     from verifier.config import VerifyConfig
     from verifier.entry import VerifyStats, verify
-    from verifier.testbed import load_manifest, real_batch
+    from bench.lib.testbed import load_manifest, real_batch
 
     t_start = time.perf_counter()
     batch = real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task,
@@ -224,7 +224,7 @@ def main():
                          "source, torch wrapper in cpp_sources (the compact teacher's style)")
     ap.add_argument("--skip-cached", action="store_true")
     ap.add_argument("--out", default="bench/results")
-    # --batch real (issue 38): the test bed's model-written solutions (verifier/testbed.py)
+    # --batch real (issue 38): the test bed's model-written solutions (bench/lib/testbed.py)
     ap.add_argument("--manifest", default="ext/testbed/manifest.jsonl", help="real batch: the test bed manifest")
     ap.add_argument("--levels", default="1,2,3", help="real batch: levels, comma-separated")
     ap.add_argument("--n-tasks", type=int, default=16, help="real batch: tasks (0: every task of the levels)")
@@ -246,7 +246,7 @@ def main():
     device = torch.cuda.get_device_name(0)
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
     if a.batch == "mixed":
-        from verifier.mixed_batch import mixed_batch
+        from bench.lib.mixed_batch import mixed_batch
         items = mixed_batch(a.per_task)
         a.n = len(items)
     else:
@@ -347,7 +347,7 @@ def main():
     w = max(len(r[0]) for r in rows)
     table = "\n".join(f"| {k.ljust(w)} | {v} |" for k, v in rows)
     header = f"| {'metric'.ljust(w)} | value |\n|{'-' * (w + 2)}|-------|"
-    what = (f"Batch: {a.n} distinct CUDA candidates over 8 tasks of levels 1-2 (verifier/mixed_batch.py: ReLU, GELU, "
+    what = (f"Batch: {a.n} distinct CUDA candidates over 8 tasks of levels 1-2 (bench/lib/mixed_batch.py: ReLU, GELU, "
             "swish, row sum, row max, softmax, tiled matmul, Linear+bias+ReLU+scale; block sizes, kernel and host "
             "function names vary)" if a.batch == "mixed" else
             f"Task: ReLU on 2048x4096 fp32; {a.n} distinct CUDA "

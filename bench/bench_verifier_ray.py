@@ -4,7 +4,7 @@
         --kill-one                                       # 16 cores a GPU, as a 4-GPU host of 64 has
     PYTHONPATH=. python bench/bench_verifier_ray.py --backend cpu --gpus 0 --n-tasks 3   # smoke run, no GPU
 
-The batch is bench_verifier.py --batch real's: the model-written test bed (verifier/testbed.py real_batch;
+The batch is bench_verifier.py --batch real's: the model-written test bed (bench/lib/testbed.py real_batch;
 ext/testbed, fetched, never committed), ``--n-tasks`` tasks x up to ``--per-task`` distinct solutions. For each
 GPU count N it starts a local Ray cluster with N GPUs (``ray.init(num_gpus=N)``: Ray hands out GPU ids 0..N-1
 and sets ``CUDA_VISIBLE_DEVICES`` per task) and ``--cores-per-gpu`` x N CPUs, verifies the batch through
@@ -55,8 +55,8 @@ from kernelmill.errors import InputError  # noqa: E402
 
 
 def real_items(a) -> list[tuple]:
-    """The real-code batch of bench_verifier.py --batch real (verifier/testbed.py)."""
-    from verifier.testbed import load_manifest, real_batch
+    """The real-code batch of bench_verifier.py --batch real (bench/lib/testbed.py)."""
+    from bench.lib.testbed import load_manifest, real_batch
 
     batch = real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task, n_tasks=a.n_tasks,
                        levels=[int(x) for x in a.levels.split(",") if x], sources=[x for x in a.sources.split(",") if x],
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     seen = "statuses in the 1-pool run: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + "."
     pools = f"Verifier: {a.exec_workers} execution children per pool, chunk {a.chunk} candidates per Ray task, " \
             f"{a.timing_trials} timing trials, torch.compile {'timed' if a.time_torch_compile else 'not timed'}"
-    about = [f"Batch: the real-code batch (verifier/testbed.py real_batch: {a.manifest}, levels {a.levels}, "
+    about = [f"Batch: the real-code batch (bench/lib/testbed.py real_batch: {a.manifest}, levels {a.levels}, "
              f"{len({t.task_id for t, _ in items})} tasks x up to {a.per_task} distinct model-written solutions = "
              f"{len(items)} candidates); {seen}",
              f"{pools}; every run cold (a fresh build root): compiling every extension and preparing every task are "

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/testbed_build.py [--out ext/testbed] [--cudal1-gpus h100] [--mirrors /work/.mirror]
 
-The command line of verifier/testbed_sources.py (the sources, what is kept and left out, the manifest's fields):
+The command line of bench/lib/testbed_sources.py (the sources, what is kept and left out, the manifest's fields):
 it writes the test bed under ``--out`` (``ext/`` is git-ignored) and prints a table of counts by source, level
 and judgement.
 """
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from verifier.testbed_sources import CUDAL1_GPU, SOURCES, MissingMirror, UnknownSource, build, count_table  # noqa: E402
+from bench.lib.testbed_sources import CUDAL1_GPU, SOURCES, MissingMirror, UnknownSource, build, count_table  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,4 @@
-"""Two runs of the test bed, row by row: what changed between them (verifier/testbed_report.py ``compare``).
+"""Two runs of the test bed, row by row: what changed between them (bench/lib/testbed_report.py ``compare``).
 
     PYTHONPATH=. python bench/testbed_compare.py \
         --before bench/results/testbed_h100_s0_d820c29.jsonl bench/results/testbed_h100_s1_66c2d27.jsonl \
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from verifier.testbed_report import compare, merge_rows, render_compare  # noqa: E402
+from bench.lib.testbed_report import compare, merge_rows, render_compare  # noqa: E402
 
 
 def main(argv=None) -> int:

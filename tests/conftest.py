@@ -80,7 +80,7 @@ def shared_build_dir() -> str:
     VerifyConfig without a build_dir use too: under the session's KERNELMILL_HOME, or the run's one under
     pytest-xdist, above). Builds are content-addressed by sources, flags and torch version, and failures are
     cached with their log (verifier/build.py), so modules whose extensions are honest fixtures
-    (verifier/fixtures.py) share this root instead of compiling the same sources again in a root of their own,
+    (bench/lib/fixtures.py) share this root instead of compiling the same sources again in a root of their own,
     and keep the fork servers that a new build root would restart. A test that asserts a cold build, or on what
     a build root holds (tests/test_verifier_run.py, test_verifier_build.py, test_prep_cache.py,
     test_run_cost.py), keeps a root of its own."""

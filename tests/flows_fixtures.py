@@ -1,7 +1,7 @@
 """Shared inputs of the flows / resume / Ray / deploy tests: a run directory holding real tasks and
 real cpu candidates (written through kernelmill.store), and helpers to compare run directories.
 
-The candidates come from verifier/fixtures.py and share ONE C++ extension source, so a test
+The candidates come from bench/lib/fixtures.py and share ONE C++ extension source, so a test
 session compiles a single extension however many candidates it verifies (the verifier's build
 cache is keyed by the extension's source hash).
 """
@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.lib import fixtures as fx
 from kernelmill import store
 from kernelmill.schema import Candidate, Task, to_row
-from verifier import fixtures as fx
 
 ROOT = Path(__file__).resolve().parent.parent
 

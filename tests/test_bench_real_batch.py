@@ -1,8 +1,8 @@
-"""The real-code batch (verifier/testbed.py, what `bench/bench_verifier.py --batch real` measures): a test bed
+"""The real-code batch (bench/lib/testbed.py, what `bench/bench_verifier.py --batch real` measures): a test bed
 manifest becomes (Task, Candidate) pairs, the same tasks at every k, k distinct solutions per task where the test bed
 has them, copies only when asked, and errors that name the manifest line. The manifest here is written by hand in
 this file (the real one, ext/testbed, is git-ignored and holds cuda solutions); the one verification runs the cpu
-fixtures of verifier/fixtures.py through the real verify entry."""
+fixtures of bench/lib/fixtures.py through the real verify entry."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from flows_fixtures import FAST_VERIFY
+from bench.lib import fixtures as fx
 from kernelmill.errors import InputError
 from kernelmill.schema import Task
-from verifier import fixtures as fx
-from verifier.testbed import load_manifest, real_batch
+from bench.lib.testbed import load_manifest, real_batch
 
 RELU_NAMED = fx.HONEST_RELU.replace("return ext.relu(x.contiguous())", "flat = x.contiguous()\n        return ext.relu(flat)")
 FALLBACK = fx.cpu_candidate("return torch.relu(x)")

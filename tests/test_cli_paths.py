@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from verifier import fixtures as fx
+from bench.lib import fixtures as fx
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from flows_fixtures import FAST_VERIFY, MEASURED, ROOT
+from bench.lib import fixtures as fx
 from kernelmill import store
 from kernelmill.config import load_settings
 from kernelmill.schema import Task, to_row
@@ -20,7 +21,6 @@ from orchestrator.cli import main
 from synth.generate.generators import dialogue_id_for, make_candidate
 from train.rollout import Policy, verifier_reward_fn
 from verifier import entry
-from verifier import fixtures as fx
 
 PRODUCT = ("kernelmill", "synth", "graphs", "curation", "verifier", "train", "orchestrator", "flows")
 ENGINE_NAMES = {"verify_batch", "verify_on_ray", "_run_local", "_run_ray"}

@@ -1,7 +1,7 @@
 """Task preparation kept on disk (verifier/prep_cache.py): the reference's timings, measured once per task,
 device and settings, are read by later verifier processes instead of measured again; verdicts do not change.
 
-Real verifier runs on the cpu backend (the relu task of verifier/fixtures.py, its honest candidate compiled once
+Real verifier runs on the cpu backend (the relu task of bench/lib/fixtures.py, its honest candidate compiled once
 for the module); the second and concurrent processes are real subprocesses. Whether a process measured is
 counted by wrapping ``api._measure_reference`` (the one function that starts the reference's child) in that
 process, and read from the entry's own record of the process that measured it."""
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import api, prep_cache
-from verifier import fixtures as fx
 from verifier.api import VerifyConfig, verify_batch
 from verifier.contract import ChildReport, ModelTiming
 
@@ -27,8 +27,8 @@ RELU = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
 # run in a fresh interpreter: verify the relu task (or only time its reference) and say whether it measured
 SCRIPT = r'''
 import json, os, sys
+from bench.lib import fixtures as fx
 from verifier import api
-from verifier import fixtures as fx
 from verifier.api import VerifyConfig
 cfg = VerifyConfig(**json.loads(sys.argv[1]))
 measured = []

@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import api
-from verifier import fixtures as fx
 from verifier.api import VerifyConfig, verify_batch
 from verifier.devlock import DeviceLock
 

@@ -14,7 +14,7 @@ from kernelmill.config import load_settings
 from kernelmill.schema import Dialogue, Task
 from orchestrator.pipeline import run_stages
 from synth.teacher.writer import choose_bug
-from verifier.fixtures import RELU_TASK
+from bench.lib.fixtures import RELU_TASK
 
 RELU = RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(64, 500)")
 

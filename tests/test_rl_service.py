@@ -17,9 +17,9 @@ from kernelmill.config import load_settings
 from kernelmill.errors import InputError
 from kernelmill.schema import to_row
 from model_fixtures import train_tiny
+from bench.lib import fixtures as fx
 from train.rollout import rl_reward
 from train.trl_reward import local_verifier_service, service_reward_fn
-from verifier import fixtures as fx
 from verifier.client import ServiceError, VerifierClient
 
 pytestmark = pytest.mark.slow

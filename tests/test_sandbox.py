@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier import cheats, fixtures as fx
+from bench.lib import fixtures as fx
+from verifier import cheats
 from verifier import sandbox
 from verifier.api import VerifyConfig
 from verifier.entry import verify_candidate
@@ -346,7 +347,7 @@ def test_cli_binary_candidate_gets_a_verdict(tmp_path):
 
 def test_sigkilled_build_leaves_no_compiler(tmp_path):
     """The build runs in a sandbox that dies with its parent: SIGKILL of the verifying process ends the compiler."""
-    script = ("import sys\nfrom verifier.build import build_blocking\nfrom verifier import fixtures as fx\n"
+    script = ("import sys\nfrom verifier.build import build_blocking\nfrom bench.lib import fixtures as fx\n"
               "from kernelmill.config import load_settings\nfrom verifier.config import use_host\n"
               "use_host(load_settings().verify.host())\n"  # KERNELMILL_VERIFY_PCH=false (conftest)
               "build_blocking(sys.argv[1], dict(cpp_sources=fx.SHARED_CPP + '\\n// kill test', functions=fx.SHARED_FUNCS), 300)\n")

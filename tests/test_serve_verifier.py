@@ -1,5 +1,5 @@
 """The verifier as a reward service: a real `kernelmill serve-verifier` (cpu backend) in a subprocess, called over
-HTTP with real candidates from verifier/fixtures.py. Only the client's retry test uses a fake server (it says so)."""
+HTTP with real candidates from bench/lib/fixtures.py. Only the client's retry test uses a fake server (it says so)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib import fixtures as fx
 from kernelmill.errors import InputError
 from kernelmill.schema import Verdict, task_id_for
-from verifier import fixtures as fx
 from verifier.client import ServiceError, VerifierClient, VerifyItem, parse_request
 
 ROOT = Path(__file__).resolve().parent.parent

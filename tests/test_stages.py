@@ -22,7 +22,7 @@ from orchestrator import stages
 from orchestrator.cli import build_parser, main
 from synth.generate.generators import TeacherGenerator, dialogue_id_for, make_candidate
 from verifier.extract import extract_code
-from verifier.fixtures import RELU_TASK
+from bench.lib.fixtures import RELU_TASK
 
 # The ground (kernelmill: schema, store, settings, errors, config), the packages the orchestrator drives,
 # and the orchestrator with its Prefect wrapping (orchestrator/, flows/) on top.

@@ -1,4 +1,4 @@
-"""The test bed's CPU side (verifier/testbed.py, verifier/testbed_report.py): shard selection, merging shard JSONL
+"""The test bed's CPU side (bench/lib/testbed.py, bench/lib/testbed_report.py): shard selection, merging shard JSONL
 files, the hand classification of disagreements, the markdown tables, two runs compared and the regressions the
 gpu suite fails on, the extraction + static run and the budget of a run over a small manifest, and the builder
 script (bench/testbed_build.py, run as a program) over a fork made here. Every row and program here is written
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib import testbed as T
+from bench.lib import testbed_report as tb
 from kernelmill.errors import InputError
-from verifier import testbed as T
-from verifier import testbed_report as tb
-from verifier.testbed import TestbedSolution
+from bench.lib.testbed import TestbedSolution
 
 ROOT = Path(__file__).resolve().parents[1]
 

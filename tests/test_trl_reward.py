@@ -9,8 +9,8 @@ import torch
 from kernelmill.errors import InputError
 from kernelmill.schema import task_id_for
 from test_serve_verifier import start_server
+from bench.lib import fixtures as fx
 from train.trl_reward import VerifierReward, completion_text, service_reward_fn
-from verifier import fixtures as fx
 
 PROMPT_KERNEL = "Write ModelNew for this task with a C++ kernel:\n" + fx.RELU_TASK
 PROMPT_CHAT = "Say hi."

@@ -401,7 +401,7 @@ def test_a_failure_of_the_verifiers_own_build_code_is_a_verifier_error_not_a_com
     from unittest import mock
 
     from verifier import build as build_mod
-    from verifier import fixtures as fx
+    from bench.lib import fixtures as fx
     from verifier.api import VerifyConfig
     from verifier.entry import verify_candidate
 

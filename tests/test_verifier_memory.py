@@ -16,9 +16,9 @@ import weakref
 
 import pytest
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import admission, api
-from verifier import fixtures as fx
 from verifier.api import VerifyConfig, verify_batch
 
 COMPANY_S = 60.0  # the longest a child's start waits for another (a bound for a broken batch, never reached)

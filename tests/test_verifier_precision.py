@@ -22,7 +22,7 @@ blunt rule turned away must pass, and the cheat each rule exists for must still 
 - size constants written as expressions (``N = 2048 * 2``, ``1 << 12``, ``K = N // 2``, ``4 * 256`` inside
   get_inputs) are varied on the extra-shape trial, keeping the task's guarantees.
 
-All candidates share one C++ extension (verifier/fixtures.py PRECISION_CPP): the session builds it once (its build
+All candidates share one C++ extension (bench/lib/fixtures.py PRECISION_CPP): the session builds it once (its build
 directory is shared with tests/redteam/test_redteam_precision.py)."""
 
 import ast
@@ -33,9 +33,9 @@ import numpy as np
 import pytest
 import torch
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier import fixtures as fx
 from verifier.api import VerifyConfig, _pick_size_change, load_reference, verify_batch
 from verifier.backends import CPU_POISON_BYTE
 from verifier.inputs import (build_model, draw_inputs, other_size, other_size_keeping_all, size_changes,

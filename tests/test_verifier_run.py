@@ -2,7 +2,7 @@
 errors kept), execution children (correctness, runtime legality, timing), crash / hang / OOM verdicts,
 every runtime-visible cheat with its honest look-alike, verify_batch ordering and callbacks, the CLI.
 
-All candidates share one C++ extension (verifier/fixtures.py), so the session compiles it once, plus
+All candidates share one C++ extension (bench/lib/fixtures.py), so the session compiles it once, plus
 one broken source for the compile-error verdict, built in parallel in the same pool."""
 
 import json
@@ -16,9 +16,9 @@ from unittest import mock
 
 import pytest
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier import fixtures as fx
 from verifier import api
 from verifier.api import VerifyConfig, verify_batch
 from verifier.entry import verify_candidate

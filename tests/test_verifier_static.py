@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Verdict
 from verifier import cheats
-from verifier import fixtures as fx
 from verifier.extract import check_candidate_shape, extract_code
 from verifier.metrics import pass_at_k, summarize_verdicts
 from verifier.reward import reward_for

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from flows_fixtures import ROOT
-from verifier import fixtures as fx
+from bench.lib import fixtures as fx
 
 
 def kernelmill(*args, cwd) -> subprocess.CompletedProcess:

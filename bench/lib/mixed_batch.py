@@ -4,7 +4,7 @@ a fused level-2 Linear + bias + ReLU + scale chain), ``per_task`` candidates eac
 the way model answers do: kernel names, block sizes, loop shapes, and (every third one) the name and comment of
 the host function, so that some share their binding code with another candidate and some do not.
 
-    from verifier.mixed_batch import mixed_batch
+    from bench.lib.mixed_batch import mixed_batch
     items = mixed_batch(per_task=12)   # [(Task, Candidate)], 96 candidates
 
 Every CUDA source includes torch/extension.h, as model answers do."""

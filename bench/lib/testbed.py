@@ -1,7 +1,7 @@
 """The test bed of model-written KernelBench solutions (``ext/testbed/manifest.jsonl``, made by
 bench/testbed_build.py from fetched mirrors) through the verifier: the manifest, the selection of a run, the run
 itself through the verify entry, and the real-code batch that bench/bench_verifier.py ``--batch real`` measures.
-The verdict rows and reports are verifier/testbed_report.py; tests/gpu/test_testbed_gpu.py is the run on cuda.
+The verdict rows and reports are bench/lib/testbed_report.py; tests/gpu/test_testbed_gpu.py is the run on cuda.
 
     sols = select(load_manifest(Path("ext/testbed/manifest.jsonl")), sources=("technoabsurdist",), per_problem=1,
                   shard="0/4")
@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from bench.lib.testbed_report import not_reached_row, verdict_row
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Origin, Task, task_id_for
-from verifier.testbed_report import not_reached_row, verdict_row
 
 REQUIRED = ("id", "source", "level", "problem_file", "solution_file")
 

@@ -1,4 +1,4 @@
-"""The test bed's verdict rows and reports: one JSONL row per verdict (verifier/testbed.py ``run_testbed`` writes
+"""The test bed's verdict rows and reports: one JSONL row per verdict (bench/lib/testbed.py ``run_testbed`` writes
 them), shards merged, the markdown tables against each source's own judgement, the hand classification of the
 disagreements, and two runs compared row by row (``compare``, ``regressions``: what the gpu suite asserts).
 
@@ -58,7 +58,7 @@ def _base_row(s, legality: str) -> dict:
 
 
 def verdict_row(s, v, legality: str) -> dict:
-    """The JSONL row of solution ``s`` (a verifier.testbed.TestbedSolution) and its Verdict ``v``."""
+    """The JSONL row of solution ``s`` (a bench.lib.testbed.TestbedSolution) and its Verdict ``v``."""
     total = sum(float(x) for k, x in (v.stage_seconds or {}).items() if isinstance(x, (int, float))
                 and not k.startswith("child_"))
     return {**_base_row(s, legality),
@@ -326,7 +326,7 @@ def real_row(cand, v) -> dict:
 
 def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool, wall_s: float, errors: list[str],
                 gpu_samples: list[float], host_busy: float, cpu_by_kind: dict) -> dict:
-    """One batch's record: ``batch`` a verifier.testbed.RealBatch, ``stats`` the verify entry's VerifyStats, ``cfg``
+    """One batch's record: ``batch`` a bench.lib.testbed.RealBatch, ``stats`` the verify entry's VerifyStats, ``cfg``
     its VerifyConfig, ``gpu_samples`` nvidia-smi utilization percents, ``cpu_by_kind`` {kind: (CPU s, processes)}."""
     s = gpu_samples
     return {"per_task": per_task, "describe": batch.describe(), "items": len(batch.items), "tasks": batch.tasks,
@@ -397,7 +397,7 @@ def real_report(records: list[dict], *, device: str, cmd: str, commit: str, vers
     md = [f"# Real-code batch on {device}", "",
           f"Command: `{cmd}` at {commit}; {versions}.", "",
           "The batch: the test bed's model-written KernelBench solutions (bench/testbed_build.py; "
-          "verifier/testbed.py picks them: tasks round-robin over the levels, the tasks with the most distinct "
+          "bench/lib/testbed.py picks them: tasks round-robin over the levels, the tasks with the most distinct "
           "solutions first, the same tasks at every k; up to k distinct solutions per task across sources and "
           "models), each judged against its own problem file, through the verify entry (verifier/entry.py) on the "
           f"{backend} backend with the verifier's default settings ({', '.join(f'{k}={v}' for k, v in cfg.items())}), "

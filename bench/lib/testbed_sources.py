@@ -1,6 +1,6 @@
 """The readers of the test bed's sources (issue 22): real model-written KernelBench solutions read from fetched
 bare git mirrors, and the writer of the test bed (``build``: manifest.jsonl, problems/, solutions/).
-bench/testbed_build.py is its command line; verifier/testbed.py reads what it writes.
+bench/testbed_build.py is its command line; bench/lib/testbed.py reads what it writes.
 
 Nothing fetched is committed: this module is the record of how the set is made. It reads bare git mirrors
 (made by the search tool's ``fetch github:OWNER/NAME``, laid out as ``<mirrors>/OWNER+NAME/repo``) with

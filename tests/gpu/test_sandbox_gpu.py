@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verifier import fixtures as fx
+from bench.lib import fixtures as fx
 from verifier import sandbox
 from verifier.api import VerifyConfig
 from verifier.entry import verify_candidate

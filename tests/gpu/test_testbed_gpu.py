@@ -18,7 +18,7 @@ Chosen by environment (the run is on the GPU box; ``ext/`` carried; each call mu
     KERNELMILL_TESTBED_OUT=$OUT                       where testbed_<name>.{jsonl,md} go (default $OUT, else
                                                       pytest's tmp dir); ..._NAME (default <device>_s<i>of<n>)
 
-With a baseline, testbed_<name>_compare.md holds the row-by-row comparison (verifier/testbed_report.py).
+With a baseline, testbed_<name>_compare.md holds the row-by-row comparison (bench/lib/testbed_report.py).
 """
 
 import os
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier import testbed as T
-from verifier import testbed_report as R
+from bench.lib import testbed as T
+from bench.lib import testbed_report as R
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]

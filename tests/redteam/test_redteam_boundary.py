@@ -13,9 +13,9 @@ from unittest import mock
 import pytest
 import torch
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task, Verdict
 from verifier import api, cheats, entry
-from verifier import fixtures as fx
 from verifier.api import ReferenceTiming, VerifyConfig, verify_batch
 from verifier.channel import Channel, Driver, Ledger, WallBracket
 from verifier.contract import ChildReport

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier import fixtures as fx
 from verifier.api import VerifyConfig, _pick_size_change, load_reference, verify_batch
 from verifier.backends import CPU_POISON_BYTE
 from verifier.inputs import build_model, draw_inputs, size_changes

@@ -32,7 +32,7 @@ TAMPER = {
 
 @pytest.mark.parametrize("name", sorted(TAMPER))
 def test_writes_through_namespaces_and_torch_called_by_name_are_still_caught(name):
-    from verifier import fixtures as fx
+    from bench.lib import fixtures as fx
 
     code_, forward = TAMPER[name]
     rep = scan(fx.cpu_candidate(forward))

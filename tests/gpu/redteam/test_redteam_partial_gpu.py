@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import pytest  # noqa: E402
 
+from bench.lib import fixtures as fx  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier import cheats  # noqa: E402
-from verifier import fixtures as fx  # noqa: E402
 from verifier.api import VerifyConfig, verify_batch  # noqa: E402
 from verifier.knockout import CONTRIBUTES, NO_CONTRIBUTION  # noqa: E402
 
