@@ -53,7 +53,8 @@ from verifier.processes import _job_root, _run_child, clear_job_root, exec_slot
 from verifier.plan import (_PLAN_LOCK, _PLANS, TaskPlan, _float64_check, _pick_size_change,  # noqa: F401
                            _plan_key, _release_plan, load_reference, plan_settings, task_plan)  # (re-exported)
 from verifier.static import scan
-from verifier.vendor import scan_library, scan_sources, scan_tampering
+from verifier.monitors import aten_op_of, forbidden
+from verifier.vendor import aten_entries, scan_library, scan_sources, scan_tampering
 
 __all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_batch"]
 
@@ -171,10 +172,22 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
     sources = [src for spec in w.specs for src in _sources(spec)]
     vendor = [f for r in results for f in scan_library(r.so_path, sources)]
     tamper = [f for r in results for f in scan_tampering([], r.so_path)]
+    below, computing = [], []
+    for r in results:
+        through, under, lookup = aten_entries(r.so_path)
+        below += [f"at::{op}" for op in {aten_op_of(n) for n in under} if op]
+        if lookup:
+            below.append("operators looked up by name (c10::Dispatcher::findSchema)")
+        computing += forbidden(f"aten::{op}" for op in {aten_op_of(n) for n in through} if op)
+    if below:
+        vendor.append("the built extension calls ATen's kernels below the dispatcher: " + ", ".join(sorted(set(below))[:6]))
     if vendor or tamper:  # the linker's view: what the built extension calls by name, however the source spelled it
         v.cheats = sorted(({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set()))
         finish(w, "cheat", _vendor_lines("Binary", vendor) + _tamper_lines("Binary", tamper))
         return False
+    if computing:  # PyTorch compute called from the candidate's C++: seen here whatever its process reports later
+        w.torch_findings.append("the built extension calls PyTorch compute ops from C++: " +
+                                ", ".join(sorted(set(computing))[:8]) + " [C01]")
     return True
 
 
@@ -223,7 +236,7 @@ def _job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, reference
                warm_device_ms=cfg.warm_device_ms, hide_launch_us=cfg.hide_launch_us,
                time_torch_compile=cfg.time_torch_compile, memory_limit_gb=cfg.memory_limit_gb,
                allow_child_compile=cfg.allow_child_compile, timing_lock=_lock_path(cfg, build_root),
-               lock_wait_s=_lock_wait_s(cfg), eval_mode=cfg.eval_mode, n_brackets=max(3, cfg.timed_brackets),
+               lock_wait_s=_lock_wait_s(cfg), eval_mode=cfg.eval_mode, n_brackets=max(3, min(cfg.timed_brackets, cfg.timing_trials)),
                timing_budget_s=cfg.timing_budget_s, **kw)
 
 

@@ -101,11 +101,15 @@ class Driver:
         conn.settimeout(0.2)
         buf = [b""]
 
-        def recv() -> dict | None:
-            """The next message (None when the child is gone or the job is over)."""
+        def recv(timeout_s: float | None = None) -> dict | None:
+            """The next message (None when the child is gone or the job is over; ``{"op": "timeout"}`` when
+            ``timeout_s`` passed first)."""
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
             while b"\n" not in buf[0]:
                 if self._stop.is_set():
                     return None
+                if deadline is not None and time.monotonic() > deadline:
+                    return {"op": "timeout"}
                 try:
                     part = conn.recv(1 << 16)
                 except socket.timeout:
@@ -125,8 +129,14 @@ class Driver:
                 self.ledger.problems.append(f"malformed message on the channel: {line[:80]!r}")
                 return {"op": ""}
 
-        def send(reply: dict) -> None:
-            conn.sendall((json.dumps(reply) + "\n").encode())
+        def send(reply: dict, fds: list[int] | None = None) -> None:
+            data = (json.dumps(reply) + "\n").encode()
+            if fds:  # a file descriptor travels with the message it belongs to (SCM_RIGHTS)
+                sent = socket.send_fds(conn, [data], fds)
+                if sent < len(data):
+                    conn.sendall(data[sent:])
+            else:
+                conn.sendall(data)
 
         next_trial, timing_sent = 0, False
         try:
@@ -178,11 +188,13 @@ class Channel:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(str(Path(job_dir) / SOCKET_FILE))
         self._buf = b""
+        self.fds: list[int] = []  # file descriptors the verifier sent (the harness's shared memory)
 
     def _ask(self, msg: dict) -> dict:
         self._sock.sendall((json.dumps(msg) + "\n").encode())
         while b"\n" not in self._buf:
-            part = self._sock.recv(1 << 16)
+            part, fds, _, _ = socket.recv_fds(self._sock, 1 << 16, 4)
+            self.fds += fds
             if not part:
                 raise ConnectionError("the verifier closed the channel")
             self._buf += part

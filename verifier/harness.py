@@ -7,13 +7,13 @@ channel (verifier/channel.py) and the harness runs it:
 1. the harness draws the bracket's inputs from seeds it never sends, into memory of its own (private), and
    hands the child the layout of a pool it owns (verifier/ipc.py: a shared file on cpu, device memory exported
    by CUDA IPC on cuda): K input sets and K output sets;
-2. the child maps the pool and queues its calls: on cuda ``wait(gate)``, K x (forward, copy of the output into
-   the pool's output set k), ``record(done)``, where gate and done are interprocess events; on cpu it blocks
-   until the harness says go;
+2. the child maps the pool and queues its calls: on cuda ``wait(gate word >= n)``, K x (forward, copy of the
+   output into the pool's output set k), ``done word = n`` (stream memory operations on flag words of the pool:
+   no interprocess event); on cpu it blocks until the harness says go;
 3. the harness starts its clock, copies the inputs into the pool (only now can the child see them), flushes the
-   last-level cache (cuda), and releases the gate; the clock stops when the child's ``done`` has passed (cuda:
-   the harness's own timing events on its own stream, around the cross-process waits; cpu: its perf_counter
-   from go to the child's answer);
+   last-level cache (cuda), and opens the gate; the clock stops when the child's ``done`` has passed (cuda: the
+   harness's own timing events on its own stream, around the cross-process waits; cpu: its perf_counter from go
+   to the child's answer);
 4. right after, the harness copies every output set out of the pool (a snapshot) and checks each against the
    reference it runs itself on its private inputs (loosely: did the call compute this input's answer); it
    keeps a few (input, output) pairs picked at random after the clock stopped for the full, budgeted check of
@@ -45,10 +45,11 @@ import torch
 from verifier import ipc
 from verifier.inputs import as_list, draw_inputs, nbytes
 
-MAX_CALLS = 32  # calls per bracket at most
+MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
 SET_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # bytes of input + output sets per bracket (x2: private copies)
-TARGET_S = {"cuda": 0.01, "cpu": 0.02}  # a bracket's calls last about this long
-SLEEP_US = (2000.0, 200_000.0)  # cuda: the harness's stream waits this long (first, at most) while the child queues
+TARGET_S = {"cuda": 0.02, "cpu": 0.02}  # a bracket's calls last about this long
+QUEUE_WAIT_S = 2.0  # cuda: the gate opens this long after the bracket's layout was sent, queued or not
+FLAGS = ipc.ALIGN  # the pool's first bytes: the gate word (offset 0) and the done word (offset 64)
 LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about this much per element here
 LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
 
@@ -83,7 +84,7 @@ class Clocked:
         big = max(b.calls for b in rows)
         rows = [b for b in rows if b.calls == big] or rows
         rows = [b for b in rows if not b.late] or rows
-        over = (null or {}).get(big, 0.0)
+        over = null_for(null or {}, big)
         return self.summary(max(b.seconds - over, 0.0) / b.calls for b in rows)
 
     def summary(self, values) -> float:
@@ -98,6 +99,19 @@ class Clocked:
             if b.label == "null":
                 by.setdefault(b.calls, []).append(b.seconds)
         return {k: self.summary(v) for k, v in by.items()}
+
+
+def null_for(null: dict[int, float], calls: int) -> float:
+    """The null bracket's seconds for ``calls`` calls: measured at 1 and at the most a bracket of the task holds,
+    linear between (a fixed part, the cross-process waits, and a part per call, the copies)."""
+    if not null:
+        return 0.0
+    if calls in null:
+        return null[calls]
+    lo, hi = min(null), max(null)
+    if lo == hi:
+        return null[lo] * calls / lo
+    return null[lo] + (null[hi] - null[lo]) * (calls - lo) / (hi - lo)
 
 
 def _loose_problem(out: torch.Tensor, ref: torch.Tensor) -> str:
@@ -138,11 +152,12 @@ class Harness:
         self._pool = None
         self._layout: dict | None = None
         self._probe_s: dict[str, float] = {}
-        self._sleep_us = SLEEP_US[0]
         self._snapshot: list[list[torch.Tensor]] = []
         self._stream = None
         self._flush = None
         self._null_turn = 0
+        self._seq = 0
+        self._fd_sent = False
 
     # ---- set-up (first bracket)
 
@@ -178,21 +193,19 @@ class Harness:
         per_set = nbytes(inputs) + nbytes(outs)
         most = max(1, min(MAX_CALLS, SET_BUDGET[self.device] // max(2 * per_set, 1)))
         self._layout = {"inputs": ins, "outputs": outs_l, "stride": stride, "most": most}
+        size = FLAGS + stride * most
         if self.device == "cuda":
-            self._pool = ipc.CudaPool(stride * most)
+            self._pool = ipc.CudaPool(size)
             self._stream = torch.cuda.Stream()
-            self._gate = torch.cuda.Event(interprocess=True)
-            self._done = torch.cuda.Event(interprocess=True)
+            self._unblock = torch.cuda.Stream()
             l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20) or 50 * 2**20
             self._flush = torch.empty(max(2 * l2, 256 * 2**20) // 4, dtype=torch.int32, device="cuda")
-            self._pool_desc = {"ipc": self._pool.handle, "bytes": self._pool.nbytes,
-                               "gate": bytes(self._gate.ipc_handle()).hex(),
-                               "done": bytes(self._done.ipc_handle()).hex()}
+            self._pool_desc = {"fd": True, "bytes": self._pool.nbytes}
             self._tensor = self._pool.tensor
         else:
             path = self.job_dir / "harness_pool.bin"
-            self._tensor = ipc.cpu_pool(path, stride * most)
-            self._pool_desc = {"file": str(path), "bytes": stride * most}
+            self._tensor = ipc.cpu_pool(path, size)
+            self._pool_desc = {"file": str(path), "bytes": size}
 
     def _calls_for(self, label: str) -> int:
         """1 for a label's first bracket (its probe) and for a slow model; else as many as fit the target."""
@@ -203,10 +216,10 @@ class Harness:
         probe = self._probe_s.get(label)
         if probe is None:
             return 1
-        return most if probe * most <= 50 * TARGET_S[self.device] else 1
+        return max(1, min(most, int(TARGET_S[self.device] / max(probe, 1e-9))))
 
     def _views(self, k: int) -> tuple[list, list]:
-        lay, base = self._layout, k * self._layout["stride"]
+        lay, base = self._layout, FLAGS + k * self._layout["stride"]
         ins = [ipc.view(self._tensor, base + e[1], e[2], e[3]) if e[0] == "t" else None for e in lay["inputs"]]
         outs = [ipc.view(self._tensor, base + e[0], e[1], e[2]) for e in lay["outputs"]]
         return ins, outs
@@ -217,7 +230,8 @@ class Harness:
         """One bracket over the channel; what it measured goes to ``self.result``. Raises only on the
         harness's own failures (the caller records them as such)."""
         done = [b for b in self.result.brackets if b.label == label]
-        if len(done) >= 4 and sum(b.seconds for b in done) > self.budget_s:  # a slow model: enough of it
+        if (len(done) >= 4 and sum(b.seconds for b in done) > self.budget_s) or (self.check and self.result.problems):
+            # a slow model has been timed enough; a wrong timed output has decided the verdict
             send({"enough": True})
             return
         if self._layout is None:
@@ -228,15 +242,15 @@ class Harness:
         private = [self._draw_locked(s) for s in seeds]  # drawn before the clock: the child cannot see them
         values = [[None if isinstance(x, torch.Tensor) else x for x in inp] for inp in private]
         views = [self._views(k) for k in range(calls)]
-        send({"calls": calls, "stride": self._layout["stride"], "inputs": self._layout["inputs"],
-              "outputs": self._layout["outputs"], "pool": self._pool_desc})
-        msg = recv()
-        if not msg or msg.get("op") != "armed":
-            raise _ChildGone(f"the child did not arm bracket {label!r}: {msg!r}")
+        self._seq += 1
+        fds = [self._pool.fd] if isinstance(self._pool, ipc.CudaPool) and not self._fd_sent else None
+        self._fd_sent = True
+        send({"calls": calls, "stride": self._layout["stride"], "flags": FLAGS, "inputs": self._layout["inputs"],
+              "outputs": self._layout["outputs"], "pool": self._pool_desc, "values": values, "seq": self._seq}, fds)
         if self.device == "cuda":
-            seconds, late = self._clock_cuda(private, views, values, send, recv)
+            seconds, late = self._clock_cuda(private, views, send, recv)
         else:
-            seconds, late = self._clock_cpu(private, views, values, send, recv)
+            seconds, late = self._clock_cpu(private, views, send, recv)
         if seconds is None:
             return
         if label not in self._probe_s:
@@ -252,14 +266,16 @@ class Harness:
                 if dst is not None:
                     dst.copy_(x)
 
-    def _clock_cpu(self, private, views, values, send, recv):
+    def _clock_cpu(self, private, views, send, recv):
+        msg = recv()
+        if not msg or msg.get("op") != "armed":
+            raise _ChildGone(f"the child did not arm its bracket: {msg!r}")
         t0 = time.perf_counter()
         self._write_inputs(private, views)
-        send({"go": True, "values": values})
+        send({"go": True})
         msg = recv()
         t1 = time.perf_counter()
         if not msg or msg.get("op") != "finished":
-            send({"ok": False})
             raise _ChildGone(f"the child did not finish its bracket: {msg!r}")
         send({"ok": True})
         if msg.get("error"):
@@ -267,35 +283,47 @@ class Harness:
             return None, False
         return t1 - t0, False
 
-    def _clock_cuda(self, private, views, values, send, recv):
-        s = self._stream
+    def _clock_cuda(self, private, views, send, recv):
+        """The child has queued ``wait(gate >= seq)``, its calls and ``done = seq`` on its stream (or is still
+        queuing: a forward that synchronises the host waits for the gate, which opens after QUEUE_WAIT_S anyway, and
+        the bracket is late). This stream: start, the inputs copied in, the cache flushed, the gate opened, a wait
+        for done, end."""
+        s, seq = self._stream, self._seq
+        gate, done = self._pool.ptr, self._pool.ptr + 64
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.current_stream().synchronize()  # the private inputs are drawn
+        msg = recv(QUEUE_WAIT_S)
+        late = bool(msg) and msg.get("op") == "timeout"
         with torch.cuda.stream(s):
-            torch.cuda._sleep(_cycles(self._sleep_us))  # the child queues its calls while this runs
             start.record(s)
             self._write_inputs(private, views)
             self._flush.zero_()
-            self._gate.record(s)
-        t_go = time.perf_counter()
-        send({"go": True, "values": values})
-        msg = recv()
-        queued_s = time.perf_counter() - t_go
-        if not msg or msg.get("op") != "finished":
-            s.synchronize()
-            send({"ok": False})
-            raise _ChildGone(f"the child did not queue its bracket: {msg!r}")
-        late = bool(start.query())  # the gate may have opened before the last call was queued
-        with torch.cuda.stream(s):
-            s.wait_event(self._done)
+            ipc.write_value(s, gate, seq)
+            ipc.wait_value(s, done, seq)
             end.record(s)
-        end.synchronize()
+        if late:
+            msg = recv()
+        if not msg or msg.get("op") != "queued":
+            self._release(seq)
+            raise _ChildGone(f"the child did not queue its bracket: {msg!r}")
+        deadline = time.monotonic() + max(60.0, 4 * self.budget_s)
+        while not end.query():  # the child's done, or a child that never writes it (then released here)
+            if time.monotonic() > deadline:
+                self._release(seq)
+                self.result.problems.append("a timed bracket never reported done")
+                return None, late
+            time.sleep(2e-5)
         send({"ok": True})
-        self._sleep_us = min(SLEEP_US[1], max(SLEEP_US[0], 3e6 * queued_s, self._sleep_us * (2 if late else 1)))
         if msg.get("error"):
             self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
             return None, late
         return start.elapsed_time(end) * 1e-3, late
+
+    def _release(self, seq: int) -> None:
+        """Open the gate and write done from a stream of this process, so that neither side waits for ever."""
+        ipc.write_value(self._unblock, self._pool.ptr, seq)
+        ipc.write_value(self._unblock, self._pool.ptr + 64, seq)
+        self._unblock.synchronize()
 
     def _check(self, label: str, private: list, outs: list) -> None:
         model = self._model_()
@@ -341,20 +369,3 @@ class Harness:
 
 class _ChildGone(RuntimeError):
     """The child stopped answering mid-bracket (it crashed, hung or spoke out of turn): its verdict says so."""
-
-
-_CYCLES_PER_US = [0.0]
-
-
-def _cycles(us: float) -> int:
-    """GPU clock cycles that ``torch.cuda._sleep`` spins for ``us`` microseconds (calibrated once)."""
-    if not _CYCLES_PER_US[0]:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)
-        torch.cuda.synchronize()
-        a.record()
-        torch.cuda._sleep(1_000_000)
-        b.record()
-        b.synchronize()
-        _CYCLES_PER_US[0] = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
-    return max(1, int(us * _CYCLES_PER_US[0]))

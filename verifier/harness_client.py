@@ -19,16 +19,15 @@ class BracketClient:
         self._pools: dict[str, tuple] = {}
 
     def _map(self, desc: dict):
-        key = desc.get("ipc") or desc.get("file")
-        if key not in self._pools:
-            if "ipc" in desc:
-                dev = torch.cuda.current_device()
-                gate = torch.cuda.Event.from_ipc_handle(dev, bytes.fromhex(desc["gate"]))
-                done = torch.cuda.Event.from_ipc_handle(dev, bytes.fromhex(desc["done"]))
-                self._pools[key] = (ipc.cuda_map(desc["ipc"], int(desc["bytes"])), gate, done)
+        """The harness's pool: (uint8 tensor, its device address or 0)."""
+        if "pool" not in self._pools:
+            if desc.get("fd"):
+                if not self.ch.fds:
+                    raise RuntimeError("the harness's memory did not arrive")
+                self._pools["pool"] = ipc.cuda_map(self.ch.fds.pop(0), int(desc["bytes"]))
             else:
-                self._pools[key] = (ipc.cpu_map(desc["file"], int(desc["bytes"])), None, None)
-        return self._pools[key]
+                self._pools["pool"] = (ipc.cpu_map(desc["file"], int(desc["bytes"])), 0)
+        return self._pools["pool"]
 
     def bracket(self, label: str, fn) -> str:
         """One bracket of ``fn`` (the model's forward, watched as the caller wants it): "done", or "enough"
@@ -36,20 +35,22 @@ class BracketClient:
         reply = self.ch.ask({"op": "bracket", "label": label})
         if reply.get("enough"):
             return "enough"
-        pool, gate, done = self._map(reply["pool"])
-        calls, stride = int(reply["calls"]), int(reply["stride"])
+        pool, addr = self._map(reply["pool"])
+        calls, stride, flags = int(reply["calls"]), int(reply["stride"]), int(reply["flags"])
         sets = []
         for k in range(calls):
-            base = k * stride
+            base = flags + k * stride
             ins = [ipc.view(pool, base + e[1], e[2], e[3]) if e[0] == "t" else None for e in reply["inputs"]]
             outs = [ipc.view(pool, base + e[0], e[1], e[2]) for e in reply["outputs"]]
             sets.append((ins, outs))
-        go = self.ch.ask({"op": "armed"})
-        values = go.get("values") or [[] for _ in range(calls)]
+        values = reply.get("values") or [[] for _ in range(calls)]
+        stream = torch.cuda.current_stream() if addr else None
+        if stream is not None:  # the calls wait on the device for the harness's gate: queued now, run when it opens
+            ipc.wait_value(stream, addr, int(reply["seq"]))
+        else:
+            self.ch.ask({"op": "armed"})  # returns when the harness has written the inputs and started its clock
         error = ""
         try:
-            if gate is not None:
-                torch.cuda.current_stream().wait_event(gate)
             for (ins, outs), vals in zip(sets, values):
                 args = [x if x is not None else v for x, v in zip(ins, vals)]
                 got = fn(*args)
@@ -66,9 +67,9 @@ class BracketClient:
         except Exception as e:  # noqa: BLE001 - reported to the harness, which ends the bracket
             error = f"{type(e).__name__}: {str(e)[:300]}"
         finally:
-            if done is not None:
-                done.record(torch.cuda.current_stream())
-        ack = self.ch.ask({"op": "finished", "error": error})
+            if stream is not None:
+                ipc.write_value(stream, addr + 64, int(reply["seq"]))
+        ack = self.ch.ask({"op": "queued" if stream is not None else "finished", "error": error})
         if error:
             raise RuntimeError(error)
         if not ack.get("ok"):

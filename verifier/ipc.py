@@ -1,10 +1,9 @@
 """Memory one process owns and another maps: the buffers of the trusted harness's clocked calls.
 
 cpu: a file in the job directory (on /dev/shm when job directories live there) mapped by both sides with
-``torch.from_file(shared=True)``. cuda: device memory the harness allocates with the driver API (``cuMemAlloc``,
-outside torch's caching allocator, so an IPC handle names exactly this allocation) and exports with
-``cuIpcGetMemHandle``; the execution child opens it (``cuIpcOpenMemHandle``) and sees it as a uint8 tensor through
-``__cuda_array_interface__``. Neither side goes through torch.multiprocessing (its CUDA sharing needs a
+``torch.from_file(shared=True)``. cuda: device memory the harness allocates with the driver API (``cuMemCreate``,
+outside torch's caching allocator) and exports as a file descriptor; the execution child imports it and sees it as
+a uint8 tensor through ``__cuda_array_interface__``. Neither side goes through torch.multiprocessing (its CUDA sharing needs a
 shared-memory manager and ref-count files the sandbox does not share).
 
 Guarantees: the harness's pool lives until the harness frees it (after the child ended); offsets are 256-byte
@@ -15,7 +14,6 @@ Imports: torch and the standard library only.
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import torch
@@ -59,40 +57,109 @@ def cpu_map(path: str, nbytes: int) -> torch.Tensor:
     return torch.from_file(path, shared=True, size=max(nbytes, 1), dtype=torch.uint8)
 
 
-# ---------------------------------------------------------------------------- cuda: driver-API IPC
+# ---------------------------------------------------------------------------- cuda: driver-API shared memory
+#
+# The pool is created with the virtual memory management API (cuMemCreate) and exported as a POSIX file descriptor,
+# which travels over the job's Unix socket (SCM_RIGHTS); the child imports and maps it. Legacy IPC handles
+# (cudaIpcGetMemHandle, interprocess events) do not open across the sandbox's pid namespace ("mapping of buffer
+# object failed" on the H200); a file descriptor does. The two processes order their streams with stream memory
+# operations on flag words inside the pool (cuStreamWriteValue32 / cuStreamWaitValue32): no interprocess event.
+
+import ctypes as C  # noqa: E402
 
 _CU = None
+_U64, _SZ, _I, _U, _P = C.c_uint64, C.c_size_t, C.c_int, C.c_uint, C.c_void_p
+
+
+class _Location(C.Structure):
+    _fields_ = [("type", _I), ("id", _I)]
+
+
+class _AllocFlags(C.Structure):
+    _fields_ = [("compressionType", C.c_ubyte), ("gpuDirectRDMACapable", C.c_ubyte), ("usage", C.c_ushort),
+                ("reserved", C.c_ubyte * 4)]
+
+
+class _Prop(C.Structure):
+    _fields_ = [("type", _I), ("requestedHandleTypes", _I), ("location", _Location), ("win32HandleMetaData", _P),
+                ("allocFlags", _AllocFlags)]
+
+
+class _Access(C.Structure):
+    _fields_ = [("location", _Location), ("flags", _I)]
+
+
+_PINNED, _POSIX_FD, _ON_DEVICE, _READ_WRITE = 1, 1, 1, 3
 
 
 def _cu():
     global _CU
     if _CU is None:
-        _CU = ctypes.CDLL("libcuda.so.1")
+        cu = C.CDLL("libcuda.so.1")
+        sigs = {
+            "cuCtxGetCurrent": [C.POINTER(_P)], "cuCtxSetCurrent": [_P], "cuDeviceGet": [C.POINTER(_I), _I],
+            "cuDevicePrimaryCtxRetain": [C.POINTER(_P), _I],
+            "cuMemGetAllocationGranularity": [C.POINTER(_SZ), C.POINTER(_Prop), _I],
+            "cuMemCreate": [C.POINTER(_U64), _SZ, C.POINTER(_Prop), _U64],
+            "cuMemAddressReserve": [C.POINTER(_U64), _SZ, _SZ, _U64, _U64],
+            "cuMemMap": [_U64, _SZ, _SZ, _U64, _U64], "cuMemSetAccess": [_U64, _SZ, C.POINTER(_Access), _SZ],
+            "cuMemExportToShareableHandle": [_P, _U64, _I, _U64],
+            "cuMemImportFromShareableHandle": [C.POINTER(_U64), _P, _I],
+            "cuMemUnmap": [_U64, _SZ], "cuMemRelease": [_U64], "cuMemAddressFree": [_U64, _SZ],
+            "cuGetErrorName": [_I, C.POINTER(C.c_char_p)],
+        }
+        for name, args in sigs.items():
+            f = getattr(cu, name)
+            f.argtypes, f.restype = args, _I
+        for name in ("cuStreamWaitValue32", "cuStreamWriteValue32"):
+            f = getattr(cu, name + "_v2", None) or getattr(cu, name)
+            f.argtypes, f.restype = [_P, _U64, C.c_uint32, _U], _I
+            setattr(cu, "km_" + name, f)
+        _CU = cu
     return _CU
 
 
 def _ok(rc: int, what: str) -> None:
     if rc != 0:
-        name = ctypes.c_char_p()
+        name = C.c_char_p()
         try:
-            _cu().cuGetErrorName(rc, ctypes.byref(name))
+            _cu().cuGetErrorName(rc, C.byref(name))
         except Exception:  # noqa: BLE001
             pass
         raise RuntimeError(f"{what} failed: CUDA driver error {rc} ({(name.value or b'').decode()})")
 
 
-def _current_context() -> None:
-    """Make the device's primary context (torch's) current on this thread, as the runtime would."""
+def _device() -> int:
+    """Make the device's primary context (torch's) current on this thread, as the runtime would; its ordinal."""
     torch.cuda.init()
+    dev_index = torch.cuda.current_device()
     cu = _cu()
-    ctx = ctypes.c_void_p()
-    _ok(cu.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
-    if ctx.value:
-        return
-    dev = ctypes.c_int()
-    _ok(cu.cuDeviceGet(ctypes.byref(dev), torch.cuda.current_device()), "cuDeviceGet")
-    _ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-    _ok(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    ctx = _P()
+    _ok(cu.cuCtxGetCurrent(C.byref(ctx)), "cuCtxGetCurrent")
+    dev = _I()
+    _ok(cu.cuDeviceGet(C.byref(dev), dev_index), "cuDeviceGet")
+    if not ctx.value:
+        _ok(cu.cuDevicePrimaryCtxRetain(C.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+        _ok(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return dev.value
+
+
+def _prop(dev: int) -> _Prop:
+    p = _Prop()
+    p.type, p.requestedHandleTypes = _PINNED, _POSIX_FD
+    p.location.type, p.location.id = _ON_DEVICE, dev
+    return p
+
+
+def _map(handle: int, size: int, dev: int) -> int:
+    cu = _cu()
+    ptr = _U64()
+    _ok(cu.cuMemAddressReserve(C.byref(ptr), size, 0, 0, 0), "cuMemAddressReserve")
+    _ok(cu.cuMemMap(ptr.value, size, 0, handle, 0), "cuMemMap")
+    acc = _Access()
+    acc.location.type, acc.location.id, acc.flags = _ON_DEVICE, dev, _READ_WRITE
+    _ok(cu.cuMemSetAccess(ptr.value, size, C.byref(acc), 1), "cuMemSetAccess")
+    return ptr.value
 
 
 class _DevicePointer:
@@ -103,38 +170,57 @@ class _DevicePointer:
 
 
 class CudaPool:
-    """Device memory owned by the harness, exported by an IPC handle (hex) the child opens."""
+    """Device memory owned by the harness, exported as a file descriptor (``fd``) the child imports."""
 
     def __init__(self, nbytes: int):
-        _current_context()
-        self.nbytes = max(nbytes, ALIGN)
-        ptr = ctypes.c_uint64()
-        _ok(_cu().cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(self.nbytes)), "cuMemAlloc")
-        self.ptr = ptr.value
-        handle = (ctypes.c_char * 64)()
-        _ok(_cu().cuIpcGetMemHandle(handle, ctypes.c_uint64(self.ptr)), "cuIpcGetMemHandle")
-        self.handle = bytes(handle).hex()
+        dev = _device()
+        cu = _cu()
+        prop = _prop(dev)
+        gran = _SZ()
+        _ok(cu.cuMemGetAllocationGranularity(C.byref(gran), C.byref(prop), 0), "cuMemGetAllocationGranularity")
+        g = max(int(gran.value), 1)
+        self.nbytes = (max(nbytes, ALIGN) + g - 1) // g * g
+        h = _U64()
+        _ok(cu.cuMemCreate(C.byref(h), self.nbytes, C.byref(prop), 0), "cuMemCreate")
+        self.handle = h.value
+        self.ptr = _map(self.handle, self.nbytes, dev)
+        fd = _I(-1)
+        _ok(cu.cuMemExportToShareableHandle(C.cast(C.byref(fd), _P), self.handle, _POSIX_FD, 0),
+            "cuMemExportToShareableHandle")
+        self.fd = fd.value
         self.tensor = torch.as_tensor(_DevicePointer(self.ptr, self.nbytes), device="cuda")
+        self.tensor.zero_()
 
     def free(self) -> None:
         if self.ptr:
             torch.cuda.synchronize()
             self.tensor = None
-            _cu().cuMemFree_v2(ctypes.c_uint64(self.ptr))
+            cu = _cu()
+            cu.cuMemUnmap(self.ptr, self.nbytes)
+            cu.cuMemAddressFree(self.ptr, self.nbytes)
+            cu.cuMemRelease(self.handle)
             self.ptr = 0
+        if self.fd >= 0:
+            import os
+            os.close(self.fd)
+            self.fd = -1
 
 
-class _Handle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]
+def cuda_map(fd: int, nbytes: int) -> tuple[torch.Tensor, int]:
+    """Import (child) the harness's pool from its file descriptor: (a uint8 tensor over it, its address)."""
+    dev = _device()
+    h = _U64()
+    _ok(_cu().cuMemImportFromShareableHandle(C.byref(h), C.c_void_p(fd), _POSIX_FD), "cuMemImportFromShareableHandle")
+    ptr = _map(h.value, nbytes, dev)
+    return torch.as_tensor(_DevicePointer(ptr, nbytes), device="cuda"), ptr
 
 
-def cuda_map(handle_hex: str, nbytes: int) -> torch.Tensor:
-    """Open (child) the harness's pool: a uint8 tensor over its memory, valid for this process's life."""
-    _current_context()
-    h = _Handle()
-    ctypes.memmove(ctypes.byref(h), bytes.fromhex(handle_hex), 64)
-    ptr = ctypes.c_uint64()
-    cu = _cu()
-    opener = getattr(cu, "cuIpcOpenMemHandle_v2", None) or cu.cuIpcOpenMemHandle
-    _ok(opener(ctypes.byref(ptr), h, ctypes.c_uint(1)), "cuIpcOpenMemHandle")  # lazy peer access
-    return torch.as_tensor(_DevicePointer(ptr.value, nbytes), device="cuda")
+def write_value(stream, addr: int, value: int) -> None:
+    """Queue on ``stream`` (a torch stream) a 32-bit write of ``value`` at ``addr``, after the stream's earlier work
+    (with a memory barrier: what that work wrote is visible to whoever sees the value)."""
+    _ok(_cu().km_cuStreamWriteValue32(C.c_void_p(stream.cuda_stream), addr, value, 0), "cuStreamWriteValue32")
+
+
+def wait_value(stream, addr: int, value: int) -> None:
+    """Queue on ``stream`` a wait until the 32-bit word at ``addr`` is >= ``value`` (later work waits behind it)."""
+    _ok(_cu().km_cuStreamWaitValue32(C.c_void_p(stream.cuda_stream), addr, value, 0), "cuStreamWaitValue32")

@@ -37,6 +37,27 @@ def forbidden(ops) -> list[str]:
     return sorted({o for o in ops if o.startswith("aten::") and o.split("::")[-1] not in ALLOWED_ATEN})
 
 
+def aten_op_of(name: str) -> str | None:
+    """The aten op an ATen C++ entry point is named for: ``add_Tensor`` -> ``add``, ``empty_memory_format`` ->
+    ``empty``, ``mm`` -> ``mm``; None when no aten op has that name (``getCurrentDeviceProperties``)."""
+    aten = torch.ops.aten
+
+    def packet(n: str):
+        try:
+            return getattr(aten, n)
+        except (AttributeError, RuntimeError):
+            return None
+
+    if packet(name) is not None:
+        return name
+    for i, ch in enumerate(name):
+        if ch == "_" and 0 < i < len(name) - 1:
+            p = packet(name[:i])
+            if p is not None and name[i + 1:] in p.overloads():
+                return name[:i]
+    return None
+
+
 class DispatchRecorder(TorchDispatchMode):
     """Records every aten op dispatched while active (Python calls and at:: calls from C++ alike)."""
 
@@ -78,8 +99,9 @@ def profiled(backend):
     """The profiler session of a phase. On cpu it records the aten ops of every thread of the process (Kineto's
     ``profile_all_threads``), not only the calling one's: at:: compute the candidate's C++ runs on a
     ``std::thread`` it starts and joins inside forward reaches neither the dispatch mode nor a thread-local
-    profiler (ANTI_CHEAT 22), and falls inside the ``km_forward`` window like any op of the call. On cuda the
-    device view (CUPTI) sees every thread's kernels already, and the session is left as measured on the H100."""
+    profiler (docs/ANTI_CHEAT.md class 22), and falls inside the ``km_forward`` window like any op of the call. On
+    cuda the device view (CUPTI) sees every thread's kernels already, and the session is left as measured on the
+    H100."""
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.name == "cuda" else [])
     every_thread = _every_thread_config() if backend.name == "cpu" else None
     return profile(activities=acts, **({"experimental_config": every_thread} if every_thread is not None else {}))

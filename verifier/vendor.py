@@ -51,7 +51,7 @@ TAMPER_SOURCE = re.compile(
     r"tls_set_dispatch_key_excluded|tls_set_dispatch_key_included|_force_tls_local_dispatch_key_set|"
     r"DisableTorchDispatch|PythonDispatcherTLS|PythonTorchFunctionTLS|DisablePythonDispatcher|"
     r"cupti\w*|cudaProfilerStop|cuProfilerStop|autograd::profiler|torch::profiler|"
-    r"globalContext\s*\(\s*\)\s*\.\s*set\w+)\b")
+    r"globalContext\s*\(\s*\)\s*\.\s*set\w+|PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*)\b")
 TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\d*enableRecordFunction\w*|"
                            rb"_ZN2at\d*set_record_function_tls_\w*|_ZN2at\d*clearCallbacks\w*|"
                            rb"_ZN2at\d*removeCallback\w*|_ZN3c104impl\d*tls_set_dispatch_key_\w+|"
@@ -67,6 +67,10 @@ def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> lis
             found.append(f"the C++/CUDA source switches off what watches it or changes global state (`{m.group(0)}`)")
             break
     if so_path:
+        runs = python_from_cxx(so_path)
+        if runs:
+            found.append(f"the built extension runs Python code from C++ (`{runs[:80]}`): the verifier's "
+                         "objects in your process are not yours to reach")
         for sym in imported_symbols(so_path):
             if TAMPER_SYMBOL.match(sym):
                 found.append(f"the built extension imports `{sym.decode(errors='replace')[:80]}` (monitor or global "
@@ -95,6 +99,45 @@ SYMBOL_PATTERNS = [
     ("ATen internals", re.compile(rb"^(_ZN2at6native\w+|_ZN2at4_ops\w+10redispatch\w+|_ZN2at10redispatch\w+)$")),
     ("dynamic loading", re.compile(rb"^(dlopen|dlsym|dlmopen|dlvsym)(@\w+)?$")),
 ]
+# the ATen entry points a built extension imports, by namespace: at::_ops::<op>::call goes through the dispatcher
+# (where the in-process monitors see it); at::cpu::<op>, at::cuda::<op>, at::meta::<op> and the composite
+# namespaces call an op's kernel below the dispatcher (no monitor sees them); an operator looked up by name
+# (c10::Dispatcher::findSchema...) can be any op
+_ATEN_ENTRY = re.compile(rb"^_ZN2at(4_ops|3cpu|4cuda|4meta|27compositeexplicitautograd|27compositeimplicitautograd|"
+                         rb"38compositeexplicitautogradnonfunctional)(\d+)")
+_OP_LOOKUP = re.compile(rb"^_ZN3c1010Dispatcher\d+(findSchema\w*|findOp\w*|findSchemaOrThrow\w*)")
+# C++ that runs Python code it builds (pybind11 itself imports the frame readers, for its error messages, so those
+# say nothing): the route from an extension to the verifier's objects in its process
+PYTHON_FROM_CXX = re.compile(rb"^(PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|PyImport_ExecCodeModule\w*|"
+                             rb"PyMarshal_ReadObject\w*)(@\w+)?$")
+
+
+def aten_entries(so_path: str | Path) -> tuple[list[str], list[str], bool]:
+    """The ATen names a built extension imports: (names called through the dispatcher (at::_ops), names called
+    below it (at::cpu / at::cuda / at::meta / composite), whether it looks operators up by name). Names are the
+    mangled struct or function names (``add_Tensor``, ``mm``); the caller resolves them to ops (with torch)."""
+    through, below, lookup = [], [], False
+    for sym in imported_symbols(so_path):
+        if _OP_LOOKUP.match(sym):
+            lookup = True
+            continue
+        m = _ATEN_ENTRY.match(sym)
+        if not m:
+            continue
+        n = int(m.group(2))
+        name = sym[m.end():m.end() + n].decode(errors="replace")
+        (through if m.group(1) == b"4_ops" else below).append(name)
+    return sorted(set(through)), sorted(set(below)), lookup
+
+
+def python_from_cxx(so_path: str | Path) -> str:
+    """The first imported CPython entry point that runs Python code from C++ ("" if none)."""
+    for sym in imported_symbols(so_path):
+        if PYTHON_FROM_CXX.match(sym):
+            return sym.decode(errors="replace")
+    return ""
+
+
 def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> list[str]:
     """Findings in the candidate's C++/CUDA sources and link flags, each naming the library and the text."""
     found = []
