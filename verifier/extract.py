@@ -7,7 +7,9 @@ input when the input is itself a program, parsing or not); whether that text is 
 ``ModelNew`` is whatever the module-level name binds when the program has run: ``class ModelNew``, or
 ``ModelNew = Model`` / ``ModelNew = FastConv`` (the name bound to a class the program defines; real solutions
 write it). ``model_new_binding`` resolves it once, for this stage and the static one, which analyses the class
-the name binds.
+the name binds. ``live_definitions`` says which of the program's functions and classes can run (what ModelNew and
+the module-level code name); the static stage reads it too, and this stage uses it for Triton: a ``@triton.jit``
+function that live code launches is out of this verifier's scope, one that nothing calls is ignored.
 """
 
 from __future__ import annotations
@@ -144,6 +146,123 @@ def model_new_binding(tree: ast.Module) -> ModelNewBinding | None:
     return found
 
 
+# ---------------------------------------------------------------------------- which code can run
+
+def _class_defs(tree: ast.Module) -> dict[str, ast.ClassDef]:
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def _main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either side): a block that never runs when the verifier imports the program."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1
+            and isinstance(node.test.ops[0], ast.Eq)):
+        return False
+    sides = [node.test.left, node.test.comparators[0]]
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and \
+        any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
+
+
+def _own_chain(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
+    """``cls`` and the classes of the program it inherits from (by name, transitively): their methods are its."""
+    chain, todo = [], [cls]
+    while todo:
+        c = todo.pop(0)
+        if any(c is d for d in chain):
+            continue
+        chain.append(c)
+        for base in c.bases:
+            if isinstance(base, ast.Name) and base.id in classes and base.id != "Model":
+                todo.append(classes[base.id])
+    return chain
+
+
+def _refs(fn: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+
+
+def import_names(tree: ast.Module):
+    """``canonical(dotted)``: a dotted name spelled through the program's imports (``tl.load`` ->
+    ``triton.language.load``, ``jit`` -> ``triton.jit`` after ``from triton import jit``)."""
+    aliases: dict[str, str] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(n, ast.ImportFrom) and n.module:
+            for a in n.names:
+                aliases[a.asname or a.name] = f"{n.module}.{a.name}"
+
+    def canonical(dotted: str) -> str:
+        head, _, rest = dotted.partition(".")
+        full = aliases.get(head, head)
+        return f"{full}.{rest}" if rest else full
+    return canonical
+
+
+def triton_decorator(dec: ast.AST, canonical) -> bool:
+    """``@triton.jit``, ``@triton.autotune(...)``, ``@triton.heuristics(...)``: they compile a device function
+    when it is first launched and register it nowhere, so the function runs only if live code names it."""
+    name = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
+    return bool(name) and canonical(name).split(".")[0] == "triton"
+
+
+def live_definitions(tree: ast.Module, model_new: ast.ClassDef | None, skipped: list[ast.stmt],
+                     canonical) -> tuple[set[str] | None, dict[str, list[ast.stmt]]]:
+    """(the names of the module-level functions and classes that live code refers to, every such definition by
+    name). Live code: ModelNew, its bases, and the module-level code that runs at import (decorators, bases,
+    defaults, a class body's statements), and what it names in turn; ``skipped`` (``get_inputs``, ``__main__``
+    blocks) is not. Conservative: any mention of a name (a call, an attribute, a decorator, a default value)
+    makes it live, and so does a decorator or a metaclass on it (registration at import), except Triton's
+    (``triton_decorator``). Without a ModelNew class: None, everything is live."""
+    skipped_ids = {id(n) for n in skipped}
+    defs: dict[str, list[ast.stmt]] = {}
+    roots: list[ast.AST] = []
+    forced: set[str] = set()
+    for top in tree.body:
+        if id(top) in skipped_ids:
+            continue
+        if isinstance(top, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs.setdefault(top.name, []).append(top)
+            # what runs when the definition runs: decorators, bases, keywords, defaults, a class body's statements
+            roots += top.decorator_list
+            if any(not triton_decorator(d, canonical) for d in top.decorator_list) or \
+                    (isinstance(top, ast.ClassDef) and top.keywords):
+                forced.add(top.name)  # a decorator or a metaclass may register it where forward finds it
+            if isinstance(top, ast.ClassDef):
+                roots += top.bases + [k.value for k in top.keywords]
+                roots += [m for m in top.body if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            else:
+                roots += top.args.defaults + [d for d in top.args.kw_defaults if d is not None]
+        else:
+            roots.append(top)
+    if model_new is None:
+        return None, defs
+    roots.append(model_new)
+    live: set[str] = set(forced)
+    todo = list(roots) + [d for name in forced for d in defs[name]]
+    while todo:
+        node = todo.pop()
+        for name in _refs(node):
+            if name in defs and name not in live:
+                live.add(name)
+                todo += defs[name]
+    live |= {c.name for c in _own_chain(model_new, _class_defs(tree))}
+    return live, defs
+
+
+def live_triton_kernels(tree: ast.Module) -> list[str]:
+    """The Triton functions (every decorator Triton's) that live code names (``live_definitions``). A Triton
+    function beside the CUDA code that nothing calls never runs."""
+    canonical = import_names(tree)
+    binding = model_new_binding(tree)
+    skipped = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in ("get_inputs", "get_init_inputs"))
+               or _main_guard(n)]
+    live, _ = live_definitions(tree, binding.cls if binding is not None else None, skipped, canonical)
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.decorator_list
+            and all(triton_decorator(d, canonical) for d in n.decorator_list) and (live is None or n.name in live)]
+
+
 # ---------------------------------------------------------------------------- what the verifier judges
 
 def _out_of_scope(tree: ast.Module, code: str) -> str:
@@ -151,8 +270,7 @@ def _out_of_scope(tree: ast.Module, code: str) -> str:
     reads like the candidate's fault), or ""."""
     if "load_inline" in code:
         # a Triton function beside the CUDA code is judged by whether live code launches it (one nothing calls
-        # never runs); static_scope imports this module, hence the import here
-        from verifier.static_scope import live_triton_kernels
+        # never runs)
         launched = live_triton_kernels(tree)
         if launched:
             return ("Triton kernels are not supported by this verifier: it judges CUDA/C++ kernels whose sources are "

@@ -1,5 +1,6 @@
 """The static stage's reading of a program's structure: which of its functions and classes can run (liveness from
-ModelNew, its bases and the module-level code), which code only construction reaches, and which ``self.X`` of a
+ModelNew, its bases and the module-level code: extract.live_definitions, which the extract stage reads too), which
+code only construction reaches, and which ``self.X`` of a
 class are PyTorch layers (an nn container only when a PyTorch layer is among its members).
 
 It reads names, not values: conservative where Python is dynamic (any mention of a name makes it live). Two
@@ -13,41 +14,13 @@ from __future__ import annotations
 
 import ast
 
-from verifier.extract import _dotted, model_new_binding
-
-def _class_defs(tree: ast.Module) -> dict[str, ast.ClassDef]:
-    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-
+from verifier.extract import _class_defs, _dotted, _main_guard, _own_chain, _refs, live_definitions
 
 # nn classes that hold parameters or modules, or compute nothing in eval mode (a view, the identity)
 _NN_NO_COMPUTE = {"Parameter", "ParameterList", "ParameterDict", "Flatten", "Unflatten", "Identity", "Dropout",
                   "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Module"}
 # containers: they compute what their members compute (a Sequential of the candidate's own modules runs its kernels)
 _NN_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict"}
-
-
-def _main_guard(node: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` (either side): a block that never runs when the verifier imports the program."""
-    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1
-            and isinstance(node.test.ops[0], ast.Eq)):
-        return False
-    sides = [node.test.left, node.test.comparators[0]]
-    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and \
-        any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
-
-
-def _own_chain(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
-    """``cls`` and the classes of the program it inherits from (by name, transitively): their methods are its."""
-    chain, todo = [], [cls]
-    while todo:
-        c = todo.pop(0)
-        if any(c is d for d in chain):
-            continue
-        chain.append(c)
-        for base in c.bases:
-            if isinstance(base, ast.Name) and base.id in classes and base.id != "Model":
-                todo.append(classes[base.id])
-    return chain
 
 
 class _Scope:
@@ -61,70 +34,24 @@ class _Scope:
 
     # ---- liveness: what ModelNew, its bases, and the module-level code that runs at import name
     def _dead_nodes(self, model_new: ast.ClassDef | None, skipped: list[ast.stmt]) -> set[int]:
-        """Ids of the nodes of module-level functions and classes that nothing live refers to by name (a class
-        the program defines and never uses, a test helper): code that never runs, so not scanned as if forward
-        called it. Conservative: any mention of the name (a call, an attribute, a decorator, a default value)
-        makes it live, and so does a decorator or a metaclass on it (registration at import). Without a ModelNew
-        class everything is live."""
-        self.live = None  # every name, without a ModelNew class
-        if model_new is None:
-            return set()
-        skipped_ids = {id(n) for n in skipped}
-        defs: dict[str, list[ast.stmt]] = {}
-        roots: list[ast.AST] = []
-        forced: set[str] = set()
-        for top in self.tree.body:
-            if id(top) in skipped_ids:
-                continue
-            if isinstance(top, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                defs.setdefault(top.name, []).append(top)
-                # what runs when the definition runs: decorators, bases, keywords, defaults, a class body's statements
-                roots += top.decorator_list
-                if any(not self.triton_decorator(d) for d in top.decorator_list) or \
-                        (isinstance(top, ast.ClassDef) and top.keywords):
-                    forced.add(top.name)  # a decorator or a metaclass may register it where forward finds it
-                if isinstance(top, ast.ClassDef):
-                    roots += top.bases + [k.value for k in top.keywords]
-                    roots += [m for m in top.body if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
-                else:
-                    roots += top.args.defaults + [d for d in top.args.kw_defaults if d is not None]
-            else:
-                roots.append(top)
-        roots.append(model_new)
-        live: set[str] = set()
-        todo = list(roots) + [d for name in forced for d in defs[name]]
-        live |= forced
-        while todo:
-            node = todo.pop()
-            for name in _refs(node):
-                if name in defs and name not in live:
-                    live.add(name)
-                    todo += defs[name]
-        live |= {c.name for c in _own_chain(model_new, self.classes)}
-        self.live = live
+        """Ids of the nodes of module-level functions and classes that nothing live refers to by name
+        (extract.live_definitions): code that never runs, so not scanned as if forward called it. A dead class's
+        methods are dead; its other statements ran at import."""
+        self.live, defs = live_definitions(self.tree, model_new, skipped, self.canonical)
         dead: set[int] = set()
+        if self.live is None:
+            return dead
         for name, nodes in defs.items():
-            if name in live:
+            if name in self.live:
                 continue
             for d in nodes:
                 if d is model_new:
                     continue
                 body = d.body if isinstance(d, ast.ClassDef) else [d]
-                for member in body:  # a dead class's methods; its other statements ran at import (roots above)
+                for member in body:
                     if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(d, ast.ClassDef):
                         dead |= {id(n) for n in ast.walk(member)}
         return dead
-
-    def triton_decorator(self, dec: ast.AST) -> bool:
-        """``@triton.jit``, ``@triton.autotune(...)``, ``@triton.heuristics(...)``: they compile a device function
-        when it is first launched and register it nowhere, so the function runs only if live code names it."""
-        name = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
-        return bool(name) and self.canonical(name).split(".")[0] == "triton"
-
-    def triton_kernels(self) -> list[str]:
-        """The module-level functions compiled by Triton (every decorator Triton's)."""
-        return [n.name for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and
-                n.decorator_list and all(self.triton_decorator(d) for d in n.decorator_list)]
 
     # ---- PyTorch layers held by a class
     def nn_class(self, call: ast.AST) -> str:
@@ -219,11 +146,6 @@ def _loop_bindings(target: ast.AST, it: ast.AST) -> list[tuple[str, ast.AST]]:
     if isinstance(it, ast.Subscript):
         return _loop_bindings(target, it.value)
     return [(target.id, it)] if isinstance(target, ast.Name) else []
-
-
-def _refs(fn: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | \
-        {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
 
 
 def init_only_nodes(tree: ast.Module) -> set[int]:
@@ -596,8 +518,8 @@ class _Streams:
                 self.hits.append((n, f"uses `{_dotted(n)}` as a value (a side stream the scan cannot follow)"))
                 continue
             holder = self.parents.get(id(call))
-            if isinstance(holder, (ast.List, ast.Tuple, ast.ListComp)):
-                holder = self.parents.get(id(holder))  # a list of streams: its items are the streams
+            while isinstance(holder, (ast.List, ast.Tuple, ast.ListComp, ast.IfExp)):
+                holder = self.parents.get(id(holder))  # a list of streams, or a stream where there is a GPU
             key = None
             if isinstance(holder, (ast.Assign, ast.AnnAssign)):
                 targets = holder.targets if isinstance(holder, ast.Assign) else [holder.target]
@@ -613,6 +535,11 @@ class _Streams:
         """The stream key ``e`` stands for, "current" for the current or default stream, else None."""
         if isinstance(e, ast.Call) and self._full(e.func) in _CURRENT:
             return "current"
+        if isinstance(e, ast.IfExp):  # `self.side if self.side is not None else torch.cuda.current_stream()`
+            got = {self.resolve(b, scope, seen) for b in (e.body, e.orelse)
+                   if not (isinstance(b, ast.Constant) and b.value is None)}
+            keys = got - {"current"}
+            return keys.pop() if len(keys) == 1 and None not in keys else "current" if got == {"current"} else None
         if isinstance(e, ast.Subscript):
             return self.resolve(e.value, scope, seen)
         if isinstance(e, ast.Attribute):
@@ -767,27 +694,3 @@ def side_stream_hits(tree: ast.Module, canonical, skip: set[int]) -> list[tuple[
     stream before it returns (or a stream the scan cannot follow)."""
     return _Streams(tree, canonical, skip).judge()
 
-
-def live_triton_kernels(tree: ast.Module) -> list[str]:
-    """The Triton functions (``@triton.jit``...) that live code names: ModelNew, its bases, module-level code and
-    what they name in turn (a ``__main__`` block, ``get_inputs`` and code nothing names do not count). A Triton
-    function beside the CUDA code that nothing calls never runs."""
-    aliases: dict[str, str] = {}
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Import):
-            for a in n.names:
-                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(n, ast.ImportFrom) and n.module:
-            for a in n.names:
-                aliases[a.asname or a.name] = f"{n.module}.{a.name}"
-
-    def canonical(dotted: str) -> str:
-        head, _, rest = dotted.partition(".")
-        full = aliases.get(head, head)
-        return f"{full}.{rest}" if rest else full
-
-    binding = model_new_binding(tree)
-    skipped = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in ("get_inputs", "get_init_inputs"))
-               or _main_guard(n)]
-    scope = _Scope(tree, binding.cls if binding is not None else None, canonical, skipped)
-    return [k for k in scope.triton_kernels() if scope.live is None or k in scope.live]

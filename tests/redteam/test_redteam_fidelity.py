@@ -122,7 +122,11 @@ PAIRS = [
               "    torch.cuda.current_stream().wait_stream(s)\nreturn torch.cat(outs)",
               init="self.streams = [torch.cuda.Stream() for _ in range(2)]"),
       program("s = torch.cuda.Stream()\nwith torch.cuda.stream(s):\n    y = self.ext.fast(x)\n"
-              "torch.cuda.synchronize()\nreturn y")],
+              "torch.cuda.synchronize()\nreturn y"),
+      # a stream only where there is a GPU, the current one otherwise
+      program("s = self.side if self.side is not None else torch.cuda.current_stream()\n"
+              "with torch.cuda.stream(s):\n    y = self.ext.fast(x)\ntorch.cuda.current_stream().wait_stream(s)\n"
+              "return y", init="self.side = torch.cuda.Stream() if torch.cuda.is_available() else None")],
      [program("s = torch.cuda.Stream()\nwith torch.cuda.stream(s):\n    y = self.ext.fast(x)\nreturn y"),
       # joined before the work, not after it
       program("s = torch.cuda.Stream()\ntorch.cuda.current_stream().wait_stream(s)\nwith torch.cuda.stream(s):\n"
