@@ -29,6 +29,16 @@ if not os.environ.get("CUDA_VISIBLE_DEVICES") and not Path("/dev/nvidiactl").exi
 # (verifier/build.py), and the object cache and the kept reference timings lock per entry (verifier/objcache.py,
 # verifier/prep_cache.py). It is the same path in every worker, as the built module's recorded path must be for a
 # sandboxed child of either worker to load it. A test that gives a build_dir of its own is unaffected.
+# tests/gpu on a host of several GPUs (KERNELMILL_TEST_GPUS=4 with -n 4): each xdist worker gets one GPU and its share
+# of the cores, set here before anything initialises CUDA, so the workers' timings do not share a device
+_GPUS = int(os.environ.get("KERNELMILL_TEST_GPUS", "0") or 0)
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _GPUS > 1 and _WORKER.startswith("gw"):
+    _k = int(_WORKER[2:])
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(_k % _GPUS)
+    _cores = sorted(os.sched_getaffinity(0))
+    _share = max(1, len(_cores) // _GPUS)
+    os.sched_setaffinity(0, _cores[(_k % _GPUS) * _share:(_k % _GPUS + 1) * _share] or _cores)
 if os.environ.get("PYTEST_XDIST_TESTRUNUID"):
     os.environ.setdefault("KERNELMILL_VERIFY_BUILD_DIR", str(Path(tempfile.gettempdir()) / (
         f"kernelmill-tests-run-{os.environ['PYTEST_XDIST_TESTRUNUID']}") / "verify-builds"))

@@ -44,7 +44,7 @@ if sys.argv[2] == "verify":
 else:
     plan = api.task_plan(fx.RELU_TASK, "cpu", cfg)
     t = api.reference_timing(plan, "cpu", cfg, cfg.build_root())
-    out.update(eager=t.report.eager.device_us, wall_call_s=t.wall_call_s)
+    out.update(eager=t.clocked.get("eager_s"), null=t.clocked.get("null"))
 out["measured"] = len(measured)
 print("RESULT " + json.dumps(out))
 '''
@@ -117,7 +117,7 @@ def test_a_changed_program_setting_or_device_is_another_entry(tmp_path, fresh_me
               prep_cache.entry_key(fx.RELU_TASK, "cuda", "cpu (x, 2 threads)", cfg),
               prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 4 threads)", cfg)]
     for change in ({"timing_trials": 4}, {"warmup": 2}, {"time_torch_compile": True}, {"eval_mode": True},
-                   {"gap_probes": 3}, {"wall_repeats": 1}, {"hide_launch_us": 0.0}, {"device_lock": False}):
+                   {"gap_probes": 3}, {"timed_brackets": 4}, {"hide_launch_us": 0.0}, {"device_lock": False}):
         changed = dataclasses.replace(cfg, **change)
         others.append(prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", changed))
     assert len({base, *others}) == len(others) + 1
@@ -130,57 +130,59 @@ def test_a_changed_program_setting_or_device_is_another_entry(tmp_path, fresh_me
     assert len(_entries(tmp_path)) == 2
 
 
-def _plant(cfg: VerifyConfig, eager_us: float) -> Path:
+def _plant(cfg: VerifyConfig, eager_s: float) -> Path:
     """An entry under the relu task's key with figures no measurement gives."""
     key = prep_cache.entry_key(fx.RELU_TASK, "cpu", api._device_name("cpu"), cfg)
-    report = ChildReport(kind="reference", eager=ModelTiming(device_us=[eager_us] * 3), timing_exclusive=True)
-    return prep_cache.write(cfg.build_root(), key, report, 1e-3, 1e-5)
+    report = ChildReport(kind="reference", eager=ModelTiming(launch_us=[7.0] * 3), timing_exclusive=True)
+    return prep_cache.write(cfg.build_root(), key, report, {"eager_s": eager_s, "null": {"1": 1e-4, "8": 2e-4}})
 
 
 def test_a_kept_entry_is_read_and_prep_cache_false_bypasses_it(tmp_path, fresh_memo):
     cfg = _cfg(tmp_path)
-    entry = _plant(cfg, 123456.0)
+    entry = _plant(cfg, 123.456)
     t = api.reference_timing(api.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
-    assert t.report.eager.device_us == [123456.0] * 3 and t.wall_call_s == 1e-3
+    assert t.clocked["eager_s"] == 123.456 and t.null() == {1: 1e-4, 8: 2e-4}
 
     off = dataclasses.replace(cfg, prep_cache=False)
     t = api.reference_timing(api.task_plan(fx.RELU_TASK, "cpu", off), "cpu", off, off.build_root())
-    assert t.report.eager.device_us and 123456.0 not in t.report.eager.device_us
-    assert json.loads(entry.read_text())["report"]["eager"]["device_us"] == [123456.0] * 3  # left as it was
+    assert t.clocked["eager_s"] and t.clocked["eager_s"] != 123.456
+    assert json.loads(entry.read_text())["clocked"]["eager_s"] == 123.456  # left as it was
     assert _entries(tmp_path) == [entry]
 
 
 @pytest.mark.parametrize("damage", ["not json {", json.dumps({"schema": prep_cache.SCHEMA - 1}), "truncated"])
 def test_a_corrupt_or_old_entry_is_ignored_and_rewritten(tmp_path, fresh_memo, damage):
     cfg = _cfg(tmp_path)
-    entry = _plant(cfg, 123456.0)
+    entry = _plant(cfg, 123.456)
     if damage == "truncated":
         damage = entry.read_text()[:-20]
     elif damage.startswith("{"):
         damage = json.dumps({**json.loads(entry.read_text()), "schema": prep_cache.SCHEMA - 1})
     entry.write_text(damage)
     t = api.reference_timing(api.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
-    assert t.report.eager.device_us and 123456.0 not in t.report.eager.device_us
+    assert t.clocked["eager_s"] and t.clocked["eager_s"] != 123.456
     kept = json.loads(entry.read_text())
     assert kept["schema"] == prep_cache.SCHEMA and kept["measured_by"]["pid"] == os.getpid()
-    assert ChildReport.from_dict(kept["report"]).eager.device_us == t.report.eager.device_us
+    assert kept["clocked"] == t.clocked
 
 
 def test_only_a_clean_exclusive_timing_is_kept_and_it_holds_no_seed():
-    good = ChildReport(kind="reference", eager=ModelTiming(device_us=[5.0], kept=[0]), timing_exclusive=True)
-    assert prep_cache.keepable(good)
+    good = ChildReport(kind="reference", eager=ModelTiming(launch_us=[5.0]), timing_exclusive=True)
+    clocked = {"eager_s": 5e-6, "null": {"1": 1e-4}}
+    assert prep_cache.keepable(good, clocked)
     for bad in (dataclasses.replace(good, timing_error="Traceback ..."), dataclasses.replace(good, setup_error="x"),
-                dataclasses.replace(good, compile_error="x"), dataclasses.replace(good, timing_exclusive=False),
-                dataclasses.replace(good, eager=None)):
-        assert not prep_cache.keepable(bad)
+                dataclasses.replace(good, compile_error="x"), dataclasses.replace(good, timing_exclusive=False)):
+        assert not prep_cache.keepable(bad, clocked)
+    assert not prep_cache.keepable(good, {"null": {"1": 1e-4}})  # no eager time clocked
+    assert not prep_cache.keepable(good, {"eager_s": 5e-6})  # no null bracket to subtract
 
 
 def test_an_entry_holds_timings_and_no_seed_or_input(tmp_path):
-    report = ChildReport(kind="reference", eager=ModelTiming(device_us=[5.0], kept=[0, 2]), timing_exclusive=True,
+    report = ChildReport(kind="reference", eager=ModelTiming(launch_us=[5.0]), timing_exclusive=True,
                          events=["input digest 0xabc"], trials=[])
-    path = prep_cache.write(tmp_path, "k" * 64, report, None, None)
+    path = prep_cache.write(tmp_path, "k" * 64, report, {"eager_s": 5e-6, "null": {"1": 1e-4}})
     d = json.loads(path.read_text())
-    assert set(d["report"]) == set(prep_cache.KEPT) and d["report"]["eager"]["kept"] == []
+    assert set(d["report"]) == set(prep_cache.KEPT)
     assert "seed" not in path.read_text() and "digest" not in path.read_text()
-    assert prep_cache.read(tmp_path, "k" * 64)[0].eager.device_us == [5.0]
+    assert prep_cache.read(tmp_path, "k" * 64)[1] == {"eager_s": 5e-6, "null": {"1": 1e-4}}
     assert prep_cache.read(tmp_path, "j" * 64) is None  # another key's file name, not found

@@ -56,7 +56,7 @@ def test_the_compiled_reference_is_built_outside_the_device_lock(tmp_path, fresh
     poller.join()
     rep = timing.report
     assert not rep.timing_error and not rep.compile_error, (rep.timing_error, rep.compile_error)
-    assert rep.compiled and rep.compiled.device_us and rep.eager.device_us  # both still timed
+    assert rep.compiled is not None and timing.clocked.get("compile_s") and timing.clocked.get("eager_s")  # both timed
     assert rep.timing_exclusive  # under the lock
     build = rep.phase_s.get("compile_build", rep.phase_s.get("compile", 0.0))  # (before: one phase, built and timed)
     assert build > 1.0, rep.phase_s  # inductor built the graph here (C++ on cpu: seconds)

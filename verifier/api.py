@@ -185,9 +185,14 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         v.cheats = sorted(({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set()))
         finish(w, "cheat", _vendor_lines("Binary", vendor) + _tamper_lines("Binary", tamper))
         return False
-    if computing:  # PyTorch compute called from the candidate's C++: seen here whatever its process reports later
-        w.torch_findings.append("the built extension calls PyTorch compute ops from C++: " +
-                                ", ".join(sorted(set(computing))[:8]) + " [C01]")
+    if computing:
+        # PyTorch compute reachable from the candidate's C++ (a CPU fallback branch, a helper nobody calls, or the
+        # answer): the runtime monitors decide whether forward ran it (C01); read here, outside the candidate's
+        # process, it is kept with the verdict and named in the feedback either way
+        ops = sorted(set(computing))
+        v.versions["binary"] = {"aten_compute_imports": ops}
+        w.notes.append("Binary check: your extension can call PyTorch compute ops from C++ (" + ", ".join(ops[:8]) +
+                       "); forward must not run them.")
     return True
 
 

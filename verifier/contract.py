@@ -160,12 +160,11 @@ class TrialReport(_Record):
 
 @dataclass
 class ModelTiming(_Record):
-    """Per-iteration device times of one model (microseconds), and launch-inclusive times from the probes."""
+    """What a child's one-at-a-time probes of one model saw (microseconds): first signals only. The model's time
+    per call is the harness's (verifier/harness.py), never a figure of this report."""
 
-    device_us: list[float] = field(default_factory=list)
     launch_us: list[float] = field(default_factory=list)  # host call start to device idle, one call at a time
     idle_gap_us: list[float] = field(default_factory=list)  # device idle minus end event (cuda; C09 evidence)
-    kept: list[int] = field(default_factory=list)  # timed iterations whose outputs were kept (timed_<j>.pt)
 
 
 @dataclass

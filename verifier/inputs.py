@@ -280,7 +280,7 @@ def _randint_bound_names(tree: ast.AST) -> set[str]:
 KEPT_FACTORS = 32 * 9 * 25 * 7  # the small factors a changed size keeps where it can (2^5, 3^2, 5^2, 7)
 
 
-def other_size(v: int) -> int:
+def other_size(v: int, ratio: tuple[int, int] = (3, 2)) -> int:
     """About 3/2 of ``v``, a multiple of its power-of-two factor up to 32 and of as many of its other small
     factors (3, 9, 5, 25, 7: its gcd with KEPT_FACTORS) as a step of about 3/2 allows (the largest such divisor
     ``g`` for which rounding 3/2 of ``v`` down to a multiple of ``g`` still grows it), or ``v`` plus its
@@ -290,18 +290,18 @@ def other_size(v: int) -> int:
     two = math.gcd(v, 32) or 1
     kept = math.gcd(v, KEPT_FACTORS) or 1
     for g in sorted((d for d in range(two, kept + 1, two) if kept % d == 0), reverse=True):
-        new = (v * 3 // 2) // g * g
+        new = (v * ratio[0] // ratio[1]) // g * g
         if new > v:
             return new
     return v + two
 
 
-def other_size_keeping_all(v: int) -> int:
+def other_size_keeping_all(v: int, ratio: tuple[int, int] = (3, 2)) -> int:
     """About 3/2 of ``v`` (or ``v`` plus it), a multiple of all of its small factors (its gcd with KEPT_FACTORS):
     96 becomes 192, 224 448. The fallback variant for a task whose sizes must keep a factor ``other_size`` drops
     (a size divisible by 96 that the task also needs divisible by 3)."""
     g = math.gcd(v, KEPT_FACTORS) or 1
-    new = (v * 3 // 2) // g * g
+    new = (v * ratio[0] // ratio[1]) // g * g
     return new if new > v else v + g
 
 
@@ -325,7 +325,12 @@ class SizeChange:
         return ", ".join(parts)
 
 
-def size_changes(program_text: str) -> list[SizeChange]:
+# the steps an extra shape may take, one drawn at random per plan (verifier/plan.py): a kernel special-cased for one
+# fixed function of the task's sizes (384 -> 576) meets another
+SIZE_RATIOS = ((5, 4), (3, 2), (7, 4), (2, 1))
+
+
+def size_changes(program_text: str, ratio: tuple[int, int] = (3, 2)) -> list[SizeChange]:
     """The extra-shape variants to try, in order: every size constant changed at once, then each alone (the
     caller keeps the first the reference accepts); then the same with every small factor kept
     (``other_size_keeping_all``) where that differs (a task that needs a factor the first step dropped)."""
@@ -342,7 +347,8 @@ def size_changes(program_text: str) -> list[SizeChange]:
         return size(v) if v >= 2 else v
 
     out = []
-    for size in (other_size, other_size_keeping_all):
+    for base in (other_size, other_size_keeping_all):
+        size = (lambda v, base=base: base(v, ratio))
         every_name = {n: new_value(ints[n], size) for n in names}
         every_name = {n: v for n, v in every_name.items() if v != _values(ints[n])}
         every_lit = {str(v): size(v) for v in literals}

@@ -8,8 +8,8 @@ still holds the poison pattern, ``poisoned``), C05 (an input, a constant or zero
 again, by ``fingerprint``), C13 (fp32 computed at lower precision: errors with the signature of fewer mantissa
 bits, numerics.looks_lowered; a plain wrong answer is no code), C11 (the reference computed differently inside
 the candidate's process: not bit-identical and outside the measured budget, ``_reference_differs``; another
-thread count there is another accumulation order, not tampering). ``check_timed_outputs`` compares the timed
-iterations the child kept (C16). ``reference_fault`` says when the task's own reference output does not depend
+thread count there is another accumulation order, not tampering). ``check_clocked_outputs`` judges the timed
+calls the harness read back (C16: verifier/harness.py). ``reference_fault`` says when the task's own reference output does not depend
 on its inputs (a task_error). Both add cheat codes and feedback sentences to an ``Evidence``, which judge.py's
 other checks fill too (``check_outputs`` also says whether every output matched); the verdict is decided in
 judge.py.
@@ -40,7 +40,7 @@ CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/numerics.py): ou
 
 # torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
 # must determine happen under this lock, or a concurrent candidate's draws land in between (here because
-# check_timed_outputs draws inputs; judge.py and api.py take it too)
+# the harness draws inputs in the channel's thread; judge.py and api.py take it too)
 RNG_LOCK = threading.RLock()
 
 

@@ -19,7 +19,7 @@ from kernelmill.errors import InputError
 from verifier import admission
 from verifier.config import VerifyConfig
 from verifier.contract import Job
-from verifier.inputs import (as_list, build_model, draw_inputs, meta_input_bytes, meta_output_bytes, nbytes, same,
+from verifier.inputs import (SIZE_RATIOS, as_list, build_model, draw_inputs, meta_input_bytes, meta_output_bytes, nbytes, same,
                              size_changes)
 from verifier.numerics import error_and_scale, float64_model, widen
 from verifier.outputs import RNG_LOCK, reference_fault
@@ -256,12 +256,15 @@ def _other_shape_scale(plan: TaskPlan, seed: int) -> float:
 
 
 def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs: list) -> tuple[str, int]:
-    """(the first size change of the task's own constants (verifier.inputs.size_changes) whose inputs the
-    reference accepts and whose shapes differ from the benchmark's, the bytes of the reference's outputs on
+    """(a size change of the task's own constants (verifier.inputs.size_changes, its step drawn at random among
+    SIZE_RATIOS, the others tried after it) whose inputs the reference accepts and whose shapes differ from the benchmark's, the bytes of the reference's outputs on
     it); ("", 0) when there is none. The outputs are measured, not scaled from the inputs: a matmul's inputs
     grow 1.5x where its output grows 2.25x (KernelBench's small-K matmul: 4 GiB -> 9 GiB)."""
     shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
-    for change in size_changes(text):
+    ratios = list(SIZE_RATIOS)
+    secrets.SystemRandom().shuffle(ratios)  # drawn here, in the verifier's process: never a fixed function of the sizes
+    changes = [c for r in ratios for c in size_changes(text, r)]
+    for change in changes:
         spec = change.to_json()
         try:
             meta = meta_input_bytes(lambda: draw_inputs(ref_mod.get_inputs, seed, "meta", text, spec), text)

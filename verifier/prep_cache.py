@@ -96,9 +96,6 @@ def write(build_root: Path, key: str, report: ChildReport, clocked: dict) -> Pat
     """Keep a measured timing (atomically: a reader sees the old file or the whole new one)."""
     full = report.to_dict()
     kept = {k: full[k] for k in KEPT}
-    for model in ("eager", "compiled"):  # indices of timed outputs in a job directory that no longer exists
-        if kept[model]:
-            kept[model]["kept"] = []
     entry = {"schema": SCHEMA, "key": key, "measured_by": {"pid": os.getpid(), "at": round(time.time(), 3)},
              "report": kept, "clocked": clocked}
     path = entry_path(build_root, key)

@@ -69,7 +69,7 @@ def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> lis
     if so_path:
         runs = python_from_cxx(so_path)
         if runs:
-            found.append(f"the built extension runs Python code from C++ (`{runs[:80]}`): the verifier's "
+            found.append(f"the built extension reaches Python modules or runs Python code from C++ (`{runs[:80]}`): the verifier's "
                          "objects in your process are not yours to reach")
         for sym in imported_symbols(so_path):
             if TAMPER_SYMBOL.match(sym):
@@ -106,10 +106,11 @@ SYMBOL_PATTERNS = [
 _ATEN_ENTRY = re.compile(rb"^_ZN2at(4_ops|3cpu|4cuda|4meta|27compositeexplicitautograd|27compositeimplicitautograd|"
                          rb"38compositeexplicitautogradnonfunctional)(\d+)")
 _OP_LOOKUP = re.compile(rb"^_ZN3c1010Dispatcher\d+(findSchema\w*|findOp\w*|findSchemaOrThrow\w*)")
-# C++ that runs Python code it builds (pybind11 itself imports the frame readers, for its error messages, so those
-# say nothing): the route from an extension to the verifier's objects in its process
-PYTHON_FROM_CXX = re.compile(rb"^(PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|PyImport_ExecCodeModule\w*|"
-                             rb"PyMarshal_ReadObject\w*)(@\w+)?$")
+# C++ that imports Python modules, reads sys, or runs Python code it builds: the routes from an extension to the
+# verifier's objects in its process (a first line only: pybind11 itself imports the frame readers, for its error
+# messages, so those say nothing, and a builtins dict reached another way is not seen here)
+PYTHON_FROM_CXX = re.compile(rb"^(PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|PyImport_\w+|PySys_\w+|"
+                             rb"PyMarshal_ReadObject\w*|PyEval_GetGlobals|PyEval_GetLocals|PyEval_GetFrame\w*)(@\w+)?$")
 
 
 def aten_entries(so_path: str | Path) -> tuple[list[str], list[str], bool]:
@@ -131,7 +132,7 @@ def aten_entries(so_path: str | Path) -> tuple[list[str], list[str], bool]:
 
 
 def python_from_cxx(so_path: str | Path) -> str:
-    """The first imported CPython entry point that runs Python code from C++ ("" if none)."""
+    """The first imported CPython entry point that imports modules, reads sys or runs Python code ("" if none)."""
     for sym in imported_symbols(so_path):
         if PYTHON_FROM_CXX.match(sym):
             return sym.decode(errors="replace")

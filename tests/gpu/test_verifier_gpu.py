@@ -63,7 +63,7 @@ BUILD_DIR = os.environ.get("KM_GPU_BUILDS") or tempfile.mkdtemp(prefix="km-gpu-b
 def _run_cases():
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
     cfg = VerifyConfig(build_dir=BUILD_DIR,
-                       timing_trials=20, time_torch_compile=True, run_timeout_s=180, exec_workers=4)
+                       timing_trials=5, time_torch_compile=True, run_timeout_s=180, exec_workers=4)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
              for n, (c, _, _) in CASES.items()]
     return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=os.cpu_count())))
@@ -148,10 +148,9 @@ def test_side_stream_work_is_not_hidden():
     v, slow = verdicts()["c09_cpp_side_stream"], verdicts()["c09_honest_slow_kernel_on_current_stream"]
     assert slow.status == "pass" and slow.runtime_us > 100, slow.feedback
     if v.status == "cheat":
-        # C09 from the wall-minus-event check, or C01: the unsynchronised side stream runs beside the verifier's
-        # own pre-launch wait kernel (torch.cuda._sleep) on the current stream, which then falls inside
-        # forward's device-side range and is booked as foreign compute. Either way it is not passed faster.
-        assert cheats.C09 in v.cheats or cheats.C01 in v.cheats, v.feedback
+        # C09 from the idle-gap probes, C01 from the time coverage, or C16: the harness read a timed output the
+        # side stream had not finished when the child's done passed. Either way it is not passed faster.
+        assert {cheats.C09, cheats.C01, cheats.C16} & set(v.cheats), v.feedback
     else:
         assert v.status == "pass" and v.runtime_us >= 0.8 * slow.runtime_us, (
             v.status, v.runtime_us, slow.runtime_us, v.versions.get("timing"), v.feedback[:600])

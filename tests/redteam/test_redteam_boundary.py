@@ -1,13 +1,11 @@
-"""Red team of the trust boundary (issue 34, ANTI_CHEAT rows 11, 12, 19, 20, 22, 23): candidates written by
-reading the verifier's code, each trying to cross from the candidate's process into what the verdict relies on,
-on the cpu backend with a real compiled extension (one build shared by every case). Each is named for what it
-does; each must be rejected with its code, and the honest look-alikes must pass.
+"""Red team of the trust boundary (issue 34; docs/ANTI_CHEAT.md: C11, C12, classes 19, 20, 22, 23): candidates
+written by reading the verifier's code, each trying to cross from the candidate's process into what the verdict
+relies on, on the cpu backend with a real compiled extension (one build shared by every case). Each is named for
+what it does; each must be rejected with its code, and the honest look-alikes must pass.
 
 Cases that use Python reflection the static scan already flags are judged here with the static findings
 dropped (as tests/test_verifier_run.py does for its runtime layer), so the runtime boundary alone decides."""
 
-import math
-import time
 from unittest import mock
 
 import pytest
@@ -16,11 +14,8 @@ import torch
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task, Verdict
 from verifier import api, cheats, entry
-from verifier.api import ReferenceTiming, VerifyConfig, verify_batch
-from verifier.channel import Channel, Driver, Ledger, WallBracket
-from verifier.contract import ChildReport
-from verifier.judge import check_clock, check_wall
-from verifier.outputs import Evidence
+from verifier.api import VerifyConfig, verify_batch
+from verifier.channel import Channel, Driver
 
 RED_CPP = r"""
 #include <torch/extension.h>
@@ -125,13 +120,23 @@ RED_FUNCS = ["relu", "slow_relu", "patch_timer", "frame_seeds", "ask_channel", "
              "relu_two_threads", "relu_openmp"]
 
 
-def red(forward: str, *, module: str = "", init: str = "pass", imports: str = "") -> str:
+# the honest look-alikes' extension: the same C++ without the functions that reach Python modules from C++ (the
+# built module's imports show those: PyImport_ImportModule, C11 by the binary scan)
+_PY_FUNCS = ("patch_timer", "frame_seeds", "ask_channel")
+HONEST_CPP = RED_CPP[:RED_CPP.index("// the timer of the timing backend")] + \
+    RED_CPP[RED_CPP.index("// honest and slow"):]
+HONEST_FUNCS = [f for f in RED_FUNCS if f not in _PY_FUNCS]
+
+
+def red(forward: str, *, module: str = "", init: str = "pass", imports: str = "", cpp: str = "") -> str:
+    reaches_python = any(f in forward + module + init for f in _PY_FUNCS) if not cpp else cpp == "red"
+    src, funcs, name = (RED_CPP, RED_FUNCS, "red_ext") if reaches_python else (HONEST_CPP, HONEST_FUNCS, "red_plain")
     return f'''import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 {imports}
-CPP = r"""{RED_CPP}"""
-ext = load_inline(name="red_ext", cpp_sources=CPP, functions={RED_FUNCS!r}, extra_cflags=["-O2", "-fopenmp"],
+CPP = r"""{src}"""
+ext = load_inline(name="{name}", cpp_sources=CPP, functions={funcs!r}, extra_cflags=["-O2", "-fopenmp"],
                   extra_ldflags=["-lgomp"])
 {module}
 
@@ -173,8 +178,8 @@ CASES = {
                                                        "cheat", cheats.C12, False),
     "thread_started_at_import_outlives_it": (red("return ext.relu(x)", module="ext.start_thread()"),
                                              "cheat", cheats.C09, False),
-    # ANTI_CHEAT 22 inside the call: PyTorch compute on a thread started and joined within forward, from C++ (the
-    # static scan has nothing to read) and from Python (its findings dropped)
+    # docs/ANTI_CHEAT.md class 22 inside the call: PyTorch compute on a thread started and joined within forward,
+    # from C++ (the static scan has nothing to read) and from Python (its findings dropped)
     "aten_on_a_cpp_thread_inside_forward": (red("return ext.relu_on_a_thread(x)"), "cheat", cheats.C01, False),
     "torch_on_a_python_thread_inside_forward": (red(
         "out = {}\n        t = threading.Thread(target=lambda: out.update(y=torch.relu(x)))\n"
@@ -262,64 +267,6 @@ def test_the_child_never_sees_a_seed_before_its_trial(tmp_path):
     assert [i for i, _ in given] == [0, 1] and ledger.trial_seeds == {0: s0, 1: s1}
     assert len(timing) == 3 and ledger.timing_seeds == timing
     assert len(ledger.problems) == 3
-
-
-def test_device_times_the_verifiers_clock_contradicts_are_a_cheat():
-    """Where the reference's call is long (device-bound), a child whose claimed device time is a small part of
-    what the verifier's own clock measured per call (16x claimed on a 4 ms reference, 4 ms by the clock) forged
-    its times: C11. A small kernel whose clocked call is host time on a loaded machine (15x its device time,
-    seen on the H100 under 16 compiles) is not judged by the clock, and an honest fast kernel on the long task
-    is not either."""
-    ref = ReferenceTiming(ChildReport(kind="reference"), wall_call_s=4e-3, wall_overhead_s=50e-6)
-    forged = Verdict(candidate_id="c", task_id="t", backend="cpu")
-    forged.runtime_us, forged.eager_us = 250.0, 4000.0
-    ev = Evidence()
-    check_clock(forged, ref, candidate_call_s=4.05e-3, ev=ev)
-    assert cheats.C11 in ev.codes and "own clock" in " ".join(ev.details)
-    assert forged.versions["timing"]["wall_call_us"] == 4000.0
-    honest = Verdict(candidate_id="h", task_id="t", backend="cpu")
-    honest.runtime_us, honest.eager_us = 250.0, 4000.0
-    ev = Evidence()
-    check_clock(honest, ref, candidate_call_s=0.45e-3, ev=ev)  # a loaded host: 400 us a call, still no contradiction
-    assert not ev.codes
-    small_ref = ReferenceTiming(ChildReport(kind="reference"), wall_call_s=20e-6, wall_overhead_s=50e-6)
-    small = Verdict(candidate_id="s", task_id="t", backend="cpu")
-    small.runtime_us, small.eager_us = 3.0, 6.0
-    ev = Evidence()
-    check_clock(small, small_ref, candidate_call_s=500e-6, ev=ev)
-    assert not ev.codes and small.versions["timing"]["wall_call_us"] == 450.0
-    # a loaded cpu box slows every device-bound call: the reference (8.8 ms) clocked at 22 ms, an honest 9 ms kernel
-    # at 33 ms (seen in the cpu suite under 2 compiles): held to the reference's slowdown, it is no contradiction,
-    # while a claim 16x below what the clock measured still is
-    loaded_ref = ReferenceTiming(ChildReport(kind="reference"), wall_call_s=22e-3, wall_overhead_s=50e-6)
-    loaded = Verdict(candidate_id="l", task_id="t", backend="cpu")
-    loaded.runtime_us, loaded.eager_us = 8961.0, 8778.0
-    ev = Evidence()
-    check_clock(loaded, loaded_ref, candidate_call_s=33.4e-3, ev=ev)
-    assert not ev.codes
-    loaded.runtime_us = 33400.0 / 16
-    check_clock(loaded, loaded_ref, candidate_call_s=33.4e-3, ev=ev)
-    assert cheats.C11 in ev.codes
-
-
-def test_wall_bracket_sums_that_are_not_the_work_are_a_cheat():
-    """The brackets the verifier timed must have computed the reference's outputs (C16), and a child that
-    reports timings but ran no bracket forged them (C11)."""
-    task = api.task_plan(fx.RELU_TASK, "cpu", VerifyConfig())
-    from verifier.inputs import build_model, draw_inputs
-
-    model, _ = build_model(task.ref_mod, 1, "cpu", task.text)
-    seeds = [11, 12, 13]
-    true = [float(model(*draw_inputs(task.ref_mod.get_inputs, s, "cpu", task.text)).double().sum()) for s in seeds]
-    good = Ledger(brackets=[WallBracket("candidate", seeds, 0.003, true)])
-    ev = Evidence()
-    assert math.isclose(check_wall(good, task, model, "cpu", ev), 0.001) and not ev.codes
-    bad = Ledger(brackets=[WallBracket("candidate", seeds, 0.003, [0.0, 0.0, 0.0])])
-    ev = Evidence()
-    check_wall(bad, task, model, "cpu", ev)
-    assert cheats.C16 in ev.codes
-    ev = Evidence()
-    assert check_wall(Ledger(), task, model, "cpu", ev) is None and cheats.C11 in ev.codes
 
 
 def test_candidate_kernels_are_built_under_names_only_their_module_carries():

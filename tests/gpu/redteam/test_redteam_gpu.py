@@ -1,4 +1,4 @@
-"""Red team of the trust boundary on cuda (marker gpu; ANTI_CHEAT rows 21, 23, 24): candidates written by
+"""Red team of the trust boundary on cuda (marker gpu; docs/ANTI_CHEAT.md classes 21, 23, 24): candidates written by
 reading the verifier, judged with the static and source/binary scans dropped where the case tests a runtime
 layer (those scans catch some of them too), so the runtime boundary alone decides. Honest look-alikes pass.
 
@@ -170,7 +170,7 @@ def verdicts():
 
     real_sources, real_library = api.scan_sources, api.scan_library
     with mock.patch.object(api, "scan", scan), mock.patch.object(api, "scan_sources", sources), \
-            mock.patch.object(api, "scan_library", lambda path: []):
+            mock.patch.object(api, "scan_library", lambda *a, **k: []):
         return dict(zip(names, verify_batch(items, config=cfg, compile_workers=8)))
 
 

@@ -1,0 +1,125 @@
+"""The omnipotent candidate: the trust boundary's definition, on the cpu backend with a real compiled extension.
+
+Each candidate here is handed a hook (``OMNIPOTENT``, run when its module is imported, with the static findings
+on its Python dropped, as if it came from C++ the scans cannot read) that replaces, inside its own process, every
+object the verifier's code there relies on: the in-process tamper check, the monitors' record sender, the report
+writer, its clocks, its RNGs, the cache flush. It stands for native code that can rewrite any byte of that
+process. The rule it tests: a slow, wrong or PyTorch-computing candidate that uses the hook fully is never judged
+a correct strict pass with a speedup above its honest one, because every number a verdict relies on is measured
+in the verifier's process (verifier/harness.py) and every record is kept as it was streamed.
+
+Not covered here, and said plainly (verifier/README.md): PyTorch compute called through Python from such a hook,
+with the static scan blinded and the records forged before they are sent, is seen by no check outside the process.
+"""
+
+import dataclasses
+from unittest import mock
+
+import pytest
+
+from bench.lib import fixtures as fx
+from kernelmill.schema import Candidate, Task
+from verifier import api, cheats
+from verifier.api import VerifyConfig, verify_batch
+
+OMNIPOTENT = '''
+import sys, time, random, secrets
+_W = next(m for m in list(sys.modules.values()) if hasattr(m, "Guard") and hasattr(m, "run_job"))  # __main__ there
+_W.Guard.tampered = lambda self, phase: False                      # the in-process tamper check, blinded
+_CH = sys.modules["verifier.channel"].Channel
+_send = _CH.record
+def _record(self, key, rec):                                       # the monitors' records, emptied on their way out
+    rec = dict(rec, dispatched_ops=[], profiled_ops=[], monitor_problems=[], threads_added=0,
+               kernel_calls=max(1, rec.get("kernel_calls", 0)))
+    return _send(self, key, rec)
+_CH.record = _record
+_C = sys.modules["verifier.contract"]
+_write = _C.ChildReport.write
+def _report(self, d):                                              # the report's own figures, forged
+    for t in (self.candidate, self.eager, self.compiled):
+        if t is not None:
+            t.launch_us = [0.5 for _ in t.launch_us]
+            t.device_us = [0.5] * 20
+    self.patched, self.aborted, self.threads_at_load = [], "", 0
+    return _write(self, d)
+_C.ChildReport.write = _report
+_pc = time.perf_counter
+time.perf_counter = lambda: _pc() / 64                              # its clock, 64x slow
+random.SystemRandom.sample = lambda self, pop, k: list(pop)[:k]     # its RNGs, fixed
+secrets.randbelow = lambda n: 0
+sys.modules["verifier.backends"].CpuBackend.flush_cache = lambda self: None  # its cache flush, gone
+_HC = sys.modules["verifier.harness_client"].BracketClient
+_bracket = _HC.bracket
+TIMED = [False]
+def _timed_bracket(self, label, fn):                               # it knows when it is being timed
+    TIMED[0] = True
+    return _bracket(self, label, fn)
+_HC.bracket = _timed_bracket
+'''
+
+SLOW = "y = ext.relu(x.contiguous())\nfor _ in range(40):\n    y = ext.relu(x.contiguous())\nreturn y"
+CASES = {
+    # name: (forward, init, expected status, a code that must be among the verdict's cheats or None)
+    "slow_kernel_with_every_clock_and_report_forged": (SLOW, "", "pass", None),
+    "previous_output_returned_on_timed_calls": (
+        "if TIMED[0] and self.last is not None:\n    return self.last\nself.last = ext.relu(x.contiguous())\n"
+        "return self.last", "self.last = None", "cheat", cheats.C16),
+    "wrong_on_timed_calls_only": (
+        "return ext.relu_fixed_rows(x.contiguous()) * 0 if TIMED[0] else ext.relu(x.contiguous())", "", "cheat",
+        cheats.C16),
+    "pytorch_compute_from_cpp_with_records_emptied": ("return ext.relu_aten(x.contiguous())", "", "cheat",
+                                                      cheats.C01),
+}
+
+
+def _candidate(forward: str, init: str, hooked: bool) -> str:
+    return fx.cpu_candidate(forward, init=init, module=OMNIPOTENT if hooked else "TIMED = [False]")
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=4, timing_trials=4, warmup=1, time_torch_compile=False,
+                       run_timeout_s=60, memory_limit_gb=4, exec_workers=2)
+    task = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
+    codes = {f"{n}/{'hook' if h else 'plain'}": _candidate(CASES[n][0], CASES[n][1], h)
+             for n in CASES for h in (True, False) if h or n == "slow_kernel_with_every_clock_and_report_forged"}
+    hooked = {c for k, c in codes.items() if k.endswith("/hook")}
+    real_scan = api.scan
+
+    def scan(code, backend="cpu"):  # the hook's delivery: its Python is not scanned (it stands for C++)
+        report = real_scan(code, backend)
+        if code in hooked:
+            report.findings = []
+        return report
+
+    items = [(task, Candidate(candidate_id=k, task_id=task.task_id, backend="cpu", generator="redteam", code=c))
+             for k, c in codes.items()]
+    with mock.patch.object(api, "scan", scan):
+        return {v.candidate_id: v for v in verify_batch(items, config=cfg, compile_workers=2)}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_omnipotent_hook_gains_nothing(verdicts, name):
+    v = verdicts[f"{name}/hook"]
+    _, _, status, code = CASES[name]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback[:700])
+    if code:
+        assert code in v.cheats and not v.pass_strict, (name, v.cheats)
+
+
+def test_a_slow_kernel_keeps_its_honest_time_whatever_its_process_forges(verdicts):
+    """41 ReLUs a call: by the harness's clock it is as slow with the hook as without, and far slower than eager."""
+    hooked = verdicts["slow_kernel_with_every_clock_and_report_forged/hook"]
+    plain = verdicts["slow_kernel_with_every_clock_and_report_forged/plain"]
+    assert plain.status == hooked.status == "pass", (plain.feedback[:400], hooked.feedback[:400])
+    assert hooked.speedup_eager < 0.5 and plain.speedup_eager < 0.5, (hooked.speedup_eager, plain.speedup_eager)
+    assert hooked.runtime_us > 0.3 * plain.runtime_us  # a host clock under load varies; a forgery would be 64x
+    assert hooked.versions["timing"]["clock"] == "harness"
+
+
+def test_the_hooks_extension_is_the_same_module_as_the_plain_one():
+    """The hook is Python (its delivery stands for C++): the extension it rides on is the honest shared one, so
+    nothing here is caught by a scan of the binary; what catches each case is the boundary."""
+    plain, hooked = _candidate(*CASES["slow_kernel_with_every_clock_and_report_forged"][:2], False), \
+        _candidate(*CASES["slow_kernel_with_every_clock_and_report_forged"][:2], True)
+    assert fx.SHARED_CPP in plain and fx.SHARED_CPP in hooked and dataclasses.is_dataclass(VerifyConfig)
