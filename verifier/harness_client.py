@@ -14,8 +14,10 @@ from verifier.channel import Channel
 
 
 class BracketClient:
-    def __init__(self, channel: Channel, device: str):
+    def __init__(self, channel: Channel, device: str, own_inputs=None):
+        """``own_inputs()``: one call's inputs drawn in this process, for the values JSON cannot carry."""
         self.ch, self.device = channel, device
+        self._own_inputs = own_inputs
         self._pools: dict[str, tuple] = {}
 
     def _map(self, desc: dict):
@@ -37,13 +39,17 @@ class BracketClient:
             return "enough"
         pool, addr = self._map(reply["pool"])
         calls, stride, flags = int(reply["calls"]), int(reply["stride"]), int(reply["flags"])
+        own = self._own_inputs() if any(e[0] == "child" for e in reply["inputs"]) and self._own_inputs else None
         sets = []
         for k in range(calls):
             base = flags + k * stride
             ins = [ipc.view(pool, base + e[1], e[2], e[3]) if e[0] == "t" else None for e in reply["inputs"]]
-            outs = [ipc.view(pool, base + e[0], e[1], e[2]) for e in reply["outputs"]]
+            outs = [(e[3], ipc.view(pool, base + e[0], e[1], e[2])) for e in reply["outputs"]]
             sets.append((ins, outs))
-        values = reply.get("values") or [[] for _ in range(calls)]
+        values = reply.get("values") or [[None] * len(reply["inputs"]) for _ in range(calls)]
+        if own is not None:
+            values = [[own[j] if e[0] == "child" else v for j, (e, v) in enumerate(zip(reply["inputs"], vals))]
+                      for vals in values]
         stream = torch.cuda.current_stream() if addr else None
         if stream is not None:  # the calls wait on the device for the harness's gate: queued now, run when it opens
             ipc.wait_value(stream, addr, int(reply["seq"]))
@@ -55,9 +61,9 @@ class BracketClient:
                 args = [x if x is not None else v for x, v in zip(ins, vals)]
                 got = fn(*args)
                 got = list(got) if isinstance(got, (list, tuple)) else [got]
-                if len(got) != len(outs):
-                    raise RuntimeError(f"forward returned {len(got)} outputs, the task has {len(outs)}")
-                for o, buf in zip(got, outs):
+                if len(got) <= max(j for j, _ in outs):
+                    raise RuntimeError(f"forward returned {len(got)} outputs, fewer than the task's")
+                for o, buf in ((got[j], b) for j, b in outs):
                     if not isinstance(o, torch.Tensor) or o.shape != buf.shape or o.dtype != buf.dtype:
                         raise RuntimeError(f"forward returned {type(o).__name__} {tuple(getattr(o, 'shape', ()))} "
                                            f"{getattr(o, 'dtype', '')}, the task's output is {tuple(buf.shape)} "

@@ -211,8 +211,9 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
         return
     for j, (inputs, got) in enumerate(clocked.kept):
         with torch.no_grad():
-            refs = [r.detach() for r in as_list(model(*inputs))]
+            refs = [r.detach() for r in as_list(model(*inputs)) if isinstance(r, torch.Tensor)]
             refs64 = reference64(model64, inputs)
+            refs64 = [r for r in refs64 if isinstance(r, torch.Tensor)] if refs64 else refs64
         bad = []
         for k, (o, r) in enumerate(zip(got, refs)):
             if o.shape != r.shape or o.dtype != r.dtype:

@@ -288,7 +288,7 @@ def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
             report.lock_wait_s = round(lock.waited_s, 4)
             clock.phase("lock_wait")
-            clocked = BracketClient(ch, job.backend)
+            clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
             try:
                 backend.warm_device(job.warm_device_ms)
                 # the harness (the verifier's process) clocks every bracket; this process only runs the calls
@@ -516,7 +516,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 backend.warm_device(job.warm_device_ms)
                 # every timed call is clocked by the harness in the verifier's process and watched here by both
                 # monitors, as a trial is (verifier/harness.py: the inputs, outputs, clock and picks live there)
-                clocked = BracketClient(ch, job.backend)
+                clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
                 if backend.name == "cuda":  # the profiler's device view of every timed call (no device time cost)
                     with profiled(backend) as prof:
                         _brackets(clocked, "candidate", fn, job.n_brackets)

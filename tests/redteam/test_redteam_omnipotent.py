@@ -18,44 +18,11 @@ from unittest import mock
 import pytest
 
 from bench.lib import fixtures as fx
+from bench.lib.fixtures import OMNIPOTENT
 from kernelmill.schema import Candidate, Task
 from verifier import api, cheats
 from verifier.api import VerifyConfig, verify_batch
 
-OMNIPOTENT = '''
-import sys, time, random, secrets
-_W = next(m for m in list(sys.modules.values()) if hasattr(m, "Guard") and hasattr(m, "run_job"))  # __main__ there
-_W.Guard.tampered = lambda self, phase: False                      # the in-process tamper check, blinded
-_CH = sys.modules["verifier.channel"].Channel
-_send = _CH.record
-def _record(self, key, rec):                                       # the monitors' records, emptied on their way out
-    rec = dict(rec, dispatched_ops=[], profiled_ops=[], monitor_problems=[], threads_added=0,
-               kernel_calls=max(1, rec.get("kernel_calls", 0)))
-    return _send(self, key, rec)
-_CH.record = _record
-_C = sys.modules["verifier.contract"]
-_write = _C.ChildReport.write
-def _report(self, d):                                              # the report's own figures, forged
-    for t in (self.candidate, self.eager, self.compiled):
-        if t is not None:
-            t.launch_us = [0.5 for _ in t.launch_us]
-            t.device_us = [0.5] * 20
-    self.patched, self.aborted, self.threads_at_load = [], "", 0
-    return _write(self, d)
-_C.ChildReport.write = _report
-_pc = time.perf_counter
-time.perf_counter = lambda: _pc() / 64                              # its clock, 64x slow
-random.SystemRandom.sample = lambda self, pop, k: list(pop)[:k]     # its RNGs, fixed
-secrets.randbelow = lambda n: 0
-sys.modules["verifier.backends"].CpuBackend.flush_cache = lambda self: None  # its cache flush, gone
-_HC = sys.modules["verifier.harness_client"].BracketClient
-_bracket = _HC.bracket
-TIMED = [False]
-def _timed_bracket(self, label, fn):                               # it knows when it is being timed
-    TIMED[0] = True
-    return _bracket(self, label, fn)
-_HC.bracket = _timed_bracket
-'''
 
 SLOW = "y = ext.relu(x.contiguous())\nfor _ in range(40):\n    y = ext.relu(x.contiguous())\nreturn y"
 CASES = {
