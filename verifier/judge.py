@@ -40,7 +40,6 @@ from verifier.reward import reward_for
 from verifier.vendor import scan_library, scan_sources, scan_tampering
 
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
-HIDDEN_WORK_MIN_US = 30.0  # below this, an idle-minus-end gap is synchronisation jitter (device timestamps)
 
 
 @dataclass
@@ -243,29 +242,6 @@ def own_work_ok(report: ChildReport, cfg: VerifyConfig, v: Verdict, knocked=None
         return False, (f"your own kernels took {100 * v.own_kernel_share:.1f}% of forward's device time (at least "
                        f"{100 * cfg.partial_min_own_share:.0f}% is real work beside PyTorch)")
     return True, ""
-
-
-def hidden_work_us(candidate_gaps: list[float], reference_gaps: list[float]) -> float | None:
-    """How much longer the whole device stayed busy after the candidate's timed stream ended than after the
-    reference's (smallest gaps: hidden work is there on every call, or it would not pay, while a late wake-up
-    of the host on a loaded machine is not). None without both series."""
-    if not candidate_gaps or not reference_gaps:
-        return None
-    return min(candidate_gaps) - min(reference_gaps)
-
-
-def check_hidden_work(report: ChildReport, ref: ChildReport | None, runtime_us: float, ev: Evidence) -> None:
-    """C09: work left running outside the timed stream (a side stream, a background thread)."""
-    if not report.candidate or not report.candidate.idle_gap_us:
-        return  # (first signal only: the harness's snapshot of every timed output is what a side stream cannot pass)
-    # the reference probed between the candidate's probes, in the same process under the same load; the
-    # reference's own timing process (another moment, another load) only when those are missing
-    ref_gaps = report.reference_gap_us or (ref.eager.idle_gap_us if ref and ref.eager else [])
-    hidden = hidden_work_us(report.candidate.idle_gap_us, ref_gaps)
-    if hidden is not None and hidden > max(HIDDEN_WORK_MIN_US, 0.25 * runtime_us):
-        ev.add(cheats.C09, f"The device stayed busy {hidden:.0f} us longer after your forward returned than it does "
-                           "after the reference's: work was left running outside the timed stream (a side stream "
-                           "or a background thread). Launch every kernel on the current stream.")
 
 
 # ---------------------------------------------------------------------------- the judge
@@ -499,7 +475,6 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
             ev.add(cheats.C11, "The monitors' record of the timed calls is missing.")
         check_clocked_outputs(clocked, plan, model, model64, cfg, ev)
         _speedups(v, report, clocked, ref_timing, ev)
-        check_hidden_work(report, reference_timing, v.runtime_us or 0.0, ev)
         if ev.codes:
             v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
             return finish(w, "cheat", ev.details)

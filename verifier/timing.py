@@ -26,22 +26,6 @@ def plain_cpu(out):
     return [plain_cpu(t) for t in out]
 
 
-def probe_pairs(backend, fn, ref, seeds: list[int], draw, n: int) -> tuple[list[float], list[float], list[float]]:
-    """``probe_calls`` of ``fn`` interleaved with the same probes of the reference ``ref`` in the same process:
-    (fn's launch-inclusive times, fn's idle gaps, the reference's idle gaps). The two gap series share the
-    machine's load at that moment, so comparing them (C09) does not blame a late host wake-up on the
-    candidate; each probe starts from an idle device, so nothing of one call spills into the next."""
-    launch, gaps, ref_gaps = [], [], []
-    for i in range(n):
-        seed = [seeds[i % len(seeds)]]
-        (la,), (ga,) = probe_calls(backend, fn, seed, draw, 1)
-        _, (gr,) = probe_calls(backend, ref, seed, draw, 1)
-        launch.append(la)
-        gaps.append(ga)
-        ref_gaps.append(gr)
-    return launch, gaps, ref_gaps
-
-
 def probe_calls(backend, fn, seeds: list[int], draw, n: int) -> tuple[list[float], list[float]]:
     """``n`` calls one at a time: launch-inclusive time (host call start to every stream idle) and the
     device idle-minus-end gap (cuda: work left running after the timed stream's end event, C09)."""

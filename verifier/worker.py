@@ -31,6 +31,7 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import json
+import linecache
 import os
 import resource
 import statistics
@@ -58,7 +59,7 @@ from verifier.knockout import ChildKnockout
 from verifier.monitors import DispatchRecorder, profiled, read_profile, watched
 from verifier.tamper import Snapshot
 from verifier.harness_client import BracketClient
-from verifier.timing import clone, plain_cpu, probe_calls, probe_pairs
+from verifier.timing import clone, plain_cpu, probe_calls
 
 KERNEL_CALLS = [0]
 
@@ -178,8 +179,11 @@ def _short_traceback(limit: int = 2500) -> str:
 
 
 def _exec_module(name: str, code: str, filename: str):
+    """Run a program as module ``name``. Its text is registered with linecache under ``filename``, so that code
+    reading its own source (``inspect.getsource``: a module-level ``@triton.jit``) finds it."""
     mod = types.ModuleType(name)
     mod.__file__ = filename
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     sys.modules[name] = mod
     exec(compile(code, filename, "exec", dont_inherit=True), mod.__dict__)
     return mod
@@ -383,8 +387,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         clock.phase("load_reference")
         with profiled(backend):  # the profiler's own threads and state exist before any baseline
             pass
-        if backend.name == "cpu":  # the intra-op pool too: a pool torch makes lazily is not the candidate's thread
-            torch.ones(1 << 20).sum()
+        # the intra-op pool too, on both backends: a pool torch makes lazily (a CPU tensor op in __init__ on a
+        # 64-core cuda host started 63 threads) is not the candidate's thread
+        torch.ones(1 << 20).sum()
         clock.phase("load_profiler")
         ch = Channel(job_dir)
         guard = Guard(job_dir, report, {"timing backend": backend, "channel": ch})
@@ -532,8 +537,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 ch.record("timed", timed.to_dict())
                 n = _probe_count(backend, model_new, draw, seeds, job.gap_probes)
                 report.candidate = ModelTiming()
-                report.candidate.launch_us, report.candidate.idle_gap_us, report.reference_gap_us = probe_pairs(
-                    backend, model_new, model, seeds, draw, n)
+                report.candidate.launch_us, report.candidate.idle_gap_us = probe_calls(backend, model_new, seeds,
+                                                                                      draw, n)
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
         report.threads_added_timing = max(_threads_now() - threads_before, 0)
