@@ -48,7 +48,7 @@ def settings_read(cfg: VerifyConfig) -> dict:
     of timed iterations, whether the device lock is taken and the run timeout (the lock's longest wait)."""
     names = {f.name for f in dataclasses.fields(VerifyConfig)}
     keys = sorted({f.name for f in dataclasses.fields(Job) if f.name in names} |
-                  {"timing_trials", "device_lock", "run_timeout_s"})
+                  {"timing_trials", "timed_brackets", "timing_budget_s", "device_lock", "run_timeout_s"})
     return {k: getattr(cfg, k) for k in keys}
 
 

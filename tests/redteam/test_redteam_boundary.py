@@ -170,12 +170,15 @@ CASES = {
     "report_writer_replaced_to_launder_the_report": (red("return ext.relu(x)", module=(
         "import sys\nsys.modules['verifier.contract'].ChildReport.write = lambda self, d: None")),
         "cheat", cheats.C11, True),
+    # C++ that imports Python modules (pybind11's py::module_::import: PyImport_ImportModule in the built module's
+    # imports) is C11 by the binary scan before it runs; with no seed in any frame it would still steal nothing
+    # (a wrong verdict), and the channel refuses a step out of turn (C12: test_the_child_never_sees_a_seed...)
     "seeds_read_from_callers_frames_in_cpp_at_construction": (red(
         "if self.answers:\n            return ext.relu(self.answers.pop(0))\n"
         "        return ext.relu(x.t().contiguous().view(x.shape))",
-        init=STEAL), "wrong", None, True),
+        init=STEAL), "cheat", cheats.C11, True),
     "channel_asked_for_a_seed_ahead_of_the_verifier": (red("return ext.relu(x)", init="self.stolen = ext.ask_channel()"),
-                                                       "cheat", cheats.C12, False),
+                                                       "cheat", cheats.C11, False),
     "thread_started_at_import_outlives_it": (red("return ext.relu(x)", module="ext.start_thread()"),
                                              "cheat", cheats.C09, False),
     # docs/ANTI_CHEAT.md class 22 inside the call: PyTorch compute on a thread started and joined within forward,

@@ -34,9 +34,8 @@ CASES = {
     "wrong_on_timed_calls_only": (
         "return ext.relu_fixed_rows(x.contiguous()) * 0 if TIMED[0] else ext.relu(x.contiguous())", "", "cheat",
         cheats.C16),
-    "pytorch_compute_from_cpp_with_records_emptied": ("return ext.relu_aten(x.contiguous())", "", "cheat",
-                                                      cheats.C01),
 }
+TORCH_FROM_CPP = "return ext.relu_aten(x.contiguous())"
 
 
 def _candidate(forward: str, init: str, hooked: bool) -> str:
@@ -50,6 +49,8 @@ def verdicts(shared_build_dir):
     task = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
     codes = {f"{n}/{'hook' if h else 'plain'}": _candidate(CASES[n][0], CASES[n][1], h)
              for n in CASES for h in (True, False) if h or n == "slow_kernel_with_every_clock_and_report_forged"}
+    codes.update({"torch_from_cpp/hook": _candidate(TORCH_FROM_CPP, "", True),
+                  "torch_from_cpp/plain": _candidate(TORCH_FROM_CPP, "", False)})
     hooked = {c for k, c in codes.items() if k.endswith("/hook")}
     real_scan = api.scan
 
@@ -90,3 +91,15 @@ def test_the_hooks_extension_is_the_same_module_as_the_plain_one():
     plain, hooked = _candidate(*CASES["slow_kernel_with_every_clock_and_report_forged"][:2], False), \
         _candidate(*CASES["slow_kernel_with_every_clock_and_report_forged"][:2], True)
     assert fx.SHARED_CPP in plain and fx.SHARED_CPP in hooked and dataclasses.is_dataclass(VerifyConfig)
+
+
+def test_pytorch_compute_from_cpp_is_read_from_the_binary_whatever_the_records_say(verdicts):
+    """at::relu called from the extension's C++: without the hook the streamed records show it (C01); with the
+    records emptied before they are sent, the built module's imports, read in the verifier's process, still name
+    it in the verdict and its feedback. (Whether forward ran it is the monitors' question, which a hook that
+    forges the records before sending answers: the limit verifier/README.md states.)"""
+    plain, hooked = verdicts["torch_from_cpp/plain"], verdicts["torch_from_cpp/hook"]
+    assert plain.status == "cheat" and cheats.C01 in plain.cheats and not plain.pass_strict, plain.feedback[:500]
+    for v in (plain, hooked):
+        assert "aten::relu" in v.versions["binary"]["aten_compute_imports"], v.versions
+        assert "can call PyTorch compute ops from C++ (aten::relu)" in v.feedback
