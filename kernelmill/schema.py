@@ -152,7 +152,7 @@ class Verdict:
     status: str = ""
     compiled: bool = False
     correct: bool = False
-    cheats: list[str] = field(default_factory=list)  # ANTI_CHEAT codes, see verifier/cheats.py
+    cheats: list[str] = field(default_factory=list)  # cheat codes: verifier/cheats.py, docs/ANTI_CHEAT.md
     fallback_ops: list[str] = field(default_factory=list)  # forbidden torch/aten ops found
     max_abs_err: Optional[float] = None
     max_rel_err: Optional[float] = None

@@ -1,4 +1,5 @@
-"""The anti-cheat catalogue: one stable code per row of /work/shared/ANTI_CHEAT.md.
+"""The anti-cheat catalogue: one stable code per row of docs/ANTI_CHEAT.md (tests/test_architecture.py keeps the
+two equal, and every code asserted by a test).
 
 Each code names the cheat it stops. The checks themselves live where the evidence is:
 static (verifier/static.py, an AST scan before compiling), runtime (verifier/worker.py, inside the

@@ -1,8 +1,8 @@
-"""Red team of the tolerance (ANTI_CHEAT rows 13, 14, 25, 26; verifier/numerics.py, verifier/inputs.py): answers
-written to hide a lowering or a wrong answer inside the budget, or to rely on a size the task writes as an
-expression. Each test is named for what the cheat does and must be rejected with the right status and code;
-the honest look-alikes (long reductions, cancellation, mixed magnitudes, unstable exact outputs, overflow to
-inf, expression sizes) pass in tests/test_verifier_precision.py.
+"""Red team of the tolerance (docs/ANTI_CHEAT.md: C13, C14, classes 25, 26; verifier/numerics.py,
+verifier/inputs.py): answers written to hide a lowering or a wrong answer inside the budget, or to rely on a size
+the task writes as an expression. Each test is named for what the cheat does and must be rejected with the right
+status and code; the honest look-alikes (long reductions, cancellation, mixed magnitudes, unstable exact outputs,
+overflow to inf, expression sizes) pass in tests/test_verifier_precision.py.
 
 Judged with real tensors the way a trial's outputs are (outputs.check_outputs against the fp32 reference and its
 float64 run); one end-to-end candidate (a compiled kernel that hard-codes a size the task writes as

@@ -1,0 +1,184 @@
+"""The repository's architecture (issue 48), read from the source with ast, imports inside functions included:
+
+- no product module (the packages of PRODUCT) imports bench/: the measurement harness (bench/lib) and the
+  benchmark scripts import the product, never the other way (that tests import only bench/lib of bench/ is
+  tests/test_layers_bench.py's);
+- the import graph between the product's top-level packages has no cycle other than those of KNOWN_CYCLES, and
+  each of those still exists (the set is kept true: a cycle removed leaves the set with it);
+- every cheat code of verifier/cheats.py has exactly one row in the anti-cheat catalogue docs/ANTI_CHEAT.md, the
+  test files a row names assert its code, and at least one test under tests/ asserts each code.
+"""
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from verifier import cheats
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("kernelmill", "verifier", "synth", "graphs", "curation", "flows", "train", "orchestrator")
+CATALOGUE = ROOT / "docs" / "ANTI_CHEAT.md"
+
+# The package cycles of today, each a defect to remove (issue 48: "No package cycles"); remove its entry with it.
+KNOWN_CYCLES = {
+    # kernelmill.settings holds [verify]'s dataclass (verifier.config.VerifyConfig) in Settings, while the verifier
+    # imports kernelmill.schema / errors / settings throughout.
+    frozenset({"kernelmill", "verifier"}),
+    # orchestrator.cli registers flows.commands' subcommands (run, serve, deploy), while flows wraps
+    # orchestrator.pipeline / stages / progress in Prefect flows.
+    frozenset({"flows", "orchestrator"}),
+}
+
+
+# ------------------------------------------------------------------------------------------------- imports
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in one file, at any depth: ``import a.b`` and ``from a.b import c``
+    name a.b, ``from a import b`` names a.b as well (a package's names may be its modules). Relative imports stay
+    inside their own top-level package and are left out."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(errors="replace"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out += [(node.lineno, node.module)] + [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return sorted(out)
+
+
+def python_files(*dirs: str, root: Path = ROOT) -> list[Path]:
+    return sorted(p for d in dirs for p in (root / d).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def package_graph(root: Path = ROOT, packages=PRODUCT) -> dict[tuple[str, str], list[str]]:
+    """{(importer, imported): ["path:line", ...]} between the top-level ``packages``."""
+    edges = defaultdict(list)
+    for pkg in packages:
+        for f in python_files(pkg, root=root):
+            for line, top in sorted({(line, name.split(".")[0]) for line, name in imports_of(f)}):
+                if top in packages and top != pkg:
+                    edges[(pkg, top)].append(f"{f.relative_to(root)}:{line}")
+    return dict(edges)
+
+
+def cycles(nodes, edges) -> set[frozenset]:
+    """The strongly connected components of more than one node: each set of packages that import one another
+    around a cycle."""
+    reach = {n: {b for a, b in edges if a == n} for n in nodes}
+    changed = True
+    while changed:  # transitive closure; a handful of nodes
+        changed = False
+        for n in nodes:
+            more = set().union(*(reach[m] for m in reach[n])) - reach[n]
+            if more:
+                reach[n] |= more
+                changed = True
+    return {frozenset({n} | {m for m in reach[n] if n in reach[m]}) for n in nodes if n in reach[n]}
+
+
+def test_the_import_scan_finds_each_form(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import os.path\nfrom bench.lib import fixtures as fx\nfrom bench import common\n"
+                 "def g():\n    import flows.commands\n    from . import sibling\n"
+                 "if True:\n    from verifier import cheats\n")
+    assert imports_of(f) == [(1, "os.path"), (2, "bench.lib"), (2, "bench.lib.fixtures"), (3, "bench"),
+                             (3, "bench.common"), (5, "flows.commands"), (8, "verifier"), (8, "verifier.cheats")]
+
+
+def test_no_product_module_imports_bench():
+    files = python_files(*PRODUCT)
+    assert len(files) > 100  # the scan saw the tree
+    found = [f"{f.relative_to(ROOT)}:{line} {name}" for f in files for line, name in imports_of(f)
+             if name == "bench" or name.startswith("bench.")]
+    assert not found, ("product modules importing bench/ (the harness imports the product, never the other way; "
+                       "move what the product needs into it): " + ", ".join(found))
+
+
+def test_the_cycle_finder(tmp_path):
+    assert cycles("abcde", {("a", "b"), ("b", "c"), ("c", "a"), ("d", "a"), ("d", "e")}) == {frozenset("abc")}
+    assert cycles("ab", {("a", "b")}) == set()
+    for pkg, body in {"p": "import q.x\n", "q": "def f():\n    from p import y\n", "r": "import p\n"}.items():
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text(body)
+    g = package_graph(tmp_path, ("p", "q", "r"))
+    assert g == {("p", "q"): ["p/__init__.py:1"], ("q", "p"): ["q/__init__.py:2"], ("r", "p"): ["r/__init__.py:1"]}
+    assert cycles("pqr", g) == {frozenset("pq")}
+
+
+def test_the_package_import_graph_has_only_the_known_cycles():
+    graph = package_graph()
+    assert ("verifier", "kernelmill") in graph and ("orchestrator", "synth") in graph  # the scan saw the tree
+    found = cycles(PRODUCT, graph)
+
+    def where(cycle) -> str:
+        return "; ".join(f"{a} -> {b}: {', '.join(graph[(a, b)][:3])}" for a, b in sorted(graph)
+                         if a in cycle and b in cycle)
+    new = [f"{sorted(c)} ({where(c)})" for c in found - KNOWN_CYCLES]
+    assert not new, "new package import cycles (break them; never add them to KNOWN_CYCLES): " + " | ".join(new)
+    gone = [sorted(c) for c in KNOWN_CYCLES - found]
+    assert not gone, f"cycles of KNOWN_CYCLES that no longer exist (remove them from the set): {gone}"
+
+
+# ----------------------------------------------------------------------------------------- anti-cheat catalogue
+def catalogue_rows(text: str) -> list[list[str]]:
+    """The cells of every table row of docs/ANTI_CHEAT.md whose first cell is a cheat code (`C05_...`)."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if re.fullmatch(r"C\d\d_[A-Z0-9_]+", cells[0].strip("`")):
+                rows.append([cells[0].strip("`")] + cells[1:])
+    return rows
+
+
+def codes_asserted(path: Path) -> set[str]:
+    """The cheat codes one test file names in code: ``cheats.C05`` or a string holding ``C05_CONSTANT_OUTPUT``."""
+    short = {name: getattr(cheats, name) for name in dir(cheats) if re.fullmatch(r"C\d\d", name)}
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(errors="replace"), filename=str(path))):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "cheats"
+                and node.attr in short):
+            found.add(short[node.attr])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found |= {c for c in cheats.CODES if c in node.value}
+    return found
+
+
+def asserting_tests() -> dict[str, list[str]]:
+    by_code = defaultdict(list)
+    for f in python_files("tests"):
+        if f.name != Path(__file__).name:
+            for code in codes_asserted(f):
+                by_code[code].append(str(f.relative_to(ROOT)))
+    return by_code
+
+
+def test_the_catalogue_scans(tmp_path):
+    text = ("| code | catches | how | tests |\n| --- | --- | --- | --- |\n"
+            "| `C05_CONSTANT_OUTPUT` | zeros | judge | `tests/a.py` |\n| 22 | a thread | C01, C09 | - |\n")
+    assert catalogue_rows(text) == [["C05_CONSTANT_OUTPUT", "zeros", "judge", "`tests/a.py`"]]
+    f = tmp_path / "t.py"
+    f.write_text('from verifier import cheats\nx = [cheats.C05, "cheat"]\n'
+                 'y = "Anti-cheat C07_INPUT_MUTATION: ..."\n# C08_OUTPUT_CACHING in a comment is not asserted\n')
+    assert codes_asserted(f) == {cheats.C05, cheats.C07}
+
+
+def test_every_cheat_code_has_exactly_one_row_in_the_catalogue():
+    rows = catalogue_rows(CATALOGUE.read_text())
+    count = {code: [r[0] for r in rows].count(code) for code in cheats.CODES}
+    assert len(cheats.CODES) >= 18
+    assert not [c for c, n in count.items() if n != 1], f"codes without exactly one row in {CATALOGUE}: {count}"
+    assert not [r[0] for r in rows if r[0] not in cheats.CODES], "rows of codes verifier/cheats.py does not define"
+    assert all(len(r) == 4 and all(r) for r in rows), "each row: code | what it catches | how | test files"
+
+
+def test_every_cheat_code_is_asserted_by_a_test_and_its_row_names_them():
+    by_code = asserting_tests()
+    missing = [c for c in cheats.CODES if not by_code.get(c)]
+    assert not missing, f"cheat codes no test under tests/ asserts: {missing}"
+    wrong = []
+    for code, _, _, files in catalogue_rows(CATALOGUE.read_text()):
+        named = re.findall(r"`(tests/[^`]+\.py)`", files)
+        if not named:
+            wrong.append(f"{code}: names no test file")
+        wrong += [f"{code}: {f} does not assert it" for f in named if f not in by_code[code]]
+    assert not wrong, f"{CATALOGUE.name} rows out of date: " + "; ".join(wrong)
