@@ -49,8 +49,8 @@ def test_an_honest_server_is_clocked_checked_and_sampled_by_the_harness(tmp_path
 
 
 def test_a_server_that_skips_work_on_some_timed_calls_is_seen_on_every_call(tmp_path):
-    """ANTI_CHEAT 28: the previous output returned at once on the calls it hopes are not checked; the harness
-    checks every timed output itself, so there is no unchecked call to hide in."""
+    """docs/ANTI_CHEAT.md class 28: the previous output returned at once on the calls it hopes are not checked; the
+    harness checks every timed output itself, so there is no unchecked call to hide in."""
     cache = {}
 
     def lazy(x):
@@ -79,8 +79,9 @@ def test_a_server_that_answers_done_without_the_work_has_wrong_outputs(tmp_path)
 
 
 def test_outputs_written_after_done_are_seen(tmp_path):
-    """ANTI_CHEAT 9 across the boundary: work finished after the server said done (a thread it left running)
-    lands in the pool after the harness's snapshot; the harness compares the pool with the snapshot again."""
+    """docs/ANTI_CHEAT.md C09 across the boundary: work finished after the server said done (a thread it left
+    running) lands in the pool after the harness's snapshot; the harness compares the pool with the snapshot
+    again."""
     def serve(client, ch):
         client.bracket("candidate", torch.relu)
         pool, _ = client._map({"file": str(tmp_path / "harness_pool.bin"), "bytes": 0})
