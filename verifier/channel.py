@@ -106,8 +106,16 @@ class Driver:
             ``timeout_s`` passed first)."""
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             while b"\n" not in buf[0]:
-                if self._stop.is_set():
-                    return None
+                if self._stop.is_set():  # the job is over: what the child sent before it ended is still read
+                    try:
+                        conn.settimeout(0.05)
+                        part = conn.recv(1 << 16)
+                    except OSError:
+                        return None
+                    if not part:
+                        return None
+                    buf[0] += part
+                    continue
                 if deadline is not None and time.monotonic() > deadline:
                     return {"op": "timeout"}
                 try:

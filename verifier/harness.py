@@ -20,9 +20,10 @@ channel (verifier/channel.py) and the harness runs it:
    the judge; the pool's outputs are compared with the snapshot again before the next bracket and at the end
    (an output written after ``done`` is work the clock did not see).
 
-A model's time per call is the bracket's time minus that of a null bracket of the same K (the reference's child
-answering with a fixed output: the input copies, the flush, the output copies and the cross-process waits),
-divided by K. Nothing the child does to its own timers, events, reports, RNG or copies of the verifier's modules
+A model's time per call is, on cuda, the bracket's device time minus that of a null bracket of the same K (the
+reference's child answering with a fixed output: the input copies, the flush, the output copies and the
+cross-process waits), divided by K; on cpu the bracket's host time divided by K, the copies in (a host clock's
+noise under load is as large as a small model's work, and subtracting it gave 0 us). Nothing the child does to its own timers, events, reports, RNG or copies of the verifier's modules
 changes these figures: the clock, the inputs, the flush, the outputs' copies and the picks are here.
 
 Not guaranteed: on cuda a child that records ``done`` before its last writes and has them land between the
@@ -85,7 +86,9 @@ class Clocked:
         big = max(b.calls for b in rows)
         rows = [b for b in rows if b.calls == big] or rows
         rows = [b for b in rows if not b.late] or rows
-        over = null_for(null or {}, big)
+        # cuda: less the null bracket (device time: its noise is small against the work); cpu: the copies stay in
+        # (a host clock's load noise on the null is as large as a small model's work: subtracting it gave 0 us)
+        over = null_for(null or {}, big) if not self.host_clock else 0.0
         return self.summary(max(b.seconds - over, 0.0) / b.calls for b in rows)
 
     def summary(self, values) -> float:
