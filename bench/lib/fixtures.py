@@ -7,6 +7,9 @@ and dishonest, so a whole test session builds a single extension (identical sour
 
 from __future__ import annotations
 
+import contextlib
+from unittest import mock
+
 RELU_TASK = '''import torch
 import torch.nn as nn
 
@@ -477,3 +480,21 @@ def _timed_bracket(self, label, fn):                               # it knows wh
     return _bracket(self, label, fn)
 _HC.bracket = _timed_bracket
 '''
+
+
+@contextlib.contextmanager
+def static_findings_dropped(codes):
+    """The static scan's findings dropped for the programs in ``codes`` (the red team's runtime-layer cases and the
+    omnipotent hook, whose Python stands for C++ no scan reads), in the verifier's process while the block runs."""
+    from verifier import api
+
+    real = api.scan
+
+    def scan(code, backend="cpu"):
+        report = real(code, backend)
+        if code in codes:
+            report.findings = []
+        return report
+
+    with mock.patch.object(api, "scan", scan):
+        yield

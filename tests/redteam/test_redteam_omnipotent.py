@@ -12,15 +12,13 @@ Not covered here, and said plainly (verifier/README.md): PyTorch compute called 
 with the static scan blinded and the records forged before they are sent, is seen by no check outside the process.
 """
 
-import dataclasses
-from unittest import mock
 
 import pytest
 
 from bench.lib import fixtures as fx
 from bench.lib.fixtures import OMNIPOTENT
 from kernelmill.schema import Candidate, Task
-from verifier import api, cheats
+from verifier import cheats
 from verifier.api import VerifyConfig, verify_batch
 
 
@@ -52,17 +50,10 @@ def verdicts(shared_build_dir):
     codes.update({"torch_from_cpp/hook": _candidate(TORCH_FROM_CPP, "", True),
                   "torch_from_cpp/plain": _candidate(TORCH_FROM_CPP, "", False)})
     hooked = {c for k, c in codes.items() if k.endswith("/hook")}
-    real_scan = api.scan
-
-    def scan(code, backend="cpu"):  # the hook's delivery: its Python is not scanned (it stands for C++)
-        report = real_scan(code, backend)
-        if code in hooked:
-            report.findings = []
-        return report
 
     items = [(task, Candidate(candidate_id=k, task_id=task.task_id, backend="cpu", generator="redteam", code=c))
              for k, c in codes.items()]
-    with mock.patch.object(api, "scan", scan):
+    with fx.static_findings_dropped(hooked):
         return {v.candidate_id: v for v in verify_batch(items, config=cfg, compile_workers=2)}
 
 
@@ -83,14 +74,6 @@ def test_a_slow_kernel_keeps_its_honest_time_whatever_its_process_forges(verdict
     assert hooked.speedup_eager < 0.5 and plain.speedup_eager < 0.5, (hooked.speedup_eager, plain.speedup_eager)
     assert hooked.runtime_us > 0.3 * plain.runtime_us  # a host clock under load varies; a forgery would be 64x
     assert hooked.versions["timing"]["clock"] == "harness"
-
-
-def test_the_hooks_extension_is_the_same_module_as_the_plain_one():
-    """The hook is Python (its delivery stands for C++): the extension it rides on is the honest shared one, so
-    nothing here is caught by a scan of the binary; what catches each case is the boundary."""
-    plain, hooked = _candidate(*CASES["slow_kernel_with_every_clock_and_report_forged"][:2], False), \
-        _candidate(*CASES["slow_kernel_with_every_clock_and_report_forged"][:2], True)
-    assert fx.SHARED_CPP in plain and fx.SHARED_CPP in hooked and dataclasses.is_dataclass(VerifyConfig)
 
 
 def test_pytorch_compute_from_cpp_is_read_from_the_binary_whatever_the_records_say(verdicts):
