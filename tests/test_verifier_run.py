@@ -409,8 +409,11 @@ def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config
         out = verify_batch(items, config=dataclasses.replace(config, exec_workers=1), compile_workers=1)
     assert [v.status for v in out] == ["pass"] * 3, [v.feedback for v in out]
     warm = {k: s for k, s in processes._SERVERS.items() if k[0] == "cpu" and k[1] == "slot" and k[-1] is not None}
-    assert sorted(k[-1] for k in warm) == [0, 1], warm.keys()
-    assert len({s.proc.pid for s in warm.values()}) == 2 and all(s.alive() for s in warm.values())
+    # one slot ran the three jobs; a task preparation thread may hold a slot of its own (the reference's timing
+    # child, when no kept timing of the task exists yet): every slot has its two servers taking turns
+    slots = {k[2] for k in warm}
+    assert slots and all(sorted(k[-1] for k in warm if k[2] == s) == [0, 1] for s in slots), warm.keys()
+    assert len({s.proc.pid for s in warm.values()}) == 2 * len(slots) and all(s.alive() for s in warm.values())
 
 
 def test_fork_server_preloads_what_the_profiler_imports_without_a_thread_or_cuda():
