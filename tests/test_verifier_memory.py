@@ -78,9 +78,9 @@ class Overlap:
         self.most_bytes = 0
         self.cond = threading.Condition()
 
-    def __call__(self, job, job_dir, timeout_s, cfg, on_trial=None):
+    def __call__(self, job, job_dir, timeout_s, cfg, on_trial=None, harness=None):
         if job.kind != "candidate":
-            return self.real(job, job_dir, timeout_s, cfg, on_trial)
+            return self.real(job, job_dir, timeout_s, cfg, on_trial, harness)
         me = id(job)
         with self.cond:
             self.running[me] = job.reference_code
@@ -93,7 +93,7 @@ class Overlap:
                     and time.monotonic() < deadline:
                 self.cond.wait(0.05)
         try:
-            return self.real(job, job_dir, timeout_s, cfg, on_trial)
+            return self.real(job, job_dir, timeout_s, cfg, on_trial, harness)
         finally:
             with self.cond:
                 del self.running[me]

@@ -128,13 +128,16 @@ def test_degenerate_task_is_not_the_candidates_fault(verdicts):
 
 
 def test_extra_shape_keeps_the_tasks_contract(verdicts):
-    """N = 64 becomes 96 for both inputs (square, symmetric by the task's own get_inputs): six trials, all passed;
-    the same where the task writes N = 32 * 2."""
+    """N = 64 becomes 80, 96 or 128 (the step drawn at random per plan) for both inputs (square, symmetric by the
+    task's own get_inputs): six trials, all passed; the same where the task writes N = 32 * 2."""
+    import re
+
     v = verdicts["symmetric_square_honest"]
     assert v.trials == 6, v.feedback
     assert verdicts["symmetric_square_expression_honest"].trials == 6, verdicts["symmetric_square_expression_honest"]
     bad = verdicts["symmetric_square_hardcoded"].feedback
-    assert "[96, 96], [96, 96]" in bad, bad
+    m = re.search(r"\[(\d+), (\d+)\], \[(\d+), (\d+)\]", bad)
+    assert m and len(set(m.groups())) == 1 and int(m.group(1)) in (80, 96, 128), bad
 
 
 def test_legality_policies_are_both_recorded(verdicts, config):
