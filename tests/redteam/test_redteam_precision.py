@@ -349,11 +349,11 @@ def config(shared_build_dir):
 
 def test_matmul_hardcoding_a_size_the_task_writes_as_an_expression(config):
     """End to end: the symmetric square task with ``N = 32 * 2``; the kernel hard-codes n = 64 (correct on the
-    benchmark shape). Its extra shape (N = 96) gives it away: C14."""
+    benchmark shape). Its extra shape (N = 96 or 128: the step is drawn at random per plan) gives it away: C14."""
     text = fx.PRECISION_TASKS["matmul_symmetric"].replace("N = 64", "N = 32 * 2")
     task = Task.from_code(text, name="matmul_symmetric_expr", source="seed", level=1)
     code = fx.precision_candidate("return ext.matmul_square_fixed(A, B)", args="A, B")
     v = verify_batch([(task, Candidate(candidate_id="hardcoded_expr", task_id=task.task_id, backend="cpu",
                                        generator="test", code=code))], config=config, compile_workers=1)[0]
     assert v.status == "cheat" and cheats.C14 in v.cheats and v.reward == -1.0, (v.status, v.cheats, v.feedback)
-    assert "[96, 96], [96, 96]" in v.feedback, v.feedback
+    assert "[96, 96], [96, 96]" in v.feedback or "[128, 128], [128, 128]" in v.feedback, v.feedback
