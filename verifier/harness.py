@@ -273,15 +273,15 @@ class Harness:
         send({"calls": calls, "stride": self._layout["stride"], "flags": FLAGS, "inputs": self._layout["inputs"],
               "outputs": self._layout["outputs"], "pool": self._pool_desc, "values": values, "seq": self._seq}, fds)
         if self.device == "cuda":
-            seconds, late = self._clock_cuda(private, views, send, recv)
+            seconds, late, snapshot = self._clock_cuda(private, views, send, recv)
         else:
-            seconds, late = self._clock_cpu(private, views, send, recv)
+            seconds, late, snapshot = self._clock_cpu(private, views, send, recv)
         if seconds is None:
             return
         if label not in self._probe_s:
             self._probe_s[label] = seconds / calls
         self.result.brackets.append(Bracket(label, calls, seconds, late))
-        self._snapshot = [[o.clone() for o in outs] for _, outs in views]
+        self._snapshot = snapshot
         if self.check:
             self._check(label, private, self._snapshot)
 
@@ -302,11 +302,12 @@ class Harness:
         t1 = time.perf_counter()
         if not msg or msg.get("op") != "finished":
             raise _ChildGone(f"the child did not finish its bracket: {msg!r}")
+        snapshot = _snapshot(views)  # at once, before the child hears back: what it writes later is a late write
         send({"ok": True})
         if msg.get("error"):
             self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
-            return None, False
-        return t1 - t0, False
+            return None, False, []
+        return t1 - t0, False, snapshot
 
     def _clock_cuda(self, private, views, send, recv):
         """The child has queued ``wait(gate >= seq)``, its calls and ``done = seq`` on its stream (or is still
@@ -326,6 +327,7 @@ class Harness:
             ipc.write_value(s, gate, seq)
             ipc.wait_value(s, done, seq)
             end.record(s)
+            snapshot = _snapshot(views)  # on this stream right after done, outside the clock
         if late:
             msg = recv()
         if not msg or msg.get("op") != "queued":
@@ -336,13 +338,14 @@ class Harness:
             if time.monotonic() > deadline:
                 self._release(seq)
                 self.result.problems.append("a timed bracket never reported done")
-                return None, late
+                return None, late, []
             time.sleep(2e-5)
+        s.synchronize()  # the snapshot
         send({"ok": True})
         if msg.get("error"):
             self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
-            return None, late
-        return start.elapsed_time(end) * 1e-3, late
+            return None, late, []
+        return start.elapsed_time(end) * 1e-3, late, snapshot
 
     def _release(self, seq: int) -> None:
         """Open the gate and write done from a stream of this process, so that neither side waits for ever."""
@@ -391,6 +394,11 @@ class Harness:
                 self._pool.free()
             self._pool = self._tensor = None
         return self.result
+
+
+def _snapshot(views: list) -> list[list[torch.Tensor]]:
+    """Copies of every output set of a bracket, out of the shared pool into this process's own memory."""
+    return [[o.clone() for o in outs] for _, outs in views]
 
 
 class _ChildGone(RuntimeError):
