@@ -333,7 +333,9 @@ def test_size_baked_in_where_the_task_writes_an_expression_meets_another_shape(n
     spec, _ = _pick_size_change(ref, model, text, 3, "cpu", inputs)
     assert spec, size_changes(text)
     other = [tuple(x.shape) for x in draw_inputs(ref.get_inputs, 4, "cpu", text, spec)]
-    assert all(o != s for o, s in zip(other, shapes)) and all(64 not in o for o in other), other
+    # every dimension moves off the benchmark's (the derived K = N // 2 may land on 64 when N doubles: (128, 64)
+    # still meets a kernel that bakes in N = 64)
+    assert all(a != b for o, s in zip(other, shapes) for a, b in zip(o, s)), (other, shapes)
     if name == "product":
         assert other[0][0] == other[0][1]  # square stays square
     if name == "derived":
