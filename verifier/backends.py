@@ -59,13 +59,6 @@ class Backend:
         """Microseconds between two marks, once the device has passed both."""
         raise NotImplementedError
 
-    def wait_on_device(self, us: float) -> None:
-        """Queue a device-side wait of about ``us`` microseconds (nothing on cpu)."""
-
-    def keep_budget(self) -> int:
-        """Bytes of timed outputs that may stay on the device during a timing loop."""
-        return 0
-
     def flush_cache(self) -> None:
         pass
 
@@ -131,20 +124,6 @@ class CudaBackend(Backend):
     def __init__(self):
         self._flush = None
         self.hide_launch_us = 0.0
-        self._cycles_per_us = 0.0
-
-    def _sleep_cycles(self, us: float) -> int:
-        """GPU clock cycles that torch.cuda._sleep spins for ``us`` microseconds (calibrated once)."""
-        if not self._cycles_per_us:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(1_000_000)  # first call: module load
-            torch.cuda.synchronize()
-            a.record()
-            torch.cuda._sleep(1_000_000)
-            b.record()
-            b.synchronize()
-            self._cycles_per_us = 1_000_000 / max(a.elapsed_time(b) * 1e3, 1.0)
-        return max(1, int(us * self._cycles_per_us))
 
     def available(self) -> bool:
         return torch.cuda.is_available()
@@ -198,16 +177,6 @@ class CudaBackend(Backend):
 
     def elapsed_us(self, a, b) -> float:
         return a.elapsed_time(b) * 1e3
-
-    def wait_on_device(self, us: float) -> None:
-        # the host's launch path (Python, the binding, the allocator) overlaps this wait, so the events
-        # that follow time what the device executes; candidate and references are timed the same way
-        if us > 0:
-            torch.cuda._sleep(self._sleep_cycles(us))
-
-    def keep_budget(self) -> int:
-        free, _ = torch.cuda.mem_get_info()
-        return min(int(free * 0.25), 4 << 30)
 
     def flush_cache(self) -> None:
         if self._flush is None:

@@ -76,7 +76,6 @@ class Clocked:
     problems: list[str] = field(default_factory=list)  # timed outputs wrong, written late, or missing
     kept: list[tuple[list, list]] = field(default_factory=list)  # (inputs, outputs) picked after the loop
     calls_seen: int = 0
-    error: str = ""  # the harness's own failure (never the candidate's)
     host_clock: bool = False  # cpu: perf_counter brackets
 
     def per_call_s(self, label: str, null: dict[int, float] | None = None) -> float | None:

@@ -457,9 +457,9 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
         return finish(w, "cheat", ev.details)
     v.stage_reached = "timing"
     # ---- timing: the harness's clock and its checks of every timed output (verifier/harness.py)
-    if ledger.harness_error or clocked.error:
+    if ledger.harness_error:
         return finish(w, "verifier_error", ["The verifier's timing harness failed on its own side ("
-                                            f"{ledger.harness_error or clocked.error}); this is not your kernel's fault."])
+                                            f"{ledger.harness_error}); this is not your kernel's fault."])
     timed = any(b.label == "candidate" for b in clocked.brackets) and not report.timing_error
     if timed:
         if report.timed is not None:
