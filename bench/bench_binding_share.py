@@ -1,7 +1,7 @@
 """What one binding object per declared signature set saves: the mixed batch's candidates built through the
-verifier's real compile step (``python -m verifier.buildproc compile``: the object cache, the precompiled header,
+verifier's real compile step (``python -m verifier.build.proc compile``: the object cache, the precompiled header,
 the first build variant each), once with binding files compiled as written (``[verify] canonical_binding = false``) and
-once in their canonical form (verifier/binding.py), each arm with a fresh object cache. On a GPU box:
+once in their canonical form (verifier/build/binding.py), each arm with a fresh object cache. On a GPU box:
 
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_binding_share.py --per-task 12 --jobs 16
 
@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
-from verifier import buildproc, objcache  # noqa: E402
-from verifier.build import build_variants, canonical_spec, spec_key, write_variant  # noqa: E402
-from verifier.config import VerifyConfig  # noqa: E402
-from verifier.pch import ensure_pch  # noqa: E402
-from verifier.static import scan  # noqa: E402
+from verifier.build import proc, objcache  # noqa: E402
+from verifier.build.pool import build_variants, canonical_spec, spec_key, write_variant  # noqa: E402
+from verifier.common.config import VerifyConfig  # noqa: E402
+from verifier.build.pch import ensure_pch  # noqa: E402
+from verifier.front.static import scan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,9 +73,9 @@ def compile_arm(built: list[tuple[str, dict]], canonical: bool, jobs: int, work:
     def one(item):
         cid, dirs = item
         d = dirs["canonical" if canonical else "as-written"]
-        r = subprocess.run([sys.executable, "-m", "verifier.buildproc", "compile", str(d), *step_args], env=env,
+        r = subprocess.run([sys.executable, "-m", "verifier.build.proc", "compile", str(d), *step_args], env=env,
                            capture_output=True, text=True)
-        rep = json.loads((d / buildproc.COMPILE_REPORT).read_text()) if (d / buildproc.COMPILE_REPORT).exists() else {}
+        rep = json.loads((d / proc.COMPILE_REPORT).read_text()) if (d / proc.COMPILE_REPORT).exists() else {}
         return {"candidate": cid, "ok": r.returncode == 0 and rep.get("ok", False), "cpu_s": rep.get("cpu_s", 0.0),
                 "reused": rep.get("objects_reused", 0), "canonical": "[binding]" in r.stdout
                 or "canonical form was compiled before" in r.stdout, "tail": r.stdout[-600:]}
@@ -90,7 +90,7 @@ def compile_arm(built: list[tuple[str, dict]], canonical: bool, jobs: int, work:
 def testbed_share(manifest: Path, work: Path) -> str:
     """How often model-written solutions' binding files have a canonical form, and how many distinct binding
     objects they need as written and in that form (per problem: one RL group's answers, one task)."""
-    from verifier.binding import canonical_binding, names_clear_of
+    from verifier.build.binding import canonical_binding, names_clear_of
 
     (work / "idents").mkdir(parents=True, exist_ok=True)
 
@@ -155,7 +155,7 @@ def main() -> None:
         emit(f"# Binding files of model-written solutions with a canonical form\n\nCommand: `PYTHONPATH=. "
              f"TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_binding_share.py --testbed {a.testbed}"
              f"{' --cuda-home ' + a.cuda_home if a.cuda_home else ''}`: each solution's unchanged build files as the "
-             "verifier writes them (its first resolved CUDA load_inline); \"has a canonical form\": verifier/binding.py "
+             "verifier writes them (its first resolved CUDA load_inline); \"has a canonical form\": verifier/build/binding.py "
              "gives one and no function name is an identifier of the headers it includes (as the compile step "
              "decides).\n\n" + table, a.out,
              "binding_share_testbed.md")
@@ -181,7 +181,7 @@ def main() -> None:
     text = (f"# One binding object per declared signature set, on {device_name()}\n\nCommand: `PYTHONPATH=. "
             f"python3 bench/bench_binding_share.py --per-task {a.per_task} --jobs {a.jobs}"
             f"{' --tasks ' + a.tasks if a.tasks else ''}{' --cuda-home ' + a.cuda_home if a.cuda_home else ''}`: "
-            "each candidate's first build variant through the verifier's compile step (`python -m verifier.buildproc "
+            "each candidate's first build variant through the verifier's compile step (`python -m verifier.build.proc "
             "compile`), the precompiled header on, a fresh object cache per arm. \"compile CPU s\": the steps' own "
             "CPU seconds with their compilers (getrusage).\n\n" + "\n".join(lines) + "\n")
     emit(text, a.out, f"binding_share_{device_name().replace(' ', '_')}.md")

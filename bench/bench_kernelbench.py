@@ -4,7 +4,7 @@
 
 For every program of the chosen levels (a checkout of ScalingIntelligence/KernelBench: its ``KernelBench/
 levelN`` folders, loaded with ``graphs.kernelbench.load_task_file``, the loader behind ``kernelmill load``),
-the verifier's own path for a task: ``verifier.api.task_plan`` (input size from meta tensors, a clear skip
+the verifier's own path for a task: ``verifier.engine.task_plan`` (input size from meta tensors, a clear skip
 when the task does not fit the machine, reproducibility of ``get_inputs`` from a seed, the extra-shape
 probe), then the reference model built from the init seed and run on two trials whose inputs are drawn on
 the device from their seeds (no input ever goes through a file). Prints and writes a table: per level,
@@ -57,9 +57,9 @@ def main(argv=None) -> int:
     import torch
 
     from graphs.kernelbench import load_task_file
-    from verifier.api import VerifyConfig, task_plan
-    from verifier.inputs import build_model, draw_inputs
-    from verifier.judge import as_list
+    from verifier.engine import VerifyConfig, task_plan
+    from verifier.common.inputs import build_model, draw_inputs
+    from verifier.judge.verdict import as_list
 
     cfg = VerifyConfig()
     device = "cuda" if args.backend == "cuda" else "cpu"

@@ -1,4 +1,4 @@
-"""What the sandbox of candidate code (verifier/sandbox.py) costs per candidate.
+"""What the sandbox of candidate code (verifier/common/sandbox.py) costs per candidate.
 
 Verifies the same N honest candidates (the shared cpu extension, built once beforehand, so every candidate
 pays execution only, where the sandbox's per-job work is) with the sandbox on and with it off
@@ -32,7 +32,7 @@ CHILD = r"""
 import dataclasses, json, sys, time
 from bench.lib import fixtures as fx
 from kernelmill.config import load_settings
-from verifier import sandbox
+from verifier.common import sandbox
 from verifier.entry import verify_candidate
 cfg = dataclasses.replace(load_settings().verify, build_dir=sys.argv[1], trials=5, timing_trials=5, warmup=1,
                           time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4, exec_workers=1)
@@ -55,9 +55,11 @@ BUILDS = r"""
 import json, sys
 from bench.lib import fixtures as fx
 from kernelmill.config import load_settings
-from verifier import build, sandbox
-from verifier.config import use_host
-from verifier.static import scan
+from verifier.build import pool
+from verifier.common.spec import _as_list
+from verifier.common import sandbox
+from verifier.common.config import use_host
+from verifier.front.static import scan
 use_host(load_settings().verify.host())  # KERNELMILL_VERIFY_SANDBOX from the parent
 (spec,) = [e.args for e in scan(fx.HONEST_RELU, "cpu").extensions if e.resolved]
 root, n, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -65,8 +67,8 @@ out = []
 for i in range(n):
     # a distinct source per build: a new build key and new objects (nothing cached), the same work
     args = dict(spec, cpp_sources=[s + f"\nint km_bench_{tag}_{i}() {{ return {i}; }}\n"
-                                   for s in build._as_list(spec["cpp_sources"])])
-    res = build.build_blocking(root, args, timeout_s=600)
+                                   for s in _as_list(spec["cpp_sources"])])
+    res = pool.build_blocking(root, args, timeout_s=600)
     assert res.ok, res.log[-2000:]
     out.append(res.seconds)
 print(json.dumps({"seconds": out, "sandbox": sandbox.status().get("isolation")}))
@@ -125,7 +127,7 @@ def run_mode(build_dir: str, n: int, on: bool) -> dict:
 
 def start_cost(reps: int) -> tuple[float, float]:
     """Median seconds of `python -c pass` in a sandbox under the supervisor, and without either."""
-    from verifier import sandbox
+    from verifier.common import sandbox
 
     cmd = [sys.executable, "-S", "-c", "pass"]
     plain, boxed = [], []
@@ -136,7 +138,7 @@ def start_cost(reps: int) -> tuple[float, float]:
         with tempfile.TemporaryDirectory(dir=sandbox._scratch_base()) as d:
             box = sandbox.Sandbox(Path(d), writable=[])
             r, w = os.pipe()
-            argv = box.argv([sys.executable, "-m", "verifier.sandbox", "--supervise", str(w), "--", *cmd],
+            argv = box.argv([sys.executable, "-m", "verifier.common.sandbox", "--supervise", str(w), "--", *cmd],
                             {"PYTHONPATH": str(ROOT)})
             t0 = time.perf_counter()
             subprocess.run(argv, env={}, pass_fds=(w,), check=True)
@@ -148,7 +150,7 @@ def start_cost(reps: int) -> tuple[float, float]:
 
 BOOKKEEPING = r"""
 import time
-from verifier import sandbox
+from verifier.common import sandbox
 sandbox.become_subreaper()
 t0 = time.perf_counter()
 for _ in range(200):
@@ -162,7 +164,7 @@ print((time.perf_counter() - t0) / 200)
 def bookkeeping_cost() -> tuple[float, float]:
     """Seconds of the per-job sandbox work: inside (reap + network counters, in a real sandbox's pid and
     network namespaces) and outside (listing the view's root for writes), each the mean of 200."""
-    from verifier import sandbox
+    from verifier.common import sandbox
 
     with tempfile.TemporaryDirectory(dir=sandbox._scratch_base()) as d:
         box = sandbox.Sandbox(Path(d), writable=[])

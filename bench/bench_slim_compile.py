@@ -1,5 +1,5 @@
 """nvcc seconds for one CUDA source built "light" (load_inline's implicit torch/types.h, torch/extension.h
-removed) against "slim" (verifier/slim.py: only the headers the source needs). CPU-only: it compiles the
+removed) against "slim" (verifier/build/slim.py: only the headers the source needs). CPU-only: it compiles the
 CUDA object of each source with the exact nvcc command load_inline would run (read from the ninja file
 torch writes), one at a time, and prints a table. Sources: the KernelBench-style ReLU of the verifier
 benchmark, the teacher's answers for the seed tasks (torch/extension.h, torch::empty, TORCH_CHECK), and an
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import emit  # noqa: E402
 from bench.lib import fixtures as fx  # noqa: E402
-from verifier.build import _HEAVY_INCLUDE  # noqa: E402
-from verifier.slim import slim_source  # noqa: E402
+from verifier.build.pool import _HEAVY_INCLUDE  # noqa: E402
+from verifier.build.slim import slim_source  # noqa: E402
 
 SOFTMAX_CU = r'''
 #include <torch/extension.h>
@@ -94,7 +94,7 @@ def compile_seconds(nvcc, flags, source: str, work: Path, label: str) -> tuple[f
 
 
 def teacher_sources(n: int) -> list[tuple[str, str]]:
-    from verifier.static import scan
+    from verifier.front.static import scan
     from synth.teacher.writer import write_candidate
 
     out = []
@@ -138,10 +138,10 @@ def main():
         print(rows[-1], flush=True)
     import platform
 
-    from verifier.backends import CpuBackend
+    from verifier.common.backends import CpuBackend
 
     cpu = CpuBackend().describe()
-    text = (f"# nvcc seconds per CUDA source: light vs slim (verifier/slim.py)\n\n`CUDA_HOME=/usr/local/cuda python3 "
+    text = (f"# nvcc seconds per CUDA source: light vs slim (verifier/build/slim.py)\n\n`CUDA_HOME=/usr/local/cuda python3 "
             f"bench/bench_slim_compile.py --n-teacher {a.n_teacher}` on {cpu} ({os.cpu_count()} cores), "
             f"{platform.python_version()}, nvcc `{' '.join(nvcc)}`; one compile at a time, object only.\n\n"
             "| source | light s | slim s | speed-up |\n|---|---|---|---|\n"

@@ -4,7 +4,7 @@
 
 Builds the teacher's (bug-free) cuda candidate for every task of synth/teacher/coverage.py (the seed tasks in
 data/seed_tasks and one extra task per family the seed set lacks), verifies them all in one
-``verifier.api.verify_batch`` call with backend cuda, prints a table (family, task, status,
+``verifier.engine.verify_batch`` call with backend cuda, prints a table (family, task, status,
 max error, runtime, eager and torch.compile speedups) and writes it to
 ``<out>/teacher_cuda_<device>.md`` with the device named. Needs only torch and this repo's
 verifier/ and synth/ teacher modules (no prefect, duckdb or nnsmith), so it runs on a bare GPU box.
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     from kernelmill.schema import Candidate, Task
     from synth.teacher.coverage import family_tasks
     from synth.teacher.writer import TeacherDeclined, write_candidate
-    from verifier.api import VerifyConfig, verify_batch
+    from verifier.engine import VerifyConfig, verify_batch
 
     items, rows, declined = [], [], []
     for fam, name, code in family_tasks():

@@ -74,8 +74,8 @@ import json, sys, tempfile, types, torch
 from pathlib import Path
 import torch.utils.cpp_extension as cpp
 from triton.testing import do_bench
-from verifier.worker import make_prebuilt_load_inline
-from verifier.inputs import build_model, draw_inputs
+from verifier.child.worker import make_prebuilt_load_inline
+from verifier.common.inputs import build_model, draw_inputs
 job = json.loads(open(sys.argv[1]).read())
 cpp.load_inline = make_prebuilt_load_inline(job["build_root"], False, [], Path(tempfile.mkdtemp()))
 def load(name, code):
@@ -143,13 +143,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    import verifier.api as api
+    import verifier.engine as engine
     from kernelmill.schema import Candidate, Task
 
     t_start = time.time()
     build_root = tempfile.mkdtemp(prefix="km-truth-builds-")
     # prep_cache off: each repeat must time the reference again, not read the first repeat's kept timing
-    cfg = api.VerifyConfig(build_dir=build_root, exec_workers=4, timing_trials=30, time_torch_compile=False,
+    cfg = engine.VerifyConfig(build_dir=build_root, exec_workers=4, timing_trials=30, time_torch_compile=False,
                            prep_cache=False)
     items, names = [], []
     for name, task_code, cand_code in cases(args.kernelbench or None):
@@ -163,8 +163,8 @@ def main(argv=None) -> int:
         if r and time.time() - t_start + last > args.budget_s * 0.83:
             break
         t_rep = time.time()
-        api._REF_TIMINGS.clear()  # each repeat times the reference again, in a fresh process
-        runs.append(api.verify_batch(items, config=cfg))
+        engine._REF_TIMINGS.clear()  # each repeat times the reference again, in a fresh process
+        runs.append(engine.verify_batch(items, config=cfg))
         last = time.time() - t_rep
         print(f"repeat {r + 1}: {time.time() - t_start:.0f} s", flush=True)
     device = torch.cuda.get_device_name(0)

@@ -43,7 +43,7 @@ at most the first arm's steps: compare them with the first arm's row at the same
 The verifier runs as the RL reward needs it: correctness only (no timing), executions cut at
 ``--run-timeout-s``, and without the full-build fallback (``--full-build-fallback`` turns it on): an
 answer whose torch-free CUDA source fails its bare build is a compile error with that build's message
-(verifier/build.py), instead of a 60-90 s nvcc build of the same source with all of torch's headers that
+(verifier/build/pool.py), instead of a 60-90 s nvcc build of the same source with all of torch's headers that
 fails the same way at the tail of every rollout turn.
 
 Every RL step's record (rewards, groups with zero advantage, all-pass / all-fail / mixed groups, retry

@@ -26,9 +26,9 @@ import torch  # noqa: E402
 from bench.lib import fixtures as fx  # noqa: E402
 from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
-from verifier.proc_cpu import ProcCpu  # noqa: E402
-from verifier.api import VerifyConfig, usable_cores, verify_batch  # noqa: E402
-from verifier.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
+from verifier.execute.proc_cpu import ProcCpu  # noqa: E402
+from verifier.engine import VerifyConfig, usable_cores, verify_batch  # noqa: E402
+from verifier.serve.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
 
 
 class GpuSampler(threading.Thread):
@@ -51,7 +51,7 @@ class GpuSampler(threading.Thread):
 
 def run_batch(items, cfg, workers):
     """verdicts, wall s, GPU util mean, GPU busy fraction, host CPU busy fraction over the batch, and the host
-    CPU seconds by kind of process (verifier/proc_cpu.py)."""
+    CPU seconds by kind of process (verifier/execute/proc_cpu.py)."""
     sampler, procs = GpuSampler(), ProcCpu()
     sampler.start()
     procs.start()
@@ -88,7 +88,7 @@ def real_once(a, out_json: Path) -> None:
     still runs in the verifier's threads is abandoned; its sandboxes die with it)."""
     import json
 
-    from verifier.config import VerifyConfig
+    from verifier.common.config import VerifyConfig
     from verifier.entry import VerifyStats, verify
     from bench.lib.testbed import load_manifest, real_batch
 
@@ -143,8 +143,8 @@ def real_once(a, out_json: Path) -> None:
 def warm_pch(backend: str, timeout_s: float) -> float:
     """Build the precompiled header of the default flags (once per machine and flags set, kept under
     ~/.cache/kernelmill/pch: every batch after the first finds it) before any batch's clock; its seconds."""
-    from verifier.build import build_blocking
-    from verifier.config import VerifyConfig, use_host
+    from verifier.build.pool import build_blocking
+    from verifier.common.config import VerifyConfig, use_host
 
     cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-bench-pch-"))
     use_host(cfg.host())
@@ -261,7 +261,7 @@ def main():
                                       ("distinct candidates", a.n)]
     # the one-off precompiled header build is paid before the clock starts for the batch and reported apart
     t = time.perf_counter()
-    from verifier.build import build_blocking
+    from verifier.build.pool import build_blocking
     pre = build_blocking(cfg.build_root(), {"cpp_sources": ["int km_pch_warm() { return 1; }"],
                                             "functions": ["km_pch_warm"], "cuda_sources": ["__global__ void k(){}"],
                                             "extra_cuda_cflags": ["-O3"]}, 600)

@@ -101,7 +101,7 @@ def run_on(pools: int, backend: str, items: list[tuple], cfg, chunk: int, kill_a
     the cluster is given that many CPUs per GPU (compile tasks and pools share them), not the host's."""
     import ray
 
-    from verifier.config import usable_cores
+    from verifier.common.config import usable_cores
     from verifier.ray_pool import LOCAL_OBJECT_STORE_BYTES, verify_on_ray
 
     cores = min(usable_cores(), cores_per_gpu * pools) if cores_per_gpu else usable_cores()
@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     counts = sorted({int(x) for x in a.gpus.split(",") if x.strip()} - {0} | {1})
     if a.backend == "cpu" and a.gpus.strip() == "0":
         counts = [1, 2]
-    from verifier.api import VerifyConfig
+    from verifier.engine import VerifyConfig
 
     try:
         items = real_items(a)

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curation import decontam, filters
-from verifier.cost import VerificationCost, cost_section, program_keys, verification_cost
+from verifier.serve.cost import VerificationCost, cost_section, program_keys, verification_cost
 from curation.dedup import MinHashDeduper, select_diverse
 from curation.report import write_report
 from kernelmill import store
@@ -225,7 +225,7 @@ def build_corpora(run_dir: str | os.PathLike, corpus_dir: str | os.PathLike, *,
                             "contain": s.decontam_contain, "min_ngrams": s.decontam_min_ngrams,
                             "removed_tasks": [h.as_dict() for h in hits], "kept_overlaps": near},
         "settings": {k_: v for k_, v in dataclasses.asdict(s).items() if k_ != "out"},  # out: where, not what
-        # what verifying the run cost (verifier/cost.py): every verdict of the run, one execution slot per GPU
+        # what verifying the run cost (verifier/serve/cost.py): every verdict of the run, one execution slot per GPU
         "verification_cost": verification_cost(data["verdicts"], programs=program_keys(data["candidates"])).as_dict(),
     }
     stats_changed = store.write_text_if_changed(corpus_dir / "report" / "stats.json",

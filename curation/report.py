@@ -9,7 +9,7 @@ Plots (matplotlib, Agg backend, no display needed):
 
 The numbers come from DuckDB over the directory's views (curation.query) and from the build
 stats (``report/stats.json``); the verification cost (candidates per GPU-hour, seconds per candidate by stage:
-verifier/cost.py) from the build stats, else from the directory's verdicts. A plot with no data still gets
+verifier/serve/cost.py) from the build stats, else from the directory's verdicts. A plot with no data still gets
 written, saying so, so the set of
 files is the same for every run. Not guaranteed: byte-identical PNGs across matplotlib versions.
 """
@@ -22,7 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from verifier.cost import VerificationCost, cost_section, run_cost
+from verifier.serve.cost import VerificationCost, cost_section, run_cost
 from curation.query import connect
 from kernelmill.store import usual_mode, write_text_if_changed
 

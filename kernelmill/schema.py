@@ -144,7 +144,7 @@ class Verdict:
     # the verifier stage that decided the verdict, in order: extract, static, compile, correctness (a crash,
     # timeout or cheat before the trials were over, a wrong output), runtime, timing (a crash or timeout
     # after the trials, the timed outputs; every pass); "none" only on a verdict no verifier wrote
-    # (verifier/api.py says what each stage covers)
+    # (verifier/engine.py says what each stage covers)
     stage_reached: str = "none"
     # short outcome code: the candidate's (pass, extract_error, illegal, compile_error, wrong, crash, timeout,
     # cheat), the verifier's own (verifier_error) or the task's (task_error: its reference output does not

@@ -1,7 +1,7 @@
 """Typed settings: one dataclass per TOML section, the only place a default is written.
 
     [run] RunSettings      [load] LoadSettings        [mine] MineSettings     [nnsmith] NnsmithSettings
-    [annotate] AnnotateSettings   [generate] GenerateSettings   [verify] verifier.config.VerifyConfig
+    [annotate] AnnotateSettings   [generate] GenerateSettings   [verify] verifier.common.config.VerifyConfig
     [repair] RepairSettings       [curate] CurateSettings       [train] TrainSettings   [flows] FlowSettings
 
 ``Settings`` holds one of each. A stage owns one section (orchestrator/stages.py names it) and may
@@ -14,7 +14,7 @@ InputError naming the key, where it came from (a file, an environment variable, 
 the closest known key; every value has the field's type (an int is accepted for a float), else
 InputError; the values are then checked by each dataclass's ``check()``. ``[verify]`` is parsed like every
 other section (``parse_section`` is also how a caller holding a plain dict of [verify] keys gets a
-VerifyConfig); its dataclass lives in verifier/config.py, which a bare GPU box runs without this package's
+VerifyConfig); its dataclass lives in verifier/common/config.py, which a bare GPU box runs without this package's
 other modules, and is torch-free at import. Not guaranteed: that a
 path named by a setting exists (the stage that reads it says so).
 """
@@ -27,7 +27,7 @@ import typing
 from dataclasses import dataclass, field
 
 from kernelmill.errors import InputError
-from verifier.config import VerifyConfig
+from verifier.common.config import VerifyConfig
 
 # Keys that moved when the stages got their own sections: named in the error instead of a guess.
 MOVED = {

@@ -26,7 +26,7 @@ from pathlib import Path
 import curation.commands
 import flows.commands
 import train.commands
-import verifier.commands
+import verifier.serve.commands
 from kernelmill.config import load_settings, parse_sets, record_latest_run
 from kernelmill.errors import InputError
 from kernelmill.store import UnreadablePartFile
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     flows.commands.register(sub)  # run, serve, deploy
     for stage in STAGES:  # in pipeline order
         add_stage_command(sub, stage)
-    verifier.commands.register(sub)  # verify (one candidate), metrics
+    verifier.serve.commands.register(sub)  # verify (one candidate), metrics
     curation.commands.register(sub)  # query, report
     train.commands.register(sub)  # train sft|rft|rl|eval|plot
     add_serve_verifier_command(sub)  # serve-verifier (the verifier as a reward service)
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_serve_verifier_command(sub) -> None:
-    """`kernelmill serve-verifier`: the verifier behind HTTP for RL trainers (verifier/serve.py)."""
+    """`kernelmill serve-verifier`: the verifier behind HTTP for RL trainers (verifier/serve/service.py)."""
     p = sub.add_parser("serve-verifier", help="serve the verifier over HTTP as a reward service (POST /verify)",
                        description="Serve the verifier over HTTP: POST /verify judges a batch of completions against "
                                    "their tasks and answers a Verdict per item; requests arriving close together are "
@@ -165,12 +165,12 @@ def add_serve_verifier_command(sub) -> None:
 
 
 def serve_verifier_command(args) -> int:
-    from verifier import serve  # fastapi and torch: only this command pays for them
+    from verifier.serve import service  # fastapi and torch: only this command pays for them
     from verifier.entry import ray_target
 
     settings = load_settings(args.settings or args.config, parse_sets(args.set))
     address = args.ray if args.ray is not None else settings.flows.ray_address
-    serve.serve(settings.verify, host=args.host, port=args.port, backend=args.backend,
+    service.serve(settings.verify, host=args.host, port=args.port, backend=args.backend,
                 ray=ray_target(address, settings.flows.ray_workers), max_items=args.max_batch,
                 max_wait_ms=args.max_wait_ms, record=args.record)
     return 0
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     previous_handler = exit_on_interrupt(args.command, argv) if args.command in RESUMABLE else None
     given_candidate = getattr(args, "candidate", None)
     try:
-        if args.command in ("verify", "metrics"):  # verifier/commands.py reads sections as dicts
+        if args.command in ("verify", "metrics"):  # verifier/serve/commands.py reads sections as dicts
             args.cfg = load_settings(args.config).to_dict()
         if args.command == "verify":
             check_task_file(args.task)

@@ -91,7 +91,7 @@ def split_tasks(tasks: list, s: Settings) -> tuple[list, list]:
 def task_scores(verdicts: list, k: int) -> dict[str, dict[str, float]]:
     """Per task: pass@1, pass@k, avg@k (share correct of the first k) and fast_p (share of samples that
     are correct and at least p times faster than eager), over the judged verdicts."""
-    from verifier.metrics import pass_at_k
+    from verifier.serve.metrics import pass_at_k
 
     by_task: dict[str, list] = {}
     for v in verdicts:
@@ -418,7 +418,7 @@ def _rft(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dic
 def _rl(pool_dir: Path, out: Path, model: str, s: Settings, left: float) -> dict:
     """GRPO from ``model`` on the round's screened RL pool (:func:`rl_pool`) with the [train] trainer settings,
     the loop's steps, group size and prompts per step; ``cut`` when the time budget ended it early."""
-    from verifier.config import resolve_backend
+    from verifier.common.config import resolve_backend
     from train.model import latest_checkpoint
     from train.rl import train_rl
     from verifier.entry import ray_target

@@ -46,7 +46,7 @@ from synth.generate.generators import dialogue_id_for, is_declined, make_candida
 from synth.generate.prompts import build_prompt
 from synth.generate.reasoning import template_trace
 from synth.generate.repair import dialogue_chains, repair_dialogues
-from verifier.config import resolve_backend
+from verifier.common.config import resolve_backend
 
 ProgressFn = Callable[[str, int, int], None]  # (stage, done, total)
 RAW = "raw"  # <run_dir>/raw: a store root for gathered, not yet annotated tasks
@@ -237,7 +237,7 @@ def generate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> 
         messages = build_prompt(task, backend)
         return task, messages, generator.generate(messages, s.generate.samples_per_task)
 
-    with ThreadPoolExecutor(max_workers=max(1, int(getattr(generator, "concurrency", 1)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, generator.concurrency)) as pool:
         for tasks in levels:
             have = sum(t.task_id in sampled for t in tasks)
             counts["skipped_done"] += have
@@ -255,7 +255,7 @@ def generate(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> 
                             dialogue_id=dialogue_id_for(task.task_id, backend, generator.name, n),
                             prompt=messages[-1].content,
                             # the teacher's first turn carries the task's annotated reasoning trace
-                            reasoning=None if getattr(generator, "is_llm", False) else template_trace(task, backend)))
+                            reasoning=None if generator.is_llm else template_trace(task, backend)))
                     counts["candidates_written"] += store.write_records(run_dir, "candidates", cands)
                     if cands:
                         have += 1
@@ -283,7 +283,7 @@ def verify_items(run_dir: Path, s: Settings, todo: list[tuple], progress: Progre
 
     Verdicts are written in batches of ``flows.verify_flush_rows`` as the entry hands them out, so a killed
     run loses at most one batch; what was handed out before an error (Ray out of attempts) is written too."""
-    # Imported here: verifier.api imports torch and ray is an optional dependency; the stage list
+    # Imported here: verifier.engine imports torch and ray is an optional dependency; the stage list
     # (and `kernelmill --help`) loads without either.
     from verifier.entry import VerifyStats, ray_target, verify as verify_entry
 
@@ -343,12 +343,11 @@ def repair(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> di
     done = store.stored_ids(run_dir, "dialogues")
     chains = {d: ch for d, ch in dialogue_chains(store.read_records(run_dir, "candidates"), backend=backend,
                                                  generator=generator.name).items() if d not in done}
-    if hasattr(generator, "recall"):  # the teacher explains the bug it planted in another process
-        for ch in chains.values():
-            sample = next((i for i in range(max(s.generate.samples_per_task, 64))
-                           if dialogue_id_for(ch[0].task_id, backend, generator.name, i) == ch[0].dialogue_id), 0)
-            for c in ch:
-                generator.recall(c.response, bug=c.injected_bug, variant=sample)
+    for ch in chains.values():  # the teacher explains the bug it planted in another process (a model: a no-op)
+        sample = next((i for i in range(max(s.generate.samples_per_task, 64))
+                       if dialogue_id_for(ch[0].task_id, backend, generator.name, i) == ch[0].dialogue_id), 0)
+        for c in ch:
+            generator.recall(c.response, bug=c.injected_bug, variant=sample)
     wanted = {c.candidate_id for ch in chains.values() for c in ch}
     verdicts = {v.candidate_id: v for v in store.read_records(run_dir, "verdicts") if v.candidate_id in wanted}
     verify_counts: dict = {}

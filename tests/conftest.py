@@ -26,8 +26,8 @@ if not os.environ.get("CUDA_VISIBLE_DEVICES") and not Path("/dev/nvidiactl").exi
 # and with it a default build root, of its own: the honest fixtures that several modules build would be compiled
 # once per worker. There the workers' default build root is one directory for the run (xdist's run id names it),
 # which they share safely: a build is keyed by content and compiled under an flock on its key's directory
-# (verifier/build.py), and the object cache and the kept reference timings lock per entry (verifier/objcache.py,
-# verifier/prep_cache.py). It is the same path in every worker, as the built module's recorded path must be for a
+# (verifier/build/pool.py), and the object cache and the kept reference timings lock per entry (verifier/build/objcache.py,
+# verifier/judge/prep_cache.py). It is the same path in every worker, as the built module's recorded path must be for a
 # sandboxed child of either worker to load it. A test that gives a build_dir of its own is unaffected.
 # tests/gpu on a host of several GPUs (KERNELMILL_TEST_GPUS=4 with -n 4): each xdist worker gets one GPU and its share
 # of the cores, set here before anything initialises CUDA, so the workers' timings do not share a device
@@ -52,7 +52,7 @@ def _verify_defaults_from_the_environment() -> None:
     import dataclasses
 
     from kernelmill.config import load_settings
-    from verifier.config import VerifyConfig
+    from verifier.common.config import VerifyConfig
 
     given = load_settings(env={k: v for k, v in os.environ.items() if k.startswith("KERNELMILL_VERIFY_")}).verify
     changed = {f.name: getattr(given, f.name) for f in dataclasses.fields(VerifyConfig)
@@ -73,7 +73,7 @@ _verify_defaults_from_the_environment()
 def with_pch():
     """Builds in this test use the precompiled header (``[verify] pch = true``, the default outside the suite);
     yields the header cache directory."""
-    from verifier.config import VerifyConfig, current_host, use_host
+    from verifier.common.config import VerifyConfig, current_host, use_host
 
     before = current_host()
     cfg = VerifyConfig(pch=True)
@@ -89,12 +89,12 @@ def shared_build_dir() -> str:
     """The session's verifier build root (the default one, which the verify stage, serve-verifier and every
     VerifyConfig without a build_dir use too: under the session's KERNELMILL_HOME, or the run's one under
     pytest-xdist, above). Builds are content-addressed by sources, flags and torch version, and failures are
-    cached with their log (verifier/build.py), so modules whose extensions are honest fixtures
+    cached with their log (verifier/build/pool.py), so modules whose extensions are honest fixtures
     (bench/lib/fixtures.py) share this root instead of compiling the same sources again in a root of their own,
     and keep the fork servers that a new build root would restart. A test that asserts a cold build, or on what
     a build root holds (tests/test_verifier_run.py, test_verifier_build.py, test_prep_cache.py,
     test_run_cost.py), keeps a root of its own."""
-    from verifier.config import VerifyConfig
+    from verifier.common.config import VerifyConfig
 
     root = VerifyConfig().build_root()
     root.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ CATALOGUE = ROOT / "docs" / "ANTI_CHEAT.md"
 
 # The package cycles of today, each a defect to remove (issue 48: "No package cycles"); remove its entry with it.
 KNOWN_CYCLES = {
-    # kernelmill.settings holds [verify]'s dataclass (verifier.config.VerifyConfig) in Settings, while the verifier
+    # kernelmill.settings holds [verify]'s dataclass (verifier.common.config.VerifyConfig) in Settings, while the verifier
     # imports kernelmill.schema / errors / settings throughout.
     frozenset({"kernelmill", "verifier"}),
     # orchestrator.cli registers flows.commands' subcommands (run, serve, deploy), while flows wraps
@@ -182,3 +182,103 @@ def test_every_cheat_code_is_asserted_by_a_test_and_its_row_names_them():
             wrong.append(f"{code}: names no test file")
         wrong += [f"{code}: {f} does not assert it" for f in named if f not in by_code[code]]
     assert not wrong, f"{CATALOGUE.name} rows out of date: " + "; ".join(wrong)
+
+
+# ------------------------------------------------------------------------------------ the verifier's packages
+# verifier/ is laid along a candidate's path (verifier/README.md, "Packages"): each unit below may import only the
+# units named for it. A unit is a subpackage (verifier.front, ...) or a top-level module (verifier.engine, ...).
+VERIFIER_MAY_IMPORT = {
+    "verifier.common": set(),
+    "verifier.cheats": set(),
+    "verifier.child": {"verifier.common"},
+    "verifier.front": {"verifier.common", "verifier.cheats"},
+    "verifier.build": {"verifier.common", "verifier.front"},
+    "verifier.execute": {"verifier.common"},
+    "verifier.judge": {"verifier.common", "verifier.cheats", "verifier.execute", "verifier.child", "verifier.front"},
+    "verifier.engine": {"verifier.common", "verifier.cheats", "verifier.front", "verifier.build", "verifier.execute",
+                        "verifier.judge", "verifier.child"},
+    "verifier.ray_pool": {"verifier.common", "verifier.front", "verifier.build", "verifier.engine"},
+    "verifier.entry": {"verifier.common", "verifier.front", "verifier.engine", "verifier.ray_pool"},
+    "verifier.serve": {"verifier.common", "verifier.front", "verifier.entry", "verifier.engine"},
+}
+# The execution child runs the candidate's code: what it loads is the import closure of these modules (the fork
+# server preloads the job's imports; a job runs child.worker's main). Only the child package and common may be in it.
+CHILD_ROOTS = ("verifier.child.worker", "verifier.child.forkserver")
+CHILD_MAY_LOAD = ("verifier.child", "verifier.common", "kernelmill.errors")
+
+
+def verifier_unit(name: str, root: Path = ROOT) -> str | None:
+    """The unit of VERIFIER_MAY_IMPORT a dotted name belongs to (``verifier.judge.outputs.RNG_LOCK`` ->
+    verifier.judge), or None outside verifier/ or for the package itself."""
+    parts = name.split(".")
+    if parts[0] != "verifier" or len(parts) < 2:
+        return None
+    if (root / "verifier" / parts[1]).is_dir() or (root / "verifier" / f"{parts[1]}.py").is_file():
+        return f"verifier.{parts[1]}"
+    return None
+
+
+def module_file(name: str, root: Path = ROOT) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.is_file():
+            return p
+    return None
+
+
+def import_closure(roots, root: Path = ROOT, tops=("verifier", "kernelmill")) -> dict[str, str]:
+    """{module: the module that first imported it} over every module of ``tops`` reachable from ``roots`` by
+    imports at any depth (a package's __init__ included)."""
+    seen, stack = {}, [(r, "") for r in roots]
+    while stack:
+        name, by = stack.pop()
+        f = module_file(name, root)
+        if f is None or name in seen:
+            continue
+        seen[name] = by
+        parts = name.split(".")
+        stack += [(".".join(parts[:i]), name) for i in range(1, len(parts))]  # the packages it lives in
+        stack += [(n, name) for _, n in imports_of(f) if n.split(".")[0] in tops]
+    return seen
+
+
+def test_the_closure_follows_every_import_form(tmp_path):
+    (tmp_path / "verifier" / "child").mkdir(parents=True)
+    (tmp_path / "verifier" / "judge").mkdir()
+    for f, body in {"verifier/__init__.py": "", "verifier/child/__init__.py": "", "verifier/judge/__init__.py": "",
+                    "verifier/child/worker.py": "def main():\n    from verifier.child import helper\n",
+                    "verifier/child/helper.py": "import verifier.judge.outputs\n",
+                    "verifier/judge/outputs.py": "X = 1\n"}.items():
+        (tmp_path / f).write_text(body)
+    found = import_closure(["verifier.child.worker"], tmp_path)
+    assert found["verifier.judge.outputs"] == "verifier.child.helper"
+    assert found["verifier.child.helper"] == "verifier.child.worker"
+    assert verifier_unit("verifier.judge.outputs.X", tmp_path) == "verifier.judge"
+    assert verifier_unit("verifier", tmp_path) is None
+
+
+def test_the_candidates_process_loads_only_the_child_package_and_common():
+    found = import_closure(CHILD_ROOTS)
+    assert "verifier.child.worker" in found and "verifier.common.contract" in found  # the scan saw the tree
+    outside = [f"{m} (imported by {by})" for m, by in sorted(found.items())
+               if m not in ("verifier", "kernelmill")
+               and not any(m == ok or m.startswith(ok + ".") for ok in CHILD_MAY_LOAD)]
+    assert not outside, ("verifier modules that would load in the candidate's process (keep the child to "
+                         "verifier.child and verifier.common): " + ", ".join(outside))
+
+
+def test_the_verifier_packages_import_only_along_the_path():
+    edges = defaultdict(list)
+    for f in python_files("verifier"):
+        unit = verifier_unit(".".join(f.relative_to(ROOT).with_suffix("").parts))
+        for line, name in imports_of(f):
+            other = verifier_unit(name)
+            if unit and other and other != unit:
+                edges[(unit, other)].append(f"{f.relative_to(ROOT)}:{line}")
+    units = {u for e in edges for u in e}
+    assert "verifier.child" in units and "verifier.judge" in units  # the scan saw the tree
+    assert not units - set(VERIFIER_MAY_IMPORT), f"units VERIFIER_MAY_IMPORT does not name: {units - set(VERIFIER_MAY_IMPORT)}"
+    wrong = [f"{a} -> {b} ({', '.join(w[:3])})" for (a, b), w in sorted(edges.items())
+             if b not in VERIFIER_MAY_IMPORT[a]]
+    assert not wrong, "imports against the verifier's layout: " + "; ".join(wrong)
+    assert not cycles(units, set(edges)), cycles(units, set(edges))

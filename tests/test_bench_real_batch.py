@@ -125,9 +125,9 @@ def test_manifest_errors_name_the_line_and_the_problem(tmp_path):
 
 def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, shared_build_dir):
     """A real verification of a padded batch through the verify entry (cpu): copies get their program's verdict,
-    and the verification cost (verifier/cost.py, the benchmark's table) counts each program once."""
-    from verifier.cost import verification_cost
-    from verifier.config import VerifyConfig
+    and the verification cost (verifier/serve/cost.py, the benchmark's table) counts each program once."""
+    from verifier.serve.cost import verification_cost
+    from verifier.common.config import VerifyConfig
     from verifier.entry import VerifyStats, verify
 
     sols = load_manifest(write_testbed(tmp_path))

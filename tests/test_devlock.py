@@ -1,4 +1,4 @@
-"""The device lock (verifier/devlock.py) with real flock(2) files: shared holders coexist, a timer gets the
+"""The device lock (verifier/common/devlock.py) with real flock(2) files: shared holders coexist, a timer gets the
 device alone, a waiting timer is not starved by new shared takers, every wait is bounded, and a killed
 holder frees the lock. Separate DeviceLock objects are separate open files, so threads of one process
 contend exactly as processes do; the kill test uses a real process."""
@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from verifier.devlock import DeviceLock, device_lock
+from verifier.common.devlock import DeviceLock, device_lock
 
 
 def test_shared_holders_coexist_and_exclusive_waits_bounded(tmp_path):
@@ -77,7 +77,7 @@ def test_exclusive_intervals_never_overlap_other_work(tmp_path):
 
 def test_a_killed_holder_frees_the_device(tmp_path):
     path = str(tmp_path / "dev.lock")
-    code = ("import sys, time\nfrom verifier.devlock import DeviceLock\nlk = DeviceLock(sys.argv[1])\n"
+    code = ("import sys, time\nfrom verifier.common.devlock import DeviceLock\nlk = DeviceLock(sys.argv[1])\n"
             "assert lk.acquire(True, 5)\nprint('held', flush=True)\ntime.sleep(60)\n")
     p = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
     try:

@@ -1,6 +1,6 @@
 """One way into verification (issue 36): the verify stage, the RL reward of a loop round and `kernelmill verify`
 all reach the verifier through verifier.entry.verify, and only the entry runs an engine (the local compile and
-execution pool, verifier.api.verify_batch, or the Ray pool, verifier/ray_pool.py).
+execution pool, verifier.engine.verify_batch, or the Ray pool, verifier/ray_pool.py).
 
 Real components: the cpu verifier compiles and runs the fixtures' kernels (one shared C++ extension for both
 tasks); the engines are wrapped, not replaced, to count what reaches them. The Ray dispatch of the same paths is
@@ -24,9 +24,9 @@ from verifier import entry
 
 PRODUCT = ("kernelmill", "synth", "graphs", "curation", "verifier", "train", "orchestrator", "flows")
 ENGINE_NAMES = {"verify_batch", "verify_on_ray", "_run_local", "_run_ray"}
-# where an engine may be named: its definition (api), the entry that dispatches, and the Ray pool whose workers
+# where an engine may be named: its definition (engine), the entry that dispatches, and the Ray pool whose workers
 # run the local engine on the programs the entry handed it
-ENGINE_HOMES = {"verifier/api.py", "verifier/entry.py", "verifier/ray_pool.py"}
+ENGINE_HOMES = {"verifier/engine.py", "verifier/entry.py", "verifier/ray_pool.py"}
 
 
 def _product_files():
@@ -62,7 +62,7 @@ def test_no_module_but_the_entry_calls_an_engine():
         defines_verify_candidate += [rel for n in ast.walk(tree)
                                      if isinstance(n, ast.FunctionDef) and n.name == "verify_candidate"]
         probes += [rel for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "hasattr"
-                   and n.args and ast.unparse(n.args[0]) in ("api", "entry", "verifier", "verifier.api")]
+                   and n.args and ast.unparse(n.args[0]) in ("engine", "entry", "verifier", "verifier.engine")]
     assert not offenders, f"modules that reach a verification engine around verifier.entry: {offenders}"
     assert defines_verify_candidate == ["verifier/entry.py"]
     assert not probes, probes
@@ -70,7 +70,7 @@ def test_no_module_but_the_entry_calls_an_engine():
 
 def test_the_grep_test_sees_a_module_that_goes_around_the_entry():
     """The check above can fail: a module importing the local engine is found."""
-    tree = ast.parse("from verifier.api import verify_batch\nverify_batch([])\n")
+    tree = ast.parse("from verifier.engine import verify_batch\nverify_batch([])\n")
     assert _names(tree) & ENGINE_NAMES == {"verify_batch"}
     assert not _names(ast.parse('"""calls verify_batch in prose only"""\n')) & ENGINE_NAMES
 

@@ -15,9 +15,9 @@ import pytest
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
-from verifier import api
-from verifier.api import VerifyConfig, verify_batch
-from verifier.devlock import DeviceLock
+from verifier import engine
+from verifier.engine import VerifyConfig, verify_batch
+from verifier.common.devlock import DeviceLock
 
 # a program no other test plans or times (its own key in every cache)
 TASK = Task.from_code(fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(48, 640)") + "\n# prep overlap\n",
@@ -26,13 +26,13 @@ TASK = Task.from_code(fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn
 
 @pytest.fixture
 def fresh_memo(monkeypatch):
-    monkeypatch.setattr(api, "_REF_TIMINGS", {})
+    monkeypatch.setattr(engine, "_REF_TIMINGS", {})
 
 
 def test_the_compiled_reference_is_built_outside_the_device_lock(tmp_path, fresh_memo):
     cfg = VerifyConfig(build_dir=str(tmp_path / "build"), timing_trials=3, warmup=1, time_torch_compile=True,
                        run_timeout_s=60, memory_limit_gb=4, pch=False, prep_cache=False)
-    lock_file = api._lock_path(cfg, cfg.build_root())
+    lock_file = engine._lock_path(cfg, cfg.build_root())
     assert lock_file
     cfg.build_root().mkdir(parents=True, exist_ok=True)
     taken, stop = [], threading.Event()
@@ -46,11 +46,11 @@ def test_the_compiled_reference_is_built_outside_the_device_lock(tmp_path, fresh
             time.sleep(0.02)
         lock.close()
 
-    plan = api.task_plan(TASK.reference_code, "cpu", cfg, "prep")
+    plan = engine.task_plan(TASK.reference_code, "cpu", cfg, "prep")
     poller = threading.Thread(target=neighbour, daemon=True)
     poller.start()
     t0 = time.monotonic()
-    timing = api._measure_reference(plan, "cpu", cfg, cfg.build_root())
+    timing = engine._measure_reference(plan, "cpu", cfg, cfg.build_root())
     t1 = time.monotonic()
     stop.set()
     poller.join()
@@ -73,7 +73,7 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir,
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=False,
                        run_timeout_s=60, memory_limit_gb=4, prep_cache=False, exec_workers=1)
     events = []
-    real_measure, real_done = api._measure_reference, api._compile_done
+    real_measure, real_done = engine._measure_reference, engine._compile_done
 
     def measure(*a):
         events.append(("reference timing starts", time.monotonic()))
@@ -83,8 +83,8 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir,
         events.append(("candidate built", time.monotonic()))
         return real_done(*a, **kw)
 
-    monkeypatch.setattr(api, "_measure_reference", measure)
-    monkeypatch.setattr(api, "_compile_done", compile_done)
+    monkeypatch.setattr(engine, "_measure_reference", measure)
+    monkeypatch.setattr(engine, "_compile_done", compile_done)
     # sources no build root holds yet: the candidate compiles (seconds, against the precompiled header)
     code = fx.HONEST_RELU.replace("ModelNew(nn.Module):", f"ModelNew(nn.Module):\n    # {uuid.uuid4().hex}").replace(
         "#include <torch/extension.h>", f"#include <torch/extension.h>\n// {uuid.uuid4().hex}")

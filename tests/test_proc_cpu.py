@@ -1,18 +1,18 @@
-"""verifier/proc_cpu.py: the host CPU seconds by kind of process that bench_verifier.py reports."""
+"""verifier/execute/proc_cpu.py: the host CPU seconds by kind of process that bench_verifier.py reports."""
 
 import subprocess
 import sys
 
-from verifier.proc_cpu import ProcCpu, kind
+from verifier.execute.proc_cpu import ProcCpu, kind
 
 
 def test_processes_are_classified_by_what_they_run():
     me = 1
-    sup = "python3 -m verifier.sandbox --supervise 7 -- python3 -m verifier.buildproc compile /b/k/light"
+    sup = "python3 -m verifier.common.sandbox --supervise 7 -- python3 -m verifier.build.proc compile /b/k/light"
     assert kind(5, "python3", sup, me).startswith("sandbox supervisors")
-    assert kind(5, "python3", "python3 -m verifier.worker --serve", me).startswith("execution processes")
-    assert kind(5, "python3", "python3 -m verifier.worker /jobs/km-candidate-1", me).startswith("execution processes")
-    assert kind(5, "python3", "python3 -m verifier.buildproc check /b/k/light/km_ext.so km_k /t/c.json", me).startswith(
+    assert kind(5, "python3", "python3 -m verifier.child.worker --serve", me).startswith("execution processes")
+    assert kind(5, "python3", "python3 -m verifier.child.worker /jobs/km-candidate-1", me).startswith("execution processes")
+    assert kind(5, "python3", "python3 -m verifier.build.proc check /b/k/light/km_ext.so km_k /t/c.json", me).startswith(
         "build steps")
     assert kind(5, "cicc", "cicc ...", me).startswith("compilers")
     assert kind(me, "python3", "python3 bench/bench_verifier.py", me).startswith("benchmark process")
@@ -23,7 +23,7 @@ def test_a_childs_cpu_is_counted_under_its_kind():
     p.start()
     # a build-process look-alike that burns CPU for about a second, then sleeps past a sample before exiting
     subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\n"
-                    "time.sleep(0.3)", "verifier.buildproc"], check=True)
+                    "time.sleep(0.3)", "verifier.build.proc"], check=True)
     by_kind = p.finish()
     sec, n = by_kind["build steps (python: ninja driver, import check of the built module)"]
     assert n == 1 and 0.8 <= sec <= 1.5, by_kind

@@ -20,7 +20,7 @@ from model_fixtures import train_tiny
 from bench.lib import fixtures as fx
 from train.rollout import rl_reward
 from train.trl_reward import local_verifier_service, service_reward_fn
-from verifier.client import ServiceError, VerifierClient
+from verifier.serve.client import ServiceError, VerifierClient
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""What verifying a run cost (verifier/cost.py): candidates per GPU-hour and seconds per candidate by stage, shown by
+"""What verifying a run cost (verifier/serve/cost.py): candidates per GPU-hour and seconds per candidate by stage, shown by
 `kernelmill metrics RUN`, the run report and the dataset card. A real small run on cpu (the flows fixtures' relu
 task and candidates, one of them sent twice as a model's identical samples are) through the real verify stage; every
 number is checked against the verdict rows it must follow from."""
@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from verifier.cost import program_keys, run_cost, verification_cost
+from verifier.serve.cost import program_keys, run_cost, verification_cost
 from flows_fixtures import FAST_VERIFY, make_candidates, relu_task, run_kernelmill
 from kernelmill import store
 from kernelmill.schema import Verdict
@@ -110,7 +110,7 @@ def test_metrics_the_report_and_the_card_state_the_cost(run):
 
 
 def test_seconds_table_counts_only_executed_verdicts_past_compile_and_exec_breakdown_means():
-    from verifier.cost import SECONDS, exec_breakdown, seconds_table
+    from verifier.serve.cost import SECONDS, exec_breakdown, seconds_table
     ran = Verdict(candidate_id="a", task_id="t", backend="cuda", status="pass",
                   stage_seconds={"compile": 1.0, "execute": 3.0, "execute_prepare": 1.0, "execute_child": 1.5})
     built_only = Verdict(candidate_id="b", task_id="t", backend="cuda", status="compile_error",

@@ -3,19 +3,19 @@
 technoabsurdist-l1-p7, KernelBench's small-K matmul at M = N = 32768 (a 4 GiB output, 9 GiB on the extra shape),
 correct by its source, was killed as a hang in its timing stage: the limit is ``run_timeout_s`` for the
 candidate's code plus the time the verifier's own plumbing takes to copy each output out of the child
-(verifier/plan.py ``TaskPlan.run_limit_s``), the extra shape's outputs are measured, not scaled from its inputs,
+(verifier/judge/plan.py ``TaskPlan.run_limit_s``), the extra shape's outputs are measured, not scaled from its inputs,
 and the timeout verdict names the limit it ran under (tests/test_verifier_run.py: a hang is still a timeout).
 Planning is admitted by the outputs a forward on meta tensors measures (a conv's 8 GiB output of 1 GiB inputs ran
 the device out of memory while planning). Large outputs are scaled without an index tensor. A crash whose message
-is mostly tensor reprs keeps the error's name (verifier/worker.py ``_short_traceback``)."""
+is mostly tensor reprs keeps the error's name (verifier/child/worker.py ``_short_traceback``)."""
 
 import types
 
 import pytest
 
-from verifier.config import VerifyConfig
-from verifier.contract import Job
-from verifier.plan import TRANSFER_S_PER_GIB, TaskPlan
+from verifier.common.config import VerifyConfig
+from verifier.common.contract import Job
+from verifier.judge.plan import TRANSFER_S_PER_GIB, TaskPlan
 
 CFG = VerifyConfig()
 
@@ -66,7 +66,7 @@ def test_the_extra_shapes_measured_output_sets_memory_and_limit():
 def test_a_long_error_message_keeps_its_head_and_end():
     """pybind11 appends every argument's repr to "incompatible function arguments": the feedback must still
     name the error and the signatures it supports (technoabsurdist-l1-p74 / p66 / p55 showed tensor values only)."""
-    from verifier import worker
+    from verifier.child import worker
 
     head = ("conv1d_cuda(): incompatible function arguments. The following argument types are supported:\n"
             "    1. (arg0: torch.Tensor, arg1: torch.Tensor, arg2: int) -> torch.Tensor\n\nInvoked with: ")
@@ -98,7 +98,7 @@ def test_a_large_outputs_scale_is_read_without_an_index_tensor():
     allocation larger than the output itself."""
     import torch
 
-    from verifier.numerics import _finite_max_abs
+    from verifier.judge.numerics import _finite_max_abs
 
     t = torch.rand(4, 8, 128, 256)
     t[0, 0, 0, :3] = torch.tensor([float("inf"), float("nan"), 7.0])
@@ -126,10 +126,10 @@ def get_init_inputs():
 def test_planning_is_admitted_by_the_outputs_a_meta_forward_measures(monkeypatch):
     """An outer product's output is 1,365x its inputs (KernelBench's conv2d l1-p63: 8 GiB out of 1 GiB in ran the
     device out of memory while planning, admitted by its input size): planning asks the gate for the outputs."""
-    from verifier import admission
-    from verifier.api import load_reference
-    from verifier.inputs import meta_output_bytes
-    from verifier.plan import _build_plan
+    from verifier.execute import admission
+    from verifier.engine import load_reference
+    from verifier.common.inputs import meta_output_bytes
+    from verifier.judge.plan import _build_plan
 
     ref = load_reference(OUTER, "outer")
     assert meta_output_bytes(ref, OUTER) == 2048 * 4096 * 4
@@ -152,8 +152,8 @@ def test_planning_is_admitted_by_the_outputs_a_meta_forward_measures(monkeypatch
 
 
 def test_a_program_that_does_not_run_on_meta_plans_without_it():
-    from verifier.api import load_reference
-    from verifier.inputs import meta_output_bytes
+    from verifier.engine import load_reference
+    from verifier.common.inputs import meta_output_bytes
 
     text = OUTER.replace("return torch.outer(a, b)", "return torch.outer(a, b) * float(a.sum().item())")
     assert meta_output_bytes(load_reference(text, "item"), text) is None

@@ -1,4 +1,4 @@
-"""The sandbox of candidate code (verifier/sandbox.py) on the cpu backend, with real bubblewrap and real
+"""The sandbox of candidate code (verifier/common/sandbox.py) on the cpu backend, with real bubblewrap and real
 compiled extensions: C++ that writes or reads outside its directory, includes an outside file, leaves
 detached processes, forks without bound, connects to a loopback listener the test started, or reads the
 host's environment is blocked and named in its verdict; an honest kernel still passes.
@@ -19,8 +19,8 @@ import pytest
 
 from bench.lib import fixtures as fx
 from verifier import cheats
-from verifier import sandbox
-from verifier.api import VerifyConfig
+from verifier.common import sandbox
+from verifier.engine import VerifyConfig
 from verifier.entry import verify_candidate
 
 pytestmark = pytest.mark.skipif(not sandbox.enabled(), reason=f"no sandbox here: {sandbox.status().get('reason')}")
@@ -273,7 +273,7 @@ def test_view_is_read_only_but_the_writable_dir(tmp_path):
 
 
 def _supervised(tmp_path, script: str, timeout: float) -> tuple[subprocess.CompletedProcess, list, float]:
-    """Run ``script`` under ``python -m verifier.sandbox --supervise`` in a fresh sandbox (no cgroup): its result,
+    """Run ``script`` under ``python -m verifier.common.sandbox --supervise`` in a fresh sandbox (no cgroup): its result,
     the supervisor's findings and the seconds it took."""
     box, _ = _box(tmp_path)
     r, w = os.pipe()
@@ -305,7 +305,7 @@ def test_supervisor_bounds_a_fork_bomb_without_a_cgroup(tmp_path):
               "for i in range(5000):\n"
               "    if os.fork() == 0:\n        signal.pause()\n        os._exit(0)\n"
               "time.sleep(300)\n")
-    from verifier.config import VerifyConfig, current_host, use_host
+    from verifier.common.config import VerifyConfig, current_host, use_host
 
     before = current_host()
     use_host(VerifyConfig(sandbox_procs=64).host())  # [verify] sandbox_procs reaches the supervisor (its argv)
@@ -347,8 +347,8 @@ def test_cli_binary_candidate_gets_a_verdict(tmp_path):
 
 def test_sigkilled_build_leaves_no_compiler(tmp_path):
     """The build runs in a sandbox that dies with its parent: SIGKILL of the verifying process ends the compiler."""
-    script = ("import sys\nfrom verifier.build import build_blocking\nfrom bench.lib import fixtures as fx\n"
-              "from kernelmill.config import load_settings\nfrom verifier.config import use_host\n"
+    script = ("import sys\nfrom verifier.build.pool import build_blocking\nfrom bench.lib import fixtures as fx\n"
+              "from kernelmill.config import load_settings\nfrom verifier.common.config import use_host\n"
               "use_host(load_settings().verify.host())\n"  # KERNELMILL_VERIFY_PCH=false (conftest)
               "build_blocking(sys.argv[1], dict(cpp_sources=fx.SHARED_CPP + '\\n// kill test', functions=fx.SHARED_FUNCS), 300)\n")
     root = Path(__file__).resolve().parent.parent
@@ -377,11 +377,11 @@ def test_sigkilled_build_leaves_no_compiler(tmp_path):
 
 
 def test_child_report_withholds_host_environment_values(tmp_path, monkeypatch):
-    """Redaction on read (verifier/contract.py): the error strings a child wrote never carry host env values,
+    """Redaction on read (verifier/common/contract.py): the error strings a child wrote never carry host env values,
     even where no sandbox cleared the child's environment."""
     import json as _json
 
-    from verifier.contract import REPORT_FILE, ChildReport
+    from verifier.common.contract import REPORT_FILE, ChildReport
 
     monkeypatch.setenv("KM_TEST_HOST_SECRET", ENV_SECRET)
     (tmp_path / REPORT_FILE).write_text(_json.dumps({"kind": "candidate", "import_error": f"boom {ENV_SECRET}",
@@ -392,17 +392,17 @@ def test_child_report_withholds_host_environment_values(tmp_path, monkeypatch):
 
 
 def test_warm_execution_process_warms_up_without_error(tmp_path):
-    """A warm fork server (verifier.worker --serve, childenv.SERVE_WARM) forks the next job's child before the job
+    """A warm fork server (verifier.child.worker --serve, childenv.SERVE_WARM) forks the next job's child before the job
     exists, and that child initialises (cuda: CUDA context, profiler) first; its own first line in the job's
     log says so, and whether that failed (a local-name bug once made every warm-up fail, so each cuda job
     paid the CUDA context and the profiler's start itself)."""
-    from verifier import childenv
-    from verifier.processes import child_env
+    from verifier.common import childenv
+    from verifier.execute.processes import child_env
 
     job = tmp_path / "job"
     job.mkdir()
     env = child_env(**{childenv.WARM_BACKEND: "cpu", childenv.SERVE_WARM: "1"}, OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, "-m", "verifier.worker", "--serve", "128"], input=f"{job}\t60\n", env=env,
+    p = subprocess.run([sys.executable, "-m", "verifier.child.worker", "--serve", "128"], input=f"{job}\t60\n", env=env,
                        capture_output=True, text=True, timeout=120)
     log = (job / "child.log").read_text()
     assert log.startswith("[verifier] warm execution process ready in"), (log, p.stderr)

@@ -21,7 +21,7 @@ import pytest
 from bench.lib import fixtures as fx
 from kernelmill.errors import InputError
 from kernelmill.schema import Verdict, task_id_for
-from verifier.client import ServiceError, VerifierClient, VerifyItem, parse_request
+from verifier.serve.client import ServiceError, VerifierClient, VerifyItem, parse_request
 
 ROOT = Path(__file__).resolve().parent.parent
 # cheap verification: no torch.compile timing of the reference, few timed calls

@@ -15,7 +15,7 @@ from flows_fixtures import ROOT
 from kernelmill.config import load_settings
 from kernelmill.errors import InputError
 from kernelmill.settings import parse_section, section_type
-from verifier.config import VerifyConfig, resolve_backend
+from verifier.common.config import VerifyConfig, resolve_backend
 
 
 def test_a_misspelt_verify_key_is_named_with_its_closest_key(tmp_path):
@@ -80,8 +80,8 @@ def _project_files():
 
 
 def test_the_verifier_reads_no_km_variable_and_one_function_resolves_a_backend():
-    """No module of the verifier names a KM_* variable (its children's markers are verifier/childenv.py's
-    ``_KM_*``); resolve_backend in verifier/config.py is the only backend resolver of the project."""
+    """No module of the verifier names a KM_* variable (its children's markers are verifier/common/childenv.py's
+    ``_KM_*``); resolve_backend in verifier/common/config.py is the only backend resolver of the project."""
     resolvers = []
     for path in _project_files():
         tree = ast.parse(path.read_text())
@@ -90,7 +90,7 @@ def test_the_verifier_reads_no_km_variable_and_one_function_resolves_a_backend()
                 resolvers.append(f"{path.relative_to(ROOT)}:{node.name}")
             if path.parent.name == "verifier" and isinstance(node, ast.Constant) and isinstance(node.value, str):
                 assert not node.value.startswith("KM_"), f"{path.name} names {node.value}"
-    assert resolvers == ["verifier/config.py:resolve_backend"]
+    assert resolvers == ["verifier/common/config.py:resolve_backend"]
     assert resolve_backend("cpu") == "cpu" and resolve_backend("auto") in ("cpu", "cuda")
     with pytest.raises(InputError, match="train.device"):  # a trainer's device may name a GPU, which must exist
         resolve_backend("cuda:64", "train.device", device_index=True)
@@ -101,7 +101,7 @@ def test_the_verifier_reads_no_km_variable_and_one_function_resolves_a_backend()
 
 
 def test_the_settings_layer_stays_torch_free():
-    """kernelmill/settings.py imports VerifyConfig directly (no lazy verifier.api import): that costs no torch."""
+    """kernelmill/settings.py imports VerifyConfig directly (no lazy verifier.engine import): that costs no torch."""
     code = "import sys, kernelmill.settings as s; s.Settings(); assert 'torch' not in sys.modules, 'torch imported'"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]

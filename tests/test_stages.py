@@ -21,7 +21,7 @@ from kernelmill.settings import Settings, section_type
 from orchestrator import stages
 from orchestrator.cli import build_parser, main
 from synth.generate.generators import TeacherGenerator, dialogue_id_for, make_candidate
-from verifier.extract import extract_code
+from verifier.front.extract import extract_code
 from bench.lib.fixtures import RELU_TASK
 
 # The ground (kernelmill: schema, store, settings, errors, config), the packages the orchestrator drives,
@@ -307,11 +307,11 @@ def test_kernelmill_load_labels_tasks_kernelbench_unless_told_otherwise():
 
 
 def test_verifier_job_defaults_are_the_verify_settings():
-    """verifier/contract.py's Job takes its defaults from VerifyConfig (no second copy to drift)."""
+    """verifier/common/contract.py's Job takes its defaults from VerifyConfig (no second copy to drift)."""
     import dataclasses
 
-    from verifier.config import VerifyConfig
-    from verifier.contract import Job
+    from verifier.common.config import VerifyConfig
+    from verifier.common.contract import Job
 
     cfg = {f.name: f.default for f in dataclasses.fields(VerifyConfig)}
     # other_shape means a mode string in a Job (the config's bool says whether there is one)

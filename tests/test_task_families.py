@@ -95,8 +95,8 @@ def test_answers_are_one_line_per_op_with_constants_copied_and_shape_free(tasks,
 
 
 def test_cuda_source_names_nothing_from_torch_so_the_verifier_builds_it_bare(tasks, hard):
-    from verifier.build import build_variants, canonical_spec
-    from verifier.static import scan
+    from verifier.build.pool import build_variants, canonical_spec
+    from verifier.front.static import scan
 
     for t in tasks[:40] + spread(hard, 40):
         rep = scan(cuda_answer(t), "cuda")
@@ -123,7 +123,7 @@ typedef void* cudaStream_t;
 def test_cuda_sources_parse_as_cuda_cpp(tasks, hard, tmp_path):
     """No nvcc here: every kernel of a sample goes through g++ -fsyntax-only with a shim for the CUDA
     built-ins and the <<<>>> launch rewritten as a call; catches typos and undeclared names."""
-    from verifier.static import scan
+    from verifier.front.static import scan
 
     src = [CUDA_SHIM]
     for k, t in enumerate(tasks[:80] + spread(hard, 80)):
@@ -138,7 +138,7 @@ def test_cuda_sources_parse_as_cuda_cpp(tasks, hard, tmp_path):
 
 def test_cpu_twins_pass_the_real_cpu_verifier(tasks, hard):
     """One elementwise task with two inputs, one row softmax and one tier-4 row normalisation that reads
-    a broadcast row vector before and after it, through verifier.api on cpu."""
+    a broadcast row vector before and after it, through verifier.engine on cpu."""
     from train.rollout import verifier_reward_fn
 
     pick = [next(t for t in tasks if t.kind == "ew" and t.two_inputs and len(t.ops) >= 3),

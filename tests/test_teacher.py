@@ -126,8 +126,8 @@ def test_full_candidate_file_runs_as_modelnew():
 
 
 def test_candidates_pass_static_checks_and_bugs_are_visible_in_source():
-    from verifier.extract import check_candidate_shape
-    from verifier.static import scan
+    from verifier.front.extract import check_candidate_shape
+    from verifier.front.static import scan
 
     for _, name, code in family_tasks():
         for backend in ("cpu", "cuda"):

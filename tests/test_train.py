@@ -327,7 +327,7 @@ def test_pass_at_k_estimator():
 
 def test_cli_smoke_sft_then_rl_then_eval_with_the_real_cpu_verifier(corpus, tmp_path, capsys):
     """SFT, then 2 RL steps (1 prompt, G=2, 2 turns), then pass@1 on one held-out task, all through
-    ``kernelmill train`` with rewards from verifier.api on the cpu backend. A tiny random model
+    ``kernelmill train`` with rewards from verifier.engine on the cpu backend. A tiny random model
     writes no valid kernel, so every answer stops at the verifier's extract stage (no compile):
     this proves the loop runs end to end with the real verifier, not that the model learns."""
     from orchestrator.cli import main
@@ -340,7 +340,7 @@ def test_cli_smoke_sft_then_rl_then_eval_with_the_real_cpu_verifier(corpus, tmp_
                  "--max-new-tokens", "8"]) == 0
     recs = read_metrics(rl / "metrics.jsonl", "rl")
     assert [r["step"] for r in recs] == [1, 2]
-    # verifier rewards: an answer with no code block is an extract_error, -0.5 in verifier/reward.py
+    # verifier rewards: an answer with no code block is an extract_error, -0.5 in verifier/judge/reward.py
     assert all(r["reward_first_mean"] == -0.5 and r["pass_rate"] == 0.0 for r in recs)
     # dynamic sampling: step 1's fresh group failed throughout, so BDR buffered it and it was replaced by
     # the next task's group, which failed throughout too and was buffered as well: 2 repair prompts, one per

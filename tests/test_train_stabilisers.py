@@ -8,7 +8,7 @@ import torch
 from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, group_summary, mirrorpop_filter,
                                mix_counts, prime_echo_reward)
 
-# verifier/reward.py's table: failing outcomes score below 1.0, correct ones 1.0 .. 4.0
+# verifier/judge/reward.py's table: failing outcomes score below 1.0, correct ones 1.0 .. 4.0
 FAIL_REWARDS = [-1.0, -0.5, 0.0, 0.1, 0.2, 0.25, 0.3]
 PASS_REWARDS = [1.0, 1.5, 2.0, 4.0]
 

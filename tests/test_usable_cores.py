@@ -14,8 +14,8 @@ def test_the_compile_pool_defaults_to_the_cores_of_the_process_affinity(tmp_path
     code = (
         "import os\n"
         f"os.sched_setaffinity(0, {{{one}}})\n"
-        "from verifier.build import CompilePool\n"
-        "from verifier.config import usable_cores\n"
+        "from verifier.build.pool import CompilePool\n"
+        "from verifier.common.config import usable_cores\n"
         f"pool = CompilePool({str(tmp_path)!r})\n"
         "print(usable_cores(), pool.workers, os.cpu_count())\n"
     )

@@ -1,4 +1,4 @@
-"""One binding object per declared signature set (verifier/binding.py, verifier/objcache.py): two answers whose
+"""One binding object per declared signature set (verifier/build/binding.py, verifier/build/objcache.py): two answers whose
 binding files differ only in names share one compiled object, and the module each gets is the module its own file
 as written gives (same Python names, docstrings, argument errors, C++ functions called); a file with anything but
 declarations, or whose declarations the other objects do not define, is compiled and linked as written.
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from verifier import objcache
-from verifier.binding import canonical_binding, link_aliases, names_clear_of
-from verifier.pch import ensure_pch, write_build_files
-from verifier.worker import _load_so
+from verifier.build import objcache
+from verifier.build.binding import canonical_binding, link_aliases, names_clear_of
+from verifier.build.pch import ensure_pch, write_build_files
+from verifier.child.worker import _load_so
 
 
 def main_cpp(cpp: str, functions, wrapped: bool = True) -> str:
@@ -117,7 +117,7 @@ IMPL = "#include <cstdint>\n#include <stdexcept>\n"
 def pch():
     """The precompiled header test_verifier_build's PCH test builds too (same flags): the binding's compile in
     seconds, as the verifier's builds get it."""
-    from verifier.config import VerifyConfig
+    from verifier.common.config import VerifyConfig
 
     return ensure_pch({"cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O3"]},
                       VerifyConfig(pch=True).pch_root())

@@ -1,6 +1,6 @@
 """Stage 3 build variants and the precompiled header: which sources take the fast paths, that the
 unchanged build always comes last, and that a real cpu build compiles its binding file against the PCH
-and yields a working module; the build steps (verifier/buildproc.py) run without torch, a module that does not
+and yields a working module; the build steps (verifier/build/proc.py) run without torch, a module that does not
 import fails its build, and the candidate code the import check runs cannot write the object cache or the PCH."""
 
 import json
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from verifier.build import (FALLBACK_OFF, TORCH_FIRST, build_blocking, build_variants, canonical_spec, failed_targets,
+from verifier.build.pool import (FALLBACK_OFF, TORCH_FIRST, build_blocking, build_variants, canonical_spec, failed_targets,
                             first_errors, library_dirs, objects_root, spec_key, variant_failure_is_final)
-from verifier.backends import own_kernel_renames, rename_kernels
-from verifier.pch import ensure_pch
+from verifier.common.backends import own_kernel_renames, rename_kernels
+from verifier.build.pch import ensure_pch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,8 +114,8 @@ def test_each_variant_writes_the_binding_file_load_inline_writes_for_the_spec(tm
     second PYBIND11_MODULE and failed to compile, an honest kernel turned into a compile error.)"""
     import torch.utils.cpp_extension as ce
 
-    from verifier.build import write_variant
-    from verifier.pch import write_build_files
+    from verifier.build.pool import write_variant
+    from verifier.build.pch import write_build_files
 
     monkeypatch.setattr(ce, "CUDA_HOME", ce.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
@@ -139,7 +139,7 @@ def test_cpp_only_spec_has_one_unchanged_build():
 
 
 def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
-    from verifier.worker import _load_so
+    from verifier.child.worker import _load_so
 
 
     src = "#include <torch/extension.h>\ntorch::Tensor twice(torch::Tensor x) { return x.mul(2); }"
@@ -158,7 +158,7 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
 def test_pch_false_turns_the_header_off(tmp_path):
     # the cpu suite builds with [verify] pch = false (conftest); test_verifier_run checks its real builds say pch
     # false; here: with it off no PCH is made or looked up, though pch_dir names a directory
-    from verifier.config import VerifyConfig, current_host, use_host
+    from verifier.common.config import VerifyConfig, current_host, use_host
 
     assert VerifyConfig(pch=False, pch_dir=str(tmp_path)).host().pch_dir == ""
     before = current_host()
@@ -236,7 +236,7 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
     path of its own is never cached (its objects could depend on files outside the key)."""
     import torch
 
-    from verifier.worker import _load_so
+    from verifier.child.worker import _load_so
 
     src = "#include <torch/extension.h>\ntorch::Tensor thrice(torch::Tensor x) { return x.mul(3); }"
     a = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600)
@@ -245,7 +245,7 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
     # the check, run again by hand: the module imports (PyInit runs) in a process that never imports torch
     r, mods = _step_imports(["check", a.so_path, f"km_{a.key}", str(tmp_path / "check.json")], tmp_path)
     assert r.returncode == 0 and json.loads((tmp_path / "check.json").read_text())["ok"], r.stderr[-2000:]
-    assert "torch" not in mods and "verifier.buildproc" not in mods and "verifier.objcache" in mods, sorted(mods)
+    assert "torch" not in mods and "verifier.build.proc" not in mods and "verifier.build.objcache" in mods, sorted(mods)
     cached = sorted(objects_root(tmp_path).glob("*.o"))
     assert len(cached) == 1
     b = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_ldflags": ["-lgomp"]}, 600)
@@ -276,8 +276,8 @@ def test_old_torch_dispatch_spelling_builds_as_that_torch_read_it(tmp_path):
     log says what was read differently, and ``.type()`` anywhere else is left alone."""
     import torch
 
-    from verifier.build import compat_source
-    from verifier.worker import _load_so
+    from verifier.common.spec import compat_source
+    from verifier.child.worker import _load_so
 
     src = """#include <torch/extension.h>
 torch::Tensor twice_old(torch::Tensor x) {
@@ -317,12 +317,12 @@ torch::Tensor same(torch::Tensor x) { return x; }"""
 
 
 def _step_imports(argv: list[str], tmp_path) -> tuple[subprocess.CompletedProcess, set[str]]:
-    """``python -m verifier.buildproc ARGV`` with the environment a build gives its steps (unsandboxed here), and
+    """``python -m verifier.build.proc ARGV`` with the environment a build gives its steps (unsandboxed here), and
     the modules it imported (``-X importtime``)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), LD_LIBRARY_PATH=os.pathsep.join(library_dirs()))
     if argv[0] == "compile":
         argv = [*argv, "--objects", str(objects_root(tmp_path))]
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "verifier.buildproc", *argv], env=env,
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "verifier.build.proc", *argv], env=env,
                        capture_output=True, text=True, timeout=300)
     mods = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     return r, {m.split(".")[0] for m in mods} | mods
@@ -357,7 +357,7 @@ def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, w
     could write the build root's object cache and the precompiled-header cache, so a candidate could replace an
     object or the PCH that later builds use (or plant a reference timing in prep/ that later processes read). Now neither is in its view: the writes fail (the sandbox may also
     record the attempt) and nothing appears there, while the compile step did fill the object cache."""
-    from verifier import sandbox
+    from verifier.common import sandbox
 
     if not sandbox.enabled():
         pytest.skip(f"no sandbox here: {sandbox.status().get('reason')}")
@@ -365,7 +365,7 @@ def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, w
     assert pch_dir is not None
     objects = objects_root(tmp_path)
     objects.mkdir(parents=True)
-    prep = tmp_path / "prep"  # the reference timings later processes read (verifier/prep_cache.py)
+    prep = tmp_path / "prep"  # the reference timings later processes read (verifier/judge/prep_cache.py)
     prep.mkdir()
     planted = [objects / f"km-planted-{os.getpid()}.o", pch_dir / "torch" / f"km-planted-{os.getpid()}.h",
                prep / f"km-planted-{os.getpid()}.json"]
@@ -400,9 +400,9 @@ def test_a_failure_of_the_verifiers_own_build_code_is_a_verifier_error_not_a_com
     verifier's fault: the candidate gets verifier_error, and nothing is cached as its failed build."""
     from unittest import mock
 
-    from verifier import build as build_mod
+    from verifier.build import pool as build_mod
     from bench.lib import fixtures as fx
-    from verifier.api import VerifyConfig
+    from verifier.engine import VerifyConfig
     from verifier.entry import verify_candidate
 
     cfg = VerifyConfig(build_dir=str(tmp_path), time_torch_compile=False, timing_trials=3)

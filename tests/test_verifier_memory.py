@@ -18,8 +18,9 @@ import pytest
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
-from verifier import admission, api
-from verifier.api import VerifyConfig, verify_batch
+from verifier.execute import admission
+from verifier import engine
+from verifier.engine import VerifyConfig, verify_batch
 
 COMPANY_S = 60.0  # the longest a child's start waits for another (a bound for a broken batch, never reached)
 
@@ -33,7 +34,7 @@ SMALL = Task.from_code(fx.RELU_TASK, name="small_relu", source="seed", level=1)
 SMALL_MM = Task.from_code(fx.MATMUL_TASK, name="small_matmul", source="seed", level=1)
 BIG = [relu_task(1024, 1024 + 16 * k, f"big-{k}") for k in range(3)]  # distinct programs, about one size
 HUGE = relu_task(2048, 4096, "huge")
-# a task whose module keeps a table larger than the plans kept after their batch may hold (api.PLANS_KEPT_BYTES)
+# a task whose module keeps a table larger than the plans kept after their batch may hold (engine.PLANS_KEPT_BYTES)
 HEAVY = Task.from_code(fx.RELU_TASK.replace("import torch.nn as nn\n", "import torch.nn as nn\n\n"
                                             "TABLE = torch.zeros(2048, 8448)  # 66 MiB the task never reads\n"),
                        name="heavy_module_relu", source="seed", level=1)
@@ -48,7 +49,7 @@ def base(shared_build_dir):
 @pytest.fixture(scope="module")
 def planned(base):
     """Each task program's planned bytes (its plan is made again, and freed, by the batches below)."""
-    return {t.reference_code: api.task_plan(t.reference_code, "cpu", base).job_bytes()
+    return {t.reference_code: engine.task_plan(t.reference_code, "cpu", base).job_bytes()
             for t in [SMALL, SMALL_MM, HEAVY, HUGE, *BIG]}
 
 
@@ -65,12 +66,12 @@ def config(base, planned):
 
 
 class Overlap:
-    """Wraps api._run_driven: records the candidates' children running at once (the most bytes their tasks
+    """Wraps engine._run_driven: records the candidates' children running at once (the most bytes their tasks
     planned, the most children) and holds each child's start until another starts, a job waits at ``gate``, or
     all ``total`` candidates' children have started."""
 
     def __init__(self, planned: dict, gate: admission.MemoryGate, total: int):
-        self.real = api._run_driven
+        self.real = engine._run_driven
         self.planned, self.gate, self.total = planned, gate, total
         self.started = 0
         self.running: dict[int, str] = {}
@@ -101,7 +102,7 @@ class Overlap:
 
 def run_batch(tasks_and_ids, config, planned, monkeypatch, on_verdict=None):
     probe = Overlap(planned, admission.gate_for("cpu", config.memory_budget_gib), len(tasks_and_ids))
-    monkeypatch.setattr(api, "_run_driven", probe)
+    monkeypatch.setattr(engine, "_run_driven", probe)
     items = [(t, Candidate(candidate_id=cid, task_id=t.task_id, backend="cpu", generator="test", code=fx.HONEST_RELU
                            if "relu" in t.reference_code else fx.HONEST_MATMUL)) for t, cid in tasks_and_ids]
     verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=on_verdict)
@@ -183,7 +184,7 @@ def small_batch(config, planned):
     whether each task's plan is still cached, and a weak reference to each plan's task module."""
     cfg = VerifyConfig(**{**config.__dict__, "exec_workers": 2})
     items = [(HEAVY, "relu-1"), (SMALL_MM, "matmul-1"), (HEAVY, "relu-2")]
-    keys = {t.task_id: api._plan_key(t.reference_code, "cpu", cfg) for t, _ in items}
+    keys = {t.task_id: engine._plan_key(t.reference_code, "cpu", cfg) for t, _ in items}
     seen: list[tuple[str, bool, bool, str]] = []  # task, another candidate of it pending, plan cached, candidate
     modules: dict[str, weakref.ref] = {}
     lock = threading.Lock()
@@ -193,14 +194,14 @@ def small_batch(config, planned):
             task_id = items[i][0].task_id
             others_pending = any(t.task_id == task_id and not any(s[3] == cid for s in seen)
                                  for k, (t, cid) in enumerate(items) if k != i)
-            plan = api._PLANS.get(keys[task_id])
+            plan = engine._PLANS.get(keys[task_id])
             if plan is not None:
                 modules.setdefault(task_id, weakref.ref(plan.ref_mod))
             seen.append((task_id, others_pending, plan is not None, items[i][1]))
 
     with pytest.MonkeyPatch.context() as mp:
         verdicts, probe = run_batch(items, cfg, planned, mp, on_verdict=on_verdict)
-    kept_after = {t.task_id: keys[t.task_id] in api._PLANS for t, _ in items}
+    kept_after = {t.task_id: keys[t.task_id] in engine._PLANS for t, _ in items}
     return verdicts, probe, seen, modules, kept_after
 
 
@@ -247,7 +248,7 @@ def test_the_float64_reference_is_left_out_when_its_outputs_would_not_fit():
     H100 out of memory while 4 execution workers ran: test bed, technoabsurdist-l1-p87)."""
     import torch
 
-    from verifier.api import _float64_check
+    from verifier.engine import _float64_check
 
     model = torch.nn.Linear(64, 256)
     x = [torch.randn(8, 64)]
@@ -266,11 +267,11 @@ def test_a_task_is_refused_for_the_device_it_needs_not_for_the_memory_other_jobs
     memory gate admits the planning; a task is refused only when a trial cannot fit the whole device."""
     task = relu_task(512, 1024 + 8, "busy-device")  # 2 MiB of inputs; a program no other test plans
     monkeypatch.setattr(admission, "free_bytes", lambda device: 1 << 20)  # the other jobs hold the rest now
-    p = api.task_plan(task.reference_code, "cpu", base)
+    p = engine.task_plan(task.reference_code, "cpu", base)
     assert p.skip_reason == "" and p.input_bytes == 512 * 1032 * 4  # before: skipped, "0.0 GiB free"
     assert p.float64 != ""  # the float64 copy still reads what is free once admitted: too little here
     # a trial that would not fit the whole device is still refused, and the reason names the device's size
     monkeypatch.setattr(admission, "capacity_bytes", lambda device: 4 << 20)
     other = relu_task(512, 1024 + 16, "too-big-device")
-    p = api.task_plan(other.reference_code, "cpu", base)
+    p = engine.task_plan(other.reference_code, "cpu", base)
     assert p.skip_reason.startswith("skipped: the task's inputs take") and "GiB in all" in p.skip_reason

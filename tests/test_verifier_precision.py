@@ -13,7 +13,7 @@ blunt rule turned away must pass, and the cheat each rule exists for must still 
 - legality policies: a candidate that computes the linear layer with torch and only the ReLU in its own kernel
   is a C01 cheat under strict legality and a pass under partial legality, and every verdict records both.
 
-- the per-element budget with real tensors (verifier/numerics.py; the cheats are in
+- the per-element budget with real tensors (verifier/judge/numerics.py; the cheats are in
   tests/redteam/test_redteam_precision.py): honest long reductions (sequential sums of 1M and 65536, a two-level
   sum of 16M, a 32768-long scan, K = 8192 dot products, softmax, layer norm, variance, a global norm), elements
   near zero after cancellation, outputs of mixed magnitudes, fast-math elementwise error, exact-valued outputs
@@ -36,14 +36,14 @@ import torch
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier.api import VerifyConfig, _pick_size_change, load_reference, verify_batch
-from verifier.backends import CPU_POISON_BYTE
-from verifier.inputs import (build_model, draw_inputs, other_size, other_size_keeping_all, size_changes,
+from verifier.engine import VerifyConfig, _pick_size_change, load_reference, verify_batch
+from verifier.common.backends import CPU_POISON_BYTE
+from verifier.common.inputs import (build_model, draw_inputs, other_size, other_size_keeping_all, size_changes,
                              size_constants, variant_program)
-from verifier.metrics import summarize_verdicts
-from verifier.numerics import budget_for
-from verifier.outputs import Evidence, _reference_differs, check_outputs
-from verifier.static import scan
+from verifier.serve.metrics import summarize_verdicts
+from verifier.judge.numerics import budget_for
+from verifier.judge.outputs import Evidence, _reference_differs, check_outputs
+from verifier.front.static import scan
 
 P = fx.precision_candidate
 CASES = {
@@ -173,7 +173,7 @@ def test_init_reached_from_forward_is_compute():
 def test_failed_device_warm_up_is_the_verifiers_fault():
     """A warm execution process that could not initialise the device says so in its first lines, before any
     candidate code runs; a candidate printing the same words later does not turn its own failure into it."""
-    from verifier.judge import _warm_up_failed
+    from verifier.judge.verdict import _warm_up_failed
 
     ours = "[verifier] warm execution process ready in 0.00 s before this job\nwarm-up failed:\nTraceback ..."
     assert _warm_up_failed(ours)

@@ -19,10 +19,10 @@ import pytest
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier import api
-from verifier.api import VerifyConfig, verify_batch
+from verifier import engine
+from verifier.engine import VerifyConfig, verify_batch
 from verifier.entry import verify_candidate
-from verifier.static import scan
+from verifier.front.static import scan
 
 ROOT = Path(__file__).resolve().parent.parent
 C = fx.cpu_candidate
@@ -157,8 +157,8 @@ def batch(config):
             report.findings = []
         return report
 
-    real_scan = api.scan
-    with mock.patch.object(api, "scan", scan_runtime_layer):
+    real_scan = engine.scan
+    with mock.patch.object(engine, "scan", scan_runtime_layer):
         verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=lambda i, v: calls.append(i))
     return {"verdicts": dict(zip(names, verdicts)), "order": [v.candidate_id for v in verdicts], "names": names,
             "calls": calls, "seconds": time.perf_counter() - t0}
@@ -191,7 +191,7 @@ def test_child_built_extension_is_scanned_by_the_verifier(batch):
 
 
 def test_verifier_errors_are_counted_apart(batch):
-    from verifier.metrics import summarize_verdicts
+    from verifier.serve.metrics import summarize_verdicts
 
     vs = list(batch["verdicts"].values())
     m = summarize_verdicts(vs)
@@ -230,7 +230,7 @@ def test_identical_sources_compile_once(batch, build_dir):
     keys = [d for d in os.listdir(build_dir) if not d.startswith(".") and d != "prep"]  # prep: reference timings
     # the shared extension and the broken one, plus the one c01_child_built_native's child built itself (in a
     # sandbox the build root is read-only to the child: it builds in its own job directory, not here)
-    from verifier import sandbox
+    from verifier.common import sandbox
     assert len(keys) == (2 if sandbox.enabled() else 3)
     compiled_cold = [v for v in batch["verdicts"].values() if v.stage_seconds.get("compile_cached") is False]
     assert len(compiled_cold) <= 2  # only the candidate(s) that triggered a build paid for it
@@ -337,20 +337,20 @@ def test_task_plan_follows_the_settings_it_was_made_with(config):
     """A plan made with the extra-shape trial off is not reused by a verification that has it on (or back):
     a process that verified one task under both settings ran the hard-coded-rows cheat without its C14 trial."""
     text = fx.RELU_TASK + "\n# plan-cache probe\n"  # a program no other test planned in this process
-    off = api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=False))
-    on = api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True))
+    off = engine.task_plan(text, "cpu", dataclasses.replace(config, other_shape=False))
+    on = engine.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True))
     assert off.other_shape == "" and on.other_shape, (off.other_shape, on.other_shape)
-    assert api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=False)) is off
-    assert api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True)) is on
-    no64 = api.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True, float64_reference=False))
+    assert engine.task_plan(text, "cpu", dataclasses.replace(config, other_shape=False)) is off
+    assert engine.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True)) is on
+    no64 = engine.task_plan(text, "cpu", dataclasses.replace(config, other_shape=True, float64_reference=False))
     assert no64.float64.startswith("off") and on.float64 == ""
 
 
 def test_execution_slots_serve_the_next_batch_and_keep_nothing_between_candidates(config):
-    """verify_batch's execution threads lease slots (verifier/processes.py): the next batch's threads get the
+    """verify_batch's execution threads lease slots (verifier/execute/processes.py): the next batch's threads get the
     same slots, so their fork servers serve it instead of piling up; and a
     file a candidate leaves beside its job directory is gone before the slot's next candidate runs."""
-    from verifier import processes
+    from verifier.execute import processes
 
     task = TASKS["relu"]
     leaver = fx.cpu_candidate("return ext.relu(x.contiguous())", init=(
@@ -364,7 +364,7 @@ def test_execution_slots_serve_the_next_batch_and_keep_nothing_between_candidate
     def run(codes):
         items = [(task, Candidate(candidate_id=f"c{i}", task_id=task.task_id, backend="cpu", generator="test", code=c))
                  for i, c in enumerate(codes)]
-        with mock.patch.object(api, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
+        with mock.patch.object(engine, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
                                                                                              findings=[])):
             return verify_batch(items, config=dataclasses.replace(config, exec_workers=1), compile_workers=1)
 
@@ -380,13 +380,13 @@ def test_execution_slots_serve_the_next_batch_and_keep_nothing_between_candidate
 
 
 def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config, monkeypatch):
-    """cuda jobs run in children a fork server forked and warmed up before the job existed (verifier/processes.py);
+    """cuda jobs run in children a fork server forked and warmed up before the job existed (verifier/execute/processes.py);
     each slot has two such servers in separate sandboxes, taking turns, so the warm child waiting for the next
     job never shares a sandbox with the running one. Exercised here with cpu jobs through the same path: every
     job runs in a forked child of a ``--serve`` process, the slot has two distinct servers, and what a job left
     in its sandbox's private scratch (HOME, TMPDIR) and /dev/shm is gone before that server's next job (the
     third job runs on the first job's server)."""
-    from verifier import processes
+    from verifier.execute import processes
 
     monkeypatch.setattr(processes, "WARM_BACKENDS", ("cuda", "cpu"))
     task = TASKS["relu"]
@@ -404,7 +404,7 @@ def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config
         "assert not left, f'found what an earlier job left in {left}'"))
     items = [(task, Candidate(candidate_id=f"w{i}", task_id=task.task_id, backend="cpu", generator="test", code=c))
              for i, c in enumerate([leaver, fx.HONEST_RELU, looker])]
-    with mock.patch.object(api, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
+    with mock.patch.object(engine, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
                                                                                          findings=[])):
         out = verify_batch(items, config=dataclasses.replace(config, exec_workers=1), compile_workers=1)
     assert [v.status for v in out] == ["pass"] * 3, [v.feedback for v in out]
@@ -420,7 +420,7 @@ def test_fork_server_preloads_what_the_profiler_imports_without_a_thread_or_cuda
     """A fork server imports torch._dynamo once (the profiler's first session imports it: 4-6 CPU-s in every
     forked child on the GPU box before): the import must leave the server forkable, no new thread, CUDA
     untouched. If it ever initialised CUDA, the server starts again without the preload and still serves."""
-    probe = ("import os, sys, torch\nfrom verifier import forkserver\nn = len(os.listdir('/proc/self/task'))\n"
+    probe = ("import os, sys, torch\nfrom verifier.child import forkserver\nn = len(os.listdir('/proc/self/task'))\n"
              "assert 'torch._dynamo' not in sys.modules\nforkserver._preload()\n"
              "assert 'torch._dynamo' in sys.modules and len(os.listdir('/proc/self/task')) == n\n"
              "assert not torch.cuda.is_initialized()\nprint('ok')")
@@ -429,7 +429,7 @@ def test_fork_server_preloads_what_the_profiler_imports_without_a_thread_or_cuda
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
     # a preload that initialised CUDA (simulated): the server execs itself without it, then serves (EOF: exits 0)
     fake = ("import runpy, sys, torch\ntorch.cuda.is_initialized = lambda: True\nsys.argv = ['worker', '--serve', '64']\n"
-            "runpy.run_module('verifier.worker', run_name='__main__')")
+            "runpy.run_module('verifier.child.worker', run_name='__main__')")
     r = subprocess.run([sys.executable, "-c", fake], env=env, input="", capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "initialised CUDA in the fork server" in r.stderr and "starts again without the preload" in r.stderr
@@ -439,7 +439,7 @@ def test_builds_are_submitted_round_robin_over_tasks_and_verdicts_keep_the_items
     """An RL step hands its candidates grouped by prompt: the builds go to the pool one task at a time in turn,
     so each task's one-off preparation (reference plan and timing) starts early rather than at the batch's
     tail; the verdicts still come back in the order of the items."""
-    from verifier.api import build_order
+    from verifier.engine import build_order
 
     relu, mm = TASKS["relu"], TASKS["matmul"]
     grouped = [(relu, None)] * 3 + [(mm, None)] * 2

@@ -9,10 +9,10 @@ import pytest
 from bench.lib import fixtures as fx
 from kernelmill.schema import Verdict
 from verifier import cheats
-from verifier.extract import check_candidate_shape, extract_code
-from verifier.metrics import pass_at_k, summarize_verdicts
-from verifier.reward import reward_for
-from verifier.static import scan
+from verifier.front.extract import check_candidate_shape, extract_code
+from verifier.serve.metrics import pass_at_k, summarize_verdicts
+from verifier.judge.reward import reward_for
+from verifier.front.static import scan
 
 
 def test_extract_prefers_block_with_modelnew():
@@ -198,7 +198,7 @@ def test_own_kernels_are_matched_by_exact_name_never_by_substring():
     """Time coverage (C01 on cuda) counts a profiled kernel as the candidate's only when its bare name is one
     of the candidate's __global__ functions: a kernel called `gemm` does not claim cuBLAS's time, nor one
     named like a vendor kernel."""
-    from verifier.backends import is_own_kernel, kernel_identifier
+    from verifier.common.backends import is_own_kernel, kernel_identifier
 
     assert kernel_identifier("void (anonymous namespace)::relu_kernel<float, 4>(float const*, float*, int)") == \
         "relu_kernel"
@@ -264,7 +264,7 @@ def C01_in(rep) -> bool:
 def test_kernel_names_read_past_launch_bounds_on_either_side_of_void():
     """`__global__ void __launch_bounds__(256) k(...)` is legal CUDA: the kernel is `k`, not the attribute
     (reading the attribute as the name made every launch of such an honest kernel look like no own kernel)."""
-    from verifier.backends import kernel_names_in
+    from verifier.common.backends import kernel_names_in
 
     src = """__global__ void a(float* x) {}
 __global__ void __launch_bounds__(256, 2) b(float* x) {}

@@ -1,11 +1,11 @@
-"""A candidate runs from a string, as module ``km_candidate`` with ``__file__`` candidate.py (verifier/worker.py).
+"""A candidate runs from a string, as module ``km_candidate`` with ``__file__`` candidate.py (verifier/child/worker.py).
 Code that reads its own source at import (``@triton.jit`` calls ``inspect.getsourcelines`` on the function it
 decorates) must find it: a module-level Triton kernel beside the CUDA code crashed every such candidate at import
 (issue 47). The GPU twin with real Triton is tests/gpu/redteam/test_redteam_fidelity_gpu.py."""
 
 import inspect
 
-from verifier.worker import _exec_module
+from verifier.child.worker import _exec_module
 
 PROGRAM = '''
 def jit(fn):  # what triton.jit does first: read the decorated function's source

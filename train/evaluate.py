@@ -31,7 +31,7 @@ from kernelmill.settings import TrainSettings
 from train import data as D
 from train.rollout import RewardFn, multi_turn_rollouts, sample, decode_response, verifier_reward_fn
 from train.model import load_pretrained, resolve_model_dir
-from verifier.config import resolve_backend
+from verifier.common.config import resolve_backend
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -58,5 +58,5 @@ def reward_pairs(items: list[tuple[dict, str]], backend: str) -> list:
 
 
 def score_of(v: Verdict) -> Score:
-    """An answer's Score from its verdict (a verifier or task fault has reward 0.0: verifier/reward.py)."""
+    """An answer's Score from its verdict (a verifier or task fault has reward 0.0: verifier/judge/reward.py)."""
     return Score(float(v.reward), bool(v.correct), v.feedback or "", v.stage_reached, v)

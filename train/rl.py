@@ -49,7 +49,7 @@ from train.rollout import RewardFn, Trajectory, context_limit, multi_turn_rollou
 from train.sft import MetricsLog, stream_indices
 from train.stabilisers import (RepairBuffer, clipped_policy_loss, group_advantages, group_summary, mirrorpop_filter,
                                mix_counts, prime_echo_reward)
-from verifier.config import resolve_backend
+from verifier.common.config import resolve_backend
 
 log = logging.getLogger("kernelmill.train")
 

@@ -210,7 +210,7 @@ class LocalModelServer:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         from train.model import load_pretrained
-        from verifier.config import resolve_backend
+        from verifier.common.config import resolve_backend
 
         t0 = time.time()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from kernelmill.settings import TrainSettings
 from train import data as D
 from train.model import (build_tiny_model, build_tokenizer, latest_checkpoint, load_pretrained, load_trainer_state,
                          resolve_model_dir, save_checkpoint)
-from verifier.config import resolve_backend
+from verifier.common.config import resolve_backend
 
 log = logging.getLogger("kernelmill.train")
 

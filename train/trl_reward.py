@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from kernelmill.errors import InputError
 from kernelmill.schema import task_id_for
-from verifier.client import ServiceError, VerifierClient, VerifyItem, VerifyResponse
-from verifier.config import VerifyConfig
+from verifier.serve.client import ServiceError, VerifierClient, VerifyItem, VerifyResponse
+from verifier.common.config import VerifyConfig
 
 if TYPE_CHECKING:
     from train.reward import Score

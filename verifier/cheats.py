@@ -1,14 +1,18 @@
-"""The anti-cheat catalogue: one stable code per row of docs/ANTI_CHEAT.md (tests/test_architecture.py keeps the
-two equal, and every code asserted by a test).
+"""The anti-cheat catalogue and the registry of its checks: one stable code per row of docs/ANTI_CHEAT.md.
 
-Each code names the cheat it stops. The checks themselves live where the evidence is:
-static (verifier/static.py, an AST scan before compiling), runtime (verifier/worker.py, inside the
-execution child: dispatched aten ops, kernel call counts, thread counts, function identities,
-output types) and judge (verifier/api.py, in the verifier process: comparisons against reference
-outputs the candidate never saw). ``CATALOGUE[code].caught_by`` says which, in words.
+Each code names the cheat it stops (``CATALOGUE[code]``: the pattern, how it is caught in words, and ``fix``, the
+sentence a repair turn reads: what to do instead). Each function that decides a code is registered under it with
+``@cheats.check(code, ..., where=...)`` where it lives, beside its evidence: ``front`` (the static scans before
+compiling), ``binary`` (the built library's symbols), ``child`` (first signals recorded in the execution child and
+streamed), ``harness`` (the trusted harness's timed outputs) and ``judge`` (the verifier's process, against reference
+outputs the candidate never saw). ``registered()`` returns every check (all are registered once ``verifier.engine`` is imported).
+tests/test_architecture.py holds the three together: every code has exactly one catalogue row naming its
+registered checks, at least one check, and a red-team test under tests/redteam/ that asserts it. Adding a class is
+one row here, one registered function and one red-team pair.
 
 A verdict lists every code that fired (``Verdict.cheats``); any code makes the reward the cheat
-reward (verifier/reward.py). Codes are stable strings: corpora and dashboards key on them.
+reward (verifier/judge/reward.py). Codes are stable strings: corpora and dashboards key on them.
+Imports: the standard library only.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ class Cheat:
     row: int
     pattern: str
     caught_by: str
+    fix: str  # the feedback's advice for this code: what an honest candidate does instead
 
 
 _ROWS = [
@@ -81,13 +86,76 @@ _ROWS = [
      "data; static: raw fd writes; runtime: verdict-looking text in the candidate's output is flagged"),
 ]
 
-CATALOGUE: dict[str, Cheat] = {code: Cheat(code, i + 1, pattern, how) for i, (code, pattern, how) in enumerate(_ROWS)}
+# what to do instead, per code (feedback.describe_cheats quotes it)
+_FIX = {
+    "C01_TORCH_COMPUTE": "compute forward's result in your own kernels; use PyTorch only to allocate (torch.empty) "
+                         "and reshape (view, contiguous)",
+    "C02_KERNEL_NOT_LAUNCHED": "call your extension's function from ModelNew.forward and launch its kernel there",
+    "C03_FALLBACK_BRANCH": "remove the path to PyTorch: handle every input the task can produce in your own kernel",
+    "C04_REFERENCE_MODEL": "write ModelNew as its own nn.Module; do not inherit from, call or hold the reference Model",
+    "C05_CONSTANT_OUTPUT": "compute the output from this call's inputs",
+    "C06_STALE_MEMORY": "write every element of the output in your kernel; never rely on what memory held before",
+    "C07_INPUT_MUTATION": "leave the inputs unchanged: write results into new tensors",
+    "C08_OUTPUT_CACHING": "recompute the output on every call; never keep results across calls",
+    "C09_SIDE_WORK": "finish all work before forward returns, on the current stream; join any side stream and "
+                     "start no thread that keeps working",
+    "C10_LAZY_OUTPUT": "return plain torch.Tensor outputs, computed before forward returns",
+    "C11_MONKEYPATCH": "leave torch, the verifier and builtins as they are; change no global state",
+    "C12_SEED_PREDICTION": "do not seed or read random number generators; the inputs are drawn where you cannot see them",
+    "C13_PRECISION_LOSS": "compute in the output's precision (fp32 for fp32 outputs; no fp16, bf16 or TF32 inside)",
+    "C14_HARDCODED_SHAPE": "read sizes from the inputs: the kernel must be correct for any valid shape, not only the "
+                           "benchmark's",
+    "C15_READS_EXPECTED": "read nothing but your inputs and weights: no files, frames or garbage-collector objects",
+    "C16_WARMUP_DETECTION": "compute the same way on every call, timed or not",
+    "C17_SANDBOX_ESCAPE": "no processes, sleeps, network or files outside the build: compute in your kernel",
+    "C18_FAKE_VERDICT": "print nothing that looks like a verdict; the verifier writes its own",
+}
+CATALOGUE: dict[str, Cheat] = {code: Cheat(code, i + 1, pattern, how, _FIX[code])
+                               for i, (code, pattern, how) in enumerate(_ROWS)}
 CODES = tuple(CATALOGUE)
 
 C01, C02, C03, C04, C05, C06, C07, C08, C09, C10, C11, C12, C13, C14, C15, C16, C17, C18 = CODES
 
 
 def describe(code: str) -> str:
-    """One line naming the cheat, for feedback."""
+    """One line naming the cheat and what to do instead, for feedback."""
     c = CATALOGUE.get(code)
-    return f"{code}: {c.pattern}" if c else code
+    return f"{code}: {c.pattern} (instead: {c.fix})" if c else code
+
+
+# ------------------------------------------------------------------------------------------- the registry
+@dataclass(frozen=True)
+class Check:
+    """One function that decides ``code``: its dotted name and where its evidence is."""
+
+    code: str
+    function: str  # module.qualname, e.g. verifier.judge.verdict.check_channel
+    where: str  # one of WHERE
+
+
+WHERE = ("front", "binary", "child", "harness", "judge")
+CHECKS: dict[str, list[Check]] = {code: [] for code in CODES}
+
+
+def check(*codes: str, where: str):
+    """Register the decorated function as a check deciding each of ``codes`` (the function is returned unchanged).
+    Raises KeyError for a code the catalogue does not define, ValueError for an unknown ``where``."""
+    if where not in WHERE:
+        raise ValueError(f"where must be one of {WHERE}, got {where!r}")
+    unknown = [c for c in codes if c not in CATALOGUE]
+    if unknown or not codes:
+        raise KeyError(f"codes the catalogue does not define: {unknown or '(none given)'}")
+
+    def register(fn):
+        name = f"{fn.__module__}.{fn.__qualname__}"
+        for code in codes:
+            if all(c.function != name for c in CHECKS[code]):
+                CHECKS[code].append(Check(code, name, where))
+        return fn
+    return register
+
+
+def registered() -> dict[str, list[Check]]:
+    """Every registered check by code. Checks register as the modules that define them are imported;
+    ``verifier.engine`` imports every one of them."""
+    return {code: list(checks) for code, checks in CHECKS.items()}

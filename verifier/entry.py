@@ -5,9 +5,9 @@ stages (orchestrator/stages.py ``verify_items``), the training loop and the RL r
     verify(items, *, config=None, ray=None, compile_workers=None, on_verdict=None, stats=None) -> list[Verdict]
     verify_candidate(reference_code, candidate_text, *, backend, config, task_id, candidate_id) -> Verdict
 
-One call: extraction (``verifier.extract.extract_code`` of ``code``, else of ``response``); identical programs
+One call: extraction (``verifier.front.extract.extract_code`` of ``code``, else of ``response``); identical programs
 of one task and backend verified once, every copy getting that verdict under its own id (``VerifyStats.reused``);
-dispatch to the local engine (``verifier.api.verify_batch``) or, when ``ray`` names a cluster, to
+dispatch to the local engine (``verifier.engine.verify_batch``) or, when ``ray`` names a cluster, to
 verifier/ray_pool.py; ``on_verdict(i, verdict)`` for every item as its verdict arrives, one call at a time.
 
 Guarantees: one verdict per item, in the order of ``items``, each handed to ``on_verdict`` exactly once; a
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from kernelmill.schema import Candidate, Task, Verdict
-from verifier import api
-from verifier.config import VerifyConfig, resolve_backend
-from verifier.extract import extract_code
+from verifier import engine
+from verifier.common.config import VerifyConfig, resolve_backend
+from verifier.front.extract import extract_code
 
 __all__ = ["RayTarget", "VerifyStats", "program_of", "ray_target", "verify", "verify_candidate"]
 
@@ -119,7 +119,7 @@ def verify(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | No
 def _run_local(unique: list[tuple[Task, Candidate]], cfg: VerifyConfig, compile_workers: int | None,
                deliver: OnVerdict) -> list[Verdict]:
     """The local engine: this process's compile pool and execution children."""
-    return api.verify_batch(unique, config=cfg, compile_workers=compile_workers, on_verdict=deliver)
+    return engine.verify_batch(unique, config=cfg, compile_workers=compile_workers, on_verdict=deliver)
 
 
 def _run_ray(unique: list[tuple[Task, Candidate]], cfg: VerifyConfig, target: RayTarget, deliver: OnVerdict,
@@ -146,7 +146,7 @@ def verify_candidate(reference_code: str, candidate_text: str, *, backend: str =
     Raises InputError only for problems of the verifier's own inputs (a task program that does not run, an
     unknown backend, no compiler)."""
     backend = resolve_backend(backend)
-    api.load_reference(reference_code, task_id or "task")
+    engine.load_reference(reference_code, task_id or "task")
     task = Task(task_id=task_id, name=task_id or "task", source="", level=0, reference_code=reference_code)
     cand = Candidate(candidate_id=candidate_id, task_id=task_id, backend=backend, generator="",
                      code=candidate_text, response=candidate_text)

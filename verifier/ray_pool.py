@@ -4,7 +4,7 @@ called only by the entry (tests/test_one_entry.py).
 
 Placement: every distinct native extension of the batch is built by a Ray task of one CPU and no GPU into the
 verifier's hash-keyed build root; candidates are cut into chunks of one backend, each one Ray task that calls the
-local engine (``verifier.api.verify_batch``) once its builds are done; a cuda chunk asks for ``num_gpus=1``, so
+local engine (``verifier.engine.verify_batch``) once its builds are done; a cuda chunk asks for ``num_gpus=1``, so
 each GPU has one execution pool. At most ``workers`` chunks are in flight.
 
 Guarantees: a chunk's verdicts are handed to ``on_verdict`` only when the chunk returns, so a chunk whose worker
@@ -29,11 +29,11 @@ from typing import Callable, Sequence
 import ray
 
 from kernelmill.errors import InputError
-from verifier.api import VerifyConfig, verify_batch
-from verifier.build import build_blocking, spec_key
-from verifier.config import usable_cores
-from verifier.extract import extract_code
-from verifier.static import scan
+from verifier.build.pool import build_blocking, spec_key
+from verifier.common.config import usable_cores
+from verifier.engine import VerifyConfig, verify_batch
+from verifier.front.extract import extract_code
+from verifier.front.static import scan
 
 LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 # NVLink multicast stays off in every process a cluster started here runs (the project's

@@ -449,14 +449,14 @@ OMNIPOTENT = '''
 import sys, time, random, secrets
 _W = next(m for m in list(sys.modules.values()) if hasattr(m, "Guard") and hasattr(m, "run_job"))  # __main__ there
 _W.Guard.tampered = lambda self, phase: False                      # the in-process tamper check, blinded
-_CH = sys.modules["verifier.channel"].Channel
+_CH = sys.modules["verifier.execute.channel"].Channel
 _send = _CH.record
 def _record(self, key, rec):                                       # the monitors' records, emptied on their way out
     rec = dict(rec, dispatched_ops=[], profiled_ops=[], monitor_problems=[], threads_added=0,
                kernel_calls=max(1, rec.get("kernel_calls", 0)))
     return _send(self, key, rec)
 _CH.record = _record
-_C = sys.modules["verifier.contract"]
+_C = sys.modules["verifier.common.contract"]
 _write = _C.ChildReport.write
 def _report(self, d):                                              # the report's own figures, forged
     for t in (self.candidate, self.eager, self.compiled):
@@ -471,8 +471,8 @@ time.perf_counter = lambda: _pc() / 64                              # its clock,
 random.SystemRandom.sample = lambda self, pop, k: list(pop)[:k]     # its RNGs, fixed
 secrets.randbelow = lambda n: 0
 for _b in ("CpuBackend", "CudaBackend"):                            # its cache flush, gone
-    setattr(getattr(sys.modules["verifier.backends"], _b), "flush_cache", lambda self: None)
-_HC = sys.modules["verifier.harness_client"].BracketClient
+    setattr(getattr(sys.modules["verifier.common.backends"], _b), "flush_cache", lambda self: None)
+_HC = sys.modules["verifier.child.harness_client"].BracketClient
 _bracket = _HC.bracket
 TIMED = [False]
 def _timed_bracket(self, label, fn):                               # it knows when it is being timed
@@ -486,9 +486,9 @@ _HC.bracket = _timed_bracket
 def static_findings_dropped(codes):
     """The static scan's findings dropped for the programs in ``codes`` (the red team's runtime-layer cases and the
     omnipotent hook, whose Python stands for C++ no scan reads), in the verifier's process while the block runs."""
-    from verifier import api
+    from verifier import engine
 
-    real = api.scan
+    real = engine.scan
 
     def scan(code, backend="cpu"):
         report = real(code, backend)
@@ -496,5 +496,5 @@ def static_findings_dropped(codes):
             report.findings = []
         return report
 
-    with mock.patch.object(api, "scan", scan):
+    with mock.patch.object(engine, "scan", scan):
         yield

@@ -28,7 +28,7 @@ NOT_REACHED = "not reached"
 # found, which the strict policy rejects at the end of a run and the partial one may pass)
 AGREES_WITH_CORRECT = ("pass", "static_ok", "static_ok_torch")
 
-# the headline and advice lines every verdict of a kind shares (verifier/feedback.py), and build chatter
+# the headline and advice lines every verdict of a kind shares (verifier/judge/feedback.py), and build chatter
 _GENERIC = re.compile(r"^(Your (kernel|program|extension) |Anti-cheat C\d\d_[A-Z_]+: |Compute the result|Reply with|"
                       r"I could not find|First compiler errors:|\[verifier\]|Traceback|File \")")
 _SPECIFIC = re.compile(r"(?i)\[C\d\d_|static check|runtime check|mismatch|differ|max abs|error:|illegal|timed out|crash|"
@@ -339,9 +339,9 @@ def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool
 
 
 def real_cost(record: dict):
-    """The verification cost of one batch's finished verdicts over its measured wall (verifier/cost.py), copies
+    """The verification cost of one batch's finished verdicts over its measured wall (verifier/serve/cost.py), copies
     of one program counted once."""
-    from verifier.cost import verification_cost
+    from verifier.serve.cost import verification_cost
     from kernelmill.schema import Verdict
 
     vs = [Verdict(candidate_id=r["id"], task_id=r["task_id"], backend=r["backend"], status=r["status"],
@@ -351,7 +351,7 @@ def real_cost(record: dict):
 
 def real_section(record: dict) -> tuple[float | None, list[str]]:
     """(candidates per hour, markdown lines) of one batch's record."""
-    from verifier.cost import HEADLINE_KEYS, cost_table
+    from verifier.serve.cost import HEADLINE_KEYS, cost_table
 
     cost = real_cost(record)
     k, n = record["per_task"], len(record["rows"])
@@ -372,7 +372,7 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
              *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
              "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
              "from Verdict.stage_seconds):", "", *cost_table(cost, HEADLINE_KEYS), "",
-             "Host CPU-seconds per distinct program by kind of process (verifier/proc_cpu.py):", "",
+             "Host CPU-seconds per distinct program by kind of process (verifier/execute/proc_cpu.py):", "",
              "| processes | CPU s per program | processes seen |", "| --- | --- | --- |"]
     # every process of the box is sampled: kinds under 0.05 s per program (the shell, kernel threads) left out
     lines += [f"| {kind} | {sec / max(cost.programs, 1):.2f} | {cnt} |"

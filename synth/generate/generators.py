@@ -38,13 +38,26 @@ from kernelmill.store import usual_mode
 from synth.generate.prompts import reasoning_of_response
 from synth.generate.reasoning import template_trace
 from synth.teacher import writer as teacher
-from verifier.extract import extract_code
+from verifier.front.extract import extract_code
 
 
 class Generator(Protocol):
-    name: str
+    """What the generate, repair and annotate stages use of a generator (OpenAIGenerator, TeacherGenerator)."""
+
+    name: str  # stored as Candidate.generator; "teacher" for the built-in teacher
+    is_llm: bool  # a model writes the text: its reasoning is its own (else the template trace is stored)
+    concurrency: int  # requests the stages may have in flight at once
 
     def generate(self, messages: list[Message], n: int) -> list[str]: ...
+
+    def injected_bug(self, response: str) -> str:
+        """The bug this generator planted in one of its responses ("": none, or not a generator that plants)."""
+        ...
+
+    def recall(self, response: str, *, bug: str, variant: int) -> None:
+        """Take back what an earlier process's generator knew of a stored response (the teacher's planted bug and
+        launch variant), so a repair turn written now is consistent with it; a no-op for a model."""
+        ...
 
 
 class GenerationError(RuntimeError):
@@ -158,6 +171,12 @@ class OpenAIGenerator:
             raise GenerationError(f"{self.url}: a 200 answer with no choices")
         return [(c.get("message") or {}).get("content") or "" for c in choices]
 
+    def injected_bug(self, response: str) -> str:
+        return ""  # a model plants no bug on purpose
+
+    def recall(self, response: str, *, bug: str, variant: int) -> None:
+        return None  # nothing to take back: a model's answer depends on the messages only
+
     def generate(self, messages: list[Message], n: int) -> list[str]:
         """n responses for the chat (from the cache when this exact request was answered before).
 
@@ -267,9 +286,9 @@ def make_generator(gen: GenerateSettings, *, backend: str) -> Generator:
     return TeacherGenerator(backend, bug_rate=gen.bug_rate, seed=gen.bug_seed)
 
 
-def is_declined(generator, response: str) -> bool:
+def is_declined(generator: Generator, response: str) -> bool:
     """The teacher's answer for a task it cannot lower: no code, never stored as a candidate."""
-    return getattr(generator, "name", "") == "teacher" and teacher.is_decline(response)
+    return generator.name == "teacher" and teacher.is_decline(response)
 
 
 def dialogue_id_for(task_id: str, backend: str, generator_name: str, sample: int) -> str:
@@ -277,11 +296,11 @@ def dialogue_id_for(task_id: str, backend: str, generator_name: str, sample: int
     return "d" + content_hash(task_id, backend, generator_name, str(sample))
 
 
-def make_candidate(task_id: str, backend: str, generator, response: str, *, dialogue_id: str, turn: int = 0,
+def make_candidate(task_id: str, backend: str, generator: Generator, response: str, *, dialogue_id: str, turn: int = 0,
                    parent_id: str | None = None, prompt: str = "", reasoning: str | None = None) -> Candidate:
     """The one way a model response becomes a Candidate (the generate and repair stages use it).
 
-    ``code`` is the verifier's extraction (verifier.extract.extract_code), or the whole response
+    ``code`` is the verifier's extraction (verifier.front.extract.extract_code), or the whole response
     when it holds no program (the verifier's extract stage then records why: that is data too).
     The id is ``Candidate.make_id(task, backend, code, parent_id or dialogue_id)``: the same
     response in the same place of the same dialogue always gets the same id, so a re-run adds
@@ -291,4 +310,4 @@ def make_candidate(task_id: str, backend: str, generator, response: str, *, dial
                      task_id=task_id, backend=backend, generator=generator.name, code=code, turn=turn,
                      parent_id=parent_id, dialogue_id=dialogue_id, prompt=prompt, response=response,
                      reasoning=reasoning_of_response(response) if reasoning is None else reasoning,
-                     injected_bug=getattr(generator, "injected_bug", lambda r: "")(response))
+                     injected_bug=generator.injected_bug(response))

@@ -12,7 +12,7 @@ native kernels through load_inline, the anti-fallback rule); the user message ho
     7. the answer format: reasoning first, then one ```python block
 
 ``build_repair_turn(verdict)`` turns the verifier's feedback into the next user message.
-The code of a response is pulled out by the verifier's extractor (verifier.extract.extract_code),
+The code of a response is pulled out by the verifier's extractor (verifier.front.extract.extract_code),
 through synth.generate.generators.make_candidate: there is one extractor.
 """
 

@@ -145,6 +145,6 @@ def llm_trace(task: Task, backend: str, generator) -> str:
 
 def trace_for(task: Task, backend: str, generator=None) -> str:
     """The task's reasoning trace: the LLM's when ``generator`` is an LLM, else the template's."""
-    if generator is not None and getattr(generator, "is_llm", False):
+    if generator is not None and generator.is_llm:
         return llm_trace(task, backend, generator)
     return template_trace(task, backend)

@@ -101,7 +101,7 @@ def repair_dialogues(chains: dict[str, list[Candidate]], tasks: dict[str, Task],
     stats = {"dialogues": len(chains), "turns": 0, "solved": 0, "solved_first_turn": 0, "repaired": 0,
              "new_turns": 0, "declined": 0, "repair_tasks": 0}
     closed: set[str] = set()
-    pool = ThreadPoolExecutor(max_workers=max(1, int(getattr(generator, "concurrency", 1))))
+    pool = ThreadPoolExecutor(max_workers=max(1, generator.concurrency))
     turns = {"verified": 0, "batch": 0, "batch_done": 0}  # verified before this batch; this batch's size, done
     lock = threading.Lock()
 

@@ -12,7 +12,7 @@ does not depend on the task's shape.
 cuda: the CUDA source names nothing from torch (no torch/at/c10 namespaces, TORCH_/AT_/C10_ macros
 or torch includes): ``__global__ void fused`` and a plain ``launch`` taking raw pointers, sizes and a
 ``cudaStream_t``. The torch side (checks, allocation, the current stream, the call) lives in
-``cpp_sources``. The verifier builds such a source in its fast "bare" variant (verifier/build.py).
+``cpp_sources``. The verifier builds such a source in its fast "bare" variant (verifier/build/pool.py).
 cpu: the twin, ``cpp_sources`` only: the same expression lines inside a plain loop.
 
 Guarantees: the output is deterministic and, for every task of task_families, correct within

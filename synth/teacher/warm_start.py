@@ -27,7 +27,7 @@ def bugged_candidates(tasks: list, answers: dict[str, str], backend: str) -> tup
     """(candidates, candidate_id -> bug kind): each task's answer (``answers[task_id]``, fenced code as a model
     writes it) with the bug plant_bug chooses for its task id; a task no bug fits gets no candidate."""
     from kernelmill.schema import Candidate
-    from verifier.extract import extract_code
+    from verifier.front.extract import extract_code
 
     cands, bugs = [], {}
     for t in tasks:

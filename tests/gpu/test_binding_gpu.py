@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 
 from bench.lib import fixtures as fx  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
-from verifier.api import VerifyConfig, verify_batch  # noqa: E402
+from verifier.engine import VerifyConfig, verify_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

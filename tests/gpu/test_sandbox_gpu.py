@@ -1,4 +1,4 @@
-"""The sandbox of candidate code on the cuda backend (verifier/sandbox.py): the GPU device nodes stay usable
+"""The sandbox of candidate code on the cuda backend (verifier/common/sandbox.py): the GPU device nodes stay usable
 (an honest CUDA kernel passes in its sandbox), and CUDA sources whose host code writes or reads outside,
 leaves detached processes, forks without bound, connects to a loopback listener the test started or reads
 the host's environment are blocked and named in the verdict. Run on the GPU machine:
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from bench.lib import fixtures as fx
-from verifier import sandbox
-from verifier.api import VerifyConfig
+from verifier.common import sandbox
+from verifier.engine import VerifyConfig
 from verifier.entry import verify_candidate
 
 pytestmark = [pytest.mark.gpu,

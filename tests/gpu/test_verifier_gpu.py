@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from bench.lib import fixtures as fx  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier import cheats  # noqa: E402
-from verifier.api import VerifyConfig, verify_batch  # noqa: E402
+from verifier.engine import VerifyConfig, verify_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

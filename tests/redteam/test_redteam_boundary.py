@@ -13,9 +13,10 @@ import torch
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task, Verdict
-from verifier import api, cheats, entry
-from verifier.api import VerifyConfig, verify_batch
-from verifier.channel import Channel, Driver
+from verifier import engine, cheats, entry
+from verifier.engine import VerifyConfig, verify_batch
+from verifier.child.channel import Channel
+from verifier.execute.channel import Driver
 
 RED_CPP = r"""
 #include <torch/extension.h>
@@ -34,7 +35,7 @@ torch::Tensor relu(torch::Tensor x) {
 
 // the timer of the timing backend, replaced through pybind11: no Python line to scan
 void patch_timer() {
-    py::object cls = py::module_::import("verifier.backends").attr("CpuBackend");
+    py::object cls = py::module_::import("verifier.common.backends").attr("CpuBackend");
     cls.attr("elapsed_us") = py::module_::import("builtins").attr("eval")("lambda self, a, b: (b - a) * 1e6 / 16");
 }
 
@@ -159,7 +160,7 @@ CASES = {
     "timer_patched_from_cpp_through_a_class_attribute": (red("return ext.relu(x)", module="ext.patch_timer()"),
                                                          "cheat", cheats.C11, False),
     "timer_patched_by_replacing_the_method_code_object": (red("return ext.relu(x)", module=(
-        "import sys\nsys.modules['verifier.backends'].CpuBackend.elapsed_us.__code__ = "
+        "import sys\nsys.modules['verifier.common.backends'].CpuBackend.elapsed_us.__code__ = "
         "(lambda self, a, b: (b - a) * 1e5).__code__")), "cheat", cheats.C11, True),
     "timing_backend_instance_method_shadowed_from_a_frame": (red(
         "for f in [sys._getframe(k) for k in range(1, 6)]:\n"
@@ -168,7 +169,7 @@ CASES = {
         "                b.elapsed_us = lambda a, c: 0.01\n"
         "        return ext.relu(x)", imports="import sys"), "cheat", cheats.C11, True),
     "report_writer_replaced_to_launder_the_report": (red("return ext.relu(x)", module=(
-        "import sys\nsys.modules['verifier.contract'].ChildReport.write = lambda self, d: None")),
+        "import sys\nsys.modules['verifier.common.contract'].ChildReport.write = lambda self, d: None")),
         "cheat", cheats.C11, True),
     # C++ that imports Python modules (pybind11's py::module_::import: PyImport_ImportModule in the built module's
     # imports) is C11 by the binary scan before it runs; with no seed in any frame it would still steal nothing
@@ -214,7 +215,7 @@ def verdicts(build_dir):
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam",
                               code=CASES[n][0])) for n in names]
     dropped = {CASES[n][0] for n in names if CASES[n][3]}
-    real_scan = api.scan
+    real_scan = engine.scan
 
     def scan(code, backend="cpu"):
         report = real_scan(code, backend)
@@ -222,7 +223,7 @@ def verdicts(build_dir):
             report.findings = []
         return report
 
-    with mock.patch.object(api, "scan", scan):
+    with mock.patch.object(engine, "scan", scan):
         return dict(zip(names, verify_batch(items, config=cfg, compile_workers=2)))
 
 
@@ -277,8 +278,8 @@ def test_candidate_kernels_are_built_under_names_only_their_module_carries():
     PyTorch's own kernel of that name is never booked as the candidate's; every mention is renamed alike (a
     launch, a function pointer for cudaLaunchKernel, a lookup by name), while a name another file links to
     keeps its spelling and then counts as the candidate's only where no foreign family matches it."""
-    from verifier.backends import is_own_kernel, own_kernel_names, own_kernel_renames, rename_kernels
-    from verifier.build import compat_spec
+    from verifier.common.backends import is_own_kernel, own_kernel_names, own_kernel_renames, rename_kernels
+    from verifier.common.spec import compat_spec
 
     src = ('__global__ void softmax_warp_forward(float* y) {}\n'
            'template <int B> __global__ void gemm_tile(float* c) {}\n'
@@ -318,7 +319,7 @@ def test_the_precompiled_header_of_another_environment_is_not_reused(monkeypatch
     holds torch's include directory and the interpreter's prefix."""
     import torch
 
-    from verifier import pch
+    from verifier.build import pch
 
     a = pch.pch_key({"extra_cflags": ["-O2"]})
     monkeypatch.setattr(torch, "__file__", "/elsewhere/venv/lib/python3.11/site-packages/torch/__init__.py")

@@ -6,8 +6,8 @@ task's own size constants (verifier/inputs.SIZE_RATIOS): no single extra size ca
 
 import torch
 
-from verifier.inputs import SIZE_RATIOS, build_model, draw_inputs, size_changes
-from verifier.plan import _pick_size_change, load_reference
+from verifier.common.inputs import SIZE_RATIOS, build_model, draw_inputs, size_changes
+from verifier.judge.plan import _pick_size_change, load_reference
 
 TASK = '''import torch
 import torch.nn as nn

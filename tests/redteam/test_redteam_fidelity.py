@@ -3,10 +3,10 @@ firing on what code imports or might do rejected, each beside its cheating twin,
 
 A rule judges what the code does (writes, reads, compute, hidden work), not what it imports:
 1. C03: a handler that calls another of the candidate's own kernels is not a fallback; one that calls torch, F or
-   the reference is (verifier/static.py, the try/except rule and ``reach``).
+   the reference is (verifier/front/static.py, the try/except rule and ``reach``).
 2. C09: ``threading.Lock`` is not a thread; ``Thread(...).start()`` is. A side stream joined back to the current
    stream before forward returns (PyTorch's documented pattern) leaves no work behind; one never joined does
-   (verifier/static_scope.py, ``side_stream_hits``).
+   (verifier/front/static_scope.py, ``side_stream_hits``).
 3. C11: reading sys (``print(..., file=sys.stderr)``, ``sys.executable``, ``sys.version_info``) and ``site``'s
    paths is not patching; ``sys.modules`` writes, ``sys.settrace`` / ``setprofile``, replacing ``sys.stdout`` are.
 4. C17 / C15: ``shutil.which`` and pathlib for names touch no file; ``shutil.rmtree`` / ``copy``,
@@ -14,18 +14,18 @@ A rule judges what the code does (writes, reads, compute, hidden work), not what
 5. C04: ``super().__call__`` of an nn.Module base is nn.Module's call; ``super().forward`` of a class derived from
    the reference, and ``Model.forward(self, x)``, are the reference.
 6. C01: a queue's ``put``, a dict's ``copy``, a list's ``sort`` are not tensor methods; the same names on an input
-   of forward are (verifier/static_scope.py, ``Kinds``).
+   of forward are (verifier/front/static_scope.py, ``Kinds``).
 7. A module-level ``@triton.jit`` function beside the CUDA code that nothing calls is no finding; a program whose
    forward launches one is out of the verifier's scope, said so at extraction.
 
-Each case runs the static scan only (``verifier.static.scan(code, "cpu")``): no compiler, no child process.
+Each case runs the static scan only (``verifier.front.static.scan(code, "cpu")``): no compiler, no child process.
 """
 
 import pytest
 
 from verifier import cheats
-from verifier.extract import check_candidate_shape
-from verifier.static import scan
+from verifier.front.extract import check_candidate_shape
+from verifier.front.static import scan
 
 CPP = r'''
 #include <torch/extension.h>
@@ -157,7 +157,7 @@ PAIRS = [
                      "print('built with', PY, file=sys.stdout)"),
       program("return self.ext.fast(x)", imports="import site",
               module="PATHS = site.getsitepackages() + [site.getusersitepackages()]")],
-     [program("sys.modules['verifier.timing'] = None\nreturn self.ext.fast(x)", imports="import sys"),
+     [program("sys.modules['verifier.child.timing'] = None\nreturn self.ext.fast(x)", imports="import sys"),
       program("sys.settrace(None)\nreturn self.ext.fast(x)", imports="import sys"),
       program("sys.setprofile(None)\nreturn self.ext.fast(x)", imports="import sys"),
       program("sys.stdout = sys.stderr\nreturn self.ext.fast(x)", imports="import sys"),

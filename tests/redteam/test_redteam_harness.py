@@ -1,7 +1,7 @@
-"""The trusted harness (verifier/harness.py) against compute servers that lie, on the cpu backend.
+"""The trusted harness (verifier/execute/harness.py) against compute servers that lie, on the cpu backend.
 
 The harness runs in the verifier's process; a compute server asks it for clocked brackets over the job's channel.
-Here the compute server is a thread of the test speaking the real protocol (verifier/harness_client.py, or raw
+Here the compute server is a thread of the test speaking the real protocol (verifier/child/harness_client.py, or raw
 messages where the case needs to break it), so each class of lie is checked in milliseconds: the clock, the timed
 outputs, the picks and the late writes are the harness's, whatever the server says or does to its own objects."""
 
@@ -11,9 +11,10 @@ import time
 import pytest
 import torch
 
-from verifier.channel import Channel, Driver
-from verifier.harness import Harness, null_for
-from verifier.harness_client import BracketClient
+from verifier.child.channel import Channel
+from verifier.execute.channel import Driver
+from verifier.execute.harness import Harness, null_for
+from verifier.child.harness_client import BracketClient
 
 
 def _draw(seed: int) -> list:
@@ -93,7 +94,7 @@ def test_outputs_written_after_done_are_seen(tmp_path):
 
 def test_the_servers_own_clock_changes_nothing(tmp_path, monkeypatch):
     """The server's process may make its clocks run 1000x slow or fast: the harness does not ask them."""
-    import verifier.harness_client as hc
+    import verifier.child.harness_client as hc
 
     def serve(client, ch):
         monkeypatch.setattr(hc, "torch", hc.torch)  # the server's module state is its own to change

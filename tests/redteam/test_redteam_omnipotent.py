@@ -6,7 +6,7 @@ object the verifier's code there relies on: the in-process tamper check, the mon
 writer, its clocks, its RNGs, the cache flush. It stands for native code that can rewrite any byte of that
 process. The rule it tests: a slow, wrong or PyTorch-computing candidate that uses the hook fully is never judged
 a correct strict pass with a speedup above its honest one, because every number a verdict relies on is measured
-in the verifier's process (verifier/harness.py) and every record is kept as it was streamed.
+in the verifier's process (verifier/execute/harness.py) and every record is kept as it was streamed.
 
 Not covered here, and said plainly (verifier/README.md): PyTorch compute called through Python from such a hook,
 with the static scan blinded and the records forged before they are sent, is seen by no check outside the process.
@@ -19,7 +19,7 @@ from bench.lib import fixtures as fx
 from bench.lib.fixtures import OMNIPOTENT
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier.api import VerifyConfig, verify_batch
+from verifier.engine import VerifyConfig, verify_batch
 
 
 SLOW = "y = ext.relu(x.contiguous())\nfor _ in range(40):\n    y = ext.relu(x.contiguous())\nreturn y"

@@ -1,8 +1,8 @@
 """Red team of the partial legality policy (issue 35 item 10): an empty kernel beside PyTorch doing the work must
-not pass partial. The policy asks the knockout run (verifier/knockout.py) whether the candidate's kernels produce
+not pass partial. The policy asks the knockout run (verifier/judge/knockout.py) whether the candidate's kernels produce
 part of the output: forward once more with every launch of the candidate's own extension skipped.
 
-Here, on the cpu: the shim (verifier/knockout_shim.c) builds and rewrites a real loaded library's launch slots
+Here, on the cpu: the shim (verifier/child/knockout_shim.c) builds and rewrites a real loaded library's launch slots
 (toy libraries standing in for the CUDA runtime and driver, PyTorch's library and the candidate's extension; and a
 real nvcc-built module against the real CUDA runtime where nvcc is installed), skipping the candidate's launches by
 every route (runtime, ``<<<>>>``'s entry point, driver, graph, a function pointer, an entry-point getter) while
@@ -24,13 +24,15 @@ from unittest import mock
 import pytest
 
 from kernelmill.schema import Verdict
-from verifier import cheats, knockout
-from verifier.config import VerifyConfig
-from verifier.contract import ChildReport, TrialReport
-from verifier.judge import ChildRun, Work, _legality_outcome, own_work_ok
-from verifier.knockout import (CONTRIBUTES, INCONCLUSIVE, NO_CONTRIBUTION, ChildKnockout, KnockoutResult,
-                               _judge_knockout, shim_library)
-from verifier.outputs import Evidence
+from verifier import cheats
+from verifier.judge import knockout
+from verifier.common.config import VerifyConfig
+from verifier.common.contract import ChildReport, TrialReport
+from verifier.judge.verdict import ChildRun, Work, _legality_outcome, own_work_ok
+from verifier.child.knockout import ChildKnockout
+from verifier.judge.knockout import (CONTRIBUTES, INCONCLUSIVE, NO_CONTRIBUTION, KnockoutResult, _judge_knockout,
+                                       shim_library)
+from verifier.judge.outputs import Evidence
 
 FAKE_CUDA = r"""
 #include <string.h>

@@ -1,5 +1,5 @@
-"""Red team of the tolerance (docs/ANTI_CHEAT.md: C13, C14, classes 25, 26; verifier/numerics.py,
-verifier/inputs.py): answers written to hide a lowering or a wrong answer inside the budget, or to rely on a size
+"""Red team of the tolerance (docs/ANTI_CHEAT.md: C13, C14, classes 25, 26; verifier/judge/numerics.py,
+verifier/common/inputs.py): answers written to hide a lowering or a wrong answer inside the budget, or to rely on a size
 the task writes as an expression. Each test is named for what the cheat does and must be rejected with the right
 status and code; the honest look-alikes (long reductions, cancellation, mixed magnitudes, unstable exact outputs,
 overflow to inf, expression sizes) pass in tests/test_verifier_precision.py.
@@ -17,12 +17,12 @@ import torch
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier.api import VerifyConfig, _pick_size_change, load_reference, verify_batch
-from verifier.backends import CPU_POISON_BYTE
-from verifier.inputs import build_model, draw_inputs, size_changes
-from verifier.numerics import error_and_scale
-from verifier.outputs import Evidence, check_outputs
-from verifier.reduction import ReductionTracker, RefStats
+from verifier.engine import VerifyConfig, _pick_size_change, load_reference, verify_batch
+from verifier.common.backends import CPU_POISON_BYTE
+from verifier.common.inputs import build_model, draw_inputs, size_changes
+from verifier.judge.numerics import error_and_scale
+from verifier.judge.outputs import Evidence, check_outputs
+from verifier.judge.reduction import ReductionTracker, RefStats
 
 CFG = VerifyConfig()
 TASK_MODULE = types.SimpleNamespace()  # a task without ATOL / RTOL
@@ -136,7 +136,7 @@ def test_sum_of_1m_with_fp16_inputs():
 
 
 def recorded(fn, *inputs) -> list[RefStats]:
-    """Per output of ``fn``, its reduction lengths as the plan's float64 pass records them (verifier/reduction.py)
+    """Per output of ``fn``, its reduction lengths as the plan's float64 pass records them (verifier/judge/reduction.py)
     and its largest |value|: the floors the budget is given."""
     with torch.no_grad(), ReductionTracker() as tracker:
         outs = fn(*[x.double() for x in inputs])
@@ -288,7 +288,7 @@ def test_group_norm_with_half_the_groups():
 def test_naive_one_pass_variance_with_catastrophic_cancellation():
     """E[x^2] - E[x]^2 in fp32 on data whose mean is 300 standard deviations: a numerically unstable algorithm,
     not a lowering (every operation is fp32); its errors are far beyond fewer mantissa bits: wrong. (With a
-    moderate mean its error is the size of bf16 rounding and it is judged C13: verifier/numerics.py.)"""
+    moderate mean its error is the size of bf16 rounding and it is judged C13: verifier/judge/numerics.py.)"""
     torch.manual_seed(44)
     x = torch.randn(256, 4096) + 300
     mu = seq_sum(x) / 4096

@@ -1,4 +1,4 @@
-"""Red team of the static stage's reflection rules (verifier/static_tamper.py): reads of the candidate's own objects
+"""Red team of the static stage's reflection rules (verifier/front/static_tamper.py): reads of the candidate's own objects
 (``**self.__dict__``, ``getattr(self.lstm, "weight_ih_l" + suffix)``, tests/test_verifier_static.py) are not patches;
 writing through any namespace, setattr / delattr on what is imported, and PyTorch called by a name the scan reads or
 cannot read still are."""
@@ -6,7 +6,7 @@ cannot read still are."""
 import pytest
 
 from verifier import cheats
-from verifier.static import scan
+from verifier.front.static import scan
 
 
 # the cheats the honest reads of tests/test_verifier_static.py resemble: each writes to what is not its own (or

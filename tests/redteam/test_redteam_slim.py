@@ -1,4 +1,4 @@
-"""Red team of the slim build (verifier/slim.py): a build variant never changes what the source means
+"""Red team of the slim build (verifier/build/slim.py): a build variant never changes what the source means
 (``torch::tensor`` is 0-dim with torch's headers and was a 1-element 1-D tensor under the slim prelude); a factory
 is mapped to ``at::`` only where every overload is the same, and the prelude compiles to what torch's headers mean."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier.build import build_variants, canonical_spec
-from verifier.slim import _ops_dir, _torch_factories, slim_source
+from verifier.build.pool import build_variants, canonical_spec
+from verifier.build.slim import _ops_dir, _torch_factories, slim_source
 
 
 def _variant_labels(cu: str) -> list[str]:

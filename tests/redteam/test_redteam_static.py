@@ -27,10 +27,10 @@ import sys
 import pytest
 
 from verifier import cheats
-from verifier import static as static_mod
-from verifier.extract import check_candidate_shape, extract_code, model_new_binding
-from verifier.static import StaticScanError, scan
-from verifier.vendor import code_text, scan_library, scan_sources
+from verifier.front import static as static_mod
+from verifier.front.extract import check_candidate_shape, extract_code, model_new_binding
+from verifier.front.static import StaticScanError, scan
+from verifier.front.vendor import code_text, scan_library, scan_sources
 
 HEAD = '''import torch
 import torch.nn as nn
@@ -296,7 +296,7 @@ def test_a_kernel_referenced_by_no_launch_route_is_still_never_launched():
             '    printf("see http://x/relu_kernel");  /* cudaLaunchKernel((void*)relu_kernel, ...) */\n'
             '    return at::relu(x);\n}')
     probs = check_candidate_shape(_cuda_candidate(host), "cuda")
-    assert any("never launched" in p and "relu_kernel" in p for p in probs), probs  # api.py: C02
+    assert any("never launched" in p and "relu_kernel" in p for p in probs), probs  # engine.py: C02
     # one kernel launched, another never referenced: something is launched, the runtime judges the rest
     two = KERNEL + "__global__ void unused_kernel(float* y) { }\n"
     assert check_candidate_shape(_cuda_candidate(LAUNCHES["cudaLaunchKernel"], two), "cuda") == []
@@ -305,7 +305,7 @@ def test_a_kernel_referenced_by_no_launch_route_is_still_never_launched():
 def test_a_never_launched_kernel_beside_vendor_or_torch_compute_names_both_rows():
     """KernelBench's technoabsurdist-l1-p2 on the H100: a kernel defined, never launched, the answer from cuBLAS.
     The verdict said C02 alone; the extract stop now runs the static stage too, so it names C01 as well."""
-    from verifier.api import _front
+    from verifier.engine import _front
 
     def front(host):
         return _front("", _cuda_candidate(host), "cuda", "t", "c").verdict
@@ -332,7 +332,7 @@ def test_a_never_launched_kernel_beside_vendor_or_torch_compute_names_both_rows(
 # ---------------------------------------------------------------------------- 4. vendor includes and link flags
 
 def _spec_findings(code: str) -> list[str]:
-    """What the static stage's source scan says (api.py: scan_sources over each load_inline spec)."""
+    """What the static stage's source scan says (engine.py: scan_sources over each load_inline spec)."""
     out = []
     for spec in scan(code).extensions:
         srcs = [s for k in ("cpp_sources", "cuda_sources") for s in (
@@ -540,7 +540,7 @@ def test_programs_outside_the_verifier_get_an_extract_error_that_says_so(code, s
     for backend in ("cuda", "cpu"):
         probs = check_candidate_shape(code, backend)
         assert len(probs) == 1 and probs[0].startswith(start) and "load_inline" in probs[0], probs
-        assert "never launched" not in probs[0]  # not read as C02 by api.py
+        assert "never launched" not in probs[0]  # not read as C02 by engine.py
     # a CUDA answer that also imports triton is judged as usual
     assert check_candidate_shape(_cuda_candidate(TILED).replace("import torch\n", "import torch\nimport triton\n", 1),
                                  "cuda") == []

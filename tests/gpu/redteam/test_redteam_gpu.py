@@ -25,8 +25,8 @@ import pytest  # noqa: E402
 
 from bench.lib import fixtures as fx  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
-from verifier import api, cheats  # noqa: E402
-from verifier.api import VerifyConfig, verify_batch  # noqa: E402
+from verifier import engine, cheats  # noqa: E402
+from verifier.engine import VerifyConfig, verify_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -157,7 +157,7 @@ def verdicts():
     items = [(tasks[CASES[n][0]], Candidate(candidate_id=n, task_id=tasks[CASES[n][0]].task_id, backend="cuda",
                                             generator="redteam", code=CASES[n][1])) for n in names]
     layer = {CASES[n][1] for n in names if CASES[n][4]}
-    real_scan = api.scan
+    real_scan = engine.scan
 
     def scan(code, backend="cuda"):
         report = real_scan(code, backend)
@@ -168,9 +168,9 @@ def verdicts():
     def sources(srcs, flags=()):  # the source scan of the runtime-layer cases: their sources are the runtime's
         return [] if any(s in c for c in layer for s in srcs) else real_sources(srcs, flags)
 
-    real_sources, real_library = api.scan_sources, api.scan_library
-    with mock.patch.object(api, "scan", scan), mock.patch.object(api, "scan_sources", sources), \
-            mock.patch.object(api, "scan_library", lambda *a, **k: []):
+    real_sources, real_library = engine.scan_sources, engine.scan_library
+    with mock.patch.object(engine, "scan", scan), mock.patch.object(engine, "scan_sources", sources), \
+            mock.patch.object(engine, "scan_library", lambda *a, **k: []):
         return dict(zip(names, verify_batch(items, config=cfg, compile_workers=8)))
 
 

@@ -9,7 +9,7 @@ import pytest
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier.api import VerifyConfig, verify_batch
+from verifier.engine import VerifyConfig, verify_batch
 
 pytestmark = pytest.mark.gpu
 

@@ -1,5 +1,5 @@
 """Red team of the partial legality policy on cuda (marker gpu; issue 35 item 10): the policy allows PyTorch compute
-beside the candidate's own kernels, which must produce part of the output. The knockout run (verifier/knockout.py)
+beside the candidate's own kernels, which must produce part of the output. The knockout run (verifier/judge/knockout.py)
 runs forward once more with every launch of the candidate's own extension skipped; still correct means its kernels
 did no part of the work.
 
@@ -25,8 +25,8 @@ import pytest  # noqa: E402
 from bench.lib import fixtures as fx  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier import cheats  # noqa: E402
-from verifier.api import VerifyConfig, verify_batch  # noqa: E402
-from verifier.knockout import CONTRIBUTES, NO_CONTRIBUTION  # noqa: E402
+from verifier.engine import VerifyConfig, verify_batch  # noqa: E402
+from verifier.judge.knockout import CONTRIBUTES, NO_CONTRIBUTION  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

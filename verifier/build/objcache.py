@@ -1,0 +1,335 @@
+"""Compile only what changed: the object files of a build, cached by content.
+
+A ``load_inline`` build is two translation units (``main.cpp``, the binding; ``cuda.cu``) and a link. Every
+extension is compiled under one fixed module name (``MODULE``) and a binding file that only declares functions is
+compiled in a canonical form (verifier/build/binding.py), so candidates share objects; the link adds the spec's own init
+symbol as an alias (``--defsym``).
+
+``run_cached(build_dir, cache_dir, ...)`` stands in for torch's ``_run_ninja_build``: it reads each compile command
+from the ``build.ninja`` torch wrote, keys it by the command (build directory replaced), the text of its input, the
+compiler's identity and the precompiled header it names, reuses a cached object or compiles and stores it, then
+links per candidate. A build with any other step (``-rdc``) or flags outside ``CACHEABLE_FLAGS`` runs ninja
+unchanged.
+
+Trust: a key covers everything that decides the object (no candidate-controlled include path reaches a cached
+build); an object is stored only after its compile succeeded, and only by the sandboxed compile step of a
+cacheable spec; the import check, which runs the candidate's static initialisers, cannot write the cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from verifier.build import binding
+
+MODULE = "km_ext"  # the module name of every extension the compile pool builds
+
+# flags a candidate may pass (extra_cflags / extra_cuda_cflags / extra_ldflags) and still share objects
+CACHEABLE_FLAGS = re.compile(
+    r"-O[0-3s]?|-O|--use_fast_math|-use_fast_math|-ffast-math|-funroll-loops|-std=(?:c|gnu)\+\+\d\d|-lineinfo|"
+    r"--expt-relaxed-constexpr|--expt-extended-lambda|-Xptxas=?-O[0-3]|-Xptxas|--ptxas-options=-v|-v|-g|-w|"
+    r"-Wno-[\w-]+|-Wall|-Wextra|-fPIC|-fopenmp|-march=native|-mavx2|-mfma|-D[A-Za-z_]\w*(?:=[\w.]*)?|"
+    r"-U[A-Za-z_]\w*|--restrict|-maxrregcount=\d+|--maxrregcount=\d+|-lcublas|-lcublasLt|-lcudart|-lgomp")
+
+
+def cacheable(spec: dict) -> bool:
+    """Whether a spec's own flags allow sharing objects (no include paths, plugins, wrappers, files)."""
+    if spec.get("extra_include_paths"):
+        return False
+    flags = [f for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags") for f in (spec.get(k) or [])]
+    return all(isinstance(f, str) and CACHEABLE_FLAGS.fullmatch(f.strip()) for f in flags)
+
+
+_BUILD = re.compile(r"^build\s+(\S+?):\s+(\w+)\s+(.*)$")
+
+
+def _targets(build_dir: Path) -> list[tuple[str, str, list[str]]]:
+    """(output, rule, inputs) of each ``build`` line of build.ninja."""
+    out = []
+    for line in (build_dir / "build.ninja").read_text().splitlines():
+        m = _BUILD.match(line.strip())
+        if m:
+            out.append((m.group(1).replace("$:", ":"), m.group(2),
+                        [p.replace("$:", ":").replace("$ ", " ") for p in m.group(3).split()]))
+    return out
+
+
+def _command(build_dir: Path, target: str) -> str:
+    return subprocess.run(["ninja", "-t", "commands", "-s", target], cwd=build_dir, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _identity(path: str) -> str:
+    """What stands for a tool or header file in a key: its resolved path, size and mtime."""
+    p = shutil.which(path) or path
+    try:
+        st = os.stat(p)
+        return f"{os.path.realpath(p)}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        return p
+
+
+def object_key(build_dir: Path, cmd: str, inputs: list[str]) -> str:
+    argv = shlex.split(cmd)
+    pch = [_identity(str(Path(a[2:]) / "torch" / "extension.h.gch")) for a in argv
+           if a.startswith("-I") and (Path(a[2:]) / "torch" / "extension.h.gch").exists()]
+    blob = {"cmd": cmd.replace(str(build_dir), "@BUILD@"), "tool": _identity(argv[0]) if argv else "",
+            "pch": pch, "inputs": [hashlib.sha256(Path(build_dir, i).read_bytes()).hexdigest() for i in inputs]}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _run(cmd: str, cwd: Path, error_prefix: str, target: str = "", step: str = "") -> None:
+    """Run one build command, printing as ninja -v does (``[i/n] command``; ``FAILED: target`` and the
+    output on failure), so that the build log reads the same with or without the cache (build.failed_targets)."""
+    print(f"{step}{cmd}", flush=True)
+    r = subprocess.run(cmd, shell=True, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    text = r.stdout.decode(errors="replace")
+    if r.returncode != 0:
+        text = f"FAILED: {target}\n{cmd}\n{text}ninja: build stopped: subcommand failed.\n"
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    if r.returncode != 0:
+        raise RuntimeError(f"{error_prefix}: {text}")
+
+
+def _try(cmd: str, cwd: Path, log: list[str]) -> bool:
+    """Run a command whose failure is not the build's: its command line and output go to ``log`` (printed by
+    the caller only if all it tried worked)."""
+    r = subprocess.run(cmd, shell=True, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log.append(f"[binding] {cmd}\n{r.stdout.decode(errors='replace')}")
+    return r.returncode == 0
+
+
+def run_ninja(build_dir: str | os.PathLike, error_prefix: str) -> dict:
+    """The build as torch's ``_run_ninja_build`` runs it (``ninja -v``, ``-j MAX_JOBS`` where that is set): ninja's
+    own output on stdout (``FAILED: target`` and the compiler's)."""
+    jobs = os.environ.get("MAX_JOBS", "")
+    sys.stdout.flush()
+    if subprocess.run(["ninja", "-v"] + (["-j", jobs] if jobs.isdigit() else []), cwd=build_dir).returncode != 0:
+        raise RuntimeError(error_prefix)
+    return {"ninja": True}
+
+
+def _cached_object(build_dir: Path, cache_dir: Path, cmd: str, inputs: list[str]) -> tuple[str, Path]:
+    key = object_key(build_dir, cmd, inputs)
+    return key, cache_dir / f"{key}.o"
+
+
+def _store(build_dir: Path, out: str, key: str, cache_dir: Path) -> None:
+    """Put a compiled object in the cache (atomically: another build may read the key meanwhile)."""
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
+    os.close(fd)
+    shutil.copyfile(build_dir / out, tmp)
+    os.replace(tmp, cache_dir / f"{key}.o")
+
+
+def _compile_cached(build_dir: Path, cache_dir: Path, cmd: str, inputs: list[str], out: str, error_prefix: str,
+                    step: str) -> bool:
+    """One object through the cache: True when it was taken from the cache, False when compiled (and stored)."""
+    key, cached = _cached_object(build_dir, cache_dir, cmd, inputs)
+    if cached.is_file():
+        shutil.copyfile(cached, build_dir / out)
+        print(f"[verifier] {out}: the same object was compiled before (cache {key})", flush=True)
+        return True
+    _run(cmd, build_dir, error_prefix, out, step)
+    _store(build_dir, out, key, cache_dir)
+    return False
+
+
+def _with_input(cmd: str, old: Path, new: Path, out: str, new_out: str) -> str:
+    """A compile command with its input file and output object (and the depfile named after it) replaced."""
+    argv = shlex.split(cmd)
+    swap = {str(old): str(new), out: new_out, f"{out}.d": f"{new_out}.d"}
+    return shlex.join(swap.get(a, a) for a in argv)
+
+
+def _symbols(objects: list[Path], *flags: str) -> list[str]:
+    """The symbols ``nm`` lists for ``objects`` (none where nm is missing or fails: the file is then linked as
+    written)."""
+    try:
+        r = subprocess.run(["nm", "--format=posix", *flags, *map(str, objects)], capture_output=True, text=True)
+    except OSError:
+        return []
+    if r.returncode != 0:
+        return []
+    return [line.split()[0] for line in r.stdout.splitlines() if line and not line.endswith(":")]
+
+
+@dataclass
+class _Canonical:
+    """A build's binding file in its canonical form: its object's cache key, the lock that keeps two builds from
+    compiling the same object at once, and the log printed only if the canonical link works."""
+
+    canon: binding.CanonicalBinding
+    src: Path  # the file as written
+    out: str  # the binding's object (main.o)
+    written_cmd: str  # the file's compile command as ninja would run it
+    cmd: str  # the compile command of the canonical file
+    key: str
+    lock: int  # file descriptor of the key's lock file
+    log: list[str]
+    hit: bool = False
+
+
+_IDENTIFIER = re.compile(rb"[A-Za-z_]\w*")
+
+
+def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, includes: tuple[str, ...]) -> set[str]:
+    """Every identifier in the headers ``includes`` preprocessed with the flags of compile command ``cmd`` (input
+    ``src``), macro names included (``-dD``); kept in the cache per flags and headers. Empty when the headers do
+    not preprocess (the canonical compile then fails as well)."""
+    drop_next = {"-MF", "-o"}
+    argv, skip = [], False
+    for a in shlex.split(cmd):
+        if skip or a in drop_next or a in ("-MMD", "-c", "-Winvalid-pch") or a == str(src):
+            skip = a in drop_next
+            continue
+        argv.append(a)
+    headers = build_dir / binding.HEADERS_FILE
+    argv += ["-E", "-dD", "-P", str(headers)]
+    key = hashlib.sha256(json.dumps({"argv": [a.replace(str(build_dir), "@BUILD@") for a in argv],
+                                     "headers": list(includes), "tool": _identity(argv[0])}).encode()).hexdigest()[:32]
+    stored = cache_dir / f"{key}.idents"
+    if stored.is_file():
+        return set(stored.read_text().split())
+    headers.write_text("".join(f"#include <{h}>\n" for h in includes))
+    try:
+        r = subprocess.run(argv, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return set()
+    if r.returncode != 0:
+        return set()
+    found = {m.decode() for m in set(_IDENTIFIER.findall(r.stdout))}
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(sorted(found)))
+    os.replace(tmp, stored)
+    return found
+
+
+def _canonical_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Canonical | None:
+    """The binding file's canonical form (verifier/build/binding.py) written beside it; None when it has none, or when
+    the headers it includes use one of its function names for anything (binding.names_clear_of)."""
+    src_path = Path(build_dir, src)
+    canon = binding.canonical_binding(src_path.read_text(errors="replace"))
+    if canon is None:
+        return None
+    written_cmd = _command(build_dir, out)
+    idents = header_identifiers(build_dir, cache_dir, written_cmd, src_path, canon.includes)
+    if not idents or not binding.names_clear_of(canon, idents):
+        return None
+    canon_src = build_dir / binding.CANONICAL_FILE
+    canon_src.write_text(canon.text)
+    (build_dir / binding.NAMES_FILE).write_text(canon.names_source)
+    cmd = _with_input(written_cmd, src_path, canon_src, out, out)
+    key, _ = _cached_object(build_dir, cache_dir, cmd, [canon_src.name])
+    lock = os.open(cache_dir / f".{key}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    return _Canonical(canon, src_path, out, written_cmd, cmd, key, lock, [])
+
+
+def _canonical_object(build_dir: Path, cache_dir: Path, c: _Canonical, wait: bool) -> bool | None:
+    """The canonical object in place: True (from the cache, or compiled and stored), False (its compile failed:
+    nothing printed), None when ``wait`` is off and another build is compiling the same object right now (the
+    caller builds its other objects first and asks again)."""
+    try:
+        fcntl.flock(c.lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return None
+    try:
+        cached = cache_dir / f"{c.key}.o"
+        if cached.is_file():
+            shutil.copyfile(cached, build_dir / c.out)
+            c.hit = True
+            c.log.append(f"[verifier] {c.out}: the binding file's canonical form was compiled before (cache {c.key})\n")
+            return True
+        if not _try(c.cmd, build_dir, c.log):
+            return False
+        _store(build_dir, c.out, c.key, cache_dir)
+        return True
+    finally:
+        fcntl.flock(c.lock, fcntl.LOCK_UN)
+
+
+def _canonical_link(build_dir: Path, c: _Canonical, others: list[str], link: str) -> bool:
+    """The names file compiled and linked with the canonical object, each ``km_f<i>`` mapped onto the
+    candidate's function (``--defsym``); False, having printed nothing, when the other objects do not define
+    what the file declares or a step fails."""
+    names_cmd = _with_input(c.written_cmd, c.src, build_dir / binding.NAMES_FILE, c.out, binding.NAMES_OBJECT)
+    if not _try(names_cmd, build_dir, c.log):
+        return False
+    aliases = binding.link_aliases(c.canon, _symbols([build_dir / c.out], "--undefined-only"),
+                                   set(_symbols([build_dir / o for o in others], "--defined-only", "--extern-only")))
+    argv = shlex.split(_command(build_dir, link))
+    if aliases is None or c.out not in argv:
+        return False
+    at = argv.index(c.out) + 1
+    if not _try(shlex.join(argv[:at] + [binding.NAMES_OBJECT] + argv[at:] + aliases), build_dir, c.log):
+        return False
+    sys.stdout.write("".join(c.log))
+    sys.stdout.flush()
+    return True
+
+
+def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error_prefix: str = "Error building",
+               canonical_binding: bool = True) -> dict:
+    """Build what torch's build.ninja in ``build_dir`` describes, reusing cached objects; returns
+    ``{"hits": [...], "misses": [...]}`` (object names; ``"binding": "canonical"`` when the binding file was
+    compiled in its canonical form), or ``{"ninja": True}`` when it ran ninja as is.
+
+    The binding file (``main.cpp``) is compiled in its canonical form (``canonical_binding=False``, the
+    ``[verify]`` key: never) when it has one (verifier/build/binding.py: one
+    object per declared signature set, whatever the candidate's names; a build that finds another compiling the
+    same object builds its other objects first, then takes it from the cache); when that form fails to compile
+    or link, or the other objects do not define what it declares, the file is compiled and linked as written, and
+    the log and the module are those of the unchanged build."""
+    build_dir, cache_dir = Path(build_dir), Path(cache_dir)
+    targets = _targets(build_dir)
+    compiles = [t for t in targets if t[1] in ("compile", "cuda_compile")]
+    links = [t for t in targets if t[1] == "link"]
+    if len(links) != 1 or len(compiles) + 1 != len(targets):
+        return run_ninja(build_dir, error_prefix)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    stats: dict = {"hits": [], "misses": []}
+    n = len(targets)
+    mains = [t for t in compiles if t[1] == "compile" and len(t[2]) == 1 and Path(t[2][0]).name == "main.cpp"]
+    canonical, ready = None, None
+    for i, (out, _rule, inputs) in enumerate(compiles):
+        if canonical_binding and len(mains) == 1 and out == mains[0][0]:
+            canonical = _canonical_form(build_dir, cache_dir, out, inputs[0])
+            if canonical is not None:
+                ready = _canonical_object(build_dir, cache_dir, canonical, wait=False)
+                if ready is not False:
+                    continue  # in place, or another build is compiling it: the other objects first
+                os.close(canonical.lock)
+                canonical = None
+        hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix,
+                              f"[{i + 1}/{n}] ")
+        stats["hits" if hit else "misses"].append(out)
+    if canonical is not None:
+        try:
+            if ready is None:
+                ready = _canonical_object(build_dir, cache_dir, canonical, wait=True)
+            others = [o for o, _r, _i in compiles if o != canonical.out]
+            if ready and _canonical_link(build_dir, canonical, others, links[0][0]):
+                stats["hits" if canonical.hit else "misses"].append(canonical.out)
+                stats["binding"] = "canonical"
+                return stats
+        finally:
+            os.close(canonical.lock)
+        out, _rule, inputs = mains[0]  # as written, as the build without the canonical form would
+        hit = _compile_cached(build_dir, cache_dir, canonical.written_cmd, inputs, out, error_prefix, f"[1/{n}] ")
+        stats["hits" if hit else "misses"].append(out)
+    _run(_command(build_dir, links[0][0]), build_dir, error_prefix, links[0][0], f"[{n}/{n}] ")
+    return stats

@@ -1,0 +1,144 @@
+"""The precompiled header of a build's binding file: ``torch/extension.h`` compiled once by GCC per compiler,
+torch version and cflags set, under a shared cache directory (``[verify] pch_dir``, default
+``~/.cache/kernelmill/pch``; ``[verify] pch = false`` turns it off), so that each candidate's ``main.cpp`` skips parsing
+the ~150k lines that header pulls in (verifier/build/pool.py's module docstring says where it is used).
+
+Guarantees: the PCH's compiler and flags are the ones torch itself writes into the ninja file for those kwargs
+(read from a probe build stopped before ninja runs, :func:`write_build_files`), so a PCH GCC would reject is not
+made for a different flag set; it is built under an flock, at most ``PCH_MAX_FLAG_SETS`` flag sets get one, and a
+failed attempt is remembered (``failed``) instead of retried. Not guaranteed: that GCC uses it (a PCH it rejects
+is silently skipped, with the header read as usual)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import torch
+import torch.utils.cpp_extension as ce
+
+PCH_MAX_FLAG_SETS = 6  # each PCH is ~0.8 GB: only this many distinct cflags sets get one
+# one load_inline at a time in this process: the stop below patches torch's module, and its extension versioner
+# would rename a second concurrent extension of the same name (``name_v1``), which the ninja file then builds
+_WRITE_LOCK = threading.Lock()
+
+
+def write_build_files(build_dir: Path, name: str, **kwargs) -> None:
+    """What ``load_inline(name=name, build_directory=build_dir, **kwargs)`` writes (the sources and build.ninja),
+    the build itself stopped before ninja runs; thread-safe, and always under ``name`` itself (torch's versioner
+    forgets it before and after). The caller's lists are left as they were."""
+
+    class _Stop(Exception):
+        pass
+
+    def stop(*_a, **_k):
+        raise _Stop
+
+    # load_inline inserts its headers into, and appends the module definition to, the lists it is given: a copy,
+    # or a second variant written from the same lists (light, then full) gets two PYBIND11_MODULE blocks
+    kwargs = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()}
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with _WRITE_LOCK:
+        saved = ce._run_ninja_build
+        ce._run_ninja_build = stop
+        ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+        try:
+            ce.load_inline(name=name, build_directory=str(build_dir), **kwargs)
+        except _Stop:
+            pass
+        finally:
+            ce._run_ninja_build = saved
+            ce.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+
+
+def _probe_cflags(kwargs: dict, work: Path) -> tuple[str, list[str]] | None:
+    """The C++ compiler and cflags torch uses for main.cpp with these kwargs, read from the ninja file it
+    writes (the build itself is stopped before it starts)."""
+    write_build_files(work, "km_pch_probe", cpp_sources=["int km_probe() { return 0; }"],
+                      cuda_sources=(["__global__ void km_probe_k() {}"] if kwargs.get("cuda_sources") else None),
+                      extra_cflags=kwargs.get("extra_cflags") or None,
+                      extra_include_paths=kwargs.get("extra_include_paths") or None,
+                      with_cuda=kwargs.get("with_cuda"))
+    ninja = work / "build.ninja"
+    if not ninja.is_file():
+        return None
+    vals = {}
+    for line in ninja.read_text().splitlines():
+        k, sep, v = line.partition(" = ")
+        if sep and k in ("cxx", "cflags", "post_cflags"):
+            vals[k] = v
+    flags = [f for f in shlex.split(vals.get("cflags", "") + " " + vals.get("post_cflags", ""))
+             if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    return vals.get("cxx", "c++"), flags
+
+
+def pch_signature(kwargs: dict) -> str:
+    """The precompiled header's cache key: torch's version and include directory (two environments with the same
+    torch version, a second venv, must not share a header compiled against the other's paths, which a sandboxed
+    build cannot read), the interpreter's prefix, the flags, include paths and compiler."""
+    include = str(Path(torch.__file__).resolve().parent / "include")
+    sig = json.dumps({"torch": torch.__version__, "torch_include": include, "python": sys.prefix,
+                      "cflags": kwargs.get("extra_cflags") or [], "inc": kwargs.get("extra_include_paths") or [],
+                      "cuda": bool(kwargs.get("cuda_sources")), "with_cuda": kwargs.get("with_cuda"),
+                      "cxx": os.environ.get("CXX", "")}, sort_keys=True)
+    return sig
+
+
+def pch_key(kwargs: dict) -> str:
+    """The directory name of the precompiled header for these arguments (a hash of :func:`pch_signature`)."""
+    return hashlib.sha256(pch_signature(kwargs).encode()).hexdigest()[:16]
+
+
+def ensure_pch(kwargs: dict, root: Path) -> Path | None:
+    """A directory under ``root`` (the ``[verify] pch_dir`` cache) holding ``torch/extension.h.gch`` for these
+    cflags (built once, under a lock), or None."""
+
+    if sys.platform != "linux":
+        return None
+    sig = pch_signature(kwargs)
+    d = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
+    gch = d / "torch" / "extension.h.gch"
+    try:
+        if (d / "ok").is_file():
+            return d
+        if (d / "failed").is_file():
+            return None
+        root.mkdir(parents=True, exist_ok=True)
+        if not d.exists() and sum(1 for p in root.iterdir() if p.is_dir()) >= PCH_MAX_FLAG_SETS:
+            return None
+        (d / "torch").mkdir(parents=True, exist_ok=True)
+        with open(d / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (d / "ok").is_file():
+                return d
+            if (d / "failed").is_file():
+                return None
+            probe = _probe_cflags(kwargs, d / "probe")
+            header = Path(torch.__file__).parent / "include" / "torch" / "extension.h"
+            if probe is None or not header.is_file():
+                (d / "failed").write_text("no ninja file or no torch/extension.h")
+                return None
+            cxx, flags = probe
+            tmp = gch.with_name("extension.h.gch.partial")
+            cmd = [*cxx.split(), "-x", "c++-header", str(header), "-o", str(tmp), *flags]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                (d / "failed").write_text(" ".join(cmd) + "\n" + r.stdout[-4000:] + r.stderr[-4000:])
+                return None
+            os.replace(tmp, gch)
+            # GCC wants the header beside its .gch (ninja's -MMD names it; a rejected PCH falls back to it)
+            link = d / "torch" / "extension.h"
+            if not link.exists():
+                link.symlink_to(header)
+            (d / "signature.json").write_text(sig + "\n" + json.dumps(cmd))
+            (d / "ok").write_text("")
+            return d
+    except OSError:
+        return None

@@ -1,0 +1,507 @@
+"""Stage 3, compile: a pool of CPU worker processes that build load_inline extensions into build
+directories keyed by the hash of their sources and flags.
+
+Guarantees:
+- identical extension specs (sources, exported functions, flags; the ``name`` is ignored) map to one key and are
+  compiled at most once per build root, across threads and processes (an flock on the key's directory);
+  failures are cached too, with their compiler log (``<key>/build.log``, returned);
+- each build runs in torch-free processes (verifier/build/proc.py: the compile step, then the import check), in
+  process groups under one timeout, killed when it runs out; where bubblewrap runs (verifier/common/sandbox.py) each
+  step has a sandbox of its own, and the import check can write nothing that later builds read;
+- faster variants (precompiled header, "bare", "slim", "light") never change what the candidate's code means;
+  a variant that fails is followed by the unchanged full build, whose log is reported (exceptions: a failed
+  binding file or link, and ``full_build_fallback = false`` for a bare variant, marked ``fallback_skipped``);
+- :func:`compat_source` reads spellings of an older torch whose meaning is fixed (``x.type()`` as an
+  AT_DISPATCH argument) as today's, and the build log says so.
+
+The variants, the sandbox steps and the fallback rules in detail: docs/MODULES.md, "verifier/build/pool.py".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import functools
+import inspect
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.utils.cpp_extension as ce
+
+from verifier.build import objcache, proc
+from verifier.build.pch import ensure_pch, write_build_files
+from verifier.build.slim import slim_source
+from verifier.common import childenv, sandbox
+from verifier.common.backends import OWN_PREFIX
+from verifier.common.config import current_host, usable_cores
+from verifier.common.spec import canonical_spec, compat_spec, extension_name, spec_key
+
+OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/build/objcache.py)
+COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
+@dataclass
+class BuildResult:
+    key: str
+    ok: bool
+    so_path: str = ""
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    variant: str = ""  # which build produced the .so: bare, slim, light or full ("" when it failed)
+    pch: bool = False  # the binding file was compiled against the precompiled header
+    fallback_skipped: bool = False  # failed in a fast variant, the full build not tried (full_fallback=False)
+    objects_reused: int = 0  # object files taken from the object cache (verifier/build/objcache.py), not compiled
+    cpu_s: float = 0.0  # CPU seconds (user + system) of the build: its steps (python, compilers) and this thread
+    verifier_error: str = ""  # the verifier's own build code failed (not the candidate's sources): never cached
+
+
+def _read_result(key_dir: Path) -> BuildResult | None:
+    f = key_dir / "result.json"
+    if not f.is_file():
+        return None
+    try:
+        d = json.loads(f.read_text())
+    except ValueError:
+        return None
+    log = (key_dir / "build.log").read_text(errors="replace") if (key_dir / "build.log").is_file() else ""
+    return BuildResult(key=d["key"], ok=d["ok"], so_path=d.get("so_path", ""), log=log, seconds=d.get("seconds", 0.0),
+                       cached=True, variant=d.get("variant", ""), pch=d.get("pch", False),
+                       fallback_skipped=d.get("fallback_skipped", False), objects_reused=d.get("objects_reused", 0),
+                       cpu_s=d.get("cpu_s", 0.0))
+
+
+def _write_result(key_dir: Path, res: BuildResult) -> None:
+    tmp = key_dir / "result.json.tmp"
+    tmp.write_text(json.dumps({"key": res.key, "ok": res.ok, "so_path": res.so_path, "seconds": res.seconds,
+                               "variant": res.variant, "pch": res.pch, "fallback_skipped": res.fallback_skipped,
+                               "objects_reused": res.objects_reused, "cpu_s": res.cpu_s}))
+    os.replace(tmp, key_dir / "result.json")
+
+
+def _usable(res: BuildResult | None, full_fallback: bool) -> BuildResult | None:
+    """A cached result this request may use: not one that skipped the full build when this one wants it."""
+    return None if res is None or (full_fallback and res.fallback_skipped) else res
+
+
+def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
+                   full_fallback: bool = True) -> BuildResult:
+    """Build one spec (or return the cached result) in separate processes; safe across processes.
+    ``full_fallback=False``: a failed fast variant is final (module docstring)."""
+    key = spec_key(args)
+    key_dir = Path(build_root) / key
+    key_dir.mkdir(parents=True, exist_ok=True)
+    done = _usable(_read_result(key_dir), full_fallback)
+    if done:
+        return done
+    with open(key_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = _usable(_read_result(key_dir), full_fallback)
+        if done:
+            return done
+        spec = canonical_spec(args)
+        (key_dir / "spec.json").write_text(json.dumps(spec))
+        t0 = time.perf_counter()
+        (key_dir / sandbox.EVIDENCE_FILE).unlink(missing_ok=True)
+        with open(key_dir / "build.log", "w") as log:
+            build = _Build(key, key_dir, objects_root(build_root), log)
+            try:
+                got = build.run(spec, timeout_s, full_fallback)
+            except Exception as e:  # noqa: BLE001 - the verifier's own code failed: not the candidate's compile error
+                log.write(traceback.format_exc())
+                return BuildResult(key=key, ok=False, log=traceback.format_exc()[-3000:], seconds=time.perf_counter() - t0,
+                                   verifier_error=f"{type(e).__name__}: {str(e)[:300]}")
+            if build.timed_out:
+                log.write(f"\n[verifier] compilation timed out after {timeout_s:.0f} s and was killed\n")
+            if build.findings:
+                sandbox.write_findings(key_dir, build.findings)
+                log.write("\n" + sandbox.describe(build.findings) + "\n")
+        _redact_log(key_dir)
+        ok = bool(got.get("so_path")) and not build.timed_out and not build.findings
+        res = BuildResult(key=key, ok=ok, so_path=got["so_path"] if ok else "", seconds=time.perf_counter() - t0,
+                          log=(key_dir / "build.log").read_text(errors="replace"),
+                          variant=got["variant"] if ok else "", pch=bool(got.get("pch")) and ok,
+                          fallback_skipped=bool(got.get("fallback_skipped")) and not ok,
+                          objects_reused=int(got.get("objects_reused", 0)) if ok else 0, cpu_s=round(build.cpu, 3))
+        _write_result(key_dir, res)
+        return res
+
+
+# OMP_NUM_THREADS=1: nothing in a build computes (torch's import, where the import check still does it, with a thread
+# per core cost 6.5-7.5 CPU-s against 4.9 s with one on the 16-core H100 box); MAX_JOBS=1: one compiler per build
+STEP_ENV = {"MAX_JOBS": "1", "OMP_NUM_THREADS": "1"}
+TORCH_FIRST = "the built module imported only with torch imported first"
+
+
+class _Build:
+    """One build's variants, tried in order by the calling thread until one compiles and imports (module
+    docstring); ``cpu`` sums the CPU seconds of its steps and of this thread's own work for it."""
+
+    def __init__(self, key: str, key_dir: Path, objects: Path, log):
+        self.key, self.key_dir, self.objects, self.log = key, key_dir, objects, log
+        self.cpu, self.timed_out, self.findings, self.pch = 0.0, False, [], None
+
+    def say(self, text: str) -> None:
+        self.log.write(text if text.endswith("\n") else text + "\n")
+        self.log.flush()
+
+    def run(self, spec: dict, timeout_s: float, full_fallback: bool) -> dict:
+        """The variants in order; returns the result's fields ({} when the build failed)."""
+        c0 = time.thread_time()
+        variants, rewritten = _variants(spec, _bare_ok())
+        if rewritten:
+            self.say(f"[verifier] torch API compatibility: {rewritten} AT_DISPATCH argument(s) `x.type()` read as "
+                     f"`x.scalar_type()` (today's torch no longer converts one to the other)")
+        cacheable = objcache.cacheable(spec)
+        host = current_host()  # [verify] pch_dir ("" when pch is off), canonical_binding: verifier/common/config.py
+        self.pch = ensure_pch(spec, Path(host.pch_dir)) if cacheable and host.pch_dir else None  # whitelisted flags
+        self.cpu += time.thread_time() - c0
+        env = dict(os.environ, **STEP_ENV, PYTHONPATH=os.pathsep.join(
+            [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
+        self.compile_args = (["--objects", str(self.objects)] if cacheable else []) + \
+            ([] if host.canonical_binding else ["--as-written"])
+        self.compile_env = env
+        self.compile_rw = [self.objects] if cacheable else []
+        self.check_env = dict(env, LD_LIBRARY_PATH=os.pathsep.join(library_dirs()))
+        self.deadline = time.monotonic() + timeout_s
+        for n, (label, kwargs) in enumerate(variants):
+            last = n == len(variants) - 1
+            log_file = self.key_dir / ("build.log" if last else f"{label}.log")
+            out = self.log if last else open(log_file, "w")
+            try:
+                failed, so, reused = self.variant(label, kwargs, out)
+            finally:
+                if not last:
+                    out.close()
+            if self.timed_out or self.findings:
+                return {}
+            text = log_file.read_text(errors="replace")
+            if not failed:
+                return {"so_path": so, "variant": label, "objects_reused": reused,
+                        "pch": self.pch is not None and "not used because" not in text}
+            if last:
+                return {}
+            stop, why = variant_failure_is_final(label, text, full_fallback)
+            if stop:
+                self.say(text)
+                self.say(f"[verifier] the {label} build failed ({failed}); not rebuilt unchanged: {why}")
+                return {"fallback_skipped": why == FALLBACK_OFF}
+            self.say(f"[verifier] the {label} build failed ({failed}); building the sources unchanged")
+        return {}
+
+    def variant(self, label: str, kwargs: dict, out) -> tuple[str, str, int]:
+        """One variant: its files, its compile step, its import check; (what failed, "" if nothing; the .so;
+        objects reused). Output goes to ``out``."""
+        vdir = self.key_dir / label
+        c0 = time.thread_time()
+        try:
+            write_variant(self.key, vdir, kwargs, self.pch)
+        except Exception:  # noqa: BLE001 - what load_inline raises before its build (no CUDA, no compiler) fails it
+            out.write(traceback.format_exc())
+            return "writing its build files", "", 0
+        finally:
+            self.cpu += time.thread_time() - c0
+        report = vdir / proc.COMPILE_REPORT
+        report.unlink(missing_ok=True)
+        rc = self.step(["compile", str(vdir), *self.compile_args], self.compile_env, out, [vdir, *self.compile_rw],
+                       [self.pch] if self.pch else [])
+        compiled = self.report(report)
+        so = sorted(vdir.glob(f"{objcache.MODULE}*.so"))
+        if rc != 0 or not compiled.get("ok"):
+            return "compile", "", 0
+        if not so:
+            out.write(f"[verifier] the {label} build produced no shared object\n")
+            return "compile", "", 0
+        if not self.check(str(so[0]), out):
+            return "import check", "", 0
+        return "", str(so[0]), int(compiled.get("objects_reused", 0))
+
+    def check(self, so: str, out) -> bool:
+        """The import check: without torch, then (if that failed) with torch imported first; the last try's
+        output goes to ``out``. Its sandbox may write only a private directory (its report)."""
+        tmp = Path(_mkdtemp(prefix="km-check-"))
+        rw = tmp / "rw"
+        rw.mkdir()
+        try:
+            for torch_first in (False, True):
+                report = rw / "check.json"
+                report.unlink(missing_ok=True)
+                with open(tmp / "check.log", "w+", errors="replace") as cap:
+                    argv = ["check", so, extension_name(self.key), str(report)] + ["--import-torch"] * torch_first
+                    rc = self.step(argv, self.check_env, cap, [rw], [self.key_dir])
+                    ok = rc == 0 and bool(self.report(report).get("ok"))
+                    if ok or torch_first or rc is None or self.findings:
+                        cap.seek(0)
+                        out.write(cap.read())
+                        if not ok and rc is not None:
+                            out.write(f"[verifier] the built module failed to import (exit status {rc})\n")
+                        elif ok and torch_first:
+                            out.write(f"[verifier] {TORCH_FIRST}\n")
+                        return ok
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return False
+
+    def report(self, path: Path) -> dict:
+        """A step's report (verifier/build/proc.py); its CPU seconds are added to the build's."""
+        try:
+            d = json.loads(path.read_text())
+            self.cpu += float(d.get("cpu_s") or 0.0)
+            return d
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+
+    def step(self, argv: list[str], env: dict, out, writable: list, read_only: list = ()) -> int | None:
+        """``python -m verifier.build.proc ARGV``, output to ``out``, sandboxed where bubblewrap runs; its exit
+        status, or None when the build's deadline killed it (``timed_out``); sandbox findings go to ``findings``."""
+        cmd = [sys.executable, "-m", "verifier.build.proc", *argv]
+        jail = _BuildSandbox(writable, read_only) if sandbox.enabled() else None
+        if jail:
+            cmd, env = jail.argv(cmd, env), {}
+        out.flush()
+        try:
+            # compilers run niced: execution children (which feed the GPU and take timings) come first
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=jail.preexec if jail else lambda: os.nice(COMPILE_NICE),
+                                    pass_fds=jail.pass_fds if jail else ())
+        except BaseException:
+            if jail:
+                jail.started()
+                jail.finish()
+            raise
+        if jail:
+            jail.started()
+        try:
+            rc = proc.wait(timeout=max(self.deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap: the sandbox's processes die with it
+            proc.wait()
+            self.timed_out, rc = True, None
+        if jail:
+            self.findings += jail.finish()
+        return rc
+
+
+class _BuildSandbox:
+    """The sandbox of one build step (verifier/common/sandbox.py): writable only ``writable``, ``read_only`` bound
+    read-only; the ``--supervise`` wrapper ends and reports whatever the step left."""
+
+    def __init__(self, writable: list, read_only: list = ()):
+        for p in writable:
+            Path(p).mkdir(parents=True, exist_ok=True)
+        # the device nodes too: a static initialiser may touch the GPU (as in the execution process), and nvcc's
+        # -arch=native asks the device
+        self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")), writable=[str(p) for p in writable],
+                                   read_only=[str(p) for p in read_only], gpu=Path("/dev/nvidiactl").exists())
+        self.limit = sandbox.PidsLimit(current_host().sandbox_pids)
+        self.read_fd, self.write_fd = os.pipe()
+        self.pass_fds = (self.write_fd,)
+
+    def argv(self, cmd: list, env: dict) -> list:
+        return self.box.argv(sandbox.supervise_argv(self.write_fd, cmd), dict(env, **{childenv.SANDBOXED: "1"}))
+
+    def preexec(self) -> None:
+        os.nice(COMPILE_NICE)
+        self.limit.enter()
+
+    def started(self) -> None:
+        os.close(self.write_fd)
+
+    def finish(self) -> list[str]:
+        with os.fdopen(self.read_fd) as f:
+            text = f.read()
+        try:
+            found = json.loads(text) if text.strip() else []
+        except ValueError:
+            found = []
+        found += [f"wrote {p} (outside the directories a build step may write; the write went to a discarded copy)"
+                  for p in self.box.outside_writes()[:10]]
+        if self.limit.hits():
+            found.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
+        self.box.remove()
+        self.limit.remove()
+        return found
+
+
+def _mkdtemp(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir=sandbox._scratch_base())
+
+
+def _redact_log(key_dir: Path) -> None:
+    """The build log as it may be quoted: text of files outside the candidate's sources withheld."""
+    f = key_dir / "build.log"
+    if f.is_file():
+        text = f.read_text(errors="replace")
+        clean = sandbox.redact_compiler_log(text, [str(key_dir)])
+        if clean != text:
+            f.write_text(clean)
+
+
+class CompilePool:
+    """Parallel builds: ``submit(args)`` returns a Future[BuildResult]; one future per key."""
+
+    def __init__(self, build_root: str | os.PathLike, workers: int = 0, timeout_s: float = 300.0,
+                 full_fallback: bool = True):
+        self.build_root = Path(build_root)
+        self.full_fallback = full_fallback
+        self.build_root.mkdir(parents=True, exist_ok=True)
+        self.workers = workers or usable_cores()
+        self.timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="km-compile")
+        self._futures: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, args: dict) -> Future:
+        key = spec_key(args)
+        with self._lock:
+            fut = self._futures.get(key)
+            if fut is None:
+                fut = self._pool.submit(build_blocking, self.build_root, args, self.timeout_s, self.full_fallback)
+                self._futures[key] = fut
+                return fut
+        # a second submitter of the same spec shares the build but did not pay for it
+        shared: Future = Future()
+        fut.add_done_callback(lambda f: shared.set_exception(f.exception()) if f.exception() else
+                              shared.set_result(dataclasses.replace(f.result(), cached=True)))
+        return shared
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def failed_targets(log: str) -> list[str]:
+    """The ninja targets a build log says failed (``FAILED: main.o``, ``FAILED: cuda.cuda.o``, the .so)."""
+    out = []
+    for m in re.finditer(r"^FAILED: (.+)$", log, re.M):
+        out += [t for t in m.group(1).split() if t not in out]
+    return out
+
+
+FALLBACK_OFF = "full_build_fallback is off"
+
+
+def variant_failure_is_final(label: str, log: str, full_fallback: bool) -> tuple[bool, str]:
+    """Whether a failed fast variant's log is the build's answer, and why (module docstring).
+
+    Exact: every variant writes the full build's ``main.cpp`` and links the same way, so a failure in
+    anything but the CUDA object (``*.cuda.o``) is the one the full build would report. A bare CUDA
+    object's failure is final when the caller turned the fallback off (the contract: a torch-free source
+    gets the headers it includes); a slim or light one never is (their headers are the verifier's guess)."""
+    failed = failed_targets(log)
+    if label != "full" and failed and not any(t.endswith(".cuda.o") for t in failed):
+        return True, f"{', '.join(failed)} failed, and the full build's binding file and link are byte-identical"
+    if label == "bare" and not full_fallback:
+        return True, FALLBACK_OFF
+    return False, ""
+
+
+def first_errors(log: str, max_lines: int = 25) -> str:
+    """The first compiler errors of a build log (what a repair turn needs), trimmed; the candidate's kernels
+    under the names it wrote them with (not the prefix they were compiled under)."""
+    lines = log.replace(OWN_PREFIX, "").splitlines()
+    hits = [i for i, ln in enumerate(lines) if "error" in ln.lower() and "Error building extension" not in ln]
+    if not hits:
+        tail = [ln for ln in lines if ln.strip()][-max_lines:]
+        return "\n".join(tail)
+    start = max(0, hits[0] - 2)
+    picked = [ln for ln in lines[start:] if not ln.startswith(("[", "FAILED:", "ninja:")) or "error" in ln.lower()]
+    return "\n".join(picked[:max_lines])
+
+
+# ---------------------------------------------------------------------------- faster builds (child side)
+
+_NAMES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::|\b(?:TORCH|AT|C10|PYBIND11)_[A-Z0-9_]+|"
+                          r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|Python)")
+_HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|python)\.h[>"][ \t]*$', re.M)
+BARE_PRELUDE = "// bare build: torch/types.h not included\n#include <cuda.h>\n#include <cuda_runtime.h>"
+
+
+def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
+    """load_inline keyword sets to try in order; the last one is always the spec as written ("full"), read
+    through :func:`compat_spec` like every variant."""
+    return _variants(spec, bare_ok)[0]
+
+
+def _variants(spec: dict, bare_ok: bool) -> tuple[list[tuple[str, dict]], int]:
+    """:func:`build_variants` and the number of :func:`compat_source` rewrites (the regex runs once a build)."""
+    spec, rewritten = compat_spec(spec)
+    full = dict(spec)
+    full["cuda_sources"] = full["cuda_sources"] or None
+    full["functions"] = full["functions"] or None
+    out: list[tuple[str, dict]] = []
+    cu = spec["cuda_sources"]
+    if cu:
+        if bare_ok and not any(_NAMES_TORCH.search(src) for src in cu):
+            # three lines before the source, as the full build has: compiler messages keep their line numbers
+            out.append(("bare", dict(full, no_implicit_headers=True,
+                                     cuda_sources=[BARE_PRELUDE] + list(cu),
+                                     cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
+        else:
+            slim = [slim_source(src) for src in cu] if bare_ok else [None]
+            if all(s is not None for s in slim):
+                out.append(("slim", dict(full, no_implicit_headers=True, cuda_sources=slim,
+                                         cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
+            if any(_HEAVY_INCLUDE.search(src) for src in cu):
+                out.append(("light", dict(full, cuda_sources=[_HEAVY_INCLUDE.sub("", src) for src in cu])))
+    out.append(("full", full))
+    return out, rewritten
+
+
+def objects_root(build_root: str | os.PathLike) -> Path:
+    """The object cache of a build root (verifier/build/objcache.py): shared by its builds, gone with it."""
+    return Path(build_root) / OBJECTS_DIR
+
+
+def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None) -> None:
+    """What a variant's ``load_inline`` writes into ``out_dir`` (sources, build.ninja; ninja not run): against
+    the PCH if any; under one module name for every build, so that the binding file's text (and object) depends
+    on the spec alone; the .so exports its init function under the spec's own name too, which loads it (two
+    extensions of one candidate process cannot share a module name)."""
+    kw = dict(kwargs)
+    if pch is not None:
+        kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"]
+    kw["extra_ldflags"] = list(kw.get("extra_ldflags") or []) + [
+        f"-Wl,--defsym=PyInit_{extension_name(key)}=PyInit_{objcache.MODULE}"]
+    write_build_files(out_dir, objcache.MODULE, verbose=True, **kw)
+
+
+@functools.lru_cache(maxsize=1)
+def _bare_ok() -> bool:
+    return "no_implicit_headers" in inspect.signature(ce.load_inline).parameters
+
+
+_SYSTEM_LIB = re.compile(r"/(?:usr/)?lib(?:32|64|x32)?(?:/[\w.]+-linux-gnu\w*)?")
+
+
+@functools.lru_cache(maxsize=1)
+def library_dirs() -> tuple[str, ...]:
+    """The import check's LD_LIBRARY_PATH: torch's lib directory, the directory of every other shared library
+    this process (torch imported) has mapped, the inherited path: what a built module would find in a torch
+    process (a CUDA one names libcudart directly). Not the loader's system directories: it searches them anyway,
+    and first they would shadow the interpreter's runpath (pyenv's python took the system libpython of its version)."""
+    out = [os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "lib")]
+    for line in Path("/proc/self/maps").read_text().splitlines() if os.path.exists("/proc/self/maps") else []:
+        fields = line.split(None, 5)  # address perms offset dev inode [path]
+        path = fields[5].strip() if len(fields) == 6 else ""
+        if path.startswith("/") and ".so" in os.path.basename(path) and not _SYSTEM_LIB.fullmatch(
+                os.path.dirname(os.path.realpath(path))):
+            out.append(os.path.dirname(path))
+    out += os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    return tuple(dict.fromkeys(d for d in out if d and os.path.isdir(d)))

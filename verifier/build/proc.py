@@ -1,0 +1,91 @@
+"""The two steps of one build variant, each run by verifier/build/pool.py as its own (sandboxed) process; torch-free
+(the standard library and verifier.build.objcache), so a step costs a Python start, not torch's import:
+
+    python -m verifier.build.proc compile VARIANT_DIR [--objects DIR] [--as-written]
+    python -m verifier.build.proc check SO_PATH MODULE_NAME REPORT [--import-torch]
+
+``compile`` builds what the ``build.ninja`` in VARIANT_DIR describes (the verifier's own process wrote it and the
+sources, with ``load_inline`` stopped before ninja): through the object cache (``objcache.run_cached``) when
+``--objects`` names one (the verifier passes it only for a spec ``objcache.cacheable`` accepts; ``--as-written``:
+the binding file is not put in its canonical form, ``[verify] canonical_binding = false``), else with ``ninja -v``
+as torch's own build runs it; compiler output on stdout (the build log), as ninja prints it. No candidate code
+runs here, only compilers. Report: ``VARIANT_DIR/compile.json``.
+
+``check`` imports the built module under MODULE_NAME (the spec's own name: the shared object exports that init
+function too, as the execution process loads it), which runs its static initialisers and pybind11 init: the
+candidate's code. It needs torch's shared libraries, not torch: the verifier passes their directories in
+``LD_LIBRARY_PATH``. A failed import prints its traceback. ``--import-torch`` imports torch first (the verifier's
+second try of a module that did not import without it). Report: REPORT (the step's only writable path).
+
+A report holds ``ok`` and this process's CPU seconds with its waited-for children (the compilers): the
+sandbox's process tree does not hand its children's usage up to the verifier."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import traceback
+from pathlib import Path
+
+from verifier.build import objcache
+
+COMPILE_REPORT = "compile.json"
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its waited-for descendants (ninja, the compilers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 3)
+
+
+def compile_variant(variant_dir: str, obj_dir: str = "", canonical: bool = True) -> int:
+    d = Path(variant_dir)
+    error = f"Error building extension '{objcache.MODULE}'"
+    stats: dict = {}
+    try:
+        stats = objcache.run_cached(d, obj_dir, error, canonical_binding=canonical) if obj_dir else objcache.run_ninja(d, error)
+        ok = True
+    except (RuntimeError, OSError) as e:
+        print(error if isinstance(e, RuntimeError) else f"{error}: {e}", flush=True)
+        ok = False
+    (d / COMPILE_REPORT).write_text(json.dumps({"ok": ok, "objects_reused": len(stats.get("hits", [])),
+                                                "cpu_s": cpu_seconds()}))
+    return 0 if ok else 1
+
+
+def check_import(so_path: str, name: str, report: str, import_torch: bool = False) -> int:
+    import importlib.machinery
+    import importlib.util
+
+    ok = False
+    try:
+        if import_torch:
+            import torch  # noqa: F401
+        loader = importlib.machinery.ExtensionFileLoader(name, so_path)
+        loader.exec_module(importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, so_path,
+                                                                                               loader=loader)))
+        ok = True
+    except BaseException:  # noqa: BLE001 - whatever the candidate's init raised is its failure
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    Path(report).write_text(json.dumps({"ok": ok, "cpu_s": cpu_seconds()}))
+    return 0 if ok else 1
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "compile":
+        rest, obj_dir = argv[2:], ""
+        if rest[:1] == ["--objects"] and len(rest) >= 2:
+            obj_dir, rest = rest[1], rest[2:]
+        if rest in ([], ["--as-written"]):
+            return compile_variant(argv[1], obj_dir, canonical=not rest)
+    if len(argv) in (4, 5) and argv[0] == "check" and argv[4:] in ([], ["--import-torch"]):
+        return check_import(argv[1], argv[2], argv[3], import_torch=len(argv) == 5)
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,161 @@
+"""The "slim" build of a CUDA source that uses torch: the headers it needs instead of all of ATen.
+
+``slim_source`` returns the source with its heavy torch includes (``torch/types.h``, ``torch/extension.h``)
+replaced by a prelude of exactly the headers it uses (``ATen/core/Tensor.h``, one ``ATen/ops/<op>.h`` per function
+called, ``ATen/Dispatch.h`` for a dispatch macro) and the ``torch::`` names torch/types.h would have given it, or
+None when the source uses anything outside the short list this module knows.
+
+Contract: a build variant never changes what the code means. A source whose meaning the prelude would change is not
+slim (None). Under the prelude ``torch::`` factory functions are the ``at::`` ones, used only where every overload
+exists in ``at::`` with the same parameters and defaults (``_exact_torch_factories`` reads both headers of the
+installed torch; ``torch::tensor`` and ``torch::from_blob`` are not) and nothing asks for ``requires_grad``. A
+source that still fails to compile slim is built by the next variant (verifier/build/pool.py), so a wrong guess costs
+one failed attempt.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import torch.utils.cpp_extension as ce
+
+from verifier.front.vendor import strip_cxx
+
+# includes the slim build replaces (everything a typical source gets from them is in the prelude)
+_HEAVY = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch/(?:extension|all|python|types)|ATen/ATen)\.h[>"]'
+                    r'[ \t]*$', re.M)
+_QUALIFIED = re.compile(r"\b(torch|at|c10)::((?:\w+::)*\w+)(\s*[(<{]?)")
+_MACROS = re.compile(r"\b(?:TORCH|AT|C10|PYBIND11)_[A-Z0-9_]+")
+_OWN_INCLUDES = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]((?:ATen|c10|torch)/[^>"]+)[>"]', re.M)
+
+# names usable without a call (types, dtype constants, enums) that ATen/core/Tensor.h declares
+_TYPES = {"Tensor", "TensorOptions", "ScalarType", "Dtype", "Device", "DeviceType", "IntArrayRef", "Scalar",
+          "Half", "BFloat16", "Layout", "MemoryFormat", "optional", "nullopt", "TensorBase", "ArrayRef",
+          "kFloat", "kHalf", "kBFloat16", "kDouble", "kInt", "kLong", "kByte", "kChar", "kShort", "kBool",
+          "kFloat32", "kFloat16", "kFloat64", "kInt32", "kInt64", "kInt16", "kInt8", "kUInt8", "kF32", "kF16",
+          "kCUDA", "kCPU", "kStrided", "elementSize", "toString", "isFloatingType"}
+_MACRO_OK = re.compile(r"(?:TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT\w*|TORCH_WARN\w*|AT_DISPATCH_\w+|AT_PRIVATE_\w+|"
+                       r"C10_CUDA_KERNEL_LAUNCH_CHECK|C10_CUDA_CHECK|C10_UNUSED|C10_HOST_DEVICE|C10_DEVICE)$")
+
+_TORCH_ALIASES = """namespace torch {
+using namespace at;
+using Dtype = at::ScalarType;
+constexpr auto kFloat32 = at::kFloat;
+constexpr auto kFloat16 = at::kHalf;
+constexpr auto kFloat64 = at::kDouble;
+constexpr auto kInt8 = at::kChar;
+constexpr auto kInt16 = at::kShort;
+constexpr auto kInt32 = at::kInt;
+constexpr auto kInt64 = at::kLong;
+constexpr auto kUInt8 = at::kByte;
+constexpr auto kF32 = kFloat32;
+constexpr auto kF16 = kFloat16;
+}  // namespace torch
+"""
+
+
+@lru_cache(maxsize=1)
+def _ops_dir() -> Path | None:
+    for inc in ce.include_paths():
+        d = Path(inc) / "ATen" / "ops"
+        if d.is_dir():
+            return d
+    return None
+
+
+_SIGNATURE_HEAD = re.compile(r"^[ \t]*(?:inline\s+)?(?:TORCH_API\s+)?(?:at::)?Tensor\s+(\w+)\s*\(", re.M)
+
+
+def _signatures(text: str) -> dict[str, set[str]]:
+    """name -> the parameter lists (defaults included, spacing and ``at::`` / ``c10::`` / ``::std::``
+    qualification dropped) of the functions returning a Tensor by value declared in a header's text."""
+    out: dict[str, set[str]] = {}
+    for m in _SIGNATURE_HEAD.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        params = re.sub(r"(?<![\w:])(?:::)?(?:at|c10|std)::", "", text[m.end():i - 1])
+        params = re.sub(r"\s+", "", params)
+        out.setdefault(m.group(1), set()).add(params)
+    return out
+
+
+@lru_cache(maxsize=4)
+def _torch_factories(ops_dir: Path | None) -> tuple[frozenset[str], frozenset[str]]:
+    """(every function torch's headers declare in ``torch::`` itself (variable_factories.h), those of them that the
+    slim prelude's ``torch::`` -> ``at::`` maps exactly: each ``torch::`` overload has an ``at::`` twin with the
+    same parameters and defaults in its ATen/ops header). Nothing is exact when the headers cannot be read."""
+    header = None
+    for base in ([ops_dir.parent.parent] if ops_dir is not None else []) + \
+            [Path(inc) for inc in ce.include_paths()]:
+        candidate = base / "torch" / "csrc" / "autograd" / "generated" / "variable_factories.h"
+        if candidate.is_file():
+            header = candidate
+            break
+    if header is None or ops_dir is None:
+        return frozenset(_FACTORIES_KNOWN), frozenset()
+    theirs = _signatures(header.read_text(errors="replace"))
+    exact = set()
+    for name, sigs in theirs.items():
+        op = ops_dir / f"{name[:-len('_symint')] if name.endswith('_symint') else name}.h"
+        if op.is_file() and sigs <= _signatures(op.read_text(errors="replace")).get(name, set()):
+            exact.add(name)
+    return frozenset(set(theirs) | _FACTORIES_KNOWN), frozenset(exact - {"tensor", "from_blob"})
+
+
+# declared in torch:: by torch's headers whatever this torch's headers say (so a missing header never makes them
+# look like plain at:: names)
+_FACTORIES_KNOWN = {"tensor", "from_blob", "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones",
+                    "ones_like", "full", "full_like", "arange", "range", "linspace", "logspace", "eye", "rand",
+                    "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "normal",
+                    "scalar_tensor", "from_file"}
+
+
+def slim_source(src: str, ops_dir: Path | None = None) -> str | None:
+    """The source with a minimal torch prelude instead of its heavy includes, or None if not eligible (a name
+    outside the known subset, or one whose meaning the slim prelude would change: module docstring)."""
+    ops_dir = ops_dir or _ops_dir()
+    if ops_dir is None:
+        return None
+    factories, exact = _torch_factories(ops_dir)
+    code = strip_cxx(src)
+    own = _OWN_INCLUDES.findall(_HEAVY.sub("", src))
+    cuda_header = any(h.startswith(("ATen/cuda/", "c10/cuda/")) for h in own)
+    ops: set[str] = set()
+    # options that ask for requires_grad (``opts.requires_grad(true)``, ``torch::requires_grad()``); reading a
+    # tensor's flag (``t.requires_grad()``) means the same under both preludes
+    asks_grad = re.search(r"(?<![.>])\brequires_grad\s*\(|(?:\.|->)\s*requires_grad\s*\(\s*[^)\s]", code) is not None
+    for ns, path, after in _QUALIFIED.findall(code):
+        parts = path.split("::")
+        if ns == "torch" and parts[0] in factories and (parts[0] not in exact or asks_grad):
+            return None  # torch::tensor, torch::from_blob, a factory asked for requires_grad: at:: means otherwise
+        if parts[0] == "cuda":
+            if not cuda_header:  # the source brings the CUDA context header itself, or it is not slim
+                return None
+            continue
+        if len(parts) > 1 and parts[0] in _TYPES:  # at::ScalarType::Float, at::MemoryFormat::Contiguous
+            continue
+        if len(parts) != 1:
+            return None
+        name = parts[0]
+        if name in _TYPES:
+            continue
+        if after.strip() == "(" and (ops_dir / f"{name}.h").is_file():
+            ops.add(name)
+            continue
+        return None
+    for macro in _MACROS.findall(code):
+        if not _MACRO_OK.match(macro):
+            return None
+    if re.search(r"\bpy::|pybind11|\busing\s+namespace\s+(?:torch|at|c10)\b", code):
+        return None  # unqualified names from torch cannot be mapped to their headers
+    prelude = ["#include <cuda.h>", "#include <cuda_runtime.h>", "#include <ATen/core/Tensor.h>"]
+    if "AT_DISPATCH_" in src:
+        prelude.append("#include <ATen/Dispatch.h>")
+    if "C10_CUDA_" in src:
+        prelude.append("#include <c10/cuda/CUDAException.h>")
+    prelude += [f"#include <ATen/ops/{name}.h>" for name in sorted(ops)]
+    return "\n".join(prelude) + "\n" + _TORCH_ALIASES + "// ---- the candidate's source\n" + _HEAVY.sub("", src)

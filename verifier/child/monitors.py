@@ -1,0 +1,117 @@
+"""The two monitors of what ModelNew.forward computes, in the execution child (cheat C01, C11).
+
+- ``DispatchRecorder``: a TorchDispatchMode recording every aten op dispatched (Python calls and at:: calls
+  from C++ alike); a candidate can switch it off from inside forward (``torch._C._DisableTorchDispatch``).
+- ``profiled`` / ``read_profile``: the profiler, a C++ observer of the dispatcher that the dispatch-mode
+  switch does not reach; a ``km_forward`` marker proves it watched the whole call; on cuda it also gives
+  each kernel's device time (own kernels vs foreign ones, for the time-coverage check in judge.py).
+Both are judged by the allowlist of ``verifier.common.ops``. Imports: torch, the standard library and verifier.common.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from verifier.common.backends import is_own_kernel
+from verifier.common.contract import TrialReport
+
+
+class DispatchRecorder(TorchDispatchMode):
+    """Records every aten op dispatched while active (Python calls and at:: calls from C++ alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+        self.to_host_bytes = 0  # device data copied to the host (compute done there instead of in a kernel)
+        self.removed = False  # a watched call found another dispatch mode on top when it returned
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.ops.append(f"{func.namespace}::{name}")
+        out = func(*args, **(kwargs or {}))
+        if name in ("_to_copy", "copy_", "to") and args and isinstance(args[0], torch.Tensor):
+            src = args[1] if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor) else args[0]
+            dst = args[0] if name == "copy_" else out
+            if isinstance(dst, torch.Tensor) and src.device.type != "cpu" and dst.device.type == "cpu":
+                self.to_host_bytes += dst.numel() * dst.element_size()
+        return out
+
+
+def watched(fn, recorder: DispatchRecorder):
+    """``fn`` as every checked call runs it: under ``recorder`` and inside a ``km_forward`` marker (the profiler
+    counts only what happens within it). Used for timed calls too, so a timed call looks like a checked one;
+    ``recorder.removed`` says if a call took the dispatch monitor off."""
+
+    def call(*inputs):
+        with recorder:
+            with record_function("km_forward"):
+                out = fn(*inputs)
+            if _get_current_dispatch_mode() is not recorder:
+                recorder.removed = True
+        return out
+
+    return call
+
+
+def profiled(backend):
+    """The profiler session of a phase. On cpu it records the aten ops of every thread of the process (Kineto's
+    ``profile_all_threads``), not only the calling one's: at:: compute the candidate's C++ runs on a
+    ``std::thread`` it starts and joins inside forward reaches neither the dispatch mode nor a thread-local
+    profiler (docs/ANTI_CHEAT.md class 22), and falls inside the ``km_forward`` window like any op of the call. On
+    cuda the device view (CUPTI) sees every thread's kernels already, and the session is left as measured on the
+    H100."""
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if backend.name == "cuda" else [])
+    every_thread = _every_thread_config() if backend.name == "cpu" else None
+    return profile(activities=acts, **({"experimental_config": every_thread} if every_thread is not None else {}))
+
+
+def _every_thread_config():
+    """Kineto's all-threads setting where this torch has it (torch 2.13 does), else None (this thread only)."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):
+        return None
+
+
+def _inside(e, windows: list) -> bool:
+    r = getattr(e, "time_range", None)
+    if r is None:
+        return True
+    return any(r.start < b and r.end > a for a, b in windows)
+
+
+def read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
+    """aten ops the profiler saw inside the ``km_forward`` markers, the marker that proves it watched the call,
+    and (cuda) the device time of kernels run within the marker's device-side ranges: in a session that also
+    drew inputs and flushed caches (the timing phase), only what forward itself did counts."""
+    events = list(prof.events())
+    host_win, dev_win = [], []
+    for e in events:
+        if e.name == "km_forward" and getattr(e, "time_range", None) is not None:
+            (dev_win if "cuda" in str(getattr(e, "device_type", "")).lower() else host_win).append(
+                (e.time_range.start, e.time_range.end))
+    names, own, foreign = [], 0.0, {}
+    for e in events:
+        dev = str(getattr(e, "device_type", "")).lower()
+        if e.name == "km_forward":
+            continue
+        if "cuda" in dev:
+            if dev_win and not _inside(e, dev_win):
+                continue
+            us = float(e.time_range.elapsed_us()) if getattr(e, "time_range", None) else 0.0
+            if is_own_kernel(e.name, kernel_names):
+                own += us
+            else:
+                foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
+            continue
+        if e.name.startswith("aten::") and (not host_win or _inside(e, host_win)):
+            names.append(e.name)
+    rec.profiled_ops = sorted(set(names))
+    rec.own_kernel_us = round(own, 3)
+    rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
+    if not host_win:
+        rec.monitor_problems.append("the profiler stopped recording during forward")

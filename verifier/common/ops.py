@@ -1,0 +1,48 @@
+"""What counts as PyTorch compute: the aten ops ModelNew.forward may dispatch (allocation, views, copies,
+descriptions) and the name of the aten op an ATen C++ entry point is for. Read by the child's monitors (what
+they record) and by the judge and the binary's scans (what decides C01). Imports: torch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# aten ops that allocate, view, copy or describe: the only ones ModelNew.forward may dispatch.
+ALLOWED_ATEN = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "ones",
+    "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "fill_", "zero_", "view", "_unsafe_view",
+    "reshape", "_reshape_alias", "as_strided", "expand", "expand_as", "permute", "transpose", "t", "unsqueeze",
+    "squeeze", "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind",
+    "alias", "detach", "clone", "copy_", "_to_copy", "to", "contiguous", "lift_fresh", "lift_fresh_copy",
+    "_local_scalar_dense", "resize_", "view_as", "is_same_size", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "numel", "dim", "record_stream", "item", "_has_compatible_shallow_copy_type",
+    "resolve_conj", "resolve_neg", "lift", "empty_permuted", "set_", "result_type", "is_pinned", "size", "stride",
+    "is_contiguous", "as_strided_", "_nested_tensor_from_mask_left_aligned",
+    # copies that move data without computing on it, and dropout (the identity in eval mode, where models run)
+    "cat", "stack", "dropout", "feature_dropout", "alpha_dropout",
+}
+
+
+def forbidden(ops) -> list[str]:
+    return sorted({o for o in ops if o.startswith("aten::") and o.split("::")[-1] not in ALLOWED_ATEN})
+
+
+def aten_op_of(name: str) -> str | None:
+    """The aten op an ATen C++ entry point is named for: ``add_Tensor`` -> ``add``, ``empty_memory_format`` ->
+    ``empty``, ``mm`` -> ``mm``; None when no aten op has that name (``getCurrentDeviceProperties``)."""
+    aten = torch.ops.aten
+
+    def packet(n: str):
+        try:
+            return getattr(aten, n)
+        except (AttributeError, RuntimeError):
+            return None
+
+    if packet(name) is not None:
+        return name
+    for i, ch in enumerate(name):
+        if ch == "_" and 0 < i < len(name) - 1:
+            p = packet(name[:i])
+            if p is not None and name[i + 1:] in p.overloads():
+                return name[:i]
+    return None

@@ -1,0 +1,616 @@
+"""The verifier's stages and its local engine (``verify_batch``: a batch with compiling and executing
+overlapped). Callers verify through verifier/entry.py (``verify``, ``verify_candidate``), which runs this engine.
+
+A candidate travels: extract -> static legality -> compile (CompilePool, keyed build dirs) ->
+execution child (verifier/child/worker.py: trials, runtime checks, timing) -> judge (verifier/judge/verdict.py: outputs
+against reference outputs computed in THIS process, which the child never sees) -> reward and feedback.
+
+Guarantees: every call returns one Verdict per candidate, whatever the candidate does (crash, hang,
+memory blow-up, garbage output); ``status`` is what was decided and ``stage_reached`` the stage that
+decided it: extract, static, compile (the build and the built library's scan), correctness (the
+candidate's process until its trials are over, the trials judged; a task that cannot judge it), runtime
+(the legality checks on what the trials ran), timing (the candidate's process after its trials, the
+timed outputs; every pass ends here). Only problems of the verifier itself (a reference that does not
+run, no compiler) raise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import queue
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+from kernelmill.errors import InputError
+from kernelmill.schema import Candidate, Task, Verdict
+from verifier import cheats
+from verifier.build.pool import CompilePool, first_errors
+from verifier.common import sandbox
+from verifier.common.backends import get_backend
+from verifier.common.config import VerifyConfig, resolve_backend, usable_cores, use_host
+from verifier.common.contract import ChildReport, Job
+from verifier.common.devlock import device_lock
+from verifier.common.inputs import build_model, draw_inputs
+from verifier.common.ops import aten_op_of, forbidden
+from verifier.execute import admission
+from verifier.execute.channel import Driver, Ledger
+from verifier.execute.harness import Clocked, Harness
+from verifier.execute.processes import _job_root, _run_child, clear_job_root, exec_slot
+from verifier.front.extract import check_candidate_shape, extract_code
+from verifier.front.static import scan
+from verifier.front.vendor import aten_entries, scan_library, scan_sources, scan_tampering
+from verifier.judge import prep_cache
+from verifier.judge.knockout import run_knockout
+from verifier.judge.outputs import RNG_LOCK
+from verifier.judge.plan import (  # noqa: F401
+    _PLAN_LOCK,
+    _PLANS,
+    TaskPlan,
+    _float64_check,
+    _pick_size_change,
+    _plan_key,  # (re-exported)
+    _release_plan,
+    load_reference,
+    plan_settings,
+    task_plan,
+)
+from verifier.judge.verdict import ChildRun, Work, finish, judge
+
+__all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_batch"]
+
+
+def _front(reference_code: str, candidate_text: str, backend: str, task_id: str, candidate_id: str) -> Work:
+    """Extract and static stages; the returned work's verdict has a status when it stopped here. Whatever a
+    candidate's text does to these stages, it ends as that candidate's verdict: a failure of the verifier's
+    own scanning code is a ``verifier_error`` for this candidate, and the batch goes on."""
+    t0 = time.perf_counter()
+    v = Verdict(candidate_id=candidate_id, task_id=task_id, backend=backend)
+    v.stage_reached = "extract"
+    w = Work(verdict=v, reference_code=reference_code, started=t0)
+    try:
+        return _front_stages(w, candidate_text, backend, t0)
+    except Exception as e:  # noqa: BLE001
+        finish(w, "verifier_error", [f"The verifier's {v.stage_reached} stage failed on this candidate "
+                                     f"({type(e).__name__}: {str(e)[:300]}); this is the verifier's fault, not "
+                                     "your program's."])
+        return w
+
+
+def _front_stages(w: Work, candidate_text: str, backend: str, t0: float) -> Work:
+    v = w.verdict
+    code = extract_code(candidate_text)
+    problems = check_candidate_shape(code, backend)
+    v.stage_seconds["extract"] = round(time.perf_counter() - t0, 4)
+    if problems:
+        if any("never launched" in p for p in problems):
+            # a kernel defined but never launched is row 2, not a format slip; whatever computes the answer
+            # instead (cuBLAS, ATen, a patched clock) is judged by the static stage too, so that the verdict
+            # names every row the program breaks, not the first one found
+            report, vendor, tamper = _static_stage(code, backend, v)
+            v.cheats = sorted({cheats.C02} | _static_codes(report, vendor, tamper))
+            problems = problems + _static_lines(report, vendor, tamper)
+        finish(w, "extract_error", problems)
+        return w
+    w.code = code
+    report, vendor, tamper = _static_stage(code, backend, v)
+    # PyTorch compute alone does not stop the candidate here: it is judged to the end so that the verdict can
+    # say what the partial legality policy (KernelBench's) makes of it; the strict policy rejects it then
+    blocking = [f for f in report.findings if not f.torch]
+    v.fallback_ops = report.fallback_ops
+    if blocking or vendor or tamper:
+        v.cheats = sorted(_static_codes(report, vendor, tamper))
+        finish(w, "cheat", _static_lines(report, vendor, tamper))
+        return w
+    w.torch_findings = [str(f) for f in report.findings]
+    # load_inline calls with non-constant arguments are built inside the child (allow_child_compile): the
+    # source and binary scans do not see them; the runtime monitors and time coverage still do
+    v.stage_reached = "compile"
+    w.specs = [s.args for s in report.extensions if s.resolved]
+    return w
+
+
+def _static_stage(code: str, backend: str, v: Verdict):
+    """The static scan of the Python text and the source and tampering scans of every load_inline call it
+    resolves: (report, vendor findings, tampering findings)."""
+    v.stage_reached = "static"
+    t1 = time.perf_counter()
+    report = scan(code, backend)
+    v.stage_seconds["static"] = round(time.perf_counter() - t1, 4)
+    vendor, tamper = [], []
+    for spec in report.extensions:
+        srcs = _sources(spec.args)
+        vendor += scan_sources(srcs, _as_strs(spec.args.get("extra_ldflags")))
+        tamper += scan_tampering(srcs)
+    return report, vendor, tamper
+
+
+def _static_codes(report, vendor: list, tamper: list) -> set[str]:
+    """The cheat codes of the static stage's findings, PyTorch compute's included."""
+    return set(report.cheat_codes) | ({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set())
+
+
+def _static_lines(report, vendor: list, tamper: list) -> list[str]:
+    return [f"Static check, {f}." for f in report.findings] + _vendor_lines("Static", vendor) + \
+        _tamper_lines("Static", tamper)
+
+
+def _as_strs(x) -> list[str]:
+    if x is None:
+        return []
+    return [str(i) for i in x] if isinstance(x, (list, tuple)) else [str(x)]
+
+
+def _sources(spec_args: dict) -> list[str]:
+    """The C++ and CUDA source texts of one load_inline call's arguments."""
+    return [src for key in ("cpp_sources", "cuda_sources") for src in _as_strs(spec_args.get(key))]
+
+
+def _compile_done(w: Work, results: list, build_root: Path | None = None) -> bool:
+    """Record compile results; False (and the verdict finished) when any spec failed or its build tried to
+    escape the sandbox (C17, from the evidence the sandbox left in the key directory under ``build_root``)."""
+    v = w.verdict
+    v.stage_seconds["compile"] = round(sum(r.seconds for r in results if not r.cached), 3)
+    v.stage_seconds["compile_cpu"] = round(sum(r.cpu_s for r in results if not r.cached), 3)
+    v.stage_seconds["compile_cached"] = all(r.cached for r in results) if results else True
+    escapes = [f for r in results for f in sandbox.escape_findings(build_root / r.key)] if build_root else []
+    if escapes:  # the build process (the candidate's static initialisers run when it imports the module) escaped
+        v.cheats = [cheats.C17]
+        v.compile_log = next((r.log for r in results if not r.ok), "")[-20000:]
+        finish(w, "cheat", [f"The sandbox blocked, while building: {f}." for f in escapes])
+        return False
+    broken = [r for r in results if r.verifier_error]
+    if broken:  # the verifier's build code failed: never the candidate's compile error
+        finish(w, "verifier_error", [f"The verifier's build failed on its own side ({broken[0].verifier_error}); this "
+                                     "is not a compile error of your code."])
+        return False
+    bad = [r for r in results if not r.ok]
+    if bad:
+        v.compile_log = bad[0].log[-20000:]
+        finish(w, "compile_error", ["First compiler errors:\n" + first_errors(bad[0].log)])
+        return False
+    v.compiled = True
+    sources = [src for spec in w.specs for src in _sources(spec)]
+    vendor = [f for r in results for f in scan_library(r.so_path, sources)]
+    tamper = [f for r in results for f in scan_tampering([], r.so_path)]
+    below, computing = [], []
+    for r in results:
+        through, under, lookup = aten_entries(r.so_path)
+        below += [f"at::{op}" for op in {aten_op_of(n) for n in under} if op]
+        if lookup:
+            below.append("operators looked up by name (c10::Dispatcher::findSchema)")
+        computing += forbidden(f"aten::{op}" for op in {aten_op_of(n) for n in through} if op)
+    if below:
+        vendor.append("the built extension calls ATen's kernels below the dispatcher: " + ", ".join(sorted(set(below))[:6]))
+    if vendor or tamper:  # the linker's view: what the built extension calls by name, however the source spelled it
+        v.cheats = sorted(({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set()))
+        finish(w, "cheat", _vendor_lines("Binary", vendor) + _tamper_lines("Binary", tamper))
+        return False
+    if computing:
+        # PyTorch compute reachable from the candidate's C++ (a CPU fallback branch, a helper nobody calls, or the
+        # answer): the runtime monitors decide whether forward ran it (C01); read here, outside the candidate's
+        # process, it is kept with the verdict and named in the feedback either way
+        ops = sorted(set(computing))
+        v.versions["binary"] = {"aten_compute_imports": ops}
+        w.notes.append("Binary check: your extension can call PyTorch compute ops from C++ (" + ", ".join(ops[:8]) +
+                       "); forward must not run them.")
+    return True
+
+
+def _vendor_lines(kind: str, found: list[str]) -> list[str]:
+    return [f"{kind} check: {f} [C01: compute by a vendor library or ATen internals, not your kernel]." for f in found]
+
+
+def _tamper_lines(kind: str, found: list[str]) -> list[str]:
+    return [f"{kind} check: {f} [C11: the verifier's monitors and torch's global state are not yours to change]."
+            for f in found]
+
+
+
+# ---------------------------------------------------------------------------- stages 4-6
+
+
+def _lock_path(cfg: VerifyConfig, build_root: Path) -> str:
+    """The device lock's file: one per device this process sees (``CUDA_VISIBLE_DEVICES``), so that verifier
+    pools of several GPUs sharing one build root (verifier/ray_pool.py) do not hold each other's timing."""
+    if not cfg.device_lock:
+        return ""
+    devices = re.sub(r"[^\w,.-]", "_", os.environ.get("CUDA_VISIBLE_DEVICES", "").strip())
+    return str(build_root / (f".timing-{devices}.lock" if devices else ".timing.lock"))
+
+
+def _shared_lock(cfg: VerifyConfig, build_root: Path, backend: str):
+    """The device lock for the verifier's own device work, taken shared on cuda only: there another
+    process's kernels time-slice into a timed region; on cpu (bench/results/timing_noise_cpu.md) keeping
+    other work off the cores during timing did not lower the noise and cost 15-25% of the batch time."""
+    return device_lock((_lock_path(cfg, build_root) or None) if backend == "cuda" else None)
+
+
+def _lock_wait_s(cfg: VerifyConfig) -> float:
+    """Longest wait for the device lock (verifier/common/devlock.py): a share of the run timeout, so that a
+    neighbour holding the device can delay a candidate's timing but never push it into a timeout."""
+    return min(30.0, 0.2 * cfg.run_timeout_s)
+
+
+def _seeds(n: int) -> list[int]:
+    return [secrets.randbelow(2**31 - 1) + 1 for _ in range(n)]
+
+
+def _job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, reference_code: str, **kw) -> Job:
+    return Job(kind=kind, backend=backend, build_root=str(build_root), reference_code=reference_code,
+               init_seed=_seeds(1)[0], warmup=cfg.warmup, timed_checks=cfg.timed_checks, gap_probes=cfg.gap_probes,
+               warm_device_ms=cfg.warm_device_ms, hide_launch_us=cfg.hide_launch_us,
+               time_torch_compile=cfg.time_torch_compile, memory_limit_gb=cfg.memory_limit_gb,
+               allow_child_compile=cfg.allow_child_compile, timing_lock=_lock_path(cfg, build_root),
+               lock_wait_s=_lock_wait_s(cfg), eval_mode=cfg.eval_mode, n_brackets=max(3, min(cfg.timed_brackets, cfg.timing_trials)),
+               timing_budget_s=cfg.timing_budget_s, **kw)
+
+
+def _job_dir(job: Job) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"km-{job.kind}-", dir=_job_root()))
+
+
+def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> ChildRun:
+    """Write the job into its directory and run it in an execution child (its files already there)."""
+    job.write(job_dir)
+    rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s,
+                                    warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
+    return ChildRun(rc, timed_out, log, timeout_s)
+
+
+@dataclass
+class ReferenceTiming:
+    """The reference's timings, measured once per task where no candidate code ever ran: its child's report
+    (launch times, errors, the device) and what the harness clocked (verifier/execute/harness.py): ``clocked`` holds
+    ``eager_s`` and ``compile_s`` (time per call, null subtracted) and ``null`` (the null bracket's seconds by
+    its number of calls, as a string key), which every candidate's brackets of the task are reduced by."""
+
+    report: ChildReport
+    clocked: dict = dataclasses.field(default_factory=dict)
+
+    def null(self) -> dict[int, float]:
+        return {int(k): float(v) for k, v in (self.clocked.get("null") or {}).items()}
+
+
+_REF_TIMINGS: dict[tuple, ReferenceTiming] = {}
+_REF_LOCKS: dict[tuple, threading.Lock] = {}
+
+
+def _run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on_trial=None,
+                harness: Harness | None = None) -> tuple[ChildRun, Ledger, Clocked]:
+    """Run a job whose child asks this process for its seeds and its clocked brackets (verifier/execute/channel.py,
+    verifier/execute/harness.py)."""
+    driver = Driver(job_dir, job.n_trials, job.n_timing, on_trial=on_trial,
+                    on_bracket=harness.serve if harness is not None else None)
+    try:
+        run = _run_job(job, job_dir, timeout_s, cfg)
+    finally:
+        ledger = driver.close()
+        clocked = harness.close() if harness is not None else Clocked()
+    job.trial_seeds = [ledger.trial_seeds.get(i, 0) for i in range(job.n_trials)]
+    job.timing_seeds = list(ledger.timing_seeds)
+    return run, ledger, clocked
+
+
+def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyConfig, check: bool) -> Harness:
+    """The harness of one job: the reference built as the child builds it (same init seed), inputs drawn as the
+    trials draw them."""
+    def reference():
+        with RNG_LOCK:
+            model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
+        return model
+
+    def draw(seed: int) -> list:
+        return draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
+
+    return Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
+                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s)
+
+
+def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
+    """The eager and torch.compile timings of a task's reference, measured once per process in a child
+    where no candidate code has ever run (so no candidate can slow the reference down), then reused for
+    every candidate of the task. With ``cfg.prep_cache`` a measurement that succeeded is also kept under the
+    build root (verifier/judge/prep_cache.py) and read by later processes on the same device with the same settings,
+    which then start no child. Its report's timing_error is set when it could not be timed."""
+    key = (hashlib.sha256(plan.text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup,
+           cfg.time_torch_compile, cfg.eval_mode, str(build_root), cfg.prep_cache)
+    with _PLAN_LOCK:
+        lock = _REF_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        if key in _REF_TIMINGS:
+            return _REF_TIMINGS[key]
+        measure = lambda: _measure_reference(plan, backend, cfg, build_root)  # noqa: E731
+        timing = measure() if not cfg.prep_cache else prep_cache.kept_or_measured(
+            build_root, prep_cache.entry_key(plan.text, backend, _device_name(backend), cfg),
+            cfg.run_timeout_s + (180 if cfg.time_torch_compile else 60), measure, ReferenceTiming)
+        _REF_TIMINGS[key] = timing
+        return timing
+
+
+PREP_WORKERS = 2  # tasks prepared at once ahead of their candidates (each a plan, then a reference timing child)
+
+
+def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfig, build_root: Path,
+                 name: str) -> None:
+    """A task's one-off preparation (its plan, then its reference timing), run as soon as a batch meets the task
+    so that it overlaps the compiling of the task's candidates instead of following it: on the H100 a task's
+    preparation took 31-62 s (median) and its first candidate waited for all of it after its own build. The
+    timing child is admitted by the memory gate like a job. Skipped when no candidate of the task is pending any
+    more (all stopped at compile); any failure is left for the candidate's own call, which meets it again and
+    makes it that candidate's verdict."""
+    if not _PLANS.held(key):
+        return
+    try:
+        plan = task_plan(reference_code, backend, cfg, name)
+        if plan.skip_reason or plan.task_fault or cfg.timing_trials <= 0 or not _PLANS.held(key):
+            return
+        with exec_slot(), admission.gate_for(plan.device, cfg.memory_budget_gib).admit(plan.job_bytes()):
+            reference_timing(plan, backend, cfg, build_root)  # (a slot: its fork server is kept for the next)
+    except Exception:  # noqa: BLE001 - met again, and judged, by the task's first candidate
+        pass
+
+
+@contextlib.contextmanager
+def _preparing():
+    """``PREP_WORKERS`` threads running ``prepare_task`` on what the block hands them (the yielded function, which
+    takes ``prepare_task``'s arguments and passes each plan key on once).
+    Daemon threads, as the execution threads are: on an exception (a Ctrl-C) the block is left without waiting
+    for a reference child, and the interpreter's exit does not join them; each ends after its current task.
+    A block that finishes waits for them (a task whose candidates all stopped early may still be timing)."""
+    jobs: queue.Queue = queue.Queue()
+
+    def loop() -> None:
+        while (item := jobs.get()) is not None:
+            prepare_task(*item)
+
+    threads = [threading.Thread(target=loop, name=f"km-prep-{k}", daemon=True) for k in range(PREP_WORKERS)]
+    for t in threads:
+        t.start()
+    seen: set[tuple] = set()
+
+    def submit(key: tuple, *rest) -> None:
+        if key not in seen:
+            seen.add(key)
+            jobs.put((key, *rest))
+
+    try:
+        yield submit
+    finally:
+        for _ in threads:
+            jobs.put(None)
+    for t in threads:
+        t.join()
+
+
+def _device_name(backend: str) -> str:
+    return get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
+
+
+def _measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
+    """One timing of the reference in its own child, clocked by the harness in this process."""
+    job = _job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
+    job_dir = _job_dir(job)
+    device = "cuda" if backend == "cuda" else "cpu"
+    harness = _harness(plan, job, job_dir, device, cfg, check=False)
+    run, ledger, clocked = _run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg,
+                                       harness=harness)
+    try:
+        rep = ChildReport.read(job_dir)
+    except Exception as e:  # noqa: BLE001
+        rep = ChildReport(kind="reference", timing_error=f"the reference timing process failed (exit {run.rc}, "
+                                                         f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
+    if ledger.harness_error and not rep.timing_error:
+        rep.timing_error = f"the harness failed: {ledger.harness_error}"
+    if not cfg.keep_jobs:
+        shutil.rmtree(job_dir, ignore_errors=True)
+    null = clocked.null_by_calls()
+    figures = {"null": {str(k): v for k, v in null.items()}}
+    for label, key in (("reference", "eager_s"), ("compiled", "compile_s")):
+        per_call = clocked.per_call_s(label, null)
+        if per_call is not None:
+            figures[key] = per_call
+    return ReferenceTiming(rep, figures)
+
+
+def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
+    """Correctness, runtime legality and timing of a compiled candidate; judged here. Problems on the
+    verifier's side (the task does not fit, its reference fails) end as ``verifier_error``."""
+    v = w.verdict
+    v.stage_reached = "correctness"
+    device = "cuda" if backend == "cuda" else "cpu"
+    t0 = time.perf_counter()
+    try:
+        plan = task_plan(w.reference_code, backend, cfg, v.task_id or "task")
+    except InputError as e:
+        return finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
+    if plan.skip_reason:
+        return finish(w, "verifier_error", [f"The verifier could not run this task: {plan.skip_reason}."])
+    if plan.task_fault:
+        return finish(w, "task_error", [f"This task cannot judge a candidate: {plan.task_fault}. The task is at "
+                                        "fault, not your kernel."])
+    n = cfg.trials + (1 if plan.other_shape else 0)
+    job = _job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=n,
+               other_shape=plan.other_shape, input_files=not plan.reproducible, n_timing=cfg.timing_trials)
+    job_dir = _job_dir(job)
+
+    def ship_inputs(i: int, seed: int) -> None:
+        """Inputs a seed does not reproduce travel as a file, written when the child reaches their trial."""
+        other = job.other_shape if (job.other_shape and i == n - 1) else ""
+        with _shared_lock(cfg, build_root, backend) as lock:
+            lock.acquire(False, _lock_wait_s(cfg))
+            with RNG_LOCK:
+                inputs = draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text, other)
+        torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
+                   job_dir / f"trial_{i}.pt")
+
+    # the child's and the judge's memory, admitted together (verifier/execute/admission.py): jobs whose planned bytes do
+    # not fit beside those running wait, first come first served; one larger than the whole budget runs alone
+    try:
+        with admission.gate_for(device, cfg.memory_budget_gib).admit(plan.job_bytes()) as waited:
+            v.stage_seconds["execute_admission"] = round(waited, 3)
+            # timed once per task, before the first candidate runs and outside any device lock
+            ref_timing = reference_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
+            v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
+            t_child = time.perf_counter()
+            timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
+            harness = _harness(plan, job, job_dir, device, cfg, check=True)
+            run, ledger, clocked = _run_driven(job, job_dir, timeout, cfg, harness=harness,
+                                               on_trial=ship_inputs if job.input_files else None)
+            v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
+            v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
+            poison = get_backend(backend).poison_byte
+            with _shared_lock(cfg, build_root, backend) as lock, admission.device_work(device):
+                lock.acquire(False, _lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
+                # the partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where it decides
+                knockout = (lambda: run_knockout(w, plan, cfg, build_root, make_job=_job, job_dir_of=_job_dir,
+                                                     run_driven=_run_driven)) if backend == "cuda" else None
+                return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing, ledger, clocked, knockout)
+    finally:
+        v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
+        if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root
+            clear_job_root()  # (the candidate's job is the slot's outermost: nothing else of it is alive)
+
+
+# ---------------------------------------------------------------------------- public API
+
+
+def _check_toolchain(backend: str) -> None:
+    if shutil.which(os.environ.get("CXX", "c++")) is None and shutil.which("g++") is None:
+        raise InputError("compiler", "no C++ compiler (c++/g++) on PATH: the verifier cannot build any candidate")
+    if backend == "cuda":
+        if not cpp_extension.CUDA_HOME:
+            raise InputError("nvcc", "CUDA_HOME is not set and nvcc was not found: cuda candidates cannot be built")
+
+
+def _stamp(w: Work) -> Verdict:
+    w.verdict.stage_seconds["total"] = round(time.perf_counter() - w.started, 3)
+    return w.verdict
+
+
+def build_order(items: Sequence[tuple[Task, Candidate]]) -> list[int]:
+    """The indices of ``items`` round-robin over their tasks, each task's own order kept: every task's first
+    build is submitted before any task's second, so each task's one-off preparation (the reference's plan and
+    timing, up to ~20 s on the H100) runs while later builds compile instead of at the batch's tail. An RL step
+    or a generate stage hands its candidates grouped by prompt."""
+    by_task: dict[str, list[int]] = {}
+    for i, (task, _) in enumerate(items):
+        by_task.setdefault(task.task_id, []).append(i)
+    queues = list(by_task.values())
+    return [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
+
+
+def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | None = None,
+                 compile_workers: int | None = None, on_verdict: Callable[[int, Verdict], None] | None = None,
+                 ) -> list[Verdict]:
+    """The local engine of verifier.entry.verify (callers go through the entry: identical-code reuse, Ray,
+    streaming; tests/test_one_entry.py holds product code to it). Verifies every item as given, none reused:
+    extraction and static checks up front, all extensions submitted to one compile pool at once, and each
+    candidate executed as soon as its builds are done (up to ``config.exec_workers`` execution children at a
+    time; their timing phases serialise on a lock).
+
+    Returns verdicts in the order of ``items``; ``on_verdict(i, verdict)`` is called as each finishes
+    (from a worker thread, one call at a time)."""
+    cfg = config or VerifyConfig()
+    use_host(cfg.host())  # [verify] pch, sandbox, job_dir, ...: for the builds, sandboxes and servers started below
+    n = len(items)
+    verdicts: list[Verdict | None] = [None] * n
+    if not n:
+        return []
+    backends = {resolve_backend(c.backend or "cpu") for _, c in items}
+    for b in backends:
+        _check_toolchain(b)
+    workers = compile_workers if compile_workers is not None else (cfg.compile_workers or usable_cores())
+    done_lock = threading.Lock()
+    plan_keys: list[tuple | None] = [None] * n  # the plan a pending candidate holds (released at its verdict)
+
+    def deliver(i: int, w: Work) -> None:
+        v = _stamp(w)
+        if plan_keys[i] is not None:
+            _release_plan(plan_keys[i])
+        with done_lock:
+            verdicts[i] = v
+            if on_verdict:
+                on_verdict(i, v)
+
+    ready: queue.Queue = queue.Queue()
+    works: list[Work] = [None] * n  # type: ignore[list-item]  (each set below before anything reads it)
+    pending = [0]
+    with _preparing() as prepare, CompilePool(cfg.build_root(), workers=max(1, workers),
+                                              timeout_s=cfg.compile_timeout_s,
+                                              full_fallback=cfg.full_build_fallback) as pool:
+        for i in build_order(items):
+            task, cand = items[i]
+            backend = resolve_backend(cand.backend or "cpu")
+            w = _front(task.reference_code, cand.code or cand.response, backend, task.task_id, cand.candidate_id)
+            works[i] = w
+            if w.verdict.status:
+                deliver(i, w)
+                continue
+            plan_keys[i] = _plan_key(task.reference_code, backend, cfg)
+            _PLANS.hold(plan_keys[i])
+            # the task's preparation (once per batch) runs while its candidates compile
+            prepare(plan_keys[i], task.reference_code, backend, cfg, cfg.build_root(), task.task_id or "task")
+            futs = [pool.submit(s) for s in w.specs]
+            pending[0] += 1
+            if not futs:
+                ready.put((i, []))
+                continue
+
+            def when_built(_f, i=i, futs=futs):
+                if all(f.done() for f in futs):
+                    with done_lock:
+                        if getattr(works[i], "_queued", False):
+                            return
+                        works[i]._queued = True  # type: ignore[attr-defined]
+                    ready.put((i, futs))
+
+            for f in futs:
+                f.add_done_callback(when_built)
+
+        def exec_loop() -> None:
+            with exec_slot():  # this thread's fork servers and job root: kept for the next batch
+                exec_jobs()
+
+        def exec_jobs() -> None:
+            while True:
+                item = ready.get()
+                if item is None:
+                    return
+                i, futs = item
+                w = works[i]
+                try:
+                    if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
+                        _execute(w, w.verdict.backend, cfg, cfg.build_root())
+                except InputError as e:
+                    finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
+                except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
+                    finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
+                deliver(i, w)
+
+        threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
+                   for k in range(max(1, cfg.exec_workers))]
+        for t in threads:
+            t.start()
+        while True:
+            with done_lock:
+                if all(v is not None for v in verdicts):
+                    break
+            time.sleep(0.05)
+        for _ in threads:
+            ready.put(None)
+        for t in threads:
+            t.join()
+    return [v for v in verdicts if v is not None]

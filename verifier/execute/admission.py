@@ -1,0 +1,261 @@
+"""Memory admission: execution jobs run side by side only while the memory they plan to hold fits the device.
+
+Each execution job (a candidate's child process and the judging of it in the verifier's process) is admitted
+by a byte estimate made from its task's plan (``job_bytes``: the input, output and weight bytes measured when
+the plan was made, times the copies the child and the judge hold). A ``MemoryGate`` admits jobs in arrival
+order while the sum of admitted bytes stays within the budget; a job larger than the whole budget waits until
+nothing else is admitted and then runs alone. Without it, four execution workers on one GPU, each on a task of
+4 GiB inputs, ran out of device memory and an honest kernel ended ``verifier_error``.
+
+Guarantees: the admitted bytes never exceed the budget except for one oversized job running alone; no job
+waits forever while the jobs admitted before it finish (first come, first served: a large job is not starved
+by a stream of small ones). Not guaranteed: the estimate is a count of copies, not a measurement; a task whose
+forward allocates far more than its inputs and outputs (large intermediates) holds more than it planned, and
+other processes on the device are not counted (the budget is a fraction of the device for that reason).
+
+Also here: the lock under which the verifier's own process runs the reference on cuda (``device_work``), and
+the cache of task plans (``HeldCache``): a plan is kept while a candidate of its task is pending, and after that
+only within a small bound, so a task's module and what it holds do not stay for the life of the process.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import threading
+import time
+
+import torch
+
+GIB = 1 << 30
+# the budget where verify.memory_budget_gib is 0: a share of the device's total memory (cuda: the verifier's
+# and the execution children's CUDA contexts, and other processes, live in the rest) or of the RAM available
+# when the gate is made (cpu: the rest is the interpreters, the compile pool and the machine's other work)
+CUDA_SHARE = 0.75
+CPU_SHARE = 0.5
+
+PROCESS_BYTES = 256 << 20  # an execution child's own workspace: a CUDA context and allocator slack, or torch on cpu
+CHILD_INPUT_COPIES = 3  # the trial's inputs, their pristine copy, the clone the reference runs on (verifier/child/worker.py)
+CHILD_OUTPUT_COPIES = 2  # the candidate's output and the reference's, before they are saved
+JUDGE_INPUT_COPIES = 1  # the trial's inputs drawn again here (verifier/judge/verdict.py)
+JUDGE_OUTPUT_COPIES = 3  # the reference's outputs here, the candidate's and the child's reference outputs loaded back
+WEIGHT_COPIES = 3  # the reference in the child, ModelNew (about as large), the reference here
+FLOAT64_FACTOR = 2  # the float64 reference: inputs, outputs and weights once more at twice the width
+
+
+def job_bytes(input_bytes: int, output_bytes: int, weight_bytes: int, float64: bool) -> int:
+    """The bytes one execution job plans to hold at its peak (one trial at a time): the child's and the judge's
+    copies of the inputs, outputs and weights, the float64 reference's when it runs, and the child's workspace."""
+    n = (input_bytes * (CHILD_INPUT_COPIES + JUDGE_INPUT_COPIES) + output_bytes * (CHILD_OUTPUT_COPIES +
+                                                                                   JUDGE_OUTPUT_COPIES)
+         + weight_bytes * WEIGHT_COPIES)
+    if float64:
+        n += FLOAT64_FACTOR * (input_bytes + output_bytes + weight_bytes)
+    return int(n) + PROCESS_BYTES
+
+
+class MemoryGate:
+    """A byte-budgeted, first-come-first-served admission gate shared by the threads of one process.
+
+    ``acquire(n)`` returns once the request is first in line and fits (admitted + n <= budget), or is first in
+    line with nothing admitted (a request larger than the budget then runs alone); ``release(n)`` gives the
+    bytes back. ``peak`` is the most bytes admitted at once (an oversized request counts as the budget)."""
+
+    def __init__(self, budget_bytes: int):
+        if budget_bytes <= 0:
+            raise ValueError(f"a memory gate needs a positive budget, got {budget_bytes} bytes")
+        self.budget = int(budget_bytes)
+        self.admitted = 0
+        self.peak = 0
+        self._line: list[object] = []  # tickets of the waiting requests, in arrival order
+        self._cond = threading.Condition()
+
+    @property
+    def waiting(self) -> int:
+        """Requests in line now."""
+        with self._cond:
+            return len(self._line)
+
+    def _charge(self, n: int) -> int:
+        return min(max(int(n), 0), self.budget)  # an oversized request fills the gate: nothing runs beside it
+
+    def acquire(self, n: int) -> None:
+        charge = self._charge(n)
+        ticket = object()
+        with self._cond:
+            self._line.append(ticket)
+            try:
+                self._cond.wait_for(lambda: self._line[0] is ticket and self.admitted + charge <= self.budget)
+            finally:
+                self._line.remove(ticket)
+                self._cond.notify_all()  # the next in line may fit too (or the line moved if this one gave up)
+            self.admitted += charge
+            self.peak = max(self.peak, self.admitted)
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self.admitted = max(self.admitted - self._charge(n), 0)
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def admit(self, n: int):
+        """Hold ``n`` bytes for the block; yields the seconds waited for them."""
+        t0 = time.perf_counter()
+        self.acquire(n)
+        try:
+            yield time.perf_counter() - t0
+        finally:
+            self.release(n)
+
+
+def free_bytes(device: str) -> int:
+    """Memory free on ``device`` now (cuda: the driver's count; cpu: available RAM)."""
+    return torch.cuda.mem_get_info()[0] if device == "cuda" else _ram_bytes("SC_AVPHYS_PAGES")
+
+
+def capacity_bytes(device: str) -> int:
+    """All the memory of ``device`` (cuda: the GPU's total; cpu: physical RAM): what a job running alone could
+    have. A task is refused for its size against this, never against what is free while other jobs run."""
+    return torch.cuda.mem_get_info()[1] if device == "cuda" else _ram_bytes("SC_PHYS_PAGES")
+
+
+def _ram_bytes(pages: str) -> int:
+    """RAM in bytes from a sysconf page count (available or physical); 1 TiB where the system does not say."""
+    try:
+        return os.sysconf(pages) * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 1 << 40
+
+
+def auto_budget(device: str) -> int:
+    """The budget of a gate where none is configured: a share of the GPU's total memory, or of available RAM."""
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[1] * CUDA_SHARE)
+    return int(free_bytes("cpu") * CPU_SHARE)
+
+
+_GATES: dict[tuple, MemoryGate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def gate_for(device: str, budget_gib: float = 0.0) -> MemoryGate:
+    """The process's gate for ``device`` (one per device and configured budget, shared by every batch of the
+    process, since they share the device): ``budget_gib`` > 0 is the budget, 0 the automatic one (measured once)."""
+    if budget_gib < 0:
+        raise ValueError(f"verify.memory_budget_gib must be 0 (automatic) or positive, got {budget_gib}")
+    key = (device, float(budget_gib))
+    with _GATES_LOCK:
+        if key not in _GATES:
+            _GATES[key] = MemoryGate(int(budget_gib * GIB) if budget_gib > 0 else max(auto_budget(device), GIB))
+        return _GATES[key]
+
+
+def module_bytes(module) -> int:
+    """Bytes of the tensors a task's module keeps between calls: tensors among its globals, and the parameters
+    and buffers of nn.Modules among them."""
+    total = 0
+    for value in list(vars(module).values()):
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+        elif isinstance(value, torch.nn.Module):
+            total += sum(t.numel() * t.element_size() for t in [*value.parameters(), *value.buffers()])
+    return total
+
+
+class HeldCache:
+    """Values built once per key, kept while someone holds the key and, once nobody does, only within a bound.
+
+    ``hold(key)`` for each pending user (a candidate of the task), ``release(key)`` as each is done. A value
+    nobody holds is kept for the next user only while the unheld values number at most ``keep`` and their
+    ``size`` sums to at most ``keep_bytes``, the least recently used dropped first; one larger than
+    ``keep_bytes`` is dropped with its last user. ``get_or_build`` builds a missing value once (other callers of
+    the key wait for it)."""
+
+    def __init__(self, keep: int, keep_bytes: int, size):
+        self.keep, self.keep_bytes, self._size = keep, keep_bytes, size
+        self._values: dict = {}
+        self._users: dict = {}
+        self._kept: collections.OrderedDict = collections.OrderedDict()  # unheld keys -> size, oldest first
+        self._builds: dict = {}
+        self._lock = threading.Lock()
+
+    def get_or_build(self, key, build):
+        with self._lock:
+            building = self._builds.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                if key in self._values:
+                    if key in self._kept:
+                        self._kept.move_to_end(key)
+                    return self._values[key]
+            value = build()
+            with self._lock:
+                self._values[key] = value
+                if not self._users.get(key):
+                    self._keep(key)
+            return value
+
+    def __contains__(self, key) -> bool:
+        with self._lock:
+            return key in self._values
+
+    def get(self, key, default=None):
+        """The value kept for ``key``, or ``default`` (never builds it)."""
+        with self._lock:
+            return self._values.get(key, default)
+
+    def held(self, key) -> bool:
+        """Whether a user holds ``key`` now."""
+        with self._lock:
+            return bool(self._users.get(key))
+
+    def hold(self, key) -> None:
+        with self._lock:
+            self._users[key] = self._users.get(key, 0) + 1
+            self._kept.pop(key, None)
+
+    def release(self, key) -> bool:
+        """One user of ``key`` is done; True when a value left the cache."""
+        with self._lock:
+            left = self._users.get(key, 1) - 1
+            if left > 0:
+                self._users[key] = left
+                return False
+            self._users.pop(key, None)
+            return key in self._values and self._keep(key)
+
+    def _keep(self, key) -> bool:
+        """Keep the unheld value of ``key`` within the bounds; True when anything was dropped (lock held)."""
+        size = self._size(self._values[key])
+        drop = [key] if size > self.keep_bytes or self.keep <= 0 else []
+        if not drop:
+            self._kept[key] = size
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.keep or sum(self._kept.values()) > self.keep_bytes:
+                drop.append(self._kept.popitem(last=False)[0])
+        for old in drop:
+            self._kept.pop(old, None)
+            self._values.pop(old, None)
+            self._builds.pop(old, None)
+        return bool(drop)
+
+
+_DEVICE_WORK = threading.Lock()
+
+
+@contextlib.contextmanager
+def device_work(device: str):
+    """One execution thread at a time runs the reference in this process on cuda (plans and judging: the fp32
+    and float64 references and their outputs), and what it freed goes back to the driver afterwards. Without
+    both, eight threads' cached blocks held 77 GB of an 80 GB H100 and the candidates' own processes ran out
+    of memory (on the test bed). On cpu there is no cache to return and the threads run side by side.
+    Take it inside a gate's admission, never around one (a thread holding it must not wait for bytes)."""
+    if device != "cuda":
+        yield
+        return
+    with _DEVICE_WORK:
+        try:
+            yield
+        finally:
+            torch.cuda.empty_cache()

@@ -1,0 +1,188 @@
+"""The line between the verifier and an execution child: secrets handed out one call at a time, and a clock.
+
+The verifier holds everything a verdict depends on that the candidate could use if it could see it: the seed
+of every correctness trial and timed iteration (and, for tasks whose inputs a seed does not reproduce, the
+input files), and the wall-clock time of the child's measured brackets. A child asks for each of them over a
+Unix socket in its job directory when it reaches the step that needs it, and gets the next one only after it
+delivered the step before:
+
+- ``trial i``: the seed of correctness trial ``i`` (its input file written just then, where the task needs
+  files). Trial ``i + 1``'s seed does not exist yet: no frame, global, heap or file of the child holds it
+  while ModelNew is constructed or while trial ``i`` runs (ANTI_CHEAT rows 12, 20).
+- ``timing``: the seeds of the timed iterations, drawn when the trials are over.
+- ``wall``: a bracket of ``calls`` calls, each on fresh inputs from seeds drawn now, timed by THIS process's
+  clock from sending the seeds until the child answers with a float64 sum of every call's outputs
+  (``wall_done``). The answer cannot arrive before the work is done (the sums are checked against the
+  reference here), and nothing in the child can slow or speed this clock (rows 11, 19).
+
+The candidate can find the socket and speak on it: it can ask out of turn (refused, and recorded: C12; the
+verifier's own code in the child then finds its step taken and stops the job), or answer for the child
+(sums it cannot know without doing the work). What the channel does not protect: the child's own report
+(ops it saw, device times), which stays evidence checked against what this side measures.
+
+Imports: the standard library and verifier.common.contract (the child's side is verifier/child/channel.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from verifier.common.contract import SOCKET_FILE
+
+
+def draw_seed() -> int:
+    return secrets.randbelow(2**31 - 1) + 1
+
+
+@dataclass
+class Ledger:
+    """What the verifier handed out and measured for one job (kept in the verifier's process only)."""
+
+    trial_seeds: dict[int, int] = field(default_factory=dict)
+    timing_seeds: list[int] = field(default_factory=list)
+    records: dict[str, dict] = field(default_factory=dict)  # the monitors' records, as streamed after each call
+    problems: list[str] = field(default_factory=list)  # requests out of turn, malformed lines
+    harness_error: str = ""  # the harness's own failure during a bracket (the verifier's, never the candidate's)
+
+
+class Driver:
+    """The verifier's side of one job's channel: listens in ``job_dir``, serves one child connection in a
+    thread, and records what it gave and measured in ``ledger``. ``on_trial(i, seed)`` runs before a trial's
+    seed is sent (to ship input files); ``on_bracket(label, send, recv)`` runs one clocked bracket
+    (verifier/execute/harness.py) on the connection."""
+
+    def __init__(self, job_dir: Path, n_trials: int, n_timing: int,
+                 on_trial: Callable[[int, int], None] | None = None,
+                 on_bracket: Callable | None = None):
+        self.ledger = Ledger()
+        self.n_trials, self.n_timing = n_trials, n_timing
+        self.on_trial = on_trial
+        self.on_bracket = on_bracket
+        self.path = Path(job_dir) / SOCKET_FILE
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(self.path))
+        os.chmod(self.path, 0o666)  # the sandboxed child may run as another uid view
+        self._sock.listen(1)
+        self._sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="km-channel", daemon=True)
+        self._thread.start()
+
+    def close(self) -> Ledger:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        try:
+            self._sock.close()
+        finally:
+            self.path.unlink(missing_ok=True)
+        return self.ledger
+
+    def _serve(self) -> None:
+        conn = None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+                break
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+        if conn is None:
+            return
+        self._sock.close()  # one connection per job: the first is the verifier's code, before any candidate's
+        conn.settimeout(0.2)
+        buf = [b""]
+
+        def recv(timeout_s: float | None = None) -> dict | None:
+            """The next message (None when the child is gone or the job is over; ``{"op": "timeout"}`` when
+            ``timeout_s`` passed first)."""
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while b"\n" not in buf[0]:
+                if self._stop.is_set():  # the job is over: what the child sent before it ended is still read
+                    try:
+                        conn.settimeout(0.05)
+                        part = conn.recv(1 << 16)
+                    except OSError:
+                        return None
+                    if not part:
+                        return None
+                    buf[0] += part
+                    continue
+                if deadline is not None and time.monotonic() > deadline:
+                    return {"op": "timeout"}
+                try:
+                    part = conn.recv(1 << 16)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    return None
+                if not part:
+                    return None
+                buf[0] += part
+            line, buf[0] = buf[0].split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+                if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
+                    raise ValueError
+                return msg
+            except ValueError:
+                self.ledger.problems.append(f"malformed message on the channel: {line[:80]!r}")
+                return {"op": ""}
+
+        def send(reply: dict, fds: list[int] | None = None) -> None:
+            data = (json.dumps(reply) + "\n").encode()
+            if fds:  # a file descriptor travels with the message it belongs to (SCM_RIGHTS)
+                sent = socket.send_fds(conn, [data], fds)
+                if sent < len(data):
+                    conn.sendall(data[sent:])
+            else:
+                conn.sendall(data)
+
+        next_trial, timing_sent = 0, False
+        try:
+            while (msg := recv()) is not None:
+                op = msg["op"]
+                if op == "record":  # the monitors' record of one call, kept as first sent
+                    key = str(msg.get("key", ""))[:40]
+                    if key and key not in self.ledger.records and isinstance(msg.get("record"), dict):
+                        self.ledger.records[key] = msg["record"]
+                    continue
+                reply = None
+                if op == "trial" and msg.get("i") == next_trial and next_trial < self.n_trials:
+                    seed = draw_seed()
+                    self.ledger.trial_seeds[next_trial] = seed
+                    if self.on_trial is not None:
+                        self.on_trial(next_trial, seed)
+                    next_trial += 1
+                    reply = {"seed": seed}
+                elif op == "timing" and not timing_sent and next_trial == self.n_trials:
+                    timing_sent = True
+                    self.ledger.timing_seeds = [draw_seed() for _ in range(self.n_timing)]
+                    reply = {"seeds": self.ledger.timing_seeds}
+                elif op == "bracket" and next_trial == self.n_trials and self.on_bracket is not None \
+                        and not self.ledger.harness_error:
+                    try:
+                        self.on_bracket(str(msg.get("label", ""))[:40], send, recv)
+                    except OSError:
+                        break
+                    except Exception as e:  # noqa: BLE001
+                        if type(e).__name__ == "_ChildGone":
+                            break
+                        self.ledger.harness_error = f"{type(e).__name__}: {str(e)[:400]}"
+                        send({"refused": "the harness failed"})
+                    continue
+                else:
+                    self.ledger.problems.append(f"request out of turn on the channel: {json.dumps(msg)[:80]!r}")
+                    reply = {"refused": "out of turn"}
+                send(reply)
+        except OSError:
+            pass
+        conn.close()

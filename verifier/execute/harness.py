@@ -1,0 +1,404 @@
+"""The trusted harness: every time and every timed output a verdict relies on, measured in THIS process.
+
+This module runs in the verifier's own process, which never imports, loads or runs candidate code. An execution
+child (the candidate's, or the reference's) is a compute server: it asks for a *clocked bracket* over the job's
+channel (verifier/execute/channel.py) and the harness runs it:
+
+1. the harness draws the bracket's inputs from seeds it never sends, into memory of its own (private), and
+   hands the child the layout of a pool it owns (verifier/common/ipc.py: a shared file on cpu, device memory exported
+   by CUDA IPC on cuda): K input sets and K output sets;
+2. the child maps the pool and queues its calls: on cuda ``wait(gate word >= n)``, K x (forward, copy of the
+   output into the pool's output set k), ``done word = n`` (stream memory operations on flag words of the pool:
+   no interprocess event); on cpu it blocks until the harness says go;
+3. the harness starts its clock, copies the inputs into the pool (only now can the child see them), flushes the
+   last-level cache (cuda), and opens the gate; the clock stops when the child's ``done`` has passed (cuda: the
+   harness's own timing events on its own stream, around the cross-process waits; cpu: its perf_counter from go
+   to the child's answer);
+4. right after, the harness copies every output set out of the pool (a snapshot) and checks each against the
+   reference it runs itself on its private inputs (loosely: did the call compute this input's answer); it
+   keeps a few (input, output) pairs picked at random after the clock stopped for the full, budgeted check of
+   the judge; the pool's outputs are compared with the snapshot again before the next bracket and at the end
+   (an output written after ``done`` is work the clock did not see).
+
+A model's time per call is, on cuda, the bracket's device time minus that of a null bracket of the same K (the
+reference's child answering with a fixed output: the input copies, the flush, the output copies and the
+cross-process waits), divided by K; on cpu the bracket's host time divided by K, the copies in (a host clock's
+noise under load is as large as a small model's work, and subtracting it gave 0 us). Nothing the child does to its own timers, events, reports, RNG or copies of the verifier's modules
+changes these figures: the clock, the inputs, the flush, the outputs' copies and the picks are here.
+
+Not guaranteed: on cuda a child that records ``done`` before its last writes and has them land between the
+harness's end event and its snapshot copy (a context switch of the GPU's time slicing) is not seen by the
+snapshot; the late-write check sees writes that land after the snapshot.
+Imports: torch, the standard library and the verifier's torch-side modules only.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from verifier.common import ipc
+from verifier.common.inputs import as_list, draw_inputs, nbytes
+
+MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
+SET_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # bytes of input + output sets per bracket (x2: private copies)
+TARGET_S = {"cuda": 0.02, "cpu": 0.02}  # a bracket's calls last about this long
+QUEUE_WAIT_S = 2.0  # cuda: the gate opens this long after the bracket's layout was sent, queued or not
+FLAGS = ipc.ALIGN  # the pool's first bytes: the gate word (offset 0) and the done word (offset 64)
+LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about this much per element here
+LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
+CHUNK = 1 << 26  # elements compared at a time
+KEEP_BYTES = 2 << 30  # (inputs, output) pairs kept for the judge's full check: at most this much, at least one
+
+
+@dataclass
+class Bracket:
+    """One bracket measured here: ``calls`` calls of the child's model, ``seconds`` by this process's clock."""
+
+    label: str
+    calls: int
+    seconds: float
+    late: bool = False  # cuda: the gate opened before the child had queued its calls (launch time included)
+
+
+@dataclass
+class Clocked:
+    """What the harness measured and saw for one job (kept in the verifier's process only)."""
+
+    brackets: list[Bracket] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # timed outputs wrong, written late, or missing
+    kept: list[tuple[list, list]] = field(default_factory=list)  # (inputs, outputs) picked after the loop
+    calls_seen: int = 0
+    host_clock: bool = False  # cpu: perf_counter brackets
+
+    def per_call_s(self, label: str, null: dict[int, float] | None = None) -> float | None:
+        """Median time per call of ``label``'s brackets (late ones only if nothing else), less the null
+        bracket's time of the same K; None without brackets."""
+        rows = [b for b in self.brackets if b.label == label]
+        if not rows:
+            return None
+        big = max(b.calls for b in rows)
+        rows = [b for b in rows if b.calls == big] or rows
+        rows = [b for b in rows if not b.late] or rows
+        # cuda: less the null bracket (device time: its noise is small against the work); cpu: the copies stay in
+        # (a host clock's load noise on the null is as large as a small model's work: subtracting it gave 0 us)
+        over = null_for(null or {}, big) if not self.host_clock else 0.0
+        return self.summary(max(b.seconds - over, 0.0) / b.calls for b in rows)
+
+    def summary(self, values) -> float:
+        """cuda: the median (device time: the noise is symmetric and small); cpu: the least (a host clock on a
+        shared machine is only ever slowed down by load)."""
+        vals = list(values)
+        return min(vals) if self.host_clock else statistics.median(vals)
+
+    def null_by_calls(self) -> dict[int, float]:
+        by: dict[int, list[float]] = {}
+        for b in self.brackets:
+            if b.label == "null":
+                by.setdefault(b.calls, []).append(b.seconds)
+        return {k: self.summary(v) for k, v in by.items()}
+
+
+def null_for(null: dict[int, float], calls: int) -> float:
+    """The null bracket's seconds for ``calls`` calls: measured at 1 and at the most a bracket of the task holds,
+    linear between (a fixed part, the cross-process waits, and a part per call, the copies)."""
+    if not null:
+        return 0.0
+    if calls in null:
+        return null[calls]
+    lo, hi = min(null), max(null)
+    if lo == hi:
+        return null[lo] * calls / lo
+    return null[lo] + (null[hi] - null[lo]) * (calls - lo) / (hi - lo)
+
+
+def _plain(x) -> bool:
+    """A value that survives JSON unchanged (numbers, strings, None, lists of them)."""
+    try:
+        return json.loads(json.dumps(x)) == x
+    except (TypeError, ValueError):
+        return False
+
+
+def _loose_problem(out: torch.Tensor, ref: torch.Tensor) -> str:
+    """Why a timed output is not the answer for its input ("" when it is, to about 1% per element)."""
+    if not isinstance(out, torch.Tensor) or out.shape != ref.shape or out.dtype != ref.dtype:
+        return f"an output of shape {tuple(getattr(out, 'shape', ()))} where {tuple(ref.shape)} was expected"
+    if not ref.numel():
+        return ""
+    o, r = out.to(ref.device).reshape(-1), ref.reshape(-1)
+    floating = r.is_floating_point() or r.is_complex()
+    rtol = LOOSE_RTOL["half" if r.dtype in (torch.float16, torch.bfloat16) else "float"]
+    scale = 0.0
+    for k in range(0, r.numel(), CHUNK):  # in chunks: a KernelBench output can be 8 GiB
+        part = r[k:k + CHUNK]
+        if floating:
+            finite = part.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+            scale = max(scale, float(finite.max()) if finite.numel() else 0.0)
+    bad = 0
+    for k in range(0, r.numel(), CHUNK):
+        a, b = o[k:k + CHUNK], r[k:k + CHUNK]
+        ok = torch.isclose(a, b, rtol=rtol, atol=rtol * 1e-1 * scale + 1e-6, equal_nan=True) if floating else a == b
+        bad += int((~ok).sum())
+    return f"{bad} of {r.numel()} elements differ from the answer" if bad > LOOSE_SHARE * r.numel() else ""
+
+
+class Harness:
+    """The harness side of one job's clocked brackets. ``reference()`` returns the task's reference model
+    (built as the child's was: same init seed), ``draw(seed)`` one call's inputs on the device; ``check``
+    (the candidate's job) turns on the output checks; ``keep`` is how many (inputs, outputs) pairs to keep for
+    the judge's full check, picked uniformly over every timed call."""
+
+    def __init__(self, backend: str, job_dir: Path, reference: Callable[[], object], draw: Callable[[int], list],
+                 *, check: bool, keep: int = 0, rng_lock=None, budget_s: float = 10.0):
+        self.backend, self.job_dir = backend, Path(job_dir)
+        self.device = "cuda" if backend == "cuda" else "cpu"
+        self._reference_factory, self._draw = reference, draw
+        self.check, self.keep = check, keep
+        self.rng_lock = rng_lock
+        self.budget_s = budget_s
+        self.result = Clocked(host_clock=self.device == "cpu")
+        self._model = None
+        self._pool = None
+        self._layout: dict | None = None
+        self._probe_s: dict[str, float] = {}
+        self._snapshot: list[list[torch.Tensor]] = []
+        self._stream = None
+        self._flush = None
+        self._null_turn = 0
+        self._child_inputs = False
+        self._seq = 0
+        self._fd_sent = False
+
+    # ---- set-up (first bracket)
+
+    def _model_(self):
+        if self._model is None:
+            self._model = self._reference_factory()
+        return self._model
+
+    def _draw_locked(self, seed: int) -> list:
+        if self.rng_lock is None:
+            return self._draw(seed)
+        with self.rng_lock:
+            return self._draw(seed)
+
+    def _set_up(self) -> None:
+        inputs = self._draw_locked(secrets.randbelow(2**31 - 1) + 1)
+        with torch.no_grad():
+            outs = [o for o in as_list(self._model_()(*inputs))]
+        ins, off = [], 0
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                ins.append(["t", off, list(x.shape), str(x.dtype)])
+                off += ipc.aligned(x.numel() * x.element_size())
+            elif _plain(x):
+                ins.append(["v"])
+            else:  # a value JSON cannot carry (a list of tensors, a dtype): the child draws its own
+                ins.append(["child"])
+                self._child_inputs = True
+        outs_l = []
+        for j, o in enumerate(outs):  # tensors travel back through the pool; other outputs are not clocked data
+            if isinstance(o, torch.Tensor):
+                outs_l.append([off, list(o.shape), str(o.dtype), j])
+                off += ipc.aligned(o.numel() * o.element_size())
+        if not outs_l:
+            raise RuntimeError("the reference returns no tensor: its calls cannot be clocked")
+        if self._child_inputs:  # its outputs answer inputs the harness did not write: timed, not checked here
+            self.check = False
+        stride = max(off, ipc.ALIGN)
+        per_set = nbytes(inputs) + nbytes(outs)
+        most = max(1, min(MAX_CALLS, SET_BUDGET[self.device] // max(2 * per_set, 1)))
+        self._layout = {"inputs": ins, "outputs": outs_l, "stride": stride, "most": most}
+        size = FLAGS + stride * most
+        if self.device == "cuda":
+            self._pool = ipc.CudaPool(size)
+            self._stream = torch.cuda.Stream()
+            self._unblock = torch.cuda.Stream()
+            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20) or 50 * 2**20
+            self._flush = torch.empty(max(2 * l2, 256 * 2**20) // 4, dtype=torch.int32, device="cuda")
+            self._pool_desc = {"fd": True, "bytes": self._pool.nbytes}
+            self._tensor = self._pool.tensor
+        else:
+            path = self.job_dir / "harness_pool.bin"
+            self._tensor = ipc.cpu_pool(path, size)
+            self._pool_desc = {"file": str(path), "bytes": size}
+
+    def _calls_for(self, label: str) -> int:
+        """1 for a label's first bracket (its probe) and for a slow model; else as many as fit the target."""
+        most = self._layout["most"]
+        if label == "null":  # the null is measured at both counts the models use
+            self._null_turn += 1
+            return 1 if self._null_turn % 2 else most
+        probe = self._probe_s.get(label)
+        if probe is None:
+            return 1
+        return max(1, min(most, int(TARGET_S[self.device] / max(probe, 1e-9))))
+
+    def _views(self, k: int) -> tuple[list, list]:
+        lay, base = self._layout, FLAGS + k * self._layout["stride"]
+        ins = [ipc.view(self._tensor, base + e[1], e[2], e[3]) if e[0] == "t" else None for e in lay["inputs"]]
+        outs = [ipc.view(self._tensor, base + e[0], e[1], e[2]) for e in lay["outputs"]]
+        return ins, outs
+
+    # ---- one bracket
+
+    def serve(self, label: str, send: Callable[[dict], None], recv: Callable[[], dict | None]) -> None:
+        """One bracket over the channel; what it measured goes to ``self.result``. Raises only on the
+        harness's own failures (the caller records them as such)."""
+        done = [b for b in self.result.brackets if b.label == label]
+        if (len(done) >= 4 and sum(b.seconds for b in done) > self.budget_s) or (self.check and self.result.problems):
+            # a slow model has been timed enough; a wrong timed output has decided the verdict
+            send({"enough": True})
+            return
+        if self._layout is None:
+            self._set_up()
+        self._late_writes()
+        calls = self._calls_for(label)
+        seeds = [secrets.randbelow(2**31 - 1) + 1 for _ in range(calls)]
+        private = [self._draw_locked(s) for s in seeds]  # drawn before the clock: the child cannot see them
+        values = [[x if e[0] == "v" else None for x, e in zip(inp, self._layout["inputs"])] for inp in private]
+        views = [self._views(k) for k in range(calls)]
+        self._seq += 1
+        fds = [self._pool.fd] if isinstance(self._pool, ipc.CudaPool) and not self._fd_sent else None
+        self._fd_sent = True
+        send({"calls": calls, "stride": self._layout["stride"], "flags": FLAGS, "inputs": self._layout["inputs"],
+              "outputs": self._layout["outputs"], "pool": self._pool_desc, "values": values, "seq": self._seq}, fds)
+        if self.device == "cuda":
+            seconds, late, snapshot = self._clock_cuda(private, views, send, recv)
+        else:
+            seconds, late, snapshot = self._clock_cpu(private, views, send, recv)
+        if seconds is None:
+            return
+        if label not in self._probe_s:
+            self._probe_s[label] = seconds / calls
+        self.result.brackets.append(Bracket(label, calls, seconds, late))
+        self._snapshot = snapshot
+        if self.check:
+            self._check(label, private, self._snapshot)
+
+    def _write_inputs(self, private: list, views: list) -> None:
+        for inp, (ins, _) in zip(private, views):
+            for x, dst in zip(inp, ins):
+                if dst is not None:
+                    dst.copy_(x)
+
+    def _clock_cpu(self, private, views, send, recv):
+        msg = recv()
+        if not msg or msg.get("op") != "armed":
+            raise _ChildGone(f"the child did not arm its bracket: {msg!r}")
+        t0 = time.perf_counter()
+        self._write_inputs(private, views)
+        send({"go": True})
+        msg = recv()
+        t1 = time.perf_counter()
+        if not msg or msg.get("op") != "finished":
+            raise _ChildGone(f"the child did not finish its bracket: {msg!r}")
+        snapshot = _snapshot(views)  # at once, before the child hears back: what it writes later is a late write
+        send({"ok": True})
+        if msg.get("error"):
+            self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
+            return None, False, []
+        return t1 - t0, False, snapshot
+
+    def _clock_cuda(self, private, views, send, recv):
+        """The child has queued ``wait(gate >= seq)``, its calls and ``done = seq`` on its stream (or is still
+        queuing: a forward that synchronises the host waits for the gate, which opens after QUEUE_WAIT_S anyway, and
+        the bracket is late). This stream: start, the inputs copied in, the cache flushed, the gate opened, a wait
+        for done, end."""
+        s, seq = self._stream, self._seq
+        gate, done = self._pool.ptr, self._pool.ptr + 64
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.current_stream().synchronize()  # the private inputs are drawn
+        msg = recv(QUEUE_WAIT_S)
+        late = bool(msg) and msg.get("op") == "timeout"
+        with torch.cuda.stream(s):
+            start.record(s)
+            self._write_inputs(private, views)
+            self._flush.zero_()
+            ipc.write_value(s, gate, seq)
+            ipc.wait_value(s, done, seq)
+            end.record(s)
+            snapshot = _snapshot(views)  # on this stream right after done, outside the clock
+        if late:
+            msg = recv()
+        if not msg or msg.get("op") != "queued":
+            self._release(seq)
+            raise _ChildGone(f"the child did not queue its bracket: {msg!r}")
+        deadline = time.monotonic() + max(60.0, 4 * self.budget_s)
+        while not end.query():  # the child's done, or a child that never writes it (then released here)
+            if time.monotonic() > deadline:
+                self._release(seq)
+                self.result.problems.append("a timed bracket never reported done")
+                return None, late, []
+            time.sleep(2e-5)
+        s.synchronize()  # the snapshot
+        send({"ok": True})
+        if msg.get("error"):
+            self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
+            return None, late, []
+        return start.elapsed_time(end) * 1e-3, late, snapshot
+
+    def _release(self, seq: int) -> None:
+        """Open the gate and write done from a stream of this process, so that neither side waits for ever."""
+        ipc.write_value(self._unblock, self._pool.ptr, seq)
+        ipc.write_value(self._unblock, self._pool.ptr + 64, seq)
+        self._unblock.synchronize()
+
+    def _check(self, label: str, private: list, outs: list) -> None:
+        model = self._model_()
+        for inp, got in zip(private, outs):
+            self.result.calls_seen += 1
+            with torch.no_grad():
+                refs = [r for r in as_list(model(*inp)) if isinstance(r, torch.Tensor)]
+            for j, (o, r) in enumerate(zip(got, refs)):
+                why = _loose_problem(o, r)
+                if why:
+                    self.result.problems.append(f"timed call {self.result.calls_seen} ({label}): output {j}: {why}")
+                    return
+            # reservoir sampling: every timed call equally likely to be among the kept, decided after its clock
+            keep = max(1, min(self.keep, KEEP_BYTES // max(nbytes(inp) + nbytes(got), 1))) if self.keep else 0
+            if len(self.result.kept) < keep:
+                self.result.kept.append((inp, got))
+            else:
+                r = secrets.randbelow(self.result.calls_seen)
+                if r < keep:
+                    self.result.kept[r] = (inp, got)
+
+    def _late_writes(self) -> None:
+        """Outputs of the last bracket changed in the pool after its snapshot: written after ``done``."""
+        if not self._snapshot or not self.check:
+            return
+        for k, snap in enumerate(self._snapshot):
+            _, outs = self._views(k)
+            if any(not torch.equal(a, b) for a, b in zip(outs, snap)):
+                self.result.problems.append("outputs were written after the timed calls had reported done (work the "
+                                            "clock did not see)")
+                break
+        self._snapshot = []
+
+    def close(self) -> Clocked:
+        """After the child ended: the last late-write check, then the pool is freed."""
+        try:
+            self._late_writes()
+        finally:
+            if isinstance(self._pool, ipc.CudaPool):
+                self._pool.free()
+            self._pool = self._tensor = None
+        return self.result
+
+
+def _snapshot(views: list) -> list[list[torch.Tensor]]:
+    """Copies of every output set of a bracket, out of the shared pool into this process's own memory."""
+    return [[o.clone() for o in outs] for _, outs in views]
+
+
+class _ChildGone(RuntimeError):
+    """The child stopped answering mid-bracket (it crashed, hung or spoke out of turn): its verdict says so."""

@@ -1,0 +1,105 @@
+"""Host CPU seconds by kind of process while the verifier runs (used by bench/bench_verifier.py): a thread reads ``/proc/<pid>/stat`` (user +
+system ticks) of every process on the box every ``interval`` seconds and keeps each pid's last reading, so a
+process's CPU is counted up to its last sample before it exited (compilers live for seconds: the part lost
+is under ``interval`` per process). Kinds come from the process name and, for Python, its command line:
+what the verifier's build processes and compilers cost against its execution processes, its sandbox
+wrappers and the parent. ``host_busy``: the share of all cores' time the host was busy over the run (/proc/stat).
+
+Linux only; elsewhere :meth:`ProcCpu.finish` returns nothing and ``host_busy`` is nan."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import defaultdict
+
+COMPILERS = {"nvcc", "cicc", "cudafe++", "ptxas", "fatbinary", "nvlink", "cc1plus", "cc1", "c++", "g++", "gcc",
+             "as", "ld", "collect2", "ninja", "x86_64-linux-gn", "sh"}
+
+
+def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
+    if pid == me:
+        return "benchmark process (parent: scheduling, judging, reference)"
+    if comm in COMPILERS:
+        return "compilers (nvcc phases, gcc, ninja, ld)"
+    if comm.startswith("python") or "python" in cmdline.split(" ", 1)[0]:
+        if "verifier.common.sandbox" in cmdline:  # first: a supervisor's command line ends with the one it supervises
+            return "sandbox supervisors (python)"
+        if "verifier.build.proc" in cmdline:  # torch-free: the compile step's ninja driver, the import check
+            return "build steps (python: ninja driver, import check of the built module)"
+        if "verifier.child.worker" in cmdline:  # fork servers (torch), their forked children (CUDA, profiler, the job)
+            return "execution processes (python: torch, CUDA context, profiler, the job)"
+        return "other python"
+    if comm == "bwrap":
+        return "bubblewrap"
+    if comm == "nvidia-smi":
+        return "nvidia-smi (the GPU sampler)"
+    return "other: " + comm
+
+
+def host_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all the host's cores from /proc/stat (busy: all but idle and iowait)."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    total = sum(vals[:8])  # guest time is already inside user
+    return total - idle, total
+
+
+class ProcCpu(threading.Thread):
+    def __init__(self, interval: float = 0.25):
+        super().__init__(daemon=True)
+        self.interval, self.stop = interval, threading.Event()
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.last: dict[int, tuple[str, float]] = {}  # pid -> (kind, cpu s at the last sample)
+        self.base: dict[int, float] = {}  # pid -> cpu s already spent when first seen (processes older than us)
+        self.me = os.getpid()
+        self._sample(first=True)  # processes alive before the run: only what they spend from now on counts
+        self.ticks0 = host_cpu_ticks()
+        self.host_busy = float("nan")  # the host's busy fraction over the run, set by finish()
+
+    def _sample(self, first: bool = False) -> None:
+        try:
+            pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+                comm = stat[stat.index("(") + 1:stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2:].split()
+                cpu = (int(fields[11]) + int(fields[12])) / self.tick
+                if pid not in self.last:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                    self.last[pid] = (kind(pid, comm, cmd, self.me), cpu)
+                    if first:
+                        self.base[pid] = cpu
+                else:
+                    self.last[pid] = (self.last[pid][0], cpu)
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval):
+            self._sample()
+        self._sample()
+
+    def finish(self) -> dict[str, tuple[float, int]]:
+        """Stop; {kind: (CPU seconds during the run, processes seen)}, and ``host_busy`` set."""
+        busy1, total1 = host_cpu_ticks()
+        busy0, total0 = self.ticks0
+        self.host_busy = (busy1 - busy0) / (total1 - total0) if total1 > total0 else float("nan")
+        self.stop.set()
+        self.join()
+        out: dict[str, list] = defaultdict(lambda: [0.0, 0])
+        for pid, (k, cpu) in self.last.items():
+            spent = cpu - self.base.get(pid, 0.0)
+            if spent > 0 or pid not in self.base:
+                out[k][0] += max(0.0, spent)
+                out[k][1] += pid not in self.base
+        return {k: (round(v[0], 1), v[1]) for k, v in sorted(out.items(), key=lambda kv: -kv[1][0])}

@@ -1,0 +1,400 @@
+"""Execution processes for the verifier: where a candidate's job runs.
+
+- a fork server per backend and execution slot (``verifier.child.worker --serve``) imports torch once and forks a fresh
+  child per job; cuda: a CUDA context cannot be forked, so in its warm mode the server forks the next job's child
+  ahead of the job (two servers per slot in separate sandboxes, taking turns); ``warm_processes = 0`` gives a cuda
+  job a fresh interpreter instead;
+- every job gets its own process, a wall-clock timeout and its process group killed after it; job directories go
+  to /dev/shm when it has room.
+
+Sandbox (verifier/common/sandbox.py): where bubblewrap runs, every fork server and fresh execution process runs inside
+one, writable only in this slot's job root and a private scratch, both emptied after every job; after each job the
+processes it left are killed, the network counters and the view's root are checked, and an escape attempt goes to
+``sandbox.json``, the job's log and exit status ``sandbox.ESCAPE_EXIT``. A server shares with its jobs only the
+interpreter it forks from.
+
+Imports: the standard library (verifier.common.backends when a fork server starts).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+
+from verifier.common import childenv, sandbox
+from verifier.common.config import current_host
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def child_env(**extra: str) -> dict:
+    """The environment of every execution process: this repository importable, no bytecode written."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+                PYTHONDONTWRITEBYTECODE="1", **{childenv.SANDBOX_NOTE: json.dumps(sandbox.status())}, **extra)
+
+
+def environment_signature() -> str:
+    """What a long-lived execution process inherited: the environment (everything child_env passes), the host
+    settings (verifier/common/config.py) and whether bubblewrap is used. A process serves only while this is unchanged."""
+    state = [sorted(os.environ.items()), repr(current_host()), sandbox.enabled()]
+    return hashlib.sha256(json.dumps(state).encode()).hexdigest()
+
+
+class ForkServer:
+    """One long-lived ``verifier.child.worker --serve`` process per backend and execution slot: torch is
+    imported once, and every candidate runs in a fresh child forked from it (so no candidate can
+    leave state for the next). Replaced when it dies, and when the environment it started with changed."""
+
+    def __init__(self, backend: str, job_root: str | None = None, build_root: str = "", locks: list = (),
+                 warm: bool = False):
+        from verifier.common.backends import CPU_CHILD_ENV, CPU_PERTURB  # here: this module stays torch-free
+
+        self.signature = environment_signature()
+        env = child_env()
+        if backend == "cpu":
+            env.update(CPU_CHILD_ENV, **{childenv.CPU_PERTURB: str(CPU_PERTURB)})
+            env.setdefault("OMP_NUM_THREADS", "1")
+        if warm:
+            # the server itself runs one OpenMP thread (an OpenMP pool does not survive a fork); each child
+            # sets the count a fresh process would have had
+            # NVML for torch's device count: `import torch.utils.cpp_extension` counts devices, and the CUDA
+            # runtime's count marks every later fork "bad" (no CUDA there); NVML's does not (measured on the H100)
+            env.update({childenv.SERVE_WARM: "1", childenv.WARM_BACKEND: backend, "OMP_NUM_THREADS": "1",
+                        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+                        childenv.CHILD_OMP_THREADS: os.environ.get("OMP_NUM_THREADS", "")})
+        host = current_host()
+        cmd = [sys.executable, "-m", "verifier.child.worker", "--serve", str(host.sandbox_procs)]
+        self.sandbox, self.limit, self.job_root, self.build_root = None, None, job_root, build_root
+        self.locks = list(locks)
+        if job_root and sandbox.enabled():
+            self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
+                                           writable=[job_root, *locks], read_only=[build_root], gpu=backend != "cpu")
+            self.limit = sandbox.PidsLimit(host.sandbox_pids)
+            cmd, env = self.sandbox.argv(cmd, dict(env, **{childenv.SANDBOXED: "1"})), {}
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
+                                     preexec_fn=self.limit.enter if self.limit else None)
+
+    def run(self, job_dir: Path, timeout_s: float) -> tuple[int, bool, list[str]]:
+        """Run one job; returns (exit status, timed out, what the job attempted outside its sandbox)."""
+        hits = self.limit.hits() if self.limit else 0
+        self.proc.stdin.write(f"{job_dir}\t{timeout_s}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise BrokenPipeError("fork server died")
+        rc, timed_out, *rest = line.rstrip("\n").split("\t")
+        findings = json.loads(rest[0]) if rest and rest[0] else []
+        if self.sandbox:
+            findings += _write_findings(self.sandbox.outside_writes())
+        if self.limit and self.limit.hits() > hits:
+            findings.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
+        return int(rc), bool(int(timed_out)), findings
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        for part in (self.sandbox, self.limit):
+            if part:
+                part.remove()
+
+
+def _write_findings(paths: list[str]) -> list[str]:
+    return [f"wrote {p} (outside the job directory; the write went to a discarded copy)" for p in paths[:10]] + (
+        [f"... and {len(paths) - 10} more paths"] if len(paths) > 10 else [])
+
+
+# ---------------------------------------------------------------------------- execution slots
+# Fork servers (and the warm children they forked) and job roots belong to an execution *slot*, not to a thread: a verify_batch
+# leases one slot per execution thread for the thread's life and gives it back at the end, and the next
+# batch's threads lease the same slots. So the warm child a slot's server forked for its next job (cuda:
+# CUDA context and profiler started, ~6.7 CPU-s; the server itself ~6.3 for torch) serves the next batch's first job
+# instead of being left behind, and the processes alive at any time are bounded by the most execution
+# threads that ever ran at once (an RL run verifies hundreds of batches). A thread that leased no slot (a
+# direct caller of the execution functions) is its own slot, as before.
+
+_SLOT = threading.local()
+_SLOTS_LOCK = threading.Lock()
+_FREE_SLOTS: list[int] = []
+_SLOTS_MADE = 0
+
+
+@contextmanager
+def exec_slot():
+    """Lease an execution slot for this thread while the block runs (the lowest free one)."""
+    global _SLOTS_MADE
+    with _SLOTS_LOCK:
+        if _FREE_SLOTS:
+            n = _FREE_SLOTS.pop(0)
+        else:
+            n, _SLOTS_MADE = _SLOTS_MADE, _SLOTS_MADE + 1
+    _SLOT.n = n
+    try:
+        yield n
+    finally:
+        _SLOT.n = None
+        with _SLOTS_LOCK:
+            _FREE_SLOTS.append(n)
+            _FREE_SLOTS.sort()
+
+
+def _slot() -> tuple[str, int]:
+    n = getattr(_SLOT, "n", None)
+    return ("slot", n) if n is not None else ("thread", threading.get_ident())
+
+
+class _Spawner:
+    """Starts the processes that outlive a job (fork servers) from one thread that lives as
+    long as this process. bubblewrap's ``--die-with-parent`` (PR_SET_PDEATHSIG) kills a sandboxed process
+    when the *thread* that started it ends, and a batch's execution threads end with the batch."""
+
+    def __init__(self):
+        self._q: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, fn, *args, **kwargs):
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="km-spawner", daemon=True)
+                self._thread.start()
+        fut: Future = Future()
+        self._q.put((fut, fn, args, kwargs))
+        return fut.result()
+
+    def _loop(self) -> None:
+        while True:
+            fut, fn, args, kwargs = self._q.get()
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - the caller's error, raised in the caller's thread
+                fut.set_exception(e)
+
+
+_SPAWNER = _Spawner()
+
+
+_SERVERS: dict[tuple, ForkServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _server(backend: str, build_root: str = "", locks: list = (), turn: int | None = None) -> ForkServer:
+    """This slot's fork server, or its warm one of ``turn`` 0 or 1 (``_warm_server``); its sandbox sees
+    ``build_root`` (read-only), so a new build root means a new server."""
+    key = (backend, *_slot(), turn)
+    root = _job_root()
+    with _SERVERS_LOCK:
+        srv = _SERVERS.get(key)
+        if srv is None or not srv.alive() or srv.build_root != build_root or srv.job_root != root \
+                or srv.locks != list(locks) or srv.signature != environment_signature():
+            if srv is not None:
+                srv.close()
+            srv = _SERVERS[key] = _SPAWNER.call(ForkServer, backend, root, build_root, locks, turn is not None)
+        return srv
+
+
+WARM_BACKENDS = ("cuda",)  # backends whose jobs run in pre-forked, warmed-up children (a pair of servers per slot)
+_TURNS: dict[tuple, int] = {}
+
+
+def _warm_server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
+    """The cuda server whose turn it is in this slot; the other one (started now if it is not running) warms
+    its next child while this job runs."""
+    slot = (backend, *_slot())
+    with _SERVERS_LOCK:
+        turn = _TURNS.get(slot, 0)
+        _TURNS[slot] = 1 - turn
+    srv = _server(backend, build_root, locks, turn)
+    _server(backend, build_root, locks, 1 - turn)
+    return srv
+
+
+@atexit.register
+def _close_servers() -> None:
+    for srv in list(_SERVERS.values()):
+        srv.close()
+
+
+def _base_job_root() -> str:
+    if current_host().job_dir:
+        return current_host().job_dir
+    try:
+        st = os.statvfs("/dev/shm")
+        if st.f_bavail * st.f_frsize > 8 * 2**30 and os.access("/dev/shm", os.W_OK):
+            return "/dev/shm"
+    except OSError:
+        pass
+    return tempfile.gettempdir()
+
+
+_JOB_ROOTS: dict[tuple, str] = {}
+_JOB_ROOTS_LOCK = threading.Lock()
+
+
+def _job_root() -> str:
+    """Where this thread's job directories go: a directory of its own (the only one its sandboxed
+    execution processes may write) under ``[verify] job_dir``, else /dev/shm when it has room (inputs and
+    outputs of a job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off
+    the disk), else the default temporary directory."""
+    tid = (*_slot(), current_host().job_dir)  # a new [verify] job_dir: a new root
+    with _JOB_ROOTS_LOCK:
+        root = _JOB_ROOTS.get(tid)
+        if root is None or not os.path.isdir(root):
+            base = _base_job_root()
+            os.makedirs(base, exist_ok=True)
+            root = _JOB_ROOTS[tid] = tempfile.mkdtemp(prefix=f"km-jobs-{os.getpid()}-", dir=base)
+        return root
+
+
+def clear_job_root() -> None:
+    """Remove everything in this slot's job root. Called after each job: its slot runs one job at a time,
+    so whatever is left there (a file a candidate wrote beside its job directory) would otherwise be
+    readable by the slot's next candidate, in this batch or a later one."""
+    root = Path(_job_root())
+    for entry in root.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+@atexit.register
+def _remove_job_roots() -> None:
+    for root in list(_JOB_ROOTS.values()):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class Sandboxed:
+    """One execution process, in a sandbox when there is one (verifier/common/sandbox.py): bubblewrap runs the
+    ``--supervise`` wrapper, which runs ``command``, then kills whatever the job left in the sandbox and
+    reports it (with network use) on a pipe the command does not inherit. ``writable`` is the one host
+    directory the process may write."""
+
+    def __init__(self, command: list, env: dict, writable: list, gpu: bool, read_only: list = (), **popen):
+        self.sandbox, self.limit, self._read = None, None, None
+        if writable and writable[0] and sandbox.enabled():
+            self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
+                                           writable=writable, gpu=gpu, read_only=read_only)
+            self.limit = sandbox.PidsLimit(current_host().sandbox_pids)
+            r, w = os.pipe()
+            command = self.sandbox.argv(sandbox.supervise_argv(w, command), dict(env, **{childenv.SANDBOXED: "1"}))
+            popen["pass_fds"] = (w,)
+            env = {}
+        self.proc = subprocess.Popen(command, env=env, text=True, start_new_session=True,
+                                     preexec_fn=self.limit.enter if self.limit else None, **popen)
+        if self.sandbox:
+            os.close(w)
+            self._read = os.fdopen(r)
+        self.pid, self.stdin = self.proc.pid, self.proc.stdin
+
+    def poll(self):
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> list[str]:
+        """End the process (a timeout): bubblewrap's pid namespace goes with it. Returns what the job had
+        attempted by then (writes outside; a fork bomb the supervisor ended first)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        return self.findings()
+
+    def findings(self) -> list[str]:
+        """After the process ended: what its job attempted outside the sandbox (and the sandbox removed)."""
+        out = []
+        if self._read is not None:
+            try:
+                text = self._read.read()
+                out += json.loads(text) if text.strip() else []
+            except (OSError, ValueError):
+                pass
+            self._read.close()
+            self._read = None
+        if self.sandbox:
+            out += _write_findings(self.sandbox.outside_writes())
+            self.sandbox.remove()
+        if self.limit:
+            if self.limit.hits():
+                out.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
+            self.limit.remove()
+        return out
+
+
+def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", build_root: str = "",
+                 locks: list = ()) -> tuple[int, bool, list[str]]:
+    """A fresh interpreter for one job (cuda with warm_processes 0, or a job dir outside the slot's root)."""
+    writable = _job_root() if _under_root(job_dir) else str(job_dir)
+    with open(job_dir / "child.log", "wb") as log:
+        proc = Sandboxed([sys.executable, "-m", "verifier.child.worker", str(job_dir)], child_env(), [writable, *locks],
+                         gpu=backend != "cpu", read_only=[build_root], stdout=log, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, cwd=str(job_dir))
+    try:
+        return proc.wait(timeout=timeout_s), False, proc.findings()
+    except subprocess.TimeoutExpired:
+        return proc.proc.returncode, True, proc.kill()
+
+
+def _under_root(job_dir: Path) -> bool:
+    return sandbox._under(os.path.abspath(job_dir), _job_root())
+
+
+def _job_fields(job_dir: Path) -> tuple[str, str, list[str]]:
+    """(kind, build_root, lock files) of the job in ``job_dir``; the device lock's files (verifier/common/devlock.py)
+    are made here, so that a sandbox can bind them writable (the rest of the build root is read-only)."""
+    try:
+        d = json.loads((job_dir / "job.json").read_text())
+    except (OSError, ValueError, AttributeError):
+        return "", "", []
+    locks = [d["timing_lock"], d["timing_lock"] + ".turn"] if d.get("timing_lock") else []
+    for f in locks:
+        try:
+            os.close(os.open(f, os.O_RDWR | os.O_CREAT, 0o666))
+        except OSError:
+            pass
+    return str(d.get("kind", "")), str(d.get("build_root", "")), locks
+
+
+def _run_child(job_dir: Path, backend: str, timeout_s: float, warm: int = 0) -> tuple[int | None, bool, str]:
+    """Run one job; returns (exit status, timed out, its log). A candidate job that attempted to leave its
+    sandbox gets ``sandbox.json`` in its directory, a last log line saying what, and (when it otherwise
+    exited 0) exit status ``sandbox.ESCAPE_EXIT``. The log is redacted (host environment values)."""
+    kind, build_root, locks = _job_fields(job_dir)
+    if not _under_root(job_dir) or (backend != "cpu" and warm <= 0):
+        rc, timed_out, findings = _spawn_child(job_dir, timeout_s, backend, build_root, locks)
+    else:
+        server = _warm_server if backend in WARM_BACKENDS else _server
+        try:
+            rc, timed_out, findings = server(backend, build_root, locks).run(job_dir, timeout_s)
+        except (BrokenPipeError, OSError, ValueError):
+            rc, timed_out, findings = server(backend, build_root, locks).run(job_dir, timeout_s)  # a fresh server, once
+    log_file = job_dir / "child.log"
+    text = log_file.read_text(errors="replace") if log_file.is_file() else ""
+    text = sandbox.redact_env(text)
+    if findings and kind != "reference":  # a reference job runs no candidate code
+        sandbox.write_findings(job_dir, findings)
+        text = text.rstrip("\n") + "\n" + sandbox.describe(findings) + "\n"
+        if rc == 0:
+            rc = sandbox.ESCAPE_EXIT
+    return rc, timed_out, text

@@ -1,0 +1,604 @@
+"""Stage 2, static legality: an AST scan of the candidate, and the static resolution of its
+``load_inline`` calls (so the compile pool can build them before anything of the candidate runs).
+
+What the scan guarantees: every finding names a cheat code (verifier/cheats.py), the line and the
+construct; it never fails on the candidate's Python (any internal failure is a :class:`StaticScanError`
+for that candidate, a verifier fault). What it does not: Python is dynamic, so compute reached through a name
+bound at run time (``f = getattr(torch, name)`` called later) passes this stage; the runtime dispatch check in the
+execution child is the backstop for every compute rule here. Reflection (``getattr``/``setattr``, ``__dict__``,
+``vars``) is judged by what it does and on whose object (verifier/front/static_tamper.py): writes to what is not the
+candidate's are C11, reads of its own objects are not findings.
+
+What it reads as the candidate's forward: ``ModelNew`` is the class the module-level name binds (``class
+ModelNew`` or ``ModelNew = Model``, extract.model_new_binding), with the program's classes it inherits from. The
+compute rules (C01, and C04's ``Model(...)``) apply to code that can run: module-level code, ModelNew, and the
+functions and classes that live code names (transitively); a class or function nothing names (the reference kept
+next to the answer, a test helper, a ``__main__`` block) is not scanned for them. The other rules (reflection,
+files, processes...) apply everywhere but ``__main__`` blocks. An nn container (Sequential, ModuleList,
+ModuleDict) is PyTorch compute only when a PyTorch layer is among its members.
+
+Rules judge what the code does, not what it imports (issue 47): threading, shutil, pathlib and site are judged by
+the names used of them (``USE_JUDGED``: a lock, ``shutil.which``, a path's name are honest; a thread, ``rmtree``, a
+file read or written through a path are not); a try/except handler that calls the candidate's own kernels and
+nothing of PyTorch or the reference is not a fallback; a side stream joined back to the current stream before the
+function returns is not side work (static_scope.side_stream_hits); a tensor method's name is judged on its receiver
+(static_scope.Kinds: a queue's ``put`` is not ``Tensor.put``); reading sys (``sys.stderr``, ``sys.executable``) is
+not patching it.
+"""
+
+from __future__ import annotations
+
+import ast
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verifier import cheats
+from verifier.front.extract import _dotted, model_new_binding
+from verifier.front.static_literal import (
+    ExtensionSpec,
+    _is_load_inline,
+    _module_constants,
+    exported_functions,
+    resolve_extensions,
+)
+from verifier.front.static_scope import (
+    OTHER,
+    PATH,
+    PATH_CLASSES,
+    TENSOR,
+    Kinds,
+    _loop_bindings,
+    _main_guard,
+    _own_chain,
+    _Scope,
+    init_only_nodes,
+    side_stream_hits,
+)
+from verifier.front.static_tamper import (
+    DUNDER_OK,
+    Context,
+    _dunder,
+    dunder_code,
+    foreign_names,
+    judge_call,
+    judge_namespace,
+    judge_store,
+    private_torch,
+)
+
+# torch.X / torch.cuda.X / F.X calls that allocate, view, describe or synchronise: never compute.
+TORCH_ALLOWED = {
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "tensor", "as_tensor", "Size", "device", "dtype", "no_grad", "inference_mode", "is_tensor", "numel",
+    "get_default_dtype", "is_grad_enabled", "set_grad_enabled", "finfo", "iinfo", "Tensor",
+    "cuda.current_stream", "cuda.synchronize", "cuda.current_device", "cuda.is_available", "cuda.device",
+    "cuda.get_device_properties", "cuda.device_count", "cuda.get_device_capability", "cuda.default_stream",
+    "utils.cpp_extension.load_inline", "cpp_extension.load_inline", "load_inline",
+    "nn.Parameter", "nn.Module", "nn.ModuleList", "nn.ParameterList", "nn.init.kaiming_uniform_",
+    "nn.init.uniform_", "nn.init.zeros_", "nn.init.ones_", "nn.init.normal_", "nn.init.xavier_uniform_",
+    # views and copies that move data without computing on it
+    "flatten", "unflatten", "reshape", "squeeze", "unsqueeze", "permute", "transpose", "narrow", "split", "chunk",
+    "unbind", "cat", "concat", "concatenate", "stack", "as_strided", "empty_strided",
+}
+# Tensor methods that allocate, view, convert or describe; any other Tensor method is compute.
+TENSOR_METHOD_ALLOWED = {
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "data_ptr", "element_size",
+    "is_contiguous", "contiguous", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
+    "squeeze", "unsqueeze", "permute", "transpose", "t", "expand", "expand_as", "narrow", "select", "split",
+    "chunk", "unbind", "as_strided", "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "int", "long",
+    "bool", "type", "type_as", "detach", "requires_grad_", "new_empty", "new_zeros", "new_ones", "new_full",
+    "new_tensor", "empty_like", "zero_", "fill_", "copy_", "clone", "item", "get_device",
+    "register_buffer", "register_parameter", "parameters", "buffers", "named_parameters", "children",
+    "modules", "state_dict", "load_state_dict", "eval", "train", "apply", "register_module", "add_module", "as_subclass",
+}
+# Module-level imports and calls that reach outside the sandbox, by cheat code.
+IMPORT_CODES = {
+    "gc": cheats.C15, "inspect": cheats.C15, "pickle": cheats.C15, "io": cheats.C15,
+    "_thread": cheats.C09, "concurrent": cheats.C09, "asyncio": cheats.C09,
+    "subprocess": cheats.C17, "socket": cheats.C17, "multiprocessing": cheats.C17, "ctypes": cheats.C17,
+    "signal": cheats.C17, "urllib": cheats.C17, "http": cheats.C17, "requests": cheats.C17,
+    "resource": cheats.C17, "importlib": cheats.C11, "builtins": cheats.C11, "verifier": cheats.C11,
+    "kernelmill": cheats.C11, "random": cheats.C12, "numpy.random": cheats.C12,
+    # files and what reads them (expected outputs, the job's seeds)
+    "glob": cheats.C15, "fileinput": cheats.C15, "linecache": cheats.C15, "tempfile": cheats.C15,
+    "zipfile": cheats.C15, "tarfile": cheats.C15, "sqlite3": cheats.C15, "shelve": cheats.C15, "dbm": cheats.C15,
+    "tracemalloc": cheats.C15,
+    # the operating system, other processes, raw memory
+    "mmap": cheats.C17, "cffi": cheats.C17, "pty": cheats.C17, "fcntl": cheats.C17, "select": cheats.C17,
+    "selectors": cheats.C17, "ssl": cheats.C17, "ftplib": cheats.C17, "smtplib": cheats.C17,
+    "xmlrpc": cheats.C17, "webbrowser": cheats.C17,
+    # code built or run at run time, interpreter hooks
+    "marshal": cheats.C11, "types": cheats.C11, "code": cheats.C11, "codeop": cheats.C11, "runpy": cheats.C11,
+    "dis": cheats.C11, "copyreg": cheats.C11, "atexit": cheats.C11, "faulthandler": cheats.C11,
+    "sysconfig": cheats.C11, "pydoc": cheats.C11, "pkgutil": cheats.C11, "zipimport": cheats.C11,
+}
+# Modules judged by what the code does with them, not by the import: the names listed read or build something
+# (a lock, the path of a tool, a path's name); any other use is the row's finding where it is. An import nothing
+# uses is still the row's finding at the import: the scan cannot see what it is for.
+USE_JUDGED = {
+    "threading": (cheats.C09, {"Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event", "local",
+                               "get_ident", "get_native_id", "current_thread", "main_thread", "TIMEOUT_MAX"}),
+    "shutil": (cheats.C17, {"which", "get_terminal_size"}),
+    "pathlib": (cheats.C15, {c.split(".")[1] for c in PATH_CLASSES}),
+    "site": (cheats.C11, {"getsitepackages", "getusersitepackages", "getuserbase", "USER_SITE", "USER_BASE",
+                          "ENABLE_USER_SITE", "PREFIXES"}),
+}
+_JUDGED_WHY = {cheats.C09: " (work on another thread)", cheats.C17: " (the file system or the operating system)",
+               cheats.C15: " (files)", cheats.C11: " (the interpreter's import machinery)"}
+# what reads or writes files through a path object (pathlib): the first set whatever the object is (no other
+# object of a kernel program has such methods), the second on what the scan knows is a path
+PATH_IO_ANY = {"read_text": cheats.C15, "read_bytes": cheats.C15, "iterdir": cheats.C15, "rglob": cheats.C15,
+               "readlink": cheats.C15, "write_text": cheats.C17, "write_bytes": cheats.C17, "unlink": cheats.C17,
+               "rmdir": cheats.C17, "symlink_to": cheats.C17, "hardlink_to": cheats.C17, "lchmod": cheats.C17}
+PATH_IO = {**PATH_IO_ANY, "open": cheats.C15, "glob": cheats.C15, "walk": cheats.C15, "touch": cheats.C17,
+           "rename": cheats.C17, "replace": cheats.C17, "chmod": cheats.C17, "link_to": cheats.C17}
+# sys.X / os.X a kernel may touch; any other is a reach into the interpreter (C11) or the system (C17)
+SYS_ALLOWED = {"version", "version_info", "platform", "maxsize", "float_info", "int_info", "byteorder",
+               "getrecursionlimit", "hexversion", "implementation", "executable", "prefix", "base_prefix",
+               "exec_prefix", "base_exec_prefix", "flags", "getsizeof", "getdefaultencoding",
+               "getfilesystemencoding", "api_version", "float_repr_style", "abiflags",
+               # the streams as values (print(..., file=sys.stderr), sys.stdout.flush()); replacing them is a write
+               "stdout", "stderr"}
+# sys.X that reach frames and tracebacks (the verifier's objects): C15; any other sys.X outside SYS_ALLOWED is C11
+SYS_FRAMES = {"_getframe", "exc_info", "exception", "last_traceback", "last_value", "last_exc", "_current_frames"}
+OS_ALLOWED = {"environ", "getenv", "path", "cpu_count", "makedirs", "sep", "name", "getpid", "linesep", "pathsep",
+              "fspath"}
+# names that are introspection or code building even when not called directly (``f = getattr; f(...)``)
+REFLECTIVE_NAMES = {"eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11, "__import__": cheats.C11,
+                    "setattr": cheats.C11, "delattr": cheats.C11, "globals": cheats.C15, "locals": cheats.C15,
+                    "vars": cheats.C15, "breakpoint": cheats.C11, "memoryview": cheats.C15}
+# numpy calls allowed in ModelNew's methods: dtypes and scalar helpers (sizes, constants); numpy arrays of the
+# inputs are host compute (C01), numpy file reading is C15 wherever it is
+NUMPY_FORWARD_OK = {"prod", "ceil", "floor", "sqrt", "log2", "log", "exp", "pi", "e", "inf", "float32", "float16",
+                    "float64", "int32", "int64", "int8", "uint8", "bool_", "dtype", "finfo", "iinfo", "isscalar",
+                    "round", "abs", "maximum", "minimum", "min", "max", "power", "gcd", "lcm", "sign", "isnan",
+                    "isinf", "isfinite", "cbrt", "rsqrt", "nan"}
+FILE_READERS = ("numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile", "numpy.memmap", "numpy.save",
+                "numpy.savez", "numpy.savetxt", "numpy.lib.", "torch.load", "torch.save", "torch.from_file",
+                "torch.serialization.", "torch.storage.", "torch.UntypedStorage.from_file")
+CALL_CODES = {
+    "open": cheats.C15, "sys._getframe": cheats.C15, "globals": cheats.C15, "locals": cheats.C15,
+    "__import__": cheats.C11, "eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11,
+    "time.sleep": cheats.C17, "os.system": cheats.C17, "os.fork": cheats.C17, "os.popen": cheats.C17,
+    "os.kill": cheats.C17, "os.remove": cheats.C17, "os.unlink": cheats.C17, "os.execv": cheats.C17,
+    "os.execl": cheats.C17, "os.spawnl": cheats.C17, "os.listdir": cheats.C15, "os.walk": cheats.C15,
+    "os.write": cheats.C18, "os.fdopen": cheats.C18, "os.open": cheats.C15, "os.dup2": cheats.C18,
+    "torch.manual_seed": cheats.C12, "torch.seed": cheats.C12, "torch.initial_seed": cheats.C12,
+    "torch.get_rng_state": cheats.C12, "torch.set_rng_state": cheats.C12, "torch.cuda.manual_seed": cheats.C12,
+    "torch.cuda.manual_seed_all": cheats.C12, "torch.random.manual_seed": cheats.C12,
+    "torch.cuda.get_rng_state": cheats.C12,
+    "torch.compile": cheats.C01, "torch.jit.script": cheats.C01, "torch.jit.trace": cheats.C01,
+}
+ATTR_CODES = {"sys.__stdout__": cheats.C18, "sys.modules": cheats.C11,
+              "__builtins__": cheats.C11, "__subclasses__": cheats.C15, "__globals__": cheats.C15,
+              "f_back": cheats.C15, "f_locals": cheats.C15}
+
+
+@dataclass
+class Finding:
+    code: str
+    line: int
+    what: str
+    torch: bool = False  # PyTorch compute in forward: only the strict legality policy rejects it
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.what} [{self.code}]"
+
+
+@dataclass
+class StaticReport:
+    findings: list[Finding] = field(default_factory=list)
+    extensions: list[ExtensionSpec] = field(default_factory=list)
+    kernel_functions: list[str] = field(default_factory=list)
+
+    @property
+    def cheat_codes(self) -> list[str]:
+        return sorted({f.code for f in self.findings})
+
+    @property
+    def fallback_ops(self) -> list[str]:
+        return sorted({f.what.split("`")[1] for f in self.findings if f.code == cheats.C01 and "`" in f.what})
+
+
+class StaticScanError(Exception):
+    """The static stage itself failed on one candidate: a fault of the verifier, not of the candidate. Raised by
+    :func:`scan` for any unexpected internal exception, with the candidate's problem described (the exception, the
+    place in this module where it was raised); the caller makes it that candidate's ``verifier_error``."""
+
+
+@cheats.check(cheats.C01, cheats.C02, cheats.C03, cheats.C04, cheats.C09, cheats.C11, cheats.C12, cheats.C15, cheats.C17, cheats.C18, where="front")
+def scan(code: str, backend: str = "cpu") -> StaticReport:
+    """The static legality report of a candidate program (which must parse).
+
+    Never fails on the candidate's Python: an unexpected exception inside the scan is the verifier's fault and
+    comes out as :class:`StaticScanError` naming the exception and where it was raised."""
+    try:
+        return _scan(code, backend)
+    except StaticScanError:
+        raise
+    except SyntaxError as e:
+        raise StaticScanError(f"the static scan was given a program that does not parse (line {e.lineno}: "
+                              f"{e.msg}); the extract stage should have stopped it") from e
+    except Exception as e:  # noqa: BLE001 - the scan's own fault: one candidate's verifier_error, not a crash
+        where = traceback.extract_tb(e.__traceback__)
+        last = next((f for f in reversed(where) if f.filename.endswith(("static.py", "static_literal.py", "static_scope.py", "static_tamper.py", "extract.py", "vendor.py"))),
+                    where[-1] if where else None)
+        at = f" at {Path(last.filename).name}:{last.lineno} in {last.name}" if last else ""
+        raise StaticScanError(f"the static scan failed on this candidate: {type(e).__name__}: {e}{at}") from e
+
+
+def _scan(code: str, backend: str = "cpu") -> StaticReport:
+    tree = ast.parse(code)
+    report = StaticReport()
+    report.extensions = resolve_extensions(tree)
+    report.kernel_functions = exported_functions(report.extensions)
+    kernels = set(report.kernel_functions)
+    # Construction may compute with torch (parameter initialisation as nn.Linear.reset_parameters does it,
+    # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
+    # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
+    init_ids = init_only_nodes(tree)
+    # a block under `if __name__ == "__main__":` never runs when the verifier imports the program (unless the
+    # program rebinds __name__, which then keeps it in the scan)
+    rebinds_name = any(isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load)
+                       for n in ast.walk(tree))
+    main_blocks = [] if rebinds_name else [n for n in tree.body if _main_guard(n)]
+    main_ids = {id(x) for n in main_blocks for x in ast.walk(n)}
+    dead: set[int] = set()  # filled once ModelNew is known (_Scope): code that nothing live names
+
+    compute_ids: set[int] = set()  # nodes found computing with PyTorch or the reference, wherever they are
+
+    def add(code_, node, what, torch_compute=False):
+        if code_ in (cheats.C01, cheats.C04):
+            compute_ids.add(id(node))
+        if code_ == cheats.C01 and id(node) in init_ids:
+            return
+        if code_ in (cheats.C01, cheats.C04) and id(node) in dead:
+            return
+        report.findings.append(Finding(code_, getattr(node, "lineno", 0), what, torch_compute))
+
+    # aliases: `import torch.nn.functional as F`, `from torch import relu`
+    aliases: dict[str, str] = {}
+    judged: dict[str, tuple[str, ast.AST]] = {}  # a name bound to a USE_JUDGED module -> (module, its import)
+    for node in ast.walk(tree):
+        if id(node) in main_ids:
+            continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                root = a.name.split(".")[0]
+                if root in USE_JUDGED:
+                    judged[a.asname or root] = (root, node)  # judged by its uses, below
+                    continue
+                code_ = IMPORT_CODES.get(a.name) or IMPORT_CODES.get(root)
+                if code_:
+                    add(code_, node, f"imports `{a.name}`")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            root = node.module.split(".")[0]
+            if root in USE_JUDGED:
+                code_, allowed = USE_JUDGED[root]
+                for a in node.names:
+                    if node.module != root or a.name not in allowed:
+                        add(code_, node, f"imports `{a.name}` from `{node.module}`")
+            else:
+                code_ = IMPORT_CODES.get(node.module) or IMPORT_CODES.get(root)
+                if code_:
+                    add(code_, node, f"imports from `{node.module}`")
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+
+    def canonical(dotted: str) -> str:
+        head, _, rest = dotted.partition(".")
+        full = aliases.get(head, head)
+        return f"{full}.{rest}" if rest else full
+
+    # what load_inline returned (``ext = load_inline(...)``, ``self.ext = ...``): calls on it are the candidate's
+    # own functions, whatever they are called (``ext.mm`` is not ``Tensor.mm``)
+    extension_objects = {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
+                         isinstance(n.value, ast.Call) and _is_load_inline(n.value) for t in n.targets} - {""}
+    grew = True
+    while grew:  # and what is bound to one (`self.ext = ext`)
+        before = len(extension_objects)
+        extension_objects |= {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
+                              _dotted(n.value) in extension_objects for t in n.targets} - {""}
+        grew = len(extension_objects) > before
+
+    def own_call(call: ast.AST) -> bool:
+        """A call of one of the candidate's own compiled functions (``ext.relu(x)``, ``self.ext.fast(x)``)."""
+        return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and \
+            (_dotted(call.func.value) in extension_objects or
+             (call.func.attr in kernels and _dotted(call.func.value) not in ("", "torch")))
+    # ModelNew is the class the module-level name binds: `class ModelNew`, or `ModelNew = Model` / `= FastConv`
+    binding = model_new_binding(tree)
+    model_new = binding.cls if binding is not None else None
+    skip_funcs = {"get_inputs", "get_init_inputs"}
+    skipped = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in skip_funcs) or id(n) in main_ids]
+    scope_nodes = [n for n in tree.body if not any(n is k for k in skipped)]
+    structure = _Scope(tree, model_new, canonical, skipped)
+    dead |= structure.dead
+    classes = structure.classes
+    chain = _own_chain(model_new, classes) if model_new is not None else []
+    # the program's own class named Model, bound to ModelNew: `Model` names the candidate's class, not the reference
+    own_model = model_new is not None and model_new.name == "Model" and classes.get("Model") is model_new
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    method_ids = {id(n) for c in chain for n in ast.walk(c)}
+    model_layers = structure.torch_layers(model_new)
+    class_layers = {id(c): structure.torch_layers(c) | model_layers for c in classes.values()}
+    enclosing_class: dict[int, set[str]] = {}
+    for c in classes.values():
+        for n in ast.walk(c):
+            enclosing_class[id(n)] = class_layers[id(c)]
+    # `for m in self.layers: x = m(x)`: loop variables that stand for a member of a PyTorch container
+    loop_layers: dict[int, str] = {}
+    for c in classes.values():
+        for loop in ast.walk(c):
+            if not isinstance(loop, (ast.For, ast.comprehension)):
+                continue
+            body = loop.body if isinstance(loop, ast.For) else [parents.get(id(loop))]
+            for name, source in _loop_bindings(loop.target, loop.iter):
+                recv = _dotted(source)
+                if not (recv.startswith("self.") and recv.count(".") == 1 and recv[5:] in class_layers[id(c)]):
+                    continue
+                for stmt in body:
+                    for n in ast.walk(stmt):
+                        if isinstance(n, ast.Call) and (
+                                (isinstance(n.func, ast.Name) and n.func.id == name) or
+                                (isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
+                                 n.func.value.id == name and n.func.attr in ("forward", "__call__"))):
+                            loop_layers[id(n)] = f"{recv} (as `{name}`)"
+    # reflection is judged by what it does and on whose object (static_tamper): writes to what is not the
+    # candidate's are patches, reads of its own objects are not
+    reflect = Context(_module_constants(tree), foreign_names(tree, set(aliases)), canonical, _is_torch_compute)
+    # what a receiver is (a tensor, a path, a queue...), from where its name is bound: a method is judged on it
+    kinds = Kinds(tree, canonical, own_call, classes)
+
+    def path_io(node: ast.Attribute) -> bool:
+        """``recv.read_text`` and the like: files read or written through a path object."""
+        recv = _dotted(node.value)
+        if recv in extension_objects or node.attr in kernels:
+            return False
+        return node.attr in PATH_IO_ANY or canonical(recv) in PATH_CLASSES or kinds.of(node.value) == PATH
+    if binding is not None and binding.reference_model:
+        add(cheats.C04, next((n for n in tree.body if getattr(n, "lineno", 0) == binding.line), tree),
+            f"`ModelNew` is bound to `{binding.alias}`, the reference `Model`")
+
+    for top in scope_nodes:
+        for node in ast.walk(top):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                add(cheats.C01, node, "uses `@` (a PyTorch matmul)", True)
+            elif isinstance(node, ast.Name) and node.id in REFLECTIVE_NAMES and not _direct_call(node, parents):
+                add(REFLECTIVE_NAMES[node.id], node, f"uses `{node.id}` as a value (reflection)")
+            elif isinstance(node, ast.Name) and node.id in ("getattr", "hasattr") and not _direct_call(node, parents):
+                add(cheats.C11, node, f"uses `{node.id}` as a value (attribute access by computed name)")
+            elif isinstance(node, ast.Name) and _dunder(node.id) and node.id not in DUNDER_OK:
+                add(cheats.C11, node, f"uses `{node.id}` (interpreter internals)")
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                    aliases.get(node.id, "").startswith("sys.") and aliases[node.id].split(".")[1] not in SYS_ALLOWED:
+                full_ = aliases[node.id]  # `from sys import settrace`: the same reach as sys.settrace
+                add(ATTR_CODES.get(full_) or (cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11), node,
+                    f"uses `{full_}` (the interpreter's state)")
+            elif isinstance(node, ast.Attribute) and _dunder(node.attr) and node.attr not in DUNDER_OK and \
+                    node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
+                add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
+            elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("sys.") and \
+                    canonical(_dotted(node)).split(".")[1] not in SYS_ALLOWED and \
+                    not any(canonical(_dotted(node)) == k or canonical(_dotted(node)).startswith(k + ".")
+                            for k in ATTR_CODES) and \
+                    not isinstance(parents.get(id(node)), ast.Attribute):
+                full_ = canonical(_dotted(node))
+                add(cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11, node,
+                    f"touches `{full_}` (the interpreter's state)")
+            elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("os.") and \
+                    canonical(_dotted(node)).split(".")[1] not in OS_ALLOWED and \
+                    canonical(_dotted(node)) not in CALL_CODES and not isinstance(parents.get(id(node)), ast.Attribute):
+                add(cheats.C17, node, f"touches `{canonical(_dotted(node))}` (the operating system)")
+            elif isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                for hit in judge_namespace(node, node.value, parents, reflect):
+                    add(hit.code, node, hit.what, hit.torch)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) and \
+                    judge_store(node, reflect) is not None:
+                hit = judge_store(node, reflect)
+                add(hit.code, node, hit.what)
+            elif isinstance(node, ast.Attribute) and node.attr in PATH_IO and isinstance(node.ctx, ast.Load) and \
+                    path_io(node):
+                add(PATH_IO[node.attr], node, f"`{_dotted(node) or node.attr}` "
+                    f"{'reads' if PATH_IO[node.attr] == cheats.C15 else 'writes or removes'} files through a path")
+            elif isinstance(node, ast.Attribute) and private_torch(canonical(_dotted(node))) and \
+                    not isinstance(parents.get(id(node)), ast.Attribute):
+                add(cheats.C11, node, f"touches torch internals `{_dotted(node)}`")
+            elif isinstance(node, ast.Attribute):
+                name = _dotted(node)
+                for key, code_ in ATTR_CODES.items():
+                    if name == key or name.endswith("." + key) or node.attr == key:
+                        add(code_, node, f"touches `{name or node.attr}`")
+                        break
+            elif isinstance(node, ast.Call):
+                raw = _dotted(node.func)
+                full = canonical(raw) if raw else ""
+                if _is_load_inline(node):
+                    continue
+                hits = judge_call(node, parents, reflect)
+                if hits is not None:  # getattr / hasattr / setattr / delattr / vars: judged by what they do
+                    for hit in hits:
+                        add(hit.code, node, hit.what, hit.torch)
+                    continue
+                if full.startswith(FILE_READERS) or full.replace("np.", "numpy.", 1).startswith(FILE_READERS):
+                    add(cheats.C15, node, f"calls `{raw}` (reads or writes files)")
+                    continue
+                if full in ("operator.attrgetter", "operator.methodcaller") and node.args and \
+                        not (isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                             and not node.args[0].value.startswith("_")):
+                    add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
+                if (full.startswith("numpy.") or full.startswith("np.")) and id(node) in method_ids and \
+                        full.split(".")[1] not in NUMPY_FORWARD_OK and id(node) not in init_ids:
+                    add(cheats.C01, node, f"calls `{raw}` in ModelNew (host compute with numpy, not your kernel)")
+                if full in CALL_CODES or raw in CALL_CODES:
+                    add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
+                    if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
+                        continue
+                if _is_torch_compute(full):
+                    add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)", True)
+                elif isinstance(node.func, ast.Attribute):
+                    meth = node.func.attr
+                    recv = _dotted(node.func.value)
+                    if meth in kernels or recv in extension_objects:
+                        continue
+                    if recv.startswith("self.") and recv.count(".") == 1 and \
+                            recv[5:] in enclosing_class.get(id(node), model_layers) and meth in ("forward", "__call__"):
+                        add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
+                    elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")):
+                        # judged on the receiver: a queue's put, a set's add, a list's sort are not PyTorch; a
+                        # receiver the scan cannot place is a tensor unless the name is a container's as well
+                        kind = kinds.of(node.func.value)
+                        if kind == TENSOR or (kind not in (OTHER, PATH) and meth not in _CONTAINER_METHODS):
+                            add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
+                elif isinstance(node.func, ast.Name):
+                    fn = node.func.id
+                    if fn in CALL_CODES:
+                        add(CALL_CODES[fn], node, f"calls `{fn}()`")
+                    elif fn == "Model" and not own_model:
+                        add(cheats.C04, node, "constructs the reference `Model`")
+                layers = enclosing_class.get(id(node), model_layers)
+                if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "self" and node.func.attr in layers):
+                    add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)", True)
+                member = node.func.value if (isinstance(node.func, ast.Attribute) and
+                                             node.func.attr in ("forward", "__call__")) else node.func
+                if isinstance(member, ast.Subscript) and _dotted(member.value).startswith("self.") and \
+                        _dotted(member.value).count(".") == 1 and _dotted(member.value)[5:] in layers:
+                    add(cheats.C01, node, f"calls a member of the nn container `{_dotted(member.value)}` "
+                                          "(its PyTorch forward)", True)
+                if id(node) in loop_layers:
+                    add(cheats.C01, node, f"calls a member of the nn container {loop_layers[id(node)]} "
+                                          "(its PyTorch forward)", True)
+
+    # side streams: work on one must be joined back to the current stream before the function returns
+    for node, what in side_stream_hits(tree, canonical, main_ids):
+        add(cheats.C09, node, what)
+    # threading, shutil, pathlib, site: judged by what the code uses of them
+    for alias, (module, imported) in judged.items():
+        code_, allowed = USE_JUDGED[module]
+        refs = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == alias and id(n) not in main_ids
+                and isinstance(n.ctx, ast.Load)]
+        for n in refs:
+            p = parents.get(id(n))
+            member = p.attr if isinstance(p, ast.Attribute) and p.value is n else None
+            if member not in allowed:
+                add(code_, n, (f"uses `{module}.{member}`" if member else f"uses `{module}` as a value") +
+                    _JUDGED_WHY[code_])
+        if not refs:
+            add(code_, imported, f"imports `{module}` and uses nothing of it the scan can judge")
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    methods = {m.name: m for c in chain for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def reach(body: list[ast.stmt], seen: set | None = None) -> tuple[bool, bool]:
+        """(calls one of the candidate's own kernels, computes with PyTorch or the reference): what ``body`` does,
+        through the methods of ModelNew and the program's functions it calls, by name."""
+        seen = set() if seen is None else seen
+        own = foreign = False
+        for stmt in body:
+            for n in ast.walk(stmt):
+                if id(n) in compute_ids or (isinstance(n, ast.Name) and n.id == "Model" and not own_model):
+                    foreign = True
+                if not isinstance(n, ast.Call):
+                    continue
+                if own_call(n) and kinds.of(n.func.value) != TENSOR:
+                    own = True
+                callee = None
+                if isinstance(n.func, ast.Attribute) and _dotted(n.func.value) == "self":
+                    callee = methods.get(n.func.attr)
+                elif isinstance(n.func, ast.Name):
+                    callee = functions.get(n.func.id)
+                if callee is not None and id(callee) not in seen:
+                    seen.add(id(callee))
+                    o, f = reach(callee.body, seen)
+                    own, foreign = own or o, foreign or f
+        return own, foreign
+
+    if model_new is not None:
+        for c in chain:
+            who = "ModelNew" if c is model_new else f"`{c.name}`, a base of ModelNew,"
+            for base in c.bases:
+                b = _dotted(base)
+                if not b or (isinstance(base, ast.Name) and base.id in classes and base.id != "Model"):
+                    continue  # a class of the program: its own bases are judged in turn (chain)
+                if b.split(".")[-1] not in ("Module",):
+                    add(cheats.C04, base, f"{who} inherits from `{b}` instead of nn.Module")
+            # super().forward reaches the program's own base class only when that is what the class derives from
+            own_super = bool(c.bases) and isinstance(c.bases[0], ast.Name) and c.bases[0].id in classes and \
+                c.bases[0].id != "Model"
+            # super().__call__ is nn.Module's call (it runs this class's own forward) unless a base is the reference
+            from_model = any(_dotted(b).split(".")[-1] == "Model" and not own_model
+                             for cc in _own_chain(c, classes) for b in cc.bases)
+            for node in ast.walk(c):
+                if isinstance(node, ast.Name) and node.id == "Model" and not own_model:
+                    add(cheats.C04, node, "refers to the reference `Model`")
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr in ("forward", "__call__") and isinstance(node.func.value, ast.Call) and \
+                        _dotted(node.func.value.func) == "super" and not own_super and \
+                        (node.func.attr == "forward" or from_model):
+                    add(cheats.C04, node, f"calls `super().{node.func.attr}`")
+        for c in chain:
+            for node in ast.walk(c):
+                if isinstance(node, ast.Try):
+                    for h in node.handlers:
+                        if all(isinstance(s, ast.Raise) for s in h.body):
+                            continue
+                        own, foreign = reach(h.body)
+                        if foreign:
+                            add(cheats.C03, h, "a try/except in ModelNew whose handler computes with PyTorch or the "
+                                                "reference (a fallback path)")
+                        elif not own:
+                            add(cheats.C03, h, "a try/except in ModelNew whose handler does more than re-raise "
+                                                "and calls none of your own kernels (a fallback path)")
+        used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+               {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        if kernels and not (kernels & used):
+            add(cheats.C02, model_new, "none of the compiled kernel functions "
+                                       f"({', '.join(sorted(kernels))}) is ever called")
+    # one finding per (code, line, what)
+    seen, unique = set(), []
+    for f in report.findings:
+        if (f.code, f.line, f.what) not in seen:
+            seen.add((f.code, f.line, f.what))
+            unique.append(f)
+    report.findings = unique
+    return report
+
+
+def _direct_call(node: ast.Name, parents: dict) -> bool:
+    """``node`` is the function of a call (``getattr(...)``), not a value passed around (``f = getattr``)."""
+    p = parents.get(id(node))
+    return isinstance(p, ast.Call) and p.func is node
+
+
+def _is_torch_compute(full: str) -> bool:
+    """True for torch.* / F.* calls that compute (everything outside the allocation/view allowlist)."""
+    if full.startswith("torch.nn.functional."):
+        return True
+    if not full.startswith("torch."):
+        return False
+    rest = full[len("torch."):]
+    if rest in TORCH_ALLOWED or rest.startswith(("cuda.", "utils.", "nn.init.")):
+        return False
+    if rest.startswith("nn."):
+        return False  # constructing a layer to hold parameters is honest; calling it is caught below
+    return True
+
+
+def _tensor_compute_methods() -> frozenset[str]:
+    try:  # torch here: the scan itself runs without it (the teacher and curation import this module)
+        import torch
+        names = {n for n in dir(torch.Tensor) if not n.startswith("_")}
+    except Exception:  # pragma: no cover - torch is always there in practice
+        names = set()
+    # attributes, not methods: never called
+    attributes = {"real", "imag", "data", "shape", "device", "dtype", "grad", "is_cuda", "layout", "names", "T", "H",
+                  "mT", "mH"}
+    return frozenset(names - TENSOR_METHOD_ALLOWED - attributes)
+
+
+_TENSOR_COMPUTE = _tensor_compute_methods()
+# tensor methods that are also the methods of Python's containers (a set's add, a list's sort and index, a dict's
+# values): on a receiver the scan cannot place they are read as the container's; on a tensor they are compute
+_CONTAINER_METHODS = frozenset({"add", "index", "sort", "values", "count", "copy"})

@@ -1,0 +1,293 @@
+"""Vendor-library and ATen compute reached from a candidate's own C++/CUDA (cheat C01).
+
+The runtime dispatch monitors see ATen ops that go through the dispatcher. They do not see a candidate
+whose C++ calls cuBLAS, cuBLASLt, cuDNN, CUTLASS, oneDNN / MKL / BLAS, or ATen's internal kernels
+(``at::native::``, ``at::cuda::blas::``) directly. Three independent checks catch that:
+
+1. ``scan_sources``: the candidate's C++/CUDA source text: the library's identifiers in use (calls, handles,
+   types, namespaces), not its includes (an unused ``#include <cublas_v2.h>`` computes nothing), and link flags
+   that put a library's code inside the module (static linking); a dynamic ``-lcublas`` is judged by (2);
+2. ``scan_library``: the dynamic symbols the built extension imports (an ELF's dynamic string table lists
+   every function it links to by name, so a call the source hid behind macros still shows; a ``dlopen`` /
+   ``dlsym`` pair that would fetch a library by a built-up string is flagged too);
+3. at run time on cuda, the share of forward device time spent in kernels named in the candidate's sources
+   (verifier/child/worker.py, judged in verifier/judge/verdict.py): a cuBLAS or cuDNN kernel shows by name.
+
+Each finding names the library. Honest look-alikes that must pass: allocation and stream helpers
+(``at::cuda::getCurrentCUDAStream``, ``torch::empty``), ``cub``/``thrust`` primitives are not flagged here
+(header-only building blocks compiled into the candidate's own kernels), nor the dlopen / dlsym that CUDA 13's
+CCCL headers import into any module that includes them.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections import Counter
+from pathlib import Path
+
+from verifier import cheats
+
+# (library, pattern over source text)
+# The patterns read the code a compiler would compile: comments, string literals, #include lines and macros that are
+# defined but never expanded are removed first (``code_text``). An include alone computes nothing: a library is
+# judged by its identifiers in use (calls, handles, types, namespaces); a name the preprocessor builds
+# (``cu##blas##Sgemm``) never shows here and is caught by the built module's imported symbols (``scan_library``).
+SOURCE_PATTERNS = [
+    ("cuBLAS", re.compile(r"\bcublas\w*|getCurrentCUDABlas(Lt)?Handle|\bat::cuda::blas\b")),
+    ("cuDNN", re.compile(r"\bcudnn\w*|\bat::native::cudnn")),
+    # header-only: no imported symbol shows it, its namespace does (``cute::``, ``using namespace cute``, an alias);
+    # on cuda its kernels are foreign by name in the time coverage
+    ("CUTLASS", re.compile(r"\b(?:cutlass|cute)\b")),
+    ("cuSPARSE/cuFFT/cuSOLVER", re.compile(r"\bcusparse\w+|\bcufft\w+|\bcusolver\w+")),
+    ("BLAS/MKL/oneDNN", re.compile(r"\bcblas_\w+|\bmkl_\w+|\bdnnl(::|_)\w*|\bmkldnn\w*|\bsgemm_\s*\(|\bat::native::cpublas|"
+                                   r"\bat::cpublas\b")),
+    ("ATen internals", re.compile(r"\bat::native::\w+|\bat::redispatch::\w+|::redispatch\s*\(")),
+    ("dynamic loading", re.compile(r"\bdlopen\s*\(|\bdlsym\s*\(")),
+]
+# C++ that blinds what watches forward (the dispatcher's observers, the Python dispatch key, the profiler,
+# CUPTI) or changes global backend state: cheat C11 wherever it appears in the sources or the built binary
+TAMPER_SOURCE = re.compile(
+    r"\b(enableRecordFunction|RecordFunctionGuard|DisableRecordFunctionGuard|RecordFunctionTLS|"
+    r"set_record_function_tls_|clearCallbacks|removeCallback|ExcludeDispatchKeyGuard|IncludeDispatchKeyGuard|"
+    r"tls_set_dispatch_key_excluded|tls_set_dispatch_key_included|_force_tls_local_dispatch_key_set|"
+    r"DisableTorchDispatch|PythonDispatcherTLS|PythonTorchFunctionTLS|DisablePythonDispatcher|"
+    r"cupti\w*|cudaProfilerStop|cuProfilerStop|autograd::profiler|torch::profiler|"
+    r"globalContext\s*\(\s*\)\s*\.\s*set\w+|PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*)\b")
+TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\d*enableRecordFunction\w*|"
+                           rb"_ZN2at\d*set_record_function_tls_\w*|_ZN2at\d*clearCallbacks\w*|"
+                           rb"_ZN2at\d*removeCallback\w*|_ZN3c104impl\d*tls_set_dispatch_key_\w+|"
+                           rb"_ZN3c104impl\d*_force_tls_local_dispatch_key_set\w*|_ZN2at7Context\d*set\w+)(@\w+)?$")
+
+
+@cheats.check(cheats.C11, where="front")
+def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> list[str]:
+    """Findings of C++ that switches off the runtime monitors or changes global backend state (C11)."""
+    found = []
+    for src in sources:
+        m = TAMPER_SOURCE.search(_strip_comments(src))
+        if m:
+            found.append(f"the C++/CUDA source switches off what watches it or changes global state (`{m.group(0)}`)")
+            break
+    if so_path:
+        runs = python_from_cxx(so_path)
+        if runs:
+            found.append(f"the built extension reaches Python modules or runs Python code from C++ (`{runs[:80]}`): the verifier's "
+                         "objects in your process are not yours to reach")
+        for sym in imported_symbols(so_path):
+            if TAMPER_SYMBOL.match(sym):
+                found.append(f"the built extension imports `{sym.decode(errors='replace')[:80]}` (monitor or global "
+                             "state control)")
+                break
+    return found
+
+
+# a vendor library named in the link flags. Linked dynamically (``-lcublas``) it is judged by what the built module
+# imports from it (``scan_library``): an unused ``-l`` flag imports nothing, with or without --as-needed. Linked
+# statically (``-l:libcublas_static.a``, a path to an archive, ``-Wl,-Bstatic``) its code lands inside the module,
+# where no imported symbol shows it: that is a finding by itself.
+LINK_PATTERN = re.compile(r"(?:-l\s*:?\s*|\blib)(cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|mkl\w*|openblas|"
+                          r"blas|dnnl)")
+_STATIC_LINK = re.compile(r"\.a\b|_static\b|-Bstatic|--whole-archive|^-static$")
+
+# (library, pattern over the imported symbol names of the built .so; C++ names are mangled)
+SYMBOL_PATTERNS = [
+    ("cuBLAS", re.compile(rb"^(cublas\w+|_ZN2at4cuda4blas\w*|_ZN2at4cuda\d*getCurrentCUDABlas\w*)$")),
+    ("cuDNN", re.compile(rb"^(cudnn\w+|_ZN2at6native\d*\w*cudnn\w*)$")),
+    ("cuSPARSE/cuFFT/cuSOLVER", re.compile(rb"^(cusparse\w+|cufft\w+|cusolver\w+)$")),
+    ("BLAS/MKL/oneDNN", re.compile(rb"^(cblas_\w+|mkl_\w+|sgemm_|dgemm_|_ZN4dnnl\w*|dnnl_\w+|_ZN2at6native\d*cpublas\w*|"
+                                   rb"_ZN2at7cpublas\w*)$")),
+    # at::_ops::X::call is how at::add / torch::matmul compile: it goes through the dispatcher, where the
+    # runtime monitors judge it; its redispatch entry point and at::native skip the dispatcher
+    ("ATen internals", re.compile(rb"^(_ZN2at6native\w+|_ZN2at4_ops\w+10redispatch\w+|_ZN2at10redispatch\w+)$")),
+    ("dynamic loading", re.compile(rb"^(dlopen|dlsym|dlmopen|dlvsym)(@\w+)?$")),
+]
+# the ATen entry points a built extension imports, by namespace: at::_ops::<op>::call goes through the dispatcher
+# (where the in-process monitors see it); at::cpu::<op>, at::cuda::<op>, at::meta::<op> and the composite
+# namespaces call an op's kernel below the dispatcher (no monitor sees them); an operator looked up by name
+# (c10::Dispatcher::findSchema...) can be any op
+_ATEN_ENTRY = re.compile(rb"^_ZN2at(4_ops|3cpu|4cuda|4meta|27compositeexplicitautograd|27compositeimplicitautograd|"
+                         rb"38compositeexplicitautogradnonfunctional)(\d+)")
+_OP_LOOKUP = re.compile(rb"^_ZN3c1010Dispatcher\d+(findSchema\w*|findOp\w*|findSchemaOrThrow\w*)")
+# C++ that imports Python modules, reads sys, or runs Python code it builds: the routes from an extension to the
+# verifier's objects in its process (a first line only: pybind11 itself imports the frame readers, for its error
+# messages, so those say nothing, and a builtins dict reached another way is not seen here)
+PYTHON_FROM_CXX = re.compile(rb"^(PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|PyImport_\w+|PySys_\w+|"
+                             rb"PyMarshal_ReadObject\w*|PyEval_GetGlobals|PyEval_GetLocals|PyEval_GetFrame\w*)(@\w+)?$")
+
+
+def aten_entries(so_path: str | Path) -> tuple[list[str], list[str], bool]:
+    """The ATen names a built extension imports: (names called through the dispatcher (at::_ops), names called
+    below it (at::cpu / at::cuda / at::meta / composite), whether it looks operators up by name). Names are the
+    mangled struct or function names (``add_Tensor``, ``mm``); the caller resolves them to ops (with torch)."""
+    through, below, lookup = [], [], False
+    for sym in imported_symbols(so_path):
+        if _OP_LOOKUP.match(sym):
+            lookup = True
+            continue
+        m = _ATEN_ENTRY.match(sym)
+        if not m:
+            continue
+        n = int(m.group(2))
+        name = sym[m.end():m.end() + n].decode(errors="replace")
+        (through if m.group(1) == b"4_ops" else below).append(name)
+    return sorted(set(through)), sorted(set(below)), lookup
+
+
+def python_from_cxx(so_path: str | Path) -> str:
+    """The first imported CPython entry point that imports modules, reads sys or runs Python code ("" if none)."""
+    for sym in imported_symbols(so_path):
+        if PYTHON_FROM_CXX.match(sym):
+            return sym.decode(errors="replace")
+    return ""
+
+
+@cheats.check(cheats.C01, where="front")
+def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> list[str]:
+    """Findings in the candidate's C++/CUDA sources and link flags, each naming the library and the text."""
+    found = []
+    texts = [code_text(src) for src in sources]
+    for lib, pat in SOURCE_PATTERNS:
+        for text in texts:
+            m = pat.search(text)
+            if m:
+                found.append(f"the C++/CUDA source uses {lib} (`{m.group(0).strip()}`)")
+                break
+    flags = [str(f) for f in link_flags or []]
+    static = any(_STATIC_LINK.search(f) for f in flags)
+    for flag in flags:
+        m = LINK_PATTERN.search(flag)
+        if m and (static or _STATIC_LINK.search(flag)):
+            found.append(f"links `{m.group(1)}` statically (extra_ldflags `{flag[:80]}`): its code would be inside "
+                         "the module, where no imported symbol shows what it computes")
+    return found
+
+
+def strip_cxx(src: str, strings: bool = False, keep_names: bool = False) -> str:
+    """C/C++ source with its comments replaced by spaces (newlines kept, so line numbers stay), and with
+    ``strings`` the contents of string and character literals (raw strings too) blanked, except, with
+    ``keep_names``, a string that is exactly one identifier (``cuModuleGetFunction(&f, mod, "relu_kernel")``). A
+    small lexer, not a regex: a ``//`` inside a string literal (``"http://..."``) starts no comment, a quote in a
+    comment no string."""
+    out: list[str] = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" ")
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(" " + "\n" * src.count("\n", i, j))
+        elif c == '"' and i > 0 and src[i - 1] == "R" and _RAW_PREFIX.search(src, max(0, i - 4), i + 1):
+            k = src.find("(", i + 1)
+            delim = src[i + 1:k] if 0 <= k - i - 1 <= 16 else None
+            if delim is None or any(ch in delim for ch in ' \\)\n\t"'):
+                j = i + 1  # not a raw string after all: the quote opens nothing we understand; keep going
+                out.append(c)
+            else:
+                end = src.find(")" + delim + '"', k + 1)
+                j = n if end < 0 else end + len(delim) + 2
+                out.append('""' + "\n" * src.count("\n", i, j) if strings else src[i:j])
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            j = min(j + 1, n)
+            keep = not strings or (keep_names and c == '"' and re.fullmatch(r'"[A-Za-z_]\w*"', src[i:j]))
+            out.append(src[i:j] if keep else c + c)
+        else:
+            m = _PLAIN.match(src, i + 1)
+            j = m.end() if m else i + 1
+            out.append(src[i:j])
+        i = j
+    return "".join(out)
+
+
+_PLAIN = re.compile(r"[^/\"']*")
+# R"( starts a raw string when R is the prefix (alone, or after u8, u, U, L), not the end of an identifier
+_RAW_PREFIX = re.compile(r'(?:^|[^\w])(?:u8|u|U|L)?R"$')
+
+
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?:[^\n\\]|\\\n|\\.)*", re.M)
+
+
+def code_text(src: str) -> str:
+    """What of a source can call anything: comments, string literals and ``#include`` lines removed, and every
+    macro that is defined but never expanded (its name used nowhere else) dropped with its body."""
+    text = strip_cxx(src, strings=True)
+    text = re.sub(r"^[ \t]*#[ \t]*include\b[^\n]*", " ", text, flags=re.M)
+    for _ in range(8):  # a macro used only by an unused macro is unused too
+        defines = list(_DEFINE.finditer(text))
+        if not defines:
+            break
+        uses = Counter(_WORD.findall(text))
+        unused = [m for m in defines if uses[m.group(1)] == _WORD.findall(m.group(0)).count(m.group(1))]
+        if not unused:
+            break
+        for m in reversed(unused):
+            text = text[:m.start()] + "\n" * m.group(0).count("\n") + text[m.end():]
+    return text
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _strip_comments(src: str) -> str:
+    return strip_cxx(src)
+
+
+def imported_symbols(so_path: str | Path) -> list[bytes]:
+    """The undefined (imported) dynamic symbols of an ELF shared object; [] when it cannot be read.
+
+    A minimal reader of .dynsym/.dynstr (64-bit little-endian ELF, what the compilers here produce): no
+    binutils, no third-party package, so it runs wherever the verifier runs."""
+    try:
+        data = Path(so_path).read_bytes()
+    except OSError:
+        return []
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return []
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, _ = struct.unpack_from("<HHH", data, 0x3A)
+    sections = []
+    for i in range(shnum):
+        off = shoff + i * shentsize
+        _name, stype, _flags, _addr, soff, size, link, _info, _align, entsize = \
+            struct.unpack_from("<IIQQQQIIQQ", data, off)
+        sections.append((stype, soff, size, link, entsize))
+    out = []
+    for stype, soff, size, link, entsize in sections:
+        if stype != 11 or not entsize:  # SHT_DYNSYM
+            continue
+        str_off = sections[link][1]
+        for j in range(size // entsize):
+            st_name, _st_info, _other, st_shndx, _value, _size = struct.unpack_from("<IBBHQQ", data, soff + j * entsize)
+            if st_shndx != 0 or not st_name:  # defined here, or the null symbol
+                continue
+            end = data.index(b"\0", str_off + st_name)
+            out.append(data[str_off + st_name:end])
+    return out
+
+
+# CUDA 13's CCCL (cub, thrust, libcu++: header-only building blocks) loads the driver's entry points itself: a
+# module that includes it imports dlopen / dlsym whatever its own code does (an honest CUB reduction,
+# technoabsurdist-l1-p95, was C01 for it). There the import says nothing; a dlopen the candidate writes still shows
+# in its source (SOURCE_PATTERNS), and a library it fetches runs kernels the run-time coverage sees by name.
+_CCCL_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:cub|thrust|cuda|nv)/', re.M)
+
+
+@cheats.check(cheats.C01, where="binary")
+def scan_library(so_path: str | Path, sources: list[str] | tuple = ()) -> list[str]:
+    """Findings in the symbols a built extension imports, each naming the library and one symbol; ``sources``,
+    the C++/CUDA it was built from, explain a dynamic-loading import where they include CCCL."""
+    found: dict[str, bytes] = {}
+    cccl = any(_CCCL_INCLUDE.search(strip_cxx(str(src))) for src in sources)
+    for sym in imported_symbols(so_path):
+        for lib, pat in SYMBOL_PATTERNS:
+            if lib in found or not pat.match(sym) or (cccl and lib == "dynamic loading"):
+                continue
+            found[lib] = sym
+    return [f"the built extension imports {lib} (`{sym.decode(errors='replace')[:80]}`)" for lib, sym in found.items()]

@@ -1,0 +1,229 @@
+"""The knockout run: do the candidate's own kernels produce part of forward's output? (the partial policy, cuda)
+
+The partial legality policy (KernelBench's rule) allows PyTorch compute beside the candidate's own kernels, which
+must do real work. For a correct candidate whose forward ran PyTorch compute, one extra correctness trial runs in
+its own execution child with every kernel launch of the candidate's extensions skipped (``knockout_shim.c``
+rewrites those libraries' relocation slots for the CUDA launch entry points; PyTorch's own launches run), and
+``run_knockout`` compares its output with the reference within the normal tolerance.
+
+Outcomes (``KnockoutResult.outcome``): ``contributes`` (the output is wrong, or forward raised, crashed or hung),
+``no_contribution`` (still correct with launches skipped and no own kernel seen running), ``inconclusive`` (an
+own kernel still ran, nothing was skipped, or the verifier's side failed). An inconclusive knockout never
+rejects: the share rule decides, and the verdict's notes say so.
+
+Not covered: a candidate that detects the knockout run can return a wrong output there and pass; a kernel whose
+only effect is a flag the host checks counts as contributing. On cpu there is no launch to skip: the partial
+policy keeps its rule there. Imports: the standard library, and torch inside ``run_knockout`` only.
+How the shim works: docs/MODULES.md, "verifier/judge/knockout.py".
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from verifier.child.knockout import MARKER_FILE, RESULT_FILE
+
+SHIM_SOURCE = Path(__file__).parents[1] / "child" / "knockout_shim.c"
+SHIM_DIR = ".knockout"  # under the build root (read-only to the execution child, which only loads it)
+
+CONTRIBUTES, NO_CONTRIBUTION, INCONCLUSIVE = "contributes", "no_contribution", "inconclusive"
+
+
+class KnockoutError(RuntimeError):
+    """The knockout shim could not be built (no C compiler, a compiler error): the knockout is inconclusive."""
+
+
+def _compiler() -> list[str]:
+    for cc in (os.environ.get("CC", ""), "cc", "gcc", "clang"):
+        path = shutil.which(cc) if cc else None
+        if path:
+            return [path]
+    cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    if cxx:
+        return [cxx, "-x", "c"]
+    raise KnockoutError("no C compiler (cc, gcc, clang, c++) on PATH to build the knockout shim")
+
+
+def shim_library(build_root: Path) -> Path:
+    """The compiled shim, built once per source, compiler and machine under ``<build_root>/.knockout/`` (a file
+    lock keeps concurrent verifiers from building it twice). Raises KnockoutError with the compiler's output."""
+    cc = _compiler()
+    source = SHIM_SOURCE.read_bytes()
+    key = hashlib.sha256(source + "\0".join(cc + [platform.machine()]).encode()).hexdigest()[:16]
+    out_dir = Path(build_root) / SHIM_DIR / key
+    lib = out_dir / "libkm_knockout.so"
+    if lib.is_file():
+        return lib
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if lib.is_file():
+            return lib
+        tmp = out_dir / f"libkm_knockout.{os.getpid()}.tmp"
+        cmd = cc + ["-O2", "-shared", "-fPIC", "-o", str(tmp), str(SHIM_SOURCE), "-ldl"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise KnockoutError(f"building the knockout shim failed ({' '.join(cmd)}): {done.stderr.strip()[:800]}")
+        os.replace(tmp, lib)
+    return lib
+
+
+@dataclass
+class ShimReport:
+    """``knockout_result.json`` as the verifier reads it (written in the candidate's process: evidence)."""
+
+    libraries: list = field(default_factory=list)
+    patched: int = 0
+    skipped: dict = field(default_factory=dict)
+    redirected: int = 0
+    errors: list = field(default_factory=list)
+
+    @classmethod
+    def read(cls, job_dir: Path) -> "ShimReport | None":
+        try:
+            d = json.loads((Path(job_dir) / RESULT_FILE).read_text())
+            return cls(libraries=[str(x) for x in d["libraries"]], patched=int(d["patched"]),
+                       skipped={str(k): int(v) for k, v in dict(d["skipped"]).items()},
+                       redirected=int(d["redirected"]), errors=[str(x) for x in d["errors"]])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+# ---------------------------------------------------------------------------- the verifier's side
+
+
+@dataclass
+class KnockoutResult:
+    """What the knockout run says about the candidate's own kernels (recorded in ``Verdict.versions["knockout"]``).
+    ``detail`` is a sentence for the feedback: what was seen."""
+
+    outcome: str  # contributes | no_contribution | inconclusive
+    detail: str
+    skipped: dict = field(default_factory=dict)  # launch entry point -> launches skipped
+    patched_slots: int = 0
+    own_kernel_us: float = 0.0  # device time of the candidate's kernels the profiler still saw in the knockout run
+
+    @property
+    def conclusive(self) -> bool:
+        return self.outcome != INCONCLUSIVE
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_driven) -> KnockoutResult:
+    """One correctness trial of the candidate of ``w`` (judge.Work) on the task of ``plan`` (api.TaskPlan) with its
+    own launches skipped, in its own execution child on cuda, judged here. Called from judge._legality_outcome
+    while the verifier holds its device-work lock (admission.device_work), after every file of the candidate's main
+    job was read: the slot's job root is emptied first (unless ``keep_jobs``). Never raises: a failure on the
+    verifier's side is an inconclusive result saying what failed. ``make_job``, ``job_dir_of`` and ``run_driven``
+    are verifier/engine.py's ``_job``, ``_job_dir`` and ``_run_driven`` (passed in: api imports this module)."""
+    import torch  # here: the child imports this module for ChildKnockout only
+
+    from verifier.execute.processes import clear_job_root
+
+    try:
+        shim = shim_library(build_root)
+    except (KnockoutError, OSError, subprocess.SubprocessError) as e:
+        return KnockoutResult(INCONCLUSIVE, f"the knockout shim could not be built ({str(e)[:300]})")
+    try:
+        if not cfg.keep_jobs:
+            clear_job_root()  # the main job's directory: nothing of it is read after this
+        job = make_job("candidate", "cuda", cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=1,
+                       input_files=not plan.reproducible)
+        job_dir = job_dir_of(job)
+        (job_dir / MARKER_FILE).write_text(json.dumps({"shim": str(shim)}))
+
+        def ship_inputs(i: int, seed: int) -> None:  # inputs a seed does not reproduce travel as a file
+            from verifier.common.inputs import draw_inputs
+            from verifier.judge.outputs import RNG_LOCK
+            with RNG_LOCK:
+                inputs = draw_inputs(plan.ref_mod.get_inputs, seed, "cuda", plan.text)
+            torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
+                       job_dir / f"trial_{i}.pt")
+
+        timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
+        run, _, _ = run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
+        return _judge_knockout(job, job_dir, run, plan, cfg)
+    except Exception as e:  # noqa: BLE001 - the verifier's failure never decides against the candidate
+        return KnockoutResult(INCONCLUSIVE, f"the knockout run failed on the verifier's side ({type(e).__name__}: "
+                                            f"{str(e)[:300]})")
+
+
+def _judge_knockout(job, job_dir: Path, run, plan, cfg) -> KnockoutResult:
+    from verifier.common.contract import ChildReport
+    from verifier.judge.verdict import _warm_up_failed
+
+    shim = ShimReport.read(job_dir)
+    seen = dict(skipped=shim.skipped, patched_slots=shim.patched) if shim else {}
+    if run.timed_out or run.rc != 0 or not (job_dir / "report.json").is_file():
+        if _warm_up_failed(run.log):
+            return KnockoutResult(INCONCLUSIVE, "the knockout run's process failed to initialise the device", **seen)
+        how = "timed out" if run.timed_out else f"died (exit status {run.rc})"
+        return KnockoutResult(CONTRIBUTES, f"with your kernels skipped the run {how}", **seen)
+    try:
+        report = ChildReport.read(job_dir)
+    except Exception as e:  # noqa: BLE001 - written in the candidate's process
+        return KnockoutResult(INCONCLUSIVE, f"the knockout run's report was unreadable ({e})", **seen)
+    if report.setup_error or report.reference_error:
+        return KnockoutResult(INCONCLUSIVE, "the knockout run failed on the verifier's side", **seen)
+    if report.patched or report.aborted:
+        return KnockoutResult(INCONCLUSIVE, "your program changed torch or the verifier in the knockout run", **seen)
+    if report.import_error or report.init_error:
+        return KnockoutResult(CONTRIBUTES, "with your kernels skipped, importing your program or ModelNew() failed",
+                              **seen)
+    rec = report.trials[0] if report.trials else None
+    if rec is None or rec.error or rec.output_problem or not rec.output_file:
+        return KnockoutResult(CONTRIBUTES, "with your kernels skipped forward failed", **seen)
+    if not _still_correct(job, job_dir, rec, plan, cfg):
+        return KnockoutResult(CONTRIBUTES, "with your kernels skipped the output is wrong: their work is part of it",
+                              own_kernel_us=rec.own_kernel_us, **seen)
+    if shim is None or shim.errors:
+        why = "; ".join(shim.errors)[:300] if shim else f"no {RESULT_FILE}"
+        return KnockoutResult(INCONCLUSIVE, f"the knockout shim did not work ({why})", own_kernel_us=rec.own_kernel_us,
+                              **seen)
+    if rec.own_kernel_us > 0:
+        return KnockoutResult(INCONCLUSIVE, "some of your kernels still ran with the knockout on (launched by a route "
+                                            "it does not intercept)", own_kernel_us=rec.own_kernel_us, **seen)
+    n = sum(shim.skipped.values())
+    if n == 0:
+        return KnockoutResult(INCONCLUSIVE, "the knockout intercepted none of your launches (a CUDA runtime linked "
+                                            "statically, or a route it does not intercept)", **seen)
+    return KnockoutResult(NO_CONTRIBUTION, f"with every kernel launch of your own module skipped ({n} launches), "
+                                           "forward's output was still correct", **seen)
+
+
+def _still_correct(job, job_dir: Path, rec, plan, cfg) -> bool:
+    """The knockout trial's output against the reference on the same inputs, within the normal tolerance (the
+    checks of verifier/judge/outputs.py; what they say besides matched or not is not this run's concern)."""
+    import torch
+
+    from verifier.common.backends import get_backend
+    from verifier.common.inputs import as_list, build_model
+    from verifier.judge.numerics import float64_model
+    from verifier.judge.outputs import RNG_LOCK, Evidence, check_outputs, reference64
+
+    with RNG_LOCK:
+        model, _ = build_model(plan.ref_mod, job.init_seed, "cuda", plan.text, cfg.eval_mode)
+    model64 = None
+    if not plan.float64:
+        try:
+            model64 = float64_model(model)
+        except Exception:  # noqa: BLE001 - memory: the fixed tolerance
+            model64 = None
+    inputs = plan.trial_inputs(job, 0, "cuda", job_dir)
+    with torch.no_grad():
+        refs = [r.detach() for r in as_list(model(*inputs))]
+    refs64 = reference64(model64, inputs)
+    outs = as_list(torch.load(job_dir / rec.output_file, weights_only=True))
+    return check_outputs(outs, refs, refs64, inputs, None, "Knockout trial", cfg, plan.ref_mod,
+                         get_backend("cuda").poison_byte, [], Evidence(), [], False, plan.pooled)

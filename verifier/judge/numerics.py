@@ -1,0 +1,581 @@
+"""How close an fp32 output must be: a tolerance measured from the computation, per element, not a fixed number.
+
+The reference runs twice in the verifier's process: as the task wrote it (fp32) and in float64 (the same weights
+and inputs, widened). The float64 output is the truth; the fp32 reference's own distance from it says how much
+error an honest fp32 implementation makes. The budget is per element, from statistics of its block (a row of the
+output along the last dimension):
+
+    budget_i = max(atol_b, rtol_b * |r64_i|)
+    atol_b   = max(tol_floor, tol_factor * E_b, F_s(K) * S_b)      S_b = min(S, TAIL * T_b)
+    rtol_b   = max(F_r(K), tol_factor * R_b)
+
+F_s(K), F_r(K) are ``tol_scale`` raised for an output of a long reduction (K terms, verifier/judge/reduction.py):
+``accumulation_floors``.
+
+An element passes within its budget of the float64 value or of the fp32 reference's value. Exact-valued outputs
+(integer, boolean, fp32 on a lattice) are compared exactly, with a bounded allowance where the fp32 reference is
+itself unstable. C13 (precision lowering, ``looks_lowered``): over budget on >= 1% of the elements, every bad one
+within ``LOWERING_BAND`` of its local scale, and the error not systematic; otherwise an over-budget output is
+`wrong`. ``inputs.reference_numerics`` switches off TF32 for the fp32 reference.
+
+Not covered: float64 and fp16/bf16 outputs keep the fixed tolerances of VerifyConfig, a task's own ATOL / RTOL
+wins, and a reference that does not run in float64 falls back to ``atol_fp32`` / ``rtol_fp32`` (recorded in
+``Verdict.versions["tolerance"]``). Each term, the non-finite rules and C13's tests: docs/MODULES.md,
+"verifier/judge/numerics.py".
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+
+from verifier.judge.reduction import RefStats, accumulation_floors
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+# the error band of reduced-precision arithmetic, as a share of an element's local scale: above the budget and
+# below this, with many elements off, the error is rounding of fewer mantissa bits rather than a logic bug
+LOWERING_BAND = 2e-2
+LOWERING_MIN_SHARE = 0.01
+# an error that an affine function of the true value explains this well (uncentred R^2) is a systematic bug (a
+# divisor off by one, a wrong epsilon or scale), not rounding: truncation toward zero explains 0.75, rounding ~0
+SYSTEMATIC_FIT = 0.9
+MIN_LOCAL = 64  # outputs with fewer elements are one block
+BLOCK_MAX = 4096  # a block: a row along the last dimension, cut at this many elements
+TAIL = 4.0  # the absolute term's scale is at most this x the block's median |value|
+LATTICE_BITS = 8  # exact-valued outputs: multiples of 2^-m, m <= this ...
+LATTICE_LIMIT = float(1 << 24)  # ... below 2^24 units (exactly representable in fp32)
+CHUNK = 1 << 24  # elements handled at a time (a 6 GB output is measured and compared in pieces)
+
+
+def widen(obj):
+    """Floating tensors (and lists / tuples of them) as float64; everything else unchanged."""
+    if isinstance(obj, torch.Tensor):
+        return obj.double() if obj.is_floating_point() else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(widen(o) for o in obj)
+    return obj
+
+
+def float64_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of the reference (same weights and buffers, widened exactly)."""
+    return copy.deepcopy(model).double()
+
+
+def block_size(shape) -> int:
+    """Elements per block of an output of ``shape`` (flattened order): a row along the last dimension, cut at
+    BLOCK_MAX, or as many whole short rows as make MIN_LOCAL; the whole output when it is smaller than that."""
+    n = math.prod(shape) if len(shape) else 1
+    if n < MIN_LOCAL:
+        return max(n, 1)
+    last = shape[-1] if len(shape) else 1
+    if last <= 0:
+        return max(n, 1)
+    if last >= MIN_LOCAL:
+        return min(last, BLOCK_MAX)
+    return min(last * -(-MIN_LOCAL // last), n)
+
+
+def _aligned_chunk(block: int) -> int:
+    return max(block, (CHUNK // max(block, 1)) * block)
+
+
+def _same_special(c: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Elements where ``c`` has the non-finite value ``r`` has (NaN for NaN, the same infinity)."""
+    return (torch.isnan(c) & torch.isnan(r)) | (torch.isinf(r) & (c == r))
+
+
+def _finite_abs(t: torch.Tensor) -> torch.Tensor:
+    """|t| with inf and NaN as 0."""
+    return t.abs().nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@dataclass
+class Budget:
+    """The tolerance of one output against ``truth``; ``kind`` says where it came from (float64: measured per
+    element; exact: an exact-valued output; fixed: the config's numbers; task: the task's own ATOL / RTOL).
+
+    Every element ``i`` may be off by ``atol + rtol * |truth_i|`` (fixed / task: the same for all) or, measured
+    (float64), by ``max(atol_b, rtol_b * |truth_i|)`` per block of ``block`` elements (``atol_b``, ``rtol_b``: see
+    the module docstring; ``s_eff`` the block's scale), and ``alt`` (the fp32 reference) is an accepted answer
+    too. exact: equal to ``truth`` or ``alt``, except ``flips`` elements off by at most ``step``."""
+
+    atol: float
+    rtol: float
+    kind: str
+    ref_err: float | None = None
+    scale: float | None = None
+    alt: torch.Tensor | None = None
+    block: int = 0
+    atol_b: torch.Tensor | None = None
+    rtol_b: torch.Tensor | None = None
+    s_eff: torch.Tensor | None = None
+    err_level: float = 0.0
+    flips: int = 0
+    step: float = 0.0
+    unstable: int = 0
+    reduction: int = 0  # the longest reduction on the output's way (raises the floors; 0: not recorded)
+
+    def describe(self) -> str:
+        if self.kind == "exact":
+            if self.alt is None:
+                return "exact match (an integer or boolean output)"
+            return (f"exact match (an exact-valued output; where the fp32 reference and float64 differ, on "
+                    f"{self.unstable} element(s), either value; {self.flips} other element(s) may differ by at "
+                    f"most {self.step:.3g})")
+        if self.kind != "float64":
+            return f"{self.kind} tolerance atol {self.atol:.3g}, rtol {self.rtol:.3g}"
+        lo_a, hi_a = float(self.atol_b.min()), float(self.atol_b.max())
+        lo_r, hi_r = float(self.rtol_b.min()), float(self.rtol_b.max())
+        return (f"measured tolerance per element, the larger of {lo_a:.3g}..{hi_a:.3g} and {lo_r:.3g}..{hi_r:.3g} x "
+                f"|value| per row (the fp32 reference's own error against float64: median {self.err_level:.3g}, "
+                f"largest {self.ref_err:.3g}; output scale {self.scale:.3g}"
+                + (f"; floors for a {self.reduction}-term reduction" if self.reduction > 1 else "")
+                + "), against float64 or the fp32 reference's own value")
+
+    def light(self) -> "Budget":
+        """This budget without the fp32 reference it holds (what a verdict keeps after its trial: no output stays
+        alive across trials)."""
+        return dataclasses.replace(self, alt=None)
+
+    # ---------------------------------------------------------------- per element
+    def _gather(self, t: torch.Tensor, flat_idx: torch.Tensor) -> torch.Tensor:
+        return t.to(flat_idx.device)[torch.div(flat_idx, self.block, rounding_mode="floor")].to(torch.float64)
+
+    def allowance(self, lo: int, a: torch.Tensor) -> torch.Tensor:
+        """The allowed |error| of the flat elements ``lo ..`` whose finite |truth| is ``a`` (float64); ``lo`` is
+        a multiple of ``block`` for a measured budget (the chunks of ``compare`` are)."""
+        if self.kind != "float64":
+            return a * self.rtol + self.atol
+        n, bsz = a.numel(), self.block
+        first, full = lo // bsz, a.numel() // bsz
+        out = torch.empty_like(a)
+        at, rt = self.atol_b.to(a.device).to(torch.float64), self.rtol_b.to(a.device).to(torch.float64)
+        if full:
+            o2 = out[:full * bsz].view(full, bsz)
+            torch.mul(a[:full * bsz].view(full, bsz), rt[first:first + full, None], out=o2)
+            torch.maximum(o2, at[first:first + full, None], out=o2)
+        if n > full * bsz:
+            k = first + full
+            out[full * bsz:] = (a[full * bsz:] * rt[k]).clamp_min(float(at[k]))
+        return out
+
+    def _allow_at(self, flat_idx: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        if self.kind != "float64":
+            return a * self.rtol + self.atol
+        return torch.maximum(self._gather(self.atol_b, flat_idx), self._gather(self.rtol_b, flat_idx) * a)
+
+    def _scale_at(self, flat_idx: torch.Tensor, a: torch.Tensor, whole: float) -> torch.Tensor:
+        """The scale an element's lowering error is measured against: max(|r64_i|, S_b) (fixed kinds: the
+        output's largest |value|, ``whole``)."""
+        if self.kind != "float64":
+            return torch.full_like(a, whole)
+        return torch.maximum(a, self._gather(self.s_eff, flat_idx))
+
+    def compare(self, o: torch.Tensor, truth: torch.Tensor) -> dict:
+        """Where and how much ``o`` misses this budget (same shape as ``truth``), in chunks: ``n_bad`` elements
+        over budget of ``numel``, ``max_abs`` / ``max_rel`` the largest error against the nearest accepted
+        answer, the first bad element (``first_index``, ``got``, ``expected``), and what looks_lowered reads
+        (``n_band``: bad elements within LOWERING_BAND of their scale, ``max_bad``, ``n_nonfinite``: bad elements
+        that are inf or NaN, ``n_visible``: elements whose allowance is below LOWERING_BAND of their scale,
+        ``fit``: how much of the error an affine function of the value explains). One pass; a second one over
+        a failing output only."""
+        of, tf = o.reshape(-1), truth.reshape(-1)
+        af = self.alt.reshape(-1) if self.alt is not None else None
+        n = of.numel()
+        out = {"n_bad": 0, "numel": n, "max_abs": 0.0, "max_rel": 0.0, "n_band": 0, "n_nonfinite": 0, "fit": 0.0,
+               "n_visible": 0, "max_bad": 0.0, "scale": 0.0}
+        exact = self.kind == "exact"
+        whole = 0.0
+        if self.kind not in ("float64", "exact"):
+            whole = self.scale if self.scale is not None else _finite_max_abs(truth)
+        out["scale"] = whole if self.kind != "float64" else float(self.scale or 0.0)
+        flips, flip_far, first = 0, False, None
+        samples: list = []  # a sample of the bad elements' errors (whole steps or rounding?)
+        step = _aligned_chunk(self.block) if self.kind == "float64" else CHUNK
+        for s in range(0, n, step):
+            c = of[s:s + step].to(torch.float64)
+            r = tf[s:s + step].to(c.device).to(torch.float64)
+            d = (c - r).abs_()
+            a = _finite_abs(r)
+            if exact:
+                ok = c == r
+            else:
+                ok = d <= self.allowance(s, a)
+            dm = d.masked_fill_(~ok, 0.0)
+            if dm.numel():
+                out["max_abs"] = max(out["max_abs"], float(dm.max()))
+                out["max_rel"] = max(out["max_rel"], float((dm / a.clamp_min(1e-12)).max()))
+            idx = (~ok).nonzero().reshape(-1)
+            if not idx.numel():
+                continue
+            # the few elements the float64 value does not accept: the fp32 reference's value, non-finite values
+            ci, ri, ai = c[idx], r[idx], a[idx]
+            di = (ci - ri).abs()
+            special = _same_special(ci, ri)
+            allow = torch.zeros_like(ai) if exact else self._allow_at(idx + s, ai)
+            okr = special | (di <= allow)
+            err = torch.where(special, torch.zeros_like(di), di)
+            if af is not None:
+                alti = af[s:s + step].to(c.device)[idx].to(torch.float64)
+                d2 = (ci - alti).abs()
+                special2 = _same_special(ci, alti)
+                okr |= special2 | (d2 <= allow)
+                err = torch.minimum(err, torch.where(special2, torch.zeros_like(d2), d2))
+            fin = torch.isfinite(err)
+            if bool((okr & fin).any()):
+                e_ok = err[okr & fin]
+                out["max_abs"] = max(out["max_abs"], float(e_ok.max()))
+                out["max_rel"] = max(out["max_rel"], float((e_ok / ai[okr & fin].clamp_min(1e-12)).max()))
+            bad = ~okr
+            nb = int(bad.sum())
+            if not nb:
+                continue
+            if exact:
+                flips += nb
+                flip_far = flip_far or bool((bad & ~(di <= self.step)).any())
+            else:
+                room = LOWERING_BAND * self._scale_at(idx + s, ai, whole)
+                out["n_band"] += int((bad & (err <= room)).sum())
+                bad_err = err[bad]
+                have = sum(t.numel() for t in samples)
+                if have < STEP_SAMPLE:
+                    samples.append(bad_err[torch.isfinite(bad_err)][:STEP_SAMPLE - have].cpu())
+                out["max_bad"] = max(out["max_bad"], float(bad_err.max()) if bool(torch.isfinite(bad_err).all())
+                                     else float("inf"))
+            out["n_bad"] += nb
+            out["n_nonfinite"] += int((bad & ~torch.isfinite(ci)).sum())
+            if bool((bad & fin).any()):
+                out["max_abs"] = max(out["max_abs"], float(err[bad & fin].max()))
+                out["max_rel"] = max(out["max_rel"], float((err[bad & fin] / ai[bad & fin].clamp_min(1e-12)).max()))
+            if first is None:
+                k = int(bad.nonzero()[0])
+                first = (s + int(idx[k]), float(ci[k]), float(ri[k]))
+        if exact and flips and not flip_far and flips <= self.flips:
+            out.update(n_bad=0, n_nonfinite=0)  # no more boundary crossings than an honest order makes
+            first = None
+        if first is not None and out["n_bad"]:
+            flat, index = first[0], []
+            for size in reversed(o.shape):
+                index.append(flat % size)
+                flat //= size
+            out.update(first_index=tuple(reversed(index)), got=first[1], expected=first[2])
+        if out["n_bad"] and not exact:
+            self._failing_stats(of, tf, whole, out)
+            out["whole_steps"] = whole_steps(torch.cat(samples) if samples else torch.zeros(0, dtype=torch.float64))
+        return out
+
+    def _failing_stats(self, of: torch.Tensor, tf: torch.Tensor, whole: float, out: dict) -> None:
+        """The second pass over a failing output: ``n_visible`` and ``fit`` (see ``compare``)."""
+        sums = torch.zeros(6, dtype=torch.float64)  # sum r^2, r, 1, d r, d, d^2
+        step = _aligned_chunk(self.block) if self.kind == "float64" else CHUNK
+        for s in range(0, of.numel(), step):
+            c = of[s:s + step].to(torch.float64)
+            r = tf[s:s + step].to(c.device).to(torch.float64)
+            a = _finite_abs(r)
+            if self.kind == "float64":
+                full, bsz = a.numel() // self.block, self.block
+                first = s // bsz
+                se = self.s_eff.to(a.device).to(torch.float64)
+                room = torch.empty_like(a)
+                if full:
+                    torch.maximum(a[:full * bsz].view(full, bsz), se[first:first + full, None],
+                                   out=room[:full * bsz].view(full, bsz))
+                if a.numel() > full * bsz:
+                    room[full * bsz:] = a[full * bsz:].clamp_min(float(se[first + full]))
+            else:
+                room = torch.full_like(a, whole)
+            out["n_visible"] += int((self.allowance(s, a) < LOWERING_BAND * room).sum())
+            dd = c - r
+            fin = torch.isfinite(dd)
+            dd = dd.masked_fill_(~fin, 0.0)
+            rr = r.masked_fill(~fin, 0.0)
+            sums += torch.stack([(rr * rr).sum(), rr.sum(), fin.sum().to(torch.float64), (dd * rr).sum(),
+                                 dd.sum(), (dd * dd).sum()]).cpu()
+        srr, sr, sn, sdr, sd, sdd = (float(x) for x in sums)
+        det = srr * sn - sr * sr
+        if sn < MIN_LOCAL:  # a handful of elements: any two-parameter fit looks systematic
+            return
+        if sdd > 0 and det > 0:
+            alpha, beta = (sdr * sn - sd * sr) / det, (srr * sd - sr * sdr) / det
+            out["fit"] = max(0.0, min(1.0, (alpha * sdr + beta * sd) / sdd))
+        elif sdd > 0:
+            out["fit"] = min(1.0, sd * sd / (sn * sdd))
+
+
+def _finite_max_abs(t: torch.Tensor) -> float:
+    """The largest finite |value| of ``t`` (0 for none), in chunks of the flat view and without boolean
+    indexing: ``t[torch.isfinite(t)]`` on a 4-D output is a nonzero() of N x 4 int64 indices, 56 GiB for
+    KernelBench's 7 GiB RMSNorm output (technoabsurdist-l1-p36 ended verifier_error for it on an H100)."""
+    f, best = t.detach().reshape(-1), 0.0
+    for s in range(0, f.numel(), CHUNK):
+        a = f[s:s + CHUNK].abs()
+        a = a.masked_fill_(~torch.isfinite(a), 0) if a.is_floating_point() else a
+        if a.numel():
+            best = max(best, float(a.max()))
+    return best
+
+
+def _lattice_bits(t: torch.Tensor) -> int | None:
+    """The least m <= LATTICE_BITS such that every finite value of ``t`` is a multiple of 2^-m below 2^24 units
+    (an exact-valued output), or None. A sample is tried first: a continuous output fails it at once."""
+    f = t.reshape(-1)
+    sample = f[:: max(1, f.numel() // 4096)].to(torch.float64)
+    sample = sample[torch.isfinite(sample)] * (1 << LATTICE_BITS)
+    if not bool((sample == torch.round(sample)).all()):
+        return None
+    need = 0
+    for s in range(0, f.numel(), CHUNK):
+        v = f[s:s + CHUNK].to(torch.float64)
+        v = v[torch.isfinite(v)]
+        if not v.numel():
+            continue
+        for m in range(need, LATTICE_BITS + 2):
+            if m > LATTICE_BITS:
+                return None
+            w = v * (1 << m)
+            if bool((w == torch.round(w)).all()):
+                need = m
+                break
+        if float(v.abs().max()) * (1 << need) >= LATTICE_LIMIT:
+            return None
+    return need
+
+
+def exact_budget(r32: torch.Tensor, r64: torch.Tensor | None, cfg) -> Budget:
+    """An exact-valued output: equal to the float64 value or the fp32 reference's; elements where those differ
+    (the fp32 reference unstable) widen nothing else; up to tol_factor x that many other elements (at most
+    LOWERING_MIN_SHARE of the output) may be off by the step the reference itself shows."""
+    if r64 is None:
+        return Budget(0.0, 0.0, "exact")
+    a, b = r32.reshape(-1), r64.reshape(-1)
+    unstable, step = 0, 0.0
+    for s in range(0, a.numel(), CHUNK):
+        x = a[s:s + CHUNK].to(torch.float64)
+        y = b[s:s + CHUNK].to(x.device).to(torch.float64)
+        idx = (x != y).nonzero().reshape(-1)
+        if not idx.numel():
+            continue
+        xi, yi = x[idx], y[idx]
+        differ = ~_same_special(xi, yi) & torch.isfinite(xi) & torch.isfinite(yi)
+        k = int(differ.sum())
+        if k:
+            unstable += k
+            step = max(step, float((xi - yi).abs()[differ].max()))
+    flips = min(int(cfg.tol_factor * unstable), int(LOWERING_MIN_SHARE * a.numel()))
+    return Budget(0.0, 0.0, "exact", ref_err=step, alt=r32, flips=flips, step=step, unstable=unstable)
+
+
+SAMPLES_PER_BLOCK = 256  # a block's medians come from at most this many of its elements, evenly spaced
+
+
+def _block_medians(x: torch.Tensor, block: int) -> torch.Tensor:
+    """Per block of ``x`` (flat, NaN where an element does not count): the median of a sample of its elements
+    (0 for a block without any)."""
+    n = x.numel()
+    full = n // block
+    stride = max(1, block // SAMPLES_PER_BLOCK)
+    parts = []
+    if full:
+        parts.append(torch.nanmedian(x[:full * block].view(full, block)[:, ::stride], dim=1).values)
+    if n > full * block:
+        parts.append(torch.nanmedian(x[full * block:][::stride]).reshape(1))
+    return torch.nan_to_num(torch.cat(parts), nan=0.0)
+
+
+def _sample(t: torch.Tensor, block: int, stride: int) -> torch.Tensor:
+    """Every ``stride``-th element of each block of ``t`` (flat), whole blocks kept together (a copy of the
+    sample only)."""
+    full = t.numel() // block
+    if not full:
+        return t[::stride].clone()
+    return torch.cat([t[:full * block].view(full, block)[:, ::stride].reshape(-1), t[full * block:][::stride]])
+
+
+def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple | None = None) -> Budget:
+    """The per-element budget of one fp32 output from the reference's own error against its float64 twin
+    (chunked: a 6 GB output is measured in pieces). ``pooled``: RefStats (or (error, scale)) seen on other draws
+    of the same task (the plan's two): an output of fewer than MIN_LOCAL elements (a sum to 4 numbers) takes the
+    larger scale, so it does not get a tight budget from one draw whose sums happen to be small; its reduction
+    length raises the floors of both terms (``accumulation_floors``)."""
+    f32, f64 = r32.reshape(-1), r64.reshape(-1)
+    n = f32.numel()
+    block = block_size(tuple(r32.shape))
+    step = _aligned_chunk(block)
+    stride = max(1, block // SAMPLES_PER_BLOCK)
+    typical, level, rel, e_all, q_all = [], [], [], [], []
+    err, scale = 0.0, 0.0
+    for s in range(0, n, step):
+        a = f32[s:s + step].to(torch.float64)
+        b = f64[s:s + step].to(a.device).to(torch.float64)
+        e = (a - b).abs_()
+        mag = b.abs()
+        fin = torch.isfinite(e)  # both finite (fp32-range values: the difference cannot overflow)
+        if bool(fin.any()):
+            err = max(err, float(e.masked_fill(~fin, 0.0).max()))
+            scale = max(scale, float(mag.masked_fill(~fin, 0.0).max()))
+        # statistics from a sample of every block: elements that count are finite, and not an exact zero in
+        # both runs (a ReLU's zeros say nothing about the computation's scale or error)
+        es, ms, fs = _sample(e, block, stride), _sample(mag, block, stride), _sample(fin, block, stride)
+        use = fs & ((ms > 0) | (es > 0))
+        nan = float("nan")
+        m_u = ms.masked_fill(~use, nan)
+        e_u = es.masked_fill(~use, nan)
+        q_u = (es / ms).masked_fill(~(use & (ms > 0)), nan)
+        k = -(-block // stride)  # the sample keeps whole blocks together: block j's are positions j*k .. j*k+k-1
+        typical.append(_block_medians(m_u, k))
+        level.append(_block_medians(e_u, k))
+        rel.append(_block_medians(q_u, k))
+        every = max(1, es.numel() // 65536)
+        e_all.append(e_u[::every])
+        q_all.append(q_u[::every])
+    typ = torch.cat(typical) if typical else torch.zeros(1, dtype=torch.float64)
+    lev = torch.cat(level) if level else torch.zeros(1, dtype=torch.float64)
+    rl = torch.cat(rel) if rel else torch.zeros(1, dtype=torch.float64)
+    # the error of one block is one draw (a row's mean, a row's softmax denominator): the output-wide median
+    # is the floor of every block's level, so a block whose reference happened to be accurate is not tighter
+    med_e = float(torch.nan_to_num(torch.nanmedian(torch.cat(e_all)), nan=0.0)) if e_all else 0.0
+    med_q = float(torch.nan_to_num(torch.nanmedian(torch.cat(q_all)), nan=0.0)) if q_all else 0.0
+    lev, rl = lev.clamp_min(med_e), rl.clamp_min(med_q)
+    if n < MIN_LOCAL:
+        s_eff = torch.full_like(typ, max(scale, pooled[1] if pooled else 0.0))
+    else:
+        s_eff = torch.clamp(TAIL * typ, max=scale)
+    reduction, same_sign = (pooled.reduction, pooled.same_sign) if isinstance(pooled, RefStats) else (0, 0)
+    scale_floor, rel_floor = accumulation_floors(reduction, same_sign, cfg.tol_scale)
+    atol_b = torch.clamp_min(torch.maximum(cfg.tol_factor * lev, scale_floor * s_eff), cfg.tol_floor)
+    rtol_b = torch.clamp_min(cfg.tol_factor * rl, rel_floor)
+    atol = float(torch.maximum(atol_b, rtol_b * scale).max()) if atol_b.numel() else cfg.tol_floor
+    return Budget(atol=atol, rtol=0.0, kind="float64", ref_err=err, scale=scale, alt=r32, block=block,
+                  atol_b=atol_b.to(torch.float32), rtol_b=rtol_b.to(torch.float32), s_eff=s_eff.to(torch.float32),
+                  err_level=med_e, reduction=reduction)
+
+
+def error_and_scale(r32: torch.Tensor, r64: torch.Tensor) -> tuple[float, float]:
+    """(the fp32 reference's largest error against float64, the largest finite |float64 value|), chunked."""
+    f32, f64 = r32.reshape(-1), r64.reshape(-1)
+    chunk = 1 << 24
+    err, scale = 0.0, 0.0
+    for s in range(0, f32.numel(), chunk):
+        a = f32[s:s + chunk].double()
+        b = f64[s:s + chunk].to(a.device).double()
+        d = (a - b).abs()
+        d = d[torch.isfinite(d)]
+        if d.numel():
+            err = max(err, float(d.max()))
+        scale = max(scale, _finite_max_abs(b))
+    return err, scale
+
+
+def fixed_budget(dtype: torch.dtype, cfg, ref_mod) -> Budget:
+    """The task's ATOL / RTOL if it states them, else the config's fixed numbers for the dtype."""
+    if hasattr(ref_mod, "ATOL") or hasattr(ref_mod, "RTOL"):
+        return Budget(float(getattr(ref_mod, "ATOL", cfg.atol_fp32)), float(getattr(ref_mod, "RTOL", cfg.rtol_fp32)),
+                      "task")
+    if dtype in LOW_PRECISION:
+        return Budget(cfg.atol_low, cfg.rtol_low, "fixed")
+    return Budget(cfg.atol_fp32, cfg.rtol_fp32, "fixed")
+
+
+def budget_for(r32: torch.Tensor, r64: torch.Tensor | None, cfg, ref_mod,
+               pooled: tuple | None = None) -> tuple[Budget, torch.Tensor]:
+    """The budget of one output and the tensor to compare against: the float64 reference where measured (an
+    exact-valued output: exactly, the fp32 reference's value accepted too); integer and boolean outputs must
+    match exactly (the float64 run's value or the fp32 reference's, where both exist)."""
+    task_tol = hasattr(ref_mod, "ATOL") or hasattr(ref_mod, "RTOL")
+    same = r64 is not None and r64.shape == r32.shape
+    if not r32.is_floating_point():
+        if same and not r64.is_floating_point() and not r64.is_complex():
+            return exact_budget(r32, r64, cfg), r64
+        return Budget(0.0, 0.0, "exact"), r32
+    if same and r32.dtype == torch.float32 and r64.dtype == torch.float64 and not task_tol:
+        m32 = _lattice_bits(r32)
+        if m32 is not None and _lattice_bits(r64) is not None:
+            return exact_budget(r32, r64, cfg), r64
+        return measured_budget(r32, r64, cfg, pooled), r64
+    return fixed_budget(r32.dtype, cfg, ref_mod), r32
+
+
+def compare(o: torch.Tensor, truth: torch.Tensor, budget: Budget) -> dict:
+    """``budget.compare`` (the comparison of one output, chunked)."""
+    return budget.compare(o, truth)
+
+
+STEP_SAMPLE = 1 << 16  # bad elements whose errors whole_steps looks at
+
+
+def whole_steps(err: torch.Tensor) -> bool:
+    """Whether the errors of the bad elements are whole multiples of one step (a floor written as a truncation,
+    an index off by one on an integer-spaced table): all within 0.1% of an integer multiple of the smallest one.
+    Rounding errors of fewer bits take every value in between."""
+    err = err[err > 0]
+    if err.numel() < 16:
+        return False
+    q = err.to(torch.float64) / err.min().to(torch.float64)
+    return bool(((q - torch.round(q)).abs() <= 1e-3 * q).all())
+
+
+def looks_lowered(m: dict, b: Budget, r: torch.Tensor) -> bool:
+    """An fp32 output that misses its budget by the error of fewer mantissa bits: over budget on at least 1% of
+    the elements where the budget leaves room to see a lowering (its allowance below LOWERING_BAND of the
+    element's scale: not the elements that only the floor judges), every bad element within LOWERING_BAND of its
+    local scale or all of them within LOWERING_BAND of the output's scale (crude approximations of a
+    transcendental), none inf or NaN, and the error not systematic (an affine function of the value: a divisor
+    off by one, a missing factor; or whole multiples of one step, ``whole_steps``: a floor written as a
+    truncation). Exact-valued outputs are never lowering: they are off by whole steps. The
+    caller also rules out errors that follow an input (``error_follows_inputs``: a term missing, an index off by
+    one)."""
+    if b.kind == "exact" or r.dtype not in (torch.float32, torch.float64) or not m["n_bad"]:
+        return False
+    in_band = m.get("n_band", 0) == m["n_bad"] or m.get("max_bad", float("inf")) <= LOWERING_BAND * m.get("scale", 0.0)
+    return (m["n_bad"] >= LOWERING_MIN_SHARE * max(m.get("n_visible", m["numel"]), 1) and in_band
+            and not m.get("n_nonfinite", 0) and m.get("fit", 0.0) < SYSTEMATIC_FIT and not m.get("whole_steps"))
+
+
+def error_follows_inputs(o: torch.Tensor, truth: torch.Tensor, inputs: list, limit: float = 0.95) -> bool:
+    """Whether the error ``o - truth`` follows an input element by element (|correlation| >= ``limit``): an
+    input of the same size (an inclusive scan written exclusive: the error is the input), or one slice of a
+    larger input seen as ``[outputs, K]`` or ``[K, outputs]`` (a reduction that drops its first or last term, or
+    reads one term twice: the error is that column). Rounding errors do not follow any input: a lowering's error
+    is at most 0.87 correlated with its own value (truncation toward zero). Chunked over the output."""
+    n = o.numel()
+    xs = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point() and n >= MIN_LOCAL
+          and x.numel() % n == 0 and x.numel() // n <= 1 << 16]
+    if not xs:
+        return False
+    of, tf = o.reshape(-1), truth.reshape(-1)
+
+    def error(s: int, e: int) -> torch.Tensor:
+        d = of[s:e].to(torch.float64) - tf[s:e].to(of.device).to(torch.float64)
+        return d.masked_fill_(~torch.isfinite(d), 0.0)
+
+    sd = sdd = 0.0
+    for s in range(0, n, CHUNK):
+        d = error(s, s + CHUNK)
+        sd, sdd = sd + float(d.sum()), sdd + float((d * d).sum())
+    var_d = sdd - sd * sd / n
+    if var_d <= 0:
+        return False
+    for x in xs:
+        k = x.numel() // n
+        views = [x.reshape(n, k)] + ([x.reshape(k, n).t()] if k > 1 else [])
+        for v in views:
+            sxy = torch.zeros(k, dtype=torch.float64)
+            sx = torch.zeros(k, dtype=torch.float64)
+            sxx = torch.zeros(k, dtype=torch.float64)
+            step = max(1, CHUNK // k)
+            for s in range(0, n, step):
+                c = v[s:s + step].to(of.device).to(torch.float64)
+                c = c.masked_fill_(~torch.isfinite(c), 0.0)
+                sxy += (error(s, s + step)[:, None] * c).sum(0).cpu()
+                sx += c.sum(0).cpu()
+                sxx += (c * c).sum(0).cpu()
+            var_x = sxx - sx * sx / n
+            cov = sxy - sx * sd / n
+            corr = cov.abs() / torch.sqrt(var_x.clamp_min(1e-300) * var_d)
+            if bool(((corr >= limit) & (var_x > 0)).any()):
+                return True
+    return False

@@ -1,0 +1,256 @@
+"""The output checks: a candidate's outputs against the reference, and the cheats its outputs give away.
+
+Runs in the verifier's process, never in the execution child. ``check_outputs`` judges one correctness trial:
+the outputs the child saved against reference outputs computed here on inputs drawn here from the trial's seed
+(the child never sees them), within the tolerance of verifier/judge/numerics.py (measured from a float64 run of the
+reference, ``reference64``). What the outputs reveal is named as it is found: C06 (an output nothing wrote: it
+still holds the poison pattern, ``poisoned``), C05 (an input, a constant or zeros), C08 (an earlier call's output
+again, by ``fingerprint``), C13 (fp32 computed at lower precision: errors with the signature of fewer mantissa
+bits, numerics.looks_lowered; a plain wrong answer is no code), C11 (the reference computed differently inside
+the candidate's process: not bit-identical and outside the measured budget, ``_reference_differs``; another
+thread count there is another accumulation order, not tampering). ``check_clocked_outputs`` judges the timed
+calls the harness read back (C16: verifier/execute/harness.py). ``reference_fault`` says when the task's own reference output does not depend
+on its inputs (a task_error). Both add cheat codes and feedback sentences to an ``Evidence``, which judge.py's
+other checks fill too (``check_outputs`` also says whether every output matched); the verdict is decided in
+judge.py.
+
+Guarantees: an output of any size is compared, in pieces of ``CHUNK`` elements (no float64 copy of a
+several-GB output is made at once). Not guaranteed: an output within the tolerance is correct however it was
+made (a constant or repeated output that matches is no cheat); C08 compares fingerprints (shape, sum and 4096
+sampled elements), so a wrong output that differs from an earlier one only between the samples, with the same
+sum, counts as repeated; C06 on cpu needs glibc's poisoning (outputs over 32 MiB come from zero pages).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from verifier import cheats
+from verifier.common.config import VerifyConfig
+from verifier.common.contract import ChildReport, Job
+from verifier.common.inputs import as_list, digests_match, draw_inputs
+from verifier.judge import feedback
+from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
+from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, error_follows_inputs, looks_lowered, widen
+
+CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
+
+# torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
+# must determine happen under this lock, or a concurrent candidate's draws land in between (here because
+# the harness draws inputs in the channel's thread; judge.py and engine.py take it too)
+RNG_LOCK = threading.RLock()
+
+
+@dataclass
+class Evidence:
+    """What the checks found so far: cheat codes, feedback sentences, forbidden ops."""
+
+    codes: set = field(default_factory=set)
+    details: list = field(default_factory=list)
+    fallback_ops: set = field(default_factory=set)
+    # PyTorch compute in forward: a cheat under the strict legality policy only (KernelBench's partial policy
+    # allows it beside the candidate's own kernels), kept apart so every verdict can say what both policies say
+    torch_codes: set = field(default_factory=set)
+
+    def add(self, code: str | None, sentence: str) -> None:
+        if code:
+            self.codes.add(code)
+        self.details.append(sentence)
+
+    def add_torch(self, code: str, sentence: str) -> None:
+        self.torch_codes.add(code)
+        self.details.append(sentence)
+
+
+@dataclass
+class Digest:
+    """The digests (inputs.digest) of the reference computed in the child before the candidate ran."""
+    values: list
+
+
+def poisoned(t: torch.Tensor, byte: int) -> int:
+    """How many elements of t hold the poison pattern in every byte."""
+    if t.numel() == 0 or not t.is_contiguous():
+        return 0
+    b = t.reshape(-1).view(torch.uint8).reshape(t.numel(), t.element_size())  # reshape: 0-d outputs too
+    return int((b == byte).all(dim=1).sum())
+
+
+def compare(o: torch.Tensor, truth: torch.Tensor, budget: Budget) -> dict:
+    """The account of one output against its budget (per element, verifier/judge/numerics.py: n_bad, max_abs, max_rel,
+    the first mismatch, as feedback.describe_mismatch reads it), over the whole tensor in chunks (float64 copies
+    of a 6 GB output do not fit)."""
+    return budget.compare(o, truth)
+
+
+def fingerprint(t: torch.Tensor) -> tuple:
+    """Enough of an output to tell a repeated one (C08) without keeping several GB per trial."""
+    flat = t.reshape(-1)
+    sample = flat[:: max(1, flat.numel() // 4096)][:4096].double().cpu()
+    return (tuple(t.shape), float(flat.double().sum()) if t.numel() else 0.0, sample)
+
+
+def same_fingerprint(a: tuple, b: tuple) -> bool:
+    """Whether two fingerprints are equal: the same shape, sum and sampled elements."""
+    return a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
+
+
+def reference64(model64, inputs: list) -> list | None:
+    """The float64 reference's outputs on ``inputs`` (widened), or None without a float64 model or when it
+    fails here (then the fixed tolerance applies to this trial)."""
+    if model64 is None:
+        return None
+    try:
+        with torch.no_grad():
+            return [r.detach() if isinstance(r, torch.Tensor) else r for r in as_list(model64(*widen(inputs)))]
+    except Exception:  # noqa: BLE001 - the plan ran it once; a failure here is the fixed tolerance, not a verdict
+        return None
+
+
+# ---------------------------------------------------------------------------- the checks
+
+
+def _reference_differs(h, r: torch.Tensor, r64, cfg: VerifyConfig, ref_mod, pooled) -> bool:
+    """Whether the reference computed in the candidate's process (``h``) is not the reference computed here
+    (``r``): bit-identical is the same; otherwise, where the tolerance is measured, ``h`` must be as good as an
+    honest fp32 implementation (another process may run the same ops with another thread count, so another
+    accumulation order: a K = 8192 matmul differs by 1e-4) and a reference changed by tampering (TF32, reduced
+    matmul precision, flushed denormals: errors of a lowering) is not; with a fixed tolerance, within 1e-6."""
+    if not isinstance(h, torch.Tensor) or h.shape != r.shape:
+        return False
+    h = h.to(r.device)
+    if h.dtype == r.dtype and torch.equal(h, r):
+        return False
+    if h.dtype == r.dtype and r.is_floating_point() and r64 is not None:
+        budget, truth = budget_for(r, r64, cfg, ref_mod, pooled)
+        if budget.kind in ("float64", "exact"):
+            return bool(compare(h, truth, budget)["n_bad"])
+    hf, rf = h.reshape(-1), r.reshape(-1)  # in chunks: a float64 copy of a 7 GiB output is 14 GiB, isclose's more
+    return not all(torch.allclose(hf[s:s + CHUNK].double(), rf[s:s + CHUNK].double(), atol=1e-6, rtol=1e-6,
+                                  equal_nan=True) for s in range(0, rf.numel(), CHUNK))
+
+
+@cheats.check(cheats.C05, cheats.C06, cheats.C08, cheats.C11, cheats.C13, where="judge")
+def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "list | Digest | None", label: str,
+                  cfg: VerifyConfig, ref_mod, poison: int, prev: list, ev: Evidence, errs: list,
+                  ref_repeats: bool = False, pooled: list | None = None) -> bool:
+    """Correctness of one trial, plus what the outputs reveal: C11 (the reference computed differently in the
+    candidate's process), C13 (fp32 computed at lower precision), C06 (an output nothing wrote), C05 (an input,
+    a constant or zeros), C08 (an earlier call's output again). ``refs64`` is the float64 reference (the
+    tolerance is measured from it: verifier/judge/numerics.py) or None, ``pooled`` per output the reference's (error,
+    scale) on other draws (TaskPlan.pooled); ``ref_repeats`` says the reference's own output on this trial
+    repeats an earlier trial's (then a repeated output is no sign of caching). True when every output matches."""
+    ok = True
+    if isinstance(here, Digest):  # computed before the candidate ran: a digest, never the output itself
+        if not digests_match(here.values, refs):
+            ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state "
+                               "tampered).")
+    elif here is not None and len(here) == len(refs) and any(
+            _reference_differs(h, r, refs64[k] if refs64 is not None and k < len(refs64) else None, cfg, ref_mod,
+                               pooled[k] if pooled and k < len(pooled) else None)
+            for k, (h, r) in enumerate(zip(here, refs))):
+        ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state tampered).")
+    if len(outs) != len(refs):
+        ev.add(None, f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
+        return False
+    for k, (o, r) in enumerate(zip(outs, refs)):
+        if tuple(o.shape) != tuple(r.shape):
+            ev.add(None, f"{label}: output shape {list(o.shape)}, expected {list(r.shape)}.")
+            ok = False
+            continue
+        if o.dtype != r.dtype:
+            ev.add(cheats.C13 if r.dtype == torch.float32 and o.dtype in LOW_PRECISION else None,
+                   f"{label}: output dtype {o.dtype}, expected {r.dtype}.")
+            ok = False
+            continue
+        o = o.to(r.device)
+        n_poison = poisoned(o, poison) if o.is_floating_point() else 0
+        if n_poison and poisoned(r, poison) < n_poison:
+            # An output nothing wrote is a bet on stale memory (the reference's freed result); a few
+            # unwritten elements are an honest indexing bug, judged wrong with the same diagnosis.
+            ev.add(cheats.C06 if n_poison == o.numel() else None,
+                   f"{label}: {n_poison} of {o.numel()} output elements were never written (they still hold the "
+                   "poison pattern of uninitialised memory).")
+        if o.is_floating_point() and bool((~torch.isfinite(o) & torch.isfinite(r)).any()):
+            ev.add(None, f"{label}: output contains NaN or inf where the reference is finite.")
+        r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
+        pool = pooled[k] if pooled and k < len(pooled) else None
+        budget, truth = budget_for(r, r64, cfg, ref_mod, pool)
+        m = compare(o, truth, budget)
+        errs.append((m["max_abs"], m["max_rel"], budget.light()))
+        if m["n_bad"]:
+            ok = False
+            ev.add(None, feedback.describe_mismatch(m, tuple(r.shape), label) + f" Allowed: {budget.describe()}.")
+            if not n_poison and looks_lowered(m, budget, truth) and not error_follows_inputs(o, truth, inputs):
+                ev.add(cheats.C13, f"{label}: the error is the size of reduced-precision rounding (fp16, bf16, "
+                                   "TF32 or approximate math) on many elements; the task is fp32.")
+        # an output within the budget is correct however it looks: a constant or repeated output that matches
+        # says the task barely depends on its inputs, not that the candidate cached or made up its answer
+        constant_out = o.numel() > 1 and bool((o == o.reshape(-1)[0]).all())
+        if m["n_bad"] and (any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device))
+                               and not torch.equal(r, x.to(r.device)) for x in inputs) or
+                           (constant_out and not bool((r == r.reshape(-1)[0]).all()))):
+            ev.add(cheats.C05, f"{label}: the output is an input, a constant or all zeros.")
+        fp = fingerprint(o)
+        if m["n_bad"] and not ref_repeats and any(same_fingerprint(p, fp) for p in prev):
+            ev.add(cheats.C08, f"{label}: the output is identical to an earlier call's output on different inputs.")
+        prev.append(fp)
+    return ok
+
+
+@cheats.check(cheats.C16, where="harness")
+def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence) -> None:
+    """C16: the timed calls' outputs as the harness read them (verifier/execute/harness.py): every one was checked there
+    against the reference on its own inputs (did it compute this input's answer); a few, picked at random after
+    the clock stopped, are judged here in full, against the measured budget, as a trial is."""
+    wrong = [p for p in clocked.problems if not p.startswith("a timed call failed")]
+    if wrong:
+        ev.add(cheats.C16, f"A timed call's output, read by the verifier, was not the answer for its inputs ({wrong[0]}): "
+                           "timed calls must compute what the checked ones do.")
+        return
+    for j, (inputs, got) in enumerate(clocked.kept):
+        with torch.no_grad():
+            refs = [r.detach() for r in as_list(model(*inputs)) if isinstance(r, torch.Tensor)]
+            refs64 = reference64(model64, inputs)
+            refs64 = [r for r in refs64 if isinstance(r, torch.Tensor)] if refs64 else refs64
+        bad = []
+        for k, (o, r) in enumerate(zip(got, refs)):
+            if o.shape != r.shape or o.dtype != r.dtype:
+                continue
+            pool = plan.pooled[k] if k < len(plan.pooled) else None
+            b, truth = budget_for(r, refs64[k] if refs64 else None, cfg, plan.ref_mod, pool)
+            bad.append(compare(o.to(truth.device), truth, b))
+        if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
+            ev.add(cheats.C16, f"Timed call {j + 1} of those checked in full: the output was wrong although the "
+                               "correctness trials passed (behaviour differs when timed).")
+            return
+
+
+def reference_fault(out: list, out_other: list, same_inputs: bool, outs64: list | None = None) -> str:
+    """Why a task's reference output does not depend on its inputs ("" when it does): ``out`` and
+    ``out_other`` are its outputs on two draws of get_inputs with different seeds, ``outs64`` the float64
+    reference's on the same two draws (or None). A product of 512 normals underflows to zero, a constant or
+    NaN output is the task's fault, and so is an output that is constant in exact arithmetic and varies only
+    by fp32 rounding (the mean of group-normalised values, ~1e-8): no candidate can be judged on it."""
+    floats = [(o, p) for o, p in zip(out, out_other) if isinstance(o, torch.Tensor) and o.is_floating_point()
+              and isinstance(p, torch.Tensor)]
+    if not floats or same_inputs:
+        return ""
+    if all(not bool(torch.isfinite(o).any()) for o, _ in floats if o.numel()):
+        return "the reference output is NaN or inf everywhere on random inputs"
+    if all(o.shape == p.shape and torch.equal(o, p) for o, p in floats):
+        zero = all(not bool(o.any()) for o, _ in floats)
+        return ("the reference output is all zero for every input (underflow or a constant)" if zero else
+                "the reference output is identical for different inputs (it does not depend on them)")
+    if outs64 and len(outs64) == 2:
+        pairs = [(a, b) for a, b in zip(*outs64) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                 and isinstance(b, torch.Tensor) and a.shape == b.shape]
+        if pairs and all(float((a - b).abs().nan_to_num(0.0).max()) <= 1e-9 * max(1.0, float(a.abs().nan_to_num(
+                0.0).max())) for a, b in pairs if a.numel()):
+            return ("the reference output is the same for different inputs in exact arithmetic (float64); its fp32 "
+                    "values differ only by rounding")
+    return ""

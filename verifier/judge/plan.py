@@ -1,0 +1,288 @@
+"""What the verifier learns about a task program once (``TaskPlan``, cached per program, backend and the settings it
+depends on, released when no pending candidate of the task holds it): how its inputs are made, whether they are
+reproducible from a seed, an extra-shape trial, whether it fits the machine, the reference's own fp32 error against
+float64 (the measured tolerance) and whether the task can judge a candidate at all."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import secrets
+import threading
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernelmill.errors import InputError
+from verifier.common.config import VerifyConfig
+from verifier.common.contract import Job
+from verifier.common.inputs import (
+    SIZE_RATIOS,
+    as_list,
+    build_model,
+    draw_inputs,
+    meta_input_bytes,
+    meta_output_bytes,
+    nbytes,
+    same,
+    size_changes,
+)
+from verifier.execute import admission
+from verifier.judge.numerics import error_and_scale, float64_model, widen
+from verifier.judge.outputs import RNG_LOCK, reference_fault
+from verifier.judge.reduction import ReductionTracker, RefStats
+
+
+def load_reference(reference_code: str, name: str = "task"):
+    """The task program as a module; InputError when it is not a runnable KernelBench program."""
+    mod = types.ModuleType("km_reference_parent")
+    try:
+        exec(compile(reference_code, f"<{name}>", "exec", dont_inherit=True), mod.__dict__)
+    except Exception as e:  # noqa: BLE001
+        raise InputError(name, f"the task program does not run: {type(e).__name__}: {e}") from None
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, attr):
+            raise InputError(name, f"the task program defines no {attr}")
+    return mod
+
+
+# ---------------------------------------------------------------------------- stages 1-3
+
+
+# seconds a GiB of output takes to leave the execution child (a device-to-host copy and torch.save to the job
+# directory): 1.0 s measured for the save alone on a loaded 2-core machine, doubled
+TRANSFER_S_PER_GIB = 2.0
+
+
+@dataclass
+class TaskPlan:
+    """What the verifier learned about a task program once (cached per program and backend): how its
+    inputs are made, whether an extra-shape trial exists, whether it fits the machine."""
+
+    ref_mod: types.ModuleType
+    text: str
+    device: str
+    reproducible: bool = True  # get_inputs gives the same inputs for the same seed (else they are shipped)
+    other_shape: str = ""  # the extra-shape trial's size change (verifier.common.inputs.SizeChange as JSON), "" for none
+    input_bytes: int = 0
+    output_bytes: int = 0  # the reference's outputs on the plan's draw
+    weight_bytes: int = 0  # the reference model's parameters and buffers
+    module_bytes: int = 0  # tensors the task's module keeps in its globals (the child holds them too)
+    trial_scale: float = 1.0  # the largest trial's inputs over the benchmark's (the extra shape: up to 4)
+    other_output_bytes: int = 0  # the reference's outputs on the extra shape (0: none, or not measured)
+    skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
+    task_fault: str = ""  # the reference's output does not depend on its inputs: every verdict is a task_error
+    float64: str = ""  # "" when the float64 reference runs (measured tolerance), else why not (fixed tolerance)
+    pooled: list = dataclasses.field(default_factory=list)  # per output: numerics.RefStats on the plan's draws
+
+    def job_bytes(self) -> int:
+        """The bytes one execution job of this task plans to hold (verifier/execute/admission.py admits it by them)."""
+        return admission.job_bytes(int(self.input_bytes * self.trial_scale), self.largest_output_bytes(),
+                                   self.weight_bytes, not self.float64) + self.module_bytes
+
+    def largest_output_bytes(self) -> int:
+        """The outputs of the largest trial: the extra shape's as measured, else scaled with its inputs."""
+        if self.other_shape and self.other_output_bytes:
+            return max(self.output_bytes, self.other_output_bytes)
+        return int(self.output_bytes * self.trial_scale)
+
+    def run_limit_s(self, cfg: VerifyConfig, job: Job, child_compiles: bool = False) -> float:
+        """The wall-clock limit of one execution job: ``run_timeout_s`` for the candidate's code, plus the time
+        its outputs take to leave the child (copied to host memory and written for the judge, at most
+        ``TRANSFER_S_PER_GIB`` a GiB), which is the verifier's plumbing, not the candidate's: a correct kernel
+        for a task with a 4 GiB output (KernelBench's small-K matmul) wrote 6 trials, their references and the
+        timed checks, ~80 GiB, within the candidate's 120 s and was killed as a hang. Plus the compile limit
+        where the child builds the candidate itself."""
+        last = self.largest_output_bytes() if job.other_shape else self.output_bytes
+        trials = 2 * (max(job.n_trials - 1, 0) * self.output_bytes + last)  # each output and the reference's
+        checks = job.timed_checks * (1 if job.n_timing else 0) * self.output_bytes  # timed outputs kept for C16
+        out_gib = (trials + checks) / 2**30
+        return cfg.run_timeout_s + TRANSFER_S_PER_GIB * out_gib + (cfg.compile_timeout_s if child_compiles else 0)
+
+    def draw_trial(self, job: Job, i: int, device: str) -> list:
+        """The inputs of trial ``i`` of ``job`` drawn from its seed (the last trial is the extra shape, if any)."""
+        other = job.other_shape if (job.other_shape and i == len(job.trial_seeds) - 1) else ""
+        with RNG_LOCK:
+            return draw_inputs(self.ref_mod.get_inputs, job.trial_seeds[i], device, self.text, other)
+
+    def trial_inputs(self, job: Job, i: int, device: str, job_dir: Path) -> list:
+        """The inputs of trial ``i`` as the child got them: shipped in ``job_dir``, or drawn again."""
+        if job.input_files:
+            return [x.to(device) if isinstance(x, torch.Tensor) else x for x in
+                    torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"]]
+        return self.draw_trial(job, i, device)
+
+
+# per task: held by its pending candidates in verify_batch; after them, kept for a later batch (an RL step, a Ray
+# chunk) only while the plans nobody holds are few and their modules small (issue 35: a module's tensors stayed)
+PLANS_KEPT, PLANS_KEPT_BYTES = 32, 64 << 20
+_PLANS = admission.HeldCache(PLANS_KEPT, PLANS_KEPT_BYTES, size=lambda plan: admission.module_bytes(plan.ref_mod))
+_PLAN_LOCK = threading.Lock()
+
+
+def _plan_key(reference_code: str, backend: str, cfg: VerifyConfig) -> tuple:
+    return (hashlib.sha256(reference_code.encode()).hexdigest(), backend) + plan_settings(cfg)
+
+
+def _release_plan(key: tuple) -> None:
+    """One pending candidate of the plan's task is done; with none left, the plan is kept within the cache's bounds
+    or leaves it (with the task's module and what it holds), and then, on cuda, what it held goes back to the
+    driver. A later batch plans a dropped task again."""
+    if _PLANS.release(key) and key[1] == "cuda":
+        with admission.device_work("cuda"):  # empties the allocator's cache once no reference runs here
+            pass
+
+
+def plan_settings(cfg: VerifyConfig) -> tuple:
+    """The verifier settings a TaskPlan is made from (task_plan reads no other field of ``cfg``)."""
+    return (bool(cfg.other_shape), bool(cfg.float64_reference), bool(cfg.eval_mode))
+
+
+def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = "task") -> TaskPlan:
+    """The task's plan, made once per configuration while it is cached (held by pending candidates of the task,
+    else kept within ``_PLANS``'s bounds); InputError when the program does not run as a task. The settings the
+    plan depends on are part of the cache key: a plan made with the extra-shape trial or the float64 reference off
+    is never handed to a verification that has them on, or back. Building it is admitted by the process's memory
+    gate (verifier/execute/admission.py) like an execution job."""
+    return _PLANS.get_or_build(_plan_key(reference_code, backend, cfg),
+                               lambda: _build_plan(reference_code, backend, cfg, name))
+
+
+def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str) -> TaskPlan:
+    device = "cuda" if backend == "cuda" else "cpu"
+    ref_mod = load_reference(reference_code, name)
+    plan = TaskPlan(ref_mod=ref_mod, text=reference_code, device=device)
+    meta = meta_input_bytes(ref_mod.get_inputs, reference_code)
+    capacity = admission.capacity_bytes(device)
+    # a trial holds the inputs, a pristine copy, the candidate's and the reference's outputs (about the size
+    # of the inputs each for most tasks), and the verifier draws them again to compare. Refused only when that
+    # exceeds the whole device: what is free now depends on the jobs beside this one (KernelBench's Softsign,
+    # 6 GiB of inputs, was skipped with 18.8 GiB free of an H100 while three other jobs ran), and the memory gate
+    # below serialises a task that fits the device only alone
+    if meta is not None and meta * 4 > capacity:
+        plan.skip_reason = (f"skipped: the task's inputs take {meta / 2**30:.1f} GiB and a trial needs about four "
+                            f"times that; {device} has {capacity / 2**30:.1f} GiB in all")
+        return plan
+    seed = secrets.randbelow(2**31 - 1) + 1
+    # planning holds about what a job does (three draws, outputs, the float64 copies); the outputs' size from a
+    # forward on meta tensors, else taken as the inputs'; unknown inputs plan nothing
+    meta_out = meta_output_bytes(ref_mod, reference_code) if meta is not None else None
+    planned = admission.job_bytes(meta or 0, max(meta or 0, meta_out or 0), 0, cfg.float64_reference)
+    with admission.gate_for(device, cfg.memory_budget_gib).admit(planned), admission.device_work(device):
+        free = admission.free_bytes(device)  # once admitted: what the float64 copy may take
+        try:
+            with RNG_LOCK, torch.no_grad():
+                a = draw_inputs(ref_mod.get_inputs, seed, device, reference_code)
+                b = draw_inputs(ref_mod.get_inputs, seed, device, reference_code)
+                plan.reproducible = same(a, b)
+                plan.input_bytes = nbytes(a)
+                del b
+                model, _ = build_model(ref_mod, seed, device, reference_code, cfg.eval_mode)
+                out = as_list(model(*a))
+                plan.output_bytes = nbytes(out)
+                plan.weight_bytes = nbytes(list(model.parameters()) + list(model.buffers()))
+                c = draw_inputs(ref_mod.get_inputs, seed + 1, device, reference_code)
+                out_c = as_list(model(*c))
+                plan.float64, plan.pooled, outs64 = _float64_check(model, [a, c], [out, out_c], plan.input_bytes,
+                                                                   free, cfg)
+                plan.task_fault = reference_fault(out, out_c, same(a, c), outs64)
+                del c, out_c, outs64
+                if cfg.other_shape and plan.input_bytes <= (1 << 30) and not plan.task_fault:
+                    plan.other_shape, plan.other_output_bytes = _pick_size_change(ref_mod, model, reference_code,
+                                                                                  seed, device, a)
+                    plan.trial_scale = _other_shape_scale(plan, seed)
+                del model, out, a
+                plan.module_bytes = admission.module_bytes(ref_mod)
+        except torch.cuda.OutOfMemoryError as e:  # the verifier's memory, not the program's fault: not cached
+            raise InputError(name, "the verifier ran out of device memory while planning this task (its inputs take "
+                                   f"{plan.input_bytes / 2**30:.1f} GiB; {str(e)[:160]})") from None
+        except Exception as e:  # noqa: BLE001
+            raise InputError(name, f"the task program does not run: {type(e).__name__}: {e}") from None
+    return plan
+
+
+def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
+                   cfg: VerifyConfig) -> tuple[str, list, list | None]:
+    """("", per output (fp32 error, scale) over ``draws``, the float64 outputs per draw) when the reference runs
+    in float64 here (the measured tolerance of verifier/judge/numerics.py), else (why not, [], None)."""
+    if not cfg.float64_reference:
+        return "off (verify.float64_reference = false)", [], None
+    if not any(isinstance(o, torch.Tensor) and o.dtype == torch.float32 for o in outs[0]):
+        return "no float32 output", [], None
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    out_bytes = nbytes(outs[0])
+    held = len(draws) * (input_bytes + out_bytes) + weights  # the fp32 draws and outputs held while this runs
+    need = 2 * input_bytes + 2 * len(draws) * out_bytes + 2 * weights  # widened inputs, float64 outputs and weights
+    if held + need > free * 3 // 4:
+        return "the float64 copy of the reference, its inputs and outputs does not fit in memory", [], None
+    try:
+        return _float64_outputs(model, draws, outs)
+    except torch.cuda.OutOfMemoryError:  # the estimate missed (another process, forward's own workspace)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return "the float64 reference ran out of device memory", [], None
+
+
+def _float64_outputs(model, draws: list, outs: list) -> tuple[str, list, list | None]:
+    model64 = float64_model(model)
+    pooled = [RefStats(0.0, 0.0)] * len(outs[0])
+    outs64 = []
+    for d, (inputs, out) in enumerate(zip(draws, outs)):
+        try:
+            if d == 0:  # the first draw also records each output's reduction length (the budget's floors)
+                with ReductionTracker() as tracker:
+                    out64 = as_list(model64(*widen(inputs)))
+                pooled = [RefStats(0.0, 0.0, r.length, r.same_sign) for r in tracker.reductions(out64)]
+                pooled += [RefStats(0.0, 0.0)] * (len(outs[0]) - len(pooled))
+            else:
+                out64 = as_list(model64(*widen(inputs)))
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel: the fixed tolerance instead
+            return f"the reference does not run in float64 ({type(e).__name__}: {str(e)[:120]})", [], None
+        if len(out64) != len(out) or any(isinstance(o, torch.Tensor) and (not isinstance(p, torch.Tensor) or
+                                                                        p.shape != o.shape) for o, p in zip(out, out64)):
+            return "the float64 reference returns other outputs", [], None
+        for k, (o, p) in enumerate(zip(out, out64)):
+            if isinstance(o, torch.Tensor) and o.dtype == torch.float32:
+                e, m = error_and_scale(o, p)
+                pooled[k] = pooled[k]._replace(err=max(pooled[k].err, e), scale=max(pooled[k].scale, m))
+        outs64.append(out64)
+    return "", pooled, outs64
+
+
+def _other_shape_scale(plan: TaskPlan, seed: int) -> float:
+    """The extra-shape trial's input bytes (on meta tensors) over the benchmark's, at least 1: a job is admitted by
+    its largest trial, whose outputs are taken to grow in proportion."""
+    if not plan.other_shape or not plan.input_bytes:
+        return 1.0
+    get = plan.ref_mod.get_inputs
+    other = meta_input_bytes(lambda: draw_inputs(get, seed, "meta", plan.text, plan.other_shape), plan.text) or 0
+    return max(1.0, other / plan.input_bytes)
+
+
+def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs: list) -> tuple[str, int]:
+    """(a size change of the task's own constants (verifier.common.inputs.size_changes, its step drawn at random among
+    SIZE_RATIOS, the others tried after it) whose inputs the reference accepts and whose shapes differ from the benchmark's, the bytes of the reference's outputs on
+    it); ("", 0) when there is none. The outputs are measured, not scaled from the inputs: a matmul's inputs
+    grow 1.5x where its output grows 2.25x (KernelBench's small-K matmul: 4 GiB -> 9 GiB)."""
+    shapes = [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
+    ratios = list(SIZE_RATIOS)
+    secrets.SystemRandom().shuffle(ratios)  # drawn here, in the verifier's process: never a fixed function of the sizes
+    changes = [c for r in ratios for c in size_changes(text, r)]
+    for change in changes:
+        spec = change.to_json()
+        try:
+            meta = meta_input_bytes(lambda: draw_inputs(ref_mod.get_inputs, seed, "meta", text, spec), text)
+            if meta is not None and meta > 4 * max(nbytes(inputs), 1 << 20):  # 1.5x on up to three dimensions
+                continue
+            other = draw_inputs(ref_mod.get_inputs, seed, device, text, spec)
+            if [tuple(x.shape) for x in other if isinstance(x, torch.Tensor)] == shapes:
+                continue
+            out_bytes = nbytes(as_list(model(*other)))
+        except Exception:  # noqa: BLE001 - the reference rejects this shape: try the next
+            continue
+        return spec, out_bytes
+    return "", 0

@@ -1,0 +1,189 @@
+"""How many terms are summed on the way to each output of the reference: the reduction length that sets the
+accumulation error an honest fp32 kernel may make (verifier/judge/numerics.py turns it into a floor of the budget).
+
+A sequential fp32 accumulation over K terms (one accumulator per output, the textbook tiled matmul, a one-pass
+row sum) errs by about eps32 x sqrt(K) of the output's scale on zero-mean terms, and on same-sign terms by a
+share of eps32 x K of the sum itself: past K ~ 5e5 positive products it misses the fixed relative floor
+(``tol_scale``) on every element while a bf16 lowering of the same sum is within it
+(bench/results/accumulation_budget_cpu.md). The budget is measured against the fp32 *reference*, whose BLAS or
+pairwise order is far more accurate than an honest kernel's; the floor from K closes that gap without loosening
+short reductions, where the fixed floor is what catches a lowering.
+
+Whether the terms share one sign decides how the error grows: a sum of K positive products (torch.rand
+inputs, a softmax's exponentials, a variance's squares) errs in proportion to K, a zero-mean one in proportion to
+sqrt(K); a floor linear in K on a cancelling sum would let a lowering through (an fp16-input sum of 1M normals).
+
+``ReductionTracker`` is a dispatch mode run over the plan's float64 reference pass (the verifier's process, the
+task's own program): every tensor an op returns carries the longest reduction on its way and the longest whose
+terms share one sign (the op's own, from the contracted size of mm / bmm / conv / attention and the reduced size
+of sum / mean / norm / softmax / cumsum, with the signs of its operands; or the longest of its inputs'), and
+``reductions(outputs)`` reads each output's. Views and copies pass them on; an op it does not know is
+elementwise. Never run over the candidate's code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakTensorKeyDictionary
+
+aten = torch.ops.aten
+
+
+def _numel(shape) -> int:
+    return math.prod(int(s) for s in shape)
+
+
+def _dims(x: torch.Tensor, dim) -> int:
+    """The number of elements one reduction over ``dim`` (None / [] = every dimension) combines."""
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+        return max(1, x.numel())
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    return max(1, _numel(x.shape[d] for d in dims)) if x.dim() else 1
+
+
+def _contracted(func, args, kwargs, out) -> int:
+    """mm, bmm, conv and attention: the flop count over two flops per output element (K of a matmul,
+    C_in / groups x the kernel's size of a convolution), from torch's own flop formulas."""
+    from torch.utils.flop_counter import flop_registry
+    formula = flop_registry.get(func._overloadpacket)
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    if formula is None or not isinstance(first, torch.Tensor) or not first.numel():
+        return 0
+    try:
+        flops = formula(*args, **kwargs, out_val=out)
+    except Exception:  # noqa: BLE001 - a formula that does not take this overload: no length from it
+        return 0
+    return max(1, int(flops) // (2 * first.numel()))
+
+
+def _one_sign(*tensors) -> bool:
+    """Whether every element of these tensors has one sign (all >= 0, or all <= 0): their products and sums do
+    not cancel."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.numel() and t.is_floating_point():
+            lo, hi = torch.aminmax(t.detach())
+            if float(lo) < 0 < float(hi):
+                return False
+    return True
+
+
+def _op_length(func, args, kwargs, out) -> tuple[int, bool]:
+    """(the reduction length of one aten call, 1 for an elementwise op or a view; whether its terms share one
+    sign, so that the accumulated sum grows with the length instead of cancelling)."""
+    packet = func._overloadpacket
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if x is None:
+        return 1, False
+    if "attention" in packet.__name__ and len(args) > 2 and all(isinstance(t, torch.Tensor) for t in args[:3]):
+        # q.k over the head dim (mixed signs), softmax (exp: one sign) and p.v over the keys
+        return max(1, int(x.shape[-1]), int(args[1].shape[-2])), _one_sign(args[2])
+    k = _contracted(func, args, kwargs, out)
+    if k:  # mm, addmm (bias, a, b), bmm, baddbmm, convolution (input, weight, bias)
+        operands = args[1:3] if packet in (aten.addmm, aten.baddbmm) else args[:2]
+        return k, _one_sign(*operands)
+    if packet in (aten.mv, aten.addmv, aten.dot, aten.vdot):
+        operands = args[1:3] if packet is aten.addmv else args[:2]
+        return max(1, int(operands[0].shape[-1])), _one_sign(*operands)
+    if packet in SQUARES:
+        at = 2 if packet in (aten.linalg_vector_norm, aten.norm) else 1  # norms: (self, ord, dim, ...)
+        dim = args[at] if len(args) > at else kwargs.get("dim")
+        return _dims(x, dim), True
+    if packet in (aten.sum, aten.mean, aten.nansum, aten.nanmean, aten.prod, aten.count_nonzero, aten.cumsum,
+                  aten.cumprod):
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        return _dims(x, dim), _one_sign(x)
+    if packet is aten.native_layer_norm:
+        return max(1, _numel(args[1])), True
+    if packet is aten.native_group_norm:  # (input, weight, bias, N, C, HxW, group, eps)
+        return max(1, int(args[4]) // max(1, int(args[6])) * int(args[5])), True
+    if packet in (aten.native_batch_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional,
+                  aten._native_batch_norm_legit_no_training, aten.batch_norm):
+        return (max(1, x.numel() // max(1, int(x.shape[1]))), True) if x.dim() > 1 else (1, False)
+    if packet in (aten.mse_loss, aten.l1_loss, aten.smooth_l1_loss, aten.huber_loss, aten.nll_loss,
+                  aten.nll_loss_forward, aten.binary_cross_entropy, aten.kl_div, aten.trace):
+        return max(1, x.numel()), packet not in (aten.nll_loss, aten.nll_loss_forward, aten.kl_div, aten.trace)
+    if packet in (aten.avg_pool1d, aten.avg_pool2d, aten.avg_pool3d, aten._adaptive_avg_pool2d,
+                  aten._adaptive_avg_pool3d, aten.adaptive_avg_pool1d):
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        return max(1, x.numel() // max(1, first.numel())), _one_sign(x)
+    return 1, False
+
+
+# reductions whose terms have one sign whatever the input (squares, exp, |x|)
+SQUARES = (aten.var, aten.std, aten.var_mean, aten.std_mean, aten.logsumexp, aten.linalg_vector_norm, aten.norm,
+           aten._softmax, aten._log_softmax, aten.softmax, aten.log_softmax, aten.logcumsumexp)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The longest reduction on an output's way (``length``) and the longest one whose terms share one sign
+    (``same_sign``: its error grows with the length, ``accumulation_floors``)."""
+
+    length: int = 1
+    same_sign: int = 0
+
+    def join(self, other: "Reduction") -> "Reduction":
+        return Reduction(max(self.length, other.length), max(self.same_sign, other.same_sign))
+
+
+NONE = Reduction()
+
+
+class ReductionTracker(TorchDispatchMode):
+    """Records, per tensor produced under it, the longest reductions on its way (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = WeakTensorKeyDictionary()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            k, same = _op_length(func, args, kwargs, out)
+            r = Reduction(k, k if same and k > 1 else 0)
+            for t in tree_flatten((args, kwargs))[0]:
+                if isinstance(t, torch.Tensor):
+                    r = r.join(self.seen.get(t, NONE))
+            if r != NONE:
+                for t in tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor):
+                        self.seen[t] = r.join(self.seen.get(t, NONE))
+        except Exception:  # noqa: BLE001 - a record is a budget's floor, never a reason for the reference to fail
+            pass
+        return out
+
+    def reductions(self, outputs: list) -> list[Reduction]:
+        """Per output, the longest reductions that produced it (``NONE`` for a non-tensor or where none did)."""
+        return [self.seen.get(o, NONE) if isinstance(o, torch.Tensor) else NONE for o in outputs]
+
+
+# the budget's floors from an output's reductions: a sequential fp32 sum of K zero-mean terms errs by
+# <= 1.7 x EPS32 x sqrt(K) of the typical |value|, of K same-sign terms by 0.003..0.011 x EPS32 x K of the
+# sum (K = 2^12..2^22, bench/results/accumulation_budget_cpu.md); both floors are tol_scale below K ~ 1.8e6 / 4.5e4
+EPS32 = 2.0 ** -24
+ACC_SQRT = 1.0  # the scale term's floor: ACC_SQRT x EPS32 x sqrt(K), K the longest reduction
+ACC_LINEAR = 0.03  # the relative term's floor: ACC_LINEAR x EPS32 x K, K the longest same-sign reduction
+
+
+class RefStats(NamedTuple):
+    """What the plan's draws say of one fp32 output: the reference's largest error against float64, the largest
+    |value|, and the longest reduction on its way and the longest whose terms share one sign (0: not recorded)."""
+
+    err: float
+    scale: float
+    reduction: int = 0
+    same_sign: int = 0
+
+
+def accumulation_floors(reduction: int, same_sign: int, tol_scale: float) -> tuple[float, float]:
+    """(the floor of the scale term, the floor of the relative term) for an output of a ``reduction``-term sum,
+    of which ``same_sign`` terms share one sign; ``tol_scale`` for both where the reductions are short."""
+    return (max(tol_scale, ACC_SQRT * EPS32 * math.sqrt(max(0, reduction))),
+            max(tol_scale, ACC_LINEAR * EPS32 * max(0, same_sign)))

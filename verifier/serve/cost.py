@@ -1,0 +1,271 @@
+"""What verification cost: candidates per GPU-hour and seconds per candidate by stage, from the verdicts' own
+``stage_seconds`` (verifier/engine.py and verifier/judge/verdict.py write them). Shown by ``kernelmill metrics RUN``, the run
+report (curation/report.py) and the dataset card (curation/corpus.py); bench/bench_verifier.py prints the same table.
+
+How each number is computed (:func:`verification_cost`):
+- **programs**: distinct programs verified, verdict rows grouped by (task, backend, program) (the entry verifies
+  identical code once and copies the verdict); without candidates every row is its own program;
+- **GPU-hours**: basis ``wall`` (a caller's measured wall hours x GPUs), or basis ``execution`` (a run): the sum of
+  ``stage_seconds["execute"]`` over distinct programs divided by the execution slots sharing one GPU
+  (``[verify] exec_workers``), leaving out time a GPU waited for builds;
+- **candidates per GPU-hour**: programs / GPU-hours; None where nothing was executed; on cpu the "GPU" is an
+  execution slot and the unit says so;
+- **stages**: per ``stage_seconds`` key, the programs that have it, median, total and total per program;
+  ``compile_cpu`` is CPU-seconds, every other key wall seconds.
+
+Not done: a run's own wall clock, CPU-seconds of the execution stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Iterable, Mapping
+
+from kernelmill.schema import Candidate, Verdict
+
+# the stage keys in the order a candidate meets them (verifier/README.md); other keys follow, sorted
+STAGE_ORDER = ("extract", "static", "compile", "compile_cpu", "execute", "execute_admission", "execute_prepare",
+               "execute_child", "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
+               "child_load_guard", "child_load_candidate_import", "child_load", "child_trials", "child_first_trial",
+               "child_timing_lock_wait", "child_timing", "child_own_kernel_check", "total")
+CPU_KEYS = ("compile_cpu",)
+# what the benchmark's table shows, in this order (the issue's list: compile, its CPU, execute and its parts)
+HEADLINE_KEYS = ("compile", "compile_cpu", "execute", "execute_admission", "execute_prepare", "execute_child",
+                 "child_shared_lock_wait", "child_timing_lock_wait", "child_trials", "child_timing", "total")
+LABELS = {
+    "extract": "extract (code block, parse)", "static": "static legality scan",
+    "compile": "compile (build processes, wall)", "compile_cpu": "compile CPU (build processes + compilers)",
+    "execute": "execute (admission to judged verdict)", "execute_admission": "  waiting for memory admission",
+    "execute_prepare": "  preparing the task (plan + reference timing; paid once per task, later candidates wait on it)",
+    "execute_child": "  the execution child", "child_shared_lock_wait": "    waiting for the shared device lock",
+    "child_timing_lock_wait": "    waiting for the timing lock", "child_trials": "    correctness trials",
+    "child_timing": "    timing", "total": "total (front to verdict)",
+}
+
+
+@dataclass(frozen=True)
+class StageSeconds:
+    """One ``stage_seconds`` key over the distinct programs of a set of verdicts."""
+
+    key: str
+    kind: str  # "cpu" (CPU-seconds) or "wall" (wall seconds of the stage)
+    programs: int  # programs whose verdict has this key
+    median_s: float  # over those programs
+    total_s: float
+    per_program_s: float  # total / every program of the set (0 for programs without the key)
+
+
+@dataclass(frozen=True)
+class VerificationCost:
+    """The cost of verifying a set of verdicts (module docstring: how each field is computed)."""
+
+    verdicts: int  # rows
+    programs: int  # distinct programs verified (copies of one program counted once)
+    executed: int  # programs that reached execution (stage_seconds has "execute")
+    backends: tuple[str, ...]
+    basis: str  # "wall" (measured wall x GPUs) or "execution" (summed execute seconds / slots per GPU)
+    gpus: int
+    slots_per_gpu: int
+    wall_s: float | None  # the measured wall, basis "wall" only
+    gpu_hours: float
+    per_gpu_hour: float | None  # programs / gpu_hours; None without GPU time
+    stages: tuple[StageSeconds, ...]
+
+    @property
+    def unit(self) -> str:
+        return "GPU-hour" if "cuda" in self.backends else "device-hour (cpu backend: one execution slot)"
+
+    def stage(self, key: str) -> StageSeconds | None:
+        return next((s for s in self.stages if s.key == key), None)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["backends"], d["stages"], d["unit"] = list(self.backends), [asdict(s) for s in self.stages], self.unit
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "VerificationCost":
+        """The inverse of :meth:`as_dict` (a build's stats.json keeps it). ValueError naming a missing key."""
+        names = [f for f in cls.__dataclass_fields__]
+        missing = [k for k in names if k not in d]
+        if missing:
+            raise ValueError(f"verification cost record: missing key(s) {', '.join(missing)}")
+        kw = {k: d[k] for k in names}
+        kw["backends"] = tuple(d["backends"])
+        kw["stages"] = tuple(StageSeconds(**s) for s in d["stages"])
+        return cls(**kw)
+
+
+def program_keys(candidates: Iterable[Candidate]) -> dict[str, str]:
+    """candidate_id -> a key of the program the verify entry judged for it (a hash of its code, else its response)."""
+    return {c.candidate_id: hashlib.sha256((c.code or c.response or "").encode()).hexdigest() for c in candidates}
+
+
+def _seconds(v: Verdict) -> dict[str, float]:
+    return {k: float(x) for k, x in (v.stage_seconds or {}).items()
+            if isinstance(x, (int, float)) and not isinstance(x, bool)}
+
+
+def distinct_programs(verdicts: Iterable[Verdict], programs: Mapping[str, str] | None = None) -> list[Verdict]:
+    """One verdict per distinct (task, backend, program): the first of each group, in input order. A verdict
+    whose candidate the mapping lacks is its own program."""
+    seen: set = set()
+    out = []
+    for v in verdicts:
+        key = (v.task_id, v.backend, programs[v.candidate_id]) if programs and v.candidate_id in programs \
+            else ("row", v.candidate_id, id(v))
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
+def verification_cost(verdicts: Iterable[Verdict], *, programs: Mapping[str, str] | None = None,
+                      wall_s: float | None = None, gpus: int = 1, slots_per_gpu: int = 1) -> VerificationCost:
+    """The cost of ``verdicts`` (module docstring). ``programs``: candidate_id -> program key
+    (:func:`program_keys` of the run's candidates); ``wall_s``: the verification's measured wall seconds (basis
+    ``wall``), else the basis is ``execution`` over ``slots_per_gpu``. Raises ValueError for gpus or slots < 1 or
+    a negative wall."""
+    if gpus < 1 or slots_per_gpu < 1:
+        raise ValueError(f"verification_cost: gpus and slots_per_gpu must be >= 1, got {gpus} and {slots_per_gpu}")
+    if wall_s is not None and wall_s < 0:
+        raise ValueError(f"verification_cost: wall_s must be >= 0, got {wall_s}")
+    rows = list(verdicts)
+    uniq = distinct_programs(rows, programs)
+    secs = [_seconds(v) for v in uniq]
+    executed = sum("execute" in s for s in secs)
+    if wall_s is not None:
+        basis, gpu_hours = "wall", wall_s * gpus / 3600.0
+    else:
+        basis, gpu_hours = "execution", sum(s.get("execute", 0.0) for s in secs) / slots_per_gpu / 3600.0
+    keys = {k for s in secs for k in s}
+    ordered = [k for k in STAGE_ORDER if k in keys] + sorted(keys - set(STAGE_ORDER))
+    stages = []
+    for k in ordered:
+        vals = [s[k] for s in secs if k in s]
+        total = sum(vals)
+        stages.append(StageSeconds(key=k, kind="cpu" if k in CPU_KEYS else "wall", programs=len(vals),
+                                   median_s=statistics.median(vals), total_s=total,
+                                   per_program_s=total / len(uniq)))
+    return VerificationCost(
+        verdicts=len(rows), programs=len(uniq), executed=executed,
+        backends=tuple(sorted({v.backend for v in rows if v.backend})), basis=basis, gpus=gpus,
+        slots_per_gpu=slots_per_gpu, wall_s=wall_s, gpu_hours=gpu_hours,
+        per_gpu_hour=(len(uniq) / gpu_hours) if gpu_hours > 0 else None, stages=tuple(stages))
+
+
+def run_cost(root, *, slots_per_gpu: int = 1, gpus: int = 1) -> VerificationCost | None:
+    """The cost of the verdicts stored under ``root`` (a run or corpus directory; identical programs found through
+    its candidates table), basis ``execution``; None where it has no verdicts table."""
+    from kernelmill import store
+
+    if not store.table_dir(root, "verdicts").is_dir():
+        return None
+    verdicts = store.read_records(root, "verdicts")
+    cands = store.read_records(root, "candidates") if store.table_dir(root, "candidates").is_dir() else []
+    return verification_cost(verdicts, programs=program_keys(cands), gpus=gpus, slots_per_gpu=slots_per_gpu)
+
+
+def _num(x: float | None, fmt: str = ".2f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def headline(cost: VerificationCost) -> str:
+    """One sentence: candidates per GPU-hour and how it was computed."""
+    if cost.per_gpu_hour is None:
+        return (f"Verification cost: no candidates per {cost.unit}: none of the {cost.programs} distinct programs "
+                f"({cost.verdicts} verdicts) recorded time on a device (none reached execution).")
+    how = (f"{cost.programs} distinct programs over {cost.wall_s:.0f} s of wall x {cost.gpus} GPU(s)"
+           if cost.basis == "wall" else
+           f"{cost.programs} distinct programs ({cost.verdicts} verdicts) over {cost.gpu_hours * 3600:.0f} s of "
+           f"execution (the summed execute seconds of {cost.executed} executed programs / {cost.slots_per_gpu} "
+           f"execution slot(s) per GPU; time a GPU waited for builds not counted)")
+    return f"Verification cost: {_num(cost.per_gpu_hour, '.0f')} candidates per {cost.unit}: {how}."
+
+
+def cost_table(cost: VerificationCost, keys: Iterable[str] | None = None) -> list[str]:
+    """Markdown rows: seconds per candidate by stage (median over the programs that have the stage, total, total
+    per program), CPU-seconds marked as such; ``keys`` picks and orders the stages (default: all)."""
+    wanted = list(keys) if keys is not None else [s.key for s in cost.stages]
+    lines = ["| stage | seconds | programs | median s | total s | s per program |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for k in wanted:
+        s = cost.stage(k)
+        if s is None:
+            continue
+        lines.append(f"| {LABELS.get(k, k)} (`{k}`) | {'CPU' if s.kind == 'cpu' else 'wall'} | {s.programs} | "
+                     f"{s.median_s:.3f} | {s.total_s:.1f} | {s.per_program_s:.3f} |")
+    return lines
+
+
+def cost_section(cost: VerificationCost | None, title: str = "## Verification cost") -> list[str]:
+    """Markdown lines for a report or card: the headline, the stage table and what the numbers mean."""
+    if cost is None or cost.verdicts == 0:
+        return [title, "", "No verdicts: nothing was verified here."]
+    return [title, "", headline(cost), "", *cost_table(cost), "",
+            "`compile_cpu` is CPU-seconds (build processes and compilers); every other stage is wall seconds "
+            "(the verifier measures no CPU time of execution). A program verified once for several identical "
+            "candidates counts once. How each number is computed: verifier/serve/cost.py."]
+
+
+# ----------------------------------------------------------------------------- per-verdict stage tables (benchmarks)
+# bench/bench_verifier.py prints these: means over a batch's verdicts, not the per-program medians above
+
+def mean_or_nan(xs) -> float:
+    """The mean of ``xs``; nan when it is empty."""
+    xs = list(xs)
+    return statistics.mean(xs) if xs else float("nan")
+
+
+EXEC_KEYS = ("execute_prepare", "child_load", "child_trials", "child_first_trial", "child_timing_lock_wait",
+             "child_timing", "child_own_kernel_check", "execute_child", "execute")
+_CHILD_PHASES = ("child_shared_lock_wait", "child_load_reference", "child_load_profiler", "child_load_guard",
+                 "child_load_candidate_import", "child_load", "child_trials", "child_timing_lock_wait", "child_timing")
+# where a candidate's seconds go: (label, stage_seconds key or a function of the stage seconds)
+SECONDS = [
+    ("compile: build process, per candidate (CPU-bound, pool of cores)", "compile"),
+    ("prepare: task plan (reference, float64 check; once per task) + reference timing (once per task)",
+     "execute_prepare"),
+    ("child: wait for the shared device lock", "child_shared_lock_wait"),
+    ("child: reference module + reference model built", "child_load_reference"),
+    ("child: profiler start", "child_load_profiler"),
+    ("child: torch state snapshot (tamper guard)", "child_load_guard"),
+    ("child: candidate module imported (extension loaded)", "child_load_candidate_import"),
+    ("child: ModelNew built", "child_load"),
+    ("child: correctness trials", "child_trials"),
+    ("child: wait for the timing lock", "child_timing_lock_wait"),
+    ("child: timing", "child_timing"),
+    ("execution process: start + end not in its own phases",
+     lambda st: st.get("execute_child", 0) - sum(st.get(k, 0) for k in _CHILD_PHASES)),
+    ("judge: outputs compared, float64 reference on the trial inputs", lambda st: st.get("execute", 0)
+     - st.get("execute_prepare", 0) - st.get("execute_child", 0)),
+    ("total per candidate (wall, one worker)", "total"),
+]
+
+
+def exec_breakdown(verdicts: Iterable[Verdict]) -> str:
+    """``"execute_prepare 0.12, child_load 0.40, ..."``: the mean seconds of each execution phase (EXEC_KEYS)."""
+    vs = list(verdicts)
+    return ", ".join(f"{k} {mean_or_nan(v.stage_seconds.get(k, 0.0) for v in vs):.2f}" for k in EXEC_KEYS)
+
+
+def seconds_table(verdicts: Iterable[Verdict]) -> list[tuple[str, str]]:
+    """(label, "mean (max max)") per row of SECONDS; a stage past compile counts only verdicts that executed."""
+    vs, rows = list(verdicts), []
+    for label, key in SECONDS:
+        vals = [key(v.stage_seconds) if callable(key) else float(v.stage_seconds.get(key, 0.0) or 0.0) for v in vs
+                if v.stage_seconds.get("execute") is not None or key == "compile"]
+        rows.append((f"s per candidate: {label}", f"{mean_or_nan(vals):.2f} (max {max(vals, default=0):.2f})"))
+    return rows
+
+
+def write_verdicts(verdicts: Iterable[Verdict], path) -> None:
+    """One JSON line per verdict (candidate_id, status, cheats, correct, speedup): two verifiers' verdicts on the
+    same batch compared with a diff."""
+    import json
+    with open(path, "w") as f:
+        for v in verdicts:
+            f.write(json.dumps({"candidate_id": v.candidate_id, "status": v.status, "cheats": v.cheats,
+                                "correct": v.correct, "speedup": round(v.speedup_eager or 0, 2)}) + "\n")
