@@ -7,7 +7,7 @@
 A stage is ``run(run_dir, settings, progress) -> dict`` (counts of what it did): a plain function
 over a run directory and the typed settings (kernelmill/settings.py). Everything that runs a stage
 takes it from ``STAGES``: ``kernelmill run [--stages]`` (orchestrator/pipeline.py), the CLI
-subcommands (orchestrator/cli.py), the Prefect flows and deployments (flows/, prefect.yaml) and Ray
+subcommands (flows/cli.py), the Prefect flows and deployments (flows/, prefect.yaml) and Ray
 dispatch (the verify stage's ``flows.ray_address``). Reading the stage functions below in order
 follows one task from its source file to its Parquet row.
 

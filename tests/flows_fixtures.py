@@ -75,7 +75,7 @@ def table_digest(run_dir: Path, table: str) -> tuple[int, list[str], str]:
 
 
 def kernelmill_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.cli", *args]
+    return [sys.executable, "-m", "flows.cli", *args]
 
 
 def sets(overrides: dict) -> list[str]:

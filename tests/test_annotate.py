@@ -205,7 +205,7 @@ def test_duckdb_tasks_by_level_and_by_op(annotated, tmp_path):
 
 
 def test_annotate_cli_writes_a_new_table(annotated, tmp_path):
-    from orchestrator.cli import main
+    from flows.cli import main
 
     run, out = tmp_path / "run", tmp_path / "out"
     store.write_records(run, "tasks", [_task(SOFTMAX, "softmax"), _task(RAISES, "raises")])

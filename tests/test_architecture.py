@@ -25,9 +25,6 @@ KNOWN_CYCLES = {
     # kernelmill.settings holds [verify]'s dataclass (verifier.common.config.VerifyConfig) in Settings, while the verifier
     # imports kernelmill.schema / errors / settings throughout.
     frozenset({"kernelmill", "verifier"}),
-    # orchestrator.cli registers flows.commands' subcommands (run, serve, deploy), while flows wraps
-    # orchestrator.pipeline / stages / progress in Prefect flows.
-    frozenset({"flows", "orchestrator"}),
 }
 
 

@@ -16,7 +16,7 @@ from kernelmill.schema import Verdict
 
 
 def kernelmill(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
@@ -36,7 +36,7 @@ def test_metrics_says_when_k_exceeds_the_verdicts_per_task(tmp_path):
 
 
 def test_help_shows_readable_names_and_every_command_a_description():
-    from orchestrator.cli import build_parser
+    from flows.cli import build_parser
 
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices

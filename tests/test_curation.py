@@ -12,7 +12,7 @@ import pytest
 from curation_fixtures import (RELU, RENAMES, SIGMOID, TANH_SCALE, elementwise_candidate, grid_stride_candidate,
                                make_task, reference, softmax_candidate, standard_run)
 from kernelmill import store
-from orchestrator.cli import main as cli_main
+from flows.cli import main as cli_main
 
 
 @pytest.fixture(scope="module")

@@ -172,7 +172,7 @@ def test_serve_runs_a_triggered_flow_on_this_box(api, tmp_path):
     shutil.copy(DATA_DIR / "seed_tasks" / SEEDS[0], seeds)
     out = tmp_path / "served"
     log = open(tmp_path / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--flows", "load", "--limit", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--flows", "load", "--limit", "1"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         with get_client(sync_client=True) as client:

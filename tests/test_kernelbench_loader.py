@@ -166,7 +166,7 @@ RAISES = GOOD.replace("return x * self.k", "raise ValueError('bad shape on purpo
 def loaded(tmp_path_factory):
     """``kernelmill load`` of a level tree of the programs above, and a second load of the same tree."""
     from kernelmill import store
-    from orchestrator.cli import main
+    from flows.cli import main
 
     kb, out = tmp_path_factory.mktemp("kb"), tmp_path_factory.mktemp("out")
     files = {"level1/19_HugeReLU.py": HUGE_RELU_CUDA, "level1/2_DeviceInputs.py": DEVICE_INPUTS,

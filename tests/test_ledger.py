@@ -141,7 +141,7 @@ def test_a_gatherer_recorded_with_equal_settings_is_not_run_again(tmp_path, monk
 
 
 def test_a_damaged_ledger_is_an_input_error_naming_the_file(tmp_path, capsys):
-    from orchestrator.cli import main
+    from flows.cli import main
 
     run = tmp_path / "run"
     store.write_records(run, "tasks", tasks(1))

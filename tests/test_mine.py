@@ -15,7 +15,7 @@ import pytest
 
 from graphs.kernelbench import check_kernelbench_source
 from kernelmill import store
-from orchestrator.cli import main as cli_main
+from flows.cli import main as cli_main
 from kernelmill.schema import task_id_for
 from synth.mine.miner import mine_tasks
 

@@ -48,7 +48,7 @@ def _sources(d: Path) -> Path:
 
 def _mine_cli(src: Path, out: Path) -> dict:
     """`kernelmill run --stages mine` as a user runs it; {module: (outcome, task id or reason)}."""
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--no-prefect", "--no-progress",
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "run", "--no-prefect", "--no-progress",
                         "--stages", "mine", "--out", str(out), "--set", f"mine.source={src}",
                         "--set", f"mine.timeout_s={TIMEOUT_S}", "--set", "mine.workers=2"],
                        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,

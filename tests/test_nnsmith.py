@@ -122,7 +122,7 @@ def test_cli_writes_tasks_table_and_skip_reasons(tmp_path):
     import pyarrow.parquet as pq
 
     from kernelmill import store
-    from orchestrator.cli import main
+    from flows.cli import main
 
     out = tmp_path / "run"
     assert main(["nnsmith", "--n", "3", "--seed", "4", "--out", str(out), "--max-nodes", "3",

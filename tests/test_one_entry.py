@@ -17,7 +17,7 @@ from kernelmill import store
 from kernelmill.config import load_settings
 from kernelmill.schema import Task, to_row
 from orchestrator import stages
-from orchestrator.cli import main
+from flows.cli import main
 from synth.generate.generators import dialogue_id_for, make_candidate
 from train.rollout import Policy, verifier_reward_fn
 from verifier import entry

@@ -124,7 +124,7 @@ def test_repair_stage_verifies_first_turns_the_verify_stage_has_not(task, build_
 
 
 def test_repair_cli_writes_dialogues(task, build_dir, tmp_path, capsys):
-    from orchestrator.cli import main
+    from flows.cli import main
 
     run_dir = tmp_path / "run"
     store.write_records(run_dir, "tasks", [task])

@@ -336,7 +336,7 @@ def test_cli_binary_candidate_gets_a_verdict(tmp_path):
     task.write_text(fx.RELU_TASK)
     cand = tmp_path / "cand.bin"
     cand.write_bytes(bytes(range(256)) * 8)
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "verify", str(task), str(cand), "--backend", "cpu",
+    r = subprocess.run([sys.executable, "-m", "flows.cli", "verify", str(task), str(cand), "--backend", "cpu",
                         "--json"], capture_output=True, text=True, timeout=300,
                        cwd=Path(__file__).resolve().parent.parent,
                        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))

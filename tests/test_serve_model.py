@@ -15,7 +15,7 @@ import pytest
 
 from curation.filters import render_prompt
 from kernelmill import store
-from orchestrator.cli import main as kernelmill_main
+from flows.cli import main as kernelmill_main
 from synth.generate.generators import OpenAIGenerator
 from synth.generate.prompts import build_prompt
 

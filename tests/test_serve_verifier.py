@@ -60,7 +60,7 @@ def start_server(tmp: Path, *args: str, sets: list[str] = FAST) -> Server:
     KERNELMILL_HOME, so builds are shared with the other tests)."""
     port = free_port()
     record, log = tmp / "served.jsonl", tmp / "server.log"
-    cmd = [sys.executable, "-m", "orchestrator.cli", "serve-verifier", "--port", str(port), "--backend", "cpu",
+    cmd = [sys.executable, "-m", "flows.cli", "serve-verifier", "--port", str(port), "--backend", "cpu",
            "--record", str(record), *args, *[x for s in sets for x in ("--set", s)]]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with log.open("w") as out:
@@ -208,7 +208,7 @@ def test_the_command_refuses_a_cuda_backend_without_a_gpu_naming_it():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "serve-verifier", "--backend", "cuda",
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "serve-verifier", "--backend", "cuda",
                           "--port", str(free_port())], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2 and "--backend cuda" in out.stderr, out.stderr

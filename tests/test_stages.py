@@ -19,7 +19,7 @@ from kernelmill.errors import InputError
 from kernelmill.schema import Task
 from kernelmill.settings import Settings, section_type
 from orchestrator import stages
-from orchestrator.cli import build_parser, main
+from flows.cli import build_parser, main
 from synth.generate.generators import TeacherGenerator, dialogue_id_for, make_candidate
 from verifier.front.extract import extract_code
 from bench.lib.fixtures import RELU_TASK
@@ -217,8 +217,8 @@ def test_the_orchestrator_stands_above_the_packages_it_drives():
     engine, train/ with the RL reward, synth/, curation/, graphs/) imports orchestrator/ or flows/, anywhere
     in the file (inside functions too)."""
     graph = _project_modules()
-    assert {m for m in graph if m.startswith("orchestrator.")} >= {"orchestrator.stages", "orchestrator.pipeline",
-                                                                    "orchestrator.cli"}
+    assert {m for m in graph if m.startswith(("orchestrator.", "flows."))} >= {"orchestrator.stages",
+                                                                               "orchestrator.pipeline", "flows.cli"}
     assert {"verifier.entry", "verifier.ray_pool", "train.rollout"} <= set(graph)
     offenders = {m: sorted(i for i in imported if i.split(".")[0] in ABOVE)
                  for m, imported in graph.items() if m.split(".")[0] in BELOW}
@@ -295,7 +295,7 @@ def test_keyword_defaults_of_the_stage_functions_equal_the_settings():
 def test_kernelmill_load_labels_tasks_kernelbench_unless_told_otherwise():
     """`kernelmill load DIR` loads a KernelBench directory: its tasks are source=kernelbench, not the
     default run's "seed" (the [load] section's default, which labels data/seed_tasks)."""
-    from orchestrator.cli import stage_overrides
+    from flows.cli import stage_overrides
 
     load = next(s for s in stages.STAGES if s.name == "load")
     parser = build_parser()

@@ -330,7 +330,7 @@ def test_cli_smoke_sft_then_rl_then_eval_with_the_real_cpu_verifier(corpus, tmp_
     ``kernelmill train`` with rewards from verifier.engine on the cpu backend. A tiny random model
     writes no valid kernel, so every answer stops at the verifier's extract stage (no compile):
     this proves the loop runs end to end with the real verifier, not that the model learns."""
-    from orchestrator.cli import main
+    from flows.cli import main
 
     sft, rl = tmp_path / "sft", tmp_path / "rl"
     env_tiny = ["--steps", "3", "--batch-size", "2"]
@@ -372,7 +372,7 @@ def test_time_budgeted_sft_decays_the_learning_rate_within_its_budget(corpus, tm
 def test_train_stage_fine_tunes_on_the_runs_corpus(corpus, tmp_path, capsys):
     """`kernelmill train-run RUN_DIR --kind sft` (the stage of the list): the run's corpus (here a corpus
     directory passed as curate.out) into RUN_DIR/train/sft, with the [train] section's values."""
-    from orchestrator.cli import main
+    from flows.cli import main
 
     run = tmp_path / "run"
     run.mkdir()

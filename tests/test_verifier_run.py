@@ -315,7 +315,7 @@ def test_fewer_timing_trials_than_warmup_keeps_outputs_paired_with_their_seeds(b
 
 
 def test_cli_verify(tmp_path, build_dir, capsys, monkeypatch):
-    from orchestrator.cli import main
+    from flows.cli import main
 
     task = tmp_path / "task.py"
     task.write_text(fx.RELU_TASK)

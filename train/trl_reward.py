@@ -38,7 +38,7 @@ from verifier.common.config import VerifyConfig
 if TYPE_CHECKING:
     from train.reward import Score
 
-ROOT = Path(__file__).resolve().parent.parent  # `python -m orchestrator.cli` runs from the checkout
+ROOT = Path(__file__).resolve().parent.parent  # `python -m flows.cli` runs from the checkout
 
 
 def completion_text(completion: Any) -> str:
@@ -166,7 +166,7 @@ def _free_port() -> int:
 def serve_verifier_command(verify_cfg: VerifyConfig, *, port: int, backend: str, ray=None) -> list[str]:
     """The `kernelmill serve-verifier` command line that serves exactly ``verify_cfg`` (every [verify] key as a
     --set, so that the server judges as this process would) on ``ray`` (a verifier.entry.RayTarget) or locally."""
-    cmd = [sys.executable, "-m", "orchestrator.cli", "serve-verifier", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "flows.cli", "serve-verifier", "--host", "127.0.0.1", "--port", str(port),
            "--backend", backend or "auto"]
     if ray is not None:
         cmd += ["--ray", ray.address, "--set", f"flows.ray_workers={int(ray.workers)}"]

@@ -3,7 +3,7 @@
 GPU-hour and seconds per candidate by stage, verifier/serve/cost.py).
 
 ``verify`` prints one verdict and exits 0 whatever the candidate did; it exits 2 (an InputError,
-printed by orchestrator/cli.py) only when the verifier itself cannot run: the task file is missing or not
+printed by flows/cli.py) only when the verifier itself cannot run: the task file is missing or not
 a runnable KernelBench program, the candidate file is missing, the backend is unknown or absent, or
 there is no compiler.
 """
