@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import default_results, device_name  # noqa: E402
 from kernelmill.errors import InputError  # noqa: E402
-from kernelmill.settings import LOOP_ARMS  # noqa: E402
+from bench.lib.loop_arms import LOOP_ARMS, share_start, with_arm  # noqa: E402
 from orchestrator.loop_report import render  # noqa: E402
 from synth.teacher.warm_start import keep_only_dialogues, repair_dialogues  # noqa: E402
 from train.export import export_bf16, fp32_copy, pack_loop_state, unpack_loop_state  # noqa: E402
@@ -78,13 +78,13 @@ def arm_base(arm: str) -> str:
 
 def arm_settings(args, arm: str, m0: Path, backend: str, max_seconds: float):
     """The loop's settings for one arm: every arm samples, verifies and evaluates the same way; they differ in
-    loop.arm (loop.train and one stabiliser switch, applied by the loop: orchestrator.loop.with_arm)."""
+    the arm (loop.train and one stabiliser switch: bench/lib/loop_arms.py's with_arm)."""
     from kernelmill.config import load_settings
 
     dev = "cuda" if backend == "cuda" else "cpu"
     sets = {"run.backend": backend, "loop.model": str(m0), "loop.server": args.server, "loop.device": dev,
             "loop.rounds": 1, "loop.k": args.k, "loop.pool_tasks": args.pool_tasks, "loop.eval_tasks": args.eval_tasks,
-            "loop.arm": arm, "loop.rl_steps": args.rl_steps, "loop.group_size": args.group,
+            "loop.rl_steps": args.rl_steps, "loop.group_size": args.group,
             "loop.prompts_per_step": args.prompts, "loop.rl_fail_share": args.fail_share,
             "loop.max_seconds": max(1.0, max_seconds), "loop.serve_timeout_s": 300.0,
             # the loop's split of the SFT-held-out tasks into pool and E (RFT and RL use the same one)
@@ -101,7 +101,7 @@ def arm_settings(args, arm: str, m0: Path, backend: str, max_seconds: float):
             "verify.exec_workers": args.exec_workers, "verify.run_timeout_s": 60, "verify.compile_timeout_s": 240,
             "repair.max_turns": args.repair_turns, "curate.rft_max_per_task": args.rft_per_task,
             "flows.verify_flush_rows": 32}
-    return load_settings(None, sets)
+    return with_arm(load_settings(None, sets), arm)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -125,7 +125,7 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from kernelmill import store
-    from orchestrator.loop import run_loop, share_start
+    from orchestrator.loop import run_loop
     from orchestrator.stages import BY_NAME
     from train import data as D
     from train.sft import train_sft

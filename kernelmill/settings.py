@@ -39,6 +39,7 @@ MOVED = {
     "repair.max_tasks": "generate.tasks_per_level (repair continues the dialogues generate opened)",
     "repair.task_batch": "nothing (repair verifies every open dialogue's next turn in one call of the verify stage)",
     "run.generator": "generate.base_url (empty: the teacher)", "flows.verify_chunk": "nothing (it was never read)",
+    "loop.arm": "nothing (the ablation arms are the loop benchmark's: bench/lib/loop_arms.py)",
 }
 
 
@@ -215,17 +216,6 @@ class TrainSettings:
                                                    f"got {self.verifier_url!r}")
 
 
-# loop.arm: the ablation arms of the training loop, each a name for what a round trains (loop.train) and which
-# RL stabiliser is off (train.prime_echo, train.retry, train.mirrorpop); applied by orchestrator.loop.with_arm
-LOOP_ARMS: dict[str, dict[str, object]] = {
-    "rft": {"loop.train": "rft"},
-    "rl": {"loop.train": "rl"},
-    "rl_no_prime_echo": {"loop.train": "rl", "train.prime_echo": False},
-    "rl_no_retry": {"loop.train": "rl", "train.retry": False},
-    "rl_no_mirrorpop": {"loop.train": "rl", "train.mirrorpop": False},
-}
-
-
 @dataclass
 class LoopSettings:
     rounds: int = 1  # rounds of sample -> verify -> repair -> curate -> train (loop.train), each followed by an evaluation
@@ -246,14 +236,9 @@ class LoopSettings:
     # 041f5c1 trained 60 steps of 16 over 24 rows (40 passes) and lost 0.094 held-out pass@1
     rft_epochs: float = 2.0
     max_seconds: float = 0.0  # time budget of one call (0: none): no phase starts past it, training stops in it
-    # an ablation arm (LOOP_ARMS): sets loop.train and the RL stabilisers, over what they are set to; "": as set.
-    # "ARM@TAG" is ARM again under another name (the tag only labels a repeat, e.g. before/after a change)
-    arm: str = ""
 
     def check(self) -> None:
         _at_least("loop.rounds", self.rounds, 1)
-        if self.arm:
-            _one_of("loop.arm", self.arm.split("@", 1)[0], tuple(LOOP_ARMS))
         _at_least("loop.k", self.k, 1)
         _one_of("loop.server", self.server, ("auto", "transformers", "local"))
         _one_of("loop.train", self.train, ("rft", "rl", "rft+rl"))

@@ -5,7 +5,6 @@ ledger, so the loop resumes at any step: this module decides which phases run wi
 what is already done.
 
     run_loop(run_dir, settings, progress, phases) -> dict    the ``loop`` stage (`kernelmill loop RUN_DIR`)
-    share_start(src_run_dir, dst_run_dir)                     start another arm from a run's model 0 and pool
 
 Models: m0 is ``loop.model`` (a checkpoint, served by ``loop.server``: `transformers serve`, or the
 in-process server of train/serve.py where fastapi is missing) or, when empty, the ``generate.base_url``
@@ -20,8 +19,8 @@ endpoint. Round r samples the training split with m(r-1) (``loop.k`` answers per
   (DAPO-style screening, train.rl.screen_prompts), plus never-solved ones up to ``loop.rl_fail_share`` (Buffered
   Dynamic Retry's repair prompts come from them); while training, an all-pass or all-fail group is replaced
   by another task's group (``train.dynamic_sampling``). Stabilisers and their ablations: ``train.prime_echo``,
-  ``train.retry`` (BDR), ``train.mirrorpop``; ``loop.arm`` names an arm (rft, rl, rl_no_prime_echo, rl_no_retry,
-  rl_no_mirrorpop: :func:`with_arm`) instead of setting them one by one. RL needs weights: m(r-1) must be a checkpoint;
+  ``train.retry`` (BDR), ``train.mirrorpop`` (the loop benchmark's ablation arms set them: bench/lib/loop_arms.py).
+  RL needs weights: m(r-1) must be a checkpoint;
 - ``rft+rl``: RFT, then RL from the RFT model.
 
 A round whose pool has nothing to learn from (no correct answer; no screened task) keeps m(r-1).
@@ -71,7 +70,7 @@ from kernelmill import store
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings, keywords_for
 from orchestrator import ledger
-from orchestrator.ledger import UNFINISHED, Step, copy_sub_run, run_steps
+from orchestrator.ledger import UNFINISHED, Step, run_steps
 
 LOOP = "loop"
 METRICS = ("pass@1", "pass@k", "avg@k", "fast_1.0", "fast_1.1")
@@ -227,50 +226,12 @@ def rl_pool(pool_dir: Path, s: Settings) -> tuple[list[dict], dict]:
     return screen_prompts(rows, code, 2, fail_share=s.loop.rl_fail_share)
 
 
-def share_start(src: Path, dst: Path) -> None:
-    """Start the loop run ``dst`` from run ``src``'s evaluated model 0 and its round-1 pool (the tasks table,
-    the sub-runs ``loop/eval-0`` and ``loop/round-1/pool`` with their records, noted as shared, and model 0's
-    metrics line), so arms that differ only in how round 1 trains (RFT, RL, RL with a stabiliser off) sample
-    and verify once. The caller promises the same tasks, model 0 and sampling settings; nothing here checks
-    them. Copies nothing that ``dst`` already has."""
-    from kernelmill.store import read_records, write_records
-
-    s_loop, d_loop = src / LOOP, dst / LOOP
-    subs = {"eval-0": ledger.EVAL_STEPS, "round-1/pool": ledger.POOL_STEPS}
-    if not all(ledger.done(s_loop / sub, step) for sub, steps in subs.items() for step in steps):
-        raise InputError(f"loop run {src}", "has no evaluated model 0 and round-1 pool to share")
-    if not read_records(dst, "tasks"):
-        write_records(dst, "tasks", read_records(src, "tasks"))
-    for sub in subs:
-        copy_sub_run(s_loop / sub, d_loop / sub, note=f"shared from {src}")
-    if 0 not in _read_metrics(d_loop / "metrics.jsonl"):
-        with open(d_loop / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(_read_metrics(s_loop / "metrics.jsonl")[0]) + "\n")
-
-
-def with_arm(s: Settings) -> Settings:
-    """``s`` with its ablation arm applied: ``loop.arm`` (kernelmill.settings.LOOP_ARMS; a tag after ``@`` ignored)
-    sets loop.train and the RL stabiliser switches over what ``s`` holds; no arm: ``s`` unchanged."""
-    from kernelmill.settings import LOOP_ARMS
-
-    if not s.loop.arm:
-        return s
-    sets = LOOP_ARMS[s.loop.arm.split("@", 1)[0]]
-    loop = {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith("loop.")}
-    train = {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith("train.")}
-    # every stabiliser on unless the arm switches it off: arms differ from each other in one switch only
-    train = {"prime_echo": True, "retry": True, "mirrorpop": True, **train}
-    return dataclasses.replace(s, loop=dataclasses.replace(s.loop, **loop),
-                               train=dataclasses.replace(s.train, **train))
-
-
 def run_loop(run_dir: Path, s: Settings, progress, phases: dict[str, Callable]) -> dict:
     """``loop.rounds`` rounds over the run's tasks (see the module docstring); ``phases`` holds the stage
     functions generate, verify, repair and curate (orchestrator/stages.py passes its own). Returns the
     metrics per evaluated model, what each round did, and ``stopped`` (why this call ended before the last
     round's evaluation, e.g. ``loop.max_seconds``; absent when the loop is done). Each phase is a sub-run
     directory run by orchestrator.ledger.run_steps, which skips the steps its ledger records done."""
-    s = with_arm(s)
     t0 = time.time()
     left = lambda: s.loop.max_seconds - (time.time() - t0) if s.loop.max_seconds > 0 else float("inf")  # noqa: E731
     generate, verify, repair, curate = (phases[n] for n in ("generate", "verify", "repair", "curate"))

@@ -17,7 +17,8 @@ import pytest
 from kernelmill import store
 from kernelmill.config import load_settings
 from orchestrator import ledger
-from orchestrator.loop import rl_pool, run_loop, share_start
+from bench.lib.loop_arms import share_start
+from orchestrator.loop import rl_pool, run_loop
 from orchestrator.stages import BY_NAME
 
 from model_fixtures import train_tiny
