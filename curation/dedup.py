@@ -1,20 +1,54 @@
 """Near-duplicate detection on kernel code: normalised tokens, k-token shingles, rensa MinHash, LSH bands, then an
 exact Jaccard check of every proposed pair.
 
-For one document (``MinHashDeduper``): tokens (curation/tokens.py); every run of ``shingle`` tokens hashed to 54 bits;
-a rensa MinHash signature (``num_perm`` values); LSH over ``bands`` bands of ``rows`` values, where a band value shared
-by ``max_bucket`` stored documents is boilerplate and stops proposing; then a proposed pair whose estimate is close
-enough gets its *exact* shingle Jaccard computed, and the document is a copy when one reaches ``threshold``.
+For one document (``MinHashDeduper``):
+1. tokens (curation/tokens.py): comments, docstrings and layout gone, user identifiers ``ID``, literals
+   ``NUM`` / ``STR``, kernel and torch API names kept, the C++/CUDA inside load_inline strings lexed too;
+2. shingles: every run of ``shingle`` consecutive tokens (one shingle when the document is shorter), each hashed
+   to 54 bits from the tokens' CRC-32s (numpy, a chunk of documents at a time), kept as a sorted set;
+3. a rensa MinHash signature (``num_perm`` values) of that set
+   (``RMinHash.digest_matrix_from_flat_token_hashes``: one Rust call per chunk);
+4. LSH: ``bands`` bands of ``rows`` signature values; a stored document that shares a band value is a candidate.
+   A band value shared by ``max_bucket`` stored documents stops proposing candidates: it is boilerplate (a launch
+   frame, a wrapper every file has), and on a large corpus its bucket would make every document a candidate of
+   thousands;
+5. verification: a candidate whose signature agrees with the document's on enough values (the threshold less
+   ``ESTIMATE_SLACK`` standard errors of the estimate) and whose set size allows it has its exact Jaccard
+   similarity computed from the two shingle sets; the document is a copy when one reaches ``threshold``.
 
 Guarantees: every drop names a kept document with true shingle Jaccard >= threshold (no drop for an estimation
-error); the result does not depend on ``workers`` (they only tokenise and shingle). Copies are not stored, so each
-group keeps its first document (greedy); ``chain=True`` stores copies too and drops copies of copies (union-find
-groups). Cost: every stored document's shingle set stays in memory (about 3.5 KB a kernel).
+error). Copies are not stored, so every group keeps its first document and a document is compared with the kept
+ones (greedy: a copy of a dropped copy that is not itself close to a kept document is kept, which is what diversity
+selection wants). With ``chain=True`` copies are stored too, so a group linked by near-copy pairs keeps only its
+first document (the connected components of union-find dedup, computed in one pass because documents arrive in
+order): higher copy recall, more originals dropped. Steps 1-2 run in ``workers`` processes; steps 3-5 in the calling
+process, in document order, so the result does not depend on ``workers``. Cost: every stored document's shingle set
+stays in memory (8 bytes per distinct shingle).
 
-Not guaranteed: the same algorithm in a different structure is distinct, on purpose; a copy whose every band value
-differs from its original's, or is boilerplate, is not found. Two files built from one template around a different
-one-line expression can score above 0.8, so the corpora deduplicate within one task. Why these settings:
-docs/MODULES.md, "curation/dedup.py"; measurements: bench/results/curation_cpu.md.
+Why these defaults (threshold 0.8, 7-token shingles, 256 permutations, 14 bands of 9 rows, max_bucket 128;
+bench/bench_dedup.py on 100,000 kernels, bench/results/curation_cpu.md; figures as of commit 6733833):
+- the exact check decides, not the MinHash estimate: the estimate's standard error at J = 0.8 with 128
+  permutations is 0.035, so estimate-only dedup misses copies and drops originals whose true similarity is below
+  the threshold;
+- 7-token shingles, not 5: kernels written from the same frame around different expressions share fewer 7-grams
+  (median Jaccard of two unrelated synthetic kernels 0.40 with 5 tokens, 0.33 with 7) while copies stay copies, so
+  LSH proposes far fewer pairs;
+- 256 permutations: the estimate that picks which candidates get the exact check is twice as tight as with 128
+  (half the exact checks); signing costs the same (rensa);
+- 14 bands of 9 rows propose a pair at true Jaccard 0.8 with probability 0.87, at 0.85 with 0.975, at 0.9 with
+  0.999, and a pair of unrelated kernels almost never;
+- rensa for the signatures: one Rust call signs a chunk, where datasketch hashes every shingle with SHA-1 in Python.
+  rensa's LSH index is not used: it is queried with ``RMinHash`` objects, not signature rows, and checks candidates
+  by estimate only. The band index is a dict per band;
+- workers tokenise and shingle; the signatures are computed in the calling process, because rensa's Rust thread
+  pool does not survive a ``fork`` of a process that has used it (a child that calls rensa hangs).
+
+Not guaranteed: two programs with the same algorithm but different structure (a loop unrolled by hand, a
+grid-stride loop vs one thread per element) are distinct here, on purpose: those are the distinct implementations
+diversity selection wants to keep. A copy whose every band value differs from its original's, or is boilerplate, is
+not proposed, so not found (the benchmark's copy recall says how often). Two files built from the same template
+around a different one-line expression (a ReLU and a tanh kernel with identical launch code) share most shingles
+and can score above 0.8, so the corpora deduplicate within one task, where such pairs do not arise.
 """
 
 from __future__ import annotations

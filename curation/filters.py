@@ -1,18 +1,27 @@
 """Rejection filtering: which run records become sft, rft and rl rows, and why the rest do not.
 
 Each function takes plain records (kernelmill.schema) and returns the corpus rows it keeps plus a ``Counter`` of
-removed items by reason. Near-duplicate removal is corpus.py's (it calls these first, then dedup.py).
+removed items by reason, so the corpus report can say what was removed and why. Near-duplicate removal is not done
+here (it needs the code of every row): curation/corpus.py calls these first and then curation/dedup.py.
 
-- **sft**: one row per ``solved`` dialogue whose last verdict is correct (optionally ``speedup_eager >=
-  min_speedup``); ``messages`` is the whole repair dialogue cut after the last assistant message, so a repaired
-  dialogue teaches repair. A correct first turn whose dialogue has no record yet is a one-turn row under the id its
-  dialogue's row will have.
-- **prompts** are the ones stored with the candidates (``Candidate.prompt``); a first-turn candidate stored without
-  one stops curation with an error.
-- **rft**: correct verified candidates (any turn), best first (reward, then speedup); the per-task cap and near-copy
-  removal are corpus.py's.
-- **rl**: one row per (task, backend) with the prompt, reference program, test spec and measured first-turn pass
-  rate (``difficulty = 1 - pass_rate``); tasks with pass rate 0 or 1 are left out unless ``keep_trivial``.
+Corpus definitions:
+- **sft** (:func:`filter_sft`): one row per dialogue that is ``solved`` and whose last turn verdict is correct
+  (optionally with ``speedup_eager >= min_speedup``). ``messages`` is the whole multi-turn repair dialogue (system /
+  user prompt, every assistant attempt, every verifier-feedback user turn), cut after the last assistant message so
+  it ends on the correct answer: a repaired dialogue teaches repair (failed answer, the verifier's feedback as the
+  next user turn, the fix). A correct first-turn answer whose dialogue has no record yet (generate and verify ran,
+  repair did not) is a one-turn row with the same id its dialogue's row will have. A trainer that wants single-turn
+  data takes the first user message and the last assistant message.
+- **prompts** are the ones stored with the candidates (``Candidate.prompt``, the user turn the generate stage sent;
+  the system message is the same for every task): a first-turn candidate stored without one stops the curation with
+  an error rather than being given a rebuilt prompt. rft and rl rows carry the prompt as one user turn
+  (:func:`render_prompt`: the system message folded in, as train/data.py reads it).
+- **rft** (:func:`filter_rft`): correct verified candidates (any turn), best first (reward, then speedup); the
+  per-task cap and near-copy removal are applied in corpus.py.
+- **rl** (:func:`filter_rl`): one row per (task, backend) with the task's prompt, reference program, test spec
+  (:func:`rl_test_spec`) and the generator's measured first-turn pass rate (first-turn samples are candidates
+  without a parent); ``difficulty = 1 - pass_rate``. Tasks every sample solves (pass rate 1) or none solves (0) are
+  left out unless ``keep_trivial``: they give a policy-gradient learner no signal.
 """
 
 from __future__ import annotations

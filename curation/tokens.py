@@ -1,15 +1,32 @@
 """Tokens of kernel code for near-copy detection: what a rename, a reformat or a comment cannot change.
 
-A candidate file is Python with C++/CUDA source inside string literals. Its tokens are every Python and C/C++/CUDA
-token except comments, docstrings and whitespace; ``ID`` for every user-chosen identifier; ``NUM`` / ``STR`` /
-``CHR`` for literals; keywords and names a kernel cannot rename without changing what it computes verbatim
-(``API_NAMES``; ``API_MEMBERS`` only after ``.`` or ``->``); and the tokens of every string that looks like native
-source (``looks_like_native_source``) between ``<native>`` and ``</native>``.
+A candidate file is Python with C++/CUDA source inside string literals (what ``load_inline`` compiles). Its tokens
+are
+- every Python and C/C++/CUDA token except comments, docstrings and whitespace;
+- ``ID`` for every user-chosen identifier, so a consistent renaming hides nothing;
+- ``NUM`` / ``STR`` / ``CHR`` for literals, so ``256`` vs ``512`` threads or another error string do not make a copy
+  look new;
+- verbatim for keywords and for names a kernel cannot rename without changing what it computes (CUDA built-ins such
+  as ``threadIdx`` / ``__syncthreads`` / ``expf``, torch and C++ API names such as ``empty_like`` / ``data_ptr``:
+  ``API_NAMES``; ``API_MEMBERS`` only after ``.`` or ``->``), so a ReLU kernel and a sigmoid kernel with the same
+  loop do not collapse into one;
+- the tokens of every string literal that looks like C/C++ source (``looks_like_native_source``), lexed as C++
+  between ``<native>`` and ``</native>``; other strings are ``STR``; a string that is a statement on its own line (a
+  docstring) is dropped.
 
-Two implementations: ``code_tokens``, a regular-expression lexer, which deduplication uses (faster); and
-``grammar_tokens``, the same tokens read off tree-sitter's syntax trees, the reference the lexer is tested against
-(tests/test_dedup_tokens.py). Where they differ (rare; neither is wrong): ``>>`` as a template closer, a dotted
-name in a Python ``import``, some string statements the grammar treats as docstrings, and code with syntax errors.
+Two implementations produce these tokens:
+- ``code_tokens``: a regular-expression lexer (two ``re.findall`` calls and one pass over the tokens). It is what
+  deduplication uses, because it is several times faster than walking a syntax tree from Python
+  (bench/results/curation_cpu.md);
+- ``grammar_tokens``: the same tokens read off tree-sitter's syntax trees (Python grammar, CUDA grammar for the
+  native strings). It is the reference the lexer is tested against (tests/test_dedup_tokens.py): on realistic
+  candidate files the two lists are equal.
+
+Where the two differ (rare in kernel code; neither is wrong, they are two tokenisations): a template closer ``>>``
+is one token for the lexer and two ``>`` for the grammar; a dotted name in a Python ``import`` keeps an
+``API_MEMBERS`` name for the lexer only; a string that is a statement after ``:`` on the same line, or one of several
+string literals concatenated as a statement, is a docstring for the grammar only; code tree-sitter must recover
+from (syntax errors) is tokenised as written by the lexer.
 """
 
 from __future__ import annotations

@@ -1,19 +1,32 @@
 """NNSmith graphs as KernelBench tasks: seeded generation, emission, numerical equivalence check.
 
-For graph ``i`` of a run with seed ``S`` (task ``nnsmith_s<S>_<i>``):
-1. generate with nnsmith's ``SymbolicGen`` up to ``max_nodes`` ops (seed ``graph_seed(S, i)``) from the torch ops
-   whose signatures lie within ``dtypes``, without NaN-prone "limited domain" ops, narrowed by ``include_ops`` /
-   ``exclude_ops``;
-2. scale toward ``target_numel``: tensor and weight sizes are capped and the solver is asked for placeholders of
-   at least ``target_numel / 4`` elements (a sequence of weaker constraints, then nnsmith's own solution); shapes
-   are solved, never rescaled, so they stay consistent;
-3. emit (graphs/nnsmith_emit.py) the output with the most ops behind it as a standalone KernelBench file;
-4. check on two input draws that the emitted Model and nnsmith's materialised model with the same weights agree
-   within a dtype tolerance, and that the output is floating point, finite and input-dependent.
+For graph ``i`` of a run with seed ``S`` (the task is named ``nnsmith_s<S>_<i>``):
+1. Generate. nnsmith's symbolic generator (``SymbolicGen``, symbolic initial placeholder) inserts up to
+   ``max_nodes`` ops drawn from the op set, with seed ``graph_seed(S, i)``. The op set (``select_opset``) is every
+   nnsmith torch op that has a signature entirely within ``dtypes`` (default float32) and is not a "limited domain"
+   op (Sqrt, Log2, Pow, Asin, Acos: NaN-prone on randn inputs) unless ``include_ops`` names it, narrowed by
+   ``include_ops`` / ``exclude_ops`` (names like ``core.ReLU`` or ``ReLU``).
+2. Scale toward ``target_numel``. nnsmith's shapes are tiny by default. Every tensor is capped at
+   ``4 * target_numel`` elements (nnsmith's own ``max_elem_per_tensor``), weights are capped (conv kernels <= 7,
+   stride <= 4, dilation <= 2, Linear/Conv weights <= ``WEIGHT_CAP`` = 2^20 elements, via nnsmith's
+   ``ACTIVATED_PATCH`` hook), and before the graph is made concrete the solver is asked for a solution where the
+   placeholders hold at least ``target_numel / 4`` elements, trying in order (``_scale_toward``): (a) every
+   placeholder of rank >= 1, each dim <= max(64, 4 * sqrt(target_numel)); (b) every placeholder of rank >= 1; (c)
+   the first placeholder only; (d) nnsmith's own solution. Shapes are solved, never rescaled after the fact, so they
+   always stay consistent.
+3. Emit (graphs/nnsmith_emit.py) one graph output, the one with the most ops behind it (then the most elements,
+   then the first), with the ops and inputs it depends on, as a standalone KernelBench file.
+4. Check on two draws of ``get_inputs()``: the emitted Model and nnsmith's materialised model
+   (``TorchModelCPU.from_gir``, eval mode) loaded with the same weights give the same output within a dtype
+   tolerance; the output is floating point, finite, and changes when the inputs do.
 
-Graphs failing a step are skipped and counted by reason (``NNSmithResult.skips``, details in ``.skipped``).
-Reproducibility: the same arguments give the same tasks in any process; a graph whose generation hit the time
-limit is skipped; the global random states are restored after each graph.
+Graphs failing a step are skipped and counted by reason (``NNSmithResult.skips``), with per-graph detail in
+``NNSmithResult.skipped``.
+
+Reproducibility: the same arguments give the same tasks (same code, same task_ids), in the same process or another
+one: each graph gets a fresh z3 context, whose solutions otherwise depend on what it already holds. Generation stops
+at a time limit as well as at ``max_nodes``; a graph that hit the time limit could differ between runs, so it is
+skipped ("generation timed out"). The Python/NumPy/torch global random states are restored after each graph.
 """
 
 from __future__ import annotations

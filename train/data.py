@@ -1,19 +1,28 @@
 """Corpora in, token ids and loss masks out.
 
-Reading: :func:`load_corpus` returns a ``datasets.Dataset`` for one config (sft, rft, rl): through
-``datasets.load_dataset(corpus_dir, name)`` where the directory has a dataset card, else the ``parquet`` builder over
-``<corpus_dir>/<name>/*.parquet``; without the ``datasets`` package it falls back to pyarrow and says so once.
+Reading: :func:`load_corpus` returns a ``datasets.Dataset`` for one config (sft, rft, rl). When the corpus directory
+has a dataset card (README.md with YAML ``configs``, written by curation/corpus.py) it calls
+``datasets.load_dataset(corpus_dir, name)``, exactly what a trainer outside kernelmill would do; otherwise it reads
+``<corpus_dir>/<name>/*.parquet`` through the ``parquet`` builder. On a box without the ``datasets`` package (the GPU
+image) it falls back to pyarrow and says so once.
 
-Chat format: ``<|bos|>``, then every message as ``<|role|> content <|end|>`` (markers are single special tokens). A
-system message is folded into the user message after it (:func:`fold_system`, as curation writes rft and rl
-prompts), so a generate-stage chat, an sft dialogue and an rft / rl row are one token sequence. A generation prompt
-ends with ``<|assistant|>``; the model stops at ``<|end|>``. Content is encoded segment by segment, so the prompt /
-response boundary is exactly where generation starts. :data:`CHAT_TEMPLATE` is this format as a Jinja template,
-carried by every checkpoint (train/model.py), so ``apply_chat_template`` gives the ids :func:`encode_chat` gives
-(tests/test_serve_model.py); roles other than system, user and assistant are refused.
+Chat format: ``<|bos|>``, then every message as ``<|role|> content <|end|>``, with the role and end markers as single
+special tokens. A system message is folded into the user message after it (system text, a blank line, user text:
+:func:`fold_system`), which is how curation writes the prompt of rft and rl rows (``curation.filters.render_prompt``),
+so a [system, user] chat from the generate stage, an sft dialogue and an rft / rl row's single user turn are one
+token sequence. A generation prompt ends with ``<|assistant|>``; the model stops at ``<|end|>``. Content is encoded
+segment by segment, so the token boundary between a prompt and its response is exactly where generation starts (no
+merge across the boundary).
 
-Loss masks: 1 on the content tokens and the closing ``<|end|>`` of assistant turns, 0 elsewhere. Sequences longer
-than ``max_len`` keep their start and are cut at ``max_len``.
+Served checkpoints: :data:`CHAT_TEMPLATE` is this format as a Jinja chat template; every checkpoint carries it
+(train/model.py), so ``tokenizer.apply_chat_template`` (what ``transformers serve`` and other OpenAI-compatible
+servers call) gives the ids :func:`encode_chat` gives: the markers match the special tokens and the text between
+them is tokenized on its own (tests/test_serve_model.py checks the ids for the tokenizer train/model.py builds; a
+base model's tokenizer that adds a prefix space to every segment is not checked). Roles other than system, user and
+assistant are refused, as here.
+
+Loss masks: 1 on the content tokens and the closing ``<|end|>`` of assistant turns, 0 elsewhere (system/user turns,
+role markers, padding). Sequences longer than ``max_len`` keep their start and are cut at ``max_len``.
 """
 
 from __future__ import annotations

@@ -4,17 +4,30 @@ uvicorn are missing (the GPU image), :class:`LocalModelServer` (standard library
     kernelmill serve-model CHECKPOINT [--host 127.0.0.1] [--port 8000] [--device auto] [--continuous-batching]
     kernelmill generate RUN_DIR --set generate.base_url=http://127.0.0.1:8000/v1 --set generate.model=MODEL
 
-The server is ``transformers.cli.serve.Serve`` (FastAPI + uvicorn: /v1/chat/completions, /v1/completions,
-/v1/models, /health) in a child process, started through that class so an offline box needs no PyPI check.
-A served kernelmill checkpoint carries train/data.py's chat template (:func:`prepare_checkpoint` adds it to an older
-one), so a request's messages become the token ids the trainer saw; generation stops at ``<|end|>``; ``temperature``
-samples (0: greedy), with no top-k or top-p cut.
+The server is the one ``transformers serve CHECKPOINT`` starts (``transformers.cli.serve.Serve``, FastAPI + uvicorn;
+endpoints /v1/chat/completions, /v1/completions, /v1/models, /health), run in a child process. It is started through
+that class rather than the ``transformers`` command because the command's module also imports what ``transformers
+chat`` needs and checks PyPI for updates; an offline GPU box has neither. What it needs beyond transformers: fastapi,
+uvicorn, pydantic, openai and accelerate (pinned in pyproject.toml; ``transformers serve`` loads with a
+``device_map``).
 
-Limits of ``transformers serve`` and how kernelmill copes: ``n`` > 1 is ignored (the OpenAI client asks again,
-concurrently); without ``--continuous-batching`` requests run one at a time, with it the first request's temperature
-holds until restart; ``/v1/models`` needs a Hugging Face cache folder (the child gets an empty one); the model name a
-request must carry is the checkpoint path the server was started with (:attr:`ModelServer.model`), any other is
-HTTP 400.
+What a served kernelmill checkpoint sees: the chat template of train/data.py (written into every checkpoint by
+train/model.py, and by :func:`prepare_checkpoint` into one saved before that; weights are never touched), so a
+request's messages become exactly the token ids the trainer trained on; generation stops at ``<|end|>``; a request's
+``temperature`` samples (0: greedy), with no top-k or top-p cut.
+
+What ``transformers serve`` does not do, and how kernelmill copes:
+- ``n`` > 1 is ignored (one choice per request): the OpenAI client asks again for the missing choices, concurrently
+  (synth/generate/generators.py).
+- Without ``--continuous-batching`` requests run one at a time on one inference thread; with it they are batched
+  (paged attention), and the first request's temperature holds for every request until the server restarts.
+- ``/v1/models`` lists models of the Hugging Face cache, not the served directory, and answers 500 when that cache
+  folder does not exist: the child gets an empty cache folder in that case.
+- The model name a request must carry is the checkpoint path exactly as the server was started with
+  (:attr:`ModelServer.model`); any other name is refused with HTTP 400.
+
+:class:`LocalModelServer` serves the same chat endpoint from this process with the trainer's own batched sampler
+(its docstring says what it handles and what not).
 """
 
 from __future__ import annotations

@@ -1,22 +1,44 @@
-"""The three RL stabilisers of MusaCoder, as pure functions over plain numbers and tensors. Each has an on/off
-switch (``enabled``) so an ablation is one config flag; each rule has its own test (tests/test_train_stabilisers.py).
+"""The three RL stabilisers of MusaCoder, as pure functions over plain numbers and tensors.
 
-PrimeEcho, a multi-turn reward anchored on first-turn quality (r1 / rT the first / final turn's reward, c1 whether
-the first turn was correct, r_pass the lowest reward of a correct answer, 0 <= lam < 1):
+Each has an on/off switch (``enabled``) so an ablation is one config flag, and each rule has its own unit test
+(tests/test_train_stabilisers.py). The GRPO pieces they act on (``group_advantages``, ``group_summary``,
+``clipped_policy_loss``) are here too.
+
+PrimeEcho: a multi-turn reward anchored on first-turn quality
+-------------------------------------------------------------
+A rollout is up to T turns: the model answers, the verifier scores it, and while the answer fails the verifier's
+feedback comes back as the next user turn. With r1 the first turn's reward, rT the final turn's reward, c1 whether
+the first turn was correct and r_pass the lowest reward a correct answer gets (so every correct answer has r >=
+r_pass and every failing one r < r_pass):
 
     R = r1                                            if c1  (solved at once)
-    R = r1 + lam * max(0, min(rT, r_pass) - r1)       otherwise
+    R = r1 + lam * max(0, min(rT, r_pass) - r1)       otherwise, with 0 <= lam < 1   (prime_echo_reward)
 
-so a sample that fails first never scores as high as one that succeeds first, repair and a better first failure
-both pay, and a regression below r1 costs nothing beyond r1. Off: R = rT.
+Properties (each tested):
+  * a sample that fails first can never score as high as one that succeeds first:
+    R <= r1 + lam * (r_pass - r1) = (1 - lam) * r1 + lam * r_pass < r_pass <= any solved-at-once R;
+  * repair is rewarded: for a fixed r1 < r_pass, R grows with rT (strictly, up to r_pass);
+  * failing "better" pays: for a fixed rT, R grows with r1 (dR/dr1 = 1 - lam > 0), so the policy is never pushed
+    toward a deliberately bad first answer;
+  * a later turn that regresses below r1 costs nothing beyond r1 (max(0, .)).
+Off (``enabled=False``) the reward is the naive final-turn reward R = rT, under which fail-then-fix ties with
+solve-at-once (what PrimeEcho exists to prevent).
 
-Buffered Dynamic Retry: a GRPO group in which every sample failed becomes repair prompts (the conversation, the
-failed answer, the verifier's feedback as a new user turn) in a capped FIFO buffer, mixed into later batches at a
-configured share. Off: batches are all fresh prompts.
+Buffered Dynamic Retry
+----------------------
+A GRPO group in which every sample failed has zero advantage everywhere and teaches nothing. Such groups become
+repair prompts: the original conversation, the failed answer, and the verifier's feedback as a new user turn. They
+wait in a FIFO buffer with a cap (oldest dropped first) and are mixed into later batches at a configured share, so
+the model practises repairing its own failures on a later step (``RepairBuffer``, ``mix_counts``). Off: nothing
+enters the buffer, batches are all fresh prompts.
 
-MirrorPop: a sample whose mean |logp_rollout - logp_train| over its response tokens exceeds a threshold is dropped
-from the policy loss, and the dropped share is logged. Off: every sample is kept (the statistic is still logged).
-The proofs of PrimeEcho's properties: docs/MODULES.md, "train/stabilisers.py".
+MirrorPop
+---------
+Rollout-time log-probabilities (from the sampler, often a different kernel path, precision or engine) and the
+trainer's recomputed log-probabilities of the same tokens drift apart. A sample whose per-sequence mean
+|logp_rollout - logp_train| over its response tokens exceeds a threshold is dropped from the policy loss (its weight
+is zero), and the dropped share is logged (``mirrorpop_filter``). Off: every sample is kept (the statistic is still
+computed and logged).
 """
 
 from __future__ import annotations

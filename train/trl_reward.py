@@ -1,20 +1,30 @@
 """Rewards from the verifier service (`kernelmill serve-verifier`) for TRL's GRPOTrainer and for kernelmill's own RL.
 
-TRL calls a reward function once per generation batch as ``reward(prompts=..., completions=..., **columns)``;
-a dataset with a ``reference_code`` column (the rl corpus has one) or a ``task_id`` column naming tasks the server
-holds is all :class:`VerifierReward` needs:
+TRL calls a reward function once per generation batch as ``reward(prompts=..., completions=..., completion_ids=...,
+**columns)``, where ``columns`` are the dataset's other columns, one value per completion, plus TRL's own keywords
+(``log_extra`` and ``log_metric`` among them). So a dataset with a ``reference_code`` column (the rl corpus has one:
+``datasets.load_dataset(run_dir, "rl")``), or a ``task_id`` column naming tasks the server already holds, is all
+:class:`VerifierReward` needs:
 
+    from trl import GRPOConfig, GRPOTrainer
+    from train.trl_reward import VerifierReward
     reward = VerifierReward("http://127.0.0.1:8770")
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=rl_rows, args=GRPOConfig(...)).train()
 
-A completion is a string or a list of chat messages (the last assistant message's content is verified). Each call
-is one request; the reward is ``Verdict.reward``, None for a ``verifier_error`` or ``task_error`` verdict (left out
-of the group's baseline); the status goes to the completions table and ``verifier/pass_rate`` to the logged
-metrics. A server that stays unreachable raises after the client's retries.
+A completion is a string, or (a conversational dataset) a list of chat messages: the verifier reads the content of
+the last assistant message (text parts joined: ``completion_text``). Each call is one request to the server,
+whatever the batch holds (each reference program sent once); the reward is ``Verdict.reward`` (the verifier's
+hierarchical reward), and None for a verdict that is the verifier's or the task's fault (``verifier_error``,
+``task_error``: no sample of the model), which TRL leaves out of the group's baseline. The verdict's status goes to
+the completions table (``log_extra``) and the share of passes to the logged metrics (``verifier/pass_rate``). A
+missing column, or a column whose length is not the batch's, is an InputError. A server that stays unreachable
+raises (the client retries first): a training step without its rewards is not one to take.
 
-kernelmill's own RL takes its rewards from the same service when ``train.verifier_url`` names one
-(:func:`service_reward_fn`); ``auto`` starts a server for the RL run (:func:`local_verifier_service`) with the run's
-[verify] settings and stops it after.
+kernelmill's own RL (train/rl.py, the loop's RL rounds, `kernelmill train rl`) takes its rewards from the same
+service when ``train.verifier_url`` names one (:func:`service_reward_fn`, picked by train/rollout.py
+``rl_reward``): the same Candidates as the in-process reward, so the same verdicts. ``auto`` starts a server for the
+RL run (:func:`local_verifier_service`) with the run's [verify] settings and stops it after; a named server is
+checked first (:func:`check_service`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,34 @@
 """The one way into verification. Every caller hands its candidates to :func:`verify`: the verify and repair
-stages (orchestrator/stages.py ``verify_items``), the training loop and the RL reward (train/rollout.py),
-`kernelmill verify` (:func:`verify_candidate`) and the verifier service.
+stages (orchestrator/stages.py ``verify_items``), the training loop (through those stages) and the RL reward
+(train/rollout.py), `kernelmill verify` (:func:`verify_candidate`, a one-item call) and the verifier service
+(verifier/serve/service.py). A change to ids, reuse, dispatch or the trust boundary lands here once.
 
     verify(items, *, config=None, ray=None, compile_workers=None, on_verdict=None, stats=None) -> list[Verdict]
     verify_candidate(reference_code, candidate_text, *, backend, config, task_id, candidate_id) -> Verdict
 
-One call: extraction (``verifier.front.extract.extract_code`` of ``code``, else of ``response``); identical programs
-of one task and backend verified once, every copy getting that verdict under its own id (``VerifyStats.reused``);
-dispatch to the local engine (``verifier.engine.verify_batch``) or, when ``ray`` names a cluster, to
-verifier/ray_pool.py; ``on_verdict(i, verdict)`` for every item as its verdict arrives, one call at a time.
+What one call does with its (Task, Candidate) pairs:
+
+1. extraction (``program_of``): a candidate's program is the verifier's extraction
+   (``verifier.front.extract.extract_code``) of its ``code``, else of its ``response``; the whole text where it
+   holds no fenced program (the extract stage then records why);
+2. identical-code reuse: candidates of one task and backend with the same program are verified once (k samples
+   of a confident model repeat themselves); every copy gets that verdict under its own candidate id, so a kernel
+   that passes only some of the time gets one verdict for all its copies, not a coin flip each
+   (``VerifyStats.reused``);
+3. dispatch: the distinct programs run in this process through the local engine (``verifier.engine.verify_batch``:
+   one compile pool, ``config.exec_workers`` execution slots), or on a Ray cluster when ``ray`` names one
+   (:class:`RayTarget`; verifier/ray_pool.py: compile tasks on CPUs, one execution pool per GPU, lost workers
+   retried);
+4. streaming: ``on_verdict(i, verdict)`` for every item ``i`` as its program's verdict arrives, one call at a
+   time (under a lock: locally from an execution thread, on Ray in the calling thread); what it does with them
+   (the verify stage writes them in batches) is the caller's.
 
 Guarantees: one verdict per item, in the order of ``items``, each handed to ``on_verdict`` exactly once; a
 failure of the candidate is its verdict, a failure of the verifier on one candidate is that candidate's
 ``verifier_error``. Raises InputError for the verifier's own inputs (no compiler, an unknown or absent backend,
 a Ray cluster without the GPU its candidates need) and ray_pool.RayVerifyError when Ray lost candidates after
-every attempt (those get no verdict). Not done: reuse across calls.
+every attempt (those get no verdict; the rest were handed out). Not done: reuse across calls (the verify stage
+skips candidates with a stored verdict; a caller that wants more keeps its own verdicts).
 """
 
 from __future__ import annotations

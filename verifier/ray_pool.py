@@ -1,19 +1,39 @@
 """The Ray engine of the one entry into verification (verifier/entry.py): every GPU of a cluster runs its own
-verifier pool, CPU capacity anywhere takes the compile work. Imported only when a caller names a cluster, and
-called only by the entry (tests/test_one_entry.py).
+verifier pool, CPU capacity anywhere takes the compile work.
 
-Placement: every distinct native extension of the batch is built by a Ray task of one CPU and no GPU into the
-verifier's hash-keyed build root; candidates are cut into chunks of one backend, each one Ray task that calls the
-local engine (``verifier.engine.verify_batch``) once its builds are done; a cuda chunk asks for ``num_gpus=1``, so
-each GPU has one execution pool. At most ``workers`` chunks are in flight.
+``verifier.entry.verify(items, ray=RayTarget(address))`` hands its distinct programs to :func:`verify_on_ray`
+(identical code was already folded by the entry, which also hands each verdict to its copies). This module imports
+ray, and is imported, only when a caller names a cluster (the verify stage's ``flows.ray_address``, ``kernelmill run
+--ray ADDRESS``); nothing but the entry calls it (tests/test_one_entry.py). What is verified and how verdicts are
+written stays the caller's; only where the work runs changes (datatrove's split between steps and executors).
 
-Guarantees: a chunk's verdicts are handed to ``on_verdict`` only when the chunk returns, so a chunk whose worker
-dies has handed out nothing and is submitted again (``RaySummary.retries``, ``RaySummary.failures``); every
-candidate is handed out once (``duplicates_dropped``); a chunk that fails ``max_attempts`` times leaves its
-candidates unjudged and :class:`RayVerifyError` names them after the rest finish.
+How the work is placed:
+- compilation: every distinct native extension of the batch (the verifier's static stage reads the
+  ``load_inline`` arguments; ``spec_key`` dedups them) is built by a Ray task that asks for one CPU and no GPU,
+  into the verifier's hash-keyed build root, so compile work lands on every core of the cluster and never holds a
+  GPU;
+- execution: the candidates are cut into chunks of one backend; each chunk is one Ray task that calls the local
+  engine (``verifier.engine.verify_batch``) on its node once the chunk's builds are done (Ray passes the compile
+  results as arguments, so it waits for them). A cuda chunk asks for ``num_gpus=1``: Ray pins it to one GPU (it
+  sets ``CUDA_VISIBLE_DEVICES``) and never gives that GPU to a second chunk while it runs, so each GPU has one
+  execution pool (``[verify] exec_workers`` slots). A cpu chunk asks for one CPU;
+- at most ``workers`` chunks are in flight (default: the cluster's GPUs for cuda, CPUs for cpu).
 
-Not done: moving build directories between nodes (the compile tasks help only when ``verify.build_dir`` is on a
-shared filesystem), avoiding a GPU that keeps failing, bounding the wait for a cluster with no GPU.
+What a lost worker costs: nothing but time. A chunk's verdicts come back together when the chunk's task returns,
+and only then are they handed to ``on_verdict``: a chunk whose Ray worker dies (killed, OOM, its GPU gone with its
+node) has handed out nothing, and is submitted again (Ray's own task retries are off so that every retry is one
+this module counts: ``RaySummary.retries``, with each failed attempt in ``RaySummary.failures``). Ray places the new
+attempt wherever a GPU (or CPU) is free. Every candidate is handed out once: a verdict for a candidate already
+judged is dropped and counted (``duplicates_dropped``; 0 unless Ray returned one chunk twice). A failure of the
+verifier or of Ray is never turned into a candidate's verdict: a chunk that fails ``max_attempts`` times leaves its
+candidates unjudged, the other chunks finish, and then :class:`RayVerifyError` names them (the caller has written
+what was handed out; a resumed stage verifies the rest).
+
+What it does not do: move build directories between nodes. The compile tasks help the execution tasks only when
+the build root (``verify.build_dir``) is on a filesystem every node sees; without one, a node that finds no build
+compiles it itself (still once per node: the cache is per build root). It does not avoid a GPU that keeps failing
+(a retry goes where Ray finds room, which may be the same GPU), and a chunk waits for as long as the cluster has no
+GPU for it (Ray's infeasible-task warning), not bounded here.
 """
 
 from __future__ import annotations

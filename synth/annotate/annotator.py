@@ -1,22 +1,60 @@
 """Annotate every task, whatever its source, and order tasks as a curriculum.
 
-``annotate_tasks`` (or ``annotate_stream``) runs each task's reference once in a worker process
-(synth/annotate/trace_worker.py) under a recorder of the aten ops ``Model.forward`` dispatches, on fake tensors
-where it can (real ones within a memory budget otherwise; any device asked for is mapped to cpu), and fills
-``input_specs`` / ``output_specs``, ``op_histogram`` (ops that launch a kernel), ``flops``, ``bytes_moved`` (inputs,
-parameters, buffers and outputs once each), ``floor_time_us`` (roofline floor on a named device,
-synth/annotate/devices.py), ``level`` / ``difficulty`` and ``annotations`` (per-op trace, rule names, how it was
-traced). A task that arrived with a level keeps it; the rule's level is in ``annotations["rule_level"]``.
+``annotate_tasks`` (or ``annotate_stream``, which yields each task as it is done) runs each task's reference
+program once, in a worker process (synth/annotate/trace_worker.py), under a ``TorchDispatchMode`` that records every
+aten op dispatched by ``Model.forward`` with its input and output shapes and dtypes. The program runs on fake
+tensors (shapes and dtypes, no data), so a KernelBench level-1 input of 6.4 GB or a model with billions of weights
+costs no memory; programs that fake tensors cannot run (data-dependent ops) are run for real within a memory
+budget, and any device a program asks for (``.cuda()``) is mapped to cpu. From that trace it fills the Task fields:
+- ``input_specs`` / ``output_specs``: name (forward's parameter names; ``output<i>``), shape, dtype of each tensor
+  argument and each tensor in the output;
+- ``op_histogram``: aten op -> count (``aten.mm``, ``aten.convolution``, ...), leaving out ops that launch no kernel
+  (views, aliases, shape queries: ``VIEW_OPS``);
+- ``flops``: the sum over dispatched ops of the FLOP table below (``op_flops``);
+- ``bytes_moved``: bytes of the forward's tensor inputs + the model's parameters and buffers + the output tensors,
+  each tensor counted once: the least traffic any implementation needs (read everything once, write the result
+  once; intermediates are assumed to stay on chip);
+- ``floor_time_us``: roofline floor on a named device (synth/annotate/devices.py):
+  ``max(flops / peak[dtype], bytes_moved / bandwidth)``, with dtype the dtype of the largest floating-point input,
+  parameter or buffer;
+- ``level`` and ``difficulty``: the rule below. A task that arrived with a level (a KernelBench ``levelN`` folder)
+  keeps it; the rule's level is always in ``annotations["rule_level"]``;
+- ``annotations``: the per-op trace (``ops``: op, input/output shapes and dtypes, FLOPs; the first
+  ``MAX_TRACED_OPS`` ops), counts, device spec, floor dtype, bound (compute/memory), rule names, the ops counted by
+  the table's default rule (``default_flop_ops``: 1 FLOP per output element); ``traced_with`` ("fake" or "real"),
+  ``requested_devices`` (devices the program asked for, e.g. ``["cuda"]``) and, for a real run, ``fake_error`` (why
+  fake tensors could not run it).
 
-FLOP table (FLOP_RULES = "kernelmill-flops-v1"): matmul families 2*M*N*K (+ bias terms), convolution
-2 * outputs * (Cin/groups) * prod(kernel), softmax and norms 4-5 per element, reductions numel of the input,
-data movement 0, anything else 1 per output element. Level rule (LEVEL_RULE = "kernelmill-level-v1"; n = ops that
-launch a kernel, h = heavy ops): 1 n <= 1; 2 n <= 6 and h <= 1; 3 n <= 30; 4 n > 30. Curriculum:
-``difficulty = level + min(0.999, log10(1 + flops + bytes_moved) / 16)`` (:func:`order_curriculum`).
+FLOP table (``FLOP_RULES`` = "kernelmill-flops-v1"), per aten op family:
 
-Isolation: a per-task timeout and an address-space limit in replaceable workers; not protected against code that
-uses files, the network or processes of its own. The full FLOP table: docs/MODULES.md,
-"synth/annotate/annotator.py"; rows as they finish: synth/annotate/store.py.
+    mm: 2*M*N*K        addmm: 2*M*N*K + M*N      bmm: 2*B*M*N*K     baddbmm: 2*B*M*N*K + B*M*N
+    mv: 2*M*K          dot/vdot: 2*K
+    convolution: 2 * N*Cout*prod(out spatial) * (Cin/groups) * prod(kernel), + N*Cout*prod(out) with bias
+                 (transposed: 2 * N*Cin*prod(in spatial) * (Cout/groups) * prod(kernel))
+    softmax, log_softmax: 5 per element      layer/group/rms/instance norm: 5 per element of the input
+    batch norm: 4 per element                reductions (sum, mean, amax, var, ...): numel of the input
+    pooling: numel of output * prod(kernel)  adaptive pooling: numel of the input
+    upsample: numel of output * taps (nearest 1, linear 2, bilinear 4, bicubic 16, trilinear 8)
+    data movement (copy, cat, pad, index, views ...): 0
+    anything else (elementwise, activations): 1 per output element
+
+Level rule (``LEVEL_RULE`` = "kernelmill-level-v1"; ``level_for``). n = ops that launch a kernel (everything but
+VIEW_OPS), h = heavy ops (matmul and convolution families, attention: ``HEAVY_OPS``):
+
+    1  n <= 1                                a single op
+    2  2 <= n <= 6 and h <= 1                a short fused chain
+    3  n <= 30 otherwise                     a block (7-30 ops, or several heavy ops)
+    4  n > 30                                a whole model
+
+Curriculum: ``difficulty = level + min(0.999, log10(1 + flops + bytes_moved) / 16)``, so tasks sort by level first
+and size within a level; :func:`order_curriculum` sorts by it.
+
+Isolation: reference code may be mined from anywhere, so it runs in a separate worker process (one worker serves
+many tasks; ``workers`` of them side by side) with a per-task timeout and an address-space limit; a worker that
+times out or crashes is killed and replaced, and the task is reported as a failure with its reason. Not protected
+against: code that reads or writes files, uses the network or spawns processes of its own; run untrusted sources
+in a container when that matters. Writing rows as they finish, and remembering failures across runs:
+synth/annotate/store.py.
 """
 
 from __future__ import annotations

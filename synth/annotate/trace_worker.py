@@ -1,15 +1,27 @@
 """The annotation worker: runs a KernelBench program's forward once under an op recorder.
 
-What it guarantees (the parent, synth/annotate/annotator.py, turns the trace into annotations):
-- no real data by default: ``get_init_inputs()``, the constructor, ``get_inputs()`` and ``forward`` run under
-  ``FakeTensorMode``, so huge inputs cost no memory; the recorded aten ops are the ones a real cpu run dispatches;
-- device placement is taken off the program: a ``TorchFunctionMode`` maps every non-cpu device to cpu and records
-  what was asked (``requested_devices``); programs that call the CUDA runtime themselves fail with torch's message;
-- a real run only when fake tensors cannot answer (data-dependent ops, ops without a fake implementation), inside
-  an address-space budget (``real_budget_gb``); an error raised by the program's own code is reported as is;
-  ``traced_with`` says which run produced the trace;
-- module-level code runs for real, once, outside the fake mode; Hugging Face Hub access is offline unless the
-  caller's environment says otherwise.
+What the worker guarantees (the parent, synth/annotate/annotator.py, turns the trace into annotations):
+- No real data by default. ``get_init_inputs()``, the ``Model`` constructor, ``get_inputs()`` and ``forward`` all
+  run under torch's ``FakeTensorMode``: every tensor has a shape, dtype and device but no storage, so a 4096 x
+  393216 input or a model with billions of weights costs no memory and no arithmetic. The recorded aten ops are
+  the ones a real cpu run dispatches (decompositions happen above the mode, so they are the same), hence the same
+  shapes, FLOPs and bytes (tests/test_annotate.py checks fake against real on small programs).
+- Device placement is taken off the program. KernelBench programs build inputs with ``.cuda()`` or
+  ``device="cuda"``; there may be no GPU here, and the annotation does not depend on the device. A
+  ``TorchFunctionMode`` maps every non-cpu device a program asks for to cpu (``Tensor.cuda()``,
+  ``Tensor.to("cuda")``, ``device=`` keywords, ``Module.cuda()`` through them) and records what was asked
+  (``requested_devices`` in the trace). Programs that call the CUDA runtime themselves
+  (``torch.cuda.current_device()``, streams) are not rescued: they fail with torch's own message.
+- A real run only when fake tensors cannot answer. Data-dependent programs (``.item()``, ``nonzero``, Python
+  branches on values) and ops without a fake implementation raise under fake tensors; such a program is run again
+  with real tensors, inside an address-space budget (``real_budget_gb`` over what the worker already maps, via
+  RLIMIT_AS), so a huge program fails with a clear "over budget" reason instead of filling the machine. An error
+  raised by the program's own code (its innermost frame in ``<reference>``) is reported as is, without a second
+  run. ``traced_with`` in the trace says which run produced it.
+- Module-level code runs for real, once, outside the fake mode (imports must not cache fake tensors in library
+  globals). Hugging Face Hub access is switched to offline mode (``HF_HUB_OFFLINE``) unless the caller's
+  environment says otherwise: a program that needs a model from the Hub fails fast instead of retrying the network
+  for a minute.
 
 Not protected against: code that reads or writes files, uses the network or spawns processes of its own; a program
 that hangs or crashes is handled by the parent (timeout, worker replaced).

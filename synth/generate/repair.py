@@ -1,17 +1,27 @@
 """Multi-turn repair over stored dialogues: verifier feedback becomes the next user turn, up to N turns.
 
-``repair_dialogues`` continues every stored dialogue (opened by the generate stage, one per first-turn sample)
-whose latest turn failed: it rebuilds the chat from the stored candidates (system message, each stored ``prompt``,
-each ``response``), appends the latest verdict's feedback (``build_repair_turn``), asks the same generator for one
-response, makes it a Candidate (``make_candidate``: turn k, parent = turn k-1) and hands each round's new
-candidates to the caller's ``verify`` function. It stops when a dialogue is solved (last verdict ``correct``), has
-``max_turns`` turns, or the generator declines; each Dialogue record then goes to ``on_closed``. Nothing here
-samples a first turn.
+The generate stage opens one dialogue per first-turn sample (a Candidate with turn 0 and a ``dialogue_id``); the
+verify stage judges it. ``repair_dialogues`` continues every dialogue whose latest turn failed: it rebuilds the chat
+from the stored candidates (``dialogue_messages``: the system message, each candidate's stored ``prompt`` as a user
+turn, its ``response`` as the assistant turn), appends the feedback of the latest verdict (``build_repair_turn``),
+asks the same generator for one response, turns it into a Candidate with ``make_candidate`` (turn k, parent = the
+previous turn), and hands the new candidates of a round to ``verify``: the caller's verification function, in the
+pipeline the verify stage's own. It repeats until each dialogue is solved, has ``max_turns`` turns, or the generator
+declines; then the Dialogue record goes to ``on_closed``. Nothing here samples a first turn.
 
-Records: one Candidate and one Verdict per turn; one Dialogue per dialogue (every message, a TurnVerdict per turn,
-first_turn_reward, final_reward, num_turns, solved) under the generate stage's ``dialogue_id_for`` id, so re-running
-yields the same ids. When every first-turn sample of a task failed, the task also yields a feedback-conditioned
-repair task (written to ``<run_dir>/repair_tasks.jsonl`` by the stage).
+Records: each turn is one Candidate (turn = 0-based index, parent_id = the previous turn's candidate, dialogue_id,
+prompt = the user turn it answers, the raw response, the reasoning) and one Verdict; each dialogue is one Dialogue
+(``make_dialogue``) with every message, one TurnVerdict per turn, first_turn_reward, final_reward (the last turn's),
+num_turns and solved. Dialogue ids are the generate stage's (``dialogue_id_for``), so re-running yields the same ids
+(the store drops copies).
+
+Repair tasks (``repair_task``): when every first-turn sample of a task failed, the task also yields one
+feedback-conditioned repair task: the original prompt, the best failing response (highest reward) and the verifier's
+feedback as the final user turn (``messages``), plus repair_task_id, task_id, backend, candidate_id, status, reward
+and feedback (the repair stage writes them to ``<run_dir>/repair_tasks.jsonl``).
+
+A "solved" dialogue is one whose last verdict is ``correct`` (the reward's top tiers also need speed; correctness is
+what ends the repair loop).
 """
 
 from __future__ import annotations

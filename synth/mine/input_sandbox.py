@@ -1,20 +1,30 @@
 """Run the jobs on mined code in a sandbox: zygote processes that fork a fresh child per job.
 
-The parent never executes mined code. :class:`SandboxPool` starts one zygote per worker (``python -I``) that imports
-torch once and forks a fresh child per job: its own process group, an empty temporary folder, output to /dev/null,
-an address-space limit (``memory_bytes`` over what the zygote maps), one JSON result file; the zygote kills the
-group past its timeout. Timeouts are read on synth/mine/own_clock.py's clock (wall time minus time waiting for a
-CPU), so a busy machine makes mining slower, never different; ``WALL_FACTOR`` x the timeout in wall time is a
-backstop.
+The parent never executes mined code. :class:`SandboxPool` starts one zygote process per worker (``python -I``
+importing this module) that imports torch once and then, for every job, forks a fresh child. The child puts itself
+in its own process group, works in an empty temporary folder, sends its stdout/stderr to /dev/null, limits its
+address space (RLIMIT_AS: the memory the zygote already maps plus ``memory_bytes``) and writes one JSON result file;
+the zygote kills the whole group when the job runs past its timeout. Timeouts, and the deduction's own time budget,
+are read on synth/mine/own_clock.py's clock (wall time minus the time the child waited for a CPU), so a busy machine
+makes mining slower, never different; a child still running after ``WALL_FACTOR`` times its timeout in wall time is
+killed anyway (a machine so overloaded is a backstop case, reported as a timeout). A forked child is a fresh
+process: the only state it shares with the zygote is the imported torch and kernelmill's own deduction code, never
+another job's code.
 
-Jobs (each may ``preload`` installed packages in the zygote first):
-    deduce    load the program, find constructor arguments and forward inputs, scale toward ``target_numel``,
-              apply FILTERS (synth/mine/init_args.py, synth/mine/input_synthesis.py)
-    run_file  run the finished KernelBench program from its own file, return the output shapes
+Jobs (each may name installed packages to ``preload`` in the zygote first: see :func:`preload`):
 
-Not protected against: escapes through already-open descriptors of the zygote, exhaustion of threads or disk, a
-module that detects it is being probed. Import-time dependencies: the standard library and kernelmill's deduction
-modules; torch is imported inside the sandbox.
+    deduce    load the program, find constructor arguments (synth/mine/init_args.py), find forward inputs,
+              scale free dimensions toward ``target_numel``, then apply the filters in FILTERS order
+              (synth/mine/input_synthesis.py, synth/mine/input_filters.py)
+    run_file  write the finished KernelBench program to its own file, run it with runpy, return the output
+              shapes
+
+Not protected against: code that escapes through already-open file descriptors of the zygote (none are passed but
+the pipes), kernel-level resource exhaustion other than memory (threads, disk), or a module that detects it is being
+probed.
+
+This file uses only the standard library and kernelmill's deduction modules (themselves standard library only) at
+import time; torch is imported inside the sandbox.
 """
 
 from __future__ import annotations

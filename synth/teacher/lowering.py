@@ -1,8 +1,9 @@
 """The teacher's front end: trace a KernelBench reference to aten ops and lower it to a kernel plan.
 
-``lower_reference(code)`` builds ``Model`` from the reference's inputs and traces ``forward`` with ``make_fx`` on
-fake tensors, parameters and buffers lifted to graph inputs by state-dict name, then lowers the aten graph to a
-:class:`Program` of :class:`Step` (one native kernel each, except metadata-only views):
+``lower_reference(code)`` runs the reference's ``get_init_inputs()`` / ``get_inputs()``, builds ``Model`` and traces
+``forward`` with ``make_fx`` on fake tensors (no real compute), parameters and buffers lifted to graph inputs so each
+one is known by its state-dict name. The aten graph is then lowered to a :class:`Program`, a list of :class:`Step`
+(one native kernel each, except the metadata-only ``view`` steps):
 
     pointwise   a fused run of elementwise ops with broadcasting (one expression DAG per kernel)
     reduce      sum / mean / amax / amin over a run of adjacent dims, keepdim or not
@@ -12,11 +13,14 @@ fake tensors, parameters and buffers lifted to graph inputs by state-dict name, 
     view        view / reshape / permute / transpose / unsqueeze / squeeze / expand / slice (metadata)
 
 Fusion rule: an elementwise node is materialised only when the graph returns it or a non-elementwise node (or a
-view) consumes it; otherwise it is inlined into every elementwise consumer.
+view) consumes it; otherwise it is inlined into every elementwise consumer. Broadcasting is transitive, so inlined
+leaves are indexed directly against the fused kernel's output shape.
 
-Guarantees: kernels use runtime sizes, so the same rank with other sizes computes correctly. Not guaranteed:
-constants from ``__init__`` arguments are baked in as traced; float32 only; a single tensor output. Anything else
-raises :class:`Unsupported`, which the teacher turns into a decline.
+Guarantees: the plan's kernels are written with runtime sizes, so the same rank with other sizes computes correctly
+(a view keeps its traced shape except the leading dim, which follows the runtime size; an unflatten takes its
+leading dims from the graph input they came from). Not guaranteed: constants that came from ``__init__`` arguments
+(eps, a scale) are baked in as traced; float32 only; a single tensor output. Anything else raises
+:class:`Unsupported`, which the teacher turns into a decline.
 """
 
 from __future__ import annotations

@@ -1,20 +1,45 @@
 """A seeded procedural generator of small KernelBench-style task programs, in families a small model can learn to
-translate into kernels (synth/teacher/compact.py writes the answers), in four tiers of difficulty.
+translate into kernels (synth/teacher/compact.py writes the answers), in four tiers of difficulty so a benchmark can
+train on the easy ones and measure, or reinforce, on harder ones.
 
-Families (``FamilyTask.kind``): ``ew`` (a chain of elementwise ops over x, or x and y); ``sum``, ``mean``, ``amax``,
-``softmax``, ``logsumexp`` (a chain, then that op over the last dim of a 2-D input); ``center``, ``rmsnorm``,
-``layernorm`` (a chain, then a row normalisation). Tiers (``FamilyTask.tier``; :func:`random_task`,
-:func:`generate_mix`): 1 short chains and the basic row kinds; 2 longer chains, a broadcast row vector ``y``;
-3 row kinds followed by a ``post`` chain; 4 logsumexp and the normalisations with chains before and after.
+Families (``FamilyTask.kind``):
 
-Each elementwise op is one line of ``forward`` with literal constants; ``OPS`` maps each op to that torch line and
-to the C expression the compact teacher emits.
+    ew          a chain of elementwise ops over one input x, or two inputs x and y, any shape of 1-3 dims;
+                returns the chain's result
+    sum, mean, amax
+                a chain of elementwise ops over a 2-D input (or two), then a reduction over the last dim:
+                a 1-D tensor of rows
+    softmax     a chain of elementwise ops over a 2-D input (or two), then softmax over the last dim
+    logsumexp   a chain, then ``torch.logsumexp`` over the last dim (a reduction of two passes)
+    center, rmsnorm, layernorm
+                a chain, then a row normalisation that broadcasts a per-row statistic back over the row
+                (``x - mean(x, keepdim)``, ``x * rsqrt(mean(x*x, keepdim) + 1e-5)``, both in turn)
+
+Tiers (``FamilyTask.tier``; :func:`random_task` draws one tier, :func:`generate_mix` a mix):
+
+    1  ew with 1-4 ops; sum / mean / amax / softmax after 0-2 ops (the original families, same programs)
+    2  longer chains: ew with 5-8 ops, row kinds after 3-4 ops; a second input may be a 1-D row vector
+       broadcast over the rows (``y`` of shape ``(cols,)``, ``y_row``)
+    3  the tier-1 row kinds, 0-3 ops before and a ``post`` chain of 1-3 elementwise ops on their result
+       (``x = torch.sum(x, dim=-1)`` then ``x = torch.sigmoid(x)`` ...): reductions fused with elementwise work
+       after them, level 2-3 fusions
+    4  logsumexp and the three normalisations, 0-3 ops before and 0-3 after (after a normalisation the post chain
+       may use y, broadcast or not: ``x = x * y`` is a layernorm's weight)
+
+Each elementwise op is one line of ``forward`` (``x = torch.relu(x)``, ``x = x * 0.37``,
+``x = torch.maximum(x, y)`` ...) with its constants written literally; ``OPS`` maps each op to that torch line and
+to the C expression line the compact teacher emits, so the task -> answer mapping is one line per op.
 
 Guarantees: :func:`generate_tasks` / :func:`generate_mix` are deterministic for their arguments, return distinct
-programs, and every program imports only torch, defines ``Model``, ``get_inputs`` and ``get_init_inputs``, computes
-in float32 and keeps its values finite. Tier-1 programs keep their text (and task ids) across versions. Not
-promised: meaningful models, differences beyond shape between programs, or that a higher tier is harder for a
-given model. Each tier's shapes and op counts: docs/MODULES.md, "synth/teacher/task_families.py".
+programs (distinct source text), and every program imports only torch, defines ``Model`` with ``forward``,
+``get_inputs`` and ``get_init_inputs``, computes in float32 and keeps its values finite (at most one ``exp`` per
+program, bounded constants, an ``exp`` after a row op only where its values are bounded). With ``check``, a program
+whose output is not finite or does not depend on its inputs (above tier 1: barely does) is dropped, since it has no
+correct kernel. Tier-1 programs are the same text as before tiers existed (a corpus made then keeps its task ids);
+in a mix each tier is drawn with its own seed, so changing one tier's count leaves the others' programs unchanged.
+What it does not promise: that the op chains are meaningful models, that two programs with different text differ in
+anything but shape, or that a higher tier is harder for a given model (that is measured, by the training benchmark,
+per tier).
 """
 
 from __future__ import annotations

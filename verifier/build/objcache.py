@@ -1,19 +1,28 @@
 """Compile only what changed: the object files of a build, cached by content.
 
-A ``load_inline`` build is two translation units (``main.cpp``, the binding; ``cuda.cu``) and a link. Every
-extension is compiled under one fixed module name (``MODULE``) and a binding file that only declares functions is
-compiled in a canonical form (verifier/build/binding.py), so candidates share objects; the link adds the spec's own init
-symbol as an alias (``--defsym``).
+A ``load_inline`` build is two translation units and a link: ``main.cpp`` (the binding: the candidate's
+``cpp_sources`` and one pybind11 ``m.def`` per exported function, compiled against the precompiled header) and
+``cuda.cu`` (the CUDA source), linked into one shared object. Candidates often share the binding file exactly (the
+same declarations and function names: model answers to one task mostly do), and every extension of the verifier is
+compiled under one fixed module name (``MODULE``), so the binding's text depends on nothing else; the link adds the
+spec's own init symbol as an alias (``--defsym``), and the extension is loaded under that name (CPython hands back
+the first module loaded under a name, whatever the file). A binding file that only declares the candidate's
+functions is compiled in a canonical form that does not depend on their names (verifier/build/binding.py), so
+answers that differ in names share that object too.
 
 ``run_cached(build_dir, cache_dir, ...)`` stands in for torch's ``_run_ninja_build``: it reads each compile command
-from the ``build.ninja`` torch wrote, keys it by the command (build directory replaced), the text of its input, the
-compiler's identity and the precompiled header it names, reuses a cached object or compiles and stores it, then
-links per candidate. A build with any other step (``-rdc``) or flags outside ``CACHEABLE_FLAGS`` runs ninja
-unchanged.
+from the ``build.ninja`` torch wrote (``ninja -t commands -s TARGET``: ninja's own expansion), keys it by the
+command (the build directory's path replaced), the text of its input file, the compiler's identity and the
+precompiled header it names, reuses a cached object under that key or compiles and stores it, then links per
+candidate. A build with any other step (device linking: ``-rdc``) or with flags outside ``CACHEABLE_FLAGS``
+(``cacheable``) runs ninja unchanged.
 
-Trust: a key covers everything that decides the object (no candidate-controlled include path reaches a cached
-build); an object is stored only after its compile succeeded, and only by the sandboxed compile step of a
-cacheable spec; the import check, which runs the candidate's static initialisers, cannot write the cache.
+Trust: a key covers everything that decides the object. No candidate-controlled path can be included (the sources
+are written by torch into a fresh directory; include paths, ``-include``, plugins and wrappers are not in
+``CACHEABLE_FLAGS``, so such builds are not cached), and an object is stored only after its compile succeeded. The
+cache lives beside the build root's key directories and is written only by the sandboxed compile step of a
+cacheable spec (verifier/build/proc.py), where no candidate code runs; the import check of a built module, which
+runs the candidate's static initialisers, cannot write it (verifier/build/pool.py).
 """
 
 from __future__ import annotations

@@ -2,19 +2,67 @@
 directories keyed by the hash of their sources and flags.
 
 Guarantees:
-- identical extension specs (sources, exported functions, flags; the ``name`` is ignored) map to one key and are
-  compiled at most once per build root, across threads and processes (an flock on the key's directory);
-  failures are cached too, with their compiler log (``<key>/build.log``, returned);
+- identical extension specs (sources, exported functions, flags; the ``name`` is ignored) map to one key
+  (``spec_key``) and are compiled at most once per build root, across threads (one future per key) and across
+  processes (an flock on the key's directory); failures are cached too, with their compiler log
+  (``<key>/build.log``, returned);
 - each build runs in torch-free processes (verifier/build/proc.py: the compile step, then the import check), in
-  process groups under one timeout, killed when it runs out; where bubblewrap runs (verifier/common/sandbox.py) each
-  step has a sandbox of its own, and the import check can write nothing that later builds read;
+  process groups under one timeout for the whole build, killed when it runs out; where bubblewrap runs
+  (verifier/common/sandbox.py) each step has a sandbox of its own, and the import check can write nothing that
+  later builds read;
 - faster variants (precompiled header, "bare", "slim", "light") never change what the candidate's code means;
   a variant that fails is followed by the unchanged full build, whose log is reported (exceptions: a failed
   binding file or link, and ``full_build_fallback = false`` for a bare variant, marked ``fallback_skipped``);
-- :func:`compat_source` reads spellings of an older torch whose meaning is fixed (``x.type()`` as an
-  AT_DISPATCH argument) as today's, and the build log says so.
+- every variant reads the sources through ``compat_source`` (verifier/common/spec.py): spellings of an older torch
+  whose meaning is fixed (``x.type()`` as an AT_DISPATCH argument) are read as today's, and the build log says so.
 
-The variants, the sandbox steps and the fallback rules in detail: docs/MODULES.md, "verifier/build/pool.py".
+How a build runs. The thread that calls ``build_blocking`` writes each variant's sources and build.ninja into
+``<key>/<label>`` (``load_inline`` stopped before ninja, in this process, which has torch), then runs two
+torch-free processes (``python -m verifier.build.proc``), niced below execution and timing (``COMPILE_NICE``),
+each in its own process group:
+- the compile step (compilers only; the object cache, verifier/build/objcache.py, for a spec
+  ``objcache.cacheable`` accepts);
+- the import check: the module imported under the spec's own name, as the execution process loads it (its static
+  initialisers and pybind11 init are the candidate's code). It needs torch's shared libraries on the library path
+  (``library_dirs``), not torch's import; a module that fails to import so is tried again with torch imported
+  first (load_inline's own conditions) before it fails the variant, and the log says so.
+
+Sandboxes: each step has its own (read-only view, no network, no host environment, its processes ended with it).
+The compile step may write its variant's directory, and the object cache only for a cacheable spec; the
+precompiled header is bound read-only. The import check may write nothing of the build root, the object cache or
+the precompiled headers (only a private report directory): if it shared the compile's sandbox, a candidate's
+static initialiser could replace a cached object or the PCH that later candidates' builds use. An escape attempt
+fails the build with ``[verifier sandbox]`` in its log and ``sandbox.json`` in the key directory. Compiler
+messages located in files outside the candidate's sources and the installed headers keep their location but not
+their text (``redact_compiler_log``), so a build log quotes no other file.
+
+The variants (``build_variants``, tried in order; the last is always the spec as written, "full"):
+- the C++ binding file (``main.cpp``, which starts with ``#include <torch/extension.h>``) is compiled against a
+  GCC precompiled header of that file, built once per compiler, torch version and cflags under ``[verify] pch_dir``
+  (default ``~/.cache/kernelmill/pch``; verifier/build/pch.py). Its flags are read from the ninja file torch
+  writes, and a PCH GCC rejects is simply not used. It is built by this process, outside the sandbox, so only for
+  a spec ``objcache.cacheable`` accepts (no include paths, plugins or wrappers reach that compiler);
+- "bare": a CUDA source that names nothing from torch (no ``torch::``, ``at::``, ``c10::``, ``TORCH_*`` ...) is
+  compiled with ``no_implicit_headers`` (only ``cuda.h`` / ``cuda_runtime.h``, three lines before the source as
+  the full build has, so compiler messages keep their line numbers);
+- "slim": a CUDA source that uses torch only through the common subset (``torch::Tensor``, factory functions,
+  TORCH_CHECK, AT_DISPATCH, the current stream) is compiled against just the headers that subset needs
+  (verifier/build/slim.py);
+- "light": a CUDA source that includes ``torch/extension.h`` (or torch/all.h, torch/python.h) is compiled with
+  that line removed, keeping load_inline's implicit ``torch/types.h``;
+- "full": the sources unchanged.
+
+Fallback (``variant_failure_is_final``): a variant that fails is followed by the full build, whose log is the one
+reported, so compiler feedback describes the candidate as written, with two exceptions:
+- the binding file or the link failed: every variant writes ``main.cpp`` byte for byte as the full build does and
+  links with the same flags, so the full build would fail too: the variant's log is reported and nothing is
+  rebuilt (the full build's log could show its CUDA object's errors first, where that object failed with all of
+  torch's headers and the variant's did not);
+- ``full_fallback=False`` (``VerifyConfig.full_build_fallback``): a CUDA source that fails its bare variant is
+  reported with that variant's log (slim and light still fall back: their headers are a guess). Contract: a
+  source that names nothing from torch is built with the headers it includes plus cuda.h / cuda_runtime.h. The RL
+  reward uses it, so a failed answer does not also pay for a full nvcc build that fails the same way. Such a
+  result is marked ``fallback_skipped``, and a later request with the fallback on builds the full variant.
 """
 
 from __future__ import annotations

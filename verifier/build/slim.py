@@ -1,16 +1,29 @@
 """The "slim" build of a CUDA source that uses torch: the headers it needs instead of all of ATen.
 
+load_inline puts ``#include <torch/types.h>`` (all of ATen.h, autograd, torch/library.h) in front of every CUDA
+source, and KernelBench-style sources add ``torch/extension.h`` (pybind11 and Python on top). nvcc parses all of it
+twice (device and host passes), which is most of a candidate's build time. A typical source uses a handful of
+things from torch: ``torch::Tensor`` and its methods, two or three factory functions (``torch::empty_like``),
+``TORCH_CHECK``, maybe ``AT_DISPATCH_*`` and the current stream.
+
 ``slim_source`` returns the source with its heavy torch includes (``torch/types.h``, ``torch/extension.h``)
 replaced by a prelude of exactly the headers it uses (``ATen/core/Tensor.h``, one ``ATen/ops/<op>.h`` per function
-called, ``ATen/Dispatch.h`` for a dispatch macro) and the ``torch::`` names torch/types.h would have given it, or
-None when the source uses anything outside the short list this module knows.
+called, ``ATen/Dispatch.h`` when a dispatch macro is used) and the ``torch::`` names torch/types.h would have given
+it, or None when the source uses anything outside the short list this module knows (then the caller builds it as
+before).
 
-Contract: a build variant never changes what the code means. A source whose meaning the prelude would change is not
-slim (None). Under the prelude ``torch::`` factory functions are the ``at::`` ones, used only where every overload
-exists in ``at::`` with the same parameters and defaults (``_exact_torch_factories`` reads both headers of the
-installed torch; ``torch::tensor`` and ``torch::from_blob`` are not) and nothing asks for ``requires_grad``. A
-source that still fails to compile slim is built by the next variant (verifier/build/pool.py), so a wrong guess costs
-one failed attempt.
+Contract: a build variant never changes the candidate's code, its flags, the binding file, or what the code means.
+A source whose meaning the slim prelude would change is not slim (None); it is built by the next variant. The one
+place where the two preludes differ is the factory functions that torch's headers declare in ``torch::`` itself
+(torch/csrc/autograd/generated/variable_factories.h) rather than take from ``at::``: under the slim prelude
+``torch::zeros`` is ``at::zeros``. That is exact only where every overload of the ``torch::`` function exists in
+``at::`` with the same parameters and defaults (``_exact_torch_factories`` reads both headers of the installed
+torch). ``torch::tensor`` is not one: ``torch::tensor(sum / n, opts)`` is 0-dim with torch's headers and a
+1-element 1-D tensor as ``at::tensor(T value, opts)``; ``torch::from_blob`` adds what ``at::from_blob`` lacks.
+And it is exact only where nothing asks for ``requires_grad`` (the ``torch::`` wrappers make the result require
+grad, the ``at::`` functions reject the option). A source that still fails to compile slim (a tensor operator such
+as ``x + y``, a method that lives in another header) is built by the next variant (verifier/build/pool.py), so the
+worst a wrong guess costs is one failed attempt.
 """
 
 from __future__ import annotations

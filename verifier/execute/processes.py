@@ -1,19 +1,30 @@
 """Execution processes for the verifier: where a candidate's job runs.
 
-- a fork server per backend and execution slot (``verifier.child.worker --serve``) imports torch once and forks a fresh
-  child per job; cuda: a CUDA context cannot be forked, so in its warm mode the server forks the next job's child
-  ahead of the job (two servers per slot in separate sandboxes, taking turns); ``warm_processes = 0`` gives a cuda
-  job a fresh interpreter instead;
+- a fork server per backend and execution slot (``verifier.child.worker --serve``: the server in
+  verifier/child/forkserver.py, the job it forks in verifier/child/worker.py) imports torch once and forks a fresh
+  child per job (the server never runs torch ops, so forking is safe);
+- cuda: a CUDA context cannot be forked, so the server never creates one: in its warm mode it forks the next job's
+  child ahead of the job, and that child creates its CUDA context while earlier jobs run, then waits for its job.
+  Each slot has two such servers in separate sandboxes, taking turns: the warm child waiting for the next job
+  never shares a sandbox with the job running now. ``VerifyConfig.warm_processes`` = 0 gives a cuda job a fresh
+  interpreter instead;
 - every job gets its own process, a wall-clock timeout and its process group killed after it; job directories go
-  to /dev/shm when it has room.
+  under ``[verify] job_dir`` when set, else to memory-backed /dev/shm when it has room (a KernelBench-sized job's
+  inputs and outputs are hundreds of MB), else the default temporary directory.
 
-Sandbox (verifier/common/sandbox.py): where bubblewrap runs, every fork server and fresh execution process runs inside
-one, writable only in this slot's job root and a private scratch, both emptied after every job; after each job the
-processes it left are killed, the network counters and the view's root are checked, and an escape attempt goes to
-``sandbox.json``, the job's log and exit status ``sandbox.ESCAPE_EXIT``. A server shares with its jobs only the
-interpreter it forks from.
+Sandbox (verifier/common/sandbox.py): where bubblewrap runs, every fork server and every fresh execution process
+runs inside one: a read-only view, writable only in this slot's job root (``_job_root``: one directory per process
+and execution slot, so a candidate never sees another slot's jobs, emptied after every job) and a private scratch
+(HOME, TMPDIR; a fork server empties it after every job), no network, no host environment, a private pid
+namespace. After every job the processes the job left are killed (the fork server, or the ``--supervise`` wrapper,
+lists them first), the network counters and the view's root are checked, and what a candidate job attempted goes
+to ``sandbox.json`` in its job directory, a line in its log and exit status ``sandbox.ESCAPE_EXIT``.
 
-Imports: the standard library (verifier.common.backends when a fork server starts).
+What a server shares between the jobs it serves: the interpreter it forks from (which no job can write: each job
+is a child process) and nothing on disk (job root and scratch are emptied between jobs).
+
+Imports: the standard library (verifier.common.backends, for the cpu children's environment, when a fork server
+starts).
 """
 
 from __future__ import annotations

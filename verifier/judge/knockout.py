@@ -1,20 +1,37 @@
 """The knockout run: do the candidate's own kernels produce part of forward's output? (the partial policy, cuda)
 
 The partial legality policy (KernelBench's rule) allows PyTorch compute beside the candidate's own kernels, which
-must do real work. For a correct candidate whose forward ran PyTorch compute, one extra correctness trial runs in
-its own execution child with every kernel launch of the candidate's extensions skipped (``knockout_shim.c``
-rewrites those libraries' relocation slots for the CUDA launch entry points; PyTorch's own launches run), and
-``run_knockout`` compares its output with the reference within the normal tolerance.
+must do real work. A share of device time cannot say that: an empty kernel beside ``at::matmul`` takes a few
+percent of a short forward, and so does ``c *= 1.0f`` after ``torch::mm``. What can: run the candidate once more
+with every kernel launch of its own extensions skipped. If the output is still correct, its kernels produce no
+part of it.
 
-Outcomes (``KnockoutResult.outcome``): ``contributes`` (the output is wrong, or forward raised, crashed or hung),
-``no_contribution`` (still correct with launches skipped and no own kernel seen running), ``inconclusive`` (an
-own kernel still ran, nothing was skipped, or the verifier's side failed). An inconclusive knockout never
-rejects: the share rule decides, and the verdict's notes say so.
+How: one extra correctness trial, in its own execution child, only for a correct candidate whose forward ran
+PyTorch compute (the one case where the partial policy's answer is not simply the verdict's):
+- the verifier compiles ``knockout_shim.c`` once per build root and compiler (``shim_library``) and writes
+  ``knockout.json`` (the shim's path) into the job directory;
+- the child (verifier/child/worker.py, with verifier/child/knockout.py ``ChildKnockout``) reads and deletes that
+  file before the candidate is imported, loads the shim, and right after each of the candidate's extensions is
+  loaded rewrites that library's relocation slots for the CUDA launch entry points (runtime and driver API,
+  cooperative, Ex, graphs, and the entry-point getters) so that its launches are counted and return success
+  without running; the counts go to ``knockout_result.json``. A launch PyTorch makes (cuBLAS under
+  ``at::matmul``) goes through PyTorch's own libraries' slots and runs;
+- ``run_knockout`` compares that trial's output with the reference within the normal tolerance.
 
-Not covered: a candidate that detects the knockout run can return a wrong output there and pass; a kernel whose
-only effect is a flag the host checks counts as contributing. On cpu there is no launch to skip: the partial
-policy keeps its rule there. Imports: the standard library, and torch inside ``run_knockout`` only.
-How the shim works: docs/MODULES.md, "verifier/judge/knockout.py".
+Outcomes (``KnockoutResult.outcome``, recorded in ``Verdict.versions["knockout"]``): ``contributes`` (the output is
+wrong, or forward raised, crashed or hung: the skipped kernels matter), ``no_contribution`` (still correct with
+launches skipped and no kernel of the candidate's seen running by the profiler), ``inconclusive`` (still correct,
+but some own kernel still ran: a launch route the shim does not rewrite, such as a statically linked runtime; or
+nothing was skipped; or the verifier's side failed). An inconclusive knockout never rejects: the share rule
+decides as before, and the verdict's notes say so.
+
+Not covered, and said plainly: a candidate that detects the knockout run (the shim is mapped in its process, its
+own relocation slots hold other addresses) can return a wrong output there and pass; the knockout measures
+whether the kernels are needed, not how much they do, so a kernel whose only effect is a flag the host checks
+counts as contributing. On cpu there is no launch to skip: the partial policy keeps its rule there (own kernels
+called on every trial).
+
+Imports: the standard library, and torch with the verifier's judging modules inside ``run_knockout`` only.
 """
 
 from __future__ import annotations

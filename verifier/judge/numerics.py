@@ -1,27 +1,85 @@
 """How close an fp32 output must be: a tolerance measured from the computation, per element, not a fixed number.
 
 The reference runs twice in the verifier's process: as the task wrote it (fp32) and in float64 (the same weights
-and inputs, widened). The float64 output is the truth; the fp32 reference's own distance from it says how much
-error an honest fp32 implementation makes. The budget is per element, from statistics of its block (a row of the
-output along the last dimension):
+and inputs, widened). The float64 output is the truth a candidate is compared with; the fp32 reference's own
+distance from it (``e = |r32 - r64|``) says how much error an honest fp32 implementation of this computation
+makes. The budget is per element, from statistics of the element's neighbourhood (its block: a row of the output
+along the last dimension, at most ``BLOCK_MAX`` elements, at least ``MIN_LOCAL``: several short rows), never from
+the output's largest value or largest error alone:
 
     budget_i = max(atol_b, rtol_b * |r64_i|)
     atol_b   = max(tol_floor, tol_factor * E_b, F_s(K) * S_b)      S_b = min(S, TAIL * T_b)
-    rtol_b   = max(F_r(K), tol_factor * R_b)
+    rtol_b   = max(F_r(K_same), tol_factor * R_b)
 
-F_s(K), F_r(K) are ``tol_scale`` raised for an output of a long reduction (K terms, verifier/judge/reduction.py):
-``accumulation_floors``.
+``E_b`` and ``R_b``: the median fp32 error |r32 - r64| and the median relative error |r32 - r64| / |r64| of the
+block, at least the output's own medians (one block's error is one draw: a row's mean, a row's softmax
+denominator); ``T_b`` the median nonzero |r64| of the block; ``S`` the output's largest finite |r64|. The medians
+come from up to ``SAMPLES_PER_BLOCK`` evenly spaced elements of each block. ``F_s``, ``F_r``: ``tol_scale`` raised
+for outputs of long reductions (``accumulation_floors``, below). An element passes where it is within its budget of
+the float64 value, or of the fp32 reference's own value (an answer as good as torch's is always accepted: where
+the fp32 reference is unstable, crossing a boundary float64 does not, either value is right, and that element
+widens nothing else).
 
-An element passes within its budget of the float64 value or of the fp32 reference's value. Exact-valued outputs
-(integer, boolean, fp32 on a lattice) are compared exactly, with a bounded allowance where the fp32 reference is
-itself unstable. C13 (precision lowering, ``looks_lowered``): over budget on >= 1% of the elements, every bad one
-within ``LOWERING_BAND`` of its local scale, and the error not systematic; otherwise an over-budget output is
-`wrong`. ``inputs.reference_numerics`` switches off TF32 for the fp32 reference.
+The terms (the cases of tests/test_verifier_precision.py and tests/redteam/test_redteam_precision.py;
+measurements: bench/results/tolerance_cpu.md):
+- ``tol_factor * E_b``, ``tol_factor * R_b`` (``VerifyConfig.tol_factor``, 64): another accumulation order of the
+  same computation, where the fp32 reference's error is itself large: cancellation (x - mean(x) with an offset of
+  1000), a normaliser computed by a long reduction (x / ||x||: every element carries its relative error);
+  medians, so a few unstable elements (a floor crossing an integer, an overflow) widen nothing.
+- ``tol_scale * |r64_i|`` (``tol_scale``, 8e-5, about 670 ulp): the element's own scale: fast-math libm
+  (``__expf``, a few to tens of ulp) passes, fp16 (2^-11 of the value), TF32 and bf16 (2^-8) do not, whichever
+  elements they are on.
+- ``tol_scale * S_b``: long sequential accumulations and elements near zero after cancellation, whose error is
+  governed by the magnitude of the terms summed, not their own value: the output's scale, but at most ``TAIL``
+  (4) x the typical magnitude of the block, so a few huge elements (``exp(20 x)``) do not lend their scale to every
+  small one.
+- long reductions (verifier/judge/reduction.py): the fp32 reference's BLAS or pairwise order is far more accurate
+  than an honest kernel's one accumulator per output, and past ~5e5 positive terms (KernelBench's large-K
+  matmul) a sequential sum misses ``tol_scale`` on every element while a bf16 lowering of the same sum is within
+  it. The plan's float64 pass runs under a dispatch mode that records, per output, the longest reduction on its
+  way (K: the contracted size of mm / bmm / conv / attention, the reduced size of sum / mean / norm / softmax /
+  cumsum, carried through elementwise ops and views) and the longest whose terms share one sign (non-negative
+  operands; squares, exponentials). ``F_s(K) = max(tol_scale, ACC_SQRT x eps32 x sqrt(K))`` (1.0: a zero-mean
+  sequential sum errs by at most about 1.7 x eps32 x sqrt(K) of its typical value); ``F_r(K_same) =
+  max(tol_scale, ACC_LINEAR x eps32 x K_same)`` (0.03: a same-sign one errs by 0.003..0.011 x eps32 x K of the
+  sum; bench/results/accumulation_budget_cpu.md). A floor linear in K is never given to a sum that cancels: there
+  a lowering's relative error does not shrink with K (an fp16-input sum of 1M normals stays C13), and an output's
+  floors are its own reductions', not another output's.
 
-Not covered: float64 and fp16/bf16 outputs keep the fixed tolerances of VerifyConfig, a task's own ATOL / RTOL
-wins, and a reference that does not run in float64 falls back to ``atol_fp32`` / ``rtol_fp32`` (recorded in
-``Verdict.versions["tolerance"]``). Each term, the non-finite rules and C13's tests: docs/MODULES.md,
-"verifier/judge/numerics.py".
+Outputs of fewer than ``MIN_LOCAL`` elements (a sum to 4 numbers) have no neighbourhood to measure: one block,
+scale ``max(S, the scale seen on the plan's other draws)`` (``pooled``), no cap.
+
+Exact-valued outputs (integer and boolean dtypes; fp32 outputs whose values all lie on a lattice of 2^-m, m <=
+``LATTICE_BITS``, below 2^24 units in both runs: floor, round, sign, comparisons, argmax, counts) are compared
+exactly: each element must equal the float64 value or the fp32 reference's value; an element where the two differ
+(the fp32 reference is unstable there) widens nothing else. An honest computation in another order crosses about
+as many boundaries as its error is larger than the reference's, so up to ``tol_factor`` x the reference's unstable
+elements (at most 1% of the output) may differ by at most the step the reference itself shows; with a stable
+reference, none.
+
+Non-finite values are compared as the fp32 reference produces them (inf where it overflows, NaN where it is NaN:
+the either-value rule); a candidate's inf or NaN where the fp32 reference is finite is wrong.
+
+C13 (precision lowering, ``looks_lowered``): over budget on at least 1% of the elements whose budget leaves room
+to see a lowering, every bad element within ``LOWERING_BAND`` (2%) of its local scale ``max(|r64_i|, S_b)`` or
+all within 2% of the output's scale (a crude approximation of a transcendental), and the error not systematic:
+not an affine function of the value (a divisor off by one, a missing scale: ``SYSTEMATIC_FIT``), not whole
+multiples of one step (a floor written as a truncation: ``whole_steps``), not following an input element by
+element (an inclusive scan written exclusive, a reduction dropping a term: ``error_follows_inputs``). Those,
+errors beyond the band and errors on few elements are a wrong answer (`wrong`), not lowering. A naive one-pass
+variance E[x^2] - E[x]^2 computes in fp32 with catastrophic cancellation: where it loses more than the band (mean
+/ std of a few hundred) it is `wrong`; where its cancellation loses as many bits as bf16 (mean / std of 10 to
+100) its output cannot be told from a lowering and it is C13: the verifier sees outputs, not algorithms. Not told
+apart either: a reduction over millions of terms that drops one (its error is below the band and follows no whole
+input slice the check reads) is C13, and so is a systematic bug on an output of fewer than MIN_LOCAL elements.
+
+``inputs.reference_numerics`` switches off TF32 for the fp32 reference (cuDNN convolutions use TF32 by default):
+the reference is an fp32 computation, so TF32 in a candidate is lowering, not a match.
+
+Not covered: float64 and low-precision (fp16/bf16) outputs keep the fixed tolerances of VerifyConfig
+(``atol_low`` / ``rtol_low``), and a task's own ATOL / RTOL wins. A reference that does not run in float64, or
+whose float64 copy does not fit the device, falls back to the fixed fp32 tolerance (``atol_fp32`` /
+``rtol_fp32``) and says so in ``Verdict.versions["tolerance"]``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,27 @@
 """What verification cost: candidates per GPU-hour and seconds per candidate by stage, from the verdicts' own
-``stage_seconds`` (verifier/engine.py and verifier/judge/verdict.py write them). Shown by ``kernelmill metrics RUN``, the run
-report (curation/report.py) and the dataset card (curation/corpus.py); bench/bench_verifier.py prints the same table.
+``stage_seconds`` (verifier/engine.py and verifier/judge/verdict.py write them). Shown by ``kernelmill metrics RUN``,
+the run report (curation/report.py) and the dataset card (curation/corpus.py); bench/bench_verifier.py prints the
+same table for its batches.
 
 How each number is computed (:func:`verification_cost`):
-- **programs**: distinct programs verified, verdict rows grouped by (task, backend, program) (the entry verifies
-  identical code once and copies the verdict); without candidates every row is its own program;
-- **GPU-hours**: basis ``wall`` (a caller's measured wall hours x GPUs), or basis ``execution`` (a run): the sum of
-  ``stage_seconds["execute"]`` over distinct programs divided by the execution slots sharing one GPU
-  (``[verify] exec_workers``), leaving out time a GPU waited for builds;
-- **candidates per GPU-hour**: programs / GPU-hours; None where nothing was executed; on cpu the "GPU" is an
-  execution slot and the unit says so;
-- **stages**: per ``stage_seconds`` key, the programs that have it, median, total and total per program;
-  ``compile_cpu`` is CPU-seconds, every other key wall seconds.
+- **programs**: distinct programs verified. The verify entry (verifier/entry.py) verifies identical code of one task
+  and backend once and copies that verdict, ``stage_seconds`` included, to every copy; so verdict rows are grouped by
+  (task, backend, program) where the candidates table gives the program (its ``code``, else its ``response``:
+  :func:`program_keys`) and each group counts once. Without candidates every row counts as its own program.
+- **GPU-hours**, basis ``wall``: the verification's wall hours x GPUs, where the caller measured the wall (the
+  benchmark does; a run's verify stage records no wall clock). Basis ``execution`` (a run): the sum over distinct
+  programs of ``stage_seconds["execute"]`` (one candidate's execution job, from its admission to its judged verdict,
+  including the task's reference timing where this candidate paid it; the job holds the GPU throughout), divided by
+  the execution slots sharing one GPU (``slots_per_gpu``: ``[verify] exec_workers``). It leaves out the time a GPU
+  waited for builds, so it is the rate of a GPU kept fed: at or above the wall figure of the same work.
+- **candidates per GPU-hour**: programs / GPU-hours; None where nothing held a GPU (nothing was executed). On the cpu
+  backend the "GPU" is the execution slot on the host; the unit says so.
+- **stages**: for each ``stage_seconds`` key, the programs that have it, the median, the total and the total per
+  program (over every program, so stages add up). ``compile_cpu`` is CPU-seconds (user + system time of the build
+  processes and the compilers); every other key is wall seconds of that stage: the verifier measures no CPU time of
+  extraction, execution or judging, and a wall second there is not a CPU-second.
 
-Not done: a run's own wall clock, CPU-seconds of the execution stage.
+Not done: a run's own wall clock (no stage records it), CPU-seconds of the execution stage.
 """
 
 from __future__ import annotations
