@@ -12,7 +12,7 @@ Guarantees:
   holds, so re-running a stage with the same inputs adds nothing;
 - reading returns each id once even if two writers raced (first file in name order wins);
 - a part file that is not readable Parquet (truncated, corrupt) is an ``UnreadablePartFile`` error naming
-  it in one line; ``heal`` moves such files aside (``<table>/.unreadable/``), after which the rows they
+  it in one line; ``heal`` moves such files aside (``<run>.unreadable/<table>/``, outside the corpus), after which the rows they
   held are simply missing, so a resumed stage recomputes them (every way of running stages heals the run
   directory before it starts: orchestrator.pipeline.prepare_run).
 
@@ -96,17 +96,27 @@ def unreadable_files(root: str | os.PathLike) -> list[Path]:
     return bad
 
 
-def heal(root: str | os.PathLike) -> list[Path]:
-    """Move every unreadable part file under ``root`` to ``<table>/.unreadable/`` (never deleted: kept for
-    diagnosis, invisible to every reader); returns where they went. Their rows are then missing, so the
-    stages that wrote them recompute them on resume."""
+def aside_dir(root: str | os.PathLike) -> Path:
+    """Where ``heal`` keeps the unreadable files of the run or corpus directory ``root``: its sibling
+    ``<root>.unreadable/``, outside the directory a user pushes to the Hub (``runs/default.unreadable/`` for
+    ``runs/default``)."""
+    root = Path(root).resolve()
+    return root.parent / (root.name + ASIDE_DIR)
+
+
+def heal(root: str | os.PathLike, aside: str | os.PathLike | None = None) -> list[tuple[Path, Path]]:
+    """Move every unreadable part file under ``root`` to ``aside`` (default ``aside_dir(root)``), keeping its
+    ``<table>/<file>`` path there (never deleted: kept for diagnosis, outside the corpus and invisible to every
+    reader); returns (where each file was, where it went). Their rows are then missing, so the stages that wrote
+    them recompute them on resume."""
     moved = []
+    base = Path(root).resolve()
+    target = Path(aside) if aside is not None else aside_dir(root)
     for f in unreadable_files(root):
-        aside = f.parent / ASIDE_DIR
-        aside.mkdir(exist_ok=True)
-        dest = aside / f.name
+        dest = target / Path(f).resolve().relative_to(base)
+        dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(f, dest)
-        moved.append(dest)
+        moved.append((Path(f), dest))
     return moved
 
 

@@ -103,13 +103,14 @@ def sweep_partial_writes(run_dir: str | os.PathLike) -> list[Path]:
 
 def heal_run(run_dir: str | os.PathLike) -> list[Path]:
     """Move every part file of the run's tables (raw ones included) that does not read as Parquet to
-    ``<table>/.unreadable/`` (kernelmill.store.heal), with one warning line each; returns where they went.
-    The rows they held are then missing, so the stage that wrote them recomputes them."""
+    ``<run>.unreadable/`` (kernelmill.store.heal: beside the run directory, so never in a corpus pushed to the
+    Hub), with one warning line each; returns where they went. The rows they held are then missing, so the stage
+    that wrote them recomputes them."""
     moved = []
-    for base in (Path(run_dir), Path(run_dir) / RAW):
-        for dest in store.heal(base):
-            log.warning("%s: not a readable Parquet file; moved aside to %s, its rows are recomputed",
-                        dest.parent.parent / dest.name, dest)
+    aside = store.aside_dir(run_dir)
+    for base, to in ((Path(run_dir), aside), (Path(run_dir) / RAW, aside / RAW)):
+        for was, dest in store.heal(base, to):
+            log.warning("%s: not a readable Parquet file; moved aside to %s, its rows are recomputed", was, dest)
             moved.append(dest)
     return moved
 

@@ -3,6 +3,7 @@ Prefect flow run included, and `kernelmill report` refuses to rewrite the report
 Real CLI in subprocesses, a real ephemeral Prefect server, real Parquet, a real cpu verification."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,8 @@ def test_plain_run_with_prefect_heals_a_truncated_part_file(verified, tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "Traceback" not in r.stderr
     assert f"{part}: not a readable Parquet file; moved aside" in r.stderr
-    assert (part.parent / store.ASIDE_DIR / part.name).is_file()  # kept for diagnosis, invisible to readers
+    assert (store.aside_dir(run_dir) / part.parent.name / part.name).is_file()  # kept for diagnosis, outside the run
+    assert Path(run_dir).resolve() not in store.aside_dir(run_dir).parents  # never pushed with the corpus
     assert store.unreadable_files(run_dir) == []
     assert store.stored_ids(run_dir, "verdicts") == verdict_ids  # recomputed: the same verdict id
     r = run_kernelmill("report", str(run_dir))
@@ -70,5 +72,5 @@ def test_a_truncated_raw_task_file_is_moved_aside_too(tmp_path):
     (part,) = store.part_files(tmp_path / "raw" / "tasks")
     part.write_bytes(b"PAR1 cut short")
     prepare_run(tmp_path)
-    assert not part.exists() and (part.parent / store.ASIDE_DIR / part.name).is_file()
+    assert not part.exists() and (store.aside_dir(tmp_path) / "raw" / "tasks" / part.name).is_file()
     assert store.unreadable_files(tmp_path / "raw") == []

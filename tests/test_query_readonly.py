@@ -71,7 +71,7 @@ def test_corrupt_parquet_is_named_and_healed_by_run(tmp_path):
     # run: moves it aside and recomputes its rows
     r = run_kernelmill(*verify)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert (part.parent / store.ASIDE_DIR / part.name).is_file()  # kept aside; the recomputed rows are new
+    assert (store.aside_dir(tmp_path) / part.parent.name / part.name).is_file()  # kept aside, outside the run
     store.check_readable(part)
     assert store.unreadable_files(tmp_path) == []
     assert len(store.read_records(tmp_path, "verdicts")) == 1

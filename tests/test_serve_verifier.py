@@ -123,6 +123,10 @@ def test_a_batch_gets_one_verdict_per_item_in_order_and_copies_are_verified_once
     assert [(r["candidate_id"], r["reward"]) for r in served] == [(x.candidate_id, x.reward) for x in v]
     after = client.health()
     assert after["items"] - before["items"] == 5 and after["verified"] - before["verified"] == 4
+    # the server logs a line per answered request (README: "The verifier as a reward service")
+    line = f"5 item(s) in batch {response.batch.batch_id} (5 items, 4 verified"
+    assert any(ln.startswith("POST /verify from 127.0.0.1:") and line in ln and "pass 2" in ln
+               for ln in server.log.read_text().splitlines()), server.log.read_text()[-2000:]
 
 
 @pytest.mark.parametrize("body,status,field", [

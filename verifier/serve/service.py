@@ -4,14 +4,25 @@
                    -> {"verdicts": [Verdict, ...], "batch": {batch_id, requests, items, verified, seconds}}
     GET  /health   -> {"status": "ok", "backend", "verifier", "pending", "batches", "requests", "items", "verified"}
 
-The contract is verifier/serve/client.py's; a verdict is ``kernelmill.schema.Verdict``, all of it. Guarantees: requests
-within ``max_wait_ms`` of the first waiting one (up to ``max_items`` items) are verified in one call of
-``verifier.entry.verify``, in one worker thread off the event loop; every item gets its verdict, whatever the
-candidate does; a malformed request is a 4xx naming its field and never reaches the verifier; a client that
-disconnects loses only its answer; the verifier's own failure is a 503 for that call, and serving goes on.
+The contract (dataclasses, validation naming the bad field) is verifier/serve/client.py's; a verdict is
+``kernelmill.schema.Verdict``, all of it, as the verify stage stores it. Verification is one call of the verifier's
+one entry (``verifier.entry.verify``), in this process or on the Ray cluster it is given.
 
-Not done: authentication (bind it to 127.0.0.1 or a private network: a request runs the task program it sends),
-a bounded queue, persistence beyond the optional record file.
+What it guarantees:
+- requests that arrive within ``max_wait_ms`` of the first one waiting (up to ``max_items`` items; a larger request
+  is one call of its own) are verified together, in one call of the entry (compiles overlap, one execution pool),
+  which verifies identical (task, backend, program) once (each copy gets the verdict under its own id);
+- verification runs in one worker thread, never on the event loop: /health answers while a batch runs, and calls
+  follow one another (the verifier owns the machine's cores and its device while it runs);
+- every item gets its verdict, whatever the candidate does (a crash, a hang, a fork bomb are verdicts: the
+  verifier's guarantee); a malformed request is a 4xx naming its field and never reaches the verifier; a client
+  that disconnects loses its answer, nothing else (its items may still be verified with the batch);
+- the verifier's own failure (no compiler, a Ray cluster gone) is a 503 for the requests of that call, and the
+  server goes on serving.
+
+What it does not do: authenticate (bind it to 127.0.0.1 or a private network: a request runs the task program it
+sends in this process, as the verifier runs every reference), queue without bound (a client waits as long as the
+batches before its own take), or persist anything but the optional record file (one JSON line per item answered).
 """
 
 from __future__ import annotations
@@ -219,10 +230,20 @@ def _problem(status: int, field_name: str, problem: str) -> JSONResponse:
     return JSONResponse({"detail": {"field": field_name, "problem": problem}}, status_code=status)
 
 
+def request_line(client: str, items: int, info: BatchInfo, verdicts: list[Verdict]) -> str:
+    """The line the server prints per answered request: who asked, how much, which batch, what came out."""
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.status] = counts.get(v.status, 0) + 1
+    return (f"POST /verify from {client}: {items} item(s) in batch {info.batch_id} ({info.items} items, "
+            f"{info.verified} verified, {info.seconds:g} s): " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
+
+
 def create_app(config: VerifyConfig, *, backend: str = "cpu", ray: RayTarget | None = None, max_items: int = 64,
-               max_wait_ms: float = 50.0, record: str | Path | None = None) -> FastAPI:
+               max_wait_ms: float = 50.0, record: str | Path | None = None, echo=None) -> FastAPI:
     """The FastAPI app of the service. ``backend``: the default for requests that name none (resolved:
-    cpu or cuda); ``ray``: the cluster verification runs on (None: this process)."""
+    cpu or cuda); ``ray``: the cluster verification runs on (None: this process); ``echo``: called with
+    :func:`request_line` of every answered request (``serve`` prints it)."""
     backend = resolve_backend(backend)
     where = f"ray {ray.address}" if ray else "local"
     batcher = MicroBatcher(config, ray=ray, max_items=max_items, max_wait_ms=max_wait_ms,
@@ -260,6 +281,9 @@ def create_app(config: VerifyConfig, *, backend: str = "cpu", ray: RayTarget | N
             verdicts, info = await batcher.submit(items)
         except VerifierFailure as e:
             return _problem(503, "verifier", f"the verifier failed on this batch (not your candidates): {e}")
+        if echo is not None:
+            client = f"{request.client.host}:{request.client.port}" if request.client else "?"
+            echo(request_line(client, len(items), info, verdicts))
         return JSONResponse(to_plain(VerifyResponse(verdicts=verdicts, batch=info)))
 
     app.state.batcher = batcher
@@ -272,7 +296,8 @@ def serve(config: VerifyConfig, *, host: str = "127.0.0.1", port: int = 8770, ba
     """Serve until interrupted (uvicorn, one process: the verifier's pools live in it)."""
     import uvicorn
 
-    app = create_app(config, backend=backend, ray=ray, max_items=max_items, max_wait_ms=max_wait_ms, record=record)
+    app = create_app(config, backend=backend, ray=ray, max_items=max_items, max_wait_ms=max_wait_ms, record=record,
+                     echo=lambda line: print(line, flush=True))
     where = f"ray {ray.address}" if ray else "local"
     print(f"kernelmill serve-verifier: http://{host}:{port} (backend {resolve_backend(backend)}, verifier {where}, "
           f"calls of up to {max_items} items or {max_wait_ms:g} ms)", flush=True)
