@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from curation.rewrites import KINDS, edit, embed, rewrite  # noqa: E402,F401
+from bench.lib.rewrites import KINDS, edit, embed, rewrite  # noqa: E402,F401
 
 
 def _task(name: str, code: str):

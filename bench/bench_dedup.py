@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from curation.planted_corpus import iter_corpus, synthetic_corpus  # noqa: E402
+from bench.lib.planted_corpus import iter_corpus, synthetic_corpus  # noqa: E402
 
 
 def _shingled(docs, shingle):

@@ -10,7 +10,7 @@ logic: sampling, verification, repair, curation, RFT, RL and the held-out evalua
 What one call does, in order, each step skipped when the state already holds it:
 
   0. repair dialogues (``--repair-sft-tasks``): training tasks given the teacher's answer with a planted bug
-     (synth/teacher/warm_start.py, the bug from synth/teacher/bugs.py), judged by the verify stage; each failure becomes a two-turn SFT dialogue (the feedback turn the
+     (bench/lib/teacher_warm_start.py, the bug from synth/teacher/bugs.py), judged by the verify stage; each failure becomes a two-turn SFT dialogue (the feedback turn the
      repair stage and Buffered Dynamic Retry send, then the correct answer), so repair is something m0 learned.
   1. SFT from scratch (train/sft.py, ``--sft-s``) on the corpus's training split (train.data.is_heldout at
      ``--heldout-frac``: the SFT split); m0 is that checkpoint rounded to bf16 (what the state carries, so
@@ -56,10 +56,10 @@ sys.path.insert(0, str(ROOT))
 from bench.common import default_results, device_name  # noqa: E402
 from kernelmill.errors import InputError  # noqa: E402
 from bench.lib.loop_arms import LOOP_ARMS, share_start, with_arm  # noqa: E402
-from orchestrator.loop_report import render  # noqa: E402
-from synth.teacher.warm_start import keep_only_dialogues, repair_dialogues  # noqa: E402
-from train.export import export_bf16, fp32_copy, pack_loop_state, unpack_loop_state  # noqa: E402
-from train.family_corpus import make_prompted_corpus, read_corpus, write_training_corpus  # noqa: E402
+from bench.lib.loop_report import render  # noqa: E402
+from bench.lib.teacher_warm_start import keep_only_dialogues, repair_dialogues  # noqa: E402
+from bench.lib.train_export import export_bf16, fp32_copy, pack_loop_state, unpack_loop_state  # noqa: E402
+from bench.lib.family_corpus import make_prompted_corpus, read_corpus, write_training_corpus  # noqa: E402
 
 ARMS = tuple(LOOP_ARMS)  # the loop's arms (loop.arm): rft, rl, rl_no_prime_echo, rl_no_retry, rl_no_mirrorpop
 # what the loop's phases import, some only late (curate's near-duplicate step imports rensa after sampling and

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python bench/bench_teacher_gpu.py [--out bench/results]
 
-Builds the teacher's (bug-free) cuda candidate for every task of synth/teacher/coverage.py (the seed tasks in
+Builds the teacher's (bug-free) cuda candidate for every task of bench/lib/teacher_coverage.py (the seed tasks in
 data/seed_tasks and one extra task per family the seed set lacks), verifies them all in one
 ``verifier.engine.verify_batch`` call with backend cuda, prints a table (family, task, status,
 max error, runtime, eager and torch.compile speedups) and writes it to
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     import torch
 
     from kernelmill.schema import Candidate, Task
-    from synth.teacher.coverage import family_tasks
+    from bench.lib.teacher_coverage import family_tasks
     from synth.teacher.writer import TeacherDeclined, write_candidate
     from verifier.engine import VerifyConfig, verify_batch
 

@@ -96,7 +96,7 @@ print("RESULT " + json.dumps(out))
 
 def cases(kb_dir: str | None) -> list[tuple[str, str, str]]:
     """(name, reference program, candidate program)."""
-    from synth.teacher.coverage import family_tasks
+    from bench.lib.teacher_coverage import family_tasks
     from synth.teacher.writer import write_candidate
     from bench.lib import fixtures as fx
 

@@ -10,10 +10,10 @@ Two steps:
         --tier-shares 1=0.4,2=0.2,3=0.2,4=0.2                                               (here, CPU)
     bash bench/gpu_tier.sh train                                                          (GPU box)
 
-The corpus: ``--tasks`` distinct programs from synth/teacher/task_families.py in four tiers (1: the
+The corpus: ``--tasks`` distinct programs from bench/lib/task_families.py in four tiers (1: the
 original elementwise chains and row reductions / softmax; 2: longer chains and a broadcast row-vector
 input; 3: reductions and softmax followed by elementwise work; 4: logsumexp and row normalisations
-with chains before and after), each with the compact teacher's answer (synth/teacher/compact.py) for
+with chains before and after), each with the compact teacher's answer (bench/lib/teacher_compact.py) for
 ``--backend``: an sft row and an rl row; ``families.json`` holds each task's op combination and tier.
 Held-out tasks (train.data.is_heldout on task_id) are never trained on in any stage.
 
@@ -70,9 +70,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import default_results, device_name  # noqa: E402
 from kernelmill.errors import InputError  # noqa: E402
-from train.export import pack_policy, resume_rl_arm, round_to_bf16, save_rl_arm, unpack_policy  # noqa: E402
-from train.family_corpus import check_teacher_cpu, make_tiered_corpus, read_families, write_sft_corpus  # noqa: E402
-from train.report import Report, fmt_ci  # noqa: E402
+from bench.lib.train_export import pack_policy, resume_rl_arm, round_to_bf16, save_rl_arm, unpack_policy  # noqa: E402
+from bench.lib.family_corpus import check_teacher_cpu, make_tiered_corpus, read_families, write_sft_corpus  # noqa: E402
+from bench.lib.train_report import Report, fmt_ci  # noqa: E402
 
 STATE_FILE = "train_state.json"  # --save-state / --load-state: the chosen mix and the SFT evaluation
 ARMS = {"all": ("SFT + RL (all stabilisers)", {}), "no_prime_echo": ("RL without PrimeEcho", {"prime_echo": False}),
@@ -87,14 +87,14 @@ def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from synth.teacher.task_families import TIERS, parse_shares
+    from bench.lib.task_families import TIERS, parse_shares
     from train import data as D
     from train.evaluate import diagnose, evaluate_rows, paired_bootstrap_diff, per_task_pass1, summarise_steps
     from train.model import latest_checkpoint, load_pretrained, write_serving_files
     from train.rl import train_rl
     from train.rollout import Score, verifier_reward_fn
     from train.sft import train_sft
-    from train.tiers import TierScreen, round_robin, screen_tiers, split_by_tier
+    from bench.lib.train_tiers import TierScreen, round_robin, screen_tiers, split_by_tier
 
     hf_logging.disable_progress_bar()
     torch.backends.cuda.matmul.allow_tf32 = True

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from bench.lib import fixtures as fx  # noqa: E402
 from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
-from verifier.execute.proc_cpu import ProcCpu  # noqa: E402
+from bench.lib.proc_cpu import ProcCpu  # noqa: E402
 from verifier.engine import VerifyConfig, usable_cores, verify_batch  # noqa: E402
 from verifier.serve.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
 
@@ -51,7 +51,7 @@ class GpuSampler(threading.Thread):
 
 def run_batch(items, cfg, workers):
     """verdicts, wall s, GPU util mean, GPU busy fraction, host CPU busy fraction over the batch, and the host
-    CPU seconds by kind of process (verifier/execute/proc_cpu.py)."""
+    CPU seconds by kind of process (bench/lib/proc_cpu.py)."""
     sampler, procs = GpuSampler(), ProcCpu()
     sampler.start()
     procs.start()

@@ -6,8 +6,8 @@ from pathlib import Path
 from kernelmill import store
 from kernelmill.schema import Message, SFTRow, Task, task_id_for
 from synth.generate.prompts import build_prompt
-from synth.teacher.compact import answer
-from synth.teacher.task_families import generate_tasks, task_code
+from bench.lib.teacher_compact import answer
+from bench.lib.task_families import generate_tasks, task_code
 
 
 def train_tiny(root: Path, n_tasks: int = 6, steps: int = 4) -> tuple[Path, list[Task]]:

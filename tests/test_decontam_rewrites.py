@@ -1,4 +1,4 @@
-"""Decontamination catches benchmark programs rewritten the way a mined copy is (curation/rewrites.py):
+"""Decontamination catches benchmark programs rewritten the way a mined copy is (bench/lib/rewrites.py):
 renamed class, variables and attributes, changed sizes, methods in another order, no docstrings."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from curation_fixtures import reference
 from curation import decontam
 from kernelmill.schema import Task, content_hash
-from curation.rewrites import rewrite
+from bench.lib.rewrites import rewrite
 
 LAYER = '''import torch
 import torch.nn as nn

@@ -1,9 +1,9 @@
-"""verifier/execute/proc_cpu.py: the host CPU seconds by kind of process that bench_verifier.py reports."""
+"""bench/lib/proc_cpu.py: the host CPU seconds by kind of process that bench_verifier.py reports."""
 
 import subprocess
 import sys
 
-from verifier.execute.proc_cpu import ProcCpu, kind
+from bench.lib.proc_cpu import ProcCpu, kind
 
 
 def test_processes_are_classified_by_what_they_run():

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 import torch
 
-from synth.teacher.compact import answer, cpu_answer, cuda_answer
-from synth.teacher.task_families import (HARD_KINDS, KINDS, OPS, REDUCING, ROW_OPS, FamilyTask, Op, degenerate,
+from bench.lib.teacher_compact import answer, cpu_answer, cuda_answer
+from bench.lib.task_families import (HARD_KINDS, KINDS, OPS, REDUCING, ROW_OPS, FamilyTask, Op, degenerate,
                                          fmt_const, generate_mix, generate_tasks, parse_shares, run_task, task_code)
 
 

@@ -14,7 +14,7 @@ import torch
 
 from kernelmill.schema import Message
 from synth.generate.generators import TeacherGenerator
-from synth.teacher.coverage import FAMILY_TASKS, family_tasks
+from bench.lib.teacher_coverage import FAMILY_TASKS, family_tasks
 from synth.teacher.lowering import lower_reference
 from synth.teacher.writer import BUG_KINDS, TeacherDeclined, bug_sites, choose_bug, is_decline, write_candidate
 

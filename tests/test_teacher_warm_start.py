@@ -1,13 +1,13 @@
-"""The teacher's one bug catalogue (synth/teacher/bugs.py) and the repair warm start (synth/teacher/warm_start.py):
+"""The teacher's one bug catalogue (synth/teacher/bugs.py) and the repair warm start (bench/lib/teacher_warm_start.py):
 bugs planted in compact teacher answers, one line each, deterministic; the writer's kinds from the same catalogue."""
 
 import difflib
 import json
 
 from synth.teacher import bugs
-from synth.teacher.compact import answer
-from synth.teacher.task_families import generate_tasks
-from synth.teacher.warm_start import bugged_candidates, keep_only_dialogues
+from bench.lib.teacher_compact import answer
+from bench.lib.task_families import generate_tasks
+from bench.lib.teacher_warm_start import bugged_candidates, keep_only_dialogues
 from synth.teacher.writer import BUG_KINDS, repair_response
 
 
@@ -48,7 +48,7 @@ def test_loop_bench_plants_one_real_bug_per_answer_deterministically():
 
 def test_bugged_candidates_carry_the_planted_bug_and_the_fenced_response():
     from kernelmill.schema import Task
-    from synth.teacher.task_families import task_code
+    from bench.lib.task_families import task_code
 
     fts = generate_tasks(8, seed=3)
     tasks = [Task.from_code(task_code(ft), name=f"f{i}", source="teacher") for i, ft in enumerate(fts)]

@@ -1,4 +1,4 @@
-"""Model export (train/export.py): a policy rounded to bf16 and packed into parts of bounded size comes back as an
+"""Model export (bench/lib/train_export.py): a policy rounded to bf16 and packed into parts of bounded size comes back as an
 fp32 model directory with exactly those weights and the tokenizer."""
 
 import json
@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-import train.export as export
+import bench.lib.train_export as export
 from kernelmill.errors import InputError
 from train.model import build_tiny_model, build_tokenizer, load_pretrained
 

@@ -1,4 +1,4 @@
-"""The tiered training corpus and tier screening (train/family_corpus.py, train/tiers.py): how SFT is thinned per
+"""The tiered training corpus and tier screening (bench/lib/family_corpus.py, bench/lib/train_tiers.py): how SFT is thinned per
 tier, which tiers become the RL and evaluation mix, how the held-out rows are split per tier, and how an RL arm's
 logged steps are summed up and read (train/evaluate.py)."""
 
@@ -11,8 +11,8 @@ from kernelmill import store
 from kernelmill.errors import InputError
 from kernelmill.schema import Message, RLRow, SFTRow
 from train.evaluate import diagnose, summarise_steps
-from train.family_corpus import keep_share, read_families, write_family_corpus, write_sft_corpus
-from train.tiers import choose_tiers, round_robin, split_by_tier
+from bench.lib.family_corpus import keep_share, read_families, write_family_corpus, write_sft_corpus
+from bench.lib.train_tiers import choose_tiers, round_robin, split_by_tier
 
 
 def test_choose_tiers_takes_the_band_else_the_nearest_tier():

@@ -25,9 +25,13 @@ RewardFn = Callable[[list[tuple[dict, str]]], list[Score]]
 
 @dataclass(frozen=True)
 class Policy:
-    """The generator a policy's answers are recorded under (``make_candidate`` reads its ``name``)."""
+    """The generator a policy's answers are recorded under: ``make_candidate`` reads its ``name`` and
+    ``injected_bug`` (the trainer samples the answers itself; a policy plants no bug)."""
 
     name: str = "policy"
+
+    def injected_bug(self, response: str) -> str:
+        return ""
 
 
 def _verify_config(verify_cfg):

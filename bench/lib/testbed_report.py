@@ -372,7 +372,7 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
              *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
              "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
              "from Verdict.stage_seconds):", "", *cost_table(cost, HEADLINE_KEYS), "",
-             "Host CPU-seconds per distinct program by kind of process (verifier/execute/proc_cpu.py):", "",
+             "Host CPU-seconds per distinct program by kind of process (bench/lib/proc_cpu.py):", "",
              "| processes | CPU s per program | processes seen |", "| --- | --- | --- |"]
     # every process of the box is sampled: kinds under 0.05 s per program (the shell, kernel threads) left out
     lines += [f"| {kind} | {sec / max(cost.programs, 1):.2f} | {cnt} |"

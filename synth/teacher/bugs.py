@@ -4,8 +4,8 @@ turn gives for it and where it is planted.
 Two teachers plant them:
     writer   synth/teacher/writer.py (lowering-based, ``bug=`` of write_candidate): planted in the lowered program,
              only in a kernel where the bug changes the result on the task's own shapes (``writer.bug_sites``)
-    compact  synth/teacher/compact.py answers (the procedural task families): a one-line text edit of the answer
-             (``plant_bug``), used by the repair warm start (synth/teacher/warm_start.py)
+    compact  bench/lib/teacher_compact.py answers (the procedural task families): a one-line text edit of the answer
+             (``plant_bug``), used by the repair warm start (bench/lib/teacher_warm_start.py)
 
 Each kind has one entry (``BUGS``): a kind both teachers plant would be one entry with both ways of planting.
 Not guaranteed: that the verifier detects a planted bug (a race may happen to give the right answer; a launch

@@ -167,7 +167,12 @@ CALL_CODES = {
     "torch.manual_seed": cheats.C12, "torch.seed": cheats.C12, "torch.initial_seed": cheats.C12,
     "torch.get_rng_state": cheats.C12, "torch.set_rng_state": cheats.C12, "torch.cuda.manual_seed": cheats.C12,
     "torch.cuda.manual_seed_all": cheats.C12, "torch.random.manual_seed": cheats.C12,
-    "torch.cuda.get_rng_state": cheats.C12,
+    "torch.cuda.get_rng_state": cheats.C12, "torch.cuda.set_rng_state": cheats.C12, "torch.random.seed": cheats.C12,
+    "torch.random.initial_seed": cheats.C12, "torch.random.get_rng_state": cheats.C12,
+    "torch.random.set_rng_state": cheats.C12, "torch.default_generator.get_state": cheats.C12,
+    "torch.default_generator.set_state": cheats.C12, "torch.default_generator.manual_seed": cheats.C12,
+    "torch.default_generator.seed": cheats.C12, "torch.default_generator.initial_seed": cheats.C12,
+    "numpy.random.seed": cheats.C12, "numpy.random.get_state": cheats.C12, "numpy.random.set_state": cheats.C12,
     "torch.compile": cheats.C01, "torch.jit.script": cheats.C01, "torch.jit.trace": cheats.C01,
 }
 ATTR_CODES = {"sys.__stdout__": cheats.C18, "sys.modules": cheats.C11,
@@ -252,6 +257,11 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
         if code_ in (cheats.C01, cheats.C04):
             compute_ids.add(id(node))
         if code_ == cheats.C01 and id(node) in init_ids:
+            return
+        # seeding or reading the generators while ModelNew is constructed (weights drawn as the reference draws
+        # them, `torch.manual_seed(42)` copied from its __init__) predicts nothing: no trial seed exists in the
+        # child before construction is over (ANTI_CHEAT 12, 20), and every input is drawn from one it gets later
+        if code_ == cheats.C12 and id(node) in init_ids:
             return
         if code_ in (cheats.C01, cheats.C04) and id(node) in dead:
             return

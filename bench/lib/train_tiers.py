@@ -1,4 +1,4 @@
-"""Tier screening: which tiers of a tiered corpus (train/family_corpus.py) a model should be reinforced and
+"""Tier screening: which tiers of a tiered corpus (bench/lib/family_corpus.py) a model should be reinforced and
 evaluated on, chosen from its own samples on tasks that are never evaluated.
 
     split = split_by_tier(held_rows, tier_of, screen_per_tier, eval_tasks)   per tier: screen / eval pool / rl pool

@@ -1,5 +1,5 @@
 """A seeded procedural generator of small KernelBench-style task programs, in families a small model can learn to
-translate into kernels (synth/teacher/compact.py writes the answers), in four tiers of difficulty so a benchmark can
+translate into kernels (bench/lib/teacher_compact.py writes the answers), in four tiers of difficulty so a benchmark can
 train on the easy ones and measure, or reinforce, on harder ones.
 
 Families (``FamilyTask.kind``):

@@ -1,5 +1,5 @@
-"""Procedural training corpora: task programs of synth/teacher/task_families.py with the compact teacher's answers
-(synth/teacher/compact.py), for training a small model from scratch before it samples anything.
+"""Procedural training corpora: task programs of bench/lib/task_families.py with the compact teacher's answers
+(bench/lib/teacher_compact.py), for training a small model from scratch before it samples anything.
 
     make_tiered_corpus(out, n_tasks, backend, seed, tier_shares)   sft + rl tables over a mix of tiers 1-4
     make_prompted_corpus(out, n_tasks, backend, seed)              tasks + sft tables, prompts of the generate stage
@@ -7,7 +7,7 @@
     read_corpus(corpus, backend) / write_training_corpus(out, tasks, answers, backend, extra)
 
 Every corpus also holds ``families.json``: task_id -> {"sig": the op combination, "tier": 1-4}, which the tier
-screening (train/tiers.py) and the held-out "unseen combination" count read. Tables are written with
+screening (bench/lib/train_tiers.py) and the held-out "unseen combination" count read. Tables are written with
 kernelmill.store (Parquet under ``<corpus>/<table>/``), older Parquet files of the corpus replaced.
 
 Guarantees: deterministic for the arguments; two task programs with one task_id stop the write (InputError).
@@ -57,8 +57,8 @@ def make_tiered_corpus(out: Path, n_tasks: int, backend: str, seed: int, tier_sh
     prompt, the teacher's answer) and an rl row; prints a summary (held-out count at ``heldout_frac``). Returns the
     FamilyTasks (for :func:`check_teacher_cpu`)."""
     from kernelmill.schema import Message, RLRow, SFTRow, task_id_for
-    from synth.teacher.compact import answer
-    from synth.teacher.task_families import generate_mix, parse_shares, task_code
+    from bench.lib.teacher_compact import answer
+    from bench.lib.task_families import generate_mix, parse_shares, task_code
     from train.data import is_heldout
 
     t0 = time.time()
@@ -87,8 +87,8 @@ def make_tiered_corpus(out: Path, n_tasks: int, backend: str, seed: int, tier_sh
 def check_teacher_cpu(tasks, n: int) -> tuple[int, int]:
     """Verify the cpu twins of ``n`` tasks (round-robin over tiers and kinds) with the real cpu verifier; prints
     each failure; returns (correct, checked)."""
-    from synth.teacher.compact import cpu_answer
-    from synth.teacher.task_families import task_code
+    from bench.lib.teacher_compact import cpu_answer
+    from bench.lib.task_families import task_code
     from train.rollout import verifier_reward_fn
 
     by_kind: dict[tuple, list] = {}
@@ -152,8 +152,8 @@ def make_prompted_corpus(out: Path, n_tasks: int, backend: str, seed: int, heldo
     are the generate stage's (synth.generate.prompts.build_prompt), then the teacher's answer."""
     from kernelmill.schema import Message, SFTRow, Task
     from synth.generate.prompts import build_prompt
-    from synth.teacher.compact import answer
-    from synth.teacher.task_families import generate_tasks, task_code
+    from bench.lib.teacher_compact import answer
+    from bench.lib.task_families import generate_tasks, task_code
     from train.data import is_heldout
 
     t0 = time.time()

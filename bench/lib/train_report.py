@@ -1,5 +1,5 @@
 """The report of a training run (bench/bench_train_gpu.py writes it): the markdown tables rewritten after every
-row (with their $OUT copies). Tier choice is train/tiers.py's, an arm's steps are read by train/evaluate.py.
+row (with their $OUT copies). Tier choice is bench/lib/train_tiers.py's, an arm's steps are read by train/evaluate.py.
 
 Imports: the standard library only.
 """
@@ -78,8 +78,8 @@ class Report:
         lines = [f"# Training stage on {i['device']}: RL with signal", "",
                  f"Command: `{i['command']}`. Verifier backend: {i['backend']} (trials {a.trials}, timing_trials "
                  f"{a.timing_trials}, no torch.compile timing){cap}.",
-                 f"Corpus: {i['tasks']} procedural task programs (synth/teacher/task_families.py, tasks per tier "
-                 f"{i['per_tier']}) with the compact teacher's answers (synth/teacher/compact.py); {i['train_tasks']} "
+                 f"Corpus: {i['tasks']} procedural task programs (bench/lib/task_families.py, tasks per tier "
+                 f"{i['per_tier']}) with the compact teacher's answers (bench/lib/teacher_compact.py); {i['train_tasks']} "
                  f"training tasks, of which SFT kept {i.get('sft_kept', '?')} per tier (--sft-tiers {a.sft_tiers}); "
                  f"{i['heldout_tasks']} held out, never trained on by SFT.",
                  f"Model: Llama {a.n_layer} layers, d={a.d_model}, {a.n_head} heads, BPE tokenizer trained on the corpus "

@@ -1,4 +1,4 @@
-"""A compact teacher for the task families of synth/teacher/task_families.py: a short, correct ModelNew file
+"""A compact teacher for the task families of bench/lib/task_families.py: a short, correct ModelNew file
 that is a regular function of the task, so a small model can learn the mapping.
 
 The answer is one template per family kind with three variable parts: whether a second input ``y``
@@ -23,7 +23,7 @@ use one thread per row (simple, not fast).
 
 from __future__ import annotations
 
-from synth.teacher.task_families import OPS, REDUCING, FamilyTask
+from bench.lib.task_families import OPS, REDUCING, FamilyTask
 
 HEADER = "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
 
