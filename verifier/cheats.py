@@ -52,8 +52,8 @@ _ROWS = [
      "judge: an output bit-identical to an earlier trial's output on different inputs; fresh inputs for "
      "every timed iteration"),
     ("C09_SIDE_WORK", "work on a side stream or a background thread so timing misses it",
-     "static: threading/concurrent/torch.cuda.Stream; runtime: Python and OS thread counts before and after "
-     "forward; on cuda the whole device is synchronised before the end event"),
+     "static: threading/concurrent/torch.cuda.Stream; runtime: the candidate's threads still at work (not parked) "
+     "after import, forward and the timed calls; on cuda the whole device is synchronised before the end event"),
     ("C10_LAZY_OUTPUT", "a lazy tensor subclass or deferred work in the checker",
      "runtime: outputs must be exactly torch.Tensor, strided, with storage, on the task's device"),
     ("C11_MONKEYPATCH", "monkeypatching torch, the verifier or builtins",

@@ -124,11 +124,12 @@ def check_channel(ledger: Ledger, ev: Evidence) -> None:
 
 
 def check_threads_at_load(report: ChildReport, ev: Evidence) -> None:
-    """C09: threads the candidate's import or constructor started and left running. Work on them is watched by
-    no thread-local monitor, and forward does not need them (kernels run on the device, not on a host thread)."""
+    """C09: threads the candidate's import or constructor started that were still at work afterwards (never idle
+    for ``monitors.QUIET_S``; parked ones, an OpenMP pool's, are not counted). Work on them is watched by no
+    thread-local monitor, and forward does not need them."""
     if report.threads_at_load > 0:
-        ev.add(cheats.C09, f"Importing your program or constructing ModelNew left {report.threads_at_load} new "
-                           "thread(s) running: work on a thread of your own is not allowed.")
+        ev.add(cheats.C09, f"Importing your program or constructing ModelNew left {report.threads_at_load} "
+                           "thread(s) at work after it: work on a thread of your own outside forward is not allowed.")
 
 
 def use_streamed_records(report: ChildReport, ledger: Ledger, ev: Evidence) -> None:
@@ -176,7 +177,9 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     if rec.kernel_calls == 0:
         ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
     if rec.threads_added > 0:
-        ev.add(cheats.C09, f"{label}: forward left {rec.threads_added} new thread(s) running.")
+        ev.add(cheats.C09, f"{label}: {rec.threads_added} thread(s) of yours were still at work after forward "
+                           "returned (or ended only then): work the timing misses. Join your threads before "
+                           "returning; an idle pool (OpenMP's) is fine.")
     if rec.mutated_inputs:
         ev.add(cheats.C07, f"{label}: forward modified input(s) {rec.mutated_inputs} in place.")
     if rec.output_problem:
@@ -451,7 +454,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     # ---- runtime legality
     check_own_kernels(report, cfg, v, ev)
     if report.threads_added_timing > 0:
-        ev.add(cheats.C09, "Threads were started during the timed iterations.")
+        ev.add(cheats.C09, f"{report.threads_added_timing} thread(s) of yours were still at work after the timed "
+                           "iterations returned.")
     if ev.codes:  # a cheat under either legality policy
         v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
         return finish(w, "cheat", ev.details)
