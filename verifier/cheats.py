@@ -1,5 +1,6 @@
 """The anti-cheat catalogue: one stable code per row of docs/ANTI_CHEAT.md (tests/test_architecture.py keeps the
-two equal, and every code asserted by a test).
+two equal, and every code asserted by a test); C01-C18 are the design catalogue's rows 1-18 in order, later codes
+refine one of them (``Cheat.row``).
 
 Each code names the cheat it stops. The checks themselves live where the evidence is:
 static (verifier/static.py, an AST scan before compiling), runtime (verifier/worker.py, inside the
@@ -81,10 +82,21 @@ _ROWS = [
      "data; static: raw fd writes; runtime: verdict-looking text in the candidate's output is flagged"),
 ]
 
+# Codes added after the eighteen, each refining a row of the catalogue (its ``row``): where a verdict must tell
+# apart two readings of one row that corpora and policies treat differently.
+_REFINING = [
+    ("C19_UNRUN_TORCH_PATH", 1, "PyTorch compute in forward on a path that never ran (a fallback for shapes the task "
+     "cannot produce, a branch its inputs never take): the strict policy rejects it, the partial policy does not "
+     "count it",
+     "static: the C01 scan found PyTorch compute in forward; runtime: neither monitor saw PyTorch compute on any "
+     "trial, the extra shape or the timed calls (where they did, it is C01)"),
+]
+
 CATALOGUE: dict[str, Cheat] = {code: Cheat(code, i + 1, pattern, how) for i, (code, pattern, how) in enumerate(_ROWS)}
+CATALOGUE.update({code: Cheat(code, row, pattern, how) for code, row, pattern, how in _REFINING})
 CODES = tuple(CATALOGUE)
 
-C01, C02, C03, C04, C05, C06, C07, C08, C09, C10, C11, C12, C13, C14, C15, C16, C17, C18 = CODES
+C01, C02, C03, C04, C05, C06, C07, C08, C09, C10, C11, C12, C13, C14, C15, C16, C17, C18, C19 = CODES
 
 
 def describe(code: str) -> str:

@@ -492,10 +492,17 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     """A correct candidate that passed every other check: what the strict and the partial legality policies
     say (both recorded), and the verdict under ``cfg.legality``. Where forward ran PyTorch compute beside own
     kernels that ran on every trial, ``knockout()`` (a zero-argument callable, cuda; verifier/knockout.py) runs
-    the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do."""
+    the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do.
+
+    PyTorch compute the static scan found (``w.torch_findings``) on a path that never ran (no monitor saw PyTorch
+    compute on any trial, the extra shape or the timed calls: a fallback for shapes the task cannot produce) does
+    not decide the partial policy: the candidate's own kernels did the work on the task's inputs. The strict
+    policy rejects it all the same, as C19_UNRUN_TORCH_PATH, apart from C01 (PyTorch compute that ran)."""
     v = w.verdict
-    torch_codes = set(ev.torch_codes) | ({cheats.C01} if w.torch_findings else set())
-    knocked = knockout() if torch_codes and knockout is not None and own_kernels_ran(report) else None
+    ran = set(ev.torch_codes)  # PyTorch compute the runtime monitors saw
+    unrun = bool(w.torch_findings) and not ran
+    torch_codes = ran | ({cheats.C01} if w.torch_findings and ran else set()) | ({cheats.C19} if unrun else set())
+    knocked = knockout() if ran and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
         if not knocked.conclusive:
@@ -504,6 +511,10 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     partial_ok, why_not = own_work_ok(report, cfg, v, knocked)
     v.pass_strict, v.pass_partial = not torch_codes, partial_ok
     details = [f"Static check, {f}." for f in w.torch_findings] + ev.details
+    if unrun:
+        details.append("That PyTorch compute never ran: no monitor saw PyTorch compute on any trial, the extra shape "
+                       "or the timed calls. The strict policy rejects a PyTorch path in forward all the same "
+                       f"({cheats.C19}); the partial policy does not count it.")
     if cfg.legality == "strict" and torch_codes:
         v.cheats, v.correct = sorted(torch_codes), False
         return finish(w, "cheat", details + ["(Under the partial legality policy, which allows PyTorch compute beside "
@@ -512,7 +523,7 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     if cfg.legality == "partial" and not partial_ok:
         v.cheats, v.correct = [cheats.C02], False
         return finish(w, "cheat", details + [f"Partial legality: {why_not}."])
-    if torch_codes:
+    if ran:
         details.append("PyTorch compute in forward is allowed under the partial legality policy used here; the strict "
                        "policy (the corpora's) rejects it.")
     advice = "It is slower than eager PyTorch: fuse work, coalesce memory accesses, and use more parallelism." \
