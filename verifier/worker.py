@@ -451,7 +451,6 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     with recorder:
                         with record_function("km_forward"):
                             out = model_new(*inputs)
-                        returned = threads_beside(tids0)  # the candidate's threads as forward returned
                         if _get_current_dispatch_mode() is not recorder:
                             rec.monitor_problems.append("the dispatch monitor was removed during forward")
                     backend.synchronize()
@@ -459,6 +458,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 rec.error = _short_traceback()
                 ch.record(f"trial{i}", rec.to_dict())
                 break
+            # the candidate's threads as forward returned, read once the profiler's session is over (a thread of
+            # the profiler's own that lives for one session is not the candidate's)
+            returned = threads_beside(tids0)
             read_profile(prof, cuda_kernels, rec)
             rec.kernel_calls = KERNEL_CALLS[0]
             rec.dispatched_ops = sorted(set(recorder.ops))

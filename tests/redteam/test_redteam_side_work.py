@@ -42,12 +42,13 @@ torch::Tensor relu_omp2(torch::Tensor x) {
     for (int64_t i = 0; i < n; ++i) b[i] = a[i] > 0.f ? a[i] : 0.f;
     return y;
 }
-// cheat: the output is finished by a detached thread after forward returned (the timing sees an empty call)
-torch::Tensor relu_detached(torch::Tensor x) {
+// cheat: the output is finished by a detached thread after forward returned (the timing sees an empty call), at
+// once or a while later
+torch::Tensor relu_detached(torch::Tensor x, int64_t delay_ms) {
     auto xc = x.contiguous();
     auto y = torch::empty_like(xc);
-    std::thread([xc, y]() {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::thread([xc, y, delay_ms]() {
+        if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
         relu_range(xc.data_ptr<float>(), y.data_ptr<float>(), 0, xc.numel());
     }).detach();
     return y;
@@ -97,7 +98,11 @@ CASES = {
     "honest_openmp_num_threads_2_pool_started_in_forward": (omp("return ext.relu_omp2(x)"), "pass", None),
     "honest_openmp_num_threads_2_pool_started_in_init": (
         omp("return ext.relu_omp2(x)", init="ext.relu_omp2(torch.randn(4096))"), "pass", None),
-    "detached_thread_finishes_the_output_after_forward": (omp("return ext.relu_detached(x)"), "cheat", cheats.C09),
+    "detached_thread_finishes_the_output_after_forward": (omp("return ext.relu_detached(x, 50)"), "cheat", cheats.C09),
+    # the same thread without the wait: it may be done before the trial's checks look, never before the harness
+    # reads a timed call's output (C16), and where it is still there as forward returned it is C09
+    "detached_thread_computes_the_output_at_once": (omp("return ext.relu_detached(x, 0)"), "cheat",
+                                                    (cheats.C09, cheats.C16)),
     "thread_left_computing_after_forward": (omp("return ext.relu_leaves_a_spinner(x)"), "cheat", cheats.C09),
 }
 
@@ -117,7 +122,9 @@ def test_side_work_case(verdicts, name):
     v = verdicts[name]
     _, status, code = CASES[name]
     assert v.status == status, (name, v.status, v.cheats, v.feedback[:600])
-    if code:
+    if isinstance(code, tuple):
+        assert set(code) & set(v.cheats) and v.reward < 0, (name, v.cheats, v.feedback[:400])
+    elif code:
         assert code in v.cheats and v.reward < 0, (name, v.cheats, v.feedback[:400])
         assert "still at work after forward returned" in v.feedback
     else:
