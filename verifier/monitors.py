@@ -214,9 +214,9 @@ def side_work_threads(seen: dict, baseline: set[str], *, ended_counts: bool = Tr
     ``std::thread`` finishing the output). A thread idle for a whole ``QUIET_S`` is parked and not counted.
     Waits only while some thread is still undecided; returns at once when the candidate has no thread.
 
-    Not covered: a thread that works for less than ``SETTLE_S`` after the call and then parks on a futex (a pool
-    of the candidate's own that finishes the output late): the output is read as the call returns, and the harness
-    sees a late write on a timed call (C16)."""
+    Not covered: a thread that works for a while after the call and then parks on a futex within ``SETTLE_S`` (a
+    pool of the candidate's own that finishes the output late): the trial's output is read before this check, and
+    the harness sees a late or wrong timed output (C16). Without /proc every thread of the candidate's counts."""
     if not seen:
         return 0
     start = time.monotonic()
