@@ -149,8 +149,10 @@ def test_static_cheat_and_honest_lookalike(code, cheat, honest):
 
 
 def test_every_catalogue_row_has_a_code():
-    assert len(cheats.CODES) == 18 and [c.row for c in cheats.CATALOGUE.values()] == list(range(1, 19))
+    rows = [c.row for c in cheats.CATALOGUE.values()]
+    assert rows[:18] == list(range(1, 19)) and all(1 <= r <= 18 for r in rows[18:])  # later codes refine a row
     assert cheats.C01 == "C01_TORCH_COMPUTE" and cheats.C18 == "C18_FAKE_VERDICT"
+    assert cheats.C19 == "C19_UNRUN_TORCH_PATH" and cheats.CATALOGUE[cheats.C19].row == 1
 
 
 def test_reward_is_monotone_in_outcome():

@@ -1,4 +1,5 @@
-"""The anti-cheat catalogue and the registry of its checks: one stable code per row of docs/ANTI_CHEAT.md.
+"""The anti-cheat catalogue and the registry of its checks: one stable code per row of docs/ANTI_CHEAT.md;
+C01-C18 are the design catalogue's rows 1-18 in order, later codes refine one of them (``Cheat.row``).
 
 Each code names the cheat it stops (``CATALOGUE[code]``: the pattern, how it is caught in words, and ``fix``, the
 sentence a repair turn reads: what to do instead). Each function that decides a code is registered under it with
@@ -57,8 +58,8 @@ _ROWS = [
      "judge: an output bit-identical to an earlier trial's output on different inputs; fresh inputs for "
      "every timed iteration"),
     ("C09_SIDE_WORK", "work on a side stream or a background thread so timing misses it",
-     "static: threading/concurrent/torch.cuda.Stream; runtime: Python and OS thread counts before and after "
-     "forward; on cuda the whole device is synchronised before the end event"),
+     "static: threading/concurrent/torch.cuda.Stream; runtime: the candidate's threads still at work (not parked) "
+     "after import, forward and the timed calls; on cuda the whole device is synchronised before the end event"),
     ("C10_LAZY_OUTPUT", "a lazy tensor subclass or deferred work in the checker",
      "runtime: outputs must be exactly torch.Tensor, strided, with storage, on the task's device"),
     ("C11_MONKEYPATCH", "monkeypatching torch, the verifier or builtins",
@@ -109,12 +110,26 @@ _FIX = {
     "C16_WARMUP_DETECTION": "compute the same way on every call, timed or not",
     "C17_SANDBOX_ESCAPE": "no processes, sleeps, network or files outside the build: compute in your kernel",
     "C18_FAKE_VERDICT": "print nothing that looks like a verdict; the verifier writes its own",
+    "C19_UNRUN_TORCH_PATH": "remove the PyTorch path your inputs never take, or handle those inputs in your own "
+                            "kernel (the strict policy allows no PyTorch compute in forward, run or not)",
 }
+
+# Codes added after the eighteen, each refining a row of the catalogue (its ``row``): where a verdict must tell
+# apart two readings of one row that corpora and policies treat differently.
+_REFINING = [
+    ("C19_UNRUN_TORCH_PATH", 1, "PyTorch compute in forward on a path that never ran (a fallback for shapes the task "
+     "cannot produce, a branch its inputs never take): the strict policy rejects it, the partial policy does not "
+     "count it",
+     "static: the C01 scan found PyTorch compute in forward; runtime: neither monitor saw PyTorch compute on any "
+     "trial, the extra shape or the timed calls (where they did, it is C01)"),
+]
+
 CATALOGUE: dict[str, Cheat] = {code: Cheat(code, i + 1, pattern, how, _FIX[code])
                                for i, (code, pattern, how) in enumerate(_ROWS)}
+CATALOGUE.update({code: Cheat(code, row, pattern, how, _FIX[code]) for code, row, pattern, how in _REFINING})
 CODES = tuple(CATALOGUE)
 
-C01, C02, C03, C04, C05, C06, C07, C08, C09, C10, C11, C12, C13, C14, C15, C16, C17, C18 = CODES
+C01, C02, C03, C04, C05, C06, C07, C08, C09, C10, C11, C12, C13, C14, C15, C16, C17, C18, C19 = CODES
 
 
 def describe(code: str) -> str:

@@ -5,10 +5,16 @@
 - ``profiled`` / ``read_profile``: the profiler, a C++ observer of the dispatcher that the dispatch-mode
   switch does not reach; a ``km_forward`` marker proves it watched the whole call; on cuda it also gives
   each kernel's device time (own kernels vs foreign ones, for the time-coverage check in judge.py).
-Both are judged by the allowlist of ``verifier.common.ops``. Imports: torch, the standard library and verifier.common.
+Both are judged by the allowlist of ``verifier.common.ops``. ``threads_beside`` / ``side_work_threads``: the
+candidate's threads judged by whether they run after a call returned (C09), not counted. Imports: torch, the
+standard library and verifier.common.
 """
 
 from __future__ import annotations
+
+import os
+import threading
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -115,3 +121,85 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
     rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
     if not host_win:
         rec.monitor_problems.append("the profiler stopped recording during forward")
+
+
+# ---------------------------------------------------------------------------- side work on threads (C09)
+# Side work is work the timing misses: a thread of the candidate's that is still running after the call returned.
+# A thread that is merely there is not: an OpenMP pool (``#pragma omp parallel for num_threads(2)``) outlives every
+# call with its workers parked on a futex, using no CPU until the next region. So the threads are judged by what
+# they do after the call, from the kernel's per-thread CPU accounting, not counted.
+
+QUIET_S = 0.05  # idle this long: parked (a 20 ms sleep loop never is; libgomp's spin after a region: 8-15 ms here)
+SETTLE_S = 1.0  # how long a check waits at most for the candidate's threads to park
+
+
+def thread_ids() -> set[str]:
+    """The ids of this process's threads (``/proc/self/task``; Python's threads where that cannot be read)."""
+    try:
+        return set(os.listdir("/proc/self/task"))
+    except OSError:
+        return {f"py{t.native_id}" for t in threading.enumerate()}
+
+
+def thread_run(tid: str) -> tuple | None:
+    """How much thread ``tid`` has run so far: (ns on a cpu, times scheduled) from its schedstat, or (utime + stime
+    in clock ticks, context switches) where the kernel keeps no schedstat; None when it cannot be read (ended)."""
+    base = f"/proc/self/task/{tid}"
+    try:
+        with open(f"{base}/schedstat") as f:
+            run_ns, _, slices = f.read().split()[:3]
+        return int(run_ns), int(slices)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(f"{base}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"{base}/status") as f:
+            switches = sum(int(ln.split()[1]) for ln in f if "ctxt_switches:" in ln)
+        return int(fields[11]) + int(fields[12]), switches
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def threads_beside(baseline: set[str]) -> dict[str, tuple | None]:
+    """This process's threads not in ``baseline`` (the verifier's own, taken before the candidate was imported),
+    each with how much it has run: read right as a call returns, it is what ``side_work_threads`` judges."""
+    return {t: thread_run(t) for t in thread_ids() - baseline}
+
+
+def side_work_threads(seen: dict, baseline: set[str], *, ended_counts: bool = True) -> int:
+    """How many of the candidate's threads (``seen``: ``threads_beside`` read as the call returned) did side work
+    after it: one that kept running (never idle for ``QUIET_S`` within ``SETTLE_S``), one started after the call,
+    and (``ended_counts``) one that ended meanwhile (it was still at work when the call was over: a detached
+    ``std::thread`` finishing the output). A thread idle for a whole ``QUIET_S`` is parked and not counted.
+    Waits only while some thread is still undecided; returns at once when the candidate has no thread.
+
+    Not covered: a thread that works for a while after the call and then parks on a futex within ``SETTLE_S`` (a
+    pool of the candidate's own that finishes the output late): the trial's output is read before this check, and
+    the harness sees a late or wrong timed output (C16). Without /proc every thread of the candidate's counts."""
+    if not seen:
+        return 0
+    start = time.monotonic()
+    last = dict(seen)
+    changed = {t: start for t in seen}
+    busy = sum(1 for r in seen.values() if r is None)  # unreadable at the call's return: cannot be judged idle
+    pending = {t for t, r in seen.items() if r is not None}
+    while pending:
+        time.sleep(0.01)
+        now = time.monotonic()
+        late = thread_ids() - baseline - set(seen)
+        if late:  # started after the call returned, by a thread of the candidate's
+            busy += len(late)
+            seen = {**seen, **{t: None for t in late}}
+        for t in sorted(pending):
+            run = thread_run(t)
+            if run is None:  # ended after the call
+                pending.discard(t)
+                busy += 1 if ended_counts else 0
+            elif run != last[t]:
+                last[t], changed[t] = run, now
+            elif now - changed[t] >= QUIET_S:
+                pending.discard(t)  # parked
+        if now - start >= SETTLE_S:
+            return busy + len(pending)
+    return busy

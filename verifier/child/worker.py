@@ -36,7 +36,6 @@ import os
 import resource
 import statistics
 import sys
-import threading
 import time
 import traceback
 import types
@@ -50,7 +49,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from verifier.child.channel import Channel
 from verifier.child.harness_client import BracketClient
 from verifier.child.knockout import ChildKnockout
-from verifier.child.monitors import DispatchRecorder, profiled, read_profile, watched
+from verifier.child.monitors import (DispatchRecorder, profiled, read_profile, side_work_threads, thread_ids,
+                                     threads_beside, watched)
 from verifier.child.tamper import Snapshot
 from verifier.child.timing import clone, plain_cpu, probe_calls
 from verifier.common import childenv
@@ -219,13 +219,6 @@ def _save(obj, path: Path) -> str:
     return path.name
 
 
-def _os_threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
 class Guard:
     """Compares torch's state with the snapshot taken before the candidate was imported; the first change
     is written to flags.json at once (it survives a later hang or crash) and stops the job."""
@@ -368,10 +361,6 @@ def _drawer(ref, device: str, program_text: str):
     return draw
 
 
-def _threads_now() -> int:
-    return max(threading.active_count(), _os_threads())
-
-
 def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> ChildReport:
     """The candidate's trials, runtime checks and timing. Seeds arrive over the channel one step at a time
     (verifier/execute/channel.py): none exists here while the candidate is imported and constructed, and trial i + 1's
@@ -406,7 +395,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     except Exception:  # noqa: BLE001 - nothing of the candidate has run yet
         report.setup_error = traceback.format_exc(limit=4)[-3000:]
         return report
-    threads0 = _threads_now()
+    tids0 = thread_ids()  # the verifier's own threads: any other is the candidate's (C09 judges what they do)
     (job_dir / JOB_FILE).unlink(missing_ok=True)
     try:
         cand = _exec_module("km_candidate", job.candidate_code, "candidate.py")
@@ -432,9 +421,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     ref_cls = ref.Model
     report.holds_reference_model = any(isinstance(m, ref_cls) for m in model_new.modules())
     report.cuda_kernel_names = cuda_kernels
-    # threads the candidate's import or constructor started and left running: work there is seen by no
-    # thread-local monitor (dispatch modes, the profiler's callbacks)
-    report.threads_at_load = max(_threads_now() - threads0, 0)
+    # threads the candidate's import or constructor started and left running (parked ones are not): work there is
+    # seen by no thread-local monitor (dispatch modes, the profiler's callbacks)
+    report.threads_at_load = side_work_threads(threads_beside(tids0), tids0, ended_counts=False)
     clock.phase("load")
     if guard.tampered("ModelNew()"):
         return report
@@ -465,7 +454,6 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             backend.synchronize()
             backend.poison_free_memory(nbytes(inputs) * 2)
             KERNEL_CALLS[0] = 0
-            threads_before = _threads_now()
             recorder = DispatchRecorder()
             try:
                 with profiled(backend) as prof:
@@ -479,8 +467,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 rec.error = _short_traceback()
                 ch.record(f"trial{i}", rec.to_dict())
                 break
+            # the candidate's threads as forward returned, read once the profiler's session is over (a thread of
+            # the profiler's own that lives for one session is not the candidate's)
+            returned = threads_beside(tids0)
             read_profile(prof, cuda_kernels, rec)
-            rec.threads_added = max(_threads_now() - threads_before, 0)
             rec.kernel_calls = KERNEL_CALLS[0]
             rec.dispatched_ops = sorted(set(recorder.ops))
             rec.to_host_bytes = recorder.to_host_bytes
@@ -490,6 +480,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             if not rec.output_problem:
                 rec.output_file = _save(plain_cpu(out), job_dir / f"out_{i}.pt")
             del out
+            # after the output was read, as the harness reads a timed call's: a thread still at work is side work
+            rec.threads_added = side_work_threads(returned, tids0)
             if not ref_first:
                 try:
                     rec.ref_output_file = _save(plain_cpu(model(*clone(pristine))), job_dir / f"ref_{i}.pt")
@@ -516,7 +508,6 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             report.events.append(f"timing ran without the device to itself: the lock was not free within "
                                  f"{job.lock_wait_s:.0f} s")
         clock.phase("timing_lock_wait")
-        threads_before = _threads_now()
         timed = report.timed = TrialReport(index=-1)
         recorder = DispatchRecorder()
         KERNEL_CALLS[0] = 0
@@ -550,7 +541,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                                                                                       draw, n)
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
-        report.threads_added_timing = max(_threads_now() - threads_before, 0)
+        # the candidate's threads as the last timed call (or probe) returned, judged as after a trial
+        report.threads_added_timing = side_work_threads(threads_beside(tids0), tids0)
         clock.phase("timing")
         guard.tampered("timing")
     lock.close()

@@ -144,7 +144,7 @@ class TrialReport(_Record):
     index: int
     started_s: float = 0.0
     error: str = ""
-    threads_added: int = 0
+    threads_added: int = 0  # the candidate's threads at work after forward returned (monitors.side_work_threads)
     kernel_calls: int = 0
     dispatched_ops: list[str] = field(default_factory=list)  # aten ops seen by the dispatch-mode monitor
     to_host_bytes: int = 0  # device data forward copied to the host (cuda)
@@ -182,7 +182,7 @@ class ChildReport(_Record):
     copied_parameters: bool = False
     holds_reference_model: bool = False
     reference_error: str = ""  # the reference failed in the child: the verifier's problem, not the candidate's
-    threads_at_load: int = 0  # threads the candidate's import or ModelNew() started and left running
+    threads_at_load: int = 0  # threads the candidate's import or ModelNew() started, at work after it
     trials: list[TrialReport] = field(default_factory=list)
     timed: typing.Optional[TrialReport] = None  # what the monitors saw over every timed call
     cuda_kernel_names: list[str] = field(default_factory=list)
@@ -192,7 +192,7 @@ class ChildReport(_Record):
     compiled: typing.Optional[ModelTiming] = None
     compile_error: str = ""
     timing_error: str = ""
-    threads_added_timing: int = 0
+    threads_added_timing: int = 0  # the candidate's threads at work after the timed calls returned
     reference_gap_us: list[float] = field(default_factory=list)  # the reference's idle gaps, probed between the candidate's
     timing_exclusive: typing.Optional[bool] = None
     lock_wait_s: float = 0.0

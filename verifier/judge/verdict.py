@@ -139,11 +139,12 @@ def check_channel(ledger: Ledger, ev: Evidence) -> None:
 
 @cheats.check(cheats.C09, where="child")
 def check_threads_at_load(report: ChildReport, ev: Evidence) -> None:
-    """C09: threads the candidate's import or constructor started and left running. Work on them is watched by
-    no thread-local monitor, and forward does not need them (kernels run on the device, not on a host thread)."""
+    """C09: threads the candidate's import or constructor started that were still at work afterwards (never idle
+    for ``monitors.QUIET_S``; parked ones, an OpenMP pool's, are not counted). Work on them is watched by no
+    thread-local monitor, and forward does not need them."""
     if report.threads_at_load > 0:
-        ev.add(cheats.C09, f"Importing your program or constructing ModelNew left {report.threads_at_load} new "
-                           "thread(s) running: work on a thread of your own is not allowed.")
+        ev.add(cheats.C09, f"Importing your program or constructing ModelNew left {report.threads_at_load} "
+                           "thread(s) at work after it: work on a thread of your own outside forward is not allowed.")
 
 
 @cheats.check(cheats.C11, where="judge")
@@ -193,7 +194,9 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     if rec.kernel_calls == 0:
         ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
     if rec.threads_added > 0:
-        ev.add(cheats.C09, f"{label}: forward left {rec.threads_added} new thread(s) running.")
+        ev.add(cheats.C09, f"{label}: {rec.threads_added} thread(s) of yours were still at work after forward "
+                           "returned (or ended only then): work the timing misses. Join your threads before "
+                           "returning; an idle pool (OpenMP's) is fine.")
     if rec.mutated_inputs:
         ev.add(cheats.C07, f"{label}: forward modified input(s) {rec.mutated_inputs} in place.")
     if rec.output_problem:
@@ -471,7 +474,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     # ---- runtime legality
     check_own_kernels(report, cfg, v, ev)
     if report.threads_added_timing > 0:
-        ev.add(cheats.C09, "Threads were started during the timed iterations.")
+        ev.add(cheats.C09, f"{report.threads_added_timing} thread(s) of yours were still at work after the timed "
+                           "iterations returned.")
     if ev.codes:  # a cheat under either legality policy
         v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
         return finish(w, "cheat", ev.details)
@@ -508,10 +512,17 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     """A correct candidate that passed every other check: what the strict and the partial legality policies
     say (both recorded), and the verdict under ``cfg.legality``. Where forward ran PyTorch compute beside own
     kernels that ran on every trial, ``knockout()`` (a zero-argument callable, cuda; verifier/judge/knockout.py) runs
-    the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do."""
+    the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do.
+
+    PyTorch compute the static scan found (``w.torch_findings``) on a path that never ran (no monitor saw PyTorch
+    compute on any trial, the extra shape or the timed calls: a fallback for shapes the task cannot produce) does
+    not decide the partial policy: the candidate's own kernels did the work on the task's inputs. The strict
+    policy rejects it all the same, as C19_UNRUN_TORCH_PATH, apart from C01 (PyTorch compute that ran)."""
     v = w.verdict
-    torch_codes = set(ev.torch_codes) | ({cheats.C01} if w.torch_findings else set())
-    knocked = knockout() if torch_codes and knockout is not None and own_kernels_ran(report) else None
+    ran = set(ev.torch_codes)  # PyTorch compute the runtime monitors saw
+    unrun = bool(w.torch_findings) and not ran
+    torch_codes = ran | ({cheats.C01} if w.torch_findings and ran else set()) | ({cheats.C19} if unrun else set())
+    knocked = knockout() if ran and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
         if not knocked.conclusive:
@@ -520,6 +531,10 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     partial_ok, why_not = own_work_ok(report, cfg, v, knocked)
     v.pass_strict, v.pass_partial = not torch_codes, partial_ok
     details = [f"Static check, {f}." for f in w.torch_findings] + ev.details
+    if unrun:
+        details.append("That PyTorch compute never ran: no monitor saw PyTorch compute on any trial, the extra shape "
+                       "or the timed calls. The strict policy rejects a PyTorch path in forward all the same "
+                       f"({cheats.C19}); the partial policy does not count it.")
     if cfg.legality == "strict" and torch_codes:
         v.cheats, v.correct = sorted(torch_codes), False
         return finish(w, "cheat", details + ["(Under the partial legality policy, which allows PyTorch compute beside "
@@ -528,7 +543,7 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     if cfg.legality == "partial" and not partial_ok:
         v.cheats, v.correct = [cheats.C02], False
         return finish(w, "cheat", details + [f"Partial legality: {why_not}."])
-    if torch_codes:
+    if ran:
         details.append("PyTorch compute in forward is allowed under the partial legality policy used here; the strict "
                        "policy (the corpora's) rejects it.")
     advice = "It is slower than eager PyTorch: fuse work, coalesce memory accesses, and use more parallelism." \
