@@ -291,9 +291,11 @@ def _run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on
     return run, ledger, clocked
 
 
-def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyConfig, check: bool) -> Harness:
+def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyConfig, check: bool,
+             null: dict[int, float] | None = None) -> Harness:
     """The harness of one job: the reference built as the child builds it (same init seed), inputs drawn as the
-    trials draw them."""
+    trials draw them; at most the job's brackets per model, fewer once a model's time is tight (``null``: the
+    task's null brackets, which the candidate's times are reduced by)."""
     def reference():
         with RNG_LOCK:
             model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
@@ -303,7 +305,7 @@ def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyCo
         return draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
 
     return Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
-                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s)
+                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null)
 
 
 def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
@@ -405,10 +407,11 @@ def _measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_ro
         shutil.rmtree(job_dir, ignore_errors=True)
     null = clocked.null_by_calls()
     figures = {"null": {str(k): v for k, v in null.items()}}
-    for label, key in (("reference", "eager_s"), ("compiled", "compile_s")):
+    for label, key in (("reference", "eager"), ("compiled", "compile")):
         per_call = clocked.per_call_s(label, null)
-        if per_call is not None:
-            figures[key] = per_call
+        if per_call is not None:  # the time per call, and each bracket's (the speedup's interval: judge.py)
+            figures[f"{key}_s"] = per_call
+            figures[f"{key}_samples"] = clocked.samples(label, null)
     return ReferenceTiming(rep, figures)
 
 
@@ -453,7 +456,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
             t_child = time.perf_counter()
             timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
-            harness = _harness(plan, job, job_dir, device, cfg, check=True)
+            harness = _harness(plan, job, job_dir, device, cfg, check=True,
+                               null=ref_timing.null() if ref_timing is not None else None)
             run, ledger, clocked = _run_driven(job, job_dir, timeout, cfg, harness=harness,
                                                on_trial=ship_inputs if job.input_files else None)
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)

@@ -33,7 +33,7 @@ from verifier.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, Contrac
 from verifier.inputs import as_list, build_model, draw_inputs
 from verifier.monitors import forbidden
 from verifier.numerics import float64_model
-from verifier.harness import Clocked
+from verifier.harness import Clocked, interval, summary_for
 from verifier.outputs import (RNG_LOCK, Digest, Evidence, check_clocked_outputs, check_outputs, fingerprint,
                               reference64, same_fingerprint)
 from verifier.reward import reward_for
@@ -525,7 +525,11 @@ RUNTIME_FLOOR_US = 0.5  # a time per call below this is the clock's resolution, 
 
 def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Evidence) -> None:
     """Runtime, eager and torch.compile times per call, all from the harness's clock (verifier/harness.py), each
-    less the null bracket of the same number of calls; launch-inclusive times from the one-at-a-time probes."""
+    less the null bracket of the same number of calls; launch-inclusive times from the one-at-a-time probes.
+    ``speedup_lo``/``speedup_hi``: the eager speedup's 95% interval, a percentile bootstrap (fixed seed) over the
+    candidate's brackets and the reference's, each resample's summary the one the point uses (cpu: the least;
+    cuda: the median); it says how far the brackets' spread moves the speedup, not a load that slowed a whole
+    side alike."""
     null = ref.null() if ref is not None else {}
     per = clocked.per_call_s("candidate", null)
     v.runtime_us = round(max((per or 0.0) * 1e6, RUNTIME_FLOOR_US), 3)
@@ -539,6 +543,14 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
     if eager is not None:
         v.eager_us = round(max(eager * 1e6, RUNTIME_FLOOR_US), 3)
         v.speedup_eager = v.eager_us / v.runtime_us
+        # the speedup's 95% interval over both sides' brackets (floored as the times are); the reward counts a
+        # speedup only where it excludes 1 (verifier/reward.py)
+        floor = RUNTIME_FLOOR_US * 1e-6
+        iv = interval([max(x, floor) for x in clocked.samples("candidate", null)],
+                      summary_for(clocked.host_clock),
+                      over=[max(float(x), floor) for x in ref.clocked.get("eager_samples") or []])
+        if iv is not None:
+            v.speedup_lo, v.speedup_hi = round(iv[0], 4), round(iv[1], 4)
         if ref.report.eager and ref.report.eager.launch_us:
             v.eager_launch_us = statistics.median(ref.report.eager.launch_us)
     else:
@@ -550,6 +562,8 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
         v.compile_us = round(max(comp * 1e6, RUNTIME_FLOOR_US), 3)
         v.speedup_compile = v.compile_us / v.runtime_us
     sp = f"{v.speedup_eager:.2f}x" if v.speedup_eager else "n/a"
+    if v.speedup_lo is not None:
+        sp += f", 95% interval {v.speedup_lo:.2f}-{v.speedup_hi:.2f}x"
     calls = sum(b.calls for b in rows)
     ev.add(None, f"Time per call {v.runtime_us:.1f} us over {calls} timed calls in {len(rows)} brackets (the "
                  f"verifier's clock); eager PyTorch {v.eager_us or float('nan'):.1f} us (speedup {sp})" +

@@ -5,6 +5,7 @@ Here the compute server is a thread of the test speaking the real protocol (veri
 messages where the case needs to break it), so each class of lie is checked in milliseconds: the clock, the timed
 outputs, the picks and the late writes are the harness's, whatever the server says or does to its own objects."""
 
+import statistics
 import threading
 import time
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from verifier.channel import Channel, Driver
-from verifier.harness import Harness, null_for
+from verifier.harness import Bracket, Harness, interval, null_for, tight
 from verifier.harness_client import BracketClient
 
 
@@ -120,3 +121,53 @@ def test_a_server_that_never_answers_does_not_hang_the_harness(tmp_path):
 
     got = _session(tmp_path, serve)
     assert done.is_set() and not got.brackets
+
+
+def test_the_harness_caps_a_models_brackets_whatever_the_server_asks(tmp_path):
+    """How long a model is timed is the harness's decision: a server that keeps asking is told "enough" after its
+    probe and the configured brackets (a real relu on a shared host is rarely tight to 1% in three brackets)."""
+    answers = []
+
+    def serve(client, ch):
+        answers.extend(client.bracket("candidate", torch.relu) for _ in range(30))
+
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=True, keep=1, budget_s=5.0, brackets=4)
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
+    ch = Channel(tmp_path)
+    try:
+        serve(BracketClient(ch, "cpu"), ch)
+    finally:
+        ch.close()
+        d.close()
+    got = h.close()
+    assert 1 + 3 <= len(got.brackets) <= 1 + 4 and answers.count("enough") == 30 - len(got.brackets)
+    assert answers[:len(got.brackets)] == ["done"] * len(got.brackets)
+
+
+def _with(host_clock: bool, label: str, calls: int, seconds: list[float]) -> Harness:
+    h = Harness("cpu", ".", torch.nn.ReLU, _draw, check=False, brackets=10)
+    h.result.host_clock = host_clock
+    h.result.brackets = [Bracket(label, 1, seconds[0])] + [Bracket(label, calls, s) for s in seconds[1:]]
+    return h
+
+
+def test_a_model_whose_time_is_tight_stops_after_three_brackets_not_before():
+    steady = [1e-3, 8e-3, 8.01e-3, 7.99e-3]  # the probe, then three brackets of 8 calls within 0.25%
+    assert _with(True, "candidate", 8, steady[:3])._enough("candidate") is False  # two brackets: too few
+    assert _with(True, "candidate", 8, steady)._enough("candidate") is True
+    assert _with(False, "reference", 8, steady)._enough("reference") is True  # cuda: the median's interval
+    noisy = [1e-3, 8e-3, 9e-3, 8.5e-3, 10e-3]
+    assert _with(True, "candidate", 8, noisy)._enough("candidate") is False  # 95% interval wider than 1%
+    assert _with(True, "candidate", 8, noisy + [8e-3] * 6)._enough("candidate") is True  # the cap: 10 after the probe
+    # the null bracket is timed at both counts for its fixed part and its part per call: never stopped early
+    assert _with(True, "null", 8, steady)._enough("null") is False
+
+
+def test_the_interval_of_a_time_and_of_a_speedup():
+    assert tight([1.0, 1.001, 0.999], statistics.median) and not tight([1.0, 1.001], statistics.median)
+    assert not tight([1.0, 1.2, 0.9, 1.1], min)
+    lo, hi = interval([1.0, 1.01, 0.99, 1.0, 1.02], min, over=[2.0, 2.02, 1.98, 2.01, 2.0])
+    assert 1.9 < lo <= 2.0 / 0.99 <= hi < 2.1
+    lo, hi = interval([1.0, 1.5, 0.6, 1.2], statistics.median, over=[1.0, 1.4, 0.7, 1.1])
+    assert lo < 1.0 < hi
+    assert interval([1.0], min) is None and interval([1.0, 1.0], min, over=[2.0]) is None
