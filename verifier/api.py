@@ -505,7 +505,7 @@ def build_order(items: Sequence[tuple[Task, Candidate]]) -> list[int]:
 
 def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | None = None,
                  compile_workers: int | None = None, on_verdict: Callable[[int, Verdict], None] | None = None,
-                 ) -> list[Verdict]:
+                 live: dict | None = None) -> list[Verdict]:
     """The local engine of verifier.entry.verify (callers go through the entry: identical-code reuse, Ray,
     streaming; tests/test_one_entry.py holds product code to it). Verifies every item as given, none reused:
     extraction and static checks up front, all extensions submitted to one compile pool at once, and each
@@ -513,7 +513,9 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     time; their timing phases serialise on a lock).
 
     Returns verdicts in the order of ``items``; ``on_verdict(i, verdict)`` is called as each finishes
-    (from a worker thread, one call at a time)."""
+    (from a worker thread, one call at a time). ``live``, when given, is kept current while the batch works, for a
+    caller's progress lines: ``compiled`` (candidates whose builds are over, failed ones included) and ``executing``
+    (candidates in an execution child or being judged now)."""
     cfg = config or VerifyConfig()
     use_host(cfg.host())  # [verify] pch, sandbox, job_dir, ...: for the builds, sandboxes and servers started below
     n = len(items)
@@ -526,6 +528,12 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     workers = compile_workers if compile_workers is not None else (cfg.compile_workers or usable_cores())
     done_lock = threading.Lock()
     plan_keys: list[tuple | None] = [None] * n  # the plan a pending candidate holds (released at its verdict)
+    live = live if live is not None else {}
+    live.update(compiled=0, executing=0)
+
+    def count(key: str, by: int) -> None:
+        with done_lock:
+            live[key] += by
 
     def deliver(i: int, w: Work) -> None:
         v = _stamp(w)
@@ -557,6 +565,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
             futs = [pool.submit(s) for s in w.specs]
             pending[0] += 1
             if not futs:
+                count("compiled", 1)
                 ready.put((i, []))
                 continue
 
@@ -566,6 +575,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                         if getattr(works[i], "_queued", False):
                             return
                         works[i]._queued = True  # type: ignore[attr-defined]
+                        live["compiled"] += 1
                     ready.put((i, futs))
 
             for f in futs:
@@ -582,6 +592,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                     return
                 i, futs = item
                 w = works[i]
+                count("executing", 1)
                 try:
                     if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
                         _execute(w, w.verdict.backend, cfg, cfg.build_root())
@@ -589,6 +600,8 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                     finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
                 except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
                     finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
+                finally:
+                    count("executing", -1)
                 deliver(i, w)
 
         threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
