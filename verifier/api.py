@@ -253,7 +253,7 @@ def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> Ch
     """Write the job into its directory and run it in an execution child (its files already there)."""
     job.write(job_dir)
     rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s,
-                                    warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
+                                    warm=cfg.exec_slots(job.backend) if cfg.warm_processes < 0 else cfg.warm_processes)
     return ChildRun(rc, timed_out, log, timeout_s)
 
 
@@ -305,7 +305,8 @@ def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyCo
         return draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
 
     return Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
-                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null)
+                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null,
+                   lock_path=job.timing_lock)
 
 
 def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
@@ -509,8 +510,8 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     """The local engine of verifier.entry.verify (callers go through the entry: identical-code reuse, Ray,
     streaming; tests/test_one_entry.py holds product code to it). Verifies every item as given, none reused:
     extraction and static checks up front, all extensions submitted to one compile pool at once, and each
-    candidate executed as soon as its builds are done (up to ``config.exec_workers`` execution children at a
-    time; their timing phases serialise on a lock).
+    candidate executed as soon as its builds are done (up to ``config.exec_slots(backend)`` execution children at
+    a time; their timing phases serialise on a lock).
 
     Returns verdicts in the order of ``items``; ``on_verdict(i, verdict)`` is called as each finishes
     (from a worker thread, one call at a time). ``live``, when given, is kept current while the batch works, for a
@@ -605,7 +606,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                 deliver(i, w)
 
         threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
-                   for k in range(max(1, cfg.exec_workers))]
+                   for k in range(max(cfg.exec_slots(b) for b in backends))]
         for t in threads:
             t.start()
         while True:

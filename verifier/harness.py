@@ -50,6 +50,7 @@ from typing import Callable
 import torch
 
 from verifier import ipc
+from verifier.devlock import held_exclusive
 from verifier.inputs import as_list, draw_inputs, nbytes
 
 MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
@@ -86,6 +87,7 @@ class Clocked:
     kept: list[tuple[list, list]] = field(default_factory=list)  # (inputs, outputs) picked after the loop
     calls_seen: int = 0
     host_clock: bool = False  # cpu: perf_counter brackets
+    unlocked: int = 0  # brackets clocked while no process held the device lock exclusive (a lock was named)
 
     def per_call_s(self, label: str, null: dict[int, float] | None = None) -> float | None:
         """Median time per call of ``label``'s brackets (late ones only if nothing else), less the null
@@ -209,13 +211,16 @@ class Harness:
     the judge's full check, picked uniformly over every timed call. When a model has been timed enough is decided
     here, never by the child: ``brackets`` caps each model's brackets after its probe (the null's at twice that),
     and a model's timing stops sooner once its time per call is tight (``tight``: at least 3 brackets, 95%
-    interval within 1%), reduced by ``null`` (the null bracket's seconds by calls, cuda) as the verdict's is."""
+    interval within 1%), reduced by ``null`` (the null bracket's seconds by calls, cuda) as the verdict's is.
+    ``lock_path``: the device lock (verifier/devlock.py) that the child takes exclusive for its timing phase;
+    each bracket clocked while nobody held it exclusive is counted (``Clocked.unlocked``), seen from here."""
 
     def __init__(self, backend: str, job_dir: Path, reference: Callable[[], object], draw: Callable[[int], list],
                  *, check: bool, keep: int = 0, rng_lock=None, budget_s: float = 10.0, brackets: int | None = None,
-                 null: dict[int, float] | None = None):
+                 null: dict[int, float] | None = None, lock_path: str = ""):
         self.backend, self.job_dir = backend, Path(job_dir)
         self.brackets, self._null = brackets, null
+        self.lock_path = lock_path
         self.device = "cuda" if backend == "cuda" else "cpu"
         self._reference_factory, self._draw = reference, draw
         self.check, self.keep = check, keep
@@ -326,6 +331,8 @@ class Harness:
         self._fd_sent = True
         send({"calls": calls, "stride": self._layout["stride"], "flags": FLAGS, "inputs": self._layout["inputs"],
               "outputs": self._layout["outputs"], "pool": self._pool_desc, "values": values, "seq": self._seq}, fds)
+        if self.lock_path and not held_exclusive(self.lock_path):
+            self.result.unlocked += 1  # (a timing phase shared with other device work: the verdict says so)
         if self.device == "cuda":
             seconds, late, snapshot = self._clock_cuda(private, views, send, recv)
         else:

@@ -536,7 +536,8 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
     rows = [b for b in clocked.brackets if b.label == "candidate"]
     v.versions["timing"] = {**v.versions.get("timing", {}), "clock": "harness", "brackets": len(rows),
                             "calls": max(b.calls for b in rows), "late": sum(b.late for b in rows),
-                            "null_us": {str(k): round(s * 1e6, 3) for k, s in null.items()}}
+                            "null_us": {str(k): round(s * 1e6, 3) for k, s in null.items()},
+                            "unlocked_brackets": clocked.unlocked}  # seen by the harness: nobody held the lock
     if report.candidate is not None and report.candidate.launch_us:
         v.launch_us = statistics.median(report.candidate.launch_us)
     eager = ref.clocked.get("eager_s") if ref is not None else None

@@ -22,9 +22,9 @@ def _draw(seed: int) -> list:
     return [torch.randn(32, 128, generator=g)]
 
 
-def _session(tmp_path, serve, *, check=True, keep=3):
+def _session(tmp_path, serve, *, check=True, keep=3, **kw):
     """Run ``serve(client, channel)`` as the child against a real Driver + Harness; the harness's result."""
-    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=check, keep=keep, budget_s=5.0)
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=check, keep=keep, budget_s=5.0, **kw)
     d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
     ch = Channel(tmp_path)
     try:
@@ -171,3 +171,23 @@ def test_the_interval_of_a_time_and_of_a_speedup():
     lo, hi = interval([1.0, 1.5, 0.6, 1.2], statistics.median, over=[1.0, 1.4, 0.7, 1.1])
     assert lo < 1.0 < hi
     assert interval([1.0], min) is None and interval([1.0, 1.0], min, over=[2.0]) is None
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_the_harness_sees_whether_the_brackets_ran_under_the_device_lock(tmp_path, holds):
+    """The child takes the device lock exclusive for its timing phase (verifier/devlock.py); the harness looks at
+    the lock itself before each bracket, so a timing that ran beside other device work is known on the trusted
+    side, whatever the child's report says."""
+    from verifier.devlock import device_lock
+
+    path = str(tmp_path / "device.lock")
+
+    def serve(client, ch):
+        with device_lock(path) as lock:
+            if holds:
+                assert lock.acquire(True, 5.0)
+            for _ in range(3):
+                client.bracket("candidate", torch.relu)
+
+    got = _session(tmp_path, serve, lock_path=path)
+    assert len(got.brackets) == 3 and got.unlocked == (0 if holds else 3)
