@@ -151,13 +151,34 @@ def interval(samples: list[float], summary: Callable[[list[float]], float], over
     return stats[int(tail * (BOOTSTRAP - 1))], stats[int(math.ceil((1.0 - tail) * (BOOTSTRAP - 1)))]
 
 
-def tight(samples: list[float], summary: Callable[[list[float]], float]) -> bool:
+def order_interval(samples: list[float], least: bool, level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` bootstrap interval of the least (``least``, a host clock's summary) or the median of ``samples``,
+    exact: a resample's r-th smallest is at most the k-th smallest sample with probability P(Binomial(n, k/n) >= r),
+    so its percentiles need no drawing (``interval`` draws, for a ratio). An even count's median lies between its two
+    middle order statistics: the interval runs from the lower one's low end to the upper one's high end (a little
+    wider than the median's own)."""
+    xs, n, tail = sorted(samples), len(samples), (1.0 - level) / 2
+    r_lo, r_hi = (1, 1) if least else ((n + 1) // 2, n // 2 + 1)
+    return xs[_order_quantile(n, r_lo, tail)], xs[_order_quantile(n, r_hi, 1.0 - tail)]
+
+
+def _order_quantile(n: int, r: int, q: float) -> int:
+    """The index of the least sample that a resample's r-th smallest is at most with probability >= ``q``."""
+    for k in range(1, n + 1):
+        p = k / n
+        if sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(r, n + 1)) >= q - 1e-12:
+            return k - 1
+    return n - 1
+
+
+def tight(samples: list[float], least: bool) -> bool:
     """Whether a model has been timed enough: at least LEAST_BRACKETS brackets, and the 95% interval of its time per
-    call within TIGHT of it either side."""
+    call (``order_interval``: microseconds of arithmetic, run before each bracket) within TIGHT of it either side."""
     if len(samples) < LEAST_BRACKETS:
         return False
-    point, iv = summary(samples), interval(samples, summary)
-    return iv is not None and point > 0 and (iv[1] - iv[0]) / 2 <= TIGHT * point
+    point = min(samples) if least else statistics.median(samples)
+    lo, hi = order_interval(samples, least)
+    return point > 0 and (hi - lo) / 2 <= TIGHT * point
 
 
 def null_for(null: dict[int, float], calls: int) -> float:
@@ -353,7 +374,7 @@ class Harness:
             return True  # a slow model has been timed enough; a wrong timed output has decided the verdict
         if self.brackets is not None and len(done) >= 1 + (2 if label == "null" else 1) * self.brackets:
             return True  # its probe and its brackets (the null: one of each count per model bracket)
-        return label != "null" and tight(self.result.samples(label, self._null), summary_for(self.result.host_clock))
+        return label != "null" and tight(self.result.samples(label, self._null), self.result.host_clock)
 
     def _write_inputs(self, private: list, views: list) -> None:
         for inp, (ins, _) in zip(private, views):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from verifier.channel import Channel, Driver
-from verifier.harness import Bracket, Harness, interval, null_for, tight
+from verifier.harness import Bracket, Harness, interval, null_for, order_interval, tight
 from verifier.harness_client import BracketClient
 
 
@@ -164,8 +164,13 @@ def test_a_model_whose_time_is_tight_stops_after_three_brackets_not_before():
 
 
 def test_the_interval_of_a_time_and_of_a_speedup():
-    assert tight([1.0, 1.001, 0.999], statistics.median) and not tight([1.0, 1.001], statistics.median)
-    assert not tight([1.0, 1.2, 0.9, 1.1], min)
+    assert tight([1.0, 1.001, 0.999], least=False) and not tight([1.0, 1.001], least=False)
+    assert not tight([1.0, 1.2, 0.9, 1.1], least=True)
+    assert tight([1.0, 1.5, 1.001, 1.002, 1.0, 0.999, 1.001, 1.0, 1.003], least=False)  # one outlier: the median holds
+    # the stopping rule's exact percentiles are the drawn bootstrap's, where no percentile is near a step
+    five = [1.0, 1.3, 1.1, 0.9, 1.2]
+    assert order_interval(five, least=True) == interval(five, min) == (0.9, 1.1)
+    assert order_interval(five, least=False) == interval(five, statistics.median) == (0.9, 1.3)
     lo, hi = interval([1.0, 1.01, 0.99, 1.0, 1.02], min, over=[2.0, 2.02, 1.98, 2.01, 2.0])
     assert 1.9 < lo <= 2.0 / 0.99 <= hi < 2.1
     lo, hi = interval([1.0, 1.5, 0.6, 1.2], statistics.median, over=[1.0, 1.4, 0.7, 1.1])
