@@ -105,6 +105,10 @@ class PrefectProgress:
         self._ids: dict[str, object] = {}
         self._last: dict[str, float] = {}
 
+    def note(self, stage: str, line: str) -> None:
+        """A stage's own line (a heartbeat, a verdict): to the CLI's reporter, not to the artifact."""
+        pipeline.progress_note(stage, line)
+
     def __call__(self, stage: str, done: int, total: int) -> None:
         pipeline.progress_hook(stage, done, total)
         pct = 100.0 * done / total if total else 100.0

@@ -162,6 +162,10 @@ class Verdict:
     compile_us: Optional[float] = None  # torch.compile of the reference
     speedup_eager: Optional[float] = None
     speedup_compile: Optional[float] = None
+    # the 95% interval of speedup_eager: a percentile bootstrap over the harness's brackets of the candidate and of
+    # the eager reference (verifier/execute/harness.py ``interval``); None where either had fewer than two brackets
+    speedup_lo: Optional[float] = None
+    speedup_hi: Optional[float] = None
     launch_us: Optional[float] = None  # launch-inclusive: host call start to device idle, one call at a time
     eager_launch_us: Optional[float] = None
     own_kernel_share: Optional[float] = None  # cuda: share of forward device time in the candidate's own kernels

@@ -193,7 +193,7 @@ def read_arrow(root: str | os.PathLike, table: str):
     files = part_files(table_dir(root, table))
     if not files:
         return schema.empty_table()
-    t = pa.concat_tables([_read(f).select(schema.names).cast(schema) for f in files])
+    t = pa.concat_tables([_in_schema(_read(f), schema) for f in files])
     ids = t.column(cls.id_field).to_pylist()
     if len(set(ids)) != len(ids):
         first = {}
@@ -201,6 +201,15 @@ def read_arrow(root: str | os.PathLike, table: str):
             first.setdefault(x, i)
         t = t.take(pa.array(sorted(first.values())))
     return t
+
+
+def _in_schema(t, schema):
+    """A part file as the record's schema now is: a column of a field added since it was written (records add
+    fields with defaults) is read as nulls, which come back as the field's default."""
+    for name in schema.names:
+        if name not in t.column_names:
+            t = t.append_column(schema.field(name), pa.nulls(len(t), schema.field(name).type))
+    return t.select(schema.names).cast(schema)
 
 
 def read_records(root: str | os.PathLike, table: str) -> list:

@@ -37,7 +37,7 @@ from kernelmill import store
 from kernelmill.errors import InputError
 from kernelmill.settings import Settings
 from orchestrator import ledger
-from orchestrator.stages import BY_NAME, DEFAULT_STAGES, RAW, STAGES, ProgressFn, Stage, no_progress
+from orchestrator.stages import BY_NAME, DEFAULT_STAGES, RAW, STAGES, ProgressFn, Stage, no_progress, note_progress
 
 log = logging.getLogger("orchestrator.pipeline")
 
@@ -54,6 +54,14 @@ def set_progress_hook(fn: ProgressFn | None) -> ProgressFn | None:
 
 def progress_hook(stage: str, done: int, total: int) -> None:
     (_progress_hook or no_progress)(stage, done, total)
+
+
+def progress_note(stage: str, line: str) -> None:
+    """A line about a stage's work to the installed hook, where it prints lines (stages.note_progress)."""
+    note_progress(_progress_hook, stage, line)
+
+
+progress_hook.note = progress_note  # a stage handed the hook itself (run_stage's default) can send it lines too
 
 
 def run_stage(stage: Stage, run_dir: Path, settings: Settings, progress: ProgressFn | None = None) -> dict:

@@ -11,7 +11,9 @@ are live (Prefect's console handler, plain logging handlers on stderr) go throug
 they appear above the bars instead of inside them. Anywhere else (a log file, a pipe, `make run > log`)
 it prints plain lines to stderr: ``[verify] started``, ``[verify] 3/18 (42 s)`` at most once every
 ``every_s`` seconds per stage and once when it completes, and ``[verify] done in 85 s: candidates 18,
-...``. Not guaranteed: a stage that reports no progress (load, nnsmith, curate) prints its start
+...``. A stage may also send lines of its own (``note``): the verify stage prints each verdict as it arrives and,
+every ``every_s`` while it works, a heartbeat (``[verify] verified 3/18, compiled 7, executing 2, pending 15
+(45 s)``), so a run whose first verdicts are minutes of compiling away is not silent. Not guaranteed: a stage that reports no progress (load, nnsmith, curate) prints its start
 and end lines only.
 """
 
@@ -124,6 +126,11 @@ class StageProgress:
             self._last_line[stage] = now
             self._last_done[stage] = done
             self._say(f"[{stage}] {done}/{total} ({now - self._started[stage]:.0f} s)")
+
+    def note(self, stage: str, line: str) -> None:
+        """A line about a stage's work (the verify stage's heartbeat and verdicts), printed as it comes: above the
+        bars on a terminal, a plain line elsewhere."""
+        self._say(f"[{stage}] {line}")
 
     def end(self, stage: str, counts: dict, seconds: float) -> None:
         self.seconds[stage] = seconds

@@ -23,10 +23,12 @@ No stage writes that record. Not guaranteed: two processes writing one run direc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +56,14 @@ RAW = "raw"  # <run_dir>/raw: a store root for gathered, not yet annotated tasks
 
 def no_progress(stage: str, done: int, total: int) -> None:
     pass
+
+
+def note_progress(progress: ProgressFn, stage: str, line: str) -> None:
+    """A line about a stage's work (a heartbeat, a verdict) for a reporter that prints lines: one with a
+    ``note(stage, line)`` method (orchestrator.progress.StageProgress, the pipeline's hook); others get none."""
+    note = getattr(progress, "note", None)
+    if callable(note):
+        note(stage, line)
 
 
 @dataclass(frozen=True)
@@ -297,6 +307,8 @@ def verify_items(run_dir: Path, s: Settings, todo: list[tuple], progress: Progre
         counts["written"] += store.write_records(run_dir, "verdicts", pending)
         pending.clear()
 
+    t0 = time.monotonic()
+
     def on_verdict(_i: int, verdict) -> None:
         with lock:  # the entry calls back from its execution threads
             pending.append(verdict)
@@ -306,12 +318,24 @@ def verify_items(run_dir: Path, s: Settings, todo: list[tuple], progress: Progre
             if len(pending) >= s.flows.verify_flush_rows:
                 flush()
             progress(stage, counts["verified"], len(todo))
+            note_progress(progress, stage, f"{counts['verified']}/{len(todo)} {verdict_line(verdict)} "
+                                           f"({time.monotonic() - t0:.0f} s)")
+
+    def heartbeat() -> str:
+        live = dict(stats.live)
+        with lock:
+            done = counts["verified"]
+        parts = [f"verified {done}/{len(todo)}"]
+        if live:  # the local engine's counts (none on Ray)
+            parts += [f"compiled {live.get('compiled', 0)}", f"executing {live.get('executing', 0)}"]
+        return ", ".join(parts) + f", pending {max(0, len(todo) - done)} ({time.monotonic() - t0:.0f} s)"
 
     progress(stage, 0, len(todo))
     try:
         if todo:
-            verify_entry(todo, config=s.verify, ray=ray_target(s.flows.ray_address, s.flows.ray_workers),
-                         compile_workers=s.verify.compile_workers or None, on_verdict=on_verdict, stats=stats)
+            with _heartbeat(lambda: note_progress(progress, stage, heartbeat()), s.run.progress_every_s):
+                verify_entry(todo, config=s.verify, ray=ray_target(s.flows.ray_address, s.flows.ray_workers),
+                             compile_workers=s.verify.compile_workers or None, on_verdict=on_verdict, stats=stats)
     finally:
         with lock:
             flush()
@@ -319,6 +343,37 @@ def verify_items(run_dir: Path, s: Settings, todo: list[tuple], progress: Progre
     if stats.ray:  # where the work ran: workers (host, pid), chunks, concurrency, cluster, extensions built
         counts["ray"] = stats.ray
     return counts, got
+
+
+def verdict_line(v) -> str:
+    """One verdict as a progress line says it: candidate, status, reward, speedup with its interval."""
+    sp = ""
+    if v.speedup_eager is not None:
+        sp = f", {v.speedup_eager:.2f}x" + (f" [{v.speedup_lo:.2f}, {v.speedup_hi:.2f}]"
+                                            if v.speedup_lo is not None and v.speedup_hi is not None else "")
+    return f"{v.candidate_id} {v.status or '?'} (reward {v.reward:.2f}{sp})"
+
+
+@contextlib.contextmanager
+def _heartbeat(beat: Callable[[], None], every_s: float):
+    """``beat()`` every ``every_s`` seconds on a daemon thread while the block runs (a stage whose items take
+    minutes, as compiling does, still says what it is doing); stopped, and joined, when the block ends."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(max(every_s, 0.01)):
+            try:
+                beat()
+            except Exception:  # noqa: BLE001 - a progress line never stops the work
+                pass
+
+    t = threading.Thread(target=loop, name="km-heartbeat", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
 
 
 def verify(run_dir: Path, s: Settings, progress: ProgressFn = no_progress) -> dict:

@@ -58,7 +58,8 @@ def seed_run_dir(run_dir: Path, names=None) -> list[Candidate]:
 
 
 # Verdict columns that depend on the machine's speed or on random inputs, not on the candidate.
-MEASURED = {"runtime_us", "eager_us", "compile_us", "speedup_eager", "speedup_compile", "reward", "feedback",
+MEASURED = {"runtime_us", "eager_us", "compile_us", "speedup_eager", "speedup_compile", "speedup_lo", "speedup_hi",
+            "reward", "feedback",
             "stage_seconds", "max_abs_err", "max_rel_err", "device", "versions", "compile_log",
             "launch_us", "eager_launch_us", "own_kernel_share", "foreign_kernels"}
 

@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import re
+import time
 
 from flows_fixtures import run_kernelmill
 
@@ -88,3 +89,57 @@ def test_progress_lines_are_rate_limited_per_stage():
         shown("verify", i, 100)
     lines = [line for line in buf.getvalue().splitlines() if "/100" in line]
     assert lines == [f"[verify] {i}/100 ({i} s)" for i in range(10, 101, 10)]
+
+
+def test_the_verify_stage_prints_a_heartbeat_while_it_works_and_each_verdict_as_it_comes(tmp_path, monkeypatch):
+    """The verify stage's minutes of compiling before its first verdict are not silent: a line every
+    ``run.progress_every_s`` (verified, compiled, executing, pending, elapsed) and one per verdict. The verifier is
+    a fake here (a slow engine that holds its first verdict back until two heartbeats were printed, so nothing
+    depends on the machine's speed); the stage, the reporter and the store are the real ones."""
+    from rich.console import Console
+
+    from flows_fixtures import seed_run_dir
+    from kernelmill.schema import Verdict
+    from kernelmill.config import load_settings
+    from orchestrator import stages
+    from orchestrator.pipeline import run_stage
+    from orchestrator.progress import StageProgress
+    from verifier import entry
+
+    cands = seed_run_dir(tmp_path, ["honest", "torch_fallback"])
+    buf = io.StringIO()
+
+    def beats() -> list[str]:
+        return [line for line in buf.getvalue().splitlines() if line.startswith("[verify] verified ")]
+
+    def slow_verify(items, *, config, ray, compile_workers, on_verdict, stats):
+        stats.live.update(compiled=0, executing=0)
+        deadline = time.monotonic() + 60
+        for i, (task, cand) in enumerate(items):
+            stats.live["compiled"] += 1
+            stats.live["executing"] = 1
+            seen = len(beats())
+            while len(beats()) < seen + 2 and time.monotonic() < deadline:  # two heartbeats before each verdict
+                time.sleep(0.01)
+            stats.live["executing"] = 0
+            on_verdict(i, Verdict(cand.candidate_id, task_id=task.task_id, backend="cpu", status="pass", correct=True,
+                                  reward=1.0, speedup_eager=1.5, speedup_lo=0.9, speedup_hi=2.0))
+        return []
+
+    monkeypatch.setattr(entry, "verify", slow_verify)
+    settings = load_settings(overrides={"run.progress_every_s": 0.05})
+    with StageProgress(console=Console(file=buf, force_terminal=False), every_s=settings.run.progress_every_s):
+        counts = run_stage(stages.BY_NAME["verify"], tmp_path, settings)
+    assert counts["verified"] == 2
+    lines = buf.getvalue().splitlines()
+    first = next(i for i, line in enumerate(lines) if cands[0].candidate_id in line or cands[1].candidate_id in line)
+    heartbeats = [line for line in lines[:first] if line.startswith("[verify] verified ")]
+    assert len(heartbeats) >= 2, lines
+    assert re.match(r"\[verify\] verified 0/2, compiled 1, executing 1, pending 2 \(\d+ s\)$", heartbeats[-1]), lines
+    for c in cands:  # each verdict, as it came, with its status, reward and the speedup's interval
+        assert any(re.match(rf"\[verify\] \d/2 {c.candidate_id} pass \(reward 1.00, 1.50x \[0.90, 2.00\]\) \(\d+ s\)$",
+                            line) for line in lines), lines
+    assert lines[-1].startswith("[verify] done in ")
+    beat_count = len(beats())
+    time.sleep(0.2)
+    assert len(beats()) == beat_count  # the heartbeat ends with the stage

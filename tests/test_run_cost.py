@@ -11,6 +11,7 @@ import statistics
 
 import pytest
 
+from verifier.common.config import VerifyConfig
 from verifier.serve.cost import program_keys, run_cost, verification_cost
 from flows_fixtures import FAST_VERIFY, make_candidates, relu_task, run_kernelmill
 from kernelmill import store
@@ -95,7 +96,8 @@ def test_metrics_the_report_and_the_card_state_the_cost(run):
     assert r.returncode == 0, r.stderr
     shown = json.loads(r.stdout)["verification_cost"]
     assert shown["programs"] == 3 and shown["per_gpu_hour"] == pytest.approx(cost.per_gpu_hour)
-    assert shown["slots_per_gpu"] == 1  # the configured [verify] exec_workers
+    # the configured [verify] exec_workers, automatic by default: this machine's count for a cpu run
+    assert shown["slots_per_gpu"] == VerifyConfig().exec_slots("cpu")
     r = run_kernelmill("metrics", str(run), "--slots", "2")
     assert r.returncode == 0, r.stderr
     assert f"{2 * cost.per_gpu_hour:.0f} candidates per device-hour" in r.stdout and "compile_cpu" in r.stdout

@@ -91,3 +91,14 @@ def test_store_rejects_wrong_record_type(tmp_path):
 def test_empty_table_reads_with_schema(tmp_path):
     t = store.read_arrow(tmp_path, "verdicts")
     assert t.num_rows == 0 and "reward" in t.schema.names
+
+
+def test_a_verdicts_table_written_before_a_field_existed_reads_with_its_default(tmp_path):
+    """A resumed run reads part files an older kernelmill wrote: a Verdict field added since (the speedup's
+    interval) is None there, the other fields as written."""
+    v = Verdict("c1", task_id="t1", status="pass", correct=True, speedup_eager=2.0, reward=2.0)
+    assert store.write_records(tmp_path, "verdicts", [v]) == 1
+    (part,) = (tmp_path / "verdicts").glob("*.parquet")
+    pq.write_table(pq.read_table(part).drop_columns(["speedup_lo", "speedup_hi"]), part)
+    (got,) = store.read_records(tmp_path, "verdicts")
+    assert got == v and got.speedup_lo is None and got.speedup_hi is None

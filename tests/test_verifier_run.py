@@ -221,6 +221,8 @@ def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
     for v in passed:
         t = v.versions["timing"]
         assert isinstance(t["exclusive"], bool) and 0 <= t["lock_wait_s"] <= 2 * bound + 1, (v.candidate_id, t)
+        # the harness's own look at the lock before each bracket agrees with the child's account
+        assert not t["exclusive"] or t["unlocked_brackets"] == 0, (v.candidate_id, t)
         assert "child_timing_lock_wait" in v.stage_seconds
         assert 0 <= v.stage_seconds["child_first_trial"] <= v.stage_seconds["child_trials"]
     assert sum(v.versions["timing"]["exclusive"] for v in passed) >= len(passed) // 2

@@ -2,6 +2,7 @@
 honest look-alike per statically visible cheat), reward table, metrics."""
 
 import itertools
+import math
 import random
 
 import pytest
@@ -339,3 +340,50 @@ def test_code_that_does_not_parse_is_reported_with_its_syntax_error_and_line():
     for answer in ("I cannot write this kernel, sorry.", "```cpp\nclass Foo {};\n```\nimport it yourself"):
         assert extract_code(answer) == ""
         assert "no code block found" in check_candidate_shape(extract_code(answer), "cpu")[0]
+
+
+def _timed_pass(ref_us: list[float], cand_us: list[float]) -> Verdict:
+    """A passing verdict judged from bracket times (us per call) as the harness would have clocked them on cpu:
+    the real judge's speedup figures and the real reward."""
+    from verifier.engine import ReferenceTiming
+    from verifier.common.contract import ChildReport
+    from verifier.execute.harness import Bracket, Clocked
+    from verifier.judge.verdict import _speedups
+    from verifier.judge.outputs import Evidence
+
+    clocked = Clocked(host_clock=True, brackets=[Bracket("candidate", 8, us * 8e-6) for us in cand_us])
+    ref = ReferenceTiming(ChildReport(kind="reference"), {"eager_s": min(ref_us) * 1e-6, "null": {"1": 1e-5},
+                                                          "eager_samples": [us * 1e-6 for us in ref_us]})
+    v = Verdict("c", status="pass", correct=True)
+    _speedups(v, ChildReport(kind="candidate"), clocked, ref, Evidence())
+    v.reward = reward_for(v)
+    return v
+
+
+def test_a_speedup_whose_interval_straddles_one_earns_the_plain_pass():
+    """The brackets of a busy host: the least time says 2.5x, the spread of the brackets says anything from
+    slower to faster; the reward is that of a pass, 1.0 (one task's reward was 2.505 in a run, 1.0 in its twin)."""
+    v = _timed_pass(ref_us=[100.0, 250.0, 240.0, 260.0, 255.0], cand_us=[40.0, 200.0, 210.0, 190.0, 205.0])
+    assert v.speedup_eager == pytest.approx(2.5)
+    assert v.speedup_lo < 1.0 < v.speedup_hi and v.speedup_lo <= v.speedup_eager <= v.speedup_hi
+    assert v.reward == 1.0
+
+
+def test_a_clear_two_fold_speedup_earns_more_than_a_pass():
+    v = _timed_pass(ref_us=[100.0, 100.5, 101.0, 100.2, 100.8], cand_us=[50.0, 50.3, 50.1, 50.6, 50.2])
+    assert 1.9 < v.speedup_lo <= v.speedup_eager <= v.speedup_hi < 2.1
+    assert v.reward == pytest.approx(1.0 + math.log2(v.speedup_lo)) and v.reward > 1.9
+    # and the interval is a function of the brackets alone: the same figures, the same verdict
+    assert _timed_pass([100.0, 100.5, 101.0, 100.2, 100.8], [50.0, 50.3, 50.1, 50.6, 50.2]) == v
+
+
+def test_the_reward_counts_the_speedups_lower_bound_and_is_monotone_in_it():
+    def r(lo, s=3.0, hi=4.0):
+        return reward_for(Verdict("x", status="pass", correct=True, speedup_eager=s, speedup_lo=lo, speedup_hi=hi))
+
+    assert r(0.99) == r(0.5) == r(1.0) == 1.0  # an interval that reaches 1 is no evidence of a speedup
+    los = [1.0, 1.001, 1.2, 2.0, 3.0, 8.0, 100.0]
+    assert [r(lo) for lo in los] == sorted(r(lo) for lo in los) and r(1.001) == pytest.approx(1.0, abs=2e-3)
+    assert r(100.0) == 4.0
+    # a verdict without an interval (written before intervals existed) counts its point speedup as before
+    assert reward_for(Verdict("y", status="pass", correct=True, speedup_eager=2.0)) == 2.0

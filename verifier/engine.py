@@ -266,7 +266,7 @@ def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> Ch
     """Write the job into its directory and run it in an execution child (its files already there)."""
     job.write(job_dir)
     rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s,
-                                    warm=cfg.exec_workers if cfg.warm_processes < 0 else cfg.warm_processes)
+                                    warm=cfg.exec_slots(job.backend) if cfg.warm_processes < 0 else cfg.warm_processes)
     return ChildRun(rc, timed_out, log, timeout_s)
 
 
@@ -304,9 +304,11 @@ def _run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on
     return run, ledger, clocked
 
 
-def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyConfig, check: bool) -> Harness:
+def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyConfig, check: bool,
+             null: dict[int, float] | None = None) -> Harness:
     """The harness of one job: the reference built as the child builds it (same init seed), inputs drawn as the
-    trials draw them."""
+    trials draw them; at most the job's brackets per model, fewer once a model's time is tight (``null``: the
+    task's null brackets, which the candidate's times are reduced by)."""
     def reference():
         with RNG_LOCK:
             model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
@@ -316,7 +318,8 @@ def _harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyCo
         return draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
 
     return Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
-                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s)
+                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null,
+                   lock_path=job.timing_lock)
 
 
 def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
@@ -418,10 +421,11 @@ def _measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_ro
         shutil.rmtree(job_dir, ignore_errors=True)
     null = clocked.null_by_calls()
     figures = {"null": {str(k): v for k, v in null.items()}}
-    for label, key in (("reference", "eager_s"), ("compiled", "compile_s")):
+    for label, key in (("reference", "eager"), ("compiled", "compile")):
         per_call = clocked.per_call_s(label, null)
-        if per_call is not None:
-            figures[key] = per_call
+        if per_call is not None:  # the time per call, and each bracket's (the speedup's interval: judge.py)
+            figures[f"{key}_s"] = per_call
+            figures[f"{key}_samples"] = clocked.samples(label, null)
     return ReferenceTiming(rep, figures)
 
 
@@ -466,7 +470,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
             t_child = time.perf_counter()
             timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
-            harness = _harness(plan, job, job_dir, device, cfg, check=True)
+            harness = _harness(plan, job, job_dir, device, cfg, check=True,
+                               null=ref_timing.null() if ref_timing is not None else None)
             run, ledger, clocked = _run_driven(job, job_dir, timeout, cfg, harness=harness,
                                                on_trial=ship_inputs if job.input_files else None)
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
@@ -514,15 +519,17 @@ def build_order(items: Sequence[tuple[Task, Candidate]]) -> list[int]:
 
 def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | None = None,
                  compile_workers: int | None = None, on_verdict: Callable[[int, Verdict], None] | None = None,
-                 ) -> list[Verdict]:
+                 live: dict | None = None) -> list[Verdict]:
     """The local engine of verifier.entry.verify (callers go through the entry: identical-code reuse, Ray,
     streaming; tests/test_one_entry.py holds product code to it). Verifies every item as given, none reused:
     extraction and static checks up front, all extensions submitted to one compile pool at once, and each
-    candidate executed as soon as its builds are done (up to ``config.exec_workers`` execution children at a
-    time; their timing phases serialise on a lock).
+    candidate executed as soon as its builds are done (up to ``config.exec_slots(backend)`` execution children at
+    a time; their timing phases serialise on a lock).
 
     Returns verdicts in the order of ``items``; ``on_verdict(i, verdict)`` is called as each finishes
-    (from a worker thread, one call at a time)."""
+    (from a worker thread, one call at a time). ``live``, when given, is kept current while the batch works, for a
+    caller's progress lines: ``compiled`` (candidates whose builds are over, failed ones included) and ``executing``
+    (candidates in an execution child or being judged now)."""
     cfg = config or VerifyConfig()
     use_host(cfg.host())  # [verify] pch, sandbox, job_dir, ...: for the builds, sandboxes and servers started below
     n = len(items)
@@ -535,6 +542,12 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     workers = compile_workers if compile_workers is not None else (cfg.compile_workers or usable_cores())
     done_lock = threading.Lock()
     plan_keys: list[tuple | None] = [None] * n  # the plan a pending candidate holds (released at its verdict)
+    live = live if live is not None else {}
+    live.update(compiled=0, executing=0)
+
+    def count(key: str, by: int) -> None:
+        with done_lock:
+            live[key] += by
 
     def deliver(i: int, w: Work) -> None:
         v = _stamp(w)
@@ -566,6 +579,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
             futs = [pool.submit(s) for s in w.specs]
             pending[0] += 1
             if not futs:
+                count("compiled", 1)
                 ready.put((i, []))
                 continue
 
@@ -575,6 +589,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                         if getattr(works[i], "_queued", False):
                             return
                         works[i]._queued = True  # type: ignore[attr-defined]
+                        live["compiled"] += 1
                     ready.put((i, futs))
 
             for f in futs:
@@ -591,6 +606,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                     return
                 i, futs = item
                 w = works[i]
+                count("executing", 1)
                 try:
                     if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
                         _execute(w, w.verdict.backend, cfg, cfg.build_root())
@@ -598,10 +614,12 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                     finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
                 except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
                     finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
+                finally:
+                    count("executing", -1)
                 deliver(i, w)
 
         threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
-                   for k in range(max(1, cfg.exec_workers))]
+                   for k in range(max(cfg.exec_slots(b) for b in backends))]
         for t in threads:
             t.start()
         while True:

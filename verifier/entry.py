@@ -73,6 +73,9 @@ class VerifyStats:
     programs: int = 0  # distinct (task, backend, program) verified
     reused: int = 0  # items that got a copy of another item's verdict
     ray: dict | None = None  # ray_pool.RaySummary.as_stats() when the programs ran on Ray
+    # kept current while the local engine works (api.verify_batch ``live``: compiled, executing), for progress
+    # lines; empty on Ray
+    live: dict = dataclasses.field(default_factory=dict)
 
 
 def program_of(cand: Candidate) -> str:
@@ -118,7 +121,7 @@ def verify(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | No
     if members:
         unique = [items[m[0]] for m in members]
         if ray is None:
-            verdicts = _run_local(unique, cfg, compile_workers, deliver)
+            verdicts = _run_local(unique, cfg, compile_workers, deliver, stats.live)
         else:
             verdicts = _run_ray(unique, cfg, ray, deliver, stats)
         for k, v in enumerate(verdicts):
@@ -131,9 +134,9 @@ def verify(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | No
 
 
 def _run_local(unique: list[tuple[Task, Candidate]], cfg: VerifyConfig, compile_workers: int | None,
-               deliver: OnVerdict) -> list[Verdict]:
+               deliver: OnVerdict, live: dict | None = None) -> list[Verdict]:
     """The local engine: this process's compile pool and execution children."""
-    return engine.verify_batch(unique, config=cfg, compile_workers=compile_workers, on_verdict=deliver)
+    return engine.verify_batch(unique, config=cfg, compile_workers=compile_workers, on_verdict=deliver, live=live)
 
 
 def _run_ray(unique: list[tuple[Task, Candidate]], cfg: VerifyConfig, target: RayTarget, deliver: OnVerdict,

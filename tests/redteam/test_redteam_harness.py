@@ -5,6 +5,7 @@ Here the compute server is a thread of the test speaking the real protocol (veri
 messages where the case needs to break it), so each class of lie is checked in milliseconds: the clock, the timed
 outputs, the picks and the late writes are the harness's, whatever the server says or does to its own objects."""
 
+import statistics
 import threading
 import time
 
@@ -12,9 +13,9 @@ import pytest
 import torch
 
 from verifier.child.channel import Channel
-from verifier.execute.channel import Driver
-from verifier.execute.harness import Harness, null_for
 from verifier.child.harness_client import BracketClient
+from verifier.execute.channel import Driver
+from verifier.execute.harness import Bracket, Harness, interval, null_for, order_interval, tight
 
 
 def _draw(seed: int) -> list:
@@ -22,9 +23,9 @@ def _draw(seed: int) -> list:
     return [torch.randn(32, 128, generator=g)]
 
 
-def _session(tmp_path, serve, *, check=True, keep=3):
+def _session(tmp_path, serve, *, check=True, keep=3, **kw):
     """Run ``serve(client, channel)`` as the child against a real Driver + Harness; the harness's result."""
-    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=check, keep=keep, budget_s=5.0)
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=check, keep=keep, budget_s=5.0, **kw)
     d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
     ch = Channel(tmp_path)
     try:
@@ -121,3 +122,78 @@ def test_a_server_that_never_answers_does_not_hang_the_harness(tmp_path):
 
     got = _session(tmp_path, serve)
     assert done.is_set() and not got.brackets
+
+
+def test_the_harness_caps_a_models_brackets_whatever_the_server_asks(tmp_path):
+    """How long a model is timed is the harness's decision: a server that keeps asking is told "enough" after its
+    probe and the configured brackets (a real relu on a shared host is rarely tight to 1% in three brackets)."""
+    answers = []
+
+    def serve(client, ch):
+        answers.extend(client.bracket("candidate", torch.relu) for _ in range(30))
+
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=True, keep=1, budget_s=5.0, brackets=4)
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
+    ch = Channel(tmp_path)
+    try:
+        serve(BracketClient(ch, "cpu"), ch)
+    finally:
+        ch.close()
+        d.close()
+    got = h.close()
+    assert 1 + 3 <= len(got.brackets) <= 1 + 4 and answers.count("enough") == 30 - len(got.brackets)
+    assert answers[:len(got.brackets)] == ["done"] * len(got.brackets)
+
+
+def _with(host_clock: bool, label: str, calls: int, seconds: list[float]) -> Harness:
+    h = Harness("cpu", ".", torch.nn.ReLU, _draw, check=False, brackets=10)
+    h.result.host_clock = host_clock
+    h.result.brackets = [Bracket(label, 1, seconds[0])] + [Bracket(label, calls, s) for s in seconds[1:]]
+    return h
+
+
+def test_a_model_whose_time_is_tight_stops_after_three_brackets_not_before():
+    steady = [1e-3, 8e-3, 8.01e-3, 7.99e-3]  # the probe, then three brackets of 8 calls within 0.25%
+    assert _with(True, "candidate", 8, steady[:3])._enough("candidate") is False  # two brackets: too few
+    assert _with(True, "candidate", 8, steady)._enough("candidate") is True
+    assert _with(False, "reference", 8, steady)._enough("reference") is True  # cuda: the median's interval
+    noisy = [1e-3, 8e-3, 9e-3, 8.5e-3, 10e-3]
+    assert _with(True, "candidate", 8, noisy)._enough("candidate") is False  # 95% interval wider than 1%
+    assert _with(True, "candidate", 8, noisy + [8e-3] * 6)._enough("candidate") is True  # the cap: 10 after the probe
+    # the null bracket is timed at both counts for its fixed part and its part per call: never stopped early
+    assert _with(True, "null", 8, steady)._enough("null") is False
+
+
+def test_the_interval_of_a_time_and_of_a_speedup():
+    assert tight([1.0, 1.001, 0.999], least=False) and not tight([1.0, 1.001], least=False)
+    assert not tight([1.0, 1.2, 0.9, 1.1], least=True)
+    assert tight([1.0, 1.5, 1.001, 1.002, 1.0, 0.999, 1.001, 1.0, 1.003], least=False)  # one outlier: the median holds
+    # the stopping rule's exact percentiles are the drawn bootstrap's, where no percentile is near a step
+    five = [1.0, 1.3, 1.1, 0.9, 1.2]
+    assert order_interval(five, least=True) == interval(five, min) == (0.9, 1.1)
+    assert order_interval(five, least=False) == interval(five, statistics.median) == (0.9, 1.3)
+    lo, hi = interval([1.0, 1.01, 0.99, 1.0, 1.02], min, over=[2.0, 2.02, 1.98, 2.01, 2.0])
+    assert 1.9 < lo <= 2.0 / 0.99 <= hi < 2.1
+    lo, hi = interval([1.0, 1.5, 0.6, 1.2], statistics.median, over=[1.0, 1.4, 0.7, 1.1])
+    assert lo < 1.0 < hi
+    assert interval([1.0], min) is None and interval([1.0, 1.0], min, over=[2.0]) is None
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_the_harness_sees_whether_the_brackets_ran_under_the_device_lock(tmp_path, holds):
+    """The child takes the device lock exclusive for its timing phase (verifier/common/devlock.py); the harness looks at
+    the lock itself before each bracket, so a timing that ran beside other device work is known on the trusted
+    side, whatever the child's report says."""
+    from verifier.common.devlock import device_lock
+
+    path = str(tmp_path / "device.lock")
+
+    def serve(client, ch):
+        with device_lock(path) as lock:
+            if holds:
+                assert lock.acquire(True, 5.0)
+            for _ in range(3):
+                client.bracket("candidate", torch.relu)
+
+    got = _session(tmp_path, serve, lock_path=path)
+    assert len(got.brackets) == 3 and got.unlocked == (0 if holds else 3)

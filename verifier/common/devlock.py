@@ -95,5 +95,22 @@ class NoLock(DeviceLock):
         pass
 
 
+def held_exclusive(path: str) -> bool:
+    """Whether some process holds the device lock at ``path`` exclusive now: a shared take that does not wait (and
+    is dropped at once) fails only then. It says that a timer holds the device, not which one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def device_lock(path: str | None) -> DeviceLock:
     return DeviceLock(path) if path else NoLock()

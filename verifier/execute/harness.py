@@ -24,7 +24,10 @@ A model's time per call is, on cuda, the bracket's device time minus that of a n
 reference's child answering with a fixed output: the input copies, the flush, the output copies and the
 cross-process waits), divided by K; on cpu the bracket's host time divided by K, the copies in (a host clock's
 noise under load is as large as a small model's work, and subtracting it gave 0 us). Nothing the child does to its own timers, events, reports, RNG or copies of the verifier's modules
-changes these figures: the clock, the inputs, the flush, the outputs' copies and the picks are here.
+changes these figures: the clock, the inputs, the flush, the outputs' copies and the picks are here. How many
+brackets a model gets is decided here too (``Harness._enough``): a cap, and an early stop once its time per call is
+tight (``tight``); a child that keeps asking is told "enough". ``interval`` gives a time's or a speedup's 95%
+interval over the brackets (a percentile bootstrap with a fixed seed).
 
 Not guaranteed: on cuda a child that records ``done`` before its last writes and has them land between the
 harness's end event and its snapshot copy (a context switch of the GPU's time slicing) is not seen by the
@@ -35,6 +38,8 @@ Imports: torch, the standard library and the verifier's torch-side modules only.
 from __future__ import annotations
 
 import json
+import math
+import random
 import secrets
 import statistics
 import time
@@ -45,6 +50,7 @@ from typing import Callable
 import torch
 
 from verifier.common import ipc
+from verifier.common.devlock import held_exclusive
 from verifier.common.inputs import as_list, draw_inputs, nbytes
 
 MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
@@ -56,6 +62,10 @@ LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about
 LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
 CHUNK = 1 << 26  # elements compared at a time
 KEEP_BYTES = 2 << 30  # (inputs, output) pairs kept for the judge's full check: at most this much, at least one
+BOOTSTRAP = 2000  # resamples of a model's brackets for an interval (verifier/judge/verdict.py: the speedup's)
+BOOTSTRAP_SEED = 46  # fixed: an interval is a function of the brackets alone
+TIGHT = 0.01  # a model's timing stops once its time per call's 95% interval is within 1% of it either side ...
+LEAST_BRACKETS = 3  # ... over at least this many brackets (the probe of one call not among them unless all are)
 
 
 @dataclass
@@ -77,20 +87,28 @@ class Clocked:
     kept: list[tuple[list, list]] = field(default_factory=list)  # (inputs, outputs) picked after the loop
     calls_seen: int = 0
     host_clock: bool = False  # cpu: perf_counter brackets
+    unlocked: int = 0  # brackets clocked while no process held the device lock exclusive (a lock was named)
 
     def per_call_s(self, label: str, null: dict[int, float] | None = None) -> float | None:
         """Median time per call of ``label``'s brackets (late ones only if nothing else), less the null
         bracket's time of the same K; None without brackets."""
+        vals = self.samples(label, null)
+        return self.summary(vals) if vals else None
+
+    def samples(self, label: str, null: dict[int, float] | None = None) -> list[float]:
+        """The time per call of each of ``label``'s brackets that ``per_call_s`` summarises: those of the most
+        calls (the probe of one call drops out unless every bracket had one), not late unless all were, less the
+        null bracket of the same K (cuda)."""
         rows = [b for b in self.brackets if b.label == label]
         if not rows:
-            return None
+            return []
         big = max(b.calls for b in rows)
         rows = [b for b in rows if b.calls == big] or rows
         rows = [b for b in rows if not b.late] or rows
         # cuda: less the null bracket (device time: its noise is small against the work); cpu: the copies stay in
         # (a host clock's load noise on the null is as large as a small model's work: subtracting it gave 0 us)
         over = null_for(null or {}, big) if not self.host_clock else 0.0
-        return self.summary(max(b.seconds - over, 0.0) / b.calls for b in rows)
+        return [max(b.seconds - over, 0.0) / b.calls for b in rows]
 
     def summary(self, values) -> float:
         """cuda: the median (device time: the noise is symmetric and small); cpu: the least (a host clock on a
@@ -104,6 +122,63 @@ class Clocked:
             if b.label == "null":
                 by.setdefault(b.calls, []).append(b.seconds)
         return {k: self.summary(v) for k, v in by.items()}
+
+
+def summary_for(host_clock: bool) -> Callable[[list[float]], float]:
+    """The statistic a model's time per call is over its brackets: the least on a host clock, else the median."""
+    return min if host_clock else statistics.median
+
+
+def interval(samples: list[float], summary: Callable[[list[float]], float], over: list[float] | None = None,
+             level: float = 0.95) -> tuple[float, float] | None:
+    """The ``level`` interval of ``summary(samples)`` (or, given ``over``, of the ratio ``summary(over) /
+    summary(samples)``: a speedup, ``over`` the reference's times per call and ``samples`` the candidate's) by a
+    percentile bootstrap over brackets: BOOTSTRAP resamples with replacement of each side's brackets, drawn
+    independently, from a fixed seed (the same figures always give the same interval). None with fewer than two
+    brackets on a side (one bracket says nothing of its spread). It covers the brackets' spread only: a whole
+    measurement slowed alike (the reference timed once per task on a loaded host) moves the interval with it."""
+    if len(samples) < 2 or (over is not None and len(over) < 2):
+        return None
+    rng = random.Random(BOOTSTRAP_SEED)
+    stats = []
+    for _ in range(BOOTSTRAP):
+        x = summary(rng.choices(samples, k=len(samples)))
+        if over is not None:
+            x = summary(rng.choices(over, k=len(over))) / x if x > 0 else math.inf
+        stats.append(x)
+    stats.sort()
+    tail = (1.0 - level) / 2
+    return stats[int(tail * (BOOTSTRAP - 1))], stats[int(math.ceil((1.0 - tail) * (BOOTSTRAP - 1)))]
+
+
+def order_interval(samples: list[float], least: bool, level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` bootstrap interval of the least (``least``, a host clock's summary) or the median of ``samples``,
+    exact: a resample's r-th smallest is at most the k-th smallest sample with probability P(Binomial(n, k/n) >= r),
+    so its percentiles need no drawing (``interval`` draws, for a ratio). An even count's median lies between its two
+    middle order statistics: the interval runs from the lower one's low end to the upper one's high end (a little
+    wider than the median's own)."""
+    xs, n, tail = sorted(samples), len(samples), (1.0 - level) / 2
+    r_lo, r_hi = (1, 1) if least else ((n + 1) // 2, n // 2 + 1)
+    return xs[_order_quantile(n, r_lo, tail)], xs[_order_quantile(n, r_hi, 1.0 - tail)]
+
+
+def _order_quantile(n: int, r: int, q: float) -> int:
+    """The index of the least sample that a resample's r-th smallest is at most with probability >= ``q``."""
+    for k in range(1, n + 1):
+        p = k / n
+        if sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(r, n + 1)) >= q - 1e-12:
+            return k - 1
+    return n - 1
+
+
+def tight(samples: list[float], least: bool) -> bool:
+    """Whether a model has been timed enough: at least LEAST_BRACKETS brackets, and the 95% interval of its time per
+    call (``order_interval``: microseconds of arithmetic, run before each bracket) within TIGHT of it either side."""
+    if len(samples) < LEAST_BRACKETS:
+        return False
+    point = min(samples) if least else statistics.median(samples)
+    lo, hi = order_interval(samples, least)
+    return point > 0 and (hi - lo) / 2 <= TIGHT * point
 
 
 def null_for(null: dict[int, float], calls: int) -> float:
@@ -154,11 +229,19 @@ class Harness:
     """The harness side of one job's clocked brackets. ``reference()`` returns the task's reference model
     (built as the child's was: same init seed), ``draw(seed)`` one call's inputs on the device; ``check``
     (the candidate's job) turns on the output checks; ``keep`` is how many (inputs, outputs) pairs to keep for
-    the judge's full check, picked uniformly over every timed call."""
+    the judge's full check, picked uniformly over every timed call. When a model has been timed enough is decided
+    here, never by the child: ``brackets`` caps each model's brackets after its probe (the null's at twice that),
+    and a model's timing stops sooner once its time per call is tight (``tight``: at least 3 brackets, 95%
+    interval within 1%), reduced by ``null`` (the null bracket's seconds by calls, cuda) as the verdict's is.
+    ``lock_path``: the device lock (verifier/common/devlock.py) that the child takes exclusive for its timing phase;
+    each bracket clocked while nobody held it exclusive is counted (``Clocked.unlocked``), seen from here."""
 
     def __init__(self, backend: str, job_dir: Path, reference: Callable[[], object], draw: Callable[[int], list],
-                 *, check: bool, keep: int = 0, rng_lock=None, budget_s: float = 10.0):
+                 *, check: bool, keep: int = 0, rng_lock=None, budget_s: float = 10.0, brackets: int | None = None,
+                 null: dict[int, float] | None = None, lock_path: str = ""):
         self.backend, self.job_dir = backend, Path(job_dir)
+        self.brackets, self._null = brackets, null
+        self.lock_path = lock_path
         self.device = "cuda" if backend == "cuda" else "cpu"
         self._reference_factory, self._draw = reference, draw
         self.check, self.keep = check, keep
@@ -253,9 +336,7 @@ class Harness:
     def serve(self, label: str, send: Callable[[dict], None], recv: Callable[[], dict | None]) -> None:
         """One bracket over the channel; what it measured goes to ``self.result``. Raises only on the
         harness's own failures (the caller records them as such)."""
-        done = [b for b in self.result.brackets if b.label == label]
-        if (len(done) >= 4 and sum(b.seconds for b in done) > self.budget_s) or (self.check and self.result.problems):
-            # a slow model has been timed enough; a wrong timed output has decided the verdict
+        if self._enough(label):
             send({"enough": True})
             return
         if self._layout is None:
@@ -271,6 +352,8 @@ class Harness:
         self._fd_sent = True
         send({"calls": calls, "stride": self._layout["stride"], "flags": FLAGS, "inputs": self._layout["inputs"],
               "outputs": self._layout["outputs"], "pool": self._pool_desc, "values": values, "seq": self._seq}, fds)
+        if self.lock_path and not held_exclusive(self.lock_path):
+            self.result.unlocked += 1  # (a timing phase shared with other device work: the verdict says so)
         if self.device == "cuda":
             seconds, late, snapshot = self._clock_cuda(private, views, send, recv)
         else:
@@ -283,6 +366,15 @@ class Harness:
         self._snapshot = snapshot
         if self.check:
             self._check(label, private, self._snapshot)
+
+    def _enough(self, label: str) -> bool:
+        """Whether ``label`` has been timed enough (the child asks until told so)."""
+        done = [b for b in self.result.brackets if b.label == label]
+        if (len(done) >= 4 and sum(b.seconds for b in done) > self.budget_s) or (self.check and self.result.problems):
+            return True  # a slow model has been timed enough; a wrong timed output has decided the verdict
+        if self.brackets is not None and len(done) >= 1 + (2 if label == "null" else 1) * self.brackets:
+            return True  # its probe and its brackets (the null: one of each count per model bracket)
+        return label != "null" and tight(self.result.samples(label, self._null), self.result.host_clock)
 
     def _write_inputs(self, private: list, views: list) -> None:
         for inp, (ins, _) in zip(private, views):

@@ -11,7 +11,7 @@ setting the reference's child is given (``settings_read``) and ``SCHEMA``. A dif
 is another entry; nothing is ever looked up by task name.
 
 Guarantees: an entry holds the timings only (the child's eager and compiled device times, launch times and idle
-gaps, the harness's clocked time per call): never a seed, an input or an output. It is written atomically (a temporary
+gaps, the harness's clocked time per call and that of each bracket): never a seed, an input or an output. It is written atomically (a temporary
 file, then ``os.replace``); a file that does not parse, has another schema or another key is ignored and
 overwritten by the next measurement. A file lock per key makes two processes that need the same task measure it
 once: the second waits (bounded) and reads. A timing that failed, or that ran without the device to itself, is
@@ -37,7 +37,8 @@ import torch
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, Job
 
-SCHEMA = 2  # 2: the harness's clocked figures (verifier/execute/harness.py) instead of the child's device times
+SCHEMA = 3  # 2: the harness's clocked figures (verifier/execute/harness.py) instead of the child's device times; 3: with
+# each bracket's time per call (``eager_samples``, ``compile_samples``: the speedup's interval, verifier/judge/verdict.py)
 DIR = "prep"
 # the ChildReport fields an entry keeps: what judge.py reads of the reference (timings, their errors, the device)
 KEPT = ("kind", "phase_s", "eager", "compiled", "compile_error", "timing_exclusive", "lock_wait_s", "device")
@@ -72,7 +73,13 @@ def keepable(report: ChildReport, clocked: dict) -> bool:
 
 
 def _numbers(clocked: dict) -> bool:
-    vals = [v for k, v in clocked.items() if k != "null"] + list((clocked.get("null") or {}).values())
+    vals = [v for k, v in clocked.items() if k != "null" and not k.endswith("_samples")]
+    vals += list((clocked.get("null") or {}).values())
+    for k, v in clocked.items():
+        if k.endswith("_samples"):
+            if not isinstance(v, list):
+                return False
+            vals += v
     return all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
 
 

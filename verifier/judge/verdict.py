@@ -33,7 +33,7 @@ from verifier.common.contract import CHILD_BUILT_FILE, FLAGS_FILE, ChildReport, 
 from verifier.common.inputs import as_list, build_model, draw_inputs
 from verifier.common.ops import forbidden
 from verifier.execute.channel import Ledger
-from verifier.execute.harness import Clocked
+from verifier.execute.harness import Clocked, interval, summary_for
 from verifier.front.vendor import scan_library, scan_sources, scan_tampering
 from verifier.judge import feedback
 from verifier.judge.numerics import float64_model
@@ -560,20 +560,33 @@ RUNTIME_FLOOR_US = 0.5  # a time per call below this is the clock's resolution, 
 
 def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Evidence) -> None:
     """Runtime, eager and torch.compile times per call, all from the harness's clock (verifier/execute/harness.py), each
-    less the null bracket of the same number of calls; launch-inclusive times from the one-at-a-time probes."""
+    less the null bracket of the same number of calls; launch-inclusive times from the one-at-a-time probes.
+    ``speedup_lo``/``speedup_hi``: the eager speedup's 95% interval, a percentile bootstrap (fixed seed) over the
+    candidate's brackets and the reference's, each resample's summary the one the point uses (cpu: the least;
+    cuda: the median); it says how far the brackets' spread moves the speedup, not a load that slowed a whole
+    side alike."""
     null = ref.null() if ref is not None else {}
     per = clocked.per_call_s("candidate", null)
     v.runtime_us = round(max((per or 0.0) * 1e6, RUNTIME_FLOOR_US), 3)
     rows = [b for b in clocked.brackets if b.label == "candidate"]
     v.versions["timing"] = {**v.versions.get("timing", {}), "clock": "harness", "brackets": len(rows),
                             "calls": max(b.calls for b in rows), "late": sum(b.late for b in rows),
-                            "null_us": {str(k): round(s * 1e6, 3) for k, s in null.items()}}
+                            "null_us": {str(k): round(s * 1e6, 3) for k, s in null.items()},
+                            "unlocked_brackets": clocked.unlocked}  # seen by the harness: nobody held the lock
     if report.candidate is not None and report.candidate.launch_us:
         v.launch_us = statistics.median(report.candidate.launch_us)
     eager = ref.clocked.get("eager_s") if ref is not None else None
     if eager is not None:
         v.eager_us = round(max(eager * 1e6, RUNTIME_FLOOR_US), 3)
         v.speedup_eager = v.eager_us / v.runtime_us
+        # the speedup's 95% interval over both sides' brackets (floored as the times are); the reward counts a
+        # speedup only where it excludes 1 (verifier/judge/reward.py)
+        floor = RUNTIME_FLOOR_US * 1e-6
+        iv = interval([max(x, floor) for x in clocked.samples("candidate", null)],
+                      summary_for(clocked.host_clock),
+                      over=[max(float(x), floor) for x in ref.clocked.get("eager_samples") or []])
+        if iv is not None:
+            v.speedup_lo, v.speedup_hi = round(iv[0], 4), round(iv[1], 4)
         if ref.report.eager and ref.report.eager.launch_us:
             v.eager_launch_us = statistics.median(ref.report.eager.launch_us)
     else:
@@ -585,6 +598,8 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
         v.compile_us = round(max(comp * 1e6, RUNTIME_FLOOR_US), 3)
         v.speedup_compile = v.compile_us / v.runtime_us
     sp = f"{v.speedup_eager:.2f}x" if v.speedup_eager else "n/a"
+    if v.speedup_lo is not None:
+        sp += f", 95% interval {v.speedup_lo:.2f}-{v.speedup_hi:.2f}x"
     calls = sum(b.calls for b in rows)
     ev.add(None, f"Time per call {v.runtime_us:.1f} us over {calls} timed calls in {len(rows)} brackets (the "
                  f"verifier's clock); eager PyTorch {v.eager_us or float('nan'):.1f} us (speedup {sp})" +

@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     m.add_argument("--k", type=int, default=8)
     m.add_argument("--slots", type=int, default=0,
                    help="execution slots that shared one GPU in the run, for the verification cost's GPU-hours "
-                        "(default: the configured [verify] exec_workers)")
+                        "(default: the configured [verify] exec_workers; 0, automatic: this machine's count)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(handler=_metrics)
 
@@ -86,7 +86,11 @@ def _metrics(args: argparse.Namespace) -> int:
 
     verdicts = store.read_records(args.run_dir, "verdicts")
     summary = summarize_verdicts(verdicts, k=args.k)
-    slots = args.slots or int((getattr(args, "cfg", None) or {}).get("verify", {}).get("exec_workers", 1) or 1)
+    slots = args.slots or int((getattr(args, "cfg", None) or {}).get("verify", {}).get("exec_workers", 0) or 0)
+    if not slots:  # automatic (exec_workers 0): what this machine's count would be for the run's backend
+        from verifier.common.config import VerifyConfig
+
+        slots = VerifyConfig(exec_workers=0).exec_slots("cuda" if any(v.backend == "cuda" for v in verdicts) else "cpu")
     if slots < 1:
         raise InputError("--slots", f"must be >= 1, got {slots}")
     cost = run_cost(args.run_dir, slots_per_gpu=slots)
