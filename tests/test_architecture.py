@@ -10,9 +10,12 @@
 """
 
 import ast
+import importlib
 import re
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 from verifier import cheats
 
@@ -21,11 +24,9 @@ PRODUCT = ("kernelmill", "verifier", "synth", "graphs", "curation", "flows", "tr
 CATALOGUE = ROOT / "docs" / "ANTI_CHEAT.md"
 
 # The package cycles of today, each a defect to remove (issue 48: "No package cycles"); remove its entry with it.
-KNOWN_CYCLES = {
-    # kernelmill.settings holds [verify]'s dataclass (verifier.common.config.VerifyConfig) in Settings, while the verifier
-    # imports kernelmill.schema / errors / settings throughout.
-    frozenset({"kernelmill", "verifier"}),
-}
+# None is left: kernelmill.settings holds the [verify] section's dataclass itself (verifier.common.config names it),
+# and the one CLI sits at the top, in flows/.
+KNOWN_CYCLES: set[frozenset] = set()
 
 
 # ------------------------------------------------------------------------------------------------- imports
@@ -150,9 +151,11 @@ def asserting_tests() -> dict[str, list[str]]:
 
 
 def test_the_catalogue_scans(tmp_path):
-    text = ("| code | catches | how | tests |\n| --- | --- | --- | --- |\n"
-            "| `C05_CONSTANT_OUTPUT` | zeros | judge | `tests/a.py` |\n| 22 | a thread | C01, C09 | - |\n")
-    assert catalogue_rows(text) == [["C05_CONSTANT_OUTPUT", "zeros", "judge", "`tests/a.py`"]]
+    text = ("| code | catches | how | checks | tests |\n| --- | --- | --- | --- | --- |\n"
+            "| `C05_CONSTANT_OUTPUT` | zeros | judge | `judge.outputs.check_outputs` (judge) | `tests/a.py` |\n"
+            "| 22 | a thread | C01, C09 | - |\n")
+    assert catalogue_rows(text) == [["C05_CONSTANT_OUTPUT", "zeros", "judge", "`judge.outputs.check_outputs` (judge)",
+                                     "`tests/a.py`"]]
     f = tmp_path / "t.py"
     f.write_text('from verifier import cheats\nx = [cheats.C05, "cheat"]\n'
                  'y = "Anti-cheat C07_INPUT_MUTATION: ..."\n# C08_OUTPUT_CACHING in a comment is not asserted\n')
@@ -165,7 +168,7 @@ def test_every_cheat_code_has_exactly_one_row_in_the_catalogue():
     assert len(cheats.CODES) >= 18
     assert not [c for c, n in count.items() if n != 1], f"codes without exactly one row in {CATALOGUE}: {count}"
     assert not [r[0] for r in rows if r[0] not in cheats.CODES], "rows of codes verifier/cheats.py does not define"
-    assert all(len(r) == 4 and all(r) for r in rows), "each row: code | what it catches | how | test files"
+    assert all(len(r) == 5 and all(r) for r in rows), "each row: code | what it catches | how | checks | test files"
 
 
 def test_every_cheat_code_is_asserted_by_a_test_and_its_row_names_them():
@@ -173,7 +176,7 @@ def test_every_cheat_code_is_asserted_by_a_test_and_its_row_names_them():
     missing = [c for c in cheats.CODES if not by_code.get(c)]
     assert not missing, f"cheat codes no test under tests/ asserts: {missing}"
     wrong = []
-    for code, _, _, files in catalogue_rows(CATALOGUE.read_text()):
+    for code, _, _, _, files in catalogue_rows(CATALOGUE.read_text()):
         named = re.findall(r"`(tests/[^`]+\.py)`", files)
         if not named:
             wrong.append(f"{code}: names no test file")
@@ -201,7 +204,7 @@ VERIFIER_MAY_IMPORT = {
 # The execution child runs the candidate's code: what it loads is the import closure of these modules (the fork
 # server preloads the job's imports; a job runs child.worker's main). Only the child package and common may be in it.
 CHILD_ROOTS = ("verifier.child.worker", "verifier.child.forkserver")
-CHILD_MAY_LOAD = ("verifier.child", "verifier.common", "kernelmill.errors")
+CHILD_MAY_LOAD = ("verifier.child", "verifier.common", "kernelmill.errors", "kernelmill.settings")  # settings: dataclasses
 
 
 def verifier_unit(name: str, root: Path = ROOT) -> str | None:
@@ -279,3 +282,41 @@ def test_the_verifier_packages_import_only_along_the_path():
              if b not in VERIFIER_MAY_IMPORT[a]]
     assert not wrong, "imports against the verifier's layout: " + "; ".join(wrong)
     assert not cycles(units, set(edges)), cycles(units, set(edges))
+
+
+# ------------------------------------------------------------------------------------------- the check registry
+def registered_cell(code: str) -> str:
+    """The catalogue's "registered checks" cell of ``code``, as the registry says it."""
+    return ", ".join(f"`{c.function.removeprefix('verifier.')}` ({c.where})" for c in cheats.registered()[code])
+
+
+def test_the_registry_refuses_an_unknown_code_or_place():
+    with pytest.raises(KeyError, match="C99_NOTHING"):
+        cheats.check("C99_NOTHING", where="judge")
+    with pytest.raises(ValueError, match="where"):
+        cheats.check(cheats.C05, where="somewhere")
+    with pytest.raises(KeyError):
+        cheats.check(where="judge")
+
+
+def test_every_cheat_code_has_a_registered_check_named_in_its_catalogue_row():
+    import verifier.engine  # noqa: F401 - imports every module that registers a check
+
+    reg = cheats.registered()
+    assert not [c for c in cheats.CODES if not reg[c]], "cheat codes no registered check decides"
+    for code, checks in reg.items():
+        for c in checks:
+            module, _, name = c.function.rpartition(".")
+            obj = importlib.import_module(module)
+            assert callable(getattr(obj, name, None)), f"{code}: {c.function} is not a function of {module}"
+    rows = {r[0]: r[3] for r in catalogue_rows(CATALOGUE.read_text())}
+    wrong = [f"{code}: the row says {rows.get(code)!r}, the registry {registered_cell(code)!r}"
+             for code in cheats.CODES if rows.get(code) != registered_cell(code)]
+    assert not wrong, f"{CATALOGUE.name}'s registered-checks cells out of date: " + "; ".join(wrong)
+
+
+def test_every_cheat_code_has_a_red_team_test():
+    by_code = asserting_tests()
+    missing = [c for c in cheats.CODES if not any(f.startswith(("tests/redteam/", "tests/gpu/redteam/"))
+                                                  for f in by_code.get(c, []))]
+    assert not missing, f"cheat codes no red-team test (tests/redteam, tests/gpu/redteam) asserts: {missing}"

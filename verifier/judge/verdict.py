@@ -331,6 +331,42 @@ def run_stage(job: Job, job_dir: Path, report: ChildReport | None = None) -> str
     return "timing" if n and over else "correctness"
 
 
+
+@cheats.check(cheats.C03, where="child")
+def check_fallback_across_trials(forbidden_per_trial: list, ev: Evidence) -> None:
+    """C03 at runtime: PyTorch compute on some trials (the extra shape among them) and not on others, a path to
+    the reference taken for some inputs only. ``forbidden_per_trial``: per trial, the forbidden ops its records show."""
+    if forbidden_per_trial and any(forbidden_per_trial) and not all(forbidden_per_trial):
+        ev.add_torch(cheats.C03, "PyTorch compute ran on some trials but not others (a fallback branch).")
+
+
+@cheats.check(cheats.C14, where="judge")
+def check_extra_shape(regular_ok: bool, other_failed: bool, crashed: bool, ev: Evidence) -> None:
+    """C14: correct on every trial of the benchmark's shape and wrong on the extra shape (a step of the task's own
+    size constants, drawn per plan among several: verifier/judge/plan.py), the mark of sizes written into the
+    kernel. A crash is its own verdict and says nothing about sizes."""
+    if regular_ok and other_failed and not crashed:
+        ev.add(cheats.C14, "Correct on the benchmark shape but wrong on another valid shape (hard-coded sizes?).")
+
+
+@cheats.check(cheats.C09, where="child")
+def check_threads_after_timing(report: ChildReport, ev: Evidence) -> None:
+    """C09 over the timed calls: threads of the candidate's still at work after they returned
+    (verifier/child/monitors.py ``side_work_threads``: judged by what they do, not counted)."""
+    if report.threads_added_timing > 0:
+        ev.add(cheats.C09, f"{report.threads_added_timing} thread(s) of yours were still at work after the timed "
+                           "iterations returned.")
+
+
+@cheats.check(cheats.C16, where="child")
+def check_compute_only_when_timed(forbidden_per_trial: list, ev: Evidence) -> None:
+    """C16 from the records: PyTorch compute in the timed calls (the last entry) and in none of the checked trials
+    (behaving differently when timed; the harness's own check of every timed output is ``check_clocked_outputs``)."""
+    if forbidden_per_trial and forbidden_per_trial[-1] and not any(forbidden_per_trial[:-1]):
+        ev.add(cheats.C16, "PyTorch compute ran in the timed runs but not in the checked trials (behaving "
+                           "differently when timed).")
+
+
 def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildRun, device: str,
           poison: int, reference_timing, ledger: Ledger, clocked: Clocked | None = None, knockout=None) -> Verdict:
     """The verdict of one executed candidate. ``plan`` is the task's TaskPlan (verifier/engine.py),
@@ -455,13 +491,11 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
             other_failed = True
         else:
             regular_ok = False
-    if forbidden_per_trial and any(forbidden_per_trial) and not all(forbidden_per_trial):
-        ev.add_torch(cheats.C03, "PyTorch compute ran on some trials but not others (a fallback branch).")
+    check_fallback_across_trials(forbidden_per_trial, ev)
     if ev.fallback_ops:
         v.fallback_ops = sorted(ev.fallback_ops)
         ev.details.insert(0, "Runtime check: forward ran PyTorch compute ops: " + ", ".join(v.fallback_ops) + ".")
-    if regular_ok and other_failed and not crash_detail:
-        ev.add(cheats.C14, "Correct on the benchmark shape but wrong on another valid shape (hard-coded sizes?).")
+    check_extra_shape(regular_ok, other_failed, bool(crash_detail), ev)
     v.trials = checked
     v.max_abs_err = max(e[0] for e in errs) if errs else None
     v.max_rel_err = max(e[1] for e in errs) if errs else None
@@ -473,9 +507,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     v.stage_reached = "runtime"
     # ---- runtime legality
     check_own_kernels(report, cfg, v, ev)
-    if report.threads_added_timing > 0:
-        ev.add(cheats.C09, f"{report.threads_added_timing} thread(s) of yours were still at work after the timed "
-                           "iterations returned.")
+    check_threads_after_timing(report, ev)
     if ev.codes:  # a cheat under either legality policy
         v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
         return finish(w, "cheat", ev.details)
@@ -488,9 +520,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     if timed:
         if report.timed is not None:
             forbidden_per_trial.append(check_trial_runtime(report.timed, "Timed runs", ev))
-            if forbidden_per_trial[-1] and not any(forbidden_per_trial[:-1]):
-                ev.add(cheats.C16, "PyTorch compute ran in the timed runs but not in the checked trials (behaving "
-                                   "differently when timed).")
+            check_compute_only_when_timed(forbidden_per_trial, ev)
             if ev.fallback_ops and not v.fallback_ops:
                 v.fallback_ops = sorted(ev.fallback_ops)
                 ev.details.insert(0, "Runtime check of the timed runs: forward ran PyTorch compute ops: "
@@ -508,6 +538,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, job: Job, job_dir: Path, run: ChildR
     return _legality_outcome(w, cfg, report, ev, knockout)
 
 
+@cheats.check(cheats.C01, cheats.C02, cheats.C19, where="judge")
 def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence, knockout=None) -> Verdict:
     """A correct candidate that passed every other check: what the strict and the partial legality policies
     say (both recorded), and the verdict under ``cfg.legality``. Where forward ran PyTorch compute beside own
