@@ -60,25 +60,7 @@ torch::Tensor scale_relu(torch::Tensor x, torch::Tensor w) {
 '''
 FUNCS = ["relu", "relu_into", "relu_positive_only", "relu_inplace", "alloc_like", "touch", "scale_relu"]
 
-RELU_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(64, 1000)]
-
-
-def get_init_inputs():
-    return []
-'''
+RELU_TASK = fx.RELU_TASK  # relu of torch.randn(64, 1000)
 # relu of mostly-negative values: about 0.1% of the output is non-zero, and which elements differs per draw
 SPARSE_TASK = RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(64, 1000) - 3.0")
 # a parameter drawn in __init__ (under the verifier's construction seed)
