@@ -449,7 +449,7 @@ OMNIPOTENT = '''
 import sys, time, random, secrets
 _W = next(m for m in list(sys.modules.values()) if hasattr(m, "Guard") and hasattr(m, "run_job"))  # __main__ there
 _W.Guard.tampered = lambda self, phase: False                      # the in-process tamper check, blinded
-_CH = sys.modules["verifier.execute.channel"].Channel
+_CH = sys.modules["verifier.child.channel"].Channel
 _send = _CH.record
 def _record(self, key, rec):                                       # the monitors' records, emptied on their way out
     rec = dict(rec, dispatched_ops=[], profiled_ops=[], monitor_problems=[], threads_added=0,
