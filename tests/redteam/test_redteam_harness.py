@@ -132,15 +132,7 @@ def test_the_harness_caps_a_models_brackets_whatever_the_server_asks(tmp_path):
     def serve(client, ch):
         answers.extend(client.bracket("candidate", torch.relu) for _ in range(30))
 
-    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=True, keep=1, budget_s=5.0, brackets=4)
-    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
-    ch = Channel(tmp_path)
-    try:
-        serve(BracketClient(ch, "cpu"), ch)
-    finally:
-        ch.close()
-        d.close()
-    got = h.close()
+    got = _session(tmp_path, serve, keep=1, brackets=4)
     assert 1 + 3 <= len(got.brackets) <= 1 + 4 and answers.count("enough") == 30 - len(got.brackets)
     assert answers[:len(got.brackets)] == ["done"] * len(got.brackets)
 
