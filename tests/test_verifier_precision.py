@@ -38,7 +38,7 @@ from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, _pick_size_change, load_reference, verify_batch
 from verifier.common.backends import CPU_POISON_BYTE
-from verifier.common.inputs import (build_model, draw_inputs, other_size, other_size_keeping_all, size_changes,
+from verifier.common.inputs import (SIZE_RATIOS, build_model, draw_inputs, other_size, other_size_keeping_all, size_changes,
                              size_constants, variant_program)
 from verifier.serve.metrics import summarize_verdicts
 from verifier.judge.numerics import budget_for
@@ -455,12 +455,20 @@ def test_other_size_keeps_the_tasks_divisibility():
 
 
 def test_extra_shape_of_an_expression_task_keeps_square_and_symmetric():
-    """The plan's pick on the task that writes N = 32 * 2: 96 for both inputs, still symmetric."""
+    """The plan's pick on the task that writes N = 32 * 2: one new N for both inputs, still symmetric. The step is
+    drawn at random among SIZE_RATIOS in the verifier's process, so the test holds for every step the draw can give."""
     ref = load_reference(EXPRESSION_TASK, "expr")
     model, _ = build_model(ref, 7, "cpu", EXPRESSION_TASK)
     inputs = draw_inputs(ref.get_inputs, 7, "cpu", EXPRESSION_TASK)
-    spec, out_bytes = _pick_size_change(ref, model, EXPRESSION_TASK, 7, "cpu", inputs)
-    other = draw_inputs(ref.get_inputs, 8, "cpu", EXPRESSION_TASK, spec)
-    assert [tuple(x.shape) for x in other] == [(96, 96), (96, 96)]
-    assert out_bytes == sum(o.numel() * o.element_size() for o in [model(*other)])  # measured on that shape
-    assert all(torch.equal(x, x.T) for x in other)
+    allowed = {c.names["N"] for r in SIZE_RATIOS for c in size_changes(EXPRESSION_TASK, r)}
+    assert 96 in allowed and 64 not in allowed
+    picked = set()
+    for _ in range(8):
+        spec, out_bytes = _pick_size_change(ref, model, EXPRESSION_TASK, 7, "cpu", inputs)
+        other = draw_inputs(ref.get_inputs, 8, "cpu", EXPRESSION_TASK, spec)
+        (n, m), second = tuple(other[0].shape), tuple(other[1].shape)
+        assert n == m and second == (n, n) and n in allowed
+        picked.add(n)
+        assert out_bytes == sum(o.numel() * o.element_size() for o in [model(*other)])  # measured on that shape
+        assert all(torch.equal(x, x.T) for x in other)
+    assert picked <= allowed  # that the step is drawn at random: tests/redteam/test_redteam_extra_shape.py
