@@ -144,7 +144,7 @@ class Check:
     """One function that decides ``code``: its dotted name and where its evidence is."""
 
     code: str
-    function: str  # module.qualname, e.g. verifier.judge.verdict.check_channel
+    function: str  # module.qualname, e.g. verifier.judge.checks.check_channel
     where: str  # one of WHERE
 
 

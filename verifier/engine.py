@@ -67,7 +67,7 @@ from verifier.judge.plan import (  # noqa: F401
     plan_settings,
     task_plan,
 )
-from verifier.judge.verdict import ChildRun, Work, finish, judge
+from verifier.judge.verdict import ChildRun, Execution, Work, finish, judge
 
 __all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_batch"]
 
@@ -482,7 +482,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                 # the partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where it decides
                 knockout = (lambda: run_knockout(w, plan, cfg, build_root, make_job=_job, job_dir_of=_job_dir,
                                                      run_driven=_run_driven)) if backend == "cuda" else None
-                return judge(w, cfg, plan, job, job_dir, run, device, poison, ref_timing, ledger, clocked, knockout)
+                return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout),
+                             ref_timing)
     finally:
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root

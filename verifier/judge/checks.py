@@ -1,0 +1,255 @@
+"""The checks the judge runs on an executed candidate, each a function named for what it catches and registered
+under the codes it decides (``@cheats.check``, verifier/cheats.py). Each reads one kind of evidence (the child's
+streamed records, its report, the job directory, the channel's ledger) and adds cheat codes and sentences of feedback
+to an ``Evidence`` (verifier/judge/outputs.py). The order they run in, and what a verdict stops at, is the judge's
+(verifier/judge/verdict.py); the checks of the outputs themselves are in verifier/judge/outputs.py.
+
+Imports: torch, verifier.common, verifier.execute's channel (the Ledger), verifier.front.vendor (the scans of
+extensions the child built) and verifier.judge.outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernelmill.schema import Verdict
+from verifier import cheats
+from verifier.common import sandbox
+from verifier.common.backends import kernel_family
+from verifier.common.config import VerifyConfig
+from verifier.common.contract import CHILD_BUILT_FILE, ChildReport, ContractError, TrialReport
+from verifier.common.ops import forbidden
+from verifier.execute.channel import Ledger
+from verifier.front.vendor import scan_library, scan_sources, scan_tampering
+from verifier.judge.outputs import Evidence
+
+_VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
+
+
+@cheats.check(cheats.C18, where="judge")
+def check_fake_verdict(log: str, ev: Evidence) -> None:
+    """C18: text shaped like a verdict in the candidate's output (never parsed, but a sign of intent)."""
+    if any(word in log for word in _VERDICT_WORDS):
+        ev.add(cheats.C18, "Your program printed text shaped like a verifier verdict; candidate output is never "
+                           "read as a result.")
+
+
+@cheats.check(cheats.C11, where="child")
+def check_tampering(patched: list[str], ev: Evidence) -> None:
+    """C11: torch functions, flags or the verifier's modules changed in the candidate's process."""
+    if patched:
+        ev.add(cheats.C11, "Your program changed torch or the verifier in its process: " + "; ".join(patched[:8]) + ".")
+
+
+@cheats.check(cheats.C04, where="child")
+def check_reference_held(report: ChildReport, ev: Evidence) -> None:
+    """C04: a submodule of ModelNew is the reference Model."""
+    if report.holds_reference_model:
+        ev.add(cheats.C04, "ModelNew holds an instance of the reference Model.")
+
+
+
+
+@cheats.check(cheats.C12, where="judge")
+def check_channel(ledger: Ledger, ev: Evidence) -> None:
+    """C12: the candidate spoke on the verifier's channel (asked for a seed out of turn, answered for the
+    child): only the verifier's own code in the child asks, each step once and in order."""
+    if ledger.problems:
+        ev.add(cheats.C12, "Your program used the verifier's channel to its execution process: "
+                           + "; ".join(ledger.problems[:3]) + ". Seeds are handed out one trial at a time.")
+
+
+@cheats.check(cheats.C09, where="child")
+def check_threads_at_load(report: ChildReport, ev: Evidence) -> None:
+    """C09: threads the candidate's import or constructor started that were still at work afterwards (never idle
+    for ``monitors.QUIET_S``; parked ones, an OpenMP pool's, are not counted). Work on them is watched by no
+    thread-local monitor, and forward does not need them."""
+    if report.threads_at_load > 0:
+        ev.add(cheats.C09, f"Importing your program or constructing ModelNew left {report.threads_at_load} "
+                           "thread(s) at work after it: work on a thread of your own outside forward is not allowed.")
+
+
+@cheats.check(cheats.C11, where="judge")
+def use_streamed_records(report: ChildReport, ledger: Ledger, ev: Evidence) -> None:
+    """The monitors' records as the child streamed them, call by call (verifier/execute/channel.py), replace the ones in
+    its final report: a record edited, emptied or dropped after it was sent changes nothing. A record the report
+    has and the stream does not is C11 (the stream was cut to hide it)."""
+    trials = []
+    for i in range(len(report.trials)):
+        got = ledger.records.get(f"trial{i}")
+        if got is None:
+            ev.add(cheats.C11, f"The record of trial {i + 1} never reached the verifier while the trial ran.")
+            break
+        try:
+            trials.append(TrialReport.from_dict(got))
+        except (ContractError, ValueError, TypeError):
+            ev.add(cheats.C11, f"The record of trial {i + 1} sent to the verifier was malformed.")
+            break
+    report.trials = trials
+    if report.timed is not None:
+        got = ledger.records.get("timed")
+        try:
+            report.timed = TrialReport.from_dict(got) if got is not None else None
+        except (ContractError, ValueError, TypeError):
+            report.timed = None
+        if report.timed is None and not report.timing_error:
+            ev.add(cheats.C11, "The monitors' record of the timed calls never reached the verifier.")
+
+
+HOST_COPY_LIMIT = 64 * 1024  # bytes forward may copy from the device to the host (scalars, small shape tables)
+
+
+@cheats.check(cheats.C01, cheats.C02, cheats.C07, cheats.C09, cheats.C10, cheats.C11, where="child")
+def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]:
+    """C01 (either monitor saw PyTorch compute), C11 (a monitor was switched off), C02 (no kernel function
+    called), C09 (threads left running), C07 (inputs modified), C10 (not a plain dense tensor). Returns the
+    forbidden ops of this trial (for the fallback-branch check)."""
+    bad = sorted(set(forbidden(rec.dispatched_ops)) | set(forbidden(rec.profiled_ops)))
+    if bad:
+        ev.torch_codes.add(cheats.C01)
+        ev.fallback_ops |= set(bad)
+    if rec.monitor_problems:
+        ev.add(cheats.C11, f"{label}: {'; '.join(rec.monitor_problems)}.")
+    if rec.to_host_bytes > HOST_COPY_LIMIT:
+        ev.add(cheats.C01, f"{label}: forward copied {rec.to_host_bytes} bytes of device data to the host (the "
+                           "computation belongs in your kernel, not on the CPU).")
+    if rec.kernel_calls == 0:
+        ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
+    if rec.threads_added > 0:
+        ev.add(cheats.C09, f"{label}: {rec.threads_added} thread(s) of yours were still at work after forward "
+                           "returned (or ended only then): work the timing misses. Join your threads before "
+                           "returning; an idle pool (OpenMP's) is fine.")
+    if rec.mutated_inputs:
+        ev.add(cheats.C07, f"{label}: forward modified input(s) {rec.mutated_inputs} in place.")
+    if rec.output_problem:
+        ev.add(cheats.C10, f"{label}: {rec.output_problem}.")
+    return bad
+
+
+@cheats.check(cheats.C01, cheats.C02, where="child")
+def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Evidence) -> None:
+    """C02: on cuda the profiler saw none of the candidate's __global__ kernels run. C01 (time coverage): the
+    share of forward device time spent in kernels named in the candidate's sources; foreign compute kernels
+    (cuBLAS, cuDNN, CUTLASS, ATen; copies and fills excluded) taking more than ``1 - min_own_share`` of it,
+    or any cuBLAS/cuDNN/CUTLASS kernel, is compute the candidate did not write."""
+    if report.own_kernel_ran is False:
+        ev.add(cheats.C02, "The profiler saw none of your __global__ kernels run during forward.")
+    trials = [t for t in report.trials if not t.error] + ([report.timed] if report.timed is not None else [])
+    if not trials or not report.cuda_kernel_names or not any(t.foreign_kernel_us or t.own_kernel_us for t in trials):
+        return
+    own = sum(t.own_kernel_us for t in trials)
+    fam: dict[str, float] = {}
+    names: dict[str, float] = {}
+    for t in trials:
+        for name, us in t.foreign_kernel_us.items():
+            f = kernel_family(name)
+            fam[f] = fam.get(f, 0.0) + us
+            if f != "copy/fill":
+                names[name] = names.get(name, 0.0) + us
+    total = own + sum(fam.values())
+    compute = own + sum(us for f, us in fam.items() if f != "copy/fill")
+    v.own_kernel_share = round(own / total, 4) if total > 0 else None
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
+    v.foreign_kernels = [f"{kernel_family(n)}: {n[:100]} ({us / len(trials):.1f} us)" for n, us in top]
+    vendor = {f: us for f, us in fam.items() if f in ("cuBLAS", "cuDNN", "CUTLASS")}
+    foreign_share = 1.0 - own / compute if compute > 0 else 0.0
+    if vendor or foreign_share > 1.0 - cfg.min_own_share:
+        sentence = (f"Only {100 * own / max(compute, 1e-9):.0f}% of forward's compute time was in your own "
+                    "kernels; the rest ran in " + ", ".join(v.foreign_kernels) + ".")
+        if ev.fallback_ops:  # PyTorch ops ran and launched these: torch compute (the strict policy's concern)
+            ev.add_torch(cheats.C01, sentence)
+        else:  # no PyTorch op asked for them: the candidate's own C++ called a vendor library
+            ev.add(cheats.C01, sentence)
+
+
+def own_kernels_ran(report: ChildReport) -> bool:
+    """The candidate's own kernels were called on every trial (and, on cuda, the profiler saw one run)."""
+    trials = [t for t in report.trials if not t.error]
+    return bool(trials) and all(t.kernel_calls > 0 for t in trials) and report.own_kernel_ran is not False
+
+
+NO_CONTRIBUTION = "your own kernels do not contribute to the output: with them skipped it is still correct"
+
+
+def own_work_ok(report: ChildReport, cfg: VerifyConfig, v: Verdict, knocked=None) -> tuple[bool, str]:
+    """The partial policy's condition: the candidate's own kernels ran on every trial and produce part of the
+    output. ``knocked`` is the knockout run's result (verifier/judge/knockout.py: cuda, forward ran PyTorch compute):
+    where conclusive it decides (still correct with every own launch skipped: no part of the output is theirs;
+    wrong, crashed or hung: it is). Without one (cpu, no PyTorch compute) or inconclusive, the share rule: on cuda
+    at least ``partial_min_own_share`` of forward's device time. Returns (ok, why not)."""
+    if not own_kernels_ran(report):
+        return False, "none of your own kernels ran on every trial"
+    if knocked is not None and knocked.conclusive:
+        return (False, f"{NO_CONTRIBUTION} ({knocked.detail})") if knocked.outcome == "no_contribution" else (True, "")
+    if v.own_kernel_share is not None and v.own_kernel_share < cfg.partial_min_own_share:
+        return False, (f"your own kernels took {100 * v.own_kernel_share:.1f}% of forward's device time (at least "
+                       f"{100 * cfg.partial_min_own_share:.0f}% is real work beside PyTorch)")
+    return True, ""
+
+
+@cheats.check(cheats.C01, cheats.C11, where="binary")
+def check_child_built(job_dir: Path, ev: Evidence) -> None:
+    """C01 / C11 in extensions the child compiled itself (load_inline arguments the static stage could not
+    read): the same source and binary scans as for the compile pool's builds, run here on what the child's
+    load_inline recorded before and after each build."""
+    f = job_dir / CHILD_BUILT_FILE
+    try:
+        entries = json.loads(f.read_text()) if f.is_file() else []
+    except ValueError:
+        entries = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        srcs = [str(x) for x in entry.get("sources", [])]
+        so = str(entry.get("so_path") or "")
+        flags = [str(x) for x in entry.get("ldflags", [])]
+        for found in scan_sources(srcs, flags) + (scan_library(so, srcs) if so else []):
+            ev.add(cheats.C01, f"Check of the extension built at run time: {found} (compute by a vendor library or "
+                               "ATen internals, not your kernel).")
+        for found in scan_tampering(srcs, so or None):
+            ev.add(cheats.C11, f"Check of the extension built at run time: {found}.")
+
+
+@cheats.check(cheats.C17, where="judge")
+def check_sandbox_escape(job_dir: Path, ev: Evidence) -> None:
+    """C17: what the sandbox (verifier/common/sandbox.py) saw the job attempt outside its view: writes outside the job
+    directory, processes left behind, network use, the process limit. Written by the verifier's side of the
+    sandbox into the job directory after the child ended, never by the child."""
+    for found in sandbox.escape_findings(job_dir):
+        ev.add(cheats.C17, f"The sandbox blocked: {found}.")
+
+
+@cheats.check(cheats.C03, where="child")
+def check_fallback_across_trials(forbidden_per_trial: list, ev: Evidence) -> None:
+    """C03 at runtime: PyTorch compute on some trials (the extra shape among them) and not on others, a path to
+    the reference taken for some inputs only. ``forbidden_per_trial``: per trial, the forbidden ops its records show."""
+    if forbidden_per_trial and any(forbidden_per_trial) and not all(forbidden_per_trial):
+        ev.add_torch(cheats.C03, "PyTorch compute ran on some trials but not others (a fallback branch).")
+
+
+@cheats.check(cheats.C14, where="judge")
+def check_extra_shape(regular_ok: bool, other_failed: bool, crashed: bool, ev: Evidence) -> None:
+    """C14: correct on every trial of the benchmark's shape and wrong on the extra shape (a step of the task's own
+    size constants, drawn per plan among several: verifier/judge/plan.py), the mark of sizes written into the
+    kernel. A crash is its own verdict and says nothing about sizes."""
+    if regular_ok and other_failed and not crashed:
+        ev.add(cheats.C14, "Correct on the benchmark shape but wrong on another valid shape (hard-coded sizes?).")
+
+
+@cheats.check(cheats.C09, where="child")
+def check_threads_after_timing(report: ChildReport, ev: Evidence) -> None:
+    """C09 over the timed calls: threads of the candidate's still at work after they returned
+    (verifier/child/monitors.py ``side_work_threads``: judged by what they do, not counted)."""
+    if report.threads_added_timing > 0:
+        ev.add(cheats.C09, f"{report.threads_added_timing} thread(s) of yours were still at work after the timed "
+                           "iterations returned.")
+
+
+@cheats.check(cheats.C16, where="child")
+def check_compute_only_when_timed(forbidden_per_trial: list, ev: Evidence) -> None:
+    """C16 from the records: PyTorch compute in the timed calls (the last entry) and in none of the checked trials
+    (behaving differently when timed; the harness's own check of every timed output is ``check_clocked_outputs``)."""
+    if forbidden_per_trial and forbidden_per_trial[-1] and not any(forbidden_per_trial[:-1]):
+        ev.add(cheats.C16, "PyTorch compute ran in the timed runs but not in the checked trials (behaving "
+                           "differently when timed).")
