@@ -233,259 +233,336 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
         raise StaticScanError(f"the static scan failed on this candidate: {type(e).__name__}: {e}{at}") from e
 
 
-def _scan(code: str, backend: str = "cpu") -> StaticReport:
-    tree = ast.parse(code)
-    report = StaticReport()
-    report.extensions = resolve_extensions(tree)
-    report.kernel_functions = exported_functions(report.extensions)
-    kernels = set(report.kernel_functions)
-    # Construction may compute with torch (parameter initialisation as nn.Linear.reset_parameters does it,
-    # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
-    # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
-    init_ids = init_only_nodes(tree)
-    # a block under `if __name__ == "__main__":` never runs when the verifier imports the program (unless the
-    # program rebinds __name__, which then keeps it in the scan)
-    rebinds_name = any(isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load)
-                       for n in ast.walk(tree))
-    main_blocks = [] if rebinds_name else [n for n in tree.body if _main_guard(n)]
-    main_ids = {id(x) for n in main_blocks for x in ast.walk(n)}
-    dead: set[int] = set()  # filled once ModelNew is known (_Scope): code that nothing live names
+class _Program:
+    """What the scan knows of a program before it judges any node: its tree and extensions, the nodes only
+    construction reaches (``init_ids``) or that never run (``main_ids``, ``dead``), its imports and aliases, the
+    objects load_inline returned, ModelNew and its classes, the nn layers they hold, what each receiver is
+    (``kinds``). ``add`` records a finding (dropping PyTorch compute that only construction runs or that nothing
+    live names); the judging functions below read the rest."""
 
-    compute_ids: set[int] = set()  # nodes found computing with PyTorch or the reference, wherever they are
+    def __init__(self, code: str) -> None:
+        tree = ast.parse(code)
+        report = StaticReport()
+        report.extensions = resolve_extensions(tree)
+        report.kernel_functions = exported_functions(report.extensions)
+        kernels = set(report.kernel_functions)
+        # Construction may compute with torch (parameter initialisation as nn.Linear.reset_parameters does it,
+        # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
+        # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
+        init_ids = init_only_nodes(tree)
+        # a block under `if __name__ == "__main__":` never runs when the verifier imports the program (unless the
+        # program rebinds __name__, which then keeps it in the scan)
+        rebinds_name = any(isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load)
+                           for n in ast.walk(tree))
+        main_blocks = [] if rebinds_name else [n for n in tree.body if _main_guard(n)]
+        main_ids = {id(x) for n in main_blocks for x in ast.walk(n)}
+        dead: set[int] = set()  # filled once ModelNew is known (_Scope): code that nothing live names
 
-    def add(code_, node, what, torch_compute=False):
+        compute_ids: set[int] = set()  # nodes found computing with PyTorch or the reference, wherever they are
+
+        self.tree, self.report, self.kernels, self.init_ids, self.main_ids = tree, report, kernels, init_ids, main_ids
+        self.dead, self.compute_ids = dead, compute_ids
+        add = self.add
+        # aliases: `import torch.nn.functional as F`, `from torch import relu`
+        aliases: dict[str, str] = {}
+        judged: dict[str, tuple[str, ast.AST]] = {}  # a name bound to a USE_JUDGED module -> (module, its import)
+        for node in ast.walk(tree):
+            if id(node) in main_ids:
+                continue
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                    root = a.name.split(".")[0]
+                    if root in USE_JUDGED:
+                        judged[a.asname or root] = (root, node)  # judged by its uses, below
+                        continue
+                    code_ = IMPORT_CODES.get(a.name) or IMPORT_CODES.get(root)
+                    if code_:
+                        add(code_, node, f"imports `{a.name}`")
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                root = node.module.split(".")[0]
+                if root in USE_JUDGED:
+                    code_, allowed = USE_JUDGED[root]
+                    for a in node.names:
+                        if node.module != root or a.name not in allowed:
+                            add(code_, node, f"imports `{a.name}` from `{node.module}`")
+                else:
+                    code_ = IMPORT_CODES.get(node.module) or IMPORT_CODES.get(root)
+                    if code_:
+                        add(code_, node, f"imports from `{node.module}`")
+                for a in node.names:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+
+        self.aliases, self.judged = aliases, judged
+        canonical = self.canonical
+        # what load_inline returned (``ext = load_inline(...)``, ``self.ext = ...``): calls on it are the candidate's
+        # own functions, whatever they are called (``ext.mm`` is not ``Tensor.mm``)
+        extension_objects = {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
+                             isinstance(n.value, ast.Call) and _is_load_inline(n.value) for t in n.targets} - {""}
+        grew = True
+        while grew:  # and what is bound to one (`self.ext = ext`)
+            before = len(extension_objects)
+            extension_objects |= {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
+                                  _dotted(n.value) in extension_objects for t in n.targets} - {""}
+            grew = len(extension_objects) > before
+
+        self.extension_objects = extension_objects
+        own_call = self.own_call
+        # ModelNew is the class the module-level name binds: `class ModelNew`, or `ModelNew = Model` / `= FastConv`
+        binding = model_new_binding(tree)
+        model_new = binding.cls if binding is not None else None
+        skip_funcs = {"get_inputs", "get_init_inputs"}
+        skipped = [n for n in tree.body
+                   if (isinstance(n, ast.FunctionDef) and n.name in skip_funcs) or id(n) in main_ids]
+        scope_nodes = [n for n in tree.body if not any(n is k for k in skipped)]
+        structure = _Scope(tree, model_new, canonical, skipped)
+        dead |= structure.dead
+        classes = structure.classes
+        chain = _own_chain(model_new, classes) if model_new is not None else []
+        # the program's own class named Model, bound to ModelNew: `Model` names the candidate's class, not the reference
+        own_model = model_new is not None and model_new.name == "Model" and classes.get("Model") is model_new
+        parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+        method_ids = {id(n) for c in chain for n in ast.walk(c)}
+        model_layers = structure.torch_layers(model_new)
+        class_layers = {id(c): structure.torch_layers(c) | model_layers for c in classes.values()}
+        enclosing_class: dict[int, set[str]] = {}
+        for c in classes.values():
+            for n in ast.walk(c):
+                enclosing_class[id(n)] = class_layers[id(c)]
+        # `for m in self.layers: x = m(x)`: loop variables that stand for a member of a PyTorch container
+        loop_layers: dict[int, str] = {}
+        for c in classes.values():
+            for loop in ast.walk(c):
+                if not isinstance(loop, (ast.For, ast.comprehension)):
+                    continue
+                body = loop.body if isinstance(loop, ast.For) else [parents.get(id(loop))]
+                for name, source in _loop_bindings(loop.target, loop.iter):
+                    recv = _dotted(source)
+                    if not (recv.startswith("self.") and recv.count(".") == 1 and recv[5:] in class_layers[id(c)]):
+                        continue
+                    for stmt in body:
+                        for n in ast.walk(stmt):
+                            if isinstance(n, ast.Call) and (
+                                    (isinstance(n.func, ast.Name) and n.func.id == name) or
+                                    (isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
+                                     n.func.value.id == name and n.func.attr in ("forward", "__call__"))):
+                                loop_layers[id(n)] = f"{recv} (as `{name}`)"
+        # reflection is judged by what it does and on whose object (static_tamper): writes to what is not the
+        # candidate's are patches, reads of its own objects are not
+        reflect = Context(_module_constants(tree), foreign_names(tree, set(aliases)), canonical, _is_torch_compute)
+        # what a receiver is (a tensor, a path, a queue...), from where its name is bound: a method is judged on it
+        kinds = Kinds(tree, canonical, own_call, classes)
+
+        self.binding, self.model_new, self.scope_nodes, self.classes, self.chain = \
+            binding, model_new, scope_nodes, classes, chain
+        self.own_model, self.parents, self.method_ids, self.model_layers = own_model, parents, method_ids, model_layers
+        self.enclosing_class, self.loop_layers, self.reflect, self.kinds = enclosing_class, loop_layers, reflect, kinds
+
+
+    def add(self, code_, node, what, torch_compute=False) -> None:
         if code_ in (cheats.C01, cheats.C04):
-            compute_ids.add(id(node))
-        if code_ == cheats.C01 and id(node) in init_ids:
+            self.compute_ids.add(id(node))
+        if code_ == cheats.C01 and id(node) in self.init_ids:
             return
         # seeding or reading the generators while ModelNew is constructed (weights drawn as the reference draws
         # them, `torch.manual_seed(42)` copied from its __init__) predicts nothing: no trial seed exists in the
         # child before construction is over (ANTI_CHEAT 12, 20), and every input is drawn from one it gets later
-        if code_ == cheats.C12 and id(node) in init_ids:
+        if code_ == cheats.C12 and id(node) in self.init_ids:
             return
-        if code_ in (cheats.C01, cheats.C04) and id(node) in dead:
+        if code_ in (cheats.C01, cheats.C04) and id(node) in self.dead:
             return
-        report.findings.append(Finding(code_, getattr(node, "lineno", 0), what, torch_compute))
+        self.report.findings.append(Finding(code_, getattr(node, "lineno", 0), what, torch_compute))
 
-    # aliases: `import torch.nn.functional as F`, `from torch import relu`
-    aliases: dict[str, str] = {}
-    judged: dict[str, tuple[str, ast.AST]] = {}  # a name bound to a USE_JUDGED module -> (module, its import)
-    for node in ast.walk(tree):
-        if id(node) in main_ids:
-            continue
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-                root = a.name.split(".")[0]
-                if root in USE_JUDGED:
-                    judged[a.asname or root] = (root, node)  # judged by its uses, below
-                    continue
-                code_ = IMPORT_CODES.get(a.name) or IMPORT_CODES.get(root)
-                if code_:
-                    add(code_, node, f"imports `{a.name}`")
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            root = node.module.split(".")[0]
-            if root in USE_JUDGED:
-                code_, allowed = USE_JUDGED[root]
-                for a in node.names:
-                    if node.module != root or a.name not in allowed:
-                        add(code_, node, f"imports `{a.name}` from `{node.module}`")
-            else:
-                code_ = IMPORT_CODES.get(node.module) or IMPORT_CODES.get(root)
-                if code_:
-                    add(code_, node, f"imports from `{node.module}`")
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
 
-    def canonical(dotted: str) -> str:
+    def canonical(self, dotted: str) -> str:
         head, _, rest = dotted.partition(".")
-        full = aliases.get(head, head)
+        full = self.aliases.get(head, head)
         return f"{full}.{rest}" if rest else full
 
-    # what load_inline returned (``ext = load_inline(...)``, ``self.ext = ...``): calls on it are the candidate's
-    # own functions, whatever they are called (``ext.mm`` is not ``Tensor.mm``)
-    extension_objects = {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
-                         isinstance(n.value, ast.Call) and _is_load_inline(n.value) for t in n.targets} - {""}
-    grew = True
-    while grew:  # and what is bound to one (`self.ext = ext`)
-        before = len(extension_objects)
-        extension_objects |= {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and
-                              _dotted(n.value) in extension_objects for t in n.targets} - {""}
-        grew = len(extension_objects) > before
 
-    def own_call(call: ast.AST) -> bool:
+    def own_call(self, call: ast.AST) -> bool:
         """A call of one of the candidate's own compiled functions (``ext.relu(x)``, ``self.ext.fast(x)``)."""
         return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and \
-            (_dotted(call.func.value) in extension_objects or
-             (call.func.attr in kernels and _dotted(call.func.value) not in ("", "torch")))
-    # ModelNew is the class the module-level name binds: `class ModelNew`, or `ModelNew = Model` / `= FastConv`
-    binding = model_new_binding(tree)
-    model_new = binding.cls if binding is not None else None
-    skip_funcs = {"get_inputs", "get_init_inputs"}
-    skipped = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in skip_funcs) or id(n) in main_ids]
-    scope_nodes = [n for n in tree.body if not any(n is k for k in skipped)]
-    structure = _Scope(tree, model_new, canonical, skipped)
-    dead |= structure.dead
-    classes = structure.classes
-    chain = _own_chain(model_new, classes) if model_new is not None else []
-    # the program's own class named Model, bound to ModelNew: `Model` names the candidate's class, not the reference
-    own_model = model_new is not None and model_new.name == "Model" and classes.get("Model") is model_new
-    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
-    method_ids = {id(n) for c in chain for n in ast.walk(c)}
-    model_layers = structure.torch_layers(model_new)
-    class_layers = {id(c): structure.torch_layers(c) | model_layers for c in classes.values()}
-    enclosing_class: dict[int, set[str]] = {}
-    for c in classes.values():
-        for n in ast.walk(c):
-            enclosing_class[id(n)] = class_layers[id(c)]
-    # `for m in self.layers: x = m(x)`: loop variables that stand for a member of a PyTorch container
-    loop_layers: dict[int, str] = {}
-    for c in classes.values():
-        for loop in ast.walk(c):
-            if not isinstance(loop, (ast.For, ast.comprehension)):
-                continue
-            body = loop.body if isinstance(loop, ast.For) else [parents.get(id(loop))]
-            for name, source in _loop_bindings(loop.target, loop.iter):
-                recv = _dotted(source)
-                if not (recv.startswith("self.") and recv.count(".") == 1 and recv[5:] in class_layers[id(c)]):
-                    continue
-                for stmt in body:
-                    for n in ast.walk(stmt):
-                        if isinstance(n, ast.Call) and (
-                                (isinstance(n.func, ast.Name) and n.func.id == name) or
-                                (isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
-                                 n.func.value.id == name and n.func.attr in ("forward", "__call__"))):
-                            loop_layers[id(n)] = f"{recv} (as `{name}`)"
-    # reflection is judged by what it does and on whose object (static_tamper): writes to what is not the
-    # candidate's are patches, reads of its own objects are not
-    reflect = Context(_module_constants(tree), foreign_names(tree, set(aliases)), canonical, _is_torch_compute)
-    # what a receiver is (a tensor, a path, a queue...), from where its name is bound: a method is judged on it
-    kinds = Kinds(tree, canonical, own_call, classes)
+            (_dotted(call.func.value) in self.extension_objects or
+             (call.func.attr in self.kernels and _dotted(call.func.value) not in ("", "torch")))
 
-    def path_io(node: ast.Attribute) -> bool:
+
+    def path_io(self, node: ast.Attribute) -> bool:
         """``recv.read_text`` and the like: files read or written through a path object."""
         recv = _dotted(node.value)
-        if recv in extension_objects or node.attr in kernels:
+        if recv in self.extension_objects or node.attr in self.kernels:
             return False
-        return node.attr in PATH_IO_ANY or canonical(recv) in PATH_CLASSES or kinds.of(node.value) == PATH
-    if binding is not None and binding.reference_model:
-        add(cheats.C04, next((n for n in tree.body if getattr(n, "lineno", 0) == binding.line), tree),
-            f"`ModelNew` is bound to `{binding.alias}`, the reference `Model`")
+        return node.attr in PATH_IO_ANY or self.canonical(recv) in PATH_CLASSES or self.kinds.of(node.value) == PATH
 
-    for top in scope_nodes:
+
+def _scan(code: str, backend: str = "cpu") -> StaticReport:
+    """The findings of every rule over the program (``_Program`` learns what the rules need first), one per
+    (code, line, what)."""
+    prog = _Program(code)
+    binding, tree = prog.binding, prog.tree
+    if binding is not None and binding.reference_model:
+        prog.add(cheats.C04, next((n for n in tree.body if getattr(n, "lineno", 0) == binding.line), tree),
+                 f"`ModelNew` is bound to `{binding.alias}`, the reference `Model`")
+    for top in prog.scope_nodes:
         for node in ast.walk(top):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
-                add(cheats.C01, node, "uses `@` (a PyTorch matmul)", True)
-            elif isinstance(node, ast.Name) and node.id in REFLECTIVE_NAMES and not _direct_call(node, parents):
-                add(REFLECTIVE_NAMES[node.id], node, f"uses `{node.id}` as a value (reflection)")
-            elif isinstance(node, ast.Name) and node.id in ("getattr", "hasattr") and not _direct_call(node, parents):
-                add(cheats.C11, node, f"uses `{node.id}` as a value (attribute access by computed name)")
-            elif isinstance(node, ast.Name) and _dunder(node.id) and node.id not in DUNDER_OK:
-                add(cheats.C11, node, f"uses `{node.id}` (interpreter internals)")
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
-                    aliases.get(node.id, "").startswith("sys.") and aliases[node.id].split(".")[1] not in SYS_ALLOWED:
-                full_ = aliases[node.id]  # `from sys import settrace`: the same reach as sys.settrace
-                add(ATTR_CODES.get(full_) or (cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11), node,
-                    f"uses `{full_}` (the interpreter's state)")
-            elif isinstance(node, ast.Attribute) and _dunder(node.attr) and node.attr not in DUNDER_OK and \
-                    node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
-                add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
-            elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("sys.") and \
-                    canonical(_dotted(node)).split(".")[1] not in SYS_ALLOWED and \
-                    not any(canonical(_dotted(node)) == k or canonical(_dotted(node)).startswith(k + ".")
-                            for k in ATTR_CODES) and \
-                    not isinstance(parents.get(id(node)), ast.Attribute):
-                full_ = canonical(_dotted(node))
-                add(cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11, node,
-                    f"touches `{full_}` (the interpreter's state)")
-            elif isinstance(node, ast.Attribute) and canonical(_dotted(node)).startswith("os.") and \
-                    canonical(_dotted(node)).split(".")[1] not in OS_ALLOWED and \
-                    canonical(_dotted(node)) not in CALL_CODES and not isinstance(parents.get(id(node)), ast.Attribute):
-                add(cheats.C17, node, f"touches `{canonical(_dotted(node))}` (the operating system)")
-            elif isinstance(node, ast.Attribute) and node.attr == "__dict__":
-                for hit in judge_namespace(node, node.value, parents, reflect):
-                    add(hit.code, node, hit.what, hit.torch)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) and \
-                    judge_store(node, reflect) is not None:
-                hit = judge_store(node, reflect)
-                add(hit.code, node, hit.what)
-            elif isinstance(node, ast.Attribute) and node.attr in PATH_IO and isinstance(node.ctx, ast.Load) and \
-                    path_io(node):
-                add(PATH_IO[node.attr], node, f"`{_dotted(node) or node.attr}` "
-                    f"{'reads' if PATH_IO[node.attr] == cheats.C15 else 'writes or removes'} files through a path")
-            elif isinstance(node, ast.Attribute) and private_torch(canonical(_dotted(node))) and \
-                    not isinstance(parents.get(id(node)), ast.Attribute):
-                add(cheats.C11, node, f"touches torch internals `{_dotted(node)}`")
+                prog.add(cheats.C01, node, "uses `@` (a PyTorch matmul)", True)
+            elif isinstance(node, ast.Name):
+                _judge_name(prog, node)
             elif isinstance(node, ast.Attribute):
-                name = _dotted(node)
-                for key, code_ in ATTR_CODES.items():
-                    if name == key or name.endswith("." + key) or node.attr == key:
-                        add(code_, node, f"touches `{name or node.attr}`")
-                        break
+                _judge_attribute(prog, node)
             elif isinstance(node, ast.Call):
-                raw = _dotted(node.func)
-                full = canonical(raw) if raw else ""
-                if _is_load_inline(node):
-                    continue
-                hits = judge_call(node, parents, reflect)
-                if hits is not None:  # getattr / hasattr / setattr / delattr / vars: judged by what they do
-                    for hit in hits:
-                        add(hit.code, node, hit.what, hit.torch)
-                    continue
-                if full.startswith(FILE_READERS) or full.replace("np.", "numpy.", 1).startswith(FILE_READERS):
-                    add(cheats.C15, node, f"calls `{raw}` (reads or writes files)")
-                    continue
-                if full in ("operator.attrgetter", "operator.methodcaller") and node.args and \
-                        not (isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-                             and not node.args[0].value.startswith("_")):
-                    add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
-                if (full.startswith("numpy.") or full.startswith("np.")) and id(node) in method_ids and \
-                        full.split(".")[1] not in NUMPY_FORWARD_OK and id(node) not in init_ids:
-                    add(cheats.C01, node, f"calls `{raw}` in ModelNew (host compute with numpy, not your kernel)")
-                if full in CALL_CODES or raw in CALL_CODES:
-                    add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
-                    if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
-                        continue
-                if _is_torch_compute(full):
-                    add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)", True)
-                elif isinstance(node.func, ast.Attribute):
-                    meth = node.func.attr
-                    recv = _dotted(node.func.value)
-                    if meth in kernels or recv in extension_objects:
-                        continue
-                    if recv.startswith("self.") and recv.count(".") == 1 and \
-                            recv[5:] in enclosing_class.get(id(node), model_layers) and meth in ("forward", "__call__"):
-                        add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
-                    elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")):
-                        # judged on the receiver: a queue's put, a set's add, a list's sort are not PyTorch; a
-                        # receiver the scan cannot place is a tensor unless the name is a container's as well
-                        kind = kinds.of(node.func.value)
-                        if kind == TENSOR or (kind not in (OTHER, PATH) and meth not in _CONTAINER_METHODS):
-                            add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
-                elif isinstance(node.func, ast.Name):
-                    fn = node.func.id
-                    if fn in CALL_CODES:
-                        add(CALL_CODES[fn], node, f"calls `{fn}()`")
-                    elif fn == "Model" and not own_model:
-                        add(cheats.C04, node, "constructs the reference `Model`")
-                layers = enclosing_class.get(id(node), model_layers)
-                if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id == "self" and node.func.attr in layers):
-                    add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)", True)
-                member = node.func.value if (isinstance(node.func, ast.Attribute) and
-                                             node.func.attr in ("forward", "__call__")) else node.func
-                if isinstance(member, ast.Subscript) and _dotted(member.value).startswith("self.") and \
-                        _dotted(member.value).count(".") == 1 and _dotted(member.value)[5:] in layers:
-                    add(cheats.C01, node, f"calls a member of the nn container `{_dotted(member.value)}` "
-                                          "(its PyTorch forward)", True)
-                if id(node) in loop_layers:
-                    add(cheats.C01, node, f"calls a member of the nn container {loop_layers[id(node)]} "
-                                          "(its PyTorch forward)", True)
+                _judge_call(prog, node)
+    _judge_side_streams(prog)
+    _judge_module_uses(prog)
+    if prog.model_new is not None:
+        _judge_model_new(prog)
+    report = prog.report
+    # one finding per (code, line, what)
+    seen, unique = set(), []
+    for f in report.findings:
+        if (f.code, f.line, f.what) not in seen:
+            seen.add((f.code, f.line, f.what))
+            unique.append(f)
+    report.findings = unique
+    return report
 
-    # side streams: work on one must be joined back to the current stream before the function returns
+
+def _judge_name(prog: _Program, node: ast.Name) -> None:
+    """A name: reflection used as a value, interpreter internals, the interpreter's state imported by name."""
+    add, parents, aliases = prog.add, prog.parents, prog.aliases
+    if node.id in REFLECTIVE_NAMES and not _direct_call(node, parents):
+        add(REFLECTIVE_NAMES[node.id], node, f"uses `{node.id}` as a value (reflection)")
+    elif node.id in ("getattr", "hasattr") and not _direct_call(node, parents):
+        add(cheats.C11, node, f"uses `{node.id}` as a value (attribute access by computed name)")
+    elif _dunder(node.id) and node.id not in DUNDER_OK:
+        add(cheats.C11, node, f"uses `{node.id}` (interpreter internals)")
+    elif isinstance(node.ctx, ast.Load) and \
+            aliases.get(node.id, "").startswith("sys.") and aliases[node.id].split(".")[1] not in SYS_ALLOWED:
+        full_ = aliases[node.id]  # `from sys import settrace`: the same reach as sys.settrace
+        add(ATTR_CODES.get(full_) or (cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11), node,
+            f"uses `{full_}` (the interpreter's state)")
+
+
+def _judge_attribute(prog: _Program, node: ast.Attribute) -> None:
+    """An attribute: interpreter internals, the interpreter's and the operating system's state, namespaces and
+    stores judged by whose object they touch (static_tamper), files through a path, torch internals."""
+    add, parents, canonical, reflect, path_io = prog.add, prog.parents, prog.canonical, prog.reflect, prog.path_io
+    if _dunder(node.attr) and node.attr not in DUNDER_OK and \
+            node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
+        add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
+    elif canonical(_dotted(node)).startswith("sys.") and \
+            canonical(_dotted(node)).split(".")[1] not in SYS_ALLOWED and \
+            not any(canonical(_dotted(node)) == k or canonical(_dotted(node)).startswith(k + ".")
+                    for k in ATTR_CODES) and \
+            not isinstance(parents.get(id(node)), ast.Attribute):
+        full_ = canonical(_dotted(node))
+        add(cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11, node,
+            f"touches `{full_}` (the interpreter's state)")
+    elif canonical(_dotted(node)).startswith("os.") and \
+            canonical(_dotted(node)).split(".")[1] not in OS_ALLOWED and \
+            canonical(_dotted(node)) not in CALL_CODES and not isinstance(parents.get(id(node)), ast.Attribute):
+        add(cheats.C17, node, f"touches `{canonical(_dotted(node))}` (the operating system)")
+    elif node.attr == "__dict__":
+        for hit in judge_namespace(node, node.value, parents, reflect):
+            add(hit.code, node, hit.what, hit.torch)
+    elif isinstance(node.ctx, (ast.Store, ast.Del)) and \
+            judge_store(node, reflect) is not None:
+        hit = judge_store(node, reflect)
+        add(hit.code, node, hit.what)
+    elif node.attr in PATH_IO and isinstance(node.ctx, ast.Load) and \
+            path_io(node):
+        add(PATH_IO[node.attr], node, f"`{_dotted(node) or node.attr}` "
+            f"{'reads' if PATH_IO[node.attr] == cheats.C15 else 'writes or removes'} files through a path")
+    elif private_torch(canonical(_dotted(node))) and \
+            not isinstance(parents.get(id(node)), ast.Attribute):
+        add(cheats.C11, node, f"touches torch internals `{_dotted(node)}`")
+    else:
+        name = _dotted(node)
+        for key, code_ in ATTR_CODES.items():
+            if name == key or name.endswith("." + key) or node.attr == key:
+                add(code_, node, f"touches `{name or node.attr}`")
+                break
+
+
+def _judge_call(prog: _Program, node: ast.Call) -> None:
+    """A call: reflection judged by what it does, files, host compute with numpy, the calls of CALL_CODES, PyTorch
+    compute (functions, tensor methods, nn submodules and containers), the reference Model constructed."""
+    add, parents, canonical, reflect, kinds = prog.add, prog.parents, prog.canonical, prog.reflect, prog.kinds
+    kernels, extension_objects = prog.kernels, prog.extension_objects
+    method_ids, init_ids = prog.method_ids, prog.init_ids
+    enclosing_class, model_layers, own_model, loop_layers = (prog.enclosing_class, prog.model_layers, prog.own_model,
+                                                             prog.loop_layers)
+    raw = _dotted(node.func)
+    full = canonical(raw) if raw else ""
+    if _is_load_inline(node):
+        return
+    hits = judge_call(node, parents, reflect)
+    if hits is not None:  # getattr / hasattr / setattr / delattr / vars: judged by what they do
+        for hit in hits:
+            add(hit.code, node, hit.what, hit.torch)
+        return
+    if full.startswith(FILE_READERS) or full.replace("np.", "numpy.", 1).startswith(FILE_READERS):
+        add(cheats.C15, node, f"calls `{raw}` (reads or writes files)")
+        return
+    if full in ("operator.attrgetter", "operator.methodcaller") and node.args and \
+            not (isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                 and not node.args[0].value.startswith("_")):
+        add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
+    if (full.startswith("numpy.") or full.startswith("np.")) and id(node) in method_ids and \
+            full.split(".")[1] not in NUMPY_FORWARD_OK and id(node) not in init_ids:
+        add(cheats.C01, node, f"calls `{raw}` in ModelNew (host compute with numpy, not your kernel)")
+    if full in CALL_CODES or raw in CALL_CODES:
+        add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
+        if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
+            return
+    if _is_torch_compute(full):
+        add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)", True)
+    elif isinstance(node.func, ast.Attribute):
+        meth = node.func.attr
+        recv = _dotted(node.func.value)
+        if meth in kernels or recv in extension_objects:
+            return
+        if recv.startswith("self.") and recv.count(".") == 1 and \
+                recv[5:] in enclosing_class.get(id(node), model_layers) and meth in ("forward", "__call__"):
+            add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
+        elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")):
+            # judged on the receiver: a queue's put, a set's add, a list's sort are not PyTorch; a
+            # receiver the scan cannot place is a tensor unless the name is a container's as well
+            kind = kinds.of(node.func.value)
+            if kind == TENSOR or (kind not in (OTHER, PATH) and meth not in _CONTAINER_METHODS):
+                add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
+    elif isinstance(node.func, ast.Name):
+        fn = node.func.id
+        if fn in CALL_CODES:
+            add(CALL_CODES[fn], node, f"calls `{fn}()`")
+        elif fn == "Model" and not own_model:
+            add(cheats.C04, node, "constructs the reference `Model`")
+    layers = enclosing_class.get(id(node), model_layers)
+    if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self" and node.func.attr in layers):
+        add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)", True)
+    member = node.func.value if (isinstance(node.func, ast.Attribute) and
+                                 node.func.attr in ("forward", "__call__")) else node.func
+    if isinstance(member, ast.Subscript) and _dotted(member.value).startswith("self.") and \
+            _dotted(member.value).count(".") == 1 and _dotted(member.value)[5:] in layers:
+        add(cheats.C01, node, f"calls a member of the nn container `{_dotted(member.value)}` "
+                              "(its PyTorch forward)", True)
+    if id(node) in loop_layers:
+        add(cheats.C01, node, f"calls a member of the nn container {loop_layers[id(node)]} "
+                              "(its PyTorch forward)", True)
+
+
+def _judge_side_streams(prog: _Program) -> None:
+    """Side streams: work on one must be joined back to the current stream before the function returns (C09)."""
+    add, tree, canonical, main_ids = prog.add, prog.tree, prog.canonical, prog.main_ids
     for node, what in side_stream_hits(tree, canonical, main_ids):
         add(cheats.C09, node, what)
-    # threading, shutil, pathlib, site: judged by what the code uses of them
+
+
+def _judge_module_uses(prog: _Program) -> None:
+    """threading, shutil, pathlib, site (USE_JUDGED): judged by what the code uses of them."""
+    add, tree, main_ids, judged, parents = prog.add, prog.tree, prog.main_ids, prog.judged, prog.parents
     for alias, (module, imported) in judged.items():
         code_, allowed = USE_JUDGED[module]
         refs = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == alias and id(n) not in main_ids
@@ -498,6 +575,15 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                     _JUDGED_WHY[code_])
         if not refs:
             add(code_, imported, f"imports `{module}` and uses nothing of it the scan can judge")
+
+
+def _judge_model_new(prog: _Program) -> None:
+    """ModelNew itself: its bases (C04), the reference Model named or its forward reached through super()
+    (C04), try/except handlers that fall back to PyTorch or do more than re-raise (C03, judged by what the handler
+    reaches through the program's own functions and methods), compiled kernels never called (C02)."""
+    add, tree, chain, model_new, classes = prog.add, prog.tree, prog.chain, prog.model_new, prog.classes
+    own_model, compute_ids, own_call, kinds, kernels = (prog.own_model, prog.compute_ids, prog.own_call, prog.kinds,
+                                                        prog.kernels)
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     methods = {m.name: m for c in chain for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
@@ -525,55 +611,46 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
                     own, foreign = own or o, foreign or f
         return own, foreign
 
-    if model_new is not None:
-        for c in chain:
-            who = "ModelNew" if c is model_new else f"`{c.name}`, a base of ModelNew,"
-            for base in c.bases:
-                b = _dotted(base)
-                if not b or (isinstance(base, ast.Name) and base.id in classes and base.id != "Model"):
-                    continue  # a class of the program: its own bases are judged in turn (chain)
-                if b.split(".")[-1] not in ("Module",):
-                    add(cheats.C04, base, f"{who} inherits from `{b}` instead of nn.Module")
-            # super().forward reaches the program's own base class only when that is what the class derives from
-            own_super = bool(c.bases) and isinstance(c.bases[0], ast.Name) and c.bases[0].id in classes and \
-                c.bases[0].id != "Model"
-            # super().__call__ is nn.Module's call (it runs this class's own forward) unless a base is the reference
-            from_model = any(_dotted(b).split(".")[-1] == "Model" and not own_model
-                             for cc in _own_chain(c, classes) for b in cc.bases)
-            for node in ast.walk(c):
-                if isinstance(node, ast.Name) and node.id == "Model" and not own_model:
-                    add(cheats.C04, node, "refers to the reference `Model`")
-                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                        node.func.attr in ("forward", "__call__") and isinstance(node.func.value, ast.Call) and \
-                        _dotted(node.func.value.func) == "super" and not own_super and \
-                        (node.func.attr == "forward" or from_model):
-                    add(cheats.C04, node, f"calls `super().{node.func.attr}`")
-        for c in chain:
-            for node in ast.walk(c):
-                if isinstance(node, ast.Try):
-                    for h in node.handlers:
-                        if all(isinstance(s, ast.Raise) for s in h.body):
-                            continue
-                        own, foreign = reach(h.body)
-                        if foreign:
-                            add(cheats.C03, h, "a try/except in ModelNew whose handler computes with PyTorch or the "
-                                                "reference (a fallback path)")
-                        elif not own:
-                            add(cheats.C03, h, "a try/except in ModelNew whose handler does more than re-raise "
-                                                "and calls none of your own kernels (a fallback path)")
-        used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
-               {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        if kernels and not (kernels & used):
-            add(cheats.C02, model_new, "none of the compiled kernel functions "
-                                       f"({', '.join(sorted(kernels))}) is ever called")
-    # one finding per (code, line, what)
-    seen, unique = set(), []
-    for f in report.findings:
-        if (f.code, f.line, f.what) not in seen:
-            seen.add((f.code, f.line, f.what))
-            unique.append(f)
-    report.findings = unique
-    return report
+    for c in chain:
+        who = "ModelNew" if c is model_new else f"`{c.name}`, a base of ModelNew,"
+        for base in c.bases:
+            b = _dotted(base)
+            if not b or (isinstance(base, ast.Name) and base.id in classes and base.id != "Model"):
+                continue  # a class of the program: its own bases are judged in turn (chain)
+            if b.split(".")[-1] not in ("Module",):
+                add(cheats.C04, base, f"{who} inherits from `{b}` instead of nn.Module")
+        # super().forward reaches the program's own base class only when that is what the class derives from
+        own_super = bool(c.bases) and isinstance(c.bases[0], ast.Name) and c.bases[0].id in classes and \
+            c.bases[0].id != "Model"
+        # super().__call__ is nn.Module's call (it runs this class's own forward) unless a base is the reference
+        from_model = any(_dotted(b).split(".")[-1] == "Model" and not own_model
+                         for cc in _own_chain(c, classes) for b in cc.bases)
+        for node in ast.walk(c):
+            if isinstance(node, ast.Name) and node.id == "Model" and not own_model:
+                add(cheats.C04, node, "refers to the reference `Model`")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("forward", "__call__") and isinstance(node.func.value, ast.Call) and \
+                    _dotted(node.func.value.func) == "super" and not own_super and \
+                    (node.func.attr == "forward" or from_model):
+                add(cheats.C04, node, f"calls `super().{node.func.attr}`")
+    for c in chain:
+        for node in ast.walk(c):
+            if isinstance(node, ast.Try):
+                for h in node.handlers:
+                    if all(isinstance(s, ast.Raise) for s in h.body):
+                        continue
+                    own, foreign = reach(h.body)
+                    if foreign:
+                        add(cheats.C03, h, "a try/except in ModelNew whose handler computes with PyTorch or the "
+                                            "reference (a fallback path)")
+                    elif not own:
+                        add(cheats.C03, h, "a try/except in ModelNew whose handler does more than re-raise "
+                                            "and calls none of your own kernels (a fallback path)")
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+           {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if kernels and not (kernels & used):
+        add(cheats.C02, model_new, "none of the compiled kernel functions "
+                                   f"({', '.join(sorted(kernels))}) is ever called")
 
 
 def _direct_call(node: ast.Name, parents: dict) -> bool:
