@@ -47,7 +47,8 @@ for i in range(n):
     child.append(v.stage_seconds["execute_child"])
     judged.append(v.stage_seconds["execute"] - v.stage_seconds["execute_child"])
     assert v.status == "pass", v.feedback
-print(json.dumps({"times": times, "child": child, "judged": judged, "sandbox": sandbox.status().get("isolation")}))
+print(json.dumps({"times": times, "child": child, "judged": judged,
+                  "sandbox": sandbox.status(cfg.host()).get("isolation")}))
 """
 
 
@@ -58,9 +59,8 @@ from kernelmill.config import load_settings
 from verifier.build import pool
 from verifier.common.spec import _as_list
 from verifier.common import sandbox
-from verifier.common.config import use_host
 from verifier.front.static import scan
-use_host(load_settings().verify.host())  # KERNELMILL_VERIFY_SANDBOX from the parent
+host = load_settings().verify.host()  # KERNELMILL_VERIFY_SANDBOX from the parent
 (spec,) = [e.args for e in scan(fx.HONEST_RELU, "cpu").extensions if e.resolved]
 root, n, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 out = []
@@ -68,10 +68,10 @@ for i in range(n):
     # a distinct source per build: a new build key and new objects (nothing cached), the same work
     args = dict(spec, cpp_sources=[s + f"\nint km_bench_{tag}_{i}() {{ return {i}; }}\n"
                                    for s in _as_list(spec["cpp_sources"])])
-    res = pool.build_blocking(root, args, timeout_s=600)
+    res = pool.build_blocking(root, args, timeout_s=600, host=host)
     assert res.ok, res.log[-2000:]
     out.append(res.seconds)
-print(json.dumps({"seconds": out, "sandbox": sandbox.status().get("isolation")}))
+print(json.dumps({"seconds": out, "sandbox": sandbox.status(host).get("isolation")}))
 """
 
 
@@ -128,7 +128,9 @@ def run_mode(build_dir: str, n: int, on: bool) -> dict:
 def start_cost(reps: int) -> tuple[float, float]:
     """Median seconds of `python -c pass` in a sandbox under the supervisor, and without either."""
     from verifier.common import sandbox
+    from verifier.common.config import VerifyConfig
 
+    host = VerifyConfig().host()  # the defaults: this process verifies nothing
     cmd = [sys.executable, "-S", "-c", "pass"]
     plain, boxed = [], []
     for _ in range(reps):
@@ -136,10 +138,9 @@ def start_cost(reps: int) -> tuple[float, float]:
         subprocess.run(cmd, check=True)
         plain.append(time.perf_counter() - t0)
         with tempfile.TemporaryDirectory(dir=sandbox._scratch_base()) as d:
-            box = sandbox.Sandbox(Path(d), writable=[])
+            box = sandbox.Sandbox(Path(d), writable=[], host=host)
             r, w = os.pipe()
-            argv = box.argv([sys.executable, "-m", "verifier.common.sandbox", "--supervise", str(w), "--", *cmd],
-                            {"PYTHONPATH": str(ROOT)})
+            argv = box.argv(sandbox.supervise_argv(w, cmd, host), {"PYTHONPATH": str(ROOT)})
             t0 = time.perf_counter()
             subprocess.run(argv, env={}, pass_fds=(w,), check=True)
             boxed.append(time.perf_counter() - t0)
@@ -165,9 +166,10 @@ def bookkeeping_cost() -> tuple[float, float]:
     """Seconds of the per-job sandbox work: inside (reap + network counters, in a real sandbox's pid and
     network namespaces) and outside (listing the view's root for writes), each the mean of 200."""
     from verifier.common import sandbox
+    from verifier.common.config import VerifyConfig
 
     with tempfile.TemporaryDirectory(dir=sandbox._scratch_base()) as d:
-        box = sandbox.Sandbox(Path(d), writable=[])
+        box = sandbox.Sandbox(Path(d), writable=[], host=VerifyConfig().host())  # the defaults
         r = subprocess.run(box.argv([sys.executable, "-c", BOOKKEEPING], {"PYTHONPATH": str(ROOT)}), env={},
                            capture_output=True, text=True, check=True)
         inside = float(r.stdout.strip())

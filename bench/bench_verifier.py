@@ -144,15 +144,14 @@ def warm_pch(backend: str, timeout_s: float) -> float:
     """Build the precompiled header of the default flags (once per machine and flags set, kept under
     ~/.cache/kernelmill/pch: every batch after the first finds it) before any batch's clock; its seconds."""
     from verifier.build.pool import build_blocking
-    from verifier.common.config import VerifyConfig, use_host
+    from verifier.common.config import VerifyConfig
 
     cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-bench-pch-"))
-    use_host(cfg.host())
     warm = {"cpp_sources": ["int km_pch_warm() { return 1; }"], "functions": ["km_pch_warm"]}
     if backend == "cuda":
         warm.update({"cuda_sources": ["__global__ void k(){}"], "extra_cuda_cflags": ["-O3"]})
     t = time.perf_counter()
-    build_blocking(cfg.build_root(), warm, max(30.0, timeout_s))
+    build_blocking(cfg.build_root(), warm, max(30.0, timeout_s), host=cfg.host())
     return time.perf_counter() - t
 
 
@@ -264,7 +263,7 @@ def main():
     from verifier.build.pool import build_blocking
     pre = build_blocking(cfg.build_root(), {"cpp_sources": ["int km_pch_warm() { return 1; }"],
                                             "functions": ["km_pch_warm"], "cuda_sources": ["__global__ void k(){}"],
-                                            "extra_cuda_cflags": ["-O3"]}, 600)
+                                            "extra_cuda_cflags": ["-O3"]}, 600, host=cfg.host())
     rows.append(("one-off: precompiled header + first build s (not in the batches)",
                  f"{time.perf_counter() - t:.1f} (ok={pre.ok}, variant={pre.variant}, pch={pre.pch})"))
     print(rows[-1], flush=True)

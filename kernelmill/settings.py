@@ -161,9 +161,10 @@ def _home() -> Path:
 @dataclass(frozen=True)
 class HostSettings:
     """The part of a VerifyConfig that the host's processes need: the precompiled-header cache (``pch_dir``,
-    "" when off), the binding's canonical form, the sandbox and where job directories go. A process's
-    sandboxes and fork servers follow the settings installed by the last ``use_host``. No defaults of its own:
-    ``VerifyConfig().host()`` is the default."""
+    "" when off), the binding's canonical form, the sandbox and where job directories go. Passed as an argument to
+    what starts the verifier's processes (the compile pool, sandboxes, fork servers, job directories): verify_batch
+    hands down its config's, and no process-wide copy exists. No defaults of its own: ``VerifyConfig().host()`` is
+    the default."""
 
     pch_dir: str
     canonical_binding: bool

@@ -71,17 +71,12 @@ _verify_defaults_from_the_environment()
 
 @pytest.fixture
 def with_pch():
-    """Builds in this test use the precompiled header (``[verify] pch = true``, the default outside the suite);
-    yields the header cache directory."""
-    from verifier.common.config import VerifyConfig, current_host, use_host
+    """A config whose builds use the precompiled header (``[verify] pch = true``, the default outside the suite):
+    a test's builds pass its ``host()`` (nothing else in the process changes); its ``pch_root()`` is the header
+    cache directory."""
+    from verifier.common.config import VerifyConfig
 
-    before = current_host()
-    cfg = VerifyConfig(pch=True)
-    use_host(cfg.host())
-    try:
-        yield cfg.pch_root()
-    finally:
-        use_host(before)
+    return VerifyConfig(pch=True)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,9 @@ from verifier.common import sandbox
 from verifier.engine import VerifyConfig
 from verifier.entry import verify_candidate
 
-pytestmark = pytest.mark.skipif(not sandbox.enabled(), reason=f"no sandbox here: {sandbox.status().get('reason')}")
+HOST = VerifyConfig().host()  # the suite's host settings, which the configs below keep
+pytestmark = pytest.mark.skipif(not sandbox.enabled(HOST),
+                                reason=f"no sandbox here: {sandbox.status(HOST).get('reason')}")
 
 SECRET = "kmtest-planted-secret-7f3a91"
 ENV_SECRET = "kmtest-env-secret-c0ffee42"
@@ -246,12 +248,12 @@ def test_static_initialiser_escape_fails_the_build(config, tmp_path):
 # ---------------------------------------------------------------- the mechanisms, without torch
 
 
-def _box(tmp_path, **kw):
+def _box(tmp_path, host=HOST, **kw):
     root = tmp_path / "root"
     root.mkdir()
     work = tmp_path / "work"
     work.mkdir()
-    return sandbox.Sandbox(root, writable=[str(work)], **kw), work
+    return sandbox.Sandbox(root, writable=[str(work)], host=host, **kw), work
 
 
 def test_view_is_read_only_but_the_writable_dir(tmp_path):
@@ -272,12 +274,13 @@ def test_view_is_read_only_but_the_writable_dir(tmp_path):
     assert box.outside_writes() == []
 
 
-def _supervised(tmp_path, script: str, timeout: float) -> tuple[subprocess.CompletedProcess, list, float]:
-    """Run ``script`` under ``python -m verifier.common.sandbox --supervise`` in a fresh sandbox (no cgroup): its result,
-    the supervisor's findings and the seconds it took."""
-    box, _ = _box(tmp_path)
+def _supervised(tmp_path, script: str, timeout: float,
+                host=HOST) -> tuple[subprocess.CompletedProcess, list, float]:
+    """Run ``script`` under ``python -m verifier.common.sandbox --supervise`` in a fresh sandbox (no cgroup) with the
+    host settings ``host``: its result, the supervisor's findings and the seconds it took."""
+    box, _ = _box(tmp_path, host)
     r, w = os.pipe()
-    cmd = box.argv(sandbox.supervise_argv(w, [sys.executable, "-c", script]),
+    cmd = box.argv(sandbox.supervise_argv(w, [sys.executable, "-c", script], host),
                    {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     t0 = time.time()
     p = subprocess.run(cmd, env={}, pass_fds=(w,), timeout=timeout, capture_output=True, text=True)
@@ -305,14 +308,8 @@ def test_supervisor_bounds_a_fork_bomb_without_a_cgroup(tmp_path):
               "for i in range(5000):\n"
               "    if os.fork() == 0:\n        signal.pause()\n        os._exit(0)\n"
               "time.sleep(300)\n")
-    from verifier.common.config import VerifyConfig, current_host, use_host
-
-    before = current_host()
-    use_host(VerifyConfig(sandbox_procs=64).host())  # [verify] sandbox_procs reaches the supervisor (its argv)
-    try:
-        p, findings, took = _supervised(tmp_path, script, 120)
-    finally:
-        use_host(before)
+    # [verify] sandbox_procs reaches the supervisor (its argv)
+    p, findings, took = _supervised(tmp_path, script, 120, VerifyConfig(sandbox_procs=64).host())
     assert took < 60, "the bomb ran until the job's own end"
     assert p.returncode != 0
     assert any("fork bomb" in x and "at most 64 " in x for x in findings), findings
@@ -348,9 +345,9 @@ def test_cli_binary_candidate_gets_a_verdict(tmp_path):
 def test_sigkilled_build_leaves_no_compiler(tmp_path):
     """The build runs in a sandbox that dies with its parent: SIGKILL of the verifying process ends the compiler."""
     script = ("import sys\nfrom verifier.build.pool import build_blocking\nfrom bench.lib import fixtures as fx\n"
-              "from kernelmill.config import load_settings\nfrom verifier.common.config import use_host\n"
-              "use_host(load_settings().verify.host())\n"  # KERNELMILL_VERIFY_PCH=false (conftest)
-              "build_blocking(sys.argv[1], dict(cpp_sources=fx.SHARED_CPP + '\\n// kill test', functions=fx.SHARED_FUNCS), 300)\n")
+              "from kernelmill.config import load_settings\n"
+              "build_blocking(sys.argv[1], dict(cpp_sources=fx.SHARED_CPP + '\\n// kill test',"
+              " functions=fx.SHARED_FUNCS), 300, host=load_settings().verify.host())\n")  # KERNELMILL_VERIFY_PCH=false
     root = Path(__file__).resolve().parent.parent
     p = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=root,
                          env=dict(os.environ, PYTHONPATH=str(root), KERNELMILL_VERIFY_PCH="false"))
@@ -401,7 +398,7 @@ def test_warm_execution_process_warms_up_without_error(tmp_path):
 
     job = tmp_path / "job"
     job.mkdir()
-    env = child_env(**{childenv.WARM_BACKEND: "cpu", childenv.SERVE_WARM: "1"}, OMP_NUM_THREADS="1")
+    env = child_env(HOST, **{childenv.WARM_BACKEND: "cpu", childenv.SERVE_WARM: "1"}, OMP_NUM_THREADS="1")
     p = subprocess.run([sys.executable, "-m", "verifier.child.worker", "--serve", "128"], input=f"{job}\t60\n", env=env,
                        capture_output=True, text=True, timeout=120)
     log = (job / "child.log").read_text()

@@ -15,8 +15,8 @@ def test_the_compile_pool_defaults_to_the_cores_of_the_process_affinity(tmp_path
         "import os\n"
         f"os.sched_setaffinity(0, {{{one}}})\n"
         "from verifier.build.pool import CompilePool\n"
-        "from verifier.common.config import usable_cores\n"
-        f"pool = CompilePool({str(tmp_path)!r})\n"
+        "from verifier.common.config import VerifyConfig, usable_cores\n"
+        f"pool = CompilePool({str(tmp_path)!r}, host=VerifyConfig().host())\n"
         "print(usable_cores(), pool.workers, os.cpu_count())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,

@@ -15,8 +15,10 @@ from verifier.build.pool import (FALLBACK_OFF, TORCH_FIRST, build_blocking, buil
                             first_errors, library_dirs, objects_root, spec_key, variant_failure_is_final)
 from verifier.common.backends import own_kernel_renames, rename_kernels
 from verifier.build.pch import ensure_pch
+from verifier.common.config import VerifyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
+HOST = VerifyConfig().host()  # the suite's host settings ([verify] pch = false on the cpu box: conftest)
 
 TORCH_FREE_CU = "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\nvoid launch(float* y) { k<<<1, 32>>>(y); }"
 TORCH_CU = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }"
@@ -143,11 +145,12 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
 
 
     src = "#include <torch/extension.h>\ntorch::Tensor twice(torch::Tensor x) { return x.mul(2); }"
-    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice"], "extra_cflags": ["-O3"]}, 600)
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice"], "extra_cflags": ["-O3"]}, 600,
+                         host=with_pch.host())
     assert res.ok, res.log[-2000:]
     assert res.variant == "full" and res.pch, res.log[-2000:]
     assert json.loads((tmp_path / res.key / "result.json").read_text())["pch"] is True
-    sigs = [p.read_text() for p in with_pch.glob("*/signature.json")]
+    sigs = [p.read_text() for p in with_pch.pch_root().glob("*/signature.json")]
     assert any('"-O3"' in s and "extension.h" in s for s in sigs)
     import torch
 
@@ -158,18 +161,61 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
 def test_pch_false_turns_the_header_off(tmp_path):
     # the cpu suite builds with [verify] pch = false (conftest); test_verifier_run checks its real builds say pch
     # false; here: with it off no PCH is made or looked up, though pch_dir names a directory
-    from verifier.common.config import VerifyConfig, current_host, use_host
-
-    assert VerifyConfig(pch=False, pch_dir=str(tmp_path)).host().pch_dir == ""
-    before = current_host()
-    use_host(VerifyConfig(pch=False, pch_dir=str(tmp_path)).host())
-    try:
-        res = build_blocking(tmp_path / "builds", {"cpp_sources": "int64_t three() { return 3; }",
-                                                   "functions": ["three"]}, 600)
-    finally:
-        use_host(before)
+    host = VerifyConfig(pch=False, pch_dir=str(tmp_path)).host()
+    assert host.pch_dir == ""
+    res = build_blocking(tmp_path / "builds", {"cpp_sources": "int64_t three() { return 3; }",
+                                               "functions": ["three"]}, 600, host=host)
     assert res.ok and res.pch is False, res.log[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["builds"]
+
+
+def test_two_compile_pools_in_one_process_build_with_their_own_host_settings_at_once(tmp_path, monkeypatch):
+    """Host settings travel with what starts the processes, not in a process-wide global (issue 48): two compile
+    pools of one process, made with different HostSettings and building at the same time, each start their build
+    step with their own settings: the binding's form (``canonical_binding``: ``--as-written``) and, where bubblewrap
+    runs, their own bwrap binary and supervisor process limit (``sandbox_procs`` on its argv). The steps are not
+    started: their command lines are recorded, each pool's step waiting until the other's is recorded too."""
+    import dataclasses
+    import threading
+    import types
+
+    from verifier.build import pool
+    from verifier.build.pool import CompilePool
+    from verifier.common import sandbox
+
+    real = sandbox.bwrap_path(HOST)
+    hosts = {}
+    for name, procs, canonical in (("a", 64, True), ("b", 200, False)):
+        bwrap = ""
+        if real:  # one binary under two names: a command names the one its host settings name
+            (tmp_path / f"bwrap-{name}").symlink_to(real)
+            bwrap = str(tmp_path / f"bwrap-{name}")
+        hosts[name] = dataclasses.replace(HOST, pch_dir="", canonical_binding=canonical, sandbox_procs=procs,
+                                          bwrap=bwrap)
+    boxed = all(sandbox.enabled(h) for h in hosts.values())
+    started: dict[str, list[str]] = {}
+    both = threading.Barrier(2, timeout=120)
+
+    def popen(cmd, **_kw):
+        which = "a" if any(str(c).startswith(f"{tmp_path / 'a'}{os.sep}") for c in cmd) else "b"
+        started[which] = [str(c) for c in cmd]
+        both.wait()  # the other pool's step is being started now too
+        raise OSError("not started (test)")
+
+    monkeypatch.setattr(pool, "subprocess", types.SimpleNamespace(
+        Popen=popen, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired))
+    spec = {"cpp_sources": "int64_t km_hosts() { return 1; }", "functions": ["km_hosts"]}
+    with CompilePool(tmp_path / "a", workers=1, host=hosts["a"]) as pa, \
+            CompilePool(tmp_path / "b", workers=1, host=hosts["b"]) as pb:
+        fa, fb = pa.submit(spec), pb.submit(spec)
+        results = fa.result(timeout=300), fb.result(timeout=300)
+    assert all("not started (test)" in r.verifier_error for r in results), [r.verifier_error for r in results]
+    a, b = started["a"], started["b"]
+    assert "compile" in a and "compile" in b, (a, b)
+    assert "--as-written" not in a and "--as-written" in b, (a, b)
+    if boxed:
+        assert a[0] == hosts["a"].bwrap and b[0] == hosts["b"].bwrap, (a[0], b[0])
+        assert a[a.index("--supervise") + 2] == "64" and b[b.index("--supervise") + 2] == "200", (a, b)
 
 
 # ninja output as torch's verbose build writes it (one job: main.o, then the CUDA object, then the link)
@@ -223,11 +269,11 @@ def test_a_result_that_skipped_the_full_build_is_reused_only_without_the_fallbac
     (key_dir / "result.json").write_text(json.dumps({"key": spec_key(args), "ok": False, "seconds": 1.0,
                                                      "variant": "", "fallback_skipped": True}))
     (key_dir / "build.log").write_text("cuda.cu(3): error: bare build failed")
-    cached = build_blocking(tmp_path, args, 600, full_fallback=False)
+    cached = build_blocking(tmp_path, args, 600, full_fallback=False, host=HOST)
     assert cached.cached and not cached.ok and cached.fallback_skipped and "bare build failed" in cached.log
-    rebuilt = build_blocking(tmp_path, args, 600, full_fallback=True)  # wants the full build: it runs
+    rebuilt = build_blocking(tmp_path, args, 600, full_fallback=True, host=HOST)  # wants the full build: it runs
     assert rebuilt.ok and not rebuilt.cached and not rebuilt.fallback_skipped, rebuilt.log[-2000:]
-    assert build_blocking(tmp_path, args, 600, full_fallback=True).cached
+    assert build_blocking(tmp_path, args, 600, full_fallback=True, host=HOST).cached
 
 
 def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
@@ -239,7 +285,7 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
     from verifier.child.worker import _load_so
 
     src = "#include <torch/extension.h>\ntorch::Tensor thrice(torch::Tensor x) { return x.mul(3); }"
-    a = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600)
+    a = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600, host=HOST)
     assert a.ok and a.objects_reused == 0, a.log[-2000:]
     assert TORCH_FIRST not in a.log  # the import check passed without torch's import
     # the check, run again by hand: the module imports (PyInit runs) in a process that never imports torch
@@ -248,22 +294,25 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
     assert "torch" not in mods and "verifier.build.proc" not in mods and "verifier.build.objcache" in mods, sorted(mods)
     cached = sorted(objects_root(tmp_path).glob("*.o"))
     assert len(cached) == 1
-    b = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_ldflags": ["-lgomp"]}, 600)
+    b = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_ldflags": ["-lgomp"]}, 600,
+                       host=HOST)
     assert b.ok and b.key != a.key and b.objects_reused == 1, b.log[-2000:]
     assert "compiled before" in b.log and sorted(objects_root(tmp_path).glob("*.o")) == cached
     # the compilers' CPU seconds are measured (bench_verifier's compile CPU row): compiling the binding file
     # costs seconds, linking the cached object a fraction of it
     assert a.cpu_s > 1.0 and b.cpu_s < a.cpu_s, (a.cpu_s, b.cpu_s)
-    assert build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600).cpu_s == a.cpu_s  # stored
+    assert build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600,
+                          host=HOST).cpu_s == a.cpu_s  # stored
     for res in (a, b):  # both in one process: each is loaded under its own name
         assert torch.equal(_load_so(f"km_{res.key}", res.so_path).thrice(torch.ones(2)), torch.full((2,), 3.0))
     c = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_include_paths": [str(tmp_path)]},
-                       600)
+                       600, host=HOST)
     assert c.ok and c.objects_reused == 0 and sorted(objects_root(tmp_path).glob("*.o")) == cached
 
 
 def test_a_failed_compile_reads_like_ninja_and_caches_nothing(tmp_path):
-    res = build_blocking(tmp_path, {"cpp_sources": "int broken( { return 1; }", "functions": ["broken"]}, 600)
+    res = build_blocking(tmp_path, {"cpp_sources": "int broken( { return 1; }", "functions": ["broken"]}, 600,
+                         host=HOST)
     assert not res.ok
     assert failed_targets(res.log) == ["main.o"], res.log[-2000:]
     assert list(objects_root(tmp_path).glob("*.o")) == []
@@ -289,7 +338,7 @@ torch::Tensor twice_old(torch::Tensor x) {
   }));
   return y;
 }"""
-    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice_old"]}, 600)
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice_old"]}, 600, host=HOST)
     assert res.ok, res.log[-3000:]
     assert "torch API compatibility: 1 AT_DISPATCH argument" in res.log
     mod = _load_so(f"km_{res.key}", res.so_path)
@@ -311,7 +360,7 @@ def test_build_process_runs_with_one_openmp_thread(tmp_path):
 static int seen = (std::printf("omp threads in the build: %s\\n", std::getenv("OMP_NUM_THREADS") ?
                                std::getenv("OMP_NUM_THREADS") : "unset"), std::fflush(stdout), 0);
 torch::Tensor same(torch::Tensor x) { return x; }"""
-    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["same"]}, 600)
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["same"]}, 600, host=HOST)
     assert res.ok, res.log[-3000:]
     assert "omp threads in the build: 1" in res.log, res.log[-3000:]
 
@@ -335,7 +384,8 @@ def test_a_module_that_does_not_import_fails_its_build_and_no_step_imports_torch
     # with_pch: the -O3 PCH test_cpu_build_uses_the_precompiled_header makes
     src = ("#include <torch/extension.h>\nint64_t km_helper(int64_t x);  // declared, defined nowhere\n"
            "int64_t calls_helper(int64_t x) { return km_helper(x); }")
-    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["calls_helper"], "extra_cflags": ["-O3"]}, 600)
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["calls_helper"], "extra_cflags": ["-O3"]}, 600,
+                         host=with_pch.host())
     assert not res.ok and res.variant == "" and not res.so_path, res.log[-3000:]
     assert failed_targets(res.log) == [] and "[2/2]" in res.log, res.log[-3000:]  # it compiled and linked
     assert "ImportError" in res.log and "undefined symbol" in res.log and "km_helper" in res.log, res.log[-3000:]
@@ -359,9 +409,10 @@ def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, w
     record the attempt) and nothing appears there, while the compile step did fill the object cache."""
     from verifier.common import sandbox
 
-    if not sandbox.enabled():
-        pytest.skip(f"no sandbox here: {sandbox.status().get('reason')}")
-    pch_dir = ensure_pch(canonical_spec({"cpp_sources": "", "extra_cflags": ["-O3"]}), with_pch)  # this build's
+    host = with_pch.host()
+    if not sandbox.enabled(host):
+        pytest.skip(f"no sandbox here: {sandbox.status(host).get('reason')}")
+    pch_dir = ensure_pch(canonical_spec({"cpp_sources": "", "extra_cflags": ["-O3"]}), with_pch.pch_root())  # its
     assert pch_dir is not None
     objects = objects_root(tmp_path)
     objects.mkdir(parents=True)
@@ -377,7 +428,8 @@ def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, w
            f"static int km_init = [] {{ {writes}return 0; }}();\n"
            "torch::Tensor same(torch::Tensor x) { return x; }")
     try:
-        res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["same"], "extra_cflags": ["-O3"]}, 600)
+        res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["same"], "extra_cflags": ["-O3"]}, 600,
+                             host=host)
         assert [p for p in planted if p.exists()] == []
     finally:
         for p in planted:
@@ -390,7 +442,7 @@ def test_static_initialiser_cannot_write_the_object_cache_or_the_pch(tmp_path, w
 
 
 def test_the_timeout_covers_the_whole_build(tmp_path):
-    res = build_blocking(tmp_path, {"cpp_sources": "int64_t one() { return 1; }", "functions": ["one"]}, 1)
+    res = build_blocking(tmp_path, {"cpp_sources": "int64_t one() { return 1; }", "functions": ["one"]}, 1, host=HOST)
     assert not res.ok and "[verifier] compilation timed out after 1 s and was killed" in res.log, res.log[-2000:]
     assert not any(p.suffix == ".so" for p in (tmp_path / res.key).rglob("*")), "the build was not stopped"
 

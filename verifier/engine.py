@@ -40,7 +40,7 @@ from verifier import cheats
 from verifier.build.pool import CompilePool, first_errors
 from verifier.common import sandbox
 from verifier.common.backends import get_backend
-from verifier.common.config import VerifyConfig, resolve_backend, usable_cores, use_host
+from verifier.common.config import VerifyConfig, resolve_backend, usable_cores
 from verifier.common.contract import ChildReport, Job
 from verifier.common.devlock import device_lock
 from verifier.common.inputs import build_model, draw_inputs
@@ -258,14 +258,16 @@ def _job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, reference
                timing_budget_s=cfg.timing_budget_s, **kw)
 
 
-def _job_dir(job: Job) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f"km-{job.kind}-", dir=_job_root()))
+def _job_dir(job: Job, cfg: VerifyConfig) -> Path:
+    """A new directory for ``job`` in this slot's job root under ``cfg``'s host settings (``job_dir``)."""
+    return Path(tempfile.mkdtemp(prefix=f"km-{job.kind}-", dir=_job_root(cfg.host())))
 
 
 def _run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> ChildRun:
-    """Write the job into its directory and run it in an execution child (its files already there)."""
+    """Write the job into its directory and run it in an execution child (its files already there), started with
+    ``cfg``'s host settings."""
     job.write(job_dir)
-    rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s,
+    rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s, cfg.host(),
                                     warm=cfg.exec_slots(job.backend) if cfg.warm_processes < 0 else cfg.warm_processes)
     return ChildRun(rc, timed_out, log, timeout_s)
 
@@ -405,7 +407,7 @@ def _device_name(backend: str) -> str:
 def _measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
     """One timing of the reference in its own child, clocked by the harness in this process."""
     job = _job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
-    job_dir = _job_dir(job)
+    job_dir = _job_dir(job, cfg)
     device = "cuda" if backend == "cuda" else "cpu"
     harness = _harness(plan, job, job_dir, device, cfg, check=False)
     run, ledger, clocked = _run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg,
@@ -448,7 +450,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     n = cfg.trials + (1 if plan.other_shape else 0)
     job = _job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=n,
                other_shape=plan.other_shape, input_files=not plan.reproducible, n_timing=cfg.timing_trials)
-    job_dir = _job_dir(job)
+    job_dir = _job_dir(job, cfg)
 
     def ship_inputs(i: int, seed: int) -> None:
         """Inputs a seed does not reproduce travel as a file, written when the child reaches their trial."""
@@ -487,7 +489,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     finally:
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root
-            clear_job_root()  # (the candidate's job is the slot's outermost: nothing else of it is alive)
+            clear_job_root(cfg.host())  # (the candidate's job is the slot's outermost: nothing else of it is alive)
 
 
 # ---------------------------------------------------------------------------- public API
@@ -531,8 +533,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     (from a worker thread, one call at a time). ``live``, when given, is kept current while the batch works, for a
     caller's progress lines: ``compiled`` (candidates whose builds are over, failed ones included) and ``executing``
     (candidates in an execution child or being judged now)."""
-    cfg = config or VerifyConfig()
-    use_host(cfg.host())  # [verify] pch, sandbox, job_dir, ...: for the builds, sandboxes and servers started below
+    cfg = config or VerifyConfig()  # its host settings (pch, sandbox, job_dir, ...) go to what it starts below
     n = len(items)
     verdicts: list[Verdict | None] = [None] * n
     if not n:
@@ -564,7 +565,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     pending = [0]
     with _preparing() as prepare, CompilePool(cfg.build_root(), workers=max(1, workers),
                                               timeout_s=cfg.compile_timeout_s,
-                                              full_fallback=cfg.full_build_fallback) as pool:
+                                              full_fallback=cfg.full_build_fallback, host=cfg.host()) as pool:
         for i in build_order(items):
             task, cand = items[i]
             backend = resolve_backend(cand.backend or "cpu")

@@ -166,10 +166,12 @@ def _verify_chunk(items: list, config, compile_workers: int) -> tuple[list, dict
                       "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "started": started, "ended": time.time()}
 
 
-def _compile_spec(build_root: str, spec: dict, timeout_s: float) -> dict:
-    """Runs on a Ray worker (one CPU, no GPU): build one extension into the shared build root."""
+def _compile_spec(build_root: str, spec: dict, timeout_s: float, config: VerifyConfig) -> dict:
+    """Runs on a Ray worker (one CPU, no GPU): build one extension into the shared build root with the host settings
+    of the batch's ``config``, read on the worker (its default precompiled-header cache is under the worker's home),
+    as the execution tasks' verify_batch reads them."""
     try:
-        res = build_blocking(build_root, spec, timeout_s)
+        res = build_blocking(build_root, spec, timeout_s, host=config.host())
     except Exception as e:  # noqa: BLE001 - the execution task then builds (and reports) it itself
         return {"key": "", "ok": False, "error": f"{type(e).__name__}: {e}", "pid": os.getpid()}
     return {"key": res.key, "ok": res.ok, "seconds": res.seconds, "cached": res.cached, "pid": os.getpid()}
@@ -242,7 +244,7 @@ def verify_on_ray(items: Sequence[tuple], *, config=None, on_verdict: Callable |
         for spec in specs:
             key = spec_key(spec)
             if key not in builds:
-                builds[key] = compile_remote.remote(build_root, spec, config.compile_timeout_s)
+                builds[key] = compile_remote.remote(build_root, spec, config.compile_timeout_s, config)
             refs.append(builds[key])
         item_builds.append(refs)
 

