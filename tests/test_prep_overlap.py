@@ -95,3 +95,33 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir,
     assert names == ["reference timing starts", "candidate built"], events  # before: built, then timed
     # its candidate found the task prepared (or being prepared): no second measurement
     assert sum(1 for e in events if e[0] == "reference timing starts") == 1
+
+
+@pytest.mark.parametrize("exec_workers, expected", [(1, 2), (2, 2), (5, 5)])
+def test_as_many_tasks_are_prepared_at_once_as_execution_children_run(monkeypatch, exec_workers, expected):
+    """A cold batch prepares tasks as wide as it executes (at least two): with two at a time, a batch of one
+    candidate per task waited on its tasks' preparations (14-22 s each on an H200) one pair after another."""
+    cfg = VerifyConfig(exec_workers=exec_workers)
+    assert engine.prep_workers(cfg, {"cpu"}) == expected
+    running, most, lock = [0], [0], threading.Lock()
+    release = threading.Event()
+
+    def prepare(key, *_):  # stands in for prepare_task: counts how many run at the same time
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        release.wait(5)
+        with lock:
+            running[0] -= 1
+
+    monkeypatch.setattr(engine, "prepare_task", prepare)
+    with engine._preparing(engine.prep_workers(cfg, {"cpu"})) as submit:
+        for k in range(8):
+            submit(("task", k))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and most[0] < expected:
+            time.sleep(0.01)
+        time.sleep(0.1)  # a worker beyond the count would have started by now
+        seen = most[0]
+        release.set()
+    assert seen == expected

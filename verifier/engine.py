@@ -345,7 +345,17 @@ def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root
         return timing
 
 
-PREP_WORKERS = 2  # tasks prepared at once ahead of their candidates (each a plan, then a reference timing child)
+PREP_WORKERS_MIN = 2  # tasks prepared at once ahead of their candidates, at least (each a plan, then a reference child)
+
+
+def prep_workers(cfg: VerifyConfig, backends) -> int:
+    """Tasks prepared at once in a batch on ``backends``: as many as the execution children that may run at a time
+    (``cfg.exec_slots``), at least ``PREP_WORKERS_MIN``. A task's preparation is mostly its reference's own child
+    (import, torch.compile's build, a timed window that holds the device alone only while it times), so it overlaps
+    like a candidate's execution does. Two at a time capped a cold batch with one candidate per task: on one H200
+    (0dca253) a task's preparation took 14-22 s (median), so two workers prepared at most about 330-510 tasks an hour
+    while the issue asks 1,000 candidates an hour at one per task."""
+    return max(PREP_WORKERS_MIN, max((cfg.exec_slots(b) for b in backends), default=1))
 
 
 def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfig, build_root: Path,
@@ -369,8 +379,8 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
 
 
 @contextlib.contextmanager
-def _preparing():
-    """``PREP_WORKERS`` threads running ``prepare_task`` on what the block hands them (the yielded function, which
+def _preparing(workers: int):
+    """``workers`` threads running ``prepare_task`` on what the block hands them (the yielded function, which
     takes ``prepare_task``'s arguments and passes each plan key on once).
     Daemon threads, as the execution threads are: on an exception (a Ctrl-C) the block is left without waiting
     for a reference child, and the interpreter's exit does not join them; each ends after its current task.
@@ -381,7 +391,7 @@ def _preparing():
         while (item := jobs.get()) is not None:
             prepare_task(*item)
 
-    threads = [threading.Thread(target=loop, name=f"km-prep-{k}", daemon=True) for k in range(PREP_WORKERS)]
+    threads = [threading.Thread(target=loop, name=f"km-prep-{k}", daemon=True) for k in range(max(1, workers))]
     for t in threads:
         t.start()
     seen: set[tuple] = set()
@@ -563,7 +573,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     ready: queue.Queue = queue.Queue()
     works: list[Work] = [None] * n  # type: ignore[list-item]  (each set below before anything reads it)
     pending = [0]
-    with _preparing() as prepare, CompilePool(cfg.build_root(), workers=max(1, workers),
+    with _preparing(prep_workers(cfg, backends)) as prepare, CompilePool(cfg.build_root(), workers=max(1, workers),
                                               timeout_s=cfg.compile_timeout_s,
                                               full_fallback=cfg.full_build_fallback, host=cfg.host()) as pool:
         for i in build_order(items):
