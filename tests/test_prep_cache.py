@@ -3,7 +3,7 @@ device and settings, are read by later verifier processes instead of measured ag
 
 Real verifier runs on the cpu backend (the relu task of bench/lib/fixtures.py, its honest candidate compiled once
 for the module); the second and concurrent processes are real subprocesses. Whether a process measured is
-counted by wrapping ``engine._measure_reference`` (the one function that starts the reference's child) in that
+counted by wrapping ``runs.measure_reference`` (the one function that starts the reference's child) in that
 process, and read from the entry's own record of the process that measured it."""
 
 import dataclasses
@@ -18,6 +18,7 @@ import pytest
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import engine
+from verifier import runs
 from verifier.judge import prep_cache
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.common.contract import ChildReport, ModelTiming
@@ -29,12 +30,12 @@ RELU = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
 SCRIPT = r'''
 import json, os, sys
 from bench.lib import fixtures as fx
-from verifier import engine
+from verifier import engine, runs
 from verifier.engine import VerifyConfig
 cfg = VerifyConfig(**json.loads(sys.argv[1]))
 measured = []
-real = engine._measure_reference
-engine._measure_reference = lambda *a: (measured.append(1), real(*a))[1]
+real = runs.measure_reference
+runs.measure_reference = lambda *a: (measured.append(1), real(*a))[1]
 out = {"pid": os.getpid()}
 if sys.argv[2] == "verify":
     from kernelmill.schema import Candidate, Task
@@ -44,7 +45,7 @@ if sys.argv[2] == "verify":
     out.update(status=v.status, correct=v.correct, cheats=v.cheats, eager_us=v.eager_us)
 else:
     plan = engine.task_plan(fx.RELU_TASK, "cpu", cfg)
-    t = engine.reference_timing(plan, "cpu", cfg, cfg.build_root())
+    t = runs.reference_timing(plan, "cpu", cfg, cfg.build_root())
     out.update(eager=t.clocked.get("eager_s"), null=t.clocked.get("null"))
 out["measured"] = len(measured)
 print("RESULT " + json.dumps(out))
@@ -79,8 +80,8 @@ def _entries(build_dir: Path) -> list[Path]:
 @pytest.fixture
 def fresh_memo(monkeypatch):
     """This process's own memo of reference timings emptied, so that a call here looks as a new process would."""
-    monkeypatch.setattr(engine, "_REF_TIMINGS", {})
-    monkeypatch.setattr(engine, "_REF_LOCKS", {})
+    monkeypatch.setattr(runs, "_REF_TIMINGS", {})
+    monkeypatch.setattr(runs, "_REF_LOCKS", {})
 
 
 def test_a_second_process_reads_the_kept_timing_and_gives_the_same_verdict(tmp_path, fresh_memo):
@@ -127,13 +128,13 @@ def test_a_changed_program_setting_or_device_is_another_entry(tmp_path, fresh_me
 
     # and on disk: the same task under another warmup is measured and kept beside the first
     for c in (cfg, dataclasses.replace(cfg, warmup=2)):
-        engine.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", c), "cpu", c, c.build_root())
+        runs.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", c), "cpu", c, c.build_root())
     assert len(_entries(tmp_path)) == 2
 
 
 def _plant(cfg: VerifyConfig, eager_s: float) -> Path:
     """An entry under the relu task's key with figures no measurement gives."""
-    key = prep_cache.entry_key(fx.RELU_TASK, "cpu", engine._device_name("cpu"), cfg)
+    key = prep_cache.entry_key(fx.RELU_TASK, "cpu", runs.device_name("cpu"), cfg)
     report = ChildReport(kind="reference", eager=ModelTiming(launch_us=[7.0] * 3), timing_exclusive=True)
     return prep_cache.write(cfg.build_root(), key, report, {"eager_s": eager_s, "null": {"1": 1e-4, "8": 2e-4}})
 
@@ -141,11 +142,11 @@ def _plant(cfg: VerifyConfig, eager_s: float) -> Path:
 def test_a_kept_entry_is_read_and_prep_cache_false_bypasses_it(tmp_path, fresh_memo):
     cfg = _cfg(tmp_path)
     entry = _plant(cfg, 123.456)
-    t = engine.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
+    t = runs.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
     assert t.clocked["eager_s"] == 123.456 and t.null() == {1: 1e-4, 8: 2e-4}
 
     off = dataclasses.replace(cfg, prep_cache=False)
-    t = engine.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", off), "cpu", off, off.build_root())
+    t = runs.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", off), "cpu", off, off.build_root())
     assert t.clocked["eager_s"] and t.clocked["eager_s"] != 123.456
     assert json.loads(entry.read_text())["clocked"]["eager_s"] == 123.456  # left as it was
     assert _entries(tmp_path) == [entry]
@@ -160,7 +161,7 @@ def test_a_corrupt_or_old_entry_is_ignored_and_rewritten(tmp_path, fresh_memo, d
     elif damage.startswith("{"):
         damage = json.dumps({**json.loads(entry.read_text()), "schema": prep_cache.SCHEMA - 1})
     entry.write_text(damage)
-    t = engine.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
+    t = runs.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
     assert t.clocked["eager_s"] and t.clocked["eager_s"] != 123.456
     kept = json.loads(entry.read_text())
     assert kept["schema"] == prep_cache.SCHEMA and kept["measured_by"]["pid"] == os.getpid()

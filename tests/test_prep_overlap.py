@@ -16,6 +16,7 @@ import pytest
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import engine
+from verifier import runs
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.common.devlock import DeviceLock
 
@@ -26,13 +27,13 @@ TASK = Task.from_code(fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn
 
 @pytest.fixture
 def fresh_memo(monkeypatch):
-    monkeypatch.setattr(engine, "_REF_TIMINGS", {})
+    monkeypatch.setattr(runs, "_REF_TIMINGS", {})
 
 
 def test_the_compiled_reference_is_built_outside_the_device_lock(tmp_path, fresh_memo):
     cfg = VerifyConfig(build_dir=str(tmp_path / "build"), timing_trials=3, warmup=1, time_torch_compile=True,
                        run_timeout_s=60, memory_limit_gb=4, pch=False, prep_cache=False)
-    lock_file = engine._lock_path(cfg, cfg.build_root())
+    lock_file = runs.lock_path(cfg, cfg.build_root())
     assert lock_file
     cfg.build_root().mkdir(parents=True, exist_ok=True)
     taken, stop = [], threading.Event()
@@ -50,7 +51,7 @@ def test_the_compiled_reference_is_built_outside_the_device_lock(tmp_path, fresh
     poller = threading.Thread(target=neighbour, daemon=True)
     poller.start()
     t0 = time.monotonic()
-    timing = engine._measure_reference(plan, "cpu", cfg, cfg.build_root())
+    timing = runs.measure_reference(plan, "cpu", cfg, cfg.build_root())
     t1 = time.monotonic()
     stop.set()
     poller.join()
@@ -73,7 +74,7 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir,
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=False,
                        run_timeout_s=60, memory_limit_gb=4, prep_cache=False, exec_workers=1)
     events = []
-    real_measure, real_done = engine._measure_reference, engine._compile_done
+    real_measure, real_done = runs.measure_reference, engine._compile_done
 
     def measure(*a):
         events.append(("reference timing starts", time.monotonic()))
@@ -83,7 +84,7 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir,
         events.append(("candidate built", time.monotonic()))
         return real_done(*a, **kw)
 
-    monkeypatch.setattr(engine, "_measure_reference", measure)
+    monkeypatch.setattr(runs, "measure_reference", measure)
     monkeypatch.setattr(engine, "_compile_done", compile_done)
     # sources no build root holds yet: the candidate compiles (seconds, against the precompiled header)
     code = fx.HONEST_RELU.replace("ModelNew(nn.Module):", f"ModelNew(nn.Module):\n    # {uuid.uuid4().hex}").replace(
@@ -95,3 +96,33 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir,
     assert names == ["reference timing starts", "candidate built"], events  # before: built, then timed
     # its candidate found the task prepared (or being prepared): no second measurement
     assert sum(1 for e in events if e[0] == "reference timing starts") == 1
+
+
+@pytest.mark.parametrize("exec_workers, expected", [(1, 2), (2, 2), (5, 5)])
+def test_as_many_tasks_are_prepared_at_once_as_execution_children_run(monkeypatch, exec_workers, expected):
+    """A cold batch prepares tasks as wide as it executes (at least two): with two at a time, a batch of one
+    candidate per task waited on its tasks' preparations (14-22 s each on an H200) one pair after another."""
+    cfg = VerifyConfig(exec_workers=exec_workers)
+    assert runs.prep_workers(cfg, {"cpu"}) == expected
+    running, most, lock = [0], [0], threading.Lock()
+    release = threading.Event()
+
+    def prepare(key, *_):  # stands in for prepare_task: counts how many run at the same time
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        release.wait(5)
+        with lock:
+            running[0] -= 1
+
+    monkeypatch.setattr(runs, "prepare_task", prepare)
+    with runs.preparing(runs.prep_workers(cfg, {"cpu"})) as submit:
+        for k in range(8):
+            submit(("task", k))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and most[0] < expected:
+            time.sleep(0.01)
+        time.sleep(0.1)  # a worker beyond the count would have started by now
+        seen = most[0]
+        release.set()
+    assert seen == expected

@@ -66,12 +66,12 @@ def config(base, planned):
 
 
 class Overlap:
-    """Wraps engine._run_driven: records the candidates' children running at once (the most bytes their tasks
+    """Wraps engine.run_driven: records the candidates' children running at once (the most bytes their tasks
     planned, the most children) and holds each child's start until another starts, a job waits at ``gate``, or
     all ``total`` candidates' children have started."""
 
     def __init__(self, planned: dict, gate: admission.MemoryGate, total: int):
-        self.real = engine._run_driven
+        self.real = engine.run_driven
         self.planned, self.gate, self.total = planned, gate, total
         self.started = 0
         self.running: dict[int, str] = {}
@@ -102,7 +102,7 @@ class Overlap:
 
 def run_batch(tasks_and_ids, config, planned, monkeypatch, on_verdict=None):
     probe = Overlap(planned, admission.gate_for("cpu", config.memory_budget_gib), len(tasks_and_ids))
-    monkeypatch.setattr(engine, "_run_driven", probe)
+    monkeypatch.setattr(engine, "run_driven", probe)
     items = [(t, Candidate(candidate_id=cid, task_id=t.task_id, backend="cpu", generator="test", code=fx.HONEST_RELU
                            if "relu" in t.reference_code else fx.HONEST_MATMUL)) for t, cid in tasks_and_ids]
     verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=on_verdict)

@@ -345,7 +345,7 @@ def test_code_that_does_not_parse_is_reported_with_its_syntax_error_and_line():
 def _timed_pass(ref_us: list[float], cand_us: list[float]) -> Verdict:
     """A passing verdict judged from bracket times (us per call) as the harness would have clocked them on cpu:
     the real judge's speedup figures and the real reward."""
-    from verifier.engine import ReferenceTiming
+    from verifier.runs import ReferenceTiming
     from verifier.common.contract import ChildReport
     from verifier.execute.harness import Bracket, Clocked
     from verifier.judge.verdict import _speedups

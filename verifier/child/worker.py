@@ -374,7 +374,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     cpp_extension.load_inline = make_prebuilt_load_inline(job.build_root, job.allow_child_compile, cuda_kernels,
                                                            job_dir, knockout.skip_launches_of if knockout else None)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
-    # shared while this process works on the device (cuda only: see engine._shared_lock), exclusive while it times
+    # shared while this process works on the device (cuda only: see verifier/runs.py shared_lock), exclusive while it times
     lock = device_lock(job.timing_lock or None)
     if job.backend == "cuda":
         lock.acquire(False, job.lock_wait_s)

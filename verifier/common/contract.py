@@ -4,7 +4,7 @@ A ``Job`` goes to a child as ``job.json``; the child answers with a ``ChildRepor
 plus tensors in separate ``*.pt`` files (loaded with ``weights_only=True``). Both directions are plain
 JSON of these dataclasses: ``from_dict`` rejects unknown keys and wrong types, so a field renamed on one
 side fails loudly instead of falling back to a default of its own. Defaults live in ``VerifyConfig``
-only: a ``Job`` field that is a setting takes its default from there (``verifier.engine._job`` copies the
+only: a ``Job`` field that is a setting takes its default from there (``verifier.runs.new_job`` copies the
 config; the child never invents a value).
 
 What the contract does NOT guarantee: that a child's report is true. A candidate runs in the child and

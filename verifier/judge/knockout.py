@@ -143,7 +143,7 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
     while the verifier holds its device-work lock (admission.device_work), after every file of the candidate's main
     job was read: the slot's job root is emptied first (unless ``keep_jobs``). Never raises: a failure on the
     verifier's side is an inconclusive result saying what failed. ``make_job``, ``job_dir_of`` and ``run_driven``
-    are verifier/engine.py's ``_job``, ``_job_dir`` and ``_run_driven`` (passed in: api imports this module)."""
+    are verifier/runs.py's ``new_job``, ``new_job_dir`` and ``run_driven`` (passed in: runs imports the judge)."""
     import torch  # here: the child imports this module for ChildKnockout only
 
     from verifier.execute.processes import clear_job_root

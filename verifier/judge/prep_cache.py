@@ -1,6 +1,6 @@
 """Task preparation kept on disk: the reference's timings, measured once per task and device, for every process.
 
-``engine.reference_timing`` times a task's eager reference and ``torch.compile`` of it in a child of its own (up to
+``runs.reference_timing`` (verifier/runs.py) times a task's eager reference and ``torch.compile`` of it in a child of its own (up to
 ~20 s a task on an H100). Its in-process memo dies with the process; this cache keeps the figures under the build
 root as ``<build_root>/prep/<key>.json``, so that the next verifier process (a restarted RL reward server, another
 Ray worker, the next bench run) on the same device reads them instead of measuring again.

@@ -1,0 +1,262 @@
+"""Jobs in execution children, as the engine runs them: a candidate's or a reference's ``Job`` built from the
+``[verify]`` config (``new_job``) in a fresh directory under the slot's job root (``new_job_dir``), run in a child
+driven by this process (``run_driven``: the channel hands out its seeds, the trusted harness clocks its brackets,
+``make_harness``), under the device lock (``lock_path``, ``shared_lock``, ``lock_wait_s``); and a task's reference
+timed once in its own child, where no candidate code ever ran (``reference_timing``, kept on disk by
+verifier/judge/prep_cache.py), prepared while the task's candidates compile (``prepare_task``, ``preparing``,
+``prep_workers``).
+
+Enters: a TaskPlan (verifier/judge/plan.py) and the config. Leaves: ChildRun, Ledger and Clocked per job
+(verifier/judge/verdict.py judges them), ReferenceTiming per task.
+Imports: torch, verifier.common, verifier.execute and verifier.judge (the plan, the prep cache, the RNG lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import queue
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from verifier.common.backends import get_backend
+from verifier.common.config import VerifyConfig
+from verifier.common.contract import ChildReport, Job
+from verifier.common.devlock import device_lock
+from verifier.common.inputs import build_model, draw_inputs
+from verifier.execute import admission
+from verifier.execute.channel import Driver, Ledger
+from verifier.execute.harness import Clocked, Harness
+from verifier.execute.processes import _job_root, _run_child, exec_slot
+from verifier.judge import prep_cache
+from verifier.judge.outputs import RNG_LOCK
+from verifier.judge.plan import _PLAN_LOCK, _PLANS, TaskPlan, task_plan
+from verifier.judge.verdict import ChildRun
+
+
+def lock_path(cfg: VerifyConfig, build_root: Path) -> str:
+    """The device lock's file: one per device this process sees (``CUDA_VISIBLE_DEVICES``), so that verifier
+    pools of several GPUs sharing one build root (verifier/ray_pool.py) do not hold each other's timing."""
+    if not cfg.device_lock:
+        return ""
+    devices = re.sub(r"[^\w,.-]", "_", os.environ.get("CUDA_VISIBLE_DEVICES", "").strip())
+    return str(build_root / (f".timing-{devices}.lock" if devices else ".timing.lock"))
+
+
+def shared_lock(cfg: VerifyConfig, build_root: Path, backend: str):
+    """The device lock for the verifier's own device work, taken shared on cuda only: there another
+    process's kernels time-slice into a timed region; on cpu (bench/results/timing_noise_cpu.md) keeping
+    other work off the cores during timing did not lower the noise and cost 15-25% of the batch time."""
+    return device_lock((lock_path(cfg, build_root) or None) if backend == "cuda" else None)
+
+
+def lock_wait_s(cfg: VerifyConfig) -> float:
+    """Longest wait for the device lock (verifier/common/devlock.py): a share of the run timeout, so that a
+    neighbour holding the device can delay a candidate's timing but never push it into a timeout."""
+    return min(30.0, 0.2 * cfg.run_timeout_s)
+
+
+def seeds(n: int) -> list[int]:
+    return [secrets.randbelow(2**31 - 1) + 1 for _ in range(n)]
+
+
+def new_job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, reference_code: str, **kw) -> Job:
+    return Job(kind=kind, backend=backend, build_root=str(build_root), reference_code=reference_code,
+               init_seed=seeds(1)[0], warmup=cfg.warmup, timed_checks=cfg.timed_checks, gap_probes=cfg.gap_probes,
+               warm_device_ms=cfg.warm_device_ms, hide_launch_us=cfg.hide_launch_us,
+               time_torch_compile=cfg.time_torch_compile, memory_limit_gb=cfg.memory_limit_gb,
+               allow_child_compile=cfg.allow_child_compile, timing_lock=lock_path(cfg, build_root),
+               lock_wait_s=lock_wait_s(cfg), eval_mode=cfg.eval_mode, n_brackets=max(3, min(cfg.timed_brackets, cfg.timing_trials)),
+               timing_budget_s=cfg.timing_budget_s, **kw)
+
+
+def new_job_dir(job: Job, cfg: VerifyConfig) -> Path:
+    """A new directory for ``job`` in this slot's job root under ``cfg``'s host settings (``job_dir``)."""
+    return Path(tempfile.mkdtemp(prefix=f"km-{job.kind}-", dir=_job_root(cfg.host())))
+
+
+def run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> ChildRun:
+    """Write the job into its directory and run it in an execution child (its files already there), started with
+    ``cfg``'s host settings."""
+    job.write(job_dir)
+    rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s, cfg.host(),
+                                    warm=cfg.exec_slots(job.backend) if cfg.warm_processes < 0 else cfg.warm_processes)
+    return ChildRun(rc, timed_out, log, timeout_s)
+
+
+@dataclass
+class ReferenceTiming:
+    """The reference's timings, measured once per task where no candidate code ever ran: its child's report
+    (launch times, errors, the device) and what the harness clocked (verifier/execute/harness.py): ``clocked`` holds
+    ``eager_s`` and ``compile_s`` (time per call, null subtracted) and ``null`` (the null bracket's seconds by
+    its number of calls, as a string key), which every candidate's brackets of the task are reduced by."""
+
+    report: ChildReport
+    clocked: dict = dataclasses.field(default_factory=dict)
+
+    def null(self) -> dict[int, float]:
+        return {int(k): float(v) for k, v in (self.clocked.get("null") or {}).items()}
+
+
+_REF_TIMINGS: dict[tuple, ReferenceTiming] = {}
+_REF_LOCKS: dict[tuple, threading.Lock] = {}
+
+
+def run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on_trial=None,
+                harness: Harness | None = None) -> tuple[ChildRun, Ledger, Clocked]:
+    """Run a job whose child asks this process for its seeds and its clocked brackets (verifier/execute/channel.py,
+    verifier/execute/harness.py)."""
+    driver = Driver(job_dir, job.n_trials, job.n_timing, on_trial=on_trial,
+                    on_bracket=harness.serve if harness is not None else None)
+    try:
+        run = run_job(job, job_dir, timeout_s, cfg)
+    finally:
+        ledger = driver.close()
+        clocked = harness.close() if harness is not None else Clocked()
+    job.trial_seeds = [ledger.trial_seeds.get(i, 0) for i in range(job.n_trials)]
+    job.timing_seeds = list(ledger.timing_seeds)
+    return run, ledger, clocked
+
+
+def make_harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: VerifyConfig, check: bool,
+             null: dict[int, float] | None = None) -> Harness:
+    """The harness of one job: the reference built as the child builds it (same init seed), inputs drawn as the
+    trials draw them; at most the job's brackets per model, fewer once a model's time is tight (``null``: the
+    task's null brackets, which the candidate's times are reduced by)."""
+    def reference():
+        with RNG_LOCK:
+            model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
+        return model
+
+    def draw(seed: int) -> list:
+        return draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
+
+    return Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
+                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null,
+                   lock_path=job.timing_lock)
+
+
+def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
+    """The eager and torch.compile timings of a task's reference, measured once per process in a child
+    where no candidate code has ever run (so no candidate can slow the reference down), then reused for
+    every candidate of the task. With ``cfg.prep_cache`` a measurement that succeeded is also kept under the
+    build root (verifier/judge/prep_cache.py) and read by later processes on the same device with the same settings,
+    which then start no child. Its report's timing_error is set when it could not be timed."""
+    key = (hashlib.sha256(plan.text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup,
+           cfg.time_torch_compile, cfg.eval_mode, str(build_root), cfg.prep_cache)
+    with _PLAN_LOCK:
+        lock = _REF_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        if key in _REF_TIMINGS:
+            return _REF_TIMINGS[key]
+        measure = lambda: measure_reference(plan, backend, cfg, build_root)  # noqa: E731
+        timing = measure() if not cfg.prep_cache else prep_cache.kept_or_measured(
+            build_root, prep_cache.entry_key(plan.text, backend, device_name(backend), cfg),
+            cfg.run_timeout_s + (180 if cfg.time_torch_compile else 60), measure, ReferenceTiming)
+        _REF_TIMINGS[key] = timing
+        return timing
+
+
+PREP_WORKERS_MIN = 2  # tasks prepared at once ahead of their candidates, at least (each a plan, then a reference child)
+
+
+def prep_workers(cfg: VerifyConfig, backends) -> int:
+    """Tasks prepared at once in a batch on ``backends``: as many as the execution children that may run at a time
+    (``cfg.exec_slots``), at least ``PREP_WORKERS_MIN``. A task's preparation is mostly its reference's own child
+    (import, torch.compile's build, a timed window that holds the device alone only while it times), so it overlaps
+    like a candidate's execution does. Two at a time capped a cold batch with one candidate per task: on one H200
+    (0dca253) a task's preparation took 14-22 s (median), so two workers prepared at most about 330-510 tasks an hour
+    while the issue asks 1,000 candidates an hour at one per task."""
+    return max(PREP_WORKERS_MIN, max((cfg.exec_slots(b) for b in backends), default=1))
+
+
+def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfig, build_root: Path,
+                 name: str) -> None:
+    """A task's one-off preparation (its plan, then its reference timing), run as soon as a batch meets the task
+    so that it overlaps the compiling of the task's candidates instead of following it: on the H100 a task's
+    preparation took 31-62 s (median) and its first candidate waited for all of it after its own build. The
+    timing child is admitted by the memory gate like a job. Skipped when no candidate of the task is pending any
+    more (all stopped at compile); any failure is left for the candidate's own call, which meets it again and
+    makes it that candidate's verdict."""
+    if not _PLANS.held(key):
+        return
+    try:
+        plan = task_plan(reference_code, backend, cfg, name)
+        if plan.skip_reason or plan.task_fault or cfg.timing_trials <= 0 or not _PLANS.held(key):
+            return
+        with exec_slot(), admission.gate_for(plan.device, cfg.memory_budget_gib).admit(plan.job_bytes()):
+            reference_timing(plan, backend, cfg, build_root)  # (a slot: its fork server is kept for the next)
+    except Exception:  # noqa: BLE001 - met again, and judged, by the task's first candidate
+        pass
+
+
+@contextlib.contextmanager
+def preparing(workers: int):
+    """``workers`` threads running ``prepare_task`` on what the block hands them (the yielded function, which
+    takes ``prepare_task``'s arguments and passes each plan key on once).
+    Daemon threads, as the execution threads are: on an exception (a Ctrl-C) the block is left without waiting
+    for a reference child, and the interpreter's exit does not join them; each ends after its current task.
+    A block that finishes waits for them (a task whose candidates all stopped early may still be timing)."""
+    jobs: queue.Queue = queue.Queue()
+
+    def loop() -> None:
+        while (item := jobs.get()) is not None:
+            prepare_task(*item)
+
+    threads = [threading.Thread(target=loop, name=f"km-prep-{k}", daemon=True) for k in range(max(1, workers))]
+    for t in threads:
+        t.start()
+    seen: set[tuple] = set()
+
+    def submit(key: tuple, *rest) -> None:
+        if key not in seen:
+            seen.add(key)
+            jobs.put((key, *rest))
+
+    try:
+        yield submit
+    finally:
+        for _ in threads:
+            jobs.put(None)
+    for t in threads:
+        t.join()
+
+
+def device_name(backend: str) -> str:
+    return get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
+
+
+def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
+    """One timing of the reference in its own child, clocked by the harness in this process."""
+    job = new_job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
+    job_dir = new_job_dir(job, cfg)
+    device = "cuda" if backend == "cuda" else "cpu"
+    harness = make_harness(plan, job, job_dir, device, cfg, check=False)
+    run, ledger, clocked = run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg,
+                                       harness=harness)
+    try:
+        rep = ChildReport.read(job_dir)
+    except Exception as e:  # noqa: BLE001
+        rep = ChildReport(kind="reference", timing_error=f"the reference timing process failed (exit {run.rc}, "
+                                                         f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
+    if ledger.harness_error and not rep.timing_error:
+        rep.timing_error = f"the harness failed: {ledger.harness_error}"
+    if not cfg.keep_jobs:
+        shutil.rmtree(job_dir, ignore_errors=True)
+    null = clocked.null_by_calls()
+    figures = {"null": {str(k): v for k, v in null.items()}}
+    for label, key in (("reference", "eager"), ("compiled", "compile")):
+        per_call = clocked.per_call_s(label, null)
+        if per_call is not None:  # the time per call, and each bracket's (the speedup's interval: judge.py)
+            figures[f"{key}_s"] = per_call
+            figures[f"{key}_samples"] = clocked.samples(label, null)
+    return ReferenceTiming(rep, figures)
