@@ -129,7 +129,6 @@ def start_cost(reps: int) -> tuple[float, float]:
     """Median seconds of `python -c pass` in a sandbox under the supervisor, and without either."""
     from verifier.common import sandbox
     from verifier.common.config import VerifyConfig
-
     host = VerifyConfig().host()  # the defaults: this process verifies nothing
     cmd = [sys.executable, "-S", "-c", "pass"]
     plain, boxed = [], []

@@ -143,8 +143,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    import verifier.engine as engine
-    import verifier.runs as verifier_runs
+    from verifier import engine, runs as verifier_runs
     from kernelmill.schema import Candidate, Task
 
     t_start = time.time()
