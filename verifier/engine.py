@@ -270,8 +270,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             with shared_lock(cfg, build_root, backend) as lock, admission.device_work(device):
                 lock.acquire(False, lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
                 # the partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where it decides
-                knockout = (lambda: run_knockout(w, plan, cfg, build_root, make_job=new_job, job_dir_of=new_job_dir,
-                                                     run_driven=run_driven)) if backend == "cuda" else None
+                knockout = lambda: run_knockout(w, plan, cfg, build_root, make_job=new_job,  # noqa: E731
+                                                job_dir_of=new_job_dir, run_driven=run_driven, backend=backend)
                 return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout),
                              ref_timing)
     finally:

@@ -1,6 +1,10 @@
-"""The knockout run's side in the execution child (the partial policy, cuda; verifier/judge/knockout.py runs and
-judges it): ``knockout_shim.c`` loaded into the candidate's process rewrites the launch slots of each of the
-candidate's extensions as it is loaded, and what it skipped is written as evidence. Imports: the standard library.
+"""The knockout run's side in the execution child (the partial policy; verifier/judge/knockout.py runs and judges
+it). On cuda ``knockout_shim.c`` loaded into the candidate's process rewrites the launch slots of each of the
+candidate's extensions as it is loaded. On cpu there is no launch to skip: each call of the candidate's own
+extension functions (the counted wrapper of verifier/child/worker.py) runs on copies of its arguments, so that no
+write it makes reaches the caller, and hands back results of the same shape and type whose every value is wrong
+(``knocked_out``): NaN for floating point, the bitwise complement for integers and booleans. What was skipped is
+written as evidence. Imports: the standard library (torch inside the cpu wrapper only).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-MARKER_FILE = "knockout.json"  # written by the verifier: this job is a knockout run (the shim's path)
+MARKER_FILE = "knockout.json"  # written by the verifier: this job is a knockout run (the shim's path, or calls mode)
 RESULT_FILE = "knockout_result.json"  # written by the child: what the shim rewrote and skipped
 
 
@@ -19,11 +23,13 @@ class ChildKnockout:
     candidate's extensions as it is loaded, and reports what it skipped. Never raises into the candidate's
     import: a failure is recorded and makes the knockout inconclusive."""
 
-    def __init__(self, shim_path: str, error: str = ""):
+    def __init__(self, shim_path: str, error: str = "", *, calls: bool = False):
         self.libraries: list[str] = []
         self.patched = 0
         self.errors: list[str] = [error] if error else []
         self.lib = None
+        self.calls = calls  # cpu: the own functions' calls are knocked out (knock_call), no shim
+        self.call_counts: dict[str, int] = {}
         if not shim_path:
             return
         try:
@@ -45,8 +51,9 @@ class ChildKnockout:
         if not marker.is_file():
             return None
         try:
-            knock = cls(str(json.loads(marker.read_text())["shim"]))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            spec = json.loads(marker.read_text())
+            knock = cls("", calls=True) if spec.get("calls") is True else cls(str(spec["shim"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             knock = cls("", f"unreadable {MARKER_FILE}: {e}")
         marker.unlink(missing_ok=True)
         return knock
@@ -66,7 +73,17 @@ class ChildKnockout:
         else:
             self.patched += n
 
+    def knock_call(self, name: str, fn, args: tuple, kwargs: dict):
+        """One call of the candidate's own function ``name`` knocked out (cpu): run on copies of its tensor
+        arguments (a write into an output argument reaches only the copy) and its result handed back wrong in every
+        value (``knocked_out``), with the shape, dtype and device it had."""
+        self.call_counts[name] = self.call_counts.get(name, 0) + 1
+        result = fn(*[_copied(a) for a in args], **{k: _copied(v) for k, v in kwargs.items()})
+        return knocked_out(result)
+
     def skipped(self) -> dict[str, int]:
+        if self.calls:
+            return {k: v for k, v in self.call_counts.items() if v}
         if self.lib is None:
             return {}
         counts = {self.lib.km_knockout_name(i).decode(): int(self.lib.km_knockout_skipped(i))
@@ -78,3 +95,35 @@ class ChildKnockout:
         (Path(job_dir) / RESULT_FILE).write_text(json.dumps({
             "libraries": self.libraries, "patched": self.patched, "skipped": self.skipped(),
             "redirected": redirected, "errors": self.errors}))
+
+
+def _copied(x):
+    """``x`` with every tensor in it (nested in lists and tuples too) replaced by a copy."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_copied(v) for v in x)
+    return x
+
+
+def knocked_out(x):
+    """``x`` wrong in every value, its structure kept: a tensor of the same shape, dtype and device filled with NaN
+    (floating point, complex) or holding the bitwise complement of each value (integers, booleans); a Python float
+    NaN, an int its complement, a bool its negation; lists and tuples element by element; anything else as it is."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        if x.is_floating_point() or x.is_complex():
+            return torch.full_like(x, float("nan"))
+        return torch.bitwise_not(x)
+    if isinstance(x, bool):
+        return not x
+    if isinstance(x, int):
+        return ~x
+    if isinstance(x, float):
+        return float("nan")
+    if isinstance(x, (list, tuple)):
+        return type(x)(knocked_out(v) for v in x)
+    return x

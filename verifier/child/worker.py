@@ -74,18 +74,22 @@ KERNEL_CALLS = [0]
 
 
 class CountedExtension(types.ModuleType):
-    """The prebuilt extension as the candidate sees it: every exported function counts its calls."""
+    """The prebuilt extension as the candidate sees it: every exported function counts its calls. With ``knock``
+    (a cpu knockout run: verifier/child/knockout.py ``ChildKnockout.knock_call``) each call is knocked out instead
+    of returning its result."""
 
-    def __init__(self, mod):
+    def __init__(self, mod, knock=None):
         super().__init__(mod.__name__)
         self.__dict__["_km_mod"] = mod
+        self.__dict__["_km_knock"] = knock
 
     def __getattr__(self, name):
         attr = getattr(self.__dict__["_km_mod"], name)
+        knock = self.__dict__["_km_knock"]
         if callable(attr) and not name.startswith("__"):
             def counted(*a, **k):
                 KERNEL_CALLS[0] += 1
-                return attr(*a, **k)
+                return attr(*a, **k) if knock is None else knock(name, attr, a, k)
             return counted
         return attr
 
@@ -99,12 +103,13 @@ def _load_so(name: str, path: str):
 
 
 def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path,
-                              on_load=None):
+                              on_load=None, knock=None):
     """A load_inline that returns the module the compile pool built for the same spec; compiling here
     only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
     recording each such build (sources, link flags, binary) in ``child_built.json`` for the verifier's
     vendor and tampering scans. ``on_load(so_path)`` is called with each extension's file once it is loaded
-    (a knockout run: verifier/judge/knockout.py)."""
+    (a knockout run on cuda: verifier/judge/knockout.py); ``knock`` knocks out each call of the extensions' functions
+    (a knockout run on cpu)."""
     original = cpp_extension.load_inline
 
     def load_inline(name, cpp_sources=None, cuda_sources=None, functions=None, **kw):
@@ -122,7 +127,7 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
             mod = _load_so(extension_name(key), d["so_path"])
             if on_load:
                 on_load(d["so_path"])
-            return CountedExtension(mod)
+            return CountedExtension(mod, knock)
         if not allow_compile:
             raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
         key_dir.mkdir(parents=True, exist_ok=True)
@@ -138,7 +143,7 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
         built.write_text(json.dumps(entries + [entry]))
         if on_load and entry["so_path"]:
             on_load(entry["so_path"])
-        return CountedExtension(mod)
+        return CountedExtension(mod, knock)
 
     return load_inline
 
@@ -369,10 +374,13 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     clock = _Clock(report)
     device = backend.device
     cuda_kernels: list[str] = []
-    # a knockout run (verifier/judge/knockout.py): the candidate's own launches are skipped; read before its import
-    knockout = ChildKnockout.from_job_dir(job_dir) if job.backend == "cuda" else None
-    cpp_extension.load_inline = make_prebuilt_load_inline(job.build_root, job.allow_child_compile, cuda_kernels,
-                                                           job_dir, knockout.skip_launches_of if knockout else None)
+    # a knockout run (verifier/judge/knockout.py): the candidate's own launches (cuda) or calls (cpu) are skipped;
+    # read before its import
+    knockout = ChildKnockout.from_job_dir(job_dir)
+    calls = knockout is not None and knockout.calls
+    cpp_extension.load_inline = make_prebuilt_load_inline(
+        job.build_root, job.allow_child_compile, cuda_kernels, job_dir,
+        knockout.skip_launches_of if knockout is not None and not calls else None, knockout.knock_call if calls else None)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
     # shared while this process works on the device (cuda only: see verifier/runs.py shared_lock), exclusive while it times
     lock = device_lock(job.timing_lock or None)

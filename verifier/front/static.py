@@ -52,6 +52,7 @@ from verifier.front.static_scope import (
     _main_guard,
     _own_chain,
     _Scope,
+    forward_nodes,
     init_only_nodes,
     side_stream_hits,
 )
@@ -250,6 +251,8 @@ class _Program:
         # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
         # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
         init_ids = init_only_nodes(tree)
+        # what every call of the model runs, wherever it is written (a module-level helper forward calls included)
+        self.forward_fns = forward_nodes(tree)
         # a block under `if __name__ == "__main__":` never runs when the verifier imports the program (unless the
         # program rebinds __name__, which then keeps it in the scan)
         rebinds_name = any(isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load)
@@ -509,9 +512,11 @@ def _judge_call(prog: _Program, node: ast.Call) -> None:
             not (isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
                  and not node.args[0].value.startswith("_")):
         add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
-    if (full.startswith("numpy.") or full.startswith("np.")) and id(node) in method_ids and \
+    if (full.startswith("numpy.") or full.startswith("np.")) and \
+            (id(node) in method_ids or id(node) in prog.forward_fns) and \
             full.split(".")[1] not in NUMPY_FORWARD_OK and id(node) not in init_ids:
-        add(cheats.C01, node, f"calls `{raw}` in ModelNew (host compute with numpy, not your kernel)")
+        where = "in ModelNew" if id(node) in method_ids else f"in `{prog.forward_fns[id(node)]}`, which forward calls"
+        add(cheats.C01, node, f"calls `{raw}` {where} (host compute with numpy, not your kernel)")
     if full in CALL_CODES or raw in CALL_CODES:
         add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
         if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
@@ -532,6 +537,12 @@ def _judge_call(prog: _Program, node: ast.Call) -> None:
             kind = kinds.of(node.func.value)
             if kind == TENSOR or (kind not in (OTHER, PATH) and meth not in _CONTAINER_METHODS):
                 add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
+                if meth == "numpy" and (id(node) in method_ids or id(node) in prog.forward_fns) and \
+                        id(node) not in init_ids:
+                    # the tensor's data handed to numpy on every call: compute on the host that neither PyTorch's
+                    # monitors nor your kernels account for (so it is never "a path that did not run")
+                    add(cheats.C01, node, f"hands `{recv or 'a tensor'}` to numpy in forward (host compute outside "
+                                          "PyTorch and your kernels)")
     elif isinstance(node.func, ast.Name):
         fn = node.func.id
         if fn in CALL_CODES:

@@ -148,29 +148,36 @@ def _loop_bindings(target: ast.AST, it: ast.AST) -> list[tuple[str, ast.AST]]:
     return [(target.id, it)] if isinstance(target, ast.Name) else []
 
 
-def init_only_nodes(tree: ast.Module) -> set[int]:
-    """Ids of the nodes in functions that only construction reaches: reachable (by name, conservatively) from
-    an ``__init__`` of some class and not from any ``forward`` / ``__call__``. Lambdas and functions nested in
-    them are left out (they can be stored and called later, from forward)."""
+def _functions_by_name(tree: ast.Module) -> dict[str, list[ast.AST]]:
+    """The program's module-level functions and the methods of its classes, by name."""
     funcs: dict[str, list[ast.AST]] = {}
     for top in tree.body:
         members = top.body if isinstance(top, ast.ClassDef) else [top]
         for f in members:
             if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 funcs.setdefault(f.name, []).append(f)
+    return funcs
 
-    def closure(roots: set[str]) -> set[str]:
-        seen, todo = set(), [r for r in roots if r in funcs]
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            todo += [r for f in funcs[name] for r in _refs(f) if r in funcs and r not in seen]
-        return seen
 
-    forward = closure({"forward", "__call__"})
-    only_init = closure({"__init__"}) - forward - {"get_inputs", "get_init_inputs"}
+def _closure(funcs: dict[str, list[ast.AST]], roots: set[str]) -> set[str]:
+    """The names of the functions reachable from ``roots`` by name (conservatively: any function of that name)."""
+    seen, todo = set(), [r for r in roots if r in funcs]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [r for f in funcs[name] for r in _refs(f) if r in funcs and r not in seen]
+    return seen
+
+
+def init_only_nodes(tree: ast.Module) -> set[int]:
+    """Ids of the nodes in functions that only construction reaches: reachable (by name, conservatively) from
+    an ``__init__`` of some class and not from any ``forward`` / ``__call__``. Lambdas and functions nested in
+    them are left out (they can be stored and called later, from forward)."""
+    funcs = _functions_by_name(tree)
+    forward = _closure(funcs, {"forward", "__call__"})
+    only_init = _closure(funcs, {"__init__"}) - forward - {"get_inputs", "get_init_inputs"}
     ids: set[int] = set()
     for name in only_init:
         for f in funcs[name]:
@@ -179,6 +186,18 @@ def init_only_nodes(tree: ast.Module) -> set[int]:
                       for n in ast.walk(g)}
             ids |= {id(n) for n in ast.walk(f)} - nested
     return ids
+
+
+def forward_nodes(tree: ast.Module) -> dict[int, str]:
+    """The nodes of the functions a ``forward`` / ``__call__`` reaches by name (conservatively: every function of
+    a name it calls), ``__init__``, get_inputs and get_init_inputs aside, each mapped to its function's name: the
+    code that runs on every call of the model, wherever the program wrote it (a module-level helper included)."""
+    funcs = _functions_by_name(tree)
+    out: dict[int, str] = {}
+    for name in _closure(funcs, {"forward", "__call__"}) - {"__init__", "get_inputs", "get_init_inputs"}:
+        for f in funcs[name]:
+            out.update({id(n): name for n in ast.walk(f)})
+    return out
 
 
 # ---------------------------------------------------------------------------- what a value is (issue 47)

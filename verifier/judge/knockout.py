@@ -1,4 +1,4 @@
-"""The knockout run: do the candidate's own kernels produce part of forward's output? (the partial policy, cuda)
+"""The knockout run: do the candidate's own kernels produce part of forward's output? (the partial policy)
 
 The partial legality policy (KernelBench's rule) allows PyTorch compute beside the candidate's own kernels, which
 must do real work. A share of device time cannot say that: an empty kernel beside ``at::matmul`` takes a few
@@ -28,7 +28,14 @@ decides as before, and the verdict's notes say so.
 Not covered, and said plainly: a candidate that detects the knockout run (the shim is mapped in its process, its
 own relocation slots hold other addresses) can return a wrong output there and pass; the knockout measures
 whether the kernels are needed, not how much they do, so a kernel whose only effect is a flag the host checks
-counts as contributing. On cpu there is no launch to skip: the partial policy keeps its rule there (own kernels
+counts as contributing.
+
+On cpu there is no launch to skip: the knockout run knocks out the calls of the candidate's own extension
+functions instead (verifier/child/knockout.py ``knock_call``): each runs on copies of its arguments, so that a
+write into an output argument reaches only the copy, and its result comes back wrong in every value (NaN, the
+bitwise complement), with its shape and dtype. Still correct then: no part of the output is the candidate's own
+work (``no_contribution``); no call intercepted: inconclusive. An empty kernel called for show beside PyTorch
+doing the work passed the partial policy on cpu before (the policy's rule there was only that own functions are
 called on every trial).
 
 Imports: the standard library, and torch with the verifier's judging modules inside ``run_knockout`` only.
@@ -137,9 +144,11 @@ class KnockoutResult:
         return asdict(self)
 
 
-def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_driven) -> KnockoutResult:
+def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_driven,
+                 backend: str = "cuda") -> KnockoutResult:
     """One correctness trial of the candidate of ``w`` (judge.Work) on the task of ``plan`` (api.TaskPlan) with its
-    own launches skipped, in its own execution child on cuda, judged here. Called from judge._legality_outcome
+    own launches skipped (cuda) or its own functions' calls knocked out (cpu), in its own execution child on
+    ``backend``, judged here. Called from judge._legality_outcome
     while the verifier holds its device-work lock (admission.device_work), after every file of the candidate's main
     job was read: the slot's job root is emptied first (unless ``keep_jobs``). Never raises: a failure on the
     verifier's side is an inconclusive result saying what failed. ``make_job``, ``job_dir_of`` and ``run_driven``
@@ -148,35 +157,36 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
 
     from verifier.execute.processes import clear_job_root
 
+    device = "cuda" if backend == "cuda" else "cpu"
     try:
-        shim = shim_library(build_root)
+        marker = {"shim": str(shim_library(build_root))} if backend == "cuda" else {"calls": True}
     except (KnockoutError, OSError, subprocess.SubprocessError) as e:
         return KnockoutResult(INCONCLUSIVE, f"the knockout shim could not be built ({str(e)[:300]})")
     try:
         if not cfg.keep_jobs:
             clear_job_root(cfg.host())  # the main job's directory: nothing of it is read after this
-        job = make_job("candidate", "cuda", cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=1,
+        job = make_job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=1,
                        input_files=not plan.reproducible)
         job_dir = job_dir_of(job, cfg)
-        (job_dir / MARKER_FILE).write_text(json.dumps({"shim": str(shim)}))
+        (job_dir / MARKER_FILE).write_text(json.dumps(marker))
 
         def ship_inputs(i: int, seed: int) -> None:  # inputs a seed does not reproduce travel as a file
             from verifier.common.inputs import draw_inputs
             from verifier.judge.outputs import RNG_LOCK
             with RNG_LOCK:
-                inputs = draw_inputs(plan.ref_mod.get_inputs, seed, "cuda", plan.text)
+                inputs = draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
             torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
                        job_dir / f"trial_{i}.pt")
 
         timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
         run, _, _ = run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
-        return _judge_knockout(job, job_dir, run, plan, cfg)
+        return _judge_knockout(job, job_dir, run, plan, cfg, device)
     except Exception as e:  # noqa: BLE001 - the verifier's failure never decides against the candidate
         return KnockoutResult(INCONCLUSIVE, f"the knockout run failed on the verifier's side ({type(e).__name__}: "
                                             f"{str(e)[:300]})")
 
 
-def _judge_knockout(job, job_dir: Path, run, plan, cfg) -> KnockoutResult:
+def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda") -> KnockoutResult:
     from verifier.common.contract import ChildReport
     from verifier.judge.verdict import _warm_up_failed
 
@@ -201,7 +211,7 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg) -> KnockoutResult:
     rec = report.trials[0] if report.trials else None
     if rec is None or rec.error or rec.output_problem or not rec.output_file:
         return KnockoutResult(CONTRIBUTES, "with your kernels skipped forward failed", **seen)
-    if not _still_correct(job, job_dir, rec, plan, cfg):
+    if not _still_correct(job, job_dir, rec, plan, cfg, device):
         return KnockoutResult(CONTRIBUTES, "with your kernels skipped the output is wrong: their work is part of it",
                               own_kernel_us=rec.own_kernel_us, **seen)
     if shim is None or shim.errors:
@@ -214,12 +224,17 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg) -> KnockoutResult:
     n = sum(shim.skipped.values())
     if n == 0:
         return KnockoutResult(INCONCLUSIVE, "the knockout intercepted none of your launches (a CUDA runtime linked "
-                                            "statically, or a route it does not intercept)", **seen)
+                                            "statically, or a route it does not intercept)" if device == "cuda" else
+                                            "the knockout intercepted none of your functions' calls", **seen)
+    if device != "cuda":
+        return KnockoutResult(NO_CONTRIBUTION, f"with every call of your own functions knocked out ({n} calls: run on "
+                                               "copies, their results replaced by wrong values), forward's output was "
+                                               "still correct", **seen)
     return KnockoutResult(NO_CONTRIBUTION, f"with every kernel launch of your own module skipped ({n} launches), "
                                            "forward's output was still correct", **seen)
 
 
-def _still_correct(job, job_dir: Path, rec, plan, cfg) -> bool:
+def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda") -> bool:
     """The knockout trial's output against the reference on the same inputs, within the normal tolerance (the
     checks of verifier/judge/outputs.py; what they say besides matched or not is not this run's concern)."""
     import torch
@@ -230,17 +245,17 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg) -> bool:
     from verifier.judge.outputs import RNG_LOCK, Evidence, check_outputs, reference64
 
     with RNG_LOCK:
-        model, _ = build_model(plan.ref_mod, job.init_seed, "cuda", plan.text, cfg.eval_mode)
+        model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
     model64 = None
     if not plan.float64:
         try:
             model64 = float64_model(model)
         except Exception:  # noqa: BLE001 - memory: the fixed tolerance
             model64 = None
-    inputs = plan.trial_inputs(job, 0, "cuda", job_dir)
+    inputs = plan.trial_inputs(job, 0, device, job_dir)
     with torch.no_grad():
         refs = [r.detach() for r in as_list(model(*inputs))]
     refs64 = reference64(model64, inputs)
     outs = as_list(torch.load(job_dir / rec.output_file, weights_only=True))
     return check_outputs(outs, refs, refs64, inputs, None, "Knockout trial", cfg, plan.ref_mod,
-                         get_backend("cuda").poison_byte, [], Evidence(), [], False, plan.pooled)
+                         get_backend(device).poison_byte, [], Evidence(), [], False, plan.pooled)

@@ -155,8 +155,8 @@ class Execution:
     """What executing one candidate left for the judge: its job and job directory, how its process ended (``run``),
     what this process handed it and the records it streamed (``ledger``, verifier/execute/channel.py), what the
     harness timed and saw of the timed calls (``clocked``, verifier/execute/harness.py), the device and the poison
-    byte of its freed memory, and ``knockout``, the knockout run on demand (cuda: the partial policy's question,
-    verifier/judge/knockout.py; None elsewhere)."""
+    byte of its freed memory, and ``knockout``, the knockout run on demand (the partial policy's question,
+    verifier/judge/knockout.py; None where there is none)."""
 
     job: Job
     job_dir: Path
@@ -394,7 +394,7 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
 def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence, knockout=None) -> Verdict:
     """A correct candidate that passed every other check: what the strict and the partial legality policies
     say (both recorded), and the verdict under ``cfg.legality``. Where forward ran PyTorch compute beside own
-    kernels that ran on every trial, ``knockout()`` (a zero-argument callable, cuda; verifier/judge/knockout.py) runs
+    kernels that ran on every trial, ``knockout()`` (a zero-argument callable; verifier/judge/knockout.py) runs
     the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do.
 
     PyTorch compute the static scan found (``w.torch_findings``) on a path that never ran (no monitor saw PyTorch
@@ -409,7 +409,7 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
         if not knocked.conclusive:
-            w.notes.append(f"Partial legality: the knockout run (your kernels' launches skipped) was inconclusive: "
+            w.notes.append(f"Partial legality: the knockout run (your kernels' launches or calls skipped) was inconclusive: "
                            f"{knocked.detail}; the share of device time decided instead.")
     partial_ok, why_not = own_work_ok(report, cfg, v, knocked)
     v.pass_strict, v.pass_partial = not torch_codes, partial_ok

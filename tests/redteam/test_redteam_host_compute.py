@@ -1,0 +1,90 @@
+"""Red team of host compute that no runtime monitor sees: numpy doing forward's work (C01).
+
+The aten monitors (dispatch mode and profiler) see what PyTorch computes; the data handed to numpy and computed
+there is invisible to them. A candidate that calls its own kernel for show (``ext.touch``) and computes the answer
+with numpy looked to the verifier like "PyTorch compute on a path that never ran": the static scan found
+``.numpy()`` / ``torch.from_numpy`` (PyTorch calls), the monitors saw no PyTorch compute, so strict said
+C19_UNRUN_TORCH_PATH and the partial policy passed it. The numpy call itself was flagged only inside ModelNew's
+methods, not in a module-level helper that forward calls.
+
+Closed at the root: numpy compute anywhere forward reaches (``static_scope.forward_nodes``: the functions a forward
+or __call__ calls by name, module-level helpers included) and a tensor handed to numpy in that code are C01 by the
+static scan, a finding of host compute (not of PyTorch compute, so no monitor's silence makes it "unrun"): rejected
+under both policies. Honest twins: numpy for sizes in a helper (np.prod, np.ceil) and numpy only at construction
+(a table built in __init__) still pass. Static cases for each; end to end on the cpu backend for the helper cheat and
+its honest twin under both legality policies.
+"""
+
+import pytest
+
+from bench.lib import fixtures as fx
+from kernelmill.schema import Candidate, Task
+from verifier import cheats
+from verifier.engine import VerifyConfig, verify_batch
+from verifier.front.static import scan
+
+HELPER_MM = "def _mm(a, b):\n    return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))\n"
+SHOW = "c = _mm(a, b)\next.touch(c)\nreturn c"  # the own kernel called for show; the answer is numpy's
+
+CHEATS = {
+    "numpy_matmul_in_a_helper": fx.cpu_candidate(SHOW, args="a, b", imports="import numpy as np", module=HELPER_MM),
+    "numpy_dot_unaliased_in_a_helper": fx.cpu_candidate(SHOW, args="a, b", imports="import numpy", module=(
+        "def _mm(a, b):\n    return torch.from_numpy(numpy.dot(a.numpy(), b.numpy()))\n")),
+    "helper_two_calls_deep": fx.cpu_candidate(SHOW, args="a, b", imports="import numpy as np", module=(
+        "def _inner(x, y):\n    return np.einsum('ij,jk->ik', x, y)\n\n"
+        "def _mm(a, b):\n    return torch.from_numpy(_inner(a.numpy(), b.numpy()))\n")),
+    "ndarray_method_in_forward": fx.cpu_candidate(
+        "c = torch.from_numpy(a.numpy().dot(b.numpy()))\next.touch(c)\nreturn c", args="a, b"),
+}
+HONEST = {
+    "numpy_for_sizes_in_a_helper": fx.cpu_candidate(
+        "n = _blocks(a)\nreturn ext.matmul(a.contiguous(), b.contiguous())", args="a, b", imports="import numpy as np",
+        module="def _blocks(t):\n    return int(np.ceil(np.prod(t.shape) / 256))\n"),
+    "numpy_table_built_at_construction": fx.cpu_candidate(
+        "return ext.matmul(a.contiguous(), b.contiguous())", args="a, b", imports="import numpy as np",
+        init="self.table = _table()", module="def _table():\n    return torch.from_numpy(np.arange(16, dtype=np.float32))\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_numpy_compute_that_forward_reaches_is_host_compute(name):
+    report = scan(CHEATS[name], "cpu")
+    host = [f for f in report.findings if f.code == cheats.C01 and not f.torch]
+    assert host, [str(f) for f in report.findings]  # a finding of host compute, not of PyTorch compute
+    assert any("numpy" in f.what for f in host)
+
+
+@pytest.mark.parametrize("name", list(HONEST))
+def test_numpy_for_sizes_or_at_construction_is_not_host_compute(name):
+    report = scan(HONEST[name], "cpu")
+    assert not [f for f in report.findings if f.code == cheats.C01], [str(f) for f in report.findings]
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    task = Task.from_code(fx.MATMUL_TASK, name="host_compute", source="seed", level=1)
+    names = ["numpy_matmul_in_a_helper", "numpy_for_sizes_in_a_helper"]
+    code = {**CHEATS, **HONEST}
+    out = {}
+    for legality in ("strict", "partial"):
+        cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=3, warmup=1, time_torch_compile=False,
+                           run_timeout_s=60, memory_limit_gb=4, exec_workers=1, legality=legality)
+        items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam",
+                                  code=code[n])) for n in names]
+        out[legality] = dict(zip(names, verify_batch(items, config=cfg, compile_workers=1)))
+    return out
+
+
+@pytest.mark.parametrize("legality", ["strict", "partial"])
+def test_numpy_doing_the_work_beside_a_kernel_called_for_show_fails_both_policies(verdicts, legality):
+    v = verdicts[legality]["numpy_matmul_in_a_helper"]
+    assert v.status == "cheat" and cheats.C01 in v.cheats and cheats.C19 not in v.cheats, (v.cheats, v.feedback[:600])
+    assert v.pass_strict is False and v.pass_partial is False
+    assert "numpy" in v.feedback
+
+
+@pytest.mark.parametrize("legality", ["strict", "partial"])
+def test_its_honest_twin_passes_both_policies(verdicts, legality):
+    v = verdicts[legality]["numpy_for_sizes_in_a_helper"]
+    assert v.status == "pass" and v.cheats == [], (v.cheats, v.feedback[:600])
+    assert v.pass_strict is True and v.pass_partial is True
