@@ -322,3 +322,14 @@ def test_every_cheat_code_has_a_red_team_test():
     missing = [c for c in cheats.CODES if not any(f.startswith(("tests/redteam/", "tests/gpu/redteam/"))
                                                   for f in by_code.get(c, []))]
     assert not missing, f"cheat codes no red-team test (tests/redteam, tests/gpu/redteam) asserts: {missing}"
+
+
+def test_every_catalogue_row_names_the_tests_that_assert_its_code():
+    """The catalogue's tests cell of each code lists exactly the test files that assert it (codes_asserted): a new
+    red-team file goes into its row, a row names no test that no longer asserts its code."""
+    rows = {r[0]: set(re.findall(r"`([^`]+)`", r[4])) for r in catalogue_rows(CATALOGUE.read_text())}
+    by_code = asserting_tests()
+    wrong = [f"{code}: missing {sorted(set(by_code.get(code, [])) - rows.get(code, set()))}, "
+             f"extra {sorted(rows.get(code, set()) - set(by_code.get(code, [])))}"
+             for code in cheats.CODES if rows.get(code, set()) != set(by_code.get(code, []))]
+    assert not wrong, f"{CATALOGUE.name}'s tests cells out of date: " + "; ".join(wrong)
