@@ -40,6 +40,14 @@ class ChatServer:
                     action = server.script.pop(0) if server.script else "ok"
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                left = [False]
+
+                def leave():  # the request's work is over: counted out before any byte of the answer is sent (a
+                    # client that has its answer may start its next request before this thread runs on)
+                    if not left[0]:
+                        left[0] = True
+                        with server.lock:
+                            server.in_flight -= 1
                 try:
                     if action == "sleep":
                         time.sleep(server.sleep_s)
@@ -47,6 +55,7 @@ class ChatServer:
                     elif action == "slow":
                         time.sleep(0.3)
                         action = "ok"
+                    leave()
                     if isinstance(action, int):
                         self.send_response(action)
                         if server.retry_after is not None:
@@ -69,8 +78,7 @@ class ChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and hung up, as intended
                 finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    leave()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
