@@ -8,7 +8,7 @@ C19_UNRUN_TORCH_PATH and the partial policy passed it. The numpy call itself was
 methods, not in a module-level helper that forward calls.
 
 Closed at the root: numpy compute anywhere forward reaches (``static_scope.forward_nodes``: the functions a forward
-or __call__ calls by name, module-level helpers included) and a tensor handed to numpy in that code are C01 by the
+or __call__ calls by name, module-level helpers and lambdas included) and a tensor handed to numpy in that code are C01 by the
 static scan, a finding of host compute (not of PyTorch compute, so no monitor's silence makes it "unrun"): rejected
 under both policies. Honest twins: numpy for sizes in a helper (np.prod, np.ceil) and numpy only at construction
 (a table built in __init__) still pass. Static cases for each; end to end on the cpu backend for the helper cheat and
@@ -33,6 +33,8 @@ CHEATS = {
     "helper_two_calls_deep": fx.cpu_candidate(SHOW, args="a, b", imports="import numpy as np", module=(
         "def _inner(x, y):\n    return np.einsum('ij,jk->ik', x, y)\n\n"
         "def _mm(a, b):\n    return torch.from_numpy(_inner(a.numpy(), b.numpy()))\n")),
+    "numpy_in_a_lambda_bound_at_module_level": fx.cpu_candidate(SHOW, args="a, b", imports="import numpy as np",
+        module="_mm = lambda a, b: torch.from_numpy(np.matmul(a.numpy(), b.numpy()))\n"),
     "ndarray_method_in_forward": fx.cpu_candidate(
         "c = torch.from_numpy(a.numpy().dot(b.numpy()))\next.touch(c)\nreturn c", args="a, b"),
 }

@@ -4,7 +4,7 @@ Frontier models write a PyTorch path into forward that the task's inputs never t
 cannot produce (``if x.shape[1] > 100000: return torch.relu(x)``), a vendor path for M > 32 where M is 1. The
 static scan finds PyTorch compute there; the runtime monitors see none on any trial, the extra shape or the timed
 calls. Under the partial policy such a path does not count (the candidate's own kernels did the work on the task's
-inputs: pass_partial); under the strict policy it is still rejected, as its own code, C19_UNRUN_TORCH_PATH, apart
+inputs, as the knockout run confirms: pass_partial); under the strict policy it is still rejected, as its own code, C19_UNRUN_TORCH_PATH, apart
 from C01 (PyTorch compute that ran). A one-time weight repack with torch on the first call does run: partial
 passes it, strict rejects it as C01.
 
@@ -22,7 +22,7 @@ from verifier import cheats
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.common.contract import ChildReport, TrialReport
 from verifier.judge.verdict import Work, _legality_outcome
-from verifier.judge.knockout import CONTRIBUTES, KnockoutResult
+from verifier.judge.knockout import CONTRIBUTES, NO_CONTRIBUTION, KnockoutResult
 from verifier.judge.outputs import Evidence
 
 MATMUL_M1_TASK = fx.MATMUL_TASK.replace("torch.randn(64, 96)", "torch.randn(1, 96)")
@@ -95,7 +95,7 @@ def test_pytorch_path_that_runs_instead_of_the_own_kernel_fails_both(verdicts, n
 FINDING = "line 9: calls `torch.matmul` (PyTorch compute) [C01_TORCH_COMPUTE]"
 
 
-def _decide(legality: str, ran: bool):
+def _decide(legality: str, ran: bool, answer: str = CONTRIBUTES):
     """_legality_outcome of a correct cuda candidate whose own kernels ran on every trial, with one static finding,
     and runtime PyTorch compute or none; the knockout records whether it was asked (no GPU here: its answer given)."""
     w = Work(verdict=Verdict(candidate_id="c", backend="cuda", own_kernel_share=0.9, correct=True),
@@ -107,17 +107,29 @@ def _decide(legality: str, ran: bool):
 
     def knockout():
         asked.append(1)
-        return KnockoutResult(CONTRIBUTES, "with your kernels skipped the output is wrong")
+        return KnockoutResult(answer, "with your kernels skipped the output is wrong" if answer == CONTRIBUTES else
+                              "with your kernels skipped the output was still correct")
 
     return _legality_outcome(w, VerifyConfig(legality=legality), report, ev, knockout), asked
 
 
-def test_a_static_finding_alone_does_not_run_the_knockout_or_decide_partial():
+def test_a_static_finding_alone_does_not_decide_partial_the_knockout_does():
+    """The PyTorch path never ran: partial asks the knockout whether the own kernels did the work. They did (the
+    output is wrong without them): pass. The static finding decides nothing either way."""
     v, asked = _decide("partial", ran=False)
-    assert asked == [] and v.status == "pass" and v.pass_partial is True and v.pass_strict is False
-    assert "knockout" not in v.versions
+    assert asked == [1] and v.status == "pass" and v.pass_partial is True and v.pass_strict is False
+    assert v.versions["knockout"]["outcome"] == CONTRIBUTES
     v, asked = _decide("strict", ran=False)
-    assert asked == [] and v.status == "cheat" and v.cheats == [cheats.C19] and v.pass_partial is True
+    assert asked == [1] and v.status == "cheat" and v.cheats == [cheats.C19] and v.pass_partial is True
+
+
+def test_an_unrun_path_beside_kernels_that_do_no_work_fails_partial():
+    """No monitor saw PyTorch do the work and the own kernels contribute nothing: something no monitor sees computed
+    the output (host compute by a route the static scan does not know). Partial fails it (C02); strict says C19."""
+    v, asked = _decide("partial", ran=False, answer=NO_CONTRIBUTION)
+    assert asked == [1] and v.status == "cheat" and v.cheats == [cheats.C02] and v.pass_partial is False
+    v, _ = _decide("strict", ran=False, answer=NO_CONTRIBUTION)
+    assert v.status == "cheat" and v.cheats == [cheats.C19] and v.pass_partial is False
 
 
 def test_pytorch_compute_that_ran_asks_the_knockout_and_is_c01_under_strict():

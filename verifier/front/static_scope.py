@@ -190,9 +190,15 @@ def init_only_nodes(tree: ast.Module) -> set[int]:
 
 def forward_nodes(tree: ast.Module) -> dict[int, str]:
     """The nodes of the functions a ``forward`` / ``__call__`` reaches by name (conservatively: every function of
-    a name it calls), ``__init__``, get_inputs and get_init_inputs aside, each mapped to its function's name: the
-    code that runs on every call of the model, wherever the program wrote it (a module-level helper included)."""
+    a name it calls; a lambda bound to a name at module level is one), ``__init__``, get_inputs and get_init_inputs
+    aside, each mapped to its function's name: the code that runs on every call of the model, wherever the program
+    wrote it (a module-level helper included)."""
     funcs = _functions_by_name(tree)
+    for top in tree.body:  # `mm = lambda a, b: ...` at module level: a function by another spelling
+        if isinstance(top, ast.Assign) and isinstance(top.value, ast.Lambda):
+            for t in top.targets:
+                if isinstance(t, ast.Name):
+                    funcs.setdefault(t.id, []).append(top.value)
     out: dict[int, str] = {}
     for name in _closure(funcs, {"forward", "__call__"}) - {"__init__", "get_inputs", "get_init_inputs"}:
         for f in funcs[name]:

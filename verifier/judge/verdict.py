@@ -399,13 +399,15 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
 
     PyTorch compute the static scan found (``w.torch_findings``) on a path that never ran (no monitor saw PyTorch
     compute on any trial, the extra shape or the timed calls: a fallback for shapes the task cannot produce) does
-    not decide the partial policy: the candidate's own kernels did the work on the task's inputs. The strict
-    policy rejects it all the same, as C19_UNRUN_TORCH_PATH, apart from C01 (PyTorch compute that ran)."""
+    not decide the partial policy. The knockout is asked there too: no monitor saw PyTorch do the work, so either
+    the candidate's own kernels did it (they contribute: partial passes) or compute no monitor sees did (host
+    compute by a route the static scan does not know: they contribute nothing, C02). The strict policy rejects
+    the path all the same, as C19_UNRUN_TORCH_PATH, apart from C01 (PyTorch compute that ran)."""
     v = w.verdict
     ran = set(ev.torch_codes)  # PyTorch compute the runtime monitors saw
     unrun = bool(w.torch_findings) and not ran
     torch_codes = ran | ({cheats.C01} if w.torch_findings and ran else set()) | ({cheats.C19} if unrun else set())
-    knocked = knockout() if ran and knockout is not None and own_kernels_ran(report) else None
+    knocked = knockout() if (ran or unrun) and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
         if not knocked.conclusive:
