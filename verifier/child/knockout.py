@@ -77,8 +77,10 @@ class ChildKnockout:
         """One call of the candidate's own function ``name`` knocked out (cpu): run on copies of its tensor
         arguments (a write into an output argument reaches only the copy) and its result handed back wrong in every
         value (``knocked_out``), with the shape, dtype and device it had."""
+        from verifier.child.timing import clone  # torch: here, where the child has it loaded
+
         self.call_counts[name] = self.call_counts.get(name, 0) + 1
-        result = fn(*[_copied(a) for a in args], **{k: _copied(v) for k, v in kwargs.items()})
+        result = fn(*[clone(a) for a in args], **{k: clone(v) for k, v in kwargs.items()})
         return knocked_out(result)
 
     def skipped(self) -> dict[str, int]:
@@ -95,17 +97,6 @@ class ChildKnockout:
         (Path(job_dir) / RESULT_FILE).write_text(json.dumps({
             "libraries": self.libraries, "patched": self.patched, "skipped": self.skipped(),
             "redirected": redirected, "errors": self.errors}))
-
-
-def _copied(x):
-    """``x`` with every tensor in it (nested in lists and tuples too) replaced by a copy."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return x.detach().clone()
-    if isinstance(x, (list, tuple)):
-        return type(x)(_copied(v) for v in x)
-    return x
 
 
 def knocked_out(x):
