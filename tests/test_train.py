@@ -358,21 +358,32 @@ def test_cli_smoke_sft_then_rl_then_eval_with_the_real_cpu_verifier(corpus, tmp_
     assert main(["train", "plot", "--out", str(rl)]) == 0 and (rl / "metrics.png").stat().st_size > 0
 
 
-def test_time_budgeted_sft_decays_the_learning_rate_within_its_budget(corpus, tmp_path):
-    """lr_by_time: a run stopped by max_seconds long before ``steps`` still ends its cosine decay."""
+def test_time_budgeted_sft_decays_the_learning_rate_within_its_budget(corpus, tmp_path, monkeypatch):
+    """lr_by_time: a run stopped by max_seconds long before ``steps`` still ends its cosine decay. The trainer's
+    clock is a fake one that moves 0.02 s a reading, so how many steps fit the budget does not depend on how fast
+    (or how loaded) the machine is."""
+    import types
+
+    import train.sft as sft
+
+    now = [1000.0]
+
+    def tick() -> float:
+        now[0] += 0.02
+        return now[0]
+
+    monkeypatch.setattr(sft, "time", types.SimpleNamespace(time=tick))
     res = train_sft(corpus, tmp_path / "t", steps=100_000, batch_size=2, lr=1e-3, warmup=2, save_every=0,
                     max_seconds=1.5, lr_by_time=True, **TINY)
     recs = read_metrics(tmp_path / "t" / "metrics.jsonl", "sft")
     assert res["steps_done"] < 100_000 and len(recs) == res["steps_done"] > 3
     assert recs[0]["lr"] < recs[1]["lr"] == pytest.approx(1e-3)  # warm-up first
     assert all(a["lr"] >= b["lr"] for a, b in zip(recs[1:], recs[2:]))  # then a monotone decay
-    # the learning rate follows the elapsed share of the budget, not step / 100_000 (which would leave it at ~1e-3):
-    # the last step started after the one before it ended, so its rate is at most the schedule's value there (no
-    # bound on how far into the budget that is: a loaded machine runs fewer, longer steps)
-    assert recs[-1]["time_s"] >= 1.5 - 1e-3 and recs[-2]["time_s"] <= 1.5  # stopped by the budget (times rounded)
+    assert recs[-1]["time_s"] >= 1.5 - 1e-3 and recs[-2]["time_s"] <= 1.5  # stopped by the budget
+    # the learning rate follows the elapsed share of the budget, not step / 100_000 (which would leave it at ~1e-3)
     frac = max(0.0, recs[-2]["time_s"] - 1e-3) / 1.5
     assert recs[-1]["lr"] <= lr_at(2 + int(frac * (100_000 - 2)), 100_000, 1e-3, 2) + 1e-12
-    assert recs[-1]["lr"] < 0.9e-3 and recs[-1]["lr"] < recs[1]["lr"]
+    assert recs[-1]["lr"] < 0.2e-3  # near the floor (10% of base) at the end of the budget
 
 
 def test_train_stage_fine_tunes_on_the_runs_corpus(corpus, tmp_path, capsys):
