@@ -36,7 +36,8 @@ _ROWS = [
      "static: torch/F calls outside the allocation-and-view allowlist, tensor compute methods, `@`, calls of nn "
      "submodules; runtime: every aten op dispatched during forward (Python and C++) checked against the allowlist"),
     ("C02_KERNEL_NOT_LAUNCHED", "a kernel is compiled but never launched",
-     "static: no exported kernel function is referenced by ModelNew; runtime: the extension's functions are "
+     "static: no exported kernel function is referenced by the program (by name, or by a string in getattr; a "
+     "name computed at run time is left to the runtime count); runtime: the extension's functions are "
      "wrapped and counted on every forward, and on cuda the profiler must show one of the candidate's "
      "__global__ kernels"),
     ("C03_FALLBACK_BRANCH", "try: custom() except: reference() fallback, or a reference path on some inputs",
@@ -66,7 +67,8 @@ _ROWS = [
      "runtime: identities of the functions the checks use are compared with the originals after import and "
      "after every forward; the comparison with the reference happens in the verifier process"),
     ("C12_SEED_PREDICTION", "predicting the random inputs",
-     "static: seeding / RNG-state calls; judge: inputs are drawn in the verifier process from fresh "
+     "static: seeding / RNG-state calls in forward and what it calls (at import or construction no trial seed "
+     "exists yet); judge: inputs are drawn in the verifier process from fresh "
      "per-trial seeds the candidate never sees"),
     ("C13_PRECISION_LOSS", "computing in lower precision inside a loose tolerance",
      "judge: fp32 tolerance 1e-4; output dtype must match; errors in the low-precision band are named"),

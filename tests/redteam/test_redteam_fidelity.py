@@ -17,6 +17,9 @@ A rule judges what the code does (writes, reads, compute, hidden work), not what
    of forward are (verifier/front/static_scope.py, ``Kinds``).
 7. A module-level ``@triton.jit`` function beside the CUDA code that nothing calls is no finding; a program whose
    forward launches one is out of the verifier's scope, said so at extraction.
+8. C12: seeding or reading the generators at import (``torch.manual_seed(0)`` at the top of the file, a class
+   attribute, a default argument) predicts nothing: no trial seed exists before construction is over, and each
+   trial's draw seeds the generators again; the same calls in forward or in a helper it calls keep C12.
 
 Each case runs the static scan only (``verifier.front.static.scan(code, "cpu")``): no compiler, no child process.
 """
@@ -225,6 +228,15 @@ PAIRS = [
       program("return self.ext.fast(x.add(1.0))"),
       # a name bound to a list in one place and to the input in another is not known to be a list
       program("v = []\nv = x\nreturn self.ext.fast(v.put(torch.tensor([0]), torch.tensor([1.0])))")]),
+    # 8. seeding at import: no trial seed exists yet, and every draw seeds the generators again
+    ("c12_seed_at_import", cheats.C12,
+     [program("return self.ext.fast(x)", module="torch.manual_seed(0)\nnp.random.seed(0)", imports="import numpy as np"),
+      program("return self.ext.fast(x)", methods="SEED = torch.initial_seed()"),
+      program("return self.ext.fast(_prep(x))", module="def _prep(x, seed=torch.initial_seed()):\n    return x.contiguous()")],
+     [program("torch.manual_seed(0)\nreturn self.ext.fast(x)"),
+      program("state = torch.get_rng_state()\nreturn self.ext.fast(x)"),
+      program("return self.ext.fast(_prep(x))", module="def _prep(x):\n    torch.manual_seed(1)\n    return x.contiguous()"),
+      program("return self.ext.fast(_prep(x))", module="_prep = lambda x: (torch.cuda.get_rng_state(), x)[1]")]),
 ]
 TRITON_KERNEL = '''import triton
 import triton.language as tl

@@ -53,6 +53,7 @@ from verifier.front.static_scope import (
     _own_chain,
     _Scope,
     forward_nodes,
+    import_time_nodes,
     init_only_nodes,
     side_stream_hits,
 )
@@ -251,6 +252,7 @@ class _Program:
         # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
         # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
         init_ids = init_only_nodes(tree)
+        self.import_ids = import_time_nodes(tree)  # what runs once, at import
         # what every call of the model runs, wherever it is written (a module-level helper forward calls included)
         self.forward_fns = forward_nodes(tree)
         # a block under `if __name__ == "__main__":` never runs when the verifier imports the program (unless the
@@ -367,10 +369,11 @@ class _Program:
             self.compute_ids.add(id(node))
         if code_ == cheats.C01 and id(node) in self.init_ids:
             return
-        # seeding or reading the generators while ModelNew is constructed (weights drawn as the reference draws
-        # them, `torch.manual_seed(42)` copied from its __init__) predicts nothing: no trial seed exists in the
-        # child before construction is over (ANTI_CHEAT 12, 20), and every input is drawn from one it gets later
-        if code_ == cheats.C12 and id(node) in self.init_ids:
+        # seeding or reading the generators while the program is imported or ModelNew is constructed (weights
+        # drawn as the reference draws them, `torch.manual_seed(42)` at the top of the file or copied from its
+        # __init__) predicts nothing: no trial seed exists in the child before construction is over (ANTI_CHEAT
+        # 12, 20), and every input is drawn from one it gets later, the generators seeded again for each draw
+        if code_ == cheats.C12 and (id(node) in self.init_ids or id(node) in self.import_ids):
             return
         if code_ in (cheats.C01, cheats.C04) and id(node) in self.dead:
             return
@@ -659,7 +662,18 @@ def _judge_model_new(prog: _Program) -> None:
                                             "and calls none of your own kernels (a fallback path)")
     used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
            {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    if kernels and not (kernels & used):
+    # a kernel looked up by name (`getattr(ext, "relu")`, `operator.attrgetter("relu")`) is referenced too; a name
+    # computed at run time (`getattr(ext, name)`) leaves the question to the runtime count of the extension's calls
+    dynamic = False
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and _dotted(n.func).split(".")[-1] in ("getattr", "attrgetter", "methodcaller"):
+            names = n.args[1:2] if _dotted(n.func).split(".")[-1] == "getattr" else n.args[:1]
+            for a in names:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                    used.add(a.value)
+                else:
+                    dynamic = True
+    if kernels and not (kernels & used) and not dynamic:
         add(cheats.C02, model_new, "none of the compiled kernel functions "
                                    f"({', '.join(sorted(kernels))}) is ever called")
 

@@ -188,6 +188,22 @@ def init_only_nodes(tree: ast.Module) -> set[int]:
     return ids
 
 
+def import_time_nodes(tree: ast.Module) -> set[int]:
+    """Ids of the nodes that run once, when the program is imported: its module-level statements and class
+    bodies, the bodies of the functions and lambdas they define left out (those run when called)."""
+    ids: set[int] = set()
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        n = todo.pop()
+        ids.add(id(n))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            todo.extend(n.decorator_list)  # decorators and defaults run at definition; the body does not
+            todo.extend(n.args.defaults + [d for d in n.args.kw_defaults if d is not None])
+        elif not isinstance(n, ast.Lambda):
+            todo.extend(ast.iter_child_nodes(n))
+    return ids
+
+
 def forward_nodes(tree: ast.Module) -> dict[int, str]:
     """The nodes of the functions a ``forward`` / ``__call__`` reaches by name (conservatively: every function of
     a name it calls; a lambda bound to a name at module level is one), ``__init__``, get_inputs and get_init_inputs
