@@ -10,7 +10,8 @@ A rule judges what the code does (writes, reads, compute, hidden work), not what
 3. C11: reading sys (``print(..., file=sys.stderr)``, ``sys.executable``, ``sys.version_info``) and ``site``'s
    paths is not patching; ``sys.modules`` writes, ``sys.settrace`` / ``setprofile``, replacing ``sys.stdout`` are.
 4. C17 / C15: ``shutil.which`` and pathlib for names touch no file; ``shutil.rmtree`` / ``copy``,
-   ``Path(...).write_text`` / ``read_text`` / ``open`` do.
+   ``Path(...).write_text`` / ``read_text`` / ``open`` do. A temporary directory for the build
+   (``build_directory=tempfile.mkdtemp()``) is no file read; a temporary file is.
 5. C04: ``super().__call__`` of an nn.Module base is nn.Module's call; ``super().forward`` of a class derived from
    the reference, and ``Model.forward(self, x)``, are the reference.
 6. C01: a queue's ``put``, a dict's ``copy``, a list's ``sort`` are not tensor methods; the same names on an input
@@ -228,6 +229,16 @@ PAIRS = [
       program("return self.ext.fast(x.add(1.0))"),
       # a name bound to a list in one place and to the input in another is not known to be a list
       program("v = []\nv = x\nreturn self.ext.fast(v.put(torch.tensor([0]), torch.tensor([1.0])))")]),
+    # 4b. a temporary directory of its own for the build is no file read; temporary files are
+    ("c15_tempfile_build_directory", cheats.C15,
+     [program("return self.ext.fast(x)", imports="import tempfile",
+              module='ext2 = load_inline(name="fidelity_ext2", cpp_sources=CPP, functions=["fast"], '
+                     'build_directory=tempfile.mkdtemp(prefix="km_"))'),
+      program("return self.ext.fast(x)", imports="from tempfile import gettempdir", module="ROOT = gettempdir()")],
+     [program("return self.ext.fast(x)", imports="import tempfile",
+              module="with tempfile.NamedTemporaryFile() as f:\n    DATA = f.name"),
+      program("return self.ext.fast(x)", imports="from tempfile import mkstemp", module="FD, NAME = mkstemp()"),
+      program("return self.ext.fast(x)", imports="import tempfile")]),
     # 8. seeding at import: no trial seed exists yet, and every draw seeds the generators again
     ("c12_seed_at_import", cheats.C12,
      [program("return self.ext.fast(x)", module="torch.manual_seed(0)\nnp.random.seed(0)", imports="import numpy as np"),

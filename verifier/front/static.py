@@ -17,9 +17,9 @@ next to the answer, a test helper, a ``__main__`` block) is not scanned for them
 files, processes...) apply everywhere but ``__main__`` blocks. An nn container (Sequential, ModuleList,
 ModuleDict) is PyTorch compute only when a PyTorch layer is among its members.
 
-Rules judge what the code does, not what it imports (issue 47): threading, shutil, pathlib and site are judged by
-the names used of them (``USE_JUDGED``: a lock, ``shutil.which``, a path's name are honest; a thread, ``rmtree``, a
-file read or written through a path are not); a try/except handler that calls the candidate's own kernels and
+Rules judge what the code does, not what it imports (issue 47): threading, shutil, pathlib, tempfile and site are
+judged by the names used of them (``USE_JUDGED``: a lock, ``shutil.which``, a path's name, a temporary directory for
+the build are honest; a thread, ``rmtree``, a file read or written through a path, a temporary file are not); a try/except handler that calls the candidate's own kernels and
 nothing of PyTorch or the reference is not a fallback; a side stream joined back to the current stream before the
 function returns is not side work (static_scope.side_stream_hits); a tensor method's name is judged on its receiver
 (static_scope.Kinds: a queue's ``put`` is not ``Tensor.put``); reading sys (``sys.stderr``, ``sys.executable``) is
@@ -103,7 +103,7 @@ IMPORT_CODES = {
     "resource": cheats.C17, "importlib": cheats.C11, "builtins": cheats.C11, "verifier": cheats.C11,
     "kernelmill": cheats.C11, "random": cheats.C12, "numpy.random": cheats.C12,
     # files and what reads them (expected outputs, the job's seeds)
-    "glob": cheats.C15, "fileinput": cheats.C15, "linecache": cheats.C15, "tempfile": cheats.C15,
+    "glob": cheats.C15, "fileinput": cheats.C15, "linecache": cheats.C15,
     "zipfile": cheats.C15, "tarfile": cheats.C15, "sqlite3": cheats.C15, "shelve": cheats.C15, "dbm": cheats.C15,
     "tracemalloc": cheats.C15,
     # the operating system, other processes, raw memory
@@ -123,6 +123,9 @@ USE_JUDGED = {
                                "get_ident", "get_native_id", "current_thread", "main_thread", "TIMEOUT_MAX"}),
     "shutil": (cheats.C17, {"which", "get_terminal_size"}),
     "pathlib": (cheats.C15, {c.split(".")[1] for c in PATH_CLASSES}),
+    # a directory of its own for the build (`build_directory=tempfile.mkdtemp()`): nothing in it is read back;
+    # temporary files, which the program writes and reads, keep the row's finding
+    "tempfile": (cheats.C15, {"mkdtemp", "gettempdir", "gettempprefix", "TemporaryDirectory"}),
     "site": (cheats.C11, {"getsitepackages", "getusersitepackages", "getuserbase", "USER_SITE", "USER_BASE",
                           "ENABLE_USER_SITE", "PREFIXES"}),
 }
@@ -575,7 +578,7 @@ def _judge_side_streams(prog: _Program) -> None:
 
 
 def _judge_module_uses(prog: _Program) -> None:
-    """threading, shutil, pathlib, site (USE_JUDGED): judged by what the code uses of them."""
+    """threading, shutil, pathlib, tempfile, site (USE_JUDGED): judged by what the code uses of them."""
     add, tree, main_ids, judged, parents = prog.add, prog.tree, prog.main_ids, prog.judged, prog.parents
     for alias, (module, imported) in judged.items():
         code_, allowed = USE_JUDGED[module]
