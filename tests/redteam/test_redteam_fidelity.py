@@ -6,7 +6,7 @@ A rule judges what the code does (writes, reads, compute, hidden work), not what
    the reference is (verifier/front/static.py, the try/except rule and ``reach``).
 2. C09: ``threading.Lock`` is not a thread; ``Thread(...).start()`` is. A side stream joined back to the current
    stream before forward returns (PyTorch's documented pattern) leaves no work behind; one never joined does
-   (verifier/front/static_scope.py, ``side_stream_hits``).
+   (verifier/front/static_streams.py, ``side_stream_hits``).
 3. C11: reading sys (``print(..., file=sys.stderr)``, ``sys.executable``, ``sys.version_info``) and ``site``'s
    paths is not patching; ``sys.modules`` writes, ``sys.settrace`` / ``setprofile``, replacing ``sys.stdout`` are.
 4. C17 / C15: ``shutil.which`` and pathlib for names touch no file; ``shutil.rmtree`` / ``copy``,
@@ -15,7 +15,7 @@ A rule judges what the code does (writes, reads, compute, hidden work), not what
 5. C04: ``super().__call__`` of an nn.Module base is nn.Module's call; ``super().forward`` of a class derived from
    the reference, and ``Model.forward(self, x)``, are the reference.
 6. C01: a queue's ``put``, a dict's ``copy``, a list's ``sort`` are not tensor methods; the same names on an input
-   of forward are (verifier/front/static_scope.py, ``Kinds``).
+   of forward are (verifier/front/static_kinds.py, ``Kinds``).
 7. A module-level ``@triton.jit`` function beside the CUDA code that nothing calls is no finding; a program whose
    forward launches one is out of the verifier's scope, said so at extraction.
 8. C12: seeding or reading the generators at import (``torch.manual_seed(0)`` at the top of the file, a class

@@ -21,8 +21,8 @@ Rules judge what the code does, not what it imports (issue 47): threading, shuti
 judged by the names used of them (``USE_JUDGED``: a lock, ``shutil.which``, a path's name, a temporary directory for
 the build are honest; a thread, ``rmtree``, a file read or written through a path, a temporary file are not); a try/except handler that calls the candidate's own kernels and
 nothing of PyTorch or the reference is not a fallback; a side stream joined back to the current stream before the
-function returns is not side work (static_scope.side_stream_hits); a tensor method's name is judged on its receiver
-(static_scope.Kinds: a queue's ``put`` is not ``Tensor.put``); reading sys (``sys.stderr``, ``sys.executable``) is
+function returns is not side work (static_streams.side_stream_hits); a tensor method's name is judged on its receiver
+(static_kinds.Kinds: a queue's ``put`` is not ``Tensor.put``); reading sys (``sys.stderr``, ``sys.executable``) is
 not patching it.
 """
 
@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verifier import cheats
-from verifier.front.extract import _dotted, model_new_binding
+from verifier.front.extract import _dotted, _main_guard, _own_chain, model_new_binding
+from verifier.front.static_kinds import OTHER, PATH, PATH_CLASSES, TENSOR, Kinds
 from verifier.front.static_literal import (
     ExtensionSpec,
     _is_load_inline,
@@ -60,20 +61,13 @@ from verifier.front.static_rules import (
     USE_JUDGED,
 )
 from verifier.front.static_scope import (
-    OTHER,
-    PATH,
-    PATH_CLASSES,
-    TENSOR,
-    Kinds,
     _loop_bindings,
-    _main_guard,
-    _own_chain,
     _Scope,
     forward_nodes,
     import_time_nodes,
     init_only_nodes,
-    side_stream_hits,
 )
+from verifier.front.static_streams import side_stream_hits
 from verifier.front.static_tamper import (
     DUNDER_OK,
     Context,
@@ -134,7 +128,7 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                               f"{e.msg}); the extract stage should have stopped it") from e
     except Exception as e:  # noqa: BLE001 - the scan's own fault: one candidate's verifier_error, not a crash
         where = traceback.extract_tb(e.__traceback__)
-        last = next((f for f in reversed(where) if f.filename.endswith(("static.py", "static_literal.py", "static_scope.py", "static_tamper.py", "static_rules.py", "extract.py", "vendor.py"))),
+        last = next((f for f in reversed(where) if f.filename.endswith(("static.py", "static_literal.py", "static_scope.py", "static_kinds.py", "static_streams.py", "static_tamper.py", "static_rules.py", "extract.py", "vendor.py"))),
                     where[-1] if where else None)
         at = f" at {Path(last.filename).name}:{last.lineno} in {last.name}" if last else ""
         raise StaticScanError(f"the static scan failed on this candidate: {type(e).__name__}: {e}{at}") from e

@@ -3,13 +3,13 @@ allocate, view or describe (``TORCH_ALLOWED``, ``TENSOR_METHOD_ALLOWED``), which
 decide a cheat code by themselves (``IMPORT_CODES``, ``CALL_CODES``, ``ATTR_CODES``), which modules are judged by
 the names used of them (``USE_JUDGED``), and what of sys, os, numpy and path objects a kernel program may touch.
 Data only: the scan's functions read these; a rule that needs more than a name lookup lives in static.py.
-Imports: verifier.cheats and static_scope's path classes.
+Imports: verifier.cheats and static_kinds's path classes.
 """
 
 from __future__ import annotations
 
 from verifier import cheats
-from verifier.front.static_scope import PATH_CLASSES
+from verifier.front.static_kinds import PATH_CLASSES
 
 # torch.X / torch.cuda.X / F.X calls that allocate, view, describe or synchronise: never compute.
 TORCH_ALLOWED = {

@@ -1,0 +1,285 @@
+"""The static stage's reading of what a value is (issue 47): ``Kinds`` says, within one scope at a time, whether a
+name holds a tensor, a path, another object (a container, a queue, a lock) or something unknown, from where it is
+bound; the rules judge a method's name on its receiver (a queue's ``put`` is not ``Tensor.put``) and a path's
+methods as file access. Anything it cannot read is unknown, and the rules treat unknown as they did before.
+Imports: the standard library and the extract stage's reading of names and classes.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from verifier.front.extract import _dotted, _own_chain
+
+TENSOR, OTHER, PATH, UNKNOWN = "tensor", "other", "path", "unknown"
+# calls whose result is never a tensor: builtins that build containers, strings and numbers, and the standard
+# library's containers, queues and locks
+_OTHER_BUILTINS = {"list", "dict", "set", "frozenset", "tuple", "str", "int", "float", "bool", "bytes", "bytearray",
+                   "sorted", "range", "len", "repr", "enumerate", "zip", "object", "id", "hash", "isinstance",
+                   "format", "ord", "chr", "hex", "bin", "oct"}
+_OTHER_PREFIXES = ("collections.", "queue.", "itertools.", "re.", "weakref.Weak", "dataclasses.", "string.",
+                   "json.", "math.", "time.", "os.")
+_OTHER_CALLS = {"threading.Lock", "threading.RLock", "threading.Event", "threading.Condition", "threading.Semaphore",
+                "threading.BoundedSemaphore", "threading.local", "contextlib.nullcontext", "functools.partial"}
+# torch calls whose result describes, never holds, data
+_TORCH_NOT_TENSOR = {"Size", "device", "dtype", "finfo", "iinfo", "no_grad", "inference_mode", "is_tensor", "numel",
+                     "get_default_dtype", "is_grad_enabled", "set_grad_enabled", "enable_grad", "Generator"}
+# tensor methods and attributes by what they give back
+_TENSOR_DESCRIBE = {"size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "data_ptr",
+                    "element_size", "is_contiguous", "get_device", "item", "tolist", "shape", "device", "dtype",
+                    "is_cuda", "ndim", "layout", "requires_grad", "is_leaf", "numpy", "untyped_storage",
+                    "storage", "nbytes", "itemsize"}
+_TENSOR_ATTRS = {"T", "mT", "H", "mH", "data", "real", "imag", "grad"}
+PATH_CLASSES = {"pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath", "pathlib.PurePosixPath",
+                "pathlib.WindowsPath", "pathlib.PureWindowsPath"}
+# what a path gives back without touching the file system: another path, or its name
+_PATH_PURE = {"with_suffix", "with_name", "with_stem", "joinpath", "relative_to", "absolute", "expanduser",
+              "resolve", "parent"}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _join(kinds) -> str:
+    got = {k for k in kinds if k is not None}
+    return got.pop() if len(got) == 1 else UNKNOWN
+
+
+class Kinds:
+    """What a value is, read from where its name is bound in the same scope (a literal, a constructor of the
+    standard library, a torch call, the candidate's own kernel, an input of ``forward``): a tensor, a path, some
+    other object, or unknown (a parameter of another function, an element of a list, a name bound in several
+    ways). Conservative: any binding it cannot read makes the name unknown."""
+
+    def __init__(self, tree: ast.Module, canonical, own_call, classes: dict[str, ast.ClassDef]):
+        self.tree, self.canonical, self.own_call, self.classes = tree, canonical, own_call, classes
+        self.parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+        self._binds: dict[int, dict[str, list]] = {}  # scope id -> name -> bindings
+        self._memo: dict[tuple, str] = {}
+        self._busy: set[tuple] = set()
+        self._self_binds: dict[int, dict[str, list]] = {}  # class id -> attr -> [(value, scope)]
+        self._depth = 0
+
+    # ---- scopes and bindings
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        p = self.parents.get(id(node))
+        while p is not None and not isinstance(p, _SCOPES):
+            p = self.parents.get(id(p))
+        return p if p is not None else self.tree
+
+    def _scope_nodes(self, scope: ast.AST):
+        """The nodes of ``scope`` itself, not of the functions, lambdas and classes nested in it."""
+        todo = list(ast.iter_child_nodes(scope))
+        while todo:
+            n = todo.pop()
+            yield n
+            if not isinstance(n, (*_SCOPES, ast.ClassDef)):
+                todo += list(ast.iter_child_nodes(n))
+
+    def bindings(self, scope: ast.AST) -> dict[str, list]:
+        if id(scope) in self._binds:
+            return self._binds[id(scope)]
+        out: dict[str, list] = {}
+
+        def bind(target, value):
+            if isinstance(target, ast.Name):
+                out.setdefault(target.id, []).append(value)
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                vals = value.elts if isinstance(value, (ast.Tuple, ast.List)) and \
+                    len(value.elts) == len(target.elts) and not any(isinstance(e, ast.Starred) for e in value.elts) \
+                    else [None] * len(target.elts)
+                for t, v in zip(target.elts, vals):
+                    bind(t.value if isinstance(t, ast.Starred) else t, v)
+
+        if isinstance(scope, _SCOPES):
+            a = scope.args
+            forward = isinstance(scope, ast.FunctionDef) and scope.name == "forward" and \
+                isinstance(self.parents.get(id(scope)), ast.ClassDef)
+            params = a.posonlyargs + a.args + a.kwonlyargs
+            for i, p in enumerate(params):
+                out.setdefault(p.arg, []).append("input" if forward and i > 0 else None)
+            if a.vararg:
+                out.setdefault(a.vararg.arg, []).append("inputs" if forward else "tuple")
+            if a.kwarg:
+                out.setdefault(a.kwarg.arg, []).append("tuple")
+        for n in self._scope_nodes(scope):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    bind(t, n.value)
+            elif isinstance(n, (ast.AnnAssign, ast.NamedExpr)) and n.value is not None:
+                bind(n.target, n.value)
+            elif isinstance(n, ast.AugAssign):
+                bind(n.target, ("aug", n))
+            elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+                bind(n.target, None)
+            elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+                bind(n.optional_vars, None)
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                out.setdefault(n.name, []).append(None)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                for al in n.names:
+                    out.setdefault(al.asname or al.name.split(".")[0], []).append(None)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.setdefault(n.name, []).append(None)
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                for name in n.names:
+                    out.setdefault(name, []).append(None)
+            elif isinstance(n, ast.Delete):
+                for t in n.targets:
+                    bind(t, None)
+        self._binds[id(scope)] = out
+        return out
+
+    def _self_bindings(self, cls: ast.ClassDef) -> dict[str, list]:
+        if id(cls) in self._self_binds:
+            return self._self_binds[id(cls)]
+        out: dict[str, list] = {}
+        for c in _own_chain(cls, self.classes):
+            for n in ast.walk(c):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
+                    n, (ast.AnnAssign, ast.AugAssign, ast.For)) else []
+                for t in targets:
+                    for sub in ast.walk(t):
+                        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and \
+                                sub.value.id == "self" and isinstance(sub.ctx, ast.Store):
+                            plain = isinstance(n, (ast.Assign, ast.AnnAssign)) and t is sub
+                            out.setdefault(sub.attr, []).append((n.value if plain else None, self.scope_of(n)))
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                        n.func.attr in ("register_buffer", "register_parameter") and n.args and \
+                        isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+                    out.setdefault(n.args[0].value, []).append(("tensor", None))
+        self._self_binds[id(cls)] = out
+        return out
+
+    # ---- kinds
+    def of(self, node: ast.AST) -> str:
+        return self._expr(node, self.scope_of(node)) or UNKNOWN
+
+    def _name(self, name: str, scope: ast.AST) -> str:
+        while True:
+            binds = self.bindings(scope)
+            if name in binds:
+                key = (id(scope), name)
+                if key in self._memo:
+                    return self._memo[key]
+                if key in self._busy:
+                    return None  # a binding that depends on itself: the others decide
+                self._busy.add(key)
+                try:
+                    kind = _join([self._binding(b, scope) for b in binds[name]])
+                finally:
+                    self._busy.discard(key)
+                self._memo[key] = kind
+                return kind
+            if scope is self.tree:
+                return UNKNOWN
+            scope = self.scope_of(scope)  # an enclosing function, or the module (a class body is not a scope here)
+
+    def _binding(self, b, scope) -> str | None:
+        if b is None:
+            return UNKNOWN
+        if b == "input":
+            return TENSOR
+        if b in ("inputs", "tuple"):
+            return OTHER
+        if isinstance(b, tuple):  # `y += v`: a tensor when v is one; otherwise y's other bindings decide
+            return TENSOR if self._expr(b[1].value, scope) == TENSOR else None
+        return self._expr(b, scope)
+
+    def _self_attr(self, node: ast.Attribute) -> str:
+        scope = self.scope_of(node)
+        cls = self.parents.get(id(scope))
+        if not isinstance(cls, ast.ClassDef) or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+                not scope.args.args or scope.args.args[0].arg != "self":
+            return UNKNOWN
+        binds = self._self_bindings(cls).get(node.attr)
+        if not binds:
+            return UNKNOWN
+        key = (id(cls), "self." + node.attr)
+        if key in self._memo:
+            return self._memo[key]
+        if key in self._busy:
+            return None
+        self._busy.add(key)
+        try:
+            kind = _join([TENSOR if v == "tensor" else UNKNOWN if v is None else self._expr(v, s) for v, s in binds])
+        finally:
+            self._busy.discard(key)
+        self._memo[key] = kind
+        return kind
+
+    def _expr(self, e: ast.AST, scope: ast.AST) -> str | None:
+        self._depth += 1
+        try:  # an expression nested deeper than a program needs (a source of 900 concatenated lines) is unknown
+            return UNKNOWN if self._depth > 100 else self._expr_kind(e, scope)
+        finally:
+            self._depth -= 1
+
+    def _expr_kind(self, e: ast.AST, scope: ast.AST) -> str | None:
+        if isinstance(e, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp,
+                          ast.DictComp, ast.GeneratorExp, ast.JoinedStr)):
+            return OTHER
+        if isinstance(e, ast.Name):
+            return self._name(e.id, scope)
+        if isinstance(e, ast.Attribute):
+            if isinstance(e.value, ast.Name) and e.value.id == "self":
+                return self._self_attr(e)
+            full = self.canonical(_dotted(e)) if _dotted(e) else ""
+            if full in PATH_CLASSES:
+                return UNKNOWN
+            base = self._expr(e.value, scope)
+            if base == TENSOR:
+                return TENSOR if e.attr in _TENSOR_ATTRS else OTHER if e.attr in _TENSOR_DESCRIBE else UNKNOWN
+            if base == PATH:
+                return PATH if e.attr == "parent" else OTHER if e.attr in ("name", "suffix", "stem", "suffixes",
+                                                                           "parts") else UNKNOWN
+            return UNKNOWN
+        if isinstance(e, ast.Subscript):
+            base = self._expr(e.value, scope)
+            return TENSOR if base == TENSOR else UNKNOWN
+        if isinstance(e, ast.BinOp):
+            left, right = self._expr(e.left, scope), self._expr(e.right, scope)
+            if isinstance(e.op, ast.Div) and PATH in (left, right):
+                return PATH
+            if TENSOR in (left, right) or isinstance(e.op, ast.MatMult):
+                return TENSOR
+            return OTHER if left == right == OTHER else UNKNOWN
+        if isinstance(e, ast.UnaryOp):
+            return OTHER if isinstance(e.op, ast.Not) else self._expr(e.operand, scope)
+        if isinstance(e, ast.Compare):
+            sides = [self._expr(x, scope) for x in [e.left, *e.comparators]]
+            return TENSOR if TENSOR in sides else OTHER if all(s == OTHER for s in sides) else UNKNOWN
+        if isinstance(e, (ast.IfExp, ast.BoolOp)):
+            parts = [e.body, e.orelse] if isinstance(e, ast.IfExp) else e.values
+            return _join([self._expr(x, scope) for x in parts])
+        if isinstance(e, ast.NamedExpr):
+            return self._expr(e.value, scope)
+        if isinstance(e, ast.Call):
+            return self._call(e, scope)
+        return UNKNOWN
+
+    def _call(self, e: ast.Call, scope: ast.AST) -> str:
+        raw = _dotted(e.func)
+        full = self.canonical(raw) if raw else ""
+        if self.own_call(e):
+            return TENSOR
+        if isinstance(e.func, ast.Name) and e.func.id in _OTHER_BUILTINS and full == e.func.id:
+            return OTHER
+        if full in _OTHER_CALLS or full.startswith(_OTHER_PREFIXES):
+            return OTHER
+        if full in PATH_CLASSES or full in {f"{c}.{m}" for c in PATH_CLASSES for m in ("cwd", "home")}:
+            return PATH
+        if full.startswith("torch.nn.functional.") or full == "torch.nn.Parameter":
+            return TENSOR
+        if full.startswith("torch.") and full.count(".") == 1:
+            return OTHER if full[len("torch."):] in _TORCH_NOT_TENSOR else TENSOR
+        if isinstance(e.func, ast.Attribute):
+            recv = self._expr(e.func.value, scope)
+            if recv == TENSOR:
+                return OTHER if e.func.attr in _TENSOR_DESCRIBE else TENSOR
+            if recv == PATH:
+                return PATH if e.func.attr in _PATH_PURE else OTHER if e.func.attr in ("as_posix", "exists",
+                                                                                       "is_file", "is_dir") \
+                    else UNKNOWN
+            if recv == OTHER and e.func.attr in ("copy", "keys", "items", "split", "join", "format", "strip",
+                                                 "replace", "lower", "upper"):
+                return OTHER
+        return UNKNOWN
