@@ -423,7 +423,7 @@ def _judge_call(prog: _Program, node: ast.Call) -> None:
         add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
         if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
             return
-    if _is_torch_compute(full):
+    if _is_torch_compute(full) and not _constant_pad(full, node):
         add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)", True)
     elif isinstance(node.func, ast.Attribute):
         meth = node.func.attr
@@ -581,6 +581,19 @@ def _direct_call(node: ast.Name, parents: dict) -> bool:
     """``node`` is the function of a call (``getattr(...)``), not a value passed around (``f = getattr``)."""
     p = parents.get(id(node))
     return isinstance(p, ast.Call) and p.func is node
+
+
+def _constant_pad(full: str, node: ast.Call) -> bool:
+    """``F.pad(x, pad)`` with a constant fill (the default mode): a new tensor holding x and the fill, data moved
+    and nothing computed, as ``torch.cat`` with a filled block (common to align a kernel's rows); the other modes
+    (reflect, replicate, circular) stay compute here, as their own ops (reflection_pad*, replication_pad*) do in
+    the runtime allowlist (verifier/common/ops.py), which has ``constant_pad_nd`` and the composite ``pad``."""
+    if full == "torch.constant_pad_nd":
+        return True
+    if full != "torch.nn.functional.pad":
+        return False
+    mode = next((k.value for k in node.keywords if k.arg == "mode"), node.args[2] if len(node.args) > 2 else None)
+    return mode is None or (isinstance(mode, ast.Constant) and mode.value == "constant")
 
 
 def _is_torch_compute(full: str) -> bool:

@@ -1,0 +1,70 @@
+"""Red team of the strict policy's line between moving data and computing on it: ``F.pad`` with a constant fill.
+
+Kernels that want aligned rows pad their input (``F.pad(x, (0, 24))``), run, and slice the answer back. A constant
+pad is a new tensor holding x and the fill: data moved and nothing computed, as ``torch.cat`` with a filled block,
+which the policy already allows. The static scan called every ``F.*`` PyTorch compute and the runtime allowlist
+(verifier/common/ops.py) lacked ``constant_pad_nd``, so the honest answer was C01 under strict.
+
+Closed at the root, on both sides: the static scan allows ``F.pad`` whose mode is the constant one (the default, or
+written ``mode="constant"``) and ``torch.constant_pad_nd``; the runtime allowlist has ``constant_pad_nd`` (and ``pad``, the composite the profiler records
+around it; a gathering mode still shows its own op).
+The cheating twins keep C01: the other modes gather (reflect, replicate, circular: ``reflection_pad*`` ops), and a
+mode the scan cannot read (a variable) is judged as compute.
+"""
+
+import pytest
+
+from bench.lib import fixtures as fx
+from kernelmill.schema import Candidate, Task
+from verifier import cheats
+from verifier.engine import VerifyConfig, verify_batch
+from verifier.front.static import scan
+
+PAD = "import torch.nn.functional as F"
+BACK = "\nreturn ext.relu(xp.contiguous())[:, :x.shape[1]].contiguous()"
+HONEST = {
+    "constant_pad_default": fx.cpu_candidate("xp = F.pad(x, (0, 24))" + BACK, imports=PAD),
+    "constant_pad_named": fx.cpu_candidate('xp = F.pad(x, (0, 24), mode="constant", value=0.0)' + BACK, imports=PAD),
+    "constant_pad_nd": fx.cpu_candidate("xp = torch.constant_pad_nd(x, (0, 24))" + BACK),
+}
+CHEAT = {
+    "reflect_pad": fx.cpu_candidate('xp = F.pad(x.unsqueeze(0), (0, 24), mode="reflect").squeeze(0)' + BACK,
+                                    imports=PAD),
+    "replicate_positional": fx.cpu_candidate('xp = F.pad(x.unsqueeze(0), (0, 24), "replicate").squeeze(0)' + BACK,
+                                             imports=PAD),
+    "mode_in_a_variable": fx.cpu_candidate('m = "reflect"\nxp = F.pad(x.unsqueeze(0), (0, 24), mode=m).squeeze(0)'
+                                           + BACK, imports=PAD),
+}
+
+
+@pytest.mark.parametrize("name", list(HONEST))
+def test_a_constant_pad_is_no_static_finding(name):
+    assert scan(HONEST[name], "cpu").findings == []
+
+
+@pytest.mark.parametrize("name", list(CHEAT))
+def test_a_gathering_pad_is_pytorch_compute(name):
+    assert cheats.C01 in scan(CHEAT[name], "cpu").cheat_codes
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    task = Task.from_code(fx.RELU_TASK, name="data_movement", source="seed", level=1)
+    code = {**HONEST, **CHEAT}
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=0, warmup=1, time_torch_compile=False,
+                       run_timeout_s=60, memory_limit_gb=4, exec_workers=1, legality="strict")
+    names = ["constant_pad_default", "reflect_pad"]
+    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam",
+                              code=code[n])) for n in names]
+    return dict(zip(names, verify_batch(items, config=cfg, compile_workers=1)))
+
+
+def test_the_constant_pad_passes_strict_end_to_end(verdicts):
+    v = verdicts["constant_pad_default"]
+    assert v.status == "pass" and v.cheats == [], (v.cheats, v.feedback[:600])
+
+
+def test_the_reflect_pad_is_seen_at_run_time_too(verdicts):
+    v = verdicts["reflect_pad"]
+    assert v.status == "cheat" and cheats.C01 in v.cheats, (v.cheats, v.feedback[:600])
+    assert "reflection_pad" in v.feedback  # the runtime monitor's op, not only the static finding
