@@ -6,7 +6,7 @@ the outputs the child saved against reference outputs computed here on inputs dr
 reference, ``reference64``). What the outputs reveal is named as it is found: C06 (an output nothing wrote: it
 still holds the poison pattern, ``poisoned``), C05 (an input, a constant or zeros), C08 (an earlier call's output
 again, by ``fingerprint``), C13 (fp32 computed at lower precision: errors with the signature of fewer mantissa
-bits, numerics.looks_lowered; a plain wrong answer is no code), C11 (the reference computed differently inside
+bits, lowering.looks_lowered; a plain wrong answer is no code), C11 (the reference computed differently inside
 the candidate's process: not bit-identical and outside the measured budget, ``_reference_differs``; another
 thread count there is another accumulation order, not tampering). ``check_clocked_outputs`` judges the timed
 calls the harness read back (C16: verifier/execute/harness.py). ``reference_fault`` says when the task's own reference output does not depend
@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from verifier import cheats
 from verifier.common.config import VerifyConfig
-from verifier.common.contract import ChildReport, Job
-from verifier.common.inputs import as_list, digests_match, draw_inputs
+from verifier.common.inputs import as_list, digests_match
 from verifier.judge import feedback
+from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
-from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, error_follows_inputs, looks_lowered, widen
+from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, widen
 
 CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
 
