@@ -120,6 +120,7 @@ CALL_CODES = {
     "torch.default_generator.set_state": cheats.C12, "torch.default_generator.manual_seed": cheats.C12,
     "torch.default_generator.seed": cheats.C12, "torch.default_generator.initial_seed": cheats.C12,
     "numpy.random.seed": cheats.C12, "numpy.random.get_state": cheats.C12, "numpy.random.set_state": cheats.C12,
+    "random.seed": cheats.C12, "random.getstate": cheats.C12, "random.setstate": cheats.C12,
     "torch.compile": cheats.C01, "torch.jit.script": cheats.C01, "torch.jit.trace": cheats.C01,
 }
 ATTR_CODES = {"sys.__stdout__": cheats.C18, "sys.modules": cheats.C11,
