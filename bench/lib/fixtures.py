@@ -498,3 +498,18 @@ def static_findings_dropped(codes):
 
     with mock.patch.object(engine, "scan", scan):
         yield
+
+
+def verify_cpu(task_code: str, programs: dict[str, str], build_dir: str, *, legality: str = "strict",
+               task_name: str = "redteam") -> dict:
+    """The verdicts of ``programs`` (name -> program text) against one task on the cpu backend, in the red team's
+    small configuration (5 trials, no timing, one execution slot): a dict name -> Verdict."""
+    from kernelmill.schema import Candidate, Task
+    from verifier.engine import VerifyConfig, verify_batch
+
+    task = Task.from_code(task_code, name=task_name, source="seed", level=1)
+    cfg = VerifyConfig(build_dir=build_dir, trials=5, timing_trials=0, warmup=1, time_torch_compile=False,
+                       run_timeout_s=60, memory_limit_gb=4, exec_workers=1, legality=legality)
+    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam", code=code))
+             for n, code in programs.items()]
+    return dict(zip(programs, verify_batch(items, config=cfg, compile_workers=1)))

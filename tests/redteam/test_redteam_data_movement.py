@@ -6,8 +6,8 @@ which the policy already allows. The static scan called every ``F.*`` PyTorch co
 (verifier/common/ops.py) lacked ``constant_pad_nd``, so the honest answer was C01 under strict.
 
 Closed at the root, on both sides: the static scan allows ``F.pad`` whose mode is the constant one (the default, or
-written ``mode="constant"``) and ``torch.constant_pad_nd``; the runtime allowlist has ``constant_pad_nd`` (and ``pad``, the composite the profiler records
-around it; a gathering mode still shows its own op).
+written ``mode="constant"``) and ``torch.constant_pad_nd``; the runtime allowlist has ``constant_pad_nd`` (and
+``pad``, the composite the profiler records around it; a gathering mode still shows its own op).
 The cheating twins keep C01: the other modes gather (reflect, replicate, circular: ``reflection_pad*`` ops), and a
 mode the scan cannot read (a variable) is judged as compute.
 """
@@ -15,9 +15,7 @@ mode the scan cannot read (a variable) is judged as compute.
 import pytest
 
 from bench.lib import fixtures as fx
-from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier.engine import VerifyConfig, verify_batch
 from verifier.front.static import scan
 
 PAD = "import torch.nn.functional as F"
@@ -49,14 +47,9 @@ def test_a_gathering_pad_is_pytorch_compute(name):
 
 @pytest.fixture(scope="module")
 def verdicts(shared_build_dir):
-    task = Task.from_code(fx.RELU_TASK, name="data_movement", source="seed", level=1)
     code = {**HONEST, **CHEAT}
-    cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=0, warmup=1, time_torch_compile=False,
-                       run_timeout_s=60, memory_limit_gb=4, exec_workers=1, legality="strict")
     names = ["constant_pad_default", "reflect_pad"]
-    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam",
-                              code=code[n])) for n in names]
-    return dict(zip(names, verify_batch(items, config=cfg, compile_workers=1)))
+    return fx.verify_cpu(fx.RELU_TASK, {n: code[n] for n in names}, shared_build_dir, task_name="data_movement")
 
 
 def test_the_constant_pad_passes_strict_end_to_end(verdicts):

@@ -15,9 +15,7 @@ still says C02, beside C01.
 import pytest
 
 from bench.lib import fixtures as fx
-from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier.engine import VerifyConfig, verify_batch
 from verifier.front.static import scan
 
 HONEST = {
@@ -47,14 +45,9 @@ def test_no_lookup_at_all_keeps_the_static_finding():
 
 @pytest.fixture(scope="module")
 def verdicts(shared_build_dir):
-    task = Task.from_code(fx.RELU_TASK, name="kernel_by_name", source="seed", level=1)
     code = {**HONEST, **CHEAT}
-    cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=0, warmup=1, time_torch_compile=False,
-                       run_timeout_s=60, memory_limit_gb=4, exec_workers=1, legality="strict")
     names = ["name_chosen_at_run_time", "computed_name_never_called"]
-    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam",
-                              code=code[n])) for n in names]
-    return dict(zip(names, verify_batch(items, config=cfg, compile_workers=1)))
+    return fx.verify_cpu(fx.RELU_TASK, {n: code[n] for n in names}, shared_build_dir, task_name="kernel_by_name")
 
 
 def test_the_kernel_chosen_by_a_computed_name_passes(verdicts):
