@@ -19,11 +19,11 @@ ModuleDict) is PyTorch compute only when a PyTorch layer is among its members.
 
 Rules judge what the code does, not what it imports (issue 47): threading, shutil, pathlib, tempfile and site are
 judged by the names used of them (``USE_JUDGED``: a lock, ``shutil.which``, a path's name, a temporary directory for
-the build are honest; a thread, ``rmtree``, a file read or written through a path, a temporary file are not); a try/except handler that calls the candidate's own kernels and
-nothing of PyTorch or the reference is not a fallback; a side stream joined back to the current stream before the
-function returns is not side work (static_streams.side_stream_hits); a tensor method's name is judged on its receiver
-(static_kinds.Kinds: a queue's ``put`` is not ``Tensor.put``); reading sys (``sys.stderr``, ``sys.executable``) is
-not patching it.
+the build are honest; a thread, ``rmtree``, a file read or written through a path, a temporary file are not); a
+try/except handler that calls the candidate's own kernels and nothing of PyTorch or the reference is not a fallback;
+a side stream joined back to the current stream before the function returns is not side work
+(static_streams.side_stream_hits); a tensor method's name is judged on its receiver (static_kinds.Kinds: a queue's
+``put`` is not ``Tensor.put``); reading sys (``sys.stderr``, ``sys.executable``) is not patching it.
 """
 
 from __future__ import annotations
@@ -128,7 +128,8 @@ def scan(code: str, backend: str = "cpu") -> StaticReport:
                               f"{e.msg}); the extract stage should have stopped it") from e
     except Exception as e:  # noqa: BLE001 - the scan's own fault: one candidate's verifier_error, not a crash
         where = traceback.extract_tb(e.__traceback__)
-        last = next((f for f in reversed(where) if f.filename.endswith(("static.py", "static_literal.py", "static_scope.py", "static_kinds.py", "static_streams.py", "static_tamper.py", "static_rules.py", "extract.py", "vendor.py"))),
+        front = Path(__file__).resolve().parent  # the innermost frame in the front's own modules, whichever
+        last = next((f for f in reversed(where) if Path(f.filename).resolve().parent == front),
                     where[-1] if where else None)
         at = f" at {Path(last.filename).name}:{last.lineno} in {last.name}" if last else ""
         raise StaticScanError(f"the static scan failed on this candidate: {type(e).__name__}: {e}{at}") from e
@@ -565,9 +566,9 @@ def _judge_model_new(prog: _Program) -> None:
     # computed at run time (`getattr(ext, name)`) leaves the question to the runtime count of the extension's calls
     dynamic = False
     for n in ast.walk(tree):
-        if isinstance(n, ast.Call) and _dotted(n.func).split(".")[-1] in ("getattr", "attrgetter", "methodcaller"):
-            names = n.args[1:2] if _dotted(n.func).split(".")[-1] == "getattr" else n.args[:1]
-            for a in names:
+        fn = _dotted(n.func).split(".")[-1] if isinstance(n, ast.Call) else ""
+        if fn in ("getattr", "attrgetter", "methodcaller"):
+            for a in n.args[1:2] if fn == "getattr" else n.args[:1]:
                 if isinstance(a, ast.Constant) and isinstance(a.value, str):
                     used.add(a.value)
                 else:
