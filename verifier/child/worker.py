@@ -451,7 +451,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             inputs = draw_inputs(ref.get_inputs, seed, device, job.reference_code, other)
         del seed
         pristine = clone(inputs)
-        ref_first = i % 2 == 1
+        # the reference runs before the candidate on odd trials (its freed result is C06 bait), never on the extra
+        # shape's: that trial alone decides C14, and an answer computed here first is one the candidate's native
+        # code could keep hold of (an observer, an allocator hook) and hand back. A regular trial's stolen answer
+        # buys nothing: the even trials, the reference after, must be right by the candidate's own work.
+        ref_first = i % 2 == 1 and not (job.other_shape and i == n - 1)
         with torch.no_grad():
             if ref_first:  # freed memory the reference just wrote is C06 bait; only its digest is kept (C15)
                 try:

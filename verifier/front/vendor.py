@@ -21,6 +21,10 @@ CCCL headers import into any module that includes them.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import importlib.util
+import os
 import re
 import struct
 from collections import Counter
@@ -44,6 +48,9 @@ SOURCE_PATTERNS = [
                                    r"\bat::cpublas\b")),
     ("ATen internals", re.compile(r"\bat::native::\w+|\bat::redispatch::\w+|::redispatch\s*\(")),
     ("dynamic loading", re.compile(r"\bdlopen\s*\(|\bdlsym\s*\(")),
+    # the loaded libraries' symbol tables walked by hand: any function of any library, found by a name that is
+    # never imported (or only in a string)
+    ("symbol tables", re.compile(r"\bdl_iterate_phdr\b|\bdladdr1?\b|\bdlinfo\b|\b_r_debug\b|\bstruct\s+link_map\b")),
 ]
 # C++ that blinds what watches forward (the dispatcher's observers, the Python dispatch key, the profiler,
 # CUPTI) or changes global backend state: cheat C11 wherever it appears in the sources or the built binary
@@ -53,11 +60,24 @@ TAMPER_SOURCE = re.compile(
     r"tls_set_dispatch_key_excluded|tls_set_dispatch_key_included|_force_tls_local_dispatch_key_set|"
     r"DisableTorchDispatch|PythonDispatcherTLS|PythonTorchFunctionTLS|DisablePythonDispatcher|"
     r"cupti\w*|cudaProfilerStop|cuProfilerStop|autograd::profiler|torch::profiler|"
-    r"globalContext\s*\(\s*\)\s*\.\s*set\w+|PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*)\b")
+    r"globalContext\s*\(\s*\)\s*\.\s*set\w+|PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|"
+    # observers of every op (they see, and can keep, the reference's outputs), the thread's dispatch keys and
+    # records by hand, the allocators replaced, operators listed as they register
+    r"addGlobalCallback|addThreadLocalCallback|RecordFunctionCallback|get_record_function_tls_|"
+    r"raw_local_dispatch_key_set|SetCPUAllocator|SetAllocator|addRegistrationListener|OpRegistrationListener|"
+    # Python objects reached from C++ (pybind11 imports the C API for itself, so the symbols say nothing): the
+    # verifier's modules, torch's Python entry points and the builtins are not the kernel's to walk to
+    r"PyEval_GetBuiltins|PyObject_GetAttr\w*|PyObject_GenericGetAttr|PyDict_GetItem\w*|py::getattr|"
+    r"py::module_?\s*::\s*import|py::globals|py::eval|py::exec|__globals__|__builtins__|__import__)\b|"
+    # PyTorch's own operators overridden (a kernel registered for aten, prim or every operator)
+    r"\bTORCH_LIBRARY_(?:IMPL|FRAGMENT)\s*\(\s*(?:aten|prim|_)\s*,|\.\s*attr\s*\(")
 TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\d*enableRecordFunction\w*|"
                            rb"_ZN2at\d*set_record_function_tls_\w*|_ZN2at\d*clearCallbacks\w*|"
                            rb"_ZN2at\d*removeCallback\w*|_ZN3c104impl\d*tls_set_dispatch_key_\w+|"
-                           rb"_ZN3c104impl\d*_force_tls_local_dispatch_key_set\w*|_ZN2at7Context\d*set\w+)(@\w+)?$")
+                           rb"_ZN3c104impl\d*_force_tls_local_dispatch_key_set\w*|_ZN2at7Context\d*set\w+|"
+                           rb"_ZN2at\d+add(?:Global|ThreadLocal)Callback\w*|_ZN2at\d+get_record_function_tls_\w*|"
+                           rb"_ZN3c104impl\d+raw_local_dispatch_key_set\w*|_ZN3c10\d+Set(?:CPU)?Allocator\w*|"
+                           rb"_ZN3c1010Dispatcher\d+addRegistrationListener\w*)(@\w+)?$")
 
 
 @cheats.check(cheats.C11, where="front")
@@ -101,6 +121,7 @@ SYMBOL_PATTERNS = [
     # runtime monitors judge it; its redispatch entry point and at::native skip the dispatcher
     ("ATen internals", re.compile(rb"^(_ZN2at6native\w+|_ZN2at4_ops\w+10redispatch\w+|_ZN2at10redispatch\w+)$")),
     ("dynamic loading", re.compile(rb"^(dlopen|dlsym|dlmopen|dlvsym)(@\w+)?$")),
+    ("symbol tables", re.compile(rb"^(dl_iterate_phdr|dladdr1?|dlinfo|_r_debug)(@\w+)?$")),
 ]
 # the ATen entry points a built extension imports, by namespace: at::_ops::<op>::call goes through the dispatcher
 # (where the in-process monitors see it); at::cpu::<op>, at::cuda::<op>, at::meta::<op> and the composite
@@ -113,7 +134,8 @@ _OP_LOOKUP = re.compile(rb"^_ZN3c1010Dispatcher\d+(findSchema\w*|findOp\w*|findS
 # verifier's objects in its process (a first line only: pybind11 itself imports the frame readers, for its error
 # messages, so those say nothing, and a builtins dict reached another way is not seen here)
 PYTHON_FROM_CXX = re.compile(rb"^(PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|PyImport_\w+|PySys_\w+|"
-                             rb"PyMarshal_ReadObject\w*|PyEval_GetGlobals|PyEval_GetLocals|PyEval_GetFrame\w*)(@\w+)?$")
+                             rb"PyMarshal_ReadObject\w*|PyEval_GetGlobals|PyEval_GetLocals|PyEval_GetFrame\w*|"
+                             rb"PyBuiltin_\w+|PyFunction_GetGlobals)(@\w+)?$")
 
 
 def aten_entries(so_path: str | Path) -> tuple[list[str], list[str], bool]:
@@ -272,6 +294,95 @@ def imported_symbols(so_path: str | Path) -> list[bytes]:
     return out
 
 
+# What an extension may take from PyTorch's own compute libraries (libtorch_cpu, libtorch_cuda: where ATen's
+# kernels live, and the MKL, BLAS, fbgemm, NNPACK and flash-attention code linked into them) by name: an
+# allowlist, because a denylist of the libraries' names misses the next one (Fortran ``SGEMM`` / ``sgemm``,
+# MKL's ``vsExp``, ``fbgemm::cblas_sgemm_ref`` bound under an asm label all passed one). Allowed: the operators'
+# dispatcher entry points (``at::_ops::<op>::call``, which the runtime monitors judge), tensor methods and
+# metadata, allocation helpers, ``at::parallel_for``'s threads, the device and stream helpers, autograd's
+# bookkeeping, ``TORCH_LIBRARY`` registration of the candidate's own operators, SLEEF's vector math (what
+# ``at::vec::Vectorized<float>::exp`` compiles to). Below the dispatcher (``at::cpu::`` / ``at::cuda::``
+# operators) is judged by ``aten_entries``; the dispatcher's own handles, listeners and the JIT's operator tables
+# are not allowed. c10 (no kernels), libtorch_python (bindings) and the runtime libraries are not judged here.
+TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
+    rb"_ZN2at4_ops\d+\w+?4callE",  # at::_ops::<op>::call
+    rb"_ZNK?2at10TensorBase", rb"_ZNK?2at6Tensor", rb"_ZT[VIS]N2at\d*\w*Tensor",
+    rb"_ZNK?2at\d*\w*TensorIterator", rb"_ZNK?2at9TensorArg", rb"_ZNK?2at\d+check\w+", rb"_ZNK?2at\d*\w*[oO]verlap",
+    rb"_ZNK?2at6detail", rb"_ZNK?2at8internal", rb"_ZNK?2at3vec",
+    rb"_ZN2at\d+(?:get|set)_(?:num_threads|thread_num|num_interop_threads)", rb"_ZN2at18in_parallel_region",
+    rb"_ZN2at16init_num_threads", rb"_ZN2at13globalContext", rb"_ZNK?2at7Context",
+    rb"_ZNK?2at4cuda", rb"_ZNK?2at3cpu", rb"_ZNK?2at4meta",
+    rb"_ZNK?2at\d*\w*GeneratorImpl", rb"_ZNK?2at\d*\w*DeprecatedTypeProperties", rb"_ZN2at\d+getDeprecatedType",
+    rb"_ZNK?2at\d*\w*CUDAEvent", rb"_ZNK?2at5print", rb"_ZNK?2at8toString",
+    rb"_ZT[VIS]N5torch8autograd(?!8profiler)", rb"_ZNK?5torch8autograd(?!8profiler)",
+    rb"_ZNR?K?5torch7Library", rb"_ZNK?5torch11CppFunction", rb"_ZNK?5torch6detail", rb"_ZN5torch3jit11parseSchema",
+    rb"_ZNK?3c106detail12infer_schema", rb"_ZNK?3c10\d+\w*Type3getE", rb"_ZNK?3c106IValue",
+    rb"_ZNK?3c104impl\d*\w*(?:Guard|TLS|tls_)\w*", rb"_ZNK?3c10\d*\w*Warning",
+    rb"Sleef_\w+",
+]) + rb")")
+# the libraries judged: PyTorch's, where its kernels are (not c10, the bindings or the bundled runtime libraries)
+_TORCH_COMPUTE_LIB = re.compile(r"^libtorch(?:_cpu|_cuda\w*|_hip\w*)?\.so")
+# names that are PyTorch's whichever library would resolve them (one this process has not loaded, or none)
+_TORCH_NAMESPACE = re.compile(rb"^_Z(?:N|NK|NR|NKR|T[VIS]N)(?:2at|5torch|6fbgemm|13pytorch_flash|6caffe2|"
+                              rb"3c1010Dispatcher|3c1014OperatorHandle|3c104impl13OperatorEntry)")
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p)]
+
+
+@functools.cache
+def _torch_libraries() -> tuple:
+    """(dlsym, dladdr, handles) of PyTorch's libraries already loaded in this process (the verifier imports
+    torch; ``RTLD_NOLOAD`` loads nothing new), or () where they cannot be read."""
+    try:
+        spec = importlib.util.find_spec("torch")
+        libdir = Path(spec.origin).parent / "lib" if spec and spec.origin else None
+        libc = ctypes.CDLL(None)
+        dlsym, dladdr = libc.dlsym, libc.dladdr
+        dlsym.restype, dlsym.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+        dladdr.restype, dladdr.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        handles = []
+        for f in sorted(os.listdir(libdir)) if libdir and libdir.is_dir() else []:
+            if f.startswith(("libtorch", "libc10")) and ".so" in f:
+                try:
+                    handles.append(ctypes.CDLL(str(libdir / f), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)._handle)
+                except OSError:  # not loaded here
+                    pass
+        return (dlsym, dladdr, tuple(handles)) if handles else ()
+    except (OSError, AttributeError, ValueError):
+        return ()
+
+
+def _defined_in(sym: bytes) -> str:
+    """The file name of the PyTorch library that defines ``sym`` in this process ("" if none does)."""
+    libs = _torch_libraries()
+    if not libs:
+        return ""
+    dlsym, dladdr, handles = libs
+    for h in handles:
+        addr = dlsym(h, sym)
+        if addr:
+            info = _DlInfo()
+            if dladdr(addr, ctypes.byref(info)) and info.dli_fname:
+                return os.path.basename(info.dli_fname.decode(errors="replace"))
+            return ""
+    return ""
+
+
+def torch_imports(so_path: str | Path) -> list[tuple[str, str]]:
+    """(symbol, library) for each symbol the built extension takes from PyTorch's compute libraries that
+    ``TORCH_IMPORT_ALLOWED`` does not name: code of PyTorch's that no runtime monitor sees."""
+    out = []
+    for sym in imported_symbols(so_path):
+        if TORCH_IMPORT_ALLOWED.match(sym):
+            continue
+        lib = _defined_in(sym)
+        if _TORCH_COMPUTE_LIB.match(lib) or (not lib and _TORCH_NAMESPACE.match(sym)):
+            out.append((sym.decode(errors="replace"), lib or "PyTorch"))
+    return out
+
 # CUDA 13's CCCL (cub, thrust, libcu++: header-only building blocks) loads the driver's entry points itself: a
 # module that includes it imports dlopen / dlsym whatever its own code does (an honest CUB reduction,
 # technoabsurdist-l1-p95, was C01 for it). There the import says nothing; a dlopen the candidate writes still shows
@@ -290,4 +401,10 @@ def scan_library(so_path: str | Path, sources: list[str] | tuple = ()) -> list[s
             if lib in found or not pat.match(sym) or (cccl and lib == "dynamic loading"):
                 continue
             found[lib] = sym
-    return [f"the built extension imports {lib} (`{sym.decode(errors='replace')[:80]}`)" for lib, sym in found.items()]
+    lines = [f"the built extension imports {lib} (`{sym.decode(errors='replace')[:80]}`)" for lib, sym in found.items()]
+    taken = torch_imports(so_path)
+    if taken:
+        lines.append(f"the built extension takes code from PyTorch's {taken[0][1]} that is not an operator's "
+                     f"dispatcher entry, a tensor method or an allocation helper (`{taken[0][0][:80]}`"
+                     + (f" and {len(taken) - 1} more" if len(taken) > 1 else "") + "): compute no monitor sees")
+    return lines
