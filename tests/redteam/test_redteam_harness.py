@@ -68,6 +68,41 @@ def test_a_server_that_skips_work_on_some_timed_calls_is_seen_on_every_call(tmp_
     assert got.problems and "differ from the answer" in got.problems[0]
 
 
+def test_on_cpu_the_calls_of_the_bracket_whose_time_is_reported_go_to_the_full_check(tmp_path):
+    """cpu reports the least bracket: one bracket of calls approximate to within the loose 1% (and faster) would
+    set the time alone while the reservoir's few picks miss it. Its calls are the ones the judge checks in full
+    (``Clocked.fastest``); with no reservoir at all (keep=0) they are still there."""
+    brackets = []
+
+    def serve(client, ch):
+        for i in range(5):
+            cheap = i == 3
+            brackets.append(cheap)
+
+            def fn(x, cheap=cheap):
+                if cheap:  # 0.3% off: inside the loose check, outside any full budget, and fast
+                    return torch.relu(x) * 1.003
+                time.sleep(0.004)
+                return torch.relu(x)
+            if client.bracket("candidate", fn) == "enough":
+                break
+
+    got = _session(tmp_path, serve, keep=0)
+    assert not got.problems and not got.kept  # the loose check passes it and nothing was sampled
+    assert got.fastest, "the fastest bracket's calls were not kept for the full check"
+    assert all(not torch.equal(out[0], torch.relu(inp[0])) for inp, out in got.fastest)  # the cheap bracket's
+
+
+def test_on_cpu_an_honest_servers_fastest_bracket_is_kept_and_right(tmp_path):
+    def serve(client, ch):
+        for _ in range(4):
+            if client.bracket("candidate", torch.relu) == "enough":
+                break
+
+    got = _session(tmp_path, serve, keep=0)
+    assert got.fastest and all(torch.equal(out[0], torch.relu(inp[0])) for inp, out in got.fastest)
+
+
 def test_a_server_that_answers_done_without_the_work_has_wrong_outputs(tmp_path):
     """The clock stops at the server's answer, so an early answer is fast: but the outputs are read then."""
     def serve(client, ch):
