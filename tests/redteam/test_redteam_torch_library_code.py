@@ -9,9 +9,9 @@ A red team that read the verifier got these accepted on the cpu backend:
 - the dispatcher's handles got without a lookup by name (a registration listener) and called with a key set below
   the monitors: the listener and the dispatcher's own entry points are not on the allowlist, and registering a
   listener is tampering (C11);
-- Python objects walked from C++ (``.attr("__globals__")``, the builtins' ``__import__``) to reach
-  ``torch.ops.aten.<op>.default.redispatch``: C11 in the source (pybind11 imports the C API for itself, so the
-  binary says nothing);
+- Python objects walked from C++ (``.attr("__globals__")``, the builtins' ``__import__``, a type's ``tp_getattro``) to
+  reach ``torch.ops.aten.<op>.default.redispatch``: C11 in the source, read as written and with the candidate's own
+  macros expanded (a name pasted with ``##``); pybind11 imports the C API for itself, so the binary says nothing;
 - a global RecordFunction observer keeping the reference's output of the extra-shape trial: registering the
   observer is C11, and the reference now runs after the candidate on that trial (verifier/child/worker.py).
 
@@ -98,6 +98,11 @@ def test_an_observer_of_every_op_is_tampering_in_the_binary(built):
     'c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<Grab>());',
     'TORCH_LIBRARY_IMPL(aten, CPU, m) { m.impl("mm", &my_mm); }',
     'auto& tls = at::get_record_function_tls_();',
+    # the same routes with the names pasted together by the candidate's own macros (read expanded)
+    '#define J(a, b) a##b\nauto t = A.J(at, tr)("x");',
+    '#define G(x) x\n#define H G(__glo##bals__)\nauto g = f.attr(H);',
+    'PyObject* g = Py_TYPE(a)->tp_getattro(a, name);',
+    '#define CALLBACK at::add##Global##Callback\nstatic auto h = CALLBACK(cb);',
 ])
 def test_cxx_that_walks_python_objects_or_watches_every_op_is_c11(src):
     assert scan_tampering([src]), src
@@ -108,6 +113,9 @@ def test_cxx_that_walks_python_objects_or_watches_every_op_is_c11(src):
     'TORCH_LIBRARY_IMPL(myops, CPU, m) { m.impl("gemm", &gemm); }',
     'at::parallel_for(0, n, 64, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; i++) y[i] = x[i]; });',
     'cudaPointerAttributes attr; cudaPointerGetAttributes(&attr, p); int t = attr.type;',
+    '#define CHECK_CUDA(x) TORCH_CHECK(x.is_cuda(), #x " must be a CUDA tensor")\n'
+    '#define KERNEL(name) __global__ void name##_kernel(float* y)\nKERNEL(relu) { y[0] = 0.f; }',
+    'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("f", &f, py::arg("x"), py::call_guard<py::gil_scoped_release>()); }',
 ])
 def test_honest_cxx_is_not_tampering(src):
     assert scan_tampering([src]) == [], src

@@ -26,7 +26,9 @@ import functools
 import importlib.util
 import os
 import re
+import shutil
 import struct
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -65,10 +67,14 @@ TAMPER_SOURCE = re.compile(
     # records by hand, the allocators replaced, operators listed as they register
     r"addGlobalCallback|addThreadLocalCallback|RecordFunctionCallback|get_record_function_tls_|"
     r"raw_local_dispatch_key_set|SetCPUAllocator|SetAllocator|addRegistrationListener|OpRegistrationListener|"
-    # Python objects reached from C++ (pybind11 imports the C API for itself, so the symbols say nothing): the
-    # verifier's modules, torch's Python entry points and the builtins are not the kernel's to walk to
-    r"PyEval_GetBuiltins|PyObject_GetAttr\w*|PyObject_GenericGetAttr|PyDict_GetItem\w*|py::getattr|"
-    r"py::module_?\s*::\s*import|py::globals|py::eval|py::exec|__globals__|__builtins__|__import__)\b|"
+    # Python objects reached from C++ (pybind11 imports the C API for itself, so the symbols say nothing): any call
+    # of the Python C API a kernel's source writes itself (``PyObject_GetAttr``, ``PyEval_GetBuiltins``, a type's
+    # ``tp_getattro``), pybind11's attribute reads and imports: the verifier's modules, torch's Python entry points
+    # and the builtins are not the kernel's to walk to (the test bed's 1,695 answers write none of it)
+    r"_Py[A-Z]\w+|Py(?:Object|Eval|Import|Dict|Module|Sys|Run|Type|Unicode|Bytes|Long|Float|Tuple|List|Capsule|"
+    r"Function|Code|Frame|ThreadState|InterpreterState|CFunction|Method|InstanceMethod|Weakref|Builtin|Marshal|"
+    r"Mapping|Sequence|Iter|Cell|Descr|Callable)_\w+|tp_getattro?|tp_dict|py::getattr|py::hasattr|py::module_?\s*::\s*import|"
+    r"py::globals|py::eval|py::exec|__globals__|__builtins__|__import__|__dict__|__class__|__subclasses__)\b|"
     # PyTorch's own operators overridden (a kernel registered for aten, prim or every operator)
     r"\bTORCH_LIBRARY_(?:IMPL|FRAGMENT)\s*\(\s*(?:aten|prim|_)\s*,|\.\s*attr\s*\(")
 TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\d*enableRecordFunction\w*|"
@@ -82,10 +88,11 @@ TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\
 
 @cheats.check(cheats.C11, where="front")
 def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> list[str]:
-    """Findings of C++ that switches off the runtime monitors or changes global backend state (C11)."""
+    """Findings of C++ that switches off the runtime monitors or changes global backend state (C11), in the
+    sources as written and with the candidate's own macros expanded (``expanded``)."""
     found = []
     for src in sources:
-        m = TAMPER_SOURCE.search(_strip_comments(src))
+        m = TAMPER_SOURCE.search(_strip_comments(src)) or TAMPER_SOURCE.search(expanded(src))
         if m:
             found.append(f"the C++/CUDA source switches off what watches it or changes global state (`{m.group(0)}`)")
             break
@@ -166,9 +173,10 @@ def python_from_cxx(so_path: str | Path) -> str:
 
 @cheats.check(cheats.C01, where="front")
 def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> list[str]:
-    """Findings in the candidate's C++/CUDA sources and link flags, each naming the library and the text."""
+    """Findings in the candidate's C++/CUDA sources (as written, and with its own macros expanded) and link flags,
+    each naming the library and the text."""
     found = []
-    texts = [code_text(src) for src in sources]
+    texts = [code_text(src) for src in sources] + [code_text(x) for x in map(expanded, sources) if x]
     for lib, pat in SOURCE_PATTERNS:
         for text in texts:
             m = pat.search(text)
@@ -183,6 +191,30 @@ def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> lis
             found.append(f"links `{m.group(1)}` statically (extra_ldflags `{flag[:80]}`): its code would be inside "
                          "the module, where no imported symbol shows what it computes")
     return found
+
+
+_INCLUDE_LINE = re.compile(r"^[ \t]*#[ \t]*(?:include|include_next|import|embed)\b.*$", re.M)
+_PASTE = re.compile(r"##|#[ \t]*define\b")
+
+
+@functools.lru_cache(maxsize=256)
+def expanded(src: str) -> str:
+    """``src`` with the candidate's own macros expanded by the C preprocessor (its ``#include`` lines removed first:
+    nothing is read from disk, torch's macros stay as written), so that a name pasted together (``at##tr``,
+    ``cu##blas##Sgemm``) or hidden behind a ``#define`` reads as the compiler will see it; "" when the source
+    defines no macro, or the preprocessor is missing, fails or runs over 10 s (the scans then read the text as
+    written, and the built binary's imported symbols still show what links)."""
+    if not _PASTE.search(src):
+        return ""
+    cpp = shutil.which("cpp")
+    if cpp is None:
+        return ""
+    try:
+        r = subprocess.run([cpp, "-P", "-w", "-x", "c++", "-nostdinc", "-"], input=_INCLUDE_LINE.sub("", src),
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return r.stdout if r.returncode == 0 else ""
 
 
 def strip_cxx(src: str, strings: bool = False, keep_names: bool = False) -> str:
