@@ -343,7 +343,13 @@ TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
     rb"_ZNK?2at6detail", rb"_ZNK?2at8internal", rb"_ZNK?2at3vec",
     rb"_ZN2at\d+(?:get|set)_(?:num_threads|thread_num|num_interop_threads)", rb"_ZN2at18in_parallel_region",
     rb"_ZN2at16init_num_threads", rb"_ZN2at13globalContext", rb"_ZNK?2at7Context",
-    rb"_ZNK?2at4cuda", rb"_ZNK?2at3cpu", rb"_ZNK?2at4meta",
+    # device helpers (at::cuda::<op> and at::cpu::<op>, an op's kernel below the dispatcher, are not: ATen's CUB
+    # wrappers, the jiterator and the blas handles neither)
+    rb"_ZNK?2at4cuda\d+(?:getCurrentDeviceProperties|getDeviceProperties|warp_size|getCurrentCUDAStream|"
+    rb"getStreamFromPool|getDefaultCUDAStream|getNumGPUs|is_available|device_count|current_device|set_device|"
+    rb"device_synchronize|memcpy_and_sync|stream_synchronize|getCurrentCUDAContext|CUDAEvent|CUDAStream|"
+    rb"CUDAGuard|OptionalCUDAGuard|CUDAStreamGuard)", rb"_ZNK?2at4cuda6detail",
+    rb"_ZNK?2at3cpu\d+(?:is_\w+|get_cpu_capability|L1d_cache_size|L2_cache_size)",
     rb"_ZNK?2at\d*\w*GeneratorImpl", rb"_ZNK?2at\d*\w*DeprecatedTypeProperties", rb"_ZN2at\d+getDeprecatedType",
     rb"_ZNK?2at\d*\w*CUDAEvent", rb"_ZNK?2at5print", rb"_ZNK?2at8toString",
     rb"_ZT[VIS]N5torch8autograd(?!8profiler)", rb"_ZNK?5torch8autograd(?!8profiler)",
@@ -364,10 +370,15 @@ class _DlInfo(ctypes.Structure):
                 ("dli_saddr", ctypes.c_void_p)]
 
 
-@functools.cache
+_LIBRARIES: list = []  # the answer of ``_torch_libraries`` once PyTorch's libraries were found loaded
+
+
 def _torch_libraries() -> tuple:
     """(dlsym, dladdr, handles) of PyTorch's libraries already loaded in this process (the verifier imports
-    torch; ``RTLD_NOLOAD`` loads nothing new), or () where they cannot be read."""
+    torch; ``RTLD_NOLOAD`` loads nothing new), or () where they cannot be read (asked again next time: torch may
+    be imported later)."""
+    if _LIBRARIES:
+        return _LIBRARIES[0]
     try:
         spec = importlib.util.find_spec("torch")
         libdir = Path(spec.origin).parent / "lib" if spec and spec.origin else None
@@ -382,7 +393,10 @@ def _torch_libraries() -> tuple:
                     handles.append(ctypes.CDLL(str(libdir / f), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)._handle)
                 except OSError:  # not loaded here
                     pass
-        return (dlsym, dladdr, tuple(handles)) if handles else ()
+        if not handles:
+            return ()
+        _LIBRARIES.append((dlsym, dladdr, tuple(handles)))
+        return _LIBRARIES[0]
     except (OSError, AttributeError, ValueError):
         return ()
 
@@ -406,14 +420,18 @@ def _defined_in(sym: bytes) -> str:
 def torch_imports(so_path: str | Path) -> list[tuple[str, str]]:
     """(symbol, library) for each symbol the built extension takes from PyTorch's compute libraries that
     ``TORCH_IMPORT_ALLOWED`` does not name: code of PyTorch's that no runtime monitor sees."""
-    out = []
-    for sym in imported_symbols(so_path):
-        if TORCH_IMPORT_ALLOWED.match(sym):
-            continue
-        lib = _defined_in(sym)
-        if _TORCH_COMPUTE_LIB.match(lib) or (not lib and _TORCH_NAMESPACE.match(sym)):
-            out.append((sym.decode(errors="replace"), lib or "PyTorch"))
-    return out
+    return [(sym.decode(errors="replace"), lib) for sym in imported_symbols(so_path) if (lib := taken_from_torch(sym))]
+
+
+def taken_from_torch(sym: bytes) -> str:
+    """The PyTorch library an imported ``sym`` is code of, where ``TORCH_IMPORT_ALLOWED`` does not allow it ("" for
+    an allowed symbol or one of another library); "PyTorch" for a PyTorch name no loaded library defines."""
+    if TORCH_IMPORT_ALLOWED.match(sym):
+        return ""
+    lib = _defined_in(sym)
+    if _TORCH_COMPUTE_LIB.match(lib):
+        return lib
+    return "PyTorch" if not lib and _TORCH_NAMESPACE.match(sym) else ""
 
 # CUDA 13's CCCL (cub, thrust, libcu++: header-only building blocks) loads the driver's entry points itself: a
 # module that includes it imports dlopen / dlsym whatever its own code does (an honest CUB reduction,
