@@ -26,5 +26,8 @@ def test_a_childs_cpu_is_counted_under_its_kind():
                     "time.sleep(0.3)", "verifier.build.proc"], check=True)
     by_kind = p.finish()
     sec, n = by_kind["build steps (python: ninja driver, import check of the built module)"]
-    assert n == 1 and 0.8 <= sec <= 1.5, by_kind
+    # the host's processes are all sampled: under pytest-xdist another worker's real build steps can add to the kind
+    # (CI saw 2 once), never take from it
+    assert n >= 1 and sec >= 0.8, by_kind
+    assert n > 1 or sec <= 1.5, by_kind
     assert 0.0 < p.host_busy <= 1.0

@@ -174,6 +174,16 @@ torch::Tensor mm_fwd(torch::Tensor A, torch::Tensor B) {
     SGEMM("N", "N", &N, &M, &K, &one, B.data_ptr<float>(), &N, A.data_ptr<float>(), &K, &zero, C.data_ptr<float>(), &N);
     return C;
 }'''),
+    # torch reached through a tensor's class and a function's globals, then a redispatch below both monitors
+    "c11_python_objects_walked_from_cxx": _program("mm_b", r'''
+#include <torch/extension.h>
+namespace py = pybind11;
+torch::Tensor mm_fwd(py::object A, py::object B) {
+    py::object t = A.attr("__class__").attr("__deepcopy__").attr("__globals__")["torch"];
+    py::object C = t.attr("_C");
+    py::object ks = C.attr("DispatchKeySet")(C.attr("DispatchKey").attr("CPU"));
+    return t.attr("ops").attr("aten").attr("mm").attr("default").attr("redispatch")(ks, A, B).cast<torch::Tensor>();
+}'''),
     "honest_parallel_for_matmul": _program("mm_c", r'''
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -208,6 +218,11 @@ def test_vendor_code_from_pytorchs_library_is_a_cheat_end_to_end(verdicts):
     v = verdicts["c01_fortran_sgemm"]
     assert v.status == "cheat" and "C01_TORCH_COMPUTE" in v.cheats, v.feedback
     assert "SGEMM" in v.feedback
+
+
+def test_python_objects_walked_from_cxx_are_a_cheat_end_to_end(verdicts):
+    v = verdicts["c11_python_objects_walked_from_cxx"]
+    assert v.status == "cheat" and "C11_MONKEYPATCH" in v.cheats, v.feedback
 
 
 def test_honest_twin_passes(verdicts):
