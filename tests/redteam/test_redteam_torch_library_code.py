@@ -41,6 +41,13 @@ TAKEN = {
                                  'ifPfi"); void f() { harmless(); }',
     "nnpack": 'extern "C" void nnp_convolution_output(); void f() { nnp_convolution_output(); }',
     "dispatcher_singleton": 'void d() asm("_ZN3c1010Dispatcher13realSingletonEv"); void f() { d(); }',
+    # ATen's own kernels under names that hold an allowed class's name: an allowlist entry must match a name
+    # exactly, not any name it appears in (a kernel stub's pointer, a copy kernel)
+    "kernel_stub_named_with_an_iterator": 'extern void* stub asm("_ZN2at6native12DispatchStubIPFvRNS_14Tensor'
+                                          'IteratorEENS0_29or_stub_DECLARE_DISPATCH_typeEE7DEFAULTE"); '
+                                          'void* f() { return stub; }',
+    "copy_kernel_named_with_overlaps": 'void c() asm("_ZN2at6native22copy_ignoring_overlapsERKNS_10TensorBaseES3_");'
+                                       ' void f() { c(); }',
 }
 HONEST = {  # what honest extensions import from libtorch_cpu (the names a real build imports)
     "dispatcher_entry": 'void m() asm("_ZN2at4_ops2mm4callERKNS_6TensorES4_"); void f() { m(); }',
@@ -48,6 +55,9 @@ HONEST = {  # what honest extensions import from libtorch_cpu (the names a real 
     "parallel_for_thread": 'void t() asm("_ZN2at14get_thread_numEv"); void f() { t(); }',
     "sleef_vector_exp": 'extern "C" void Sleef_expf8_u10(); void f() { Sleef_expf8_u10(); }',
     "libm": 'extern "C" float expf(float); float f(float x) { return expf(x); }',
+    "iterator_member": 'void n() asm("_ZNK2at18TensorIteratorBase5numelEv"); void f() { n(); }',
+    "overlap_check": 'void o() asm("_ZN2at20has_internal_overlapERKNS_10TensorBaseE"); void f() { o(); }',
+    "shape_check": 'void c() asm("_ZN2at8checkDimEPKcRKNS_6TensorES1_il"); void f() { c(); }',
 }
 WALKED = {
     "symbol_table_walk": '#include <link.h>\nint cb(struct dl_phdr_info*, size_t, void*) { return 0; }\n'

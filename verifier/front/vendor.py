@@ -338,8 +338,14 @@ def imported_symbols(so_path: str | Path) -> list[bytes]:
 # are not allowed. c10 (no kernels), libtorch_python (bindings) and the runtime libraries are not judged here.
 TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
     rb"_ZN2at4_ops\d+\w+?4callE",  # at::_ops::<op>::call
-    rb"_ZNK?2at10TensorBase", rb"_ZNK?2at6Tensor", rb"_ZT[VIS]N2at\d*\w*Tensor",
-    rb"_ZNK?2at\d*\w*TensorIterator", rb"_ZNK?2at9TensorArg", rb"_ZNK?2at\d+check\w+", rb"_ZNK?2at\d*\w*[oO]verlap",
+    # class members and free functions by their exact mangled name (a length-prefixed identifier each), so that no
+    # pattern reaches into a longer name that holds it (``at::native::<x>_TensorIterator_kernel``, 663 such
+    # exports in libtorch_cpu, matched an unanchored ``\w*TensorIterator``)
+    rb"_ZNK?2at(?:10TensorBase|6Tensor|9TensorArg)(?:C[12]|D[012]|\d)", rb"_ZT[VIS]N2at(?:6Tensor|10TensorBase)E",
+    rb"_ZNK?2at(?:14TensorIterator|18TensorIteratorBase|20TensorIteratorConfig)(?:C[12]|D[012]|\d)",
+    rb"_ZNK?2at\d+check[A-Z_]\w*?E",
+    rb"_ZN2at\d+(?:has_internal_overlap|assert_no_internal_overlap|assert_no_partial_overlap|assert_no_overlap|"
+    rb"get_overlap_status)E",
     rb"_ZNK?2at6detail", rb"_ZNK?2at8internal", rb"_ZNK?2at3vec",
     rb"_ZN2at\d+(?:get|set)_(?:num_threads|thread_num|num_interop_threads)", rb"_ZN2at18in_parallel_region",
     rb"_ZN2at16init_num_threads", rb"_ZN2at13globalContext", rb"_ZNK?2at7Context",
@@ -350,8 +356,9 @@ TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
     rb"device_synchronize|memcpy_and_sync|stream_synchronize|getCurrentCUDAContext|CUDAEvent|CUDAStream|"
     rb"CUDAGuard|OptionalCUDAGuard|CUDAStreamGuard)", rb"_ZNK?2at4cuda6detail",
     rb"_ZNK?2at3cpu\d+(?:is_\w+|get_cpu_capability|L1d_cache_size|L2_cache_size)",
-    rb"_ZNK?2at\d*\w*GeneratorImpl", rb"_ZNK?2at\d*\w*DeprecatedTypeProperties", rb"_ZN2at\d+getDeprecatedType",
-    rb"_ZNK?2at\d*\w*CUDAEvent", rb"_ZNK?2at5print", rb"_ZNK?2at8toString",
+    rb"_ZNK?2at(?:16CPUGeneratorImpl|17CUDAGeneratorImpl)(?:C[12]|D[012]|\d)",
+    rb"_ZNK?2at(?:24DeprecatedTypeProperties|32DeprecatedTypePropertiesRegistry)(?:C[12]|D[012]|\d)",
+    rb"_ZN2at\d+getDeprecatedType", rb"_ZNK?2at5printE", rb"_ZNK?2at8toStringE",
     rb"_ZT[VIS]N5torch8autograd(?!8profiler)", rb"_ZNK?5torch8autograd(?!8profiler)",
     rb"_ZNR?K?5torch7Library", rb"_ZNK?5torch11CppFunction", rb"_ZNK?5torch6detail", rb"_ZN5torch3jit11parseSchema",
     rb"_ZNK?3c106detail12infer_schema", rb"_ZNK?3c10\d+\w*Type3getE", rb"_ZNK?3c106IValue",
