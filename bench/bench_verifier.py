@@ -131,7 +131,7 @@ def real_once(a, out_json: Path) -> None:
     sampler.stop.set()
     by_kind = procs.finish()
     with lock:
-        rows = [real_row(batch.items[i][1], v) for _, i, v in sorted(done, key=lambda d: d[1])]
+        rows = [dict(real_row(batch.items[i][1], v), t=round(t, 1)) for t, i, v in sorted(done, key=lambda d: d[1])]
     record = real_record(batch, stats, cfg, rows, per_task=a.per_task, cut=cut, wall_s=wall, errors=errors,
                          gpu_samples=sampler.samples, host_busy=procs.host_busy, cpu_by_kind=by_kind)
     out_json.write_text(json.dumps(record))
@@ -173,7 +173,7 @@ def real_main(a) -> int:
         return 0
     t_start = time.perf_counter()
     pch_s = warm_pch(a.backend, a.budget_s / 2)
-    ks = [1] + ([a.per_task] if a.per_task > 1 else [])
+    ks = ([] if a.k_only and a.per_task > 1 else [1]) + ([a.per_task] if a.per_task > 1 else [])
     records = []
     work = Path(tempfile.mkdtemp(prefix="km-bench-real-"))
     for j, k in enumerate(ks):
@@ -199,7 +199,8 @@ def real_main(a) -> int:
     cmd = ("PYTHONPATH=. python3 bench/bench_verifier.py --batch real --manifest " + a.manifest +
            f" --per-task {a.per_task} --levels {a.levels} --n-tasks {a.n_tasks}" +
            (f" --sources {a.sources}" if a.sources else "") + f" --backend {a.backend} --budget-s {a.budget_s:.0f}" +
-           (f" --exec-workers {a.exec_workers}" if a.exec_workers else "") + (" --pad-copies" if a.pad_copies else ""))
+           (f" --exec-workers {a.exec_workers}" if a.exec_workers else "") + (" --pad-copies" if a.pad_copies else "")
+           + (" --k-only" if a.k_only else ""))
     text = real_report(records, device=device, cmd=cmd, commit=commit, backend=a.backend, pch_s=pch_s,
                        versions=f"torch {torch.__version__}, python {sys.version.split()[0]}, "
                                 f"{usable_cores()} cores (the compile pool)")
@@ -218,10 +219,10 @@ def main():
                     help="execution workers (mixed/relu default 4; real: the verifier's default unless given)")
     ap.add_argument("--timing-trials", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=540, help="skip a phase that would not fit")
-    ap.add_argument("--style", default="light", choices=["light", "bare"],
-                    help="light: CUDA sources include torch/extension.h (KernelBench style); bare: torch-free CUDA "
-                         "source, torch wrapper in cpp_sources (the compact teacher's style)")
+    ap.add_argument("--style", default="light", choices=["light", "bare"], help="light: CUDA sources include "
+                    "torch/extension.h (KernelBench style); bare: torch-free CUDA, torch wrapper in cpp_sources")
     ap.add_argument("--skip-cached", action="store_true")
+    ap.add_argument("--k-only", action="store_true", help="real batch: only the batch at k (not the one at 1 per task)")
     ap.add_argument("--out", default="bench/results")
     # --batch real (issue 38): the test bed's model-written solutions (bench/lib/testbed.py)
     ap.add_argument("--manifest", default="ext/testbed/manifest.jsonl", help="real batch: the test bed manifest")

@@ -328,6 +328,8 @@ def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool
                 gpu_samples: list[float], host_busy: float, cpu_by_kind: dict) -> dict:
     """One batch's record: ``batch`` a bench.lib.testbed.RealBatch, ``stats`` the verify entry's VerifyStats, ``cfg``
     its VerifyConfig, ``gpu_samples`` nvidia-smi utilization percents, ``cpu_by_kind`` {kind: (CPU s, processes)}."""
+    from bench.lib.build_breakdown import breakdown
+
     s = gpu_samples
     return {"per_task": per_task, "describe": batch.describe(), "items": len(batch.items), "tasks": batch.tasks,
             "distinct": batch.distinct, "copies": batch.copies, "programs": stats.programs, "reused": stats.reused,
@@ -335,7 +337,8 @@ def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool
             "config": {k: getattr(cfg, k) for k in ("exec_workers", "time_torch_compile", "sandbox", "trials",
                                                     "timing_trials", "timing_budget_s", "legality")},
             "gpu_util": (sum(s) / len(s) / 100) if s else None, "host_busy": host_busy,
-            "cpu_by_kind": {k: [sec, n] for k, (sec, n) in cpu_by_kind.items()}, "rows": rows}
+            "cpu_by_kind": {k: [sec, n] for k, (sec, n) in cpu_by_kind.items()}, "rows": rows,
+            "builds": breakdown(cfg.build_root())}
 
 
 def real_cost(record: dict):
@@ -378,7 +381,29 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
     lines += [f"| {kind} | {sec / max(cost.programs, 1):.2f} | {cnt} |"
               for kind, (sec, cnt) in sorted(record["cpu_by_kind"].items(), key=lambda kv: -kv[1][0])
               if sec >= 0.05 * max(cost.programs, 1)]
-    return per_hour, lines + [""]
+    return per_hour, lines + [""] + filled_lines(record) + build_lines(record)
+
+
+def filled_lines(record: dict) -> list[str]:
+    """The rate once the pipeline has filled: verdicts after the first one over the wall after it (the first verdict
+    waits for a whole compile, which a batch pays once and a long run amortises)."""
+    ts = sorted(r["t"] for r in record["rows"] if r.get("t") is not None)
+    if len(ts) < 5 or record["wall_s"] - ts[0] < 30:  # too few to be a rate
+        return []
+    rate = (len(ts) - 1) / (record["wall_s"] - ts[0]) * 3600
+    return [f"- first verdict after {ts[0]:.0f} s; from it to the end of the batch ({record['wall_s'] - ts[0]:.0f} s): "
+            f"**{rate:.0f}** verdicts per hour (the pipeline filled)", ""]
+
+
+def build_lines(record: dict) -> list[str]:
+    """The batch's builds by the variant that produced each module (bench/lib/build_breakdown.py)."""
+    from bench.lib.build_breakdown import table
+
+    summary = (record.get("builds") or {}).get("summary")
+    if not summary:
+        return []
+    return ["Builds by the variant that produced the module (finished builds under the batch's build root; "
+            "bench/lib/build_breakdown.py):", "", *table(summary), ""]
 
 
 def write_real_verdicts(records: list[dict], path: Path) -> None:
