@@ -123,12 +123,62 @@ def _try(cmd: str, cwd: Path, log: list[str]) -> bool:
 
 def run_ninja(build_dir: str | os.PathLike, error_prefix: str) -> dict:
     """The build as torch's ``_run_ninja_build`` runs it (``ninja -v``, ``-j MAX_JOBS`` where that is set): ninja's
-    own output on stdout (``FAILED: target`` and the compiler's)."""
+    own output on stdout (``FAILED: target`` and the compiler's). Where the link names the module's init alias
+    (``INIT_ALIAS``), the objects are built first and the alias is dropped from build.ninja's ``ldflags`` when none
+    of them defines the init function (``link_command``)."""
     jobs = os.environ.get("MAX_JOBS", "")
+    build_dir = Path(build_dir)
+    ninja = ["ninja", "-v"] + (["-j", jobs] if jobs.isdigit() else [])
     sys.stdout.flush()
-    if subprocess.run(["ninja", "-v"] + (["-j", jobs] if jobs.isdigit() else []), cwd=build_dir).returncode != 0:
+    ninja_file = build_dir / "build.ninja"
+    text = ninja_file.read_text()
+    if INIT_ALIAS.search(text):
+        targets = _targets(build_dir)
+        objects = [out for out, rule, _i in targets if rule != "link"]
+        if objects and len(objects) < len(targets):
+            if subprocess.run(ninja + objects, cwd=build_dir).returncode != 0:
+                raise RuntimeError(error_prefix)
+            if defines([build_dir / o for o in objects], INIT_SYMBOL) is False:
+                ninja_file.write_text(INIT_ALIAS.sub("", text))
+                print(f"[verifier] no object defines {INIT_SYMBOL} (no pybind11 module: a library of operators, "
+                      "is_python_module=False): linked without the init alias", flush=True)
+            sys.stdout.flush()
+    if subprocess.run(ninja, cwd=build_dir).returncode != 0:
         raise RuntimeError(error_prefix)
     return {"ninja": True}
+
+
+# The link of every build names the spec's own init function as an alias of the module's (verifier/build/pool.py
+# ``write_variant``: ``-Wl,--defsym=PyInit_km_<key>=PyInit_km_ext``). A library with no pybind11 module
+# (``load_inline(..., is_python_module=False)``: operators registered with ``TORCH_LIBRARY``, loaded as torch
+# loads it, ``torch.ops.load_library``) defines no init function, and the alias would fail its link with
+# "undefined symbol `PyInit_km_ext' referenced in expression": there it is dropped. A module that defines one keeps
+# the alias, and one imported as a Python module without it fails to import as it does under torch's own build.
+INIT_SYMBOL = f"PyInit_{MODULE}"
+INIT_ALIAS = re.compile(r"[ \t]?-Wl,--defsym=PyInit_\w+=" + INIT_SYMBOL + r"(?![\w])")
+
+
+def defines(objects: list[Path], symbol: str, dynamic: bool = False) -> bool | None:
+    """Whether one of ``objects`` defines the global ``symbol`` (``dynamic``: in its dynamic symbol table, a shared
+    object's exports); None where ``nm`` cannot say (missing, or it fails)."""
+    try:
+        r = subprocess.run(["nm", "--format=posix", "--defined-only", "--extern-only", *(["-D"] if dynamic else []),
+                            *map(str, objects)], capture_output=True, text=True)
+    except OSError:
+        return None
+    if r.returncode != 0:
+        return None
+    return any(line.split()[0] == symbol for line in r.stdout.splitlines() if line and not line.endswith(":"))
+
+
+def link_command(build_dir: Path, cmd: str, objects: list[str]) -> str:
+    """The link command ``cmd`` as written, less the module's init alias (``INIT_ALIAS``) when none of ``objects``
+    defines the init function (a library of operators with no pybind11 module)."""
+    if not INIT_ALIAS.search(cmd) or defines([build_dir / o for o in objects], INIT_SYMBOL) is not False:
+        return cmd
+    print(f"[verifier] no object defines {INIT_SYMBOL} (no pybind11 module: a library of operators, "
+          "is_python_module=False): linked without the init alias", flush=True)
+    return shlex.join(a for a in shlex.split(cmd) if not INIT_ALIAS.fullmatch(a))
 
 
 def _cached_object(build_dir: Path, cache_dir: Path, cmd: str, inputs: list[str]) -> tuple[str, Path]:
@@ -340,5 +390,6 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
         out, _rule, inputs = mains[0]  # as written, as the build without the canonical form would
         hit = _compile_cached(build_dir, cache_dir, canonical.written_cmd, inputs, out, error_prefix, f"[1/{n}] ")
         stats["hits" if hit else "misses"].append(out)
-    _run(_command(build_dir, links[0][0]), build_dir, error_prefix, links[0][0], f"[{n}/{n}] ")
+    _run(link_command(build_dir, _command(build_dir, links[0][0]), [o for o, _r, _i in compiles]), build_dir,
+         error_prefix, links[0][0], f"[{n}/{n}] ")
     return stats

@@ -13,9 +13,11 @@ runs here, only compilers. Report: ``VARIANT_DIR/compile.json``.
 
 ``check`` imports the built module under MODULE_NAME (the spec's own name: the shared object exports that init
 function too, as the execution process loads it), which runs its static initialisers and pybind11 init: the
-candidate's code. It needs torch's shared libraries, not torch: the verifier passes their directories in
-``LD_LIBRARY_PATH``. A failed import prints its traceback. ``--import-torch`` imports torch first (the verifier's
-second try of a module that did not import without it). Report: REPORT (the step's only writable path).
+candidate's code. A library with no init function (no pybind11 module: ``load_inline(..., is_python_module=False)``,
+operators registered with ``TORCH_LIBRARY``) is loaded as torch loads it, a plain ``dlopen``. It needs torch's
+shared libraries, not torch: the verifier passes their directories in ``LD_LIBRARY_PATH``. A failed import prints
+its traceback. ``--import-torch`` imports torch first (the verifier's second try of a module that did not import
+without it). Report: REPORT (the step's only writable path).
 
 A report holds ``ok`` and this process's CPU seconds with its waited-for children (the compilers): the
 sandbox's process tree does not hand its children's usage up to the verifier."""
@@ -62,9 +64,18 @@ def check_import(so_path: str, name: str, report: str, import_torch: bool = Fals
     try:
         if import_torch:
             import torch  # noqa: F401
-        loader = importlib.machinery.ExtensionFileLoader(name, so_path)
-        loader.exec_module(importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, so_path,
-                                                                                               loader=loader)))
+        if objcache.defines([Path(so_path)], f"PyInit_{name}", dynamic=True) is False:
+            # a library of operators (no pybind11 module: ``is_python_module=False``), loaded as torch loads it
+            # (``torch.ops.load_library``: a plain dlopen, which runs its static initialisers, the registrations)
+            import ctypes
+
+            ctypes.CDLL(so_path)
+            print(f"[verifier] {Path(so_path).name} has no Python module (no PyInit_{name}): loaded as a library of "
+                  "operators", flush=True)
+        else:
+            loader = importlib.machinery.ExtensionFileLoader(name, so_path)
+            loader.exec_module(importlib.util.module_from_spec(importlib.util.spec_from_file_location(
+                name, so_path, loader=loader)))
         ok = True
     except BaseException:  # noqa: BLE001 - whatever the candidate's init raised is its failure
         traceback.print_exc()

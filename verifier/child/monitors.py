@@ -90,17 +90,21 @@ def _inside(e, windows: list) -> bool:
     return any(r.start < b and r.end > a for a, b in windows)
 
 
-def read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
+def read_profile(prof, kernel_names: list[str], rec: TrialReport, own_calls=None) -> int:
     """aten ops the profiler saw inside the ``km_forward`` markers, the marker that proves it watched the call,
     and (cuda) the device time of kernels run within the marker's device-side ranges: in a session that also
-    drew inputs and flushed caches (the timing phase), only what forward itself did counts."""
+    drew inputs and flushed caches (the timing phase), only what forward itself did counts. aten ops nested inside
+    another op's kernel (one of the candidate's own operators calling ``at::matmul``) are among them: the profiler
+    observes every operator call, where a dispatch mode handles only the outermost. Returns ``own_calls`` (a count
+    of the candidate's own operators among names: verifier/child/oplib.py) of the op events inside the markers (0
+    without it)."""
     events = list(prof.events())
     host_win, dev_win = [], []
     for e in events:
         if e.name == "km_forward" and getattr(e, "time_range", None) is not None:
             (dev_win if "cuda" in str(getattr(e, "device_type", "")).lower() else host_win).append(
                 (e.time_range.start, e.time_range.end))
-    names, own, foreign = [], 0.0, {}
+    names, own, foreign, ops = [], 0.0, {}, []
     for e in events:
         dev = str(getattr(e, "device_type", "")).lower()
         if e.name == "km_forward":
@@ -114,13 +118,16 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport) -> None:
             else:
                 foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
             continue
-        if e.name.startswith("aten::") and (not host_win or _inside(e, host_win)):
-            names.append(e.name)
+        if "::" in e.name and (not host_win or _inside(e, host_win)):
+            ops.append(e.name)
+            if e.name.startswith("aten::"):
+                names.append(e.name)
     rec.profiled_ops = sorted(set(names))
     rec.own_kernel_us = round(own, 3)
     rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
     if not host_win:
         rec.monitor_problems.append("the profiler stopped recording during forward")
+    return own_calls(ops) if own_calls is not None else 0
 
 
 # ---------------------------------------------------------------------------- side work on threads (C09)

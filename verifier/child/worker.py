@@ -27,6 +27,7 @@ Imports: torch and the standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.machinery
 import importlib.util
@@ -51,6 +52,7 @@ from verifier.child.harness_client import BracketClient
 from verifier.child.knockout import ChildKnockout
 from verifier.child.monitors import (DispatchRecorder, profiled, read_profile, side_work_threads, thread_ids,
                                      threads_beside, watched)
+from verifier.child.oplib import Registry
 from verifier.child.tamper import Snapshot
 from verifier.child.timing import clone, plain_cpu, probe_calls
 from verifier.common import childenv
@@ -94,6 +96,15 @@ class CountedExtension(types.ModuleType):
         return attr
 
 
+def _exports(path: str, symbol: str) -> bool:
+    """Whether the shared object ``path`` exports ``symbol`` (loading it: its static initialisers run, as any load
+    of it runs them)."""
+    try:
+        return hasattr(ctypes.CDLL(path), symbol)
+    except OSError:
+        return True  # it does not load: the import as a Python module says why
+
+
 def _load_so(name: str, path: str):
     loader = importlib.machinery.ExtensionFileLoader(name, path)
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)
@@ -103,16 +114,47 @@ def _load_so(name: str, path: str):
 
 
 def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path,
-                              on_load=None, knock=None):
+                              on_load=None, knock=None, registry: list | None = None):
     """A load_inline that returns the module the compile pool built for the same spec; compiling here
     only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
     recording each such build (sources, link flags, binary) in ``child_built.json`` for the verifier's
     vendor and tampering scans. ``on_load(so_path)`` is called with each extension's file once it is loaded
     (a knockout run on cuda: verifier/judge/knockout.py); ``knock`` knocks out each call of the extensions' functions
-    (a knockout run on cpu)."""
+    (a knockout run on cpu), and of its own operators. ``registry``: a list that holds the dispatcher's
+    registrations (verifier/child/oplib.py ``Registry``) once the candidate is about to be imported; each load is
+    watched by it, which tells the candidate's own operators (``TORCH_LIBRARY``) from anything else it registers.
+
+    ``is_python_module=False`` is loaded as torch loads it, ``torch.ops.load_library`` (a library of operators: no
+    Python module), and the path is returned, as torch returns it."""
     original = cpp_extension.load_inline
+    kept: list = []  # the knockout's kernels of the own operators (cpu): alive while the candidate runs
+
+    def load(so_path: str, name: str, python_module: bool, build=None, empty_module: bool = False):
+        """Load (``build``: build with torch's own load_inline, which loads it) one extension under the registry's
+        watch; the knockout's hooks after it. ``empty_module``: ``functions=[]``, for which torch's build writes a
+        pybind11 module with nothing in it and the compile pool's none (an empty list and no list share one build):
+        a library with no init function is then loaded as one and handed back as the empty module torch's is."""
+        reg = registry[0] if registry else None
+        before = set(reg.own) if reg is not None else set()
+        with reg.loading(so_path or name) if reg is not None else contextlib.nullcontext():
+            if build is not None:
+                mod = build()
+                so_path = so_path or str(mod if isinstance(mod, str) else getattr(mod, "__file__", "") or "")
+            elif python_module and not (empty_module and not _exports(so_path, f"PyInit_{name}")):
+                mod = _load_so(name, so_path)
+            elif python_module:
+                torch.ops.load_library(so_path)
+                mod = types.ModuleType(name)
+            else:
+                torch.ops.load_library(so_path)
+        if on_load and so_path:
+            on_load(so_path)
+        if knock is not None and reg is not None:
+            _knock_own_operators(sorted(set(reg.own) - before), knock, reg, kept)
+        return CountedExtension(mod, knock) if python_module else so_path
 
     def load_inline(name, cpp_sources=None, cuda_sources=None, functions=None, **kw):
+        python_module = kw.pop("is_python_module", True)
         args = dict(kw, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions)
         key = spec_key(args)
         cuda_kernel_names.extend(own_kernel_names(canonical_spec(args)))
@@ -124,10 +166,8 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
             d = json.loads(res.read_text())
             if not d["ok"]:
                 raise RuntimeError("extension failed to compile (see the compile stage)")
-            mod = _load_so(extension_name(key), d["so_path"])
-            if on_load:
-                on_load(d["so_path"])
-            return CountedExtension(mod, knock)
+            return load(d["so_path"], extension_name(key), python_module,
+                        empty_module=functions is not None and not isinstance(functions, str) and not functions)
         if not allow_compile:
             raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
         key_dir.mkdir(parents=True, exist_ok=True)
@@ -137,15 +177,43 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
         entry = {"sources": list(spec["cpp_sources"]) + list(spec["cuda_sources"]),
                  "ldflags": list(spec["extra_ldflags"]), "so_path": ""}
         built.write_text(json.dumps(entries + [entry]))  # before the build: a crash mid-build still leaves it
-        mod = original(name=extension_name(key), build_directory=str(key_dir),
-                       **{k: (v or None) if k in ("cuda_sources", "functions") else v for k, v in spec.items()})
-        entry["so_path"] = str(getattr(mod, "__file__", "") or "")
-        built.write_text(json.dumps(entries + [entry]))
-        if on_load and entry["so_path"]:
-            on_load(entry["so_path"])
-        return CountedExtension(mod, knock)
+        so = key_dir / f"{extension_name(key)}.so"
+
+        def build():
+            return original(name=extension_name(key), build_directory=str(key_dir), is_python_module=python_module,
+                            **{k: (v or None) if k in ("cuda_sources", "functions") else v for k, v in spec.items()})
+
+        try:
+            return load("", extension_name(key), python_module, build)
+        finally:
+            entry["so_path"] = str(so) if so.is_file() else ""
+            built.write_text(json.dumps(entries + [entry]))
 
     return load_inline
+
+
+def _knock_own_operators(ops: list[str], knock, registry, kept: list) -> None:
+    """A cpu knockout run: each call of the candidate's own operators ``ops`` knocked out as its extension's
+    functions are (``knock``: on copies of its arguments, its result wrong in every value). The verifier registers a
+    kernel of its own for them at the Autograd key, which calls the candidate's kernel below it; the registry takes
+    it as the operator's registrations now (``adopt``). A failure leaves the operator as it was (the knockout then
+    sees its calls run: inconclusive or wrong, never a rejection by itself)."""
+    for op in ops:
+        ns, _, rest = op.partition("::")
+        packet, _, overload = rest.partition(".")
+        try:
+            handle = getattr(getattr(getattr(torch.ops, ns), packet), overload or "default")
+            lib = torch.library.Library(ns, "IMPL")
+
+            def knocked(*args, _handle=handle, _name=op, **kwargs):
+                with torch._C._AutoDispatchBelowAutograd():
+                    return knock(_name, _handle, args, kwargs)
+
+            lib.impl(rest, knocked, "Autograd")
+            kept.append(lib)
+            registry.adopt(op)
+        except Exception:  # noqa: BLE001 - the knockout's own failure: its calls run as written
+            continue
 
 
 def _apply_limits(job: Job) -> dict:
@@ -231,9 +299,11 @@ class Guard:
     def __init__(self, job_dir: Path, report: ChildReport, watch: dict | None = None):
         self.job_dir, self.report = job_dir, report
         self.snapshot = Snapshot.take(watch)
+        self.registry: Registry | None = None  # the dispatcher's registrations (oplib.py), once read
 
     def tampered(self, phase: str) -> bool:
-        changes = self.snapshot.changes()
+        changes = self.snapshot.changes() + [f"the dispatcher: {c}" for c in
+                                             (self.registry.changes() if self.registry is not None else [])]
         if not changes:
             return False
         self.report.patched += [f"{c} (after {phase})" for c in changes]
@@ -378,9 +448,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     # read before its import
     knockout = ChildKnockout.from_job_dir(job_dir)
     calls = knockout is not None and knockout.calls
+    registry: list = []  # the dispatcher's registrations, read right before the candidate is imported (oplib.py)
     cpp_extension.load_inline = make_prebuilt_load_inline(
         job.build_root, job.allow_child_compile, cuda_kernels, job_dir,
-        knockout.skip_launches_of if knockout is not None and not calls else None, knockout.knock_call if calls else None)
+        knockout.skip_launches_of if knockout is not None and not calls else None, knockout.knock_call if calls else None,
+        registry)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
     # shared while this process works on the device (cuda only: see verifier/runs.py shared_lock), exclusive while it times
     lock = device_lock(job.timing_lock or None)
@@ -399,6 +471,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         clock.phase("load_profiler")
         ch = Channel(job_dir)
         guard = Guard(job_dir, report, {"timing backend": backend, "channel": ch})
+        registry.append(Registry([job.build_root, str(job_dir)]))
+        guard.registry = registry[0]
         clock.phase("load_guard")
     except Exception:  # noqa: BLE001 - nothing of the candidate has run yet
         report.setup_error = traceback.format_exc(limit=4)[-3000:]
@@ -482,8 +556,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             # the candidate's threads as forward returned, read once the profiler's session is over (a thread of
             # the profiler's own that lives for one session is not the candidate's)
             returned = threads_beside(tids0)
-            read_profile(prof, cuda_kernels, rec)
-            rec.kernel_calls = KERNEL_CALLS[0]
+            own_in_profile = read_profile(prof, cuda_kernels, rec, registry[0].calls)
+            # a call of one of its own operators (torch.ops.<its namespace>) is a call of its extension
+            rec.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
             rec.dispatched_ops = sorted(set(recorder.ops))
             rec.to_host_bytes = recorder.to_host_bytes
             rec.mutated_inputs = [j for j, (a, b) in enumerate(zip(tensors_of(inputs), tensors_of(pristine)))
@@ -534,14 +609,15 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 # every timed call is clocked by the harness in the verifier's process and watched here by both
                 # monitors, as a trial is (verifier/execute/harness.py: the inputs, outputs, clock and picks live there)
                 clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
+                own_in_profile = 0
                 if backend.name == "cuda":  # the profiler's device view of every timed call (no device time cost)
                     with profiled(backend) as prof:
                         _brackets(clocked, "candidate", fn, job.n_brackets)
                     backend.synchronize()
-                    read_profile(prof, cuda_kernels, timed)
+                    own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0].calls)
                 else:  # on cpu its host cost would be the candidate's alone: the dispatch monitor watches these calls
                     _brackets(clocked, "candidate", fn, job.n_brackets)
-                timed.kernel_calls = KERNEL_CALLS[0]
+                timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
                 timed.dispatched_ops = sorted(set(recorder.ops))
                 timed.to_host_bytes = recorder.to_host_bytes
                 if recorder.removed:

@@ -41,6 +41,8 @@ from verifier.front.static_literal import (
     _is_load_inline,
     _module_constants,
     exported_functions,
+    extension_sources,
+    operator_libraries,
     resolve_extensions,
 )
 from verifier.front.static_rules import (
@@ -97,6 +99,8 @@ class StaticReport:
     findings: list[Finding] = field(default_factory=list)
     extensions: list[ExtensionSpec] = field(default_factory=list)
     kernel_functions: list[str] = field(default_factory=list)
+    # namespaces the candidate's C++ creates with TORCH_LIBRARY (its own operators, torch.ops.<ns>.<op>)
+    operator_namespaces: list[str] = field(default_factory=list)
 
     @property
     def cheat_codes(self) -> list[str]:
@@ -148,6 +152,10 @@ class _Program:
         report.extensions = resolve_extensions(tree)
         report.kernel_functions = exported_functions(report.extensions)
         kernels = set(report.kernel_functions)
+        # PyTorch's custom-operator API: the namespaces the candidate's C++ creates are its own (a call of
+        # torch.ops.<ns>.<op> is a call of its extension); a registration into any other namespace is judged below
+        self.libraries = operator_libraries(extension_sources(report.extensions))
+        report.operator_namespaces = sorted(self.libraries.own)
         # Construction may compute with torch (parameter initialisation as nn.Linear.reset_parameters does it,
         # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
         # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
@@ -212,6 +220,8 @@ class _Program:
             grew = len(extension_objects) > before
 
         self.extension_objects = extension_objects
+        self.operator_aliases: dict[str, str] = {}
+        self._operator_aliases()
         own_call = self.own_call
         # ModelNew is the class the module-level name binds: `class ModelNew`, or `ModelNew = Model` / `= FastConv`
         binding = model_new_binding(tree)
@@ -287,10 +297,48 @@ class _Program:
 
 
     def own_call(self, call: ast.AST) -> bool:
-        """A call of one of the candidate's own compiled functions (``ext.relu(x)``, ``self.ext.fast(x)``)."""
+        """A call of one of the candidate's own compiled functions (``ext.relu(x)``, ``self.ext.fast(x)``) or
+        operators (``torch.ops.<its namespace>.relu(x)``)."""
         return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and \
-            (_dotted(call.func.value) in self.extension_objects or
+            (_dotted(call.func.value) in self.extension_objects or self.own_operator(call.func) or
              (call.func.attr in self.kernels and _dotted(call.func.value) not in ("", "torch")))
+
+
+    def own_operator(self, node: ast.AST) -> bool:
+        """``torch.ops.<ns>.<op>`` (an overload after it or not) where the candidate's C++ creates ``ns``
+        (``TORCH_LIBRARY``, a namespace that is not PyTorch's): one of its own operators, written out or through a
+        name bound to its namespace or operator (``OPS = torch.ops.myops``, ``self.op = torch.ops.myops.relu``)."""
+        return self._own_operator_path(_dotted(node), 4)
+
+    def _own_operator_path(self, dotted: str, least: int) -> bool:
+        if not dotted or not self.libraries.own:
+            return False
+        for name, path in self.operator_aliases.items():
+            if dotted == name or dotted.startswith(name + "."):
+                dotted = path + dotted[len(name):]
+                break
+        parts = self.canonical(dotted).split(".")
+        return least <= len(parts) <= 5 and parts[:2] == ["torch", "ops"] and parts[2] in self.libraries.own
+
+    def _operator_aliases(self) -> dict[str, str]:
+        """Names bound to one of the candidate's own operator namespaces or operators, whatever binds them."""
+        aliases: dict[str, str] = {}
+        self.operator_aliases = aliases
+        grew = True
+        while grew and self.libraries.own:
+            grew = False
+            for n in ast.walk(self.tree):
+                if isinstance(n, ast.Assign) and self._own_operator_path(_dotted(n.value), 3):
+                    value = _dotted(n.value)
+                    for name, path in aliases.items():
+                        if value == name or value.startswith(name + "."):
+                            value = path + value[len(name):]
+                            break
+                    for t in n.targets:
+                        if _dotted(t) and _dotted(t) not in aliases:
+                            aliases[_dotted(t)] = self.canonical(value)
+                            grew = True
+        return aliases
 
 
     def path_io(self, node: ast.Attribute) -> bool:
@@ -309,6 +357,11 @@ def _scan(code: str, backend: str = "cpu") -> StaticReport:
     if binding is not None and binding.reference_model:
         prog.add(cheats.C04, next((n for n in tree.body if getattr(n, "lineno", 0) == binding.line), tree),
                  f"`ModelNew` is bound to `{binding.alias}`, the reference `Model`")
+    for macro, ns in prog.libraries.foreign:
+        where = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_load_inline(n)), tree)
+        prog.add(cheats.C11, where, f"the C++ registers `{macro}({ns}, ...)`: operators or kernels in a "
+                 "namespace it does not create (PyTorch's or another library's operators are not yours to "
+                 "register into; create your own with TORCH_LIBRARY)")
     for top in prog.scope_nodes:
         for node in ast.walk(top):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
@@ -401,7 +454,7 @@ def _judge_call(prog: _Program, node: ast.Call) -> None:
                                                              prog.loop_layers)
     raw = _dotted(node.func)
     full = canonical(raw) if raw else ""
-    if _is_load_inline(node):
+    if _is_load_inline(node) or prog.own_operator(node.func):
         return
     hits = judge_call(node, parents, reflect)
     if hits is not None:  # getattr / hasattr / setattr / delattr / vars: judged by what they do
@@ -573,7 +626,8 @@ def _judge_model_new(prog: _Program) -> None:
                     used.add(a.value)
                 else:
                     dynamic = True
-    if kernels and not (kernels & used) and not dynamic:
+    own_operators = any(isinstance(n, ast.Attribute) and prog.own_operator(n) for n in ast.walk(tree))
+    if kernels and not (kernels & used) and not dynamic and not own_operators:
         add(cheats.C02, model_new, "none of the compiled kernel functions "
                                    f"({', '.join(sorted(kernels))}) is ever called")
 

@@ -242,3 +242,67 @@ def exported_functions(specs: list[ExtensionSpec]) -> list[str]:
         else:  # not what load_inline takes; the build says so, the scan goes on
             names.append(str(fns))
     return names
+
+
+# PyTorch's custom-operator API in a candidate's C++: ``TORCH_LIBRARY(ns, m)`` creates the namespace ``ns`` (and
+# ``TORCH_LIBRARY_FRAGMENT`` adds to one), ``TORCH_LIBRARY_IMPL(ns, Key, m)`` registers kernels for its operators.
+_DEFINE_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*define\b(?:[^\n\\]|\\\n|\\.)*", re.M)
+_LIBRARY_MACRO = re.compile(r"\b(TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?)\s*\(\s*(\w+)\s*,")
+# namespaces that are PyTorch's whether or not torch can be asked here (aten, prim, the wildcard, the ones torch
+# registers itself as it starts)
+TORCH_NAMESPACES = frozenset({
+    "aten", "prim", "prims", "_", "_c10d_functional", "_c10d_functional_autograd", "_dtensor", "_native",
+    "_quantized", "_test", "c10d", "debug_mode_ops", "debugprims", "export", "inductor", "inductor_prims", "mkl",
+    "mkldnn", "mkldnn_prepacked", "onednn", "profiler", "quantization", "quantized", "rngprims", "sparse",
+    "static_runtime", "symm_mem", "torchvision", "torchaudio", "torchao", "fbgemm", "triton", "higher_order",
+    "vllm", "_C", "flash_attn", "xformers"})
+
+
+def torch_namespaces() -> frozenset[str]:
+    """The operator namespaces that are not a candidate's to create: ``TORCH_NAMESPACES`` and every namespace with
+    an operator in this process (the verifier's: torch and the libraries it loaded, never a candidate's code)."""
+    try:
+        import torch
+
+        return TORCH_NAMESPACES | {op.split("::", 1)[0] for op in torch._C._dispatch_get_all_op_names()}
+    except Exception:  # noqa: BLE001 - no torch (the scan runs without it): the fixed list
+        return TORCH_NAMESPACES
+
+
+@dataclass
+class OperatorLibraries:
+    """What a candidate's C++ registers with PyTorch's dispatcher: ``own``, the namespaces it creates that are
+    not PyTorch's (its own operators, called as ``torch.ops.<ns>.<op>``); ``foreign``, (macro, namespace) of each
+    registration into a namespace that is not its own (a kernel for someone else's operator)."""
+
+    own: set = field(default_factory=set)
+    foreign: list = field(default_factory=list)
+
+
+def operator_libraries(sources: list[str]) -> OperatorLibraries:
+    """The ``TORCH_LIBRARY`` blocks of ``sources`` (the C++/CUDA texts of a candidate's extensions, read as
+    written and with their own macros expanded, comments and strings removed): its own namespaces and its
+    registrations into namespaces it did not create."""
+    from verifier.front.vendor import code_text, expanded  # here: the scan of the Python needs neither
+
+    found: list[tuple[str, str]] = []
+    for src in sources:
+        # as written outside the candidate's own macro definitions (a parameter is no namespace), and expanded
+        for text in (_DEFINE_DIRECTIVE.sub(" ", code_text(src)), code_text(expanded(src)) if expanded(src) else ""):
+            found += [(m.group(1), m.group(2)) for m in _LIBRARY_MACRO.finditer(text)]
+    if not found:
+        return OperatorLibraries()
+    taken = torch_namespaces()
+    own = {ns for macro, ns in found if macro != "TORCH_LIBRARY_IMPL" and ns not in taken}
+    foreign = sorted({(macro, ns) for macro, ns in found if ns not in own})
+    return OperatorLibraries(own, foreign)
+
+
+def extension_sources(specs: list[ExtensionSpec]) -> list[str]:
+    """The C++ and CUDA source texts the static stage could read from ``specs``."""
+    out = []
+    for s in specs:
+        for key in ("cpp_sources", "cuda_sources"):
+            v = s.args.get(key)
+            out += [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+    return out
