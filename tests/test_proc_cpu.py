@@ -31,3 +31,20 @@ def test_a_childs_cpu_is_counted_under_its_kind():
     assert n >= 1 and sec >= 0.8, by_kind
     assert n > 1 or sec <= 1.5, by_kind
     assert 0.0 < p.host_busy <= 1.0
+
+
+def test_compilers_under_the_references_torch_compile_are_counted_apart_from_builds():
+    """A compiler whose parent is an execution process or inductor's compile worker (triton's ptxas, inductor's C++)
+    is the reference's torch.compile at work, not a candidate's build: the report keeps the two apart."""
+    from bench.lib.proc_cpu import INDUCTOR, UNDER_COMPILE
+
+    assert kind(5, "python3", "python3 -m torch._inductor.compile_worker --workers=16", 1) == INDUCTOR
+    p = ProcCpu(interval=0.05)
+    p.start()
+    # an inductor-worker look-alike that starts a "compiler" (sh, one of COMPILERS) burning CPU for about a second
+    burn = "i=0; while [ $i -lt 600000 ]; do i=$((i+1)); done; sleep 0.3"
+    subprocess.run([sys.executable, "-c", "import subprocess, sys, time\ntime.sleep(0.3)\n"
+                    "subprocess.run(['sh', '-c', sys.argv[1]], check=True)", burn, "torch._inductor.compile_worker"],
+                   check=True)
+    by_kind = p.finish()
+    assert by_kind[UNDER_COMPILE][0] >= 0.5, by_kind

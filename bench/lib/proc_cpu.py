@@ -17,6 +17,11 @@ COMPILERS = {"nvcc", "cicc", "cudafe++", "ptxas", "fatbinary", "nvlink", "cc1plu
              "as", "ld", "collect2", "ninja", "x86_64-linux-gn", "sh"}
 
 
+INDUCTOR = "torch.compile's compile workers (inductor; the reference's timing)"
+UNDER_COMPILE = "compilers under torch.compile (triton, inductor's C++: the reference's timing)"
+EXECUTION = "execution processes (python: torch, CUDA context, profiler, the job)"
+
+
 def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
     if pid == me:
         return "benchmark process (parent: scheduling, judging, reference)"
@@ -29,6 +34,8 @@ def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
             return "build steps (python: ninja driver, import check of the built module)"
         if "verifier.child.worker" in cmdline:  # fork servers (torch), their forked children (CUDA, profiler, the job)
             return "execution processes (python: torch, CUDA context, profiler, the job)"
+        if "torch._inductor" in cmdline or "compile_worker" in cmdline:  # inductor's pool of compile workers
+            return INDUCTOR
         return "other python"
     if comm == "bwrap":
         return "bubblewrap"
@@ -76,7 +83,11 @@ class ProcCpu(threading.Thread):
                 if pid not in self.last:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    self.last[pid] = (kind(pid, comm, cmd, self.me), cpu)
+                    k = kind(pid, comm, cmd, self.me)
+                    parent = self.last.get(int(fields[1]), ("",))[0]
+                    if k.startswith("compilers") and parent in (EXECUTION, INDUCTOR, UNDER_COMPILE):
+                        k = UNDER_COMPILE  # a compiler the reference's torch.compile started, not a candidate's build
+                    self.last[pid] = (k, cpu)
                     if first:
                         self.base[pid] = cpu
                 else:
