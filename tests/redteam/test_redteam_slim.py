@@ -2,6 +2,7 @@
 (``torch::tensor`` is 0-dim with torch's headers and was a 1-element 1-D tensor under the slim prelude); a factory
 is mapped to ``at::`` only where every overload is the same, and the prelude compiles to what torch's headers mean."""
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,6 +49,76 @@ def test_slim_build_is_not_used_where_it_would_change_the_meaning(cu, slim):
     assert labels[-1] == "full" and ("slim" in labels) == slim, labels
 
 
+# what model-written solutions of the test bed use that the slim prelude failed to compile (tensor operators) or
+# declined (the TensorOptions helpers, AT_ERROR / AT_ASSERTM, torch::TensorList): names from the headers the prelude
+# includes, so such a source builds slim (bench/lib/slim_testbed.py measured it on ext/testbed)
+OPS_CU = '''#include <torch/extension.h>
+__global__ void k(const float* x, float* y, long n) { long i = blockIdx.x * 256L + threadIdx.x; if (i < n) y[i] = x[i]; }
+torch::Tensor f(torch::Tensor x, torch::Tensor b) {
+    if (!x.is_cuda()) AT_ERROR("x must be a CUDA tensor");
+    AT_ASSERTM(x.dim() == 2, "x must be 2-D");
+    auto opts = torch::dtype(torch::kFloat32).device(x.device());
+    auto y = torch::empty(x.sizes(), opts);
+    k<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    auto invstd = (b + 1e-5).rsqrt();
+    torch::TensorList parts{y, invstd};
+    return (y[0] + invstd) * 2.0f - x / 3 + (x > 0).to(torch::kFloat32) + parts[0];
+}
+'''
+
+
+@pytest.mark.parametrize("snippet", [
+    "auto z = (x + b) * 2.0f;", "auto z = x[0] + b[0];", "auto z = (b + 1e-5).rsqrt();",
+    "auto m = (x == b);", "auto o = torch::dtype(torch::kFloat16);", "auto o = torch::device(x.device());",
+    "auto o = at::device(at::kCUDA).dtype(at::kHalf);", "if (x.dim() != 2) AT_ERROR(\"2-D\");",
+    "AT_ASSERTM(x.dim() == 2, \"2-D\");", "AT_ASSERT(x.dim() == 2);", "torch::TensorList l{x, b};",
+])
+def test_slim_takes_the_names_model_written_code_uses_from_its_headers(snippet):
+    cu = MEAN_CU.replace("float sum = 1.f; int n = 2;", "float sum = 1.f; int n = 2; torch::Tensor b = x;\n    " + snippet)
+    cu = cu.replace("torch::tensor(sum / n, opts)", "torch::empty_like(x)")
+    slim = slim_source(cu)
+    assert slim is not None and _variant_labels(cu)[0] == "slim", snippet
+    head = slim.partition("// ---- the candidate's source")[0]
+    # the operators' header in its per-operator form: ATen/Functions.h (every function of ATen) is not included
+    assert "#define AT_PER_OPERATOR_HEADERS\n#include <ATen/TensorOperators.h>\n#undef AT_PER_OPERATOR_HEADERS" in head
+
+
+@pytest.mark.parametrize("snippet", [
+    "auto o = torch::requires_grad();",       # no ATen/ops header of that name: declined as before
+    "auto z = torch::zeros({2}, torch::dtype(torch::kFloat32).requires_grad(true));",  # at:: means otherwise
+    "AT_CHECK(x.dim() == 2, \"2-D\");",        # gone from torch's headers: not taken
+    "auto o = torch::tensor_options();",
+])
+def test_slim_still_declines_what_its_headers_do_not_declare_or_mean(snippet):
+    cu = MEAN_CU.replace("float sum = 1.f; int n = 2;", "float sum = 1.f; int n = 2;\n    " + snippet)
+    cu = cu.replace("torch::tensor(sum / n, opts)", "torch::empty_like(x)")
+    assert slim_source(cu) is None, snippet
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists() and not os.environ.get("CUDA_HOME"),
+                    reason="load_inline writes a CUDA build's files only where it finds nvcc")
+def test_slim_variant_of_model_written_code_compiles_with_nvcc(tmp_path, monkeypatch):
+    """The slim variant's CUDA object, compiled with the nvcc command load_inline writes for it (no link): a source
+    with tensor operators, the TensorOptions helpers, AT_ERROR and torch::TensorList, which the slim prelude failed
+    to compile (operators) or declined (the rest) before."""
+    import torch.utils.cpp_extension as ce
+
+    from verifier.build.pch import write_build_files
+
+    monkeypatch.setattr(ce, "CUDA_HOME", ce.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    spec = canonical_spec({"cpp_sources": "torch::Tensor f(torch::Tensor x, torch::Tensor b);", "cuda_sources": OPS_CU,
+                           "functions": ["f"]})
+    label, kwargs = build_variants(spec)[0]
+    assert label == "slim"
+    write_build_files(tmp_path, "km_slim_nvcc", **kwargs)
+    cmd = subprocess.run(["ninja", "-t", "commands", "-s", "cuda.cuda.o"], cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    r = subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and (tmp_path / "cuda.cuda.o").is_file(), (r.stdout + r.stderr)[-3000:]
+
+
 def test_slim_maps_a_torch_factory_to_at_only_where_every_overload_is_the_same():
     factories, exact = _torch_factories(_ops_dir())
     assert {"tensor", "from_blob"} <= factories - exact
@@ -74,6 +145,16 @@ int main() {
     show("randint", torch::randint(1, 2, {4}));  // dtype from the default options; values all 1
     show("zeros_like", torch::zeros_like(x, torch::kDouble));
     show("ones_like", torch::ones_like(x));
+    // model-written code the slim prelude once failed to compile or declined (bench/results/slim_testbed_cpu.md)
+    auto w = torch::arange(0, 6, opts).view({2, 3});
+    show("operators", (x + w) * 2.0f - w / 4 + 1);            // ATen/TensorOperators.h
+    show("comparison", (w >= 2).to(at::kFloat) + (w != w).to(at::kFloat));
+    show("dtype_helper", torch::zeros({n}, torch::dtype(torch::kFloat64)));  // c10/core/TensorOptions.h
+    show("device_helper", torch::ones({n}, torch::device(torch::kCPU).dtype(torch::kInt32)));
+    torch::TensorList parts{x, w};
+    show("tensor_list", torch::cat(parts, 0));
+    if (x.dim() != 2) AT_ERROR("x must be 2-D, got ", x.dim());  // c10/util/Exception.h
+    AT_ASSERTM(x.numel() == 6, "six elements");
     return 0;
 }
 '''

@@ -48,9 +48,25 @@ _TYPES = {"Tensor", "TensorOptions", "ScalarType", "Dtype", "Device", "DeviceTyp
           "Half", "BFloat16", "Layout", "MemoryFormat", "optional", "nullopt", "TensorBase", "ArrayRef",
           "kFloat", "kHalf", "kBFloat16", "kDouble", "kInt", "kLong", "kByte", "kChar", "kShort", "kBool",
           "kFloat32", "kFloat16", "kFloat64", "kInt32", "kInt64", "kInt16", "kInt8", "kUInt8", "kF32", "kF16",
-          "kCUDA", "kCPU", "kStrided", "elementSize", "toString", "isFloatingType"}
+          "kCUDA", "kCPU", "kStrided", "elementSize", "toString", "isFloatingType", "TensorList"}
+# the TensorOptions helpers (c10/core/TensorOptions.h, which ATen/core/Tensor.h includes): ``torch::dtype(kFloat)``
+# is ``c10::dtype`` under both preludes (torch:: declares none of them itself)
+_OPTION_HELPERS = {"dtype", "device", "layout", "memory_format", "device_index"}
+# macros of the headers the prelude includes: c10/util/Exception.h (AT_ERROR, AT_ASSERT*), ATen/Dispatch.h,
+# c10/cuda/CUDAException.h (included when the source names C10_CUDA_), c10/macros
 _MACRO_OK = re.compile(r"(?:TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT\w*|TORCH_WARN\w*|AT_DISPATCH_\w+|AT_PRIVATE_\w+|"
+                       r"AT_ERROR|AT_ASSERT|AT_ASSERTM|"
                        r"C10_CUDA_KERNEL_LAUNCH_CHECK|C10_CUDA_CHECK|C10_UNUSED|C10_HOST_DEVICE|C10_DEVICE)$")
+# the tensor operators (``a + b``, ``x * 2.0f``, ``t == u``: ATen/TensorOperators.h, which all of ATen includes): their
+# header as its per-operator form (which includes ATen/ops/empty_like.h instead of every function of ATen/Functions.h);
+# the same inline definitions, so a source using them means what it means with torch's headers
+_OPERATORS = """#ifndef AT_PER_OPERATOR_HEADERS
+#define AT_PER_OPERATOR_HEADERS
+#include <ATen/TensorOperators.h>
+#undef AT_PER_OPERATOR_HEADERS
+#else
+#include <ATen/TensorOperators.h>
+#endif"""
 
 _TORCH_ALIASES = """namespace torch {
 using namespace at;
@@ -130,9 +146,18 @@ _FACTORIES_KNOWN = {"tensor", "from_blob", "empty", "empty_like", "empty_strided
 def slim_source(src: str, ops_dir: Path | None = None) -> str | None:
     """The source with a minimal torch prelude instead of its heavy includes, or None if not eligible (a name
     outside the known subset, or one whose meaning the slim prelude would change: module docstring)."""
+    return _slim(src, ops_dir)[0]
+
+
+def slim_refusal(src: str, ops_dir: Path | None = None) -> str:
+    """Why :func:`slim_source` returns None for ``src`` (the first name or construct it does not take), or ""."""
+    return _slim(src, ops_dir)[1]
+
+
+def _slim(src: str, ops_dir: Path | None) -> tuple[str | None, str]:
     ops_dir = ops_dir or _ops_dir()
     if ops_dir is None:
-        return None
+        return None, "no ATen/ops headers"
     factories, exact = _torch_factories(ops_dir)
     code = strip_cxx(src)
     own = _OWN_INCLUDES.findall(_HEAVY.sub("", src))
@@ -144,31 +169,33 @@ def slim_source(src: str, ops_dir: Path | None = None) -> str | None:
     for ns, path, after in _QUALIFIED.findall(code):
         parts = path.split("::")
         if ns == "torch" and parts[0] in factories and (parts[0] not in exact or asks_grad):
-            return None  # torch::tensor, torch::from_blob, a factory asked for requires_grad: at:: means otherwise
+            return None, f"{ns}::{path}"  # torch::tensor, torch::from_blob, requires_grad: at:: means otherwise
         if parts[0] == "cuda":
             if not cuda_header:  # the source brings the CUDA context header itself, or it is not slim
-                return None
+                return None, f"{ns}::{path} without its header"
             continue
         if len(parts) > 1 and parts[0] in _TYPES:  # at::ScalarType::Float, at::MemoryFormat::Contiguous
             continue
         if len(parts) != 1:
-            return None
+            return None, f"{ns}::{path}"
         name = parts[0]
         if name in _TYPES:
             continue
         if after.strip() == "(" and (ops_dir / f"{name}.h").is_file():
             ops.add(name)
             continue
-        return None
+        if after.strip() == "(" and name in _OPTION_HELPERS:
+            continue
+        return None, f"{ns}::{path}{after.strip()}"
     for macro in _MACROS.findall(code):
         if not _MACRO_OK.match(macro):
-            return None
+            return None, macro
     if re.search(r"\bpy::|pybind11|\busing\s+namespace\s+(?:torch|at|c10)\b", code):
-        return None  # unqualified names from torch cannot be mapped to their headers
-    prelude = ["#include <cuda.h>", "#include <cuda_runtime.h>", "#include <ATen/core/Tensor.h>"]
+        return None, "py:: / pybind11 / using namespace"  # unqualified torch names cannot be mapped to headers
+    prelude = ["#include <cuda.h>", "#include <cuda_runtime.h>", "#include <ATen/core/Tensor.h>", _OPERATORS]
     if "AT_DISPATCH_" in src:
         prelude.append("#include <ATen/Dispatch.h>")
     if "C10_CUDA_" in src:
         prelude.append("#include <c10/cuda/CUDAException.h>")
     prelude += [f"#include <ATen/ops/{name}.h>" for name in sorted(ops)]
-    return "\n".join(prelude) + "\n" + _TORCH_ALIASES + "// ---- the candidate's source\n" + _HEAVY.sub("", src)
+    return "\n".join(prelude) + "\n" + _TORCH_ALIASES + "// ---- the candidate's source\n" + _HEAVY.sub("", src), ""
