@@ -54,6 +54,10 @@ BARE_HEADERS = ("build, pool.py build_variants / BARE_PRELUDE: a torch-free .cu 
                 "cuda_runtime.h only), where std::runtime_error / std::string are undeclared; load_inline's own "
                 "torch/types.h declares them, so with full_build_fallback = false the honest source is a compile_error")
 
+C04_LAYER_BASE = ("C04_REFERENCE_MODEL, static.py _judge_model_new: a ModelNew that subclasses an nn layer (nn.Conv2d for its "
+                  "parameters and initialisation) and overrides forward with its own kernel is read as the reference; "
+                  "only `Model` (and super().forward, already C04) is the reference")
+
 KNOWN = {  # candidate file -> why it fails today
     "c12_softmax_reraise.py": C03_HANDLER,
     "c13_rmsnorm_movedim.py": C01_VIEW,
@@ -62,6 +66,7 @@ KNOWN = {  # candidate file -> why it fails today
     "c34_broadcast_checks.py": C01_DESCRIBE,
     "c38_init_try_default.py": C03_INIT,
     "c39_own_submodules.py": C01_OWN_NAME,
+    "c41_subclass_conv2d.py": C04_LAYER_BASE,
 }
 KNOWN_BUILD = {"c36_bare_launcher_throw.py": BARE_HEADERS}
 
@@ -230,6 +235,8 @@ REPRODUCERS = {
         "        ctx.save_for_backward(x)\n        return ext.relu_fwd(x)\n\n    @staticmethod\n"
         "    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n        return torch.where(x > 0, g, torch.zeros_like(g))\n\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ReLUFn.apply(x)\n")),
+    "c04_modelnew_subclasses_layer": (C04_LAYER_BASE, _mini(
+        "class ModelNew(nn.Linear):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n")),
     # extraction: a launch through a token-pasting macro
     "extract_token_pasting_launch": (EXTRACT_PASTE, _mini(
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n").replace(
