@@ -14,7 +14,9 @@ Anything else the candidate registers is tampering (C11): a kernel or schema of 
 it was imported (aten's, prim's, the profiler's, a library's), an operator added to a namespace it did not create,
 a backend fallback, and registrations made from outside its sources (a library linked into its extension, or
 imported, registering into its namespace). ``Registry.changes`` lists them, compared with what the dispatcher had
-before the import and the own operators as loaded.
+before the import and the own operators as loaded: everything registered while its extension loaded counts, and
+later a registration into an existing namespace counts where it names a file of the candidate's (its build, its
+program): torch registers some kernels of its own lazily (a library loaded on first use).
 
 What it does not see: a candidate that edits this object in memory (as for every record of the child: evidence,
 checked outside where it can be); registrations under another operator's debug name (a kernel's file and line are
@@ -43,12 +45,13 @@ class Registry:
     operators as its extensions were loaded, and what else changed since (``changes``). The dispatcher's readers
     are bound when it is made: replacing them afterwards does not blind it."""
 
-    def __init__(self, roots: list[str]):
+    def __init__(self, roots: list[str], programs: tuple[str, ...] = ("candidate.py",)):
         self._names = torch._C._dispatch_get_all_op_names
         self._dump = torch._C._dispatch_dump
         self._has_fallback = torch._C._dispatch_has_backend_fallback
         self._keys = [getattr(torch._C.DispatchKey, k) for k in torch._C.DispatchKey.__members__]
         self.roots = tuple(os.path.realpath(r) for r in roots if r)
+        self.programs = frozenset(programs)  # the candidate's program as the child runs it (its file name)
         self.base = self._read()
         self.base_namespaces = {_namespace(op) for op in self.base}
         self.base_fallbacks = self._fallbacks()
@@ -101,23 +104,34 @@ class Registry:
     def own_namespaces(self) -> set[str]:
         return {_namespace(op) for op in self.own}
 
+    def _candidates(self, text: str, old: str = "") -> bool:
+        """Whether a registration in ``text`` that ``old`` does not have names a file of the candidate's: its build
+        (the roots) or its program. torch registers some kernels lazily (a library of its own loaded on first use,
+        a module imported on first call: files of its own), which are not the candidate's doing."""
+        before = set(old.splitlines())
+        files = [f for line in text.splitlines() if line not in before for f in _REGISTERED_AT.findall(line)]
+        roots = tuple(r + os.sep for r in self.roots)
+        return any(f in self.programs or os.path.realpath(f).startswith(roots) for f in files)
+
     def changes(self) -> list[str]:
         """Registrations that are not the candidate's own operators as loaded: the findings made while it loaded,
-        then what changed since (an existing operator's kernels or schema, an operator added to a namespace that
-        existed before the import or to one of the candidate's own namespaces from elsewhere, an own operator's
-        registrations changed, a backend fallback added)."""
+        then what changed since: an existing operator's kernels or schema, or an operator added to a namespace that
+        existed before the import, from a file of the candidate's (its build, its program); an operator added to one
+        of its own namespaces from outside its extension's load, an own operator's registrations changed, a backend
+        fallback added (by anyone)."""
         found = list(self.findings)
         now = self._read()
         own_ns = self.own_namespaces()
         for op, text in now.items():
             if op in self.base:
-                if text != self.base[op]:
+                if text != self.base[op] and self._candidates(text, self.base[op]):
                     found.append(f"changed the registrations of `{op}` (an operator your program did not create)")
             elif op in self.own:
                 if text != self.own[op]:
                     found.append(f"changed the registrations of your operator `{op}` after it was loaded")
             elif _namespace(op) in self.base_namespaces:
-                found.append(f"added `{op}` to a namespace your program did not create")
+                if self._candidates(text):
+                    found.append(f"added `{op}` to a namespace your program did not create")
             elif _namespace(op) in own_ns:
                 found.append(f"`{op}` was added to your namespace from outside your extension's load")
         for key in sorted(self._fallbacks() - self.base_fallbacks):

@@ -301,9 +301,9 @@ class Guard:
         self.snapshot = Snapshot.take(watch)
         self.registry: Registry | None = None  # the dispatcher's registrations (oplib.py), once read
 
-    def tampered(self, phase: str) -> bool:
-        changes = self.snapshot.changes() + [f"the dispatcher: {c}" for c in
-                                             (self.registry.changes() if self.registry is not None else [])]
+    def tampered(self, phase: str, registrations: bool = True) -> bool:
+        changes = self.snapshot.changes() + [f"the dispatcher: {c}" for c in (
+            self.registry.changes() if self.registry is not None and registrations else [])]
         if not changes:
             return False
         self.report.patched += [f"{c} (after {phase})" for c in changes]
@@ -577,7 +577,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     return report
             del inputs, pristine
         ch.record(f"trial{i}", rec.to_dict())  # kept by the verifier as sent: later edits here change nothing
-        if guard.tampered(f"trial {i + 1}"):
+        # the dispatcher's registrations (50 ms to read) after the first and the last trial: what registers does so
+        # as the extension loads, or the first time its code runs
+        if guard.tampered(f"trial {i + 1}", registrations=i in (0, n - 1)):
             return report
     clock.phase("trials")
     if knockout:
