@@ -68,7 +68,7 @@ KNOWN = {  # candidate file -> why it fails today
     "c39_own_submodules.py": C01_OWN_NAME,
     "c41_subclass_conv2d.py": C04_LAYER_BASE,
 }
-KNOWN_BUILD = {"c36_bare_launcher_throw.py": BARE_HEADERS}
+KNOWN_BUILD: dict = {}  # c36 (std::runtime_error in a bare build): fixed by pool.bare_prelude
 
 
 def _candidate_files() -> list[Path]:
@@ -309,7 +309,6 @@ def test_reproducer_fails_only_on_its_rule(name: str):
     assert codes <= allowed, found
 
 
-@pytest.mark.xfail(strict=True, reason=BARE_HEADERS)
 def test_build_reproducer_bare_variant_declares_std_runtime_error():
     """The bare variant of a torch-free source whose launcher throws std::runtime_error (with load_inline's
     torch/types.h in front it compiles; bare, nvcc 13.0 says: namespace "std" has no member "runtime_error")."""

@@ -44,6 +44,35 @@ def test_torch_free_cuda_source_builds_bare_first():
     assert v[1][1]["cuda_sources"] == [built] and "no_implicit_headers" not in v[1][1]
 
 
+def test_bare_variant_declares_the_standard_names_a_torch_free_source_uses(tmp_path):
+    """load_inline's torch/types.h declares std::runtime_error, std::string, printf...: a torch-free source using them
+    compiles in the full build, so its bare variant includes their headers (only those used) and keeps the full
+    build's line numbers in compiler messages. Real nvcc compiles of the bare CUDA file."""
+    import re
+    import shutil
+
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not Path(nvcc).exists():
+        pytest.fail("nvcc not found: the bare variant is compiled here")
+    throws = ("__global__ void k(float* y) { y[0] = 1.f; }\n"
+              "void launch(float* y) { k<<<1, 1>>>(y); cudaError_t e = cudaGetLastError();\n"
+              "    if (e != cudaSuccess) throw std::runtime_error(std::string(\"k: \") + cudaGetErrorString(e)); }\n")
+    broken = throws.replace("y[0] = 1.f;", "y[0] = undeclared_w;")
+    lines = {}
+    for name, src in (("throws", throws), ("broken", broken), ("plain", TORCH_FREE_CU)):
+        bare = dict(build_variants(_spec(src)))["bare"]
+        cu = tmp_path / f"{name}.cu"
+        cu.write_text("\n".join(bare["cuda_sources"]))  # as load_inline joins them
+        r = subprocess.run([nvcc, "-c", "-std=c++17", "-arch=sm_90", str(cu), "-o", str(tmp_path / f"{name}.o")],
+                           capture_output=True, text=True)
+        lines[name] = (r.returncode, r.stdout + r.stderr, bare["cuda_sources"][0])
+    assert lines["throws"][0] == 0, lines["throws"][1]
+    assert "<stdexcept>" in lines["throws"][2] and "<string>" in lines["throws"][2]
+    assert "<stdexcept>" not in lines["plain"][2]  # nothing it does not use
+    # the undeclared name is on the source's line 1: line 4 of the full build's file, and of the bare one's
+    assert lines["broken"][0] != 0 and re.search(r"broken\.cu\(4\): error", lines["broken"][1]), lines["broken"][1]
+
+
 def test_without_no_implicit_headers_there_is_no_bare_variant():
     assert [label for label, _ in build_variants(_spec(TORCH_FREE_CU), bare_ok=False)] == ["full"]
 

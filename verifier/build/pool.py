@@ -96,6 +96,7 @@ from verifier.common import childenv, sandbox
 from verifier.common.backends import OWN_PREFIX
 from verifier.common.config import HostSettings, usable_cores
 from verifier.common.spec import canonical_spec, compat_spec, extension_name, spec_key
+from verifier.front.vendor import strip_cxx
 
 OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/build/objcache.py)
 COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
@@ -488,6 +489,37 @@ _NAMES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::|\b(?:TORCH|AT|C10|P
                           r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|Python)")
 _HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|python)\.h[>"][ \t]*$', re.M)
 BARE_PRELUDE = "// bare build: torch/types.h not included\n#include <cuda.h>\n#include <cuda_runtime.h>"
+# what a torch-free source may use from the standard library without including it, because load_inline's
+# torch/types.h declares it in the full build: the bare build includes the header of each name the source uses
+# (all of them cost a bare build 1.5 s of nvcc on the CPU machine, so only those used)
+_STD_NAMES = [
+    (r"std::(?:runtime_error|logic_error|invalid_argument|out_of_range|domain_error|overflow_error|exception)\b",
+     "stdexcept"),
+    (r"std::(?:string|to_string|stoi|stol|stof)\b", "string"), (r"std::vector\b", "vector"),
+    (r"\b(?:std::)?(?:f|s|sn)?printf\s*\(|\bputs\s*\(|\bstd::FILE\b", "cstdio"), (r"\bassert\s*\(", "cassert"),
+    (r"\b(?:std::)?u?int(?:8|16|32|64)_t\b|\bu?intptr_t\b", "cstdint"),
+    (r"std::(?:min|max|min_element|max_element|sort|fill|copy|clamp|swap|reverse)\b", "algorithm"),
+    (r"std::numeric_limits\b", "limits"), (r"std::(?:pair|make_pair|move|forward|swap|exchange)\b", "utility"),
+    (r"std::(?:abs|fabs|sqrt|exp|log|pow|floor|ceil|round|isnan|isinf|isfinite|tanh|erf)\b", "cmath"),
+    (r"std::(?:unique_ptr|shared_ptr|make_unique|make_shared)\b", "memory"), (r"std::array\b", "array"),
+    (r"std::(?:tuple|make_tuple|get|tie)\b", "tuple"), (r"std::function\b", "functional"),
+    (r"std::(?:cout|cerr|endl|ostream)\b", "iostream"), (r"std::(?:o|i)?stringstream\b", "sstream"),
+    (r"\b(?:std::)?(?:malloc|calloc|free|abort|exit|getenv|atoi)\s*\(", "cstdlib"),
+    (r"\b(?:std::)?(?:memcpy|memset|memcmp|strlen|strcmp)\s*\(", "cstring"),
+    (r"std::accumulate\b|std::iota\b", "numeric"), (r"std::(?:chrono)\b", "chrono"),
+]
+_STD_NAMES = [(re.compile(pat), header) for pat, header in _STD_NAMES]
+
+
+def bare_prelude(sources: list[str]) -> str:
+    """The lines a bare variant puts before the CUDA sources: cuda.h and cuda_runtime.h, the standard headers of
+    the names the sources use (``_STD_NAMES``), and a ``#line`` so that the source's lines keep the numbers the
+    full build gives them (it puts three lines before the source)."""
+    text = "\n".join(strip_cxx(s) for s in sources)
+    needs = list(dict.fromkeys(h for pat, h in _STD_NAMES if pat.search(text)))
+    if not needs:
+        return BARE_PRELUDE
+    return BARE_PRELUDE + "\n" + "".join(f"#include <{h}>\n" for h in needs) + "#line 4"
 
 
 def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
@@ -508,7 +540,7 @@ def _variants(spec: dict, bare_ok: bool) -> tuple[list[tuple[str, dict]], int]:
         if bare_ok and not any(_NAMES_TORCH.search(src) for src in cu):
             # three lines before the source, as the full build has: compiler messages keep their line numbers
             out.append(("bare", dict(full, no_implicit_headers=True,
-                                     cuda_sources=[BARE_PRELUDE] + list(cu),
+                                     cuda_sources=[bare_prelude(cu)] + list(cu),
                                      cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
         else:
             slim = [slim_source(src) for src in cu] if bare_ok else [None]
