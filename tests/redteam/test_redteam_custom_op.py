@@ -260,6 +260,23 @@ def test_operators_of_other_namespaces_stay_c01_statically(forward):
     assert any(f.code == cheats.C01 for f in found), forward
 
 
+@pytest.mark.parametrize("module, forward", [
+    ("OPS = torch.ops.kmredteam_ops", "return OPS.relu(x)"),
+    ("OPS = torch.ops.kmredteam_ops\nRELU = OPS.relu", "return RELU.default(x)"),
+    ("", "self.ops = torch.ops.kmredteam_ops\n        return self.ops.relu(x)"),
+])
+def test_names_bound_to_own_operators_are_own_calls(module, forward):
+    assert scan(program(OWN_LIBRARY, LIBRARY, forward, module=module)).findings == []
+
+
+def test_a_name_also_bound_to_a_tensor_is_not_read_as_the_operator():
+    """``x`` bound to the own operator at module level and to forward's input: ``x.exp()`` on the path that never
+    runs is PyTorch compute (C01 to the scan, C19 where no monitor saw it), not an overload of the operator."""
+    code = program(OWN_LIBRARY, LIBRARY, "if x.shape[0] > 10**9:\n            return x.exp()\n"
+                   "        return torch.ops.kmredteam_ops.relu(x)", module="x = torch.ops.kmredteam_ops.relu")
+    assert any(f.code == cheats.C01 and "exp" in f.what for f in scan(code).findings)
+
+
 @pytest.mark.parametrize("src, own", [
     (OWN_LIBRARY, {"kmredteam_ops"}),
     ('TORCH_LIBRARY_FRAGMENT(mine, m) { m.def("f(Tensor x) -> Tensor"); }', {"mine"}),

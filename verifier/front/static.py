@@ -321,11 +321,39 @@ class _Program:
         return least <= len(parts) <= 5 and parts[:2] == ["torch", "ops"] and parts[2] in self.libraries.own
 
     def _operator_aliases(self) -> dict[str, str]:
-        """Names bound to one of the candidate's own operator namespaces or operators, whatever binds them."""
+        """Names bound to one of the candidate's own operator namespaces or operators (``OPS = torch.ops.myops``,
+        ``self.op = torch.ops.myops.relu``) and to nothing else anywhere in the program: a name also bound to
+        something else (a parameter, a loop variable, another value) is not read as the operator, wherever it is."""
         aliases: dict[str, str] = {}
         self.operator_aliases = aliases
+        if not self.libraries.own:
+            return aliases
+        bound: dict[str, int] = {}  # every binding of each name, whatever binds it
+        for n in ast.walk(self.tree):
+            targets: list = []
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+                targets = [n.target]
+            elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+                targets = [n.optional_vars]
+            elif isinstance(n, ast.arg):
+                bound[n.arg] = bound.get(n.arg, 0) + 1
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                for a in n.names:
+                    name = a.asname or a.name.split(".")[0]
+                    bound[name] = bound.get(name, 0) + 1
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound[n.name] = bound.get(n.name, 0) + 1
+            elif isinstance(n, ast.NamedExpr):
+                targets = [n.target]
+            for t in targets:
+                for e in ast.walk(t):
+                    if isinstance(e, (ast.Name, ast.Attribute)) and _dotted(e) and \
+                            isinstance(getattr(e, "ctx", None), (ast.Store, ast.Del)):
+                        bound[_dotted(e)] = bound.get(_dotted(e), 0) + 1
         grew = True
-        while grew and self.libraries.own:
+        while grew:
             grew = False
             for n in ast.walk(self.tree):
                 if isinstance(n, ast.Assign) and self._own_operator_path(_dotted(n.value), 3):
@@ -335,8 +363,12 @@ class _Program:
                             value = path + value[len(name):]
                             break
                     for t in n.targets:
-                        if _dotted(t) and _dotted(t) not in aliases:
-                            aliases[_dotted(t)] = self.canonical(value)
+                        d = _dotted(t)
+                        if d and d not in aliases and bound.get(d, 0) == sum(
+                                1 for a in ast.walk(self.tree) if isinstance(a, ast.Assign) and
+                                any(_dotted(x) == d for x in a.targets) and
+                                self._own_operator_path(_dotted(a.value), 3)):
+                            aliases[d] = self.canonical(value)
                             grew = True
         return aliases
 
