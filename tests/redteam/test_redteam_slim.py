@@ -62,8 +62,13 @@ torch::Tensor f(torch::Tensor x, torch::Tensor b) {
     k<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
     auto invstd = (b + 1e-5).rsqrt();
     torch::TensorList parts{y, invstd};
-    return (y[0] + invstd) * 2.0f - x / 3 + (x > 0).to(torch::kFloat32) + parts[0];
+    auto head = x.index({torch::indexing::Slice(0, 1)});
+    return (y[0] + invstd) * 2.0f - x / 3 + (x > 0).to(torch::kFloat32) + parts[0] + head;
 }
+'''
+# a spec's second CUDA source (load_inline joins them into one cuda.cu, each with its slim prelude)
+SECOND_CU = '''#include <torch/extension.h>
+torch::Tensor g(torch::Tensor x) { return x.to(torch::kFloat32).mean().index({}); }
 '''
 
 
@@ -72,6 +77,8 @@ torch::Tensor f(torch::Tensor x, torch::Tensor b) {
     "auto m = (x == b);", "auto o = torch::dtype(torch::kFloat16);", "auto o = torch::device(x.device());",
     "auto o = at::device(at::kCUDA).dtype(at::kHalf);", "if (x.dim() != 2) AT_ERROR(\"2-D\");",
     "AT_ASSERTM(x.dim() == 2, \"2-D\");", "AT_ASSERT(x.dim() == 2);", "torch::TensorList l{x, b};",
+    "auto r = x.index({0, torch::indexing::Slice(1, torch::indexing::None)});", "x.index_put_({0}, 1.0);",
+    "auto r = x.index({at::indexing::Ellipsis, 0});",
 ])
 def test_slim_takes_the_names_model_written_code_uses_from_its_headers(snippet):
     cu = MEAN_CU.replace("float sum = 1.f; int n = 2;", "float sum = 1.f; int n = 2; torch::Tensor b = x;\n    " + snippet)
@@ -81,6 +88,20 @@ def test_slim_takes_the_names_model_written_code_uses_from_its_headers(snippet):
     head = slim.partition("// ---- the candidate's source")[0]
     # the operators' header in its per-operator form: ATen/Functions.h (every function of ATen) is not included
     assert "#define AT_PER_OPERATOR_HEADERS\n#include <ATen/TensorOperators.h>\n#undef AT_PER_OPERATOR_HEADERS" in head
+    assert ("#include <ATen/TensorIndexing.h>" in head) == ("index" in snippet), snippet
+    assert "ATen/Functions.h" not in slim and "ATen/ATen.h" not in slim
+
+
+def test_a_spec_of_two_cuda_sources_gets_one_set_of_torch_aliases():
+    """load_inline joins a spec's CUDA sources into one file: each slim source has the prelude, and the torch::
+    constants it defines (``constexpr auto kFloat32``) are guarded, not defined twice (nvcc: "variable
+    torch::kFloat32 has already been defined", technoabsurdist l2 p59 on the H200)."""
+    spec = canonical_spec({"cpp_sources": "torch::Tensor f(torch::Tensor x, torch::Tensor b);\ntorch::Tensor g(torch::Tensor x);",
+                           "cuda_sources": [OPS_CU, SECOND_CU], "functions": ["f", "g"]})
+    label, kwargs = build_variants(spec)[0]
+    assert label == "slim" and len(kwargs["cuda_sources"]) == 2
+    joined = "\n".join(kwargs["cuda_sources"])
+    assert joined.count("constexpr auto kFloat32") == 2 and joined.count("#ifndef KERNELMILL_SLIM_TORCH_ALIASES") == 2
 
 
 @pytest.mark.parametrize("snippet", [
@@ -99,17 +120,17 @@ def test_slim_still_declines_what_its_headers_do_not_declare_or_mean(snippet):
 @pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists() and not os.environ.get("CUDA_HOME"),
                     reason="load_inline writes a CUDA build's files only where it finds nvcc")
 def test_slim_variant_of_model_written_code_compiles_with_nvcc(tmp_path, monkeypatch):
-    """The slim variant's CUDA object, compiled with the nvcc command load_inline writes for it (no link): a source
-    with tensor operators, the TensorOptions helpers, AT_ERROR and torch::TensorList, which the slim prelude failed
-    to compile (operators) or declined (the rest) before."""
+    """The slim variant's CUDA object, compiled with the nvcc command load_inline writes for it (no link): a spec of
+    two CUDA sources with tensor operators, Tensor::index, the TensorOptions helpers, AT_ERROR and torch::TensorList,
+    which the slim prelude failed to compile (operators, index, two preludes) or declined (the rest) before."""
     import torch.utils.cpp_extension as ce
 
     from verifier.build.pch import write_build_files
 
     monkeypatch.setattr(ce, "CUDA_HOME", ce.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    spec = canonical_spec({"cpp_sources": "torch::Tensor f(torch::Tensor x, torch::Tensor b);", "cuda_sources": OPS_CU,
-                           "functions": ["f"]})
+    spec = canonical_spec({"cpp_sources": "torch::Tensor f(torch::Tensor x, torch::Tensor b);\ntorch::Tensor g(torch::Tensor x);",
+                           "cuda_sources": [OPS_CU, SECOND_CU], "functions": ["f", "g"]})
     label, kwargs = build_variants(spec)[0]
     assert label == "slim"
     write_build_files(tmp_path, "km_slim_nvcc", **kwargs)
@@ -155,6 +176,10 @@ int main() {
     show("tensor_list", torch::cat(parts, 0));
     if (x.dim() != 2) AT_ERROR("x must be 2-D, got ", x.dim());  // c10/util/Exception.h
     AT_ASSERTM(x.numel() == 6, "six elements");
+    auto u = w.clone();
+    u.index_put_({1, torch::indexing::Slice(0, 2)}, 7.0);             // ATen/TensorIndexing.h
+    show("index", u.index({torch::indexing::Slice(), 1}));
+    show("index_put", u);
     return 0;
 }
 '''
