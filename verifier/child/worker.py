@@ -300,10 +300,12 @@ class Guard:
         self.job_dir, self.report = job_dir, report
         self.snapshot = Snapshot.take(watch)
         self.registry: Registry | None = None  # the dispatcher's registrations (oplib.py), once read
+        self.registrations = True  # whether the next check reads them too (the caller's choice, for one check)
 
-    def tampered(self, phase: str, registrations: bool = True) -> bool:
+    def tampered(self, phase: str) -> bool:
+        read, self.registrations = self.registrations, True
         changes = self.snapshot.changes() + [f"the dispatcher: {c}" for c in (
-            self.registry.changes() if self.registry is not None and registrations else [])]
+            self.registry.changes() if self.registry is not None and read else [])]
         if not changes:
             return False
         self.report.patched += [f"{c} (after {phase})" for c in changes]
@@ -396,10 +398,18 @@ def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     return report
 
 
+REFERENCE_COMPILE_THREADS = 1  # inductor's compile_threads for the reference's torch.compile (1: no worker pool)
+
+
 def _build_compiled(model, draw, seeds: list[int], backend, report: ChildReport):
     """``torch.compile(model)`` built by one call on the first timing seed's inputs, outside the device lock;
     None (and ``report.compile_error``) when it does not build or run."""
     try:
+        # inductor compiles in this process: its default pool starts a compile worker per core (16 processes, each
+        # importing torch and triton) for every task's reference, CPU the candidates' builds need more
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = REFERENCE_COMPILE_THREADS
         compiled = torch.compile(model)
         out = compiled(*draw(seeds[0]))
         backend.synchronize()
@@ -579,7 +589,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         ch.record(f"trial{i}", rec.to_dict())  # kept by the verifier as sent: later edits here change nothing
         # the dispatcher's registrations (50 ms to read) after the first and the last trial: what registers does so
         # as the extension loads, or the first time its code runs
-        if guard.tampered(f"trial {i + 1}", registrations=i in (0, n - 1)):
+        guard.registrations = i in (0, n - 1)
+        if guard.tampered(f"trial {i + 1}"):
             return report
     clock.phase("trials")
     if knockout:
