@@ -6,6 +6,7 @@ from torch.utils.cpp_extension import load_inline
 cuda_source = r"""
 #include <torch/extension.h>
 #include <cuda_runtime.h>
+#include <c10/cuda/CUDAException.h>
 
 __global__ void relu_vec4_kernel(const float4* __restrict__ in, float4* __restrict__ out, int64_t n4) {
     int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
