@@ -234,16 +234,22 @@ def _median(xs):
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2 if xs else float("nan")
 
 
+# the CUDA libraries' headers (cuBLAS, cuDNN, cuSPARSE, cuRAND ...) a toolkit may not ship (the CPU machine's has none)
+_MISSING = re.compile(r"fatal error: (?:cublas|cudnn|cusparse|cusolver|curand|cufft|nccl)\w*\.h: No such file")
+
+
 def summary(rows: list[dict]) -> list[str]:
     n = len(rows)
     slim = [r for r in rows if r.get("slim")]
     ok = [r for r in slim if r["slim"]["ok"]]
     bad = [r for r in slim if not r["slim"]["ok"]]
     slims_fault = [r for r in bad if r.get("next", {}).get("ok") or r.get("full", {}).get("ok")]
+    absent = [r for r in bad if r not in slims_fault and _MISSING.search(r["slim"]["error"])]
     lines = ["| units | slim variant | slim compiles | slim fails, light or full compiles (slim's fault) | "
-             "slim fails, the next variants too (the candidate's) | not slim (None) |", "|---|---|---|---|---|---|",
-             f"| {n} | {len(slim)} | {len(ok)} | {len(slims_fault)} | {len(bad) - len(slims_fault)} | {n - len(slim)} |",
-             ""]
+             "slim fails, the next variants too (the candidate's) | every variant fails: a CUDA library header "
+             "this machine lacks | not slim (None) |", "|---|---|---|---|---|---|---|",
+             f"| {n} | {len(slim)} | {len(ok)} | {len(slims_fault)} | {len(bad) - len(slims_fault) - len(absent)} | "
+             f"{len(absent)} | {n - len(slim)} |", ""]
     pairs = [(r["slim"]["s"], r["next"]["s"], r["next"]["variant"]) for r in slim if r["slim"]["ok"] and
              r.get("next", {}).get("ok")]
     lines += ["| seconds (nvcc, cuda.cu only) | n | median | mean |", "|---|---|---|---|",
