@@ -360,9 +360,6 @@ def test_the_cpu_knockout_knocks_out_own_operators(build_dir, name):
 
 # --------------------------------------------------------------- a schema inferred from the function
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="m.def(name, &fn) imports torch::jit::parseSchemaOrName from libtorch_cpu, "
-                                        "which verifier/front/vendor.py TORCH_IMPORT_ALLOWED does not name yet (C01 in "
-                                        "the binary); a schema parser, no compute")
 @pytest.mark.parametrize("define", ['m.def("relu", &relu_impl);', 'm.def("relu(Tensor x) -> Tensor", &relu_impl);'])
 def test_an_operator_defined_with_its_function_passes(build_dir, define):
     code = program(RELU_IMPL + "TORCH_LIBRARY(kmredteam_ops, m) { " + define + " }\n",

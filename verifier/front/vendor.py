@@ -360,7 +360,7 @@ TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
     rb"_ZNK?2at(?:24DeprecatedTypeProperties|32DeprecatedTypePropertiesRegistry)(?:C[12]|D[012]|\d)",
     rb"_ZN2at\d+getDeprecatedType", rb"_ZNK?2at5printE", rb"_ZNK?2at8toStringE",
     rb"_ZT[VIS]N5torch8autograd(?!8profiler)", rb"_ZNK?5torch8autograd(?!8profiler)",
-    rb"_ZNR?K?5torch7Library", rb"_ZNK?5torch11CppFunction", rb"_ZNK?5torch6detail", rb"_ZN5torch3jit11parseSchema",
+    rb"_ZNR?K?5torch7Library", rb"_ZNK?5torch11CppFunction", rb"_ZNK?5torch6detail", rb"_ZN5torch3jit(?:11parseSchema|17parseSchemaOrName)E",
     rb"_ZNK?3c106detail12infer_schema", rb"_ZNK?3c10\d+\w*Type3getE", rb"_ZNK?3c106IValue",
     rb"_ZNK?3c104impl\d*\w*(?:Guard|TLS|tls_)\w*", rb"_ZNK?3c10\d*\w*Warning",
     rb"Sleef_\w+",
