@@ -10,9 +10,10 @@ Python (verifier/front/static.py), the source and tampering scans of every resol
 (verifier/front/vendor.py), the engine's own front (``engine._front``: nothing decided, no PyTorch-compute finding
 carried to the judge) and the build variants' choice (verifier/build/pool.py ``build_variants``).
 
-Every finding on an honest candidate is a false rejection. Those the front end makes today are marked
-``xfail(strict=True)`` with the rule that fires, and each has a minimal reproducer below (``REPRODUCERS``), so that
-the fix flips them. Fast: no compiles, no task run.
+Every finding on an honest candidate is a false rejection. Those the front end makes are marked
+``xfail(strict=True)`` with the rule that fires (``KNOWN``, ``KNOWN_REPRODUCERS``), and each has a minimal reproducer
+below (``REPRODUCERS``, each naming the rule that fired before its fix), so that the fix flips them; the cheats
+beside each fix are tests/redteam/test_redteam_front_fidelity.py. Fast: no compiles, no task run.
 """
 
 from __future__ import annotations
@@ -58,16 +59,9 @@ C04_LAYER_BASE = ("C04_REFERENCE_MODEL, static.py _judge_model_new: a ModelNew t
                   "parameters and initialisation) and overrides forward with its own kernel is read as the reference; "
                   "only `Model` (and super().forward, already C04) is the reference")
 
-KNOWN = {  # candidate file -> why it fails today
-    "c12_softmax_reraise.py": C03_HANDLER,
-    "c13_rmsnorm_movedim.py": C01_VIEW,
-    "c32_paste_launch_macro.py": EXTRACT_PASTE,
-    "c33_autograd_function.py": C01_BACKWARD,
-    "c34_broadcast_checks.py": C01_DESCRIBE,
-    "c38_init_try_default.py": C03_INIT,
-    "c39_own_submodules.py": C01_OWN_NAME,
-    "c41_subclass_conv2d.py": C04_LAYER_BASE,
-}
+KNOWN: dict = {}  # candidate file -> why it fails today (all fixed; tests/redteam/test_redteam_front_fidelity.py
+# holds the cheat beside each fix: c12 C03_HANDLER, c13 C01_VIEW, c32 EXTRACT_PASTE, c33 C01_BACKWARD, c34
+# C01_DESCRIBE, c38 C03_INIT, c39 C01_OWN_NAME, c41 C04_LAYER_BASE)
 KNOWN_BUILD: dict = {}  # c36 (std::runtime_error in a bare build): fixed by pool.bare_prelude
 
 
@@ -287,8 +281,12 @@ CONTROLS = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r[0]))
-                                  for n, r in REPRODUCERS.items()])
+# reproducers the front end still rejects (name -> why); each rule of REPRODUCERS is fixed
+KNOWN_REPRODUCERS: dict = {}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_REPRODUCERS[n]))
+                                  if n in KNOWN_REPRODUCERS else n for n in REPRODUCERS])
 def test_reproducer_has_no_finding(name: str):
     assert front_findings(REPRODUCERS[name][1]) == []
 

@@ -18,6 +18,9 @@ ALLOWED_ATEN = {
     "sym_storage_offset", "numel", "dim", "record_stream", "item", "_has_compatible_shallow_copy_type",
     "resolve_conj", "resolve_neg", "lift", "empty_permuted", "set_", "result_type", "is_pinned", "size", "stride",
     "is_contiguous", "as_strided_", "_nested_tensor_from_mask_left_aligned",
+    # views the profiler records by their own name around the permute / transpose that does them (Tensor.movedim,
+    # moveaxis, swapaxes, swapdims); dtype promotion on dtypes alone
+    "movedim", "moveaxis", "swapaxes", "swapdims", "promote_types", "can_cast",
     # copies that move data without computing on it, and dropout (the identity in eval mode, where models run)
     "cat", "stack", "dropout", "feature_dropout", "alpha_dropout",
     # F.pad with a constant fill: x and the fill in a new tensor. ``pad`` is the composite the profiler records

@@ -18,7 +18,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from verifier.front.vendor import strip_cxx
+from verifier.front.vendor import expanded, strip_cxx
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 # a block that defines ModelNew: the class, or the module-level name bound to a class
@@ -333,12 +333,23 @@ def unlaunched_kernels(tree: ast.Module) -> list[str] | None:
     if not decls or len(decls) != len(re.findall(r"\b__global__\b", text)):
         return None
     names = sorted({m.group(1) for m in decls})
-    declared = {(m.start(1), m.end(1)) for m in decls}
-    for name in names:
-        for m in re.finditer(r"\b%s\b" % re.escape(name), text):
-            if (m.start(), m.end()) not in declared:
-                return []
+    if _referenced(text, names):
+        return []
+    # a launch written through the source's own macros (`NAME##_kernel<<<...>>>`, a `#define` naming the kernel):
+    # the sources as the preprocessor gives them to the compiler (vendor.expanded), where a macro nothing invokes,
+    # or one invoked only under `#if 0`, references nothing
+    for source in (n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)):
+        out = expanded(source)
+        if out and _referenced(strip_cxx(out, strings=True, keep_names=True), names):
+            return []
     return names
+
+
+def _referenced(text: str, names: list[str]) -> bool:
+    """Whether one of the kernels ``names`` is named in ``text`` anywhere but a ``__global__`` declaration."""
+    declared = {(m.start(1), m.end(1)) for m in _GLOBAL_FN.finditer(text)}
+    return any((m.start(), m.end()) not in declared
+               for name in names for m in re.finditer(r"\b%s\b" % re.escape(name), text))
 
 
 def check_candidate_shape(code: str, backend: str) -> list[str]:

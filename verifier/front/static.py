@@ -65,9 +65,13 @@ from verifier.front.static_rules import (
 from verifier.front.static_scope import (
     _loop_bindings,
     _Scope,
+    always_raises,
     forward_nodes,
     import_time_nodes,
     init_only_nodes,
+    layer_bases,
+    layer_reaches,
+    own_forward,
 )
 from verifier.front.static_streams import side_stream_hits
 from verifier.front.static_tamper import (
@@ -519,9 +523,12 @@ def _judge_call(prog: _Program, node: ast.Call) -> None:
         if recv.startswith("self.") and recv.count(".") == 1 and \
                 recv[5:] in enclosing_class.get(id(node), model_layers) and meth in ("forward", "__call__"):
             add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
-        elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")):
+        elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")) and \
+                not kinds.own_member(node):
             # judged on the receiver: a queue's put, a set's add, a list's sort are not PyTorch; a
-            # receiver the scan cannot place is a tensor unless the name is a container's as well
+            # receiver the scan cannot place is a tensor unless the name is a container's as well; the program's
+            # own method or module (`self.norm(x)`, `self.relu(x)` of its own classes) is its own code, judged where
+            # it is defined
             kind = kinds.of(node.func.value)
             if kind == TENSOR or (kind not in (OTHER, PATH) and meth not in _CONTAINER_METHODS):
                 add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
@@ -610,13 +617,49 @@ def _judge_model_new(prog: _Program) -> None:
                     own, foreign = own or o, foreign or f
         return own, foreign
 
+    def kernel_path(body: list[ast.stmt], seen: set | None = None) -> bool:
+        """``body`` builds or calls the candidate's kernels (``load_inline``, one of its functions or operators),
+        itself or through the methods and functions it calls by name (``self.m()``, ``f()``, ``Helper.m()`` of a
+        class of the program)."""
+        seen = set() if seen is None else seen
+        for stmt in body:
+            for n in ast.walk(stmt):
+                if not isinstance(n, ast.Call):
+                    continue
+                if _is_load_inline(n) or own_call(n):
+                    return True
+                callee = None
+                if isinstance(n.func, ast.Name):
+                    callee = functions.get(n.func.id)
+                elif isinstance(n.func, ast.Attribute) and _dotted(n.func.value) == "self":
+                    callee = methods.get(n.func.attr)
+                elif isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and \
+                        n.func.value.id in classes:
+                    callee = next((m for c in _own_chain(classes[n.func.value.id], classes) for m in c.body
+                                   if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and
+                                   m.name == n.func.attr), None)
+                if callee is not None and id(callee) not in seen:
+                    seen.add(id(callee))
+                    if kernel_path(callee.body, seen):
+                        return True
+        return False
+
+    # a PyTorch layer as a base (`class ModelNew(nn.Conv2d)`: its parameters and their initialisation) is honest
+    # when ModelNew defines the forward that runs and reaches none of the layer's code (static_scope.layer_reaches)
+    layers = {id(b): full for b, full in layer_bases(model_new, classes, prog.canonical)}
+    own_fwd = own_forward(model_new, classes)
+    for node, what in layer_reaches(model_new, classes, prog.canonical, prog.init_ids):
+        add(cheats.C04, node, f"ModelNew {what} (the layer's forward is PyTorch's computation)")
     for c in chain:
         who = "ModelNew" if c is model_new else f"`{c.name}`, a base of ModelNew,"
         for base in c.bases:
             b = _dotted(base)
             if not b or (isinstance(base, ast.Name) and base.id in classes and base.id != "Model"):
                 continue  # a class of the program: its own bases are judged in turn (chain)
-            if b.split(".")[-1] not in ("Module",):
+            if id(base) in layers and not own_fwd:
+                add(cheats.C04, base, f"{who} inherits from the PyTorch layer `{b}` and defines no forward of its "
+                                      "own: its forward is the layer's (PyTorch's computation)")
+            elif b.split(".")[-1] not in ("Module",) and id(base) not in layers:
                 add(cheats.C04, base, f"{who} inherits from `{b}` instead of nn.Module")
         # super().forward reaches the program's own base class only when that is what the class derives from
         own_super = bool(c.bases) and isinstance(c.bases[0], ast.Name) and c.bases[0].id in classes and \
@@ -634,11 +677,14 @@ def _judge_model_new(prog: _Program) -> None:
                 add(cheats.C04, node, f"calls `super().{node.func.attr}`")
     for c in chain:
         for node in ast.walk(c):
-            if isinstance(node, ast.Try):
+            # a try only construction runs that guards no build or call of the candidate's kernels (a default when
+            # a device query fails) is no fallback: construction computes no output. One guarding the build is the
+            # classic fallback (`except: self.impl = self._pytorch_forward`) and is judged as forward's
+            if isinstance(node, ast.Try) and not (id(node) in prog.init_ids and not kernel_path(node.body)):
                 for h in node.handlers:
-                    if all(isinstance(s, ast.Raise) for s in h.body):
-                        continue
                     own, foreign = reach(h.body)
+                    if always_raises(h) and not foreign:
+                        continue  # the call fails as it would without the try: a fallback to nothing
                     if foreign:
                         add(cheats.C03, h, "a try/except in ModelNew whose handler computes with PyTorch or the "
                                             "reference (a fallback path)")

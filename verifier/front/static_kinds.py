@@ -2,6 +2,8 @@
 name holds a tensor, a path, another object (a container, a queue, a lock) or something unknown, from where it is
 bound; the rules judge a method's name on its receiver (a queue's ``put`` is not ``Tensor.put``) and a path's
 methods as file access. Anything it cannot read is unknown, and the rules treat unknown as they did before.
+``own_class`` / ``own_member`` say when a receiver is an instance of the program's own class and a method called on it
+is the program's own code (``self.norm(x)`` of its own module is not ``Tensor.norm``).
 Imports: the standard library and the extract stage's reading of names and classes.
 """
 
@@ -23,12 +25,15 @@ _OTHER_CALLS = {"threading.Lock", "threading.RLock", "threading.Event", "threadi
                 "threading.BoundedSemaphore", "threading.local", "contextlib.nullcontext", "functools.partial"}
 # torch calls whose result describes, never holds, data
 _TORCH_NOT_TENSOR = {"Size", "device", "dtype", "finfo", "iinfo", "no_grad", "inference_mode", "is_tensor", "numel",
-                     "get_default_dtype", "is_grad_enabled", "set_grad_enabled", "enable_grad", "Generator"}
+                     "get_default_dtype", "is_grad_enabled", "set_grad_enabled", "enable_grad", "Generator",
+                     "broadcast_shapes", "result_type", "promote_types", "can_cast", "is_floating_point",
+                     "is_complex"}
 # tensor methods and attributes by what they give back
 _TENSOR_DESCRIBE = {"size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "data_ptr",
                     "element_size", "is_contiguous", "get_device", "item", "tolist", "shape", "device", "dtype",
                     "is_cuda", "ndim", "layout", "requires_grad", "is_leaf", "numpy", "untyped_storage",
-                    "storage", "nbytes", "itemsize"}
+                    "storage", "nbytes", "itemsize", "is_floating_point", "is_complex", "is_signed", "is_pinned",
+                    "is_same_size"}
 _TENSOR_ATTRS = {"T", "mT", "H", "mH", "data", "real", "imag", "grad"}
 PATH_CLASSES = {"pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath", "pathlib.PurePosixPath",
                 "pathlib.WindowsPath", "pathlib.PureWindowsPath"}
@@ -36,6 +41,35 @@ PATH_CLASSES = {"pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath", "pathli
 _PATH_PURE = {"with_suffix", "with_name", "with_stem", "joinpath", "relative_to", "absolute", "expanduser",
               "resolve", "parent"}
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+# torch.nn's namespaces of functions, and its classes whose instances are tensors
+_NN_NOT_MODULES = {"functional", "init", "parameter", "utils"}
+_NN_TENSORS = {"Parameter", "Buffer", "UninitializedParameter", "UninitializedBuffer"}
+
+
+# decorators that leave a method the function it defines (a property, or any other, may hand back anything)
+_PLAIN_DECORATORS = {"staticmethod", "classmethod", "torch.no_grad", "torch.inference_mode",
+                     "torch.autograd.grad_mode.no_grad"}
+
+
+def _defined(cls: ast.ClassDef) -> set[str]:
+    """The names a class body binds with ``def``."""
+    return {m.name for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _bound_otherwise(cls: ast.ClassDef) -> set[str]:
+    """The names a class body binds other than with ``def`` (``relu = torch.relu``, an import, a loop variable)."""
+    out: set[str] = set()
+    for m in cls.body:
+        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for n in ast.walk(m):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                out.add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                out |= {a.asname or a.name.split(".")[0] for a in n.names}
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(n.name)  # a def under an `if` in the class body
+    return out
 
 
 def _join(kinds) -> str:
@@ -57,6 +91,7 @@ class Kinds:
         self._busy: set[tuple] = set()
         self._self_binds: dict[int, dict[str, list]] = {}  # class id -> attr -> [(value, scope)]
         self._depth = 0
+        self._writes: dict | None = None  # attribute name -> values stored (_attribute_writes)
 
     # ---- scopes and bindings
     def scope_of(self, node: ast.AST) -> ast.AST:
@@ -147,6 +182,135 @@ class Kinds:
                         isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
                     out.setdefault(n.args[0].value, []).append(("tensor", None))
         self._self_binds[id(cls)] = out
+        return out
+
+    # ---- instances of the program's own classes
+    def own_class(self, e: ast.AST) -> ast.ClassDef | None:
+        """The program's class ``e`` is an instance of: ``self`` in a method of one, ``Block(...)``, a name or a
+        ``self.X`` every binding of which is one of those (of one class); None when it cannot say, or when the class
+        takes its methods from a class outside the program that could answer for it (``_own_instances``)."""
+        cls = self._own_class(e, self.scope_of(e))
+        return cls if cls is not None and self._own_instances(cls) else None
+
+    def _own_class(self, e: ast.AST, scope: ast.AST) -> ast.ClassDef | None:
+        key = ("own", id(e))
+        if key in self._busy or self._depth > 100:
+            return None  # a binding that depends on itself
+        self._busy.add(key)
+        self._depth += 1
+        try:
+            return self._own_class_of(e, scope)
+        finally:
+            self._busy.discard(key)
+            self._depth -= 1
+
+    def _own_class_of(self, e: ast.AST, scope: ast.AST) -> ast.ClassDef | None:
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and self.classes.get(e.func.id) is not None and \
+                self._name_is_class(e.func.id, scope):
+            return self.classes[e.func.id]
+        if isinstance(e, ast.Name):
+            while scope is not self.tree and e.id not in self.bindings(scope):
+                scope = self.scope_of(scope)
+            binds = self.bindings(scope).get(e.id, [])
+            cls = self.parents.get(id(scope))
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(cls, ast.ClassDef) and \
+                    self.classes.get(cls.name) is cls and (scope.args.posonlyargs + scope.args.args)[:1] and \
+                    (scope.args.posonlyargs + scope.args.args)[0].arg == e.id and len(binds) == 1 and \
+                    not any(_dotted(d) in ("staticmethod", "classmethod") for d in scope.decorator_list):
+                return cls  # the instance a method is called on
+            found = {id(c): c for c in (self._own_class(b, scope) if isinstance(b, ast.AST) else None
+                                        for b in binds)}
+            return found.popitem()[1] if len(found) == 1 and None not in [*found.values()] else None
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+            cls = self._own_class(e.value, scope)
+            binds = self._self_bindings(cls).get(e.attr) if cls is not None else None
+            if not binds:
+                return None
+            found = {id(c): c for c in (self._own_class(v, s) if isinstance(v, ast.AST) else None for v, s in binds)}
+            return found.popitem()[1] if len(found) == 1 and None not in [*found.values()] else None
+        return None
+
+    def _name_is_class(self, name: str, scope: ast.AST) -> bool:
+        """``name`` read in ``scope`` is the module-level class of that name (no other binding shadows it)."""
+        while scope is not self.tree:
+            if name in self.bindings(scope):
+                return False
+            scope = self.scope_of(scope)
+        return len(self.bindings(self.tree).get(name, [])) == 1
+
+    def _own_instances(self, cls: ast.ClassDef) -> bool:
+        """An instance of ``cls`` is a module or a plain object: every base outside the program is an nn module
+        class or object (not a Tensor, whose methods are PyTorch's), and no class of its chain redirects attribute
+        lookup (``__getattr__``, ``__getattribute__``) or binds its call to a value (``forward =
+        staticmethod(torch.relu)``). Which of its attributes are the program's is ``own_member``'s question."""
+        for c in _own_chain(cls, self.classes):
+            for b in c.bases:
+                inside = isinstance(b, ast.Name) and self.classes.get(b.id) is not None and b.id != "Model"
+                full = self.canonical(_dotted(b)) if _dotted(b) else ""
+                layer = full.startswith("torch.nn.") and full.split(".")[2] not in _NN_NOT_MODULES and \
+                    full.split(".")[-1] not in _NN_TENSORS
+                if not inside and not layer and full != "object":
+                    return False
+            if {"__getattr__", "__getattribute__"} & _defined(c) or \
+                    {"forward", "__call__", "__getattr__", "__getattribute__"} & _bound_otherwise(c):
+                return False  # attribute lookup redirected, or a call that runs what a name holds
+        return True
+
+    def own_member(self, call: ast.Call) -> bool:
+        """``recv.name(...)`` calls the program's own code: ``recv`` is an instance of one of its classes
+        (``own_class``) and ``name`` is a method that class's chain defines or an attribute every write of which, in
+        the whole program, stores an instance of one of its classes (``self.norm = CudaLayerNorm(...)``); a name also
+        written any other way (``self.relu = torch.relu``, ``setattr(self, "relu", ...)``), or a program that writes
+        attributes by computed names, is not read as its own."""
+        if not isinstance(call.func, ast.Attribute):
+            return False
+        cls, name = self.own_class(call.func.value), call.func.attr
+        if cls is None:
+            return False
+        writes = self._attribute_writes().get(name, [])
+        if self._attribute_writes().get(None):
+            return False  # setattr / __dict__ with a name the scan cannot read
+        if writes:
+            return all(v is not None and self._own_class(v, self.scope_of(v)) is not None and
+                       self._own_instances(self._own_class(v, self.scope_of(v))) for v in writes)
+        chain = _own_chain(cls, self.classes)
+        if any(name in _bound_otherwise(c) for c in chain):
+            return False  # `relu = torch.relu` in a class body, beside a def or not
+        return any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name and
+                   all(self.canonical(_dotted(d.func if isinstance(d, ast.Call) else d)) in _PLAIN_DECORATORS
+                       for d in m.decorator_list)
+                   for c in chain for m in c.body)
+
+    def _attribute_writes(self) -> dict:
+        """Every value the program stores as an attribute, by the attribute's name (None: a name it computes, or a
+        store it cannot read: ``setattr(obj, name, v)``, ``obj.__dict__[...] = v``); a value None when the store
+        does not say (a tuple target, an augmented assignment, a delete)."""
+        if self._writes is not None:
+            return self._writes
+        out: dict = {}
+        for n in ast.walk(self.tree):
+            targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target] if isinstance(
+                n, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr)) else \
+                [n.optional_vars] if isinstance(n, ast.withitem) and n.optional_vars is not None else []
+            for t in targets:
+                for sub in ast.walk(t):
+                    if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                        plain = isinstance(n, (ast.Assign, ast.AnnAssign)) and t is sub
+                        out.setdefault(sub.attr, []).append(n.value if plain else None)
+                    if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Attribute) and \
+                            sub.value.attr == "__dict__":
+                        out.setdefault(None, []).append(None)
+            if isinstance(n, ast.Call):
+                fn = _dotted(n.func).split(".")[-1]
+                at = {"setattr": 1, "add_module": 0, "register_module": 0, "register_buffer": 0,
+                      "register_parameter": 0}.get(fn)
+                if at is not None and len(n.args) > at:
+                    key = n.args[at]
+                    name = key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+                    out.setdefault(name, []).append(n.args[at + 1] if len(n.args) > at + 1 else None)
+            if isinstance(n, ast.Attribute) and n.attr == "__dict__":
+                out.setdefault(None, []).append(None)  # a namespace written or read by computed names
+        self._writes = out
         return out
 
     # ---- kinds

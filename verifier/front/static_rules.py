@@ -24,6 +24,9 @@ TORCH_ALLOWED = {
     # views and copies that move data without computing on it
     "flatten", "unflatten", "reshape", "squeeze", "unsqueeze", "permute", "transpose", "narrow", "split", "chunk",
     "unbind", "cat", "concat", "concatenate", "stack", "as_strided", "empty_strided",
+    "movedim", "moveaxis", "swapaxes", "swapdims", "empty_permuted",
+    # shapes and dtypes: arithmetic on sizes and type promotion, no tensor data read
+    "broadcast_shapes", "result_type", "promote_types", "can_cast", "is_floating_point", "is_complex",
 }
 # Tensor methods that allocate, view, convert or describe; any other Tensor method is compute.
 TENSOR_METHOD_ALLOWED = {
@@ -35,6 +38,10 @@ TENSOR_METHOD_ALLOWED = {
     "new_tensor", "empty_like", "zero_", "fill_", "copy_", "clone", "item", "get_device",
     "register_buffer", "register_parameter", "parameters", "buffers", "named_parameters", "children",
     "modules", "state_dict", "load_state_dict", "eval", "train", "apply", "register_module", "add_module", "as_subclass",
+    "movedim", "moveaxis", "swapaxes", "swapdims", "is_floating_point", "is_complex", "is_signed", "is_pinned",
+    "is_same_size", "new_empty_strided", "resize_",
+    # the caching allocator's bookkeeping: the block stays reserved until the stream's queued work is done
+    "record_stream",
 }
 # Module-level imports and calls that reach outside the sandbox, by cheat code.
 IMPORT_CODES = {
@@ -90,7 +97,10 @@ SYS_ALLOWED = {"version", "version_info", "platform", "maxsize", "float_info", "
 # sys.X that reach frames and tracebacks (the verifier's objects): C15; any other sys.X outside SYS_ALLOWED is C11
 SYS_FRAMES = {"_getframe", "exc_info", "exception", "last_traceback", "last_value", "last_exc", "_current_frames"}
 OS_ALLOWED = {"environ", "getenv", "path", "cpu_count", "makedirs", "sep", "name", "getpid", "linesep", "pathsep",
-              "fspath"}
+              "fspath",
+              # a path's name (the working directory's), as os.path and pathlib.Path.cwd give; what lists or opens
+              # it is judged where it is (os.listdir, open: C15)
+              "getcwd"}
 # names that are introspection or code building even when not called directly (``f = getattr; f(...)``)
 REFLECTIVE_NAMES = {"eval": cheats.C11, "exec": cheats.C11, "compile": cheats.C11, "__import__": cheats.C11,
                     "setattr": cheats.C11, "delattr": cheats.C11, "globals": cheats.C15, "locals": cheats.C15,

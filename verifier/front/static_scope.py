@@ -1,7 +1,10 @@
 """The static stage's reading of a program's structure: which of its functions and classes can run (liveness from
 ModelNew, its bases and the module-level code: extract.live_definitions, which the extract stage reads too), which
-code only construction reaches, and which ``self.X`` of a
-class are PyTorch layers (an nn container only when a PyTorch layer is among its members).
+code only construction reaches (a function construction stores as a value is not: forward may run it), which code
+only a backward pass runs (a torch.autograd.Function's ``backward`` that forward does not name), which ``self.X`` of a
+class are PyTorch layers (an nn container only when a PyTorch layer is among its members; a class of the program that
+inherits a layer without a forward of its own is one), where a class built on a layer reaches the layer's code, and
+which except handlers cannot complete without raising.
 
 It reads names, not values: conservative where Python is dynamic (any mention of a name makes it live). Two
 readings that go a little further, within one scope at a time, live beside it: what a value is (static_kinds.py,
@@ -43,7 +46,7 @@ class _Scope:
         (extract.live_definitions): code that never runs, so not scanned as if forward called it. A dead class's
         methods are dead; its other statements ran at import."""
         self.live, defs = live_definitions(self.tree, model_new, skipped, self.canonical)
-        dead: set[int] = set()
+        dead = backward_only_nodes(self.tree, self.classes, self.canonical)
         if self.live is None:
             return dead
         for name, nodes in defs.items():
@@ -74,10 +77,24 @@ class _Scope:
                     return rest.split(".")[-1]
         return ""
 
+    def runs_layer(self, call: ast.AST) -> str:
+        """The PyTorch layer whose forward an instance built by ``call`` runs when it is a class of the program
+        that inherits one and defines no forward of its own (``class Act(nn.GELU): pass``); "" otherwise."""
+        cls = self.classes.get(call.func.id) if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) \
+            else None
+        if cls is None or own_forward(cls, self.classes):
+            return ""
+        layers = [full for _, full in layer_bases(cls, self.classes, self.canonical)
+                  if full.split(".")[-1] not in _NN_NO_COMPUTE]
+        return layers[0] if layers else ""
+
     def _computes(self, call: ast.Call, fn: ast.AST | None) -> bool:
         """Whether an nn construction computes with PyTorch when called: a layer does (not those in
-        _NN_NO_COMPUTE); a container does when a layer is among its members, read from its arguments and, for
+        _NN_NO_COMPUTE), and so does a class of the program that inherits one without a forward of its own
+        (``runs_layer``); a container does when a layer is among its members, read from its arguments and, for
         names they use, from what the enclosing function assigns or appends to those names."""
+        if self.runs_layer(call):
+            return True
         kind = self.nn_class(call)
         if kind in _NN_NO_COMPUTE or not kind:
             return False
@@ -98,8 +115,8 @@ class _Scope:
                 elif isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
                                                        and t.value.id in names for t in n.targets):
                     sources.append(n.value)
-        return any(self.nn_class(n) and self.nn_class(n) not in _NN_NO_COMPUTE | _NN_CONTAINERS
-                   for src in sources for n in ast.walk(src))
+        return any((self.nn_class(n) and self.nn_class(n) not in _NN_NO_COMPUTE | _NN_CONTAINERS) or
+                   self.runs_layer(n) for src in sources for n in ast.walk(src))
 
     def torch_layers(self, cls: ast.ClassDef | None) -> set[str]:
         """Attributes ``self.X`` of ``cls`` (and of the classes of the program it inherits from) assigned a PyTorch
@@ -125,6 +142,77 @@ class _Scope:
                     if target and isinstance(value, ast.Call) and self._computes(value, fn):
                         out.add(target)
         return out
+
+
+# ---- classes of the program built on a PyTorch layer (`class ModelNew(nn.Conv2d)`: its parameters and their
+# initialisation), which compute as the layer does unless they define forward themselves
+def layer_bases(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], canonical) -> list[tuple[ast.expr, str]]:
+    """(base, its canonical name) for each base of ``cls``'s chain that is a PyTorch nn class other than
+    nn.Module (``torch.nn.Conv2d``): the classes it takes parameters, initialisation and methods from."""
+    out = []
+    for c in _own_chain(cls, classes):
+        for b in c.bases:
+            if isinstance(b, ast.Name) and b.id in classes and b.id != "Model":
+                continue
+            raw = _dotted(b)
+            full = canonical(raw) if raw else ""
+            if full.startswith("torch.nn.") and full.split(".")[-1] != "Module" and \
+                    full.split(".")[2] not in ("init", "functional", "utils", "parameter"):
+                out.append((b, full))
+    return out
+
+
+def own_forward(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> bool:
+    """``cls`` or a class of the program along its first bases (the front of its method resolution order,
+    before any class outside the program) defines ``def forward``: its instances run that, not a layer's."""
+    c, seen = cls, set()
+    while c is not None and id(c) not in seen:
+        seen.add(id(c))
+        if any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == "forward" for m in c.body):
+            return True
+        first = c.bases[0] if c.bases else None
+        c = classes.get(first.id) if isinstance(first, ast.Name) and first.id != "Model" else None
+    return False
+
+
+def _layer_methods(full: str) -> set[str]:
+    """The attributes the PyTorch nn class ``full`` (``torch.nn.Conv2d``) has beyond nn.Module's
+    (``_conv_forward``, ``reset_parameters``); none for a name torch does not have."""
+    from torch import nn  # here: the scan's other readings run without torch
+    obj = nn
+    for part in full.split(".")[2:]:
+        obj = getattr(obj, part, None)
+    return set(dir(obj)) - set(dir(nn.Module)) if isinstance(obj, type) else set()
+
+
+def layer_reaches(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], canonical,
+                  skip: set[int]) -> list[tuple[ast.AST, str]]:
+    """Where ``cls``'s chain, outside the nodes ``skip`` (construction), runs the code of a PyTorch layer it
+    inherits: ``Base.X`` for a layer base (``nn.Conv2d.forward(self, x)``; ``__init__`` aside), ``super().X``
+    and ``self.X(...)`` for a method the layer defines beyond nn.Module's and the program does not
+    (``self._conv_forward(...)``); ``super().forward`` is judged with the reference's. (node, what) each."""
+    bases = layer_bases(cls, classes, canonical)
+    if not bases:
+        return []
+    fulls = {full for _, full in bases}
+    layer_methods = {m for full in fulls for m in _layer_methods(full)}
+    chain = _own_chain(cls, classes)
+    own_names = {m.name for c in chain for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    out = []
+    for c in chain:
+        for n in ast.walk(c):
+            if id(n) in skip:
+                continue
+            if isinstance(n, ast.Attribute) and n.attr != "__init__" and _dotted(n.value) and \
+                    canonical(_dotted(n.value)) in fulls:
+                out.append((n, f"reaches `{_dotted(n)}`, the PyTorch layer it inherits from"))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                    n.func.attr in layer_methods - own_names and (
+                    _dotted(n.func.value) == "self" or (isinstance(n.func.value, ast.Call) and
+                                                        _dotted(n.func.value.func) == "super")):
+                who = "self" if _dotted(n.func.value) == "self" else "super()"
+                out.append((n, f"calls `{who}.{n.func.attr}`, a method of the PyTorch layer it inherits from"))
+    return out
 
 
 def _loop_bindings(target: ast.AST, it: ast.AST) -> list[tuple[str, ast.AST]]:
@@ -176,12 +264,77 @@ def _closure(funcs: dict[str, list[ast.AST]], roots: set[str]) -> set[str]:
     return seen
 
 
+# the methods of a torch.autograd.Function that only a backward pass (or forward-mode AD) runs
+_AUTOGRAD_BACKWARD = {"backward", "vjp", "jvp"}
+_AUTOGRAD_FUNCTION = {"torch.autograd.Function", "torch.autograd.function.Function",
+                      "torch.autograd.function.InplaceFunction"}
+
+
+def backward_only_nodes(tree: ast.Module, classes: dict[str, ast.ClassDef], canonical) -> set[int]:
+    """Ids of the nodes of the ``backward`` (``vjp``, ``jvp``) of the program's ``torch.autograd.Function``
+    classes that nothing a ``forward`` / ``__call__`` reaches names (by name, conservatively: a direct call
+    ``Fn.backward(ctx, g)``, ``y.backward()``, ``torch.autograd.backward`` all name it): the verifier runs forward
+    only, so PyTorch compute there never stands in for the kernel. Its other rules (files, processes, patching)
+    still read them."""
+    funcs = _functions_by_name(tree)
+    reached = _closure(funcs, {"forward", "__call__"})
+    ids: set[int] = set()
+    for cls in classes.values():
+        chain = _own_chain(cls, classes)
+        if not any(canonical(_dotted(b)) in _AUTOGRAD_FUNCTION for c in chain for b in c.bases if _dotted(b)):
+            continue
+        for f in cls.body:
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name in _AUTOGRAD_BACKWARD and \
+                    f.name not in reached:
+                ids |= {id(n) for n in ast.walk(f)}
+    return ids
+
+
+def always_raises(handler: ast.ExceptHandler) -> bool:
+    """An except handler that cannot complete normally: its last statement is a ``raise`` and nothing in it (its
+    nested functions and classes aside) returns, breaks or continues, so every path through it raises. What it does
+    before (a log line, a message built, state set) falls back to nothing: the call fails as it would without the
+    try. A ``raise`` under a condition is not this (the handler can end without it)."""
+    if not handler.body or not isinstance(handler.body[-1], ast.Raise):
+        return False
+    todo: list[ast.AST] = list(handler.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await)):
+            return False
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(n))
+    return True
+
+
+def stored_functions(tree: ast.Module, funcs: dict[str, list[ast.AST]]) -> set[str]:
+    """The names of the program's functions read as values rather than called where they are named (``self.fn =
+    self._ref``, ``register_forward_hook(self._hook)``, a decorator): whatever stores them may run them later, from
+    forward. One handed to nn.Module's ``apply`` (``self.apply(self._init_weights)``) runs there and then, unless the
+    program defines an ``apply`` of its own."""
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
+        if name not in funcs or not isinstance(n.ctx, ast.Load):
+            continue
+        p = parents.get(id(n))
+        if isinstance(p, ast.Call) and (p.func is n or (isinstance(p.func, ast.Attribute) and p.func.attr == "apply"
+                                                         and "apply" not in funcs and n in p.args)):
+            continue
+        if isinstance(p, ast.Attribute) and p.value is n:
+            continue  # an attribute of the function read (`helper.cache_clear`), not the function handed on
+        out.add(name)
+    return out
+
+
 def init_only_nodes(tree: ast.Module) -> set[int]:
     """Ids of the nodes in functions that only construction reaches: reachable (by name, conservatively) from
-    an ``__init__`` of some class and not from any ``forward`` / ``__call__``. Lambdas and functions nested in
-    them are left out (they can be stored and called later, from forward)."""
+    an ``__init__`` of some class and not from any ``forward`` / ``__call__`` or from a function stored as a value
+    (``stored_functions``: ``self.fn = self._ref`` in ``__init__`` runs ``_ref`` from forward). Lambdas and
+    functions nested in them are left out (they can be stored and called later, from forward)."""
     funcs = _functions_by_name(tree)
-    forward = _closure(funcs, {"forward", "__call__"})
+    forward = _closure(funcs, {"forward", "__call__"} | stored_functions(tree, funcs))
     only_init = _closure(funcs, {"__init__"}) - forward - {"get_inputs", "get_init_inputs"}
     ids: set[int] = set()
     for name in only_init:
