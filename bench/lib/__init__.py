@@ -6,6 +6,9 @@
     fixtures           small tasks and candidates, honest and cheating, for the verifier's tests and benchmarks
     mixed_batch        the mixed batch of 8 level 1-2 tasks that bench/bench_verifier.py --batch mixed measures
     proc_cpu           host CPU seconds by kind of process over a benchmark (compilers, execution children, ...)
+    build_breakdown    a batch's builds by the variant that produced each module, the fast variants that failed first
+    slim_testbed       how often the slim build variant compiles for the test bed's solutions, and why not
+    torch_imports      what model-written answers take from PyTorch's libraries (the C01 allowlist's fidelity)
     planted_corpus     a corpus with planted near-duplicates, for the dedup benchmark's recall
     rewrites           rewritten copies of benchmark programs, for the decontamination benchmark's recall
     task_families      procedural task families (tiers of fused row ops) for the training benchmarks
