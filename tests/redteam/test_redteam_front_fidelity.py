@@ -20,7 +20,8 @@ that could hide behind the reading is still caught, with its code.
    or through ``.backward()``) it is scanned as forward code.
 5. C04: ModelNew built on an nn layer (``nn.Conv2d`` for its parameters) with its own forward is honest; without a
    forward, or reaching the layer's code (``super().forward``, ``nn.Linear.forward(self, x)``,
-   ``self._conv_forward``, ``forward = nn.Linear.forward``) it is C04, and ``F.conv2d`` on its weights C01.
+   ``self._conv_forward``, ``forward = nn.Linear.forward``, a submodule the layer built: ``self.out_proj``) it is C04,
+   so is a container as the base, and ``F.conv2d`` on its weights is C01.
 6. extract: a launch through a token-pasting macro is a launch (the source as the preprocessor gives it); a macro
    nothing invokes, or one invoked under ``#if 0``, launches nothing (C02's extract error).
 7. C17: ``os.getcwd()`` is a path's name; ``os.chdir`` stays C17, listing the directory C15.
@@ -212,6 +213,12 @@ CHEATS = {
     "layer_base_forward_assigned": (cheats.C04, program(
         "class ModelNew(nn.Linear):\n    forward = nn.Linear.forward\n\n    def relu(self, x):\n"
         "        return ext.relu_fwd(x)\n")),
+    "layer_base_submodule_the_layer_built": (cheats.C04, program(
+        "class ModelNew(nn.MultiheadAttention):\n    def forward(self, x):\n"
+        "        return self.out_proj(ext.relu_fwd(x))\n")),
+    "container_base_running_its_members": (cheats.C04, program(
+        "class ModelNew(nn.Sequential):\n    def __init__(self):\n        super().__init__(nn.ReLU())\n\n"
+        "    def forward(self, x):\n        return self[0](ext.relu_fwd(x))\n")),
     "layer_base_functional_on_its_weights": (cheats.C01, program(
         "class ModelNew(nn.Conv2d):\n    def forward(self, x):\n"
         "        return F.conv2d(ext.relu_fwd(x), self.weight, self.bias)\n")),

@@ -649,7 +649,7 @@ def _judge_model_new(prog: _Program) -> None:
     layers = {id(b): full for b, full in layer_bases(model_new, classes, prog.canonical)}
     own_fwd = own_forward(model_new, classes)
     for node, what in layer_reaches(model_new, classes, prog.canonical, prog.init_ids):
-        add(cheats.C04, node, f"ModelNew {what} (the layer's forward is PyTorch's computation)")
+        add(cheats.C04, node, f"ModelNew {what} (the layer's code is PyTorch's computation, not your kernel)")
     for c in chain:
         who = "ModelNew" if c is model_new else f"`{c.name}`, a base of ModelNew,"
         for base in c.bases:

@@ -147,8 +147,9 @@ class _Scope:
 # ---- classes of the program built on a PyTorch layer (`class ModelNew(nn.Conv2d)`: its parameters and their
 # initialisation), which compute as the layer does unless they define forward themselves
 def layer_bases(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], canonical) -> list[tuple[ast.expr, str]]:
-    """(base, its canonical name) for each base of ``cls``'s chain that is a PyTorch nn class other than
-    nn.Module (``torch.nn.Conv2d``): the classes it takes parameters, initialisation and methods from."""
+    """(base, its canonical name) for each base of ``cls``'s chain that is a PyTorch nn layer (``torch.nn.Conv2d``):
+    the classes it takes parameters, initialisation and methods from. Not nn.Module, nor the containers (Sequential,
+    ModuleList, ModuleDict: their members are the layers, which a forward of the program's would run)."""
     out = []
     for c in _own_chain(cls, classes):
         for b in c.bases:
@@ -156,7 +157,7 @@ def layer_bases(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], canonical) 
                 continue
             raw = _dotted(b)
             full = canonical(raw) if raw else ""
-            if full.startswith("torch.nn.") and full.split(".")[-1] != "Module" and \
+            if full.startswith("torch.nn.") and full.split(".")[-1] not in {"Module", *_NN_CONTAINERS} and \
                     full.split(".")[2] not in ("init", "functional", "utils", "parameter"):
                 out.append((b, full))
     return out
@@ -198,6 +199,16 @@ def layer_reaches(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], canonical
     layer_methods = {m for full in fulls for m in _layer_methods(full)}
     chain = _own_chain(cls, classes)
     own_names = {m.name for c in chain for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    # what the program itself puts on the instance (`self.scale = ...`, add_module("proj", ...)); anything else
+    # called on it, beyond nn.Module's own methods, is the layer's (a method, or a submodule its __init__ built:
+    # nn.MultiheadAttention's out_proj)
+    own_names |= {t.attr for c in chain for n in ast.walk(c) for t in ast.walk(n) if isinstance(t, ast.Attribute)
+                  and isinstance(t.ctx, ast.Store) and _dotted(t.value) == "self"}
+    own_names |= {n.args[0].value for c in chain for n in ast.walk(c) if isinstance(n, ast.Call) and n.args and
+                  isinstance(n.func, ast.Attribute) and n.func.attr in ("add_module", "register_module") and
+                  isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)}
+    from torch import nn  # here: the scan's other readings run without torch
+    module_api = set(dir(nn.Module)) - {"forward", "__call__"}
     out = []
     for c in chain:
         for n in ast.walk(c):
@@ -207,11 +218,17 @@ def layer_reaches(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], canonical
                     canonical(_dotted(n.value)) in fulls:
                 out.append((n, f"reaches `{_dotted(n)}`, the PyTorch layer it inherits from"))
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
-                    n.func.attr in layer_methods - own_names and (
-                    _dotted(n.func.value) == "self" or (isinstance(n.func.value, ast.Call) and
-                                                        _dotted(n.func.value.func) == "super")):
-                who = "self" if _dotted(n.func.value) == "self" else "super()"
-                out.append((n, f"calls `{who}.{n.func.attr}`, a method of the PyTorch layer it inherits from"))
+                    n.func.attr in layer_methods - own_names and isinstance(n.func.value, ast.Call) and \
+                    _dotted(n.func.value.func) == "super":
+                out.append((n, f"calls `super().{n.func.attr}`, a method of the PyTorch layer it inherits from"))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+                # self.X(...), self.X.forward(...): X neither the program's nor nn.Module's
+                member = n.func.value if n.func.attr in ("forward", "__call__") and \
+                    isinstance(n.func.value, ast.Attribute) else n.func
+                if isinstance(member, ast.Attribute) and _dotted(member.value) == "self" and \
+                        member.attr not in own_names and member.attr not in module_api:
+                    out.append((n, f"calls `self.{member.attr}`, which the PyTorch layer it inherits from defines "
+                                   "or built"))
     return out
 
 
