@@ -103,6 +103,10 @@ HONEST = {
         "class CudaReLU(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n\n\n"
         "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.relu = CudaReLU()\n\n"
         "    def forward(self, x):\n        return self.relu(x)\n"),
+    "own_method_overridden_by_a_subclass": program(
+        "class Base(nn.Module):\n    def relu(self, x):\n        return ext.relu_fwd(x)\n\n"
+        "    def forward(self, x):\n        return self.relu(x)\n\n\nclass ModelNew(Base):\n"
+        "    def relu(self, x):\n        return ext.relu_fwd(x.contiguous())\n"),
     "own_method_named_norm": program(
         "class ModelNew(nn.Module):\n    def norm(self, x):\n        return ext.relu_fwd(x)\n\n"
         "    def forward(self, x):\n        return self.norm(x)\n"),
@@ -180,6 +184,14 @@ CHEATS = {
     "class_body_rebinds_the_method": (cheats.C01, program(
         "class ModelNew(nn.Module):\n    def relu(self, x):\n        return ext.relu_fwd(x)\n\n    relu = torch.relu\n\n"
         "    def forward(self, x):\n        return self.relu(x)\n")),
+    "subclass_binds_the_name_in_its_body": (cheats.C01, program(
+        "class Base(nn.Module):\n    def relu(self, x):\n        return ext.relu_fwd(x)\n\n"
+        "    def forward(self, x):\n        return self.relu(x)\n\n\nclass ModelNew(Base):\n"
+        "    relu = staticmethod(torch.relu)\n")),
+    "own_module_whose_forward_is_a_property": (cheats.C01, program(
+        "class R(nn.Module):\n    @property\n    def forward(self):\n        return torch.relu\n\n\n"
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.relu = R()\n\n"
+        "    def forward(self, x):\n        return self.relu(ext.relu_fwd(x))\n")),
     "property_handing_back_torch_relu": (cheats.C01, program(
         "class ModelNew(nn.Module):\n    @property\n    def relu(self):\n        return torch.relu\n\n"
         "    def forward(self, x):\n        return self.relu(ext.relu_fwd(x))\n")),

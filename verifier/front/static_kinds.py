@@ -251,8 +251,8 @@ class Kinds:
                     full.split(".")[-1] not in _NN_TENSORS
                 if not inside and not layer and full != "object":
                     return False
-            if {"__getattr__", "__getattribute__"} & _defined(c) or \
-                    {"forward", "__call__", "__getattr__", "__getattribute__"} & _bound_otherwise(c):
+            if {"__getattr__", "__getattribute__"} & (_defined(c) | _bound_otherwise(c)) or \
+                    not self._only_plain([c], "forward") or not self._only_plain([c], "__call__"):
                 return False  # attribute lookup redirected, or a call that runs what a name holds
         return True
 
@@ -273,13 +273,28 @@ class Kinds:
         if writes:
             return all(v is not None and self._own_class(v, self.scope_of(v)) is not None and
                        self._own_instances(self._own_class(v, self.scope_of(v))) for v in writes)
-        chain = _own_chain(cls, self.classes)
-        if any(name in _bound_otherwise(c) for c in chain):
-            return False  # `relu = torch.relu` in a class body, beside a def or not
-        return any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name and
-                   all(self.canonical(_dotted(d.func if isinstance(d, ast.Call) else d)) in _PLAIN_DECORATORS
-                       for d in m.decorator_list)
-                   for c in chain for m in c.body)
+        # `self` may be an instance of a subclass of the program's: what any of them binds to the name counts
+        family = [k for k in self.classes.values() if any(c is cls for c in _own_chain(k, self.classes))]
+        if not all(self._own_instances(k) for k in family):
+            return False
+        related = {id(c): c for k in family for c in _own_chain(k, self.classes)}.values()
+        return self._only_plain(related, name) and any(
+            isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name
+            for c in _own_chain(cls, self.classes) for m in c.body)
+
+    def _only_plain(self, classes, name: str) -> bool:
+        """No class of ``classes`` binds ``name`` other than with a ``def`` (``relu = torch.relu`` in a class body),
+        and every ``def`` of it keeps the function it defines (no decorator but ``_PLAIN_DECORATORS``: a property,
+        or any other, may hand back anything)."""
+        for c in classes:
+            if name in _bound_otherwise(c):
+                return False
+            for m in c.body:
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name and not all(
+                        self.canonical(_dotted(d.func if isinstance(d, ast.Call) else d)) in _PLAIN_DECORATORS
+                        for d in m.decorator_list):
+                    return False
+        return True
 
     def _attribute_writes(self) -> dict:
         """Every value the program stores as an attribute, by the attribute's name (None: a name it computes, or a
