@@ -1,13 +1,13 @@
-"""Red team of the front end's readings that honest frontier-style CUDA answers needed (tests/test_fidelity_cuda_front.py
-holds the honest candidates and their minimal reproducers): each honest form passes here, and beside it the cheat
-that could hide behind the reading is still caught, with its code.
+"""Red team of the front end's readings that honest frontier-style CUDA answers needed
+(tests/test_fidelity_cuda_front.py holds the honest candidates and their minimal reproducers): each honest form passes
+here, and beside it the cheat that could hide behind the reading is still caught, with its code.
 
 1. C03: a try/except handler that cannot complete normally (it ends in an unconditional ``raise``: a log line or a
    message first) falls back to nothing, and a try only construction runs (a default SM count) is no forward
    fallback unless it guards the build or a call of the kernels. A handler that computes the reference before
-   re-raising, whose raise is conditional or can be skipped (a ``return`` in a ``finally``), a try in a helper forward
-   calls too, a build in ``__init__`` falling back to PyTorch, and a callable installed by construction that forward
-   runs, stay caught.
+   re-raising, whose raise is conditional or can be skipped (a ``return`` in a ``finally``, of the handler or of the
+   try), a try in a helper forward calls too, a build in ``__init__`` falling back to PyTorch, and a callable
+   installed by construction that forward runs, stay caught.
 2. C01: ``self.relu(x)`` / ``self.norm(x)`` where the name is the program's own method or module is its code, not
    Tensor.relu. An nn.ReLU held under that name, an own module whose forward computes with torch, the name bound
    to ``torch.relu`` (assigned, ``setattr``, shadowing the method from a subclass or the class body, a property
@@ -101,7 +101,8 @@ HONEST = {
     # 2. C01 on the program's own names
     "own_submodule_named_relu": program(
         "class CudaReLU(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n\n\n"
-        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.relu = CudaReLU()\n\n"
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.relu = CudaReLU()\n\n"
         "    def forward(self, x):\n        return self.relu(x)\n"),
     "own_method_overridden_by_a_subclass": program(
         "class Base(nn.Module):\n    def relu(self, x):\n        return ext.relu_fwd(x)\n\n"
@@ -122,7 +123,8 @@ HONEST = {
     "autograd_function_backward": program(
         "class ReLUFn(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
         "        ctx.save_for_backward(x)\n        return ext.relu_fwd(x)\n\n    @staticmethod\n"
-        "    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n        return torch.where(x > 0, g, torch.zeros_like(g))\n\n\n"
+        "    def backward(ctx, g):\n        (x,) = ctx.saved_tensors\n"
+        "        return torch.where(x > 0, g, torch.zeros_like(g))\n\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ReLUFn.apply(x)\n"),
     # 5. an nn layer as the base
     "layer_base_with_own_forward": program(
@@ -136,7 +138,8 @@ HONEST = {
     # 7. the working directory's name
     "getcwd_for_the_build_directory": program(
         "BUILD = os.path.join(os.getcwd(), 'build_relu')\nos.makedirs(BUILD, exist_ok=True)\n\n\n"
-        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n", imports="import os\n"),
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n"
+        "", imports="import os\n"),
 }
 
 CHEATS = {
@@ -146,12 +149,17 @@ CHEATS = {
     "handler_raises_on_a_condition": (cheats.C03, forward(
         TRY + "            print('failed')\n            if x.numel() > 10:\n                raise\n")),
     "handler_returns_from_a_finally_before_the_raise": (cheats.C03, forward(
-        TRY + "            try:\n                print('failed')\n            finally:\n                return self.out\n"
+        TRY + "            try:\n                print('failed')\n            finally:\n"
+              "                return self.out\n"
               "            raise\n")),
+    "finally_swallows_the_reraise": (cheats.C03, forward(
+        "        try:\n            return ext.relu_fwd(x)\n        except RuntimeError:\n            print('failed')\n"
+        "            raise\n        finally:\n            return self.out\n")),
     "try_in_a_helper_forward_calls_too": (cheats.C03, program(
         "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self._setup()\n\n"
         "    def _setup(self):\n        try:\n            self.sms = 1\n        except RuntimeError:\n"
-        "            self.sms = 132\n\n    def forward(self, x):\n        self._setup()\n        return ext.relu_fwd(x)\n")),
+        "            self.sms = 132\n\n    def forward(self, x):\n        self._setup()\n"
+        "        return ext.relu_fwd(x)\n")),
     "init_build_falls_back_to_pytorch": (cheats.C03, program(
         "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        try:\n"
         "            self.impl = self._build()\n        except Exception as e:\n"
@@ -162,10 +170,12 @@ CHEATS = {
         "    def forward(self, x):\n        if self.impl is None:\n            return torch.relu(x)\n"
         "        return self.impl.relu_fwd(x)\n")),
     "init_handler_installs_a_torch_path": (cheats.C01, program(
-        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fn = ext.relu_fwd\n"
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fn = ext.relu_fwd\n"
         "        try:\n            self.sms = torch.cuda.get_device_properties(0).multi_processor_count\n"
         "        except RuntimeError:\n            self.fn = self._reference\n\n"
-        "    def _reference(self, x):\n        return torch.relu(x)\n\n    def forward(self, x):\n        return self.fn(x)\n")),
+        "    def _reference(self, x):\n        return torch.relu(x)\n\n    def forward(self, x):\n"
+        "        return self.fn(x)\n")),
     # 2. C01: names of the program's own objects that are not its code
     "nn_relu_held_as_relu": (cheats.C01, forward("        return self.relu(ext.relu_fwd(x))\n",
                                                  init="        self.relu = nn.ReLU()\n")),
@@ -180,9 +190,11 @@ CHEATS = {
     "subclass_shadows_the_own_method": (cheats.C01, program(
         "class Base(nn.Module):\n    def relu(self, x):\n        return ext.relu_fwd(x)\n\n"
         "    def forward(self, x):\n        return self.relu(x)\n\n\n"
-        "class ModelNew(Base):\n    def __init__(self):\n        super().__init__()\n        self.relu = torch.relu\n")),
+        "class ModelNew(Base):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.relu = torch.relu\n")),
     "class_body_rebinds_the_method": (cheats.C01, program(
-        "class ModelNew(nn.Module):\n    def relu(self, x):\n        return ext.relu_fwd(x)\n\n    relu = torch.relu\n\n"
+        "class ModelNew(nn.Module):\n    def relu(self, x):\n        return ext.relu_fwd(x)\n\n"
+        "    relu = torch.relu\n\n"
         "    def forward(self, x):\n        return self.relu(x)\n")),
     "subclass_binds_the_name_in_its_body": (cheats.C01, program(
         "class Base(nn.Module):\n    def relu(self, x):\n        return ext.relu_fwd(x)\n\n"
@@ -200,16 +212,19 @@ CHEATS = {
         "    def __init__(self):\n        super().__init__()\n        self.relu = R()\n\n"
         "    def forward(self, x):\n        return self.relu(ext.relu_fwd(x))\n")),
     "own_class_inheriting_a_layer_without_forward": (cheats.C01, program(
-        "class Act(nn.ReLU):\n    pass\n\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "class Act(nn.ReLU):\n    pass\n\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n"
         "        self.act = Act()\n\n    def forward(self, x):\n        return self.act(ext.relu_fwd(x))\n")),
     # 3. compute after a view
-    "compute_after_movedim": (cheats.C01, forward("        return ext.relu_fwd(x.movedim(1, -1).contiguous()).sum()\n")),
+    "compute_after_movedim": (cheats.C01, forward(
+        "        return ext.relu_fwd(x.movedim(1, -1).contiguous()).sum()\n")),
     "compute_into_new_empty_strided": (cheats.C01, forward(
         "        y = x.new_empty_strided(x.size(), x.stride())\n        y.copy_(torch.relu(ext.relu_fwd(x)))\n"
         "        return y\n")),
     # 4. backward run from forward
     "backward_called_from_forward": (cheats.C01, program(
-        "class Fn(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n        return ext.relu_fwd(x)\n\n"
+        "class Fn(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+        "        return ext.relu_fwd(x)\n\n"
         "    @staticmethod\n    def backward(ctx, g):\n        return torch.relu(g)\n\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return Fn.backward(None, Fn.apply(x))\n")),
     # 5. the layer's own forward
@@ -218,7 +233,8 @@ CHEATS = {
     "layer_base_super_forward": (cheats.C04, program(
         "class ModelNew(nn.Linear):\n    def forward(self, x):\n        return super().forward(ext.relu_fwd(x))\n")),
     "layer_base_forward_called_by_class": (cheats.C04, program(
-        "class ModelNew(nn.Linear):\n    def forward(self, x):\n        return nn.Linear.forward(self, ext.relu_fwd(x))\n")),
+        "class ModelNew(nn.Linear):\n    def forward(self, x):\n"
+        "        return nn.Linear.forward(self, ext.relu_fwd(x))\n")),
     "layer_base_private_method": (cheats.C04, program(
         "class ModelNew(nn.Conv2d):\n    def forward(self, x):\n"
         "        return self._conv_forward(ext.relu_fwd(x), self.weight, self.bias)\n")),

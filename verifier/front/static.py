@@ -683,7 +683,7 @@ def _judge_model_new(prog: _Program) -> None:
             if isinstance(node, ast.Try) and not (id(node) in prog.init_ids and not kernel_path(node.body)):
                 for h in node.handlers:
                     own, foreign = reach(h.body)
-                    if always_raises(h) and not foreign:
+                    if always_raises(node, h) and not foreign:
                         continue  # the call fails as it would without the try: a fallback to nothing
                     if foreign:
                         add(cheats.C03, h, "a try/except in ModelNew whose handler computes with PyTorch or the "

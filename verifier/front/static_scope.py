@@ -227,8 +227,8 @@ def layer_reaches(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], canonical
                     isinstance(n.func.value, ast.Attribute) else n.func
                 if isinstance(member, ast.Attribute) and _dotted(member.value) == "self" and \
                         member.attr not in own_names and member.attr not in module_api:
-                    out.append((n, f"calls `self.{member.attr}`, which the PyTorch layer it inherits from defines "
-                                   "or built"))
+                    what = f"calls `self.{member.attr}`, which the PyTorch layer it inherits from defines or built"
+                    out.append((n, what))
     return out
 
 
@@ -307,14 +307,15 @@ def backward_only_nodes(tree: ast.Module, classes: dict[str, ast.ClassDef], cano
     return ids
 
 
-def always_raises(handler: ast.ExceptHandler) -> bool:
-    """An except handler that cannot complete normally: its last statement is a ``raise`` and nothing in it (its
-    nested functions and classes aside) returns, breaks or continues, so every path through it raises. What it does
-    before (a log line, a message built, state set) falls back to nothing: the call fails as it would without the
-    try. A ``raise`` under a condition is not this (the handler can end without it)."""
+def always_raises(try_node: ast.Try, handler: ast.ExceptHandler) -> bool:
+    """An except handler of ``try_node`` that cannot complete normally: its last statement is a ``raise`` and nothing
+    in it (its nested functions and classes aside) returns, breaks or continues, nor in the try's ``finally`` (which
+    would swallow the exception), so every path through it raises out of the try. What it does before (a log line,
+    a message built, state set) falls back to nothing: the call fails as it would without the try. A ``raise`` under
+    a condition is not this (the handler can end without it)."""
     if not handler.body or not isinstance(handler.body[-1], ast.Raise):
         return False
-    todo: list[ast.AST] = list(handler.body)
+    todo: list[ast.AST] = [*handler.body, *try_node.finalbody]
     while todo:
         n = todo.pop()
         if isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await)):
