@@ -22,8 +22,9 @@ here, and beside it the cheat that could hide behind the reading is still caught
    forward, or reaching the layer's code (``super().forward``, ``nn.Linear.forward(self, x)``,
    ``self._conv_forward``, ``forward = nn.Linear.forward``, a submodule the layer built: ``self.out_proj``) it is C04,
    so is a container as the base, and ``F.conv2d`` on its weights is C01.
-6. extract: a launch through a token-pasting macro is a launch (the source as the preprocessor gives it); a macro
-   nothing invokes, or one invoked under ``#if 0``, launches nothing (C02's extract error).
+6. extract: a launch through a token-pasting macro is a launch (the source as the preprocessor gives it, a header
+   joined to it at run time included); a macro nothing invokes, or one invoked under ``#if 0``, launches nothing
+   (C02's extract error).
 7. C17: ``os.getcwd()`` is a path's name; ``os.chdir`` stays C17, listing the directory C15.
 """
 
@@ -135,6 +136,9 @@ HONEST = {
     "token_pasting_launch": program(
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n",
         launch=_PASTE + "    LAUNCH(relu);"),
+    "token_pasting_launch_macro_in_a_joined_header": program(
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n",
+        launch="    LAUNCH(relu);").replace('src = r"""\n', 'HEAD = r"""\n' + _PASTE + '"""\nsrc = HEAD + r"""\n'),
     # 7. the working directory's name
     "getcwd_for_the_build_directory": program(
         "BUILD = os.path.join(os.getcwd(), 'build_relu')\nos.makedirs(BUILD, exist_ok=True)\n\n\n"
@@ -263,7 +267,7 @@ CHEATS = {
                                               "    def forward(self, x):\n        return ext.relu_fwd(x)\n",
                                               imports="import os\n")),
 }
-_NEEDS_CPP = {"token_pasting_launch"}
+_NEEDS_CPP = {"token_pasting_launch", "token_pasting_launch_macro_in_a_joined_header"}
 
 
 @pytest.mark.parametrize("name", sorted(HONEST))

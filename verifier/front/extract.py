@@ -327,7 +327,8 @@ def unlaunched_kernels(tree: ast.Module) -> list[str] | None:
     (``cudaLaunchKernel((void*)k, ...)``, ``cudaLaunchKernelEx(&cfg, k, ...)`` with cluster attributes,
     ``cudaLaunchCooperativeKernel``, ``cudaGetFuncBySymbol(&f, k)`` then ``cuLaunchKernel(Ex)``), a kernel node
     of a graph (``params.func = (void*)k``, then ``cudaGraphLaunch``), the name passed to
-    ``cuModuleGetFunction``. Whether the kernel really ran is the runtime's question (the profiler)."""
+    ``cuModuleGetFunction``; as written, or as the preprocessor expands the program's own macros
+    (``NAME##_kernel<<<...>>>``). Whether the kernel really ran is the runtime's question (the profiler)."""
     text = _string_text(tree)
     decls = list(_GLOBAL_FN.finditer(text))
     if not decls or len(decls) != len(re.findall(r"\b__global__\b", text)):
@@ -337,8 +338,11 @@ def unlaunched_kernels(tree: ast.Module) -> list[str] | None:
         return []
     # a launch written through the source's own macros (`NAME##_kernel<<<...>>>`, a `#define` naming the kernel):
     # the sources as the preprocessor gives them to the compiler (vendor.expanded), where a macro nothing invokes,
-    # or one invoked only under `#if 0`, references nothing
-    for source in (n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)):
+    # or one invoked only under `#if 0`, references nothing. Each string, then all of them in the program's order (a
+    # source joined from pieces at run time: `HEADER + BODY`)
+    strings = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)),
+                     key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+    for source in [*(n.value for n in strings), "\n".join(n.value for n in strings)]:
         out = expanded(source)
         if out and _referenced(strip_cxx(out, strings=True, keep_names=True), names):
             return []
@@ -349,7 +353,7 @@ def _referenced(text: str, names: list[str]) -> bool:
     """Whether one of the kernels ``names`` is named in ``text`` anywhere but a ``__global__`` declaration."""
     declared = {(m.start(1), m.end(1)) for m in _GLOBAL_FN.finditer(text)}
     return any((m.start(), m.end()) not in declared
-               for name in names for m in re.finditer(r"\b%s\b" % re.escape(name), text))
+               for name in names for m in re.finditer(rf"\b{re.escape(name)}\b", text))
 
 
 def check_candidate_shape(code: str, backend: str) -> list[str]:
