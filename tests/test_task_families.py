@@ -137,18 +137,17 @@ def test_cuda_sources_parse_as_cuda_cpp(tasks, hard, tmp_path):
 
 
 def test_cpu_twins_pass_the_real_cpu_verifier(tasks, hard):
-    """One elementwise task with two inputs, one row softmax and one tier-4 row normalisation that reads
-    a broadcast row vector before and after it, through verifier.engine on cpu."""
+    """One elementwise task with two inputs and one tier-4 row normalisation that reads a broadcast row vector
+    before and after it (a row reduction inside), through verifier.engine on cpu."""
     from train.rollout import verifier_reward_fn
 
     pick = [next(t for t in tasks if t.kind == "ew" and t.two_inputs and len(t.ops) >= 3),
-            next(t for t in tasks if t.kind == "softmax" and t.ops),
             next(t for t in hard if t.tier == 4 and t.y_row and any(OPS[o.name][2] for o in t.post))]
     fn = verifier_reward_fn("cpu", {"trials": 5, "timing_trials": 0, "time_torch_compile": False,
                                     "compile_workers": 2})
     scores = fn([({"reference_code": task_code(t), "task_id": t.signature}, f"```python\n{cpu_answer(t)}```")
                  for t in pick])
-    assert [s.correct for s in scores] == [True, True, True], [s.feedback for s in scores]
+    assert [s.correct for s in scores] == [True, True], [s.feedback for s in scores]
     # and a one-character change in an op line is caught (the check can fail)
     t = pick[0]
     wrong = cpu_answer(t).replace(t.ops[-1].c_line(), "v = v + 0.123f;")
