@@ -29,51 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from bench.lib import fixtures as fx  # noqa: E402
 from verifier import cheats, entry  # noqa: E402
 from verifier.child.oplib import Registry  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.front.static import scan  # noqa: E402
 from verifier.front.static_literal import operator_libraries  # noqa: E402
 
-RELU_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(64, 1000)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-MATMUL_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return torch.matmul(a, b)
-
-
-def get_inputs():
-    return [torch.randn(64, 96), torch.randn(96, 48)]
-
-
-def get_init_inputs():
-    return []
-'''
+RELU_TASK, MATMUL_TASK = fx.RELU_TASK, fx.MATMUL_TASK  # the tests' shared task programs (bench/lib/fixtures.py)
 
 RELU_IMPL = r'''
 #include <torch/extension.h>
