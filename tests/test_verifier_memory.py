@@ -210,6 +210,10 @@ def test_small_tasks_still_run_side_by_side(small_batch):
     verdicts, probe, *_ = small_batch
     assert [v.status for v in verdicts] == ["pass"] * 3, [v.feedback for v in verdicts]
     assert probe.most_jobs == 2
+    # timing is off in this batch (timing_trials=0): the feedback says so, and no speedup is claimed
+    for v in verdicts:
+        assert "timing_trials=0" in v.feedback and "Timing failed" not in v.feedback, v.feedback
+        assert v.speedup_eager is None
 
 
 def test_a_task_plan_is_freed_when_no_candidate_of_the_task_is_pending(small_batch):

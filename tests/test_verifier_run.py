@@ -437,6 +437,20 @@ def test_fork_server_preloads_what_the_profiler_imports_without_a_thread_or_cuda
     assert "initialised CUDA in the fork server" in r.stderr and "starts again without the preload" in r.stderr
 
 
+def test_a_fork_server_whose_verifier_left_exits_without_a_traceback(tmp_path):
+    """The verifier closes its end of a fork server's pipe when its batch ends: the server's answer to the last
+    job then meets a broken pipe. It exits quietly (a GPU throughput run printed a BrokenPipeError traceback)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", _KM_NO_PRELOAD="1")
+    p = subprocess.Popen([sys.executable, "-m", "verifier.child.worker", "--serve", "64"], env=env, cwd=str(ROOT),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # the verifier has gone before the answer: the job (an empty directory) fails in its child
+    p.stdin.write(f"{tmp_path}\t30\n")
+    p.stdin.close()
+    assert p.wait(timeout=300) == 0
+    err = p.stderr.read()
+    assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
+
+
 def test_builds_are_submitted_round_robin_over_tasks_and_verdicts_keep_the_items_order(config):
     """An RL step hands its candidates grouped by prompt: the builds go to the pool one task at a time in turn,
     so each task's one-off preparation (reference plan and timing) starts early rather than at the batch's

@@ -1,6 +1,6 @@
 """Where a batch's builds went, read off its build root after the batch: for every build (a key directory of
 verifier/build/pool.py), the variant that produced the module (bare, slim, light, full; "failed" when none did),
-the fast variants that failed before it (each leaves ``<variant>.log``), its CPU and wall seconds (``result.json``),
+the fast variants that failed before it (every fast variant tried leaves ``<variant>.log``), its CPU and wall seconds (``result.json``),
 and whether the object cache supplied objects. The throughput benchmark (bench/bench_verifier.py --batch real)
 records it per batch, so a compile-bound figure says which variant to cut next.
 
@@ -38,9 +38,10 @@ def read_builds(build_root: str | Path) -> list[BuildRow]:
             d = json.loads(res.read_text())
         except (OSError, ValueError):
             continue
-        kd = res.parent
-        rows.append(BuildRow(key=kd.name, variant=d.get("variant") or ("failed" if not d.get("ok") else "?"),
-                             failed_first=[v for v in FAST_VARIANTS if (kd / f"{v}.log").is_file()],
+        kd, variant = res.parent, d.get("variant") or ("failed" if not d.get("ok") else "?")
+        # every fast variant tried writes its log, the one that built the module too
+        rows.append(BuildRow(key=kd.name, variant=variant,
+                             failed_first=[v for v in FAST_VARIANTS if v != variant and (kd / f"{v}.log").is_file()],
                              cpu_s=float(d.get("cpu_s") or 0.0), seconds=float(d.get("seconds") or 0.0),
                              objects_reused=int(d.get("objects_reused") or 0)))
     return rows

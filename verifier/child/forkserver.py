@@ -248,8 +248,12 @@ def serve(procs_max: int, job_main: Callable[[str], int]) -> int:
             left = sandbox.reap_namespace()
             findings = bomb + ([] if timed_out or bomb else left) + sandbox.net_findings(net0, sandbox.net_counters())
             _wipe_private_dirs()
-        sys.stdout.write(f"{rc}\t{int(timed_out)}\t{json.dumps(findings)}\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(f"{rc}\t{int(timed_out)}\t{json.dumps(findings)}\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # the verifier closed its end (its batch ended, or it did): nobody to answer, and
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no traceback at exit's flush either
+            return 0
         if warm:  # the next job's process, forked and warmed up while this server waits for it
             pending = _prefork(job_main)
     return 0

@@ -384,6 +384,8 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
         if ev.codes:
             v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
             return finish(w, "cheat", ev.details)
+    elif cfg.timing_trials <= 0 and not report.timing_error and not clocked.problems:
+        ev.add(None, "Not timed: this run has timing off (timing_trials=0), so no speedup was measured.")
     else:
         why = report.timing_error or "; ".join(clocked.problems[:2]) or "no timed call was clocked"
         ev.add(None, "Timing failed: " + why)
