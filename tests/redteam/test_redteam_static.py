@@ -27,8 +27,12 @@ import sys
 import pytest
 
 from verifier import cheats
-from verifier.front import static as static_mod
-from verifier.front.extract import check_candidate_shape, extract_code, model_new_binding
+from verifier.front import static_program
+from verifier.front.extract import (
+    check_candidate_shape,
+    extract_code,
+    model_new_binding,
+)
 from verifier.front.static import StaticScanError, scan
 from verifier.front.vendor import code_text, scan_library, scan_sources
 
@@ -186,10 +190,11 @@ def test_an_internal_failure_of_the_scan_is_a_static_scan_error(monkeypatch):
     def broken(tree):
         raise KeyError("internal")
 
-    monkeypatch.setattr(static_mod, "init_only_nodes", broken)
+    monkeypatch.setattr(static_program, "init_only_nodes", broken)
     with pytest.raises(StaticScanError) as e:
         scan(HEAD + HONEST_TAIL)
-    assert "KeyError" in str(e.value) and "static.py" in str(e.value)
+    # named where it was raised: the innermost frame in the front's own modules
+    assert "KeyError" in str(e.value) and "static_program.py" in str(e.value) and "in __init__" in str(e.value)
     assert not issubclass(StaticScanError, (KeyError, SyntaxError))  # callers catch it by its own name
 
 

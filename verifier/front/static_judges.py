@@ -1,0 +1,393 @@
+"""The static scan's rules (verifier/front/static.py ``scan``), applied to a :class:`~verifier.front.static_program.Program`:
+:func:`judge_node` for every node live code reaches (names, attributes, calls, ``@``), :func:`judge_program` for what
+is judged over the whole program once (side streams, the uses of modules judged by use, ModelNew: C02, C04, C09).
+Each rule records a finding through ``Program.add``, which names its cheat code, line and construct."""
+
+from __future__ import annotations
+
+import ast
+
+from verifier import cheats
+from verifier.front.extract import _dotted, _own_chain
+from verifier.front.static_kinds import OTHER, PATH, TENSOR
+from verifier.front.static_literal import (
+    _is_load_inline,
+)
+from verifier.front.static_program import Program, is_torch_compute
+from verifier.front.static_rules import (
+    _JUDGED_WHY,
+    ATTR_CODES,
+    CALL_CODES,
+    FILE_READERS,
+    NUMPY_FORWARD_OK,
+    OS_ALLOWED,
+    PATH_IO,
+    REFLECTIVE_NAMES,
+    SYS_ALLOWED,
+    SYS_FRAMES,
+    TENSOR_METHOD_ALLOWED,
+    USE_JUDGED,
+)
+from verifier.front.static_scope import (
+    always_raises,
+    layer_bases,
+    layer_reaches,
+    own_forward,
+)
+from verifier.front.static_streams import side_stream_hits
+from verifier.front.static_tamper import (
+    DUNDER_OK,
+    _dunder,
+    dunder_code,
+    judge_call,
+    judge_namespace,
+    judge_store,
+    private_torch,
+)
+
+
+def judge_node(prog: Program, node: ast.AST) -> None:
+    """Every rule that judges one node of live code."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+        prog.add(cheats.C01, node, "uses `@` (a PyTorch matmul)", True)
+    elif isinstance(node, ast.Name):
+        _judge_name(prog, node)
+    elif isinstance(node, ast.Attribute):
+        _judge_attribute(prog, node)
+    elif isinstance(node, ast.Call):
+        _judge_call(prog, node)
+
+
+def judge_program(prog: Program) -> None:
+    """The rules judged once over the whole program, after every node."""
+    _judge_side_streams(prog)
+    _judge_module_uses(prog)
+    if prog.model_new is not None:
+        _judge_model_new(prog)
+
+
+def _judge_name(prog: Program, node: ast.Name) -> None:
+    """A name: reflection used as a value, interpreter internals, the interpreter's state imported by name."""
+    add, parents, aliases = prog.add, prog.parents, prog.aliases
+    if node.id in REFLECTIVE_NAMES and not _direct_call(node, parents):
+        add(REFLECTIVE_NAMES[node.id], node, f"uses `{node.id}` as a value (reflection)")
+    elif node.id in ("getattr", "hasattr") and not _direct_call(node, parents):
+        add(cheats.C11, node, f"uses `{node.id}` as a value (attribute access by computed name)")
+    elif _dunder(node.id) and node.id not in DUNDER_OK:
+        add(cheats.C11, node, f"uses `{node.id}` (interpreter internals)")
+    elif isinstance(node.ctx, ast.Load) and \
+            aliases.get(node.id, "").startswith("sys.") and aliases[node.id].split(".")[1] not in SYS_ALLOWED:
+        full_ = aliases[node.id]  # `from sys import settrace`: the same reach as sys.settrace
+        add(ATTR_CODES.get(full_) or (cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11), node,
+            f"uses `{full_}` (the interpreter's state)")
+
+
+def _judge_attribute(prog: Program, node: ast.Attribute) -> None:
+    """An attribute: interpreter internals, the interpreter's and the operating system's state, namespaces and
+    stores judged by whose object they touch (static_tamper), files through a path, torch internals."""
+    add, parents, canonical, reflect, path_io = prog.add, prog.parents, prog.canonical, prog.reflect, prog.path_io
+    if _dunder(node.attr) and node.attr not in DUNDER_OK and \
+            node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
+        add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
+    elif canonical(_dotted(node)).startswith("sys.") and \
+            canonical(_dotted(node)).split(".")[1] not in SYS_ALLOWED and \
+            not any(canonical(_dotted(node)) == k or canonical(_dotted(node)).startswith(k + ".")
+                    for k in ATTR_CODES) and \
+            not isinstance(parents.get(id(node)), ast.Attribute):
+        full_ = canonical(_dotted(node))
+        add(cheats.C15 if full_.split(".")[1] in SYS_FRAMES else cheats.C11, node,
+            f"touches `{full_}` (the interpreter's state)")
+    elif canonical(_dotted(node)).startswith("os.") and \
+            canonical(_dotted(node)).split(".")[1] not in OS_ALLOWED and \
+            canonical(_dotted(node)) not in CALL_CODES and not isinstance(parents.get(id(node)), ast.Attribute):
+        add(cheats.C17, node, f"touches `{canonical(_dotted(node))}` (the operating system)")
+    elif node.attr == "__dict__":
+        for hit in judge_namespace(node, node.value, parents, reflect):
+            add(hit.code, node, hit.what, hit.torch)
+    elif isinstance(node.ctx, (ast.Store, ast.Del)) and \
+            judge_store(node, reflect) is not None:
+        hit = judge_store(node, reflect)
+        add(hit.code, node, hit.what)
+    elif node.attr in PATH_IO and isinstance(node.ctx, ast.Load) and \
+            path_io(node):
+        add(PATH_IO[node.attr], node, f"`{_dotted(node) or node.attr}` "
+            f"{'reads' if PATH_IO[node.attr] == cheats.C15 else 'writes or removes'} files through a path")
+    elif private_torch(canonical(_dotted(node))) and \
+            not isinstance(parents.get(id(node)), ast.Attribute):
+        add(cheats.C11, node, f"touches torch internals `{_dotted(node)}`")
+    else:
+        name = _dotted(node)
+        for key, code_ in ATTR_CODES.items():
+            if name == key or name.endswith("." + key) or node.attr == key:
+                add(code_, node, f"touches `{name or node.attr}`")
+                break
+
+
+def _judge_call(prog: Program, node: ast.Call) -> None:
+    """A call: reflection judged by what it does, files, host compute with numpy, the calls of CALL_CODES, PyTorch
+    compute (functions, tensor methods, nn submodules and containers), the reference Model constructed."""
+    add, parents, canonical, reflect, kinds = prog.add, prog.parents, prog.canonical, prog.reflect, prog.kinds
+    kernels, extension_objects = prog.kernels, prog.extension_objects
+    method_ids, init_ids = prog.method_ids, prog.init_ids
+    enclosing_class, model_layers, own_model, loop_layers = (prog.enclosing_class, prog.model_layers, prog.own_model,
+                                                             prog.loop_layers)
+    raw = _dotted(node.func)
+    full = canonical(raw) if raw else ""
+    if _is_load_inline(node) or prog.own_operator(node.func):
+        return
+    hits = judge_call(node, parents, reflect)
+    if hits is not None:  # getattr / hasattr / setattr / delattr / vars: judged by what they do
+        for hit in hits:
+            add(hit.code, node, hit.what, hit.torch)
+        return
+    if full.startswith(FILE_READERS) or full.replace("np.", "numpy.", 1).startswith(FILE_READERS):
+        add(cheats.C15, node, f"calls `{raw}` (reads or writes files)")
+        return
+    if full in ("operator.attrgetter", "operator.methodcaller") and node.args and \
+            not (isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                 and not node.args[0].value.startswith("_")):
+        add(cheats.C11, node, f"calls `{raw}` with a computed or private attribute name")
+    if (full.startswith("numpy.") or full.startswith("np.")) and \
+            (id(node) in method_ids or id(node) in prog.forward_fns) and \
+            full.split(".")[1] not in NUMPY_FORWARD_OK and id(node) not in init_ids:
+        where = "in ModelNew" if id(node) in method_ids else f"in `{prog.forward_fns[id(node)]}`, which forward calls"
+        add(cheats.C01, node, f"calls `{raw}` {where} (host compute with numpy, not your kernel)")
+    if full in CALL_CODES or raw in CALL_CODES:
+        add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
+        if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
+            return
+    if is_torch_compute(full) and not _constant_pad(full, node):
+        add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)", True)
+    elif isinstance(node.func, ast.Attribute):
+        meth = node.func.attr
+        recv = _dotted(node.func.value)
+        if meth in kernels or recv in extension_objects:
+            return
+        if recv.startswith("self.") and recv.count(".") == 1 and \
+                recv[5:] in enclosing_class.get(id(node), model_layers) and meth in ("forward", "__call__"):
+            add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
+        elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")) and \
+                not kinds.own_member(node):
+            # judged on the receiver: a queue's put, a set's add, a list's sort are not PyTorch; a
+            # receiver the scan cannot place is a tensor unless the name is a container's as well; the program's
+            # own method or module (`self.norm(x)`, `self.relu(x)` of its own classes) is its own code, judged where
+            # it is defined
+            kind = kinds.of(node.func.value)
+            if kind == TENSOR or (kind not in (OTHER, PATH) and meth not in _CONTAINER_METHODS):
+                add(cheats.C01, node, f"calls tensor method `.{meth}()` (PyTorch compute)", True)
+                if meth == "numpy" and (id(node) in method_ids or id(node) in prog.forward_fns) and \
+                        id(node) not in init_ids:
+                    # the tensor's data handed to numpy on every call: compute on the host that neither PyTorch's
+                    # monitors nor your kernels account for (so it is never "a path that did not run")
+                    add(cheats.C01, node, f"hands `{recv or 'a tensor'}` to numpy in forward (host compute outside "
+                                          "PyTorch and your kernels)")
+    elif isinstance(node.func, ast.Name):
+        fn = node.func.id
+        if fn in CALL_CODES:
+            add(CALL_CODES[fn], node, f"calls `{fn}()`")
+        elif fn == "Model" and not own_model:
+            add(cheats.C04, node, "constructs the reference `Model`")
+    layers = enclosing_class.get(id(node), model_layers)
+    if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self" and node.func.attr in layers):
+        add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)", True)
+    member = node.func.value if (isinstance(node.func, ast.Attribute) and
+                                 node.func.attr in ("forward", "__call__")) else node.func
+    if isinstance(member, ast.Subscript) and _dotted(member.value).startswith("self.") and \
+            _dotted(member.value).count(".") == 1 and _dotted(member.value)[5:] in layers:
+        add(cheats.C01, node, f"calls a member of the nn container `{_dotted(member.value)}` "
+                              "(its PyTorch forward)", True)
+    if id(node) in loop_layers:
+        add(cheats.C01, node, f"calls a member of the nn container {loop_layers[id(node)]} "
+                              "(its PyTorch forward)", True)
+
+
+def _judge_side_streams(prog: Program) -> None:
+    """Side streams: work on one must be joined back to the current stream before the function returns (C09)."""
+    add, tree, canonical, main_ids = prog.add, prog.tree, prog.canonical, prog.main_ids
+    for node, what in side_stream_hits(tree, canonical, main_ids):
+        add(cheats.C09, node, what)
+
+
+def _judge_module_uses(prog: Program) -> None:
+    """threading, shutil, pathlib, tempfile, site (USE_JUDGED): judged by what the code uses of them."""
+    add, tree, main_ids, judged, parents = prog.add, prog.tree, prog.main_ids, prog.judged, prog.parents
+    for alias, (module, imported) in judged.items():
+        code_, allowed = USE_JUDGED[module]
+        refs = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == alias and id(n) not in main_ids
+                and isinstance(n.ctx, ast.Load)]
+        for n in refs:
+            p = parents.get(id(n))
+            member = p.attr if isinstance(p, ast.Attribute) and p.value is n else None
+            if member not in allowed:
+                add(code_, n, (f"uses `{module}.{member}`" if member else f"uses `{module}` as a value") +
+                    _JUDGED_WHY[code_])
+        if not refs:
+            add(code_, imported, f"imports `{module}` and uses nothing of it the scan can judge")
+
+
+def _judge_model_new(prog: Program) -> None:
+    """ModelNew itself: its bases (C04), the reference Model named or its forward reached through super()
+    (C04), try/except handlers that fall back to PyTorch or do more than re-raise (C03, judged by what the handler
+    reaches through the program's own functions and methods), compiled kernels never called (C02)."""
+    add, tree, chain, model_new, classes = prog.add, prog.tree, prog.chain, prog.model_new, prog.classes
+    own_model, compute_ids, own_call, kinds, kernels = (prog.own_model, prog.compute_ids, prog.own_call, prog.kinds,
+                                                        prog.kernels)
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    methods = {m.name: m for c in chain for m in c.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def reach(body: list[ast.stmt], seen: set | None = None) -> tuple[bool, bool]:
+        """(calls one of the candidate's own kernels, computes with PyTorch or the reference): what ``body`` does,
+        through the methods of ModelNew and the program's functions it calls, by name."""
+        seen = set() if seen is None else seen
+        own = foreign = False
+        for stmt in body:
+            for n in ast.walk(stmt):
+                if id(n) in compute_ids or (isinstance(n, ast.Name) and n.id == "Model" and not own_model):
+                    foreign = True
+                if not isinstance(n, ast.Call):
+                    continue
+                if own_call(n) and kinds.of(n.func.value) != TENSOR:
+                    own = True
+                callee = None
+                if isinstance(n.func, ast.Attribute) and _dotted(n.func.value) == "self":
+                    callee = methods.get(n.func.attr)
+                elif isinstance(n.func, ast.Name):
+                    callee = functions.get(n.func.id)
+                if callee is not None and id(callee) not in seen:
+                    seen.add(id(callee))
+                    o, f = reach(callee.body, seen)
+                    own, foreign = own or o, foreign or f
+        return own, foreign
+
+    def kernel_path(body: list[ast.stmt], seen: set | None = None) -> bool:
+        """``body`` builds or calls the candidate's kernels (``load_inline``, one of its functions or operators),
+        itself or through the methods and functions it calls by name (``self.m()``, ``f()``, ``Helper.m()`` of a
+        class of the program)."""
+        seen = set() if seen is None else seen
+        for stmt in body:
+            for n in ast.walk(stmt):
+                if not isinstance(n, ast.Call):
+                    continue
+                if _is_load_inline(n) or own_call(n):
+                    return True
+                callee = None
+                if isinstance(n.func, ast.Name):
+                    callee = functions.get(n.func.id)
+                elif isinstance(n.func, ast.Attribute) and _dotted(n.func.value) == "self":
+                    callee = methods.get(n.func.attr)
+                elif isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and \
+                        n.func.value.id in classes:
+                    callee = next((m for c in _own_chain(classes[n.func.value.id], classes) for m in c.body
+                                   if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and
+                                   m.name == n.func.attr), None)
+                if callee is not None and id(callee) not in seen:
+                    seen.add(id(callee))
+                    if kernel_path(callee.body, seen):
+                        return True
+        return False
+
+    # a PyTorch layer as a base (`class ModelNew(nn.Conv2d)`: its parameters and their initialisation) is honest
+    # when ModelNew defines the forward that runs and reaches none of the layer's code (static_scope.layer_reaches)
+    layers = {id(b): full for b, full in layer_bases(model_new, classes, prog.canonical)}
+    own_fwd = own_forward(model_new, classes)
+    for node, what in layer_reaches(model_new, classes, prog.canonical, prog.init_ids):
+        add(cheats.C04, node, f"ModelNew {what} (the layer's code is PyTorch's computation, not your kernel)")
+    for c in chain:
+        who = "ModelNew" if c is model_new else f"`{c.name}`, a base of ModelNew,"
+        for base in c.bases:
+            b = _dotted(base)
+            if not b or (isinstance(base, ast.Name) and base.id in classes and base.id != "Model"):
+                continue  # a class of the program: its own bases are judged in turn (chain)
+            if id(base) in layers and not own_fwd:
+                add(cheats.C04, base, f"{who} inherits from the PyTorch layer `{b}` and defines no forward of its "
+                                      "own: its forward is the layer's (PyTorch's computation)")
+            elif b.split(".")[-1] not in ("Module",) and id(base) not in layers:
+                add(cheats.C04, base, f"{who} inherits from `{b}` instead of nn.Module")
+        # super().forward reaches the program's own base class only when that is what the class derives from
+        own_super = bool(c.bases) and isinstance(c.bases[0], ast.Name) and c.bases[0].id in classes and \
+            c.bases[0].id != "Model"
+        # super().__call__ is nn.Module's call (it runs this class's own forward) unless a base is the reference
+        from_model = any(_dotted(b).split(".")[-1] == "Model" and not own_model
+                         for cc in _own_chain(c, classes) for b in cc.bases)
+        for node in ast.walk(c):
+            if isinstance(node, ast.Name) and node.id == "Model" and not own_model:
+                add(cheats.C04, node, "refers to the reference `Model`")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("forward", "__call__") and isinstance(node.func.value, ast.Call) and \
+                    _dotted(node.func.value.func) == "super" and not own_super and \
+                    (node.func.attr == "forward" or from_model):
+                add(cheats.C04, node, f"calls `super().{node.func.attr}`")
+    for c in chain:
+        for node in ast.walk(c):
+            # a try only construction runs that guards no build or call of the candidate's kernels (a default when
+            # a device query fails) is no fallback: construction computes no output. One guarding the build is the
+            # classic fallback (`except: self.impl = self._pytorch_forward`) and is judged as forward's
+            if isinstance(node, ast.Try) and not (id(node) in prog.init_ids and not kernel_path(node.body)):
+                for h in node.handlers:
+                    own, foreign = reach(h.body)
+                    if always_raises(node, h) and not foreign:
+                        continue  # the call fails as it would without the try: a fallback to nothing
+                    if foreign:
+                        add(cheats.C03, h, "a try/except in ModelNew whose handler computes with PyTorch or the "
+                                            "reference (a fallback path)")
+                    elif not own:
+                        add(cheats.C03, h, "a try/except in ModelNew whose handler does more than re-raise "
+                                            "and calls none of your own kernels (a fallback path)")
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+           {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    # a kernel looked up by name (`getattr(ext, "relu")`, `operator.attrgetter("relu")`) is referenced too; a name
+    # computed at run time (`getattr(ext, name)`) leaves the question to the runtime count of the extension's calls
+    dynamic = False
+    for n in ast.walk(tree):
+        fn = _dotted(n.func).split(".")[-1] if isinstance(n, ast.Call) else ""
+        if fn in ("getattr", "attrgetter", "methodcaller"):
+            for a in n.args[1:2] if fn == "getattr" else n.args[:1]:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                    used.add(a.value)
+                else:
+                    dynamic = True
+    own_operators = any(isinstance(n, ast.Attribute) and prog.own_operator(n) for n in ast.walk(tree))
+    if kernels and not (kernels & used) and not dynamic and not own_operators:
+        add(cheats.C02, model_new, "none of the compiled kernel functions "
+                                   f"({', '.join(sorted(kernels))}) is ever called")
+
+
+
+def _direct_call(node: ast.Name, parents: dict) -> bool:
+    """``node`` is the function of a call (``getattr(...)``), not a value passed around (``f = getattr``)."""
+    p = parents.get(id(node))
+    return isinstance(p, ast.Call) and p.func is node
+
+
+def _constant_pad(full: str, node: ast.Call) -> bool:
+    """``F.pad(x, pad)`` with a constant fill (the default mode): a new tensor holding x and the fill, data moved
+    and nothing computed, as ``torch.cat`` with a filled block (common to align a kernel's rows); the other modes
+    (reflect, replicate, circular) stay compute here, as their own ops (reflection_pad*, replication_pad*) do in
+    the runtime allowlist (verifier/common/ops.py), which has ``constant_pad_nd`` and the composite ``pad``."""
+    if full == "torch.constant_pad_nd":
+        return True
+    if full != "torch.nn.functional.pad":
+        return False
+    mode = next((k.value for k in node.keywords if k.arg == "mode"), node.args[2] if len(node.args) > 2 else None)
+    return mode is None or (isinstance(mode, ast.Constant) and mode.value == "constant")
+
+
+
+
+def _tensor_compute_methods() -> frozenset[str]:
+    try:  # torch here: the scan itself runs without it (the teacher and curation import this module)
+        import torch
+        names = {n for n in dir(torch.Tensor) if not n.startswith("_")}
+    except Exception:  # pragma: no cover - torch is always there in practice
+        names = set()
+    # attributes, not methods: never called
+    attributes = {"real", "imag", "data", "shape", "device", "dtype", "grad", "is_cuda", "layout", "names", "T", "H",
+                  "mT", "mH"}
+    return frozenset(names - TENSOR_METHOD_ALLOWED - attributes)
+
+
+_TENSOR_COMPUTE = _tensor_compute_methods()
+# tensor methods that are also the methods of Python's containers (a set's add, a list's sort and index, a dict's
+# values): on a receiver the scan cannot place they are read as the container's; on a tensor they are compute
+_CONTAINER_METHODS = frozenset({"add", "index", "sort", "values", "count", "copy"})
