@@ -25,10 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
-from verifier.build import proc, objcache  # noqa: E402
-from verifier.build.pool import build_variants, canonical_spec, spec_key, write_variant  # noqa: E402
-from verifier.common.config import VerifyConfig  # noqa: E402
+from verifier.build import objcache, proc  # noqa: E402
 from verifier.build.pch import ensure_pch  # noqa: E402
+from verifier.build.pool import canonical_spec, spec_key, write_variant  # noqa: E402
+from verifier.build.variants import build_variants  # noqa: E402
+from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.front.static import scan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,10 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
-from verifier.front.static import scan  # noqa: E402
-from verifier.build.pool import build_variants, canonical_spec  # noqa: E402
-from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.build.pch import ensure_pch, write_build_files  # noqa: E402
+from verifier.build.variants import build_variants  # noqa: E402
+from verifier.common.config import VerifyConfig  # noqa: E402
+from verifier.common.spec import canonical_spec  # noqa: E402
+from verifier.front.static import scan  # noqa: E402
 
 
 def command(build_dir: Path, target: str) -> str:

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import emit  # noqa: E402
 from bench.lib import fixtures as fx  # noqa: E402
-from verifier.build.pool import _HEAVY_INCLUDE  # noqa: E402
 from verifier.build.slim import slim_source  # noqa: E402
+from verifier.build.variants import HEAVY_INCLUDE  # noqa: E402
 
 SOFTMAX_CU = r'''
 #include <torch/extension.h>
@@ -94,8 +94,8 @@ def compile_seconds(nvcc, flags, source: str, work: Path, label: str) -> tuple[f
 
 
 def teacher_sources(n: int) -> list[tuple[str, str]]:
-    from verifier.front.static import scan
     from synth.teacher.writer import write_candidate
+    from verifier.front.static import scan
 
     out = []
     for p in sorted(Path("data/seed_tasks/level1").glob("*.py"))[: n * 3]:
@@ -124,7 +124,7 @@ def main():
                ("AT_DISPATCH softmax + current stream", SOFTMAX_CU)] + teacher_sources(a.n_teacher)
     rows = []
     for i, (name, src) in enumerate(sources):
-        light = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" + _HEAVY_INCLUDE.sub("", src)
+        light = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" + HEAVY_INCLUDE.sub("", src)
         slim = slim_source(src)
         tl, okl, _ = compile_seconds(nvcc, flags, light, work, f"light{i}")
         if slim is None:

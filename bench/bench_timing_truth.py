@@ -74,7 +74,7 @@ import json, sys, tempfile, types, torch
 from pathlib import Path
 import torch.utils.cpp_extension as cpp
 from triton.testing import do_bench
-from verifier.child.worker import make_prebuilt_load_inline
+from verifier.child.loading import make_prebuilt_load_inline
 from verifier.common.inputs import build_model, draw_inputs
 job = json.loads(open(sys.argv[1]).read())
 cpp.load_inline = make_prebuilt_load_inline(job["build_root"], False, [], Path(tempfile.mkdtemp()))

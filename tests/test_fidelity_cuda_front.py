@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from verifier.build.pool import build_variants
+from verifier.build.variants import build_variants
 from verifier.common.spec import canonical_spec
 from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan

@@ -12,9 +12,23 @@ import subprocess
 import pytest
 import torch
 
+from bench.lib.task_families import (
+    HARD_KINDS,
+    KINDS,
+    OPS,
+    REDUCING,
+    ROW_OPS,
+    FamilyTask,
+    Op,
+    degenerate,
+    fmt_const,
+    generate_mix,
+    generate_tasks,
+    parse_shares,
+    run_task,
+    task_code,
+)
 from bench.lib.teacher_compact import answer, cpu_answer, cuda_answer
-from bench.lib.task_families import (HARD_KINDS, KINDS, OPS, REDUCING, ROW_OPS, FamilyTask, Op, degenerate,
-                                         fmt_const, generate_mix, generate_tasks, parse_shares, run_task, task_code)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +109,8 @@ def test_answers_are_one_line_per_op_with_constants_copied_and_shape_free(tasks,
 
 
 def test_cuda_source_names_nothing_from_torch_so_the_verifier_builds_it_bare(tasks, hard):
-    from verifier.build.pool import build_variants, canonical_spec
+    from verifier.build.variants import build_variants
+    from verifier.common.spec import canonical_spec
     from verifier.front.static import scan
 
     for t in tasks[:40] + spread(hard, 40):

@@ -15,7 +15,7 @@ import pytest
 from verifier.build import objcache
 from verifier.build.binding import canonical_binding, link_aliases, names_clear_of
 from verifier.build.pch import ensure_pch, write_build_files
-from verifier.child.worker import _load_so
+from verifier.child.loading import load_so
 
 
 def main_cpp(cpp: str, functions, wrapped: bool = True) -> str:
@@ -159,7 +159,7 @@ def test_two_answers_share_one_binding_object_and_call_their_own_functions(build
     assert a["misses"] == ["impl.o", "main.o"] and b["hits"] == ["main.o"] and b["misses"] == ["impl.o"]
     # two impl objects, one canonical binding object for both, and the fixture's third build's file as written
     assert len(list(cache.glob("*.o"))) == 4
-    ma, mb = _load_so("km_a", str(root / "a" / "km_ext.so")), _load_so("km_b", str(root / "b" / "km_ext.so"))
+    ma, mb = load_so("km_a", str(root / "a" / "km_ext.so")), load_so("km_b", str(root / "b" / "km_ext.so"))
     assert ma.add_one(41) == 42 and mb.plus_ten(1) == 11
     assert not hasattr(ma, "plus_ten") and not hasattr(mb, "add_one")
     # nothing of the canonical form is exported (LOCAL in the dynamic symbol table: never bound to): one
@@ -175,7 +175,7 @@ def test_the_module_is_the_one_the_file_as_written_gives(builds):
     root, _, _, _, written = builds
     # turned off: compiled as written (its impl object is a's)
     assert "binding" not in written and written["hits"] == ["impl.o"] and written["misses"] == ["main.o"]
-    canon, plain = _load_so("km_a", str(root / "a" / "km_ext.so")), _load_so("km_w", str(root / "w" / "km_ext.so"))
+    canon, plain = load_so("km_a", str(root / "a" / "km_ext.so")), load_so("km_w", str(root / "w" / "km_ext.so"))
     assert canon.add_one.__name__ == plain.add_one.__name__ == "add_one"
     assert canon.add_one.__doc__ == plain.add_one.__doc__ and canon.add_one.__doc__.startswith("add_one(arg0: ")
     errors = []
@@ -198,14 +198,14 @@ def test_declarations_the_other_objects_do_not_define_are_linked_as_written(buil
     assert "binding" not in st and st["hits"] == ["main.o"]
     assert "[binding]" not in capsys.readouterr().out  # the log is the unchanged build's
     with pytest.raises(ImportError, match="_Z7add_onel"):
-        _load_so("km_m", str(root / "m" / "km_ext.so"))
+        load_so("km_m", str(root / "m" / "km_ext.so"))
     # defined, but static (a local symbol no other object links to): the same
     st = two_object_build(root / "s", "int64_t add_one(int64_t x);", ["add_one"],
                           "static int64_t add_one(int64_t x) { return x + 1; }\n"
                           "int64_t use_it(int64_t x) { return add_one(x); }", cache, pch)
     assert "binding" not in st and st["hits"] == ["main.o"]
     with pytest.raises(ImportError, match="_Z7add_onel"):
-        _load_so("km_s", str(root / "s" / "km_ext.so"))
+        load_so("km_s", str(root / "s" / "km_ext.so"))
 
 
 def test_a_binding_file_that_does_not_compile_fails_as_written(builds, pch, capsys):
@@ -232,8 +232,8 @@ def test_two_builds_at_once_compile_the_shared_object_once(builds, pch):
     assert all(st["binding"] == "canonical" for st in stats), stats
     assert sorted(len(st["hits"]) for st in stats) == [0, 1], stats  # one compiled it, the other waited for it
     assert len(set(cache.glob("*.o")) - before) == 3  # two impl objects, one binding object
-    assert _load_so("km_p", str(root / "p" / "km_ext.so")).halve(3.0) == 1.5
-    assert _load_so("km_q", str(root / "q" / "km_ext.so")).third(3.0) == 1.0
+    assert load_so("km_p", str(root / "p" / "km_ext.so")).halve(3.0) == 1.5
+    assert load_so("km_q", str(root / "q" / "km_ext.so")).third(3.0) == 1.0
 
 
 def test_a_name_the_headers_declare_fails_as_written(builds, pch, capsys):

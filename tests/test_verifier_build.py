@@ -11,10 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from verifier.build.pool import (FALLBACK_OFF, TORCH_FIRST, build_blocking, build_variants, canonical_spec, failed_targets,
-                            first_errors, library_dirs, objects_root, spec_key, variant_failure_is_final)
-from verifier.common.backends import own_kernel_renames, rename_kernels
 from verifier.build.pch import ensure_pch
+from verifier.build.pool import (
+    TORCH_FIRST,
+    build_blocking,
+    canonical_spec,
+    first_errors,
+    library_dirs,
+    objects_root,
+    spec_key,
+)
+from verifier.build.variants import (
+    FALLBACK_OFF,
+    build_variants,
+    failed_targets,
+    variant_failure_is_final,
+)
+from verifier.common.backends import own_kernel_renames, rename_kernels
 from verifier.common.config import VerifyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,8 +163,8 @@ def test_each_variant_writes_the_binding_file_load_inline_writes_for_the_spec(tm
     second PYBIND11_MODULE and failed to compile, an honest kernel turned into a compile error.)"""
     import torch.utils.cpp_extension as ce
 
-    from verifier.build.pool import write_variant
     from verifier.build.pch import write_build_files
+    from verifier.build.pool import write_variant
 
     monkeypatch.setattr(ce, "CUDA_HOME", ce.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
@@ -175,7 +188,7 @@ def test_cpp_only_spec_has_one_unchanged_build():
 
 
 def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
-    from verifier.child.worker import _load_so
+    from verifier.child.loading import load_so
 
 
     src = "#include <torch/extension.h>\ntorch::Tensor twice(torch::Tensor x) { return x.mul(2); }"
@@ -188,7 +201,7 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
     assert any('"-O3"' in s and "extension.h" in s for s in sigs)
     import torch
 
-    mod = _load_so(f"km_{res.key}", res.so_path)
+    mod = load_so(f"km_{res.key}", res.so_path)
     assert torch.equal(mod.twice(torch.ones(3)), torch.full((3,), 2.0))
 
 
@@ -316,7 +329,7 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
     path of its own is never cached (its objects could depend on files outside the key)."""
     import torch
 
-    from verifier.child.worker import _load_so
+    from verifier.child.loading import load_so
 
     src = "#include <torch/extension.h>\ntorch::Tensor thrice(torch::Tensor x) { return x.mul(3); }"
     a = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600, host=HOST)
@@ -338,7 +351,7 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
     assert build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600,
                           host=HOST).cpu_s == a.cpu_s  # stored
     for res in (a, b):  # both in one process: each is loaded under its own name
-        assert torch.equal(_load_so(f"km_{res.key}", res.so_path).thrice(torch.ones(2)), torch.full((2,), 3.0))
+        assert torch.equal(load_so(f"km_{res.key}", res.so_path).thrice(torch.ones(2)), torch.full((2,), 3.0))
     c = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_include_paths": [str(tmp_path)]},
                        600, host=HOST)
     assert c.ok and c.objects_reused == 0 and sorted(objects_root(tmp_path).glob("*.o")) == cached
@@ -359,8 +372,8 @@ def test_old_torch_dispatch_spelling_builds_as_that_torch_read_it(tmp_path):
     log says what was read differently, and ``.type()`` anywhere else is left alone."""
     import torch
 
+    from verifier.child.loading import load_so
     from verifier.common.spec import compat_source
-    from verifier.child.worker import _load_so
 
     src = """#include <torch/extension.h>
 torch::Tensor twice_old(torch::Tensor x) {
@@ -375,7 +388,7 @@ torch::Tensor twice_old(torch::Tensor x) {
     res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice_old"]}, 600, host=HOST)
     assert res.ok, res.log[-3000:]
     assert "torch API compatibility: 1 AT_DISPATCH argument" in res.log
-    mod = _load_so(f"km_{res.key}", res.so_path)
+    mod = load_so(f"km_{res.key}", res.so_path)
     for dtype in (torch.float32, torch.float64):
         x = torch.randn(37, dtype=dtype)
         assert torch.equal(mod.twice_old(x), x * 2)
@@ -486,8 +499,8 @@ def test_a_failure_of_the_verifiers_own_build_code_is_a_verifier_error_not_a_com
     verifier's fault: the candidate gets verifier_error, and nothing is cached as its failed build."""
     from unittest import mock
 
-    from verifier.build import pool as build_mod
     from bench.lib import fixtures as fx
+    from verifier.build import pool as build_mod
     from verifier.engine import VerifyConfig
     from verifier.entry import verify_candidate
 

@@ -5,7 +5,7 @@ decorates) must find it: a module-level Triton kernel beside the CUDA code crash
 
 import inspect
 
-from verifier.child.worker import _exec_module
+from verifier.child.loading import exec_module
 
 PROGRAM = '''
 def jit(fn):  # what triton.jit does first: read the decorated function's source
@@ -21,6 +21,6 @@ def add_one(x):
 
 
 def test_a_program_reads_its_own_source_at_import():
-    mod = _exec_module("km_test_source", PROGRAM, "candidate_src_test.py")
+    mod = exec_module("km_test_source", PROGRAM, "candidate_src_test.py")
     assert "return x + 1" in mod.add_one.src
     assert inspect.getsource(mod.add_one).startswith("@jit")

@@ -70,7 +70,7 @@ def _unit_key(spec: dict) -> str:
 def select(n: int, seed: int, pass_max: int) -> list[dict]:
     """Units (one spec of one solution) naming torch, distinct by CUDA text: pass-manifest ones first (at most
     ``pass_max``, in manifest order), then a round robin over (source repository, level) of the rest, seeded."""
-    from verifier.build.pool import build_variants
+    from verifier.build.variants import build_variants
 
     rows_pass = [json.loads(x) for x in open(TESTBED / "manifest_pass.jsonl") if x.strip()]
     pass_ids = {r["id"] for r in rows_pass}
@@ -165,7 +165,7 @@ def compile_cuda(kwargs: dict, shim: Path | None, timeout: float) -> dict:
 
 
 def measure(unit: dict, shim: Path | None, timeout: float, next_too: bool) -> dict:
-    from verifier.build.pool import build_variants
+    from verifier.build.variants import build_variants
 
     rows = {r["id"]: r for m in ("manifest.jsonl", "manifest_pass.jsonl")
             for r in (json.loads(x) for x in open(TESTBED / m) if x.strip())}
@@ -288,7 +288,7 @@ def eligibility(a) -> None:
     """Over a whole manifest (no compile): the first variant of every resolved spec with CUDA sources, and why
     slim_source declines the torch-using ones it declines."""
     from verifier.build import slim
-    from verifier.build.pool import build_variants
+    from verifier.build.variants import build_variants
 
     first, why = Counter(), Counter()
     for x in open(a.manifest):

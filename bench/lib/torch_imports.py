@@ -35,7 +35,8 @@ import torch  # noqa: E402,F401 - PyTorch's libraries loaded: imports resolve ag
 
 from bench.common import device_name, emit  # noqa: E402
 from verifier.build.pch import write_build_files  # noqa: E402
-from verifier.build.pool import build_variants, canonical_spec  # noqa: E402
+from verifier.build.variants import build_variants  # noqa: E402
+from verifier.common.spec import canonical_spec  # noqa: E402
 from verifier.front import vendor  # noqa: E402
 from verifier.front.static import scan  # noqa: E402
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from verifier.build.pool import build_variants, canonical_spec
 from verifier.build.slim import _ops_dir, _torch_factories, slim_source
+from verifier.build.variants import build_variants
+from verifier.common.spec import canonical_spec
 
 
 def _variant_labels(cu: str) -> list[str]:

@@ -36,35 +36,7 @@ fails the build with ``[verifier sandbox]`` in its log and ``sandbox.json`` in t
 messages located in files outside the candidate's sources and the installed headers keep their location but not
 their text (``redact_compiler_log``), so a build log quotes no other file.
 
-The variants (``build_variants``, tried in order; the last is always the spec as written, "full"):
-- the C++ binding file (``main.cpp``, which starts with ``#include <torch/extension.h>``) is compiled against a
-  GCC precompiled header of that file, built once per compiler, torch version and cflags under ``[verify] pch_dir``
-  (default ``~/.cache/kernelmill/pch``; verifier/build/pch.py). Its flags are read from the ninja file torch
-  writes, and a PCH GCC rejects is simply not used. It is built by this process, outside the sandbox, so only for
-  a spec ``objcache.cacheable`` accepts (no include paths, plugins or wrappers reach that compiler);
-- "bare": a CUDA source that names nothing from torch (no ``torch::``, ``at::``, ``c10::``, ``TORCH_*`` ...) is
-  compiled with ``no_implicit_headers`` (``cuda.h`` / ``cuda_runtime.h`` and the standard headers of the std names it
-  uses, which torch/types.h would have declared; a ``#line`` keeps the full build's line numbers in compiler messages);
-- "slim": a CUDA source that uses torch only through the common subset (``torch::Tensor``, factory functions,
-  TORCH_CHECK, AT_DISPATCH, the current stream) is compiled against just the headers that subset needs
-  (verifier/build/slim.py);
-- "light": a CUDA source that includes ``torch/extension.h`` (or torch/all.h, torch/python.h) and that slim refuses
-  is compiled with that line removed, keeping load_inline's implicit ``torch/types.h`` (after a failed slim build
-  the full build comes next: slim compiles wherever light does on the model-written test bed, so the fault is the
-  source's);
-- "full": the sources unchanged.
-
-Fallback (``variant_failure_is_final``): a variant that fails is followed by the full build, whose log is the one
-reported, so compiler feedback describes the candidate as written, with two exceptions:
-- the binding file or the link failed: every variant writes ``main.cpp`` byte for byte as the full build does and
-  links with the same flags, so the full build would fail too: the variant's log is reported and nothing is
-  rebuilt (the full build's log could show its CUDA object's errors first, where that object failed with all of
-  torch's headers and the variant's did not);
-- ``full_fallback=False`` (``VerifyConfig.full_build_fallback``): a CUDA source that fails its bare variant is
-  reported with that variant's log (slim and light still fall back: their headers are a guess). Contract: a
-  source that names nothing from torch is built with the headers it includes plus cuda.h / cuda_runtime.h. The RL
-  reward uses it, so a failed answer does not also pay for a full nvcc build that fails the same way. Such a
-  result is marked ``fallback_skipped``, and a later request with the fallback on builds the full variant.
+The variants tried in order, and when a failed one is final: verifier/build/variants.py.
 """
 
 from __future__ import annotations
@@ -72,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import functools
-import inspect
 import json
 import os
 import re
@@ -89,16 +60,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.utils.cpp_extension as ce
 
 from verifier.build import objcache, proc
 from verifier.build.pch import ensure_pch, write_build_files
-from verifier.build.slim import slim_source
+from verifier.build.variants import (
+    FALLBACK_OFF,
+    bare_supported,
+    variants_and_rewrites,
+    variant_failure_is_final,
+)
 from verifier.common import childenv, sandbox
 from verifier.common.backends import OWN_PREFIX
 from verifier.common.config import HostSettings, usable_cores
-from verifier.common.spec import canonical_spec, compat_spec, extension_name, spec_key
-from verifier.front.vendor import strip_cxx
+from verifier.common.spec import canonical_spec, extension_name, spec_key
 
 OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/build/objcache.py)
 COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
@@ -212,7 +186,7 @@ class _Build:
     def run(self, spec: dict, timeout_s: float, full_fallback: bool) -> dict:
         """The variants in order; returns the result's fields ({} when the build failed)."""
         c0 = time.thread_time()
-        variants, rewritten = _variants(spec, _bare_ok())
+        variants, rewritten = variants_and_rewrites(spec, bare_supported())
         if rewritten:
             self.say(f"[verifier] torch API compatibility: {rewritten} AT_DISPATCH argument(s) `x.type()` read as "
                      f"`x.scalar_type()` (today's torch no longer converts one to the other)")
@@ -446,32 +420,6 @@ class CompilePool:
         self.shutdown()
 
 
-def failed_targets(log: str) -> list[str]:
-    """The ninja targets a build log says failed (``FAILED: main.o``, ``FAILED: cuda.cuda.o``, the .so)."""
-    out = []
-    for m in re.finditer(r"^FAILED: (.+)$", log, re.M):
-        out += [t for t in m.group(1).split() if t not in out]
-    return out
-
-
-FALLBACK_OFF = "full_build_fallback is off"
-
-
-def variant_failure_is_final(label: str, log: str, full_fallback: bool) -> tuple[bool, str]:
-    """Whether a failed fast variant's log is the build's answer, and why (module docstring).
-
-    Exact: every variant writes the full build's ``main.cpp`` and links the same way, so a failure in
-    anything but the CUDA object (``*.cuda.o``) is the one the full build would report. A bare CUDA
-    object's failure is final when the caller turned the fallback off (the contract: a torch-free source
-    gets the headers it includes); a slim or light one never is (their headers are the verifier's guess)."""
-    failed = failed_targets(log)
-    if label != "full" and failed and not any(t.endswith(".cuda.o") for t in failed):
-        return True, f"{', '.join(failed)} failed, and the full build's binding file and link are byte-identical"
-    if label == "bare" and not full_fallback:
-        return True, FALLBACK_OFF
-    return False, ""
-
-
 def first_errors(log: str, max_lines: int = 25) -> str:
     """The first compiler errors of a build log (what a repair turn needs), trimmed; the candidate's kernels
     under the names it wrote them with (not the prefix they were compiled under)."""
@@ -483,79 +431,6 @@ def first_errors(log: str, max_lines: int = 25) -> str:
     start = max(0, hits[0] - 2)
     picked = [ln for ln in lines[start:] if not ln.startswith(("[", "FAILED:", "ninja:")) or "error" in ln.lower()]
     return "\n".join(picked[:max_lines])
-
-
-# ---------------------------------------------------------------------------- faster builds (child side)
-
-_NAMES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::|\b(?:TORCH|AT|C10|PYBIND11)_[A-Z0-9_]+|"
-                          r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|Python)")
-_HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|python)\.h[>"][ \t]*$', re.M)
-BARE_PRELUDE = "// bare build: torch/types.h not included\n#include <cuda.h>\n#include <cuda_runtime.h>"
-# what a torch-free source may use from the standard library without including it, because load_inline's
-# torch/types.h declares it in the full build: the bare build includes the header of each name the source uses
-# (all of them cost a bare build 1.5 s of nvcc on the CPU machine, so only those used)
-_STD_NAMES = [
-    (r"std::(?:runtime_error|logic_error|invalid_argument|out_of_range|domain_error|overflow_error|exception)\b",
-     "stdexcept"),
-    (r"std::(?:string|to_string|stoi|stol|stof)\b", "string"), (r"std::vector\b", "vector"),
-    (r"\b(?:std::)?(?:f|s|sn)?printf\s*\(|\bputs\s*\(|\bstd::FILE\b", "cstdio"), (r"\bassert\s*\(", "cassert"),
-    (r"\b(?:std::)?u?int(?:8|16|32|64)_t\b|\bu?intptr_t\b", "cstdint"),
-    (r"std::(?:min|max|min_element|max_element|sort|fill|copy|clamp|swap|reverse)\b", "algorithm"),
-    (r"std::numeric_limits\b", "limits"), (r"std::(?:pair|make_pair|move|forward|swap|exchange)\b", "utility"),
-    (r"std::(?:abs|fabs|sqrt|exp|log|pow|floor|ceil|round|isnan|isinf|isfinite|tanh|erf)\b", "cmath"),
-    (r"std::(?:unique_ptr|shared_ptr|make_unique|make_shared)\b", "memory"), (r"std::array\b", "array"),
-    (r"std::(?:tuple|make_tuple|get|tie)\b", "tuple"), (r"std::function\b", "functional"),
-    (r"std::(?:cout|cerr|endl|ostream)\b", "iostream"), (r"std::(?:o|i)?stringstream\b", "sstream"),
-    (r"\b(?:std::)?(?:malloc|calloc|free|abort|exit|getenv|atoi)\s*\(", "cstdlib"),
-    (r"\b(?:std::)?(?:memcpy|memset|memcmp|strlen|strcmp)\s*\(", "cstring"),
-    (r"std::accumulate\b|std::iota\b", "numeric"), (r"std::(?:chrono)\b", "chrono"),
-]
-_STD_NAMES = [(re.compile(pat), header) for pat, header in _STD_NAMES]
-
-
-def bare_prelude(sources: list[str]) -> str:
-    """The lines a bare variant puts before the CUDA sources: cuda.h and cuda_runtime.h, the standard headers of
-    the names the sources use (``_STD_NAMES``), and a ``#line`` so that the source's lines keep the numbers the
-    full build gives them (it puts three lines before the source)."""
-    text = "\n".join(strip_cxx(s) for s in sources)
-    needs = list(dict.fromkeys(h for pat, h in _STD_NAMES if pat.search(text)))
-    if not needs:
-        return BARE_PRELUDE
-    return BARE_PRELUDE + "\n" + "".join(f"#include <{h}>\n" for h in needs) + "#line 4"
-
-
-def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
-    """load_inline keyword sets to try in order; the last one is always the spec as written ("full"), read
-    through :func:`compat_spec` like every variant."""
-    return _variants(spec, bare_ok)[0]
-
-
-def _variants(spec: dict, bare_ok: bool) -> tuple[list[tuple[str, dict]], int]:
-    """:func:`build_variants` and the number of :func:`compat_source` rewrites (the regex runs once a build)."""
-    spec, rewritten = compat_spec(spec)
-    full = dict(spec)
-    full["cuda_sources"] = full["cuda_sources"] or None
-    full["functions"] = full["functions"] or None
-    out: list[tuple[str, dict]] = []
-    cu = spec["cuda_sources"]
-    if cu:
-        if bare_ok and not any(_NAMES_TORCH.search(src) for src in cu):
-            # three lines before the source, as the full build has: compiler messages keep their line numbers
-            out.append(("bare", dict(full, no_implicit_headers=True,
-                                     cuda_sources=[bare_prelude(cu)] + list(cu),
-                                     cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
-        else:
-            slim = [slim_source(src) for src in cu] if bare_ok else [None]
-            if all(s is not None for s in slim):
-                out.append(("slim", dict(full, no_implicit_headers=True, cuda_sources=slim,
-                                         cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
-            # light only where slim is not tried: on the model-written test bed slim compiles wherever light does
-            # (bench/results/slim_testbed_cpu.md), so after a failed slim the fault is the source's and light would
-            # fail too, a wasted build before the full one whose log is the answer
-            if not out and any(_HEAVY_INCLUDE.search(src) for src in cu):
-                out.append(("light", dict(full, cuda_sources=[_HEAVY_INCLUDE.sub("", src) for src in cu])))
-    out.append(("full", full))
-    return out, rewritten
 
 
 def objects_root(build_root: str | os.PathLike) -> Path:
@@ -574,11 +449,6 @@ def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None) -> No
     kw["extra_ldflags"] = list(kw.get("extra_ldflags") or []) + [
         f"-Wl,--defsym=PyInit_{extension_name(key)}=PyInit_{objcache.MODULE}"]
     write_build_files(out_dir, objcache.MODULE, verbose=True, **kw)
-
-
-@functools.lru_cache(maxsize=1)
-def _bare_ok() -> bool:
-    return "no_implicit_headers" in inspect.signature(ce.load_inline).parameters
 
 
 _SYSTEM_LIB = re.compile(r"/(?:usr/)?lib(?:32|64|x32)?(?:/[\w.]+-linux-gnu\w*)?")

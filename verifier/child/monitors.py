@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from verifier.common.backends import is_own_kernel
 from verifier.common.contract import TrialReport
+from verifier.common.ops import FUSION_GROUP
 
 
 class DispatchRecorder(TorchDispatchMode):
@@ -32,6 +33,7 @@ class DispatchRecorder(TorchDispatchMode):
         self.ops: list[str] = []
         self.to_host_bytes = 0  # device data copied to the host (compute done there instead of in a kernel)
         self.removed = False  # a watched call found another dispatch mode on top when it returned
+        self.conversions: list = []  # (op, source, target dtype) of floating values copied to integers or booleans
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = func.overloadpacket.__name__
@@ -42,7 +44,32 @@ class DispatchRecorder(TorchDispatchMode):
             dst = args[0] if name == "copy_" else out
             if isinstance(dst, torch.Tensor) and src.device.type != "cpu" and dst.device.type == "cpu":
                 self.to_host_bytes += dst.numel() * dst.element_size()
+            if (isinstance(dst, torch.Tensor) and src.is_floating_point() and not dst.is_floating_point()
+                    and not dst.is_complex() and len(self.conversions) < MAX_CONVERSIONS):
+                self.conversions.append((f"aten::{name}", src.detach(), dst.dtype))
         return out
+
+    def rounding_ops(self) -> list[str]:
+        """The conversions of floating values to an integer or boolean dtype that computed (``rounds``), read once
+        the call and its profiler session are over (the check's own ops are then nobody's); the list is emptied."""
+        out = [f"{op}({src.dtype}->{dtype}, rounding)" for op, src, dtype in self.conversions if rounds(src, dtype)]
+        self.conversions.clear()
+        return out
+
+
+MAX_CONVERSIONS = 8  # conversions kept per call for ``rounds`` (a candidate converting more is judged on these)
+
+
+def rounds(src: torch.Tensor, dtype: torch.dtype) -> bool:
+    """A copy that computes: floating values converted to an integer or boolean dtype where one of them is not
+    already that dtype's value (a fraction truncated, a value made true or false). Converting values that are
+    already whole (indices a kernel wrote as floats) moves data; converting 0.7 to 0 is ``trunc``."""
+    if src.numel() == 0:
+        return False
+    with torch.no_grad():
+        if dtype == torch.bool:
+            return bool(((src != 0) & (src != 1)).any())
+        return bool((src != torch.trunc(src)).any())
 
 
 def watched(fn, recorder: DispatchRecorder):
@@ -90,6 +117,12 @@ def _inside(e, windows: list) -> bool:
     return any(r.start < b and r.end > a for a, b in windows)
 
 
+def operators() -> set[str]:
+    """Every operator the dispatcher knows now, as ``ns::op`` (overloads dropped): what tells an operator's profiler
+    event from a label."""
+    return {n.split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names()}
+
+
 def read_profile(prof, kernel_names: list[str], rec: TrialReport, own_calls=None) -> int:
     """aten ops the profiler saw inside the ``km_forward`` markers, the marker that proves it watched the call,
     and (cuda) the device time of kernels run within the marker's device-side ranges: in a session that also
@@ -104,7 +137,7 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport, own_calls=None
         if e.name == "km_forward" and getattr(e, "time_range", None) is not None:
             (dev_win if "cuda" in str(getattr(e, "device_type", "")).lower() else host_win).append(
                 (e.time_range.start, e.time_range.end))
-    names, own, foreign, ops = [], 0.0, {}, []
+    names, own, foreign, ops, known = [], 0.0, {}, [], None
     for e in events:
         dev = str(getattr(e, "device_type", "")).lower()
         if e.name == "km_forward":
@@ -118,10 +151,16 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport, own_calls=None
             else:
                 foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
             continue
-        if "::" in e.name and (not host_win or _inside(e, host_win)):
+        if ("::" in e.name or FUSION_GROUP.match(e.name)) and (not host_win or _inside(e, host_win)):
             ops.append(e.name)
-            if e.name.startswith("aten::"):
+            # an operator of any namespace (its own are left out by the caller), or a fusion group; a
+            # record_function label that merely contains "::" names no operator
+            if e.name.startswith("aten::") or FUSION_GROUP.match(e.name):
                 names.append(e.name)
+            else:
+                known = operators() if known is None else known
+                if e.name.split(".", 1)[0] in known:
+                    names.append(e.name)
     rec.profiled_ops = sorted(set(names))
     rec.own_kernel_us = round(own, 3)
     rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}

@@ -1,13 +1,21 @@
-"""Probes inside an execution child: launch-inclusive times and the C09 idle gap, one call at a time.
+"""Timing inside an execution child, for both kinds of job: the brackets the harness clocks (:func:`brackets`), the
+probes (launch-inclusive times and the C09 idle gap, one call at a time), the job's seconds per phase
+(:class:`PhaseClock`) and the trial inputs drawn from a seed (:func:`drawer`).
 
 These are first signals only, reported by a process the candidate controls. The times a verdict reports are
 measured by the harness in the verifier's process (verifier/execute/harness.py), never here.
-Imports: torch and the standard library only.
+Imports: torch, the standard library and verifier/child + verifier/common.
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
+
+from verifier.child.harness_client import BracketClient
+from verifier.common.contract import ChildReport
+from verifier.common.inputs import draw_inputs
 
 
 def clone(obj):
@@ -37,3 +45,42 @@ def probe_calls(backend, fn, seeds: list[int], draw, n: int) -> tuple[list[float
         gaps.append(round(idle_us - us, 3))
         del out, inputs
     return launch, gaps
+
+
+class PhaseClock:
+    """The job's seconds per phase (``ChildReport.phase_s``), each phase ending where the next begins."""
+
+    def __init__(self, report: ChildReport):
+        self.report, self.t = report, time.perf_counter()
+        self.start = self.t
+
+    def phase(self, name: str) -> None:
+        now = time.perf_counter()
+        self.report.phase_s[name] = round(now - self.t, 4)
+        self.t = now
+
+
+def brackets(client: BracketClient, label: str, fn, most: int) -> None:
+    """Up to ``most`` clocked brackets of ``fn`` (a first one of a single call, the probe); the harness answers
+    "enough" once it has what it needs."""
+    for _ in range(most + 1):
+        if client.bracket(label, fn) == "enough":
+            return
+
+
+def probe_count(backend, fn, draw, seeds: list[int], most: int, budget_s: float = 2.0) -> int:
+    """One-at-a-time probe calls that fit ``budget_s`` (at least 2), from one call's host time."""
+    inputs = draw(seeds[0])
+    backend.synchronize()
+    t0 = time.perf_counter()
+    out = fn(*inputs)
+    backend.synchronize()
+    call_s = time.perf_counter() - t0
+    del out, inputs
+    return max(2, min(most, int(budget_s / max(call_s, 1e-9))))
+
+
+def drawer(ref, device: str, program_text: str):
+    def draw(seed: int) -> list:
+        return draw_inputs(ref.get_inputs, seed, device, program_text)
+    return draw

@@ -14,9 +14,11 @@ A job (verifier/common/contract.py) is one of two kinds:
   flags taken before the candidate is imported is compared after every phase; on the first change the
   child writes ``flags.json`` and stops (a patched check is a C11 verdict in seconds, not a timeout).
 - ``reference``: the eager reference and ``torch.compile`` of it timed in a process where no candidate
-  code has ever run, so nothing a candidate does to torch can change the reference's times.
+  code has ever run, so nothing a candidate does to torch can change the reference's times
+  (verifier/child/reference.py).
 
-Timing (both kinds, the same code) is verifier/child/timing.py; the two op monitors are verifier/child/monitors.py.
+Timing (both kinds, the same code) is verifier/child/timing.py; the two op monitors are verifier/child/monitors.py;
+how a program and the candidate's prebuilt extensions are loaded is verifier/child/loading.py.
 
 What this process does NOT decide: whether outputs are correct. Outputs go to files; the verifier
 compares them with reference outputs it computes itself. A crash, hang or memory blow-up of this
@@ -27,19 +29,13 @@ Imports: torch and the standard library only.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import importlib.machinery
-import importlib.util
 import json
-import linecache
 import os
 import resource
-import statistics
 import sys
 import time
 import traceback
-import types
 from pathlib import Path
 
 import torch
@@ -50,14 +46,38 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from verifier.child.channel import Channel
 from verifier.child.harness_client import BracketClient
 from verifier.child.knockout import ChildKnockout
-from verifier.child.monitors import (DispatchRecorder, profiled, read_profile, side_work_threads, thread_ids,
-                                     threads_beside, watched)
+from verifier.child.loading import KERNEL_CALLS, exec_module, make_prebuilt_load_inline
+from verifier.child.monitors import (
+    DispatchRecorder,
+    profiled,
+    read_profile,
+    side_work_threads,
+    thread_ids,
+    threads_beside,
+    watched,
+)
 from verifier.child.oplib import Registry
+from verifier.child.reference import run_reference
 from verifier.child.tamper import Snapshot
-from verifier.child.timing import clone, plain_cpu, probe_calls
+from verifier.child.timing import (
+    PhaseClock,
+    brackets,
+    clone,
+    drawer,
+    plain_cpu,
+    probe_calls,
+    probe_count,
+)
 from verifier.common import childenv
-from verifier.common.backends import get_backend, own_kernel_names
-from verifier.common.contract import CHILD_BUILT_FILE, FLAGS_FILE, JOB_FILE, ChildReport, Job, ModelTiming, TrialReport
+from verifier.common.backends import get_backend
+from verifier.common.contract import (
+    FLAGS_FILE,
+    JOB_FILE,
+    ChildReport,
+    Job,
+    ModelTiming,
+    TrialReport,
+)
 from verifier.common.devlock import device_lock
 from verifier.common.inputs import (
     as_list,
@@ -70,150 +90,6 @@ from verifier.common.inputs import (
     tensors_of,
     to_device,
 )
-from verifier.common.spec import canonical_spec, compat_spec, extension_name, spec_key
-
-KERNEL_CALLS = [0]
-
-
-class CountedExtension(types.ModuleType):
-    """The prebuilt extension as the candidate sees it: every exported function counts its calls. With ``knock``
-    (a cpu knockout run: verifier/child/knockout.py ``ChildKnockout.knock_call``) each call is knocked out instead
-    of returning its result."""
-
-    def __init__(self, mod, knock=None):
-        super().__init__(mod.__name__)
-        self.__dict__["_km_mod"] = mod
-        self.__dict__["_km_knock"] = knock
-
-    def __getattr__(self, name):
-        attr = getattr(self.__dict__["_km_mod"], name)
-        knock = self.__dict__["_km_knock"]
-        if callable(attr) and not name.startswith("__"):
-            def counted(*a, **k):
-                KERNEL_CALLS[0] += 1
-                return attr(*a, **k) if knock is None else knock(name, attr, a, k)
-            return counted
-        return attr
-
-
-def _exports(path: str, symbol: str) -> bool:
-    """Whether the shared object ``path`` exports ``symbol`` (loading it: its static initialisers run, as any load
-    of it runs them)."""
-    try:
-        return hasattr(ctypes.CDLL(path), symbol)
-    except OSError:
-        return True  # it does not load: the import as a Python module says why
-
-
-def _load_so(name: str, path: str):
-    loader = importlib.machinery.ExtensionFileLoader(name, path)
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
-
-def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path,
-                              on_load=None, knock=None, registry: list | None = None):
-    """A load_inline that returns the module the compile pool built for the same spec; compiling here
-    only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
-    recording each such build (sources, link flags, binary) in ``child_built.json`` for the verifier's
-    vendor and tampering scans. ``on_load(so_path)`` is called with each extension's file once it is loaded
-    (a knockout run on cuda: verifier/judge/knockout.py); ``knock`` knocks out each call of the extensions' functions
-    (a knockout run on cpu), and of its own operators. ``registry``: a list that holds the dispatcher's
-    registrations (verifier/child/oplib.py ``Registry``) once the candidate is about to be imported; each load is
-    watched by it, which tells the candidate's own operators (``TORCH_LIBRARY``) from anything else it registers.
-
-    ``is_python_module=False`` is loaded as torch loads it, ``torch.ops.load_library`` (a library of operators: no
-    Python module), and the path is returned, as torch returns it."""
-    original = cpp_extension.load_inline
-    kept: list = []  # the knockout's kernels of the own operators (cpu): alive while the candidate runs
-
-    def load(so_path: str, name: str, python_module: bool, build=None, empty_module: bool = False):
-        """Load (``build``: build with torch's own load_inline, which loads it) one extension under the registry's
-        watch; the knockout's hooks after it. ``empty_module``: ``functions=[]``, for which torch's build writes a
-        pybind11 module with nothing in it and the compile pool's none (an empty list and no list share one build):
-        a library with no init function is then loaded as one and handed back as the empty module torch's is."""
-        reg = registry[0] if registry else None
-        before = set(reg.own) if reg is not None else set()
-        with reg.loading(so_path or name) if reg is not None else contextlib.nullcontext():
-            if build is not None:
-                mod = build()
-                so_path = so_path or str(mod if isinstance(mod, str) else getattr(mod, "__file__", "") or "")
-            elif python_module and not (empty_module and not _exports(so_path, f"PyInit_{name}")):
-                mod = _load_so(name, so_path)
-            elif python_module:
-                torch.ops.load_library(so_path)
-                mod = types.ModuleType(name)
-            else:
-                torch.ops.load_library(so_path)
-        if on_load and so_path:
-            on_load(so_path)
-        if knock is not None and reg is not None:
-            _knock_own_operators(sorted(set(reg.own) - before), knock, reg, kept)
-        return CountedExtension(mod, knock) if python_module else so_path
-
-    def load_inline(name, cpp_sources=None, cuda_sources=None, functions=None, **kw):
-        python_module = kw.pop("is_python_module", True)
-        args = dict(kw, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions)
-        key = spec_key(args)
-        cuda_kernel_names.extend(own_kernel_names(canonical_spec(args)))
-        key_dir = Path(build_root) / key
-        res = key_dir / "result.json"
-        if os.environ.get(childenv.SANDBOXED) and not res.is_file():
-            key_dir = job_dir / "child_build" / key  # the build root is read-only in the sandbox
-        if res.is_file():
-            d = json.loads(res.read_text())
-            if not d["ok"]:
-                raise RuntimeError("extension failed to compile (see the compile stage)")
-            return load(d["so_path"], extension_name(key), python_module,
-                        empty_module=functions is not None and not isinstance(functions, str) and not functions)
-        if not allow_compile:
-            raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
-        key_dir.mkdir(parents=True, exist_ok=True)
-        spec = compat_spec(canonical_spec(args))[0]  # as the compile pool builds it: kernels under their own names
-        built = job_dir / CHILD_BUILT_FILE
-        entries = json.loads(built.read_text()) if built.is_file() else []
-        entry = {"sources": list(spec["cpp_sources"]) + list(spec["cuda_sources"]),
-                 "ldflags": list(spec["extra_ldflags"]), "so_path": ""}
-        built.write_text(json.dumps(entries + [entry]))  # before the build: a crash mid-build still leaves it
-        so = key_dir / f"{extension_name(key)}.so"
-
-        def build():
-            return original(name=extension_name(key), build_directory=str(key_dir), is_python_module=python_module,
-                            **{k: (v or None) if k in ("cuda_sources", "functions") else v for k, v in spec.items()})
-
-        try:
-            return load("", extension_name(key), python_module, build)
-        finally:
-            entry["so_path"] = str(so) if so.is_file() else ""
-            built.write_text(json.dumps(entries + [entry]))
-
-    return load_inline
-
-
-def _knock_own_operators(ops: list[str], knock, registry, kept: list) -> None:
-    """A cpu knockout run: each call of the candidate's own operators ``ops`` knocked out as its extension's
-    functions are (``knock``: on copies of its arguments, its result wrong in every value). The verifier registers a
-    kernel of its own for them at the Autograd key, which calls the candidate's kernel below it; the registry takes
-    it as the operator's registrations now (``adopt``). A failure leaves the operator as it was (the knockout then
-    sees its calls run: inconclusive or wrong, never a rejection by itself)."""
-    for op in ops:
-        ns, _, rest = op.partition("::")
-        packet, _, overload = rest.partition(".")
-        try:
-            handle = getattr(getattr(getattr(torch.ops, ns), packet), overload or "default")
-            lib = torch.library.Library(ns, "IMPL")
-
-            def knocked(*args, _handle=handle, _name=op, **kwargs):
-                with torch._C._AutoDispatchBelowAutograd():
-                    return knock(_name, _handle, args, kwargs)
-
-            lib.impl(rest, knocked, "Autograd")
-            kept.append(lib)
-            registry.adopt(op)
-        except Exception:  # noqa: BLE001 - the knockout's own failure: its calls run as written
-            continue
 
 
 def _apply_limits(job: Job) -> dict:
@@ -260,24 +136,18 @@ def _short_traceback(limit: int = 2500) -> str:
     return where + what
 
 
-def _exec_module(name: str, code: str, filename: str):
-    """Run a program as module ``name``. Its text is registered with linecache under ``filename``, so that code
-    reading its own source (``inspect.getsource``: a module-level ``@triton.jit``) finds it."""
-    mod = types.ModuleType(name)
-    mod.__file__ = filename
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    sys.modules[name] = mod
-    exec(compile(code, filename, "exec", dont_inherit=True), mod.__dict__)
-    return mod
-
-
 def _output_problem(out, device: str) -> str:
-    """Why an output is not a plain dense tensor with real storage on the task's device ("" if it is)."""
+    """Why an output is not a plain dense tensor with real storage on the task's device ("" if it is). A tensor
+    whose negative or conjugate bit is set, or a zero tensor, holds its values only once something computes them
+    (the copy that reads it negates): a lazy output."""
     for t in (out if isinstance(out, (tuple, list)) else [out]):
         if type(t) is not torch.Tensor:
             return f"output is a {type(t).__module__}.{type(t).__name__}, not a plain torch.Tensor"
         if t.layout != torch.strided or t.is_meta:
             return f"output has layout {t.layout} / meta={t.is_meta}, not a dense strided tensor"
+        if t.is_neg() or t.is_conj() or t._is_zerotensor():
+            return ("output is a lazy view (its negative bit, conjugate bit or zero-tensor flag set): its values "
+                    "exist only once a later copy computes them")
         if t.device.type != torch.device(device).type:
             return f"output is on {t.device}, expected {device}"
         try:
@@ -326,124 +196,8 @@ def run_job(job_dir: Path) -> ChildReport:
         report.setup_error = traceback.format_exc(limit=4)[-3000:]
         return report
     if job.kind == "reference":
-        return _run_reference(job, job_dir, report, backend)
+        return run_reference(job, job_dir, report, backend)
     return _run_candidate(job, job_dir, report, backend)
-
-
-class _Clock:
-    def __init__(self, report: ChildReport):
-        self.report, self.t = report, time.perf_counter()
-        self.start = self.t
-
-    def phase(self, name: str) -> None:
-        now = time.perf_counter()
-        self.report.phase_s[name] = round(now - self.t, 4)
-        self.t = now
-
-
-def _run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> ChildReport:
-    """The eager and ``torch.compile`` timings of the task's reference. Inductor builds the compiled model (host
-    work: tracing, code generation, the compilers; tens of seconds for a level-3 network) before the device lock
-    is taken, as the compile pool builds candidates beside a timing: holding the lock exclusive for the build
-    stopped every other process's trials and timing for as long (KernelBench's real code on an H100: 7 + 7 s
-    of lock waits per candidate with the compiled reference timed, 1.3 + 0.5 s without). The build's first call
-    runs the graph once on the device; everything timed runs under the exclusive lock, as before."""
-    clock = _Clock(report)
-    device = backend.device
-    try:
-        ref = _exec_module("km_reference", job.reference_code, "reference.py")
-        model, _ = build_model(ref, job.init_seed, device, job.reference_code, job.eval_mode)
-        ch = Channel(job_dir)
-    except Exception:  # noqa: BLE001
-        report.setup_error = traceback.format_exc(limit=4)[-3000:]
-        return report
-    clock.phase("load")
-    draw = _drawer(ref, device, job.reference_code)
-    with torch.no_grad():
-        try:
-            seeds = ch.timing_seeds()
-        except Exception:  # noqa: BLE001
-            report.timing_error = traceback.format_exc(limit=3)[-2500:]
-            return report
-        compiled = _build_compiled(model, draw, seeds, backend, report) if job.time_torch_compile else None
-        clock.phase("compile_build")
-        with device_lock(job.timing_lock or None) as lock:
-            report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
-            report.lock_wait_s = round(lock.waited_s, 4)
-            clock.phase("lock_wait")
-            clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
-            try:
-                backend.warm_device(job.warm_device_ms)
-                # the harness (the verifier's process) clocks every bracket; this process only runs the calls
-                template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
-                # on cpu the candidate's timed calls run under the dispatch monitor, whose host cost would be
-                # the candidate's alone: the reference and the null pay it too (on cuda the host is ahead of the
-                # device and the monitors cost no device time)
-                wrap = (lambda f: watched(f, DispatchRecorder())) if job.backend == "cpu" else (lambda f: f)
-                _brackets(clocked, "reference", wrap(model), job.n_brackets)
-                _brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
-                clock.phase("eager")
-                n = _probe_count(backend, model, draw, seeds, job.gap_probes)
-                report.eager = ModelTiming()
-                report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, n)
-            except Exception:  # noqa: BLE001
-                report.timing_error = traceback.format_exc(limit=3)[-2500:]
-            if compiled is not None and not report.timing_error:
-                try:
-                    _brackets(clocked, "compiled", wrap(compiled), job.n_brackets)
-                    report.compiled = ModelTiming()
-                except Exception as e:  # noqa: BLE001
-                    report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
-                clock.phase("compile")
-    return report
-
-
-REFERENCE_COMPILE_THREADS = 1  # inductor's compile_threads for the reference's torch.compile (1: no worker pool)
-
-
-def _build_compiled(model, draw, seeds: list[int], backend, report: ChildReport):
-    """``torch.compile(model)`` built by one call on the first timing seed's inputs, outside the device lock;
-    None (and ``report.compile_error``) when it does not build or run."""
-    try:
-        # inductor compiles in this process: its default pool starts a compile worker per core (16 processes, each
-        # importing torch and triton) for every task's reference, CPU the candidates' builds need more
-        import torch._inductor.config as inductor_config
-
-        inductor_config.compile_threads = REFERENCE_COMPILE_THREADS
-        compiled = torch.compile(model)
-        out = compiled(*draw(seeds[0]))
-        backend.synchronize()
-        del out
-        return compiled
-    except Exception as e:  # noqa: BLE001
-        report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
-        return None
-
-
-def _brackets(client: BracketClient, label: str, fn, most: int) -> None:
-    """Up to ``most`` clocked brackets of ``fn`` (a first one of a single call, the probe); the harness answers
-    "enough" once it has what it needs."""
-    for _ in range(most + 1):
-        if client.bracket(label, fn) == "enough":
-            return
-
-
-def _probe_count(backend, fn, draw, seeds: list[int], most: int, budget_s: float = 2.0) -> int:
-    """One-at-a-time probe calls that fit ``budget_s`` (at least 2), from one call's host time."""
-    inputs = draw(seeds[0])
-    backend.synchronize()
-    t0 = time.perf_counter()
-    out = fn(*inputs)
-    backend.synchronize()
-    call_s = time.perf_counter() - t0
-    del out, inputs
-    return max(2, min(most, int(budget_s / max(call_s, 1e-9))))
-
-
-def _drawer(ref, device: str, program_text: str):
-    def draw(seed: int) -> list:
-        return draw_inputs(ref.get_inputs, seed, device, program_text)
-    return draw
 
 
 def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> ChildReport:
@@ -451,7 +205,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     (verifier/execute/channel.py): none exists here while the candidate is imported and constructed, and trial i + 1's
     only after trial i delivered its output. Every forward call, timed ones included, runs under both op
     monitors; the timed iterations cannot tell themselves apart from the checked ones."""
-    clock = _Clock(report)
+    clock = PhaseClock(report)
     device = backend.device
     cuda_kernels: list[str] = []
     # a knockout run (verifier/judge/knockout.py): the candidate's own launches (cuda) or calls (cpu) are skipped;
@@ -470,7 +224,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         lock.acquire(False, job.lock_wait_s)
         clock.phase("shared_lock_wait")
     try:
-        ref = _exec_module("km_reference", job.reference_code, "reference.py")
+        ref = exec_module("km_reference", job.reference_code, "reference.py")
         model, init = build_model(ref, job.init_seed, device, job.reference_code, job.eval_mode)
         clock.phase("load_reference")
         with profiled(backend):  # the profiler's own threads and state exist before any baseline
@@ -490,7 +244,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     tids0 = thread_ids()  # the verifier's own threads: any other is the candidate's (C09 judges what they do)
     (job_dir / JOB_FILE).unlink(missing_ok=True)
     try:
-        cand = _exec_module("km_candidate", job.candidate_code, "candidate.py")
+        cand = exec_module("km_candidate", job.candidate_code, "candidate.py")
     except Exception:  # noqa: BLE001
         report.import_error = traceback.format_exc(limit=4)[-3000:]
         return report
@@ -522,7 +276,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     del init, init_c
 
     # ---- correctness trials (the reference order alternates; its outputs here are C06 bait and C11 evidence)
-    draw = _drawer(ref, device, job.reference_code)
+    draw = drawer(ref, device, job.reference_code)
     n = job.n_trials
     for i in range(n):
         rec = TrialReport(index=i, started_s=round(time.perf_counter() - clock.start, 4))
@@ -569,7 +323,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             own_in_profile = read_profile(prof, cuda_kernels, rec, registry[0].calls)
             # a call of one of its own operators (torch.ops.<its namespace>) is a call of its extension
             rec.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
-            rec.dispatched_ops = sorted(set(recorder.ops))
+            # what the monitors saw but the operators the candidate created (the judge counts every other one as compute)
+            rec.dispatched_ops = sorted({o for o in recorder.ops + recorder.rounding_ops()
+                                         if not registry[0].created(o)})
+            rec.profiled_ops = [o for o in rec.profiled_ops if not registry[0].created(o)]
             rec.to_host_bytes = recorder.to_host_bytes
             rec.mutated_inputs = [j for j, (a, b) in enumerate(zip(tensors_of(inputs), tensors_of(pristine)))
                                   if not torch.equal(a, b)]
@@ -625,18 +382,20 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 own_in_profile = 0
                 if backend.name == "cuda":  # the profiler's device view of every timed call (no device time cost)
                     with profiled(backend) as prof:
-                        _brackets(clocked, "candidate", fn, job.n_brackets)
+                        brackets(clocked, "candidate", fn, job.n_brackets)
                     backend.synchronize()
                     own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0].calls)
                 else:  # on cpu its host cost would be the candidate's alone: the dispatch monitor watches these calls
-                    _brackets(clocked, "candidate", fn, job.n_brackets)
+                    brackets(clocked, "candidate", fn, job.n_brackets)
                 timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
-                timed.dispatched_ops = sorted(set(recorder.ops))
+                timed.dispatched_ops = sorted({o for o in recorder.ops + recorder.rounding_ops()
+                                               if not registry[0].created(o)})
+                timed.profiled_ops = [o for o in timed.profiled_ops if not registry[0].created(o)]
                 timed.to_host_bytes = recorder.to_host_bytes
                 if recorder.removed:
                     timed.monitor_problems.append("the dispatch monitor was removed during a timed forward")
                 ch.record("timed", timed.to_dict())
-                n = _probe_count(backend, model_new, draw, seeds, job.gap_probes)
+                n = probe_count(backend, model_new, draw, seeds, job.gap_probes)
                 report.candidate = ModelTiming()
                 report.candidate.launch_us, report.candidate.idle_gap_us = probe_calls(backend, model_new, seeds,
                                                                                       draw, n)
@@ -662,7 +421,9 @@ if __name__ == "__main__":
     # --serve PROCS_MAX: a fork server (verifier/child/forkserver.py; [verify] sandbox_procs bounds a sandboxed job's
     # processes) whose forked children run main; else one job
     if sys.argv[1] == "--serve":
-        from verifier.child.forkserver import serve  # here: a one-job process does not import the server
+        from verifier.child.forkserver import (
+            serve,  # here: a one-job process does not import the server
+        )
 
         sys.exit(serve(int(sys.argv[2]), main))
     sys.exit(main(sys.argv[1]))

@@ -5,6 +5,8 @@ they record) and by the judge and the binary's scans (what decides C01). Imports
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 # aten ops that allocate, view, copy or describe: the only ones ModelNew.forward may dispatch.
@@ -29,8 +31,30 @@ ALLOWED_ATEN = {
 }
 
 
+# operator namespaces that mark or describe and compute nothing: the profiler's record_function scopes
+NON_COMPUTE_NAMESPACES = frozenset({"profiler"})
+# what a TorchScript graph executor runs as one profiler event (oneDNN Graph's partitions, NNC's and nvFuser's fusion
+# groups): PyTorch's compute, under no operator's name
+FUSION_GROUP = re.compile(r"^(?:LlgaPartition|TensorExprGroup|TensorExprDynamicGroup|CudaFusionGroup|FusionGroup)(?:_\w*)?$")
+
+
 def forbidden(ops) -> list[str]:
-    return sorted({o for o in ops if o.startswith("aten::") and o.split("::")[-1] not in ALLOWED_ATEN})
+    """The PyTorch compute among ``ops`` (what a monitor recorded: ``ns::op`` names, the candidate's own operators
+    already left out): deny by default. An aten op outside ``ALLOWED_ATEN``, an operator of any other namespace
+    (``mkldnn::``, ``mkl::``, ``quantized::``, a library's: each computes) but the profiler's markers, and a
+    TorchScript fusion group's event."""
+    out = set()
+    for o in ops:
+        ns, sep, name = o.partition("::")
+        if not sep:
+            if FUSION_GROUP.match(o):
+                out.add(o)
+        elif ns == "aten":
+            if name not in ALLOWED_ATEN:
+                out.add(o)
+        elif ns not in NON_COMPUTE_NAMESPACES:
+            out.add(o)
+    return sorted(out)
 
 
 def aten_op_of(name: str) -> str | None:

@@ -52,7 +52,11 @@ SOURCE_PATTERNS = [
     ("dynamic loading", re.compile(r"\bdlopen\s*\(|\bdlsym\s*\(")),
     # the loaded libraries' symbol tables walked by hand: any function of any library, found by a name that is
     # never imported (or only in a string)
-    ("symbol tables", re.compile(r"\bdl_iterate_phdr\b|\bdladdr1?\b|\bdlinfo\b|\b_r_debug\b|\bstruct\s+link_map\b")),
+    ("symbol tables", re.compile(r"\bdl_iterate_phdr\b|\bdladdr1?\b|\bdlinfo\b|\b_r_debug\b|\bstruct\s+link_map\b|"
+                                 # or a mapped library's ELF image read in memory (from any function's address):
+                                 # its headers, dynamic section and symbol tables by their types and tags
+                                 r"\bElf(?:32|64)_\w+|\bElfW\s*\(|\bPT_DYNAMIC\b|\bDT_(?:SYMTAB|STRTAB|GNU_HASH|HASH)\b|"
+                                 r"\bELFMAG\d?\b|\bSHT_DYNSYM\b")),
 ]
 # C++ that blinds what watches forward (the dispatcher's observers, the Python dispatch key, the profiler,
 # CUPTI) or changes global backend state: cheat C11 wherever it appears in the sources or the built binary
@@ -76,7 +80,9 @@ TAMPER_SOURCE = re.compile(
     r"Mapping|Sequence|Iter|Cell|Descr|Callable)_\w+|tp_getattro?|tp_dict|py::getattr|py::hasattr|py::module_?\s*::\s*import|"
     r"py::globals|py::eval|py::exec|__globals__|__builtins__|__import__|__dict__|__class__|__subclasses__)\b|"
     # PyTorch's own operators overridden (a kernel registered for aten, prim or every operator)
-    r"\bTORCH_LIBRARY_(?:IMPL|FRAGMENT)\s*\(\s*(?:aten|prim|_)\s*,|\.\s*attr\s*\(")
+    r"\bTORCH_LIBRARY_(?:IMPL|FRAGMENT)\s*\(\s*(?:aten|prim|_)\s*,|\.\s*attr\s*\(|"
+    # pybind11's attribute functions by any qualification (``pybind11::getattr``, a using-declaration, an alias)
+    r"\b(?:getattr|hasattr|setattr|delattr)\s*\(|\bpybind11\s*::\s*(?:globals|eval|exec|module_?\s*::\s*import)\b")
 TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\d*enableRecordFunction\w*|"
                            rb"_ZN2at\d*set_record_function_tls_\w*|_ZN2at\d*clearCallbacks\w*|"
                            rb"_ZN2at\d*removeCallback\w*|_ZN3c104impl\d*tls_set_dispatch_key_\w+|"
@@ -217,12 +223,36 @@ def expanded(src: str) -> str:
     return r.stdout if r.returncode == 0 else ""
 
 
+def join_splices(src: str) -> str:
+    """``src`` with its line splices joined (a backslash before a newline: the compiler's translation phase 2,
+    before comments, strings and macros are read), each joined line followed by as many empty lines as it took, so
+    the lines after it keep their numbers. Without this ``at\\<newline>tr(`` reads as two harmless lines."""
+    if "\\\n" not in src and "\\\r\n" not in src:
+        return src
+    out, logical, taken = [], [], 0
+    for line in src.split("\n"):
+        body = line[:-1] if line.endswith("\r") else line
+        if body.endswith("\\"):
+            logical.append(body[:-1])
+            taken += 1
+            continue
+        out.append("".join(logical) + line)
+        out.extend([""] * taken)
+        logical, taken = [], 0
+    if logical:
+        out.append("".join(logical))
+        out.extend([""] * (taken - 1))
+    return "\n".join(out)
+
+
 def strip_cxx(src: str, strings: bool = False, keep_names: bool = False) -> str:
-    """C/C++ source with its comments replaced by spaces (newlines kept, so line numbers stay), and with
+    """C/C++ source with its line splices joined (``join_splices``), its comments replaced by spaces (newlines
+    kept, so line numbers stay), and with
     ``strings`` the contents of string and character literals (raw strings too) blanked, except, with
     ``keep_names``, a string that is exactly one identifier (``cuModuleGetFunction(&f, mod, "relu_kernel")``). A
     small lexer, not a regex: a ``//`` inside a string literal (``"http://..."``) starts no comment, a quote in a
     comment no string."""
+    src = join_splices(src)
     out: list[str] = []
     i, n = 0, len(src)
     while i < n:
@@ -447,10 +477,51 @@ def taken_from_torch(sym: bytes) -> str:
 _CCCL_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:cub|thrust|cuda|nv)/', re.M)
 
 
+def needed_libraries(so_path: str | Path) -> list[str]:
+    """The shared libraries an ELF shared object names as needed (its ``DT_NEEDED`` entries, in order); [] when it
+    cannot be read. The same minimal reader as ``imported_symbols``."""
+    try:
+        data = Path(so_path).read_bytes()
+    except OSError:
+        return []
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return []
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, _ = struct.unpack_from("<HHH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    out = []
+    for _name, stype, _flags, _addr, soff, size, link, _info, _align, entsize in sections:
+        if stype != 6 or not entsize:  # SHT_DYNAMIC
+            continue
+        str_off = sections[link][4]
+        for j in range(size // entsize):
+            tag, val = struct.unpack_from("<qQ", data, soff + j * entsize)
+            if tag == 0:  # DT_NULL
+                break
+            if tag == 1:  # DT_NEEDED
+                end = data.index(b"\0", str_off + val)
+                out.append(data[str_off + val:end].decode(errors="replace"))
+    return out
+
+
+# What an extension may link: the C and C++ runtimes, OpenMP and TBB, PyTorch's own libraries, Python, and the CUDA
+# runtime, driver, NVRTC and NVTX (CUDA's compute libraries are allowed to link here: what the module imports from
+# them is judged by SYMBOL_PATTERNS). Any other library is code that is not the candidate's kernel (numpy's
+# OpenBLAS linked by path, a BLAS or FFT library of the system): deny by default.
+LINKABLE = re.compile(r"^(?:lib(?:c|m|dl|rt|pthread|util|stdc\+\+|gcc_s|atomic|gomp|omp|iomp5|tbb\w*|c10\w*|torch\w*|shm|"
+                      r"cudart|cuda|nvrtc[\w-]*|nvToolsExt|nvtx\w*|cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|"
+                      r"curand|python3[\w.]*)|ld-linux[\w.-]*)\.so(?:\.[\w.]+)?$")
+
+
 @cheats.check(cheats.C01, where="binary")
 def scan_library(so_path: str | Path, sources: list[str] | tuple = ()) -> list[str]:
-    """Findings in the symbols a built extension imports, each naming the library and one symbol; ``sources``,
-    the C++/CUDA it was built from, explain a dynamic-loading import where they include CCCL."""
+    """Findings in the libraries a built extension links (``LINKABLE``) and the symbols it imports, each naming the
+    library and one symbol; ``sources``, the C++/CUDA it was built from, explain a dynamic-loading import where
+    they include CCCL."""
+    foreign = [lib for lib in needed_libraries(so_path) if not LINKABLE.match(os.path.basename(lib))]
+    if foreign:
+        return [f"the built extension links `{foreign[0][:80]}`" + (f" and {len(foreign) - 1} more" if len(foreign) > 1
+                else "") + ": a library outside the C/C++ runtimes, PyTorch and CUDA; its code is not your kernel"]
     found: dict[str, bytes] = {}
     cccl = any(_CCCL_INCLUDE.search(strip_cxx(str(src))) for src in sources)
     for sym in imported_symbols(so_path):

@@ -1,0 +1,184 @@
+"""What a job loads, inside an execution child (verifier/child/worker.py): a program text as a module
+(:func:`exec_module`, the task's reference or the candidate), and the candidate's extensions as the compile pool
+built them (:func:`make_prebuilt_load_inline`, which replaces ``torch.utils.cpp_extension.load_inline`` for the
+candidate: the keyed build's module, its functions counted in ``KERNEL_CALLS``, knocked out in a knockout run).
+Imports: torch, the standard library and verifier/child + verifier/common.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.machinery
+import importlib.util
+import json
+import linecache
+import os
+import sys
+import types
+from pathlib import Path
+
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+from verifier.common import childenv
+from verifier.common.backends import own_kernel_names
+from verifier.common.contract import (
+    CHILD_BUILT_FILE,
+)
+from verifier.common.spec import canonical_spec, compat_spec, extension_name, spec_key
+
+
+def exec_module(name: str, code: str, filename: str):
+    """Run a program as module ``name``. Its text is registered with linecache under ``filename``, so that code
+    reading its own source (``inspect.getsource``: a module-level ``@triton.jit``) finds it."""
+    mod = types.ModuleType(name)
+    mod.__file__ = filename
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    sys.modules[name] = mod
+    exec(compile(code, filename, "exec", dont_inherit=True), mod.__dict__)
+    return mod
+
+
+KERNEL_CALLS = [0]
+
+
+class CountedExtension(types.ModuleType):
+    """The prebuilt extension as the candidate sees it: every exported function counts its calls. With ``knock``
+    (a cpu knockout run: verifier/child/knockout.py ``ChildKnockout.knock_call``) each call is knocked out instead
+    of returning its result."""
+
+    def __init__(self, mod, knock=None):
+        super().__init__(mod.__name__)
+        self.__dict__["_km_mod"] = mod
+        self.__dict__["_km_knock"] = knock
+
+    def __getattr__(self, name):
+        attr = getattr(self.__dict__["_km_mod"], name)
+        knock = self.__dict__["_km_knock"]
+        if callable(attr) and not name.startswith("__"):
+            def counted(*a, **k):
+                KERNEL_CALLS[0] += 1
+                return attr(*a, **k) if knock is None else knock(name, attr, a, k)
+            return counted
+        return attr
+
+
+def _exports(path: str, symbol: str) -> bool:
+    """Whether the shared object ``path`` exports ``symbol`` (loading it: its static initialisers run, as any load
+    of it runs them)."""
+    try:
+        return hasattr(ctypes.CDLL(path), symbol)
+    except OSError:
+        return True  # it does not load: the import as a Python module says why
+
+
+def load_so(name: str, path: str):
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path,
+                              on_load=None, knock=None, registry: list | None = None):
+    """A load_inline that returns the module the compile pool built for the same spec; compiling here
+    only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
+    recording each such build (sources, link flags, binary) in ``child_built.json`` for the verifier's
+    vendor and tampering scans. ``on_load(so_path)`` is called with each extension's file once it is loaded
+    (a knockout run on cuda: verifier/judge/knockout.py); ``knock`` knocks out each call of the extensions' functions
+    (a knockout run on cpu), and of its own operators. ``registry``: a list that holds the dispatcher's
+    registrations (verifier/child/oplib.py ``Registry``) once the candidate is about to be imported; each load is
+    watched by it, which tells the candidate's own operators (``TORCH_LIBRARY``) from anything else it registers.
+
+    ``is_python_module=False`` is loaded as torch loads it, ``torch.ops.load_library`` (a library of operators: no
+    Python module), and the path is returned, as torch returns it."""
+    original = cpp_extension.load_inline
+    kept: list = []  # the knockout's kernels of the own operators (cpu): alive while the candidate runs
+
+    def load(so_path: str, name: str, python_module: bool, build=None, empty_module: bool = False):
+        """Load (``build``: build with torch's own load_inline, which loads it) one extension under the registry's
+        watch; the knockout's hooks after it. ``empty_module``: ``functions=[]``, for which torch's build writes a
+        pybind11 module with nothing in it and the compile pool's none (an empty list and no list share one build):
+        a library with no init function is then loaded as one and handed back as the empty module torch's is."""
+        reg = registry[0] if registry else None
+        before = set(reg.own) if reg is not None else set()
+        with reg.loading(so_path or name) if reg is not None else contextlib.nullcontext():
+            if build is not None:
+                mod = build()
+                so_path = so_path or str(mod if isinstance(mod, str) else getattr(mod, "__file__", "") or "")
+            elif python_module and not (empty_module and not _exports(so_path, f"PyInit_{name}")):
+                mod = load_so(name, so_path)
+            elif python_module:
+                torch.ops.load_library(so_path)
+                mod = types.ModuleType(name)
+            else:
+                torch.ops.load_library(so_path)
+        if on_load and so_path:
+            on_load(so_path)
+        if knock is not None and reg is not None:
+            knock_own_operators(sorted(set(reg.own) - before), knock, reg, kept)
+        return CountedExtension(mod, knock) if python_module else so_path
+
+    def load_inline(name, cpp_sources=None, cuda_sources=None, functions=None, **kw):
+        python_module = kw.pop("is_python_module", True)
+        args = dict(kw, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions)
+        key = spec_key(args)
+        cuda_kernel_names.extend(own_kernel_names(canonical_spec(args)))
+        key_dir = Path(build_root) / key
+        res = key_dir / "result.json"
+        if os.environ.get(childenv.SANDBOXED) and not res.is_file():
+            key_dir = job_dir / "child_build" / key  # the build root is read-only in the sandbox
+        if res.is_file():
+            d = json.loads(res.read_text())
+            if not d["ok"]:
+                raise RuntimeError("extension failed to compile (see the compile stage)")
+            return load(d["so_path"], extension_name(key), python_module,
+                        empty_module=functions is not None and not isinstance(functions, str) and not functions)
+        if not allow_compile:
+            raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
+        key_dir.mkdir(parents=True, exist_ok=True)
+        spec = compat_spec(canonical_spec(args))[0]  # as the compile pool builds it: kernels under their own names
+        built = job_dir / CHILD_BUILT_FILE
+        entries = json.loads(built.read_text()) if built.is_file() else []
+        entry = {"sources": list(spec["cpp_sources"]) + list(spec["cuda_sources"]),
+                 "ldflags": list(spec["extra_ldflags"]), "so_path": ""}
+        built.write_text(json.dumps(entries + [entry]))  # before the build: a crash mid-build still leaves it
+        so = key_dir / f"{extension_name(key)}.so"
+
+        def build():
+            return original(name=extension_name(key), build_directory=str(key_dir), is_python_module=python_module,
+                            **{k: (v or None) if k in ("cuda_sources", "functions") else v for k, v in spec.items()})
+
+        try:
+            return load("", extension_name(key), python_module, build)
+        finally:
+            entry["so_path"] = str(so) if so.is_file() else ""
+            built.write_text(json.dumps(entries + [entry]))
+
+    return load_inline
+
+
+def knock_own_operators(ops: list[str], knock, registry, kept: list) -> None:
+    """A cpu knockout run: each call of the candidate's own operators ``ops`` knocked out as its extension's
+    functions are (``knock``: on copies of its arguments, its result wrong in every value). The verifier registers a
+    kernel of its own for them at the Autograd key, which calls the candidate's kernel below it; the registry takes
+    it as the operator's registrations now (``adopt``). A failure leaves the operator as it was (the knockout then
+    sees its calls run: inconclusive or wrong, never a rejection by itself)."""
+    for op in ops:
+        ns, _, rest = op.partition("::")
+        packet, _, overload = rest.partition(".")
+        try:
+            handle = getattr(getattr(getattr(torch.ops, ns), packet), overload or "default")
+            lib = torch.library.Library(ns, "IMPL")
+
+            def knocked(*args, _handle=handle, _name=op, **kwargs):
+                with torch._C._AutoDispatchBelowAutograd():
+                    return knock(_name, _handle, args, kwargs)
+
+            lib.impl(rest, knocked, "Autograd")
+            kept.append(lib)
+            registry.adopt(op)
+        except Exception:  # noqa: BLE001 - the knockout's own failure: its calls run as written
+            continue

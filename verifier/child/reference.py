@@ -1,0 +1,116 @@
+"""The reference job inside an execution child (verifier/child/worker.py ``run_job``): the task's eager reference and
+``torch.compile`` of it, timed by the harness (verifier/execute/harness.py) in a process where no candidate code has
+ever run, so nothing a candidate does to torch can change the reference's times.
+Imports: torch, the standard library and verifier/child + verifier/common.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import torch
+
+from verifier.child.channel import Channel
+from verifier.child.harness_client import BracketClient
+from verifier.child.loading import exec_module
+from verifier.child.monitors import (
+    DispatchRecorder,
+    watched,
+)
+from verifier.child.timing import (
+    PhaseClock,
+    brackets,
+    drawer,
+    probe_calls,
+    probe_count,
+)
+from verifier.common.contract import (
+    ChildReport,
+    Job,
+    ModelTiming,
+)
+from verifier.common.devlock import device_lock
+from verifier.common.inputs import (
+    as_list,
+    build_model,
+)
+
+
+def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> ChildReport:
+    """The eager and ``torch.compile`` timings of the task's reference. Inductor builds the compiled model (host
+    work: tracing, code generation, the compilers; tens of seconds for a level-3 network) before the device lock
+    is taken, as the compile pool builds candidates beside a timing: holding the lock exclusive for the build
+    stopped every other process's trials and timing for as long (KernelBench's real code on an H100: 7 + 7 s
+    of lock waits per candidate with the compiled reference timed, 1.3 + 0.5 s without). The build's first call
+    runs the graph once on the device; everything timed runs under the exclusive lock, as before."""
+    clock = PhaseClock(report)
+    device = backend.device
+    try:
+        ref = exec_module("km_reference", job.reference_code, "reference.py")
+        model, _ = build_model(ref, job.init_seed, device, job.reference_code, job.eval_mode)
+        ch = Channel(job_dir)
+    except Exception:  # noqa: BLE001
+        report.setup_error = traceback.format_exc(limit=4)[-3000:]
+        return report
+    clock.phase("load")
+    draw = drawer(ref, device, job.reference_code)
+    with torch.no_grad():
+        try:
+            seeds = ch.timing_seeds()
+        except Exception:  # noqa: BLE001
+            report.timing_error = traceback.format_exc(limit=3)[-2500:]
+            return report
+        compiled = build_compiled(model, draw, seeds, backend, report) if job.time_torch_compile else None
+        clock.phase("compile_build")
+        with device_lock(job.timing_lock or None) as lock:
+            report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
+            report.lock_wait_s = round(lock.waited_s, 4)
+            clock.phase("lock_wait")
+            clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
+            try:
+                backend.warm_device(job.warm_device_ms)
+                # the harness (the verifier's process) clocks every bracket; this process only runs the calls
+                template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
+                # on cpu the candidate's timed calls run under the dispatch monitor, whose host cost would be
+                # the candidate's alone: the reference and the null pay it too (on cuda the host is ahead of the
+                # device and the monitors cost no device time)
+                wrap = (lambda f: watched(f, DispatchRecorder())) if job.backend == "cpu" else (lambda f: f)
+                brackets(clocked, "reference", wrap(model), job.n_brackets)
+                brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
+                clock.phase("eager")
+                n = probe_count(backend, model, draw, seeds, job.gap_probes)
+                report.eager = ModelTiming()
+                report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, n)
+            except Exception:  # noqa: BLE001
+                report.timing_error = traceback.format_exc(limit=3)[-2500:]
+            if compiled is not None and not report.timing_error:
+                try:
+                    brackets(clocked, "compiled", wrap(compiled), job.n_brackets)
+                    report.compiled = ModelTiming()
+                except Exception as e:  # noqa: BLE001
+                    report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
+                clock.phase("compile")
+    return report
+
+
+REFERENCE_COMPILE_THREADS = 1  # inductor's compile_threads for the reference's torch.compile (1: no worker pool)
+
+
+def build_compiled(model, draw, seeds: list[int], backend, report: ChildReport):
+    """``torch.compile(model)`` built by one call on the first timing seed's inputs, outside the device lock;
+    None (and ``report.compile_error``) when it does not build or run."""
+    try:
+        # inductor compiles in this process: its default pool starts a compile worker per core (16 processes, each
+        # importing torch and triton) for every task's reference, CPU the candidates' builds need more
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = REFERENCE_COMPILE_THREADS
+        compiled = torch.compile(model)
+        out = compiled(*draw(seeds[0]))
+        backend.synchronize()
+        del out
+        return compiled
+    except Exception as e:  # noqa: BLE001
+        report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
+        return None
