@@ -4,7 +4,8 @@
 A red team that had read the verifier got eleven of fifteen cpu cheats accepted. By class:
 
 - **Operators outside aten.** The judge counted only ``aten::`` ops as compute, so
-  ``torch.ops.mkldnn._linear_pointwise`` (oneDNN's gemm), ``mkldnn::_convolution_pointwise``, ``mkl::_mkl_linear`` and a TorchScript graph run through
+  ``torch.ops.mkldnn._linear_pointwise`` (oneDNN's gemm), ``mkldnn::_convolution_pointwise``, ``mkl::_mkl_linear``
+  and a TorchScript graph run through
   oneDNN Graph (the profiler shows ``LlgaPartition_N``) passed with forged speedups. Now deny by default
   (verifier/common/ops.py ``forbidden``): any operator of a namespace that existed before the candidate was imported
   is compute unless allowed (aten's allocation and view ops, the profiler's markers); the operators the candidate
@@ -37,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from bench.lib import fixtures as fx  # noqa: E402
 from verifier import cheats, entry  # noqa: E402
@@ -132,6 +134,58 @@ def test_every_operator_outside_the_allowlist_is_compute_whatever_its_namespace(
     # keeps only operators and fusion groups)
     assert forbidden(["aten::empty", "aten::view", "profiler::_record_function_enter_new", "km_forward"]) == []
     assert forbidden(["aten::_to_copy(torch.float32->torch.int32, rounding)"]) != []
+
+
+VIEWS = {
+    # construct: f(x) over a (8, 6) float tensor, as frontier answers write it around their kernels
+    "T": lambda x: x.T.contiguous(), "mT": lambda x: x.mT.contiguous(), "H": lambda x: x.H.contiguous(),
+    "reshape_as": lambda x: x.reshape(48).reshape_as(x), "type_as": lambda x: x.double().type_as(x),
+    "concat": lambda x: torch.concat([x, x], dim=1), "tensor": lambda x: torch.tensor(2.0, dtype=x.dtype),
+    "ravel": lambda x: x.ravel(), "squeeze_": lambda x: x.unsqueeze(1).clone().squeeze_(1),
+    "unfold": lambda x: x.unfold(1, 3, 1).contiguous(), "diagonal": lambda x: x.diagonal().contiguous(),
+    "broadcast_to": lambda x: x[:1].broadcast_to(x.shape).contiguous(), "tensor_split": lambda x: x.tensor_split(2)[0],
+    # a kernel's float indices and 0/1 mask converted (made before the call: the conversion alone is judged)
+    "whole_values_to_int": lambda x: WHOLE.to(torch.int64), "to_bool_of_a_mask": lambda x: MASK01.bool(),
+}
+WHOLE, MASK01 = torch.arange(48.0).view(8, 6), (torch.arange(48) % 2).float().view(8, 6)
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_views_and_copies_frontier_answers_write_are_no_compute_to_either_monitor(name):
+    """Both monitors as the child runs them around forward: what they record of a view, a copy or a conversion of
+    whole values is allowed (the profiler names the outer alias: aten::numpy_T, aten::reshape_as, aten::concat...)."""
+    from verifier.child.monitors import DispatchRecorder, profiled, read_profile, watched
+    from verifier.common.backends import get_backend
+    from verifier.common.contract import TrialReport
+
+    x, rec, recorder = torch.randn(8, 6), TrialReport(index=0), DispatchRecorder()
+    with profiled(get_backend("cpu")) as prof:
+        watched(VIEWS[name], recorder)(x)
+    read_profile(prof, [], rec)
+    assert forbidden(recorder.ops + recorder.rounding_ops()) == [] and forbidden(rec.profiled_ops) == [], \
+        (recorder.ops, rec.profiled_ops)
+
+
+def test_a_conversion_that_rounds_is_compute_to_the_dispatch_monitor():
+    from verifier.child.monitors import DispatchRecorder, watched
+
+    recorder = DispatchRecorder()
+    watched(lambda x: x.to(torch.int32), recorder)(torch.randn(8, 6) * 10)
+    assert forbidden(recorder.rounding_ops()) == ["aten::_to_copy(torch.float32->torch.int32, rounding)"]
+
+
+def test_operators_the_candidate_created_are_left_out_and_fusion_groups_are_nobodys():
+    from verifier.child.oplib import Registry
+
+    reg = Registry([])
+    lib = torch.library.Library("kmroutes_new", "DEF")  # a namespace that appears after the registry's base
+    lib.define("g(Tensor x) -> Tensor")
+    try:
+        assert reg.created("kmroutes_new::g") and reg.created("kmroutes_new::g.default")
+        assert not reg.created("mkldnn::_linear_pointwise") and not reg.created("aten::mm")
+        assert not reg.created("LlgaPartition_0")
+    finally:
+        lib._destroy()
 
 
 def test_a_library_linked_outside_the_allowlist_is_c01(tmp_path):
@@ -233,6 +287,20 @@ CASES = {
                                        cheats.C01),
     "honest_whole_values_converted": (TRUNC_TASK, program("return ext.widen(ext.trunc_float(x).to(torch.int32))"),
                                       "pass", None),
+    # the views a frontier answer writes around its kernel (the profiler names aten::numpy_T, mT, reshape_as,
+    # type_as, concat), and its kernel behind a Python custom operator of its own namespace
+    "honest_views_around_the_kernel": (
+        fx.MATMUL_TASK, program("out = ext.matmul_naive(a, b.mT.contiguous().T.contiguous())\n"
+                                "        return torch.concat([out], dim=0).reshape_as(out).type_as(a)", "a, b"),
+        "pass", None),
+    "honest_python_custom_operator": (
+        fx.MATMUL_TASK, program("return kmroutes_mm(a, b)", "a, b",
+                                "@torch.library.custom_op('kmroutes_py::mm', mutates_args=())\n"
+                                "def kmroutes_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
+                                "    return ext.matmul_naive(a, b)\n\n\n"
+                                "@kmroutes_mm.register_fake\n"
+                                "def _(a, b):\n"
+                                "    return a.new_empty(a.shape[0], b.shape[1])\n"), "pass", None),
 }
 
 

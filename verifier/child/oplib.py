@@ -142,8 +142,9 @@ class Registry:
         """Whether ``op`` (a monitor's name, ``ns::op`` or ``ns::op.overload``) is in a namespace that did not exist
         before the candidate was imported: one of its own operators (C++, ``TORCH_LIBRARY``), or one its program
         defined in Python (``torch.library.custom_op``), whose body the profiler still sees op by op. An operator
-        of a namespace that was there (aten, mkldnn, mkl, quantized, a library's) is PyTorch's or a library's."""
-        return _namespace(op) not in self.base_namespaces
+        of a namespace that was there (aten, mkldnn, mkl, quantized, a library's) is PyTorch's or a library's, and an
+        event that names no operator (a TorchScript fusion group) is nobody's creation."""
+        return "::" in op and _namespace(op) not in self.base_namespaces
 
     def calls(self, ops) -> int:
         """How many of ``ops`` (names as the monitors record them, ``ns::op`` or ``ns::op.overload``) are calls

@@ -23,6 +23,13 @@ ALLOWED_ATEN = {
     # views the profiler records by their own name around the permute / transpose that does them (Tensor.movedim,
     # moveaxis, swapaxes, swapdims); dtype promotion on dtypes alone
     "movedim", "moveaxis", "swapaxes", "swapdims", "promote_types", "can_cast",
+    # the same views and copies by the names the profiler records around them (Tensor.T, .mT, .H, reshape_as,
+    # type_as (a conversion: rounding is judged apart), torch.concat, torch.tensor's detach_), their in-place forms,
+    # strided windows (unfold, diagonal) and splits
+    "numpy_T", "mT", "mH", "matrix_H", "adjoint", "reshape_as", "type_as", "concat", "concatenate", "detach_",
+    "ravel", "broadcast_to", "tensor_split", "hsplit", "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d",
+    "squeeze_", "unsqueeze_", "t_", "transpose_", "unfold", "diagonal", "unsafe_split", "unsafe_chunk",
+    "scalar_tensor",
     # copies that move data without computing on it, and dropout (the identity in eval mode, where models run)
     "cat", "stack", "dropout", "feature_dropout", "alpha_dropout",
     # F.pad with a constant fill: x and the fill in a new tensor. ``pad`` is the composite the profiler records

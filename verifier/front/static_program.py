@@ -75,7 +75,8 @@ def is_torch_compute(full: str) -> bool:
     if not full.startswith("torch."):
         return False
     rest = full[len("torch."):]
-    if rest in TORCH_ALLOWED or rest.startswith(("cuda.", "utils.", "nn.init.")):
+    # torch.library registers operators (a candidate's own, whose kernels are judged as they run): no compute
+    if rest in TORCH_ALLOWED or rest.startswith(("cuda.", "utils.", "nn.init.", "library.")):
         return False
     if rest.startswith("nn."):
         return False  # constructing a layer to hold parameters is honest; calling it is caught below

@@ -25,6 +25,8 @@ TORCH_ALLOWED = {
     "flatten", "unflatten", "reshape", "squeeze", "unsqueeze", "permute", "transpose", "narrow", "split", "chunk",
     "unbind", "cat", "concat", "concatenate", "stack", "as_strided", "empty_strided",
     "movedim", "moveaxis", "swapaxes", "swapdims", "empty_permuted",
+    "ravel", "broadcast_to", "tensor_split", "hsplit", "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d",
+    "diagonal", "t", "adjoint",
     # shapes and dtypes: arithmetic on sizes and type promotion, no tensor data read
     "broadcast_shapes", "result_type", "promote_types", "can_cast", "is_floating_point", "is_complex",
 }
@@ -40,6 +42,9 @@ TENSOR_METHOD_ALLOWED = {
     "modules", "state_dict", "load_state_dict", "eval", "train", "apply", "register_module", "add_module", "as_subclass",
     "movedim", "moveaxis", "swapaxes", "swapdims", "is_floating_point", "is_complex", "is_signed", "is_pinned",
     "is_same_size", "new_empty_strided", "resize_",
+    # views and their in-place forms (a strided window: unfold, diagonal), splits (frontier answers write them)
+    "ravel", "squeeze_", "unsqueeze_", "t_", "transpose_", "unfold", "diagonal", "broadcast_to", "tensor_split",
+    "hsplit", "vsplit", "dsplit", "split_with_sizes", "adjoint",
     # the caching allocator's bookkeeping: the block stays reserved until the stream's queued work is done
     "record_stream",
 }

@@ -1,0 +1,48 @@
+"""False rejections of the verifier's front end on honest cpu-backend answers written the way frontier models write
+KernelBench answers (backend "cpu"; no compiler needed).
+
+The 50 candidates in tests/data/fidelity_cpu/ (``honest_*.py`` programs and ``honest_*.md`` model responses, the
+task of each in ``tasks.json``, the task programs in ``tasks/``) were written by a helper session for 13 tasks (levels
+1-3): at::parallel_for, OpenMP, AVX2 behind ``#if``, AT_DISPATCH, accessors, ``std::thread`` pools joined in the call,
+TORCH_LIBRARY operators, a Python ``torch.library.custom_op`` around the kernel, an ``autograd.Function``, ``.T`` /
+``.mT`` / ``reshape_as`` / ``type_as`` / ``torch.concat`` / ``ravel`` / ``squeeze_`` / ``unfold`` around the kernel,
+lazy builds in forward, logging, dataclasses. Every one passes end to end on the cpu backend (each verified through
+``verifier.entry.verify_candidate``; bench/results/HISTORY.md, fifth session); ten of them did not before the fix of
+the views' allowlists (static_rules.TENSOR_METHOD_ALLOWED / TORCH_ALLOWED, common/ops.py ALLOWED_ATEN) and of
+``torch.library`` (registering an operator is no compute). The end-to-end twins of those constructs are
+tests/redteam/test_redteam_operator_routes.py (one build). Here: everything the verifier decides before the build, as
+tests/test_fidelity_cuda_front.py does for CUDA. Fast: no compiles, no task run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_fidelity_cuda_front import front_findings
+
+DATA = Path(__file__).resolve().parent / "data" / "fidelity_cpu"
+TASKS = json.loads((DATA / "tasks.json").read_text())
+
+
+def test_candidate_set():
+    assert len(TASKS) >= 45 and len(set(TASKS.values())) >= 12
+    for cand, task in TASKS.items():
+        assert (DATA / cand).is_file() and (DATA / "tasks" / task).is_file(), (cand, task)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_honest_cpu_candidate_has_no_front_finding(name: str):
+    assert front_findings((DATA / name).read_text(), "cpu") == []
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_engine_front_leaves_it_to_the_build(name: str):
+    from verifier import engine
+
+    task = (DATA / "tasks" / TASKS[name]).read_text()
+    w = engine._front(task, (DATA / name).read_text(), "cpu", TASKS[name], Path(name).stem)
+    assert w.verdict.status == "" and w.verdict.cheats == [], w.verdict
+    assert w.torch_findings == []
