@@ -26,27 +26,9 @@ import torch  # noqa: E402
 from bench.lib import fixtures as fx  # noqa: E402
 from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
-from bench.lib.proc_cpu import ProcCpu  # noqa: E402
+from bench.lib.proc_cpu import GpuSampler, ProcCpu  # noqa: E402
 from verifier.engine import VerifyConfig, usable_cores, verify_batch  # noqa: E402
 from verifier.serve.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
-
-
-class GpuSampler(threading.Thread):
-    """nvidia-smi utilization samples every 0.5 s while running."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.samples, self.stop = [], threading.Event()
-
-    def run(self):
-        while not self.stop.is_set():
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=5).stdout.split()
-                self.samples.append(float(out[0]))
-            except Exception:  # noqa: BLE001
-                pass
-            self.stop.wait(0.5)
 
 
 def run_batch(items, cfg, workers):

@@ -1,4 +1,4 @@
-"""Host CPU seconds by kind of process while the verifier runs (used by bench/bench_verifier.py): a thread reads ``/proc/<pid>/stat`` (user +
+"""Host CPU seconds by kind of process (and GPU utilisation samples, ``GpuSampler``) while the verifier runs (used by bench/bench_verifier.py): a thread reads ``/proc/<pid>/stat`` (user +
 system ticks) of every process on the box every ``interval`` seconds and keeps each pid's last reading, so a
 process's CPU is counted up to its last sample before it exited (compilers live for seconds: the part lost
 is under ``interval`` per process). Kinds come from the process name and, for Python, its command line:
@@ -10,6 +10,7 @@ Linux only; elsewhere :meth:`ProcCpu.finish` returns nothing and ``host_busy`` i
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from collections import defaultdict
 
@@ -114,3 +115,21 @@ class ProcCpu(threading.Thread):
                 out[k][0] += max(0.0, spent)
                 out[k][1] += pid not in self.base
         return {k: (round(v[0], 1), v[1]) for k, v in sorted(out.items(), key=lambda kv: -kv[1][0])}
+
+
+class GpuSampler(threading.Thread):
+    """nvidia-smi utilization samples every 0.5 s while running."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.samples, self.stop = [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout.split()
+                self.samples.append(float(out[0]))
+            except Exception:  # noqa: BLE001
+                pass
+            self.stop.wait(0.5)
