@@ -45,7 +45,14 @@ from verifier import cheats, entry  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.common.ops import forbidden  # noqa: E402
 from verifier.front.static import scan  # noqa: E402
-from verifier.front.vendor import join_splices, needed_libraries, scan_library, scan_sources, scan_tampering  # noqa: E402
+from verifier.front.vendor import (  # noqa: E402
+    imported_symbols,
+    join_splices,
+    needed_libraries,
+    scan_library,
+    scan_sources,
+    scan_tampering,
+)
 
 # ------------------------------------------------------------------------------------ the C++ source scans
 ELF_WALK = r'''
@@ -206,6 +213,13 @@ def test_a_library_linked_outside_the_allowlist_is_c01(tmp_path):
     # linked only against the C/C++ runtimes: nothing to say
     subprocess.run([cxx, "-shared", "-fPIC", "-o", str(tmp_path / "own.so"), str(tmp_path / "vendor.cpp")], check=True)
     assert scan_library(tmp_path / "own.so") == []
+    # the one ELF reader behind both lists: a section table cut short reads as far as it goes, never raises
+    data = (tmp_path / "ext.so").read_bytes()
+    shoff = int.from_bytes(data[0x28:0x30], "little")
+    for cut in (0x20, shoff + 7, len(data) - 3):
+        (tmp_path / "cut.so").write_bytes(data[:cut])
+        assert needed_libraries(tmp_path / "cut.so") in ([], needed_libraries(tmp_path / "ext.so"))
+        assert isinstance(imported_symbols(tmp_path / "cut.so"), list)
 
 
 # ------------------------------------------------------------------------------------ end to end (cpu)

@@ -56,6 +56,11 @@ class DispatchRecorder(TorchDispatchMode):
         self.conversions.clear()
         return out
 
+    def compute_ops(self, own=None) -> list[str]:
+        """What this monitor saw (the ops and the rounding conversions), less the operators the candidate created
+        (``own``: its ``oplib.Registry``): the judge counts every other one as compute."""
+        return sorted({o for o in self.ops + self.rounding_ops() if own is None or not own.created(o)})
+
 
 MAX_CONVERSIONS = 8  # conversions kept per call for ``rounds`` (a candidate converting more is judged on these)
 
@@ -123,14 +128,15 @@ def operators() -> set[str]:
     return {n.split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names()}
 
 
-def read_profile(prof, kernel_names: list[str], rec: TrialReport, own_calls=None) -> int:
+def read_profile(prof, kernel_names: list[str], rec: TrialReport, registry=None) -> int:
     """aten ops the profiler saw inside the ``km_forward`` markers, the marker that proves it watched the call,
     and (cuda) the device time of kernels run within the marker's device-side ranges: in a session that also
     drew inputs and flushed caches (the timing phase), only what forward itself did counts. aten ops nested inside
     another op's kernel (one of the candidate's own operators calling ``at::matmul``) are among them: the profiler
-    observes every operator call, where a dispatch mode handles only the outermost. Returns ``own_calls`` (a count
-    of the candidate's own operators among names: verifier/child/oplib.py) of the op events inside the markers (0
-    without it)."""
+    observes every operator call, where a dispatch mode handles only the outermost. ``registry`` is the candidate's
+    operator registry (verifier/child/oplib.py ``Registry``): the operators it created are left out of
+    ``profiled_ops`` (the judge counts every other one as compute), and the count of calls of them among the op
+    events inside the markers is returned (0 without it)."""
     events = list(prof.events())
     host_win, dev_win = [], []
     for e in events:
@@ -161,12 +167,12 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport, own_calls=None
                 known = operators() if known is None else known
                 if e.name.split(".", 1)[0] in known:
                     names.append(e.name)
-    rec.profiled_ops = sorted(set(names))
+    rec.profiled_ops = sorted({n for n in names if registry is None or not registry.created(n)})
     rec.own_kernel_us = round(own, 3)
     rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
     if not host_win:
         rec.monitor_problems.append("the profiler stopped recording during forward")
-    return own_calls(ops) if own_calls is not None else 0
+    return registry.calls(ops) if registry is not None else 0
 
 
 # ---------------------------------------------------------------------------- side work on threads (C09)

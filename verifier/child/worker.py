@@ -320,13 +320,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             # the candidate's threads as forward returned, read once the profiler's session is over (a thread of
             # the profiler's own that lives for one session is not the candidate's)
             returned = threads_beside(tids0)
-            own_in_profile = read_profile(prof, cuda_kernels, rec, registry[0].calls)
+            own_in_profile = read_profile(prof, cuda_kernels, rec, registry[0])
             # a call of one of its own operators (torch.ops.<its namespace>) is a call of its extension
             rec.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
-            # what the monitors saw but the operators the candidate created (the judge counts every other one as compute)
-            rec.dispatched_ops = sorted({o for o in recorder.ops + recorder.rounding_ops()
-                                         if not registry[0].created(o)})
-            rec.profiled_ops = [o for o in rec.profiled_ops if not registry[0].created(o)]
+            rec.dispatched_ops = recorder.compute_ops(registry[0])
             rec.to_host_bytes = recorder.to_host_bytes
             rec.mutated_inputs = [j for j, (a, b) in enumerate(zip(tensors_of(inputs), tensors_of(pristine)))
                                   if not torch.equal(a, b)]
@@ -384,13 +381,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     with profiled(backend) as prof:
                         brackets(clocked, "candidate", fn, job.n_brackets)
                     backend.synchronize()
-                    own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0].calls)
+                    own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0])
                 else:  # on cpu its host cost would be the candidate's alone: the dispatch monitor watches these calls
                     brackets(clocked, "candidate", fn, job.n_brackets)
                 timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
-                timed.dispatched_ops = sorted({o for o in recorder.ops + recorder.rounding_ops()
-                                               if not registry[0].created(o)})
-                timed.profiled_ops = [o for o in timed.profiled_ops if not registry[0].created(o)]
+                timed.dispatched_ops = recorder.compute_ops(registry[0])
                 timed.to_host_bytes = recorder.to_host_bytes
                 if recorder.removed:
                     timed.monitor_problems.append("the dispatch monitor was removed during a timed forward")
