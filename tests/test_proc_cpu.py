@@ -48,3 +48,21 @@ def test_compilers_under_the_references_torch_compile_are_counted_apart_from_bui
                    check=True)
     by_kind = p.finish()
     assert by_kind[UNDER_COMPILE][0] >= 0.5, by_kind
+
+
+def test_an_execution_child_that_names_itself_after_its_job_is_counted_under_that_job():
+    """A fork server's child is seen first as ``python`` (it makes its CUDA context while it waits for a job), then
+    names itself after the job (verifier/child/worker.py ``name_process``): its whole CPU goes to the job's kind."""
+    from bench.lib.proc_cpu import JOB_KINDS
+
+    p = ProcCpu(interval=0.05)
+    p.start()
+    code = ("import time, ctypes\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
+            "time.sleep(0.2)\n"  # seen under the server's kind first
+            "from verifier.child.worker import name_process\nfrom verifier.common.contract import Job\n"
+            "name_process(Job(kind='reference', backend='cpu', build_root='', reference_code='', init_seed=0))\n"
+            "t = time.process_time()\nwhile time.process_time() - t < 0.4: pass\ntime.sleep(0.3)")
+    subprocess.run([sys.executable, "-c", code, "verifier.child.worker"], check=True)
+    by_kind = p.finish()
+    sec, n = by_kind[JOB_KINDS["km-reference"]]
+    assert n >= 1 and sec >= 0.7, by_kind

@@ -21,9 +21,15 @@ COMPILERS = {"nvcc", "cicc", "cudafe++", "ptxas", "fatbinary", "nvlink", "cc1plu
 INDUCTOR = "torch.compile's compile workers (inductor; the reference's timing)"
 UNDER_COMPILE = "compilers under torch.compile (triton, inductor's C++: the reference's timing)"
 EXECUTION = "execution processes (python: torch, CUDA context, profiler, the job)"
+# an execution child names itself after its job once it has one (verifier/child/worker.py ``name_process``): all
+# its CPU, the CUDA context it made while it waited for the job included, is that kind's
+JOB_KINDS = {"km-candidate": "candidate execution children (CUDA context, profiler, trials, timing; knockouts too)",
+             "km-reference": "reference children (the task's plan, eager and torch.compile timing)"}
 
 
 def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
+    if comm in JOB_KINDS:
+        return JOB_KINDS[comm]
     if pid == me:
         return "benchmark process (parent: scheduling, judging, reference)"
     if comm in COMPILERS:
@@ -91,6 +97,8 @@ class ProcCpu(threading.Thread):
                     self.last[pid] = (k, cpu)
                     if first:
                         self.base[pid] = cpu
+                elif comm in JOB_KINDS:  # a fork server's child that took its job since the last sample
+                    self.last[pid] = (JOB_KINDS[comm], cpu)
                 else:
                     self.last[pid] = (self.last[pid][0], cpu)
             except (OSError, ValueError, IndexError):

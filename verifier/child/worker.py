@@ -184,8 +184,19 @@ class Guard:
         return True
 
 
+def name_process(job: Job) -> None:
+    """The process's name (``comm``: what ps, top and bench/lib/proc_cpu.py show) after its job: ``km-reference`` or
+    ``km-candidate`` instead of the fork server's ``python``. A knockout run is named as any candidate's (the
+    candidate must not tell it apart). Best effort (Linux)."""
+    try:
+        ctypes.CDLL(None).prctl(15, f"km-{job.kind}"[:15].encode(), 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def run_job(job_dir: Path) -> ChildReport:
     job = Job.read(job_dir)
+    name_process(job)
     report = ChildReport(kind=job.kind)
     try:
         report.sandbox = _apply_limits(job)
