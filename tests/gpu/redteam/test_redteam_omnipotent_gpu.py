@@ -43,8 +43,12 @@ def verdicts():
 def test_a_slow_kernel_with_everything_forged_keeps_its_time(verdicts):
     hooked, plain = verdicts["slow/hook"], verdicts["slow/plain"]
     assert hooked.status == plain.status == "pass", (hooked.feedback[:600], plain.feedback[:600])
-    assert hooked.speedup_eager < 0.2 and hooked.runtime_us > 0.8 * plain.runtime_us, (
+    # the forged clocks and reports change nothing: the hooked twin's time is the plain twin's, and stays slow (21
+    # launches of the relu where eager runs one; the last 20 read x from L2, so about 0.2x of eager, never near 1x)
+    assert 0.8 * plain.runtime_us < hooked.runtime_us < 1.25 * plain.runtime_us, (
         hooked.runtime_us, plain.runtime_us, hooked.versions.get("timing"))
+    assert hooked.speedup_eager < 0.5 and hooked.speedup_eager < 1.25 * plain.speedup_eager, (
+        hooked.speedup_eager, plain.speedup_eager)
 
 
 def test_returning_the_previous_output_on_timed_calls_is_seen(verdicts):
