@@ -17,15 +17,21 @@ _SESSION_TMP = Path(tempfile.mkdtemp(prefix="kernelmill-tests-"))
 os.environ["PREFECT_HOME"] = str(_SESSION_TMP / "prefect")
 os.environ["KERNELMILL_HOME"] = str(_SESSION_TMP / "kernelmill")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-# On the 2-core CI machine building a ~0.8 GB precompiled header per cflags set (three in this suite) costs
-# more than it saves over the suite's few dozen builds: off here ([verify] pch = false), except where a test asks
-# for it (the ``with_pch`` fixture), and on GPU boxes, where tests/gpu checks the fast build paths.
-if not os.environ.get("CUDA_VISIBLE_DEVICES") and not Path("/dev/nvidiactl").exists():
-    os.environ.setdefault("KERNELMILL_VERIFY_PCH", "false")
+# One directory for the whole run, shared by pytest-xdist's workers (they inherit this variable from the controller,
+# which makes the directory and removes it when the run ends): the default build root and the precompiled headers.
+_RUN_DIR = os.environ.get("KERNELMILL_TESTS_RUN_DIR", "")
+_OWNS_RUN_DIR = not _RUN_DIR
+if _OWNS_RUN_DIR:
+    _RUN_DIR = tempfile.mkdtemp(prefix="kernelmill-tests-run-")
+    os.environ["KERNELMILL_TESTS_RUN_DIR"] = _RUN_DIR
+# The precompiled header of torch/extension.h (verifier/build/pch.py) is on, as outside the suite, in the run's own
+# directory (never the user's ~/.cache): on the 2-core machine a CPU extension builds in ~10 s against it and ~23 s
+# without, and the header (~30 s, ~0.75 GB per cflags set) is paid once per flag set in the run.
+os.environ.setdefault("KERNELMILL_VERIFY_PCH_DIR", str(Path(_RUN_DIR) / "pch"))
 # Under pytest-xdist (``make test`` runs two workers) each worker imports this file and so has a KERNELMILL_HOME,
 # and with it a default build root, of its own: the honest fixtures that several modules build would be compiled
-# once per worker. There the workers' default build root is one directory for the run (xdist's run id names it),
-# which they share safely: a build is keyed by content and compiled under an flock on its key's directory
+# once per worker. So the default build root is one directory for the run (``_RUN_DIR``), which the workers share
+# safely: a build is keyed by content and compiled under an flock on its key's directory
 # (verifier/build/pool.py), and the object cache and the kept reference timings lock per entry (verifier/build/objcache.py,
 # verifier/judge/prep_cache.py). It is the same path in every worker, as the built module's recorded path must be for a
 # sandboxed child of either worker to load it. A test that gives a build_dir of its own is unaffected.
@@ -39,15 +45,22 @@ if _GPUS > 1 and _WORKER.startswith("gw"):
     _cores = sorted(os.sched_getaffinity(0))
     _share = max(1, len(_cores) // _GPUS)
     os.sched_setaffinity(0, _cores[(_k % _GPUS) * _share:(_k % _GPUS + 1) * _share] or _cores)
-if os.environ.get("PYTEST_XDIST_TESTRUNUID"):
-    os.environ.setdefault("KERNELMILL_VERIFY_BUILD_DIR", str(Path(tempfile.gettempdir()) / (
-        f"kernelmill-tests-run-{os.environ['PYTEST_XDIST_TESTRUNUID']}") / "verify-builds"))
+os.environ.setdefault("KERNELMILL_VERIFY_BUILD_DIR", str(Path(_RUN_DIR) / "verify-builds"))
+
+
+def pytest_unconfigure(config):
+    """The process that made the run's directory (pytest-xdist's controller, or the one process of a plain run)
+    removes it once every test is over."""
+    if _OWNS_RUN_DIR and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
 
 def _verify_defaults_from_the_environment() -> None:
     """The ``KERNELMILL_VERIFY_<KEY>`` variables reach what the settings layer loads (the CLI, flows) by
     themselves; here they also become the defaults of every VerifyConfig a test builds in code (a key it passes
-    still wins), so that the suite's ``[verify] pch = false`` holds there too. The dataclass's own defaults
+    still wins), so that the suite's ``[verify] pch_dir`` and build root hold there too. The dataclass's own defaults
     (``dataclasses.fields``, what data/default.toml repeats) are unchanged."""
     import dataclasses
 
@@ -71,9 +84,8 @@ _verify_defaults_from_the_environment()
 
 @pytest.fixture
 def with_pch():
-    """A config whose builds use the precompiled header (``[verify] pch = true``, the default outside the suite):
-    a test's builds pass its ``host()`` (nothing else in the process changes); its ``pch_root()`` is the header
-    cache directory."""
+    """A config whose builds use the precompiled header (``[verify] pch = true``, as every config of the suite): a
+    test's builds pass its ``host()``; its ``pch_root()`` is the header cache directory (the run's)."""
     from verifier.common.config import VerifyConfig
 
     return VerifyConfig(pch=True)

@@ -40,7 +40,7 @@ def test_default_toml_repeats_the_dataclass_defaults():
     import dataclasses
 
     written = tomllib.loads(DEFAULT_CONFIG.read_text())
-    # the dataclasses' own defaults (tests/conftest.py gives the VerifyConfigs tests build [verify] pch = false)
+    # the dataclasses' own defaults (tests/conftest.py gives the VerifyConfigs tests build the run's pch_dir and build root)
     defaults = {s: {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
                     for f in dataclasses.fields(section_type(s))} for s in Settings().to_dict()}
     assert set(written) == set(defaults)

@@ -31,7 +31,7 @@ from verifier.common.backends import own_kernel_renames, rename_kernels
 from verifier.common.config import VerifyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-HOST = VerifyConfig().host()  # the suite's host settings ([verify] pch = false on the cpu box: conftest)
+HOST = VerifyConfig().host()  # the suite's host settings (the run's pch_dir: conftest)
 
 TORCH_FREE_CU = "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\nvoid launch(float* y) { k<<<1, 32>>>(y); }"
 TORCH_CU = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }"
@@ -206,8 +206,7 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
 
 
 def test_pch_false_turns_the_header_off(tmp_path):
-    # the cpu suite builds with [verify] pch = false (conftest); test_verifier_run checks its real builds say pch
-    # false; here: with it off no PCH is made or looked up, though pch_dir names a directory
+    # with [verify] pch = false no PCH is made or looked up, though pch_dir names a directory
     host = VerifyConfig(pch=False, pch_dir=str(tmp_path)).host()
     assert host.pch_dir == ""
     res = build_blocking(tmp_path / "builds", {"cpp_sources": "int64_t three() { return 3; }",

@@ -236,9 +236,11 @@ def test_identical_sources_compile_once(batch, build_dir, config):
     assert len(keys) == (2 if sandbox.enabled(config.host()) else 3)
     compiled_cold = [v for v in batch["verdicts"].values() if v.stage_seconds.get("compile_cached") is False]
     assert len(compiled_cold) <= 2  # only the candidate(s) that triggered a build paid for it
-    # the suite runs with [verify] pch = false (conftest): the real builds say they did without the header
+    # the suite's [verify] pch_dir (conftest: the run's own directory) reaches the real builds: they say they used
+    # the precompiled header, and it is there, not in the user's cache
     results = [json.loads(p.read_text()) for p in Path(build_dir).glob("*/result.json")]
-    assert len(results) == 2 and all(r.get("pch") is False for r in results)
+    assert len(results) == 2 and any(r.get("pch") is True for r in results), results
+    assert list(Path(os.environ["KERNELMILL_VERIFY_PCH_DIR"]).glob("*/signature.json"))
 
 
 def test_crash_hang_oom_feedback(batch):
