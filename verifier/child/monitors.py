@@ -31,19 +31,33 @@ class DispatchRecorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops: list[str] = []
-        self.to_host_bytes = 0  # device data copied to the host (compute done there instead of in a kernel)
+        # tensor data one call handed to host code, the most of any call (each ``with recorder:`` is one forward
+        # call): device data copied to the host, and values read one at a time into Python (``.item()``,
+        # ``float(t)``, iterating a tensor: ``_local_scalar_dense``, on any device). Compute done there is not a kernel's
+        self.to_host_bytes = 0
+        self._call_bytes = 0
         self.removed = False  # a watched call found another dispatch mode on top when it returned
         self.conversions: list = []  # (op, source, target dtype) of floating values copied to integers or booleans
+
+    def __enter__(self):
+        self._call_bytes = 0
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self.to_host_bytes = max(self.to_host_bytes, self._call_bytes)
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         self.ops.append(f"{func.namespace}::{name}")
         out = func(*args, **(kwargs or {}))
+        if name == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor):
+            self._call_bytes += args[0].element_size()
         if name in ("_to_copy", "copy_", "to") and args and isinstance(args[0], torch.Tensor):
             src = args[1] if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor) else args[0]
             dst = args[0] if name == "copy_" else out
             if isinstance(dst, torch.Tensor) and src.device.type != "cpu" and dst.device.type == "cpu":
-                self.to_host_bytes += dst.numel() * dst.element_size()
+                self._call_bytes += dst.numel() * dst.element_size()
             if (isinstance(dst, torch.Tensor) and src.is_floating_point() and not dst.is_floating_point()
                     and not dst.is_complex() and len(self.conversions) < MAX_CONVERSIONS):
                 self.conversions.append((f"aten::{name}", src.detach(), dst.dtype))

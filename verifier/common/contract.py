@@ -147,7 +147,7 @@ class TrialReport(_Record):
     threads_added: int = 0  # the candidate's threads at work after forward returned (monitors.side_work_threads)
     kernel_calls: int = 0
     dispatched_ops: list[str] = field(default_factory=list)  # aten ops seen by the dispatch-mode monitor
-    to_host_bytes: int = 0  # device data forward copied to the host (cuda)
+    to_host_bytes: int = 0  # tensor data one forward call copied to the host or read into Python, the most of any call
     profiled_ops: list[str] = field(default_factory=list)  # aten ops seen by the profiler (C++ observer)
     monitor_problems: list[str] = field(default_factory=list)  # a monitor found switched off or replaced
     mutated_inputs: list[int] = field(default_factory=list)

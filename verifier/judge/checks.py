@@ -112,8 +112,9 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     if rec.monitor_problems:
         ev.add(cheats.C11, f"{label}: {'; '.join(rec.monitor_problems)}.")
     if rec.to_host_bytes > HOST_COPY_LIMIT:
-        ev.add(cheats.C01, f"{label}: forward copied {rec.to_host_bytes} bytes of device data to the host (the "
-                           "computation belongs in your kernel, not on the CPU).")
+        ev.add(cheats.C01, f"{label}: one forward call handed {rec.to_host_bytes} bytes of tensor data to host code "
+                           "(copies to the host, or values read one at a time into Python with .item(), float(t) or "
+                           "by iterating a tensor): the computation belongs in your kernel, not in host code.")
     if rec.kernel_calls == 0:
         ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
     if rec.threads_added > 0:
