@@ -136,15 +136,7 @@ class ModelNew(nn.Module):
 '''
 
 
-# the answer computed in Python from values read off the device one at a time, beside an own kernel called for show
-# (docs/ANTI_CHEAT.md class 36; 17 x 1024 fp32 = 68 KiB read into Python a call, over the 64 KiB limit)
-SMALL_RELU_TASK = fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(17, 1024)")
-PYTHON_FROM_DEVICE = fx.cuda_relu_candidate(7, forward=(
-    "self.ext.relu_cuda(x.contiguous())\n        vals = [max(float(v), 0.0) for v in x.contiguous().view(-1)]\n"
-    "        return torch.tensor(vals, device=x.device).view_as(x)"))
-
 CASES = {  # name: (task, candidate, expected status, cheat code or None, runtime layer only)
-    "python_floats_read_off_the_device_do_the_work": (SMALL_RELU_TASK, PYTHON_FROM_DEVICE, "cheat", cheats.C01, False),
     "pytorch_softmax_below_the_dispatcher_named_like_pytorchs_kernel": (
         SOFTMAX_TASK, _candidate(SOFTMAX_NAMED_LIKE_PYTORCH, "softmax", "x", "sm_spoof"), "cheat", cheats.C01, True),
     "own_kernel_when_watched_matmul_when_not": (
