@@ -97,7 +97,10 @@ def use_streamed_records(report: ChildReport, ledger: Ledger, ev: Evidence) -> N
             ev.add(cheats.C11, "The monitors' record of the timed calls never reached the verifier.")
 
 
-HOST_COPY_LIMIT = 64 * 1024  # bytes forward may copy from the device to the host (scalars, small shape tables)
+# bytes of tensor data one forward call may hand to host code (scalars, small shape tables): device data copied to
+# the host, and values read one at a time into Python (``.item()``, ``float(t)``, iterating a tensor); the monitor
+# keeps the most of any one call (verifier/child/monitors.py DispatchRecorder)
+HOST_COPY_LIMIT = 64 * 1024
 
 
 @cheats.check(cheats.C01, cheats.C02, cheats.C07, cheats.C09, cheats.C10, cheats.C11, where="child")
