@@ -11,7 +11,10 @@ layer (those scans catch some of them too), so the runtime boundary alone decide
 - an L2 persistence window set from forward (``cudaLimitPersistingL2CacheSize``): device state that outlives
   the call, read back after every phase (C11);
 - honest: a tiled matmul whose kernel is called ``gemm_tile`` (a vendor-looking name), launched with
-  ``cudaLaunchKernel``.
+  ``cudaLaunchKernel``;
+- class 36, in its own configuration without timing: the answer computed in Python from values read off the device
+  one at a time beside an own kernel called for show (C01: over 64 KiB handed to host code in one call); its honest
+  twin reads one scalar a call and passes.
 """
 
 import sys
@@ -183,3 +186,34 @@ def test_redteam_gpu_case(verdicts, name):
         assert code in v.cheats, (name, v.cheats)
     if name == "own_kernel_when_watched_matmul_when_not":
         assert "aten::matmul" in v.fallback_ops or "aten::mm" in v.fallback_ops, v.fallback_ops
+
+
+# the answer computed in Python from values read off the device one at a time, beside an own kernel called for show
+# (docs/ANTI_CHEAT.md class 36; 17 x 1024 fp32 = 68 KiB read into Python a call, over the 64 KiB limit). Its own
+# configuration without timing: under the profiler each value read off the device costs tens of microseconds, and a
+# cheat's child runs the timing like any other (with timing on, the case ended as a timeout at 120 s, f7cc646).
+# Its honest twin reads one scalar a call (a flag) and passes.
+SMALL_RELU_TASK = fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(17, 1024)")
+PYTHON_FROM_DEVICE = {
+    "python_floats_read_off_the_device_do_the_work": (fx.cuda_relu_candidate(7, forward=(
+        "self.ext.relu_cuda(x.contiguous())\n        vals = [max(float(v), 0.0) for v in x.contiguous().view(-1)]\n"
+        "        return torch.tensor(vals, device=x.device).view_as(x)")), "cheat"),
+    "honest_one_scalar_read_a_call": (fx.cuda_relu_candidate(8, forward=(
+        "y = self.ext.relu_cuda(x.contiguous())\n        if float(y.view(-1)[0]) < 0.0:\n"
+        "            raise RuntimeError('negative relu')\n        return y")), "pass"),
+}
+
+
+@pytest.mark.parametrize("name", list(PYTHON_FROM_DEVICE))
+def test_values_read_into_python_one_at_a_time_are_host_compute_on_cuda(name):
+    assert "torch.randn(17, 1024)" in SMALL_RELU_TASK
+    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-redteam-gpu-py-"), timing_trials=0, run_timeout_s=240,
+                       time_torch_compile=False)
+    task = Task.from_code(SMALL_RELU_TASK, name="relu17", source="seed", level=1)
+    code, status = PYTHON_FROM_DEVICE[name]
+    v = verify_batch([(task, Candidate(candidate_id=name, task_id=task.task_id, backend="cuda", generator="redteam",
+                                       code=code))], config=cfg, compile_workers=2)[0]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback[:800])
+    if status == "cheat":
+        assert cheats.C01 in v.cheats, v.cheats
+        assert "host code" in v.feedback, v.feedback[:800]
