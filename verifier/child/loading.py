@@ -44,9 +44,13 @@ KERNEL_CALLS = [0]
 
 
 class CountedExtension(types.ModuleType):
-    """The prebuilt extension as the candidate sees it: every exported function counts its calls. With ``knock``
-    (a cpu knockout run: verifier/child/knockout.py ``ChildKnockout.knock_call``) each call is knocked out instead
-    of returning its result."""
+    """The prebuilt extension as the candidate sees it: every function it exports counts its calls, and so does
+    every method of the classes it defines (pybind11's ``py::class_``: ``ext.Relu(0.1).run(x)``, an instance's
+    ``__call__``, a static method). (A submodule, ``m.def_submodule``, needs ``PyImport_AddModule``, which the
+    binary scan rejects as C11: the same call reaches any module already imported.) With ``knock`` (a cpu knockout run:
+    verifier/child/knockout.py ``ChildKnockout.knock_call``) each of those calls is knocked out instead of returning
+    its result. A class is handed back as itself, its methods replaced in place (``count_class``), so its instances
+    are the extension's own and pass its type checks."""
 
     def __init__(self, mod, knock=None):
         super().__init__(mod.__name__)
@@ -54,14 +58,72 @@ class CountedExtension(types.ModuleType):
         self.__dict__["_km_knock"] = knock
 
     def __getattr__(self, name):
-        attr = getattr(self.__dict__["_km_mod"], name)
+        mod = self.__dict__["_km_mod"]
+        attr = getattr(mod, name)
         knock = self.__dict__["_km_knock"]
+        if isinstance(attr, type) and _defined_in(attr, mod):
+            count_class(attr, knock)
+            return attr
         if callable(attr) and not name.startswith("__"):
             def counted(*a, **k):
                 KERNEL_CALLS[0] += 1
                 return attr(*a, **k) if knock is None else knock(name, attr, a, k)
             return counted
         return attr
+
+
+def _defined_in(cls: type, mod) -> bool:
+    """Whether ``cls`` is a class the extension module ``mod`` defines."""
+    owner = getattr(cls, "__module__", "") or ""
+    return owner == mod.__name__ or owner.startswith(mod.__name__ + ".")
+
+
+_COUNTED_CLASSES: set = set()
+_METHOD_TYPES = (types.BuiltinFunctionType, types.FunctionType, types.MethodDescriptorType,
+                 types.WrapperDescriptorType)
+
+
+def count_class(cls: type, knock=None) -> None:
+    """Replace, in place and once, each method ``cls`` defines (an instance method, a static method, ``__call__``)
+    with one that counts its calls in ``KERNEL_CALLS`` (knocked out with ``knock``), and its ``__init__``, counted
+    only (a constructor called in forward counts as a call of the extension; it is never knocked out, its instance
+    must exist). Properties, nested classes and other dunders are left as they are. pybind11 keeps an instance method in the class as an ``instancemethod``
+    around the C function; any method that cannot be replaced stays as it was (its calls are then not counted)."""
+    if cls in _COUNTED_CLASSES:
+        return
+    _COUNTED_CLASSES.add(cls)
+    label = cls.__name__
+    for name, member in list(vars(cls).items()):
+        if name.startswith("__") and name not in ("__call__", "__init__"):
+            continue
+        if isinstance(member, staticmethod):
+            fn = member.__func__
+            replacement = staticmethod(_counting(f"{label}.{name}", fn, knock))
+        elif isinstance(member, classmethod):
+            continue
+        elif type(member).__name__ == "instancemethod" or isinstance(member, _METHOD_TYPES):
+            replacement = _counting_method(f"{label}.{name}", member, None if name == "__init__" else knock)
+        else:
+            continue
+        try:
+            setattr(cls, name, replacement)
+        except (AttributeError, TypeError):
+            continue
+
+
+def _counting(label: str, fn, knock):
+    def counted(*a, **k):
+        KERNEL_CALLS[0] += 1
+        return fn(*a, **k) if knock is None else knock(label, fn, a, k)
+    return counted
+
+
+def _counting_method(label: str, member, knock):
+    def counted(self, *a, **k):
+        KERNEL_CALLS[0] += 1
+        bound = member.__get__(self, type(self))
+        return bound(*a, **k) if knock is None else knock(label, bound, a, k)
+    return counted
 
 
 def _exports(path: str, symbol: str) -> bool:
