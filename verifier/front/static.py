@@ -13,9 +13,12 @@ What it reads as the candidate's forward: ``ModelNew`` is the class the module-l
 ModelNew`` or ``ModelNew = Model``, extract.model_new_binding), with the program's classes it inherits from. The
 compute rules (C01, and C04's ``Model(...)``) apply to code that can run: module-level code, ModelNew, and the
 functions and classes that live code names (transitively); a class or function nothing names (the reference kept
-next to the answer, a test helper, a ``__main__`` block) is not scanned for them. The other rules (reflection,
-files, processes...) apply everywhere but ``__main__`` blocks. An nn container (Sequential, ModuleList,
-ModuleDict) is PyTorch compute only when a PyTorch layer is among its members.
+next to the answer, a test helper, a ``__main__`` block) is not scanned for them. PyTorch compute that only
+construction or the import runs (parameter initialisation, a module-level table) is set-up, not forward's work, while
+what builds code for forward to run (``torch.compile``, ``torch.jit.script``) is C01 wherever it is built; torch calls
+that only query state (the thread count, a backend's availability: static_rules ``TORCH_QUERIES``) compute nothing
+anywhere. The other rules (reflection, files, processes...) apply everywhere but ``__main__`` blocks. An nn
+container (Sequential, ModuleList, ModuleDict) is PyTorch compute only when a PyTorch layer is among its members.
 
 Rules judge what the code does, not what it imports (issue 47): threading, shutil, pathlib, tempfile and site are
 judged by the names used of them (``USE_JUDGED``: a lock, ``shutil.which``, a path's name, a temporary directory for

@@ -21,6 +21,7 @@ from verifier.front.static_literal import (
     resolve_extensions,
 )
 from verifier.front.static_rules import (
+    BACKEND_QUERIES,
     IMPORT_CODES,
     PATH_IO_ANY,
     TORCH_ALLOWED,
@@ -69,7 +70,7 @@ class StaticReport:
 
 
 def is_torch_compute(full: str) -> bool:
-    """True for torch.* / F.* calls that compute (everything outside the allocation/view allowlist)."""
+    """True for torch.* / F.* calls that compute (everything outside the allocation/view/query allowlist)."""
     if full.startswith("torch.nn.functional."):
         return True
     if not full.startswith("torch."):
@@ -78,6 +79,9 @@ def is_torch_compute(full: str) -> bool:
     # torch.library registers operators (a candidate's own, whose kernels are judged as they run): no compute
     if rest in TORCH_ALLOWED or rest.startswith(("cuda.", "utils.", "nn.init.", "library.")):
         return False
+    parts = rest.split(".")
+    if len(parts) == 3 and parts[0] == "backends" and parts[2] in BACKEND_QUERIES:
+        return False  # torch.backends.cudnn.is_available(): what the build has, nothing computed
     if rest.startswith("nn."):
         return False  # constructing a layer to hold parameters is honest; calling it is caught below
     return True
@@ -85,10 +89,10 @@ def is_torch_compute(full: str) -> bool:
 
 class Program:
     """What the scan knows of a program before it judges any node: its tree and extensions, the nodes only
-    construction reaches (``init_ids``) or that never run (``main_ids``, ``dead``), its imports and aliases, the
-    objects load_inline returned, ModelNew and its classes, the nn layers they hold, what each receiver is
-    (``kinds``). ``add`` records a finding (dropping PyTorch compute that only construction runs or that nothing
-    live names); the judging functions below read the rest."""
+    construction reaches (``init_ids``), that run once at import (``import_ids``) or that never run (``main_ids``,
+    ``dead``), its imports and aliases, the objects load_inline returned, ModelNew and its classes, the nn layers
+    they hold, what each receiver is (``kinds``). ``add`` records a finding (dropping PyTorch compute that only
+    construction or the import runs, or that nothing live names); the judging functions below read the rest."""
 
     def __init__(self, code: str) -> None:
         tree = ast.parse(code)
@@ -100,11 +104,13 @@ class Program:
         # torch.ops.<ns>.<op> is a call of its extension); a registration into any other namespace is judged below
         self.libraries = operator_libraries(extension_sources(report.extensions))
         report.operator_namespaces = sorted(self.libraries.own)
-        # Construction may compute with torch (parameter initialisation as nn.Linear.reset_parameters does it,
-        # buffers, tables): that runs before any input exists, so it cannot stand in for the kernel; C01 is about
-        # what forward computes. init_ids: the nodes of code only construction reaches (init_only_nodes).
+        # Construction and the import may compute with torch (parameter initialisation as
+        # nn.Linear.reset_parameters does it, buffers, a module-level table): that runs before any input exists, so
+        # it cannot stand in for the kernel; C01 is about what forward computes. init_ids: the nodes of code only
+        # construction reaches (init_only_nodes); import_ids: what runs once, at import (module-level statements and
+        # class bodies, not the functions and lambdas they define, nor a generator's lazy body)
         init_ids = init_only_nodes(tree)
-        self.import_ids = import_time_nodes(tree)  # what runs once, at import
+        self.import_ids = import_time_nodes(tree)
         # what every call of the model runs, wherever it is written (a module-level helper forward calls included)
         self.forward_fns = forward_nodes(tree)
         # a block under `if __name__ == "__main__":` never runs when the verifier imports the program (unless the
@@ -221,7 +227,11 @@ class Program:
     def add(self, code_, node, what, torch_compute=False) -> None:
         if code_ in (cheats.C01, cheats.C04):
             self.compute_ids.add(id(node))
-        if code_ == cheats.C01 and id(node) in self.init_ids:
+        # PyTorch compute that only construction or the import runs is set-up, not forward's work (above); what
+        # builds code forward then runs (torch.compile, torch.jit.script: CALL_CODES, not torch_compute) is not
+        # set-up, and neither is anything forward reaches (a default or decorator of a helper forward calls)
+        if code_ == cheats.C01 and torch_compute and (id(node) in self.init_ids or id(node) in self.import_ids) \
+                and id(node) not in self.forward_fns:
             return
         # seeding or reading the generators while the program is imported or ModelNew is constructed (weights
         # drawn as the reference draws them, `torch.manual_seed(42)` at the top of the file or copied from its

@@ -1,7 +1,8 @@
 """The rule tables of the static scan (verifier/front/static.py): which torch calls and Tensor methods only
-allocate, view or describe (``TORCH_ALLOWED``, ``TENSOR_METHOD_ALLOWED``), which imports, calls and attributes
-decide a cheat code by themselves (``IMPORT_CODES``, ``CALL_CODES``, ``ATTR_CODES``), which modules are judged by
-the names used of them (``USE_JUDGED``), and what of sys, os, numpy and path objects a kernel program may touch.
+allocate, view, describe or query state (``TORCH_ALLOWED``, ``TORCH_QUERIES``, ``TENSOR_METHOD_ALLOWED``), which
+imports, calls and attributes decide a cheat code by themselves (``IMPORT_CODES``, ``CALL_CODES``, ``ATTR_CODES``),
+which modules are judged by the names used of them (``USE_JUDGED``), and what of sys, os, numpy and path objects a
+kernel program may touch.
 Data only: the scan's functions read these; a rule that needs more than a name lookup lives in static.py.
 Imports: verifier.cheats and static_kinds's path classes.
 """
@@ -11,11 +12,32 @@ from __future__ import annotations
 from verifier import cheats
 from verifier.front.static_kinds import PATH_CLASSES
 
+# torch.X calls that ask what the process, the build or a tensor's metadata is and compute nothing (the thread
+# pool's size, a backend's availability, the default dtype, whether a value is a tensor): no data is read or
+# written, wherever they run (forward included). torch.cuda.X and torch.utils.X are allowed as a whole
+# (static_program.is_torch_compute), so are the queries of torch.backends.<name> in BACKEND_QUERIES.
+TORCH_QUERIES = {
+    "get_num_threads", "get_num_interop_threads", "get_default_dtype", "get_default_device", "is_grad_enabled",
+    "is_inference_mode_enabled", "is_tensor", "is_storage", "is_floating_point", "is_complex", "is_conj", "is_neg",
+    "is_signed", "is_same_size", "get_device", "typename", "are_deterministic_algorithms_enabled",
+    "is_deterministic_algorithms_warn_only_enabled", "get_deterministic_debug_mode", "get_float32_matmul_precision",
+    "is_anomaly_enabled", "is_anomaly_check_nan_enabled", "is_autocast_enabled", "is_autocast_cpu_enabled",
+    "get_autocast_dtype", "get_autocast_gpu_dtype", "get_autocast_cpu_dtype", "is_warn_always_enabled",
+    "cpu.is_available", "cpu.device_count", "cpu.current_device", "xpu.is_available", "mps.is_available",
+    "mps.device_count", "accelerator.is_available", "accelerator.device_count", "accelerator.current_accelerator",
+    "accelerator.current_device_index", "jit.is_scripting", "jit.is_tracing", "compiler.is_compiling",
+    "compiler.is_dynamo_compiling",
+}
+# torch.backends.<name>.X that only report (``torch.backends.cudnn.is_available()``, ``.version()``); the setters and
+# context managers of torch.backends change global state and stay outside this list
+BACKEND_QUERIES = {"is_available", "is_built", "version", "is_acceptable", "get_cpu_capability",
+                   "is_flash_attention_available", "flash_sdp_enabled", "mem_efficient_sdp_enabled",
+                   "math_sdp_enabled", "cudnn_sdp_enabled", "get_fastpath_enabled"}
 # torch.X / torch.cuda.X / F.X calls that allocate, view, describe or synchronise: never compute.
-TORCH_ALLOWED = {
+TORCH_ALLOWED = TORCH_QUERIES | {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-    "tensor", "as_tensor", "Size", "device", "dtype", "no_grad", "inference_mode", "is_tensor", "numel",
-    "get_default_dtype", "is_grad_enabled", "set_grad_enabled", "finfo", "iinfo", "Tensor",
+    "tensor", "as_tensor", "Size", "device", "dtype", "no_grad", "inference_mode", "numel",
+    "set_grad_enabled", "finfo", "iinfo", "Tensor",
     "cuda.current_stream", "cuda.synchronize", "cuda.current_device", "cuda.is_available", "cuda.device",
     "cuda.get_device_properties", "cuda.device_count", "cuda.get_device_capability", "cuda.default_stream",
     "utils.cpp_extension.load_inline", "cpp_extension.load_inline", "load_inline",
@@ -28,7 +50,7 @@ TORCH_ALLOWED = {
     "ravel", "broadcast_to", "tensor_split", "hsplit", "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d",
     "diagonal", "t", "adjoint",
     # shapes and dtypes: arithmetic on sizes and type promotion, no tensor data read
-    "broadcast_shapes", "result_type", "promote_types", "can_cast", "is_floating_point", "is_complex",
+    "broadcast_shapes", "result_type", "promote_types", "can_cast",
 }
 # Tensor methods that allocate, view, convert or describe; any other Tensor method is compute.
 TENSOR_METHOD_ALLOWED = {
@@ -136,8 +158,11 @@ CALL_CODES = {
     "torch.default_generator.seed": cheats.C12, "torch.default_generator.initial_seed": cheats.C12,
     "numpy.random.seed": cheats.C12, "numpy.random.get_state": cheats.C12, "numpy.random.set_state": cheats.C12,
     "random.seed": cheats.C12, "random.getstate": cheats.C12, "random.setstate": cheats.C12,
-    "torch.compile": cheats.C01, "torch.jit.script": cheats.C01, "torch.jit.trace": cheats.C01,
+    # code built for forward to run (a compiled or scripted function): C01 wherever it is built, construction and
+    # the import included, where PyTorch compute that runs there is not (static_program.Program.add)
+    **dict.fromkeys(("torch.compile", "torch.jit.script", "torch.jit.trace"), cheats.C01),
 }
+TORCH_BUILDS_CODE = {name for name, code in CALL_CODES.items() if code == cheats.C01}
 ATTR_CODES = {"sys.__stdout__": cheats.C18, "sys.modules": cheats.C11,
               "__builtins__": cheats.C11, "__subclasses__": cheats.C15, "__globals__": cheats.C15,
               "f_back": cheats.C15, "f_locals": cheats.C15,

@@ -366,7 +366,9 @@ def init_only_nodes(tree: ast.Module) -> set[int]:
 
 def import_time_nodes(tree: ast.Module) -> set[int]:
     """Ids of the nodes that run once, when the program is imported: its module-level statements and class
-    bodies, the bodies of the functions and lambdas they define left out (those run when called)."""
+    bodies, the bodies of the functions and lambdas they define left out (those run when called), and so is a
+    generator expression's body (it runs as the generator is consumed, from forward perhaps; its first iterable is
+    evaluated at once)."""
     ids: set[int] = set()
     todo: list[ast.AST] = list(tree.body)
     while todo:
@@ -375,7 +377,11 @@ def import_time_nodes(tree: ast.Module) -> set[int]:
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             todo.extend(n.decorator_list)  # decorators and defaults run at definition; the body does not
             todo.extend(n.args.defaults + [d for d in n.args.kw_defaults if d is not None])
-        elif not isinstance(n, ast.Lambda):
+        elif isinstance(n, ast.Lambda):
+            todo.extend(n.args.defaults + [d for d in n.args.kw_defaults if d is not None])
+        elif isinstance(n, ast.GeneratorExp):
+            todo.append(n.generators[0].iter)
+        else:
             todo.extend(ast.iter_child_nodes(n))
     return ids
 

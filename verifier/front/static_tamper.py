@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from verifier import cheats
 from verifier.front.extract import _dotted
 from verifier.front.static_literal import _literal, _Unresolvable
+from verifier.front.static_rules import TORCH_BUILDS_CODE
 
 # dunder attributes and names with no reach into other namespaces
 DUNDER_OK = {"__init__", "__name__", "__class__", "__doc__", "__qualname__", "__module__", "__version__",
@@ -135,7 +136,9 @@ def judge_read(recv: ast.AST, name_arg: ast.AST, called: bool, how: str, ctx: "C
             hits.append(Hit(cheats.C11, f"{how} reads the private `{name}` of `{where}`"
                         + (" (torch internals)" if private_torch(full) else "")))
         if called and full and ctx.is_torch_compute(full):
-            hits.append(Hit(cheats.C01, f"{how} calls `{full}` (PyTorch compute by name)", True))
+            # torch.compile by name builds code forward runs, wherever it is called (not compute done there)
+            hits.append(Hit(cheats.C01, f"{how} calls `{full}` (PyTorch compute by name)",
+                            full not in TORCH_BUILDS_CODE))
         return hits
     if own:
         return [Hit(cheats.C11, f"{how} builds a dunder name on `{where}` (interpreter internals)")] \

@@ -70,19 +70,31 @@ TAMPER_SOURCE = re.compile(
     # observers of every op (they see, and can keep, the reference's outputs), the thread's dispatch keys and
     # records by hand, the allocators replaced, operators listed as they register
     r"addGlobalCallback|addThreadLocalCallback|RecordFunctionCallback|get_record_function_tls_|"
-    r"raw_local_dispatch_key_set|SetCPUAllocator|SetAllocator|addRegistrationListener|OpRegistrationListener|"
-    # Python objects reached from C++ (pybind11 imports the C API for itself, so the symbols say nothing): any call
-    # of the Python C API a kernel's source writes itself (``PyObject_GetAttr``, ``PyEval_GetBuiltins``, a type's
-    # ``tp_getattro``), pybind11's attribute reads and imports: the verifier's modules, torch's Python entry points
-    # and the builtins are not the kernel's to walk to (the test bed's 1,695 answers write none of it)
-    r"_Py[A-Z]\w+|Py(?:Object|Eval|Import|Dict|Module|Sys|Run|Type|Unicode|Bytes|Long|Float|Tuple|List|Capsule|"
-    r"Function|Code|Frame|ThreadState|InterpreterState|CFunction|Method|InstanceMethod|Weakref|Builtin|Marshal|"
-    r"Mapping|Sequence|Iter|Cell|Descr|Callable)_\w+|tp_getattro?|tp_dict|py::getattr|py::hasattr|py::module_?\s*::\s*import|"
-    r"py::globals|py::eval|py::exec|__globals__|__builtins__|__import__|__dict__|__class__|__subclasses__)\b|"
+    r"raw_local_dispatch_key_set|SetCPUAllocator|SetAllocator|addRegistrationListener|OpRegistrationListener)\b|"
     # PyTorch's own operators overridden (a kernel registered for aten, prim or every operator)
-    r"\bTORCH_LIBRARY_(?:IMPL|FRAGMENT)\s*\(\s*(?:aten|prim|_)\s*,|\.\s*attr\s*\(|"
-    # pybind11's attribute functions by any qualification (``pybind11::getattr``, a using-declaration, an alias)
-    r"\b(?:getattr|hasattr|setattr|delattr)\s*\(|\bpybind11\s*::\s*(?:globals|eval|exec|module_?\s*::\s*import)\b")
+    r"\bTORCH_LIBRARY_(?:IMPL|FRAGMENT)\s*\(\s*(?:aten|prim|_)\s*,")
+# C++ that reaches Python objects (cheat C11, like TAMPER_SOURCE): the verifier's modules, torch's and numpy's Python
+# entry points and the builtins are not a kernel's to walk to, and compute done there (``x.numpy().dot(...)``) is
+# seen by no monitor. The binary's imports cannot say it: pybind11 is header-only and imports the C API for itself
+# (every extension takes PyObject_GetAttrString, PyEval_GetBuiltins, PyDict_GetItemWithError and
+# PyObject_CallFunctionObjArgs, one with a ``py::class_`` PyObject_Vectorcall and PyObject_GetAttr, which is also how
+# pybind11 calls a Python object), so the source is read for every spelling of the routes in: any name of the C API
+# written out (``PyObject_GetAttr``, ``PyObject_Call``, ``PyEval_GetBuiltins``, ``PyNumber_MatrixMultiply``), a type's
+# slots (``Py_TYPE(o)->tp_call``); pybind11's attribute reads whatever the spelling (``o.attr(``, ``(&o)->attr(``,
+# the member ``&py::object::attr``, its accessors), ``getattr(`` by any qualification (a using-declaration, an alias),
+# modules imported (``py::module_::import``, an alias's ``M::import``, ``m.import``), globals, eval, exec and
+# pybind11's internals. The bindings themselves (``PYBIND11_MODULE``, ``m.def``, ``py::class_``, ``py::arg``,
+# ``py::init``) and torch's C++ API spell none of it; the test bed's 1,695 answers write none of it.
+PYTHON_SOURCE = re.compile(
+    r"\b_?Py[A-Z][A-Za-z]*_\w+|\b_Py[A-Z]\w+|\bPy_TYPE\b|\bob_type\b|"
+    # a type object's slots by name (not any ``tp_`` name: ``tp_size`` is a tensor-parallel degree)
+    r"\btp_(?:getattro?|setattro?|dict|call|vectorcall\w*|methods|members|getset|base|bases|mro|as_\w+|descr_get|"
+    r"descr_set|new|init|alloc|dictoffset|iter|iternext|richcompare|repr|str|hash|subclasses)\b|"
+    r"(?:\.|->|::)\s*(?:template\s+)?attr\b(?:\s*\()?|\battr\s*[(<]|"
+    r"\b(?:str_attr_accessor|obj_attr_accessor|accessor_policies|str_attr|obj_attr|get_internals)\b|"
+    r"\b(?:getattr|hasattr|setattr|delattr)\s*\(|(?:\.|->|::)\s*import\b(?:\s*\()?|"
+    r"\b(?:py|pybind11)\s*::\s*(?:getattr|hasattr|globals|eval\w*|exec|module_?\s*::\s*import)\b(?:\s*\()?|"
+    r"\b(?:__globals__|__builtins__|__import__|__dict__|__class__|__subclasses__)\b")
 TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\d*enableRecordFunction\w*|"
                            rb"_ZN2at\d*set_record_function_tls_\w*|_ZN2at\d*clearCallbacks\w*|"
                            rb"_ZN2at\d*removeCallback\w*|_ZN3c104impl\d*tls_set_dispatch_key_\w+|"
@@ -94,18 +106,27 @@ TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\
 
 @cheats.check(cheats.C11, where="front")
 def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> list[str]:
-    """Findings of C++ that switches off the runtime monitors or changes global backend state (C11), in the
-    sources as written and with the candidate's own macros expanded (``expanded``)."""
+    """Findings of C++ that switches off the runtime monitors, changes global backend state or reaches Python
+    objects (C11), in the sources as written and with the candidate's own macros expanded (``expanded``)."""
     found = []
     for src in sources:
         m = TAMPER_SOURCE.search(_strip_comments(src)) or TAMPER_SOURCE.search(expanded(src))
         if m:
             found.append(f"the C++/CUDA source switches off what watches it or changes global state (`{m.group(0)}`)")
             break
+    # every spelling found (the first few), as written and as the candidate's macros expand it
+    texts = [t for src in sources for t in (_strip_comments(src), expanded(src))]
+    routes = list(dict.fromkeys(" ".join(m.group(0).split()) for t in texts for m in PYTHON_SOURCE.finditer(t)))
+    if routes:
+        more = f" and {len(routes) - 4} more" if len(routes) > 4 else ""
+        found.append("the C++/CUDA source reaches Python objects through pybind11 or the C API ("
+                     + ", ".join(f"`{r}`" for r in routes[:4]) + more + "): the modules and objects of your process "
+                     "are not your kernel's to walk to, and what they compute no monitor sees")
     if so_path:
         runs = python_from_cxx(so_path)
         if runs:
-            found.append(f"the built extension reaches Python modules or runs Python code from C++ (`{runs[:80]}`): the verifier's "
+            found.append(f"the built extension reaches Python modules, calls Python objects or runs Python code "
+                         f"from C++ (`{runs[:80]}`): the verifier's "
                          "objects in your process are not yours to reach")
         for sym in imported_symbols(so_path):
             if TAMPER_SYMBOL.match(sym):
@@ -145,10 +166,18 @@ _ATEN_ENTRY = re.compile(rb"^_ZN2at(4_ops|3cpu|4cuda|4meta|27compositeexplicitau
 _OP_LOOKUP = re.compile(rb"^_ZN3c1010Dispatcher\d+(findSchema\w*|findOp\w*|findSchemaOrThrow\w*)")
 # C++ that imports Python modules, reads sys, or runs Python code it builds: the routes from an extension to the
 # verifier's objects in its process (a first line only: pybind11 itself imports the frame readers, for its error
-# messages, so those say nothing, and a builtins dict reached another way is not seen here)
+# messages, so those say nothing, and a builtins dict reached another way is not seen here). And the C API's calls of
+# a Python object that pybind11 never makes (551 honest extensions built here, plain functions, classes, enums,
+# stl.h, py::print, import none of them: pybind11 calls through PyObject_Vectorcall and
+# PyObject_CallFunctionObjArgs, which every extension may import, so a call pybind11 makes is the source scan's
+# question, PYTHON_SOURCE): one the source hid (an asm label built from pieces) still shows here
 PYTHON_FROM_CXX = re.compile(rb"^(PyRun_\w+|PyEval_EvalCode\w*|Py_CompileString\w*|PyImport_\w+|PySys_\w+|"
                              rb"PyMarshal_ReadObject\w*|PyEval_GetGlobals|PyEval_GetLocals|PyEval_GetFrame\w*|"
-                             rb"PyBuiltin_\w+|PyFunction_GetGlobals)(@\w+)?$")
+                             rb"PyBuiltin_\w+|PyFunction_GetGlobals|"
+                             rb"PyObject_Call(?:Object|NoArgs|OneArg|Method\w*|Function)?|"
+                             rb"PyObject_Vectorcall(?:Method|Dict)|"
+                             rb"_PyObject_(?:MakeTpCall|Call\w*|Vectorcall\w*|FastCall\w*)|PyVectorcall_Call|"
+                             rb"PyEval_Call\w+|PyCFunction_Call\w*)(@\w+)?$")
 
 
 def aten_entries(so_path: str | Path) -> tuple[list[str], list[str], bool]:
@@ -170,7 +199,8 @@ def aten_entries(so_path: str | Path) -> tuple[list[str], list[str], bool]:
 
 
 def python_from_cxx(so_path: str | Path) -> str:
-    """The first imported CPython entry point that imports modules, reads sys or runs Python code ("" if none)."""
+    """The first imported CPython entry point that imports modules, reads sys, runs Python code or calls a Python
+    object by a route pybind11 never takes ("" if none)."""
     for sym in imported_symbols(so_path):
         if PYTHON_FROM_CXX.match(sym):
             return sym.decode(errors="replace")
@@ -189,6 +219,10 @@ def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> lis
             if m:
                 found.append(f"the C++/CUDA source uses {lib} (`{m.group(0).strip()}`)")
                 break
+    below = sorted({f"at::{m.group(1)}::{m.group(2)}" for text in texts for m in _BELOW_DISPATCHER.finditer(text)
+                    if m.group(2) in aten_op_names()})
+    if below:
+        found.append("the C++/CUDA source calls ATen's kernels below the dispatcher (" + ", ".join(below[:4]) + ")")
     flags = [str(f) for f in link_flags or []]
     static = any(_STATIC_LINK.search(f) for f in flags)
     for flag in flags:
@@ -197,6 +231,23 @@ def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> lis
             found.append(f"links `{m.group(1)}` statically (extra_ldflags `{flag[:80]}`): its code would be inside "
                          "the module, where no imported symbol shows what it computes")
     return found
+
+
+# an ATen operator's kernel called by its backend's namespace (``at::cpu::mm``, ``at::cuda::_softmax``): below the
+# dispatcher, where neither monitor sees it. The name must be an operator's: ``at::cuda::getCurrentCUDAStream``,
+# ``at::cuda::CUDAGuard`` and the other device helpers are not. The binary shows the same call by its symbol
+# (``aten_entries``); the source shows it before any build, for an extension built where the binary could be
+# replaced before it is read (one the candidate's process builds itself).
+_BELOW_DISPATCHER = re.compile(r"\bat\s*::\s*(cpu|cuda|meta|composite\w*)\s*::\s*(\w+)\s*[(<]")
+
+
+@functools.lru_cache(maxsize=1)
+def aten_op_names() -> frozenset:
+    """The names of PyTorch's aten operators (``mm``, ``_softmax``), overloads dropped."""
+    import torch  # noqa: PLC0415 - only where a source names a backend's namespace
+
+    return frozenset(n.split("::", 1)[1].split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names()
+                     if n.startswith("aten::"))
 
 
 _INCLUDE_LINE = re.compile(r"^[ \t]*#[ \t]*(?:include|include_next|import|embed)\b.*$", re.M)
