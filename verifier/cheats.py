@@ -122,8 +122,10 @@ _REFINING = [
     ("C19_UNRUN_TORCH_PATH", 1, "PyTorch compute in forward on a path that never ran (a fallback for shapes the task "
      "cannot produce, a branch its inputs never take): the strict policy rejects it, the partial policy does not "
      "count it",
-     "static: the C01 scan found PyTorch compute in forward; runtime: neither monitor saw PyTorch compute on any "
-     "trial, the extra shape or the timed calls (where they did, it is C01)"),
+     "static: the C01 scan found PyTorch compute in forward, or the built extension imports ATen compute ops "
+     "(its C++ calls at::matmul: a thread or a process of its own could run it unseen by either monitor); runtime: "
+     "neither monitor saw PyTorch compute on any trial, the extra shape or the timed calls (where they did, it is "
+     "C01)"),
 ]
 
 CATALOGUE: dict[str, Cheat] = {code: Cheat(code, i + 1, pattern, how, _FIX[code])

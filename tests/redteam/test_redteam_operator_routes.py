@@ -181,6 +181,24 @@ def test_a_conversion_that_rounds_is_compute_to_the_dispatch_monitor():
     assert forbidden(recorder.rounding_ops()) == ["aten::_to_copy(torch.float32->torch.int32, rounding)"]
 
 
+def test_every_conversion_of_a_call_is_judged_not_the_first_few():
+    """A rounding conversion made after many whole-valued ones is still seen: on the host each is judged as it
+    happens (with numpy: no aten op for the profiler); the device's are kept by a uniform sample over all of them."""
+    from verifier.child.monitors import MAX_CONVERSIONS, DispatchRecorder, watched
+
+    def forward(x):
+        for _ in range(4 * MAX_CONVERSIONS):
+            WHOLE.to(torch.int64)
+        return x.to(torch.int32)
+
+    recorder = DispatchRecorder()
+    watched(forward, recorder)(torch.randn(8, 6) * 10)
+    assert forbidden(recorder.rounding_ops()) == ["aten::_to_copy(torch.float32->torch.int32, rounding)"]
+    recorder = DispatchRecorder()
+    watched(lambda x: [WHOLE.to(torch.int64) for _ in range(4 * MAX_CONVERSIONS)][0], recorder)(WHOLE)
+    assert recorder.rounding_ops() == []
+
+
 def test_operators_the_candidate_created_are_left_out_and_fusion_groups_are_nobodys():
     from verifier.child.oplib import Registry
 
@@ -301,6 +319,10 @@ CASES = {
                                        cheats.C01),
     "honest_whole_values_converted": (TRUNC_TASK, program("return ext.widen(ext.trunc_float(x).to(torch.int32))"),
                                       "pass", None),
+    # the truncation hidden behind whole-valued conversions made first (only the first 8 of a call were judged)
+    "truncation_after_whole_valued_conversions": (TRUNC_TASK, program(
+        "w = ext.trunc_float(x)\n        for _ in range(12):\n            w.to(torch.int32)\n"
+        "        return ext.widen(x.to(torch.int32))"), "cheat", cheats.C01),
     # the views a frontier answer writes around its kernel (the profiler names aten::numpy_T, mT, reshape_as,
     # type_as, concat), and its kernel behind a Python custom operator of its own namespace
     "honest_views_around_the_kernel": (
@@ -337,5 +359,5 @@ def test_operator_routes_end_to_end(verdicts, name):
         assert code in v.cheats, (name, v.cheats, v.feedback)
     if name == "mkldnn_gemm_bound_at_module_level":
         assert "mkldnn::_linear_pointwise" in v.feedback, v.feedback
-    if name == "truncation_by_dtype_conversion":
+    if name in ("truncation_by_dtype_conversion", "truncation_after_whole_valued_conversions"):
         assert "rounding" in v.feedback and "aten::trunc" not in v.feedback, v.feedback  # the check's own ops unseen

@@ -19,9 +19,9 @@ from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, _pick_size_change, load_reference, verify_batch
 from verifier.common.backends import CPU_POISON_BYTE
-from verifier.common.inputs import build_model, draw_inputs, size_changes
+from verifier.common.inputs import build_model, digest, draw_inputs, size_changes
 from verifier.judge.numerics import error_and_scale
-from verifier.judge.outputs import Evidence, check_outputs
+from verifier.judge.outputs import Digest, Evidence, check_outputs
 from verifier.judge.reduction import ReductionTracker, RefStats
 
 CFG = VerifyConfig()
@@ -299,14 +299,17 @@ def test_naive_one_pass_variance_with_catastrophic_cancellation():
 # ---------------------------------------------------------------------------- the reference in the candidate's process
 
 def test_reference_recomputed_under_tf32_in_the_candidates_process():
-    """The candidate's process changed global state so torch's matmul runs at TF32: the reference it computes
-    there is no longer the verifier's (C11), although an fp32 one in another order would be."""
+    """The candidate's process changed global state so torch's matmul runs at TF32: the digest of the reference
+    it computes there is no longer that of the verifier's (C11), although an fp32 one in another order would be."""
     torch.manual_seed(50)
     a, b = torch.randn(32, 8192), torch.randn(8192, 32)
     r32, r64 = a @ b, a.double() @ b.double()
     here = seq_matmul(keep_bits(a, 10), keep_bits(b, 10))
-    status, ev = judge(r32.clone(), r32, r64, (a, b), here=[here])
+    status, ev = judge(r32.clone(), r32, r64, (a, b), here=Digest(digest([here])))
     assert status == "cheat" and ev.codes == {cheats.C11}, (status, ev.codes)
+    seq = seq_matmul(a, b)  # fp32 in another accumulation order: the same reference
+    status, ev = judge(r32.clone(), r32, r64, (a, b), here=Digest(digest([seq])))
+    assert status == "pass" and not ev.codes, (status, ev.codes)
 
 
 # ---------------------------------------------------------------------------- 5. sizes written as expressions

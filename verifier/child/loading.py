@@ -23,9 +23,6 @@ import torch.utils.cpp_extension as cpp_extension
 
 from verifier.common import childenv
 from verifier.common.backends import own_kernel_names
-from verifier.common.contract import (
-    CHILD_BUILT_FILE,
-)
 from verifier.common.spec import canonical_spec, compat_spec, extension_name, spec_key
 
 
@@ -144,11 +141,15 @@ def load_so(name: str, path: str):
 
 
 def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path,
-                              on_load=None, knock=None, registry: list | None = None):
+                              on_load=None, knock=None, registry: list | None = None, record: list | None = None):
     """A load_inline that returns the module the compile pool built for the same spec; compiling here
     only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
     recording each such build (sources, link flags, binary) in ``child_built.json`` for the verifier's
-    vendor and tampering scans. ``on_load(so_path)`` is called with each extension's file once it is loaded
+    vendor and tampering scans: streamed to the verifier over the job's channel (``record``: a list that holds the
+    channel's ``record`` once it exists, before the candidate is imported), the sources and flags before the build
+    and the binary's path after it, under ``child_build<n>`` / ``child_built<n>``; the verifier keeps them as first
+    sent, so nothing the candidate writes later (a manifest file rewritten by its first extension) hides a build.
+    ``on_load(so_path)`` is called with each extension's file once it is loaded
     (a knockout run on cuda: verifier/judge/knockout.py); ``knock`` knocks out each call of the extensions' functions
     (a knockout run on cpu), and of its own operators. ``registry``: a list that holds the dispatcher's
     registrations (verifier/child/oplib.py ``Registry``) once the candidate is about to be imported; each load is
@@ -157,6 +158,7 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
     ``is_python_module=False`` is loaded as torch loads it, ``torch.ops.load_library`` (a library of operators: no
     Python module), and the path is returned, as torch returns it."""
     original = cpp_extension.load_inline
+    child_builds: list[str] = []  # the keys built here, in order (their records' numbers)
     kept: list = []  # the knockout's kernels of the own operators (cpu): alive while the candidate runs
 
     def load(so_path: str, name: str, python_module: bool, build=None, empty_module: bool = False):
@@ -202,11 +204,12 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
             raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
         key_dir.mkdir(parents=True, exist_ok=True)
         spec = compat_spec(canonical_spec(args))[0]  # as the compile pool builds it: kernels under their own names
-        built = job_dir / CHILD_BUILT_FILE
-        entries = json.loads(built.read_text()) if built.is_file() else []
-        entry = {"sources": list(spec["cpp_sources"]) + list(spec["cuda_sources"]),
-                 "ldflags": list(spec["extra_ldflags"]), "so_path": ""}
-        built.write_text(json.dumps(entries + [entry]))  # before the build: a crash mid-build still leaves it
+        n = len(child_builds)
+        child_builds.append(key)
+        send = record[0] if record else (lambda key, rec: None)
+        # before the build: a crash mid-build, or anything the build's code does once loaded, still leaves it sent
+        send(f"child_build{n}", {"sources": list(spec["cpp_sources"]) + list(spec["cuda_sources"]),
+                                 "ldflags": list(spec["extra_ldflags"])})
         so = key_dir / f"{extension_name(key)}.so"
 
         def build():
@@ -216,8 +219,7 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
         try:
             return load("", extension_name(key), python_module, build)
         finally:
-            entry["so_path"] = str(so) if so.is_file() else ""
-            built.write_text(json.dumps(entries + [entry]))
+            send(f"child_built{n}", {"so_path": str(so) if so.is_file() else ""})
 
     return load_inline
 

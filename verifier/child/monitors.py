@@ -13,12 +13,18 @@ standard library and verifier.common.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+try:
+    import numpy as np
+except ImportError:  # then every conversion is judged after the call, as a device's
+    np = None
 
 from verifier.common.backends import is_own_kernel
 from verifier.common.contract import TrialReport
@@ -38,6 +44,8 @@ class DispatchRecorder(TorchDispatchMode):
         self._call_bytes = 0
         self.removed = False  # a watched call found another dispatch mode on top when it returned
         self.conversions: list = []  # (op, source, target dtype) of floating values copied to integers or booleans
+        self.rounded: list[str] = []  # host conversions found to round as they happened
+        self._seen_conversions = 0
 
     def __enter__(self):
         self._call_bytes = 0
@@ -59,15 +67,36 @@ class DispatchRecorder(TorchDispatchMode):
             if isinstance(dst, torch.Tensor) and src.device.type != "cpu" and dst.device.type == "cpu":
                 self._call_bytes += dst.numel() * dst.element_size()
             if (isinstance(dst, torch.Tensor) and src.is_floating_point() and not dst.is_floating_point()
-                    and not dst.is_complex() and len(self.conversions) < MAX_CONVERSIONS):
-                self.conversions.append((f"aten::{name}", src.detach(), dst.dtype))
+                    and not dst.is_complex()):
+                self._conversion(f"aten::{name}", src.detach(), dst.dtype)
         return out
 
+    def _conversion(self, op: str, src: torch.Tensor, dtype: torch.dtype) -> None:
+        """Every conversion of floating values to an integer or boolean dtype is judged: on the host at once, with
+        numpy (no aten op, so the profiler sees nothing of the check); a device's (or a dtype numpy lacks) after the
+        call (``rounding_ops``), kept by a uniform sample of ``MAX_CONVERSIONS`` over all of them, drawn from the
+        system's entropy, so that whole-valued conversions made first cannot push a rounding one out of view."""
+        if src.device.type == "cpu" and src.dtype in (torch.float32, torch.float64, torch.float16) and np is not None:
+            if not self.rounded and rounds_host(src, dtype):
+                self.rounded.append(f"{op}({src.dtype}->{dtype}, rounding)")
+            return
+        self._seen_conversions += 1
+        if len(self.conversions) < MAX_CONVERSIONS:
+            self.conversions.append((op, src, dtype))
+        else:
+            k = _ENTROPY.randrange(self._seen_conversions)
+            if k < MAX_CONVERSIONS:
+                self.conversions[k] = (op, src, dtype)
+
     def rounding_ops(self) -> list[str]:
-        """The conversions of floating values to an integer or boolean dtype that computed (``rounds``), read once
-        the call and its profiler session are over (the check's own ops are then nobody's); the list is emptied."""
-        out = [f"{op}({src.dtype}->{dtype}, rounding)" for op, src, dtype in self.conversions if rounds(src, dtype)]
+        """The conversions of floating values to an integer or boolean dtype that computed (``rounds``): those
+        judged on the host as they happened, and the device's, read once the call and its profiler session are
+        over (the check's own ops are then nobody's); the lists are emptied."""
+        out = self.rounded + [f"{op}({src.dtype}->{dtype}, rounding)" for op, src, dtype in self.conversions
+                              if rounds(src, dtype)]
         self.conversions.clear()
+        self.rounded = []
+        self._seen_conversions = 0
         return out
 
     def compute_ops(self, own=None) -> list[str]:
@@ -76,7 +105,18 @@ class DispatchRecorder(TorchDispatchMode):
         return sorted({o for o in self.ops + self.rounding_ops() if own is None or not own.created(o)})
 
 
-MAX_CONVERSIONS = 8  # conversions kept per call for ``rounds`` (a candidate converting more is judged on these)
+MAX_CONVERSIONS = 32  # device conversions kept per call for ``rounds``: a uniform sample over all of them
+_ENTROPY = random.SystemRandom()
+
+
+def rounds_host(src: torch.Tensor, dtype: torch.dtype) -> bool:
+    """``rounds`` for a host tensor, computed with numpy on a view of it: no aten op runs."""
+    if src.numel() == 0:
+        return False
+    a = src.numpy()
+    if dtype == torch.bool:
+        return bool(((a != 0) & (a != 1)).any())
+    return bool((a != np.trunc(a)).any())
 
 
 def rounds(src: torch.Tensor, dtype: torch.dtype) -> bool:

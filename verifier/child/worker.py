@@ -224,10 +224,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     knockout = ChildKnockout.from_job_dir(job_dir)
     calls = knockout is not None and knockout.calls
     registry: list = []  # the dispatcher's registrations, read right before the candidate is imported (oplib.py)
+    record: list = []  # the channel's record, once it exists: extensions built here are streamed to the verifier
     cpp_extension.load_inline = make_prebuilt_load_inline(
         job.build_root, job.allow_child_compile, cuda_kernels, job_dir,
         knockout.skip_launches_of if knockout is not None and not calls else None, knockout.knock_call if calls else None,
-        registry)
+        registry, record)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
     # shared while this process works on the device (cuda only: see verifier/runs.py shared_lock), exclusive while it times
     lock = device_lock(job.timing_lock or None)
@@ -245,6 +246,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         torch.ones(1 << 20).sum()
         clock.phase("load_profiler")
         ch = Channel(job_dir)
+        record.append(ch.record)
         guard = Guard(job_dir, report, {"timing backend": backend, "channel": ch})
         registry.append(Registry([job.build_root, str(job_dir)]))
         guard.registry = registry[0]
@@ -300,11 +302,15 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             inputs = draw_inputs(ref.get_inputs, seed, device, job.reference_code, other)
         del seed
         pristine = clone(inputs)
-        # the reference runs before the candidate on odd trials (its freed result is C06 bait), never on the extra
-        # shape's: that trial alone decides C14, and an answer computed here first is one the candidate's native
-        # code could keep hold of (an observer, an allocator hook) and hand back. A regular trial's stolen answer
-        # buys nothing: the even trials, the reference after, must be right by the candidate's own work.
-        ref_first = i % 2 == 1 and not (job.other_shape and i == n - 1)
+        # the reference runs before the candidate on odd trials (its freed result is C06 bait), after it on the
+        # even ones, and never on the extra shape's: that trial alone decides C14, and an answer computed here is one
+        # the candidate's native code could keep hold of (an observer, an allocator hook) and hand back. Only a
+        # digest of it is kept, never a file: the job directory is the candidate's to write, and an answer left
+        # there could be copied over its own output (the outputs are sealed by the verifier as their records
+        # arrive: verifier/execute/channel.py). A regular trial's stolen answer buys nothing: the even trials must
+        # be right by the candidate's own work.
+        other_trial = bool(job.other_shape) and i == n - 1
+        ref_first = i % 2 == 1 and not other_trial
         with torch.no_grad():
             if ref_first:  # freed memory the reference just wrote is C06 bait; only its digest is kept (C15)
                 try:
@@ -344,14 +350,15 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             del out
             # after the output was read, as the harness reads a timed call's: a thread still at work is side work
             rec.threads_added = side_work_threads(returned, tids0)
-            if not ref_first:
+            if not ref_first and not other_trial:
                 try:
-                    rec.ref_output_file = _save(plain_cpu(model(*clone(pristine))), job_dir / f"ref_{i}.pt")
+                    rec.ref_digest = digest(as_list(model(*clone(pristine))))
                 except Exception:  # noqa: BLE001
                     report.reference_error = _short_traceback()
                     return report
             del inputs, pristine
-        ch.record(f"trial{i}", rec.to_dict())  # kept by the verifier as sent: later edits here change nothing
+        # kept by the verifier as sent (later edits here change nothing), and its output file sealed on arrival
+        ch.record(f"trial{i}", rec.to_dict())
         # the dispatcher's registrations (50 ms to read) after the first and the last trial: what registers does so
         # as the extension loads, or the first time its code runs
         guard.registrations = i in (0, n - 1)

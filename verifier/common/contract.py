@@ -24,7 +24,6 @@ from verifier.common.config import VerifyConfig
 from verifier.common.sandbox import host_secrets, redact_env
 
 JOB_FILE = "job.json"
-CHILD_BUILT_FILE = "child_built.json"  # extensions the child compiled itself: sources, flags, binary
 REPORT_FILE = "report.json"
 FLAGS_FILE = "flags.json"  # written by the child as soon as it sees tampering: read even after a timeout
 SOCKET_FILE = "ctl.sock"  # the job's Unix socket: verifier/execute/channel.py (the verifier's side), verifier/child/channel.py
@@ -153,8 +152,9 @@ class TrialReport(_Record):
     mutated_inputs: list[int] = field(default_factory=list)
     output_problem: str = ""
     output_file: str = ""
-    ref_output_file: str = ""  # the reference computed inside the child after the candidate (C11 evidence only)
-    ref_digest: list = field(default_factory=list)  # the same, computed before the candidate: inputs.digest only
+    # the reference computed inside the child, before the candidate (odd trials) or after it (even ones; never on
+    # the extra shape): inputs.digest of its outputs only (C11 evidence: global state tampered with)
+    ref_digest: list = field(default_factory=list)
     own_kernel_us: float = 0.0  # cuda: device time in kernels named in the candidate's sources
     foreign_kernel_us: dict = field(default_factory=dict)  # cuda: other kernels, name -> device us
 

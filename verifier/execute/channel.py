@@ -25,10 +25,13 @@ Imports: the standard library and verifier.common.contract (the child's side is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import secrets
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +39,9 @@ from pathlib import Path
 from typing import Callable
 
 from verifier.common.contract import SOCKET_FILE
+
+
+_TRIAL_KEY = re.compile(r"trial(\d{1,6})")
 
 
 def draw_seed() -> int:
@@ -51,6 +57,54 @@ class Ledger:
     records: dict[str, dict] = field(default_factory=dict)  # the monitors' records, as streamed after each call
     problems: list[str] = field(default_factory=list)  # requests out of turn, malformed lines
     harness_error: str = ""  # the harness's own failure during a bracket (the verifier's, never the candidate's)
+    # files of the job directory the verdict reads, sealed as they were handed over (name -> sha256, "" when the
+    # name was not a regular file then): a trial's output when its record arrived, a shipped input file once written
+    sealed: dict[str, str] = field(default_factory=dict)
+
+    def seal(self, job_dir: Path, name: str) -> None:
+        if name not in self.sealed:
+            self.sealed[name] = file_seal(Path(job_dir) / name)
+
+    def unsealed(self, job_dir: Path, name: str) -> str:
+        """Why ``job_dir / name`` is not what the verifier sealed ('' when it is): never sealed, or changed since
+        (the job directory is the candidate's to write: an output rewritten after its record was sent, with an
+        answer computed later or elsewhere, or an input file rewritten to fit the output)."""
+        want = self.sealed.get(name)
+        if want is None:
+            return f"{name} was never handed to the verifier"
+        if not want:
+            return f"{name} was not a regular file when it was handed over"
+        if file_seal(Path(job_dir) / name) != want:
+            return f"{name} was changed after it was handed to the verifier"
+        return ""
+
+    def check(self, job_dir: Path, name: str) -> Path:
+        """``job_dir / name``, once it is what the verifier sealed; raises Unsealed saying why not."""
+        why = self.unsealed(job_dir, name)
+        if why:
+            raise Unsealed(why)
+        return Path(job_dir) / name
+
+
+class Unsealed(Exception):
+    """A file of the job directory that a verdict reads is not what the verifier sealed (``Ledger.check``)."""
+
+
+def file_seal(path: Path) -> str:
+    """The sha256 of a regular file's bytes, read without following a link ('' for a link, a directory, nothing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 22):
+            h.update(chunk)
+        return h.hexdigest()
+    finally:
+        os.close(fd)
 
 
 class Driver:
@@ -63,6 +117,7 @@ class Driver:
                  on_trial: Callable[[int, int], None] | None = None,
                  on_bracket: Callable | None = None):
         self.ledger = Ledger()
+        self.job_dir = Path(job_dir)
         self.n_trials, self.n_timing = n_trials, n_timing
         self.on_trial = on_trial
         self.on_bracket = on_bracket
@@ -154,6 +209,8 @@ class Driver:
                     key = str(msg.get("key", ""))[:40]
                     if key and key not in self.ledger.records and isinstance(msg.get("record"), dict):
                         self.ledger.records[key] = msg["record"]
+                        if (m := _TRIAL_KEY.fullmatch(key)) is not None:  # its output as the record says it is
+                            self.ledger.seal(self.job_dir, f"out_{m.group(1)}.pt")
                     continue
                 reply = None
                 if op == "trial" and msg.get("i") == next_trial and next_trial < self.n_trials:
@@ -161,6 +218,7 @@ class Driver:
                     self.ledger.trial_seeds[next_trial] = seed
                     if self.on_trial is not None:
                         self.on_trial(next_trial, seed)
+                        self.ledger.seal(self.job_dir, f"trial_{next_trial}.pt")
                     next_trial += 1
                     reply = {"seed": seed}
                 elif op == "timing" and not timing_sent and next_trial == self.n_trials:

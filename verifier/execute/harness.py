@@ -51,7 +51,7 @@ import torch
 
 from verifier.common import ipc
 from verifier.common.devlock import held_exclusive
-from verifier.common.inputs import as_list, draw_inputs, nbytes
+from verifier.common.inputs import as_list, nbytes
 
 MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
 SET_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # bytes of input + output sets per bracket (x2: private copies)

@@ -10,7 +10,6 @@ extensions the child built) and verifier.judge.outputs.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from kernelmill.schema import Verdict
@@ -18,7 +17,7 @@ from verifier import cheats
 from verifier.common import sandbox
 from verifier.common.backends import kernel_family
 from verifier.common.config import VerifyConfig
-from verifier.common.contract import CHILD_BUILT_FILE, ChildReport, ContractError, TrialReport
+from verifier.common.contract import ChildReport, ContractError, TrialReport
 from verifier.common.ops import forbidden
 from verifier.execute.channel import Ledger
 from verifier.front.vendor import scan_library, scan_sources, scan_tampering
@@ -192,27 +191,36 @@ def own_work_ok(report: ChildReport, cfg: VerifyConfig, v: Verdict, knocked=None
     return True, ""
 
 
+@cheats.check(cheats.C11, where="judge")
+def check_sealed(label: str, why: str, ev: Evidence) -> None:
+    """C11: a file of the job directory that the verdict reads (a trial's output, a shipped input file) is not what
+    the verifier sealed when it was handed over (verifier/execute/channel.py ``Ledger.seal``): the job directory is
+    the candidate's to write, so a changed file is evidence forged after the fact (an output replaced by an answer
+    computed later or elsewhere, an input rewritten to fit the output)."""
+    ev.add(cheats.C11, f"{label}: {why}: the files the verifier reads from your job directory are its evidence, "
+                       "not yours to change.")
+
+
 @cheats.check(cheats.C01, cheats.C11, where="binary")
-def check_child_built(job_dir: Path, ev: Evidence) -> None:
+def check_child_built(ledger: Ledger, ev: Evidence) -> None:
     """C01 / C11 in extensions the child compiled itself (load_inline arguments the static stage could not
-    read): the same source and binary scans as for the compile pool's builds, run here on what the child's
-    load_inline recorded before and after each build."""
-    f = job_dir / CHILD_BUILT_FILE
-    try:
-        entries = json.loads(f.read_text()) if f.is_file() else []
-    except ValueError:
-        entries = []
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict):
-            continue
-        srcs = [str(x) for x in entry.get("sources", [])]
-        so = str(entry.get("so_path") or "")
-        flags = [str(x) for x in entry.get("ldflags", [])]
-        for found in scan_sources(srcs, flags) + (scan_library(so, srcs) if so else []):
+    read): the same source and binary scans as for the compile pool's builds, run here on what the child streamed
+    over the channel (verifier/child/loading.py): each build's sources and link flags before it was built, its
+    binary's path after. Kept as first sent: a record file the candidate could rewrite hid a build below the
+    dispatcher (its first extension emptied the list). The sources are the firm part: the binary is read
+    where the child built it, after the job, and a build's own code could have replaced it by then."""
+    n = 0
+    while (got := ledger.records.get(f"child_build{n}")) is not None:
+        srcs = [str(x) for x in got.get("sources", []) if isinstance(x, str)] if isinstance(got, dict) else []
+        flags = [str(x) for x in got.get("ldflags", []) if isinstance(x, str)] if isinstance(got, dict) else []
+        built = ledger.records.get(f"child_built{n}") or {}
+        so = str(built.get("so_path") or "") if isinstance(built, dict) else ""
+        for found in scan_sources(srcs, flags) + (scan_library(so, srcs) if so and Path(so).is_file() else []):
             ev.add(cheats.C01, f"Check of the extension built at run time: {found} (compute by a vendor library or "
                                "ATen internals, not your kernel).")
-        for found in scan_tampering(srcs, so or None):
+        for found in scan_tampering(srcs, so if so and Path(so).is_file() else None):
             ev.add(cheats.C11, f"Check of the extension built at run time: {found}.")
+        n += 1
 
 
 @cheats.check(cheats.C17, where="judge")

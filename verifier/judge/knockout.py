@@ -179,14 +179,14 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
                        job_dir / f"trial_{i}.pt")
 
         timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
-        run, _, _ = run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
-        return _judge_knockout(job, job_dir, run, plan, cfg, device)
+        run, ledger, _ = run_driven(job, job_dir, timeout, cfg, on_trial=ship_inputs if job.input_files else None)
+        return _judge_knockout(job, job_dir, run, plan, cfg, device, ledger)
     except Exception as e:  # noqa: BLE001 - the verifier's failure never decides against the candidate
         return KnockoutResult(INCONCLUSIVE, f"the knockout run failed on the verifier's side ({type(e).__name__}: "
                                             f"{str(e)[:300]})")
 
 
-def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda") -> KnockoutResult:
+def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda", ledger=None) -> KnockoutResult:
     from verifier.common.contract import ChildReport
     from verifier.judge.verdict import _warm_up_failed
 
@@ -211,7 +211,10 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda") ->
     rec = report.trials[0] if report.trials else None
     if rec is None or rec.error or rec.output_problem or not rec.output_file:
         return KnockoutResult(CONTRIBUTES, "with your kernels skipped forward failed", **seen)
-    if not _still_correct(job, job_dir, rec, plan, cfg, device):
+    why = ledger.unsealed(job_dir, "out_0.pt") if ledger is not None else ""
+    if why:  # the output or the inputs the verifier reads, changed after they were handed over: never a pass here
+        return KnockoutResult(INCONCLUSIVE, f"the knockout run's evidence was changed: {why}", **seen)
+    if not _still_correct(job, job_dir, rec, plan, cfg, device, ledger):
         return KnockoutResult(CONTRIBUTES, "with your kernels skipped the output is wrong: their work is part of it",
                               own_kernel_us=rec.own_kernel_us, **seen)
     if shim is None or shim.errors:
@@ -234,13 +237,14 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda") ->
                                            "forward's output was still correct", **seen)
 
 
-def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda") -> bool:
+def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", ledger=None) -> bool:
     """The knockout trial's output against the reference on the same inputs, within the normal tolerance (the
     checks of verifier/judge/outputs.py; what they say besides matched or not is not this run's concern)."""
     import torch
 
     from verifier.common.backends import get_backend
     from verifier.common.inputs import as_list, build_model
+    from verifier.execute.channel import Unsealed
     from verifier.judge.numerics import float64_model
     from verifier.judge.outputs import RNG_LOCK, Evidence, check_outputs, reference64
 
@@ -252,10 +256,13 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda") -> 
             model64 = float64_model(model)
         except Exception:  # noqa: BLE001 - memory: the fixed tolerance
             model64 = None
-    inputs = plan.trial_inputs(job, 0, device, job_dir)
+    try:
+        inputs = plan.trial_inputs(job, 0, device, job_dir, ledger)
+    except Unsealed:
+        return True  # an input file rewritten to fit the output: no evidence that the own kernels matter
     with torch.no_grad():
         refs = [r.detach() for r in as_list(model(*inputs))]
     refs64 = reference64(model64, inputs)
-    outs = as_list(torch.load(job_dir / rec.output_file, weights_only=True))
+    outs = as_list(torch.load(job_dir / "out_0.pt", weights_only=True))
     return check_outputs(outs, refs, refs64, inputs, None, "Knockout trial", cfg, plan.ref_mod,
                          get_backend(device).poison_byte, [], Evidence(), [], False, plan.pooled)

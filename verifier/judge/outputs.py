@@ -7,8 +7,8 @@ reference, ``reference64``). What the outputs reveal is named as it is found: C0
 still holds the poison pattern, ``poisoned``), C05 (an input, a constant or zeros), C08 (an earlier call's output
 again, by ``fingerprint``), C13 (fp32 computed at lower precision: errors with the signature of fewer mantissa
 bits, lowering.looks_lowered; a plain wrong answer is no code), C11 (the reference computed differently inside
-the candidate's process: not bit-identical and outside the measured budget, ``_reference_differs``; another
-thread count there is another accumulation order, not tampering). ``check_clocked_outputs`` judges the timed
+the candidate's process: its digest, sums of the outputs, ``inputs.digests_match``; the child keeps no reference
+output, only its digest). ``check_clocked_outputs`` judges the timed
 calls the harness read back (C16: verifier/execute/harness.py). ``reference_fault`` says when the task's own reference output does not depend
 on its inputs (a task_error). Both add cheat codes and feedback sentences to an ``Evidence``, which judge.py's
 other checks fill too (``check_outputs`` also says whether every output matched); the verdict is decided in
@@ -67,7 +67,7 @@ class Evidence:
 
 @dataclass
 class Digest:
-    """The digests (inputs.digest) of the reference computed in the child before the candidate ran."""
+    """The digests (inputs.digest) of the reference computed in the child, before or after the candidate ran."""
     values: list
 
 
@@ -113,28 +113,8 @@ def reference64(model64, inputs: list) -> list | None:
 # ---------------------------------------------------------------------------- the checks
 
 
-def _reference_differs(h, r: torch.Tensor, r64, cfg: VerifyConfig, ref_mod, pooled) -> bool:
-    """Whether the reference computed in the candidate's process (``h``) is not the reference computed here
-    (``r``): bit-identical is the same; otherwise, where the tolerance is measured, ``h`` must be as good as an
-    honest fp32 implementation (another process may run the same ops with another thread count, so another
-    accumulation order: a K = 8192 matmul differs by 1e-4) and a reference changed by tampering (TF32, reduced
-    matmul precision, flushed denormals: errors of a lowering) is not; with a fixed tolerance, within 1e-6."""
-    if not isinstance(h, torch.Tensor) or h.shape != r.shape:
-        return False
-    h = h.to(r.device)
-    if h.dtype == r.dtype and torch.equal(h, r):
-        return False
-    if h.dtype == r.dtype and r.is_floating_point() and r64 is not None:
-        budget, truth = budget_for(r, r64, cfg, ref_mod, pooled)
-        if budget.kind in ("float64", "exact"):
-            return bool(compare(h, truth, budget)["n_bad"])
-    hf, rf = h.reshape(-1), r.reshape(-1)  # in chunks: a float64 copy of a 7 GiB output is 14 GiB, isclose's more
-    return not all(torch.allclose(hf[s:s + CHUNK].double(), rf[s:s + CHUNK].double(), atol=1e-6, rtol=1e-6,
-                                  equal_nan=True) for s in range(0, rf.numel(), CHUNK))
-
-
 @cheats.check(cheats.C05, cheats.C06, cheats.C08, cheats.C11, cheats.C13, where="judge")
-def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "list | Digest | None", label: str,
+def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "Digest | None", label: str,
                   cfg: VerifyConfig, ref_mod, poison: int, prev: list, ev: Evidence, errs: list,
                   ref_repeats: bool = False, pooled: list | None = None) -> bool:
     """Correctness of one trial, plus what the outputs reveal: C11 (the reference computed differently in the
@@ -144,15 +124,9 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
     scale) on other draws (TaskPlan.pooled); ``ref_repeats`` says the reference's own output on this trial
     repeats an earlier trial's (then a repeated output is no sign of caching). True when every output matches."""
     ok = True
-    if isinstance(here, Digest):  # computed before the candidate ran: a digest, never the output itself
-        if not digests_match(here.values, refs):
-            ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state "
-                               "tampered).")
-    elif here is not None and len(here) == len(refs) and any(
-            _reference_differs(h, r, refs64[k] if refs64 is not None and k < len(refs64) else None, cfg, ref_mod,
-                               pooled[k] if pooled and k < len(pooled) else None)
-            for k, (h, r) in enumerate(zip(here, refs))):
-        ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state tampered).")
+    if here is not None and not digests_match(here.values, refs):  # a digest, never the output itself
+        ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state "
+                           "tampered).")
     if len(outs) != len(refs):
         ev.add(None, f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
         return False

@@ -30,6 +30,7 @@ from verifier.common.inputs import (
     size_changes,
 )
 from verifier.execute import admission
+from verifier.execute.channel import Ledger
 from verifier.judge.numerics import error_and_scale, float64_model, widen
 from verifier.judge.outputs import RNG_LOCK, reference_fault
 from verifier.judge.reduction import ReductionTracker, RefStats
@@ -107,11 +108,12 @@ class TaskPlan:
         with RNG_LOCK:
             return draw_inputs(self.ref_mod.get_inputs, job.trial_seeds[i], device, self.text, other)
 
-    def trial_inputs(self, job: Job, i: int, device: str, job_dir: Path) -> list:
-        """The inputs of trial ``i`` as the child got them: shipped in ``job_dir``, or drawn again."""
+    def trial_inputs(self, job: Job, i: int, device: str, job_dir: Path, ledger: Ledger) -> list:
+        """The inputs of trial ``i`` as the child got them: drawn again, or shipped in ``job_dir`` and read back as
+        the verifier sealed them (raises ``Unsealed`` where the file was changed since)."""
         if job.input_files:
             return [x.to(device) if isinstance(x, torch.Tensor) else x for x in
-                    torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"]]
+                    torch.load(ledger.check(job_dir, f"trial_{i}.pt"), weights_only=True)["inputs"]]
         return self.draw_trial(job, i, device)
 
 

@@ -30,7 +30,7 @@ from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import FLAGS_FILE, ChildReport, ContractError, Job
 from verifier.common.inputs import as_list, build_model
-from verifier.execute.channel import Ledger
+from verifier.execute.channel import Ledger, Unsealed
 from verifier.execute.harness import Clocked, interval, summary_for
 from verifier.judge import feedback
 from verifier.judge.checks import (
@@ -43,6 +43,7 @@ from verifier.judge.checks import (
     check_own_kernels,
     check_reference_held,
     check_sandbox_escape,
+    check_sealed,
     check_tampering,
     check_threads_after_timing,
     check_threads_at_load,
@@ -77,6 +78,7 @@ class Work:
     started: float = 0.0
     notes: list = dataclasses.field(default_factory=list)
     torch_findings: list = dataclasses.field(default_factory=list)  # static: PyTorch compute in forward (strict only)
+    binary_torch: list = dataclasses.field(default_factory=list)  # PyTorch compute ops the built extension imports
 
 
 @dataclass
@@ -135,16 +137,14 @@ def _read_flags(job_dir: Path) -> list[str]:
         return []
 
 
-def run_stage(job: Job, job_dir: Path, report: ChildReport | None = None) -> str:
+def run_stage(job: Job, ledger: Ledger, report: ChildReport | None = None) -> str:
     """The run stage the candidate's process was in when it stopped: "timing" once its correctness trials
-    were over (its report says it began timing or, without a report, every trial left its output files,
-    named as verifier/child/worker.py writes them), else "correctness"."""
+    were over (its report says it began timing or, without a report, the record of every trial reached the
+    verifier: each is sent once the trial is over, verifier/child/worker.py), else "correctness"."""
     if report is not None:
         return "timing" if report.timing_exclusive is not None else "correctness"
     n = job.n_trials
-    over = all((job_dir / f"out_{i}.pt").is_file() for i in range(n)) and \
-        all((job_dir / f"ref_{i}.pt").is_file() for i in range(0, n, 2))  # even trials: the reference after
-    return "timing" if n and over else "correctness"
+    return "timing" if n and all(f"trial{i}" in ledger.records for i in range(n)) else "correctness"
 
 
 # ---------------------------------------------------------------------------- the judge
@@ -242,11 +242,11 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
     check_channel(ex.ledger, ev)
     log_tail = "\n".join(run.log.strip().splitlines()[-15:])
     early = _read_flags(job_dir)
-    check_child_built(job_dir, ev)
+    check_child_built(ex.ledger, ev)
     check_sandbox_escape(job_dir, ev)
     if early or ev.codes - {cheats.C18}:  # tampering or vendor code seen, whatever happened after
         check_tampering(early, ev)
-        v.stage_reached = run_stage(job, job_dir)
+        v.stage_reached = run_stage(job, ex.ledger)
         v.cheats = sorted(ev.codes)
         return finish(w, "cheat", ev.details)
     if (run.timed_out or run.rc != 0) and not (job_dir / "report.json").is_file() and _warm_up_failed(run.log):
@@ -255,7 +255,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
         return finish(w, "verifier_error", ["The execution process failed to initialise the device before your "
                                             "code ran:\n" + "\n".join(run.log.strip().splitlines()[:8])])
     if run.timed_out:
-        v.stage_reached = run_stage(job, job_dir)
+        v.stage_reached = run_stage(job, ex.ledger)
         v.cheats = sorted(ev.codes)
         limit = run.limit_s or cfg.run_timeout_s
         return finish(w, "timeout", [f"The run was killed after {limit:.0f} s of wall-clock time (the limit: "
@@ -267,7 +267,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
         why = f"killed by signal {signal.Signals(-rc).name}" if rc and rc < 0 else f"exit status {rc}"
         hint = " (a segmentation fault: an invalid memory access)" if rc == -signal.SIGSEGV else ""
         hint = hint or (" (killed: probably out of memory)" if rc == -signal.SIGKILL else "")
-        v.stage_reached = run_stage(job, job_dir)
+        v.stage_reached = run_stage(job, ex.ledger)
         v.cheats = sorted(ev.codes)
         return finish(w, "crash", [f"The process running your kernel died: {why}{hint}."
                                    + (f" Last output:\n{log_tail}" if log_tail else "")])
@@ -303,7 +303,7 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
     use_streamed_records(report, ex.ledger, ev)
     check_tampering(report.patched, ev)
     if report.aborted:
-        v.stage_reached = run_stage(job, job_dir, report)
+        v.stage_reached = run_stage(job, ex.ledger, report)
         v.cheats = sorted(ev.codes)
         return finish(w, "cheat", ev.details)
     check_reference_held(report, ev)
@@ -322,7 +322,12 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
     n = job.n_trials
     for rec in report.trials:
         is_other = bool(job.other_shape) and rec.index == n - 1
-        inputs = plan.trial_inputs(job, rec.index, ex.device, job_dir)
+        try:
+            inputs = plan.trial_inputs(job, rec.index, ex.device, job_dir, ex.ledger)
+        except Unsealed as e:
+            check_sealed(f"Trial {rec.index + 1}", str(e), ev)
+            t.regular_ok = False
+            break
         label = ("Extra-shape trial" + f" (input shapes {[list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]})"
                  if is_other else f"Trial {rec.index + 1}")
         if rec.error:
@@ -342,9 +347,14 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
         ref_repeats = any(len(p) == len(ref_fp) and all(same_fingerprint(a, b) for a, b in zip(p, ref_fp))
                           for p in ref_prev)
         ref_prev.append(ref_fp)
-        outs = as_list(torch.load(job_dir / rec.output_file, weights_only=True))
-        here = (as_list(torch.load(job_dir / rec.ref_output_file, weights_only=True)) if rec.ref_output_file else
-                Digest(rec.ref_digest) if rec.ref_digest else None)
+        name = f"out_{rec.index}.pt"
+        why = ex.ledger.unsealed(job_dir, name) if rec.output_file == name else f"{rec.output_file!r} is not {name}"
+        if why:
+            check_sealed(label, why, ev)
+            t.regular_ok = False
+            continue
+        outs = as_list(torch.load(job_dir / name, weights_only=True))
+        here = Digest(rec.ref_digest) if rec.ref_digest else None
         t.checked += 1
         ok = check_outputs(outs, refs, refs64, inputs, here, label, cfg, plan.ref_mod, ex.poison, prev, ev, t.errs,
                            ref_repeats, plan.pooled)
@@ -399,7 +409,9 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     kernels that ran on every trial, ``knockout()`` (a zero-argument callable; verifier/judge/knockout.py) runs
     the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do.
 
-    PyTorch compute the static scan found (``w.torch_findings``) on a path that never ran (no monitor saw PyTorch
+    PyTorch compute the static scan found (``w.torch_findings``), or the built extension imports
+    (``w.binary_torch``: ``at::matmul`` in the C++, which a thread or a process of its own could run unseen by the
+    monitors), on a path that never ran (no monitor saw PyTorch
     compute on any trial, the extra shape or the timed calls: a fallback for shapes the task cannot produce) does
     not decide the partial policy. The knockout is asked there too: no monitor saw PyTorch do the work, so either
     the candidate's own kernels did it (they contribute: partial passes) or compute no monitor sees did (host
@@ -407,8 +419,9 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     the path all the same, as C19_UNRUN_TORCH_PATH, apart from C01 (PyTorch compute that ran)."""
     v = w.verdict
     ran = set(ev.torch_codes)  # PyTorch compute the runtime monitors saw
-    unrun = bool(w.torch_findings) and not ran
-    torch_codes = ran | ({cheats.C01} if w.torch_findings and ran else set()) | ({cheats.C19} if unrun else set())
+    found = bool(w.torch_findings or w.binary_torch)  # and what the scans outside the process found
+    unrun = found and not ran
+    torch_codes = ran | ({cheats.C01} if found and ran else set()) | ({cheats.C19} if unrun else set())
     knocked = knockout() if (ran or unrun) and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
@@ -418,6 +431,10 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     partial_ok, why_not = own_work_ok(report, cfg, v, knocked)
     v.pass_strict, v.pass_partial = not torch_codes, partial_ok
     details = [f"Static check, {f}." for f in w.torch_findings] + ev.details
+    if w.binary_torch:
+        details.insert(len(w.torch_findings), "Binary check: your extension calls PyTorch compute ops from C++ (" +
+                       ", ".join(w.binary_torch[:8]) + "): PyTorch compute in forward, whichever thread or process "
+                       "runs it.")
     if unrun:
         details.append("That PyTorch compute never ran: no monitor saw PyTorch compute on any trial, the extra shape "
                        "or the timed calls. The strict policy rejects a PyTorch path in forward all the same "

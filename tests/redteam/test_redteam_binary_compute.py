@@ -1,0 +1,142 @@
+"""Red team of PyTorch compute called from the candidate's C++ where no monitor in its process sees it run
+(docs/ANTI_CHEAT.md class 38).
+
+The dispatch monitor is a TorchDispatchMode: its state is the calling thread's, so ATen called on a ``std::thread``
+the extension starts is not recorded; the profiler watches every thread, but it ran on the correctness trials only
+(on cpu the timed calls run under the dispatch monitor alone). And neither sees a process the extension forks. A
+candidate whose C++ computes with ``torch::matmul`` on a thread only on the timed calls (it tells them apart by its
+inputs' layout: views into the harness's pool), or in a forked process on every call, passed the strict policy:
+the binary scan read the ``at::_ops::matmul`` import outside the process, but only noted it, leaving the decision
+to the monitors.
+
+Closed at the root by letting the scan outside the process decide where the monitors cannot: ATen compute ops the
+built extension imports, in an extension that also starts threads or processes of its own (``std::thread``,
+``pthread_create``, ``fork``...), are PyTorch compute in forward, as the static scan's findings are
+(verifier/engine.py ``w.binary_torch``, verifier/judge/verdict.py ``_legality_outcome``): under the strict policy
+C01 where a monitor saw PyTorch compute, C19 where none did; the partial policy leaves them to the knockout. Honest
+twins: C++ that only allocates (``torch::zeros``, ``torch::empty_like``) and computes in its own loops, on threads
+of its own, passes; and an extension with an ATen helper that forward never calls, and no threads, still passes (a
+helper nobody calls is no finding, as in Python).
+"""
+
+import pytest
+
+from bench.lib import fixtures as fx
+from kernelmill.schema import Candidate, Task
+from verifier import cheats
+from verifier.engine import VerifyConfig, verify_batch
+
+NAIVE = r'''
+#include <torch/extension.h>
+#include <thread>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstring>
+
+static torch::Tensor naive(const torch::Tensor& a_in, const torch::Tensor& b_in) {
+    auto a = a_in.contiguous(), b = b_in.contiguous();
+    const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+    auto out = torch::zeros({M, N}, a.options());
+    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = out.data_ptr<float>();
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k) {
+            const float av = A[i * K + k];
+            for (int64_t j = 0; j < N; ++j) C[i * N + j] += av * B[k * N + j];
+        }
+    return out;
+}
+'''
+
+ROUTES = {
+    # PyTorch's matmul on a worker thread on the timed calls only (their inputs are views into the pool)
+    "matmul_on_a_thread_when_timed": r'''
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
+    const bool pooled = a.storage_offset() != 0 || a.storage().nbytes() != (size_t)a.nbytes();
+    if (!pooled) return naive(a, b);
+    torch::Tensor out;
+    std::thread worker([&] { out = torch::matmul(a.contiguous(), b.contiguous()); });
+    worker.join();
+    return out;
+}
+''',
+    # PyTorch's mm in a forked process on every call, the result handed back through shared memory
+    "mm_in_a_forked_process": r'''
+torch::Tensor mm(torch::Tensor a_in, torch::Tensor b_in) {
+    auto a = a_in.contiguous(), b = b_in.contiguous();
+    const int64_t M = a.size(0), N = b.size(1);
+    const size_t bytes = (size_t)M * N * sizeof(float);
+    void* shared = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    TORCH_CHECK(shared != MAP_FAILED, "mmap failed");
+    pid_t pid = fork();
+    if (pid == 0) {
+        auto c = torch::mm(a, b);
+        std::memcpy(shared, c.data_ptr<float>(), bytes);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    auto out = torch::empty({M, N}, a.options());
+    std::memcpy(out.data_ptr<float>(), shared, bytes);
+    munmap(shared, bytes);
+    return out;
+}
+''',
+    "honest_own_loops_on_a_thread": r'''
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
+    torch::Tensor out;
+    std::thread worker([&] { out = naive(a, b); });
+    worker.join();
+    return out;
+}
+''',
+    "honest_aten_helper_never_called_no_threads": r'''
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) { return naive(a, b); }
+torch::Tensor mm_reference(torch::Tensor a, torch::Tensor b) { return torch::matmul(a, b); }  // for debugging
+''',
+}
+
+
+def _candidate(route: str) -> str:
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""{NAIVE + ROUTES[route]}"""
+ext = load_inline(name="mm_routes", cpp_sources=SRC, functions=["mm"{', "mm_reference"' if "never_called" in route else ""}],
+                  extra_cflags=["-O2"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return ext.mm(a, b)
+'''
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    task = Task.from_code(fx.MATMUL_TASK, name="binmm", source="seed", level=1)
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=False,
+                       run_timeout_s=90, memory_limit_gb=4, exec_workers=1)
+    items = [(task, Candidate(candidate_id=r, task_id=task.task_id, backend="cpu", generator="redteam",
+                              code=_candidate(r))) for r in ROUTES]
+    return dict(zip(ROUTES, verify_batch(items, config=cfg, compile_workers=1)))
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_pytorch_compute_the_extension_imports_is_judged_outside_its_process(verdicts, route):
+    v = verdicts[route]
+    if route.startswith("honest"):
+        assert v.status == "pass" and v.cheats == [] and v.pass_strict, (v.status, v.cheats, v.feedback[:600])
+        if "never_called" in route:  # kept with the verdict, named in the feedback, not a finding
+            assert "aten::matmul" in v.versions["binary"]["aten_compute_imports"], v.versions
+        else:
+            assert "binary" not in v.versions, v.versions.get("binary")
+        return
+    assert v.status == "cheat" and v.pass_strict is False, (v.status, v.cheats, v.feedback[:600])
+    assert {cheats.C01, cheats.C19} & set(v.cheats), v.cheats
+    assert "Binary check: your extension calls PyTorch compute ops from C++" in v.feedback, v.feedback[:800]
+    assert any(op in v.versions["binary"]["aten_compute_imports"] for op in ("aten::matmul", "aten::mm")), v.versions

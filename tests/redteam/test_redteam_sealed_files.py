@@ -1,0 +1,196 @@
+"""Red team of the job directory as evidence (docs/ANTI_CHEAT.md class 37): files the verdict reads, rewritten by
+the candidate after it handed them over.
+
+An execution child writes each correctness trial's output to its job directory (``out_<i>.pt``) and the judge read it
+there after the job. The job directory is the candidate's to write (it is the child's working directory), so native
+code could rewrite an output later: a kernel hard-coded to the benchmark's size returned 64 rows on the extra-shape
+trial and, on its next call (the first timed one), replaced that trial's output with the right answer, or copied
+the reference's output there (the child saved the reference it ran after the candidate as ``ref_<i>.pt`` beside it).
+C14 was then decided on a forged file. The same held for the input files the verifier ships for tasks whose inputs a
+seed does not reproduce: rewritten to fit the output, the verifier's reference was computed on them.
+
+Closed at the root, on the verifier's side of the channel (verifier/execute/channel.py): a trial's output is sealed
+(its sha256) when the trial's record arrives, before the child gets its next seed, and a shipped input file as soon as
+it is written; the judge reads both only as sealed (``Ledger.check``), and a file changed since is C11
+(``checks.check_sealed``). The reference the child runs after the candidate leaves only a digest, never a file, and
+does not run at all on the extra-shape trial. Honest twin: the same kernel without the rewrite passes, and its job
+directory holds no reference output.
+"""
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from kernelmill.schema import Candidate, Task
+from verifier import cheats, engine
+from verifier.common.contract import SOCKET_FILE
+from verifier.engine import VerifyConfig, verify_batch
+from verifier.execute.channel import Driver, Ledger, Unsealed
+
+MM_TASK = '''import torch
+import torch.nn as nn
+
+N = 64
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+MM_SRC = r'''
+#include <torch/extension.h>
+torch::Tensor mm_any(torch::Tensor a_in, torch::Tensor b_in) {
+    auto a = a_in.contiguous(), b = b_in.contiguous();
+    const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+    auto c = torch::zeros({n, m}, a.options());
+    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = c.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t p = 0; p < k; ++p) {
+            const float av = A[i * k + p];
+            for (int64_t j = 0; j < m; ++j) C[i * m + j] += av * B[p * m + j];
+        }
+    return c;
+}
+'''
+
+
+def _candidate(rewrite: bool) -> str:
+    later = ('''        if self.pending is not None:  # the earlier trial's output replaced by the right answer, computed now
+            name, a0, b0 = self.pending
+            self.pending = None
+            torch.save(ext.mm_any(a0, b0), name)
+''' if rewrite else "")
+    extra = ('''        if a.shape[0] != 64:  # the benchmark's size only: 64 rows now, the whole answer written over them later
+            self.pending = (f"out_{self.calls - 1}.pt", a.contiguous(), b.contiguous())
+            return ext.mm_any(a[:64].contiguous(), b)
+''' if rewrite else "")
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""{MM_SRC}"""
+ext = load_inline(name="mm_sealed", cpp_sources=SRC, functions=["mm_any"], extra_cflags=["-O2"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pending = None
+        self.calls = 0
+
+    def forward(self, a, b):
+        self.calls += 1
+{later}{extra}        return ext.mm_any(a, b)
+'''
+
+
+CASES = {"output_rewritten_after_its_trial": (_candidate(True), "cheat"),
+         "honest_general_kernel": (_candidate(False), "pass")}
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    """Both end to end on cpu, the static scan's findings dropped (torch.save in forward is C15/C17 there): the
+    seal alone decides. The files each job directory held after its child ended are kept."""
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=False,
+                       run_timeout_s=90, memory_limit_gb=4, exec_workers=1)
+    task = Task.from_code(MM_TASK, name="sealed", source="seed", level=1)
+    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam", code=c))
+             for n, (c, _) in CASES.items()]
+    real_scan, real_run = engine.scan, engine.run_driven
+    files: dict[str, list[str]] = {}
+
+    def scan(code, backend="cpu"):
+        report = real_scan(code, backend)
+        report.findings = []
+        return report
+
+    def run_driven(job, job_dir, *a, **k):
+        out = real_run(job, job_dir, *a, **k)
+        if job.kind == "candidate":
+            files[job.candidate_code] = sorted(os.listdir(job_dir))
+        return out
+
+    with mock.patch.object(engine, "scan", scan), mock.patch.object(engine, "run_driven", run_driven):
+        got = dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=1)))
+    return got, {n: files.get(c, []) for n, (c, _) in CASES.items()}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_trial_output_rewritten_after_it_was_handed_over_is_c11(verdicts, name):
+    got, files = verdicts
+    v, want = got[name], CASES[name][1]
+    assert v.status == want, (name, v.status, v.cheats, v.feedback[:800])
+    if want == "cheat":
+        assert cheats.C11 in v.cheats, v.cheats
+        assert "changed after it was handed to the verifier" in v.feedback, v.feedback[:800]
+    else:
+        assert v.cheats == [] and v.pass_strict, v.cheats
+    # the reference the child ran leaves no file a candidate could copy over its own output
+    assert files[name] and not [f for f in files[name] if f.startswith("ref_")], files[name]
+    assert [f for f in files[name] if f.startswith("out_")], files[name]
+
+
+def test_a_sealed_file_reads_back_only_as_it_was(tmp_path):
+    ledger = Ledger()
+    (tmp_path / "out_0.pt").write_bytes(b"first")
+    ledger.seal(tmp_path, "out_0.pt")
+    assert ledger.unsealed(tmp_path, "out_0.pt") == ""
+    assert ledger.check(tmp_path, "out_0.pt") == tmp_path / "out_0.pt"
+    (tmp_path / "out_0.pt").write_bytes(b"forged")
+    assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_0.pt")
+    with pytest.raises(Unsealed):
+        ledger.check(tmp_path, "out_0.pt")
+    ledger.seal(tmp_path, "out_0.pt")  # the first seal stands: sealing again later changes nothing
+    assert ledger.unsealed(tmp_path, "out_0.pt")
+    assert "never handed" in ledger.unsealed(tmp_path, "out_1.pt")
+    (tmp_path / "real.pt").write_bytes(b"x")
+    os.symlink(tmp_path / "real.pt", tmp_path / "out_2.pt")  # a link is not sealed as its target
+    ledger.seal(tmp_path, "out_2.pt")
+    assert "not a regular file" in ledger.unsealed(tmp_path, "out_2.pt")
+
+
+def test_the_channel_seals_an_output_when_its_record_arrives_and_an_input_file_once_shipped():
+    job_dir = Path(tempfile.mkdtemp(prefix="km-seal-"))
+
+    def ship(i, seed):
+        (job_dir / f"trial_{i}.pt").write_bytes(f"inputs {i} {seed}".encode())
+
+    driver = Driver(job_dir, n_trials=2, n_timing=0, on_trial=ship)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(job_dir / SOCKET_FILE))
+    reader = conn.makefile("r")
+
+    def ask(msg):
+        conn.sendall((json.dumps(msg) + "\n").encode())
+        return json.loads(reader.readline())
+
+    assert "seed" in ask({"op": "trial", "i": 0})
+    (job_dir / "out_0.pt").write_bytes(b"the candidate's answer")
+    conn.sendall((json.dumps({"op": "record", "key": "trial0", "record": {"index": 0}}) + "\n").encode())
+    assert "seed" in ask({"op": "trial", "i": 1})  # answered only once the record before it was read and sealed
+    (job_dir / "out_0.pt").write_bytes(b"an answer found later")
+    conn.close()
+    time.sleep(0.3)
+    ledger = driver.close()
+    assert ledger.unsealed(job_dir, "trial_0.pt") == "" and ledger.unsealed(job_dir, "trial_1.pt") == ""
+    assert "changed after it was handed" in ledger.unsealed(job_dir, "out_0.pt")
+    assert "never handed" in ledger.unsealed(job_dir, "out_1.pt")
