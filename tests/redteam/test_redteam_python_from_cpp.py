@@ -17,12 +17,11 @@ pybind11's bindings (``PYBIND11_MODULE``, ``m.def``, ``py::class_``, ``py::arg``
 ``py::call_guard``), torch's tensor methods (``accessor<>``), CUDA's attribute structs and ``tp_size`` names pass.
 
 In the binary: every honest pybind11 extension imports PyObject_GetAttrString, PyEval_GetBuiltins,
-PyDict_GetItemWithError and PyObject_CallFunctionObjArgs, and one with a ``py::class_`` PyObject_Vectorcall and
-PyObject_GetAttr (551 extensions built here, honest and not), so those say nothing; none imports the C API's calls
-pybind11 never makes (``PyObject_Call``, ``PyObject_CallObject``, ``_PyObject_MakeTpCall``,
-``PyObject_VectorcallMethod``...): the binary scan rejects those (``PYTHON_FROM_CXX``), so a call the source hides (an
-asm label built from string pieces) still shows. Unit cases for each spelling, tiny shared objects for the binary
-rule, and the cheat end to end on the cpu backend.
+PyDict_GetItemWithError and PyObject_CallFunctionObjArgs, one with a ``py::class_`` PyObject_Vectorcall and
+PyObject_GetAttr, and honest CUDA extensions built against torch 2.11 PyObject_CallObject (85 of tests/gpu's on an
+H200, where a binary rule on the C API's calls made every one of them C11), so the binary's calls of Python objects
+say nothing and the sources decide; a twin binary importing them passes the binary scan. Unit cases for each
+spelling, a tiny shared object for the binary, and the cheat end to end on the cpu backend.
 """
 
 import shutil
@@ -123,31 +122,31 @@ def test_pybind11_bindings_and_tensor_methods_are_not_flagged(name):
     assert scan_tampering([HONEST[name]]) == [] and scan_sources([HONEST[name]]) == [], name
 
 
-# ---- the binary: the C API's calls pybind11 never makes, imported under a name the source does not spell
-HIDDEN_CALL = ('extern "C" void* call3(void*, void*, void*) __asm__("PyObject_" "Call");\n'
-               'void* f(void* o) { return call3(o, o, nullptr); }')
-# what every honest pybind11 extension imports (and one with a py::class_): calls through them say nothing here
+# ---- the binary: what honest extensions import to call Python objects (pybind11's own calls, and torch 2.11's CUDA
+# headers' PyObject_CallObject) is no finding there
 PYBIND11_OWN = ('extern "C" { void* PyObject_Vectorcall(void*, void**, unsigned long, void*);\n'
                 'void* PyObject_CallFunctionObjArgs(void*, ...); void* PyObject_GetAttrString(void*, const char*);\n'
-                'void* PyObject_GetAttr(void*, void*); void* PyEval_GetBuiltins();\n'
+                'void* PyObject_GetAttr(void*, void*); void* PyEval_GetBuiltins(); void* PyObject_CallObject(void*, void*);\n'
                 'void* PyDict_GetItemWithError(void*, void*); }\n'
                 'void* f(void* o) { PyObject_GetAttrString(o, "x"); PyObject_GetAttr(o, o); PyEval_GetBuiltins();\n'
-                '    PyDict_GetItemWithError(o, o); PyObject_CallFunctionObjArgs(o, nullptr);\n'
+                '    PyDict_GetItemWithError(o, o); PyObject_CallFunctionObjArgs(o, nullptr); PyObject_CallObject(o, o);\n'
                 '    return PyObject_Vectorcall(o, nullptr, 0, nullptr); }')
+IMPORTS_A_MODULE = ('extern "C" void* PyImport_ImportModule(const char*);\n'
+                    'void* f() { return PyImport_ImportModule("numpy"); }')
 
 
-def test_a_python_call_pybind11_never_makes_is_c11_in_the_binary():
+def test_the_binary_flags_module_imports_and_not_the_calls_honest_extensions_make():
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.fail("no C++ compiler: this red-team check builds tiny shared objects")
     d = Path(tempfile.mkdtemp(prefix="km-pycall-"))
     built = {}
-    for name, src in (("hidden_call", HIDDEN_CALL), ("pybind11_own", PYBIND11_OWN)):
+    for name, src in (("imports", IMPORTS_A_MODULE), ("pybind11_own", PYBIND11_OWN)):
         (d / f"{name}.cpp").write_text(src + "\n")
         built[name] = d / f"{name}.so"
         subprocess.run([cxx, "-shared", "-fPIC", "-o", str(built[name]), str(d / f"{name}.cpp")], check=True)
-    found = scan_tampering([], built["hidden_call"])
-    assert any("calls Python objects" in f and "PyObject_Call" in f for f in found), found
+    found = scan_tampering([], built["imports"])
+    assert any("reaches Python modules" in f and "PyImport_ImportModule" in f for f in found), found
     assert scan_tampering([], built["pybind11_own"]) == []
 
 
