@@ -103,6 +103,23 @@ torch::Tensor hog(torch::Tensor x) {
 }
 '''
 
+# an honest matmul of any size in plain loops, for the red-team files whose extensions are their own
+# (tests/redteam/test_redteam_sealed_files.py, test_redteam_child_builds.py, test_redteam_binary_compute.py)
+NAIVE_MM_CPP = r'''
+static torch::Tensor naive_mm(const torch::Tensor& a_in, const torch::Tensor& b_in) {
+    auto a = a_in.contiguous(), b = b_in.contiguous();
+    const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+    auto out = torch::zeros({M, N}, a.options());
+    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = out.data_ptr<float>();
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k) {
+            const float av = A[i * K + k];
+            for (int64_t j = 0; j < N; ++j) C[i * N + j] += av * B[k * N + j];
+        }
+    return out;
+}
+'''
+
 SHARED_FUNCS = ["relu", "relu_into", "relu_inplace", "relu_lowp", "relu_fixed_rows", "touch", "matmul",
                 "relu_aten", "segv", "spin", "hog"]
 

@@ -26,34 +26,21 @@ from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, verify_batch
 
-NAIVE = r'''
+NAIVE = """
 #include <torch/extension.h>
 #include <thread>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstring>
-
-static torch::Tensor naive(const torch::Tensor& a_in, const torch::Tensor& b_in) {
-    auto a = a_in.contiguous(), b = b_in.contiguous();
-    const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-    auto out = torch::zeros({M, N}, a.options());
-    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = out.data_ptr<float>();
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t k = 0; k < K; ++k) {
-            const float av = A[i * K + k];
-            for (int64_t j = 0; j < N; ++j) C[i * N + j] += av * B[k * N + j];
-        }
-    return out;
-}
-'''
+""" + fx.NAIVE_MM_CPP
 
 ROUTES = {
     # PyTorch's matmul on a worker thread on the timed calls only (their inputs are views into the pool)
     "matmul_on_a_thread_when_timed": r'''
 torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
     const bool pooled = a.storage_offset() != 0 || a.storage().nbytes() != (size_t)a.nbytes();
-    if (!pooled) return naive(a, b);
+    if (!pooled) return naive_mm(a, b);
     torch::Tensor out;
     std::thread worker([&] { out = torch::matmul(a.contiguous(), b.contiguous()); });
     worker.join();
@@ -85,13 +72,13 @@ torch::Tensor mm(torch::Tensor a_in, torch::Tensor b_in) {
     "honest_own_loops_on_a_thread": r'''
 torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
     torch::Tensor out;
-    std::thread worker([&] { out = naive(a, b); });
+    std::thread worker([&] { out = naive_mm(a, b); });
     worker.join();
     return out;
 }
 ''',
     "honest_aten_helper_never_called_no_threads": r'''
-torch::Tensor mm(torch::Tensor a, torch::Tensor b) { return naive(a, b); }
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) { return naive_mm(a, b); }
 torch::Tensor mm_reference(torch::Tensor a, torch::Tensor b) { return torch::matmul(a, b); }  // for debugging
 ''',
 }

@@ -29,19 +29,8 @@ torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
     return at::cpu::mm(a.contiguous(), b.contiguous());
 }
 '''
-HONEST = r'''
-#include <torch/extension.h>
-torch::Tensor mm(torch::Tensor a_in, torch::Tensor b_in) {
-    auto a = a_in.contiguous(), b = b_in.contiguous();
-    const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-    auto c = torch::zeros({M, N}, a.options());
-    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = c.data_ptr<float>();
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t k = 0; k < K; ++k)
-            for (int64_t j = 0; j < N; ++j) C[i * N + j] += A[i * K + k] * B[k * N + j];
-    return c;
-}
-'''
+HONEST = ("#include <torch/extension.h>\n" + fx.NAIVE_MM_CPP +
+          "torch::Tensor mm(torch::Tensor a, torch::Tensor b) { return naive_mm(a, b); }\n")
 SCRUB = r'''
 #include <torch/extension.h>
 #include <cstdio>

@@ -27,49 +27,17 @@ from unittest import mock
 
 import pytest
 
+from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats, engine
 from verifier.common.contract import SOCKET_FILE
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.execute.channel import Driver, Ledger, Unsealed
 
-MM_TASK = '''import torch
-import torch.nn as nn
-
-N = 64
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return torch.matmul(a, b)
-
-
-def get_inputs():
-    return [torch.randn(N, N), torch.randn(N, N)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-MM_SRC = r'''
-#include <torch/extension.h>
-torch::Tensor mm_any(torch::Tensor a_in, torch::Tensor b_in) {
-    auto a = a_in.contiguous(), b = b_in.contiguous();
-    const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
-    auto c = torch::zeros({n, m}, a.options());
-    const float* A = a.data_ptr<float>(); const float* B = b.data_ptr<float>(); float* C = c.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t p = 0; p < k; ++p) {
-            const float av = A[i * k + p];
-            for (int64_t j = 0; j < m; ++j) C[i * m + j] += av * B[p * m + j];
-        }
-    return c;
-}
-'''
+MM_TASK = fx.MATMUL_TASK.replace("torch.randn(64, 96), torch.randn(96, 48)", "torch.randn(64, 64), torch.randn(64, 64)")
+assert "randn(64, 64)" in MM_TASK  # square: the extra shape changes the rows the cheat hard-codes
+MM_SRC = ("#include <torch/extension.h>\n" + fx.NAIVE_MM_CPP +
+          "torch::Tensor mm_any(torch::Tensor a, torch::Tensor b) { return naive_mm(a, b); }\n")
 
 
 def _candidate(rewrite: bool) -> str:
