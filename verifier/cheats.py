@@ -123,7 +123,8 @@ _REFINING = [
      "cannot produce, a branch its inputs never take): the strict policy rejects it, the partial policy does not "
      "count it",
      "static: the C01 scan found PyTorch compute in forward, or the built extension imports ATen compute ops "
-     "(its C++ calls at::matmul: a thread or a process of its own could run it unseen by either monitor); runtime: "
+     "(its C++ calls at::matmul: a thread, a process or a dispatch-key guard of its own could hide it from either "
+     "monitor); runtime: "
      "neither monitor saw PyTorch compute on any trial, the extra shape or the timed calls (where they did, it is "
      "C01)"),
 ]

@@ -17,7 +17,6 @@ run, no compiler) raise.
 from __future__ import annotations
 
 import os
-import re
 import queue
 import shutil
 import threading
@@ -41,7 +40,7 @@ from verifier.execute import admission
 from verifier.execute.processes import clear_job_root, exec_slot
 from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
-from verifier.front.vendor import aten_entries, imported_symbols, scan_library, scan_sources, scan_tampering
+from verifier.front.vendor import aten_entries, scan_library, scan_sources, scan_tampering
 from verifier.judge.knockout import run_knockout
 from verifier.judge.outputs import RNG_LOCK
 from verifier.judge.plan import (  # noqa: F401
@@ -198,31 +197,17 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         return False
     if computing:
         # PyTorch compute reachable from the candidate's C++ (a CPU fallback branch, a helper nobody calls, or the
-        # answer): read here, outside the candidate's process, it is kept with the verdict and named in the feedback.
-        # Where the extension also starts threads or processes of its own, it decides as the static scan's findings
-        # do (the strict policy rejects it: C01 where a monitor saw it run, C19 where none did; the partial policy
-        # leaves it to the knockout): ATen called on a thread the dispatch monitor does not watch, or in a process
-        # the extension forked, is seen by neither monitor, so no monitor's silence clears it. Without them the
-        # monitors decide whether forward ran it (a helper forward never calls is no finding, as in Python).
+        # answer), read here, outside the candidate's process: PyTorch compute in forward as the static scan's
+        # findings are (the strict policy rejects it: C01 where a monitor saw it run, C19 where none did; the partial
+        # policy leaves it to the knockout). No monitor in the candidate's process is the last word on whether it
+        # ran: ATen called on a thread the extension starts or borrows (std::thread, an OpenMP team), in a process it
+        # forks, or under a dispatch-key guard on the timed calls only, is seen by neither monitor there, while its
+        # import is in the binary all the same. Which exported function reaches it the binary does not say, so an
+        # ATen helper forward never calls counts too (the strict policy's rule for a PyTorch path that never ran).
         ops = sorted(set(computing))
         v.versions["binary"] = {"aten_compute_imports": ops}
-        if any(starts_threads(r.so_path) for r in results):
-            w.binary_torch = ops
-        else:
-            w.notes.append("Binary check: your extension can call PyTorch compute ops from C++ (" + ", ".join(ops[:8]) +
-                           "); forward must not run them.")
+        w.binary_torch = ops
     return True
-
-
-# what starts a thread or a process of the extension's own: std::thread / std::async (libstdc++), POSIX and C11
-# threads, fork and its relatives
-_SPAWNS = re.compile(rb"^(?:pthread_create|_ZNSt6thread\d*_M_start_thread\w*|thrd_create|fork|vfork|(?:__)?clone\d?|"
-                     rb"posix_spawnp?|system|popen)(?:@.*)?$")
-
-
-def starts_threads(so_path: str) -> bool:
-    """Whether the built extension imports what starts a thread or a process of its own."""
-    return any(_SPAWNS.match(sym) for sym in imported_symbols(so_path))
 
 
 def _vendor_lines(kind: str, found: list[str]) -> list[str]:

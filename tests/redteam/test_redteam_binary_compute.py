@@ -2,21 +2,21 @@
 (docs/ANTI_CHEAT.md class 38).
 
 The dispatch monitor is a TorchDispatchMode: its state is the calling thread's, so ATen called on a ``std::thread``
-the extension starts is not recorded; the profiler watches every thread, but it ran on the correctness trials only
-(on cpu the timed calls run under the dispatch monitor alone). And neither sees a process the extension forks. A
-candidate whose C++ computes with ``torch::matmul`` on a thread only on the timed calls (it tells them apart by its
-inputs' layout: views into the harness's pool), or in a forked process on every call, passed the strict policy:
-the binary scan read the ``at::_ops::matmul`` import outside the process, but only noted it, leaving the decision
-to the monitors.
+or an OpenMP team the extension starts is not recorded, and a dispatch-key guard switches it off on the calling
+thread; the profiler watches every thread, but it runs on the correctness trials only (the timed calls run under
+the dispatch monitor alone). And neither sees a process the extension forks. A candidate whose C++ computes with
+``torch::matmul`` on a thread only on the timed calls (it tells them apart by its inputs' layout: views into the
+harness's pool), or in a forked process on every call, passed the strict policy: the binary scan read the
+``at::_ops::matmul`` import outside the process, but only noted it, leaving the decision to the monitors.
 
-Closed at the root by letting the scan outside the process decide where the monitors cannot: ATen compute ops the
-built extension imports, in an extension that also starts threads or processes of its own (``std::thread``,
-``pthread_create``, ``fork``...), are PyTorch compute in forward, as the static scan's findings are
-(verifier/engine.py ``w.binary_torch``, verifier/judge/verdict.py ``_legality_outcome``): under the strict policy
-C01 where a monitor saw PyTorch compute, C19 where none did; the partial policy leaves them to the knockout. Honest
-twins: C++ that only allocates (``torch::zeros``, ``torch::empty_like``) and computes in its own loops, on threads
-of its own, passes; and an extension with an ATen helper that forward never calls, and no threads, still passes (a
-helper nobody calls is no finding, as in Python).
+Closed at the root by letting the scan outside the process decide: ATen compute ops the built extension imports are
+PyTorch compute in forward, as the static scan's findings are (verifier/engine.py ``w.binary_torch``,
+verifier/judge/verdict.py ``_legality_outcome``): under the strict policy C01 where a monitor saw PyTorch compute,
+C19 where none did, whatever thread, process or guard ran it; the partial policy leaves them to the knockout. The
+binary cannot say which exported function reaches an import, so an ATen helper forward never calls is C19 under
+strict too (the strict policy's rule for a PyTorch path that never ran) and passes partial. Honest twin: C++ that
+only allocates (``torch::zeros``, ``torch::empty_like``) and computes in its own loops, on threads of its own,
+passes.
 """
 
 import pytest
@@ -33,6 +33,7 @@ NAIVE = """
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstring>
+#include <omp.h>
 """ + fx.NAIVE_MM_CPP
 
 ROUTES = {
@@ -69,6 +70,24 @@ torch::Tensor mm(torch::Tensor a_in, torch::Tensor b_in) {
     return out;
 }
 ''',
+    # PyTorch's mm on a worker of its own OpenMP team, only on the calls after the extra shape (the timed ones)
+    "mm_on_an_openmp_worker_when_timed": r'''
+static int64_t first_rows = -1;
+static bool seen_other = false;
+torch::Tensor mm(torch::Tensor a_in, torch::Tensor b_in) {
+    auto a = a_in.contiguous(), b = b_in.contiguous();
+    const int64_t M = a.size(0), N = b.size(1);
+    if (first_rows < 0) first_rows = M;
+    if (M != first_rows) seen_other = true;
+    if (!(seen_other && M == first_rows)) return naive_mm(a, b);
+    auto out = torch::empty({M, N}, a.options());
+    #pragma omp parallel num_threads(2)
+    {
+        if (omp_get_thread_num() == 1) at::mm_out(out, a, b);
+    }
+    return out;
+}
+''',
     "honest_own_loops_on_a_thread": r'''
 torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
     torch::Tensor out;
@@ -77,7 +96,7 @@ torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
     return out;
 }
 ''',
-    "honest_aten_helper_never_called_no_threads": r'''
+    "aten_helper_forward_never_calls": r'''
 torch::Tensor mm(torch::Tensor a, torch::Tensor b) { return naive_mm(a, b); }
 torch::Tensor mm_reference(torch::Tensor a, torch::Tensor b) { return torch::matmul(a, b); }  // for debugging
 ''',
@@ -90,8 +109,8 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 SRC = r"""{NAIVE + ROUTES[route]}"""
-ext = load_inline(name="mm_routes", cpp_sources=SRC, functions=["mm"{', "mm_reference"' if "never_called" in route else ""}],
-                  extra_cflags=["-O2"])
+ext = load_inline(name="mm_routes", cpp_sources=SRC, functions=["mm"{', "mm_reference"' if "never_calls" in route else ""}],
+                  extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-lgomp"])
 
 
 class ModelNew(nn.Module):
@@ -106,24 +125,29 @@ class ModelNew(nn.Module):
 @pytest.fixture(scope="module")
 def verdicts(shared_build_dir):
     task = Task.from_code(fx.MATMUL_TASK, name="binmm", source="seed", level=1)
-    cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=False,
-                       run_timeout_s=90, memory_limit_gb=4, exec_workers=1)
-    items = [(task, Candidate(candidate_id=r, task_id=task.task_id, backend="cpu", generator="redteam",
-                              code=_candidate(r))) for r in ROUTES]
-    return dict(zip(ROUTES, verify_batch(items, config=cfg, compile_workers=1)))
+    out = {}
+    for legality in ("strict", "partial"):
+        cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=False,
+                           run_timeout_s=90, memory_limit_gb=4, exec_workers=1, legality=legality)
+        routes = list(ROUTES) if legality == "strict" else ["aten_helper_forward_never_calls"]
+        items = [(task, Candidate(candidate_id=r, task_id=task.task_id, backend="cpu", generator="redteam",
+                                  code=_candidate(r))) for r in routes]
+        out[legality] = dict(zip(routes, verify_batch(items, config=cfg, compile_workers=1)))
+    return out
 
 
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_pytorch_compute_the_extension_imports_is_judged_outside_its_process(verdicts, route):
-    v = verdicts[route]
+    v = verdicts["strict"][route]
     if route.startswith("honest"):
         assert v.status == "pass" and v.cheats == [] and v.pass_strict, (v.status, v.cheats, v.feedback[:600])
-        if "never_called" in route:  # kept with the verdict, named in the feedback, not a finding
-            assert "aten::matmul" in v.versions["binary"]["aten_compute_imports"], v.versions
-        else:
-            assert "binary" not in v.versions, v.versions.get("binary")
+        assert "binary" not in v.versions, v.versions.get("binary")
         return
     assert v.status == "cheat" and v.pass_strict is False, (v.status, v.cheats, v.feedback[:600])
     assert {cheats.C01, cheats.C19} & set(v.cheats), v.cheats
     assert "Binary check: your extension calls PyTorch compute ops from C++" in v.feedback, v.feedback[:800]
     assert any(op in v.versions["binary"]["aten_compute_imports"] for op in ("aten::matmul", "aten::mm")), v.versions
+    if route == "aten_helper_forward_never_calls":  # never ran: C19, and the partial policy does not count it
+        assert v.cheats == [cheats.C19], v.cheats
+        p = verdicts["partial"][route]
+        assert p.status == "pass" and p.pass_partial and p.pass_strict is False, (p.status, p.cheats, p.feedback[:600])
