@@ -78,11 +78,13 @@ def test_a_slow_kernel_keeps_its_honest_time_whatever_its_process_forges(verdict
 
 def test_pytorch_compute_from_cpp_is_read_from_the_binary_whatever_the_records_say(verdicts):
     """at::relu called from the extension's C++: without the hook the streamed records show it (C01); with the
-    records emptied before they are sent, the built module's imports, read in the verifier's process, still name
-    it in the verdict and its feedback. (Whether forward ran it is the monitors' question, which a hook that
-    forges the records before sending answers: the limit verifier/README.md states.)"""
+    records emptied before they are sent, the built module's imports, read in the verifier's process, still decide:
+    ATen compute the extension imports is PyTorch compute in forward under the strict policy whatever the records say
+    (C19 where no record shows it ran), named in the verdict and its feedback."""
     plain, hooked = verdicts["torch_from_cpp/plain"], verdicts["torch_from_cpp/hook"]
     assert plain.status == "cheat" and cheats.C01 in plain.cheats and not plain.pass_strict, plain.feedback[:500]
+    assert hooked.status == "cheat" and {cheats.C01, cheats.C19} & set(hooked.cheats) and not hooked.pass_strict, \
+        (hooked.cheats, hooked.feedback[:500])
     for v in (plain, hooked):
         assert "aten::relu" in v.versions["binary"]["aten_compute_imports"], v.versions
-        assert "can call PyTorch compute ops from C++ (aten::relu)" in v.feedback
+        assert "calls PyTorch compute ops from C++ (aten::relu)" in v.feedback, v.feedback[:800]
