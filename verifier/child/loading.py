@@ -144,8 +144,8 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
                               on_load=None, knock=None, registry: list | None = None, record: list | None = None):
     """A load_inline that returns the module the compile pool built for the same spec; compiling here
     only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
-    recording each such build (sources, link flags, binary) in ``child_built.json`` for the verifier's
-    vendor and tampering scans: streamed to the verifier over the job's channel (``record``: a list that holds the
+    reporting each such build (sources, link flags, binary) for the verifier's vendor and tampering scans:
+    streamed to the verifier over the job's channel (``record``: a list that holds the
     channel's ``record`` once it exists, before the candidate is imported), the sources and flags before the build
     and the binary's path after it, under ``child_build<n>`` / ``child_built<n>``; the verifier keeps them as first
     sent, so nothing the candidate writes later (a manifest file rewritten by its first extension) hides a build.
