@@ -77,7 +77,7 @@ from triton.testing import do_bench
 from verifier.child.loading import make_prebuilt_load_inline
 from verifier.common.inputs import build_model, draw_inputs
 job = json.loads(open(sys.argv[1]).read())
-cpp.load_inline = make_prebuilt_load_inline(job["build_root"], False, [], Path(tempfile.mkdtemp()))
+cpp.load_inline = make_prebuilt_load_inline(job["build_root"], False, [])
 def load(name, code):
     m = types.ModuleType(name); exec(compile(code, name, "exec"), m.__dict__); return m
 ref = load("ref", job["task"]); cand = load("cand", job["cand"])

@@ -16,6 +16,7 @@ run, no compiler) raise.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import shutil
@@ -31,16 +32,16 @@ from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
 from verifier import cheats
 from verifier.build.pool import CompilePool, first_errors
+from verifier.build.runtime import child_builder
 from verifier.common import sandbox
 from verifier.common.backends import get_backend
 from verifier.common.config import VerifyConfig, resolve_backend, usable_cores
 from verifier.common.inputs import draw_inputs
-from verifier.common.ops import aten_op_of, forbidden
 from verifier.execute import admission
 from verifier.execute.processes import clear_job_root, exec_slot
 from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
-from verifier.front.vendor import aten_entries, scan_library, scan_sources, scan_tampering
+from verifier.front.vendor import scan_binary, scan_sources, scan_tampering
 from verifier.judge.knockout import run_knockout
 from verifier.judge.outputs import RNG_LOCK
 from verifier.judge.plan import (  # noqa: F401
@@ -179,18 +180,8 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         finish(w, "compile_error", ["First compiler errors:\n" + first_errors(bad[0].log)])
         return False
     v.compiled = True
-    sources = [src for spec in w.specs for src in _sources(spec)]
-    vendor = [f for r in results for f in scan_library(r.so_path, sources)]
-    tamper = [f for r in results for f in scan_tampering([], r.so_path)]
-    below, computing = [], []
-    for r in results:
-        through, under, lookup = aten_entries(r.so_path)
-        below += [f"at::{op}" for op in {aten_op_of(n) for n in under} if op]
-        if lookup:
-            below.append("operators looked up by name (c10::Dispatcher::findSchema)")
-        computing += forbidden(f"aten::{op}" for op in {aten_op_of(n) for n in through} if op)
-    if below:
-        vendor.append("the built extension calls ATen's kernels below the dispatcher: " + ", ".join(sorted(set(below))[:6]))
+    found = scan_binary([r.so_path for r in results], [src for spec in w.specs for src in _sources(spec)])
+    vendor, tamper, computing = found.vendor, found.tamper, found.compute
     if vendor or tamper:  # the linker's view: what the built extension calls by name, however the source spelled it
         v.cheats = sorted(({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set()))
         finish(w, "cheat", _vendor_lines("Binary", vendor) + _tamper_lines("Binary", tamper))
@@ -204,9 +195,8 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         # forks, or under a dispatch-key guard on the timed calls only, is seen by neither monitor there, while its
         # import is in the binary all the same. Which exported function reaches it the binary does not say, so an
         # ATen helper forward never calls counts too (the strict policy's rule for a PyTorch path that never ran).
-        ops = sorted(set(computing))
-        v.versions["binary"] = {"aten_compute_imports": ops}
-        w.binary_torch = ops
+        v.versions["binary"] = {"aten_compute_imports": computing}
+        w.binary_torch = computing
     return True
 
 
@@ -266,8 +256,11 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
             harness = make_harness(plan, job, job_dir, device, cfg, check=True,
                                null=ref_timing.null() if ref_timing is not None else None)
-            run, ledger, clocked = run_driven(job, job_dir, timeout, cfg, harness=harness,
-                                               on_trial=ship_inputs if job.input_files else None)
+            # extensions the child asks for at run time are built and scanned here (verifier/build/runtime.py)
+            driven = functools.partial(run_driven, on_build=child_builder(build_root, cfg) if job.allow_child_compile
+                                       else None)
+            run, ledger, clocked = driven(job, job_dir, timeout, cfg, harness=harness,
+                                          on_trial=ship_inputs if job.input_files else None)
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
@@ -275,7 +268,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                 lock.acquire(False, lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
                 # the partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where it decides
                 knockout = lambda: run_knockout(w, plan, cfg, build_root, make_job=new_job,  # noqa: E731
-                                                job_dir_of=new_job_dir, run_driven=run_driven, backend=backend)
+                                                job_dir_of=new_job_dir, run_driven=driven, backend=backend)
                 return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout),
                              ref_timing)
     finally:

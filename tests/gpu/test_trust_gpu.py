@@ -121,7 +121,7 @@ torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
 }
 '''
 # row 1 through an extension whose source the static stage cannot read (taken from the environment with the
-# cuBLAS source as default): the child compiles it and the verifier scans what it recorded
+# cuBLAS source as default): the child asks the verifier to build it, which scans it first
 CHILD_BUILT_CUBLAS = _mm_candidate(CUBLAS_PLAIN, "mm_child_built", imports="import os").replace(
     'cuda_sources=SRC', 'cuda_sources=os.environ.get("KM_NO_SUCH_VARIABLE", SRC)')
 assert "KM_NO_SUCH_VARIABLE" in CHILD_BUILT_CUBLAS

@@ -49,6 +49,12 @@ class Channel:
         sent under each key, so an edit made later in this process changes nothing."""
         self._sock.sendall((json.dumps({"op": "record", "key": key, "record": record}) + "\n").encode())
 
+    def build(self, spec: dict) -> dict:
+        """Ask the verifier to build an extension this process needs at run time (load_inline arguments the static
+        stage could not read): it builds and scans it on its side and answers ``ok``, ``key``, ``so_path`` and
+        ``error`` (verifier/build/runtime.py). Blocks for the whole build."""
+        return self._ask({"op": "build", "spec": spec})
+
     def ask(self, msg: dict) -> dict:
         return self._ask(msg)
 

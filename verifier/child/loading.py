@@ -13,17 +13,14 @@ import importlib.machinery
 import importlib.util
 import json
 import linecache
-import os
 import sys
 import types
 from pathlib import Path
 
 import torch
-import torch.utils.cpp_extension as cpp_extension
 
-from verifier.common import childenv
 from verifier.common.backends import own_kernel_names
-from verifier.common.spec import canonical_spec, compat_spec, extension_name, spec_key
+from verifier.common.spec import canonical_spec, extension_name, spec_key
 
 
 def exec_module(name: str, code: str, filename: str):
@@ -140,15 +137,14 @@ def load_so(name: str, path: str):
     return mod
 
 
-def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], job_dir: Path,
-                              on_load=None, knock=None, registry: list | None = None, record: list | None = None):
-    """A load_inline that returns the module the compile pool built for the same spec; compiling here
-    only for specs the static stage could not resolve (when allowed), into the same keyed directory, and
-    reporting each such build (sources, link flags, binary) for the verifier's vendor and tampering scans:
-    streamed to the verifier over the job's channel (``record``: a list that holds the
-    channel's ``record`` once it exists, before the candidate is imported), the sources and flags before the build
-    and the binary's path after it, under ``child_build<n>`` / ``child_built<n>``; the verifier keeps them as first
-    sent, so nothing the candidate writes later (a manifest file rewritten by its first extension) hides a build.
+def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_names: list[str], on_load=None, knock=None, registry: list | None = None, channel: list | None = None):
+    """A load_inline that returns the module the compile pool built for the same spec. Nothing is compiled in this
+    process: a spec the static stage could not resolve (a source made at run time) is sent to the verifier over the
+    job's channel (``channel``: a list that holds the child's ``Channel`` once it exists, before the candidate is
+    imported), which builds it in its own build root and scans the binary before answering (verifier/build/runtime.py);
+    the module is then loaded from there, as a compile pool build is. So the binary the verdict judges is the one this
+    process loads: nothing here can remove or replace it first (the build root is read-only in the sandbox, and the
+    verifier sealed it as built). ``allow_compile`` off: such a spec raises.
     ``on_load(so_path)`` is called with each extension's file once it is loaded
     (a knockout run on cuda: verifier/judge/knockout.py); ``knock`` knocks out each call of the extensions' functions
     (a knockout run on cpu), and of its own operators. ``registry``: a list that holds the dispatcher's
@@ -157,29 +153,24 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
 
     ``is_python_module=False`` is loaded as torch loads it, ``torch.ops.load_library`` (a library of operators: no
     Python module), and the path is returned, as torch returns it."""
-    original = cpp_extension.load_inline
-    child_builds: list[str] = []  # the keys built here, in order (their records' numbers)
     kept: list = []  # the knockout's kernels of the own operators (cpu): alive while the candidate runs
 
-    def load(so_path: str, name: str, python_module: bool, build=None, empty_module: bool = False):
-        """Load (``build``: build with torch's own load_inline, which loads it) one extension under the registry's
-        watch; the knockout's hooks after it. ``empty_module``: ``functions=[]``, for which torch's build writes a
-        pybind11 module with nothing in it and the compile pool's none (an empty list and no list share one build):
-        a library with no init function is then loaded as one and handed back as the empty module torch's is."""
+    def load(so_path: str, name: str, python_module: bool, empty_module: bool = False):
+        """Load one extension under the registry's watch; the knockout's hooks after it. ``empty_module``:
+        ``functions=[]``, for which torch's build writes a pybind11 module with nothing in it and the compile pool's
+        none (an empty list and no list share one build): a library with no init function is then loaded as one and
+        handed back as the empty module torch's is."""
         reg = registry[0] if registry else None
         before = set(reg.own) if reg is not None else set()
-        with reg.loading(so_path or name) if reg is not None else contextlib.nullcontext():
-            if build is not None:
-                mod = build()
-                so_path = so_path or str(mod if isinstance(mod, str) else getattr(mod, "__file__", "") or "")
-            elif python_module and not (empty_module and not _exports(so_path, f"PyInit_{name}")):
+        with reg.loading(so_path) if reg is not None else contextlib.nullcontext():
+            if python_module and not (empty_module and not _exports(so_path, f"PyInit_{name}")):
                 mod = load_so(name, so_path)
             elif python_module:
                 torch.ops.load_library(so_path)
                 mod = types.ModuleType(name)
             else:
                 torch.ops.load_library(so_path)
-        if on_load and so_path:
+        if on_load:
             on_load(so_path)
         if knock is not None and reg is not None:
             knock_own_operators(sorted(set(reg.own) - before), knock, reg, kept)
@@ -190,36 +181,22 @@ def make_prebuilt_load_inline(build_root: str, allow_compile: bool, cuda_kernel_
         args = dict(kw, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions)
         key = spec_key(args)
         cuda_kernel_names.extend(own_kernel_names(canonical_spec(args)))
-        key_dir = Path(build_root) / key
-        res = key_dir / "result.json"
-        if os.environ.get(childenv.SANDBOXED) and not res.is_file():
-            key_dir = job_dir / "child_build" / key  # the build root is read-only in the sandbox
+        empty = functions is not None and not isinstance(functions, str) and not functions
+        res = Path(build_root) / key / "result.json"
         if res.is_file():
             d = json.loads(res.read_text())
             if not d["ok"]:
                 raise RuntimeError("extension failed to compile (see the compile stage)")
-            return load(d["so_path"], extension_name(key), python_module,
-                        empty_module=functions is not None and not isinstance(functions, str) and not functions)
+            return load(d["so_path"], extension_name(key), python_module, empty)
         if not allow_compile:
-            raise RuntimeError("extension was not built by the compile pool and in-child compilation is off")
-        key_dir.mkdir(parents=True, exist_ok=True)
-        spec = compat_spec(canonical_spec(args))[0]  # as the compile pool builds it: kernels under their own names
-        n = len(child_builds)
-        child_builds.append(key)
-        send = record[0] if record else (lambda key, rec: None)
-        # before the build: a crash mid-build, or anything the build's code does once loaded, still leaves it sent
-        send(f"child_build{n}", {"sources": list(spec["cpp_sources"]) + list(spec["cuda_sources"]),
-                                 "ldflags": list(spec["extra_ldflags"])})
-        so = key_dir / f"{extension_name(key)}.so"
-
-        def build():
-            return original(name=extension_name(key), build_directory=str(key_dir), is_python_module=python_module,
-                            **{k: (v or None) if k in ("cuda_sources", "functions") else v for k, v in spec.items()})
-
-        try:
-            return load("", extension_name(key), python_module, build)
-        finally:
-            send(f"child_built{n}", {"so_path": str(so) if so.is_file() else ""})
+            raise RuntimeError("extension was not built by the compile pool and builds at run time are off")
+        if not channel:
+            raise RuntimeError("an extension built at run time before the verifier's channel exists")
+        got = channel[0].build(canonical_spec(args))
+        if not got.get("ok"):
+            raise RuntimeError(f"Error building extension '{name}' (built by the verifier at run time):\n"
+                               f"{got.get('error', '')}")
+        return load(str(got["so_path"]), extension_name(str(got["key"])), python_module, empty)
 
     return load_inline
 

@@ -224,11 +224,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     knockout = ChildKnockout.from_job_dir(job_dir)
     calls = knockout is not None and knockout.calls
     registry: list = []  # the dispatcher's registrations, read right before the candidate is imported (oplib.py)
-    record: list = []  # the channel's record, once it exists: extensions built here are streamed to the verifier
+    channel: list = []  # the channel, once it exists: extensions built at run time are asked for over it
     cpp_extension.load_inline = make_prebuilt_load_inline(
-        job.build_root, job.allow_child_compile, cuda_kernels, job_dir,
+        job.build_root, job.allow_child_compile, cuda_kernels,
         knockout.skip_launches_of if knockout is not None and not calls else None, knockout.knock_call if calls else None,
-        registry, record)
+        registry, channel)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
     # shared while this process works on the device (cuda only: see verifier/runs.py shared_lock), exclusive while it times
     lock = device_lock(job.timing_lock or None)
@@ -246,7 +246,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         torch.ones(1 << 20).sum()
         clock.phase("load_profiler")
         ch = Channel(job_dir)
-        record.append(ch.record)
+        channel.append(ch)
         guard = Guard(job_dir, report, {"timing backend": backend, "channel": ch})
         registry.append(Registry([job.build_root, str(job_dir)]))
         guard.registry = registry[0]

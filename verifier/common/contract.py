@@ -15,7 +15,10 @@ it computed itself, and treats the rest of the report as evidence (see verifier/
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
+import stat
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,6 +211,48 @@ class ChildReport(_Record):
         """The child's report, with values of the host's environment withheld from every text in it (the
         child's error strings quote what the candidate raised; verifier/common/sandbox.py)."""
         return cls.from_dict(_redacted(json.loads((job_dir / REPORT_FILE).read_text()), host_secrets()))
+
+
+@dataclass
+class ChildBuild(_Record):
+    """An extension the candidate's process asked for at run time: a ``load_inline`` call whose arguments the static
+    stage could not read (a source made at run time). The child sends the spec over the job's channel and waits;
+    the verifier builds it in its own build root, which the sandboxed child cannot write, and scans the binary it
+    built before the child may load it (verifier/build/runtime.py). The scans' findings are the verifier's own,
+    kept in the job's ledger: nothing the candidate does after the build (removing or replacing the binary,
+    rewriting a list of its builds) changes them. ``sha256`` seals the binary as built (the judge checks it was not
+    replaced before the job ended, where no sandbox made the build root read-only)."""
+
+    n: int = 0  # the child's n-th request
+    key: str = ""  # the build key (verifier/common/spec.py spec_key)
+    sources: list = field(default_factory=list)  # C++ and CUDA sources as sent
+    ldflags: list = field(default_factory=list)
+    ok: bool = False
+    so_path: str = ""
+    sha256: str = ""
+    error: str = ""  # the compiler's first errors (the candidate's), or why the request was refused
+    verifier_error: str = ""  # the verifier's own build failure: never the candidate's
+    vendor: list = field(default_factory=list)  # C01 findings (vendor libraries, ATen below the dispatcher)
+    tamper: list = field(default_factory=list)  # C11 findings
+    compute: list = field(default_factory=list)  # ATen compute ops the binary imports ("aten::mm")
+    escapes: list = field(default_factory=list)  # what the build sandbox blocked (C17): the module's initialisers
+
+
+def file_seal(path: Path) -> str:
+    """The sha256 of a regular file's bytes, read without following a link ('' for a link, a directory, nothing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 22):
+            h.update(chunk)
+        return h.hexdigest()
+    finally:
+        os.close(fd)
 
 
 def _redacted(value, secrets: list[str]):

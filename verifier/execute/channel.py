@@ -10,6 +10,9 @@ delivered the step before:
   files). Trial ``i + 1``'s seed does not exist yet: no frame, global, heap or file of the child holds it
   while ModelNew is constructed or while trial ``i`` runs (ANTI_CHEAT rows 12, 20).
 - ``timing``: the seeds of the timed iterations, drawn when the trials are over.
+- ``build``: an extension the child needs at run time (load_inline arguments the static stage could not read),
+  built and scanned on this side (``on_build``: verifier/build/runtime.py) and answered with the binary's path; the
+  child never compiles (ANTI_CHEAT class 39).
 - ``wall``: a bracket of ``calls`` calls, each on fresh inputs from seeds drawn now, timed by THIS process's
   clock from sending the seeds until the child answers with a float64 sum of every call's outputs
   (``wall_done``). The answer cannot arrive before the work is done (the sums are checked against the
@@ -25,20 +28,18 @@ Imports: the standard library and verifier.common.contract (the child's side is 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import secrets
 import socket
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from verifier.common.contract import SOCKET_FILE
+from verifier.common.contract import SOCKET_FILE, ChildBuild, file_seal
 
 
 _TRIAL_KEY = re.compile(r"trial(\d{1,6})")
@@ -60,6 +61,8 @@ class Ledger:
     # files of the job directory the verdict reads, sealed as they were handed over (name -> sha256, "" when the
     # name was not a regular file then): a trial's output when its record arrived, a shipped input file once written
     sealed: dict[str, str] = field(default_factory=dict)
+    # extensions the child asked for at run time, built and scanned on this side (verifier/build/runtime.py)
+    child_builds: list[ChildBuild] = field(default_factory=list)
 
     def seal(self, job_dir: Path, name: str) -> None:
         if name not in self.sealed:
@@ -90,37 +93,24 @@ class Unsealed(Exception):
     """A file of the job directory that a verdict reads is not what the verifier sealed (``Ledger.check``)."""
 
 
-def file_seal(path: Path) -> str:
-    """The sha256 of a regular file's bytes, read without following a link ('' for a link, a directory, nothing)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        h = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 22):
-            h.update(chunk)
-        return h.hexdigest()
-    finally:
-        os.close(fd)
-
-
 class Driver:
     """The verifier's side of one job's channel: listens in ``job_dir``, serves one child connection in a
     thread, and records what it gave and measured in ``ledger``. ``on_trial(i, seed)`` runs before a trial's
     seed is sent (to ship input files); ``on_bracket(label, send, recv)`` runs one clocked bracket
-    (verifier/execute/harness.py) on the connection."""
+    (verifier/execute/harness.py) on the connection. ``on_build(n, spec)`` builds the ``n``-th extension the child
+    asks for at run time (verifier/build/runtime.py ``child_builder``) and returns its ``ChildBuild``; the child
+    waits for the answer and loads what was built here."""
 
     def __init__(self, job_dir: Path, n_trials: int, n_timing: int,
                  on_trial: Callable[[int, int], None] | None = None,
-                 on_bracket: Callable | None = None):
+                 on_bracket: Callable | None = None,
+                 on_build: Callable[[int, object], ChildBuild] | None = None):
         self.ledger = Ledger()
         self.job_dir = Path(job_dir)
         self.n_trials, self.n_timing = n_trials, n_timing
         self.on_trial = on_trial
         self.on_bracket = on_bracket
+        self.on_build = on_build
         self.path = Path(job_dir) / SOCKET_FILE
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(str(self.path))
@@ -237,6 +227,15 @@ class Driver:
                         self.ledger.harness_error = f"{type(e).__name__}: {str(e)[:400]}"
                         send({"refused": "the harness failed"})
                     continue
+                elif op == "build" and self.on_build is not None:  # at any step: construction or a trial
+                    try:
+                        built = self.on_build(len(self.ledger.child_builds), msg.get("spec"))
+                    except Exception as e:  # noqa: BLE001 - the verifier's own build code failed
+                        built = ChildBuild(n=len(self.ledger.child_builds),
+                                           verifier_error=f"{type(e).__name__}: {str(e)[:300]}")
+                    self.ledger.child_builds.append(built)
+                    reply = {"ok": built.ok, "key": built.key, "so_path": built.so_path,
+                             "error": built.verifier_error or built.error}
                 else:
                     self.ledger.problems.append(f"request out of turn on the channel: {json.dumps(msg)[:80]!r}")
                     reply = {"refused": "out of turn"}

@@ -30,6 +30,7 @@ import shutil
 import struct
 import subprocess
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from verifier import cheats
@@ -596,3 +597,37 @@ def scan_library(so_path: str | Path, sources: list[str] | tuple = ()) -> list[s
                      f"dispatcher entry, a tensor method or an allocation helper (`{taken[0][0][:80]}`"
                      + (f" and {len(taken) - 1} more" if len(taken) > 1 else "") + "): compute no monitor sees")
     return lines
+
+
+@dataclass
+class BinaryScan:
+    """What the scans of built extensions found, read outside the candidate's process: C01 lines (``vendor``: a
+    vendor library, ATen's kernels below the dispatcher, operators looked up by name), C11 lines (``tamper``) and
+    the ATen compute ops the binaries import (``compute``: ``aten::mm``; PyTorch compute in forward whatever thread,
+    process or guard runs it, judged by the legality policy)."""
+
+    vendor: list[str] = field(default_factory=list)
+    tamper: list[str] = field(default_factory=list)
+    compute: list[str] = field(default_factory=list)
+
+
+def scan_binary(so_paths: list[str], sources: list[str]) -> BinaryScan:
+    """The linker's view of built extensions ``so_paths`` (built from ``sources``): what each calls by name, however
+    the source spelled it. Used for the compile pool's builds (verifier/engine.py) and for the builds a candidate's
+    process asks for at run time (verifier/build/runtime.py) alike."""
+    from verifier.common.ops import aten_op_of, forbidden  # torch: imported where a binary is scanned
+
+    out = BinaryScan()
+    below: list[str] = []
+    for so in so_paths:
+        out.vendor += scan_library(so, sources)
+        out.tamper += scan_tampering([], so)
+        through, under, lookup = aten_entries(so)
+        below += [f"at::{op}" for op in {aten_op_of(n) for n in under} if op]
+        if lookup:
+            below.append("operators looked up by name (c10::Dispatcher::findSchema)")
+        out.compute += forbidden(f"aten::{op}" for op in {aten_op_of(n) for n in through} if op)
+    if below:
+        out.vendor.append("the built extension calls ATen's kernels below the dispatcher: " + ", ".join(sorted(set(below))[:6]))
+    out.compute = sorted(set(out.compute))
+    return out

@@ -17,10 +17,9 @@ from verifier import cheats
 from verifier.common import sandbox
 from verifier.common.backends import kernel_family
 from verifier.common.config import VerifyConfig
-from verifier.common.contract import ChildReport, ContractError, TrialReport
+from verifier.common.contract import ChildReport, ContractError, TrialReport, file_seal
 from verifier.common.ops import forbidden
 from verifier.execute.channel import Ledger
-from verifier.front.vendor import scan_library, scan_sources, scan_tampering
 from verifier.judge.outputs import Evidence
 
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
@@ -202,34 +201,40 @@ def check_sealed(label: str, why: str, ev: Evidence) -> None:
 
 
 @cheats.check(cheats.C01, cheats.C11, where="binary")
-def check_child_built(ledger: Ledger, ev: Evidence) -> None:
-    """C01 / C11 in extensions the child compiled itself (load_inline arguments the static stage could not
-    read): the same source and binary scans as for the compile pool's builds, run here on what the child streamed
-    over the channel (verifier/child/loading.py): each build's sources and link flags before it was built, its
-    binary's path after. Kept as first sent: a record file the candidate could rewrite hid a build below the
-    dispatcher (its first extension emptied the list). The sources are the firm part: the binary is read
-    where the child built it, after the job, and a build's own code could have replaced it by then."""
-    n = 0
-    while (got := ledger.records.get(f"child_build{n}")) is not None:
-        srcs = [str(x) for x in got.get("sources", []) if isinstance(x, str)] if isinstance(got, dict) else []
-        flags = [str(x) for x in got.get("ldflags", []) if isinstance(x, str)] if isinstance(got, dict) else []
-        built = ledger.records.get(f"child_built{n}") or {}
-        so = str(built.get("so_path") or "") if isinstance(built, dict) else ""
-        for found in scan_sources(srcs, flags) + (scan_library(so, srcs) if so and Path(so).is_file() else []):
+def check_child_built(ledger: Ledger, ev: Evidence) -> list[str]:
+    """C01 / C11 in the extensions the candidate's process asked for at run time (load_inline arguments the static
+    stage could not read): the verifier built each one and scanned the binary it built before the child could load
+    it (verifier/build/runtime.py); the findings are in the ledger, kept on the verifier's side. A binary that is no
+    longer what was built when the job ended (removed or replaced where no sandbox made the build root read-only)
+    is C11: what the process loaded may not be what was scanned. (What their build sandbox blocked is
+    ``check_sandbox_escape``'s.) Returns the ATen compute ops those binaries import
+    (PyTorch compute in forward, for the legality policy, as for the compile pool's builds)."""
+    compute: list[str] = []
+    for b in ledger.child_builds:
+        for found in b.vendor:
             ev.add(cheats.C01, f"Check of the extension built at run time: {found} (compute by a vendor library or "
                                "ATen internals, not your kernel).")
-        for found in scan_tampering(srcs, so if so and Path(so).is_file() else None):
+        for found in b.tamper:
             ev.add(cheats.C11, f"Check of the extension built at run time: {found}.")
-        n += 1
+        if b.ok and file_seal(Path(b.so_path)) != b.sha256:
+            ev.add(cheats.C11, "The extension the verifier built for you at run time was removed or replaced before "
+                               "the job ended: the binary your process loaded is not the one that was checked.")
+        compute += b.compute
+    return sorted(set(compute))
 
 
 @cheats.check(cheats.C17, where="judge")
-def check_sandbox_escape(job_dir: Path, ev: Evidence) -> None:
+def check_sandbox_escape(job_dir: Path, ev: Evidence, builds: list | tuple = ()) -> None:
     """C17: what the sandbox (verifier/common/sandbox.py) saw the job attempt outside its view: writes outside the job
     directory, processes left behind, network use, the process limit. Written by the verifier's side of the
-    sandbox into the job directory after the child ended, never by the child."""
+    sandbox into the job directory after the child ended, never by the child. ``builds``: the extensions the job asked
+    for at run time (``Ledger.child_builds``), whose build sandbox saw their module's own code when the build imported
+    it (verifier/build/runtime.py)."""
     for found in sandbox.escape_findings(job_dir):
         ev.add(cheats.C17, f"The sandbox blocked: {found}.")
+    for b in builds:
+        for found in b.escapes:
+            ev.add(cheats.C17, f"The sandbox blocked, while building the extension asked for at run time: {found}.")
 
 
 @cheats.check(cheats.C03, where="child")

@@ -242,8 +242,15 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
     check_channel(ex.ledger, ev)
     log_tail = "\n".join(run.log.strip().splitlines()[-15:])
     early = _read_flags(job_dir)
-    check_child_built(ex.ledger, ev)
-    check_sandbox_escape(job_dir, ev)
+    broken = [b.verifier_error for b in ex.ledger.child_builds if b.verifier_error]
+    if broken:  # the verifier's build code failed on an extension asked for at run time: never the candidate's
+        return finish(w, "verifier_error", [f"The verifier's build of an extension your code asked for at run time "
+                                            f"failed on its own side ({broken[0]}); this is not your error."])
+    compute = check_child_built(ex.ledger, ev)  # the run-time builds' ATen compute: as the compile pool's builds'
+    if compute:
+        w.binary_torch = sorted(set(w.binary_torch) | set(compute))
+        v.versions["binary"] = {"aten_compute_imports": w.binary_torch}
+    check_sandbox_escape(job_dir, ev, ex.ledger.child_builds)
     if early or ev.codes - {cheats.C18}:  # tampering or vendor code seen, whatever happened after
         check_tampering(early, ev)
         v.stage_reached = run_stage(job, ex.ledger)
