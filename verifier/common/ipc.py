@@ -14,6 +14,7 @@ Imports: torch and the standard library only.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -40,6 +41,81 @@ def view(pool: torch.Tensor, offset: int, shape, dtype: str) -> torch.Tensor:
         n *= int(s)
     nb = n * torch.empty((), dtype=dt).element_size()
     return pool[offset:offset + nb].view(dt).view(tuple(int(s) for s in shape))
+
+
+# ---------------------------------------------------------------------------- inputs that are not one tensor
+#
+# A clocked call's input that is neither a tensor nor a value JSON carries as it is (a tuple of dims, a list of
+# tensors, a dtype, a NaN, a torch.Size) travels as a tree: JSON with tagged nodes, its tensors placed in the pool like
+# the top-level ones (``{"~": "t", "at": [offset, shape, dtype]}``). So the harness writes every input of every call
+# and checks every timed output; no input is ever the child's own draw. A leaf of another kind raises Uncarried.
+
+TAG = "~"
+
+
+class Uncarried(ValueError):
+    """An input value the channel cannot carry (an object of the task's own class, a numpy array)."""
+
+
+def encode_value(x, place) -> object:
+    """``x`` as the channel carries it; ``place(tensor) -> [offset, shape, dtype]`` puts each tensor in the pool, in
+    the order of a depth-first walk (the same order for every call of a job: ``value_tensors``)."""
+    if isinstance(x, torch.Tensor):
+        return {TAG: "t", "at": place(x)}
+    if x is None or isinstance(x, (bool, str)):
+        return x
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float):
+        return x if math.isfinite(x) else {TAG: "float", "repr": repr(float(x))}
+    if isinstance(x, torch.dtype):
+        return {TAG: "dtype", "name": str(x)}
+    if isinstance(x, torch.device):
+        return {TAG: "device", "name": str(x)}
+    if isinstance(x, torch.Size):
+        return {TAG: "size", "items": [int(i) for i in x]}
+    if isinstance(x, tuple):
+        return {TAG: "tuple", "items": [encode_value(i, place) for i in x]}
+    if isinstance(x, list):
+        return [encode_value(i, place) for i in x]
+    if isinstance(x, dict):
+        return {TAG: "dict", "items": [[encode_value(k, place), encode_value(v, place)] for k, v in x.items()]}
+    raise Uncarried(f"an input of type {type(x).__name__}")
+
+
+def value_tensors(x) -> list:
+    """The tensors of an input value, in ``encode_value``'s order."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for k, v in x.items() for t in value_tensors(k) + value_tensors(v)]
+    if isinstance(x, (list, tuple)):
+        return [t for i in x for t in value_tensors(i)]
+    return []
+
+
+def decode_value(node, tensor) -> object:
+    """An encoded value back as Python objects; ``tensor([offset, shape, dtype])`` gives each tensor's view."""
+    if isinstance(node, list):
+        return [decode_value(i, tensor) for i in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get(TAG)
+    if kind == "t":
+        return tensor(node["at"])
+    if kind == "float":
+        return float(node["repr"])
+    if kind == "dtype":
+        return dtype_of(str(node["name"]))
+    if kind == "device":
+        return torch.device(str(node["name"]))
+    if kind == "size":
+        return torch.Size(int(i) for i in node["items"])
+    if kind == "tuple":
+        return tuple(decode_value(i, tensor) for i in node["items"])
+    if kind == "dict":
+        return {decode_value(k, tensor): decode_value(v, tensor) for k, v in node["items"]}
+    raise ValueError(f"an encoded value of unknown kind {kind!r}")
 
 
 # ---------------------------------------------------------------------------- cpu: a shared file

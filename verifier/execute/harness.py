@@ -90,6 +90,7 @@ class Clocked:
     fastest: list[tuple[list, list]] = field(default_factory=list)
     calls_seen: int = 0
     host_clock: bool = False  # cpu: perf_counter brackets
+    unchecked: bool = False  # an input the channel cannot carry: the child drew its own, so no timed output was checked
     unlocked: int = 0  # brackets clocked while no process held the device lock exclusive (a lock was named)
 
     def per_call_s(self, label: str, null: dict[int, float] | None = None) -> float | None:
@@ -282,15 +283,26 @@ class Harness:
         with torch.no_grad():
             outs = [o for o in as_list(self._model_()(*inputs))]
         ins, off = [], 0
+
+        def place(t: torch.Tensor) -> list:
+            nonlocal off
+            at = [off, list(t.shape), str(t.dtype)]
+            off += ipc.aligned(t.numel() * t.element_size())
+            return at
+
         for x in inputs:
             if isinstance(x, torch.Tensor):
-                ins.append(["t", off, list(x.shape), str(x.dtype)])
-                off += ipc.aligned(x.numel() * x.element_size())
+                ins.append(["t", *place(x)])
             elif _plain(x):
                 ins.append(["v"])
-            else:  # a value JSON cannot carry (a list of tensors, a dtype): the child draws its own
-                ins.append(["child"])
-                self._child_inputs = True
+            else:  # a tuple of dims, a list of tensors, a dtype, a NaN: a tree, its tensors in the pool (common/ipc.py)
+                leaves: list = []
+                try:
+                    tree = ipc.encode_value(x, lambda t: leaves.append(place(t)) or leaves[-1])
+                    ins.append(["p", tree, leaves])
+                except ipc.Uncarried:  # an object of the task's own kind: the child draws its own
+                    ins.append(["child"])
+                    self._child_inputs = True
         outs_l = []
         for j, o in enumerate(outs):  # tensors travel back through the pool; other outputs are not clocked data
             if isinstance(o, torch.Tensor):
@@ -298,8 +310,9 @@ class Harness:
                 off += ipc.aligned(o.numel() * o.element_size())
         if not outs_l:
             raise RuntimeError("the reference returns no tensor: its calls cannot be clocked")
-        if self._child_inputs:  # its outputs answer inputs the harness did not write: timed, not checked here
-            self.check = False
+        if self._child_inputs:  # its outputs answer inputs the harness did not write: timed, not checked here, and
+            self.check = False  # the judge counts no speedup from such a timing (``Clocked.unchecked``)
+            self.result.unchecked = True
         stride = max(off, ipc.ALIGN)
         per_set = nbytes(inputs) + nbytes(outs)
         most = max(1, min(MAX_CALLS, SET_BUDGET[self.device] // max(2 * per_set, 1)))
@@ -331,7 +344,9 @@ class Harness:
 
     def _views(self, k: int) -> tuple[list, list]:
         lay, base = self._layout, FLAGS + k * self._layout["stride"]
-        ins = [ipc.view(self._tensor, base + e[1], e[2], e[3]) if e[0] == "t" else None for e in lay["inputs"]]
+        ins = [ipc.view(self._tensor, base + e[1], e[2], e[3]) if e[0] == "t" else
+               [ipc.view(self._tensor, base + a[0], a[1], a[2]) for a in e[2]] if e[0] == "p" else None
+               for e in lay["inputs"]]
         outs = [ipc.view(self._tensor, base + e[0], e[1], e[2]) for e in lay["outputs"]]
         return ins, outs
 
@@ -349,7 +364,8 @@ class Harness:
         calls = self._calls_for(label)
         seeds = [secrets.randbelow(2**31 - 1) + 1 for _ in range(calls)]
         private = [self._draw_locked(s) for s in seeds]  # drawn before the clock: the child cannot see them
-        values = [[x if e[0] == "v" else None for x, e in zip(inp, self._layout["inputs"])] for inp in private]
+        values = [[x if e[0] == "v" else self._encoded(x, e) if e[0] == "p" else None
+                   for x, e in zip(inp, self._layout["inputs"])] for inp in private]
         views = [self._views(k) for k in range(calls)]
         self._seq += 1
         fds = [self._pool.fd] if isinstance(self._pool, ipc.CudaPool) and not self._fd_sent else None
@@ -401,10 +417,26 @@ class Harness:
             return True  # its probe and its brackets (the null: one of each count per model bracket)
         return label != "null" and tight(self.result.samples(label, self._null), self.result.host_clock)
 
+    @staticmethod
+    def _encoded(x, entry: list) -> object:
+        """One call's value of a tree input (``entry``: its layout), its tensors at the layout's places."""
+        leaves = iter(entry[2])
+
+        def place(t: torch.Tensor) -> list:
+            at = next(leaves, None)
+            if at is None or list(t.shape) != at[1] or str(t.dtype) != at[2]:
+                raise RuntimeError(f"an input's tensors changed shape between draws: {tuple(t.shape)} {t.dtype}, "
+                                   f"laid out as {at}")
+            return at
+        return ipc.encode_value(x, place)
+
     def _write_inputs(self, private: list, views: list) -> None:
         for inp, (ins, _) in zip(private, views):
             for x, dst in zip(inp, ins):
-                if dst is not None:
+                if isinstance(dst, list):  # a tree input: its tensors, in the layout's order
+                    for t, d in zip(ipc.value_tensors(x), dst):
+                        d.copy_(t)
+                elif dst is not None:
                     dst.copy_(x)
 
     def _clock_cpu(self, private, views, send, recv):

@@ -398,6 +398,12 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
             ev.add(cheats.C11, "The monitors' record of the timed calls is missing.")
         check_clocked_outputs(clocked, plan, model, model64, cfg, ev)
         _speedups(v, report, clocked, ref_timing, ev)
+        if clocked.unchecked and v.speedup_eager is not None:
+            # an input the channel could not carry: the child drew its own, so no timed output could be checked
+            # against it and the clock may have timed anything; the speedup is reported, never rewarded
+            v.speedup_lo = min(v.speedup_lo if v.speedup_lo is not None else v.speedup_eager, 1.0)
+            ev.add(None, "Timing: an input of this task cannot be handed to your process by the verifier, so your "
+                         "timed calls' outputs could not be checked; the speedup is reported but earns no reward.")
         if ev.codes:
             v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
             return finish(w, "cheat", ev.details)
