@@ -238,3 +238,20 @@ def test_python_objects_walked_from_cxx_are_a_cheat_end_to_end(verdicts):
 def test_honest_twin_passes(verdicts):
     v = verdicts["honest_parallel_for_matmul"]
     assert v.status == "pass", v.feedback
+
+
+def test_honest_cpp_idioms_take_nothing_that_computes():
+    """A third red team's honest look-alikes, each C01 before (their imports were off the allowlist): a tensor over
+    the extension's own buffer (``torch::from_blob(...).clone()``: at::TensorMaker), a profiler range around its own
+    work (``RECORD_FUNCTION``), and an out variant sized with ``out.resize_as_(x)``."""
+    from verifier.common.ops import forbidden
+    from verifier.front.vendor import taken_from_torch
+
+    honest = [b"_ZN2at11TensorMaker11make_tensorEv", b"_ZN2at14RecordFunctionC1ENS_11RecordScopeE",
+              b"_ZN2at14RecordFunctionD1Ev",
+              b"_ZN2at14RecordFunction6beforeESt7variantIJSt17basic_string_viewIcSt11char_traitsIcEESt17reference_"
+              b"wrapperIKN3c1014FunctionSchemaEEEEl"]
+    assert [s for s in honest if taken_from_torch(s)] == []
+    assert forbidden(["aten::resize_as_", "aten::resize_"]) == []
+    # what still computes below the dispatcher is not let in beside them
+    assert taken_from_torch(b"_ZN2at3cpu2mmERKNS_6TensorES3_") and forbidden(["aten::mm"]) == ["aten::mm"]

@@ -16,7 +16,7 @@ ALLOWED_ATEN = {
     "reshape", "_reshape_alias", "as_strided", "expand", "expand_as", "permute", "transpose", "t", "unsqueeze",
     "squeeze", "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind",
     "alias", "detach", "clone", "copy_", "_to_copy", "to", "contiguous", "lift_fresh", "lift_fresh_copy",
-    "_local_scalar_dense", "resize_", "view_as", "is_same_size", "sym_size", "sym_stride", "sym_numel",
+    "_local_scalar_dense", "resize_", "resize_as_", "view_as", "is_same_size", "sym_size", "sym_stride", "sym_numel",
     "sym_storage_offset", "numel", "dim", "record_stream", "item", "_has_compatible_shallow_copy_type",
     "resolve_conj", "resolve_neg", "lift", "empty_permuted", "set_", "result_type", "is_pinned", "size", "stride",
     "is_contiguous", "as_strided_", "_nested_tensor_from_mask_left_aligned",

@@ -449,6 +449,9 @@ TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
     rb"_ZNK?2at(?:10TensorBase|6Tensor|9TensorArg)(?:C[12]|D[012]|\d)", rb"_ZT[VIS]N2at(?:6Tensor|10TensorBase)E",
     rb"_ZNK?2at(?:14TensorIterator|18TensorIteratorBase|20TensorIteratorConfig)(?:C[12]|D[012]|\d)",
     rb"_ZNK?2at\d+check[A-Z_]\w*?E",
+    # a tensor over memory the caller owns (``torch::from_blob``, ``at::for_blob``: at::TensorMaker), allocation only;
+    # a profiler range around the extension's own work (``RECORD_FUNCTION``), which makes it more visible, not less
+    rb"_ZNK?2at11TensorMaker(?:C[12]|D[012]|\d)", rb"_ZNK?2at14RecordFunction(?:C[12]|D[012]|\d)",
     rb"_ZN2at\d+(?:has_internal_overlap|assert_no_internal_overlap|assert_no_partial_overlap|assert_no_overlap|"
     rb"get_overlap_status)E",
     rb"_ZNK?2at6detail", rb"_ZNK?2at8internal", rb"_ZNK?2at3vec",
