@@ -106,9 +106,11 @@ TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\
 
 
 @cheats.check(cheats.C11, where="front")
-def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> list[str]:
+def scan_tampering(sources: list[str], so_path: str | Path | None = None, built_from: list[str] | tuple = ()) -> list[str]:
     """Findings of C++ that switches off the runtime monitors, changes global backend state or reaches Python
-    objects (C11), in the sources as written and with the candidate's own macros expanded (``expanded``)."""
+    objects (C11), in the sources as written and with the candidate's own macros expanded (``expanded``), and in the
+    symbols the built extension ``so_path`` imports (``built_from``: the sources it was built from, which say whether
+    its dispatch-key TLS imports are those of ``c10::InferenceMode``'s inline guard: ``_inference_mode_only``)."""
     found = []
     for src in sources:
         m = TAMPER_SOURCE.search(_strip_comments(src)) or TAMPER_SOURCE.search(expanded(src))
@@ -128,12 +130,31 @@ def scan_tampering(sources: list[str], so_path: str | Path | None = None) -> lis
         if runs:
             found.append(f"the built extension reaches Python modules or runs Python code from C++ (`{runs[:80]}`): the verifier's "
                          "objects in your process are not yours to reach")
+        guard_only = _inference_mode_only(built_from)
         for sym in imported_symbols(so_path):
-            if TAMPER_SYMBOL.match(sym):
+            if TAMPER_SYMBOL.match(sym) and not (guard_only and _GUARD_TLS.match(sym)):
                 found.append(f"the built extension imports `{sym.decode(errors='replace')[:80]}` (monitor or global "
                              "state control)")
                 break
     return found
+
+
+# ``c10::InferenceMode guard;`` (a documented RAII guard: autograd off in its scope) is inline: it reads and sets the
+# thread's dispatch keys itself, so the binary imports the TLS that tampering would use. It excludes the autograd keys
+# only: the Python key and the profiler's observer still see every op. Those imports are let through where the sources
+# name the guard, spell none of the TLS routes (TAMPER_SOURCE) and rename nothing with an asm label (a declaration
+# bound to another symbol: ``T f(...) __asm__("_ZN3c10...")``).
+_GUARD_TLS = re.compile(rb"^_ZN3c104impl\d+(?:raw_local_dispatch_key_set|_force_tls_local_dispatch_key_set)\w*(@\w+)?$")
+_INFERENCE_MODE = re.compile(r"\b(?:(?:c10|at|torch)\s*::\s*)?InferenceMode\s+\w+\s*[;({]|\b(?:c10|at|torch)\s*::\s*"
+                             r"InferenceMode\s*[({]")
+_ASM_LABEL = re.compile(r"\)\s*(?:const\s*|noexcept\s*)*(?:__asm__|__asm|asm)\s*\(\s*\"[^\"]*\"\s*\)\s*[;{=]")
+
+
+def _inference_mode_only(sources) -> bool:
+    texts = [str(s) for s in sources]
+    return any(_INFERENCE_MODE.search(strip_cxx(t)) for t in texts) and not any(
+        TAMPER_SOURCE.search(_strip_comments(t)) or TAMPER_SOURCE.search(expanded(t)) or _ASM_LABEL.search(t)
+        for t in texts)
 
 
 # a vendor library named in the link flags. Linked dynamically (``-lcublas``) it is judged by what the built module
@@ -624,7 +645,7 @@ def scan_binary(so_paths: list[str], sources: list[str]) -> BinaryScan:
     below: list[str] = []
     for so in so_paths:
         out.vendor += scan_library(so, sources)
-        out.tamper += scan_tampering([], so)
+        out.tamper += scan_tampering([], so, sources)
         through, under, lookup = aten_entries(so)
         below += [f"at::{op}" for op in {aten_op_of(n) for n in under} if op]
         if lookup:
