@@ -167,6 +167,27 @@ class Snapshot:
                 out[name] = f"<unreadable: {type(e).__name__}>"
         return out
 
+    def restore_threads(self) -> list[str]:
+        """Put PyTorch's thread counts back where the snapshot found them (this slot's share of the cores), and say
+        which were changed: ``torch.set_num_threads(os.cpu_count())`` at import or in ``__init__`` is an honest
+        speed-up attempt (as an explicit OpenMP ``num_threads`` is), not tampering; the count is the verifier's, so
+        the candidate runs with the slot's. A count that cannot be put back (PyTorch refuses a second interop count)
+        stays a change."""
+        setters = {"torch.get_num_threads": torch.set_num_threads,
+                   "torch.get_num_interop_threads": torch.set_num_interop_threads}
+        done = []
+        for name, set_ in setters.items():
+            get, before = self._getters.get(name), self.flags.get(name, "")
+            try:
+                now = repr(get()) if get is not None else before
+                if now != before and before.isdigit():
+                    set_(int(before))
+                    if repr(get()) == before:
+                        done.append(f"{name[len('torch.get_'):]}: {now} -> {before}")
+            except Exception:  # noqa: BLE001 - left as it is: changes() reports it
+                continue
+        return done
+
     def changes(self) -> list[str]:
         """What differs from the snapshot: ``"replaced torch.matmul"``, ``"flag torch.backends.cudnn.enabled:
         True -> False"``. Names added since the snapshot are not listed (imports add attributes honestly)."""

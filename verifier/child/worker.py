@@ -174,6 +174,9 @@ class Guard:
 
     def tampered(self, phase: str) -> bool:
         read, self.registrations = self.registrations, True
+        if phase in ("import", "ModelNew()"):  # thread counts set at load: put back to the slot's, not a cheat
+            self.report.events += [f"PyTorch's thread count set by your code was put back to this slot's ({c}, after "
+                                   f"{phase})" for c in self.snapshot.restore_threads()]
         changes = self.snapshot.changes() + [f"the dispatcher: {c}" for c in (
             self.registry.changes() if self.registry is not None and read else [])]
         if not changes:

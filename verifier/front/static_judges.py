@@ -156,7 +156,7 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
         add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
         if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
             return
-    if is_torch_compute(full) and not _constant_pad(full, node):
+    if is_torch_compute(full) and not _constant_pad(full, node) and full not in DROPOUT_CALLS:
         add(cheats.C01, node, f"calls `{raw}` (PyTorch compute)", True)
     elif isinstance(node.func, ast.Attribute):
         meth = node.func.attr
@@ -358,6 +358,14 @@ def _direct_call(node: ast.Name, parents: dict) -> bool:
     """``node`` is the function of a call (``getattr(...)``), not a value passed around (``f = getattr``)."""
     p = parents.get(id(node))
     return isinstance(p, ast.Call) and p.func is node
+
+
+# dropout by its functional names, as nn.Dropout is by its module (static_scope ``_NN_NO_COMPUTE``) and aten::dropout by
+# its op (verifier/common/ops.py): with p = 0 or outside training it returns its input; with p > 0 in training the
+# ops it runs (bernoulli_, mul) are outside the runtime allowlist, so the monitors judge what it computed
+DROPOUT_CALLS = {f"torch.nn.functional.{n}" for n in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                                                      "feature_alpha_dropout")} | {"torch.dropout", "torch.alpha_dropout",
+                                                                                  "torch.feature_dropout"}
 
 
 def _constant_pad(full: str, node: ast.Call) -> bool:

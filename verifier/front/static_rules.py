@@ -51,6 +51,9 @@ TORCH_ALLOWED = TORCH_QUERIES | {
     "diagonal", "t", "adjoint",
     # shapes and dtypes: arithmetic on sizes and type promotion, no tensor data read
     "broadcast_shapes", "result_type", "promote_types", "can_cast",
+    # a profiler range around the candidate's own work: it labels, computes nothing (the runtime's ``profiler::``
+    # namespace, verifier/common/ops.py), and the ops inside it are watched as any others
+    "autograd.profiler.record_function", "profiler.record_function",
 }
 # Tensor methods that allocate, view, convert or describe; any other Tensor method is compute.
 TENSOR_METHOD_ALLOWED = {
