@@ -24,8 +24,8 @@ from typing import Callable
 from verifier.build.pool import build_blocking, first_errors
 from verifier.common import sandbox
 from verifier.common.config import VerifyConfig
-from verifier.common.spec import canonical_spec, spec_key
 from verifier.common.contract import ChildBuild, file_seal
+from verifier.common.spec import canonical_spec, spec_key
 from verifier.front.vendor import scan_binary, scan_sources, scan_tampering
 
 MAX_CHILD_BUILDS = 8  # builds one job may ask for; more is refused (a job that builds without end is not a kernel)

@@ -260,7 +260,6 @@ class Harness:
         self._stream = None
         self._flush = None
         self._null_turn = 0
-        self._child_inputs = False
         self._seq = 0
         self._fd_sent = False
         self._fastest: tuple[float, int] | None = None  # (time per call, calls) of the bracket kept in ``fastest``
@@ -302,7 +301,7 @@ class Harness:
                     ins.append(["p", tree, leaves])
                 except ipc.Uncarried:  # an object of the task's own kind: the child draws its own
                     ins.append(["child"])
-                    self._child_inputs = True
+                    self.result.unchecked = True
         outs_l = []
         for j, o in enumerate(outs):  # tensors travel back through the pool; other outputs are not clocked data
             if isinstance(o, torch.Tensor):
@@ -310,9 +309,8 @@ class Harness:
                 off += ipc.aligned(o.numel() * o.element_size())
         if not outs_l:
             raise RuntimeError("the reference returns no tensor: its calls cannot be clocked")
-        if self._child_inputs:  # its outputs answer inputs the harness did not write: timed, not checked here, and
-            self.check = False  # the judge counts no speedup from such a timing (``Clocked.unchecked``)
-            self.result.unchecked = True
+        if self.result.unchecked:  # its outputs answer inputs the harness did not write: timed, not checked here,
+            self.check = False  # and the judge counts no speedup from such a timing
         stride = max(off, ipc.ALIGN)
         per_set = nbytes(inputs) + nbytes(outs)
         most = max(1, min(MAX_CALLS, SET_BUDGET[self.device] // max(2 * per_set, 1)))
