@@ -53,8 +53,9 @@ _ROWS = [
      "NaN-filled block through the caching allocator on cuda); judge: output elements still holding the "
      "poison pattern; the reference never runs in the candidate's process during correctness"),
     ("C07_INPUT_MUTATION", "mutating inputs",
-     "runtime: inputs compared with untouched copies after every candidate call; judge: the reference runs "
-     "on its own copies in another process"),
+     "runtime: inputs compared with untouched copies after every correctness trial; harness: every timed call's "
+     "inputs compared outside the candidate's process with what the harness wrote into its pool; judge: the "
+     "reference runs on its own copies in another process"),
     ("C08_OUTPUT_CACHING", "caching outputs across calls",
      "judge: an output bit-identical to an earlier trial's output on different inputs; fresh inputs for "
      "every timed iteration"),

@@ -92,6 +92,9 @@ class Clocked:
     host_clock: bool = False  # cpu: perf_counter brackets
     unchecked: bool = False  # an input the channel cannot carry: the child drew its own, so no timed output was checked
     unlocked: int = 0  # brackets clocked while no process held the device lock exclusive (a lock was named)
+    # timed calls that left their inputs changed in the pool once done (an in-place write its caller would see),
+    # read here: the first such call of each label, as "timed call N (label): input j"
+    mutated: list[str] = field(default_factory=list)
 
     def per_call_s(self, label: str, null: dict[int, float] | None = None) -> float | None:
         """Median time per call of ``label``'s brackets (late ones only if nothing else), less the null
@@ -257,6 +260,7 @@ class Harness:
         self._layout: dict | None = None
         self._probe_s: dict[str, float] = {}
         self._snapshot: list[list[torch.Tensor]] = []
+        self._changed: list = []  # the last bracket's input comparisons (``_inputs_changed``)
         self._stream = None
         self._flush = None
         self._null_turn = 0
@@ -382,6 +386,8 @@ class Harness:
             self._probe_s[label] = seconds / calls
         self.result.brackets.append(Bracket(label, calls, seconds, late))
         self._snapshot = snapshot
+        if self.check and label != "null":
+            self._note_changed_inputs(label)
         if self.check:
             self._check(label, private, self._snapshot)
             if self.result.host_clock and label != "null" and not self.result.problems:
@@ -449,6 +455,7 @@ class Harness:
         if not msg or msg.get("op") != "finished":
             raise _ChildGone(f"the child did not finish its bracket: {msg!r}")
         snapshot = _snapshot(views)  # at once, before the child hears back: what it writes later is a late write
+        self._changed = _inputs_changed(private, views)
         send({"ok": True})
         if msg.get("error"):
             self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
@@ -474,6 +481,7 @@ class Harness:
             ipc.wait_value(s, done, seq)
             end.record(s)
             snapshot = _snapshot(views)  # on this stream right after done, outside the clock
+            self._changed = _inputs_changed(private, views)  # so are the inputs' comparisons
         if late:
             msg = recv()
         if not msg or msg.get("op") != "queued":
@@ -492,6 +500,16 @@ class Harness:
             self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
             return None, late, []
         return start.elapsed_time(end) * 1e-3, late, snapshot
+
+    def _note_changed_inputs(self, label: str) -> None:
+        """The first call of this bracket whose inputs ``_inputs_changed`` found changed, if any (once per label)."""
+        flags, self._changed = self._changed, []
+        if not flags or any(m.split("(")[-1].startswith(label + ")") for m in self.result.mutated):
+            return
+        hits = torch.stack([f for _, _, f in flags]).nonzero().flatten().tolist()  # one read of the flags
+        if hits:
+            k, j, _ = flags[hits[0]]
+            self.result.mutated.append(f"timed call {k + 1} of a bracket ({label}): input {j}")
 
     def _release(self, seq: int) -> None:
         """Open the gate and write done from a stream of this process, so that neither side waits for ever."""
@@ -540,6 +558,26 @@ class Harness:
                 self._pool.free()
             self._pool = self._tensor = None
         return self.result
+
+
+def _inputs_changed(private: list, views: list) -> list[tuple[int, int, torch.Tensor]]:
+    """(call, input, flag) for every tensor input of a bracket's calls: whether the pool's copy now differs from what
+    this process wrote there before the gate opened (bitwise; NaN equal to NaN). The flags are tensors on the pool's
+    device, queued on the current stream (read once, by ``Harness._note_changed_inputs``): a call that wrote into
+    its inputs is seen here, outside the candidate's process, whatever its own monitors report."""
+    flags = []
+    for k, (inp, (ins, _)) in enumerate(zip(private, views)):
+        for j, (x, dst) in enumerate(zip(inp, ins)):
+            pairs = list(zip(ipc.value_tensors(x), dst)) if isinstance(dst, list) else \
+                [(x, dst)] if dst is not None and isinstance(x, torch.Tensor) else []
+            for a, b in pairs:
+                if a.numel() == 0:
+                    continue
+                ne = b != a.to(b.device)
+                if b.is_floating_point() or b.is_complex():
+                    ne &= ~(torch.isnan(b) & torch.isnan(a.to(b.device)))
+                flags.append((k, j, ne.any()))
+    return flags
 
 
 def _snapshot(views: list) -> list[list[torch.Tensor]]:

@@ -237,6 +237,16 @@ def check_sandbox_escape(job_dir: Path, ev: Evidence, builds: list | tuple = ())
             ev.add(cheats.C17, f"The sandbox blocked, while building the extension asked for at run time: {found}.")
 
 
+@cheats.check(cheats.C07, where="harness")
+def check_timed_inputs(clocked, ev: Evidence) -> None:
+    """C07 on the timed calls, read outside the candidate's process: the harness compared the inputs it wrote into
+    its pool with the pool once each bracket's calls were done (verifier/execute/harness.py ``Clocked.mutated``), so
+    a call that writes into its inputs only when timed, or whose own monitors were silenced, is seen."""
+    if clocked.mutated:
+        ev.add(cheats.C07, f"Timed runs: forward modified its inputs in place ({clocked.mutated[0]}, as the verifier "
+                           "read them once the calls were done); write results into new tensors.")
+
+
 @cheats.check(cheats.C03, where="child")
 def check_fallback_across_trials(forbidden_per_trial: list, ev: Evidence) -> None:
     """C03 at runtime: PyTorch compute on some trials (the extra shape among them) and not on others, a path to

@@ -47,6 +47,7 @@ from verifier.judge.checks import (
     check_tampering,
     check_threads_after_timing,
     check_threads_at_load,
+    check_timed_inputs,
     check_trial_runtime,
     own_kernels_ran,
     own_work_ok,
@@ -397,6 +398,7 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
         else:
             ev.add(cheats.C11, "The monitors' record of the timed calls is missing.")
         check_clocked_outputs(clocked, plan, model, model64, cfg, ev)
+        check_timed_inputs(clocked, ev)
         _speedups(v, report, clocked, ref_timing, ev)
         if clocked.unchecked and v.speedup_eager is not None:
             # an input the channel could not carry: the child drew its own, so no timed output could be checked
