@@ -1,7 +1,7 @@
 """Red team: one timed bracket of approximate calls sets a cpu candidate's time (C16).
 
 On cpu the reported time is the least over the harness's brackets (a host clock is only ever slowed by load). A
-kernel exact on every correctness trial that spots the timed calls (calls back to back, or by counting them) and
+kernel exact on every correctness trial that spots the timed calls (its input is a view into the harness's pool) and
 answers a bracket's worth with a cheap approximation (0.3% off: inside the loose 1% check every timed output gets, outside the full
 budget) set the time alone, and passed whenever the reservoir's few full checks missed that bracket (2 runs in 3).
 Closed at the root: the calls of the bracket whose time is reported are checked in full by the judge
@@ -41,7 +41,7 @@ _CPP = r'''
 #include <torch/extension.h>
 #include <cmath>
 #include <cstring>
-static long calls = 0;
+static long timed_calls = 0;
 static inline float fexp(float x) {  // 2^t by a quadratic on the fraction: about 0.3% off
     x = x < -87.f ? -87.f : (x > 88.f ? 88.f : x);
     float t = x * 1.44269504f;
@@ -52,8 +52,11 @@ static inline float fexp(float x) {  // 2^t by a quadratic on the fraction: abou
     return s * p;
 }
 torch::Tensor exp_fwd(torch::Tensor x) {
-    // CHEAT: after the correctness trials (7 calls), the timing probe and a bracket, a run of calls is cheap
-    bool cheap = CHEAT && ++calls > 24 && calls <= 24 + 40;
+    // CHEAT: a timed call's input is a view into the harness's pool (its storage far larger than itself); the first
+    // 24 timed calls after the probe of one are cheap, whatever the machine's load makes the brackets' length: the
+    // first bracket after the probe (its calls fit 20 ms: fewer than 24 of these) is cheap throughout
+    const bool timed = x.storage().nbytes() > (size_t)x.numel() * x.element_size();
+    bool cheap = CHEAT && timed && ++timed_calls > 1 && timed_calls <= 1 + 24;
     x = x.contiguous();
     auto y = torch::empty_like(x);
     const float* a = x.data_ptr<float>(); float* r = y.data_ptr<float>();
