@@ -7,7 +7,7 @@ from a trial (its input is a view into the harness's pool, whose storage is far 
 answer into its input and returned the input: every checked output right, every trial clean, a pass.
 
 Closed outside the candidate's process: the harness wrote every timed input into its pool, so once a bracket's
-calls are done it compares the pool's inputs with what it wrote (bitwise, NaN equal to NaN; verifier/execute/harness.py
+calls are done it compares the pool's inputs with what it wrote (value by value, NaN equal to NaN; verifier/execute/harness.py
 ``_inputs_changed``), and a change is C07 (verifier/judge/checks.py ``check_timed_inputs``), whatever the child's
 monitors say. Honest twin: the same kernel writing a new tensor on every call passes, timed.
 """
@@ -75,8 +75,8 @@ def test_inputs_written_in_place_on_timed_calls_are_seen_outside_the_process(ver
         assert v.cheats == [] and v.speedup_eager is not None and v.runtime_us, (v.speedup_eager, v.feedback[:600])
 
 
-def test_the_comparison_is_bitwise_with_nan_equal_to_nan_and_covers_tree_inputs():
-    nan_row = torch.tensor([1.0, float("nan"), -2.0])
+def test_the_comparison_is_by_value_with_nan_equal_to_nan_and_covers_tree_inputs():
+    nan_row = torch.tensor([0.0, float("nan"), -2.0])
     private = [[nan_row.clone(), (torch.arange(4), 7)], [nan_row.clone(), (torch.arange(4), 7)]]
     pool = [[nan_row.clone(), [torch.arange(4)]], [nan_row.clone(), [torch.arange(4)]]]
     views = [(ins, []) for ins in pool]
@@ -85,6 +85,8 @@ def test_the_comparison_is_bitwise_with_nan_equal_to_nan_and_covers_tree_inputs(
         return [(k, j) for k, j, f in _inputs_changed(private, views) if bool(f)]
 
     assert changed() == []  # NaN where a NaN was written is no change
+    pool[0][0][0] = -0.0
+    assert changed() == []  # nor is -0.0 over 0.0: equal values, as the child's own monitor (torch.equal) compares
     pool[1][0][2] = 5.0  # the second call's first input written over
     pool[0][1][0][3] = -1  # the first call's tree input: its tensor leaf
     assert changed() == [(0, 1), (1, 0)]

@@ -261,6 +261,8 @@ class Harness:
         self._probe_s: dict[str, float] = {}
         self._snapshot: list[list[torch.Tensor]] = []
         self._changed: list = []  # the last bracket's input comparisons (``_inputs_changed``)
+        self._compare = False  # whether this bracket's inputs are compared: checks on, a model's, its label not caught
+        self._mutated_labels: set[str] = set()  # labels with a timed call that changed its inputs (one note each)
         self._stream = None
         self._flush = None
         self._null_turn = 0
@@ -369,6 +371,7 @@ class Harness:
         values = [[x if e[0] == "v" else self._encoded(x, e) if e[0] == "p" else None
                    for x, e in zip(inp, self._layout["inputs"])] for inp in private]
         views = [self._views(k) for k in range(calls)]
+        self._compare = self.check and label != "null" and label not in self._mutated_labels
         self._seq += 1
         fds = [self._pool.fd] if isinstance(self._pool, ipc.CudaPool) and not self._fd_sent else None
         self._fd_sent = True
@@ -386,7 +389,7 @@ class Harness:
             self._probe_s[label] = seconds / calls
         self.result.brackets.append(Bracket(label, calls, seconds, late))
         self._snapshot = snapshot
-        if self.check and label != "null":
+        if self._compare:
             self._note_changed_inputs(label)
         if self.check:
             self._check(label, private, self._snapshot)
@@ -455,7 +458,7 @@ class Harness:
         if not msg or msg.get("op") != "finished":
             raise _ChildGone(f"the child did not finish its bracket: {msg!r}")
         snapshot = _snapshot(views)  # at once, before the child hears back: what it writes later is a late write
-        self._changed = _inputs_changed(private, views)
+        self._changed = _inputs_changed(private, views) if self._compare else []
         send({"ok": True})
         if msg.get("error"):
             self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
@@ -481,7 +484,7 @@ class Harness:
             ipc.wait_value(s, done, seq)
             end.record(s)
             snapshot = _snapshot(views)  # on this stream right after done, outside the clock
-            self._changed = _inputs_changed(private, views)  # so are the inputs' comparisons
+            self._changed = _inputs_changed(private, views) if self._compare else []  # so are the inputs' comparisons
         if late:
             msg = recv()
         if not msg or msg.get("op") != "queued":
@@ -502,13 +505,15 @@ class Harness:
         return start.elapsed_time(end) * 1e-3, late, snapshot
 
     def _note_changed_inputs(self, label: str) -> None:
-        """The first call of this bracket whose inputs ``_inputs_changed`` found changed, if any (once per label)."""
+        """The first call of this bracket whose inputs ``_inputs_changed`` found changed, if any (once per label: a
+        caught label's later brackets are not compared)."""
         flags, self._changed = self._changed, []
-        if not flags or any(m.split("(")[-1].startswith(label + ")") for m in self.result.mutated):
+        if not flags:
             return
         hits = torch.stack([f for _, _, f in flags]).nonzero().flatten().tolist()  # one read of the flags
         if hits:
             k, j, _ = flags[hits[0]]
+            self._mutated_labels.add(label)
             self.result.mutated.append(f"timed call {k + 1} of a bracket ({label}): input {j}")
 
     def _release(self, seq: int) -> None:
@@ -562,7 +567,8 @@ class Harness:
 
 def _inputs_changed(private: list, views: list) -> list[tuple[int, int, torch.Tensor]]:
     """(call, input, flag) for every tensor input of a bracket's calls: whether the pool's copy now differs from what
-    this process wrote there before the gate opened (bitwise; NaN equal to NaN). The flags are tensors on the pool's
+    this process wrote there before the gate opened, value by value as the child's own monitor compares a trial's
+    inputs (``torch.equal``), except that NaN equals NaN (a NaN input left alone is not a change; -0.0 equals 0.0). The flags are tensors on the pool's
     device, queued on the current stream (read once, by ``Harness._note_changed_inputs``): a call that wrote into
     its inputs is seen here, outside the candidate's process, whatever its own monitors report."""
     flags = []
