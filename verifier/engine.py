@@ -195,8 +195,7 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
         # forks, or under a dispatch-key guard on the timed calls only, is seen by neither monitor there, while its
         # import is in the binary all the same. Which exported function reaches it the binary does not say, so an
         # ATen helper forward never calls counts too (the strict policy's rule for a PyTorch path that never ran).
-        v.versions["binary"] = {"aten_compute_imports": computing}
-        w.binary_torch = computing
+        w.note_binary_torch(computing)
     return True
 
 

@@ -81,6 +81,12 @@ class Work:
     torch_findings: list = dataclasses.field(default_factory=list)  # static: PyTorch compute in forward (strict only)
     binary_torch: list = dataclasses.field(default_factory=list)  # PyTorch compute ops the built extension imports
 
+    def note_binary_torch(self, ops) -> None:
+        """PyTorch compute ops a built extension imports (the compile pool's or a run-time build's): kept for the
+        judge and recorded in ``versions["binary"]``."""
+        self.binary_torch = sorted(set(self.binary_torch) | set(ops))
+        self.verdict.versions["binary"] = {"aten_compute_imports": self.binary_torch}
+
 
 @dataclass
 class ChildRun:
@@ -249,8 +255,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
                                             f"failed on its own side ({broken[0]}); this is not your error."])
     compute = check_child_built(ex.ledger, ev)  # the run-time builds' ATen compute: as the compile pool's builds'
     if compute:
-        w.binary_torch = sorted(set(w.binary_torch) | set(compute))
-        v.versions["binary"] = {"aten_compute_imports": w.binary_torch}
+        w.note_binary_torch(compute)
     check_sandbox_escape(job_dir, ev, ex.ledger.child_builds)
     if early or ev.codes - {cheats.C18}:  # tampering or vendor code seen, whatever happened after
         check_tampering(early, ev)
