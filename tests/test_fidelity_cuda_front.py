@@ -7,8 +7,9 @@ own kernels compute the whole output, forward runs no PyTorch compute (allocatio
 nothing is patched, read or hidden. Everything the verifier decides before the build runs here, in the order
 verifier/engine.py runs it: extraction and the candidate's shape (verifier/front/extract.py), the static scan of the
 Python (verifier/front/static.py), the source and tampering scans of every resolved ``load_inline``
-(verifier/front/vendor.py), the engine's own front (``engine._front``: nothing decided, no PyTorch-compute finding
-carried to the judge) and the build variants' choice (verifier/build/pool.py ``build_variants``).
+(verifier/front/vendor.py ``scan_sources``, verifier/front/binary.py ``scan_tampering``), the engine's own front
+(``engine._front``: nothing decided, no PyTorch-compute finding carried to the judge) and the build variants' choice
+(verifier/build/pool.py ``build_variants``).
 
 Every finding on an honest candidate is a false rejection. Those the front end makes are marked
 ``xfail(strict=True)`` with the rule that fires (``KNOWN``, ``KNOWN_REPRODUCERS``), and each has a minimal reproducer
@@ -27,7 +28,8 @@ from verifier.build.variants import build_variants
 from verifier.common.spec import canonical_spec
 from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
-from verifier.front.vendor import scan_sources, scan_tampering
+from verifier.front.binary import scan_tampering
+from verifier.front.vendor import scan_sources
 
 DATA = Path(__file__).resolve().parent / "data" / "fidelity_cuda"
 

@@ -39,9 +39,10 @@ from verifier.common.config import VerifyConfig, resolve_backend, usable_cores
 from verifier.common.inputs import draw_inputs
 from verifier.execute import admission
 from verifier.execute.processes import clear_job_root, exec_slot
+from verifier.front.binary import scan_binary, scan_tampering
 from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
-from verifier.front.vendor import scan_binary, scan_sources, scan_tampering
+from verifier.front.vendor import scan_sources
 from verifier.judge.knockout import run_knockout
 from verifier.judge.outputs import RNG_LOCK
 from verifier.judge.plan import (  # noqa: F401

@@ -1,5 +1,5 @@
 """What model-written answers take from PyTorch's compute libraries by name: the fidelity check of the C01
-allowlist (verifier/front/vendor.py ``TORCH_IMPORT_ALLOWED``). For each solution of a test-bed manifest
+allowlist (verifier/front/binary.py ``TORCH_IMPORT_ALLOWED``). For each solution of a test-bed manifest
 (bench/testbed_build.py; default the answers that passed on a GPU), each ``load_inline`` spec's two translation
 units are compiled as the verifier's full build writes them (no link, nothing runs), and every undefined symbol
 of the objects is classified as the binary scan classifies the built module's imports. An honest answer with a
@@ -37,7 +37,7 @@ from bench.common import device_name, emit  # noqa: E402
 from verifier.build.pch import write_build_files  # noqa: E402
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.spec import canonical_spec  # noqa: E402
-from verifier.front import vendor  # noqa: E402
+from verifier.front import binary  # noqa: E402
 from verifier.front.static import scan  # noqa: E402
 
 
@@ -80,10 +80,10 @@ def one(row: dict, budget_s: float) -> dict:
             names = subprocess.run(["nm", "-u", "--format=just-symbols", str(o)], capture_output=True,
                                    text=True).stdout.split()
             for n in set(names):
-                lib = vendor.taken_from_torch(n.encode())
+                lib = binary.taken_from_torch(n.encode())
                 if lib:
                     out["flagged"].append(f"{n} ({lib})")
-                elif vendor._defined_in(n.encode()).startswith("libtorch") or vendor._TORCH_NAMESPACE.match(n.encode()):
+                elif binary._defined_in(n.encode()).startswith("libtorch") or binary._TORCH_NAMESPACE.match(n.encode()):
                     out["torch"].append(n)
         shutil.rmtree(d, ignore_errors=True)
     return out
@@ -118,7 +118,7 @@ def main() -> None:
     lines = [f"# What model-written answers take from PyTorch's libraries ({device_name()})", "",
              f"Command: `PYTHONPATH=. python3 -m bench.lib.torch_imports --manifest {Path(a.manifest).name} "
              f"--jobs {a.jobs}`; torch {torch.__version__}. Each spec's main.cpp and cuda.cu compiled as the full "
-             "build writes them (no link); every undefined symbol classified by verifier/front/vendor.py "
+             "build writes them (no link); every undefined symbol classified by verifier/front/binary.py "
              "`taken_from_torch`.", "",
              "| solutions | compiled (objects) | not reached | objects that failed | flagged (false C01 if honest) |",
              "| --- | --- | --- | --- | --- |",

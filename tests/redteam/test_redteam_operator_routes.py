@@ -24,7 +24,7 @@ A red team that had read the verifier got eleven of fifteen cpu cheats accepted.
   records no profiler event: ``redispatch`` and ``DispatchKeySet`` are C11 in the Python scan.
 - **A library linked by path.** numpy's OpenBLAS linked with ``-l:libscipy_openblas64_...so`` and an rpath: the
   built module's ``DT_NEEDED`` libraries are judged by an allowlist (the C/C++ runtimes, OpenMP, PyTorch, Python,
-  CUDA): anything else is C01 (front/vendor.py ``LINKABLE``).
+  CUDA): anything else is C01 (front/binary.py ``LINKABLE``).
 
 Each cheat has an honest twin that passes.
 """
@@ -45,14 +45,9 @@ from verifier import cheats, entry  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.common.ops import forbidden  # noqa: E402
 from verifier.front.static import scan  # noqa: E402
-from verifier.front.vendor import (  # noqa: E402
-    imported_symbols,
-    join_splices,
-    needed_libraries,
-    scan_library,
-    scan_sources,
-    scan_tampering,
-)
+from verifier.front.binary import scan_library, scan_tampering  # noqa: E402
+from verifier.front.elf import imported_symbols, needed_libraries  # noqa: E402
+from verifier.front.vendor import join_splices, scan_sources  # noqa: E402
 
 # ------------------------------------------------------------------------------------ the C++ source scans
 ELF_WALK = r'''

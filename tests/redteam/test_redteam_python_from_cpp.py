@@ -35,7 +35,8 @@ from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, verify_batch
-from verifier.front.vendor import scan_sources, scan_tampering
+from verifier.front.binary import scan_tampering
+from verifier.front.vendor import scan_sources
 
 NUMPY_MATMUL = r'''
 #include <torch/extension.h>

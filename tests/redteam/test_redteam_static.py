@@ -34,7 +34,8 @@ from verifier.front.extract import (
     model_new_binding,
 )
 from verifier.front.static import StaticScanError, scan
-from verifier.front.vendor import code_text, scan_library, scan_sources
+from verifier.front.binary import scan_library
+from verifier.front.vendor import code_text, scan_sources
 
 HEAD = '''import torch
 import torch.nn as nn

@@ -5,7 +5,7 @@ A red team that read the verifier got these accepted on the cpu backend:
 - PyTorch's libraries export more than ATen: Fortran BLAS (``SGEMM``, ``sgemm``), MKL's vector math (``vsExp``),
   fbgemm, NNPACK. Called by a name the vendor denylist did not spell (or bound to a harmless name by an asm label),
   they compute below the dispatcher. Closed at the root: what an extension takes from libtorch_cpu / libtorch_cuda
-  must be on an allowlist (verifier/front/vendor.py ``TORCH_IMPORT_ALLOWED``), whatever its name;
+  must be on an allowlist (verifier/front/binary.py ``TORCH_IMPORT_ALLOWED``), whatever its name;
 - the dispatcher's handles got without a lookup by name (a registration listener) and called with a key set below
   the monitors: the listener and the dispatcher's own entry points are not on the allowlist, and registering a
   listener is tampering (C11);
@@ -30,7 +30,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402,F401 - PyTorch's libraries loaded here: the scan resolves imports against them
 
 from bench.lib import fixtures as fx  # noqa: E402
-from verifier.front.vendor import scan_library, scan_tampering, torch_imports  # noqa: E402
+from verifier.front.binary import scan_library, scan_tampering, torch_imports  # noqa: E402
 
 # (name, C++ declaring and calling one symbol by its exported name), each built into a tiny shared object
 TAKEN = {
@@ -245,7 +245,7 @@ def test_honest_cpp_idioms_take_nothing_that_computes():
     the extension's own buffer (``torch::from_blob(...).clone()``: at::TensorMaker), a profiler range around its own
     work (``RECORD_FUNCTION``), and an out variant sized with ``out.resize_as_(x)``."""
     from verifier.common.ops import forbidden
-    from verifier.front.vendor import taken_from_torch
+    from verifier.front.binary import taken_from_torch
 
     honest = [b"_ZN2at11TensorMaker11make_tensorEv", b"_ZN2at14RecordFunctionC1ENS_11RecordScopeE",
               b"_ZN2at14RecordFunctionD1Ev",
@@ -261,7 +261,8 @@ def test_the_inference_mode_guard_is_no_tampering_but_its_imports_hide_nothing_e
     """``c10::InferenceMode guard;`` in the extension (honest: autograd off in its scope) imports the thread's
     dispatch-key TLS, as a hand-made key set would: let through only where the sources name the guard, spell no TLS
     route and bind no declaration to another symbol with an asm label."""
-    from verifier.front.vendor import _GUARD_TLS, _inference_mode_only
+    from verifier.front.binary import _GUARD_TLS
+    from verifier.front.vendor import _inference_mode_only
 
     honest = ("torch::Tensor relu(torch::Tensor x) {\n  c10::InferenceMode guard;\n  auto out = torch::empty_like(x);\n"
               "  asm volatile(\"\" ::: \"memory\");\n  return out;\n}\n")

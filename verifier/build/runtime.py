@@ -26,7 +26,8 @@ from verifier.common import sandbox
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildBuild, file_seal
 from verifier.common.spec import canonical_spec, spec_key
-from verifier.front.vendor import scan_binary, scan_sources, scan_tampering
+from verifier.front.binary import scan_binary, scan_tampering
+from verifier.front.vendor import scan_sources
 
 MAX_CHILD_BUILDS = 8  # builds one job may ask for; more is refused (a job that builds without end is not a kernel)
 _SPEC_LISTS = ("cpp_sources", "cuda_sources", "extra_cflags", "extra_cuda_cflags", "extra_ldflags",

@@ -2,6 +2,7 @@
 
 Enters: the model's response (or a candidate file) and the task's backend. Leaves: the extracted program
 (``extract.extract_code``), its static findings and resolved ``load_inline`` specs (``static.scan``), and the scans
-of C++ sources and of a built binary's imported symbols (``vendor``). Nothing here compiles or runs code.
+of C++ sources (``vendor``) and of a built binary's libraries and imported symbols (``binary``, read by the ELF
+reader ``elf``). Nothing here compiles or runs code.
 May import: the standard library, ``verifier.cheats`` and ``verifier.common``.
 """

@@ -8,5 +8,5 @@ the knockout run of the partial policy (``knockout``), the speedups, the reward 
 repair turn reads (``feedback``).
 May import: the standard library, torch, ``kernelmill.schema`` / ``errors``, ``verifier.cheats``,
 ``verifier.common``, ``verifier.execute`` (the harness's and the channel's records), ``verifier.child`` for file
-names only, and ``verifier.front.vendor`` (the binary's scans).
+names only, and ``verifier.front.binary`` (the binary's scans).
 """

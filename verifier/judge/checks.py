@@ -4,7 +4,7 @@ streamed records, its report, the job directory, the channel's ledger) and adds 
 to an ``Evidence`` (verifier/judge/outputs.py). The order they run in, and what a verdict stops at, is the judge's
 (verifier/judge/verdict.py); the checks of the outputs themselves are in verifier/judge/outputs.py.
 
-Imports: torch, verifier.common, verifier.execute's channel (the Ledger), verifier.front.vendor (the scans of
+Imports: torch, verifier.common, verifier.execute's channel (the Ledger), verifier.front.binary (the scans of
 extensions the child built) and verifier.judge.outputs.
 """
 

@@ -30,7 +30,7 @@ from bench.lib import fixtures as fx  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from verifier import engine, cheats  # noqa: E402
 from verifier.engine import VerifyConfig, verify_batch  # noqa: E402
-from verifier.front import vendor  # noqa: E402
+from verifier.front import binary  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -173,9 +173,9 @@ def verdicts():
         return [] if any(s in c for c in layer for s in srcs) else real_sources(srcs, flags)
 
     real_sources = engine.scan_sources
-    # the binary's library scan, where engine's scan_binary and the run-time builder call it (verifier/front/vendor.py)
+    # the binary's library scan, where engine's scan_binary and the run-time builder call it (verifier/front/binary.py)
     with mock.patch.object(engine, "scan", scan), mock.patch.object(engine, "scan_sources", sources), \
-            mock.patch.object(vendor, "scan_library", lambda *a, **k: []):
+            mock.patch.object(binary, "scan_library", lambda *a, **k: []):
         return dict(zip(names, verify_batch(items, config=cfg, compile_workers=8)))
 
 
