@@ -6,8 +6,10 @@ the ~150k lines that header pulls in (verifier/build/pool.py's module docstring 
 Guarantees: the PCH's compiler and flags are the ones torch itself writes into the ninja file for those kwargs
 (read from a probe build stopped before ninja runs, :func:`write_build_files`), so a PCH GCC would reject is not
 made for a different flag set; it is built under an flock, at most ``PCH_MAX_FLAG_SETS`` flag sets get one, and a
-failed attempt is remembered (``failed``) instead of retried. Not guaranteed: that GCC uses it (a PCH it rejects
-is silently skipped, with the header read as usual)."""
+failed attempt is remembered (``failed``) instead of retried. Exact flags, not the set GCC would accept: GCC uses a
+PCH made with ``-O3`` in a ``-O2`` compile, and the object code then differs from the same compile without it, while
+with matching flags the two are byte-identical (bench/results/HISTORY.md, tenth session). Not guaranteed: that GCC
+uses it (a PCH it rejects is silently skipped, with the header read as usual)."""
 
 from __future__ import annotations
 
