@@ -260,8 +260,6 @@ class Harness:
         self._layout: dict | None = None
         self._probe_s: dict[str, float] = {}
         self._snapshot: list[list[torch.Tensor]] = []
-        self._changed: list = []  # the last bracket's input comparisons (``_inputs_changed``)
-        self._compare = False  # whether this bracket's inputs are compared: checks on, a model's, its label not caught
         self._mutated_labels: set[str] = set()  # labels with a timed call that changed its inputs (one note each)
         self._stream = None
         self._flush = None
@@ -371,7 +369,7 @@ class Harness:
         values = [[x if e[0] == "v" else self._encoded(x, e) if e[0] == "p" else None
                    for x, e in zip(inp, self._layout["inputs"])] for inp in private]
         views = [self._views(k) for k in range(calls)]
-        self._compare = self.check and label != "null" and label not in self._mutated_labels
+        compare = self.check and label != "null" and label not in self._mutated_labels  # a caught label: once
         self._seq += 1
         fds = [self._pool.fd] if isinstance(self._pool, ipc.CudaPool) and not self._fd_sent else None
         self._fd_sent = True
@@ -380,17 +378,16 @@ class Harness:
         if self.lock_path and not held_exclusive(self.lock_path):
             self.result.unlocked += 1  # (a timing phase shared with other device work: the verdict says so)
         if self.device == "cuda":
-            seconds, late, snapshot = self._clock_cuda(private, views, send, recv)
+            seconds, late, snapshot, changed = self._clock_cuda(private, views, send, recv, compare)
         else:
-            seconds, late, snapshot = self._clock_cpu(private, views, send, recv)
+            seconds, late, snapshot, changed = self._clock_cpu(private, views, send, recv, compare)
         if seconds is None:
             return
         if label not in self._probe_s:
             self._probe_s[label] = seconds / calls
         self.result.brackets.append(Bracket(label, calls, seconds, late))
         self._snapshot = snapshot
-        if self._compare:
-            self._note_changed_inputs(label)
+        self._note_changed_inputs(label, changed)
         if self.check:
             self._check(label, private, self._snapshot)
             if self.result.host_clock and label != "null" and not self.result.problems:
@@ -446,7 +443,9 @@ class Harness:
                 elif dst is not None:
                     dst.copy_(x)
 
-    def _clock_cpu(self, private, views, send, recv):
+    def _clock_cpu(self, private, views, send, recv, compare: bool):
+        """The bracket on the host clock: (seconds or None, late, the outputs' snapshot, ``_inputs_changed``'s
+        flags, empty unless ``compare``)."""
         msg = recv()
         if not msg or msg.get("op") != "armed":
             raise _ChildGone(f"the child did not arm its bracket: {msg!r}")
@@ -458,18 +457,18 @@ class Harness:
         if not msg or msg.get("op") != "finished":
             raise _ChildGone(f"the child did not finish its bracket: {msg!r}")
         snapshot = _snapshot(views)  # at once, before the child hears back: what it writes later is a late write
-        self._changed = _inputs_changed(private, views) if self._compare else []
+        changed = _inputs_changed(private, views) if compare else []
         send({"ok": True})
         if msg.get("error"):
             self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
-            return None, False, []
-        return t1 - t0, False, snapshot
+            return None, False, [], []
+        return t1 - t0, False, snapshot, changed
 
-    def _clock_cuda(self, private, views, send, recv):
+    def _clock_cuda(self, private, views, send, recv, compare: bool):
         """The child has queued ``wait(gate >= seq)``, its calls and ``done = seq`` on its stream (or is still
         queuing: a forward that synchronises the host waits for the gate, which opens after QUEUE_WAIT_S anyway, and
         the bracket is late). This stream: start, the inputs copied in, the cache flushed, the gate opened, a wait
-        for done, end."""
+        for done, end. Returns what ``_clock_cpu`` does."""
         s, seq = self._stream, self._seq
         gate, done = self._pool.ptr, self._pool.ptr + 64
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -484,7 +483,7 @@ class Harness:
             ipc.wait_value(s, done, seq)
             end.record(s)
             snapshot = _snapshot(views)  # on this stream right after done, outside the clock
-            self._changed = _inputs_changed(private, views) if self._compare else []  # so are the inputs' comparisons
+            changed = _inputs_changed(private, views) if compare else []  # so are the inputs' comparisons
         if late:
             msg = recv()
         if not msg or msg.get("op") != "queued":
@@ -495,19 +494,18 @@ class Harness:
             if time.monotonic() > deadline:
                 self._release(seq)
                 self.result.problems.append("a timed bracket never reported done")
-                return None, late, []
+                return None, late, [], []
             time.sleep(2e-5)
         s.synchronize()  # the snapshot
         send({"ok": True})
         if msg.get("error"):
             self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
-            return None, late, []
-        return start.elapsed_time(end) * 1e-3, late, snapshot
+            return None, late, [], []
+        return start.elapsed_time(end) * 1e-3, late, snapshot, changed
 
-    def _note_changed_inputs(self, label: str) -> None:
-        """The first call of this bracket whose inputs ``_inputs_changed`` found changed, if any (once per label: a
-        caught label's later brackets are not compared)."""
-        flags, self._changed = self._changed, []
+    def _note_changed_inputs(self, label: str, flags: list) -> None:
+        """The first call of this bracket whose inputs ``_inputs_changed`` found changed (``flags``), if any (once per
+        label: a caught label's later brackets are not compared)."""
         if not flags:
             return
         hits = torch.stack([f for _, _, f in flags]).nonzero().flatten().tolist()  # one read of the flags
@@ -568,8 +566,8 @@ class Harness:
 def _inputs_changed(private: list, views: list) -> list[tuple[int, int, torch.Tensor]]:
     """(call, input, flag) for every tensor input of a bracket's calls: whether the pool's copy now differs from what
     this process wrote there before the gate opened, value by value as the child's own monitor compares a trial's
-    inputs (``torch.equal``), except that NaN equals NaN (a NaN input left alone is not a change; -0.0 equals 0.0). The flags are tensors on the pool's
-    device, queued on the current stream (read once, by ``Harness._note_changed_inputs``): a call that wrote into
+    inputs (``torch.equal``), except that NaN equals NaN (a NaN input left alone is not a change; -0.0 equals 0.0).
+    The flags are tensors on the pool's device, queued on the current stream (read once, by ``Harness._note_changed_inputs``): a call that wrote into
     its inputs is seen here, outside the candidate's process, whatever its own monitors report."""
     flags = []
     for k, (inp, (ins, _)) in enumerate(zip(private, views)):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from verifier import cheats
 from verifier.front.elf import imported_symbols, needed_libraries
-from verifier.front.vendor import (PYTHON_SOURCE, TAMPER_SOURCE, _inference_mode_only, _strip_comments, expanded,
+from verifier.front.vendor import (PYTHON_SOURCE, TAMPER_SOURCE, inference_mode_only, strip_comments, expanded,
                                    strip_cxx)
 
 # C++ that blinds what watches forward or changes global backend state (verifier/front/vendor.py ``TAMPER_SOURCE``),
@@ -46,7 +46,7 @@ TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\
 
 # the dispatch-key TLS that ``c10::InferenceMode``'s inline guard imports into any module that uses it: let through
 # where the sources the binary was built from name the guard, spell none of the TLS routes and rename nothing with an
-# asm label (verifier/front/vendor.py ``_inference_mode_only``, which says why)
+# asm label (verifier/front/vendor.py ``inference_mode_only``, which says why)
 _GUARD_TLS = re.compile(rb"^_ZN3c104impl\d+(?:raw_local_dispatch_key_set|_force_tls_local_dispatch_key_set)\w*(@\w+)?$")
 
 
@@ -55,15 +55,15 @@ def scan_tampering(sources: list[str], so_path: str | Path | None = None, built_
     """Findings of C++ that switches off the runtime monitors, changes global backend state or reaches Python
     objects (C11), in the sources as written and with the candidate's own macros expanded (``expanded``), and in the
     symbols the built extension ``so_path`` imports (``built_from``: the sources it was built from, which say whether
-    its dispatch-key TLS imports are those of ``c10::InferenceMode``'s inline guard: ``_inference_mode_only``)."""
+    its dispatch-key TLS imports are those of ``c10::InferenceMode``'s inline guard: ``inference_mode_only``)."""
     found = []
     for src in sources:
-        m = TAMPER_SOURCE.search(_strip_comments(src)) or TAMPER_SOURCE.search(expanded(src))
+        m = TAMPER_SOURCE.search(strip_comments(src)) or TAMPER_SOURCE.search(expanded(src))
         if m:
             found.append(f"the C++/CUDA source switches off what watches it or changes global state (`{m.group(0)}`)")
             break
     # every spelling found (the first few), as written and as the candidate's macros expand it
-    texts = [t for src in sources for t in (_strip_comments(src), expanded(src))]
+    texts = [t for src in sources for t in (strip_comments(src), expanded(src))]
     routes = list(dict.fromkeys(" ".join(m.group(0).split()) for t in texts for m in PYTHON_SOURCE.finditer(t)))
     if routes:
         more = f" and {len(routes) - 4} more" if len(routes) > 4 else ""
@@ -75,7 +75,7 @@ def scan_tampering(sources: list[str], so_path: str | Path | None = None, built_
         if runs:
             found.append(f"the built extension reaches Python modules or runs Python code from C++ (`{runs[:80]}`): the verifier's "
                          "objects in your process are not yours to reach")
-        guard_only = _inference_mode_only(built_from)
+        guard_only = inference_mode_only(built_from)
         for sym in imported_symbols(so_path):
             if TAMPER_SYMBOL.match(sym) and not (guard_only and _GUARD_TLS.match(sym)):
                 found.append(f"the built extension imports `{sym.decode(errors='replace')[:80]}` (monitor or global "

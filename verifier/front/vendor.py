@@ -15,7 +15,7 @@ whose C++ calls cuBLAS, cuBLASLt, cuDNN, CUTLASS, oneDNN / MKL / BLAS, or ATen's
 
 Also here, for C11: the spellings of C++ that switches off what watches forward or reaches Python objects
 (``TAMPER_SOURCE``, ``PYTHON_SOURCE``) and whether the sources' only dispatch-key TLS is ``c10::InferenceMode``'s
-guard (``_inference_mode_only``); verifier/front/binary.py ``scan_tampering`` reads them beside the binary's imports.
+guard (``inference_mode_only``); verifier/front/binary.py ``scan_tampering`` reads them beside the binary's imports.
 And the readers of C++ text the other stages share: ``join_splices``, ``strip_cxx`` (a small lexer: comments and
 literals blanked), ``code_text`` (what can call anything) and ``expanded`` (the candidate's own macros expanded).
 
@@ -114,10 +114,10 @@ _INFERENCE_MODE = re.compile(r"\b(?:(?:c10|at|torch)\s*::\s*)?InferenceMode\s+\w
 _ASM_LABEL = re.compile(r"\)\s*(?:const\s*|noexcept\s*)*(?:__asm__|__asm|asm)\s*\(\s*\"[^\"]*\"\s*\)\s*[;{=]")
 
 
-def _inference_mode_only(sources) -> bool:
+def inference_mode_only(sources) -> bool:
     texts = [str(s) for s in sources]
     return any(_INFERENCE_MODE.search(strip_cxx(t)) for t in texts) and not any(
-        TAMPER_SOURCE.search(_strip_comments(t)) or TAMPER_SOURCE.search(expanded(t)) or _ASM_LABEL.search(t)
+        TAMPER_SOURCE.search(strip_comments(t)) or TAMPER_SOURCE.search(expanded(t)) or _ASM_LABEL.search(t)
         for t in texts)
 
 
@@ -293,6 +293,6 @@ def code_text(src: str) -> str:
 _WORD = re.compile(r"\w+")
 
 
-def _strip_comments(src: str) -> str:
+def strip_comments(src: str) -> str:
     return strip_cxx(src)
 
