@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,7 @@ class VerifyConfig:
     hide_launch_us: float = 50.0  # cuda: least device-side wait queued before each timed call (0: off)
     warm_processes: int = -1  # cuda: jobs run in children forked ahead by warm fork servers (0: a fresh process each)
     device_lock: bool = True  # timing phases get the device alone (verifier/common/devlock.py); False only to measure it
+    lock_dir: str = ""  # the device locks' directory, shared by every verifier process of the host; "": a per-user one in the temporary directory
     min_own_share: float = 0.5  # cuda: least share of forward device time in the candidate's own kernels (C01)
     # KernelBench's semantics: modules run as constructed (training mode: BatchNorm on batch statistics,
     # ``self.training`` True), as its harness runs them; True runs the reference and ModelNew in eval mode
@@ -135,6 +137,11 @@ class VerifyConfig:
     def pch_root(self) -> Path:
         # the default is per user, not per KERNELMILL_HOME: a header is ~0.8 GB and minutes of compiler time
         return Path(self.pch_dir).expanduser() if self.pch_dir else Path.home() / ".cache" / "kernelmill" / "pch"
+
+    def lock_root(self) -> Path:
+        # one per host and user, not per build root: two verifier processes timing on one GPU (a batch beside a reward
+        # server, parallel test workers) must take the same lock, whatever their build directories
+        return Path(self.lock_dir).expanduser() if self.lock_dir else Path(tempfile.gettempdir()) / f"kernelmill-locks-{os.getuid()}"
 
     def build_root(self) -> Path:
         if self.build_dir:

@@ -95,3 +95,30 @@ def test_no_lock_file_means_no_lock():
     lk = device_lock(None)
     assert lk.acquire(True, 0.0) is False and lk.held is None
     lk.close()
+
+
+def test_every_verifier_process_of_a_device_takes_one_lock_whatever_its_build_root(tmp_path, monkeypatch):
+    """The lock is the device's, not the build root's: two verifier processes timing on one GPU with their own build
+    directories (a batch beside a reward server, parallel test workers) must exclude each other, and pools on
+    different GPUs must not."""
+    from kernelmill.settings import VerifyConfig
+    from verifier.runs import lock_path
+
+    a = VerifyConfig(build_dir=str(tmp_path / "a"), lock_dir=str(tmp_path / "locks"))
+    b = VerifyConfig(build_dir=str(tmp_path / "b"), lock_dir=str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    unset = lock_path(a, "cuda")
+    assert unset == lock_path(b, "cuda") and unset.startswith(str(tmp_path / "locks"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert lock_path(b, "cuda") == unset  # device 0 named or not
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert lock_path(a, "cuda") == unset  # the first visible device is the one a verifier times on
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert lock_path(a, "cuda") != unset and lock_path(a, "cpu") == lock_path(b, "cpu") != unset
+    assert lock_path(VerifyConfig(device_lock=False), "cuda") == ""
+    # the default directory is one per host and user, the same for any build root
+    assert VerifyConfig(build_dir=str(tmp_path / "a")).lock_root() == VerifyConfig().lock_root()
+    # and it is a real exclusion: a timer of one build root holds off the other's
+    with DeviceLock(lock_path(a, "cuda")) as t, DeviceLock(lock_path(b, "cuda")) as u:
+        assert t.acquire(True, 1.0)
+        assert not u.acquire(True, 0.2)

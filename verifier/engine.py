@@ -237,7 +237,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     def ship_inputs(i: int, seed: int) -> None:
         """Inputs a seed does not reproduce travel as a file, written when the child reaches their trial."""
         other = job.other_shape if (job.other_shape and i == n - 1) else ""
-        with shared_lock(cfg, build_root, backend) as lock:
+        with shared_lock(cfg, backend) as lock:
             lock.acquire(False, lock_wait_s(cfg))
             with RNG_LOCK:
                 inputs = draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text, other)
@@ -264,7 +264,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
-            with shared_lock(cfg, build_root, backend) as lock, admission.device_work(device):
+            with shared_lock(cfg, backend) as lock, admission.device_work(device):
                 lock.acquire(False, lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
                 # the partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where it decides
                 knockout = lambda: run_knockout(w, plan, cfg, build_root, make_job=new_job,  # noqa: E731

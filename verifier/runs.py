@@ -43,20 +43,30 @@ from verifier.judge.plan import _PLAN_LOCK, _PLANS, TaskPlan, task_plan
 from verifier.judge.verdict import ChildRun
 
 
-def lock_path(cfg: VerifyConfig, build_root: Path) -> str:
-    """The device lock's file: one per device this process sees (``CUDA_VISIBLE_DEVICES``), so that verifier
-    pools of several GPUs sharing one build root (verifier/ray_pool.py) do not hold each other's timing."""
+def lock_path(cfg: VerifyConfig, backend: str) -> str:
+    """The device lock's file for ``backend``: one per device of the host, in the host's lock directory (``[verify]
+    lock_dir``), so that every verifier process timing on that device takes the same lock, whatever its build root (a
+    batch beside a reward server; parallel test workers: each with its own lock, their timing phases time-sliced one
+    GPU and a 0.1 ms kernel read 1-2 ms). cuda: the first device this process sees, by the host's name for it (the
+    first ``CUDA_VISIBLE_DEVICES`` entry; 0 when unset), so that verifier pools of several GPUs (verifier/ray_pool.py)
+    do not hold each other's timing; cpu: the host's cores, one lock."""
     if not cfg.device_lock:
         return ""
-    devices = re.sub(r"[^\w,.-]", "_", os.environ.get("CUDA_VISIBLE_DEVICES", "").strip())
-    return str(build_root / (f".timing-{devices}.lock" if devices else ".timing.lock"))
+    if backend == "cpu":
+        name = "cpu"
+    else:
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
+        name = "cuda-" + re.sub(r"[^\w.-]", "_", first)
+    root = cfg.lock_root()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return str(root / f"timing-{name}.lock")
 
 
-def shared_lock(cfg: VerifyConfig, build_root: Path, backend: str):
+def shared_lock(cfg: VerifyConfig, backend: str):
     """The device lock for the verifier's own device work, taken shared on cuda only: there another
     process's kernels time-slice into a timed region; on cpu (bench/results/timing_noise_cpu.md) keeping
     other work off the cores during timing did not lower the noise and cost 15-25% of the batch time."""
-    return device_lock((lock_path(cfg, build_root) or None) if backend == "cuda" else None)
+    return device_lock((lock_path(cfg, backend) or None) if backend == "cuda" else None)
 
 
 def lock_wait_s(cfg: VerifyConfig) -> float:
@@ -74,7 +84,7 @@ def new_job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, refere
                init_seed=seeds(1)[0], warmup=cfg.warmup, timed_checks=cfg.timed_checks, gap_probes=cfg.gap_probes,
                warm_device_ms=cfg.warm_device_ms, hide_launch_us=cfg.hide_launch_us,
                time_torch_compile=cfg.time_torch_compile, memory_limit_gb=cfg.memory_limit_gb,
-               allow_child_compile=cfg.allow_child_compile, timing_lock=lock_path(cfg, build_root),
+               allow_child_compile=cfg.allow_child_compile, timing_lock=lock_path(cfg, backend),
                lock_wait_s=lock_wait_s(cfg), eval_mode=cfg.eval_mode, n_brackets=max(3, min(cfg.timed_brackets, cfg.timing_trials)),
                timing_budget_s=cfg.timing_budget_s, **kw)
 
