@@ -122,3 +122,29 @@ def test_every_verifier_process_of_a_device_takes_one_lock_whatever_its_build_ro
     with DeviceLock(lock_path(a, "cuda")) as t, DeviceLock(lock_path(b, "cuda")) as u:
         assert t.acquire(True, 1.0)
         assert not u.acquire(True, 0.2)
+
+
+def test_a_lock_directory_of_another_owner_or_a_link_is_refused_before_any_candidate(tmp_path):
+    """The default lock directory is in the shared temporary directory: one planted there as a link (or owned by
+    someone else) would let its owner's files decide our locks, so it is a clear error naming the setting, raised
+    before the batch starts, not a candidate's verdict."""
+    import pytest
+
+    from kernelmill.errors import InputError
+    from kernelmill.schema import Candidate, Task
+    from kernelmill.settings import VerifyConfig
+    from verifier.engine import verify_batch
+    from verifier.runs import lock_path
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "planted").symlink_to(tmp_path / "elsewhere")
+    cfg = VerifyConfig(build_dir=str(tmp_path / "b"), lock_dir=str(tmp_path / "planted"))
+    with pytest.raises(InputError, match="lock_dir .*planted.*not a directory of this user"):
+        lock_path(cfg, "cpu")
+    task = Task.from_code("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+                          "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n",
+                          name="twice", source="seed", level=1)
+    cand = Candidate(candidate_id="c", task_id=task.task_id, backend="cpu", generator="test", code="x = 1")
+    with pytest.raises(InputError, match="lock_dir"):
+        verify_batch([(task, cand)], config=cfg)
+    assert list((tmp_path / "elsewhere").iterdir()) == []  # nothing made through the link

@@ -57,6 +57,7 @@ from verifier.judge.plan import (  # noqa: F401
 )
 from verifier.judge.verdict import Execution, Work, finish, judge
 from verifier.runs import (
+    lock_path,
     lock_wait_s,
     make_harness,
     new_job,
@@ -326,6 +327,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     backends = {resolve_backend(c.backend or "cpu") for _, c in items}
     for b in backends:
         _check_toolchain(b)
+        lock_path(cfg, b)  # a lock directory that cannot be used is the run's error, before any candidate starts
     workers = compile_workers if compile_workers is not None else (cfg.compile_workers or usable_cores())
     done_lock = threading.Lock()
     plan_keys: list[tuple | None] = [None] * n  # the plan a pending candidate holds (released at its verdict)

@@ -21,6 +21,7 @@ import queue
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from kernelmill.errors import InputError
 from verifier.common.backends import get_backend
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, Job
@@ -57,9 +59,22 @@ def lock_path(cfg: VerifyConfig, backend: str) -> str:
     else:
         first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
         name = "cuda-" + re.sub(r"[^\w.-]", "_", first)
+    return str(_lock_root(cfg) / f"timing-{name}.lock")
+
+
+def _lock_root(cfg: VerifyConfig) -> Path:
+    """The lock directory, made if missing. It is in a shared place (the temporary directory) by default, so one
+    that another user owns, or a link, is refused rather than followed (their files would decide our locks)."""
     root = cfg.lock_root()
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return str(root / f"timing-{name}.lock")
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(root)
+    except OSError as e:
+        raise InputError(f"[verify] lock_dir {root}", f"cannot be made or read ({e.strerror})") from e
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise InputError(f"[verify] lock_dir {root}", f"not a directory of this user (owner uid {st.st_uid}, a link or "
+                         f"a file); set verify.lock_dir to a directory of your own")
+    return root
 
 
 def shared_lock(cfg: VerifyConfig, backend: str):
