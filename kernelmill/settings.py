@@ -141,7 +141,9 @@ class VerifyConfig:
     def lock_root(self) -> Path:
         # one per host and user, not per build root: two verifier processes timing on one GPU (a batch beside a reward
         # server, parallel test workers) must take the same lock, whatever their build directories
-        return Path(self.lock_dir).expanduser() if self.lock_dir else Path(tempfile.gettempdir()) / f"kernelmill-locks-{os.getuid()}"
+        if self.lock_dir:
+            return Path(self.lock_dir).expanduser()
+        return Path(tempfile.gettempdir()) / f"kernelmill-locks-{os.getuid()}"
 
     def build_root(self) -> Path:
         if self.build_dir:

@@ -148,3 +148,26 @@ def test_a_lock_directory_of_another_owner_or_a_link_is_refused_before_any_candi
     with pytest.raises(InputError, match="lock_dir"):
         verify_batch([(task, cand)], config=cfg)
     assert list((tmp_path / "elsewhere").iterdir()) == []  # nothing made through the link
+
+
+def test_a_lock_directory_replaced_by_a_link_after_its_check_is_refused(tmp_path):
+    """The directory is checked once per process (it is asked for per job and per shared lock), not trusted forever:
+    one removed and planted again as a link after a good check is checked again and refused."""
+    import shutil
+
+    import pytest
+
+    from kernelmill.errors import InputError
+    from kernelmill.settings import VerifyConfig
+    from verifier.runs import lock_path
+
+    cfg = VerifyConfig(build_dir=str(tmp_path / "b"), lock_dir=str(tmp_path / "locks"))
+    first = lock_path(cfg, "cpu")
+    assert first == lock_path(cfg, "cpu") == str(tmp_path / "locks" / "timing-cpu.lock")
+    shutil.rmtree(tmp_path / "locks")
+    assert lock_path(cfg, "cpu") == first and (tmp_path / "locks").is_dir()  # removed: made again
+    shutil.rmtree(tmp_path / "locks")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "locks").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(InputError, match="lock_dir .*locks.*not a directory of this user"):
+        lock_path(cfg, "cpu")

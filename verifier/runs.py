@@ -62,10 +62,23 @@ def lock_path(cfg: VerifyConfig, backend: str) -> str:
     return str(_lock_root(cfg) / f"timing-{name}.lock")
 
 
+_CHECKED_ROOTS: dict[Path, tuple[int, int]] = {}  # lock directory -> (st_dev, st_ino) when this process checked it
+
+
 def _lock_root(cfg: VerifyConfig) -> Path:
     """The lock directory, made if missing. It is in a shared place (the temporary directory) by default, so one
-    that another user owns, or a link, is refused rather than followed (their files would decide our locks)."""
+    that another user owns, or a link, is refused rather than followed (their files would decide our locks). Checked
+    once per process and directory (it is asked for per job and per shared lock): later calls cost one ``lstat``, and a
+    directory removed or replaced since is checked again."""
     root = cfg.lock_root()
+    seen = _CHECKED_ROOTS.get(root)
+    if seen is not None:
+        try:
+            st = os.lstat(root)
+            if stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == seen:
+                return root
+        except OSError:
+            pass
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(root)
@@ -74,6 +87,7 @@ def _lock_root(cfg: VerifyConfig) -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise InputError(f"[verify] lock_dir {root}", f"not a directory of this user (owner uid {st.st_uid}, a link or "
                          f"a file); set verify.lock_dir to a directory of your own")
+    _CHECKED_ROOTS[root] = (st.st_dev, st.st_ino)
     return root
 
 
