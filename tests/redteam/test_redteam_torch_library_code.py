@@ -269,8 +269,8 @@ def test_the_inference_mode_guard_is_no_tampering_but_its_imports_hide_nothing_e
     assert inference_mode_only([honest]) and inference_mode_only(["at::InferenceMode mode(true);"])
     assert not inference_mode_only(["torch::Tensor f(torch::Tensor x) { return x; }"])  # no guard named
     assert not inference_mode_only([honest + "void set(c10::impl::PODLocalDispatchKeySet k) { "
-                                     "c10::impl::_force_tls_local_dispatch_key_set(k); }"])
+                                             "c10::impl::_force_tls_local_dispatch_key_set(k); }"])
     assert not inference_mode_only([honest + 'void keys(int) __asm__("_ZN3c104impl33_force_tls_local_dispatch_'
-                                              'key_setENS0_21PODLocalDispatchKeySetE");'])
+                                             'key_setENS0_21PODLocalDispatchKeySetE");'])
     assert _GUARD_TLS.match(b"_ZN3c104impl26raw_local_dispatch_key_setE")
     assert not _GUARD_TLS.match(b"_ZN3c104impl25tls_set_dispatch_key_excludedENS_11DispatchKeyEb")
