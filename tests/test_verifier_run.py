@@ -8,6 +8,7 @@ one broken source for the compile-error verdict, built in parallel in the same p
 import json
 import os
 import dataclasses
+import re
 import subprocess
 import sys
 import time
@@ -252,6 +253,10 @@ def test_crash_hang_oom_feedback(batch):
     vs = batch["verdicts"]
     assert "SIGSEGV" in vs["crash_segfault"].feedback
     assert "killed after" in vs["crash_hang"].feedback
+    # where the hang was, on the verifier's clock: in the first correctness call, for most of the limit
+    got = re.search(r"0 of 6 correctness calls finished; the first began ([\d.]+) s after the process was started; "
+                    r"call 1 had run ([\d.]+) s when it was stopped", vs["crash_hang"].feedback)
+    assert got and float(got.group(1)) + float(got.group(2)) > 20, vs["crash_hang"].feedback
     assert "out of memory" in vs["crash_oom"].feedback
     for n in ("crash_segfault", "crash_hang", "crash_oom"):  # each in the first correctness trial
         assert vs[n].compiled and vs[n].stage_reached == "correctness"
@@ -289,6 +294,26 @@ def test_stage_reached_names_the_stage_that_decided(batch, config):
     assert got["crash_in_timing"].correct is False and "SIGSEGV" in got["crash_in_timing"].feedback
     # the limit it ran under: the configured 12 s plus the (here negligible) time its outputs take to copy out
     assert "killed after 12 s of wall-clock time" in got["hang_in_timing"].feedback
+    # every correctness call finished, then the first timed call never returned: no bracket was done
+    assert re.search(r"6 of 6 correctness calls finished \(the slowest, call \d, in [\d.]+ s\);.*the timing stage had "
+                     r"run [\d.]+ s, 0 timed brackets done", got["hang_in_timing"].feedback), got["hang_in_timing"].feedback
+
+
+def test_a_stopped_runs_progress_reads_the_verifiers_clock():
+    """The progress line of a timeout (verifier/execute/channel.py ``progress``), from the steps the channel stamped:
+    before any trial; inside one with the slowest finished named; in the timing stage with its brackets counted."""
+    from verifier.execute.channel import Ledger, progress
+
+    led = Ledger(steps={"opened": 100.0, "closed": 130.0})
+    assert progress(led, 6) == ("It stopped before its first correctness call, 30.0 s after the process was started "
+                                "(importing your module, building ModelNew or its extensions).")
+    led.steps.update({"trial0": 102.0, "trial0.done": 103.5, "trial1": 103.6, "trial1.done": 110.6, "trial2": 110.7})
+    assert progress(led, 6) == ("Where it got to (the verifier's clock): 2 of 6 correctness calls finished (the "
+                                "slowest, call 2, in 7.0 s); the first began 2.0 s after the process was started; "
+                                "call 3 had run 19.3 s when it was stopped.")
+    led.steps.update({"trial2.done": 111.0, "timing": 112.0})
+    led.brackets = 1
+    assert progress(led, 3).endswith("; the timing stage had run 18.0 s, 1 timed bracket done.")
 
 
 def test_compile_error_is_kept_and_quoted(batch):

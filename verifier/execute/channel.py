@@ -63,6 +63,12 @@ class Ledger:
     sealed: dict[str, str] = field(default_factory=dict)
     # extensions the child asked for at run time, built and scanned on this side (verifier/build/runtime.py)
     child_builds: list[ChildBuild] = field(default_factory=list)
+    # this process's clock (time.monotonic) at the steps the child reached: when the channel opened (before the child
+    # started) and closed (after it ended), "trial<i>" when that trial's seed was handed out, "trial<i>.done" when its
+    # record arrived, "timing" when the timing seeds were; ``brackets`` counts the brackets clocked. For feedback
+    # only (where a run that was stopped had got to: ``progress``), never a verdict's number
+    steps: dict[str, float] = field(default_factory=lambda: {"opened": time.monotonic()})
+    brackets: int = 0
 
     def seal(self, job_dir: Path, name: str) -> None:
         if name not in self.sealed:
@@ -87,6 +93,32 @@ class Ledger:
         if why:
             raise Unsealed(why)
         return Path(job_dir) / name
+
+
+def progress(ledger: Ledger, n_trials: int) -> str:
+    """Where a run that was stopped had got to, on this process's clock (``Ledger.steps``): the time before the first
+    trial (import, construction, warm-up), the correctness calls finished and the slowest of them, how long the one
+    it was in had run, and the timing stage's brackets. A timeout's feedback quotes it: a kernel seconds a call too
+    slow reads differently from one that never returned."""
+    st = ledger.steps
+    end = st.get("closed", time.monotonic())
+    began = [i for i in range(n_trials) if f"trial{i}" in st]
+    done = [i for i in began if f"trial{i}.done" in st]
+    if not began:
+        return (f"It stopped before its first correctness call, {end - st['opened']:.1f} s after the process was "
+                f"started (importing your module, building ModelNew or its extensions).")
+    parts = [f"{len(done)} of {n_trials} correctness calls finished"]
+    if done:
+        slowest = max(done, key=lambda i: st[f"trial{i}.done"] - st[f"trial{i}"])
+        parts[0] += f" (the slowest, call {slowest + 1}, in {st[f'trial{slowest}.done'] - st[f'trial{slowest}']:.1f} s)"
+    parts.append(f"the first began {st['trial0'] - st['opened']:.1f} s after the process was started")
+    running = [i for i in began if i not in done]
+    if running and "timing" not in st:
+        parts.append(f"call {running[0] + 1} had run {end - st[f'trial{running[0]}']:.1f} s when it was stopped")
+    if "timing" in st:
+        parts.append(f"the timing stage had run {end - st['timing']:.1f} s, {ledger.brackets} timed "
+                     f"bracket{'' if ledger.brackets == 1 else 's'} done")
+    return "Where it got to (the verifier's clock): " + "; ".join(parts) + "."
 
 
 class Unsealed(Exception):
@@ -122,6 +154,7 @@ class Driver:
         self._thread.start()
 
     def close(self) -> Ledger:
+        self.ledger.steps["closed"] = time.monotonic()
         self._stop.set()
         self._thread.join(timeout=30)
         try:
@@ -201,11 +234,13 @@ class Driver:
                         self.ledger.records[key] = msg["record"]
                         if (m := _TRIAL_KEY.fullmatch(key)) is not None:  # its output as the record says it is
                             self.ledger.seal(self.job_dir, f"out_{m.group(1)}.pt")
+                            self.ledger.steps.setdefault(f"{key}.done", time.monotonic())
                     continue
                 reply = None
                 if op == "trial" and msg.get("i") == next_trial and next_trial < self.n_trials:
                     seed = draw_seed()
                     self.ledger.trial_seeds[next_trial] = seed
+                    self.ledger.steps[f"trial{next_trial}"] = time.monotonic()
                     if self.on_trial is not None:
                         self.on_trial(next_trial, seed)
                         self.ledger.seal(self.job_dir, f"trial_{next_trial}.pt")
@@ -213,12 +248,14 @@ class Driver:
                     reply = {"seed": seed}
                 elif op == "timing" and not timing_sent and next_trial == self.n_trials:
                     timing_sent = True
+                    self.ledger.steps["timing"] = time.monotonic()
                     self.ledger.timing_seeds = [draw_seed() for _ in range(self.n_timing)]
                     reply = {"seeds": self.ledger.timing_seeds}
                 elif op == "bracket" and next_trial == self.n_trials and self.on_bracket is not None \
                         and not self.ledger.harness_error:
                     try:
                         self.on_bracket(str(msg.get("label", ""))[:40], send, recv)
+                        self.ledger.brackets += 1
                     except OSError:
                         break
                     except Exception as e:  # noqa: BLE001

@@ -30,7 +30,7 @@ from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import FLAGS_FILE, ChildReport, ContractError, Job
 from verifier.common.inputs import as_list, build_model
-from verifier.execute.channel import Ledger, Unsealed
+from verifier.execute.channel import Ledger, Unsealed, progress
 from verifier.execute.harness import Clocked, interval, summary_for
 from verifier.judge import feedback
 from verifier.judge.checks import (
@@ -273,7 +273,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
         limit = run.limit_s or cfg.run_timeout_s
         return finish(w, "timeout", [f"The run was killed after {limit:.0f} s of wall-clock time (the limit: "
                                       f"{cfg.run_timeout_s:.0f} s for your code, plus the time the verifier allows "
-                                      "for copying out this task's outputs)." +
+                                      "for copying out this task's outputs). " + progress(ex.ledger, job.n_trials) +
                                       (f" Last output:\n{log_tail}" if log_tail else "")])
     if run.rc != 0 or not (job_dir / "report.json").is_file():
         rc = run.rc
