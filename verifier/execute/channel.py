@@ -108,9 +108,10 @@ def progress(ledger: Ledger, n_trials: int) -> str:
         return (f"It stopped before its first correctness call, {end - st['opened']:.1f} s after the process was "
                 f"started (importing your module, building ModelNew or its extensions).")
     parts = [f"{len(done)} of {n_trials} correctness calls finished"]
-    if done:
-        slowest = max(done, key=lambda i: st[f"trial{i}.done"] - st[f"trial{i}"])
-        parts[0] += f" (the slowest, call {slowest + 1}, in {st[f'trial{slowest}.done'] - st[f'trial{slowest}']:.1f} s)"
+    took = {i: st[f"trial{i}.done"] - st[f"trial{i}"] for i in done}
+    if took:
+        slowest = max(took, key=took.get)
+        parts[0] += f" (the slowest, call {slowest + 1}, in {took[slowest]:.1f} s)"
     parts.append(f"the first began {st['trial0'] - st['opened']:.1f} s after the process was started")
     running = [i for i in began if i not in done]
     if running and "timing" not in st:
@@ -234,7 +235,7 @@ class Driver:
                         self.ledger.records[key] = msg["record"]
                         if (m := _TRIAL_KEY.fullmatch(key)) is not None:  # its output as the record says it is
                             self.ledger.seal(self.job_dir, f"out_{m.group(1)}.pt")
-                            self.ledger.steps.setdefault(f"{key}.done", time.monotonic())
+                            self.ledger.steps[f"{key}.done"] = time.monotonic()
                     continue
                 reply = None
                 if op == "trial" and msg.get("i") == next_trial and next_trial < self.n_trials:
