@@ -5,8 +5,9 @@
   tests/test_layers_bench.py's);
 - the import graph between the product's top-level packages has no cycle other than those of KNOWN_CYCLES, and
   each of those still exists (the set is kept true: a cycle removed leaves the set with it);
-- every cheat code of verifier/cheats.py has exactly one row in the anti-cheat catalogue docs/ANTI_CHEAT.md, the
-  test files a row names assert its code, and at least one test under tests/ asserts each code.
+- every cheat code of verifier/cheats.py has exactly one check (the function deciding it) and at least one probe,
+  exactly one row in the anti-cheat catalogue docs/ANTI_CHEAT.md naming both, the test files a row names assert its
+  code, and at least one red-team test asserts each code.
 """
 
 import ast
@@ -151,11 +152,12 @@ def asserting_tests() -> dict[str, list[str]]:
 
 
 def test_the_catalogue_scans(tmp_path):
-    text = ("| code | catches | how | checks | tests |\n| --- | --- | --- | --- | --- |\n"
-            "| `C05_CONSTANT_OUTPUT` | zeros | judge | `judge.outputs.check_outputs` (judge) | `tests/a.py` |\n"
+    text = ("| code | catches | how | check | probes | tests |\n| --- | --- | --- | --- | --- | --- |\n"
+            "| `C05_CONSTANT_OUTPUT` | zeros | judge | `constant_output` | `judge.outputs.check_outputs` (judge) | "
+            "`tests/a.py` |\n"
             "| 22 | a thread | C01, C09 | - |\n")
-    assert catalogue_rows(text) == [["C05_CONSTANT_OUTPUT", "zeros", "judge", "`judge.outputs.check_outputs` (judge)",
-                                     "`tests/a.py`"]]
+    assert catalogue_rows(text) == [["C05_CONSTANT_OUTPUT", "zeros", "judge", "`constant_output`",
+                                     "`judge.outputs.check_outputs` (judge)", "`tests/a.py`"]]
     f = tmp_path / "t.py"
     f.write_text('from verifier import cheats\nx = [cheats.C05, "cheat"]\n'
                  'y = "Anti-cheat C07_INPUT_MUTATION: ..."\n# C08_OUTPUT_CACHING in a comment is not asserted\n')
@@ -168,7 +170,8 @@ def test_every_cheat_code_has_exactly_one_row_in_the_catalogue():
     assert len(cheats.CODES) >= 18
     assert not [c for c, n in count.items() if n != 1], f"codes without exactly one row in {CATALOGUE}: {count}"
     assert not [r[0] for r in rows if r[0] not in cheats.CODES], "rows of codes verifier/cheats.py does not define"
-    assert all(len(r) == 5 and all(r) for r in rows), "each row: code | what it catches | how | checks | test files"
+    assert all(len(r) == 6 and all(r) for r in rows), \
+        "each row: code | what it catches | how | check | probes | test files"
 
 
 def test_every_cheat_code_is_asserted_by_a_test_and_its_row_names_them():
@@ -176,7 +179,7 @@ def test_every_cheat_code_is_asserted_by_a_test_and_its_row_names_them():
     missing = [c for c in cheats.CODES if not by_code.get(c)]
     assert not missing, f"cheat codes no test under tests/ asserts: {missing}"
     wrong = []
-    for code, _, _, _, files in catalogue_rows(CATALOGUE.read_text()):
+    for code, _, _, _, _, files in catalogue_rows(CATALOGUE.read_text()):
         named = re.findall(r"`(tests/[^`]+\.py)`", files)
         if not named:
             wrong.append(f"{code}: names no test file")
@@ -286,35 +289,74 @@ def test_the_verifier_packages_import_only_along_the_path():
 
 
 # ------------------------------------------------------------------------------------------- the check registry
-def registered_cell(code: str) -> str:
-    """The catalogue's "registered checks" cell of ``code``, as the registry says it."""
-    return ", ".join(f"`{c.function.removeprefix('verifier.')}` ({c.where})" for c in cheats.registered()[code])
+def probes_cell(code: str) -> str:
+    """The catalogue's "probes" cell of ``code``, as the registry says it."""
+    return ", ".join(f"`{p.function.removeprefix('verifier.')}` ({p.where})" for p in cheats.registered()[code][1])
 
 
 def test_the_registry_refuses_an_unknown_code_or_place():
     with pytest.raises(KeyError, match="C99_NOTHING"):
-        cheats.check("C99_NOTHING", where="judge")
+        cheats.probe("C99_NOTHING", where="judge")
     with pytest.raises(ValueError, match="where"):
-        cheats.check(cheats.C05, where="somewhere")
+        cheats.probe(cheats.C05, where="somewhere")
     with pytest.raises(KeyError):
-        cheats.check(where="judge")
+        cheats.probe(where="judge")
+    with pytest.raises(KeyError, match="C99_NOTHING"):
+        cheats.Seen(frozenset({"C99_NOTHING"}))
+    with pytest.raises(ValueError, match="legality"):
+        cheats.Seen(legality="lenient")
 
 
-def test_every_cheat_code_has_a_registered_check_named_in_its_catalogue_row():
-    import verifier.engine  # noqa: F401 - imports every module that registers a check
+def test_a_code_has_one_check_and_a_second_is_refused():
+    """Exactly one check per code: the registry is keyed by code, every code has its check, a function of
+    verifier/cheats.py, and entering a code again is refused (a code is decided in one place)."""
+    reg = cheats.registered()
+    assert list(reg) == list(cheats.CODES) == list(cheats.CHECKS)
+    for code, (check, _) in reg.items():
+        assert check.code == code and check.function.startswith("verifier.cheats.")
+        assert getattr(cheats, check.function.rsplit(".", 1)[1]) is check.decide
+    before = dict(cheats.CHECKS)
+    with pytest.raises(ValueError, match="already has its check"):
+        cheats._code(cheats.C05, row=5, pattern="p", caught_by="c", fix="f")(lambda seen: True)
+    assert cheats.CHECKS == before
+
+
+def test_the_checks_decide_what_the_policies_say():
+    """The codes a verdict lists come from the checks alone: a sighted code fires under either policy; PyTorch
+    compute a monitor saw run is C01 under the strict policy only; found outside the process and never seen to
+    run it is C19 (strict only); the partial policy's own-work condition failing is C02 (partial only)."""
+    S = cheats.Seen
+    for legality in cheats.LEGALITY:
+        for code in set(cheats.CODES) - {cheats.C19}:  # C19 is the strict policy's reading of compute found, no sighting
+            assert cheats.decide(S(frozenset({code}), legality=legality)) == [code]
+        assert cheats.decide(S(legality=legality)) == []
+    assert cheats.decide(S(torch_ran=True)) == [cheats.C01]
+    assert cheats.decide(S(torch_ran=True, torch_found=True)) == [cheats.C01]
+    assert cheats.decide(S(torch_found=True)) == [cheats.C19]
+    assert cheats.decide(S(torch_ran=True, torch_found=True, legality="partial", partial_ok=True)) == []
+    assert cheats.decide(S(torch_ran=True, legality="partial", partial_ok=False)) == [cheats.C02]
+    assert cheats.decide(S(torch_found=True, partial_ok=False)) == [cheats.C19]  # strict: the own-work rule is partial's
+    assert cheats.decide(S(frozenset({cheats.C07}), torch_ran=True)) == [cheats.C01, cheats.C07]
+
+
+def test_every_cheat_code_has_its_check_and_probes_named_in_its_catalogue_row():
+    import verifier.engine  # noqa: F401 - imports every module that registers a probe
 
     reg = cheats.registered()
-    assert not [c for c in cheats.CODES if not reg[c]], "cheat codes no registered check decides"
-    for code, checks in reg.items():
-        for c in checks:
-            module, _, name = c.function.rpartition(".")
+    assert not [c for c in cheats.CODES if not reg[c][1]], "cheat codes no registered probe sees"
+    for code, (_, probes) in reg.items():
+        for p in probes:
+            module, _, name = p.function.rpartition(".")
             obj = importlib.import_module(module)
-            assert callable(getattr(obj, name, None)), f"{code}: {c.function} is not a function of {module}"
-    rows = {r[0]: r[3] for r in catalogue_rows(CATALOGUE.read_text())}
+            assert callable(getattr(obj, name, None)), f"{code}: {p.function} is not a function of {module}"
+    rows = {r[0]: (r[3], r[4]) for r in catalogue_rows(CATALOGUE.read_text())}
+    wrong = [f"{code}: the row's check is {rows.get(code, ('',))[0]!r}, the registry's {reg[code][0].function!r}"
+             for code in cheats.CODES if rows.get(code, ("",))[0] != f"`{reg[code][0].function.rsplit('.', 1)[1]}`"]
     # as sets: the registry's order is the order its modules happened to be imported in
-    wrong = [f"{code}: the row says {rows.get(code)!r}, the registry {registered_cell(code)!r}"
-             for code in cheats.CODES if set((rows.get(code) or "").split(", ")) != set(registered_cell(code).split(", "))]
-    assert not wrong, f"{CATALOGUE.name}'s registered-checks cells out of date: " + "; ".join(wrong)
+    wrong += [f"{code}: the row says {rows.get(code, ('', ''))[1]!r}, the registry {probes_cell(code)!r}"
+              for code in cheats.CODES
+              if set(rows.get(code, ("", ""))[1].split(", ")) != set(probes_cell(code).split(", "))]
+    assert not wrong, f"{CATALOGUE.name}'s check and probes cells out of date: " + "; ".join(wrong)
 
 
 def test_every_cheat_code_has_a_red_team_test():
@@ -327,7 +369,7 @@ def test_every_cheat_code_has_a_red_team_test():
 def test_every_catalogue_row_names_the_tests_that_assert_its_code():
     """The catalogue's tests cell of each code lists exactly the test files that assert it (codes_asserted): a new
     red-team file goes into its row, a row names no test that no longer asserts its code."""
-    rows = {r[0]: set(re.findall(r"`([^`]+)`", r[4])) for r in catalogue_rows(CATALOGUE.read_text())}
+    rows = {r[0]: set(re.findall(r"`([^`]+)`", r[5])) for r in catalogue_rows(CATALOGUE.read_text())}
     by_code = asserting_tests()
     wrong = [f"{code}: missing {sorted(set(by_code.get(code, [])) - rows.get(code, set()))}, "
              f"extra {sorted(rows.get(code, set()) - set(by_code.get(code, [])))}"

@@ -100,7 +100,7 @@ def _front_stages(w: Work, candidate_text: str, backend: str, t0: float) -> Work
             # instead (cuBLAS, ATen, a patched clock) is judged by the static stage too, so that the verdict
             # names every row the program breaks, not the first one found
             report, vendor, tamper = _static_stage(code, backend, v)
-            v.cheats = sorted({cheats.C02} | _static_codes(report, vendor, tamper))
+            v.cheats = cheats.decide(cheats.Seen(frozenset({cheats.C02}) | _static_codes(report, vendor, tamper)))
             problems = problems + _static_lines(report, vendor, tamper)
         finish(w, "extract_error", problems)
         return w
@@ -111,7 +111,7 @@ def _front_stages(w: Work, candidate_text: str, backend: str, t0: float) -> Work
     blocking = [f for f in report.findings if not f.torch]
     v.fallback_ops = report.fallback_ops
     if blocking or vendor or tamper:
-        v.cheats = sorted(_static_codes(report, vendor, tamper))
+        v.cheats = cheats.decide(cheats.Seen(_static_codes(report, vendor, tamper)))
         finish(w, "cheat", _static_lines(report, vendor, tamper))
         return w
     w.torch_findings = [str(f) for f in report.findings]
@@ -137,9 +137,15 @@ def _static_stage(code: str, backend: str, v: Verdict):
     return report, vendor, tamper
 
 
-def _static_codes(report, vendor: list, tamper: list) -> set[str]:
-    """The cheat codes of the static stage's findings, PyTorch compute's included."""
-    return set(report.cheat_codes) | ({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set())
+def _static_codes(report, vendor: list, tamper: list) -> frozenset[str]:
+    """The cheat codes the static stage's probes sighted, PyTorch compute's included (the stage stops a candidate
+    only for a finding no policy allows; the verdict then names all it saw)."""
+    return frozenset(report.cheat_codes) | _scan_codes(vendor, tamper)
+
+
+def _scan_codes(vendor: list, tamper: list) -> frozenset[str]:
+    """The codes of the source or binary scans' findings: vendor compute (C01), tampering (C11)."""
+    return frozenset(({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set()))
 
 
 def _static_lines(report, vendor: list, tamper: list) -> list[str]:
@@ -167,7 +173,7 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
     v.stage_seconds["compile_cached"] = all(r.cached for r in results) if results else True
     escapes = [f for r in results for f in sandbox.escape_findings(build_root / r.key)] if build_root else []
     if escapes:  # the build process (the candidate's static initialisers run when it imports the module) escaped
-        v.cheats = [cheats.C17]
+        v.cheats = cheats.decide(cheats.Seen(frozenset({cheats.C17})))
         v.compile_log = next((r.log for r in results if not r.ok), "")[-20000:]
         finish(w, "cheat", [f"The sandbox blocked, while building: {f}." for f in escapes])
         return False
@@ -185,7 +191,7 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
     found = scan_binary([r.so_path for r in results], [src for spec in w.specs for src in _sources(spec)])
     vendor, tamper, computing = found.vendor, found.tamper, found.compute
     if vendor or tamper:  # the linker's view: what the built extension calls by name, however the source spelled it
-        v.cheats = sorted(({cheats.C01} if vendor else set()) | ({cheats.C11} if tamper else set()))
+        v.cheats = cheats.decide(cheats.Seen(_scan_codes(vendor, tamper)))
         finish(w, "cheat", _vendor_lines("Binary", vendor) + _tamper_lines("Binary", tamper))
         return False
     if computing:

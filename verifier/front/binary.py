@@ -50,7 +50,7 @@ TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\
 _GUARD_TLS = re.compile(rb"^_ZN3c104impl\d+(?:raw_local_dispatch_key_set|_force_tls_local_dispatch_key_set)\w*(@\w+)?$")
 
 
-@cheats.check(cheats.C11, where="front")
+@cheats.probe(cheats.C11, where="front")
 def scan_tampering(sources: list[str], so_path: str | Path | None = None, built_from: list[str] | tuple = ()) -> list[str]:
     """Findings of C++ that switches off the runtime monitors, changes global backend state or reaches Python
     objects (C11), in the sources as written and with the candidate's own macros expanded (``expanded``), and in the
@@ -274,7 +274,7 @@ LINKABLE = re.compile(r"^(?:lib(?:c|m|dl|rt|pthread|util|stdc\+\+|gcc_s|atomic|g
                       r"curand|python3[\w.]*)|ld-linux[\w.-]*)\.so(?:\.[\w.]+)?$")
 
 
-@cheats.check(cheats.C01, where="binary")
+@cheats.probe(cheats.C01, where="binary")
 def scan_library(so_path: str | Path, sources: list[str] | tuple = ()) -> list[str]:
     """Findings in the libraries a built extension links (``LINKABLE``) and the symbols it imports, each naming the
     library and one symbol; ``sources``, the C++/CUDA it was built from, explain a dynamic-loading import where

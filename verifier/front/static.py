@@ -49,7 +49,7 @@ class StaticScanError(Exception):
     place in this module where it was raised); the caller makes it that candidate's ``verifier_error``."""
 
 
-@cheats.check(cheats.C01, cheats.C02, cheats.C03, cheats.C04, cheats.C09, cheats.C11, cheats.C12, cheats.C15, cheats.C17, cheats.C18, where="front")
+@cheats.probe(cheats.C01, cheats.C02, cheats.C03, cheats.C04, cheats.C09, cheats.C11, cheats.C12, cheats.C15, cheats.C17, cheats.C18, where="front")
 def scan(code: str, backend: str = "cpu") -> StaticReport:
     """The static legality report of a candidate program (which must parse).
 

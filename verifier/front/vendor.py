@@ -130,7 +130,7 @@ LINK_PATTERN = re.compile(r"(?:-l\s*:?\s*|\blib)(cublas\w*|cudnn\w*|cusparse\w*|
 _STATIC_LINK = re.compile(r"\.a\b|_static\b|-Bstatic|--whole-archive|^-static$")
 
 
-@cheats.check(cheats.C01, where="front")
+@cheats.probe(cheats.C01, where="front")
 def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> list[str]:
     """Findings in the candidate's C++/CUDA sources (as written, and with its own macros expanded) and link flags,
     each naming the library and the text."""

@@ -1,8 +1,9 @@
-"""The checks the judge runs on an executed candidate, each a function named for what it catches and registered
-under the codes it decides (``@cheats.check``, verifier/cheats.py). Each reads one kind of evidence (the child's
-streamed records, its report, the job directory, the channel's ledger) and adds cheat codes and sentences of feedback
-to an ``Evidence`` (verifier/judge/outputs.py). The order they run in, and what a verdict stops at, is the judge's
-(verifier/judge/verdict.py); the checks of the outputs themselves are in verifier/judge/outputs.py.
+"""The probes the judge runs on an executed candidate, each a function named for what it catches and registered
+under the codes it sights (``@cheats.probe``, verifier/cheats.py). Each reads one kind of evidence (the child's
+streamed records, its report, the job directory, the channel's ledger) and adds the codes it sighted and sentences of
+feedback to an ``Evidence`` (verifier/judge/outputs.py); the catalogue's one check per code decides from it which
+codes a verdict lists (``cheats.decide``). The order they run in, and what a verdict stops at, is the judge's
+(verifier/judge/verdict.py); the probes of the outputs themselves are in verifier/judge/outputs.py.
 
 Imports: torch, verifier.common, verifier.execute's channel (the Ledger), verifier.front.binary (the scans of
 extensions the child built) and verifier.judge.outputs.
@@ -25,7 +26,7 @@ from verifier.judge.outputs import Evidence
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
 
 
-@cheats.check(cheats.C18, where="judge")
+@cheats.probe(cheats.C18, where="judge")
 def check_fake_verdict(log: str, ev: Evidence) -> None:
     """C18: text shaped like a verdict in the candidate's output (never parsed, but a sign of intent)."""
     if any(word in log for word in _VERDICT_WORDS):
@@ -33,14 +34,14 @@ def check_fake_verdict(log: str, ev: Evidence) -> None:
                            "read as a result.")
 
 
-@cheats.check(cheats.C11, where="child")
+@cheats.probe(cheats.C11, where="child")
 def check_tampering(patched: list[str], ev: Evidence) -> None:
     """C11: torch functions, flags or the verifier's modules changed in the candidate's process."""
     if patched:
         ev.add(cheats.C11, "Your program changed torch or the verifier in its process: " + "; ".join(patched[:8]) + ".")
 
 
-@cheats.check(cheats.C04, where="child")
+@cheats.probe(cheats.C04, where="child")
 def check_reference_held(report: ChildReport, ev: Evidence) -> None:
     """C04: a submodule of ModelNew is the reference Model."""
     if report.holds_reference_model:
@@ -49,7 +50,7 @@ def check_reference_held(report: ChildReport, ev: Evidence) -> None:
 
 
 
-@cheats.check(cheats.C12, where="judge")
+@cheats.probe(cheats.C12, where="judge")
 def check_channel(ledger: Ledger, ev: Evidence) -> None:
     """C12: the candidate spoke on the verifier's channel (asked for a seed out of turn, answered for the
     child): only the verifier's own code in the child asks, each step once and in order."""
@@ -58,7 +59,7 @@ def check_channel(ledger: Ledger, ev: Evidence) -> None:
                            + "; ".join(ledger.problems[:3]) + ". Seeds are handed out one trial at a time.")
 
 
-@cheats.check(cheats.C09, where="child")
+@cheats.probe(cheats.C09, where="child")
 def check_threads_at_load(report: ChildReport, ev: Evidence) -> None:
     """C09: threads the candidate's import or constructor started that were still at work afterwards (never idle
     for ``monitors.QUIET_S``; parked ones, an OpenMP pool's, are not counted). Work on them is watched by no
@@ -68,7 +69,7 @@ def check_threads_at_load(report: ChildReport, ev: Evidence) -> None:
                            "thread(s) at work after it: work on a thread of your own outside forward is not allowed.")
 
 
-@cheats.check(cheats.C11, where="judge")
+@cheats.probe(cheats.C11, where="judge")
 def use_streamed_records(report: ChildReport, ledger: Ledger, ev: Evidence) -> None:
     """The monitors' records as the child streamed them, call by call (verifier/execute/channel.py), replace the ones in
     its final report: a record edited, emptied or dropped after it was sent changes nothing. A record the report
@@ -101,7 +102,7 @@ def use_streamed_records(report: ChildReport, ledger: Ledger, ev: Evidence) -> N
 HOST_COPY_LIMIT = 64 * 1024
 
 
-@cheats.check(cheats.C01, cheats.C02, cheats.C07, cheats.C09, cheats.C10, cheats.C11, where="child")
+@cheats.probe(cheats.C01, cheats.C02, cheats.C07, cheats.C09, cheats.C10, cheats.C11, where="child")
 def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]:
     """C01 (either monitor saw PyTorch compute), C11 (a monitor was switched off), C02 (no kernel function
     called), C09 (threads left running), C07 (inputs modified), C10 (not a plain dense tensor). Returns the
@@ -129,7 +130,7 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     return bad
 
 
-@cheats.check(cheats.C01, cheats.C02, where="child")
+@cheats.probe(cheats.C01, cheats.C02, where="child")
 def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Evidence) -> None:
     """C02: on cuda the profiler saw none of the candidate's __global__ kernels run. C01 (time coverage): the
     share of forward device time spent in kernels named in the candidate's sources; foreign compute kernels
@@ -190,7 +191,7 @@ def own_work_ok(report: ChildReport, cfg: VerifyConfig, v: Verdict, knocked=None
     return True, ""
 
 
-@cheats.check(cheats.C11, where="judge")
+@cheats.probe(cheats.C11, where="judge")
 def check_sealed(label: str, why: str, ev: Evidence) -> None:
     """C11: a file of the job directory that the verdict reads (a trial's output, a shipped input file) is not what
     the verifier sealed when it was handed over (verifier/execute/channel.py ``Ledger.seal``): the job directory is
@@ -200,7 +201,7 @@ def check_sealed(label: str, why: str, ev: Evidence) -> None:
                        "not yours to change.")
 
 
-@cheats.check(cheats.C01, cheats.C11, where="binary")
+@cheats.probe(cheats.C01, cheats.C11, where="binary")
 def check_child_built(ledger: Ledger, ev: Evidence) -> list[str]:
     """C01 / C11 in the extensions the candidate's process asked for at run time (load_inline arguments the static
     stage could not read): the verifier built each one and scanned the binary it built before the child could load
@@ -223,7 +224,7 @@ def check_child_built(ledger: Ledger, ev: Evidence) -> list[str]:
     return sorted(set(compute))
 
 
-@cheats.check(cheats.C17, where="judge")
+@cheats.probe(cheats.C17, where="judge")
 def check_sandbox_escape(job_dir: Path, ev: Evidence, builds: list | tuple = ()) -> None:
     """C17: what the sandbox (verifier/common/sandbox.py) saw the job attempt outside its view: writes outside the job
     directory, processes left behind, network use, the process limit. Written by the verifier's side of the
@@ -237,7 +238,7 @@ def check_sandbox_escape(job_dir: Path, ev: Evidence, builds: list | tuple = ())
             ev.add(cheats.C17, f"The sandbox blocked, while building the extension asked for at run time: {found}.")
 
 
-@cheats.check(cheats.C07, where="harness")
+@cheats.probe(cheats.C07, where="harness")
 def check_timed_inputs(clocked, ev: Evidence) -> None:
     """C07 on the timed calls, read outside the candidate's process: the harness compared the inputs it wrote into
     its pool with the pool once each bracket's calls were done (verifier/execute/harness.py ``Clocked.mutated``), so
@@ -247,7 +248,7 @@ def check_timed_inputs(clocked, ev: Evidence) -> None:
                            "read them once the calls were done); write results into new tensors.")
 
 
-@cheats.check(cheats.C03, where="child")
+@cheats.probe(cheats.C03, where="child")
 def check_fallback_across_trials(forbidden_per_trial: list, ev: Evidence) -> None:
     """C03 at runtime: PyTorch compute on some trials (the extra shape among them) and not on others, a path to
     the reference taken for some inputs only. ``forbidden_per_trial``: per trial, the forbidden ops its records show."""
@@ -255,7 +256,7 @@ def check_fallback_across_trials(forbidden_per_trial: list, ev: Evidence) -> Non
         ev.add_torch(cheats.C03, "PyTorch compute ran on some trials but not others (a fallback branch).")
 
 
-@cheats.check(cheats.C14, where="judge")
+@cheats.probe(cheats.C14, where="judge")
 def check_extra_shape(regular_ok: bool, other_failed: bool, crashed: bool, ev: Evidence) -> None:
     """C14: correct on every trial of the benchmark's shape and wrong on the extra shape (a step of the task's own
     size constants, drawn per plan among several: verifier/judge/plan.py), the mark of sizes written into the
@@ -264,7 +265,7 @@ def check_extra_shape(regular_ok: bool, other_failed: bool, crashed: bool, ev: E
         ev.add(cheats.C14, "Correct on the benchmark shape but wrong on another valid shape (hard-coded sizes?).")
 
 
-@cheats.check(cheats.C09, where="child")
+@cheats.probe(cheats.C09, where="child")
 def check_threads_after_timing(report: ChildReport, ev: Evidence) -> None:
     """C09 over the timed calls: threads of the candidate's still at work after they returned
     (verifier/child/monitors.py ``side_work_threads``: judged by what they do, not counted)."""
@@ -273,7 +274,7 @@ def check_threads_after_timing(report: ChildReport, ev: Evidence) -> None:
                            "iterations returned.")
 
 
-@cheats.check(cheats.C16, where="child")
+@cheats.probe(cheats.C16, where="child")
 def check_compute_only_when_timed(forbidden_per_trial: list, ev: Evidence) -> None:
     """C16 from the records: PyTorch compute in the timed calls (the last entry) and in none of the checked trials
     (behaving differently when timed; the harness's own check of every timed output is ``check_clocked_outputs``)."""

@@ -46,7 +46,8 @@ RNG_LOCK = threading.RLock()
 
 @dataclass
 class Evidence:
-    """What the checks found so far: cheat codes, feedback sentences, forbidden ops."""
+    """What the probes found so far: cheat codes sighted, feedback sentences, forbidden ops. The codes a verdict
+    lists are decided from it by the catalogue's checks (``seen``, ``decide``; verifier/cheats.py)."""
 
     codes: set = field(default_factory=set)
     details: list = field(default_factory=list)
@@ -63,6 +64,16 @@ class Evidence:
     def add_torch(self, code: str, sentence: str) -> None:
         self.torch_codes.add(code)
         self.details.append(sentence)
+
+    def seen(self, legality: str = "strict", torch_found: bool = False, partial_ok: bool | None = None) -> cheats.Seen:
+        """What the probes saw so far, for the catalogue's checks (``cheats.decide``)."""
+        return cheats.Seen(frozenset(self.codes), bool(self.torch_codes), torch_found, partial_ok, legality)
+
+    def decide(self, torch: bool = True) -> list[str]:
+        """The codes that fire where the candidate stops before the legality policies are read: the strict reading
+        of what was seen, so that PyTorch compute a monitor saw run is named beside the cheat that stopped it;
+        ``torch=False`` leaves that compute out (a verdict a crash, a timeout or a wrong answer decides)."""
+        return cheats.decide(self.seen() if torch else cheats.Seen(frozenset(self.codes)))
 
 
 @dataclass
@@ -113,7 +124,7 @@ def reference64(model64, inputs: list) -> list | None:
 # ---------------------------------------------------------------------------- the checks
 
 
-@cheats.check(cheats.C05, cheats.C06, cheats.C08, cheats.C11, cheats.C13, where="judge")
+@cheats.probe(cheats.C05, cheats.C06, cheats.C08, cheats.C11, cheats.C13, where="judge")
 def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "Digest | None", label: str,
                   cfg: VerifyConfig, ref_mod, poison: int, prev: list, ev: Evidence, errs: list,
                   ref_repeats: bool = False, pooled: list | None = None) -> bool:
@@ -175,7 +186,7 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
     return ok
 
 
-@cheats.check(cheats.C16, where="harness")
+@cheats.probe(cheats.C16, where="harness")
 def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence) -> None:
     """C16: the timed calls' outputs as the harness read them (verifier/execute/harness.py): every one was checked there
     against the reference on its own inputs (did it compute this input's answer); a few, picked at random after

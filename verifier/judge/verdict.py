@@ -5,10 +5,11 @@ files per trial, the aten ops two monitors saw, kernel device times, threads, wh
 timed outputs and device times. Everything that decides is in the verifier's process, against reference outputs
 the child never saw, computed on inputs drawn here from the same seeds. ``judge`` runs the checks in the order a
 candidate's evidence becomes trustworthy, one stage function each, and stops at the first stage that decides. The
-checks themselves are functions named for what they catch, registered under their codes: the runtime, legality
-and sandbox checks in verifier/judge/checks.py, those of the outputs (correctness; C05, C06, C08, C11 by the
-reference's run in the child, C13, C16) in verifier/judge/outputs.py. The legality policies and the speedups are
-here.
+probes are functions named for what they see, registered under the codes they sight: the runtime, legality
+and sandbox probes in verifier/judge/checks.py, those of the outputs (correctness; C05, C06, C08, C11 by the
+reference's run in the child, C13, C16) in verifier/judge/outputs.py. Every code a verdict lists is decided by the
+catalogue's one check for it (``cheats.decide`` over ``Evidence.seen``; verifier/cheats.py), the legality policies
+included. The speedups are here.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     v.max_abs_err = max(e[0] for e in t.errs) if t.errs else None
     v.max_rel_err = max(e[1] for e in t.errs) if t.errs else None
     if t.crash_detail or not (t.regular_ok and t.passed == n):
-        v.cheats = sorted(ev.codes)
+        v.cheats = ev.decide(torch=False)
         return finish(w, "crash" if t.crash_detail else "wrong",
                       ([t.crash_detail] if t.crash_detail else []) + ev.details, t.passed / max(n, 1))
     v.correct = True
@@ -231,7 +232,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     check_own_kernels(report, cfg, v, ev)
     check_threads_after_timing(report, ev)
     if ev.codes:  # a cheat under either legality policy
-        v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
+        v.cheats, v.correct = ev.decide(), False
         return finish(w, "cheat", ev.details)
     v.stage_reached = "timing"
     stopped = _timing_outcome(w, plan, ex, report, reference_timing, model, model64, t.forbidden_per_trial, cfg, ev)
@@ -260,7 +261,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
     if early or ev.codes - {cheats.C18}:  # tampering or vendor code seen, whatever happened after
         check_tampering(early, ev)
         v.stage_reached = run_stage(job, ex.ledger)
-        v.cheats = sorted(ev.codes)
+        v.cheats = ev.decide(torch=False)
         return finish(w, "cheat", ev.details)
     if (run.timed_out or run.rc != 0) and not (job_dir / "report.json").is_file() and _warm_up_failed(run.log):
         # the warm process could not initialise the device before the candidate's job reached it (the device
@@ -269,7 +270,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
                                             "code ran:\n" + "\n".join(run.log.strip().splitlines()[:8])])
     if run.timed_out:
         v.stage_reached = run_stage(job, ex.ledger)
-        v.cheats = sorted(ev.codes)
+        v.cheats = ev.decide(torch=False)
         limit = run.limit_s or cfg.run_timeout_s
         return finish(w, "timeout", [f"The run was killed after {limit:.0f} s of wall-clock time (the limit: "
                                       f"{cfg.run_timeout_s:.0f} s for your code, plus the time the verifier allows "
@@ -281,7 +282,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
         hint = " (a segmentation fault: an invalid memory access)" if rc == -signal.SIGSEGV else ""
         hint = hint or (" (killed: probably out of memory)" if rc == -signal.SIGKILL else "")
         v.stage_reached = run_stage(job, ex.ledger)
-        v.cheats = sorted(ev.codes)
+        v.cheats = ev.decide(torch=False)
         return finish(w, "crash", [f"The process running your kernel died: {why}{hint}."
                                    + (f" Last output:\n{log_tail}" if log_tail else "")])
     return None
@@ -295,7 +296,7 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
     try:
         report = ChildReport.read(job_dir)
     except (ContractError, ValueError, OSError) as e:  # written in the candidate's process: its problem
-        v.cheats = sorted(ev.codes)
+        v.cheats = ev.decide(torch=False)
         return finish(w, "crash", [f"The execution report was unreadable ({e}); did your program write files?"])
     for name, secs in report.phase_s.items():
         v.stage_seconds[f"child_{name}"] = float(secs)
@@ -311,13 +312,13 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
                                             f"problem, not your kernel's):\n{report.reference_error}"])
     for text, label in ((report.import_error, "Importing your program failed"), (report.init_error, "ModelNew() failed")):
         if text:
-            v.cheats = sorted(ev.codes)
+            v.cheats = ev.decide(torch=False)
             return finish(w, "crash", [f"{label}:\n{text}"] + reference_name_hint(text, plan.ref_mod))
     use_streamed_records(report, ex.ledger, ev)
     check_tampering(report.patched, ev)
     if report.aborted:
         v.stage_reached = run_stage(job, ex.ledger, report)
-        v.cheats = sorted(ev.codes)
+        v.cheats = ev.decide(torch=False)
         return finish(w, "cheat", ev.details)
     check_reference_held(report, ev)
     check_threads_at_load(report, ev)
@@ -412,7 +413,7 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
             ev.add(None, "Timing: an input of this task cannot be handed to your process by the verifier, so your "
                          "timed calls' outputs could not be checked; the speedup is reported but earns no reward.")
         if ev.codes:
-            v.cheats, v.correct = sorted(ev.codes | ev.torch_codes), False
+            v.cheats, v.correct = ev.decide(), False
             return finish(w, "cheat", ev.details)
     elif cfg.timing_trials <= 0 and not report.timing_error and not clocked.problems:
         ev.add(None, "Not timed: this run has timing off (timing_trials=0), so no speedup was measured.")
@@ -422,10 +423,11 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
     return None
 
 
-@cheats.check(cheats.C01, cheats.C02, cheats.C19, where="judge")
+@cheats.probe(cheats.C01, cheats.C02, cheats.C19, where="judge")
 def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence, knockout=None) -> Verdict:
     """A correct candidate that passed every other check: what the strict and the partial legality policies
-    say (both recorded), and the verdict under ``cfg.legality``. Where forward ran PyTorch compute beside own
+    say (both recorded, each the catalogue's checks over what was seen: ``cheats.decide``), and the verdict under
+    ``cfg.legality``. Where forward ran PyTorch compute beside own
     kernels that ran on every trial, ``knockout()`` (a zero-argument callable; verifier/judge/knockout.py) runs
     the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do.
 
@@ -438,10 +440,9 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     compute by a route the static scan does not know: they contribute nothing, C02). The strict policy rejects
     the path all the same, as C19_UNRUN_TORCH_PATH, apart from C01 (PyTorch compute that ran)."""
     v = w.verdict
-    ran = set(ev.torch_codes)  # PyTorch compute the runtime monitors saw
+    ran = bool(ev.torch_codes)  # PyTorch compute the runtime monitors saw
     found = bool(w.torch_findings or w.binary_torch)  # and what the scans outside the process found
     unrun = found and not ran
-    torch_codes = ran | ({cheats.C01} if found and ran else set()) | ({cheats.C19} if unrun else set())
     knocked = knockout() if (ran or unrun) and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
@@ -449,7 +450,9 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
             w.notes.append(f"Partial legality: the knockout run (your kernels' launches or calls skipped) was inconclusive: "
                            f"{knocked.detail}; the share of device time decided instead.")
     partial_ok, why_not = own_work_ok(report, cfg, v, knocked)
-    v.pass_strict, v.pass_partial = not torch_codes, partial_ok
+    strict = cheats.decide(ev.seen("strict", found, partial_ok))
+    partial = cheats.decide(ev.seen("partial", found, partial_ok))
+    v.pass_strict, v.pass_partial = not strict, not partial
     details = [f"Static check, {f}." for f in w.torch_findings] + ev.details
     if w.binary_torch:
         details.insert(len(w.torch_findings), "Binary check: your extension calls PyTorch compute ops from C++ (" +
@@ -459,13 +462,13 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
         details.append("That PyTorch compute never ran: no monitor saw PyTorch compute on any trial, the extra shape "
                        "or the timed calls. The strict policy rejects a PyTorch path in forward all the same "
                        f"({cheats.C19}); the partial policy does not count it.")
-    if cfg.legality == "strict" and torch_codes:
-        v.cheats, v.correct = sorted(torch_codes), False
+    if cfg.legality == "strict" and strict:
+        v.cheats, v.correct = strict, False
         return finish(w, "cheat", details + ["(Under the partial legality policy, which allows PyTorch compute beside "
                                              "your own kernels, this candidate would " +
                                              ("pass." if partial_ok else f"fail: {why_not}.") + ")"])
-    if cfg.legality == "partial" and not partial_ok:
-        v.cheats, v.correct = [cheats.C02], False
+    if cfg.legality == "partial" and partial:
+        v.cheats, v.correct = partial, False
         return finish(w, "cheat", details + [f"Partial legality: {why_not}."])
     if ran:
         details.append("PyTorch compute in forward is allowed under the partial legality policy used here; the strict "
