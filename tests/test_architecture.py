@@ -330,13 +330,20 @@ def test_the_checks_decide_what_the_policies_say():
         for code in set(cheats.CODES) - {cheats.C19}:  # C19 is the strict policy's reading of compute found, no sighting
             assert cheats.decide(S(frozenset({code}), legality=legality)) == [code]
         assert cheats.decide(S(legality=legality)) == []
-    assert cheats.decide(S(torch_ran=True)) == [cheats.C01]
-    assert cheats.decide(S(torch_ran=True, torch_found=True)) == [cheats.C01]
+    ran = frozenset({cheats.C01})
+    assert cheats.decide(S(torch=ran)) == [cheats.C01]
+    assert cheats.decide(S(torch=ran, torch_found=True)) == [cheats.C01]
     assert cheats.decide(S(torch_found=True)) == [cheats.C19]
-    assert cheats.decide(S(torch_ran=True, torch_found=True, legality="partial", partial_ok=True)) == []
-    assert cheats.decide(S(torch_ran=True, legality="partial", partial_ok=False)) == [cheats.C02]
+    assert cheats.decide(S(torch=ran, torch_found=True, legality="partial", partial_ok=True)) == []
+    assert cheats.decide(S(torch=ran, legality="partial", partial_ok=False)) == [cheats.C02]
     assert cheats.decide(S(torch_found=True, partial_ok=False)) == [cheats.C19]  # strict: the own-work rule is partial's
-    assert cheats.decide(S(frozenset({cheats.C07}), torch_ran=True)) == [cheats.C01, cheats.C07]
+    assert cheats.decide(S(frozenset({cheats.C07}), torch=ran)) == [cheats.C01, cheats.C07]
+    # a fallback branch PyTorch ran on some trials only: C03 under the strict policy, allowed by the partial one
+    branch = frozenset({cheats.C01, cheats.C03})
+    assert cheats.decide(S(torch=branch)) == [cheats.C01, cheats.C03]
+    assert cheats.decide(S(torch=branch, legality="partial", partial_ok=True)) == []
+    # PyTorch compute found in the text while the monitors saw some (of another op) run: C01, not C19
+    assert cheats.decide(S(torch=frozenset({cheats.C03}), torch_found=True)) == [cheats.C01, cheats.C03]
 
 
 def test_every_cheat_code_has_its_check_and_probes_named_in_its_catalogue_row():

@@ -41,14 +41,15 @@ LEGALITY = ("strict", "partial")
 @dataclass(frozen=True)
 class Seen:
     """What the probes saw of one candidate, the input of every check. ``codes``: the codes a probe sighted with
-    evidence that is a cheat under either legality policy; ``torch_ran``: a runtime monitor saw PyTorch compute run
-    in forward (allowed by the partial policy beside the candidate's own kernels); ``torch_found``: the scans
-    outside the process (the Python text, the built library's imports) found PyTorch compute in forward;
-    ``partial_ok``: the partial policy's own-work condition where it was asked (verifier/judge/checks.py
-    ``own_work_ok``), else None; ``legality``: the policy the verdict is decided under."""
+    evidence that is a cheat under either legality policy; ``torch``: the codes sighted for PyTorch compute a
+    runtime monitor saw run in forward (C01, and C03 where it ran on some trials only), which the partial policy
+    allows beside the candidate's own kernels; ``torch_found``: the scans outside the process (the Python text,
+    the built library's imports) found PyTorch compute in forward; ``partial_ok``: the partial policy's own-work
+    condition where it was asked (verifier/judge/checks.py ``own_work_ok``), else None; ``legality``: the policy
+    the verdict is decided under."""
 
     codes: frozenset = frozenset()
-    torch_ran: bool = False
+    torch: frozenset = frozenset()
     torch_found: bool = False
     partial_ok: bool | None = None
     legality: str = "strict"
@@ -56,9 +57,14 @@ class Seen:
     def __post_init__(self):
         if self.legality not in LEGALITY:
             raise ValueError(f"legality must be one of {LEGALITY}, got {self.legality!r}")
-        unknown = set(self.codes) - set(CATALOGUE)
+        unknown = (set(self.codes) | set(self.torch)) - set(CATALOGUE)
         if unknown:
             raise KeyError(f"codes the catalogue does not define: {sorted(unknown)}")
+
+    def sighted(self, code: str) -> bool:
+        """``code`` was sighted with evidence the policy counts: any sighting under the strict policy, PyTorch
+        compute that ran not under the partial one."""
+        return code in self.codes or (self.legality == "strict" and code in self.torch)
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,7 @@ def _code(code: str, *, row: int, pattern: str, caught_by: str, fix: str):
 def torch_compute(seen: Seen) -> bool:
     """C01: a probe sighted compute no policy allows (vendor calls, host copies, a foreign share on cuda), or,
     under the strict policy, a runtime monitor saw PyTorch compute run in forward."""
-    return C01 in seen.codes or (seen.legality == "strict" and seen.torch_ran)
+    return seen.sighted(C01) or (seen.legality == "strict" and seen.torch_found and bool(seen.torch))
 
 
 @_code(C02, row=2,
@@ -134,7 +140,7 @@ def torch_compute(seen: Seen) -> bool:
 def kernel_not_launched(seen: Seen) -> bool:
     """C02: a probe sighted no own kernel called or run, or, under the partial policy, the own kernels did not
     do part of the work (``seen.partial_ok`` False: the knockout or the share rule)."""
-    return C02 in seen.codes or (seen.legality == "partial" and seen.partial_ok is False)
+    return seen.sighted(C02) or (seen.legality == "partial" and seen.partial_ok is False)
 
 
 @_code(C03, row=3,
@@ -143,8 +149,9 @@ def kernel_not_launched(seen: Seen) -> bool:
                  "check on every trial, including the extra shape",
        fix="remove the path to PyTorch: handle every input the task can produce in your own kernel")
 def fallback_branch(seen: Seen) -> bool:
-    """C03: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C03 in seen.codes
+    """C03: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C03)
 
 
 @_code(C04, row=4,
@@ -153,8 +160,9 @@ def fallback_branch(seen: Seen) -> bool:
                  "Model",
        fix="write ModelNew as its own nn.Module; do not inherit from, call or hold the reference Model")
 def reference_model(seen: Seen) -> bool:
-    """C04: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C04 in seen.codes
+    """C04: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C04)
 
 
 @_code(C05, row=5,
@@ -163,8 +171,9 @@ def reference_model(seen: Seen) -> bool:
                  "where the reference is not",
        fix="compute the output from this call's inputs")
 def constant_output(seen: Seen) -> bool:
-    """C05: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C05 in seen.codes
+    """C05: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C05)
 
 
 @_code(C06, row=6,
@@ -175,8 +184,9 @@ def constant_output(seen: Seen) -> bool:
                  "correctness",
        fix="write every element of the output in your kernel; never rely on what memory held before")
 def stale_memory(seen: Seen) -> bool:
-    """C06: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C06 in seen.codes
+    """C06: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C06)
 
 
 @_code(C07, row=7,
@@ -186,8 +196,9 @@ def stale_memory(seen: Seen) -> bool:
                  "into its pool; judge: the reference runs on its own copies in another process",
        fix="leave the inputs unchanged: write results into new tensors")
 def input_mutation(seen: Seen) -> bool:
-    """C07: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C07 in seen.codes
+    """C07: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C07)
 
 
 @_code(C08, row=8,
@@ -196,8 +207,9 @@ def input_mutation(seen: Seen) -> bool:
                  "inputs for every timed iteration",
        fix="recompute the output on every call; never keep results across calls")
 def output_caching(seen: Seen) -> bool:
-    """C08: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C08 in seen.codes
+    """C08: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C08)
 
 
 @_code(C09, row=9,
@@ -208,8 +220,9 @@ def output_caching(seen: Seen) -> bool:
        fix="finish all work before forward returns, on the current stream; join any side stream and start no "
            "thread that keeps working")
 def side_work(seen: Seen) -> bool:
-    """C09: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C09 in seen.codes
+    """C09: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C09)
 
 
 @_code(C10, row=10,
@@ -217,8 +230,9 @@ def side_work(seen: Seen) -> bool:
        caught_by="runtime: outputs must be exactly torch.Tensor, strided, with storage, on the task's device",
        fix="return plain torch.Tensor outputs, computed before forward returns")
 def lazy_output(seen: Seen) -> bool:
-    """C10: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C10 in seen.codes
+    """C10: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C10)
 
 
 @_code(C11, row=11,
@@ -228,8 +242,9 @@ def lazy_output(seen: Seen) -> bool:
                  "process",
        fix="leave torch, the verifier and builtins as they are; change no global state")
 def monkeypatch(seen: Seen) -> bool:
-    """C11: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C11 in seen.codes
+    """C11: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C11)
 
 
 @_code(C12, row=12,
@@ -239,8 +254,9 @@ def monkeypatch(seen: Seen) -> bool:
                  "seeds the candidate never sees",
        fix="do not seed or read random number generators; the inputs are drawn where you cannot see them")
 def seed_prediction(seen: Seen) -> bool:
-    """C12: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C12 in seen.codes
+    """C12: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C12)
 
 
 @_code(C13, row=13,
@@ -249,8 +265,9 @@ def seed_prediction(seen: Seen) -> bool:
                  "named",
        fix="compute in the output's precision (fp32 for fp32 outputs; no fp16, bf16 or TF32 inside)")
 def precision_loss(seen: Seen) -> bool:
-    """C13: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C13 in seen.codes
+    """C13: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C13)
 
 
 @_code(C14, row=14,
@@ -260,8 +277,9 @@ def precision_loss(seen: Seen) -> bool:
        fix="read sizes from the inputs: the kernel must be correct for any valid shape, not only the "
            "benchmark's")
 def hardcoded_shape(seen: Seen) -> bool:
-    """C14: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C14 in seen.codes
+    """C14: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C14)
 
 
 @_code(C15, row=15,
@@ -270,8 +288,9 @@ def hardcoded_shape(seen: Seen) -> bool:
                  "exist in the candidate's process while it runs",
        fix="read nothing but your inputs and weights: no files, frames or garbage-collector objects")
 def reads_expected(seen: Seen) -> bool:
-    """C15: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C15 in seen.codes
+    """C15: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C15)
 
 
 @_code(C16, row=16,
@@ -280,8 +299,9 @@ def reads_expected(seen: Seen) -> bool:
                  "trials but wrong when timed is this cheat",
        fix="compute the same way on every call, timed or not")
 def warmup_detection(seen: Seen) -> bool:
-    """C16: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C16 in seen.codes
+    """C16: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C16)
 
 
 @_code(C17, row=17,
@@ -291,8 +311,9 @@ def warmup_detection(seen: Seen) -> bool:
                  "verdict",
        fix="no processes, sleeps, network or files outside the build: compute in your kernel")
 def sandbox_escape(seen: Seen) -> bool:
-    """C17: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C17 in seen.codes
+    """C17: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C17)
 
 
 @_code(C18, row=18,
@@ -302,8 +323,9 @@ def sandbox_escape(seen: Seen) -> bool:
                  "output is flagged",
        fix="print nothing that looks like a verdict; the verifier writes its own")
 def fake_verdict(seen: Seen) -> bool:
-    """C18: a probe sighted it (its probes record only what is this cheat under either policy)."""
-    return C18 in seen.codes
+    """C18: a probe sighted it (``Seen.sighted``: PyTorch compute that ran counts under the strict policy
+    only)."""
+    return seen.sighted(C18)
 
 
 @_code(C19, row=1,
@@ -319,7 +341,7 @@ def fake_verdict(seen: Seen) -> bool:
 def unrun_torch_path(seen: Seen) -> bool:
     """C19: under the strict policy, the scans outside the process found PyTorch compute in forward's code or
     the built library and no runtime monitor saw it run (where one did, it is C01)."""
-    return seen.legality == "strict" and seen.torch_found and not seen.torch_ran
+    return seen.legality == "strict" and seen.torch_found and not seen.torch
 
 
 CODES = tuple(CATALOGUE)

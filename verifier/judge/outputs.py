@@ -67,7 +67,7 @@ class Evidence:
 
     def seen(self, legality: str = "strict", torch_found: bool = False, partial_ok: bool | None = None) -> cheats.Seen:
         """What the probes saw so far, for the catalogue's checks (``cheats.decide``)."""
-        return cheats.Seen(frozenset(self.codes), bool(self.torch_codes), torch_found, partial_ok, legality)
+        return cheats.Seen(frozenset(self.codes), frozenset(self.torch_codes), torch_found, partial_ok, legality)
 
     def decide(self, torch: bool = True) -> list[str]:
         """The codes that fire where the candidate stops before the legality policies are read: the strict reading
