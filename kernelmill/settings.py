@@ -173,7 +173,10 @@ class HostSettings:
     "" when off), the binding's canonical form, the sandbox and where job directories go. Passed as an argument to
     what starts the verifier's processes (the compile pool, sandboxes, fork servers, job directories): verify_batch
     hands down its config's, and no process-wide copy exists. No defaults of its own: ``VerifyConfig().host()`` is
-    the default."""
+    the default. ``code_locks``: the device locks (verifier/common/devlock.py) a build step that runs the
+    candidate's code (the import check: its static initialisers) holds shared, so that none of it runs inside a
+    timing window; the verify engine sets them for its compile pool (none by default: a build outside a batch
+    times nothing)."""
 
     pch_dir: str
     canonical_binding: bool
@@ -182,6 +185,7 @@ class HostSettings:
     sandbox_pids: int
     bwrap: str
     job_dir: str
+    code_locks: tuple = ()
 
 
 @dataclass

@@ -16,6 +16,7 @@ run, no compiler) raise.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import queue
@@ -35,7 +36,7 @@ from verifier.build.pool import CompilePool, first_errors
 from verifier.build.runtime import child_builder
 from verifier.common import sandbox
 from verifier.common.backends import get_backend
-from verifier.common.config import VerifyConfig, resolve_backend, usable_cores
+from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, usable_cores
 from verifier.common.inputs import draw_inputs
 from verifier.execute import admission
 from verifier.execute.processes import clear_job_root, exec_slot
@@ -70,6 +71,14 @@ from verifier.runs import (
 )
 
 __all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_batch"]
+
+
+def build_host(cfg: VerifyConfig) -> HostSettings:
+    """The host settings of a batch's builds: ``cfg``'s, with the device locks of every backend of this host as the
+    locks its import checks hold shared (``HostSettings.code_locks``: the candidate's static initialisers run
+    there, so never inside a timing window, a reference's included)."""
+    locks = tuple(p for p in (lock_path(cfg, "cpu"), lock_path(cfg, "cuda")) if p)
+    return dataclasses.replace(cfg.host(), code_locks=locks)
 
 
 def _front(reference_code: str, candidate_text: str, backend: str, task_id: str, candidate_id: str) -> Work:
@@ -358,7 +367,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     pending = [0]
     with preparing(prep_workers(cfg, backends)) as prepare, CompilePool(cfg.build_root(), workers=max(1, workers),
                                               timeout_s=cfg.compile_timeout_s,
-                                              full_fallback=cfg.full_build_fallback, host=cfg.host()) as pool:
+                                              full_fallback=cfg.full_build_fallback, host=build_host(cfg)) as pool:
         for i in build_order(items):
             task, cand = items[i]
             backend = resolve_backend(cand.backend or "cpu")

@@ -51,7 +51,7 @@ import ray
 from kernelmill.errors import InputError
 from verifier.build.pool import build_blocking, spec_key
 from verifier.common.config import usable_cores
-from verifier.engine import VerifyConfig, verify_batch
+from verifier.engine import VerifyConfig, build_host, verify_batch
 from verifier.front.extract import extract_code
 from verifier.front.static import scan
 
@@ -171,7 +171,7 @@ def _compile_spec(build_root: str, spec: dict, timeout_s: float, config: VerifyC
     of the batch's ``config``, read on the worker (its default precompiled-header cache is under the worker's home),
     as the execution tasks' verify_batch reads them."""
     try:
-        res = build_blocking(build_root, spec, timeout_s, host=config.host())
+        res = build_blocking(build_root, spec, timeout_s, host=build_host(config))
     except Exception as e:  # noqa: BLE001 - the execution task then builds (and reports) it itself
         return {"key": "", "ok": False, "error": f"{type(e).__name__}: {e}", "pid": os.getpid()}
     return {"key": res.key, "ok": res.ok, "seconds": res.seconds, "cached": res.cached, "pid": os.getpid()}

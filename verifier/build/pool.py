@@ -47,6 +47,7 @@ import functools
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -72,10 +73,16 @@ from verifier.build.variants import (
 from verifier.common import childenv, sandbox
 from verifier.common.backends import OWN_PREFIX
 from verifier.common.config import HostSettings, usable_cores
+from verifier.common.devlock import device_lock
 from verifier.common.spec import canonical_spec, extension_name, spec_key
 
 OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/build/objcache.py)
 COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
+# the import check: torch's import (~5 CPU-s with one thread) and the module's static initialisers; past it the step
+# is stopped by SIGXCPU (its exit status as the process, a shell or the sandbox's supervisor reports it)
+CHECK_CPU_S = 60
+_CPU_LIMIT_RC = (-signal.SIGXCPU, 128 + signal.SIGXCPU, 256 - signal.SIGXCPU)
+CODE_LOCK_WAIT_S = 30.0  # the longest an import check waits for an open timing window to close, then goes on
 @dataclass
 class BuildResult:
     key: str
@@ -256,27 +263,39 @@ class _Build:
 
     def check(self, so: str, out) -> bool:
         """The import check: without torch, then (if that failed) with torch imported first; the last try's
-        output goes to ``out``. Its sandbox may write only a private directory (its report)."""
+        output goes to ``out``. Its sandbox may write only a private directory (its report). It runs the candidate's
+        static initialisers, so it holds the host's device locks shared (``HostSettings.code_locks``, a bounded
+        wait): no timing window (a reference's, a candidate's) is open while it runs, and none opens until it ends.
+        A static initialiser that loads the host (threads spinning while a task's reference is timed, to inflate
+        the candidate's speedup) gets the cores of no timing, and at most ``CHECK_CPU_S`` CPU-seconds."""
         tmp = Path(_mkdtemp(prefix="km-check-"))
         rw = tmp / "rw"
         rw.mkdir()
+        locks = [device_lock(p) for p in self.host.code_locks]
+        for lock in locks:
+            lock.acquire(False, CODE_LOCK_WAIT_S)
         try:
             for torch_first in (False, True):
                 report = rw / "check.json"
                 report.unlink(missing_ok=True)
                 with open(tmp / "check.log", "w+", errors="replace") as cap:
                     argv = ["check", so, extension_name(self.key), str(report)] + ["--import-torch"] * torch_first
-                    rc = self.step(argv, self.check_env, cap, [rw], [self.key_dir])
+                    rc = self.step(argv, self.check_env, cap, [rw], [self.key_dir], cpu_s=CHECK_CPU_S)
                     ok = rc == 0 and bool(self.report(report).get("ok"))
-                    if ok or torch_first or rc is None or self.findings:
+                    if ok or torch_first or rc is None or self.findings or rc in _CPU_LIMIT_RC:
                         cap.seek(0)
                         out.write(cap.read())
-                        if not ok and rc is not None:
+                        if rc in _CPU_LIMIT_RC:
+                            out.write(f"[verifier] importing the built module used more than {CHECK_CPU_S} CPU-seconds "
+                                      "(its static initialisers compute or spin at import) and was stopped\n")
+                        elif not ok and rc is not None:
                             out.write(f"[verifier] the built module failed to import (exit status {rc})\n")
                         elif ok and torch_first:
                             out.write(f"[verifier] {TORCH_FIRST}\n")
                         return ok
         finally:
+            for lock in locks:
+                lock.close()
             shutil.rmtree(tmp, ignore_errors=True)
         return False
 
@@ -289,19 +308,26 @@ class _Build:
         except (OSError, ValueError, TypeError, AttributeError):
             return {}
 
-    def step(self, argv: list[str], env: dict, out, writable: list, read_only: list = ()) -> int | None:
+    def step(self, argv: list[str], env: dict, out, writable: list, read_only: list = (),
+             cpu_s: int = 0) -> int | None:
         """``python -m verifier.build.proc ARGV``, output to ``out``, sandboxed where bubblewrap runs; its exit
-        status, or None when the build's deadline killed it (``timed_out``); sandbox findings go to ``findings``."""
+        status, or None when the build's deadline killed it (``timed_out``); sandbox findings go to ``findings``.
+        ``cpu_s``: a limit on the step's CPU-seconds (RLIMIT_CPU, every process of it), none when 0."""
         cmd = [sys.executable, "-m", "verifier.build.proc", *argv]
         jail = _BuildSandbox(writable, self.host, read_only) if sandbox.enabled(self.host) else None
         if jail:
             cmd, env = jail.argv(cmd, env), {}
         out.flush()
+        start = jail.preexec if jail else (lambda: os.nice(COMPILE_NICE))
+
+        def preexec() -> None:
+            start()
+            if cpu_s:
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
         try:
             # compilers run niced: execution children (which feed the GPU and take timings) come first
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    preexec_fn=jail.preexec if jail else lambda: os.nice(COMPILE_NICE),
-                                    pass_fds=jail.pass_fds if jail else ())
+                                    preexec_fn=preexec, pass_fds=jail.pass_fds if jail else ())
         except BaseException:
             if jail:
                 jail.started()

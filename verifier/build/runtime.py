@@ -73,6 +73,9 @@ def child_builder(build_root: Path, cfg: VerifyConfig) -> Callable[[int, object]
         if out.vendor or out.tamper:
             out.error = "not built: the verifier's checks of its sources rejected it"
             return out
+        # no code locks here (HostSettings.code_locks): the candidate's own process asked for this build mid-run and
+        # holds its share of the device lock already; a timer waiting at the lock's turnstile would hold this import
+        # check back while the child holds the timer back, until both bounded waits ran out
         res = build_blocking(build_root, spec, cfg.compile_timeout_s, cfg.full_build_fallback, host=cfg.host())
         if res.verifier_error:
             out.verifier_error = res.verifier_error

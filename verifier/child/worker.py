@@ -397,14 +397,15 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 # every timed call is clocked by the harness in the verifier's process and watched here by both
                 # monitors, as a trial is (verifier/execute/harness.py: the inputs, outputs, clock and picks live there)
                 clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
-                own_in_profile = 0
-                if backend.name == "cuda":  # the profiler's device view of every timed call (no device time cost)
-                    with profiled(backend) as prof:
-                        brackets(clocked, "candidate", fn, job.n_brackets)
-                    backend.synchronize()
-                    own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0])
-                else:  # on cpu its host cost would be the candidate's alone: the dispatch monitor watches these calls
+                # the profiler watches every timed call as it watches a trial: on cuda its device view, on cpu the
+                # aten ops of every thread. A timed call can be told from a trial (its inputs are views into the
+                # harness's pool), so a thread-local monitor alone would let native code run PyTorch compute on
+                # a thread of its own on the timed calls only (docs/ANTI_CHEAT.md class 39). On cpu the profiler costs
+                # a few microseconds per recorded op (an allocation, a view): the candidate's, not the reference's
+                with profiled(backend) as prof:
                     brackets(clocked, "candidate", fn, job.n_brackets)
+                backend.synchronize()
+                own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0])
                 timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
                 timed.dispatched_ops = recorder.compute_ops(registry[0])
                 timed.to_host_bytes = recorder.to_host_bytes

@@ -177,7 +177,11 @@ TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
     rb"_ZNK?2at(?:16CPUGeneratorImpl|17CUDAGeneratorImpl)(?:C[12]|D[012]|\d)",
     rb"_ZNK?2at(?:24DeprecatedTypeProperties|32DeprecatedTypePropertiesRegistry)(?:C[12]|D[012]|\d)",
     rb"_ZN2at\d+getDeprecatedType", rb"_ZNK?2at5printE", rb"_ZNK?2at8toStringE",
-    rb"_ZT[VIS]N5torch8autograd(?!8profiler)", rb"_ZNK?5torch8autograd(?!8profiler)",
+    # autograd's bookkeeping (a custom Function's node, saved variables, metadata), not what runs a graph: the
+    # generated backward nodes (``MmBackward0``: its ``apply`` is ``A.mm(B)`` inside libtorch, reached by its
+    # vtable), the autograd kernels of the operators (``VariableType``), the engine, ``backward`` and ``grad``
+    rb"_ZT[VIS]N5torch8autograd(?!8profiler|9generated|9functions|12VariableType|6Engine)",
+    rb"_ZNK?5torch8autograd(?!8profiler|9generated|9functions|12VariableType|6Engine|8backwardE|4gradE)",
     rb"_ZNR?K?5torch7Library", rb"_ZNK?5torch11CppFunction", rb"_ZNK?5torch6detail", rb"_ZN5torch3jit(?:11parseSchema|17parseSchemaOrName)E",
     rb"_ZNK?3c106detail12infer_schema", rb"_ZNK?3c10\d+\w*Type3getE", rb"_ZNK?3c106IValue",
     rb"_ZNK?3c104impl\d*\w*(?:Guard|TLS|tls_)\w*", rb"_ZNK?3c10\d*\w*Warning",

@@ -58,6 +58,28 @@ def judge_node(prog: Program, node: ast.AST) -> None:
         _judge_call(prog, node)
 
 
+# the operator module's spellings of `@`: on tensors a PyTorch matmul whoever calls them
+MATMUL_FUNCTIONS = ("operator.matmul", "operator.imatmul", "operator.__matmul__", "operator.__imatmul__")
+
+
+def compute_function(full: str) -> bool:
+    """``full`` (a canonical dotted name) is a function that computes: the operator module's matmul, or a torch /
+    torch.nn.functional name ``is_torch_compute`` counts that names a callable that is not a class (so no dtype,
+    layout or type: ``torch.float32`` and ``torch.Tensor`` are values, not compute)."""
+    if full in MATMUL_FUNCTIONS:
+        return True
+    if not is_torch_compute(full):
+        return False
+    import torch
+
+    obj = torch
+    for part in full.split(".")[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return callable(obj) and not isinstance(obj, type)
+
+
 def judge_program(prog: Program) -> None:
     """The rules judged once over the whole program, after every node."""
     _judge_side_streams(prog)
@@ -84,8 +106,19 @@ def _judge_name(prog: Program, node: ast.Name) -> None:
 
 def _judge_attribute(prog: Program, node: ast.Attribute) -> None:
     """An attribute: interpreter internals, the interpreter's and the operating system's state, namespaces and
-    stores judged by whose object they touch (static_tamper), files through a path, torch internals."""
+    stores judged by whose object they touch (static_tamper), files through a path, torch internals; a PyTorch
+    compute function handed on as a value."""
     add, parents, canonical, reflect, path_io = prog.add, prog.parents, prog.canonical, prog.reflect, prog.path_io
+    parent = parents.get(id(node))
+    compared = isinstance(parent, ast.Compare) or (isinstance(parent, (ast.Tuple, ast.List, ast.Set)) and
+                                                   isinstance(parents.get(id(parent)), ast.Compare))
+    if isinstance(node.ctx, ast.Load) and not isinstance(parent, ast.Attribute) and not compared and \
+            not (isinstance(parent, ast.Call) and parent.func is node) and \
+            compute_function(canonical(_dotted(node))):
+        # `ext.tile(torch.matmul, a, b)`, `operator.matmul`: a function that computes, handed to code that calls it
+        # where no call of it shows here (the extension's C++, on a thread of its own)
+        add(cheats.C01, node, f"hands `{_dotted(node)}` on as a value (PyTorch compute, run wherever it is called)",
+            True)
     if _dunder(node.attr) and node.attr not in DUNDER_OK and \
             node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
         add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
@@ -152,6 +185,9 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
             full.split(".")[1] not in NUMPY_FORWARD_OK and id(node) not in init_ids:
         where = "in ModelNew" if id(node) in method_ids else f"in `{prog.forward_fns[id(node)]}`, which forward calls"
         add(cheats.C01, node, f"calls `{raw}` {where} (host compute with numpy, not your kernel)")
+    if full in MATMUL_FUNCTIONS:
+        add(cheats.C01, node, f"calls `{raw}` (a PyTorch matmul, as `@`)", True)
+        return
     if full in CALL_CODES or raw in CALL_CODES:
         add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
         if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:

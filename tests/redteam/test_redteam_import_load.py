@@ -1,0 +1,101 @@
+"""Red team of a static initialiser that loads the host while the task's reference is timed (the speedup inflated).
+
+A red team that read the verifier (thirteenth session, cpu backend) wrote an extension whose static initialiser
+read ``/proc/self/cmdline`` and, only inside the build's import check (``verifier.build.proc check``), started 8
+threads spinning for 100 s. Builds overlap the preparation of their task, so the spin ran while the task's eager
+reference was timed: eager read 22,426 us against 15,223 us for the same task without it, the candidate's speedup
+went from 0.85x to 1.71x, and the inflated reference was kept for the task's later candidates (the timing had held
+the device lock, which builds never took).
+
+Closed at the root: the import check is the candidate's code, so it runs under the host's device locks held shared
+(``HostSettings.code_locks``, set by the verify engine for its compile pool: verifier/engine.py ``build_host``), and
+no timing window (a reference's, a candidate's) is open while it runs; and it may use ``CHECK_CPU_S`` CPU-seconds
+(RLIMIT_CPU), past which it is stopped and the build fails with a line saying so. The honest twin: a module with a
+static initialiser that does its small set-up builds and imports, and reports when it ran.
+"""
+
+import dataclasses
+import re
+import threading
+import time
+
+from verifier.build import pool
+from verifier.build.pool import build_blocking
+from verifier.common.config import VerifyConfig
+from verifier.common.devlock import DeviceLock
+from verifier.engine import build_host
+
+HOST = VerifyConfig().host()
+
+STAMPED = r'''
+#include <torch/extension.h>
+#include <chrono>
+#include <cstdio>
+
+static int stamp = [] {
+    double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::printf("KM_INIT_AT %.3f\n", now);
+    std::fflush(stdout);
+    return 0;
+}();
+
+int64_t NAME() { return stamp + 1; }
+'''
+
+SPINNER = r'''
+#include <torch/extension.h>
+#include <ctime>
+
+static int spun = [] {
+    volatile double x = 0;
+    while (std::clock() < 20 * CLOCKS_PER_SEC) x += 1.0;  // 20 CPU-seconds of the build's import check
+    return 1;
+}();
+
+int64_t spin_TAG() { return spun; }
+'''
+
+
+def test_the_engines_builds_hold_every_device_lock_of_the_host_shared():
+    cfg = VerifyConfig()
+    locks = build_host(cfg).code_locks
+    assert len(locks) == 2 and all(p.endswith(".lock") for p in locks), locks
+    assert VerifyConfig().host().code_locks == ()  # a build outside a batch times nothing: no locks
+
+
+def test_the_import_check_waits_for_an_open_timing_window(tmp_path):
+    """A timer holds the lock exclusive from before the build until 3 s after its shared object exists (the compile
+    is over, the import check is next); the initialiser's stamp says the check ran only once the window closed."""
+    lock_file = str(tmp_path / "timing-cpu.lock")
+    timer = DeviceLock(lock_file)
+    assert timer.acquire(True, 5.0)
+    builds = tmp_path / "builds"
+    released = []
+
+    def release_after_the_compile():
+        deadline = time.monotonic() + 600
+        while not list(builds.rglob("*.so")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(3.0)
+        released.append(time.time())
+        timer.close()
+
+    t = threading.Thread(target=release_after_the_compile)
+    t.start()
+    name = f"stamped_{int(time.time() * 1000) % 100000}"
+    res = build_blocking(builds, {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]}, 600,
+                         host=dataclasses.replace(HOST, code_locks=(lock_file,)))
+    t.join()
+    assert res.ok, res.log[-2000:]
+    stamps = [float(x) for x in re.findall(r"KM_INIT_AT (\d+\.\d+)", res.log)]
+    assert stamps and released, res.log[-2000:]
+    assert min(stamps) >= released[0] - 0.05, (stamps, released)
+
+
+def test_a_static_initialiser_that_spins_is_stopped_at_the_cpu_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(pool, "CHECK_CPU_S", 3)
+    tag = str(int(time.time() * 1000) % 100000)
+    res = build_blocking(tmp_path / "builds", {"cpp_sources": SPINNER.replace("TAG", tag), "functions": [f"spin_{tag}"]},
+                         600, full_fallback=False, host=HOST)
+    assert not res.ok
+    assert "more than 3 CPU-seconds" in res.log, res.log[-2000:]
