@@ -4,8 +4,11 @@ only rule there was that own functions are called on every trial).
 
 The knockout run on cpu (verifier/judge/knockout.py, verifier/child/knockout.py ``knock_call``): one more correctness
 trial in a fresh child where every call of the candidate's own extension functions runs on copies of its arguments
-and hands back its result wrong in every value (NaN, the bitwise complement), shape and dtype kept. Still correct:
-the own functions produce no part of the output (C02 under partial). End to end on the cpu backend with the shared
+and hands back what a call that did no work would: its argument of the result's shape passed through, else zeros.
+Still correct: the own functions produce no part of the output (C02 under partial). The thirteenth session's red team
+passed partial with the rule before (a result of NaN): an own function that passes its input through beside PyTorch
+doing the work (``relu`` of what ``torch.relu`` made non-negative already), and one whose result is added times zero,
+each made every NaN reach the output and so "contributed" what it never computed. End to end on the cpu backend with the shared
 extension of bench/lib/fixtures.py, under both policies; the honest partial twins (own relu after torch's matmul, as
 a returned tensor and written into an output argument) pass partial and are C01 under strict.
 """
@@ -29,6 +32,10 @@ CASES = {
         "c = torch.matmul(a, b)\next.touch(c)\nreturn c", args="a, b"), False),
     "own_result_computed_and_discarded": (fx.RELU_TASK, fx.cpu_candidate(
         "y = ext.relu(x.contiguous())\nreturn torch.relu(x)"), False),
+    "own_function_passing_its_input_through": (RELU_MM_TASK, fx.cpu_candidate(
+        "c = torch.relu(torch.matmul(a, b)).contiguous()\nreturn ext.relu(c)", args="a, b"), False),
+    "own_result_added_times_zero": (RELU_MM_TASK, fx.cpu_candidate(
+        "c = torch.relu(torch.matmul(a, b)).contiguous()\nreturn c + ext.relu(c)[0] * 0.0", args="a, b"), False),
     "own_relu_after_torch_matmul": (RELU_MM_TASK, fx.cpu_candidate(
         "c = torch.matmul(a, b)\nreturn ext.relu(c.contiguous())", args="a, b"), True),
     "own_relu_into_an_output_argument": (RELU_MM_TASK, fx.cpu_candidate(
@@ -70,12 +77,18 @@ def test_own_functions_that_produce_part_of_the_output_pass_partial_on_cpu(verdi
     assert strict.status == "cheat" and cheats.C01 in strict.cheats and strict.pass_partial is True
 
 
-def test_a_knocked_out_result_is_wrong_in_every_value_with_its_shape_and_type():
-    f = torch.randn(3, 4)
+def test_a_knocked_out_result_is_what_a_call_that_did_no_work_hands_back():
+    """A tensor result: the call's argument of its shape, dtype and device (passed through), else zeros (floating)
+    or the complement (integers, booleans); scalars wrong; structure kept."""
+    x = torch.randn(3, 4)
     i = torch.arange(-3, 5, dtype=torch.int32)
     b = torch.tensor([True, False])
-    kf, ki, kb = knocked_out((f, [i, b]))[0], knocked_out((f, [i, b]))[1][0], knocked_out((f, [i, b]))[1][1]
-    assert kf.shape == f.shape and kf.dtype == f.dtype and torch.isnan(kf).all()
+    through = knocked_out(x * 2, [x, 7])
+    assert torch.equal(through, x) and through.data_ptr() != x.data_ptr()
+    kf, ki, kb = knocked_out((x.sum(0), [i, b]))[0], knocked_out((x.sum(0), [i, b]))[1][0], \
+        knocked_out((x.sum(0), [i, b]))[1][1]
+    assert kf.shape == (4,) and kf.dtype == x.dtype and bool((kf == 0).all())
     assert ki.dtype == i.dtype and bool((ki != i).all()) and bool((kb != b).all())
+    assert torch.equal(knocked_out(i + 1, [i]), i)  # an integer result with a matching argument: passed through
     assert math.isnan(knocked_out(2.5)) and knocked_out(7) != 7 and knocked_out(True) is False
     assert knocked_out(None) is None and knocked_out("s") == "s"

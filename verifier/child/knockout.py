@@ -2,9 +2,8 @@
 it). On cuda ``knockout_shim.c`` loaded into the candidate's process rewrites the launch slots of each of the
 candidate's extensions as it is loaded. On cpu there is no launch to skip: each call of the candidate's own
 extension functions (the counted wrapper of verifier/child/worker.py) runs on copies of its arguments, so that no
-write it makes reaches the caller, and hands back results of the same shape and type whose every value is wrong
-(``knocked_out``): NaN for floating point, the bitwise complement for integers and booleans. What was skipped is
-written as evidence. Imports: the standard library (torch inside the cpu wrapper only).
+write it makes reaches the caller, and hands back what a call that did no work would (``knocked_out``): its input
+passed through where an argument has the result's shape, else zeros. What was skipped is written as evidence. Imports: the standard library (torch inside the cpu wrapper only).
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ class ChildKnockout:
 
         self.call_counts[name] = self.call_counts.get(name, 0) + 1
         result = fn(*[clone(a) for a in args], **{k: clone(v) for k, v in kwargs.items()})
-        return knocked_out(result)
+        return knocked_out(result, [*args, *kwargs.values()])
 
     def skipped(self) -> dict[str, int]:
         if self.calls:
@@ -99,15 +98,22 @@ class ChildKnockout:
             "redirected": redirected, "errors": self.errors}))
 
 
-def knocked_out(x):
-    """``x`` wrong in every value, its structure kept: a tensor of the same shape, dtype and device filled with NaN
-    (floating point, complex) or holding the bitwise complement of each value (integers, booleans); a Python float
-    NaN, an int its complement, a bool its negation; lists and tuples element by element; anything else as it is."""
+def knocked_out(x, args: list = ()):
+    """What a call that did no work would have handed back in place of ``x``, its structure kept: each tensor
+    replaced by a copy of the call's first tensor argument of the same shape, dtype and device (the call passed its
+    input through), or by zeros where no argument has its shape (nothing computed); integers and booleans of a
+    tensor with no matching argument by their bitwise complement; a Python float NaN, an int its complement, a
+    bool its negation; lists and tuples element by element; anything else as it is. NaN alone was not enough: a
+    pass-through (``y * 1``) or a zero added (``y + f(y)[0] * 0``) beside PyTorch doing the work made every
+    NaN reach the output, so the own function "contributed" what it never computed."""
     import torch
 
     if isinstance(x, torch.Tensor):
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.shape == x.shape and a.dtype == x.dtype and a.device == x.device:
+                return a.detach().clone()
         if x.is_floating_point() or x.is_complex():
-            return torch.full_like(x, float("nan"))
+            return torch.zeros_like(x)
         return torch.bitwise_not(x)
     if isinstance(x, bool):
         return not x
@@ -116,5 +122,5 @@ def knocked_out(x):
     if isinstance(x, float):
         return float("nan")
     if isinstance(x, (list, tuple)):
-        return type(x)(knocked_out(v) for v in x)
+        return type(x)(knocked_out(v, args) for v in x)
     return x

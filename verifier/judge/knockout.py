@@ -32,9 +32,11 @@ counts as contributing.
 
 On cpu there is no launch to skip: the knockout run knocks out the calls of the candidate's own extension
 functions instead (verifier/child/knockout.py ``knock_call``): each runs on copies of its arguments, so that a
-write into an output argument reaches only the copy, and its result comes back wrong in every value (NaN, the
-bitwise complement), with its shape and dtype. Still correct then: no part of the output is the candidate's own
-work (``no_contribution``); no call intercepted: inconclusive. An empty kernel called for show beside PyTorch
+write into an output argument reaches only the copy, and its result comes back as a call that did no work would
+hand it back: a copy of its argument of the same shape (its input passed through), else zeros. Still correct
+then: no part of the output is the candidate's own work (``no_contribution``); no call intercepted: inconclusive.
+(A result of NaN, the rule before, let a pass-through ``y * 1`` or ``y + f(y)[0] * 0`` beside ``torch.matmul``
+"contribute": every NaN reached the output.) An empty kernel called for show beside PyTorch
 doing the work passed the partial policy on cpu before (the policy's rule there was only that own functions are
 called on every trial).
 
