@@ -21,6 +21,16 @@ end to end on the cpu backend; three of them were rejected before their fixes: a
 .record_function`` range (static_rules.TORCH_ALLOWED), ``F.dropout(y, p=0.0)`` (static_judges.DROPOUT_CALLS, as
 ``nn.Dropout`` is) and ``torch.set_num_threads`` in ``__init__`` (put back to the slot's count in the child:
 tests/test_verifier_run.py).
+
+A third (thirteenth session) added 54 for 18 tasks (``honest13_<task>_<x>``, tasks ``t13_*``): GRU and LSTM cells,
+embedding bag means with int64 indices, eval-mode BatchNorm (held, buffers, folded, a TORCH_LIBRARY operator), a
+masked min with bool masks and tuple outputs, average pooling, a reverse cumulative sum (Kahan, blocked, threads),
+broadcast affine maps over ``expand`` views, GEMM + LeakyReLU (reused output buffers, float64 inside), integer ops
+and dtype promotions, masked attention (online softmax), softmax over channels returning a permuted view, a dilated
+Conv1d, MLPs (``nn.ModuleList`` of own modules, pybind11 classes holding parameters), long row sums, and three naive
+matmuls at 0.6-2.0 s a call. All 54 passed end to end on the cpu backend at 76850fa (each through ``kernelmill
+verify``); the front-end changes of the session after it (compute functions handed on as values, C++ holding Python
+objects) find nothing in any of them.
 """
 
 from __future__ import annotations
