@@ -17,6 +17,11 @@ binary cannot say which exported function reaches an import, so an ATen helper f
 strict too (the strict policy's rule for a PyTorch path that never ran) and passes partial. Honest twin: C++ that
 only allocates (``torch::zeros``, ``torch::empty_like``) and computes in its own loops, on threads of its own,
 passes.
+
+Since the thirteenth session every timed call is profiled on every thread as a trial is (verifier/child/worker.py), so
+the routes that compute on the timed calls only are seen at run time as well, and their verdicts say so first ("Runtime
+check of the timed runs"); the binary's reading stays the decision for the routes no monitor in the process sees (a
+forked process, a dispatch-key guard) and is recorded in ``versions["binary"]`` for all of them.
 """
 
 import pytest
@@ -145,7 +150,12 @@ def test_pytorch_compute_the_extension_imports_is_judged_outside_its_process(ver
         return
     assert v.status == "cheat" and v.pass_strict is False, (v.status, v.cheats, v.feedback[:600])
     assert {cheats.C01, cheats.C19} & set(v.cheats), v.cheats
-    assert "Binary check: your extension calls PyTorch compute ops from C++" in v.feedback, v.feedback[:800]
+    # the routes on the timed calls only are seen at run time too since every timed call is profiled on every thread
+    # (tests/redteam/test_redteam_timed_routes.py): the runtime's line decides first there; the binary's evidence,
+    # read outside the process, is recorded in the verdict either way
+    seen_when_timed = route.endswith("_when_timed") and "Runtime check of the timed runs" in v.feedback
+    assert seen_when_timed or "Binary check: your extension calls PyTorch compute ops from C++" in v.feedback, \
+        v.feedback[:800]
     assert any(op in v.versions["binary"]["aten_compute_imports"] for op in ("aten::matmul", "aten::mm")), v.versions
     if route == "aten_helper_forward_never_calls":  # never ran: C19, and the partial policy does not count it
         assert v.cheats == [cheats.C19], v.cheats
