@@ -171,3 +171,124 @@ def test_a_lock_directory_replaced_by_a_link_after_its_check_is_refused(tmp_path
     (tmp_path / "locks").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(InputError, match="lock_dir .*locks.*not a directory of this user"):
         lock_path(cfg, "cpu")
+
+
+def _until_a_timer_waits(holder: DeviceLock) -> None:
+    """Until another lock (a thread's) waits for the device exclusive behind ``holder``'s shared hold (5 s at most)."""
+    deadline = time.monotonic() + 5
+    while not holder.timer_waiting() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert holder.timer_waiting()
+
+
+def test_a_shared_holder_gives_way_to_a_waiting_timer_between_its_pieces_of_work(tmp_path):
+    """A candidate's load and trials, and the judge's reference runs, hold the device shared piece by piece: at each
+    point between pieces (``yield_to_timer``) a waiting timer gets the device first, and the holder takes it shared
+    again once the timing is over. Without a waiting timer the hold is kept (nobody exclusive gets in)."""
+    path = str(tmp_path / "dev.lock")
+    holder, timer, probe = DeviceLock(path), DeviceLock(path), DeviceLock(path)
+    assert holder.acquire(False, 1.0)
+    assert not holder.timer_waiting()
+    assert holder.yield_to_timer(1.0) and holder.held == "shared"
+    assert not probe.acquire(True, 0.2)  # no timer waited: the hold was kept throughout
+    events = []
+    got = {}
+
+    def timing():
+        got["timer"] = timer.acquire(True, 10.0)
+        events.append("timer got the device")
+        time.sleep(0.3)
+        events.append("timer done")
+        timer.release()
+
+    th = threading.Thread(target=timing)
+    th.start()
+    _until_a_timer_waits(holder)
+    assert holder.timer_waiting() and "timer got the device" not in events  # waiting for this shared piece
+    assert holder.yield_to_timer(10.0) and holder.held == "shared"
+    events.append("holder shared again")
+    th.join(5)
+    assert got["timer"] is True
+    assert events == ["timer got the device", "timer done", "holder shared again"]
+    assert not holder.timer_waiting()
+    for lk in (holder, timer, probe):
+        lk.close()
+
+
+def test_giving_way_is_bounded_and_a_lockless_job_never_waits(tmp_path):
+    """A timer that holds the device past the holder's bound leaves the holder going on without the lock (every
+    wait is bounded); a job with no lock file gives way to nobody."""
+    path = str(tmp_path / "dev.lock")
+    holder, timer = DeviceLock(path), DeviceLock(path)
+    assert holder.acquire(False, 1.0)
+    th = threading.Thread(target=lambda: timer.acquire(True, 10.0))
+    th.start()
+    _until_a_timer_waits(holder)
+    t0 = time.monotonic()
+    assert holder.yield_to_timer(0.3) is False and holder.held is None  # the timer keeps the device; not waited for
+    assert 0.3 <= time.monotonic() - t0 < 3.0
+    th.join(5)
+    assert timer.held == "exclusive"
+    assert holder.yield_to_timer(0.3) is False  # holding nothing, it has nothing to give
+    timer.close()
+    holder.close()
+    assert device_lock(None).yield_to_timer(5.0) is False
+
+
+def test_giving_way_has_one_budget_for_all_the_yields_of_a_job(tmp_path):
+    """Each yield may wait for a neighbour's timing; all of them together wait at most the budget (a job's yields
+    must never add up to its timeout). A yield that runs out of budget goes on without the lock (as a first take
+    that timed out does); one with no budget left keeps the hold and lets the timer wait."""
+    path = str(tmp_path / "dev.lock")
+    holder = DeviceLock(path)
+    assert holder.acquire(False, 1.0)
+
+    def timed_by(t, hold_s):
+        def timing():
+            assert t.acquire(True, 20.0)
+            time.sleep(hold_s)
+            t.release()
+        th = threading.Thread(target=timing)
+        th.start()
+        _until_a_timer_waits(holder)
+        return th
+
+    first, second, third = DeviceLock(path), DeviceLock(path), DeviceLock(path)
+    th = timed_by(first, 0.3)
+    assert holder.yield_to_timer(0.5) and holder.yielded_s >= 0.25  # let through, waited for, shared again
+    th.join(5)
+    th = timed_by(second, 1.0)
+    t0 = time.monotonic()
+    assert holder.yield_to_timer(0.5) is False and holder.held is None  # 0.2 s of budget left: it gave up then
+    assert time.monotonic() - t0 < 0.5 and holder.yielded_s <= 0.5 + 0.1
+    th.join(5)
+    assert holder.acquire(False, 1.0)
+    th = timed_by(third, 0.3)
+    spent = holder.yielded_s
+    assert holder.yield_to_timer(spent) and holder.yielded_s == spent  # no budget left: the hold is kept
+    assert holder.timer_waiting()
+    holder.release()
+    th.join(5)
+    for t in (first, second, third, holder):
+        t.close()
+
+
+def test_the_verifiers_judging_threads_run_side_by_side():
+    """Judging (the reference on every trial's inputs in the verifier's process) is admitted by memory with its job,
+    not one thread at a time: a process-wide lock queued every candidate's judging behind another's device-lock
+    waits and knockout children (381 real candidates an hour on one H200, the device 2% busy)."""
+    from verifier.execute import admission
+
+    inside, both = threading.Barrier(2, timeout=5), []
+
+    def judging():
+        with admission.device_work("cuda"):
+            inside.wait()  # raises BrokenBarrierError unless the other thread is inside at the same time
+            both.append(True)
+
+    threads = [threading.Thread(target=judging) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    assert both == [True, True]

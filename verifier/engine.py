@@ -282,11 +282,23 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             poison = get_backend(backend).poison_byte
             with shared_lock(cfg, backend) as lock, admission.device_work(device):
                 lock.acquire(False, lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
-                # the partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where it decides
-                knockout = lambda: run_knockout(w, plan, cfg, build_root, make_job=new_job,  # noqa: E731
-                                                job_dir_of=new_job_dir, run_driven=driven, backend=backend)
-                return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout),
-                             ref_timing)
+                def knockout():
+                    """The partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where
+                    it decides. Its child holds the device lock as any job's does; the judge's own shared hold is
+                    let go meanwhile, so that no timer waits for the whole of a child's run."""
+                    lock.release()
+                    try:
+                        return run_knockout(w, plan, cfg, build_root, make_job=new_job, job_dir_of=new_job_dir,
+                                            run_driven=driven, backend=backend)
+                    finally:
+                        lock.acquire(False, lock_wait_s(cfg))
+                give_way = functools.partial(lock.yield_to_timer, lock_wait_s(cfg))
+                t_judge = time.perf_counter()
+                try:
+                    return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout,
+                                                         give_way), ref_timing)
+                finally:
+                    v.stage_seconds["execute_judge"] = round(time.perf_counter() - t_judge, 3)
     finally:
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root

@@ -272,9 +272,9 @@ class _Build:
         rw = tmp / "rw"
         rw.mkdir()
         locks = [device_lock(p) for p in self.host.code_locks]
-        for lock in locks:
-            lock.acquire(False, CODE_LOCK_WAIT_S)
-        try:
+        try:  # (a lock file that cannot be opened still leaves no temporary directory behind)
+            for lock in locks:
+                lock.acquire(False, CODE_LOCK_WAIT_S)
             for torch_first in (False, True):
                 report = rw / "check.json"
                 report.unlink(missing_ok=True)
@@ -312,7 +312,9 @@ class _Build:
              cpu_s: int = 0) -> int | None:
         """``python -m verifier.build.proc ARGV``, output to ``out``, sandboxed where bubblewrap runs; its exit
         status, or None when the build's deadline killed it (``timed_out``); sandbox findings go to ``findings``.
-        ``cpu_s``: a limit on the step's CPU-seconds (RLIMIT_CPU, every process of it), none when 0."""
+        ``cpu_s``: a limit on the CPU-seconds of each process of the step (RLIMIT_CPU, which every process it starts
+        inherits as its own count), none when 0. The import check is one Python process; one that forks is a sandbox
+        finding (C17) in the same step."""
         cmd = [sys.executable, "-m", "verifier.build.proc", *argv]
         jail = _BuildSandbox(writable, self.host, read_only) if sandbox.enabled(self.host) else None
         if jail:

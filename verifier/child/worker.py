@@ -242,6 +242,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         ref = exec_module("km_reference", job.reference_code, "reference.py")
         model, init = build_model(ref, job.init_seed, device, job.reference_code, job.eval_mode)
         clock.phase("load_reference")
+        lock.yield_to_timer(job.lock_wait_s)  # (between pieces of device work: a waiting timer goes first)
         with profiled(backend):  # the profiler's own threads and state exist before any baseline
             pass
         # the intra-op pool too, on both backends: a pool torch makes lazily (a CPU tensor op in __init__ on a
@@ -265,6 +266,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         report.import_error = traceback.format_exc(limit=4)[-3000:]
         return report
     clock.phase("load_candidate_import")
+    lock.yield_to_timer(job.lock_wait_s)
     if guard.tampered("import"):
         return report
     try:
@@ -295,6 +297,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     draw = drawer(ref, device, job.reference_code)
     n = job.n_trials
     for i in range(n):
+        lock.yield_to_timer(job.lock_wait_s)
         rec = TrialReport(index=i, started_s=round(time.perf_counter() - clock.start, 4))
         report.trials.append(rec)
         seed = ch.trial_seed(i)

@@ -187,7 +187,7 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
 
 
 @cheats.probe(cheats.C16, where="harness")
-def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence) -> None:
+def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence, give_way=None) -> None:
     """C16: the timed calls' outputs as the harness read them (verifier/execute/harness.py): every one was checked there
     against the reference on its own inputs (did it compute this input's answer); a few, picked at random after
     the clock stopped, are judged here in full, against the measured budget, as a trial is, and on cpu the calls
@@ -201,6 +201,8 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
     picked += [(f"Call {j + 1} of the fastest timed bracket (the one whose time is reported), checked in full", pair)
                for j, pair in enumerate(clocked.fastest)]
     for what, (inputs, got) in picked:
+        if give_way is not None:  # between the pieces of device work: a waiting timer goes first
+            give_way()
         with torch.no_grad():
             refs = [r.detach() for r in as_list(model(*inputs)) if isinstance(r, torch.Tensor)]
             refs64 = reference64(model64, inputs)

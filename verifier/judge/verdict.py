@@ -163,8 +163,10 @@ class Execution:
     """What executing one candidate left for the judge: its job and job directory, how its process ended (``run``),
     what this process handed it and the records it streamed (``ledger``, verifier/execute/channel.py), what the
     harness timed and saw of the timed calls (``clocked``, verifier/execute/harness.py), the device and the poison
-    byte of its freed memory, and ``knockout``, the knockout run on demand (the partial policy's question,
-    verifier/judge/knockout.py; None where there is none)."""
+    byte of its freed memory, ``knockout``, the knockout run on demand (the partial policy's question,
+    verifier/judge/knockout.py; None where there is none), and ``give_way``, called between the judge's pieces of
+    device work (each trial's reference runs, each timed call checked in full): where a timer waits for the device,
+    the judge's shared hold lets it go first (verifier/common/devlock.py ``yield_to_timer``)."""
 
     job: Job
     job_dir: Path
@@ -174,6 +176,7 @@ class Execution:
     poison: int
     clocked: Clocked = dataclasses.field(default_factory=Clocked)
     knockout: Callable | None = None
+    give_way: Callable[[], object] = lambda: None
 
 
 @dataclass
@@ -335,6 +338,7 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
     prev: list = []
     n = job.n_trials
     for rec in report.trials:
+        ex.give_way()
         is_other = bool(job.other_shape) and rec.index == n - 1
         try:
             inputs = plan.trial_inputs(job, rec.index, ex.device, job_dir, ex.ledger)
@@ -403,7 +407,7 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
                                   + ", ".join(v.fallback_ops) + ".")
         else:
             ev.add(cheats.C11, "The monitors' record of the timed calls is missing.")
-        check_clocked_outputs(clocked, plan, model, model64, cfg, ev)
+        check_clocked_outputs(clocked, plan, model, model64, cfg, ev, give_way=ex.give_way)
         check_timed_inputs(clocked, ev)
         _speedups(v, report, clocked, ref_timing, ev)
         if clocked.unchecked and v.speedup_eager is not None:
