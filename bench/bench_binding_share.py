@@ -30,7 +30,7 @@ from verifier.build.pch import ensure_pch  # noqa: E402
 from verifier.build.pool import canonical_spec, spec_key, write_variant  # noqa: E402
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
-from verifier.front.static import scan  # noqa: E402
+from verifier.front.static import StaticScanError, scan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ def testbed_share(manifest: Path, work: Path) -> str:
         n += 1
         try:
             found = [e.args for e in scan(code, "cuda").extensions if e.resolved]
-        except SyntaxError:  # a solution that is not Python (the verifier's verdict: static error)
+        except (SyntaxError, StaticScanError):  # a solution that is not Python (the verifier stops it at extract)
             continue
         if not found or not found[0].get("cuda_sources"):
             continue
