@@ -3,6 +3,7 @@ device alone, a waiting timer is not starved by new shared takers, every wait is
 holder frees the lock. Separate DeviceLock objects are separate open files, so threads of one process
 contend exactly as processes do; the kill test uses a real process."""
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -102,7 +103,7 @@ def test_every_verifier_process_of_a_device_takes_one_lock_whatever_its_build_ro
     directories (a batch beside a reward server, parallel test workers) must exclude each other, and pools on
     different GPUs must not."""
     from kernelmill.settings import VerifyConfig
-    from verifier.runs import lock_path
+    from verifier.execute.locks import lock_path
 
     a = VerifyConfig(build_dir=str(tmp_path / "a"), lock_dir=str(tmp_path / "locks"))
     b = VerifyConfig(build_dir=str(tmp_path / "b"), lock_dir=str(tmp_path / "locks"))
@@ -134,7 +135,7 @@ def test_a_lock_directory_of_another_owner_or_a_link_is_refused_before_any_candi
     from kernelmill.schema import Candidate, Task
     from kernelmill.settings import VerifyConfig
     from verifier.engine import verify_batch
-    from verifier.runs import lock_path
+    from verifier.execute.locks import lock_path
 
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "planted").symlink_to(tmp_path / "elsewhere")
@@ -159,7 +160,7 @@ def test_a_lock_directory_replaced_by_a_link_after_its_check_is_refused(tmp_path
 
     from kernelmill.errors import InputError
     from kernelmill.settings import VerifyConfig
-    from verifier.runs import lock_path
+    from verifier.execute.locks import lock_path
 
     cfg = VerifyConfig(build_dir=str(tmp_path / "b"), lock_dir=str(tmp_path / "locks"))
     first = lock_path(cfg, "cpu")
@@ -273,16 +274,18 @@ def test_giving_way_has_one_budget_for_all_the_yields_of_a_job(tmp_path):
         t.close()
 
 
-def test_the_verifiers_judging_threads_run_side_by_side():
+def test_the_verifiers_judging_threads_run_side_by_side(tmp_path):
     """Judging (the reference on every trial's inputs in the verifier's process) is admitted by memory with its job,
     not one thread at a time: a process-wide lock queued every candidate's judging behind another's device-lock
     waits and knockout children (381 real candidates an hour on one H200, the device 2% busy)."""
-    from verifier.execute import admission
+    from kernelmill.settings import VerifyConfig
+    from verifier.execute import locks
 
+    cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"))
     inside, both = threading.Barrier(2, timeout=5), []
 
     def judging():
-        with admission.device_work("cuda"):
+        with locks.device_work(cfg, "cuda"):
             inside.wait()  # raises BrokenBarrierError unless the other thread is inside at the same time
             both.append(True)
 
@@ -292,3 +295,55 @@ def test_the_verifiers_judging_threads_run_side_by_side():
     for th in threads:
         th.join(10)
     assert both == [True, True]
+
+
+def test_the_verifiers_own_device_work_holds_the_device_shared_on_cuda(tmp_path):
+    """The verifier's process running the reference (a task's plan, the judging, inputs drawn for a child) holds the
+    device lock shared on cuda, so that no other process's timing phase has that work inside its window; a timer
+    gets the device once the work is over. On cpu only timing phases take the lock (the work holds nothing)."""
+    from kernelmill.settings import VerifyConfig
+    from verifier.execute import locks
+
+    cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"))
+    with DeviceLock(locks.lock_path(cfg, "cuda")) as timer:
+        with locks.device_work(cfg, "cuda") as held:
+            assert held.held == "shared"
+            assert not timer.acquire(True, 0.2)  # no timing while the reference runs here
+        assert held.held is None and timer.acquire(True, 1.0)
+        timer.release()
+    with DeviceLock(locks.lock_path(cfg, "cpu")) as timer, locks.device_work(cfg, "cpu") as held:
+        assert held.held is None and timer.acquire(True, 1.0)
+
+
+def test_a_tasks_plan_runs_its_reference_inside_the_verifiers_device_work(tmp_path, monkeypatch):
+    """Every reference run of a task's plan (its draws, forwards and float64 check) is inside ``device_work`` for the
+    plan's config and backend: a plan made on cuda while another candidate times ran the reference with no lock, in
+    that candidate's timed window."""
+    from bench.lib import fixtures as fx
+    from kernelmill.settings import VerifyConfig
+    from verifier.execute import locks
+    from verifier.judge import plan as plan_mod
+
+    real, inside, entered = locks.device_work, [False], []
+
+    @contextlib.contextmanager
+    def watched(cfg, backend):
+        with real(cfg, backend) as lock:
+            entered.append((cfg, backend))
+            inside[0] = True
+            try:
+                yield lock
+            finally:
+                inside[0] = False
+
+    built = plan_mod.build_model
+
+    def build_model(*a, **kw):
+        assert inside[0], "the plan built the reference outside the verifier's device work"
+        return built(*a, **kw)
+
+    monkeypatch.setattr(plan_mod, "device_work", watched)
+    monkeypatch.setattr(plan_mod, "build_model", build_model)
+    cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"), other_shape=False)
+    p = plan_mod._build_plan(fx.RELU_TASK, "cpu", cfg, "relu")
+    assert entered == [(cfg, "cpu")] and p.output_bytes > 0 and not p.task_fault

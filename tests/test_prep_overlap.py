@@ -17,6 +17,7 @@ from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import engine
 from verifier import runs
+from verifier.execute import locks
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.common.devlock import DeviceLock
 
@@ -34,7 +35,7 @@ def test_the_compiled_reference_is_built_outside_the_device_lock(tmp_path, fresh
     cfg = VerifyConfig(build_dir=str(tmp_path / "build"), timing_trials=3, warmup=1, time_torch_compile=True,
                        run_timeout_s=60, memory_limit_gb=4, pch=False, prep_cache=False,
                        lock_dir=str(tmp_path / "locks"))  # this test's own: no other test worker's timing in its marks
-    lock_file = runs.lock_path(cfg, "cpu")
+    lock_file = locks.lock_path(cfg, "cpu")
     assert lock_file
     cfg.build_root().mkdir(parents=True, exist_ok=True)
     taken, stop = [], threading.Event()

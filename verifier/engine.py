@@ -39,6 +39,7 @@ from verifier.common.backends import get_backend
 from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, usable_cores
 from verifier.common.inputs import draw_inputs
 from verifier.execute import admission
+from verifier.execute.locks import device_work, lock_path, lock_wait_s
 from verifier.execute.processes import clear_job_root, exec_slot
 from verifier.front.binary import scan_binary, scan_tampering
 from verifier.front.extract import check_candidate_shape, extract_code
@@ -58,8 +59,6 @@ from verifier.judge.plan import (  # noqa: F401
 )
 from verifier.judge.verdict import Execution, Work, finish, judge
 from verifier.runs import (
-    lock_path,
-    lock_wait_s,
     make_harness,
     new_job,
     new_job_dir,
@@ -67,7 +66,6 @@ from verifier.runs import (
     preparing,
     reference_timing,
     run_driven,
-    shared_lock,
 )
 
 __all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_batch"]
@@ -253,12 +251,11 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     def ship_inputs(i: int, seed: int) -> None:
         """Inputs a seed does not reproduce travel as a file, written when the child reaches their trial."""
         other = job.other_shape if (job.other_shape and i == n - 1) else ""
-        with shared_lock(cfg, backend) as lock:
-            lock.acquire(False, lock_wait_s(cfg))
+        with device_work(cfg, backend):
             with RNG_LOCK:
                 inputs = draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text, other)
-        torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
-                   job_dir / f"trial_{i}.pt")
+            inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
+        torch.save({"inputs": inputs}, job_dir / f"trial_{i}.pt")
 
     # the child's and the judge's memory, admitted together (verifier/execute/admission.py): jobs whose planned bytes do
     # not fit beside those running wait, first come first served; one larger than the whole budget runs alone
@@ -280,8 +277,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
-            with shared_lock(cfg, backend) as lock, admission.device_work(device):
-                lock.acquire(False, lock_wait_s(cfg))  # the judge runs the reference on the trial inputs
+            with device_work(cfg, backend) as lock:  # the judge runs the reference on the trial inputs
                 def knockout():
                     """The partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where
                     it decides. Its child holds the device lock as any job's does; the judge's own shared hold is

@@ -1,7 +1,7 @@
 """Jobs in execution children, as the engine runs them: a candidate's or a reference's ``Job`` built from the
 ``[verify]`` config (``new_job``) in a fresh directory under the slot's job root (``new_job_dir``), run in a child
 driven by this process (``run_driven``: the channel hands out its seeds, the trusted harness clocks its brackets,
-``make_harness``), under the device lock (``lock_path``, ``shared_lock``, ``lock_wait_s``); and a task's reference
+``make_harness``), under the device lock (verifier/execute/locks.py); and a task's reference
 timed once in its own child, where no candidate code ever ran (``reference_timing``, kept on disk by
 verifier/judge/prep_cache.py), prepared while the task's candidates compile (``prepare_task``, ``preparing``,
 ``prep_workers``).
@@ -16,12 +16,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import os
 import queue
-import re
 import secrets
 import shutil
-import stat
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -29,79 +26,19 @@ from pathlib import Path
 
 import torch
 
-from kernelmill.errors import InputError
 from verifier.common.backends import get_backend
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, Job
-from verifier.common.devlock import device_lock
 from verifier.common.inputs import build_model, draw_inputs
 from verifier.execute import admission
 from verifier.execute.channel import Driver, Ledger
 from verifier.execute.harness import Clocked, Harness
+from verifier.execute.locks import lock_path, lock_wait_s
 from verifier.execute.processes import _job_root, _run_child, exec_slot
 from verifier.judge import prep_cache
 from verifier.judge.outputs import RNG_LOCK
 from verifier.judge.plan import _PLAN_LOCK, _PLANS, TaskPlan, task_plan
 from verifier.judge.verdict import ChildRun
-
-
-def lock_path(cfg: VerifyConfig, backend: str) -> str:
-    """The device lock's file for ``backend``: one per device of the host, in the host's lock directory (``[verify]
-    lock_dir``), so that every verifier process timing on that device takes the same lock, whatever its build root (a
-    batch beside a reward server; parallel test workers: each with its own lock, their timing phases time-sliced one
-    GPU and a 0.1 ms kernel read 1-2 ms). cuda: the first device this process sees, by the host's name for it (the
-    first ``CUDA_VISIBLE_DEVICES`` entry; 0 when unset), so that verifier pools of several GPUs (verifier/ray_pool.py)
-    do not hold each other's timing; cpu: the host's cores, one lock."""
-    if not cfg.device_lock:
-        return ""
-    if backend == "cpu":
-        name = "cpu"
-    else:
-        first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
-        name = "cuda-" + re.sub(r"[^\w.-]", "_", first)
-    return str(_lock_root(cfg) / f"timing-{name}.lock")
-
-
-_CHECKED_ROOTS: dict[Path, tuple[int, int]] = {}  # lock directory -> (st_dev, st_ino) when this process checked it
-
-
-def _lock_root(cfg: VerifyConfig) -> Path:
-    """The lock directory, made if missing. It is in a shared place (the temporary directory) by default, so one
-    that another user owns, or a link, is refused rather than followed (their files would decide our locks). Checked
-    once per process and directory (it is asked for per job and per shared lock): later calls cost one ``lstat``, and a
-    directory removed or replaced since is checked again."""
-    root = cfg.lock_root()
-    seen = _CHECKED_ROOTS.get(root)
-    if seen is not None:
-        try:
-            st = os.lstat(root)
-            if stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == seen:
-                return root
-        except OSError:
-            pass
-    try:
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(root)
-    except OSError as e:
-        raise InputError(f"[verify] lock_dir {root}", f"cannot be made or read ({e.strerror})") from e
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise InputError(f"[verify] lock_dir {root}", f"not a directory of this user (owner uid {st.st_uid}, a link or "
-                         f"a file); set verify.lock_dir to a directory of your own")
-    _CHECKED_ROOTS[root] = (st.st_dev, st.st_ino)
-    return root
-
-
-def shared_lock(cfg: VerifyConfig, backend: str):
-    """The device lock for the verifier's own device work, taken shared on cuda only: there another
-    process's kernels time-slice into a timed region; on cpu (bench/results/timing_noise_cpu.md) keeping
-    other work off the cores during timing did not lower the noise and cost 15-25% of the batch time."""
-    return device_lock((lock_path(cfg, backend) or None) if backend == "cuda" else None)
-
-
-def lock_wait_s(cfg: VerifyConfig) -> float:
-    """Longest wait for the device lock (verifier/common/devlock.py): a share of the run timeout, so that a
-    neighbour holding the device can delay a candidate's timing but never push it into a timeout."""
-    return min(30.0, 0.2 * cfg.run_timeout_s)
 
 
 def seeds(n: int) -> list[int]:

@@ -13,9 +13,8 @@ by a stream of small ones). Not guaranteed: the estimate is a count of copies, n
 forward allocates far more than its inputs and outputs (large intermediates) holds more than it planned, and
 other processes on the device are not counted (the budget is a fraction of the device for that reason).
 
-Also here: the frame in which the verifier's own process runs the reference on cuda (``device_work``), and
-the cache of task plans (``HeldCache``): a plan is kept while a candidate of its task is pending, and after that
-only within a small bound, so a task's module and what it holds do not stay for the life of the process.
+Also here: the cache of task plans (``HeldCache``): a plan is kept while a candidate of its task is pending, and after
+that only within a small bound, so a task's module and what it holds do not stay for the life of the process.
 """
 
 from __future__ import annotations
@@ -239,23 +238,3 @@ class HeldCache:
             self._values.pop(old, None)
             self._builds.pop(old, None)
         return bool(drop)
-
-
-@contextlib.contextmanager
-def device_work(device: str):
-    """The verifier's own process running the reference on cuda (plans and judging: the fp32 and float64
-    references and their outputs). Execution threads do it side by side: each one's bytes are admitted by the
-    memory gate with its job's (``job_bytes`` counts the judge's copies), and what it freed goes back to the driver
-    as it ends (``empty_cache`` returns every cached block that no thread holds now). Without giving back, eight
-    threads' cached blocks held 77 GB of an 80 GB H100 and the candidates' own processes ran out of memory (on
-    the test bed). One thread at a time, as it was, queued every candidate's judging behind another's wait for
-    the device lock and its knockout child: on one H200 six execution threads verified 381 real candidates an
-    hour with the device 2% busy (bench/results/throughput_real_NVIDIA_H200_3d92699.md). On cpu there is no cache
-    to return."""
-    if device != "cuda":
-        yield
-        return
-    try:
-        yield
-    finally:
-        torch.cuda.empty_cache()

@@ -151,7 +151,7 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
     """One correctness trial of the candidate of ``w`` (judge.Work) on the task of ``plan`` (api.TaskPlan) with its
     own launches skipped (cuda) or its own functions' calls knocked out (cpu), in its own execution child on
     ``backend``, judged here. Called from judge._legality_outcome
-    in the verifier's device work (admission.device_work), after every file of the candidate's main
+    in the verifier's device work (verifier/execute/locks.py device_work), after every file of the candidate's main
     job was read: the slot's job root is emptied first (unless ``keep_jobs``). Never raises: a failure on the
     verifier's side is an inconclusive result saying what failed. ``make_job``, ``job_dir_of`` and ``run_driven``
     are verifier/runs.py's ``new_job``, ``new_job_dir`` and ``run_driven`` (passed in: runs imports the judge)."""

@@ -31,6 +31,7 @@ from verifier.common.inputs import (
 )
 from verifier.execute import admission
 from verifier.execute.channel import Ledger
+from verifier.execute.locks import device_work, give_back_cache
 from verifier.judge.numerics import error_and_scale, float64_model, widen
 from verifier.judge.outputs import RNG_LOCK, reference_fault
 from verifier.judge.reduction import ReductionTracker, RefStats
@@ -132,9 +133,8 @@ def _release_plan(key: tuple) -> None:
     """One pending candidate of the plan's task is done; with none left, the plan is kept within the cache's bounds
     or leaves it (with the task's module and what it holds), and then, on cuda, what it held goes back to the
     driver. A later batch plans a dropped task again."""
-    if _PLANS.release(key) and key[1] == "cuda":
-        with admission.device_work("cuda"):  # empties the allocator's cache once no reference runs here
-            pass
+    if _PLANS.release(key):
+        give_back_cache(key[1])
 
 
 def plan_settings(cfg: VerifyConfig) -> tuple:
@@ -172,7 +172,9 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
     # forward on meta tensors, else taken as the inputs'; unknown inputs plan nothing
     meta_out = meta_output_bytes(ref_mod, reference_code) if meta is not None else None
     planned = admission.job_bytes(meta or 0, max(meta or 0, meta_out or 0), 0, cfg.float64_reference)
-    with admission.gate_for(device, cfg.memory_budget_gib).admit(planned), admission.device_work(device):
+    # the reference's runs here hold the device shared: on cuda, work of this process inside another's timing
+    # window is counted in that candidate's time
+    with admission.gate_for(device, cfg.memory_budget_gib).admit(planned), device_work(cfg, backend):
         free = admission.free_bytes(device)  # once admitted: what the float64 copy may take
         try:
             with RNG_LOCK, torch.no_grad():

@@ -41,8 +41,9 @@ STAGE_ORDER = ("extract", "static", "compile", "compile_cpu", "execute", "execut
 CPU_KEYS = ("compile_cpu",)
 # what the benchmark's table shows, in this order (the issue's list: compile, its CPU, execute and its parts)
 HEADLINE_KEYS = ("compile", "compile_cpu", "execute", "execute_admission", "execute_prepare", "execute_child",
-                 "child_shared_lock_wait", "child_load_reference", "child_load_profiler", "child_load_candidate_import",
-                 "child_load", "child_timing_lock_wait", "child_trials", "child_timing", "execute_judge", "total")
+                 "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
+                 "child_load_candidate_import", "child_load", "child_timing_lock_wait", "child_trials", "child_timing",
+                 "execute_judge", "total")
 LABELS = {
     "extract": "extract (code block, parse)", "static": "static legality scan",
     "compile": "compile (build processes, wall)", "compile_cpu": "compile CPU (build processes + compilers)",
@@ -51,8 +52,9 @@ LABELS = {
     "execute_child": "  the execution child", "child_shared_lock_wait": "    waiting for the shared device lock",
     "child_load_reference": "    the reference built in the child", "child_load_profiler": "    the profiler started",
     "child_load_candidate_import": "    the candidate imported (its extensions loaded)",
-    "child_load": "    ModelNew constructed", "child_timing_lock_wait": "    waiting for the timing lock", "child_trials": "    correctness trials",
-    "child_timing": "    timing", "execute_judge": "  judging (the reference on every trial's inputs, its lock waits, a knockout)",
+    "child_load": "    ModelNew constructed", "child_timing_lock_wait": "    waiting for the timing lock",
+    "child_trials": "    correctness trials", "child_timing": "    timing",
+    "execute_judge": "  judging (the reference on every trial's inputs, its lock waits, a knockout)",
     "total": "total (front to verdict)",
 }
 
