@@ -208,8 +208,8 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def build_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("redteam-builds"))  # one build of the red-team extension for the module
+def build_dir(shared_build_dir):
+    return shared_build_dir  # the session's root: its fork servers and objects are kept (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ Each cheat has its honest twin; end to end on the cpu backend through ``verifier
 """
 
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -159,8 +158,8 @@ STATIC = {
 
 
 @pytest.fixture(scope="module")
-def build_dir():
-    return tempfile.mkdtemp(prefix="km-custom-op-")  # one build root: a source several cases share builds once
+def build_dir(shared_build_dir):
+    return shared_build_dir  # the session's root: a source several cases share builds once (tests/conftest.py)
 
 
 def config(build_dir: str, legality: str = "strict") -> VerifyConfig:

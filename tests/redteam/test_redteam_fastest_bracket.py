@@ -9,7 +9,6 @@ Closed at the root: the calls of the bracket whose time is reported are checked 
 check can catch it. The honest twin, the same kernel exact on every call, passes."""
 
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -80,9 +79,9 @@ def _program(name: str, cheat: bool) -> str:
 
 
 @pytest.fixture(scope="module")
-def verdicts():
+def verdicts(shared_build_dir):
     task = Task.from_code(TASK, name="exp_fastest", source="seed", level=1)
-    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-fastest-"), trials=5, time_torch_compile=False,
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, time_torch_compile=False,
                        run_timeout_s=120, exec_workers=1, timed_checks=0)
     programs = {"c16_one_cheap_bracket": _program("exp_cheap", True), "honest_exact_every_call": _program("exp_ok", False)}
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam", code=c))

@@ -32,7 +32,6 @@ Each cheat has an honest twin that passes.
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -336,9 +335,9 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def verdicts():
-    build_dir = tempfile.mkdtemp(prefix="km-routes-")  # one build: every case's extension is the same source
-    cfg = VerifyConfig(build_dir=build_dir, trials=5, timing_trials=0, warmup=1, time_torch_compile=False,
+def verdicts(shared_build_dir):
+    # the session's root (tests/conftest.py): every case's extension is the same source, built once
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=0, warmup=1, time_torch_compile=False,
                        run_timeout_s=60, memory_limit_gb=4, exec_workers=1)
     return {name: entry.verify_candidate(task, code, backend="cpu", config=cfg, candidate_id=name)
             for name, (task, code, _s, _c) in CASES.items()}

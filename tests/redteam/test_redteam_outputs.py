@@ -254,8 +254,8 @@ RUNTIME_LAYER = {"c10_subclass_computes_when_read": cheats.C11}
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
-    cfg = VerifyConfig(build_dir=str(tmp_path_factory.mktemp("outputs-builds")), trials=5, timing_trials=3, warmup=1,
+def verdicts(shared_build_dir):
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=3, warmup=1,
                        timed_checks=2, time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4, exec_workers=2)
     items = [(TASKS[task], Candidate(candidate_id=name, task_id=TASKS[task].task_id, backend="cpu",
                                      generator="redteam", code=code)) for name, (task, code, _) in CASES.items()]

@@ -108,8 +108,8 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
-    cfg = VerifyConfig(build_dir=str(tmp_path_factory.mktemp("side-work-builds")), trials=5, timing_trials=5,
+def verdicts(shared_build_dir):
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=5,
                        warmup=1, time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4, exec_workers=1)
     task = Task.from_code(fx.RELU_TASK, name="relu", source="seed", level=1)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam", code=c[0]))

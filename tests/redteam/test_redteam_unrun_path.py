@@ -49,8 +49,8 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
-    build_dir = str(tmp_path_factory.mktemp("unrun-builds"))
+def verdicts(shared_build_dir):
+    build_dir = shared_build_dir  # the session's root (tests/conftest.py): its fork servers and objects are kept
     tasks = {t: Task.from_code(t, name=f"t{i}", source="seed", level=1)
              for i, t in enumerate({c[0] for c in CASES.values()})}
     out = {}
