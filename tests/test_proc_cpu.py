@@ -71,3 +71,20 @@ def test_an_execution_child_that_names_itself_after_its_job_is_counted_under_tha
     by_kind = p.finish()
     sec, n = by_kind[JOB_KINDS["km-reference"]]
     assert n >= 1 and sec >= 0.7, by_kind
+
+
+def test_any_command_is_sampled_and_its_exit_status_kept(tmp_path):
+    """``python3 -m bench.lib.proc_cpu -- CMD``: the command runs, its CPU lands in the table by kind (a compiler's
+    name here), and its exit status is the sampler's (a failing suite stays failing)."""
+    from bench.lib.proc_cpu import main
+
+    cc = tmp_path / "cc1plus"
+    cc.symlink_to(sys.executable)
+    out = tmp_path / "table.md"
+    burn = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 1.2: pass\ntime.sleep(0.3)\n"
+            "raise SystemExit(3)")
+    assert main(["--out", str(out), "--", str(cc), "-c", burn]) == 3
+    text = out.read_text()
+    assert "exit 3" in text and "| compilers (nvcc phases, gcc, ninja, ld) |" in text, text
+    row = next(line for line in text.splitlines() if "| compilers (nvcc" in line)
+    assert float(row.split("|")[1]) >= 1.0, text

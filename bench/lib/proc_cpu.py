@@ -5,7 +5,12 @@ is under ``interval`` per process). Kinds come from the process name and, for Py
 what the verifier's build processes and compilers cost against its execution processes, its sandbox
 wrappers and the parent. ``host_busy``: the share of all cores' time the host was busy over the run (/proc/stat).
 
-Linux only; elsewhere :meth:`ProcCpu.finish` returns nothing and ``host_busy`` is nan."""
+Linux only; elsewhere :meth:`ProcCpu.finish` returns nothing and ``host_busy`` is nan.
+
+Any command, sampled so (the test suite: where its time goes on the 2-core machine, bench/results/suite_cpu_*.md):
+
+    PYTHONPATH=. python3 -m bench.lib.proc_cpu [--out FILE.md] -- python3 -m pytest -q -m "not gpu" -n 2 --dist loadfile
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,13 @@ JOB_KINDS = {"km-candidate": "candidate execution children (CUDA context, profil
              "km-reference": "reference children (the task's plan, eager and torch.compile timing)"}
 
 
+# the other Python processes (a test suite's), by a piece of their command line: the first that matches
+PYTHON_KINDS = (("exec(eval(sys.stdin", "pytest-xdist workers (tests, fixtures, in-process verification)"),
+                ("pytest", "pytest runs (a controller, nested runs)"), ("prefect", "Prefect servers and workers"),
+                ("ray", "Ray processes"), ("flows.cli", "kernelmill CLI processes"),
+                ("kernelmill", "kernelmill CLI processes"), ("synth.", "synthesis helpers (annotation, mining)"))
+
+
 def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
     if comm in JOB_KINDS:
         return JOB_KINDS[comm]
@@ -43,7 +55,7 @@ def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
             return "execution processes (python: torch, CUDA context, profiler, the job)"
         if "torch._inductor" in cmdline or "compile_worker" in cmdline:  # inductor's pool of compile workers
             return INDUCTOR
-        return "other python"
+        return next((name for key, name in PYTHON_KINDS if key in cmdline), "other python")
     if comm == "bwrap":
         return "bubblewrap"
     if comm == "nvidia-smi":
@@ -141,3 +153,40 @@ class GpuSampler(threading.Thread):
             except Exception:  # noqa: BLE001
                 pass
             self.stop.wait(0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command after ``--`` while every process of the host is sampled; print (and with ``--out`` write) a
+    markdown table of its CPU-seconds by kind, with the wall and the host's busy share. Returns the command's exit."""
+    import argparse
+    import shlex
+    import sys
+    import time
+
+    ap = argparse.ArgumentParser(prog="python3 -m bench.lib.proc_cpu", description=main.__doc__)
+    ap.add_argument("--out", default="", help="a markdown file to write the table into")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
+    args = ap.parse_args(argv)
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        ap.error("no command given (put it after --)")
+    sampler = ProcCpu(interval=0.2)
+    sampler.start()
+    t0 = time.monotonic()
+    rc = subprocess.call(cmd)
+    wall = time.monotonic() - t0
+    by_kind = sampler.finish()
+    total = sum(s for s, _ in by_kind.values()) or 1.0
+    lines = [f"`{shlex.join(cmd)}`: exit {rc}, wall {wall:.0f} s, host busy {sampler.host_busy:.2f}, "
+             f"{total:.0f} CPU-s sampled.", "", "| CPU-s | share | processes | kind |", "| ---: | ---: | ---: | --- |"]
+    lines += [f"| {sec:.1f} | {sec / total:.0%} | {n} | {k} |" for k, (sec, n) in by_kind.items() if sec >= 1.0]
+    text = "\n".join(lines) + "\n"
+    print(text, flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
