@@ -233,7 +233,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         knockout.skip_launches_of if knockout is not None and not calls else None, knockout.knock_call if calls else None,
         registry, channel)
     torch.utils.cpp_extension.load_inline = cpp_extension.load_inline
-    # shared while this process works on the device (cuda only: see verifier/runs.py shared_lock), exclusive while it times
+    # shared while this process works on the device (cuda only: see verifier/execute/locks.py shared_lock),
+    # exclusive while it times
     lock = device_lock(job.timing_lock or None)
     if job.backend == "cuda":
         lock.acquire(False, job.lock_wait_s)
