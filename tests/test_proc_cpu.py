@@ -88,3 +88,18 @@ def test_any_command_is_sampled_and_its_exit_status_kept(tmp_path):
     assert "exit 3" in text and "| compilers (nvcc phases, gcc, ninja, ld) |" in text, text
     row = next(line for line in text.splitlines() if "| compilers (nvcc" in line)
     assert float(row.split("|")[1]) >= 1.0, text
+
+
+def test_the_suites_python_processes_are_named_by_the_program_not_by_a_path():
+    """A process whose arguments merely pass through the suite's temporary paths (/tmp/pytest-of-root/...,
+    /tmp/kernelmill-tests-run-...) is named by the program it runs."""
+    me = 1
+    worker = "python3 -c import sys;exec(eval(sys.stdin.readline()))"
+    assert kind(5, "python3", worker, me).startswith("pytest-xdist workers")
+    assert kind(5, "python3", "python3 -m pytest -q -n 2 tests", me).startswith("pytest runs")
+    assert kind(5, "python3", "python3 -m flows.cli run --out /tmp/pytest-of-root/pytest-3/x", me).startswith(
+        "kernelmill CLI")
+    assert kind(5, "python3", "python3 -m prefect server start --host /tmp/pytest-of-root/p", me).startswith("Prefect")
+    assert kind(5, "python3", "python3 /usr/lib/python3/site-packages/ray/_private/workers/default_worker.py",
+                me).startswith("Ray")
+    assert kind(5, "python3", "python3 -c print(1) /tmp/kernelmill-tests-run-x/array", me) == "other python"

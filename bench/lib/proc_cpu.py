@@ -32,11 +32,14 @@ JOB_KINDS = {"km-candidate": "candidate execution children (CUDA context, profil
              "km-reference": "reference children (the task's plan, eager and torch.compile timing)"}
 
 
-# the other Python processes (a test suite's), by a piece of their command line: the first that matches
+# the other Python processes (a test suite's), by a piece of their command line: the first that matches. Pieces of a
+# program's name, not bare words: the suite's paths hold "pytest" and "kernelmill" (/tmp/pytest-of-root/...)
 PYTHON_KINDS = (("exec(eval(sys.stdin", "pytest-xdist workers (tests, fixtures, in-process verification)"),
-                ("pytest", "pytest runs (a controller, nested runs)"), ("prefect", "Prefect servers and workers"),
-                ("ray", "Ray processes"), ("flows.cli", "kernelmill CLI processes"),
-                ("kernelmill", "kernelmill CLI processes"), ("synth.", "synthesis helpers (annotation, mining)"))
+                ("-m prefect", "Prefect servers and workers"), ("/prefect ", "Prefect servers and workers"),
+                ("/ray/", "Ray processes"), ("flows.cli", "kernelmill CLI processes"),
+                ("bin/kernelmill", "kernelmill CLI processes"), ("synth.", "synthesis helpers (annotation, mining)"),
+                ("-m pytest", "pytest runs (a controller, nested runs)"),
+                ("bin/pytest", "pytest runs (a controller, nested runs)"))
 
 
 def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
