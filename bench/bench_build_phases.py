@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
 from verifier.build.pch import ensure_pch, write_build_files  # noqa: E402
+from verifier.build.pool import add_host_unit  # noqa: E402
+from verifier.build.split import HOST_OBJECT  # noqa: E402
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.common.spec import canonical_spec  # noqa: E402
@@ -74,9 +76,14 @@ def main() -> None:
         if pch is not None:
             kwargs = dict(kwargs, extra_cflags=list(kwargs.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"])
         d = Path(tempfile.mkdtemp(prefix="km-phases-"))
+        host = kwargs.pop("host_source", None)
         write_build_files(d, "km_phase_probe", verbose=False, **kwargs)
+        units = [("main.o", "binding main.cpp"), ("cuda.cuda.o", "cuda.cu")]
+        if host is not None:  # the split variant's host unit (verifier/build/split.py)
+            add_host_unit(d, host)
+            units.insert(1, (HOST_OBJECT, "host unit"))
         row = {"candidate": cand.candidate_id, "variant": label}
-        for obj, tu in (("main.o", "binding main.cpp"), ("cuda.cuda.o", "cuda.cu")):
+        for obj, tu in units:
             cmd = command(d, obj)
             if tu == "cuda.cu":
                 cmd += f" --time {d / 'nvcc_time.csv'}"
@@ -96,7 +103,7 @@ def main() -> None:
             pass
         rows.append(row)
         print(json.dumps(row), flush=True)
-    cols = ["candidate", "variant", "binding main.cpp", "cuda.cu", "link"]
+    cols = ["candidate", "variant", "binding main.cpp", "host unit", "cuda.cu", "link"]
     table = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n" + "\n".join(
         "| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows)
     ptable = "| nvcc phase | mean s | n |\n|---|---|---|\n" + "\n".join(

@@ -67,10 +67,10 @@ def test_bare_variant_declares_the_standard_names_a_torch_free_source_uses(tmp_p
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not Path(nvcc).exists():
         pytest.fail("nvcc not found: the bare variant is compiled here")
-    throws = ("__global__ void k(float* y) { y[0] = 1.f; }\n"
+    throws = ("__global__ void k(float* y) { y[0] = fminf(1.f, FLT_MAX) + (INT_MAX > 0) + (float)M_PI * 0.f; }\n"
               "void launch(float* y) { k<<<1, 1>>>(y); cudaError_t e = cudaGetLastError();\n"
               "    if (e != cudaSuccess) throw std::runtime_error(std::string(\"k: \") + cudaGetErrorString(e)); }\n")
-    broken = throws.replace("y[0] = 1.f;", "y[0] = undeclared_w;")
+    broken = throws.replace("y[0] = fminf(1.f, FLT_MAX) + (INT_MAX > 0) + (float)M_PI * 0.f;", "y[0] = undeclared_w;")
     lines = {}
     for name, src in (("throws", throws), ("broken", broken), ("plain", TORCH_FREE_CU)):
         bare = dict(build_variants(_spec(src)))["bare"]
@@ -80,7 +80,8 @@ def test_bare_variant_declares_the_standard_names_a_torch_free_source_uses(tmp_p
                            capture_output=True, text=True)
         lines[name] = (r.returncode, r.stdout + r.stderr, bare["cuda_sources"][0])
     assert lines["throws"][0] == 0, lines["throws"][1]
-    assert "<stdexcept>" in lines["throws"][2] and "<string>" in lines["throws"][2]
+    for header in ("stdexcept", "string", "cfloat", "climits", "cmath"):  # FLT_MAX, INT_MAX, M_PI: torch declares them
+        assert f"<{header}>" in lines["throws"][2], header
     assert "<stdexcept>" not in lines["plain"][2]  # nothing it does not use
     # the undeclared name is on the source's line 1: line 4 of the full build's file, and of the bare one's
     assert lines["broken"][0] != 0 and re.search(r"broken\.cu\(4\): error", lines["broken"][1]), lines["broken"][1]
@@ -125,8 +126,10 @@ torch::Tensor f(torch::Tensor x) {
 
 
 def test_slim_prelude_names_exactly_the_headers_the_source_needs():
-    (label, kw), *_ = build_variants(_spec(KB_CU))
-    assert label == "slim" and kw["no_implicit_headers"] is True
+    variants = build_variants(_spec(KB_CU))
+    assert [label for label, _ in variants] == ["split", "slim", "full"]  # split first: tests/test_verifier_split.py
+    label, kw = variants[1]
+    assert kw["no_implicit_headers"] is True
     assert kw["cpp_sources"][0] == "#include <torch/extension.h>"  # the binding file is unchanged otherwise
     src = kw["cuda_sources"][0]
     head, _, body = src.partition("// ---- the candidate's source")

@@ -37,7 +37,22 @@ HIDDEN_SRC = fx.cuda_relu_candidate(903).replace("long i = (long)blockIdx.x", SP
 PYBIND_IN_CU_SRC = fx.cuda_relu_candidate(904).replace(
     "    return y;\n}\n", "    return y;\n}\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"relu_cuda\", &relu_cuda); }\n"
 ).replace('functions=["relu_cuda"], ', "").replace('CPP_SRC = "torch::Tensor relu_cuda(torch::Tensor x);"', 'CPP_SRC = ""')
+# The split build (verifier/build/split.py) on what model-written sources hold: a struct parameter, a __host__
+# __device__ helper both sides call, a launch on torch's current stream with dim3 sizes.
+SPLIT_SRC = fx.cuda_relu_candidate(906).replace(
+    "#include <cuda_runtime.h>", "#include <cuda_runtime.h>\n#include <ATen/cuda/CUDAContext.h>\n"
+    "struct Relu906 { float lo; };\n__host__ __device__ inline float clamp906(float v, float lo) { return v > lo ? v : 0.0f; }"
+).replace("__global__ void relu_kernel_906(", "__global__ void relu_kernel_906(Relu906 p, ").replace(
+    "y[i] = v > 0.0f ? v : 0.0f;", "y[i] = clamp906(v, p.lo);").replace(
+    "relu_kernel_906<<<blocks, threads>>>(", "relu_kernel_906<<<dim3(blocks), dim3(threads), 0, "
+    "at::cuda::getCurrentCUDAStream()>>>(Relu906{clamp906(-1.0f, 0.0f)}, ")
+# Host code that asks whether nvcc compiles it: compiled apart from nvcc it would call torch's relu (a cheat);
+# as written it launches its kernel. The split keeps it whole, so its verdict is that of the code as written.
+CUDACC_SRC = fx.cuda_relu_candidate(907).replace(
+    "    auto y = torch::empty_like(x);", "#ifndef __CUDACC__\n    return torch::relu(x);\n#endif\n    auto y = torch::empty_like(x);")
 CASES = {
+    "split_build_variant": (SPLIT_SRC, "pass", None),
+    "host_code_asking_for_nvcc_is_built_as_written": (CUDACC_SRC, "pass", None),
     "bare_build_variant": (fx.cuda_relu_bare_candidate(905), "pass", None),
     "pybind_in_cuda_source_falls_back": (PYBIND_IN_CU_SRC, "pass", None),
     "c09_cpp_side_stream": (HIDDEN_SRC, None, None),  # judged by test_side_stream_work_is_not_hidden
@@ -99,7 +114,8 @@ def _variant_of(name: str) -> dict:
     import json
 
     marker = {"bare_build_variant": "relu_bare_905", "pybind_in_cuda_source_falls_back": "relu_kernel_904",
-              "honest": "relu_kernel_0("}[name]
+              "honest": "relu_kernel_0(", "split_build_variant": "relu_kernel_906(",
+              "host_code_asking_for_nvcc_is_built_as_written": "relu_kernel_907("}[name]
     verdicts()
     for key_dir in Path(BUILD_DIR).iterdir():
         spec = key_dir / "spec.json"
@@ -110,10 +126,13 @@ def _variant_of(name: str) -> dict:
 
 def test_build_variants_on_gpu():
     """A torch-free CUDA source builds as 'bare'; a KernelBench-style source (torch/extension.h, torch::Tensor,
-    torch::empty_like) as 'slim'; one that needs pybind11 inside the CUDA source skips slim, fails the light
+    torch::empty_like, a kernel launched by a host function) as 'split' (its host code against the precompiled
+    header, its kernels by nvcc without torch, verifier/build/split.py); one that needs pybind11 inside the CUDA source skips slim, fails the light
     build and passes through the unchanged one."""
     assert _variant_of("bare_build_variant")["variant"] == "bare"
-    assert _variant_of("honest")["variant"] == "slim"
+    assert _variant_of("honest")["variant"] == "split"
+    assert _variant_of("split_build_variant")["variant"] == "split"
+    assert _variant_of("host_code_asking_for_nvcc_is_built_as_written")["variant"] == "slim"
     assert _variant_of("pybind_in_cuda_source_falls_back")["variant"] == "full"
     assert all(_variant_of(n)["pch"] for n in ("bare_build_variant", "honest"))
 

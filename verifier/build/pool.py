@@ -64,6 +64,7 @@ import torch
 
 from verifier.build import objcache, proc
 from verifier.build.pch import ensure_pch, write_build_files
+from verifier.build.split import HOST_FILE, HOST_OBJECT
 from verifier.build.variants import (
     FALLBACK_OFF,
     bare_supported,
@@ -472,11 +473,28 @@ def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None) -> No
     on the spec alone; the .so exports its init function under the spec's own name too, which loads it (two
     extensions of one candidate process cannot share a module name)."""
     kw = dict(kwargs)
+    host = kw.pop("host_source", None)
     if pch is not None:
         kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"]
     kw["extra_ldflags"] = list(kw.get("extra_ldflags") or []) + [
         f"-Wl,--defsym=PyInit_{extension_name(key)}=PyInit_{objcache.MODULE}"]
     write_build_files(out_dir, objcache.MODULE, verbose=True, **kw)
+    if host is not None:
+        add_host_unit(out_dir, host)
+
+
+def add_host_unit(out_dir: Path, text: str) -> None:
+    """A split variant's third translation unit (verifier/build/split.py): HOST_FILE beside main.cpp, compiled
+    by main.cpp's rule (the same compiler, flags and precompiled header) and linked with the other objects."""
+    (out_dir / HOST_FILE).write_text(text)
+    ninja = out_dir / "build.ninja"
+    lines = ninja.read_text().splitlines()
+    link = next(i for i, ln in enumerate(lines) if re.match(r"build \S+\.so: link ", ln))
+    main = next(i for i, ln in enumerate(lines) if re.match(r"build main\.o: compile ", ln))
+    path = str(out_dir.resolve() / HOST_FILE).replace("$", "$$").replace(":", "$:").replace(" ", "$ ")
+    lines.insert(main + 1, f"build {HOST_OBJECT}: compile {path}")
+    lines[link + 1] = lines[link + 1].replace(" link ", f" link {HOST_OBJECT} ", 1)
+    ninja.write_text("\n".join(lines) + "\n")
 
 
 _SYSTEM_LIB = re.compile(r"/(?:usr/)?lib(?:32|64|x32)?(?:/[\w.]+-linux-gnu\w*)?")

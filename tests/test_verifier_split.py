@@ -1,0 +1,188 @@
+"""The split build variant (verifier/build/split.py): a CUDA source's host code compiled by the C++ compiler against
+the precompiled header, its device code by nvcc without torch, launches through launchers. What is cut where, what
+keeps a source whole (each refusal: anything whose meaning a cut could change), the flags that keep it whole, that a
+failed split build is never the answer, and real compiles of both parts (nvcc and g++; the link needs a CUDA torch)."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from verifier.build.pool import add_host_unit, canonical_spec, spec_key, write_variant
+from verifier.build.split import HOST_FILE, HOST_OBJECT, declarations_only, split_refusal, split_source
+from verifier.build.variants import build_variants, variant_failure_is_final
+from verifier.common.backends import own_kernel_renames, rename_kernels
+
+KB = """#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#define BLOCK 256
+const float kScale = 0.5f;
+struct Params { int n; float alpha; };
+__device__ __forceinline__ float act(float v) { return v > 0.f ? v : 0.f; }
+__host__ __device__ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+__global__ void __launch_bounds__(BLOCK) relu_kernel(const float* __restrict__ x, float* __restrict__ y, Params p) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < p.n) y[i] = act(x[i]) * p.alpha * kScale;
+}
+__global__ void fill_kernel(float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = 1.0f; }
+torch::Tensor forward(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor: \\"<<<\\" {;}");
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    Params p{n, 2.0f};
+    relu_kernel<<<cdiv(n, BLOCK), BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(),
+        y.data_ptr<float>(), p);
+    if (n < 0) fill_kernel<<<dim3(1, 1), dim3(32)>>>(y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
+
+def _spec(cu=KB, cpp="torch::Tensor forward(torch::Tensor x);", **flags):
+    return canonical_spec({"cpp_sources": cpp, "cuda_sources": cu, "functions": ["forward"], **flags})
+
+
+def test_a_kernelbench_source_is_cut_into_a_torch_free_device_part_and_a_host_part():
+    s = split_source(KB)
+    assert s is not None and s.kernels == ("relu_kernel", "fill_kernel")
+    # device side: kernels, device helpers, what both use; no torch; one launcher per kernel
+    for part in ("__global__ void __launch_bounds__(BLOCK) relu_kernel", "__device__ __forceinline__ float act",
+                 "struct Params", "#define BLOCK 256", "const float kScale", "inline int cdiv"):
+        assert part in s.device, part
+    assert not re.search(r"torch|TORCH_|at::|ATen", s.device)
+    assert ("void km_launch_relu_kernel(dim3 km_grid, dim3 km_block, size_t km_shmem, cudaStream_t km_stream, "
+            "const float* __restrict__ x, float* __restrict__ y, Params p) {\n  relu_kernel<<<km_grid, km_block, "
+            "km_shmem, km_stream>>>(x, y, p);") in s.device
+    # host side: torch, the host function, launches through the launchers (the string's <<< is left alone)
+    assert "#include <ATen/cuda/CUDAContext.h>" in s.host and "torch::Tensor forward" in s.host
+    assert "__global__" not in s.host and "act(" not in s.host
+    assert ("km_launch_relu_kernel(cdiv(n, BLOCK), BLOCK, 0, at::cuda::getCurrentCUDAStream(), x.data_ptr<float>(),"
+            in s.host)
+    assert "km_launch_fill_kernel(dim3(1, 1), dim3(32), 0, nullptr, y.data_ptr<float>(), n)" in s.host
+    assert '\\"<<<\\" {;}' in s.host and s.host.count("<<<") == 1  # only the string's
+    # the launcher is declared where its kernel was, after the types its parameters use
+    assert s.host.index("struct Params") < s.host.index("void km_launch_relu_kernel(") < s.host.index("forward(")
+    assert "#define __CUDA_NO_HALF_OPERATORS__ 1" in s.host and "#include <cuda_runtime.h>" in s.host
+    assert s.host_unit.startswith("#include <torch/extension.h>\n")
+
+
+@pytest.mark.parametrize("change, why", [
+    (("__global__ void fill_kernel(float* y, int n)", "template <typename T> __global__ void fill_kernel(T* y, int n)"),
+     "a templated kernel"),
+    (("fill_kernel<<<", "fill_kernel<float><<<"), "a templated kernel launch"),
+    (("return y;", "cudaFuncSetAttribute(relu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 0); return y;"),
+     "names a device-side symbol (relu_kernel)"),
+    (("const float kScale = 0.5f;", "__constant__ float kScale = 0.5f;"), ""),  # the device reads it: still split
+    (("return y;", "float h = 2; cudaMemcpyToSymbol(kConst, &h, 4); return y;"),
+     "names a device-side symbol (kConst)"),
+    (("return y;", "\n#ifdef __CUDACC__\n return x;\n#endif\n return y;"), "tests __CUDACC__"),
+    (("return y;", "if (__LINE__ > 1000) return x; return y;"), "tests __CUDACC__ or __CUDA_ARCH__"),
+    (("struct Params", "namespace { struct Q {}; }\nstruct Params"), "a namespace"),
+    (("#define BLOCK 256", "#define BLOCK 256\n#define LAUNCH(n) fill_kernel<<<1, 32>>>(nullptr, n)"),
+     "a macro that launches"),
+    (("struct Params", "#ifdef FAST\nint fast = 1;\n#endif\nstruct Params"), "conditional compilation"),
+    (("y[i] = 1.0f;", "y[i] = static_cast<float>(c10::Half(1.0f));"), "device code that names torch"),
+    (("float* y, int n)", "float* y, int n = 4)"), "default"),
+    (("return y;", 'auto s = R"(x)"; return y;'), "a raw string"),
+    (("return y;", "py::print(1); return y;"), ""),  # extension.h is included: py:: is there in both builds
+])
+def test_what_a_cut_could_change_keeps_the_source_whole(change, why):
+    src = KB.replace(*change)
+    if "kConst" in change[1]:
+        src = "__constant__ float kConst;\n" + src
+    assert src != KB
+    got = split_refusal(src)
+    assert (why in got and got) if why else got == "", (change, got)
+
+
+def test_python_names_without_extension_h_are_not_split():
+    src = KB.replace("#include <torch/extension.h>\n", "").replace("return y;", "py::print(1); return y;")
+    assert "pybind11 or Python" in split_refusal(src)
+
+
+def test_sources_without_a_launch_or_kernel_are_not_split():
+    assert split_refusal("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { return x; }") == "no kernel"
+    assert "no launch" in split_refusal("__global__ void k(float* y) {}\ntorch::Tensor f(torch::Tensor x) "
+                                        "{ return x; }")
+
+
+@pytest.mark.parametrize("flags, split", [
+    ({}, True),
+    ({"extra_cuda_cflags": ["-O3", "--use_fast_math", "-Xptxas=-v", ""]}, True),
+    ({"extra_cflags": ["-O3", ""]}, True),
+    ({"extra_cuda_cflags": ["-DBLOCK=128"]}, False),          # would reach the host code in nvcc's build only
+    ({"extra_cuda_cflags": ["-Xcompiler", "-ffast-math"]}, False),
+    ({"extra_cflags": ["-ffast-math"]}, False),               # would reach host code the CUDA build compiled without
+    ({"extra_cflags": ["-DFOO"]}, False),
+])
+def test_flags_that_reach_host_code_keep_the_source_whole(flags, split):
+    labels = [label for label, _ in build_variants(_spec(**flags))]
+    assert labels == (["split", "slim", "full"] if split else ["slim", "full"]), (flags, labels)
+
+
+def test_the_host_part_joins_the_binding_file_only_after_declarations():
+    spec = _spec()
+    v = dict(build_variants(spec))
+    # (the built kernels are renamed kmown_<name>, verifier/common/backends.py; the split cuts that source)
+    built = rename_kernels(KB, own_kernel_renames(spec))
+    assert "host_source" not in v["split"] and v["split"]["cpp_sources"][-1] == split_source(built).host
+    assert v["split"]["cpp_sources"][0] == "#include <torch/extension.h>" and v["split"]["no_implicit_headers"]
+    assert "torch" not in v["split"]["cuda_sources"][1] and "km_launch_kmown_relu_kernel" in v["split"]["cuda_sources"][1]
+    # a macro or a using in the binding's own sources could change the host part's meaning: a unit of its own
+    for cpp in ("#define float double\ntorch::Tensor forward(torch::Tensor x);",
+                "using namespace torch;\nTensor forward(Tensor x);",
+                "#include <cuda_fp16.h>\ntorch::Tensor forward(torch::Tensor x);"):
+        assert not declarations_only([cpp])
+        kw = dict(build_variants(_spec(cpp=cpp)))["split"]
+        assert kw["host_source"].startswith("#include <torch/extension.h>\n") and kw["cpp_sources"][-1] == cpp
+    assert declarations_only(["#include <vector>\n#pragma once\ntorch::Tensor forward(torch::Tensor x, int k);"])
+
+
+def test_a_failed_split_build_is_never_the_answer():
+    for log in ("FAILED: main.o\nerror", "FAILED: km_host.o\n", "FAILED: km_ext.so\nundefined", "FAILED: cuda.cuda.o"):
+        assert variant_failure_is_final("split", log, True) == (False, "")
+        assert variant_failure_is_final("split", log, False) == (False, "")
+
+
+@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists() and not os.environ.get("CUDA_HOME"),
+                    reason="load_inline writes a CUDA build's files only where it finds nvcc")
+@pytest.mark.parametrize("own_unit", [False, True])
+def test_both_parts_compile(tmp_path, monkeypatch, own_unit, with_pch):
+    """The split variant's files as the pool writes them, each object compiled by ninja with torch's commands:
+    the binding file with the host part (or the host unit), and the CUDA file with nvcc and no torch header."""
+    import torch.utils.cpp_extension as ce
+
+    monkeypatch.setattr(ce, "CUDA_HOME", ce.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    cpp = "torch::Tensor forward(torch::Tensor x);" + ("\nusing std::vector;" if own_unit else "")
+    # (no c10/cuda header: torch's CPU build lacks one they include)
+    spec = _spec(cu=KB.replace("#include <ATen/cuda/CUDAContext.h>\n", "")
+                 .replace("at::cuda::getCurrentCUDAStream()", "0"), cpp=cpp)
+    from verifier.build.pch import ensure_pch
+
+    label, kw = build_variants(spec)[0]
+    assert label == "split" and ("host_source" in kw) == own_unit
+    pch = ensure_pch(spec, with_pch.pch_root())
+    assert pch is not None
+    write_variant(spec_key(spec), tmp_path, kw, pch)
+    targets = ["main.o", "cuda.cuda.o"] + ([HOST_OBJECT] if own_unit else [])
+    assert ((tmp_path / HOST_FILE).exists()) == own_unit
+    link = next(ln for ln in (tmp_path / "build.ninja").read_text().splitlines() if ".so: link " in ln)
+    assert (HOST_OBJECT in link) == own_unit
+    r = subprocess.run(["ninja", "-k", "0", *targets], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "torch" not in (tmp_path / "cuda.cu").read_text().replace("torch/types.h not included", "")
+    assert "km_launch_kmown_relu_kernel(" in (tmp_path / (HOST_FILE if own_unit else "main.cpp")).read_text()
+
+
+def test_add_host_unit_links_the_host_object(tmp_path):
+    (tmp_path / "build.ninja").write_text("rule compile\n  command = c++ $in -o $out\n\n"
+                                          "build main.o: compile /x/main.cpp\nbuild cuda.cuda.o: cuda_compile /x/cuda.cu\n"
+                                          "\nbuild km_ext.so: link main.o cuda.cuda.o\n\ndefault km_ext.so\n")
+    add_host_unit(tmp_path, "int k();\n")
+    text = (tmp_path / "build.ninja").read_text()
+    assert f"build {HOST_OBJECT}: compile {tmp_path.resolve() / HOST_FILE}" in text
+    assert f"build km_ext.so: link {HOST_OBJECT} main.o cuda.cuda.o" in text
+    assert (tmp_path / HOST_FILE).read_text() == "int k();\n"
