@@ -104,6 +104,7 @@ class VerifyConfig:
     pch: bool = True  # binding files compiled against a precompiled torch/extension.h (verifier/build/pch.py)
     pch_dir: str = ""  # "": ~/.cache/kernelmill/pch (~0.8 GB per cflags set)
     canonical_binding: bool = True  # one binding object per declared signature set (verifier/build/binding.py)
+    split_build: bool = True  # host code by the C++ compiler, kernels by nvcc without torch (verifier/build/split.py)
     sandbox: bool = True  # candidate code in bubblewrap where it runs (verifier/common/sandbox.py); False: unsandboxed
     sandbox_procs: int = 128  # processes at once in a sandbox above which the job is ended as a fork bomb
     sandbox_pids: int = 512  # pids cgroup limit of a sandbox, where one can be made
@@ -132,7 +133,7 @@ class VerifyConfig:
     def host(self) -> "HostSettings":
         return HostSettings(pch_dir=str(self.pch_root()) if self.pch else "", canonical_binding=self.canonical_binding,
                             sandbox=self.sandbox, sandbox_procs=self.sandbox_procs, sandbox_pids=self.sandbox_pids,
-                            bwrap=self.bwrap, job_dir=self.job_dir)
+                            bwrap=self.bwrap, job_dir=self.job_dir, split_build=self.split_build)
 
     def pch_root(self) -> Path:
         # the default is per user, not per KERNELMILL_HOME: a header is ~0.8 GB and minutes of compiler time
@@ -186,6 +187,7 @@ class HostSettings:
     bwrap: str
     job_dir: str
     code_locks: tuple = ()
+    split_build: bool = True
 
 
 @dataclass

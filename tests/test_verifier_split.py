@@ -186,3 +186,17 @@ def test_add_host_unit_links_the_host_object(tmp_path):
     assert f"build {HOST_OBJECT}: compile {tmp_path.resolve() / HOST_FILE}" in text
     assert f"build km_ext.so: link {HOST_OBJECT} main.o cuda.cuda.o" in text
     assert (tmp_path / HOST_FILE).read_text() == "int k();\n"
+
+
+def test_split_build_false_builds_without_the_cut_and_reuses_no_split_result():
+    """``[verify] split_build = false``: the variants as before (slim, full), and a build result the split made in
+    the same build root is rebuilt, not reused (the switch is there to compare the two paths' verdicts)."""
+    from kernelmill.config import load_settings
+    from verifier.build.pool import BuildResult, _usable
+
+    assert [label for label, _ in build_variants(_spec(), split=False)] == ["slim", "full"]
+    host = load_settings(env={"KERNELMILL_VERIFY_SPLIT_BUILD": "false"}).verify.host()
+    assert host.split_build is False and load_settings(env={}).verify.host().split_build is True
+    made = BuildResult(key="k", ok=True, so_path="/x.so", variant="split")
+    assert _usable(made, True, split=False) is None and _usable(made, True, split=True) is made
+    assert _usable(BuildResult(key="k", ok=True, so_path="/x.so", variant="slim"), True, split=False) is not None

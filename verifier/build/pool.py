@@ -123,9 +123,12 @@ def _write_result(key_dir: Path, res: BuildResult) -> None:
     os.replace(tmp, key_dir / "result.json")
 
 
-def _usable(res: BuildResult | None, full_fallback: bool) -> BuildResult | None:
-    """A cached result this request may use: not one that skipped the full build when this one wants it."""
-    return None if res is None or (full_fallback and res.fallback_skipped) else res
+def _usable(res: BuildResult | None, full_fallback: bool, split: bool = True) -> BuildResult | None:
+    """A cached result this request may use: not one that skipped the full build when this one wants it, nor one
+    the split variant built when this one turned it off (``[verify] split_build = false``)."""
+    if res is None or (full_fallback and res.fallback_skipped) or (not split and res.variant == "split"):
+        return None
+    return res
 
 
 def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float, full_fallback: bool = True, *,
@@ -136,12 +139,12 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float, 
     key = spec_key(args)
     key_dir = Path(build_root) / key
     key_dir.mkdir(parents=True, exist_ok=True)
-    done = _usable(_read_result(key_dir), full_fallback)
+    done = _usable(_read_result(key_dir), full_fallback, host.split_build)
     if done:
         return done
     with open(key_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        done = _usable(_read_result(key_dir), full_fallback)
+        done = _usable(_read_result(key_dir), full_fallback, host.split_build)
         if done:
             return done
         spec = canonical_spec(args)
@@ -194,7 +197,7 @@ class _Build:
     def run(self, spec: dict, timeout_s: float, full_fallback: bool) -> dict:
         """The variants in order; returns the result's fields ({} when the build failed)."""
         c0 = time.thread_time()
-        variants, rewritten = variants_and_rewrites(spec, bare_supported())
+        variants, rewritten = variants_and_rewrites(spec, bare_supported(), self.host.split_build)
         if rewritten:
             self.say(f"[verifier] torch API compatibility: {rewritten} AT_DISPATCH argument(s) `x.type()` read as "
                      f"`x.scalar_type()` (today's torch no longer converts one to the other)")

@@ -115,13 +115,13 @@ def bare_prelude(sources: list[str]) -> str:
     return BARE_PRELUDE + "\n" + "".join(f"#include <{h}>\n" for h in needs) + "#line 4"
 
 
-def build_variants(spec: dict, bare_ok: bool = True) -> list[tuple[str, dict]]:
+def build_variants(spec: dict, bare_ok: bool = True, split: bool = True) -> list[tuple[str, dict]]:
     """load_inline keyword sets to try in order; the last one is always the spec as written ("full"), read
-    through :func:`compat_spec` like every variant."""
-    return variants_and_rewrites(spec, bare_ok)[0]
+    through :func:`compat_spec` like every variant. ``split=False`` (``[verify] split_build = false``): no split."""
+    return variants_and_rewrites(spec, bare_ok, split)[0]
 
 
-def variants_and_rewrites(spec: dict, bare_ok: bool) -> tuple[list[tuple[str, dict]], int]:
+def variants_and_rewrites(spec: dict, bare_ok: bool, split: bool = True) -> tuple[list[tuple[str, dict]], int]:
     """:func:`build_variants` and the number of :func:`compat_source` rewrites (the regex runs once a build)."""
     spec, rewritten = compat_spec(spec)
     full = dict(spec)
@@ -136,7 +136,7 @@ def variants_and_rewrites(spec: dict, bare_ok: bool) -> tuple[list[tuple[str, di
                                      cuda_sources=[bare_prelude(cu)] + list(cu),
                                      cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
         else:
-            split = split_source("\n".join(cu)) if bare_ok and not split_flags_ok(spec) else None
+            split = split_source("\n".join(cu)) if split and bare_ok and not split_flags_ok(spec) else None
             if split is not None:
                 # the host part in the binding file where nothing before it can change its meaning (one load of
                 # the precompiled header: ~5.5 of a binding file's ~6 s), else in a file of its own
