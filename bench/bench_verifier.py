@@ -81,7 +81,8 @@ def real_once(a, out_json: Path) -> None:
     # the verifier's defaults: only where builds go (fresh: a cold cache, as a new machine's first run) and how
     # many execution children run at once (default: VerifyConfig's, 1) are set here
     cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix=f"km-bench-real-k{a.per_task}-"),
-                       **({"exec_workers": a.exec_workers} if a.exec_workers else {}))
+                       **({"exec_workers": a.exec_workers} if a.exec_workers else {}),
+                       **({"split_build": False} if a.no_split else {}))
     done: list = []  # (seconds since the batch started, item index, verdict)
     lock = threading.Lock()
     stats = VerifyStats()
@@ -142,7 +143,7 @@ def _real_argv(a, k: int, budget_s: float, out_json: Path) -> list[str]:
             "--per-task", str(k), "--levels", a.levels, "--n-tasks", str(a.n_tasks), "--sources", a.sources,
             "--backend", a.backend, "--budget-s", f"{budget_s:.0f}", "--one-batch", str(out_json)]
     return argv + (["--exec-workers", str(a.exec_workers)] if a.exec_workers else []) + \
-        (["--pad-copies"] if a.pad_copies else [])
+        (["--pad-copies"] if a.pad_copies else []) + (["--no-split"] if a.no_split else [])
 
 
 def real_main(a) -> int:
@@ -176,13 +177,13 @@ def real_main(a) -> int:
     device, commit = _device(a.backend), _commit()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"{device.replace(' ', '_')}_{commit}"
+    tag = f"{device.replace(' ', '_')}_{commit}" + ("_nosplit" if a.no_split else "")
     write_real_verdicts(records, out / f"verdicts_real_{tag}.jsonl")
     cmd = ("PYTHONPATH=. python3 bench/bench_verifier.py --batch real --manifest " + a.manifest +
            f" --per-task {a.per_task} --levels {a.levels} --n-tasks {a.n_tasks}" +
            (f" --sources {a.sources}" if a.sources else "") + f" --backend {a.backend} --budget-s {a.budget_s:.0f}" +
            (f" --exec-workers {a.exec_workers}" if a.exec_workers else "") + (" --pad-copies" if a.pad_copies else "")
-           + (" --k-only" if a.k_only else ""))
+           + (" --k-only" if a.k_only else "") + (" --no-split" if a.no_split else ""))
     text = real_report(records, device=device, cmd=cmd, commit=commit, backend=a.backend, pch_s=pch_s,
                        versions=f"torch {torch.__version__}, python {sys.version.split()[0]}, "
                                 f"{usable_cores()} cores (the compile pool)")
@@ -204,6 +205,8 @@ def main():
     ap.add_argument("--style", default="light", choices=["light", "bare"], help="light: CUDA sources include "
                     "torch/extension.h (KernelBench style); bare: torch-free CUDA, torch wrapper in cpp_sources")
     ap.add_argument("--skip-cached", action="store_true")
+    ap.add_argument("--no-split", action="store_true", help="real batch: [verify] split_build = false (the slower "
+                    "build path, to compare verdicts with the split's)")
     ap.add_argument("--k-only", action="store_true", help="real batch: only the batch at k (not the one at 1 per task)")
     ap.add_argument("--out", default="bench/results")
     # --batch real (issue 38): the test bed's model-written solutions (bench/lib/testbed.py)

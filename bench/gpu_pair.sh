@@ -9,6 +9,7 @@
 # 540 s (66 passed alone on one H200 in 547 s at d1d95b2).
 # Run from the repository root on the device machine, carrying ext/gpu (bubblewrap wheel) and ext/testbed:
 #   KERNELMILL_COMMIT=<sha> PER_TASK=8 BUDGET_S=520 bash bench/gpu_pair.sh
+# (BENCH_ARGS: more arguments of the batch, e.g. --no-split for the slower build path whose verdicts it compares)
 # Writes $OUT/suite/{device.txt,pytest_gpu.log,durations.tsv} and $OUT/throughput/{throughput_real_*.md,
 # verdicts_real_*.jsonl,bench.log} (the device tool brings back 8 files).
 set -u
@@ -20,7 +21,7 @@ suite=$!
 CUDA_VISIBLE_DEVICES=1 TMPDIR=/tmp/km-throughput-tmp KERNELMILL_VERIFIER_COMMIT=${KERNELMILL_COMMIT:-} PYTHONPATH=. \
   TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1 taskset -c 16-31 python3 bench/bench_verifier.py --batch real \
   --manifest ext/testbed/manifest.jsonl --per-task "${PER_TASK:-8}" --k-only --levels 1,2,3 --n-tasks 24 \
-  --backend cuda --budget-s "${BUDGET_S:-520}" --out "$OUT/throughput" >"$OUT/throughput/bench.log" 2>&1
+  --backend cuda --budget-s "${BUDGET_S:-520}" ${BENCH_ARGS:-} --out "$OUT/throughput" >"$OUT/throughput/bench.log" 2>&1
 wait $suite
 grep -E "passed|failed|exit" "$OUT/suite/pytest_gpu.log" | tail -3
 grep -E "per hour|statuses|timings with|first verdict" "$OUT/throughput/"throughput_real_*.md
