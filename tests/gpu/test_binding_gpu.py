@@ -1,7 +1,10 @@
 """One binding object per declared signature set on real CUDA builds (marker gpu: CUDA builds need a CUDA build
 of torch). Two honest answers that name their host function and its parameter differently share one binding
 object; an answer whose declaration the CUDA object does not define fails as it does with the file compiled as
-written; every verdict is the one the build without the canonical form gives (``[verify] canonical_binding = false``)."""
+written; every verdict is the one the build without the canonical form gives (``[verify] canonical_binding = false``).
+The builds here are not split (``split_build = false``): the split variant puts the CUDA source's host code into the
+binding file (verifier/build/split.py), which then has no canonical form; the canonical object serves sources that
+are not split and those built after a failed split."""
 
 import json
 import sys
@@ -33,7 +36,7 @@ CASES = {
 def _verdicts(build_dir: str, canonical: bool) -> dict:
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
     cfg = VerifyConfig(build_dir=build_dir, timing_trials=0, time_torch_compile=False, exec_workers=2,
-                       canonical_binding=canonical)
+                       canonical_binding=canonical, split_build=False)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
              for n, c in CASES.items()]
     return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=2)))
