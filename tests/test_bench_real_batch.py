@@ -142,6 +142,15 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert cost.verdicts == 2 and cost.programs == 1 and cost.executed == 1
     assert cost.per_gpu_hour == pytest.approx(100.0)  # 1 program in 36 s of wall on one device
     assert cost.stage("execute").total_s == pytest.approx(vs[0].stage_seconds["execute"])
+    # the verdicts file keeps the times a speedup comes from (which side moved between two runs)
+    from bench.lib.testbed_report import real_row, write_real_verdicts
+
+    rows = [real_row(c, v) for (_, c), v in zip(b.items, vs)]
+    write_real_verdicts([{"per_task": 2, "rows": rows}], tmp_path / "v.jsonl")
+    got = [json.loads(line) for line in (tmp_path / "v.jsonl").read_text().splitlines()]
+    assert [g["id"] for g in got] == [c.candidate_id for _, c in b.items]
+    assert got[0]["runtime_us"] == vs[0].runtime_us > 0 and got[0]["eager_us"] == vs[0].eager_us > 0
+    assert (got[0]["speedup_lo"], got[0]["speedup_hi"]) == (vs[0].speedup_lo, vs[0].speedup_hi)
 
 
 def test_build_breakdown_reads_the_variant_and_the_failed_attempts_the_build_wrote(tmp_path):

@@ -321,7 +321,8 @@ def real_row(cand, v) -> dict:
             "cheats": list(v.cheats), "correct": bool(v.correct), "pass_strict": v.pass_strict,
             "pass_partial": v.pass_partial, "speedup": round(v.speedup_eager, 3) if v.speedup_eager else None,
             "program": hashlib.sha256(cand.code.encode()).hexdigest(), "stage_seconds": dict(v.stage_seconds),
-            "exclusive": v.versions.get("timing", {}).get("exclusive")}
+            "exclusive": v.versions.get("timing", {}).get("exclusive"), "runtime_us": v.runtime_us,
+            "eager_us": v.eager_us, "speedup_lo": v.speedup_lo, "speedup_hi": v.speedup_hi}
 
 
 def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool, wall_s: float, errors: list[str],
@@ -407,12 +408,16 @@ def build_lines(record: dict) -> list[str]:
 
 
 def write_real_verdicts(records: list[dict], path: Path) -> None:
-    """One JSON line per verdict of every batch (id, per_task, status, cheats, correct, speedup)."""
+    """One JSON line per verdict of every batch (id, per_task, status, cheats, correct, speedup, and the times it
+    comes from: the candidate's and eager's per call, the speedup's 95% interval; a speedup alone cannot say which
+    side moved between two runs)."""
     with open(path, "w") as f:
         for rec in records:
             for r in rec["rows"]:
                 f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
-                                    "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"]}) + "\n")
+                                    "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"],
+                                    **{k: r.get(k) for k in ("runtime_us", "eager_us", "speedup_lo", "speedup_hi")}})
+                        + "\n")
 
 
 def real_report(records: list[dict], *, device: str, cmd: str, commit: str, versions: str, backend: str,

@@ -10,9 +10,9 @@ Guarantees:
   process groups under one timeout for the whole build, killed when it runs out; where bubblewrap runs
   (verifier/common/sandbox.py) each step has a sandbox of its own, and the import check can write nothing that
   later builds read;
-- faster variants (precompiled header, "bare", "slim", "light") never change what the candidate's code means;
-  a variant that fails is followed by the unchanged full build, whose log is reported (exceptions: a failed
-  binding file or link, and ``full_build_fallback = false`` for a bare variant, marked ``fallback_skipped``);
+- faster variants (precompiled header, "bare", "split", "slim", "light") never change what the candidate's code
+  means; a variant that fails is followed by the next, the last the unchanged full build, whose log is reported
+  (exceptions: a failed binding file or link of any fast variant but split, and ``full_build_fallback = false`` for a bare variant, marked ``fallback_skipped``);
 - every variant reads the sources through ``compat_source`` (verifier/common/spec.py): spellings of an older torch
   whose meaning is fixed (``x.type()`` as an AT_DISPATCH argument) are read as today's, and the build log says so.
 
@@ -92,7 +92,7 @@ class BuildResult:
     log: str = ""
     seconds: float = 0.0
     cached: bool = False
-    variant: str = ""  # which build produced the .so: bare, slim, light or full ("" when it failed)
+    variant: str = ""  # which build produced the .so: bare, split, slim, light or full ("" when it failed)
     pch: bool = False  # the binding file was compiled against the precompiled header
     fallback_skipped: bool = False  # failed in a fast variant, the full build not tried (full_fallback=False)
     objects_reused: int = 0  # object files taken from the object cache (verifier/build/objcache.py), not compiled

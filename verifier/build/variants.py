@@ -10,6 +10,11 @@ The variants (``build_variants``, tried in order; the last is always the spec as
 - "bare": a CUDA source that names nothing from torch (no ``torch::``, ``at::``, ``c10::``, ``TORCH_*`` ...) is
   compiled with ``no_implicit_headers`` (``cuda.h`` / ``cuda_runtime.h`` and the standard headers of the std names it
   uses, which torch/types.h would have declared; a ``#line`` keeps the full build's line numbers in compiler messages);
+- "split": a CUDA source whose kernels name nothing from torch and whose host code launches them is cut in two
+  (verifier/build/split.py): the host code compiled by the C++ compiler against the precompiled header (in the binding
+  file after the binding's own declarations, or in a unit of its own, ``host_source``), the device code by nvcc with
+  no torch header; it is tried before slim, and its failures are never final (its binding file, host unit and link
+  are not the full build's);
 - "slim": a CUDA source that uses torch only through the common subset (``torch::Tensor``, factory functions,
   TORCH_CHECK, AT_DISPATCH, the current stream) is compiled against just the headers that subset needs
   (verifier/build/slim.py);
