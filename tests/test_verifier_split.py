@@ -140,6 +140,34 @@ def test_the_host_part_joins_the_binding_file_only_after_declarations():
     assert declarations_only(["#include <vector>\n#pragma once\ntorch::Tensor forward(torch::Tensor x, int k);"])
 
 
+def test_what_links_only_in_one_file_is_not_merged_or_not_split():
+    """The full build's binding file reaches the CUDA file's host functions by linking: an exported function the
+    binding never declares, or one defined inline or static, fails there. Merged into the binding file it would be
+    found, and the split would pass what fails as written: such a host part gets a unit of its own, and an exported
+    inline or static definition is not split at all."""
+    undeclared = dict(build_variants(_spec(cpp="int unrelated(int);")))["split"]
+    assert "host_source" in undeclared and undeclared["cpp_sources"][-1] == "int unrelated(int);"
+    for word in ("inline", "static"):
+        src = KB.replace("torch::Tensor forward(", f"{word} torch::Tensor forward(")
+        assert "exported function defined inline" in split_refusal(src, frozenset({"forward"}))
+        assert split_refusal(src) == ""  # not exported: a helper may be inline
+        assert [label for label, _ in build_variants(_spec(cu=src))] == ["slim", "full"]
+
+
+def test_character_literals_after_a_prefix_are_literals_and_digit_separators_are_not():
+    src = KB.replace("return y;", "char c = u8'{'; wchar_t w = L'}'; long big = 1'000'000 + 0xFF'FF; return y;")
+    s = split_source(src)
+    assert s is not None and "u8'{'" in s.host and "L'}'" in s.host and "1'000'000 + 0xFF'FF" in s.host
+
+
+def test_a_type_with_device_only_members_stays_on_the_device_side():
+    acc = "struct Acc { __device__ float one() const { return 1.f; } };\n"
+    s = split_source(KB.replace("struct Params", acc + "struct Params"))
+    assert s is not None and "struct Acc" in s.device and "struct Acc" not in s.host
+    assert "host code names a device-side symbol (Acc)" in split_refusal(
+        KB.replace("struct Params", acc + "struct Params").replace("return y;", "Acc a; return y;"))
+
+
 def test_a_failed_split_build_is_never_the_answer():
     for log in ("FAILED: main.o\nerror", "FAILED: km_host.o\n", "FAILED: km_ext.so\nundefined", "FAILED: cuda.cuda.o"):
         assert variant_failure_is_final("split", log, True) == (False, "")

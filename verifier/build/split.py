@@ -101,18 +101,19 @@ def split_flags_ok(spec: dict) -> str:
     return ""
 
 
-def split_source(src: str) -> SplitSource | None:
-    """The source cut in two, or None when it is not split (``split_refusal`` says why)."""
+def split_source(src: str, exported: frozenset = frozenset()) -> SplitSource | None:
+    """The source cut in two, or None when it is not split (``split_refusal`` says why). ``exported``: the names the
+    binding file declares (``declared_functions``), which the host part must define as the full build would."""
     try:
-        return _split(src)
+        return _split(src, exported)
     except _Refused:
         return None
 
 
-def split_refusal(src: str) -> str:
+def split_refusal(src: str, exported: frozenset = frozenset()) -> str:
     """Why ``split_source`` returns None ("" when it does not)."""
     try:
-        _split(src)
+        _split(src, exported)
     except _Refused as e:
         return str(e)
     return ""
@@ -128,8 +129,8 @@ def _mask(text: str) -> str:
         if c == '"' and i > 0 and text[i - 1] == "R" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_")):
             raise _Refused("a raw string literal")
         if c in "\"'":
-            if c == "'" and i > 0 and (text[i - 1].isalnum()) and i + 1 < n and text[i + 1].isalnum():
-                i += 1  # a digit separator (1'000'000)
+            if c == "'" and i + 1 < n and text[i + 1].isalnum() and re.search(r"(?<![\w.])\d[\w.']*$", text[:i]):
+                i += 1  # a digit separator (1'000'000, 0xFF'FF): inside a number, not after a prefix (u8'a', L'a')
                 continue
             j = i + 1
             while j < n and text[j] != c and text[j] != "\n":
@@ -330,7 +331,7 @@ def _declared_name(decl: str) -> str:
     return m.group(1) if m else ""
 
 
-def _split(src: str) -> SplitSource:
+def _split(src: str, exported: frozenset = frozenset()) -> SplitSource:
     if LAUNCH_PREFIX in src or "km_grid" in src:
         raise _Refused("the source names km_launch_*")
     text = strip_cxx(src)
@@ -376,8 +377,13 @@ def _split(src: str) -> SplitSource:
                 host_parts.append(f"void {LAUNCH_PREFIX}{name}(dim3, dim3, size_t, cudaStream_t"
                                   + (f", {params.strip()});" if params.strip() not in ("", "void") else ");"))
             continue
+        kind_type = re.match(r"\s*(?:template\s*<[^;{]*?>\s*)?(?:typedef\s+)?(?:struct|class|union)\s+([A-Za-z_]\w*)?",
+                             it.head)
         if _DEVICE_WORDS.search(it.head) and not re.search(r"\b__host__\b", head):
-            if it.kind == "def" and _is_function_head(head):
+            if kind_type:  # a type whose members are device-only: the device's (its name, where it has one)
+                if kind_type.group(1):
+                    device_names.add(kind_type.group(1))
+            elif it.kind == "def" and _is_function_head(head):
                 device_names.add(_name_before_params(head)[0])
             elif it.kind == "decl" and "(" not in head:
                 device_names.add(_declared_name(head))
@@ -394,6 +400,11 @@ def _split(src: str) -> SplitSource:
         shared = not torchy and (not is_func or re.search(r"\b(?:constexpr|__host__)\b", head))
         if is_func and re.search(r"\b__host__\b", head) and torchy:
             raise _Refused("a __host__ __device__ function that names torch")
+        if is_func and _name_before_params(head)[0] in exported and re.search(
+                r"\b(?:inline|static|constexpr|template)\b|__forceinline__", head):
+            # the binding file's declaration links to the CUDA file's definition in the full build, which an inline
+            # or static one never provides; in one file with it the declaration would find it
+            raise _Refused("an exported function defined inline, static or as a template")
         host_parts.append(body)
         if shared and (it.kind != "decl" or not _host_only_variable(head)):
             device_parts.append(body)
@@ -441,6 +452,16 @@ def _host_prelude() -> str:
             defines.append(f"#define {m.group(1)} {m.group(2) if m.group(2) is not None else 1}")
     return ("// the CUDA source's host code (verifier/build/split.py)\n" + "".join(d + "\n" for d in defines)
             + "#include <cuda_runtime.h>\n")
+
+
+def declared_functions(cpp_sources: list[str]) -> frozenset:
+    """The names of the functions the binding's own sources declare (best effort: none where they do not parse)."""
+    try:
+        text = strip_cxx("\n".join(cpp_sources))
+        return frozenset(_name_before_params(it.head.rstrip().rstrip(";"))[0] for it in _items(_mask(text))
+                         if it.kind == "decl" and "(" in it.head)
+    except _Refused:
+        return frozenset()
 
 
 def declarations_only(cpp_sources: list[str]) -> bool:
