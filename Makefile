@@ -21,7 +21,7 @@ run: $(STAMP)
 # two workers (pytest-xdist), each taking whole test files, so a module's fixtures are built once (tests/conftest.py:
 # what the workers share)
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not gpu" -n 2 --dist loadfile
+	$(PY) -m pytest -q -m "not gpu" -n 2 --dist loadfile --durations=25
 
 gpu-test:
 	$(PY) -m pytest -q -m gpu tests/gpu
