@@ -26,7 +26,7 @@ the device code is compiled from the same text. Anything whose meaning a cut cou
 compilation around code, a macro that launches, the host side naming a device-side symbol other than by launching
 it (``cudaMemcpyToSymbol``, ``cudaFuncSetAttribute(kernel, ...)``), host code that tests ``__CUDACC__`` or
 ``__CUDA_ARCH__``, a device part that still names torch, a kernel parameter with a default, a template or no name,
-and raw strings. The flags decide too (``split_flags_ok``): nvcc's flags must not reach the host code (``-D``,
+and raw strings. The flags decide too (``split_flag_refusal``): nvcc's flags must not reach the host code (``-D``,
 ``-U``, ``-Xcompiler``, include paths) and the C++ flags must not add to it what the CUDA build never gave it.
 
 A split build that fails to compile, link or import is followed by the next variant (slim, then the full build,
@@ -35,6 +35,7 @@ whose log is the one reported): the split's own guess is never the candidate's v
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -45,10 +46,13 @@ HOST_FILE = "km_host.cpp"  # the host part's own translation unit, beside main.c
 HOST_OBJECT = "km_host.o"
 _LAUNCH_PARAMS = ("km_grid", "km_block", "km_shmem", "km_stream")
 
-# what names torch (the part that does is host code; a device part that does is not split)
-NAMES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::|\b(?:TORCH|AT|C10|PYBIND11)_[A-Z0-9_]+|"
-                         r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|Python)|\bTensor(?:Options|List)?\b|"
-                         r"\bIntArrayRef\b|\bScalarType\b")
+# what names torch: a qualified name, a macro, an include (a CUDA source naming none of them builds "bare",
+# verifier/build/variants.py) ...
+TORCH_QUALIFIED = (r"\b(?:torch|at|c10|pybind11|py)::|\b(?:TORCH|AT|C10|PYBIND11)_[A-Z0-9_]+|"
+                   r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|Python)")
+# ... or, here, a type a ``using namespace`` makes unqualified (an item naming any is host code; a device part that
+# names any is not split)
+NAMES_TORCH = re.compile(TORCH_QUALIFIED + r"|\bTensor(?:Options|List)?\b|\bIntArrayRef\b|\bScalarType\b")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 # the macros whose value differs between nvcc's host pass and the C++ compiler (and the file and line, which the
 # cut changes): host code that reads one could take another branch when split
@@ -90,7 +94,7 @@ class _Refused(Exception):
     pass
 
 
-def split_flags_ok(spec: dict) -> str:
+def split_flag_refusal(spec: dict) -> str:
     """"" when a spec's flags let its CUDA source be split; else the first flag that does not."""
     if spec.get("extra_include_paths"):
         return "extra_include_paths"
@@ -337,7 +341,7 @@ def _split(src: str, exported: frozenset = frozenset()) -> SplitSource:
     text = strip_cxx(src)
     mask = _mask(text)
     items = _items(mask)
-    kernels: dict[str, str] = {}  # name -> its parameter text (masked == original outside literals)
+    kernels: dict[str, tuple[str, list[str]]] = {}  # name -> its parameter text and its parameters' names
     device_names: set[str] = set()
     host_parts: list[str] = []
     device_parts: list[str] = []
@@ -355,10 +359,8 @@ def _split(src: str, exported: frozenset = frozenset()) -> SplitSource:
                 cond -= 1
             if "<<<" in head:
                 raise _Refused("a macro that launches a kernel")
-            if NAMES_TORCH.search(body):  # torch's includes and macros: the host side's
-                host_parts.append(body)
-            else:
-                host_parts.append(body)
+            host_parts.append(body)
+            if not NAMES_TORCH.search(body):  # torch's includes and macros are the host side's alone
                 device_parts.append(body)
             continue
         if cond:
@@ -367,10 +369,9 @@ def _split(src: str, exported: frozenset = frozenset()) -> SplitSource:
             raise _Refused("a templated kernel")
         if "__global__" in head:
             name, params = _name_before_params(head if it.kind == "def" else head.rstrip().rstrip(";"))
-            if name in kernels and kernels[name] != params.strip():
+            if name in kernels and kernels[name][0] != params.strip():
                 raise _Refused("two kernels of one name")
-            _params(params)
-            kernels[name] = params.strip()
+            kernels[name] = (params.strip(), _params(params))
             device_parts.append(body)
             if name not in declared:
                 declared.add(name)
@@ -383,20 +384,16 @@ def _split(src: str, exported: frozenset = frozenset()) -> SplitSource:
             if kind_type:  # a type whose members are device-only: the device's (its name, where it has one)
                 if kind_type.group(1):
                     device_names.add(kind_type.group(1))
-            elif it.kind == "def" and _is_function_head(head):
+            elif it.kind == "def":  # (_items makes a braced item a def only where its head is a function's)
                 device_names.add(_name_before_params(head)[0])
-            elif it.kind == "decl" and "(" not in head:
+            elif "(" not in head:
                 device_names.add(_declared_name(head))
-            elif it.kind == "decl":
+            else:
                 device_names.add(_name_before_params(head.rstrip().rstrip(";"))[0])
-            else:  # a type whose members are device-only
-                m = re.search(r"\b(?:struct|class|union)\s+([A-Za-z_]\w*)", head)
-                if m:
-                    device_names.add(m.group(1))
             device_parts.append(body)
             continue
         torchy = bool(NAMES_TORCH.search(mask[it.start:it.end]))
-        is_func = it.kind == "def" and _is_function_head(head)
+        is_func = it.kind == "def"
         shared = not torchy and (not is_func or re.search(r"\b(?:constexpr|__host__)\b", head))
         if is_func and re.search(r"\b__host__\b", head) and torchy:
             raise _Refused("a __host__ __device__ function that names torch")
@@ -417,11 +414,12 @@ def _split(src: str, exported: frozenset = frozenset()) -> SplitSource:
     if "<<<" not in host_mask:
         raise _Refused("no launch in host code")
     host = _rewrite_launches(host, host_mask, kernels)
-    if _CUDA_HOST_MACROS.search(_mask(host)):
+    host_mask = _mask(host)
+    if _CUDA_HOST_MACROS.search(host_mask):
         raise _Refused("host code that tests __CUDACC__ or __CUDA_ARCH__")
-    if _PYTHON_NAMES.search(_mask(host)) and not _EXTENSION_H.search(src):
+    if _PYTHON_NAMES.search(host_mask) and not _EXTENSION_H.search(src):
         raise _Refused("host code that uses pybind11 or Python without including torch/extension.h")
-    named = set(_IDENT.findall(_mask(host).replace("\n", " ")))
+    named = set(_IDENT.findall(host_mask))
     clash = named & (device_names | set(kernels))
     if clash:
         raise _Refused(f"host code names a device-side symbol ({sorted(clash)[0]}) other than by launching it")
@@ -429,8 +427,7 @@ def _split(src: str, exported: frozenset = frozenset()) -> SplitSource:
     if NAMES_TORCH.search(_mask(device)):
         raise _Refused("device code that names torch")
     launchers = []
-    for name, params in kernels.items():
-        names = _params(params)
+    for name, (params, names) in kernels.items():
         ps = ", ".join(f"{t} {v}" for t, v in zip(("dim3", "dim3", "size_t", "cudaStream_t"), _LAUNCH_PARAMS))
         ps += f", {params}" if params and params != "void" else ""
         launchers.append(f"void {LAUNCH_PREFIX}{name}({ps}) {{\n  {name}<<<{', '.join(_LAUNCH_PARAMS)}>>>"
@@ -439,6 +436,7 @@ def _split(src: str, exported: frozenset = frozenset()) -> SplitSource:
     return SplitSource(device=device, host=_host_prelude() + host + "\n", kernels=tuple(kernels))
 
 
+@functools.cache
 def _host_prelude() -> str:
     """What the host part starts with: the macros nvcc defines for every CUDA file torch builds
     (``COMMON_NVCC_FLAGS``' ``-D``s: half and bfloat16 operators off) and cuda_runtime.h, which nvcc includes in

@@ -46,7 +46,8 @@ import re
 import torch.utils.cpp_extension as ce
 
 from verifier.build.slim import slim_source
-from verifier.build.split import declarations_only, declared_functions, split_flags_ok, split_source
+from verifier.build.split import (TORCH_QUALIFIED, declarations_only, declared_functions, split_flag_refusal,
+                                  split_source)
 from verifier.common.spec import compat_spec
 from verifier.front.vendor import strip_cxx
 
@@ -79,8 +80,7 @@ def variant_failure_is_final(label: str, log: str, full_fallback: bool) -> tuple
     return False, ""
 
 
-_NAMES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::|\b(?:TORCH|AT|C10|PYBIND11)_[A-Z0-9_]+|"
-                          r"#\s*include\s*[<\"](?:torch|ATen|c10|pybind11|Python)")
+_NAMES_TORCH = re.compile(TORCH_QUALIFIED)
 HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|python)\.h[>"][ \t]*$', re.M)
 BARE_PRELUDE = "// bare build: torch/types.h not included\n#include <cuda.h>\n#include <cuda_runtime.h>"
 # what a torch-free source may use from the standard library without including it, because load_inline's
@@ -141,16 +141,16 @@ def variants_and_rewrites(spec: dict, bare_ok: bool, split: bool = True) -> tupl
                                      cuda_sources=[bare_prelude(cu)] + list(cu),
                                      cpp_sources=["#include <torch/extension.h>"] + list(spec["cpp_sources"]))))
         else:
-            split = split_source("\n".join(cu), declared_functions(spec["cpp_sources"]) | set(spec["functions"] or [])) \
-                if split and bare_ok and not split_flags_ok(spec) else None
+            declared = declared_functions(spec["cpp_sources"])
+            split = split_source("\n".join(cu), declared | set(spec["functions"] or [])) \
+                if split and bare_ok and not split_flag_refusal(spec) else None
             if split is not None:
                 # the host part in the binding file where nothing before it can change its meaning (one load of
                 # the precompiled header: ~5.5 of a binding file's ~6 s), else in a file of its own
                 cpp = ["#include <torch/extension.h>"] + list(spec["cpp_sources"])
                 # (and declares every exported function: the module definition after it must not find a definition
                 # in the CUDA source's host code that the full build's binding file never sees)
-                merged = declarations_only(spec["cpp_sources"]) and \
-                    set(spec["functions"] or []) <= declared_functions(spec["cpp_sources"])
+                merged = declarations_only(spec["cpp_sources"]) and set(spec["functions"] or []) <= declared
                 out.append(("split", dict(full, no_implicit_headers=True,
                                           cuda_sources=[bare_prelude([split.device]), split.device],
                                           cpp_sources=cpp + [split.host] if merged else cpp,
