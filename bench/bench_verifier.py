@@ -10,7 +10,9 @@ bench/results/verifier_<device>_<batch>.md and the verdicts (candidate, status, 
 verdicts_<device>_<batch>_<commit>.jsonl, to compare two verifiers' verdicts on the same batch."""
 
 import argparse
+import dataclasses
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -24,8 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench.lib import fixtures as fx  # noqa: E402
+from bench.lib.testbed import verify_keys  # noqa: E402
 from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
+from kernelmill.settings import parse_section  # noqa: E402
 from bench.lib.proc_cpu import GpuSampler, ProcCpu  # noqa: E402
 from verifier.engine import VerifyConfig, usable_cores, verify_batch  # noqa: E402
 from verifier.serve.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
@@ -78,11 +82,9 @@ def real_once(a, out_json: Path) -> None:
     batch = real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task,
                        levels=[int(x) for x in a.levels.split(",") if x], n_tasks=a.n_tasks,
                        sources=[x for x in a.sources.split(",") if x], backend=a.backend, pad=a.pad_copies)
-    # the verifier's defaults: only where builds go (fresh: a cold cache, as a new machine's first run) and how
-    # many execution children run at once (default: VerifyConfig's, 1) are set here
-    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix=f"km-bench-real-k{a.per_task}-"),
-                       **({"exec_workers": a.exec_workers} if a.exec_workers else {}),
-                       **({"split_build": False} if a.no_split else {}))
+    # the verifier's defaults but where builds go (fresh: a cold cache, a new machine's first run) and the keys asked
+    cfg = dataclasses.replace(parse_section("verify", verify_keys(a.verify, a.exec_workers, a.no_split), "--verify"),
+                              build_dir=tempfile.mkdtemp(prefix=f"km-bench-real-k{a.per_task}-"))
     done: list = []  # (seconds since the batch started, item index, verdict)
     lock = threading.Lock()
     stats = VerifyStats()
@@ -143,7 +145,9 @@ def _real_argv(a, k: int, budget_s: float, out_json: Path) -> list[str]:
             "--per-task", str(k), "--levels", a.levels, "--n-tasks", str(a.n_tasks), "--sources", a.sources,
             "--backend", a.backend, "--budget-s", f"{budget_s:.0f}", "--one-batch", str(out_json)]
     return argv + (["--exec-workers", str(a.exec_workers)] if a.exec_workers else []) + \
-        (["--pad-copies"] if a.pad_copies else []) + (["--no-split"] if a.no_split else [])
+        (["--pad-copies"] if a.pad_copies else []) + (["--no-split"] if a.no_split else []) + \
+        [x for kv in a.verify for x in ("--verify", kv)]
+
 
 
 def real_main(a) -> int:
@@ -177,13 +181,15 @@ def real_main(a) -> int:
     device, commit = _device(a.backend), _commit()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"{device.replace(' ', '_')}_{commit}" + ("_nosplit" if a.no_split else "")
+    tag = f"{device.replace(' ', '_')}_{commit}" + ("_nosplit" if a.no_split else "") + \
+        "".join("_" + re.sub(r"[^\w-]+", "", kv.replace("=", "-")) for kv in a.verify)
     write_real_verdicts(records, out / f"verdicts_real_{tag}.jsonl")
     cmd = ("PYTHONPATH=. python3 bench/bench_verifier.py --batch real --manifest " + a.manifest +
            f" --per-task {a.per_task} --levels {a.levels} --n-tasks {a.n_tasks}" +
            (f" --sources {a.sources}" if a.sources else "") + f" --backend {a.backend} --budget-s {a.budget_s:.0f}" +
            (f" --exec-workers {a.exec_workers}" if a.exec_workers else "") + (" --pad-copies" if a.pad_copies else "")
-           + (" --k-only" if a.k_only else "") + (" --no-split" if a.no_split else ""))
+           + (" --k-only" if a.k_only else "") + (" --no-split" if a.no_split else "") +
+           "".join(f" --verify '{kv}'" for kv in a.verify))
     text = real_report(records, device=device, cmd=cmd, commit=commit, backend=a.backend, pch_s=pch_s,
                        versions=f"torch {torch.__version__}, python {sys.version.split()[0]}, "
                                 f"{usable_cores()} cores (the compile pool)")
@@ -205,8 +211,8 @@ def main():
     ap.add_argument("--style", default="light", choices=["light", "bare"], help="light: CUDA sources include "
                     "torch/extension.h (KernelBench style); bare: torch-free CUDA, torch wrapper in cpp_sources")
     ap.add_argument("--skip-cached", action="store_true")
-    ap.add_argument("--no-split", action="store_true", help="real batch: [verify] split_build = false (the slower "
-                    "build path, to compare verdicts with the split's)")
+    ap.add_argument("--no-split", action="store_true", help="real batch: --verify split_build=false (the slower path)")
+    ap.add_argument("--verify", action="append", default=[], help="real batch: KEY=VALUE, a [verify] key (TOML)")
     ap.add_argument("--k-only", action="store_true", help="real batch: only the batch at k (not the one at 1 per task)")
     ap.add_argument("--out", default="bench/results")
     # --batch real (issue 38): the test bed's model-written solutions (bench/lib/testbed.py)

@@ -47,7 +47,7 @@ MOVED = {
 
 
 # [verify]: the verifier's section (verifier/common/config.py names it for the verifier's modules)
-CUDA_SLOTS_MAX = 6  # automatic execution children per GPU at most (VerifyConfig.exec_slots)
+CUDA_SLOTS_MAX = 8  # automatic execution children per GPU at most (VerifyConfig.exec_slots)
 
 
 @dataclass
@@ -60,10 +60,15 @@ class VerifyConfig:
     memory_limit_gb: float = 16.0
     compile_workers: int = 0  # 0: the cores this process may run on (config.usable_cores: its CPU affinity)
     # execution children at a time; 0 (the default): automatic, ``exec_slots``: cpu, half the usable cores (at least
-    # 1: the other half compiles; 1 on a 2-core machine); cuda, that many up to 6 and at least 2 per process (one
+    # 1: the other half compiles; 1 on a 2-core machine); cuda, that many up to 8 and at least 2 per process (one
     # verifier process per GPU), admitted by their planned memory (verifier/execute/admission.py), their timing phases
-    # taking turns on the device lock (verifier/common/devlock.py); 6 on the 16-core H100 (bench/results/throughput_h100.md)
+    # taking turns on the device lock (verifier/common/devlock.py); 8 on a 16-core H200 (each slot's judging in a
+    # process of its own: ``exec_processes``; with threads of one process, 12 slots waited longer than 6)
     exec_workers: int = 0
+    # where each execution slot's harness and judge run: "processes", a trusted process of its own per slot
+    # (verifier/workers.py: the judging of six slots in one interpreter held 0.94 of a core and waited on its lock);
+    # "threads", threads of this process; "auto": processes on cuda, threads on cpu (a 2-core machine)
+    exec_processes: str = "auto"
     atol_fp32: float = 1e-4
     rtol_fp32: float = 1e-4
     atol_low: float = 1e-2
@@ -118,8 +123,13 @@ class VerifyConfig:
         half = usable_cores() // 2
         return max(2, min(CUDA_SLOTS_MAX, half)) if backend == "cuda" else max(1, half)
 
+    def exec_in_processes(self, backend: str) -> bool:
+        """Whether ``backend``'s execution slots judge in trusted processes of their own (``exec_processes``)."""
+        return self.exec_processes == "processes" or (self.exec_processes == "auto" and backend == "cuda")
+
     def check(self) -> None:
         """InputError naming the key of a value no verifier run can use (the settings layer calls it)."""
+        _one_of("verify.exec_processes", self.exec_processes, ("auto", "processes", "threads"))
         if self.legality not in ("strict", "partial"):
             raise InputError("verify.legality", f"must be strict or partial, got {self.legality!r}")
         if self.trials < 5:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kernelmill.settings import CUDA_SLOTS_MAX
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,7 +52,7 @@ def test_execution_workers_default_to_the_device_and_the_cores():
     one, every = (tuple(int(x) for x in line.split()) for line in out.stdout.splitlines())
     assert one == (1, 1, 2)
     n = len(allowed)
-    assert every == (n, max(1, n // 2), max(2, min(6, n // 2)))
+    assert every == (n, max(1, n // 2), max(2, min(CUDA_SLOTS_MAX, n // 2)))
     assert VerifyConfig().exec_workers == 0
     assert VerifyConfig(exec_workers=3).exec_slots("cpu") == VerifyConfig(exec_workers=3).exec_slots("cuda") == 3
     with pytest.raises(InputError, match="exec_workers"):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import queue
 import shutil
 import threading
 import time
@@ -32,6 +31,7 @@ import torch.utils.cpp_extension as cpp_extension
 from kernelmill.errors import InputError
 from kernelmill.schema import Candidate, Task, Verdict
 from verifier import cheats
+from verifier import workers as trusted
 from verifier.build.pool import CompilePool, first_errors
 from verifier.build.runtime import child_builder
 from verifier.common import sandbox
@@ -304,6 +304,31 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
 # ---------------------------------------------------------------------------- public API
 
 
+def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) -> Work:
+    """A candidate whose builds are over, to its verdict: the compile results read (the built library's scan),
+    then the execution and the judging (``_execute``). Problems on the verifier's side end as ``verifier_error``.
+    Runs in the engine's execution thread, or in the slot's trusted process (verifier/workers.py), which returns
+    the Work."""
+    try:
+        if _compile_done(w, results, build_root):
+            _execute(w, w.verdict.backend, cfg, build_root)
+    except InputError as e:
+        finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
+    except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
+        finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
+    return w
+
+
+SLOT_ENTRY = "verifier.engine:serve_slot"
+
+
+def serve_slot(fd: int) -> None:
+    """The main of a slot's trusted process (verifier/workers.py): its jobs are ``execute_item``'s, run in one
+    execution slot (its fork servers kept from job to job)."""
+    with exec_slot():
+        trusted.serve(fd, execute_item)
+
+
 def _check_toolchain(backend: str) -> None:
     if shutil.which(os.environ.get("CXX", "c++")) is None and shutil.which("g++") is None:
         raise InputError("compiler", "no C++ compiler (c++/g++) on PATH: the verifier cannot build any candidate")
@@ -327,6 +352,29 @@ def build_order(items: Sequence[tuple[Task, Candidate]]) -> list[int]:
         by_task.setdefault(task.task_id, []).append(i)
     queues = list(by_task.values())
     return [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
+
+
+class _Ready:
+    """The candidates whose builds are over, for the execution slots: first come, first served, except that a slot
+    takes the oldest candidate of a task it has judged before when there is one (``get(seen)``), since in a slot's
+    own process (verifier/workers.py) a task's plan is made once per process. None (put once per slot) ends a slot."""
+
+    def __init__(self, plan_keys: list):
+        self.plan_keys = plan_keys
+        self.items: list = []
+        self.cond = threading.Condition()
+
+    def put(self, item) -> None:
+        with self.cond:
+            self.items.append(item)
+            self.cond.notify()
+
+    def get(self, seen: set = frozenset()):
+        with self.cond:
+            self.cond.wait_for(lambda: bool(self.items))
+            pick = next((k for k, item in enumerate(self.items) if item is not None and self.plan_keys[item[0]] in seen),
+                        0)
+            return self.items.pop(pick)
 
 
 def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | None = None,
@@ -370,7 +418,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
             if on_verdict:
                 on_verdict(i, v)
 
-    ready: queue.Queue = queue.Queue()
+    ready = _Ready(plan_keys)
     works: list[Work] = [None] * n  # type: ignore[list-item]  (each set below before anything reads it)
     pending = [0]
     with preparing(prep_workers(cfg, backends)) as prepare, CompilePool(cfg.build_root(), workers=max(1, workers),
@@ -407,23 +455,37 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
             for f in futs:
                 f.add_done_callback(when_built)
 
-        def exec_loop() -> None:
-            with exec_slot():  # this thread's fork servers and job root: kept for the next batch
-                exec_jobs()
+        in_processes = any(cfg.exec_in_processes(b) for b in backends)
 
-        def exec_jobs() -> None:
+        def exec_loop() -> None:
+            if in_processes:  # the slot's harness and judge in a trusted process of its own (verifier/workers.py)
+                with trusted.lease(SLOT_ENTRY) as slot_process:
+                    exec_jobs(slot_process)
+            else:
+                with exec_slot():  # this thread's fork servers and job root: kept for the next batch
+                    exec_jobs(None)
+
+        def exec_jobs(slot_process) -> None:
+            seen: set = set()  # the tasks this slot has judged: their plans are made in its process already
             while True:
-                item = ready.get()
+                item = ready.get(seen)
                 if item is None:
                     return
                 i, futs = item
+                seen.add(plan_keys[i])
                 w = works[i]
                 count("executing", 1)
                 try:
-                    if _compile_done(w, [f.result() for f in futs], cfg.build_root()):
-                        _execute(w, w.verdict.backend, cfg, cfg.build_root())
-                except InputError as e:
-                    finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
+                    results = [f.result() for f in futs]
+                    if slot_process is None:
+                        w = execute_item(w, results, cfg, cfg.build_root())
+                    else:
+                        try:
+                            w = slot_process().run((w, results, cfg, cfg.build_root()))
+                        except trusted.WorkerDied as e:
+                            finish(w, "verifier_error", [f"Verifier error on this candidate: {e}; this is not your "
+                                                         "kernel's outcome."])
+                    works[i] = w
                 except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
                     finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
                 finally:

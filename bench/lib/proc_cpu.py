@@ -46,7 +46,7 @@ def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
     if comm in JOB_KINDS:
         return JOB_KINDS[comm]
     if pid == me:
-        return "benchmark process (parent: scheduling, judging, reference)"
+        return "benchmark process (parent: scheduling, task plans; judging where slots are threads)"
     if comm in COMPILERS:
         return "compilers (nvcc phases, gcc, ninja, ld)"
     if comm.startswith("python") or "python" in cmdline.split(" ", 1)[0]:
@@ -56,6 +56,8 @@ def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
             return "build steps (python: ninja driver, import check of the built module)"
         if "verifier.child.worker" in cmdline:  # fork servers (torch), their forked children (CUDA, profiler, the job)
             return "execution processes (python: torch, CUDA context, profiler, the job)"
+        if "serve_slot" in cmdline:  # verifier/workers.py: an execution slot's trusted process
+            return "slot processes (the harness and judge of an execution slot)"
         if "torch._inductor" in cmdline or "compile_worker" in cmdline:  # inductor's pool of compile workers
             return INDUCTOR
         return next((name for key, name in PYTHON_KINDS if key in cmdline), "other python")

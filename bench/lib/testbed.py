@@ -411,3 +411,13 @@ def run_testbed(solutions: list[TestbedSolution], config, jsonl: Path, *, budget
         timer.cancel()
     fill("budget: not started")
     return out.rows
+
+
+def verify_keys(pairs: list[str], exec_workers: int = 0, no_split: bool = False) -> dict:
+    """The [verify] keys a real batch sets: ``KEY=VALUE`` pairs (``--verify``; values as ``--set`` reads them),
+    ``--exec-workers`` and ``--no-split``, for ``kernelmill.settings.parse_section`` (which checks names and types)."""
+    from kernelmill.config import parse_value
+
+    keys = {k.strip(): parse_value(v.strip()) for k, _, v in (kv.partition("=") for kv in pairs)}
+    return {**keys, **({"exec_workers": exec_workers} if exec_workers else {}),
+            **({"split_build": False} if no_split else {})}

@@ -138,11 +138,35 @@ _GATES: dict[tuple, MemoryGate] = {}
 _GATES_LOCK = threading.Lock()
 
 
+_REMOTE = None  # a slot's trusted process (verifier/workers.py): the engine's gates, asked over its pipe
+
+
+def admit_through(remote) -> None:
+    """Make every gate of this process the engine's, asked through ``remote`` (``remote.admit(device, budget_gib,
+    n)``, a context manager yielding the seconds waited): set once by a slot's trusted process, whose jobs share one
+    device with the other slots' processes and so one budget."""
+    global _REMOTE
+    _REMOTE = remote
+
+
+class _AskedGate:
+    """A gate of the engine's process, for one device and budget, as a slot's trusted process sees it."""
+
+    def __init__(self, remote, device: str, budget_gib: float):
+        self.remote, self.device, self.budget_gib = remote, device, budget_gib
+
+    def admit(self, n: int):
+        return self.remote.admit(self.device, self.budget_gib, int(n))
+
+
 def gate_for(device: str, budget_gib: float = 0.0) -> MemoryGate:
     """The process's gate for ``device`` (one per device and configured budget, shared by every batch of the
-    process, since they share the device): ``budget_gib`` > 0 is the budget, 0 the automatic one (measured once)."""
+    process, since they share the device): ``budget_gib`` > 0 is the budget, 0 the automatic one (measured once).
+    In a slot's trusted process (``admit_through``), the engine's gate of that device, asked over the pipe."""
     if budget_gib < 0:
         raise ValueError(f"verify.memory_budget_gib must be 0 (automatic) or positive, got {budget_gib}")
+    if _REMOTE is not None:
+        return _AskedGate(_REMOTE, device, budget_gib)  # type: ignore[return-value]
     key = (device, float(budget_gib))
     with _GATES_LOCK:
         if key not in _GATES:

@@ -212,6 +212,12 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
+def start_lasting(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` run on the thread that lives as long as this process: for what starts a process that
+    must outlive the calling thread (a fork server, a slot's trusted process: verifier/workers.py)."""
+    return _SPAWNER.call(fn, *args, **kwargs)
+
+
 _SERVERS: dict[tuple, ForkServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
@@ -229,7 +235,7 @@ def _server(backend: str, host: HostSettings, build_root: str = "", locks: list 
                 or srv.locks != list(locks) or srv.signature != environment_signature(host):
             if srv is not None:
                 srv.close()
-            srv = _SERVERS[key] = _SPAWNER.call(ForkServer, backend, host, root, build_root, locks, turn is not None)
+            srv = _SERVERS[key] = start_lasting(ForkServer, backend, host, root, build_root, locks, turn is not None)
         return srv
 
 

@@ -154,8 +154,10 @@ CASES = {  # name: (task, candidate, expected status, cheat code or None, runtim
 
 @pytest.fixture(scope="module")
 def verdicts():
+    # the runtime layer's cases switch the scans before it off in this process (below), so they are judged here too:
+    # a slot's own process (verifier/workers.py) would scan the built library with the real scan
     cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-redteam-gpu-"), timing_trials=10, run_timeout_s=120,
-                       time_torch_compile=False)
+                       time_torch_compile=False, exec_processes="threads")
     tasks = {t: Task.from_code(t, name=f"t{k}", source="seed", level=1) for k, t in enumerate({c[0] for c in CASES.values()})}
     names = list(CASES)
     items = [(tasks[CASES[n][0]], Candidate(candidate_id=n, task_id=tasks[CASES[n][0]].task_id, backend="cuda",

@@ -1,0 +1,146 @@
+"""Each execution slot's harness and judge in a trusted process of its own (verifier/workers.py), on the cpu
+backend with real processes:
+
+- a slot's process runs its jobs and asks the engine's memory gate for their bytes (one gate per device for every
+  slot), and gives them back; bytes a process held when it died are given back by the engine;
+- a process that dies mid-job is the verifier's failure (WorkerDied; in a batch: that candidate's
+  ``verifier_error``), never the candidate's verdict, and the slot's next job gets a new process;
+- a batch judged in slot processes gives the verdicts the in-process slots give (a pass, a wrong output, a compile
+  error), in processes that are not the engine's, and keeps them for the next batch."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from bench.lib import fixtures as fx
+from kernelmill.schema import Candidate, Task
+from verifier import workers
+from verifier.execute import admission
+from verifier.engine import VerifyConfig, verify_batch
+
+ENTRY = "tests.test_verifier_workers:serve_probe"
+GIB = 1 << 30
+
+
+def serve_probe(fd: int) -> None:
+    """A slot process whose jobs are ``probe_job``'s (this module, imported in the new process)."""
+    workers.serve(fd, probe_job)
+
+
+def probe_job(kind: str, n: int = 0, hold_s: float = 0.0):
+    """What the tests ask of a slot process: its pid, bytes admitted for a while, or its own death."""
+    if kind == "pid":
+        return os.getpid()
+    if kind == "admit":
+        with admission.gate_for("cpu", 4.0).admit(n) as waited:
+            time.sleep(hold_s)
+        return waited
+    if kind == "die_holding":
+        with admission.gate_for("cpu", 4.0).admit(n):
+            os._exit(7)
+    if kind == "raise":
+        raise ValueError("the engine's own bug")
+    raise AssertionError(kind)
+
+
+def test_a_slot_process_runs_jobs_and_asks_the_engines_gate():
+    gate = admission.gate_for("cpu", 4.0)
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append(gate.admitted)
+            time.sleep(0.01)
+
+    with workers.lease(ENTRY) as current:
+        pid = current().run(("pid",))
+        assert pid != os.getpid() and pid == current().proc.pid
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        waited = current().run(("admit", 3 * GIB, 0.3))
+        stop.set()
+        watcher.join()
+        assert waited < 1.0
+        assert max(seen) == 3 * GIB  # the engine's gate held the job's bytes while it ran
+        assert gate.admitted == 0  # and has them back
+        # the gate is one per device for every slot: a second slot asking for more than is left waits for the first
+        with workers.lease(ENTRY) as other:
+            other()  # started before the first slot's job
+            t = threading.Thread(target=lambda: current().run(("admit", 3 * GIB, 0.6)))
+            t.start()
+            time.sleep(0.3)
+            assert other().run(("admit", 2 * GIB, 0.0)) > 0.1
+            t.join()
+    with workers.lease(ENTRY) as again:  # kept for the next lease: the same process
+        assert again().run(("pid",)) in (pid, other().proc.pid)
+
+
+def test_a_slot_process_that_dies_or_fails_is_the_verifiers_error_and_the_slot_goes_on():
+    gate = admission.gate_for("cpu", 4.0)
+    with workers.lease(ENTRY) as current:
+        first = current()
+        with pytest.raises(workers.WorkerDied, match="exit 7"):
+            first.run(("die_holding", 2 * GIB))
+        assert gate.admitted == 0  # what the dead process held is given back
+        with pytest.raises(workers.WorkerDied, match="ValueError: the engine's own bug"):
+            current().run(("raise",))
+        assert current().run(("pid",)) not in (first.proc.pid, os.getpid())  # a new process, which still serves
+
+
+TASK = Task.from_code(fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(40, 700)") + "\n# slot processes\n",
+                      name="slot_processes_relu", source="seed", level=1)
+
+
+def _batch(mode: str, build_dir: str):
+    cands = [fx.HONEST_RELU, fx.cpu_candidate("return ext.relu(x.contiguous()) * 1.5"), fx.BROKEN_CPP]
+    items = [(TASK, Candidate(candidate_id=f"c{k}", task_id=TASK.task_id, backend="cpu", generator="t", code=c))
+             for k, c in enumerate(cands)]
+    cfg = VerifyConfig(build_dir=build_dir, timing_trials=3, warmup=1, time_torch_compile=False, run_timeout_s=60,
+                       memory_limit_gb=4, exec_processes=mode, exec_workers=2)
+    return verify_batch(items, config=cfg)
+
+
+def test_a_batch_judged_in_slot_processes_gives_the_in_process_verdicts(shared_build_dir):
+    threads = _batch("threads", shared_build_dir)
+    procs = _batch("processes", shared_build_dir)
+    assert [v.status for v in threads] == ["pass", "wrong", "compile_error"]
+    assert [(v.candidate_id, v.status, v.cheats, v.correct) for v in procs] == \
+           [(v.candidate_id, v.status, v.cheats, v.correct) for v in threads]
+    assert procs[0].runtime_us and procs[0].stage_seconds["execute_child"] > 0
+    kept = [p.proc.pid for p in workers._IDLE]
+    assert kept and os.getpid() not in kept  # the slots' processes, kept for the next batch
+    again = _batch("processes", shared_build_dir)
+    assert [v.status for v in again] == [v.status for v in threads]
+    assert sorted(p.proc.pid for p in workers._IDLE) == sorted(kept)  # the same processes served it
+
+
+def test_a_slot_process_killed_mid_batch_ends_that_candidate_as_a_verifier_error(shared_build_dir):
+    slow = fx.cpu_candidate("return ext.spin(x)")  # never returns: judged for its whole run timeout
+    items = [(TASK, Candidate(candidate_id=f"k{k}", task_id=TASK.task_id, backend="cpu", generator="t", code=c))
+             for k, c in enumerate([slow, fx.HONEST_RELU])]
+    cfg = VerifyConfig(build_dir=shared_build_dir, timing_trials=3, warmup=1, time_torch_compile=False,
+                       run_timeout_s=60, memory_limit_gb=4, exec_processes="processes", exec_workers=1)
+    killed, done = [], threading.Event()
+
+    def kill_the_slot():  # the slot's process, once it has judged one job for longer than the honest one takes
+        while not done.is_set():
+            for p in list(workers._LEASED):
+                since = p.busy_since
+                if since is not None and time.monotonic() - since > 12 and p.proc.poll() is None:
+                    p.proc.kill()
+                    killed.append(p.proc.pid)
+                    return
+            time.sleep(0.1)
+
+    t = threading.Thread(target=kill_the_slot, daemon=True)
+    t.start()
+    vs = verify_batch(items, config=cfg)
+    done.set()
+    t.join()
+    assert killed
+    assert vs[0].status == "verifier_error" and "not your kernel's outcome" in vs[0].feedback, vs[0].feedback
+    assert vs[1].status == "pass", vs[1].feedback  # the slot went on, in a new process
+
