@@ -143,7 +143,8 @@ class VerifyConfig:
     def host(self) -> "HostSettings":
         return HostSettings(pch_dir=str(self.pch_root()) if self.pch else "", canonical_binding=self.canonical_binding,
                             sandbox=self.sandbox, sandbox_procs=self.sandbox_procs, sandbox_pids=self.sandbox_pids,
-                            bwrap=self.bwrap, job_dir=self.job_dir, split_build=self.split_build)
+                            bwrap=self.bwrap, job_dir=self.job_dir, split_build=self.split_build,
+                            child_threads=max(1, usable_cores() // self.exec_slots("cuda")))
 
     def pch_root(self) -> Path:
         # the default is per user, not per KERNELMILL_HOME: a header is ~0.8 GB and minutes of compiler time
@@ -198,6 +199,9 @@ class HostSettings:
     job_dir: str
     code_locks: tuple = ()
     split_build: bool = True
+    # torch's CPU threads in a cuda execution process and a slot's trusted process: the usable cores shared by the
+    # execution slots (each with every core, eight slots' model constructions on one 16-core host ran 128 threads)
+    child_threads: int = 0
 
 
 @dataclass

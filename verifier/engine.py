@@ -326,7 +326,15 @@ def serve_slot(fd: int) -> None:
     """The main of a slot's trusted process (verifier/workers.py): its jobs are ``execute_item``'s, run in one
     execution slot (its fork servers kept from job to job)."""
     with exec_slot():
-        trusted.serve(fd, execute_item)
+        trusted.serve(fd, _slot_job)
+
+
+def _slot_job(w: Work, results: list, cfg: VerifyConfig, build_root: Path) -> Work:
+    """``execute_item`` in a slot's process, with torch's CPU threads the slot's share of the cores (the judge's
+    reference, built on the CPU, and its float64 copy run beside the other slots')."""
+    if cfg.host().child_threads and not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(cfg.host().child_threads)
+    return execute_item(w, results, cfg, build_root)
 
 
 def _check_toolchain(backend: str) -> None:

@@ -62,6 +62,12 @@ def child_env(host: HostSettings, **extra: str) -> dict:
                 PYTHONDONTWRITEBYTECODE="1", **{childenv.SANDBOX_NOTE: json.dumps(sandbox.status(host))}, **extra)
 
 
+def _threads(host: HostSettings) -> str:
+    """The CPU threads a cuda execution process runs torch with where the environment sets none: the host's share
+    (``HostSettings.child_threads``), "" for every usable core."""
+    return str(host.child_threads) if host.child_threads > 0 else ""
+
+
 def environment_signature(host: HostSettings) -> str:
     """What a long-lived execution process inherited: the environment (everything child_env passes), the host
     settings ``host`` it was started with and whether bubblewrap is used. A process serves only callers whose
@@ -93,7 +99,7 @@ class ForkServer:
             # runtime's count marks every later fork "bad" (no CUDA there); NVML's does not (measured on the H100)
             env.update({childenv.SERVE_WARM: "1", childenv.WARM_BACKEND: backend, "OMP_NUM_THREADS": "1",
                         "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
-                        childenv.CHILD_OMP_THREADS: os.environ.get("OMP_NUM_THREADS", "")})
+                        childenv.CHILD_OMP_THREADS: os.environ.get("OMP_NUM_THREADS", "") or _threads(host)})
         cmd = [sys.executable, "-m", "verifier.child.worker", "--serve", str(host.sandbox_procs)]
         self.sandbox, self.limit, self.job_root, self.build_root = None, None, job_root, build_root
         self.locks = list(locks)
@@ -377,7 +383,10 @@ def _spawn_child(job_dir: Path, timeout_s: float, host: HostSettings, backend: s
     """A fresh interpreter for one job (cuda with warm_processes 0, or a job dir outside the slot's root)."""
     writable = _job_root(host) if _under_root(job_dir, host) else str(job_dir)
     with open(job_dir / "child.log", "wb") as log:
-        proc = Sandboxed([sys.executable, "-m", "verifier.child.worker", str(job_dir)], child_env(host),
+        env = child_env(host)
+        if backend != "cpu" and not env.get("OMP_NUM_THREADS") and _threads(host):
+            env["OMP_NUM_THREADS"] = _threads(host)
+        proc = Sandboxed([sys.executable, "-m", "verifier.child.worker", str(job_dir)], env,
                          [writable, *locks], gpu=backend != "cpu", host=host, read_only=[build_root], stdout=log,
                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(job_dir))
     try:
