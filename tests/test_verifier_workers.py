@@ -144,3 +144,37 @@ def test_a_slot_process_killed_mid_batch_ends_that_candidate_as_a_verifier_error
     assert vs[0].status == "verifier_error" and "not your kernel's outcome" in vs[0].feedback, vs[0].feedback
     assert vs[1].status == "pass", vs[1].feedback  # the slot went on, in a new process
 
+
+
+def test_an_execution_process_that_failed_before_the_candidate_ran_is_run_again(monkeypatch, tmp_path):
+    """The set-up failure (Work.setup_failed: the device's warm-up or the verifier's set-up, out of device memory that
+    other processes held) is the verifier's: the engine runs the job again after a wait, and only a failure that stays
+    is the verifier_error it says. Exercised here with the job's outcome given (a real one needs a full device)."""
+    from verifier import engine
+    from verifier.judge.verdict import finish
+
+    calls = []
+
+    def execute(fails: int):
+        def run(w, backend, cfg, build_root):
+            calls.append(w.verdict.candidate_id)
+            if len(calls) <= fails:
+                w.setup_failed = True
+                return finish(w, "verifier_error", ["The execution process failed before your code ran: OOM"])
+            w.verdict.correct = True
+            return finish(w, "pass", [])
+        return run
+
+    monkeypatch.setattr(engine, "SETUP_RETRY_S", (0.0, 0.0))
+    cfg = VerifyConfig(build_dir=str(tmp_path))
+    w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "again")
+    monkeypatch.setattr(engine, "_execute", execute(1))
+    v = engine.execute_item(w, [], cfg, tmp_path).verdict
+    assert (v.status, v.versions.get("setup_retries"), len(calls)) == ("pass", 1, 2)
+    assert w.verdict.status in ("", None)  # each attempt judged a copy: the first one's verdict left nothing behind
+    calls.clear()
+    monkeypatch.setattr(engine, "_execute", execute(5))
+    v = engine.execute_item(engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "stays"), [],
+                            cfg, tmp_path).verdict
+    assert (v.status, v.versions.get("setup_retries"), len(calls)) == ("verifier_error", 2, 3)
+    assert "before your code ran" in v.feedback

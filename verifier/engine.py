@@ -16,6 +16,7 @@ run, no compiler) raise.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import os
@@ -310,13 +311,28 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
     Runs in the engine's execution thread, or in the slot's trusted process (verifier/workers.py), which returns
     the Work."""
     try:
-        if _compile_done(w, results, build_root):
-            _execute(w, w.verdict.backend, cfg, build_root)
+        if not _compile_done(w, results, build_root):
+            return w
+        for k, wait_s in enumerate((*SETUP_RETRY_S, None)):
+            attempt = copy.deepcopy(w)
+            _execute(attempt, attempt.verdict.backend, cfg, build_root)
+            if not attempt.setup_failed or wait_s is None:
+                if k:
+                    attempt.verdict.versions["setup_retries"] = k
+                return attempt
+            time.sleep(wait_s)  # another process's memory on the device, most often: it may be given back
     except InputError as e:
         finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
     except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
         finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
     return w
+
+
+# an execution process that failed before the candidate's code ran (Work.setup_failed: its device warm-up or the
+# verifier's set-up, out of device memory when other processes held it) is run again after these waits; then it is
+# the verifier_error it says. On one H200 shared by ten test workers, each verifier's slots with their own CUDA
+# contexts, nine honest candidates' children ran out of memory while starting their profiler (9ec18ff)
+SETUP_RETRY_S = (5.0, 20.0)
 
 
 SLOT_ENTRY = "verifier.engine:serve_slot"

@@ -81,6 +81,9 @@ class Work:
     notes: list = dataclasses.field(default_factory=list)
     torch_findings: list = dataclasses.field(default_factory=list)  # static: PyTorch compute in forward (strict only)
     binary_torch: list = dataclasses.field(default_factory=list)  # PyTorch compute ops the built extension imports
+    # the execution process failed before the candidate's code ran (the device's warm-up, the verifier's own set-up:
+    # a device another tenant filled): the verifier's failure, which the engine tries again (engine.execute_item)
+    setup_failed: bool = False
 
     def note_binary_torch(self, ops) -> None:
         """PyTorch compute ops a built extension imports (the compile pool's or a run-time build's): kept for the
@@ -269,6 +272,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
     if (run.timed_out or run.rc != 0) and not (job_dir / "report.json").is_file() and _warm_up_failed(run.log):
         # the warm process could not initialise the device before the candidate's job reached it (the device
         # was full of other processes' memory): whatever happened next is not the candidate's outcome
+        w.setup_failed = True
         return finish(w, "verifier_error", ["The execution process failed to initialise the device before your "
                                             "code ran:\n" + "\n".join(run.log.strip().splitlines()[:8])])
     if run.timed_out:
@@ -309,6 +313,7 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
     if report.timing_exclusive is not None:
         v.versions["timing"] = {"exclusive": bool(report.timing_exclusive), "lock_wait_s": report.lock_wait_s}
     if report.setup_error:
+        w.setup_failed = True
         return finish(w, "verifier_error", [f"The execution process failed before your code ran:\n{report.setup_error}"])
     if report.reference_error and not report.patched and not ev.codes:
         return finish(w, "verifier_error", ["The task's reference failed in the execution process (the verifier's "
