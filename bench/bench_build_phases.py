@@ -25,9 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
-from verifier.build.pch import ensure_pch, write_build_files  # noqa: E402
-from verifier.build.pool import add_host_unit  # noqa: E402
-from verifier.build.split import HOST_OBJECT  # noqa: E402
+from verifier.build.pool import HOST_OBJECT, SLIM_HEAD, SLIM_HEADER, add_host_unit, ensure_pch, write_build_files  # noqa
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.common.spec import canonical_spec  # noqa: E402
@@ -72,11 +70,12 @@ def main() -> None:
             continue
         spec = canonical_spec(sp[0])
         label, kwargs = build_variants(spec)[0]
-        pch = ensure_pch(spec, VerifyConfig().pch_root())
-        if pch is not None:
-            kwargs = dict(kwargs, extra_cflags=list(kwargs.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"])
-        d = Path(tempfile.mkdtemp(prefix="km-phases-"))
-        host = kwargs.pop("host_source", None)
+        pch, slim = (ensure_pch(spec, VerifyConfig().pch_root(), *h) for h in ((), (SLIM_HEADER,)))
+        flags = list(kwargs.get("extra_cflags") or []) + ([f"-I{pch}", "-Winvalid-pch"] if pch else [])
+        d, host = Path(tempfile.mkdtemp(prefix="km-phases-")), kwargs.pop("host_source", None)
+        if slim and host and host.startswith(SLIM_HEAD):  # its head from its own PCH, as pool.write_variant does
+            host, flags = f"#include <{SLIM_HEADER[0]}>\n" + host[len(SLIM_HEAD):], flags + [f"-I{slim}"]
+        kwargs = dict(kwargs, extra_cflags=flags)
         write_build_files(d, "km_phase_probe", verbose=False, **kwargs)
         units = [("main.o", "binding main.cpp"), ("cuda.cuda.o", "cuda.cu")]
         if host is not None:  # the split variant's host unit (verifier/build/split.py)
@@ -108,10 +107,9 @@ def main() -> None:
         "| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows)
     ptable = "| nvcc phase | mean s | n |\n|---|---|---|\n" + "\n".join(
         f"| {k} | {sum(v) / len(v):.2f} | {len(v)} |" for k, v in sorted(phases.items(), key=lambda kv: -sum(kv[1])) if v)
-    text = (f"# Build phases on {device_name()}\n\nCommand: `PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 "
-            f"bench/bench_build_phases.py --per-task {a.per_task} --tasks '{a.tasks}'`; each command run alone (one at a time), "
-            "seconds of wall time; the binding file against the precompiled header where there is one.\n\n"
-            + table + "\n\n" + ptable + "\n")
+    text = (f"# Build phases on {device_name()}\n\nCommand: `PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/"
+            f"bench_build_phases.py --per-task {a.per_task} --tasks '{a.tasks}'`; each command run alone, seconds of wall "
+            "time; each unit against its precompiled header where there is one.\n\n" + table + "\n\n" + ptable + "\n")
     emit(text, a.out, f"build_phases_{device_name().replace(' ', '_')}.md")
 
 

@@ -127,8 +127,8 @@ torch::Tensor f(torch::Tensor x) {
 
 def test_slim_prelude_names_exactly_the_headers_the_source_needs():
     variants = build_variants(_spec(KB_CU))
-    assert [label for label, _ in variants] == ["split", "slim", "full"]  # split first: tests/test_verifier_split.py
-    label, kw = variants[1]
+    assert [label for label, _ in variants] == ["split", "split_ext", "slim", "full"]  # tests/test_verifier_split.py
+    label, kw = variants[2]
     assert kw["no_implicit_headers"] is True
     assert kw["cpp_sources"][0] == "#include <torch/extension.h>"  # the binding file is unchanged otherwise
     src = kw["cuda_sources"][0]

@@ -13,6 +13,7 @@ import pytest
 from verifier.build.pool import add_host_unit, canonical_spec, spec_key, write_variant
 from verifier.build.split import HOST_FILE, HOST_OBJECT, declarations_only, split_refusal, split_source
 from verifier.build.variants import build_variants, variant_failure_is_final
+from verifier.build.slim import SLIM_HEAD, SLIM_HEADER, slim_source
 from verifier.common.backends import own_kernel_renames, rename_kernels
 
 KB = """#include <torch/extension.h>
@@ -119,7 +120,7 @@ def test_sources_without_a_launch_or_kernel_are_not_split():
 ])
 def test_flags_that_reach_host_code_keep_the_source_whole(flags, split):
     labels = [label for label, _ in build_variants(_spec(**flags))]
-    assert labels == (["split", "slim", "full"] if split else ["slim", "full"]), (flags, labels)
+    assert labels == (["split", "split_ext", "slim", "full"] if split else ["slim", "full"]), (flags, labels)
 
 
 def test_the_host_part_joins_the_binding_file_only_after_declarations():
@@ -127,15 +128,22 @@ def test_the_host_part_joins_the_binding_file_only_after_declarations():
     v = dict(build_variants(spec))
     # (the built kernels are renamed kmown_<name>, verifier/common/backends.py; the split cuts that source)
     built = rename_kernels(KB, own_kernel_renames(spec))
-    assert "host_source" not in v["split"] and v["split"]["cpp_sources"][-1] == split_source(built).host
-    assert v["split"]["cpp_sources"][0] == "#include <torch/extension.h>" and v["split"]["no_implicit_headers"]
-    assert "torch" not in v["split"]["cuda_sources"][1] and "km_launch_kmown_relu_kernel" in v["split"]["cuda_sources"][1]
+    ext = v["split_ext"]
+    assert "host_source" not in ext and ext["cpp_sources"][-1] == split_source(built).host
+    assert ext["cpp_sources"][0] == "#include <torch/extension.h>" and ext["no_implicit_headers"]
+    assert "torch" not in ext["cuda_sources"][1] and "km_launch_kmown_relu_kernel" in ext["cuda_sources"][1]
+    # tried before it: the host part in a unit of its own under slim's headers, the binding file the spec's own
+    first = v["split"]
+    assert first["host_source"] == slim_source(split_source(built).host)
+    assert "#include <ATen/core/Tensor.h>" in first["host_source"] and "torch/extension.h" not in first["host_source"]
+    assert first["cpp_sources"] == ["#include <torch/extension.h>", spec["cpp_sources"][0]]
+    assert first["cuda_sources"] == ext["cuda_sources"]
     # a macro or a using in the binding's own sources could change the host part's meaning: a unit of its own
     for cpp in ("#define float double\ntorch::Tensor forward(torch::Tensor x);",
                 "using namespace torch;\nTensor forward(Tensor x);",
                 "#include <cuda_fp16.h>\ntorch::Tensor forward(torch::Tensor x);"):
         assert not declarations_only([cpp])
-        kw = dict(build_variants(_spec(cpp=cpp)))["split"]
+        kw = dict(build_variants(_spec(cpp=cpp)))["split_ext"]
         assert kw["host_source"].startswith("#include <torch/extension.h>\n") and kw["cpp_sources"][-1] == cpp
     assert declarations_only(["#include <vector>\n#pragma once\ntorch::Tensor forward(torch::Tensor x, int k);"])
 
@@ -145,7 +153,7 @@ def test_what_links_only_in_one_file_is_not_merged_or_not_split():
     binding never declares, or one defined inline or static, fails there. Merged into the binding file it would be
     found, and the split would pass what fails as written: such a host part gets a unit of its own, and an exported
     inline or static definition is not split at all."""
-    undeclared = dict(build_variants(_spec(cpp="int unrelated(int);")))["split"]
+    undeclared = dict(build_variants(_spec(cpp="int unrelated(int);")))["split_ext"]
     assert "host_source" in undeclared and undeclared["cpp_sources"][-1] == "int unrelated(int);"
     for word in ("inline", "static"):
         src = KB.replace("torch::Tensor forward(", f"{word} torch::Tensor forward(")
@@ -170,31 +178,42 @@ def test_a_type_with_device_only_members_stays_on_the_device_side():
 
 def test_a_failed_split_build_is_never_the_answer():
     for log in ("FAILED: main.o\nerror", "FAILED: km_host.o\n", "FAILED: km_ext.so\nundefined", "FAILED: cuda.cuda.o"):
-        assert variant_failure_is_final("split", log, True) == (False, "")
-        assert variant_failure_is_final("split", log, False) == (False, "")
+        for label in ("split", "split_ext"):
+            assert variant_failure_is_final(label, log, True) == (False, "")
+            assert variant_failure_is_final(label, log, False) == (False, "")
 
 
 @pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists() and not os.environ.get("CUDA_HOME"),
                     reason="load_inline writes a CUDA build's files only where it finds nvcc")
-@pytest.mark.parametrize("own_unit", [False, True])
-def test_both_parts_compile(tmp_path, monkeypatch, own_unit, with_pch):
-    """The split variant's files as the pool writes them, each object compiled by ninja with torch's commands:
-    the binding file with the host part (or the host unit), and the CUDA file with nvcc and no torch header."""
+@pytest.mark.parametrize("form", ["slim_host", "merged", "own_unit"])
+def test_both_parts_compile(tmp_path, monkeypatch, form, with_pch):
+    """The split variants' files as the pool writes them, each object compiled by ninja with torch's commands:
+    the host unit under slim's headers ("split"), or the binding file with the host part or a host unit under
+    torch/extension.h ("split_ext"), and the CUDA file with nvcc and no torch header."""
+    own_unit = form != "merged"
     import torch.utils.cpp_extension as ce
 
     monkeypatch.setattr(ce, "CUDA_HOME", ce.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    cpp = "torch::Tensor forward(torch::Tensor x);" + ("\nusing std::vector;" if own_unit else "")
+    cpp = "torch::Tensor forward(torch::Tensor x);" + ("\nusing std::vector;" if form == "own_unit" else "")
     # (no c10/cuda header: torch's CPU build lacks one they include)
     spec = _spec(cu=KB.replace("#include <ATen/cuda/CUDAContext.h>\n", "")
                  .replace("at::cuda::getCurrentCUDAStream()", "0"), cpp=cpp)
     from verifier.build.pch import ensure_pch
 
-    label, kw = build_variants(spec)[0]
-    assert label == "split" and ("host_source" in kw) == own_unit
+    variants = build_variants(spec)
+    label, kw = variants[0] if form == "slim_host" else variants[1]
+    assert label == ("split" if form == "slim_host" else "split_ext") and ("host_source" in kw) == own_unit
+    if form == "slim_host":
+        assert kw["host_source"].startswith("#include <cuda.h>") and "torch/extension.h" not in kw["host_source"]
     pch = ensure_pch(spec, with_pch.pch_root())
     assert pch is not None
-    write_variant(spec_key(spec), tmp_path, kw, pch)
+    slim = ensure_pch(spec, with_pch.pch_root(), SLIM_HEADER) if form == "slim_host" else None
+    assert slim is not None or form != "slim_host"
+    write_variant(spec_key(spec), tmp_path, kw, pch, slim)
+    if form == "slim_host":  # the head from its precompiled header, the same lines in the header beside it
+        assert (tmp_path / HOST_FILE).read_text().startswith(f"#include <{SLIM_HEADER[0]}>\n")
+        assert (slim / SLIM_HEADER[0]).read_text() == SLIM_HEAD and (slim / (SLIM_HEADER[0] + ".gch")).is_file()
     targets = ["main.o", "cuda.cuda.o"] + ([HOST_OBJECT] if own_unit else [])
     assert ((tmp_path / HOST_FILE).exists()) == own_unit
     link = next(ln for ln in (tmp_path / "build.ninja").read_text().splitlines() if ".so: link " in ln)
@@ -225,6 +244,18 @@ def test_split_build_false_builds_without_the_cut_and_reuses_no_split_result():
     assert [label for label, _ in build_variants(_spec(), split=False)] == ["slim", "full"]
     host = load_settings(env={"KERNELMILL_VERIFY_SPLIT_BUILD": "false"}).verify.host()
     assert host.split_build is False and load_settings(env={}).verify.host().split_build is True
-    made = BuildResult(key="k", ok=True, so_path="/x.so", variant="split")
-    assert _usable(made, True, split=False) is None and _usable(made, True, split=True) is made
+    for label in ("split", "split_ext"):
+        made = BuildResult(key="k", ok=True, so_path="/x.so", variant=label)
+        assert _usable(made, True, split=False) is None and _usable(made, True, split=True) is made
     assert _usable(BuildResult(key="k", ok=True, so_path="/x.so", variant="slim"), True, split=False) is not None
+
+
+def test_a_host_part_slim_does_not_take_is_built_under_torch_extension_h():
+    """The host unit under slim's headers only where slim takes the host part (its names map onto the headers it
+    includes, verifier/build/slim.py): ``torch::tensor`` means another thing under at::, ``using namespace torch``
+    hides which header a name needs; those host parts keep torch/extension.h ("split_ext")."""
+    for change in ("auto t = torch::tensor({1.0f}); return y;", "using namespace torch; return y;"):
+        src = KB.replace("return y;", change)
+        assert split_source(src) is not None and slim_source(split_source(src).host) is None
+        labels = [label for label, _ in build_variants(_spec(cu=src))]
+        assert "split" not in labels and labels[0] == "split_ext", (change, labels)

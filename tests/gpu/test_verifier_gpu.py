@@ -126,16 +126,16 @@ def _variant_of(name: str) -> dict:
 
 def test_build_variants_on_gpu():
     """A torch-free CUDA source builds as 'bare'; a KernelBench-style source (torch/extension.h, torch::Tensor,
-    torch::empty_like, a kernel launched by a host function) as 'split' (its host code against the precompiled
-    header, its kernels by nvcc without torch, verifier/build/split.py), and so does one that defines its pybind11
-    module inside the CUDA source (slim and light cannot build that one); host code that asks whether nvcc
-    compiles it is not split (slim)."""
+    torch::empty_like, a kernel launched by a host function) as 'split' (its host code in a unit of its own under
+    slim's headers, its kernels by nvcc without torch, verifier/build/split.py); one that defines its pybind11
+    module inside the CUDA source as 'split_ext' (that host part under torch/extension.h, which slim does not take;
+    slim and light cannot build that source); host code that asks whether nvcc compiles it is not split (slim)."""
     assert _variant_of("bare_build_variant")["variant"] == "bare"
     assert _variant_of("honest")["variant"] == "split"
     assert _variant_of("split_build_variant")["variant"] == "split"
     assert _variant_of("host_code_asking_for_nvcc_is_built_as_written")["variant"] == "slim"
     # its host part (the module definition with it) goes to the binding file, which includes torch/extension.h
-    assert _variant_of("pybind_in_cuda_source_falls_back")["variant"] == "split"
+    assert _variant_of("pybind_in_cuda_source_falls_back")["variant"] == "split_ext"
     assert all(_variant_of(n)["pch"] for n in ("bare_build_variant", "honest"))
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as ce
 
-PCH_MAX_FLAG_SETS = 6  # each PCH is ~0.8 GB: only this many distinct cflags sets get one
+PCH_MAX_FLAG_SETS = 12  # headers x cflags sets that get one (torch/extension.h's ~0.8 GB, slim's head ~0.3 GB)
 # one load_inline at a time in this process: the stop below patches torch's module, and its extension versioner
 # would rename a second concurrent extension of the same name (``name_v1``), which the ninja file then builds
 _WRITE_LOCK = threading.Lock()
@@ -98,15 +98,18 @@ def pch_key(kwargs: dict) -> str:
     return hashlib.sha256(pch_signature(kwargs).encode()).hexdigest()[:16]
 
 
-def ensure_pch(kwargs: dict, root: Path) -> Path | None:
+def ensure_pch(kwargs: dict, root: Path, header: tuple[str, str] | None = None) -> Path | None:
     """A directory under ``root`` (the ``[verify] pch_dir`` cache) holding ``torch/extension.h.gch`` for these
-    cflags (built once, under a lock), or None."""
+    cflags (built once, under a lock), or None. ``header``: (name, text) of a header of the verifier's own instead
+    (verifier/build/slim.py's SLIM_HEADER), written into the directory beside its ``.gch``, which a unit starting
+    ``#include <name>`` uses with the directory on its include path."""
 
     if sys.platform != "linux":
         return None
-    sig = pch_signature(kwargs)
+    name, text = header or ("torch/extension.h", None)
+    sig = pch_signature(kwargs) + ("" if text is None else "\n" + json.dumps([name, text]))
     d = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
-    gch = d / "torch" / "extension.h.gch"
+    gch = d / (name + ".gch")
     try:
         if (d / "ok").is_file():
             return d
@@ -115,7 +118,7 @@ def ensure_pch(kwargs: dict, root: Path) -> Path | None:
         root.mkdir(parents=True, exist_ok=True)
         if not d.exists() and sum(1 for p in root.iterdir() if p.is_dir()) >= PCH_MAX_FLAG_SETS:
             return None
-        (d / "torch").mkdir(parents=True, exist_ok=True)
+        gch.parent.mkdir(parents=True, exist_ok=True)
         with open(d / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if (d / "ok").is_file():
@@ -123,22 +126,26 @@ def ensure_pch(kwargs: dict, root: Path) -> Path | None:
             if (d / "failed").is_file():
                 return None
             probe = _probe_cflags(kwargs, d / "probe")
-            header = Path(torch.__file__).parent / "include" / "torch" / "extension.h"
-            if probe is None or not header.is_file():
-                (d / "failed").write_text("no ninja file or no torch/extension.h")
+            if text is None:
+                header_file = Path(torch.__file__).parent / "include" / "torch" / "extension.h"
+            else:
+                header_file = d / name
+                header_file.write_text(text)
+            if probe is None or not header_file.is_file():
+                (d / "failed").write_text(f"no ninja file or no {name}")
                 return None
             cxx, flags = probe
-            tmp = gch.with_name("extension.h.gch.partial")
-            cmd = [*cxx.split(), "-x", "c++-header", str(header), "-o", str(tmp), *flags]
+            tmp = gch.with_name(gch.name + ".partial")
+            cmd = [*cxx.split(), "-x", "c++-header", str(header_file), "-o", str(tmp), *flags]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 (d / "failed").write_text(" ".join(cmd) + "\n" + r.stdout[-4000:] + r.stderr[-4000:])
                 return None
             os.replace(tmp, gch)
             # GCC wants the header beside its .gch (ninja's -MMD names it; a rejected PCH falls back to it)
-            link = d / "torch" / "extension.h"
+            link = d / name
             if not link.exists():
-                link.symlink_to(header)
+                link.symlink_to(header_file)
             (d / "signature.json").write_text(sig + "\n" + json.dumps(cmd))
             (d / "ok").write_text("")
             return d

@@ -64,6 +64,7 @@ import torch
 
 from verifier.build import objcache, proc
 from verifier.build.pch import ensure_pch, write_build_files
+from verifier.build.slim import SLIM_HEAD, SLIM_HEADER
 from verifier.build.split import HOST_FILE, HOST_OBJECT
 from verifier.build.variants import (
     FALLBACK_OFF,
@@ -126,7 +127,7 @@ def _write_result(key_dir: Path, res: BuildResult) -> None:
 def _usable(res: BuildResult | None, full_fallback: bool, split: bool = True) -> BuildResult | None:
     """A cached result this request may use: not one that skipped the full build when this one wants it, nor one
     the split variant built when this one turned it off (``[verify] split_build = false``)."""
-    if res is None or (full_fallback and res.fallback_skipped) or (not split and res.variant == "split"):
+    if res is None or (full_fallback and res.fallback_skipped) or (not split and res.variant.startswith("split")):
         return None
     return res
 
@@ -204,6 +205,9 @@ class _Build:
         cacheable = objcache.cacheable(spec)
         host = self.host  # [verify] pch_dir ("" when pch is off), canonical_binding
         self.pch = ensure_pch(spec, Path(host.pch_dir)) if cacheable and host.pch_dir else None  # whitelisted flags
+        # the slim head's own precompiled header, for a host unit that starts with it (the "split" variant)
+        self.slim_pch = ensure_pch(spec, Path(host.pch_dir), SLIM_HEADER) if self.pch is not None and any(
+            str(kw.get("host_source", "")).startswith(SLIM_HEAD) for _, kw in variants) else None
         self.cpu += time.thread_time() - c0
         env = dict(os.environ, **STEP_ENV, PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
@@ -244,7 +248,7 @@ class _Build:
         vdir = self.key_dir / label
         c0 = time.thread_time()
         try:
-            write_variant(self.key, vdir, kwargs, self.pch)
+            write_variant(self.key, vdir, kwargs, self.pch, self.slim_pch)
         except Exception:  # noqa: BLE001 - what load_inline raises before its build (no CUDA, no compiler) fails it
             out.write(traceback.format_exc())
             return "writing its build files", "", 0
@@ -253,7 +257,7 @@ class _Build:
         report = vdir / proc.COMPILE_REPORT
         report.unlink(missing_ok=True)
         rc = self.step(["compile", str(vdir), *self.compile_args], self.compile_env, out, [vdir, *self.compile_rw],
-                       [self.pch] if self.pch else [])
+                       [p for p in (self.pch, self.slim_pch) if p])
         compiled = self.report(report)
         so = sorted(vdir.glob(f"{objcache.MODULE}*.so"))
         if rc != 0 or not compiled.get("ok"):
@@ -470,15 +474,20 @@ def objects_root(build_root: str | os.PathLike) -> Path:
     return Path(build_root) / OBJECTS_DIR
 
 
-def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None) -> None:
+def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None, slim_pch: Path | None = None) -> None:
     """What a variant's ``load_inline`` writes into ``out_dir`` (sources, build.ninja; ninja not run): against
     the PCH if any; under one module name for every build, so that the binding file's text (and object) depends
     on the spec alone; the .so exports its init function under the spec's own name too, which loads it (two
-    extensions of one candidate process cannot share a module name)."""
+    extensions of one candidate process cannot share a module name). A host unit that starts with slim's head
+    (verifier/build/slim.py) includes it from ``slim_pch``, its precompiled header, where there is one: the same
+    lines, read from the header file beside the .gch where GCC does not take that."""
     kw = dict(kwargs)
     host = kw.pop("host_source", None)
     if pch is not None:
         kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"]
+    if slim_pch is not None and host is not None and host.startswith(SLIM_HEAD):
+        host = f"#include <{SLIM_HEADER[0]}>\n" + host[len(SLIM_HEAD):]
+        kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{slim_pch}"]
     kw["extra_ldflags"] = list(kw.get("extra_ldflags") or []) + [
         f"-Wl,--defsym=PyInit_{extension_name(key)}=PyInit_{objcache.MODULE}"]
     write_build_files(out_dir, objcache.MODULE, verbose=True, **kw)

@@ -10,11 +10,12 @@ The variants (``build_variants``, tried in order; the last is always the spec as
 - "bare": a CUDA source that names nothing from torch (no ``torch::``, ``at::``, ``c10::``, ``TORCH_*`` ...) is
   compiled with ``no_implicit_headers`` (``cuda.h`` / ``cuda_runtime.h`` and the standard headers of the std names it
   uses, which torch/types.h would have declared; a ``#line`` keeps the full build's line numbers in compiler messages);
-- "split": a CUDA source whose kernels name nothing from torch and whose host code launches them is cut in two
-  (verifier/build/split.py): the host code compiled by the C++ compiler against the precompiled header (in the binding
-  file after the binding's own declarations, or in a unit of its own, ``host_source``), the device code by nvcc with
-  no torch header; it is tried before slim, and its failures are never final (its binding file, host unit and link
-  are not the full build's);
+- "split" and "split_ext": a CUDA source whose kernels name nothing from torch and whose host code launches them is
+  cut in two (verifier/build/split.py): the device code compiled by nvcc with no torch header, the host code by the
+  C++ compiler, "split" in a unit of its own (``host_source``) under slim's headers where slim takes the host part,
+  "split_ext" (after it, or alone) under torch/extension.h's precompiled header (in the binding file after the
+  binding's own declarations, or in a unit of its own); they are tried before slim, and their failures are never
+  final (their binding file, host unit and link are not the full build's);
 - "slim": a CUDA source that uses torch only through the common subset (``torch::Tensor``, factory functions,
   TORCH_CHECK, AT_DISPATCH, the current stream) is compiled against just the headers that subset needs
   (verifier/build/slim.py);
@@ -71,7 +72,7 @@ def variant_failure_is_final(label: str, log: str, full_fallback: bool) -> tuple
     object's failure is final when the caller turned the fallback off (the contract: a torch-free source
     gets the headers it includes); a slim or light one never is (their headers are the verifier's guess)."""
     failed = failed_targets(log)
-    if label == "split":
+    if label.startswith("split"):
         return False, ""  # its binding file, host unit and link differ from the full build's: the cut's guess
     if label != "full" and failed and not any(t.endswith(".cuda.o") for t in failed):
         return True, f"{', '.join(failed)} failed, and the full build's binding file and link are byte-identical"
@@ -145,16 +146,24 @@ def variants_and_rewrites(spec: dict, bare_ok: bool, split: bool = True) -> tupl
             split = split_source("\n".join(cu), declared | set(spec["functions"] or [])) \
                 if split and bare_ok and not split_flag_refusal(spec) else None
             if split is not None:
-                # the host part in the binding file where nothing before it can change its meaning (one load of
-                # the precompiled header: ~5.5 of a binding file's ~6 s), else in a file of its own
                 cpp = ["#include <torch/extension.h>"] + list(spec["cpp_sources"])
-                # (and declares every exported function: the module definition after it must not find a definition
-                # in the CUDA source's host code that the full build's binding file never sees)
+                device = [bare_prelude([split.device]), split.device]
+                # first the host part in a unit of its own under slim's headers (verifier/build/slim.py: ~1 s of
+                # headers where torch/extension.h costs ~6 s even precompiled, 4.3 of them GCC's deferred template
+                # instantiation), the binding file then the spec's own, whose canonical object is shared
+                slim_host = slim_source(split.host)
+                if slim_host is not None:
+                    out.append(("split", dict(full, no_implicit_headers=True, cuda_sources=device, cpp_sources=cpp,
+                                              host_source=slim_host)))
+                # else (or when that fails) the host part under torch/extension.h: in the binding file where nothing
+                # before it can change its meaning (one load of the precompiled header), else in a file of its own
+                # (the binding file must be declarations only and declare every exported function: the module
+                # definition after it must not find a definition in the CUDA source's host code that the full
+                # build's binding file never sees)
                 merged = declarations_only(spec["cpp_sources"]) and set(spec["functions"] or []) <= declared
-                out.append(("split", dict(full, no_implicit_headers=True,
-                                          cuda_sources=[bare_prelude([split.device]), split.device],
-                                          cpp_sources=cpp + [split.host] if merged else cpp,
-                                          **({} if merged else {"host_source": split.host_unit}))))
+                out.append(("split_ext", dict(full, no_implicit_headers=True, cuda_sources=device,
+                                              cpp_sources=cpp + [split.host] if merged else cpp,
+                                              **({} if merged else {"host_source": split.host_unit}))))
             slim = [slim_source(src) for src in cu] if bare_ok else [None]
             if all(s is not None for s in slim):
                 out.append(("slim", dict(full, no_implicit_headers=True, cuda_sources=slim,
