@@ -133,8 +133,11 @@ def warm_pch(backend: str, timeout_s: float) -> float:
 
     cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-bench-pch-"))
     warm = {"cpp_sources": ["int km_pch_warm() { return 1; }"], "functions": ["km_pch_warm"]}
-    if backend == "cuda":
-        warm.update({"cuda_sources": ["__global__ void k(){}"], "extra_cuda_cflags": ["-O3"]})
+    if backend == "cuda":  # a source the split builds: slim's precompiled head too (verifier/build/split.py)
+        warm.update({"cpp_sources": ["torch::Tensor km_pch_warm(torch::Tensor x);"], "extra_cuda_cflags": ["-O3"],
+                     "cuda_sources": ["#include <torch/extension.h>\n__global__ void k(float* y) { y[0] = 1.f; }\n"
+                                      "torch::Tensor km_pch_warm(torch::Tensor x) { k<<<1, 1, 0, 0>>>(x.data_ptr<float>());"
+                                      " return x; }\n"]})
     t = time.perf_counter()
     build_blocking(cfg.build_root(), warm, max(30.0, timeout_s), host=cfg.host())
     return time.perf_counter() - t
@@ -147,7 +150,6 @@ def _real_argv(a, k: int, budget_s: float, out_json: Path) -> list[str]:
     return argv + (["--exec-workers", str(a.exec_workers)] if a.exec_workers else []) + \
         (["--pad-copies"] if a.pad_copies else []) + (["--no-split"] if a.no_split else []) + \
         [x for kv in a.verify for x in ("--verify", kv)]
-
 
 
 def real_main(a) -> int:

