@@ -126,7 +126,10 @@ class TrustedProcess:
                 else:
                     raise WorkerDied(f"the trusted execution process sent {kind!r}")
         except (EOFError, OSError, ValueError) as e:
-            rc = self.proc.poll()
+            try:  # its end closes the pipe before the kernel lets it be reaped: wait for the exit status a moment
+                rc = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                rc = None
             self.close()
             raise WorkerDied("the trusted execution process " + (f"ended (exit {rc})" if rc is not None else
                                                                   f"stopped answering ({type(e).__name__})")) from e
