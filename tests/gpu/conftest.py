@@ -1,6 +1,6 @@
 """tests/gpu's own hook: each test's setup and call seconds appended to KERNELMILL_TEST_DURATIONS as the test ends, so
 that a device call cut at its limit still says where its minutes went (pytest's ``--durations`` prints only at the
-end). Written by the controller only under pytest-xdist; bench/gpu_check.sh sets the file under $OUT."""
+end), and each failure's text beside it. Written by the controller only under pytest-xdist; bench/gpu_check.sh sets the file under $OUT."""
 
 import os
 
@@ -11,3 +11,7 @@ def pytest_runtest_logreport(report):
         return
     with open(path, "a") as f:
         f.write(f"{report.duration:.1f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
+    if report.failed:
+        # the failure's own text as it ends too (beside the durations file), for the same reason
+        with open(os.path.splitext(path)[0] + "_failures.txt", "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-6000:]}\n\n")
