@@ -205,6 +205,32 @@ def test_a_knockout_that_cannot_build_its_shim_is_inconclusive(tmp_path):
     assert got.outcome == INCONCLUSIVE and "no C compiler" in got.detail
 
 
+def test_a_knockout_failing_on_the_verifiers_side_says_why_and_is_made_once_more(tmp_path):
+    # the child's reference failed (the verifier's problem): inconclusive, its exception named, marked for a retry
+    ChildReport(kind="candidate", reference_error="Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory.").write(
+        tmp_path)
+    got = _judge_knockout(None, tmp_path, OK_RUN, None, VerifyConfig())
+    assert got.outcome == INCONCLUSIVE and got.verifier_failure and "CUDA out of memory" in got.detail, got
+    # run_knockout makes a second run after such a failure and stops at the first that is not one
+    failed = KnockoutResult(INCONCLUSIVE, "the knockout run failed on the verifier's side", verifier_failure=True)
+    ok = KnockoutResult(NO_CONTRIBUTION, "still correct", skipped={"__cudaLaunchKernel": 1})
+    run = dict(make_job=None, job_dir_of=None, run_driven=None)
+    with mock.patch.object(knockout, "shim_library", return_value=tmp_path / "shim.so"), \
+            mock.patch.object(knockout, "_knockout_once", side_effect=[failed, ok]) as once:
+        got = knockout.run_knockout(Work(verdict=Verdict(candidate_id="c")), None, VerifyConfig(), tmp_path, **run)
+    assert once.call_count == 2 and got.outcome == NO_CONTRIBUTION and got.attempts == 2
+    with mock.patch.object(knockout, "shim_library", return_value=tmp_path / "shim.so"), \
+            mock.patch.object(knockout, "_knockout_once", side_effect=lambda *a: KnockoutResult(
+                INCONCLUSIVE, "failed on the verifier's side", verifier_failure=True)) as once:
+        got = knockout.run_knockout(Work(verdict=Verdict(candidate_id="c")), None, VerifyConfig(), tmp_path, **run)
+    assert once.call_count == knockout.KNOCKOUT_ATTEMPTS and got.outcome == INCONCLUSIVE
+    # a candidate's own outcome is never run again
+    with mock.patch.object(knockout, "shim_library", return_value=tmp_path / "shim.so"), \
+            mock.patch.object(knockout, "_knockout_once", return_value=HONEST) as once:
+        got = knockout.run_knockout(Work(verdict=Verdict(candidate_id="c")), None, VerifyConfig(), tmp_path, **run)
+    assert once.call_count == 1 and got.outcome == CONTRIBUTES and got.attempts == 1
+
+
 # ---------------------------------------------------------------------------- the partial policy's decision
 
 

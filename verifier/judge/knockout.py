@@ -22,7 +22,8 @@ Outcomes (``KnockoutResult.outcome``, recorded in ``Verdict.versions["knockout"]
 wrong, or forward raised, crashed or hung: the skipped kernels matter), ``no_contribution`` (still correct with
 launches skipped and no kernel of the candidate's seen running by the profiler), ``inconclusive`` (still correct,
 but some own kernel still ran: a launch route the shim does not rewrite, such as a statically linked runtime; or
-nothing was skipped; or the verifier's side failed). An inconclusive knockout never rejects: the share rule
+nothing was skipped; or the verifier's side failed, in a second run too: ``KNOCKOUT_ATTEMPTS``; the failure's
+last line is in the detail). An inconclusive knockout never rejects: the share rule
 decides as before, and the verdict's notes say so.
 
 Not covered, and said plainly: a candidate that detects the knockout run (the shim is mapped in its process, its
@@ -61,6 +62,7 @@ SHIM_SOURCE = Path(__file__).parents[1] / "child" / "knockout_shim.c"
 SHIM_DIR = ".knockout"  # under the build root (read-only to the execution child, which only loads it)
 
 CONTRIBUTES, NO_CONTRIBUTION, INCONCLUSIVE = "contributes", "no_contribution", "inconclusive"
+KNOCKOUT_ATTEMPTS = 2  # a knockout run that failed on the verifier's side is made once more before it is inconclusive
 
 
 class KnockoutError(RuntimeError):
@@ -137,6 +139,8 @@ class KnockoutResult:
     skipped: dict = field(default_factory=dict)  # launch entry point -> launches skipped
     patched_slots: int = 0
     own_kernel_us: float = 0.0  # device time of the candidate's kernels the profiler still saw in the knockout run
+    verifier_failure: bool = False  # inconclusive because the verifier's side failed (a second run is made once)
+    attempts: int = 1  # knockout runs made
 
     @property
     def conclusive(self) -> bool:
@@ -155,15 +159,25 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
     job was read: the slot's job root is emptied first (unless ``keep_jobs``). Never raises: a failure on the
     verifier's side is an inconclusive result saying what failed. ``make_job``, ``job_dir_of`` and ``run_driven``
     are verifier/runs.py's ``new_job``, ``new_job_dir`` and ``run_driven`` (passed in: runs imports the judge)."""
+    try:
+        marker = {"shim": str(shim_library(build_root))} if backend == "cuda" else {"calls": True}
+    except (KnockoutError, OSError, subprocess.SubprocessError) as e:
+        return KnockoutResult(INCONCLUSIVE, f"the knockout shim could not be built ({str(e)[:300]})")
+    for attempt in range(1, KNOCKOUT_ATTEMPTS + 1):
+        got = _knockout_once(w, plan, cfg, build_root, marker, make_job, job_dir_of, run_driven, backend)
+        got.attempts = attempt
+        if not got.verifier_failure:
+            break
+    return got
+
+
+def _knockout_once(w, plan, cfg, build_root: Path, marker: dict, make_job, job_dir_of, run_driven,
+                   backend: str) -> KnockoutResult:
     import torch  # here: the child imports this module for ChildKnockout only
 
     from verifier.execute.processes import clear_job_root
 
     device = "cuda" if backend == "cuda" else "cpu"
-    try:
-        marker = {"shim": str(shim_library(build_root))} if backend == "cuda" else {"calls": True}
-    except (KnockoutError, OSError, subprocess.SubprocessError) as e:
-        return KnockoutResult(INCONCLUSIVE, f"the knockout shim could not be built ({str(e)[:300]})")
     try:
         if not cfg.keep_jobs:
             clear_job_root(cfg.host())  # the main job's directory: nothing of it is read after this
@@ -185,7 +199,7 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
         return _judge_knockout(job, job_dir, run, plan, cfg, device, ledger)
     except Exception as e:  # noqa: BLE001 - the verifier's failure never decides against the candidate
         return KnockoutResult(INCONCLUSIVE, f"the knockout run failed on the verifier's side ({type(e).__name__}: "
-                                            f"{str(e)[:300]})")
+                                            f"{str(e)[:300]})", verifier_failure=True)
 
 
 def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda", ledger=None) -> KnockoutResult:
@@ -196,7 +210,8 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda", le
     seen = dict(skipped=shim.skipped, patched_slots=shim.patched) if shim else {}
     if run.timed_out or run.rc != 0 or not (job_dir / "report.json").is_file():
         if _warm_up_failed(run.log):
-            return KnockoutResult(INCONCLUSIVE, "the knockout run's process failed to initialise the device", **seen)
+            return KnockoutResult(INCONCLUSIVE, "the knockout run's process failed to initialise the device",
+                                  verifier_failure=True, **seen)
         how = "timed out" if run.timed_out else f"died (exit status {run.rc})"
         return KnockoutResult(CONTRIBUTES, f"with your kernels skipped the run {how}", **seen)
     try:
@@ -204,7 +219,10 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda", le
     except Exception as e:  # noqa: BLE001 - written in the candidate's process
         return KnockoutResult(INCONCLUSIVE, f"the knockout run's report was unreadable ({e})", **seen)
     if report.setup_error or report.reference_error:
-        return KnockoutResult(INCONCLUSIVE, "the knockout run failed on the verifier's side", **seen)
+        what = "before your program ran" if report.setup_error else "in the reference"
+        return KnockoutResult(INCONCLUSIVE, f"the knockout run failed on the verifier's side ({what}: "
+                                            f"{_last_line(report.setup_error or report.reference_error)})",
+                              verifier_failure=True, **seen)
     if report.patched or report.aborted:
         return KnockoutResult(INCONCLUSIVE, "your program changed torch or the verifier in the knockout run", **seen)
     if report.import_error or report.init_error:
@@ -237,6 +255,12 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda", le
                                                "still correct", **seen)
     return KnockoutResult(NO_CONTRIBUTION, f"with every kernel launch of your own module skipped ({n} launches), "
                                            "forward's output was still correct", **seen)
+
+
+def _last_line(text: str) -> str:
+    """A traceback's last line (the exception), shortened: what the knockout's notes say of a failure."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return (lines[-1] if lines else "no detail")[:240]
 
 
 def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", ledger=None) -> bool:
