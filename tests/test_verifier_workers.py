@@ -85,9 +85,12 @@ def test_a_slot_process_that_dies_or_fails_is_the_verifiers_error_and_the_slot_g
         with pytest.raises(workers.WorkerDied, match="exit 7"):
             first.run(("die_holding", 2 * GIB))
         assert gate.admitted == 0  # what the dead process held is given back
+        second = current()
+        assert second is not first and second.alive()  # a new process
         with pytest.raises(workers.WorkerDied, match="ValueError: the engine's own bug"):
-            current().run(("raise",))
-        assert current().run(("pid",)) not in (first.proc.pid, os.getpid())  # a new process, which still serves
+            second.run(("raise",))
+        # a job that raised on the verifier's side leaves its process alive: the same one serves the next job
+        assert current() is second and current().run(("pid",)) == second.proc.pid not in (first.proc.pid, os.getpid())
 
 
 TASK = Task.from_code(fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(40, 700)") + "\n# slot processes\n",

@@ -16,11 +16,13 @@ run, no compiler) raise.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import dataclasses
 import functools
 import os
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -314,7 +316,7 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
         if not _compile_done(w, results, build_root):
             return w
         for k, wait_s in enumerate((*SETUP_RETRY_S, None)):
-            attempt = copy.deepcopy(w)
+            attempt = w if wait_s is None else copy.deepcopy(w)  # a copy while a retry may need the Work as it was
             _execute(attempt, attempt.verdict.backend, cfg, build_root)
             if not attempt.setup_failed or wait_s is None:
                 if k:
@@ -343,6 +345,12 @@ def serve_slot(fd: int) -> None:
     execution slot (its fork servers kept from job to job)."""
     with exec_slot():
         trusted.serve(fd, _slot_job)
+    # the pipe closed: the exit handlers end this process's fork servers and job roots (side by side), then it ends
+    # without the interpreter's teardown of torch (seconds a process, at every verifier's exit)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _slot_job(w: Work, results: list, cfg: VerifyConfig, build_root: Path) -> Work:

@@ -50,7 +50,8 @@ START_TIMEOUT_S = 120.0  # the new process's first word (its imports: torch)
 
 
 class WorkerDied(RuntimeError):
-    """The slot's trusted process ended or stopped answering during a job (the verifier's failure)."""
+    """The slot's trusted process ended or stopped answering during a job, or its job raised on the verifier's side
+    (the process then lives on): the verifier's failure, never the candidate's verdict."""
 
 
 def _die_with_parent() -> None:
@@ -103,6 +104,7 @@ class TrustedProcess:
         gates. WorkerDied when the process ends or the pipe breaks before the result."""
         held: list[tuple[admission.MemoryGate, int]] = []
         self.busy_since = time.monotonic()
+        failed = None
         try:
             self.conn.send(("job", job))
             while True:
@@ -121,8 +123,9 @@ class TrustedProcess:
                     gate.release(n)
                 elif kind == "done":
                     return rest[0]
-                elif kind == "failed":
-                    raise WorkerDied(rest[0])
+                elif kind == "failed":  # the job raised on the verifier's side; the process lives on for the next
+                    failed = rest[0]
+                    break
                 else:
                     raise WorkerDied(f"the trusted execution process sent {kind!r}")
         except (EOFError, OSError, ValueError) as e:
@@ -140,12 +143,20 @@ class TrustedProcess:
             self.busy_since = None
             for gate, n in held:
                 gate.release(n)
+        raise WorkerDied(failed)
 
     def close(self) -> None:
+        self.ask_to_end()
+        self.reap()
+
+    def ask_to_end(self) -> None:
+        """Tell the process to end (its loop returns on None or a closed pipe); ``reap`` waits for it."""
         with contextlib.suppress(OSError):
             self.conn.send(None)
         with contextlib.suppress(OSError):
             self.conn.close()
+
+    def reap(self) -> None:
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -205,10 +216,14 @@ def lease(entry: str):
 
 @atexit.register
 def _close_idle() -> None:
+    """At the verifier's exit: every kept process told to end first, then each waited for, so that they end side by
+    side (each ends its fork servers and job roots; one after another, eight of them held an exit for seconds)."""
     with _IDLE_LOCK:
         procs, _IDLE[:] = list(_IDLE), []
     for p in procs:
-        p.close()
+        p.ask_to_end()
+    for p in procs:
+        p.reap()
 
 
 def serve(fd: int, run_job) -> None:

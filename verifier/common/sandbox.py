@@ -320,6 +320,8 @@ class PidsLimit:
                 try:
                     self.path.rmdir()
                     return
+                except FileNotFoundError:  # removed already
+                    return
                 except OSError:
                     try:
                         for pid in (self.path / "cgroup.procs").read_text().split():

@@ -35,6 +35,7 @@ starts).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -132,8 +133,17 @@ class ForkServer:
         return self.proc.poll() is None
 
     def close(self) -> None:
+        self.ask_to_end()
+        self.reap()
+
+    def ask_to_end(self) -> None:
+        """Close its job pipe: the server ends (and its pre-forked child with it); ``reap`` waits for that."""
         if self.alive():
-            self.proc.stdin.close()
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def reap(self) -> None:
+        if self.alive():
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -263,8 +273,12 @@ def _warm_server(backend: str, host: HostSettings, build_root: str = "", locks: 
 
 @atexit.register
 def _close_servers() -> None:
-    for srv in list(_SERVERS.values()):
-        srv.close()
+    """At exit: every server told to end, then each waited for (side by side, not one after another)."""
+    servers = list(_SERVERS.values())
+    for srv in servers:
+        srv.ask_to_end()
+    for srv in servers:
+        srv.reap()
 
 
 def _base_job_root(host: HostSettings) -> str:
