@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
-from verifier.build.pool import HOST_OBJECT, SLIM_HEAD, SLIM_HEADER, add_host_unit, ensure_pch, write_build_files  # noqa
+from verifier.build.objcache import MODULE  # noqa: E402
+from verifier.build.pool import HOST_OBJECT, SLIM_HEADER, ensure_pch, write_variant  # noqa: E402
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.common.spec import canonical_spec  # noqa: E402
@@ -71,15 +72,10 @@ def main() -> None:
         spec = canonical_spec(sp[0])
         label, kwargs = build_variants(spec)[0]
         pch, slim = (ensure_pch(spec, VerifyConfig().pch_root(), *h) for h in ((), (SLIM_HEADER,)))
-        flags = list(kwargs.get("extra_cflags") or []) + ([f"-I{pch}", "-Winvalid-pch"] if pch else [])
-        d, host = Path(tempfile.mkdtemp(prefix="km-phases-")), kwargs.pop("host_source", None)
-        if slim and host and host.startswith(SLIM_HEAD):  # its head from its own PCH, as pool.write_variant does
-            host, flags = f"#include <{SLIM_HEADER[0]}>\n" + host[len(SLIM_HEAD):], flags + [f"-I{slim}"]
-        kwargs = dict(kwargs, extra_cflags=flags)
-        write_build_files(d, "km_phase_probe", verbose=False, **kwargs)
+        d = Path(tempfile.mkdtemp(prefix="km-phases-"))
+        write_variant("km_phase_probe", d, kwargs, pch, slim)  # the compile pool's own build files
         units = [("main.o", "binding main.cpp"), ("cuda.cuda.o", "cuda.cu")]
-        if host is not None:  # the split variant's host unit (verifier/build/split.py)
-            add_host_unit(d, host)
+        if kwargs.get("host_source") is not None:  # the split variant's host unit (verifier/build/split.py)
             units.insert(1, (HOST_OBJECT, "host unit"))
         row = {"candidate": cand.candidate_id, "variant": label}
         for obj, tu in units:
@@ -90,7 +86,7 @@ def main() -> None:
             row[tu] = f"{s:.1f}" + ("" if ok else " (failed)")
             if not ok:
                 print(cand.candidate_id, tu, "FAILED", tail, flush=True)
-        link = command(d, "km_phase_probe.so")
+        link = command(d, f"{MODULE}.so")
         s, ok, _ = timed(link, d)
         row["link"] = f"{s:.1f}" + ("" if ok else " (failed)")
         try:

@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from verifier.execute import admission
-from verifier.execute.processes import start_lasting
+from verifier.execute.processes import end_together, start_lasting
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 START_TIMEOUT_S = 120.0  # the new process's first word (its imports: torch)
@@ -216,14 +216,10 @@ def lease(entry: str):
 
 @atexit.register
 def _close_idle() -> None:
-    """At the verifier's exit: every kept process told to end first, then each waited for, so that they end side by
-    side (each ends its fork servers and job roots; one after another, eight of them held an exit for seconds)."""
+    """At the verifier's exit: the kept processes ended side by side (each ends its fork servers and job roots)."""
     with _IDLE_LOCK:
         procs, _IDLE[:] = list(_IDLE), []
-    for p in procs:
-        p.ask_to_end()
-    for p in procs:
-        p.reap()
+    end_together(procs)
 
 
 def serve(fd: int, run_job) -> None:

@@ -271,14 +271,20 @@ def _warm_server(backend: str, host: HostSettings, build_root: str = "", locks: 
     return srv
 
 
+def end_together(procs) -> None:
+    """Processes that outlive their jobs (fork servers here, slots' trusted processes in verifier/workers.py), ended
+    at exit side by side: each told to end first (``ask_to_end``), then each waited for (``reap``), not one after
+    another (each waits up to seconds for what it ends itself)."""
+    procs = list(procs)
+    for p in procs:
+        p.ask_to_end()
+    for p in procs:
+        p.reap()
+
+
 @atexit.register
 def _close_servers() -> None:
-    """At exit: every server told to end, then each waited for (side by side, not one after another)."""
-    servers = list(_SERVERS.values())
-    for srv in servers:
-        srv.ask_to_end()
-    for srv in servers:
-        srv.reap()
+    end_together(_SERVERS.values())
 
 
 def _base_job_root(host: HostSettings) -> str:
