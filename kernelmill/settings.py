@@ -108,7 +108,7 @@ class VerifyConfig:
     # the host: caches, sandbox, job files (HostSettings; they were KM_* variables)
     pch: bool = True  # binding files compiled against a precompiled torch/extension.h (verifier/build/pch.py)
     pch_dir: str = ""  # "": ~/.cache/kernelmill/pch (~0.8 GB per cflags set)
-    canonical_binding: bool = True  # one binding object per declared signature set (verifier/build/binding.py)
+    canonical_binding: bool = True  # shared binding forms: boxed (verifier/build/boxed.py), else per signature set (binding.py)
     split_build: bool = True  # host code by the C++ compiler, kernels by nvcc without torch (verifier/build/split.py)
     sandbox: bool = True  # candidate code in bubblewrap where it runs (verifier/common/sandbox.py); False: unsandboxed
     sandbox_procs: int = 128  # processes at once in a sandbox above which the job is ended as a fork bomb

@@ -168,7 +168,10 @@ def test_build_breakdown_reads_the_variant_and_the_failed_attempts_the_build_wro
         for v in failed:
             (tmp_path / key / f"{v}.log").write_text("error: ...\n")
     (tmp_path / "d4").mkdir()  # still building at the cut
+    (tmp_path / "a1" / "slim").mkdir()  # the compile step's report of the variant that built it: its binding's form
+    (tmp_path / "a1" / "slim" / "compile.json").write_text('{"ok": true, "binding": "boxed"}')
     rows = {r.key: r for r in read_builds(tmp_path)}
+    assert (rows["a1"].binding, rows["b2"].binding) == ("boxed", "")
     assert set(rows) == {"a1", "b2", "c3"}
     assert (rows["a1"].variant, rows["a1"].failed_first) == ("slim", [])  # its own log is no failure
     assert (rows["b2"].variant, rows["b2"].failed_first) == ("light", ["slim"])
@@ -176,4 +179,6 @@ def test_build_breakdown_reads_the_variant_and_the_failed_attempts_the_build_wro
     summary = {s["variant"]: s for s in summarize(list(rows.values()))}
     assert summary["light"]["after_failed"] == 1 and summary["slim"]["after_failed"] == 0
     assert summary["light"]["cpu_total"] == 50.0
-    assert any(line.startswith("| light | 1 | 1 (slim)") for line in table(list(summary.values())))
+    assert any(line.startswith("| light | 1 | 1 (slim)") and line.endswith("| as written 1 |")
+               for line in table(list(summary.values())))
+    assert summary["slim"]["binding"] == {"boxed": 1}

@@ -123,19 +123,19 @@ def pch():
                       VerifyConfig(pch=True).pch_root())
 
 
-def two_object_build(d: Path, cpp: str, functions: list[str], impl: str, cache: Path, pch: Path | None,
-                     canonical: bool = True) -> dict:
+def two_object_build(d: Path, cpp: str, functions, impl: str, cache: Path, pch: Path | None,
+                     canonical: bool = True, boxed: bool = False, impl_head: str = IMPL) -> dict:
     """load_inline's files for ``cpp`` (under the verifier's module name, loadable as ``km_<dir name>``), with
     ``impl`` as a second object of the link, built through the object cache (``canonical=False``: with the
-    canonical form turned off, the file as written)."""
+    shared forms turned off, the file as written; ``boxed``: the boxed form first, as the verifier builds)."""
     flags = ["-O3"] + ([f"-I{pch}", "-Winvalid-pch"] if pch else [])
     write_build_files(d, objcache.MODULE, verbose=True, cpp_sources=[cpp], functions=functions, extra_cflags=flags,
                       extra_ldflags=[f"-Wl,--defsym=PyInit_km_{d.name}=PyInit_{objcache.MODULE}"])
-    (d / "impl.cpp").write_text(IMPL + impl)
+    (d / "impl.cpp").write_text(impl_head + impl)
     ninja = (d / "build.ninja").read_text()
     ninja = ninja.replace("build main.o: compile", f"build impl.o: compile {d}/impl.cpp\nbuild main.o: compile")
     (d / "build.ninja").write_text(re.sub(r"(build \S+\.so: link main\.o)", r"\1 impl.o", ninja))
-    return objcache.run_cached(d, cache, canonical_binding=canonical)
+    return objcache.run_cached(d, cache, canonical_binding=canonical, boxed_binding=boxed)
 
 
 ADD = "int64_t add_one(int64_t x) { if (x < 0) throw std::invalid_argument(\"negative\"); return x + 1; }"

@@ -26,6 +26,14 @@ class BuildRow:
     cpu_s: float = 0.0
     seconds: float = 0.0
     objects_reused: int = 0
+    binding: str = ""  # the binding file's form in the build that produced the module: boxed, canonical, "" as written
+
+
+def _binding_form(variant_dir: Path) -> str:
+    try:
+        return str(json.loads((variant_dir / "compile.json").read_text()).get("binding") or "")
+    except (OSError, ValueError):
+        return ""
 
 
 def read_builds(build_root: str | Path) -> list[BuildRow]:
@@ -43,7 +51,8 @@ def read_builds(build_root: str | Path) -> list[BuildRow]:
         rows.append(BuildRow(key=kd.name, variant=variant,
                              failed_first=[v for v in FAST_VARIANTS if v != variant and (kd / f"{v}.log").is_file()],
                              cpu_s=float(d.get("cpu_s") or 0.0), seconds=float(d.get("seconds") or 0.0),
-                             objects_reused=int(d.get("objects_reused") or 0)))
+                             objects_reused=int(d.get("objects_reused") or 0),
+                             binding=_binding_form(kd / variant)))
     return rows
 
 
@@ -56,7 +65,8 @@ def summarize(rows: list[BuildRow]) -> list[dict]:
                     "failed_variants": sorted({v for r in rs for v in r.failed_first}),
                     "cpu_median": statistics.median(r.cpu_s for r in rs), "cpu_total": sum(r.cpu_s for r in rs),
                     "wall_median": statistics.median(r.seconds for r in rs),
-                    "objects_reused": sum(r.objects_reused for r in rs)})
+                    "objects_reused": sum(r.objects_reused for r in rs),
+                    "binding": {f or "as written": sum(r.binding == f for r in rs) for f in sorted({r.binding for r in rs})}})
     return out
 
 
@@ -69,10 +79,11 @@ def breakdown(build_root: str | Path) -> dict:
 def table(summary: list[dict]) -> list[str]:
     """Markdown lines of ``summarize``'s answer."""
     lines = ["| module built by | builds | after a failed fast variant (which) | CPU s median | CPU s total | "
-             "wall s median | objects from the cache |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             "wall s median | objects from the cache | binding file |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summary:
         lines.append(f"| {s['variant']} | {s['builds']} | {s['after_failed']} ({', '.join(s['failed_variants']) or '-'})"
-                     f" | {s['cpu_median']:.1f} | {s['cpu_total']:.0f} | {s['wall_median']:.1f} | {s['objects_reused']} |")
+                     f" | {s['cpu_median']:.1f} | {s['cpu_total']:.0f} | {s['wall_median']:.1f} | {s['objects_reused']} | "
+                     + (", ".join(f"{k} {v}" for k, v in s.get("binding", {}).items()) or "-") + " |")
     return lines
 
 

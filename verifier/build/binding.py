@@ -151,8 +151,9 @@ def _split_params(text: str) -> list[str] | None:
     return parts
 
 
-def _declaration(stmt: str) -> tuple[str, str] | None:
-    """(function name, its canonical declaration with ``{name}`` where the name goes) of ``RET NAME(PARAMS)``."""
+def _declaration(stmt: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """(function name, its return type, its parameters' types without their names) of ``RET NAME(PARAMS)``, each
+    type canonical (``torch::Tensor`` spelled ``at::Tensor``, tokens joined as :func:`_join` does)."""
     m = re.fullmatch(rf"\s*([^()]+?)\s*\b({_IDENT})\s*\(([^()]*)\)\s*", stmt)
     if not m:
         return None
@@ -164,12 +165,22 @@ def _declaration(stmt: str) -> tuple[str, str] | None:
     canon = [_parameter(p) for p in params]
     if any(c is None for c in canon):
         return None
-    return m.group(2), f"{_join(ret)} {{name}}({', '.join(canon)});"
+    return m.group(2), _join(ret), tuple(canon)
 
 
-def canonical_binding(main_text: str) -> CanonicalBinding | None:
-    """The canonical form of a ``load_inline`` binding file, or None where the file is anything but includes and
-    one declaration per exported function (module docstring)."""
+@dataclass(frozen=True)
+class Declared:
+    """A binding file that is includes and one declaration per exported function, read (:func:`read_declared`)."""
+
+    includes: tuple[str, ...]  # its headers, in order
+    functions: tuple[tuple[str, str, str, tuple[str, ...]], ...]  # (name, docstring literal, return type, parameters)
+    wrapped: bool  # each m.def wraps its function in torch::wrap_pybind_function (torch's error translation)
+
+
+def read_declared(main_text: str) -> Declared | None:
+    """A ``load_inline`` binding file read as its includes and exported declarations, in ``m.def`` order; None
+    where the file is anything else (a definition, a macro, a namespace, a default argument, a string, an
+    unexported declaration, an exported name :func:`own_name` refuses)."""
     head, sep, tail = main_text.rpartition("\n" + MODULE_LINE + "\n")
     if not sep or not tail.endswith("\n}"):
         return None
@@ -202,26 +213,36 @@ def canonical_binding(main_text: str) -> CanonicalBinding | None:
     stmts = body.split(";")
     if stmts and stmts[-1].strip():
         return None  # text after the last declaration
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, tuple[str, ...]]] = {}
     for stmt in stmts[:-1]:
         d = _declaration(stmt)
         if d is None or d[0] not in names or d[0] in found:
             return None
-        found[d[0]] = d[1]
+        found[d[0]] = (d[1], d[2])
     if set(found) != set(names) or not includes:
         return None
-    call = "torch::wrap_pybind_function({f})" if wrapped == {True} else "{f}"
-    lines = [f"#include <{h}>" for h in includes]
+    return Declared(includes=tuple(includes), functions=tuple((n, doc, *found[n]) for n, doc in defs),
+                    wrapped=wrapped == {True})
+
+
+def canonical_binding(main_text: str) -> CanonicalBinding | None:
+    """The canonical form of a ``load_inline`` binding file, or None where the file is anything but includes and
+    one declaration per exported function (module docstring)."""
+    d = read_declared(main_text)
+    if d is None:
+        return None
+    call = "torch::wrap_pybind_function({f})" if d.wrapped else "{f}"
+    lines = [f"#include <{h}>" for h in d.includes]
     lines += ["#pragma GCC visibility push(hidden)", f'extern "C" const char* const {NAMES_SYMBOL}[];']
-    lines += [found[n].format(name=canonical_name(i)) for i, n in enumerate(names)]
+    lines += [f"{ret} {canonical_name(i)}({', '.join(params)});" for i, (_n, _doc, ret, params) in enumerate(d.functions)]
     lines += ["#pragma GCC visibility pop", MODULE_LINE]
     lines += [f"m.def({NAMES_SYMBOL}[{2 * i}], {call.format(f=canonical_name(i))}, {NAMES_SYMBOL}[{2 * i + 1}]);"
-              for i in range(len(names))]
+              for i in range(len(d.functions))]
     lines.append("}")
-    literals = ", ".join(f'"{n}", "{doc}"' for n, doc in defs)
+    literals = ", ".join(f'"{n}", "{doc}"' for n, doc, _r, _p in d.functions)
     names_source = f'extern "C" const char* const {NAMES_SYMBOL}[] = {{{literals}}};\n'
-    return CanonicalBinding(text="\n".join(lines) + "\n", includes=tuple(includes), names=tuple(names),
-                            names_source=names_source)
+    return CanonicalBinding(text="\n".join(lines) + "\n", includes=d.includes,
+                            names=tuple(n for n, *_ in d.functions), names_source=names_source)
 
 
 def _without_comments(text: str) -> str | None:

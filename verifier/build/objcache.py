@@ -7,8 +7,10 @@ same declarations and function names: model answers to one task mostly do), and 
 compiled under one fixed module name (``MODULE``), so the binding's text depends on nothing else; the link adds the
 spec's own init symbol as an alias (``--defsym``), and the extension is loaded under that name (CPython hands back
 the first module loaded under a name, whatever the file). A binding file that only declares the candidate's
-functions is compiled in a canonical form that does not depend on their names (verifier/build/binding.py), so
-answers that differ in names share that object too.
+functions is built in a form that depends on neither their names nor their types (verifier/build/boxed.py: a
+module object shared by every build with the same flags and a per-build shim object of ~1 s), or, where its types
+are not all boxed, in a canonical form that does not depend on their names (verifier/build/binding.py), so answers
+that differ in names share that object too.
 
 ``run_cached(build_dir, cache_dir, ...)`` stands in for torch's ``_run_ninja_build``: it reads each compile command
 from the ``build.ninja`` torch wrote (``ninja -t commands -s TARGET``: ninja's own expansion), keys it by the
@@ -40,7 +42,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from verifier.build import binding
+from verifier.build import binding, boxed
 
 MODULE = "km_ext"  # the module name of every extension the compile pool builds
 
@@ -240,6 +242,7 @@ class _Canonical:
     lock: int  # file descriptor of the key's lock file
     log: list[str]
     hit: bool = False
+    kind: str = "canonical"
 
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_]\w*")
@@ -299,21 +302,25 @@ def _canonical_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Ca
 
 
 def _canonical_object(build_dir: Path, cache_dir: Path, c: _Canonical, wait: bool) -> bool | None:
-    """The canonical object in place: True (from the cache, or compiled and stored), False (its compile failed:
-    nothing printed), None when ``wait`` is off and another build is compiling the same object right now (the
-    caller builds its other objects first and asks again)."""
+    """The shared object of a binding form (canonical or boxed) in place: True (from the cache, or compiled and
+    stored), False (its compile failed, now or before: nothing printed; the failure is kept, ``<key>.failed``, so
+    no other build pays it again), None when ``wait`` is off and another build is compiling the same object right
+    now (the caller builds its other objects first and asks again)."""
     try:
         fcntl.flock(c.lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
         return None
     try:
-        cached = cache_dir / f"{c.key}.o"
+        cached, failed = cache_dir / f"{c.key}.o", cache_dir / f"{c.key}.failed"
         if cached.is_file():
             shutil.copyfile(cached, build_dir / c.out)
             c.hit = True
-            c.log.append(f"[verifier] {c.out}: the binding file's canonical form was compiled before (cache {c.key})\n")
+            c.log.append(f"[verifier] {c.out}: the binding file's {c.kind} form was compiled before (cache {c.key})\n")
             return True
+        if failed.is_file():  # the same command failed before: the next form, without paying the compile again
+            return False
         if not _try(c.cmd, build_dir, c.log):
+            failed.write_text(c.log[-1][-4000:])
             return False
         _store(build_dir, c.out, c.key, cache_dir)
         return True
@@ -341,18 +348,89 @@ def _canonical_link(build_dir: Path, c: _Canonical, others: list[str], link: str
     return True
 
 
+@dataclass
+class _Boxed:
+    """A build's binding file in the boxed form (verifier/build/boxed.py): the shared module object's cache key and
+    lock (the fields ``_canonical_object`` reads), the shim object's command, the log printed only if it links."""
+
+    form: boxed.BoxedBinding
+    main_out: str  # the binding file's object (main.o), which the two objects replace in the link
+    cmd: str  # the module object's compile command
+    shim_cmd: str
+    key: str
+    lock: int
+    log: list[str]
+    out: str = boxed.MODULE_OBJECT
+    hit: bool = False
+    kind: str = "boxed"
+
+
+def _boxed_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Boxed | None:
+    """The binding file's boxed form written beside it, or None where it has none (its types, or a name the
+    headers use for anything: the shim declares the file's own names)."""
+    src_path = Path(build_dir, src)
+    declared = binding.read_declared(src_path.read_text(errors="replace"))
+    form = boxed.boxed_of(declared) if declared is not None else None
+    if form is None:
+        return None
+    written_cmd = _command(build_dir, out)
+    idents = header_identifiers(build_dir, cache_dir, written_cmd, src_path, form.includes)
+    if not idents or any(n in idents for n in form.names):
+        return None
+    (build_dir / boxed.MODULE_FILE).write_text(boxed.MODULE_SOURCE)
+    (build_dir / boxed.SHIM_FILE).write_text(boxed.shim_source(form))
+    cmd = _with_input(written_cmd, src_path, build_dir / boxed.MODULE_FILE, out, boxed.MODULE_OBJECT)
+    shim_cmd = _with_input(written_cmd, src_path, build_dir / boxed.SHIM_FILE, out, boxed.SHIM_OBJECT)
+    key, _ = _cached_object(build_dir, cache_dir, cmd, [boxed.MODULE_FILE])
+    lock = os.open(cache_dir / f".{key}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    return _Boxed(form, out, cmd, shim_cmd, key, lock, [])
+
+
+def _boxed_link(build_dir: Path, cache_dir: Path, b: _Boxed, others: list[str], link: str) -> bool | None:
+    """The shim object (from the cache, or compiled and stored) linked with the module object in place of the
+    binding file's; False, having printed nothing, when a step fails, and None when the other objects do not
+    define every function the file declares (the file as written would link, and fail to load: it is built so,
+    and no other shared form would link either)."""
+    key, cached = _cached_object(build_dir, cache_dir, b.shim_cmd, [boxed.SHIM_FILE])
+    if cached.is_file():
+        shutil.copyfile(cached, build_dir / boxed.SHIM_OBJECT)
+    elif _try(b.shim_cmd, build_dir, b.log):
+        _store(build_dir, boxed.SHIM_OBJECT, key, cache_dir)
+    else:
+        return False
+    undefined = _symbols([build_dir / boxed.SHIM_OBJECT], "--undefined-only")
+    defined = set(_symbols([build_dir / o for o in others], "--defined-only", "--extern-only"))
+    for name in b.form.names:
+        prefix = f"_Z{len(name)}{name}"
+        mine = [s for s in undefined if s.startswith(prefix) and not s[len(prefix):][:1].isdigit()]
+        if len(mine) != 1 or mine[0] not in defined:
+            return None
+    argv = shlex.split(_command(build_dir, link))
+    if b.main_out not in argv:
+        return False
+    at = argv.index(b.main_out)
+    if not _try(shlex.join(argv[:at] + [boxed.MODULE_OBJECT, boxed.SHIM_OBJECT] + argv[at + 1:]), build_dir, b.log):
+        return False
+    sys.stdout.write("".join(b.log) + (f"[verifier] {b.main_out}: the binding file in its boxed form (module object "
+                                       f"{'from the cache' if b.hit else 'compiled'}, cache {b.key})\n"))
+    sys.stdout.flush()
+    return True
+
+
 def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error_prefix: str = "Error building",
-               canonical_binding: bool = True) -> dict:
+               canonical_binding: bool = True, boxed_binding: bool = True) -> dict:
     """Build what torch's build.ninja in ``build_dir`` describes, reusing cached objects; returns
     ``{"hits": [...], "misses": [...]}`` (object names; ``"binding": "canonical"`` when the binding file was
     compiled in its canonical form), or ``{"ninja": True}`` when it ran ninja as is.
 
-    The binding file (``main.cpp``) is compiled in its canonical form (``canonical_binding=False``, the
-    ``[verify]`` key: never) when it has one (verifier/build/binding.py: one
-    object per declared signature set, whatever the candidate's names; a build that finds another compiling the
-    same object builds its other objects first, then takes it from the cache); when that form fails to compile
-    or link, or the other objects do not define what it declares, the file is compiled and linked as written, and
-    the log and the module are those of the unchanged build."""
+    The binding file (``main.cpp``) is built in a shared form (``canonical_binding=False``, the ``[verify]`` key:
+    never) when it has one: first the boxed form (verifier/build/boxed.py: one module object per compile command,
+    whatever the candidate's names and types, and a small shim object of its own; ``boxed_binding=False`` skips
+    it), then the canonical form (verifier/build/binding.py: one object per declared signature set, whatever the
+    candidate's names). A build that finds another compiling the shared object builds its other objects first,
+    then takes it from the cache. When a form fails to compile or link, or the other objects do not define what
+    the file declares, the next is tried, the last the file as written, whose log and module are those of the
+    unchanged build."""
     build_dir, cache_dir = Path(build_dir), Path(cache_dir)
     targets = _targets(build_dir)
     compiles = [t for t in targets if t[1] in ("compile", "cuda_compile")]
@@ -363,9 +441,17 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
     stats: dict = {"hits": [], "misses": []}
     n = len(targets)
     mains = [t for t in compiles if t[1] == "compile" and len(t[2]) == 1 and Path(t[2][0]).name == "main.cpp"]
-    canonical, ready = None, None
+    boxed_form, canonical, ready = None, None, None
     for i, (out, _rule, inputs) in enumerate(compiles):
         if canonical_binding and len(mains) == 1 and out == mains[0][0]:
+            if boxed_binding:
+                boxed_form = _boxed_form(build_dir, cache_dir, out, inputs[0])
+                if boxed_form is not None:
+                    ready = _canonical_object(build_dir, cache_dir, boxed_form, wait=False)
+                    if ready is not False:
+                        continue  # in place, or another build is compiling it: the other objects first
+                    os.close(boxed_form.lock)
+                    boxed_form = None
             canonical = _canonical_form(build_dir, cache_dir, out, inputs[0])
             if canonical is not None:
                 ready = _canonical_object(build_dir, cache_dir, canonical, wait=False)
@@ -376,6 +462,23 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
         hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix,
                               f"[{i + 1}/{n}] ")
         stats["hits" if hit else "misses"].append(out)
+    main_pending = boxed_form is not None or canonical is not None
+    if boxed_form is not None:
+        linked: bool | None = False
+        try:
+            if ready is None:
+                ready = _canonical_object(build_dir, cache_dir, boxed_form, wait=True)
+            others = [o for o, _r, _i in compiles if o != boxed_form.main_out]
+            linked = _boxed_link(build_dir, cache_dir, boxed_form, others, links[0][0]) if ready else False
+            if linked:
+                stats["hits" if boxed_form.hit else "misses"].append(boxed.MODULE_OBJECT)
+                stats["binding"] = "boxed"
+                return stats
+        finally:
+            os.close(boxed_form.lock)
+        # the next form, unless the declarations are not what the other objects define (then none links)
+        canonical = _canonical_form(build_dir, cache_dir, mains[0][0], mains[0][2][0]) if linked is False else None
+        ready = None
     if canonical is not None:
         try:
             if ready is None:
@@ -387,8 +490,9 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
                 return stats
         finally:
             os.close(canonical.lock)
-        out, _rule, inputs = mains[0]  # as written, as the build without the canonical form would
-        hit = _compile_cached(build_dir, cache_dir, canonical.written_cmd, inputs, out, error_prefix, f"[1/{n}] ")
+    if main_pending:
+        out, _rule, inputs = mains[0]  # as written, as the build without the shared forms would
+        hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix, f"[1/{n}] ")
         stats["hits" if hit else "misses"].append(out)
     _run(link_command(build_dir, _command(build_dir, links[0][0]), [o for o, _r, _i in compiles]), build_dir,
          error_prefix, links[0][0], f"[{n}/{n}] ")

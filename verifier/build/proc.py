@@ -52,6 +52,7 @@ def compile_variant(variant_dir: str, obj_dir: str = "", canonical: bool = True)
         print(error if isinstance(e, RuntimeError) else f"{error}: {e}", flush=True)
         ok = False
     (d / COMPILE_REPORT).write_text(json.dumps({"ok": ok, "objects_reused": len(stats.get("hits", [])),
+                                                "binding": stats.get("binding", ""),
                                                 "cpu_s": cpu_seconds()}))
     return 0 if ok else 1
 
