@@ -192,3 +192,43 @@ def test_a_shared_object_that_failed_to_compile_is_not_compiled_again(tmp_path):
 
     assert attempt() is False and attempt() is False
     assert (tmp_path / "tries.txt").read_text() == "tried\n" and (tmp_path / "k.failed").is_file()
+
+
+def test_global_identifiers_are_those_outside_every_namespace_class_and_body():
+    from verifier.build.objcache import global_identifiers
+
+    text = (b'#define KM_MACRO(x) { x }\n#define __BEGIN extern "C" {\nextern "C" {\nint c_func(int);\n}\n'
+            b"namespace at { int relu(int); struct S { int forward(); }; }\n"
+            b"inline int helper(int v) { return inner(v); }\nchar q = '{';\nconst char* s = \"}\";\n")
+    every = {"everything"}
+    got = global_identifiers(text, every)
+    assert {"KM_MACRO", "__BEGIN", "c_func", "helper", "q", "s", "int", "char"} <= got
+    assert not {"relu", "forward", "inner", "S", "x"} & got
+    assert global_identifiers(b"namespace a { int f(); }\nusing namespace a;\n", every) == every
+    assert global_identifiers(b"namespace a { int f();\n", every) == every  # braces it cannot pair
+
+
+RELU_IMPL = """
+at::Tensor relu(const at::Tensor& x) { return x.mul(-1.0); }  // the candidate's own relu, not at::relu
+"""
+
+
+def test_a_name_torch_declares_in_its_namespaces_is_boxed_and_calls_the_candidates_function(built, pch):  # noqa: F811
+    """``relu``: torch declares at::relu (argument-dependent lookup would find it for a tensor argument), not a
+    global one. The file as written names the candidate's ::relu; the boxed shim calls ``::relu`` too."""
+    root, cache, *_ = built
+    st = two_object_build(root / "relu", "torch::Tensor relu(const torch::Tensor& x);", ["relu"], RELU_IMPL, cache,
+                          pch, boxed=True, impl_head=HEAD)
+    assert st["binding"] == "boxed"
+    x = torch.arange(3.0)
+    assert torch.equal(load_so("km_relu", str(root / "relu" / "km_ext.so")).relu(x), -x)
+
+
+def test_a_name_the_headers_declare_globally_is_not_boxed(built, pch):  # noqa: F811
+    """``abs`` is a global function of the C library that torch's headers include: the file as written names an
+    overload set there and fails to compile; the boxed form is not tried, so the build fails as it always did."""
+    root, cache, *_ = built
+    with pytest.raises(RuntimeError):
+        two_object_build(root / "abs", "int64_t abs(int64_t x);", ["abs"], "int64_t abs(int64_t x) { return x; }",
+                         cache, pch, boxed=True)
+    assert not (root / "abs" / boxed.SHIM_FILE).exists()

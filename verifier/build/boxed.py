@@ -155,7 +155,7 @@ def shim_source(b: BoxedBinding) -> str:
     lines += ["#pragma GCC visibility push(hidden)", "namespace {"]
     for i, f in enumerate(b.functions):
         args = ", ".join(f"*static_cast<{c}*>(a[{k}])" for k, c in enumerate(f.casts))
-        call = f"{f.name}({args})"
+        call = f"::{f.name}({args})"  # qualified: no argument-dependent lookup (at::relu for a tensor argument)
         if f.ret_code == RET_VOID:
             body = f"{call};"
         elif f.ret_code == RET_TUPLE:

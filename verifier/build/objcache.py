@@ -248,10 +248,12 @@ class _Canonical:
 _IDENTIFIER = re.compile(rb"[A-Za-z_]\w*")
 
 
-def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, includes: tuple[str, ...]) -> set[str]:
+def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, includes: tuple[str, ...],
+                       globals_only: bool = False) -> set[str]:
     """Every identifier in the headers ``includes`` preprocessed with the flags of compile command ``cmd`` (input
-    ``src``), macro names included (``-dD``); kept in the cache per flags and headers. Empty when the headers do
-    not preprocess (the canonical compile then fails as well)."""
+    ``src``), macro names included (``-dD``); with ``globals_only``, those at global scope
+    (:func:`global_identifiers`). Both kept in the cache per flags and headers. Empty when the headers do not
+    preprocess (the shared forms' compiles then fail as well)."""
     drop_next = {"-MF", "-o"}
     argv, skip = [], False
     for a in shlex.split(cmd):
@@ -264,8 +266,9 @@ def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, in
     key = hashlib.sha256(json.dumps({"argv": [a.replace(str(build_dir), "@BUILD@") for a in argv],
                                      "headers": list(includes), "tool": _identity(argv[0])}).encode()).hexdigest()[:32]
     stored = cache_dir / f"{key}.idents"
-    if stored.is_file():
-        return set(stored.read_text().split())
+    wanted = cache_dir / f"{key}.globals" if globals_only else stored
+    if wanted.is_file():
+        return set(wanted.read_text().split())
     headers.write_text("".join(f"#include <{h}>\n" for h in includes))
     try:
         r = subprocess.run(argv, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -274,11 +277,46 @@ def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, in
     if r.returncode != 0:
         return set()
     found = {m.decode() for m in set(_IDENTIFIER.findall(r.stdout))}
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(sorted(found)))
-    os.replace(tmp, stored)
-    return found
+    for suffix, names in ((".globals", global_identifiers(r.stdout, found)), (".idents", found)):
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(sorted(names)))
+        os.replace(tmp, cache_dir / f"{key}{suffix}")
+    return set(stored.read_text().split()) if not globals_only else set((cache_dir / f"{key}.globals").read_text().split())
+
+
+_GLOBAL_TOKEN = re.compile(rb'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*).*$|^[ \t]*#.*$|"(?:[^"\\\n]|\\.)*"|'
+                           rb"'(?:[^'\\\n]|\\.)*'|[A-Za-z_]\w*|[{}]", re.M)
+
+
+def global_identifiers(preprocessed: bytes, every: set[str]) -> set[str]:
+    """The identifiers that appear at global scope in preprocessed text (``-dD``: every macro name too): outside
+    every brace but an ``extern "C" { }`` block's. A superset of the names the headers declare in the global
+    namespace (types and parameter names of global declarations come along); ``every`` (all identifiers) where a
+    ``using namespace`` at global scope makes other namespaces' names global too."""
+    out: set[str] = set()
+    depth, linkage, prev = 0, [], [b"", b""]
+    for m in _GLOBAL_TOKEN.finditer(preprocessed):
+        if m.group(1):  # a macro is global wherever it is defined
+            out.add(m.group(1).decode())
+            continue
+        t = m.group(0)
+        if t[:1] == b"#" or t[:1].isspace():  # another directive (its text is no code)
+            continue
+        if t == b"{":
+            transparent = prev[0] == b"extern" and prev[1][:1] == b'"'
+            linkage.append(transparent)
+            depth += 0 if transparent else 1
+        elif t == b"}":
+            if not linkage:
+                return set(every)  # braces this reading does not pair: nothing is known
+            depth -= 0 if linkage.pop() else 1
+        elif depth == 0 and t[:1] not in (b'"', b"'"):
+            if t == b"namespace" and prev[1] == b"using":
+                return set(every)
+            out.add(t.decode())
+        prev = [prev[1], t]
+    return out if not linkage else set(every)
 
 
 def _canonical_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Canonical | None:
@@ -374,7 +412,8 @@ def _boxed_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Boxed 
     if form is None:
         return None
     written_cmd = _command(build_dir, out)
-    idents = header_identifiers(build_dir, cache_dir, written_cmd, src_path, form.includes)
+    # the shim calls ``::name``: only a name the headers declare at global scope could be another function there
+    idents = header_identifiers(build_dir, cache_dir, written_cmd, src_path, form.includes, globals_only=True)
     if not idents or any(n in idents for n in form.names):
         return None
     (build_dir / boxed.MODULE_FILE).write_text(boxed.MODULE_SOURCE)
