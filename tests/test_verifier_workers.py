@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
@@ -181,3 +182,39 @@ def test_an_execution_process_that_failed_before_the_candidate_ran_is_run_again(
                             cfg, tmp_path).verdict
     assert (v.status, v.versions.get("setup_retries"), len(calls)) == ("verifier_error", 2, 3)
     assert "before your code ran" in v.feedback
+
+
+def test_the_verifiers_own_device_work_out_of_memory_is_run_again(monkeypatch, tmp_path):
+    """The judge's own device work (its reference, the inputs it draws) out of memory while other processes held
+    it (tests/gpu at 3dde888: AcceleratorError "CUDA error: out of memory" in the slot's process, ten verifiers on
+    one H200) is run again after the set-up waits, as a set-up failure is; any other exception, or one that stays,
+    is the candidate's verifier_error, never its verdict."""
+    from verifier import engine
+    from verifier.judge.verdict import finish
+
+    calls = []
+
+    def execute(fails: int, error: type = torch.OutOfMemoryError):
+        def run(w, backend, cfg, build_root):
+            calls.append(1)
+            if len(calls) <= fails:
+                raise error("CUDA error: out of memory")
+            w.verdict.correct = True
+            return finish(w, "pass", [])
+        return run
+
+    monkeypatch.setattr(engine, "SETUP_RETRY_S", (0.0, 0.0))
+    cfg = VerifyConfig(build_dir=str(tmp_path))
+
+    def verdict(run):
+        calls.clear()
+        monkeypatch.setattr(engine, "_execute", run)
+        return engine.execute_item(engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "oom"), [],
+                                   cfg, tmp_path).verdict
+
+    v = verdict(execute(2))
+    assert (v.status, v.versions.get("setup_retries"), len(calls)) == ("pass", 2, 3)
+    v = verdict(execute(5))
+    assert (v.status, len(calls)) == ("verifier_error", 3) and "out of memory" in v.feedback
+    v = verdict(execute(1, ValueError))  # not the device's memory: not run again
+    assert (v.status, len(calls)) == ("verifier_error", 1)

@@ -317,7 +317,15 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
             return w
         for k, wait_s in enumerate((*SETUP_RETRY_S, None)):
             attempt = w if wait_s is None else copy.deepcopy(w)  # a copy while a retry may need the Work as it was
-            _execute(attempt, attempt.verdict.backend, cfg, build_root)
+            try:
+                _execute(attempt, attempt.verdict.backend, cfg, build_root)
+            except Exception as e:  # noqa: BLE001 - the verifier's own device work out of memory: run it again
+                if wait_s is None or not device_memory_error(e):
+                    raise
+                if torch.cuda.is_available() and torch.cuda.is_initialized():
+                    torch.cuda.empty_cache()
+                time.sleep(wait_s)
+                continue
             if not attempt.setup_failed or wait_s is None:
                 if k:
                     attempt.verdict.versions["setup_retries"] = k
@@ -330,7 +338,15 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
     return w
 
 
-# an execution process that failed before the candidate's code ran (Work.setup_failed: its device warm-up or the
+def device_memory_error(e: BaseException) -> bool:
+    """Whether an exception of the verifier's own process is its device out of memory (the judge's reference, the
+    inputs it draws on the device: other processes held the memory), which a wait may cure, as for a set-up failure."""
+    return isinstance(e, torch.OutOfMemoryError) or (type(e).__name__ in ("AcceleratorError", "RuntimeError")
+                                                     and "out of memory" in str(e))
+
+
+# the verifier's own device work out of memory (device_memory_error), or an execution process that failed before the
+# candidate's code ran (Work.setup_failed: its device warm-up or the
 # verifier's set-up, out of device memory when other processes held it) is run again after these waits; then it is
 # the verifier_error it says. On one H200 shared by ten test workers, each verifier's slots with their own CUDA
 # contexts, nine honest candidates' children ran out of memory while starting their profiler (9ec18ff)
