@@ -89,9 +89,9 @@ def _build(root, d, prefix, cache, pch, boxed_on=True, canonical=True, impl=None
 def built(tmp_path_factory, pch):  # noqa: F811
     root = tmp_path_factory.mktemp("boxed")
     cache = root / "objects"
-    a = _build(root, "a", "za_", cache, pch)
-    b = _build(root, "b", "zb_", cache, pch)  # other names: the same module object
-    w = _build(root, "w", "za_", cache, pch, boxed_on=False, canonical=False)  # a's file as written
+    a = _build(root, "box_a", "za_", cache, pch)
+    b = _build(root, "box_b", "zb_", cache, pch)  # other names: the same module object
+    w = _build(root, "box_w", "za_", cache, pch, boxed_on=False, canonical=False)  # a's file as written
     return root, cache, a, b, w
 
 
@@ -99,12 +99,14 @@ def test_two_answers_share_the_module_object_and_call_their_own_functions(built)
     root, cache, a, b, _ = built
     assert a["binding"] == b["binding"] == "boxed"
     assert a["misses"] == ["impl.o", boxed.MODULE_OBJECT] and b["hits"] == [boxed.MODULE_OBJECT]
-    ma, mb = load_so("km_a", str(root / "a" / "km_ext.so")), load_so("km_b", str(root / "b" / "km_ext.so"))
+    # module names of their own: CPython hands back the first module loaded under a name (test_verifier_binding's)
+    ma = load_so("km_box_a", str(root / "box_a" / "km_ext.so"))
+    mb = load_so("km_box_b", str(root / "box_b" / "km_ext.so"))
     x = torch.arange(4.0)
     assert torch.equal(ma.za_scale(x, 2.0, 3), x * 2 + 3) and torch.equal(mb.zb_scale(x, 1.0, 1), x + 1)
     assert not hasattr(ma, "zb_scale") and not hasattr(mb, "za_scale")
     # the table and shims are not exported: one module's cannot stand in for another's
-    dyn = subprocess.run(["readelf", "--dyn-syms", "-W", str(root / "b" / "km_ext.so")], capture_output=True,
+    dyn = subprocess.run(["readelf", "--dyn-syms", "-W", str(root / "box_b" / "km_ext.so")], capture_output=True,
                          text=True, check=True).stdout
     binds = {f[7]: f[4] for f in (line.split() for line in dyn.splitlines()) if len(f) >= 8}
     assert all(v == "LOCAL" for k, v in binds.items() if "km_" in k and not k.startswith("PyInit")), binds
@@ -123,7 +125,8 @@ def test_the_module_behaves_as_the_file_as_written(built):
     TORCH_CHECK_INDEX translated to RuntimeError and IndexError by the same wrapping; arguments no caster takes and
     keywords refused with TypeError naming the function."""
     root, *_ = built
-    boxed_mod, written = load_so("km_a", str(root / "a" / "km_ext.so")), load_so("km_w", str(root / "w" / "km_ext.so"))
+    boxed_mod = load_so("km_box_a", str(root / "box_a" / "km_ext.so"))
+    written = load_so("km_box_w", str(root / "box_w" / "km_ext.so"))
     x = torch.arange(4.0)
     calls = [lambda m: m.za_scale(x, 2.0, 3), lambda m: m.za_scale(x, 2, 3), lambda m: m.za_two(x, None, [1, 2], True),
              lambda m: m.za_two(x, x, (5,), False), lambda m: m.za_count([x, x, x]), lambda m: m.za_count([])]
@@ -154,11 +157,11 @@ def test_declarations_the_candidate_does_not_define_are_built_as_written(built, 
     capsys.readouterr()
     impl = IMPL_A.format(p="za_").replace("at::Tensor za_scale(const at::Tensor& x, double s, int64_t k)",
                                           "at::Tensor za_scale(const at::Tensor& x, float s, int k)")
-    st = _build(root, "m", "za_", cache, pch, impl=impl)
+    st = _build(root, "box_m", "za_", cache, pch, impl=impl)
     assert "binding" not in st and st["hits"] == ["main.o"]  # the file as written, a's (built by the fixture)
     assert "[binding]" not in capsys.readouterr().out
     with pytest.raises(ImportError, match="za_scale"):
-        load_so("km_m", str(root / "m" / "km_ext.so"))
+        load_so("km_box_m", str(root / "box_m" / "km_ext.so"))
 
 
 def test_redteam_a_candidate_defining_the_boxed_table_gets_its_file_as_written(built, pch):  # noqa: F811
@@ -168,9 +171,9 @@ def test_redteam_a_candidate_defining_the_boxed_table_gets_its_file_as_written(b
     root, cache, *_ = built
     impl = IMPL_A.format(p="za_") + ('struct km_entry { const char* n; };\nextern "C" const km_entry km_entries[] = '
                                      '{{"za_scale"}};\nextern "C" const int km_n_entries = 1;\n')
-    st = _build(root, "t", "za_", cache, pch, impl=impl)
+    st = _build(root, "box_t", "za_", cache, pch, impl=impl)
     assert st.get("binding") != "boxed"
-    mod = load_so("km_t", str(root / "t" / "km_ext.so"))
+    mod = load_so("km_box_t", str(root / "box_t" / "km_ext.so"))
     x = torch.arange(3.0)
     assert torch.equal(mod.za_scale(x, 2.0, 1), x * 2 + 1) and mod.za_count([x]) == 1
 
@@ -217,11 +220,11 @@ def test_a_name_torch_declares_in_its_namespaces_is_boxed_and_calls_the_candidat
     """``relu``: torch declares at::relu (argument-dependent lookup would find it for a tensor argument), not a
     global one. The file as written names the candidate's ::relu; the boxed shim calls ``::relu`` too."""
     root, cache, *_ = built
-    st = two_object_build(root / "relu", "torch::Tensor relu(const torch::Tensor& x);", ["relu"], RELU_IMPL, cache,
+    st = two_object_build(root / "box_relu", "torch::Tensor relu(const torch::Tensor& x);", ["relu"], RELU_IMPL, cache,
                           pch, boxed=True, impl_head=HEAD)
     assert st["binding"] == "boxed"
     x = torch.arange(3.0)
-    assert torch.equal(load_so("km_relu", str(root / "relu" / "km_ext.so")).relu(x), -x)
+    assert torch.equal(load_so("km_box_relu", str(root / "box_relu" / "km_ext.so")).relu(x), -x)
 
 
 def test_a_name_the_headers_declare_globally_is_not_boxed(built, pch):  # noqa: F811
@@ -229,6 +232,6 @@ def test_a_name_the_headers_declare_globally_is_not_boxed(built, pch):  # noqa: 
     overload set there and fails to compile; the boxed form is not tried, so the build fails as it always did."""
     root, cache, *_ = built
     with pytest.raises(RuntimeError):
-        two_object_build(root / "abs", "int64_t abs(int64_t x);", ["abs"], "int64_t abs(int64_t x) { return x; }",
+        two_object_build(root / "box_abs", "int64_t abs(int64_t x);", ["abs"], "int64_t abs(int64_t x) { return x; }",
                          cache, pch, boxed=True)
-    assert not (root / "abs" / boxed.SHIM_FILE).exists()
+    assert not (root / "box_abs" / boxed.SHIM_FILE).exists()

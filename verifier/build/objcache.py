@@ -456,6 +456,18 @@ def _boxed_link(build_dir: Path, cache_dir: Path, b: _Boxed, others: list[str], 
     return True
 
 
+def _started(build_dir: Path, cache_dir: Path, form):
+    """A shared form's object asked for without waiting: (form, True) in place, (form, None) another build is
+    compiling it, (None, False) no form or its compile failed (its lock let go)."""
+    if form is None:
+        return None, False
+    ready = _canonical_object(build_dir, cache_dir, form, wait=False)
+    if ready is False:
+        os.close(form.lock)
+        return None, False
+    return form, ready
+
+
 def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error_prefix: str = "Error building",
                canonical_binding: bool = True, boxed_binding: bool = True) -> dict:
     """Build what torch's build.ninja in ``build_dir`` describes, reusing cached objects; returns
@@ -484,20 +496,11 @@ def run_cached(build_dir: str | os.PathLike, cache_dir: str | os.PathLike, error
     for i, (out, _rule, inputs) in enumerate(compiles):
         if canonical_binding and len(mains) == 1 and out == mains[0][0]:
             if boxed_binding:
-                boxed_form = _boxed_form(build_dir, cache_dir, out, inputs[0])
-                if boxed_form is not None:
-                    ready = _canonical_object(build_dir, cache_dir, boxed_form, wait=False)
-                    if ready is not False:
-                        continue  # in place, or another build is compiling it: the other objects first
-                    os.close(boxed_form.lock)
-                    boxed_form = None
-            canonical = _canonical_form(build_dir, cache_dir, out, inputs[0])
-            if canonical is not None:
-                ready = _canonical_object(build_dir, cache_dir, canonical, wait=False)
-                if ready is not False:
-                    continue  # in place, or another build is compiling it: the other objects first
-                os.close(canonical.lock)
-                canonical = None
+                boxed_form, ready = _started(build_dir, cache_dir, _boxed_form(build_dir, cache_dir, out, inputs[0]))
+            if boxed_form is None:
+                canonical, ready = _started(build_dir, cache_dir, _canonical_form(build_dir, cache_dir, out, inputs[0]))
+            if boxed_form is not None or canonical is not None:
+                continue  # its object in place, or another build is compiling it: the other objects first
         hit = _compile_cached(build_dir, cache_dir, _command(build_dir, out), inputs, out, error_prefix,
                               f"[{i + 1}/{n}] ")
         stats["hits" if hit else "misses"].append(out)
