@@ -184,10 +184,13 @@ def test_each_variant_writes_the_binding_file_load_inline_writes_for_the_spec(tm
     assert (tmp_path / "full" / "main.cpp").read_text() == (tmp_path / "alone" / "main.cpp").read_text()
 
 
-def test_cpp_only_spec_has_one_unchanged_build():
+def test_cpp_only_spec_is_cut_and_then_built_unchanged():
+    """A C++-only spec: its code in a host unit of its own and its binding file the declarations (split_cpp,
+    tests/test_verifier_split.py), then the spec unchanged."""
     spec = canonical_spec({"cpp_sources": "int f() { return 1; }", "functions": ["f"]})
     v = build_variants(spec)
-    assert [label for label, _ in v] == ["full"] and v[0][1]["cpp_sources"] == spec["cpp_sources"]
+    assert [label for label, _ in v] == ["split_cpp", "full"] and v[-1][1]["cpp_sources"] == spec["cpp_sources"]
+    assert v[0][1]["cpp_sources"] == ["int f();"]
 
 
 def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
@@ -198,7 +201,7 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
     res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice"], "extra_cflags": ["-O3"]}, 600,
                          host=with_pch.host())
     assert res.ok, res.log[-2000:]
-    assert res.variant == "full" and res.pch, res.log[-2000:]
+    assert res.variant == "split_cpp" and res.pch, res.log[-2000:]  # its code in a host unit, the binding boxed
     assert json.loads((tmp_path / res.key / "result.json").read_text())["pch"] is True
     sigs = [p.read_text() for p in with_pch.pch_root().glob("*/signature.json")]
     assert any('"-O3"' in s and "extension.h" in s for s in sigs)
@@ -333,8 +336,11 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
 
     from verifier.child.loading import load_so
 
+    import dataclasses
+
+    host = dataclasses.replace(HOST, split_build=False)  # the unchanged build's two objects (split_cpp: its own test)
     src = "#include <torch/extension.h>\ntorch::Tensor thrice(torch::Tensor x) { return x.mul(3); }"
-    a = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600, host=HOST)
+    a = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600, host=host)
     assert a.ok and a.objects_reused == 0, a.log[-2000:]
     assert TORCH_FIRST not in a.log  # the import check passed without torch's import
     # the check, run again by hand: the module imports (PyInit runs) in a process that never imports torch
@@ -344,18 +350,18 @@ def test_objects_are_compiled_once_and_shared_by_content(tmp_path):
     cached = sorted(objects_root(tmp_path).glob("*.o"))
     assert len(cached) == 1
     b = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_ldflags": ["-lgomp"]}, 600,
-                       host=HOST)
+                       host=host)
     assert b.ok and b.key != a.key and b.objects_reused == 1, b.log[-2000:]
     assert "compiled before" in b.log and sorted(objects_root(tmp_path).glob("*.o")) == cached
     # the compilers' CPU seconds are measured (bench_verifier's compile CPU row): compiling the binding file
     # costs seconds, linking the cached object a fraction of it
     assert a.cpu_s > 1.0 and b.cpu_s < a.cpu_s, (a.cpu_s, b.cpu_s)
     assert build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"]}, 600,
-                          host=HOST).cpu_s == a.cpu_s  # stored
+                          host=host).cpu_s == a.cpu_s  # stored
     for res in (a, b):  # both in one process: each is loaded under its own name
         assert torch.equal(load_so(f"km_{res.key}", res.so_path).thrice(torch.ones(2)), torch.full((2,), 3.0))
     c = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["thrice"], "extra_include_paths": [str(tmp_path)]},
-                       600, host=HOST)
+                       600, host=host)
     assert c.ok and c.objects_reused == 0 and sorted(objects_root(tmp_path).glob("*.o")) == cached
 
 
@@ -433,8 +439,10 @@ def test_a_module_that_does_not_import_fails_its_build_and_no_step_imports_torch
     # with_pch: the -O3 PCH test_cpu_build_uses_the_precompiled_header makes
     src = ("#include <torch/extension.h>\nint64_t km_helper(int64_t x);  // declared, defined nowhere\n"
            "int64_t calls_helper(int64_t x) { return km_helper(x); }")
+    import dataclasses
+
     res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["calls_helper"], "extra_cflags": ["-O3"]}, 600,
-                         host=with_pch.host())
+                         host=dataclasses.replace(with_pch.host(), split_build=False))  # the unchanged build's steps
     assert not res.ok and res.variant == "" and not res.so_path, res.log[-3000:]
     assert failed_targets(res.log) == [] and "[2/2]" in res.log, res.log[-3000:]  # it compiled and linked
     assert "ImportError" in res.log and "undefined symbol" in res.log and "km_helper" in res.log, res.log[-3000:]

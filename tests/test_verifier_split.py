@@ -259,3 +259,86 @@ def test_a_host_part_slim_does_not_take_is_built_under_torch_extension_h():
         assert split_source(src) is not None and slim_source(split_source(src).host) is None
         labels = [label for label, _ in build_variants(_spec(cu=src))]
         assert "split" not in labels and labels[0] == "split_ext", (change, labels)
+
+
+# ---------------------------------------------------------------------------- C++-only extensions: "split_cpp"
+
+CPU_SRC = """#include <torch/extension.h>
+#include <vector>
+static float halve(float v) { return v * 0.5f; }  // a helper of its own: internal, stays in the host unit
+torch::Tensor scaled(torch::Tensor x, double s) {
+    TORCH_CHECK(x.dim() >= 1, "x needs a dimension");
+    auto y = torch::empty_like(x);
+    auto* src = x.data_ptr<float>(); auto* dst = y.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) dst[i] = halve(src[i]) * static_cast<float>(s);
+    return y;
+}
+void fill_ones(torch::Tensor out) { out.fill_(1.0); }
+"""
+
+
+def test_a_cpp_only_extension_is_cut_into_declarations_and_a_host_unit():
+    from verifier.build.slim import SLIM_CPU_HEAD
+
+    spec = canonical_spec({"cpp_sources": CPU_SRC, "functions": ["scaled", "fill_ones"]})
+    (label, kw), (last, full) = build_variants(spec)
+    assert (label, last) == ("split_cpp", "full") and full["cpp_sources"] == spec["cpp_sources"]
+    assert kw["cpp_sources"] == ["torch::Tensor scaled(torch::Tensor x, double s);", "void fill_ones(torch::Tensor out);"]
+    assert kw["host_source"].startswith(SLIM_CPU_HEAD) and "cuda" not in kw["host_source"].lower()
+    assert kw["host_source"].endswith(CPU_SRC.replace("#include <torch/extension.h>\n", ""))
+    assert build_variants(spec, split=False) == [("full", full)]
+
+
+@pytest.mark.parametrize("src, why", [
+    ("int f(int x) { return x; }\nint f(double x) { return 1; }", "an overload set"),
+    ("static int f(int x) { return x; }", "internal linkage"),
+    ("template <typename T> T f(T x) { return x; }", "a template"),
+    ("int f(int x = 1) { return x; }", "a default argument"),
+    ("int f(int x);", "declared, not defined here"),
+    ("inline int f(int x) { return x; }", "inline"),
+    ("auto f(int x) -> int { return x; }", "a trailing return type"),
+    ("using namespace torch;\nTensor f(Tensor x) { return x; }", "a type the boxed binding does not name"),
+    ("unsigned f(unsigned x) { return x; }", "a type the boxed binding does not take"),
+    ("#include <torch/extension.h>\npy::object f(torch::Tensor x) { return py::none(); }", "pybind11 in the code"),
+])
+def test_what_the_cut_could_change_keeps_a_cpp_only_extension_whole(src, why):
+    assert [label for label, _ in build_variants(canonical_spec({"cpp_sources": src, "functions": ["f"]}))] == \
+        ["full"], why
+
+
+def test_a_cpp_only_extension_builds_split_boxed_and_behaves_as_written(tmp_path, with_pch):
+    """The real build: the host unit and the boxed binding link, the module computes what the unchanged build's
+    does; a compile error in the code fails the cut and is reported from the full build, whose log names main.cpp."""
+    import json
+
+    import torch
+
+    from verifier.build.pool import build_blocking
+    from verifier.child.loading import load_so
+
+    spec = {"cpp_sources": CPU_SRC, "functions": ["scaled", "fill_ones"], "extra_cflags": ["-O2"]}
+    res = build_blocking(tmp_path / "split", spec, 600, host=with_pch.host())
+    assert res.ok and res.variant == "split_cpp", res.log[-3000:]
+    assert json.loads((tmp_path / "split" / res.key / "split_cpp" / "compile.json").read_text())["binding"] == "boxed"
+    full_host = dataclasses_replace(with_pch.host(), split_build=False)
+    # another flag, so another key and module name (CPython hands back the first module loaded under a name)
+    whole = build_blocking(tmp_path / "whole", dict(spec, extra_cflags=["-O2", "-Wall"]), 600, host=full_host)
+    assert whole.ok and whole.variant == "full", whole.log[-3000:]
+    a, b = load_so(f"km_{res.key}", res.so_path), load_so(f"km_{whole.key}", whole.so_path)
+    x = torch.arange(6.0)
+    assert torch.equal(a.scaled(x, 3.0), b.scaled(x, 3.0)) and torch.equal(a.scaled(x, 3.0), x * 1.5)
+    ys = [torch.zeros(3), torch.zeros(3)]
+    a.fill_ones(ys[0]), b.fill_ones(ys[1])
+    assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], torch.ones(3))
+    for mod in (a, b):
+        with pytest.raises(RuntimeError, match="x needs a dimension"):
+            mod.scaled(torch.tensor(1.0), 1.0)
+    broken = dict(spec, cpp_sources=CPU_SRC.replace("return y;", "return undeclared_name;"))
+    bad = build_blocking(tmp_path / "bad", broken, 600, host=with_pch.host())
+    assert not bad.ok and "undeclared_name" in bad.log and "main.cpp" in bad.log.split("FAILED")[-1], bad.log[-3000:]
+
+
+def dataclasses_replace(obj, **kw):
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)

@@ -139,6 +139,18 @@ def boxed_of(d: Declared) -> BoxedBinding | None:
     return BoxedBinding(includes=d.includes, functions=tuple(out), wrapped=d.wrapped)
 
 
+def boxable(declarations: list[str]) -> bool:
+    """Whether a binding file of these declarations (``RET NAME(PARAMS);`` each) would be built boxed: each reads
+    as :func:`binding.read_declared` reads one, with every type one the boxed form takes."""
+    from verifier.build.binding import _declaration
+
+    for decl in declarations:
+        d = _declaration(decl.rstrip().rstrip(";"))
+        if d is None or _return(d[1]) is None or len(d[2]) > MAX_PARAMS or any(_param(t) is None for t in d[2]):
+            return False
+    return True
+
+
 def _declared_type(t: str) -> str:
     """A declared type as the shim spells it: the same type (aliases of torch's namespace named where the shim's
     headers declare them), so the declaration mangles as the file's."""

@@ -64,7 +64,7 @@ import torch
 
 from verifier.build import objcache, proc
 from verifier.build.pch import ensure_pch, write_build_files
-from verifier.build.slim import SLIM_HEAD, SLIM_HEADER
+from verifier.build.slim import SLIM_HEAD, SLIM_HEADER, SLIM_HEADERS
 from verifier.build.split import HOST_FILE, HOST_OBJECT
 from verifier.build.variants import (
     FALLBACK_OFF,
@@ -205,9 +205,11 @@ class _Build:
         cacheable = objcache.cacheable(spec)
         host = self.host  # [verify] pch_dir ("" when pch is off), canonical_binding
         self.pch = ensure_pch(spec, Path(host.pch_dir)) if cacheable and host.pch_dir else None  # whitelisted flags
-        # the slim head's own precompiled header, for a host unit that starts with it (the "split" variant)
-        self.slim_pch = ensure_pch(spec, Path(host.pch_dir), SLIM_HEADER) if self.pch is not None and any(
-            str(kw.get("host_source", "")).startswith(SLIM_HEAD) for _, kw in variants) else None
+        # a slim head's own precompiled header, for a host unit that starts with it (the "split" and "split_cpp"
+        # variants)
+        self.slim_pch = {head: ensure_pch(spec, Path(host.pch_dir), header) for head, header in SLIM_HEADERS.items()
+                         if self.pch is not None and any(str(kw.get("host_source", "")).startswith(head)
+                                                         for _, kw in variants)}
         self.cpu += time.thread_time() - c0
         env = dict(os.environ, **STEP_ENV, PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
@@ -257,7 +259,7 @@ class _Build:
         report = vdir / proc.COMPILE_REPORT
         report.unlink(missing_ok=True)
         rc = self.step(["compile", str(vdir), *self.compile_args], self.compile_env, out, [vdir, *self.compile_rw],
-                       [p for p in (self.pch, self.slim_pch) if p])
+                       [p for p in (self.pch, *self.slim_pch.values()) if p])
         compiled = self.report(report)
         so = sorted(vdir.glob(f"{objcache.MODULE}*.so"))
         if rc != 0 or not compiled.get("ok"):
@@ -474,7 +476,8 @@ def objects_root(build_root: str | os.PathLike) -> Path:
     return Path(build_root) / OBJECTS_DIR
 
 
-def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None, slim_pch: Path | None = None) -> None:
+def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None,
+                  slim_pch: Path | dict[str, Path | None] | None = None) -> None:
     """What a variant's ``load_inline`` writes into ``out_dir`` (sources, build.ninja; ninja not run): against
     the PCH if any; under one module name for every build, so that the binding file's text (and object) depends
     on the spec alone; the .so exports its init function under the spec's own name too, which loads it (two
@@ -485,9 +488,11 @@ def write_variant(key: str, out_dir: Path, kwargs: dict, pch: Path | None, slim_
     host = kw.pop("host_source", None)
     if pch is not None:
         kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{pch}", "-Winvalid-pch"]
-    if slim_pch is not None and host is not None and host.startswith(SLIM_HEAD):
-        host = f"#include <{SLIM_HEADER[0]}>\n" + host[len(SLIM_HEAD):]
-        kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{slim_pch}"]
+    heads = slim_pch if isinstance(slim_pch, dict) else {SLIM_HEAD: slim_pch}  # a path: SLIM_HEAD's
+    head = next((h for h, d in heads.items() if d is not None and host is not None and host.startswith(h)), None)
+    if head is not None:
+        host = f"#include <{SLIM_HEADERS[head][0]}>\n" + host[len(head):]
+        kw["extra_cflags"] = list(kw.get("extra_cflags") or []) + [f"-I{heads[head]}"]
     kw["extra_ldflags"] = list(kw.get("extra_ldflags") or []) + [
         f"-Wl,--defsym=PyInit_{extension_name(key)}=PyInit_{objcache.MODULE}"]
     write_build_files(out_dir, objcache.MODULE, verbose=True, **kw)

@@ -76,6 +76,20 @@ _OPERATORS = _per_operator("ATen/TensorOperators.h")
 # CPU machine), the unit then starting ``#include <km_slim_head.h>`` in their place
 SLIM_HEAD = "\n".join(["#include <cuda.h>", "#include <cuda_runtime.h>", "#include <ATen/core/Tensor.h>", _OPERATORS]) + "\n"
 SLIM_HEADER = ("km_slim_head.h", SLIM_HEAD)
+# the same head for a C++-only extension's host unit (the "split_cpp" variant, verifier/build/variants.py): no CUDA
+# header, which a C++-only build of torch's never includes (nor has on its include path)
+SLIM_CPU_HEAD = "\n".join(["#include <ATen/core/Tensor.h>", _OPERATORS]) + "\n"
+SLIM_CPU_HEADER = ("km_slim_cpu_head.h", SLIM_CPU_HEAD)
+SLIM_HEADERS = {SLIM_HEAD: SLIM_HEADER, SLIM_CPU_HEAD: SLIM_CPU_HEADER}  # a host unit's head -> its header file
+
+
+def slim_cpp_source(src: str) -> str | None:
+    """A C++-only source under the slim prelude without its CUDA headers (:func:`slim_source`'s analysis, the head
+    :data:`SLIM_CPU_HEAD`), or None where slim refuses it or its prelude names anything of CUDA."""
+    out = slim_source(src)
+    if out is None or not out.startswith(SLIM_HEAD) or "cuda" in out[len(SLIM_HEAD):out.index("// ---- the candidate")]:
+        return None
+    return SLIM_CPU_HEAD + out[len(SLIM_HEAD):]
 # ``t.index({i, Slice()})`` / ``t.index_put_({...}, v)``: Tensor's indexing methods, declared in TensorBody.h, are defined
 # in ATen/TensorIndexing.h (all of ATen includes it), with the names of ``at::indexing`` (torch::indexing)
 _INDEXING_CALL = re.compile(r"(?:\.|->)\s*index(?:_put_)?\s*\(")

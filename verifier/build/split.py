@@ -468,6 +468,35 @@ def declared_functions(cpp_sources: list[str]) -> frozenset:
         return frozenset()
 
 
+def exported_declarations(cpp_sources: list[str], names) -> list[str] | None:
+    """For a C++-only extension (the "split_cpp" variant, verifier/build/variants.py): a declaration of each
+    exported function as its one top-level definition spells its head, in ``names`` order; None where a name is
+    not exactly one plain definition (another item of that name, a template, ``static``, ``inline``, a default
+    argument, an attribute, an operator) or the sources do not parse."""
+    try:
+        items = _items(_mask(strip_cxx("\n".join(cpp_sources))))
+    except _Refused:
+        return None
+    named: dict[str, list[_Item]] = {}
+    for it in items:
+        if it.kind in ("decl", "def") and "(" in it.head:
+            try:
+                named.setdefault(_name_before_params(it.head.rstrip().rstrip(";"))[0], []).append(it)
+            except _Refused:
+                return None
+    out = []
+    for name in names:
+        found = named.get(name, [])
+        if len(found) != 1 or found[0].kind != "def":
+            return None
+        head = " ".join(found[0].head.split())
+        if re.search(r"\b(?:template|static|inline|constexpr|consteval|extern|operator|friend|virtual|auto|decltype)\b|"
+                     r"\[\[|__attribute__|__declspec|=|->", head):
+            return None
+        out.append(head + ";")
+    return out
+
+
 def declarations_only(cpp_sources: list[str]) -> bool:
     """Whether the binding's own sources are ``#include`` lines and function declarations only: then the host part
     can follow them in the binding file (one translation unit, one load of the precompiled header), because nothing

@@ -23,6 +23,10 @@ The variants (``build_variants``, tried in order; the last is always the spec as
   is compiled with that line removed, keeping load_inline's implicit ``torch/types.h`` (after a failed slim build
   the full build comes next: slim compiles wherever light does on the model-written test bed, so the fault is the
   source's);
+- "split_cpp": a C++-only extension (no CUDA source) whose exported functions are each one plain top-level
+  definition of types the boxed binding takes, and whose code slim takes: the code in a host unit of its own under
+  slim's headers without CUDA (``slim.SLIM_CPU_HEAD``, precompiled), the binding file only their declarations as the
+  definitions spell them, so that it is built boxed (verifier/build/boxed.py); never final, like split;
 - "full": the sources unchanged.
 
 Fallback (``variant_failure_is_final``): a variant that fails is followed by the full build, whose log is the one
@@ -46,9 +50,10 @@ import re
 
 import torch.utils.cpp_extension as ce
 
-from verifier.build.slim import slim_source
-from verifier.build.split import (TORCH_QUALIFIED, declarations_only, declared_functions, split_flag_refusal,
-                                  split_source)
+from verifier.build.boxed import boxable
+from verifier.build.slim import slim_cpp_source, slim_source
+from verifier.build.split import (TORCH_QUALIFIED, declarations_only, declared_functions, exported_declarations,
+                                  split_flag_refusal, split_source)
 from verifier.common.spec import compat_spec
 from verifier.front.vendor import strip_cxx
 
@@ -173,6 +178,16 @@ def variants_and_rewrites(spec: dict, bare_ok: bool, split: bool = True) -> tupl
             # fail too, a wasted build before the full one whose log is the answer
             elif any(HEAVY_INCLUDE.search(src) for src in cu):
                 out.append(("light", dict(full, cuda_sources=[HEAVY_INCLUDE.sub("", src) for src in cu])))
+    elif split and spec["functions"]:
+        # a C++-only extension: its code in a host unit of its own under slim's headers (no CUDA header), the binding
+        # file only the declarations of the exported functions as their definitions spell them, so that it is built
+        # boxed (verifier/build/boxed.py: a ~1.4 s shim where the file with the code costs ~10 s under
+        # torch/extension.h's precompiled header); the same code, flags and functions: the host unit is compiled by
+        # the binding file's own rule
+        decls = exported_declarations(spec["cpp_sources"], list(spec["functions"]))
+        host = slim_cpp_source("\n".join(spec["cpp_sources"])) if decls and boxable(decls) else None
+        if host is not None:
+            out.append(("split_cpp", dict(full, cpp_sources=decls, host_source=host)))
     out.append(("full", full))
     return out, rewritten
 
