@@ -45,6 +45,7 @@ from pathlib import Path
 from verifier.build import binding, boxed
 
 MODULE = "km_ext"  # the module name of every extension the compile pool builds
+BOXED_PREBUILT = "km_boxed_module.o"  # verifier/build/pch.py BOXED_OBJECT (beside the precompiled header)
 
 # flags a candidate may pass (extra_cflags / extra_cuda_cflags / extra_ldflags) and still share objects
 CACHEABLE_FLAGS = re.compile(
@@ -350,6 +351,7 @@ def _canonical_object(build_dir: Path, cache_dir: Path, c: _Canonical, wait: boo
         return None
     try:
         cached, failed = cache_dir / f"{c.key}.o", cache_dir / f"{c.key}.failed"
+        cached = getattr(c, "prebuilt", None) or cached
         if cached.is_file():
             shutil.copyfile(cached, build_dir / c.out)
             c.hit = True
@@ -401,6 +403,7 @@ class _Boxed:
     out: str = boxed.MODULE_OBJECT
     hit: bool = False
     kind: str = "boxed"
+    prebuilt: Path | None = None  # the pool's, beside the precompiled header: taken instead of the cache's
 
 
 def _boxed_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Boxed | None:
@@ -422,7 +425,17 @@ def _boxed_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Boxed 
     shim_cmd = _with_input(written_cmd, src_path, build_dir / boxed.SHIM_FILE, out, boxed.SHIM_OBJECT)
     key, _ = _cached_object(build_dir, cache_dir, cmd, [boxed.MODULE_FILE])
     lock = os.open(cache_dir / f".{key}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    return _Boxed(form, out, cmd, shim_cmd, key, lock, [])
+    return _Boxed(form, out, cmd, shim_cmd, key, lock, [], prebuilt=_prebuilt_module(written_cmd))
+
+
+def _prebuilt_module(cmd: str) -> Path | None:
+    """The module object the compile pool built beside the precompiled header this compile command names
+    (verifier/build/pch.py ``ensure_boxed_module``: the same compiler, flags and module name), if there is one."""
+    for a in shlex.split(cmd):
+        if a.startswith("-I") and (Path(a[2:]) / "torch" / "extension.h.gch").exists():
+            obj = Path(a[2:]) / BOXED_PREBUILT
+            return obj if obj.is_file() else None
+    return None
 
 
 def _boxed_link(build_dir: Path, cache_dir: Path, b: _Boxed, others: list[str], link: str) -> bool | None:

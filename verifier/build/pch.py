@@ -151,3 +151,48 @@ def ensure_pch(kwargs: dict, root: Path, header: tuple[str, str] | None = None) 
             return d
     except OSError:
         return None
+
+
+BOXED_OBJECT = "km_boxed_module.o"  # beside torch/extension.h.gch: the boxed binding's module object for these flags
+
+
+def ensure_boxed_module(kwargs: dict, root: Path) -> Path | None:
+    """The boxed binding's module object (verifier/build/boxed.py MODULE_SOURCE) compiled once per flag set beside the
+    precompiled header of torch/extension.h for these kwargs (the same compiler and flags, main.cpp's, and the
+    module name every build has), or None (no header, or its compile failed: remembered). Built by this process, as
+    the header is, only for flags ``objcache.cacheable`` accepts; a build's compile step, which may not write here,
+    takes it where its binding file's command names this directory (verifier/build/objcache.py)."""
+    from verifier.build.boxed import MODULE_SOURCE
+    from verifier.build.objcache import MODULE
+
+    d = ensure_pch(kwargs, root)
+    if d is None:
+        return None
+    obj, failed = d / BOXED_OBJECT, d / "boxed_failed"
+    try:
+        if obj.is_file():
+            return obj
+        if failed.is_file():
+            return None
+        with open(d / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if obj.is_file():
+                return obj
+            probe = _probe_cflags(kwargs, d / "probe_boxed")
+            if probe is None:
+                failed.write_text("no ninja file")
+                return None
+            cxx, flags = probe
+            src = d / "km_boxed_module.cpp"
+            src.write_text(MODULE_SOURCE)
+            tmp = obj.with_name(obj.name + ".partial")
+            cmd = [*cxx.split(), *flags, f"-DTORCH_EXTENSION_NAME={MODULE}", f"-I{d}", "-Winvalid-pch", "-c", str(src),
+                   "-o", str(tmp)]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                failed.write_text(" ".join(cmd) + "\n" + r.stdout[-4000:] + r.stderr[-4000:])
+                return None
+            os.replace(tmp, obj)
+            return obj
+    except OSError:
+        return None

@@ -63,7 +63,7 @@ from pathlib import Path
 import torch
 
 from verifier.build import objcache, proc
-from verifier.build.pch import ensure_pch, write_build_files
+from verifier.build.pch import ensure_boxed_module, ensure_pch, write_build_files
 from verifier.build.slim import SLIM_HEAD, SLIM_HEADER, SLIM_HEADERS
 from verifier.build.split import HOST_FILE, HOST_OBJECT
 from verifier.build.variants import (
@@ -205,6 +205,8 @@ class _Build:
         cacheable = objcache.cacheable(spec)
         host = self.host  # [verify] pch_dir ("" when pch is off), canonical_binding
         self.pch = ensure_pch(spec, Path(host.pch_dir)) if cacheable and host.pch_dir else None  # whitelisted flags
+        if self.pch is not None and host.canonical_binding:  # the boxed binding's module object beside it, once
+            ensure_boxed_module(spec, Path(host.pch_dir))
         # a slim head's own precompiled header, for a host unit that starts with it (the "split" and "split_cpp"
         # variants)
         self.slim_pch = {head: ensure_pch(spec, Path(host.pch_dir), header) for head, header in SLIM_HEADERS.items()
