@@ -151,6 +151,8 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert [g["id"] for g in got] == [c.candidate_id for _, c in b.items]
     assert got[0]["runtime_us"] == vs[0].runtime_us > 0 and got[0]["eager_us"] == vs[0].eager_us > 0
     assert (got[0]["speedup_lo"], got[0]["speedup_hi"]) == (vs[0].speedup_lo, vs[0].speedup_hi)
+    assert got[0]["stage_seconds"] == pytest.approx(vs[0].stage_seconds)  # where its seconds went, the child's parts too
+    assert got[0]["stage_seconds"]["child_trial_forward"] > 0
 
 
 def test_build_breakdown_reads_the_variant_and_the_failed_attempts_the_build_wrote(tmp_path):

@@ -24,6 +24,7 @@ from verifier import engine
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.entry import verify_candidate
 from verifier.front.static import scan
+from verifier.serve.cost import TIMING_PARTS, TRIAL_PARTS
 
 ROOT = Path(__file__).resolve().parent.parent
 C = fx.cpu_candidate
@@ -232,6 +233,12 @@ def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
         assert not t["exclusive"] or t["unlocked_brackets"] == 0, (v.candidate_id, t)
         assert "child_timing_lock_wait" in v.stage_seconds
         assert 0 <= v.stage_seconds["child_first_trial"] <= v.stage_seconds["child_trials"]
+        # a trial's pieces (the candidate's own account, a diagnostic) add up to the trials phase, the timing's
+        # to the timing phase: no piece is counted twice or outside its phase
+        for phase, parts in (("child_trials", TRIAL_PARTS), ("child_timing", TIMING_PARTS)):
+            have = [v.stage_seconds[k] for k in parts if k in v.stage_seconds]
+            assert len(have) >= 5 and sum(have) <= v.stage_seconds[phase] + 0.01, (v.candidate_id, phase)
+        assert v.stage_seconds["child_trial_forward"] > 0 and v.stage_seconds["child_timing_brackets"] > 0
     assert sum(v.versions["timing"]["exclusive"] for v in passed) >= len(passed) // 2
 
 
@@ -498,3 +505,21 @@ def test_builds_are_submitted_round_robin_over_tasks_and_verdicts_keep_the_items
     out = verify_batch(items, config=config, compile_workers=1)
     assert [v.candidate_id for v in out] == ["o0", "o1", "o2"]
     assert [v.status for v in out] == ["pass", "extract_error", "pass"], [v.feedback for v in out]
+
+
+def test_profile_windows_answer_as_a_scan_of_every_window_would():
+    # read_profile asks, for each of tens of thousands of events, whether it overlaps one of thousands of forward
+    # markers: the bisected answer must be the plain scan's, nested and overlapping windows included
+    import random
+
+    from verifier.child.monitors import Windows
+
+    rng = random.Random(7)
+    for trial in range(200):
+        wins = [(a, a + rng.randint(0, 30)) for a in (rng.randint(0, 400) for _ in range(rng.randint(0, 12)))]
+        w = Windows(wins)
+        assert bool(w) == bool(wins)
+        for _ in range(40):
+            s = rng.randint(-20, 450)
+            e = s + rng.randint(0, 40)
+            assert w.overlaps(s, e) == any(s < b and e > a for a, b in wins), (wins, s, e)

@@ -411,13 +411,14 @@ def build_lines(record: dict) -> list[str]:
 def write_real_verdicts(records: list[dict], path: Path) -> None:
     """One JSON line per verdict of every batch (id, per_task, status, cheats, correct, speedup, and the times it
     comes from: the candidate's and eager's per call, the speedup's 95% interval; a speedup alone cannot say which
-    side moved between two runs)."""
+    side moved between two runs; and its seconds by stage, the child's pieces included)."""
     with open(path, "w") as f:
         for rec in records:
             for r in rec["rows"]:
                 f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
                                     "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"],
-                                    **{k: r.get(k) for k in ("runtime_us", "eager_us", "speedup_lo", "speedup_hi")}})
+                                    **{k: r.get(k) for k in ("runtime_us", "eager_us", "speedup_lo", "speedup_hi",
+                                                             "stage_seconds")}})
                         + "\n")
 
 

@@ -12,6 +12,7 @@ standard library and verifier.common.
 
 from __future__ import annotations
 
+import bisect
 import os
 import random
 import threading
@@ -169,11 +170,32 @@ def _every_thread_config():
         return None
 
 
-def _inside(e, windows: list) -> bool:
+class Windows:
+    """Time windows (the ``km_forward`` markers' ranges) asked whether an event's range overlaps any of them, in
+    log time: the timing phase's profile holds thousands of calls' markers and tens of thousands of events."""
+
+    def __init__(self, windows: list[tuple]):
+        ordered = sorted(windows)
+        self.starts = [a for a, _ in ordered]
+        self.reach, top = [], float("-inf")  # the latest end among the windows up to each one
+        for _, b in ordered:
+            top = max(top, b)
+            self.reach.append(top)
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+    def overlaps(self, start, end) -> bool:
+        """Whether some window (a, b) has a < end and b > start."""
+        i = bisect.bisect_left(self.starts, end)  # windows[:i] start before ``end``
+        return i > 0 and self.reach[i - 1] > start
+
+
+def _inside(e, windows: Windows) -> bool:
     r = getattr(e, "time_range", None)
     if r is None:
         return True
-    return any(r.start < b and r.end > a for a, b in windows)
+    return windows.overlaps(r.start, r.end)
 
 
 def operators() -> set[str]:
@@ -198,6 +220,7 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport, registry=None)
             (dev_win if "cuda" in str(getattr(e, "device_type", "")).lower() else host_win).append(
                 (e.time_range.start, e.time_range.end))
     names, own, foreign, ops, known = [], 0.0, {}, [], None
+    host_win, dev_win = Windows(host_win), Windows(dev_win)
     for e in events:
         dev = str(getattr(e, "device_type", "")).lower()
         if e.name == "km_forward":

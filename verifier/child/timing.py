@@ -52,12 +52,19 @@ class PhaseClock:
 
     def __init__(self, report: ChildReport):
         self.report, self.t = report, time.perf_counter()
-        self.start = self.t
+        self.start = self.part_t = self.t
 
     def phase(self, name: str) -> None:
         now = time.perf_counter()
         self.report.phase_s[name] = round(now - self.t, 4)
-        self.t = now
+        self.t = self.part_t = now
+
+    def part(self, name: str) -> None:
+        """Add the seconds since the last part (or phase) to ``name``: the pieces of a phase that repeats (a trial's
+        seeds, inputs, forward, profiler, output...), summed over its repetitions; the phase keeps its own total."""
+        now = time.perf_counter()
+        self.report.phase_s[name] = round(self.report.phase_s.get(name, 0.0) + now - self.part_t, 4)
+        self.part_t = now
 
 
 def brackets(client: BracketClient, label: str, fn, most: int) -> None:

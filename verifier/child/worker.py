@@ -298,10 +298,13 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     draw = drawer(ref, device, job.reference_code)
     n = job.n_trials
     for i in range(n):
+        clock.part("trial_misc")
         lock.yield_to_timer(job.lock_wait_s)
+        clock.part("trial_yield")
         rec = TrialReport(index=i, started_s=round(time.perf_counter() - clock.start, 4))
         report.trials.append(rec)
         seed = ch.trial_seed(i)
+        clock.part("trial_seed")
         if job.input_files:
             inputs = to_device(torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"], device)
         else:
@@ -309,6 +312,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             inputs = draw_inputs(ref.get_inputs, seed, device, job.reference_code, other)
         del seed
         pristine = clone(inputs)
+        clock.part("trial_inputs")
         # the reference runs before the candidate on odd trials (its freed result is C06 bait), after it on the
         # even ones, and never on the extra shape's: that trial alone decides C14, and an answer computed here is one
         # the candidate's native code could keep hold of (an observer, an allocator hook) and hand back. Only a
@@ -326,25 +330,31 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     report.reference_error = _short_traceback()
                     return report
             backend.synchronize()
+            clock.part("trial_reference")
             backend.poison_free_memory(nbytes(inputs) * 2)
             KERNEL_CALLS[0] = 0
             recorder = DispatchRecorder()
+            clock.part("trial_poison")
             try:
                 with profiled(backend) as prof:
+                    clock.part("trial_profiler_start")
                     with recorder:
                         with record_function("km_forward"):
                             out = model_new(*inputs)
                         if _get_current_dispatch_mode() is not recorder:
                             rec.monitor_problems.append("the dispatch monitor was removed during forward")
                     backend.synchronize()
+                    clock.part("trial_forward")
             except Exception:  # noqa: BLE001
                 rec.error = _short_traceback()
                 ch.record(f"trial{i}", rec.to_dict())
                 break
+            clock.part("trial_profiler_stop")
             # the candidate's threads as forward returned, read once the profiler's session is over (a thread of
             # the profiler's own that lives for one session is not the candidate's)
             returned = threads_beside(tids0)
             own_in_profile = read_profile(prof, cuda_kernels, rec, registry[0])
+            clock.part("trial_read_profile")
             # a call of one of its own operators (torch.ops.<its namespace>) is a call of its extension
             rec.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
             rec.dispatched_ops = recorder.compute_ops(registry[0])
@@ -355,6 +365,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             if not rec.output_problem:
                 rec.output_file = _save(plain_cpu(out), job_dir / f"out_{i}.pt")
             del out
+            clock.part("trial_output")
             # after the output was read, as the harness reads a timed call's: a thread still at work is side work
             rec.threads_added = side_work_threads(returned, tids0)
             if not ref_first and not other_trial:
@@ -364,8 +375,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     report.reference_error = _short_traceback()
                     return report
             del inputs, pristine
+        clock.part("trial_reference")
         # kept by the verifier as sent (later edits here change nothing), and its output file sealed on arrival
         ch.record(f"trial{i}", rec.to_dict())
+        clock.part("trial_record")
         # the dispatcher's registrations (50 ms to read) after the first and the last trial: what registers does so
         # as the extension loads, or the first time its code runs
         guard.registrations = i in (0, n - 1)
@@ -398,6 +411,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     del out
                 backend.synchronize()
                 backend.warm_device(job.warm_device_ms)
+                clock.part("timing_warmup")
                 # every timed call is clocked by the harness in the verifier's process and watched here by both
                 # monitors, as a trial is (verifier/execute/harness.py: the inputs, outputs, clock and picks live there)
                 clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
@@ -407,19 +421,25 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 # a thread of its own on the timed calls only (docs/ANTI_CHEAT.md class 39). On cpu the profiler costs
                 # a few microseconds per recorded op (an allocation, a view): the candidate's, not the reference's
                 with profiled(backend) as prof:
+                    clock.part("timing_profiler_start")
                     brackets(clocked, "candidate", fn, job.n_brackets)
+                    clock.part("timing_brackets")
                 backend.synchronize()
+                clock.part("timing_profiler_stop")
                 own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0])
+                clock.part("timing_read_profile")
                 timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
                 timed.dispatched_ops = recorder.compute_ops(registry[0])
                 timed.to_host_bytes = recorder.to_host_bytes
                 if recorder.removed:
                     timed.monitor_problems.append("the dispatch monitor was removed during a timed forward")
                 ch.record("timed", timed.to_dict())
+                clock.part("timing_record")
                 n = probe_count(backend, model_new, draw, seeds, job.gap_probes)
                 report.candidate = ModelTiming()
                 report.candidate.launch_us, report.candidate.idle_gap_us = probe_calls(backend, model_new, seeds,
                                                                                       draw, n)
+                clock.part("timing_probes")
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
         # the candidate's threads as the last timed call (or probe) returned, judged as after a trial
