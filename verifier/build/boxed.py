@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from verifier.build.binding import Declared, read_declared
 
 MODULE_FILE = "km_boxed_module.cpp"
-MODULE_OBJECT = "km_boxed_module.o"
+MODULE_OBJECT = "km_boxed_module.o"  # also its name beside the precompiled header (pch.ensure_boxed_module)
 SHIM_FILE = "km_boxed_shim.cpp"
 SHIM_OBJECT = "km_boxed_shim.o"
 MAX_PARAMS = 32

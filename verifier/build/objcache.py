@@ -39,13 +39,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from verifier.build import binding, boxed
 
 MODULE = "km_ext"  # the module name of every extension the compile pool builds
-BOXED_PREBUILT = "km_boxed_module.o"  # verifier/build/pch.py BOXED_OBJECT (beside the precompiled header)
 
 # flags a candidate may pass (extra_cflags / extra_cuda_cflags / extra_ldflags) and still share objects
 CACHEABLE_FLAGS = re.compile(
@@ -92,10 +92,17 @@ def _identity(path: str) -> str:
         return p
 
 
+def _pch_dirs(argv: list[str]) -> Iterator[Path]:
+    """The include directories (``-I``) of a compile command that hold a precompiled ``torch/extension.h.gch``
+    (verifier/build/pch.py), in order."""
+    for a in argv:
+        if a.startswith("-I") and (Path(a[2:]) / "torch" / "extension.h.gch").exists():
+            yield Path(a[2:])
+
+
 def object_key(build_dir: Path, cmd: str, inputs: list[str]) -> str:
     argv = shlex.split(cmd)
-    pch = [_identity(str(Path(a[2:]) / "torch" / "extension.h.gch")) for a in argv
-           if a.startswith("-I") and (Path(a[2:]) / "torch" / "extension.h.gch").exists()]
+    pch = [_identity(str(d / "torch" / "extension.h.gch")) for d in _pch_dirs(argv)]
     blob = {"cmd": cmd.replace(str(build_dir), "@BUILD@"), "tool": _identity(argv[0]) if argv else "",
             "pch": pch, "inputs": [hashlib.sha256(Path(build_dir, i).read_bytes()).hexdigest() for i in inputs]}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:32]
@@ -244,6 +251,7 @@ class _Canonical:
     log: list[str]
     hit: bool = False
     kind: str = "canonical"
+    prebuilt: Path | None = None  # taken instead of the cache's object where set (the boxed form's: _Boxed)
 
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_]\w*")
@@ -266,8 +274,8 @@ def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, in
     argv += ["-E", "-dD", "-P", str(headers)]
     key = hashlib.sha256(json.dumps({"argv": [a.replace(str(build_dir), "@BUILD@") for a in argv],
                                      "headers": list(includes), "tool": _identity(argv[0])}).encode()).hexdigest()[:32]
-    stored = cache_dir / f"{key}.idents"
-    wanted = cache_dir / f"{key}.globals" if globals_only else stored
+    suffix = ".globals" if globals_only else ".idents"
+    wanted = cache_dir / f"{key}{suffix}"
     if wanted.is_file():
         return set(wanted.read_text().split())
     headers.write_text("".join(f"#include <{h}>\n" for h in includes))
@@ -278,12 +286,13 @@ def header_identifiers(build_dir: Path, cache_dir: Path, cmd: str, src: Path, in
     if r.returncode != 0:
         return set()
     found = {m.decode() for m in set(_IDENTIFIER.findall(r.stdout))}
-    for suffix, names in ((".globals", global_identifiers(r.stdout, found)), (".idents", found)):
+    computed = {".globals": global_identifiers(r.stdout, found), ".idents": found}
+    for kept, names in computed.items():
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(sorted(names)))
-        os.replace(tmp, cache_dir / f"{key}{suffix}")
-    return set(stored.read_text().split()) if not globals_only else set((cache_dir / f"{key}.globals").read_text().split())
+        os.replace(tmp, cache_dir / f"{key}{kept}")
+    return computed[suffix]
 
 
 _GLOBAL_TOKEN = re.compile(rb'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*).*$|^[ \t]*#.*$|"(?:[^"\\\n]|\\.)*"|'
@@ -351,7 +360,7 @@ def _canonical_object(build_dir: Path, cache_dir: Path, c: _Canonical, wait: boo
         return None
     try:
         cached, failed = cache_dir / f"{c.key}.o", cache_dir / f"{c.key}.failed"
-        cached = getattr(c, "prebuilt", None) or cached
+        cached = c.prebuilt or cached
         if cached.is_file():
             shutil.copyfile(cached, build_dir / c.out)
             c.hit = True
@@ -431,11 +440,10 @@ def _boxed_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Boxed 
 def _prebuilt_module(cmd: str) -> Path | None:
     """The module object the compile pool built beside the precompiled header this compile command names
     (verifier/build/pch.py ``ensure_boxed_module``: the same compiler, flags and module name), if there is one."""
-    for a in shlex.split(cmd):
-        if a.startswith("-I") and (Path(a[2:]) / "torch" / "extension.h.gch").exists():
-            obj = Path(a[2:]) / BOXED_PREBUILT
-            return obj if obj.is_file() else None
-    return None
+    d = next(_pch_dirs(shlex.split(cmd)), None)
+    if d is None or not (d / boxed.MODULE_OBJECT).is_file():
+        return None
+    return d / boxed.MODULE_OBJECT
 
 
 def _boxed_link(build_dir: Path, cache_dir: Path, b: _Boxed, others: list[str], link: str) -> bool | None:

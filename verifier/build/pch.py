@@ -153,22 +153,19 @@ def ensure_pch(kwargs: dict, root: Path, header: tuple[str, str] | None = None) 
         return None
 
 
-BOXED_OBJECT = "km_boxed_module.o"  # beside torch/extension.h.gch: the boxed binding's module object for these flags
-
-
 def ensure_boxed_module(kwargs: dict, root: Path) -> Path | None:
     """The boxed binding's module object (verifier/build/boxed.py MODULE_SOURCE) compiled once per flag set beside the
     precompiled header of torch/extension.h for these kwargs (the same compiler and flags, main.cpp's, and the
     module name every build has), or None (no header, or its compile failed: remembered). Built by this process, as
     the header is, only for flags ``objcache.cacheable`` accepts; a build's compile step, which may not write here,
     takes it where its binding file's command names this directory (verifier/build/objcache.py)."""
-    from verifier.build.boxed import MODULE_SOURCE
+    from verifier.build.boxed import MODULE_FILE, MODULE_OBJECT, MODULE_SOURCE
     from verifier.build.objcache import MODULE
 
     d = ensure_pch(kwargs, root)
     if d is None:
         return None
-    obj, failed = d / BOXED_OBJECT, d / "boxed_failed"
+    obj, failed = d / MODULE_OBJECT, d / "boxed_failed"
     try:
         if obj.is_file():
             return obj
@@ -183,7 +180,7 @@ def ensure_boxed_module(kwargs: dict, root: Path) -> Path | None:
                 failed.write_text("no ninja file")
                 return None
             cxx, flags = probe
-            src = d / "km_boxed_module.cpp"
+            src = d / MODULE_FILE
             src.write_text(MODULE_SOURCE)
             tmp = obj.with_name(obj.name + ".partial")
             cmd = [*cxx.split(), *flags, f"-DTORCH_EXTENSION_NAME={MODULE}", f"-I{d}", "-Winvalid-pch", "-c", str(src),
