@@ -347,3 +347,31 @@ def test_a_tasks_plan_runs_its_reference_inside_the_verifiers_device_work(tmp_pa
     cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"), other_shape=False)
     p = plan_mod._build_plan(fx.RELU_TASK, "cpu", cfg, "relu")
     assert entered == [(cfg, "cpu")] and p.output_bytes > 0 and not p.task_fault
+
+
+def test_host_work_aside_lets_a_timer_in_and_takes_the_hold_back_within_the_budget(tmp_path):
+    # the child's profiler start is host work: while it runs the hold is dropped (a timer gets the device without
+    # waiting for it), and after it the hold is taken back, behind the timer, the wait counted with the yields
+    path = str(tmp_path / "dev.lock")
+    child, timer = DeviceLock(path), DeviceLock(path)
+    assert child.acquire(False, 1.0)
+    with child.aside(5.0):
+        assert child.held is None
+        assert timer.acquire(True, 0.5)  # at once: nothing holds the device during host work
+        back = threading.Timer(0.3, timer.release)
+        back.start()
+    back.join()
+    assert child.held == "shared" and 0.2 <= child.yielded_s < 2.0  # it waited for the timer's phase
+    # past the budget the hold is kept throughout: no job is pushed towards its timeout by timers
+    with child.aside(child.yielded_s):
+        assert child.held == "shared"
+        assert not timer.acquire(True, 0.2)
+    # a process that holds nothing (cpu trials, a lockless job) is left as it is
+    child.release()
+    with child.aside(5.0):
+        assert child.held is None
+    assert child.held is None
+    with device_lock(None).aside(5.0):
+        pass
+    for lk in (child, timer):
+        lk.close()

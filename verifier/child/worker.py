@@ -243,12 +243,13 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         ref = exec_module("km_reference", job.reference_code, "reference.py")
         model, init = build_model(ref, job.init_seed, device, job.reference_code, job.eval_mode)
         clock.phase("load_reference")
-        lock.yield_to_timer(job.lock_wait_s)  # (between pieces of device work: a waiting timer goes first)
-        with profiled(backend):  # the profiler's own threads and state exist before any baseline
-            pass
-        # the intra-op pool too, on both backends: a pool torch makes lazily (a CPU tensor op in __init__ on a
-        # 64-core cuda host started 63 threads) is not the candidate's thread
-        torch.ones(1 << 20).sum()
+        # host work only (no hold on the device meanwhile: a timer does not wait for it)
+        with lock.aside(job.lock_wait_s):
+            with profiled(backend):  # the profiler's own threads and state exist before any baseline
+                pass
+            # the intra-op pool too, on both backends: a pool torch makes lazily (a CPU tensor op in __init__ on a
+            # 64-core cuda host started 63 threads) is not the candidate's thread
+            torch.ones(1 << 20).sum()
         clock.phase("load_profiler")
         ch = Channel(job_dir)
         channel.append(ch)
@@ -368,6 +369,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             clock.part("trial_output")
             # after the output was read, as the harness reads a timed call's: a thread still at work is side work
             rec.threads_added = side_work_threads(returned, tids0)
+            clock.part("trial_output")
+            lock.yield_to_timer(job.lock_wait_s)  # (the trial's second piece of device work follows)
+            clock.part("trial_yield")
             if not ref_first and not other_trial:
                 try:
                     rec.ref_digest = digest(as_list(model(*clone(pristine))))
@@ -393,25 +397,44 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                                                                               backend.name == "cuda") else None
     if ok_trials and job.n_timing:
         seeds = ch.timing_seeds()
-        # one timing phase at a time per device, and no other process's device work meanwhile
-        report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
-        report.lock_wait_s = round(lock.waited_s, 4)
-        if not report.timing_exclusive:
-            report.events.append(f"timing ran without the device to itself: the lock was not free within "
-                                 f"{job.lock_wait_s:.0f} s")
-        clock.phase("timing_lock_wait")
         timed = report.timed = TrialReport(index=-1)
         recorder = DispatchRecorder()
         KERNEL_CALLS[0] = 0
+        fn = watched(model_new, recorder)
+
+        def warm_up() -> None:
+            """This process's own warm-up calls (first-call costs: lazy module loads, library handles); nothing here
+            is measured. On cuda they run before the exclusive lock is asked for, as trials do (shared): the device
+            is held alone only for what the harness times; on cpu right before it (the cores' caches)."""
+            for seed in seeds[:job.warmup]:
+                out = fn(*draw(seed))
+                del out
+            backend.synchronize()
+
         with torch.no_grad():
             try:
-                fn = watched(model_new, recorder)
-                for seed in seeds[:job.warmup]:  # this process's own warm-up: nothing here is measured
-                    out = fn(*draw(seed))
-                    del out
-                backend.synchronize()
+                if job.backend == "cuda":
+                    lock.yield_to_timer(job.lock_wait_s)
+                    warm_up()
+            except Exception:  # noqa: BLE001
+                report.timing_error = traceback.format_exc(limit=3)[-2500:]
+        clock.phase("warmup")
+        if not report.timing_error:
+            # one timing phase at a time per device, and no other process's device work meanwhile
+            report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
+            report.lock_wait_s = round(lock.waited_s, 4)
+            if not report.timing_exclusive:
+                report.events.append(f"timing ran without the device to itself: the lock was not free within "
+                                     f"{job.lock_wait_s:.0f} s")
+        clock.phase("timing_lock_wait")
+        with torch.no_grad():
+            try:
+                if report.timing_error:
+                    raise RuntimeError("the warm-up failed")
+                if job.backend != "cuda":
+                    warm_up()
                 backend.warm_device(job.warm_device_ms)
-                clock.part("timing_warmup")
+                clock.part("timing_warm_device")
                 # every timed call is clocked by the harness in the verifier's process and watched here by both
                 # monitors, as a trial is (verifier/execute/harness.py: the inputs, outputs, clock and picks live there)
                 clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
@@ -426,6 +449,14 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     clock.part("timing_brackets")
                 backend.synchronize()
                 clock.part("timing_profiler_stop")
+                n = probe_count(backend, model_new, draw, seeds, job.gap_probes)
+                report.candidate = ModelTiming()
+                report.candidate.launch_us, report.candidate.idle_gap_us = probe_calls(backend, model_new, seeds,
+                                                                                      draw, n)
+                clock.part("timing_probes")
+                # the device's part is over: reading the profile (host work, a second or more for thousands of
+                # timed calls) holds nobody's timing back
+                lock.release()
                 own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0])
                 clock.part("timing_read_profile")
                 timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
@@ -435,13 +466,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     timed.monitor_problems.append("the dispatch monitor was removed during a timed forward")
                 ch.record("timed", timed.to_dict())
                 clock.part("timing_record")
-                n = probe_count(backend, model_new, draw, seeds, job.gap_probes)
-                report.candidate = ModelTiming()
-                report.candidate.launch_us, report.candidate.idle_gap_us = probe_calls(backend, model_new, seeds,
-                                                                                      draw, n)
-                clock.part("timing_probes")
             except Exception:  # noqa: BLE001
-                report.timing_error = traceback.format_exc(limit=3)[-2500:]
+                report.timing_error = report.timing_error or traceback.format_exc(limit=3)[-2500:]
         # the candidate's threads as the last timed call (or probe) returned, judged as after a trial
         report.threads_added_timing = side_work_threads(threads_beside(tids0), tids0)
         clock.phase("timing")

@@ -19,6 +19,7 @@ Standard library only: imported inside the execution child, which has torch and 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -95,6 +96,23 @@ class DeviceLock:
             self.acquire(False, left)
             self.yielded_s += time.monotonic() - t0
         return self.held == "shared"
+
+    @contextlib.contextmanager
+    def aside(self, budget_s: float):
+        """Host work of a shared holder that puts nothing on the device (a profiler's start: CUPTI and Kineto, seconds
+        while the host's cores compile): the hold is dropped for its length, so that no timer waits for it, and taken
+        back after it, that wait counted with the yields (``budget_s`` bounds them all, as ``yield_to_timer``'s; past
+        it the hold is kept throughout)."""
+        if self.held != "shared" or budget_s - self.yielded_s <= 0:
+            yield
+            return
+        self.release()
+        try:
+            yield
+        finally:
+            t0 = time.monotonic()
+            self.acquire(False, budget_s - self.yielded_s)
+            self.yielded_s += time.monotonic() - t0
 
     def release(self) -> None:
         if self.held is not None and self._dev is not None:

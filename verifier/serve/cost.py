@@ -38,19 +38,19 @@ from kernelmill.schema import Candidate, Verdict
 TRIAL_PARTS = tuple(f"child_trial_{p}" for p in ("yield", "seed", "inputs", "reference", "poison", "profiler_start",
                                                  "forward", "profiler_stop", "read_profile", "output", "record",
                                                  "misc"))
-TIMING_PARTS = tuple(f"child_timing_{p}" for p in ("warmup", "profiler_start", "brackets", "profiler_stop",
-                                                   "read_profile", "record", "probes"))
+TIMING_PARTS = tuple(f"child_timing_{p}" for p in ("warm_device", "profiler_start", "brackets", "profiler_stop",
+                                                   "probes", "read_profile", "record"))
 STAGE_ORDER = ("extract", "static", "compile", "compile_cpu", "execute", "execute_admission", "execute_prepare",
                "execute_child", "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
                "child_load_guard", "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS,
-               "child_first_trial", "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "child_own_kernel_check",
-               "execute_judge", "total")
+               "child_first_trial", "child_warmup", "child_timing_lock_wait", "child_timing", *TIMING_PARTS,
+               "child_own_kernel_check", "execute_judge", "total")
 CPU_KEYS = ("compile_cpu",)
 # what the benchmark's table shows, in this order (the list: compile, its CPU, execute and its parts)
 HEADLINE_KEYS = ("compile", "compile_cpu", "execute", "execute_admission", "execute_prepare", "execute_child",
                  "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
-                 "child_load_candidate_import", "child_load", "child_timing_lock_wait", "child_trials", *TRIAL_PARTS,
-                 "child_timing", *TIMING_PARTS, "execute_judge", "total")
+                 "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS, "child_warmup",
+                 "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "execute_judge", "total")
 LABELS = {
     "extract": "extract (code block, parse)", "static": "static legality scan",
     "compile": "compile (build processes, wall)", "compile_cpu": "compile CPU (build processes + compilers)",
@@ -60,7 +60,8 @@ LABELS = {
     "child_load_reference": "    the reference built in the child", "child_load_profiler": "    the profiler started",
     "child_load_candidate_import": "    the candidate imported (its extensions loaded)",
     "child_load": "    ModelNew constructed", "child_timing_lock_wait": "    waiting for the timing lock",
-    "child_trials": "    correctness trials", "child_timing": "    timing",
+    "child_trials": "    correctness trials", "child_warmup": "    warm-up calls (cuda: before the timing lock)",
+    "child_timing": "    timing",
     **{k: f"      trial: {k[len('child_trial_'):].replace('_', ' ')}" for k in TRIAL_PARTS},
     **{k: f"      timing: {k[len('child_timing_'):].replace('_', ' ')}" for k in TIMING_PARTS},
     "execute_judge": "  judging (the reference on every trial's inputs, its lock waits, a knockout)",
@@ -245,7 +246,8 @@ def mean_or_nan(xs) -> float:
 EXEC_KEYS = ("execute_prepare", "child_load", "child_trials", "child_first_trial", "child_timing_lock_wait",
              "child_timing", "child_own_kernel_check", "execute_child", "execute")
 _CHILD_PHASES = ("child_shared_lock_wait", "child_load_reference", "child_load_profiler", "child_load_guard",
-                 "child_load_candidate_import", "child_load", "child_trials", "child_timing_lock_wait", "child_timing")
+                 "child_load_candidate_import", "child_load", "child_trials", "child_warmup", "child_timing_lock_wait",
+                 "child_timing")
 # where a candidate's seconds go: (label, stage_seconds key or a function of the stage seconds)
 SECONDS = [
     ("compile: build process, per candidate (CPU-bound, pool of cores)", "compile"),
