@@ -375,3 +375,67 @@ def test_host_work_aside_lets_a_timer_in_and_takes_the_hold_back_within_the_budg
         pass
     for lk in (child, timer):
         lk.close()
+
+
+def test_timers_go_one_after_another_before_shared_takers_come_back(tmp_path):
+    # two timers wait while a trial holds the device shared; the trial gives way and wants the device back: the
+    # second timer times right after the first (no second wait for shared pieces of work), then the trial goes on
+    path = str(tmp_path / "dev.lock")
+    trial, t1, t2 = DeviceLock(path), DeviceLock(path), DeviceLock(path)
+    order, lock = [], threading.Lock()
+
+    def timer(lk, name, hold_s):
+        assert lk.acquire(True, 10.0)
+        with lock:
+            order.append(name)
+        time.sleep(hold_s)
+        lk.release()
+
+    assert trial.acquire(False, 1.0)
+    a = threading.Thread(target=timer, args=(t1, "t1", 0.3))
+    a.start()
+    time.sleep(0.1)
+    b = threading.Thread(target=timer, args=(t2, "t2", 0.3))
+    b.start()
+    time.sleep(0.1)
+    assert trial.timer_waiting()
+    assert trial.yield_to_timer(10.0)  # back only after both timers
+    with lock:
+        order.append("trial")
+    a.join(5)
+    b.join(5)
+    assert order == ["t1", "t2", "trial"] and 0.5 <= trial.yielded_s < 3.0
+    assert not trial.timer_waiting()  # the queue empties as the timers let go
+    for lk in (trial, t1, t2):
+        lk.close()
+
+
+def test_a_shared_taker_stands_back_for_queued_timers_only_so_long(tmp_path, monkeypatch):
+    # a timers' queue that does not empty (a timer stuck between joining it and the turnstile) delays shared work by
+    # TIMERS_FIRST_S at most: then the taker goes to the turnstile as before and gets the device shared
+    import fcntl
+    import os
+
+    from verifier.common import devlock
+
+    monkeypatch.setattr(devlock, "TIMERS_FIRST_S", 0.4)
+    path = str(tmp_path / "dev.lock")
+    late = DeviceLock(path)
+    stuck = os.open(path + ".timers", os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(stuck, fcntl.LOCK_SH)
+    t0 = time.monotonic()
+    assert late.acquire(False, 5.0) and late.held == "shared"
+    assert 0.4 <= time.monotonic() - t0 < 2.0
+    late.release()
+    fcntl.flock(stuck, fcntl.LOCK_UN)
+    os.close(stuck)
+    t0 = time.monotonic()
+    assert late.acquire(False, 5.0) and time.monotonic() - t0 < 0.2  # no queue: no wait
+    # a timer that gave up waiting leaves the queue
+    holder, timer = DeviceLock(path), DeviceLock(path)
+    late.release()
+    assert holder.acquire(False, 1.0)
+    assert not timer.acquire(True, 0.3) and timer.held is None
+    assert not holder.timer_waiting()
+    for lk in (holder, timer, late):
+        lk.close()

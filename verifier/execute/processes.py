@@ -52,6 +52,7 @@ from pathlib import Path
 
 from verifier.common import childenv, sandbox
 from verifier.common.config import HostSettings
+from verifier.common.devlock import lock_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -426,7 +427,7 @@ def _job_fields(job_dir: Path) -> tuple[str, str, list[str]]:
         d = json.loads((job_dir / "job.json").read_text())
     except (OSError, ValueError, AttributeError):
         return "", "", []
-    locks = [d["timing_lock"], d["timing_lock"] + ".turn"] if d.get("timing_lock") else []
+    locks = lock_files(d["timing_lock"]) if d.get("timing_lock") else []
     for f in locks:
         try:
             os.close(os.open(f, os.O_RDWR | os.O_CREAT, 0o666))
