@@ -1,8 +1,14 @@
 """tests/gpu's own hook: each test's setup and call seconds appended to KERNELMILL_TEST_DURATIONS as the test ends, so
 that a device call cut at its limit still says where its minutes went (pytest's ``--durations`` prints only at the
-end), and each failure's text beside it. Written by the controller only under pytest-xdist; bench/gpu_check.sh sets the file under $OUT."""
+end), and each failure's text beside it. Written by the controller only under pytest-xdist; bench/gpu_check.sh sets the file under $OUT.
+
+test_testbed_gpu.py is a run over the fetched test bed of model-written solutions (ext/testbed, never committed:
+bench/testbed_build.py builds it), so it is collected only where ``KERNELMILL_TESTBED`` names its manifest; the tier
+(``pytest -m gpu tests/gpu``) is the other files, whole, with nothing skipped."""
 
 import os
+
+collect_ignore = [] if os.environ.get("KERNELMILL_TESTBED", "").strip() else ["test_testbed_gpu.py"]
 
 
 def pytest_runtest_logreport(report):

@@ -1,6 +1,6 @@
-"""One binding object per declared signature set on real CUDA builds (marker gpu: CUDA builds need a CUDA build
+"""One binding object for answers of boxed signatures on real CUDA builds (marker gpu: CUDA builds need a CUDA build
 of torch). Two honest answers that name their host function and its parameter differently share one binding
-object; an answer whose declaration the CUDA object does not define fails as it does with the file compiled as
+object (the boxed module object); an answer whose declaration the CUDA object does not define fails as it does with the file compiled as
 written; every verdict is the one the build without the canonical form gives (``[verify] canonical_binding = false``).
 The builds here are not split (``split_build = false``): the split variant puts the CUDA source's host code into the
 binding file (verifier/build/split.py), which then has no canonical form; the canonical object serves sources that
@@ -68,7 +68,8 @@ def test_verdicts_are_those_of_the_file_as_written(runs):
 
 def test_answers_differing_in_names_share_one_binding_object(runs):
     (on_dir, _), (off_dir, _) = runs["on"], runs["off"]
-    # built side by side: one compiled the canonical binding object, the other took it from the cache
-    # (the markers are the kernels' names: the load_inline name is not part of the build spec)
-    assert _reused(on_dir, "relu_kernel_930") + _reused(on_dir, "relu_kernel_931") == 1
+    # both declarations are of boxed types (verifier/build/boxed.py): each build took the one module object the
+    # compile pool built beside the precompiled header, and neither compiled a binding file of its own (the markers
+    # are the kernels' names: the load_inline name is not part of the build spec)
+    assert _reused(on_dir, "relu_kernel_930") == _reused(on_dir, "relu_kernel_931") == 1
     assert _reused(off_dir, "relu_kernel_930") + _reused(off_dir, "relu_kernel_931") == 0  # as written: two binding files
