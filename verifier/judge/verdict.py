@@ -365,7 +365,9 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
             continue
         with torch.no_grad():
             refs = [r.detach() for r in as_list(model(*inputs))]
+        ex.give_way()  # (three pieces of device work a trial: a waiting timer waits for one, not for the trial's)
         refs64 = reference64(model64, inputs)
+        ex.give_way()
         ref_fp = [fingerprint(r) for r in refs if isinstance(r, torch.Tensor)]
         ref_repeats = any(len(p) == len(ref_fp) and all(same_fingerprint(a, b) for a, b in zip(p, ref_fp))
                           for p in ref_prev)
