@@ -24,7 +24,7 @@ from verifier import engine
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.entry import verify_candidate
 from verifier.front.static import scan
-from verifier.serve.cost import TIMING_PARTS, TRIAL_PARTS
+from verifier.serve.cost import JUDGE_PARTS, TIMING_PARTS, TRIAL_PARTS
 
 ROOT = Path(__file__).resolve().parent.parent
 C = fx.cpu_candidate
@@ -239,6 +239,8 @@ def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
             have = [v.stage_seconds[k] for k in parts if k in v.stage_seconds]
             assert len(have) >= 5 and sum(have) <= v.stage_seconds[phase] + 0.01, (v.candidate_id, phase)
         assert v.stage_seconds["child_trial_forward"] > 0 and v.stage_seconds["child_timing_brackets"] > 0
+        judged = [v.stage_seconds[k] for k in JUDGE_PARTS]  # measured by the judge itself, every part of a pass
+        assert sum(judged) <= v.stage_seconds["execute_judge"] + 0.01 and v.stage_seconds["judge_trials"] > 0
     assert sum(v.versions["timing"]["exclusive"] for v in passed) >= len(passed) // 2
 
 

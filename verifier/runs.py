@@ -119,7 +119,7 @@ def make_harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: Veri
 
     return Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
                    rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null,
-                   lock_path=job.timing_lock)
+                   lock_path=job.timing_lock, lock_wait_s=job.lock_wait_s)
 
 
 def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:

@@ -224,3 +224,76 @@ def test_the_harness_sees_whether_the_brackets_ran_under_the_device_lock(tmp_pat
 
     got = _session(tmp_path, serve, lock_path=path)
     assert len(got.brackets) == 3 and got.unlocked == (0 if holds else 3)
+
+
+# ---- the timed outputs' checks held until the child has ended (cuda's DEFER_BYTES), here on cpu
+
+_LIES = [test_an_honest_server_is_clocked_checked_and_sampled_by_the_harness,
+         test_a_server_that_skips_work_on_some_timed_calls_is_seen_on_every_call,
+         test_on_cpu_the_calls_of_the_bracket_whose_time_is_reported_go_to_the_full_check,
+         test_a_server_that_answers_done_without_the_work_has_wrong_outputs,
+         test_outputs_written_after_done_are_seen]
+
+
+@pytest.mark.parametrize("case", _LIES, ids=lambda f: f.__name__[5:45])
+@pytest.mark.parametrize("room", [1 << 30, 40_000])  # every bracket held; some held, the rest checked at once
+def test_checks_held_until_the_child_ended_decide_as_checks_at_once(tmp_path, monkeypatch, case, room):
+    # on cuda the harness checks the timed outputs after the child has let the device go: a server that skips work,
+    # answers done early or writes late is caught the same, and an honest one's picks are right
+    from verifier.execute import harness
+
+    monkeypatch.setitem(harness.DEFER_BYTES, "cpu", room)
+    case(tmp_path)
+
+
+def test_held_checks_run_only_once_the_child_has_ended_and_every_call_is_checked(tmp_path, monkeypatch):
+    from verifier.execute import harness
+
+    from verifier.common.devlock import DeviceLock
+
+    monkeypatch.setitem(harness.DEFER_BYTES, "cpu", 1 << 30)
+    lock_path = str(tmp_path / "dev.lock")
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=True, keep=3, budget_s=5.0, lock_path=lock_path,
+                lock_wait_s=2.0)
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
+    ch = Channel(tmp_path)
+    try:
+        for _ in range(4):
+            BracketClient(ch, "cpu").bracket("candidate", torch.relu)
+    finally:
+        ch.close()
+        assert not d.close().harness_error
+    assert h.result.calls_seen == 0 and not h.result.kept  # nothing checked while the child ran
+    # the held checks are the verifier's device work: under the device lock, shared, so no timing runs beside them
+    timer, alone = DeviceLock(lock_path), []
+    check = h._check
+    monkeypatch.setattr(h, "_check", lambda *a: (alone.append(timer.acquire(True, 0.05)), timer.release(),
+                                                  check(*a)))
+    got = h.close()
+    timer.close()
+    assert alone and not any(alone)
+    assert got.calls_seen == sum(b.calls for b in got.brackets) >= 4 and len(got.kept) == 3 and not got.problems
+
+
+def test_a_held_check_that_fails_on_the_harness_side_is_the_verifiers_error(tmp_path, monkeypatch):
+    from verifier.execute import harness
+
+    monkeypatch.setitem(harness.DEFER_BYTES, "cpu", 1 << 30)
+    models = []
+
+    def reference():
+        m = torch.nn.ReLU()
+        models.append(m)
+        return m
+
+    h = Harness("cpu", tmp_path, reference, _draw, check=True, keep=3, budget_s=5.0)
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
+    ch = Channel(tmp_path)
+    try:
+        BracketClient(ch, "cpu").bracket("candidate", torch.relu)
+        models[0].forward = lambda x: (_ for _ in ()).throw(MemoryError("out of memory (the harness's)"))
+    finally:
+        ch.close()
+        d.close()
+    got = h.close()
+    assert "MemoryError" in got.error and not got.problems  # never a problem of the candidate's outputs

@@ -18,7 +18,9 @@ channel (verifier/execute/channel.py) and the harness runs it:
    reference it runs itself on its private inputs (loosely: did the call compute this input's answer); it
    keeps a few (input, output) pairs picked at random after the clock stopped for the full, budgeted check of
    the judge; the pool's outputs are compared with the snapshot again before the next bracket and at the end
-   (an output written after ``done`` is work the clock did not see).
+   (an output written after ``done`` is work the clock did not see). On cuda the checks of the snapshots are held
+   until the child has ended (``DEFER_BYTES`` of inputs and snapshots at most, the rest checked as their bracket
+   ends), so that the reference's runs are not inside the child's exclusive hold of the device.
 
 A model's time per call is, on cuda, the bracket's device time minus that of a null bracket of the same K (the
 reference's child answering with a fixed output: the input copies, the flush, the output copies and the
@@ -50,7 +52,7 @@ from typing import Callable
 import torch
 
 from verifier.common import ipc
-from verifier.common.devlock import held_exclusive
+from verifier.common.devlock import device_lock, held_exclusive
 from verifier.common.inputs import as_list, nbytes
 
 MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
@@ -63,6 +65,10 @@ LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about
 LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
 CHUNK = 1 << 26  # elements compared at a time
 KEEP_BYTES = 2 << 30  # (inputs, output) pairs kept for the judge's full check: at most this much, at least one
+# cuda: timed calls' (inputs, snapshot) held for their check until the child has ended, at most this many bytes: the
+# reference's runs and the comparisons are then outside the child's exclusive hold of the device (brackets beyond
+# it are checked as they end, as on cpu, where the cores are what a neighbour's timing needs)
+DEFER_BYTES = {"cuda": 1 << 30, "cpu": 0}
 BOOTSTRAP = 2000  # resamples of a model's brackets for an interval (verifier/judge/verdict.py: the speedup's)
 BOOTSTRAP_SEED = 46  # fixed: an interval is a function of the brackets alone
 TIGHT = 0.01  # a model's timing stops once its time per call's 95% interval is within 1% of it either side ...
@@ -92,6 +98,7 @@ class Clocked:
     host_clock: bool = False  # cpu: perf_counter brackets
     unchecked: bool = False  # an input the channel cannot carry: the child drew its own, so no timed output was checked
     unlocked: int = 0  # brackets clocked while no process held the device lock exclusive (a lock was named)
+    error: str = ""  # the harness's own failure in the checks it ran after the child ended (the verifier's)
     # timed calls that left their inputs changed in the pool once done (an in-place write its caller would see),
     # read here: the first such call of each label, as "timed call N (label): input j"
     mutated: list[str] = field(default_factory=list)
@@ -245,10 +252,10 @@ class Harness:
 
     def __init__(self, backend: str, job_dir: Path, reference: Callable[[], object], draw: Callable[[int], list],
                  *, check: bool, keep: int = 0, rng_lock=None, budget_s: float = 10.0, brackets: int | None = None,
-                 null: dict[int, float] | None = None, lock_path: str = ""):
+                 null: dict[int, float] | None = None, lock_path: str = "", lock_wait_s: float = 30.0):
         self.backend, self.job_dir = backend, Path(job_dir)
         self.brackets, self._null = brackets, null
-        self.lock_path = lock_path
+        self.lock_path, self.lock_wait_s = lock_path, lock_wait_s
         self.device = "cuda" if backend == "cuda" else "cpu"
         self._reference_factory, self._draw = reference, draw
         self.check, self.keep = check, keep
@@ -267,6 +274,8 @@ class Harness:
         self._seq = 0
         self._fd_sent = False
         self._fastest: tuple[float, int] | None = None  # (time per call, calls) of the bracket kept in ``fastest``
+        self._pending: list[tuple[str, list, list]] = []  # brackets' (label, inputs, snapshot) not checked yet
+        self._pending_bytes = 0
 
     # ---- set-up (first bracket)
 
@@ -389,9 +398,32 @@ class Harness:
         self._snapshot = snapshot
         self._note_changed_inputs(label, changed)
         if self.check:
-            self._check(label, private, self._snapshot)
+            if not self._defer(label, private, self._snapshot):
+                self._check(label, private, self._snapshot)
             if self.result.host_clock and label != "null" and not self.result.problems:
                 self._keep_if_fastest(calls, seconds, private, self._snapshot)
+
+    def _defer(self, label: str, private: list, outs: list) -> bool:
+        """Hold a bracket's check until the child has ended (``close``) where its bytes fit ``DEFER_BYTES``; else the
+        held ones are checked now, in order, and so is this one (False). A wrong timed output found later does not
+        stop the timing early: the verdict is the same, the child runs its remaining brackets."""
+        size = sum(nbytes(p) + nbytes(o) for p, o in zip(private, outs))
+        if self._pending_bytes + size <= DEFER_BYTES[self.device]:
+            self._pending.append((label, private, outs))
+            self._pending_bytes += size
+            return True
+        self._check_pending()
+        return False
+
+    def _check_pending(self, give_way: Callable[[], object] = lambda: None) -> None:
+        """The held brackets' checks, in the order they were clocked (the reservoir's picks stay uniform);
+        ``give_way`` between two brackets' checks."""
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        for label, private, outs in pending:
+            if self.result.problems:  # a wrong timed output has decided the verdict
+                return
+            give_way()
+            self._check(label, private, outs)
 
     def _keep_if_fastest(self, calls: int, seconds: float, private: list, outs: list) -> None:
         """cpu: the reported time is the least bracket's (``Clocked.summary``), so one bracket decides it alone, and
@@ -553,13 +585,24 @@ class Harness:
         self._snapshot = []
 
     def close(self) -> Clocked:
-        """After the child ended: the last late-write check, then the pool is freed."""
+        """After the child ended: the last late-write check, then the pool is freed and the held brackets are
+        checked (a failure of the harness's own there is ``Clocked.error``, the verifier's)."""
         try:
             self._late_writes()
         finally:
             if isinstance(self._pool, ipc.CudaPool):
                 self._pool.free()
             self._pool = self._tensor = None
+        if self._pending:
+            # device work of the verifier's, as the judge's: held shared, giving way to a waiting timer between
+            # brackets (verifier/common/devlock.py)
+            with device_lock(self.lock_path or None) as lock:
+                lock.acquire(False, self.lock_wait_s)
+                try:
+                    self._check_pending(lambda: lock.yield_to_timer(self.lock_wait_s))
+                except Exception as e:  # noqa: BLE001 - the reference or a comparison failed: never the candidate's
+                    self.result.error = f"{type(e).__name__}: {str(e)[:400]}"
+        self._pending, self._pending_bytes = [], 0
         return self.result
 
 

@@ -20,6 +20,7 @@ import re
 import signal
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,6 +211,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     report = _report_outcome(w, plan, ex, ev)
     if isinstance(report, Verdict):
         return report
+    clock = _JudgeClock(v)
     with RNG_LOCK:
         model, _ = build_model(plan.ref_mod, ex.job.init_seed, ex.device, plan.text, cfg.eval_mode)
     model64 = None
@@ -219,7 +221,9 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
         except Exception:  # noqa: BLE001 - memory: this candidate is judged with the fixed tolerance
             model64 = None
     v.versions["tolerance"] = "float64 reference" if model64 is not None else f"fixed: {plan.float64 or 'no copy'}"
+    clock.lap("judge_models")
     t = _check_trials(cfg, plan, ex, report, model, model64, ev)
+    clock.lap("judge_trials")
     if ev.fallback_ops:
         v.fallback_ops = sorted(ev.fallback_ops)
         ev.details.insert(0, "Runtime check: forward ran PyTorch compute ops: " + ", ".join(v.fallback_ops) + ".")
@@ -242,9 +246,27 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
         return finish(w, "cheat", ev.details)
     v.stage_reached = "timing"
     stopped = _timing_outcome(w, plan, ex, report, reference_timing, model, model64, t.forbidden_per_trial, cfg, ev)
+    clock.lap("judge_timed_checks")
     if stopped is not None:
         return stopped
-    return _legality_outcome(w, cfg, report, ev, ex.knockout)
+    try:
+        return _legality_outcome(w, cfg, report, ev, ex.knockout)
+    finally:
+        clock.lap("judge_legality")
+
+
+class _JudgeClock:
+    """The judge's seconds by part (its reference models built, the trials' checks with their lock waits, the timed
+    outputs' full checks, the legality policies and a knockout), in ``Verdict.stage_seconds``: measured here, in the
+    verifier's own process."""
+
+    def __init__(self, v: Verdict):
+        self.v, self.t = v, time.perf_counter()
+
+    def lap(self, key: str) -> None:
+        now = time.perf_counter()
+        self.v.stage_seconds[key] = round(now - self.t, 4)
+        self.t = now
 
 
 def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) -> Verdict | None:
@@ -400,9 +422,10 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
     the verdict where timing decides (the harness failing on its own side: a verifier error; the timed calls
     behaving differently: a cheat). None when the legality policies decide next."""
     v, clocked = w.verdict, ex.clocked
-    if ex.ledger.harness_error:
+    if ex.ledger.harness_error or clocked.error:
         return finish(w, "verifier_error", ["The verifier's timing harness failed on its own side ("
-                                            f"{ex.ledger.harness_error}); this is not your kernel's fault."])
+                                            f"{ex.ledger.harness_error or clocked.error}); this is not your "
+                                            "kernel's fault."])
     timed = any(b.label == "candidate" for b in clocked.brackets) and not report.timing_error
     if timed:
         if report.timed is not None:

@@ -40,17 +40,19 @@ TRIAL_PARTS = tuple(f"child_trial_{p}" for p in ("yield", "seed", "inputs", "ref
                                                  "misc"))
 TIMING_PARTS = tuple(f"child_timing_{p}" for p in ("warm_device", "profiler_start", "brackets", "profiler_stop",
                                                    "probes", "read_profile", "record"))
+# the judge's parts (verifier/judge/verdict.py _JudgeClock)
+JUDGE_PARTS = ("judge_models", "judge_trials", "judge_timed_checks", "judge_legality")
 STAGE_ORDER = ("extract", "static", "compile", "compile_cpu", "execute", "execute_admission", "execute_prepare",
                "execute_child", "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
                "child_load_guard", "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS,
                "child_first_trial", "child_warmup", "child_timing_lock_wait", "child_timing", *TIMING_PARTS,
-               "child_own_kernel_check", "execute_judge", "total")
+               "child_own_kernel_check", "execute_judge", *JUDGE_PARTS, "total")
 CPU_KEYS = ("compile_cpu",)
 # what the benchmark's table shows, in this order (the issue's list: compile, its CPU, execute and its parts)
 HEADLINE_KEYS = ("compile", "compile_cpu", "execute", "execute_admission", "execute_prepare", "execute_child",
                  "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
                  "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS, "child_warmup",
-                 "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "execute_judge", "total")
+                 "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "execute_judge", *JUDGE_PARTS, "total")
 LABELS = {
     "extract": "extract (code block, parse)", "static": "static legality scan",
     "compile": "compile (build processes, wall)", "compile_cpu": "compile CPU (build processes + compilers)",
@@ -65,6 +67,9 @@ LABELS = {
     **{k: f"      trial: {k[len('child_trial_'):].replace('_', ' ')}" for k in TRIAL_PARTS},
     **{k: f"      timing: {k[len('child_timing_'):].replace('_', ' ')}" for k in TIMING_PARTS},
     "execute_judge": "  judging (the reference on every trial's inputs, its lock waits, a knockout)",
+    "judge_models": "    the reference and its float64 copy built", "judge_trials": "    the trials' outputs checked",
+    "judge_timed_checks": "    the timed outputs' full checks, the speedups",
+    "judge_legality": "    the legality policies (a knockout run where one decides)",
     "total": "total (front to verdict)",
 }
 
