@@ -525,3 +525,44 @@ def test_profile_windows_answer_as_a_scan_of_every_window_would():
             s = rng.randint(-20, 450)
             e = s + rng.randint(0, 40)
             assert w.overlaps(s, e) == any(s < b and e > a for a, b in wins), (wins, s, e)
+
+
+PREFETCH_CASES = ["honest_relu", "honest_matmul", "c05_zeros", "c06_stale_empty", "c08_caches_output",
+                  "c13_low_precision", "c14_hardcoded_rows", "c16_warmup_detection", "crash_segfault"]
+
+
+@pytest.mark.parametrize("budget", [1 << 30, 1])  # every trial's answers ahead; none kept (the models only)
+def test_the_references_answers_computed_while_the_child_runs_decide_as_the_judges_own(config, monkeypatch, budget):
+    # on cuda the judge's fp32 and float64 reference runs over each trial's inputs start as the trial's seed is
+    # handed out (verifier/judge/prefetch.py); here on cpu: honest candidates pass and each cheat keeps its code,
+    # the judge took the answers ready for it (all of them, or none when none fit), in trial order
+    from verifier.judge import prefetch as pf
+
+    taken, made = [], []
+    real_take, real_init = pf.ReferencePrefetch.take, pf.ReferencePrefetch.__init__
+
+    def take(self, i):
+        got = real_take(self, i)
+        taken.append(got is not None)
+        return got
+
+    def init(self, *a, **k):
+        real_init(self, *a, **k)
+        self.budget = budget
+        made.append(self)
+
+    monkeypatch.setattr(engine, "PREFETCH_BACKENDS", ("cpu",))
+    monkeypatch.setattr(pf.ReferencePrefetch, "take", take)
+    monkeypatch.setattr(pf.ReferencePrefetch, "__init__", init)
+    items = [(TASKS[RUNTIME_CASES[n][0]], Candidate(candidate_id=n, task_id=TASKS[RUNTIME_CASES[n][0]].task_id,
+                                                     backend="cpu", generator="test", code=RUNTIME_CASES[n][1]))
+             for n in PREFETCH_CASES]
+    verdicts = dict(zip(PREFETCH_CASES, verify_batch(items, config=config, compile_workers=2)))
+    for name, v in verdicts.items():
+        _, _, status, code = RUNTIME_CASES[name]
+        assert v.status == status, (name, v.status, v.feedback)
+        assert code is None or code in v.cheats, (name, v.cheats)
+    assert made and taken and not any(p.failed for p in made)
+    assert all(taken) if budget > 1 else not any(taken)
+    if budget > 1:
+        assert verdicts["honest_relu"].versions["tolerance"] == "float64 reference"

@@ -50,6 +50,7 @@ from verifier.front.static import scan
 from verifier.front.vendor import scan_sources
 from verifier.judge.knockout import run_knockout
 from verifier.judge.outputs import RNG_LOCK
+from verifier.judge.prefetch import ReferencePrefetch
 from verifier.judge.plan import (  # noqa: F401
     _PLANS,
     _float64_check,  # (re-exported)
@@ -61,6 +62,8 @@ from verifier.judge.plan import (  # noqa: F401
     task_plan,
 )
 from verifier.judge.verdict import Execution, Work, finish, judge
+
+PREFETCH_BACKENDS = ("cuda",)  # the judge's reference runs ahead (cpu: the cores are the trials' and the timing's)
 from verifier.runs import (
     make_harness,
     new_job,
@@ -275,8 +278,16 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             # extensions the child asks for at run time are built and scanned here (verifier/build/runtime.py)
             driven = functools.partial(run_driven, on_build=child_builder(build_root, cfg) if job.allow_child_compile
                                        else None)
-            run, ledger, clocked = driven(job, job_dir, timeout, cfg, harness=harness,
-                                          on_trial=ship_inputs if job.input_files else None)
+            # the reference's answers to the trials, computed while the child runs them (verifier/judge/prefetch.py)
+            prefetch = (ReferencePrefetch(plan, job, device, cfg, backend, plan.job_bytes() // 2)
+                        if backend in PREFETCH_BACKENDS and not job.input_files else None)
+            try:
+                run, ledger, clocked = driven(job, job_dir, timeout, cfg, harness=harness,
+                                              on_trial=ship_inputs if job.input_files else None,
+                                              on_seed=prefetch.seed if prefetch is not None else None)
+            finally:
+                if prefetch is not None:
+                    prefetch.close(lock_wait_s(cfg) + 60.0)
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
@@ -295,7 +306,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                 t_judge = time.perf_counter()
                 try:
                     return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout,
-                                                         give_way), ref_timing)
+                                                         give_way, prefetch), ref_timing)
                 finally:
                     v.stage_seconds["execute_judge"] = round(time.perf_counter() - t_judge, 3)
     finally:

@@ -88,12 +88,12 @@ _REF_LOCKS: dict[tuple, threading.Lock] = {}
 
 
 def run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on_trial=None,
-                harness: Harness | None = None, on_build=None) -> tuple[ChildRun, Ledger, Clocked]:
+                harness: Harness | None = None, on_build=None, on_seed=None) -> tuple[ChildRun, Ledger, Clocked]:
     """Run a job whose child asks this process for its seeds and its clocked brackets (verifier/execute/channel.py,
     verifier/execute/harness.py), and for the extensions it builds at run time (``on_build``: verifier/build/runtime.py
     ``child_builder``, which the engine passes in)."""
     driver = Driver(job_dir, job.n_trials, job.n_timing, on_trial=on_trial,
-                    on_bracket=harness.serve if harness is not None else None, on_build=on_build)
+                    on_bracket=harness.serve if harness is not None else None, on_build=on_build, on_seed=on_seed)
     try:
         run = run_job(job, job_dir, timeout_s, cfg)
     finally:

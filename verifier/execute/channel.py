@@ -136,12 +136,14 @@ class Driver:
 
     def __init__(self, job_dir: Path, n_trials: int, n_timing: int,
                  on_trial: Callable[[int, int], None] | None = None,
+                 on_seed: Callable[[int, int], None] | None = None,
                  on_bracket: Callable | None = None,
                  on_build: Callable[[int, object], ChildBuild] | None = None):
         self.ledger = Ledger()
         self.job_dir = Path(job_dir)
         self.n_trials, self.n_timing = n_trials, n_timing
         self.on_trial = on_trial
+        self.on_seed = on_seed  # told every trial's seed as it is handed out (the judge's prefetch: it only queues)
         self.on_bracket = on_bracket
         self.on_build = on_build
         self.path = Path(job_dir) / SOCKET_FILE
@@ -245,6 +247,8 @@ class Driver:
                     if self.on_trial is not None:
                         self.on_trial(next_trial, seed)
                         self.ledger.seal(self.job_dir, f"trial_{next_trial}.pt")
+                    if self.on_seed is not None:
+                        self.on_seed(next_trial, seed)
                     next_trial += 1
                     reply = {"seed": seed}
                 elif op == "timing" and not timing_sent and next_trial == self.n_trials:

@@ -56,6 +56,7 @@ from verifier.judge.checks import (
     use_streamed_records,
 )
 from verifier.judge.numerics import float64_model
+from verifier.judge.prefetch import ReferencePrefetch
 from verifier.judge.outputs import (
     RNG_LOCK,
     Digest,
@@ -170,7 +171,8 @@ class Execution:
     byte of its freed memory, ``knockout``, the knockout run on demand (the partial policy's question,
     verifier/judge/knockout.py; None where there is none), and ``give_way``, called between the judge's pieces of
     device work (each trial's reference runs, each timed call checked in full): where a timer waits for the device,
-    the judge's shared hold lets it go first (verifier/common/devlock.py ``yield_to_timer``)."""
+    the judge's shared hold lets it go first (verifier/common/devlock.py ``yield_to_timer``); ``prefetched``, the
+    reference's answers to the trials computed while the child ran them (verifier/judge/prefetch.py), or None."""
 
     job: Job
     job_dir: Path
@@ -181,6 +183,7 @@ class Execution:
     clocked: Clocked = dataclasses.field(default_factory=Clocked)
     knockout: Callable | None = None
     give_way: Callable[[], object] = lambda: None
+    prefetched: ReferencePrefetch | None = None  # the reference's answers computed while the child ran
 
 
 @dataclass
@@ -212,14 +215,16 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     if isinstance(report, Verdict):
         return report
     clock = _JudgeClock(v)
-    with RNG_LOCK:
-        model, _ = build_model(plan.ref_mod, ex.job.init_seed, ex.device, plan.text, cfg.eval_mode)
-    model64 = None
-    if not plan.float64:
-        try:
-            model64 = float64_model(model)
-        except Exception:  # noqa: BLE001 - memory: this candidate is judged with the fixed tolerance
-            model64 = None
+    # the models the prefetch built and ran the trials on, if it did (their answers and these agree)
+    model, model64 = ex.prefetched.models() if ex.prefetched is not None else (None, None)
+    if model is None:
+        with RNG_LOCK:
+            model, _ = build_model(plan.ref_mod, ex.job.init_seed, ex.device, plan.text, cfg.eval_mode)
+        if not plan.float64:
+            try:
+                model64 = float64_model(model)
+            except Exception:  # noqa: BLE001 - memory: this candidate is judged with the fixed tolerance
+                model64 = None
     v.versions["tolerance"] = "float64 reference" if model64 is not None else f"fixed: {plan.float64 or 'no copy'}"
     clock.lap("judge_models")
     t = _check_trials(cfg, plan, ex, report, model, model64, ev)
@@ -367,8 +372,10 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
     for rec in report.trials:
         ex.give_way()
         is_other = bool(job.other_shape) and rec.index == n - 1
+        ready = ex.prefetched.take(rec.index) if ex.prefetched is not None else None
         try:
-            inputs = plan.trial_inputs(job, rec.index, ex.device, job_dir, ex.ledger)
+            inputs = ready.inputs if ready is not None else plan.trial_inputs(job, rec.index, ex.device, job_dir,
+                                                                              ex.ledger)
         except Unsealed as e:
             check_sealed(f"Trial {rec.index + 1}", str(e), ev)
             t.regular_ok = False
@@ -385,11 +392,14 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
         if rec.output_problem:
             t.regular_ok = False
             continue
-        with torch.no_grad():
-            refs = [r.detach() for r in as_list(model(*inputs))]
-        ex.give_way()  # (three pieces of device work a trial: a waiting timer waits for one, not for the trial's)
-        refs64 = reference64(model64, inputs)
-        ex.give_way()
+        if ready is not None:
+            refs, refs64 = ready.refs, ready.refs64
+        else:
+            with torch.no_grad():
+                refs = [r.detach() for r in as_list(model(*inputs))]
+            ex.give_way()  # (three pieces of device work a trial: a timer waits for one, not for the trial's)
+            refs64 = reference64(model64, inputs)
+            ex.give_way()
         ref_fp = [fingerprint(r) for r in refs if isinstance(r, torch.Tensor)]
         ref_repeats = any(len(p) == len(ref_fp) and all(same_fingerprint(a, b) for a, b in zip(p, ref_fp))
                           for p in ref_prev)

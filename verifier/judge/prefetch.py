@@ -1,0 +1,121 @@
+"""The reference's answers to a candidate's trials, computed while the candidate's child runs them.
+
+The judge compares each trial's output with the reference run here on the trial's inputs, in fp32 and in float64
+(verifier/judge/verdict.py ``_check_trials``). Those inputs are known as soon as the verifier hands the trial's seed
+out (verifier/execute/channel.py ``Driver``), so the runs need not wait for the child to end: a thread of the slot's
+process draws them and runs the references in trial order while the child computes, under the device lock held
+shared and giving way to a waiting timer between trials, as the judge's own runs are. The judge then takes what is
+ready and runs the rest itself, on the same reference models, in the same order.
+
+What it keeps is bounded (``budget_bytes``: the judge's share of the job's admitted memory, which is idle while the
+child runs): where the next trial's inputs and answers do not fit, or a run fails, it stops and the judge computes from
+that trial on, so every trial's reference still runs once, in order (a reference with state, a batch norm's running
+statistics, sees the calls it would have seen).
+
+Enters: the task plan, the job, the seeds as they are handed out. Leaves: per trial (inputs, fp32 answers, float64
+answers or None) and the reference models. Imports: torch, verifier/common, verifier/execute (the lock),
+verifier/judge.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from verifier.common.config import VerifyConfig
+from verifier.common.contract import Job
+from verifier.common.inputs import as_list, build_model, draw_inputs, nbytes
+from verifier.execute.locks import device_work, lock_wait_s
+from verifier.judge.numerics import float64_model
+from verifier.judge.outputs import RNG_LOCK, reference64
+
+PREFETCH_MIN_BYTES = 256 << 20  # held at least this much where the judge's share is smaller
+
+
+@dataclass
+class Answers:
+    """The reference's answers to one trial, computed here before the judge asked."""
+
+    inputs: list
+    refs: list
+    refs64: list | None
+
+
+class ReferencePrefetch:
+    """Runs the reference on each trial's inputs as its seed is handed out (``seed``, from the Driver's thread: it
+    only queues), on a thread of its own; ``close`` waits for it (the child has ended) and ``take`` hands the judge a
+    trial's answers, or None where the judge runs them itself."""
+
+    def __init__(self, plan, job: Job, device: str, cfg: VerifyConfig, backend: str, budget_bytes: int):
+        self.plan, self.job, self.device, self.cfg, self.backend = plan, job, device, cfg, backend
+        self.budget = max(int(budget_bytes), PREFETCH_MIN_BYTES)
+        self.model = self.model64 = None
+        self.failed = ""  # the first run that raised (the judge meets it again itself)
+        self._ready: dict[int, Answers] = {}
+        self._held = 0
+        self._queue: queue.Queue = queue.Queue()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="km-reference-prefetch", daemon=True)
+        self._thread.start()
+
+    def seed(self, i: int, seed: int) -> None:
+        self._queue.put((i, seed))
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """No more seeds: wait for the runs queued so far."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+        self._stopped = True
+
+    def take(self, i: int) -> Answers | None:
+        if self._thread.is_alive():  # not waited for (close timed out): nothing is handed over
+            return None
+        return self._ready.pop(i, None)
+
+    def models(self) -> tuple:
+        """(fp32 model, float64 model or None) once built here, the judge's to reuse; (None, None) otherwise."""
+        return (self.model, self.model64) if self.model is not None and not self._thread.is_alive() else (None, None)
+
+    def _run(self) -> None:
+        expected = 0
+        while (item := self._queue.get()) is not None:
+            i, seed = item
+            if self._stopped or self.failed or i != expected:
+                continue  # a stop, a gap: the judge computes from here on, in order
+            try:
+                if not self._answer(i, seed):
+                    self._stopped = True
+                    continue
+            except Exception as e:  # noqa: BLE001 - the judge runs it again and meets the failure itself
+                self.failed = f"{type(e).__name__}: {str(e)[:300]}"
+                continue
+            expected += 1
+
+    def _answer(self, i: int, seed: int) -> bool:
+        """Trial ``i``'s answers, kept where they fit; False when they do not (nothing of trial ``i`` ran)."""
+        job = self.job
+        other = job.other_shape if (job.other_shape and i == job.n_trials - 1) else ""
+        with device_work(self.cfg, self.backend) as lock:
+            with RNG_LOCK:
+                if self.model is None:
+                    self.model, _ = build_model(self.plan.ref_mod, job.init_seed, self.device, self.plan.text,
+                                                self.cfg.eval_mode)
+                    if not self.plan.float64:
+                        try:
+                            self.model64 = float64_model(self.model)
+                        except Exception:  # noqa: BLE001 - memory: the judge uses the fixed tolerance, as it would
+                            self.model64 = None
+                inputs = draw_inputs(self.plan.ref_mod.get_inputs, seed, self.device, self.plan.text, other)
+            size = nbytes(inputs) * (3 if self.model64 is not None else 1)
+            if self._held + size > self.budget:
+                return False
+            with torch.no_grad():
+                refs = [r.detach() for r in as_list(self.model(*inputs))]
+            lock.yield_to_timer(lock_wait_s(self.cfg))
+            refs64 = reference64(self.model64, inputs)
+            self._held += size + sum(nbytes(r) for r in refs) + (sum(nbytes(r) for r in refs64) if refs64 else 0)
+            self._ready[i] = Answers(inputs, refs, refs64)
+        return True
