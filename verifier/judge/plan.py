@@ -103,11 +103,13 @@ class TaskPlan:
         out_gib = (trials + checks) / 2**30
         return cfg.run_timeout_s + TRANSFER_S_PER_GIB * out_gib + (cfg.compile_timeout_s if child_compiles else 0)
 
-    def draw_trial(self, job: Job, i: int, device: str) -> list:
-        """The inputs of trial ``i`` of ``job`` drawn from its seed (the last trial is the extra shape, if any)."""
-        other = job.other_shape if (job.other_shape and i == len(job.trial_seeds) - 1) else ""
+    def draw_trial(self, job: Job, i: int, device: str, seed: int | None = None) -> list:
+        """The inputs of trial ``i`` of ``job`` drawn from its seed (``seed``, or the one the job's run recorded; the
+        last trial is the extra shape, if any)."""
+        other = job.other_shape if (job.other_shape and i == job.n_trials - 1) else ""
         with RNG_LOCK:
-            return draw_inputs(self.ref_mod.get_inputs, job.trial_seeds[i], device, self.text, other)
+            return draw_inputs(self.ref_mod.get_inputs, job.trial_seeds[i] if seed is None else seed, device,
+                               self.text, other)
 
     def trial_inputs(self, job: Job, i: int, device: str, job_dir: Path, ledger: Ledger) -> list:
         """The inputs of trial ``i`` as the child got them: drawn again, or shipped in ``job_dir`` and read back as

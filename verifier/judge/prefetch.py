@@ -27,7 +27,7 @@ import torch
 
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import Job
-from verifier.common.inputs import as_list, build_model, draw_inputs, nbytes
+from verifier.common.inputs import as_list, build_model, nbytes
 from verifier.execute.locks import device_work, lock_wait_s
 from verifier.judge.numerics import float64_model
 from verifier.judge.outputs import RNG_LOCK, reference64
@@ -97,18 +97,17 @@ class ReferencePrefetch:
     def _answer(self, i: int, seed: int) -> bool:
         """Trial ``i``'s answers, kept where they fit; False when they do not (nothing of trial ``i`` ran)."""
         job = self.job
-        other = job.other_shape if (job.other_shape and i == job.n_trials - 1) else ""
         with device_work(self.cfg, self.backend) as lock:
-            with RNG_LOCK:
-                if self.model is None:
+            if self.model is None:
+                with RNG_LOCK:
                     self.model, _ = build_model(self.plan.ref_mod, job.init_seed, self.device, self.plan.text,
                                                 self.cfg.eval_mode)
-                    if not self.plan.float64:
-                        try:
-                            self.model64 = float64_model(self.model)
-                        except Exception:  # noqa: BLE001 - memory: the judge uses the fixed tolerance, as it would
-                            self.model64 = None
-                inputs = draw_inputs(self.plan.ref_mod.get_inputs, seed, self.device, self.plan.text, other)
+                if not self.plan.float64:
+                    try:
+                        self.model64 = float64_model(self.model)
+                    except Exception:  # noqa: BLE001 - memory: the judge uses the fixed tolerance, as it would
+                        self.model64 = None
+            inputs = self.plan.draw_trial(job, i, self.device, seed)
             size = nbytes(inputs) * (3 if self.model64 is not None else 1)
             if self._held + size > self.budget:
                 return False
