@@ -56,14 +56,22 @@ def main() -> None:
     ap.add_argument("--per-task", type=int, default=1)
     ap.add_argument("--tasks", default="", help="comma-separated task names of bench/lib/mixed_batch.py (default: all)")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--manifest", default="", help="the test bed's manifest (ext/testbed/manifest.jsonl): time the "
+                    "real-code batch's candidates (bench/lib/testbed.py real_batch over levels 1-3, --n-tasks tasks, "
+                    "--per-task each) instead of the mixed batch's")
+    ap.add_argument("--n-tasks", type=int, default=12)
     ap.add_argument("--cuda-home", default="", help="where nvcc lives, for a CPU build of torch (which leaves "
                     "cpp_extension's CUDA_HOME None): the compiles run, the link against libtorch_cuda fails")
     a = ap.parse_args()
     if a.cuda_home:
         import torch.utils.cpp_extension as ce
         ce.CUDA_HOME = a.cuda_home
-    items = [it for it in mixed_batch(a.per_task)
-             if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
+    if a.manifest:
+        from bench.lib.testbed import load_manifest, real_batch
+        items = list(real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task, n_tasks=a.n_tasks).items)
+    else:
+        items = [it for it in mixed_batch(a.per_task)
+                 if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
     specs = [[e.args for e in scan(c.code, 'cuda').extensions if e.resolved] for _, c in items]
     rows, phases = [], defaultdict(list)
     for (task, cand), sp in zip(items, specs):

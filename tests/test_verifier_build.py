@@ -211,6 +211,34 @@ def test_cpu_build_uses_the_precompiled_header(tmp_path, with_pch):
     assert torch.equal(mod.twice(torch.ones(3)), torch.full((3,), 2.0))
 
 
+def test_blank_and_joined_flags_are_read_as_the_compile_command_reads_them():
+    """torch joins a flag list with spaces into the ninja file and the shell splits its commands: ``""`` is no flag
+    (KernelBench's template passes ``extra_cflags=[""], extra_ldflags=[""]``: 81 of the 145 real-batch candidates
+    with an extension at a2864d2, each of which lost the precompiled header and every shared object), and
+    ``"-O3 --use_fast_math"`` is two flags, each one the object cache allows; a flag the cache refuses refuses
+    the spec however it is joined."""
+    from verifier.build.objcache import cacheable
+
+    template = canonical_spec({"cpp_sources": "int f();", "functions": ["f"], "extra_cflags": [""],
+                               "extra_cuda_cflags": ["  "], "extra_ldflags": [""]})
+    assert template == canonical_spec({"cpp_sources": "int f();", "functions": ["f"]})
+    assert spec_key(template) == spec_key({"cpp_sources": "int f();", "functions": ["f"]})
+    assert cacheable(template)
+    assert cacheable({"extra_cuda_cflags": ["-O3 --use_fast_math", "-lineinfo"], "extra_cflags": ["-O3  -funroll-loops"]})
+    for refused in (["-O3 -I/tmp"], ["-O3 -Xcompiler -fplugin=x.so"], ["-O3", "-include /tmp/h.h"], ["-O3 '-DX=1'"]):
+        assert not cacheable({"extra_cflags": refused}), refused
+    assert not cacheable({"extra_include_paths": [""]})  # ``-I`` with nothing after it takes the next word
+
+
+def test_the_template_s_blank_flags_keep_the_precompiled_header_and_the_boxed_binding(tmp_path, with_pch):
+    src = "#include <torch/extension.h>\ntorch::Tensor twice(torch::Tensor x) { return x.mul(2); }"
+    res = build_blocking(tmp_path, {"cpp_sources": src, "functions": ["twice"], "extra_cflags": [""],
+                                    "extra_ldflags": [""]}, 600, host=with_pch.host())
+    assert res.ok and res.variant == "split_cpp" and res.pch, res.log[-2000:]
+    report = json.loads((tmp_path / res.key / "split_cpp" / "compile.json").read_text())
+    assert report["binding"] == "boxed" and report["objects_reused"] >= 1, report
+
+
 def test_pch_false_turns_the_header_off(tmp_path):
     # with [verify] pch = false no PCH is made or looked up, though pch_dir names a directory
     host = VerifyConfig(pch=False, pch_dir=str(tmp_path)).host()

@@ -56,11 +56,14 @@ CACHEABLE_FLAGS = re.compile(
 
 
 def cacheable(spec: dict) -> bool:
-    """Whether a spec's own flags allow sharing objects (no include paths, plugins, wrappers, files)."""
+    """Whether a spec's own flags allow sharing objects (no include paths, plugins, wrappers, files). A flag is read
+    as the compile command reads it: torch joins a list of flags with spaces into the ninja file, whose commands the
+    shell splits, so ``""`` (KernelBench's template passes ``extra_cflags=[""], extra_ldflags=[""]``) is no flag and
+    ``"-O3 --use_fast_math"`` is two, each of which must be one the cache allows."""
     if spec.get("extra_include_paths"):
         return False
     flags = [f for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags") for f in (spec.get(k) or [])]
-    return all(isinstance(f, str) and CACHEABLE_FLAGS.fullmatch(f.strip()) for f in flags)
+    return all(isinstance(f, str) and all(CACHEABLE_FLAGS.fullmatch(t) for t in f.split()) for f in flags)
 
 
 _BUILD = re.compile(r"^build\s+(\S+?):\s+(\w+)\s+(.*)$")

@@ -25,6 +25,13 @@ def _as_list(v) -> list:
     return [v] if isinstance(v, str) else list(v)
 
 
+def _flags(v) -> list:
+    """A flag list without its blank entries: torch joins the flags with spaces into the ninja file, so ``""``
+    (KernelBench's template: ``extra_cflags=[""], extra_ldflags=[""]``) adds nothing to any command; without them
+    the spec, its key and its shared objects are those of the same code with no flags."""
+    return [f for f in _as_list(v) if not (isinstance(f, str) and not f.strip())]
+
+
 def canonical_spec(args: dict) -> dict:
     """load_inline keyword arguments reduced to what determines the built binary (no name)."""
     fns = args.get("functions")
@@ -32,9 +39,9 @@ def canonical_spec(args: dict) -> dict:
         "cpp_sources": _as_list(args.get("cpp_sources")),
         "cuda_sources": _as_list(args.get("cuda_sources")),
         "functions": fns if isinstance(fns, dict) else _as_list(fns),
-        "extra_cflags": _as_list(args.get("extra_cflags")),
-        "extra_cuda_cflags": _as_list(args.get("extra_cuda_cflags")),
-        "extra_ldflags": _as_list(args.get("extra_ldflags")),
+        "extra_cflags": _flags(args.get("extra_cflags")),
+        "extra_cuda_cflags": _flags(args.get("extra_cuda_cflags")),
+        "extra_ldflags": _flags(args.get("extra_ldflags")),
         "extra_include_paths": _as_list(args.get("extra_include_paths")),
         "with_cuda": args.get("with_cuda"),
     }
