@@ -30,11 +30,11 @@ import torch
 
 from verifier import cheats
 from verifier.common.config import VerifyConfig
-from verifier.common.inputs import as_list, digests_match
+from verifier.common.inputs import as_list, build_model, digests_match
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
-from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, widen
+from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, float64_model, widen
 
 CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
 
@@ -42,6 +42,22 @@ CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.p
 # must determine happen under this lock, or a concurrent candidate's draws land in between (here because
 # the harness draws inputs in the channel's thread; judge.py and engine.py take it too)
 RNG_LOCK = threading.RLock()
+
+
+def reference_models(plan, job, device: str, cfg: VerifyConfig) -> tuple:
+    """The reference a job is judged against, built from its init seed (under RNG_LOCK: the global generator), and
+    its float64 copy: None where the plan fixes the tolerance (``plan.float64`` says why), or where the copy does
+    not fit in memory (that candidate is then judged with the fixed tolerance). The judge and its prefetch both
+    build them here, so the answers one computes are the other's."""
+    with RNG_LOCK:
+        model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
+    model64 = None
+    if not plan.float64:
+        try:
+            model64 = float64_model(model)
+        except Exception:  # noqa: BLE001 - memory: the fixed tolerance, as the docstring says
+            model64 = None
+    return model, model64
 
 
 @dataclass

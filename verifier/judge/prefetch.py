@@ -27,10 +27,9 @@ import torch
 
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import Job
-from verifier.common.inputs import as_list, build_model, nbytes
+from verifier.common.inputs import as_list, nbytes
 from verifier.execute.locks import device_work, lock_wait_s
-from verifier.judge.numerics import float64_model
-from verifier.judge.outputs import RNG_LOCK, reference64
+from verifier.judge.outputs import reference64, reference_models
 
 PREFETCH_MIN_BYTES = 256 << 20  # held at least this much where the judge's share is smaller
 
@@ -68,7 +67,7 @@ class ReferencePrefetch:
         """No more seeds: wait for the runs queued so far."""
         self._queue.put(None)
         self._thread.join(timeout_s)
-        self._stopped = True
+        self._stopped = True  # where the wait timed out: the thread skips what is still queued (take hands nothing)
 
     def take(self, i: int) -> Answers | None:
         if self._thread.is_alive():  # not waited for (close timed out): nothing is handed over
@@ -99,22 +98,19 @@ class ReferencePrefetch:
         job = self.job
         with device_work(self.cfg, self.backend) as lock:
             if self.model is None:
-                with RNG_LOCK:
-                    self.model, _ = build_model(self.plan.ref_mod, job.init_seed, self.device, self.plan.text,
-                                                self.cfg.eval_mode)
-                if not self.plan.float64:
-                    try:
-                        self.model64 = float64_model(self.model)
-                    except Exception:  # noqa: BLE001 - memory: the judge uses the fixed tolerance, as it would
-                        self.model64 = None
+                self.model, self.model64 = reference_models(self.plan, job, self.device, self.cfg)
             inputs = self.plan.draw_trial(job, i, self.device, seed)
-            size = nbytes(inputs) * (3 if self.model64 is not None else 1)
-            if self._held + size > self.budget:
+            # what it keeps (the inputs, the fp32 answers, the float64 ones: twice their size) and, while it runs,
+            # the float64 copy of the inputs: the answers by the plan's largest outputs, before they exist
+            wide = self.model64 is not None
+            size = nbytes(inputs)
+            peak = size * (3 if wide else 1) + self.plan.largest_output_bytes() * (3 if wide else 1)
+            if self._held + peak > self.budget:
                 return False
             with torch.no_grad():
                 refs = [r.detach() for r in as_list(self.model(*inputs))]
             lock.yield_to_timer(lock_wait_s(self.cfg))
             refs64 = reference64(self.model64, inputs)
-            self._held += size + sum(nbytes(r) for r in refs) + (sum(nbytes(r) for r in refs64) if refs64 else 0)
+            self._held += size + nbytes(refs) + (nbytes(refs64) if refs64 else 0)
             self._ready[i] = Answers(inputs, refs, refs64)
         return True

@@ -31,7 +31,7 @@ from kernelmill.schema import NOT_JUDGED, Verdict
 from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import FLAGS_FILE, ChildReport, ContractError, Job
-from verifier.common.inputs import as_list, build_model
+from verifier.common.inputs import as_list
 from verifier.execute.channel import Ledger, Unsealed, progress
 from verifier.execute.harness import Clocked, interval, summary_for
 from verifier.judge import feedback
@@ -55,16 +55,15 @@ from verifier.judge.checks import (
     own_work_ok,
     use_streamed_records,
 )
-from verifier.judge.numerics import float64_model
 from verifier.judge.prefetch import ReferencePrefetch
 from verifier.judge.outputs import (
-    RNG_LOCK,
     Digest,
     Evidence,
     check_clocked_outputs,
     check_outputs,
     fingerprint,
     reference64,
+    reference_models,
     same_fingerprint,
 )
 from verifier.judge.reward import reward_for
@@ -218,13 +217,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     # the models the prefetch built and ran the trials on, if it did (their answers and these agree)
     model, model64 = ex.prefetched.models() if ex.prefetched is not None else (None, None)
     if model is None:
-        with RNG_LOCK:
-            model, _ = build_model(plan.ref_mod, ex.job.init_seed, ex.device, plan.text, cfg.eval_mode)
-        if not plan.float64:
-            try:
-                model64 = float64_model(model)
-            except Exception:  # noqa: BLE001 - memory: this candidate is judged with the fixed tolerance
-                model64 = None
+        model, model64 = reference_models(plan, ex.job, ex.device, cfg)
     v.versions["tolerance"] = "float64 reference" if model64 is not None else f"fixed: {plan.float64 or 'no copy'}"
     clock.lap("judge_models")
     t = _check_trials(cfg, plan, ex, report, model, model64, ev)
