@@ -163,7 +163,7 @@ class Verdict:
     speedup_eager: Optional[float] = None
     speedup_compile: Optional[float] = None
     # the 95% interval of speedup_eager: a percentile bootstrap over the harness's brackets of the candidate and of
-    # the eager reference (verifier/execute/harness.py ``interval``); None where either had fewer than two brackets
+    # the eager reference (verifier/execute/brackets.py ``interval``); None where either had fewer than two brackets
     speedup_lo: Optional[float] = None
     speedup_hi: Optional[float] = None
     launch_us: Optional[float] = None  # launch-inclusive: host call start to device idle, one call at a time

@@ -347,7 +347,7 @@ def _timed_pass(ref_us: list[float], cand_us: list[float]) -> Verdict:
     the real judge's speedup figures and the real reward."""
     from verifier.runs import ReferenceTiming
     from verifier.common.contract import ChildReport
-    from verifier.execute.harness import Bracket, Clocked
+    from verifier.execute.brackets import Bracket, Clocked
     from verifier.judge.verdict import _speedups
     from verifier.judge.outputs import Evidence
 

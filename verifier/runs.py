@@ -32,7 +32,8 @@ from verifier.common.contract import ChildReport, Job
 from verifier.common.inputs import build_model, draw_inputs
 from verifier.execute import admission
 from verifier.execute.channel import Driver, Ledger
-from verifier.execute.harness import Clocked, Harness
+from verifier.execute.brackets import Clocked
+from verifier.execute.harness import Harness
 from verifier.execute.locks import lock_path, lock_wait_s
 from verifier.execute.processes import _job_root, _run_child, exec_slot
 from verifier.judge import prep_cache

@@ -15,7 +15,8 @@ import torch
 from verifier.child.channel import Channel
 from verifier.child.harness_client import BracketClient
 from verifier.execute.channel import Driver
-from verifier.execute.harness import Bracket, Harness, interval, null_for, order_interval, tight
+from verifier.execute.brackets import Bracket, interval, null_for, order_interval, tight
+from verifier.execute.harness import Harness
 
 
 def _draw(seed: int) -> list:

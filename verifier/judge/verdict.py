@@ -33,7 +33,7 @@ from verifier.common.config import VerifyConfig
 from verifier.common.contract import FLAGS_FILE, ChildReport, ContractError, Job
 from verifier.common.inputs import as_list
 from verifier.execute.channel import Ledger, Unsealed, progress
-from verifier.execute.harness import Clocked, interval, summary_for
+from verifier.execute.brackets import Clocked, interval, summary_for
 from verifier.judge import feedback
 from verifier.judge.checks import (
     check_channel,
