@@ -301,6 +301,19 @@ def test_inconclusive_knockout_falls_back_to_the_share_and_says_so():
     assert "inconclusive" in v.feedback and "share of device time decided" in v.feedback
 
 
+def test_a_knockout_that_failed_on_the_verifiers_side_is_no_verdict_of_the_partial_policy():
+    # an empty kernel beside at::matmul whose knockout child failed to set up twice (seen on one H200 under ten
+    # test workers at dbb69df): the share rule passed it; the policy's deciding run never happened, so under the
+    # partial policy the verdict is the verifier's error (a retry), and under the strict one the strict answer stands
+    failed = KnockoutResult(INCONCLUSIVE, "the knockout run failed on the verifier's side (before your program ran: "
+                            "RuntimeError: CUDA error: out of memory)", verifier_failure=True, attempts=2)
+    v, calls = _outcome("partial", failed)
+    assert calls == [1] and v.status == "verifier_error" and v.pass_partial is None and v.reward == 0.0, v
+    assert "failed on the verifier's side in 2 run(s)" in v.feedback and "out of memory" in v.feedback
+    v, _ = _outcome("strict", failed)
+    assert v.status == "cheat" and cheats.C01 in v.cheats and v.pass_strict is False
+
+
 def test_no_knockout_without_pytorch_compute():
     """The partial policy's answer needs no knockout where forward ran no PyTorch compute (strict's pass)."""
     v, calls = _outcome("partial", None, torch_codes=())

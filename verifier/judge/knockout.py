@@ -24,7 +24,9 @@ launches skipped and no kernel of the candidate's seen running by the profiler),
 but some own kernel still ran: a launch route the shim does not rewrite, such as a statically linked runtime; or
 nothing was skipped; or the verifier's side failed, in a second run too: ``KNOCKOUT_ATTEMPTS``; the failure's
 last line is in the detail). An inconclusive knockout never rejects: the share rule
-decides as before, and the verdict's notes say so.
+decides as before, and the verdict's notes say so; but where the verifier's side failed and the partial policy is the
+run's, the verdict is ``verifier_error`` (the run that decides it did not happen: a pass on the share rule would be
+the verifier's failure deciding for the candidate).
 
 Not covered, and said plainly: a candidate that detects the knockout run (the shim is mapped in its process, its
 own relocation slots hold other addresses) can return a wrong output there and pass; the knockout measures
@@ -269,19 +271,11 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
     import torch
 
     from verifier.common.backends import get_backend
-    from verifier.common.inputs import as_list, build_model
+    from verifier.common.inputs import as_list
     from verifier.execute.channel import Unsealed
-    from verifier.judge.numerics import float64_model
-    from verifier.judge.outputs import RNG_LOCK, Evidence, check_outputs, reference64
+    from verifier.judge.outputs import Evidence, check_outputs, reference64, reference_models
 
-    with RNG_LOCK:
-        model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
-    model64 = None
-    if not plan.float64:
-        try:
-            model64 = float64_model(model)
-        except Exception:  # noqa: BLE001 - memory: the fixed tolerance
-            model64 = None
+    model, model64 = reference_models(plan, job, device, cfg)
     try:
         inputs = plan.trial_inputs(job, 0, device, job_dir, ledger)
     except Unsealed:

@@ -483,6 +483,12 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     knocked = knockout() if (ran or unrun) and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
+        if knocked.verifier_failure and cfg.legality == "partial":
+            # the run that decides this policy failed on the verifier's side (every attempt): the share rule's pass
+            # would be the verifier's failure deciding for the candidate, as a rejection would be deciding against it
+            return finish(w, "verifier_error", [
+                f"The knockout run that decides the partial legality policy failed on the verifier's side in "
+                f"{knocked.attempts} run(s): {knocked.detail}. Not judged: verify this candidate again."])
         if not knocked.conclusive:
             w.notes.append(f"Partial legality: the knockout run (your kernels' launches or calls skipped) was inconclusive: "
                            f"{knocked.detail}; the share of device time decided instead.")
