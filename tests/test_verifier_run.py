@@ -241,6 +241,9 @@ def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
         assert v.stage_seconds["child_trial_forward"] > 0 and v.stage_seconds["child_timing_brackets"] > 0
         judged = [v.stage_seconds[k] for k in JUDGE_PARTS]  # measured by the judge itself, every part of a pass
         assert sum(judged) <= v.stage_seconds["execute_judge"] + 0.01 and v.stage_seconds["judge_trials"] > 0
+        # what the slot's process does after the child ended is measured there, inside the child's stage
+        after = v.stage_seconds["execute_held_checks"] + v.stage_seconds["execute_prefetch_wait"]
+        assert 0 <= after <= v.stage_seconds["execute_child"], (v.candidate_id, v.stage_seconds)
     assert sum(v.versions["timing"]["exclusive"] for v in passed) >= len(passed) // 2
 
 

@@ -281,14 +281,20 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             # the reference's answers to the trials, computed while the child runs them (verifier/judge/prefetch.py)
             prefetch = (ReferencePrefetch(plan, job, device, cfg, backend, plan.job_bytes() // 2)
                         if backend in PREFETCH_BACKENDS and not job.input_files else None)
+            t_wait = 0.0
             try:
                 run, ledger, clocked = driven(job, job_dir, timeout, cfg, harness=harness,
                                               on_trial=ship_inputs if job.input_files else None,
                                               on_seed=prefetch.seed if prefetch is not None else None)
             finally:
                 if prefetch is not None:
+                    t_wait = time.perf_counter()
                     prefetch.close(lock_wait_s(cfg) + 60.0)
+                    t_wait = time.perf_counter() - t_wait
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
+            # of it, in this process after the child ended: the harness's held checks, the prefetch's last answers
+            v.stage_seconds["execute_held_checks"] = round(clocked.close_s, 3)
+            v.stage_seconds["execute_prefetch_wait"] = round(t_wait, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
             with device_work(cfg, backend) as lock:  # the judge runs the reference on the trial inputs

@@ -45,6 +45,7 @@ class Clocked:
     unchecked: bool = False  # an input the channel cannot carry: the child drew its own, so no timed output was checked
     unlocked: int = 0  # brackets clocked while no process held the device lock exclusive (a lock was named)
     error: str = ""  # the harness's own failure in the checks it ran after the child ended (the verifier's)
+    close_s: float = 0.0  # seconds of the harness's close after the child ended (cuda: the held checks, their waits)
     # timed calls that left their inputs changed in the pool once done (an in-place write its caller would see),
     # read here: the first such call of each label, as "timed call N (label): input j"
     mutated: list[str] = field(default_factory=list)

@@ -446,7 +446,9 @@ class Harness:
 
     def close(self) -> Clocked:
         """After the child ended: the last late-write check, then the pool is freed and the held brackets are
-        checked (a failure of the harness's own there is ``Clocked.error``, the verifier's)."""
+        checked (a failure of the harness's own there is ``Clocked.error``, the verifier's); its seconds are
+        ``Clocked.close_s``."""
+        t0 = time.perf_counter()
         try:
             self._late_writes()
         finally:
@@ -463,6 +465,7 @@ class Harness:
                 except Exception as e:  # noqa: BLE001 - the reference or a comparison failed: never the candidate's
                     self.result.error = f"{type(e).__name__}: {str(e)[:400]}"
         self._pending, self._pending_bytes = [], 0
+        self.result.close_s = time.perf_counter() - t0
         return self.result
 
 

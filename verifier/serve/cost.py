@@ -46,13 +46,15 @@ STAGE_ORDER = ("extract", "static", "compile", "compile_cpu", "execute", "execut
                "execute_child", "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
                "child_load_guard", "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS,
                "child_first_trial", "child_warmup", "child_timing_lock_wait", "child_timing", *TIMING_PARTS,
-               "child_own_kernel_check", "execute_judge", *JUDGE_PARTS, "total")
+               "child_own_kernel_check", "execute_held_checks", "execute_prefetch_wait", "execute_judge", *JUDGE_PARTS,
+               "total")
 CPU_KEYS = ("compile_cpu",)
 # what the benchmark's table shows, in this order (the issue's list: compile, its CPU, execute and its parts)
 HEADLINE_KEYS = ("compile", "compile_cpu", "execute", "execute_admission", "execute_prepare", "execute_child",
                  "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
                  "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS, "child_warmup",
-                 "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "execute_judge", *JUDGE_PARTS, "total")
+                 "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "execute_held_checks", "execute_prefetch_wait",
+                 "execute_judge", *JUDGE_PARTS, "total")
 LABELS = {
     "extract": "extract (code block, parse)", "static": "static legality scan",
     "compile": "compile (build processes, wall)", "compile_cpu": "compile CPU (build processes + compilers)",
@@ -66,6 +68,8 @@ LABELS = {
     "child_timing": "    timing",
     **{k: f"      trial: {k[len('child_trial_'):].replace('_', ' ')}" for k in TRIAL_PARTS},
     **{k: f"      timing: {k[len('child_timing_'):].replace('_', ' ')}" for k in TIMING_PARTS},
+    "execute_held_checks": "    after the child: the harness's held checks of the timed outputs (cuda)",
+    "execute_prefetch_wait": "    after the child: waiting for the reference prefetch's last answers (cuda)",
     "execute_judge": "  judging (the reference on every trial's inputs, its lock waits, a knockout)",
     "judge_models": "    the reference and its float64 copy built", "judge_trials": "    the trials' outputs checked",
     "judge_timed_checks": "    the timed outputs' full checks, the speedups",
@@ -252,7 +256,7 @@ EXEC_KEYS = ("execute_prepare", "child_load", "child_trials", "child_first_trial
              "child_timing", "child_own_kernel_check", "execute_child", "execute")
 _CHILD_PHASES = ("child_shared_lock_wait", "child_load_reference", "child_load_profiler", "child_load_guard",
                  "child_load_candidate_import", "child_load", "child_trials", "child_warmup", "child_timing_lock_wait",
-                 "child_timing")
+                 "child_timing", "execute_held_checks", "execute_prefetch_wait")
 # where a candidate's seconds go: (label, stage_seconds key or a function of the stage seconds)
 SECONDS = [
     ("compile: build process, per candidate (CPU-bound, pool of cores)", "compile"),
