@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -205,7 +206,8 @@ def test_a_knockout_that_cannot_build_its_shim_is_inconclusive(tmp_path):
     assert got.outcome == INCONCLUSIVE and "no C compiler" in got.detail
 
 
-def test_a_knockout_failing_on_the_verifiers_side_says_why_and_is_made_once_more(tmp_path):
+def test_a_knockout_failing_on_the_verifiers_side_says_why_and_is_made_once_more(tmp_path, monkeypatch):
+    monkeypatch.setattr(knockout, "KNOCKOUT_RETRY_S", 0.2)  # the pause before the second run
     # the child's reference failed (the verifier's problem): inconclusive, its exception named, marked for a retry
     ChildReport(kind="candidate", reference_error="Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory.").write(
         tmp_path)
@@ -217,8 +219,10 @@ def test_a_knockout_failing_on_the_verifiers_side_says_why_and_is_made_once_more
     run = dict(make_job=None, job_dir_of=None, run_driven=None)
     with mock.patch.object(knockout, "shim_library", return_value=tmp_path / "shim.so"), \
             mock.patch.object(knockout, "_knockout_once", side_effect=[failed, ok]) as once:
+        t0 = time.monotonic()
         got = knockout.run_knockout(Work(verdict=Verdict(candidate_id="c")), None, VerifyConfig(), tmp_path, **run)
     assert once.call_count == 2 and got.outcome == NO_CONTRIBUTION and got.attempts == 2
+    assert time.monotonic() - t0 >= 0.2
     with mock.patch.object(knockout, "shim_library", return_value=tmp_path / "shim.so"), \
             mock.patch.object(knockout, "_knockout_once", side_effect=lambda *a: KnockoutResult(
                 INCONCLUSIVE, "failed on the verifier's side", verifier_failure=True)) as once:

@@ -55,6 +55,7 @@ import os
 import platform
 import shutil
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -65,6 +66,9 @@ SHIM_DIR = ".knockout"  # under the build root (read-only to the execution child
 
 CONTRIBUTES, NO_CONTRIBUTION, INCONCLUSIVE = "contributes", "no_contribution", "inconclusive"
 KNOCKOUT_ATTEMPTS = 2  # a knockout run that failed on the verifier's side is made once more before it is inconclusive
+# ... after this pause: what failed on the verifier's side under load (a child's set-up beside nine other verifiers on
+# one GPU, dbb69df) is often the moment's, and a retry at once meets the same moment
+KNOCKOUT_RETRY_S = 3.0
 
 
 class KnockoutError(RuntimeError):
@@ -166,6 +170,8 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
     except (KnockoutError, OSError, subprocess.SubprocessError) as e:
         return KnockoutResult(INCONCLUSIVE, f"the knockout shim could not be built ({str(e)[:300]})")
     for attempt in range(1, KNOCKOUT_ATTEMPTS + 1):
+        if attempt > 1:
+            time.sleep(KNOCKOUT_RETRY_S)
         got = _knockout_once(w, plan, cfg, build_root, marker, make_job, job_dir_of, run_driven, backend)
         got.attempts = attempt
         if not got.verifier_failure:
