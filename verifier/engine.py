@@ -183,6 +183,7 @@ def _compile_done(w: Work, results: list, build_root: Path | None = None) -> boo
     v = w.verdict
     v.stage_seconds["compile"] = round(sum(r.seconds for r in results if not r.cached), 3)
     v.stage_seconds["compile_cpu"] = round(sum(r.cpu_s for r in results if not r.cached), 3)
+    v.stage_seconds["compile_lock_wait"] = round(sum(r.lock_wait_s for r in results if not r.cached), 3)
     v.stage_seconds["compile_cached"] = all(r.cached for r in results) if results else True
     escapes = [f for r in results for f in sandbox.escape_findings(build_root / r.key)] if build_root else []
     if escapes:  # the build process (the candidate's static initialisers run when it imports the module) escaped

@@ -98,6 +98,7 @@ class BuildResult:
     fallback_skipped: bool = False  # failed in a fast variant, the full build not tried (full_fallback=False)
     objects_reused: int = 0  # object files taken from the object cache (verifier/build/objcache.py), not compiled
     cpu_s: float = 0.0  # CPU seconds (user + system) of the build: its steps (python, compilers) and this thread
+    lock_wait_s: float = 0.0  # of ``seconds``: the import checks' waits for the host's device locks (timing windows)
     verifier_error: str = ""  # the verifier's own build code failed (not the candidate's sources): never cached
 
 
@@ -113,14 +114,15 @@ def _read_result(key_dir: Path) -> BuildResult | None:
     return BuildResult(key=d["key"], ok=d["ok"], so_path=d.get("so_path", ""), log=log, seconds=d.get("seconds", 0.0),
                        cached=True, variant=d.get("variant", ""), pch=d.get("pch", False),
                        fallback_skipped=d.get("fallback_skipped", False), objects_reused=d.get("objects_reused", 0),
-                       cpu_s=d.get("cpu_s", 0.0))
+                       cpu_s=d.get("cpu_s", 0.0), lock_wait_s=d.get("lock_wait_s", 0.0))
 
 
 def _write_result(key_dir: Path, res: BuildResult) -> None:
     tmp = key_dir / "result.json.tmp"
     tmp.write_text(json.dumps({"key": res.key, "ok": res.ok, "so_path": res.so_path, "seconds": res.seconds,
                                "variant": res.variant, "pch": res.pch, "fallback_skipped": res.fallback_skipped,
-                               "objects_reused": res.objects_reused, "cpu_s": res.cpu_s}))
+                               "objects_reused": res.objects_reused, "cpu_s": res.cpu_s,
+                               "lock_wait_s": res.lock_wait_s}))
     os.replace(tmp, key_dir / "result.json")
 
 
@@ -171,7 +173,8 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float, 
                           log=(key_dir / "build.log").read_text(errors="replace"),
                           variant=got["variant"] if ok else "", pch=bool(got.get("pch")) and ok,
                           fallback_skipped=bool(got.get("fallback_skipped")) and not ok,
-                          objects_reused=int(got.get("objects_reused", 0)) if ok else 0, cpu_s=round(build.cpu, 3))
+                          objects_reused=int(got.get("objects_reused", 0)) if ok else 0, cpu_s=round(build.cpu, 3),
+                          lock_wait_s=round(build.lock_wait, 3))
         _write_result(key_dir, res)
         return res
 
@@ -190,6 +193,7 @@ class _Build:
     def __init__(self, key: str, key_dir: Path, objects: Path, log, host: HostSettings):
         self.key, self.key_dir, self.objects, self.log, self.host = key, key_dir, objects, log, host
         self.cpu, self.timed_out, self.findings, self.pch = 0.0, False, [], None
+        self.lock_wait = 0.0  # the import checks' waits for the device locks (BuildResult.lock_wait_s)
 
     def say(self, text: str) -> None:
         self.log.write(text if text.endswith("\n") else text + "\n")
@@ -287,6 +291,7 @@ class _Build:
         try:  # (a lock file that cannot be opened still leaves no temporary directory behind)
             for lock in locks:
                 lock.acquire(False, CODE_LOCK_WAIT_S)
+                self.lock_wait += lock.waited_s
             for torch_first in (False, True):
                 report = rw / "check.json"
                 report.unlink(missing_ok=True)

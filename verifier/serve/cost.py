@@ -42,22 +42,23 @@ TIMING_PARTS = tuple(f"child_timing_{p}" for p in ("warm_device", "profiler_star
                                                    "probes", "read_profile", "record"))
 # the judge's parts (verifier/judge/verdict.py _JudgeClock)
 JUDGE_PARTS = ("judge_models", "judge_trials", "judge_timed_checks", "judge_legality")
-STAGE_ORDER = ("extract", "static", "compile", "compile_cpu", "execute", "execute_admission", "execute_prepare",
-               "execute_child", "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
-               "child_load_guard", "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS,
-               "child_first_trial", "child_warmup", "child_timing_lock_wait", "child_timing", *TIMING_PARTS,
-               "child_own_kernel_check", "execute_held_checks", "execute_prefetch_wait", "execute_judge", *JUDGE_PARTS,
-               "total")
+STAGE_ORDER = ("extract", "static", "compile", "compile_cpu", "compile_lock_wait", "execute", "execute_admission",
+               "execute_prepare", "execute_child", "child_shared_lock_wait", "child_load_reference",
+               "child_load_profiler", "child_load_guard", "child_load_candidate_import", "child_load", "child_trials",
+               *TRIAL_PARTS, "child_first_trial", "child_warmup", "child_timing_lock_wait", "child_timing",
+               *TIMING_PARTS, "child_own_kernel_check", "execute_held_checks", "execute_prefetch_wait",
+               "execute_judge", *JUDGE_PARTS, "total")
 CPU_KEYS = ("compile_cpu",)
 # what the benchmark's table shows, in this order (the issue's list: compile, its CPU, execute and its parts)
-HEADLINE_KEYS = ("compile", "compile_cpu", "execute", "execute_admission", "execute_prepare", "execute_child",
-                 "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
+HEADLINE_KEYS = ("compile", "compile_cpu", "compile_lock_wait", "execute", "execute_admission", "execute_prepare",
+                 "execute_child", "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
                  "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS, "child_warmup",
-                 "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "execute_held_checks", "execute_prefetch_wait",
-                 "execute_judge", *JUDGE_PARTS, "total")
+                 "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "execute_held_checks",
+                 "execute_prefetch_wait", "execute_judge", *JUDGE_PARTS, "total")
 LABELS = {
     "extract": "extract (code block, parse)", "static": "static legality scan",
     "compile": "compile (build processes, wall)", "compile_cpu": "compile CPU (build processes + compilers)",
+    "compile_lock_wait": "  of the wall: the import checks waiting for the device locks (timing windows)",
     "execute": "execute (admission to judged verdict)", "execute_admission": "  waiting for memory admission",
     "execute_prepare": "  preparing the task (plan + reference timing; paid once per task, later candidates wait on it)",
     "execute_child": "  the execution child", "child_shared_lock_wait": "    waiting for the shared device lock",
