@@ -239,6 +239,34 @@ def test_the_template_s_blank_flags_keep_the_precompiled_header_and_the_boxed_bi
     assert report["binding"] == "boxed" and report["objects_reused"] >= 1, report
 
 
+def test_a_build_does_not_wait_for_a_header_another_build_is_making(tmp_path):
+    """While one build makes a precompiled header (a cold machine: about 90 s of its two cores), the others go on
+    without it, as with ``pch = false``, and say so in their result; none waits for the header's lock."""
+    import fcntl
+    import hashlib
+    import time
+
+    from verifier.build.pch import pch_signature
+
+    root = tmp_path / "pch"
+    args = {"cpp_sources": "int64_t seven() { return 7; }", "functions": ["seven"]}
+    spec = canonical_spec(args)
+    d = root / hashlib.sha256(pch_signature(spec).encode()).hexdigest()[:16]  # torch/extension.h's, these flags
+    d.mkdir(parents=True)
+    with open(d / ".lock", "w") as maker:  # another build is making it
+        fcntl.flock(maker, fcntl.LOCK_EX)
+        t0 = time.monotonic()
+        assert ensure_pch(spec, root, wait=False) is None and time.monotonic() - t0 < 1.0
+        res = build_blocking(tmp_path / "builds", args, 600, host=VerifyConfig(pch_dir=str(root)).host())
+        assert res.ok and res.pch is False, res.log[-2000:]
+        assert not (d / "ok").exists()  # nothing was built there behind the maker's back
+    import torch  # noqa: F401 - the module's init needs torch's libraries loaded
+
+    from verifier.child.loading import load_so
+
+    assert load_so(f"km_{res.key}", res.so_path).seven() == 7
+
+
 def test_pch_false_turns_the_header_off(tmp_path):
     # with [verify] pch = false no PCH is made or looked up, though pch_dir names a directory
     host = VerifyConfig(pch=False, pch_dir=str(tmp_path)).host()

@@ -208,12 +208,14 @@ class _Build:
                      f"`x.scalar_type()` (today's torch no longer converts one to the other)")
         cacheable = objcache.cacheable(spec)
         host = self.host  # [verify] pch_dir ("" when pch is off), canonical_binding
-        self.pch = ensure_pch(spec, Path(host.pch_dir)) if cacheable and host.pch_dir else None  # whitelisted flags
+        # whitelisted flags; not waited for where another build is making a header now (it goes on without)
+        self.pch = ensure_pch(spec, Path(host.pch_dir), wait=False) if cacheable and host.pch_dir else None
         if self.pch is not None and host.canonical_binding:  # the boxed binding's module object beside it, once
-            ensure_boxed_module(spec, Path(host.pch_dir))
+            ensure_boxed_module(spec, Path(host.pch_dir), wait=False)
         # a slim head's own precompiled header, for a host unit that starts with it (the "split" and "split_cpp"
         # variants)
-        self.slim_pch = {head: ensure_pch(spec, Path(host.pch_dir), header) for head, header in SLIM_HEADERS.items()
+        self.slim_pch = {head: ensure_pch(spec, Path(host.pch_dir), header, wait=False)
+                         for head, header in SLIM_HEADERS.items()
                          if self.pch is not None and any(str(kw.get("host_source", "")).startswith(head)
                                                          for _, kw in variants)}
         self.cpu += time.thread_time() - c0
