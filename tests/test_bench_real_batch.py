@@ -153,6 +153,14 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert (got[0]["speedup_lo"], got[0]["speedup_hi"]) == (vs[0].speedup_lo, vs[0].speedup_hi)
     assert got[0]["stage_seconds"] == pytest.approx(vs[0].stage_seconds)  # where its seconds went, the child's parts too
     assert got[0]["stage_seconds"]["child_trial_forward"] > 0
+    # how busy the slots were and how long the timing held the device alone, from the same seconds
+    from bench.lib.testbed_report import HELD_ALONE, slot_lines
+
+    (line,) = slot_lines({"slots": 2, "wall_s": 36.0, "rows": rows})
+    busy = vs[0].stage_seconds["execute"] / 72.0  # one program: its copy's seconds are not counted again
+    alone = sum(vs[0].stage_seconds.get(k, 0.0) for k in HELD_ALONE)  # the copy has no execution of its own
+    assert f"execution slots: 2, busy {busy:.2f}" in line and f"alone {alone:.1f} s" in line, line
+    assert slot_lines({"wall_s": 36.0, "rows": rows}) == []  # an older record: no slot count, no line
 
 
 def test_build_breakdown_reads_the_variant_and_the_failed_attempts_the_build_wrote(tmp_path):

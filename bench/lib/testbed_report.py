@@ -338,6 +338,7 @@ def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool
             "config": {k: getattr(cfg, k) for k in ("exec_workers", "exec_processes", "split_build", "time_torch_compile",
                                                     "sandbox", "trials",
                                                     "timing_trials", "timing_budget_s", "legality")},
+            "slots": cfg.exec_slots(batch.items[0][1].backend) if batch.items else 0,
             "gpu_util": (sum(s) / len(s) / 100) if s else None, "host_busy": host_busy,
             "cpu_by_kind": {k: [sec, n] for k, (sec, n) in cpu_by_kind.items()}, "rows": rows,
             "builds": breakdown(cfg.build_root())}
@@ -352,6 +353,28 @@ def real_cost(record: dict):
     vs = [Verdict(candidate_id=r["id"], task_id=r["task_id"], backend=r["backend"], status=r["status"],
                   stage_seconds=r["stage_seconds"]) for r in record["rows"]]
     return verification_cost(vs, programs={r["id"]: r["program"] for r in record["rows"]}, wall_s=record["wall_s"])
+
+
+# the timing phase's pieces during which the candidate's child holds the device alone (verifier/child/worker.py: the
+# profile is read after the lock is let go)
+HELD_ALONE = ("child_timing_warm_device", "child_timing_profiler_start", "child_timing_brackets",
+              "child_timing_profiler_stop", "child_timing_probes")
+
+
+def slot_lines(record: dict) -> list[str]:
+    """Where an execution-bound batch stands: how busy its execution slots were (each verdict's ``execute`` seconds
+    over slots x wall) and what share of the wall the candidates' timing held the device alone (the task's reference
+    timings come on top), each program once; [] for a record without its slot count."""
+    slots, wall = record.get("slots") or 0, record["wall_s"]
+    rows = list({r.get("program", r["id"]): r for r in record["rows"]}.values())  # copies of a program once
+    if not slots or wall <= 0:
+        return []
+    busy = sum(float(r["stage_seconds"].get("execute") or 0.0) for r in rows) / (slots * wall)
+    alone = sum(float(r["stage_seconds"].get(k) or 0.0) for r in rows for k in HELD_ALONE)
+    timed = sum(1 for r in rows if "child_timing_brackets" in r["stage_seconds"])
+    return [f"- execution slots: {slots}, busy {busy:.2f} of their wall (each verdict's `execute` over slots x wall); "
+            f"the candidates' timing held the device alone {alone:.1f} s, {alone / wall:.2f} of the wall "
+            f"({alone / timed if timed else 0.0:.2f} s per timed candidate: warm-up, brackets, probes)"]
 
 
 def real_section(record: dict) -> tuple[float | None, list[str]]:
@@ -374,6 +397,7 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
              f"- timings with the device alone: {sum(bool(r['exclusive']) for r in record['rows'])} / {n}; GPU "
              f"utilization mean: {record['gpu_util'] if record['gpu_util'] is None else round(record['gpu_util'], 2)}; "
              f"host CPU busy: {record['host_busy']:.2f}",
+             *slot_lines(record),
              *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
              "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
              "from Verdict.stage_seconds):", "", *cost_table(cost, HEADLINE_KEYS), "",
