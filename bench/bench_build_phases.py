@@ -1,13 +1,9 @@
 """Where a candidate's build seconds go: each compile command of the verifier's first build variant (the
 binding file main.cpp, the CUDA file cuda.cu, the link), run alone and timed, and nvcc's own phase times
 (``nvcc --time``) for the CUDA file. On a GPU box:
-
     PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 python3 bench/bench_build_phases.py --per-task 1 --out bench/results
-
-On a machine without a GPU (torch's CPU build, nvcc present) add ``--cuda-home /usr/local/cuda``: the compile
-commands and nvcc's phases are timed the same way; the link fails (no libtorch_cuda) and says so.
-
-Prints a markdown table (and writes bench/results/build_phases_<device>.md)."""
+Without a GPU (torch's CPU build, nvcc present) add ``--cuda-home /usr/local/cuda``: the compiles and nvcc's phases
+are timed the same way, the link fails (no libtorch_cuda). Prints a table (bench/results/build_phases_<device>.md)."""
 
 from __future__ import annotations
 
@@ -25,12 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
+from bench.lib.testbed import load_manifest, real_batch  # noqa: E402
 from verifier.build.objcache import MODULE  # noqa: E402
 from verifier.build.pool import HOST_OBJECT, SLIM_HEADER, ensure_pch, write_variant  # noqa: E402
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.common.spec import canonical_spec  # noqa: E402
-from verifier.front.static import scan  # noqa: E402
+from verifier.front.static import StaticScanError, scan  # noqa: E402
 
 
 def command(build_dir: Path, target: str) -> str:
@@ -56,9 +53,8 @@ def main() -> None:
     ap.add_argument("--per-task", type=int, default=1)
     ap.add_argument("--tasks", default="", help="comma-separated task names of bench/lib/mixed_batch.py (default: all)")
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--manifest", default="", help="the test bed's manifest (ext/testbed/manifest.jsonl): time the "
-                    "real-code batch's candidates (bench/lib/testbed.py real_batch over levels 1-3, --n-tasks tasks, "
-                    "--per-task each) instead of the mixed batch's")
+    ap.add_argument("--manifest", default="", help="ext/testbed/manifest.jsonl: the real batch's candidates "
+                    "(bench/lib/testbed.py real_batch: --n-tasks tasks, --per-task each), not the mixed batch's")
     ap.add_argument("--n-tasks", type=int, default=12)
     ap.add_argument("--cuda-home", default="", help="where nvcc lives, for a CPU build of torch (which leaves "
                     "cpp_extension's CUDA_HOME None): the compiles run, the link against libtorch_cuda fails")
@@ -66,15 +62,15 @@ def main() -> None:
     if a.cuda_home:
         import torch.utils.cpp_extension as ce
         ce.CUDA_HOME = a.cuda_home
-    if a.manifest:
-        from bench.lib.testbed import load_manifest, real_batch
-        items = list(real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task, n_tasks=a.n_tasks).items)
-    else:
-        items = [it for it in mixed_batch(a.per_task)
-                 if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
-    specs = [[e.args for e in scan(c.code, 'cuda').extensions if e.resolved] for _, c in items]
+    items = list(real_batch(load_manifest(Path(a.manifest)), per_task=a.per_task, n_tasks=a.n_tasks).items) \
+        if a.manifest else [it for it in mixed_batch(a.per_task)
+                            if not a.tasks or it[1].candidate_id.rsplit("-", 1)[0] in a.tasks.split(",")]
     rows, phases = [], defaultdict(list)
-    for (task, cand), sp in zip(items, specs):
+    for task, cand in items:
+        try:  # a model's answer that is no program has no build
+            sp = [e.args for e in scan(cand.code, 'cuda').extensions if e.resolved]
+        except StaticScanError:
+            continue
         if not sp:
             continue
         spec = canonical_spec(sp[0])
