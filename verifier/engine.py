@@ -40,7 +40,6 @@ from verifier.build.runtime import child_builder
 from verifier.common import sandbox
 from verifier.common.backends import get_backend
 from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, usable_cores
-from verifier.common.inputs import draw_inputs
 from verifier.execute import admission
 from verifier.execute.locks import device_work, lock_path, lock_wait_s
 from verifier.execute.processes import clear_job_root, exec_slot
@@ -49,7 +48,6 @@ from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
 from verifier.front.vendor import scan_sources
 from verifier.judge.knockout import run_knockout
-from verifier.judge.outputs import RNG_LOCK
 from verifier.judge.prefetch import ReferencePrefetch
 from verifier.judge.plan import (  # noqa: F401
     _PLANS,
@@ -257,11 +255,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
 
     def ship_inputs(i: int, seed: int) -> None:
         """Inputs a seed does not reproduce travel as a file, written when the child reaches their trial."""
-        other = job.other_shape if (job.other_shape and i == n - 1) else ""
         with device_work(cfg, backend):
-            with RNG_LOCK:
-                inputs = draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text, other)
-            inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
+            inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in plan.draw_trial(job, i, device, seed)]
         torch.save({"inputs": inputs}, job_dir / f"trial_{i}.pt")
 
     # the child's and the judge's memory, admitted together (verifier/execute/admission.py): jobs whose planned bytes do

@@ -195,10 +195,7 @@ def _knockout_once(w, plan, cfg, build_root: Path, marker: dict, make_job, job_d
         (job_dir / MARKER_FILE).write_text(json.dumps(marker))
 
         def ship_inputs(i: int, seed: int) -> None:  # inputs a seed does not reproduce travel as a file
-            from verifier.common.inputs import draw_inputs
-            from verifier.judge.outputs import RNG_LOCK
-            with RNG_LOCK:
-                inputs = draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
+            inputs = plan.draw_trial(job, i, device, seed)
             torch.save({"inputs": [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]},
                        job_dir / f"trial_{i}.pt")
 

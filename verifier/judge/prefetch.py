@@ -102,10 +102,9 @@ class ReferencePrefetch:
             inputs = self.plan.draw_trial(job, i, self.device, seed)
             # what it keeps (the inputs, the fp32 answers, the float64 ones: twice their size) and, while it runs,
             # the float64 copy of the inputs: the answers by the plan's largest outputs, before they exist
-            wide = self.model64 is not None
             size = nbytes(inputs)
-            peak = size * (3 if wide else 1) + self.plan.largest_output_bytes() * (3 if wide else 1)
-            if self._held + peak > self.budget:
+            if self._held + (size + self.plan.largest_output_bytes()) * (3 if self.model64 is not None else 1) \
+                    > self.budget:
                 return False
             with torch.no_grad():
                 refs = [r.detach() for r in as_list(self.model(*inputs))]
