@@ -25,12 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bench.lib import fixtures as fx  # noqa: E402
+from bench.lib import fixtures as fx, lock_trace  # noqa: E402
+from bench.lib.proc_cpu import GpuSampler, ProcCpu  # noqa: E402
 from bench.lib.testbed import verify_keys  # noqa: E402
 from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from kernelmill.settings import parse_section  # noqa: E402
-from bench.lib.proc_cpu import GpuSampler, ProcCpu  # noqa: E402
 from verifier.engine import VerifyConfig, usable_cores, verify_batch  # noqa: E402
 from verifier.serve.cost import mean_or_nan, exec_breakdown, seconds_table, write_verdicts  # noqa: E402
 
@@ -39,13 +39,11 @@ def run_batch(items, cfg, workers):
     """verdicts, wall s, GPU util mean, GPU busy fraction, host CPU busy fraction over the batch, and the host
     CPU seconds by kind of process (bench/lib/proc_cpu.py)."""
     sampler, procs = GpuSampler(), ProcCpu()
-    sampler.start()
-    procs.start()
+    sampler.start(), procs.start()
     t0 = time.perf_counter()
     vs = verify_batch(items, config=cfg, compile_workers=workers)
     wall = time.perf_counter() - t0
-    sampler.stop.set()
-    sampler.join()
+    sampler.stop.set(), sampler.join()
     by_kind = procs.finish()
     s = sampler.samples
     return (vs, wall, (sum(s) / len(s) / 100 if s else float("nan")),
@@ -86,6 +84,7 @@ def real_once(a, out_json: Path) -> None:
     cfg = dataclasses.replace(parse_section("verify", verify_keys(a.verify, a.exec_workers, a.no_split), "--verify"),
                               build_dir=tempfile.mkdtemp(prefix=f"km-bench-real-k{a.per_task}-"))
     done: list = []  # (seconds since the batch started, item index, verdict)
+    trace = lock_trace.for_batch(cfg, a.backend)  # the device lock's timeline (bench/lib/lock_trace.py)
     lock = threading.Lock()
     stats = VerifyStats()
     sampler, procs = GpuSampler(), ProcCpu()
@@ -119,6 +118,7 @@ def real_once(a, out_json: Path) -> None:
         rows = [dict(real_row(batch.items[i][1], v), t=round(t, 1)) for t, i, v in sorted(done, key=lambda d: d[1])]
     record = real_record(batch, stats, cfg, rows, per_task=a.per_task, cut=cut, wall_s=wall, errors=errors,
                          gpu_samples=sampler.samples, host_busy=procs.host_busy, cpu_by_kind=by_kind)
+    record["lock"] = lock_trace.summarize(trace)
     out_json.write_text(json.dumps(record))
     if cut:
         print(f"budget reached after {wall:.0f} s: {len(rows)} of {len(batch.items)} verdicts recorded", flush=True)

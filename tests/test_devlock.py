@@ -439,3 +439,44 @@ def test_a_shared_taker_stands_back_for_queued_timers_only_so_long(tmp_path, mon
     assert not holder.timer_waiting()
     for lk in (holder, timer, late):
         lk.close()
+
+
+def test_a_trace_beside_the_lock_records_every_hold_and_blames_the_drain_on_the_last_piece(tmp_path):
+    """bench/lib/lock_trace.py: with a trace file beside the lock, each hold is appended as it ends (mode, when it
+    was asked for, got, let go, the line that took it); the summary splits the wall by the lock's state and blames
+    a timer's wait on the shared piece that let go last. No trace file, nothing written."""
+    from bench.lib import lock_trace
+    from verifier.common.devlock import lock_files
+
+    path = str(tmp_path / "dev.lock")
+    with DeviceLock(path) as quiet:  # no trace yet: a hold leaves no file behind
+        assert quiet.acquire(False, 1.0)
+    assert not (tmp_path / "dev.lock.trace").exists() and len(lock_files(path)) == 3
+    trace = lock_trace.start(path)
+    assert lock_files(path)[-1] == trace  # a sandboxed process binds it with the lock's files
+    short, long_, timer = DeviceLock(path), DeviceLock(path), DeviceLock(path)
+    assert short.acquire(False, 1.0) and long_.acquire(False, 1.0)
+    got = {}
+    th = threading.Thread(target=lambda: got.setdefault("t", timer.acquire(True, 10.0)))
+    th.start()
+    time.sleep(0.1)
+    short.release()  # one piece ends soon, the other holds the timer up
+    time.sleep(0.4)
+    long_.release()
+    th.join(5)
+    assert got["t"]
+    time.sleep(0.1)
+    timer.release()
+    for lk in (short, long_, timer):
+        lk.close()
+    holds = lock_trace.read(trace)
+    assert sorted(h.mode for h in holds) == ["s", "s", "x"]
+    assert all(h.site.startswith("test_devlock.py:") or h.site.startswith("threading.py:") for h in holds)
+    rec = lock_trace.summarize(trace)
+    assert 0.35 < rec["draining"] < 0.8 and 0.05 < rec["exclusive"] < 0.5 and rec["timers"] == 1
+    long_site = next(h.site for h in holds if h.mode == "s" and h.released - h.got > 0.4)
+    assert max(rec["blame"], key=lambda s: rec["blame"][s][0]) == long_site
+    text = "\n".join(lock_trace.lines(rec))
+    assert "timers wait, shared work drains" in text and long_site in text
+    (tmp_path / "dev.lock.trace").write_text("garbage line\n1 s 3 2 1 x.py:1\n")  # a candidate's scribbles are dropped
+    assert lock_trace.read(trace) == [] and lock_trace.summarize(trace) == {}

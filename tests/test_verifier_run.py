@@ -24,7 +24,7 @@ from verifier import engine
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.entry import verify_candidate
 from verifier.front.static import scan
-from verifier.serve.cost import JUDGE_PARTS, TIMING_PARTS, TRIAL_PARTS
+from verifier.serve.cost import CHILD_PHASES, JUDGE_PARTS, TIMING_PARTS, TRIAL_PARTS
 
 ROOT = Path(__file__).resolve().parent.parent
 C = fx.cpu_candidate
@@ -244,6 +244,11 @@ def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
         # what the slot's process does after the child ended is measured there, inside the child's stage
         after = v.stage_seconds["execute_held_checks"] + v.stage_seconds["execute_prefetch_wait"]
         assert 0 <= after <= v.stage_seconds["execute_child"], (v.candidate_id, v.stage_seconds)
+        # and the seconds before the child's main began and after it ended, by one clock of the host: the child's
+        # phases, these and the slot's own after it fit in the child's stage
+        around = v.stage_seconds["execute_child_start"] + v.stage_seconds["execute_child_exit"]
+        phases = sum(v.stage_seconds.get(k, 0.0) for k in CHILD_PHASES)
+        assert around >= 0 and phases <= v.stage_seconds["execute_child"] + 0.05, (v.candidate_id, v.stage_seconds)
     assert sum(v.versions["timing"]["exclusive"] for v in passed) >= len(passed) // 2
 
 

@@ -267,7 +267,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             # timed once per task, before the first candidate runs and outside any device lock
             ref_timing = reference_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
             v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
-            t_child = time.perf_counter()
+            t_child, began = time.perf_counter(), time.monotonic()
             timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
             harness = make_harness(plan, job, job_dir, device, cfg, check=True,
                                null=ref_timing.null() if ref_timing is not None else None)
@@ -288,6 +288,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                     prefetch.close(lock_wait_s(cfg) + 60.0)
                     t_wait = time.perf_counter() - t_wait
             v.stage_seconds["execute_child"] = round(time.perf_counter() - t_child, 3)
+            returned = time.monotonic() - t_wait
             # of it, in this process after the child ended: the harness's held checks, the prefetch's last answers
             v.stage_seconds["execute_held_checks"] = round(clocked.close_s, 3)
             v.stage_seconds["execute_prefetch_wait"] = round(t_wait, 3)
@@ -308,7 +309,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                 t_judge = time.perf_counter()
                 try:
                     return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout,
-                                                         give_way, prefetch), ref_timing)
+                                                         give_way, prefetch, (began, returned)), ref_timing)
                 finally:
                     v.stage_seconds["execute_judge"] = round(time.perf_counter() - t_judge, 3)
     finally:

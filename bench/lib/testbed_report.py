@@ -322,7 +322,9 @@ def real_row(cand, v) -> dict:
             "pass_partial": v.pass_partial, "speedup": round(v.speedup_eager, 3) if v.speedup_eager else None,
             "program": hashlib.sha256(cand.code.encode()).hexdigest(), "stage_seconds": dict(v.stage_seconds),
             "exclusive": v.versions.get("timing", {}).get("exclusive"), "runtime_us": v.runtime_us,
-            "eager_us": v.eager_us, "speedup_lo": v.speedup_lo, "speedup_hi": v.speedup_hi}
+            "eager_us": v.eager_us, "speedup_lo": v.speedup_lo, "speedup_hi": v.speedup_hi,
+            # why, where the verdict is no judgement of the kernel's numbers (the verifier's side, a crash, the task)
+            "why": v.feedback[:600] if v.status in ("verifier_error", "task_error", "crash", "timeout") else ""}
 
 
 def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool, wall_s: float, errors: list[str],
@@ -407,7 +409,9 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
     lines += [f"| {kind} | {sec / max(cost.programs, 1):.2f} | {cnt} |"
               for kind, (sec, cnt) in sorted(record["cpu_by_kind"].items(), key=lambda kv: -kv[1][0])
               if sec >= 0.05 * max(cost.programs, 1)]
-    return per_hour, lines + [""] + filled_lines(record) + build_lines(record)
+    from bench.lib.lock_trace import lines as lock_lines
+
+    return per_hour, lines + [""] + filled_lines(record) + build_lines(record) + lock_lines(record.get("lock") or {})
 
 
 def filled_lines(record: dict) -> list[str]:
@@ -442,7 +446,7 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
                 f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
                                     "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"],
                                     **{k: r.get(k) for k in ("runtime_us", "eager_us", "speedup_lo", "speedup_hi",
-                                                             "stage_seconds")}})
+                                                             "stage_seconds", "why")}})
                         + "\n")
 
 

@@ -477,8 +477,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
 
 
 def main(job_dir: str) -> int:
+    began = time.monotonic()
     job_dir_p = Path(job_dir)
     report = run_job(job_dir_p)
+    report.mono_span = [round(began, 6), round(time.monotonic(), 6)]
     # written last, atomically: a crash before this point leaves no report, which the parent reports
     report.write(job_dir_p)
     return 0

@@ -200,6 +200,9 @@ class ChildReport(_Record):
     timing_exclusive: typing.Optional[bool] = None
     lock_wait_s: float = 0.0
     device: str = ""
+    # the child's main began and ended (CLOCK_MONOTONIC, one clock for the host's processes): the parent's seconds
+    # before and after it (stage_seconds execute_child_start / _exit; diagnostics, never a verdict's number)
+    mono_span: list[float] = field(default_factory=list)
 
     def write(self, job_dir: Path) -> None:
         tmp = job_dir / (REPORT_FILE + ".tmp")

@@ -16,6 +16,11 @@ Every wait is bounded. The lock protects timing accuracy; it must never turn a s
 into someone else's timeout. A process that cannot get it in time goes on without it, and the result says
 so (``held`` stays None). Locks go with their process: a killed candidate releases what it held.
 
+Where a file ``<lock>.trace`` exists beside the lock (a benchmark makes it: bench/lib/lock_trace.py), every hold is
+appended to it as it ends: process, mode, when the take began, when it got the lock, when it let go, and the line of
+the verifier's code that took it (the piece of device work that followed). Diagnostics only: a candidate's process
+can write there as it can flock the lock, and nothing of a verdict reads it.
+
 Standard library only: imported inside the execution child, which has torch and nothing else.
 """
 
@@ -24,15 +29,30 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 import time
 
 
 TIMERS_FIRST_S = 5.0  # the longest a shared taker stands back while timers wait (see DeviceLock.acquire)
+TRACE_SUFFIX = ".trace"  # the holds' log beside a lock, where one exists (see the module's docstring)
 
 
 def lock_files(path: str) -> list[str]:
-    """The files of the lock at ``path``: the device, the turnstile, the timers' queue."""
-    return [str(path), f"{path}.turn", f"{path}.timers"]
+    """The files of the lock at ``path``: the device, the turnstile, the timers' queue, and its trace where one
+    exists (a sandboxed process binds them all writable)."""
+    files = [str(path), f"{path}.turn", f"{path}.timers"]
+    return files + [f"{path}{TRACE_SUFFIX}"] if os.path.isfile(f"{path}{TRACE_SUFFIX}") else files
+
+
+_FRAMES_PASSED = ("devlock.py", "locks.py", "contextlib.py")  # the lock's own frames and its context managers'
+
+
+def _site() -> str:
+    """``file:line`` of the first caller outside the lock's own modules: the verifier's code that took it."""
+    f = sys._getframe(1)
+    while f is not None and os.path.basename(f.f_code.co_filename) in _FRAMES_PASSED:
+        f = f.f_back
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}" if f is not None else "?"
 
 
 class DeviceLock:
@@ -44,11 +64,17 @@ class DeviceLock:
         self.held: str | None = None  # "shared", "exclusive" or None
         self.waited_s = 0.0
         self.yielded_s = 0.0  # of waited_s: spent giving way to timers (yield_to_timer)
+        self._trace: int | None = None  # the holds' log (TRACE_SUFFIX), where it exists
+        self._hold: tuple = ()  # the hold being traced: (take began, got, site)
 
     def _open(self) -> None:
         if self._dev is None:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-            self._dev, self._turn, self._timers = (os.open(f, flags, 0o666) for f in lock_files(self.path))
+            self._dev, self._turn, self._timers = (os.open(f, flags, 0o666) for f in lock_files(self.path)[:3])
+            try:
+                self._trace = os.open(f"{self.path}{TRACE_SUFFIX}", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            except OSError:
+                self._trace = None
 
     @staticmethod
     def _take(fd: int, op: int, deadline: float) -> bool:
@@ -86,8 +112,11 @@ class DeviceLock:
                 fcntl.flock(self._turn, fcntl.LOCK_UN)
         if queued and not got:
             fcntl.flock(self._timers, fcntl.LOCK_UN)
-        self.waited_s += time.monotonic() - t0
+        now = time.monotonic()
+        self.waited_s += now - t0
         self.held = ("exclusive" if exclusive else "shared") if got else None
+        if got and self._trace is not None:
+            self._hold = (t0, now, _site())
         return got
 
     def _timers_queued(self) -> bool:
@@ -150,14 +179,23 @@ class DeviceLock:
             fcntl.flock(self._dev, fcntl.LOCK_UN)
             if self.held == "exclusive":
                 fcntl.flock(self._timers, fcntl.LOCK_UN)
+            if self._trace is not None and self._hold:
+                t0, got, site = self._hold
+                mode = "x" if self.held == "exclusive" else "s"
+                line = f"{os.getpid()} {mode} {t0:.6f} {got:.6f} {time.monotonic():.6f} {site}\n"
+                try:  # one short append: lines of several processes do not interleave
+                    os.write(self._trace, line.encode())
+                except OSError:
+                    pass
         self.held = None
+        self._hold = ()
 
     def close(self) -> None:
         self.release()
-        for fd in (self._dev, self._turn, self._timers):
+        for fd in (self._dev, self._turn, self._timers, self._trace):
             if fd is not None:
                 os.close(fd)
-        self._dev = self._turn = self._timers = None
+        self._dev = self._turn = self._timers = self._trace = None
 
     def __enter__(self) -> "DeviceLock":
         return self

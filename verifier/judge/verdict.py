@@ -183,6 +183,7 @@ class Execution:
     knockout: Callable | None = None
     give_way: Callable[[], object] = lambda: None
     prefetched: ReferencePrefetch | None = None  # the reference's answers computed while the child ran
+    span: tuple[float, float] = ()  # monotonic: the child's job handed over, and its run returned (its held checks in)
 
 
 @dataclass
@@ -327,6 +328,10 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
         return finish(w, "crash", [f"The execution report was unreadable ({e}); did your program write files?"])
     for name, secs in report.phase_s.items():
         v.stage_seconds[f"child_{name}"] = float(secs)
+    if len(ex.span) == 2 and len(report.mono_span) == 2:  # the slot's seconds before the child's main and after it
+        v.stage_seconds["execute_child_start"] = round(max(0.0, report.mono_span[0] - ex.span[0]), 3)
+        after = ex.span[1] - report.mono_span[1] - ex.clocked.close_s
+        v.stage_seconds["execute_child_exit"] = round(max(0.0, after), 3)
     if len(report.trials) >= 2:  # the first trial pays first-call costs (module loads)
         v.stage_seconds["child_first_trial"] = round(report.trials[1].started_s - report.trials[0].started_s, 4)
     v.versions["sandbox"] = report.sandbox

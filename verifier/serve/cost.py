@@ -33,7 +33,6 @@ from typing import Iterable, Mapping
 
 from kernelmill.schema import Candidate, Verdict
 
-# the stage keys in the order a candidate meets them (verifier/README.md); other keys follow, sorted
 # a trial's pieces and the timing phase's, summed over the job (verifier/child/worker.py, PhaseClock.part)
 TRIAL_PARTS = tuple(f"child_trial_{p}" for p in ("yield", "seed", "inputs", "reference", "poison", "profiler_start",
                                                  "forward", "profiler_stop", "read_profile", "output", "record",
@@ -42,41 +41,55 @@ TIMING_PARTS = tuple(f"child_timing_{p}" for p in ("warm_device", "profiler_star
                                                    "probes", "read_profile", "record"))
 # the judge's parts (verifier/judge/verdict.py _JudgeClock)
 JUDGE_PARTS = ("judge_models", "judge_trials", "judge_timed_checks", "judge_legality")
-STAGE_ORDER = ("extract", "static", "compile", "compile_cpu", "compile_lock_wait", "execute", "execute_admission",
-               "execute_prepare", "execute_child", "child_shared_lock_wait", "child_load_reference",
-               "child_load_profiler", "child_load_guard", "child_load_candidate_import", "child_load", "child_trials",
-               *TRIAL_PARTS, "child_first_trial", "child_warmup", "child_timing_lock_wait", "child_timing",
-               *TIMING_PARTS, "child_own_kernel_check", "execute_held_checks", "execute_prefetch_wait",
-               "execute_judge", *JUDGE_PARTS, "total")
+
+# Every stage key once, in the order a candidate meets them (verifier/README.md): (key, label, whether the
+# benchmark's table shows it (the issue's list: compile, its CPU, execute and its parts), whether it is one of the
+# pieces of ``execute_child``'s wall (what is left of that wall outside them is its own row in SECONDS)).
+STAGES = (
+    ("extract", "extract (code block, parse)", False, False),
+    ("static", "static legality scan", False, False),
+    ("compile", "compile (build processes, wall)", True, False),
+    ("compile_cpu", "compile CPU (build processes + compilers)", True, False),
+    ("compile_lock_wait", "  of the wall: the import checks waiting for the device locks (timing windows)", True,
+     False),
+    ("execute", "execute (admission to judged verdict)", True, False),
+    ("execute_admission", "  waiting for memory admission", True, False),
+    ("execute_prepare", "  preparing the task (plan + reference timing; paid once per task, later candidates wait on "
+                        "it)", True, False),
+    ("execute_child", "  the execution child", True, False),
+    ("execute_child_start", "    before the child's own clock: the job handed to its warm process (fork, warm-up)",
+     True, True),
+    ("child_shared_lock_wait", "    waiting for the shared device lock", True, True),
+    ("child_load_reference", "    the reference built in the child", True, True),
+    ("child_load_profiler", "    the profiler started", True, True),
+    ("child_load_guard", "    the tamper guard's snapshot of torch's state", False, True),
+    ("child_load_candidate_import", "    the candidate imported (its extensions loaded)", True, True),
+    ("child_load", "    ModelNew constructed", True, True),
+    ("child_trials", "    correctness trials", True, True),
+    *((k, f"      trial: {k[len('child_trial_'):].replace('_', ' ')}", True, False) for k in TRIAL_PARTS),
+    ("child_first_trial", "    the first trial (first-call costs)", False, False),
+    ("child_warmup", "    warm-up calls (cuda: before the timing lock)", True, True),
+    ("child_timing_lock_wait", "    waiting for the timing lock", True, True),
+    ("child_timing", "    timing", True, True),
+    *((k, f"      timing: {k[len('child_timing_'):].replace('_', ' ')}", True, False) for k in TIMING_PARTS),
+    ("child_own_kernel_check", "    the own-kernel check", False, False),
+    ("execute_child_exit", "    after the child's report: its exit, the fork server's sweep of its sandbox", True,
+     True),
+    ("execute_held_checks", "    after the child: the harness's held checks of the timed outputs (cuda)", True, True),
+    ("execute_prefetch_wait", "    after the child: waiting for the reference prefetch's last answers (cuda)", True,
+     True),
+    ("execute_judge", "  judging (the reference on every trial's inputs, its lock waits, a knockout)", True, False),
+    ("judge_models", "    the reference and its float64 copy built", True, False),
+    ("judge_trials", "    the trials' outputs checked", True, False),
+    ("judge_timed_checks", "    the timed outputs' full checks, the speedups", True, False),
+    ("judge_legality", "    the legality policies (a knockout run where one decides)", True, False),
+    ("total", "total (front to verdict)", True, False),
+)
+STAGE_ORDER = tuple(k for k, *_ in STAGES)  # other keys follow these, sorted
+HEADLINE_KEYS = tuple(k for k, _, headline, _ in STAGES if headline)
+LABELS = {k: label for k, label, *_ in STAGES}
+CHILD_PHASES = tuple(k for k, *_, phase in STAGES if phase)
 CPU_KEYS = ("compile_cpu",)
-# what the benchmark's table shows, in this order (the issue's list: compile, its CPU, execute and its parts)
-HEADLINE_KEYS = ("compile", "compile_cpu", "compile_lock_wait", "execute", "execute_admission", "execute_prepare",
-                 "execute_child", "child_shared_lock_wait", "child_load_reference", "child_load_profiler",
-                 "child_load_candidate_import", "child_load", "child_trials", *TRIAL_PARTS, "child_warmup",
-                 "child_timing_lock_wait", "child_timing", *TIMING_PARTS, "execute_held_checks",
-                 "execute_prefetch_wait", "execute_judge", *JUDGE_PARTS, "total")
-LABELS = {
-    "extract": "extract (code block, parse)", "static": "static legality scan",
-    "compile": "compile (build processes, wall)", "compile_cpu": "compile CPU (build processes + compilers)",
-    "compile_lock_wait": "  of the wall: the import checks waiting for the device locks (timing windows)",
-    "execute": "execute (admission to judged verdict)", "execute_admission": "  waiting for memory admission",
-    "execute_prepare": "  preparing the task (plan + reference timing; paid once per task, later candidates wait on it)",
-    "execute_child": "  the execution child", "child_shared_lock_wait": "    waiting for the shared device lock",
-    "child_load_reference": "    the reference built in the child", "child_load_profiler": "    the profiler started",
-    "child_load_candidate_import": "    the candidate imported (its extensions loaded)",
-    "child_load": "    ModelNew constructed", "child_timing_lock_wait": "    waiting for the timing lock",
-    "child_trials": "    correctness trials", "child_warmup": "    warm-up calls (cuda: before the timing lock)",
-    "child_timing": "    timing",
-    **{k: f"      trial: {k[len('child_trial_'):].replace('_', ' ')}" for k in TRIAL_PARTS},
-    **{k: f"      timing: {k[len('child_timing_'):].replace('_', ' ')}" for k in TIMING_PARTS},
-    "execute_held_checks": "    after the child: the harness's held checks of the timed outputs (cuda)",
-    "execute_prefetch_wait": "    after the child: waiting for the reference prefetch's last answers (cuda)",
-    "execute_judge": "  judging (the reference on every trial's inputs, its lock waits, a knockout)",
-    "judge_models": "    the reference and its float64 copy built", "judge_trials": "    the trials' outputs checked",
-    "judge_timed_checks": "    the timed outputs' full checks, the speedups",
-    "judge_legality": "    the legality policies (a knockout run where one decides)",
-    "total": "total (front to verdict)",
-}
 
 
 @dataclass(frozen=True)
@@ -255,9 +268,6 @@ def mean_or_nan(xs) -> float:
 
 EXEC_KEYS = ("execute_prepare", "child_load", "child_trials", "child_first_trial", "child_timing_lock_wait",
              "child_timing", "child_own_kernel_check", "execute_child", "execute")
-_CHILD_PHASES = ("child_shared_lock_wait", "child_load_reference", "child_load_profiler", "child_load_guard",
-                 "child_load_candidate_import", "child_load", "child_trials", "child_warmup", "child_timing_lock_wait",
-                 "child_timing", "execute_held_checks", "execute_prefetch_wait")
 # where a candidate's seconds go: (label, stage_seconds key or a function of the stage seconds)
 SECONDS = [
     ("compile: build process, per candidate (CPU-bound, pool of cores)", "compile"),
@@ -273,7 +283,7 @@ SECONDS = [
     ("child: wait for the timing lock", "child_timing_lock_wait"),
     ("child: timing", "child_timing"),
     ("execution process: start + end not in its own phases",
-     lambda st: st.get("execute_child", 0) - sum(st.get(k, 0) for k in _CHILD_PHASES)),
+     lambda st: st.get("execute_child", 0) - sum(st.get(k, 0) for k in CHILD_PHASES)),
     ("judge: outputs compared, float64 reference on the trial inputs", lambda st: st.get("execute", 0)
      - st.get("execute_prepare", 0) - st.get("execute_child", 0)),
     ("total per candidate (wall, one worker)", "total"),
