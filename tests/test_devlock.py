@@ -441,10 +441,11 @@ def test_a_shared_taker_stands_back_for_queued_timers_only_so_long(tmp_path, mon
         lk.close()
 
 
-def test_a_trace_beside_the_lock_records_every_hold_and_blames_the_drain_on_the_last_piece(tmp_path):
+def test_a_trace_beside_the_lock_records_every_hold_and_blames_the_drain_on_the_last_section(tmp_path):
     """bench/lib/lock_trace.py: with a trace file beside the lock, each hold is appended as it ends (mode, when it
-    was asked for, got, let go, the line that took it); the summary splits the wall by the lock's state and blames
-    a timer's wait on the shared piece that let go last. No trace file, nothing written."""
+    was asked for, got, let go, the line that took it, the last point of giving way it passed holding on, the line
+    that let go); the summary splits the wall by the lock's state and blames a timer's wait on the section of code
+    of the shared hold that let go last. No trace file, nothing written."""
     from bench.lib import lock_trace
     from verifier.common.devlock import lock_files
 
@@ -456,6 +457,8 @@ def test_a_trace_beside_the_lock_records_every_hold_and_blames_the_drain_on_the_
     assert lock_files(path)[-1] == trace  # a sandboxed process binds it with the lock's files
     short, long_, timer = DeviceLock(path), DeviceLock(path), DeviceLock(path)
     assert short.acquire(False, 1.0) and long_.acquire(False, 1.0)
+    long_.yield_to_timer(5.0)  # no timer waits yet: the hold goes on past this point
+    passed_line = sys._getframe().f_lineno - 1
     got = {}
     th = threading.Thread(target=lambda: got.setdefault("t", timer.acquire(True, 10.0)))
     th.start()
@@ -463,6 +466,7 @@ def test_a_trace_beside_the_lock_records_every_hold_and_blames_the_drain_on_the_
     short.release()  # one piece ends soon, the other holds the timer up
     time.sleep(0.4)
     long_.release()
+    let_go_line = sys._getframe().f_lineno - 1
     th.join(5)
     assert got["t"]
     time.sleep(0.1)
@@ -471,12 +475,14 @@ def test_a_trace_beside_the_lock_records_every_hold_and_blames_the_drain_on_the_
         lk.close()
     holds = lock_trace.read(trace)
     assert sorted(h.mode for h in holds) == ["s", "s", "x"]
-    assert all(h.site.startswith("test_devlock.py:") or h.site.startswith("threading.py:") for h in holds)
+    section = f"test_devlock.py:{passed_line} -> test_devlock.py:{let_go_line}"
+    assert [h.section for h in holds if h.mode == "s" and h.released - h.got > 0.4] == [section]
     rec = lock_trace.summarize(trace)
     assert 0.35 < rec["draining"] < 0.8 and 0.05 < rec["exclusive"] < 0.5 and rec["timers"] == 1
-    long_site = next(h.site for h in holds if h.mode == "s" and h.released - h.got > 0.4)
-    assert max(rec["blame"], key=lambda s: rec["blame"][s][0]) == long_site
+    assert max(rec["blame"], key=lambda s: rec["blame"][s][0]) == section
+    assert rec["pieces"][section][1] > 0.4  # the section's own seconds: from the point passed to the let-go
     text = "\n".join(lock_trace.lines(rec))
-    assert "timers wait, shared work drains" in text and long_site in text
-    (tmp_path / "dev.lock.trace").write_text("garbage line\n1 s 3 2 1 x.py:1\n")  # a candidate's scribbles are dropped
+    assert "timers wait, shared work drains" in text and section in text
+    # a candidate's scribbles are dropped
+    (tmp_path / "dev.lock.trace").write_text("garbage line\n1 s 3 2 1 x.py:1 2 x.py:1 x.py:2\n")
     assert lock_trace.read(trace) == [] and lock_trace.summarize(trace) == {}

@@ -306,10 +306,11 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                     finally:
                         lock.acquire(False, lock_wait_s(cfg))
                 give_way = functools.partial(lock.yield_to_timer, lock_wait_s(cfg))
+                aside = functools.partial(lock.aside, lock_wait_s(cfg))
                 t_judge = time.perf_counter()
                 try:
                     return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout,
-                                                         give_way, prefetch, (began, returned)), ref_timing)
+                                                         give_way, prefetch, (began, returned), aside), ref_timing)
                 finally:
                     v.stage_seconds["execute_judge"] = round(time.perf_counter() - t_judge, 3)
     finally:

@@ -2,10 +2,11 @@
 
 ``start(lock)`` makes the trace file beside a device lock (verifier/common/devlock.py ``TRACE_SUFFIX``): from then on
 every process that takes that lock appends each hold as it ends (process, mode, when the take began, when it got
-the lock, when it let go, the verifier's line that took it). ``summarize(path)`` reads it back into a record and
-``lines(record)`` into markdown: the wall split by the device's state (a timer holding it alone; timers waiting
-while shared work drains; shared work only; nobody), the drain blamed on the shared piece that let go last, and
-the shared pieces by the line that began them (how long each holds the device, so how long a timer can wait for it).
+the lock, when it let go, the verifier's line that took it, the last point of giving way it passed holding on and
+the line that let go). ``summarize(path)`` reads it back into a record and ``lines(record)`` into markdown: the
+wall split by the device's state (a timer holding it alone; timers waiting while shared work drains; shared work
+only; nobody), the drain blamed on the section of code (from the last point of giving way passed to the one that
+let go) of the shared hold that let go last, and the sections' lengths (how long a timer can wait for each).
 
 A shared taker counts from the end of its wait (when it got the lock); a timer's wait counts from the start of its
 take (it joins the timers' queue at once, and every shared taker stands back from then on).
@@ -29,6 +30,14 @@ class Hold:
     got: float
     released: float
     site: str  # file:line of the verifier's code that took it
+    passed_t: float  # the last point of giving way it passed holding on (``got`` where none)
+    passed: str
+    let_go: str  # file:line of the code that let it go
+
+    @property
+    def section(self) -> str:
+        """The code a timer that came during its last stretch waited for: last point passed -> the one that let go."""
+        return f"{self.passed} -> {self.let_go}"
 
 
 def start(lock_path: str) -> str:
@@ -59,13 +68,14 @@ def read(path: str) -> list[Hold]:
         return []
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) != 6 or parts[1] not in ("s", "x"):
+        if len(parts) != 9 or parts[1] not in ("s", "x"):
             continue
         try:
-            h = Hold(int(parts[0]), parts[1], float(parts[2]), float(parts[3]), float(parts[4]), parts[5])
+            h = Hold(int(parts[0]), parts[1], float(parts[2]), float(parts[3]), float(parts[4]), parts[5],
+                     float(parts[6]), parts[7], parts[8])
         except ValueError:
             continue
-        if h.asked <= h.got <= h.released:
+        if h.asked <= h.got <= h.passed_t <= h.released:
             holds.append(h)
     return holds
 
@@ -106,7 +116,8 @@ def _total(spans) -> float:
 
 def summarize(path: str) -> dict:
     """The trace's record: {"wall", "exclusive", "draining", "shared_only", "idle", "timers", "timer_wait_median",
-    "blame": {site: [seconds, segments]}, "pieces": {site: [count, median s, p90 s, total s]}}; {} without holds."""
+    "blame": {section: [seconds, segments]}, "pieces": {section: [count, median s, p90 s, total s]}} (a section's
+    seconds: from the last point of giving way passed to the let-go); {} without holds."""
     holds = read(path)
     if not holds:
         return {}
@@ -123,13 +134,13 @@ def summarize(path: str) -> dict:
         if not alive:
             site = "(nobody shared: timers' turnstile and queue)"
         else:
-            site = max(alive, key=lambda h: min(h.released, b)).site
+            site = max(alive, key=lambda h: min(h.released, b)).section
         blame.setdefault(site, [0.0, 0])
         blame[site][0] += b - a
         blame[site][1] += 1
     pieces: dict[str, list[float]] = {}
     for h in shared:
-        pieces.setdefault(h.site, []).append(h.released - h.got)
+        pieces.setdefault(h.section, []).append(h.released - h.passed_t)
     timers = [h for h in holds if h.mode == "x"]
     return {
         "wall": t1 - t0, "exclusive": _total(x), "draining": _total(draining), "shared_only": _total(shared_only),
@@ -155,12 +166,13 @@ def lines(rec: dict, top: int = 12) -> list[str]:
         out.append(f"| {label} | {rec[key]:.1f} | {rec[key] / wall:.2f} |")
     out += ["", f"- timers: {rec['timers']}; their wait median {rec['timer_wait_median']:.2f} s, their hold median "
             f"{rec['timer_hold_median']:.2f} s", "",
-            "The drain blamed on the shared piece that let go last (by the line that began it):", "",
-            "| piece begun at | drain s | segments |", "| --- | --- | --- |"]
+            "The drain blamed on the shared hold that let go last, by its last section (the last point of giving way it "
+            "passed holding on -> the line that let go):", "",
+            "| section | drain s | segments |", "| --- | --- | --- |"]
     for site, (sec, n) in sorted(rec["blame"].items(), key=lambda kv: -kv[1][0])[:top]:
         out.append(f"| {site} | {sec:.1f} | {n} |")
-    out += ["", "Shared pieces by the line that began them:", "",
-            "| piece begun at | pieces | median s | p90 s | total s |", "| --- | --- | --- | --- | --- |"]
+    out += ["", "Shared holds' last sections (from the last point of giving way passed to the let-go):", "",
+            "| section | holds | median s | p90 s | total s |", "| --- | --- | --- | --- | --- |"]
     for site, (n, med, p90, tot) in sorted(rec["pieces"].items(), key=lambda kv: -kv[1][3])[:top]:
         out.append(f"| {site} | {n} | {med:.3f} | {p90:.3f} | {tot:.1f} |")
     return out + [""]

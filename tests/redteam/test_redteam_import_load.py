@@ -101,3 +101,48 @@ def test_a_static_initialiser_that_spins_is_stopped_at_the_cpu_limit(tmp_path, m
                          600, full_fallback=False, host=HOST)
     assert not res.ok
     assert "more than 3 CPU-seconds" in res.log, res.log[-2000:]
+
+
+def test_the_import_check_runs_no_candidate_code_before_the_verifiers_go(tmp_path):
+    """The gate (verifier/build/proc.py ``--gate``): the check starts Python and loads torch's libraries without any
+    device lock (the verifier's code), says it is ready and waits; the candidate's static initialiser runs only after
+    the go, which the build gives once it holds the host's device locks (pool.py ``_gate``; the test above: a
+    window open at that point keeps it waiting). Without a go it loads nothing and says so."""
+    import os
+    import subprocess
+    import sys
+
+    name = f"gated_{int(time.time() * 1000) % 100000}"
+    res = build_blocking(tmp_path / "builds", {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]}, 600,
+                         host=HOST)
+    assert res.ok, res.log[-2000:]
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(pool.library_dirs()))
+    for go in (True, False):
+        rw = tmp_path / f"rw_{go}"
+        rw.mkdir()
+        report = rw / "check.json"
+        p = subprocess.Popen([sys.executable, "-m", "verifier.build.proc", "check", res.so_path, name, str(report),
+                              "--gate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while not (rw / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)
+        assert (rw / "ready").exists() and p.poll() is None and not report.exists()  # waiting, nothing loaded
+        if not go:
+            p.kill()
+            assert "KM_INIT_AT" not in p.communicate()[0]
+            continue
+        t_go = time.time()
+        (rw / "go").write_text("")
+        log = p.communicate(timeout=120)[0]
+        stamps = [float(x) for x in re.findall(r"KM_INIT_AT (\d+\.\d+)", log)]
+        assert p.returncode == 0 and stamps and min(stamps) >= t_go - 0.05, log[-2000:]
+
+
+def test_a_gate_that_never_opens_loads_nothing(tmp_path, monkeypatch):
+    from verifier.build import proc
+
+    monkeypatch.setattr(proc, "GATE_WAIT_S", 0.3)
+    report = tmp_path / "check.json"
+    assert proc.check_import(str(tmp_path / "absent.so"), "absent", str(report), gate=True) == proc.GATE_EXIT
+    assert (tmp_path / "ready").exists() and not report.exists()

@@ -56,6 +56,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,24 +283,31 @@ class _Build:
     def check(self, so: str, out) -> bool:
         """The import check: without torch, then (if that failed) with torch imported first; the last try's
         output goes to ``out``. Its sandbox may write only a private directory (its report). It runs the candidate's
-        static initialisers, so it holds the host's device locks shared (``HostSettings.code_locks``, a bounded
-        wait): no timing window (a reference's, a candidate's) is open while it runs, and none opens until it ends.
-        A static initialiser that loads the host (threads spinning while a task's reference is timed, to inflate
-        the candidate's speedup) gets the cores of no timing, and at most ``CHECK_CPU_S`` CPU-seconds."""
+        static initialisers, so this process holds the host's device locks shared (``HostSettings.code_locks``, a
+        bounded wait) from the check's go to its end (``_gate``): no timing window (a reference's, a candidate's) is
+        open while the candidate's code runs, and none opens until the process is gone. A static initialiser that
+        loads the host (threads spinning while a task's reference is timed, to inflate the candidate's speedup) gets
+        the cores of no timing, and at most ``CHECK_CPU_S`` CPU-seconds. What comes before the go (Python's start,
+        torch's libraries loaded, torch imported on the second try: the verifier's code, a second and more) holds
+        nothing: held throughout, the checks were a sixth of the timers' waits on one H200."""
         tmp = Path(_mkdtemp(prefix="km-check-"))
         rw = tmp / "rw"
         rw.mkdir()
         locks = [device_lock(p) for p in self.host.code_locks]
         try:  # (a lock file that cannot be opened still leaves no temporary directory behind)
-            for lock in locks:
-                lock.acquire(False, CODE_LOCK_WAIT_S)
-                self.lock_wait += lock.waited_s
             for torch_first in (False, True):
                 report = rw / "check.json"
-                report.unlink(missing_ok=True)
+                for f in (report, rw / "ready", rw / "go"):
+                    f.unlink(missing_ok=True)
                 with open(tmp / "check.log", "w+", errors="replace") as cap:
-                    argv = ["check", so, extension_name(self.key), str(report)] + ["--import-torch"] * torch_first
-                    rc = self.step(argv, self.check_env, cap, [rw], [self.key_dir], cpu_s=CHECK_CPU_S)
+                    argv = ["check", so, extension_name(self.key), str(report), "--gate"] + \
+                        ["--import-torch"] * torch_first
+                    try:
+                        rc = self.step(argv, self.check_env, cap, [rw], [self.key_dir], cpu_s=CHECK_CPU_S,
+                                       on_start=functools.partial(self._gate, rw, locks))
+                    finally:
+                        for lock in locks:
+                            lock.release()
                     ok = rc == 0 and bool(self.report(report).get("ok"))
                     if ok or torch_first or rc is None or self.findings or rc in _CPU_LIMIT_RC:
                         cap.seek(0)
@@ -318,6 +326,20 @@ class _Build:
             shutil.rmtree(tmp, ignore_errors=True)
         return False
 
+    def _gate(self, rw: Path, locks: list, proc: subprocess.Popen) -> None:
+        """The import check's gate (verifier/build/proc.py ``--gate``): once it is ready to load the module, the device
+        locks are taken (each within ``CODE_LOCK_WAIT_S``, then it goes on without) and it is told to go. Returns at
+        once where the process ended, or the build's deadline passed, before it was ready."""
+        while not (rw / "ready").exists():
+            if proc.poll() is not None or time.monotonic() > self.deadline:
+                return
+            time.sleep(0.002)
+        for lock in locks:
+            before = lock.waited_s
+            lock.acquire(False, CODE_LOCK_WAIT_S)
+            self.lock_wait += lock.waited_s - before
+        (rw / "go").write_text("")
+
     def report(self, path: Path) -> dict:
         """A step's report (verifier/build/proc.py); its CPU seconds are added to the build's."""
         try:
@@ -328,7 +350,7 @@ class _Build:
             return {}
 
     def step(self, argv: list[str], env: dict, out, writable: list, read_only: list = (),
-             cpu_s: int = 0) -> int | None:
+             cpu_s: int = 0, on_start: Callable[[subprocess.Popen], None] | None = None) -> int | None:
         """``python -m verifier.build.proc ARGV``, output to ``out``, sandboxed where bubblewrap runs; its exit
         status, or None when the build's deadline killed it (``timed_out``); sandbox findings go to ``findings``.
         ``cpu_s``: a limit on the CPU-seconds of each process of the step (RLIMIT_CPU, which every process it starts
@@ -357,6 +379,8 @@ class _Build:
         if jail:
             jail.started()
         try:
+            if on_start is not None:
+                on_start(proc)
             rc = proc.wait(timeout=max(self.deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap: the sandbox's processes die with it

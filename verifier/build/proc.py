@@ -2,7 +2,7 @@
 (the standard library and verifier.build.objcache), so a step costs a Python start, not torch's import:
 
     python -m verifier.build.proc compile VARIANT_DIR [--objects DIR] [--as-written]
-    python -m verifier.build.proc check SO_PATH MODULE_NAME REPORT [--import-torch]
+    python -m verifier.build.proc check SO_PATH MODULE_NAME REPORT [--import-torch] [--gate]
 
 ``compile`` builds what the ``build.ninja`` in VARIANT_DIR describes (the verifier's own process wrote it and the
 sources, with ``load_inline`` stopped before ninja): through the object cache (``objcache.run_cached``) when
@@ -17,22 +17,35 @@ candidate's code. A library with no init function (no pybind11 module: ``load_in
 operators registered with ``TORCH_LIBRARY``) is loaded as torch loads it, a plain ``dlopen``. It needs torch's
 shared libraries, not torch: the verifier passes their directories in ``LD_LIBRARY_PATH``. A failed import prints
 its traceback. ``--import-torch`` imports torch first (the verifier's second try of a module that did not import
-without it). Report: REPORT (the step's only writable path).
+without it). ``--gate``: once this process is ready to load the module (Python started, torch imported where asked,
+torch's own shared libraries loaded: the verifier's code, seconds of it), it says so (a file ``ready`` beside REPORT)
+and waits for the verifier's ``go`` (a file ``go`` there): the verifier takes the host's device locks in between, so
+that they are held while the candidate's code runs and not while this process starts (GATE_WAIT_S at most; then it
+stops without loading anything). Report: REPORT (the step's only writable path).
 
 A report holds ``ok`` and this process's CPU seconds with its waited-for children (the compilers): the
 sandbox's process tree does not hand its children's usage up to the verifier."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import resource
 import sys
+import time
 import traceback
 from pathlib import Path
 
 from verifier.build import objcache
 
 COMPILE_REPORT = "compile.json"
+GATE_WAIT_S = 120.0  # --gate: the longest the check waits for the verifier's go (its device locks' wait is bounded)
+GATE_EXIT = 3  # --gate: no go came; nothing was loaded
+# torch's shared libraries an extension links: loaded before the gate (the verifier's code; each a few hundred ms),
+# so that the module's own load under the device locks finds them there. Those absent are skipped.
+TORCH_LIBS = ("libc10.so", "libtorch_cpu.so", "libtorch.so", "libc10_cuda.so", "libtorch_cuda.so",
+              "libtorch_python.so")
 
 
 def cpu_seconds() -> float:
@@ -57,7 +70,32 @@ def compile_variant(variant_dir: str, obj_dir: str = "", canonical: bool = True)
     return 0 if ok else 1
 
 
-def check_import(so_path: str, name: str, report: str, import_torch: bool = False) -> int:
+def _preload_torch_libs() -> None:
+    """torch's shared libraries from the directories of ``LD_LIBRARY_PATH`` (the verifier puts torch's there), each
+    loaded as the module's own load would load it (its soname then resolves to this copy); absent ones skipped."""
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    for lib in TORCH_LIBS:
+        path = next((os.path.join(d, lib) for d in dirs if os.path.isfile(os.path.join(d, lib))), None)
+        if path:
+            try:
+                ctypes.CDLL(path)
+            except OSError:
+                pass
+
+
+def _wait_for_go(report: str) -> bool:
+    """Say ready (a file beside the report) and wait for the verifier's go; False after GATE_WAIT_S."""
+    ready, go = Path(report).with_name("ready"), Path(report).with_name("go")
+    ready.write_text("")
+    deadline = time.monotonic() + GATE_WAIT_S
+    while not go.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def check_import(so_path: str, name: str, report: str, import_torch: bool = False, gate: bool = False) -> int:
     import importlib.machinery
     import importlib.util
 
@@ -65,6 +103,11 @@ def check_import(so_path: str, name: str, report: str, import_torch: bool = Fals
     try:
         if import_torch:
             import torch  # noqa: F401
+        if gate:
+            _preload_torch_libs()
+            if not _wait_for_go(report):
+                print(f"[verifier] no go from the verifier within {GATE_WAIT_S:.0f} s; nothing loaded", flush=True)
+                return GATE_EXIT
         if objcache.defines([Path(so_path)], f"PyInit_{name}", dynamic=True) is False:
             # a library of operators (no pybind11 module: ``is_python_module=False``), loaded as torch loads it
             # (``torch.ops.load_library``: a plain dlopen, which runs its static initialisers, the registrations)
@@ -93,8 +136,10 @@ def main(argv: list[str]) -> int:
             obj_dir, rest = rest[1], rest[2:]
         if rest in ([], ["--as-written"]):
             return compile_variant(argv[1], obj_dir, canonical=not rest)
-    if len(argv) in (4, 5) and argv[0] == "check" and argv[4:] in ([], ["--import-torch"]):
-        return check_import(argv[1], argv[2], argv[3], import_torch=len(argv) == 5)
+    if len(argv) >= 4 and argv[0] == "check" and set(argv[4:]) <= {"--import-torch", "--gate"} \
+            and len(set(argv[4:])) == len(argv[4:]):
+        return check_import(argv[1], argv[2], argv[3], import_torch="--import-torch" in argv[4:],
+                            gate="--gate" in argv[4:])
     print(__doc__.split("\n\n")[1], file=sys.stderr)
     return 2
 

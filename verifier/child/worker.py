@@ -29,6 +29,7 @@ Imports: torch and the standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -187,6 +188,19 @@ class Guard:
         return True
 
 
+class _BuildsAside:
+    """The channel as an extension built at run time asks for it (verifier/child/loading.py): the device lock's shared
+    hold let go for the build's length (host work in the verifier's process, seconds to minutes: a timer waiting
+    for it waited its whole bounded wait and then timed beside this process's work)."""
+
+    def __init__(self, ch: Channel, lock, budget_s: float):
+        self.ch, self.lock, self.budget_s = ch, lock, budget_s
+
+    def build(self, spec: dict) -> dict:
+        with self.lock.aside(self.budget_s):
+            return self.ch.build(spec)
+
+
 def name_process(job: Job) -> None:
     """The process's name (``comm``: what ps, top and bench/lib/proc_cpu.py show) after its job: ``km-reference`` or
     ``km-candidate`` instead of the fork server's ``python``. A knockout run is named as any candidate's (the
@@ -252,7 +266,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             torch.ones(1 << 20).sum()
         clock.phase("load_profiler")
         ch = Channel(job_dir)
-        channel.append(ch)
+        channel.append(_BuildsAside(ch, lock, job.lock_wait_s))
         guard = Guard(job_dir, report, {"timing backend": backend, "channel": ch})
         registry.append(Registry([job.build_root, str(job_dir)]))
         guard.registry = registry[0]
@@ -304,7 +318,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         clock.part("trial_yield")
         rec = TrialReport(index=i, started_s=round(time.perf_counter() - clock.start, 4))
         report.trials.append(rec)
-        seed = ch.trial_seed(i)
+        # a task whose inputs travel as files: the verifier draws them on the device as it hands out the seed
+        # (engine.py ship_inputs, its own shared hold), so this process's hold is let go meanwhile (held, a timer
+        # waiting for it stood between that draw and the lock: both waited their bounds)
+        with lock.aside(job.lock_wait_s) if job.input_files else contextlib.nullcontext():
+            seed = ch.trial_seed(i)
         clock.part("trial_seed")
         if job.input_files:
             inputs = to_device(torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"], device)

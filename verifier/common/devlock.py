@@ -17,8 +17,9 @@ into someone else's timeout. A process that cannot get it in time goes on withou
 so (``held`` stays None). Locks go with their process: a killed candidate releases what it held.
 
 Where a file ``<lock>.trace`` exists beside the lock (a benchmark makes it: bench/lib/lock_trace.py), every hold is
-appended to it as it ends: process, mode, when the take began, when it got the lock, when it let go, and the line of
-the verifier's code that took it (the piece of device work that followed). Diagnostics only: a candidate's process
+appended to it as it ends: process, mode, when the take began, when it got the lock, when it let go, the line of
+the verifier's code that took it, the last point of giving way it passed holding on (no timer waited there) and the
+line that let go: a waiting timer waited for the code between those two. Diagnostics only: a candidate's process
 can write there as it can flock the lock, and nothing of a verdict reads it.
 
 Standard library only: imported inside the execution child, which has torch and nothing else.
@@ -66,6 +67,7 @@ class DeviceLock:
         self.yielded_s = 0.0  # of waited_s: spent giving way to timers (yield_to_timer)
         self._trace: int | None = None  # the holds' log (TRACE_SUFFIX), where it exists
         self._hold: tuple = ()  # the hold being traced: (take began, got, site)
+        self._passed: tuple = ()  # traced: (when, where) the last point of giving way this hold passed holding on
 
     def _open(self) -> None:
         if self._dev is None:
@@ -155,6 +157,8 @@ class DeviceLock:
             t0 = time.monotonic()
             self.acquire(False, left)
             self.yielded_s += time.monotonic() - t0
+        elif self._hold:
+            self._passed = (time.monotonic(), _site())
         return self.held == "shared"
 
     @contextlib.contextmanager
@@ -182,13 +186,15 @@ class DeviceLock:
             if self._trace is not None and self._hold:
                 t0, got, site = self._hold
                 mode = "x" if self.held == "exclusive" else "s"
-                line = f"{os.getpid()} {mode} {t0:.6f} {got:.6f} {time.monotonic():.6f} {site}\n"
+                passed_t, passed = self._passed or (got, site)
+                line = (f"{os.getpid()} {mode} {t0:.6f} {got:.6f} {time.monotonic():.6f} {site} {passed_t:.6f} "
+                        f"{passed} {_site()}\n")
                 try:  # one short append: lines of several processes do not interleave
                     os.write(self._trace, line.encode())
                 except OSError:
                     pass
         self.held = None
-        self._hold = ()
+        self._hold, self._passed = (), ()
 
     def close(self) -> None:
         self.release()

@@ -14,6 +14,7 @@ included. The speedups are here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -184,6 +185,9 @@ class Execution:
     give_way: Callable[[], object] = lambda: None
     prefetched: ReferencePrefetch | None = None  # the reference's answers computed while the child ran
     span: tuple[float, float] = ()  # monotonic: the child's job handed over, and its run returned (its held checks in)
+    # host work of the judge's amid its device work (an output file's seal checked and read): the shared hold let go
+    # for its length (verifier/common/devlock.py ``aside``), so that no timer waits for it
+    aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
 
 @dataclass
@@ -403,12 +407,13 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
                           for p in ref_prev)
         ref_prev.append(ref_fp)
         name = f"out_{rec.index}.pt"
-        why = ex.ledger.unsealed(job_dir, name) if rec.output_file == name else f"{rec.output_file!r} is not {name}"
+        with ex.aside():  # host work: the file's seal checked (a digest of its bytes) and the file read
+            why = ex.ledger.unsealed(job_dir, name) if rec.output_file == name else f"{rec.output_file!r} is not {name}"
+            outs = [] if why else as_list(torch.load(job_dir / name, weights_only=True))
         if why:
             check_sealed(label, why, ev)
             t.regular_ok = False
             continue
-        outs = as_list(torch.load(job_dir / name, weights_only=True))
         here = Digest(rec.ref_digest) if rec.ref_digest else None
         t.checked += 1
         ok = check_outputs(outs, refs, refs64, inputs, here, label, cfg, plan.ref_mod, ex.poison, prev, ev, t.errs,
