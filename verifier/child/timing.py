@@ -27,8 +27,8 @@ def clone(obj):
 
 
 def plain_cpu(out):
-    if isinstance(out, torch.Tensor):
-        return out.detach().to("cpu").clone()
+    if isinstance(out, torch.Tensor):  # one copy, a private one (``to`` alone returns a CPU tensor itself)
+        return out.detach().to("cpu", copy=True)
     return [plain_cpu(t) for t in out]
 
 

@@ -29,7 +29,6 @@ Imports: torch and the standard library only.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
@@ -314,16 +313,17 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     n = job.n_trials
     for i in range(n):
         clock.part("trial_misc")
-        lock.yield_to_timer(job.lock_wait_s)
-        clock.part("trial_yield")
         rec = TrialReport(index=i, started_s=round(time.perf_counter() - clock.start, 4))
         report.trials.append(rec)
-        # a task whose inputs travel as files: the verifier draws them on the device as it hands out the seed
-        # (engine.py ship_inputs, its own shared hold), so this process's hold is let go meanwhile (held, a timer
-        # waiting for it stood between that draw and the lock: both waited their bounds)
-        with lock.aside(job.lock_wait_s) if job.input_files else contextlib.nullcontext():
+        # the seed is the verifier's to hand out, after it sealed the last trial's output (a digest of its file) and,
+        # for a task whose inputs travel as files, drew this trial's on the device (engine.py ship_inputs, its own
+        # hold): this process's hold is let go meanwhile and taken back behind any waiting timer (the trial's point
+        # of giving way). Held, a timer waited for the verifier's work through it: 1-5 s a trial with large outputs
+        # on one H200, the timers' longest waits of the real batch (bench/lib/lock_trace.py)
+        with lock.aside(job.lock_wait_s):
             seed = ch.trial_seed(i)
-        clock.part("trial_seed")
+            clock.part("trial_seed")
+        clock.part("trial_yield")
         if job.input_files:
             inputs = to_device(torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"], device)
         else:
@@ -372,8 +372,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             # the candidate's threads as forward returned, read once the profiler's session is over (a thread of
             # the profiler's own that lives for one session is not the candidate's)
             returned = threads_beside(tids0)
-            own_in_profile = read_profile(prof, cuda_kernels, rec, registry[0])
-            clock.part("trial_read_profile")
+            with lock.aside(job.lock_wait_s):  # host work: the profile's events read
+                own_in_profile = read_profile(prof, cuda_kernels, rec, registry[0])
+                clock.part("trial_read_profile")
+            clock.part("trial_yield")
             # a call of one of its own operators (torch.ops.<its namespace>) is a call of its extension
             rec.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
             rec.dispatched_ops = recorder.compute_ops(registry[0])
@@ -381,14 +383,18 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             rec.mutated_inputs = [j for j, (a, b) in enumerate(zip(tensors_of(inputs), tensors_of(pristine)))
                                   if not torch.equal(a, b)]
             rec.output_problem = _output_problem(out, device)
-            if not rec.output_problem:
-                rec.output_file = _save(plain_cpu(out), job_dir / f"out_{i}.pt")
+            host_out = None if rec.output_problem else plain_cpu(out)
             del out
             clock.part("trial_output")
             # after the output was read, as the harness reads a timed call's: a thread still at work is side work
             rec.threads_added = side_work_threads(returned, tids0)
-            clock.part("trial_output")
-            lock.yield_to_timer(job.lock_wait_s)  # (the trial's second piece of device work follows)
+            # host work: the output's file written with the hold let go (seconds for a large output), taken back
+            # behind any waiting timer (the trial's second piece of device work follows)
+            with lock.aside(job.lock_wait_s):
+                if host_out is not None:
+                    rec.output_file = _save(host_out, job_dir / f"out_{i}.pt")
+                del host_out
+                clock.part("trial_output")
             clock.part("trial_yield")
             if not ref_first and not other_trial:
                 try:
