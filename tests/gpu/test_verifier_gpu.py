@@ -69,6 +69,12 @@ CASES = {
     "c02_kernel_never_launched": (ATEN_SRC, "cheat", cheats.C02),
     "illegal_memory_access": (OOB_SRC, "crash", None),
     "honest_after_crash": (fx.cuda_relu_candidate(1), "pass", None),
+    # a forward that waits on the host (a synchronize, an .item()): it cannot queue its timed calls ahead of the
+    # harness's gate, so each bracket comes late; judged as any other, and its later brackets do not hold the
+    # device alone for the full queue wait each (test_a_forward_that_waits_on_the_host_is_timed_without_idle_waits)
+    "honest_host_sync_in_forward": (fx.cuda_relu_candidate(2, forward="torch.cuda.synchronize()\n        "
+                                                                     "return self.ext.relu_cuda(x.contiguous())"),
+                                    "pass", None),
 }
 
 
@@ -107,6 +113,21 @@ def test_gpu_case(name):
         assert v.correct and v.stage_reached == "timing" and v.runtime_us > 0 and v.eager_us > 0
         assert v.compile_us and v.speedup_compile > 0, v.feedback
         assert "H100" in v.device or "H200" in v.device or torch.cuda.get_device_name(0) in v.device
+
+
+def test_a_forward_that_waits_on_the_host_is_timed_without_idle_waits():
+    """Its first bracket waits QUEUE_WAIT_S for calls that cannot be queued before the gate opens, and is late; the
+    later ones wait LATE_QUEUE_WAIT_S (verifier/execute/harness.py), not 2 s each with the device held alone."""
+    from verifier.execute.harness import LATE_QUEUE_WAIT_S, QUEUE_WAIT_S
+
+    v = verdicts()["honest_host_sync_in_forward"]
+    assert v.status == "pass", v.feedback
+    t = v.versions["timing"]
+    print("timing", v.stage_seconds.get("child_timing_brackets"), t)
+    assert t["late"] >= 2, t  # it was late, bracket after bracket
+    # one full wait (its first late bracket), the later ones short
+    assert v.stage_seconds["child_timing_brackets"] < QUEUE_WAIT_S + t["late"] * (LATE_QUEUE_WAIT_S + 0.3), \
+        (v.stage_seconds, t)
 
 
 def _variant_of(name: str) -> dict:

@@ -56,7 +56,11 @@ MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outwe
 SET_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # bytes of input + output sets per bracket (x2: private copies)
 TARGET_S = {"cuda": 0.02, "cpu": 0.02}  # a bracket's calls last about this long
 FASTEST_CHECKS = 64  # cpu: calls of the bracket whose time is reported that the judge checks in full
-QUEUE_WAIT_S = 2.0  # cuda: the gate opens this long after the bracket's layout was sent, queued or not
+QUEUE_WAIT_S = 2.0  # cuda: the gate opens this long after the bracket's layout was sent, queued or not ...
+# ... or this long for a model whose bracket came late before (its forward waits on the host for the gate, so it
+# queues nothing until the gate opens: every wait was 2 s of the device held alone for nothing; one H200's real
+# batch held it 22-28 s for a task's reference timing, 15 s for a candidate's)
+LATE_QUEUE_WAIT_S = 0.1
 FLAGS = ipc.ALIGN  # the pool's first bytes: the gate word (offset 0) and the done word (offset 64)
 LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about this much per element here
 LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
@@ -128,6 +132,7 @@ class Harness:
         self._probe_s: dict[str, float] = {}
         self._snapshot: list[list[torch.Tensor]] = []
         self._mutated_labels: set[str] = set()  # labels with a timed call that changed its inputs (one note each)
+        self._late_labels: set[str] = set()  # labels with a bracket that came late (``queue_wait_s``)
         self._stream = None
         self._flush = None
         self._null_turn = 0
@@ -213,6 +218,10 @@ class Harness:
             return 1
         return max(1, min(most, int(TARGET_S[self.device] / max(probe, 1e-9))))
 
+    def queue_wait_s(self, label: str) -> float:
+        """How long a bracket of ``label`` waits for the child to queue its calls before the gate opens anyway."""
+        return LATE_QUEUE_WAIT_S if label in self._late_labels else QUEUE_WAIT_S
+
     def _views(self, k: int) -> tuple[list, list]:
         lay, base = self._layout, FLAGS + k * self._layout["stride"]
         ins = [ipc.view(self._tensor, base + e[1], e[2], e[3]) if e[0] == "t" else
@@ -247,9 +256,12 @@ class Harness:
         if self.lock_path and not held_exclusive(self.lock_path):
             self.result.unlocked += 1  # (a timing phase shared with other device work: the verdict says so)
         if self.device == "cuda":
-            seconds, late, snapshot, changed = self._clock_cuda(private, views, send, recv, compare)
+            seconds, late, snapshot, changed = self._clock_cuda(private, views, send, recv, compare,
+                                                                self.queue_wait_s(label))
         else:
             seconds, late, snapshot, changed = self._clock_cpu(private, views, send, recv, compare)
+        if late:
+            self._late_labels.add(label)
         if seconds is None:
             return
         if label not in self._probe_s:
@@ -356,16 +368,16 @@ class Harness:
             return None, False, [], []
         return t1 - t0, False, snapshot, changed
 
-    def _clock_cuda(self, private, views, send, recv, compare: bool):
+    def _clock_cuda(self, private, views, send, recv, compare: bool, wait_s: float = QUEUE_WAIT_S):
         """The child has queued ``wait(gate >= seq)``, its calls and ``done = seq`` on its stream (or is still
-        queuing: a forward that synchronises the host waits for the gate, which opens after QUEUE_WAIT_S anyway, and
+        queuing: a forward that synchronises the host waits for the gate, which opens after ``wait_s`` anyway, and
         the bracket is late). This stream: start, the inputs copied in, the cache flushed, the gate opened, a wait
         for done, end. Returns what ``_clock_cpu`` does."""
         s, seq = self._stream, self._seq
         gate, done = self._pool.ptr, self._pool.ptr + 64
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.current_stream().synchronize()  # the private inputs are drawn
-        msg = recv(QUEUE_WAIT_S)
+        msg = recv(wait_s)
         late = bool(msg) and msg.get("op") == "timeout"
         with torch.cuda.stream(s):
             start.record(s)
