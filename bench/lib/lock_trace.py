@@ -166,8 +166,8 @@ def lines(rec: dict, top: int = 12) -> list[str]:
         out.append(f"| {label} | {rec[key]:.1f} | {rec[key] / wall:.2f} |")
     out += ["", f"- timers: {rec['timers']}; their wait median {rec['timer_wait_median']:.2f} s, their hold median "
             f"{rec['timer_hold_median']:.2f} s", "",
-            "The drain blamed on the shared hold that let go last, by its last section (the last point of giving way it "
-            "passed holding on -> the line that let go):", "",
+            "The drain blamed on the shared hold that let go last, by its last section (the last point of giving way "
+            "it passed holding on -> the line that let go):", "",
             "| section | drain s | segments |", "| --- | --- | --- |"]
     for site, (sec, n) in sorted(rec["blame"].items(), key=lambda kv: -kv[1][0])[:top]:
         out.append(f"| {site} | {sec:.1f} | {n} |")
