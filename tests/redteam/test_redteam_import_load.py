@@ -64,7 +64,7 @@ def test_the_engines_builds_hold_every_device_lock_of_the_host_shared():
 
 
 def test_the_import_check_waits_for_an_open_timing_window(tmp_path):
-    """A timer holds the lock exclusive from before the build until 3 s after its shared object exists (the compile
+    """A timer holds the lock exclusive from before the build until 6 s after its shared object exists (the compile
     is over, the import check is next); the initialiser's stamp says the check ran only once the window closed."""
     lock_file = str(tmp_path / "timing-cpu.lock")
     timer = DeviceLock(lock_file)
@@ -76,7 +76,7 @@ def test_the_import_check_waits_for_an_open_timing_window(tmp_path):
         deadline = time.monotonic() + 600
         while not list(builds.rglob("*.so")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(3.0)
+        time.sleep(6.0)
         released.append(time.time())
         timer.close()
 
@@ -90,8 +90,10 @@ def test_the_import_check_waits_for_an_open_timing_window(tmp_path):
     stamps = [float(x) for x in re.findall(r"KM_INIT_AT (\d+\.\d+)", res.log)]
     assert stamps and released, res.log[-2000:]
     assert min(stamps) >= released[0] - 0.05, (stamps, released)
-    # the wait is the build's to report (stage_seconds compile_lock_wait): about the 3 s the window stayed open
-    assert 2.0 <= res.lock_wait_s <= res.seconds, (res.lock_wait_s, res.seconds)
+    # the wait is the build's to report (stage_seconds compile_lock_wait): what was left of the 6 s the window stayed
+    # open once the check was ready to load the module (its Python started and torch's libraries loaded, holding
+    # nothing: about a second, more on a loaded machine)
+    assert 1.0 <= res.lock_wait_s <= min(6.5, res.seconds), (res.lock_wait_s, res.seconds)
 
 
 def test_a_static_initialiser_that_spins_is_stopped_at_the_cpu_limit(tmp_path, monkeypatch):
