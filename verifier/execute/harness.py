@@ -57,10 +57,13 @@ SET_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # bytes of input + output sets
 TARGET_S = {"cuda": 0.02, "cpu": 0.02}  # a bracket's calls last about this long
 FASTEST_CHECKS = 64  # cpu: calls of the bracket whose time is reported that the judge checks in full
 QUEUE_WAIT_S = 2.0  # cuda: the gate opens this long after the bracket's layout was sent, queued or not ...
-# ... or this long for a model whose bracket came late before (its forward waits on the host for the gate, so it
-# queues nothing until the gate opens: every wait was 2 s of the device held alone for nothing; one H200's real
-# batch held it 22-28 s for a task's reference timing, 15 s for a candidate's)
+# ... or this long for a model whose last LATE_RUN brackets all came late (its forward waits on the host for the
+# gate, so it queues nothing until the gate opens: every wait was 2 s of the device held alone for nothing; one
+# H200's real batch held it 22-28 s for a task's reference timing, 15 s for a candidate's). Two in a row, not one:
+# an honest model late once on a loaded host keeps the full wait (a short one could make each of its brackets late,
+# and a late bracket's time counts the host's queuing); a bracket in time gives the full wait back
 LATE_QUEUE_WAIT_S = 0.1
+LATE_RUN = 2
 FLAGS = ipc.ALIGN  # the pool's first bytes: the gate word (offset 0) and the done word (offset 64)
 LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about this much per element here
 LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
@@ -132,7 +135,7 @@ class Harness:
         self._probe_s: dict[str, float] = {}
         self._snapshot: list[list[torch.Tensor]] = []
         self._mutated_labels: set[str] = set()  # labels with a timed call that changed its inputs (one note each)
-        self._late_labels: set[str] = set()  # labels with a bracket that came late (``queue_wait_s``)
+        self._late_runs: dict[str, int] = {}  # label -> its brackets in a row that came late (``queue_wait_s``)
         self._stream = None
         self._flush = None
         self._null_turn = 0
@@ -220,7 +223,7 @@ class Harness:
 
     def queue_wait_s(self, label: str) -> float:
         """How long a bracket of ``label`` waits for the child to queue its calls before the gate opens anyway."""
-        return LATE_QUEUE_WAIT_S if label in self._late_labels else QUEUE_WAIT_S
+        return LATE_QUEUE_WAIT_S if self._late_runs.get(label, 0) >= LATE_RUN else QUEUE_WAIT_S
 
     def _views(self, k: int) -> tuple[list, list]:
         lay, base = self._layout, FLAGS + k * self._layout["stride"]
@@ -260,8 +263,7 @@ class Harness:
                                                                 self.queue_wait_s(label))
         else:
             seconds, late, snapshot, changed = self._clock_cpu(private, views, send, recv, compare)
-        if late:
-            self._late_labels.add(label)
+        self._late_runs[label] = self._late_runs.get(label, 0) + 1 if late else 0
         if seconds is None:
             return
         if label not in self._probe_s:
