@@ -318,13 +318,14 @@ def test_the_verifiers_own_device_work_holds_the_device_shared_on_cuda(tmp_path)
 def test_a_tasks_plan_runs_its_reference_inside_the_verifiers_device_work(tmp_path, monkeypatch):
     """Every reference run of a task's plan (its draws, forwards and float64 check) is inside ``device_work`` for the
     plan's config and backend: a plan made on cuda while another candidate times ran the reference with no lock, in
-    that candidate's timed window."""
+    that candidate's timed window. The reference's construction on the cpu (its weights' draws: host work, seconds
+    for a large network) is outside it: a timer does not wait for it."""
     from bench.lib import fixtures as fx
     from kernelmill.settings import VerifyConfig
     from verifier.execute import locks
     from verifier.judge import plan as plan_mod
 
-    real, inside, entered = locks.device_work, [False], []
+    real, inside, entered, events = locks.device_work, [False], [], []
 
     @contextlib.contextmanager
     def watched(cfg, backend):
@@ -336,17 +337,24 @@ def test_a_tasks_plan_runs_its_reference_inside_the_verifiers_device_work(tmp_pa
             finally:
                 inside[0] = False
 
-    built = plan_mod.build_model
+    constructed, drawn = plan_mod.cpu_model, plan_mod.draw_inputs
 
-    def build_model(*a, **kw):
-        assert inside[0], "the plan built the reference outside the verifier's device work"
-        return built(*a, **kw)
+    def cpu_model(*a, **kw):
+        events.append(("construct", inside[0]))
+        return constructed(*a, **kw)
+
+    def draw_inputs(*a, **kw):
+        events.append(("draw", inside[0]))
+        return drawn(*a, **kw)
 
     monkeypatch.setattr(plan_mod, "device_work", watched)
-    monkeypatch.setattr(plan_mod, "build_model", build_model)
+    monkeypatch.setattr(plan_mod, "cpu_model", cpu_model)
+    monkeypatch.setattr(plan_mod, "draw_inputs", draw_inputs)
     cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"), other_shape=False)
     p = plan_mod._build_plan(fx.RELU_TASK, "cpu", cfg, "relu")
     assert entered == [(cfg, "cpu")] and p.output_bytes > 0 and not p.task_fault
+    assert events[0] == ("construct", False) and len(events) >= 4, events
+    assert all(held for kind, held in events if kind == "draw"), events
 
 
 def test_host_work_aside_lets_a_timer_in_and_takes_the_hold_back_within_the_budget(tmp_path):

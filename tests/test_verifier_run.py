@@ -166,6 +166,7 @@ def batch(config):
         return report
 
     real_scan = engine.scan
+    fx.make_headers(config, fx.CPU_EXT_SPEC)  # test_identical_sources_compile_once asks that the builds used it
     with mock.patch.object(engine, "scan", scan_runtime_layer):
         verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=lambda i, v: calls.append(i))
     return {"verdicts": dict(zip(names, verdicts)), "order": [v.candidate_id for v in verdicts], "names": names,

@@ -48,6 +48,7 @@ from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
 from verifier.front.vendor import scan_sources
 from verifier.judge.knockout import run_knockout
+from verifier.judge.outputs import forget_reference, warm_reference
 from verifier.judge.prefetch import ReferencePrefetch
 from verifier.judge.plan import (  # noqa: F401
     _PLANS,
@@ -271,6 +272,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
             harness = make_harness(plan, job, job_dir, device, cfg, check=True,
                                null=ref_timing.null() if ref_timing is not None else None)
+            warm_reference(plan, job, cfg)  # its harness's, prefetch's and judge's reference, constructed once
             # extensions the child asks for at run time are built and scanned here (verifier/build/runtime.py)
             driven = functools.partial(run_driven, on_build=child_builder(build_root, cfg) if job.allow_child_compile
                                        else None)
@@ -314,6 +316,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                 finally:
                     v.stage_seconds["execute_judge"] = round(time.perf_counter() - t_judge, 3)
     finally:
+        forget_reference(plan, job, cfg)
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
         if not cfg.keep_jobs:  # the job directory, and anything the candidate left beside it in the slot's root
             clear_job_root(cfg.host())  # (the candidate's job is the slot's outermost: nothing else of it is alive)
@@ -364,8 +367,10 @@ def device_memory_error(e: BaseException) -> bool:
 # candidate's code ran (Work.setup_failed: its device warm-up or the
 # verifier's set-up, out of device memory when other processes held it) is run again after these waits; then it is
 # the verifier_error it says. On one H200 shared by ten test workers, each verifier's slots with their own CUDA
-# contexts, nine honest candidates' children ran out of memory while starting their profiler (9ec18ff)
-SETUP_RETRY_S = (5.0, 20.0)
+# contexts, nine honest candidates' children ran out of memory while starting their profiler (9ec18ff), and at
+# 7024904 one honest candidate's child did so three times in 25 s (its profiler's stop: CUPTI's buffers): a third
+# wait of a minute, as a verifier_error costs the candidate its verdict and the batch its row
+SETUP_RETRY_S = (5.0, 20.0, 60.0)
 
 
 SLOT_ENTRY = "verifier.engine:serve_slot"

@@ -29,7 +29,7 @@ import torch
 from verifier.common.backends import get_backend
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, Job
-from verifier.common.inputs import build_model, draw_inputs
+from verifier.common.inputs import draw_inputs
 from verifier.execute import admission
 from verifier.execute.channel import Driver, Ledger
 from verifier.execute.brackets import Clocked
@@ -37,7 +37,7 @@ from verifier.execute.harness import Harness
 from verifier.execute.locks import lock_path, lock_wait_s
 from verifier.execute.processes import _job_root, _run_child, exec_slot
 from verifier.judge import prep_cache
-from verifier.judge.outputs import RNG_LOCK
+from verifier.judge.outputs import RNG_LOCK, forget_reference, reference_cpu
 from verifier.judge.plan import _PLAN_LOCK, _PLANS, TaskPlan, task_plan
 from verifier.judge.verdict import ChildRun
 
@@ -110,10 +110,8 @@ def make_harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: Veri
     """The harness of one job: the reference built as the child builds it (same init seed), inputs drawn as the
     trials draw them; at most the job's brackets per model, fewer once a model's time is tight (``null``: the
     task's null brackets, which the candidate's times are reduced by)."""
-    def reference():
-        with RNG_LOCK:
-            model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
-        return model
+    def reference():  # a copy of the job's reference, constructed as the job started (outputs.warm_reference)
+        return reference_cpu(plan, job, cfg).to(device)
 
     def draw(seed: int) -> list:
         return draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
@@ -219,8 +217,11 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
     job_dir = new_job_dir(job, cfg)
     device = "cuda" if backend == "cuda" else "cpu"
     harness = make_harness(plan, job, job_dir, device, cfg, check=False)
-    run, ledger, clocked = run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0), cfg,
-                                       harness=harness)
+    try:
+        run, ledger, clocked = run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0),
+                                           cfg, harness=harness)
+    finally:
+        forget_reference(plan, job, cfg)  # the harness's copy of the reference is all it took of it
     try:
         rep = ChildReport.read(job_dir)
     except Exception as e:  # noqa: BLE001

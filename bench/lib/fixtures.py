@@ -536,3 +536,28 @@ def verify_cpu(task_code: str, programs: dict[str, str], build_dir: str, *, lega
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam", code=code))
              for n, code in programs.items()]
     return dict(zip(programs, verify_batch(items, config=cfg, compile_workers=1)))
+
+
+def make_headers(cfg, spec: dict) -> None:
+    """The precompiled headers (torch/extension.h's, the boxed binding's module object, slim's heads) for the flags
+    of the load_inline arguments ``spec``, made under ``cfg``'s header cache now and waited for: a build does not
+    wait for a header another build is making, it goes on without it (verifier/build/pch.py), so a test that asks
+    whether its builds used the header makes it first (another test worker may be making it)."""
+    from pathlib import Path
+
+    from verifier.build.pch import ensure_boxed_module, ensure_pch
+    from verifier.build.slim import SLIM_HEADERS
+    from verifier.common.spec import canonical_spec
+
+    spec = canonical_spec(spec)
+    root = Path(cfg.host().pch_dir)
+    assert ensure_pch(spec, root) is not None, f"no precompiled header for {spec} under {root}"
+    ensure_boxed_module(spec, root)
+    for header in SLIM_HEADERS.values():
+        ensure_pch(spec, root, header)
+
+
+# the flags of cpu_candidate's extension and of cuda_relu_candidate's (the header's key: flags, include paths, cuda)
+CPU_EXT_SPEC = {"cpp_sources": "int f();", "functions": ["f"], "extra_cflags": ["-O2"]}
+CUDA_EXT_SPEC = {"cpp_sources": "torch::Tensor relu_cuda(torch::Tensor x);", "cuda_sources": "__global__ void k() {}",
+                 "functions": ["relu_cuda"], "extra_cuda_cflags": ["-O3"]}

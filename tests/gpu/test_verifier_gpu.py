@@ -81,29 +81,11 @@ CASES = {
 BUILD_DIR = os.environ.get("KM_GPU_BUILDS") or tempfile.mkdtemp(prefix="km-gpu-builds-")
 
 
-def _make_headers(cfg: VerifyConfig) -> None:
-    """The precompiled headers the cases' flags use, made first and waited for: a build does not wait for one that
-    another build (of this batch or of another test worker) is making now, it goes on without
-    (verifier/build/pch.py), and test_build_variants_on_gpu asks that the builds used them."""
-    from verifier.build.pch import ensure_boxed_module, ensure_pch
-    from verifier.build.slim import SLIM_HEADERS
-    from verifier.common.spec import canonical_spec
-
-    spec = canonical_spec({"cpp_sources": "torch::Tensor relu_cuda(torch::Tensor x);",
-                           "cuda_sources": "__global__ void k() {}", "functions": ["relu_cuda"],
-                           "extra_cuda_cflags": ["-O3"]})  # the flags of fx.cuda_relu_candidate's load_inline
-    root = Path(cfg.host().pch_dir)
-    assert ensure_pch(spec, root) is not None
-    ensure_boxed_module(spec, root)
-    for header in SLIM_HEADERS.values():
-        ensure_pch(spec, root, header)
-
-
 def _run_cases():
     task = Task.from_code(fx.CUDA_RELU_TASK, name="relu_cuda", source="seed", level=1)
     cfg = VerifyConfig(build_dir=BUILD_DIR,
                        timing_trials=5, time_torch_compile=True, run_timeout_s=180, exec_workers=4)
-    _make_headers(cfg)
+    fx.make_headers(cfg, fx.CUDA_EXT_SPEC)  # test_build_variants_on_gpu asks that the builds used them
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
              for n, (c, _, _) in CASES.items()]
     return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=os.cpu_count())))

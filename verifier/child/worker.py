@@ -81,7 +81,7 @@ from verifier.common.contract import (
 from verifier.common.devlock import device_lock
 from verifier.common.inputs import (
     as_list,
-    build_model,
+    cpu_model,
     digest,
     draw_inputs,
     init_inputs,
@@ -249,13 +249,17 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     # shared while this process works on the device (cuda only: see verifier/execute/locks.py shared_lock),
     # exclusive while it times
     lock = device_lock(job.timing_lock or None)
-    if job.backend == "cuda":
-        lock.acquire(False, job.lock_wait_s)
-        clock.phase("shared_lock_wait")
     try:
         ref = exec_module("km_reference", job.reference_code, "reference.py")
-        model, init = build_model(ref, job.init_seed, device, job.reference_code, job.eval_mode)
+        # constructed on the cpu before the hold is asked for (the weights' draws are host work, seconds for a large
+        # network): only the copy to the device is device work
+        model, init = cpu_model(ref, job.init_seed, job.reference_code, job.eval_mode)
         clock.phase("load_reference")
+        if job.backend == "cuda":
+            lock.acquire(False, job.lock_wait_s)
+            clock.phase("shared_lock_wait")
+        model, init = model.to(device), to_device(init, device)
+        clock.part("load_reference")
         # host work only (no hold on the device meanwhile: a timer does not wait for it)
         with lock.aside(job.lock_wait_s):
             with profiled(backend):  # the profiler's own threads and state exist before any baseline

@@ -426,13 +426,19 @@ def build_model(ref_mod, init_seed: int, device: str, program_text: str = "", ev
     both, so a ModelNew that creates its parameters in the same order as Model gets the same values even
     when their names or shapes differ and the state dict cannot be copied. (Built under the device, the
     reference drew its weights from the CUDA generator and every such honest candidate was wrong.)"""
+    model, init = cpu_model(ref_mod, init_seed, program_text, eval_mode)
+    return model.to(device), to_device(init, device)
+
+
+def cpu_model(ref_mod, init_seed: int, program_text: str = "", eval_mode: bool = False):
+    """:func:`build_model`'s model and init inputs on the cpu: host work only (the weights' draws, which take seconds
+    for a large level-3 network), done before a process takes its hold on the device for the copy to it."""
     reference_numerics()
     init = init_inputs(ref_mod, init_seed, "cpu", program_text)
     seed_everything(init_seed)
     with placement("cpu", program_text):
         model = ref_mod.Model(*init)
-    model = model.to(device)
-    return (model.eval() if eval_mode else model), to_device(init, device)
+    return (model.eval() if eval_mode else model), init
 
 
 def init_inputs(ref_mod, init_seed: int, device: str, program_text: str = "") -> list:

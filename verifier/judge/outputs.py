@@ -23,14 +23,16 @@ sum, counts as repeated; C06 on cpu needs glibc's poisoning (outputs over 32 MiB
 
 from __future__ import annotations
 
+import copy
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
 
 from verifier import cheats
 from verifier.common.config import VerifyConfig
-from verifier.common.inputs import as_list, build_model, digests_match
+from verifier.common.inputs import as_list, cpu_model, digests_match
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -44,13 +46,70 @@ CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.p
 RNG_LOCK = threading.RLock()
 
 
-def reference_models(plan, job, device: str, cfg: VerifyConfig) -> tuple:
-    """The reference a job is judged against, built from its init seed (under RNG_LOCK: the global generator), and
-    its float64 copy: None where the plan fixes the tolerance (``plan.float64`` says why), or where the copy does
-    not fit in memory (that candidate is then judged with the fixed tolerance). The judge and its prefetch both
-    build them here, so the answers one computes are the other's."""
+# the job's reference as constructed on the cpu, kept while the job runs (forget_reference): its harness, its
+# prefetch and its judge each take a copy of it, not a construction of their own (the weights' draws of a large
+# level-3 network take seconds of host time, and each was made holding the device, or inside a timing window)
+_PRISTINE: OrderedDict = OrderedDict()
+PRISTINE_KEEP = 4  # the models kept at most (a slot's jobs end with forget_reference; this bounds the rest)
+
+
+def _pristine_key(plan, job, cfg: VerifyConfig) -> tuple:
+    return plan.text, job.init_seed, cfg.eval_mode
+
+
+def pristine_reference(plan, job, cfg: VerifyConfig) -> torch.nn.Module:
+    """The job's reference constructed on the cpu from its init seed (under RNG_LOCK: the global generator), once
+    per job in this process; the one kept, which nobody runs (``reference_cpu`` hands out copies)."""
+    key = _pristine_key(plan, job, cfg)
     with RNG_LOCK:
-        model, _ = build_model(plan.ref_mod, job.init_seed, device, plan.text, cfg.eval_mode)
+        model = _PRISTINE.get(key)
+        if model is None:
+            model, _ = cpu_model(plan.ref_mod, job.init_seed, plan.text, cfg.eval_mode)
+            _PRISTINE[key] = model
+            while len(_PRISTINE) > PRISTINE_KEEP:
+                _PRISTINE.popitem(last=False)
+        else:
+            _PRISTINE.move_to_end(key)
+        return model
+
+
+def reference_cpu(plan, job, cfg: VerifyConfig) -> torch.nn.Module:
+    """A fresh copy of the job's reference on the cpu (host work: no hold on the device needed), its weights those
+    the child's reference and a construction here draw from the init seed. A model that cannot be copied is
+    constructed again."""
+    model = pristine_reference(plan, job, cfg)
+    try:
+        return copy.deepcopy(model)
+    except Exception:  # noqa: BLE001 - an attribute deepcopy cannot take: constructed as before
+        with RNG_LOCK:
+            return cpu_model(plan.ref_mod, job.init_seed, plan.text, cfg.eval_mode)[0]
+
+
+def warm_reference(plan, job, cfg: VerifyConfig) -> None:
+    """The job's reference constructed on a thread of its own as the job starts, while the child starts and runs its
+    first trials: the first bracket's set-up (inside the child's timing window) copies it, not constructs it."""
+    def build() -> None:
+        try:
+            pristine_reference(plan, job, cfg)
+        except Exception:  # noqa: BLE001 - whoever needs it constructs it again and meets the error itself
+            pass
+
+    threading.Thread(target=build, name="km-reference-warm", daemon=True).start()
+
+
+def forget_reference(plan, job, cfg: VerifyConfig) -> None:
+    """The job is over: its kept reference goes."""
+    with RNG_LOCK:
+        _PRISTINE.pop(_pristine_key(plan, job, cfg), None)
+
+
+def reference_models(plan, job, device: str, cfg: VerifyConfig, cpu: torch.nn.Module | None = None) -> tuple:
+    """The reference a job is judged against, from its init seed, and its float64 copy: None where the plan fixes
+    the tolerance (``plan.float64`` says why), or where the copy does not fit in memory (that candidate is then
+    judged with the fixed tolerance). The judge and its prefetch both build them here, so the answers one computes
+    are the other's. ``cpu``: the model from ``reference_cpu``, taken before the caller's hold on the device (only
+    the copy to the device is device work)."""
+    model = (cpu if cpu is not None else reference_cpu(plan, job, cfg)).to(device)
     model64 = None
     if not plan.float64:
         try:

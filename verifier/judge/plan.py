@@ -21,7 +21,7 @@ from verifier.common.contract import Job
 from verifier.common.inputs import (
     SIZE_RATIOS,
     as_list,
-    build_model,
+    cpu_model,
     draw_inputs,
     meta_input_bytes,
     meta_output_bytes,
@@ -174,6 +174,8 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
     # forward on meta tensors, else taken as the inputs'; unknown inputs plan nothing
     meta_out = meta_output_bytes(ref_mod, reference_code) if meta is not None else None
     planned = admission.job_bytes(meta or 0, max(meta or 0, meta_out or 0), 0, cfg.float64_reference)
+    with RNG_LOCK:  # constructed on the cpu before the hold: only its copy to the device is device work
+        cpu, _ = cpu_model(ref_mod, seed, reference_code, cfg.eval_mode)
     # the reference's runs here hold the device shared: on cuda, work of this process inside another's timing
     # window is counted in that candidate's time
     with admission.gate_for(device, cfg.memory_budget_gib).admit(planned), device_work(cfg, backend):
@@ -185,7 +187,7 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
                 plan.reproducible = same(a, b)
                 plan.input_bytes = nbytes(a)
                 del b
-                model, _ = build_model(ref_mod, seed, device, reference_code, cfg.eval_mode)
+                model = cpu.to(device)
                 out = as_list(model(*a))
                 plan.output_bytes = nbytes(out)
                 plan.weight_bytes = nbytes(list(model.parameters()) + list(model.buffers()))

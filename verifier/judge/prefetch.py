@@ -29,7 +29,7 @@ from verifier.common.config import VerifyConfig
 from verifier.common.contract import Job
 from verifier.common.inputs import as_list, nbytes
 from verifier.execute.locks import device_work, lock_wait_s
-from verifier.judge.outputs import reference64, reference_models
+from verifier.judge.outputs import reference64, reference_cpu, reference_models
 
 PREFETCH_MIN_BYTES = 256 << 20  # held at least this much where the judge's share is smaller
 
@@ -96,9 +96,11 @@ class ReferencePrefetch:
     def _answer(self, i: int, seed: int) -> bool:
         """Trial ``i``'s answers, kept where they fit; False when they do not (nothing of trial ``i`` ran)."""
         job = self.job
+        # constructed on the cpu before the hold: only its copy to the device is device work
+        cpu = reference_cpu(self.plan, job, self.cfg) if self.model is None else None
         with device_work(self.cfg, self.backend) as lock:
             if self.model is None:
-                self.model, self.model64 = reference_models(self.plan, job, self.device, self.cfg)
+                self.model, self.model64 = reference_models(self.plan, job, self.device, self.cfg, cpu)
             inputs = self.plan.draw_trial(job, i, self.device, seed)
             # what it keeps (the inputs, the fp32 answers, the float64 ones: twice their size) and, while it runs,
             # the float64 copy of the inputs: the answers by the plan's largest outputs, before they exist

@@ -64,6 +64,7 @@ from verifier.judge.outputs import (
     check_outputs,
     fingerprint,
     reference64,
+    reference_cpu,
     reference_models,
     same_fingerprint,
 )
@@ -222,7 +223,9 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     # the models the prefetch built and ran the trials on, if it did (their answers and these agree)
     model, model64 = ex.prefetched.models() if ex.prefetched is not None else (None, None)
     if model is None:
-        model, model64 = reference_models(plan, ex.job, ex.device, cfg)
+        with ex.aside():  # constructed on the cpu with the hold let go: only its copy to the device is device work
+            cpu = reference_cpu(plan, ex.job, cfg)
+        model, model64 = reference_models(plan, ex.job, ex.device, cfg, cpu)
     v.versions["tolerance"] = "float64 reference" if model64 is not None else f"fixed: {plan.float64 or 'no copy'}"
     clock.lap("judge_models")
     t = _check_trials(cfg, plan, ex, report, model, model64, ev)
