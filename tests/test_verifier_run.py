@@ -442,23 +442,27 @@ def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config
 
     monkeypatch.setattr(processes, "WARM_BACKENDS", ("cuda", "cpu"))
     task = TASKS["relu"]
+    name = f"left-behind-{os.getpid()}-{time.time_ns()}"  # this run's: a file on the host would be found below
     leaver = fx.cpu_candidate("return ext.relu(x.contiguous())", init=(
         "import os, pathlib\n"
         "assert '--serve' in pathlib.Path('/proc/self/cmdline').read_text(), 'not a forked child of a server'\n"
         "for d in (os.environ['HOME'], os.environ.get('TMPDIR', '/tmp'), '/dev/shm'):\n"
         "    if os.access(d, os.W_OK):\n"
-        "        pathlib.Path(d, 'left-behind').write_text('for the next one')"))
+        f"        pathlib.Path(d, '{name}').write_text('for the next one')"))
     looker = fx.cpu_candidate("return ext.relu(x.contiguous())", init=(
         "import os, pathlib\n"
         "assert '--serve' in pathlib.Path('/proc/self/cmdline').read_text(), 'not a forked child of a server'\n"
         "left = [d for d in (os.environ['HOME'], os.environ.get('TMPDIR', '/tmp'), '/dev/shm')\n"
-        "        if os.path.exists(os.path.join(d, 'left-behind'))]\n"
+        f"        if os.path.exists(os.path.join(d, '{name}'))]\n"
         "assert not left, f'found what an earlier job left in {left}'"))
     items = [(task, Candidate(candidate_id=f"w{i}", task_id=task.task_id, backend="cpu", generator="test", code=c))
              for i, c in enumerate([leaver, fx.HONEST_RELU, looker])]
     with mock.patch.object(engine, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
                                                                                          findings=[])):
         out = verify_batch(items, config=dataclasses.replace(config, exec_workers=1), compile_workers=1)
+    # the leaver's files were in its sandbox's scratch, never on the host (redteam/test_redteam_sandbox_probe.py)
+    on_host = [d for d in (os.path.expanduser("~"), "/tmp", "/dev/shm") if os.path.exists(os.path.join(d, name))]
+    assert not on_host, on_host
     assert [v.status for v in out] == ["pass"] * 3, [v.feedback for v in out]
     warm = {k: s for k, s in processes._SERVERS.items() if k[0] == "cpu" and k[1] == "slot" and k[-1] is not None}
     # one slot ran the three jobs; a task preparation thread may hold a slot of its own (the reference's timing

