@@ -92,3 +92,31 @@ def test_a_batch_that_starts_unprobed_keeps_every_candidates_files_off_the_host(
     assert all(v.status == "pass" for v in out), [(v.status, v.feedback[:300]) for v in out]
     assert all(v.versions.get("sandbox", {}).get("isolation", "none") != "none" for v in out), \
         [v.versions.get("sandbox") for v in out]
+
+
+def test_sandboxes_started_at_once_each_get_a_pids_cgroup_of_their_own():
+    """The fork-bomb bound's cgroup (``PidsLimit``) of sandboxes a batch's threads start at once: one name each (a
+    name two threads shared left the second sandbox without its limit), and the parent found by threads probing at
+    once (each probe in a directory of its own)."""
+    sandbox._pids_cgroup_parent.cache_clear()
+    barrier, made = threading.Barrier(8), []
+
+    def start():
+        barrier.wait()
+        made.append(sandbox.PidsLimit(64))
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        paths = [m.path for m in made]
+        if not sandbox._pids_cgroup_parent():
+            assert paths == [None] * 8  # no pids cgroup here: the supervisor's own count bounds a fork bomb
+        else:
+            assert None not in paths and len(set(paths)) == 8, paths
+            assert all((p / "pids.max").read_text().strip() == "64" for p in paths)
+    finally:
+        for m in made:
+            m.remove()

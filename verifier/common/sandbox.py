@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import json
 import os
 import re
@@ -287,7 +288,7 @@ def _pids_cgroup_parent() -> str:
     except (OSError, ValueError):
         return ""
     for c in cands:
-        probe = c / f"km-probe-{os.getpid()}"
+        probe = c / f"km-probe-{os.getpid()}-{next(_CGROUP_NAMES)}"  # a name of its own: threads probe at once
         try:
             probe.mkdir()
             ok = (probe / "pids.max").is_file()
@@ -299,15 +300,17 @@ def _pids_cgroup_parent() -> str:
     return ""
 
 
+# the numbers in this process's cgroup names: ``next`` on a count is one step, so two threads never get the same name
+# (with ``_n += 1``, two sandboxes started at once by a batch's threads could get one number, and the second no limit)
+_CGROUP_NAMES = itertools.count(1)
+
+
 class PidsLimit:
     """A pids cgroup with ``pids.max``; ``enter`` (a preexec_fn) moves the new process into it."""
 
-    _n = 0
-
     def __init__(self, limit: int):
-        PidsLimit._n += 1
         parent = _pids_cgroup_parent()
-        self.path = Path(parent) / f"kernelmill-{os.getpid()}-{PidsLimit._n}" if parent else None
+        self.path = Path(parent) / f"kernelmill-{os.getpid()}-{next(_CGROUP_NAMES)}" if parent else None
         if self.path:
             try:
                 self.path.mkdir()
