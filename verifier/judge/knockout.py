@@ -276,10 +276,10 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
     from verifier.common.backends import get_backend
     from verifier.common.inputs import as_list
     from verifier.execute.channel import Unsealed
-    from verifier.judge.outputs import Evidence, check_outputs, forget_reference, reference64, reference_models
+    from verifier.judge.outputs import Evidence, check_outputs, construct_reference, reference64, reference_models
 
-    model, model64 = reference_models(plan, job, device, cfg)
-    forget_reference(plan, job, cfg)  # the knockout's own job: its one use of the reference
+    # the knockout's own job uses its reference once: constructed, not kept for copies
+    model, model64 = reference_models(plan, job, device, cfg, construct_reference(plan, job, cfg))
     try:
         inputs = plan.trial_inputs(job, 0, device, job_dir, ledger)
     except Unsealed:

@@ -57,6 +57,13 @@ def _pristine_key(plan, job, cfg: VerifyConfig) -> tuple:
     return plan.text, job.init_seed, cfg.eval_mode
 
 
+def construct_reference(plan, job, cfg: VerifyConfig) -> torch.nn.Module:
+    """The job's reference constructed on the cpu from its init seed, under RNG_LOCK (the global generator): the one
+    construction every copy is made from, and a caller that uses the reference once (a knockout) takes it as is."""
+    with RNG_LOCK:
+        return cpu_model(plan.ref_mod, job.init_seed, plan.text, cfg.eval_mode)[0]
+
+
 def pristine_reference(plan, job, cfg: VerifyConfig) -> torch.nn.Module:
     """The job's reference constructed on the cpu from its init seed (under RNG_LOCK: the global generator), once
     per job in this process; the one kept, which nobody runs (``reference_cpu`` hands out copies)."""
@@ -64,8 +71,7 @@ def pristine_reference(plan, job, cfg: VerifyConfig) -> torch.nn.Module:
     with RNG_LOCK:
         model = _PRISTINE.get(key)
         if model is None:
-            model, _ = cpu_model(plan.ref_mod, job.init_seed, plan.text, cfg.eval_mode)
-            _PRISTINE[key] = model
+            model = _PRISTINE[key] = construct_reference(plan, job, cfg)
             while len(_PRISTINE) > PRISTINE_KEEP:
                 _PRISTINE.popitem(last=False)
         else:
@@ -81,8 +87,7 @@ def reference_cpu(plan, job, cfg: VerifyConfig) -> torch.nn.Module:
     try:
         return copy.deepcopy(model)
     except Exception:  # noqa: BLE001 - an attribute deepcopy cannot take: constructed as before
-        with RNG_LOCK:
-            return cpu_model(plan.ref_mod, job.init_seed, plan.text, cfg.eval_mode)[0]
+        return construct_reference(plan, job, cfg)
 
 
 def warm_reference(plan, job, cfg: VerifyConfig) -> None:
