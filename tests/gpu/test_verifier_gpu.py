@@ -50,6 +50,9 @@ SPLIT_SRC = fx.cuda_relu_candidate(906).replace(
 # as written it launches its kernel. The split keeps it whole, so its verdict is that of the code as written.
 CUDACC_SRC = fx.cuda_relu_candidate(907).replace(
     "    auto y = torch::empty_like(x);", "#ifndef __CUDACC__\n    return torch::relu(x);\n#endif\n    auto y = torch::empty_like(x);")
+# The forward calls made before the first timed bracket: the trials, the warm-up and the four of the host-wait check
+# (verifier/child/timing.py forward_waits_on_host: two plain calls, WAIT_CHECKS behind a delay).
+_BEFORE_BRACKETS = VerifyConfig().trials + min(VerifyConfig().warmup, 5) + 4
 CASES = {
     "split_build_variant": (SPLIT_SRC, "pass", None),
     "host_code_asking_for_nvcc_is_built_as_written": (CUDACC_SRC, "pass", None),
@@ -75,6 +78,14 @@ CASES = {
     "honest_host_sync_in_forward": (fx.cuda_relu_candidate(2, forward="torch.cuda.synchronize()\n        "
                                                                      "return self.ext.relu_cuda(x.contiguous())"),
                                     "pass", None),
+    # red team of the host-wait hint: a forward that waits on the host while it is asked (every call before the
+    # timing's brackets), then queues its timed calls as any other. The hint it earned is false for the brackets:
+    # its first bracket in time takes it back, and its time is that of the honest ReLU (a false hint only ever makes
+    # the model's own brackets late: test_a_false_host_waits_hint_is_taken_back_and_buys_nothing)
+    "syncs_only_while_asked_whether_it_waits": (fx.cuda_relu_candidate(3, forward=(
+        "self.calls = getattr(self, 'calls', 0) + 1\n        if self.calls <= %d:\n"
+        "            torch.cuda.synchronize()\n        return self.ext.relu_cuda(x.contiguous())" % _BEFORE_BRACKETS)),
+        "pass", None),
 }
 
 
@@ -117,19 +128,35 @@ def test_gpu_case(name):
 
 
 def test_a_forward_that_waits_on_the_host_is_timed_without_idle_waits():
-    """Its first LATE_RUN brackets wait QUEUE_WAIT_S for calls that cannot be queued before the gate opens, and are
-    late; the later ones wait LATE_QUEUE_WAIT_S (verifier/execute/harness.py), not 2 s each with the device held
-    alone."""
+    """Its child finds that it waits on the host (verifier/child/timing.py forward_waits_on_host) and says so: every
+    bracket's gate opens after LATE_QUEUE_WAIT_S (verifier/execute/harness.py), none waits QUEUE_WAIT_S for calls that
+    cannot be queued with the device held alone (LATE_RUN of them did before the hint, 4 s a model). An honest
+    forward that does not wait is not hinted."""
     from verifier.execute.harness import LATE_QUEUE_WAIT_S, LATE_RUN, QUEUE_WAIT_S
 
     v = verdicts()["honest_host_sync_in_forward"]
     assert v.status == "pass", v.feedback
     t = v.versions["timing"]
     print("timing", v.stage_seconds.get("child_timing_brackets"), t)
+    assert t["host_waits"] and not t["host_waits_taken_back"], t
     assert t["late"] > LATE_RUN, t  # it was late, bracket after bracket
-    # LATE_RUN full waits (its first late brackets), the later ones short
-    assert v.stage_seconds["child_timing_brackets"] < LATE_RUN * QUEUE_WAIT_S + t["late"] * (LATE_QUEUE_WAIT_S + 0.3), \
+    assert v.stage_seconds["child_timing_brackets"] < QUEUE_WAIT_S + t["late"] * (LATE_QUEUE_WAIT_S + 0.3), \
         (v.stage_seconds, t)
+    honest = verdicts()["honest"].versions["timing"]
+    assert honest["host_waits"] is False, honest
+
+
+def test_a_false_host_waits_hint_is_taken_back_and_buys_nothing():
+    """The red team's forward waits on the host only while the child asks (its calls before the brackets): the hint
+    is True, its first bracket comes in time and takes it back, its later brackets wait as any model's, and its
+    time is the honest ReLU's."""
+    v, honest = verdicts()["syncs_only_while_asked_whether_it_waits"], verdicts()["honest"]
+    t = v.versions["timing"]
+    print("timing", t, v.runtime_us, honest.runtime_us)
+    assert v.status == "pass", v.feedback
+    assert t["host_waits"] and t["host_waits_taken_back"], t
+    assert t["late"] <= 1, t
+    assert v.runtime_us < 2 * honest.runtime_us, (v.runtime_us, honest.runtime_us)
 
 
 def _variant_of(name: str) -> dict:

@@ -298,3 +298,48 @@ def test_a_held_check_that_fails_on_the_harness_side_is_the_verifiers_error(tmp_
         d.close()
     got = h.close()
     assert "MemoryError" in got.error and not got.problems  # never a problem of the candidate's outputs
+
+
+def test_a_host_waits_hint_shortens_only_the_hinted_labels_wait_and_an_in_time_bracket_takes_it_back(tmp_path):
+    """The child's hint that its forward waits on the host (verifier/child/timing.py ``forward_waits_on_host``) opens
+    that label's gates after LATE_QUEUE_WAIT_S from its first bracket; a bracket of the label that then comes in
+    time takes the hint back for the rest of the job (a false hint cannot keep a model on short waits that its own
+    queueing would make late, nor make another label's brackets late)."""
+    from verifier.execute.harness import LATE_QUEUE_WAIT_S, QUEUE_WAIT_S
+
+    h = Harness("cuda", tmp_path, torch.nn.ReLU, _draw, check=False)  # the waits' logic only: no device touched
+    assert h.queue_wait_s("candidate") == QUEUE_WAIT_S
+    h._hint("candidate", False)
+    assert h.queue_wait_s("candidate") == QUEUE_WAIT_S and not h.result.host_waits
+    h._hint("candidate", True)
+    assert h.queue_wait_s("candidate") == LATE_QUEUE_WAIT_S and h.queue_wait_s("null") == QUEUE_WAIT_S
+    h._hint("candidate", True, late=True)  # late as hinted: the hint stands
+    assert h.queue_wait_s("candidate") == LATE_QUEUE_WAIT_S
+    h._hint("candidate", True, late=False)  # queued in time: not a forward that waits on the host
+    assert h.queue_wait_s("candidate") == QUEUE_WAIT_S
+    h._hint("candidate", True)  # asked again: taken back for the job
+    assert h.queue_wait_s("candidate") == QUEUE_WAIT_S
+    assert h.result.host_waits == ["candidate"] and h.result.host_waits_taken_back == ["candidate"]
+
+
+def test_the_channel_hands_the_harness_a_host_waits_hint_only_when_it_is_true(tmp_path):
+    """The hint reaches ``on_bracket`` as a bool: True only for a message's JSON true (a string or a number a child
+    sends is no hint)."""
+    seen = []
+
+    def on_bracket(label, send, recv, host_waits):
+        seen.append((label, host_waits))
+        send({"enough": True})
+
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=on_bracket)
+    ch = Channel(tmp_path)
+    try:
+        assert BracketClient(ch, "cpu", host_waits=True).bracket("candidate", torch.relu) == "enough"
+        assert BracketClient(ch, "cpu").bracket("candidate", torch.relu) == "enough"
+        assert BracketClient(ch, "cpu", host_waits=True).bracket("null", torch.relu, False) == "enough"
+        for raw in ("yes", 1, None):
+            assert ch.ask({"op": "bracket", "label": "raw", "host_waits": raw}).get("enough")
+    finally:
+        ch.close()
+        assert not d.close().harness_error
+    assert seen == [("candidate", True), ("candidate", False), ("null", False)] + [("raw", False)] * 3

@@ -67,12 +67,39 @@ class PhaseClock:
         self.part_t = now
 
 
-def brackets(client: BracketClient, label: str, fn, most: int) -> None:
+def brackets(client: BracketClient, label: str, fn, most: int, host_waits: bool | None = None) -> None:
     """Up to ``most`` clocked brackets of ``fn`` (a first one of a single call, the probe); the harness answers
-    "enough" once it has what it needs."""
+    "enough" once it has what it needs. ``host_waits``: whether ``fn`` waits on the host (the client's own answer
+    where None)."""
     for _ in range(most + 1):
-        if client.bracket(label, fn) == "enough":
+        if client.bracket(label, fn, host_waits) == "enough":
             return
+
+
+WAIT_CHECKS = 2  # calls asked whether they wait on the host (each must: one slowed by the host's load is not)
+
+
+def forward_waits_on_host(backend, fn, draw, seeds: list[int]) -> bool:
+    """Whether ``fn`` (a forward) waits on the host for the device work queued before it, asked of
+    WAIT_CHECKS calls on fresh inputs (``Backend.waits_on_host``), each behind a delay longer than its host time;
+    False where the check itself fails (the timing goes on without the hint)."""
+    try:
+        inputs = draw(seeds[0])
+        host_s = float("inf")
+        for _ in range(2):  # the least of two calls' host times, nothing queued ahead (a first call's are lazy loads)
+            backend.synchronize()
+            t0 = time.perf_counter()
+            out = fn(*inputs)
+            host_s = min(host_s, time.perf_counter() - t0)
+            del out
+        backend.synchronize()
+        for i in range(WAIT_CHECKS):
+            inputs = draw(seeds[(i + 1) % len(seeds)])
+            if not backend.waits_on_host(lambda: fn(*inputs), host_s):
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - a forward that fails here fails its timed brackets, where it is reported
+        return False
 
 
 def probe_count(backend, fn, draw, seeds: list[int], most: int, budget_s: float = 2.0) -> int:

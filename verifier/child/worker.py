@@ -64,6 +64,7 @@ from verifier.child.timing import (
     brackets,
     clone,
     drawer,
+    forward_waits_on_host,
     plain_cpu,
     probe_calls,
     probe_count,
@@ -439,11 +440,17 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 del out
             backend.synchronize()
 
+        host_waits = False
         with torch.no_grad():
             try:
                 if job.backend == "cuda":
                     lock.yield_to_timer(job.lock_wait_s)
                     warm_up()
+                    # whether the forward waits on the host for the device (its bracket's calls cannot be queued
+                    # before the harness's gate opens): the harness is told, and opens the gate of such a model's
+                    # brackets without waiting seconds for calls that never come (a hint it checks: an answer
+                    # queued in time takes it back; a false one only makes the model's own brackets late)
+                    host_waits = forward_waits_on_host(backend, fn, draw, seeds)
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
         clock.phase("warmup")
@@ -465,7 +472,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 clock.part("timing_warm_device")
                 # every timed call is clocked by the harness in the verifier's process and watched here by both
                 # monitors, as a trial is (verifier/execute/harness.py: the inputs, outputs, clock and picks live there)
-                clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
+                clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]), host_waits=host_waits)
                 # the profiler watches every timed call as it watches a trial: on cuda its device view, on cpu the
                 # aten ops of every thread. A timed call can be told from a trial (its inputs are views into the
                 # harness's pool), so a thread-local monitor alone would let native code run PyTorch compute on

@@ -22,6 +22,12 @@ import torch
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
+_sleep = torch.cuda._sleep
+
+# the device-side delay queued ahead of a call whose waiting on the host is asked (``waits_on_host``): this many times
+# the call's host time, within these bounds (seconds)
+HOST_WAIT_DELAY_X = 4.0
+HOST_WAIT_DELAY_S = (0.02, 0.5)
 
 # glibc fills every malloc'd byte with (PERTURB ^ 0xff) = 0x5a: stale-memory reads become recognisable.
 CPU_PERTURB = 0xA5
@@ -61,6 +67,12 @@ class Backend:
 
     def flush_cache(self) -> None:
         pass
+
+    def waits_on_host(self, fn: Callable[[], object], host_s: float) -> bool:
+        """Whether ``fn()`` returns only once the device work queued before it has run (a forward that synchronises
+        the host: ``.item()``, ``cudaDeviceSynchronize``, a blocking copy). ``host_s``: the call's host time when
+        nothing is queued ahead of it. False on a backend without a queue."""
+        return False
 
     def warm_device(self, ms: float) -> None:
         """Keep the device busy for about ``ms`` milliseconds before a timing phase (clocks up)."""
@@ -151,6 +163,35 @@ class CudaBackend(Backend):
             if start.elapsed_time(now) >= ms:
                 break
         del a
+
+    def waits_on_host(self, fn, host_s: float) -> bool:
+        """A device-side delay (``torch.cuda._sleep``: one thread spinning) of HOST_WAIT_DELAY_X times the call's host
+        time is queued on the current stream, then ``fn()`` is called: a call that does not wait on the host returns
+        while the delay still runs, one that waits returns after it (the stream is idle when asked)."""
+        lo, hi = HOST_WAIT_DELAY_S
+        delay = min(hi, max(lo, HOST_WAIT_DELAY_X * host_s))
+        _synchronize()
+        _sleep(int(delay * self._sleep_cycles_per_s()))
+        out = fn()
+        idle = torch.cuda.current_stream().query()
+        _synchronize()
+        del out
+        return bool(idle)
+
+    _cycles_per_s = 0.0
+
+    def _sleep_cycles_per_s(self) -> float:
+        """``torch.cuda._sleep``'s cycles per second on this device, measured once (a 5 ms spin between events)."""
+        if not self._cycles_per_s:
+            cycles = 10_000_000
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _sleep(cycles // 10)  # the clocks up
+            start.record()
+            _sleep(cycles)
+            end.record()
+            end.synchronize()
+            type(self)._cycles_per_s = cycles / max(start.elapsed_time(end) * 1e-3, 1e-6)
+        return self._cycles_per_s
 
     def probe_call(self, fn):
         """CUDA events on the current stream bracket fn (its device time); a third event recorded after a

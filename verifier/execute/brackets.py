@@ -44,6 +44,10 @@ class Clocked:
     host_clock: bool = False  # cpu: perf_counter brackets
     unchecked: bool = False  # an input the channel cannot carry: the child drew its own, so no timed output was checked
     unlocked: int = 0  # brackets clocked while no process held the device lock exclusive (a lock was named)
+    # cuda: labels whose child said their forward waits on the host (their gates opened without the long wait) and
+    # those of them whose bracket then came in time (the hint taken back)
+    host_waits: list[str] = field(default_factory=list)
+    host_waits_taken_back: list[str] = field(default_factory=list)
     error: str = ""  # the harness's own failure in the checks it ran after the child ended (the verifier's)
     close_s: float = 0.0  # seconds of the harness's close after the child ended (cuda: the held checks, their waits)
     # timed calls that left their inputs changed in the pool once done (an in-place write its caller would see),

@@ -129,7 +129,7 @@ class Unsealed(Exception):
 class Driver:
     """The verifier's side of one job's channel: listens in ``job_dir``, serves one child connection in a
     thread, and records what it gave and measured in ``ledger``. ``on_trial(i, seed)`` runs before a trial's
-    seed is sent (to ship input files); ``on_bracket(label, send, recv)`` runs one clocked bracket
+    seed is sent (to ship input files); ``on_bracket(label, send, recv, host_waits)`` runs one clocked bracket
     (verifier/execute/harness.py) on the connection. ``on_build(n, spec)`` builds the ``n``-th extension the child
     asks for at run time (verifier/build/runtime.py ``child_builder``) and returns its ``ChildBuild``; the child
     waits for the answer and loads what was built here."""
@@ -259,7 +259,7 @@ class Driver:
                 elif op == "bracket" and next_trial == self.n_trials and self.on_bracket is not None \
                         and not self.ledger.harness_error:
                     try:
-                        self.on_bracket(str(msg.get("label", ""))[:40], send, recv)
+                        self.on_bracket(str(msg.get("label", ""))[:40], send, recv, msg.get("host_waits") is True)
                         self.ledger.brackets += 1
                     except OSError:
                         break

@@ -64,6 +64,12 @@ QUEUE_WAIT_S = 2.0  # cuda: the gate opens this long after the bracket's layout 
 # and a late bracket's time counts the host's queuing); a bracket in time gives the full wait back
 LATE_QUEUE_WAIT_S = 0.1
 LATE_RUN = 2
+# A child that found its forward waiting on the host (verifier/child/timing.py ``forward_waits_on_host``: a call
+# behind a device-side delay returned only once the delay was over) says so with each bracket, and that label's gate
+# opens after LATE_QUEUE_WAIT_S from its first bracket (a task's reference or a candidate that synchronises paid
+# LATE_RUN full waits, 4 s of the device held alone, at 4e97331). The hint is the child's, so it is checked: a bracket
+# of the label queued in time takes it back for the rest of the job. A false hint only shortens the wait for the
+# child's own calls: a bracket it queues late counts its host's queueing in its own time, the slower one.
 FLAGS = ipc.ALIGN  # the pool's first bytes: the gate word (offset 0) and the done word (offset 64)
 LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about this much per element here
 LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
@@ -223,7 +229,17 @@ class Harness:
 
     def queue_wait_s(self, label: str) -> float:
         """How long a bracket of ``label`` waits for the child to queue its calls before the gate opens anyway."""
-        return LATE_QUEUE_WAIT_S if self._late_runs.get(label, 0) >= LATE_RUN else QUEUE_WAIT_S
+        hinted = label in self.result.host_waits and label not in self.result.host_waits_taken_back
+        return LATE_QUEUE_WAIT_S if hinted or self._late_runs.get(label, 0) >= LATE_RUN else QUEUE_WAIT_S
+
+    def _hint(self, label: str, host_waits: bool, late: bool | None = None) -> None:
+        """The child's hint that ``label`` waits on the host, noted before its bracket; after it (``late`` given), a
+        hinted bracket that came in time takes the hint back."""
+        if late is None:
+            if host_waits and label not in self.result.host_waits:
+                self.result.host_waits.append(label)
+        elif not late and label in self.result.host_waits and label not in self.result.host_waits_taken_back:
+            self.result.host_waits_taken_back.append(label)
 
     def _views(self, k: int) -> tuple[list, list]:
         lay, base = self._layout, FLAGS + k * self._layout["stride"]
@@ -235,9 +251,11 @@ class Harness:
 
     # ---- one bracket
 
-    def serve(self, label: str, send: Callable[[dict], None], recv: Callable[[], dict | None]) -> None:
-        """One bracket over the channel; what it measured goes to ``self.result``. Raises only on the
-        harness's own failures (the caller records them as such)."""
+    def serve(self, label: str, send: Callable[[dict], None], recv: Callable[[], dict | None],
+              host_waits: bool = False) -> None:
+        """One bracket over the channel; what it measured goes to ``self.result``. ``host_waits``: the child's hint
+        that the label's forward waits on the host (``queue_wait_s``). Raises only on the harness's own failures
+        (the caller records them as such)."""
         if self._enough(label):
             send({"enough": True})
             return
@@ -259,8 +277,10 @@ class Harness:
         if self.lock_path and not held_exclusive(self.lock_path):
             self.result.unlocked += 1  # (a timing phase shared with other device work: the verdict says so)
         if self.device == "cuda":
+            self._hint(label, host_waits)
             seconds, late, snapshot, changed = self._clock_cuda(private, views, send, recv, compare,
                                                                 self.queue_wait_s(label))
+            self._hint(label, host_waits, late)
         else:
             seconds, late, snapshot, changed = self._clock_cpu(private, views, send, recv, compare)
         self._late_runs[label] = self._late_runs.get(label, 0) + 1 if late else 0

@@ -555,7 +555,10 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
     v.versions["timing"] = {**v.versions.get("timing", {}), "clock": "harness", "brackets": len(rows),
                             "calls": max(b.calls for b in rows), "late": sum(b.late for b in rows),
                             "null_us": {str(k): round(s * 1e6, 3) for k, s in null.items()},
-                            "unlocked_brackets": clocked.unlocked}  # seen by the harness: nobody held the lock
+                            "unlocked_brackets": clocked.unlocked,  # seen by the harness: nobody held the lock
+                            # the child's hint that its forward waits on the host, and whether a bracket took it back
+                            "host_waits": "candidate" in clocked.host_waits,
+                            "host_waits_taken_back": "candidate" in clocked.host_waits_taken_back}
     if report.candidate is not None and report.candidate.launch_us:
         v.launch_us = statistics.median(report.candidate.launch_us)
     eager = ref.clocked.get("eager_s") if ref is not None else None
