@@ -494,3 +494,54 @@ def test_a_trace_beside_the_lock_records_every_hold_and_blames_the_drain_on_the_
     # a candidate's scribbles are dropped
     (tmp_path / "dev.lock.trace").write_text("garbage line\n1 s 3 2 1 x.py:1 2 x.py:1 x.py:2\n")
     assert lock_trace.read(trace) == [] and lock_trace.summarize(trace) == {}
+
+
+def test_a_candidates_construction_gives_way_to_a_waiting_timer_between_its_parameters(tmp_path):
+    """ModelNew's construction is host work held shared (its weights' draws: seconds for a large network). A timer
+    that comes during it gets the device at the next parameter the candidate registers (verifier/child/loading.py
+    ``giving_way``), not once the whole construction is over, and the holder has the device shared again after it;
+    the registration hook is gone once the construction is. Without the points of giving way the timer waits for
+    all of it."""
+    import torch
+
+    from verifier.child.loading import giving_way
+    from verifier.common.backends import CpuBackend
+
+    class Slow(torch.nn.Module):  # 40 layers, 25 ms of host work each before the layer's parameter is registered
+        def __init__(self):
+            super().__init__()
+            for i in range(40):
+                time.sleep(0.025)
+                setattr(self, f"w{i}", torch.nn.Parameter(torch.zeros(4)))
+
+    def construct(gives_way: bool):
+        path = str(tmp_path / f"dev-{gives_way}.lock")
+        holder, timer = DeviceLock(path), DeviceLock(path)
+        assert holder.acquire(False, 1.0)
+        got = {}
+
+        def timing():
+            time.sleep(0.2)  # the construction is under way
+            t0 = time.monotonic()
+            got["timer"] = timer.acquire(True, 10.0)
+            got["wait"] = time.monotonic() - t0
+            time.sleep(0.05)
+            timer.release()
+
+        th = threading.Thread(target=timing)
+        th.start()
+        ctx = giving_way(holder, CpuBackend(), 30.0) if gives_way else contextlib.nullcontext()
+        with ctx:
+            Slow()
+        held = holder.held
+        holder.close()  # the construction's piece of work is over
+        th.join(10)
+        timer.close()
+        assert got["timer"] is True
+        return got["wait"], held
+
+    wait, held = construct(True)
+    assert wait < 0.25 and held == "shared", wait
+    assert not torch.nn.modules.module._global_parameter_registration_hooks  # the hook went with the construction
+    wait_without, _ = construct(False)
+    assert wait_without > 0.5, wait_without

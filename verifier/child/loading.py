@@ -14,6 +14,7 @@ import importlib.util
 import json
 import linecache
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -21,6 +22,28 @@ import torch
 
 from verifier.common.backends import own_kernel_names
 from verifier.common.spec import canonical_spec, extension_name, spec_key
+
+
+@contextlib.contextmanager
+def giving_way(lock, backend, budget_s: float):
+    """The candidate's construction with points of giving way. Its modules' weights are drawn on the host (seconds
+    for a large network) while the process holds the device shared, so a timer that came meanwhile waited for all
+    of it (the real batch's longest drain at 4e97331, 13.5 s over 11 constructions on one H200). Each parameter a
+    module registers (torch's global registration hook, on the constructing thread) is now such a point: where a
+    timer waits, this process's queued device work is finished and the timer has the device first
+    (``DeviceLock.yield_to_timer``: bounded by the job's one budget of giving way)."""
+    thread = threading.get_ident()
+
+    def hook(module, name, param):
+        if threading.get_ident() == thread and lock.timer_waiting():
+            backend.synchronize()
+            lock.yield_to_timer(budget_s)
+
+    handle = torch.nn.modules.module.register_module_parameter_registration_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def exec_module(name: str, code: str, filename: str):

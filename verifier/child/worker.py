@@ -46,7 +46,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from verifier.child.channel import Channel
 from verifier.child.harness_client import BracketClient
 from verifier.child.knockout import ChildKnockout
-from verifier.child.loading import KERNEL_CALLS, exec_module, make_prebuilt_load_inline
+from verifier.child.loading import KERNEL_CALLS, exec_module, giving_way, make_prebuilt_load_inline
 from verifier.child.monitors import (
     DispatchRecorder,
     profiled,
@@ -292,7 +292,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     try:
         init_c = init_inputs(ref, job.init_seed, device, job.reference_code)
         seed_everything(job.init_seed)
-        model_new = cand.ModelNew(*init_c).to(device)
+        with giving_way(lock, backend, job.lock_wait_s):
+            model_new = cand.ModelNew(*init_c).to(device)
         if job.eval_mode:
             model_new.eval()
     except Exception:  # noqa: BLE001

@@ -49,6 +49,10 @@ def test_a_slow_kernel_with_everything_forged_keeps_its_time(verdicts):
         hooked.runtime_us, plain.runtime_us, hooked.versions.get("timing"))
     assert hooked.speedup_eager < 0.5 and hooked.speedup_eager < 1.25 * plain.speedup_eager, (
         hooked.speedup_eager, plain.speedup_eager)
+    # the hook also says its forward waits on the host (it does not): its first bracket in time took the hint back
+    t = hooked.versions["timing"]
+    assert t["host_waits"] and t["host_waits_taken_back"] and not plain.versions["timing"]["host_waits"], (
+        t, plain.versions["timing"])
 
 
 def test_returning_the_previous_output_on_timed_calls_is_seen(verdicts):
