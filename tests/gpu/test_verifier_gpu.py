@@ -50,9 +50,6 @@ SPLIT_SRC = fx.cuda_relu_candidate(906).replace(
 # as written it launches its kernel. The split keeps it whole, so its verdict is that of the code as written.
 CUDACC_SRC = fx.cuda_relu_candidate(907).replace(
     "    auto y = torch::empty_like(x);", "#ifndef __CUDACC__\n    return torch::relu(x);\n#endif\n    auto y = torch::empty_like(x);")
-# The forward calls made before the first timed bracket: the trials, the warm-up and the four of the host-wait check
-# (verifier/child/timing.py forward_waits_on_host: two plain calls, WAIT_CHECKS behind a delay).
-_BEFORE_BRACKETS = VerifyConfig().trials + min(VerifyConfig().warmup, 5) + 4
 CASES = {
     "split_build_variant": (SPLIT_SRC, "pass", None),
     "host_code_asking_for_nvcc_is_built_as_written": (CUDACC_SRC, "pass", None),
@@ -78,14 +75,6 @@ CASES = {
     "honest_host_sync_in_forward": (fx.cuda_relu_candidate(2, forward="torch.cuda.synchronize()\n        "
                                                                      "return self.ext.relu_cuda(x.contiguous())"),
                                     "pass", None),
-    # red team of the host-wait hint: a forward that waits on the host while it is asked (every call before the
-    # timing's brackets), then queues its timed calls as any other. The hint it earned is false for the brackets:
-    # its first bracket in time takes it back, and its time is that of the honest ReLU (a false hint only ever makes
-    # the model's own brackets late: test_a_false_host_waits_hint_is_taken_back_and_buys_nothing)
-    "syncs_only_while_asked_whether_it_waits": (fx.cuda_relu_candidate(3, forward=(
-        "self.calls = getattr(self, 'calls', 0) + 1\n        if self.calls <= %d:\n"
-        "            torch.cuda.synchronize()\n        return self.ext.relu_cuda(x.contiguous())" % _BEFORE_BRACKETS)),
-        "pass", None),
 }
 
 
@@ -144,19 +133,8 @@ def test_a_forward_that_waits_on_the_host_is_timed_without_idle_waits():
         (v.stage_seconds, t)
     honest = verdicts()["honest"].versions["timing"]
     assert honest["host_waits"] is False, honest
-
-
-def test_a_false_host_waits_hint_is_taken_back_and_buys_nothing():
-    """The red team's forward waits on the host only while the child asks (its calls before the brackets): the hint
-    is True, its first bracket comes in time and takes it back, its later brackets wait as any model's, and its
-    time is the honest ReLU's."""
-    v, honest = verdicts()["syncs_only_while_asked_whether_it_waits"], verdicts()["honest"]
-    t = v.versions["timing"]
-    print("timing", t, v.runtime_us, honest.runtime_us)
-    assert v.status == "pass", v.feedback
-    assert t["host_waits"] and t["host_waits_taken_back"], t
-    assert t["late"] <= 1, t
-    assert v.runtime_us < 2 * honest.runtime_us, (v.runtime_us, honest.runtime_us)
+    # a false hint (the red team's: tests/gpu/redteam/test_redteam_omnipotent_gpu.py forges it on every bracket) is
+    # taken back by the first bracket that comes in time, and the model's time is unchanged
 
 
 def _variant_of(name: str) -> dict:
@@ -225,3 +203,21 @@ def test_side_stream_work_is_not_hidden():
     else:
         assert v.status == "pass" and v.runtime_us >= 0.8 * slow.runtime_us, (
             v.status, v.runtime_us, slow.runtime_us, v.versions.get("timing"), v.feedback[:600])
+
+
+def test_the_host_wait_check_tells_forwards_that_wait_from_those_that_do_not():
+    """verifier/child/timing.py forward_waits_on_host, each answer five times: forwards that synchronise or read a
+    value back (whatever device work they queue after the wait) are found waiting; asynchronous ones, a short ReLU,
+    200 launches and a long matmul chain, are not (at 14885cc + the check's fix, on one H200: 20-52 ms a check)."""
+    from verifier.child.timing import forward_waits_on_host
+    from verifier.common.backends import CudaBackend
+
+    b, x = CudaBackend(), torch.randn(4096, 4096, device="cuda")
+    waits = {"sync_then_relu": lambda t: (torch.cuda.synchronize(), torch.relu(t))[1],
+             "relu_then_item": lambda t: (lambda y: (float(y.view(-1)[0]), y)[1])(torch.relu(t)),
+             "matmul_then_sync": lambda t: (lambda y: (torch.cuda.synchronize(), y)[1])(t @ t)}
+    not_waits = {"relu": torch.relu, "200_launches": lambda t: [t.add_(0.0) for _ in range(200)][-1],
+                 "matmul_chain": lambda t: torch.tanh(t @ t @ t)}
+    for name, fn in {**waits, **not_waits}.items():
+        got = [forward_waits_on_host(b, fn, lambda s: [x], [1, 2, 3]) for _ in range(5)]
+        assert got == [name in waits] * 5, (name, got)

@@ -167,16 +167,19 @@ class CudaBackend(Backend):
     def waits_on_host(self, fn, host_s: float) -> bool:
         """A device-side delay (``torch.cuda._sleep``: one thread spinning) of HOST_WAIT_DELAY_X times the call's host
         time is queued on the current stream, then ``fn()`` is called: a call that does not wait on the host returns
-        while the delay still runs, one that waits returns after it (the stream is idle when asked)."""
+        while the delay still runs, one that waits returns after it (an event recorded after the delay has passed when
+        asked; not the stream, where the work the forward queued after its wait may still run)."""
         lo, hi = HOST_WAIT_DELAY_S
         delay = min(hi, max(lo, HOST_WAIT_DELAY_X * host_s))
         _synchronize()
         _sleep(int(delay * self._sleep_cycles_per_s()))
+        over = _Event()
+        over.record()  # the delay's end (the forward's own work after a wait may still run as it returns)
         out = fn()
-        idle = torch.cuda.current_stream().query()
+        waited = over.query()
         _synchronize()
         del out
-        return bool(idle)
+        return bool(waited)
 
     _cycles_per_s = 0.0
 
