@@ -545,3 +545,41 @@ def test_a_candidates_construction_gives_way_to_a_waiting_timer_between_its_para
     assert not torch.nn.modules.module._global_parameter_registration_hooks  # the hook went with the construction
     wait_without, _ = construct(False)
     assert wait_without > 0.5, wait_without
+
+
+def test_the_host_wait_check_gives_way_before_each_of_its_calls_and_fails_to_no_hint():
+    """verifier/child/timing.py forward_waits_on_host: a point of giving way before each of its calls, the device
+    idle (a slow model's calls are not one piece of shared work for a timer to wait through); every check must say
+    the forward waits; a forward or a check that raises is no hint."""
+    from verifier.child.timing import WAIT_CHECKS, forward_waits_on_host
+
+    class Backend:
+        def __init__(self, answers):
+            self.answers, self.log = list(answers), []
+
+        def synchronize(self):
+            self.log.append("sync")
+
+        def waits_on_host(self, fn, host_s):
+            self.log.append("check")
+            fn()
+            return self.answers.pop(0)
+
+    def run(answers, fn=lambda x: x):
+        b = Backend(answers)
+        got = forward_waits_on_host(b, lambda *a: (b.log.append("call"), fn(*a))[1], lambda s: [s], [1, 2, 3],
+                                    lambda: b.log.append("give way"))
+        return got, b.log
+
+    got, log = run([True] * WAIT_CHECKS)
+    assert got is True
+    assert log == ["sync", "give way", "call"] * 2 + ["sync", "give way", "check", "call"] * WAIT_CHECKS
+    got, log = run([False, True])
+    assert got is False and log.count("check") == 1  # one check that says no ends it
+    got, log = run([True, False])
+    assert got is False and log.count("check") == 2
+
+    def broken(x):
+        raise RuntimeError("a forward that fails here")
+
+    assert run([True] * WAIT_CHECKS, broken)[0] is False

@@ -71,9 +71,10 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
             waits = {}
             if job.backend == "cuda":
                 lock.acquire(False, job.lock_wait_s)
-                waits["reference"] = forward_waits_on_host(backend, model, draw, seeds)
+                give_way = lambda: lock.yield_to_timer(job.lock_wait_s)  # noqa: E731
+                waits["reference"] = forward_waits_on_host(backend, model, draw, seeds, give_way)
                 if compiled is not None:
-                    waits["compiled"] = forward_waits_on_host(backend, compiled, draw, seeds)
+                    waits["compiled"] = forward_waits_on_host(backend, compiled, draw, seeds, give_way)
             report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
             report.lock_wait_s = round(lock.waited_s, 4)
             clock.phase("lock_wait")

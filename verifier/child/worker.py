@@ -451,7 +451,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     # before the harness's gate opens): the harness is told, and opens the gate of such a model's
                     # brackets without waiting seconds for calls that never come (a hint it checks: an answer
                     # queued in time takes it back; a false one only makes the model's own brackets late)
-                    host_waits = forward_waits_on_host(backend, fn, draw, seeds)
+                    host_waits = forward_waits_on_host(backend, fn, draw, seeds,
+                                                       lambda: lock.yield_to_timer(job.lock_wait_s))
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
         clock.phase("warmup")
