@@ -35,9 +35,12 @@ def giving_way(lock, backend, budget_s: float):
     thread = threading.get_ident()
 
     def hook(module, name, param):
-        if threading.get_ident() == thread and lock.timer_waiting():
-            backend.synchronize()
-            lock.yield_to_timer(budget_s)
+        if threading.get_ident() != thread or not lock.timer_waiting():
+            return
+        if backend.name == "cuda" and torch.cuda.is_current_stream_capturing():
+            return  # a CUDA graph being captured (a constructor may capture one): no synchronising inside it
+        backend.synchronize()
+        lock.yield_to_timer(budget_s)
 
     handle = torch.nn.modules.module.register_module_parameter_registration_hook(hook)
     try:
