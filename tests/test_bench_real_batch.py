@@ -153,6 +153,8 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert (got[0]["speedup_lo"], got[0]["speedup_hi"]) == (vs[0].speedup_lo, vs[0].speedup_hi)
     assert got[0]["stage_seconds"] == pytest.approx(vs[0].stage_seconds)  # where its seconds went, the child's parts too
     assert got[0]["stage_seconds"]["child_trial_forward"] > 0
+    # the harness's late brackets and the child's host-wait hint (cpu: no gate, no hint)
+    assert got[0]["late"] == 0 and got[0]["host_waits"] is False and got[0]["host_waits_taken_back"] is False
     # how busy the slots were and how long the timing held the device alone, from the same seconds
     from bench.lib.testbed_report import HELD_ALONE, slot_lines
 

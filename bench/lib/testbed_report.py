@@ -322,6 +322,10 @@ def real_row(cand, v) -> dict:
             "pass_partial": v.pass_partial, "speedup": round(v.speedup_eager, 3) if v.speedup_eager else None,
             "program": hashlib.sha256(cand.code.encode()).hexdigest(), "stage_seconds": dict(v.stage_seconds),
             "exclusive": v.versions.get("timing", {}).get("exclusive"), "runtime_us": v.runtime_us,
+            # the harness's view of the timed brackets: how many came late, and the child's host-wait hint
+            "late": v.versions.get("timing", {}).get("late"),
+            "host_waits": v.versions.get("timing", {}).get("host_waits"),
+            "host_waits_taken_back": v.versions.get("timing", {}).get("host_waits_taken_back"),
             "eager_us": v.eager_us, "speedup_lo": v.speedup_lo, "speedup_hi": v.speedup_hi,
             # why, where the verdict is no judgement of the kernel's numbers (the verifier's side, a crash, the task)
             "why": v.feedback[:600] if v.status in ("verifier_error", "task_error", "crash", "timeout") else ""}
@@ -399,6 +403,11 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
              f"- timings with the device alone: {sum(bool(r['exclusive']) for r in record['rows'])} / {n}; GPU "
              f"utilization mean: {record['gpu_util'] if record['gpu_util'] is None else round(record['gpu_util'], 2)}; "
              f"host CPU busy: {record['host_busy']:.2f}",
+             f"- timed brackets that came late (the harness opened its gate before the child had queued its calls): "
+             f"{sum(r.get('late') or 0 for r in record['rows'])} in {sum(bool(r.get('late')) for r in record['rows'])}"
+             f" candidates; candidates whose forward waits on the host by their child's check: "
+             f"{sum(bool(r.get('host_waits')) for r in record['rows'])} (the hint taken back by a bracket in time: "
+             f"{sum(bool(r.get('host_waits_taken_back')) for r in record['rows'])})",
              *slot_lines(record),
              *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
              "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
@@ -446,6 +455,7 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
                 f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
                                     "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"],
                                     **{k: r.get(k) for k in ("runtime_us", "eager_us", "speedup_lo", "speedup_hi",
+                                                             "late", "host_waits", "host_waits_taken_back",
                                                              "stage_seconds", "why")}})
                         + "\n")
 
