@@ -498,7 +498,7 @@ for _b in ("CpuBackend", "CudaBackend"):                            # its cache 
 _HC = sys.modules["verifier.child.harness_client"].BracketClient
 _bracket = _HC.bracket
 TIMED = [False]
-def _timed_bracket(self, label, fn, host_waits=None):              # it knows when it is being timed
+def _timed_bracket(self, label, fn, host_waits=False):             # it knows when it is being timed
     TIMED[0] = True
     return _bracket(self, label, fn, True)                          # and says its forward waits on the host
 _HC.bracket = _timed_bracket

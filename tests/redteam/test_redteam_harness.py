@@ -334,9 +334,9 @@ def test_the_channel_hands_the_harness_a_host_waits_hint_only_when_it_is_true(tm
     d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=on_bracket)
     ch = Channel(tmp_path)
     try:
-        assert BracketClient(ch, "cpu", host_waits=True).bracket("candidate", torch.relu) == "enough"
+        assert BracketClient(ch, "cpu").bracket("candidate", torch.relu, True) == "enough"
         assert BracketClient(ch, "cpu").bracket("candidate", torch.relu) == "enough"
-        assert BracketClient(ch, "cpu", host_waits=True).bracket("null", torch.relu, False) == "enough"
+        assert BracketClient(ch, "cpu").bracket("null", torch.relu, False) == "enough"
         for raw in ("yes", 1, None):
             assert ch.ask({"op": "bracket", "label": "raw", "host_waits": raw}).get("enough")
     finally:

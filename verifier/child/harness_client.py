@@ -14,10 +14,9 @@ from verifier.common import ipc
 
 
 class BracketClient:
-    def __init__(self, channel: Channel, device: str, own_inputs=None, host_waits: bool = False):
-        """``own_inputs()``: one call's inputs drawn in this process, for the values JSON cannot carry;
-        ``host_waits``: the model's forward waits on the host for the device (told the harness with each bracket)."""
-        self.ch, self.device, self.host_waits = channel, device, host_waits
+    def __init__(self, channel: Channel, device: str, own_inputs=None):
+        """``own_inputs()``: one call's inputs drawn in this process, for the values JSON cannot carry."""
+        self.ch, self.device = channel, device
         self._own_inputs = own_inputs
         self._pools: dict[str, tuple] = {}
 
@@ -32,12 +31,11 @@ class BracketClient:
                 self._pools["pool"] = (ipc.cpu_map(desc["file"], int(desc["bytes"])), 0)
         return self._pools["pool"]
 
-    def bracket(self, label: str, fn, host_waits: bool | None = None) -> str:
+    def bracket(self, label: str, fn, host_waits: bool = False) -> str:
         """One bracket of ``fn`` (the model's forward, watched as the caller wants it): "done", or "enough"
-        when the harness needs no more of ``label``. ``host_waits``: whether ``fn`` waits on the host (the
-        client's where None): the harness then opens its gate without waiting for calls that are not queued."""
-        waits = self.host_waits if host_waits is None else host_waits
-        reply = self.ch.ask({"op": "bracket", "label": label, "host_waits": bool(waits)})
+        when the harness needs no more of ``label``. ``host_waits``: whether ``fn`` waits on the host: the harness
+        then opens its gate without waiting for calls that are not queued."""
+        reply = self.ch.ask({"op": "bracket", "label": label, "host_waits": bool(host_waits)})
         if reply.get("enough"):
             return "enough"
         pool, addr = self._map(reply["pool"])

@@ -88,7 +88,7 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
                 # device and the monitors cost no device time)
                 wrap = (lambda f: watched(f, DispatchRecorder())) if job.backend == "cpu" else (lambda f: f)
                 brackets(clocked, "reference", wrap(model), job.n_brackets, waits.get("reference", False))
-                brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets, False)
+                brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
                 clock.phase("eager")
                 n = probe_count(backend, model, draw, seeds, job.gap_probes)
                 report.eager = ModelTiming()

@@ -67,10 +67,9 @@ class PhaseClock:
         self.part_t = now
 
 
-def brackets(client: BracketClient, label: str, fn, most: int, host_waits: bool | None = None) -> None:
+def brackets(client: BracketClient, label: str, fn, most: int, host_waits: bool = False) -> None:
     """Up to ``most`` clocked brackets of ``fn`` (a first one of a single call, the probe); the harness answers
-    "enough" once it has what it needs. ``host_waits``: whether ``fn`` waits on the host (the client's own answer
-    where None)."""
+    "enough" once it has what it needs. ``host_waits``: whether ``fn`` waits on the host (told with each)."""
     for _ in range(most + 1):
         if client.bracket(label, fn, host_waits) == "enough":
             return

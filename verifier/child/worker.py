@@ -474,7 +474,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 clock.part("timing_warm_device")
                 # every timed call is clocked by the harness in the verifier's process and watched here by both
                 # monitors, as a trial is (verifier/execute/harness.py: the inputs, outputs, clock and picks live there)
-                clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]), host_waits=host_waits)
+                clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
                 # the profiler watches every timed call as it watches a trial: on cuda its device view, on cpu the
                 # aten ops of every thread. A timed call can be told from a trial (its inputs are views into the
                 # harness's pool), so a thread-local monitor alone would let native code run PyTorch compute on
@@ -482,7 +482,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 # a few microseconds per recorded op (an allocation, a view): the candidate's, not the reference's
                 with profiled(backend) as prof:
                     clock.part("timing_profiler_start")
-                    brackets(clocked, "candidate", fn, job.n_brackets)
+                    brackets(clocked, "candidate", fn, job.n_brackets, host_waits)
                     clock.part("timing_brackets")
                 backend.synchronize()
                 clock.part("timing_profiler_stop")
