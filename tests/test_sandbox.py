@@ -388,6 +388,33 @@ def test_child_report_withholds_host_environment_values(tmp_path, monkeypatch):
     assert "withheld" in rep.import_error
 
 
+def test_a_warm_process_whose_warm_up_failed_takes_no_job(tmp_path):
+    """A pre-forked child whose warm-up failed (its CUDA context made while the device was short of memory, say)
+    ends without taking a job: the server forks the job's process when the job comes, and that one starts cold.
+    Before, the broken child took the job, and the retry of its verifier_error met the next child forked right
+    after the failure (on an H200 under ten test workers, three retries over 85 s all failed at the profiler's
+    first stop with 'CUDA error: out of memory')."""
+    from verifier.common import childenv
+    from verifier.execute.processes import child_env
+
+    jobs = [tmp_path / "a", tmp_path / "b"]
+    for j in jobs:
+        j.mkdir()
+    env = child_env(HOST, **{childenv.WARM_BACKEND: "cpu", childenv.SERVE_WARM: "1"}, OMP_NUM_THREADS="1")
+    fake = ("import runpy, sys\nfrom verifier.child import forkserver\n"
+            "forkserver._warm_up = lambda: ['warm-up failed:\\nRuntimeError: CUDA error: out of memory']\n"
+            "sys.argv = ['worker', '--serve', '128']\nrunpy.run_module('verifier.child.worker', run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", fake], input="".join(f"{j}\t60\n" for j in jobs), env=env,
+                       capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).resolve().parents[1]))
+    answers = p.stdout.splitlines()
+    assert len(answers) == 2 and all(a.split("\t")[1] == "0" for a in answers), (p.stdout, p.stderr[-2000:])
+    for j in jobs:
+        log = (j / "child.log").read_text()
+        assert log.startswith("[verifier] the process forked ahead of this job did not take it: its warm-up failed"), log
+        assert "started cold" in log.splitlines()[0] and "warm execution process ready" not in log, log
+        assert "job.json" in log, log  # the job itself ran in the cold process (and failed: its dir has no job)
+
+
 def test_warm_execution_process_warms_up_without_error(tmp_path):
     """A warm fork server (verifier.child.worker --serve, childenv.SERVE_WARM) forks the next job's child before the job
     exists, and that child initialises (cuda: CUDA context, profiler) first; its own first line in the job's

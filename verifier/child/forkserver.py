@@ -7,7 +7,8 @@ imports again. What the child runs is verifier/child/worker.py's ``main``, hande
 ``job_main``: a forked child runs the module the server was started as, not a second copy of it imported here.
 
 - warm mode (``childenv.SERVE_WARM``, cuda): the next job's child is forked ahead of its job; it creates its CUDA
-  context and starts the profiler while earlier jobs run, then waits for its job dir on a pipe (``_prefork``);
+  context and starts the profiler while earlier jobs run, then waits for its job dir on a pipe (``_prefork``); one
+  whose warm-up failed takes no job, which then runs in a process forked for it (``_hand_over``);
 - inside a sandbox (``childenv.SANDBOXED``, verifier/common/sandbox.py): after each job the server kills what the job
   left in its pid namespace, reports those processes, a fork bomb and any network use, and empties the private
   scratch and /dev/shm (``_wipe_private_dirs``).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import shutil
 import signal
 import sys
@@ -96,18 +98,28 @@ def _preload() -> None:
         raise RuntimeError("importing torch._dynamo initialised CUDA in the fork server: its children could not use it")
 
 
-def _prefork(job_main: Callable[[str], int]) -> tuple[int, int]:
+WARM_UP_FAILED = 4  # a pre-forked child's exit status when its warm-up failed (it takes no job)
+READY_WAIT_S = 120.0  # how long the server waits for a pre-forked child's warm-up when a job comes, at most
+
+
+def _prefork(job_main: Callable[[str], int]) -> tuple[int, int, int]:
     """Fork the next job's process now (the fork server's warm mode): in its own session, away from the
     server's protocol pipes, it restores the thread count a fresh process would have, warms up (the CUDA
-    context cannot exist in the server, which must stay forkable), then reads ONE job dir from a pipe and
-    runs it. Returns (pid, the pipe's write end)."""
+    context cannot exist in the server, which must stay forkable), says whether that worked on a pipe of its own
+    (``_hand_over`` waits for it), then reads ONE job dir from a pipe and runs it. A child whose warm-up failed
+    ends at once (``WARM_UP_FAILED``): a CUDA context made in a bad moment (the device short of memory, say)
+    would fail the job it is handed, and the retry of that verdict too, whose child was forked right after it.
+    Returns (pid, the job pipe's write end, the ready pipe's read end)."""
     r, w = os.pipe()
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid:
         os.close(r)
-        return pid, w
+        os.close(ready_w)
+        return pid, w, ready_r
     try:
         os.close(w)
+        os.close(ready_r)
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):  # fd 0/1 are the server's protocol: a warm-up message must not reach them
@@ -120,6 +132,10 @@ def _prefork(job_main: Callable[[str], int]) -> tuple[int, int]:
         started = time.perf_counter()
         notes = _warm_up()
         warm_s = time.perf_counter() - started
+        if notes:
+            os._exit(WARM_UP_FAILED)
+        os.write(ready_w, b"1")
+        os.close(ready_w)
         job = b""
         while not job.endswith(b"\n"):
             part = os.read(r, 4096)
@@ -129,22 +145,36 @@ def _prefork(job_main: Callable[[str], int]) -> tuple[int, int]:
     except BaseException:  # noqa: BLE001 - nothing to report to: the server runs the job in a plain fork
         os._exit(3)
     note = f"[verifier] warm execution process ready in {warm_s:.2f} s before this job (forked by its fork server)"
-    _run_forked(job.decode().strip(), job_main, (note, *notes))
+    _run_forked(job.decode().strip(), job_main, (note,))
 
 
-def _hand_over(pending: tuple[int, int] | None, job_dir: str) -> int | None:
-    """Give the job to the pre-forked child if it is still alive and takes it; its pid, else None."""
+def _hand_over(pending: tuple[int, int, int] | None, job_dir: str, notes: list | None = None) -> int | None:
+    """Give the job to the pre-forked child once its warm-up has worked (``READY_WAIT_S`` at most); its pid, else
+    None, and in ``notes`` why the child forked ahead did not take it (the job's process is then forked for it)."""
     if pending is None:
         return None
-    pid, w = pending
+    pid, w, ready_r = pending
+    why = "it could not be handed the job"
     try:
-        if os.waitpid(pid, os.WNOHANG)[0] == 0:
-            os.write(w, (job_dir + "\n").encode())
-            return pid
+        if not select.select([ready_r], [], [], READY_WAIT_S)[0]:
+            why = f"its warm-up had not finished in {READY_WAIT_S:.0f} s"
+        else:
+            # "1": warmed up (and still alive: it takes the job); nothing (EOF): it ended without a job
+            done, status = os.waitpid(pid, os.WNOHANG if os.read(ready_r, 1) == b"1" else 0)
+            if not done:
+                os.write(w, (job_dir + "\n").encode())
+                return pid
+            code = os.waitstatus_to_exitcode(status)
+            why = ("its warm-up failed (the CUDA context or the profiler)" if code == WARM_UP_FAILED else
+                   f"it had ended (exit {code})")
     except OSError:
         pass
     finally:
         os.close(w)
+        os.close(ready_r)
+    if notes is not None:
+        notes.append(f"[verifier] the process forked ahead of this job did not take it: {why}; this job's process "
+                     f"was forked when the job came, and started cold")
     for kill in (os.killpg, os.kill):
         try:
             kill(pid, signal.SIGKILL)
@@ -212,11 +242,12 @@ def serve(procs_max: int, job_main: Callable[[str], int]) -> int:
     for line in sys.stdin:
         job_dir, _, timeout = line.rstrip("\n").partition("\t")
         net0 = sandbox.net_counters() if sandboxed else {}
-        pid, pending = _hand_over(pending, job_dir), None
+        cold: list[str] = []
+        pid, pending = _hand_over(pending, job_dir, cold), None
         if pid is None:
             pid = os.fork()
             if pid == 0:
-                _run_forked(job_dir, job_main)
+                _run_forked(job_dir, job_main, tuple(cold))
         deadline = time.monotonic() + float(timeout or 120)
         timed_out, status, bomb, next_count = False, 0, [], 0.0
         while True:
