@@ -426,7 +426,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     report.own_kernel_ran = (any(us > 0 for us in ran) if ran else None) if (cuda_kernels and
                                                                               backend.name == "cuda") else None
     if ok_trials and job.n_timing:
-        seeds = ch.timing_seeds()
+        # the verifier answers once it has sealed the last trial's output (a digest of its file, seconds for a large
+        # one): host work of the verifier's, so this process's hold is let go meanwhile, as for a trial's seed (held,
+        # it was the drain timers waited on longest after a construction in one H200's real batch, 1.8 s a wait)
+        with lock.aside(job.lock_wait_s):
+            seeds = ch.timing_seeds()
         timed = report.timed = TrialReport(index=-1)
         recorder = DispatchRecorder()
         KERNEL_CALLS[0] = 0
