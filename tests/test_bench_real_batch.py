@@ -155,6 +155,15 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert got[0]["stage_seconds"]["child_trial_forward"] > 0
     # the harness's late brackets and the child's host-wait hint (cpu: no gate, no hint)
     assert got[0]["late"] == 0 and got[0]["host_waits"] is False and got[0]["host_waits_taken_back"] is False
+    # what the task's reference timing held the device alone for (verifier/runs.py reference_hold), and its table
+    ref = got[0]["reference"]
+    assert ref["brackets"]["reference"] >= 1 and ref["brackets"]["null"] >= 1 and ref["late"]["reference"] == 0
+    assert 0 < ref["held_s"]["reference_brackets"] <= ref["held_s"]["eager"], ref
+    from bench.lib.testbed_report import reference_lines
+
+    text = "\n".join(reference_lines({"rows": rows}))
+    assert "(1 tasks;" in text and "| reference_brackets |" in text and "| null |" in text, text
+    assert reference_lines({"rows": [dict(r, reference=None) for r in rows]}) == []
     # how busy the slots were and how long the timing held the device alone, from the same seconds
     from bench.lib.testbed_report import HELD_ALONE, slot_lines
 

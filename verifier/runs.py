@@ -211,6 +211,21 @@ def device_name(backend: str) -> str:
     return get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
 
 
+# the reference child's phases with the device held alone (verifier/child/reference.py), and their parts
+HELD_PHASES = ("eager", "warm_device", "template", "reference_brackets", "null_brackets", "probes", "compile")
+
+
+def reference_hold(rep: ChildReport, clocked: Clocked) -> dict:
+    """What the reference's timing held the device alone for, as the verdict reports it (``versions["timing"]
+    ["reference"]``): its child's seconds per part of the exclusive hold, and per model (reference, null, compiled)
+    the brackets the harness clocked, how many came late and whether the child hinted that it waits on the host."""
+    labels = sorted({b.label for b in clocked.brackets})
+    return {"held_s": {k: rep.phase_s[k] for k in HELD_PHASES if k in rep.phase_s},
+            "brackets": {lb: sum(b.label == lb for b in clocked.brackets) for lb in labels},
+            "late": {lb: sum(b.late for b in clocked.brackets if b.label == lb) for lb in labels},
+            "host_waits": [lb for lb in clocked.host_waits if lb not in clocked.host_waits_taken_back]}
+
+
 def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
     """One timing of the reference in its own child, clocked by the harness in this process."""
     job = new_job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
@@ -232,7 +247,7 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
     if not cfg.keep_jobs:
         shutil.rmtree(job_dir, ignore_errors=True)
     null = clocked.null_by_calls()
-    figures = {"null": {str(k): v for k, v in null.items()}}
+    figures = {"null": {str(k): v for k, v in null.items()}, "held": reference_hold(rep, clocked)}
     for label, key in (("reference", "eager"), ("compiled", "compile")):
         per_call = clocked.per_call_s(label, null)
         if per_call is not None:  # the time per call, and each bracket's (the speedup's interval: judge.py)

@@ -18,6 +18,7 @@ import collections
 import csv
 import json
 import re
+import statistics
 from pathlib import Path
 
 from kernelmill.errors import InputError
@@ -326,6 +327,8 @@ def real_row(cand, v) -> dict:
             "late": v.versions.get("timing", {}).get("late"),
             "host_waits": v.versions.get("timing", {}).get("host_waits"),
             "host_waits_taken_back": v.versions.get("timing", {}).get("host_waits_taken_back"),
+            # what the task's reference timing held the device alone for (verifier/runs.py reference_hold)
+            "reference": v.versions.get("timing", {}).get("reference"),
             "eager_us": v.eager_us, "speedup_lo": v.speedup_lo, "speedup_hi": v.speedup_hi,
             # why, where the verdict is no judgement of the kernel's numbers (the verifier's side, a crash, the task)
             "why": v.feedback[:600] if v.status in ("verifier_error", "task_error", "crash", "timeout") else ""}
@@ -383,6 +386,36 @@ def slot_lines(record: dict) -> list[str]:
             f"({alone / timed if timed else 0.0:.2f} s per timed candidate: warm-up, brackets, probes)"]
 
 
+def reference_lines(record: dict) -> list[str]:
+    """What the tasks' reference timings held the device alone for, each task once (the first verdict that carries
+    its ``reference``): seconds per part of the hold (total and median over the tasks), the brackets per model, how
+    many came late and the hints not taken back; [] where no verdict carries one."""
+    by_task: dict[str, dict] = {}
+    for r in record["rows"]:
+        if r.get("reference") and r.get("task_id") not in by_task:
+            by_task[r["task_id"]] = r["reference"]
+    if not by_task:
+        return []
+    held = [t.get("held_s") or {} for t in by_task.values()]
+    total = [sum(float(h.get(k) or 0.0) for k in ("eager", "compile")) for h in held]
+    out = ["", f"The tasks' reference timings ({len(by_task)} tasks; device held alone {sum(total):.1f} s, median "
+               f"{statistics.median(total):.2f} s, most {max(total):.2f} s a task; verifier/runs.py reference_hold):",
+           "", "| part of the hold | total s | median s | tasks |", "| --- | --- | --- | --- |"]
+    for part in ("warm_device", "template", "reference_brackets", "null_brackets", "probes", "compile"):
+        vals = [float(h[part]) for h in held if part in h]
+        if vals:
+            out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {len(vals)} |")
+    models = sorted({m for t in by_task.values() for m in (t.get("brackets") or {})})
+    out += ["", "| model | brackets | late | tasks with a late one | tasks hinted (not taken back) |",
+            "| --- | --- | --- | --- | --- |"]
+    for m in models:
+        out.append(f"| {m} | {sum((t.get('brackets') or {}).get(m, 0) for t in by_task.values())} | "
+                   f"{sum((t.get('late') or {}).get(m, 0) for t in by_task.values())} | "
+                   f"{sum(bool((t.get('late') or {}).get(m)) for t in by_task.values())} | "
+                   f"{sum(m in (t.get('host_waits') or []) for t in by_task.values())} |")
+    return out + [""]
+
+
 def real_section(record: dict) -> tuple[float | None, list[str]]:
     """(candidates per hour, markdown lines) of one batch's record."""
     from verifier.serve.cost import HEADLINE_KEYS, cost_table
@@ -408,7 +441,7 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
              f" candidates; candidates whose forward waits on the host by their child's check: "
              f"{sum(bool(r.get('host_waits')) for r in record['rows'])} (the hint taken back by a bracket in time: "
              f"{sum(bool(r.get('host_waits_taken_back')) for r in record['rows'])})",
-             *slot_lines(record),
+             *slot_lines(record), *reference_lines(record),
              *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
              "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
              "from Verdict.stage_seconds):", "", *cost_table(cost, HEADLINE_KEYS), "",
@@ -448,15 +481,17 @@ def build_lines(record: dict) -> list[str]:
 def write_real_verdicts(records: list[dict], path: Path) -> None:
     """One JSON line per verdict of every batch (id, per_task, status, cheats, correct, speedup, and the times it
     comes from: the candidate's and eager's per call, the speedup's 95% interval; a speedup alone cannot say which
-    side moved between two runs; and its seconds by stage, the child's pieces included)."""
+    side moved between two runs; and its seconds by stage, the child's pieces included; its task's reference
+    timing's hold of the device, ``reference``)."""
     with open(path, "w") as f:
         for rec in records:
             for r in rec["rows"]:
                 f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
                                     "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"],
-                                    **{k: r.get(k) for k in ("runtime_us", "eager_us", "speedup_lo", "speedup_hi",
-                                                             "late", "host_waits", "host_waits_taken_back",
-                                                             "stage_seconds", "why")}})
+                                    **{k: r.get(k) for k in ("task_id", "runtime_us", "eager_us", "speedup_lo",
+                                                             "speedup_hi", "late", "host_waits",
+                                                             "host_waits_taken_back", "reference", "stage_seconds",
+                                                             "why")}})
                         + "\n")
 
 

@@ -81,18 +81,23 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
             clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
             try:
                 backend.warm_device(job.warm_device_ms)
+                clock.part("warm_device")
                 # the harness (the verifier's process) clocks every bracket; this process only runs the calls
                 template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
+                clock.part("template")
                 # on cpu the candidate's timed calls run under the dispatch monitor, whose host cost would be
                 # the candidate's alone: the reference and the null pay it too (on cuda the host is ahead of the
                 # device and the monitors cost no device time)
                 wrap = (lambda f: watched(f, DispatchRecorder())) if job.backend == "cpu" else (lambda f: f)
                 brackets(clocked, "reference", wrap(model), job.n_brackets, waits.get("reference", False))
+                clock.part("reference_brackets")
                 brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
-                clock.phase("eager")
+                clock.part("null_brackets")
                 n = probe_count(backend, model, draw, seeds, job.gap_probes)
                 report.eager = ModelTiming()
                 report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, n)
+                clock.part("probes")
+                clock.phase("eager")
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
             if compiled is not None and not report.timing_error:

@@ -73,7 +73,11 @@ def keepable(report: ChildReport, clocked: dict) -> bool:
 
 
 def _numbers(clocked: dict) -> bool:
-    vals = [v for k, v in clocked.items() if k != "null" and not k.endswith("_samples")]
+    """Whether the figures are numbers where the judge reads numbers (``held``, what the measurement held the device
+    alone for, is a report the verdict carries as it is: a mapping)."""
+    if not isinstance(clocked.get("held", {}), dict):
+        return False
+    vals = [v for k, v in clocked.items() if k not in ("null", "held") and not k.endswith("_samples")]
     vals += list((clocked.get("null") or {}).values())
     for k, v in clocked.items():
         if k.endswith("_samples"):

@@ -559,6 +559,8 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
                             # the child's hint that its forward waits on the host, and whether a bracket took it back
                             "host_waits": "candidate" in clocked.host_waits,
                             "host_waits_taken_back": "candidate" in clocked.host_waits_taken_back}
+    if ref is not None and ref.clocked.get("held"):  # the task's reference timing: what it held the device alone for
+        v.versions["timing"]["reference"] = ref.clocked["held"]
     if report.candidate is not None and report.candidate.launch_us:
         v.launch_us = statistics.median(report.candidate.launch_us)
     eager = ref.clocked.get("eager_s") if ref is not None else None
