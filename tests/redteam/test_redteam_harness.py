@@ -188,8 +188,72 @@ def test_a_model_whose_time_is_tight_stops_after_three_brackets_not_before():
     noisy = [1e-3, 8e-3, 9e-3, 8.5e-3, 10e-3]
     assert _with(True, "candidate", 8, noisy)._enough("candidate") is False  # 95% interval wider than 1%
     assert _with(True, "candidate", 8, noisy + [8e-3] * 6)._enough("candidate") is True  # the cap: 10 after the probe
-    # the null bracket is timed at both counts for its fixed part and its part per call: never stopped early
+    # the null bracket is timed at both counts for its fixed part and its part per call: one count known is not enough
     assert _with(True, "null", 8, steady)._enough("null") is False
+
+
+def test_the_null_bracket_stops_once_both_its_counts_are_known_well_enough():
+    """The null (the reference child's fixed-output bracket, subtracted from every model's bracket of the same
+    calls) stops once each of its counts has LEAST_BRACKETS brackets within 1% of its time or within NULL_SLACK_S:
+    a few microseconds of it spread over a bracket's calls are below any model's 1%. It ran its full 21 brackets
+    before, 9.8 of the 47 s that 19 tasks' reference timings held the device alone on one H200 (6bb94ce)."""
+    from verifier.execute.harness import NULL_SLACK_S
+
+    def null(ones: list[float], mosts: list[float], host_clock: bool = False) -> Harness:
+        h = Harness("cpu", ".", torch.nn.ReLU, _draw, check=False, brackets=10)
+        h.result.host_clock = host_clock
+        h.result.brackets = [Bracket("null", 1, s) for s in ones] + [Bracket("null", 64, s) for s in mosts]
+        return h
+
+    jitter = NULL_SLACK_S / 4
+    assert null([3e-5, 3e-5 + jitter, 3e-5 - jitter], [4e-4, 4.01e-4, 3.99e-4])._enough("null") is True
+    assert null([3e-5, 3e-5 + jitter], [4e-4, 4.01e-4, 3.99e-4])._enough("null") is False  # two of one count
+    assert null([3e-5] * 3, [])._enough("null") is False  # one count only
+    wide = [3e-5, 3e-5 + 6 * NULL_SLACK_S, 3e-5 - NULL_SLACK_S, 3e-5 + 5 * NULL_SLACK_S]
+    assert null(wide, [4e-4] * 3)._enough("null") is False  # its interval wider than the slack and than 1%
+    assert null([3e-5] * 3, [4e-4, 4.4e-4, 3.6e-4, 4.2e-4])._enough("null") is False  # 10% at the most calls
+    assert null([3e-5] * 3, [4e-4] * 3, host_clock=True)._enough("null") is True
+    # a model's brackets never count towards the null's
+    h = null([3e-5] * 3, [4e-4] * 2)
+    h.result.brackets += [Bracket("reference", 64, 4e-4)] * 5
+    assert h._enough("null") is False
+
+
+def test_a_label_that_comes_late_gets_fewer_calls_and_its_brackets_in_time_are_its_time():
+    """A forward of many kernels fills the device's launch queue (about a thousand launches) while the gate holds the
+    stream: its child cannot queue a bracket's calls before the gate opens, and the bracket comes late (a level-3
+    network on one H200: ten of eleven brackets late, 2 s each, for the reference and its torch.compile). The harness
+    gives that label CALLS_CUT times fewer calls after each late bracket (never a label hinted to wait on the host:
+    late by its nature), and its time is that of its brackets in time, not of the late ones of more calls."""
+    from verifier.execute.harness import CALLS_CUT
+
+    h = Harness("cpu", ".", torch.nn.ReLU, _draw, check=False, brackets=10)
+    h._layout, h._probe_s["reference"] = {"most": 256}, 1e-4  # 200 calls for the 20 ms a bracket aims at
+    assert h._calls_for("reference") == 200
+    h._came("reference", 200, late=False, hinted=False)
+    assert h._calls_for("reference") == 200
+    h._came("reference", 200, late=True, hinted=False)
+    assert h._calls_for("reference") == 200 // CALLS_CUT and h._calls_for("compiled") == 1  # (no probe yet: one)
+    h._came("reference", 50, late=True, hinted=False)  # (a late run's short wait too: still late, still cut)
+    assert h._calls_for("reference") == 50 // CALLS_CUT
+    h._came("reference", 12, late=True, hinted=True)  # a forward that waits on the host: no cut
+    assert h._calls_for("reference") == 12
+    for calls in (12, 3, 1):
+        h._came("reference", calls, late=True, hinted=False)
+    assert h._calls_for("reference") == 1  # never below one call
+    # its time: the brackets in time of the most calls that number three, not the late ones of more calls
+    c = h.result
+    c.brackets = [Bracket("reference", 1, 1e-3), Bracket("reference", 14, 0.5, late=True)] + \
+        [Bracket("reference", 3, s) for s in (3e-3, 3.01e-3, 2.99e-3)]
+    assert c.samples("reference") == pytest.approx([1e-3, 3.01e-3 / 3, 2.99e-3 / 3])
+    # all late after the cuts: the most calls that number three, not the single late bracket of the most
+    c.brackets = [Bracket("reference", 1, 1e-3, late=True), Bracket("reference", 14, 0.5, late=True)] + \
+        [Bracket("reference", 3, s, late=True) for s in (4e-3, 4.1e-3, 3.9e-3)]
+    assert c.samples("reference") == pytest.approx([4e-3 / 3, 4.1e-3 / 3, 3.9e-3 / 3])
+    # fewer than three of every count: as before, the most calls, in time unless all came late
+    c.brackets = [Bracket("reference", 1, 1e-3), Bracket("reference", 14, 0.5, late=True),
+                  Bracket("reference", 14, 0.6, late=True)]
+    assert c.samples("reference") == pytest.approx([0.5 / 14, 0.6 / 14])
 
 
 def test_the_interval_of_a_time_and_of_a_speedup():

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import statistics
 import time
 from pathlib import Path
 from typing import Callable
@@ -50,7 +51,7 @@ import torch
 from verifier.common import ipc
 from verifier.common.devlock import device_lock, held_exclusive
 from verifier.common.inputs import as_list, nbytes
-from verifier.execute.brackets import Bracket, Clocked, tight
+from verifier.execute.brackets import LEAST_BRACKETS, TIGHT, Bracket, Clocked, order_interval, tight
 
 MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
 SET_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # bytes of input + output sets per bracket (x2: private copies)
@@ -70,6 +71,13 @@ LATE_RUN = 2
 # LATE_RUN full waits, 4 s of the device held alone, at 4e97331). The hint is the child's, so it is checked: a bracket
 # of the label queued in time takes it back for the rest of the job. A false hint only shortens the wait for the
 # child's own calls: a bracket it queues late counts its host's queueing in its own time, the slower one.
+# A bracket that came late after the full wait with more than one call: its child could not queue them all before the
+# gate opened. A forward of many kernels fills the device's launch queue while the gate holds the stream (one H200's
+# real batch: a level-3 network of ~150 kernels a call, 14 calls a bracket, ten of eleven brackets late for 2 s each
+# and its torch.compile too), so the label's later brackets get this many times fewer calls (``_calls_for``), down
+# to one: in time, and timed as the device runs them rather than as the host refills the queue
+CALLS_CUT = 4
+NULL_SLACK_S = 1e-5  # the null bracket's 95% interval within this (or TIGHT of its time) at both counts: enough
 FLAGS = ipc.ALIGN  # the pool's first bytes: the gate word (offset 0) and the done word (offset 64)
 LOOSE_RTOL = {"float": 1e-2, "half": 5e-2}  # a timed output is checked to about this much per element here
 LOOSE_SHARE = 0.01  # ... and wrong when more than this share of its elements are outside it
@@ -119,7 +127,9 @@ class Harness:
     the judge's full check, picked uniformly over every timed call. When a model has been timed enough is decided
     here, never by the child: ``brackets`` caps each model's brackets after its probe (the null's at twice that),
     and a model's timing stops sooner once its time per call is tight (``tight``: at least 3 brackets, 95%
-    interval within 1%), reduced by ``null`` (the null bracket's seconds by calls, cuda) as the verdict's is.
+    interval within 1%), reduced by ``null`` (the null bracket's seconds by calls, cuda) as the verdict's is; the
+    null's once both its counts are known well enough (``_null_tight``). How many calls a bracket holds is decided
+    here too (``_calls_for``: about TARGET_S of them, fewer after a late bracket, CALLS_CUT).
     ``lock_path``: the device lock (verifier/common/devlock.py) that the child takes exclusive for its timing phase;
     each bracket clocked while nobody held it exclusive is counted (``Clocked.unlocked``), seen from here."""
 
@@ -142,6 +152,7 @@ class Harness:
         self._snapshot: list[list[torch.Tensor]] = []
         self._mutated_labels: set[str] = set()  # labels with a timed call that changed its inputs (one note each)
         self._late_runs: dict[str, int] = {}  # label -> its brackets in a row that came late (``queue_wait_s``)
+        self._calls_cap: dict[str, int] = {}  # label -> its calls per bracket at most, after a late bracket (CALLS_CUT)
         self._stream = None
         self._flush = None
         self._null_turn = 0
@@ -225,12 +236,15 @@ class Harness:
         probe = self._probe_s.get(label)
         if probe is None:
             return 1
-        return max(1, min(most, int(TARGET_S[self.device] / max(probe, 1e-9))))
+        return max(1, min(most, int(TARGET_S[self.device] / max(probe, 1e-9)), self._calls_cap.get(label, most)))
+
+    def _hinted(self, label: str) -> bool:
+        """Whether ``label``'s child said its forward waits on the host, and no bracket of it took that back."""
+        return label in self.result.host_waits and label not in self.result.host_waits_taken_back
 
     def queue_wait_s(self, label: str) -> float:
         """How long a bracket of ``label`` waits for the child to queue its calls before the gate opens anyway."""
-        hinted = label in self.result.host_waits and label not in self.result.host_waits_taken_back
-        return LATE_QUEUE_WAIT_S if hinted or self._late_runs.get(label, 0) >= LATE_RUN else QUEUE_WAIT_S
+        return LATE_QUEUE_WAIT_S if self._hinted(label) or self._late_runs.get(label, 0) >= LATE_RUN else QUEUE_WAIT_S
 
     def _hint(self, label: str, host_waits: bool, late: bool | None = None) -> None:
         """The child's hint that ``label`` waits on the host, noted before its bracket; after it (``late`` given), a
@@ -240,6 +254,14 @@ class Harness:
                 self.result.host_waits.append(label)
         elif not late and label in self.result.host_waits and label not in self.result.host_waits_taken_back:
             self.result.host_waits_taken_back.append(label)
+
+    def _came(self, label: str, calls: int, late: bool, hinted: bool) -> None:
+        """After a bracket of ``calls`` calls: the label's run of late brackets (``queue_wait_s``), and its calls per
+        bracket cut where a late one had more than its child could queue (CALLS_CUT). Not for a label its child said
+        waits on the host (``hinted`` as the bracket began): late by its nature, whatever its calls."""
+        self._late_runs[label] = self._late_runs.get(label, 0) + 1 if late else 0
+        if late and calls > 1 and not hinted:
+            self._calls_cap[label] = max(1, calls // CALLS_CUT)
 
     def _views(self, k: int) -> tuple[list, list]:
         lay, base = self._layout, FLAGS + k * self._layout["stride"]
@@ -278,12 +300,14 @@ class Harness:
             self.result.unlocked += 1  # (a timing phase shared with other device work: the verdict says so)
         if self.device == "cuda":
             self._hint(label, host_waits)
+            hinted = self._hinted(label)
             seconds, late, snapshot, changed = self._clock_cuda(private, views, send, recv, compare,
                                                                 self.queue_wait_s(label))
             self._hint(label, host_waits, late)
         else:
+            hinted = False
             seconds, late, snapshot, changed = self._clock_cpu(private, views, send, recv, compare)
-        self._late_runs[label] = self._late_runs.get(label, 0) + 1 if late else 0
+        self._came(label, calls, late, hinted)
         if seconds is None:
             return
         if label not in self._probe_s:
@@ -345,7 +369,30 @@ class Harness:
             return True  # a slow model has been timed enough; a wrong timed output has decided the verdict
         if self.brackets is not None and len(done) >= 1 + (2 if label == "null" else 1) * self.brackets:
             return True  # its probe and its brackets (the null: one of each count per model bracket)
-        return label != "null" and tight(self.result.samples(label, self._null), self.result.host_clock)
+        if label == "null":
+            return self._null_tight()
+        return tight(self.result.samples(label, self._null), self.result.host_clock)
+
+    def _null_tight(self) -> bool:
+        """Whether the null bracket is known well enough at both of its counts (one call, the most a bracket holds):
+        at least LEAST_BRACKETS of each, each count's 95% interval within TIGHT of its time or within NULL_SLACK_S.
+        What a model's time per call takes from the null is its error over the model's calls: a few microseconds
+        over brackets of about TARGET_S (or of the most calls) is below the models' own 1%."""
+        by: dict[int, list[float]] = {}
+        for b in self.result.brackets:
+            if b.label == "null":
+                by.setdefault(b.calls, []).append(b.seconds)
+        if len(by) < (1 if self._layout is not None and self._layout["most"] == 1 else 2):
+            return False
+        least = self.result.host_clock
+        for vals in by.values():
+            if len(vals) < LEAST_BRACKETS:
+                return False
+            lo, hi = order_interval(vals, least)
+            point = min(vals) if least else statistics.median(vals)
+            if (hi - lo) / 2 > max(TIGHT * point, NULL_SLACK_S):
+                return False
+        return True
 
     @staticmethod
     def _encoded(x, entry: list) -> object:
