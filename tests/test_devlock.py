@@ -583,6 +583,39 @@ def test_the_host_wait_check_gives_way_before_each_of_its_calls_and_fails_to_no_
         raise RuntimeError("a forward that fails here")
 
     assert run([True] * WAIT_CHECKS, broken)[0] is False
+    # the host time given (the warm-up's): no plain calls of its own, straight to the checks
+    b = Backend([True] * WAIT_CHECKS)
+    assert forward_waits_on_host(b, lambda *a: b.log.append("call"), lambda s: [s], [1, 2, 3],
+                                 lambda: b.log.append("give way"), host_s=1e-3) is True
+    assert b.log == ["sync", "give way", "check", "call"] * WAIT_CHECKS
+
+
+def test_the_warm_up_gives_way_between_its_calls_the_device_idle_and_times_their_host_side():
+    """verifier/child/timing.py warm_up: on cuda (a point of giving way handed in) the device is synchronised and
+    the hold offered to a waiting timer between two calls (a slow model's three calls held a timer 1.2 s on one
+    H200, 6bb94ce), and the least host time of the calls after the first comes back for the host-wait check; on cpu
+    the calls queue behind each other with one synchronisation at the end."""
+    from verifier.child.timing import warm_up
+
+    log = []
+
+    class Backend:
+        def synchronize(self):
+            log.append("sync")
+
+    def call(*a):
+        log.append("call")
+        time.sleep(0.002)
+
+    host_s = warm_up(Backend(), call, lambda s: [s], [1, 2, 3, 4], 3, lambda: log.append("give way"))
+    assert log == ["call", "sync", "give way", "call", "sync", "give way", "call", "sync"], log
+    assert 0.002 <= host_s < 0.5
+    log.clear()
+    assert warm_up(Backend(), call, lambda s: [s], [1, 2, 3, 4], 3) == float("inf")
+    assert log == ["call", "call", "call", "sync"], log
+    log.clear()
+    assert warm_up(Backend(), call, lambda s: [s], [1], 3, lambda: log.append("give way")) == float("inf")
+    assert log == ["call", "sync"]
 
 
 def test_the_candidate_child_never_waits_on_the_verifier_holding_the_device():

@@ -75,18 +75,41 @@ def brackets(client: BracketClient, label: str, fn, most: int, host_waits: bool 
             return
 
 
+def warm_up(backend, fn, draw, seeds: list[int], n: int, give_way=None) -> float:
+    """The child's own warm-up: ``fn`` called on the inputs of the first ``n`` seeds (first-call costs: lazy module
+    loads, library handles); nothing here is measured for a verdict. With ``give_way`` (cuda, the shared hold), the
+    device idle and ``give_way()`` between two calls (a slow model's three calls held a waiting timer 1.2 s), and the
+    least host time of the calls after the first is returned, each made with nothing queued ahead (what
+    ``forward_waits_on_host`` needs); else the calls queue behind each other and inf is returned."""
+    host_s = float("inf")
+    for k, seed in enumerate(seeds[:n]):
+        inputs = draw(seed)
+        if k and give_way is not None:
+            backend.synchronize()
+            give_way()
+        t0 = time.perf_counter()
+        out = fn(*inputs)
+        if k and give_way is not None:
+            host_s = min(host_s, time.perf_counter() - t0)
+        del out, inputs
+    backend.synchronize()
+    return host_s
+
+
 WAIT_CHECKS = 2  # calls asked whether they wait on the host (each must: one slowed by the host's load is not)
 
 
-def forward_waits_on_host(backend, fn, draw, seeds: list[int], give_way=lambda: None) -> bool:
+def forward_waits_on_host(backend, fn, draw, seeds: list[int], give_way=lambda: None,
+                          host_s: float = float("inf")) -> bool:
     """Whether ``fn`` (a forward) waits on the host for the device work queued before it, asked of
-    WAIT_CHECKS calls on fresh inputs (``Backend.waits_on_host``), each behind a delay longer than its host time;
-    False where the check itself fails (the timing goes on without the hint). ``give_way()`` runs before each call,
-    the device idle (a shared holder's point of giving way: a slow model's four calls are not one piece of work)."""
+    WAIT_CHECKS calls on fresh inputs (``Backend.waits_on_host``), each behind a delay longer than its host time
+    (``host_s``, the least of warmed-up calls with nothing queued ahead: ``warm_up``'s; measured here on two calls
+    where not given); False where the check itself fails (the timing goes on without the hint). ``give_way()`` runs
+    before each call, the device idle (a shared holder's point of giving way: a slow model's four calls are not one
+    piece of work)."""
     try:
         inputs = draw(seeds[0])
-        host_s = float("inf")
-        for _ in range(2):  # the least of two calls' host times, nothing queued ahead (a first call's are lazy loads)
+        for _ in range(0 if host_s < float("inf") else 2):  # nothing queued ahead; a first call's are lazy loads
             backend.synchronize()
             give_way()
             t0 = time.perf_counter()

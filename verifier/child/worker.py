@@ -68,6 +68,7 @@ from verifier.child.timing import (
     plain_cpu,
     probe_calls,
     probe_count,
+    warm_up,
 )
 from verifier.common import childenv
 from verifier.common.backends import get_backend
@@ -436,27 +437,20 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         KERNEL_CALLS[0] = 0
         fn = watched(model_new, recorder)
 
-        def warm_up() -> None:
-            """This process's own warm-up calls (first-call costs: lazy module loads, library handles); nothing here
-            is measured. On cuda they run before the exclusive lock is asked for, as trials do (shared): the device
-            is held alone only for what the harness times; on cpu right before it (the cores' caches)."""
-            for seed in seeds[:job.warmup]:
-                out = fn(*draw(seed))
-                del out
-            backend.synchronize()
-
         host_waits = False
         with torch.no_grad():
             try:
                 if job.backend == "cuda":
-                    lock.yield_to_timer(job.lock_wait_s)
-                    warm_up()
+                    # this process's own warm-up calls run before the exclusive lock is asked for, as trials do
+                    # (shared, giving way between them): the device is held alone only for what the harness times
+                    give_way = lambda: lock.yield_to_timer(job.lock_wait_s)  # noqa: E731
+                    give_way()
+                    host_s = warm_up(backend, fn, draw, seeds, job.warmup, give_way)
                     # whether the forward waits on the host for the device (its bracket's calls cannot be queued
                     # before the harness's gate opens): the harness is told, and opens the gate of such a model's
                     # brackets without waiting seconds for calls that never come (a hint it checks: an answer
                     # queued in time takes it back; a false one only makes the model's own brackets late)
-                    host_waits = forward_waits_on_host(backend, fn, draw, seeds,
-                                                       lambda: lock.yield_to_timer(job.lock_wait_s))
+                    host_waits = forward_waits_on_host(backend, fn, draw, seeds, give_way, host_s)
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
         clock.phase("warmup")
@@ -472,8 +466,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             try:
                 if report.timing_error:
                     raise RuntimeError("the warm-up failed")
-                if job.backend != "cuda":
-                    warm_up()
+                if job.backend != "cuda":  # on cpu right before the timing (the cores' caches), the lock held
+                    warm_up(backend, fn, draw, seeds, job.warmup)
                 backend.warm_device(job.warm_device_ms)
                 clock.part("timing_warm_device")
                 # every timed call is clocked by the harness in the verifier's process and watched here by both
