@@ -213,6 +213,9 @@ def test_the_null_bracket_stops_once_both_its_counts_are_known_well_enough():
     assert null(wide, [4e-4] * 3)._enough("null") is False  # its interval wider than the slack and than 1%
     assert null([3e-5] * 3, [4e-4, 4.4e-4, 3.6e-4, 4.2e-4])._enough("null") is False  # 10% at the most calls
     assert null([3e-5] * 3, [4e-4] * 3, host_clock=True)._enough("null") is True
+    # on a host clock the null is never subtracted: three of each count, however spread
+    assert null(wide, [4e-4, 4.4e-4, 3.6e-4], host_clock=True)._enough("null") is True
+    assert null(wide, [4e-4, 4.4e-4], host_clock=True)._enough("null") is False
     # a model's brackets never count towards the null's
     h = null([3e-5] * 3, [4e-4] * 2)
     h.result.brackets += [Bracket("reference", 64, 4e-4)] * 5
