@@ -203,3 +203,27 @@ def test_build_breakdown_reads_the_variant_and_the_failed_attempts_the_build_wro
     assert any(line.startswith("| light | 1 | 1 (slim)") and line.endswith("| as written 1 |")
                for line in table(list(summary.values())))
     assert summary["slim"]["binding"] == {"boxed": 1}
+
+
+def test_the_reference_hold_table_times_each_task_through_the_verifiers_path(tmp_path, shared_build_dir):
+    """bench/lib/reference_hold.py (``python -m bench.lib.reference_hold``): each problem file's reference timing
+    through the verifier's own path, one row per task with the parts of its exclusive hold and its brackets; a task
+    the plan skips is a row that says why, not an error."""
+    from bench.lib import reference_hold
+    from verifier.common.config import VerifyConfig
+
+    relu = tmp_path / "relu.py"
+    relu.write_text(fx.RELU_TASK)
+    broken = tmp_path / "no_inputs.py"
+    broken.write_text(fx.RELU_TASK.replace("def get_inputs", "def get_inputs_gone"))
+    cfg = VerifyConfig(**{k.split(".")[1]: v for k, v in FAST_VERIFY.items()}, build_dir=str(tmp_path / "b"))
+    seen = []
+    rows = reference_hold.measure([relu, broken], "cpu", lambda row, why: seen.append((row[0], why)), cfg=cfg)
+    assert [r[0] for r in rows] == ["relu", "no_inputs"] and [s[0] for s in seen] == ["relu", "no_inputs"]
+    head = dict(zip(reference_hold.HEAD, rows[0]))
+    assert float(head["eager us"]) > 0 and float(head["held s"]) >= float(head["reference_brackets"]) > 0, head
+    n_ref, n_null, _ = (int(x.split(" (")[0]) for x in head["brackets (late): reference, null, compiled"].split(", "))
+    assert n_ref >= 1 and n_null >= 1, head
+    assert "get_inputs" in rows[1][-2] and rows[1][1] == "-", rows[1]
+    text = "\n".join(reference_hold.lines(rows, device="cpu", command="c", commit="abc", torch_version="t"))
+    assert "| relu |" in text and "at abc" in text and text.count("\n|") == 4, text
