@@ -93,12 +93,16 @@ class Clocked:
         vals = list(values)
         return min(vals) if self.host_clock else statistics.median(vals)
 
-    def null_by_calls(self) -> dict[int, float]:
+    def seconds_by_calls(self, label: str) -> dict[int, list[float]]:
+        """``label``'s brackets' seconds, by their number of calls."""
         by: dict[int, list[float]] = {}
         for b in self.brackets:
-            if b.label == "null":
+            if b.label == label:
                 by.setdefault(b.calls, []).append(b.seconds)
-        return {k: self.summary(v) for k, v in by.items()}
+        return by
+
+    def null_by_calls(self) -> dict[int, float]:
+        return {k: self.summary(v) for k, v in self.seconds_by_calls("null").items()}
 
 
 def summary_for(host_clock: bool) -> Callable[[list[float]], float]:

@@ -252,7 +252,7 @@ class Harness:
         if late is None:
             if host_waits and label not in self.result.host_waits:
                 self.result.host_waits.append(label)
-        elif not late and label in self.result.host_waits and label not in self.result.host_waits_taken_back:
+        elif not late and self._hinted(label):
             self.result.host_waits_taken_back.append(label)
 
     def _came(self, label: str, calls: int, late: bool, hinted: bool) -> None:
@@ -379,21 +379,16 @@ class Harness:
         What a model's time per call takes from the null is its error over the model's calls: a few microseconds
         over brackets of about TARGET_S (or of the most calls) is below the models' own 1%. On a host clock (cpu) the
         null is not subtracted, so LEAST_BRACKETS of each count are enough (21 took 6.3 s of a cpu task's 6.8 s)."""
-        by: dict[int, list[float]] = {}
-        for b in self.result.brackets:
-            if b.label == "null":
-                by.setdefault(b.calls, []).append(b.seconds)
+        by = self.result.seconds_by_calls("null")
         if len(by) < (1 if self._layout is not None and self._layout["most"] == 1 else 2):
             return False
-        least = self.result.host_clock
         for vals in by.values():
             if len(vals) < LEAST_BRACKETS:
                 return False
-            if least:  # a host clock's null is reported, never subtracted (``Clocked.samples``): its spread is moot
+            if self.result.host_clock:  # a host clock's null is reported, never subtracted (``Clocked.samples``)
                 continue
-            lo, hi = order_interval(vals, least)
-            point = min(vals) if least else statistics.median(vals)
-            if (hi - lo) / 2 > max(TIGHT * point, NULL_SLACK_S):
+            lo, hi = order_interval(vals, least=False)
+            if (hi - lo) / 2 > max(TIGHT * statistics.median(vals), NULL_SLACK_S):
                 return False
         return True
 
