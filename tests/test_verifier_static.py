@@ -3,6 +3,7 @@ honest look-alike per statically visible cheat), reward table, metrics."""
 
 import itertools
 import math
+import statistics
 import random
 
 import pytest
@@ -358,6 +359,47 @@ def _timed_pass(ref_us: list[float], cand_us: list[float]) -> Verdict:
     _speedups(v, ChildReport(kind="candidate"), clocked, ref, Evidence())
     v.reward = reward_for(v)
     return v
+
+
+def _cuda_pass(ref_us: list[float], cand_us: list[float], calls: int, null_us: dict[int, float]) -> Verdict:
+    """As ``_timed_pass``, on cuda's clock: brackets of ``calls`` calls of ``cand_us`` each after the null, the
+    reference's per-call samples ``ref_us`` from brackets of as many calls, ``null_us`` the task's null brackets."""
+    from verifier.runs import ReferenceTiming
+    from verifier.common.contract import ChildReport
+    from verifier.execute.brackets import Bracket, Clocked, null_for
+    from verifier.judge.verdict import _speedups
+    from verifier.judge.outputs import Evidence
+
+    null = {k: us * 1e-6 for k, us in null_us.items()}
+    clocked = Clocked(brackets=[Bracket("candidate", calls, us * 1e-6 * calls + null_for(null, calls)) for us in cand_us])
+    ref = ReferenceTiming(ChildReport(kind="reference"), {
+        "eager_s": statistics.median(ref_us) * 1e-6, "null": {str(k): v for k, v in null.items()},
+        "eager_samples": [us * 1e-6 for us in ref_us], "eager_calls": calls})
+    v = Verdict("c", status="pass", correct=True)
+    ev = Evidence()
+    _speedups(v, ChildReport(kind="candidate"), clocked, ref, ev)
+    v.reward = reward_for(v)
+    v.feedback = " ".join(ev.details)
+    return v
+
+
+def test_a_kernel_of_a_few_microseconds_earns_no_speedup_from_the_nulls_shift():
+    """Red team, noise turned into reward: one H200's real batch timed a 4.4 us reference against a candidate at
+    the 0.5 us floor (8.79x, interval 2.85-12.48, reward about 2.5), and the same pair at 0.068x in the next batch.
+    A bracket of 256 such calls is about a millisecond, the size of the shift of the null measured in another
+    process, so the interval must reach 1 and the reward stay that of a pass; a steady kernel of 200 us is
+    resolved and keeps its speedup."""
+    tiny = _cuda_pass(ref_us=[4.4, 4.5, 4.3, 4.4], cand_us=[0.0, 0.1, 0.0, 0.05], calls=256,
+                      null_us={1: 500.0, 256: 1000.0})
+    assert tiny.speedup_eager > 8  # the point is what the brackets say...
+    assert tiny.speedup_lo < 1.0 < tiny.speedup_hi  # ...and its interval what the clock can tell
+    assert tiny.reward == 1.0
+    assert tiny.versions["timing"]["resolution_us"]["candidate"] == pytest.approx(2 * 500.0 / 256, rel=1e-3)
+    assert "resolves this kernel's time to about 3.9 us a call" in tiny.feedback
+    big = _cuda_pass(ref_us=[400.0, 401.0, 399.0, 400.5], cand_us=[200.0, 200.5, 199.5, 200.2], calls=100,
+                     null_us={1: 500.0, 256: 1000.0})
+    assert 1.8 < big.speedup_lo < 2.0 < big.speedup_hi < 2.2 and big.reward > 1.8
+    assert "resolves" not in big.feedback
 
 
 def test_a_speedup_whose_interval_straddles_one_earns_the_plain_pass():

@@ -253,4 +253,5 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
         if per_call is not None:  # the time per call, and each bracket's (the speedup's interval: judge.py)
             figures[f"{key}_s"] = per_call
             figures[f"{key}_samples"] = clocked.samples(label, null)
+            figures[f"{key}_calls"] = clocked.sample_calls(label)  # their brackets' calls (the time's resolution)
     return ReferenceTiming(rep, figures)

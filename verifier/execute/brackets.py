@@ -19,6 +19,7 @@ BOOTSTRAP = 2000  # resamples of a model's brackets for an interval (verifier/ju
 BOOTSTRAP_SEED = 46  # fixed: an interval is a function of the brackets alone
 TIGHT = 0.01  # a model's timing stops once its time per call's 95% interval is within 1% of it either side ...
 LEAST_BRACKETS = 3  # ... over at least this many brackets (the probe of one call not among them unless all are)
+NULL_SHIFT = 2.0  # cuda: a time per call is known to NULL_SHIFT x the one-call null over its calls (``resolution_s``)
 
 
 @dataclass
@@ -64,6 +65,23 @@ class Clocked:
         """The time per call of each of ``label``'s brackets that ``per_call_s`` summarises: those in time of the most
         calls that number LEAST_BRACKETS (the probe of one call drops out unless every bracket had one), else of all of
         them, else those of the most calls; not late unless all were; less the null bracket of the same K (cuda)."""
+        rows = self._picked(label)
+        if not rows:
+            return []
+        big = rows[0].calls
+        # cuda: less the null bracket (device time: its noise is small against the work); cpu: the copies stay in
+        # (a host clock's load noise on the null is as large as a small model's work: subtracting it gave 0 us)
+        over = null_for(null or {}, big) if not self.host_clock else 0.0
+        return [max(b.seconds - over, 0.0) / b.calls for b in rows]
+
+    def sample_calls(self, label: str) -> int:
+        """The calls a bracket of ``samples``'s brackets held (0 without brackets): what a time per call's
+        resolution is divided by (``resolution_s``)."""
+        rows = self._picked(label)
+        return rows[0].calls if rows else 0
+
+    def _picked(self, label: str) -> list[Bracket]:
+        """``label``'s brackets that ``samples`` reads, all of one number of calls."""
         rows = [b for b in self.brackets if b.label == label]
         if not rows:
             return []
@@ -80,12 +98,7 @@ class Clocked:
         else:
             big = max(b.calls for b in rows)
             rows = [b for b in rows if b.calls == big]
-        rows = [b for b in rows if not b.late] or rows
-        big = rows[0].calls
-        # cuda: less the null bracket (device time: its noise is small against the work); cpu: the copies stay in
-        # (a host clock's load noise on the null is as large as a small model's work: subtracting it gave 0 us)
-        over = null_for(null or {}, big) if not self.host_clock else 0.0
-        return [max(b.seconds - over, 0.0) / b.calls for b in rows]
+        return [b for b in rows if not b.late] or rows
 
     def summary(self, values) -> float:
         """cuda: the median (device time: the noise is symmetric and small); cpu: the least (a host clock on a
@@ -160,6 +173,18 @@ def tight(samples: list[float], least: bool) -> bool:
     point = min(samples) if least else statistics.median(samples)
     lo, hi = order_interval(samples, least)
     return point > 0 and (hi - lo) / 2 <= TIGHT * point
+
+
+def resolution_s(null: dict[int, float], calls: int) -> float:
+    """cuda: how far a time per call over brackets of ``calls`` calls can be off for the null subtracted from it,
+    NULL_SHIFT times the null bracket of the fewest calls (its fixed part: the flush and the cross-process waits)
+    over ``calls``. The null is measured in the task's reference job, another process at another time, and what a
+    bracket's fixed part costs moves between processes by about a millisecond (one H200's two real batches: a
+    kernel of a few microseconds at 256 calls a bracket went from 0.5 to 7.4 us a call, its reference from 4.4 to
+    0.5 us), which the brackets' spread inside one job does not show. 0 without a null (cpu: none is subtracted)."""
+    if not null or calls <= 0:
+        return 0.0
+    return NULL_SHIFT * null[min(null)] / calls
 
 
 def null_for(null: dict[int, float], calls: int) -> float:

@@ -34,7 +34,7 @@ from verifier.common.config import VerifyConfig
 from verifier.common.contract import FLAGS_FILE, ChildReport, ContractError, Job
 from verifier.common.inputs import as_list
 from verifier.execute.channel import Ledger, Unsealed, progress
-from verifier.execute.brackets import Clocked, interval, summary_for
+from verifier.execute.brackets import Clocked, interval, resolution_s, summary_for
 from verifier.judge import feedback
 from verifier.judge.checks import (
     check_channel,
@@ -547,7 +547,9 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
     ``speedup_lo``/``speedup_hi``: the eager speedup's 95% interval, a percentile bootstrap (fixed seed) over the
     candidate's brackets and the reference's, each resample's summary the one the point uses (cpu: the least;
     cuda: the median); it says how far the brackets' spread moves the speedup, not a load that slowed a whole
-    side alike."""
+    side alike. On cuda each side's times are also moved by their resolution (``resolution_s``: the null, measured
+    in another process, is known only to about a millisecond a bracket), so a kernel of a few microseconds, whose
+    bracket is about the size of that shift, gets an interval that reaches 1 and no speedup in its reward."""
     null = ref.null() if ref is not None else {}
     per = clocked.per_call_s("candidate", null)
     v.runtime_us = round(max((per or 0.0) * 1e6, RUNTIME_FLOOR_US), 3)
@@ -567,14 +569,21 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
     if eager is not None:
         v.eager_us = round(max(eager * 1e6, RUNTIME_FLOOR_US), 3)
         v.speedup_eager = v.eager_us / v.runtime_us
-        # the speedup's 95% interval over both sides' brackets (floored as the times are); the reward counts a
-        # speedup only where it excludes 1 (verifier/judge/reward.py)
+        # the speedup's 95% interval over both sides' brackets (floored as the times are; on cuda each side's times
+        # moved by their resolution, toward the speedup's low end for ``lo`` and its high end for ``hi``); the reward
+        # counts a speedup only where it excludes 1 (verifier/judge/reward.py)
         floor = RUNTIME_FLOOR_US * 1e-6
-        iv = interval([max(x, floor) for x in clocked.samples("candidate", null)],
-                      summary_for(clocked.host_clock),
-                      over=[max(float(x), floor) for x in ref.clocked.get("eager_samples") or []])
-        if iv is not None:
-            v.speedup_lo, v.speedup_hi = round(iv[0], 4), round(iv[1], 4)
+        cand = clocked.samples("candidate", null)
+        over = [float(x) for x in ref.clocked.get("eager_samples") or []]
+        res_c = resolution_s(null, clocked.sample_calls("candidate")) if not clocked.host_clock else 0.0
+        res_e = resolution_s(null, int(ref.clocked.get("eager_calls") or max(null, default=0))) \
+            if not clocked.host_clock else 0.0
+        summary = summary_for(clocked.host_clock)
+        lo = interval([max(x + res_c, floor) for x in cand], summary, over=[max(x - res_e, floor) for x in over])
+        hi = interval([max(x - res_c, floor) for x in cand], summary, over=[max(x + res_e, floor) for x in over])
+        if lo is not None and hi is not None:
+            v.speedup_lo, v.speedup_hi = round(lo[0], 4), round(hi[1], 4)
+        v.versions["timing"]["resolution_us"] = {"candidate": round(res_c * 1e6, 3), "eager": round(res_e * 1e6, 3)}
         if ref.report.eager and ref.report.eager.launch_us:
             v.eager_launch_us = statistics.median(ref.report.eager.launch_us)
     else:
@@ -592,5 +601,10 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
     ev.add(None, f"Time per call {v.runtime_us:.1f} us over {calls} timed calls in {len(rows)} brackets (the "
                  f"verifier's clock); eager PyTorch {v.eager_us or float('nan'):.1f} us (speedup {sp})" +
                  (f"; torch.compile {v.compile_us:.1f} us (speedup {v.speedup_compile:.2f}x)." if v.compile_us else "."))
+    res_us = v.versions["timing"].get("resolution_us", {}).get("candidate", 0.0)
+    if v.speedup_lo is not None and res_us * 4 > v.runtime_us:
+        ev.add(None, f"At {v.runtime_us:.1f} us a call the verifier's clock resolves this kernel's time to about "
+                     f"{res_us:.1f} us a call (the fixed cost of a bracket over its calls), so only a speedup beyond "
+                     f"that counts (interval {v.speedup_lo:.2f}-{v.speedup_hi:.2f}x).")
     if v.max_abs_err is not None:
         ev.add(None, f"Max abs error {v.max_abs_err:.3g}, max rel error {v.max_rel_err:.3g} over {v.trials} trials.")
