@@ -152,6 +152,8 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert got[0]["runtime_us"] == vs[0].runtime_us > 0 and got[0]["eager_us"] == vs[0].eager_us > 0
     assert (got[0]["speedup_lo"], got[0]["speedup_hi"]) == (vs[0].speedup_lo, vs[0].speedup_hi)
     assert got[0]["stage_seconds"] == pytest.approx(vs[0].stage_seconds)  # where its seconds went, the child's parts too
+    # the null subtracted and the resolution the interval took from it (cpu: a host clock, nothing subtracted)
+    assert got[0]["null_us"] and got[0]["resolution_us"] == {"candidate": 0.0, "eager": 0.0} and got[0]["calls"] >= 1
     assert got[0]["stage_seconds"]["child_trial_forward"] > 0
     # the harness's late brackets and the child's host-wait hint (cpu: no gate, no hint)
     assert got[0]["late"] == 0 and got[0]["host_waits"] is False and got[0]["host_waits_taken_back"] is False

@@ -330,6 +330,10 @@ def real_row(cand, v) -> dict:
             # what the task's reference timing held the device alone for (verifier/runs.py reference_hold)
             "reference": v.versions.get("timing", {}).get("reference"),
             "eager_us": v.eager_us, "speedup_lo": v.speedup_lo, "speedup_hi": v.speedup_hi,
+            # the null brackets subtracted (by calls) and each side's resolution from them (execute/brackets.py)
+            "null_us": v.versions.get("timing", {}).get("null_us"),
+            "resolution_us": v.versions.get("timing", {}).get("resolution_us"),
+            "calls": v.versions.get("timing", {}).get("calls"),
             # why, where the verdict is no judgement of the kernel's numbers (the verifier's side, a crash, the task)
             "why": v.feedback[:600] if v.status in ("verifier_error", "task_error", "crash", "timeout") else ""}
 
@@ -482,7 +486,8 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
     """One JSON line per verdict of every batch (id, per_task, status, cheats, correct, speedup, and the times it
     comes from: the candidate's and eager's per call, the speedup's 95% interval; a speedup alone cannot say which
     side moved between two runs; and its seconds by stage, the child's pieces included; its task's reference
-    timing's hold of the device, ``reference``)."""
+    timing's hold of the device, ``reference``; the null subtracted, each side's resolution from it and the
+    candidate's calls a bracket, which the next batch's speedups are read against)."""
     with open(path, "w") as f:
         for rec in records:
             for r in rec["rows"]:
@@ -491,7 +496,7 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
                                     **{k: r.get(k) for k in ("task_id", "runtime_us", "eager_us", "speedup_lo",
                                                              "speedup_hi", "late", "host_waits",
                                                              "host_waits_taken_back", "reference", "stage_seconds",
-                                                             "why")}})
+                                                             "null_us", "resolution_us", "calls", "why")}})
                         + "\n")
 
 
