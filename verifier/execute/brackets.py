@@ -181,7 +181,10 @@ def resolution_s(null: dict[int, float], calls: int) -> float:
     over ``calls``. The null is measured in the task's reference job, another process at another time, and what a
     bracket's fixed part costs moves between processes by about a millisecond (one H200's two real batches: a
     kernel of a few microseconds at 256 calls a bracket went from 0.5 to 7.4 us a call, its reference from 4.4 to
-    0.5 us), which the brackets' spread inside one job does not show. 0 without a null (cpu: none is subtracted)."""
+    0.5 us), which the brackets' spread inside one job does not show. The fixed part says how contended the device
+    was: tens of microseconds on an idle H200, 500-800 us where other processes' contexts time-slice into the
+    brackets (slices of about a millisecond: bench/results/HISTORY.md), so the resolution is a fraction of a
+    microsecond a call on a quiet device and several on a busy one. 0 without a null (cpu: none is subtracted)."""
     if not null or calls <= 0:
         return 0.0
     return NULL_SHIFT * null[min(null)] / calls
