@@ -73,24 +73,32 @@ def test_on_cpu_the_calls_of_the_bracket_whose_time_is_reported_go_to_the_full_c
     """cpu reports the least bracket: one bracket of calls approximate to within the loose 1% (and faster) would
     set the time alone while the reservoir's few picks miss it. Its calls are the ones the judge checks in full
     (``Clocked.fastest``); with no reservoir at all (keep=0) they are still there."""
-    brackets = []
+    for attempt in range(3):  # a host so loaded that the cheap bracket waited longer than its work is tried again
+        brackets = []
 
-    def serve(client, ch):
-        for i in range(5):
-            cheap = i == 3
-            brackets.append(cheap)
+        def serve(client, ch):
+            for i in range(5):
+                cheap = i == 3
+                brackets.append(cheap)
 
-            def fn(x, cheap=cheap):
-                if cheap:  # 0.3% off: inside the loose check, outside any full budget, and fast
-                    return torch.relu(x) * 1.003
-                time.sleep(0.004)
-                return torch.relu(x)
-            if client.bracket("candidate", fn) == "enough":
-                break
+                def fn(x, cheap=cheap):
+                    if cheap:  # 0.3% off: inside the loose check, outside any full budget, and fast
+                        return torch.relu(x) * 1.003
+                    time.sleep(0.004)
+                    return torch.relu(x)
+                if client.bracket("candidate", fn) == "enough":
+                    break
 
-    got = _session(tmp_path, serve, keep=0)
-    assert not got.problems and not got.kept  # the loose check passes it and nothing was sampled
-    assert got.fastest, "the fastest bracket's calls were not kept for the full check"
+        (tmp_path / str(attempt)).mkdir()
+        got = _session(tmp_path / str(attempt), serve, keep=0)
+        assert not got.problems and not got.kept  # the loose check passes it and nothing was sampled
+        assert got.fastest, "the fastest bracket's calls were not kept for the full check"
+        most = max(b.calls for b in got.brackets)
+        least = min((b for b in got.brackets if b.calls == most), key=lambda b: b.seconds)
+        if brackets[got.brackets.index(least)]:  # by the harness's clock the cheap bracket was the fastest...
+            break
+    # ...and its calls, not the others', are the ones kept for the full check
+    assert brackets[got.brackets.index(least)], "the cheap bracket was never the fastest in three tries"
     assert all(not torch.equal(out[0], torch.relu(inp[0])) for inp, out in got.fastest)  # the cheap bracket's
 
 
