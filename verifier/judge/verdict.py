@@ -575,9 +575,10 @@ def _speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Eviden
         floor = RUNTIME_FLOOR_US * 1e-6
         cand = clocked.samples("candidate", null)
         over = [float(x) for x in ref.clocked.get("eager_samples") or []]
-        res_c = resolution_s(null, clocked.sample_calls("candidate")) if not clocked.host_clock else 0.0
-        res_e = resolution_s(null, int(ref.clocked.get("eager_calls") or max(null, default=0))) \
-            if not clocked.host_clock else 0.0
+        res_c = res_e = 0.0  # cpu: a host clock, no null subtracted
+        if not clocked.host_clock:
+            res_c = resolution_s(null, clocked.sample_calls("candidate"))
+            res_e = resolution_s(null, int(ref.clocked.get("eager_calls") or max(null, default=0)))
         summary = summary_for(clocked.host_clock)
         lo = interval([max(x + res_c, floor) for x in cand], summary, over=[max(x - res_e, floor) for x in over])
         hi = interval([max(x - res_c, floor) for x in cand], summary, over=[max(x + res_e, floor) for x in over])
