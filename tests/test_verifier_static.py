@@ -343,37 +343,25 @@ def test_code_that_does_not_parse_is_reported_with_its_syntax_error_and_line():
         assert "no code block found" in check_candidate_shape(extract_code(answer), "cpu")[0]
 
 
-def _timed_pass(ref_us: list[float], cand_us: list[float]) -> Verdict:
-    """A passing verdict judged from bracket times (us per call) as the harness would have clocked them on cpu:
-    the real judge's speedup figures and the real reward."""
-    from verifier.runs import ReferenceTiming
-    from verifier.common.contract import ChildReport
-    from verifier.execute.brackets import Bracket, Clocked
-    from verifier.judge.verdict import _speedups
-    from verifier.judge.outputs import Evidence
-
-    clocked = Clocked(host_clock=True, brackets=[Bracket("candidate", 8, us * 8e-6) for us in cand_us])
-    ref = ReferenceTiming(ChildReport(kind="reference"), {"eager_s": min(ref_us) * 1e-6, "null": {"1": 1e-5},
-                                                          "eager_samples": [us * 1e-6 for us in ref_us]})
-    v = Verdict("c", status="pass", correct=True)
-    _speedups(v, ChildReport(kind="candidate"), clocked, ref, Evidence())
-    v.reward = reward_for(v)
-    return v
-
-
-def _cuda_pass(ref_us: list[float], cand_us: list[float], calls: int, null_us: dict[int, float]) -> Verdict:
-    """As ``_timed_pass``, on cuda's clock: brackets of ``calls`` calls of ``cand_us`` each after the null, the
-    reference's per-call samples ``ref_us`` from brackets of as many calls, ``null_us`` the task's null brackets."""
+def _timed_pass(ref_us: list[float], cand_us: list[float], calls: int = 8,
+                null_us: dict[int, float] | None = None) -> Verdict:
+    """A passing verdict judged from bracket times (us per call) as the harness would have clocked them: brackets
+    of ``calls`` calls, on cpu (a host clock, the least) or, given ``null_us`` (the task's null brackets by calls),
+    on cuda (the median, each bracket ``cand_us`` a call after the null; the reference's samples from brackets of
+    as many calls): the real judge's speedup figures, its feedback and the real reward."""
     from verifier.runs import ReferenceTiming
     from verifier.common.contract import ChildReport
     from verifier.execute.brackets import Bracket, Clocked, null_for
     from verifier.judge.verdict import _speedups
     from verifier.judge.outputs import Evidence
 
-    null = {k: us * 1e-6 for k, us in null_us.items()}
-    clocked = Clocked(brackets=[Bracket("candidate", calls, us * 1e-6 * calls + null_for(null, calls)) for us in cand_us])
+    null = {k: us * 1e-6 for k, us in (null_us or {1: 10.0}).items()}
+    shift = 0.0 if null_us is None else null_for(null, calls)  # cuda's brackets hold the null's time too
+    clocked = Clocked(host_clock=null_us is None,
+                      brackets=[Bracket("candidate", calls, us * 1e-6 * calls + shift) for us in cand_us])
+    summary = min if null_us is None else statistics.median
     ref = ReferenceTiming(ChildReport(kind="reference"), {
-        "eager_s": statistics.median(ref_us) * 1e-6, "null": {str(k): v for k, v in null.items()},
+        "eager_s": summary(ref_us) * 1e-6, "null": {str(k): v for k, v in null.items()},
         "eager_samples": [us * 1e-6 for us in ref_us], "eager_calls": calls})
     v = Verdict("c", status="pass", correct=True)
     ev = Evidence()
@@ -389,14 +377,14 @@ def test_a_kernel_of_a_few_microseconds_earns_no_speedup_from_the_nulls_shift():
     A bracket of 256 such calls is about a millisecond, the size of the shift of the null measured in another
     process, so the interval must reach 1 and the reward stay that of a pass; a steady kernel of 200 us is
     resolved and keeps its speedup."""
-    tiny = _cuda_pass(ref_us=[4.4, 4.5, 4.3, 4.4], cand_us=[0.0, 0.1, 0.0, 0.05], calls=256,
+    tiny = _timed_pass(ref_us=[4.4, 4.5, 4.3, 4.4], cand_us=[0.0, 0.1, 0.0, 0.05], calls=256,
                       null_us={1: 500.0, 256: 1000.0})
     assert tiny.speedup_eager > 8  # the point is what the brackets say...
     assert tiny.speedup_lo < 1.0 < tiny.speedup_hi  # ...and its interval what the clock can tell
     assert tiny.reward == 1.0
     assert tiny.versions["timing"]["resolution_us"]["candidate"] == pytest.approx(2 * 500.0 / 256, rel=1e-3)
     assert "resolves this kernel's time to about 3.9 us a call" in tiny.feedback
-    big = _cuda_pass(ref_us=[400.0, 401.0, 399.0, 400.5], cand_us=[200.0, 200.5, 199.5, 200.2], calls=100,
+    big = _timed_pass(ref_us=[400.0, 401.0, 399.0, 400.5], cand_us=[200.0, 200.5, 199.5, 200.2], calls=100,
                      null_us={1: 500.0, 256: 1000.0})
     assert 1.8 < big.speedup_lo < 2.0 < big.speedup_hi < 2.2 and big.reward > 1.8
     assert "resolves" not in big.feedback
