@@ -202,8 +202,9 @@ def test_a_model_whose_time_is_tight_stops_after_three_brackets_not_before():
 
 def test_the_null_bracket_stops_once_both_its_counts_are_known_well_enough():
     """The null (the reference child's fixed-output bracket, subtracted from every model's bracket of the same
-    calls) stops once each of its counts has LEAST_BRACKETS brackets within 1% of its time or within NULL_SLACK_S:
-    a few microseconds of it spread over a bracket's calls are below any model's 1%. It ran its full 21 brackets
+    calls) stops once each of its counts has LEAST_BRACKETS brackets within 1% of its time, within NULL_SLACK_S or
+    within NULL_SHARE of its one-call time: a few microseconds of it spread over a bracket's calls are below any
+    model's 1%, and a busy device's spread is inside the resolution every time per call carries. It ran its full 21 brackets
     before, 9.8 of the 47 s that 19 tasks' reference timings held the device alone on one H200 (6bb94ce)."""
     from verifier.execute.harness import NULL_SLACK_S
 
@@ -224,6 +225,15 @@ def test_the_null_bracket_stops_once_both_its_counts_are_known_well_enough():
     # on a host clock the null is never subtracted: three of each count, however spread
     assert null(wide, [4e-4, 4.4e-4, 3.6e-4], host_clock=True)._enough("null") is True
     assert null(wide, [4e-4, 4.4e-4], host_clock=True)._enough("null") is False
+    # a busy device: the null's fixed part is hundreds of microseconds and spreads by tens between brackets, which a
+    # time per call's resolution (NULL_SHIFT one-call nulls over its calls) already allows for: known to NULL_SHARE of
+    # the one-call null is enough, further spread is not
+    from verifier.execute.harness import NULL_SHARE
+    busy, ones = 5e-4, [5e-4, 5.6e-4, 4.4e-4]
+    assert null(ones, [9e-4, 9.8e-4, 8.2e-4])._enough("null") is True
+    spread = 1.2 * NULL_SHARE * busy  # half the interval over the share at the most calls
+    assert null(ones, [9e-4, 9e-4 + 2 * spread, 9e-4 - 2 * spread, 9e-4 + spread])._enough("null") is False
+    assert null([busy, busy + 2 * spread, busy - 2 * spread], [9e-4] * 3)._enough("null") is False  # and at one call
     # a model's brackets never count towards the null's
     h = null([3e-5] * 3, [4e-4] * 2)
     h.result.brackets += [Bracket("reference", 64, 4e-4)] * 5
