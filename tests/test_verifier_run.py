@@ -245,6 +245,11 @@ def test_timing_has_the_device_alone_or_says_it_did_not(batch, config):
         # what the slot's process does after the child ended is measured there, inside the child's stage
         after = v.stage_seconds["execute_held_checks"] + v.stage_seconds["execute_prefetch_wait"]
         assert 0 <= after <= v.stage_seconds["execute_child"], (v.candidate_id, v.stage_seconds)
+        # the harness's own seconds of the brackets (drawn, clocked, checked), measured in the slot's process: they
+        # fall inside the child's timing phase, the clock's part inside the child's brackets
+        serve = [v.stage_seconds[f"harness_{p}"] for p in ("draw", "clock", "after")]
+        assert min(serve) >= 0 and serve[1] > 0, (v.candidate_id, v.stage_seconds)
+        assert sum(serve) <= v.stage_seconds["child_timing"] + 0.05, (v.candidate_id, v.stage_seconds)
         # and the seconds before the child's main began and after it ended, by one clock of the host: the child's
         # phases, these and the slot's own after it fit in the child's stage
         around = v.stage_seconds["execute_child_start"] + v.stage_seconds["execute_child_exit"]

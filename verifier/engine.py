@@ -293,6 +293,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             returned = time.monotonic() - t_wait
             # of it, in this process after the child ended: the harness's held checks, the prefetch's last answers
             v.stage_seconds["execute_held_checks"] = round(clocked.close_s, 3)
+            for part, seconds in clocked.serve_s.items():  # the brackets' seconds in the harness, by part
+                v.stage_seconds[f"harness_{part}"] = round(seconds, 3)
             v.stage_seconds["execute_prefetch_wait"] = round(t_wait, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte

@@ -54,6 +54,10 @@ class Clocked:
     # timed calls that left their inputs changed in the pool once done (an in-place write its caller would see),
     # read here: the first such call of each label, as "timed call N (label): input j"
     mutated: list[str] = field(default_factory=list)
+    # seconds of the harness's brackets by part, summed over the job: "draw" (the private inputs drawn, their
+    # values encoded: before the clock, the device held alone), "clock" (the bracket sent to its end; of it,
+    # "queue": waiting for the child to queue its calls, cuda), "after" (the outputs' checks or their holding)
+    serve_s: dict[str, float] = field(default_factory=dict)
 
     def per_call_s(self, label: str, null: dict[int, float] | None = None) -> float | None:
         """Median time per call of ``label``'s brackets (late ones only if nothing else), less the null

@@ -288,6 +288,7 @@ class Harness:
         if self._layout is None:
             self._set_up()
         self._late_writes()
+        t0 = time.perf_counter()
         calls = self._calls_for(label)
         seeds = [secrets.randbelow(2**31 - 1) + 1 for _ in range(calls)]
         private = [self._draw_locked(s) for s in seeds]  # drawn before the clock: the child cannot see them
@@ -295,6 +296,7 @@ class Harness:
                    for x, e in zip(inp, self._layout["inputs"])] for inp in private]
         views = [self._views(k) for k in range(calls)]
         compare = self.check and label != "null" and label not in self._mutated_labels  # a caught label: once
+        t1 = time.perf_counter()
         self._seq += 1
         fds = [self._pool.fd] if isinstance(self._pool, ipc.CudaPool) and not self._fd_sent else None
         self._fd_sent = True
@@ -312,6 +314,9 @@ class Harness:
             hinted = False
             seconds, late, snapshot, changed = self._clock_cpu(private, views, send, recv, compare)
         self._came(label, calls, late, hinted)
+        t2 = time.perf_counter()
+        self._part("draw", t1 - t0)
+        self._part("clock", t2 - t1)
         if seconds is None:
             return
         if label not in self._probe_s:
@@ -324,6 +329,10 @@ class Harness:
                 self._check(label, private, self._snapshot)
             if self.result.host_clock and label != "null" and not self.result.problems:
                 self._keep_if_fastest(calls, seconds, private, self._snapshot)
+        self._part("after", time.perf_counter() - t2)
+
+    def _part(self, name: str, seconds: float) -> None:
+        self.result.serve_s[name] = self.result.serve_s.get(name, 0.0) + seconds
 
     def _defer(self, label: str, private: list, outs: list) -> bool:
         """Hold a bracket's check until the child has ended (``close``) where its bytes fit ``DEFER_BYTES``; else the
@@ -450,7 +459,9 @@ class Harness:
         gate, done = self._pool.ptr, self._pool.ptr + 64
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.current_stream().synchronize()  # the private inputs are drawn
+        t0 = time.perf_counter()
         msg = recv(wait_s)
+        self._part("queue", time.perf_counter() - t0)
         late = bool(msg) and msg.get("op") == "timeout"
         with torch.cuda.stream(s):
             start.record(s)
