@@ -119,6 +119,13 @@ def test_a_batch_judged_in_slot_processes_gives_the_in_process_verdicts(shared_b
     again = _batch("processes", shared_build_dir)
     assert [v.status for v in again] == [v.status for v in threads]
     assert sorted(p.proc.pid for p in workers._IDLE) == sorted(kept)  # the same processes served it
+    # given back between batches: the kept processes end (and their fork servers), the next batch starts its own
+    ended = [p.proc for p in workers._IDLE]
+    workers.end_kept()
+    assert workers._IDLE == [] and all(p.poll() is not None for p in ended)
+    after = _batch("processes", shared_build_dir)
+    assert [v.status for v in after] == [v.status for v in threads]
+    assert workers._IDLE and not {p.proc.pid for p in workers._IDLE} & set(kept)
 
 
 def test_a_slot_process_killed_mid_batch_ends_that_candidate_as_a_verifier_error(shared_build_dir):

@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from verifier.execute import admission
-from verifier.execute.processes import end_together, start_lasting
+from verifier.execute.processes import end_servers, end_together, start_lasting
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 START_TIMEOUT_S = 120.0  # the new process's first word (its imports: torch)
@@ -220,6 +220,17 @@ def _close_idle() -> None:
     with _IDLE_LOCK:
         procs, _IDLE[:] = list(_IDLE), []
     end_together(procs)
+
+
+def end_kept() -> None:
+    """Between batches (none running in this process): every process kept for the next batch ended, the slots'
+    trusted processes and this process's own fork servers (a task's reference job runs in them). On cuda each holds
+    CUDA contexts, three a slot (its process and two warm children) and two for each of this process's slots,
+    which wait on the device doing nothing until the next batch; the next batch starts them again (seconds).
+    For a caller that gives the device back while it does something else (tests/gpu after each module: ten
+    pytest workers' kept processes held about a hundred contexts on one H200)."""
+    _close_idle()
+    end_servers()
 
 
 def serve(fd: int, run_job) -> None:

@@ -8,6 +8,8 @@ bench/testbed_build.py builds it), so it is collected only where ``KERNELMILL_TE
 
 import os
 
+import pytest
+
 collect_ignore = [] if os.environ.get("KERNELMILL_TESTBED", "").strip() else ["test_testbed_gpu.py"]
 
 
@@ -21,3 +23,14 @@ def pytest_runtest_logreport(report):
         # the failure's own text as it ends too (beside the durations file), for the same reason
         with open(os.path.splitext(path)[0] + "_failures.txt", "a") as f:
             f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-6000:]}\n\n")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kept_processes_given_back():
+    """After each module, the processes its verifiers kept for a next batch end (verifier/workers.py ``end_kept``):
+    ten pytest workers sharing one H200 kept about a hundred CUDA contexts alive from modules long over, and a
+    child's first profiler session then failed 'out of memory' with 40 GiB of the device free (97db09e, fd1dc1d)."""
+    yield
+    from verifier.workers import end_kept
+
+    end_kept()

@@ -284,8 +284,14 @@ def end_together(procs) -> None:
 
 
 @atexit.register
-def _close_servers() -> None:
-    end_together(_SERVERS.values())
+def end_servers() -> None:
+    """This process's fork servers ended side by side and forgotten: the next job starts new ones. At exit, and
+    where a caller gives back its kept processes between batches (verifier/workers.py ``end_kept``): on cuda each
+    slot's pair of warm servers holds two children with a CUDA context each."""
+    with _SERVERS_LOCK:
+        servers = list(_SERVERS.values())
+        _SERVERS.clear()
+    end_together(servers)
 
 
 def _base_job_root(host: HostSettings) -> str:
