@@ -128,3 +128,43 @@ def test_as_many_tasks_are_prepared_at_once_as_execution_children_run(monkeypatc
         seen = most[0]
         release.set()
     assert seen == expected
+
+
+def test_a_slot_takes_a_candidate_of_a_prepared_task_before_one_still_being_prepared(monkeypatch):
+    """A slot that takes a candidate whose task is still being prepared waits for the reference's timing doing
+    nothing (405 of the 2,000 s eight slots spent executing in one H200's real batch) while candidates of prepared
+    tasks wait in the queue: the queue hands out a task the slot has judged first, then the oldest candidate of a
+    prepared task, and only then the oldest of all."""
+    from verifier.engine import _Ready
+
+    release = {"b": threading.Event(), "c": threading.Event()}
+
+    def prepare(key, *_):  # stands in for prepare_task, which returns whether the preparation worked or not
+        release[key].wait(5)
+
+    monkeypatch.setattr(runs, "prepare_task", prepare)
+
+    def wait_prepared(key):
+        deadline = time.monotonic() + 5
+        while not submit.prepared(key) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return submit.prepared(key)
+
+    with runs.preparing(2) as submit:
+        submit("b")
+        submit("c")
+        plan_keys = ["a", "b", "a", "b", "c", "b", "c"]  # "a" is never prepared here
+        ready = _Ready(plan_keys, submit.prepared)
+        for i in range(5):
+            ready.put((i, []))
+        assert ready.get() == (0, [])  # nothing prepared: the oldest
+        release["b"].set()
+        assert wait_prepared("b") and not submit.prepared("c")
+        assert ready.get() == (1, [])
+        assert ready.get() == (3, [])  # a prepared task's candidate before the older one of "a"
+        release["c"].set()
+        assert wait_prepared("c")
+        ready.put((5, []))
+        ready.put((6, []))  # queued now: 2 (a), 4 (c), 5 (b), 6 (c)
+        assert ready.get(seen={"b"}) == (5, [])  # a task this slot judged before, before older prepared ones
+        assert [ready.get() for _ in range(3)] == [(4, []), (6, []), (2, [])]

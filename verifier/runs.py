@@ -178,15 +178,20 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
 @contextlib.contextmanager
 def preparing(workers: int):
     """``workers`` threads running ``prepare_task`` on what the block hands them (the yielded function, which
-    takes ``prepare_task``'s arguments and passes each plan key on once).
+    takes ``prepare_task``'s arguments and passes each plan key on once; its ``prepared(key)`` says whether that
+    key's preparation is over, done, skipped or failed).
     Daemon threads, as the execution threads are: on an exception (a Ctrl-C) the block is left without waiting
     for a reference child, and the interpreter's exit does not join them; each ends after its current task.
     A block that finishes waits for them (a task whose candidates all stopped early may still be timing)."""
     jobs: queue.Queue = queue.Queue()
+    over: set[tuple] = set()
 
     def loop() -> None:
         while (item := jobs.get()) is not None:
-            prepare_task(*item)
+            try:
+                prepare_task(*item)
+            finally:
+                over.add(item[0])
 
     threads = [threading.Thread(target=loop, name=f"km-prep-{k}", daemon=True) for k in range(max(1, workers))]
     for t in threads:
@@ -197,6 +202,8 @@ def preparing(workers: int):
         if key not in seen:
             seen.add(key)
             jobs.put((key, *rest))
+
+    submit.prepared = over.__contains__  # type: ignore[attr-defined]
 
     try:
         yield submit
