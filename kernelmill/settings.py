@@ -100,7 +100,7 @@ class VerifyConfig:
     # KernelBench's semantics: modules run as constructed (training mode: BatchNorm on batch statistics,
     # ``self.training`` True), as its harness runs them; True runs the reference and ModelNew in eval mode
     eval_mode: bool = False
-    timed_brackets: int = 10  # clocked brackets per model, each of up to 32 calls (verifier/execute/harness.py)
+    timed_brackets: int = 10  # clocked brackets per model, each of up to 256 calls, about 20 ms of them (verifier/execute/harness.py)
     timing_budget_s: float = 10.0  # timed iterations fitted to the call time so that they take about this long
     full_build_fallback: bool = True  # a CUDA source failing its bare build is rebuilt unchanged (False: final; build.py)
     memory_budget_gib: float = 0.0  # GiB that execution jobs may plan to hold at once (verifier/execute/admission.py); 0: auto
