@@ -96,6 +96,29 @@ def test_the_import_check_waits_for_an_open_timing_window(tmp_path):
     assert 1.0 <= res.lock_wait_s <= min(6.5, res.seconds), (res.lock_wait_s, res.seconds)
 
 
+def test_a_timing_window_that_stays_open_never_lets_the_initialiser_run_beside_it(tmp_path, monkeypatch):
+    """The check used to go on without the locks after 30 s, and a window open that long (a batch's first tasks'
+    reference timings back to back: waits of 26.7 s on one H200) let the initialiser above run beside a timing. Now
+    it waits until its build's deadline less ``CHECK_RESERVE_S``, and a window still open then is the verifier's
+    error: the initialiser never ran, the build is ``verifier_error`` and not kept, and the next build of the same
+    source, the window closed, imports it."""
+    lock_file = str(tmp_path / "timing-cpu.lock")
+    timer = DeviceLock(lock_file)
+    assert timer.acquire(True, 5.0)
+    monkeypatch.setattr(pool, "CHECK_RESERVE_S", 590.0)  # (the deadline is 600 s: a wait of about a second)
+    name = f"waited_{int(time.time() * 1000) % 100000}"
+    spec = {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]}
+    host = dataclasses.replace(HOST, code_locks=(lock_file,))
+    try:
+        res = build_blocking(tmp_path / "builds", spec, 600, host=host)
+    finally:
+        timer.close()
+    assert not res.ok and res.verifier_error and "was not free" in res.verifier_error, res.log[-2000:]
+    assert "KM_INIT_AT" not in res.log, res.log[-2000:]
+    again = build_blocking(tmp_path / "builds", spec, 600, host=host)
+    assert again.ok and not again.cached and "KM_INIT_AT" in again.log, again.log[-2000:]
+
+
 def test_a_static_initialiser_that_spins_is_stopped_at_the_cpu_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(pool, "CHECK_CPU_S", 3)
     tag = str(int(time.time() * 1000) % 100000)

@@ -85,7 +85,17 @@ COMPILE_NICE = 10  # scheduling priority of build processes, below execution and
 # is stopped by SIGXCPU (its exit status as the process, a shell or the sandbox's supervisor reports it)
 CHECK_CPU_S = 60
 _CPU_LIMIT_RC = (-signal.SIGXCPU, 128 + signal.SIGXCPU, 256 - signal.SIGXCPU)
-CODE_LOCK_WAIT_S = 30.0  # the longest an import check waits for an open timing window to close, then goes on
+# the import check waits for the host's device locks until the build's deadline less this (the check's own run):
+# it never goes on without them. It used to go on after 30 s, and a timing window open that long (a batch's first
+# tasks' reference timings one after another; waits of 26.7 s on one H200 at 4e97331) let a candidate's static
+# initialiser put work on the device while a reference was timed, inflating its own speedup. A check that cannot
+# have the locks by then is the verifier's error (``CodeLocksBusy``), never the candidate's build failure
+CHECK_RESERVE_S = 60.0
+
+
+class CodeLocksBusy(RuntimeError):
+    """The import check could not have the host's device locks before its build's deadline: the verifier's
+    failure (the build's ``verifier_error``), never the candidate's."""
 @dataclass
 class BuildResult:
     key: str
@@ -328,16 +338,21 @@ class _Build:
 
     def _gate(self, rw: Path, locks: list, proc: subprocess.Popen) -> None:
         """The import check's gate (verifier/build/proc.py ``--gate``): once it is ready to load the module, the device
-        locks are taken (each within ``CODE_LOCK_WAIT_S``, then it goes on without) and it is told to go. Returns at
-        once where the process ended, or the build's deadline passed, before it was ready."""
+        locks are taken and it is told to go. Returns at once where the process ended, or the build's deadline passed,
+        before it was ready. Raises ``CodeLocksBusy`` (the step then ends the process) where a lock is not had before
+        the build's deadline less ``CHECK_RESERVE_S``: the candidate's code never runs without them."""
         while not (rw / "ready").exists():
             if proc.poll() is not None or time.monotonic() > self.deadline:
                 return
             time.sleep(0.002)
         for lock in locks:
             before = lock.waited_s
-            lock.acquire(False, CODE_LOCK_WAIT_S)
+            got = lock.acquire(False, max(self.deadline - time.monotonic() - CHECK_RESERVE_S, 1.0))
             self.lock_wait += lock.waited_s - before
+            if not got:
+                raise CodeLocksBusy(f"the host's device lock {getattr(lock, 'path', '')} was not free within "
+                                    f"{lock.waited_s - before:.0f} s for the import check, which runs the candidate's "
+                                    "static initialisers only with every timing window closed")
         (rw / "go").write_text("")
 
     def report(self, path: Path) -> dict:
@@ -386,6 +401,12 @@ class _Build:
             os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap: the sandbox's processes die with it
             proc.wait()
             self.timed_out, rc = True, None
+        except BaseException:  # on_start's own failure (the gate): the step's process ends with it
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if jail:
+                jail.finish()
+            raise
         if jail:
             self.findings += jail.finish()
         return rc
