@@ -119,7 +119,7 @@ def pch():
     seconds, as the verifier's builds get it."""
     from verifier.common.config import VerifyConfig
 
-    return ensure_pch({"cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O3"]},
+    return ensure_pch({"cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O2"]},
                       VerifyConfig(pch=True).pch_root())
 
 
@@ -128,7 +128,7 @@ def two_object_build(d: Path, cpp: str, functions, impl: str, cache: Path, pch: 
     """load_inline's files for ``cpp`` (under the verifier's module name, loadable as ``km_<dir name>``), with
     ``impl`` as a second object of the link, built through the object cache (``canonical=False``: with the
     shared forms turned off, the file as written; ``boxed``: the boxed form first, as the verifier builds)."""
-    flags = ["-O3"] + ([f"-I{pch}", "-Winvalid-pch"] if pch else [])
+    flags = ["-O2"] + ([f"-I{pch}", "-Winvalid-pch"] if pch else [])
     write_build_files(d, objcache.MODULE, verbose=True, cpp_sources=[cpp], functions=functions, extra_cflags=flags,
                       extra_ldflags=[f"-Wl,--defsym=PyInit_km_{d.name}=PyInit_{objcache.MODULE}"])
     (d / "impl.cpp").write_text(impl_head + impl)

@@ -246,7 +246,7 @@ def test_the_pools_module_object_beside_the_header_is_taken(pch, tmp_path):  # n
     from verifier.build.pch import ensure_boxed_module
     from verifier.common.config import VerifyConfig
 
-    obj = ensure_boxed_module({"cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O3"]},
+    obj = ensure_boxed_module({"cpp_sources": ["int f();"], "functions": ["f"], "extra_cflags": ["-O2"]},
                               VerifyConfig(pch=True).pch_root())
     assert obj is not None and obj.parent == pch and obj.name == boxed.MODULE_OBJECT
     cache = tmp_path / "objects"  # empty: nothing of the module object in it

@@ -74,7 +74,7 @@ def _program(name: str, cheat: bool) -> str:
     cpp = _CPP.replace("CHEAT", "true" if cheat else "false")
     return (f"import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
             f"CPP = r'''{cpp}'''\next = load_inline(name=\"{name}\", cpp_sources=CPP, functions=[\"exp_fwd\"], "
-            "extra_cflags=[\"-O3\"], verbose=False)\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+            "extra_cflags=[\"-O2\"], verbose=False)\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
             "        return ext.exp_fwd(x)\n")
 
 

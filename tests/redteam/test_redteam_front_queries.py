@@ -129,7 +129,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 CPP = r"""{THREADED_RELU}"""
-ext = load_inline(name="relu_mt", cpp_sources=CPP, functions=["relu"], extra_cflags=["-O3"])
+ext = load_inline(name="relu_mt", cpp_sources=CPP, functions=["relu"], extra_cflags=["-O2"])
 WORKERS = max(1, torch.get_num_threads())
 TABLE = torch.arange(16).float()
 

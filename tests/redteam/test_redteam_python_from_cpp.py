@@ -157,7 +157,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 CPP = r"""{NUMPY_MATMUL}"""
-ext = load_inline(name="mm_np", cpp_sources=CPP, functions=["mm"], extra_cflags=["-O3"])
+ext = load_inline(name="mm_np", cpp_sources=CPP, functions=["mm"], extra_cflags=["-O2"])
 
 
 class ModelNew(nn.Module):

@@ -93,7 +93,7 @@ from torch.utils.cpp_extension import load_inline
 
 CPP = r"""{cpp}"""
 ext = load_inline(name="scale_{'node' if timed_branch else 'plain'}", cpp_sources=CPP, functions=["scale"],
-                  extra_cflags=["-O3"])
+                  extra_cflags=["-O2"])
 
 
 class ModelNew(nn.Module):
@@ -160,7 +160,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 CPP = r"""{MM_NODE_CPP}"""
-ext = load_inline(name="mm_node", cpp_sources=CPP, functions=["mm"], extra_cflags=["-O3"])
+ext = load_inline(name="mm_node", cpp_sources=CPP, functions=["mm"], extra_cflags=["-O2"])
 
 
 class ModelNew(nn.Module):
@@ -190,7 +190,7 @@ torch::Tensor mm(py::function tile, torch::Tensor a, torch::Tensor b) {
     return out;
 }
 """
-ext = load_inline(name="mm_callable", cpp_sources=CPP, functions=["mm"], extra_cflags=["-O3"])
+ext = load_inline(name="mm_callable", cpp_sources=CPP, functions=["mm"], extra_cflags=["-O2"])
 _tile_op = operator.matmul
 
 
