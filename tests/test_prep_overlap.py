@@ -118,9 +118,9 @@ def test_as_many_tasks_are_prepared_at_once_as_execution_children_run(monkeypatc
             running[0] -= 1
 
     monkeypatch.setattr(runs, "prepare_task", prepare)
-    with runs.preparing(runs.prep_workers(cfg, {"cpu"})) as submit:
+    with runs.preparing(runs.prep_workers(cfg, {"cpu"})) as preps:
         for k in range(8):
-            submit(("task", k))
+            preps.submit(("task", k))
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and most[0] < expected:
             time.sleep(0.01)
@@ -146,20 +146,20 @@ def test_a_slot_takes_a_candidate_of_a_prepared_task_before_one_still_being_prep
 
     def wait_prepared(key):
         deadline = time.monotonic() + 5
-        while not submit.prepared(key) and time.monotonic() < deadline:
+        while not preps.prepared(key) and time.monotonic() < deadline:
             time.sleep(0.01)
-        return submit.prepared(key)
+        return preps.prepared(key)
 
-    with runs.preparing(2) as submit:
-        submit("b")
-        submit("c")
+    with runs.preparing(2) as preps:
+        preps.submit("b")
+        preps.submit("c")
         plan_keys = ["a", "b", "a", "b", "c", "b", "c"]  # "a" is never prepared here
-        ready = _Ready(plan_keys, submit.prepared)
+        ready = _Ready(plan_keys, preps.prepared)
         for i in range(5):
             ready.put((i, []))
         assert ready.get() == (0, [])  # nothing prepared: the oldest
         release["b"].set()
-        assert wait_prepared("b") and not submit.prepared("c")
+        assert wait_prepared("b") and not preps.prepared("c")
         assert ready.get() == (1, [])
         assert ready.get() == (3, [])  # a prepared task's candidate before the older one of "a"
         release["c"].set()

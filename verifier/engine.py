@@ -521,7 +521,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
             plan_keys[i] = _plan_key(task.reference_code, backend, cfg)
             _PLANS.hold(plan_keys[i])
             # the task's preparation (once per batch) runs while its candidates compile
-            prepare(plan_keys[i], task.reference_code, backend, cfg, cfg.build_root(), task.task_id or "task")
+            prepare.submit(plan_keys[i], task.reference_code, backend, cfg, cfg.build_root(), task.task_id or "task")
             futs = [pool.submit(s) for s in w.specs]
             pending[0] += 1
             if not futs:

@@ -175,38 +175,48 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
         pass
 
 
+class Preparations:
+    """What ``preparing`` hands its block: ``submit(key, *rest)`` queues ``prepare_task(key, *rest)`` once per plan
+    key; ``prepared(key)`` says whether that key's preparation is over (done, skipped or failed)."""
+
+    def __init__(self, jobs: queue.Queue):
+        self._jobs = jobs
+        self._seen: set[tuple] = set()
+        self._over: set[tuple] = set()
+
+    def submit(self, key: tuple, *rest) -> None:
+        if key not in self._seen:
+            self._seen.add(key)
+            self._jobs.put((key, *rest))
+
+    def prepared(self, key: tuple) -> bool:
+        return key in self._over
+
+    def _ended(self, key: tuple) -> None:
+        self._over.add(key)
+
+
 @contextlib.contextmanager
 def preparing(workers: int):
-    """``workers`` threads running ``prepare_task`` on what the block hands them (the yielded function, which
-    takes ``prepare_task``'s arguments and passes each plan key on once; its ``prepared(key)`` says whether that
-    key's preparation is over, done, skipped or failed).
+    """``workers`` threads running ``prepare_task`` on what the block submits to the ``Preparations`` it is handed.
     Daemon threads, as the execution threads are: on an exception (a Ctrl-C) the block is left without waiting
     for a reference child, and the interpreter's exit does not join them; each ends after its current task.
     A block that finishes waits for them (a task whose candidates all stopped early may still be timing)."""
     jobs: queue.Queue = queue.Queue()
-    over: set[tuple] = set()
+    preps = Preparations(jobs)
 
     def loop() -> None:
         while (item := jobs.get()) is not None:
             try:
                 prepare_task(*item)
             finally:
-                over.add(item[0])
+                preps._ended(item[0])
 
     threads = [threading.Thread(target=loop, name=f"km-prep-{k}", daemon=True) for k in range(max(1, workers))]
     for t in threads:
         t.start()
-    seen: set[tuple] = set()
-
-    def submit(key: tuple, *rest) -> None:
-        if key not in seen:
-            seen.add(key)
-            jobs.put((key, *rest))
-
-    submit.prepared = over.__contains__  # type: ignore[attr-defined]
-
     try:
-        yield submit
+        yield preps
     finally:
         for _ in threads:
             jobs.put(None)

@@ -96,6 +96,8 @@ CHECK_RESERVE_S = 60.0
 class CodeLocksBusy(RuntimeError):
     """The import check could not have the host's device locks before its build's deadline: the verifier's
     failure (the build's ``verifier_error``), never the candidate's."""
+
+
 @dataclass
 class BuildResult:
     key: str
@@ -393,17 +395,19 @@ class _Build:
             raise
         if jail:
             jail.started()
+        def end() -> None:  # bubblewrap: the sandbox's processes die with it
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
         try:
             if on_start is not None:
                 on_start(proc)
             rc = proc.wait(timeout=max(self.deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap: the sandbox's processes die with it
-            proc.wait()
+            end()
             self.timed_out, rc = True, None
         except BaseException:  # on_start's own failure (the gate): the step's process ends with it
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            end()
             if jail:
                 jail.finish()
             raise
