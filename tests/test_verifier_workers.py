@@ -6,11 +6,14 @@ backend with real processes:
 - a process that dies mid-job is the verifier's failure (WorkerDied; in a batch: that candidate's
   ``verifier_error``), never the candidate's verdict, and the slot's next job gets a new process;
 - a batch judged in slot processes gives the verdicts the in-process slots give (a pass, a wrong output, a compile
-  error), in processes that are not the engine's, and keeps them for the next batch."""
+  error), in processes that are not the engine's, and keeps them for the next batch;
+- slots' processes start side by side: each one's imports run while the others' do (a cold batch's slots came up
+  one after another when the spawner thread waited for each)."""
 
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +30,23 @@ GIB = 1 << 30
 
 def serve_probe(fd: int) -> None:
     """A slot process whose jobs are ``probe_job``'s (this module, imported in the new process)."""
+    workers.serve(fd, probe_job)
+
+
+MEET_ENTRY = "tests.test_verifier_workers:serve_after_meeting"
+MEET_WAIT_S = 60.0
+
+
+def serve_after_meeting(fd: int) -> None:
+    """A slot process whose start (before its first word, as its imports are) lasts until another one has started
+    too, or MEET_WAIT_S: it records whether it met one."""
+    here = Path(os.environ["KM_TEST_MEET_DIR"])
+    (here / f"started-{os.getpid()}").write_text("")
+    deadline, met = time.monotonic() + MEET_WAIT_S, False
+    while not met and time.monotonic() < deadline:
+        met = any(p.name != f"started-{os.getpid()}" for p in here.glob("started-*"))
+        time.sleep(0.05)
+    (here / f"met-{os.getpid()}").write_text(str(met))
     workers.serve(fd, probe_job)
 
 
@@ -77,6 +97,28 @@ def test_a_slot_process_runs_jobs_and_asks_the_engines_gate():
             t.join()
     with workers.lease(ENTRY) as again:  # kept for the next lease: the same process
         assert again().run(("pid",)) in (pid, other().proc.pid)
+
+
+def test_slots_processes_start_side_by_side(monkeypatch, tmp_path):
+    """Two slots leasing a process at once: each process's start overlaps the other's (each saw the other begin
+    before its own first word), so a batch's slots are not up one after another."""
+    monkeypatch.setenv("KM_TEST_MEET_DIR", str(tmp_path))
+    pids: list = []
+
+    def slot():
+        with workers.lease(MEET_ENTRY) as current:
+            pids.append(current().run(("pid",)))
+
+    threads = [threading.Thread(target=slot) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(set(pids)) == 2
+        assert {p: (tmp_path / f"met-{p}").read_text() for p in pids} == {p: "True" for p in pids}
+    finally:
+        workers.end_kept()
 
 
 def test_a_slot_process_that_dies_or_fails_is_the_verifiers_error_and_the_slot_goes_on():

@@ -68,7 +68,12 @@ def _die_with_parent() -> None:
 
 class TrustedProcess:
     """One slot's trusted process: ``run(job)`` sends it a job and serves its admission requests until the
-    result comes back."""
+    result comes back. Made in two steps: the constructor starts the process (on the lasting spawner thread, to
+    which its death signal is tied) and ``wait_ready`` waits for its first word (its imports, seconds) in the
+    caller's thread, so that the slots' processes start side by side. When the spawner waited for each one's
+    imports, a cold batch's eight slots came up one after another, 6-7 s apart on one H200 (8b1b652: the last at
+    65 s), and every fork server a task's reference timing needed queued behind them on the same thread: most of
+    the batch's first reference timings began after 74 s."""
 
     def __init__(self, entry: str):
         self.entry = entry
@@ -84,6 +89,10 @@ class TrustedProcess:
                                      preexec_fn=_die_with_parent)
         theirs.close()
         self.conn = Connection(ours.detach())
+
+    def wait_ready(self) -> None:
+        """Its first word ("ready", once its imports are done); WorkerDied (and the process ended) when it does not
+        come within START_TIMEOUT_S or is not that."""
         if not self.conn.poll(START_TIMEOUT_S):
             self.close()
             raise WorkerDied(f"the trusted execution process did not start within {START_TIMEOUT_S:.0f} s")
@@ -196,7 +205,10 @@ def lease(entry: str):
                 _LEASED.discard(holder[0])
             if holder[0] is not None:
                 holder[0].close()
-            holder[0] = start_lasting(TrustedProcess, entry)
+            holder[0] = None
+            started = start_lasting(TrustedProcess, entry)
+            started.wait_ready()  # here, not on the spawner's thread: the slots' processes import side by side
+            holder[0] = started
         with _IDLE_LOCK:
             _LEASED.add(holder[0])
         return holder[0]
