@@ -477,6 +477,35 @@ def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config
     assert len({s.proc.pid for s in warm.values()}) == 2 * len(slots) and all(s.alive() for s in warm.values())
 
 
+def test_a_slot_warmed_before_its_first_job_gives_that_job_the_servers_it_started(config, monkeypatch):
+    """A slot's execution processes start before its first candidate is built (``runs.warm_slot``; the engine's
+    ``SlotWarmUp``), so its first job does not wait for their imports and CUDA contexts: the servers warmed are
+    the pair the slot's jobs then run on, not replaced (a warm-up started with other settings than a job asks for
+    would only add processes). Exercised with cpu jobs through the same path, as the test above."""
+    from verifier import runs
+    from verifier.execute import processes
+
+    monkeypatch.setattr(processes, "WARM_BACKENDS", ("cuda", "cpu"))
+    cfg = dataclasses.replace(config, warm_processes=-1)
+    with processes.exec_slot():
+        slot = ("cpu", *processes._slot())
+        try:
+            runs.warm_slot(["cpu"], cfg, cfg.build_root())
+            warmed = {k[-1]: s for k, s in processes._SERVERS.items() if k[:3] == slot}
+            assert sorted(warmed) == [0, 1] and all(s.alive() for s in warmed.values())
+            job = runs.new_job("reference", "cpu", cfg, cfg.build_root(), TASKS["relu"].reference_code)
+            job_dir = runs.new_job_dir(job, cfg)
+            job.write(job_dir)
+            _, build_root, locks = processes._job_fields(job_dir)
+            # the slot's next two jobs (its turns) are handed to the two servers it warmed
+            got = [processes._warm_server("cpu", cfg.host(), build_root, locks) for _ in range(2)]
+            assert {id(s) for s in got} == {id(s) for s in warmed.values()}
+            assert all(s.alive() for s in got)
+        finally:
+            for key in [k for k in processes._SERVERS if k[:3] == slot]:
+                processes._SERVERS.pop(key).close()
+
+
 def test_fork_server_preloads_what_the_profiler_imports_without_a_thread_or_cuda():
     """A fork server imports torch._dynamo once (the profiler's first session imports it: 4-6 CPU-s in every
     forked child on the GPU box before): the import must leave the server forkable, no new thread, CUDA

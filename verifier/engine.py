@@ -71,6 +71,7 @@ from verifier.runs import (
     preparing,
     reference_timing,
     run_driven,
+    warm_slot,
 )
 
 __all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_batch"]
@@ -391,7 +392,14 @@ def serve_slot(fd: int) -> None:
     os._exit(0)
 
 
-def _slot_job(w: Work, results: list, cfg: VerifyConfig, build_root: Path) -> Work:
+@dataclasses.dataclass(frozen=True)
+class SlotWarmUp:
+    """The job a slot's process gets before its first candidate: its execution processes for ``backends`` started
+    (``runs.warm_slot``) while the batch's first builds compile."""
+    backends: tuple[str, ...]
+
+
+def _slot_job(w: Work | SlotWarmUp, results: list, cfg: VerifyConfig, build_root: Path) -> Work | None:
     """``execute_item`` in a slot's process, with torch's CPU threads the slot's share of the cores (the judge's
     reference, built on the CPU, and its float64 copy run beside the other slots'). The device memory the judge's
     caching allocator kept is given back after the job: the slot's process waits between jobs, and the execution
@@ -399,6 +407,9 @@ def _slot_job(w: Work, results: list, cfg: VerifyConfig, build_root: Path) -> Wo
     threads = cfg.host().child_threads
     if threads and not os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(threads)
+    if isinstance(w, SlotWarmUp):
+        warm_slot(w.backends, cfg, build_root)
+        return None
     try:
         return execute_item(w, results, cfg, build_root)
     finally:
@@ -543,12 +554,19 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
 
         in_processes = any(cfg.exec_in_processes(b) for b in backends)
 
+        warm_up = SlotWarmUp(tuple(sorted(backends)))
+
         def exec_loop() -> None:
             if in_processes:  # the slot's harness and judge in a trusted process of its own (verifier/workers.py)
                 with trusted.lease(SLOT_ENTRY) as slot_process:
+                    try:  # its process and execution processes started before its first candidate is built
+                        slot_process().run((warm_up, [], cfg, cfg.build_root()))
+                    except trusted.WorkerDied:
+                        pass  # started again for its first candidate, whose verdict says so if it fails again
                     exec_jobs(slot_process)
             else:
                 with exec_slot():  # this thread's fork servers and job root: kept for the next batch
+                    warm_slot(warm_up.backends, cfg, cfg.build_root())
                     exec_jobs(None)
 
         def exec_jobs(slot_process) -> None:

@@ -35,7 +35,7 @@ from verifier.execute.channel import Driver, Ledger
 from verifier.execute.brackets import Clocked
 from verifier.execute.harness import Harness
 from verifier.execute.locks import lock_path, lock_wait_s
-from verifier.execute.processes import _job_root, _run_child, exec_slot
+from verifier.execute.processes import _job_root, _run_child, exec_slot, made_lock_files, warm_servers
 from verifier.judge import prep_cache
 from verifier.judge.outputs import RNG_LOCK, forget_reference, reference_cpu
 from verifier.judge.plan import _PLAN_LOCK, _PLANS, TaskPlan, task_plan
@@ -56,6 +56,19 @@ def new_job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, refere
                timing_budget_s=cfg.timing_budget_s, **kw)
 
 
+def _warm(cfg: VerifyConfig, backend: str) -> int:
+    """``warm_processes`` (-1: on, as many as the backend's execution slots; 0: a fresh interpreter per cuda job)."""
+    return cfg.exec_slots(backend) if cfg.warm_processes < 0 else cfg.warm_processes
+
+
+def warm_slot(backends, cfg: VerifyConfig, build_root: Path) -> None:
+    """This slot's execution processes started ahead of its first job on each of ``backends`` (the pair of warm
+    servers a job of ``run_job`` takes turns on: verifier/execute/processes.py), where jobs run in them."""
+    for backend in backends:
+        if _warm(cfg, backend) > 0:
+            warm_servers(backend, cfg.host(), str(build_root), made_lock_files(lock_path(cfg, backend)))
+
+
 def new_job_dir(job: Job, cfg: VerifyConfig) -> Path:
     """A new directory for ``job`` in this slot's job root under ``cfg``'s host settings (``job_dir``)."""
     return Path(tempfile.mkdtemp(prefix=f"km-{job.kind}-", dir=_job_root(cfg.host())))
@@ -66,7 +79,7 @@ def run_job(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig) -> Chi
     ``cfg``'s host settings."""
     job.write(job_dir)
     rc, timed_out, log = _run_child(job_dir, job.backend, timeout_s, cfg.host(),
-                                    warm=cfg.exec_slots(job.backend) if cfg.warm_processes < 0 else cfg.warm_processes)
+                                    warm=_warm(cfg, job.backend))
     return ChildRun(rc, timed_out, log, timeout_s)
 
 

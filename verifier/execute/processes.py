@@ -272,6 +272,16 @@ def _warm_server(backend: str, host: HostSettings, build_root: str = "", locks: 
     return srv
 
 
+def warm_servers(backend: str, host: HostSettings, build_root: str = "", locks: list = ()) -> None:
+    """This slot's pair of warm servers started now, with what its jobs will ask for (``_job_fields``): their
+    children import torch and create their CUDA contexts while the slot has nothing to run yet (a batch's first
+    builds compile), not while its first candidate waits. Each cuda slot's first job waited 13-15 s for that on one
+    H200 (8b1b652)."""
+    if backend in WARM_BACKENDS:
+        for turn in (0, 1):
+            _server(backend, host, build_root, locks, turn)
+
+
 def end_together(procs) -> None:
     """Processes that outlive their jobs (fork servers here, slots' trusted processes in verifier/workers.py), ended
     at exit side by side: each told to end first (``ask_to_end``), then each waited for (``reap``), not one after
@@ -433,13 +443,18 @@ def _job_fields(job_dir: Path) -> tuple[str, str, list[str]]:
         d = json.loads((job_dir / "job.json").read_text())
     except (OSError, ValueError, AttributeError):
         return "", "", []
-    locks = lock_files(d["timing_lock"]) if d.get("timing_lock") else []
+    return str(d.get("kind", "")), str(d.get("build_root", "")), made_lock_files(str(d.get("timing_lock") or ""))
+
+
+def made_lock_files(timing_lock: str) -> list[str]:
+    """The device lock's files for ``timing_lock`` (none for ""), made where missing."""
+    locks = lock_files(timing_lock) if timing_lock else []
     for f in locks:
         try:
             os.close(os.open(f, os.O_RDWR | os.O_CREAT, 0o666))
         except OSError:
             pass
-    return str(d.get("kind", "")), str(d.get("build_root", "")), locks
+    return locks
 
 
 def _run_child(job_dir: Path, backend: str, timeout_s: float, host: HostSettings,
