@@ -130,17 +130,18 @@ def test_as_many_tasks_are_prepared_at_once_as_execution_children_run(monkeypatc
     assert seen == expected
 
 
-def test_a_slot_takes_a_candidate_of_a_prepared_task_before_one_still_being_prepared(monkeypatch):
-    """A slot that takes a candidate whose task is still being prepared waits for the reference's timing doing
+def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypatch):
+    """A slot that took a candidate whose task was still being prepared waited for the reference's timing doing
     nothing (405 of the 2,000 s eight slots spent executing in one H200's real batch) while candidates of prepared
-    tasks wait in the queue: the queue hands out a task the slot has judged first, then the oldest candidate of a
-    prepared task, and only then the oldest of all."""
+    tasks queued: the queue hands out a task the slot has judged first, then the oldest candidate of a prepared
+    task, and a slot with only unprepared ones queued waits in the queue, woken by a preparation's end, free to take
+    whichever task is prepared first."""
     from verifier.engine import _Ready
 
-    release = {"b": threading.Event(), "c": threading.Event()}
+    release = {k: threading.Event() for k in "abc"}
 
-    def prepare(key, *_):  # stands in for prepare_task, which returns whether the preparation worked or not
-        release[key].wait(5)
+    def prepare(key, *_):  # stands in for prepare_task
+        release[key].wait(30)
 
     monkeypatch.setattr(runs, "prepare_task", prepare)
 
@@ -150,21 +151,39 @@ def test_a_slot_takes_a_candidate_of_a_prepared_task_before_one_still_being_prep
             time.sleep(0.01)
         return preps.prepared(key)
 
-    with runs.preparing(2) as preps:
-        preps.submit("b")
-        preps.submit("c")
-        plan_keys = ["a", "b", "a", "b", "c", "b", "c"]  # "a" is never prepared here
-        ready = _Ready(plan_keys, preps.prepared)
+    def get_in_thread(seen=frozenset()):
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(ready.get(seen)), daemon=True)
+        t.start()
+        return t, got
+
+    ready = _Ready(["a", "b", "a", "b", "c", "b", "c", "d"])
+    with runs.preparing(3, on_end=ready.poke) as preps:
+        for key in "abc":
+            preps.submit(key)
+        ready.prepared = preps.prepared
         for i in range(5):
             ready.put((i, []))
-        assert ready.get() == (0, [])  # nothing prepared: the oldest
+        t, got = get_in_thread()
+        t.join(0.5)
+        assert t.is_alive() and not got  # nothing prepared: the slot waits in the queue, holding no candidate
         release["b"].set()
-        assert wait_prepared("b") and not preps.prepared("c")
-        assert ready.get() == (1, [])
-        assert ready.get() == (3, [])  # a prepared task's candidate before the older one of "a"
+        t.join(5)
+        assert got == [(1, [])]  # woken by b's preparation: the oldest of the task prepared first
+        assert ready.get() == (3, [])
         release["c"].set()
-        assert wait_prepared("c")
+        assert wait_prepared("c") and not preps.prepared("a")
         ready.put((5, []))
-        ready.put((6, []))  # queued now: 2 (a), 4 (c), 5 (b), 6 (c)
+        ready.put((6, []))  # queued now: 0 (a), 2 (a), 4 (c), 5 (b), 6 (c)
         assert ready.get(seen={"b"}) == (5, [])  # a task this slot judged before, before older prepared ones
-        assert [ready.get() for _ in range(3)] == [(4, []), (6, []), (2, [])]
+        assert [ready.get() for _ in range(2)] == [(4, []), (6, [])]
+        ready.put((7, []))  # a task never submitted for preparation has nothing to wait for
+        assert ready.get() == (7, [])
+        t, got = get_in_thread()
+        t.join(0.5)
+        assert t.is_alive() and not got
+        release["a"].set()
+        t.join(5)
+        assert got == [(0, [])] and ready.get() == (2, [])
+        ready.put(None)
+        assert ready.get() is None  # the end of the batch

@@ -21,6 +21,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,12 +191,14 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
 
 class Preparations:
     """What ``preparing`` hands its block: ``submit(key, *rest)`` queues ``prepare_task(key, *rest)`` once per plan
-    key; ``prepared(key)`` says whether that key's preparation is over (done, skipped or failed)."""
+    key; ``prepared(key)`` says whether there is nothing to wait for: that key's preparation is over (done, skipped
+    or failed) or was never asked for."""
 
-    def __init__(self, jobs: queue.Queue):
+    def __init__(self, jobs: queue.Queue, on_end: Callable[[tuple], None] | None = None):
         self._jobs = jobs
         self._seen: set[tuple] = set()
         self._over: set[tuple] = set()
+        self._on_end = on_end
 
     def submit(self, key: tuple, *rest) -> None:
         if key not in self._seen:
@@ -203,20 +206,23 @@ class Preparations:
             self._jobs.put((key, *rest))
 
     def prepared(self, key: tuple) -> bool:
-        return key in self._over
+        return key in self._over or key not in self._seen
 
     def _ended(self, key: tuple) -> None:
         self._over.add(key)
+        if self._on_end is not None:
+            self._on_end(key)
 
 
 @contextlib.contextmanager
-def preparing(workers: int):
-    """``workers`` threads running ``prepare_task`` on what the block submits to the ``Preparations`` it is handed.
+def preparing(workers: int, on_end: Callable[[tuple], None] | None = None):
+    """``workers`` threads running ``prepare_task`` on what the block submits to the ``Preparations`` it is handed;
+    ``on_end(key)`` after each preparation ends.
     Daemon threads, as the execution threads are: on an exception (a Ctrl-C) the block is left without waiting
     for a reference child, and the interpreter's exit does not join them; each ends after its current task.
     A block that finishes waits for them (a task whose candidates all stopped early may still be timing)."""
     jobs: queue.Queue = queue.Queue()
-    preps = Preparations(jobs)
+    preps = Preparations(jobs, on_end)
 
     def loop() -> None:
         while (item := jobs.get()) is not None:
