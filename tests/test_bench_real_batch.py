@@ -161,10 +161,14 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     ref = got[0]["reference"]
     assert ref["brackets"]["reference"] >= 1 and ref["brackets"]["null"] >= 1 and ref["late"]["reference"] == 0
     assert 0 < ref["held_s"]["reference_brackets"] <= ref["held_s"]["eager"], ref
+    # and its child's seconds before the hold (the reference built; the lock's wait), which a task's first
+    # candidates wait for
+    assert ref["before_s"]["load"] > 0 and "lock_wait" in ref["before_s"], ref
     from bench.lib.testbed_report import reference_lines
 
     text = "\n".join(reference_lines({"rows": rows}))
     assert "(1 tasks;" in text and "| reference_brackets |" in text and "| null |" in text, text
+    assert "| load |" in text and "| lock_wait |" in text, text
     assert reference_lines({"rows": [dict(r, reference=None) for r in rows]}) == []
     # how busy the slots were and how long the timing held the device alone, from the same seconds
     from bench.lib.testbed_report import HELD_ALONE, slot_lines

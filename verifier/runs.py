@@ -248,6 +248,7 @@ def device_name(backend: str) -> str:
 
 
 # the reference child's phases with the device held alone (verifier/child/reference.py), and their parts
+BEFORE_PHASES = ("load", "compile_build", "lock_wait")
 HELD_PHASES = ("eager", "warm_device", "template", "reference_brackets", "null_brackets", "probes", "compile")
 
 
@@ -257,6 +258,8 @@ def reference_hold(rep: ChildReport, clocked: Clocked) -> dict:
     the brackets the harness clocked, how many came late and whether the child hinted that it waits on the host."""
     labels = sorted({b.label for b in clocked.brackets})
     return {"held_s": {k: rep.phase_s[k] for k in HELD_PHASES if k in rep.phase_s},
+            # and its child's seconds before the hold: the reference built, torch.compile's build, the lock's wait
+            "before_s": {k: rep.phase_s[k] for k in BEFORE_PHASES if k in rep.phase_s},
             "brackets": {lb: sum(b.label == lb for b in clocked.brackets) for lb in labels},
             "late": {lb: sum(b.late for b in clocked.brackets if b.label == lb) for lb in labels},
             "host_waits": [lb for lb in clocked.host_waits if lb not in clocked.host_waits_taken_back]}

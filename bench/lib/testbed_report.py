@@ -409,6 +409,15 @@ def reference_lines(record: dict) -> list[str]:
         vals = [float(h[part]) for h in held if part in h]
         if vals:
             out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {len(vals)} |")
+    before = [t.get("before_s") or {} for t in by_task.values()]
+    if any(before):
+        out += ["", "Their children before the hold (the reference built, torch.compile's build, the wait for the "
+                    "device lock):", "", "| part | total s | median s | most s | tasks |", "| --- | --- | --- | --- | --- |"]
+        for part in ("load", "compile_build", "lock_wait"):
+            vals = [float(b[part]) for b in before if part in b]
+            if vals:
+                out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {max(vals):.2f} | "
+                           f"{len(vals)} |")
     models = sorted({m for t in by_task.values() for m in (t.get("brackets") or {})})
     out += ["", "| model | brackets | late | tasks with a late one | tasks hinted (not taken back) |",
             "| --- | --- | --- | --- | --- |"]
@@ -467,8 +476,12 @@ def filled_lines(record: dict) -> list[str]:
     if len(ts) < 5 or record["wall_s"] - ts[0] < 30:  # too few to be a rate
         return []
     rate = (len(ts) - 1) / (record["wall_s"] - ts[0]) * 3600
+    minutes = int(record["wall_s"] // 60) + 1
+    per_minute = [sum(1 for t in ts if m * 60 <= t < (m + 1) * 60) for m in range(minutes)]
     return [f"- first verdict after {ts[0]:.0f} s; from it to the end of the batch ({record['wall_s'] - ts[0]:.0f} s): "
-            f"**{rate:.0f}** verdicts per hour (the pipeline filled)", ""]
+            f"**{rate:.0f}** verdicts per hour (the pipeline filled)",
+            "- verdicts in each minute of the batch (its ramp: builds, the tasks' preparations, the slots' processes): "
+            + ", ".join(map(str, per_minute)), ""]
 
 
 def build_lines(record: dict) -> list[str]:
@@ -493,7 +506,7 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
             for r in rec["rows"]:
                 f.write(json.dumps({"id": r["id"], "per_task": rec["per_task"], "status": r["status"],
                                     "cheats": r["cheats"], "correct": r["correct"], "speedup": r["speedup"],
-                                    **{k: r.get(k) for k in ("task_id", "runtime_us", "eager_us", "speedup_lo",
+                                    **{k: r.get(k) for k in ("t", "task_id", "runtime_us", "eager_us", "speedup_lo",
                                                              "speedup_hi", "late", "host_waits",
                                                              "host_waits_taken_back", "reference", "stage_seconds",
                                                              "null_us", "resolution_us", "calls", "why")}})
