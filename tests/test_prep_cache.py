@@ -141,12 +141,17 @@ def _plant(cfg: VerifyConfig, eager_s: float) -> Path:
 
 def test_a_kept_entry_is_read_and_prep_cache_false_bypasses_it(tmp_path, fresh_memo):
     cfg = _cfg(tmp_path)
+    # a task's preparation warms the processes of a reference child only where one will run
+    assert runs.timing_to_measure(fx.RELU_TASK, "cpu", cfg, cfg.build_root())
     entry = _plant(cfg, 123.456)
+    assert not runs.timing_to_measure(fx.RELU_TASK, "cpu", cfg, cfg.build_root())
     t = runs.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", cfg), "cpu", cfg, cfg.build_root())
     assert t.clocked["eager_s"] == 123.456 and t.null() == {1: 1e-4, 8: 2e-4}
 
     off = dataclasses.replace(cfg, prep_cache=False)
+    assert runs.timing_to_measure(fx.RELU_TASK, "cpu", off, off.build_root())
     t = runs.reference_timing(engine.task_plan(fx.RELU_TASK, "cpu", off), "cpu", off, off.build_root())
+    assert not runs.timing_to_measure(fx.RELU_TASK, "cpu", off, off.build_root())  # timed in this process
     assert t.clocked["eager_s"] and t.clocked["eager_s"] != 123.456
     assert json.loads(entry.read_text())["clocked"]["eager_s"] == 123.456  # left as it was
     assert _entries(tmp_path) == [entry]

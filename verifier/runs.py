@@ -135,14 +135,27 @@ def make_harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: Veri
                    lock_path=job.timing_lock, lock_wait_s=job.lock_wait_s)
 
 
+def _timing_key(text: str, backend: str, cfg: VerifyConfig, build_root: Path) -> tuple:
+    return (hashlib.sha256(text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup, cfg.time_torch_compile,
+            cfg.eval_mode, str(build_root), cfg.prep_cache)
+
+
+def timing_to_measure(reference_code: str, backend: str, cfg: VerifyConfig, build_root: Path) -> bool:
+    """Whether ``reference_timing`` of this task would start a child: it is timed on this device under these
+    settings neither in this process nor in the prep cache (a guess: another process may keep it meanwhile)."""
+    if cfg.timing_trials <= 0 or _timing_key(reference_code, backend, cfg, build_root) in _REF_TIMINGS:
+        return False
+    return not cfg.prep_cache or prep_cache.read(
+        build_root, prep_cache.entry_key(reference_code, backend, device_name(backend), cfg)) is None
+
+
 def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
     """The eager and torch.compile timings of a task's reference, measured once per process in a child
     where no candidate code has ever run (so no candidate can slow the reference down), then reused for
     every candidate of the task. With ``cfg.prep_cache`` a measurement that succeeded is also kept under the
     build root (verifier/judge/prep_cache.py) and read by later processes on the same device with the same settings,
     which then start no child. Its report's timing_error is set when it could not be timed."""
-    key = (hashlib.sha256(plan.text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup,
-           cfg.time_torch_compile, cfg.eval_mode, str(build_root), cfg.prep_cache)
+    key = _timing_key(plan.text, backend, cfg, build_root)
     with _PLAN_LOCK:
         lock = _REF_LOCKS.setdefault(key, threading.Lock())
     with lock:
@@ -180,11 +193,14 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
     if not _PLANS.held(key):
         return
     try:
-        plan = task_plan(reference_code, backend, cfg, name)
-        if plan.skip_reason or plan.task_fault or cfg.timing_trials <= 0 or not _PLANS.held(key):
-            return
-        with exec_slot(), admission.gate_for(plan.device, cfg.memory_budget_gib).admit(plan.job_bytes()):
-            reference_timing(plan, backend, cfg, build_root)  # (a slot: its fork server is kept for the next)
+        with exec_slot():  # (a slot: its fork servers are kept for the next task's)
+            if timing_to_measure(reference_code, backend, cfg, build_root):
+                warm_slot([backend], cfg, build_root)  # the reference's child warms up while the plan is made
+            plan = task_plan(reference_code, backend, cfg, name)
+            if plan.skip_reason or plan.task_fault or cfg.timing_trials <= 0 or not _PLANS.held(key):
+                return
+            with admission.gate_for(plan.device, cfg.memory_budget_gib).admit(plan.job_bytes()):
+                reference_timing(plan, backend, cfg, build_root)
     except Exception:  # noqa: BLE001 - met again, and judged, by the task's first candidate
         pass
 
