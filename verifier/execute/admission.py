@@ -8,8 +8,10 @@ nothing else is admitted and then runs alone. Without it, four execution workers
 4 GiB inputs, ran out of device memory and an honest kernel ended ``verifier_error``.
 
 Guarantees: the admitted bytes never exceed the budget except for one oversized job running alone; no job
-waits forever while the jobs admitted before it finish (first come, first served: a large job is not starved
-by a stream of small ones). Not guaranteed: the estimate is a count of copies, not a measurement; a task whose
+waits forever while the jobs admitted before it finish: a request that fits may pass those waiting before it only
+while each of them has waited less than ``BYPASS_S``, so a large job is passed by small ones for that long at most
+and is then first in line for the bytes the running jobs give back (a strict first come, first served held a
+0.3 GiB job 43 s behind a large one that did not fit yet, with eight slots on one H200 at 5adc643). Not guaranteed: the estimate is a count of copies, not a measurement; a task whose
 forward allocates far more than its inputs and outputs (large intermediates) holds more than it planned, and
 other processes on the device are not counted (the budget is a fraction of the device for that reason).
 
@@ -34,6 +36,7 @@ GIB = 1 << 30
 CUDA_SHARE = 0.75
 CPU_SHARE = 0.5
 
+BYPASS_S = 10.0  # how long a waiting request may be passed by later ones that fit (MemoryGate)
 PROCESS_BYTES = 256 << 20  # an execution child's own workspace: a CUDA context and allocator slack, or torch on cpu
 CHILD_INPUT_COPIES = 3  # the trial's inputs, their pristine copy, the clone the reference runs on (verifier/child/worker.py)
 CHILD_OUTPUT_COPIES = 2  # the candidate's output and the reference's, before they are saved
@@ -54,12 +57,20 @@ def job_bytes(input_bytes: int, output_bytes: int, weight_bytes: int, float64: b
     return int(n) + PROCESS_BYTES
 
 
-class MemoryGate:
-    """A byte-budgeted, first-come-first-served admission gate shared by the threads of one process.
+class _Waiter:
+    __slots__ = ("charge", "since")
 
-    ``acquire(n)`` returns once the request is first in line and fits (admitted + n <= budget), or is first in
-    line with nothing admitted (a request larger than the budget then runs alone); ``release(n)`` gives the
-    bytes back. ``peak`` is the most bytes admitted at once (an oversized request counts as the budget)."""
+    def __init__(self, charge: int):
+        self.charge, self.since = charge, time.monotonic()
+
+
+class MemoryGate:
+    """A byte-budgeted admission gate shared by the threads of one process, first come first served but for a
+    bounded pass.
+
+    ``acquire(n)`` returns once the request fits (admitted + n <= budget; a request larger than the budget counts
+    as the whole budget, so it runs alone) and no request before it in line has waited ``BYPASS_S`` or more;
+    ``release(n)`` gives the bytes back. ``peak`` is the most bytes admitted at once."""
 
     def __init__(self, budget_bytes: int):
         if budget_bytes <= 0:
@@ -67,7 +78,7 @@ class MemoryGate:
         self.budget = int(budget_bytes)
         self.admitted = 0
         self.peak = 0
-        self._line: list[object] = []  # tickets of the waiting requests, in arrival order
+        self._line: list[_Waiter] = []  # the waiting requests, in arrival order
         self._cond = threading.Condition()
 
     @property
@@ -79,17 +90,27 @@ class MemoryGate:
     def _charge(self, n: int) -> int:
         return min(max(int(n), 0), self.budget)  # an oversized request fills the gate: nothing runs beside it
 
+    def _may_enter(self, me: _Waiter) -> bool:
+        if self.admitted + me.charge > self.budget:
+            return False
+        now = time.monotonic()
+        for other in self._line:
+            if other is me:
+                return True
+            if now - other.since >= BYPASS_S:  # it has been passed long enough: nothing behind it goes first
+                return False
+        return True
+
     def acquire(self, n: int) -> None:
-        charge = self._charge(n)
-        ticket = object()
+        me = _Waiter(self._charge(n))
         with self._cond:
-            self._line.append(ticket)
+            self._line.append(me)
             try:
-                self._cond.wait_for(lambda: self._line[0] is ticket and self.admitted + charge <= self.budget)
+                self._cond.wait_for(lambda: self._may_enter(me))
             finally:
-                self._line.remove(ticket)
-                self._cond.notify_all()  # the next in line may fit too (or the line moved if this one gave up)
-            self.admitted += charge
+                self._line.remove(me)
+                self._cond.notify_all()  # others may fit too (or the line moved if this one gave up)
+            self.admitted += me.charge
             self.peak = max(self.peak, self.admitted)
 
     def release(self, n: int) -> None:
