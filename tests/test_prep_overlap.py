@@ -136,7 +136,7 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
     tasks queued: the queue hands out a task the slot has judged first, then the oldest candidate of a prepared
     task, and a slot with only unprepared ones queued waits in the queue, woken by a preparation's end, free to take
     whichever task is prepared first."""
-    from verifier.engine import _Ready
+    from verifier.execute.queue import ReadyQueue
 
     release = {k: threading.Event() for k in "abc"}
 
@@ -157,7 +157,7 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
         t.start()
         return t, got
 
-    ready = _Ready(["a", "b", "a", "b", "c", "b", "c", "d"])
+    ready = ReadyQueue(["a", "b", "a", "b", "c", "b", "c", "d"])
     with runs.preparing(3, on_end=ready.poke) as preps:
         for key in "abc":
             preps.submit(key)

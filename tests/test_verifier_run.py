@@ -543,7 +543,7 @@ def test_builds_are_submitted_round_robin_over_tasks_and_verdicts_keep_the_items
     """An RL step hands its candidates grouped by prompt: the builds go to the pool one task at a time in turn,
     so each task's one-off preparation (reference plan and timing) starts early rather than at the batch's
     tail; the verdicts still come back in the order of the items."""
-    from verifier.engine import build_order
+    from verifier.execute.queue import build_order
 
     relu, mm = TASKS["relu"], TASKS["matmul"]
     grouped = [(relu, None)] * 3 + [(mm, None)] * 2

@@ -43,6 +43,7 @@ from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, 
 from verifier.execute import admission
 from verifier.execute.locks import device_work, lock_path, lock_wait_s
 from verifier.execute.processes import clear_job_root, exec_slot
+from verifier.execute.queue import ReadyQueue, build_order
 from verifier.front.binary import scan_binary, scan_tampering
 from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
@@ -61,8 +62,6 @@ from verifier.judge.plan import (  # noqa: F401
     task_plan,
 )
 from verifier.judge.verdict import Execution, Work, finish, judge
-
-PREFETCH_BACKENDS = ("cuda",)  # the judge's reference runs ahead (cpu: the cores are the trials' and the timing's)
 from verifier.runs import (
     make_harness,
     new_job,
@@ -73,6 +72,8 @@ from verifier.runs import (
     run_driven,
     warm_slot,
 )
+
+PREFETCH_BACKENDS = ("cuda",)  # the judge's reference runs ahead (cpu: the cores are the trials' and the timing's)
 
 __all__ = ["VerifyConfig", "resolve_backend", "load_reference", "verify_batch"]
 
@@ -430,56 +431,6 @@ def _stamp(w: Work) -> Verdict:
     return w.verdict
 
 
-def build_order(items: Sequence[tuple[Task, Candidate]]) -> list[int]:
-    """The indices of ``items`` round-robin over their tasks, each task's own order kept: every task's first
-    build is submitted before any task's second, so each task's one-off preparation (the reference's plan and
-    timing, up to ~20 s on the H100) runs while later builds compile instead of at the batch's tail. An RL step
-    or a generate stage hands its candidates grouped by prompt."""
-    by_task: dict[str, list[int]] = {}
-    for i, (task, _) in enumerate(items):
-        by_task.setdefault(task.task_id, []).append(i)
-    queues = list(by_task.values())
-    return [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
-
-
-class _Ready:
-    """The candidates whose builds are over, for the execution slots. A slot takes the oldest candidate of a task it
-    has judged before when there is one (``get(seen)``), since in a slot's own process (verifier/workers.py) a task's
-    plan is made once per process; else the oldest of a task whose preparation is over (``prepared``: its reference
-    timed, or nothing to wait for). It never takes one of a task still being prepared: it waits here, free to take
-    the next prepared one, instead of in the slot for that task's reference timing, doing nothing while candidates
-    of prepared tasks queued (on one H200's real batch, 97db09e: 405 of the 2,000 seconds the eight slots spent
-    executing; 675 of 1,837 at 8b1b652 with the prepared ones first). ``poke`` (a preparation ended) wakes the
-    waiting slots. None (put once per slot, when every verdict is in) ends a slot."""
-
-    def __init__(self, plan_keys: list, prepared: Callable[[tuple], bool] = lambda key: True):
-        self.plan_keys = plan_keys
-        self.prepared = prepared
-        self.items: list = []
-        self.cond = threading.Condition()
-
-    def put(self, item) -> None:
-        with self.cond:
-            self.items.append(item)
-            self.cond.notify_all()
-
-    def poke(self, _key=None) -> None:
-        with self.cond:
-            self.cond.notify_all()
-
-    def get(self, seen: set = frozenset()):
-        with self.cond:
-            while True:
-                for wanted in (seen.__contains__, self.prepared):
-                    pick = next((k for k, item in enumerate(self.items)
-                                 if item is not None and wanted(self.plan_keys[item[0]])), None)
-                    if pick is not None:
-                        return self.items.pop(pick)
-                if None in self.items:
-                    return self.items.pop(self.items.index(None))
-                self.cond.wait(1.0)  # a preparation's end pokes; the timeout only bounds a missed one
-
-
 def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfig | None = None,
                  compile_workers: int | None = None, on_verdict: Callable[[int, Verdict], None] | None = None,
                  live: dict | None = None) -> list[Verdict]:
@@ -521,7 +472,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
             if on_verdict:
                 on_verdict(i, v)
 
-    ready = _Ready(plan_keys)
+    ready = ReadyQueue(plan_keys)
     works: list[Work] = [None] * n  # type: ignore[list-item]  (each set below before anything reads it)
     pending = [0]
     with preparing(prep_workers(cfg, backends), on_end=ready.poke) as prepare, CompilePool(cfg.build_root(), workers=max(1, workers),
