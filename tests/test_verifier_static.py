@@ -352,7 +352,7 @@ def _timed_pass(ref_us: list[float], cand_us: list[float], calls: int = 8,
     from verifier.runs import ReferenceTiming
     from verifier.common.contract import ChildReport
     from verifier.execute.brackets import Bracket, Clocked, null_for
-    from verifier.judge.verdict import _speedups
+    from verifier.judge.speedups import record_speedups
     from verifier.judge.outputs import Evidence
 
     null = {k: us * 1e-6 for k, us in (null_us or {1: 10.0}).items()}
@@ -365,7 +365,7 @@ def _timed_pass(ref_us: list[float], cand_us: list[float], calls: int = 8,
         "eager_samples": [us * 1e-6 for us in ref_us], "eager_calls": calls})
     v = Verdict("c", status="pass", correct=True)
     ev = Evidence()
-    _speedups(v, ChildReport(kind="candidate"), clocked, ref, ev)
+    record_speedups(v, ChildReport(kind="candidate"), clocked, ref, ev)
     v.reward = reward_for(v)
     v.feedback = " ".join(ev.details)
     return v
