@@ -486,7 +486,7 @@ def test_a_slot_warmed_before_its_first_job_gives_that_job_the_servers_it_starte
     from verifier.execute import processes
 
     monkeypatch.setattr(processes, "WARM_BACKENDS", ("cuda", "cpu"))
-    cfg = dataclasses.replace(config, warm_processes=-1)
+    cfg = dataclasses.replace(config, warm_processes=-1, prep_cache=False, timing_trials=3)  # a timing of its own
     with processes.exec_slot():
         slot = ("cpu", *processes._slot())
         try:
@@ -501,6 +501,17 @@ def test_a_slot_warmed_before_its_first_job_gives_that_job_the_servers_it_starte
             got = [processes._warm_server("cpu", cfg.host(), build_root, locks) for _ in range(2)]
             assert {id(s) for s in got} == {id(s) for s in warmed.values()}
             assert all(s.alive() for s in got)
+            # a real job of the slot (a reference timing) runs on them and leaves them fit for the next
+            timing = runs.reference_timing(engine.task_plan(TASKS["relu"].reference_code, "cpu", cfg), "cpu", cfg,
+                                           cfg.build_root())
+            assert timing.clocked.get("eager_s") and not timing.report.timing_error
+            now = {k[-1]: s for k, s in processes._SERVERS.items() if k[:3] == slot}
+            assert {t: id(s) for t, s in now.items()} == {t: id(s) for t, s in warmed.items()}
+            root = processes._job_root(cfg.host())
+            assert [s.unfit_for(cfg.host(), root, build_root, locks) for s in now.values()] == ["", ""]
+            # a server started under another environment says so, naming what changed (it is started again)
+            monkeypatch.setenv("KM_TEST_WARM_MARK", "1")
+            assert now[0].unfit_for(cfg.host(), root, build_root, locks) == "the environment changed (KM_TEST_WARM_MARK)"
         finally:
             for key in [k for k in processes._SERVERS if k[:3] == slot]:
                 processes._SERVERS.pop(key).close()

@@ -519,8 +519,8 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                 with trusted.lease(SLOT_ENTRY) as slot_process:
                     try:  # its process and execution processes started before its first candidate is built
                         slot_process().run((warm_up, [], cfg, cfg.build_root()))
-                    except trusted.WorkerDied:
-                        pass  # started again for its first candidate, whose verdict says so if it fails again
+                    except trusted.WorkerDied as e:  # started again for its first candidate, whose verdict says
+                        print(f"[verifier] a slot's warm-up failed: {e}", file=sys.stderr, flush=True)  # if it fails
                     exec_jobs(slot_process)
             else:
                 with exec_slot():  # this thread's fork servers and job root: kept for the next batch

@@ -70,11 +70,22 @@ def _threads(host: HostSettings) -> str:
     return str(host.child_threads) if host.child_threads > 0 else ""
 
 
+# variables torch sets in this process itself on first use, to the value a child would take by itself anyway:
+# inductor's cache_dir() writes TORCHINDUCTOR_CACHE_DIR (its default) into os.environ. Counted in the signature, it
+# made every slot's first job start its fork servers again (a cold start: 13-17 s on one H200 at 5adc643), the
+# pair warmed before the job having started before the variable was set
+SELF_SET_ENV = ("TORCHINDUCTOR_CACHE_DIR",)
+
+
+def _environ() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in SELF_SET_ENV}
+
+
 def environment_signature(host: HostSettings) -> str:
-    """What a long-lived execution process inherited: the environment (everything child_env passes), the host
-    settings ``host`` it was started with and whether bubblewrap is used. A process serves only callers whose
-    signature is the one it started with."""
-    state = [sorted(os.environ.items()), repr(host), sandbox.enabled(host)]
+    """What a long-lived execution process inherited: the environment (everything child_env passes, less
+    ``SELF_SET_ENV``), the host settings ``host`` it was started with and whether bubblewrap is used. A process
+    serves only callers whose signature is the one it started with."""
+    state = [sorted(_environ().items()), repr(host), sandbox.enabled(host)]
     return hashlib.sha256(json.dumps(state).encode()).hexdigest()
 
 
@@ -90,6 +101,7 @@ class ForkServer:
 
         self.host = host
         self.signature = environment_signature(host)
+        self.environ = _environ()  # what it started under, to say what changed (``unfit_for``)
         env = child_env(host)
         if backend == "cpu":
             env.update(CPU_CHILD_ENV, **{childenv.CPU_PERTURB: str(CPU_PERTURB)})
@@ -132,6 +144,18 @@ class ForkServer:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def unfit_for(self, host: HostSettings, job_root: str, build_root: str, locks: list) -> str:
+        """Why this server cannot serve a job with these settings ("" where it can)."""
+        if not self.alive():
+            return f"it had ended (exit {self.proc.poll()})"
+        if (self.build_root, self.job_root, self.locks) != (build_root, job_root, list(locks)):
+            return "another build root, job root or device lock"
+        if self.signature != environment_signature(host):
+            now = _environ()
+            changed = sorted(k for k in {*self.environ, *now} if self.environ.get(k) != now.get(k))
+            return f"the environment changed ({', '.join(changed[:8])})" if changed else "other host settings"
+        return ""
 
     def close(self) -> None:
         self.ask_to_end()
@@ -248,9 +272,10 @@ def _server(backend: str, host: HostSettings, build_root: str = "", locks: list 
     root = _job_root(host)
     with _SERVERS_LOCK:
         srv = _SERVERS.get(key)
-        if srv is None or not srv.alive() or srv.build_root != build_root or srv.job_root != root \
-                or srv.locks != list(locks) or srv.signature != environment_signature(host):
-            if srv is not None:
+        why = "none yet" if srv is None else srv.unfit_for(host, root, build_root, locks)
+        if why:
+            if srv is not None:  # said, since a slot's warm pair replaced at its first job is a cold start
+                print(f"[verifier] the fork server of {key} is started again: {why}", file=sys.stderr, flush=True)
                 srv.close()
             srv = _SERVERS[key] = start_lasting(ForkServer, backend, host, root, build_root, locks, turn is not None)
         return srv
