@@ -18,6 +18,7 @@ from kernelmill.schema import Candidate, Task
 from verifier import engine
 from verifier import runs
 from verifier.execute import locks
+from verifier.execute.queue import ReadyQueue
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.common.devlock import DeviceLock
 
@@ -136,11 +137,11 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
     tasks queued: the queue hands out a task the slot has judged first, then the oldest candidate of a prepared
     task, and a slot with only unprepared ones queued waits in the queue, woken by a preparation's end, free to take
     whichever task is prepared first."""
-    from verifier.execute.queue import ReadyQueue
-
     release = {k: threading.Event() for k in "abc"}
+    began = {k: threading.Event() for k in "abc"}
 
     def prepare(key, *_):  # stands in for prepare_task
+        began[key].set()
         release[key].wait(30)
 
     monkeypatch.setattr(runs, "prepare_task", prepare)
@@ -161,6 +162,7 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
     with runs.preparing(3, on_end=ready.poke) as preps:
         for key in "abc":
             preps.submit(key)
+        assert all(began[k].wait(10) for k in "abc")  # three threads: every preparation under way
         ready.prepared = preps.prepared
         for i in range(5):
             ready.put((i, []))
@@ -187,3 +189,30 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
         assert got == [(0, [])] and ready.get() == (2, [])
         ready.put(None)
         assert ready.get() is None  # the end of the batch
+
+
+def test_a_task_whose_preparation_waits_for_a_thread_is_not_waited_for(monkeypatch):
+    """A preparation that has not begun (every preparation thread is busy with other tasks) is not waited for: a
+    slot takes its candidate and times the reference itself, as slots did before tasks were prepared ahead, rather
+    than idle while the threads work through the queue."""
+    release, began = threading.Event(), threading.Event()
+
+    def prepare(key, *_):
+        began.set()
+        release.wait(30)
+
+    monkeypatch.setattr(runs, "prepare_task", prepare)
+    ready = ReadyQueue(["x", "y"])
+    with runs.preparing(1, on_end=ready.poke) as preps:
+        preps.submit("x")
+        preps.submit("y")  # behind x: the one thread is busy
+        assert began.wait(10)
+        ready.prepared = preps.prepared
+        ready.put((0, []))
+        ready.put((1, []))
+        got: list = []
+        slot = threading.Thread(target=lambda: got.append(ready.get()), daemon=True)
+        slot.start()
+        slot.join(5)
+        release.set()
+        assert got == [(1, [])]  # y's, though x's came first: x's preparation is under way

@@ -208,12 +208,14 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
 class Preparations:
     """What ``preparing`` hands its block: ``submit(key, *rest)`` queues ``prepare_task(key, *rest)`` once per plan
     key; ``prepared(key)`` says whether there is nothing to wait for: that key's preparation is over (done, skipped
-    or failed) or was never asked for."""
+    or failed), was never asked for, or has not begun (it waits behind other tasks' for a thread: a slot that takes
+    its candidate times the reference itself, as the thread would, and the thread then finds it kept)."""
 
     def __init__(self, jobs: queue.Queue, on_end: Callable[[tuple], None] | None = None):
         self._jobs = jobs
         self._seen: set[tuple] = set()
         self._over: set[tuple] = set()
+        self._begun: set[tuple] = set()
         self._on_end = on_end
 
     def submit(self, key: tuple, *rest) -> None:
@@ -222,7 +224,10 @@ class Preparations:
             self._jobs.put((key, *rest))
 
     def prepared(self, key: tuple) -> bool:
-        return key in self._over or key not in self._seen
+        return key in self._over or key not in self._begun
+
+    def _began(self, key: tuple) -> None:
+        self._begun.add(key)
 
     def _ended(self, key: tuple) -> None:
         self._over.add(key)
@@ -242,6 +247,7 @@ def preparing(workers: int, on_end: Callable[[tuple], None] | None = None):
 
     def loop() -> None:
         while (item := jobs.get()) is not None:
+            preps._began(item[0])
             try:
                 prepare_task(*item)
             finally:
