@@ -274,8 +274,9 @@ def _server(backend: str, host: HostSettings, build_root: str = "", locks: list 
         srv = _SERVERS.get(key)
         why = "none yet" if srv is None else srv.unfit_for(host, root, build_root, locks)
         if why:
-            if srv is not None:  # said, since a slot's warm pair replaced at its first job is a cold start
-                print(f"[verifier] the fork server of {key} is started again: {why}", file=sys.stderr, flush=True)
+            if srv is not None:
+                if turn is not None:  # said: a warm server started again makes its next job a cold start
+                    print(f"[verifier] the fork server of {key} is started again: {why}", file=sys.stderr, flush=True)
                 srv.close()
             srv = _SERVERS[key] = start_lasting(ForkServer, backend, host, root, build_root, locks, turn is not None)
         return srv
