@@ -147,7 +147,7 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
     monkeypatch.setattr(runs, "prepare_task", prepare)
 
     def wait_prepared(key):
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # a bound on a broken queue, not a timing
         while not preps.prepared(key) and time.monotonic() < deadline:
             time.sleep(0.01)
         return preps.prepared(key)
@@ -170,7 +170,7 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
         t.join(0.5)
         assert t.is_alive() and not got  # nothing prepared: the slot waits in the queue, holding no candidate
         release["b"].set()
-        t.join(5)
+        t.join(30)
         assert got == [(1, [])]  # woken by b's preparation: the oldest of the task prepared first
         assert ready.get() == (3, [])
         release["c"].set()
@@ -185,7 +185,7 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
         t.join(0.5)
         assert t.is_alive() and not got
         release["a"].set()
-        t.join(5)
+        t.join(30)
         assert got == [(0, [])] and ready.get() == (2, [])
         ready.put(None)
         assert ready.get() is None  # the end of the batch
@@ -213,6 +213,6 @@ def test_a_task_whose_preparation_waits_for_a_thread_is_not_waited_for(monkeypat
         got: list = []
         slot = threading.Thread(target=lambda: got.append(ready.get()), daemon=True)
         slot.start()
-        slot.join(5)
+        slot.join(30)
         release.set()
         assert got == [(1, [])]  # y's, though x's came first: x's preparation is under way

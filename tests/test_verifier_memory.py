@@ -115,7 +115,17 @@ def test_memory_gate_admits_in_order_within_its_budget_and_a_passed_request_is_p
     waited less than BYPASS_S (a strict order held a 0.3 GiB job 43 s behind a large one on one H200); after that
     nothing behind it is admitted first, and it is admitted once the holders before it leave. A request larger
     than the budget waits for an empty gate and then holds it alone."""
-    monkeypatch.setattr(admission, "BYPASS_S", 0.5)
+    class Clock:  # the gate's clock, moved by hand: how long a request has waited is never the host's speed
+        t = 1000.0
+
+        def monotonic(self):
+            return self.t
+
+        def perf_counter(self):
+            return time.perf_counter()
+
+    clock = Clock()
+    monkeypatch.setattr(admission, "time", clock)
     gate = admission.MemoryGate(100)
     order: list[str] = []
     holds = {k: threading.Event() for k in "abcdef"}
@@ -143,7 +153,7 @@ def test_memory_gate_admits_in_order_within_its_budget_and_a_passed_request_is_p
     wait_until(lambda: gate.waiting == 1)
     start("c", 10)
     wait_until(lambda: order == ["a", "c"])  # c fits beside a and passes b, which has not waited BYPASS_S yet
-    time.sleep(0.6)  # b has now waited more than BYPASS_S
+    clock.t += admission.BYPASS_S  # b has now waited BYPASS_S
     start("d", 10)
     wait_until(lambda: gate.waiting == 2)
     assert order == ["a", "c"] and gate.admitted == 70  # d fits too, yet waits behind b
@@ -152,7 +162,7 @@ def test_memory_gate_admits_in_order_within_its_budget_and_a_passed_request_is_p
     assert gate.admitted == 80
     start("e", 500)
     wait_until(lambda: gate.waiting == 1)
-    time.sleep(0.6)
+    clock.t += admission.BYPASS_S
     start("f", 1)
     wait_until(lambda: gate.waiting == 2)
     for k in "bcd":
