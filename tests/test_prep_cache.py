@@ -112,19 +112,21 @@ def test_two_processes_needing_the_same_task_measure_it_once(tmp_path):
 
 def test_a_changed_program_setting_or_device_is_another_entry(tmp_path, fresh_memo):
     cfg = _cfg(tmp_path)
-    base = prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", cfg)
-    assert base == prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", _cfg(tmp_path))
-    others = [prep_cache.entry_key(fx.MATMUL_TASK, "cpu", "cpu (x, 2 threads)", cfg),
-              prep_cache.entry_key(fx.RELU_TASK + "\n", "cpu", "cpu (x, 2 threads)", cfg),
-              prep_cache.entry_key(fx.RELU_TASK, "cuda", "cpu (x, 2 threads)", cfg),
-              prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 4 threads)", cfg)]
+    base = prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", cfg, runs.EAGER)
+    assert base == prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", _cfg(tmp_path), runs.EAGER)
+    others = [prep_cache.entry_key(fx.MATMUL_TASK, "cpu", "cpu (x, 2 threads)", cfg, runs.EAGER),
+              prep_cache.entry_key(fx.RELU_TASK + "\n", "cpu", "cpu (x, 2 threads)", cfg, runs.EAGER),
+              prep_cache.entry_key(fx.RELU_TASK, "cuda", "cpu (x, 2 threads)", cfg, runs.EAGER),
+              prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 4 threads)", cfg, runs.EAGER),
+              prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", cfg, runs.COMPILED)]
     for change in ({"timing_trials": 4}, {"warmup": 2}, {"time_torch_compile": True}, {"eval_mode": True},
                    {"gap_probes": 3}, {"timed_brackets": 4}, {"hide_launch_us": 0.0}, {"device_lock": False}):
         changed = dataclasses.replace(cfg, **change)
-        others.append(prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", changed))
+        others.append(prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", changed, runs.EAGER))
     assert len({base, *others}) == len(others) + 1
     # settings the reference's timing never sees share the entry
-    assert base == prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", dataclasses.replace(cfg, trials=9))
+    assert base == prep_cache.entry_key(fx.RELU_TASK, "cpu", "cpu (x, 2 threads)", dataclasses.replace(cfg, trials=9),
+                                        runs.EAGER)
 
     # and on disk: the same task under another warmup is measured and kept beside the first
     for c in (cfg, dataclasses.replace(cfg, warmup=2)):
@@ -134,7 +136,7 @@ def test_a_changed_program_setting_or_device_is_another_entry(tmp_path, fresh_me
 
 def _plant(cfg: VerifyConfig, eager_s: float) -> Path:
     """An entry under the relu task's key with figures no measurement gives."""
-    key = prep_cache.entry_key(fx.RELU_TASK, "cpu", runs.device_name("cpu"), cfg)
+    key = prep_cache.entry_key(fx.RELU_TASK, "cpu", runs.device_name("cpu"), cfg, runs.EAGER)
     report = ChildReport(kind="reference", eager=ModelTiming(launch_us=[7.0] * 3), timing_exclusive=True)
     return prep_cache.write(cfg.build_root(), key, report, {"eager_s": eager_s, "null": {"1": 1e-4, "8": 2e-4}})
 

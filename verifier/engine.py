@@ -63,12 +63,14 @@ from verifier.judge.plan import (  # noqa: F401
 )
 from verifier.judge.verdict import Execution, Work, finish, judge
 from verifier.runs import (
+    compiled_timing,
+    eager_timing,
+    joined,
     make_harness,
     new_job,
     new_job_dir,
     prep_workers,
     preparing,
-    reference_timing,
     run_driven,
     warm_slot,
 )
@@ -267,8 +269,9 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     try:
         with admission.gate_for(device, cfg.memory_budget_gib).admit(plan.job_bytes()) as waited:
             v.stage_seconds["execute_admission"] = round(waited, 3)
-            # timed once per task, before the first candidate runs and outside any device lock
-            ref_timing = reference_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
+            # timed once per task, before the first candidate runs and outside any device lock: the eager part (its
+            # null reduces the candidate's brackets); torch.compile's part waits for the judge
+            ref_timing = eager_timing(plan, backend, cfg, build_root) if cfg.timing_trials > 0 else None
             v.stage_seconds["execute_prepare"] = round(time.perf_counter() - t0, 3)
             t_child, began = time.perf_counter(), time.monotonic()
             timeout = plan.run_limit_s(cfg, job, child_compiles=cfg.allow_child_compile and not w.specs)
@@ -298,6 +301,12 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             for part, seconds in clocked.serve_s.items():  # the brackets' seconds in the harness, by part
                 v.stage_seconds[f"harness_{part}"] = round(seconds, 3)
             v.stage_seconds["execute_prefetch_wait"] = round(t_wait, 3)
+            if ref_timing is not None and any(b.label == "candidate" for b in clocked.brackets):
+                # the judge reads speedups over both reference models only of a candidate that was timed; its task's
+                # compiled part, built meanwhile by its preparation (runs.preparing), or now
+                t_ref = time.perf_counter()
+                ref_timing = joined(ref_timing, compiled_timing(plan, backend, cfg, build_root))
+                v.stage_seconds["execute_compiled_reference"] = round(time.perf_counter() - t_ref, 3)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
             with device_work(cfg, backend) as lock:  # the judge runs the reference on the trial inputs

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import queue
 import secrets
 import shutil
@@ -89,13 +90,49 @@ class ReferenceTiming:
     """The reference's timings, measured once per task where no candidate code ever ran: its child's report
     (launch times, errors, the device) and what the harness clocked (verifier/execute/harness.py): ``clocked`` holds
     ``eager_s`` and ``compile_s`` (time per call, null subtracted) and ``null`` (the null bracket's seconds by
-    its number of calls, as a string key), which every candidate's brackets of the task are reduced by."""
+    its number of calls, as a string key), which every candidate's brackets of the task are reduced by. A task's
+    timing is measured in two parts (``EAGER``, ``COMPILED``), each in a child of its own, and ``joined`` for the
+    judge."""
 
     report: ChildReport
     clocked: dict = dataclasses.field(default_factory=dict)
 
     def null(self) -> dict[int, float]:
         return {int(k): float(v) for k, v in (self.clocked.get("null") or {}).items()}
+
+
+# A task's reference timing in two parts: the eager model and the null bracket, which a candidate's execution needs
+# (its brackets are reduced by the null; its early stop reads its time against the eager one), and torch.compile's
+# model, which only the judge needs (the verdict's ``compile_us``). torch.compile's build takes seconds to a minute a
+# task (8.2 s median, 50 s at most on an H200's real batch, 5adc643) and held every candidate of its task until it was
+# done; now the candidates start on the eager part, and the compiled one is built beside them.
+EAGER, COMPILED = "eager", "compiled"
+
+
+def joined(eager: ReferenceTiming, compiled: ReferenceTiming | None) -> ReferenceTiming:
+    """The task's whole timing as the judge reads it: the eager part with the compiled part's time per call and
+    samples, its failure as the report's ``compile_error``, and what both held the device alone for (summed by part)."""
+    if compiled is None:
+        return eager
+    rep = compiled.report
+    report = dataclasses.replace(eager.report, compiled=rep.compiled,
+                                 compile_error=rep.compile_error or rep.setup_error or rep.timing_error)
+    clocked = {**eager.clocked, **{k: v for k, v in compiled.clocked.items() if k.startswith("compile_")}}
+    held = [t.clocked.get("held") or {} for t in (eager, compiled)]
+    if any(held):
+        clocked["held"] = _held_joined(*held)
+    return ReferenceTiming(report, clocked)
+
+
+def _held_joined(a: dict, b: dict) -> dict:
+    out: dict = {}
+    for k in ("held_s", "before_s", "brackets", "late"):
+        both = {**(a.get(k) or {})}
+        for name, x in (b.get(k) or {}).items():
+            both[name] = round(both.get(name, 0) + x, 4)
+        out[k] = both
+    out["host_waits"] = [*(a.get("host_waits") or []), *(b.get("host_waits") or [])]
+    return out
 
 
 _REF_TIMINGS: dict[tuple, ReferenceTiming] = {}
@@ -135,38 +172,65 @@ def make_harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: Veri
                    lock_path=job.timing_lock, lock_wait_s=job.lock_wait_s)
 
 
-def _timing_key(text: str, backend: str, cfg: VerifyConfig, build_root: Path) -> tuple:
+def _timing_key(text: str, backend: str, cfg: VerifyConfig, build_root: Path, part: str) -> tuple:
     return (hashlib.sha256(text.encode()).hexdigest(), backend, cfg.timing_trials, cfg.warmup, cfg.time_torch_compile,
-            cfg.eval_mode, str(build_root), cfg.prep_cache)
+            cfg.eval_mode, str(build_root), cfg.prep_cache, part)
+
+
+def _eager_cfg(cfg: VerifyConfig) -> VerifyConfig:
+    """The settings of the eager part: those of a run that does not time torch.compile (the same part, kept once)."""
+    return dataclasses.replace(cfg, time_torch_compile=False) if cfg.time_torch_compile else cfg
 
 
 def timing_to_measure(reference_code: str, backend: str, cfg: VerifyConfig, build_root: Path) -> bool:
-    """Whether ``reference_timing`` of this task would start a child: it is timed on this device under these
-    settings neither in this process nor in the prep cache (a guess: another process may keep it meanwhile)."""
-    if cfg.timing_trials <= 0 or _timing_key(reference_code, backend, cfg, build_root) in _REF_TIMINGS:
+    """Whether ``eager_timing`` of this task would start a child: it is timed on this device under these settings
+    neither in this process nor in the prep cache (a guess: another process may keep it meanwhile)."""
+    cfg = _eager_cfg(cfg)
+    if cfg.timing_trials <= 0 or _timing_key(reference_code, backend, cfg, build_root, EAGER) in _REF_TIMINGS:
         return False
     return not cfg.prep_cache or prep_cache.read(
-        build_root, prep_cache.entry_key(reference_code, backend, device_name(backend), cfg)) is None
+        build_root, prep_cache.entry_key(reference_code, backend, device_name(backend), cfg, EAGER)) is None
 
 
-def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
-    """The eager and torch.compile timings of a task's reference, measured once per process in a child
-    where no candidate code has ever run (so no candidate can slow the reference down), then reused for
-    every candidate of the task. With ``cfg.prep_cache`` a measurement that succeeded is also kept under the
-    build root (verifier/judge/prep_cache.py) and read by later processes on the same device with the same settings,
-    which then start no child. Its report's timing_error is set when it could not be timed."""
-    key = _timing_key(plan.text, backend, cfg, build_root)
+def _timed(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path, part: str, measure) -> ReferenceTiming:
+    """One part of a task's timing, measured once per process (``measure``) in a child where no candidate code has
+    ever run (so no candidate can slow the reference down), then reused for every candidate of the task. With
+    ``cfg.prep_cache`` a measurement that succeeded is also kept under the build root (verifier/judge/prep_cache.py)
+    and read by later processes on the same device with the same settings, which then start no child. Its report's
+    timing_error is set when it could not be timed."""
+    key = _timing_key(plan.text, backend, cfg, build_root, part)
     with _PLAN_LOCK:
         lock = _REF_LOCKS.setdefault(key, threading.Lock())
     with lock:
         if key in _REF_TIMINGS:
             return _REF_TIMINGS[key]
-        measure = lambda: measure_reference(plan, backend, cfg, build_root)  # noqa: E731
         timing = measure() if not cfg.prep_cache else prep_cache.kept_or_measured(
-            build_root, prep_cache.entry_key(plan.text, backend, device_name(backend), cfg),
-            cfg.run_timeout_s + (180 if cfg.time_torch_compile else 60), measure, ReferenceTiming)
+            build_root, prep_cache.entry_key(plan.text, backend, device_name(backend), cfg, part),
+            cfg.run_timeout_s + (180 if part == COMPILED else 60), measure, ReferenceTiming)
         _REF_TIMINGS[key] = timing
         return timing
+
+
+def eager_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
+    """The task's eager reference and null bracket, timed (``_timed``): what a candidate's execution needs."""
+    cfg = _eager_cfg(cfg)
+    return _timed(plan, backend, cfg, build_root, EAGER,
+                  lambda: measure_reference(plan, backend, cfg, build_root, EAGER, None))
+
+
+def compiled_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming | None:
+    """torch.compile of the task's reference, timed (``_timed``) in a child of its own and reduced by the eager
+    part's null (which it measures first if no one has); None where ``cfg`` does not time torch.compile."""
+    if not cfg.time_torch_compile:
+        return None
+    null = eager_timing(plan, backend, cfg, build_root).null()
+    return _timed(plan, backend, cfg, build_root, COMPILED,
+                  lambda: measure_reference(plan, backend, cfg, build_root, COMPILED, null))
+
+
+def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
+    """The task's whole reference timing: the eager part, then the compiled one, ``joined``."""
+    return joined(eager_timing(plan, backend, cfg, build_root), compiled_timing(plan, backend, cfg, build_root))
 
 
 PREP_WORKERS_MIN = 2  # tasks prepared at once ahead of their candidates, at least (each a plan, then a reference child)
@@ -183,36 +247,46 @@ def prep_workers(cfg: VerifyConfig, backends) -> int:
 
 
 def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfig, build_root: Path,
-                 name: str) -> None:
-    """A task's one-off preparation (its plan, then its reference timing), run as soon as a batch meets the task
-    so that it overlaps the compiling of the task's candidates instead of following it: on the H100 a task's
+                 name: str, part: str = EAGER) -> bool:
+    """A task's one-off preparation (its plan, then its reference timing's ``part``), run as soon as a batch meets the
+    task so that it overlaps the compiling of the task's candidates instead of following it: on the H100 a task's
     preparation took 31-62 s (median) and its first candidate waited for all of it after its own build. The
     timing child is admitted by the memory gate like a job. Skipped when no candidate of the task is pending any
     more (all stopped at compile); any failure is left for the candidate's own call, which meets it again and
-    makes it that candidate's verdict."""
+    makes it that candidate's verdict. Returns whether the task's compiled part is still to be prepared (after its
+    eager part, where ``cfg`` times torch.compile)."""
     if not _PLANS.held(key):
-        return
+        return False
     try:
         with exec_slot():  # (a slot: its fork servers are kept for the next task's)
-            if timing_to_measure(reference_code, backend, cfg, build_root):
+            if part == EAGER and timing_to_measure(reference_code, backend, cfg, build_root):
                 warm_slot([backend], cfg, build_root)  # the reference's child warms up while the plan is made
             plan = task_plan(reference_code, backend, cfg, name)
             if plan.skip_reason or plan.task_fault or cfg.timing_trials <= 0 or not _PLANS.held(key):
-                return
+                return False
             with admission.gate_for(plan.device, cfg.memory_budget_gib).admit(plan.job_bytes()):
-                reference_timing(plan, backend, cfg, build_root)
+                if part == EAGER:
+                    eager_timing(plan, backend, cfg, build_root)
+                    return cfg.time_torch_compile
+                compiled_timing(plan, backend, cfg, build_root)
     except Exception:  # noqa: BLE001 - met again, and judged, by the task's first candidate
         pass
+    return False
 
 
 class Preparations:
     """What ``preparing`` hands its block: ``submit(key, *rest)`` queues ``prepare_task(key, *rest)`` once per plan
-    key; ``prepared(key)`` says whether there is nothing to wait for: that key's preparation is over (done, skipped
+    key; ``prepared(key)`` says whether there is nothing to wait for: that key's eager part is over (done, skipped
     or failed), was never asked for, or has not begun (it waits behind other tasks' for a thread: a slot that takes
-    its candidate times the reference itself, as the thread would, and the thread then finds it kept)."""
+    its candidate times the reference itself, as the thread would, and the thread then finds it kept). A task's
+    compiled part is queued when its eager part ends, behind every eager part queued: a candidate waits for its
+    task's eager part, never for the compiled one, which only its judge needs."""
 
-    def __init__(self, jobs: queue.Queue, on_end: Callable[[tuple], None] | None = None):
+    EAGER_FIRST, COMPILED_NEXT, STOP = 0, 1, 2  # the queue's order
+
+    def __init__(self, jobs: queue.PriorityQueue, on_end: Callable[[tuple], None] | None = None):
         self._jobs = jobs
+        self._order = itertools.count()
         self._seen: set[tuple] = set()
         self._over: set[tuple] = set()
         self._begun: set[tuple] = set()
@@ -221,37 +295,42 @@ class Preparations:
     def submit(self, key: tuple, *rest) -> None:
         if key not in self._seen:
             self._seen.add(key)
-            self._jobs.put((key, *rest))
+            self._put(self.EAGER_FIRST, (EAGER, key, *rest))
 
     def prepared(self, key: tuple) -> bool:
         return key in self._over or key not in self._begun
 
-    def _began(self, key: tuple) -> None:
-        self._begun.add(key)
+    def _put(self, rank: int, item) -> None:
+        self._jobs.put((rank, next(self._order), item))
 
-    def _ended(self, key: tuple) -> None:
-        self._over.add(key)
-        if self._on_end is not None:
-            self._on_end(key)
+    def _run(self, item: tuple) -> None:
+        part, key, *rest = item
+        if part == COMPILED:
+            prepare_task(key, *rest, part=COMPILED)
+            return
+        self._begun.add(key)
+        try:
+            if prepare_task(key, *rest, part=EAGER):
+                self._put(self.COMPILED_NEXT, (COMPILED, key, *rest))
+        finally:
+            self._over.add(key)
+            if self._on_end is not None:
+                self._on_end(key)
 
 
 @contextlib.contextmanager
 def preparing(workers: int, on_end: Callable[[tuple], None] | None = None):
-    """``workers`` threads running ``prepare_task`` on what the block submits to the ``Preparations`` it is handed;
-    ``on_end(key)`` after each preparation ends.
+    """``workers`` threads running ``prepare_task`` on what the block submits to the ``Preparations`` it is handed
+    (the eager parts first); ``on_end(key)`` after each task's eager part ends.
     Daemon threads, as the execution threads are: on an exception (a Ctrl-C) the block is left without waiting
     for a reference child, and the interpreter's exit does not join them; each ends after its current task.
     A block that finishes waits for them (a task whose candidates all stopped early may still be timing)."""
-    jobs: queue.Queue = queue.Queue()
+    jobs: queue.PriorityQueue = queue.PriorityQueue()
     preps = Preparations(jobs, on_end)
 
     def loop() -> None:
-        while (item := jobs.get()) is not None:
-            preps._began(item[0])
-            try:
-                prepare_task(*item)
-            finally:
-                preps._ended(item[0])
+        while (item := jobs.get()[2]) is not None:
+            preps._run(item)
 
     threads = [threading.Thread(target=loop, name=f"km-prep-{k}", daemon=True) for k in range(max(1, workers))]
     for t in threads:
@@ -260,7 +339,7 @@ def preparing(workers: int, on_end: Callable[[tuple], None] | None = None):
         yield preps
     finally:
         for _ in threads:
-            jobs.put(None)
+            preps._put(Preparations.STOP, None)
     for t in threads:
         t.join()
 
@@ -287,15 +366,18 @@ def reference_hold(rep: ChildReport, clocked: Clocked) -> dict:
             "host_waits": [lb for lb in clocked.host_waits if lb not in clocked.host_waits_taken_back]}
 
 
-def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
-    """One timing of the reference in its own child, clocked by the harness in this process."""
-    job = new_job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials)
+def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path, part: str,
+                      null: dict[int, float] | None) -> ReferenceTiming:
+    """One part of the reference's timing (``EAGER`` or ``COMPILED``, the latter's brackets reduced by ``null``) in
+    its own child, clocked by the harness in this process."""
+    compiled = part == COMPILED
+    job = new_job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials, time_eager=not compiled)
     job_dir = new_job_dir(job, cfg)
     device = "cuda" if backend == "cuda" else "cpu"
-    harness = make_harness(plan, job, job_dir, device, cfg, check=False)
+    harness = make_harness(plan, job, job_dir, device, cfg, check=False, null=null if compiled else None)
     try:
-        run, ledger, clocked = run_driven(job, job_dir, cfg.run_timeout_s + (120 if cfg.time_torch_compile else 0),
-                                           cfg, harness=harness)
+        run, ledger, clocked = run_driven(job, job_dir, cfg.run_timeout_s + (120 if compiled else 0), cfg,
+                                          harness=harness)
     finally:
         forget_reference(plan, job, cfg)  # the harness's copy of the reference is all it took of it
     try:
@@ -307,8 +389,10 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
         rep.timing_error = f"the harness failed: {ledger.harness_error}"
     if not cfg.keep_jobs:
         shutil.rmtree(job_dir, ignore_errors=True)
-    null = clocked.null_by_calls()
-    figures = {"null": {str(k): v for k, v in null.items()}, "held": reference_hold(rep, clocked)}
+    figures: dict = {"held": reference_hold(rep, clocked)}
+    if not compiled:
+        null = clocked.null_by_calls()
+        figures["null"] = {str(k): v for k, v in null.items()}
     for label, key in (("reference", "eager"), ("compiled", "compile")):
         per_call = clocked.per_call_s(label, null)
         if per_call is not None:  # the time per call, and each bracket's (the speedup's interval: judge.py)

@@ -1,5 +1,5 @@
-"""The reference job inside an execution child (verifier/child/worker.py ``run_job``): the task's eager reference and
-``torch.compile`` of it, timed by the harness (verifier/execute/harness.py) in a process where no candidate code has
+"""The reference job inside an execution child (verifier/child/worker.py ``run_job``): the task's eager reference (and
+the null bracket) or ``torch.compile`` of it, timed by the harness (verifier/execute/harness.py) in a process where no candidate code has
 ever run, so nothing a candidate does to torch can change the reference's times.
 Imports: torch, the standard library and verifier/child + verifier/common.
 """
@@ -39,12 +39,14 @@ from verifier.common.inputs import (
 
 
 def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> ChildReport:
-    """The eager and ``torch.compile`` timings of the task's reference. Inductor builds the compiled model (host
-    work: tracing, code generation, the compilers; tens of seconds for a level-3 network) before the device lock
-    is taken, as the compile pool builds candidates beside a timing: holding the lock exclusive for the build
-    stopped every other process's trials and timing for as long (KernelBench's real code on an H100: 7 + 7 s
-    of lock waits per candidate with the compiled reference timed, 1.3 + 0.5 s without). The build's first call
-    runs the graph once on the device; everything timed runs under the exclusive lock, as before."""
+    """The timings of the task's reference: the eager model and the null bracket (``job.time_eager``), and
+    ``torch.compile`` of the model (``job.time_torch_compile``); the verifier asks for them in two jobs, so that a
+    task's candidates start on the eager time while the compiled model is still being built (verifier/runs.py).
+    Inductor builds the compiled model (host work: tracing, code generation, the compilers; tens of seconds for a
+    level-3 network) before the device lock is taken, as the compile pool builds candidates beside a timing: holding
+    the lock exclusive for the build stopped every other process's trials and timing for as long (KernelBench's real
+    code on an H100: 7 + 7 s of lock waits per candidate with the compiled reference timed, 1.3 + 0.5 s without).
+    The build's first call runs the graph once on the device; everything timed runs under the exclusive lock."""
     clock = PhaseClock(report)
     device = backend.device
     try:
@@ -64,6 +66,15 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
             return report
         compiled = build_compiled(model, draw, seeds, backend, report) if job.time_torch_compile else None
         clock.phase("compile_build")
+        if not job.time_eager and compiled is None:
+            return report  # nothing left to time (``compile_error`` says why)
+        models = {"reference": model} if job.time_eager else {}
+        if compiled is not None:
+            models["compiled"] = compiled
+        # on cpu the candidate's timed calls run under the dispatch monitor, whose host cost would be the candidate's
+        # alone: the reference and the null pay it too (on cuda the host is ahead of the device and the monitors
+        # cost no device time)
+        wrap = (lambda f: watched(f, DispatchRecorder())) if job.backend == "cpu" else (lambda f: f)
         with device_lock(job.timing_lock or None) as lock:
             # whether each model waits on the host (its brackets' gates then open without the long wait,
             # verifier/execute/harness.py): device work, held shared; its first calls' costs fall here, not in the
@@ -72,9 +83,8 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
             if job.backend == "cuda":
                 lock.acquire(False, job.lock_wait_s)
                 give_way = lambda: lock.yield_to_timer(job.lock_wait_s)  # noqa: E731
-                waits["reference"] = forward_waits_on_host(backend, model, draw, seeds, give_way)
-                if compiled is not None:
-                    waits["compiled"] = forward_waits_on_host(backend, compiled, draw, seeds, give_way)
+                for label, m in models.items():
+                    waits[label] = forward_waits_on_host(backend, m, draw, seeds, give_way)
             report.timing_exclusive = lock.acquire(True, job.lock_wait_s)
             report.lock_wait_s = round(lock.waited_s, 4)
             clock.phase("lock_wait")
@@ -82,22 +92,18 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
             try:
                 backend.warm_device(job.warm_device_ms)
                 clock.part("warm_device")
-                # the harness (the verifier's process) clocks every bracket; this process only runs the calls
-                template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
-                clock.part("template")
-                # on cpu the candidate's timed calls run under the dispatch monitor, whose host cost would be
-                # the candidate's alone: the reference and the null pay it too (on cuda the host is ahead of the
-                # device and the monitors cost no device time)
-                wrap = (lambda f: watched(f, DispatchRecorder())) if job.backend == "cpu" else (lambda f: f)
-                brackets(clocked, "reference", wrap(model), job.n_brackets, waits.get("reference", False))
-                clock.part("reference_brackets")
-                brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
-                clock.part("null_brackets")
-                n = probe_count(backend, model, draw, seeds, job.gap_probes)
-                report.eager = ModelTiming()
-                report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, n)
-                clock.part("probes")
-                clock.phase("eager")
+                if job.time_eager:  # the harness (the verifier's process) clocks every bracket; this one only calls
+                    template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
+                    clock.part("template")
+                    brackets(clocked, "reference", wrap(model), job.n_brackets, waits.get("reference", False))
+                    clock.part("reference_brackets")
+                    brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
+                    clock.part("null_brackets")
+                    n = probe_count(backend, model, draw, seeds, job.gap_probes)
+                    report.eager = ModelTiming()
+                    report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, n)
+                    clock.part("probes")
+                    clock.phase("eager")
             except Exception:  # noqa: BLE001
                 report.timing_error = traceback.format_exc(limit=3)[-2500:]
             if compiled is not None and not report.timing_error:

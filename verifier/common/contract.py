@@ -98,8 +98,9 @@ class Job(_Record):
     """One unit of work for an execution child.
 
     ``kind`` "candidate": correctness trials, runtime checks and timing of the candidate (its reference is
-    loaded too, for the in-process C06/C11 checks). ``kind`` "reference": timing of the eager reference and
-    of ``torch.compile`` of it, in a process where no candidate code ever runs."""
+    loaded too, for the in-process C06/C11 checks). ``kind`` "reference": timing of the eager reference and the null
+    bracket (``time_eager``), or of ``torch.compile`` of it (``time_torch_compile``), in a process where no candidate
+    code ever runs."""
 
     kind: str  # candidate | reference
     backend: str
@@ -120,6 +121,9 @@ class Job(_Record):
     warm_device_ms: float = VerifyConfig.warm_device_ms
     hide_launch_us: float = VerifyConfig.hide_launch_us
     time_torch_compile: bool = VerifyConfig.time_torch_compile
+    # a reference job times the eager model and the null bracket; without them only torch.compile's model (the task's
+    # timing in two parts: verifier/runs.py ``eager_timing``, ``compiled_timing``)
+    time_eager: bool = True
     memory_limit_gb: float = VerifyConfig.memory_limit_gb
     allow_child_compile: bool = VerifyConfig.allow_child_compile
     timing_lock: str = ""  # path of the device lock ("" = none)

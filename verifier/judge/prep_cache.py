@@ -1,13 +1,14 @@
 """Task preparation kept on disk: the reference's timings, measured once per task and device, for every process.
 
-``runs.reference_timing`` (verifier/runs.py) times a task's eager reference and ``torch.compile`` of it in a child of its own (up to
-~20 s a task on an H100). Its in-process memo dies with the process; this cache keeps the figures under the build
-root as ``<build_root>/prep/<key>.json``, so that the next verifier process (a restarted RL reward server, another
-Ray worker, the next bench run) on the same device reads them instead of measuring again.
+``runs.reference_timing`` (verifier/runs.py) times a task's eager reference and ``torch.compile`` of it, each in a
+child of its own (up to ~20 s a task on an H100). Its in-process memo dies with the process; this cache keeps the
+figures of each part under the build root as ``<build_root>/prep/<key>.json``, so that the next verifier process
+(a restarted RL reward server, another Ray worker, the next bench run) on the same device reads them instead of
+measuring again.
 
-The key is content-addressed: sha256 of the task's program text, the backend, the device as the backend describes
-it (cuda: name, memory and compute capability; cpu: model and thread count), torch's and CUDA's versions, every
-setting the reference's child is given (``settings_read``) and ``SCHEMA``. A different program, device or setting
+The key is content-addressed: sha256 of the part, the task's program text, the backend, the device as the backend
+describes it (cuda: name, memory and compute capability; cpu: model and thread count), torch's and CUDA's versions,
+every setting the reference's child is given (``settings_read``) and ``SCHEMA``. A different program, device or setting
 is another entry; nothing is ever looked up by task name.
 
 Guarantees: an entry holds the timings only (the child's eager and compiled device times, launch times and idle
@@ -37,8 +38,9 @@ import torch
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, Job
 
-SCHEMA = 3  # 2: the harness's clocked figures (verifier/execute/harness.py) instead of the child's device times; 3: with
-# each bracket's time per call (``eager_samples``, ``compile_samples``: the speedup's interval, verifier/judge/verdict.py)
+SCHEMA = 4  # 2: the harness's clocked figures (verifier/execute/harness.py) instead of the child's device times; 3: with
+# each bracket's time per call (``eager_samples``, ``compile_samples``: the speedup's interval, verifier/judge/verdict.py);
+# 4: a task's timing in two parts, each an entry of its own (the eager model with the null, torch.compile's model)
 DIR = "prep"
 # the ChildReport fields an entry keeps: what judge.py reads of the reference (timings, their errors, the device)
 KEPT = ("kind", "phase_s", "eager", "compiled", "compile_error", "timing_exclusive", "lock_wait_s", "device")
@@ -53,9 +55,10 @@ def settings_read(cfg: VerifyConfig) -> dict:
     return {k: getattr(cfg, k) for k in keys}
 
 
-def entry_key(program: str, backend: str, device: str, cfg: VerifyConfig) -> str:
-    """The content address of one task's reference timing on one device under one set of settings."""
-    material = {"schema": SCHEMA, "program": program, "backend": backend, "device": device,
+def entry_key(program: str, backend: str, device: str, cfg: VerifyConfig, part: str) -> str:
+    """The content address of one part of a task's reference timing (verifier/runs.py ``EAGER``, ``COMPILED``) on one
+    device under one set of settings."""
+    material = {"schema": SCHEMA, "part": part, "program": program, "backend": backend, "device": device,
                 "torch": torch.__version__, "cuda": torch.version.cuda, "settings": settings_read(cfg)}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
@@ -65,10 +68,12 @@ def entry_path(build_root: Path, key: str) -> Path:
 
 
 def keepable(report: ChildReport, clocked: dict) -> bool:
-    """Whether a reference timing is worth keeping: clocked, without error, with the device to itself (a
-    timing shared with another process's work would stay slow for every later process)."""
-    return (not report.timing_error and not report.setup_error and not report.compile_error
-            and isinstance(clocked.get("eager_s"), float) and bool(clocked.get("null"))
+    """Whether a part of a reference timing is worth keeping: clocked (the eager model with its null, or the compiled
+    model), without error, with the device to itself (a timing shared with another process's work would stay slow
+    for every later process)."""
+    timed = ((isinstance(clocked.get("eager_s"), float) and bool(clocked.get("null")))
+             or isinstance(clocked.get("compile_s"), float))
+    return (timed and not report.timing_error and not report.setup_error and not report.compile_error
             and report.timing_exclusive is not False)
 
 

@@ -54,8 +54,8 @@ STAGES = (
      False),
     ("execute", "execute (admission to judged verdict)", True, False),
     ("execute_admission", "  waiting for memory admission", True, False),
-    ("execute_prepare", "  preparing the task (plan + reference timing; paid once per task, later candidates wait on "
-                        "it)", True, False),
+    ("execute_prepare", "  preparing the task (plan + eager reference timing; paid once per task, later candidates "
+                        "wait on it)", True, False),
     ("execute_child", "  the execution child", True, False),
     ("execute_child_start", "    before the child's own clock: the job handed to its warm process (fork, warm-up)",
      True, True),
@@ -82,6 +82,8 @@ STAGES = (
     ("execute_held_checks", "    after the child: the harness's held checks of the timed outputs (cuda)", True, True),
     ("execute_prefetch_wait", "    after the child: waiting for the reference prefetch's last answers (cuda)", True,
      True),
+    ("execute_compiled_reference", "  after the child: waiting for the task's torch.compile timing (a timed "
+                                   "candidate's judge; built beside its child)", True, False),
     ("execute_judge", "  judging (the reference on every trial's inputs, its lock waits, a knockout)", True, False),
     ("judge_models", "    the reference and its float64 copy built", True, False),
     ("judge_trials", "    the trials' outputs checked", True, False),
