@@ -25,6 +25,7 @@ import shutil
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -365,8 +366,21 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
     except InputError as e:
         finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
     except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
-        finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
+        finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e} (raised at "
+                                     f"{raised_at(e)})"])
     return w
+
+
+def raised_at(e: BaseException) -> str:
+    """Where in the verifier's own code an exception was raised: its innermost frame under the repository (file:line
+    function), or its innermost frame at all; what a verifier_error's operator needs to find the failing step."""
+    frames = traceback.extract_tb(e.__traceback__)
+    root = str(Path(__file__).resolve().parent.parent)
+    own = [f for f in frames if f.filename.startswith(root)] or frames
+    if not own:
+        return "an unknown place"
+    f = own[-1]
+    return f"{os.path.relpath(f.filename, root) if f.filename.startswith(root) else f.filename}:{f.lineno} {f.name}"
 
 
 def device_memory_error(e: BaseException) -> bool:
