@@ -126,11 +126,14 @@ def test_a_forward_that_waits_on_the_host_is_timed_without_idle_waits():
     v = verdicts()["honest_host_sync_in_forward"]
     assert v.status == "pass", v.feedback
     t = v.versions["timing"]
-    print("timing", v.stage_seconds.get("child_timing_brackets"), t)
+    print("timing", v.stage_seconds.get("child_timing_brackets"), v.stage_seconds.get("harness_queue"), t)
     assert t["host_waits"] and not t["host_waits_taken_back"], t
     assert t["late"] > LATE_RUN, t  # it was late, bracket after bracket
-    assert v.stage_seconds["child_timing_brackets"] < QUEUE_WAIT_S + t["late"] * (LATE_QUEUE_WAIT_S + 0.3), \
-        (v.stage_seconds, t)
+    # the harness's waits for the child's calls to queue (``harness_queue``): LATE_QUEUE_WAIT_S a bracket at most,
+    # never the QUEUE_WAIT_S that LATE_RUN unhinted late brackets wait; the brackets' own seconds are not bounded here
+    # (their forwards' host work ran at the load of ten test workers on one device: 5.1 s at 18f0fd1)
+    most = (t["brackets"] + 1) * (LATE_QUEUE_WAIT_S + 0.05)
+    assert most < QUEUE_WAIT_S * LATE_RUN and v.stage_seconds["harness_queue"] <= most, (v.stage_seconds, t)
     honest = verdicts()["honest"].versions["timing"]
     assert honest["host_waits"] is False, honest
     # a false hint (the red team's: tests/gpu/redteam/test_redteam_omnipotent_gpu.py forges it on every bracket) is
