@@ -176,6 +176,70 @@ def test_memory_gate_admits_in_order_within_its_budget_and_a_passed_request_is_p
     assert order == ["a", "c", "b", "d", "e", "f"] and gate.admitted == 0 and gate.peak == gate.budget
 
 
+
+def test_a_background_request_enters_only_with_nobody_in_line_and_never_holds_anyone_up(monkeypatch):
+    """A task's torch.compile timing (runs.prepare_task) asks in the background: no candidate waits for it, so it
+    never goes before a request in line, and one that waits in line holds up nobody, however long it has waited
+    (a request in the foreground that waited BYPASS_S does)."""
+    class Clock:  # the gate's clock, moved by hand
+        t = 1000.0
+
+        def monotonic(self):
+            return self.t
+
+        def perf_counter(self):
+            return time.perf_counter()
+
+    clock = Clock()
+    monkeypatch.setattr(admission, "time", clock)
+    gate = admission.MemoryGate(100)
+    order: list[str] = []
+    holds = {k: threading.Event() for k in "abcdfg"}
+    threads = []
+
+    def take(name: str, n: int, background: bool):
+        with gate.admit(n, background=background):
+            order.append(name)
+            holds[name].wait()
+
+    def start(name: str, n: int, background: bool = False):
+        threads.append(threading.Thread(target=take, args=(name, n, background)))
+        threads[-1].start()
+
+    def wait_until(pred):
+        deadline = time.monotonic() + 30  # a bound on a broken gate, not a timing assertion
+        while not pred() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert pred(), (order, gate.admitted, gate.waiting)
+
+    start("a", 60)
+    wait_until(lambda: order == ["a"])
+    start("b", 60)  # a candidate's job: does not fit beside a
+    wait_until(lambda: gate.waiting == 1)
+    start("c", 10, background=True)  # fits beside a, but b is in line
+    wait_until(lambda: gate.waiting == 2)
+    start("d", 20)  # fits, and passes both (b has waited less than BYPASS_S)
+    wait_until(lambda: order == ["a", "d"])
+    assert gate.waiting == 2  # c fits beside a and d (90) and still waits: b is in line
+    holds["a"].set()
+    wait_until(lambda: order == ["a", "d", "b", "c"])  # b once a left, then c: nobody in line any more
+    start("f", 30, background=True)  # does not fit (120)
+    wait_until(lambda: gate.waiting == 1)
+    clock.t += 10 * admission.BYPASS_S  # f has waited long: still, nothing waits behind it
+    start("g", 5)
+    wait_until(lambda: order == ["a", "d", "b", "c", "g"])
+    assert gate.waiting == 1 and gate.admitted == 95
+    for k in "bcdg":
+        holds[k].set()
+    wait_until(lambda: order[-1] == "f")
+    holds["f"].set()
+    for t in threads:
+        t.join(30)
+    assert gate.admitted == 0 and gate.waiting == 0
+    with pytest.raises(ValueError, match="foreground"):  # a slot's process never asks in the background
+        admission._AskedGate(None, "cuda", 0.0).admit(1, background=True)
+
+
 def test_large_tasks_are_serialised_within_the_memory_budget(config, planned, monkeypatch):
     """Three tasks of which two do not fit the budget together, three execution workers: their children run one
     at a time (without admission they ran together) and every honest kernel passes."""

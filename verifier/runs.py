@@ -264,7 +264,10 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
             plan = task_plan(reference_code, backend, cfg, name)
             if plan.skip_reason or plan.task_fault or cfg.timing_trials <= 0 or not _PLANS.held(key):
                 return False
-            with admission.gate_for(plan.device, cfg.memory_budget_gib).admit(plan.job_bytes()):
+            # the compiled part in the background: no candidate waits for memory behind its build (its judge waits
+            # for it, or times it itself, where it has not begun)
+            gate = admission.gate_for(plan.device, cfg.memory_budget_gib)
+            with gate.admit(plan.job_bytes(), background=part == COMPILED):
                 if part == EAGER:
                     eager_timing(plan, backend, cfg, build_root)
                     return cfg.time_torch_compile
