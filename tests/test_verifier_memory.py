@@ -109,132 +109,116 @@ def run_batch(tasks_and_ids, config, planned, monkeypatch, on_verdict=None):
     return verdicts, probe
 
 
+class GateRun:
+    """Requests to a real MemoryGate from threads, each holding its bytes until told to leave, on the gate's clock
+    moved by hand (``clock``): how long a request has waited is never the host's speed."""
+
+    def __init__(self, monkeypatch, budget: int):
+        run = self
+
+        class Clock:
+            t = 1000.0
+
+            def monotonic(self):
+                return self.t
+
+            def perf_counter(self):
+                return time.perf_counter()
+
+        self.clock = Clock()
+        monkeypatch.setattr(admission, "time", self.clock)
+        self.gate = admission.MemoryGate(budget)
+        self.order: list[str] = []
+        self.holds: dict[str, threading.Event] = {}
+        self.threads: list[threading.Thread] = []
+
+        def take(name: str, n: int, background: bool):
+            with run.gate.admit(n, background=background):
+                run.order.append(name)
+                run.holds[name].wait()
+        self._take = take
+
+    def start(self, name: str, n: int, background: bool = False) -> None:
+        self.holds[name] = threading.Event()
+        self.threads.append(threading.Thread(target=self._take, args=(name, n, background)))
+        self.threads[-1].start()
+
+    def leave(self, names: str) -> None:
+        for k in names:
+            self.holds[k].set()
+
+    def wait_until(self, pred) -> None:
+        deadline = time.monotonic() + 30  # a bound on a broken gate, not a timing assertion
+        while not pred() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert pred(), (self.order, self.gate.admitted, self.gate.waiting)
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(30)
+
+
 def test_memory_gate_admits_in_order_within_its_budget_and_a_passed_request_is_passed_for_a_bounded_time(
         monkeypatch):
     """The gate itself: a request that does not fit waits; a later one that fits may pass it only while it has
     waited less than BYPASS_S (a strict order held a 0.3 GiB job 43 s behind a large one on one H200); after that
     nothing behind it is admitted first, and it is admitted once the holders before it leave. A request larger
     than the budget waits for an empty gate and then holds it alone."""
-    class Clock:  # the gate's clock, moved by hand: how long a request has waited is never the host's speed
-        t = 1000.0
-
-        def monotonic(self):
-            return self.t
-
-        def perf_counter(self):
-            return time.perf_counter()
-
-    clock = Clock()
-    monkeypatch.setattr(admission, "time", clock)
-    gate = admission.MemoryGate(100)
-    order: list[str] = []
-    holds = {k: threading.Event() for k in "abcdef"}
-    threads = []
-
-    def take(name: str, n: int):
-        gate.acquire(n)
-        order.append(name)
-        holds[name].wait()
-        gate.release(n)
-
-    def start(name: str, n: int):
-        threads.append(threading.Thread(target=take, args=(name, n)))
-        threads[-1].start()
-
-    def wait_until(pred):
-        deadline = time.monotonic() + 30  # a bound on a broken gate, not a timing assertion
-        while not pred() and time.monotonic() < deadline:
-            time.sleep(0.002)
-        assert pred(), (order, gate.admitted, gate.waiting)
-
-    start("a", 60)
-    wait_until(lambda: order == ["a"])
-    start("b", 60)
-    wait_until(lambda: gate.waiting == 1)
-    start("c", 10)
-    wait_until(lambda: order == ["a", "c"])  # c fits beside a and passes b, which has not waited BYPASS_S yet
-    clock.t += admission.BYPASS_S  # b has now waited BYPASS_S
-    start("d", 10)
-    wait_until(lambda: gate.waiting == 2)
+    r = GateRun(monkeypatch, 100)
+    gate, order = r.gate, r.order
+    r.start("a", 60)
+    r.wait_until(lambda: order == ["a"])
+    r.start("b", 60)
+    r.wait_until(lambda: gate.waiting == 1)
+    r.start("c", 10)
+    r.wait_until(lambda: order == ["a", "c"])  # c fits beside a and passes b, which has not waited BYPASS_S yet
+    r.clock.t += admission.BYPASS_S  # b has now waited BYPASS_S
+    r.start("d", 10)
+    r.wait_until(lambda: gate.waiting == 2)
     assert order == ["a", "c"] and gate.admitted == 70  # d fits too, yet waits behind b
-    holds["a"].set()
-    wait_until(lambda: order == ["a", "c", "b", "d"])  # both admitted once a left, b first
+    r.leave("a")
+    r.wait_until(lambda: order == ["a", "c", "b", "d"])  # both admitted once a left, b first
     assert gate.admitted == 80
-    start("e", 500)
-    wait_until(lambda: gate.waiting == 1)
-    clock.t += admission.BYPASS_S
-    start("f", 1)
-    wait_until(lambda: gate.waiting == 2)
-    for k in "bcd":
-        holds[k].set()
-    wait_until(lambda: "e" in order)
+    r.start("e", 500)
+    r.wait_until(lambda: gate.waiting == 1)
+    r.clock.t += admission.BYPASS_S
+    r.start("f", 1)
+    r.wait_until(lambda: gate.waiting == 2)
+    r.leave("bcd")
+    r.wait_until(lambda: "e" in order)
     assert gate.admitted == gate.budget and gate.waiting == 1 and "f" not in order  # e alone, f waits
-    holds["e"].set()
-    holds["f"].set()
-    for t in threads:
-        t.join(30)
+    r.leave("ef")
+    r.join()
     assert order == ["a", "c", "b", "d", "e", "f"] and gate.admitted == 0 and gate.peak == gate.budget
-
 
 
 def test_a_background_request_enters_only_with_nobody_in_line_and_never_holds_anyone_up(monkeypatch):
     """A task's torch.compile timing (runs.prepare_task) asks in the background: no candidate waits for it, so it
     never goes before a request in line, and one that waits in line holds up nobody, however long it has waited
     (a request in the foreground that waited BYPASS_S does)."""
-    class Clock:  # the gate's clock, moved by hand
-        t = 1000.0
-
-        def monotonic(self):
-            return self.t
-
-        def perf_counter(self):
-            return time.perf_counter()
-
-    clock = Clock()
-    monkeypatch.setattr(admission, "time", clock)
-    gate = admission.MemoryGate(100)
-    order: list[str] = []
-    holds = {k: threading.Event() for k in "abcdfg"}
-    threads = []
-
-    def take(name: str, n: int, background: bool):
-        with gate.admit(n, background=background):
-            order.append(name)
-            holds[name].wait()
-
-    def start(name: str, n: int, background: bool = False):
-        threads.append(threading.Thread(target=take, args=(name, n, background)))
-        threads[-1].start()
-
-    def wait_until(pred):
-        deadline = time.monotonic() + 30  # a bound on a broken gate, not a timing assertion
-        while not pred() and time.monotonic() < deadline:
-            time.sleep(0.002)
-        assert pred(), (order, gate.admitted, gate.waiting)
-
-    start("a", 60)
-    wait_until(lambda: order == ["a"])
-    start("b", 60)  # a candidate's job: does not fit beside a
-    wait_until(lambda: gate.waiting == 1)
-    start("c", 10, background=True)  # fits beside a, but b is in line
-    wait_until(lambda: gate.waiting == 2)
-    start("d", 20)  # fits, and passes both (b has waited less than BYPASS_S)
-    wait_until(lambda: order == ["a", "d"])
+    r = GateRun(monkeypatch, 100)
+    gate, order = r.gate, r.order
+    r.start("a", 60)
+    r.wait_until(lambda: order == ["a"])
+    r.start("b", 60)  # a candidate's job: does not fit beside a
+    r.wait_until(lambda: gate.waiting == 1)
+    r.start("c", 10, background=True)  # fits beside a, but b is in line
+    r.wait_until(lambda: gate.waiting == 2)
+    r.start("d", 20)  # fits, and passes both (b has waited less than BYPASS_S)
+    r.wait_until(lambda: order == ["a", "d"])
     assert gate.waiting == 2  # c fits beside a and d (90) and still waits: b is in line
-    holds["a"].set()
-    wait_until(lambda: order == ["a", "d", "b", "c"])  # b once a left, then c: nobody in line any more
-    start("f", 30, background=True)  # does not fit (120)
-    wait_until(lambda: gate.waiting == 1)
-    clock.t += 10 * admission.BYPASS_S  # f has waited long: still, nothing waits behind it
-    start("g", 5)
-    wait_until(lambda: order == ["a", "d", "b", "c", "g"])
+    r.leave("a")
+    r.wait_until(lambda: order == ["a", "d", "b", "c"])  # b once a left, then c: nobody in line any more
+    r.start("f", 30, background=True)  # does not fit (120)
+    r.wait_until(lambda: gate.waiting == 1)
+    r.clock.t += 10 * admission.BYPASS_S  # f has waited long: still, nothing waits behind it
+    r.start("g", 5)
+    r.wait_until(lambda: order == ["a", "d", "b", "c", "g"])
     assert gate.waiting == 1 and gate.admitted == 95
-    for k in "bcdg":
-        holds[k].set()
-    wait_until(lambda: order[-1] == "f")
-    holds["f"].set()
-    for t in threads:
-        t.join(30)
+    r.leave("bcdg")
+    r.wait_until(lambda: order[-1] == "f")
+    r.leave("f")
+    r.join()
     assert gate.admitted == 0 and gate.waiting == 0
     with pytest.raises(ValueError, match="foreground"):  # a slot's process never asks in the background
         admission._AskedGate(None, "cuda", 0.0).admit(1, background=True)
