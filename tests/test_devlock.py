@@ -449,6 +449,64 @@ def test_a_shared_taker_stands_back_for_queued_timers_only_so_long(tmp_path, mon
         lk.close()
 
 
+
+def test_a_timer_behind_the_timers_goes_after_those_queued_and_only_so_long(tmp_path, monkeypatch):
+    """A timer that goes behind the others (a task's torch.compile timing: nobody waits for it yet) stands back while
+    other timers are queued and joins them after: a timer that came later but is waited for (a reference's eager
+    part, a candidate's timing) takes the device first. A queue that never empties holds it BEHIND_TIMERS_S at
+    most; with no timer queued it waits for nothing."""
+    import fcntl
+    import os
+
+    from verifier.common import devlock
+
+    path = str(tmp_path / "dev.lock")
+    trial, first, behind, later = (DeviceLock(path) for _ in range(4))
+    order, lock = [], threading.Lock()
+
+    def timer(lk, name, **kw):
+        assert lk.acquire(True, 10.0, **kw)
+        with lock:
+            order.append(name)
+        time.sleep(0.05)
+        lk.release()
+
+    assert trial.acquire(False, 1.0)  # shared work holds the device: the timers queue
+    threads = [threading.Thread(target=timer, args=(first, "first"))]
+    threads[-1].start()
+    wait_for(trial.timer_waiting)
+    threads.append(threading.Thread(target=timer, args=(behind, "behind"), kwargs={"behind_timers": True}))
+    threads[-1].start()
+    time.sleep(0.2)  # (behind stands back: not yet in the queue)
+    threads.append(threading.Thread(target=timer, args=(later, "later")))
+    threads[-1].start()
+    time.sleep(0.2)
+    trial.release()
+    for t in threads:
+        t.join(10)
+    assert order == ["first", "later", "behind"], order
+    # a queue that does not empty (a timer stuck in it) holds it back BEHIND_TIMERS_S, then it joins as any timer
+    monkeypatch.setattr(devlock, "BEHIND_TIMERS_S", 0.4)
+    stuck = os.open(path + ".timers", os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(stuck, fcntl.LOCK_SH)
+    t0 = time.monotonic()
+    assert behind.acquire(True, 5.0, behind_timers=True) and behind.held == "exclusive"
+    assert time.monotonic() - t0 >= 0.4
+    behind.release()
+    fcntl.flock(stuck, fcntl.LOCK_UN)
+    os.close(stuck)
+    assert behind.acquire(True, 5.0, behind_timers=True)  # nothing queued: it takes the device as any timer
+    for lk in (trial, first, behind, later):
+        lk.close()
+
+
+def wait_for(pred) -> None:
+    deadline = time.monotonic() + 10  # a bound on a broken lock, not a timing assertion
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert pred()
+
+
 def test_a_trace_beside_the_lock_records_every_hold_and_blames_the_drain_on_the_last_section(tmp_path):
     """bench/lib/lock_trace.py: with a trace file beside the lock, each hold is appended as it ends (mode, when it
     was asked for, got, let go, the line that took it, the last point of giving way it passed holding on, the line

@@ -35,6 +35,7 @@ import time
 
 
 TIMERS_FIRST_S = 5.0  # the longest a shared taker stands back while timers wait (see DeviceLock.acquire)
+BEHIND_TIMERS_S = 10.0  # the longest a timer that goes behind the others stands back while they wait (the same)
 TRACE_SUFFIX = ".trace"  # the holds' log beside a lock, where one exists (see the module's docstring)
 
 
@@ -91,19 +92,24 @@ class DeviceLock:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.01)
 
-    def acquire(self, exclusive: bool, timeout_s: float) -> bool:
+    def acquire(self, exclusive: bool, timeout_s: float, behind_timers: bool = False) -> bool:
         """Take the lock (dropping any mode held before); False when ``timeout_s`` passed first.
 
         Timers go one after another: a timer joins the timers' queue (a shared hold of its file) as it starts to
         wait, and a shared taker stands back while the queue is not empty (``TIMERS_FIRST_S`` at most, then it goes
         to the turnstile as before). When a timing phase ends, the next waiting timer takes the device at once,
         where it used to queue behind shared takers at the turnstile and wait again for every one of their pieces
-        of work to end (one H200, eight slots: trials spent 6.6 s of their 9.0 s giving way, median)."""
+        of work to end (one H200, eight slots: trials spent 6.6 s of their 9.0 s giving way, median).
+        A timer ``behind_timers`` (a timing nobody waits for yet: a task's torch.compile model) stands back while
+        other timers are queued, ``BEHIND_TIMERS_S`` at most, before it joins them: the timings candidates wait for
+        go first (a batch's first minute queues two reference timings a task beside the candidates')."""
         self.release()
         self._open()
         t0 = time.monotonic()
         deadline = t0 + max(0.0, timeout_s)
         got = False
+        if exclusive and behind_timers:
+            self._stand_back(min(deadline, t0 + BEHIND_TIMERS_S))
         queued = exclusive and self._take(self._timers, fcntl.LOCK_SH, deadline)
         if not exclusive:
             self._stand_back(min(deadline, t0 + TIMERS_FIRST_S))
@@ -216,7 +222,7 @@ class NoLock(DeviceLock):
     def __init__(self):
         super().__init__("")
 
-    def acquire(self, exclusive: bool, timeout_s: float) -> bool:
+    def acquire(self, exclusive: bool, timeout_s: float, behind_timers: bool = False) -> bool:
         return False
 
     def yield_to_timer(self, budget_s: float) -> bool:
