@@ -8,7 +8,9 @@ backend with real processes:
 - a batch judged in slot processes gives the verdicts the in-process slots give (a pass, a wrong output, a compile
   error), in processes that are not the engine's, and keeps them for the next batch;
 - slots' processes start side by side: each one's imports run while the others' do (a cold batch's slots came up
-  one after another when the spawner thread waited for each)."""
+  one after another when the spawner thread waited for each);
+- the verifier's own failures while executing a candidate are that candidate's verifier_error, run again where the
+  device was out of memory, and name the verifier's line that raised them."""
 
 import os
 import threading
@@ -267,3 +269,22 @@ def test_the_verifiers_own_device_work_out_of_memory_is_run_again(monkeypatch, t
     assert (v.status, len(calls)) == ("verifier_error", 3) and "out of memory" in v.feedback
     v = verdict(execute(1, ValueError))  # not the device's memory: not run again
     assert (v.status, len(calls)) == ("verifier_error", 1)
+
+
+def test_a_failure_of_the_verifiers_own_execution_code_is_a_verifier_error_that_says_where(shared_build_dir):
+    """An exception of the verifier's own step while executing a candidate (here the task's reference timing) ends as
+    that candidate's verifier_error, never a verdict on its code, and names the verifier's line that raised it (on an
+    H200 shared by ten test workers an 'out of memory' of the slot's own process said nothing of the step)."""
+    from unittest import mock
+
+    from bench.lib import fixtures as fx
+    from verifier import engine
+    from verifier.engine import VerifyConfig
+    from verifier.entry import verify_candidate
+
+    cfg = VerifyConfig(build_dir=shared_build_dir, time_torch_compile=False, timing_trials=3)
+    with mock.patch.object(engine, "eager_timing", side_effect=RuntimeError("the timing's own failure")):
+        v = verify_candidate(fx.RELU_TASK, fx.HONEST_RELU, backend="cpu", config=cfg)
+    assert v.status == "verifier_error", (v.status, v.feedback)
+    assert "RuntimeError: the timing's own failure (raised at verifier/engine.py:" in v.feedback, v.feedback
+    assert " _execute)" in v.feedback, v.feedback
