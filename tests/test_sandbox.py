@@ -98,12 +98,15 @@ ESCAPE_FUNCS = ["relu", "write_file", "leak_file", "leak_env", "detach", "fork_m
 
 
 def escape_candidate(before: str) -> str:
-    """A candidate whose forward calls one escape of the shared escape extension, then an honest ReLU."""
+    """A candidate whose forward calls one escape of the shared escape extension, then an honest ReLU. Its flags are
+    the suite's fixtures' (``-O2``, bench/lib/fixtures.py): the extension builds against the precompiled header the
+    run has already made for them, instead of making a header set of its own (about a minute of one core on the
+    2-core machine) for this one extension."""
     return f'''import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 CPP = r"""{ESCAPE_CPP}"""
-ext = load_inline(name="escape_ext", cpp_sources=CPP, functions={ESCAPE_FUNCS!r}, extra_cflags=["-O1"])
+ext = load_inline(name="escape_ext", cpp_sources=CPP, functions={ESCAPE_FUNCS!r}, extra_cflags=["-O2"])
 
 
 class ModelNew(nn.Module):
