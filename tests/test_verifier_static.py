@@ -344,11 +344,12 @@ def test_code_that_does_not_parse_is_reported_with_its_syntax_error_and_line():
 
 
 def _timed_pass(ref_us: list[float], cand_us: list[float], calls: int = 8,
-                null_us: dict[int, float] | None = None) -> Verdict:
+                null_us: dict[int, float] | None = None, gates: list[float] | None = None) -> Verdict:
     """A passing verdict judged from bracket times (us per call) as the harness would have clocked them: brackets
     of ``calls`` calls, on cpu (a host clock, the least) or, given ``null_us`` (the task's null brackets by calls),
     on cuda (the median, each bracket ``cand_us`` a call after the null; the reference's samples from brackets of
-    as many calls): the real judge's speedup figures, its feedback and the real reward."""
+    as many calls; ``gates``: each bracket's gate wait, cuda): the real judge's speedup figures, its feedback and the
+    real reward."""
     from verifier.runs import ReferenceTiming
     from verifier.common.contract import ChildReport
     from verifier.execute.brackets import Bracket, Clocked, null_for
@@ -358,7 +359,8 @@ def _timed_pass(ref_us: list[float], cand_us: list[float], calls: int = 8,
     null = {k: us * 1e-6 for k, us in (null_us or {1: 10.0}).items()}
     shift = 0.0 if null_us is None else null_for(null, calls)  # cuda's brackets hold the null's time too
     clocked = Clocked(host_clock=null_us is None,
-                      brackets=[Bracket("candidate", calls, us * 1e-6 * calls + shift) for us in cand_us])
+                      brackets=[Bracket("candidate", calls, us * 1e-6 * calls + shift, gate_wait_s=g)
+                                for us, g in zip(cand_us, gates or [0.0] * len(cand_us))])
     summary = min if null_us is None else statistics.median
     ref = ReferenceTiming(ChildReport(kind="reference"), {
         "eager_s": summary(ref_us) * 1e-6, "null": {str(k): v for k, v in null.items()},
@@ -388,6 +390,18 @@ def test_a_kernel_of_a_few_microseconds_earns_no_speedup_from_the_nulls_shift():
                      null_us={1: 500.0, 256: 1000.0})
     assert 1.8 < big.speedup_lo < 2.0 < big.speedup_hi < 2.2 and big.reward > 1.8
     assert "resolves" not in big.feedback
+
+
+def test_the_timing_record_counts_the_gates_given_the_full_wait():
+    """``versions["timing"]["full_gate_waits"]``: the candidate's brackets whose gate the harness would have held up to
+    QUEUE_WAIT_S for its calls (the device alone meanwhile), told from those given the short wait of a model that
+    waits on the host (tests/gpu checks a hinted model has none)."""
+    from verifier.execute.harness import LATE_QUEUE_WAIT_S, QUEUE_WAIT_S
+
+    gates = [QUEUE_WAIT_S, QUEUE_WAIT_S, LATE_QUEUE_WAIT_S, LATE_QUEUE_WAIT_S]
+    v = _timed_pass(ref_us=[100.0] * 4, cand_us=[50.0] * 4, null_us={1: 10.0, 8: 20.0}, gates=gates)
+    assert v.versions["timing"]["full_gate_waits"] == 2 and v.versions["timing"]["brackets"] == 4
+    assert _timed_pass(ref_us=[100.0] * 4, cand_us=[50.0] * 4).versions["timing"]["full_gate_waits"] == 0
 
 
 def test_a_speedup_whose_interval_straddles_one_earns_the_plain_pass():

@@ -121,7 +121,7 @@ def test_a_forward_that_waits_on_the_host_is_timed_without_idle_waits():
     bracket's gate opens after LATE_QUEUE_WAIT_S (verifier/execute/harness.py), none waits QUEUE_WAIT_S for calls that
     cannot be queued with the device held alone (LATE_RUN of them did before the hint, 4 s a model). An honest
     forward that does not wait is not hinted."""
-    from verifier.execute.harness import LATE_QUEUE_WAIT_S, LATE_RUN, QUEUE_WAIT_S
+    from verifier.execute.harness import LATE_RUN, QUEUE_WAIT_S
 
     v = verdicts()["honest_host_sync_in_forward"]
     assert v.status == "pass", v.feedback
@@ -129,13 +129,15 @@ def test_a_forward_that_waits_on_the_host_is_timed_without_idle_waits():
     print("timing", v.stage_seconds.get("child_timing_brackets"), v.stage_seconds.get("harness_queue"), t)
     assert t["host_waits"] and not t["host_waits_taken_back"], t
     assert t["late"] > LATE_RUN, t  # it was late, bracket after bracket
-    # the harness's waits for the child's calls to queue (``harness_queue``): LATE_QUEUE_WAIT_S a bracket at most,
-    # never the QUEUE_WAIT_S that LATE_RUN unhinted late brackets wait; the brackets' own seconds are not bounded here
-    # (their forwards' host work ran at the load of ten test workers on one device: 5.1 s at 18f0fd1)
-    most = (t["brackets"] + 1) * (LATE_QUEUE_WAIT_S + 0.05)
-    assert most < QUEUE_WAIT_S * LATE_RUN and v.stage_seconds["harness_queue"] <= most, (v.stage_seconds, t)
+    # no bracket's gate was given the full wait (each bracket's bound, recorded by the harness: load-independent)
+    assert t["full_gate_waits"] == 0, t
+    # and the harness's waits for the child's calls (``harness_queue``) stay under what the LATE_RUN full waits alone
+    # cost before the hint: a loose bound, since each short wait of a harness on a loaded host (ten test workers on
+    # one device, their builds) overshoots by its wake-up (e514965 went past 0.05 s a bracket)
+    assert v.stage_seconds["harness_queue"] < QUEUE_WAIT_S * LATE_RUN, (v.stage_seconds, t)
     honest = verdicts()["honest"].versions["timing"]
-    assert honest["host_waits"] is False, honest
+    # not hinted, so every gate of it was given the full wait (it needed none: its calls were queued in time)
+    assert honest["host_waits"] is False and honest["full_gate_waits"] == honest["brackets"], honest
     # a false hint (the red team's: tests/gpu/redteam/test_redteam_omnipotent_gpu.py forges it on every bracket) is
     # taken back by the first bracket that comes in time, and the model's time is unchanged
 

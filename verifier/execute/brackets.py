@@ -30,6 +30,9 @@ class Bracket:
     calls: int
     seconds: float
     late: bool = False  # cuda: the gate opened before the child had queued its calls (launch time included)
+    # cuda: the longest the gate waited for the child to queue its calls (harness.py queue_wait_s: QUEUE_WAIT_S, or
+    # LATE_QUEUE_WAIT_S for a model that waits on the host); 0 on cpu
+    gate_wait_s: float = 0.0
 
 
 @dataclass

@@ -310,11 +310,11 @@ class Harness:
         if self.device == "cuda":
             self._hint(label, host_waits)
             hinted = self._hinted(label)
-            seconds, late, snapshot, changed = self._clock_cuda(private, views, send, recv, compare,
-                                                                self.queue_wait_s(label))
+            gate_wait_s = self.queue_wait_s(label)
+            seconds, late, snapshot, changed = self._clock_cuda(private, views, send, recv, compare, gate_wait_s)
             self._hint(label, host_waits, late)
         else:
-            hinted = False
+            hinted, gate_wait_s = False, 0.0
             seconds, late, snapshot, changed = self._clock_cpu(private, views, send, recv, compare)
         self._came(label, calls, late, hinted)
         t2 = time.perf_counter()
@@ -324,7 +324,7 @@ class Harness:
             return
         if label not in self._probe_s:
             self._probe_s[label] = seconds / calls
-        self.result.brackets.append(Bracket(label, calls, seconds, late))
+        self.result.brackets.append(Bracket(label, calls, seconds, late, gate_wait_s))
         self._snapshot = snapshot
         self._note_changed_inputs(label, changed)
         if self.check:

@@ -14,6 +14,7 @@ import statistics
 from kernelmill.schema import Verdict
 from verifier.common.contract import ChildReport
 from verifier.execute.brackets import Clocked, interval, resolution_s, summary_for
+from verifier.execute.harness import QUEUE_WAIT_S
 from verifier.judge.outputs import Evidence
 
 RUNTIME_FLOOR_US = 0.5  # a time per call below this is the clock's resolution, not the model's
@@ -34,6 +35,9 @@ def record_speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: 
     rows = [b for b in clocked.brackets if b.label == "candidate"]
     v.versions["timing"] = {**v.versions.get("timing", {}), "clock": "harness", "brackets": len(rows),
                             "calls": max(b.calls for b in rows), "late": sum(b.late for b in rows),
+                            # brackets whose gate waited up to the full QUEUE_WAIT_S for the child's calls (cuda; a
+                            # model that waits on the host is given the short wait, verifier/execute/harness.py)
+                            "full_gate_waits": sum(b.gate_wait_s >= QUEUE_WAIT_S for b in rows),
                             "null_us": {str(k): round(s * 1e6, 3) for k, s in null.items()},
                             "unlocked_brackets": clocked.unlocked,  # seen by the harness: nobody held the lock
                             # the child's hint that its forward waits on the host, and whether a bracket took it back
