@@ -7,19 +7,23 @@ The honest twins are the constructs the checks must not confuse with the cheat: 
 because the task's is (relu of mostly-negative values); ``torch.empty`` fully written, also when only the non-zero
 elements are written into a zeroed buffer; an in-place kernel run on a copy; weights, or an output buffer rewritten on
 every call, kept across calls; a non-contiguous view returned; parameters drawn in ``__init__`` under the verifier's
-construction seed, and a private ``torch.Generator`` for a construction-time self-test; an ordinary log line.
+construction seed, and a private ``torch.Generator`` for a construction-time self-test; an ordinary log line. And one
+honest but wrong program that looks like caching (``WRONG``): a kernel that never reads its input returns the same
+answer on every call, and must be judged wrong without a cheat code.
 
 Every candidate runs end to end on the cpu backend (the real static scan, one real compiled extension, the
 execution child, the judge): all use one C++ source, built once for the module, and are verified in one batch.
 """
 
 import pytest
+import torch
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.front.static import scan
+from verifier.judge.outputs import Evidence, check_outputs
 
 CPP = r'''
 #include <torch/extension.h>
@@ -57,8 +61,18 @@ torch::Tensor scale_relu(torch::Tensor x, torch::Tensor w) {
     for (int64_t i = 0; i < x.numel(); ++i) { float v = in[i] * s[i % n]; o[i] = v > 0.f ? v : 0.f; }
     return out;
 }
+// an honest bug: the input is never read, every row is relu(w) (a model whose output does not depend on its input)
+torch::Tensor scale_relu_forgets_x(torch::Tensor x, torch::Tensor w) {
+    w = w.contiguous();
+    auto out = torch::empty_like(x);
+    const float* s = w.data_ptr<float>(); float* o = out.data_ptr<float>();
+    int64_t n = w.numel();
+    for (int64_t i = 0; i < out.numel(); ++i) { float v = s[i % n]; o[i] = v > 0.f ? v : 0.f; }
+    return out;
+}
 '''
-FUNCS = ["relu", "relu_into", "relu_positive_only", "relu_inplace", "alloc_like", "touch", "scale_relu"]
+FUNCS = ["relu", "relu_into", "relu_positive_only", "relu_inplace", "alloc_like", "touch", "scale_relu",
+         "scale_relu_forgets_x"]
 
 RELU_TASK = fx.RELU_TASK  # relu of torch.randn(64, 1000)
 # relu of mostly-negative values: about 0.1% of the output is non-zero, and which elements differs per draw
@@ -248,6 +262,16 @@ CASES = {
 }
 
 
+# honest but wrong: judged wrong, with no cheat code
+WRONG = {
+    # a kernel that never reads its input: the same answer for every sample and on every call, which repeats across
+    # calls as a cached answer would, but repeats no right answer and carries nothing of any sample (not C08)
+    "wrong_output_does_not_depend_on_the_input": (
+        "scale", candidate("return ext.scale_relu_forgets_x(x, self.weight)",
+                           init="self.weight = nn.Parameter(torch.randn(features))", params="features")),
+}
+
+
 # cases whose Python the static scan also rejects (for another code) before anything runs: their static findings are
 # dropped so that the runtime check named alone decides (test_runtime_layer_case_is_also_caught_statically)
 RUNTIME_LAYER = {"c10_subclass_computes_when_read": cheats.C11}
@@ -258,7 +282,8 @@ def verdicts(shared_build_dir):
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=5, timing_trials=3, warmup=1,
                        timed_checks=2, time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4, exec_workers=2)
     items = [(TASKS[task], Candidate(candidate_id=name, task_id=TASKS[task].task_id, backend="cpu",
-                                     generator="redteam", code=code)) for name, (task, code, _) in CASES.items()]
+                                     generator="redteam", code=code))
+             for name, (task, code) in [*((n, c[:2]) for n, c in CASES.items()), *WRONG.items()]]
     with fx.static_findings_dropped({CASES[n][1] for n in RUNTIME_LAYER}):
         return {v.candidate_id: v for v in verify_batch(items, config=cfg, compile_workers=2)}
 
@@ -275,6 +300,41 @@ def test_cheating_twin_gets_its_code(verdicts, name):
     code = CASES[name][2]
     assert v.status == "cheat" and code in v.cheats, (name, v.status, v.cheats, v.feedback[:800])
     assert v.reward < 0 and not v.pass_strict
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_honest_but_wrong_is_wrong_without_a_cheat_code(verdicts, name):
+    v = verdicts[name]
+    assert v.status == "wrong" and v.cheats == [] and not v.correct, (name, v.status, v.cheats, v.feedback[:800])
+    assert "does not depend on the input" in v.feedback, v.feedback[:800]
+
+
+def _judged(outs_by_trial: list, refs_by_trial: list) -> Evidence:
+    """``check_outputs`` over trials of one output each, as the judge runs it (one ``prev`` across the trials)."""
+    ev, prev = Evidence(), []
+    cfg = VerifyConfig()
+    for k, (o, r) in enumerate(zip(outs_by_trial, refs_by_trial)):
+        check_outputs([o], [r], None, [torch.zeros(1)], None, f"Trial {k + 1}", cfg, None, 0x7F, prev, ev, [])
+    return ev
+
+
+def test_a_repeated_output_is_caching_unless_it_carries_nothing_of_any_sample():
+    """C08 read off the outputs alone: a wrong output identical to an earlier trial's is a cached answer when that
+    earlier one was right, or when it differs from sample to sample (an answer computed once, on some input); one that
+    is the same for every sample and repeats no right answer is a model whose output ignores its input (wrong)."""
+    g = torch.Generator().manual_seed(0)
+    refs = [torch.randn(8, 16, generator=g).relu() for _ in range(3)]
+    row = torch.randn(16, generator=g).relu()
+    collapsed = _judged([row.expand(8, 16).clone()] * 3, refs)
+    assert cheats.C08 not in collapsed.codes
+    assert sum("does not depend on the input" in d for d in collapsed.details) == 2
+    kept_right = _judged([refs[0].clone(), refs[0].clone(), refs[0].clone()], refs)  # the first, right, answer kept
+    assert cheats.C08 in kept_right.codes
+    precomputed = torch.randn(8, 16, generator=g).relu()  # an answer of another input, the same every call
+    assert cheats.C08 in _judged([precomputed] * 3, refs).codes
+    # a right answer kept and broadcast: the same for every sample, but it repeats an answer that was right
+    flat_refs = [r[:1].expand(8, 16).clone() for r in refs]
+    assert cheats.C08 in _judged([flat_refs[0]] * 3, [flat_refs[0], refs[1], refs[2]]).codes
 
 
 @pytest.mark.parametrize("name", sorted(RUNTIME_LAYER))

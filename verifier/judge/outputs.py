@@ -18,7 +18,9 @@ Guarantees: an output of any size is compared, in pieces of ``CHUNK`` elements (
 several-GB output is made at once). Not guaranteed: an output within the tolerance is correct however it was
 made (a constant or repeated output that matches is no cheat); C08 compares fingerprints (shape, sum and 4096
 sampled elements), so a wrong output that differs from an earlier one only between the samples, with the same
-sum, counts as repeated; C06 on cpu needs glibc's poisoning (outputs over 32 MiB come from zero pages).
+sum, counts as repeated; a repeated wrong output that is the same for every sample (along the first dimension, where
+the reference's differ) and repeats no earlier right answer is a model whose output does not depend on its input,
+judged wrong with that said, not C08 (``same_for_every_sample``); C06 on cpu needs glibc's poisoning (outputs over 32 MiB come from zero pages).
 """
 
 from __future__ import annotations
@@ -184,6 +186,15 @@ def fingerprint(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), float(flat.double().sum()) if t.numel() else 0.0, sample)
 
 
+def same_for_every_sample(o: torch.Tensor, r: torch.Tensor) -> bool:
+    """Whether every sample's output (each slice along the first dimension) is the same where the reference's
+    differ: an output that carries nothing of its input (an honest model whose activations all died, a kernel that
+    returns its bias), told from an answer kept from an earlier call, which differs from sample to sample."""
+    if o.dim() == 0 or o.shape[0] < 2 or o.shape != r.shape:
+        return False
+    return bool(torch.equal(o, o[:1].expand_as(o))) and not bool(torch.equal(r, r[:1].expand_as(r)))
+
+
 def same_fingerprint(a: tuple, b: tuple) -> bool:
     """Whether two fingerprints are equal: the same shape, sum and sampled elements."""
     return a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
@@ -260,9 +271,13 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
                            (constant_out and not bool((r == r.reshape(-1)[0]).all()))):
             ev.add(cheats.C05, f"{label}: the output is an input, a constant or all zeros.")
         fp = fingerprint(o)
-        if m["n_bad"] and not ref_repeats and any(same_fingerprint(p, fp) for p in prev):
+        earlier = [right for p, right in prev if same_fingerprint(p, fp)] if m["n_bad"] and not ref_repeats else []
+        if earlier and (any(earlier) or not same_for_every_sample(o, r)):
             ev.add(cheats.C08, f"{label}: the output is identical to an earlier call's output on different inputs.")
-        prev.append(fp)
+        elif earlier:  # a collapsed model (its answer the same for every sample and every call), not a cached one
+            ev.add(None, f"{label}: the output does not depend on the input: every sample's output is the same, "
+                         "and the same as on an earlier call's different inputs.")
+        prev.append((fp, not m["n_bad"]))
     return ok
 
 
