@@ -271,6 +271,26 @@ def test_the_verifiers_own_device_work_out_of_memory_is_run_again(monkeypatch, t
     assert (v.status, len(calls)) == ("verifier_error", 1)
 
 
+def test_the_timing_harness_out_of_device_memory_is_run_again():
+    """The harness's own device memory running out mid-timing (one H200's real batch at 7cfab47: an honest pass became
+    a verifier_error, 0.26 GiB of the device free) marks the job for the engine's set-up retries, as the judge's own
+    out-of-memory does; any other failure of the harness is the verifier_error it says, not run again."""
+    from types import SimpleNamespace
+
+    from verifier import engine
+    from verifier.execute.brackets import Clocked
+    from verifier.judge.verdict import _timing_outcome, harness_memory_error
+
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 has a total capacity of 139.80 GiB"
+    assert harness_memory_error(oom) and harness_memory_error("AcceleratorError: CUDA error: out of memory")
+    assert not harness_memory_error("_ChildGone: the child did not queue its bracket: None")
+    for error, again in ((oom, True), ("RuntimeError: the reference returns no tensor", False)):
+        w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "harness")
+        ex = SimpleNamespace(ledger=SimpleNamespace(harness_error=error), clocked=Clocked())
+        v = _timing_outcome(w, None, ex, None, None, None, None, [], VerifyConfig(), None)
+        assert v.status == "verifier_error" and w.setup_failed is again and "not your kernel" in v.feedback, error
+
+
 def test_a_failure_of_the_verifiers_own_execution_code_is_a_verifier_error_that_says_where(shared_build_dir):
     """An exception of the verifier's own step while executing a candidate (here the task's reference timing) ends as
     that candidate's verifier_error, never a verdict on its code, and names the verifier's line that raised it (on an

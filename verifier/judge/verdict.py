@@ -84,8 +84,10 @@ class Work:
     notes: list = dataclasses.field(default_factory=list)
     torch_findings: list = dataclasses.field(default_factory=list)  # static: PyTorch compute in forward (strict only)
     binary_torch: list = dataclasses.field(default_factory=list)  # PyTorch compute ops the built extension imports
-    # the execution process failed before the candidate's code ran (the device's warm-up, the verifier's own set-up:
-    # a device another tenant filled): the verifier's failure, which the engine tries again (engine.execute_item)
+    # the verifier's own side failed in a way a wait may cure: the execution process before the candidate's code ran
+    # (the device's warm-up, the verifier's own set-up: a device another tenant filled), or the timing harness out of
+    # device memory (``harness_memory_error``): the verifier's failure, which the engine tries again
+    # (engine.execute_item)
     setup_failed: bool = False
 
     def note_binary_torch(self, ops) -> None:
@@ -432,6 +434,12 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
     return t
 
 
+def harness_memory_error(error: str) -> bool:
+    """Whether the timing harness's failure (``"<exception type>: <message>"``, channel.Ledger.harness_error or
+    Clocked.error) is its device out of memory."""
+    return error.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or "out of memory" in error.lower()
+
+
 def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timing, model, model64,
                     forbidden_per_trial: list, cfg: VerifyConfig, ev: Evidence) -> Verdict | None:
     """The harness's clock and its checks of every timed output (verifier/execute/harness.py): the speedups, or
@@ -439,9 +447,12 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
     behaving differently: a cheat). None when the legality policies decide next."""
     v, clocked = w.verdict, ex.clocked
     if ex.ledger.harness_error or clocked.error:
+        error = ex.ledger.harness_error or clocked.error
+        # out of device memory (one H200's real batch at 7cfab47: an allocation of 256 MiB with 0.26 GiB of the
+        # device free, other processes holding the rest) is the verifier's to run again, after the set-up waits
+        w.setup_failed = harness_memory_error(error)
         return finish(w, "verifier_error", ["The verifier's timing harness failed on its own side ("
-                                            f"{ex.ledger.harness_error or clocked.error}); this is not your "
-                                            "kernel's fault."])
+                                            f"{error}); this is not your kernel's fault."])
     timed = any(b.label == "candidate" for b in clocked.brackets) and not report.timing_error
     if timed:
         if report.timed is not None:
