@@ -271,24 +271,41 @@ def test_the_verifiers_own_device_work_out_of_memory_is_run_again(monkeypatch, t
     assert (v.status, len(calls)) == ("verifier_error", 1)
 
 
-def test_the_timing_harness_out_of_device_memory_is_run_again():
+def test_the_timing_harness_out_of_device_memory_is_run_again_and_decides_no_cheat_away():
     """The harness's own device memory running out mid-timing (one H200's real batch at 7cfab47: an honest pass became
     a verifier_error, 0.26 GiB of the device free) marks the job for the engine's set-up retries, as the judge's own
-    out-of-memory does; any other failure of the harness is the verifier_error it says, not run again."""
+    out-of-memory does; any other failure of the harness is the verifier_error it says, not run again. Red team: a
+    candidate that makes the harness fail (its process filling the device while it is timed) keeps the cheat its
+    trials and static scan showed (PyTorch compute in forward, strict policy), not a verifier_error no trainer counts."""
     from types import SimpleNamespace
 
-    from verifier import engine
+    from verifier import cheats, engine
+    from verifier.common.contract import ChildReport, TrialReport
     from verifier.execute.brackets import Clocked
-    from verifier.judge.verdict import _timing_outcome, harness_memory_error
+    from verifier.judge.outputs import Evidence
+    from verifier.judge.verdict import _harness_failed, harness_memory_error
 
     oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 has a total capacity of 139.80 GiB"
     assert harness_memory_error(oom) and harness_memory_error("AcceleratorError: CUDA error: out of memory")
     assert not harness_memory_error("_ChildGone: the child did not queue its bracket: None")
-    for error, again in ((oom, True), ("RuntimeError: the reference returns no tensor", False)):
+    report = ChildReport(kind="candidate", trials=[TrialReport(index=k, kernel_calls=1) for k in range(3)])
+
+    def judged(error: str, torch_ran: bool):
         w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "harness")
-        ex = SimpleNamespace(ledger=SimpleNamespace(harness_error=error), clocked=Clocked())
-        v = _timing_outcome(w, None, ex, None, None, None, None, [], VerifyConfig(), None)
+        w.verdict.correct = True
+        ev = Evidence()
+        if torch_ran:  # the trials' monitors saw PyTorch compute in forward, as the static scan did
+            w.torch_findings = ["torch.matmul in forward (PyTorch compute)"]
+            ev.torch_codes.add(cheats.C01)
+        ex = SimpleNamespace(ledger=SimpleNamespace(harness_error=error), clocked=Clocked(), knockout=None)
+        return w, _harness_failed(w, VerifyConfig(legality="strict"), report, ev, ex)
+
+    for error, again in ((oom, True), ("RuntimeError: the reference returns no tensor", False)):
+        w, v = judged(error, False)
         assert v.status == "verifier_error" and w.setup_failed is again and "not your kernel" in v.feedback, error
+        assert v.cheats == [] and v.pass_strict is None, v
+    w, v = judged(oom, True)
+    assert v.status == "cheat" and cheats.C01 in v.cheats and not w.setup_failed, (v.status, v.cheats, v.feedback)
 
 
 def test_a_failure_of_the_verifiers_own_execution_code_is_a_verifier_error_that_says_where(shared_build_dir):

@@ -253,6 +253,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
         v.cheats, v.correct = ev.decide(), False
         return finish(w, "cheat", ev.details)
     v.stage_reached = "timing"
+    if ex.ledger.harness_error or ex.clocked.error:
+        return _harness_failed(w, cfg, report, ev, ex)
     stopped = _timing_outcome(w, plan, ex, report, reference_timing, model, model64, t.forbidden_per_trial, cfg, ev)
     clock.lap("judge_timed_checks")
     if stopped is not None:
@@ -440,19 +442,28 @@ def harness_memory_error(error: str) -> bool:
     return error.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or "out of memory" in error.lower()
 
 
+def _harness_failed(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence, ex: Execution) -> Verdict:
+    """The timing harness failed on its own side: no timing, the verifier's failure, a ``verifier_error``; out of
+    device memory (one H200's real batch at 7cfab47: an allocation of 256 MiB with 0.26 GiB of the device free, other
+    processes holding the rest) it is run again after the set-up waits. But what the trials, the static scan and the
+    built binary showed still decides a cheat under the legality policy first: a candidate that makes the harness
+    fail (its process filling the device's memory while it is timed) does not turn its PyTorch compute into a
+    verifier_error, which no trainer counts."""
+    error = ex.ledger.harness_error or ex.clocked.error
+    decided = _legality_outcome(w, cfg, report, ev, ex.knockout)
+    if decided.status != "pass":
+        return decided
+    w.setup_failed = harness_memory_error(error)
+    return finish(w, "verifier_error", [f"The verifier's timing harness failed on its own side ({error}); this is "
+                                        "not your kernel's fault."])
+
+
 def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timing, model, model64,
                     forbidden_per_trial: list, cfg: VerifyConfig, ev: Evidence) -> Verdict | None:
     """The harness's clock and its checks of every timed output (verifier/execute/harness.py): the speedups, or
-    the verdict where timing decides (the harness failing on its own side: a verifier error; the timed calls
-    behaving differently: a cheat). None when the legality policies decide next."""
+    the verdict where timing decides (the timed calls behaving differently: a cheat; the harness failing on its own
+    side is ``_harness_failed``'s). None when the legality policies decide next."""
     v, clocked = w.verdict, ex.clocked
-    if ex.ledger.harness_error or clocked.error:
-        error = ex.ledger.harness_error or clocked.error
-        # out of device memory (one H200's real batch at 7cfab47: an allocation of 256 MiB with 0.26 GiB of the
-        # device free, other processes holding the rest) is the verifier's to run again, after the set-up waits
-        w.setup_failed = harness_memory_error(error)
-        return finish(w, "verifier_error", ["The verifier's timing harness failed on its own side ("
-                                            f"{error}); this is not your kernel's fault."])
     timed = any(b.label == "candidate" for b in clocked.brackets) and not report.timing_error
     if timed:
         if report.timed is not None:
