@@ -101,9 +101,12 @@ def get_init_inputs():
 # a reference that seeds the generator in __init__ before drawing its parameter (as some published tasks do)
 SEEDED_TASK = SCALE_TASK.replace("        self.weight = nn.Parameter(torch.randn(features))",
                                  "        torch.manual_seed(42)\n        self.weight = nn.Parameter(torch.randn(features))")
+# a reference that makes a tensor of the default dtype in forward: torch.mm raises where that is not x's dtype
+MM_EYE_TASK = RELU_TASK.replace("return torch.relu(x)", "return torch.mm(x, torch.eye(x.shape[1]))").replace(
+    "torch.randn(64, 1000)", "torch.rand(64, 64)")
 TASKS = {name: Task.from_code(text, name=name, source="seed", level=1)
          for name, text in (("relu", RELU_TASK), ("sparse", SPARSE_TASK), ("scale", SCALE_TASK),
-                            ("seeded", SEEDED_TASK))}
+                            ("seeded", SEEDED_TASK), ("mm_eye", MM_EYE_TASK))}
 
 
 def candidate(forward: str, *, init: str = "", imports: str = "", module: str = "", params: str = "") -> str:
@@ -201,6 +204,17 @@ CASES = {
     "c08_honest_reuses_its_output_buffer": (
         "relu", candidate("if self.buf is None or self.buf.shape != x.shape:\n    self.buf = torch.empty_like(x)\n"
                           "ext.relu_into(x.contiguous(), self.buf)\nreturn self.buf", init="self.buf = None"), None),
+    # C11: the task's reference broken inside the candidate's process (a global it depends on changed), so that
+    # it raises there and the verdict would be a verifier_error no trainer counts: on the first call (the reference
+    # runs after the candidate on trial 1, and in a process of its own for the task's timing) or on the third (the
+    # reference ran in the candidate's process on the trials before; it runs after the candidate on trial 3, before
+    # the child's own look for changed globals, which sees this one after a trial)
+    "c11_reference_broken_on_the_first_call": (
+        "mm_eye", candidate("out = ext.relu(x)\ntorch.set_default_dtype(torch.float64)\nreturn out"), cheats.C11),
+    "c11_reference_broken_on_the_third_call": (
+        "mm_eye", candidate("self.calls += 1\nif self.calls == 3:\n    torch.set_default_dtype(torch.float64)\n"
+                            "return ext.relu(x)", init="self.calls = 0"), cheats.C11),
+    "c11_honest_on_the_same_task": ("mm_eye", candidate("return ext.relu(x)"), None),
     # C10: not a plain dense tensor: a subclass that defers the work to whoever reads it, a tensor without data
     "c10_subclass_computes_when_read": (
         "relu", candidate("out = torch.empty_like(x).as_subclass(Deferred)\nout.pending = x.contiguous()\nreturn out",
@@ -300,6 +314,13 @@ def test_cheating_twin_gets_its_code(verdicts, name):
     code = CASES[name][2]
     assert v.status == "cheat" and code in v.cheats, (name, v.status, v.cheats, v.feedback[:800])
     assert v.reward < 0 and not v.pass_strict
+
+
+@pytest.mark.parametrize("name", ["c11_reference_broken_on_the_first_call", "c11_reference_broken_on_the_third_call"])
+def test_a_reference_broken_in_the_candidates_process_is_its_cheat_not_a_verifier_error(verdicts, name):
+    v = verdicts[name]
+    assert "raised inside your process" in v.feedback, v.feedback[:800]
+    assert ("process of its own" if "first" in name else "trials before") in v.feedback, v.feedback[:800]
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))

@@ -89,6 +89,9 @@ class Work:
     # device memory (``harness_memory_error``): the verifier's failure, which the engine tries again
     # (engine.execute_item)
     setup_failed: bool = False
+    # the task's reference raised in the candidate's process (ChildReport.reference_error, no tampering seen): judged
+    # once the trials before it are checked (``_reference_failed``)
+    reference_failed_there: bool = False
 
     def note_binary_torch(self, ops) -> None:
         """PyTorch compute ops a built extension imports (the compile pool's or a run-time build's): kept for the
@@ -240,6 +243,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     v.trials = t.checked
     v.max_abs_err = max(e[0] for e in t.errs) if t.errs else None
     v.max_rel_err = max(e[1] for e in t.errs) if t.errs else None
+    if w.reference_failed_there and not t.crash_detail and t.regular_ok and t.passed == len(report.trials):
+        return _reference_failed(w, plan, ex, report, model, reference_timing, ev)
     if t.crash_detail or not (t.regular_ok and t.passed == n):
         v.cheats = ev.decide(torch=False)
         return finish(w, "crash" if t.crash_detail else "wrong",
@@ -352,8 +357,7 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
         w.setup_failed = True
         return finish(w, "verifier_error", [f"The execution process failed before your code ran:\n{report.setup_error}"])
     if report.reference_error and not report.patched and not ev.codes:
-        return finish(w, "verifier_error", ["The task's reference failed in the execution process (the verifier's "
-                                            f"problem, not your kernel's):\n{report.reference_error}"])
+        w.reference_failed_there = True  # decided once the trials before it are checked (judge: _reference_failed)
     for text, label in ((report.import_error, "Importing your program failed"), (report.init_error, "ModelNew() failed")):
         if text:
             v.cheats = ev.decide(torch=False)
@@ -436,10 +440,55 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
     return t
 
 
+def _reference_failed(w: Work, plan, ex: Execution, report: ChildReport, model, reference_timing,
+                      ev: Evidence) -> Verdict:
+    """The task's reference raised inside the candidate's process (its child runs it beside the candidate for the
+    digests, verifier/child/worker.py) after every trial before it was right. Out of memory, or where the verifier
+    cannot show the reference runs, it is the verifier's failure (``verifier_error``; out of memory run again after
+    the set-up waits). Where the reference runs here on the very inputs it raised on, and ran in a process of its
+    own (the task's reference timing, where no candidate code ran) or in this one on the earlier trials, the
+    candidate's process changed what it depends on (native code can leave any global state: a dispatcher kernel
+    registered, an allocator or a context flag swapped): C11, not a verifier_error no trainer counts, which a
+    wrong or cheating candidate would otherwise buy by breaking the reference (docs/ANTI_CHEAT.md class 48)."""
+    error = report.reference_error
+    k = len(report.trials)  # the trial whose reference raised: its record was never sent
+    if memory_error(error.strip().splitlines()[-1] if error.strip() else ""):
+        w.setup_failed = True
+        return finish(w, "verifier_error", ["The task's reference ran out of memory in the execution process (the "
+                                            f"verifier's problem, not your kernel's):\n{error}"])
+    ran_alone = reference_timing is not None and reference_timing.clocked.get("eager_s") is not None
+    ran_here_before = k > 0 and all(r.ref_digest for r in report.trials)
+    runs_here = False
+    if ran_alone or ran_here_before:
+        try:
+            inputs = plan.trial_inputs(ex.job, k, ex.device, ex.job_dir, ex.ledger)
+            with torch.no_grad():
+                as_list(model(*inputs))
+            runs_here = True
+        except Exception:  # noqa: BLE001 - it fails here too: the task's or the verifier's problem
+            runs_here = False
+    if not runs_here:
+        return finish(w, "verifier_error", ["The task's reference failed in the execution process (the verifier's "
+                                            f"problem, not your kernel's):\n{error}"])
+    last = error.strip().splitlines()[-1][:300]
+    where = " and ".join(text for text, seen in (("in a process of its own", ran_alone),
+                                           ("in yours on the trials before", ran_here_before)) if seen)
+    ev.add(cheats.C11, f"Trial {k + 1}: the task's reference raised inside your process ({last}), though it runs in "
+                       f"the verifier's on the same inputs and ran {where}: your program changed global state the "
+                       "reference depends on.")
+    w.verdict.cheats, w.verdict.correct = ev.decide(torch=False), False
+    return finish(w, "cheat", ev.details)
+
+
 def harness_memory_error(error: str) -> bool:
     """Whether the timing harness's failure (``"<exception type>: <message>"``, channel.Ledger.harness_error or
     Clocked.error) is its device out of memory."""
     return error.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or "out of memory" in error.lower()
+
+
+def memory_error(line: str) -> bool:
+    """Whether an exception's line (``"<type>: <message>"``) says memory ran out: the device's, or the host's."""
+    return harness_memory_error(line) or any(s in line for s in ("MemoryError", "bad_alloc", "can't allocate memory"))
 
 
 def _harness_failed(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence, ex: Execution) -> Verdict:
