@@ -213,6 +213,12 @@ def test_a_knockout_failing_on_the_verifiers_side_says_why_and_is_made_once_more
         tmp_path)
     got = _judge_knockout(None, tmp_path, OK_RUN, None, VerifyConfig())
     assert got.outcome == INCONCLUSIVE and got.verifier_failure and "CUDA out of memory" in got.detail, got
+    # the reference raising otherwise in the knockout run: it ran in the candidate's process on every trial of the
+    # judged run, so it is the candidate's doing (docs/ANTI_CHEAT.md class 48): inconclusive, never the verifier's
+    ChildReport(kind="candidate", reference_error="Traceback ...\nRuntimeError: expected m1 and m2 to have the same "
+                                                  "dtype, but got: float != double").write(tmp_path)
+    got = _judge_knockout(None, tmp_path, OK_RUN, None, VerifyConfig())
+    assert got.outcome == INCONCLUSIVE and not got.verifier_failure and "same dtype" in got.detail, got
     # run_knockout makes a second run after such a failure and stops at the first that is not one
     failed = KnockoutResult(INCONCLUSIVE, "the knockout run failed on the verifier's side", verifier_failure=True)
     ok = KnockoutResult(NO_CONTRIBUTION, "still correct", skipped={"__cudaLaunchKernel": 1})

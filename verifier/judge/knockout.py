@@ -209,7 +209,7 @@ def _knockout_once(w, plan, cfg, build_root: Path, marker: dict, make_job, job_d
 
 def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda", ledger=None) -> KnockoutResult:
     from verifier.common.contract import ChildReport
-    from verifier.judge.verdict import _warm_up_failed
+    from verifier.judge.verdict import _warm_up_failed, memory_error
 
     shim = ShimReport.read(job_dir)
     seen = dict(skipped=shim.skipped, patched_slots=shim.patched) if shim else {}
@@ -223,11 +223,16 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda", le
         report = ChildReport.read(job_dir)
     except Exception as e:  # noqa: BLE001 - written in the candidate's process
         return KnockoutResult(INCONCLUSIVE, f"the knockout run's report was unreadable ({e})", **seen)
-    if report.setup_error or report.reference_error:
+    if report.setup_error or (report.reference_error and memory_error(_last_line(report.reference_error))):
         what = "before your program ran" if report.setup_error else "in the reference"
         return KnockoutResult(INCONCLUSIVE, f"the knockout run failed on the verifier's side ({what}: "
                                             f"{_last_line(report.setup_error or report.reference_error)})",
                               verifier_failure=True, **seen)
+    if report.reference_error:  # it ran in this candidate's process on every trial of the judged run: its doing
+        # (docs/ANTI_CHEAT.md class 48: the reference broken there would make the partial policy's run a verifier
+        # failure, a verdict no trainer counts); the share rule decides, as where the program changed torch
+        return KnockoutResult(INCONCLUSIVE, "the task's reference raised in your program's process in the knockout "
+                                            f"run ({_last_line(report.reference_error)})", **seen)
     if report.patched or report.aborted:
         return KnockoutResult(INCONCLUSIVE, "your program changed torch or the verifier in the knockout run", **seen)
     if report.import_error or report.init_error:
