@@ -308,6 +308,43 @@ def test_the_timing_harness_out_of_device_memory_is_run_again_and_decides_no_che
     assert v.status == "cheat" and cheats.C01 in v.cheats and not w.setup_failed, (v.status, v.cheats, v.feedback)
 
 
+def test_a_set_up_failure_the_report_claims_after_the_candidates_code_ran_is_its_cheat(tmp_path):
+    """A set-up failure is the verifier's (run again, then a verifier_error) only while the job file is still as the
+    verifier wrote it: the child removes it right before it imports the candidate, and the candidate cannot write it
+    back (it holds the construction seed). Red team: the report, written in the candidate's process, edited to claim
+    a set-up failure after the candidate's code ran (its import or constructor caught) is C11, not a verifier_error
+    no trainer counts; the honest twin, a set-up that failed before any of its code, stays the verifier's."""
+    from types import SimpleNamespace
+
+    from verifier import cheats, engine
+    from verifier.common.contract import JOB_FILE, ChildReport, Job
+    from verifier.execute.brackets import Clocked
+    from verifier.judge.outputs import Evidence
+    from verifier.judge.verdict import _report_outcome
+
+    job = Job(kind="candidate", backend="cpu", build_root=str(tmp_path), reference_code=TASK.reference_code,
+              init_seed=918273645, candidate_code=fx.HONEST_RELU, n_trials=5)
+    job.trial_seeds = [11, 12]  # the verifier's own record, filled in after the job was written: not in the file
+
+    def judged(job_file: str | None):
+        job.write(tmp_path)
+        if job_file is None:
+            (tmp_path / JOB_FILE).unlink()
+        elif job_file:
+            (tmp_path / JOB_FILE).write_text(job_file)
+        ChildReport(kind="candidate", setup_error="Traceback ...\nRuntimeError: CUDA error: out of memory").write(
+            tmp_path)
+        w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "setup")
+        ex = SimpleNamespace(job=job, job_dir=tmp_path, span=(), clocked=Clocked())
+        return w, _report_outcome(w, None, ex, Evidence())
+
+    w, v = judged("")  # the file as written: the candidate never ran
+    assert v.status == "verifier_error" and w.setup_failed and "before your code ran" in v.feedback, v.feedback
+    for forged in (None, '{"kind": "candidate"}'):  # removed (the import came), or written back without the seed
+        w, v = judged(forged)
+        assert v.status == "cheat" and cheats.C11 in v.cheats and not w.setup_failed, (forged, v.status, v.feedback)
+
+
 def test_a_failure_of_the_verifiers_own_execution_code_is_a_verifier_error_that_says_where(shared_build_dir):
     """An exception of the verifier's own step while executing a candidate (here the task's reference timing) ends as
     that candidate's verifier_error, never a verdict on its code, and names the verifier's line that raised it (on an

@@ -134,9 +134,21 @@ class Job(_Record):
 
     def write(self, job_dir: Path) -> None:
         """The job as the child reads it: without the seeds (they are handed out one step at a time)."""
+        (job_dir / JOB_FILE).write_text(self._text())
+
+    def _text(self) -> str:
         d = self.to_dict()
         d["trial_seeds"], d["timing_seeds"] = [], []
-        (job_dir / JOB_FILE).write_text(json.dumps(d))
+        return json.dumps(d)
+
+    def still_unread_by_candidate(self, job_dir: Path) -> bool:
+        """Whether the job file is still in ``job_dir`` as written: the child removes it right before it imports the
+        candidate (verifier/child/worker.py), and it holds the construction seed, which no later code could write
+        back, so a file as written says the candidate's code never ran in that job."""
+        try:
+            return (job_dir / JOB_FILE).read_text() == self._text()
+        except (OSError, UnicodeDecodeError):
+            return False
 
     @classmethod
     def read(cls, job_dir: Path) -> "Job":

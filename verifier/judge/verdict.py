@@ -354,6 +354,15 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
     if report.timing_exclusive is not None:
         v.versions["timing"] = {"exclusive": bool(report.timing_exclusive), "lock_wait_s": report.lock_wait_s}
     if report.setup_error:
+        if job.kind == "candidate" and not job.still_unread_by_candidate(job_dir):
+            # the report is written in the candidate's process: a set-up failure claimed after its code ran (the
+            # job file, removed right before the import, is gone) is a forged way out of its verdict, which would
+            # end a verifier_error no trainer counts (docs/ANTI_CHEAT.md class 49)
+            ev.add(cheats.C11, "Your process's report says it failed before your code ran, but your code had run "
+                               "(its job file, removed right before your program is imported, was gone): the report "
+                               "was changed from your process.")
+            v.cheats = ev.decide(torch=False)
+            return finish(w, "cheat", ev.details)
         w.setup_failed = True
         return finish(w, "verifier_error", [f"The execution process failed before your code ran:\n{report.setup_error}"])
     if report.reference_error and not report.patched and not ev.codes:
