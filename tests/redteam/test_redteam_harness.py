@@ -428,3 +428,39 @@ def test_the_channel_hands_the_harness_a_host_waits_hint_only_when_it_is_true(tm
         ch.close()
         assert not d.close().harness_error
     assert seen == [("candidate", True), ("candidate", False), ("null", False)] + [("raw", False)] * 3
+
+
+def test_a_timing_failure_the_report_claims_does_not_skip_the_harnesss_checks(tmp_path):
+    """docs/ANTI_CHEAT.md class 50: the child's report is written in the candidate's process; a timing failure claimed
+    there (``timing_error`` set by native code) once skipped the judge's checks of every output the harness clocked,
+    so a server that skipped work on its timed calls passed. The harness's own evidence is checked whenever it
+    clocked the candidate; a claimed failure only withholds the speedup. The honest twin: a timing that failed
+    with right outputs is no cheat, and says why it was not timed."""
+    from verifier import cheats
+    from verifier.common.config import VerifyConfig
+    from verifier.common.contract import ChildReport
+    from verifier.judge.outputs import Evidence
+    from verifier.judge.verdict import Work, _timing_outcome
+    from kernelmill.schema import Verdict
+    from types import SimpleNamespace
+
+    cache = {}
+
+    def lazy(x):
+        if "y" not in cache:
+            cache["y"] = torch.relu(x)
+        return cache["y"]
+
+    def judged(fn):
+        got = _session(tmp_path, lambda client, ch: [client.bracket("candidate", fn) for _ in range(4)])
+        w = Work(verdict=Verdict(candidate_id="c"))
+        report = ChildReport(kind="candidate", timing_error="Traceback ...\nRuntimeError: the warm-up failed")
+        ev = Evidence()
+        ex = SimpleNamespace(clocked=got, give_way=lambda: None)
+        plan = SimpleNamespace(pooled=[], ref_mod=None)  # the judge's full check of the harness's picks: relu
+        return w, _timing_outcome(w, plan, ex, report, None, torch.nn.ReLU(), None, [], VerifyConfig(), ev), ev
+
+    w, v, ev = judged(lazy)
+    assert v is not None and v.status == "cheat" and cheats.C16 in v.cheats, (v and v.status, ev.details)
+    w, v, ev = judged(torch.relu)
+    assert v is None and w.verdict.speedup_eager is None and any("Timing failed" in d for d in ev.details), ev.details

@@ -522,8 +522,12 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
     the verdict where timing decides (the timed calls behaving differently: a cheat; the harness failing on its own
     side is ``_harness_failed``'s). None when the legality policies decide next."""
     v, clocked = w.verdict, ex.clocked
-    timed = any(b.label == "candidate" for b in clocked.brackets) and not report.timing_error
-    if timed:
+    # whether the harness clocked the candidate: its own evidence, checked whatever the child's report says (a timing
+    # failure the report claims, written in the candidate's process, once skipped the checks of every timed output:
+    # docs/ANTI_CHEAT.md class 50); a timing the child says failed earns no speedup
+    clocked_any = any(b.label == "candidate" for b in clocked.brackets)
+    timed = clocked_any and not report.timing_error
+    if clocked_any:
         if report.timed is not None:
             forbidden_per_trial.append(check_trial_runtime(report.timed, "Timed runs", ev))
             check_compute_only_when_timed(forbidden_per_trial, ev)
@@ -531,10 +535,11 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
                 v.fallback_ops = sorted(ev.fallback_ops)
                 ev.details.insert(0, "Runtime check of the timed runs: forward ran PyTorch compute ops: "
                                   + ", ".join(v.fallback_ops) + ".")
-        else:
+        elif not report.timing_error:
             ev.add(cheats.C11, "The monitors' record of the timed calls is missing.")
         check_clocked_outputs(clocked, plan, model, model64, cfg, ev, give_way=ex.give_way)
         check_timed_inputs(clocked, ev)
+    if timed:
         record_speedups(v, report, clocked, ref_timing, ev)
         if clocked.unchecked and v.speedup_eager is not None:
             # an input the channel could not carry: the child drew its own, so no timed output could be checked
@@ -542,12 +547,12 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
             v.speedup_lo = min(v.speedup_lo if v.speedup_lo is not None else v.speedup_eager, 1.0)
             ev.add(None, "Timing: an input of this task cannot be handed to your process by the verifier, so your "
                          "timed calls' outputs could not be checked; the speedup is reported but earns no reward.")
-        if ev.codes:
-            v.cheats, v.correct = ev.decide(), False
-            return finish(w, "cheat", ev.details)
-    elif cfg.timing_trials <= 0 and not report.timing_error and not clocked.problems:
+    if clocked_any and ev.codes:
+        v.cheats, v.correct = ev.decide(), False
+        return finish(w, "cheat", ev.details)
+    if not timed and cfg.timing_trials <= 0 and not report.timing_error and not clocked.problems:
         ev.add(None, "Not timed: this run has timing off (timing_trials=0), so no speedup was measured.")
-    else:
+    elif not timed:
         why = report.timing_error or "; ".join(clocked.problems[:2]) or "no timed call was clocked"
         ev.add(None, "Timing failed: " + why)
     return None
