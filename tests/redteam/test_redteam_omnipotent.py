@@ -35,6 +35,25 @@ CASES = {
 }
 TORCH_FROM_CPP = "return ext.relu_aten(x.contiguous())"
 
+# the hook, and a report that claims a way out written over the verdict's evidence (docs/ANTI_CHEAT.md classes 50 and
+# 51): a timing that failed, no trials, an import that failed
+EXIT_FORGED = OMNIPOTENT + '''
+_write_as_hooked = _C.ChildReport.write
+def _claims(self, d):
+    self.timing_error = "Traceback ...\\nRuntimeError: the warm-up failed"
+    self.trials, self.timed = [], None
+    self.import_error = "Traceback ...\\nImportError: no module named ext"
+    return _write_as_hooked(self, d)
+_C.ChildReport.write = _claims
+'''
+FORGED = {
+    # name: (forward, init, the codes one of which the verdict must hold)
+    "previous_output_returned_on_timed_calls_and_a_timing_failure_claimed": (
+        CASES["previous_output_returned_on_timed_calls"][0], "self.last = None", {cheats.C11, cheats.C16}),
+    "constant_output_and_its_trials_and_import_claimed_away": (
+        "ext.relu(x.contiguous())\nreturn torch.full_like(x, 0.4)", "", {cheats.C05, cheats.C11}),
+}
+
 
 def _candidate(forward: str, init: str, hooked: bool) -> str:
     return fx.cpu_candidate(forward, init=init, module=OMNIPOTENT if hooked else "TIMED = [False]")
@@ -49,6 +68,7 @@ def verdicts(shared_build_dir):
              for n in CASES for h in (True, False) if h or n == "slow_kernel_with_every_clock_and_report_forged"}
     codes.update({"torch_from_cpp/hook": _candidate(TORCH_FROM_CPP, "", True),
                   "torch_from_cpp/plain": _candidate(TORCH_FROM_CPP, "", False)})
+    codes.update({f"{n}/hook": fx.cpu_candidate(f, init=i, module=EXIT_FORGED) for n, (f, i, _) in FORGED.items()})
     hooked = {c for k, c in codes.items() if k.endswith("/hook")}
 
     items = [(task, Candidate(candidate_id=k, task_id=task.task_id, backend="cpu", generator="redteam", code=c))
@@ -64,6 +84,17 @@ def test_the_omnipotent_hook_gains_nothing(verdicts, name):
     assert v.status == status, (name, v.status, v.cheats, v.feedback[:700])
     if code:
         assert code in v.cheats and not v.pass_strict, (name, v.cheats)
+
+
+@pytest.mark.parametrize("name", list(FORGED))
+def test_a_way_out_written_into_the_report_is_no_way_out(verdicts, name):
+    """The report is written in the candidate's process: a timing failure, an import failure or an empty list of trials
+    claimed there never skips the verifier's own evidence (the harness's checks of every timed output, the trials'
+    records as streamed), and a failure claimed after the program was built is C11, never a crash or a
+    verifier_error."""
+    v = verdicts[f"{name}/hook"]
+    assert v.status == "cheat" and FORGED[name][2] & set(v.cheats) and not v.pass_strict, \
+        (name, v.status, v.cheats, v.feedback[:700])
 
 
 def test_a_slow_kernel_keeps_its_honest_time_whatever_its_process_forges(verdicts):

@@ -75,19 +75,22 @@ def use_streamed_records(report: ChildReport, ledger: Ledger, ev: Evidence) -> N
     its final report: a record edited, emptied or dropped after it was sent changes nothing. A record the report
     has and the stream does not is C11 (the stream was cut to hide it)."""
     trials = []
-    for i in range(len(report.trials)):
+    # as many trials as the report lists or the verifier handed seeds out for, whichever is more: a report whose list
+    # was emptied or cut (the report is written in the candidate's process) still has every streamed record judged
+    for i in range(max(len(report.trials), len(ledger.trial_seeds))):
         got = ledger.records.get(f"trial{i}")
         if got is None:
-            ev.add(cheats.C11, f"The record of trial {i + 1} never reached the verifier while the trial ran.")
-            break
+            if i < len(report.trials):
+                ev.add(cheats.C11, f"The record of trial {i + 1} never reached the verifier while the trial ran.")
+            break  # (a trial handed out whose record never came did not finish: the report says how, or the run's end)
         try:
             trials.append(TrialReport.from_dict(got))
         except (ContractError, ValueError, TypeError):
             ev.add(cheats.C11, f"The record of trial {i + 1} sent to the verifier was malformed.")
             break
     report.trials = trials
-    if report.timed is not None:
-        got = ledger.records.get("timed")
+    got = ledger.records.get("timed")  # streamed, it is judged whether or not the report still holds it
+    if got is not None or report.timed is not None:
         try:
             report.timed = TrialReport.from_dict(got) if got is not None else None
         except (ContractError, ValueError, TypeError):

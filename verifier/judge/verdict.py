@@ -368,7 +368,13 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
     if report.reference_error and not report.patched and not ev.codes:
         w.reference_failed_there = True  # decided once the trials before it are checked (judge: _reference_failed)
     for text, label in ((report.import_error, "Importing your program failed"), (report.init_error, "ModelNew() failed")):
-        if text:
+        if text and ex.ledger.trial_seeds:
+            # a trial's seed is handed out only once ModelNew is built: the report (written in the candidate's
+            # process) claims a failure that did not happen, in place of its trials' verdict (docs/ANTI_CHEAT.md
+            # class 51)
+            ev.add(cheats.C11, f"Your process's report says: {label.lower()}; but your program was built and asked "
+                               "for its trials: the report was changed from your process.")
+        elif text:
             v.cheats = ev.decide(torch=False)
             return finish(w, "crash", [f"{label}:\n{text}"] + reference_name_hint(text, plan.ref_mod))
     use_streamed_records(report, ex.ledger, ev)
