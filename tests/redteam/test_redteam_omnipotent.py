@@ -46,12 +46,22 @@ def _claims(self, d):
     return _write_as_hooked(self, d)
 _C.ChildReport.write = _claims
 '''
+# the hook, and each trial's output file written as something the judge's own code would choke on (class 52): an
+# exception of the verifier's code on a file the candidate wrote was a verifier_error
+GARBAGE_OUTPUTS = OMNIPOTENT + '''
+def _garbage(obj, path):
+    path.write_bytes(b"PK\\x03\\x04 not a tensor archive")
+    return path.name
+_W._save = _garbage
+'''
 FORGED = {
-    # name: (forward, init, the codes one of which the verdict must hold)
+    # name: (forward, init, the codes one of which the verdict must hold, the hook)
     "previous_output_returned_on_timed_calls_and_a_timing_failure_claimed": (
-        CASES["previous_output_returned_on_timed_calls"][0], "self.last = None", {cheats.C11, cheats.C16}),
+        CASES["previous_output_returned_on_timed_calls"][0], "self.last = None", {cheats.C11, cheats.C16},
+        EXIT_FORGED),
     "constant_output_and_its_trials_and_import_claimed_away": (
-        "ext.relu(x.contiguous())\nreturn torch.full_like(x, 0.4)", "", {cheats.C05, cheats.C11}),
+        "ext.relu(x.contiguous())\nreturn torch.full_like(x, 0.4)", "", {cheats.C05, cheats.C11}, EXIT_FORGED),
+    "output_files_the_judge_cannot_load": ("return ext.relu(x.contiguous())", "", {cheats.C11}, GARBAGE_OUTPUTS),
 }
 
 
@@ -68,7 +78,7 @@ def verdicts(shared_build_dir):
              for n in CASES for h in (True, False) if h or n == "slow_kernel_with_every_clock_and_report_forged"}
     codes.update({"torch_from_cpp/hook": _candidate(TORCH_FROM_CPP, "", True),
                   "torch_from_cpp/plain": _candidate(TORCH_FROM_CPP, "", False)})
-    codes.update({f"{n}/hook": fx.cpu_candidate(f, init=i, module=EXIT_FORGED) for n, (f, i, _) in FORGED.items()})
+    codes.update({f"{n}/hook": fx.cpu_candidate(f, init=i, module=m) for n, (f, i, _, m) in FORGED.items()})
     hooked = {c for k, c in codes.items() if k.endswith("/hook")}
 
     items = [(task, Candidate(candidate_id=k, task_id=task.task_id, backend="cpu", generator="redteam", code=c))
@@ -91,7 +101,7 @@ def test_a_way_out_written_into_the_report_is_no_way_out(verdicts, name):
     """The report is written in the candidate's process: a timing failure, an import failure or an empty list of trials
     claimed there never skips the verifier's own evidence (the harness's checks of every timed output, the trials'
     records as streamed), and a failure claimed after the program was built is C11, never a crash or a
-    verifier_error."""
+    verifier_error; nor is an output file written so that the judge's own code cannot load it."""
     v = verdicts[f"{name}/hook"]
     assert v.status == "cheat" and FORGED[name][2] & set(v.cheats) and not v.pass_strict, \
         (name, v.status, v.cheats, v.feedback[:700])

@@ -388,6 +388,19 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
     return report
 
 
+def _load_outputs(path: Path) -> tuple[list, str]:
+    """A trial's outputs as the child saved them (tensors only: the child records any other output as an output
+    problem and writes no file), or why the file is not that: an exception of the verifier's own judging code on a
+    file the candidate's process wrote would have been a verifier_error, a verdict no trainer counts."""
+    try:
+        outs = as_list(torch.load(path, weights_only=True))
+    except Exception as e:  # noqa: BLE001 - any way a written file fails to load is the writer's
+        return [], f"does not load ({type(e).__name__}: {str(e)[:160]})"
+    if not all(isinstance(o, torch.Tensor) and type(o) is torch.Tensor for o in outs):
+        return [], f"holds something other than plain tensors ({sorted({type(o).__name__ for o in outs})})"
+    return outs, ""
+
+
 def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, model, model64,
                   ev: Evidence) -> _Trials:
     """Each correctness trial's records (``check_trial_runtime``) and outputs (``check_outputs``) against the
@@ -435,9 +448,14 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
         name = f"out_{rec.index}.pt"
         with ex.aside():  # host work: the file's seal checked (a digest of its bytes) and the file read
             why = ex.ledger.unsealed(job_dir, name) if rec.output_file == name else f"{rec.output_file!r} is not {name}"
-            outs = [] if why else as_list(torch.load(job_dir / name, weights_only=True))
+            outs, unreadable = ([], "") if why else _load_outputs(job_dir / name)
         if why:
             check_sealed(label, why, ev)
+            t.regular_ok = False
+            continue
+        if unreadable:  # sealed as it arrived, but not what the child's own code writes: written from its process
+            ev.add(cheats.C11, f"{label}: the output file your process handed the verifier {unreadable}: the files "
+                               "the verifier reads are its evidence, not yours to write (docs/ANTI_CHEAT.md class 52).")
             t.regular_ok = False
             continue
         here = Digest(rec.ref_digest) if rec.ref_digest else None
