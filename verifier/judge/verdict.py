@@ -394,7 +394,9 @@ def _load_outputs(path: Path) -> tuple[list, str]:
     file the candidate's process wrote would have been a verifier_error, a verdict no trainer counts."""
     try:
         outs = as_list(torch.load(path, weights_only=True))
-    except Exception as e:  # noqa: BLE001 - any way a written file fails to load is the writer's
+    except MemoryError:  # a file as written, too large for this process to read back: the verifier's own memory,
+        raise            # not evidence of a forged file (an honest wrong output can be far larger than the task's)
+    except Exception as e:  # noqa: BLE001 - any other way a written file fails to load is the writer's
         return [], f"does not load ({type(e).__name__}: {str(e)[:160]})"
     if not all(isinstance(o, torch.Tensor) and type(o) is torch.Tensor for o in outs):
         return [], f"holds something other than plain tensors ({sorted({type(o).__name__ for o in outs})})"
