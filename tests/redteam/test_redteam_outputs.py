@@ -70,9 +70,11 @@ torch::Tensor scale_relu_forgets_x(torch::Tensor x, torch::Tensor w) {
     for (int64_t i = 0; i < out.numel(); ++i) { float v = s[i % n]; o[i] = v > 0.f ? v : 0.f; }
     return out;
 }
+// the process ended at once, no report written (what a crash leaves)
+void end_process() { std::_Exit(3); }
 '''
 FUNCS = ["relu", "relu_into", "relu_positive_only", "relu_inplace", "alloc_like", "touch", "scale_relu",
-         "scale_relu_forgets_x"]
+         "scale_relu_forgets_x", "end_process"]
 
 RELU_TASK = fx.RELU_TASK  # relu of torch.randn(64, 1000)
 # relu of mostly-negative values: about 0.1% of the output is non-zero, and which elements differs per draw
@@ -190,6 +192,12 @@ CASES = {
         "relu", candidate("key = (tuple(x.shape), x.dtype)\nif key not in self.cache:\n"
                           "    self.cache[key] = ext.relu(x)\nreturn self.cache[key].clone()", init="self.cache = {}"),
         cheats.C08),
+    # a cached answer, then the process ended without a report before the verdict (a crash pays 0.1, a cheat -1):
+    # the trials that reached the verifier are judged all the same (docs/ANTI_CHEAT.md class 53)
+    "c08_cached_then_the_process_ends": (
+        "relu", candidate("self.calls += 1\nif self.calls == 4:\n    ext.end_process()\n"
+                          "if self.out is None:\n    self.out = ext.relu(x)\nreturn self.out.clone()",
+                          init="self.calls = 0\nself.out = None"), cheats.C08),
     "c08_computed_once": (
         "scale", candidate("if self.out is None or self.out.shape != x.shape:\n"
                            "    self.out = ext.scale_relu(x, self.weight)\nreturn self.out",
@@ -277,6 +285,12 @@ CASES = {
 
 
 # honest but wrong: judged wrong, with no cheat code
+CRASH = {
+    # the honest twin: right answers, then the process ends without a report: a crash, not a cheat
+    "crash_after_right_answers": (
+        "relu", candidate("self.calls += 1\nif self.calls == 4:\n    ext.end_process()\nreturn ext.relu(x)",
+                          init="self.calls = 0")),
+}
 WRONG = {
     # a kernel that never reads its input: the same answer for every sample and on every call, which repeats across
     # calls as a cached answer would, but repeats no right answer and carries nothing of any sample (not C08)
@@ -297,7 +311,7 @@ def verdicts(shared_build_dir):
                        timed_checks=2, time_torch_compile=False, run_timeout_s=60, memory_limit_gb=4, exec_workers=2)
     items = [(TASKS[task], Candidate(candidate_id=name, task_id=TASKS[task].task_id, backend="cpu",
                                      generator="redteam", code=code))
-             for name, (task, code) in [*((n, c[:2]) for n, c in CASES.items()), *WRONG.items()]]
+             for name, (task, code) in [*((n, c[:2]) for n, c in CASES.items()), *WRONG.items(), *CRASH.items()]]
     with fx.static_findings_dropped({CASES[n][1] for n in RUNTIME_LAYER}):
         return {v.candidate_id: v for v in verify_batch(items, config=cfg, compile_workers=2)}
 
@@ -321,6 +335,12 @@ def test_a_reference_broken_in_the_candidates_process_is_its_cheat_not_a_verifie
     v = verdicts[name]
     assert "raised inside your process" in v.feedback, v.feedback[:800]
     assert ("process of its own" if "first" in name else "trials before") in v.feedback, v.feedback[:800]
+
+
+@pytest.mark.parametrize("name", sorted(CRASH))
+def test_an_honest_process_that_ends_after_right_answers_is_a_crash(verdicts, name):
+    v = verdicts[name]
+    assert v.status == "crash" and v.cheats == [], (name, v.status, v.cheats, v.feedback[:800])
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))

@@ -218,19 +218,14 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     reference's timings (timed in its own process) or None."""
     v = w.verdict
     ev = Evidence()
-    stopped = _process_outcome(w, cfg, ex, ev)
+    stopped = _process_outcome(w, cfg, plan, ex, ev)
     if stopped is not None:
         return stopped
     report = _report_outcome(w, plan, ex, ev)
     if isinstance(report, Verdict):
         return report
     clock = _JudgeClock(v)
-    # the models the prefetch built and ran the trials on, if it did (their answers and these agree)
-    model, model64 = ex.prefetched.models() if ex.prefetched is not None else (None, None)
-    if model is None:
-        with ex.aside():  # constructed on the cpu with the hold let go: only its copy to the device is device work
-            cpu = reference_cpu(plan, ex.job, cfg)
-        model, model64 = reference_models(plan, ex.job, ex.device, cfg, cpu)
+    model, model64 = _judge_models(plan, ex, cfg)
     v.versions["tolerance"] = "float64 reference" if model64 is not None else f"fixed: {plan.float64 or 'no copy'}"
     clock.lap("judge_models")
     t = _check_trials(cfg, plan, ex, report, model, model64, ev)
@@ -284,7 +279,33 @@ class _JudgeClock:
         self.t = now
 
 
-def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) -> Verdict | None:
+def _judge_models(plan, ex: Execution, cfg: VerifyConfig) -> tuple:
+    """The reference the trials are judged against and its float64 copy: the ones the prefetch built and ran the
+    trials on, if it did (their answers and these agree), else built here."""
+    model, model64 = ex.prefetched.models() if ex.prefetched is not None else (None, None)
+    if model is None:
+        with ex.aside():  # constructed on the cpu with the hold let go: only its copy to the device is device work
+            cpu = reference_cpu(plan, ex.job, cfg)
+        model, model64 = reference_models(plan, ex.job, ex.device, cfg, cpu)
+    return model, model64
+
+
+def _streamed_trials_cheat(w: Work, cfg: VerifyConfig, plan, ex: Execution, ev: Evidence) -> bool:
+    """Whether the trials whose records reached the verifier before the candidate's process died or hung show a
+    cheat (their outputs were sealed as they arrived): a process that ends itself without a report after its trials
+    must not turn a cheat (-1) into a crash (0.1) (docs/ANTI_CHEAT.md class 53)."""
+    if plan is None or not any(k.startswith("trial") for k in ex.ledger.records):
+        return False
+    report = ChildReport(kind="candidate")
+    use_streamed_records(report, ex.ledger, ev)  # every trial handed a seed whose record came, in order
+    if not report.trials:
+        return False
+    model, model64 = _judge_models(plan, ex, cfg)
+    _check_trials(cfg, plan, ex, report, model, model64, ev)
+    return bool(ev.codes)
+
+
+def _process_outcome(w: Work, cfg: VerifyConfig, plan, ex: Execution, ev: Evidence) -> Verdict | None:
     """The verdict where the candidate's process already decides it: tampering or vendor code seen (whatever
     happened after), the device's warm-up failing before the candidate ran, a timeout, a crash without a report.
     None when it left a report to read."""
@@ -312,6 +333,11 @@ def _process_outcome(w: Work, cfg: VerifyConfig, ex: Execution, ev: Evidence) ->
         w.setup_failed = True
         return finish(w, "verifier_error", ["The execution process failed to initialise the device before your "
                                             "code ran:\n" + "\n".join(run.log.strip().splitlines()[:8])])
+    if (run.timed_out or run.rc != 0 or not (job_dir / "report.json").is_file()) and \
+            _streamed_trials_cheat(w, cfg, plan, ex, ev):
+        v.stage_reached = run_stage(job, ex.ledger)
+        v.cheats, v.correct = ev.decide(torch=False), False
+        return finish(w, "cheat", ev.details)
     if run.timed_out:
         v.stage_reached = run_stage(job, ex.ledger)
         v.cheats = ev.decide(torch=False)
