@@ -147,11 +147,19 @@ def test_full_candidate_file_runs_as_modelnew(monkeypatch):
     # (tests/pch_prewarm.py makes it in a whole-suite run): 35 s -> ~18 s alone on the 2-core machine
     real = ce.load_inline
 
+    making = []  # ensure_pch's own probe build calls load_inline too: that one goes straight through (it would
+    # otherwise wait on the header's lock its caller holds)
+
     def load_inline(*args, **kw):
+        if making or kw.get("cuda_sources"):
+            return real(*args, **kw)
         flags = list(kw.get("extra_cflags") or [])
-        pch = None if kw.get("cuda_sources") else ensure_pch(
-            canonical_spec({"cpp_sources": "int f();", "functions": ["f"], "extra_cflags": flags}),
-            VerifyConfig(pch=True).pch_root())
+        making.append(True)
+        try:
+            pch = ensure_pch(canonical_spec({"cpp_sources": "int f();", "functions": ["f"], "extra_cflags": flags}),
+                             VerifyConfig(pch=True).pch_root())
+        finally:
+            making.pop()
         return real(*args, **{**kw, "extra_cflags": flags + ([f"-I{pch}", "-Winvalid-pch"] if pch else [])})
 
     monkeypatch.setattr(ce, "load_inline", load_inline)

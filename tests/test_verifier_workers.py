@@ -308,6 +308,41 @@ def test_the_timing_harness_out_of_device_memory_is_run_again_and_decides_no_che
     assert v.status == "cheat" and cheats.C01 in v.cheats and not w.setup_failed, (v.status, v.cheats, v.feedback)
 
 
+def test_a_device_fault_the_reference_raises_after_the_candidates_kernels_is_its_crash():
+    """An honest kernel's invalid access leaves the CUDA context broken; the task's reference, run next in the
+    candidate's process, raises it ("CUDA error: an illegal memory access was encountered"). That is the candidate's
+    crash, as when the fault surfaces in its own forward: not C11 (the reference broken on purpose, class 48), and not
+    a verifier_error. A library's own allocation failing (cuBLAS's ALLOC_FAILED) is out of memory: the verifier's,
+    run again. A cheat the trials before showed stays the verdict."""
+    from verifier import cheats, engine
+    from verifier.common.contract import ChildReport, TrialReport
+    from verifier.judge.outputs import Evidence
+    from verifier.judge.verdict import _reference_failed, memory_error
+
+    assert memory_error("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+    assert not memory_error("RuntimeError: CUDA error: an illegal memory access was encountered")
+
+    def judged(last_line: str, ev: Evidence | None = None):
+        report = ChildReport(kind="candidate", trials=[TrialReport(index=k, kernel_calls=1) for k in range(2)],
+                             reference_error=f"Traceback (most recent call last):\n  ...\n{last_line}\n")
+        w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "fault")
+        return w, _reference_failed(w, None, None, report, None, None, ev or Evidence())
+
+    for fault in ("RuntimeError: CUDA error: an illegal memory access was encountered",
+                  "torch.AcceleratorError: CUDA error: misaligned address",
+                  "RuntimeError: CUDA error: unspecified launch failure"):
+        w, v = judged(fault)
+        assert v.status == "crash" and v.cheats == [] and not w.setup_failed, (fault, v.status, v.feedback)
+        assert "Trial 3" in v.feedback and "compute-sanitizer" in v.feedback and fault.split(": ", 1)[1] in v.feedback
+        assert v.reward == 0.1 and v.pass_strict is False
+    w, v = judged("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+    assert v.status == "verifier_error" and w.setup_failed and "not your kernel" in v.feedback, v.feedback
+    ev = Evidence()
+    ev.add(cheats.C08, "trial 2 repeated trial 1's output")
+    w, v = judged("RuntimeError: CUDA error: an illegal memory access was encountered", ev)
+    assert v.status == "cheat" and v.cheats == [cheats.C08], (v.status, v.cheats)
+
+
 def test_a_set_up_failure_the_report_claims_after_the_candidates_code_ran_is_its_cheat(tmp_path):
     """A set-up failure is the verifier's (run again, then a verifier_error) only while the job file is still as the
     verifier wrote it: the child removes it right before it imports the candidate, and the candidate cannot write it

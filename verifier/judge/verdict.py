@@ -513,10 +513,16 @@ def _reference_failed(w: Work, plan, ex: Execution, report: ChildReport, model, 
     wrong or cheating candidate would otherwise buy by breaking the reference (docs/ANTI_CHEAT.md class 48)."""
     error = report.reference_error
     k = len(report.trials)  # the trial whose reference raised: its record was never sent
-    if memory_error(error.strip().splitlines()[-1] if error.strip() else ""):
+    last = error.strip().splitlines()[-1][:300] if error.strip() else ""
+    if memory_error(last):
         w.setup_failed = True
         return finish(w, "verifier_error", ["The task's reference ran out of memory in the execution process (the "
                                             f"verifier's problem, not your kernel's):\n{error}"])
+    if any(f in last for f in DEVICE_FAULTS):  # the device left broken by the candidate's kernels: an honest bug's
+        w.verdict.cheats = ev.decide(torch=False)  # crash, as when the fault surfaces in its own forward
+        return finish(w, "crash", [f"Trial {k + 1}: the device was left in an error state after your kernels ran; "
+                                   f"the task's reference, run next in your process, raised it ({last}). Check your "
+                                   f"kernels' memory accesses (compute-sanitizer)."])
     ran_alone = reference_timing is not None and reference_timing.clocked.get("eager_s") is not None
     ran_here_before = k > 0 and all(r.ref_digest for r in report.trials)
     runs_here = False
@@ -531,7 +537,6 @@ def _reference_failed(w: Work, plan, ex: Execution, report: ChildReport, model, 
     if not runs_here:
         return finish(w, "verifier_error", ["The task's reference failed in the execution process (the verifier's "
                                             f"problem, not your kernel's):\n{error}"])
-    last = error.strip().splitlines()[-1][:300]
     where = " and ".join(text for text, seen in (("in a process of its own", ran_alone),
                                            ("in yours on the trials before", ran_here_before)) if seen)
     ev.add(cheats.C11, f"Trial {k + 1}: the task's reference raised inside your process ({last}), though it runs in "
@@ -548,8 +553,16 @@ def harness_memory_error(error: str) -> bool:
 
 
 def memory_error(line: str) -> bool:
-    """Whether an exception's line (``"<type>: <message>"``) says memory ran out: the device's, or the host's."""
-    return harness_memory_error(line) or any(s in line for s in ("MemoryError", "bad_alloc", "can't allocate memory"))
+    """Whether an exception's line (``"<type>: <message>"``) says memory ran out: the device's (a library's own
+    allocation too: cuBLAS's, cuDNN's), or the host's."""
+    return harness_memory_error(line) or any(s in line for s in (
+        "MemoryError", "bad_alloc", "can't allocate memory", "ALLOC_FAILED", "cudaErrorMemoryAllocation"))
+
+
+# a CUDA error that outlives the call that raised it (the context is broken for every later call): what a kernel's
+# invalid access leaves behind, raised by whatever runs next on the device
+DEVICE_FAULTS = ("illegal memory access", "misaligned address", "unspecified launch failure", "illegal instruction",
+                 "device-side assert", "an illegal", "invalid program counter", "CUDA error:")
 
 
 def _harness_failed(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidence, ex: Execution) -> Verdict:
