@@ -13,14 +13,18 @@
 import threading
 import time
 import uuid
+from pathlib import Path
+from unittest import mock
 
 import pytest
+import torch
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import engine
 from verifier import runs
-from verifier.execute import locks
+from verifier.common.contract import COMPILE_CACHE
+from verifier.execute import compile_cache, locks
 from verifier.execute.queue import ReadyQueue
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.common.devlock import DeviceLock
@@ -76,6 +80,29 @@ def test_the_compiled_reference_is_built_outside_the_device_lock(tmp_path, fresh
     held = sum(v for k, v in rep.phase_s.items() if k in ("eager", "wall", "compile"))
     assert longest < build, (longest, rep.phase_s)
     assert longest < held + build / 2, (longest, rep.phase_s)
+    # what inductor built for this task's compiled part (the CPU's ISA checks, the kernel) was kept for this machine
+    # (verifier/execute/compile_cache.py); the next task's compiled part builds into a copy of it, in its own job
+    kept = compile_cache.kept_dir(cfg.build_root(), torch.__version__)
+    first = {rel for rel, _ in compile_cache._files(kept)}
+    assert any(r.startswith("inductor/") and r.endswith(".so") for r in first), sorted(first)
+    assert not any("precompiled_headers" in r for r in first), sorted(first)
+    seen = {}
+    real_keep = compile_cache.keep
+
+    def keep(job_dir, root, version):  # the job's copy as the child left it
+        seen["job"] = {rel for rel, _ in compile_cache._files(Path(job_dir) / COMPILE_CACHE)}
+        return real_keep(job_dir, root, version)
+
+    other = Task.from_code(TASK.reference_code.replace("torch.randn(48, 640)", "torch.randn(40, 520)"),
+                           name="prep_overlap_relu_2", source="seed", level=1)
+    with mock.patch.object(compile_cache, "keep", keep):
+        timing = runs.measure_reference(engine.task_plan(other.reference_code, "cpu", cfg, "prep2"), "cpu", cfg,
+                                        cfg.build_root(), runs.COMPILED, {})
+    assert not timing.report.compile_error and timing.clocked.get("compile_s"), timing.report
+    assert first <= seen["job"], sorted(first - seen["job"])  # seeded with the first task's files
+    made = {r for r in seen["job"] - first if r.startswith("inductor/")}
+    assert any(r.endswith(".so") for r in made), sorted(made)  # its own kernel, built into the copy
+    assert made <= {rel for rel, _ in compile_cache._files(kept)}  # and kept in turn
 
 
 def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir, fresh_memo, monkeypatch):
@@ -277,3 +304,43 @@ def test_a_candidate_runs_while_its_tasks_compiled_reference_is_still_being_time
                      "compiled part ends"], events
     assert "execute_compiled_reference" in v.stage_seconds  # its judge waited for the compiled part's end
     assert v.versions["timing"]["reference"]["brackets"].keys() == {"reference", "null", "compiled"}
+
+
+def test_the_kept_compile_cache_takes_only_regular_files_the_job_wrote(tmp_path, monkeypatch):
+    """A compiled part's job directory is writable by its sandboxed child: what is kept from it is a copy of each
+    regular file, never a link (nor what it points at), a lock, inductor's precompiled header or a file over the size
+    limit; a file already kept is not replaced; the kept cache stops growing at its limit."""
+    root, job = tmp_path / "root", tmp_path / "job"
+    cache = compile_cache.seed(job, root, "9.9")
+    assert cache == job / COMPILE_CACHE and cache.is_dir() and not any(cache.iterdir())  # nothing kept yet
+    secret = tmp_path / "host_secret.txt"
+    secret.write_text("host file")
+    (cache / "inductor" / "ab").mkdir(parents=True)
+    (cache / "inductor" / "ab" / "cab.cpp").write_text("// kernel")
+    (cache / "inductor" / "ab" / "cab.so").write_bytes(b"\x7fELF" + b"0" * 100)
+    (cache / "inductor" / "ab" / "link.so").symlink_to(secret)
+    (cache / "inductor" / "linked_dir").symlink_to(tmp_path, target_is_directory=True)
+    (cache / "inductor" / "locks").mkdir()
+    (cache / "inductor" / "locks" / "x.lock").write_text("")
+    (cache / "inductor" / "precompiled_headers").mkdir()
+    (cache / "inductor" / "precompiled_headers" / "h.gch").write_bytes(b"0" * 10)
+    (cache / "triton" / "big").mkdir(parents=True)
+    (cache / "triton" / "big" / "huge.cubin").write_bytes(b"0" * (compile_cache.MAX_FILE_BYTES + 1))
+    assert compile_cache.keep(job, root, "9.9") == 2
+    kept = compile_cache.kept_dir(root, "9.9")
+    assert {rel for rel, _ in compile_cache._files(kept)} == {"inductor/ab/cab.cpp", "inductor/ab/cab.so"}
+    assert not any(p.is_symlink() for p in kept.rglob("*")) and "host file" not in "".join(
+        p.read_text(errors="replace") for p in kept.rglob("*") if p.is_file())
+    # the next job gets a copy; a file it rewrites is not kept over the one kept
+    job2 = tmp_path / "job2"
+    cache2 = compile_cache.seed(job2, root, "9.9")
+    assert (cache2 / "inductor" / "ab" / "cab.cpp").read_text() == "// kernel"
+    (cache2 / "inductor" / "ab" / "cab.cpp").write_text("// rewritten")
+    (cache2 / "inductor" / "cd.cpp").write_text("// another")
+    assert compile_cache.keep(job2, root, "9.9") == 1
+    assert (kept / "inductor" / "ab" / "cab.cpp").read_text() == "// kernel"
+    # at the limit nothing more is kept; another torch version has a cache of its own
+    monkeypatch.setattr(compile_cache, "MAX_BYTES", 0)
+    (cache2 / "inductor" / "ef.cpp").write_text("// one more")
+    assert compile_cache.keep(job2, root, "9.9") == 0 and not (kept / "inductor" / "ef.cpp").exists()
+    assert compile_cache.kept_dir(root, "9.8") != kept

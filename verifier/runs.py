@@ -32,7 +32,7 @@ from verifier.common.backends import get_backend
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, Job
 from verifier.common.inputs import draw_inputs
-from verifier.execute import admission
+from verifier.execute import admission, compile_cache
 from verifier.execute.channel import Driver, Ledger
 from verifier.execute.brackets import Clocked
 from verifier.execute.harness import Harness
@@ -378,6 +378,8 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
     job_dir = new_job_dir(job, cfg)
     device = "cuda" if backend == "cuda" else "cpu"
     harness = make_harness(plan, job, job_dir, device, cfg, check=False, null=null if compiled else None)
+    if compiled:  # what torch.compile built for the tasks before, on this machine (verifier/execute/compile_cache.py)
+        compile_cache.seed(job_dir, build_root, torch.__version__)
     try:
         run, ledger, clocked = run_driven(job, job_dir, cfg.run_timeout_s + (120 if compiled else 0), cfg,
                                           harness=harness)
@@ -390,6 +392,8 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
                                                          f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
     if ledger.harness_error and not rep.timing_error:
         rep.timing_error = f"the harness failed: {ledger.harness_error}"
+    if compiled and run.rc == 0 and not run.timed_out and not (rep.compile_error or rep.setup_error or rep.timing_error):
+        compile_cache.keep(job_dir, build_root, torch.__version__)
     if not cfg.keep_jobs:
         shutil.rmtree(job_dir, ignore_errors=True)
     figures: dict = {"held": reference_hold(rep, clocked)}

@@ -6,6 +6,7 @@ Imports: torch, the standard library and verifier/child + verifier/common.
 
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from verifier.child.timing import (
     probe_count,
 )
 from verifier.common.contract import (
+    COMPILE_CACHE,
     ChildReport,
     Job,
     ModelTiming,
@@ -64,7 +66,8 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
         except Exception:  # noqa: BLE001
             report.timing_error = traceback.format_exc(limit=3)[-2500:]
             return report
-        compiled = build_compiled(model, draw, seeds, backend, report) if job.time_torch_compile else None
+        cache = job_dir / COMPILE_CACHE if not job.time_eager and (job_dir / COMPILE_CACHE).is_dir() else None
+        compiled = build_compiled(model, draw, seeds, backend, report, cache) if job.time_torch_compile else None
         clock.phase("compile_build")
         if not job.time_eager and compiled is None:
             return report  # nothing left to time (``compile_error`` says why)
@@ -120,15 +123,22 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
 REFERENCE_COMPILE_THREADS = 1  # inductor's compile_threads for the reference's torch.compile (1: no worker pool)
 
 
-def build_compiled(model, draw, seeds: list[int], backend, report: ChildReport):
+def build_compiled(model, draw, seeds: list[int], backend, report: ChildReport, cache: Path | None = None):
     """``torch.compile(model)`` built by one call on the first timing seed's inputs, outside the device lock;
-    None (and ``report.compile_error``) when it does not build or run."""
+    None (and ``report.compile_error``) when it does not build or run. ``cache``: the job's copy of the machine's kept
+    inductor and triton caches (verifier/execute/compile_cache.py), which the build reads and adds to."""
     try:
         # inductor compiles in this process: its default pool starts a compile worker per core (16 processes, each
         # importing torch and triton) for every task's reference, CPU the candidates' builds need more
         import torch._inductor.config as inductor_config
 
         inductor_config.compile_threads = REFERENCE_COMPILE_THREADS
+        if cache is not None:  # (both read where a build needs them, after this)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+            os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+            # its precompiled header (~150 MB) is made in a directory fixed when inductor was imported (the scratch,
+            # emptied after every job): ~9 s a task on 2 cores, for one build that compiles as fast without it
+            inductor_config.cpp_cache_precompile_headers = False
         compiled = torch.compile(model)
         out = compiled(*draw(seeds[0]))
         backend.synchronize()

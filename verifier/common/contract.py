@@ -30,6 +30,8 @@ JOB_FILE = "job.json"
 REPORT_FILE = "report.json"
 FLAGS_FILE = "flags.json"  # written by the child as soon as it sees tampering: read even after a timeout
 SOCKET_FILE = "ctl.sock"  # the job's Unix socket: verifier/execute/channel.py (the verifier's side), verifier/child/channel.py
+# the copy of the kept torch.compile cache a compiled reference part builds with (verifier/execute/compile_cache.py)
+COMPILE_CACHE = "compile-cache"
 
 
 class ContractError(ValueError):
