@@ -308,8 +308,8 @@ def test_a_candidate_runs_while_its_tasks_compiled_reference_is_still_being_time
 
 def test_the_kept_compile_cache_takes_only_regular_files_the_job_wrote(tmp_path, monkeypatch):
     """A compiled part's job directory is writable by its sandboxed child: what is kept from it is a copy of each
-    regular file, never a link (nor what it points at), a lock, inductor's precompiled header or a file over the size
-    limit; a file already kept is not replaced; the kept cache stops growing at its limit."""
+    regular file, never a link (nor what it points at), a lock, inductor's precompiled header, a task's whole-graph
+    entry or a file over the size limit; a file already kept is not replaced; the kept cache stops growing at its limit."""
     root, job = tmp_path / "root", tmp_path / "job"
     cache = compile_cache.seed(job, root, "9.9")
     assert cache == job / COMPILE_CACHE and cache.is_dir() and not any(cache.iterdir())  # nothing kept yet
@@ -324,6 +324,8 @@ def test_the_kept_compile_cache_takes_only_regular_files_the_job_wrote(tmp_path,
     (cache / "inductor" / "locks" / "x.lock").write_text("")
     (cache / "inductor" / "precompiled_headers").mkdir()
     (cache / "inductor" / "precompiled_headers" / "h.gch").write_bytes(b"0" * 10)
+    (cache / "inductor" / "fxgraph" / "gr").mkdir(parents=True)  # one task's whole graph: never kept
+    (cache / "inductor" / "fxgraph" / "gr" / "entry").write_bytes(b"graph")
     (cache / "triton" / "big").mkdir(parents=True)
     (cache / "triton" / "big" / "huge.cubin").write_bytes(b"0" * (compile_cache.MAX_FILE_BYTES + 1))
     assert compile_cache.keep(job, root, "9.9") == 2
