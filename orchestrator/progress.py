@@ -97,6 +97,7 @@ class StageProgress:
         self._last_line: dict[str, float] = {}
         self._last_done: dict[str, int] = {}
         self._bars: dict[str, int] = {}
+        self._noted: set[str] = set()  # stages whose own lines (``note``) carry their progress
         self._swapped: list[tuple[logging.Handler, str, object]] = []
         self.progress = Progress(TextColumn("[bold]{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False)
@@ -118,6 +119,8 @@ class StageProgress:
                 self._bars[stage] = self.progress.add_task(stage, total=total)
             self.progress.update(self._bars[stage], completed=done, total=total)
             return
+        if stage in self._noted:
+            return  # its own lines say it (the verify stage's heartbeat and verdicts): a count line only repeated them
         now = self.clock()
         complete = total > 0 and done >= total
         if self._last_done.get(stage) == done:
@@ -129,7 +132,8 @@ class StageProgress:
 
     def note(self, stage: str, line: str) -> None:
         """A line about a stage's work (the verify stage's heartbeat and verdicts), printed as it comes: above the
-        bars on a terminal, a plain line elsewhere."""
+        bars on a terminal, a plain line elsewhere, where they stand for the stage's count lines."""
+        self._noted.add(stage)
         self._say(f"[{stage}] {line}")
 
     def end(self, stage: str, counts: dict, seconds: float) -> None:

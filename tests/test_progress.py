@@ -91,6 +91,32 @@ def test_progress_lines_are_rate_limited_per_stage():
     assert lines == [f"[verify] {i}/100 ({i} s)" for i in range(10, 101, 10)]
 
 
+def test_a_stage_with_lines_of_its_own_prints_no_count_lines_beside_them():
+    """The verify stage prints a heartbeat and a line per verdict (``note``): a bare "[verify] 1/12 (69 s)" before
+    each of them only repeated the count (a cold `make run` printed one above five of its twelve verdicts)."""
+    from rich.console import Console
+
+    from orchestrator.progress import StageProgress
+
+    now = [0.0]
+    buf = io.StringIO()
+    shown = StageProgress(console=Console(file=buf, force_terminal=False), every_s=10, clock=lambda: now[0])
+    shown.begin("verify")
+    shown.begin("annotate")
+    shown.note("verify", "verified 0/3, compiled 1, executing 0, pending 3 (15 s)")
+    for i in range(1, 4):
+        now[0] = 20.0 * i
+        shown("verify", i, 3)
+        shown.note("verify", f"{i}/3 c{i} pass (reward 1.00)")
+        shown("annotate", i, 3)  # a stage without lines of its own keeps its count lines
+    lines = buf.getvalue().splitlines()
+    assert [ln for ln in lines if ln.startswith("[verify]")] == [
+        "[verify] started", "[verify] verified 0/3, compiled 1, executing 0, pending 3 (15 s)",
+        "[verify] 1/3 c1 pass (reward 1.00)", "[verify] 2/3 c2 pass (reward 1.00)", "[verify] 3/3 c3 pass (reward 1.00)"]
+    assert [ln for ln in lines if ln.startswith("[annotate] ") and "/3" in ln] == [
+        "[annotate] 1/3 (20 s)", "[annotate] 2/3 (40 s)", "[annotate] 3/3 (60 s)"]
+
+
 def test_the_verify_stage_prints_a_heartbeat_while_it_works_and_each_verdict_as_it_comes(tmp_path, monkeypatch):
     """The verify stage's minutes of compiling before its first verdict are not silent: a line every
     ``run.progress_every_s`` (verified, compiled, executing, pending, elapsed) and one per verdict. The verifier is
