@@ -133,7 +133,9 @@ def build_compiled(model, draw, seeds: list[int], backend, report: ChildReport, 
         import torch._inductor.config as inductor_config
 
         inductor_config.compile_threads = REFERENCE_COMPILE_THREADS
-        if cache is not None:  # (both read where a build needs them, after this)
+        # (both read where a build needs them, after this; not where the job's filesystem may not map a built
+        # library as code: a noexec /dev/shm would fail every build that the scratch lets through)
+        if cache is not None and not os.statvfs(cache).f_flag & os.ST_NOEXEC:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
             os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
             # its precompiled header (~150 MB) is made in a directory fixed when inductor was imported (the scratch,

@@ -10,7 +10,8 @@ driver stub compiled with the host compiler, each kernel's launcher).
 
 Here: the compiled part's job directory gets ``COMPILE_CACHE`` (verifier/common/contract.py), a copy of this machine's
 kept cache (``seed``); the child points inductor (``TORCHINDUCTOR_CACHE_DIR``) and triton (``TRITON_CACHE_DIR``) at
-it and builds without inductor's precompiled header (verifier/child/reference.py ``build_compiled``); after a part
+it and builds without inductor's precompiled header (verifier/child/reference.py ``build_compiled``; not where the
+job directory's filesystem is mounted noexec, where a built library could not be loaded); after a part
 that built and timed, the files it added are kept (``keep``) for the next one.
 
 Trust: only reference jobs (the task's own code, no candidate's) get the copy or have their files kept, and what is
