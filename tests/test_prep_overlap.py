@@ -333,9 +333,12 @@ def test_the_kept_compile_cache_takes_only_regular_files_the_job_wrote(tmp_path,
     assert {rel for rel, _ in compile_cache._files(kept)} == {"inductor/ab/cab.cpp", "inductor/ab/cab.so"}
     assert not any(p.is_symlink() for p in kept.rglob("*")) and "host file" not in "".join(
         p.read_text(errors="replace") for p in kept.rglob("*") if p.is_file())
-    # the next job gets a copy; a file it rewrites is not kept over the one kept
+    # the next job gets a copy (not of a file another process is still keeping); a file it rewrites is not kept
+    # over the one kept
+    (kept / "inductor" / (compile_cache.TMP_PREFIX + "half")).write_bytes(b"\x7fE")
     job2 = tmp_path / "job2"
     cache2 = compile_cache.seed(job2, root, "9.9")
+    assert not (cache2 / "inductor" / (compile_cache.TMP_PREFIX + "half")).exists()
     assert (cache2 / "inductor" / "ab" / "cab.cpp").read_text() == "// kernel"
     (cache2 / "inductor" / "ab" / "cab.cpp").write_text("// rewritten")
     (cache2 / "inductor" / "cd.cpp").write_text("// another")

@@ -42,6 +42,7 @@ MAX_FILE_BYTES = 16 << 20  # a file larger than this is not kept (a precompiled 
 MAX_BYTES = 64 << 20
 # lock files; the header the child no longer makes; inductor's whole-graph entries (one task's graph each)
 SKIP_PARTS = ("locks", "precompiled_headers", "fxgraph", "aotautograd")
+TMP_PREFIX = ".keep-"  # a file being kept (another process's copy in progress): never copied on
 
 
 def kept_dir(build_root: Path, torch_version: str) -> Path:
@@ -60,17 +61,23 @@ def _files(root: Path):
                 st = os.lstat(p)
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode) and not name.endswith(".lock"):
+            if stat.S_ISREG(st.st_mode) and not name.endswith(".lock") and not name.startswith(TMP_PREFIX):
                 yield os.path.relpath(p, root), st.st_size
 
 
 def seed(job_dir: Path, build_root: Path, torch_version: str) -> Path:
-    """``job_dir / COMPILE_CACHE``, made, with a copy of the kept cache (if any) in it."""
+    """``job_dir / COMPILE_CACHE``, made, with a copy of the kept cache (if any) in it: as much of it as could be
+    copied (a copy that fails part way costs the build time only, never the task's timing)."""
     dest = Path(job_dir) / COMPILE_CACHE
     kept = kept_dir(build_root, torch_version)
-    if kept.is_dir():
-        shutil.copytree(kept, dest, symlinks=True, dirs_exist_ok=True)
     dest.mkdir(parents=True, exist_ok=True)
+    if kept.is_dir():
+        for rel, _ in _files(kept):
+            try:
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(kept / rel, dest / rel, follow_symlinks=False)
+            except OSError:
+                continue
     return dest
 
 
@@ -91,7 +98,7 @@ def keep(job_dir: Path, build_root: Path, torch_version: str) -> int:
             break
         target = kept / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".keep-")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TMP_PREFIX)
         try:
             with os.fdopen(fd, "wb") as out, open(os.open(src / rel, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                 shutil.copyfileobj(f, out)
