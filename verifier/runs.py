@@ -379,7 +379,8 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
     device = "cuda" if backend == "cuda" else "cpu"
     harness = make_harness(plan, job, job_dir, device, cfg, check=False, null=null if compiled else None)
     if compiled:  # what torch.compile built for the tasks before, on this machine (verifier/execute/compile_cache.py)
-        compile_cache.seed(job_dir, build_root, torch.__version__)
+        with contextlib.suppress(OSError):  # (without it the build takes longer, nothing else)
+            compile_cache.seed(job_dir, build_root, torch.__version__)
     try:
         run, ledger, clocked = run_driven(job, job_dir, cfg.run_timeout_s + (120 if compiled else 0), cfg,
                                           harness=harness)
@@ -393,7 +394,8 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
     if ledger.harness_error and not rep.timing_error:
         rep.timing_error = f"the harness failed: {ledger.harness_error}"
     if compiled and run.rc == 0 and not run.timed_out and not (rep.compile_error or rep.setup_error or rep.timing_error):
-        compile_cache.keep(job_dir, build_root, torch.__version__)
+        with contextlib.suppress(OSError):  # a build root this process cannot write keeps nothing
+            compile_cache.keep(job_dir, build_root, torch.__version__)
     if not cfg.keep_jobs:
         shutil.rmtree(job_dir, ignore_errors=True)
     figures: dict = {"held": reference_hold(rep, clocked)}
