@@ -322,10 +322,11 @@ def test_a_device_fault_the_reference_raises_after_the_candidates_kernels_is_its
     assert memory_error("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
     assert not memory_error("RuntimeError: CUDA error: an illegal memory access was encountered")
 
-    def judged(last_line: str, ev: Evidence | None = None):
+    def judged(last_line: str, ev: Evidence | None = None, backend: str = "cuda"):
         report = ChildReport(kind="candidate", trials=[TrialReport(index=k, kernel_calls=1) for k in range(2)],
                              reference_error=f"Traceback (most recent call last):\n  ...\n{last_line}\n")
         w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "fault")
+        w.verdict.backend = backend
         return w, _reference_failed(w, None, None, report, None, None, ev or Evidence())
 
     for fault in ("RuntimeError: CUDA error: an illegal memory access was encountered",
@@ -341,6 +342,10 @@ def test_a_device_fault_the_reference_raises_after_the_candidates_kernels_is_its
     ev.add(cheats.C08, "trial 2 repeated trial 1's output")
     w, v = judged("RuntimeError: CUDA error: an illegal memory access was encountered", ev)
     assert v.status == "cheat" and v.cheats == [cheats.C08], (v.status, v.cheats)
+    # red team: on cpu no kernel leaves a device fault behind; a reference made to raise such a line there is not a
+    # crash (it goes on to the class-48 judgement, here a verifier_error: no plan shows the reference runs)
+    w, v = judged("RuntimeError: CUDA error: an illegal memory access was encountered", backend="cpu")
+    assert v.status != "crash", (v.status, v.feedback)
 
 
 def test_a_set_up_failure_the_report_claims_after_the_candidates_code_ran_is_its_cheat(tmp_path):

@@ -518,8 +518,10 @@ def _reference_failed(w: Work, plan, ex: Execution, report: ChildReport, model, 
         w.setup_failed = True
         return finish(w, "verifier_error", ["The task's reference ran out of memory in the execution process (the "
                                             f"verifier's problem, not your kernel's):\n{error}"])
-    if any(f in last for f in DEVICE_FAULTS):  # the device left broken by the candidate's kernels: an honest bug's
-        w.verdict.cheats = ev.decide(torch=False)  # crash, as when the fault surfaces in its own forward
+    # the device left broken by the candidate's kernels: an honest bug's crash, as when the fault surfaces in its own
+    # forward (on cuda only: on cpu no kernel leaves a device fault behind, and such a line is written to get one)
+    if w.verdict.backend == "cuda" and any(f in last for f in DEVICE_FAULTS):
+        w.verdict.cheats = ev.decide(torch=False)
         return finish(w, "crash", [f"Trial {k + 1}: the device was left in an error state after your kernels ran; "
                                    f"the task's reference, run next in your process, raised it ({last}). Check your "
                                    f"kernels' memory accesses (compute-sanitizer)."])
