@@ -152,6 +152,19 @@ def _real_argv(a, k: int, budget_s: float, out_json: Path) -> list[str]:
         [x for kv in a.verify for x in ("--verify", kv)]
 
 
+def cpu_model() -> str:
+    """The host CPU's model name (/proc/cpuinfo), so that two runs' compile figures can be read against their hosts:
+    the device tool does not always lend the same machine (one H200 host built the same sources with 40% more
+    CPU-seconds than another)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
 def real_main(a) -> int:
     """``--batch real``: the batch at 1 per task, then at ``--per-task`` k (when k > 1), each in its own process
     within its share of ``--budget-s``; prints and writes throughput_real_<device>_<commit>.md and the verdicts."""
@@ -194,7 +207,7 @@ def real_main(a) -> int:
            "".join(f" --verify '{kv}'" for kv in a.verify))
     text = real_report(records, device=device, cmd=cmd, commit=commit, backend=a.backend, pch_s=pch_s,
                        versions=f"torch {torch.__version__}, python {sys.version.split()[0]}, "
-                                f"{usable_cores()} cores (the compile pool)")
+                                f"{usable_cores()} cores (the compile pool), CPU: {cpu_model()}")
     print(text, flush=True)
     (out / f"throughput_real_{tag}.md").write_text(text)
     return 0

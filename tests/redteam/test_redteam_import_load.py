@@ -171,3 +171,42 @@ def test_a_gate_that_never_opens_loads_nothing(tmp_path, monkeypatch):
     report = tmp_path / "check.json"
     assert proc.check_import(str(tmp_path / "absent.so"), "absent", str(report), gate=True) == proc.GATE_EXIT
     assert (tmp_path / "ready").exists() and not report.exists()
+
+
+DESTRUCTOR = r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* the red team's exit hook: work the check's process would do after its report, the device locks still held */
+__attribute__((destructor)) static void at_exit_hook(void) {
+    const char *mark = getenv("KM_DESTRUCTOR_MARK");
+    if (mark) { FILE *f = fopen(mark, "w"); if (f) { fputs("ran\n", f); fclose(f); } }
+}
+int km_seven(void) { return 7; }
+'''
+
+
+def test_the_import_check_ends_at_its_report_without_running_static_destructors(tmp_path):
+    """The check's process ends right after its report (``os._exit``): no interpreter teardown and no static
+    destructor of the candidate's runs while the verifier holds the host's device locks for it (the teardown of
+    torch's libraries made the checks' holds 0.6 s median on one H200, what timers drained behind most). The same
+    library loaded by a process that exits normally runs its destructor: the test sees one when it runs."""
+    import os
+    import subprocess
+    import sys
+
+    src, so = tmp_path / "hook.c", tmp_path / "hook.so"
+    src.write_text(DESTRUCTOR)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    mark, report = tmp_path / "mark", tmp_path / "check.json"
+    env = dict(os.environ, KM_DESTRUCTOR_MARK=str(mark), PYTHONPATH=os.getcwd())
+    p = subprocess.run([sys.executable, "-m", "verifier.build.proc", "check", str(so), "hook", str(report)], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0 and '"ok": true' in report.read_text(), p.stdout[-2000:]
+    assert "loaded as a library of operators" in p.stdout
+    assert not mark.exists()
+    # the control: a normal exit runs the destructor
+    subprocess.run([sys.executable, "-c", f"import ctypes; assert ctypes.CDLL({str(so)!r}).km_seven() == 7"],
+                   env=env, check=True, timeout=60)
+    assert mark.read_text() == "ran\n"
