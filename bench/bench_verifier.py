@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench.lib import fixtures as fx, lock_trace  # noqa: E402
-from bench.lib.proc_cpu import GpuSampler, ProcCpu  # noqa: E402
+from bench.lib.proc_cpu import GpuSampler, ProcCpu, cpu_model  # noqa: E402
 from bench.lib.testbed import verify_keys  # noqa: E402
 from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
@@ -152,19 +153,6 @@ def _real_argv(a, k: int, budget_s: float, out_json: Path) -> list[str]:
         [x for kv in a.verify for x in ("--verify", kv)]
 
 
-def cpu_model() -> str:
-    """The host CPU's model name (/proc/cpuinfo), so that two runs' compile figures can be read against their hosts:
-    the device tool does not always lend the same machine (one H200 host built the same sources with 40% more
-    CPU-seconds than another)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def real_main(a) -> int:
     """``--batch real``: the batch at 1 per task, then at ``--per-task`` k (when k > 1), each in its own process
     within its share of ``--budget-s``; prints and writes throughput_real_<device>_<commit>.md and the verdicts."""
@@ -199,18 +187,14 @@ def real_main(a) -> int:
     tag = f"{device.replace(' ', '_')}_{commit}" + ("_nosplit" if a.no_split else "") + \
         "".join("_" + re.sub(r"[^\w-]+", "", kv.replace("=", "-")) for kv in a.verify)
     write_real_verdicts(records, out / f"verdicts_real_{tag}.jsonl")
-    cmd = ("PYTHONPATH=. python3 bench/bench_verifier.py --batch real --manifest " + a.manifest +
-           f" --per-task {a.per_task} --levels {a.levels} --n-tasks {a.n_tasks}" +
-           (f" --sources {a.sources}" if a.sources else "") + f" --backend {a.backend} --budget-s {a.budget_s:.0f}" +
-           (f" --exec-workers {a.exec_workers}" if a.exec_workers else "") + (" --pad-copies" if a.pad_copies else "")
-           + (" --k-only" if a.k_only else "") + (" --no-split" if a.no_split else "") +
-           "".join(f" --verify '{kv}'" for kv in a.verify))
+    cmd = "PYTHONPATH=. python3 bench/bench_verifier.py " + shlex.join(sys.argv[1:])  # as it was run
     text = real_report(records, device=device, cmd=cmd, commit=commit, backend=a.backend, pch_s=pch_s,
                        versions=f"torch {torch.__version__}, python {sys.version.split()[0]}, "
                                 f"{usable_cores()} cores (the compile pool), CPU: {cpu_model()}")
     print(text, flush=True)
     (out / f"throughput_real_{tag}.md").write_text(text)
     return 0
+
 
 def main():
     ap = argparse.ArgumentParser()
