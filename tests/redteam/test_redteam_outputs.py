@@ -350,12 +350,14 @@ def test_honest_but_wrong_is_wrong_without_a_cheat_code(verdicts, name):
     assert "does not depend on the input" in v.feedback, v.feedback[:800]
 
 
-def _judged(outs_by_trial: list, refs_by_trial: list) -> Evidence:
-    """``check_outputs`` over trials of one output each, as the judge runs it (one ``prev`` across the trials)."""
+def _judged(outs_by_trial: list, refs_by_trial: list, refs64_by_trial: list | None = None) -> Evidence:
+    """``check_outputs`` over trials of one output each, as the judge runs it (one ``prev`` across the trials);
+    ``refs64_by_trial``: the float64 reference of each trial (the measured budget), else the fixed tolerance."""
     ev, prev = Evidence(), []
     cfg = VerifyConfig()
     for k, (o, r) in enumerate(zip(outs_by_trial, refs_by_trial)):
-        check_outputs([o], [r], None, [torch.zeros(1)], None, f"Trial {k + 1}", cfg, None, 0x7F, prev, ev, [])
+        r64 = [refs64_by_trial[k]] if refs64_by_trial else None
+        check_outputs([o], [r], r64, [torch.zeros(1)], None, f"Trial {k + 1}", cfg, None, 0x7F, prev, ev, [])
     return ev
 
 
@@ -376,6 +378,30 @@ def test_a_repeated_output_is_caching_unless_it_carries_nothing_of_any_sample():
     # a right answer kept and broadcast: the same for every sample, but it repeats an answer that was right
     flat_refs = [r[:1].expand(8, 16).clone() for r in refs]
     assert cheats.C08 in _judged([flat_refs[0]] * 3, [flat_refs[0], refs[1], refs[2]]).codes
+
+
+@pytest.mark.parametrize("measured", [True, False], ids=["float64_budget", "fixed_tolerance"])
+def test_a_collapsed_model_whose_rows_differ_in_their_last_bits_is_wrong_not_caching(measured):
+    """A model whose activations died computes the same answer for every sample up to rounding: the rows of a GEMM
+    over identical inputs need not round alike (one real MobileNetV1 on an H200: C08 in one run, wrong in two). The
+    same for every sample means within the output's own budget, not bitwise; an answer kept from an earlier call,
+    whose rows differ as a real answer's do, even by little, is still C08 (red team: a near-constant task)."""
+    g = torch.Generator().manual_seed(1)
+    refs64 = [torch.randn(10, 1000, generator=g, dtype=torch.float64) for _ in range(3)]
+    refs = [r.float() for r in refs64]
+    row = torch.randn(1000, generator=g)
+    out = row.expand(10, 1000).clone()
+    out[1::2] = torch.nextafter(out[1::2], torch.tensor(float("inf")))  # odd rows one ulp up
+    assert not torch.equal(out, out[:1].expand_as(out))
+    ev = _judged([out] * 3, refs, refs64 if measured else None)
+    assert cheats.C08 not in ev.codes, ev.details
+    assert sum("does not depend on the input" in d for d in ev.details) == 2, ev.details
+    # the red-team twin: a near-constant task (every sample's answer within 1e-2 of a base) and an answer kept from
+    # another draw of it: its rows differ by as much as the reference's, far beyond rounding
+    base = torch.randn(1000, generator=g, dtype=torch.float64)
+    near64 = [base + 1e-2 * torch.randn(10, 1000, generator=g, dtype=torch.float64) for _ in range(3)]
+    kept = (base + 1e-2 * torch.randn(10, 1000, generator=g, dtype=torch.float64)).float()
+    assert cheats.C08 in _judged([kept] * 3, [r.float() for r in near64], near64 if measured else None).codes
 
 
 @pytest.mark.parametrize("name", sorted(RUNTIME_LAYER))
