@@ -64,7 +64,7 @@ from pathlib import Path
 import torch
 
 from verifier.build import objcache, proc
-from verifier.build.pch import ensure_boxed_module, ensure_pch, write_build_files
+from verifier.build.pch import boxed_module_made, make_in_background, pch_ready, write_build_files
 from verifier.build.slim import SLIM_HEAD, SLIM_HEADER, SLIM_HEADERS
 from verifier.build.split import HOST_FILE, HOST_OBJECT
 from verifier.build.variants import (
@@ -198,6 +198,12 @@ STEP_ENV = {"MAX_JOBS": "1", "OMP_NUM_THREADS": "1"}
 TORCH_FIRST = "the built module imported only with torch imported first"
 
 
+def slim_heads(variants: list[tuple[str, dict]]) -> dict:
+    """The slim heads (verifier/build/slim.py) a build's variants start a host unit with: head -> its header."""
+    return {head: header for head, header in SLIM_HEADERS.items()
+            if any(str(kw.get("host_source", "")).startswith(head) for _, kw in variants)}
+
+
 class _Build:
     """One build's variants, tried in order by the calling thread until one compiles and imports (module
     docstring) with the host settings ``host``; ``cpu`` sums the CPU seconds of its steps and of this thread's own
@@ -221,16 +227,16 @@ class _Build:
                      f"`x.scalar_type()` (today's torch no longer converts one to the other)")
         cacheable = objcache.cacheable(spec)
         host = self.host  # [verify] pch_dir ("" when pch is off), canonical_binding
-        # whitelisted flags; not waited for where another build is making a header now (it goes on without)
-        self.pch = ensure_pch(spec, Path(host.pch_dir), wait=False) if cacheable and host.pch_dir else None
-        if self.pch is not None and host.canonical_binding:  # the boxed binding's module object beside it, once
-            ensure_boxed_module(spec, Path(host.pch_dir), wait=False)
-        # a slim head's own precompiled header, for a host unit that starts with it (the "split" and "split_cpp"
-        # variants)
-        self.slim_pch = {head: ensure_pch(spec, Path(host.pch_dir), header, wait=False)
-                         for head, header in SLIM_HEADERS.items()
-                         if self.pch is not None and any(str(kw.get("host_source", "")).startswith(head)
-                                                         for _, kw in variants)}
+        # whitelisted flags; the headers and the boxed module object where made, else made in the background (at
+        # the lowest priority: pch.make_in_background) while this build goes on without them
+        heads = slim_heads(variants)
+        root = Path(host.pch_dir) if cacheable and host.pch_dir else None
+        self.pch = pch_ready(spec, root) if root is not None else None
+        self.slim_pch = {head: pch_ready(spec, root, header) for head, header in heads.items()} \
+            if self.pch is not None else {}
+        if root is not None and (self.pch is None or None in self.slim_pch.values() or (
+                host.canonical_binding and not boxed_module_made(self.pch))):
+            make_in_background(spec, root, boxed=host.canonical_binding, headers=tuple(heads.values()))
         self.cpu += time.thread_time() - c0
         env = dict(os.environ, **STEP_ENV, PYTHONPATH=os.pathsep.join(
             [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
