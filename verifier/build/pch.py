@@ -158,8 +158,8 @@ def ensure_pch(kwargs: dict, root: Path, header: tuple[str, str] | None = None, 
     if sys.platform != "linux":
         return None
     name, text = header or ("torch/extension.h", None)
-    sig = pch_signature(kwargs) + ("" if text is None else "\n" + json.dumps([name, text]))
-    d = root / hashlib.sha256(sig.encode()).hexdigest()[:16]
+    sig = _header_signature(kwargs, header)
+    d = _header_dir(kwargs, root, header)
     gch = d / (name + ".gch")
     try:
         if (d / "ok").is_file():
@@ -252,10 +252,15 @@ def ensure_boxed_module(kwargs: dict, root: Path, wait: bool = True, background:
         return None
 
 
-def _header_dir(kwargs: dict, root: Path, header: tuple[str, str] | None = None) -> Path:
+def _header_signature(kwargs: dict, header: tuple[str, str] | None = None) -> str:
+    """What a header's directory is keyed by: ``pch_signature``, and for a header of the verifier's own its text."""
     name, text = header or ("torch/extension.h", None)
-    sig = pch_signature(kwargs) + ("" if text is None else "\n" + json.dumps([name, text]))
-    return root / hashlib.sha256(sig.encode()).hexdigest()[:16]
+    return pch_signature(kwargs) + ("" if text is None else "\n" + json.dumps([name, text]))
+
+
+def _header_dir(kwargs: dict, root: Path, header: tuple[str, str] | None = None) -> Path:
+    """The directory under ``root`` of this header for these kwargs (made or not)."""
+    return root / hashlib.sha256(_header_signature(kwargs, header).encode()).hexdigest()[:16]
 
 
 def pch_ready(kwargs: dict, root: Path, header: tuple[str, str] | None = None) -> Path | None:
