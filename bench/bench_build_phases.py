@@ -23,7 +23,8 @@ from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
 from bench.lib.testbed import load_manifest, real_batch  # noqa: E402
 from verifier.build.objcache import MODULE  # noqa: E402
-from verifier.build.pool import HOST_OBJECT, SLIM_HEADER, ensure_pch, write_variant  # noqa: E402
+from verifier.build.pch import ensure_pch  # noqa: E402
+from verifier.build.pool import HOST_OBJECT, SLIM_HEADER, write_variant  # noqa: E402
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.common.spec import canonical_spec  # noqa: E402
