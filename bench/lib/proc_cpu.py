@@ -193,7 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-
 def cpu_model() -> str:
     """The host CPU's model name (/proc/cpuinfo), so that two runs' compile figures can be read against their hosts:
     the device tool does not always lend the same machine (one H200 host built the same sources with 40% more
