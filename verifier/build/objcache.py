@@ -29,6 +29,7 @@ runs the candidate's static initialisers, cannot write it (verifier/build/pool.p
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verifier.build import binding, boxed
+from verifier.common import priority
 
 MODULE = "km_ext"  # the module name of every extension the compile pool builds
 
@@ -371,7 +373,11 @@ def _canonical_object(build_dir: Path, cache_dir: Path, c: _Canonical, wait: boo
             return True
         if failed.is_file():  # the same command failed before: the next form, without paying the compile again
             return False
-        if not _try(c.cmd, build_dir, c.log):
+        # the module object every build of these flags waits for (compiled once a machine) at the priority of the
+        # work its verdicts wait beside, not below it (verifier/common/priority.py)
+        with priority.session_at(0, strict=False) if c.kind == "boxed" else contextlib.nullcontext():
+            ok = _try(c.cmd, build_dir, c.log)
+        if not ok:
             failed.write_text(c.log[-1][-4000:])
             return False
         _store(build_dir, c.out, c.key, cache_dir)

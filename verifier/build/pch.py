@@ -28,13 +28,15 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as ce
 
+from verifier.common import priority
+
 PCH_MAX_FLAG_SETS = 12  # headers x cflags sets that get one (torch/extension.h's ~0.8 GB, slim's head ~0.3 GB)
 # one load_inline at a time in this process: the stop below patches torch's module, and its extension versioner
 # would rename a second concurrent extension of the same name (``name_v1``), which the ninja file then builds
 _WRITE_LOCK = threading.Lock()
 # headers made in the background (``make_in_background``) run below the builds (pool.COMPILE_NICE, 10) and everything
 # else: an investment for later builds, made with the CPU the verdicts leave over
-BACKGROUND_NICE = 19
+BACKGROUND_NICE = priority.BACKGROUND
 _BACKGROUND: set = set()  # the compilers making a header in the background now (ended when this process exits)
 _STARTED: set = set()  # the (directory, what) this process has started making in the background
 _STARTED_LOCK = threading.Lock()
@@ -45,8 +47,8 @@ def _compile(cmd: list[str], background: bool) -> subprocess.CompletedProcess:
     process group of its own that ends with this process (``_end_background``)."""
     if not background:
         return subprocess.run(cmd, capture_output=True, text=True)
-    p = subprocess.Popen(["nice", "-n", str(BACKGROUND_NICE), *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: priority.lower(BACKGROUND_NICE))
     _BACKGROUND.add(p)
     try:
         out, err = p.communicate()

@@ -73,14 +73,14 @@ from verifier.build.variants import (
     variants_and_rewrites,
     variant_failure_is_final,
 )
-from verifier.common import childenv, sandbox
+from verifier.common import childenv, priority, sandbox
 from verifier.common.backends import OWN_PREFIX
 from verifier.common.config import HostSettings, usable_cores
 from verifier.common.devlock import device_lock
 from verifier.common.spec import canonical_spec, extension_name, spec_key
 
 OBJECTS_DIR = ".objects"  # under the build root: the object cache (verifier/build/objcache.py)
-COMPILE_NICE = 10  # scheduling priority of build processes, below execution and timing
+COMPILE_NICE = priority.BUILD  # scheduling priority of build processes, below execution and timing
 # the import check: torch's import (~5 CPU-s with one thread) and the module's static initialisers; past it the step
 # is stopped by SIGXCPU (its exit status as the process, a shell or the sandbox's supervisor reports it)
 CHECK_CPU_S = 60
@@ -384,7 +384,7 @@ class _Build:
         if jail:
             cmd, env = jail.argv(cmd, env), {}
         out.flush()
-        start = jail.preexec if jail else (lambda: os.nice(COMPILE_NICE))
+        start = jail.preexec if jail else (lambda: priority.lower(COMPILE_NICE))
 
         def preexec() -> None:
             start()
@@ -440,11 +440,12 @@ class _BuildSandbox:
         self.pass_fds = (self.write_fd,)
 
     def argv(self, cmd: list, env: dict) -> list:
+        # in the session ``run`` starts (its priority: verifier/common/priority.py)
         return self.box.argv(sandbox.supervise_argv(self.write_fd, cmd, self.host),
-                             dict(env, **{childenv.SANDBOXED: "1"}))
+                             dict(env, **{childenv.SANDBOXED: "1"}), new_session=False)
 
     def preexec(self) -> None:
-        os.nice(COMPILE_NICE)
+        priority.lower(COMPILE_NICE)
         self.limit.enter()
 
     def started(self) -> None:

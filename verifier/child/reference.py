@@ -33,6 +33,7 @@ from verifier.common.contract import (
     Job,
     ModelTiming,
 )
+from verifier.common import priority
 from verifier.common.devlock import device_lock
 from verifier.common.inputs import (
     as_list,
@@ -142,8 +143,10 @@ def build_compiled(model, draw, seeds: list[int], backend, report: ChildReport, 
             # emptied after every job): ~9 s a task on 2 cores, for one build that compiles as fast without it
             inductor_config.cpp_cache_precompile_headers = False
         compiled = torch.compile(model)
-        out = compiled(*draw(seeds[0]))
-        backend.synchronize()
+        # a build, at the builds' priority (the timing after it at the child's own: priority.session_at)
+        with priority.session_at(priority.BUILD):
+            out = compiled(*draw(seeds[0]))
+            backend.synchronize()
         del out
         return compiled
     except Exception as e:  # noqa: BLE001

@@ -30,7 +30,9 @@ log from quoting files outside the candidate's sources and the installed headers
 What it does NOT do: no seccomp filter (any syscall the kernel allows inside the namespaces is allowed); the
 candidate can read every file of the read-only view (public code: Python, torch, compilers, the verifier); a write
 into a read-only bind fails silently for the candidate and leaves no evidence; a process of the candidate can
-signal or ptrace the fork server that shares its sandbox.
+signal or ptrace the fork server that shares its sandbox; a process inside can take its session's CPU priority up to
+the execution children's (``setsid``, or its autogroup's nice down to 0: verifier/common/priority.py), which costs
+other work CPU share, never a verdict (a build step's CPU is bounded by ``RLIMIT_CPU``).
 
 Settings (on/off, the bwrap binary, the limits): the ``HostSettings`` (``VerifyConfig.host()``) each caller passes
 in (``status``, ``Sandbox``, ``supervise_argv``), never a process-wide copy; a sandboxed supervisor or fork server
@@ -203,9 +205,12 @@ class Sandbox:
         for i in range(1, len(parts) + 1):
             self.skeleton.add(str(Path(*parts[:i])))
 
-    def argv(self, command: list, env: dict | None = None) -> list:
+    def argv(self, command: list, env: dict | None = None, new_session: bool = True) -> list:
         """The bwrap command line that runs ``command`` in this sandbox with ``clean_env(env)`` (default: this
-        process's environment); start it with an empty environment of its own."""
+        process's environment); start it with an empty environment of its own. ``new_session=False`` only for a
+        command its caller starts in a session of its own (``Popen(start_new_session=True)``): that session has no
+        controlling terminal to inject input into (what bwrap's ``--new-session`` guards against), and the command
+        keeps its priority there (a session is a scheduling group: verifier/common/priority.py)."""
         args = [bwrap_path(self.host), "--bind", str(self.root), "/"]
         for top in ("bin", "sbin", "lib", "lib64", "lib32", "libx32"):
             p = Path("/" + top)
@@ -233,7 +238,8 @@ class Sandbox:
         for p in self.writable:
             args += ["--bind", p, p]
             self._mark(p)
-        args += ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--chdir", SCRATCH]
+        args += ["--unshare-all", "--die-with-parent", *(["--new-session"] if new_session else []), "--clearenv",
+                 "--chdir", SCRATCH]
         for k, v in clean_env(dict(os.environ) if env is None else env).items():
             args += ["--setenv", k, v]
         return args + ["--"] + [str(c) for c in command]
