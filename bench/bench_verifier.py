@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench.lib import fixtures as fx, lock_trace  # noqa: E402
+from bench.lib.pch_warm import headers_made, warm_pch  # noqa: E402
 from bench.lib.proc_cpu import GpuSampler, ProcCpu, cpu_model  # noqa: E402
 from bench.lib.testbed import verify_keys  # noqa: E402
 from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
@@ -124,24 +125,6 @@ def real_once(a, out_json: Path) -> None:
     if cut:
         print(f"budget reached after {wall:.0f} s: {len(rows)} of {len(batch.items)} verdicts recorded", flush=True)
         os._exit(0)
-
-
-def warm_pch(backend: str, timeout_s: float) -> float:
-    """Build the precompiled header of the default flags (once per machine and flags set, kept under
-    ~/.cache/kernelmill/pch: every batch after the first finds it) before any batch's clock; its seconds."""
-    from verifier.build.pool import build_blocking
-    from verifier.common.config import VerifyConfig
-
-    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-bench-pch-"))
-    warm = {"cpp_sources": ["int km_pch_warm() { return 1; }"], "functions": ["km_pch_warm"]}
-    if backend == "cuda":  # a source the split builds: slim's precompiled head too (verifier/build/split.py)
-        warm.update({"cpp_sources": ["torch::Tensor km_pch_warm(torch::Tensor x);"], "extra_cuda_cflags": ["-O3"],
-                     "cuda_sources": ["#include <torch/extension.h>\n__global__ void k(float* y) { y[0] = 1.f; }\n"
-                                      "torch::Tensor km_pch_warm(torch::Tensor x) { k<<<1, 1, 0, 0>>>(x.data_ptr<float>());"
-                                      " return x; }\n"]})
-    t = time.perf_counter()
-    build_blocking(cfg.build_root(), warm, max(30.0, timeout_s), host=cfg.host())
-    return time.perf_counter() - t
 
 
 def _real_argv(a, k: int, budget_s: float, out_json: Path) -> list[str]:
@@ -255,6 +238,7 @@ def main():
     pre = build_blocking(cfg.build_root(), {"cpp_sources": ["int km_pch_warm() { return 1; }"],
                                             "functions": ["km_pch_warm"], "cuda_sources": ["__global__ void k(){}"],
                                             "extra_cuda_cflags": ["-O3"]}, 600, host=cfg.host())
+    headers_made(600)
     rows.append(("one-off: precompiled header + first build s (not in the batches)",
                  f"{time.perf_counter() - t:.1f} (ok={pre.ok}, variant={pre.variant}, pch={pre.pch})"))
     print(rows[-1], flush=True)
