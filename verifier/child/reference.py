@@ -27,13 +27,13 @@ from verifier.child.timing import (
     probe_calls,
     probe_count,
 )
+from verifier.common import priority
 from verifier.common.contract import (
     COMPILE_CACHE,
     ChildReport,
     Job,
     ModelTiming,
 )
-from verifier.common import priority
 from verifier.common.devlock import device_lock
 from verifier.common.inputs import (
     as_list,

@@ -8,8 +8,8 @@ group of its own, and the CPU is shared between the groups first, each at the we
 0 unless someone sets it. The verifier starts every build, header compile and child in a session of its own (so
 that it can end all it left), so a build at nice 10 and a header at nice 19 each got as much CPU as an execution
 child at nice 0: on the 2-core machine the background header took 40-50% of a core for the whole first 130 s of a
-cold run, beside the builds the first verdict waited for (a ``top`` timeline of ``kernelmill verify-run``, the
-thirty-fifth session). ``lower`` sets both the process's nice and its session's autogroup's; a process a caller
+cold run, beside the builds the first verdict waited for (a per-process CPU sampler over ``kernelmill verify-run``,
+the thirty-fifth session). ``lower`` sets both the process's nice and its session's autogroup's; a process a caller
 starts in a session of its own keeps that session inside the sandbox (``Sandbox.argv(..., new_session=False)``).
 
 Where a process's CPU cgroup is not the root one (a container with a CPU controller), autogroups do not apply and
@@ -28,7 +28,7 @@ AUTOGROUP = "/proc/self/autogroup"
 # the kernel takes an autogroup's nice from a process without CAP_SYS_ADMIN at most once a 100 ms, machine-wide
 # (EAGAIN otherwise, also after another process's change, its own included): tries spread over that
 _TRIES, _PAUSE_S = 4, 0.03
-_RESTORE_S = 5.0  # how long ``lowered`` tries to give the session its priority back
+_RESTORE_S = 5.0  # how long ``session_at`` tries to give the session its priority back
 
 
 def lower(nice: int) -> None:
@@ -39,7 +39,7 @@ def lower(nice: int) -> None:
 
 
 def set_autogroup(nice: int) -> bool:
-    """This process's session's autogroup to ``nice``; False where there is no autogroup to set or the kernel refused."""
+    """This process's session's autogroup to ``nice``; False where there is none to set or the kernel refused."""
     for i in range(_TRIES):
         try:
             with open(AUTOGROUP, "w") as f:
@@ -76,7 +76,7 @@ def session_at(nice: int, strict: bool = True):
 
 
 class PriorityNotRestored(RuntimeError):
-    """``lowered`` could not give the session its priority back."""
+    """``session_at`` could not give the session its priority back."""
 
 
 def autogroup_nice(pid: int | str = "self") -> int | None:
