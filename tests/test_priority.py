@@ -112,3 +112,21 @@ def test_the_compiled_reference_builds_at_the_builds_priority_and_times_at_its_o
         print(seen[0], priority.autogroup_nice())
     """)
     assert out.split() == (["10", "0"] if AUTOGROUPS else ["None", "None"])
+
+
+@pytest.mark.skipif(not sandbox.enabled(HOST), reason=f"no sandbox here: {sandbox.status(HOST).get('reason')}")
+def test_a_build_step_without_bwraps_new_session_has_no_terminal_to_inject_into(tmp_path):
+    """Red team for dropping ``--new-session`` in the build sandbox: what it guards is a controlling terminal
+    (TIOCSTI input injection). The session the pool starts has none, so code in the step (a static initialiser in the
+    import check) cannot open one, and cannot take one: it leads no session (``setsid`` makes a new one, without a
+    terminal either)."""
+    script = ("import os\n"
+              "try:\n    os.open('/dev/tty', os.O_RDWR)\n    print('terminal')\nexcept OSError:\n    print('none')\n"
+              "print(os.getsid(0) == os.getpid())\n")
+    jail = _BuildSandbox([tmp_path / "work"], HOST, read_only=[str(ROOT)])
+    p = subprocess.run(jail.argv([sys.executable, "-c", script], {"PYTHONPATH": str(ROOT)}), env={}, capture_output=True, text=True,
+                       timeout=120, start_new_session=True, preexec_fn=jail.preexec, pass_fds=jail.pass_fds)
+    jail.started()
+    jail.finish()
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["none", "False"]
