@@ -80,7 +80,8 @@ class PriorityNotRestored(RuntimeError):
 
 
 def autogroup_nice(pid: int | str = "self") -> int | None:
-    """The nice of ``pid``'s session's autogroup (``/autogroup-N nice K``); None where the kernel has none."""
+    """The nice of ``pid``'s session's autogroup (``/autogroup-N nice K``); None where the kernel has none, or
+    has none for that session (the file is empty for a session kept from init's, never made with ``setsid``)."""
     try:
         with open(f"/proc/{pid}/autogroup") as f:
             return int(f.read().split()[-1])
