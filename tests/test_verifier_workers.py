@@ -65,6 +65,10 @@ def probe_job(kind: str, n: int = 0, hold_s: float = 0.0):
             os._exit(7)
     if kind == "raise":
         raise ValueError("the engine's own bug")
+    if kind == "admit_gpu":  # a device this machine lacks: its total memory as the slot's process would measure it
+        admission._CAPACITY["cuda"] = n
+        with admission.gate_for("cuda", 0.0).admit(GIB):
+            return "admitted"
     raise AssertionError(kind)
 
 
@@ -136,6 +140,29 @@ def test_a_slot_process_that_dies_or_fails_is_the_verifiers_error_and_the_slot_g
             second.run(("raise",))
         # a job that raised on the verifier's side leaves its process alive: the same one serves the next job
         assert current() is second and current().run(("pid",)) == second.proc.pid not in (first.proc.pid, os.getpid())
+
+
+def test_the_engines_automatic_gpu_budget_is_measured_by_the_slots_process_and_its_failure_is_the_jobs(monkeypatch):
+    """The engine's gate for a GPU with no configured budget takes the device's total memory from the slot's process
+    that asks (which holds a CUDA context anyway): the engine made a CUDA context of its own to measure it, which ran
+    out of memory on one H200 shared by ten test workers, inside its answer, and closed the slot's process with an
+    honest candidate's verifier_error nobody tried again (tests/gpu at f9e66f9). A gate the engine cannot make is
+    the asking job's error (where the engine's retries for device memory apply), and the slot's process lives on."""
+    monkeypatch.setattr(admission, "_GATES", {})
+
+    def no_device(*_a, **_k):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", no_device)  # the engine's process must not need it
+    with workers.lease(ENTRY) as current:
+        assert current().run(("admit_gpu", 64 * GIB)) == "admitted"
+        assert admission._GATES[("cuda", 0.0)].budget == int(64 * GIB * admission.CUDA_SHARE)
+        admission._GATES.clear()
+        monkeypatch.setattr(admission, "auto_budget", no_device)
+        slot = current()
+        with pytest.raises(workers.WorkerDied, match="could not admit the job: RuntimeError: CUDA error: out of memory"):
+            slot.run(("admit_gpu", 64 * GIB))
+        assert current() is slot and slot.alive() and slot.run(("pid",)) == slot.proc.pid
 
 
 TASK = Task.from_code(fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(40, 700)") + "\n# slot processes\n",

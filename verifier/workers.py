@@ -119,8 +119,12 @@ class TrustedProcess:
             while True:
                 kind, *rest = self.conn.recv()
                 if kind == "admit":
-                    device, budget_gib, n = rest
-                    gate = admission.gate_for(device, budget_gib)
+                    device, budget_gib, n, capacity = rest
+                    try:
+                        gate = admission.gate_for(device, budget_gib, capacity)
+                    except Exception as e:  # noqa: BLE001 - told to the job, which raises it where its own
+                        self.conn.send(("refused", f"{type(e).__name__}: {e}"))  # errors are judged (and retried)
+                        continue
                     t0 = time.perf_counter()
                     gate.acquire(n)
                     held.append((gate, n))
@@ -277,9 +281,11 @@ class _RemoteAdmission:
         self.conn = conn
 
     @contextlib.contextmanager
-    def admit(self, device: str, budget_gib: float, n: int):
-        self.conn.send(("admit", device, budget_gib, n))
+    def admit(self, device: str, budget_gib: float, n: int, capacity: int | None = None):
+        self.conn.send(("admit", device, budget_gib, n, capacity))
         kind, waited = self.conn.recv()
+        if kind == "refused":  # the engine's gate could not be made: its error, raised in the job (out of memory
+            raise RuntimeError(f"the engine could not admit the job: {waited}")  # there is tried again)
         if kind != "admitted":
             raise RuntimeError(f"the engine answered {kind!r} to an admission request")
         try:

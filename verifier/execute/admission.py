@@ -153,10 +153,11 @@ def _ram_bytes(pages: str) -> int:
         return 1 << 40
 
 
-def auto_budget(device: str) -> int:
-    """The budget of a gate where none is configured: a share of the GPU's total memory, or of available RAM."""
+def auto_budget(device: str, capacity: int | None = None) -> int:
+    """The budget of a gate where none is configured: a share of the GPU's total memory (``capacity`` where a slot's
+    process measured it), or of available RAM."""
     if device == "cuda":
-        return int(torch.cuda.mem_get_info()[1] * CUDA_SHARE)
+        return int((capacity if capacity is not None else capacity_bytes("cuda")) * CUDA_SHARE)
     return int(free_bytes("cpu") * CPU_SHARE)
 
 
@@ -175,8 +176,15 @@ def admit_through(remote) -> None:
     _REMOTE = remote
 
 
+_CAPACITY: dict[str, int] = {}  # a slot's process: its devices' total memory, measured once
+
+
 class _AskedGate:
-    """A gate of the engine's process, for one device and budget, as a slot's trusted process sees it."""
+    """A gate of the engine's process, for one device and budget, as a slot's trusted process sees it. The request
+    carries the device's total memory as this process measures it, for the engine's automatic budget: the engine's
+    process need not make a CUDA context to answer it (where it had none yet, on one H200 shared by ten test
+    workers, making one ran out of memory inside the engine's answer, and an honest candidate got a
+    ``verifier_error`` that was never tried again, at f9e66f9)."""
 
     def __init__(self, remote, device: str, budget_gib: float):
         self.remote, self.device, self.budget_gib = remote, device, budget_gib
@@ -185,12 +193,18 @@ class _AskedGate:
         """(A slot's requests are its candidates' and its reference timings', never in the background.)"""
         if background:
             raise ValueError("a slot's process asks the engine's gate for foreground requests only")
-        return self.remote.admit(self.device, self.budget_gib, int(n))
+        capacity = None
+        if self.budget_gib <= 0:
+            capacity = _CAPACITY.get(self.device)
+            if capacity is None:
+                capacity = _CAPACITY[self.device] = capacity_bytes(self.device)
+        return self.remote.admit(self.device, self.budget_gib, int(n), capacity)
 
 
-def gate_for(device: str, budget_gib: float = 0.0) -> MemoryGate:
+def gate_for(device: str, budget_gib: float = 0.0, capacity: int | None = None) -> MemoryGate:
     """The process's gate for ``device`` (one per device and configured budget, shared by every batch of the
-    process, since they share the device): ``budget_gib`` > 0 is the budget, 0 the automatic one (measured once).
+    process, since they share the device): ``budget_gib`` > 0 is the budget, 0 the automatic one (measured once;
+    ``capacity``: the device's total memory as a slot's process measured it, see ``_AskedGate``).
     In a slot's trusted process (``admit_through``), the engine's gate of that device, asked over the pipe."""
     if budget_gib < 0:
         raise ValueError(f"verify.memory_budget_gib must be 0 (automatic) or positive, got {budget_gib}")
@@ -199,7 +213,8 @@ def gate_for(device: str, budget_gib: float = 0.0) -> MemoryGate:
     key = (device, float(budget_gib))
     with _GATES_LOCK:
         if key not in _GATES:
-            _GATES[key] = MemoryGate(int(budget_gib * GIB) if budget_gib > 0 else max(auto_budget(device), GIB))
+            _GATES[key] = MemoryGate(int(budget_gib * GIB) if budget_gib > 0 else
+                                     max(auto_budget(device, capacity), GIB))
         return _GATES[key]
 
 
