@@ -1,5 +1,6 @@
 """bench/lib/proc_cpu.py: the host CPU seconds by kind of process that bench_verifier.py reports."""
 
+import resource
 import subprocess
 import sys
 
@@ -21,15 +22,20 @@ def test_processes_are_classified_by_what_they_run():
 def test_a_childs_cpu_is_counted_under_its_kind():
     p = ProcCpu(interval=0.05)
     p.start()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # a build-process look-alike that burns CPU for about a second, then sleeps past a sample before exiting
     subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\n"
                     "time.sleep(0.3)", "verifier.build.proc"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     by_kind = p.finish()
     sec, n = by_kind["build steps (python: ninja driver, import check of the built module)"]
+    # what the child used by the kernel's own count: its second and its interpreter's start, which on a loaded machine
+    # took 0.7 CPU-s more (CI: 1.7 in all), so the sampler is held to that, not to a fixed bound
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # the host's processes are all sampled: under pytest-xdist another worker's real build steps can add to the kind
     # (CI saw 2 once), never take from it
     assert n >= 1 and sec >= 0.8, by_kind
-    assert n > 1 or sec <= 1.5, by_kind
+    assert n > 1 or abs(sec - used) <= 0.25, (used, by_kind)
     assert 0.0 < p.host_busy <= 1.0
 
 
