@@ -464,3 +464,57 @@ def test_a_timing_failure_the_report_claims_does_not_skip_the_harnesss_checks(tm
     assert v is not None and v.status == "cheat" and cheats.C16 in v.cheats, (v and v.status, ev.details)
     w, v, ev = judged(torch.relu)
     assert v is None and w.verdict.speedup_eager is None and any("Timing failed" in d for d in ev.details), ev.details
+
+
+def test_a_null_bracket_draws_one_input_set_and_copies_it_to_its_other_calls(tmp_path):
+    """The null model answers with a fixed output whatever its inputs, so its many-call brackets need the bytes of a
+    model's inputs, not fresh draws (each a task's get_inputs on the host, under the RNG lock, while the device is
+    held alone): one draw per bracket, copied into separate memory for each further call. A model's brackets still
+    draw every call's inputs."""
+    drawn = []
+
+    def draw(seed: int) -> list:
+        drawn.append(seed)
+        return _draw(seed)
+
+    template = torch.zeros(32, 128)
+    seen = []
+
+    def serve(client, ch):
+        for _ in range(4):
+            client.bracket("null", lambda x: (seen.append(x.clone()), template)[1])
+
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, draw, check=False, keep=0, budget_s=5.0)
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
+    ch = Channel(tmp_path)
+    try:
+        serve(BracketClient(ch, "cpu"), ch)
+    finally:
+        ch.close()
+        ledger = d.close()
+    assert not ledger.harness_error, ledger.harness_error
+    got = h.close()
+    calls = [b.calls for b in got.brackets if b.label == "null"]
+    assert len(calls) == 4 and max(calls) > 1, calls  # the null is timed at one call and at the most a bracket holds
+    assert len(drawn) == 1 + len(calls), (len(drawn), calls)  # the layout's draw, then one a bracket
+    assert len(seen) == sum(calls)
+    many = seen[calls[0]:calls[0] + calls[1]]  # the second bracket's calls: the one draw's values in each
+    assert all(torch.equal(x, many[0]) for x in many)
+
+    # a model's bracket of as many calls draws each of them
+    drawn.clear()
+
+    def serve_model(client, ch):
+        for _ in range(2):
+            client.bracket("candidate", torch.relu)
+
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, draw, check=False, keep=0, budget_s=5.0)
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
+    ch = Channel(tmp_path)
+    try:
+        serve_model(BracketClient(ch, "cpu"), ch)
+    finally:
+        ch.close()
+        d.close()
+    model_calls = [b.calls for b in h.close().brackets]
+    assert len(drawn) == 1 + sum(model_calls) and model_calls[1] > 1, (len(drawn), model_calls)

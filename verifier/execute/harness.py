@@ -39,6 +39,7 @@ Imports: torch, the standard library and the verifier's torch-side modules only.
 
 from __future__ import annotations
 
+import copy
 import json
 import secrets
 import statistics
@@ -293,8 +294,11 @@ class Harness:
         self._late_writes()
         t0 = time.perf_counter()
         calls = self._calls_for(label)
-        seeds = [secrets.randbelow(2**31 - 1) + 1 for _ in range(calls)]
-        private = [self._draw_locked(s) for s in seeds]  # drawn before the clock: the child cannot see them
+        if label == "null":  # its fixed output ignores the inputs: one draw, copied (``_copies``)
+            private = _copies(self._draw_locked(secrets.randbelow(2**31 - 1) + 1), calls)
+        else:
+            seeds = [secrets.randbelow(2**31 - 1) + 1 for _ in range(calls)]
+            private = [self._draw_locked(s) for s in seeds]  # drawn before the clock: the child cannot see them
         values = [[x if e[0] == "v" else self._encoded(x, e) if e[0] == "p" else None
                    for x, e in zip(inp, self._layout["inputs"])] for inp in private]
         views = [self._views(k) for k in range(calls)]
@@ -574,6 +578,19 @@ class Harness:
         self._pending, self._pending_bytes = [], 0
         self.result.close_s = time.perf_counter() - t0
         return self.result
+
+
+def _copies(inputs: list, calls: int) -> list[list]:
+    """``calls`` input sets for a null bracket: ``inputs`` and copies of it (its tensors cloned, on their device).
+    The null model answers with a fixed output whatever it is given, so its calls need the bytes of a model's inputs
+    (what the bracket copies into the pool is the null's part per call), not fresh draws: a draw is the task's
+    ``get_inputs`` on the host under the process's RNG lock, and 256 of them a bracket held the device alone for
+    seconds where the harness's process was busy (one H200's real batch: a tiny kernel's task spent 3.7 s of its
+    reference timing in six null brackets, 0.5 s in its four reference ones). Copies, not the same tensors again:
+    each call's copy reads memory of its own, as a model's bracket's does."""
+    def again(x):
+        return x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x)  # (a tree's tensors cloned too)
+    return [inputs] + [[again(x) for x in inputs] for _ in range(calls - 1)]
 
 
 def _inputs_changed(private: list, views: list) -> list[tuple[int, int, torch.Tensor]]:
