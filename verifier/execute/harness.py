@@ -4,7 +4,8 @@ This module runs in the verifier's own process, which never imports, loads or ru
 child (the candidate's, or the reference's) is a compute server: it asks for a *clocked bracket* over the job's
 channel (verifier/execute/channel.py) and the harness runs it:
 
-1. the harness draws the bracket's inputs from seeds it never sends, into memory of its own (private), and
+1. the harness draws the bracket's inputs from seeds it never sends (a null bracket: one draw, cloned for its other
+   calls, ``_copies``), into memory of its own (private), and
    hands the child the layout of a pool it owns (verifier/common/ipc.py: a shared file on cpu, device memory exported
    by CUDA IPC on cuda): K input sets and K output sets;
 2. the child maps the pool and queues its calls: on cuda ``wait(gate word >= n)``, K x (forward, copy of the
