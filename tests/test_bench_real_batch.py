@@ -164,10 +164,14 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     # and its child's seconds before the hold (the reference built; the lock's wait), which a task's first
     # candidates wait for
     assert ref["before_s"]["load"] > 0 and "lock_wait" in ref["before_s"], ref
+    # and the harness's own seconds of its brackets inside that hold: its private draws and their wait for the RNG lock
+    assert ref["harness_s"]["draw"] > 0 and ref["harness_s"]["draw_lock_wait"] >= 0, ref
+    assert ref["harness_s"]["clock"] > 0, ref
     from bench.lib.testbed_report import reference_lines
 
     text = "\n".join(reference_lines({"rows": rows}))
     assert "(1 tasks;" in text and "| reference_brackets |" in text and "| null |" in text, text
+    assert "| draw |" in text and "| draw_lock_wait |" in text, text
     assert "| load |" in text and "| lock_wait |" in text, text
     assert reference_lines({"rows": [dict(r, reference=None) for r in rows]}) == []
     # how busy the slots were and how long the timing held the device alone, from the same seconds

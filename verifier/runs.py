@@ -126,7 +126,7 @@ def joined(eager: ReferenceTiming, compiled: ReferenceTiming | None) -> Referenc
 
 def _held_joined(a: dict, b: dict) -> dict:
     out: dict = {}
-    for k in ("held_s", "before_s", "brackets", "late"):
+    for k in ("held_s", "before_s", "brackets", "late", "harness_s"):
         both = {**(a.get(k) or {})}
         for name, x in (b.get(k) or {}).items():
             both[name] = round(both.get(name, 0) + x, 4)
@@ -366,7 +366,10 @@ def reference_hold(rep: ChildReport, clocked: Clocked) -> dict:
             "before_s": {k: rep.phase_s[k] for k in BEFORE_PHASES if k in rep.phase_s},
             "brackets": {lb: sum(b.label == lb for b in clocked.brackets) for lb in labels},
             "late": {lb: sum(b.late for b in clocked.brackets if b.label == lb) for lb in labels},
-            "host_waits": [lb for lb in clocked.host_waits if lb not in clocked.host_waits_taken_back]}
+            "host_waits": [lb for lb in clocked.host_waits if lb not in clocked.host_waits_taken_back],
+            # the harness's own seconds of its brackets, by part (verifier/execute/harness.py ``serve_s``: the
+            # private inputs drawn, the waits for the RNG lock before them, the clock, the checks), inside the hold
+            "harness_s": {k: round(v, 4) for k, v in clocked.serve_s.items()}}
 
 
 def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path, part: str,

@@ -418,6 +418,16 @@ def reference_lines(record: dict) -> list[str]:
             if vals:
                 out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {max(vals):.2f} | "
                            f"{len(vals)} |")
+    harness = [t.get("harness_s") or {} for t in by_task.values()]
+    if any(harness):
+        out += ["", "Of the hold, the harness's own seconds (verifier/execute/harness.py: private inputs drawn, the "
+                    "waits for the RNG lock before its draws, the clocked run, the checks):", "",
+                "| part | total s | median s | most s | tasks |", "| --- | --- | --- | --- | --- |"]
+        for part in ("draw", "draw_lock_wait", "clock", "queue", "after"):
+            vals = [float(h[part]) for h in harness if part in h]
+            if vals:
+                out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {max(vals):.2f} | "
+                           f"{len(vals)} |")
     models = sorted({m for t in by_task.values() for m in (t.get("brackets") or {})})
     out += ["", "| model | brackets | late | tasks with a late one | tasks hinted (not taken back) |",
             "| --- | --- | --- | --- | --- |"]

@@ -518,3 +518,35 @@ def test_a_null_bracket_draws_one_input_set_and_copies_it_to_its_other_calls(tmp
         d.close()
     model_calls = [b.calls for b in h.close().brackets]
     assert len(drawn) == 1 + sum(model_calls) and model_calls[1] > 1, (len(drawn), model_calls)
+
+
+def test_a_draw_that_waits_for_the_rng_lock_says_so_apart_from_the_draw(tmp_path):
+    """The harness draws its private inputs under the process's RNG lock (the global generator, which a task's plan
+    and a reference's construction seed too), inside the timer's hold: a wait for that lock is the harness's own
+    part of the brackets' seconds (``draw_lock_wait``, apart from ``draw``), so a batch's report can tell a hold
+    stretched by another job's host work from the draws themselves."""
+    import threading as th
+
+    lock = th.RLock()
+    held = th.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            time.sleep(0.4)
+
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=False, keep=0, budget_s=5.0, rng_lock=lock)
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
+    ch = Channel(tmp_path)
+    t = th.Thread(target=holder)
+    try:
+        t.start()
+        held.wait(5)
+        BracketClient(ch, "cpu").bracket("candidate", torch.relu)
+    finally:
+        t.join()
+        ch.close()
+        d.close()
+    got = h.close()
+    assert got.serve_s["draw_lock_wait"] >= 0.3, got.serve_s
+    assert got.serve_s["draw"] < 0.3, got.serve_s  # the draws themselves: a 32 x 128 tensor

@@ -176,9 +176,14 @@ class Harness:
         return self._model
 
     def _draw_locked(self, seed: int) -> list:
+        """One call's private inputs, drawn under the process's RNG lock where there is one (the global generator:
+        a task's plan and a reference's construction seed it too); the wait for the lock is its own part of the
+        brackets' seconds (``serve_s["draw_lock_wait"]``: the layout's draw at the first bracket and every call's)."""
         if self.rng_lock is None:
             return self._draw(seed)
+        t0 = time.perf_counter()
         with self.rng_lock:
+            self._part("draw_lock_wait", time.perf_counter() - t0)
             return self._draw(seed)
 
     def _set_up(self) -> None:

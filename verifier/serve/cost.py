@@ -73,6 +73,8 @@ STAGES = (
     ("child_timing", "    timing", True, True),
     *((k, f"      timing: {k[len('child_timing_'):].replace('_', ' ')}", True, False) for k in TIMING_PARTS),
     ("harness_draw", "      the harness's brackets: private inputs drawn (before each clock)", True, False),
+    ("harness_draw_lock_wait", "      the harness's brackets: waiting for the process's RNG lock before a draw (the "
+     "layout's, each call's)", True, False),
     ("harness_clock", "      the harness's brackets: sent to their end (its waits, the device's run)", True, False),
     ("harness_queue", "        of it: waiting for the child to queue its calls (cuda)", True, False),
     ("harness_after", "      the harness's brackets: outputs checked or held for later", True, False),
