@@ -24,9 +24,9 @@ def _draw(seed: int) -> list:
     return [torch.randn(32, 128, generator=g)]
 
 
-def _session(tmp_path, serve, *, check=True, keep=3, **kw):
+def _session(tmp_path, serve, *, check=True, keep=3, draw=_draw, **kw):
     """Run ``serve(client, channel)`` as the child against a real Driver + Harness; the harness's result."""
-    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=check, keep=keep, budget_s=5.0, **kw)
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, draw, check=check, keep=keep, budget_s=5.0, **kw)
     d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
     ch = Channel(tmp_path)
     try:
@@ -484,16 +484,8 @@ def test_a_null_bracket_draws_one_input_set_and_copies_it_to_its_other_calls(tmp
         for _ in range(4):
             client.bracket("null", lambda x: (seen.append(x.clone()), template)[1])
 
-    h = Harness("cpu", tmp_path, torch.nn.ReLU, draw, check=False, keep=0, budget_s=5.0)
-    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
-    ch = Channel(tmp_path)
-    try:
-        serve(BracketClient(ch, "cpu"), ch)
-    finally:
-        ch.close()
-        ledger = d.close()
-    assert not ledger.harness_error, ledger.harness_error
-    got = h.close()
+    (tmp_path / "null").mkdir()
+    got = _session(tmp_path / "null", serve, check=False, keep=0, draw=draw)
     calls = [b.calls for b in got.brackets if b.label == "null"]
     assert len(calls) == 4 and max(calls) > 1, calls  # the null is timed at one call and at the most a bracket holds
     assert len(drawn) == 1 + len(calls), (len(drawn), calls)  # the layout's draw, then one a bracket
@@ -508,15 +500,8 @@ def test_a_null_bracket_draws_one_input_set_and_copies_it_to_its_other_calls(tmp
         for _ in range(2):
             client.bracket("candidate", torch.relu)
 
-    h = Harness("cpu", tmp_path, torch.nn.ReLU, draw, check=False, keep=0, budget_s=5.0)
-    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
-    ch = Channel(tmp_path)
-    try:
-        serve_model(BracketClient(ch, "cpu"), ch)
-    finally:
-        ch.close()
-        d.close()
-    model_calls = [b.calls for b in h.close().brackets]
+    (tmp_path / "model").mkdir()
+    model_calls = [b.calls for b in _session(tmp_path / "model", serve_model, check=False, keep=0, draw=draw).brackets]
     assert len(drawn) == 1 + sum(model_calls) and model_calls[1] > 1, (len(drawn), model_calls)
 
 
@@ -535,18 +520,15 @@ def test_a_draw_that_waits_for_the_rng_lock_says_so_apart_from_the_draw(tmp_path
             held.set()
             time.sleep(0.4)
 
-    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=False, keep=0, budget_s=5.0, rng_lock=lock)
-    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
-    ch = Channel(tmp_path)
-    t = th.Thread(target=holder)
-    try:
+    def serve(client, ch):
+        t = th.Thread(target=holder)
         t.start()
         held.wait(5)
-        BracketClient(ch, "cpu").bracket("candidate", torch.relu)
-    finally:
-        t.join()
-        ch.close()
-        d.close()
-    got = h.close()
+        try:
+            client.bracket("candidate", torch.relu)
+        finally:
+            t.join()
+
+    got = _session(tmp_path, serve, check=False, keep=0, rng_lock=lock)
     assert got.serve_s["draw_lock_wait"] >= 0.3, got.serve_s
     assert got.serve_s["draw"] < 0.3, got.serve_s  # the draws themselves: a 32 x 128 tensor
