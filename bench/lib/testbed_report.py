@@ -390,6 +390,19 @@ def slot_lines(record: dict) -> list[str]:
             f"({alone / timed if timed else 0.0:.2f} s per timed candidate: warm-up, brackets, probes)"]
 
 
+def _parts_table(per_task: list[dict], parts: tuple, title: str) -> list[str]:
+    """A table of seconds by part over the tasks (total, median, most, how many tasks have the part) under ``title``;
+    [] where no task has any."""
+    if not any(per_task):
+        return []
+    out = ["", title, "", "| part | total s | median s | most s | tasks |", "| --- | --- | --- | --- | --- |"]
+    for part in parts:
+        vals = [float(t[part]) for t in per_task if part in t]
+        if vals:
+            out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {max(vals):.2f} | {len(vals)} |")
+    return out
+
+
 def reference_lines(record: dict) -> list[str]:
     """What the tasks' reference timings held the device alone for, each task once (the first verdict that carries
     its ``reference``): seconds per part of the hold (total and median over the tasks), the brackets per model, how
@@ -409,25 +422,13 @@ def reference_lines(record: dict) -> list[str]:
         vals = [float(h[part]) for h in held if part in h]
         if vals:
             out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {len(vals)} |")
-    before = [t.get("before_s") or {} for t in by_task.values()]
-    if any(before):
-        out += ["", "Their children before the hold (the reference built, torch.compile's build, the wait for the "
-                    "device lock):", "", "| part | total s | median s | most s | tasks |", "| --- | --- | --- | --- | --- |"]
-        for part in ("load", "compile_build", "lock_wait"):
-            vals = [float(b[part]) for b in before if part in b]
-            if vals:
-                out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {max(vals):.2f} | "
-                           f"{len(vals)} |")
-    harness = [t.get("harness_s") or {} for t in by_task.values()]
-    if any(harness):
-        out += ["", "Of the hold, the harness's own seconds (verifier/execute/harness.py: private inputs drawn, the "
-                    "waits for the RNG lock before its draws, the clocked run, the checks):", "",
-                "| part | total s | median s | most s | tasks |", "| --- | --- | --- | --- | --- |"]
-        for part in ("draw", "draw_lock_wait", "clock", "queue", "after"):
-            vals = [float(h[part]) for h in harness if part in h]
-            if vals:
-                out.append(f"| {part} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {max(vals):.2f} | "
-                           f"{len(vals)} |")
+    out += _parts_table([t.get("before_s") or {} for t in by_task.values()], ("load", "compile_build", "lock_wait"),
+                        "Their children before the hold (the reference built, torch.compile's build, the wait for the "
+                        "device lock):")
+    out += _parts_table([t.get("harness_s") or {} for t in by_task.values()],
+                        ("draw", "draw_lock_wait", "clock", "queue", "after"),
+                        "Of the hold, the harness's own seconds (verifier/execute/harness.py: private inputs drawn, "
+                        "the waits for the RNG lock before its draws, the clocked run, the checks):")
     models = sorted({m for t in by_task.values() for m in (t.get("brackets") or {})})
     out += ["", "| model | brackets | late | tasks with a late one | tasks hinted (not taken back) |",
             "| --- | --- | --- | --- | --- |"]

@@ -510,10 +510,8 @@ def test_a_draw_that_waits_for_the_rng_lock_says_so_apart_from_the_draw(tmp_path
     and a reference's construction seed too), inside the timer's hold: a wait for that lock is the harness's own
     part of the brackets' seconds (``draw_lock_wait``, apart from ``draw``), so a batch's report can tell a hold
     stretched by another job's host work from the draws themselves."""
-    import threading as th
-
-    lock = th.RLock()
-    held = th.Event()
+    lock = threading.RLock()
+    held = threading.Event()
 
     def holder():
         with lock:
@@ -521,7 +519,7 @@ def test_a_draw_that_waits_for_the_rng_lock_says_so_apart_from_the_draw(tmp_path
             time.sleep(0.4)
 
     def serve(client, ch):
-        t = th.Thread(target=holder)
+        t = threading.Thread(target=holder)
         t.start()
         held.wait(5)
         try:
