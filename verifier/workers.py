@@ -108,10 +108,12 @@ class TrustedProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, job: tuple):
+    def run(self, job: tuple, turns: admission.ChildTurns | None = None):
         """The job's result, computed in the process; admission requests served meanwhile from this process's
-        gates. WorkerDied when the process ends or the pipe breaks before the result."""
+        gates, and its child's turn from ``turns`` (none needed where None). WorkerDied when the process ends or the
+        pipe breaks before the result."""
         held: list[tuple[admission.MemoryGate, int]] = []
+        turn = [False]
         self.busy_since = time.monotonic()
         failed = None
         try:
@@ -134,6 +136,14 @@ class TrustedProcess:
                     gate = admission.gate_for(device, budget_gib)
                     held.remove((gate, n))
                     gate.release(n)
+                elif kind == "turn":  # its candidate's child is about to start
+                    waited = turns.take() if turns is not None else 0.0
+                    turn[0] = turns is not None
+                    self.conn.send(("turn_go", waited))
+                elif kind == "turn_over":  # the child has ended: its judging runs beside another slot's child
+                    if turn[0]:
+                        turn[0] = False
+                        turns.give_back()
                 elif kind == "done":
                     return rest[0]
                 elif kind == "failed":  # the job raised on the verifier's side; the process lives on for the next
@@ -156,6 +166,8 @@ class TrustedProcess:
             self.busy_since = None
             for gate, n in held:
                 gate.release(n)
+            if turn[0]:  # (a process that died during its child)
+                turns.give_back()
         raise WorkerDied(failed)
 
     def close(self) -> None:
@@ -292,3 +304,15 @@ class _RemoteAdmission:
             yield waited
         finally:
             self.conn.send(("release", device, budget_gib, n))
+
+    @contextlib.contextmanager
+    def child_turn(self):
+        """The engine's turn for this slot's execution child (admission.ChildTurns), held for the block."""
+        self.conn.send(("turn",))
+        kind, waited = self.conn.recv()
+        if kind != "turn_go":
+            raise RuntimeError(f"the engine answered {kind!r} to a child's turn")
+        try:
+            yield waited
+        finally:
+            self.conn.send(("turn_over",))

@@ -306,3 +306,52 @@ class HeldCache:
             self._values.pop(old, None)
             self._builds.pop(old, None)
         return bool(drop)
+
+
+class ChildTurns:
+    """Execution children at a time (``VerifyConfig.exec_children``) where a batch has more slots than that
+    (``judging_slots``): a slot takes a turn as its candidate's child starts and gives it back as the child ends, so
+    that its judging (the held checks of the timed outputs, the trials' comparisons, a knockout) runs beside another
+    slot's next child instead of holding a child's place. One per batch and backend (verifier/engine.py)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._sem = threading.BoundedSemaphore(n)
+
+    def take(self) -> float:
+        """Wait for a turn; the seconds waited."""
+        t0 = time.perf_counter()
+        self._sem.acquire()
+        return time.perf_counter() - t0
+
+    def give_back(self) -> None:
+        self._sem.release()
+
+
+_TURNS = threading.local()  # the engine's execution threads: the batch's ChildTurns of the thread's backend, or None
+
+
+def turns_for_thread(turns: ChildTurns | None) -> None:
+    """The child turns this thread's candidates take (``child_turn``): set by an engine's execution thread whose slot
+    judges in this process."""
+    _TURNS.turns = turns
+
+
+@contextlib.contextmanager
+def child_turn():
+    """A turn for one execution child (``ChildTurns``), held for the block: the engine's, asked over the pipe in a
+    slot's trusted process (``admit_through``); the thread's where one is set; else none is needed (a slot per
+    child). Yields the seconds waited."""
+    if _REMOTE is not None:
+        with _REMOTE.child_turn() as waited:
+            yield waited
+        return
+    turns = getattr(_TURNS, "turns", None)
+    if turns is None:
+        yield 0.0
+        return
+    waited = turns.take()
+    try:
+        yield waited
+    finally:
+        turns.give_back()

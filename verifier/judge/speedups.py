@@ -4,7 +4,8 @@ null bracket of the same calls, the eager speedup's 95% interval with each side'
 feedback that state them.
 
 Enters: the Verdict being judged, the child's report, the harness's clocked brackets, the task's reference timing.
-Leaves: the Verdict's ``runtime_us``, ``eager_us``, ``compile_us``, speedups and interval, ``versions["timing"]``.
+Leaves: the Verdict's ``runtime_us``, ``eager_us``, speedups and interval, ``versions["timing"]``; torch.compile's
+``compile_us`` and its speedup come from ``record_compiled``, once the task's compiled part is timed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,38 @@ from verifier.execute.harness import QUEUE_WAIT_S
 from verifier.judge.outputs import Evidence
 
 RUNTIME_FLOOR_US = 0.5  # a time per call below this is the clock's resolution, not the model's
+
+
+def time_line(v: Verdict) -> str:
+    """The feedback's sentence of the verdict's times: the candidate's, eager PyTorch's and, once it is known,
+    torch.compile's (``record_compiled`` writes the sentence again when it adds it)."""
+    timing = v.versions.get("timing", {})
+    sp = f"{v.speedup_eager:.2f}x" if v.speedup_eager else "n/a"
+    if v.speedup_lo is not None:
+        sp += f", 95% interval {v.speedup_lo:.2f}-{v.speedup_hi:.2f}x"
+    return (f"Time per call {v.runtime_us:.1f} us over {timing.get('calls_timed', 0)} timed calls in "
+            f"{timing.get('brackets', 0)} brackets (the verifier's clock); eager PyTorch "
+            f"{v.eager_us or float('nan'):.1f} us (speedup {sp})" +
+            (f"; torch.compile {v.compile_us:.1f} us (speedup {v.speedup_compile:.2f}x)." if v.compile_us else "."))
+
+
+def record_compiled(v: Verdict, compile_s: float | None, held: dict | None = None) -> None:
+    """torch.compile's time per call (``compile_s``: the task's compiled part, measured apart from the eager one,
+    verifier/runs.py) added to a verdict ``record_speedups`` timed: ``compile_us``, ``speedup_compile``, the times'
+    feedback sentence, and ``held`` (both parts' holds of the device, joined) as ``versions["timing"]["reference"]``.
+    It decides nothing else (the reward and the status read the eager side only), so a slot may hand its verdict on
+    before the compiled part is timed and the engine add it here then (verifier/engine.py)."""
+    if v.runtime_us is None or "timing" not in v.versions:
+        return
+    before = time_line(v)
+    if compile_s is not None:
+        v.compile_us = round(max(compile_s * 1e6, RUNTIME_FLOOR_US), 3)
+        v.speedup_compile = v.compile_us / v.runtime_us
+    if held:
+        v.versions["timing"]["reference"] = held
+    after = time_line(v)
+    if before != after and before in v.feedback:
+        v.feedback = v.feedback.replace(before, after, 1)
 
 
 def record_speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: Evidence) -> None:
@@ -73,17 +106,8 @@ def record_speedups(v: Verdict, report: ChildReport, clocked: Clocked, ref, ev: 
         rep = ref.report if ref is not None else None
         ev.add(None, "The eager reference could not be timed" + (f": {rep.timing_error or rep.setup_error}"
                                                                  if rep else "") + "; no speedup is reported.")
-    comp = ref.clocked.get("compile_s") if ref is not None else None
-    if comp is not None:
-        v.compile_us = round(max(comp * 1e6, RUNTIME_FLOOR_US), 3)
-        v.speedup_compile = v.compile_us / v.runtime_us
-    sp = f"{v.speedup_eager:.2f}x" if v.speedup_eager else "n/a"
-    if v.speedup_lo is not None:
-        sp += f", 95% interval {v.speedup_lo:.2f}-{v.speedup_hi:.2f}x"
-    calls = sum(b.calls for b in rows)
-    ev.add(None, f"Time per call {v.runtime_us:.1f} us over {calls} timed calls in {len(rows)} brackets (the "
-                 f"verifier's clock); eager PyTorch {v.eager_us or float('nan'):.1f} us (speedup {sp})" +
-                 (f"; torch.compile {v.compile_us:.1f} us (speedup {v.speedup_compile:.2f}x)." if v.compile_us else "."))
+    v.versions["timing"]["calls_timed"] = sum(b.calls for b in rows)
+    ev.add(None, time_line(v))
     res_us = v.versions["timing"].get("resolution_us", {}).get("candidate", 0.0)
     if v.speedup_lo is not None and res_us * 4 > v.runtime_us:
         ev.add(None, f"At {v.runtime_us:.1f} us a call the verifier's clock resolves this kernel's time to about "

@@ -89,6 +89,9 @@ class Work:
     # device memory (``harness_memory_error``): the verifier's failure, which the engine tries again
     # (engine.execute_item)
     setup_failed: bool = False
+    # judged and timed before its task's torch.compile part was: the engine adds torch.compile's figures once it is
+    # timed, and only then delivers the verdict (verifier/engine.py ``CompiledParts``)
+    compiled_pending: bool = False
     # the task's reference raised in the candidate's process (ChildReport.reference_error, no tampering seen): judged
     # once the trials before it are checked (``_reference_failed``)
     reference_failed_there: bool = False

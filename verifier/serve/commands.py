@@ -90,7 +90,7 @@ def _metrics(args: argparse.Namespace) -> int:
     if not slots:  # automatic (exec_workers 0): what this machine's count would be for the run's backend
         from verifier.common.config import VerifyConfig
 
-        slots = VerifyConfig(exec_workers=0).exec_slots("cuda" if any(v.backend == "cuda" for v in verdicts) else "cpu")
+        slots = VerifyConfig(exec_workers=0).exec_children("cuda" if any(v.backend == "cuda" for v in verdicts) else "cpu")
     if slots < 1:
         raise InputError("--slots", f"must be >= 1, got {slots}")
     cost = run_cost(args.run_dir, slots_per_gpu=slots)

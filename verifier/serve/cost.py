@@ -84,13 +84,13 @@ STAGES = (
     ("execute_held_checks", "    after the child: the harness's held checks of the timed outputs (cuda)", True, True),
     ("execute_prefetch_wait", "    after the child: waiting for the reference prefetch's last answers (cuda)", True,
      True),
-    ("execute_compiled_reference", "  after the child: waiting for the task's torch.compile timing (a timed "
-                                   "candidate's judge; built beside its child)", True, False),
     ("execute_judge", "  judging (the reference on every trial's inputs, its lock waits, a knockout)", True, False),
     ("judge_models", "    the reference and its float64 copy built", True, False),
     ("judge_trials", "    the trials' outputs checked", True, False),
     ("judge_timed_checks", "    the timed outputs' full checks, the speedups", True, False),
     ("judge_legality", "    the legality policies (a knockout run where one decides)", True, False),
+    ("verdict_compiled_wait", "after the slot: the verdict waiting for its task's torch.compile timing (the slot "
+                              "took its next candidate)", True, False),
     ("total", "total (front to verdict)", True, False),
 )
 STAGE_ORDER = tuple(k for k, *_ in STAGES)  # other keys follow these, sorted
