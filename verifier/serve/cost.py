@@ -56,6 +56,8 @@ STAGES = (
     ("execute_admission", "  waiting for memory admission", True, False),
     ("execute_prepare", "  preparing the task (plan + eager reference timing; paid once per task, later candidates "
                         "wait on it)", True, False),
+    ("execute_child_turn", "  waiting for a child's turn (slots beyond the children at a time judge beside them)",
+     True, False),
     ("execute_child", "  the execution child", True, False),
     ("execute_child_start", "    before the child's own clock: the job handed to its warm process (fork, warm-up)",
      True, True),
@@ -293,7 +295,7 @@ SECONDS = [
     ("execution process: start + end not in its own phases",
      lambda st: st.get("execute_child", 0) - sum(st.get(k, 0) for k in CHILD_PHASES)),
     ("judge: outputs compared, float64 reference on the trial inputs", lambda st: st.get("execute", 0)
-     - st.get("execute_prepare", 0) - st.get("execute_child", 0)),
+     - st.get("execute_prepare", 0) - st.get("execute_child", 0) - st.get("execute_child_turn", 0)),
     ("total per candidate (wall, one worker)", "total"),
 ]
 
