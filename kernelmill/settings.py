@@ -69,12 +69,12 @@ class VerifyConfig:
     # (verifier/workers.py: the judging of six slots in one interpreter held 0.94 of a core and waited on its lock);
     # "threads", threads of this process; "auto": processes on cuda, threads on cpu (a 2-core machine)
     exec_processes: str = "auto"
-    # execution slots beside the children at a time whose slots judge while the others' children run: a slot holds
-    # a turn of ``exec_children`` only while its candidate's child runs (verifier/execute/admission.py ``child_turn``),
-    # so a judging slot's candidate leaves its turn to another slot's next child. -1 (the default): automatic, half
-    # the children where slots judge in processes of their own and ``exec_workers`` is automatic (12 slots for 8
-    # children on a 16-core H200), else none; 0: none (each slot judges before its next child, as one slot did)
-    judging_slots: int = -1
+    # execution slots beyond the children at a time, judging while the others' children run: a slot holds a turn of
+    # ``exec_children`` only while its candidate's child runs (verifier/execute/admission.py ``child_turn``), so a
+    # judging slot leaves its turn to another slot's next child. 0 (the default): none, each slot judges before its
+    # next child. Four beside eight children on one H200 (3b865ef) gave more shared work for timers to drain behind
+    # (0.24 of the wall against 0.17) and longer memory admission waits, and no more verdicts an hour
+    judging_slots: int = 0
     atol_fp32: float = 1e-4
     rtol_fp32: float = 1e-4
     atol_low: float = 1e-2
@@ -129,17 +129,10 @@ class VerifyConfig:
         half = usable_cores() // 2
         return max(2, min(CUDA_SLOTS_MAX, half)) if backend == "cuda" else max(1, half)
 
-    def judging(self, backend: str) -> int:
-        """Slots beyond ``exec_children`` on ``backend`` (``judging_slots``, or with -1 the automatic count above)."""
-        if self.judging_slots >= 0:
-            return self.judging_slots
-        auto = self.exec_workers == 0 and self.exec_in_processes(backend)
-        return self.exec_children(backend) // 2 if auto else 0
-
     def exec_slots(self, backend: str) -> int:
         """Execution slots on ``backend`` (each a candidate's harness and judge): its children at a time and the
-        slots that judge beside them (``judging``)."""
-        return self.exec_children(backend) + self.judging(backend)
+        slots that judge beside them (``judging_slots``)."""
+        return self.exec_children(backend) + self.judging_slots
 
     def exec_in_processes(self, backend: str) -> bool:
         """Whether ``backend``'s execution slots judge in trusted processes of their own (``exec_processes``)."""
@@ -154,8 +147,8 @@ class VerifyConfig:
             raise InputError("verify.trials", f"must be at least 5, got {self.trials}")
         if self.exec_workers < 0:
             raise InputError("verify.exec_workers", f"must be 0 (automatic) or more, got {self.exec_workers}")
-        if self.judging_slots < -1:
-            raise InputError("verify.judging_slots", f"must be -1 (automatic), 0 or more, got {self.judging_slots}")
+        if self.judging_slots < 0:
+            raise InputError("verify.judging_slots", f"must be 0 or more, got {self.judging_slots}")
         for key in ("sandbox_procs", "sandbox_pids"):
             if getattr(self, key) < 8:
                 raise InputError(f"verify.{key}", f"must be at least 8, got {getattr(self, key)}")

@@ -270,6 +270,32 @@ def test_every_queued_eager_part_is_prepared_before_any_compiled_part(monkeypatc
     assert order == [(k, runs.EAGER, False) for k in "abc"] + [(k, runs.COMPILED, True) for k in "abc"]
 
 
+def test_a_compiled_part_that_verdicts_wait_for_goes_before_every_part_queued(monkeypatch):
+    """``hurry(key)`` (the engine's: a verdict waits for the task's torch.compile figures): a compiled part already
+    queued goes next, ahead of the eager parts queued; one whose eager part has not ended goes first when it is
+    queued; each runs once."""
+    order, gate, at_b = [], threading.Event(), threading.Event()
+
+    def prepare(key, *_, part):  # stands in for prepare_task
+        if (key, part) == ("b", runs.EAGER):
+            at_b.set()
+            assert gate.wait(30)  # the one thread held here: a's compiled part queued, c's and d's eager parts too
+        order.append((key, part))
+        return part == runs.EAGER
+
+    monkeypatch.setattr(runs, "prepare_task", prepare)
+    with runs.preparing(1) as preps:
+        preps.hurry("d")  # before anything of d's is queued
+        for key in "abcd":
+            preps.submit(key)
+        assert at_b.wait(30)
+        preps.hurry("a")  # its compiled part queued behind c's and d's eager parts
+        gate.set()
+    assert order == [("a", runs.EAGER), ("b", runs.EAGER), ("a", runs.COMPILED), ("c", runs.EAGER),
+                     ("d", runs.EAGER), ("d", runs.COMPILED), ("b", runs.COMPILED), ("c", runs.COMPILED)], order
+    assert all(preps.compiled_over(k).is_set() for k in "abcd")
+
+
 def test_the_slot_takes_its_next_candidate_while_its_tasks_compiled_reference_is_still_being_timed(
         shared_build_dir, fresh_memo, monkeypatch):
     """The candidates start on the eager part, and one slot judges them one after another without waiting for the

@@ -276,6 +276,7 @@ class CompiledParts:
             first = key not in self._waiting
             self._waiting.setdefault(key, []).append((i, w, time.perf_counter()))
         if first:
+            self._preps.hurry(key)  # ahead of every part the preparations have queued
             threading.Thread(target=self._complete, args=(key,), name="km-compiled", daemon=True).start()
 
     def _complete(self, key: tuple) -> None:
