@@ -79,9 +79,10 @@ class Overlap:
         self.most_bytes = 0
         self.cond = threading.Condition()
 
-    def __call__(self, job, job_dir, timeout_s, cfg, on_trial=None, harness=None, on_build=None, on_seed=None):
+    def __call__(self, job, job_dir, timeout_s, cfg, on_trial=None, harness=None, on_build=None, on_seed=None,
+                 on_child_end=None):
         if job.kind != "candidate":
-            return self.real(job, job_dir, timeout_s, cfg, on_trial, harness, on_build, on_seed)
+            return self.real(job, job_dir, timeout_s, cfg, on_trial, harness, on_build, on_seed, on_child_end)
         me = id(job)
         with self.cond:
             self.running[me] = job.reference_code
@@ -94,7 +95,7 @@ class Overlap:
                     and time.monotonic() < deadline:
                 self.cond.wait(0.05)
         try:
-            return self.real(job, job_dir, timeout_s, cfg, on_trial, harness, on_build, on_seed)
+            return self.real(job, job_dir, timeout_s, cfg, on_trial, harness, on_build, on_seed, on_child_end)
         finally:
             with self.cond:
                 del self.running[me]
