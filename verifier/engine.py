@@ -64,13 +64,11 @@ from verifier.judge.plan import (  # noqa: F401
     task_plan,
 )
 from verifier.judge.verdict import Execution, Work, finish, judge
-from verifier.judge.speedups import record_compiled
 from verifier.runs import (
-    ReferenceTiming,
+    CompiledParts,
+    add_compiled,
     compiled_kept,
-    compiled_timing,
     eager_timing,
-    held_joined,
     make_harness,
     new_job,
     new_job_dir,
@@ -240,66 +238,6 @@ def _tamper_lines(kind: str, found: list[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- stages 4-6 (jobs: verifier/runs.py)
-
-
-def add_compiled(w: Work, compiled: ReferenceTiming | None, note: str = "") -> None:
-    """torch.compile's figures added to a judged verdict (``record_compiled``): the task's compiled part's time per
-    call and its hold of the device joined to the eager part's; ``note`` (the verifier's own failure to time it) a
-    line of its feedback. Nothing the status or the reward reads changes."""
-    v = w.verdict
-    w.compiled_pending = False
-    if compiled is not None:
-        held = compiled.clocked.get("held")
-        ref_held = v.versions.get("timing", {}).get("reference")
-        record_compiled(v, compiled.clocked.get("compile_s"), held_joined(ref_held or {}, held) if held else None)
-    if note:
-        v.feedback += "\n" + note
-
-
-class CompiledParts:
-    """Verdicts a slot handed on before their task's torch.compile part was timed (``Work.compiled_pending``), each
-    delivered once it is: one thread a task waits for the task's preparation to end its compiled part
-    (``Preparations.compiled_over``), reads it (``runs.compiled_timing``: kept in this process by then, or timed
-    here where the preparation could not), adds it to every verdict of the task waiting (``add_compiled``) and
-    delivers them. The slots meanwhile take their next candidates: in one H200's real batch the first wave's slots
-    waited 7-49 s each for it (7ba3cb6; 140 of 2,544 slot-seconds at k = 8)."""
-
-    WAIT_S = 1800.0  # a compiled part's end waited for at most this long (its child has its own timeout)
-
-    def __init__(self, cfg: VerifyConfig, preps, deliver: Callable[[int, Work], None]):
-        self._cfg, self._preps, self._deliver = cfg, preps, deliver
-        self._lock = threading.Lock()
-        self._waiting: dict[tuple, list[tuple[int, Work, float]]] = {}
-
-    def add(self, key: tuple, i: int, w: Work) -> None:
-        with self._lock:
-            first = key not in self._waiting
-            self._waiting.setdefault(key, []).append((i, w, time.perf_counter()))
-        if first:
-            self._preps.hurry(key)  # ahead of every part the preparations have queued
-            threading.Thread(target=self._complete, args=(key,), name="km-compiled", daemon=True).start()
-
-    def _complete(self, key: tuple) -> None:
-        over = self._preps.compiled_over(key)
-        if over is not None:
-            over.wait(self.WAIT_S)
-        with self._lock:
-            i, w, _ = self._waiting[key][0]
-        compiled, note = None, ""
-        try:
-            v = w.verdict
-            plan = task_plan(w.reference_code, v.backend, self._cfg, v.task_id or "task")
-            with exec_slot():  # (a child only where the preparation did not keep the part)
-                compiled = compiled_timing(plan, v.backend, self._cfg, self._cfg.build_root())
-        except Exception as e:  # noqa: BLE001 - the verifier's failure: the verdicts keep what they have
-            note = f"torch.compile's reference could not be timed (the verifier's failure, not your kernel's): {e}"
-        with self._lock:
-            items = self._waiting.pop(key)
-        for i, w, handed in items:
-            add_compiled(w, compiled, note)
-            w.verdict.stage_seconds["verdict_compiled_wait"] = round(time.perf_counter() - handed, 3)
-            self._deliver(i, w)
-
 
 
 def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:

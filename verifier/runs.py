@@ -4,11 +4,13 @@ driven by this process (``run_driven``: the channel hands out its seeds, the tru
 ``make_harness``), under the device lock (verifier/execute/locks.py); and a task's reference
 timed once in its own child, where no candidate code ever ran (``reference_timing``, kept on disk by
 verifier/judge/prep_cache.py), prepared while the task's candidates compile (``prepare_task``, ``preparing``,
-``prep_workers``).
+``prep_workers``); and the verdicts judged before their task's torch.compile part was timed, completed and delivered
+once it is (``CompiledParts``, ``add_compiled``), so that no slot waits for it.
 
 Enters: a TaskPlan (verifier/judge/plan.py) and the config. Leaves: ChildRun, Ledger and Clocked per job
 (verifier/judge/verdict.py judges them), ReferenceTiming per task.
-Imports: torch, verifier.common, verifier.execute and verifier.judge (the plan, the prep cache, the RNG lock).
+Imports: torch, verifier.common, verifier.execute and verifier.judge (the plan, the prep cache, the RNG lock, the
+speedups' torch.compile figures).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +44,8 @@ from verifier.execute.processes import _job_root, _run_child, exec_slot, made_lo
 from verifier.judge import prep_cache
 from verifier.judge.outputs import RNG_LOCK, forget_reference, reference_cpu
 from verifier.judge.plan import _PLAN_LOCK, _PLANS, TaskPlan, task_plan
-from verifier.judge.verdict import ChildRun
+from verifier.judge.speedups import record_compiled
+from verifier.judge.verdict import ChildRun, Work
 
 
 def seeds(n: int) -> list[int]:
@@ -237,8 +241,8 @@ def compiled_timing(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root:
 def compiled_kept(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path) -> ReferenceTiming | None:
     """The task's compiled part where it is timed already (in this process, or kept in the prep cache by another),
     without waiting or measuring: None where it is not, or where ``cfg`` does not time torch.compile. A slot's judge
-    reads it so, and hands a verdict whose compiled part is still to come on to the engine (verifier/engine.py
-    ``CompiledParts``) rather than wait for it: a slot of the first wave waited 7-49 s so on one H200 (7ba3cb6)."""
+    reads it so, and hands a verdict whose compiled part is still to come on to the engine (``CompiledParts``)
+    rather than wait for it: a slot of the first wave waited 7-49 s so on one H200 (7ba3cb6)."""
     if not cfg.time_torch_compile or cfg.timing_trials <= 0:
         return None
     key = _timing_key(plan.text, backend, cfg, build_root, COMPILED)
@@ -473,3 +477,65 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
             figures[f"{key}_samples"] = clocked.samples(label, null)
             figures[f"{key}_calls"] = clocked.sample_calls(label)  # their brackets' calls (the time's resolution)
     return ReferenceTiming(rep, figures)
+
+
+# ---------------------------------------------------------------------------- verdicts waiting for a compiled part
+
+
+def add_compiled(w: Work, compiled: ReferenceTiming | None, note: str = "") -> None:
+    """torch.compile's figures added to a judged verdict (``record_compiled``): the task's compiled part's time per
+    call and its hold of the device joined to the eager part's; ``note`` (the verifier's own failure to time it) a
+    line of its feedback. Nothing the status or the reward reads changes."""
+    v = w.verdict
+    w.compiled_pending = False
+    if compiled is not None:
+        held = compiled.clocked.get("held")
+        ref_held = v.versions.get("timing", {}).get("reference")
+        record_compiled(v, compiled.clocked.get("compile_s"), held_joined(ref_held or {}, held) if held else None)
+    if note:
+        v.feedback += "\n" + note
+
+
+class CompiledParts:
+    """Verdicts a slot handed on before their task's torch.compile part was timed (``Work.compiled_pending``), each
+    delivered once it is: one thread a task waits for the task's preparation to end its compiled part
+    (``Preparations.compiled_over``), reads it (``runs.compiled_timing``: kept in this process by then, or timed
+    here where the preparation could not), adds it to every verdict of the task waiting (``add_compiled``) and
+    delivers them. The slots meanwhile take their next candidates: in one H200's real batch the first wave's slots
+    waited 7-49 s each for it (7ba3cb6; 140 of 2,544 slot-seconds at k = 8)."""
+
+    WAIT_S = 1800.0  # a compiled part's end waited for at most this long (its child has its own timeout)
+
+    def __init__(self, cfg: VerifyConfig, preps, deliver: Callable[[int, Work], None]):
+        self._cfg, self._preps, self._deliver = cfg, preps, deliver
+        self._lock = threading.Lock()
+        self._waiting: dict[tuple, list[tuple[int, Work, float]]] = {}
+
+    def add(self, key: tuple, i: int, w: Work) -> None:
+        with self._lock:
+            first = key not in self._waiting
+            self._waiting.setdefault(key, []).append((i, w, time.perf_counter()))
+        if first:
+            self._preps.hurry(key)  # ahead of every part the preparations have queued
+            threading.Thread(target=self._complete, args=(key,), name="km-compiled", daemon=True).start()
+
+    def _complete(self, key: tuple) -> None:
+        over = self._preps.compiled_over(key)
+        if over is not None:
+            over.wait(self.WAIT_S)
+        with self._lock:
+            i, w, _ = self._waiting[key][0]
+        compiled, note = None, ""
+        try:
+            v = w.verdict
+            plan = task_plan(w.reference_code, v.backend, self._cfg, v.task_id or "task")
+            with exec_slot():  # (a child only where the preparation did not keep the part)
+                compiled = compiled_timing(plan, v.backend, self._cfg, self._cfg.build_root())
+        except Exception as e:  # noqa: BLE001 - the verifier's failure: the verdicts keep what they have
+            note = f"torch.compile's reference could not be timed (the verifier's failure, not your kernel's): {e}"
+        with self._lock:
+            items = self._waiting.pop(key)
+        for i, w, handed in items:
+            add_compiled(w, compiled, note)
+            w.verdict.stage_seconds["verdict_compiled_wait"] = round(time.perf_counter() - handed, 3)
+            self._deliver(i, w)

@@ -39,7 +39,7 @@ def record_compiled(v: Verdict, compile_s: float | None, held: dict | None = Non
     verifier/runs.py) added to a verdict ``record_speedups`` timed: ``compile_us``, ``speedup_compile``, the times'
     feedback sentence, and ``held`` (both parts' holds of the device, joined) as ``versions["timing"]["reference"]``.
     It decides nothing else (the reward and the status read the eager side only), so a slot may hand its verdict on
-    before the compiled part is timed and the engine add it here then (verifier/engine.py)."""
+    before the compiled part is timed and the engine add it here then (verifier/runs.py ``CompiledParts``)."""
     if v.runtime_us is None or "timing" not in v.versions:
         return
     before = time_line(v)

@@ -90,7 +90,7 @@ class Work:
     # (engine.execute_item)
     setup_failed: bool = False
     # judged and timed before its task's torch.compile part was: the engine adds torch.compile's figures once it is
-    # timed, and only then delivers the verdict (verifier/engine.py ``CompiledParts``)
+    # timed, and only then delivers the verdict (verifier/runs.py ``CompiledParts``)
     compiled_pending: bool = False
     # the task's reference raised in the candidate's process (ChildReport.reference_error, no tampering seen): judged
     # once the trials before it are checked (``_reference_failed``)
