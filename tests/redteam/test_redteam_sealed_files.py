@@ -10,8 +10,9 @@ C14 was then decided on a forged file. The same held for the input files the ver
 seed does not reproduce: rewritten to fit the output, the verifier's reference was computed on them.
 
 Closed at the root, on the verifier's side of the channel (verifier/execute/channel.py): a trial's output is sealed
-(its sha256) when the trial's record arrives, before the child gets its next seed, and a shipped input file as soon as
-it is written; the judge reads both only as sealed (``Ledger.check``), and a file changed since is C11
+when the trial's record arrives, before the child gets its next seed, and a shipped input file as soon as it is
+written: its bytes read then and kept (the judge reads those, never the file again), or beyond the job's keep budget
+its sha256; a file changed since (its inode, size or change time moved, or its hash) is C11
 (``checks.check_sealed``). The reference the child runs after the candidate leaves only a digest, never a file, and
 does not run at all on the extra-shape trial. Honest twin: the same kernel without the rewrite passes, and its job
 directory holds no reference output.
@@ -122,11 +123,12 @@ def test_a_sealed_file_reads_back_only_as_it_was(tmp_path):
     (tmp_path / "out_0.pt").write_bytes(b"first")
     ledger.seal(tmp_path, "out_0.pt")
     assert ledger.unsealed(tmp_path, "out_0.pt") == ""
-    assert ledger.check(tmp_path, "out_0.pt") == tmp_path / "out_0.pt"
+    assert ledger.check(tmp_path, "out_0.pt").read() == b"first"
     (tmp_path / "out_0.pt").write_bytes(b"forged")
     assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_0.pt")
     with pytest.raises(Unsealed):
         ledger.check(tmp_path, "out_0.pt")
+    assert ledger.source(tmp_path, "out_0.pt").read() == b"first"  # what is read is what was handed over
     ledger.seal(tmp_path, "out_0.pt")  # the first seal stands: sealing again later changes nothing
     assert ledger.unsealed(tmp_path, "out_0.pt")
     assert "never handed" in ledger.unsealed(tmp_path, "out_1.pt")
@@ -134,6 +136,46 @@ def test_a_sealed_file_reads_back_only_as_it_was(tmp_path):
     os.symlink(tmp_path / "real.pt", tmp_path / "out_2.pt")  # a link is not sealed as its target
     ledger.seal(tmp_path, "out_2.pt")
     assert "not a regular file" in ledger.unsealed(tmp_path, "out_2.pt")
+
+
+def test_a_kept_file_rewritten_in_place_with_its_times_put_back_still_reads_as_changed(tmp_path):
+    """The attacker's refinement of the rewrite: the same size, written through a descriptor opened before the seal,
+    its modification time set back afterwards. The change time moves with any write or utime and no process sets
+    it, so the seal sees the change; the verdict reads the kept bytes regardless."""
+    path = tmp_path / "out_0.pt"
+    path.write_bytes(b"A" * 4096)
+    fd = os.open(path, os.O_WRONLY)
+    before = os.stat(path)
+    ledger = Ledger()
+    ledger.seal(tmp_path, "out_0.pt")
+    time.sleep(0.02)
+    os.pwrite(fd, b"B" * 4096, 0)
+    os.close(fd)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == before.st_mtime_ns and path.read_bytes() == b"B" * 4096
+    assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_0.pt")
+    assert ledger.source(tmp_path, "out_0.pt").read() == b"A" * 4096
+    # replaced by a new file under the same name: another inode
+    (tmp_path / "new").write_bytes(b"A" * 4096)
+    ledger2 = Ledger()
+    ledger2.seal(tmp_path, "out_0.pt")
+    os.replace(tmp_path / "new", path)
+    assert "changed after it was handed" in ledger2.unsealed(tmp_path, "out_0.pt")
+
+
+def test_a_file_beyond_the_keep_budget_is_sealed_by_its_hash_and_read_from_disk(tmp_path):
+    ledger = Ledger(keep_left=10)
+    (tmp_path / "out_0.pt").write_bytes(b"small")  # 5 bytes: kept
+    (tmp_path / "out_1.pt").write_bytes(b"larger than what is left")  # beyond the 5 left: hashed
+    ledger.seal(tmp_path, "out_0.pt")
+    ledger.seal(tmp_path, "out_1.pt")
+    assert set(ledger.kept) == {"out_0.pt"} and ledger.keep_left == 5
+    assert ledger.check(tmp_path, "out_1.pt") == tmp_path / "out_1.pt"
+    (tmp_path / "out_1.pt").write_bytes(b"LARGER THAN WHAT IS LEFT")
+    assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_1.pt")
+    ledger.release("out_0.pt")  # the bytes let go once read; the seal itself stays
+    assert ledger.unsealed(tmp_path, "out_0.pt") == ""
+    assert ledger.source(tmp_path, "out_0.pt") == tmp_path / "out_0.pt"
 
 
 def test_the_channel_seals_an_output_when_its_record_arrives_and_an_input_file_once_shipped():

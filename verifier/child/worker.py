@@ -398,15 +398,18 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             host_out = None if rec.output_problem else plain_cpu(out)
             del out
             clock.part("trial_output")
-            # after the output was read, as the harness reads a timed call's: a thread still at work is side work
-            rec.threads_added = side_work_threads(returned, tids0)
-            # host work: the output's file written with the hold let go (seconds for a large output), taken back
-            # behind any waiting timer (the trial's second piece of device work follows)
+            # host work with the hold let go, taken back behind any waiting timer (the trial's second piece of device
+            # work follows): the candidate's threads watched after the output was read, as the harness reads a timed
+            # call's (a thread still at work is side work; up to SETTLE_S of watching), then the output's file
+            # written (seconds for a large output). Held, the two were the section timers drained behind longest on
+            # one H200's real batch (cc08980: 14.1 s over 25 waits)
             with lock.aside(job.lock_wait_s):
+                rec.threads_added = side_work_threads(returned, tids0)
+                clock.part("trial_threads")
                 if host_out is not None:
                     rec.output_file = _save(host_out, job_dir / f"out_{i}.pt")
                 del host_out
-                clock.part("trial_output")
+                clock.part("trial_output_file")
             clock.part("trial_yield")
             if not ref_first and not other_trial:
                 try:

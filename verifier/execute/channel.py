@@ -28,18 +28,21 @@ Imports: the standard library and verifier.common.contract (the child's side is 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import re
 import secrets
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from verifier.common.contract import SOCKET_FILE, ChildBuild, file_seal
+from verifier.common.contract import SOCKET_FILE, ChildBuild
 
 
 _TRIAL_KEY = re.compile(r"trial(\d{1,6})")
@@ -58,9 +61,13 @@ class Ledger:
     records: dict[str, dict] = field(default_factory=dict)  # the monitors' records, as streamed after each call
     problems: list[str] = field(default_factory=list)  # requests out of turn, malformed lines
     harness_error: str = ""  # the harness's own failure during a bracket (the verifier's, never the candidate's)
-    # files of the job directory the verdict reads, sealed as they were handed over (name -> sha256, "" when the
-    # name was not a regular file then): a trial's output when its record arrived, a shipped input file once written
+    # files of the job directory the verdict reads, sealed as they were handed over (name -> how: KEPT, a sha256, ""
+    # when the name was not a regular file then): a trial's output when its record arrived, a shipped input file once
+    # written. A file within the job's keep budget is read once then and its bytes kept (``kept``): the verdict reads
+    # those, never the file again; a larger one is sealed by its sha256, checked when it is read
     sealed: dict[str, str] = field(default_factory=dict)
+    kept: dict[str, Kept] = field(default_factory=dict)
+    keep_left: int = field(default_factory=lambda: KEEP_BYTES)
     # extensions the child asked for at run time, built and scanned on this side (verifier/build/runtime.py)
     child_builds: list[ChildBuild] = field(default_factory=list)
     # this process's clock (time.monotonic) at the steps the child reached: when the channel opened (before the child
@@ -71,28 +78,135 @@ class Ledger:
     brackets: int = 0
 
     def seal(self, job_dir: Path, name: str) -> None:
-        if name not in self.sealed:
-            self.sealed[name] = file_seal(Path(job_dir) / name)
+        """Fix ``job_dir / name`` as handed over now (the first seal stands): its bytes read and kept where they fit
+        the keep budget, else its sha256. A link, a directory or nothing is sealed as "not a regular file"."""
+        if name in self.sealed:
+            return
+        try:
+            fd = os.open(Path(job_dir) / name, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            self.sealed[name] = ""
+            return
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.sealed[name] = ""
+            elif st.st_size <= self.keep_left:
+                # the identity first: a write while the bytes are read moves its change time, and the file reads as
+                # changed (the bytes kept are what the verdict judges either way)
+                data = _read_all(fd, self.keep_left)
+                self.kept[name] = Kept(data, _identity(st))
+                self.keep_left -= len(data)
+                self.sealed[name] = KEPT
+            else:
+                h = hashlib.sha256()
+                while chunk := os.read(fd, 1 << 22):
+                    h.update(chunk)
+                self.sealed[name] = h.hexdigest()
+        finally:
+            os.close(fd)
 
     def unsealed(self, job_dir: Path, name: str) -> str:
         """Why ``job_dir / name`` is not what the verifier sealed ('' when it is): never sealed, or changed since
         (the job directory is the candidate's to write: an output rewritten after its record was sent, with an
-        answer computed later or elsewhere, or an input file rewritten to fit the output)."""
+        answer computed later or elsewhere, or an input file rewritten to fit the output). A kept file is changed
+        when its inode, size or change time moved (no process sets a change time: a write, a truncation, a new
+        file under the name or a utime moves it); its kept bytes are what a verdict reads regardless."""
         want = self.sealed.get(name)
         if want is None:
             return f"{name} was never handed to the verifier"
         if not want:
             return f"{name} was not a regular file when it was handed over"
-        if file_seal(Path(job_dir) / name) != want:
+        path = Path(job_dir) / name
+        if want == KEPT:
+            try:
+                now = _identity(os.lstat(path))
+            except OSError:
+                now = None
+            return "" if now == self.kept[name].identity else f"{name} was changed after it was handed to the verifier"
+        if _sha256(path) != want:
             return f"{name} was changed after it was handed to the verifier"
         return ""
 
-    def check(self, job_dir: Path, name: str) -> Path:
-        """``job_dir / name``, once it is what the verifier sealed; raises Unsealed saying why not."""
+    def source(self, job_dir: Path, name: str):
+        """What ``torch.load`` reads for a sealed ``name``: its kept bytes, else the file (``unsealed`` said it is
+        the one sealed)."""
+        kept = self.kept.get(name)
+        if kept is not None and kept.data is not None:
+            return io.BytesIO(kept.data)
+        return Path(job_dir) / name
+
+    def release(self, name: str) -> None:
+        """``name``'s kept bytes let go once read (its identity stays, for ``unsealed``)."""
+        kept = self.kept.get(name)
+        if kept is not None and kept.data is not None:
+            self.kept[name] = Kept(None, kept.identity)
+
+    def check(self, job_dir: Path, name: str):
+        """``job_dir / name`` as sealed (``source``), once it is what the verifier sealed; raises Unsealed saying
+        why not."""
         why = self.unsealed(job_dir, name)
         if why:
             raise Unsealed(why)
-        return Path(job_dir) / name
+        return self.source(job_dir, name)
+
+
+KEPT = "kept"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A file's bytes as the verifier read them at its seal (None once read: ``Ledger.release``) and the file's
+    identity then (``_identity``)."""
+    data: bytes | None
+    identity: tuple
+
+
+def _keep_bytes() -> int:
+    """How many bytes of a job's files the verifier keeps in memory at their seals: a sixteenth of the host's memory,
+    at most 4 GiB (a KernelBench-sized output of a few hundred MB a trial fits; a larger one is hashed instead)."""
+    try:
+        phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        phys = 8 << 30
+    return min(4 << 30, phys // 16)
+
+
+KEEP_BYTES = _keep_bytes()
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    """The file's bytes from ``fd`` to its end, at most ``limit`` (a file that grows while it is read: the rest is not
+    kept, and the file reads as changed)."""
+    parts, got = [], 0
+    while got < limit and (chunk := os.read(fd, min(1 << 24, limit - got))):
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _sha256(path: Path) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 22):
+            h.update(chunk)
+        return h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+class Unsealed(Exception):
+    """A file of the job directory that a verdict reads is not what the verifier sealed (``Ledger.check``)."""
 
 
 def progress(ledger: Ledger, n_trials: int) -> str:
@@ -120,10 +234,6 @@ def progress(ledger: Ledger, n_trials: int) -> str:
         parts.append(f"the timing stage had run {end - st['timing']:.1f} s, {ledger.brackets} timed "
                      f"bracket{'' if ledger.brackets == 1 else 's'} done")
     return "Where it got to (the verifier's clock): " + "; ".join(parts) + "."
-
-
-class Unsealed(Exception):
-    """A file of the job directory that a verdict reads is not what the verifier sealed (``Ledger.check``)."""
 
 
 class Driver:

@@ -35,8 +35,8 @@ from kernelmill.schema import Candidate, Verdict
 
 # a trial's pieces and the timing phase's, summed over the job (verifier/child/worker.py, PhaseClock.part)
 TRIAL_PARTS = tuple(f"child_trial_{p}" for p in ("yield", "seed", "inputs", "reference", "poison", "profiler_start",
-                                                 "forward", "profiler_stop", "read_profile", "output", "record",
-                                                 "misc"))
+                                                 "forward", "profiler_stop", "read_profile", "output", "threads",
+                                                 "output_file", "record", "misc"))
 TIMING_PARTS = tuple(f"child_timing_{p}" for p in ("warm_device", "profiler_start", "brackets", "profiler_stop",
                                                    "probes", "read_profile", "record"))
 # the judge's parts (verifier/judge/verdict.py _JudgeClock)
