@@ -405,3 +405,9 @@ def test_the_real_batch_report_shows_its_ramp_minute_by_minute():
     text = "\n".join(filled_lines({"wall_s": 185.0, "rows": rows}))
     assert "first verdict after 2 s" in text and "each minute of the batch" in text and ": 2, 1, 5, 0" in text, text
     assert filled_lines({"wall_s": 185.0, "rows": rows[:3]}) == []  # too few to be a rate
+    assert "first executed verdict" not in text  # no row says it was executed
+    # the first verdicts are the static stage's; from the first executed one (70 s) on, 5 verdicts in 115 s
+    for r in rows[2:]:
+        r["stage_seconds"] = {"execute": 5.0}
+    text = "\n".join(filled_lines({"wall_s": 185.0, "rows": rows}))
+    assert "first executed verdict after 70 s" in text and "(115 s): **157** per hour" in text, text

@@ -482,17 +482,27 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
 
 def filled_lines(record: dict) -> list[str]:
     """The rate once the pipeline has filled: verdicts after the first one over the wall after it (the first verdict
-    waits for a whole compile, which a batch pays once and a long run amortises)."""
+    waits for a whole compile, which a batch pays once and a long run amortises), and the same from the first verdict
+    of a candidate that was executed (the first verdicts are often the static stage's, a second into the batch, so the
+    first line alone is about the whole batch's rate: two runs of one commit whose ramps differ are told apart by the
+    second)."""
     ts = sorted(r["t"] for r in record["rows"] if r.get("t") is not None)
     if len(ts) < 5 or record["wall_s"] - ts[0] < 30:  # too few to be a rate
         return []
     rate = (len(ts) - 1) / (record["wall_s"] - ts[0]) * 3600
     minutes = int(record["wall_s"] // 60) + 1
     per_minute = [sum(1 for t in ts if m * 60 <= t < (m + 1) * 60) for m in range(minutes)]
-    return [f"- first verdict after {ts[0]:.0f} s; from it to the end of the batch ({record['wall_s'] - ts[0]:.0f} s): "
-            f"**{rate:.0f}** verdicts per hour (the pipeline filled)",
-            "- verdicts in each minute of the batch (its ramp: builds, the tasks' preparations, the slots' processes): "
-            + ", ".join(map(str, per_minute)), ""]
+    out = [f"- first verdict after {ts[0]:.0f} s; from it to the end of the batch ({record['wall_s'] - ts[0]:.0f} s): "
+           f"**{rate:.0f}** verdicts per hour (the pipeline filled)"]
+    executed = sorted(r["t"] for r in record["rows"]
+                      if r.get("t") is not None and "execute" in (r.get("stage_seconds") or {}))
+    if executed and record["wall_s"] - executed[0] >= 30:
+        after = sum(1 for t in ts if t > executed[0])
+        out.append(f"- first executed verdict after {executed[0]:.0f} s; every verdict after it to the end of the batch "
+                   f"({record['wall_s'] - executed[0]:.0f} s): **{after / (record['wall_s'] - executed[0]) * 3600:.0f}** "
+                   "per hour (the execution slots filled)")
+    return out + ["- verdicts in each minute of the batch (its ramp: builds, the tasks' preparations, the slots' "
+                  "processes): " + ", ".join(map(str, per_minute)), ""]
 
 
 def build_lines(record: dict) -> list[str]:
