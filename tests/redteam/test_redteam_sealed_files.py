@@ -163,6 +163,20 @@ def test_a_kept_file_rewritten_in_place_with_its_times_put_back_still_reads_as_c
     assert "changed after it was handed" in ledger2.unsealed(tmp_path, "out_0.pt")
 
 
+def test_a_sparse_output_file_larger_than_the_keep_budget_is_not_read_into_the_verifiers_memory(tmp_path):
+    """A file that costs the candidate nothing (sparse: a size set, no page written) must not make the verifier hold
+    its size: past a job's keep budget it is hashed, streamed, and nothing of it is kept."""
+    from verifier.execute.channel import KEEP_BYTES
+
+    with open(tmp_path / "out_0.pt", "wb") as f:
+        f.truncate(KEEP_BYTES + 1)
+    ledger = Ledger()
+    ledger.seal(tmp_path, "out_0.pt")
+    assert ledger.kept == {} and ledger.keep_left == KEEP_BYTES
+    assert ledger.unsealed(tmp_path, "out_0.pt") == ""
+    assert KEEP_BYTES <= 2 << 30
+
+
 def test_a_file_beyond_the_keep_budget_is_sealed_by_its_hash_and_read_from_disk(tmp_path):
     ledger = Ledger(keep_left=10)
     (tmp_path / "out_0.pt").write_bytes(b"small")  # 5 bytes: kept

@@ -163,13 +163,16 @@ class Kept:
 
 
 def _keep_bytes() -> int:
-    """How many bytes of a job's files the verifier keeps in memory at their seals: a sixteenth of the host's memory,
-    at most 4 GiB (a KernelBench-sized output of a few hundred MB a trial fits; a larger one is hashed instead)."""
+    """How many bytes of a job's files the verifier keeps in memory at their seals: a sixty-fourth of the host's
+    memory, at most 2 GiB (the outputs of a KernelBench-sized task's trials, a few hundred MB each, fit; past the
+    budget a file is hashed instead). A bound on what a job's files can make the verifier hold, whatever the candidate
+    writes (a sparse file of any size costs it nothing): eight execution slots keep at most an eighth of the host's
+    memory."""
     try:
         phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         phys = 8 << 30
-    return min(4 << 30, phys // 16)
+    return min(2 << 30, phys // 64)
 
 
 KEEP_BYTES = _keep_bytes()
