@@ -28,7 +28,6 @@ Imports: the standard library and verifier.common.contract (the child's side is 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -42,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from verifier.common.contract import SOCKET_FILE, ChildBuild
+from verifier.common.contract import SOCKET_FILE, ChildBuild, file_seal
 
 
 _TRIAL_KEY = re.compile(r"trial(\d{1,6})")
@@ -94,17 +93,14 @@ class Ledger:
             elif st.st_size <= self.keep_left:
                 # the identity first: a write while the bytes are read moves its change time, and the file reads as
                 # changed (the bytes kept are what the verdict judges either way)
-                data = _read_all(fd, self.keep_left)
+                data = _read_all(fd, st.st_size)
                 self.kept[name] = Kept(data, _identity(st))
                 self.keep_left -= len(data)
                 self.sealed[name] = KEPT
-            else:
-                h = hashlib.sha256()
-                while chunk := os.read(fd, 1 << 22):
-                    h.update(chunk)
-                self.sealed[name] = h.hexdigest()
         finally:
             os.close(fd)
+        if name not in self.sealed:  # beyond the keep budget: its sha256 (a link put there since reads as "")
+            self.sealed[name] = file_seal(Path(job_dir) / name)
 
     def unsealed(self, job_dir: Path, name: str) -> str:
         """Why ``job_dir / name`` is not what the verifier sealed ('' when it is): never sealed, or changed since
@@ -124,7 +120,7 @@ class Ledger:
             except OSError:
                 now = None
             return "" if now == self.kept[name].identity else f"{name} was changed after it was handed to the verifier"
-        if _sha256(path) != want:
+        if file_seal(path) != want:
             return f"{name} was changed after it was handed to the verifier"
         return ""
 
@@ -183,29 +179,13 @@ def _identity(st: os.stat_result) -> tuple:
 
 
 def _read_all(fd: int, limit: int) -> bytes:
-    """The file's bytes from ``fd`` to its end, at most ``limit`` (a file that grows while it is read: the rest is not
-    kept, and the file reads as changed)."""
+    """The file's bytes from ``fd`` to its end, at most ``limit`` (its size at the seal: a file that grows while it is
+    read has the rest left out, and reads as changed)."""
     parts, got = [], 0
     while got < limit and (chunk := os.read(fd, min(1 << 24, limit - got))):
         parts.append(chunk)
         got += len(chunk)
     return b"".join(parts)
-
-
-def _sha256(path: Path) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        h = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 22):
-            h.update(chunk)
-        return h.hexdigest()
-    finally:
-        os.close(fd)
 
 
 class Unsealed(Exception):
