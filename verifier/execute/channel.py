@@ -129,7 +129,7 @@ class Ledger:
         the one sealed)."""
         kept = self.kept.get(name)
         if kept is not None and kept.data is not None:
-            return io.BytesIO(kept.data)
+            return _Reader(kept.data)
         return Path(job_dir) / name
 
     def release(self, name: str) -> None:
@@ -154,7 +154,7 @@ KEPT = "kept"
 class Kept:
     """A file's bytes as the verifier read them at its seal (None once read: ``Ledger.release``) and the file's
     identity then (``_identity``)."""
-    data: bytes | None
+    data: bytearray | None
     identity: tuple
 
 
@@ -178,14 +178,46 @@ def _identity(st: os.stat_result) -> tuple:
     return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _read_all(fd: int, limit: int) -> bytes:
+def _read_all(fd: int, limit: int) -> bytearray:
     """The file's bytes from ``fd`` to its end, at most ``limit`` (its size at the seal: a file that grows while it is
-    read has the rest left out, and reads as changed)."""
-    parts, got = [], 0
-    while got < limit and (chunk := os.read(fd, min(1 << 24, limit - got))):
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
+    read has the rest left out, and reads as changed), read straight into one buffer of that size (no chunks joined:
+    one copy, and the file's size held once)."""
+    buf = bytearray(limit)
+    view, got = memoryview(buf), 0
+    while got < limit and (n := os.readv(fd, [view[got:]])):
+        got += n
+    view.release()
+    del buf[got:]
+    return buf
+
+
+class _Reader(io.RawIOBase):
+    """A read-only file over kept bytes, without a copy of them (``io.BytesIO`` copies a bytearray: a second pass over
+    a trial's output and its size held twice)."""
+
+    def __init__(self, data: bytearray):
+        super().__init__()
+        self._view, self._pos = memoryview(data), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), len(self._view) - self._pos))
+        b[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
 
 
 class Unsealed(Exception):
