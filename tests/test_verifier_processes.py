@@ -137,6 +137,11 @@ def test_a_slot_warmed_before_its_first_job_gives_that_job_the_servers_it_starte
             assert {t: id(s) for t, s in now.items()} == {t: id(s) for t, s in warmed.items()}
             root = processes._job_root(cfg.host())
             assert [s.unfit_for(cfg.host(), root, build_root, locks) for s in now.values()] == ["", ""]
+            # what a runner rewrites at each of its steps (pytest's name of the test now running) changes nothing:
+            # the server keeps serving (it was started again at every test of the suite), and no child is told it
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/another.py::test_next (call)")
+            assert [s.unfit_for(cfg.host(), root, build_root, locks) for s in now.values()] == ["", ""]
+            assert "PYTEST_CURRENT_TEST" not in processes.child_env(cfg.host())
             # a server started under another environment says so, naming what changed (it is started again)
             monkeypatch.setenv("KM_TEST_WARM_MARK", "1")
             assert now[0].unfit_for(cfg.host(), root, build_root, locks) == "the environment changed (KM_TEST_WARM_MARK)"

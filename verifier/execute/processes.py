@@ -60,7 +60,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def child_env(host: HostSettings, **extra: str) -> dict:
     """The environment of every execution process: this repository importable, no bytecode written, the sandbox's
     status under ``host`` (for the verdict's versions)."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    env = {k: v for k, v in os.environ.items() if k not in VOLATILE_ENV}
+    return dict(env, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
                 PYTHONDONTWRITEBYTECODE="1", **{childenv.SANDBOX_NOTE: json.dumps(sandbox.status(host))}, **extra)
 
 
@@ -75,10 +76,15 @@ def _threads(host: HostSettings) -> str:
 # made every slot's first job start its fork servers again (a cold start: 13-17 s on one H200 at 5adc643), the
 # pair warmed before the job having started before the variable was set
 SELF_SET_ENV = ("TORCHINDUCTOR_CACHE_DIR",)
+# variables a runner rewrites at every step of its own, which nothing an execution process runs reads: pytest names
+# the test now running in PYTEST_CURRENT_TEST. Counted in the signature, it started every slot's fork server again
+# at every test (176 servers, 395 CPU-s of the suite's ~2,860 at 6b49484: 14% of it); passed on, a server would
+# only carry the name of the test that started it
+VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
 
 
 def _environ() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in SELF_SET_ENV}
+    return {k: v for k, v in os.environ.items() if k not in SELF_SET_ENV and k not in VOLATILE_ENV}
 
 
 def environment_signature(host: HostSettings) -> str:
