@@ -142,6 +142,13 @@ def test_a_slot_warmed_before_its_first_job_gives_that_job_the_servers_it_starte
             monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/another.py::test_next (call)")
             assert [s.unfit_for(cfg.host(), root, build_root, locks) for s in now.values()] == ["", ""]
             assert "PYTEST_CURRENT_TEST" not in processes.child_env(cfg.host())
+            # nor does a setting only the build side reads (the header cache, the binding's form, the split)
+            build_only = dataclasses.replace(cfg, pch_dir=str(ROOT / "no-such-pch"), split_build=False,
+                                             canonical_binding=False).host()
+            assert [s.unfit_for(build_only, root, build_root, locks) for s in now.values()] == ["", ""]
+            # one the server's processes use is another server (the sandbox's process limit)
+            assert now[0].unfit_for(dataclasses.replace(cfg, sandbox_procs=cfg.sandbox_procs + 1).host(), root,
+                                    build_root, locks) == "other host settings"
             # a server started under another environment says so, naming what changed (it is started again)
             monkeypatch.setenv("KM_TEST_WARM_MARK", "1")
             assert now[0].unfit_for(cfg.host(), root, build_root, locks) == "the environment changed (KM_TEST_WARM_MARK)"
@@ -181,3 +188,16 @@ def test_a_fork_server_whose_verifier_left_exits_without_a_traceback(tmp_path):
     assert p.wait(timeout=300) == 0
     err = p.stderr.read()
     assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
+
+
+def test_every_host_setting_is_the_servers_or_the_build_sides():
+    """A fork server is started again only for the host settings its processes use (``SERVER_HOST_FIELDS``); the
+    rest are the build side's. A field added to HostSettings must be put in one of the two."""
+    import dataclasses as dc
+
+    from kernelmill.settings import HostSettings
+    from verifier.execute import processes
+
+    fields = {f.name for f in dc.fields(HostSettings)}
+    server, build = set(processes.SERVER_HOST_FIELDS), set(processes.BUILD_HOST_FIELDS)
+    assert not server & build and server | build == fields, (fields - server - build, (server | build) - fields)

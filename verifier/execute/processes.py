@@ -87,11 +87,21 @@ def _environ() -> dict:
     return {k: v for k, v in os.environ.items() if k not in SELF_SET_ENV and k not in VOLATILE_ENV}
 
 
+# the host settings an execution process uses (its sandbox and the sandbox's limits, where jobs go, the children's
+# threads), and those only the build side reads (the compile pool's headers, binding form and split, the locks its
+# import check holds); every field of HostSettings is one or the other (tests/test_verifier_processes.py). Counted
+# whole, a config that changed only the build side's (a test module's pch = false) started every slot's fork server
+# again
+SERVER_HOST_FIELDS = ("sandbox", "sandbox_procs", "sandbox_pids", "bwrap", "job_dir", "child_threads")
+BUILD_HOST_FIELDS = ("pch_dir", "canonical_binding", "split_build", "code_locks")
+
+
 def environment_signature(host: HostSettings) -> str:
     """What a long-lived execution process inherited: the environment (everything child_env passes, less
-    ``SELF_SET_ENV``), the host settings ``host`` it was started with and whether bubblewrap is used. A process
-    serves only callers whose signature is the one it started with."""
-    state = [sorted(_environ().items()), repr(host), sandbox.enabled(host)]
+    ``SELF_SET_ENV`` and ``VOLATILE_ENV``), the host settings it was started with that its processes use
+    (``SERVER_HOST_FIELDS``) and whether bubblewrap is used. A process serves only callers whose signature is the one
+    it started with."""
+    state = [sorted(_environ().items()), [repr(getattr(host, f)) for f in SERVER_HOST_FIELDS], sandbox.enabled(host)]
     return hashlib.sha256(json.dumps(state).encode()).hexdigest()
 
 
