@@ -60,8 +60,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def child_env(host: HostSettings, **extra: str) -> dict:
     """The environment of every execution process: this repository importable, no bytecode written, the sandbox's
     status under ``host`` (for the verdict's versions)."""
-    env = {k: v for k, v in os.environ.items() if k not in VOLATILE_ENV}
-    return dict(env, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    return dict(_passed_env(), PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
                 PYTHONDONTWRITEBYTECODE="1", **{childenv.SANDBOX_NOTE: json.dumps(sandbox.status(host))}, **extra)
 
 
@@ -83,8 +82,14 @@ SELF_SET_ENV = ("TORCHINDUCTOR_CACHE_DIR",)
 VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
 
 
+def _passed_env() -> dict:
+    """This process's environment as execution processes get it: less ``VOLATILE_ENV``."""
+    return {k: v for k, v in os.environ.items() if k not in VOLATILE_ENV}
+
+
 def _environ() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in SELF_SET_ENV and k not in VOLATILE_ENV}
+    """What a server's signature counts of it: the environment passed on, less ``SELF_SET_ENV``."""
+    return {k: v for k, v in _passed_env().items() if k not in SELF_SET_ENV}
 
 
 # the host settings an execution process uses (its sandbox and the sandbox's limits, where jobs go, the children's
