@@ -489,6 +489,10 @@ def add_compiled(w: Work, compiled: ReferenceTiming | None, note: str = "") -> N
     v = w.verdict
     w.compiled_pending = False
     if compiled is not None:
+        rep = compiled.report
+        why = rep.compile_error or rep.setup_error or rep.timing_error
+        if compiled.clocked.get("compile_s") is None and why and not note:  # (said, not dropped: a verdict without
+            note = f"torch.compile's reference was not timed (not your kernel's doing): {why[:400]}"  # compile_us)
         held = compiled.clocked.get("held")
         ref_held = v.versions.get("timing", {}).get("reference")
         record_compiled(v, compiled.clocked.get("compile_s"), held_joined(ref_held or {}, held) if held else None)
