@@ -1,7 +1,8 @@
 """What a trial output's trip from the child's file to the judge costs the host, by step (verifier/execute/channel.py
 ``Ledger``): the child's save, the verifier's seal as the record arrives (the child waits for it), and the judge's
 check and read. Two ways side by side, on one output of each size written where job directories go (/dev/shm when it
-has room): the bytes kept at the seal (``Ledger.seal`` within the keep budget, then ``Ledger.source``), and the
+has room): the bytes kept at the seal (``Ledger.seal`` within the keep budget: copied into a memory file of the
+verifier's own, which the judge maps, ``Ledger.source`` and ``Ledger.mapped``), and the
 streamed sha256 (the seal past the budget, then the hash again and the file read: the way of every file before
 1ff3fca). Host work only, no device: the seconds a slot and a child spend per trial on a large-output task.
 
@@ -32,6 +33,11 @@ def _timed(fn, repeat: int) -> float:
     return statistics.median(runs)
 
 
+def _read(t: torch.Tensor) -> None:
+    """Every element of a loaded output read once (a mapped load reads its pages only here, as the checks do)."""
+    t.sum()
+
+
 def measure(mb: int, repeat: int, where: Path) -> dict[str, float]:
     """Median seconds of each step for one float32 output of ``mb`` MiB."""
     out = torch.randn(mb * (1 << 20) // 4)
@@ -53,10 +59,12 @@ def measure(mb: int, repeat: int, where: Path) -> dict[str, float]:
     row["seal hashed"] = _timed(hashed, repeat)
     k, h = kept(), hashed()
     row["judge kept"] = _timed(lambda: (k.unsealed(where, name),
-                                        torch.load(k.source(where, name), weights_only=True)), repeat)
+                                        _read(torch.load(k.source(where, name), weights_only=True,
+                                                         mmap=k.mapped(name)))), repeat)
     row["judge hashed"] = _timed(lambda: (h.unsealed(where, name),
-                                          torch.load(h.source(where, name), weights_only=True)), repeat)
+                                          _read(torch.load(h.source(where, name), weights_only=True))), repeat)
     path.unlink()
+    k.close()
     return row
 
 

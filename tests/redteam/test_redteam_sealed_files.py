@@ -123,12 +123,12 @@ def test_a_sealed_file_reads_back_only_as_it_was(tmp_path):
     (tmp_path / "out_0.pt").write_bytes(b"first")
     ledger.seal(tmp_path, "out_0.pt")
     assert ledger.unsealed(tmp_path, "out_0.pt") == ""
-    assert ledger.check(tmp_path, "out_0.pt").read() == b"first"
+    assert ledger.check(tmp_path, "out_0.pt").read_bytes() == b"first"
     (tmp_path / "out_0.pt").write_bytes(b"forged")
     assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_0.pt")
     with pytest.raises(Unsealed):
         ledger.check(tmp_path, "out_0.pt")
-    assert ledger.source(tmp_path, "out_0.pt").read() == b"first"  # what is read is what was handed over
+    assert ledger.source(tmp_path, "out_0.pt").read_bytes() == b"first"  # what is read is what was handed over
     ledger.seal(tmp_path, "out_0.pt")  # the first seal stands: sealing again later changes nothing
     assert ledger.unsealed(tmp_path, "out_0.pt")
     assert "never handed" in ledger.unsealed(tmp_path, "out_1.pt")
@@ -154,13 +154,44 @@ def test_a_kept_file_rewritten_in_place_with_its_times_put_back_still_reads_as_c
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert os.stat(path).st_mtime_ns == before.st_mtime_ns and path.read_bytes() == b"B" * 4096
     assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_0.pt")
-    assert ledger.source(tmp_path, "out_0.pt").read() == b"A" * 4096
+    assert ledger.source(tmp_path, "out_0.pt").read_bytes() == b"A" * 4096
     # replaced by a new file under the same name: another inode
     (tmp_path / "new").write_bytes(b"A" * 4096)
     ledger2 = Ledger()
     ledger2.seal(tmp_path, "out_0.pt")
     os.replace(tmp_path / "new", path)
     assert "changed after it was handed" in ledger2.unsealed(tmp_path, "out_0.pt")
+
+
+def test_a_kept_output_is_loaded_mapped_from_the_verifiers_own_copy_whatever_the_job_file_becomes(tmp_path):
+    """The seal copies a trial's output into a memory file of the verifier's own, which the judge maps
+    (``torch.load(mmap=True)``): the job file rewritten after the seal, through a descriptor the child kept or in
+    place with a same-sized forgery, changes nothing the judge loads, and the copy is let go once read."""
+    import torch
+
+    path = tmp_path / "out_0.pt"
+    honest, forged = torch.arange(1 << 16, dtype=torch.float32), torch.zeros(1 << 16)
+    torch.save([honest], path)
+    fd = os.open(path, os.O_RDWR)
+    ledger = Ledger()
+    ledger.seal(tmp_path, "out_0.pt")
+    src = ledger.source(tmp_path, "out_0.pt")
+    assert ledger.mapped("out_0.pt") and src != path and str(src).startswith("/proc/self/fd/")
+    torch.save([forged], tmp_path / "forged.pt")
+    data = (tmp_path / "forged.pt").read_bytes()
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
+    os.close(fd)
+    assert torch.load(path, weights_only=True)[0].eq(0).all()  # the job file is the forgery now
+    assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_0.pt")
+    (got,) = torch.load(src, weights_only=True, mmap=True)
+    assert torch.equal(got, honest)
+    own = int(str(src).rsplit("/", 1)[1])
+    ledger.release("out_0.pt")
+    with pytest.raises(OSError):
+        os.fstat(own)  # let go: no descriptor kept per output of a long run
+    assert torch.equal(got, honest)  # the mapping lives on with the tensor
+    assert not ledger.mapped("out_0.pt") and ledger.source(tmp_path, "out_0.pt") == path
 
 
 def test_a_sparse_output_file_larger_than_the_keep_budget_is_not_read_into_the_verifiers_memory(tmp_path):

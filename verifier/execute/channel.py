@@ -28,7 +28,7 @@ Imports: the standard library and verifier.common.contract (the child's side is 
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import os
 import re
@@ -77,8 +77,9 @@ class Ledger:
     brackets: int = 0
 
     def seal(self, job_dir: Path, name: str) -> None:
-        """Fix ``job_dir / name`` as handed over now (the first seal stands): its bytes read and kept where they fit
-        the keep budget, else its sha256. A link, a directory or nothing is sealed as "not a regular file"."""
+        """Fix ``job_dir / name`` as handed over now (the first seal stands): its bytes copied into a file of this
+        process's own where they fit the keep budget, else its sha256. A link, a directory or nothing is sealed as
+        "not a regular file"."""
         if name in self.sealed:
             return
         try:
@@ -91,12 +92,13 @@ class Ledger:
             if not stat.S_ISREG(st.st_mode):
                 self.sealed[name] = ""
             elif st.st_size <= self.keep_left:
-                # the identity first: a write while the bytes are read moves its change time, and the file reads as
+                # the identity first: a write while the bytes are copied moves its change time, and the file reads as
                 # changed (the bytes kept are what the verdict judges either way)
-                data = _read_all(fd, st.st_size)
-                self.kept[name] = Kept(data, _identity(st))
-                self.keep_left -= len(data)
-                self.sealed[name] = KEPT
+                own = _copy_own(fd, st.st_size)
+                if own is not None:
+                    self.kept[name] = Kept(own, _identity(st))
+                    self.keep_left -= st.st_size
+                    self.sealed[name] = KEPT
         finally:
             os.close(fd)
         if name not in self.sealed:  # beyond the keep budget: its sha256 (a link put there since reads as "")
@@ -124,19 +126,37 @@ class Ledger:
             return f"{name} was changed after it was handed to the verifier"
         return ""
 
-    def source(self, job_dir: Path, name: str):
-        """What ``torch.load`` reads for a sealed ``name``: its kept bytes, else the file (``unsealed`` said it is
-        the one sealed)."""
+    def source(self, job_dir: Path, name: str) -> Path:
+        """The path ``torch.load`` reads for a sealed ``name``: the verifier's own copy of its bytes (``mapped``), else
+        the file (``unsealed`` said it is the one sealed)."""
         kept = self.kept.get(name)
-        if kept is not None and kept.data is not None:
-            return _Reader(kept.data)
+        if kept is not None and kept.fd is not None:
+            return Path(f"/proc/self/fd/{kept.fd}")
         return Path(job_dir) / name
 
-    def release(self, name: str) -> None:
-        """``name``'s kept bytes let go once read (its identity stays, for ``unsealed``)."""
+    def mapped(self, name: str) -> bool:
+        """Whether ``source(name)`` is the verifier's own copy, which no other process can write: ``torch.load`` may
+        map it (``mmap=True``: no second copy of a trial's output, its pages read as the checks reach them) where a
+        file of the job directory must be read whole, since its writer may still hold it."""
         kept = self.kept.get(name)
-        if kept is not None and kept.data is not None:
+        return kept is not None and kept.fd is not None
+
+    def release(self, name: str) -> None:
+        """``name``'s own copy let go once read (a mapping of it lives on with the tensors that use it; its identity
+        stays, for ``unsealed``)."""
+        kept = self.kept.get(name)
+        if kept is not None and kept.fd is not None:
+            os.close(kept.fd)
             self.kept[name] = Kept(None, kept.identity)
+
+    def close(self) -> None:
+        """Every own copy let go (the job is judged, or was given up)."""
+        for name in list(self.kept):
+            self.release(name)
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
 
     def check(self, job_dir: Path, name: str):
         """``job_dir / name`` as sealed (``source``), once it is what the verifier sealed; raises Unsealed saying
@@ -152,9 +172,9 @@ KEPT = "kept"
 
 @dataclass(frozen=True)
 class Kept:
-    """A file's bytes as the verifier read them at its seal (None once read: ``Ledger.release``) and the file's
-    identity then (``_identity``)."""
-    data: bytearray | None
+    """A file's bytes as the verifier copied them at its seal, in a memory file of its own (``fd``; None once read:
+    ``Ledger.release``), and the file's identity then (``_identity``)."""
+    fd: int | None
     identity: tuple
 
 
@@ -178,46 +198,24 @@ def _identity(st: os.stat_result) -> tuple:
     return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _read_all(fd: int, limit: int) -> bytearray:
-    """The file's bytes from ``fd`` to its end, at most ``limit`` (its size at the seal: a file that grows while it is
-    read has the rest left out, and reads as changed), read straight into one buffer of that size (no chunks joined:
-    one copy, and the file's size held once)."""
-    buf = bytearray(limit)
-    view, got = memoryview(buf), 0
-    while got < limit and (n := os.readv(fd, [view[got:]])):
-        got += n
-    view.release()
-    del buf[got:]
-    return buf
-
-
-class _Reader(io.RawIOBase):
-    """A read-only file over kept bytes, without a copy of them (``io.BytesIO`` copies a bytearray: a second pass over
-    a trial's output and its size held twice)."""
-
-    def __init__(self, data: bytearray):
-        super().__init__()
-        self._view, self._pos = memoryview(data), 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, b) -> int:
-        n = max(0, min(len(b), len(self._view) - self._pos))
-        b[:n] = self._view[self._pos:self._pos + n]
-        self._pos += n
-        return n
+def _copy_own(fd: int, size: int) -> int | None:
+    """The first ``size`` bytes of ``fd`` copied by the kernel into a memory file of this process's own (``memfd``:
+    no other process holds it, so the judge may map it), or None where none can be made (the file is then hashed).
+    A file that shrinks while it is copied gets the bytes there were (it reads as changed either way). The copy costs
+    about a third of reading the bytes into a buffer and loading from that (bench/lib/seal_cost.py)."""
+    try:
+        own = os.memfd_create("km-kept", os.MFD_CLOEXEC)
+    except (OSError, AttributeError):
+        return None
+    try:
+        got = 0
+        while got < size and (n := os.sendfile(own, fd, got, size - got)):
+            got += n
+        os.ftruncate(own, got)
+        return own
+    except OSError:
+        os.close(own)
+        return None
 
 
 class Unsealed(Exception):

@@ -293,6 +293,6 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
         refs = [r.detach() for r in as_list(model(*inputs))]
     refs64 = reference64(model64, inputs)
     outs = as_list(torch.load(ledger.source(job_dir, "out_0.pt") if ledger is not None else job_dir / "out_0.pt",
-                              weights_only=True))
+                              weights_only=True, mmap=ledger is not None and ledger.mapped("out_0.pt")))
     return check_outputs(outs, refs, refs64, inputs, None, "Knockout trial", cfg, plan.ref_mod,
                          get_backend(device).poison_byte, [], Evidence(), [], False, plan.pooled)

@@ -116,7 +116,8 @@ class TaskPlan:
         the verifier sealed them (raises ``Unsealed`` where the file was changed since)."""
         if job.input_files:
             return [x.to(device) if isinstance(x, torch.Tensor) else x for x in
-                    torch.load(ledger.check(job_dir, f"trial_{i}.pt"), weights_only=True)["inputs"]]
+                    torch.load(ledger.check(job_dir, f"trial_{i}.pt"), weights_only=True,
+                               mmap=ledger.mapped(f"trial_{i}.pt"))["inputs"]]
         return self.draw_trial(job, i, device)
 
 
