@@ -62,8 +62,8 @@ class Ledger:
     harness_error: str = ""  # the harness's own failure during a bracket (the verifier's, never the candidate's)
     # files of the job directory the verdict reads, sealed as they were handed over (name -> how: KEPT, a sha256, ""
     # when the name was not a regular file then): a trial's output when its record arrived, a shipped input file once
-    # written. A file within the job's keep budget is read once then and its bytes kept (``kept``): the verdict reads
-    # those, never the file again; a larger one is sealed by its sha256, checked when it is read
+    # written. A file within the job's keep budget is copied once then into a memory file of this process's own
+    # (``kept``): the verdict maps those, never the file again; a larger one is sealed by its sha256, checked when read
     sealed: dict[str, str] = field(default_factory=dict)
     kept: dict[str, Kept] = field(default_factory=dict)
     keep_left: int = field(default_factory=lambda: KEEP_BYTES)
