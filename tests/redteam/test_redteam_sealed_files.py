@@ -19,6 +19,7 @@ directory holds no reference output.
 """
 
 import json
+import fcntl
 import os
 import socket
 import tempfile
@@ -186,6 +187,19 @@ def test_a_kept_output_is_loaded_mapped_from_the_verifiers_own_copy_whatever_the
     assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_0.pt")
     (got,) = torch.load(src, weights_only=True, mmap=True)
     assert torch.equal(got, honest)
+    # the copy opened again by path (as another process of the same user could, through /proc/<pid>/fd where no
+    # sandbox hides the verifier) cannot be written, truncated or unsealed
+    again = os.open(src, os.O_RDWR)
+    try:
+        for forge in (lambda: os.pwrite(again, data, 0), lambda: os.ftruncate(again, 0),
+                      lambda: os.write(again, data)):
+            with pytest.raises(PermissionError):
+                forge()
+        with pytest.raises(PermissionError):
+            fcntl.fcntl(again, fcntl.F_ADD_SEALS, 0)  # the seals are sealed too (F_SEAL_SEAL)
+    finally:
+        os.close(again)
+    assert torch.equal(torch.load(src, weights_only=True, mmap=True)[0], honest)
     own = int(str(src).rsplit("/", 1)[1])
     ledger.release("out_0.pt")
     with pytest.raises(OSError):

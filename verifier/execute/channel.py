@@ -29,6 +29,7 @@ Imports: the standard library and verifier.common.contract (the child's side is 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -198,13 +199,20 @@ def _identity(st: os.stat_result) -> tuple:
     return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+# what a copy is sealed against once made: any write, truncation or growth, and any change of these seals
+SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
 def _copy_own(fd: int, size: int) -> int | None:
-    """The first ``size`` bytes of ``fd`` copied by the kernel into a memory file of this process's own (``memfd``:
-    no other process holds it, so the judge may map it), or None where none can be made (the file is then hashed).
-    A file that shrinks while it is copied gets the bytes there were (it reads as changed either way). The copy costs
-    about a third of reading the bytes into a buffer and loading from that (bench/lib/seal_cost.py)."""
+    """The first ``size`` bytes of ``fd`` copied by the kernel into a memory file of this process's own (``memfd``)
+    and sealed (``SEALS``), or None where none can be made (the file is then hashed). Sealed, not only private: a
+    process of the same user may open another's descriptors through /proc/<pid>/fd (a read-mode ptrace check, which
+    the Yama policy does not restrict) where no sandbox hides the verifier's pid, and a copy opened so cannot be
+    written, truncated or grown, nor its seals taken off. A file that shrinks while it is copied gets the bytes there
+    were (it reads as changed either way). The copy costs about a third of reading the bytes into a buffer and
+    loading from that (bench/lib/seal_cost.py)."""
     try:
-        own = os.memfd_create("km-kept", os.MFD_CLOEXEC)
+        own = os.memfd_create("km-kept", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     except (OSError, AttributeError):
         return None
     try:
@@ -212,6 +220,7 @@ def _copy_own(fd: int, size: int) -> int | None:
         while got < size and (n := os.sendfile(own, fd, got, size - got)):
             got += n
         os.ftruncate(own, got)
+        fcntl.fcntl(own, fcntl.F_ADD_SEALS, SEALS)
         return own
     except OSError:
         os.close(own)
