@@ -121,7 +121,7 @@ def joined(eager: ReferenceTiming, compiled: ReferenceTiming | None) -> Referenc
         return eager
     rep = compiled.report
     report = dataclasses.replace(eager.report, compiled=rep.compiled,
-                                 compile_error=rep.compile_error or rep.setup_error or rep.timing_error)
+                                 compile_error=_failure(rep))
     clocked = {**eager.clocked, **{k: v for k, v in compiled.clocked.items() if k.startswith("compile_")}}
     held = [t.clocked.get("held") or {} for t in (eager, compiled)]
     if any(held):
@@ -232,8 +232,13 @@ SHORT_OF_DEVICE = re.compile(r"out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorM
 SHORTAGE_PAUSES_S = (5.0, 15.0)
 
 
+def _failure(rep: ChildReport) -> str:
+    """Why a reference timing's report has no time: its build's, its set-up's or its timing's error ('' if none)."""
+    return rep.compile_error or rep.setup_error or rep.timing_error
+
+
 def _short_of_device(timing: ReferenceTiming) -> bool:
-    rep = timing.report
+    rep = timing.report  # (any of its errors, not only the first _failure names)
     return bool(SHORT_OF_DEVICE.search(" ".join((rep.compile_error, rep.setup_error, rep.timing_error))))
 
 
@@ -489,7 +494,7 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
                                                          f"timed out {run.timed_out}): {e}; {run.log[-500:]}")
     if ledger.harness_error and not rep.timing_error:
         rep.timing_error = f"the harness failed: {ledger.harness_error}"
-    if compiled and run.rc == 0 and not run.timed_out and not (rep.compile_error or rep.setup_error or rep.timing_error):
+    if compiled and run.rc == 0 and not run.timed_out and not _failure(rep):
         with contextlib.suppress(OSError):  # a build root this process cannot write keeps nothing
             compile_cache.keep(job_dir, build_root, torch.__version__)
     if not cfg.keep_jobs:
@@ -517,10 +522,9 @@ def add_compiled(w: Work, compiled: ReferenceTiming | None, note: str = "") -> N
     v = w.verdict
     w.compiled_pending = False
     if compiled is not None:
-        rep = compiled.report
-        why = rep.compile_error or rep.setup_error or rep.timing_error
-        if compiled.clocked.get("compile_s") is None and why and not note:  # (said, not dropped: a verdict without
-            note = f"torch.compile's reference was not timed (not your kernel's doing): {why[:400]}"  # compile_us)
+        why = _failure(compiled.report)
+        if compiled.clocked.get("compile_s") is None and why and not note:  # said, not a compile_us silently missing
+            note = f"torch.compile's reference was not timed (not your kernel's doing): {why[:400]}"
         held = compiled.clocked.get("held")
         ref_held = v.versions.get("timing", {}).get("reference")
         record_compiled(v, compiled.clocked.get("compile_s"), held_joined(ref_held or {}, held) if held else None)
