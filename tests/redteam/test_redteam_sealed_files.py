@@ -170,6 +170,8 @@ def test_a_kept_output_is_loaded_mapped_from_the_verifiers_own_copy_whatever_the
     place with a same-sized forgery, changes nothing the judge loads, and the copy is let go once read."""
     import torch
 
+    from verifier.judge.outputs import load_sealed
+
     path = tmp_path / "out_0.pt"
     honest, forged = torch.arange(1 << 16, dtype=torch.float32), torch.zeros(1 << 16)
     torch.save([honest], path)
@@ -185,8 +187,11 @@ def test_a_kept_output_is_loaded_mapped_from_the_verifiers_own_copy_whatever_the
     os.close(fd)
     assert torch.load(path, weights_only=True)[0].eq(0).all()  # the job file is the forgery now
     assert "changed after it was handed" in ledger.unsealed(tmp_path, "out_0.pt")
-    (got,) = torch.load(src, weights_only=True, mmap=True)
+    maps = Path("/proc/self/maps")
+    before = maps.read_text().count("/memfd:km-kept")
+    (got,) = load_sealed(ledger, tmp_path, "out_0.pt")  # what the judge loads: the copy, mapped
     assert torch.equal(got, honest)
+    assert maps.read_text().count("/memfd:km-kept") > before  # mapped, not read into this process's heap
     # the copy opened again by path (as another process of the same user could, through /proc/<pid>/fd where no
     # sandbox hides the verifier) cannot be written, truncated or unsealed
     again = os.open(src, os.O_RDWR)

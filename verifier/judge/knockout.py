@@ -281,7 +281,8 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
     from verifier.common.backends import get_backend
     from verifier.common.inputs import as_list
     from verifier.execute.channel import Unsealed
-    from verifier.judge.outputs import Evidence, check_outputs, construct_reference, reference64, reference_models
+    from verifier.judge.outputs import (Evidence, check_outputs, construct_reference, load_sealed, reference64,
+                                        reference_models)
 
     # the knockout's own job uses its reference once: constructed, not kept for copies
     model, model64 = reference_models(plan, job, device, cfg, construct_reference(plan, job, cfg))
@@ -292,7 +293,6 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
     with torch.no_grad():
         refs = [r.detach() for r in as_list(model(*inputs))]
     refs64 = reference64(model64, inputs)
-    outs = as_list(torch.load(ledger.source(job_dir, "out_0.pt") if ledger is not None else job_dir / "out_0.pt",
-                              weights_only=True, mmap=ledger is not None and ledger.mapped("out_0.pt")))
+    outs = as_list(load_sealed(ledger, job_dir, "out_0.pt"))
     return check_outputs(outs, refs, refs64, inputs, None, "Knockout trial", cfg, plan.ref_mod,
                          get_backend(device).poison_byte, [], Evidence(), [], False, plan.pooled)

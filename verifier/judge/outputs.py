@@ -29,6 +29,7 @@ import copy
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -297,6 +298,18 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
 
 
 @cheats.probe(cheats.C16, where="harness")
+def load_sealed(ledger, job_dir: Path, name: str, check: bool = False):
+    """``job_dir / name`` loaded as the verifier sealed it (``verifier.execute.channel.Ledger``): its own copy, mapped
+    (``torch.load(mmap=True)``: no process but the verifier holds it), or the file itself, read whole (its writer may
+    still hold it), where the seal hashed it. ``check``: raise ``Unsealed`` first where the file was changed since the
+    seal (an input file, which is drawn again from the job's seed otherwise; an output's change is judged by its
+    caller, which loads nothing then). No ledger (a knockout run of the verifier's own): the file."""
+    if ledger is None:
+        return torch.load(Path(job_dir) / name, weights_only=True)
+    path = ledger.check(job_dir, name) if check else ledger.source(job_dir, name)
+    return torch.load(path, weights_only=True, mmap=ledger.mapped(name))
+
+
 def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence, give_way=None) -> None:
     """C16: the timed calls' outputs as the harness read them (verifier/execute/harness.py): every one was checked there
     against the reference on its own inputs (did it compute this input's answer); a few, picked at random after

@@ -33,7 +33,7 @@ from verifier.execute import admission
 from verifier.execute.channel import Ledger
 from verifier.execute.locks import device_work, give_back_cache, lock_wait_s
 from verifier.judge.numerics import error_and_scale, float64_model, widen
-from verifier.judge.outputs import RNG_LOCK, reference_fault
+from verifier.judge.outputs import RNG_LOCK, load_sealed, reference_fault
 from verifier.judge.reduction import ReductionTracker, RefStats
 
 
@@ -116,8 +116,7 @@ class TaskPlan:
         the verifier sealed them (raises ``Unsealed`` where the file was changed since)."""
         if job.input_files:
             return [x.to(device) if isinstance(x, torch.Tensor) else x for x in
-                    torch.load(ledger.check(job_dir, f"trial_{i}.pt"), weights_only=True,
-                               mmap=ledger.mapped(f"trial_{i}.pt"))["inputs"]]
+                    load_sealed(ledger, job_dir, f"trial_{i}.pt", check=True)["inputs"]]
         return self.draw_trial(job, i, device)
 
 

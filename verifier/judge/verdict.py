@@ -62,6 +62,7 @@ from verifier.judge.outputs import (
     check_clocked_outputs,
     check_outputs,
     fingerprint,
+    load_sealed,
     reference64,
     reference_cpu,
     reference_models,
@@ -417,14 +418,13 @@ def _report_outcome(w: Work, plan, ex: Execution, ev: Evidence) -> ChildReport |
     return report
 
 
-def _load_outputs(path, mapped: bool = False) -> tuple[list, str]:
+def _load_outputs(ledger, job_dir: Path, name: str) -> tuple[list, str]:
     """A trial's outputs as the child saved them (tensors only: the child records any other output as an output
     problem and writes no file), or why the file is not that: an exception of the verifier's own judging code on a
-    file the candidate's process wrote would have been a verifier_error, a verdict no trainer counts. ``path``: the
-    file, or the verifier's own copy of it made when it sealed it (``Ledger.source``), mapped rather than read
-    where ``mapped`` (``Ledger.mapped``)."""
+    file the candidate's process wrote would have been a verifier_error, a verdict no trainer counts. Read as the
+    verifier sealed them (``outputs.load_sealed``)."""
     try:
-        outs = as_list(torch.load(path, weights_only=True, mmap=mapped))
+        outs = as_list(load_sealed(ledger, job_dir, name))
     except MemoryError:  # a file as written, too large for this process to read back: the verifier's own memory,
         raise            # not evidence of a forged file (an honest wrong output can be far larger than the task's)
     except Exception as e:  # noqa: BLE001 - any other way a written file fails to load is the writer's
@@ -481,7 +481,7 @@ def _check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, m
         name = f"out_{rec.index}.pt"
         with ex.aside():  # host work: the file's seal checked (a digest of its bytes) and the file read
             why = ex.ledger.unsealed(job_dir, name) if rec.output_file == name else f"{rec.output_file!r} is not {name}"
-            outs, unreadable = ([], "") if why else _load_outputs(ex.ledger.source(job_dir, name), ex.ledger.mapped(name))
+            outs, unreadable = ([], "") if why else _load_outputs(ex.ledger, job_dir, name)
             ex.ledger.release(name)
         if why:
             check_sealed(label, why, ev)
