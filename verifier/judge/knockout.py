@@ -281,8 +281,14 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
     from verifier.common.backends import get_backend
     from verifier.common.inputs import as_list
     from verifier.execute.channel import Unsealed
-    from verifier.judge.outputs import (Evidence, check_outputs, construct_reference, load_sealed, reference64,
-                                        reference_models)
+    from verifier.judge.outputs import (
+        Evidence,
+        check_outputs,
+        construct_reference,
+        load_sealed,
+        reference64,
+        reference_models,
+    )
 
     # the knockout's own job uses its reference once: constructed, not kept for copies
     model, model64 = reference_models(plan, job, device, cfg, construct_reference(plan, job, cfg))

@@ -1,7 +1,7 @@
 """The reference's answers to a candidate's trials, computed while the candidate's child runs them.
 
 The judge compares each trial's output with the reference run here on the trial's inputs, in fp32 and in float64
-(verifier/judge/verdict.py ``_check_trials``). Those inputs are known as soon as the verifier hands the trial's seed
+(verifier/judge/trials.py ``check_trials``). Those inputs are known as soon as the verifier hands the trial's seed
 out (verifier/execute/channel.py ``Driver``), so the runs need not wait for the child to end: a thread of the slot's
 process draws them and runs the references in trial order while the child computes, under the device lock held
 shared and giving way to a waiting timer between trials, as the judge's own runs are. The judge then takes what is
