@@ -50,6 +50,7 @@ from verifier.front.binary import scan_binary, scan_tampering
 from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
 from verifier.front.vendor import scan_sources
+from verifier.judge.execution import Execution
 from verifier.judge.knockout import run_knockout
 from verifier.judge.outputs import forget_reference, warm_reference
 from verifier.judge.prefetch import ReferencePrefetch
@@ -63,7 +64,7 @@ from verifier.judge.plan import (  # noqa: F401
     plan_settings,  # (re-exported)
     task_plan,
 )
-from verifier.judge.verdict import Execution, Work, finish, judge
+from verifier.judge.verdict import Work, finish, judge
 from verifier.runs import (
     CompiledParts,
     add_compiled,

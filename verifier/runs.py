@@ -43,10 +43,11 @@ from verifier.execute.harness import Harness
 from verifier.execute.locks import lock_path, lock_wait_s
 from verifier.execute.processes import _job_root, _run_child, exec_slot, made_lock_files, warm_servers
 from verifier.judge import prep_cache
+from verifier.judge.execution import ChildRun
 from verifier.judge.outputs import RNG_LOCK, forget_reference, reference_cpu
 from verifier.judge.plan import _PLAN_LOCK, _PLANS, TaskPlan, task_plan
 from verifier.judge.speedups import record_compiled
-from verifier.judge.verdict import ChildRun, Work
+from verifier.judge.verdict import Work
 
 
 def seeds(n: int) -> list[int]:

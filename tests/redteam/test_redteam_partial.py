@@ -30,7 +30,8 @@ from verifier.judge import knockout
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, TrialReport
 from verifier.judge.checks import own_work_ok
-from verifier.judge.verdict import ChildRun, Work, _legality_outcome
+from verifier.judge.execution import ChildRun
+from verifier.judge.verdict import Work, _legality_outcome
 from verifier.child.knockout import ChildKnockout
 from verifier.judge.knockout import (CONTRIBUTES, INCONCLUSIVE, NO_CONTRIBUTION, KnockoutResult, _judge_knockout,
                                        shim_library)

@@ -39,7 +39,13 @@ from verifier.common.inputs import as_list, cpu_model, digests_match
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
-from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, float64_model, widen
+from verifier.judge.numerics import (
+    LOW_PRECISION,
+    Budget,
+    budget_for,
+    float64_model,
+    widen,
+)
 
 CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
 
@@ -297,7 +303,6 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
     return ok
 
 
-@cheats.probe(cheats.C16, where="harness")
 def load_sealed(ledger, job_dir: Path, name: str, check: bool = False):
     """``job_dir / name`` loaded as the verifier sealed it (``verifier.execute.channel.Ledger``): its own copy, mapped
     (``torch.load(mmap=True)``: no process but the verifier holds it), or the file itself, read whole (its writer may
@@ -310,6 +315,7 @@ def load_sealed(ledger, job_dir: Path, name: str, check: bool = False):
     return torch.load(path, weights_only=True, mmap=ledger.mapped(name))
 
 
+@cheats.probe(cheats.C16, where="harness")
 def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence, give_way=None) -> None:
     """C16: the timed calls' outputs as the harness read them (verifier/execute/harness.py): every one was checked there
     against the reference on its own inputs (did it compute this input's answer); a few, picked at random after

@@ -9,7 +9,6 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,6 +22,7 @@ from verifier.judge.checks import (
     check_sealed,
     check_trial_runtime,
 )
+from verifier.judge.execution import Execution
 from verifier.judge.outputs import (
     Digest,
     Evidence,
@@ -32,10 +32,6 @@ from verifier.judge.outputs import (
     reference64,
     same_fingerprint,
 )
-
-if TYPE_CHECKING:
-    from verifier.judge.verdict import Execution
-
 
 _NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
 

@@ -14,13 +14,11 @@ included. The speedups are here.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +29,6 @@ from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import FLAGS_FILE, ChildReport, ContractError, Job
 from verifier.common.inputs import as_list
-from verifier.execute.brackets import Clocked
 from verifier.execute.channel import Ledger, progress
 from verifier.judge import feedback
 from verifier.judge.checks import (
@@ -52,13 +49,13 @@ from verifier.judge.checks import (
     own_work_ok,
     use_streamed_records,
 )
+from verifier.judge.execution import Execution
 from verifier.judge.outputs import (
     Evidence,
     check_clocked_outputs,
     reference_cpu,
     reference_models,
 )
-from verifier.judge.prefetch import ReferencePrefetch
 from verifier.judge.reward import reward_for
 from verifier.judge.speedups import record_speedups
 from verifier.judge.trials import check_trials, reference_name_hint
@@ -94,14 +91,6 @@ class Work:
         judge and recorded in ``versions["binary"]``."""
         self.binary_torch = sorted(set(self.binary_torch) | set(ops))
         self.verdict.versions["binary"] = {"aten_compute_imports": self.binary_torch}
-
-
-@dataclass
-class ChildRun:
-    rc: int | None
-    timed_out: bool
-    log: str
-    limit_s: float = 0.0  # the wall-clock limit it ran under
 
 
 def finish(w: Work, status: str, details: list[str] | None = None, passed_share: float = 0.0) -> Verdict:
@@ -150,33 +139,6 @@ def run_stage(job: Job, ledger: Ledger, report: ChildReport | None = None) -> st
 
 
 # ---------------------------------------------------------------------------- the judge
-
-
-@dataclass
-class Execution:
-    """What executing one candidate left for the judge: its job and job directory, how its process ended (``run``),
-    what this process handed it and the records it streamed (``ledger``, verifier/execute/channel.py), what the
-    harness timed and saw of the timed calls (``clocked``, verifier/execute/harness.py), the device and the poison
-    byte of its freed memory, ``knockout``, the knockout run on demand (the partial policy's question,
-    verifier/judge/knockout.py; None where there is none), and ``give_way``, called between the judge's pieces of
-    device work (each trial's reference runs, each timed call checked in full): where a timer waits for the device,
-    the judge's shared hold lets it go first (verifier/common/devlock.py ``yield_to_timer``); ``prefetched``, the
-    reference's answers to the trials computed while the child ran them (verifier/judge/prefetch.py), or None."""
-
-    job: Job
-    job_dir: Path
-    run: ChildRun
-    ledger: Ledger
-    device: str
-    poison: int
-    clocked: Clocked = dataclasses.field(default_factory=Clocked)
-    knockout: Callable | None = None
-    give_way: Callable[[], object] = lambda: None
-    prefetched: ReferencePrefetch | None = None  # the reference's answers computed while the child ran
-    span: tuple[float, float] = ()  # monotonic: the child's job handed over, and its run returned (its held checks in)
-    # host work of the judge's amid its device work (an output file's seal checked and read): the shared hold let go
-    # for its length (verifier/common/devlock.py ``aside``), so that no timer waits for it
-    aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
 
 def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> Verdict:
