@@ -18,7 +18,17 @@ echo "commit: ${KERNELMILL_COMMIT:-unknown}" | tee -a $OUT/device.txt
 # contexts (its trusted process, verifier/workers.py, and two warm children): ten workers' verifiers with eight slots
 # each ran honest candidates' children out of device memory at 9ec18ff, and with four each at 4f1c274 the retries
 # of such failures ran the suite past ten minutes: about 16 slots a GPU in all (one verifier's default on a host)
-WPG=$(( (${WORKERS:-4} + GPUS - 1) / GPUS ))
+# at most one pytest worker per 13.5 GB of a card's memory (10 on an H200 of 143.8 GB, 6 on an H100 of 81.5 GB): at
+# c77b706 ten workers on one H100 filled its 81.5 GB and 28 honest tests' children ran out of device memory (their
+# verifiers' poison blocks, their forwards), where the same files passed with six (bench/results/HISTORY.md)
+MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+CAP=$(( ${MEM_MIB:-143771} / 13500 * GPUS )); [ $CAP -lt 1 ] && CAP=1
+WORKERS=${WORKERS:-4}
+if [ "$WORKERS" -gt "$CAP" ]; then
+    echo "pytest workers: $WORKERS asked, $CAP used (${MEM_MIB} MiB a card)" | tee -a $OUT/device.txt
+    WORKERS=$CAP
+fi
+WPG=$(( (WORKERS + GPUS - 1) / GPUS ))
 SLOTS=$(( 16 / WPG )); [ $SLOTS -lt 2 ] && SLOTS=2; [ $SLOTS -gt 8 ] && SLOTS=8
 [ $WPG -gt 1 ] && export KERNELMILL_VERIFY_EXEC_WORKERS=${EXEC_WORKERS:-$SLOTS}
 echo "pytest workers per GPU: $WPG; execution slots per verifier: ${KERNELMILL_VERIFY_EXEC_WORKERS:-default}" | tee -a $OUT/device.txt
@@ -32,7 +42,7 @@ SMI=$!
 while :; do echo "$(date +%T) $(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo) $(nvidia-smi \
   --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l)"; sleep 5; done >$OUT/host_memory.txt &
 MEMLOOP=$!
-timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n ${WORKERS:-4} --dist loadfile -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} \
+timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n $WORKERS --dist loadfile -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} \
   >$OUT/pytest_gpu.log 2>&1
 rc=$?
 kill $SMI $MEMLOOP 2>/dev/null
