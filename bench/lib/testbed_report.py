@@ -334,8 +334,10 @@ def real_row(cand, v) -> dict:
             "null_us": v.versions.get("timing", {}).get("null_us"),
             "resolution_us": v.versions.get("timing", {}).get("resolution_us"),
             "calls": v.versions.get("timing", {}).get("calls"),
-            # why, where the verdict is no judgement of the kernel's numbers (the verifier's side, a crash, the task)
-            "why": v.feedback[:600] if v.status in ("verifier_error", "task_error", "crash", "timeout") else ""}
+            # why, for every verdict but a pass (the verifier's side, a crash, the task, and what made a cheat or a
+            # wrong answer: a verdict that differs from another run's is read from it; a cheat's line is after the
+            # feedback's heading, so more of it is kept)
+            "why": "" if v.status == "pass" else v.feedback[:1200]}
 
 
 def real_record(batch, stats, cfg, rows: list[dict], *, per_task: int, cut: bool, wall_s: float, errors: list[str],
