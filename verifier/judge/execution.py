@@ -1,5 +1,6 @@
 """What executing one candidate leaves for the judge (verifier/judge/verdict.py ``judge``, verifier/judge/trials.py):
-how its process ended (``ChildRun``) and everything the execution stage hands over with it (``Execution``)."""
+how its process ended (``ChildRun``), everything the execution stage hands over with it (``Execution``), and what an
+error line of that process or of the verifier's harness says ran out (``memory_error``, ``device_memory_line``)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,22 @@ class Execution:
     # host work of the judge's amid its device work (an output file's seal checked and read): the shared hold let go
     # for its length (verifier/common/devlock.py ``aside``), so that no timer waits for it
     aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+
+def harness_memory_error(error: str) -> bool:
+    """Whether the timing harness's failure (``"<exception type>: <message>"``, channel.Ledger.harness_error or
+    Clocked.error) is its device out of memory."""
+    return error.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or "out of memory" in error.lower()
+
+
+def memory_error(line: str) -> bool:
+    """Whether an exception's line (``"<type>: <message>"``) says memory ran out: the device's (a library's own
+    allocation too: cuBLAS's, cuDNN's), or the host's."""
+    return harness_memory_error(line) or any(s in line for s in (
+        "MemoryError", "bad_alloc", "can't allocate memory", "ALLOC_FAILED", "cudaErrorMemoryAllocation"))
+
+
+def device_memory_line(line: str) -> bool:
+    """Whether an exception's line says the device's memory ran out (torch's allocator, a CUDA call, a library's own
+    allocation), not the host's."""
+    return harness_memory_error(line) or any(s in line for s in ("ALLOC_FAILED", "cudaErrorMemoryAllocation"))

@@ -22,7 +22,7 @@ from verifier.judge.checks import (
     check_sealed,
     check_trial_runtime,
 )
-from verifier.judge.execution import Execution
+from verifier.judge.execution import Execution, device_memory_line
 from verifier.judge.outputs import (
     Digest,
     Evidence,
@@ -54,6 +54,7 @@ class Trials:
     checked: int = 0
     errs: list = dataclasses.field(default_factory=list)  # (max abs, max rel) per checked trial
     crash_detail: str = ""
+    device_oom: int = 0  # the trial (from 1) whose own error was the device out of memory, else 0
     regular_ok: bool = True  # every trial of the benchmark's shape correct
     other_failed: bool = False  # the extra shape's trial wrong
     forbidden_per_trial: list = dataclasses.field(default_factory=list)
@@ -99,6 +100,8 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
                  if is_other else f"Trial {rec.index + 1}")
         if rec.error:
             oom = any(s in rec.error for s in ("MemoryError", "bad_alloc")) or "out of memory" in rec.error.lower()
+            last = next((ln.strip() for ln in reversed(rec.error.strip().splitlines()) if ln.strip()), "")
+            t.device_oom = rec.index + 1 if oom and device_memory_line(last) else 0
             t.crash_detail = f"{label} raised an error" + (" (out of memory)" if oom else "") + f":\n{rec.error.strip()}"
             t.crash_detail += "".join("\n" + h for h in reference_name_hint(rec.error, plan.ref_mod))
             t.regular_ok = t.regular_ok and is_other

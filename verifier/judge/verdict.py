@@ -29,6 +29,7 @@ from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import FLAGS_FILE, ChildReport, ContractError, Job
 from verifier.common.inputs import as_list
+from verifier.execute import admission
 from verifier.execute.channel import Ledger, progress
 from verifier.judge import feedback
 from verifier.judge.checks import (
@@ -49,7 +50,7 @@ from verifier.judge.checks import (
     own_work_ok,
     use_streamed_records,
 )
-from verifier.judge.execution import Execution
+from verifier.judge.execution import Execution, device_memory_line, harness_memory_error, memory_error
 from verifier.judge.outputs import (
     Evidence,
     check_clocked_outputs,
@@ -172,6 +173,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     v.max_rel_err = max(e[1] for e in t.errs) if t.errs else None
     if w.reference_failed_there and not t.crash_detail and t.regular_ok and t.passed == len(report.trials):
         return _reference_failed(w, plan, ex, report, model, reference_timing, ev)
+    if t.device_oom and not ev.codes and (held := device_held_by_others(w, plan)):
+        return _device_memory_elsewhere(w, held, f"Trial {t.device_oom}")
     if t.crash_detail or not (t.regular_ok and t.passed == n):
         v.cheats = ev.decide(torch=False)
         return finish(w, "crash" if t.crash_detail else "wrong",
@@ -279,6 +282,9 @@ def _process_outcome(w: Work, cfg: VerifyConfig, plan, ex: Execution, ev: Eviden
                                       "for copying out this task's outputs). " + progress(ex.ledger, job.n_trials) +
                                       (f" Last output:\n{log_tail}" if log_tail else "")])
     if run.rc != 0 or not (job_dir / "report.json").is_file():
+        last = next((ln.strip() for ln in reversed(run.log.strip().splitlines()) if ln.strip()), "")
+        if not ev.codes and device_memory_line(last) and (held := device_held_by_others(w, plan)):
+            return _device_memory_elsewhere(w, held, "The process running your kernel")
         rc = run.rc
         why = f"killed by signal {signal.Signals(-rc).name}" if rc and rc < 0 else f"exit status {rc}"
         hint = " (a segmentation fault: an invalid memory access)" if rc == -signal.SIGSEGV else ""
@@ -393,17 +399,39 @@ def _reference_failed(w: Work, plan, ex: Execution, report: ChildReport, model, 
     return finish(w, "cheat", ev.details)
 
 
-def harness_memory_error(error: str) -> bool:
-    """Whether the timing harness's failure (``"<exception type>: <message>"``, channel.Ledger.harness_error or
-    Clocked.error) is its device out of memory."""
-    return error.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or "out of memory" in error.lower()
+# the device's memory a job of the task needs beside its planned bytes (``TaskPlan.job_bytes``): a CUDA context and
+# the allocators' and libraries' workspaces of the execution process
+CONTEXT_MARGIN_BYTES = 2 << 30
 
 
-def memory_error(line: str) -> bool:
-    """Whether an exception's line (``"<type>: <message>"``) says memory ran out: the device's (a library's own
-    allocation too: cuBLAS's, cuDNN's), or the host's."""
-    return harness_memory_error(line) or any(s in line for s in (
-        "MemoryError", "bad_alloc", "can't allocate memory", "ALLOC_FAILED", "cudaErrorMemoryAllocation"))
+def device_held_by_others(w: Work, plan) -> str:
+    """Why a device out-of-memory error in the candidate's process was the device's and not the candidate's ('' where
+    it was the candidate's, or cannot be shown): on cuda, the device's free memory read here, in the verifier's own
+    process, after the candidate's process ended, so with its memory back with the driver (nothing that process wrote
+    decides it), is still less than the job's planned bytes and a context's margin: other processes held the device.
+    On an H100 shared by ten test workers, and in one verifier's real batch on it, honest candidates' children ran out
+    of device memory in the verifier's own poison block before a trial's forward (64 MiB asked, 65 MiB free) and were
+    given a crash. A candidate whose own allocations filled the device finds it free once its process is gone: its
+    crash stands."""
+    if w.verdict.backend != "cuda" or plan is None:
+        return ""
+    try:
+        free = admission.free_bytes("cuda")
+        need = plan.job_bytes() + CONTEXT_MARGIN_BYTES
+    except Exception:  # noqa: BLE001 - no reading: the candidate's own crash, as before
+        return ""
+    if free >= need:
+        return ""
+    return (f"{free / 2**30:.2f} GiB of the device was free after your process ended, where this task's job needs "
+            f"{need / 2**30:.2f} GiB")
+
+
+def _device_memory_elsewhere(w: Work, held: str, what: str) -> Verdict:
+    """The candidate's process ran out of device memory that other processes held (``device_held_by_others``): the
+    verifier's failure, run again after the engine's set-up waits (``Work.setup_failed``), then the verifier_error."""
+    w.setup_failed = True
+    return finish(w, "verifier_error", [f"{what} ran out of device memory while other processes held it ({held}): "
+                                        "the verifier's failure, not your kernel's."])
 
 
 # a CUDA error that outlives the call that raised it (the context is broken for every later call): what a kernel's

@@ -1,0 +1,134 @@
+"""Whose device memory ran out. An out-of-memory error in the candidate's process (the verifier's own poison block
+before a trial's forward, or the forward itself) is the candidate's crash, unless the device, read in the verifier's
+own process after the candidate's process ended, is still too full for the task's job: other processes held it, and
+the verdict is the verifier's failure, run again after the set-up waits (``verdict.device_held_by_others``). On one
+H100 shared by ten test workers, and in one verifier's real batch on it (c77b706), honest candidates were given a
+crash so. Red team: the error line is the candidate's to write, so it never decides alone: a candidate that prints an
+out-of-memory line and exits, or fills the device itself and dies, on a device that is free once its process is gone,
+keeps its crash."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import torch
+
+from bench.lib import fixtures as fx
+from verifier import cheats, engine
+from verifier.common.config import VerifyConfig
+from verifier.common.contract import ChildReport, TrialReport
+from verifier.execute import admission
+from verifier.execute.brackets import Clocked
+from verifier.execute.channel import Ledger
+from verifier.judge.execution import ChildRun, device_memory_line
+from verifier.judge.outputs import Evidence
+from verifier.judge.trials import check_trials
+from verifier.judge.verdict import CONTEXT_MARGIN_BYTES, _process_outcome, device_held_by_others
+
+TASK = fx.RELU_TASK
+GIB = 1 << 30
+POISON_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity "
+              "of 79.18 GiB of which 65.44 MiB is free. Including non-PyTorch memory, this process has 686.00 MiB "
+              "memory in use.")
+LOG = ("Traceback (most recent call last):\n  File \"verifier/child/worker.py\", line 365, in _run_candidate\n"
+       "    backend.poison_free_memory(nbytes(inputs) * 2)\n" + POISON_OOM + "\n")
+PLAN = SimpleNamespace(job_bytes=lambda: 512 << 20)
+
+
+def _work(backend: str = "cuda", name: str = "oom"):
+    w = engine._front(TASK, fx.HONEST_RELU, "cpu", "relu", name)
+    w.verdict.backend = backend
+    return w
+
+
+def _outcome(tmp_path: Path, free: int, log: str = LOG, backend: str = "cuda", ev: Evidence | None = None):
+    """The process outcome of a child that died without a report, its log ending ``log``, the device reading
+    ``free`` bytes free afterwards."""
+    w = _work(backend)
+    ex = SimpleNamespace(run=ChildRun(rc=1, timed_out=False, log=log), job=SimpleNamespace(n_trials=5),
+                         job_dir=tmp_path, ledger=Ledger(), clocked=Clocked())
+    with mock.patch.object(admission, "free_bytes", return_value=free) as read:
+        v = _process_outcome(w, VerifyConfig(), PLAN, ex, ev or Evidence())
+    return w, v, read
+
+
+def test_the_error_lines_that_say_the_device_ran_out():
+    for line in (POISON_OOM, "RuntimeError: CUDA error: out of memory",
+                 "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"):
+        assert device_memory_line(line), line
+    for line in ("MemoryError", "RuntimeError: std::bad_alloc", "RuntimeError: CUDA error: an illegal memory access "
+                 "was encountered", "ValueError: out of range"):
+        assert not device_memory_line(line), line
+
+
+def test_a_device_other_processes_still_fill_after_the_child_ended_is_the_verifiers_failure(tmp_path):
+    """The honest case of the H100: the child died in the verifier's poison block, and after it ended 0.7 GiB of the
+    device was free where the job needs its 0.5 GiB and a context's margin: run again (``setup_failed``), then a
+    verifier_error that says why; never the candidate's crash."""
+    w, v, read = _outcome(tmp_path, free=700 << 20)
+    assert read.called
+    assert v.status == "verifier_error" and w.setup_failed, (v.status, v.feedback)
+    assert "other processes held it" in v.feedback and "0.68 GiB" in v.feedback and "not your kernel" in v.feedback
+    assert v.cheats == [] and v.pass_strict is None
+
+
+def test_redteam_an_out_of_memory_line_on_a_free_device_keeps_its_crash(tmp_path):
+    """A candidate that fills the device itself and dies, or prints the line and exits, leaves the device free once its
+    process is gone: the reading decides, not the line, and the verdict is its crash."""
+    w, v, _ = _outcome(tmp_path, free=70 * GIB)
+    assert v.status == "crash" and not w.setup_failed, (v.status, v.feedback)
+    # just under the job's need, and just over it
+    need = PLAN.job_bytes() + CONTEXT_MARGIN_BYTES
+    assert _outcome(tmp_path, free=need - 1)[1].status == "verifier_error"
+    assert _outcome(tmp_path, free=need)[1].status == "crash"
+
+
+def test_redteam_no_device_reading_where_the_line_is_not_the_devices(tmp_path):
+    """Another last line (an invalid access, the host's memory), the cpu backend, or cheat evidence already seen: the
+    device is not read and the crash (or the cheat) stands, however full the device is."""
+    for log in (LOG.replace(POISON_OOM, "RuntimeError: CUDA error: an illegal memory access was encountered"),
+                LOG.replace(POISON_OOM, "MemoryError")):
+        w, v, read = _outcome(tmp_path, free=0, log=log)
+        assert v.status == "crash" and not w.setup_failed and not read.called, (log, v.status)
+    w, v, read = _outcome(tmp_path, free=0, backend="cpu")
+    assert v.status == "crash" and not read.called
+    ev = Evidence()
+    ev.add(cheats.C18, "printed a verdict line")  # the one code the process outcome leaves to the end
+    w, v, _ = _outcome(tmp_path, free=0, ev=ev)
+    assert v.status == "cheat" and cheats.C18 in v.cheats and not w.setup_failed, (v.status, v.feedback)
+
+
+def test_a_reading_that_fails_or_a_missing_plan_leaves_the_crash():
+    w = _work()
+    with mock.patch.object(admission, "free_bytes", side_effect=RuntimeError("no context")):
+        assert device_held_by_others(w, PLAN) == ""
+    with mock.patch.object(admission, "free_bytes", return_value=0):
+        assert device_held_by_others(w, None) == ""
+        assert device_held_by_others(w, PLAN).startswith("0.00 GiB of the device was free")
+
+
+def test_a_trials_own_device_out_of_memory_error_is_marked_for_the_reading():
+    """A trial whose forward raised the device's out-of-memory error is marked (its number), so that the judge reads
+    the device before it calls it a crash; the host's memory or another error is not."""
+    plan = SimpleNamespace(trial_inputs=lambda *a: [torch.zeros(4)], ref_mod=None, pooled=[])
+    ex = SimpleNamespace(job=SimpleNamespace(n_trials=5, other_shape=""), job_dir=Path("/nonexistent"), device="cpu",
+                         ledger=Ledger(), prefetched=None, give_way=lambda: None,
+                         aside=contextlib.nullcontext, poison=0)
+
+    def checked(error: str):
+        report = ChildReport(kind="candidate", trials=[TrialReport(index=0, kernel_calls=1),
+                                                       TrialReport(index=1, error=error)])
+        report.trials[0].error = ""
+        with mock.patch("verifier.judge.trials.check_outputs", return_value=True), \
+                mock.patch("verifier.judge.trials.load_outputs", return_value=([torch.zeros(4)], "")), \
+                mock.patch.object(Ledger, "unsealed", return_value=""):
+            report.trials[0].output_file = "out_0.pt"
+            return check_trials(VerifyConfig(), plan, ex, report, lambda x: x, None, Evidence())
+
+    t = checked("Traceback ...\n" + POISON_OOM)
+    assert t.device_oom == 2 and "out of memory" in t.crash_detail
+    assert checked("Traceback ...\nMemoryError").device_oom == 0
+    assert checked("Traceback ...\nRuntimeError: CUDA error: an illegal memory access was encountered").device_oom == 0
