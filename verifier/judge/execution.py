@@ -54,6 +54,11 @@ class Execution:
     aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
 
+def last_line(text: str) -> str:
+    """A traceback's or a log's last non-blank line, stripped ('' where there is none): the exception it ended on."""
+    return next((ln.strip() for ln in reversed(str(text).splitlines()) if ln.strip()), "")
+
+
 def harness_memory_error(error: str) -> bool:
     """Whether the timing harness's failure (``"<exception type>: <message>"``, channel.Ledger.harness_error or
     Clocked.error) is its device out of memory."""

@@ -269,8 +269,9 @@ def _judge_knockout(job, job_dir: Path, run, plan, cfg, device: str = "cuda", le
 
 def _last_line(text: str) -> str:
     """A traceback's last line (the exception), shortened: what the knockout's notes say of a failure."""
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    return (lines[-1] if lines else "no detail")[:240]
+    from verifier.judge.execution import last_line
+
+    return (last_line(text) or "no detail")[:240]
 
 
 def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", ledger=None) -> bool:
@@ -281,14 +282,8 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
     from verifier.common.backends import get_backend
     from verifier.common.inputs import as_list
     from verifier.execute.channel import Unsealed
-    from verifier.judge.outputs import (
-        Evidence,
-        check_outputs,
-        construct_reference,
-        load_sealed,
-        reference64,
-        reference_models,
-    )
+    from verifier.judge.outputs import (Evidence, check_outputs, construct_reference, load_sealed, reference64,
+                                        reference_models)
 
     # the knockout's own job uses its reference once: constructed, not kept for copies
     model, model64 = reference_models(plan, job, device, cfg, construct_reference(plan, job, cfg))

@@ -39,13 +39,7 @@ from verifier.common.inputs import as_list, cpu_model, digests_match
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
-from verifier.judge.numerics import (
-    LOW_PRECISION,
-    Budget,
-    budget_for,
-    float64_model,
-    widen,
-)
+from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, float64_model, widen
 
 CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
 

@@ -17,21 +17,10 @@ from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport
 from verifier.common.inputs import as_list
 from verifier.execute.channel import Unsealed
-from verifier.judge.checks import (
-    check_fallback_across_trials,
-    check_sealed,
-    check_trial_runtime,
-)
-from verifier.judge.execution import Execution, device_memory_line
-from verifier.judge.outputs import (
-    Digest,
-    Evidence,
-    check_outputs,
-    fingerprint,
-    load_sealed,
-    reference64,
-    same_fingerprint,
-)
+from verifier.judge.checks import check_fallback_across_trials, check_sealed, check_trial_runtime
+from verifier.judge.execution import Execution, device_memory_line, last_line
+from verifier.judge.outputs import (Digest, Evidence, check_outputs, fingerprint, load_sealed, reference64,
+                                    same_fingerprint)
 
 _NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
 
@@ -100,8 +89,7 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
                  if is_other else f"Trial {rec.index + 1}")
         if rec.error:
             oom = any(s in rec.error for s in ("MemoryError", "bad_alloc")) or "out of memory" in rec.error.lower()
-            last = next((ln.strip() for ln in reversed(rec.error.strip().splitlines()) if ln.strip()), "")
-            t.device_oom = rec.index + 1 if oom and device_memory_line(last) else 0
+            t.device_oom = rec.index + 1 if oom and device_memory_line(last_line(rec.error)) else 0
             t.crash_detail = f"{label} raised an error" + (" (out of memory)" if oom else "") + f":\n{rec.error.strip()}"
             t.crash_detail += "".join("\n" + h for h in reference_name_hint(rec.error, plan.ref_mod))
             t.regular_ok = t.regular_ok and is_other

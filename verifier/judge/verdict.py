@@ -50,7 +50,7 @@ from verifier.judge.checks import (
     own_work_ok,
     use_streamed_records,
 )
-from verifier.judge.execution import Execution, device_memory_line, harness_memory_error, memory_error
+from verifier.judge.execution import Execution, device_memory_line, harness_memory_error, last_line, memory_error
 from verifier.judge.outputs import (
     Evidence,
     check_clocked_outputs,
@@ -282,8 +282,7 @@ def _process_outcome(w: Work, cfg: VerifyConfig, plan, ex: Execution, ev: Eviden
                                       "for copying out this task's outputs). " + progress(ex.ledger, job.n_trials) +
                                       (f" Last output:\n{log_tail}" if log_tail else "")])
     if run.rc != 0 or not (job_dir / "report.json").is_file():
-        last = next((ln.strip() for ln in reversed(run.log.strip().splitlines()) if ln.strip()), "")
-        if not ev.codes and device_memory_line(last) and (held := device_held_by_others(w, plan)):
+        if not ev.codes and device_memory_line(last_line(run.log)) and (held := device_held_by_others(w, plan)):
             return _device_memory_elsewhere(w, held, "The process running your kernel")
         rc = run.rc
         why = f"killed by signal {signal.Signals(-rc).name}" if rc and rc < 0 else f"exit status {rc}"
