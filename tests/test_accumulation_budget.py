@@ -23,7 +23,7 @@ from verifier.engine import VerifyConfig
 from verifier.common.backends import CPU_POISON_BYTE
 from verifier.judge.outputs import Evidence, check_outputs
 from verifier.judge.plan import _float64_check
-from verifier.judge.reduction import ReductionTracker, RefStats, accumulation_floors
+from verifier.judge.reduction import SCAN_NONE, SCAN_OTHER, SCAN_ROWS, ReductionTracker, RefStats, accumulation_floors
 
 CFG = VerifyConfig()
 
@@ -130,3 +130,93 @@ def test_bf16_lowering_of_a_short_matmul_is_still_c13():
     out = a.bfloat16().float() @ b.bfloat16().float()
     status, ev = judge(out, a @ b, a.double() @ b.double(), RefStats(0.0, 0.0, 4096, 4096))
     assert status == "cheat" and ev.codes == {cheats.C13}, (status, ev.details)
+
+
+# ---------------------------------------------------------------------------- scans (a running sum's accumulator)
+# An element of a sequential scan carries the rounding of every term before it on its line: after an excursion
+# the walk may come back near zero, its late blocks small, their error the excursion's. The budget's scale of a
+# block of a scan's output is the largest partial sum of its row (verifier/judge/numerics.py ``scan_scale``); the
+# test_verifier_precision case cumsum_32768_fp32 failed this way about once in 3,000 plans at its extra shape
+# (16 x 65536) before it. The lowered scans stay C13: tests/redteam/test_redteam_precision.py.
+
+def scanned(x: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.cumsum(x.numpy(), axis=-1, dtype=np.float32))
+
+
+def excursion(rows: int = 8, length: int = 32768, height: float = 1000.0) -> torch.Tensor:
+    """Increments of a signal that rises to about ``height`` over the first half of each row and comes back to
+    zero, then small noise that stays near zero (an integration task's inputs)."""
+    t = torch.linspace(0, 1, length // 2 + 1, dtype=torch.float64)
+    path = torch.sin(torch.pi * t)[None] * (height * (1 + torch.rand(rows, 1, dtype=torch.float64)))
+    up = torch.diff(path, dim=1)
+    tail = 0.5 * torch.randn(rows, length - length // 2, dtype=torch.float64)
+    return torch.cat([up, torch.diff(tail, dim=1, prepend=torch.zeros(rows, 1, dtype=torch.float64))], 1).float()
+
+
+def scan_kinds(fn, *inputs) -> list[int]:
+    with torch.no_grad(), ReductionTracker() as tracker:
+        outs = fn(*[x.double() for x in inputs])
+    return [r.scan for r in tracker.reductions(list(outs) if isinstance(outs, (list, tuple)) else [outs])]
+
+
+def test_scans_are_recorded_with_the_dimension_they_run_along():
+    x = torch.randn(6, 70)
+    assert scan_kinds(lambda t: torch.cumsum(t, 1), x) == [SCAN_ROWS]
+    assert scan_kinds(lambda t: torch.cumsum(t, -1) * 2 + 1, x) == [SCAN_ROWS]  # elementwise after it
+    assert scan_kinds(lambda t: torch.flip(torch.cumsum(torch.flip(t, [1]), 1), [1]), x) == [SCAN_ROWS]  # reversed
+    assert scan_kinds(lambda t: torch.cumsum(t, 0), x) == [SCAN_OTHER]
+    assert scan_kinds(lambda t: torch.cumsum(t, 1).t(), x) == [SCAN_OTHER]  # its rows are no longer the output's
+    assert scan_kinds(lambda t: torch.cumsum(t, 1).reshape(-1, 35), x) == [SCAN_OTHER]
+    sq = torch.randn(8, 8)  # a transpose of a square keeps the shape, not the rows
+    assert scan_kinds(lambda t: torch.cumsum(t, 1).transpose(0, 1).contiguous(), sq) == [SCAN_OTHER]
+    assert scan_kinds(lambda t: (torch.cumsum(t, 1), t.sum(1), t * 3), x) == [SCAN_ROWS, SCAN_NONE, SCAN_NONE]
+    assert scan_kinds(lambda t: torch.cumprod(t, 1), x) == [SCAN_NONE]  # relative error: the rtol term
+
+
+def test_the_plan_records_a_scan_on_an_output():
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, dim=1), x.sum(1)
+
+    x = torch.randn(4, 512)
+    why, pooled, _ = _float64_check(Model(), [[x]], [list(Model()(x))], x.numel() * 4, 1 << 34, CFG)
+    assert why == "" and [(p.reduction, p.scan) for p in pooled] == [(512, SCAN_ROWS), (512, SCAN_NONE)]
+
+
+@pytest.mark.parametrize("along", ["rows", "rows reversed", "columns"])
+def test_an_honest_sequential_scan_back_near_zero_after_an_excursion_passes(along):
+    torch.manual_seed(5)
+    x = excursion()
+    if along == "rows":
+        fn, out = (lambda t: torch.cumsum(t, 1)), scanned(x)
+    elif along == "rows reversed":  # from the right: the excursion first
+        x = x.flip(1).contiguous()
+        fn, out = (lambda t: torch.flip(torch.cumsum(torch.flip(t, [1]), 1), [1])), scanned(x.flip(1)).flip(1)
+    else:
+        x = x.t().contiguous()
+        fn, out = (lambda t: torch.cumsum(t, 0)), scanned(x.t().contiguous()).t().contiguous()
+    r32, r64 = fn(x), fn(x.double())
+    (length, same), = recorded(fn, x)
+    kind, = scan_kinds(fn, x)
+    status, ev = judge(out, r32, r64, RefStats(0.0, float(r64.abs().max()), length, same, kind))
+    assert status == "pass", ev.details
+    # the fault: with the block's own scale (the budget of earlier versions) the same honest order failed, 15% of
+    # its elements over budget, and was taken for a lowering (C13)
+    status, ev = judge(out, r32, r64, RefStats(0.0, float(r64.abs().max()), length, same))
+    assert status != "pass", ev.details
+
+
+def test_a_tiled_scan_missing_a_carry_after_the_excursion_still_fails():
+    """The wider scale is the rounding the accumulator can carry, not room for a logic error: a tiled scan whose
+    tile at 24576 does not add the carry of the tiles before it is off by that partial sum (of the size of the
+    row's values there) on the rest of the row."""
+    torch.manual_seed(5)
+    x = excursion()
+    out = scanned(x)
+    out[:, 24576:] = scanned(x[:, 24576:].contiguous())
+    fn = lambda t: torch.cumsum(t, 1)  # noqa: E731
+    r64 = fn(x.double())
+    (length, same), = recorded(fn, x)
+    status, ev = judge(out, fn(x), r64, RefStats(0.0, float(r64.abs().max()), length, same, SCAN_ROWS))
+    assert status != "pass", ev.details
+    assert "differ from the reference" in ev.details[0], ev.details

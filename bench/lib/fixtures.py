@@ -399,6 +399,10 @@ PRECISION_TASKS = {
                            args="a, b"),
     "sum_1m": _task("torch.sum(x, dim=1)", "return [torch.randn(4, 1 << 20)]"),
     "cumsum_long": _task("torch.cumsum(x, dim=1)", "return [torch.randn(16, 32768)]"),
+    # a running sum out to about 2000 and back near zero for the last three quarters of each row: the late values
+    # are small, the rounding a sequential accumulator carries into them is the excursion's
+    "cumsum_excursion": _task("torch.cumsum(x, dim=1)", "x = torch.randn(8, 32768) * 0.2\n    x[:, :4096] += 0.5\n"
+                              "    x[:, 4096:8192] -= 0.5\n    return [x]"),
     "fro_norm_2m": _task("x / torch.norm(x, p='fro')", "return [torch.randn(32, 256, 256)]"),
     "gelu": _task("torch.nn.functional.gelu(x)", "return [torch.randn(256, 1024) * 3]"),
     # the reference underflows: a product of 512 normals is 0 in fp32 (about e^-325) for every row

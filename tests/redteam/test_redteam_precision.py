@@ -22,7 +22,7 @@ from verifier.common.backends import CPU_POISON_BYTE
 from verifier.common.inputs import build_model, digest, draw_inputs, size_changes
 from verifier.judge.numerics import error_and_scale
 from verifier.judge.outputs import Digest, Evidence, check_outputs
-from verifier.judge.reduction import ReductionTracker, RefStats
+from verifier.judge.reduction import SCAN_ROWS, ReductionTracker, RefStats
 
 CFG = VerifyConfig()
 TASK_MODULE = types.SimpleNamespace()  # a task without ATOL / RTOL
@@ -152,6 +152,41 @@ def test_sum_of_1m_with_fp16_inputs_where_the_reduction_is_recorded():
     stats = recorded(lambda t: t.sum(1), x)[0]
     stats = stats._replace(scale=max(float(torch.randn(4, 1 << 20).double().sum(1).abs().max()) for _ in range(2)))
     assert_lowering(seq_sum(keep_bits(x, 10)), x.sum(1), x.double().sum(1), (x,), stats)
+
+
+def scan_stats(fn, x) -> RefStats:
+    """The stats the plan records for a scan's output: its length and that it runs along the rows (the scale of
+    its budget's blocks is then the row's largest partial sum: verifier/judge/numerics.py ``scan_scale``)."""
+    with torch.no_grad(), ReductionTracker() as tracker:
+        out = fn(x.double())
+    r, = tracker.reductions([out])
+    return RefStats(0.0, float(out.abs().max()), r.length, r.same_sign, r.scan)
+
+
+def test_scan_with_fp16_inputs_where_the_scan_is_recorded():
+    """A scan's budget takes the scale of its row's largest partial sum (an honest accumulator carries that
+    rounding): an fp16-input or bf16-input running sum of 65536 normals is still a lowering."""
+    torch.manual_seed(17)
+    x = torch.randn(16, 1 << 16)
+    fn = lambda t: torch.cumsum(t, 1)  # noqa: E731
+    stats = scan_stats(fn, x)
+    assert stats.scan == SCAN_ROWS
+    for mantissa in (10, 7):
+        assert_lowering(seq_scan(keep_bits(x, mantissa)), fn(x), fn(x.double()), (x,), stats)
+
+
+def test_scan_rounded_to_fp16_after_a_large_excursion():
+    """The quiet part of a row after a large excursion is where the row's scale lends the most room: partial sums
+    kept in fp16 there (each stored value rounded to 10 mantissa bits) still fail."""
+    torch.manual_seed(18)
+    x = torch.randn(8, 1 << 15) * 0.2
+    x[:, :4096] += 0.25  # out to about 1000 ...
+    x[:, 4096:8192] -= 0.25  # ... and back near zero for the last three quarters
+    fn = lambda t: torch.cumsum(t, 1)  # noqa: E731
+    out = seq_scan(x)
+    out[:, 8192:] = keep_bits(out[:, 8192:].contiguous(), 10)
+    status, ev = judge(out, fn(x), fn(x.double()), (x,), scan_stats(fn, x))
+    assert status != "pass", ev.details
 
 
 def test_bf16_matmul_at_large_k_on_zero_mean_inputs():

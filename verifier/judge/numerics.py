@@ -45,6 +45,17 @@ measurements: bench/results/tolerance_cpu.md):
   sum; bench/results/accumulation_budget_cpu.md). A floor linear in K is never given to a sum that cancels: there
   a lowering's relative error does not shrink with K (an fp16-input sum of 1M normals stays C13), and an output's
   floors are its own reductions', not another output's.
+- running sums (``scan_allowance``): an element of a scan carries the rounding of every partial sum before it on
+  its line, so after an excursion (a sum out to 1000 and back near zero) its error is the excursion's while its
+  block's values are small; a sequential fp32 scan was C13 there (and about once in 3,000 plans on the 16 x 65536
+  extra shape of a plain 16 x 32768 cumsum). The plan's float64 pass records where a ``cumsum`` lies on the way
+  (along the output's rows, or along another dimension or one a view has moved since: ``Reduction.scan``), and
+  such an output's ``atol_b`` is at least ``SCAN_SPREAD`` (4) x EPS32 x sqrt(the sum of the squared values of the
+  block's row(s)) (an honest scan reached 1.7 x that; along another dimension, sqrt(K) x the output's scale).
+  The band a lowering's error is read against stays the block's own: fp16 or bf16 inputs to a running sum of
+  normals, or partial sums stored rounded, are still C13 (bench/results/scan_budget_cpu.md); where the
+  accumulator's own rounding is larger than an fp16 input's (an excursion far above the terms), the two cannot
+  be told apart from the outputs.
 
 Outputs of fewer than ``MIN_LOCAL`` elements (a sum to 4 numbers) have no neighbourhood to measure: one block,
 scale ``max(S, the scale seen on the plan's other draws)`` (``pooled``), no cap.
@@ -91,7 +102,7 @@ from dataclasses import dataclass
 
 import torch
 
-from verifier.judge.reduction import RefStats, accumulation_floors
+from verifier.judge.reduction import EPS32, SCAN_NONE, SCAN_ROWS, RefStats, accumulation_floors
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 # the error band of reduced-precision arithmetic, as a share of an element's local scale: above the budget and
@@ -107,6 +118,10 @@ TAIL = 4.0  # the absolute term's scale is at most this x the block's median |va
 LATTICE_BITS = 8  # exact-valued outputs: multiples of 2^-m, m <= this ...
 LATTICE_LIMIT = float(1 << 24)  # ... below 2^24 units (exactly representable in fp32)
 CHUNK = 1 << 24  # elements handled at a time (a 6 GB output is measured and compared in pieces)
+# a running sum's allowance over EPS32 x sqrt(sum of its line's squared partial sums): an honest sequential fp32
+# scan's largest error reached 1.7 of it (2,560 rows of 4096..65536 normals, excursions, positive terms), an
+# fp16-input scan of normals exceeds 4 x on most elements (bench/results/scan_budget_cpu.md)
+SCAN_SPREAD = 4.0
 
 
 def widen(obj):
@@ -505,11 +520,44 @@ def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple | N
     reduction, same_sign = (pooled.reduction, pooled.same_sign) if isinstance(pooled, RefStats) else (0, 0)
     scale_floor, rel_floor = accumulation_floors(reduction, same_sign, cfg.tol_scale)
     atol_b = torch.clamp_min(torch.maximum(cfg.tol_factor * lev, scale_floor * s_eff), cfg.tol_floor)
+    scan = pooled.scan if isinstance(pooled, RefStats) else SCAN_NONE
+    if scan != SCAN_NONE and n >= MIN_LOCAL:  # a running sum: the rounding its accumulator carries
+        atol_b = torch.maximum(atol_b, scan_allowance(f64, tuple(r64.shape), block, scan, reduction, scale).to(atol_b))
     rtol_b = torch.clamp_min(cfg.tol_factor * rl, rel_floor)
     atol = float(torch.maximum(atol_b, rtol_b * scale).max()) if atol_b.numel() else cfg.tol_floor
     return Budget(atol=atol, rtol=0.0, kind="float64", ref_err=err, scale=scale, alt=r32, block=block,
                   atol_b=atol_b.to(torch.float32), rtol_b=rtol_b.to(torch.float32), s_eff=s_eff.to(torch.float32),
                   err_level=med_e, reduction=reduction)
+
+
+def scan_allowance(f64: torch.Tensor, shape: tuple, block: int, scan: int, length: int,
+                   scale: float) -> torch.Tensor:
+    """Per block, the error a running sum computed in fp32 in any honest order may carry: an element carries the
+    rounding of every partial sum before it on its line, about EPS32 x sqrt(sum of the line's squared partial
+    sums) (an accumulator that made an excursion and came back near zero carries the excursion's rounding into
+    blocks whose own values are small), ``SCAN_SPREAD`` times that. Along the rows (``SCAN_ROWS``): each row's
+    own sum of squares, over the whole row (a reversed scan runs the other way); along another dimension or one
+    no longer known: the bound sqrt(``length``) x the output's ``scale`` for every block. ``f64``: the float64
+    output, flat."""
+    n = f64.numel()
+    nb = -(-n // block)
+    last = int(shape[-1]) if len(shape) else n
+    if scan != SCAN_ROWS or last <= 0 or n % last:
+        return torch.full((nb,), SCAN_SPREAD * EPS32 * math.sqrt(max(length, 1)) * scale, dtype=torch.float64)
+    rows = n // last
+    per = max(1, CHUNK // last)
+    parts = []
+    for r in range(0, rows, per):
+        v = _finite_abs(f64[r * last:min(rows, r + per) * last].to(torch.float64)).view(-1, last)
+        parts.append((v * v).sum(1).cpu())
+    row = SCAN_SPREAD * EPS32 * torch.sqrt(torch.cat(parts))
+    b = torch.arange(nb, dtype=torch.int64)
+    if block <= last:  # a row cut into blocks: a block lies on at most two rows
+        first = (b * block) // last
+        end = (torch.clamp((b + 1) * block, max=n) - 1) // last
+        return torch.maximum(row[first], row[end])
+    k = block // last  # short rows: a block is k whole rows (block_size), the last one maybe fewer
+    return torch.cat([row, row.new_zeros(nb * k - rows)]).view(nb, k).amax(1)
 
 
 def error_and_scale(r32: torch.Tensor, r64: torch.Tensor) -> tuple[float, float]:

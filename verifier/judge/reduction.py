@@ -120,16 +120,52 @@ SQUARES = (aten.var, aten.std, aten.var_mean, aten.std_mean, aten.logsumexp, ate
            aten._softmax, aten._log_softmax, aten.softmax, aten.log_softmax, aten.logcumsumexp)
 
 
+# where a running sum lies on an output's way, along its dimensions: none, along the output's last dimension (its
+# rows: the budget's blocks), along another or one no longer known (a view since). A running product or
+# log-sum-exp errs relative to its own value, which the relative term of the budget already measures.
+SCAN_NONE, SCAN_ROWS, SCAN_OTHER = 0, 1, 2
+SCANS = (aten.cumsum,)
+# ops that move dimensions whatever the shapes say (a transpose of a square tensor keeps its shape)
+MOVES_DIMS = (aten.transpose, aten.permute, aten.t, aten.swapaxes, aten.swapdims, aten.movedim, aten.numpy_T,
+              aten.mT, aten.mH, aten.adjoint)
+
+
 @dataclass(frozen=True)
 class Reduction:
-    """The longest reduction on an output's way (``length``) and the longest one whose terms share one sign
-    (``same_sign``: its error grows with the length, ``accumulation_floors``)."""
+    """The longest reduction on an output's way (``length``), the longest one whose terms share one sign
+    (``same_sign``: its error grows with the length, ``accumulation_floors``), and where a scan lies on it
+    (``scan``: SCAN_NONE, SCAN_ROWS, SCAN_OTHER)."""
 
     length: int = 1
     same_sign: int = 0
+    scan: int = SCAN_NONE
 
     def join(self, other: "Reduction") -> "Reduction":
-        return Reduction(max(self.length, other.length), max(self.same_sign, other.same_sign))
+        return Reduction(max(self.length, other.length), max(self.same_sign, other.same_sign),
+                         max(self.scan, other.scan))
+
+    def through(self, func, src, out) -> "Reduction":
+        """This record as it reaches ``out`` of ``func`` applied to ``src``: a scan along the rows stays one only
+        where the op keeps the last dimension where it was (elementwise ops, views of the same rows); otherwise
+        the scan's direction is no longer known."""
+        if self.scan != SCAN_ROWS:
+            return self
+        keeps = (isinstance(out, torch.Tensor) and out.dim() >= 1 and src.dim() >= 1
+                 and out.shape[-1] == src.shape[-1] and func._overloadpacket not in MOVES_DIMS)
+        return self if keeps else Reduction(self.length, self.same_sign, SCAN_OTHER)
+
+
+def _scan_of(func, args, kwargs) -> int:
+    """SCAN_ROWS / SCAN_OTHER for a scan along the last / another dimension of its input, else SCAN_NONE."""
+    if func._overloadpacket not in SCANS or not args or not isinstance(args[0], torch.Tensor):
+        return SCAN_NONE
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    try:
+        last = x.dim() <= 1 or int(dim) % x.dim() == x.dim() - 1
+    except (TypeError, ValueError):
+        return SCAN_OTHER
+    return SCAN_ROWS if last else SCAN_OTHER
 
 
 NONE = Reduction()
@@ -147,13 +183,14 @@ class ReductionTracker(TorchDispatchMode):
         out = func(*args, **kwargs)
         try:
             k, same = _op_length(func, args, kwargs, out)
-            r = Reduction(k, k if same and k > 1 else 0)
-            for t in tree_flatten((args, kwargs))[0]:
+            own = Reduction(k, k if same and k > 1 else 0, _scan_of(func, args, kwargs))
+            srcs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
-                    r = r.join(self.seen.get(t, NONE))
-            if r != NONE:
-                for t in tree_flatten(out)[0]:
-                    if isinstance(t, torch.Tensor):
+                    r = own
+                    for src in srcs:
+                        r = r.join(self.seen.get(src, NONE).through(func, src, t))
+                    if r != NONE:
                         self.seen[t] = r.join(self.seen.get(t, NONE))
         except Exception:  # noqa: BLE001 - a record is a budget's floor, never a reason for the reference to fail
             pass
@@ -174,12 +211,14 @@ ACC_LINEAR = 0.03  # the relative term's floor: ACC_LINEAR x EPS32 x K, K the lo
 
 class RefStats(NamedTuple):
     """What the plan's draws say of one fp32 output: the reference's largest error against float64, the largest
-    |value|, and the longest reduction on its way and the longest whose terms share one sign (0: not recorded)."""
+    |value|, the longest reduction on its way and the longest whose terms share one sign (0: not recorded), and
+    where a scan lies on it (``Reduction.scan``)."""
 
     err: float
     scale: float
     reduction: int = 0
     same_sign: int = 0
+    scan: int = SCAN_NONE
 
 
 def accumulation_floors(reduction: int, same_sign: int, tol_scale: float) -> tuple[float, float]:
