@@ -12,11 +12,14 @@ import time
 import pytest
 import torch
 
+from verifier import cheats
 from verifier.child.channel import Channel
 from verifier.child.harness_client import BracketClient
 from verifier.execute.channel import Driver
 from verifier.execute.brackets import Bracket, interval, null_for, order_interval, tight
 from verifier.execute.harness import Harness
+from verifier.judge.checks import check_channel
+from verifier.judge.outputs import Evidence
 
 
 def _draw(seed: int) -> list:
@@ -530,3 +533,45 @@ def test_a_draw_that_waits_for_the_rng_lock_says_so_apart_from_the_draw(tmp_path
     got = _session(tmp_path, serve, check=False, keep=0, rng_lock=lock)
     assert got.serve_s["draw_lock_wait"] >= 0.3, got.serve_s
     assert got.serve_s["draw"] < 0.3, got.serve_s  # the draws themselves: a 32 x 128 tensor
+
+
+@pytest.mark.parametrize("fails_at", ["clock", "snapshot"])
+def test_a_harness_failing_mid_bracket_is_the_verifiers_failure_never_a_request_out_of_turn(tmp_path, monkeypatch,
+                                                                                           fails_at):
+    """The harness's own failure inside a bracket (its copy of the timed outputs out of device memory on a full
+    card) left the child's next bracket message ("armed", "finished") to the channel's main loop, which recorded it
+    as a request out of turn: an honest kernel's verdict became a C12 cheat (kbleaderboard-l1-p5 gemini on an
+    H100 whose memory other jobs had filled). Its bracket messages after the failure are refused, not recorded;
+    a request for a seed out of turn still is."""
+    import verifier.execute.harness as harness_mod
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB (the harness's own copy)")
+
+    if fails_at == "clock":
+        monkeypatch.setattr(Harness, "_write_inputs", oom)
+    else:
+        monkeypatch.setattr(harness_mod, "_snapshot", oom)
+    h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=True, keep=3, budget_s=5.0)
+    d = Driver(tmp_path, n_trials=0, n_timing=0, on_bracket=h.serve)
+    ch = Channel(tmp_path)
+    client = BracketClient(ch, "cpu")
+    try:
+        with pytest.raises((ConnectionRefusedError, RuntimeError)):
+            client.bracket("candidate", torch.relu)
+        with pytest.raises(ConnectionRefusedError):  # the child's code asking for the next bracket
+            client.bracket("candidate", torch.relu)
+        with pytest.raises(ConnectionRefusedError):  # a seed asked for out of turn is still the candidate's
+            ch.ask({"op": "trial", "i": 7})
+    finally:
+        ch.close()
+        ledger = d.close()
+    assert "OutOfMemoryError" in ledger.harness_error, ledger.harness_error
+    assert len(ledger.problems) == 1 and '"op": "trial"' in ledger.problems[0], ledger.problems
+    ev = Evidence()  # the judge's reading: C12 for the seed asked out of turn only
+    check_channel(ledger, ev)
+    assert ev.codes == {cheats.C12} and '"op": "trial"' in ev.details[0], ev.details
+    ledger.problems.clear()
+    ev = Evidence()  # the harness's failure alone says nothing of the candidate
+    check_channel(ledger, ev)
+    assert cheats.C12 not in ev.codes

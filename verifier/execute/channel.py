@@ -46,6 +46,8 @@ from verifier.common.contract import SOCKET_FILE, ChildBuild, file_seal
 
 
 _TRIAL_KEY = re.compile(r"trial(\d{1,6})")
+# a bracket's steps (verifier/child/harness_client.py): asking for one, and the messages sent within it
+BRACKET_OPS = ("bracket", "armed", "queued", "finished")
 
 
 def draw_seed() -> int:
@@ -410,6 +412,11 @@ class Driver:
                     self.ledger.child_builds.append(built)
                     reply = {"ok": built.ok, "key": built.key, "so_path": built.so_path,
                              "error": built.verifier_error or built.error}
+                elif self.ledger.harness_error and op in BRACKET_OPS:
+                    # the harness failed mid-bracket: the child's own code goes on with the bracket it was in (its
+                    # "queued" or "finished" arrives here) or asks for the next one. The verifier's failure, not a
+                    # request out of turn (it would have made the verdict a C12 cheat); nothing is handed out
+                    reply = {"refused": "the harness failed"}
                 else:
                     self.ledger.problems.append(f"request out of turn on the channel: {json.dumps(msg)[:80]!r}")
                     reply = {"refused": "out of turn"}

@@ -40,6 +40,7 @@ Imports: torch, the standard library and the verifier's torch-side modules only.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import secrets
@@ -480,19 +481,24 @@ class Harness:
         msg = recv(wait_s)
         self._part("queue", time.perf_counter() - t0)
         late = bool(msg) and msg.get("op") == "timeout"
-        with torch.cuda.stream(s):
-            ipc.wait_value(s, self._hold.data_ptr(), seq)
-            try:
-                start.record(s)
-                self._write_inputs(private, views)
-                self._flush.zero_()
-                ipc.write_value(s, gate, seq)
-            finally:  # (never left holding this stream, whatever raised while queuing)
-                ipc.write_value(self._unblock, self._hold.data_ptr(), seq)
-            ipc.wait_value(s, done, seq)
-            end.record(s)
-            snapshot = _snapshot(views)  # on this stream right after done, outside the clock
-            changed = _inputs_changed(private, views) if compare else []  # so are the inputs' comparisons
+        try:
+            with torch.cuda.stream(s):
+                ipc.wait_value(s, self._hold.data_ptr(), seq)
+                try:
+                    start.record(s)
+                    self._write_inputs(private, views)
+                    self._flush.zero_()
+                    ipc.write_value(s, gate, seq)
+                finally:  # (never left holding this stream, whatever raised while queuing)
+                    ipc.write_value(self._unblock, self._hold.data_ptr(), seq)
+                ipc.wait_value(s, done, seq)
+                end.record(s)
+                snapshot = _snapshot(views)  # on this stream right after done, outside the clock
+                changed = _inputs_changed(private, views) if compare else []  # so are the inputs' comparisons
+        except BaseException:  # the harness's own failure (its copies out of device memory): the child's calls,
+            with contextlib.suppress(Exception):  # queued behind the gate, run and end instead of waiting for ever
+                self._release(seq)
+            raise
         if late:
             msg = recv()
         if not msg or msg.get("op") != "queued":
