@@ -469,7 +469,7 @@ def test_a_timing_failure_the_report_claims_does_not_skip_the_harnesss_checks(tm
     assert v is None and w.verdict.speedup_eager is None and any("Timing failed" in d for d in ev.details), ev.details
 
 
-def test_a_null_bracket_draws_one_input_set_and_copies_it_to_its_other_calls(tmp_path):
+def test_a_null_bracket_draws_one_input_set_and_copies_it_to_its_other_calls(tmp_path, monkeypatch):
     """The null model answers with a fixed output whatever its inputs, so its many-call brackets need the bytes of a
     model's inputs, not fresh draws (each a task's get_inputs on the host, under the RNG lock, while the device is
     held alone): one draw per bracket, copied into separate memory for each further call. A model's brackets still
@@ -496,8 +496,11 @@ def test_a_null_bracket_draws_one_input_set_and_copies_it_to_its_other_calls(tmp
     many = seen[calls[0]:calls[0] + calls[1]]  # the second bracket's calls: the one draw's values in each
     assert all(torch.equal(x, many[0]) for x in many)
 
-    # a model's bracket of as many calls draws each of them
+    # a model's bracket of as many calls draws each of them (brackets of about a second after the probe: on a host
+    # loaded enough that the probe's round trip takes 20 ms, one of 20 ms would hold one call)
     drawn.clear()
+    import verifier.execute.harness as harness_mod
+    monkeypatch.setitem(harness_mod.TARGET_S, "cpu", 1.0)
 
     def serve_model(client, ch):
         for _ in range(2):
