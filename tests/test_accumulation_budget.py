@@ -171,6 +171,16 @@ def test_scans_are_recorded_with_the_dimension_they_run_along():
     assert scan_kinds(lambda t: torch.cumsum(t, 1).transpose(0, 1).contiguous(), sq) == [SCAN_OTHER]
     assert scan_kinds(lambda t: (torch.cumsum(t, 1), t.sum(1), t * 3), x) == [SCAN_ROWS, SCAN_NONE, SCAN_NONE]
     assert scan_kinds(lambda t: torch.cumprod(t, 1), x) == [SCAN_NONE]  # relative error: the rtol term
+    # only while the values stay partial sums: a mean so far (a factor per row) keeps the mark, an exp or a
+    # factor per element drops it (the budget of earlier versions then), a difference of two sums keeps it
+    assert scan_kinds(lambda t: torch.cumsum(t, 1) / torch.arange(1, 71, dtype=t.dtype)[None], x) == [SCAN_NONE]
+    assert scan_kinds(lambda t: torch.cumsum(t, 1) / t.shape[1], x) == [SCAN_ROWS]
+    assert scan_kinds(lambda t: torch.cumsum(t, 1) / t.abs().sum(1, keepdim=True), x) == [SCAN_ROWS]
+    assert scan_kinds(lambda t: torch.exp(torch.cumsum(t, 1)), x) == [SCAN_NONE]
+    assert scan_kinds(lambda t: torch.cumsum(t, 1) @ t.t(), x) == [SCAN_NONE]
+    segsum = lambda t: (lambda c: c[..., :, None] - c[..., None, :])(torch.cumsum(t, -1))  # noqa: E731
+    assert scan_kinds(segsum, x) == [SCAN_OTHER]
+    assert scan_kinds(lambda t: torch.exp(segsum(t)), x) == [SCAN_NONE]  # Mamba's segment sums
 
 
 def test_the_plan_records_a_scan_on_an_output():

@@ -49,7 +49,8 @@ measurements: bench/results/tolerance_cpu.md):
   its line, so after an excursion (a sum out to 1000 and back near zero) its error is the excursion's while its
   block's values are small; a sequential fp32 scan was C13 there (and about once in 3,000 plans on the 16 x 65536
   extra shape of a plain 16 x 32768 cumsum). The plan's float64 pass records where a ``cumsum`` lies on the way
-  (along the output's rows, or along another dimension or one a view has moved since: ``Reduction.scan``), and
+  while the values stay partial sums (views, copies, sums and differences, a factor per row; not after an exp or
+  a matmul), along the output's rows or along another dimension or one a view has moved (``Reduction.scan``), and
   such an output's ``atol_b`` is at least ``SCAN_SPREAD`` (4) x EPS32 x sqrt(the sum of the squared values of the
   block's row(s)) (an honest scan reached 1.7 x that; along another dimension, sqrt(K) x the output's scale).
   The band a lowering's error is read against stays the block's own: fp16 or bf16 inputs to a running sum of

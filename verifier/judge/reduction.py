@@ -18,7 +18,9 @@ task's own program): every tensor an op returns carries the longest reduction on
 terms share one sign (the op's own, from the contracted size of mm / bmm / conv / attention and the reduced size
 of sum / mean / norm / softmax / cumsum, with the signs of its operands; or the longest of its inputs'), and
 ``reductions(outputs)`` reads each output's. Views and copies pass them on; an op it does not know is
-elementwise. Never run over the candidate's code.
+elementwise. It also marks where a running sum (``cumsum``) lies on an output's way while the values stay partial
+sums (``Reduction.scan``: the rounding its accumulator carries, verifier/judge/numerics.py ``scan_allowance``).
+Never run over the candidate's code.
 """
 
 from __future__ import annotations
@@ -144,15 +146,41 @@ class Reduction:
         return Reduction(max(self.length, other.length), max(self.same_sign, other.same_sign),
                          max(self.scan, other.scan))
 
-    def through(self, func, src, out) -> "Reduction":
-        """This record as it reaches ``out`` of ``func`` applied to ``src``: a scan along the rows stays one only
-        where the op keeps the last dimension where it was (elementwise ops, views of the same rows); otherwise
-        the scan's direction is no longer known."""
+    def through(self, func, src, out, values_kept: bool) -> "Reduction":
+        """This record as it reaches ``out`` of ``func`` applied to ``src``. A running sum's mark stays only where
+        the op keeps its values partial sums (``values_kept``: views, copies, sums and differences, a factor per
+        row: ``_keeps_values``); elsewhere (an exp, a matmul) the values are no longer the sums whose rounding
+        the budget's allowance measures, and the mark goes. Along the rows only where the op keeps the last
+        dimension where it was; otherwise the scan's direction is no longer known."""
+        if self.scan == SCAN_NONE:
+            return self
+        if not values_kept:
+            return Reduction(self.length, self.same_sign, SCAN_NONE)
         if self.scan != SCAN_ROWS:
             return self
         keeps = (isinstance(out, torch.Tensor) and out.dim() >= 1 and src.dim() >= 1
                  and out.shape[-1] == src.shape[-1] and func._overloadpacket not in MOVES_DIMS)
         return self if keeps else Reduction(self.length, self.same_sign, SCAN_OTHER)
+
+
+# ops whose outputs are their inputs' values, rearranged, added or subtracted (a running sum stays one)
+KEEPS_VALUES = MOVES_DIMS + SCANS + (
+    aten.view, aten.reshape, aten._unsafe_view, aten.expand, aten.unsqueeze, aten.squeeze, aten.slice,
+    aten.select, aten.flip, aten.as_strided, aten.clone, aten.contiguous, aten._to_copy, aten.copy_, aten.copy,
+    aten.cat, aten.stack, aten.index_select, aten.narrow, aten.unbind, aten.split, aten.split_with_sizes,
+    aten.chunk, aten.alias, aten.detach, aten.lift_fresh, aten.add, aten.sub, aten.neg, aten.rsub, aten.pad,
+    aten.constant_pad_nd, aten.roll, aten.unfold, aten.diff)
+SCALES = (aten.mul, aten.div)  # a factor per row (a number, one value, or a last dimension of 1) keeps them too
+
+
+def _keeps_values(func, args, kwargs) -> bool:
+    packet = func._overloadpacket
+    if packet in KEEPS_VALUES:
+        return True
+    if packet in SCALES:
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        return sum(1 for t in tensors if t.numel() > 1 and (t.dim() == 0 or t.shape[-1] != 1)) <= 1
+    return False
 
 
 def _scan_of(func, args, kwargs) -> int:
@@ -185,11 +213,12 @@ class ReductionTracker(TorchDispatchMode):
             k, same = _op_length(func, args, kwargs, out)
             own = Reduction(k, k if same and k > 1 else 0, _scan_of(func, args, kwargs))
             srcs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            kept = _keeps_values(func, args, kwargs)
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
                     r = own
                     for src in srcs:
-                        r = r.join(self.seen.get(src, NONE).through(func, src, t))
+                        r = r.join(self.seen.get(src, NONE).through(func, src, t, kept))
                     if r != NONE:
                         self.seen[t] = r.join(self.seen.get(t, NONE))
         except Exception:  # noqa: BLE001 - a record is a budget's floor, never a reason for the reference to fail
