@@ -42,11 +42,15 @@ def sequential_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.stack(rows))
 
 
-def recorded(fn, *inputs) -> list[tuple[int, int]]:
+def reductions(fn, *inputs) -> list:
+    """Per output of ``fn``, what the plan's float64 pass records of it (``Reduction``)."""
     with torch.no_grad(), ReductionTracker() as tracker:
         outs = fn(*[x.double() for x in inputs])
-    return [(r.length, r.same_sign) for r in tracker.reductions(list(outs) if isinstance(outs, (list, tuple))
-                                                               else [outs])]
+    return tracker.reductions(list(outs) if isinstance(outs, (list, tuple)) else [outs])
+
+
+def recorded(fn, *inputs) -> list[tuple[int, int]]:
+    return [(r.length, r.same_sign) for r in reductions(fn, *inputs)]
 
 
 R, P = torch.randn, torch.rand  # zero-mean terms (their sums cancel), positive terms (one sign)
@@ -154,9 +158,7 @@ def excursion(rows: int = 8, length: int = 32768, height: float = 1000.0) -> tor
 
 
 def scan_kinds(fn, *inputs) -> list[int]:
-    with torch.no_grad(), ReductionTracker() as tracker:
-        outs = fn(*[x.double() for x in inputs])
-    return [r.scan for r in tracker.reductions(list(outs) if isinstance(outs, (list, tuple)) else [outs])]
+    return [r.scan for r in reductions(fn, *inputs)]
 
 
 def test_scans_are_recorded_with_the_dimension_they_run_along():
@@ -206,13 +208,12 @@ def test_an_honest_sequential_scan_back_near_zero_after_an_excursion_passes(alon
         x = x.t().contiguous()
         fn, out = (lambda t: torch.cumsum(t, 0)), scanned(x.t().contiguous()).t().contiguous()
     r32, r64 = fn(x), fn(x.double())
-    (length, same), = recorded(fn, x)
-    kind, = scan_kinds(fn, x)
-    status, ev = judge(out, r32, r64, RefStats(0.0, float(r64.abs().max()), length, same, kind))
+    r, = reductions(fn, x)
+    status, ev = judge(out, r32, r64, RefStats(0.0, float(r64.abs().max()), r.length, r.same_sign, r.scan))
     assert status == "pass", ev.details
     # the fault: with the block's own scale (the budget of earlier versions) the same honest order failed, 15% of
     # its elements over budget, and was taken for a lowering (C13)
-    status, ev = judge(out, r32, r64, RefStats(0.0, float(r64.abs().max()), length, same))
+    status, ev = judge(out, r32, r64, RefStats(0.0, float(r64.abs().max()), r.length, r.same_sign))
     assert status != "pass", ev.details
 
 
@@ -226,7 +227,8 @@ def test_a_tiled_scan_missing_a_carry_after_the_excursion_still_fails():
     out[:, 24576:] = scanned(x[:, 24576:].contiguous())
     fn = lambda t: torch.cumsum(t, 1)  # noqa: E731
     r64 = fn(x.double())
-    (length, same), = recorded(fn, x)
-    status, ev = judge(out, fn(x), r64, RefStats(0.0, float(r64.abs().max()), length, same, SCAN_ROWS))
+    r, = reductions(fn, x)
+    assert r.scan == SCAN_ROWS
+    status, ev = judge(out, fn(x), r64, RefStats(0.0, float(r64.abs().max()), r.length, r.same_sign, r.scan))
     assert status != "pass", ev.details
     assert "differ from the reference" in ev.details[0], ev.details

@@ -179,7 +179,7 @@ def _keeps_values(func, args, kwargs) -> bool:
         return True
     if packet in SCALES:
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        return sum(1 for t in tensors if t.numel() > 1 and (t.dim() == 0 or t.shape[-1] != 1)) <= 1
+        return sum(1 for t in tensors if t.numel() > 1 and t.shape[-1] != 1) <= 1
     return False
 
 
