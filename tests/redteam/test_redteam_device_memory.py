@@ -129,6 +129,13 @@ def test_a_trials_own_device_out_of_memory_error_is_marked_for_the_reading():
             return check_trials(VerifyConfig(), plan, ex, report, lambda x: x, None, Evidence())
 
     t = checked("Traceback ...\n" + POISON_OOM)
-    assert t.device_oom == 2 and "out of memory" in t.crash_detail
-    assert checked("Traceback ...\nMemoryError").device_oom == 0
-    assert checked("Traceback ...\nRuntimeError: CUDA error: an illegal memory access was encountered").device_oom == 0
+    assert t.device_oom == 2 and "raised an error (out of memory)" in t.crash_detail
+    host = checked("Traceback ...\nMemoryError")
+    assert host.device_oom == 0 and "raised an error (out of memory)" in host.crash_detail  # the host's: labelled
+    illegal = checked("Traceback ...\nRuntimeError: CUDA error: an illegal memory access was encountered")
+    assert illegal.device_oom == 0 and "(out of memory)" not in illegal.crash_detail
+    # the label reads what the trial raised (its last line), as the crash outcome does: a memory error caught on the
+    # way and another raised is not labelled
+    caught = checked("Traceback ...\nMemoryError\n\nDuring handling of the above exception, another exception "
+                     "occurred:\n\nTraceback ...\nValueError: shapes differ")
+    assert caught.device_oom == 0 and "(out of memory)" not in caught.crash_detail

@@ -18,7 +18,7 @@ from verifier.common.contract import ChildReport
 from verifier.common.inputs import as_list
 from verifier.execute.channel import Unsealed
 from verifier.judge.checks import check_fallback_across_trials, check_sealed, check_trial_runtime
-from verifier.judge.execution import Execution, device_memory_line, last_line
+from verifier.judge.execution import Execution, device_memory_line, last_line, memory_error
 from verifier.judge.outputs import (Digest, Evidence, check_outputs, fingerprint, load_sealed, reference64,
                                     same_fingerprint)
 
@@ -88,9 +88,10 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
         label = ("Extra-shape trial" + f" (input shapes {[list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]})"
                  if is_other else f"Trial {rec.index + 1}")
         if rec.error:
-            oom = any(s in rec.error for s in ("MemoryError", "bad_alloc")) or "out of memory" in rec.error.lower()
-            t.device_oom = rec.index + 1 if oom and device_memory_line(last_line(rec.error)) else 0
-            t.crash_detail = f"{label} raised an error" + (" (out of memory)" if oom else "") + f":\n{rec.error.strip()}"
+            line = last_line(rec.error)  # what it raised, read as the crash outcome reads a child's last line
+            t.device_oom = rec.index + 1 if device_memory_line(line) else 0
+            t.crash_detail = (f"{label} raised an error" + (" (out of memory)" if memory_error(line) else "")
+                              + f":\n{rec.error.strip()}")
             t.crash_detail += "".join("\n" + h for h in reference_name_hint(rec.error, plan.ref_mod))
             t.regular_ok = t.regular_ok and is_other
             break
