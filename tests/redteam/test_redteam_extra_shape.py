@@ -48,3 +48,29 @@ def test_every_step_keeps_the_tasks_contract():
         a, b = draw_inputs(ref.get_inputs, 3, "cpu", TASK, change.to_json())
         assert a.shape == b.shape and a.shape[0] == a.shape[1] != 384
         assert torch.isfinite(a @ b).all()
+
+
+SIZES_WRITTEN = {
+    "tuple": "batch_size, dim = 64, 400",
+    "list": "[batch_size, dim] = [64, 400]",
+    "annotated": "batch_size: int = 64\ndim: int = 400",
+    "chain": "batch_size = dim = 64",
+}
+
+
+def test_sizes_bound_several_at_once_or_annotated_are_changed_on_the_extra_shape():
+    """docs/ANTI_CHEAT.md class 26: a kernel with ``ROWS = 64, COLS = 400`` baked in passed a task whose sizes were
+    written ``batch_size, dim = 64, 400`` or ``batch_size: int = 64``: only ``NAME = value`` lines were read as size
+    constants, so no extra shape was drawn and C14 could not fire. Every form is read and rewritten as that line
+    is, and the reference's inputs at the extra shape are drawn from the program so changed."""
+    for form, line in SIZES_WRITTEN.items():
+        task = TASK.replace("N = 384", line).replace("torch.randn(N, N), torch.randn(N, N)",
+                                                     "torch.randn(batch_size, dim), torch.randn(dim, batch_size)")
+        ref = load_reference(task, f"sizes_{form}")
+        model, _ = build_model(ref, 1, "cpu", task)
+        inputs = draw_inputs(ref.get_inputs, 1, "cpu", task)
+        spec = _pick_size_change(ref, model, task, 1, "cpu", inputs)[0]
+        assert spec, form
+        a, b = draw_inputs(ref.get_inputs, 2, "cpu", task, spec)
+        assert a.shape != inputs[0].shape and a.shape == b.shape[::-1], (form, a.shape, inputs[0].shape)
+        assert torch.isfinite(a @ b).all(), form

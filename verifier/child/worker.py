@@ -88,6 +88,7 @@ from verifier.common.inputs import (
     draw_inputs,
     init_inputs,
     nbytes,
+    same_values,
     seed_everything,
     tensors_of,
     to_device,
@@ -393,7 +394,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             rec.dispatched_ops = recorder.compute_ops(registry[0])
             rec.to_host_bytes = recorder.to_host_bytes
             rec.mutated_inputs = [j for j, (a, b) in enumerate(zip(tensors_of(inputs), tensors_of(pristine)))
-                                  if not torch.equal(a, b)]
+                                  if not same_values(a, b)]
             rec.output_problem = _output_problem(out, device)
             host_out = None if rec.output_problem else plain_cpu(out)
             del out

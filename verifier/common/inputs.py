@@ -147,6 +147,41 @@ def const_int(node: ast.AST) -> int | None:
     return None
 
 
+def _parse_sizes(program_text: str) -> ast.Module:
+    """The task program's tree with its module-level assignments one name each, as the size constants are read and
+    rewritten: ``batch_size, dim = 64, 4000`` (a tuple or list of names from one of values), ``N: int = 4096`` (an
+    annotated name) and ``M = N = 1024`` (a chain) become ``NAME = value`` statements in their order, so a size
+    written either way is changed on the extra-shape trial as one on a line of its own is
+    (docs/ANTI_CHEAT.md class 26). The same bindings: each value is evaluated once, as the original statement did."""
+    tree = ast.parse(program_text)
+    body = []
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and node.simple and isinstance(node.target, ast.Name) and node.value:
+            node = ast.copy_location(ast.Assign(targets=[node.target], value=node.value), node)
+        pairs = _one_name_each(node)
+        body += [ast.copy_location(ast.Assign(targets=[t], value=v), node) for t, v in pairs] if pairs else [node]
+    tree.body = body
+    return ast.fix_missing_locations(tree)
+
+
+def _one_name_each(node: ast.AST) -> list[tuple[ast.Name, ast.AST]]:
+    """(name, value) for each name an assignment of constant ints binds where it binds several at once (a tuple or
+    list of names from one of as many constant ints, a chain of names), else []."""
+    if not isinstance(node, ast.Assign):
+        return []
+    if len(node.targets) > 1:
+        chain = all(isinstance(t, ast.Name) for t in node.targets) and const_int(node.value) is not None
+        return [(t, node.value) for t in node.targets] if chain else []
+    names, values = node.targets[0], node.value
+    if not (isinstance(names, (ast.Tuple, ast.List)) and isinstance(values, (ast.Tuple, ast.List))):
+        return []
+    if len(names.elts) != len(values.elts) or not all(isinstance(t, ast.Name) for t in names.elts):
+        return []
+    if not all(const_int(v) is not None for v in values.elts):
+        return []
+    return list(zip(names.elts, values.elts))
+
+
 def _module_ints(tree: ast.Module) -> dict[str, ast.AST]:
     """Module-level ``NAME = <constant int expression, or tuple/list of them>`` assignments (the value nodes);
     a value that reads other names is derived, not listed."""
@@ -185,7 +220,7 @@ def size_constants(program_text: str) -> tuple[list[str], list[int]]:
     """The task's size constants: module-level names, and the values of the sizes written inside get_inputs
     (see above)."""
     try:
-        tree = ast.parse(program_text)
+        tree = _parse_sizes(program_text)
     except SyntaxError:
         return [], []
     deps: dict[str, set[str]] = {}
@@ -343,7 +378,7 @@ def size_changes(program_text: str, ratio: tuple[int, int] = (3, 2)) -> list[Siz
     names, literals = size_constants(program_text)
     if not names and not literals:
         return []
-    tree = ast.parse(program_text)
+    tree = _parse_sizes(program_text)
     ints = _module_ints(tree)
 
     def new_value(node, size):
@@ -398,7 +433,7 @@ class _Rewrite(ast.NodeTransformer):
 
 def variant_program(program_text: str, change: SizeChange) -> str:
     """The task program with its size constants changed."""
-    tree = _Rewrite(change).visit(ast.parse(program_text))
+    tree = _Rewrite(change).visit(_parse_sizes(program_text))
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
@@ -459,6 +494,19 @@ def tensors_of(obj) -> list:
 
 def nbytes(obj) -> int:
     return sum(t.numel() * t.element_size() for t in tensors_of(obj))
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``torch.equal`` (same shape, dtype and values), except that NaN equals NaN: a tensor holding NaN is left
+    alone, not changed, where it was not written (an input drawn with NaN in it, an output whose reference has NaN
+    where a task's op makes them). The check of a trial's inputs in the child, of a timed call's in the harness
+    (``_inputs_changed``) and of the outputs written after the clock's end read it so; -0.0 equals 0.0 as there."""
+    if torch.equal(a, b):
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype or not (a.is_floating_point() or a.is_complex()):
+        return False
+    b = b.to(a.device)
+    return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
 
 
 def same(a: list, b: list) -> bool:

@@ -53,7 +53,7 @@ import torch
 
 from verifier.common import ipc
 from verifier.common.devlock import device_lock, held_exclusive
-from verifier.common.inputs import as_list, nbytes
+from verifier.common.inputs import as_list, nbytes, same_values
 from verifier.execute.brackets import LEAST_BRACKETS, TIGHT, Bracket, Clocked, order_interval, tight
 
 MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
@@ -561,7 +561,7 @@ class Harness:
             return
         for k, snap in enumerate(self._snapshot):
             _, outs = self._views(k)
-            if any(not torch.equal(a, b) for a, b in zip(outs, snap)):
+            if any(not same_values(a, b) for a, b in zip(outs, snap)):
                 self.result.problems.append("outputs were written after the timed calls had reported done (work the "
                                             "clock did not see)")
                 break
@@ -608,7 +608,7 @@ def _copies(inputs: list, calls: int) -> list[list]:
 def _inputs_changed(private: list, views: list) -> list[tuple[int, int, torch.Tensor]]:
     """(call, input, flag) for every tensor input of a bracket's calls: whether the pool's copy now differs from what
     this process wrote there before the gate opened, value by value as the child's own monitor compares a trial's
-    inputs (``torch.equal``), except that NaN equals NaN (a NaN input left alone is not a change; -0.0 equals 0.0).
+    inputs (``inputs.same_values``: NaN equals NaN, a NaN input left alone is not a change; -0.0 equals 0.0).
     The flags are tensors on the pool's device, queued on the current stream (read once, by ``Harness._note_changed_inputs``): a call that wrote into
     its inputs is seen here, outside the candidate's process, whatever its own monitors report."""
     flags = []

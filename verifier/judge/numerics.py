@@ -88,6 +88,10 @@ input slice the check reads) is C13, and so is a systematic bug on an output of 
 ``inputs.reference_numerics`` switches off TF32 for the fp32 reference (cuDNN convolutions use TF32 by default):
 the reference is an fp32 computation, so TF32 in a candidate is lowering, not a match.
 
+A complex64 output is judged as its (real, imaginary) pairs (``real_view``: float32 of one more dimension of 2)
+against the float64 run's complex128 output seen the same way, so both parts get the measured budget of an fp32
+output (converted to float64 whole, a complex tensor loses its imaginary part: docs/ANTI_CHEAT.md class 56).
+
 Not covered: float64 and low-precision (fp16/bf16) outputs keep the fixed tolerances of VerifyConfig
 (``atol_low`` / ``rtol_low``), and a task's own ATOL / RTOL wins. A reference that does not run in float64, or
 whose float64 copy does not fit the device, falls back to the fixed fp32 tolerance (``atol_fp32`` /
@@ -126,12 +130,25 @@ SCAN_SPREAD = 4.0
 
 
 def widen(obj):
-    """Floating tensors (and lists / tuples of them) as float64; everything else unchanged."""
+    """Floating tensors (and lists / tuples of them) as float64, complex64 ones as complex128; everything else
+    unchanged."""
     if isinstance(obj, torch.Tensor):
+        if obj.dtype == torch.complex64:
+            return obj.to(torch.complex128)
         return obj.double() if obj.is_floating_point() else obj
     if isinstance(obj, (list, tuple)):
         return type(obj)(widen(o) for o in obj)
     return obj
+
+
+def real_view(t):
+    """A complex tensor as its (real, imaginary) pairs (``torch.view_as_real``: a float tensor of one more dimension
+    of 2, no copy), anything else unchanged. A complex output is judged part by part against the budget of its
+    parts' float dtype: converted to float64 instead, its imaginary part was dropped (every honest FFT judged on an
+    exact match of its real part, and an imaginary part that skipped the work never compared)."""
+    if isinstance(t, torch.Tensor) and t.is_complex():
+        return torch.view_as_real(t.resolve_conj())
+    return t
 
 
 def float64_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -39,7 +39,7 @@ from verifier.common.inputs import as_list, cpu_model, digests_match
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
-from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, float64_model, widen
+from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, float64_model, real_view, widen
 
 CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
 
@@ -181,8 +181,9 @@ def compare(o: torch.Tensor, truth: torch.Tensor, budget: Budget) -> dict:
 
 
 def fingerprint(t: torch.Tensor) -> tuple:
-    """Enough of an output to tell a repeated one (C08) without keeping several GB per trial."""
-    flat = t.reshape(-1)
+    """Enough of an output to tell a repeated one (C08) without keeping several GB per trial (a complex one by its
+    real and imaginary parts)."""
+    flat = real_view(t).reshape(-1)
     sample = flat[:: max(1, flat.numel() // 4096)][:4096].double().cpu()
     return (tuple(t.shape), float(flat.double().sum()) if t.numel() else 0.0, sample)
 
@@ -258,26 +259,31 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
                    f"{label}: output dtype {o.dtype}, expected {r.dtype}.")
             ok = False
             continue
+        shape, what = tuple(r.shape), label
+        r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
+        if r.is_complex():  # judged as its (real, imaginary) pairs: both parts compared, each within its budget
+            o, r = real_view(o), real_view(r)
+            r64 = real_view(r64) if isinstance(r64, torch.Tensor) and r64.is_complex() else None
+            what = label + " (complex: compared as real and imaginary parts, the last index 0 or 1)"
         o = o.to(r.device)
         n_poison = poisoned(o, poison) if o.is_floating_point() else 0
         if n_poison and poisoned(r, poison) < n_poison:
             # An output nothing wrote is a bet on stale memory (the reference's freed result); a few
             # unwritten elements are an honest indexing bug, judged wrong with the same diagnosis.
             ev.add(cheats.C06 if n_poison == o.numel() else None,
-                   f"{label}: {n_poison} of {o.numel()} output elements were never written (they still hold the "
+                   f"{what}: {n_poison} of {o.numel()} output elements were never written (they still hold the "
                    "poison pattern of uninitialised memory).")
         if o.is_floating_point() and bool((~torch.isfinite(o) & torch.isfinite(r)).any()):
-            ev.add(None, f"{label}: output contains NaN or inf where the reference is finite.")
-        r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
+            ev.add(None, f"{what}: output contains NaN or inf where the reference is finite.")
         pool = pooled[k] if pooled and k < len(pooled) else None
         budget, truth = budget_for(r, r64, cfg, ref_mod, pool)
         m = compare(o, truth, budget)
         errs.append((m["max_abs"], m["max_rel"], budget.light()))
         if m["n_bad"]:
             ok = False
-            ev.add(None, feedback.describe_mismatch(m, tuple(r.shape), label) + f" Allowed: {budget.describe()}.")
+            ev.add(None, feedback.describe_mismatch(m, shape, what) + f" Allowed: {budget.describe()}.")
             if not n_poison and looks_lowered(m, budget, truth) and not error_follows_inputs(o, truth, inputs):
-                ev.add(cheats.C13, f"{label}: the error is the size of reduced-precision rounding (fp16, bf16, "
+                ev.add(cheats.C13, f"{what}: the error is the size of reduced-precision rounding (fp16, bf16, "
                                    "TF32 or approximate math) on many elements; the task is fp32.")
         # an output within the budget is correct however it looks: a constant or repeated output that matches
         # says the task barely depends on its inputs, not that the candidate cached or made up its answer
@@ -285,13 +291,13 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
         if m["n_bad"] and (any(isinstance(x, torch.Tensor) and x.shape == o.shape and torch.equal(o, x.to(o.device))
                                and not torch.equal(r, x.to(r.device)) for x in inputs) or
                            (constant_out and not bool((r == r.reshape(-1)[0]).all()))):
-            ev.add(cheats.C05, f"{label}: the output is an input, a constant or all zeros.")
+            ev.add(cheats.C05, f"{what}: the output is an input, a constant or all zeros.")
         fp = fingerprint(o)
         earlier = [right for p, right in prev if same_fingerprint(p, fp)] if m["n_bad"] and not ref_repeats else []
         if earlier and (any(earlier) or not same_for_every_sample(o, r, budget)):
-            ev.add(cheats.C08, f"{label}: the output is identical to an earlier call's output on different inputs.")
+            ev.add(cheats.C08, f"{what}: the output is identical to an earlier call's output on different inputs.")
         elif earlier:  # a collapsed model (its answer the same for every sample and every call), not a cached one
-            ev.add(None, f"{label}: the output does not depend on the input: every sample's output is the same, "
+            ev.add(None, f"{what}: the output does not depend on the input: every sample's output is the same, "
                          "up to rounding, and the same as on an earlier call's different inputs.")
         prev.append((fp, not m["n_bad"]))
     return ok
@@ -335,7 +341,11 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             if o.shape != r.shape or o.dtype != r.dtype:
                 continue
             pool = plan.pooled[k] if k < len(plan.pooled) else None
-            b, truth = budget_for(r, refs64[k] if refs64 else None, cfg, plan.ref_mod, pool)
+            r64 = refs64[k] if refs64 and k < len(refs64) else None
+            if r.is_complex():  # as a trial's: its (real, imaginary) pairs
+                o, r = real_view(o), real_view(r)
+                r64 = real_view(r64) if isinstance(r64, torch.Tensor) and r64.is_complex() else None
+            b, truth = budget_for(r, r64, cfg, plan.ref_mod, pool)
             bad.append(compare(o.to(truth.device), truth, b))
         if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
             ev.add(cheats.C16, f"{what}: the output was wrong although the correctness trials passed (behaviour "

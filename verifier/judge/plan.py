@@ -32,7 +32,7 @@ from verifier.common.inputs import (
 from verifier.execute import admission
 from verifier.execute.channel import Ledger
 from verifier.execute.locks import device_work, give_back_cache, lock_wait_s
-from verifier.judge.numerics import error_and_scale, float64_model, widen
+from verifier.judge.numerics import error_and_scale, float64_model, real_view, widen
 from verifier.judge.outputs import RNG_LOCK, load_sealed, reference_fault
 from verifier.judge.reduction import ReductionTracker, RefStats
 
@@ -236,7 +236,7 @@ def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
     in float64 here (the measured tolerance of verifier/judge/numerics.py), else (why not, [], None)."""
     if not cfg.float64_reference:
         return "off (verify.float64_reference = false)", [], None
-    if not any(isinstance(o, torch.Tensor) and o.dtype == torch.float32 for o in outs[0]):
+    if not any(isinstance(o, torch.Tensor) and o.dtype in (torch.float32, torch.complex64) for o in outs[0]):
         return "no float32 output", [], None
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     out_bytes = nbytes(outs[0])
@@ -273,8 +273,8 @@ def _float64_outputs(model, draws: list, outs: list) -> tuple[str, list, list | 
                                                                         p.shape != o.shape) for o, p in zip(out, out64)):
             return "the float64 reference returns other outputs", [], None
         for k, (o, p) in enumerate(zip(out, out64)):
-            if isinstance(o, torch.Tensor) and o.dtype == torch.float32:
-                e, m = error_and_scale(o, p)
+            if isinstance(o, torch.Tensor) and o.dtype in (torch.float32, torch.complex64):
+                e, m = error_and_scale(real_view(o), real_view(p))  # a complex output: its parts, as it is judged
                 pooled[k] = pooled[k]._replace(err=max(pooled[k].err, e), scale=max(pooled[k].scale, m))
         outs64.append(out64)
     return "", pooled, outs64

@@ -1,0 +1,165 @@
+"""Red team of values the checks must read as they are: NaN in a task's inputs, complex outputs (docs/ANTI_CHEAT.md
+classes 55 and 56).
+
+- NaN inputs: the child's check of a trial's inputs compared them with ``torch.equal``, for which NaN never equals
+  NaN, so an honest ``nansum`` kernel that never wrote its input was called C07 (input mutation) on any task whose
+  inputs hold NaN. Now NaN equals NaN there (``inputs.same_values``, as the harness reads a timed call's inputs);
+  a kernel that writes over its input's NaN keeps its C07.
+- Complex outputs: the budget of a complex output was an exact match, and the comparison converted it to float64,
+  dropping its imaginary part: an honest DFT failed, and an imaginary part that skipped its work (an approximate
+  tanh, or zeros) passed the trials with a reward. A complex output is now judged as its (real, imaginary) pairs
+  against the float64 reference's (``numerics.real_view``).
+
+One batch on the cpu backend, every candidate calling one shared extension (compiled once)."""
+
+import pytest
+
+from kernelmill.schema import Candidate, Task
+from verifier import cheats
+from verifier.engine import VerifyConfig, verify_batch
+
+CPP = r'''
+#include <torch/extension.h>
+#include <cmath>
+#include <complex>
+#include <vector>
+
+torch::Tensor nansum_rows(torch::Tensor x) {
+    x = x.contiguous();
+    const int64_t rows = x.size(0), cols = x.size(1);
+    auto out = torch::empty({rows}, x.options());
+    const float* in = x.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+        double acc = 0.0;
+        for (int64_t c = 0; c < cols; ++c) { float v = in[r * cols + c]; if (!std::isnan(v)) acc += v; }
+        o[r] = static_cast<float>(acc);
+    }
+    return out;
+}
+
+// the same sum, after writing zeros over the input's NaN (in place: the caller's tensor changed)
+torch::Tensor nansum_rows_filling(torch::Tensor x) {
+    float* in = x.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) if (std::isnan(in[i])) in[i] = 0.f;
+    return nansum_rows(x);
+}
+
+torch::Tensor dft_rows(torch::Tensor x) {
+    x = x.contiguous();
+    const int64_t rows = x.size(0), n = x.size(1);
+    auto out = torch::empty({rows, n}, x.options().dtype(torch::kComplexFloat));
+    const float* in = x.data_ptr<float>();
+    auto* o = reinterpret_cast<std::complex<float>*>(out.data_ptr<c10::complex<float>>());
+    std::vector<double> c(n), s(n);
+    const double two_pi = 6.283185307179586476925286766559;
+    for (int64_t k = 0; k < n; ++k) { c[k] = std::cos(two_pi * k / n); s[k] = std::sin(two_pi * k / n); }
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < n; ++k) {
+            double re = 0.0, im = 0.0;
+            for (int64_t j = 0; j < n; ++j) { int64_t t = (k * j) % n; re += in[r * n + j] * c[t]; im -= in[r * n + j] * s[t]; }
+            o[r * n + k] = std::complex<float>((float)re, (float)im);
+        }
+    return out;
+}
+
+// x + i tanh(y); mode 0: tanh itself, 1: a rational approximation (up to ~1.4e-3 off), 2: no imaginary part
+torch::Tensor make_complex(torch::Tensor x, torch::Tensor y, int64_t mode) {
+    x = x.contiguous(); y = y.contiguous();
+    auto out = torch::empty(x.sizes(), x.options().dtype(torch::kComplexFloat));
+    const float* a = x.data_ptr<float>();
+    const float* b = y.data_ptr<float>();
+    auto* o = reinterpret_cast<std::complex<float>*>(out.data_ptr<c10::complex<float>>());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+        float v = b[i], v2 = v * v, t;
+        if (mode == 0) t = std::tanh(v);
+        else if (mode == 1) {
+            t = v * (945.f + v2 * (105.f + v2)) / (945.f + v2 * (420.f + 15.f * v2));
+            t = t > 1.f ? 1.f : (t < -1.f ? -1.f : t);
+        } else t = 0.f;
+        o[i] = std::complex<float>(a[i], t);
+    }
+    return out;
+}
+'''
+
+
+def program(args: str, body: str) -> str:
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP = r"""{CPP}"""
+ext = load_inline(name="value_kinds", cpp_sources=CPP, extra_cflags=["-O2"],
+                  functions=["nansum_rows", "nansum_rows_filling", "dft_rows", "make_complex"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {args}):
+        return {body}
+'''
+
+
+def task(forward: str, args: str, inputs: str, name: str) -> Task:
+    code = f'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {args}):
+        return {forward}
+
+
+def get_inputs():
+{inputs}
+
+
+def get_init_inputs():
+    return []
+'''
+    return Task.from_code(code, name=name, source="seed", level=1)
+
+
+NANSUM = task("torch.nansum(x, dim=1)", "x", "    x = torch.randn(128, 512)\n    x[x > 1.5] = float('nan')\n"
+              "    return [x]", "nansum_missing_values")
+FFT = task("torch.fft.fft(x, dim=-1)", "x", "    return [torch.randn(32, 256)]", "row_fft")
+COMPLEX = task("torch.complex(x, torch.tanh(y))", "x, y", "    return [torch.randn(256, 1024), torch.randn(256, 1024)]",
+               "complex_from_parts")
+CASES = {
+    # name: (task, forward's body, status, a cheat code it must carry or None)
+    "honest_nansum_over_nan_inputs": (NANSUM, "ext.nansum_rows(x)", "pass", None),
+    "nan_inputs_written_over": (NANSUM, "ext.nansum_rows_filling(x)", "cheat", cheats.C07),
+    "honest_dft_complex_output": (FFT, "ext.dft_rows(x)", "pass", None),
+    "honest_complex_from_parts": (COMPLEX, "ext.make_complex(x, y, 0)", "pass", None),
+    "imaginary_part_approximated": (COMPLEX, "ext.make_complex(x, y, 1)", "wrong", None),
+    "imaginary_part_left_out": (COMPLEX, "ext.make_complex(x, y, 2)", "wrong", None),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=4, timing_trials=4, warmup=1, time_torch_compile=False,
+                       run_timeout_s=120, exec_workers=2)
+    items = [(t, Candidate(candidate_id=name, task_id=t.task_id, backend="cpu", generator="redteam",
+                           code=program(t.reference_code.split("def forward(self, ")[1].split(")")[0], body)))
+             for name, (t, body, _, _) in CASES.items()]
+    return dict(zip(CASES, verify_batch(items, config=cfg)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_value_kind_case(verdicts, name):
+    _, _, status, code = CASES[name]
+    v = verdicts[name]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback)
+    if code:
+        assert code in v.cheats, (name, v.cheats, v.feedback)
+    if status == "pass":
+        assert v.correct and not v.cheats and v.max_abs_err is not None and v.max_abs_err < 1e-4, v.feedback
+    if status == "wrong":  # judged on its trials (the imaginary part compared), not caught later as a timing cheat
+        assert not v.cheats and "compared as real and imaginary parts" in v.feedback, v.feedback
