@@ -1,10 +1,14 @@
-"""Red team of values the checks must read as they are: NaN in a task's inputs, complex outputs (docs/ANTI_CHEAT.md
-classes 55 and 56).
+"""Red team of values the checks must read as they are: NaN in a task's inputs, complex outputs, float64 tasks
+(docs/ANTI_CHEAT.md classes 55, 56 and 57).
 
 - NaN inputs: the child's check of a trial's inputs compared them with ``torch.equal``, for which NaN never equals
   NaN, so an honest ``nansum`` kernel that never wrote its input was called C07 (input mutation) on any task whose
   inputs hold NaN. Now NaN equals NaN there (``inputs.same_values``, as the harness reads a timed call's inputs);
   a kernel that writes over its input's NaN keeps its C07.
+- float64 tasks (class 57): a float64 output had the fixed fp32 tolerance (1e-4), so a kernel that computed a
+  float64 task in float32 passed with a speedup. A task that computes in float64 throughout (no narrower float on
+  its reference's way) now holds its outputs to float64 rounding (``numerics.float64_budget``); one whose reference
+  goes through float32 keeps the fixed tolerance.
 - Complex outputs: the budget of a complex output was an exact match, and the comparison converted it to float64,
   dropping its imaginary part: an honest DFT failed, and an imaginary part that skipped its work (an approximate
   tanh, or zeros) passed the trials with a reward. A complex output is now judged as its (real, imaginary) pairs
@@ -63,6 +67,19 @@ torch::Tensor dft_rows(torch::Tensor x) {
     return out;
 }
 
+// exp(-x^2 / 2) * tanh(x) of a float64 tensor; wide 1: in double, 0: in float (expf, tanhf), widened on the store
+torch::Tensor gauss_tanh(torch::Tensor x, int64_t wide) {
+    x = x.contiguous();
+    auto out = torch::empty_like(x);
+    const double* a = x.data_ptr<double>();
+    double* o = out.data_ptr<double>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+        if (wide) o[i] = std::exp(-a[i] * a[i] / 2.0) * std::tanh(a[i]);
+        else { float v = (float)a[i]; o[i] = (double)(std::exp(-v * v / 2.f) * std::tanh(v)); }
+    }
+    return out;
+}
+
 // x + i tanh(y); mode 0: tanh itself, 1: a rational approximation (up to ~1.4e-3 off), 2: no imaginary part
 torch::Tensor make_complex(torch::Tensor x, torch::Tensor y, int64_t mode) {
     x = x.contiguous(); y = y.contiguous();
@@ -91,7 +108,7 @@ from torch.utils.cpp_extension import load_inline
 
 CPP = r"""{CPP}"""
 ext = load_inline(name="value_kinds", cpp_sources=CPP, extra_cflags=["-O2"],
-                  functions=["nansum_rows", "nansum_rows_filling", "dft_rows", "make_complex"])
+                  functions=["nansum_rows", "nansum_rows_filling", "dft_rows", "make_complex", "gauss_tanh"])
 
 
 class ModelNew(nn.Module):
@@ -131,6 +148,11 @@ NANSUM = task("torch.nansum(x, dim=1)", "x", "    x = torch.randn(128, 512)\n   
 FFT = task("torch.fft.fft(x, dim=-1)", "x", "    return [torch.randn(32, 256)]", "row_fft")
 COMPLEX = task("torch.complex(x, torch.tanh(y))", "x, y", "    return [torch.randn(256, 1024), torch.randn(256, 1024)]",
                "complex_from_parts")
+F64 = task("torch.exp(-x * x / 2) * torch.tanh(x)", "x", "    return [torch.randn(256, 1024, dtype=torch.float64)]",
+           "gauss_tanh_float64")
+# the same task whose reference goes through float32 on its way: its float64 outputs carry float32 rounding
+F64_NARROWED = task("(torch.exp(-x * x / 2) * torch.tanh(x)).float().double()", "x",
+                    "    return [torch.randn(256, 1024, dtype=torch.float64)]", "gauss_tanh_float64_narrowed")
 CASES = {
     # name: (task, forward's body, status, a cheat code it must carry or None)
     "honest_nansum_over_nan_inputs": (NANSUM, "ext.nansum_rows(x)", "pass", None),
@@ -139,6 +161,9 @@ CASES = {
     "honest_complex_from_parts": (COMPLEX, "ext.make_complex(x, y, 0)", "pass", None),
     "imaginary_part_approximated": (COMPLEX, "ext.make_complex(x, y, 1)", "wrong", None),
     "imaginary_part_left_out": (COMPLEX, "ext.make_complex(x, y, 2)", "wrong", None),
+    "honest_float64_in_double": (F64, "ext.gauss_tanh(x, 1)", "pass", None),
+    "float64_task_computed_in_float32": (F64, "ext.gauss_tanh(x, 0)", "cheat", cheats.C13),
+    "honest_double_beside_a_reference_through_float32": (F64_NARROWED, "ext.gauss_tanh(x, 1)", "pass", None),
 }
 
 
@@ -161,5 +186,11 @@ def test_value_kind_case(verdicts, name):
         assert code in v.cheats, (name, v.cheats, v.feedback)
     if status == "pass":
         assert v.correct and not v.cheats and v.max_abs_err is not None and v.max_abs_err < 1e-4, v.feedback
+    if name == "honest_float64_in_double":
+        assert v.versions["tolerance"].startswith("float64 output") and v.max_abs_err < 1e-12, v.versions
+    if name == "honest_double_beside_a_reference_through_float32":  # its outputs carry float32's rounding: fixed
+        assert v.versions["tolerance"].startswith("fixed"), v.versions
+    if code == cheats.C13:
+        assert "the task is float64" in v.feedback, v.feedback
     if status == "wrong":  # judged on its trials (the imaginary part compared), not caught later as a timing cheat
         assert not v.cheats and "compared as real and imaginary parts" in v.feedback, v.feedback

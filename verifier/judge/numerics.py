@@ -92,8 +92,13 @@ A complex64 output is judged as its (real, imaginary) pairs (``real_view``: floa
 against the float64 run's complex128 output seen the same way, so both parts get the measured budget of an fp32
 output (converted to float64 whole, a complex tensor loses its imaginary part: docs/ANTI_CHEAT.md class 56).
 
-Not covered: float64 and low-precision (fp16/bf16) outputs keep the fixed tolerances of VerifyConfig
-(``atol_low`` / ``rtol_low``), and a task's own ATOL / RTOL wins. A reference that does not run in float64, or
+A float64 output of a task that computes in float64 throughout (``RefStats.wide``: the plan saw no narrower
+float on the reference's way) is its own truth, held to float64 rounding (``float64_budget``: F64_TOL of each value
+and of the output's scale), where float32 arithmetic anywhere errs by ~6e-8 of a value.
+
+Not covered: low-precision (fp16/bf16) outputs keep the fixed tolerances of VerifyConfig (``atol_low`` /
+``rtol_low``), float64 outputs that come through float32 on the reference's way the fixed fp32 one, and a task's
+own ATOL / RTOL wins. A reference that does not run in float64, or
 whose float64 copy does not fit the device, falls back to the fixed fp32 tolerance (``atol_fp32`` /
 ``rtol_fp32``) and says so in ``Verdict.versions["tolerance"]``.
 """
@@ -217,6 +222,9 @@ class Budget:
             return (f"exact match (an exact-valued output; where the fp32 reference and float64 differ, on "
                     f"{self.unstable} element(s), either value; {self.flips} other element(s) may differ by at "
                     f"most {self.step:.3g})")
+        if self.kind == "fp64":
+            return (f"float64 tolerance atol {self.atol:.3g} ({F64_TOL:.0e} x the output's largest |value|), rtol "
+                    f"{self.rtol:.3g}: the task computes in float64, and float32 arithmetic errs by ~6e-8 of a value")
         if self.kind != "float64":
             return f"{self.kind} tolerance atol {self.atol:.3g}, rtol {self.rtol:.3g}"
         lo_a, hi_a = float(self.atol_b.min()), float(self.atol_b.max())
@@ -594,6 +602,23 @@ def error_and_scale(r32: torch.Tensor, r64: torch.Tensor) -> tuple[float, float]
     return err, scale
 
 
+# plan.float64's word for a task whose outputs are float64 and computed in float64 throughout (no float64 copy
+# to make: the reference is the truth), and the tolerance such an output gets, relative to its own scale: float32
+# arithmetic anywhere on the way errs by ~6e-8 of a value (half an ulp of its last store alone), honest float64
+# by ~1e-16 a step (1e-13 after a million-term sum; an ill-conditioned solve amplifies it by its condition number)
+FLOAT64_OWN = "float64 output (the reference computes in float64 throughout)"
+F64_TOL = 1e-8
+
+
+def float64_budget(r: torch.Tensor) -> Budget:
+    """The budget of a float64 output of a task that computes in float64 (``RefStats.wide``): every element within
+    F64_TOL of itself and F64_TOL of the output's largest finite |value|. The fixed fp32 tolerance (1e-4) let a
+    kernel that computed a float64 task in float32 (``expf``, float accumulators) pass with a speedup
+    (docs/ANTI_CHEAT.md class 57)."""
+    scale = _finite_max_abs(r)
+    return Budget(F64_TOL * scale, F64_TOL, "fp64", scale=scale)
+
+
 def fixed_budget(dtype: torch.dtype, cfg, ref_mod) -> Budget:
     """The task's ATOL / RTOL if it states them, else the config's fixed numbers for the dtype."""
     if hasattr(ref_mod, "ATOL") or hasattr(ref_mod, "RTOL"):
@@ -615,6 +640,8 @@ def budget_for(r32: torch.Tensor, r64: torch.Tensor | None, cfg, ref_mod,
         if same and not r64.is_floating_point() and not r64.is_complex():
             return exact_budget(r32, r64, cfg), r64
         return Budget(0.0, 0.0, "exact"), r32
+    if r32.dtype == torch.float64 and getattr(pooled, "wide", False) and not task_tol:
+        return float64_budget(r32), r32
     if same and r32.dtype == torch.float32 and r64.dtype == torch.float64 and not task_tol:
         m32 = _lattice_bits(r32)
         if m32 is not None and _lattice_bits(r64) is not None:

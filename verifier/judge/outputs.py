@@ -284,7 +284,8 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             ev.add(None, feedback.describe_mismatch(m, shape, what) + f" Allowed: {budget.describe()}.")
             if not n_poison and looks_lowered(m, budget, truth) and not error_follows_inputs(o, truth, inputs):
                 ev.add(cheats.C13, f"{what}: the error is the size of reduced-precision rounding (fp16, bf16, "
-                                   "TF32 or approximate math) on many elements; the task is fp32.")
+                                   f"TF32 or approximate math) on many elements; the task is "
+                                   f"{'float64' if r.dtype == torch.float64 else 'fp32'}.")
         # an output within the budget is correct however it looks: a constant or repeated output that matches
         # says the task barely depends on its inputs, not that the candidate cached or made up its answer
         constant_out = o.numel() > 1 and bool((o == o.reshape(-1)[0]).all())

@@ -32,9 +32,9 @@ from verifier.common.inputs import (
 from verifier.execute import admission
 from verifier.execute.channel import Ledger
 from verifier.execute.locks import device_work, give_back_cache, lock_wait_s
-from verifier.judge.numerics import error_and_scale, float64_model, real_view, widen
+from verifier.judge.numerics import FLOAT64_OWN, error_and_scale, float64_model, real_view, widen
 from verifier.judge.outputs import RNG_LOCK, load_sealed, reference_fault
-from verifier.judge.reduction import ReductionTracker, RefStats
+from verifier.judge.reduction import WIDE, NarrowFloats, ReductionTracker, RefStats
 
 
 def load_reference(reference_code: str, name: str = "task"):
@@ -237,6 +237,12 @@ def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
     if not cfg.float64_reference:
         return "off (verify.float64_reference = false)", [], None
     if not any(isinstance(o, torch.Tensor) and o.dtype in (torch.float32, torch.complex64) for o in outs[0]):
+        wide = [isinstance(o, torch.Tensor) and o.dtype in WIDE for o in outs[0]]
+        if any(wide):  # the task computes in float64: its outputs are the truth, judged against float64 rounding
+            with NarrowFloats() as seen:
+                model(*draws[0])
+            if not seen.narrow:
+                return FLOAT64_OWN, [RefStats(0.0, 0.0, wide=w) for w in wide], None
         return "no float32 output", [], None
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     out_bytes = nbytes(outs[0])

@@ -241,13 +241,36 @@ ACC_LINEAR = 0.03  # the relative term's floor: ACC_LINEAR x EPS32 x K, K the lo
 class RefStats(NamedTuple):
     """What the plan's draws say of one fp32 output: the reference's largest error against float64, the largest
     |value|, the longest reduction on its way and the longest whose terms share one sign (0: not recorded), and
-    where a scan lies on it (``Reduction.scan``)."""
+    where a scan lies on it (``Reduction.scan``). ``wide``: a float64 output of a reference that computes in
+    float64 throughout (``NarrowFloats`` saw no narrower float on its way): judged against float64 rounding
+    (verifier/judge/numerics.py ``float64_budget``)."""
 
     err: float
     scale: float
     reduction: int = 0
     same_sign: int = 0
     scan: int = SCAN_NONE
+    wide: bool = False
+
+
+WIDE = (torch.float64, torch.complex128)
+
+
+class NarrowFloats(TorchDispatchMode):
+    """Whether a forward run under it made any floating tensor narrower than float64 (``narrow``): a reference whose
+    float64 outputs come through float32, half or bfloat16 somewhere carries that rounding, so they get the fixed
+    tolerance, not float64's. Run over the task's own reference only, in the verifier's process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.narrow = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.narrow:
+            self.narrow = any(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+                              and t.dtype not in WIDE for t in tree_flatten(out)[0])
+        return out
 
 
 def accumulation_floors(reduction: int, same_sign: int, tol_scale: float) -> tuple[float, float]:

@@ -57,6 +57,7 @@ from verifier.judge.outputs import (
     reference_cpu,
     reference_models,
 )
+from verifier.judge.numerics import FLOAT64_OWN
 from verifier.judge.reward import reward_for
 from verifier.judge.speedups import record_speedups
 from verifier.judge.trials import check_trials, reference_name_hint
@@ -159,7 +160,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
         return report
     clock = _JudgeClock(v)
     model, model64 = _judge_models(plan, ex, cfg)
-    v.versions["tolerance"] = "float64 reference" if model64 is not None else f"fixed: {plan.float64 or 'no copy'}"
+    v.versions["tolerance"] = ("float64 reference" if model64 is not None else plan.float64 if plan.float64 == FLOAT64_OWN
+                               else f"fixed: {plan.float64 or 'no copy'}")
     clock.lap("judge_models")
     t = check_trials(cfg, plan, ex, report, model, model64, ev)
     clock.lap("judge_trials")
