@@ -120,6 +120,7 @@ def real_once(a, out_json: Path) -> None:
         rows = [dict(real_row(batch.items[i][1], v), t=round(t, 1)) for t, i, v in sorted(done, key=lambda d: d[1])]
     record = real_record(batch, stats, cfg, rows, per_task=a.per_task, cut=cut, wall_s=wall, errors=errors,
                          gpu_samples=sampler.samples, host_busy=procs.host_busy, cpu_by_kind=by_kind)
+    record["cpu_windows"] = procs.windows()
     record["lock"] = lock_trace.summarize(trace)
     out_json.write_text(json.dumps(record))
     if cut:

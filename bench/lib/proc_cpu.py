@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 from collections import defaultdict
 
 COMPILERS = {"nvcc", "cicc", "cudafe++", "ptxas", "fatbinary", "nvlink", "cc1plus", "cc1", "c++", "g++", "gcc",
@@ -81,13 +82,19 @@ def host_cpu_ticks() -> tuple[int, int]:
 
 
 class ProcCpu(threading.Thread):
-    def __init__(self, interval: float = 0.25):
+    def __init__(self, interval: float = 0.25, window_s: float = 15.0):
         super().__init__(daemon=True)
         self.interval, self.stop = interval, threading.Event()
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.last: dict[int, tuple[str, float]] = {}  # pid -> (kind, cpu s at the last sample)
         self.base: dict[int, float] = {}  # pid -> cpu s already spent when first seen (processes older than us)
         self.me = os.getpid()
+        self.window_s = window_s
+        # {window index: {kind: CPU s}} (what each kind spent in each window of window_s since the start), and the
+        # host's (busy, total) jiffies at each window's first sample: where in a batch the cores went
+        self.timeline: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.window_ticks: dict[int, tuple[int, int]] = {}
+        self.t0 = time.monotonic()
         self._sample(first=True)  # processes alive before the run: only what they spend from now on counts
         self.ticks0 = host_cpu_ticks()
         self.host_busy = float("nan")  # the host's busy fraction over the run, set by finish()
@@ -97,6 +104,9 @@ class ProcCpu(threading.Thread):
             pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
         except OSError:
             return
+        w = int((time.monotonic() - self.t0) // self.window_s)
+        if w not in self.window_ticks:
+            self.window_ticks[w] = host_cpu_ticks()
         for pid in pids:
             try:
                 with open(f"/proc/{pid}/stat") as f:
@@ -114,9 +124,13 @@ class ProcCpu(threading.Thread):
                     self.last[pid] = (k, cpu)
                     if first:
                         self.base[pid] = cpu
+                    else:  # a process born since the last sample: all it spent is this window's
+                        self.timeline[w][k] += cpu
                 elif comm in JOB_KINDS:  # a fork server's child that took its job since the last sample
+                    self.timeline[w][JOB_KINDS[comm]] += cpu - self.last[pid][1]
                     self.last[pid] = (JOB_KINDS[comm], cpu)
                 else:
+                    self.timeline[w][self.last[pid][0]] += cpu - self.last[pid][1]
                     self.last[pid] = (self.last[pid][0], cpu)
             except (OSError, ValueError, IndexError):
                 continue
@@ -140,6 +154,18 @@ class ProcCpu(threading.Thread):
                 out[k][0] += max(0.0, spent)
                 out[k][1] += pid not in self.base
         return {k: (round(v[0], 1), v[1]) for k, v in sorted(out.items(), key=lambda kv: -kv[1][0])}
+
+    def windows(self) -> list[dict]:
+        """After ``finish``: per window of ``window_s`` since the start, {"t": its start s, "busy": the host's busy
+        share in it, "kinds": {kind: CPU s}} (a process's CPU goes to the window of the sample that saw it spent)."""
+        keys = sorted(self.window_ticks)
+        out = []
+        for j, w in enumerate(keys):
+            b0, t0 = self.window_ticks[w]
+            b1, t1 = self.window_ticks[keys[j + 1]] if j + 1 < len(keys) else host_cpu_ticks()
+            out.append({"t": round(w * self.window_s, 1), "busy": round((b1 - b0) / (t1 - t0), 3) if t1 > t0 else None,
+                        "kinds": {k: round(v, 1) for k, v in self.timeline.get(w, {}).items() if v >= 0.05}})
+        return out
 
 
 class GpuSampler(threading.Thread):

@@ -479,7 +479,38 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
               if sec >= 0.05 * max(cost.programs, 1)]
     from bench.lib.lock_trace import lines as lock_lines
 
-    return per_hour, lines + [""] + filled_lines(record) + build_lines(record) + lock_lines(record.get("lock") or {})
+    return per_hour, (lines + [""] + timeline_lines(record) + filled_lines(record) + build_lines(record)
+                      + lock_lines(record.get("lock") or {}))
+
+
+# the timeline's columns: a short name and the pieces of proc_cpu's kind names that go to it (the first that matches)
+TIMELINE_KINDS = (("torch.compile", ("torch.compile",)), ("compilers", ("compilers",)), ("build steps", ("build steps",)),
+                  ("reference children", ("reference children",)),
+                  ("candidate children", ("candidate execution",)), ("execution processes", ("execution processes",)),
+                  ("slot processes", ("slot processes",)), ("sandbox", ("sandbox", "bubblewrap")),
+                  ("benchmark", ("benchmark process",)))
+
+
+def timeline_lines(record: dict) -> list[str]:
+    """Where the host's cores went in each window of the batch (bench/lib/proc_cpu.py ``ProcCpu.windows``): the busy
+    share and the cores each kind of process held on average (CPU-s over the window's seconds), so that a ramp's
+    contention (builds, the tasks' preparations and the slots' processes all starting at once) can be read."""
+    wins = record.get("cpu_windows") or []
+    if len(wins) < 2:
+        return []
+    width = wins[1]["t"] - wins[0]["t"] or 1.0
+    names = [n for n, _ in TIMELINE_KINDS] + ["other"]
+    out = [f"Host cores in use by kind of process, per {width:.0f} s window of the batch (CPU-s / window s; "
+           "bench/lib/proc_cpu.py):", "", "| from s | host busy | " + " | ".join(names) + " |",
+           "| --- | --- | " + " | ".join("---" for _ in names) + " |"]
+    for w in wins:
+        cols = dict.fromkeys(names, 0.0)
+        for kind, sec in w["kinds"].items():
+            name = next((n for n, keys in TIMELINE_KINDS if any(k in kind for k in keys)), "other")
+            cols[name] += sec
+        busy = "-" if w.get("busy") is None else f"{w['busy']:.2f}"
+        out.append(f"| {w['t']:.0f} | {busy} | " + " | ".join(f"{cols[n] / width:.1f}" for n in names) + " |")
+    return out + [""]
 
 
 def filled_lines(record: dict) -> list[str]:
