@@ -556,10 +556,27 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
 
         warm_up = SlotWarmUp(tuple(sorted(backends)))
 
-        def exec_loop() -> None:
+        def slot_wanted(k: int) -> bool:
+            """Wait until slot ``k`` has work in sight: ``k`` candidates built (slot 0 at once), so that the slots'
+            processes start one after another as builds finish instead of all at the batch's start, where they and
+            their warm execution processes held 9-14 of an H100 host's 16 cores for the first 45 s and the builds
+            (niced below them) 1-2, every first build taking ~45 s (the real batch at 29c4704, bench/results/
+            HISTORY.md). False: the batch ended first (nothing to start the slot for)."""
+            while True:
+                with done_lock:
+                    if all(v is not None for v in verdicts):
+                        return False
+                    if live["compiled"] >= min(k, pending[0]):
+                        return True
+                time.sleep(0.05)
+
+        def exec_loop(k: int) -> None:
+            if not slot_wanted(k):
+                ready.get(set())  # the batch is over: take this slot's end
+                return
             if in_processes:  # the slot's harness and judge in a trusted process of its own (verifier/workers.py)
                 with trusted.lease(SLOT_ENTRY) as slot_process:
-                    try:  # its process and execution processes started before its first candidate is built
+                    try:  # its process and execution processes started before its candidate reaches it
                         slot_process().run((warm_up, [], cfg, cfg.build_root()))
                     except trusted.WorkerDied as e:  # started again for its first candidate, whose verdict says
                         print(f"[verifier] a slot's warm-up failed: {e}", file=sys.stderr, flush=True)  # if it fails
@@ -600,7 +617,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                 else:
                     deliver(i, w)
 
-        threads = [threading.Thread(target=exec_loop, name=f"km-exec-{k}", daemon=True)
+        threads = [threading.Thread(target=exec_loop, args=(k,), name=f"km-exec-{k}", daemon=True)
                    for k in range(max(cfg.exec_slots(b) for b in backends))]
         for t in threads:
             t.start()
