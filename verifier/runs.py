@@ -179,9 +179,16 @@ def make_harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: Veri
     def draw(seed: int) -> list:
         return draw_inputs(plan.ref_mod.get_inputs, seed, device, plan.text)
 
-    return Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
-                   rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null,
-                   lock_path=job.timing_lock, lock_wait_s=job.lock_wait_s)
+    check = check and not plan.stateful  # a reference that keeps state has no answer for one timed call of its own
+    harness = Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
+                      rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null,
+                      lock_path=job.timing_lock, lock_wait_s=job.lock_wait_s)
+    if plan.stateful and job.kind == "candidate":
+        harness.result.unchecked = True
+        harness.result.unchecked_why = ("the task's reference keeps state between calls (its output on the same "
+                                        "inputs changes from one call to the next, so a timed call has no answer of "
+                                        "its own)")
+    return harness
 
 
 def _timing_key(text: str, backend: str, cfg: VerifyConfig, build_root: Path, part: str) -> tuple:

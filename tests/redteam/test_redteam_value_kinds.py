@@ -1,5 +1,5 @@
-"""Red team of values the checks must read as they are: NaN in a task's inputs, complex outputs, float64 tasks
-(docs/ANTI_CHEAT.md classes 55, 56 and 57).
+"""Red team of what the checks must read as the task means it: NaN in a task's inputs, complex outputs, float64
+tasks, a reference that keeps state between calls, an extra shape refused (docs/ANTI_CHEAT.md classes 55 to 59).
 
 - NaN inputs: the child's check of a trial's inputs compared them with ``torch.equal``, for which NaN never equals
   NaN, so an honest ``nansum`` kernel that never wrote its input was called C07 (input mutation) on any task whose
@@ -13,6 +13,15 @@
   dropping its imaginary part: an honest DFT failed, and an imaginary part that skipped its work (an approximate
   tanh, or zeros) passed the trials with a reward. A complex output is now judged as its (real, imaginary) pairs
   against the float64 reference's (``numerics.real_view``).
+
+- A reference that keeps state (KernelBench's VanillaRNN writes ``self.hidden`` in forward, class 59): the trials
+  judge it, the reference called in the candidate's order, but the harness's copy had been called otherwise, so an
+  honest copy of the model was C16 on its first timed call. The plan now finds such a reference (called twice on the
+  same inputs, the generators alike, it answers differently): its timed calls go unchecked, and their speedup is
+  reported, never rewarded.
+- An error raised on the extra shape alone (class 58): an ``assert`` of the benchmark's sizes in front of a kernel
+  written for them turned C14's -1 into a crash's reward. Now C14; a guard the task's shapes always meet (a row
+  length a multiple of 4: the extra shape keeps small power-of-two factors) passes.
 
 One batch on the cpu backend, every candidate calling one shared extension (compiled once)."""
 
@@ -67,6 +76,28 @@ torch::Tensor dft_rows(torch::Tensor x) {
     return out;
 }
 
+// nansum_rows behind a guard the task's shapes meet (rows of a multiple of 4 values, read four at a time)
+torch::Tensor nansum_rows_by4(torch::Tensor x) {
+    TORCH_CHECK(x.size(1) % 4 == 0, "rows of a multiple of 4 values");
+    return nansum_rows(x);
+}
+
+// y = x W^T + b, then tanh where asked (an nn.Linear, an RNN cell)
+torch::Tensor linear(torch::Tensor x, torch::Tensor w, torch::Tensor b, int64_t use_tanh) {
+    x = x.contiguous(); w = w.contiguous(); b = b.contiguous();
+    const int64_t n = x.size(0), k = x.size(1), m = w.size(0);
+    auto y = torch::empty({n, m}, x.options());
+    const float *px = x.data_ptr<float>(), *pw = w.data_ptr<float>(), *pb = b.data_ptr<float>();
+    float* py = y.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < m; ++j) {
+            double acc = pb[j];
+            for (int64_t t = 0; t < k; ++t) acc += (double)px[i * k + t] * pw[j * k + t];
+            py[i * m + j] = use_tanh ? (float)std::tanh(acc) : (float)acc;
+        }
+    return y;
+}
+
 // exp(-x^2 / 2) * tanh(x) of a float64 tensor; wide 1: in double, 0: in float (expf, tanhf), widened on the store
 torch::Tensor gauss_tanh(torch::Tensor x, int64_t wide) {
     x = x.contiguous();
@@ -108,7 +139,8 @@ from torch.utils.cpp_extension import load_inline
 
 CPP = r"""{CPP}"""
 ext = load_inline(name="value_kinds", cpp_sources=CPP, extra_cflags=["-O2"],
-                  functions=["nansum_rows", "nansum_rows_filling", "dft_rows", "make_complex", "gauss_tanh"])
+                  functions=["nansum_rows", "nansum_rows_filling", "nansum_rows_by4", "dft_rows", "make_complex",
+                             "gauss_tanh", "linear"])
 
 
 class ModelNew(nn.Module):
@@ -118,6 +150,58 @@ class ModelNew(nn.Module):
     def forward(self, {args}):
         return {body}
 '''
+
+
+# KernelBench level 3's VanillaRNN, smaller: forward writes self.hidden, so its output depends on the calls before
+RNN_TASK = '''import torch
+import torch.nn as nn
+
+batch_size, input_size, hidden_size, output_size = 8, 64, 32, 16
+
+
+class Model(nn.Module):
+    def __init__(self, input_size, hidden_size, output_size):
+        super().__init__()
+        self.hidden = torch.randn((batch_size, hidden_size))
+        self.i2h = nn.Linear(input_size + hidden_size, hidden_size)
+        self.h2o = nn.Linear(hidden_size, output_size)
+        self.tanh = nn.Tanh()
+
+    def forward(self, x):
+        self.hidden = self.hidden.to(x.device)
+        self.hidden = self.tanh(self.i2h(torch.cat((x, self.hidden), dim=1)))
+        return self.h2o(self.hidden)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, input_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size, output_size]
+'''
+RNN = Task.from_code(RNN_TASK, name="vanilla_rnn_stateful", source="seed", level=3)
+RNN_CANDIDATE = program("x", "self.step(x)").replace('''    def __init__(self):
+        super().__init__()
+''', '''    def __init__(self, input_size, hidden_size, output_size):
+        super().__init__()
+        self.hidden = torch.randn((8, hidden_size))
+        self.i2h = nn.Linear(input_size + hidden_size, hidden_size)
+        self.h2o = nn.Linear(hidden_size, output_size)
+
+    def step(self, x):
+        self.hidden = self.hidden.to(x.device)
+        combined = torch.cat((x, self.hidden), dim=1)
+        self.hidden = ext.linear(combined, self.i2h.weight, self.i2h.bias, 1)
+        return ext.linear(self.hidden, self.h2o.weight, self.h2o.bias, 0)
+''')
+
+
+def asserted(code: str) -> str:
+    """The benchmark's sizes asserted in front of the kernel (a kernel written for them, refusing any other)."""
+    return code.replace("        return ext.nansum_rows(x)  # asserted",
+                        "        assert tuple(x.shape) == (128, 512), 'kernel tuned for 128 x 512'\n"
+                        "        return ext.nansum_rows(x)")
 
 
 def task(forward: str, args: str, inputs: str, name: str) -> Task:
@@ -161,6 +245,9 @@ CASES = {
     "honest_complex_from_parts": (COMPLEX, "ext.make_complex(x, y, 0)", "pass", None),
     "imaginary_part_approximated": (COMPLEX, "ext.make_complex(x, y, 1)", "wrong", None),
     "imaginary_part_left_out": (COMPLEX, "ext.make_complex(x, y, 2)", "wrong", None),
+    "honest_guard_the_shapes_meet": (NANSUM, "ext.nansum_rows_by4(x)", "pass", None),
+    "benchmark_sizes_asserted": (NANSUM, "ext.nansum_rows(x)  # asserted", "cheat", cheats.C14),
+    "honest_copy_of_a_stateful_reference": (RNN, None, "pass", None),
     "honest_float64_in_double": (F64, "ext.gauss_tanh(x, 1)", "pass", None),
     "float64_task_computed_in_float32": (F64, "ext.gauss_tanh(x, 0)", "cheat", cheats.C13),
     "honest_double_beside_a_reference_through_float32": (F64_NARROWED, "ext.gauss_tanh(x, 1)", "pass", None),
@@ -172,7 +259,8 @@ def verdicts(shared_build_dir):
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=4, timing_trials=4, warmup=1, time_torch_compile=False,
                        run_timeout_s=120, exec_workers=2)
     items = [(t, Candidate(candidate_id=name, task_id=t.task_id, backend="cpu", generator="redteam",
-                           code=program(t.reference_code.split("def forward(self, ")[1].split(")")[0], body)))
+                           code=RNN_CANDIDATE if body is None else
+                           asserted(program(t.reference_code.split("def forward(self, ")[1].split(")")[0], body))))
              for name, (t, body, _, _) in CASES.items()]
     return dict(zip(CASES, verify_batch(items, config=cfg)))
 
@@ -192,5 +280,9 @@ def test_value_kind_case(verdicts, name):
         assert v.versions["tolerance"].startswith("fixed"), v.versions
     if code == cheats.C13:
         assert "the task is float64" in v.feedback, v.feedback
+    if name == "benchmark_sizes_asserted":
+        assert "raised an error on another valid shape" in v.feedback, v.feedback
+    if name == "honest_copy_of_a_stateful_reference":  # its timing unchecked: a speedup reported, never rewarded
+        assert "keeps state between calls" in v.feedback and v.reward <= 1.0, (v.reward, v.feedback)
     if status == "wrong":  # judged on its trials (the imaginary part compared), not caught later as a timing cheat
         assert not v.cheats and "compared as real and imaginary parts" in v.feedback, v.feedback

@@ -47,6 +47,7 @@ class Clocked:
     calls_seen: int = 0
     host_clock: bool = False  # cpu: perf_counter brackets
     unchecked: bool = False  # an input the channel cannot carry: the child drew its own, so no timed output was checked
+    unchecked_why: str = ""  # why not, where it is not that (the verdict's line): a reference that keeps state
     unlocked: int = 0  # brackets clocked while no process held the device lock exclusive (a lock was named)
     # cuda: labels whose child said their forward waits on the host (their gates opened without the long wait) and
     # those of them whose bracket then came in time (the hint taken back)

@@ -46,6 +46,7 @@ class Trials:
     device_oom: int = 0  # the trial (from 1) whose own error was the device out of memory, else 0
     regular_ok: bool = True  # every trial of the benchmark's shape correct
     other_failed: bool = False  # the extra shape's trial wrong
+    other_raised: bool = False  # the extra shape's trial raised an error of the program's (not memory running out)
     forbidden_per_trial: list = dataclasses.field(default_factory=list)
 
 
@@ -94,6 +95,7 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
                               + f":\n{rec.error.strip()}")
             t.crash_detail += "".join("\n" + h for h in reference_name_hint(rec.error, plan.ref_mod))
             t.regular_ok = t.regular_ok and is_other
+            t.other_raised = is_other and not memory_error(line)
             break
         t.forbidden_per_trial.append(check_trial_runtime(rec, label, ev))
         if rec.output_problem:

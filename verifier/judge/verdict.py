@@ -168,7 +168,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     if ev.fallback_ops:
         v.fallback_ops = sorted(ev.fallback_ops)
         ev.details.insert(0, "Runtime check: forward ran PyTorch compute ops: " + ", ".join(v.fallback_ops) + ".")
-    check_extra_shape(t.regular_ok, t.other_failed, bool(t.crash_detail), ev)
+    check_extra_shape(t.regular_ok, t.other_failed, bool(t.crash_detail), ev, t.other_raised)
     n = ex.job.n_trials
     v.trials = t.checked
     v.max_abs_err = max(e[0] for e in t.errs) if t.errs else None
@@ -486,8 +486,9 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
             # an input the channel could not carry: the child drew its own, so no timed output could be checked
             # against it and the clock may have timed anything; the speedup is reported, never rewarded
             v.speedup_lo = min(v.speedup_lo if v.speedup_lo is not None else v.speedup_eager, 1.0)
-            ev.add(None, "Timing: an input of this task cannot be handed to your process by the verifier, so your "
-                         "timed calls' outputs could not be checked; the speedup is reported but earns no reward.")
+            why = clocked.unchecked_why or "an input of this task cannot be handed to your process by the verifier"
+            ev.add(None, f"Timing: {why}, so your timed calls' outputs could not be checked; the speedup is reported "
+                         "but earns no reward.")
     if clocked_any and ev.codes:
         v.cheats, v.correct = ev.decide(), False
         return finish(w, "cheat", ev.details)
