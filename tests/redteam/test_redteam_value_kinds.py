@@ -1,5 +1,6 @@
 """Red team of what the checks must read as the task means it: NaN in a task's inputs, complex outputs, float64
-tasks, a reference that keeps state between calls, an extra shape refused (docs/ANTI_CHEAT.md classes 55 to 59).
+tasks, a reference that keeps state between calls, an extra shape refused, nested outputs (docs/ANTI_CHEAT.md
+classes 55 to 60).
 
 - NaN inputs: the child's check of a trial's inputs compared them with ``torch.equal``, for which NaN never equals
   NaN, so an honest ``nansum`` kernel that never wrote its input was called C07 (input mutation) on any task whose
@@ -22,6 +23,10 @@ tasks, a reference that keeps state between calls, an extra shape refused (docs/
 - An error raised on the extra shape alone (class 58): an ``assert`` of the benchmark's sizes in front of a kernel
   written for them turned C14's -1 into a crash's reward. Now C14; a guard the task's shapes always meet (a row
   length a multiple of 4: the extra shape keeps small power-of-two factors) passes.
+
+- Nested outputs (class 60): the child looked one level into a tuple, so ``output, (h, c)`` returned as the
+  reference returns it was C10 ("not a plain torch.Tensor"). The child, the harness and the judge now read the
+  outputs flattened in order (``inputs.as_list``): each leaf judged as any output.
 
 One batch on the cpu backend, every candidate calling one shared extension (compiled once)."""
 
@@ -74,6 +79,22 @@ torch::Tensor dft_rows(torch::Tensor x) {
             o[r * n + k] = std::complex<float>((float)re, (float)im);
         }
     return out;
+}
+
+// each row's largest value and its index (torch.max(x, dim=1))
+std::vector<torch::Tensor> row_max(torch::Tensor x) {
+    x = x.contiguous();
+    const int64_t rows = x.size(0), cols = x.size(1);
+    auto v = torch::empty({rows}, x.options());
+    auto i = torch::empty({rows}, x.options().dtype(torch::kLong));
+    const float* in = x.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; ++c) if (in[r * cols + c] > in[r * cols + best]) best = c;
+        v.data_ptr<float>()[r] = in[r * cols + best];
+        i.data_ptr<int64_t>()[r] = best;
+    }
+    return {v, i};
 }
 
 // nansum_rows behind a guard the task's shapes meet (rows of a multiple of 4 values, read four at a time)
@@ -140,7 +161,7 @@ from torch.utils.cpp_extension import load_inline
 CPP = r"""{CPP}"""
 ext = load_inline(name="value_kinds", cpp_sources=CPP, extra_cflags=["-O2"],
                   functions=["nansum_rows", "nansum_rows_filling", "nansum_rows_by4", "dft_rows", "make_complex",
-                             "gauss_tanh", "linear"])
+                             "gauss_tanh", "linear", "row_max"])
 
 
 class ModelNew(nn.Module):
@@ -232,6 +253,9 @@ NANSUM = task("torch.nansum(x, dim=1)", "x", "    x = torch.randn(128, 512)\n   
 FFT = task("torch.fft.fft(x, dim=-1)", "x", "    return [torch.randn(32, 256)]", "row_fft")
 COMPLEX = task("torch.complex(x, torch.tanh(y))", "x, y", "    return [torch.randn(256, 1024), torch.randn(256, 1024)]",
                "complex_from_parts")
+# outputs nested as nn.LSTM's ``output, (h, c)``: an honest candidate returning the same was C10 (class 60)
+NESTED = task("(torch.nansum(x, dim=1), tuple(torch.max(x, dim=1)))", "x", "    return [torch.randn(64, 128)]",
+              "nested_outputs")
 F64 = task("torch.exp(-x * x / 2) * torch.tanh(x)", "x", "    return [torch.randn(256, 1024, dtype=torch.float64)]",
            "gauss_tanh_float64")
 # the same task whose reference goes through float32 on its way: its float64 outputs carry float32 rounding
@@ -248,6 +272,9 @@ CASES = {
     "honest_guard_the_shapes_meet": (NANSUM, "ext.nansum_rows_by4(x)", "pass", None),
     "benchmark_sizes_asserted": (NANSUM, "ext.nansum_rows(x)  # asserted", "cheat", cheats.C14),
     "honest_copy_of_a_stateful_reference": (RNN, None, "pass", None),
+    "honest_nested_outputs": (NESTED, "(ext.nansum_rows(x), tuple(ext.row_max(x)))", "pass", None),
+    "nested_outputs_one_left_unwritten": (NESTED, "(ext.nansum_rows(x), (ext.row_max(x)[0], torch.zeros(64, "
+                                                  "dtype=torch.long)))", "cheat", cheats.C05),
     "honest_float64_in_double": (F64, "ext.gauss_tanh(x, 1)", "pass", None),
     "float64_task_computed_in_float32": (F64, "ext.gauss_tanh(x, 0)", "cheat", cheats.C13),
     "honest_double_beside_a_reference_through_float32": (F64_NARROWED, "ext.gauss_tanh(x, 1)", "pass", None),
@@ -284,5 +311,5 @@ def test_value_kind_case(verdicts, name):
         assert "raised an error on another valid shape" in v.feedback, v.feedback
     if name == "honest_copy_of_a_stateful_reference":  # its timing unchecked: a speedup reported, never rewarded
         assert "keeps state between calls" in v.feedback and v.reward <= 1.0, (v.reward, v.feedback)
-    if status == "wrong":  # judged on its trials (the imaginary part compared), not caught later as a timing cheat
-        assert not v.cheats and "compared as real and imaginary parts" in v.feedback, v.feedback
+    if status == "wrong" and name.startswith("imaginary"):  # judged on its trials (the imaginary part compared),
+        assert not v.cheats and "compared as real and imaginary parts" in v.feedback, v.feedback  # not when timed

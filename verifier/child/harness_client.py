@@ -2,7 +2,9 @@
 
 It asks the harness for a bracket, maps the pool the harness owns (verifier/common/ipc.py), queues its calls and says
 so. It measures nothing and reports no number: whatever the candidate does to this module, its process or its
-timers, the time and the outputs are read in the harness's process. Imports: torch and the standard library only.
+timers, the time and the outputs are read in the harness's process. Imports: torch, the standard library and the
+verifier's child channel, pool and output listing (``inputs.as_list``: the outputs flattened as the harness lists the
+reference's).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import torch
 
 from verifier.child.channel import Channel
 from verifier.common import ipc
+from verifier.common.inputs import as_list
 
 
 class BracketClient:
@@ -64,7 +67,7 @@ class BracketClient:
             for (ins, outs), vals in zip(sets, values):
                 args = [x if x is not None else v for x, v in zip(ins, vals)]
                 got = fn(*args)
-                got = list(got) if isinstance(got, (list, tuple)) else [got]
+                got = as_list(got)
                 if len(got) <= max(j for j, _ in outs):
                     raise RuntimeError(f"forward returned {len(got)} outputs, fewer than the task's")
                 for o, buf in ((got[j], b) for j, b in outs):

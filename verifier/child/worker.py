@@ -143,7 +143,7 @@ def _output_problem(out, device: str) -> str:
     """Why an output is not a plain dense tensor with real storage on the task's device ("" if it is). A tensor
     whose negative or conjugate bit is set, or a zero tensor, holds its values only once something computes them
     (the copy that reads it negates): a lazy output."""
-    for t in (out if isinstance(out, (tuple, list)) else [out]):
+    for t in as_list(out):  # the outputs as the judge reads them: nested tuples flattened
         if type(t) is not torch.Tensor:
             return f"output is a {type(t).__module__}.{type(t).__name__}, not a plain torch.Tensor"
         if t.layout != torch.strided or t.is_meta:

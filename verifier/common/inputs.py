@@ -546,8 +546,13 @@ def meta_output_bytes(ref_mod, program_text: str = "") -> int | None:
 
 
 def as_list(out) -> list:
-    """A model's output as a list of outputs."""
-    return list(out) if isinstance(out, (list, tuple)) else [out]
+    """A model's output as a flat list of outputs: a tuple or list (a named tuple too) taken apart, and one nested in
+    it (``output, (h, c)``, as ``nn.LSTM`` returns) flattened in order, so that the child, the harness and the judge
+    read the same outputs whatever the nesting (a nested tuple was a C10 "not a plain torch.Tensor" for an honest
+    candidate returning what its reference returns)."""
+    if isinstance(out, (list, tuple)):
+        return [leaf for o in out for leaf in as_list(o)]
+    return [out]
 
 
 def digest(outputs: list) -> list[list[float]]:
