@@ -156,6 +156,14 @@ def real_view(t):
     return t
 
 
+def real_views(o: torch.Tensor, r: torch.Tensor, r64) -> tuple:
+    """An output, its reference and its float64 reference as they are judged: a complex output's three as their
+    (real, imaginary) pairs (``real_view``; a float64 reference that is not complex dropped), others unchanged."""
+    if not r.is_complex():
+        return o, r, r64
+    return real_view(o), real_view(r), real_view(r64) if isinstance(r64, torch.Tensor) and r64.is_complex() else None
+
+
 def float64_model(model: torch.nn.Module) -> torch.nn.Module:
     """A float64 copy of the reference (same weights and buffers, widened exactly)."""
     return copy.deepcopy(model).double()

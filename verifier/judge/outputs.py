@@ -39,7 +39,7 @@ from verifier.common.inputs import as_list, cpu_model, digests_match
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
-from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, float64_model, real_view, widen
+from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, float64_model, real_view, real_views, widen
 
 CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
 
@@ -260,11 +260,9 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             ok = False
             continue
         shape, what = tuple(r.shape), label
-        r64 = refs64[k] if refs64 is not None and k < len(refs64) else None
         if r.is_complex():  # judged as its (real, imaginary) pairs: both parts compared, each within its budget
-            o, r = real_view(o), real_view(r)
-            r64 = real_view(r64) if isinstance(r64, torch.Tensor) and r64.is_complex() else None
             what = label + " (complex: compared as real and imaginary parts, the last index 0 or 1)"
+        o, r, r64 = real_views(o, r, refs64[k] if refs64 is not None and k < len(refs64) else None)
         o = o.to(r.device)
         n_poison = poisoned(o, poison) if o.is_floating_point() else 0
         if n_poison and poisoned(r, poison) < n_poison:
@@ -342,10 +340,7 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             if o.shape != r.shape or o.dtype != r.dtype:
                 continue
             pool = plan.pooled[k] if k < len(plan.pooled) else None
-            r64 = refs64[k] if refs64 and k < len(refs64) else None
-            if r.is_complex():  # as a trial's: its (real, imaginary) pairs
-                o, r = real_view(o), real_view(r)
-                r64 = real_view(r64) if isinstance(r64, torch.Tensor) and r64.is_complex() else None
+            o, r, r64 = real_views(o, r, refs64[k] if refs64 and k < len(refs64) else None)  # as a trial's
             b, truth = budget_for(r, r64, cfg, plan.ref_mod, pool)
             bad.append(compare(o.to(truth.device), truth, b))
         if len(bad) != len(refs) or any(m["n_bad"] for m in bad):

@@ -204,9 +204,11 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
                 model = cpu.to(device)
                 rng = _rng_state()
                 out = as_list(model(*a))
-                plan.stateful = _keeps_state(model, a, out, rng)
                 plan.output_bytes = nbytes(out)
                 plan.weight_bytes = nbytes(list(model.parameters()) + list(model.buffers()))
+            give_way()
+            with RNG_LOCK, torch.no_grad():  # a piece of its own: the second call, the generators put back
+                plan.stateful = _keeps_state(model, a, out, rng)
             give_way()
             with RNG_LOCK, torch.no_grad():
                 c = draw_inputs(ref_mod.get_inputs, seed + 1, device, reference_code)

@@ -51,13 +51,13 @@ from verifier.judge.checks import (
     use_streamed_records,
 )
 from verifier.judge.execution import Execution, device_memory_line, harness_memory_error, last_line, memory_error
+from verifier.judge.numerics import FLOAT64_OWN
 from verifier.judge.outputs import (
     Evidence,
     check_clocked_outputs,
     reference_cpu,
     reference_models,
 )
-from verifier.judge.numerics import FLOAT64_OWN
 from verifier.judge.reward import reward_for
 from verifier.judge.speedups import record_speedups
 from verifier.judge.trials import check_trials, reference_name_hint
