@@ -596,7 +596,7 @@ def scan_allowance(f64: torch.Tensor, shape: tuple, block: int, scan: int, lengt
 
 def error_and_scale(r32: torch.Tensor, r64: torch.Tensor) -> tuple[float, float]:
     """(the fp32 reference's largest error against float64, the largest finite |float64 value|), chunked."""
-    f32, f64 = r32.reshape(-1), r64.reshape(-1)
+    f32, f64 = r32.detach().reshape(-1), r64.detach().reshape(-1)
     chunk = 1 << 24
     err, scale = 0.0, 0.0
     for s in range(0, f32.numel(), chunk):
