@@ -2,7 +2,7 @@
 K = 524288, judged `wrong` on an H100): an honest sequential fp32 accumulation of K same-sign terms errs past the
 fixed relative floor on every element once K ~ 6e5, while a bf16 lowering of the same sum is within it
 (bench/results/accumulation_budget_cpu.md). The plan's float64 pass records each output's reduction length
-(verifier/judge/reduction.py) and the budget's floors rise with it (verifier/judge/reduction.py ``accumulation_floors``, used by verifier/judge/numerics.py).
+(verifier/judge/reduction.py) and the budget's floors rise with it (verifier/judge/reduction.py ``accumulation_floors``, used by verifier/judge/budgets.py).
 
 - the recorded lengths: mm / bmm / linear K, conv C_in x kernel, sum / mean / softmax / norm sizes, carried
   through elementwise ops and views, the longest on the way;

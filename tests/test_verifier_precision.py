@@ -41,7 +41,7 @@ from verifier.common.backends import CPU_POISON_BYTE
 from verifier.common.inputs import (SIZE_RATIOS, build_model, digest, draw_inputs, other_size, other_size_keeping_all, size_changes,
                              size_constants, variant_program)
 from verifier.serve.metrics import summarize_verdicts
-from verifier.judge.numerics import budget_for
+from verifier.judge.budgets import budget_for
 from verifier.judge.outputs import Digest, Evidence, check_outputs
 from verifier.front.static import scan
 

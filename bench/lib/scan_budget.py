@@ -1,5 +1,5 @@
 """Honest sequential fp32 running sums and lowered ones against the verifier's budget, with and without the
-running-sum allowance (verifier/judge/numerics.py scan_allowance): prints the table of
+running-sum allowance (verifier/judge/budgets.py scan_allowance): prints the table of
 bench/results/scan_budget_cpu.md. `PYTHONPATH=. python3 bench/lib/scan_budget.py` (cpu, about 25 s)."""
 
 import types

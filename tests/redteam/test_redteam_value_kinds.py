@@ -8,7 +8,7 @@ classes 55 to 60).
   a kernel that writes over its input's NaN keeps its C07.
 - float64 tasks (class 57): a float64 output had the fixed fp32 tolerance (1e-4), so a kernel that computed a
   float64 task in float32 passed with a speedup. A task that computes in float64 throughout (no narrower float on
-  its reference's way) now holds its outputs to float64 rounding (``numerics.float64_budget``); one whose reference
+  its reference's way) now holds its outputs to float64 rounding (``budgets.float64_budget``); one whose reference
   goes through float32 keeps the fixed tolerance.
 - Complex outputs: the budget of a complex output was an exact match, and the comparison converted it to float64,
   dropping its imaginary part: an honest DFT failed, and an imaginary part that skipped its work (an approximate

@@ -39,7 +39,8 @@ from verifier.common.inputs import as_list, cpu_model, digests_match
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
-from verifier.judge.numerics import LOW_PRECISION, Budget, budget_for, float64_model, real_view, real_views, widen
+from verifier.judge.budgets import budget_for
+from verifier.judge.numerics import LOW_PRECISION, Budget, float64_model, real_view, real_views, widen
 
 CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
 

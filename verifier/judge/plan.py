@@ -32,7 +32,8 @@ from verifier.common.inputs import (
 from verifier.execute import admission
 from verifier.execute.channel import Ledger
 from verifier.execute.locks import device_work, give_back_cache, lock_wait_s
-from verifier.judge.numerics import FLOAT64_OWN, error_and_scale, float64_model, real_view, widen
+from verifier.judge.budgets import error_and_scale
+from verifier.judge.numerics import FLOAT64_OWN, float64_model, real_view, widen
 from verifier.judge.outputs import RNG_LOCK, load_sealed, reference_fault
 from verifier.judge.reduction import WIDE, NarrowFloats, ReductionTracker, RefStats
 

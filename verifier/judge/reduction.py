@@ -19,7 +19,7 @@ terms share one sign (the op's own, from the contracted size of mm / bmm / conv 
 of sum / mean / norm / softmax / cumsum, with the signs of its operands; or the longest of its inputs'), and
 ``reductions(outputs)`` reads each output's. Views and copies pass them on; an op it does not know is
 elementwise. It also marks where a running sum (``cumsum``) lies on an output's way while the values stay partial
-sums (``Reduction.scan``: the rounding its accumulator carries, verifier/judge/numerics.py ``scan_allowance``).
+sums (``Reduction.scan``: the rounding its accumulator carries, verifier/judge/budgets.py ``scan_allowance``).
 Never run over the candidate's code.
 """
 
