@@ -1,6 +1,6 @@
 """Red team of what the checks must read as the task means it: NaN in a task's inputs, complex outputs, float64
 tasks, a reference that keeps state between calls, an extra shape refused, nested outputs (docs/ANTI_CHEAT.md
-classes 55 to 60).
+classes 55 to 61).
 
 - NaN inputs: the child's check of a trial's inputs compared them with ``torch.equal``, for which NaN never equals
   NaN, so an honest ``nansum`` kernel that never wrote its input was called C07 (input mutation) on any task whose
@@ -23,6 +23,11 @@ classes 55 to 60).
 - An error raised on the extra shape alone (class 58): an ``assert`` of the benchmark's sizes in front of a kernel
   written for them turned C14's -1 into a crash's reward. Now C14; a guard the task's shapes always meet (a row
   length a multiple of 4: the extra shape keeps small power-of-two factors) passes.
+
+- Small sizes (class 61): the extra shape changed every size written inside get_inputs, 3 of
+  ``torch.rand(16, 3, 32, 32)`` too, so an honest RGB kernel guarding its three channels (``TORCH_CHECK(img.size(1) ==
+  3)``) was C14 while the reference read channels 0..2 of four. A size below 8 is what the task means and stays put;
+  a kernel with the benchmark's planes baked in still meets another height and width.
 
 - Nested outputs (class 60): the child looked one level into a tuple, so ``output, (h, c)`` returned as the
   reference returns it was C10 ("not a plain torch.Tensor"). The child, the harness and the judge now read the
@@ -132,6 +137,22 @@ torch::Tensor gauss_tanh(torch::Tensor x, int64_t wide) {
     return out;
 }
 
+// the luma of an RGB batch [N, 3, H, W] -> [N, 1, H, W]; fixed 1: the benchmark's 32 x 32 planes baked in
+torch::Tensor luma(torch::Tensor img, int64_t fixed) {
+    TORCH_CHECK(img.dim() == 4 && img.size(1) == 3, "expected an RGB batch [N, 3, H, W]");
+    img = img.contiguous();
+    const int64_t n = img.size(0), hw = fixed ? 1024 : img.size(2) * img.size(3);
+    auto out = torch::empty({n, 1, img.size(2), img.size(3)}, img.options());
+    const float* in = img.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t i = 0; i < hw; ++i) {
+            const float* p = in + b * 3 * hw + i;
+            o[b * hw + i] = 0.299f * p[0] + 0.587f * p[hw] + 0.114f * p[2 * hw];
+        }
+    return out;
+}
+
 // x + i tanh(y); mode 0: tanh itself, 1: a rational approximation (up to ~1.4e-3 off), 2: no imaginary part
 torch::Tensor make_complex(torch::Tensor x, torch::Tensor y, int64_t mode) {
     x = x.contiguous(); y = y.contiguous();
@@ -161,7 +182,7 @@ from torch.utils.cpp_extension import load_inline
 CPP = r"""{CPP}"""
 ext = load_inline(name="value_kinds", cpp_sources=CPP, extra_cflags=["-O2"],
                   functions=["nansum_rows", "nansum_rows_filling", "nansum_rows_by4", "dft_rows", "make_complex",
-                             "gauss_tanh", "linear", "row_max"])
+                             "gauss_tanh", "linear", "row_max", "luma"])
 
 
 class ModelNew(nn.Module):
@@ -261,6 +282,9 @@ F64 = task("torch.exp(-x * x / 2) * torch.tanh(x)", "x", "    return [torch.rand
 # the same task whose reference goes through float32 on its way: its float64 outputs carry float32 rounding
 F64_NARROWED = task("(torch.exp(-x * x / 2) * torch.tanh(x)).float().double()", "x",
                     "    return [torch.randn(256, 1024, dtype=torch.float64)]", "gauss_tanh_float64_narrowed")
+# three channels written inside get_inputs: what the task means, never a size the extra shape changes (class 61)
+LUMA = task("(0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)", "x",
+            "    return [torch.rand(16, 3, 32, 32)]", "rgb_luma")
 CASES = {
     # name: (task, forward's body, status, a cheat code it must carry or None)
     "honest_nansum_over_nan_inputs": (NANSUM, "ext.nansum_rows(x)", "pass", None),
@@ -278,6 +302,8 @@ CASES = {
     "honest_float64_in_double": (F64, "ext.gauss_tanh(x, 1)", "pass", None),
     "float64_task_computed_in_float32": (F64, "ext.gauss_tanh(x, 0)", "cheat", cheats.C13),
     "honest_double_beside_a_reference_through_float32": (F64_NARROWED, "ext.gauss_tanh(x, 1)", "pass", None),
+    "honest_guard_of_the_tasks_three_channels": (LUMA, "ext.luma(x, 0)", "pass", None),
+    "luma_planes_of_the_benchmark_baked_in": (LUMA, "ext.luma(x, 1)", "cheat", cheats.C14),
 }
 
 
@@ -313,3 +339,16 @@ def test_value_kind_case(verdicts, name):
         assert "keeps state between calls" in v.feedback and v.reward <= 1.0, (v.reward, v.feedback)
     if status == "wrong" and name.startswith("imaginary"):  # judged on its trials (the imaginary part compared),
         assert not v.cheats and "compared as real and imaginary parts" in v.feedback, v.feedback  # not when timed
+
+
+def test_sizes_below_eight_stay_put_on_the_extra_shape():
+    """The size changes of the luma task leave its three channels alone and change the batch, height and width;
+    a named constant below 8 stays too."""
+    from verifier.common.inputs import SIZE_RATIOS, size_changes
+
+    for ratio in SIZE_RATIOS:
+        changes = size_changes(LUMA.reference_code, ratio)
+        assert changes and all("3" not in c.literals for c in changes), changes
+        assert {"16", "32"} <= set(changes[0].literals), changes[0]
+    named = LUMA.reference_code.replace("torch.rand(16, 3, 32, 32)", "torch.rand(16, C, 32, 32)") + "\nC = 3\n"
+    assert all("C" not in c.names for c in size_changes(named)), size_changes(named)

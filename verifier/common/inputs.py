@@ -122,6 +122,8 @@ def draw_inputs(get_inputs, seed: int, device: str, program_text: str = "", othe
 # power-of-two factor up to 32 and its other small factors (3, 9, 5, 25, 7) where a step of about 3/2 allows
 # (``other_size``: 1000 -> 1400, 3072 -> 4608); a later variant keeps every small factor whatever the step
 # (``other_size_keeping_all``: 96 -> 192), for a task that needs one the first dropped.
+# A size below ``MIN_SIZE`` (8), named or written, stays put: 3 channels of an RGB image, 2 of a pair, 4 of a box are
+# what the task means, not a benchmark size (docs/ANTI_CHEAT.md class 61).
 
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
         ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
@@ -249,6 +251,12 @@ def size_constants(program_text: str) -> tuple[list[str], list[int]]:
     return names, literals
 
 
+# sizes below this stay put on the extra shape: a dimension of 3 (an RGB image, a point in space), 2 (a pair) or 4 (a box,
+# a quaternion) is what the task means, and a kernel may rely on it as on anything the task guarantees; changed, an
+# honest `TORCH_CHECK(img.size(1) == 3)` was C14 while the reference read channels 0..2 of four. A kernel that
+# hard-codes the task's larger sizes still meets another shape.
+MIN_SIZE = 8
+
 _FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "full", "randint", "randperm", "eye", "arange", "normal",
               "rand_like", "Tensor", "FloatTensor"}
 
@@ -287,7 +295,8 @@ def _bounds(func: ast.AST) -> set[int]:
 def _size_nodes(func: ast.AST) -> list[tuple[ast.AST, int]]:
     """The size constants written inside get_inputs, as (node, value): constant int expressions (a literal, or
     ``4 * 256``) given to a tensor factory as a size, or bound to a local name that a factory's sizes read
-    (``n = 1 << 10``); a value that is also one of randint's bounds stays put (an index range, not a size)."""
+    (``n = 1 << 10``); a value that is also one of randint's bounds stays put (an index range, not a size), and so
+    does one below ``MIN_SIZE``."""
     calls = [c for c in ast.walk(func) if isinstance(c, ast.Call) and _call_name(c) in _FACTORIES]
     direct = [a for c in calls for a in _size_args(c)]
     size_names = set().union(*[_names_in(a) for a in direct]) if direct else set()
@@ -297,7 +306,7 @@ def _size_nodes(func: ast.AST) -> list[tuple[ast.AST, int]]:
     out, seen = [], set()
     for node in direct + local:
         v = const_int(node)
-        if v is not None and v >= 2 and v not in bounds and id(node) not in seen:
+        if v is not None and v >= MIN_SIZE and v not in bounds and id(node) not in seen:
             seen.add(id(node))
             out.append((node, v))
     return out
@@ -384,8 +393,8 @@ def size_changes(program_text: str, ratio: tuple[int, int] = (3, 2)) -> list[Siz
     def new_value(node, size):
         v = _values(node)
         if isinstance(v, list):
-            return [size(e) if e >= 2 else e for e in v]
-        return size(v) if v >= 2 else v
+            return [size(e) if e >= MIN_SIZE else e for e in v]
+        return size(v) if v >= MIN_SIZE else v
 
     out = []
     for base in (other_size, other_size_keeping_all):
