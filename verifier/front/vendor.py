@@ -36,6 +36,7 @@ import functools
 import re
 import shutil
 import subprocess
+from pathlib import Path
 from collections import Counter
 
 from verifier import cheats
@@ -55,7 +56,10 @@ SOURCE_PATTERNS = [
     ("cuSPARSE/cuFFT/cuSOLVER", re.compile(r"\bcusparse\w+|\bcufft\w+|\bcusolver\w+")),
     ("BLAS/MKL/oneDNN", re.compile(r"\bcblas_\w+|\bmkl_\w+|\bdnnl(::|_)\w*|\bmkldnn\w*|\bsgemm_\s*\(|\bat::native::cpublas|"
                                    r"\bat::cpublas\b")),
-    ("ATen internals", re.compile(r"\bat::native::\w+|\bat::redispatch::\w+|::redispatch\s*\(")),
+    # ATen's implementations by any route into their namespace: a qualified call, a using-directive or -declaration
+    # (``using namespace at::native;``, then unqualified calls), an alias, the namespace reopened around the caller
+    ("ATen internals", re.compile(r"\bat\s*::\s*native\b|\bnamespace\s+at\s*\{\s*(?:inline\s+)?namespace\s+native\b|"
+                                  r"\bat\s*::\s*redispatch\s*::\s*\w+|::\s*redispatch\s*\(")),
     ("dynamic loading", re.compile(r"\bdlopen\s*\(|\bdlsym\s*\(")),
     # the loaded libraries' symbol tables walked by hand: any function of any library, found by a name that is
     # never imported (or only in a string)
@@ -148,6 +152,16 @@ def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> lis
             if m:
                 found.append(f"the C++/CUDA source uses {lib} (`{m.group(0).strip()}`)")
                 break
+    # ``native::`` reached through ``at`` made visible (``using namespace at;``) or renamed (``namespace A = at;``)
+    for text in texts:
+        m = _AT_OPENED.search(text) and _NATIVE_AFTER.search(text)
+        if m:
+            found.append(f"the C++/CUDA source uses ATen internals (`{m.group(0).strip()}` with the namespace at opened)")
+            break
+    used = aten_header_functions(sources, texts)
+    if used:
+        found.append("the C++/CUDA source calls PyTorch's own kernel implementations compiled from its headers ("
+                     + ", ".join(used[:4]) + ")")
     below = sorted({f"at::{m.group(1)}::{m.group(2)}" for text in texts for m in _BELOW_DISPATCHER.finditer(text)
                     if m.group(2) in aten_op_names()})
     if below:
@@ -160,6 +174,62 @@ def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> lis
             found.append(f"links `{m.group(1)}` statically (extra_ldflags `{flag[:80]}`): its code would be inside "
                          "the module, where no imported symbol shows what it computes")
     return found
+
+
+# PyTorch's kernel implementations are header-only in places (ATen/native/cpu/*KernelImpl.h, ATen/native/cuda/
+# PersistentSoftmax.cuh's ``dispatch_softmax_forward`` at global scope, its kernels in an anonymous namespace): included,
+# they compile into the candidate's own module, where neither the dispatcher's monitors nor the binary's imports nor
+# the module identity of a CUDA kernel tell them from the candidate's. A function such a header defines, called by
+# the candidate's code, is PyTorch's compute. Building blocks are not (as cub's and thrust's are not): the headers of
+# reductions' and loads' helpers, launch constants, atomics and scalar or vector math, and the elementwise loops that
+# run the candidate's own functor.
+_AT_OPENED = re.compile(r"\busing\s+namespace\s+(?:::\s*)?at\s*;|\bnamespace\s+\w+\s*=\s*(?:::\s*)?at\s*;")
+_NATIVE_AFTER = re.compile(r"(?<![\w:])\s*native\s*::\s*\w+|\b\w+\s*::\s*native\s*::\s*\w+")
+ATEN_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]\s*(ATen/native/[^>"\s]+)\s*[>"]', re.M)
+ATEN_BUILDING_BLOCKS = frozenset({
+    "ATen/native/cuda/block_reduce.cuh", "ATen/native/cuda/MemoryAccess.cuh", "ATen/native/cuda/KernelUtils.cuh",
+    "ATen/native/cuda/thread_constants.h", "ATen/native/cuda/DeviceSqrt.cuh", "ATen/native/cuda/Math.cuh",
+    "ATen/native/cuda/Loops.cuh", "ATen/native/cuda/CUDALoops.cuh", "ATen/native/cuda/JitLoops.cuh",
+    "ATen/native/cuda/LaunchUtils.h", "ATen/native/cuda/MiscUtils.h", "ATen/native/Math.h",
+    "ATen/native/SharedReduceOps.h", "ATen/native/TensorIterator.h", "ATen/native/DispatchStub.h",
+    "ATen/native/Resize.h", "ATen/native/cuda/Resize.h", "ATen/native/TypeProperties.h",
+    "ATen/native/cpu/AtomicAddFloat.h", "ATen/native/cpu/avx_mathfun.h", "ATen/native/cpu/utils.h",
+    "ATen/native/cpu/Loops.h", "ATen/native/cpu/Intrinsics.h",
+})
+_DEFINED = re.compile(r"\b([A-Za-z_]\w*)\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)\s*(?:const\s*)?(?:noexcept\s*)?"
+                      r"(?:->\s*[\w:<>, ]+)?\{")
+_NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "alignas",
+                            "__launch_bounds__", "C10_LAUNCH_BOUNDS_1", "C10_LAUNCH_BOUNDS_2", "defined", "static_assert",
+                            "operator", "__attribute__", "noexcept", "requires", "else", "do"})
+
+
+@functools.lru_cache(maxsize=64)
+def _header_functions(header: str) -> frozenset:
+    """The functions a header of torch's own include directory defines (with a body), by name; empty where it is not
+    there. The header read is the verifier's installed torch's, never a file the candidate names elsewhere."""
+    import torch  # noqa: PLC0415 - only where a source includes an ATen/native header
+
+    root = Path(torch.__file__).resolve().parent / "include"
+    path = (root / header).resolve()
+    if root not in path.parents or not path.is_file():
+        return frozenset()
+    text = strip_cxx(path.read_text(errors="replace"), strings=True)
+    return frozenset(m.group(1) for m in _DEFINED.finditer(text)) - _NOT_FUNCTIONS
+
+
+def aten_header_functions(sources: list[str], texts: list[str]) -> list[str]:
+    """The functions of PyTorch's kernel-implementation headers (``ATEN_HEADER`` includes of the sources that are not
+    ``ATEN_BUILDING_BLOCKS``) that the candidate's code calls unqualified (``name(`` or ``name<``) and does not define
+    itself."""
+    headers = sorted({m.group(1) for src in sources for m in ATEN_HEADER.finditer(strip_cxx(src))}
+                     - ATEN_BUILDING_BLOCKS)
+    if not headers:
+        return []
+    defined = set().union(*[_header_functions(h) for h in headers])
+    own = {m.group(1) for text in texts for m in _DEFINED.finditer(text)}
+    # unqualified calls (``std::max(`` and ``.max(`` are another's: a qualified at::native one is the pattern's above)
+    called = {m.group(1) for text in texts for m in re.finditer(r"(?<![\w:.>])\s*\b([A-Za-z_]\w*)\s*[(<]", text)}
+    return sorted((defined & called) - own)
 
 
 # an ATen operator's kernel called by its backend's namespace (``at::cpu::mm``, ``at::cuda::_softmax``): below the
