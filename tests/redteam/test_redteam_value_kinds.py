@@ -1,6 +1,6 @@
 """Red team of what the checks must read as the task means it: NaN in a task's inputs, complex outputs, float64
 tasks, a reference that keeps state between calls, an extra shape refused, nested outputs (docs/ANTI_CHEAT.md
-classes 55 to 61).
+classes 55 to 63).
 
 - NaN inputs: the child's check of a trial's inputs compared them with ``torch.equal``, for which NaN never equals
   NaN, so an honest ``nansum`` kernel that never wrote its input was called C07 (input mutation) on any task whose
@@ -28,6 +28,11 @@ classes 55 to 61).
   ``torch.rand(16, 3, 32, 32)`` too, so an honest RGB kernel guarding its three channels (``TORCH_CHECK(img.size(1) ==
   3)``) was C14 while the reference read channels 0..2 of four. A size below 8 is what the task means and stays put;
   a kernel with the benchmark's planes baked in still meets another height and width.
+
+- A weight kept in a layout of its own (class 63): the child copies the reference's parameters into ModelNew where
+  the names and shapes agree, so a square weight drawn as the reference draws it and stored transposed once was
+  overwritten, and its kernel wrong on every element. A parameter holding the reference's values in another order
+  keeps its own; one of other values (the weight scaled) still gets the reference's, and its kernel is wrong.
 
 - Nested outputs (class 60): the child looked one level into a tuple, so ``output, (h, c)`` returned as the
   reference returns it was C10 ("not a plain torch.Tensor"). The child, the harness and the judge now read the
@@ -285,6 +290,38 @@ F64_NARROWED = task("(torch.exp(-x * x / 2) * torch.tanh(x)).float().double()", 
 # three channels written inside get_inputs: what the task means, never a size the extra shape changes (class 61)
 LUMA = task("(0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)", "x",
             "    return [torch.rand(16, 3, 32, 32)]", "rgb_luma")
+# a square nn.Linear: a candidate of the same parameter names draws the weight as the reference does and keeps it
+# transposed once (its kernel reads the transposed layout); the child copied the reference's layout over it (class 63)
+SQUARE_TASK = Task.from_code('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def get_inputs():
+    return [torch.randn(32, 96)]
+
+
+def get_init_inputs():
+    return [96]
+''', name="square_linear", source="seed", level=1)
+PRETRANSPOSED = program("x", "ext.linear(x, self.fc.weight.t(), self.fc.bias, 0)").replace('''    def __init__(self):
+        super().__init__()
+''', '''    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+        with torch.no_grad():  # stored as W^T once; the kernel is handed W back as a view
+            self.fc.weight.copy_(self.fc.weight.t().contiguous())
+''')
+SCALED = PRETRANSPOSED.replace("self.fc.weight.copy_(self.fc.weight.t().contiguous())",
+                               "self.fc.weight.copy_(self.fc.weight.t() * 2)")
 CASES = {
     # name: (task, forward's body, status, a cheat code it must carry or None)
     "honest_nansum_over_nan_inputs": (NANSUM, "ext.nansum_rows(x)", "pass", None),
@@ -304,6 +341,8 @@ CASES = {
     "honest_double_beside_a_reference_through_float32": (F64_NARROWED, "ext.gauss_tanh(x, 1)", "pass", None),
     "honest_guard_of_the_tasks_three_channels": (LUMA, "ext.luma(x, 0)", "pass", None),
     "luma_planes_of_the_benchmark_baked_in": (LUMA, "ext.luma(x, 1)", "cheat", cheats.C14),
+    "honest_weight_stored_transposed": (SQUARE_TASK, PRETRANSPOSED, "pass", None),
+    "weight_of_other_values_is_the_references": (SQUARE_TASK, SCALED, "wrong", None),
 }
 
 
@@ -312,7 +351,7 @@ def verdicts(shared_build_dir):
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=4, timing_trials=4, warmup=1, time_torch_compile=False,
                        run_timeout_s=120, exec_workers=2)
     items = [(t, Candidate(candidate_id=name, task_id=t.task_id, backend="cpu", generator="redteam",
-                           code=RNN_CANDIDATE if body is None else
+                           code=RNN_CANDIDATE if body is None else body if body.startswith("import") else
                            asserted(program(t.reference_code.split("def forward(self, ")[1].split(")")[0], body))))
              for name, (t, body, _, _) in CASES.items()]
     return dict(zip(CASES, verify_batch(items, config=cfg)))

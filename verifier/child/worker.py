@@ -139,6 +139,17 @@ def _short_traceback(limit: int = 2500) -> str:
     return where + what
 
 
+def _same_draw(mine: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Whether a parameter of the candidate holds the same values as the reference's, in any order."""
+    if mine.dtype != ref.dtype or mine.numel() != ref.numel():
+        return False
+    a, b = mine.detach().reshape(-1), ref.detach().reshape(-1).to(mine.device)
+    try:
+        return bool(torch.equal(torch.sort(a).values, torch.sort(b).values))
+    except RuntimeError:  # a dtype sort does not take (complex, bool): compared in place
+        return bool(torch.equal(a, b))
+
+
 def _output_problem(out, device: str) -> str:
     """Why an output is not a plain dense tensor with real storage on the task's device ("" if it is). A tensor
     whose negative or conjugate bit is set, or a zero tensor, holds its values only once something computes them
@@ -303,7 +314,10 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         return report
     sd_ref, sd_new = model.state_dict(), model_new.state_dict()
     if sd_ref and list(sd_ref) == list(sd_new) and all(sd_ref[k].shape == sd_new[k].shape for k in sd_ref):
-        model_new.load_state_dict(sd_ref)
+        # the reference's values where the candidate's construction did not draw them; one that holds exactly the
+        # reference's values rearranged (a weight stored transposed once, as KernelBench's seeded construction lets a
+        # kernel do) keeps its own layout: copied over, that honest kernel was wrong on every element
+        model_new.load_state_dict({k: sd_new[k] if _same_draw(sd_new[k], v) else v for k, v in sd_ref.items()})
         report.copied_parameters = True
     ref_cls = ref.Model
     report.holds_reference_model = any(isinstance(m, ref_cls) for m in model_new.modules())
