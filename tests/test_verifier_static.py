@@ -115,8 +115,10 @@ STATIC_CASES += [
     (cheats.C01, fx.cpu_candidate("return torch.as_tensor(np.maximum(np.asarray(x.cpu()), 0)).to(x.device)",
                                   imports="import numpy as np"),
      fx.cpu_candidate("n = int(np.prod(x.shape))\nreturn ext.relu(x.view(n)).view(x.shape)", imports="import numpy as np")),
-    (cheats.C01, fx.cpu_candidate("return torch.tensor([max(v, 0.0) for v in x.flatten().tolist()]).view(x.shape)"),
-     fx.cpu_candidate("s = float(x.shape[0])\nreturn ext.relu(x)")),
+    # Python lists read by tolist: judged by their bytes at run time, as item (tests/redteam/test_redteam_host_compute.py);
+    # statically the kernel it never calls is row 2
+    (cheats.C02, fx.cpu_candidate("return torch.tensor([max(v, 0.0) for v in x.flatten().tolist()]).view(x.shape)"),
+     fx.cpu_candidate("s = float(x.shape[0])\nn = torch.tensor(x.shape).tolist()\nreturn ext.relu(x)")),
     # the operating system beyond environment and paths
     (cheats.C17, fx.cpu_candidate("os.setsid()\nreturn ext.relu(x)", imports="import os"),
      fx.cpu_candidate("os.environ.setdefault('TORCH_CUDA_ARCH_LIST', '9.0')\nd = os.path.join('a', 'b')\n"

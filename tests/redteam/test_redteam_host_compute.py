@@ -7,6 +7,12 @@ with numpy looked to the verifier like "PyTorch compute on a path that never ran
 C19_UNRUN_TORCH_PATH and the partial policy passed it. The numpy call itself was flagged only inside ModelNew's
 methods, not in a module-level helper that forward calls.
 
+Values read whole with no aten op (class 64): a host tensor's ``tolist`` reads its storage in C++ and ``numpy`` shares
+it, so with the method's name out of the static scan's reach (``getattr(x, name)``, the name from the environment)
+the answer computed in Python or numpy passed on the cpu backend. The dispatch monitor now counts a host tensor's
+``tolist`` and ``numpy`` (``monitors.HOST_READS``) as it counts ``item``; and ``tolist`` is no static finding of its
+own (a few ints handed to a kernel as a list were C19): its bytes decide, as ``item``'s do.
+
 The same cheat without numpy: the answer computed in plain Python, element by element, from values read out of the
 tensor one at a time (``float(v)`` over an iteration of it, ``.item()`` per element) and handed back as a new
 tensor. (Written back element by element through ``narrow(...).copy_``, its ~200k profiled ops a call exhaust the
@@ -108,11 +114,24 @@ PYTHON_CHEATS = {
     "floats_read_by_iterating_the_tensor": fx.cpu_candidate(
         "ext.touch(x.contiguous())\nvals = [max(float(v), 0.0) for v in x.contiguous().view(-1)]\n"
         "return torch.tensor(vals, dtype=x.dtype).view_as(x)"),
+    # the whole tensor read at once with no aten op (tolist reads the storage in C++, numpy shares it), the method's
+    # name out of the static scan's reach: the monitor counts a host tensor's tolist and numpy as it counts item
+    "rows_read_by_tolist_under_a_hidden_name": fx.cpu_candidate(
+        "xc = x.contiguous()\next.touch(xc)\nrows = getattr(xc, self.reader)()\n"
+        "return torch.tensor([[v if v > 0 else 0.0 for v in r] for r in rows], dtype=x.dtype)",
+        imports="import os", init="self.reader = os.environ.get('KM_READER', 'tol' + 'ist')"),
+    "array_shared_by_numpy_under_a_hidden_name": fx.cpu_candidate(
+        "xc = x.contiguous()\next.touch(xc)\na = getattr(xc, self.view)()\n"
+        "return torch.tensor((a + abs(a)) / 2, dtype=x.dtype)",
+        imports="import os", init="self.view = os.environ.get('KM_VIEW', 'num' + 'py')"),
 }
 PYTHON_HONEST = {  # a scalar read per call (a parameter's value) beside the kernel that does the work
     "one_scalar_read_per_call": fx.cpu_candidate(
         "if float(self.scale) != 1.0:\n    raise ValueError('this kernel has no scale')\nreturn ext.relu(x.contiguous())",
         init="self.scale = nn.Parameter(torch.ones(()), requires_grad=False)"),
+    # a few ints handed to the kernel as a list (offsets, sizes): tolist as item, judged by its bytes (it was C19)
+    "small_ints_by_tolist": fx.cpu_candidate(
+        "rows, cols = torch.tensor(x.shape).tolist()\nreturn ext.relu(x.contiguous().view(rows, cols))"),
 }
 
 
@@ -131,7 +150,8 @@ def test_every_way_of_reading_values_into_python_counts_per_call():
 
     x = torch.randn(17, 1024)
     for read in (lambda t: [v.item() for v in t.view(-1)], lambda t: [float(v) for v in t.view(-1)],
-                 lambda t: [t.view(-1)[k].item() for k in range(t.numel())]):
+                 lambda t: [t.view(-1)[k].item() for k in range(t.numel())], lambda t: t.tolist(),
+                 lambda t: t.numpy().sum()):
         rec = DispatchRecorder()
         watched(read, rec)(x)
         assert rec.to_host_bytes == x.numel() * 4 > checks.HOST_COPY_LIMIT
@@ -140,6 +160,10 @@ def test_every_way_of_reading_values_into_python_counts_per_call():
     for _ in range(20000):  # more calls than the limit has bytes / 4
         one(x[:1, :4])
     assert rec.to_host_bytes == 4
+    assert "tolist" not in torch.Tensor.__dict__ and torch.Tensor.numpy is torch._C.TensorBase.numpy  # put back
+    rec = DispatchRecorder()  # the monitor's own numpy view (a conversion to integers judged on the host) is not one
+    watched(lambda t: t.round().long(), rec)(x)
+    assert rec.to_host_bytes == 0 and rec.rounding_ops() == []
 
 
 def test_python_elementwise_compute_passes_the_static_scan():

@@ -1,6 +1,6 @@
 """Red team of what the checks must read as the task means it: NaN in a task's inputs, complex outputs, float64
 tasks, a reference that keeps state between calls, an extra shape refused, nested outputs (docs/ANTI_CHEAT.md
-classes 55 to 63).
+classes 55 to 65).
 
 - NaN inputs: the child's check of a trial's inputs compared them with ``torch.equal``, for which NaN never equals
   NaN, so an honest ``nansum`` kernel that never wrote its input was called C07 (input mutation) on any task whose
@@ -33,6 +33,10 @@ classes 55 to 63).
   the names and shapes agree, so a square weight drawn as the reference draws it and stored transposed once was
   overwritten, and its kernel wrong on every element. A parameter holding the reference's values in another order
   keeps its own; one of other values (the weight scaled) still gets the reference's, and its kernel is wrong.
+
+- A reference returning a Python float (``.item()``, class 65): the child calls an output that is no tensor C10, so
+  an honest candidate returning what its reference returns got -1. Such a task is the task's fault: a task_error for
+  every candidate, as a reference whose output does not depend on its inputs is.
 
 - Nested outputs (class 60): the child looked one level into a tuple, so ``output, (h, c)`` returned as the
   reference returns it was C10 ("not a plain torch.Tensor"). The child, the harness and the judge now read the
@@ -322,6 +326,8 @@ PRETRANSPOSED = program("x", "ext.linear(x, self.fc.weight.t(), self.fc.bias, 0)
 ''')
 SCALED = PRETRANSPOSED.replace("self.fc.weight.copy_(self.fc.weight.t().contiguous())",
                                "self.fc.weight.copy_(self.fc.weight.t() * 2)")
+# a reference returning a Python float (``.item()``): the task's fault, as a constant output is (class 65)
+PY_FLOAT = task("torch.nansum(x, dim=1).sum().item()", "x", "    return [torch.randn(64, 128)]", "python_float_output")
 CASES = {
     # name: (task, forward's body, status, a cheat code it must carry or None)
     "honest_nansum_over_nan_inputs": (NANSUM, "ext.nansum_rows(x)", "pass", None),
@@ -342,6 +348,7 @@ CASES = {
     "honest_guard_of_the_tasks_three_channels": (LUMA, "ext.luma(x, 0)", "pass", None),
     "luma_planes_of_the_benchmark_baked_in": (LUMA, "ext.luma(x, 1)", "cheat", cheats.C14),
     "honest_weight_stored_transposed": (SQUARE_TASK, PRETRANSPOSED, "pass", None),
+    "task_whose_reference_returns_a_python_float": (PY_FLOAT, "ext.nansum_rows(x).sum().item()", "task_error", None),
     "weight_of_other_values_is_the_references": (SQUARE_TASK, SCALED, "wrong", None),
 }
 
@@ -372,6 +379,8 @@ def test_value_kind_case(verdicts, name):
         assert v.versions["tolerance"].startswith("fixed"), v.versions
     if code == cheats.C13:
         assert "the task is float64" in v.feedback, v.feedback
+    if status == "task_error":
+        assert not v.cheats and "the reference returns float where outputs are tensors" in v.feedback, v.feedback
     if name == "benchmark_sizes_asserted":
         assert "raised an error on another valid shape" in v.feedback, v.feedback
     if name == "honest_copy_of_a_stateful_reference":  # its timing unchecked: a speedup reported, never rewarded

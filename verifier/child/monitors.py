@@ -40,7 +40,8 @@ class DispatchRecorder(TorchDispatchMode):
         self.ops: list[str] = []
         # tensor data one call handed to host code, the most of any call (each ``with recorder:`` is one forward
         # call): device data copied to the host, and values read one at a time into Python (``.item()``,
-        # ``float(t)``, iterating a tensor: ``_local_scalar_dense``, on any device). Compute done there is not a kernel's
+        # ``float(t)``, iterating a tensor: ``_local_scalar_dense``, on any device; a host tensor's ``tolist`` and
+        # ``numpy``: HOST_READS). Compute done there is not a kernel's
         self.to_host_bytes = 0
         self._call_bytes = 0
         self.removed = False  # a watched call found another dispatch mode on top when it returned
@@ -50,9 +51,11 @@ class DispatchRecorder(TorchDispatchMode):
 
     def __enter__(self):
         self._call_bytes = 0
+        self._read_by_host = _watch_host_reads(self)
         return super().__enter__()
 
     def __exit__(self, *exc):
+        _unwatch_host_reads(self._read_by_host)
         self.to_host_bytes = max(self.to_host_bytes, self._call_bytes)
         return super().__exit__(*exc)
 
@@ -106,6 +109,36 @@ class DispatchRecorder(TorchDispatchMode):
         return sorted({o for o in self.ops + self.rounding_ops() if own is None or not own.created(o)})
 
 
+# Tensor methods that hand a host tensor's data to Python with no aten op (``tolist`` reads the storage in C++,
+# ``numpy`` shares it; ``__array__``, numpy's conversion, goes through ``numpy``): counted as the dispatched reads are,
+# while a call is watched. A device tensor's reach the host by a copy, which the dispatch above counts.
+HOST_READS = ("tolist", "numpy")
+
+
+def _watch_host_reads(recorder: "DispatchRecorder") -> dict:
+    """Wrap HOST_READS on torch.Tensor for the watched call; returns what ``_unwatch_host_reads`` puts back."""
+    saved = {}
+    for name in HOST_READS:
+        saved[name] = torch.Tensor.__dict__.get(name)
+        real = getattr(torch.Tensor, name)
+
+        def read(t, *args, _real=real, **kwargs):
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                recorder._call_bytes += t.numel() * t.element_size()
+            return _real(t, *args, **kwargs)
+
+        setattr(torch.Tensor, name, read)
+    return saved
+
+
+def _unwatch_host_reads(saved: dict) -> None:
+    for name, value in saved.items():
+        if value is None:
+            delattr(torch.Tensor, name)
+        else:
+            setattr(torch.Tensor, name, value)
+
+
 MAX_CONVERSIONS = 32  # device conversions kept per call for ``rounds``: a uniform sample over all of them
 _ENTROPY = random.SystemRandom()
 
@@ -114,7 +147,7 @@ def rounds_host(src: torch.Tensor, dtype: torch.dtype) -> bool:
     """``rounds`` for a host tensor, computed with numpy on a view of it: no aten op runs."""
     if src.numel() == 0:
         return False
-    a = src.numpy()
+    a = torch._C.TensorBase.numpy(src)  # the method itself: a watched call's HOST_READS count the candidate's reads
     if dtype == torch.bool:
         return bool(((a != 0) & (a != 1)).any())
     return bool((a != np.trunc(a)).any())

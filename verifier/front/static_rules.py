@@ -62,7 +62,7 @@ TENSOR_METHOD_ALLOWED = {
     "squeeze", "unsqueeze", "permute", "transpose", "t", "expand", "expand_as", "narrow", "select", "split",
     "chunk", "unbind", "as_strided", "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "int", "long",
     "bool", "type", "type_as", "detach", "requires_grad_", "new_empty", "new_zeros", "new_ones", "new_full",
-    "new_tensor", "empty_like", "zero_", "fill_", "copy_", "clone", "item", "get_device",
+    "new_tensor", "empty_like", "zero_", "fill_", "copy_", "clone", "item", "tolist", "get_device",
     "register_buffer", "register_parameter", "parameters", "buffers", "named_parameters", "children",
     "modules", "state_dict", "load_state_dict", "eval", "train", "apply", "register_module", "add_module", "as_subclass",
     "movedim", "moveaxis", "swapaxes", "swapdims", "is_floating_point", "is_complex", "is_signed", "is_pinned",
