@@ -317,14 +317,14 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
             v.device = get_backend(backend).describe() if backend == "cpu" or torch.cuda.is_available() else backend
             poison = get_backend(backend).poison_byte
             with device_work(cfg, backend) as lock:  # the judge runs the reference on the trial inputs
-                def knockout():
+                def knockout(keep_scalars: bool = False):
                     """The partial policy's knockout trial (verifier/judge/knockout.py), run by the judge only where
                     it decides. Its child holds the device lock as any job's does; the judge's own shared hold is
                     let go meanwhile, so that no timer waits for the whole of a child's run."""
                     lock.release()
                     try:
                         return run_knockout(w, plan, cfg, build_root, make_job=new_job, job_dir_of=new_job_dir,
-                                            run_driven=driven, backend=backend)
+                                            run_driven=driven, backend=backend, keep_scalars=keep_scalars)
                     finally:
                         lock.acquire(False, lock_wait_s(cfg))
                 give_way = functools.partial(lock.yield_to_timer, lock_wait_s(cfg))

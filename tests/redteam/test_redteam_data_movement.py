@@ -10,6 +10,15 @@ written ``mode="constant"``) and ``torch.constant_pad_nd``; the runtime allowlis
 ``pad``, the composite the profiler records around it; a gathering mode still shows its own op).
 The cheating twins keep C01: the other modes gather (reflect, replicate, circular: ``reflection_pad*`` ops), and a
 mode the scan cannot read (a variable) is judged as compute.
+
+The other side of the same line (class 66): copies are allowed, so a task whose whole work is data movement (a pixel
+shuffle, a transpose) passed the strict policy on the cpu backend with the answer made by ``permute().contiguous()``
+and the own function only checking the input (reward 2.6 at 3x): on cpu the one condition on own work was that an
+own function was called (on cuda the device time in the candidate's kernels decides). Now, where forward's only
+PyTorch ops beside its own calls are allowed ones and some of them made tensor data (``ops.MOVES_DATA``: copies,
+cat, a constant pad), the knockout run asks whose data the output is: its own calls' tensors knocked out (their
+Python numbers, a size worked out, kept), still correct is C02. Honest twin: a kernel that is handed a transposed
+copy and whose result is transposed back passes (without the kernel's data the output is wrong).
 """
 
 import pytest
@@ -61,3 +70,27 @@ def test_the_reflect_pad_is_seen_at_run_time_too(verdicts):
     v = verdicts["reflect_pad"]
     assert v.status == "cheat" and cheats.C01 in v.cheats, (v.cheats, v.feedback[:600])
     assert "reflection_pad" in v.feedback  # the runtime monitor's op, not only the static finding
+
+
+TRANSPOSE_TASK = fx.RELU_TASK.replace("return torch.relu(x)", "return x.t().contiguous()")
+
+
+@pytest.fixture(scope="module")
+def moved_verdicts(shared_build_dir):
+    transposed = fx.verify_cpu(TRANSPOSE_TASK, {"copy_is_the_answer": fx.cpu_candidate(
+        "ext.touch(x.contiguous())\nreturn x.t().contiguous()")}, shared_build_dir, task_name="transpose")
+    honest = fx.verify_cpu(fx.RELU_TASK, {"kernel_between_copies": fx.cpu_candidate(
+        "xt = x.t().contiguous()\nreturn ext.relu(xt).t().contiguous()")}, shared_build_dir, task_name="relu_moved")
+    return {**transposed, **honest}
+
+
+def test_pytorchs_copies_as_the_whole_answer_are_c02_under_strict(moved_verdicts):
+    v = moved_verdicts["copy_is_the_answer"]
+    assert v.status == "cheat" and cheats.C02 in v.cheats, (v.status, v.cheats, v.feedback[:600])
+    assert v.versions["knockout"]["outcome"] == "no_contribution" and "PyTorch's copies" in v.feedback
+
+
+def test_a_kernel_between_copies_passes(moved_verdicts):
+    v = moved_verdicts["kernel_between_copies"]
+    assert v.status == "pass" and v.cheats == [], (v.status, v.cheats, v.feedback[:600])
+    assert v.versions["knockout"]["outcome"] == "contributes"

@@ -22,12 +22,13 @@ class ChildKnockout:
     candidate's extensions as it is loaded, and reports what it skipped. Never raises into the candidate's
     import: a failure is recorded and makes the knockout inconclusive."""
 
-    def __init__(self, shim_path: str, error: str = "", *, calls: bool = False):
+    def __init__(self, shim_path: str, error: str = "", *, calls: bool = False, keep_scalars: bool = False):
         self.libraries: list[str] = []
         self.patched = 0
         self.errors: list[str] = [error] if error else []
         self.lib = None
         self.calls = calls  # cpu: the own functions' calls are knocked out (knock_call), no shim
+        self.keep_scalars = keep_scalars  # their Python numbers handed back as they were (knocked_out)
         self.call_counts: dict[str, int] = {}
         if not shim_path:
             return
@@ -51,7 +52,8 @@ class ChildKnockout:
             return None
         try:
             spec = json.loads(marker.read_text())
-            knock = cls("", calls=True) if spec.get("calls") is True else cls(str(spec["shim"]))
+            knock = cls("", calls=True, keep_scalars=spec.get("keep_scalars") is True) if spec.get("calls") is True \
+                else cls(str(spec["shim"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             knock = cls("", f"unreadable {MARKER_FILE}: {e}")
         marker.unlink(missing_ok=True)
@@ -80,7 +82,7 @@ class ChildKnockout:
 
         self.call_counts[name] = self.call_counts.get(name, 0) + 1
         result = fn(*[clone(a) for a in args], **{k: clone(v) for k, v in kwargs.items()})
-        return knocked_out(result, [*args, *kwargs.values()])
+        return knocked_out(result, [*args, *kwargs.values()], keep_scalars=self.keep_scalars)
 
     def skipped(self) -> dict[str, int]:
         if self.calls:
@@ -98,14 +100,15 @@ class ChildKnockout:
             "redirected": redirected, "errors": self.errors}))
 
 
-def knocked_out(x, args: list = ()):
+def knocked_out(x, args: list = (), keep_scalars: bool = False):
     """What a call that did no work would have handed back in place of ``x``, its structure kept: each tensor
     replaced by a copy of the call's first tensor argument of the same shape, dtype and device (the call passed its
     input through), or by zeros where no argument has its shape (nothing computed); integers and booleans of a
     tensor with no matching argument by their bitwise complement; a Python float NaN, an int its complement, a
     bool its negation; lists and tuples element by element; anything else as it is. NaN alone was not enough: a
     pass-through (``y * 1``) or a zero added (``y + f(y)[0] * 0``) beside PyTorch doing the work made every
-    NaN reach the output, so the own function "contributed" what it never computed."""
+    NaN reach the output, so the own function "contributed" what it never computed. ``keep_scalars``: Python numbers
+    as they are (only the tensor data the call made is knocked out)."""
     import torch
 
     if isinstance(x, torch.Tensor):
@@ -115,6 +118,8 @@ def knocked_out(x, args: list = ()):
         if x.is_floating_point() or x.is_complex():
             return torch.zeros_like(x)
         return torch.bitwise_not(x)
+    if keep_scalars and isinstance(x, (bool, int, float)):
+        return x
     if isinstance(x, bool):
         return not x
     if isinstance(x, int):
@@ -122,5 +127,5 @@ def knocked_out(x, args: list = ()):
     if isinstance(x, float):
         return float("nan")
     if isinstance(x, (list, tuple)):
-        return type(x)(knocked_out(v, args) for v in x)
+        return type(x)(knocked_out(v, args, keep_scalars) for v in x)
     return x

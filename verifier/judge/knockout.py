@@ -7,7 +7,10 @@ with every kernel launch of its own extensions skipped. If the output is still c
 part of it.
 
 How: one extra correctness trial, in its own execution child, only for a correct candidate whose forward ran
-PyTorch compute (the one case where the partial policy's answer is not simply the verdict's):
+PyTorch compute (the one case where the partial policy's answer is not simply the verdict's), and on cpu for one whose
+forward made tensor data with allowed copies beside its own calls and no compute (``ops.MOVES_DATA``: whose data the
+output is decides C02 under both policies; there the own calls' Python numbers are handed back as they were,
+``keep_scalars``):
 - the verifier compiles ``knockout_shim.c`` once per build root and compiler (``shim_library``) and writes
   ``knockout.json`` (the shim's path) into the job directory;
 - the child (verifier/child/worker.py, with verifier/child/knockout.py ``ChildKnockout``) reads and deletes that
@@ -157,16 +160,20 @@ class KnockoutResult:
 
 
 def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_driven,
-                 backend: str = "cuda") -> KnockoutResult:
+                 backend: str = "cuda", keep_scalars: bool = False) -> KnockoutResult:
     """One correctness trial of the candidate of ``w`` (judge.Work) on the task of ``plan`` (api.TaskPlan) with its
     own launches skipped (cuda) or its own functions' calls knocked out (cpu), in its own execution child on
     ``backend``, judged here. Called from judge._legality_outcome
     in the verifier's device work (verifier/execute/locks.py device_work), after every file of the candidate's main
     job was read: the slot's job root is emptied first (unless ``keep_jobs``). Never raises: a failure on the
     verifier's side is an inconclusive result saying what failed. ``make_job``, ``job_dir_of`` and ``run_driven``
-    are verifier/runs.py's ``new_job``, ``new_job_dir`` and ``run_driven`` (passed in: runs imports the judge)."""
+    are verifier/runs.py's ``new_job``, ``new_job_dir`` and ``run_driven`` (passed in: runs imports the judge).
+    ``keep_scalars`` (cpu): the own calls' tensors knocked out, their Python numbers handed back as they were (a size
+    or a flag the candidate's function worked out, which PyTorch's copies then use: the question is whose tensor
+    data the output is)."""
     try:
-        marker = {"shim": str(shim_library(build_root))} if backend == "cuda" else {"calls": True}
+        marker = {"shim": str(shim_library(build_root))} if backend == "cuda" else \
+            {"calls": True, "keep_scalars": bool(keep_scalars)}
     except (KnockoutError, OSError, subprocess.SubprocessError) as e:
         return KnockoutResult(INCONCLUSIVE, f"the knockout shim could not be built ({str(e)[:300]})")
     for attempt in range(1, KNOCKOUT_ATTEMPTS + 1):

@@ -29,6 +29,7 @@ from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import FLAGS_FILE, ChildReport, ContractError, Job
 from verifier.common.inputs import as_list
+from verifier.common.ops import MOVES_DATA
 from verifier.execute import admission
 from verifier.execute.channel import Ledger, progress
 from verifier.judge import feedback
@@ -520,7 +521,12 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     ran = bool(ev.torch_codes)  # PyTorch compute the runtime monitors saw
     found = bool(w.torch_findings or w.binary_torch)  # and what the scans outside the process found
     unrun = found and not ran
-    knocked = knockout() if (ran or unrun) and knockout is not None and own_kernels_ran(report) else None
+    # cpu: forward made tensor data with PyTorch's copies beside its own calls, and no monitor saw compute: whose data
+    # the output is, the knockout says (its own calls' tensors knocked out, their Python numbers kept)
+    moved = (v.backend == "cpu" and not ran and not unrun
+             and any(MOVES_DATA.intersection(t.dispatched_ops) for t in report.trials))
+    knocked = (knockout(keep_scalars=True) if moved else knockout()) \
+        if (ran or unrun or moved) and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
         if knocked.verifier_failure and cfg.legality == "partial":
@@ -532,6 +538,10 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
         if not knocked.conclusive:
             w.notes.append(f"Partial legality: the knockout run (your kernels' launches or calls skipped) was inconclusive: "
                            f"{knocked.detail}; the share of device time decided instead.")
+    if moved and knocked is not None and knocked.conclusive and knocked.outcome == "no_contribution":
+        ev.add(cheats.C02, "Your own functions produce no part of the output's data: with their tensors knocked out "
+                           f"it is still correct ({knocked.detail}); the answer is PyTorch's copies (.contiguous(), "
+                           "cat, clone), which may move data for your kernels but are not the task's work.")
     partial_ok, why_not = own_work_ok(report, cfg, v, knocked)
     strict = cheats.decide(ev.seen("strict", found, partial_ok))
     partial = cheats.decide(ev.seen("partial", found, partial_ok))
