@@ -433,3 +433,18 @@ def test_the_reward_counts_the_speedups_lower_bound_and_is_monotone_in_it():
     assert r(100.0) == 4.0
     # a verdict without an interval (written before intervals existed) counts its point speedup as before
     assert reward_for(Verdict("y", status="pass", correct=True, speedup_eager=2.0)) == 2.0
+
+
+@pytest.mark.parametrize("decorator", ["torch.jit.ignore", "torch.jit.unused", "torch.jit.export",
+                                       "torch.compiler.disable", "torch.fx.wrap"])
+def test_a_marking_decorator_on_the_kernels_helper_is_no_finding(decorator):
+    """(docs/ANTI_CHEAT.md class 67) a helper that launches the kernel, marked for TorchScript, the compiler or FX so
+    that the model stays scriptable: the decorator computes nothing (it was "hands torch.jit.ignore on as a value",
+    C01, then C19 for a path no monitor saw run). ``torch.compile`` as the decorator is still PyTorch compute."""
+    helper = "    @{}\n    def run(self, x):\n        return ext.relu(x.contiguous())\n\n    def forward(self, x):"
+
+    def with_helper(dec: str) -> str:
+        return fx.cpu_candidate("return self.run(x)").replace("    def forward(self, x):", helper.format(dec))
+
+    assert scan(with_helper(decorator), "cpu").findings == []
+    assert cheats.C01 in scan(with_helper("torch.compile"), "cpu").cheat_codes

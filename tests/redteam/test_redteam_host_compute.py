@@ -10,7 +10,8 @@ methods, not in a module-level helper that forward calls.
 Values read whole with no aten op (class 64): a host tensor's ``tolist`` reads its storage in C++ and ``numpy`` shares
 it, so with the method's name out of the static scan's reach (``getattr(x, name)``, the name from the environment)
 the answer computed in Python or numpy passed on the cpu backend. The dispatch monitor now counts a host tensor's
-``tolist`` and ``numpy`` (``monitors.HOST_READS``) as it counts ``item``; and ``tolist`` is no static finding of its
+``tolist`` and ``numpy``, and ``apply_`` / ``map_`` / ``map2_`` (a Python callable on every element), as it counts
+``item`` (``monitors.HOST_READS``); and ``tolist`` is no static finding of its
 own (a few ints handed to a kernel as a list were C19): its bytes decide, as ``item``'s do.
 
 The same cheat without numpy: the answer computed in plain Python, element by element, from values read out of the
@@ -124,6 +125,10 @@ PYTHON_CHEATS = {
         "xc = x.contiguous()\next.touch(xc)\na = getattr(xc, self.view)()\n"
         "return torch.tensor((a + abs(a)) / 2, dtype=x.dtype)",
         imports="import os", init="self.view = os.environ.get('KM_VIEW', 'num' + 'py')"),
+    # a Python callable run on every element by Tensor.apply_ (no aten op), named through operator.methodcaller
+    "elements_rewritten_by_apply_": fx.cpu_candidate(
+        "y = torch.empty_like(x)\next.relu_into(x.contiguous(), y)\ny.copy_(x)\n"
+        "operator.methodcaller('apply_', lambda v: v if v > 0 else 0.0)(y)\nreturn y", imports="import operator"),
 }
 PYTHON_HONEST = {  # a scalar read per call (a parameter's value) beside the kernel that does the work
     "one_scalar_read_per_call": fx.cpu_candidate(
@@ -151,7 +156,7 @@ def test_every_way_of_reading_values_into_python_counts_per_call():
     x = torch.randn(17, 1024)
     for read in (lambda t: [v.item() for v in t.view(-1)], lambda t: [float(v) for v in t.view(-1)],
                  lambda t: [t.view(-1)[k].item() for k in range(t.numel())], lambda t: t.tolist(),
-                 lambda t: t.numpy().sum()):
+                 lambda t: t.numpy().sum(), lambda t: t.clone().apply_(abs)):
         rec = DispatchRecorder()
         watched(read, rec)(x)
         assert rec.to_host_bytes == x.numel() * 4 > checks.HOST_COPY_LIMIT

@@ -31,8 +31,10 @@ classes 55 to 65).
 
 - A weight kept in a layout of its own (class 63): the child copies the reference's parameters into ModelNew where
   the names and shapes agree, so a square weight drawn as the reference draws it and stored transposed once was
-  overwritten, and its kernel wrong on every element. A parameter holding the reference's values in another order
-  keeps its own; one of other values (the weight scaled) still gets the reference's, and its kernel is wrong.
+  overwritten, and its kernel wrong on every element; so was one with a constant scale folded into its weight and
+  bias. A construction that leaves the seeded generator where the reference's left it drew what the reference drew:
+  its parameters are its own (KernelBench's seeded construction). One drawn otherwise still gets the reference's
+  values (and passes with them), but for a parameter holding exactly the reference's values in another order.
 
 - A reference returning a Python float (``.item()``, class 65): the child calls an output that is no tensor C10, so
   an honest candidate returning what its reference returns got -1. Such a task is the task's fault: a task_error for
@@ -324,6 +326,21 @@ PRETRANSPOSED = program("x", "ext.linear(x, self.fc.weight.t(), self.fc.bias, 0)
         with torch.no_grad():  # stored as W^T once; the kernel is handed W back as a view
             self.fc.weight.copy_(self.fc.weight.t().contiguous())
 ''')
+# the same layer with a constant scale after it: the candidate folds the scale into its weight and bias once
+FOLD_TASK = Task.from_code(SQUARE_TASK.reference_code.replace("return self.fc(x)", "return self.fc(x) * 1.5"),
+                           name="square_linear_scaled", source="seed", level=1)
+FOLDED = PRETRANSPOSED.replace("self.fc.weight.copy_(self.fc.weight.t().contiguous())",
+                               "self.fc.weight.mul_(1.5)\n            self.fc.bias.mul_(1.5)").replace(
+    "# stored as W^T once; the kernel is handed W back as a view", "# the task's scale folded in once").replace(
+    "self.fc.weight.t()", "self.fc.weight")
+# drawn otherwise (a draw before the layer's): the reference's values are copied in, and the kernel is right with them
+DRAWN_OTHERWISE = program("x", "ext.linear(x, self.fc.weight, self.fc.bias, 0)").replace('''    def __init__(self):
+        super().__init__()
+''', '''    def __init__(self, n):
+        super().__init__()
+        self.jitter = float(torch.rand(()))
+        self.fc = nn.Linear(n, n)
+''')
 SCALED = PRETRANSPOSED.replace("self.fc.weight.copy_(self.fc.weight.t().contiguous())",
                                "self.fc.weight.copy_(self.fc.weight.t() * 2)")
 # a reference returning a Python float (``.item()``): the task's fault, as a constant output is (class 65)
@@ -349,7 +366,9 @@ CASES = {
     "luma_planes_of_the_benchmark_baked_in": (LUMA, "ext.luma(x, 1)", "cheat", cheats.C14),
     "honest_weight_stored_transposed": (SQUARE_TASK, PRETRANSPOSED, "pass", None),
     "task_whose_reference_returns_a_python_float": (PY_FLOAT, "ext.nansum_rows(x).sum().item()", "task_error", None),
-    "weight_of_other_values_is_the_references": (SQUARE_TASK, SCALED, "wrong", None),
+    "weight_of_other_values_is_wrong": (SQUARE_TASK, SCALED, "wrong", None),
+    "honest_scale_folded_into_the_weights": (FOLD_TASK, FOLDED, "pass", None),
+    "honest_drawn_otherwise_gets_the_references_values": (SQUARE_TASK, DRAWN_OTHERWISE, "pass", None),
 }
 
 

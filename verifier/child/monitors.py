@@ -110,9 +110,11 @@ class DispatchRecorder(TorchDispatchMode):
 
 
 # Tensor methods that hand a host tensor's data to Python with no aten op (``tolist`` reads the storage in C++,
-# ``numpy`` shares it; ``__array__``, numpy's conversion, goes through ``numpy``): counted as the dispatched reads are,
-# while a call is watched. A device tensor's reach the host by a copy, which the dispatch above counts.
-HOST_READS = ("tolist", "numpy")
+# ``numpy`` shares it, ``__array__``, numpy's conversion, goes through ``numpy``; ``apply_``, ``map_`` and ``map2_``
+# run a Python callable on every element): counted as the dispatched reads are, while a call is watched (the tensor
+# the method is called on; ``map_``'s and ``map2_``'s others as well). A device tensor's reach the host by a copy,
+# which the dispatch above counts.
+HOST_READS = ("tolist", "numpy", "apply_", "map_", "map2_")
 
 
 def _watch_host_reads(recorder: "DispatchRecorder") -> dict:
@@ -123,8 +125,9 @@ def _watch_host_reads(recorder: "DispatchRecorder") -> dict:
         real = getattr(torch.Tensor, name)
 
         def read(t, *args, _real=real, **kwargs):
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                recorder._call_bytes += t.numel() * t.element_size()
+            for x in (t, *args):
+                if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+                    recorder._call_bytes += x.numel() * x.element_size()
             return _real(t, *args, **kwargs)
 
         setattr(torch.Tensor, name, read)

@@ -268,6 +268,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         # constructed on the cpu before the hold is asked for (the weights' draws are host work, seconds for a large
         # network): only the copy to the device is device work
         model, init = cpu_model(ref, job.init_seed, job.reference_code, job.eval_mode)
+        ref_draws = torch.random.get_rng_state()  # where the reference's construction left the generator
         clock.phase("load_reference")
         if job.backend == "cuda":
             lock.acquire(False, job.lock_wait_s)
@@ -306,17 +307,22 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         init_c = init_inputs(ref, job.init_seed, device, job.reference_code)
         seed_everything(job.init_seed)
         with giving_way(lock, backend, job.lock_wait_s):
-            model_new = cand.ModelNew(*init_c).to(device)
+            model_new = cand.ModelNew(*init_c)
+            same_draws = torch.equal(torch.random.get_rng_state(), ref_draws)
+            model_new = model_new.to(device)
         if job.eval_mode:
             model_new.eval()
     except Exception:  # noqa: BLE001
         report.init_error = traceback.format_exc(limit=4)[-3000:]
         return report
     sd_ref, sd_new = model.state_dict(), model_new.state_dict()
-    if sd_ref and list(sd_ref) == list(sd_new) and all(sd_ref[k].shape == sd_new[k].shape for k in sd_ref):
-        # the reference's values where the candidate's construction did not draw them; one that holds exactly the
-        # reference's values rearranged (a weight stored transposed once, as KernelBench's seeded construction lets a
-        # kernel do) keeps its own layout: copied over, that honest kernel was wrong on every element
+    # A construction that drew from the seeded generator exactly what the reference's did (the generator left where
+    # the reference's left it) holds the reference's draws, whatever it then made of them (a weight stored
+    # transposed, a constant scale folded in): its parameters are its own, as under KernelBench's seeded construction.
+    # Copied over, those honest kernels were wrong on every element. Another construction gets the reference's values
+    # where the names and shapes agree, but for a parameter that holds exactly the reference's values rearranged.
+    if (not same_draws and sd_ref and list(sd_ref) == list(sd_new)
+            and all(sd_ref[k].shape == sd_new[k].shape for k in sd_ref)):
         model_new.load_state_dict({k: sd_new[k] if _same_draw(sd_new[k], v) else v for k, v in sd_ref.items()})
         report.copied_parameters = True
     ref_cls = ref.Model

@@ -38,6 +38,9 @@ TORCH_ALLOWED = TORCH_QUERIES | {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
     "tensor", "as_tensor", "Size", "device", "dtype", "no_grad", "inference_mode", "numel",
     "set_grad_enabled", "finfo", "iinfo", "Tensor",
+    # decorators that mark a function for TorchScript, the compiler or FX and compute nothing (a model's helper that
+    # launches the kernel, written so that the model stays scriptable)
+    "jit.ignore", "jit.unused", "jit.export", "compiler.disable", "_dynamo.disable", "fx.wrap",
     "cuda.current_stream", "cuda.synchronize", "cuda.current_device", "cuda.is_available", "cuda.device",
     "cuda.get_device_properties", "cuda.device_count", "cuda.get_device_capability", "cuda.default_stream",
     "utils.cpp_extension.load_inline", "cpp_extension.load_inline", "load_inline",
