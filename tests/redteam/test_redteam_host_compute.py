@@ -10,7 +10,7 @@ methods, not in a module-level helper that forward calls.
 Values read whole with no aten op (class 64): a host tensor's ``tolist`` reads its storage in C++ and ``numpy`` shares
 it, so with the method's name out of the static scan's reach (``getattr(x, name)``, the name from the environment)
 the answer computed in Python or numpy passed on the cpu backend. The dispatch monitor now counts a host tensor's
-``tolist`` and ``numpy``, and ``apply_`` / ``map_`` / ``map2_`` (a Python callable on every element), as it counts
+``tolist``, ``numpy`` and ``__dlpack__`` (``np.from_dlpack``), and ``apply_`` / ``map_`` / ``map2_`` (a Python callable on every element), as it counts
 ``item`` (``monitors.HOST_READS``); and ``tolist`` is no static finding of its
 own (a few ints handed to a kernel as a list were C19): its bytes decide, as ``item``'s do.
 
@@ -156,7 +156,8 @@ def test_every_way_of_reading_values_into_python_counts_per_call():
     x = torch.randn(17, 1024)
     for read in (lambda t: [v.item() for v in t.view(-1)], lambda t: [float(v) for v in t.view(-1)],
                  lambda t: [t.view(-1)[k].item() for k in range(t.numel())], lambda t: t.tolist(),
-                 lambda t: t.numpy().sum(), lambda t: t.clone().apply_(abs)):
+                 lambda t: t.numpy().sum(), lambda t: t.clone().apply_(abs),
+                 lambda t: __import__("numpy").from_dlpack(t).sum()):
         rec = DispatchRecorder()
         watched(read, rec)(x)
         assert rec.to_host_bytes == x.numel() * 4 > checks.HOST_COPY_LIMIT

@@ -110,11 +110,12 @@ class DispatchRecorder(TorchDispatchMode):
 
 
 # Tensor methods that hand a host tensor's data to Python with no aten op (``tolist`` reads the storage in C++,
-# ``numpy`` shares it, ``__array__``, numpy's conversion, goes through ``numpy``; ``apply_``, ``map_`` and ``map2_``
+# ``numpy`` and ``__dlpack__`` (``np.from_dlpack``'s) share it, ``__array__``, numpy's conversion, goes through
+# ``numpy``; ``apply_``, ``map_`` and ``map2_``
 # run a Python callable on every element): counted as the dispatched reads are, while a call is watched (the tensor
 # the method is called on; ``map_``'s and ``map2_``'s others as well). A device tensor's reach the host by a copy,
 # which the dispatch above counts.
-HOST_READS = ("tolist", "numpy", "apply_", "map_", "map2_")
+HOST_READS = ("tolist", "numpy", "__dlpack__", "apply_", "map_", "map2_")
 
 
 def _watch_host_reads(recorder: "DispatchRecorder") -> dict:
