@@ -161,3 +161,25 @@ def test_pytorch_compute_the_extension_imports_is_judged_outside_its_process(ver
         assert v.cheats == [cheats.C19], v.cheats
         p = verdicts["partial"][route]
         assert p.status == "pass" and p.pass_partial and p.pass_strict is False, (p.status, p.cheats, p.feedback[:600])
+
+
+def test_glibcs_vector_math_under_fast_math_is_the_c_runtime(tmp_path):
+    """(docs/ANTI_CHEAT.md class 69) GCC turns a loop of expf / log1pf into calls of glibc's vector math library
+    (libmvec) under -O3 -ffast-math, the flags frontier models put on CPU answers, and the module then links
+    libmvec.so.1: an honest softplus was C01 ("a library outside the C/C++ runtimes"). libmvec is libm's code and is
+    linkable as libm is; a library of another's compute still is not."""
+    import shutil
+    import subprocess
+
+    from verifier.front.binary import needed_libraries, scan_library
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.fail("no C++ compiler on this machine: the verifier's builds need one too")
+    src = tmp_path / "softplus.cpp"
+    src.write_text('#include <cmath>\nextern "C" void softplus(const float* x, float* y, long n) {\n'
+                   "    for (long i = 0; i < n; ++i) y[i] = std::log1p(std::exp(x[i]));\n}\n")
+    so = tmp_path / "softplus.so"
+    subprocess.run([cxx, "-O3", "-ffast-math", "-shared", "-fPIC", str(src), "-o", str(so)], check=True)
+    assert any("libmvec" in lib for lib in needed_libraries(so)), needed_libraries(so)
+    assert scan_library(so, [src.read_text()]) == []

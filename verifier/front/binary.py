@@ -273,7 +273,9 @@ _CCCL_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:cub|thrust|cuda|nv)/', re.
 # runtime, driver, NVRTC and NVTX (CUDA's compute libraries are allowed to link here: what the module imports from
 # them is judged by SYMBOL_PATTERNS). Any other library is code that is not the candidate's kernel (numpy's
 # OpenBLAS linked by path, a BLAS or FFT library of the system): deny by default.
-LINKABLE = re.compile(r"^(?:lib(?:c|m|dl|rt|pthread|util|stdc\+\+|gcc_s|atomic|gomp|omp|iomp5|tbb\w*|c10\w*|torch\w*|shm|"
+# libmvec: glibc's vector forms of libm's functions, which GCC calls for a loop of expf/logf/sinf under -O3 -ffast-math
+# (the flags frontier models put on CPU answers): libm's code, as the scalar calls are (an honest softplus was C01)
+LINKABLE = re.compile(r"^(?:lib(?:c|m|mvec|dl|rt|pthread|util|stdc\+\+|gcc_s|atomic|gomp|omp|iomp5|tbb\w*|c10\w*|torch\w*|shm|"
                       r"cudart|cuda|nvrtc[\w-]*|nvToolsExt|nvtx\w*|cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|"
                       r"curand|python3[\w.]*)|ld-linux[\w.-]*)\.so(?:\.[\w.]+)?$")
 
