@@ -329,3 +329,43 @@ def test_an_operator_defined_with_its_function_passes(build_dir):
                    LIBRARY.replace("kmredteam_relu", "kmredteam_relu_def"))
     v = entry.verify_candidate(RELU_TASK, code, backend="cpu", config=config(build_dir))
     assert v.status == "pass", (v.cheats, v.feedback)
+
+
+# ---- an operator defined from Python (torch.library.custom_op) around the candidate's own kernel (class 70)
+PY_OP = '''
+@torch.library.custom_op("kmpy::relu", mutates_args=())
+def relu_op(x: torch.Tensor) -> torch.Tensor:
+    return {body}
+
+
+@relu_op.register_fake
+def _(x):
+    return torch.empty_like(x)
+'''
+PY_OP_CASES = {
+    "honest_python_operator_around_the_kernel": (fx.cpu_candidate(
+        "return torch.ops.kmpy.relu(x)", module=PY_OP.format(body="ext.relu(x.contiguous())")), "pass", None),
+    "python_operator_whose_body_is_pytorch": (fx.cpu_candidate(
+        "ext.touch(x.contiguous())\nreturn torch.ops.kmpy.relu(x)", module=PY_OP.format(body="torch.relu(x)")),
+        "cheat", cheats.C01),
+}
+
+
+@pytest.fixture(scope="module")
+def py_op_verdicts(shared_build_dir):
+    return fx.verify_cpu(fx.RELU_TASK, {n: c for n, (c, _, _) in PY_OP_CASES.items()}, shared_build_dir,
+                         task_name="python_operator")
+
+
+@pytest.mark.parametrize("name", list(PY_OP_CASES))
+def test_an_operator_defined_from_python_is_the_candidates_own(py_op_verdicts, name):
+    """``torch.ops.kmpy.relu`` of a namespace the candidate's Python creates (``torch.library.custom_op``) was read as
+    PyTorch compute (C19 where no monitor saw compute): its namespace is the candidate's own, as one its C++ creates
+    with TORCH_LIBRARY (``static_literal.python_operator_namespaces``); what the operator runs is judged as it runs."""
+    _, status, code = PY_OP_CASES[name]
+    v = py_op_verdicts[name]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback[:600])
+    if code:
+        assert code in v.cheats, (name, v.cheats)
+    else:
+        assert v.cheats == [] and "kmpy" in scan(PY_OP_CASES[name][0], "cpu").operator_namespaces

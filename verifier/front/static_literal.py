@@ -298,6 +298,34 @@ def operator_libraries(sources: list[str]) -> OperatorLibraries:
     return OperatorLibraries(own, foreign)
 
 
+_PY_OPERATOR_APIS = {"custom_op": 0, "define": 0, "triton_op": 0, "Library": 0}
+
+
+def python_operator_namespaces(tree: ast.AST) -> set[str]:
+    """The operator namespaces the candidate's Python creates with PyTorch's custom-operator API, written as
+    constants: ``torch.library.custom_op("ns::name", ...)`` (a decorator or a call), ``torch.library.define("ns::name",
+    ...)``, ``torch.library.Library("ns", "DEF")``; PyTorch's own namespaces left out. What such an operator runs is
+    its Python body, which the scans read as any code forward reaches and the monitors watch as it runs."""
+    out = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        if name not in _PY_OPERATOR_APIS or not node.args:
+            continue
+        first = node.args[0]
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            continue
+        if name == "Library":
+            kind = node.args[1] if len(node.args) > 1 else None
+            if isinstance(kind, ast.Constant) and kind.value in ("DEF", "FRAGMENT"):
+                out.add(first.value.strip())
+        elif "::" in first.value:
+            out.add(first.value.split("::", 1)[0].strip())
+    return {ns for ns in out if ns.isidentifier()} - torch_namespaces()
+
+
 def extension_sources(specs: list[ExtensionSpec]) -> list[str]:
     """The C++ and CUDA source texts the static stage could read from ``specs``."""
     out = []

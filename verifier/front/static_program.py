@@ -18,6 +18,7 @@ from verifier.front.static_literal import (
     exported_functions,
     extension_sources,
     operator_libraries,
+    python_operator_namespaces,
     resolve_extensions,
 )
 from verifier.front.static_rules import (
@@ -103,6 +104,7 @@ class Program:
         # PyTorch's custom-operator API: the namespaces the candidate's C++ creates are its own (a call of
         # torch.ops.<ns>.<op> is a call of its extension); a registration into any other namespace is judged below
         self.libraries = operator_libraries(extension_sources(report.extensions))
+        self.libraries.own |= python_operator_namespaces(tree)  # and those its Python creates (torch.library)
         report.operator_namespaces = sorted(self.libraries.own)
         # Construction and the import may compute with torch (parameter initialisation as
         # nn.Linear.reset_parameters does it, buffers, a module-level table): that runs before any input exists, so
