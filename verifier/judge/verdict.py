@@ -525,7 +525,7 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     # the output is, the knockout says (its own calls' tensors knocked out, their Python numbers kept)
     moved = (v.backend == "cpu" and not ran and not unrun
              and any(MOVES_DATA.intersection(t.dispatched_ops) for t in report.trials))
-    knocked = knockout(keep_scalars=moved) \
+    knocked = (knockout(keep_scalars=True) if moved else knockout()) \
         if (ran or unrun or moved) and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
