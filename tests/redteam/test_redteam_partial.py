@@ -281,7 +281,7 @@ def _outcome(legality: str, knocked: KnockoutResult | None, torch_codes=(cheats.
     ev = Evidence(torch_codes=set(torch_codes), details=["Runtime check: forward ran PyTorch compute ops: aten::mm."])
     calls = []
 
-    def run():
+    def run(keep_scalars: bool = False):  # as the engine's knockout
         calls.append(1)
         if knocked is None:
             raise AssertionError("the knockout ran where the partial policy's answer did not need it")

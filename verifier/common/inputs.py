@@ -123,7 +123,8 @@ def draw_inputs(get_inputs, seed: int, device: str, program_text: str = "", othe
 # (``other_size``: 1000 -> 1400, 3072 -> 4608); a later variant keeps every small factor whatever the step
 # (``other_size_keeping_all``: 96 -> 192), for a task that needs one the first dropped.
 # A size below ``MIN_SIZE`` (8), named or written, stays put: 3 channels of an RGB image, 2 of a pair, 4 of a box are
-# what the task means, not a benchmark size (docs/ANTI_CHEAT.md class 61).
+# what the task means, and a kernel may rely on them as on anything the task guarantees (changed, an honest
+# ``TORCH_CHECK(img.size(1) == 3)`` was C14: docs/ANTI_CHEAT.md class 61); the larger sizes still change.
 
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
         ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
@@ -251,11 +252,7 @@ def size_constants(program_text: str) -> tuple[list[str], list[int]]:
     return names, literals
 
 
-# sizes below this stay put on the extra shape: a dimension of 3 (an RGB image, a point in space), 2 (a pair) or 4 (a box,
-# a quaternion) is what the task means, and a kernel may rely on it as on anything the task guarantees; changed, an
-# honest `TORCH_CHECK(img.size(1) == 3)` was C14 while the reference read channels 0..2 of four. A kernel that
-# hard-codes the task's larger sizes still meets another shape.
-MIN_SIZE = 8
+MIN_SIZE = 8  # sizes below this stay put on the extra shape (the section's comment above)
 
 _FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "full", "randint", "randperm", "eye", "arange", "normal",
               "rand_like", "Tensor", "FloatTensor"}

@@ -298,7 +298,7 @@ def operator_libraries(sources: list[str]) -> OperatorLibraries:
     return OperatorLibraries(own, foreign)
 
 
-_PY_OPERATOR_APIS = {"custom_op": 0, "define": 0, "triton_op": 0, "Library": 0}
+_PY_OPERATOR_APIS = frozenset({"custom_op", "define", "triton_op", "Library"})
 
 
 def python_operator_namespaces(tree: ast.AST) -> set[str]:

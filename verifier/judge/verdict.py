@@ -506,7 +506,7 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     """A correct candidate that passed every other check: what the strict and the partial legality policies
     say (both recorded, each the catalogue's checks over what was seen: ``cheats.decide``), and the verdict under
     ``cfg.legality``. Where forward ran PyTorch compute beside own
-    kernels that ran on every trial, ``knockout()`` (a zero-argument callable; verifier/judge/knockout.py) runs
+    kernels that ran on every trial, ``knockout(keep_scalars=...)`` (verifier/judge/knockout.py; Python numbers kept on cpu's data-movement run) runs
     the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do.
 
     PyTorch compute the static scan found (``w.torch_findings``), or the built extension imports
@@ -525,7 +525,7 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     # the output is, the knockout says (its own calls' tensors knocked out, their Python numbers kept)
     moved = (v.backend == "cpu" and not ran and not unrun
              and any(MOVES_DATA.intersection(t.dispatched_ops) for t in report.trials))
-    knocked = (knockout(keep_scalars=True) if moved else knockout()) \
+    knocked = knockout(keep_scalars=moved) \
         if (ran or unrun or moved) and knockout is not None and own_kernels_ran(report) else None
     if knocked is not None:
         v.versions["knockout"] = knocked.to_dict()
