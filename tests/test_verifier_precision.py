@@ -38,8 +38,9 @@ from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, _pick_size_change, load_reference, verify_batch
 from verifier.common.backends import CPU_POISON_BYTE
-from verifier.common.inputs import (SIZE_RATIOS, build_model, digest, draw_inputs, other_size, other_size_keeping_all, size_changes,
-                             size_constants, variant_program)
+from verifier.common.inputs import build_model, digest, draw_inputs
+from verifier.common.shapes import (SIZE_RATIOS, other_size, other_size_keeping_all, size_changes, size_constants,
+                                    variant_program)
 from verifier.serve.metrics import summarize_verdicts
 from verifier.judge.budgets import budget_for
 from verifier.judge.outputs import Digest, Evidence, check_outputs

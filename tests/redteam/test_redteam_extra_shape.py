@@ -2,11 +2,12 @@
 
 A kernel correct for exactly the benchmark size and the one extra size a fixed 3/2 step gives (384 and 576) passed
 every trial. The step is drawn at random per plan, in the verifier's process, among 5/4, 3/2, 7/4 and 2 of the
-task's own size constants (verifier/inputs.SIZE_RATIOS): no single extra size can be counted on."""
+task's own size constants (verifier/common/shapes.py SIZE_RATIOS): no single extra size can be counted on."""
 
 import torch
 
-from verifier.common.inputs import SIZE_RATIOS, build_model, draw_inputs, size_changes
+from verifier.common.inputs import build_model, draw_inputs
+from verifier.common.shapes import SIZE_RATIOS, size_changes
 from verifier.judge.plan import _pick_size_change, load_reference
 
 TASK = '''import torch

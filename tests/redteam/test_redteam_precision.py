@@ -19,7 +19,8 @@ from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, _pick_size_change, load_reference, verify_batch
 from verifier.common.backends import CPU_POISON_BYTE
-from verifier.common.inputs import build_model, digest, draw_inputs, size_changes
+from verifier.common.inputs import build_model, digest, draw_inputs
+from verifier.common.shapes import size_changes
 from verifier.judge.budgets import error_and_scale
 from verifier.judge.outputs import Digest, Evidence, check_outputs
 from verifier.judge.reduction import SCAN_ROWS, ReductionTracker, RefStats

@@ -411,7 +411,7 @@ def test_value_kind_case(verdicts, name):
 def test_sizes_below_eight_stay_put_on_the_extra_shape():
     """The size changes of the luma task leave its three channels alone and change the batch, height and width;
     a named constant below 8 stays too."""
-    from verifier.common.inputs import SIZE_RATIOS, size_changes
+    from verifier.common.shapes import SIZE_RATIOS, size_changes
 
     for ratio in SIZE_RATIOS:
         changes = size_changes(LUMA.reference_code, ratio)

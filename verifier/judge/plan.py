@@ -19,7 +19,6 @@ from kernelmill.errors import InputError
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import Job
 from verifier.common.inputs import (
-    SIZE_RATIOS,
     as_list,
     cpu_model,
     draw_inputs,
@@ -27,8 +26,8 @@ from verifier.common.inputs import (
     meta_output_bytes,
     nbytes,
     same,
-    size_changes,
 )
+from verifier.common.shapes import SIZE_RATIOS, size_changes
 from verifier.execute import admission
 from verifier.execute.channel import Ledger
 from verifier.execute.locks import device_work, give_back_cache, lock_wait_s
@@ -68,7 +67,7 @@ class TaskPlan:
     text: str
     device: str
     reproducible: bool = True  # get_inputs gives the same inputs for the same seed (else they are shipped)
-    other_shape: str = ""  # the extra-shape trial's size change (verifier.common.inputs.SizeChange as JSON), "" for none
+    other_shape: str = ""  # the extra-shape trial's size change (verifier.common.shapes.SizeChange as JSON), "" for none
     input_bytes: int = 0
     output_bytes: int = 0  # the reference's outputs on the plan's draw
     weight_bytes: int = 0  # the reference model's parameters and buffers
@@ -338,7 +337,7 @@ def _other_shape_scale(plan: TaskPlan, seed: int) -> float:
 
 
 def _pick_size_change(ref_mod, model, text: str, seed: int, device: str, inputs: list) -> tuple[str, int]:
-    """(a size change of the task's own constants (verifier.common.inputs.size_changes, its step drawn at random among
+    """(a size change of the task's own constants (verifier.common.shapes.size_changes, its step drawn at random among
     SIZE_RATIOS, the others tried after it) whose inputs the reference accepts and whose shapes differ from the benchmark's, the bytes of the reference's outputs on
     it); ("", 0) when there is none. The outputs are measured, not scaled from the inputs: a matmul's inputs
     grow 1.5x where its output grows 2.25x (KernelBench's small-K matmul: 4 GiB -> 9 GiB)."""
