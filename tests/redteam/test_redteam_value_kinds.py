@@ -40,6 +40,11 @@ classes 55 to 65).
   an honest candidate returning what its reference returns got -1. Such a task is the task's fault: a task_error for
   every candidate, as a reference whose output does not depend on its inputs is.
 
+- A reference writing into its input (class 90: ``x.nan_to_num_(0.0)``, ``x.relu_()``, ``nn.ReLU(inplace=True)``
+  on an input): a faithful copy writes the input too and was C07, where every candidate must leave its inputs as they
+  were. The plan sees the reference change its inputs (an identical draw it never saw compared): a task_error for
+  every candidate, the task's fault; a candidate writing the input of a reference that does not is still C07.
+
 - Nested outputs (class 60): the child looked one level into a tuple, so ``output, (h, c)`` returned as the
   reference returns it was C10 ("not a plain torch.Tensor"). The child, the harness and the judge now read the
   outputs flattened in order (``inputs.as_list``): each leaf judged as any output.
@@ -345,6 +350,9 @@ SCALED = PRETRANSPOSED.replace("self.fc.weight.copy_(self.fc.weight.t().contiguo
                                "self.fc.weight.copy_(self.fc.weight.t() * 2)")
 # a reference returning a Python float (``.item()``): the task's fault, as a constant output is (class 65)
 PY_FLOAT = task("torch.nansum(x, dim=1).sum().item()", "x", "    return [torch.randn(64, 128)]", "python_float_output")
+# a reference writing into its input (NaN zeroed in place, then summed): the task's fault, as class 65's (class 90)
+IN_PLACE = task("torch.nansum(x.nan_to_num_(0.0), dim=1)", "x",
+                "    x = torch.randn(128, 512)\n    x[x > 1.5] = float('nan')\n    return [x]", "reference_writes_its_input")
 CASES = {
     # name: (task, forward's body, status, a cheat code it must carry or None)
     "honest_nansum_over_nan_inputs": (NANSUM, "ext.nansum_rows(x)", "pass", None),
@@ -366,6 +374,8 @@ CASES = {
     "luma_planes_of_the_benchmark_baked_in": (LUMA, "ext.luma(x, 1)", "cheat", cheats.C14),
     "honest_weight_stored_transposed": (SQUARE_TASK, PRETRANSPOSED, "pass", None),
     "task_whose_reference_returns_a_python_float": (PY_FLOAT, "ext.nansum_rows(x).sum().item()", "task_error", None),
+    "faithful_copy_of_a_reference_writing_its_input": (IN_PLACE, "ext.nansum_rows_filling(x)", "task_error", None),
+    "input_kept_beside_a_reference_writing_its_input": (IN_PLACE, "ext.nansum_rows(x)", "task_error", None),
     "weight_of_other_values_is_wrong": (SQUARE_TASK, SCALED, "wrong", None),
     "honest_scale_folded_into_the_weights": (FOLD_TASK, FOLDED, "pass", None),
     "honest_drawn_otherwise_gets_the_references_values": (SQUARE_TASK, DRAWN_OTHERWISE, "pass", None),
@@ -385,7 +395,7 @@ def verdicts(shared_build_dir):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_value_kind_case(verdicts, name):
-    _, _, status, code = CASES[name]
+    t, _, status, code = CASES[name]
     v = verdicts[name]
     assert v.status == status, (name, v.status, v.cheats, v.feedback)
     if code:
@@ -399,7 +409,9 @@ def test_value_kind_case(verdicts, name):
     if code == cheats.C13:
         assert "the task is float64" in v.feedback, v.feedback
     if status == "task_error":
-        assert not v.cheats and "the reference returns float where outputs are tensors" in v.feedback, v.feedback
+        why = ("the reference writes into its input 0" if t is IN_PLACE else
+               "the reference returns float where outputs are tensors")
+        assert not v.cheats and why in v.feedback and v.reward == 0.0, (v.reward, v.feedback)
     if name == "benchmark_sizes_asserted":
         assert "raised an error on another valid shape" in v.feedback, v.feedback
     if name == "honest_copy_of_a_stateful_reference":  # its timing unchecked: a speedup reported, never rewarded

@@ -35,7 +35,7 @@ import torch
 
 from verifier import cheats
 from verifier.common.config import VerifyConfig
-from verifier.common.inputs import as_list, cpu_model, digests_match
+from verifier.common.inputs import as_list, cpu_model, digests_match, same_values
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -348,6 +348,28 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             ev.add(cheats.C16, f"{what}: the output was wrong although the correctness trials passed (behaviour "
                                "differs when timed).")
             return
+
+
+def written_inputs(after: list, before: list) -> list[int]:
+    """The positions of the task's input tensors that its reference's forward changed: ``after`` the inputs it was
+    called on, ``before`` an identical draw it never saw (NaN equal to NaN, as the child's and the harness's input
+    checks read them)."""
+    return [i for i, (x, y) in enumerate(zip(after, before)) if isinstance(x, torch.Tensor)
+            and isinstance(y, torch.Tensor) and not same_values(x, y)]
+
+
+def inputs_fault(written: list[int]) -> str:
+    """Why no candidate can be judged on a reference that writes into its inputs ("" when it does not): a candidate
+    must leave its inputs as they were (C07, checked in the child after every trial and by the harness after every
+    timed call), so a faithful copy of an in-place reference (``x.relu_()``, ``nn.ReLU(inplace=True)`` on an input)
+    is called a cheat, and one that does not write its inputs returns what the reference returns on inputs it has
+    not written. Such a task is the task's fault, as one whose output does not depend on its inputs."""
+    if not written:
+        return ""
+    which = ", ".join(str(i) for i in written)
+    return (f"the reference writes into its input{'s' if len(written) > 1 else ''} {which} (an in-place op such as "
+            "`x.relu_()`, `x += ...` or `nn.ReLU(inplace=True)` on an input), while every candidate must leave its "
+            "inputs as they were: make the reference work on its own copy (`x = x.clone()`) or out of place")
 
 
 def reference_fault(out: list, out_other: list, same_inputs: bool, outs64: list | None = None) -> str:

@@ -33,7 +33,7 @@ from verifier.execute.channel import Ledger
 from verifier.execute.locks import device_work, give_back_cache, lock_wait_s
 from verifier.judge.budgets import error_and_scale
 from verifier.judge.numerics import FLOAT64_OWN, float64_model, real_view, widen
-from verifier.judge.outputs import RNG_LOCK, load_sealed, reference_fault
+from verifier.judge.outputs import RNG_LOCK, inputs_fault, load_sealed, reference_fault, written_inputs
 from verifier.judge.reduction import WIDE, NarrowFloats, ReductionTracker, RefStats
 
 
@@ -75,7 +75,7 @@ class TaskPlan:
     trial_scale: float = 1.0  # the largest trial's inputs over the benchmark's (the extra shape: up to 4)
     other_output_bytes: int = 0  # the reference's outputs on the extra shape (0: none, or not measured)
     skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
-    task_fault: str = ""  # the reference's output does not depend on its inputs: every verdict is a task_error
+    task_fault: str = ""  # no candidate can be judged on the reference (outputs.reference_fault, inputs_fault): task_error
     float64: str = ""  # "" when the float64 reference runs (measured tolerance), else why not (fixed tolerance)
     pooled: list = dataclasses.field(default_factory=list)  # per output: numerics.RefStats on the plan's draws
     # the reference keeps state between calls (KernelBench's VanillaRNN writes self.hidden in forward): its output
@@ -200,10 +200,11 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
                 b = draw_inputs(ref_mod.get_inputs, seed, device, reference_code)
                 plan.reproducible = same(a, b)
                 plan.input_bytes = nbytes(a)
-                del b
                 model = cpu.to(device)
                 rng = _rng_state()
                 out = as_list(model(*a))
+                written = written_inputs(a, b) if plan.reproducible else []
+                del b
                 plan.output_bytes = nbytes(out)
                 plan.weight_bytes = nbytes(list(model.parameters()) + list(model.buffers()))
             give_way()
@@ -217,7 +218,7 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
             with RNG_LOCK, torch.no_grad():
                 plan.float64, plan.pooled, outs64 = _float64_check(model, [a, c], [out, out_c], plan.input_bytes,
                                                                    free, cfg)
-                plan.task_fault = reference_fault(out, out_c, same(a, c), outs64)
+                plan.task_fault = reference_fault(out, out_c, same(a, c), outs64) or inputs_fault(written)
                 del c, out_c, outs64
             other = cfg.other_shape and plan.input_bytes <= (1 << 30) and not plan.task_fault
             if other:
