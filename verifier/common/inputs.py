@@ -163,19 +163,26 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def same(a: list, b: list) -> bool:
-    """Identical inputs (tensors equal in shape, dtype and values, NaN equal to NaN as ``same_values`` reads them:
-    a task that draws NaN into its inputs draws them again from the same seed; other values equal)."""
+    """Identical inputs (tensors equal in shape, dtype and values, NaN equal to NaN as ``same_values`` reads them: a
+    task that draws NaN into its inputs draws them again from the same seed; other values equal), read into the
+    lists, tuples and dicts an input holds (a list of tensors is one input: ``==`` of two such lists asks a tensor for
+    its truth value)."""
     if len(a) != len(b):
         return False
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return False
-        if isinstance(x, torch.Tensor):
-            if not same_values(x, y.to(x.device)):
-                return False
-        elif x != y:
-            return False
-    return True
+    return all(same_value(x, y) for x, y in zip(a, b))
+
+
+def same_value(x, y) -> bool:
+    """One input (or output) equal to another as ``same`` reads them: a tensor as ``same_values``, lists, tuples and
+    dicts element by element, anything else by ``==``."""
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and same_values(x, y.to(x.device))
+    if isinstance(x, (list, tuple)) or isinstance(y, (list, tuple)):
+        return type(x) is type(y) and same(list(x), list(y))
+    if isinstance(x, dict) or isinstance(y, dict):
+        return (isinstance(x, dict) and isinstance(y, dict) and list(x) == list(y)
+                and all(same_value(x[k], y[k]) for k in x))
+    return bool(x == y)
 
 
 def meta_input_bytes(get_inputs, program_text: str = "") -> int | None:

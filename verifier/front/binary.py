@@ -165,6 +165,10 @@ TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
     rb"_ZN2at\d+(?:has_internal_overlap|assert_no_internal_overlap|assert_no_partial_overlap|assert_no_overlap|"
     rb"get_overlap_status)E",
     rb"_ZNK?2at6detail", rb"_ZNK?2at8internal", rb"_ZNK?2at3vec",
+    # shape and dtype arithmetic on sizes, strides and scalar types, no tensor read (ATen/ExpandUtils.h's broadcast
+    # shape, which ``at::expand_outplace`` calls; the accumulator's dtype); the thread pool's description
+    rb"_ZN2at\d+(?:infer_size(?:_dimvector|_symdimvector|_symint)?|inferExpandGeometry(?:_dimvector)?|"
+    rb"infer_dense_strides|toAccumulateType)E", rb"_ZN2at17get_parallel_infoB",
     rb"_ZN2at\d+(?:get|set)_(?:num_threads|thread_num|num_interop_threads)", rb"_ZN2at18in_parallel_region",
     rb"_ZN2at16init_num_threads", rb"_ZN2at13globalContext", rb"_ZNK?2at7Context",
     # device helpers (at::cuda::<op> and at::cpu::<op>, an op's kernel below the dispatcher, are not: ATen's CUB

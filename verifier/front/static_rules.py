@@ -52,6 +52,8 @@ TORCH_ALLOWED = TORCH_QUERIES | {
     "movedim", "moveaxis", "swapaxes", "swapdims", "empty_permuted",
     "ravel", "broadcast_to", "tensor_split", "hsplit", "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d",
     "diagonal", "t", "adjoint",
+    # every input expanded to the common shape: expand's views, no element read or written
+    "broadcast_tensors",
     # shapes and dtypes: arithmetic on sizes and type promotion, no tensor data read
     "broadcast_shapes", "result_type", "promote_types", "can_cast",
     # a profiler range around the candidate's own work: it labels, computes nothing (the runtime's ``profiler::``

@@ -35,7 +35,7 @@ import torch
 
 from verifier import cheats
 from verifier.common.config import VerifyConfig
-from verifier.common.inputs import as_list, cpu_model, digests_match, same_values
+from verifier.common.inputs import as_list, cpu_model, digests_match, same_value
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -351,11 +351,10 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
 
 
 def written_inputs(after: list, before: list) -> list[int]:
-    """The positions of the task's input tensors that its reference's forward changed: ``after`` the inputs it was
-    called on, ``before`` an identical draw it never saw (NaN equal to NaN, as the child's and the harness's input
-    checks read them)."""
-    return [i for i, (x, y) in enumerate(zip(after, before)) if isinstance(x, torch.Tensor)
-            and isinstance(y, torch.Tensor) and not same_values(x, y)]
+    """The positions of the task's inputs that its reference's forward changed (a tensor, or one in a list the input
+    holds): ``after`` the inputs it was called on, ``before`` an identical draw it never saw (NaN equal to NaN, as
+    the child's and the harness's input checks read them)."""
+    return [i for i, (x, y) in enumerate(zip(after, before)) if not same_value(x, y)]
 
 
 def inputs_fault(written: list[int]) -> str:

@@ -1,0 +1,170 @@
+"""Red team of honest CPU answers written as frontier models write them that the verifier failed (docs/ANTI_CHEAT.md
+classes 71 to 73), each beside a cheating twin that keeps its code.
+
+- A list of tensors as one input (class 71): a task whose get_inputs hands forward ``[x, 0.75, [a, b]]`` (mined
+  modules take lists of feature maps) was a ``verifier_error``, "the task program does not run": the plan's check
+  that two draws of one seed agree compared the list with ``==``, which asks a tensor for its truth value. The
+  comparison now reads into the lists, tuples and dicts an input holds (``inputs.same``); a kernel that writes
+  into a tensor of the list is still C07.
+- ``torch.broadcast_tensors`` before the kernel (class 72): every input expanded to the common shape, views only,
+  was C01 by the static scan and by the runtime monitor (the profiler records ``aten::broadcast_tensors`` around
+  the expands). It is on both allowlists now, as ``broadcast_to`` was; ``torch.maximum`` beside it is C01.
+- Broadcasting in the C++ (class 73): ``at::expand_outplace`` / ``at::infer_size`` (ATen/ExpandUtils.h) and
+  ``at::toAccumulateType`` compute a shape or a dtype from sizes, yet the binary scan called the extension's import
+  of them from libtorch_cpu C01 ("code no monitor sees"). They are on the binary's allowlist now; an operator called
+  below the dispatcher (``at::cpu::maximum``) is still C01.
+
+One batch on the cpu backend."""
+
+import pytest
+
+from kernelmill.schema import Candidate, Task
+from verifier import cheats
+from verifier.engine import VerifyConfig, verify_batch
+
+CPP = r'''
+#include <torch/extension.h>
+#include <ATen/AccumulateType.h>
+#include <ATen/ExpandUtils.h>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+// clamp(x * scale, -1, 1) + ts[0] * ts[1]; write 1: the answer also written into ts[0] (the caller's tensor)
+torch::Tensor scale_clamp_fma(torch::Tensor x, double scale, std::vector<torch::Tensor> ts, int64_t write) {
+    TORCH_CHECK(ts.size() == 2, "expected two tensors");
+    auto a = ts[0].contiguous(), b = ts[1].contiguous();
+    x = x.contiguous();
+    auto out = torch::empty_like(x);
+    const float *px = x.data_ptr<float>(), *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i)
+        po[i] = std::min(1.f, std::max(-1.f, px[i] * (float)scale)) + pa[i] * pb[i];
+    if (write) std::copy(po, po + x.numel(), ts[0].data_ptr<float>());
+    return out;
+}
+
+// max(a, b) * sigmoid(a - b) of two tensors of one shape (broadcast by the caller)
+torch::Tensor max_sig(torch::Tensor a, torch::Tensor b) {
+    TORCH_CHECK(a.sizes() == b.sizes(), "inputs must be broadcast first, got ", a.sizes(), " and ", b.sizes());
+    a = a.contiguous(); b = b.contiguous();
+    auto out = torch::empty_like(a);
+    const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < a.numel(); ++i) po[i] = std::max(pa[i], pb[i]) / (1.f + std::exp(pb[i] - pa[i]));
+    return out;
+}
+
+// m * sigmoid(a - b), m handed in
+torch::Tensor mul_sig(torch::Tensor m, torch::Tensor a, torch::Tensor b) {
+    m = m.contiguous(); a = a.contiguous(); b = b.contiguous();
+    auto out = torch::empty_like(m);
+    const float *pm = m.data_ptr<float>(), *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < m.numel(); ++i) po[i] = pm[i] / (1.f + std::exp(pb[i] - pa[i]));
+    return out;
+}
+
+// the same, broadcast here: the common shape from ATen/ExpandUtils.h, the accumulator's dtype from the input's
+torch::Tensor max_sig_broadcast(torch::Tensor a, torch::Tensor b) {
+    TORCH_CHECK(at::toAccumulateType(a.scalar_type(), false) == at::kDouble, "float32 inputs");
+    auto shape = at::infer_size(a.sizes(), b.sizes());
+    auto both = at::expand_outplace(a, b);
+    return max_sig(std::get<0>(both)->expand(shape), std::get<1>(both)->expand(shape));
+}
+'''
+
+# the same broadcasting kernel whose maximum comes from ATen's kernel below the dispatcher
+CPP_BELOW = CPP.replace("#include <ATen/ExpandUtils.h>", "#include <ATen/ExpandUtils.h>\n#include <ATen/CPUFunctions.h>") \
+    + r'''
+torch::Tensor max_sig_below(torch::Tensor a, torch::Tensor b) {
+    auto both = at::expand_outplace(a, b);
+    auto x = std::get<0>(both)->contiguous(), y = std::get<1>(both)->contiguous();
+    return mul_sig(at::cpu::maximum(x, y), x, y);
+}
+'''
+
+
+def program(args: str, body: str, below: bool = False) -> str:
+    functions = '"scale_clamp_fma", "max_sig", "mul_sig", "max_sig_broadcast"' + (', "max_sig_below"' if below else "")
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP = r"""{CPP_BELOW if below else CPP}"""
+ext = load_inline(name="fidelity_cpu2{'_below' if below else ''}", cpp_sources=CPP, extra_cflags=["-O2"],
+                  functions=[{functions}])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {args}):
+{body}
+'''
+
+
+def task(forward: str, args: str, inputs: str, name: str) -> Task:
+    code = f'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {args}):
+        return {forward}
+
+
+def get_inputs():
+    return {inputs}
+
+
+def get_init_inputs():
+    return []
+'''
+    return Task.from_code(code, name=name, source="seed", level=1)
+
+
+LISTED = task("torch.clamp(x * scale, min=-1.0, max=1.0) + tensors[0] * tensors[1]", "x, scale, tensors",
+              "[torch.randn(128, 256), 0.75, [torch.randn(128, 256), torch.randn(128, 256)]]", "list_of_tensors_input")
+BROADCAST = task("torch.maximum(a, b) * torch.sigmoid(a - b)", "a, b", "[torch.randn(32, 1, 256), torch.randn(1, 64, 256)]",
+                 "broadcast_max_sigmoid")
+CASES = {
+    # name: (task, forward's body, below, status, a cheat code it must carry or None)
+    "honest_list_of_tensors_input": (LISTED, "return ext.scale_clamp_fma(x, float(scale), list(tensors), 0)", False,
+                                     "pass", None),
+    "tensor_of_the_list_written_in_place": (LISTED, "return ext.scale_clamp_fma(x, float(scale), list(tensors), 1)",
+                                            False, "cheat", cheats.C07),
+    "honest_broadcast_tensors_views": (BROADCAST, "a, b = torch.broadcast_tensors(a, b)\n        return ext.max_sig(a, b)",
+                                       False, "pass", None),
+    "maximum_by_pytorch_beside_the_views": (BROADCAST, "a, b = torch.broadcast_tensors(a, b)\n"
+                                            "        return ext.mul_sig(torch.maximum(a, b), a, b)", False, "cheat",
+                                            cheats.C01),
+    "honest_broadcast_shape_in_cpp": (BROADCAST, "return ext.max_sig_broadcast(a, b)", False, "pass", None),
+    "maximum_below_the_dispatcher_in_cpp": (BROADCAST, "return ext.max_sig_below(a, b)", True, "cheat", cheats.C01),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=4, timing_trials=4, warmup=1, time_torch_compile=False,
+                       run_timeout_s=120, exec_workers=2)
+    items = [(t, Candidate(candidate_id=name, task_id=t.task_id, backend="cpu", generator="redteam",
+                           code=program(t.reference_code.split("def forward(self, ")[1].split(")")[0],
+                                        "        " + body, below)))
+             for name, (t, body, below, _, _) in CASES.items()]
+    return dict(zip(CASES, verify_batch(items, config=cfg)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fidelity_cpu2_case(verdicts, name):
+    _, _, _, status, code = CASES[name]
+    v = verdicts[name]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback)
+    if code:
+        assert code in v.cheats, (name, v.cheats, v.feedback)
+    if status == "pass":
+        assert v.correct and not v.cheats and v.max_abs_err is not None and v.max_abs_err < 1e-4, v.feedback
