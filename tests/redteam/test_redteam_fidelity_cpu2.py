@@ -1,5 +1,5 @@
 """Red team of honest CPU answers written as frontier models write them that the verifier failed (docs/ANTI_CHEAT.md
-classes 71 to 73), each beside a cheating twin that keeps its code.
+classes 71 to 74), each beside a cheating twin that keeps its code.
 
 - A list of tensors as one input (class 71): a task whose get_inputs hands forward ``[x, 0.75, [a, b]]`` (mined
   modules take lists of feature maps) was a ``verifier_error``, "the task program does not run": the plan's check
@@ -9,6 +9,11 @@ classes 71 to 73), each beside a cheating twin that keeps its code.
 - ``torch.broadcast_tensors`` before the kernel (class 72): every input expanded to the common shape, views only,
   was C01 by the static scan and by the runtime monitor (the profiler records ``aten::broadcast_tensors`` around
   the expands). It is on both allowlists now, as ``broadcast_to`` was; ``torch.maximum`` beside it is C01.
+- Function forms of allowed views and copies (class 74): ``torch.clone(x)``, ``torch.select``, ``torch.detach`` (the
+  methods were allowed) and a complex output made a view of the kernel's (real, imaginary) pairs by
+  ``torch.view_as_complex`` (or taken apart by ``view_as_real``, ``torch.real`` / ``imag``, ``torch.meshgrid``'s
+  views) were C01 for the static scan, and the complex views for the runtime monitor. Both lists have them now;
+  a multiplication beside the view stays C01.
 - Broadcasting in the C++ (class 73): ``at::expand_outplace`` / ``at::infer_size`` (ATen/ExpandUtils.h) and
   ``at::toAccumulateType`` compute a shape or a dtype from sizes, yet the binary scan called the extension's import
   of them from libtorch_cpu C01 ("code no monitor sees"). They are on the binary's allowlist now; an operator called
@@ -65,6 +70,28 @@ torch::Tensor mul_sig(torch::Tensor m, torch::Tensor a, torch::Tensor b) {
     return out;
 }
 
+// the DFT of each row as (re, im) pairs [rows, n, 2], for torch.view_as_complex
+torch::Tensor dft_pairs(torch::Tensor x) {
+    x = x.contiguous();
+    const int64_t rows = x.size(0), n = x.size(1);
+    auto out = torch::empty({rows, n, 2}, x.options());
+    const float* in = x.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    const double two_pi = 6.283185307179586476925286766559;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < n; ++k) {
+            double re = 0.0, im = 0.0;
+            for (int64_t j = 0; j < n; ++j) {
+                const double t = two_pi * ((k * j) % n) / n;
+                re += in[r * n + j] * std::cos(t);
+                im -= in[r * n + j] * std::sin(t);
+            }
+            o[(r * n + k) * 2] = (float)re;
+            o[(r * n + k) * 2 + 1] = (float)im;
+        }
+    return out;
+}
+
 // the same, broadcast here: the common shape from ATen/ExpandUtils.h, the accumulator's dtype from the input's
 torch::Tensor max_sig_broadcast(torch::Tensor a, torch::Tensor b) {
     TORCH_CHECK(at::toAccumulateType(a.scalar_type(), false) == at::kDouble, "float32 inputs");
@@ -75,8 +102,8 @@ torch::Tensor max_sig_broadcast(torch::Tensor a, torch::Tensor b) {
 '''
 
 # the same broadcasting kernel whose maximum comes from ATen's kernel below the dispatcher
-CPP_BELOW = CPP.replace("#include <ATen/ExpandUtils.h>", "#include <ATen/ExpandUtils.h>\n#include <ATen/CPUFunctions.h>") \
-    + r'''
+CPP_BELOW = CPP.replace("#include <ATen/ExpandUtils.h>",
+                        "#include <ATen/ExpandUtils.h>\n#include <ATen/CPUFunctions.h>") + r'''
 torch::Tensor max_sig_below(torch::Tensor a, torch::Tensor b) {
     auto both = at::expand_outplace(a, b);
     auto x = std::get<0>(both)->contiguous(), y = std::get<1>(both)->contiguous();
@@ -86,7 +113,8 @@ torch::Tensor max_sig_below(torch::Tensor a, torch::Tensor b) {
 
 
 def program(args: str, body: str, below: bool = False) -> str:
-    functions = '"scale_clamp_fma", "max_sig", "mul_sig", "max_sig_broadcast"' + (', "max_sig_below"' if below else "")
+    functions = '"scale_clamp_fma", "max_sig", "mul_sig", "max_sig_broadcast", "dft_pairs"'
+    functions += ', "max_sig_below"' if below else ""
     return f'''import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -130,21 +158,26 @@ def get_init_inputs():
 
 LISTED = task("torch.clamp(x * scale, min=-1.0, max=1.0) + tensors[0] * tensors[1]", "x, scale, tensors",
               "[torch.randn(128, 256), 0.75, [torch.randn(128, 256), torch.randn(128, 256)]]", "list_of_tensors_input")
-BROADCAST = task("torch.maximum(a, b) * torch.sigmoid(a - b)", "a, b", "[torch.randn(32, 1, 256), torch.randn(1, 64, 256)]",
-                 "broadcast_max_sigmoid")
+BROADCAST = task("torch.maximum(a, b) * torch.sigmoid(a - b)", "a, b",
+                 "[torch.randn(32, 1, 256), torch.randn(1, 64, 256)]", "broadcast_max_sigmoid")
+DFT = task("torch.fft.fft(x, dim=-1)", "x", "[torch.randn(16, 64)]", "row_fft_pairs")
 CASES = {
     # name: (task, forward's body, below, status, a cheat code it must carry or None)
     "honest_list_of_tensors_input": (LISTED, "return ext.scale_clamp_fma(x, float(scale), list(tensors), 0)", False,
                                      "pass", None),
     "tensor_of_the_list_written_in_place": (LISTED, "return ext.scale_clamp_fma(x, float(scale), list(tensors), 1)",
                                             False, "cheat", cheats.C07),
-    "honest_broadcast_tensors_views": (BROADCAST, "a, b = torch.broadcast_tensors(a, b)\n        return ext.max_sig(a, b)",
-                                       False, "pass", None),
+    "honest_broadcast_tensors_views": (BROADCAST, "a, b = torch.broadcast_tensors(a, b)\n"
+                                       "        return ext.max_sig(a, b)", False, "pass", None),
     "maximum_by_pytorch_beside_the_views": (BROADCAST, "a, b = torch.broadcast_tensors(a, b)\n"
                                             "        return ext.mul_sig(torch.maximum(a, b), a, b)", False, "cheat",
                                             cheats.C01),
     "honest_broadcast_shape_in_cpp": (BROADCAST, "return ext.max_sig_broadcast(a, b)", False, "pass", None),
     "maximum_below_the_dispatcher_in_cpp": (BROADCAST, "return ext.max_sig_below(a, b)", True, "cheat", cheats.C01),
+    "honest_function_forms_of_views_and_copies": (DFT, "return torch.view_as_complex(ext.dft_pairs(torch.clone(x)))",
+                                                  False, "pass", None),
+    "complex_view_beside_pytorch_compute": (DFT, "return torch.view_as_complex(ext.dft_pairs(x)) * 1", False, "cheat",
+                                            cheats.C01),
 }
 
 

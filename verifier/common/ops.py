@@ -30,9 +30,11 @@ ALLOWED_ATEN = {
     "ravel", "broadcast_to", "tensor_split", "hsplit", "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d",
     "squeeze_", "unsqueeze_", "t_", "transpose_", "unfold", "diagonal", "unsafe_split", "unsafe_chunk",
     "scalar_tensor",
-    # every input expanded to the common shape (``torch.broadcast_tensors``): the profiler records it by its own name
-    # around the expand that makes each view
-    "broadcast_tensors",
+    # every input expanded to the common shape (``torch.broadcast_tensors``, ``torch.meshgrid``): the profiler
+    # records each by its own name around the expands that make the views
+    "broadcast_tensors", "meshgrid",
+    # a complex tensor's views as (real, imaginary) pairs and back, and its parts
+    "view_as_real", "view_as_complex", "real", "imag",
     # copies that move data without computing on it, and dropout (the identity in eval mode, where models run)
     "cat", "stack", "dropout", "feature_dropout", "alpha_dropout",
     # F.pad with a constant fill: x and the fill in a new tensor. ``pad`` is the composite the profiler records

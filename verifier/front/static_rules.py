@@ -53,7 +53,10 @@ TORCH_ALLOWED = TORCH_QUERIES | {
     "ravel", "broadcast_to", "tensor_split", "hsplit", "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d",
     "diagonal", "t", "adjoint",
     # every input expanded to the common shape: expand's views, no element read or written
-    "broadcast_tensors",
+    "broadcast_tensors", "meshgrid",
+    # the function forms of the tensor methods allowed below (a copy, a view), and a complex tensor's views as
+    # (real, imaginary) pairs and back
+    "clone", "select", "detach", "split_with_sizes", "view_as_real", "view_as_complex", "real", "imag",
     # shapes and dtypes: arithmetic on sizes and type promotion, no tensor data read
     "broadcast_shapes", "result_type", "promote_types", "can_cast",
     # a profiler range around the candidate's own work: it labels, computes nothing (the runtime's ``profiler::``
