@@ -1,5 +1,5 @@
 """Red team of honest CPU answers written as frontier models write them that the verifier failed (docs/ANTI_CHEAT.md
-classes 71 to 74), each beside a cheating twin that keeps its code.
+classes 71 to 75), each beside a cheating twin that keeps its code.
 
 - A list of tensors as one input (class 71): a task whose get_inputs hands forward ``[x, 0.75, [a, b]]`` (mined
   modules take lists of feature maps) was a ``verifier_error``, "the task program does not run": the plan's check
@@ -9,6 +9,11 @@ classes 71 to 74), each beside a cheating twin that keeps its code.
 - ``torch.broadcast_tensors`` before the kernel (class 72): every input expanded to the common shape, views only,
   was C01 by the static scan and by the runtime monitor (the profiler records ``aten::broadcast_tensors`` around
   the expands). It is on both allowlists now, as ``broadcast_to`` was; ``torch.maximum`` beside it is C01.
+- ATen's elementwise loop over the candidate's own functor (class 75): ``at::native::cpu_kernel_vec(iter, op, vop)``
+  of ATen/native/cpu/Loops.h, a header the source scan counts as a building block, was C01 all the same: every
+  ``at::native`` spelling was ATen internals, and the binary scan refused TensorIterator's vtable. A qualified call
+  of the loops (``vendor.ELEMENTWISE_LOOPS``) passes now, and the vtable with the iterator's members; ATen's own
+  maximum (``at::native::max``) beside them stays C01.
 - Function forms of allowed views and copies (class 74): ``torch.clone(x)``, ``torch.select``, ``torch.detach`` (the
   methods were allowed) and a complex output made a view of the kernel's (real, imaginary) pairs by
   ``torch.view_as_complex`` (or taken apart by ``view_as_real``, ``torch.real`` / ``imag``, ``torch.meshgrid``'s
@@ -31,6 +36,9 @@ CPP = r'''
 #include <torch/extension.h>
 #include <ATen/AccumulateType.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/native/cpu/Loops.h>
+#include <ATen/cpu/vec/vec.h>
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -92,6 +100,18 @@ torch::Tensor dft_pairs(torch::Tensor x) {
     return out;
 }
 
+// the same, broadcast by a TensorIterator and run by ATen's elementwise loop over this functor
+torch::Tensor max_sig_iter(const torch::Tensor& a, const torch::Tensor& b) {
+    at::Tensor out;
+    auto iter = at::TensorIteratorConfig().add_output(out).add_const_input(a).add_const_input(b).build();
+    at::native::cpu_kernel_vec(
+        iter, [](float x, float y) -> float { return std::max(x, y) / (1.f + std::exp(y - x)); },
+        [](at::vec::Vectorized<float> x, at::vec::Vectorized<float> y) {
+            return at::vec::maximum(x, y) / (at::vec::Vectorized<float>(1.f) + (y - x).exp());
+        });
+    return iter.output();
+}
+
 // the same, broadcast here: the common shape from ATen/ExpandUtils.h, the accumulator's dtype from the input's
 torch::Tensor max_sig_broadcast(torch::Tensor a, torch::Tensor b) {
     TORCH_CHECK(at::toAccumulateType(a.scalar_type(), false) == at::kDouble, "float32 inputs");
@@ -110,17 +130,28 @@ torch::Tensor max_sig_below(torch::Tensor a, torch::Tensor b) {
     return mul_sig(at::cpu::maximum(x, y), x, y);
 }
 '''
+# the elementwise maximum taken from ATen's own implementation (``at::native::max``), beside the loop of its own
+CPP_NATIVE = CPP.replace("#include <ATen/ExpandUtils.h>",
+                       "#include <ATen/ExpandUtils.h>\n#include <ATen/ops/max_native.h>") + r'''
+torch::Tensor max_sig_native(const torch::Tensor& a, const torch::Tensor& b) {
+    auto both = at::expand_outplace(a, b);
+    auto x = std::get<0>(both)->contiguous(), y = std::get<1>(both)->contiguous();
+    return mul_sig(at::native::max(x, y), x, y);
+}
+'''
 
 
-def program(args: str, body: str, below: bool = False) -> str:
-    functions = '"scale_clamp_fma", "max_sig", "mul_sig", "max_sig_broadcast", "dft_pairs"'
-    functions += ', "max_sig_below"' if below else ""
+def program(args: str, body: str, variant: str = "") -> str:
+    """A candidate of the shared extension (``variant`` "below" or "native": with the cheating twin's function too)."""
+    functions = '"scale_clamp_fma", "max_sig", "mul_sig", "max_sig_iter", "max_sig_broadcast", "dft_pairs"'
+    functions += f', "max_sig_{variant}"' if variant else ""
+    source = {"": CPP, "below": CPP_BELOW, "native": CPP_NATIVE}[variant]
     return f'''import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-CPP = r"""{CPP_BELOW if below else CPP}"""
-ext = load_inline(name="fidelity_cpu2{'_below' if below else ''}", cpp_sources=CPP, extra_cflags=["-O2"],
+CPP = r"""{source}"""
+ext = load_inline(name="fidelity_cpu2{variant}", cpp_sources=CPP, extra_cflags=["-O2"],
                   functions=[{functions}])
 
 
@@ -162,21 +193,24 @@ BROADCAST = task("torch.maximum(a, b) * torch.sigmoid(a - b)", "a, b",
                  "[torch.randn(32, 1, 256), torch.randn(1, 64, 256)]", "broadcast_max_sigmoid")
 DFT = task("torch.fft.fft(x, dim=-1)", "x", "[torch.randn(16, 64)]", "row_fft_pairs")
 CASES = {
-    # name: (task, forward's body, below, status, a cheat code it must carry or None)
-    "honest_list_of_tensors_input": (LISTED, "return ext.scale_clamp_fma(x, float(scale), list(tensors), 0)", False,
+    # name: (task, forward's body, the extension's variant, status, a cheat code it must carry or None)
+    "honest_list_of_tensors_input": (LISTED, "return ext.scale_clamp_fma(x, float(scale), list(tensors), 0)", "",
                                      "pass", None),
     "tensor_of_the_list_written_in_place": (LISTED, "return ext.scale_clamp_fma(x, float(scale), list(tensors), 1)",
-                                            False, "cheat", cheats.C07),
+                                            "", "cheat", cheats.C07),
     "honest_broadcast_tensors_views": (BROADCAST, "a, b = torch.broadcast_tensors(a, b)\n"
-                                       "        return ext.max_sig(a, b)", False, "pass", None),
+                                       "        return ext.max_sig(a, b)", "", "pass", None),
     "maximum_by_pytorch_beside_the_views": (BROADCAST, "a, b = torch.broadcast_tensors(a, b)\n"
-                                            "        return ext.mul_sig(torch.maximum(a, b), a, b)", False, "cheat",
+                                            "        return ext.mul_sig(torch.maximum(a, b), a, b)", "", "cheat",
                                             cheats.C01),
-    "honest_broadcast_shape_in_cpp": (BROADCAST, "return ext.max_sig_broadcast(a, b)", False, "pass", None),
-    "maximum_below_the_dispatcher_in_cpp": (BROADCAST, "return ext.max_sig_below(a, b)", True, "cheat", cheats.C01),
+    "honest_broadcast_shape_in_cpp": (BROADCAST, "return ext.max_sig_broadcast(a, b)", "", "pass", None),
+    "maximum_below_the_dispatcher_in_cpp": (BROADCAST, "return ext.max_sig_below(a, b)", "below", "cheat", cheats.C01),
+    "honest_elementwise_loop_over_own_functor": (BROADCAST, "return ext.max_sig_iter(a, b)", "", "pass", None),
+    "aten_native_maximum_beside_the_loop": (BROADCAST, "return ext.max_sig_native(a, b)", "native", "cheat",
+                                            cheats.C01),
     "honest_function_forms_of_views_and_copies": (DFT, "return torch.view_as_complex(ext.dft_pairs(torch.clone(x)))",
-                                                  False, "pass", None),
-    "complex_view_beside_pytorch_compute": (DFT, "return torch.view_as_complex(ext.dft_pairs(x)) * 1", False, "cheat",
+                                                  "", "pass", None),
+    "complex_view_beside_pytorch_compute": (DFT, "return torch.view_as_complex(ext.dft_pairs(x)) * 1", "", "cheat",
                                             cheats.C01),
 }
 
@@ -187,8 +221,8 @@ def verdicts(shared_build_dir):
                        run_timeout_s=120, exec_workers=2)
     items = [(t, Candidate(candidate_id=name, task_id=t.task_id, backend="cpu", generator="redteam",
                            code=program(t.reference_code.split("def forward(self, ")[1].split(")")[0],
-                                        "        " + body, below)))
-             for name, (t, body, below, _, _) in CASES.items()]
+                                        "        " + body, variant)))
+             for name, (t, body, variant, _, _) in CASES.items()]
     return dict(zip(CASES, verify_batch(items, config=cfg)))
 
 

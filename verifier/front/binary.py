@@ -156,7 +156,7 @@ TORCH_IMPORT_ALLOWED = re.compile(rb"^(?:" + rb"|".join([
     # class members and free functions by their exact mangled name (a length-prefixed identifier each), so that no
     # pattern reaches into a longer name that holds it (``at::native::<x>_TensorIterator_kernel``, 663 such
     # exports in libtorch_cpu, matched an unanchored ``\w*TensorIterator``)
-    rb"_ZNK?2at(?:10TensorBase|6Tensor|9TensorArg)(?:C[12]|D[012]|\d)", rb"_ZT[VIS]N2at(?:6Tensor|10TensorBase)E",
+    rb"_ZNK?2at(?:10TensorBase|6Tensor|9TensorArg)(?:C[12]|D[012]|\d)", rb"_ZT[VIS]N2at(?:6Tensor|10TensorBase|14TensorIterator|18TensorIteratorBase)E",
     rb"_ZNK?2at(?:14TensorIterator|18TensorIteratorBase|20TensorIteratorConfig)(?:C[12]|D[012]|\d)",
     rb"_ZNK?2at\d+check[A-Z_]\w*?E",
     # a tensor over memory the caller owns (``torch::from_blob``, ``at::for_blob``: at::TensorMaker), allocation only;

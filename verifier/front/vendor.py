@@ -41,6 +41,12 @@ from collections import Counter
 
 from verifier import cheats
 
+# the loops of ATen/native/cpu/Loops.h and ATen/native/cuda/Loops.cuh that call the candidate's functor on every element
+# of a TensorIterator (at::parallel_for's threads, at::vec's lanes): the candidate's compute, as the header is a
+# building block (``ATEN_BUILDING_BLOCKS``); called ``at::native::cpu_kernel_vec(iter, ...)``
+ELEMENTWISE_LOOPS = ("cpu_kernel", "cpu_kernel_vec", "cpu_serial_kernel", "cpu_serial_kernel_vec",
+                     "cpu_kernel_multiple_outputs", "gpu_kernel", "gpu_kernel_with_scalars", "gpu_kernel_multiple_outputs")
+
 # (library, pattern over source text)
 # The patterns read the code a compiler would compile: comments, string literals, #include lines and macros that are
 # defined but never expanded are removed first (``code_text``). An include alone computes nothing: a library is
@@ -57,8 +63,11 @@ SOURCE_PATTERNS = [
     ("BLAS/MKL/oneDNN", re.compile(r"\bcblas_\w+|\bmkl_\w+|\bdnnl(::|_)\w*|\bmkldnn\w*|\bsgemm_\s*\(|\bat::native::cpublas|"
                                    r"\bat::cpublas\b")),
     # ATen's implementations by any route into their namespace: a qualified call, a using-directive or -declaration
-    # (``using namespace at::native;``, then unqualified calls), an alias, the namespace reopened around the caller
-    ("ATen internals", re.compile(r"\bat\s*::\s*native\b|\bnamespace\s+at\s*\{\s*(?:inline\s+)?namespace\s+native\b|"
+    # (``using namespace at::native;``, then unqualified calls), an alias, the namespace reopened around the caller;
+    # but for a qualified call of the elementwise loops that run the candidate's own functor over a TensorIterator
+    # (``ELEMENTWISE_LOOPS``: ATen/native/cpu/Loops.h, ATen/native/cuda/Loops.cuh, building blocks below)
+    ("ATen internals", re.compile(r"\bat\s*::\s*native\b(?!\s*::\s*(?:" + "|".join(ELEMENTWISE_LOOPS) + r")\s*[(<])|"
+                                  r"\bnamespace\s+at\s*\{\s*(?:inline\s+)?namespace\s+native\b|"
                                   r"\bat\s*::\s*redispatch\s*::\s*\w+|::\s*redispatch\s*\(")),
     ("dynamic loading", re.compile(r"\bdlopen\s*\(|\bdlsym\s*\(")),
     # the loaded libraries' symbol tables walked by hand: any function of any library, found by a name that is
