@@ -1,5 +1,5 @@
 """Red team of honest CPU answers written as frontier models write them that the verifier failed (docs/ANTI_CHEAT.md
-classes 71 to 75), each beside a cheating twin that keeps its code.
+classes 71 to 76), each beside a cheating twin that keeps its code.
 
 - A list of tensors as one input (class 71): a task whose get_inputs hands forward ``[x, 0.75, [a, b]]`` (mined
   modules take lists of feature maps) was a ``verifier_error``, "the task program does not run": the plan's check
@@ -14,6 +14,11 @@ classes 71 to 75), each beside a cheating twin that keeps its code.
   ``at::native`` spelling was ATen internals, and the binary scan refused TensorIterator's vtable. A qualified call
   of the loops (``vendor.ELEMENTWISE_LOOPS``) passes now, and the vtable with the iterator's members; ATen's own
   maximum (``at::native::max``) beside them stays C01.
+- A result handed back as a Python float (class 76): a loss kernel returning ``double``, made the output by
+  ``torch.tensor(loss)``, its int64 targets converted to int32 for it (a copy: ``ops.MOVES_DATA``), was C02: the
+  data-movement knockout (class 66) kept the own calls' Python numbers, so the output stayed right with the call
+  knocked out. Integers and booleans (sizes, flags) are kept, a float is knocked out now; PyTorch's copies as the
+  answer beside a float nobody uses stay C02.
 - Function forms of allowed views and copies (class 74): ``torch.clone(x)``, ``torch.select``, ``torch.detach`` (the
   methods were allowed) and a complex output made a view of the kernel's (real, imaginary) pairs by
   ``torch.view_as_complex`` (or taken apart by ``view_as_real``, ``torch.real`` / ``imag``, ``torch.meshgrid``'s
@@ -100,6 +105,34 @@ torch::Tensor dft_pairs(torch::Tensor x) {
     return out;
 }
 
+// mean cross entropy over the batch (int32 targets), handed back as a Python float
+double cross_entropy_mean(torch::Tensor logits, torch::Tensor targets) {
+    TORCH_CHECK(targets.scalar_type() == at::kInt, "int32 targets");
+    auto lg = logits.contiguous();
+    auto tg = targets.contiguous();
+    const int64_t n = lg.size(0), c = lg.size(1);
+    const float* p = lg.data_ptr<float>();
+    const int32_t* t = tg.data_ptr<int32_t>();
+    double total = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        const float* row = p + i * c;
+        const float m = *std::max_element(row, row + c);
+        double s = 0.0;
+        for (int64_t k = 0; k < c; ++k) s += std::exp((double)row[k] - m);
+        total += std::log(s) + m - row[t[i]];
+    }
+    return total / (double)n;
+}
+
+// the sum of a tensor's values, handed back as a Python float
+double checksum(torch::Tensor x) {
+    auto c = x.contiguous();
+    const float* p = c.data_ptr<float>();
+    double s = 0.0;
+    for (int64_t i = 0; i < c.numel(); ++i) s += p[i];
+    return s;
+}
+
 // the same, broadcast by a TensorIterator and run by ATen's elementwise loop over this functor
 torch::Tensor max_sig_iter(const torch::Tensor& a, const torch::Tensor& b) {
     at::Tensor out;
@@ -143,7 +176,8 @@ torch::Tensor max_sig_native(const torch::Tensor& a, const torch::Tensor& b) {
 
 def program(args: str, body: str, variant: str = "") -> str:
     """A candidate of the shared extension (``variant`` "below" or "native": with the cheating twin's function too)."""
-    functions = '"scale_clamp_fma", "max_sig", "mul_sig", "max_sig_iter", "max_sig_broadcast", "dft_pairs"'
+    functions = ('"scale_clamp_fma", "max_sig", "mul_sig", "max_sig_iter", "max_sig_broadcast", "dft_pairs", '
+                 '"cross_entropy_mean", "checksum"')
     functions += f', "max_sig_{variant}"' if variant else ""
     source = {"": CPP, "below": CPP_BELOW, "native": CPP_NATIVE}[variant]
     return f'''import torch
@@ -192,6 +226,9 @@ LISTED = task("torch.clamp(x * scale, min=-1.0, max=1.0) + tensors[0] * tensors[
 BROADCAST = task("torch.maximum(a, b) * torch.sigmoid(a - b)", "a, b",
                  "[torch.randn(32, 1, 256), torch.randn(1, 64, 256)]", "broadcast_max_sigmoid")
 DFT = task("torch.fft.fft(x, dim=-1)", "x", "[torch.randn(16, 64)]", "row_fft_pairs")
+LOSS = task("torch.nn.functional.cross_entropy(predictions, targets)", "predictions, targets",
+            "[torch.randn(512, 10), torch.randint(0, 10, (512,))]", "cross_entropy_loss")
+TRANSPOSE = task("x.t().contiguous()", "x", "[torch.randn(64, 96)]", "transpose_copy")
 CASES = {
     # name: (task, forward's body, the extension's variant, status, a cheat code it must carry or None)
     "honest_list_of_tensors_input": (LISTED, "return ext.scale_clamp_fma(x, float(scale), list(tensors), 0)", "",
@@ -208,6 +245,11 @@ CASES = {
     "honest_elementwise_loop_over_own_functor": (BROADCAST, "return ext.max_sig_iter(a, b)", "", "pass", None),
     "aten_native_maximum_beside_the_loop": (BROADCAST, "return ext.max_sig_native(a, b)", "native", "cheat",
                                             cheats.C01),
+    "honest_loss_handed_back_as_a_float": (LOSS, "loss = ext.cross_entropy_mean(predictions, targets.to(torch.int32))\n"
+                                           "        return torch.tensor(loss, dtype=predictions.dtype)", "", "pass",
+                                           None),
+    "copies_as_the_answer_beside_a_float_unused": (TRANSPOSE, "total = ext.checksum(x)\n"
+                                                   "        return x.t().contiguous()", "", "cheat", cheats.C02),
     "honest_function_forms_of_views_and_copies": (DFT, "return torch.view_as_complex(ext.dft_pairs(torch.clone(x)))",
                                                   "", "pass", None),
     "complex_view_beside_pytorch_compute": (DFT, "return torch.view_as_complex(ext.dft_pairs(x)) * 1", "", "cheat",
@@ -235,3 +277,12 @@ def test_fidelity_cpu2_case(verdicts, name):
         assert code in v.cheats, (name, v.cheats, v.feedback)
     if status == "pass":
         assert v.correct and not v.cheats and v.max_abs_err is not None and v.max_abs_err < 1e-4, v.feedback
+
+
+def test_the_data_movement_knockout_keeps_sizes_and_flags_not_floats():
+    import math
+
+    from verifier.child.knockout import knocked_out
+
+    assert knocked_out(7, keep_scalars=True) == 7 and knocked_out(True, keep_scalars=True) is True
+    assert math.isnan(knocked_out(2.5, keep_scalars=True)) and math.isnan(knocked_out((3, 0.5), keep_scalars=True)[1])

@@ -28,7 +28,7 @@ class ChildKnockout:
         self.errors: list[str] = [error] if error else []
         self.lib = None
         self.calls = calls  # cpu: the own functions' calls are knocked out (knock_call), no shim
-        self.keep_scalars = keep_scalars  # their Python numbers handed back as they were (knocked_out)
+        self.keep_scalars = keep_scalars  # their Python integers and booleans handed back as they were (knocked_out)
         self.call_counts: dict[str, int] = {}
         if not shim_path:
             return
@@ -107,8 +107,10 @@ def knocked_out(x, args: list = (), keep_scalars: bool = False):
     tensor with no matching argument by their bitwise complement; a Python float NaN, an int its complement, a
     bool its negation; lists and tuples element by element; anything else as it is. NaN alone was not enough: a
     pass-through (``y * 1``) or a zero added (``y + f(y)[0] * 0``) beside PyTorch doing the work made every
-    NaN reach the output, so the own function "contributed" what it never computed. ``keep_scalars``: Python numbers
-    as they are (only the tensor data the call made is knocked out)."""
+    NaN reach the output, so the own function "contributed" what it never computed. ``keep_scalars``: Python integers
+    and booleans as they are (a size, an index, a flag: only the data the call made is knocked out); a float is a
+    value the call computed (a loss, a norm handed back as a Python number and made a tensor by ``torch.tensor``),
+    knocked out as ever."""
     import torch
 
     if isinstance(x, torch.Tensor):
@@ -118,7 +120,7 @@ def knocked_out(x, args: list = (), keep_scalars: bool = False):
         if x.is_floating_point() or x.is_complex():
             return torch.zeros_like(x)
         return torch.bitwise_not(x)
-    if keep_scalars and isinstance(x, (bool, int, float)):
+    if keep_scalars and isinstance(x, (bool, int)):
         return x
     if isinstance(x, bool):
         return not x

@@ -9,8 +9,8 @@ part of it.
 How: one extra correctness trial, in its own execution child, only for a correct candidate whose forward ran
 PyTorch compute (the one case where the partial policy's answer is not simply the verdict's), and on cpu for one whose
 forward made tensor data with allowed copies beside its own calls and no compute (``ops.MOVES_DATA``: whose data the
-output is decides C02 under both policies; there the own calls' Python numbers are handed back as they were,
-``keep_scalars``):
+output is decides C02 under both policies; there the own calls' Python integers and booleans are handed back as
+they were, ``keep_scalars``):
 - the verifier compiles ``knockout_shim.c`` once per build root and compiler (``shim_library``) and writes
   ``knockout.json`` (the shim's path) into the job directory;
 - the child (verifier/child/worker.py, with verifier/child/knockout.py ``ChildKnockout``) reads and deletes that
@@ -168,9 +168,9 @@ def run_knockout(w, plan, cfg, build_root: Path, *, make_job, job_dir_of, run_dr
     job was read: the slot's job root is emptied first (unless ``keep_jobs``). Never raises: a failure on the
     verifier's side is an inconclusive result saying what failed. ``make_job``, ``job_dir_of`` and ``run_driven``
     are verifier/runs.py's ``new_job``, ``new_job_dir`` and ``run_driven`` (passed in: runs imports the judge).
-    ``keep_scalars`` (cpu): the own calls' tensors knocked out, their Python numbers handed back as they were (a size
-    or a flag the candidate's function worked out, which PyTorch's copies then use: the question is whose tensor
-    data the output is)."""
+    ``keep_scalars`` (cpu): the own calls' tensors knocked out, their Python integers and booleans handed back as they
+    were (a size or a flag the candidate's function worked out, which PyTorch's copies then use: the question is whose
+    tensor data the output is); a Python float is a value the call computed, knocked out as a tensor is."""
     try:
         marker = {"shim": str(shim_library(build_root))} if backend == "cuda" else \
             {"calls": True, "keep_scalars": bool(keep_scalars)}

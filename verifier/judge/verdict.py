@@ -506,7 +506,7 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     """A correct candidate that passed every other check: what the strict and the partial legality policies
     say (both recorded, each the catalogue's checks over what was seen: ``cheats.decide``), and the verdict under
     ``cfg.legality``. Where forward ran PyTorch compute beside own
-    kernels that ran on every trial, ``knockout(keep_scalars=...)`` (verifier/judge/knockout.py; Python numbers kept on cpu's data-movement run) runs
+    kernels that ran on every trial, ``knockout(keep_scalars=...)`` (verifier/judge/knockout.py; on cpu's data-movement run Python integers and booleans kept) runs
     the knockout trial that decides the partial policy; elsewhere ``own_work_ok``'s run and share rules do.
 
     PyTorch compute the static scan found (``w.torch_findings``), or the built extension imports
@@ -522,7 +522,7 @@ def _legality_outcome(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evide
     found = bool(w.torch_findings or w.binary_torch)  # and what the scans outside the process found
     unrun = found and not ran
     # cpu: forward made tensor data with PyTorch's copies beside its own calls, and no monitor saw compute: whose data
-    # the output is, the knockout says (its own calls' tensors knocked out, their Python numbers kept)
+    # the output is, the knockout says (its own calls' tensors and floats knocked out, their integers kept)
     moved = (v.backend == "cpu" and not ran and not unrun
              and any(MOVES_DATA.intersection(t.dispatched_ops) for t in report.trials))
     knocked = knockout(keep_scalars=moved) \
