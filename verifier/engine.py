@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -50,6 +51,7 @@ from verifier.front.binary import scan_binary, scan_tampering
 from verifier.front.extract import check_candidate_shape, extract_code
 from verifier.front.static import scan
 from verifier.front.vendor import scan_sources
+from verifier.judge import cpu_time
 from verifier.judge.execution import Execution
 from verifier.judge.knockout import run_knockout
 from verifier.judge.outputs import forget_reference, warm_reference
@@ -241,6 +243,18 @@ def _tamper_lines(kind: str, found: list[str]) -> list[str]:
 # ---------------------------------------------------------------------------- stages 4-6 (jobs: verifier/runs.py)
 
 
+def _cpu_sampler(backend: str, build_root: Path) -> str:
+    """The compiled sampler of forward's CPU time for a cpu job (verifier/judge/cpu_time.py), or "" on cuda. A build
+    that fails leaves the job without it: its records then hold no samples, which the judge does not count for the
+    candidate."""
+    if backend != "cpu":
+        return ""
+    try:
+        return str(cpu_time.build(build_root))
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return ""
+
+
 def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
     """Correctness, runtime legality and timing of a compiled candidate; judged here. Problems on the
     verifier's side (the task does not fit, its reference fails) end as ``verifier_error``."""
@@ -259,7 +273,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                                         "fault, not your kernel."])
     n = cfg.trials + (1 if plan.other_shape else 0)
     job = new_job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=n,
-               other_shape=plan.other_shape, input_files=not plan.reproducible, n_timing=cfg.timing_trials)
+               other_shape=plan.other_shape, input_files=not plan.reproducible, n_timing=cfg.timing_trials,
+               cpu_sampler=_cpu_sampler(backend, build_root))
     job_dir = new_job_dir(job, cfg)
 
     def ship_inputs(i: int, seed: int) -> None:

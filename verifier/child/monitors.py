@@ -169,15 +169,22 @@ def rounds(src: torch.Tensor, dtype: torch.dtype) -> bool:
         return bool((src != torch.trunc(src)).any())
 
 
-def watched(fn, recorder: DispatchRecorder):
+def watched(fn, recorder: DispatchRecorder, sampler=None):
     """``fn`` as every checked call runs it: under ``recorder`` and inside a ``km_forward`` marker (the profiler
-    counts only what happens within it). Used for timed calls too, so a timed call looks like a checked one;
-    ``recorder.removed`` says if a call took the dispatch monitor off."""
+    counts only what happens within it), and on cpu with ``sampler`` (verifier/child/sampler.py) recording where its
+    CPU time goes. Used for timed calls too, so a timed call looks like a checked one; ``recorder.removed`` says if a
+    call took the dispatch monitor off."""
 
     def call(*inputs):
         with recorder:
             with record_function("km_forward"):
-                out = fn(*inputs)
+                if sampler is not None:
+                    sampler.on()
+                try:
+                    out = fn(*inputs)
+                finally:
+                    if sampler is not None:
+                        sampler.off()
             if _get_current_dispatch_mode() is not recorder:
                 recorder.removed = True
         return out

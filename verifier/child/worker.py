@@ -58,6 +58,7 @@ from verifier.child.monitors import (
 )
 from verifier.child.oplib import Registry
 from verifier.child.reference import run_reference
+from verifier.child.sampler import Sampler
 from verifier.child.tamper import Snapshot
 from verifier.child.timing import (
     PhaseClock,
@@ -292,6 +293,12 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     except Exception:  # noqa: BLE001 - nothing of the candidate has run yet
         report.setup_error = traceback.format_exc(limit=4)[-3000:]
         return report
+    # where forward's CPU time goes (cpu): loaded and its timer started before the candidate's code runs; it records
+    # only inside a watched call
+    sampler = Sampler(job.cpu_sampler)
+    sampler.start()
+    if sampler.error:
+        report.events.append(sampler.error)
     tids0 = thread_ids()  # the verifier's own threads: any other is the candidate's (C09 judges what they do)
     (job_dir / JOB_FILE).unlink(missing_ok=True)
     try:
@@ -392,7 +399,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                     clock.part("trial_profiler_start")
                     with recorder:
                         with record_function("km_forward"):
-                            out = model_new(*inputs)
+                            sampler.on()
+                            try:
+                                out = model_new(*inputs)
+                            finally:
+                                sampler.off()
                         if _get_current_dispatch_mode() is not recorder:
                             rec.monitor_problems.append("the dispatch monitor was removed during forward")
                     backend.synchronize()
@@ -413,6 +424,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             rec.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
             rec.dispatched_ops = recorder.compute_ops(registry[0])
             rec.to_host_bytes = recorder.to_host_bytes
+            rec.cpu_samples = sampler.take()
+            if not sampler.intact():
+                rec.monitor_problems.append("the cpu sampler was switched off")
             rec.mutated_inputs = [j for j, (a, b) in enumerate(zip(tensors_of(inputs), tensors_of(pristine)))
                                   if not same_values(a, b)]
             rec.output_problem = _output_problem(out, device)
@@ -464,7 +478,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         timed = report.timed = TrialReport(index=-1)
         recorder = DispatchRecorder()
         KERNEL_CALLS[0] = 0
-        fn = watched(model_new, recorder)
+        fn = watched(model_new, recorder, sampler)
+        sampler.take()
 
         host_waits = False
         with torch.no_grad():
@@ -526,6 +541,9 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
                 timed.dispatched_ops = recorder.compute_ops(registry[0])
                 timed.to_host_bytes = recorder.to_host_bytes
+                timed.cpu_samples = sampler.take()
+                if not sampler.intact():
+                    timed.monitor_problems.append("the cpu sampler was switched off")
                 if recorder.removed:
                     timed.monitor_problems.append("the dispatch monitor was removed during a timed forward")
                 ch.record("timed", timed.to_dict())
@@ -536,6 +554,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         report.threads_added_timing = side_work_threads(threads_beside(tids0), tids0)
         clock.phase("timing")
         guard.tampered("timing")
+    sampler.stop()
     lock.close()
     return report
 

@@ -133,6 +133,7 @@ class Job(_Record):
     eval_mode: bool = VerifyConfig.eval_mode
     n_brackets: int = VerifyConfig.timed_brackets  # clocked brackets per model (the harness may stop it sooner)
     timing_budget_s: float = VerifyConfig.timing_budget_s
+    cpu_sampler: str = ""  # cpu: the compiled sampler of forward's CPU time (verifier/child/sampler.py), or ""
 
     def write(self, job_dir: Path) -> None:
         """The job as the child reads it: without the seeds (they are handed out one step at a time)."""
@@ -178,6 +179,8 @@ class TrialReport(_Record):
     ref_digest: list = field(default_factory=list)
     own_kernel_us: float = 0.0  # cuda: device time in kernels named in the candidate's sources
     foreign_kernel_us: dict = field(default_factory=dict)  # cuda: other kernels, name -> device us
+    # cpu: where forward's CPU time went (verifier/child/sampler.py ``Sampler.take``): {"total": n, "at": {...}}
+    cpu_samples: dict = field(default_factory=dict)
 
 
 @dataclass

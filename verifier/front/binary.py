@@ -42,7 +42,11 @@ TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\
                            rb"_ZN3c104impl\d*_force_tls_local_dispatch_key_set\w*|_ZN2at7Context\d*set\w+|"
                            rb"_ZN2at\d+add(?:Global|ThreadLocal)Callback\w*|_ZN2at\d+get_record_function_tls_\w*|"
                            rb"_ZN3c104impl\d+raw_local_dispatch_key_set\w*|_ZN3c10\d+Set(?:CPU)?Allocator\w*|"
-                           rb"_ZN3c1010Dispatcher\d+addRegistrationListener\w*)(@\w+)?$")
+                           rb"_ZN3c1010Dispatcher\d+addRegistrationListener\w*|"
+                           # the cpu sampler's signal and timer (verifier/child/sampler.py): its handler replaced,
+                           # its signal blocked on a thread, its timer reset
+                           rb"sigaction|signal|sigprocmask|pthread_sigmask|sigsetmask|sigblock|sighold|sigset|"
+                           rb"bsd_signal|sysv_signal|__sysv_signal|setitimer|timer_create|timer_settime)(@\w+)?$")
 
 # the dispatch-key TLS that ``c10::InferenceMode``'s inline guard imports into any module that uses it: let through
 # where the sources the binary was built from name the guard, spell none of the TLS routes and rename nothing with an

@@ -21,6 +21,7 @@ from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, ContractError, TrialReport, file_seal
 from verifier.common.ops import forbidden
 from verifier.execute.channel import Ledger
+from verifier.judge import cpu_time
 from verifier.judge.outputs import Evidence
 
 _VERDICT_WORDS = ('"status"', '"correct"', '"reward"', '"stage_reached"', "'correct'", "'status'")
@@ -120,6 +121,11 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
         ev.add(cheats.C01, f"{label}: one forward call handed {rec.to_host_bytes} bytes of tensor data to host code "
                            "(copies to the host, or values read one at a time into Python with .item(), float(t) or "
                            "by iterating a tensor): the computation belongs in your kernel, not in host code.")
+    foreign, total, top = cpu_time.foreign_time(rec.cpu_samples) if rec.cpu_samples else (0, 0, [])
+    if total >= cpu_time.MIN_SAMPLES and foreign > cpu_time.MAX_FOREIGN_SHARE * total:
+        ev.add(cheats.C01, f"{label}: {foreign} of {total} CPU-time samples of forward ran in PyTorch's or a vendor "
+                           f"library's compute kernels ({', '.join(top)}), reached by no op the monitors saw: the "
+                           "computation belongs in your kernel.")
     if rec.kernel_calls == 0:
         ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
     if rec.threads_added > 0:

@@ -1,0 +1,181 @@
+"""Where forward's CPU time went, on the cpu backend (the samples of verifier/child/sampler.py): how much of it ran
+PyTorch's or a vendor library's compute kernels.
+
+The op monitors see what passes the dispatcher; the binary scan sees what the extension imports. Neither sees the
+candidate's C++ call a kernel of libtorch_cpu by an address it found itself (reading a loaded library's image in
+memory from an allowed function's address, with no ELF name written): ``at::cpu::mm`` runs below the dispatcher,
+on any thread. Its time does show: the sampler records where each millisecond of the process's CPU time was spent
+during watched calls, and here each sample in PyTorch's libraries is read against that library's own symbol table
+(``.symtab``, else ``.dynsym``). A sample is compute when it falls in a BLAS / oneDNN / MKL library, or in a
+function of libtorch whose name is ATen's kernels' (``at::native``, ``at::cpu``, ``cpublas``, MKL, gemm, oneDNN,
+fbgemm, NNPACK) and not data movement (copies, fills, allocation) nor SLEEF's vector math (which an honest kernel
+imports); a sample in libtorch that no symbol covers counts as compute too. The dispatcher, the profiler,
+allocation, the candidate's own module, libgomp, libc and Python are not compute.
+
+``build(build_root)`` compiles the sampler once per source, compiler and machine (as the knockout shim is).
+Imports: numpy, stdlib.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import mmap
+import os
+import platform
+import re
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+SOURCE = Path(__file__).parents[1] / "child" / "cpu_sampler.c"
+SAMPLER_DIR = ".cpu_sampler"
+# samples of one record (a trial's forward, or every timed call together) below which no share is judged: the
+# timer fires at the kernel's tick (4 ms of CPU time at HZ=250), so a short forward's trial has none
+MIN_SAMPLES = 5
+# the share of the sampled time in PyTorch's or a vendor's compute above which forward's work is theirs
+MAX_FOREIGN_SHARE = 0.5
+
+VENDOR_LIB = re.compile(r"(?i)(openblas|mkl|blas|lapack|dnnl|mkldnn|fbgemm|nnpack|xnnpack|gfortran|accelerate)")
+TORCH_LIB = re.compile(r"^libtorch_(cpu|cuda)[\w.-]*\.so")
+# a vendor's kernels inside libtorch (MKL's packing and copies included), whatever else the name holds
+VENDOR_NAME = re.compile(r"cpublas|mkl_|gemm|dnnl|mkldnn|fbgemm|nnpack|qnnp|xnnpack|pytorch_q")
+# ATen's kernels, below the dispatcher: compute unless the name is data movement, allocation or SLEEF
+ATEN_NAME = re.compile(r"2at6native|2at3cpu|2at24compositeexplicitautograd|2at24compositeimplicitautograd|2at4meta")
+NOT_COMPUTE_NAME = re.compile(r"(?i)copy|fill|empty|resize|zero_|alloc|sleef|contiguous|as_strided|_to_copy")
+
+
+def build(build_root: Path) -> Path:
+    """The compiled sampler under ``<build_root>/.cpu_sampler/<key>/`` (built once; a file lock keeps concurrent
+    verifiers from building it twice). Raises RuntimeError with the compiler's output."""
+    from verifier.judge.knockout import _compiler
+
+    cc = _compiler()
+    key = hashlib.sha256(SOURCE.read_bytes() + "\0".join(cc + [platform.machine()]).encode()).hexdigest()[:16]
+    out_dir = Path(build_root) / SAMPLER_DIR / key
+    lib = out_dir / "libkm_cpu_sampler.so"
+    if lib.is_file():
+        return lib
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if lib.is_file():
+            return lib
+        tmp = out_dir / f"libkm_cpu_sampler.{os.getpid()}.tmp"
+        cmd = cc + ["-O2", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise RuntimeError(f"building the cpu sampler failed ({' '.join(cmd)}): {done.stderr.strip()[:800]}")
+        os.replace(tmp, lib)
+    return lib
+
+
+_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                 ("size", "<u8")])
+
+
+class _Symbols:
+    """A library's function symbols (``.symtab`` and ``.dynsym``), sorted by address, and its loadable segments
+    (to turn a file offset into an address)."""
+
+    def __init__(self, path: str):
+        self.values = np.zeros(0, dtype=np.uint64)
+        self.ends = np.zeros(0, dtype=np.uint64)
+        self.names: list[int] = []
+        self.loads: list[tuple[int, int, int]] = []
+        self.data = None
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            return
+        self.data = data
+        phoff, = struct.unpack_from("<Q", data, 0x20)
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+        for i in range(phnum):
+            ptype, _flags, poff, pvaddr, _paddr, pfilesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+            if ptype == 1:
+                self.loads.append((poff, poff + pfilesz, pvaddr))
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        vals, ends, names = [], [], []
+        for _n, stype, _fl, _a, soff, size, link, _inf, _al, entsize in sections:
+            if stype not in (2, 11) or entsize != 24:  # SHT_SYMTAB, SHT_DYNSYM
+                continue
+            syms = np.frombuffer(data, dtype=_SYM, count=size // 24, offset=soff)
+            funcs = syms[((syms["info"] & 0xF) == 2) & (syms["value"] != 0)]
+            vals.append(funcs["value"])
+            ends.append(funcs["value"] + np.maximum(funcs["size"], 1))
+            names.append(funcs["name"].astype(np.uint64) + np.uint64(sections[link][4]))
+        if vals:
+            v, e, n = np.concatenate(vals), np.concatenate(ends), np.concatenate(names)
+            order = np.argsort(v, kind="stable")
+            self.values, self.ends, self.names = v[order], e[order], n[order].tolist()
+
+    def address(self, offset: int) -> int | None:
+        for lo, hi, vaddr in self.loads:
+            if lo <= offset < hi:
+                return offset - lo + vaddr
+        return None
+
+    def name_at(self, offset: int) -> str | None:
+        """The (mangled) name of the function covering the file ``offset``, or None."""
+        addr = self.address(offset)
+        if addr is None or not len(self.values):
+            return None
+        i = int(np.searchsorted(self.values, np.uint64(addr), side="right")) - 1
+        # the covering symbol among those starting at or before addr (aliases share a start)
+        while i >= 0 and int(self.values[i]) <= addr:
+            if addr < int(self.ends[i]):
+                at = int(self.names[i])
+                end = self.data.find(b"\0", at)
+                return self.data[at:end].decode("latin-1")
+            if int(self.values[i]) + (1 << 20) < addr:
+                break
+            i -= 1
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _symbols(path: str, mtime_ns: int) -> _Symbols | None:
+    try:
+        return _Symbols(path)
+    except (OSError, ValueError, struct.error):
+        return None
+
+
+def _kind(path: str, offset: str) -> tuple[bool, str]:
+    """(compute?, what) of one sample's place."""
+    base = os.path.basename(path)
+    if VENDOR_LIB.search(base):
+        return True, base
+    if not TORCH_LIB.match(base):
+        return False, base
+    try:
+        syms = _symbols(path, os.stat(path).st_mtime_ns)
+        name = syms.name_at(int(offset, 16)) if syms is not None and offset != "*" else None
+    except (OSError, ValueError):
+        name = None
+    if name is None:
+        return True, f"{base} (no symbol)"
+    return bool(VENDOR_NAME.search(name) or (ATEN_NAME.search(name) and not NOT_COMPUTE_NAME.search(name))), name
+
+
+def foreign_time(samples: dict) -> tuple[int, int, list[str]]:
+    """(samples in PyTorch's or a vendor's compute, all samples, the compute functions with most samples)."""
+    total = int(samples.get("total", 0) or 0)
+    at = samples.get("at") or {}
+    foreign, where = 0, {}
+    for key, count in at.items():
+        path, _, offset = str(key).partition("|")
+        if path.startswith("<") or path.startswith("["):
+            continue
+        compute, what = _kind(path, offset or "0")
+        if compute:
+            foreign += int(count)
+            where[what] = where.get(what, 0) + int(count)
+    top = [w[:120] for w, _ in sorted(where.items(), key=lambda kv: -kv[1])[:3]]
+    return foreign, total, top
