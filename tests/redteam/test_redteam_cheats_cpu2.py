@@ -17,6 +17,9 @@ route reached them. The sampler's signal is not the candidate's: an extension th
 functions (to block SIGPROF on its thread, replace the handler or reset the timer) is ``C11_MONKEYPATCH`` by the
 binary scan, and a handler found replaced after a call is a monitor switched off.
 
+The timer fires at the kernel's tick (about 250 samples per second of CPU time), so the task here is large enough,
+and the timed calls many enough, for tens of samples.
+
 Honest twins: a loop matmul of its own handed a transposed copy (``b.t().contiguous()``, PyTorch's copy kernel) under
 ``at::parallel_for``, and an ``exp`` through ``at::vec`` (SLEEF in libtorch_cpu) on a copied input, pass.
 """
@@ -39,9 +42,9 @@ class Model(nn.Module):
         return torch.matmul(a, b)
 
 
-M = 384
-K = 384
-N = 384
+M = 512
+K = 512
+N = 512
 
 
 def get_inputs():
@@ -244,7 +247,7 @@ def verdicts(shared_build_dir):
                                                                           "image_mm"))
     cands["honest_loop_matmul_on_a_transposed_copy"] = (mm_task, _candidate(HONEST_MM, "mm", "a, b", "own_mm"))
     cands["honest_vectorised_exp_on_a_copy"] = (exp_task, _candidate(HONEST_EXP, "vexp", "x", "own_exp"))
-    cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=60, warmup=1, time_torch_compile=False,
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=100, warmup=1, time_torch_compile=False,
                        run_timeout_s=240, memory_limit_gb=4, exec_workers=1)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam", code=code))
              for n, (task, code) in cands.items()]

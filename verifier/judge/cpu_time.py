@@ -10,10 +10,11 @@ during watched calls, and here each sample in PyTorch's libraries is read agains
 function of libtorch whose name is ATen's kernels' (``at::native``, ``at::cpu``, ``cpublas``, MKL, gemm, oneDNN,
 fbgemm, NNPACK) and not data movement (copies, fills, allocation) nor SLEEF's vector math (which an honest kernel
 imports); a sample in libtorch that no symbol covers counts as compute too. The dispatcher, the profiler,
-allocation, the candidate's own module, libgomp, libc and Python are not compute.
+allocation, the candidate's own module, libgomp and Python are not compute; the C runtime's samples (libc) are left out
+of the share, as overhead whoever computes.
 
 ``build(build_root)`` compiles the sampler once per source, compiler and machine (as the knockout shim is).
-Imports: numpy, stdlib.
+Imports: numpy, stdlib, verifier.common.ops.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from verifier.common.ops import ALLOWED_ATEN
+
 SOURCE = Path(__file__).parents[1] / "child" / "cpu_sampler.c"
 SAMPLER_DIR = ".cpu_sampler"
 # samples of one record (a trial's forward, or every timed call together) below which no share is judged: the
@@ -45,7 +48,13 @@ TORCH_LIB = re.compile(r"^libtorch_(cpu|cuda)[\w.-]*\.so")
 VENDOR_NAME = re.compile(r"cpublas|mkl_|gemm|dnnl|mkldnn|fbgemm|nnpack|qnnp|xnnpack|pytorch_q")
 # ATen's kernels, below the dispatcher: compute unless the name is data movement, allocation or SLEEF
 ATEN_NAME = re.compile(r"2at6native|2at3cpu|2at24compositeexplicitautograd|2at24compositeimplicitautograd|2at4meta")
-NOT_COMPUTE_NAME = re.compile(r"(?i)copy|fill|empty|resize|zero_|alloc|sleef|contiguous|as_strided|_to_copy")
+NOT_COMPUTE_NAME = re.compile(r"(?i)copy|fill|empty|resize|zero_|alloc|sleef|contiguous|as_strided|cat_|stack|constant_pad")
+# the functions named for an op forward may dispatch (views, allocation, copies: ``ops.ALLOWED_ATEN``), by the name's
+# component in the mangled symbol (``4view``, ``7reshape``, not preceded by a digit); short names and the queries
+# (``size``, ``numel``) are left out, as parts of many other names
+_QUERIES = {"size", "stride", "numel", "item", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"}
+ALLOWED_OP_NAME = re.compile("(?<![0-9])(?:" + "|".join(re.escape(f"{len(n)}{n}") for n in sorted(ALLOWED_ATEN)
+                                                        if len(n) >= 4 and n not in _QUERIES) + ")")
 
 
 def build(build_root: Path) -> Path:
@@ -161,16 +170,26 @@ def _kind(path: str, offset: str) -> tuple[bool, str]:
         name = None
     if name is None:
         return True, f"{base} (no symbol)"
-    return bool(VENDOR_NAME.search(name) or (ATEN_NAME.search(name) and not NOT_COMPUTE_NAME.search(name))), name
+    aten = ATEN_NAME.search(name) and not (NOT_COMPUTE_NAME.search(name) or ALLOWED_OP_NAME.search(name))
+    return bool(VENDOR_NAME.search(name) or aten), name
+
+
+# the C runtime (allocation, the poison written over freed memory, thread creation, page faults' returns): the
+# program's overhead whoever computes, left out of the share
+C_RUNTIME = re.compile(r"^(libc[.-]|ld-linux|libpthread[.-])")
 
 
 def foreign_time(samples: dict) -> tuple[int, int, list[str]]:
-    """(samples in PyTorch's or a vendor's compute, all samples, the compute functions with most samples)."""
+    """(samples in PyTorch's or a vendor's compute, all samples but the C runtime's, the compute functions with most
+    samples)."""
     total = int(samples.get("total", 0) or 0)
     at = samples.get("at") or {}
     foreign, where = 0, {}
     for key, count in at.items():
         path, _, offset = str(key).partition("|")
+        if C_RUNTIME.match(os.path.basename(path)):
+            total -= int(count)
+            continue
         if path.startswith("<") or path.startswith("["):
             continue
         compute, what = _kind(path, offset or "0")
