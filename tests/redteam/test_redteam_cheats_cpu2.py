@@ -24,11 +24,16 @@ Honest twins: a loop matmul of its own handed a transposed copy (``b.t().contigu
 ``at::parallel_for``, and an ``exp`` through ``at::vec`` (SLEEF in libtorch_cpu) on a copied input, pass.
 """
 
+import subprocess
+from pathlib import Path
+
 import pytest
+import torch
 
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, verify_batch
+from verifier.judge import cpu_time
 
 MM_TASK = '''import torch
 import torch.nn as nn
@@ -271,3 +276,23 @@ def test_the_sampler_signal_blocked_is_tampering(verdicts):
 def test_own_loops_beside_pytorch_copies_and_sleef_pass(verdicts, name):
     v = verdicts[name]
     assert v.status == "pass" and v.cheats == [], (v.status, v.cheats, v.feedback[:800])
+
+
+def _torch_cpu_symbol(mangled: str) -> tuple[str, int]:
+    lib = str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
+    out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True).stdout
+    addr = next(int(line.split()[0], 16) for line in out.splitlines() if line.endswith(" " + mangled))
+    return lib, addr
+
+
+def test_samples_are_read_against_the_librarys_own_symbols():
+    """A sample inside ``at::cpu::mm`` is compute; one inside ``at::native::view`` (an allowed op's function) is not;
+    a BLAS library's and numpy's samples are compute wherever they fall; the C runtime's are left out of the share."""
+    lib, mm = _torch_cpu_symbol("_ZN2at3cpu2mmERKNS_6TensorES3_")
+    _, view = _torch_cpu_symbol("_ZN2at6native4viewERKNS_6TensorEN3c108ArrayRefIlEE")
+    samples = {"total": 10, "at": {f"{lib}|{mm + 8:x}": 4, f"{lib}|{view + 4:x}": 1,
+                                   "/x/libscipy_openblas64_-abc.so|100": 1, "/x/_multiarray_umath.cpython-311.so|20": 1,
+                                   "/x/km_ext.so|40": 1, "/lib/x86_64-linux-gnu/libc.so.6|99": 2}}
+    foreign, total, top = cpu_time.foreign_time(samples)
+    assert (foreign, total) == (6, 8), (foreign, total, top)
+    assert top[0] == "_ZN2at3cpu2mmERKNS_6TensorES3_", top

@@ -42,10 +42,12 @@ MIN_SAMPLES = 5
 # the share of the sampled time in PyTorch's or a vendor's compute above which forward's work is theirs
 MAX_FOREIGN_SHARE = 0.5
 
-VENDOR_LIB = re.compile(r"(?i)(openblas|mkl|blas|lapack|dnnl|mkldnn|fbgemm|nnpack|xnnpack|gfortran|accelerate)")
+VENDOR_LIB = re.compile(r"(?i)(openblas|mkl|blas|lapack|dnnl|mkldnn|fbgemm|nnpack|xnnpack|gfortran|accelerate|"
+                        # numpy's compute (its ufuncs, linalg, FFT), reached from C++ by a Python object handed in
+                        r"_multiarray_umath|_umath_linalg|_pocketfft|lapack_lite)")
 TORCH_LIB = re.compile(r"^libtorch_(cpu|cuda)[\w.-]*\.so")
 # a vendor's kernels inside libtorch (MKL's packing and copies included), whatever else the name holds
-VENDOR_NAME = re.compile(r"cpublas|mkl_|gemm|dnnl|mkldnn|fbgemm|nnpack|qnnp|xnnpack|pytorch_q")
+VENDOR_NAME = re.compile(r"cpublas|mkl_|gemm|dnnl|mkldnn|fbgemm|nnpack|nnp_|qnnp|xnnpack|xnn_|pytorch_q|pocketfft")
 # ATen's kernels, below the dispatcher: compute unless the name is data movement, allocation or SLEEF
 ATEN_NAME = re.compile(r"2at6native|2at3cpu|2at24compositeexplicitautograd|2at24compositeimplicitautograd|2at4meta")
 NOT_COMPUTE_NAME = re.compile(r"(?i)copy|fill|empty|resize|zero_|alloc|sleef|contiguous|as_strided|cat_|stack|constant_pad")
