@@ -121,11 +121,14 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
         ev.add(cheats.C01, f"{label}: one forward call handed {rec.to_host_bytes} bytes of tensor data to host code "
                            "(copies to the host, or values read one at a time into Python with .item(), float(t) or "
                            "by iterating a tensor): the computation belongs in your kernel, not in host code.")
-    foreign, total, top = cpu_time.foreign_time(rec.cpu_samples) if rec.cpu_samples else (0, 0, [])
+    # where forward's CPU time went (cpu), read only where the monitors saw no PyTorch compute (theirs explains the
+    # samples and is judged above); PyTorch's kernels reached below the dispatcher are PyTorch compute as the monitors'
+    # is, so the partial policy judges them as it judges those (its knockout), and the strict one rejects them
+    foreign, total, top = cpu_time.foreign_time(rec.cpu_samples) if rec.cpu_samples and not bad else (0, 0, [])
     if total >= cpu_time.MIN_SAMPLES and foreign > cpu_time.MAX_FOREIGN_SHARE * total:
-        ev.add(cheats.C01, f"{label}: {foreign} of {total} CPU-time samples of forward ran in PyTorch's or a vendor "
-                           f"library's compute kernels ({', '.join(top)}), reached by no op the monitors saw: the "
-                           "computation belongs in your kernel.")
+        ev.add_torch(cheats.C01, f"{label}: {foreign} of {total} CPU-time samples of forward ran in PyTorch's or a "
+                                 f"vendor library's compute kernels ({', '.join(top)}), reached by no op the monitors "
+                                 "saw: the computation belongs in your kernel.")
     if rec.kernel_calls == 0:
         ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
     if rec.threads_added > 0:
