@@ -260,6 +260,26 @@ REPRODUCERS.update({
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n", imports="import os\n")),
 })
 
+C01_AUTOCAST = ("C01_TORCH_COMPUTE (torch, strict: C19), static_rules.TORCH_ALLOWED lacked torch.autocast, "
+                "torch.amp.autocast and torch.amp.custom_fwd / custom_bwd (torch.cuda.amp's spellings passed as "
+                "torch.cuda.*): an autocast region computes nothing")
+C01_RAW_STREAM = ("C01_TORCH_COMPUTE (torch, strict: C19) for `from torch._C import _cuda_getCurrentRawStream as "
+                  "get_raw_stream`, C11_MONKEYPATCH (static_tamper.private_torch) for torch._C._cuda_getCurrentRawStream "
+                  "written out: the current stream's handle is a query")
+REPRODUCERS.update({
+    "c01_autocast_disabled": (C01_AUTOCAST, _forward(
+        "        with torch.autocast(device_type='cuda', enabled=False):\n            return ext.relu_fwd(x)\n")),
+    "c01_amp_custom_fwd": (C01_AUTOCAST, _mini(
+        "class Fn(torch.autograd.Function):\n    @staticmethod\n    @torch.amp.custom_fwd(device_type='cuda')\n"
+        "    def forward(ctx, x):\n        return ext.relu_fwd(x)\n\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return Fn.apply(x)\n")),
+    "c01_get_raw_stream": (C01_RAW_STREAM, _forward(
+        "        get_raw_stream(x.device.index)\n        return ext.relu_fwd(x)\n",
+        imports="from torch._C import _cuda_getCurrentRawStream as get_raw_stream\n")),
+    "c11_raw_stream_qualified": (C01_RAW_STREAM, _forward(
+        "        torch._C._cuda_getCurrentRawStream(0)\n        return ext.relu_fwd(x)\n")),
+})
+
 # honest twins that pass today and must keep passing (the fix must not widen past them)
 CONTROLS = {
     "bare_reraise": _forward("        try:\n            return ext.relu_fwd(x)\n        except RuntimeError:\n            raise\n"),

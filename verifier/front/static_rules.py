@@ -62,7 +62,16 @@ TORCH_ALLOWED = TORCH_QUERIES | {
     # a profiler range around the candidate's own work: it labels, computes nothing (the runtime's ``profiler::``
     # namespace, verifier/common/ops.py), and the ops inside it are watched as any others
     "autograd.profiler.record_function", "profiler.record_function",
+    # autocast regions and the decorators that set one up around a custom autograd Function's forward (the
+    # torch.cuda.amp spellings pass as torch.cuda.*): they change which dtype PyTorch's own ops pick, compute nothing
+    # themselves, and the ops inside them are judged as any others
+    "autocast", "amp.autocast", "amp.custom_fwd", "amp.custom_bwd", "cpu.amp.autocast",
 }
+# torch's private functions that only answer a query, the way a public one on TORCH_ALLOWED does: the current
+# stream's raw handle (inductor's ``get_raw_stream``, what torch.cuda.current_stream().cuda_stream gives). Neither
+# PyTorch compute nor touching torch internals (static_tamper.private_torch), however they are reached
+PRIVATE_TORCH_QUERIES = {"_C._cuda_getCurrentRawStream"}
+TORCH_ALLOWED |= PRIVATE_TORCH_QUERIES
 # Tensor methods that allocate, view, convert or describe; any other Tensor method is compute.
 TENSOR_METHOD_ALLOWED = {
     "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "data_ptr", "element_size",

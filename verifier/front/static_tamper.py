@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from verifier import cheats
 from verifier.front.extract import _dotted
 from verifier.front.static_literal import _literal, _Unresolvable
-from verifier.front.static_rules import TORCH_BUILDS_CODE
+from verifier.front.static_rules import PRIVATE_TORCH_QUERIES, TORCH_BUILDS_CODE
 
 # dunder attributes and names with no reach into other namespaces
 DUNDER_OK = {"__init__", "__name__", "__class__", "__doc__", "__qualname__", "__module__", "__version__",
@@ -70,7 +70,7 @@ def private_torch(full: str) -> bool:
     (PRIVATE_TORCH_DENIED); reading other private helpers is not patching anything (writes are caught apart)."""
     parts = full.split(".")
     if parts[0] != "torch" or not any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
-                                      for p in parts[1:]):
+                                      for p in parts[1:]) or full[len("torch."):] in PRIVATE_TORCH_QUERIES:
         return False
     return any(full == d or full.startswith(d if d.endswith("_") else d + ".") for d in PRIVATE_TORCH_DENIED)
 
