@@ -136,7 +136,11 @@ _STD_NEEDS = [(re.compile(r"\bstd::runtime_error\b|\bstd::logic_error\b|\bstd::i
               (re.compile(r"\bstd::string\b|\bstd::to_string\b"), "string"),
               (re.compile(r"\bstd::vector\b"), "vector"),
               (re.compile(r"\b(?:f|s|sn)?printf\s*\("), "cstdio"),
-              (re.compile(r"\bassert\s*\("), "cassert")]
+              (re.compile(r"\bassert\s*\("), "cassert"),
+              (re.compile(r"\bstd::(?:mutex|lock_guard|once_flag|call_once)\b"), "mutex"),
+              (re.compile(r"\bstd::unordered_map\b"), "unordered_map"),
+              (re.compile(r"\bstd::optional\b"), "optional"),
+              (re.compile(r"\bstd::atomic\b"), "atomic")]
 
 
 @pytest.mark.parametrize("path", _params(KNOWN_BUILD))
@@ -327,6 +331,22 @@ def test_reproducer_fails_only_on_its_rule(name: str):
     codes = set(re.findall(r"C\d\d_[A-Z_]+", " ".join(found)))
     allowed = set(re.findall(r"C\d\d_[A-Z_]+", reason))
     assert codes <= allowed, found
+
+
+def test_build_reproducer_bare_variant_declares_the_launcher_caches():
+    """The bare variant of a torch-free source whose launcher caches a device attribute in a std::unordered_map under
+    a std::mutex and sets a kernel attribute once (std::once_flag): torch/types.h brings <mutex> and <unordered_map>
+    in the full build; bare, nvcc 13.0 said: namespace "std" has no member "mutex" (c70)."""
+    src = ('#include <cuda_runtime.h>\n__global__ void k(float* y) { y[0] = 1.f; }\n'
+           'static std::mutex m; static std::unordered_map<int, int> cache; static std::once_flag once;\n'
+           'void launch(float* y) { std::lock_guard<std::mutex> g(m); std::call_once(once, [] {}); k<<<1, 1>>>(y); }\n')
+    variants = dict(build_variants(canonical_spec({"cpp_sources": "void launch(float* y);", "cuda_sources": src,
+                                                   "functions": ["launch"]})))
+    assert "bare" in variants
+    text = "\n".join(variants["bare"]["cuda_sources"])
+    for header in ("mutex", "unordered_map"):
+        assert re.search(rf"#\s*include\s*<{header}>", text), header
+    assert not re.search(r"#\s*include\s*<(?:optional|atomic|map|set)>", text)
 
 
 def test_build_reproducer_bare_variant_declares_std_runtime_error():

@@ -107,6 +107,15 @@ _STD_NAMES = [
     (r"\b(?:std::)?(?:malloc|calloc|free|abort|exit|getenv|atoi)\s*\(", "cstdlib"),
     (r"\b(?:std::)?(?:memcpy|memset|memcmp|strlen|strcmp)\s*\(", "cstring"),
     (r"std::accumulate\b|std::iota\b", "numeric"), (r"std::(?:chrono)\b", "chrono"),
+    # a launcher's one-time set-up and per-device caches (``static std::once_flag``, ``std::unordered_map<int, int>``
+    # of attributes under a ``std::mutex``): c10's headers bring them in the full build
+    (r"std::(?:mutex|recursive_mutex|timed_mutex|lock_guard|unique_lock|scoped_lock|once_flag|call_once)\b",
+     "mutex"), (r"std::(?:atomic\w*|memory_order\w*)\b", "atomic"),
+    (r"std::unordered_map\b|std::unordered_multimap\b", "unordered_map"),
+    (r"std::unordered_set\b|std::unordered_multiset\b", "unordered_set"), (r"std::(?:multi)?map\b", "map"),
+    (r"std::(?:multi)?set\b", "set"), (r"std::(?:optional|nullopt|make_optional)\b", "optional"),
+    (r"std::(?:string_view)\b", "string_view"), (r"std::deque\b", "deque"),
+    (r"std::(?:hash|invoke|ref|cref|reference_wrapper|plus|minus|multiplies|greater|less)\b", "functional"),
     (r"\b(?:FLT|DBL|LDBL)_(?:MAX|MIN|EPSILON|TRUE_MIN|DIG|MANT_DIG|MAX_EXP|MIN_EXP)\b", "cfloat"),
     (r"\b(?:INT|UINT|LONG|ULONG|LLONG|ULLONG|SHRT|USHRT|CHAR|SCHAR|UCHAR)_(?:MAX|MIN)\b", "climits"),
     (r"\bM_(?:PI|E|SQRT2|SQRT1_2|LN2|LN10|LOG2E|LOG10E|PI_2|PI_4|1_PI|2_PI|2_SQRTPI)\b|\bINFINITY\b|\bNAN\b|"
