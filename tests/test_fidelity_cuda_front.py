@@ -140,7 +140,9 @@ _STD_NEEDS = [(re.compile(r"\bstd::runtime_error\b|\bstd::logic_error\b|\bstd::i
               (re.compile(r"\bstd::(?:mutex|lock_guard|once_flag|call_once)\b"), "mutex"),
               (re.compile(r"\bstd::unordered_map\b"), "unordered_map"),
               (re.compile(r"\bstd::optional\b"), "optional"),
-              (re.compile(r"\bstd::atomic\b"), "atomic")]
+              (re.compile(r"\bstd::atomic\b"), "atomic"),
+              (re.compile(r"\b__nv_bfloat162?\b|\b__float2bfloat16\w*"), "cuda_bf16.h"),
+              (re.compile(r"\b__half2?\b|\bhalf2?\b|\b__float2half\w*"), "cuda_fp16.h")]
 
 
 @pytest.mark.parametrize("path", _params(KNOWN_BUILD))
@@ -347,6 +349,20 @@ def test_build_reproducer_bare_variant_declares_the_launcher_caches():
     for header in ("mutex", "unordered_map"):
         assert re.search(rf"#\s*include\s*<{header}>", text), header
     assert not re.search(r"#\s*include\s*<(?:optional|atomic|map|set)>", text)
+
+
+def test_build_reproducer_bare_variant_declares_half_and_bfloat16():
+    """The bare variant of a torch-free source using CUDA's bfloat16 or half types without including their headers:
+    load_inline's torch/types.h includes cuda_bf16.h and cuda_fp16.h under nvcc; bare, nvcc 13.0 said: identifier
+    "__nv_bfloat162" is undefined (c71). A word that only contains "half" brings nothing."""
+    def bare(src):
+        variants = dict(build_variants(canonical_spec({"cpp_sources": "void launch(void* y);", "cuda_sources": src,
+                                                       "functions": ["launch"]})))
+        return "\n".join(variants["bare"]["cuda_sources"])
+    kernel = "__global__ void k({t}* y) {{ y[0] = {conv}(1.f); }}\nvoid launch(void* y) {{ k<<<1, 1>>>(({t}*)y); }}\n"
+    assert "#include <cuda_bf16.h>" in bare(kernel.format(t="__nv_bfloat16", conv="__float2bfloat16"))
+    assert "#include <cuda_fp16.h>" in bare(kernel.format(t="half", conv="__float2half"))
+    assert "cuda_fp16" not in bare(kernel.format(t="float", conv="float") + "int halfway = 0;\n")
 
 
 def test_build_reproducer_bare_variant_declares_std_runtime_error():

@@ -118,6 +118,13 @@ _STD_NAMES = [
     (r"std::(?:hash|invoke|ref|cref|reference_wrapper|plus|minus|multiplies|greater|less)\b", "functional"),
     (r"\b(?:FLT|DBL|LDBL)_(?:MAX|MIN|EPSILON|TRUE_MIN|DIG|MANT_DIG|MAX_EXP|MIN_EXP)\b", "cfloat"),
     (r"\b(?:INT|UINT|LONG|ULONG|LLONG|ULLONG|SHRT|USHRT|CHAR|SCHAR|UCHAR)_(?:MAX|MIN)\b", "climits"),
+    # CUDA's half and bfloat16 types and intrinsics: torch/types.h includes cuda_fp16.h and cuda_bf16.h under nvcc
+    # (torch/headeronly/util/Half.h, BFloat16.h)
+    (r"\b(?:__half2?|half2?|__nv_half2?)\b|\b__(?:float|floats|float2|float22|int|uint|short|ushort|ll|ull|double)2half"
+     r"\w*|\b__half(?:2|22|_as_|s2)\w*|\b__h(?:add|sub|mul|div|fma|neg|max|min|abs|exp|log|sqrt|rsqrt|eq|ne|lt|gt|le|ge|isnan"
+     r"|isinf)\w*\b|\b__low2half\w*|\b__high2half\w*", "cuda_fp16.h"),
+    (r"\b__nv_bfloat16\w*|\bnv_bfloat16\w*|\b__\w*2bfloat16\w*|\b__\w*bfloat16\w*2\w*|\b__bfloat16\w*|"
+     r"\b__bfloat162\w*|\b__low2bfloat16\w*|\b__high2bfloat16\w*", "cuda_bf16.h"),
     (r"\bM_(?:PI|E|SQRT2|SQRT1_2|LN2|LN10|LOG2E|LOG10E|PI_2|PI_4|1_PI|2_PI|2_SQRTPI)\b|\bINFINITY\b|\bNAN\b|"
      r"\bHUGE_VALF?\b", "cmath"),
 ]
