@@ -286,6 +286,16 @@ REPRODUCERS.update({
         "        torch._C._cuda_getCurrentRawStream(0)\n        return ext.relu_fwd(x)\n")),
 })
 
+EXTRACT_FORMS = ("extract_error (the code does not parse), extract.py extract_code: a response fenced with tildes "
+                 "(~~~python, CommonMark's other fence), a file's byte-order mark before the program, and a line of "
+                 "prose before an unfenced program were handed to the parser whole")
+_MINI_PROGRAM = _mini("class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n")
+REPRODUCERS.update({
+    "extract_tilde_fence": (EXTRACT_FORMS, "The kernel:\n\n~~~python\n" + _MINI_PROGRAM + "~~~\n\nDone.\n"),
+    "extract_byte_order_mark": (EXTRACT_FORMS, "\ufeff" + _MINI_PROGRAM),
+    "extract_prose_before_program": (EXTRACT_FORMS, "Here is the optimized code:\n\n" + _MINI_PROGRAM),
+})
+
 # honest twins that pass today and must keep passing (the fix must not widen past them)
 CONTROLS = {
     "bare_reraise": _forward("        try:\n            return ext.relu_fwd(x)\n        except RuntimeError:\n            raise\n"),

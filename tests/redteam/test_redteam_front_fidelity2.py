@@ -9,11 +9,16 @@ beside it the cheat that could hide behind the reading is still caught, with its
 92. C01: the current stream's raw handle (``torch._C._cuda_getCurrentRawStream``, inductor's ``get_raw_stream``)
     handed to the launcher is a query, however it is reached (imported, ``torch._C`` aliased); other ``torch._C``
     functions stay C01 (``torch._C._nn.gelu``) or C11 (a dispatch guard), and replacing the query is C11.
+95. extraction: a response fenced with tildes (``~~~python``), one whose text starts with a byte-order mark, and one
+    with a line of prose before an unfenced program are read as the program they hold; whatever is extracted is
+    judged whole, so a cheat in such a response keeps its code, a backtick block still wins over a tilde one, and
+    prose after an unfenced program (or a program that does not parse) stays an extract error.
 """
 
 import pytest
 
 from verifier import cheats
+from verifier.front.extract import extract_code
 from verifier.front.static import scan
 
 from tests.redteam.test_redteam_front_fidelity import forward, front_codes, program
@@ -70,3 +75,31 @@ def test_honest_form_has_no_finding(name):
 def test_cheat_behind_the_honest_form_is_caught(name):
     code_, text = CHEATS[name]
     assert code_ in front_codes(text), (name, front_codes(text))
+
+
+_RELU = program("class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_fwd(x)\n")
+_TORCH_RELU = program("class ModelNew(nn.Module):\n    def forward(self, x):\n        ext.relu_fwd(x)\n"
+                      "        return torch.relu(x)\n")
+RESPONSES = {  # (response, the codes its extracted program gets)
+    "tilde_fence": ("Fused ReLU:\n\n~~~python\n" + _RELU + "~~~\n", []),
+    "long_tilde_fence_with_info": ("~~~~ python title=model.py\n" + _RELU + "~~~~\n", []),
+    "byte_order_mark": ("\ufeff" + _RELU, []),
+    "prose_before_unfenced_program": ("Here is the optimized code:\n\n" + _RELU, []),
+    "tilde_fence_cheat": ("~~~python\n" + _TORCH_RELU + "~~~\n", [cheats.C01]),
+    "prose_before_unfenced_cheat": ("The answer:\n\n" + _TORCH_RELU, [cheats.C01]),
+    "byte_order_mark_cheat": ("\ufeff" + _TORCH_RELU, [cheats.C01]),
+    # a backtick block wins over a tilde one, as before
+    "backtick_block_beside_tilde_block": ("~~~python\n" + _RELU + "~~~\n\n```python\n" + _TORCH_RELU + "```\n",
+                                          [cheats.C01]),
+    # prose after the unfenced program: still a program that does not parse
+    "prose_after_unfenced_program": ("Here it is:\n\n" + _RELU + "\nThis is faster.\n", ["extract"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSES))
+def test_response_forms_extract_the_program_they_hold(name):
+    text, codes = RESPONSES[name]
+    code = extract_code(text)
+    assert "class ModelNew" in code
+    found = front_codes(code)
+    assert (found == codes) if not codes else set(codes) <= set(found), (name, found)

@@ -21,6 +21,12 @@ from dataclasses import dataclass
 from verifier.front.vendor import expanded, strip_cxx
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+# CommonMark's other fence, read where a response has no backtick fence: a line of three or more tildes (and its info
+# string), closed by a line of tildes alone
+_TILDE_FENCE = re.compile(r"^[ \t]*~~~+[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:^[ \t]*~~~+[ \t]*$|\Z)",
+                          re.DOTALL | re.M)
+# where an unfenced program starts after a line of prose: its first import
+_FIRST_IMPORT = re.compile(r"^(?:import[ \t]+\w|from[ \t]+[\w.]+[ \t]+import\b)", re.M)
 # a block that defines ModelNew: the class, or the module-level name bound to a class
 _DEFINES_MODEL_NEW = re.compile(r"^(?:class[ \t]+ModelNew\b|ModelNew[ \t]*(?::[^=\n]*)?=(?!=))", re.M)
 
@@ -47,13 +53,15 @@ def extract_code(response: str) -> str:
     """The candidate program inside ``response``; "" when there is none.
 
     Preference: the last fenced block that defines ``ModelNew`` (python-tagged blocks first), then the
-    last python-tagged block, then the whole response when it parses as Python by itself, or when it does not
-    parse but is a program all the same (a line binds ``ModelNew`` or imports torch): a bare ``.py`` solution with
+    last python-tagged block (tilde fences read where no backtick fence is), then the whole response when it parses
+    as Python by itself (a byte-order mark dropped), or from its first import when only prose comes before that, or
+    when it does not parse but is a program all the same (a line binds ``ModelNew`` or imports torch): a bare ``.py`` solution with
     a syntax error, or code around a stray fence, is then reported as code that does not parse, with its line,
     not as an answer without code. Prose with no such line gives ""."""
     if not response or not response.strip():
         return ""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(response)]
+    response = response.lstrip("\ufeff")  # a byte-order mark a file's text kept: not the program's
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(response) or _TILDE_FENCE.findall(response)]
     py = [b for lang, b in blocks if lang in ("python", "py", "python3")]
     other = [b for lang, b in blocks if lang not in ("python", "py", "python3")]
     for group in (py, other):
@@ -65,6 +73,9 @@ def extract_code(response: str) -> str:
     whole = response if response.endswith("\n") else response + "\n"
     if "```" not in response and _parses(response):
         return whole
+    first = _FIRST_IMPORT.search(response)
+    if "```" not in response and first and first.start() > 0 and _parses(response[first.start():]):
+        return whole[first.start():]  # a line of prose ("Here is the code:") before an unfenced program
     if _PROGRAM_LINE.search(response):  # a program that does not parse: the shape check names its syntax error
         return whole
     return ""
