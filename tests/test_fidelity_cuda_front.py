@@ -296,6 +296,14 @@ REPRODUCERS.update({
     "extract_prose_before_program": (EXTRACT_FORMS, "Here is the optimized code:\n\n" + _MINI_PROGRAM),
 })
 
+C01_MODULE_FUNCTION = ("C01_TORCH_COMPUTE (torch, strict: C19), static_judges._judge_call: `itertools.repeat(...)` read as "
+                       "Tensor.repeat; only receivers whose text began with torch/np/math/os/sys were modules")
+REPRODUCERS.update({
+    "c01_itertools_repeat": (C01_MODULE_FUNCTION, _forward(
+        "        for _ in itertools.repeat(None, 1):\n            pass\n        return ext.relu_fwd(x)\n",
+        imports="import itertools\n")),
+})
+
 # honest twins that pass today and must keep passing (the fix must not widen past them)
 CONTROLS = {
     "bare_reraise": _forward("        try:\n            return ext.relu_fwd(x)\n        except RuntimeError:\n            raise\n"),

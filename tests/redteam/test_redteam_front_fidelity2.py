@@ -13,6 +13,11 @@ beside it the cheat that could hide behind the reading is still caught, with its
     with a line of prose before an unfenced program are read as the program they hold; whatever is extracted is
     judged whole, so a cheat in such a response keeps its code, a backtick block still wins over a tilde one, and
     prose after an unfenced program (or a program that does not parse) stays an extract error.
+96. C01: a function of a module the program imports (``itertools.repeat``, as ``math.floor`` and ``np.prod``) is
+    not a Tensor method of the same name. The exemption was a prefix of the receiver's text ("torch", "np", "math",
+    "os", "sys"), so a tensor named ``torch_out``, ``npx`` or ``system`` had its ``.softmax()`` / ``.sum()`` /
+    ``.exp()`` read as a module's; it is now the imported, never rebound module name, and those stay C01, as does
+    ``operator.mul`` (Python's operator on whatever it is handed) and a module name rebound to a tensor.
 """
 
 import pytest
@@ -39,6 +44,11 @@ HONEST = {
     "raw_stream_handle": forward(
         "        return ext.relu_fwd(x) if get_raw_stream(x.device.index) is not None else None\n",
         imports="from torch._C import _cuda_getCurrentRawStream as get_raw_stream\n"),
+    # 96
+    "itertools_repeat": forward("        for _ in itertools.repeat(None, 1):\n            pass\n        return ext.relu_fwd(x)\n",
+                                imports="import itertools\n"),
+    "math_floor_numpy_prod": forward("        n = math.floor(x.numel() / 2) + int(np.prod(x.shape))\n        return ext.relu_fwd(x)\n",
+                                     imports="import math\nimport numpy as np\n"),
     "raw_stream_qualified": forward("        s = torch._C._cuda_getCurrentRawStream(0)\n        return ext.relu_fwd(x)\n"),
 }
 
@@ -59,6 +69,14 @@ CHEATS = {
                                                 imports="from torch._C._nn import gelu as g\n")),
     "torch_C_variable_functions": (cheats.C01, forward(
         "        ext.relu_fwd(x)\n        return torch._C._VariableFunctions.relu(x)\n")),
+    # 96
+    "tensor_named_torch_out": (cheats.C01, forward("        torch_out = ext.relu_fwd(x)\n        return torch_out.softmax(dim=1)\n")),
+    "tensor_named_npx": (cheats.C01, forward("        npx = ext.relu_fwd(x)\n        return npx.sum(dim=1)\n")),
+    "tensor_named_system": (cheats.C01, forward("        system = ext.relu_fwd(x)\n        return system.exp()\n")),
+    "module_name_rebound_to_tensor": (cheats.C01, forward("        math = ext.relu_fwd(x)\n        return math.exp()\n",
+                                                          imports="import math\n")),
+    "operator_module_on_tensors": (cheats.C01, forward("        return operator.mul(ext.relu_fwd(x), 2).sum()\n",
+                                                       imports="import operator\n")),
     "raw_stream_query_replaced": (cheats.C11, forward(
         "        torch._C._cuda_getCurrentRawStream = lambda i: 0\n        return ext.relu_fwd(x)\n")),
     "torch_C_dispatch_guard_by_module_alias": (cheats.C11, forward(

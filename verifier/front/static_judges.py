@@ -202,8 +202,7 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
         if recv.startswith("self.") and recv.count(".") == 1 and \
                 recv[5:] in enclosing_class.get(id(node), model_layers) and meth in ("forward", "__call__"):
             add(cheats.C01, node, f"calls the forward of nn submodule `{recv}`", True)
-        elif meth in _TENSOR_COMPUTE and not recv.startswith(("torch", "np", "math", "os", "sys")) and \
-                not kinds.own_member(node):
+        elif meth in _TENSOR_COMPUTE and not prog.module_receiver(recv) and not kinds.own_member(node):
             # judged on the receiver: a queue's put, a set's add, a list's sort are not PyTorch; a
             # receiver the scan cannot place is a tensor unless the name is a container's as well; the program's
             # own method or module (`self.norm(x)`, `self.relu(x)` of its own classes) is its own code, judged where

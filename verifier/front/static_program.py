@@ -6,6 +6,7 @@ fill (:class:`StaticReport` of :class:`Finding`). The rules themselves are verif
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 
 from verifier import cheats
@@ -245,6 +246,27 @@ class Program:
             return
         self.report.findings.append(Finding(code_, getattr(node, "lineno", 0), what, torch_compute))
 
+
+    def module_receiver(self, recv: str) -> bool:
+        """``recv`` (a method call's receiver, dotted) is a module the program imports and never rebinds
+        (``math.floor``, ``itertools.repeat``, ``np.prod``, ``os.path.split``): the call is that module's function,
+        not a Tensor method of the same name. Torch's modules are judged by their canonical name before this, and
+        ``operator``'s functions are Python's operators on whatever they are handed, so they are not modules here.
+        A receiver only named like a module (``torch_out``, ``npx``) is not one."""
+        root = recv.split(".")[0]
+        if not root or root not in self.aliases or root in self._bound_names:
+            return False
+        return self.aliases[root].split(".")[0] not in ("operator", "_operator")
+
+    @functools.cached_property
+    def _bound_names(self) -> frozenset:
+        names = {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.arg):
+                names.add(n.arg)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(n.name)
+        return frozenset(names)
 
     def canonical(self, dotted: str) -> str:
         head, _, rest = dotted.partition(".")
