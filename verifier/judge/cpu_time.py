@@ -14,7 +14,7 @@ allocation, the candidate's own module, libgomp and Python are not compute; the 
 of the share, as overhead whoever computes.
 
 ``build(build_root)`` compiles the sampler once per source, compiler and machine (as the knockout shim is).
-Imports: numpy, stdlib, verifier.common.ops.
+Imports: numpy, stdlib, verifier.common.ops, verifier.common.cc.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verifier.common.cc import c_compiler
 from verifier.common.ops import ALLOWED_ATEN
 
 SOURCE = Path(__file__).parents[1] / "child" / "cpu_sampler.c"
@@ -62,9 +63,7 @@ ALLOWED_OP_NAME = re.compile("(?<![0-9])(?:" + "|".join(re.escape(f"{len(n)}{n}"
 def build(build_root: Path) -> Path:
     """The compiled sampler under ``<build_root>/.cpu_sampler/<key>/`` (built once; a file lock keeps concurrent
     verifiers from building it twice). Raises RuntimeError with the compiler's output."""
-    from verifier.judge.knockout import _compiler
-
-    cc = _compiler()
+    cc = c_compiler()
     key = hashlib.sha256(SOURCE.read_bytes() + "\0".join(cc + [platform.machine()]).encode()).hexdigest()[:16]
     out_dir = Path(build_root) / SAMPLER_DIR / key
     lib = out_dir / "libkm_cpu_sampler.so"

@@ -56,13 +56,13 @@ import hashlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from verifier.child.knockout import MARKER_FILE, RESULT_FILE
+from verifier.common.cc import NoCompiler, c_compiler
 
 SHIM_SOURCE = Path(__file__).parents[1] / "child" / "knockout_shim.c"
 SHIM_DIR = ".knockout"  # under the build root (read-only to the execution child, which only loads it)
@@ -79,14 +79,10 @@ class KnockoutError(RuntimeError):
 
 
 def _compiler() -> list[str]:
-    for cc in (os.environ.get("CC", ""), "cc", "gcc", "clang"):
-        path = shutil.which(cc) if cc else None
-        if path:
-            return [path]
-    cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
-    if cxx:
-        return [cxx, "-x", "c"]
-    raise KnockoutError("no C compiler (cc, gcc, clang, c++) on PATH to build the knockout shim")
+    try:
+        return c_compiler()
+    except NoCompiler as e:
+        raise KnockoutError(f"{e} to build the knockout shim") from None
 
 
 def shim_library(build_root: Path) -> Path:
