@@ -262,6 +262,11 @@ def verdicts(shared_build_dir):
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_pytorch_kernels_found_in_a_library_image_are_torch_compute(verdicts, name):
     v = verdicts[name]
+    if name.endswith("_on_a_thread") and cheats.C01 not in v.cheats:
+        # the thread's work the sampler saw inside forward (C01), or work the thread still did after forward had
+        # returned, which the side-work check catches (C09): which one depends on where the thread's time fell
+        assert v.status == "cheat" and cheats.C09 in v.cheats, (v.status, v.cheats, v.feedback[:800])
+        return
     assert v.status == "cheat" and cheats.C01 in v.cheats, (v.status, v.cheats, v.feedback[:800])
     assert "CPU-time samples of forward ran in PyTorch's or a vendor library's compute kernels" in v.feedback, \
         v.feedback[:800]
