@@ -19,20 +19,16 @@ Imports: numpy, stdlib, verifier.common.ops, verifier.common.cc.
 
 from __future__ import annotations
 
-import fcntl
 import functools
-import hashlib
 import mmap
 import os
-import platform
 import re
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from verifier.common.cc import c_compiler
+from verifier.common.cc import build_once
 from verifier.common.ops import ALLOWED_ATEN
 
 SOURCE = Path(__file__).parents[1] / "child" / "cpu_sampler.c"
@@ -61,27 +57,12 @@ ALLOWED_OP_NAME = re.compile("(?<![0-9])(?:" + "|".join(re.escape(f"{len(n)}{n}"
 
 
 def build(build_root: Path) -> Path:
-    """The compiled sampler under ``<build_root>/.cpu_sampler/<key>/`` (built once; a file lock keeps concurrent
-    verifiers from building it twice). Raises RuntimeError with the compiler's output."""
-    cc = c_compiler()
-    key = hashlib.sha256(SOURCE.read_bytes() + "\0".join(cc + [platform.machine()]).encode()).hexdigest()[:16]
-    out_dir = Path(build_root) / SAMPLER_DIR / key
-    lib = out_dir / "libkm_cpu_sampler.so"
-    if lib.is_file():
-        return lib
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if lib.is_file():
-            return lib
-        tmp = out_dir / f"libkm_cpu_sampler.{os.getpid()}.tmp"
-        cmd = cc + ["-O2", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"building the cpu sampler failed ({' '.join(cmd)}): {done.stderr.strip()[:800]}")
-        os.replace(tmp, lib)
-    return lib
+    """The compiled sampler under ``<build_root>/.cpu_sampler/<key>/`` (built once: ``cc.build_once``). Raises
+    RuntimeError with the compiler's output."""
+    try:
+        return build_once(SOURCE, Path(build_root) / SAMPLER_DIR, "km_cpu_sampler")
+    except RuntimeError as e:
+        raise RuntimeError(f"building the cpu sampler failed {e}") from None
 
 
 _SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),

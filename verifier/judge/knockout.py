@@ -51,18 +51,14 @@ Imports: the standard library, and torch with the verifier's judging modules ins
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
-import os
-import platform
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from verifier.child.knockout import MARKER_FILE, RESULT_FILE
-from verifier.common.cc import NoCompiler, c_compiler
+from verifier.common.cc import NoCompiler, build_once
 
 SHIM_SOURCE = Path(__file__).parents[1] / "child" / "knockout_shim.c"
 SHIM_DIR = ".knockout"  # under the build root (read-only to the execution child, which only loads it)
@@ -78,36 +74,15 @@ class KnockoutError(RuntimeError):
     """The knockout shim could not be built (no C compiler, a compiler error): the knockout is inconclusive."""
 
 
-def _compiler() -> list[str]:
+def shim_library(build_root: Path) -> Path:
+    """The compiled shim, built once per source, compiler and machine under ``<build_root>/.knockout/``
+    (``cc.build_once``). Raises KnockoutError with the compiler's output."""
     try:
-        return c_compiler()
+        return build_once(SHIM_SOURCE, Path(build_root) / SHIM_DIR, "km_knockout", ("-ldl",))
     except NoCompiler as e:
         raise KnockoutError(f"{e} to build the knockout shim") from None
-
-
-def shim_library(build_root: Path) -> Path:
-    """The compiled shim, built once per source, compiler and machine under ``<build_root>/.knockout/`` (a file
-    lock keeps concurrent verifiers from building it twice). Raises KnockoutError with the compiler's output."""
-    cc = _compiler()
-    source = SHIM_SOURCE.read_bytes()
-    key = hashlib.sha256(source + "\0".join(cc + [platform.machine()]).encode()).hexdigest()[:16]
-    out_dir = Path(build_root) / SHIM_DIR / key
-    lib = out_dir / "libkm_knockout.so"
-    if lib.is_file():
-        return lib
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if lib.is_file():
-            return lib
-        tmp = out_dir / f"libkm_knockout.{os.getpid()}.tmp"
-        cmd = cc + ["-O2", "-shared", "-fPIC", "-o", str(tmp), str(SHIM_SOURCE), "-ldl"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise KnockoutError(f"building the knockout shim failed ({' '.join(cmd)}): {done.stderr.strip()[:800]}")
-        os.replace(tmp, lib)
-    return lib
+    except RuntimeError as e:
+        raise KnockoutError(f"building the knockout shim failed {e}") from None
 
 
 @dataclass
