@@ -59,9 +59,9 @@ def test_honest_cpu_candidate_has_no_front_finding(name: str):
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_engine_front_leaves_it_to_the_build(name: str):
-    from verifier import engine
+    from verifier import screen
 
     task = (DATA / "tasks" / TASKS[name]).read_text()
-    w = engine._front(task, (DATA / name).read_text(), "cpu", TASKS[name], Path(name).stem)
+    w = screen.front(task, (DATA / name).read_text(), "cpu", TASKS[name], Path(name).stem)
     assert w.verdict.status == "" and w.verdict.cheats == [], w.verdict
     assert w.torch_findings == []

@@ -8,7 +8,7 @@ nothing is patched, read or hidden. Everything the verifier decides before the b
 verifier/engine.py runs it: extraction and the candidate's shape (verifier/front/extract.py), the static scan of the
 Python (verifier/front/static.py), the source and tampering scans of every resolved ``load_inline``
 (verifier/front/vendor.py ``scan_sources``, verifier/front/binary.py ``scan_tampering``), the engine's own front
-(``engine._front``: nothing decided, no PyTorch-compute finding carried to the judge) and the build variants' choice
+(``screen.front``: nothing decided, no PyTorch-compute finding carried to the judge) and the build variants' choice
 (verifier/build/pool.py ``build_variants``).
 
 Every finding on an honest candidate is a false rejection. Those the front end makes are marked
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from verifier import screen
 from verifier.build.variants import build_variants
 from verifier.common.spec import canonical_spec
 from verifier.front.extract import check_candidate_shape, extract_code
@@ -119,12 +120,11 @@ def test_honest_candidate_extracts_and_has_no_finding(path: Path):
 
 @pytest.mark.parametrize("path", _params(KNOWN))
 def test_engine_front_leaves_it_to_the_build(path: Path):
-    """``engine._front`` (the extract and static stages as verify_candidate runs them): nothing decided, no PyTorch
+    """``screen.front`` (the extract and static stages as verify_candidate runs them): nothing decided, no PyTorch
     compute carried to the judge (the strict policy would reject it as C19 or C01), the resolved specs handed on."""
-    from verifier import engine
 
     task = re.match(r"# task: (\w+)", path.read_text()).group(1)
-    w = engine._front((DATA / "tasks" / f"{task}.py").read_text(), path.read_text(), "cuda", task, path.stem)
+    w = screen.front((DATA / "tasks" / f"{task}.py").read_text(), path.read_text(), "cuda", task, path.stem)
     assert w.verdict.status == "" and w.verdict.cheats == [], w.verdict
     assert w.verdict.stage_reached == "compile"
     assert w.torch_findings == []

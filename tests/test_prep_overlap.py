@@ -109,7 +109,7 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir,
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=3, warmup=1, time_torch_compile=False,
                        run_timeout_s=60, memory_limit_gb=4, prep_cache=False, exec_workers=1)
     events = []
-    real_measure, real_done = runs.measure_reference, engine._compile_done
+    real_measure, real_done = runs.measure_reference, engine.compile_done
 
     def measure(*a):
         events.append(("reference timing starts", time.monotonic()))
@@ -120,7 +120,7 @@ def test_a_task_is_prepared_while_its_first_candidate_compiles(shared_build_dir,
         return real_done(*a, **kw)
 
     monkeypatch.setattr(runs, "measure_reference", measure)
-    monkeypatch.setattr(engine, "_compile_done", compile_done)
+    monkeypatch.setattr(engine, "compile_done", compile_done)
     # sources no build root holds yet: the candidate compiles (seconds, against the precompiled header)
     code = fx.HONEST_RELU.replace("ModelNew(nn.Module):", f"ModelNew(nn.Module):\n    # {uuid.uuid4().hex}").replace(
         "#include <torch/extension.h>", f"#include <torch/extension.h>\n// {uuid.uuid4().hex}")

@@ -17,6 +17,7 @@ import pytest
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
+from verifier import screen
 from verifier import cheats
 from verifier import engine
 from verifier.engine import VerifyConfig, verify_batch
@@ -163,9 +164,9 @@ def batch(config):
             report.findings = []
         return report
 
-    real_scan = engine.scan
+    real_scan = screen.scan
     fx.make_headers(config, fx.CPU_EXT_SPEC)  # test_identical_sources_compile_once asks that the builds used it
-    with mock.patch.object(engine, "scan", scan_runtime_layer):
+    with mock.patch.object(screen, "scan", scan_runtime_layer):
         verdicts = verify_batch(items, config=config, compile_workers=2, on_verdict=lambda i, v: calls.append(i))
     return {"verdicts": dict(zip(names, verdicts)), "order": [v.candidate_id for v in verdicts], "names": names,
             "calls": calls, "seconds": time.perf_counter() - t0}

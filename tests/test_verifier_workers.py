@@ -22,6 +22,7 @@ import torch
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
+from verifier import screen
 from verifier import workers
 from verifier.execute import admission
 from verifier.engine import VerifyConfig, verify_batch
@@ -319,14 +320,14 @@ def test_an_execution_process_that_failed_before_the_candidate_ran_is_run_again(
 
     monkeypatch.setattr(engine, "SETUP_RETRY_S", (0.0, 0.0))
     cfg = VerifyConfig(build_dir=str(tmp_path))
-    w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "again")
+    w = screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "again")
     monkeypatch.setattr(engine, "_execute", execute(1))
     v = engine.execute_item(w, [], cfg, tmp_path).verdict
     assert (v.status, v.versions.get("setup_retries"), len(calls)) == ("pass", 1, 2)
     assert w.verdict.status in ("", None)  # each attempt judged a copy: the first one's verdict left nothing behind
     calls.clear()
     monkeypatch.setattr(engine, "_execute", execute(5))
-    v = engine.execute_item(engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "stays"), [],
+    v = engine.execute_item(screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "stays"), [],
                             cfg, tmp_path).verdict
     assert (v.status, v.versions.get("setup_retries"), len(calls)) == ("verifier_error", 2, 3)
     assert "before your code ran" in v.feedback
@@ -357,7 +358,7 @@ def test_the_verifiers_own_device_work_out_of_memory_is_run_again(monkeypatch, t
     def verdict(run):
         calls.clear()
         monkeypatch.setattr(engine, "_execute", run)
-        return engine.execute_item(engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "oom"), [],
+        return engine.execute_item(screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "oom"), [],
                                    cfg, tmp_path).verdict
 
     v = verdict(execute(2))
@@ -376,7 +377,7 @@ def test_the_timing_harness_out_of_device_memory_is_run_again_and_decides_no_che
     trials and static scan showed (PyTorch compute in forward, strict policy), not a verifier_error no trainer counts."""
     from types import SimpleNamespace
 
-    from verifier import cheats, engine
+    from verifier import cheats
     from verifier.common.contract import ChildReport, TrialReport
     from verifier.execute.brackets import Clocked
     from verifier.judge.outputs import Evidence
@@ -388,7 +389,7 @@ def test_the_timing_harness_out_of_device_memory_is_run_again_and_decides_no_che
     report = ChildReport(kind="candidate", trials=[TrialReport(index=k, kernel_calls=1) for k in range(3)])
 
     def judged(error: str, torch_ran: bool):
-        w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "harness")
+        w = screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "harness")
         w.verdict.correct = True
         ev = Evidence()
         if torch_ran:  # the trials' monitors saw PyTorch compute in forward, as the static scan did
@@ -411,7 +412,7 @@ def test_a_device_fault_the_reference_raises_after_the_candidates_kernels_is_its
     crash, as when the fault surfaces in its own forward: not C11 (the reference broken on purpose, class 48), and not
     a verifier_error. A library's own allocation failing (cuBLAS's ALLOC_FAILED) is out of memory: the verifier's,
     run again. A cheat the trials before showed stays the verdict."""
-    from verifier import cheats, engine
+    from verifier import cheats
     from verifier.common.contract import ChildReport, TrialReport
     from verifier.judge.outputs import Evidence
     from verifier.judge.verdict import _reference_failed, memory_error
@@ -422,7 +423,7 @@ def test_a_device_fault_the_reference_raises_after_the_candidates_kernels_is_its
     def judged(last_line: str, ev: Evidence | None = None, backend: str = "cuda"):
         report = ChildReport(kind="candidate", trials=[TrialReport(index=k, kernel_calls=1) for k in range(2)],
                              reference_error=f"Traceback (most recent call last):\n  ...\n{last_line}\n")
-        w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "fault")
+        w = screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "fault")
         w.verdict.backend = backend
         return w, _reference_failed(w, None, None, report, None, None, ev or Evidence())
 
@@ -453,7 +454,7 @@ def test_a_set_up_failure_the_report_claims_after_the_candidates_code_ran_is_its
     no trainer counts; the honest twin, a set-up that failed before any of its code, stays the verifier's."""
     from types import SimpleNamespace
 
-    from verifier import cheats, engine
+    from verifier import cheats
     from verifier.common.contract import JOB_FILE, ChildReport, Job
     from verifier.execute.brackets import Clocked
     from verifier.judge.outputs import Evidence
@@ -471,7 +472,7 @@ def test_a_set_up_failure_the_report_claims_after_the_candidates_code_ran_is_its
             (tmp_path / JOB_FILE).write_text(job_file)
         ChildReport(kind="candidate", setup_error="Traceback ...\nRuntimeError: CUDA error: out of memory").write(
             tmp_path)
-        w = engine._front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "setup")
+        w = screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "setup")
         ex = SimpleNamespace(job=job, job_dir=tmp_path, span=(), clocked=Clocked())
         return w, _report_outcome(w, None, ex, Evidence())
 

@@ -513,9 +513,9 @@ _HC.bracket = _timed_bracket
 def static_findings_dropped(codes):
     """The static scan's findings dropped for the programs in ``codes`` (the red team's runtime-layer cases and the
     omnipotent hook, whose Python stands for C++ no scan reads), in the verifier's process while the block runs."""
-    from verifier import engine
+    from verifier import screen
 
-    real = engine.scan
+    real = screen.scan
 
     def scan(code, backend="cpu"):
         report = real(code, backend)
@@ -523,7 +523,7 @@ def static_findings_dropped(codes):
             report.findings = []
         return report
 
-    with mock.patch.object(engine, "scan", scan):
+    with mock.patch.object(screen, "scan", scan):
         yield
 
 

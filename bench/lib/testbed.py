@@ -312,7 +312,7 @@ def run_static(solutions: list[TestbedSolution]) -> list[dict]:
     """Extraction and static stages only (the verifier's own front, as a run has it), cuda rules: no compiler,
     no GPU. A solution that would go on to compile is ``static_ok`` (``static_ok_torch`` with PyTorch compute
     found, which the strict policy rejects at the end of a real run)."""
-    from verifier.engine import _front
+    from verifier.screen import front as _front
 
     out = []
     for s in solutions:

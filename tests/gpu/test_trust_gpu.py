@@ -26,8 +26,7 @@ import pytest  # noqa: E402
 
 from bench.lib import fixtures as fx  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
-from verifier import cheats  # noqa: E402
-from verifier import engine  # noqa: E402
+from verifier import cheats, screen  # noqa: E402
 from verifier.engine import VerifyConfig, verify_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -177,7 +176,7 @@ def verdicts() -> dict:
             items.append((task, Candidate(candidate_id=name, task_id=task.task_id, backend="cuda", generator="test",
                                           code=cand)))
         layer_codes = {ALL[n][1] for n in RUNTIME_LAYER}
-        real_scan = engine.scan
+        real_scan = screen.scan
 
         def scan_runtime_layer(code, backend="cpu"):
             report = real_scan(code, backend)
@@ -185,7 +184,7 @@ def verdicts() -> dict:
                 report.findings = []
             return report
 
-        with mock.patch.object(engine, "scan", scan_runtime_layer):
+        with mock.patch.object(screen, "scan", scan_runtime_layer):
             _CACHE.update(zip(ALL, verify_batch(items, config=cfg, compile_workers=os.cpu_count())))
     return _CACHE
 

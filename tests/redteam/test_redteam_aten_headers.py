@@ -17,7 +17,7 @@ import pytest
 
 from bench.lib import fixtures as fx
 from verifier import cheats
-from verifier import engine
+from verifier import screen
 from verifier.front.vendor import scan_sources
 
 LOG_SOFTMAX_TASK = fx.RELU_TASK.replace("return torch.relu(x)", "return torch.log_softmax(x, dim=-1)")
@@ -101,7 +101,7 @@ CHEATS = {
 
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_pytorchs_header_only_kernel_is_pytorch_compute(name):
-    w = engine._front(LOG_SOFTMAX_TASK, candidate(CHEATS[name]), "cpu", "log_softmax", name)
+    w = screen.front(LOG_SOFTMAX_TASK, candidate(CHEATS[name]), "cpu", "log_softmax", name)
     v = w.verdict
     assert v.status == "cheat" and cheats.C01 in v.cheats, (name, v.status, v.cheats, v.feedback)
     assert "ATen internals" in v.feedback or "kernel implementations compiled from its headers" in v.feedback, v.feedback
@@ -122,7 +122,7 @@ def test_a_global_kernel_of_an_aten_cuda_header_is_pytorch_compute():
 
 
 def test_building_blocks_vector_types_and_an_own_namespace_named_native_pass():
-    w = engine._front(LOG_SOFTMAX_TASK, candidate(OWN), "cpu", "log_softmax", "honest")
+    w = screen.front(LOG_SOFTMAX_TASK, candidate(OWN), "cpu", "log_softmax", "honest")
     assert not w.verdict.status and w.verdict.stage_reached == "compile" and not w.verdict.cheats, w.verdict.feedback
     assert scan_sources(["#include <ATen/native/cuda/block_reduce.cuh>\n"
                          "__global__ void k(float* x) { x[0] = BlockReduceSum(x[0], nullptr); }\n"]) == []

@@ -13,7 +13,7 @@ import torch
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task, Verdict
-from verifier import engine, cheats, entry
+from verifier import cheats, entry, screen
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.child.channel import Channel
 from verifier.execute.channel import Driver
@@ -221,7 +221,7 @@ def verdicts(build_dir):
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam",
                               code=CASES[n][0])) for n in names]
     dropped = {CASES[n][0] for n in names if CASES[n][3]}
-    real_scan = engine.scan
+    real_scan = screen.scan
 
     def scan(code, backend="cpu"):
         report = real_scan(code, backend)
@@ -229,7 +229,7 @@ def verdicts(build_dir):
             report.findings = []
         return report
 
-    with mock.patch.object(engine, "scan", scan):
+    with mock.patch.object(screen, "scan", scan):
         return dict(zip(names, verify_batch(items, config=cfg, compile_workers=2)))
 
 

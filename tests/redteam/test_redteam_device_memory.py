@@ -17,7 +17,7 @@ from unittest import mock
 import torch
 
 from bench.lib import fixtures as fx
-from verifier import cheats, engine
+from verifier import cheats, screen
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, TrialReport
 from verifier.execute import admission
@@ -39,7 +39,7 @@ PLAN = SimpleNamespace(job_bytes=lambda: 512 << 20)
 
 
 def _work(backend: str = "cuda", name: str = "oom"):
-    w = engine._front(TASK, fx.HONEST_RELU, "cpu", "relu", name)
+    w = screen.front(TASK, fx.HONEST_RELU, "cpu", "relu", name)
     w.verdict.backend = backend
     return w
 

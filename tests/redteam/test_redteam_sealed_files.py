@@ -31,6 +31,7 @@ import pytest
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
+from verifier import screen
 from verifier import cheats, engine
 from verifier.common.contract import SOCKET_FILE
 from verifier.engine import VerifyConfig, verify_batch
@@ -85,7 +86,7 @@ def verdicts(shared_build_dir):
     task = Task.from_code(MM_TASK, name="sealed", source="seed", level=1)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam", code=c))
              for n, (c, _) in CASES.items()]
-    real_scan, real_run = engine.scan, engine.run_driven
+    real_scan, real_run = screen.scan, engine.run_driven
     files: dict[str, list[str]] = {}
 
     def scan(code, backend="cpu"):
@@ -99,7 +100,7 @@ def verdicts(shared_build_dir):
             files[job.candidate_code] = sorted(os.listdir(job_dir))
         return out
 
-    with mock.patch.object(engine, "scan", scan), mock.patch.object(engine, "run_driven", run_driven):
+    with mock.patch.object(screen, "scan", scan), mock.patch.object(engine, "run_driven", run_driven):
         got = dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=1)))
     return got, {n: files.get(c, []) for n, (c, _) in CASES.items()}
 

@@ -311,7 +311,7 @@ def test_a_kernel_referenced_by_no_launch_route_is_still_never_launched():
 def test_a_never_launched_kernel_beside_vendor_or_torch_compute_names_both_rows():
     """KernelBench's technoabsurdist-l1-p2 on the H100: a kernel defined, never launched, the answer from cuBLAS.
     The verdict said C02 alone; the extract stop now runs the static stage too, so it names C01 as well."""
-    from verifier.engine import _front
+    from verifier.screen import front as _front
 
     def front(host):
         return _front("", _cuda_candidate(host), "cuda", "t", "c").verdict

@@ -28,7 +28,7 @@ import pytest  # noqa: E402
 
 from bench.lib import fixtures as fx  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
-from verifier import engine, cheats  # noqa: E402
+from verifier import cheats, screen  # noqa: E402
 from verifier.engine import VerifyConfig, verify_batch  # noqa: E402
 from verifier.front import binary  # noqa: E402
 
@@ -163,7 +163,7 @@ def verdicts():
     items = [(tasks[CASES[n][0]], Candidate(candidate_id=n, task_id=tasks[CASES[n][0]].task_id, backend="cuda",
                                             generator="redteam", code=CASES[n][1])) for n in names]
     layer = {CASES[n][1] for n in names if CASES[n][4]}
-    real_scan = engine.scan
+    real_scan = screen.scan
 
     def scan(code, backend="cuda"):
         report = real_scan(code, backend)
@@ -174,9 +174,9 @@ def verdicts():
     def sources(srcs, flags=()):  # the source scan of the runtime-layer cases: their sources are the runtime's
         return [] if any(s in c for c in layer for s in srcs) else real_sources(srcs, flags)
 
-    real_sources = engine.scan_sources
+    real_sources = screen.scan_sources
     # the binary's library scan, where engine's scan_binary and the run-time builder call it (verifier/front/binary.py)
-    with mock.patch.object(engine, "scan", scan), mock.patch.object(engine, "scan_sources", sources), \
+    with mock.patch.object(screen, "scan", scan), mock.patch.object(screen, "scan_sources", sources), \
             mock.patch.object(binary, "scan_library", lambda *a, **k: []):
         return dict(zip(names, verify_batch(items, config=cfg, compile_workers=8)))
 
