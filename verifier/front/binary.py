@@ -32,6 +32,7 @@ from pathlib import Path
 from verifier import cheats
 from verifier.front.elf import imported_symbols, needed_libraries
 from verifier.front.vendor import (PYTHON_SOURCE, TAMPER_SOURCE, inference_mode_only, strip_comments, expanded,
+                               code_text, own_names, without_module_constants,
                                    strip_cxx)
 
 # C++ that blinds what watches forward or changes global backend state (verifier/front/vendor.py ``TAMPER_SOURCE``),
@@ -54,6 +55,15 @@ TAMPER_SYMBOL = re.compile(rb"^(cupti\w+|cudaProfilerStop|cuProfilerStop|_ZN2at\
 _GUARD_TLS = re.compile(rb"^_ZN3c104impl\d+(?:raw_local_dispatch_key_set|_force_tls_local_dispatch_key_set)\w*(@\w+)?$")
 
 
+def _own_name(text: str, m, own: frozenset) -> bool:
+    """The match ``m`` of ``PYTHON_SOURCE`` is a bare name the candidate's sources define themselves (a function
+    ``PyTorch_gelu``, a variable ``tp_base``): its own code, not the C API's. A slot read through an object
+    (``->tp_dict``, ``.tp_call``) is never one."""
+    word = m.group(0).strip()
+    before = text[max(0, m.start() - 3):m.start()].rstrip()
+    return word in own and not before.endswith((".", "->", "::"))
+
+
 @cheats.probe(cheats.C11, where="front")
 def scan_tampering(sources: list[str], so_path: str | Path | None = None, built_from: list[str] | tuple = ()) -> list[str]:
     """Findings of C++ that switches off the runtime monitors, changes global backend state or reaches Python
@@ -67,8 +77,10 @@ def scan_tampering(sources: list[str], so_path: str | Path | None = None, built_
             found.append(f"the C++/CUDA source switches off what watches it or changes global state (`{m.group(0)}`)")
             break
     # every spelling found (the first few), as written and as the candidate's macros expand it
-    texts = [t for src in sources for t in (strip_comments(src), expanded(src))]
-    routes = list(dict.fromkeys(" ".join(m.group(0).split()) for t in texts for m in PYTHON_SOURCE.finditer(t)))
+    texts = [without_module_constants(t) for src in sources for t in (strip_comments(src), expanded(src))]
+    own = own_names([code_text(src) for src in sources])
+    routes = list(dict.fromkeys(" ".join(m.group(0).split()) for t in texts for m in PYTHON_SOURCE.finditer(t)
+                                if not _own_name(t, m, own)))
     if routes:
         more = f" and {len(routes) - 4} more" if len(routes) > 4 else ""
         found.append("the C++/CUDA source reaches Python objects through pybind11 or the C API ("

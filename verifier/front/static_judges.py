@@ -188,6 +188,28 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
     if full in MATMUL_FUNCTIONS:
         add(cheats.C01, node, f"calls `{raw}` (a PyTorch matmul, as `@`)", True)
         return
+    if _operator_function(full):
+        # Python's operators computing whatever their operands' types compute: on sizes and literals integer
+        # arithmetic (`operator.mul(x.shape[0], x.shape[1])`), on anything else (a tensor) PyTorch's
+        if _operator_function(full) in OPERATOR_ARITHMETIC and not all(kinds.number(a) for a in _call_args(node)):
+            add(cheats.C01, node, f"calls `{raw}` on a value that is not a size or a number (Python's operator on a "
+                                  "tensor is PyTorch compute)", True)
+        return
+    if full in ("functools.reduce", "itertools.accumulate", "map", "itertools.starmap") and node.args and \
+            _operator_function(canonical(_dotted(node.args[0]))) in OPERATOR_ARITHMETIC and \
+            any(_holds_tensor(kinds, a) for a in _call_args(node)[1:]):
+        # `functools.reduce(operator.mul, shape, 1)` multiplies sizes (a helper's `shape` included); over tensors
+        # (`[a, b]`, a tensor's rows) it is PyTorch's arithmetic
+        add(cheats.C01, node, f"calls `{raw}` with `{_dotted(node.args[0])}` over tensors (Python's operator on a "
+                              "tensor is PyTorch compute)", True)
+        return
+    if isinstance(node.func, ast.Attribute) and node.func.attr not in STORAGE_QUERIES and \
+            kinds.storage(node.func.value):
+        # a tensor's storage: its size and address are queries; its bytes read into Python, copied or written
+        # (`tolist`, `cpu`, `copy_`, `fill_`) are data handled outside PyTorch's ops and your kernels
+        add(cheats.C01, node, f"calls `.{node.func.attr}()` on a tensor's storage (its bytes handled outside "
+                              "PyTorch's operators and your kernels)", True)
+        return
     if full in CALL_CODES or raw in CALL_CODES:
         add(CALL_CODES.get(full) or CALL_CODES[raw], node, f"calls `{raw}`")
         if (CALL_CODES.get(full) or CALL_CODES[raw]) != cheats.C01:
@@ -387,6 +409,46 @@ def _judge_model_new(prog: Program) -> None:
         add(cheats.C02, model_new, "none of the compiled kernel functions "
                                    f"({', '.join(sorted(kernels))}) is ever called")
 
+
+
+# the operator module's functions that compute with their operands' own arithmetic (a tensor's is PyTorch's):
+# arithmetic, comparisons, bitwise operations, their in-place and dunder spellings; its other functions (``index``,
+# ``getitem``, ``itemgetter``, ``truth``) compute nothing of their own
+OPERATOR_ARITHMETIC = frozenset({
+    *(f"{p}{n}" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and_",
+                          "or_", "xor", "concat", "matmul") for p in ("", "i")),
+    "neg", "pos", "abs", "invert", "inv", "lt", "le", "eq", "ne", "ge", "gt", "div", "idiv"})
+
+
+def _operator_function(full: str) -> str:
+    """The name of the operator module's function ``full`` (a canonical dotted name: ``operator.mul``,
+    ``_operator.__mul__``, ``mul`` imported from operator) with its dunder spelling read as the plain one; ""
+    when it is no such function."""
+    head, _, name = full.partition(".")
+    if head not in ("operator", "_operator") or not name or "." in name:
+        return ""
+    if name.startswith("__") and name.endswith("__") and len(name) > 4:
+        name = name[2:-2]
+        name = f"{name}_" if name in ("and", "or") else name
+    return name
+
+
+def _holds_tensor(kinds, e: ast.AST) -> bool:
+    """``e`` is a tensor or a literal container of one (``[a, b]``, ``(x, x.t())``, ``[t for t in ts]`` of tensors)."""
+    if isinstance(e, (ast.List, ast.Tuple, ast.Set)):
+        return any(_holds_tensor(kinds, x.value if isinstance(x, ast.Starred) else x) for x in e.elts)
+    if isinstance(e, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        return kinds.of(e.elt) == TENSOR
+    return kinds.of(e) == TENSOR
+
+
+def _call_args(node: ast.Call) -> list[ast.AST]:
+    return [*node.args, *(k.value for k in node.keywords)]
+
+
+# a storage's methods that only say where and how large it is
+STORAGE_QUERIES = frozenset({"data_ptr", "nbytes", "size", "element_size", "is_cuda", "is_pinned", "is_shared",
+                             "is_sparse", "device", "dtype", "resize_", "untyped", "__len__"})
 
 
 def _direct_call(node: ast.Name, parents: dict) -> bool:

@@ -462,3 +462,116 @@ class Kinds:
                                                  "replace", "lower", "upper"):
                 return OTHER
         return UNKNOWN
+
+    # ---- Python numbers and sizes; storages
+    def number(self, node: ast.AST) -> bool:
+        """``node``'s value is a Python number or a tuple of them, read from the tensors' sizes and the literals
+        (``x.shape``, ``x.size(1)``, ``x.numel() // x.shape[-1]``, ``len(dims)``, ``256``, a name every binding of
+        which is one, ``self.block`` set so in ``__init__``): what Python's operators on it compute is integer
+        arithmetic, never a tensor's. Conservative: anything it cannot read (a function's parameter, an element of a
+        list, a tensor's values) is not a number."""
+        return self._number(node, self.scope_of(node)) is True
+
+    def _number(self, e: ast.AST, scope: ast.AST):
+        self._depth += 1
+        try:
+            return False if self._depth > 100 else self._number_of(e, scope)
+        finally:
+            self._depth -= 1
+
+    def _numbers(self, exprs, scope) -> bool | None:
+        """Every one of ``exprs`` a number (a self-reference, None, decides nothing); False when one is not."""
+        got = [self._number(x, scope) for x in exprs]
+        return False if False in got or not got else True if True in got else None
+
+    def _number_of(self, e: ast.AST, scope: ast.AST):
+        if isinstance(e, ast.Constant):
+            return isinstance(e.value, (int, float, complex))  # bool is an int
+        if isinstance(e, (ast.Tuple, ast.List)):
+            return self._numbers(e.elts, scope) if e.elts else True
+        if isinstance(e, ast.Starred):
+            return self._number(e.value, scope)
+        if isinstance(e, ast.Name):
+            key = ("num", e.id)
+            while scope is not self.tree and e.id not in self.bindings(scope):
+                scope = self.scope_of(scope)
+            binds = self.bindings(scope).get(e.id, [])
+            mkey = (id(scope),) + key
+            if mkey in self._busy:
+                return None  # `n = n * 2`: the other bindings decide
+            if mkey in self._memo:
+                return self._memo[mkey]
+            self._busy.add(mkey)
+            try:
+                got = [self._number(b[1].value, scope) if isinstance(b, tuple) else
+                       self._number(b, scope) if isinstance(b, ast.AST) else False for b in binds]
+            finally:
+                self._busy.discard(mkey)
+            out = False if False in got or not got else True if True in got else None
+            self._memo[mkey] = out
+            return out
+        if isinstance(e, ast.Attribute):
+            if isinstance(e.value, ast.Name) and e.value.id == "self":
+                cls = self.parents.get(id(scope))
+                binds = self._self_bindings(cls).get(e.attr) if isinstance(cls, ast.ClassDef) else None
+                if not binds:
+                    return False
+                mkey = ("self-num", id(cls), e.attr)
+                if mkey in self._busy:
+                    return None
+                self._busy.add(mkey)
+                try:
+                    got = [self._number(v, s) if isinstance(v, ast.AST) else False for v, s in binds]
+                finally:
+                    self._busy.discard(mkey)
+                return False if False in got else True if True in got else None
+            return e.attr in ("shape", "ndim") and self._expr(e.value, scope) == TENSOR
+        if isinstance(e, ast.Subscript):
+            return self._number(e.value, scope)  # an element or a slice of a size
+        if isinstance(e, ast.BinOp):
+            return self._numbers([e.left, e.right], scope)
+        if isinstance(e, ast.UnaryOp):
+            return self._number(e.operand, scope)
+        if isinstance(e, ast.IfExp):
+            return self._numbers([e.body, e.orelse], scope)
+        if isinstance(e, ast.Call):
+            raw = _dotted(e.func)
+            full = self.canonical(raw) if raw else ""
+            args = [*e.args, *(k.value for k in e.keywords)]
+            if isinstance(e.func, ast.Name) and full == e.func.id:
+                if e.func.id in ("len", "int", "float", "bool"):
+                    return True  # a Python number whatever it is handed
+                if e.func.id in ("min", "max", "sum", "tuple", "list", "divmod", "pow"):
+                    return self._numbers(args, scope)
+            if full.startswith(("math.", "operator.", "_operator.")) and args:
+                return self._numbers(args, scope)
+            if full in ("functools.reduce", "itertools.accumulate") and len(args) >= 2:
+                return self._numbers(args[1:], scope)
+            if isinstance(e.func, ast.Attribute) and e.func.attr in _TENSOR_SIZES and \
+                    self._expr(e.func.value, scope) == TENSOR:
+                return True
+        return False
+
+    def storage(self, node: ast.AST) -> bool:
+        """``node`` is a tensor's storage (``x.untyped_storage()``, ``x.storage()``, a name bound only to one): its
+        bytes, outside PyTorch's operators."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STORAGE_CALLS:
+            return True
+        if isinstance(node, ast.Name):
+            scope = self.scope_of(node)
+            while scope is not self.tree and node.id not in self.bindings(scope):
+                scope = self.scope_of(scope)
+            binds = self.bindings(scope).get(node.id, [])
+            return any(isinstance(b, ast.Call) and self.storage(b) for b in binds)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            cls = self.parents.get(id(self.scope_of(node)))
+            binds = self._self_bindings(cls).get(node.attr, []) if isinstance(cls, ast.ClassDef) else []
+            return any(isinstance(v, ast.Call) and self.storage(v) for v, _ in binds)
+        return False
+
+
+# tensor methods that give back a size or a count (a Python int or a tuple of them)
+_TENSOR_SIZES = {"size", "numel", "dim", "ndimension", "nelement", "stride", "element_size", "storage_offset",
+                 "data_ptr", "get_device"}
+# what gives a tensor's storage
+_STORAGE_CALLS = {"untyped_storage", "storage", "_typed_storage", "untyped"}

@@ -89,6 +89,9 @@ TENSOR_METHOD_ALLOWED = {
     "hsplit", "vsplit", "dsplit", "split_with_sizes", "adjoint",
     # the caching allocator's bookkeeping: the block stays reserved until the stream's queued work is done
     "record_stream",
+    # the tensor's storage, for its address and size (``x.untyped_storage().data_ptr()``, ``.nbytes()``): a query;
+    # what is done with the storage's bytes is judged on it (static_judges ``STORAGE_QUERIES``)
+    "untyped_storage", "storage",
 }
 # Module-level imports and calls that reach outside the sandbox, by cheat code.
 IMPORT_CODES = {

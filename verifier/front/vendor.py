@@ -56,9 +56,11 @@ ELEMENTWISE_LOOPS = ("cpu_kernel", "cpu_kernel_vec", "cpu_serial_kernel", "cpu_s
 SOURCE_PATTERNS = [
     ("cuBLAS", re.compile(r"\bcublas\w*|getCurrentCUDABlas(Lt)?Handle|\bat::cuda::blas\b")),
     ("cuDNN", re.compile(r"\bcudnn\w*|\bat::native::cudnn")),
-    # header-only: no imported symbol shows it, its namespace does (``cute::``, ``using namespace cute``, an alias);
-    # on cuda its kernels are foreign by name in the time coverage
-    ("CUTLASS", re.compile(r"\b(?:cutlass|cute)\b")),
+    # header-only: no imported symbol shows it, its namespace does (``cute::``, ``using namespace cute``, an alias,
+    # the namespace reopened); on cuda its kernels are foreign by name in the time coverage. A name of the candidate's
+    # own that is spelled the same (a function ``cute``, a variable ``cutlass``) is no use of the namespace
+    ("CUTLASS", re.compile(r"\b(?:cutlass|cute)\s*::|\bnamespace\s+(?:::\s*)?(?:cutlass|cute)\b|"
+                           r"\bnamespace\s+\w+\s*=\s*(?:::\s*)?(?:cutlass|cute)\b")),
     ("cuSPARSE/cuFFT/cuSOLVER", re.compile(r"\bcusparse\w+|\bcufft\w+|\bcusolver\w+")),
     ("BLAS/MKL/oneDNN", re.compile(r"\bcblas_\w+|\bmkl_\w+|\bdnnl(::|_)\w*|\bmkldnn\w*|\bsgemm_\s*\(|\bat::native::cpublas|"
                                    r"\bat::cpublas\b")),
@@ -123,6 +125,33 @@ PYTHON_SOURCE = re.compile(
     r"cpp_function)\b|\bgil_scoped_acquire\b|\bpybind11/functional\.h\b")
 
 
+# a constant set on the module being created, inside ``PYBIND11_MODULE(name, m) { ... }``: ``m.attr("__version__") =
+# "1.0";``, ``m.attr("BLOCK_SIZE") = py::int_(256);`` (the module's own attributes, the way ``m.doc() = ...`` sets its
+# docstring), read by nobody but the candidate's Python. It walks to no other object: the module variable is the
+# macro's own, the name a plain identifier (no dunder but ``__version__``, ``__doc__``, ``__all__``, ``__author__``) and
+# the attribute only stored (``=``, not ``==``), never read or called. The value stored is read by the pattern as any
+# other text (``= py::module_::import("numpy")`` still shows its import)
+_PYBIND_MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*\w+\s*,\s*([A-Za-z_]\w*)\s*\)\s*\{")
+_MODULE_CONSTANT = r"\b{var}\s*\.\s*attr\s*\(\s*\"(?:__(?:version|doc|all|author)__|(?!_)\w+|_[A-Za-z0-9]\w*)\"\s*\)(?=\s*=(?!=))"
+
+
+def without_module_constants(text: str) -> str:
+    """``text`` (comments stripped) with each ``m.attr("NAME")`` that only sets a constant on the module
+    ``PYBIND11_MODULE`` creates blanked (``_MODULE_CONSTANT``), inside that macro's body only; every other
+    ``.attr(`` stays for ``PYTHON_SOURCE``."""
+    for mod in reversed(list(_PYBIND_MODULE.finditer(text))):
+        depth, end = 0, len(text)
+        for i in range(mod.end() - 1, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                end = i
+                break
+        body = re.sub(_MODULE_CONSTANT.format(var=re.escape(mod.group(1))), lambda x: " " * len(x.group(0)),
+                      text[mod.end():end])
+        text = text[:mod.end()] + body + text[end:]
+    return text
+
+
 # ``c10::InferenceMode guard;`` (a documented RAII guard: autograd off in its scope) is inline: it reads and sets the
 # thread's dispatch keys itself, so the binary imports the TLS that tampering would use (verifier/front/binary.py
 # ``_GUARD_TLS``). It excludes the autograd keys only: the Python key and the profiler's observer still see every op.
@@ -140,6 +169,29 @@ def inference_mode_only(sources) -> bool:
         for t in texts)
 
 
+# what a candidate's source defines: a function with its body, a class, struct, union or enum with its body, a type
+# alias, a macro, a variable given its type (``int mkl_threads = 1;``, ``float cute_scale[4];``). A declaration without
+# a body (``cublasStatus_t cublasSgemm_v2(...);``, the library's own function declared by hand) defines nothing
+_TYPE_DEFINED = re.compile(r"\b(?:struct|class|union|enum(?:\s+class|\s+struct)?)\s+(?:\w+\s+)*?([A-Za-z_]\w*)\s*"
+                           r"(?:final\s*)?[:{]|\busing\s+([A-Za-z_]\w*)\s*=|^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
+_VARIABLE_DEFINED = re.compile(r"\b([A-Za-z_][\w:]*(?:\s*<[^;<>{}()]*(?:<[^;<>{}()]*>[^;<>{}()]*)*>)?)[\s*&]+"
+                               r"([A-Za-z_]\w*)\s*(?:=(?!=)|;|\[|\{)")
+_NOT_TYPES = frozenset({"return", "goto", "case", "throw", "delete", "new", "else", "do", "co_return", "co_yield",
+                        "sizeof", "typedef", "using", "namespace", "operator", "template", "typename", "public",
+                        "private", "protected", "default", "if", "while", "for", "switch", "and", "or", "not"})
+
+
+def own_names(texts: list[str]) -> frozenset:
+    """The identifiers the candidate's code texts (``code_text``) define themselves (``_DEFINED``, ``_TYPE_DEFINED``,
+    ``_VARIABLE_DEFINED``): its own code, whatever a library's prefix they share."""
+    names: set[str] = set()
+    for text in texts:
+        names |= {m.group(1) for m in _DEFINED.finditer(text)} - _NOT_FUNCTIONS
+        names |= {g for m in _TYPE_DEFINED.finditer(text) for g in m.groups() if g}
+        names |= {m.group(2) for m in _VARIABLE_DEFINED.finditer(text) if m.group(1) not in _NOT_TYPES}
+    return frozenset(names)
+
+
 # a vendor library named in the link flags. Linked dynamically (``-lcublas``) it is judged by what the built module
 # imports from it (binary.py ``scan_library``): an unused ``-l`` flag imports nothing, with or without --as-needed.
 # Linked statically (``-l:libcublas_static.a``, a path to an archive, ``-Wl,-Bstatic``) its code lands inside the
@@ -155,9 +207,13 @@ def scan_sources(sources: list[str], link_flags: list[str] | None = None) -> lis
     each naming the library and the text."""
     found = []
     texts = [code_text(src) for src in sources] + [code_text(x) for x in map(expanded, sources) if x]
+    own = own_names(texts)
     for lib, pat in SOURCE_PATTERNS:
         for text in texts:
-            m = pat.search(text)
+            # a library's prefix on a name the candidate defines itself (a kernel ``cublas_like_sgemm``, a variable
+            # ``mkl_threads``) is its own code: the library's functions are declared by its headers, never defined
+            # by the candidate (one that were, calling the library, would import it: binary.py ``scan_library``)
+            m = next((m for m in pat.finditer(text) if m.group(0).strip() not in own), None)
             if m:
                 found.append(f"the C++/CUDA source uses {lib} (`{m.group(0).strip()}`)")
                 break
