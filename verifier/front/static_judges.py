@@ -190,8 +190,12 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
         return
     if _operator_function(full):
         # Python's operators computing whatever their operands' types compute: on sizes and literals integer
-        # arithmetic (`operator.mul(x.shape[0], x.shape[1])`), on anything else (a tensor) PyTorch's
-        if _operator_function(full) in OPERATOR_ARITHMETIC and not all(kinds.number(a) for a in _call_args(node)):
+        # arithmetic (`operator.mul(x.shape[0], x.shape[1])`, `operator.floordiv(x.numel(), self.hidden)`), on a
+        # tensor PyTorch's. A call is judged PyTorch compute where an operand is a tensor (or a literal container of
+        # one), or where none is a size or a number (`operator.mul(a, b)` on values the scan cannot place)
+        args = _call_args(node)
+        if _operator_function(full) in OPERATOR_ARITHMETIC and \
+                (any(_holds_tensor(kinds, a) for a in args) or not any(kinds.number(a) for a in args)):
             add(cheats.C01, node, f"calls `{raw}` on a value that is not a size or a number (Python's operator on a "
                                   "tensor is PyTorch compute)", True)
         return

@@ -175,10 +175,12 @@ def inference_mode_only(sources) -> bool:
 
 
 # what a candidate's source defines: a function with its body, a class, struct, union or enum with its body, a type
-# alias, a macro, a variable given its type (``int mkl_threads = 1;``, ``float cute_scale[4];``). A declaration without
-# a body (``cublasStatus_t cublasSgemm_v2(...);``, the library's own function declared by hand) defines nothing
+# alias, a macro, a namespace it opens, a variable given its type (``int mkl_threads = 1;``, ``float cute_scale[4];``).
+# A declaration without a body (``cublasStatus_t cublasSgemm_v2(...);``, the library's function declared by hand)
+# defines nothing
 _TYPE_DEFINED = re.compile(r"\b(?:struct|class|union|enum(?:\s+class|\s+struct)?)\s+(?:\w+\s+)*?([A-Za-z_]\w*)\s*"
-                           r"(?:final\s*)?[:{]|\busing\s+([A-Za-z_]\w*)\s*=|^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
+                           r"(?:final\s*)?[:{]|\busing\s+([A-Za-z_]\w*)\s*=|^[ \t]*#[ \t]*define[ \t]+(\w+)|"
+                           r"\bnamespace\s+([A-Za-z_]\w*)\s*\{", re.M)
 _VARIABLE_DEFINED = re.compile(r"\b([A-Za-z_][\w:]*(?:\s*<[^;<>{}()]*(?:<[^;<>{}()]*>[^;<>{}()]*)*>)?)[\s*&]+"
                                r"([A-Za-z_]\w*)\s*(?:=(?!=)|;|\[|\{)")
 _NOT_TYPES = frozenset({"return", "goto", "case", "throw", "delete", "new", "else", "do", "co_return", "co_yield",
