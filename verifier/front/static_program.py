@@ -227,14 +227,16 @@ class Program:
         self.enclosing_class, self.loop_layers, self.reflect, self.kinds = enclosing_class, loop_layers, reflect, kinds
 
 
-    def add(self, code_, node, what, torch_compute=False) -> None:
+    def add(self, code_, node, what, torch_compute=False, handed_on=False) -> None:
         if code_ in (cheats.C01, cheats.C04):
             self.compute_ids.add(id(node))
         # PyTorch compute that only construction or the import runs is set-up, not forward's work (above); what
         # builds code forward then runs (torch.compile, torch.jit.script: CALL_CODES, not torch_compute) is not
-        # set-up, and neither is anything forward reaches (a default or decorator of a helper forward calls)
-        if code_ == cheats.C01 and torch_compute and (id(node) in self.init_ids or id(node) in self.import_ids) \
-                and id(node) not in self.forward_fns:
+        # set-up, and neither is anything forward reaches (a default or decorator of a helper forward calls), nor a
+        # compute function handed on as a value (``f = torch.compiler.allow_in_graph(torch.relu)`` at the top of the
+        # file): naming it computes nothing then, its only use is a call later, wherever ``f`` goes
+        if code_ == cheats.C01 and torch_compute and not handed_on and \
+                (id(node) in self.init_ids or id(node) in self.import_ids) and id(node) not in self.forward_fns:
             return
         # seeding or reading the generators while the program is imported or ModelNew is constructed (weights
         # drawn as the reference draws them, `torch.manual_seed(42)` at the top of the file or copied from its
