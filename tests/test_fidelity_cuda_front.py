@@ -66,6 +66,8 @@ KNOWN: dict = {}  # candidate file -> why it fails today (all fixed; tests/redte
 # holds the cheat beside each fix: c12 C03_HANDLER, c13 C01_VIEW, c32 EXTRACT_PASTE, c33 C01_BACKWARD, c34
 # C01_DESCRIBE, c38 C03_INIT, c39 C01_OWN_NAME, c41 C04_LAYER_BASE)
 KNOWN_BUILD: dict = {}  # c36 (std::runtime_error in a bare build): fixed by pool.bare_prelude
+# c77-c84 and the reproducers from C11_MODULE_ATTR on: the cheats beside each fix are in
+# tests/redteam/test_redteam_front_fidelity3.py (docs/ANTI_CHEAT.md classes 97-101)
 
 
 def _candidate_files() -> list[Path]:
@@ -302,6 +304,38 @@ REPRODUCERS.update({
     "c01_itertools_repeat": (C01_MODULE_FUNCTION, _forward(
         "        for _ in itertools.repeat(None, 1):\n            pass\n        return ext.relu_fwd(x)\n",
         imports="import itertools\n")),
+})
+
+C11_MODULE_ATTR = ("C11_MONKEYPATCH, vendor.PYTHON_SOURCE: `m.attr(\"__version__\") = ...` inside PYBIND11_MODULE (a "
+                   "constant set on the module being created) read as C++ walking to Python objects")
+C01_OWN_VENDOR_NAME = ("C01_TORCH_COMPUTE, vendor.SOURCE_PATTERNS: a function named `cute` read as CUTLASS, a kernel "
+                       "`cublas_like_sgemm` as cuBLAS (bare identifiers matched, not the library's namespace or names)")
+C01_OPERATOR_SIZES = ("C01_TORCH_COMPUTE (torch, strict: C19), static_judges._judge_call: `operator.mul(x.shape[0], "
+                      "x.shape[1])` judged as Tensor.mul by the function's name, whatever its operands")
+C01_STORAGE_QUERY = ("C01_TORCH_COMPUTE (torch, strict: C19), static_rules.TENSOR_METHOD_ALLOWED lacked "
+                     "untyped_storage / storage: a storage's address or size is a query")
+C01_ALLOW_IN_GRAPH = ("C01_TORCH_COMPUTE (torch, strict: C19), static_rules.TORCH_ALLOWED lacked "
+                      "torch.compiler.allow_in_graph: the decorator was read as a torch function handed on as a value")
+_MODULE_CPP = ('cpp = r"""\ntorch::Tensor relu_fwd(torch::Tensor x);\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n'
+               '    m.def("relu_fwd", &relu_fwd, py::arg("x"));\n    m.attr("__version__") = "1.0";\n'
+               '    m.attr("BLOCK") = py::int_(256);\n}\n"""\n\n')
+REPRODUCERS.update({
+    "c11_module_attr_constants": (C11_MODULE_ATTR, _MINI_PROGRAM.replace(
+        "ext = load_inline(", _MODULE_CPP + "ext = load_inline(").replace(
+        'cpp_sources="torch::Tensor relu_fwd(torch::Tensor x);"', "cpp_sources=cpp").replace(
+        ',\n                  functions=["relu_fwd"])', ")")),
+    "c01_function_named_cute": (C01_OWN_VENDOR_NAME, _MINI_PROGRAM.replace(
+        "__global__ void relu_kernel", "__device__ __forceinline__ float cute(float v) { return v; }\n\n"
+        "__global__ void relu_kernel").replace("fmaxf(x[i], 0.f)", "cute(fmaxf(x[i], 0.f))")),
+    "c01_kernel_named_cublas_like": (C01_OWN_VENDOR_NAME, _MINI_PROGRAM.replace("relu_kernel", "cublas_like_relu")),
+    "c01_operator_mul_on_sizes": (C01_OPERATOR_SIZES, _forward(
+        "        n = operator.mul(x.shape[0], x.shape[1])\n        return ext.relu_fwd(x.view(n))\n",
+        imports="import operator\n")),
+    "c01_untyped_storage_query": (C01_STORAGE_QUERY, _forward(
+        "        if x.untyped_storage().data_ptr() % 16:\n            x = x.clone()\n        return ext.relu_fwd(x)\n")),
+    "c01_allow_in_graph_launcher": (C01_ALLOW_IN_GRAPH, _mini(
+        "@torch.compiler.allow_in_graph\ndef launch(x):\n    return ext.relu_fwd(x)\n\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return launch(x)\n")),
 })
 
 # honest twins that pass today and must keep passing (the fix must not widen past them)

@@ -42,7 +42,7 @@ TORCH_ALLOWED = TORCH_QUERIES | {
     # launches the kernel, written so that the model stays scriptable)
     "jit.ignore", "jit.unused", "jit.export", "compiler.disable", "_dynamo.disable", "fx.wrap",
     # and one that lets torch.compile put the launcher in its graph as one opaque call (eager: the function itself)
-    "compiler.allow_in_graph", "_dynamo.allow_in_graph",
+    "compiler.allow_in_graph",
     "cuda.current_stream", "cuda.synchronize", "cuda.current_device", "cuda.is_available", "cuda.device",
     "cuda.get_device_properties", "cuda.device_count", "cuda.get_device_capability", "cuda.default_stream",
     "utils.cpp_extension.load_inline", "cpp_extension.load_inline", "load_inline",
