@@ -81,6 +81,8 @@ CHEAT_SOURCES = {
     "numpy_import_stored": (cheats.C11, module('    m.attr("np") = py::module_::import("numpy");')),
     "other_object_attribute_stored": (cheats.C11, module('    py::int_ x(1);\n    x.attr("real") = 2;')),
     "store_outside_the_module_body": (cheats.C11, 'void setup(py::module_& m) { m.attr("x") = 1; }\n'),
+    "store_after_a_brace_in_a_string": (cheats.C11, module('    m.doc() = "{";\n    char c = \'{\';') +
+                                        'void setup(py::module_& m) { m.attr("x") = 1; }\n'),
     "torch_attribute_through_the_module": (cheats.C11, module('    m.attr("mm") = m.attr("torch").attr("mm");')),
     # 98: CUTLASS by its namespace, a library's function declared by hand and called, a slot read through an object
     "cute_namespace_qualified": (cheats.C01, "void f(float* p) { auto t = cute::make_tensor(p); }\n"),
@@ -142,6 +144,9 @@ HONEST = {
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        n = prod(x.shape[:-1])\n"
         "        cols = operator.floordiv(x.numel(), n)\n        return ext.relu_fwd(x.view(n, cols))\n",
         imports=_IMPORTS),
+    "operator_comparison_of_dtypes": forward(
+        "        if operator.ne(x.dtype, torch.float32):\n            raise TypeError('float32')\n"
+        "        return ext.relu_fwd(x)\n", imports=_IMPORTS),
     "operator_index_and_comparison_on_sizes": forward(
         "        if operator.ne(x.dim(), 2) or operator.index(x.shape[-1]) % 4:\n            raise ValueError('2D')\n"
         "        return ext.relu_fwd(x)\n", imports=_IMPORTS),
@@ -174,6 +179,8 @@ CHEATS = {
     "imported_mul_on_tensors": (cheats.C01, forward("        return mul(ext.relu_fwd(x), x)\n", imports=_IMPORTS)),
     "operator_alias_on_tensors": (cheats.C01, forward("        y = ext.relu_fwd(x)\n        return op.sub(y, x)\n",
                                                       imports="import operator as op\n")),
+    "operator_comparison_of_tensors": (cheats.C01, forward(
+        "        y = ext.relu_fwd(x)\n        return operator.gt(y, x).float()\n", imports=_IMPORTS)),
     "operator_on_unplaceable_values": (cheats.C01, program(
         "def scale(a, b):\n    return operator.mul(a, b)\n\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return scale(ext.relu_fwd(x), self.w)\n",

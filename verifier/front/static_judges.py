@@ -192,10 +192,11 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
         # Python's operators computing whatever their operands' types compute: on sizes and literals integer
         # arithmetic (`operator.mul(x.shape[0], x.shape[1])`, `operator.floordiv(x.numel(), self.hidden)`), on a
         # tensor PyTorch's. A call is judged PyTorch compute where an operand is a tensor (or a literal container of
-        # one), or where none is a size or a number (`operator.mul(a, b)` on values the scan cannot place)
-        args = _call_args(node)
-        if _operator_function(full) in OPERATOR_ARITHMETIC and \
-                (any(_holds_tensor(kinds, a) for a in args) or not any(kinds.number(a) for a in args)):
+        # one), or, but for a comparison (of dtypes, devices, flags: `operator.eq(x.dtype, torch.float32)`), where
+        # none is a size or a number (`operator.mul(a, b)` on values the scan cannot place)
+        args, fn = _call_args(node), _operator_function(full)
+        if fn in OPERATOR_ARITHMETIC and (any(_holds_tensor(kinds, a) for a in args) or
+                                          (fn not in OPERATOR_COMPARISONS and not any(kinds.number(a) for a in args))):
             add(cheats.C01, node, f"calls `{raw}` on a value that is not a size or a number (Python's operator on a "
                                   "tensor is PyTorch compute)", True)
         return
@@ -422,6 +423,7 @@ OPERATOR_ARITHMETIC = frozenset({
     *(f"{p}{n}" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and_",
                           "or_", "xor", "concat", "matmul") for p in ("", "i")),
     "neg", "pos", "abs", "invert", "inv", "lt", "le", "eq", "ne", "ge", "gt", "div", "idiv"})
+OPERATOR_COMPARISONS = frozenset({"lt", "le", "eq", "ne", "ge", "gt"})
 
 
 def _operator_function(full: str) -> str:

@@ -140,12 +140,19 @@ def without_module_constants(text: str) -> str:
     ``PYBIND11_MODULE`` creates blanked (``_MODULE_CONSTANT``), inside that macro's body only; every other
     ``.attr(`` stays for ``PYTHON_SOURCE``."""
     for mod in reversed(list(_PYBIND_MODULE.finditer(text))):
-        depth, end = 0, len(text)
-        for i in range(mod.end() - 1, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
+        depth, end, quote, i = 0, len(text), "", mod.end() - 1
+        while i < len(text):  # the body's closing brace, braces inside string and character literals not counted
+            c = text[i]
+            if quote:
+                quote = "" if c == quote else quote
+                i += 2 if c == "\\" else 1
+                continue
+            quote = c if c in "\"'" else ""
+            depth += {"{": 1, "}": -1}.get(c, 0)
             if depth == 0:
                 end = i
                 break
+            i += 1
         body = text[mod.end():end]
         # the module and its submodules (``auto ops = m.def_submodule("ops");``)
         names = [mod.group(1)] + [s.group(1) for s in re.finditer(
