@@ -19,8 +19,9 @@ beside it the cheat that could hide behind the reading is still caught, with its
     passed before), with no operand the scan can place as a size, and ``reduce`` / ``map`` of one over tensors are
     C01.
 100. C01: a tensor's storage queried for its address or size (``x.untyped_storage().data_ptr()``, ``.nbytes()``,
-    ``x.storage().size()``) computes nothing; its bytes read into Python, copied or written (``tolist``, ``cpu``,
-    ``copy_``, ``fill_`` on the storage, named or not) are C01.
+    ``x.storage().size()``, ``len``, ``get_device``) computes nothing; its bytes read into Python, copied or written
+    (``tolist``, ``cpu``, ``copy_``, ``fill_`` on the storage, named or not; ``bytes(s)``, ``s[0]``, iterating it,
+    handing it to a function) are C01.
 101. C01: ``@torch.compiler.allow_in_graph`` on a launcher (or on the extension's function) computes nothing; a
     decorated function computing with torch is C01, and a compute function handed on as a value at import or
     construction (``f = torch.compiler.allow_in_graph(torch.relu)``, ``f = torch.relu``), then called in forward, is
@@ -154,6 +155,9 @@ HONEST = {
     "storage_queries": forward(
         "        s = x.untyped_storage()\n        aligned = s.data_ptr() % 16 == 0 and s.nbytes() >= x.nbytes\n"
         "        assert x.storage().size() >= x.numel()\n        return ext.relu_fwd(x if aligned else x.clone())\n"),
+    "storage_measured_and_compared": forward(
+        "        s = x.storage()\n        n = len(s) + s.size()\n        d = x.untyped_storage().get_device()\n"
+        "        same = s.data_ptr() == x.untyped_storage().data_ptr()\n        del s\n        return ext.relu_fwd(x)\n"),
     "storage_address_inline": forward(
         "        if x.untyped_storage().data_ptr() != x.data_ptr():\n            x = x.contiguous()\n"
         "        return ext.relu_fwd(x)\n"),
@@ -198,6 +202,14 @@ CHEATS = {
         "        s = x.untyped_storage()\n        host = s.cpu()\n        return ext.relu_fwd(x)\n")),
     "storage_copied_over_the_output": (cheats.C01, forward(
         "        y = ext.relu_fwd(x)\n        y.untyped_storage().copy_(x.untyped_storage())\n        return y\n")),
+    "storage_converted_to_bytes": (cheats.C01, forward(
+        "        raw = bytes(x.untyped_storage())\n        return ext.relu_fwd(x)\n")),
+    "storage_indexed": (cheats.C01, forward("        b = x.untyped_storage()[0]\n        return ext.relu_fwd(x)\n")),
+    "named_storage_iterated": (cheats.C01, forward(
+        "        s = x.untyped_storage()\n        total = 0\n        for v in s:\n            total += v\n"
+        "        return ext.relu_fwd(x)\n")),
+    "storage_handed_to_a_function": (cheats.C01, forward(
+        "        raw = list(x.storage())\n        return ext.relu_fwd(x)\n")),
     "storage_filled": (cheats.C01, forward("        y = ext.relu_fwd(x)\n        y.storage().fill_(0)\n        return y\n")),
     # 101
     "allow_in_graph_function_computes": (cheats.C01, program(

@@ -56,6 +56,33 @@ def judge_node(prog: Program, node: ast.AST) -> None:
         _judge_attribute(prog, node)
     elif isinstance(node, ast.Call):
         _judge_call(prog, node)
+    if isinstance(node, (ast.Name, ast.Call)) and _storage_handed_on(prog, node):
+        prog.add(cheats.C01, node, "reads a tensor's storage as a value (`bytes(s)`, `s[i]`, iterated or handed to "
+                                   "a function: its bytes handled outside PyTorch's operators and your kernels)", True)
+
+
+def _storage_handed_on(prog: Program, node: ast.AST) -> bool:
+    """``node`` is a tensor's storage (``x.untyped_storage()``, a name bound to one) used otherwise than through its
+    methods and attributes (judged in ``_judge_call``), bound to a name, compared, deleted or measured (``len``):
+    indexed, iterated,
+    converted (``bytes``, ``list``) or handed to a function, its bytes read where no rule sees them."""
+    if isinstance(node, ast.Name):
+        names = prog.__dict__.setdefault("_storage_names", {
+            t.id for n in ast.walk(prog.tree) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)
+            and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
+            and n.value.func.attr in ("untyped_storage", "storage", "_typed_storage", "untyped")})
+        if node.id not in names or not isinstance(node.ctx, ast.Load):
+            return False
+    elif not (isinstance(node.func, ast.Attribute) and node.func.attr in ("untyped_storage", "storage",
+                                                                          "_typed_storage", "untyped")):
+        return False
+    parent = prog.parents.get(id(node))
+    if isinstance(parent, (ast.Attribute, ast.Compare, ast.Delete, ast.Expr)) or \
+            (isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is node) or \
+            (isinstance(parent, ast.Call) and _dotted(parent.func) in ("len", "id", "isinstance", "type")):
+        return False
+    return prog.kinds.storage(node)
 
 
 # the operator module's spellings of `@`: on tensors a PyTorch matmul whoever calls them
@@ -454,7 +481,7 @@ def _call_args(node: ast.Call) -> list[ast.AST]:
 
 # a storage's methods that only say where and how large it is
 STORAGE_QUERIES = frozenset({"data_ptr", "nbytes", "size", "element_size", "is_cuda", "is_pinned", "is_shared",
-                             "is_sparse", "device", "dtype", "resize_", "untyped", "__len__"})
+                             "is_sparse", "device", "dtype", "resize_", "untyped", "__len__", "get_device"})
 
 
 def _direct_call(node: ast.Name, parents: dict) -> bool:
