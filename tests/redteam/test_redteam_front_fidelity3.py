@@ -3,7 +3,7 @@
 beside it the cheat that could hide behind the reading is still caught, with its code.
 
 97. C11: a constant set on the module ``PYBIND11_MODULE`` creates (``m.attr("__version__") = "1.0";``,
-    ``m.attr("BLOCK") = py::int_(256);``, on a submodule it defines) walks to no Python object. Reading or calling an
+    ``m.attr("BLOCK") = py::int_(256);``) walks to no Python object. Reading or calling an
     attribute, a dunder other than ``__version__`` / ``__doc__`` / ``__all__`` / ``__author__``, another object's
     attribute, the same store outside the macro's body, and an import as the stored value stay C11.
 98. C01 / C11: a name the candidate's C++ defines itself is its own, whatever a library's prefix it shares (a
@@ -57,8 +57,6 @@ HONEST_SOURCES = {
     "module_version_string": module('    m.attr("__version__") = "1.0.2";'),
     "module_int_constant": module('    m.attr("BLOCK_THREADS") = py::int_(256);\n    m.attr("kVec") = 4;'),
     "module_doc_and_bool": module('    m.doc() = "fused relu";\n    m.attr("SUPPORTS_HALF") = true;'),
-    "submodule_constant": module('    auto ops = m.def_submodule("ops", "kernels");\n'
-                                 '    ops.def("relu_fwd", &relu_fwd);\n    ops.attr("THREADS") = py::int_(1024);'),
     "module_variable_named_mod": 'PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {\n  mod.attr("__version__") = "2";\n}\n',
     # 98
     "function_named_cute": "__device__ float cute(float v) { return v > 0.f ? v : 0.f; }\n"
@@ -82,6 +80,10 @@ CHEAT_SOURCES = {
     "numpy_import_stored": (cheats.C11, module('    m.attr("np") = py::module_::import("numpy");')),
     "other_object_attribute_stored": (cheats.C11, module('    py::int_ x(1);\n    x.attr("real") = 2;')),
     "store_outside_the_module_body": (cheats.C11, 'void setup(py::module_& m) { m.attr("x") = 1; }\n'),
+    # a submodule (m.def_submodule) needs PyImport_AddModule, which the binary scan rejects (child/loading.py): its
+    # attributes are not the module's own constants here either
+    "submodule_attribute_stored": (cheats.C11, module('    auto ops = m.def_submodule("ops");\n'
+                                                      '    ops.attr("THREADS") = py::int_(1024);')),
     "store_after_a_brace_in_a_string": (cheats.C11, module('    m.doc() = "{";\n    char c = \'{\';') +
                                         'void setup(py::module_& m) { m.attr("x") = 1; }\n'),
     "torch_attribute_through_the_module": (cheats.C11, module('    m.attr("mm") = m.attr("torch").attr("mm");')),

@@ -125,7 +125,7 @@ PYTHON_SOURCE = re.compile(
     r"cpp_function)\b|\bgil_scoped_acquire\b|\bpybind11/functional\.h\b")
 
 
-# a constant set on the module being created (or on a submodule it defines) inside ``PYBIND11_MODULE(name, m) { ... }``:
+# a constant set on the module being created inside ``PYBIND11_MODULE(name, m) { ... }``:
 # ``m.attr("__version__") = "1.0";``, ``m.attr("BLOCK_SIZE") = py::int_(256);``, the module's own attributes as
 # ``m.doc() = ...`` sets its docstring, read by nobody but the candidate's Python. It walks to no other object: the
 # module variable is the macro's own, the name a plain identifier (no dunder but ``__version__``, ``__doc__``,
@@ -153,13 +153,8 @@ def without_module_constants(text: str) -> str:
                 end = i
                 break
             i += 1
-        body = text[mod.end():end]
-        # the module and its submodules (``auto ops = m.def_submodule("ops");``)
-        names = [mod.group(1)] + [s.group(1) for s in re.finditer(
-            r"\b(?:auto|(?:py|pybind11)\s*::\s*module_?)\s*&?\s*([A-Za-z_]\w*)\s*=\s*" + re.escape(mod.group(1)) +
-            r"\s*\.\s*def_submodule\s*\(", body)]
-        for var in names:
-            body = re.sub(_MODULE_CONSTANT.format(var=re.escape(var)), lambda x: " " * len(x.group(0)), body)
+        body = re.sub(_MODULE_CONSTANT.format(var=re.escape(mod.group(1))), lambda x: " " * len(x.group(0)),
+                      text[mod.end():end])
         text = text[:mod.end()] + body + text[end:]
     return text
 

@@ -86,11 +86,11 @@ std::vector<torch::Tensor> softmax_fwd(const torch::Tensor& x, bool return_lse) 
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    auto ops = m.def_submodule("ops", "row-wise softmax kernels");
-    ops.def("softmax_fwd", &softmax_fwd, "online softmax over dim 1; optionally the log-sum-exp of each row",
-            py::arg("x"), py::kw_only(), py::arg("return_lse") = false,
-            py::call_guard<py::gil_scoped_release>());
-    ops.attr("THREADS") = py::int_(kThreads);
+    m.doc() = "row-wise softmax kernels";
+    m.def("softmax_fwd", &softmax_fwd, "online softmax over dim 1; optionally the log-sum-exp of each row",
+          py::arg("x"), py::kw_only(), py::arg("return_lse") = false,
+          py::call_guard<py::gil_scoped_release>());
+    m.attr("THREADS") = py::int_(kThreads);
     m.attr("__version__") = "1.2.0";
 }
 """
@@ -109,5 +109,5 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out, *_ = softmax_mod.ops.softmax_fwd(x, return_lse=False)
+        out, *_ = softmax_mod.softmax_fwd(x, return_lse=False)
         return out
