@@ -12,9 +12,9 @@ conv_cuda = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <vector>
 
-// small filters (Cout * Cin * K * K <= 16K floats) live in constant memory: every thread of a warp reads the same
-// weight at the same time, the broadcast constant memory is built for
-constexpr int kMaxWeights = 16384;
+// small filters (Cout * Cin * K * K <= 12K floats: 48 KiB of the 64 KiB bank, the two bias arrays 8 KiB) live in
+// constant memory: every thread of a warp reads the same weight at the same time, the broadcast it is built for
+constexpr int kMaxWeights = 12288;
 constexpr int kMaxChannels = 1024;
 __constant__ float c_weight[kMaxWeights];
 __constant__ float c_bias[kMaxChannels];      // the convolution's bias
