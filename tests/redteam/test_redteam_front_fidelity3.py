@@ -167,6 +167,9 @@ HONEST = {
     "allow_in_graph_launcher": program(
         "@torch.compiler.allow_in_graph\ndef launch(x):\n    return ext.relu_fwd(x)\n\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return launch(x)\n"),
+    "initialiser_handed_on_in_construction": forward(
+        "        return ext.relu_fwd(x)\n", init="        self.w = nn.Parameter(torch.empty(4, 4))\n"
+        "        init = functools.partial(nn.init.trunc_normal_, std=0.02)\n        init(self.w)\n", imports=_IMPORTS),
     "allow_in_graph_of_the_own_function": program(
         "launch = torch.compiler.allow_in_graph(ext.relu_fwd)\n\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return launch(x)\n"),

@@ -144,8 +144,9 @@ def _judge_attribute(prog: Program, node: ast.Attribute) -> None:
             compute_function(canonical(_dotted(node))):
         # `ext.tile(torch.matmul, a, b)`, `operator.matmul`: a function that computes, handed to code that calls it
         # where no call of it shows here (the extension's C++, on a thread of its own)
+        # (an initialiser handed on, `functools.partial(nn.init.normal_, std=0.02)`, runs where construction runs)
         add(cheats.C01, node, f"hands `{_dotted(node)}` on as a value (PyTorch compute, run wherever it is called)",
-            True, handed_on=True)
+            True, handed_on=not canonical(_dotted(node)).startswith("torch.nn.init."))
     if _dunder(node.attr) and node.attr not in DUNDER_OK and \
             node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
         add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
