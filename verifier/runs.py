@@ -182,7 +182,7 @@ def make_harness(plan: TaskPlan, job: Job, job_dir: Path, device: str, cfg: Veri
     check = check and not plan.stateful  # a reference that keeps state has no answer for one timed call of its own
     harness = Harness(job.backend, job_dir, reference, draw, check=check, keep=cfg.timed_checks if check else 0,
                       rng_lock=RNG_LOCK, budget_s=cfg.timing_budget_s, brackets=job.n_brackets, null=null,
-                      lock_path=job.timing_lock, lock_wait_s=job.lock_wait_s)
+                      lock_path=job.timing_lock, lock_wait_s=job.lock_wait_s, ties=plan.selects)
     if plan.stateful and job.kind == "candidate":
         harness.result.unchecked = True
         harness.result.unchecked_why = ("the task's reference keeps state between calls (its output on the same "

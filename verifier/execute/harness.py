@@ -51,7 +51,7 @@ from typing import Callable
 
 import torch
 
-from verifier.common import ipc
+from verifier.common import ipc, ties
 from verifier.common.devlock import device_lock, held_exclusive
 from verifier.common.inputs import as_list, nbytes, same_values
 from verifier.execute.brackets import LEAST_BRACKETS, TIGHT, Bracket, Clocked, order_interval, tight
@@ -105,11 +105,16 @@ def _plain(x) -> bool:
 
 
 def _loose_problem(out: torch.Tensor, ref: torch.Tensor) -> str:
-    """Why a timed output is not the answer for its input ("" when it is, to about 1% per element)."""
+    """Why a timed output is not the answer for its input ("" when it is, to about 1% per element; an index output
+    of a selection, marked by ``ties.reference_outputs``, with its choices among tied values taken as the reference's).
+    """
     if not isinstance(out, torch.Tensor) or out.shape != ref.shape or out.dtype != ref.dtype:
         return f"an output of shape {tuple(getattr(out, 'shape', ()))} where {tuple(ref.shape)} was expected"
     if not ref.numel():
         return ""
+    sel = ties.selection_of(ref)
+    if sel is not None:
+        out = ties.tie_resolved(out.to(ref.device), ref, sel, ties.loose_close(LOOSE_RTOL["float"]))[0]
     o, r = out.to(ref.device).reshape(-1), ref.reshape(-1)
     floating = r.is_floating_point() or r.is_complex()
     rtol = LOOSE_RTOL["half" if r.dtype in (torch.float16, torch.bfloat16) else "float"]
@@ -142,8 +147,10 @@ class Harness:
 
     def __init__(self, backend: str, job_dir: Path, reference: Callable[[], object], draw: Callable[[int], list],
                  *, check: bool, keep: int = 0, rng_lock=None, budget_s: float = 10.0, brackets: int | None = None,
-                 null: dict[int, float] | None = None, lock_path: str = "", lock_wait_s: float = 30.0):
+                 null: dict[int, float] | None = None, lock_path: str = "", lock_wait_s: float = 30.0,
+                 ties: bool = False):
         self.backend, self.job_dir = backend, Path(job_dir)
+        self.mark_ties = ties  # the reference's index outputs of a selection are marked (verifier/common/ties.py)
         self.brackets, self._null = brackets, null
         self.lock_path, self.lock_wait_s = lock_path, lock_wait_s
         self.device = "cuda" if backend == "cuda" else "cpu"
@@ -540,7 +547,7 @@ class Harness:
         for inp, got in zip(private, outs):
             self.result.calls_seen += 1
             with torch.no_grad():
-                refs = [r for r in as_list(model(*inp)) if isinstance(r, torch.Tensor)]
+                refs = [r for r in ties.reference_outputs(model, inp, self.mark_ties) if isinstance(r, torch.Tensor)]
             for j, (o, r) in enumerate(zip(got, refs)):
                 why = _loose_problem(o, r)
                 if why:

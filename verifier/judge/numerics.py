@@ -276,6 +276,20 @@ class Budget:
             return torch.full_like(a, whole)
         return torch.maximum(a, self._gather(self.s_eff, flat_idx))
 
+    def accepts(self, o: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+        """Per element of ``o`` (``truth``'s shape), whether this budget accepts it: within the allowance of the
+        float64 value or of the fp32 reference's (exact: equal to one of them), the same non-finite value counted
+        equal. Whole, not in chunks: for the values an index output selects (verifier/common/ties.py), not for a
+        several-GB output (``compare`` is)."""
+        c = o.reshape(-1).to(torch.float64)
+        r = truth.reshape(-1).to(c.device).to(torch.float64)
+        allow = torch.zeros_like(r) if self.kind == "exact" else self.allowance(0, finite_abs(r))
+        ok = same_special(c, r) | ((c - r).abs() <= allow)
+        if self.alt is not None:
+            alt = self.alt.reshape(-1).to(c.device).to(torch.float64)
+            ok |= same_special(c, alt) | ((c - alt).abs() <= allow)
+        return ok.reshape(o.shape)
+
     def compare(self, o: torch.Tensor, truth: torch.Tensor) -> dict:
         """Where and how much ``o`` misses this budget (same shape as ``truth``), in chunks: ``n_bad`` elements
         over budget of ``numel``, ``max_abs`` / ``max_rel`` the largest error against the nearest accepted

@@ -36,6 +36,7 @@ import torch
 from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.inputs import as_list, cpu_model, digests_match, same_value
+from verifier.common.ties import as_index, picked, reference_outputs, selection_of, tie_resolved
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -218,16 +219,33 @@ def same_fingerprint(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
 
 
-def reference64(model64, inputs: list) -> list | None:
+def reference64(model64, inputs: list, track: bool = False) -> list | None:
     """The float64 reference's outputs on ``inputs`` (widened), or None without a float64 model or when it
-    fails here (then the fixed tolerance applies to this trial)."""
+    fails here (then the fixed tolerance applies to this trial). ``track``: index outputs of a selection marked with
+    what they select (``ties.reference_outputs``; the plan's ``selects``)."""
     if model64 is None:
         return None
     try:
         with torch.no_grad():
-            return [r.detach() if isinstance(r, torch.Tensor) else r for r in as_list(model64(*widen(inputs)))]
+            return reference_outputs(model64, widen(inputs), track)
     except Exception:  # noqa: BLE001 - the plan ran it once; a failure here is the fixed tolerance, not a verdict
         return None
+
+
+def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_mod) -> tuple[torch.Tensor, int]:
+    """(a candidate's index output with its valid choices among tied values made the reference's, how many): where
+    ``r`` is the index output of a selection (``ties.selection_of``), an index whose selected value the budget of the
+    selected values accepts (measured from the fp32 reference's picks against the float64 reference's, as a values
+    output's is) names a tie of the reference's pick (docs/ANTI_CHEAT.md class 77); anything else unchanged."""
+    sel = selection_of(r)
+    if sel is None or o.is_floating_point() or o.shape != r.shape or o.dtype != r.dtype:
+        return o, 0
+    sel64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
+    theirs32 = picked(sel.src, sel, as_index(r, sel))
+    theirs64 = picked(sel64.src, sel64, as_index(r64, sel64)) if sel64 is not None else None
+    budget, truth = budget_for(theirs32, theirs64, cfg, ref_mod)
+    return tie_resolved(o, r, sel, lambda mine, _: budget.accepts(mine, truth.to(mine.device)),
+                        sel64.src if sel64 is not None else None)
 
 
 # ---------------------------------------------------------------------------- the checks
@@ -261,9 +279,11 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             ok = False
             continue
         shape, what = tuple(r.shape), label
+        r64k = refs64[k] if refs64 is not None and k < len(refs64) else None
+        o = resolve_ties(o, r, r64k, cfg, ref_mod)[0]  # another index among tied values is as right
         if r.is_complex():  # judged as its (real, imaginary) pairs: both parts compared, each within its budget
             what = label + " (complex: compared as real and imaginary parts, the last index 0 or 1)"
-        o, r, r64 = real_views(o, r, refs64[k] if refs64 is not None and k < len(refs64) else None)
+        o, r, r64 = real_views(o, r, r64k)
         o = o.to(r.device)
         n_poison = poisoned(o, poison) if o.is_floating_point() else 0
         if n_poison and poisoned(r, poison) < n_poison:
@@ -333,15 +353,17 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
         if give_way is not None:  # between the pieces of device work: a waiting timer goes first
             give_way()
         with torch.no_grad():
-            refs = [r.detach() for r in as_list(model(*inputs)) if isinstance(r, torch.Tensor)]
-            refs64 = reference64(model64, inputs)
+            refs = [r for r in reference_outputs(model, inputs, plan.selects) if isinstance(r, torch.Tensor)]
+            refs64 = reference64(model64, inputs, plan.selects)
             refs64 = [r for r in refs64 if isinstance(r, torch.Tensor)] if refs64 else refs64
         bad = []
         for k, (o, r) in enumerate(zip(got, refs)):
             if o.shape != r.shape or o.dtype != r.dtype:
                 continue
             pool = plan.pooled[k] if k < len(plan.pooled) else None
-            o, r, r64 = real_views(o, r, refs64[k] if refs64 and k < len(refs64) else None)  # as a trial's
+            r64k = refs64[k] if refs64 and k < len(refs64) else None
+            o = resolve_ties(o, r, r64k, cfg, plan.ref_mod)[0]
+            o, r, r64 = real_views(o, r, r64k)  # as a trial's
             b, truth = budget_for(r, r64, cfg, plan.ref_mod, pool)
             bad.append(compare(o.to(truth.device), truth, b))
         if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
@@ -386,6 +408,11 @@ def reference_fault(out: list, out_other: list, same_inputs: bool, outs64: list 
     floats = [(o, p) for o, p in zip(out, out_other) if isinstance(o, torch.Tensor) and o.is_floating_point()
               and isinstance(p, torch.Tensor)]
     if not floats or same_inputs:
+        return ""
+    # an integer or boolean output that follows the inputs is an answer to judge (the indices of a topk whose values
+    # are the same on every draw: the top 8 of 512 digits are all 9s; docs/ANTI_CHEAT.md class 78)
+    if any(isinstance(o, torch.Tensor) and not (o.is_floating_point() or o.is_complex()) and isinstance(p, torch.Tensor)
+           and (o.shape != p.shape or not torch.equal(o, p)) for o, p in zip(out, out_other)):
         return ""
     if all(not bool(torch.isfinite(o).any()) for o, _ in floats if o.numel()):
         return "the reference output is NaN or inf everywhere on random inputs"

@@ -28,6 +28,7 @@ from verifier.common.inputs import (
     same,
 )
 from verifier.common.shapes import SIZE_RATIOS, size_changes
+from verifier.common.ties import has_selection, reference_outputs
 from verifier.execute import admission
 from verifier.execute.channel import Ledger
 from verifier.execute.locks import device_work, give_back_cache, lock_wait_s
@@ -81,6 +82,9 @@ class TaskPlan:
     # the reference keeps state between calls (KernelBench's VanillaRNN writes self.hidden in forward): its output
     # on the same inputs, the generators seeded alike, differs from one call to the next (``_keeps_state``)
     stateful: bool = False
+    # an output is the index output of a selection (topk, sort, argmax...: verifier/common/ties.py): the reference's
+    # runs that judge a candidate record what it selects from, so another index among tied values is right too
+    selects: bool = False
 
     def job_bytes(self) -> int:
         """The bytes one execution job of this task plans to hold (verifier/execute/admission.py admits it by them)."""
@@ -202,7 +206,8 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
                 plan.input_bytes = nbytes(a)
                 model = cpu.to(device)
                 rng = _rng_state()
-                out = as_list(model(*a))
+                out = reference_outputs(model, a)
+                plan.selects = has_selection(out)
                 written = written_inputs(a, b) if plan.reproducible else []
                 del b
                 plan.output_bytes = nbytes(out)

@@ -27,7 +27,8 @@ import torch
 
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import Job
-from verifier.common.inputs import as_list, nbytes
+from verifier.common.inputs import nbytes
+from verifier.common.ties import reference_outputs
 from verifier.execute.locks import device_work, lock_wait_s
 from verifier.judge.outputs import reference64, reference_cpu, reference_models
 
@@ -109,9 +110,9 @@ class ReferencePrefetch:
                     > self.budget:
                 return False
             with torch.no_grad():
-                refs = [r.detach() for r in as_list(self.model(*inputs))]
+                refs = reference_outputs(self.model, inputs, self.plan.selects)
             lock.yield_to_timer(lock_wait_s(self.cfg))
-            refs64 = reference64(self.model64, inputs)
+            refs64 = reference64(self.model64, inputs, self.plan.selects)
             self._held += size + nbytes(refs) + (nbytes(refs64) if refs64 else 0)
             self._ready[i] = Answers(inputs, refs, refs64)
         return True

@@ -16,6 +16,7 @@ from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport
 from verifier.common.inputs import as_list
+from verifier.common.ties import reference_outputs
 from verifier.execute.channel import Unsealed
 from verifier.judge.checks import check_fallback_across_trials, check_sealed, check_trial_runtime
 from verifier.judge.execution import Execution, device_memory_line, last_line, memory_error
@@ -105,9 +106,9 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
             refs, refs64 = ready.refs, ready.refs64
         else:
             with torch.no_grad():
-                refs = [r.detach() for r in as_list(model(*inputs))]
+                refs = reference_outputs(model, inputs, plan.selects)
             ex.give_way()  # (three pieces of device work a trial: a timer waits for one, not for the trial's)
-            refs64 = reference64(model64, inputs)
+            refs64 = reference64(model64, inputs, plan.selects)
             ex.give_way()
         ref_fp = [fingerprint(r) for r in refs if isinstance(r, torch.Tensor)]
         ref_repeats = any(len(p) == len(ref_fp) and all(same_fingerprint(a, b) for a, b in zip(p, ref_fp))

@@ -1,0 +1,221 @@
+"""Index outputs of a selection (topk, sort, argsort, argmax / argmin, max / min over a dimension, kthvalue, median,
+mode) judged by what they select, not by which of several equal values they name.
+
+Where the selected values tie (a quantised input, a ReLU's zeros, two near-equal scores) more than one index is a
+right answer: torch.topk and an unstable sort document no order among ties, and an honest kernel that scans in
+another order, or whose own rounding breaks a near tie the other way, names another element of equal value. Compared
+index for index with the reference, its output was wrong (docs/ANTI_CHEAT.md class 77).
+
+``SelectionTracker`` is a dispatch mode run over the task's own reference (never the candidate's code, in the
+verifier's processes): each index tensor a selection op returns is recorded with the tensor it selects from, its
+dimension and what the op promises (``Selection``), and passed on through copies and reshapes that keep its elements'
+order (``.to(int32)``, ``view``, ``squeeze``, ``contiguous``). ``reference_outputs`` runs a reference under it and
+marks its outputs; ``selection_of`` reads an output's mark. ``tie_resolved`` hands back a candidate's index output
+with every index that selects a value equal to the reference's pick (``close``: the judge's budget, the harness's
+loose check) replaced by the reference's own index, so the comparison that follows sees only wrong picks:
+
+- an index out of range, or one repeated in a row of a topk or a sort (k copies of the maximum's position) is never
+  a tie;
+- where the op documents its choice among exact ties (argmax / argmin and max / min over a dimension: the first
+  occurrence; a stable sort: the input's order), an index whose value equals the reference's pick in fp32 and in
+  float64 (a true tie) must be the reference's; a near tie (values that differ, within the budget) may go either way;
+- a topk with ``sorted=False`` (no order at all) is not read here: its values output is compared in order as any.
+
+Not covered: an index output that reaches the task's output through arithmetic (``indices + 1``, a gather of other
+values by it) or a permutation (``.t()``) is compared as an integer output, exactly; so is max_pool's
+``return_indices``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakTensorKeyDictionary
+
+aten = torch.ops.aten
+
+# op -> (the position of its index output in what it returns, any index among exact ties right)
+SELECTIONS = {
+    aten.topk: (1, True), aten.sort: (1, True), aten.kthvalue: (1, True), aten.median: (1, True),
+    aten.nanmedian: (1, True), aten.mode: (1, True), aten.max: (1, False), aten.min: (1, False),
+    aten.argmax: (None, False), aten.argmin: (None, False),
+}
+# ops whose output holds their input's elements in the same row-major order (a reshape, a copy, a dtype change)
+KEEPS_ORDER = (aten.view, aten._unsafe_view, aten.reshape, aten.squeeze, aten.unsqueeze, aten.flatten, aten.clone,
+               aten.contiguous, aten.alias, aten.detach, aten._to_copy, aten.lift_fresh, aten.to)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one index output selects: ``src`` the values selected from, ``dim`` the dimension (None: the flattened
+    input, argmax without a dimension), ``shape`` the index tensor as the op returned it (the output holds its elements
+    in that order), ``keepdim`` whether it kept ``dim``, ``unique`` whether a row's indices are distinct (topk,
+    sort), ``any_tie`` whether any index among exact ties is right (else the reference's documented choice)."""
+
+    src: torch.Tensor
+    dim: int | None
+    shape: tuple
+    keepdim: bool
+    unique: bool
+    any_tie: bool
+
+
+def _bound(func, args, kwargs) -> dict:
+    """The op's arguments by name, defaults filled in from its schema."""
+    out = {}
+    for i, a in enumerate(func._schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            out[a.name] = args[i]
+        elif a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+    return out
+
+
+def _selection(func, args, kwargs, out) -> tuple[torch.Tensor, Selection] | None:
+    packet = func._overloadpacket
+    if packet not in SELECTIONS or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    at, any_tie = SELECTIONS[packet]
+    idx = out[at] if at is not None and isinstance(out, (tuple, list)) else out
+    if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64:
+        return None  # max(x) without a dimension: a value, no index
+    b = _bound(func, args, kwargs)
+    src = args[0].detach()
+    dim = b.get("dim")
+    if packet is aten.topk and not b.get("sorted", True):
+        return None  # no order promised at all: not read here (see the module docstring)
+    if packet is aten.sort:
+        any_tie = not b.get("stable", False)
+        keepdim = True
+    elif packet is aten.topk:
+        keepdim = True
+    else:
+        keepdim = bool(b.get("keepdim", False))
+    if dim is not None:
+        dim = int(dim) % max(src.dim(), 1)
+    elif packet not in (aten.argmax, aten.argmin):
+        return None
+    return idx, Selection(src, dim, tuple(idx.shape), keepdim, packet in (aten.topk, aten.sort), any_tie)
+
+
+class SelectionTracker(TorchDispatchMode):
+    """Records the index outputs of selection ops run under it (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = WeakTensorKeyDictionary()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            found = _selection(func, args, kwargs, out)
+            if found is not None:
+                self.seen[found[0]] = found[1]
+            elif func._overloadpacket in KEEPS_ORDER and args and isinstance(args[0], torch.Tensor) \
+                    and isinstance(out, torch.Tensor) and args[0] in self.seen and out.numel() == args[0].numel():
+                self.seen[out] = self.seen[args[0]]
+        except Exception:  # noqa: BLE001 - a record widens a comparison; it is never a reason for the reference to fail
+            pass
+        return out
+
+
+_MARKS = WeakTensorKeyDictionary()  # a reference's output -> its Selection (``reference_outputs``)
+
+
+def reference_outputs(model, inputs: list, track: bool = True) -> list:
+    """The reference's outputs on ``inputs`` (flattened, detached), each index output of a selection marked with what
+    it selects (``selection_of``); ``track=False``: the plain run (a task without such outputs)."""
+    from verifier.common.inputs import as_list
+
+    if not track:
+        return [r.detach() if isinstance(r, torch.Tensor) else r for r in as_list(model(*inputs))]
+    with SelectionTracker() as tracker:
+        outs = as_list(model(*inputs))
+    marked = []
+    for r in outs:
+        sel = tracker.seen.get(r) if isinstance(r, torch.Tensor) else None
+        r = r.detach() if isinstance(r, torch.Tensor) else r
+        if sel is not None:
+            _MARKS[r] = sel
+        marked.append(r)
+    return marked
+
+
+def selection_of(t) -> Selection | None:
+    """What the reference's output ``t`` selects, where ``reference_outputs`` marked it, else None."""
+    return _MARKS.get(t) if isinstance(t, torch.Tensor) else None
+
+
+def has_selection(outputs: list) -> bool:
+    return any(selection_of(o) is not None for o in outputs)
+
+
+def as_index(t: torch.Tensor, sel: Selection) -> torch.Tensor:
+    """An output in the index tensor's own layout, with the selected dimension kept (size 1 for an argmax)."""
+    t = t.reshape(sel.shape).to(torch.int64)
+    if sel.dim is None:
+        return t.reshape(1)
+    return t if sel.keepdim else t.unsqueeze(sel.dim)
+
+
+def picked(src: torch.Tensor, sel: Selection, idx: torch.Tensor) -> torch.Tensor:
+    """The values of ``src`` that ``idx`` (in ``as_index``'s layout, in range) names."""
+    if sel.dim is None:
+        return src.reshape(-1).gather(0, idx)
+    return src.gather(sel.dim, idx)
+
+
+def tie_resolved(o: torch.Tensor, r: torch.Tensor, sel: Selection,
+                 close: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 src64: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """(the candidate's index output ``o`` with each index that selects a value tied with the reference's pick ``r``
+    replaced by ``r``'s, how many were replaced). ``close(values at o, values at r)`` is the per-element rule for a
+    tie (the budget of the selected values); ``src64``: the float64 run's source, which tells a true tie (equal in
+    fp32 and in float64) from one made by fp32 rounding, where the op documents its choice among true ties.
+    Anything that is not a valid choice among ties stays as it was, for the comparison to find."""
+    if o.shape != r.shape or o.dtype != r.dtype or o.is_floating_point() or not o.numel():
+        return o, 0
+    src = sel.src.to(o.device)
+    try:
+        oi, ri = as_index(o.to(r.device), sel), as_index(r, sel)
+    except RuntimeError:
+        return o, 0
+    size = src.numel() if sel.dim is None else (src.shape[sel.dim] if src.dim() else 1)
+    inside = (oi >= 0) & (oi < size)
+    oc = torch.where(inside, oi, torch.zeros_like(oi))
+    mine, theirs = picked(src, sel, oc), picked(src, sel, ri)
+    ok = inside & (oi != ri) & close(mine, theirs)
+    if not sel.any_tie:  # a true tie has the documented answer (the first occurrence, the input's order)
+        exact = mine == theirs
+        if src64 is not None and src64.shape == src.shape:
+            s64 = src64.to(o.device)
+            exact &= picked(s64, sel, oc) == picked(s64, sel, ri)
+        ok &= ~exact
+    if sel.unique and sel.dim is not None:  # a row that names one element twice selects nothing valid
+        srt = oi.sort(dim=sel.dim).values
+        dup = (srt.narrow(sel.dim, 1, max(srt.shape[sel.dim] - 1, 0)) ==
+               srt.narrow(sel.dim, 0, max(srt.shape[sel.dim] - 1, 0))).any(dim=sel.dim, keepdim=True)
+        ok &= ~dup
+    n = int(ok.sum())
+    if not n:
+        return o, 0
+    fixed = torch.where(ok, ri, oi)
+    if sel.dim is not None and not sel.keepdim:
+        fixed = fixed.squeeze(sel.dim)
+    return fixed.reshape(o.shape).to(o.dtype).to(o.device), n
+
+
+def loose_close(rtol: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """A tie rule for the harness's check of a timed call (about ``rtol`` of the values' scale, exact ties too)."""
+    def close(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if not a.is_floating_point():
+            return a == b
+        scale = float(b.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0).max()) if b.numel() else 0.0
+        return torch.isclose(a, b, rtol=rtol, atol=rtol * 1e-1 * scale + 1e-6, equal_nan=True)
+    return close
