@@ -173,29 +173,32 @@ def picked(src: torch.Tensor, sel: Selection, idx: torch.Tensor) -> torch.Tensor
 
 def tie_resolved(o: torch.Tensor, r: torch.Tensor, sel: Selection,
                  close: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 src64: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+                 src64: torch.Tensor | None = None) -> tuple[torch.Tensor, int, int]:
     """(the candidate's index output ``o`` with each index that selects a value tied with the reference's pick ``r``
-    replaced by ``r``'s, how many were replaced). ``close(values at o, values at r)`` is the per-element rule for a
+    replaced by ``r``'s, how many were replaced, how many name a true tie where the op documents its choice and are
+    left as they were). ``close(values at o, values at r)`` is the per-element rule for a
     tie (the budget of the selected values); ``src64``: the float64 run's source, which tells a true tie (equal in
     fp32 and in float64) from one made by fp32 rounding, where the op documents its choice among true ties.
     Anything that is not a valid choice among ties stays as it was, for the comparison to find."""
     if o.shape != r.shape or o.dtype != r.dtype or o.is_floating_point() or not o.numel():
-        return o, 0
+        return o, 0, 0
     src = sel.src.to(o.device)
     try:
         oi, ri = as_index(o.to(r.device), sel), as_index(r, sel)
     except RuntimeError:
-        return o, 0
+        return o, 0, 0
     size = src.numel() if sel.dim is None else (src.shape[sel.dim] if src.dim() else 1)
     inside = (oi >= 0) & (oi < size)
     oc = torch.where(inside, oi, torch.zeros_like(oi))
     mine, theirs = picked(src, sel, oc), picked(src, sel, ri)
     ok = inside & (oi != ri) & close(mine, theirs)
+    documented = 0
     if not sel.any_tie:  # a true tie has the documented answer (the first occurrence, the input's order)
         exact = mine == theirs
         if src64 is not None and src64.shape == src.shape:
             s64 = src64.to(o.device)
             exact &= picked(s64, sel, oc) == picked(s64, sel, ri)
+        documented = int((ok & exact).sum())
         ok &= ~exact
     if sel.unique and sel.dim is not None:  # a row that names one element twice selects nothing valid
         srt = oi.sort(dim=sel.dim).values
@@ -204,11 +207,11 @@ def tie_resolved(o: torch.Tensor, r: torch.Tensor, sel: Selection,
         ok &= ~dup
     n = int(ok.sum())
     if not n:
-        return o, 0
+        return o, 0, documented
     fixed = torch.where(ok, ri, oi)
     if sel.dim is not None and not sel.keepdim:
         fixed = fixed.squeeze(sel.dim)
-    return fixed.reshape(o.shape).to(o.dtype).to(o.device), n
+    return fixed.reshape(o.shape).to(o.dtype).to(o.device), n, documented
 
 
 def loose_close(rtol: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

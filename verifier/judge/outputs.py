@@ -232,14 +232,15 @@ def reference64(model64, inputs: list, track: bool = False) -> list | None:
         return None
 
 
-def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_mod) -> tuple[torch.Tensor, int]:
-    """(a candidate's index output with its valid choices among tied values made the reference's, how many): where
+def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_mod) -> tuple[torch.Tensor, int, int]:
+    """(a candidate's index output with its valid choices among tied values made the reference's, how many, how many
+    name another of exactly equal values where the op documents which: ``ties.tie_resolved``): where
     ``r`` is the index output of a selection (``ties.selection_of``), an index whose selected value the budget of the
     selected values accepts (measured from the fp32 reference's picks against the float64 reference's, as a values
     output's is) names a tie of the reference's pick (docs/ANTI_CHEAT.md class 77); anything else unchanged."""
     sel = selection_of(r)
     if sel is None or o.is_floating_point() or o.shape != r.shape or o.dtype != r.dtype:
-        return o, 0
+        return o, 0, 0
     sel64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
     theirs32 = picked(sel.src, sel, as_index(r, sel))
     theirs64 = picked(sel64.src, sel64, as_index(r64, sel64)) if sel64 is not None else None
@@ -280,7 +281,11 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             continue
         shape, what = tuple(r.shape), label
         r64k = refs64[k] if refs64 is not None and k < len(refs64) else None
-        o = resolve_ties(o, r, r64k, cfg, ref_mod)[0]  # another index among tied values is as right
+        o, _, documented = resolve_ties(o, r, r64k, cfg, ref_mod)  # another index among tied values is as right
+        if documented:
+            ev.add(None, f"{what}: {documented} index(es) name another of several exactly equal values where the op "
+                         "documents which one it returns: the first occurrence (argmax, argmin, max / min over a "
+                         "dimension) or the input's order (a stable sort).")
         if r.is_complex():  # judged as its (real, imaginary) pairs: both parts compared, each within its budget
             what = label + " (complex: compared as real and imaginary parts, the last index 0 or 1)"
         o, r, r64 = real_views(o, r, r64k)
