@@ -48,11 +48,11 @@ class BracketClient:
         values = reply.get("values") or [[None] * len(reply["inputs"]) for _ in range(calls)]
         for k in range(calls):
             base = flags + k * stride
-            ins = [ipc.view(pool, base + e[1], e[2], e[3]) if e[0] == "t" else None for e in reply["inputs"]]
+            ins = [ipc.view(pool, base + e[1], *e[2:]) if e[0] == "t" else None for e in reply["inputs"]]
             outs = [(e[3], ipc.view(pool, base + e[0], e[1], e[2])) for e in reply["outputs"]]
             sets.append((ins, outs))
             # a tree input (a tuple of dims, a list of tensors: verifier/common/ipc.py), its tensors in the pool
-            values[k] = [ipc.decode_value(v, lambda at, b=base: ipc.view(pool, b + at[0], at[1], at[2]))
+            values[k] = [ipc.decode_value(v, lambda at, b=base: ipc.view(pool, b + at[0], *at[1:]))
                          if e[0] == "p" else v for e, v in zip(reply["inputs"], values[k])]
         if own is not None:
             values = [[own[j] if e[0] == "child" else v for j, (e, v) in enumerate(zip(reply["inputs"], vals))]

@@ -33,14 +33,44 @@ def dtype_of(name: str) -> torch.dtype:
     return d
 
 
-def view(pool: torch.Tensor, offset: int, shape, dtype: str) -> torch.Tensor:
-    """A tensor of ``shape`` and ``dtype`` over the pool's bytes at ``offset`` (contiguous)."""
+def view(pool: torch.Tensor, offset: int, shape, dtype: str, strides=None) -> torch.Tensor:
+    """A tensor of ``shape`` and ``dtype`` over the pool's bytes at ``offset``: contiguous, or with ``strides``
+    (``kept_strides``: a channels_last or transposed input laid out as the task made it)."""
     dt = dtype_of(dtype)
-    n = 1
-    for s in shape:
-        n *= int(s)
+    shape = tuple(int(s) for s in shape)
+    n = span(shape, strides) if strides is not None else math.prod(shape)
     nb = n * torch.empty((), dtype=dt).element_size()
-    return pool[offset:offset + nb].view(dt).view(tuple(int(s) for s in shape))
+    flat = pool[offset:offset + nb].view(dt)
+    if strides is not None:
+        return flat.as_strided(shape, tuple(int(s) for s in strides))
+    return flat.view(shape)
+
+
+def span(shape, strides) -> int:
+    """The elements a tensor of ``shape`` and ``strides`` (none negative) reaches from its first."""
+    if any(int(s) == 0 for s in shape):
+        return 0
+    return 1 + sum((int(s) - 1) * int(st) for s, st in zip(shape, strides))
+
+
+def kept_strides(t: torch.Tensor) -> list | None:
+    """The strides an input keeps in the pool (None: laid out contiguous). A task's input is handed to every call as
+    the task made it: a channels_last activation, a transposed view (an honest NHWC kernel that checks its layout
+    raised on every timed call, laid out contiguous, and one that reads it without a check computed another answer
+    there: docs/ANTI_CHEAT.md class 79). Only layouts whose elements are all distinct (no stride of 0, no overlap:
+    an expanded input stays contiguous, since a copy into it would write one element many times) and at most twice
+    the tensor's own bytes (a slice with gaps)."""
+    if t.is_contiguous() or not t.numel():
+        return None
+    dims = sorted((int(st), int(s)) for s, st in zip(t.shape, t.stride()) if s > 1)
+    reach = 1
+    for st, s in dims:
+        if st < reach:
+            return None  # overlapping (an expand, stride 0) or interleaved
+        reach = st * s
+    if span(t.shape, t.stride()) > 2 * t.numel():
+        return None
+    return [int(st) for st in t.stride()]
 
 
 # ---------------------------------------------------------------------------- inputs that are not one tensor

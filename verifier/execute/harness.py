@@ -202,8 +202,9 @@ class Harness:
 
         def place(t: torch.Tensor) -> list:
             nonlocal off
-            at = [off, list(t.shape), str(t.dtype)]
-            off += ipc.aligned(t.numel() * t.element_size())
+            strides = ipc.kept_strides(t)  # a channels_last or transposed input keeps its layout
+            at = [off, list(t.shape), str(t.dtype)] + ([strides] if strides is not None else [])
+            off += ipc.aligned((ipc.span(t.shape, strides) if strides is not None else t.numel()) * t.element_size())
             return at
 
         for x in inputs:
@@ -287,8 +288,8 @@ class Harness:
 
     def _views(self, k: int) -> tuple[list, list]:
         lay, base = self._layout, FLAGS + k * self._layout["stride"]
-        ins = [ipc.view(self._tensor, base + e[1], e[2], e[3]) if e[0] == "t" else
-               [ipc.view(self._tensor, base + a[0], a[1], a[2]) for a in e[2]] if e[0] == "p" else None
+        ins = [ipc.view(self._tensor, base + e[1], *e[2:]) if e[0] == "t" else
+               [ipc.view(self._tensor, base + a[0], *a[1:]) for a in e[2]] if e[0] == "p" else None
                for e in lay["inputs"]]
         outs = [ipc.view(self._tensor, base + e[0], e[1], e[2]) for e in lay["outputs"]]
         return ins, outs
