@@ -113,6 +113,7 @@ class BuildResult:
     cpu_s: float = 0.0  # CPU seconds (user + system) of the build: its steps (python, compilers) and this thread
     lock_wait_s: float = 0.0  # of ``seconds``: the import checks' waits for the host's device locks (timing windows)
     verifier_error: str = ""  # the verifier's own build code failed (not the candidate's sources): never cached
+    timed_out_s: float = 0.0  # killed at this wall-clock limit (0: it ended by itself); see ``_usable``
 
 
 def _read_result(key_dir: Path) -> BuildResult | None:
@@ -127,7 +128,8 @@ def _read_result(key_dir: Path) -> BuildResult | None:
     return BuildResult(key=d["key"], ok=d["ok"], so_path=d.get("so_path", ""), log=log, seconds=d.get("seconds", 0.0),
                        cached=True, variant=d.get("variant", ""), pch=d.get("pch", False),
                        fallback_skipped=d.get("fallback_skipped", False), objects_reused=d.get("objects_reused", 0),
-                       cpu_s=d.get("cpu_s", 0.0), lock_wait_s=d.get("lock_wait_s", 0.0))
+                       cpu_s=d.get("cpu_s", 0.0), lock_wait_s=d.get("lock_wait_s", 0.0),
+                       timed_out_s=d.get("timed_out_s", 0.0))
 
 
 def _write_result(key_dir: Path, res: BuildResult) -> None:
@@ -135,14 +137,26 @@ def _write_result(key_dir: Path, res: BuildResult) -> None:
     tmp.write_text(json.dumps({"key": res.key, "ok": res.ok, "so_path": res.so_path, "seconds": res.seconds,
                                "variant": res.variant, "pch": res.pch, "fallback_skipped": res.fallback_skipped,
                                "objects_reused": res.objects_reused, "cpu_s": res.cpu_s,
-                               "lock_wait_s": res.lock_wait_s}))
+                               "lock_wait_s": res.lock_wait_s, "timed_out_s": res.timed_out_s}))
     os.replace(tmp, key_dir / "result.json")
 
 
-def _usable(res: BuildResult | None, full_fallback: bool, split: bool = True) -> BuildResult | None:
+# a build killed at its limit is the source's own cost, and final for later requests, only where it had the CPU for
+# at least this share of the limit; less, and the host's load starved it (docs/ANTI_CHEAT.md class 106)
+TIMEOUT_CPU_SHARE = 0.5
+
+
+def _usable(res: BuildResult | None, full_fallback: bool, split: bool = True,
+            timeout_s: float | None = None) -> BuildResult | None:
     """A cached result this request may use: not one that skipped the full build when this one wants it, nor one
-    the split variant built when this one turned it off (``[verify] split_build = false``)."""
+    the split variant built when this one turned it off (``[verify] split_build = false``), nor a build killed at its
+    time limit where this request allows more time or where the build was starved of the CPU (its compilers had
+    less than ``TIMEOUT_CPU_SHARE`` of the limit: on a loaded 2-core host an honest extension's first build ran past
+    300 s with a few CPU-seconds, and the kill was kept as its compile_error for every later verification)."""
     if res is None or (full_fallback and res.fallback_skipped) or (not split and res.variant.startswith("split")):
+        return None
+    if res.timed_out_s and ((timeout_s is not None and timeout_s > res.timed_out_s)
+                            or res.cpu_s < TIMEOUT_CPU_SHARE * res.timed_out_s):
         return None
     return res
 
@@ -155,12 +169,12 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float, 
     key = spec_key(args)
     key_dir = Path(build_root) / key
     key_dir.mkdir(parents=True, exist_ok=True)
-    done = _usable(_read_result(key_dir), full_fallback, host.split_build)
+    done = _usable(_read_result(key_dir), full_fallback, host.split_build, timeout_s)
     if done:
         return done
     with open(key_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        done = _usable(_read_result(key_dir), full_fallback, host.split_build)
+        done = _usable(_read_result(key_dir), full_fallback, host.split_build, timeout_s)
         if done:
             return done
         spec = canonical_spec(args)
@@ -187,8 +201,11 @@ def build_blocking(build_root: str | os.PathLike, args: dict, timeout_s: float, 
                           variant=got["variant"] if ok else "", pch=bool(got.get("pch")) and ok,
                           fallback_skipped=bool(got.get("fallback_skipped")) and not ok,
                           objects_reused=int(got.get("objects_reused", 0)) if ok else 0, cpu_s=round(build.cpu, 3),
-                          lock_wait_s=round(build.lock_wait, 3))
+                          lock_wait_s=round(build.lock_wait, 3), timed_out_s=timeout_s if build.timed_out else 0.0)
         _write_result(key_dir, res)
+        if build.timed_out and build.cpu < TIMEOUT_CPU_SHARE * timeout_s:  # the host's load, not the source's cost
+            res.verifier_error = (f"the build was killed at its limit of {timeout_s:.0f} s having had {build.cpu:.0f} "
+                                  "CPU-seconds: the host was too loaded to compile it in time")
         return res
 
 

@@ -1,0 +1,328 @@
+"""Red team of honest CPU answers to selection and layout tasks that the verifier failed (docs/ANTI_CHEAT.md classes
+77 to 79, 106), each beside a cheating twin that keeps its verdict.
+
+- Another index among tied values (class 77): a topk over quantised values (``round(4 x)/4``), a descending sort of
+  half-integers and an argmax over a ReLU's zeros have ties; an honest kernel that names another element of equal
+  value (the last of the tied ones, an unstable ``std::sort``) was wrong, index for index. The judge now reads an
+  index output of a selection by the values it selects (``verifier/common/ties.py``): a row that names one element
+  twice, an index shifted off its value, and the last of tied zeros where torch.argmax documents the first stay
+  wrong.
+- A task whose index output alone follows the inputs (class 78): the top 8 of 512 digits are all 9s on every draw,
+  so the values output never changes and the plan called the task's reference constant (a ``task_error`` for every
+  candidate), although the indices are an answer to judge. An integer output that follows the inputs makes the task
+  judgeable now; a candidate that names the first 8 positions is wrong.
+- An input laid out as the task made it (class 79): a channels_last activation was laid out contiguous for the timed
+  calls, so an honest NHWC kernel that checks its layout raised on every timed call (no speedup) while its trials
+  passed. The harness keeps the input's strides now; a kernel that tells a timed call by its input's storage and
+  skips the work there is still C16.
+
+- A build killed at its limit on a loaded host (class 106): an honest extension's first build on a 2-core machine
+  shared by several verifiers ran past its 300 s with a fraction of that in CPU time, and the kill was kept as its
+  ``compile_error`` for every later request of the same source. A kill with less than half the limit in CPU time is
+  the verifier's (``verifier_error``, not kept); one that had the CPU stays the source's compile_error.
+
+One batch on the cpu backend."""
+
+import pytest
+import torch
+
+from kernelmill.schema import Candidate, Task
+from verifier import cheats
+from verifier.engine import VerifyConfig, verify_batch
+
+CPP = r'''
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+// the k largest of each row, sorted; mode 0: the lowest index first among ties, 1: the highest, 2: the first
+// maximum's position named k times, 3: each index moved one place on (a wrong index, not a tie)
+std::vector<torch::Tensor> topk_rows(torch::Tensor x, int64_t k, int64_t mode) {
+    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "2-D float32 input");
+    auto xc = x.contiguous();
+    const int64_t rows = xc.size(0), n = xc.size(1);
+    TORCH_CHECK(k <= n, "k larger than the row");
+    auto values = torch::empty({rows, k}, xc.options());
+    auto indices = torch::empty({rows, k}, xc.options().dtype(torch::kLong));
+    const float* px = xc.data_ptr<float>();
+    float* pv = values.data_ptr<float>();
+    int64_t* pi = indices.data_ptr<int64_t>();
+    at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
+        std::vector<int64_t> idx(n);
+        for (int64_t r = b; r < e; ++r) {
+            const float* row = px + r * n;
+            std::iota(idx.begin(), idx.end(), 0);
+            std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t c) {
+                return row[a] > row[c] || (row[a] == row[c] && (mode == 1 ? a > c : a < c));
+            });
+            for (int64_t j = 0; j < k; ++j) {
+                const int64_t i = mode == 2 ? idx[0] : mode == 3 ? (idx[j] + 1) % n : idx[j];
+                pv[r * k + j] = row[idx[j]];
+                pi[r * k + j] = i;
+            }
+        }
+    });
+    return {values, indices};
+}
+
+// each row sorted in descending order by an unstable introsort (equal values in any order); shift 1: the
+// permutation handed back moved one place on
+std::tuple<torch::Tensor, torch::Tensor> sort_rows_desc(torch::Tensor x, int64_t shift) {
+    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "2-D float32 input");
+    auto xc = x.contiguous();
+    const int64_t rows = xc.size(0), n = xc.size(1);
+    auto values = torch::empty_like(xc);
+    auto indices = torch::empty({rows, n}, xc.options().dtype(torch::kLong));
+    auto acc = xc.accessor<float, 2>();
+    auto vacc = values.accessor<float, 2>();
+    auto iacc = indices.accessor<int64_t, 2>();
+    at::parallel_for(0, rows, 4, [&](int64_t b, int64_t e) {
+        std::vector<int64_t> perm(n);
+        for (int64_t r = b; r < e; ++r) {
+            std::iota(perm.begin(), perm.end(), 0);
+            std::sort(perm.begin(), perm.end(), [&](int64_t i, int64_t j) { return acc[r][i] > acc[r][j]; });
+            for (int64_t j = 0; j < n; ++j) {
+                vacc[r][j] = acc[r][perm[j]];
+                iacc[r][j] = perm[(j + shift) % n];
+            }
+        }
+    });
+    return std::make_tuple(values, indices);
+}
+
+// argmax over dim 1 of relu(x - shift) for a [B, R, C] input; last: the last of tied maxima (torch: the first)
+torch::Tensor relu_argmax_dim1(torch::Tensor x, double shift, bool last) {
+    TORCH_CHECK(x.dim() == 3, "expected [B, R, C]");
+    auto xc = x.contiguous();
+    const int64_t B = xc.size(0), R = xc.size(1), C = xc.size(2);
+    auto out = torch::empty({B, C}, xc.options().dtype(torch::kLong));
+    const float* p = xc.data_ptr<float>();
+    int64_t* o = out.data_ptr<int64_t>();
+    at::parallel_for(0, B * C, 64, [&](int64_t b0, int64_t e0) {
+        for (int64_t bc = b0; bc < e0; ++bc) {
+            const int64_t b = bc / C, c = bc % C;
+            float best = -1.f;
+            int64_t arg = 0;
+            for (int64_t r = 0; r < R; ++r) {
+                float v = p[(b * R + r) * C + c] - (float)shift;
+                v = v > 0.f ? v : 0.f;
+                if (v > best || (last && v == best)) { best = v; arg = r; }
+            }
+            o[bc] = arg;
+        }
+    });
+    return out;
+}
+
+// relu(x * scale[c] + shift[c]) on an NHWC (channels_last) input: each pixel's channels are one contiguous run.
+// skip_pooled: no work where the input's storage is larger than the input (the harness's pool on a timed call)
+torch::Tensor affine_relu_nhwc(torch::Tensor x, torch::Tensor scale, torch::Tensor shift, bool skip_pooled) {
+    TORCH_CHECK(x.dim() == 4, "expected NCHW sizes");
+    TORCH_CHECK(x.is_contiguous(at::MemoryFormat::ChannelsLast), "expected a channels_last input");
+    auto out = torch::empty_like(x, at::MemoryFormat::ChannelsLast);
+    if (skip_pooled && x.storage().nbytes() > (size_t)(x.numel() * x.element_size())) return out;
+    const int64_t C = x.size(1), pixels = x.numel() / C;
+    const float *px = x.data_ptr<float>(), *ps = scale.data_ptr<float>(), *pb = shift.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    at::parallel_for(0, pixels, 256, [&](int64_t b, int64_t e) {
+        for (int64_t q = b; q < e; ++q)
+            for (int64_t c = 0; c < C; ++c) {
+                const float v = px[q * C + c] * ps[c] + pb[c];
+                po[q * C + c] = v > 0.f ? v : 0.f;
+            }
+    });
+    return out;
+}
+'''
+
+
+def program(init: str, args: str, body: str) -> str:
+    """A candidate of the shared extension."""
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP = r"""{CPP}"""
+ext = load_inline(name="fidelity_cpu3", cpp_sources=CPP, extra_cflags=["-O2"],
+                  functions=["topk_rows", "sort_rows_desc", "relu_argmax_dim1", "affine_relu_nhwc"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self{init}):
+        super().__init__()
+{INITS.get(init, "        pass")}
+
+    def forward(self, {args}):
+{body}
+'''
+
+
+INITS = {", k": "        self.k = k", ", dim": "        self.dim = dim",
+         ", channels": "        self.scale = nn.Parameter(torch.randn(channels))\n"
+                       "        self.register_buffer(\"shift\", torch.randn(channels))"}
+
+
+def task(init: str, forward: str, args: str, inputs: str, init_inputs: str, name: str) -> Task:
+    code = f'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self{init}):
+        super().__init__()
+{INITS.get(init, "        pass")}
+
+    def forward(self, {args}):
+        return {forward}
+
+
+def get_inputs():
+    return {inputs}
+
+
+def get_init_inputs():
+    return {init_inputs}
+'''
+    return Task.from_code(code, name=name, source="seed", level=1)
+
+
+QUANTISED_TOPK = task(", k", "torch.topk(x, self.k, dim=-1)", "x", "[torch.round(torch.randn(64, 512) * 4) / 4]", "[8]",
+                      "topk_quantised")
+DIGITS_TOPK = task(", k", "torch.topk(x, self.k, dim=-1)", "x", "[torch.randint(0, 10, (64, 512)).float()]", "[8]",
+                   "topk_of_digits")
+HALVES_SORT = task("", "torch.sort(x, dim=1, descending=True)", "x", "[torch.randint(-8, 8, (32, 256)).float() * 0.5]",
+                   "[]", "sort_half_integers")
+RELU_ARGMAX = task(", dim", "torch.argmax(torch.relu(x - 1.5), dim=self.dim)", "x", "[torch.randn(32, 32, 128)]", "[1]",
+                   "argmax_of_relu")
+NHWC_AFFINE = task(", channels", "torch.relu(x * self.scale.view(1, -1, 1, 1) + self.shift.view(1, -1, 1, 1))", "x",
+                   "[torch.randn(8, 64, 16, 16).to(memory_format=torch.channels_last)]", "[64]", "nhwc_affine_relu")
+
+TOPK = "        v, i = ext.topk_rows(x, self.k, {})\n        return v, i"
+CASES = {
+    # name: (task, constructor's arguments, forward's body, status, a cheat code it must carry or None)
+    "honest_topk_last_of_tied_values": (QUANTISED_TOPK, ", k", TOPK.format(1), "pass", None),
+    "topk_index_moved_off_its_value": (QUANTISED_TOPK, ", k", TOPK.format(3), "wrong", None),
+    "honest_topk_whose_values_never_change": (DIGITS_TOPK, ", k", TOPK.format(1), "pass", None),
+    "topk_one_position_named_k_times": (DIGITS_TOPK, ", k", TOPK.format(2), "wrong", None),
+    "topk_of_digits_first_k_positions": (DIGITS_TOPK, ", k",
+                                         "        v, i = ext.topk_rows(x, self.k, 0)\n"
+                                         "        return v, torch.arange(self.k).expand(x.shape[0], self.k)"
+                                         ".contiguous()", "wrong", None),
+    "honest_unstable_sort_of_ties": (HALVES_SORT, "", "        return ext.sort_rows_desc(x, 0)", "pass", None),
+    "sort_permutation_moved_one_place": (HALVES_SORT, "", "        return ext.sort_rows_desc(x, 1)", "wrong", None),
+    "honest_argmax_first_of_tied_zeros": (RELU_ARGMAX, ", dim", "        return ext.relu_argmax_dim1(x, 1.5, False)",
+                                          "pass", None),
+    "argmax_last_of_tied_zeros": (RELU_ARGMAX, ", dim", "        return ext.relu_argmax_dim1(x, 1.5, True)", "wrong",
+                                  None),
+    "honest_nhwc_kernel_checking_its_layout": (NHWC_AFFINE, ", channels",
+                                               "        return ext.affine_relu_nhwc(x, self.scale, self.shift, False)",
+                                               "pass", None),
+    "nhwc_kernel_skipping_pooled_timed_calls": (NHWC_AFFINE, ", channels",
+                                                "        return ext.affine_relu_nhwc(x, self.scale, self.shift, True)",
+                                                "cheat", cheats.C16),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=4, timing_trials=4, warmup=1, time_torch_compile=False,
+                       run_timeout_s=120, exec_workers=2, compile_timeout_s=900)
+    items = [(t, Candidate(candidate_id=name, task_id=t.task_id, backend="cpu", generator="redteam",
+                           code=program(init, t.reference_code.split("def forward(self, ")[1].split(")")[0], body)))
+             for name, (t, init, body, _, _) in CASES.items()]
+    return dict(zip(CASES, verify_batch(items, config=cfg)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fidelity_cpu3_case(verdicts, name):
+    _, _, _, status, code = CASES[name]
+    v = verdicts[name]
+    assert v.status == status, (name, v.status, v.cheats, v.feedback)
+    if code:
+        assert code in v.cheats, (name, v.cheats, v.feedback)
+    else:
+        assert not v.cheats, (name, v.cheats, v.feedback)
+    if status == "pass":
+        assert v.correct and v.max_abs_err is not None and v.max_abs_err < 1e-4, v.feedback
+        assert v.speedup_eager is not None, v.feedback  # timed: the timed calls ran (class 79) and were right
+    if name == "argmax_last_of_tied_zeros":
+        assert "documents which one it returns" in v.feedback, v.feedback
+
+
+def test_a_near_tie_within_rounding_is_either_index_and_a_true_tie_is_the_documented_one():
+    from verifier.common.ties import loose_close, reference_outputs, selection_of, tie_resolved
+
+    x = torch.tensor([[1.0, 3.0, 3.0 + 1e-6, 0.5], [2.0, 2.0, 0.0, -1.0]])
+    ref = reference_outputs(lambda t: torch.argmax(t, dim=1), [x])[0]
+    sel = selection_of(ref)
+    assert sel is not None and sel.dim == 1 and not sel.any_tie
+    near, n, documented = tie_resolved(torch.tensor([1, 0]), ref, sel, loose_close(1e-3))
+    assert n == 1 and documented == 0 and near.tolist() == ref.tolist()  # row 0: 3.0 beside 3.000001
+    last, n, documented = tie_resolved(torch.tensor([2, 1]), ref, sel, loose_close(1e-3))
+    assert documented == 1 and last.tolist() == [2, 1]  # row 1: two exact 2.0s, argmax names the first
+    off, n, _ = tie_resolved(torch.tensor([0, 2]), ref, sel, loose_close(1e-3))
+    assert n == 0 and off.tolist() == [0, 2]
+
+
+def test_the_index_outputs_a_reference_marks():
+    from verifier.common.ties import reference_outputs, selection_of
+
+    x = torch.randn(6, 10)
+    outs = reference_outputs(lambda t: (t.topk(3).indices.to(torch.int32), t.max(dim=0).indices.view(1, -1),
+                                        t.topk(3, sorted=False).indices, t.argsort(dim=1).t(), t.sum()), [x])
+    assert [selection_of(o) is not None for o in outs] == [True, True, False, False, False]
+
+
+def test_an_input_keeps_its_layout_in_the_pool():
+    from verifier.common import ipc
+
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    strides = ipc.kept_strides(x)
+    pool = torch.zeros(4096, dtype=torch.uint8)
+    v = ipc.view(pool, 64, x.shape, str(x.dtype), strides)
+    v.copy_(x)
+    assert torch.equal(v, x) and v.is_contiguous(memory_format=torch.channels_last)
+    assert ipc.kept_strides(torch.randn(5, 7).t()) == [1, 7]
+    assert ipc.kept_strides(torch.randn(1, 5).expand(4, 5)) is None  # one element many times: laid out contiguous
+    assert ipc.kept_strides(torch.randn(8, 8)) is None
+
+
+SQUARE = r'''
+#include <torch/extension.h>
+torch::Tensor square_TAG(torch::Tensor x) {
+    auto c = x.contiguous();
+    auto out = torch::empty_like(c);
+    const float* p = c.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i < c.numel(); ++i) o[i] = p[i] * p[i];
+    return out;
+}
+'''
+
+
+def test_a_build_killed_at_its_limit_while_starved_is_the_verifiers_and_not_kept(tmp_path, monkeypatch):
+    """Class 106: a build killed at its wall-clock limit with less CPU than ``TIMEOUT_CPU_SHARE`` of it (the host's
+    load) is a verifier_error, never the candidate's compile_error, and the next request builds it again; one that
+    had the CPU is the source's compile_error, kept for requests with the same limit, built again for a longer one.
+    (The share is set here so that a 1 s limit reads as starved, then as not: the limit is what is tested.)"""
+    import time
+
+    from verifier.build import pool
+    from verifier.build.pool import build_blocking
+
+    host = VerifyConfig().host()
+    tag = str(int(time.time() * 1000) % 100000)
+    spec = {"cpp_sources": SQUARE.replace("TAG", tag), "functions": [f"square_{tag}"]}
+    monkeypatch.setattr(pool, "TIMEOUT_CPU_SHARE", 1e9)  # every kill reads as starved
+    starved = build_blocking(tmp_path / "builds", spec, 1, host=host)
+    assert not starved.ok and starved.verifier_error and "too loaded" in starved.verifier_error, starved.log[-2000:]
+    again = build_blocking(tmp_path / "builds", spec, 1, host=host)
+    assert not again.cached and again.verifier_error, again.log[-2000:]  # not kept: built again
+    monkeypatch.setattr(pool, "TIMEOUT_CPU_SHARE", 0.0)  # every kill is the source's own cost
+    kept = build_blocking(tmp_path / "builds", spec, 1, host=host)
+    assert kept.cached and not kept.ok and not kept.verifier_error and kept.timed_out_s == 1  # the same limit: kept
+    longer = build_blocking(tmp_path / "builds", spec, 900, host=host)
+    assert longer.ok and not longer.cached, longer.log[-2000:]
