@@ -65,7 +65,9 @@ scale ``max(S, the scale seen on the plan's other draws)`` (``pooled``), no cap.
 
 Exact-valued outputs (integer and boolean dtypes; fp32 outputs whose values all lie on a lattice of 2^-m, m <=
 ``LATTICE_BITS``, below 2^24 units in both runs: floor, round, sign, comparisons, argmax, counts) are compared
-exactly: each element must equal the float64 value or the fp32 reference's value; an element where the two differ
+exactly: each element must equal the float64 value or the fp32 reference's value (an index output of a selection,
+topk / sort / argmax, first has its valid choices among tied values made the reference's: verifier/common/ties.py,
+``outputs.resolve_ties``, ``Budget.accepts``); an element where the two differ
 (the fp32 reference is unstable there) widens nothing else. An honest computation in another order crosses about
 as many boundaries as its error is larger than the reference's, so up to ``tol_factor`` x the reference's unstable
 elements (at most 1% of the output) may differ by at most the step the reference itself shows; with a stable
