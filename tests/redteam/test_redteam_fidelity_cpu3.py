@@ -1,5 +1,5 @@
 """Red team of honest CPU answers to selection and layout tasks that the verifier failed (docs/ANTI_CHEAT.md classes
-77 to 79, 106), each beside a cheating twin that keeps its verdict.
+77 to 79, 106, 107), each beside a cheating twin that keeps its verdict.
 
 - Another index among tied values (class 77): a topk over quantised values (``round(4 x)/4``), a descending sort of
   half-integers and an argmax over a ReLU's zeros have ties; an honest kernel that names another element of equal
@@ -16,6 +16,11 @@
   passed. The harness keeps the input's strides now; a kernel that tells a timed call by its input's storage and
   skips the work there is still C16.
 
+- An output left out as None (class 107): a mined layer's ``return hidden, None`` (attention weights it did not
+  compute, as Hugging Face layers return them) made an honest candidate returning the same C10 ("output is a
+  builtins.NoneType"), and one leaving the None out wrong (one output where two were expected). A None inside a
+  model's outputs is no output now (``inputs.as_list``), for the child, the harness and the judge alike; the input
+  handed back beside the None is still C05.
 - A build killed at its limit on a loaded host (class 106): an honest extension's first build on a 2-core machine
   shared by several verifiers ran past its 300 s with a fraction of that in CPU time, and the kill was kept as its
   ``compile_error`` for every later request of the same source. A kill with less than half the limit in CPU time is
@@ -34,6 +39,7 @@ CPP = r'''
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <tuple>
 #include <vector>
@@ -136,6 +142,27 @@ torch::Tensor affine_relu_nhwc(torch::Tensor x, torch::Tensor scale, torch::Tens
     });
     return out;
 }
+
+// layer norm over the last dimension with an affine weight and bias
+torch::Tensor layer_norm_rows(torch::Tensor x, torch::Tensor w, torch::Tensor b, double eps) {
+    auto xc = x.contiguous();
+    const int64_t n = xc.size(-1), rows = xc.numel() / n;
+    auto out = torch::empty_like(xc);
+    const float *px = xc.data_ptr<float>(), *pw = w.data_ptr<float>(), *pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* row = px + r * n;
+            double mean = 0.0, sq = 0.0;
+            for (int64_t j = 0; j < n; ++j) mean += row[j];
+            mean /= n;
+            for (int64_t j = 0; j < n; ++j) sq += (row[j] - mean) * (row[j] - mean);
+            const float rstd = 1.0 / std::sqrt(sq / n + eps);
+            for (int64_t j = 0; j < n; ++j) po[r * n + j] = (float)((row[j] - mean) * rstd) * pw[j] + pb[j];
+        }
+    });
+    return out;
+}
 '''
 
 
@@ -147,7 +174,7 @@ from torch.utils.cpp_extension import load_inline
 
 CPP = r"""{CPP}"""
 ext = load_inline(name="fidelity_cpu3", cpp_sources=CPP, extra_cflags=["-O2"],
-                  functions=["topk_rows", "sort_rows_desc", "relu_argmax_dim1", "affine_relu_nhwc"])
+                  functions=["topk_rows", "sort_rows_desc", "relu_argmax_dim1", "affine_relu_nhwc", "layer_norm_rows"])
 
 
 class ModelNew(nn.Module):
@@ -160,7 +187,7 @@ class ModelNew(nn.Module):
 '''
 
 
-INITS = {", k": "        self.k = k", ", dim": "        self.dim = dim",
+INITS = {", k": "        self.k = k", ", dim": "        self.dim = dim", ", hidden": "        self.norm = nn.LayerNorm(hidden)",
          ", channels": "        self.scale = nn.Parameter(torch.randn(channels))\n"
                        "        self.register_buffer(\"shift\", torch.randn(channels))"}
 
@@ -199,6 +226,7 @@ RELU_ARGMAX = task(", dim", "torch.argmax(torch.relu(x - 1.5), dim=self.dim)", "
                    "argmax_of_relu")
 NHWC_AFFINE = task(", channels", "torch.relu(x * self.scale.view(1, -1, 1, 1) + self.shift.view(1, -1, 1, 1))", "x",
                    "[torch.randn(8, 64, 16, 16).to(memory_format=torch.channels_last)]", "[64]", "nhwc_affine_relu")
+NORM_AND_NONE = task(", hidden", "self.norm(x), None", "x", "[torch.randn(16, 64, 256)]", "[256]", "norm_and_no_weights")
 
 TOPK = "        v, i = ext.topk_rows(x, self.k, {})\n        return v, i"
 CASES = {
@@ -223,6 +251,12 @@ CASES = {
     "nhwc_kernel_skipping_pooled_timed_calls": (NHWC_AFFINE, ", channels",
                                                 "        return ext.affine_relu_nhwc(x, self.scale, self.shift, True)",
                                                 "cheat", cheats.C16),
+    "honest_norm_returning_none_as_its_reference": (NORM_AND_NONE, ", hidden",
+                                                    "        y = ext.layer_norm_rows(x, self.norm.weight, self.norm.bias, "
+                                                    "self.norm.eps)\n        return y, None", "pass", None),
+    "input_returned_beside_none": (NORM_AND_NONE, ", hidden",
+                                   "        y = ext.layer_norm_rows(x, self.norm.weight, self.norm.bias, self.norm.eps)\n"
+                                   "        return x, None", "cheat", cheats.C05),
 }
 
 
@@ -326,3 +360,15 @@ def test_a_build_killed_at_its_limit_while_starved_is_the_verifiers_and_not_kept
     assert kept.cached and not kept.ok and not kept.verifier_error and kept.timed_out_s == 1  # the same limit: kept
     longer = build_blocking(tmp_path / "builds", spec, 900, host=host)
     assert longer.ok and not longer.cached, longer.log[-2000:]
+
+
+def test_a_none_among_the_outputs_is_no_output_and_a_model_returning_none_is_the_tasks_fault():
+    from verifier.common.inputs import as_list
+    from verifier.judge.outputs import reference_fault
+
+    y, z = torch.randn(3), torch.randn(2)
+    flat = as_list((y, None, (z, None)))
+    assert len(flat) == 2 and flat[0] is y and flat[1] is z
+    assert reference_fault(as_list((y, None)), as_list((y + 1, None)), False) == ""
+    assert "NoneType" in reference_fault(as_list(None), as_list(None), False)  # class 65: the task's fault
+    assert "float" in reference_fault(as_list(1.5), as_list(2.5), False)

@@ -29,7 +29,7 @@ def clone(obj):
 def plain_cpu(out):
     if isinstance(out, torch.Tensor):  # one copy, a private one (``to`` alone returns a CPU tensor itself)
         return out.detach().to("cpu", copy=True)
-    return [plain_cpu(t) for t in out]
+    return [plain_cpu(t) for t in out if t is not None]  # None: an output left out (inputs.as_list)
 
 
 def probe_calls(backend, fn, seeds: list[int], draw, n: int) -> tuple[list[float], list[float]]:

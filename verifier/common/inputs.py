@@ -210,9 +210,11 @@ def as_list(out) -> list:
     """A model's output as a flat list of outputs: a tuple or list (a named tuple too) taken apart, and one nested in
     it (``output, (h, c)``, as ``nn.LSTM`` returns) flattened in order, so that the child, the harness and the judge
     read the same outputs whatever the nesting (a nested tuple was a C10 "not a plain torch.Tensor" for an honest
-    candidate returning what its reference returns)."""
+    candidate returning what its reference returns). A None inside them is an output left out and no output (a mined
+    layer's ``return hidden, None`` for attention weights it did not compute: docs/ANTI_CHEAT.md class 107); a
+    model that returns None itself is read as [None], a task fault (``outputs.reference_fault``)."""
     if isinstance(out, (list, tuple)):
-        return [leaf for o in out for leaf in as_list(o)]
+        return [leaf for o in out if o is not None for leaf in as_list(o)]
     return [out]
 
 

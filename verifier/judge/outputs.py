@@ -405,9 +405,9 @@ def reference_fault(out: list, out_other: list, same_inputs: bool, outs64: list 
     of 512 normals that underflows to zero, a constant or
     NaN output is the task's fault, and so is an output that is constant in exact arithmetic and varies only
     by fp32 rounding (the mean of group-normalised values, ~1e-8): no candidate can be judged on it."""
-    other = next((o for o in out if not isinstance(o, torch.Tensor)), None)
-    if other is not None or not out:  # KernelBench outputs are tensors: an honest copy of this one was C10
-        return (f"the reference returns {type(other).__name__ if out else 'nothing'} where outputs are tensors "
+    others = [o for o in out if not isinstance(o, torch.Tensor)]  # (a None read as one: the model returned None)
+    if others or not out:  # KernelBench outputs are tensors: an honest copy of this one was C10
+        return (f"the reference returns {type(others[0]).__name__ if others else 'nothing'} where outputs are tensors "
                 "(`.item()`, a Python number or None): no candidate can be judged on it; return a tensor (a 0-dim one "
                 "for a scalar)")
     floats = [(o, p) for o, p in zip(out, out_other) if isinstance(o, torch.Tensor) and o.is_floating_point()
