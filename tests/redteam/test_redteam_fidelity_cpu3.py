@@ -1,5 +1,5 @@
 """Red team of honest CPU answers to selection and layout tasks that the verifier failed (docs/ANTI_CHEAT.md classes
-77 to 79, 106, 107), each beside a cheating twin that keeps its verdict.
+77 to 79, 106 to 108), each beside a cheating twin that keeps its verdict.
 
 - Another index among tied values (class 77): a topk over quantised values (``round(4 x)/4``), a descending sort of
   half-integers and an argmax over a ReLU's zeros have ties; an honest kernel that names another element of equal
@@ -21,6 +21,10 @@
   builtins.NoneType"), and one leaving the None out wrong (one output where two were expected). A None inside a
   model's outputs is no output now (``inputs.as_list``), for the child, the harness and the judge alike; the input
   handed back beside the None is still C05.
+- A comparison's answer within rounding of its threshold (class 108): the mask ``x @ w > 0`` of an honest kernel
+  whose summation order puts an element a rounding error the other side of zero was wrong, booleans compared
+  exactly. The comparison's operands are recorded as an index output's source is; an answer flipped far from the
+  threshold stays wrong.
 - A build killed at its limit on a loaded host (class 106): an honest extension's first build on a 2-core machine
   shared by several verifiers ran past its 300 s with a fraction of that in CPU time, and the kill was kept as its
   ``compile_error`` for every later request of the same source. A kill with less than half the limit in CPU time is
@@ -372,3 +376,61 @@ def test_a_none_among_the_outputs_is_no_output_and_a_model_returning_none_is_the
     assert reference_fault(as_list((y, None)), as_list((y + 1, None)), False) == ""
     assert "NoneType" in reference_fault(as_list(None), as_list(None), False)  # class 65: the task's fault
     assert "float" in reference_fault(as_list(1.5), as_list(2.5), False)
+
+
+MASK_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out, bias=False)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return OUTPUTS
+
+
+def get_inputs():
+    return [torch.randn(256, 1024)]
+
+
+def get_init_inputs():
+    return [1024, 512]
+'''
+
+
+@pytest.mark.parametrize("outputs", ["y > 0", "y, y > 0"])
+def test_a_comparison_answered_otherwise_within_rounding_of_its_threshold_is_right(outputs):
+    """Class 108: the mask ``x @ w > 0`` of an honest kernel whose own summation order puts an element a rounding
+    error the other side of zero (here the reference's answer flipped on its element nearest zero, |y| ~ 1e-5) was
+    wrong: a boolean output was compared exactly, with no flips allowed where the fp32 reference and float64 agree.
+    The judge takes the other answer where ``y - 0`` is within the budget of ``y`` (measured against float64, or the
+    fixed tolerance where the task has no float output); the answer flipped on the element farthest from zero stays
+    wrong. Judged by the plan, the reference's runs and check_outputs as a trial is."""
+    from verifier.common.config import VerifyConfig
+    from verifier.common.inputs import cpu_model, draw_inputs
+    from verifier.judge.numerics import float64_model
+    from verifier.judge.outputs import Evidence, check_outputs, reference64, reference_outputs
+    from verifier.judge.plan import task_plan
+
+    cfg = VerifyConfig()
+    code = MASK_TASK.replace("OUTPUTS", outputs)
+    plan = task_plan(code, "cpu", cfg)
+    assert plan.selects and not plan.task_fault
+    model = cpu_model(plan.ref_mod, 7, code)[0]
+    x = draw_inputs(plan.ref_mod.get_inputs, 11, "cpu", code)
+    refs = reference_outputs(model, x, plan.selects)
+    refs64 = reference64(None if plan.float64 else float64_model(model), x, plan.selects)
+    with torch.no_grad():
+        y = model.fc(x[0])
+    verdicts = {}
+    for name, at in (("near", y.abs().argmin()), ("far", y.abs().argmax())):
+        mask = refs[-1].clone()
+        mask.view(-1)[at] ^= True
+        ev = Evidence()
+        verdicts[name] = check_outputs(refs[:-1] + [mask], refs, refs64, x, None, name, cfg, plan.ref_mod, 0xAA, [],
+                                       ev, [], False, plan.pooled), ev.details
+    assert verdicts["near"][0], verdicts["near"][1]
+    assert not verdicts["far"][0] and "differ from the reference" in verdicts["far"][1][0], verdicts["far"][1]

@@ -21,6 +21,10 @@ loose check) replaced by the reference's own index, so the comparison that follo
   float64 (a true tie) must be the reference's; a near tie (values that differ, within the budget) may go either way;
 - a topk with ``sorted=False`` (no order at all) is not read here: its values output is compared in order as any.
 
+A boolean output of a comparison (``x @ w > 0``, ``x >= threshold``) is read the same way (``Threshold``,
+``threshold_resolved``): where ``a - b`` is within rounding of zero (the judge: the budget of ``a - b`` measured from
+the fp32 reference's against float64's accepts 0), the other answer is as right; an exact tie keeps its answer.
+
 Not covered: an index output that reaches the task's output through arithmetic (``indices + 1``, a gather of other
 values by it) or a permutation (``.t()``) is compared as an integer output, exactly; so is max_pool's
 ``return_indices``.
@@ -103,8 +107,42 @@ def _selection(func, args, kwargs, out) -> tuple[torch.Tensor, Selection] | None
     return idx, Selection(src, dim, tuple(idx.shape), keepdim, packet in (aten.topk, aten.sort), any_tie)
 
 
+COMPARISONS = (aten.gt, aten.ge, aten.lt, aten.le)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """What a boolean output of a comparison (``a > b``, ``>=``, ``<``, ``<=``) compares: ``a`` and ``b`` (a tensor or
+    a number), floating. Where ``a - b`` is within rounding of zero, either answer is one an honest kernel's own
+    rounding gives (docs/ANTI_CHEAT.md class 108)."""
+
+    a: torch.Tensor
+    b: object
+    shape: tuple
+
+    def difference(self) -> torch.Tensor:
+        """``a - b`` in the comparison's broadcast shape, in the operands' own dtype."""
+        b = self.b.to(self.a.device) if isinstance(self.b, torch.Tensor) else self.b
+        return torch.broadcast_to(self.a - b, self.shape)
+
+
+def _threshold(func, args, out) -> tuple[torch.Tensor, Threshold] | None:
+    if func._overloadpacket not in COMPARISONS or len(args) < 2 or not isinstance(out, torch.Tensor) \
+            or out.dtype != torch.bool or not isinstance(args[0], torch.Tensor) or not args[0].is_floating_point():
+        return None
+    b = args[1]
+    if isinstance(b, torch.Tensor):
+        if not b.is_floating_point():
+            return None
+        b = b.detach()
+    elif not isinstance(b, (int, float)):
+        return None
+    return out, Threshold(args[0].detach(), b, tuple(out.shape))
+
+
 class SelectionTracker(TorchDispatchMode):
-    """Records the index outputs of selection ops run under it (see the module docstring)."""
+    """Records the index outputs of selection ops, and the boolean outputs of comparisons, run under it (see the
+    module docstring)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -114,7 +152,7 @@ class SelectionTracker(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         try:
-            found = _selection(func, args, kwargs, out)
+            found = _selection(func, args, kwargs, out) or _threshold(func, args, out)
             if found is not None:
                 self.seen[found[0]] = found[1]
             elif func._overloadpacket in KEEPS_ORDER and args and isinstance(args[0], torch.Tensor) \
@@ -147,7 +185,7 @@ def reference_outputs(model, inputs: list, track: bool = True) -> list:
     return marked
 
 
-def selection_of(t) -> Selection | None:
+def selection_of(t) -> Selection | Threshold | None:
     """What the reference's output ``t`` selects, where ``reference_outputs`` marked it, else None."""
     return _MARKS.get(t) if isinstance(t, torch.Tensor) else None
 
@@ -212,6 +250,23 @@ def tie_resolved(o: torch.Tensor, r: torch.Tensor, sel: Selection,
     if sel.dim is not None and not sel.keepdim:
         fixed = fixed.squeeze(sel.dim)
     return fixed.reshape(o.shape).to(o.dtype).to(o.device), n, documented
+
+
+def threshold_resolved(o: torch.Tensor, r: torch.Tensor, rec: Threshold,
+                       near_zero: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """(the candidate's boolean output ``o`` with each answer that differs from the reference's ``r`` where
+    ``near_zero(a - b)`` says the difference is within rounding of zero taken as the reference's, how many). An exact
+    tie (``a == b``) has its answer (``>`` false, ``>=`` true) and is left as it was."""
+    if o.shape != r.shape or o.dtype != torch.bool or r.dtype != torch.bool or not o.numel():
+        return o, 0
+    try:
+        d = rec.difference().reshape(r.shape)
+    except RuntimeError:
+        return o, 0
+    oo = o.to(r.device)
+    ok = (oo != r) & near_zero(d).reshape(r.shape).to(r.device) & (d != 0)
+    n = int(ok.sum())
+    return (torch.where(ok, r, oo).to(o.device), n) if n else (o, 0)
 
 
 def loose_close(rtol: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

@@ -36,7 +36,8 @@ import torch
 from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.inputs import as_list, cpu_model, digests_match, same_value
-from verifier.common.ties import as_index, picked, reference_outputs, selection_of, tie_resolved
+from verifier.common.ties import (Threshold, as_index, picked, reference_outputs, selection_of, threshold_resolved,
+                                  tie_resolved)
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -241,6 +242,12 @@ def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_m
     sel = selection_of(r)
     if sel is None or o.is_floating_point() or o.shape != r.shape or o.dtype != r.dtype:
         return o, 0, 0
+    if isinstance(sel, Threshold):  # a comparison's answer near its threshold (class 108)
+        rec64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
+        d32 = sel.difference()
+        d64 = rec64.difference() if isinstance(rec64, Threshold) else None
+        budget, truth = budget_for(d32, d64, cfg, ref_mod)
+        return (*threshold_resolved(o, r, sel, lambda d: budget.accepts(torch.zeros_like(truth), truth)), 0)
     sel64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
     theirs32 = picked(sel.src, sel, as_index(r, sel))
     theirs64 = picked(sel64.src, sel64, as_index(r64, sel64)) if sel64 is not None else None
