@@ -1,21 +1,53 @@
-/* Where forward's CPU time goes on the cpu backend: a SIGPROF timer over the process's CPU time (every thread's)
- * records the interrupted instruction's address while a watched call runs. Loaded by verifier/child/sampler.py. */
+/* Where forward's CPU time goes on the cpu backend: while a watched call runs, a sampling thread of this library looks
+ * every ``period`` of wall time at each thread of the process (its CPU clock, CLOCK_THREAD_CPUTIME of that tid) and
+ * signals (SIGPROF, with the CPU time as the signal's value) each thread that ran since it last looked; the signal's
+ * handler records the interrupted instruction's address with that weight (in periods of CPU time). A timer over the
+ * process's CPU time (ITIMER_PROF) fires only at the kernel's tick (4 ms at HZ=250), too coarse for a short clocked
+ * bracket; the thread's clock_nanosleep is a high-resolution timer, so a bracket of a few milliseconds gets samples.
+ * Threads started during a call are found on the next look (every thread is listed anew each time), and a thread that
+ * blocks the signal shows as CPU time signalled but never recorded (``km_sampler_sent`` against the weights taken).
+ * Loaded by verifier/child/sampler.py. */
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/time.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #define KM_MAX_SAMPLES 65536
+#define KM_MAX_THREADS 2048
+#define KM_MAX_WEIGHT 64   /* a sample stands for at most this many periods (a thread the sampler did not see for long) */
+#define KM_IDLE_ROUNDS 20  /* rounds off before the sampling thread waits for the next watched call */
 
 static volatile uint64_t km_pcs[KM_MAX_SAMPLES];
-static volatile long km_count = 0;   /* samples taken while on (may exceed the buffer: the rest are counted only) */
+static volatile uint32_t km_ws[KM_MAX_SAMPLES];
+static volatile long km_count = 0;   /* samples recorded (may exceed the buffer: the rest are counted only) */
+static volatile long km_weight = 0;  /* periods of CPU time recorded by the handler */
+static volatile long km_sent = 0;    /* periods of CPU time signalled by the sampling thread */
 static volatile int km_on = 0;
+static volatile int km_waiting = 0;
+static volatile int km_running = 0;
+static long km_period_ns = 500000;
+static pid_t km_pid = 0;
+static pid_t km_tid = 0;  /* the sampling thread's own */
+static int km_task_fd = -1;
+static pthread_t km_thread;
+static pthread_mutex_t km_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t km_cv = PTHREAD_COND_INITIALIZER;
+
+struct km_seen { pid_t tid; uint64_t cpu_ns; uint64_t carry_ns; };
+static struct km_seen km_tab[KM_MAX_THREADS];
+static int km_ntab = 0;
 
 static void km_on_prof(int sig, siginfo_t *si, void *ctx) {
-    (void)sig; (void)si;
-    if (!km_on) return;
+    (void)sig;
+    if (si == NULL || si->si_code != SI_QUEUE || si->si_pid != km_pid) return;  /* only the sampling thread's */
+    long w = (long)si->si_value.sival_int;
+    if (w <= 0) return;
     ucontext_t *uc = (ucontext_t *)ctx;
 #if defined(__x86_64__)
     uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
@@ -24,11 +56,119 @@ static void km_on_prof(int sig, siginfo_t *si, void *ctx) {
 #else
     uint64_t pc = 0;
 #endif
+    __atomic_fetch_add(&km_weight, w, __ATOMIC_RELAXED);
     long i = __atomic_fetch_add(&km_count, 1, __ATOMIC_RELAXED);
-    if (i < KM_MAX_SAMPLES) km_pcs[i] = pc;
+    if (i < KM_MAX_SAMPLES) { km_pcs[i] = pc; km_ws[i] = (uint32_t)w; }
 }
 
-/* installs the handler and starts the timer: one signal per ``usec`` of the process's CPU time */
+static int km_cpu_ns(pid_t tid, uint64_t *out) {
+    struct timespec ts;
+    /* MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): the thread's own CPU clock, exact (not tick-based) */
+    clockid_t c = (clockid_t)(((unsigned)~tid << 3) | 6u);
+    if (clock_gettime(c, &ts) != 0) return -1;
+    *out = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return 0;
+}
+
+/* the process's threads now (getdents64 over /proc/self/task, read again from its start) */
+static int km_list(pid_t *tids, int max) {
+    char buf[16384];
+    int n = 0;
+    if (km_task_fd < 0 || lseek(km_task_fd, 0, SEEK_SET) != 0) return -1;
+    for (;;) {
+        long got = syscall(SYS_getdents64, km_task_fd, buf, sizeof buf);
+        if (got <= 0) break;
+        for (long off = 0; off < got;) {
+            unsigned short reclen;
+            memcpy(&reclen, buf + off + 16, 2);
+            const char *name = buf + off + 19;
+            if (name[0] >= '0' && name[0] <= '9' && n < max) {
+                long v = 0;
+                for (const char *p = name; *p >= '0' && *p <= '9'; ++p) v = v * 10 + (*p - '0');
+                tids[n++] = (pid_t)v;
+            }
+            off += reclen;
+        }
+    }
+    return n;
+}
+
+/* one look at every thread: ``signal`` 0 only updates what each thread's clock read (the CPU time spent while no call
+ * was watched is nobody's sample) */
+static void km_round(int signal) {
+    static pid_t tids[KM_MAX_THREADS];
+    static struct km_seen next[KM_MAX_THREADS];
+    int n = km_list(tids, KM_MAX_THREADS), m = 0;
+    if (n < 0) return;
+    for (int i = 0; i < n; ++i) {
+        pid_t tid = tids[i];
+        if (tid == km_tid) continue;
+        uint64_t now;
+        if (km_cpu_ns(tid, &now) != 0) continue;
+        struct km_seen *old = NULL;
+        for (int j = 0; j < km_ntab; ++j)
+            if (km_tab[j].tid == tid) { old = &km_tab[j]; break; }
+        /* a thread first seen while a call is watched started since the last look: all its time is the call's */
+        uint64_t spent = old ? now - old->cpu_ns : (signal ? now : 0);
+        uint64_t carry = (old ? old->carry_ns : 0) + (signal ? spent : 0);
+        if (signal && carry * 2 >= (uint64_t)km_period_ns) {
+            long w = (long)((carry + (uint64_t)km_period_ns / 2) / (uint64_t)km_period_ns);
+            if (w < 1) w = 1;
+            if (w > KM_MAX_WEIGHT) w = KM_MAX_WEIGHT;
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            si.si_signo = SIGPROF;
+            si.si_code = SI_QUEUE;
+            si.si_pid = km_pid;
+            si.si_uid = getuid();
+            si.si_value.sival_int = (int)w;
+            if (syscall(SYS_rt_tgsigqueueinfo, km_pid, tid, SIGPROF, &si) == 0)
+                __atomic_fetch_add(&km_sent, w, __ATOMIC_RELAXED);
+            carry = 0;
+        }
+        if (!signal) carry = 0;
+        next[m].tid = tid; next[m].cpu_ns = now; next[m].carry_ns = carry;
+        ++m;
+    }
+    memcpy(km_tab, next, sizeof(struct km_seen) * (size_t)m);
+    km_ntab = m;
+}
+
+static void *km_loop(void *arg) {
+    (void)arg;
+    km_tid = (pid_t)syscall(SYS_gettid);
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);  /* the sampler's own thread takes no signal of the process's */
+    int idle = KM_IDLE_ROUNDS;
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    while (__atomic_load_n(&km_running, __ATOMIC_SEQ_CST)) {
+        if (idle >= KM_IDLE_ROUNDS) {
+            pthread_mutex_lock(&km_mu);
+            __atomic_store_n(&km_waiting, 1, __ATOMIC_SEQ_CST);
+            while (!__atomic_load_n(&km_on, __ATOMIC_SEQ_CST) && __atomic_load_n(&km_running, __ATOMIC_SEQ_CST))
+                pthread_cond_wait(&km_cv, &km_mu);
+            __atomic_store_n(&km_waiting, 0, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&km_mu);
+            km_round(0);  /* what each thread spent while no call was watched is nobody's */
+            idle = 0;
+            clock_gettime(CLOCK_MONOTONIC, &next);
+        }
+        next.tv_nsec += km_period_ns;
+        while (next.tv_nsec >= 1000000000L) { next.tv_nsec -= 1000000000L; next.tv_sec += 1; }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > next.tv_sec || (now.tv_sec == next.tv_sec && now.tv_nsec > next.tv_nsec)) next = now;
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+        int on = __atomic_load_n(&km_on, __ATOMIC_SEQ_CST);
+        km_round(on);
+        idle = on ? 0 : idle + 1;
+    }
+    return NULL;
+}
+
+/* installs the handler and starts the sampling thread: a look at every thread per ``usec`` of wall time while on */
 int km_sampler_start(long usec) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -36,40 +176,54 @@ int km_sampler_start(long usec) {
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGPROF, &sa, NULL) != 0) return -1;
-    struct itimerval it;
-    it.it_interval.tv_sec = usec / 1000000; it.it_interval.tv_usec = usec % 1000000;
-    it.it_value = it.it_interval;
-    return setitimer(ITIMER_PROF, &it, NULL);
+    if (km_running) return 0;
+    km_period_ns = usec > 0 ? usec * 1000L : 500000L;
+    km_pid = getpid();
+    km_task_fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (km_task_fd < 0) return -1;
+    km_running = 1;
+    if (pthread_create(&km_thread, NULL, km_loop, NULL) != 0) { km_running = 0; return -1; }
+    return 0;
 }
 
 int km_sampler_stop(void) {
-    struct itimerval it;
-    memset(&it, 0, sizeof it);
-    km_on = 0;
-    return setitimer(ITIMER_PROF, &it, NULL);
+    if (!km_running) return 0;
+    __atomic_store_n(&km_on, 0, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&km_mu);
+    __atomic_store_n(&km_running, 0, __ATOMIC_SEQ_CST);
+    pthread_cond_broadcast(&km_cv);
+    pthread_mutex_unlock(&km_mu);
+    pthread_join(km_thread, NULL);
+    return 0;
 }
 
-void km_sampler_on(void) { __atomic_store_n(&km_on, 1, __ATOMIC_SEQ_CST); }
+void km_sampler_on(void) {
+    __atomic_store_n(&km_on, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&km_waiting, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&km_mu);
+        pthread_cond_signal(&km_cv);
+        pthread_mutex_unlock(&km_mu);
+    }
+}
+
 void km_sampler_off(void) { __atomic_store_n(&km_on, 0, __ATOMIC_SEQ_CST); }
 
-/* whether the handler is still the sampler's and the timer still armed */
+/* whether the handler is still the sampler's and its thread still there */
 int km_sampler_intact(void) {
     struct sigaction sa;
-    struct itimerval it;
     if (sigaction(SIGPROF, NULL, &sa) != 0 || sa.sa_sigaction != km_on_prof) return 0;
-    if (getitimer(ITIMER_PROF, &it) != 0) return 0;
-    return it.it_interval.tv_sec != 0 || it.it_interval.tv_usec != 0;
+    if (!km_running || km_tid == 0) return km_running;
+    return syscall(SYS_tgkill, km_pid, km_tid, 0) == 0;
 }
 
-/* copies up to ``max`` addresses into ``out``, returns how many samples were taken, and starts over */
-long km_sampler_take(uint64_t *out, long max) {
-    int was = km_on;
-    km_on = 0;
-    long n = km_count;
+/* copies up to ``max`` (address, weight) pairs into ``out`` / ``weights``, returns how many samples were recorded,
+ * and starts over; ``sent`` and ``weight``: the periods of CPU time signalled and recorded since the last take */
+long km_sampler_take(uint64_t *out, uint32_t *weights, long max, long *sent, long *weight) {
+    long n = __atomic_exchange_n(&km_count, 0, __ATOMIC_SEQ_CST);
     long k = n < KM_MAX_SAMPLES ? n : KM_MAX_SAMPLES;
     if (k > max) k = max;
-    for (long i = 0; i < k; ++i) out[i] = km_pcs[i];
-    km_count = 0;
-    km_on = was;
+    for (long i = 0; i < k; ++i) { out[i] = km_pcs[i]; weights[i] = km_ws[i]; }
+    *sent = __atomic_exchange_n(&km_sent, 0, __ATOMIC_SEQ_CST);
+    *weight = __atomic_exchange_n(&km_weight, 0, __ATOMIC_SEQ_CST);
     return n;
 }

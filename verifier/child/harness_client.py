@@ -22,6 +22,7 @@ class BracketClient:
         self.ch, self.device = channel, device
         self._own_inputs = own_inputs
         self._pools: dict[str, tuple] = {}
+        self.seq = 0  # the harness's number of the last bracket served
 
     def _map(self, desc: dict):
         """The harness's pool: (uint8 tensor, its device address or 0)."""
@@ -42,6 +43,7 @@ class BracketClient:
         if reply.get("enough"):
             return "enough"
         pool, addr = self._map(reply["pool"])
+        self.seq = int(reply["seq"])
         calls, stride, flags = int(reply["calls"]), int(reply["stride"]), int(reply["flags"])
         own = self._own_inputs() if any(e[0] == "child" for e in reply["inputs"]) and self._own_inputs else None
         sets = []

@@ -1,7 +1,9 @@
 """Where forward's CPU time goes, on the cpu backend: the sampler (cpu_sampler.c) in the execution child.
 
-A SIGPROF timer over the process's CPU time (every thread's) records the address each signal interrupted while a
-watched call runs (a trial's forward, every timed call). ``Sampler.take`` turns the addresses into counts per
+A sampling thread looks at every thread's CPU clock each PERIOD_US of wall time while a watched call runs (a trial's
+forward, every timed call) and signals (SIGPROF) each one that ran since, whose handler records the address the signal
+interrupted, weighted by the CPU time it stands for (in periods). A timer over the process's CPU time fires only at the
+kernel's tick (4 ms), which left a short clocked bracket unseen; the thread's sleep is a high-resolution timer. ``Sampler.take`` turns the addresses into counts per
 mapped file and offset in it (``/proc/self/maps``), which the judge reads against the libraries' symbol tables
 (verifier/judge/cpu_time.py): PyTorch's compute reached below the dispatcher from the candidate's C++ (by a function
 pointer found in a loaded library's image, so that no import, no dispatcher op and no named route shows it) spends
@@ -13,7 +15,8 @@ from __future__ import annotations
 import bisect
 import ctypes
 
-PERIOD_US = 1000  # one sample per millisecond of the process's CPU time
+PERIOD_US = 500  # a look at every thread per half millisecond of wall time while a call is watched: a sample per
+# half millisecond of each thread's CPU time (a clocked bracket of 2 ms has about 4)
 MAX_KEYS = 4096  # distinct (file, offset) pairs a record keeps; the rest are counted under their file
 
 
@@ -28,7 +31,8 @@ class Sampler:
             lib = ctypes.CDLL(path)
             lib.km_sampler_start.argtypes = [ctypes.c_long]
             lib.km_sampler_take.restype = ctypes.c_long
-            lib.km_sampler_take.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_long]
+            lib.km_sampler_take.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32),
+                                            ctypes.c_long, ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_long)]
             self.lib = lib
         except (OSError, AttributeError) as e:
             self.error = f"the cpu sampler did not load: {e}"
@@ -56,12 +60,16 @@ class Sampler:
         return not self.started or bool(self.lib.km_sampler_intact())
 
     def take(self) -> dict:
-        """The samples since the last take: ``{"total": n, "at": {"<file>|<offset hex>": count}}``."""
+        """The samples since the last take: ``{"total": w, "at": {"<file>|<offset hex>": w}, "sent": s}``, weights in
+        periods of CPU time (``total``: what the handler recorded; ``sent``: what the sampling thread signalled, more
+        than recorded where a thread blocks the signal)."""
         if not self.started:
             return {}
-        buf = (ctypes.c_uint64 * 65536)()
-        n = int(self.lib.km_sampler_take(buf, 65536))
-        return {"total": n, "at": locate(list(buf[:min(n, 65536)]))}
+        buf, ws = (ctypes.c_uint64 * 65536)(), (ctypes.c_uint32 * 65536)()
+        sent, weight = ctypes.c_long(0), ctypes.c_long(0)
+        n = int(self.lib.km_sampler_take(buf, ws, 65536, ctypes.byref(sent), ctypes.byref(weight)))
+        k = min(n, 65536)
+        return {"total": int(weight.value), "sent": int(sent.value), "at": locate(list(buf[:k]), list(ws[:k]))}
 
 
 def _maps() -> tuple[list[int], list[tuple[int, int, str]]]:
@@ -80,17 +88,32 @@ def _maps() -> tuple[list[int], list[tuple[int, int, str]]]:
     return [r[0] for r in rows], [(r[1], r[2] - r[0], r[3]) for r in rows]
 
 
-def locate(pcs: list[int]) -> dict:
-    """Counts per ``<file>|<offset in the file, hex>`` (``<anon>|0`` outside any mapped file)."""
+def merge(records: list[dict]) -> dict:
+    """Several takes' samples as one record (the timed calls' brackets together)."""
+    out: dict = {"total": 0, "sent": 0, "at": {}}
+    for r in records:
+        if not r:
+            continue
+        out["total"] += int(r.get("total", 0) or 0)
+        out["sent"] += int(r.get("sent", 0) or 0)
+        for k, v in (r.get("at") or {}).items():
+            out["at"][k] = out["at"].get(k, 0) + int(v)
+    return out if any(records) else {}
+
+
+def locate(pcs: list[int], weights: list[int] | None = None) -> dict:
+    """Weights (counts where none are given) per ``<file>|<offset in the file, hex>`` (``<anon>|0`` outside any mapped
+    file)."""
     starts, rows = _maps()
     out: dict[str, int] = {}
-    for pc in pcs:
+    for j, pc in enumerate(pcs):
+        w = int(weights[j]) if weights is not None else 1
         i = bisect.bisect_right(starts, pc) - 1
         if i >= 0 and pc < rows[i][0]:
             key = f"{rows[i][2]}|{pc + rows[i][1]:x}"
         else:
             key = "<anon>|0"
-        out[key] = out.get(key, 0) + 1
+        out[key] = out.get(key, 0) + w
     if len(out) > MAX_KEYS:
         keep = dict(sorted(out.items(), key=lambda kv: -kv[1])[:MAX_KEYS])
         for k, v in out.items():

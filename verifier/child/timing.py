@@ -67,12 +67,15 @@ class PhaseClock:
         self.part_t = now
 
 
-def brackets(client: BracketClient, label: str, fn, most: int, host_waits: bool = False) -> None:
+def brackets(client: BracketClient, label: str, fn, most: int, host_waits: bool = False, after=None) -> None:
     """Up to ``most`` clocked brackets of ``fn`` (a first one of a single call, the probe); the harness answers
-    "enough" once it has what it needs. ``host_waits``: whether ``fn`` waits on the host (told with each)."""
+    "enough" once it has what it needs. ``host_waits``: whether ``fn`` waits on the host (told with each).
+    ``after(seq)``: called after each bracket with the harness's number of it (cpu: its samples taken)."""
     for _ in range(most + 1):
         if client.bracket(label, fn, host_waits) == "enough":
             return
+        if after is not None:
+            after(client.seq)
 
 
 def warm_up(backend, fn, draw, seeds: list[int], n: int, give_way=None) -> float:

@@ -58,7 +58,7 @@ from verifier.child.monitors import (
 )
 from verifier.child.oplib import Registry
 from verifier.child.reference import run_reference
-from verifier.child.sampler import Sampler
+from verifier.child.sampler import Sampler, merge
 from verifier.child.tamper import Snapshot
 from verifier.child.timing import (
     PhaseClock,
@@ -522,9 +522,12 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 # harness's pool), so a thread-local monitor alone would let native code run PyTorch compute on
                 # a thread of its own on the timed calls only (docs/ANTI_CHEAT.md class 39). On cpu the profiler costs
                 # a few microseconds per recorded op (an allocation, a view): the candidate's, not the reference's
+                # cpu: each bracket's samples apart (the judge reads those of the brackets that set the time)
+                took = lambda seq: timed.cpu_brackets.append({"seq": seq, **sampler.take()})  # noqa: E731
                 with profiled(backend) as prof:
                     clock.part("timing_profiler_start")
-                    brackets(clocked, "candidate", fn, job.n_brackets, host_waits)
+                    brackets(clocked, "candidate", fn, job.n_brackets, host_waits,
+                             after=took if sampler.started else None)
                     clock.part("timing_brackets")
                 backend.synchronize()
                 clock.part("timing_profiler_stop")
@@ -541,7 +544,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
                 timed.dispatched_ops = recorder.compute_ops(registry[0])
                 timed.to_host_bytes = recorder.to_host_bytes
-                timed.cpu_samples = sampler.take()
+                timed.cpu_samples = merge([{k: v for k, v in b.items() if k != "seq"} for b in timed.cpu_brackets]
+                                          + [sampler.take()])
                 if not sampler.intact():
                     timed.monitor_problems.append("the cpu sampler was switched off")
                 if recorder.removed:

@@ -181,6 +181,9 @@ class TrialReport(_Record):
     foreign_kernel_us: dict = field(default_factory=dict)  # cuda: other kernels, name -> device us
     # cpu: where forward's CPU time went (verifier/child/sampler.py ``Sampler.take``): {"total": n, "at": {...}}
     cpu_samples: dict = field(default_factory=dict)
+    # cpu, the timed calls: each clocked bracket's samples, ``{"seq": the harness's bracket number, **samples}``
+    # (the judge reads the brackets that set the reported time: verifier/judge/checks.py ``check_bracket_samples``)
+    cpu_brackets: list = field(default_factory=list)
 
 
 @dataclass

@@ -33,6 +33,10 @@ class Bracket:
     # cuda: the longest the gate waited for the child to queue its calls (harness.py queue_wait_s: QUEUE_WAIT_S, or
     # LATE_QUEUE_WAIT_S for a model that waits on the host); 0 on cpu
     gate_wait_s: float = 0.0
+    seq: int = 0  # the harness's number of it (the child's samples of it name it: verifier/judge/checks.py)
+    # cpu: the sampler saw too little of it to judge whose work it was (verifier/judge/checks.py
+    # check_bracket_samples): it does not set the reported time (``Clocked._picked``) unless no bracket was seen
+    unseen: bool = False
 
 
 @dataclass
@@ -91,6 +95,7 @@ class Clocked:
     def _picked(self, label: str) -> list[Bracket]:
         """``label``'s brackets that ``samples`` reads, all of one number of calls."""
         rows = [b for b in self.brackets if b.label == label]
+        rows = [b for b in rows if not b.unseen] or rows
         if not rows:
             return []
         # the most calls among the brackets in time that number LEAST_BRACKETS (the harness gives a label fewer calls

@@ -347,7 +347,7 @@ class Harness:
             return
         if label not in self._probe_s:
             self._probe_s[label] = seconds / calls
-        self.result.brackets.append(Bracket(label, calls, seconds, late, gate_wait_s))
+        self.result.brackets.append(Bracket(label, calls, seconds, late, gate_wait_s, self._seq))
         self._snapshot = snapshot
         self._note_changed_inputs(label, changed)
         if self.check:

@@ -142,6 +142,40 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     return bad
 
 
+@cheats.probe(cheats.C01, where="child")
+def check_bracket_samples(timed: TrialReport, clocked, ev: Evidence) -> None:
+    """cpu: each clocked bracket judged on its own samples (``TrialReport.cpu_brackets``). The reported time is the
+    least bracket's, so one bracket sets it alone, and the timed calls' samples together are outweighed by the slow
+    brackets: PyTorch's kernels run in one bracket of four (told apart by the gaps between calls) set a time the
+    candidate's own loops never reach, at a share of every timed call's samples far below half. So a bracket whose
+    samples are more than half PyTorch's or a vendor's compute is C01 (as a record's are), and a bracket with fewer
+    than ``cpu_time.MIN_SAMPLES`` samples to judge (2.5 ms of CPU time: too short, or its threads blind to the
+    sampler) is marked ``unseen`` and cannot set the time (``Clocked._picked``; an honest bracket lasts about the
+    harness's target of 20 ms, far above it). Read only where the monitors saw no PyTorch compute in the timed calls (theirs explains
+    the samples) and where the child sent per-bracket samples (the sampler ran)."""
+    if not timed.cpu_brackets or not clocked.host_clock:
+        return
+    if set(forbidden(timed.dispatched_ops)) | set(forbidden(timed.profiled_ops)):
+        return
+    by_seq = {int(b.get("seq", -1)): b for b in timed.cpu_brackets if isinstance(b, dict)}
+    rows = [b for b in clocked.brackets if b.label == "candidate"]
+    for n, b in enumerate(rows, 1):
+        foreign, total, top = cpu_time.foreign_time(by_seq.get(b.seq) or {})
+        if total < cpu_time.MIN_SAMPLES:  # too little seen to judge (the C and OpenMP runtimes' samples not counted)
+            b.unseen = True
+            continue
+        if foreign > cpu_time.MAX_FOREIGN_SHARE * total:
+            ev.add_torch(cheats.C01, f"Timed bracket {n} of {len(rows)} ({b.calls} call(s)): {foreign} of {total} "
+                                     "CPU-time samples of forward ran in PyTorch's or a vendor library's compute "
+                                     f"kernels ({', '.join(top)}), reached by no op the monitors saw: the computation "
+                                     "belongs in your kernel.")
+            return
+    unseen = sum(b.unseen for b in rows)
+    if unseen and unseen < len(rows):
+        ev.add(None, f"{unseen} of {len(rows)} timed brackets were too short for the CPU-time sampler to see their "
+                     f"work (fewer than {cpu_time.MIN_SAMPLES} samples); they do not set the reported time.")
+
+
 @cheats.probe(cheats.C01, cheats.C02, where="child")
 def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Evidence) -> None:
     """C02: on cuda the profiler saw none of the candidate's __global__ kernels run. C01 (time coverage): the

@@ -4,8 +4,8 @@ PyTorch's or a vendor library's compute kernels.
 The op monitors see what passes the dispatcher; the binary scan sees what the extension imports. Neither sees the
 candidate's C++ call a kernel of libtorch_cpu by an address it found itself (reading a loaded library's image in
 memory from an allowed function's address, with no ELF name written): ``at::cpu::mm`` runs below the dispatcher,
-on any thread. Its time does show: the sampler records where each millisecond of the process's CPU time was spent
-during watched calls, and here each sample in PyTorch's libraries is read against that library's own symbol table
+on any thread. Its time does show: the sampler records where each half millisecond of every thread's CPU time was
+spent during watched calls (each clocked bracket's apart), and here each sample in PyTorch's libraries is read against that library's own symbol table
 (``.symtab``, else ``.dynsym``). A sample is compute when it falls in a BLAS / oneDNN / MKL library, or in a
 function of libtorch whose name is ATen's kernels' (``at::native``, ``at::cpu``, ``cpublas``, MKL, gemm, oneDNN,
 fbgemm, NNPACK) and not data movement (copies, fills, allocation) nor SLEEF's vector math (which an honest kernel
@@ -33,8 +33,9 @@ from verifier.common.ops import ALLOWED_ATEN
 
 SOURCE = Path(__file__).parents[1] / "child" / "cpu_sampler.c"
 SAMPLER_DIR = ".cpu_sampler"
-# samples of one record (a trial's forward, or every timed call together) below which no share is judged: the
-# timer fires at the kernel's tick (4 ms of CPU time at HZ=250), so a short forward's trial has none
+# samples (each about half a millisecond of a thread's CPU time: verifier/child/sampler.py PERIOD_US) of one record
+# (a trial's forward, every timed call together, one clocked bracket) below which no share is judged; a clocked
+# bracket with fewer does not set the reported time (verifier/judge/checks.py check_bracket_samples)
 MIN_SAMPLES = 5
 # the share of the sampled time in PyTorch's or a vendor's compute above which forward's work is theirs
 MAX_FOREIGN_SHARE = 0.5
@@ -156,9 +157,10 @@ def _kind(path: str, offset: str) -> tuple[bool, str]:
     return bool(VENDOR_NAME.search(name) or aten), name
 
 
-# the C runtime (allocation, the poison written over freed memory, thread creation, page faults' returns): the
-# program's overhead whoever computes, left out of the share
-C_RUNTIME = re.compile(r"^(libc[.-]|ld-linux|libpthread[.-])")
+# the C runtime (allocation, the poison written over freed memory, thread creation, page faults' returns) and the
+# OpenMP runtime (its workers spinning at a barrier, between or after parallel regions: most of a loaded host's
+# samples of a parallel kernel): the program's overhead whoever computes, left out of the share
+C_RUNTIME = re.compile(r"^(libc[.-]|ld-linux|libpthread[.-]|libgomp[.-]|libiomp5[.-]|libomp[.-])")
 
 
 def foreign_time(samples: dict) -> tuple[int, int, list[str]]:

@@ -34,6 +34,7 @@ from verifier.execute import admission
 from verifier.execute.channel import Ledger, progress
 from verifier.judge import feedback
 from verifier.judge.checks import (
+    check_bracket_samples,
     check_channel,
     check_child_built,
     check_compute_only_when_timed,
@@ -472,6 +473,7 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
     if clocked_any:
         if report.timed is not None:
             forbidden_per_trial.append(check_trial_runtime(report.timed, "Timed runs", ev))
+            check_bracket_samples(report.timed, clocked, ev)
             check_compute_only_when_timed(forbidden_per_trial, ev)
             if ev.fallback_ops and not v.fallback_ops:
                 v.fallback_ops = sorted(ev.fallback_ops)

@@ -1,0 +1,191 @@
+"""Red team of the cpu backend's timing: PyTorch's kernels run in a few clocked brackets only (docs/ANTI_CHEAT.md
+class 81).
+
+On cpu the reported time is the least bracket's (a host clock is only ever slowed by load). The candidate's C++ finds
+``at::cpu::mm`` in libtorch_cpu's image in memory (class 80's route: no import, no op, no named route), tells the timed
+calls apart (their inputs are views into the harness's pool) and runs PyTorch's kernel on one timed call of four,
+its own loop on the others. With the harness's brackets of one call (its own loop is slower than the 20 ms a bracket
+aims at), one bracket of four is PyTorch's and sets the time: 1,110 us a call where its own loop takes ~10 ms, a
+speedup of 1.18x over eager reported for a kernel ten times slower (reward 1.0; the interval reached 0.10). The
+sampler of forward's CPU time ticked at the kernel's 4 ms and judged every timed call's samples together: the
+PyTorch bracket had none, and the slow brackets outweighed it.
+
+Closed at the root: the sampler looks at every thread's CPU clock every half millisecond of a watched call (a thread
+of its own whose sleep is a high-resolution timer) and signals each thread that ran, so a short bracket gets samples;
+the child sends each clocked bracket's samples apart, named by the harness's number of it; the judge
+(``checks.check_bracket_samples``) reads each bracket on its own: more than half PyTorch's compute is C01, and a
+bracket the sampler saw less than 2 ms of CPU time of does not set the reported time (``Clocked._picked``). So the
+one-call PyTorch brackets no longer set the time, and a PyTorch bracket long enough to be seen (the probe and the
+first bracket PyTorch's, so that a bracket holds ~20 ms of its calls) is C01.
+
+Honest neighbour: the same loop matmul on every call passes, its time its own.
+"""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelmill.schema import Candidate, Task
+from tests.redteam.test_redteam_cheats_cpu2 import FINDER, _candidate
+from verifier import cheats
+from verifier.child.sampler import Sampler
+from verifier.common.contract import TrialReport
+from verifier.engine import VerifyConfig, verify_batch
+from verifier.execute.brackets import Bracket, Clocked
+from verifier.judge import cpu_time
+from verifier.judge.checks import check_bracket_samples
+from verifier.judge.outputs import Evidence
+
+MM_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+M = 256
+K = 256
+N = 256
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# PICK(n) says which timed calls (n counts from 1) PyTorch's kernel answers; the others run the candidate's own loop
+BODY = r"""
+static long timed_calls = 0;
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
+    const bool timed = a.storage().nbytes() > (size_t)a.numel() * a.element_size();
+    if (timed) {
+        const long n = ++timed_calls;
+        if (PICK(n)) {
+            pair_fn f = find_tile_fn();
+            TORCH_CHECK(f != nullptr, "tile kernel unavailable");
+            return f(a.contiguous(), b.contiguous());
+        }
+    }
+    auto ac = a.contiguous();
+    auto bt = b.t().contiguous();
+    const int64_t M = ac.size(0), K = ac.size(1), N = bt.size(0);
+    auto out = torch::empty({M, N}, ac.options());
+    const float* A = ac.data_ptr<float>(); const float* B = bt.data_ptr<float>(); float* C = out.data_ptr<float>();
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            float acc = 0.f;
+            for (int64_t k = 0; k < K; ++k) acc += A[i * K + k] * B[j * K + k];
+            C[i * N + j] = acc;
+        }
+    return out;
+}
+"""
+
+PICKS = {
+    # the probe (call 1) is the own loop, so every bracket holds one call: calls 2, 6, 10 are PyTorch's
+    "pytorch_kernels_in_one_bracket_of_four": "((n) % 4 == 2)",
+    # the probe and the calls after it PyTorch's, so the first bracket holds ~20 ms of PyTorch's calls
+    "pytorch_kernels_in_the_first_brackets": "((n) <= 48)",
+    "honest_loop_matmul_on_every_call": "(false && (n))",
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(shared_build_dir):
+    task = Task.from_code(MM_TASK, name="bracketmm", source="seed", level=1)
+    items = []
+    for name, pick in PICKS.items():
+        src = FINDER + "#define PICK(n) " + pick + "\n" + BODY
+        code = _candidate(src, "mm", "a, b", "bracket_mm_" + name.split("_")[0] + str(len(items)))
+        items.append((task, Candidate(candidate_id=name, task_id=task.task_id, backend="cpu", generator="redteam",
+                                      code=code)))
+    cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, warmup=1, time_torch_compile=False, run_timeout_s=300,
+                       memory_limit_gb=4, exec_workers=1)
+    return dict(zip(PICKS, verify_batch(items, config=cfg, compile_workers=1)))
+
+
+def test_short_pytorch_brackets_do_not_set_the_time(verdicts):
+    """The one-call PyTorch brackets are too short for the sampler to judge: the time is the own loop's."""
+    v, honest = verdicts["pytorch_kernels_in_one_bracket_of_four"], verdicts["honest_loop_matmul_on_every_call"]
+    assert v.status in ("pass", "cheat"), (v.status, v.cheats, v.feedback[:800])
+    if v.status == "pass":
+        assert v.runtime_us > 0.5 * honest.runtime_us, (v.runtime_us, honest.runtime_us, v.feedback[:800])
+        assert v.reward <= 1.0, v.reward
+    else:
+        assert cheats.C01 in v.cheats, (v.cheats, v.feedback[:800])
+
+
+def test_a_pytorch_bracket_long_enough_to_be_seen_is_torch_compute(verdicts):
+    v = verdicts["pytorch_kernels_in_the_first_brackets"]
+    assert v.status == "cheat" and cheats.C01 in v.cheats, (v.status, v.cheats, v.feedback[:800])
+    assert "Timed bracket" in v.feedback or "CPU-time samples" in v.feedback, v.feedback[:800]
+
+
+def test_the_own_loop_on_every_call_passes_with_its_own_time(verdicts):
+    v = verdicts["honest_loop_matmul_on_every_call"]
+    assert v.status == "pass" and v.cheats == [], (v.status, v.cheats, v.feedback[:800])
+    assert v.runtime_us > 1000, v.runtime_us  # a 256^3 loop: milliseconds, not PyTorch's sub-millisecond
+
+
+def _rows(*specs) -> Clocked:
+    c = Clocked(host_clock=True)
+    for seq, (calls, seconds) in enumerate(specs, 1):
+        c.brackets.append(Bracket("candidate", calls, seconds, seq=seq))
+    return c
+
+
+def test_a_bracket_the_sampler_did_not_see_does_not_set_the_time():
+    """Judged from the records alone: brackets of one call, the fast one with one sample (0.5 ms of CPU)."""
+    clocked = _rows((1, 0.013), (1, 0.013), (1, 0.0009), (1, 0.013), (1, 0.0131))
+    own = {"total": 26, "sent": 26, "at": {"/x/km_ext.so|40": 26}}
+    timed = TrialReport(index=-1, cpu_brackets=[{"seq": s, **(own if s != 3 else {"total": 1, "sent": 1,
+                                                                                "at": {"/x/km_ext.so|40": 1}})}
+                                                for s in range(1, 6)])
+    ev = Evidence()
+    check_bracket_samples(timed, clocked, ev)
+    assert not ev.codes and not ev.torch_codes, (ev.codes, ev.torch_codes)
+    assert min(clocked.samples("candidate")) == pytest.approx(0.013)
+    # without per-bracket samples (cuda, or no sampler) nothing changes
+    plain = _rows((1, 0.013), (1, 0.0009), (1, 0.013))
+    check_bracket_samples(TrialReport(index=-1), plain, Evidence())
+    assert min(plain.samples("candidate")) == pytest.approx(0.0009)
+
+
+def test_the_sampler_sees_a_short_call_on_any_thread(shared_build_dir):
+    """The sampling thread's looks are half a millisecond apart: a 3 ms busy call has several samples, a call on a
+    thread started inside it too (the kernel's 4 ms tick gave none or one)."""
+    s = Sampler(str(cpu_time.build(Path(shared_build_dir))))
+    s.start()
+    try:
+        assert not s.error and s.intact()
+
+        def busy(sec):
+            t = time.perf_counter()
+            while time.perf_counter() - t < sec:
+                pass
+
+        got = []
+        for on_thread in (False, True):
+            s.take()
+            s.on()
+            if on_thread:
+                th = threading.Thread(target=busy, args=(0.003,))
+                th.start()
+                th.join()
+            else:
+                busy(0.003)
+            s.off()
+            got.append(s.take())
+        assert all(r["total"] >= 3 for r in got), got
+    finally:
+        s.stop()
