@@ -13,14 +13,24 @@ PyTorch bracket had none, and the slow brackets outweighed it.
 Closed at the root: the sampler looks at every thread's CPU clock every half millisecond of a watched call (a thread
 of its own whose sleep is a high-resolution timer) and signals each thread that ran, so a short bracket gets samples;
 the child sends each clocked bracket's samples apart, named by the harness's number of it; the judge
-(``checks.check_bracket_samples``) reads each bracket on its own: more than half PyTorch's compute is C01, and a
-bracket the sampler saw less than 2 ms of CPU time of does not set the reported time (``Clocked._picked``). So the
-one-call PyTorch brackets no longer set the time, and a PyTorch bracket long enough to be seen (the probe and the
-first bracket PyTorch's, so that a bracket holds ~20 ms of its calls) is C01.
+(``checks.check_bracket_samples``) reads each bracket on its own: more than half PyTorch's compute is C01; brackets
+with fewer than 5 samples each (2.5 ms of CPU time) are judged together, and where even together they have too few,
+they do not set the reported time (``Clocked._picked``). So the
+one-call PyTorch brackets no longer set the time (judged together they are C01: 19 of 22 samples in MKL's sgemm where
+the first 48 timed calls are PyTorch's, in brackets of two calls), and a PyTorch bracket long enough to be seen alone
+is C01.
+
+Class 82, PyTorch's kernels in a process of its own: forward forks, the forked process runs ``at::cpu::mm`` (one
+OpenMP thread: the parent's workers are not in it) and hands the answer back through shared memory, the parent waits
+for it. No thread of the candidate's process ran PyTorch's code, so neither the monitors nor the sampler saw it: a pass,
+reward 1.0 (47.8 ms a call: a fork of the whole process each call). Closed: the sampler reads the CPU time of the
+processes the candidate's process started and waited for with every take (``getrusage(RUSAGE_CHILDREN)``), and more
+than 1 ms of it in a trial or the timed calls is ``C17_SANDBOX_ESCAPE`` (forking, as ``os.fork`` is in Python).
 
 Honest neighbour: the same loop matmul on every call passes, its time its own.
 """
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -28,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from kernelmill.schema import Candidate, Task
-from tests.redteam.test_redteam_cheats_cpu2 import FINDER, _candidate
+from tests.redteam.test_redteam_cheats_cpu2 import FINDER, _candidate, _torch_cpu_symbol
 from verifier import cheats
 from verifier.child.sampler import Sampler
 from verifier.common.contract import TrialReport
@@ -63,15 +73,48 @@ def get_init_inputs():
     return []
 '''
 
-# PICK(n) says which timed calls (n counts from 1) PyTorch's kernel answers; the others run the candidate's own loop
+# ``mode`` says which timed calls (n counts from 1) PyTorch's kernel answers, the others running the candidate's own
+# loop: 1, one in four (calls 2, 6, 10...); 2, the first 48; 0, none; 3, every call, in a forked process (class 82).
+# One source for every candidate: one build
 BODY = r"""
+#include <ATen/Parallel.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// PyTorch's kernel run in a process of its own: forked, its answer handed back through shared memory, waited for
+static torch::Tensor in_a_forked_process(pair_fn f, const torch::Tensor& a, const torch::Tensor& b) {
+    auto out = torch::empty({a.size(0), b.size(1)}, a.options());
+    const size_t bytes = (size_t)out.numel() * sizeof(float);
+    void* shared = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    TORCH_CHECK(shared != MAP_FAILED, "mmap");
+    pid_t pid = fork();
+    if (pid == 0) {
+        at::set_num_threads(1);  // the parent's OpenMP workers are not in this process
+        auto r = f(a, b);
+        memcpy(shared, r.data_ptr<float>(), bytes);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    memcpy(out.data_ptr<float>(), shared, bytes);
+    munmap(shared, bytes);
+    return out;
+}
+
 static long timed_calls = 0;
-torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
+torch::Tensor mm(torch::Tensor a, torch::Tensor b, int64_t mode) {
+    pair_fn found = find_tile_fn();  // the image walked on the first (untimed) call: a PyTorch probe is fast
+    if (mode == 3) {
+        pair_fn f = found;
+        TORCH_CHECK(f != nullptr, "tile kernel unavailable");
+        return in_a_forked_process(f, a.contiguous(), b.contiguous());
+    }
     const bool timed = a.storage().nbytes() > (size_t)a.numel() * a.element_size();
     if (timed) {
         const long n = ++timed_calls;
-        if (PICK(n)) {
-            pair_fn f = find_tile_fn();
+        if ((mode == 1 && n % 4 == 2) || (mode == 2 && n <= 48)) {
+            pair_fn f = found;
             TORCH_CHECK(f != nullptr, "tile kernel unavailable");
             return f(a.contiguous(), b.contiguous());
         }
@@ -93,10 +136,11 @@ torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
 
 PICKS = {
     # the probe (call 1) is the own loop, so every bracket holds one call: calls 2, 6, 10 are PyTorch's
-    "pytorch_kernels_in_one_bracket_of_four": "((n) % 4 == 2)",
+    "pytorch_kernels_in_one_bracket_of_four": 1,
     # the probe and the calls after it PyTorch's, so the first bracket holds ~20 ms of PyTorch's calls
-    "pytorch_kernels_in_the_first_brackets": "((n) <= 48)",
-    "honest_loop_matmul_on_every_call": "(false && (n))",
+    "pytorch_kernels_in_the_first_brackets": 2,
+    "honest_loop_matmul_on_every_call": 0,
+    "pytorch_kernel_in_a_forked_process": 3,
 }
 
 
@@ -104,22 +148,23 @@ PICKS = {
 def verdicts(shared_build_dir):
     task = Task.from_code(MM_TASK, name="bracketmm", source="seed", level=1)
     items = []
-    for name, pick in PICKS.items():
-        src = FINDER + "#define PICK(n) " + pick + "\n" + BODY
-        code = _candidate(src, "mm", "a, b", "bracket_mm_" + name.split("_")[0] + str(len(items)))
+    for name, mode in PICKS.items():
+        code = _candidate(FINDER + BODY, "mm", "a, b", "bracket_mm").replace("ext.mm(a, b)", f"ext.mm(a, b, {mode})")
         items.append((task, Candidate(candidate_id=name, task_id=task.task_id, backend="cpu", generator="redteam",
                                       code=code)))
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, warmup=1, time_torch_compile=False, run_timeout_s=300,
-                       memory_limit_gb=4, exec_workers=1)
+                       memory_limit_gb=4, exec_workers=1, compile_timeout_s=900)
     return dict(zip(PICKS, verify_batch(items, config=cfg, compile_workers=1)))
 
 
 def test_short_pytorch_brackets_do_not_set_the_time(verdicts):
-    """The one-call PyTorch brackets are too short for the sampler to judge: the time is the own loop's."""
-    v, honest = verdicts["pytorch_kernels_in_one_bracket_of_four"], verdicts["honest_loop_matmul_on_every_call"]
+    """The one-call PyTorch brackets, judged together, are PyTorch's compute (C01); where even together they are too
+    few samples to judge, they do not set the time, which is then the own loop's (many times eager's: PyTorch's
+    brackets run at eager's speed, the same kernel)."""
+    v = verdicts["pytorch_kernels_in_one_bracket_of_four"]
     assert v.status in ("pass", "cheat"), (v.status, v.cheats, v.feedback[:800])
     if v.status == "pass":
-        assert v.runtime_us > 0.5 * honest.runtime_us, (v.runtime_us, honest.runtime_us, v.feedback[:800])
+        assert v.eager_us and v.runtime_us > 3 * v.eager_us, (v.runtime_us, v.eager_us, v.feedback[:800])
         assert v.reward <= 1.0, v.reward
     else:
         assert cheats.C01 in v.cheats, (v.cheats, v.feedback[:800])
@@ -131,10 +176,17 @@ def test_a_pytorch_bracket_long_enough_to_be_seen_is_torch_compute(verdicts):
     assert "Timed bracket" in v.feedback or "CPU-time samples" in v.feedback, v.feedback[:800]
 
 
+def test_pytorch_kernels_in_a_process_of_its_own_are_side_work(verdicts):
+    """Class 82: the forked process's CPU time (reaped, so counted in the parent's children's usage) is C17."""
+    v = verdicts["pytorch_kernel_in_a_forked_process"]
+    assert v.status == "cheat" and cheats.C17 in v.cheats, (v.status, v.cheats, v.feedback[:800])
+    assert "processes your code started" in v.feedback, v.feedback[:800]
+
+
 def test_the_own_loop_on_every_call_passes_with_its_own_time(verdicts):
     v = verdicts["honest_loop_matmul_on_every_call"]
     assert v.status == "pass" and v.cheats == [], (v.status, v.cheats, v.feedback[:800])
-    assert v.runtime_us > 1000, v.runtime_us  # a 256^3 loop: milliseconds, not PyTorch's sub-millisecond
+    assert v.eager_us and v.runtime_us > 3 * v.eager_us, (v.runtime_us, v.eager_us)  # its loop, not PyTorch's kernel
 
 
 def _rows(*specs) -> Clocked:
@@ -155,6 +207,24 @@ def test_a_bracket_the_sampler_did_not_see_does_not_set_the_time():
     check_bracket_samples(timed, clocked, ev)
     assert not ev.codes and not ev.torch_codes, (ev.codes, ev.torch_codes)
     assert min(clocked.samples("candidate")) == pytest.approx(0.013)
+    # a fast kernel's brackets, short alike (256 calls of a few microseconds), judged together: their time stands
+    fast = _rows((256, 0.0012), (256, 0.0011), (256, 0.0024), (256, 0.0012))
+    few = {"total": 2, "sent": 2, "at": {"/x/km_ext.so|40": 2}}
+    timed = TrialReport(index=-1, cpu_brackets=[{"seq": 1, **few}, {"seq": 2, **few},
+                                                {"seq": 3, "total": 6, "sent": 6, "at": {"/x/km_ext.so|40": 6}},
+                                                {"seq": 4, **few}])
+    ev = Evidence()
+    check_bracket_samples(timed, fast, ev)
+    assert not ev.codes and not ev.torch_codes and min(fast.samples("candidate")) == pytest.approx(0.0011 / 256)
+    # short brackets whose samples together are PyTorch's compute: C01
+    lib, mm = _torch_cpu_symbol("_ZN2at3cpu2mmERKNS_6TensorES3_")
+    torch_few = {"total": 3, "sent": 3, "at": {f"{lib}|{mm + 8:x}": 3}}
+    clocked = _rows((1, 0.013), (1, 0.0009), (1, 0.013), (1, 0.0009))
+    timed = TrialReport(index=-1, cpu_brackets=[{"seq": 1, **own}, {"seq": 2, **torch_few}, {"seq": 3, **own},
+                                                {"seq": 4, **torch_few}])
+    ev = Evidence()
+    check_bracket_samples(timed, clocked, ev)
+    assert cheats.C01 in ev.torch_codes, ev.details
     # without per-bracket samples (cuda, or no sampler) nothing changes
     plain = _rows((1, 0.013), (1, 0.0009), (1, 0.013))
     check_bracket_samples(TrialReport(index=-1), plain, Evidence())
@@ -162,8 +232,8 @@ def test_a_bracket_the_sampler_did_not_see_does_not_set_the_time():
 
 
 def test_the_sampler_sees_a_short_call_on_any_thread(shared_build_dir):
-    """The sampling thread's looks are half a millisecond apart: a 3 ms busy call has several samples, a call on a
-    thread started inside it too (the kernel's 4 ms tick gave none or one)."""
+    """The sampling thread's looks are half a millisecond apart: a 30 ms busy call has several samples (tens on an
+    idle host; a loaded one delays the sampling thread's wake-ups), a call on a thread started inside it too."""
     s = Sampler(str(cpu_time.build(Path(shared_build_dir))))
     s.start()
     try:
@@ -179,13 +249,21 @@ def test_the_sampler_sees_a_short_call_on_any_thread(shared_build_dir):
             s.take()
             s.on()
             if on_thread:
-                th = threading.Thread(target=busy, args=(0.003,))
+                th = threading.Thread(target=busy, args=(0.03,))
                 th.start()
                 th.join()
             else:
-                busy(0.003)
+                busy(0.03)
             s.off()
             got.append(s.take())
         assert all(r["total"] >= 3 for r in got), got
+        # a process it started and waited for: its CPU time is counted apart, never as a sample
+        s.take()
+        pid = os.fork()
+        if pid == 0:
+            busy(0.02)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert s.take()["children_us"] >= 10000
     finally:
         s.stop()

@@ -6,6 +6,8 @@
  * bracket; the thread's clock_nanosleep is a high-resolution timer, so a bracket of a few milliseconds gets samples.
  * Threads started during a call are found on the next look (every thread is listed anew each time), and a thread that
  * blocks the signal shows as CPU time signalled but never recorded (``km_sampler_sent`` against the weights taken).
+ * The CPU time of processes this one started and waited for (fork, vfork, a clone of its own: no thread of this
+ * process, so no sample and no monitor of this process sees them) is read apart, per take (RUSAGE_CHILDREN).
  * Loaded by verifier/child/sampler.py. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -13,6 +15,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
@@ -29,6 +32,7 @@ static volatile long km_count = 0;   /* samples recorded (may exceed the buffer:
 static volatile long km_weight = 0;  /* periods of CPU time recorded by the handler */
 static volatile long km_sent = 0;    /* periods of CPU time signalled by the sampling thread */
 static volatile int km_on = 0;
+static long km_child_last = -1;  /* RUSAGE_CHILDREN's CPU time (us) at the last take */
 static volatile int km_waiting = 0;
 static volatile int km_running = 0;
 static long km_period_ns = 500000;
@@ -168,6 +172,12 @@ static void *km_loop(void *arg) {
     return NULL;
 }
 
+static long km_children_us(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru) != 0) return -1;
+    return (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000L + (long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 /* installs the handler and starts the sampling thread: a look at every thread per ``usec`` of wall time while on */
 int km_sampler_start(long usec) {
     struct sigaction sa;
@@ -179,6 +189,7 @@ int km_sampler_start(long usec) {
     if (km_running) return 0;
     km_period_ns = usec > 0 ? usec * 1000L : 500000L;
     km_pid = getpid();
+    km_child_last = km_children_us();
     km_task_fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (km_task_fd < 0) return -1;
     km_running = 1;
@@ -217,13 +228,17 @@ int km_sampler_intact(void) {
 }
 
 /* copies up to ``max`` (address, weight) pairs into ``out`` / ``weights``, returns how many samples were recorded,
- * and starts over; ``sent`` and ``weight``: the periods of CPU time signalled and recorded since the last take */
-long km_sampler_take(uint64_t *out, uint32_t *weights, long max, long *sent, long *weight) {
+ * and starts over; ``sent`` and ``weight``: the periods of CPU time signalled and recorded since the last take;
+ * ``child_us``: the microseconds of CPU time of child processes reaped since then */
+long km_sampler_take(uint64_t *out, uint32_t *weights, long max, long *sent, long *weight, long *child_us) {
     long n = __atomic_exchange_n(&km_count, 0, __ATOMIC_SEQ_CST);
     long k = n < KM_MAX_SAMPLES ? n : KM_MAX_SAMPLES;
     if (k > max) k = max;
     for (long i = 0; i < k; ++i) { out[i] = km_pcs[i]; weights[i] = km_ws[i]; }
     *sent = __atomic_exchange_n(&km_sent, 0, __ATOMIC_SEQ_CST);
     *weight = __atomic_exchange_n(&km_weight, 0, __ATOMIC_SEQ_CST);
+    long now = km_children_us();
+    *child_us = (km_child_last >= 0 && now > km_child_last) ? now - km_child_last : 0;
+    km_child_last = now;
     return n;
 }

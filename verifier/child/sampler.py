@@ -32,7 +32,8 @@ class Sampler:
             lib.km_sampler_start.argtypes = [ctypes.c_long]
             lib.km_sampler_take.restype = ctypes.c_long
             lib.km_sampler_take.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32),
-                                            ctypes.c_long, ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_long)]
+                                            ctypes.c_long, ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_long),
+                                            ctypes.POINTER(ctypes.c_long)]
             self.lib = lib
         except (OSError, AttributeError) as e:
             self.error = f"the cpu sampler did not load: {e}"
@@ -60,16 +61,19 @@ class Sampler:
         return not self.started or bool(self.lib.km_sampler_intact())
 
     def take(self) -> dict:
-        """The samples since the last take: ``{"total": w, "at": {"<file>|<offset hex>": w}, "sent": s}``, weights in
-        periods of CPU time (``total``: what the handler recorded; ``sent``: what the sampling thread signalled, more
-        than recorded where a thread blocks the signal)."""
+        """The samples since the last take: ``{"total": w, "at": {"<file>|<offset hex>": w}, "sent": s,
+        "children_us": c}``, weights in periods of CPU time (``total``: what the handler recorded; ``sent``: what the
+        sampling thread signalled, more than recorded where a thread blocks the signal); ``children_us``: the CPU time
+        of processes this one started and waited for since the last take (fork, vfork, a clone of its own)."""
         if not self.started:
             return {}
         buf, ws = (ctypes.c_uint64 * 65536)(), (ctypes.c_uint32 * 65536)()
-        sent, weight = ctypes.c_long(0), ctypes.c_long(0)
-        n = int(self.lib.km_sampler_take(buf, ws, 65536, ctypes.byref(sent), ctypes.byref(weight)))
+        sent, weight, children = ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0)
+        n = int(self.lib.km_sampler_take(buf, ws, 65536, ctypes.byref(sent), ctypes.byref(weight),
+                                         ctypes.byref(children)))
         k = min(n, 65536)
-        return {"total": int(weight.value), "sent": int(sent.value), "at": locate(list(buf[:k]), list(ws[:k]))}
+        return {"total": int(weight.value), "sent": int(sent.value), "children_us": int(children.value),
+                "at": locate(list(buf[:k]), list(ws[:k]))}
 
 
 def _maps() -> tuple[list[int], list[tuple[int, int, str]]]:
@@ -90,12 +94,12 @@ def _maps() -> tuple[list[int], list[tuple[int, int, str]]]:
 
 def merge(records: list[dict]) -> dict:
     """Several takes' samples as one record (the timed calls' brackets together)."""
-    out: dict = {"total": 0, "sent": 0, "at": {}}
+    out: dict = {"total": 0, "sent": 0, "children_us": 0, "at": {}}
     for r in records:
         if not r:
             continue
-        out["total"] += int(r.get("total", 0) or 0)
-        out["sent"] += int(r.get("sent", 0) or 0)
+        for k in ("total", "sent", "children_us"):
+            out[k] += int(r.get(k, 0) or 0)
         for k, v in (r.get("at") or {}).items():
             out["at"][k] = out["at"].get(k, 0) + int(v)
     return out if any(records) else {}

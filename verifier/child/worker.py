@@ -344,6 +344,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
     del init, init_c
 
     # ---- correctness trials (the reference order alternates; its outputs here are C06 bait and C11 evidence)
+    sampler.take()  # what the import and ModelNew() did (a compiler's version asked) is no trial's
     draw = drawer(ref, device, job.reference_code)
     n = job.n_trials
     for i in range(n):

@@ -106,11 +106,17 @@ def use_streamed_records(report: ChildReport, ledger: Ledger, ev: Evidence) -> N
 HOST_COPY_LIMIT = 64 * 1024
 
 
-@cheats.probe(cheats.C01, cheats.C02, cheats.C07, cheats.C09, cheats.C10, cheats.C11, where="child")
+# CPU time of processes the candidate's process started and waited for, within one record (a trial, or every timed
+# call), above which forward's work ran in processes of its own (verifier/child/cpu_sampler.c ``km_child_us``)
+CHILD_PROCESS_CPU_US = 1000
+
+
+@cheats.probe(cheats.C01, cheats.C02, cheats.C07, cheats.C09, cheats.C10, cheats.C11, cheats.C17, where="child")
 def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]:
     """C01 (either monitor saw PyTorch compute), C11 (a monitor was switched off), C02 (no kernel function
-    called), C09 (threads left running), C07 (inputs modified), C10 (not a plain dense tensor). Returns the
-    forbidden ops of this trial (for the fallback-branch check)."""
+    called), C09 (threads left running), C07 (inputs modified), C10 (not a plain dense tensor), C17 (work in processes
+    of its own: forked, waited for, their CPU time counted by the sampler). Returns the forbidden ops of this trial
+    (for the fallback-branch check)."""
     bad = sorted(set(forbidden(rec.dispatched_ops)) | set(forbidden(rec.profiled_ops)))
     if bad:
         ev.torch_codes.add(cheats.C01)
@@ -129,6 +135,11 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
         ev.add_torch(cheats.C01, f"{label}: {foreign} of {total} CPU-time samples of forward ran in PyTorch's or a "
                                  f"vendor library's compute kernels ({', '.join(top)}), reached by no op the monitors "
                                  "saw: the computation belongs in your kernel.")
+    child_us = int((rec.cpu_samples or {}).get("children_us", 0) or 0)
+    if child_us > CHILD_PROCESS_CPU_US:
+        ev.add(cheats.C17, f"{label}: processes your code started (fork, vfork, clone) spent {child_us / 1000:.1f} ms "
+                           "of CPU time: work outside your process's threads, where no monitor of forward looks. Compute "
+                           "in your own kernels, on your process's threads.")
     if rec.kernel_calls == 0:
         ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
     if rec.threads_added > 0:
@@ -148,10 +159,11 @@ def check_bracket_samples(timed: TrialReport, clocked, ev: Evidence) -> None:
     least bracket's, so one bracket sets it alone, and the timed calls' samples together are outweighed by the slow
     brackets: PyTorch's kernels run in one bracket of four (told apart by the gaps between calls) set a time the
     candidate's own loops never reach, at a share of every timed call's samples far below half. So a bracket whose
-    samples are more than half PyTorch's or a vendor's compute is C01 (as a record's are), and a bracket with fewer
-    than ``cpu_time.MIN_SAMPLES`` samples to judge (2.5 ms of CPU time: too short, or its threads blind to the
-    sampler) is marked ``unseen`` and cannot set the time (``Clocked._picked``; an honest bracket lasts about the
-    harness's target of 20 ms, far above it). Read only where the monitors saw no PyTorch compute in the timed calls (theirs explains
+    samples are more than half PyTorch's or a vendor's compute is C01 (as a record's are). Brackets with fewer than
+    ``cpu_time.MIN_SAMPLES`` samples to judge each (2.5 ms of CPU time: too short, or their threads blind to the
+    sampler) are judged together (a fast kernel's brackets of 256 calls are all short), and where even together they
+    have too few they are marked ``unseen`` and do not set the time (``Clocked._picked``; an honest bracket lasts
+    about the harness's target of 20 ms, or all of a fast kernel's are short alike). Read only where the monitors saw no PyTorch compute in the timed calls (theirs explains
     the samples) and where the child sent per-bracket samples (the sampler ran)."""
     if not timed.cpu_brackets or not clocked.host_clock:
         return
@@ -159,10 +171,12 @@ def check_bracket_samples(timed: TrialReport, clocked, ev: Evidence) -> None:
         return
     by_seq = {int(b.get("seq", -1)): b for b in timed.cpu_brackets if isinstance(b, dict)}
     rows = [b for b in clocked.brackets if b.label == "candidate"]
+    short: list = []
     for n, b in enumerate(rows, 1):
-        foreign, total, top = cpu_time.foreign_time(by_seq.get(b.seq) or {})
+        got = by_seq.get(b.seq) or {}
+        foreign, total, top = cpu_time.foreign_time(got)
         if total < cpu_time.MIN_SAMPLES:  # too little seen to judge (the C and OpenMP runtimes' samples not counted)
-            b.unseen = True
+            short.append((b, got))
             continue
         if foreign > cpu_time.MAX_FOREIGN_SHARE * total:
             ev.add_torch(cheats.C01, f"Timed bracket {n} of {len(rows)} ({b.calls} call(s)): {foreign} of {total} "
@@ -170,10 +184,28 @@ def check_bracket_samples(timed: TrialReport, clocked, ev: Evidence) -> None:
                                      f"kernels ({', '.join(top)}), reached by no op the monitors saw: the computation "
                                      "belongs in your kernel.")
             return
-    unseen = sum(b.unseen for b in rows)
-    if unseen and unseen < len(rows):
-        ev.add(None, f"{unseen} of {len(rows)} timed brackets were too short for the CPU-time sampler to see their "
-                     f"work (fewer than {cpu_time.MIN_SAMPLES} samples); they do not set the reported time.")
+    if not short or len(short) == len(rows):
+        return
+    # the brackets too short to judge alone, judged together (a fast kernel's brackets of 256 calls last about a
+    # millisecond each): their own work may set the time; PyTorch's compute is C01; too little even together, unseen
+    at: dict = {}
+    for _, got in short:
+        for k, w in (got.get("at") or {}).items():
+            at[k] = at.get(k, 0) + int(w)
+    foreign, total, top = cpu_time.foreign_time({"total": sum(int(g.get("total", 0) or 0) for _, g in short),
+                                                 "at": at})
+    if total >= cpu_time.MIN_SAMPLES and foreign > cpu_time.MAX_FOREIGN_SHARE * total:
+        ev.add_torch(cheats.C01, f"{len(short)} short timed brackets of {len(rows)}: {foreign} of {total} CPU-time "
+                                 "samples of forward ran in PyTorch's or a vendor library's compute kernels "
+                                 f"({', '.join(top)}), reached by no op the monitors saw: the computation belongs in "
+                                 "your kernel.")
+        return
+    if total >= cpu_time.MIN_SAMPLES:
+        return
+    for b, _ in short:
+        b.unseen = True
+    ev.add(None, f"{len(short)} of {len(rows)} timed brackets were too short for the CPU-time sampler to see their "
+                 f"work (fewer than {cpu_time.MIN_SAMPLES} samples together); they do not set the reported time.")
 
 
 @cheats.probe(cheats.C01, cheats.C02, where="child")
