@@ -253,7 +253,7 @@ def verdicts(shared_build_dir):
     cands["honest_loop_matmul_on_a_transposed_copy"] = (mm_task, _candidate(HONEST_MM, "mm", "a, b", "own_mm"))
     cands["honest_vectorised_exp_on_a_copy"] = (exp_task, _candidate(HONEST_EXP, "vexp", "x", "own_exp"))
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, timing_trials=100, warmup=1, time_torch_compile=False,
-                       run_timeout_s=240, memory_limit_gb=4, exec_workers=1)
+                       run_timeout_s=240, memory_limit_gb=4, exec_workers=1, compile_timeout_s=900)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cpu", generator="redteam", code=code))
              for n, (task, code) in cands.items()]
     return dict(zip(cands, verify_batch(items, config=cfg, compile_workers=1)))
