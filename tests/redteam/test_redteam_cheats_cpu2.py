@@ -35,7 +35,9 @@ from verifier import cheats
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.judge import cpu_time
 
-MM_TASK = '''import torch
+def mm_task(size: int) -> str:
+    """A KernelBench-style square matmul task of ``size`` (the class-80 and class-81 red teams' task)."""
+    return f'''import torch
 import torch.nn as nn
 
 
@@ -47,9 +49,9 @@ class Model(nn.Module):
         return torch.matmul(a, b)
 
 
-M = 512
-K = 512
-N = 512
+M = {size}
+K = {size}
+N = {size}
 
 
 def get_inputs():
@@ -59,6 +61,9 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+
+
+MM_TASK = mm_task(512)
 
 EXP_TASK = '''import torch
 import torch.nn as nn

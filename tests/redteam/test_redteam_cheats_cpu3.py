@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from kernelmill.schema import Candidate, Task
-from tests.redteam.test_redteam_cheats_cpu2 import FINDER, _candidate, _torch_cpu_symbol
+from tests.redteam.test_redteam_cheats_cpu2 import FINDER, _candidate, _torch_cpu_symbol, mm_task
 from verifier import cheats
 from verifier.child.sampler import Sampler
 from verifier.common.contract import TrialReport
@@ -48,30 +48,7 @@ from verifier.judge import cpu_time
 from verifier.judge.checks import check_bracket_samples
 from verifier.judge.outputs import Evidence
 
-MM_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return torch.matmul(a, b)
-
-
-M = 256
-K = 256
-N = 256
-
-
-def get_inputs():
-    return [torch.randn(M, K), torch.randn(K, N)]
-
-
-def get_init_inputs():
-    return []
-'''
+MM_TASK = mm_task(256)
 
 # ``mode`` says which timed calls (n counts from 1) PyTorch's kernel answers, the others running the candidate's own
 # loop: 1, one in four (calls 2, 6, 10...); 2, the first 48; 0, none; 3, every call, in a forked process (class 82).
