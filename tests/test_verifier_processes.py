@@ -16,7 +16,7 @@ import pytest
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
-from verifier import engine
+from verifier import engine, screen
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.front.static import scan
 
@@ -48,7 +48,7 @@ def test_execution_slots_serve_the_next_batch_and_keep_nothing_between_candidate
     def run(codes):
         items = [(task, Candidate(candidate_id=f"c{i}", task_id=task.task_id, backend="cpu", generator="test", code=c))
                  for i, c in enumerate(codes)]
-        with mock.patch.object(engine, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
+        with mock.patch.object(screen, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
                                                                                              findings=[])):
             return verify_batch(items, config=dataclasses.replace(config, exec_workers=1), compile_workers=1)
 
@@ -89,7 +89,7 @@ def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config
         "assert not left, f'found what an earlier job left in {left}'"))
     items = [(task, Candidate(candidate_id=f"w{i}", task_id=task.task_id, backend="cpu", generator="test", code=c))
              for i, c in enumerate([leaver, fx.HONEST_RELU, looker])]
-    with mock.patch.object(engine, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
+    with mock.patch.object(screen, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
                                                                                          findings=[])):
         out = verify_batch(items, config=dataclasses.replace(config, exec_workers=1), compile_workers=1)
     # the leaver's files were in its sandbox's scratch, never on the host (redteam/test_redteam_sandbox_probe.py)

@@ -149,6 +149,11 @@ def test_pytorch_compute_the_extension_imports_is_judged_outside_its_process(ver
         assert "binary" not in v.versions, v.versions.get("binary")
         return
     assert v.status == "cheat" and v.pass_strict is False, (v.status, v.cheats, v.feedback[:600])
+    if route == "mm_in_a_forked_process":  # the fork itself is caught at run time first (class 82: the waited-for
+        # process's CPU time in the trials, C17), beside or before the binary's PyTorch compute
+        assert {cheats.C01, cheats.C19, cheats.C17} & set(v.cheats), v.cheats
+        assert any(op in v.versions["binary"]["aten_compute_imports"] for op in ("aten::matmul", "aten::mm")), v.versions
+        return
     assert {cheats.C01, cheats.C19} & set(v.cheats), v.cheats
     # the routes on the timed calls only are seen at run time too since every timed call is profiled on every thread
     # (tests/redteam/test_redteam_timed_routes.py): the runtime's line decides first there; the binary's evidence,

@@ -113,7 +113,7 @@ def test_a_reading_that_fails_or_a_missing_plan_leaves_the_crash():
 def test_a_trials_own_device_out_of_memory_error_is_marked_for_the_reading():
     """A trial whose forward raised the device's out-of-memory error is marked (its number), so that the judge reads
     the device before it calls it a crash; the host's memory or another error is not."""
-    plan = SimpleNamespace(trial_inputs=lambda *a: [torch.zeros(4)], ref_mod=None, pooled=[])
+    plan = SimpleNamespace(trial_inputs=lambda *a: [torch.zeros(4)], ref_mod=None, pooled=[], selects=False)
     ex = SimpleNamespace(job=SimpleNamespace(n_trials=5, other_shape=""), job_dir=Path("/nonexistent"), device="cpu",
                          ledger=Ledger(), prefetched=None, give_way=lambda: None,
                          aside=contextlib.nullcontext, poison=0)

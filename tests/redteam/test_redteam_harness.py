@@ -460,7 +460,7 @@ def test_a_timing_failure_the_report_claims_does_not_skip_the_harnesss_checks(tm
         report = ChildReport(kind="candidate", timing_error="Traceback ...\nRuntimeError: the warm-up failed")
         ev = Evidence()
         ex = SimpleNamespace(clocked=got, give_way=lambda: None)
-        plan = SimpleNamespace(pooled=[], ref_mod=None)  # the judge's full check of the harness's picks: relu
+        plan = SimpleNamespace(pooled=[], ref_mod=None, selects=False)  # the judge's full check of the harness's picks: relu
         return w, _timing_outcome(w, plan, ex, report, None, torch.nn.ReLU(), None, [], VerifyConfig(), ev), ev
 
     w, v, ev = judged(lazy)

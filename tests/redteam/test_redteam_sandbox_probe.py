@@ -17,7 +17,7 @@ import pytest
 
 from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
-from verifier import engine
+from verifier import screen
 from verifier.common import sandbox
 from verifier.engine import VerifyConfig, verify_batch
 from verifier.front.static import scan
@@ -81,7 +81,7 @@ def test_a_batch_that_starts_unprobed_keeps_every_candidates_files_off_the_host(
                                       code=code)))
     cfg = VerifyConfig(trials=2, timing_trials=0, run_timeout_s=60, exec_workers=2)
     # the runtime boundary alone decides: the source scan would refuse a constructor that writes files
-    with mock.patch.object(engine, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
+    with mock.patch.object(screen, "scan", lambda code, backend="cpu": dataclasses.replace(scan(code, backend),
                                                                                          findings=[])):
         out = verify_batch(items, config=cfg, compile_workers=2)
     homes = {os.environ.get("HOME", "/root"), os.path.expanduser("~"), "/tmp", "/dev/shm", "/root"}
