@@ -500,3 +500,53 @@ def test_a_failure_of_the_verifiers_own_execution_code_is_a_verifier_error_that_
     assert v.status == "verifier_error", (v.status, v.feedback)
     assert "RuntimeError: the timing's own failure (raised at verifier/engine.py:" in v.feedback, v.feedback
     assert " _execute)" in v.feedback, v.feedback
+
+
+def test_a_plan_out_of_device_memory_is_run_again_and_never_kept(monkeypatch, tmp_path):
+    """The reference's forward out of device memory while its task is planned (an H100's real batch at cc46f2f: four
+    tasks planned at once, their forwards asking 0.1 to 8.8 GiB while other processes held the rest) is the
+    verifier's set-up failure, run again after the waits, and the failed plan is not kept: the next ask plans again.
+    A task whose forward raises anything else is the task's, never run again."""
+    from verifier import engine
+    from verifier.judge import plan as plan_mod
+
+    real = plan_mod.reference_outputs
+    fails = [1]
+
+    def forward(model, inputs, track=True):
+        if fails[0]:
+            fails[0] -= 1
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.80 GiB.")
+        return real(model, inputs, track)
+
+    monkeypatch.setattr(plan_mod, "reference_outputs", forward)
+    cfg = VerifyConfig(build_dir=str(tmp_path))
+    code = TASK.reference_code + "\n# planned out of memory once\n"
+    w = screen.front(code, fx.HONEST_RELU, "cpu", "oom-plan", "oom-plan")
+    v = engine._execute(w, "cpu", cfg, tmp_path)
+    assert v.status == "verifier_error" and w.setup_failed, v.feedback
+    assert "ran out of device memory while planning" in v.feedback, v.feedback
+    plan = engine.task_plan(code, "cpu", cfg, "oom-plan")  # planned again: the failure was not kept
+    assert plan.input_bytes > 0 and not plan.skip_reason and not plan.task_fault
+    broken = TASK.reference_code.replace("return torch.relu(x)", "raise ValueError('no such op')")
+    assert broken != TASK.reference_code
+    w = screen.front(broken, fx.HONEST_RELU, "cpu", "broken", "broken")
+    v = engine._execute(w, "cpu", cfg, tmp_path)
+    assert v.status == "verifier_error" and not w.setup_failed and "does not run" in v.feedback, v.feedback
+
+
+def test_a_jobs_bytes_count_its_references_intermediates():
+    """A task's job is admitted by its forward's intermediates too (TaskPlan.work_bytes, measured on cuda when the
+    task is planned: tests/gpu/test_verifier_gpu.py), once for each forward that holds them, twice more with the
+    float64 reference; scaled with the trial's inputs."""
+    from verifier.judge.plan import TaskPlan
+
+    base = dict(ref_mod=None, text="", device="cuda", input_bytes=1 << 20, output_bytes=1 << 20, float64="")
+    light, heavy = TaskPlan(**base), TaskPlan(**base, work_bytes=1 << 30)
+    assert heavy.job_bytes() - light.job_bytes() == (admission.WORK_COPIES + admission.FLOAT64_FACTOR) << 30
+    fixed = dict(base, float64="no float64 reference")
+    assert TaskPlan(**fixed, work_bytes=1 << 30).job_bytes() - TaskPlan(**fixed).job_bytes() == \
+        admission.WORK_COPIES << 30
+    scaled = TaskPlan(**base, work_bytes=1 << 30, trial_scale=2.0)
+    assert scaled.job_bytes() - TaskPlan(**base, trial_scale=2.0).job_bytes() == \
+        2 * (admission.WORK_COPIES + admission.FLOAT64_FACTOR) << 30

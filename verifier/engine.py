@@ -53,6 +53,7 @@ from verifier.judge.outputs import forget_reference, warm_reference
 from verifier.judge.prefetch import ReferencePrefetch
 from verifier.judge.plan import (  # noqa: F401
     _PLANS,
+    PlanOutOfMemory,
     _float64_check,  # (re-exported)
     _pick_size_change,  # (re-exported)
     _plan_key,
@@ -115,6 +116,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     try:
         plan = task_plan(w.reference_code, backend, cfg, v.task_id or "task")
     except InputError as e:
+        # out of device memory while planning: the device's, run again after the set-up waits (execute_item)
+        w.setup_failed = isinstance(e, PlanOutOfMemory)
         return finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
     if plan.skip_reason:
         return finish(w, "verifier_error", [f"The verifier could not run this task: {plan.skip_reason}."])

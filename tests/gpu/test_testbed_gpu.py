@@ -61,7 +61,7 @@ def test_testbed_shard_keeps_every_pass_of_the_baseline(tmp_path):
                          chunk=int(env("CHUNK", "24")), log=lambda m: print(m, flush=True))
     assert sorted(r["id"] for r in rows) == sorted(s.id for s in sols)  # one row per selected solution
     left = sum(r["status"] == R.NOT_REACHED for r in rows)
-    header = [f"Command: `pytest -m gpu tests/gpu/test_testbed_gpu.py` with "
+    header = ["Command: `pytest -m gpu tests/gpu/test_testbed_gpu.py` with "
               + " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("KERNELMILL_TESTBED")),
               f"Device: {dev}; torch {torch.__version__}; verifier commit: {T.verifier_commit(ROOT)}; legality: "
               f"{cfg.legality}; config: " + ", ".join(f"{k}={getattr(cfg, k)}" for k in

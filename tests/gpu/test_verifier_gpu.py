@@ -226,3 +226,22 @@ def test_the_host_wait_check_tells_forwards_that_wait_from_those_that_do_not():
     for name, fn in {**waits, **not_waits}.items():
         got = [forward_waits_on_host(b, fn, lambda s: [x], [1, 2, 3]) for _ in range(5)]
         assert got == [name in waits] * 5, (name, got)
+
+
+def test_a_tasks_plan_measures_its_forwards_intermediates():
+    """The plan measures what the reference's forward holds beyond its inputs and outputs (TaskPlan.work_bytes), and a
+    job of its task is admitted by it: a forward of 4 MiB in and out that builds a 256 MiB intermediate plans at least
+    that much, one with no intermediate far less (an H100's real batch at cc46f2f ran 21 of 160 candidates out of
+    device memory while the gate counted such jobs by their inputs and outputs alone)."""
+    from verifier.execute import admission
+    from verifier.judge import plan as plan_mod
+
+    heavy = fx.RELU_TASK.replace("return torch.relu(x)", "return torch.relu(x.repeat(64, 1)).view(64, *x.shape).sum(0)")
+    heavy = heavy.replace("torch.randn(64, 1000)", "torch.randn(1024, 1024)")
+    light = fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(1024, 1024)")
+    assert heavy != light != fx.RELU_TASK
+    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-plan-gpu-"), other_shape=False)
+    h = plan_mod.task_plan(heavy, "cuda", cfg, "heavy")
+    li = plan_mod.task_plan(light, "cuda", cfg, "light")
+    assert h.work_bytes >= 256 << 20 > 16 * li.work_bytes, (h.work_bytes, li.work_bytes)
+    assert h.job_bytes() - li.job_bytes() >= admission.WORK_COPIES * (256 << 20), (h.job_bytes(), li.job_bytes())

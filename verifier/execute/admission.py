@@ -44,16 +44,22 @@ JUDGE_INPUT_COPIES = 1  # the trial's inputs drawn again here (verifier/judge/ve
 JUDGE_OUTPUT_COPIES = 3  # the reference's outputs here, the candidate's and the child's reference outputs loaded back
 WEIGHT_COPIES = 3  # the reference in the child, ModelNew (about as large), the reference here
 FLOAT64_FACTOR = 2  # the float64 reference: inputs, outputs and weights once more at twice the width
+# the reference forward's intermediates (TaskPlan.work_bytes): the child's reference forward and the candidate's, whose
+# freed blocks its caching allocator keeps (the two need not fit the same blocks), and the judge's reference here.
+# Uncounted, an H100's real batch at cc46f2f ran 21 of 160 candidates out of device memory (verifier_error): tasks
+# of 0.2 GiB inputs whose forwards asked for 2 to 8.8 GiB while the gate counted their jobs at under 1 GiB each
+WORK_COPIES = 3
 
 
-def job_bytes(input_bytes: int, output_bytes: int, weight_bytes: int, float64: bool) -> int:
+def job_bytes(input_bytes: int, output_bytes: int, weight_bytes: int, float64: bool, work_bytes: int = 0) -> int:
     """The bytes one execution job plans to hold at its peak (one trial at a time): the child's and the judge's
-    copies of the inputs, outputs and weights, the float64 reference's when it runs, and the child's workspace."""
+    copies of the inputs, outputs and weights, the float64 reference's when it runs, the forwards' intermediates
+    (``work_bytes``: the reference's, measured when its task was planned), and the child's workspace."""
     n = (input_bytes * (CHILD_INPUT_COPIES + JUDGE_INPUT_COPIES) + output_bytes * (CHILD_OUTPUT_COPIES +
                                                                                    JUDGE_OUTPUT_COPIES)
-         + weight_bytes * WEIGHT_COPIES)
+         + weight_bytes * WEIGHT_COPIES + work_bytes * WORK_COPIES)
     if float64:
-        n += FLOAT64_FACTOR * (input_bytes + output_bytes + weight_bytes)
+        n += FLOAT64_FACTOR * (input_bytes + output_bytes + weight_bytes + work_bytes)
     return int(n) + PROCESS_BYTES
 
 

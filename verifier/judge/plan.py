@@ -73,6 +73,9 @@ class TaskPlan:
     output_bytes: int = 0  # the reference's outputs on the plan's draw
     weight_bytes: int = 0  # the reference model's parameters and buffers
     module_bytes: int = 0  # tensors the task's module keeps in its globals (the child holds them too)
+    # the device memory the reference's forward holds at its peak beyond its inputs and outputs (its intermediates),
+    # measured on the plan's first draw (cuda; 0 on cpu): a job's forwards hold it too (``job_bytes``)
+    work_bytes: int = 0
     trial_scale: float = 1.0  # the largest trial's inputs over the benchmark's (the extra shape: up to 4)
     other_output_bytes: int = 0  # the reference's outputs on the extra shape (0: none, or not measured)
     skip_reason: str = ""  # the task does not fit this machine: every verdict is a verifier_error with this
@@ -89,7 +92,8 @@ class TaskPlan:
     def job_bytes(self) -> int:
         """The bytes one execution job of this task plans to hold (verifier/execute/admission.py admits it by them)."""
         return admission.job_bytes(int(self.input_bytes * self.trial_scale), self.largest_output_bytes(),
-                                   self.weight_bytes, not self.float64) + self.module_bytes
+                                   self.weight_bytes, not self.float64,
+                                   int(self.work_bytes * self.trial_scale)) + self.module_bytes
 
     def largest_output_bytes(self) -> int:
         """The outputs of the largest trial: the extra shape's as measured, else scaled with its inputs."""
@@ -206,10 +210,14 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
                 plan.input_bytes = nbytes(a)
                 model = cpu.to(device)
                 rng = _rng_state()
+                before = _peak_start(device)
                 try:  # recording what index outputs select (verifier/common/ties.py) under a dispatch mode
                     out = reference_outputs(model, a)
-                except Exception:  # noqa: BLE001 - a reference the mode cannot run under: judged without the marks
+                except Exception as e:  # noqa: BLE001 - a reference the mode cannot run under: judged without the
+                    if _out_of_memory(e, device):  # marks; but the device's memory is not the mode's (planned again)
+                        raise
                     out = reference_outputs(model, a, track=False)
+                plan.work_bytes = _peak_over(device, before, nbytes(out))
                 plan.selects = has_selection(out)
                 written = written_inputs(a, b) if plan.reproducible else []
                 del b
@@ -238,12 +246,43 @@ def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str)
                     plan.trial_scale = _other_shape_scale(plan, seed)
                 del model, out, a
                 plan.module_bytes = admission.module_bytes(ref_mod)
-        except torch.cuda.OutOfMemoryError as e:  # the verifier's memory, not the program's fault: not cached
-            raise InputError(name, "the verifier ran out of device memory while planning this task (its inputs take "
-                                   f"{plan.input_bytes / 2**30:.1f} GiB; {str(e)[:160]})") from None
         except Exception as e:  # noqa: BLE001
+            if _out_of_memory(e, device):
+                # the device's memory, held by other processes as often as by this task: not cached, and the engine
+                # plans it again after its set-up waits (engine.device_memory_error)
+                raise PlanOutOfMemory(name, "the verifier ran out of device memory while planning this task (its "
+                                            f"inputs take {plan.input_bytes / 2**30:.1f} GiB; {str(e)[:160]})") from None
             raise InputError(name, f"the task program does not run: {type(e).__name__}: {e}") from None
     return plan
+
+
+class PlanOutOfMemory(InputError):
+    """The device ran out of memory while a task was planned: the verifier's failure, never the task's or the
+    candidate's; run again after waits (verifier/engine.py ``SETUP_RETRY_S``), then the verifier_error it says."""
+
+
+def _out_of_memory(e: BaseException, device: str) -> bool:
+    """Whether the reference's run failed for the device's memory (torch's error, or a CUDA call's)."""
+    return isinstance(e, torch.OutOfMemoryError) or (device == "cuda" and "out of memory" in str(e))
+
+
+def _peak_start(device: str) -> int:
+    """The device memory this process has allocated now, its peak counter reset there (cuda; 0 elsewhere)."""
+    if device != "cuda":
+        return 0
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
+
+
+def _peak_over(device: str, before: int, output_bytes: int) -> int:
+    """What a forward held at its peak beyond what was allocated before it and the outputs it left (cuda; 0
+    elsewhere). The counter is the process's: work of another thread in that window counts too (the estimate errs
+    high, so the gate admits fewer jobs beside it, never more than fit)."""
+    if device != "cuda":
+        return 0
+    torch.cuda.synchronize()
+    return max(0, torch.cuda.max_memory_allocated() - before - output_bytes)
 
 
 def _rng_state() -> tuple:

@@ -43,10 +43,11 @@ def verdicts():
 def test_a_slow_kernel_with_everything_forged_keeps_its_time(verdicts):
     hooked, plain = verdicts["slow/hook"], verdicts["slow/plain"]
     assert hooked.status == plain.status == "pass", (hooked.feedback[:600], plain.feedback[:600])
-    # the forged clocks and reports change nothing: the hooked twin's time is the plain twin's, and stays slow (21
-    # launches of the relu where eager runs one; the last 20 read x from L2, so about 0.2x of eager, never near 1x)
-    assert 0.8 * plain.runtime_us < hooked.runtime_us < 1.25 * plain.runtime_us, (
-        hooked.runtime_us, plain.runtime_us, hooked.versions.get("timing"))
+    # the forged clocks and reports gain nothing: the hooked twin is no faster than the plain one, and stays slow (21
+    # launches of the relu where eager runs one; the last 20 read x from L2, so about 0.2x of eager, never near 1x).
+    # Slower is no gain, and no bound: these 21 launches a call are the host's work, and the hook's replaced objects
+    # cost the host more (an H100 shared by six test workers at cc46f2f: hooked 2385 us, plain 985 us a call)
+    assert hooked.runtime_us > 0.8 * plain.runtime_us, (hooked.runtime_us, plain.runtime_us, hooked.versions.get("timing"))
     assert hooked.speedup_eager < 0.5 and hooked.speedup_eager < 1.25 * plain.speedup_eager, (
         hooked.speedup_eager, plain.speedup_eager)
     # the hook also says its forward waits on the host (it does not): its first bracket in time took the hint back
