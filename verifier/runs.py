@@ -40,7 +40,7 @@ from verifier.execute import admission, compile_cache
 from verifier.execute.channel import Driver, Ledger
 from verifier.execute.brackets import Clocked
 from verifier.execute.harness import Harness
-from verifier.execute.locks import lock_path, lock_wait_s
+from verifier.execute.locks import give_back_cache, lock_path, lock_wait_s
 from verifier.execute.processes import _job_root, _run_child, exec_slot, made_lock_files, warm_servers
 from verifier.judge import prep_cache
 from verifier.judge.execution import ChildRun
@@ -495,6 +495,12 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
                                           harness=harness)
     finally:
         forget_reference(plan, job, cfg)  # the harness's copy of the reference is all it took of it
+        # and what the harness drew and built on the device goes back to the driver: the engine's process times the
+        # tasks' references in its preparation threads and has no job's end to give it back at (an H100's real batch
+        # at cfbce7a: the engine's process held 20 to 30 GB of the device through the batch, and the slots' plans and
+        # children ran out of memory beside it)
+        harness = None
+        give_back_cache(backend)
     try:
         rep = ChildReport.read(job_dir)
     except Exception as e:  # noqa: BLE001
