@@ -26,6 +26,11 @@ beside it the cheat that could hide behind the reading is still caught, with its
     decorated function computing with torch is C01, and a compute function handed on as a value at import or
     construction (``f = torch.compiler.allow_in_graph(torch.relu)``, ``f = torch.relu``), then called in forward, is
     C01 (it was dropped as set-up and passed the static scan).
+109. C01: a Tensor method called through its class (``torch.Tensor.contiguous(x)``, ``torch.Tensor.view(x, n, -1)``)
+    is the method; torch's symbolic-size helpers on sizes (``torch.sym_int(x.numel() // 4)``, ``torch.sym_max(1,
+    torch.sym_min(self.max_blocks, n))``, ``torch.sym_sum([x.shape[0], x.shape[1]])``) are integer arithmetic. An
+    unbound compute method, an unbound storage read, a helper on a tensor operand (``torch.sym_sum([y, x])`` adds
+    them) or on values the scan cannot place, and a helper handed on as a value stay C01.
 """
 
 import pytest
@@ -173,6 +178,20 @@ HONEST = {
     "allow_in_graph_of_the_own_function": program(
         "launch = torch.compiler.allow_in_graph(ext.relu_fwd)\n\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        return launch(x)\n"),
+    # 109
+    "unbound_views_and_sizes": forward(
+        "        flat = torch.Tensor.view(torch.Tensor.contiguous(x), -1)\n"
+        "        n = torch.Tensor.size(flat, 0) + torch.Tensor.numel(x) * 0\n"
+        "        return torch.Tensor.view_as(ext.relu_fwd(torch.Tensor.reshape(flat, (n,))), x)\n"),
+    "sym_helpers_on_sizes": forward(
+        "        n4 = torch.sym_int(x.numel() // 4)\n"
+        "        blocks = torch.sym_max(1, torch.sym_min(self.max_blocks, (n4 + 255) // 256))\n"
+        "        total = torch.sym_sum([x.shape[0], x.shape[1]]) + torch.sym_float(blocks)\n"
+        "        return ext.relu_fwd(x if torch.sym_not(total < 0) else x.contiguous())\n",
+        init="        self.max_blocks = 132 * 8\n"),
+    "sym_int_of_a_sym_value_then_operator": forward(
+        "        rows = torch.sym_int(x.shape[0])\n        n = operator.mul(rows, x.shape[1])\n"
+        "        return ext.relu_fwd(x.view(n))\n", imports=_IMPORTS),
 }
 
 CHEATS = {
@@ -227,6 +246,22 @@ CHEATS = {
         "f = torch.relu\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return f(ext.relu_fwd(x))\n")),
     "torch_function_bound_in_construction": (cheats.C01, forward(
         "        return self.act(ext.relu_fwd(x))\n", init="        self.act = F.gelu\n")),
+    # 109: unbound compute and storage reads; helpers on tensors, on unplaceable values, handed on
+    "unbound_compute_method": (cheats.C01, forward("        y = ext.relu_fwd(x)\n        return torch.Tensor.add(y, x)\n")),
+    "unbound_relu_only": (cheats.C01, forward("        return torch.Tensor.relu(x)\n")),
+    "unbound_copy_of_torch_compute": (cheats.C01, forward(
+        "        y = ext.relu_fwd(x)\n        torch.Tensor.copy_(y, torch.relu(x))\n        return y\n")),
+    "unbound_storage_read": (cheats.C01, forward(
+        "        raw = torch.Tensor.untyped_storage(x).tolist()\n        return ext.relu_fwd(x)\n")),
+    "sym_sum_of_tensors": (cheats.C01, forward("        y = ext.relu_fwd(x)\n        return torch.sym_sum([y, x])\n")),
+    "sym_max_of_tensors": (cheats.C01, forward("        y = ext.relu_fwd(x)\n        return torch.sym_max(y, x)\n")),
+    "sym_min_of_unplaceable_values": (cheats.C01, forward(
+        "        y = ext.relu_fwd(x)\n        return torch.sym_min(y, self.w)\n")),
+    "sym_ite_choosing_tensor_compute": (cheats.C01, forward(
+        "        y = ext.relu_fwd(x)\n        return torch.sym_ite(True, y + x, y)\n")),
+    "sym_helper_handed_on_at_import": (cheats.C01, program(
+        "f = torch.sym_max\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        y = ext.relu_fwd(x)\n        return f(y, x)\n")),
 }
 
 

@@ -228,6 +228,18 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
             add(cheats.C01, node, f"calls `{raw}` on a value that is not a size or a number (Python's operator on a "
                                   "tensor is PyTorch compute)", True)
         return
+    if full in SYM_FUNCTIONS:
+        # torch's symbolic-size helpers (``torch.sym_int(n * 1.5)``, ``torch.sym_max(1, x.shape[0])``) are Python's
+        # int, float, max, min, not, if-else and sum where no size is symbolic: on sizes and numbers integer
+        # arithmetic, on a tensor PyTorch's (``torch.sym_sum([y, x])`` adds the tensors). Judged as the operator
+        # module's functions are: C01 where an operand is a tensor (or a literal container of one), or where none of
+        # a max, min or sum's operands is a size or a number
+        args = [leaf for a in _call_args(node) for leaf in _leaves(a)]
+        if any(_holds_tensor(kinds, a) for a in args) or \
+                (full in SYM_ARITHMETIC and not any(kinds.number(a) for a in args)):
+            add(cheats.C01, node, f"calls `{raw}` on a value that is not a size or a number (on a tensor it is "
+                                  "PyTorch compute)", True)
+        return
     if full in ("functools.reduce", "itertools.accumulate", "map", "itertools.starmap") and node.args and \
             _operator_function(canonical(_dotted(node.args[0]))) in OPERATOR_ARITHMETIC and \
             any(_holds_tensor(kinds, a) for a in _call_args(node)[1:]):
@@ -465,6 +477,19 @@ def _operator_function(full: str) -> str:
         name = name[2:-2]
         name = f"{name}_" if name in ("and", "or") else name
     return name
+
+
+# torch's helpers for symbolic sizes: Python's own int, float, not, max, min, if-else and sum on plain values
+SYM_FUNCTIONS = frozenset({"torch.sym_int", "torch.sym_float", "torch.sym_not", "torch.sym_max", "torch.sym_min",
+                           "torch.sym_ite", "torch.sym_sum"})
+SYM_ARITHMETIC = frozenset({"torch.sym_max", "torch.sym_min", "torch.sym_sum"})
+
+
+def _leaves(e: ast.AST) -> list[ast.AST]:
+    """The elements of a literal list, tuple or set (``torch.sym_sum([a, b])``), else ``e`` itself."""
+    if isinstance(e, (ast.List, ast.Tuple, ast.Set)):
+        return [x.value if isinstance(x, ast.Starred) else x for x in e.elts]
+    return [e]
 
 
 def _holds_tensor(kinds, e: ast.AST) -> bool:

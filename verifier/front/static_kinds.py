@@ -27,7 +27,7 @@ _OTHER_CALLS = {"threading.Lock", "threading.RLock", "threading.Event", "threadi
 _TORCH_NOT_TENSOR = {"Size", "device", "dtype", "finfo", "iinfo", "no_grad", "inference_mode", "is_tensor", "numel",
                      "get_default_dtype", "is_grad_enabled", "set_grad_enabled", "enable_grad", "Generator",
                      "broadcast_shapes", "result_type", "promote_types", "can_cast", "is_floating_point",
-                     "is_complex"}
+                     "is_complex", "sym_int", "sym_float", "sym_not", "sym_max", "sym_min", "sym_sum", "sym_ite"}
 # tensor methods and attributes by what they give back
 _TENSOR_DESCRIBE = {"size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "data_ptr",
                     "element_size", "is_contiguous", "get_device", "item", "tolist", "shape", "device", "dtype",
@@ -545,6 +545,11 @@ class Kinds:
                     return self._numbers(args, scope)
             if full.startswith(("math.", "operator.", "_operator.")) and args:
                 return self._numbers(args, scope)
+            if full in ("torch.sym_int", "torch.sym_float"):
+                return True  # Python's int and float of a size
+            if full in ("torch.sym_max", "torch.sym_min", "torch.sym_sum") and args:
+                return self._numbers([x for a in args for x in (a.elts if isinstance(a, (ast.List, ast.Tuple))
+                                                                   else [a])], scope)
             if full in ("functools.reduce", "itertools.accumulate") and len(args) >= 2:
                 return self._numbers(args[1:], scope)
             if isinstance(e.func, ast.Attribute) and e.func.attr in _TENSOR_SIZES and \

@@ -26,6 +26,7 @@ from verifier.front.static_rules import (
     BACKEND_QUERIES,
     IMPORT_CODES,
     PATH_IO_ANY,
+    TENSOR_METHOD_ALLOWED,
     TORCH_ALLOWED,
     USE_JUDGED,
 )
@@ -71,6 +72,11 @@ class StaticReport:
 
 
 
+# the allowed Tensor methods that may be called through their class too (``torch.Tensor.view(x, n, -1)``); the
+# storage's, whose use is judged on the storage a method call returns, only as methods
+UNBOUND_ALLOWED = TENSOR_METHOD_ALLOWED - {"untyped_storage", "storage"}
+
+
 def is_torch_compute(full: str) -> bool:
     """True for torch.* / F.* calls that compute (everything outside the allocation/view/query allowlist)."""
     if full.startswith("torch.nn.functional."):
@@ -82,6 +88,8 @@ def is_torch_compute(full: str) -> bool:
     if rest in TORCH_ALLOWED or rest.startswith(("cuda.", "utils.", "nn.init.", "library.")):
         return False
     parts = rest.split(".")
+    if len(parts) == 2 and parts[0] == "Tensor" and parts[1] in UNBOUND_ALLOWED:
+        return False  # a method called through its class (`torch.Tensor.contiguous(x)`): judged as `x.contiguous()`
     if len(parts) == 3 and parts[0] == "backends" and parts[2] in BACKEND_QUERIES:
         return False  # torch.backends.cudnn.is_available(): what the build has, nothing computed
     if rest.startswith("nn."):
