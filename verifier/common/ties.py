@@ -19,7 +19,10 @@ loose check) replaced by the reference's own index, so the comparison that follo
 - where the op documents its choice among exact ties (argmax / argmin and max / min over a dimension: the first
   occurrence; a stable sort: the input's order), an index whose value equals the reference's pick in fp32 and in
   float64 (a true tie) must be the reference's; a near tie (values that differ, within the budget) may go either way;
-- a topk with ``sorted=False`` (no order at all) is not read here: its values output is compared in order as any.
+- a topk with ``sorted=False`` promises no order along its dimension (docs/ANTI_CHEAT.md class 110): both its outputs
+  are marked ``Unordered``, and ``aligned`` puts a candidate's output in the reference's order before it is compared
+  (values by value; indices by the values they select, then as a topk's among ties), so any order of the same
+  selection is right and a wrong selection stays wrong.
 
 A boolean output of a comparison (``x @ w > 0``, ``x >= threshold``) is read the same way (``Threshold``,
 ``threshold_resolved``): where ``a - b`` is within rounding of zero (the judge: the budget of ``a - b`` measured from
@@ -78,6 +81,66 @@ def _bound(func, args, kwargs) -> dict:
         elif a.has_default_value():
             out[a.name] = a.default_value
     return out
+
+
+@dataclass(frozen=True)
+class Unordered:
+    """An output of a topk with ``sorted=False``: its elements along ``dim`` (of ``shape``, the layout the op returned)
+    come in no promised order. ``sel``: the index output's selection (any index among ties, unique in a row); None
+    for the values output."""
+
+    dim: int
+    shape: tuple
+    sel: Selection | None
+
+
+def _unordered_topk(func, args, kwargs, out) -> list | None:
+    """Both outputs of a ``topk(..., sorted=False)`` marked ``Unordered`` (None for any other op)."""
+    if func._overloadpacket is not aten.topk or not isinstance(out, (tuple, list)) or len(out) != 2 or \
+            not args or not isinstance(args[0], torch.Tensor) or _bound(func, args, kwargs).get("sorted", True):
+        return None
+    values, idx = out
+    if not isinstance(values, torch.Tensor) or not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64:
+        return None
+    src = args[0].detach()
+    dim = int(_bound(func, args, kwargs).get("dim", -1)) % max(src.dim(), 1)
+    sel = Selection(src, dim, tuple(idx.shape), True, True, True)
+    return [(values, Unordered(dim, tuple(values.shape), None)), (idx, Unordered(dim, tuple(idx.shape), sel))]
+
+
+def _order(key: torch.Tensor, then: torch.Tensor, dim: int) -> torch.Tensor:
+    """The permutation along ``dim`` that puts ``key`` in descending order, equal keys by ``then`` ascending."""
+    first = then.argsort(dim=dim, stable=True)
+    return first.gather(dim, key.gather(dim, first).argsort(dim=dim, descending=True, stable=True))
+
+
+def aligned(o: torch.Tensor, r: torch.Tensor, mark: Unordered) -> torch.Tensor:
+    """The output ``o`` of a topk with ``sorted=False`` put in the order of the reference's ``r`` along the mark's
+    dimension: the values output by value, the index output by the values its indices select (an index out of range
+    last, for the comparison to find). The same selection in any order then compares equal, element for element; ``o``
+    unchanged where the shapes do not fit."""
+    if o.shape != r.shape or o.dtype != r.dtype or not o.numel():
+        return o
+    try:
+        oo, rr = o.to(r.device).reshape(mark.shape), r.reshape(mark.shape)
+        if mark.sel is None:
+            ko, kr = oo, rr
+        else:
+            src = mark.sel.src.to(r.device)
+            inside = (oo >= 0) & (oo < src.shape[mark.dim])
+            mine = picked(src, mark.sel, torch.where(inside, oo, torch.zeros_like(oo)))
+            if mine.is_floating_point():
+                ko = torch.where(inside, mine, torch.full_like(mine, float("-inf")))
+            else:
+                ko = torch.where(inside, mine, torch.full_like(mine, torch.iinfo(mine.dtype).min))
+            kr = picked(src, mark.sel, rr)
+        if ko.is_floating_point():  # NaN last, as an out-of-range index
+            ko, kr = ko.nan_to_num(float("-inf")), kr.nan_to_num(float("-inf"))
+        out = torch.empty_like(oo).scatter_(mark.dim, _order(kr, rr, mark.dim), oo.gather(mark.dim,
+                                                                                          _order(ko, oo, mark.dim)))
+        return out.reshape(o.shape).to(o.device)
+    except RuntimeError:
+        return o
 
 
 def _selection(func, args, kwargs, out) -> tuple[torch.Tensor, Selection] | None:
@@ -152,10 +215,11 @@ class SelectionTracker(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         try:
-            found = _selection(func, args, kwargs, out) or _threshold(func, args, out)
-            if found is not None:
-                self.seen[found[0]] = found[1]
-            elif func._overloadpacket in KEEPS_ORDER and args and isinstance(args[0], torch.Tensor) \
+            both = _unordered_topk(func, args, kwargs, out)
+            found = None if both else _selection(func, args, kwargs, out) or _threshold(func, args, out)
+            for t, mark in both or ([found] if found is not None else []):
+                self.seen[t] = mark
+            if not both and found is None and func._overloadpacket in KEEPS_ORDER and args and isinstance(args[0], torch.Tensor) \
                     and isinstance(out, torch.Tensor) and args[0] in self.seen and out.numel() == args[0].numel():
                 self.seen[out] = self.seen[args[0]]
         except Exception:  # noqa: BLE001 - a record widens a comparison; it is never a reason for the reference to fail
@@ -185,7 +249,7 @@ def reference_outputs(model, inputs: list, track: bool = True) -> list:
     return marked
 
 
-def selection_of(t) -> Selection | Threshold | None:
+def selection_of(t) -> Selection | Threshold | Unordered | None:
     """What the reference's output ``t`` selects, where ``reference_outputs`` marked it, else None."""
     return _MARKS.get(t) if isinstance(t, torch.Tensor) else None
 

@@ -113,6 +113,8 @@ def _loose_problem(out: torch.Tensor, ref: torch.Tensor) -> str:
     if not ref.numel():
         return ""
     sel = ties.selection_of(ref)
+    if isinstance(sel, ties.Unordered):  # a topk's output in no promised order: put in the reference's first
+        out, sel = ties.aligned(out.to(ref.device), ref, sel), sel.sel
     if isinstance(sel, ties.Threshold):
         close = ties.loose_close(LOOSE_RTOL["float"])
         out = ties.threshold_resolved(out, ref, sel, lambda d: close(d, torch.zeros_like(d)) | close(

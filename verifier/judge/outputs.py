@@ -36,8 +36,8 @@ import torch
 from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.inputs import as_list, cpu_model, digests_match, same_value
-from verifier.common.ties import (Threshold, as_index, picked, reference_outputs, selection_of, threshold_resolved,
-                                  tie_resolved)
+from verifier.common.ties import (Threshold, Unordered, aligned, as_index, picked, reference_outputs, selection_of,
+                                  threshold_resolved, tie_resolved)
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -233,6 +233,18 @@ def reference64(model64, inputs: list, track: bool = False) -> list | None:
         return None
 
 
+def reference64_aligned(r: torch.Tensor, r64):
+    """The float64 reference's output in the fp32 reference's order where the output has none (a topk with
+    ``sorted=False``, class 110: the two runs may order the same selection differently), else as it is: the budget
+    compares them element for element."""
+    mark = selection_of(r64) if isinstance(r64, torch.Tensor) else None
+    if not isinstance(mark, Unordered) or r64.shape != r.shape:
+        return r64
+    if mark.sel is None:  # by value (in the fp32 reference's dtype, for the comparison of keys)
+        return aligned(r64.to(r.dtype), r, mark).to(r64.dtype)
+    return aligned(r64, r, mark)  # by the float64 values its indices and the fp32 reference's select
+
+
 def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_mod) -> tuple[torch.Tensor, int, int]:
     """(a candidate's index output with its valid choices among tied values made the reference's, how many, how many
     name another of exactly equal values where the op documents which: ``ties.tie_resolved``): where
@@ -240,6 +252,11 @@ def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_m
     selected values accepts (measured from the fp32 reference's picks against the float64 reference's, as a values
     output's is) names a tie of the reference's pick (docs/ANTI_CHEAT.md class 77); anything else unchanged."""
     sel = selection_of(r)
+    if isinstance(sel, Unordered):  # a topk's output in no promised order (class 110): put in the reference's first
+        o = aligned(o, r, sel)
+        if sel.sel is None:
+            return o, 0, 0
+        sel = sel.sel
     if sel is None or o.is_floating_point() or o.shape != r.shape or o.dtype != r.dtype:
         return o, 0, 0
     if isinstance(sel, Threshold):  # a comparison's answer near its threshold (class 108)
@@ -249,6 +266,7 @@ def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_m
         budget, truth = budget_for(d32, d64, cfg, ref_mod)
         return (*threshold_resolved(o, r, sel, lambda d: budget.accepts(torch.zeros_like(truth), truth)), 0)
     sel64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
+    sel64 = sel64.sel if isinstance(sel64, Unordered) else sel64
     theirs32 = picked(sel.src, sel, as_index(r, sel))
     theirs64 = picked(sel64.src, sel64, as_index(r64, sel64)) if sel64 is not None else None
     budget, truth = budget_for(theirs32, theirs64, cfg, ref_mod)
@@ -287,7 +305,7 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
             ok = False
             continue
         shape, what = tuple(r.shape), label
-        r64k = refs64[k] if refs64 is not None and k < len(refs64) else None
+        r64k = reference64_aligned(r, refs64[k] if refs64 is not None and k < len(refs64) else None)
         o, _, documented = resolve_ties(o, r, r64k, cfg, ref_mod)  # another index among tied values is as right
         if documented:
             ev.add(None, f"{what}: {documented} index(es) name another of several exactly equal values where the op "
@@ -373,7 +391,7 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             if o.shape != r.shape or o.dtype != r.dtype:
                 continue
             pool = plan.pooled[k] if k < len(plan.pooled) else None
-            r64k = refs64[k] if refs64 and k < len(refs64) else None
+            r64k = reference64_aligned(r, refs64[k] if refs64 and k < len(refs64) else None)
             o = resolve_ties(o, r, r64k, cfg, plan.ref_mod)[0]
             o, r, r64 = real_views(o, r, r64k)  # as a trial's
             b, truth = budget_for(r, r64, cfg, plan.ref_mod, pool)
