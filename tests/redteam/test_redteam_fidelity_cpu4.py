@@ -1,4 +1,4 @@
-"""Red team of a topk with ``sorted=False`` (docs/ANTI_CHEAT.md class 110): the op promises no order along its
+"""Red team of a topk with ``sorted=False`` (docs/ANTI_CHEAT.md class 110) and of max pooling's indices (class 111): the op promises no order along its
 dimension, so an honest kernel that returns the same k elements in its own order (sorted descending, as most write
 it, or in the order its blocks finish) answers what the reference answers. Compared element for element with the
 reference's own arbitrary order it was ``wrong``. Beside each honest order, the wrong answers that could hide behind
@@ -14,7 +14,7 @@ import torch
 
 from verifier.common.config import VerifyConfig
 from verifier.common.inputs import cpu_model, draw_inputs
-from verifier.common.ties import Unordered, reference_outputs, selection_of
+from verifier.common.ties import Pooled, Unordered, reference_outputs, selection_of
 from verifier.execute.harness import _loose_problem
 from verifier.judge.numerics import float64_model
 from verifier.judge.outputs import Evidence, check_outputs, reference64
@@ -121,5 +121,116 @@ def test_the_same_selection_in_another_order_is_right(judged, name):
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_another_selection_stays_wrong(judged, name):
     ok, details, timed = judged[1][name]
+    assert not ok, (name, details)
+    assert any(timed), (name, timed)
+
+
+# ------------------------------------------------------------------------------- 111: max pooling's return_indices
+POOL_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2, 2, return_indices=True)
+
+    def forward(self, x):
+        return self.pool(torch.round(x.clamp(-1.0, 1.0)) + 1.0)
+
+
+def get_inputs():
+    return [torch.randn(4, 3, 16, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _windows(x):
+    q = torch.round(x.clamp(-1.0, 1.0)) + 1.0  # values 0, 1 and 2: most windows hold a tie
+    n, c, h, w = q.shape
+    return q.unfold(2, 2, 2).unfold(3, 2, 2).reshape(n, c, h // 2, w // 2, 4), w
+
+
+def _flat(pos, w):
+    oh = torch.arange(pos.shape[2]).view(1, 1, -1, 1)
+    ow = torch.arange(pos.shape[3]).view(1, 1, 1, -1)
+    return (oh * 2 + pos // 2) * w + ow * 2 + pos % 2
+
+
+def _pool_last_max(x):
+    """An honest kernel scanning each window backwards: the last of its tied maxima."""
+    win, w = _windows(x)
+    return win.max(-1).values, _flat(3 - win.flip(-1).argmax(-1), w)
+
+
+def _pool_first_max(x):
+    win, w = _windows(x)
+    return win.max(-1).values, _flat(win.argmax(-1), w)
+
+
+def _pool_neighbours_index(x):
+    """The right values, each index taken from the next window along the row (mostly a tied 2, outside its window)."""
+    v, i = _pool_first_max(x)
+    return v, i.roll(1, dims=3)
+
+
+def _pool_window_minimum(x):
+    win, w = _windows(x)
+    return win.max(-1).values, _flat(win.argmin(-1), w)
+
+
+def _pool_out_of_range(x):
+    v, i = _pool_first_max(x)
+    i = i.clone()
+    i[0] = 16 * 16  # the first sample's indices past its plane (the harness's loose check allows a few elements off)
+    return v, i
+
+
+POOL_HONEST = {"last_of_tied_maxima": _pool_last_max, "first_of_tied_maxima": _pool_first_max}
+POOL_WRONG = {"tied_value_in_the_next_window": _pool_neighbours_index, "window_minimum": _pool_window_minimum,
+              "index_out_of_range": _pool_out_of_range}
+
+
+@pytest.fixture(scope="module")
+def pooled():
+    cfg = VerifyConfig()
+    plan = task_plan(POOL_TASK, "cpu", cfg, "maxpool_indices")
+    assert plan.selects and not plan.task_fault, plan.task_fault
+    model = cpu_model(plan.ref_mod, 7, POOL_TASK)[0]
+    x = draw_inputs(plan.ref_mod.get_inputs, 11, "cpu", POOL_TASK)
+    refs = reference_outputs(model, x, plan.selects)
+    refs64 = reference64(None if plan.float64 else float64_model(model), x, plan.selects)
+    out = {}
+    for name, answer in {**POOL_HONEST, **POOL_WRONG}.items():
+        outs = list(answer(x[0]))
+        ev = Evidence()
+        ok = check_outputs(outs, refs, refs64, x, None, name, cfg, plan.ref_mod, 0xAA, [], ev, [], False, plan.pooled)
+        out[name] = (ok, ev.details, [_loose_problem(o, r) for o, r in zip(outs, refs)], outs)
+    return refs, out
+
+
+def test_the_pooling_indices_are_marked_and_the_honest_answers_differ_from_the_references(pooled):
+    refs, out = pooled
+    assert isinstance(selection_of(refs[1]), Pooled) and selection_of(refs[0]) is None
+    # not vacuous: the last of the tied maxima names other elements than the reference at many windows, and the
+    # next window's index is mostly a value tied with the reference's pick
+    assert int((out["last_of_tied_maxima"][3][1] != refs[1]).sum()) > 50
+    moved = out["tied_value_in_the_next_window"][3][1]
+    assert int((moved != refs[1]).sum()) > 50
+
+
+@pytest.mark.parametrize("name", sorted(POOL_HONEST))
+def test_another_of_a_windows_tied_maxima_is_right(pooled, name):
+    ok, details, timed, _ = pooled[1][name]
+    assert ok, details
+    assert timed == ["", ""], timed
+
+
+@pytest.mark.parametrize("name", sorted(POOL_WRONG))
+def test_an_index_outside_its_window_or_on_a_smaller_value_stays_wrong(pooled, name):
+    ok, details, timed, _ = pooled[1][name]
     assert not ok, (name, details)
     assert any(timed), (name, timed)

@@ -28,9 +28,14 @@ A boolean output of a comparison (``x @ w > 0``, ``x >= threshold``) is read the
 ``threshold_resolved``): where ``a - b`` is within rounding of zero (the judge: the budget of ``a - b`` measured from
 the fp32 reference's against float64's accepts 0), the other answer is as right; an exact tie keeps its answer.
 
+Max pooling's ``return_indices`` (``max_pool1d/2d/3d_with_indices``, docs/ANTI_CHEAT.md class 111) is read the
+same way (``Pooled``, ``pooled_resolved``): an index that names, inside the same window, a value tied with the
+reference's pick (within the budget of the picked values) is as right; one outside its window, out of range, or on a
+smaller value stays wrong. PyTorch documents no choice among a window's ties.
+
 Not covered: an index output that reaches the task's output through arithmetic (``indices + 1``, a gather of other
-values by it) or a permutation (``.t()``) is compared as an integer output, exactly; so is max_pool's
-``return_indices``.
+values by it) or a permutation (``.t()``) is compared as an integer output, exactly; so are adaptive max pooling's
+indices.
 """
 
 from __future__ import annotations
@@ -106,6 +111,89 @@ def _unordered_topk(func, args, kwargs, out) -> list | None:
     dim = int(_bound(func, args, kwargs).get("dim", -1)) % max(src.dim(), 1)
     sel = Selection(src, dim, tuple(idx.shape), True, True, True)
     return [(values, Unordered(dim, tuple(values.shape), None)), (idx, Unordered(dim, tuple(idx.shape), sel))]
+
+
+POOLS = {aten.max_pool1d_with_indices: 1, aten.max_pool2d_with_indices: 2, aten.max_pool3d_with_indices: 3}
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """The index output of a max pooling (``return_indices``): each index names an element of its (batch, channel)
+    plane of ``src`` (flattened over the ``n`` pooled dimensions) inside its output position's window (``kernel``,
+    ``stride``, ``padding``, ``dilation``); ``shape`` the index tensor as the op returned it."""
+
+    src: torch.Tensor
+    n: int
+    kernel: tuple
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    shape: tuple
+
+
+def _pooled(func, args, kwargs, out) -> tuple[torch.Tensor, Pooled] | None:
+    n = POOLS.get(func._overloadpacket)
+    if n is None or not isinstance(out, (tuple, list)) or len(out) != 2 or not args or \
+            not isinstance(args[0], torch.Tensor) or not isinstance(out[1], torch.Tensor):
+        return None
+    b = _bound(func, args, kwargs)
+
+    def per_dim(v, default):
+        v = default if v is None or (isinstance(v, (list, tuple)) and not len(v)) else v
+        v = [int(x) for x in v] if isinstance(v, (list, tuple)) else [int(v)]
+        return tuple(v * n if len(v) == 1 else v)
+
+    kernel = per_dim(b.get("kernel_size"), 1)
+    return out[1], Pooled(args[0].detach(), n, kernel, per_dim(b.get("stride"), kernel), per_dim(b.get("padding"), 0),
+                          per_dim(b.get("dilation"), 1), tuple(out[1].shape))
+
+
+def pooled_picks(src: torch.Tensor, mark: Pooled, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the values of ``src`` an index output names, flattened per plane; which indices are inside the plane)."""
+    plane = 1
+    for d in src.shape[-mark.n:]:
+        plane *= int(d)
+    flat = src.reshape(*src.shape[:-mark.n], plane)
+    i = idx.to(src.device).reshape(mark.shape).to(torch.int64)
+    i = i.reshape(*i.shape[:-mark.n], -1)
+    inside = (i >= 0) & (i < plane)
+    return flat.gather(-1, torch.where(inside, i, torch.zeros_like(i))), inside
+
+
+def _in_window(mark: Pooled, idx: torch.Tensor) -> torch.Tensor:
+    """Whether each flattened index (in ``pooled_picks``' layout) lies in its own output position's window."""
+    ins, outs = mark.src.shape[-mark.n:], mark.shape[-mark.n:]
+    pos = torch.arange(idx.shape[-1], device=idx.device)
+    ok = torch.ones_like(idx, dtype=torch.bool)
+    rest = idx.clone()
+    for d in reversed(range(mark.n)):
+        coord, rest = rest % int(ins[d]), rest // int(ins[d])
+        out_at = pos % int(outs[d])
+        pos = pos // int(outs[d])
+        rel = coord - (out_at * mark.stride[d] - mark.padding[d])
+        ok &= (rel >= 0) & (rel % mark.dilation[d] == 0) & (rel // mark.dilation[d] < mark.kernel[d])
+    return ok
+
+
+def pooled_resolved(o: torch.Tensor, r: torch.Tensor, mark: Pooled,
+                    close: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """(the candidate's pooling index output ``o`` with each index that names, inside its window, a value ``close``
+    to the reference's pick ``r`` replaced by ``r``'s, how many). Anything else stays for the comparison to find."""
+    if o.shape != r.shape or o.dtype != r.dtype or o.is_floating_point() or not o.numel():
+        return o, 0
+    try:
+        mine, inside = pooled_picks(mark.src, mark, o)
+        theirs, _ = pooled_picks(mark.src, mark, r)
+        oi = o.to(mark.src.device).reshape(mark.shape).to(torch.int64)
+        oi = oi.reshape(*oi.shape[:-mark.n], -1)
+        ri = r.to(mark.src.device).reshape(oi.shape).to(torch.int64)
+        ok = inside & (oi != ri) & close(mine, theirs) & _in_window(mark, torch.where(inside, oi, ri))
+    except RuntimeError:
+        return o, 0
+    n = int(ok.sum())
+    if not n:
+        return o, 0
+    return torch.where(ok, ri, oi).reshape(o.shape).to(o.dtype).to(o.device), n
 
 
 def _order(key: torch.Tensor, then: torch.Tensor, dim: int) -> torch.Tensor:
@@ -216,7 +304,8 @@ class SelectionTracker(TorchDispatchMode):
         out = func(*args, **kwargs)
         try:
             both = _unordered_topk(func, args, kwargs, out)
-            found = None if both else _selection(func, args, kwargs, out) or _threshold(func, args, out)
+            found = None if both else (_selection(func, args, kwargs, out) or _pooled(func, args, kwargs, out)
+                                       or _threshold(func, args, out))
             for t, mark in both or ([found] if found is not None else []):
                 self.seen[t] = mark
             if not both and found is None and func._overloadpacket in KEEPS_ORDER and args and isinstance(args[0], torch.Tensor) \
@@ -249,7 +338,7 @@ def reference_outputs(model, inputs: list, track: bool = True) -> list:
     return marked
 
 
-def selection_of(t) -> Selection | Threshold | Unordered | None:
+def selection_of(t) -> Selection | Threshold | Unordered | Pooled | None:
     """What the reference's output ``t`` selects, where ``reference_outputs`` marked it, else None."""
     return _MARKS.get(t) if isinstance(t, torch.Tensor) else None
 

@@ -119,6 +119,8 @@ def _loose_problem(out: torch.Tensor, ref: torch.Tensor) -> str:
         close = ties.loose_close(LOOSE_RTOL["float"])
         out = ties.threshold_resolved(out, ref, sel, lambda d: close(d, torch.zeros_like(d)) | close(
             torch.zeros_like(d), d))[0]
+    elif isinstance(sel, ties.Pooled):
+        out = ties.pooled_resolved(out.to(ref.device), ref, sel, ties.loose_close(LOOSE_RTOL["float"]))[0]
     elif sel is not None:
         out = ties.tie_resolved(out.to(ref.device), ref, sel, ties.loose_close(LOOSE_RTOL["float"]))[0]
     o, r = out.to(ref.device).reshape(-1), ref.reshape(-1)

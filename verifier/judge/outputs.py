@@ -36,8 +36,8 @@ import torch
 from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.inputs import as_list, cpu_model, digests_match, same_value
-from verifier.common.ties import (Threshold, Unordered, aligned, as_index, picked, reference_outputs, selection_of,
-                                  threshold_resolved, tie_resolved)
+from verifier.common.ties import (Pooled, Threshold, Unordered, aligned, as_index, picked, pooled_picks,
+                                  pooled_resolved, reference_outputs, selection_of, threshold_resolved, tie_resolved)
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -266,6 +266,11 @@ def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_m
         budget, truth = budget_for(d32, d64, cfg, ref_mod)
         return (*threshold_resolved(o, r, sel, lambda d: budget.accepts(torch.zeros_like(truth), truth)), 0)
     sel64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
+    if isinstance(sel, Pooled):  # a max pooling's indices: a tie inside the same window (class 111)
+        theirs32 = pooled_picks(sel.src, sel, r)[0]
+        theirs64 = pooled_picks(sel64.src, sel64, r64)[0] if isinstance(sel64, Pooled) else None
+        budget, truth = budget_for(theirs32, theirs64, cfg, ref_mod)
+        return (*pooled_resolved(o, r, sel, lambda mine, _: budget.accepts(mine, truth.to(mine.device))), 0)
     sel64 = sel64.sel if isinstance(sel64, Unordered) else sel64
     theirs32 = picked(sel.src, sel, as_index(r, sel))
     theirs64 = picked(sel64.src, sel64, as_index(r64, sel64)) if sel64 is not None else None
