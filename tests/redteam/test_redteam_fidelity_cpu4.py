@@ -86,22 +86,29 @@ WRONG = {"smallest_k": _smallest, "maximum_named_k_times": _max_named_k_times,
          "indices_of_another_row": _indices_of_another_row, "one_value_off": _one_value_off}
 
 
-@pytest.fixture(scope="module")
-def judged():
+def judge(task: str, name: str, answers: dict) -> tuple[list, dict]:
+    """(the reference's outputs on one draw of ``task``, per answer: whether ``check_outputs`` passes it as a trial,
+    its details, the harness's timed-call problem per output, the outputs). Each answer computes its outputs from the
+    draw's input."""
     cfg = VerifyConfig()
-    plan = task_plan(TASK, "cpu", cfg, "topk_unsorted")
+    plan = task_plan(task, "cpu", cfg, name)
     assert plan.selects and not plan.task_fault, plan.task_fault
-    model = cpu_model(plan.ref_mod, 7, TASK)[0]
-    x = draw_inputs(plan.ref_mod.get_inputs, 11, "cpu", TASK)
+    model = cpu_model(plan.ref_mod, 7, task)[0]
+    x = draw_inputs(plan.ref_mod.get_inputs, 11, "cpu", task)
     refs = reference_outputs(model, x, plan.selects)
     refs64 = reference64(None if plan.float64 else float64_model(model), x, plan.selects)
     out = {}
-    for name, answer in {**HONEST, **WRONG}.items():
+    for label, answer in answers.items():
         outs = list(answer(x[0]))
         ev = Evidence()
-        ok = check_outputs(outs, refs, refs64, x, None, name, cfg, plan.ref_mod, 0xAA, [], ev, [], False, plan.pooled)
-        out[name] = (ok, ev.details, [_loose_problem(o, r) for o, r in zip(outs, refs)])
+        ok = check_outputs(outs, refs, refs64, x, None, label, cfg, plan.ref_mod, 0xAA, [], ev, [], False, plan.pooled)
+        out[label] = (ok, ev.details, [_loose_problem(o, r) for o, r in zip(outs, refs)], outs)
     return refs, out
+
+
+@pytest.fixture(scope="module")
+def judged():
+    return judge(TASK, "topk_unsorted", {**HONEST, **WRONG})
 
 
 def test_both_outputs_of_an_unsorted_topk_are_marked(judged):
@@ -113,14 +120,14 @@ def test_both_outputs_of_an_unsorted_topk_are_marked(judged):
 
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_the_same_selection_in_another_order_is_right(judged, name):
-    ok, details, timed = judged[1][name]
+    ok, details, timed, _ = judged[1][name]
     assert ok, details
     assert timed == ["", ""], timed  # a timed call's output too
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_another_selection_stays_wrong(judged, name):
-    ok, details, timed = judged[1][name]
+    ok, details, timed, _ = judged[1][name]
     assert not ok, (name, details)
     assert any(timed), (name, timed)
 
@@ -196,20 +203,7 @@ POOL_WRONG = {"tied_value_in_the_next_window": _pool_neighbours_index, "window_m
 
 @pytest.fixture(scope="module")
 def pooled():
-    cfg = VerifyConfig()
-    plan = task_plan(POOL_TASK, "cpu", cfg, "maxpool_indices")
-    assert plan.selects and not plan.task_fault, plan.task_fault
-    model = cpu_model(plan.ref_mod, 7, POOL_TASK)[0]
-    x = draw_inputs(plan.ref_mod.get_inputs, 11, "cpu", POOL_TASK)
-    refs = reference_outputs(model, x, plan.selects)
-    refs64 = reference64(None if plan.float64 else float64_model(model), x, plan.selects)
-    out = {}
-    for name, answer in {**POOL_HONEST, **POOL_WRONG}.items():
-        outs = list(answer(x[0]))
-        ev = Evidence()
-        ok = check_outputs(outs, refs, refs64, x, None, name, cfg, plan.ref_mod, 0xAA, [], ev, [], False, plan.pooled)
-        out[name] = (ok, ev.details, [_loose_problem(o, r) for o, r in zip(outs, refs)], outs)
-    return refs, out
+    return judge(POOL_TASK, "maxpool_indices", {**POOL_HONEST, **POOL_WRONG})
 
 
 def test_the_pooling_indices_are_marked_and_the_honest_answers_differ_from_the_references(pooled):
