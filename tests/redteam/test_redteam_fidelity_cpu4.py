@@ -56,6 +56,7 @@ def _reversed(x):
 def _shuffled(x):
     v, i = _sorted_desc(x)
     perm = torch.stack([torch.randperm(K, generator=torch.Generator().manual_seed(r)) for r in range(x.shape[0])])
+    perm = perm.to(x.device)
     return v.gather(1, perm), i.gather(1, perm)
 
 
@@ -86,15 +87,16 @@ WRONG = {"smallest_k": _smallest, "maximum_named_k_times": _max_named_k_times,
          "indices_of_another_row": _indices_of_another_row, "one_value_off": _one_value_off}
 
 
-def judge(task: str, name: str, answers: dict) -> tuple[list, dict]:
+def judge(task: str, name: str, answers: dict, backend: str = "cpu") -> tuple[list, dict]:
     """(the reference's outputs on one draw of ``task``, per answer: whether ``check_outputs`` passes it as a trial,
     its details, the harness's timed-call problem per output, the outputs). Each answer computes its outputs from the
-    draw's input."""
+    draw's input, on its device (``backend``: cpu, or cuda for tests/gpu/redteam/test_redteam_ties_gpu.py)."""
     cfg = VerifyConfig()
-    plan = task_plan(task, "cpu", cfg, name)
+    plan = task_plan(task, backend, cfg, name)
     assert plan.selects and not plan.task_fault, plan.task_fault
     model = cpu_model(plan.ref_mod, 7, task)[0]
-    x = draw_inputs(plan.ref_mod.get_inputs, 11, "cpu", task)
+    x = draw_inputs(plan.ref_mod.get_inputs, 11, plan.device, task)
+    model = model.to(plan.device)
     refs = reference_outputs(model, x, plan.selects)
     refs64 = reference64(None if plan.float64 else float64_model(model), x, plan.selects)
     out = {}
@@ -162,8 +164,8 @@ def _windows(x):
 
 
 def _flat(pos, w):
-    oh = torch.arange(pos.shape[2]).view(1, 1, -1, 1)
-    ow = torch.arange(pos.shape[3]).view(1, 1, 1, -1)
+    oh = torch.arange(pos.shape[2], device=pos.device).view(1, 1, -1, 1)
+    ow = torch.arange(pos.shape[3], device=pos.device).view(1, 1, 1, -1)
     return (oh * 2 + pos // 2) * w + ow * 2 + pos % 2
 
 
