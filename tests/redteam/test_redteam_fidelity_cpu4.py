@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from verifier.common.config import VerifyConfig
 from verifier.common.inputs import cpu_model, draw_inputs
-from verifier.common.ties import Pooled, Unordered, reference_outputs, selection_of
+from verifier.common.ties import Pooled, Unordered, _in_window, pooled_picks, reference_outputs, selection_of
 from verifier.execute.harness import _loose_problem
 from verifier.judge.numerics import float64_model
 from verifier.judge.outputs import Evidence, check_outputs, reference64
@@ -230,3 +231,35 @@ def test_an_index_outside_its_window_or_on_a_smaller_value_stays_wrong(pooled, n
     ok, details, timed, _ = pooled[1][name]
     assert not ok, (name, details)
     assert any(timed), (name, timed)
+
+
+GEOMETRIES = {
+    "2d_kernel3_stride2_pad1": (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), (2, 3, 17, 19)),
+    "2d_dilation2": (lambda x: F.max_pool2d(x, 2, 1, 0, dilation=2, return_indices=True), (2, 3, 12, 12)),
+    "2d_ceil_mode": (lambda x: F.max_pool2d(x, 3, 2, 0, ceil_mode=True, return_indices=True), (2, 3, 16, 16)),
+    "2d_rectangular": (lambda x: F.max_pool2d(x, (2, 3), (1, 2), (1, 1), return_indices=True), (1, 2, 9, 10)),
+    "1d_through_2d": (lambda x: F.max_pool1d(x, 4, 2, 1, return_indices=True), (2, 3, 33)),
+    "3d_kernel3_pad1": (lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True), (1, 2, 9, 8, 7)),
+    "2d_unbatched_module": (lambda x: torch.nn.MaxPool2d(2, 2, return_indices=True)(x), (3, 8, 8)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+def test_every_reference_index_is_in_its_own_window_and_names_its_value(name):
+    """The window arithmetic of ``ties.Pooled`` on PyTorch's own answers: for each geometry (padding, dilation,
+    ceil mode, rectangular windows, 1d through 2d, 3d, an unbatched input) every index the reference returns lies in
+    its output position's window and names the value it returned, and indices moved one position on are not all in
+    their new windows (overlapping windows may hold some)."""
+    f, shape = GEOMETRIES[name]
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(3))
+    values, idx = reference_outputs(f, [x])
+    mark = selection_of(idx)
+    assert isinstance(mark, Pooled), mark
+    flat = idx.to(torch.int64).reshape(mark.shape)
+    flat = flat.reshape(*flat.shape[:-mark.n], -1)
+    assert bool(_in_window(mark, flat).all())
+    picks, inside = pooled_picks(mark.src, mark, idx)
+    assert bool(inside.all()) and torch.equal(picks.reshape(values.shape), values)
+    moved = flat.roll(1, dims=-1)  # each position given its neighbour's index: outside its window where they differ
+    differs = moved != flat
+    assert bool(differs.any()) and not bool(_in_window(mark, moved)[differs].all())
