@@ -86,6 +86,10 @@ def _one_value_off(x):
 HONEST = {"sorted_descending": _sorted_desc, "reversed": _reversed, "shuffled_per_row": _shuffled}
 WRONG = {"smallest_k": _smallest, "maximum_named_k_times": _max_named_k_times,
          "indices_of_another_row": _indices_of_another_row, "one_value_off": _one_value_off}
+# wrong in one element of 128: under the timed-call check's share (harness.LOOSE_SHARE, 1%), which is a screen, so
+# the judge's full check of kept calls is what fails it (on cuda the timed check passed it at fc7cebe; on the cpu the
+# shifted value moved two neighbours in the alignment and it flagged three)
+ONE_ELEMENT = {"one_value_off"}
 
 
 def judge(task: str, name: str, answers: dict, backend: str = "cpu") -> tuple[list, dict]:
@@ -132,7 +136,7 @@ def test_the_same_selection_in_another_order_is_right(judged, name):
 def test_another_selection_stays_wrong(judged, name):
     ok, details, timed, _ = judged[1][name]
     assert not ok, (name, details)
-    assert any(timed), (name, timed)
+    assert any(timed) or name in ONE_ELEMENT, (name, timed)
 
 
 # ------------------------------------------------------------------------------- 111: max pooling's return_indices

@@ -106,6 +106,7 @@ def test_a_timing_window_that_stays_open_never_lets_the_initialiser_run_beside_i
     timer = DeviceLock(lock_file)
     assert timer.acquire(True, 5.0)
     monkeypatch.setattr(pool, "CHECK_RESERVE_S", 590.0)  # (the deadline is 600 s: a wait of about a second)
+    monkeypatch.setattr(pool, "CHECK_LOCK_MIN_S", 1.0)
     name = f"waited_{int(time.time() * 1000) % 100000}"
     spec = {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]}
     host = dataclasses.replace(HOST, code_locks=(lock_file,))
@@ -117,6 +118,46 @@ def test_a_timing_window_that_stays_open_never_lets_the_initialiser_run_beside_i
     assert "KM_INIT_AT" not in res.log, res.log[-2000:]
     again = build_blocking(tmp_path / "builds", spec, 600, host=host)
     assert again.ok and not again.cached and "KM_INIT_AT" in again.log, again.log[-2000:]
+
+
+def test_a_build_whose_compile_used_its_deadline_still_waits_for_the_window_and_imports(tmp_path, monkeypatch):
+    """The wait for the locks is the verifier's, never charged to the candidate: at fc7cebe six verifiers' compiles
+    shared 16 cores, a compile took 246 s of its 300 s, the check then waited 1 s for a timing window and four honest
+    candidates were the verifier's error. Here the deadline leaves the check no wait of its own (reserve 590 s of
+    600), a window stays open 3 s past the check's ready, and the check waits ``CHECK_LOCK_MIN_S`` for it, imports after it closed and passes
+    with the wait on its record."""
+    lock_file = str(tmp_path / "timing-cpu.lock")
+    timer = DeviceLock(lock_file)
+    assert timer.acquire(True, 5.0)
+    monkeypatch.setattr(pool, "CHECK_RESERVE_S", 590.0)
+    monkeypatch.setattr(pool, "CHECK_LOCK_MIN_S", 60.0)
+    released, ready = [], threading.Event()
+    gate = pool._Build._gate
+
+    def gated(self, *args):  # the check is ready to load the module: the window stays open 3 s more
+        ready.set()
+        return gate(self, *args)
+
+    monkeypatch.setattr(pool._Build, "_gate", gated)
+
+    def close_later():
+        ready.wait(300)
+        time.sleep(3.0)
+        released.append(time.time())
+        timer.close()
+
+    t = threading.Thread(target=close_later)
+    t.start()
+    name = f"late_{int(time.time() * 1000) % 100000}"
+    try:
+        res = build_blocking(tmp_path / "builds", {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]},
+                             600, host=dataclasses.replace(HOST, code_locks=(lock_file,)))
+    finally:
+        t.join()
+    assert res.ok and not res.verifier_error, (res.verifier_error, res.log[-2000:])
+    stamps = [float(x) for x in re.findall(r"KM_INIT_AT (\d+\.\d+)", res.log)]
+    assert stamps and min(stamps) >= released[0] - 0.05, (stamps, released)
+    assert res.lock_wait_s >= 1.5, res.lock_wait_s
 
 
 def test_a_static_initialiser_that_spins_is_stopped_at_the_cpu_limit(tmp_path, monkeypatch):
