@@ -10,7 +10,8 @@ index for index with the reference, its output was wrong (docs/ANTI_CHEAT.md cla
 verifier's processes): each index tensor a selection op returns is recorded with the tensor it selects from, its
 dimension and what the op promises (``Selection``), and passed on through copies and reshapes that keep its elements'
 order (``.to(int32)``, ``view``, ``squeeze``, ``contiguous``). ``reference_outputs`` runs a reference under it and
-marks its outputs; ``selection_of`` reads an output's mark. ``tie_resolved`` hands back a candidate's index output
+marks its outputs; ``selection_of`` reads an output's mark; ``resolved`` is the one way a check (the judge's, the
+harness's of a timed call: each a ``TieRule``) reads a candidate's output by the mark. ``tie_resolved`` hands back a candidate's index output
 with every index that selects a value equal to the reference's pick (``close``: the judge's budget, the harness's
 loose check) replaced by the reference's own index, so the comparison that follows sees only wrong picks:
 
@@ -41,7 +42,7 @@ indices.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -430,3 +431,59 @@ def loose_close(rtol: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Ten
         scale = float(b.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0).max()) if b.numel() else 0.0
         return torch.isclose(a, b, rtol=rtol, atol=rtol * 1e-1 * scale + 1e-6, equal_nan=True)
     return close
+
+
+Close = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class TieRule(Protocol):
+    """How near a candidate's pick must be to the reference's to be as right, per kind of mark: the judge's budget
+    (measured from the fp32 reference's picks against float64's, verifier/judge/outputs.py) or the harness's loose
+    check of a timed call (``Loose``). ``r`` is the reference's output carrying ``mark``."""
+
+    def selection(self, mark: Selection, r: torch.Tensor) -> tuple[Close, torch.Tensor | None]:
+        """(``tie_resolved``'s rule, the float64 run's source or None)."""
+
+    def threshold(self, mark: Threshold, r: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``threshold_resolved``'s rule: whether a difference is within rounding of zero."""
+
+    def pooled(self, mark: Pooled, r: torch.Tensor) -> Close:
+        """``pooled_resolved``'s rule."""
+
+
+class Loose:
+    """The harness's ``TieRule``: a pick within about ``rtol`` of the values' scale is a tie (``loose_close``)."""
+
+    def __init__(self, rtol: float):
+        self.close = loose_close(rtol)
+
+    def selection(self, mark: Selection, r: torch.Tensor) -> tuple[Close, None]:
+        return self.close, None
+
+    def threshold(self, mark: Threshold, r: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda d: self.close(d, torch.zeros_like(d)) | self.close(torch.zeros_like(d), d)
+
+    def pooled(self, mark: Pooled, r: torch.Tensor) -> Close:
+        return self.close
+
+
+def resolved(o, r: torch.Tensor, rule: TieRule) -> tuple[torch.Tensor, int, int]:
+    """(the candidate's output ``o`` read by the mark of the reference's ``r``, how many of its answers were taken as
+    the reference's, how many name a true tie where the op documents its choice and were left): a topk's output in no
+    promised order put in the reference's first (``aligned``, class 110), then an index output's valid choices among
+    tied values (``tie_resolved``, class 77), a comparison's answers near its threshold (``threshold_resolved``, class
+    108), a max pooling's ties inside a window (``pooled_resolved``, class 111) taken as the reference's, by ``rule``.
+    ``o`` unchanged where ``r`` carries no mark or the two do not fit."""
+    mark = selection_of(r)
+    if isinstance(mark, Unordered):
+        o = aligned(o, r, mark)
+        mark = mark.sel
+    if mark is None or not isinstance(o, torch.Tensor) or o.is_floating_point() or o.shape != r.shape \
+            or o.dtype != r.dtype:
+        return o, 0, 0
+    if isinstance(mark, Threshold):
+        return (*threshold_resolved(o, r, mark, rule.threshold(mark, r)), 0)
+    if isinstance(mark, Pooled):
+        return (*pooled_resolved(o, r, mark, rule.pooled(mark, r)), 0)
+    close, src64 = rule.selection(mark, r)
+    return tie_resolved(o, r, mark, close, src64)

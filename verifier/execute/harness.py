@@ -112,17 +112,7 @@ def _loose_problem(out: torch.Tensor, ref: torch.Tensor) -> str:
         return f"an output of shape {tuple(getattr(out, 'shape', ()))} where {tuple(ref.shape)} was expected"
     if not ref.numel():
         return ""
-    sel = ties.selection_of(ref)
-    if isinstance(sel, ties.Unordered):  # a topk's output in no promised order: put in the reference's first
-        out, sel = ties.aligned(out.to(ref.device), ref, sel), sel.sel
-    if isinstance(sel, ties.Threshold):
-        close = ties.loose_close(LOOSE_RTOL["float"])
-        out = ties.threshold_resolved(out, ref, sel, lambda d: close(d, torch.zeros_like(d)) | close(
-            torch.zeros_like(d), d))[0]
-    elif isinstance(sel, ties.Pooled):
-        out = ties.pooled_resolved(out.to(ref.device), ref, sel, ties.loose_close(LOOSE_RTOL["float"]))[0]
-    elif sel is not None:
-        out = ties.tie_resolved(out.to(ref.device), ref, sel, ties.loose_close(LOOSE_RTOL["float"]))[0]
+    out = ties.resolved(out, ref, ties.Loose(LOOSE_RTOL["float"]))[0]
     o, r = out.to(ref.device).reshape(-1), ref.reshape(-1)
     floating = r.is_floating_point() or r.is_complex()
     rtol = LOOSE_RTOL["half" if r.dtype in (torch.float16, torch.bfloat16) else "float"]

@@ -36,8 +36,8 @@ import torch
 from verifier import cheats
 from verifier.common.config import VerifyConfig
 from verifier.common.inputs import as_list, cpu_model, digests_match, same_value
-from verifier.common.ties import (Pooled, Threshold, Unordered, aligned, as_index, picked, pooled_picks,
-                                  pooled_resolved, reference_outputs, selection_of, threshold_resolved, tie_resolved)
+from verifier.common.ties import (Pooled, Selection, Threshold, Unordered, aligned, as_index, picked, pooled_picks,
+                                  reference_outputs, resolved, selection_of)
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -245,38 +245,41 @@ def reference64_aligned(r: torch.Tensor, r64):
     return aligned(r64, r, mark)  # by the float64 values its indices and the fp32 reference's select
 
 
+class _Budgeted:
+    """The judge's ``ties.TieRule``: a candidate's pick is a tie of the reference's where the budget of the picked
+    values (measured from the fp32 reference's picks against the float64 reference's ``r64``, as a values output's
+    is: verifier/judge/numerics.py) accepts it (docs/ANTI_CHEAT.md classes 77, 108, 111)."""
+
+    def __init__(self, r64, cfg: VerifyConfig, ref_mod):
+        self.r64, self.cfg, self.ref_mod = r64, cfg, ref_mod
+        mark64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
+        self.mark64 = mark64.sel if isinstance(mark64, Unordered) else mark64
+
+    def selection(self, mark, r):
+        sel64 = self.mark64 if isinstance(self.mark64, Selection) else None
+        theirs32 = picked(mark.src, mark, as_index(r, mark))
+        theirs64 = picked(sel64.src, sel64, as_index(self.r64, sel64)) if sel64 is not None else None
+        budget, truth = budget_for(theirs32, theirs64, self.cfg, self.ref_mod)
+        return (lambda mine, _: budget.accepts(mine, truth.to(mine.device))), \
+            (sel64.src if sel64 is not None else None)
+
+    def threshold(self, mark, r):
+        d64 = self.mark64.difference() if isinstance(self.mark64, Threshold) else None
+        budget, truth = budget_for(mark.difference(), d64, self.cfg, self.ref_mod)
+        return lambda d: budget.accepts(torch.zeros_like(truth), truth)
+
+    def pooled(self, mark, r):
+        theirs32 = pooled_picks(mark.src, mark, r)[0]
+        theirs64 = pooled_picks(self.mark64.src, self.mark64, self.r64)[0] if isinstance(self.mark64, Pooled) else None
+        budget, truth = budget_for(theirs32, theirs64, self.cfg, self.ref_mod)
+        return lambda mine, _: budget.accepts(mine, truth.to(mine.device))
+
+
 def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_mod) -> tuple[torch.Tensor, int, int]:
-    """(a candidate's index output with its valid choices among tied values made the reference's, how many, how many
-    name another of exactly equal values where the op documents which: ``ties.tie_resolved``): where
-    ``r`` is the index output of a selection (``ties.selection_of``), an index whose selected value the budget of the
-    selected values accepts (measured from the fp32 reference's picks against the float64 reference's, as a values
-    output's is) names a tie of the reference's pick (docs/ANTI_CHEAT.md class 77); anything else unchanged."""
-    sel = selection_of(r)
-    if isinstance(sel, Unordered):  # a topk's output in no promised order (class 110): put in the reference's first
-        o = aligned(o, r, sel)
-        if sel.sel is None:
-            return o, 0, 0
-        sel = sel.sel
-    if sel is None or o.is_floating_point() or o.shape != r.shape or o.dtype != r.dtype:
-        return o, 0, 0
-    if isinstance(sel, Threshold):  # a comparison's answer near its threshold (class 108)
-        rec64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
-        d32 = sel.difference()
-        d64 = rec64.difference() if isinstance(rec64, Threshold) else None
-        budget, truth = budget_for(d32, d64, cfg, ref_mod)
-        return (*threshold_resolved(o, r, sel, lambda d: budget.accepts(torch.zeros_like(truth), truth)), 0)
-    sel64 = selection_of(r64) if isinstance(r64, torch.Tensor) else None
-    if isinstance(sel, Pooled):  # a max pooling's indices: a tie inside the same window (class 111)
-        theirs32 = pooled_picks(sel.src, sel, r)[0]
-        theirs64 = pooled_picks(sel64.src, sel64, r64)[0] if isinstance(sel64, Pooled) else None
-        budget, truth = budget_for(theirs32, theirs64, cfg, ref_mod)
-        return (*pooled_resolved(o, r, sel, lambda mine, _: budget.accepts(mine, truth.to(mine.device))), 0)
-    sel64 = sel64.sel if isinstance(sel64, Unordered) else sel64
-    theirs32 = picked(sel.src, sel, as_index(r, sel))
-    theirs64 = picked(sel64.src, sel64, as_index(r64, sel64)) if sel64 is not None else None
-    budget, truth = budget_for(theirs32, theirs64, cfg, ref_mod)
-    return tie_resolved(o, r, sel, lambda mine, _: budget.accepts(mine, truth.to(mine.device)),
-                        sel64.src if sel64 is not None else None)
+    """``ties.resolved`` by the judge's budget (``_Budgeted``): a candidate's output with its valid choices among
+    tied values made the reference's, how many, how many name another of exactly equal values where the op documents
+    which; anything else unchanged."""
+    return resolved(o, r, _Budgeted(r64, cfg, ref_mod))
 
 
 # ---------------------------------------------------------------------------- the checks
