@@ -27,7 +27,8 @@ from bench.common import device_name, emit  # noqa: E402
 from bench.lib.mixed_batch import mixed_batch  # noqa: E402
 from verifier.build import objcache, proc  # noqa: E402
 from verifier.build.pch import ensure_pch  # noqa: E402
-from verifier.build.pool import canonical_spec, spec_key, write_variant  # noqa: E402
+from verifier.build.steps import write_variant  # noqa: E402
+from verifier.common.spec import canonical_spec, spec_key  # noqa: E402
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.front.static import StaticScanError, scan  # noqa: E402

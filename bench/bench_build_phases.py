@@ -24,7 +24,9 @@ from bench.lib.mixed_batch import mixed_batch  # noqa: E402
 from bench.lib.testbed import load_manifest, real_batch  # noqa: E402
 from verifier.build.objcache import MODULE  # noqa: E402
 from verifier.build.pch import ensure_pch  # noqa: E402
-from verifier.build.pool import HOST_OBJECT, SLIM_HEADER, write_variant  # noqa: E402
+from verifier.build.slim import SLIM_HEADER  # noqa: E402
+from verifier.build.split import HOST_OBJECT  # noqa: E402
+from verifier.build.steps import write_variant  # noqa: E402
 from verifier.build.variants import build_variants  # noqa: E402
 from verifier.common.config import VerifyConfig  # noqa: E402
 from verifier.common.spec import canonical_spec  # noqa: E402

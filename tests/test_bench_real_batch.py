@@ -185,17 +185,17 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
 
 
 def test_build_breakdown_reads_the_variant_and_the_failed_attempts_the_build_wrote(tmp_path):
-    """bench/lib/build_breakdown.py reads what verifier/build/pool.py writes per build (result.json through its own
+    """bench/lib/build_breakdown.py reads what verifier/build/result.py writes per build (result.json through its own
     writer, a ``<variant>.log`` per fast variant tried, the one that built the module too): a module built light after a failed slim attempt is counted
     under light with the slim failure named, a failed build as failed, a build still running (no result) not at all."""
     from bench.lib.build_breakdown import read_builds, summarize, table
-    from verifier.build.pool import BuildResult, _write_result
+    from verifier.build.result import BuildResult, write_result
 
     for key, res, failed in [("a1", BuildResult(key="a1", ok=True, variant="slim", cpu_s=20.0, seconds=30.0), ["slim"]),
                              ("b2", BuildResult(key="b2", ok=True, variant="light", cpu_s=50.0, seconds=70.0), ["slim"]),
                              ("c3", BuildResult(key="c3", ok=False, cpu_s=8.0, seconds=9.0), ["slim", "light"])]:
         (tmp_path / key).mkdir()
-        _write_result(tmp_path / key, res)
+        write_result(tmp_path / key, res)
         for v in failed:
             (tmp_path / key / f"{v}.log").write_text("error: ...\n")
     (tmp_path / "d4").mkdir()  # still building at the cut

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from verifier.build import pch
-from verifier.build.pool import COMPILE_NICE, _BuildSandbox
+from verifier.build.steps import COMPILE_NICE, BuildSandbox
 from verifier.common import priority, sandbox
 from verifier.engine import VerifyConfig
 
@@ -47,7 +47,7 @@ def test_the_background_header_compile_runs_at_its_priority_as_a_session():
 def test_a_build_step_keeps_its_priority_inside_the_sandbox(tmp_path):
     """The build's sandbox runs in the session the pool starts (no bwrap ``--new-session``, whose fresh session is
     a group at nice 0): the step and what it starts run at the builds' priority as a group too."""
-    jail = _BuildSandbox([tmp_path / "work"], HOST, read_only=[str(ROOT)])
+    jail = BuildSandbox([tmp_path / "work"], HOST, read_only=[str(ROOT)])
     cmd = jail.argv([sys.executable, "-c", REPORT], {"PYTHONPATH": str(ROOT)})
     assert "--new-session" not in cmd
     p = subprocess.run(cmd, env={}, capture_output=True, text=True, timeout=120, start_new_session=True,
@@ -128,7 +128,7 @@ def test_a_build_step_without_bwraps_new_session_has_no_terminal_to_inject_into(
     script = ("import os\n"
               "try:\n    os.open('/dev/tty', os.O_RDWR)\n    print('terminal')\nexcept OSError:\n    print('none')\n"
               "print(os.getsid(0) == os.getpid())\n")
-    jail = _BuildSandbox([tmp_path / "work"], HOST, read_only=[str(ROOT)])
+    jail = BuildSandbox([tmp_path / "work"], HOST, read_only=[str(ROOT)])
     p = subprocess.run(jail.argv([sys.executable, "-c", script], {"PYTHONPATH": str(ROOT)}), env={}, capture_output=True, text=True,
                        timeout=120, start_new_session=True, preexec_fn=jail.preexec, pass_fds=jail.pass_fds)
     jail.started()

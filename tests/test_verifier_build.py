@@ -12,15 +12,10 @@ from pathlib import Path
 import pytest
 
 from verifier.build.pch import ensure_pch
-from verifier.build.pool import (
-    TORCH_FIRST,
-    build_blocking,
-    canonical_spec,
-    first_errors,
-    library_dirs,
-    objects_root,
-    spec_key,
-)
+from verifier.build.pool import build_blocking, objects_root
+from verifier.build.result import first_errors
+from verifier.build.steps import TORCH_FIRST, library_dirs
+from verifier.common.spec import canonical_spec, spec_key
 from verifier.build.variants import (
     FALLBACK_OFF,
     build_variants,
@@ -167,7 +162,7 @@ def test_each_variant_writes_the_binding_file_load_inline_writes_for_the_spec(tm
     import torch.utils.cpp_extension as ce
 
     from verifier.build.pch import write_build_files
-    from verifier.build.pool import write_variant
+    from verifier.build.steps import write_variant
 
     monkeypatch.setattr(ce, "CUDA_HOME", ce.CUDA_HOME or os.environ.get("CUDA_HOME") or "/usr/local/cuda")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
@@ -203,7 +198,7 @@ def test_two_compile_pools_in_one_process_build_with_their_own_host_settings_at_
     import threading
     import types
 
-    from verifier.build import pool
+    from verifier.build import steps
     from verifier.build.pool import CompilePool
     from verifier.common import sandbox
 
@@ -226,7 +221,7 @@ def test_two_compile_pools_in_one_process_build_with_their_own_host_settings_at_
         both.wait()  # the other pool's step is being started now too
         raise OSError("not started (test)")
 
-    monkeypatch.setattr(pool, "subprocess", types.SimpleNamespace(
+    monkeypatch.setattr(steps, "subprocess", types.SimpleNamespace(
         Popen=popen, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired))
     spec = {"cpp_sources": "int64_t km_hosts() { return 1; }", "functions": ["km_hosts"]}
     with CompilePool(tmp_path / "a", workers=1, host=hosts["a"]) as pa, \
@@ -485,12 +480,12 @@ def test_a_failure_of_the_verifiers_own_build_code_is_a_verifier_error_not_a_com
     from unittest import mock
 
     from bench.lib import fixtures as fx
-    from verifier.build import pool as build_mod
+    from verifier.build import steps as build_mod
     from verifier.engine import VerifyConfig
     from verifier.entry import verify_candidate
 
     cfg = VerifyConfig(build_dir=str(tmp_path), time_torch_compile=False, timing_trials=3)
-    with mock.patch.object(build_mod._Build, "run", side_effect=NameError("name 'sig' is not defined")):
+    with mock.patch.object(build_mod.Build, "run", side_effect=NameError("name 'sig' is not defined")):
         v = verify_candidate(fx.RELU_TASK, fx.HONEST_RELU, backend="cpu", config=cfg)
     assert v.status == "verifier_error" and "not a compile error of your code" in v.feedback, (v.status, v.feedback)
     assert not list(tmp_path.glob("*/result.json"))

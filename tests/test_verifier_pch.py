@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from verifier.build.pch import ensure_pch
-from verifier.build.pool import build_blocking, canonical_spec, spec_key
+from verifier.build.pool import build_blocking
+from verifier.common.spec import canonical_spec, spec_key
 from verifier.common.config import VerifyConfig
 
 
@@ -117,7 +118,7 @@ def test_a_missing_header_is_made_in_the_background_below_the_builds_and_no_buil
     import time
 
     from verifier.build import pch
-    from verifier.build.pool import COMPILE_NICE
+    from verifier.build.steps import COMPILE_NICE
 
     nice_now = [sys.executable, "-c", "import os; print(os.nice(0))"]
     assert int(pch._compile(nice_now, background=True).stdout) == pch.BACKGROUND_NICE > COMPILE_NICE

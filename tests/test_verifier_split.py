@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier.build.pool import add_host_unit, canonical_spec, spec_key, write_variant
+from verifier.build.steps import add_host_unit, write_variant
+from verifier.common.spec import canonical_spec, spec_key
 from verifier.build.split import HOST_FILE, HOST_OBJECT, declarations_only, split_refusal, split_source
 from verifier.build.variants import build_variants, variant_failure_is_final
 from verifier.build.slim import SLIM_HEAD, SLIM_HEADER, slim_source
@@ -239,15 +240,15 @@ def test_split_build_false_builds_without_the_cut_and_reuses_no_split_result():
     """``[verify] split_build = false``: the variants as before (slim, full), and a build result the split made in
     the same build root is rebuilt, not reused (the switch is there to compare the two paths' verdicts)."""
     from kernelmill.config import load_settings
-    from verifier.build.pool import BuildResult, _usable
+    from verifier.build.result import BuildResult, usable
 
     assert [label for label, _ in build_variants(_spec(), split=False)] == ["slim", "full"]
     host = load_settings(env={"KERNELMILL_VERIFY_SPLIT_BUILD": "false"}).verify.host()
     assert host.split_build is False and load_settings(env={}).verify.host().split_build is True
     for label in ("split", "split_ext"):
         made = BuildResult(key="k", ok=True, so_path="/x.so", variant=label)
-        assert _usable(made, True, split=False) is None and _usable(made, True, split=True) is made
-    assert _usable(BuildResult(key="k", ok=True, so_path="/x.so", variant="slim"), True, split=False) is not None
+        assert usable(made, True, split=False) is None and usable(made, True, split=True) is made
+    assert usable(BuildResult(key="k", ok=True, so_path="/x.so", variant="slim"), True, split=False) is not None
 
 
 def test_a_host_part_slim_does_not_take_is_built_under_torch_extension_h():

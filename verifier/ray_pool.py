@@ -49,7 +49,8 @@ from typing import Callable, Sequence
 import ray
 
 from kernelmill.errors import InputError
-from verifier.build.pool import build_blocking, spec_key
+from verifier.build.pool import build_blocking
+from verifier.common.spec import spec_key
 from verifier.common.config import usable_cores
 from verifier.engine import VerifyConfig, build_host, verify_batch
 from verifier.front.extract import extract_code

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kernelmill.schema import Verdict
 from verifier import cheats
-from verifier.build.pool import first_errors
+from verifier.build.result import first_errors
 from verifier.common import sandbox
 from verifier.front.binary import scan_binary, scan_tampering
 from verifier.front.extract import check_candidate_shape, extract_code

@@ -1,5 +1,5 @@
 """Where a batch's builds went, read off its build root after the batch: for every build (a key directory of
-verifier/build/pool.py), the variant that produced the module (bare, slim, light, full; "failed" when none did),
+verifier/build/result.py), the variant that produced the module (bare, slim, light, full; "failed" when none did),
 the fast variants that failed before it (every fast variant tried leaves ``<variant>.log``), its CPU and wall seconds (``result.json``),
 and whether the object cache supplied objects. The throughput benchmark (bench/bench_verifier.py --batch real)
 records it per batch, so a compile-bound figure says which variant to cut next.

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 
-from verifier.build import pool
+from verifier.build import steps
 from verifier.build.pool import build_blocking
 from verifier.common.config import VerifyConfig
 from verifier.common.devlock import DeviceLock
@@ -105,8 +105,8 @@ def test_a_timing_window_that_stays_open_never_lets_the_initialiser_run_beside_i
     lock_file = str(tmp_path / "timing-cpu.lock")
     timer = DeviceLock(lock_file)
     assert timer.acquire(True, 5.0)
-    monkeypatch.setattr(pool, "CHECK_RESERVE_S", 590.0)  # (the deadline is 600 s: a wait of about a second)
-    monkeypatch.setattr(pool, "CHECK_LOCK_MIN_S", 1.0)
+    monkeypatch.setattr(steps, "CHECK_RESERVE_S", 590.0)  # (the deadline is 600 s: a wait of about a second)
+    monkeypatch.setattr(steps, "CHECK_LOCK_MIN_S", 1.0)
     name = f"waited_{int(time.time() * 1000) % 100000}"
     spec = {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]}
     host = dataclasses.replace(HOST, code_locks=(lock_file,))
@@ -129,16 +129,16 @@ def test_a_build_whose_compile_used_its_deadline_still_waits_for_the_window_and_
     lock_file = str(tmp_path / "timing-cpu.lock")
     timer = DeviceLock(lock_file)
     assert timer.acquire(True, 5.0)
-    monkeypatch.setattr(pool, "CHECK_RESERVE_S", 590.0)
-    monkeypatch.setattr(pool, "CHECK_LOCK_MIN_S", 60.0)
+    monkeypatch.setattr(steps, "CHECK_RESERVE_S", 590.0)
+    monkeypatch.setattr(steps, "CHECK_LOCK_MIN_S", 60.0)
     released, ready = [], threading.Event()
-    gate = pool._Build._gate
+    gate = steps.Build._gate
 
     def gated(self, *args):  # the check is ready to load the module: the window stays open 3 s more
         ready.set()
         return gate(self, *args)
 
-    monkeypatch.setattr(pool._Build, "_gate", gated)
+    monkeypatch.setattr(steps.Build, "_gate", gated)
 
     def close_later():
         ready.wait(300)
@@ -161,7 +161,7 @@ def test_a_build_whose_compile_used_its_deadline_still_waits_for_the_window_and_
 
 
 def test_a_static_initialiser_that_spins_is_stopped_at_the_cpu_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(pool, "CHECK_CPU_S", 3)
+    monkeypatch.setattr(steps, "CHECK_CPU_S", 3)
     tag = str(int(time.time() * 1000) % 100000)
     res = build_blocking(tmp_path / "builds", {"cpp_sources": SPINNER.replace("TAG", tag), "functions": [f"spin_{tag}"]},
                          600, full_fallback=False, host=HOST)
@@ -172,7 +172,7 @@ def test_a_static_initialiser_that_spins_is_stopped_at_the_cpu_limit(tmp_path, m
 def test_the_import_check_runs_no_candidate_code_before_the_verifiers_go(tmp_path):
     """The gate (verifier/build/proc.py ``--gate``): the check starts Python and loads torch's libraries without any
     device lock (the verifier's code), says it is ready and waits; the candidate's static initialiser runs only after
-    the go, which the build gives once it holds the host's device locks (pool.py ``_gate``; the test above: a
+    the go, which the build gives once it holds the host's device locks (steps.py ``_gate``; the test above: a
     window open at that point keeps it waiting). Without a go it loads nothing and says so."""
     import os
     import subprocess
@@ -182,7 +182,7 @@ def test_the_import_check_runs_no_candidate_code_before_the_verifiers_go(tmp_pat
     res = build_blocking(tmp_path / "builds", {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]}, 600,
                          host=HOST)
     assert res.ok, res.log[-2000:]
-    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(pool.library_dirs()))
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(steps.library_dirs()))
     for go in (True, False):
         rw = tmp_path / f"rw_{go}"
         rw.mkdir()

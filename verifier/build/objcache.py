@@ -24,7 +24,7 @@ are written by torch into a fresh directory; include paths, ``-include``, plugin
 ``CACHEABLE_FLAGS``, so such builds are not cached), and an object is stored only after its compile succeeded. The
 cache lives beside the build root's key directories and is written only by the sandboxed compile step of a
 cacheable spec (verifier/build/proc.py), where no candidate code runs; the import check of a built module, which
-runs the candidate's static initialisers, cannot write it (verifier/build/pool.py).
+runs the candidate's static initialisers, cannot write it (verifier/build/steps.py).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def run_ninja(build_dir: str | os.PathLike, error_prefix: str) -> dict:
     return {"ninja": True}
 
 
-# The link of every build names the spec's own init function as an alias of the module's (verifier/build/pool.py
+# The link of every build names the spec's own init function as an alias of the module's (verifier/build/steps.py
 # ``write_variant``: ``-Wl,--defsym=PyInit_km_<key>=PyInit_km_ext``). A library with no pybind11 module
 # (``load_inline(..., is_python_module=False)``: operators registered with ``TORCH_LIBRARY``, loaded as torch
 # loads it, ``torch.ops.load_library``) defines no init function, and the alias would fail its link with

@@ -34,7 +34,7 @@ PCH_MAX_FLAG_SETS = 12  # headers x cflags sets that get one (torch/extension.h'
 # one load_inline at a time in this process: the stop below patches torch's module, and its extension versioner
 # would rename a second concurrent extension of the same name (``name_v1``), which the ninja file then builds
 _WRITE_LOCK = threading.Lock()
-# headers made in the background (``make_in_background``) run below the builds (pool.COMPILE_NICE, 10) and everything
+# headers made in the background (``make_in_background``) run below the builds (steps.COMPILE_NICE, 10) and everything
 # else: an investment for later builds, made with the CPU the verdicts leave over
 BACKGROUND_NICE = priority.BACKGROUND
 _BACKGROUND: set = set()  # the compilers making a header in the background now (ended when this process exits)

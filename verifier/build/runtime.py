@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from verifier.build.pool import build_blocking, first_errors
+from verifier.build.pool import build_blocking
+from verifier.build.result import first_errors
 from verifier.common import sandbox
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildBuild, file_seal
