@@ -5,7 +5,7 @@ reference's own arbitrary order it was ``wrong``. Beside each honest order, the 
 the reading stay wrong: another selection, the maximum named k times, values right but indices of another row.
 
 Judged by the plan, the reference's runs and ``check_outputs`` as a trial is, and by the harness's check of a timed
-call (``harness._loose_problem``); no candidate is built."""
+call (``timed_checks.loose_problem``); no candidate is built."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from verifier.common.config import VerifyConfig
 from verifier.common.inputs import cpu_model, draw_inputs
 from verifier.common.ties import Pooled, Unordered, _in_window, pooled_picks, reference_outputs, selection_of
-from verifier.execute.harness import _loose_problem
+from verifier.execute.timed_checks import loose_problem as _loose_problem
 from verifier.judge.numerics import float64_model
 from verifier.judge.outputs import Evidence, check_outputs, reference64
 from verifier.judge.plan import task_plan
@@ -86,7 +86,7 @@ def _one_value_off(x):
 HONEST = {"sorted_descending": _sorted_desc, "reversed": _reversed, "shuffled_per_row": _shuffled}
 WRONG = {"smallest_k": _smallest, "maximum_named_k_times": _max_named_k_times,
          "indices_of_another_row": _indices_of_another_row, "one_value_off": _one_value_off}
-# wrong in one element of 128: under the timed-call check's share (harness.LOOSE_SHARE, 1%), which is a screen, so
+# wrong in one element of 128: under the timed-call check's share (timed_checks.LOOSE_SHARE, 1%), which is a screen, so
 # the judge's full check of kept calls is what fails it (on cuda the timed check passed it at fc7cebe; on the cpu the
 # shifted value moved two neighbours in the alignment and it flagged three)
 ONE_ELEMENT = {"one_value_off"}

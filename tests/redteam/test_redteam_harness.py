@@ -329,18 +329,18 @@ _LIES = [test_an_honest_server_is_clocked_checked_and_sampled_by_the_harness,
 def test_checks_held_until_the_child_ended_decide_as_checks_at_once(tmp_path, monkeypatch, case, room):
     # on cuda the harness checks the timed outputs after the child has let the device go: a server that skips work,
     # answers done early or writes late is caught the same, and an honest one's picks are right
-    from verifier.execute import harness
+    from verifier.execute import timed_checks
 
-    monkeypatch.setitem(harness.DEFER_BYTES, "cpu", room)
+    monkeypatch.setitem(timed_checks.DEFER_BYTES, "cpu", room)
     case(tmp_path)
 
 
 def test_held_checks_run_only_once_the_child_has_ended_and_every_call_is_checked(tmp_path, monkeypatch):
-    from verifier.execute import harness
+    from verifier.execute import timed_checks
 
     from verifier.common.devlock import DeviceLock
 
-    monkeypatch.setitem(harness.DEFER_BYTES, "cpu", 1 << 30)
+    monkeypatch.setitem(timed_checks.DEFER_BYTES, "cpu", 1 << 30)
     lock_path = str(tmp_path / "dev.lock")
     h = Harness("cpu", tmp_path, torch.nn.ReLU, _draw, check=True, keep=3, budget_s=5.0, lock_path=lock_path,
                 lock_wait_s=2.0)
@@ -365,9 +365,9 @@ def test_held_checks_run_only_once_the_child_has_ended_and_every_call_is_checked
 
 
 def test_a_held_check_that_fails_on_the_harness_side_is_the_verifiers_error(tmp_path, monkeypatch):
-    from verifier.execute import harness
+    from verifier.execute import timed_checks
 
-    monkeypatch.setitem(harness.DEFER_BYTES, "cpu", 1 << 30)
+    monkeypatch.setitem(timed_checks.DEFER_BYTES, "cpu", 1 << 30)
     models = []
 
     def reference():

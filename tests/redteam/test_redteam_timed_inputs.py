@@ -8,7 +8,7 @@ answer into its input and returned the input: every checked output right, every 
 
 Closed outside the candidate's process: the harness wrote every timed input into its pool, so once a bracket's
 calls are done it compares the pool's inputs with what it wrote (value by value, NaN equal to NaN; verifier/execute/harness.py
-``_inputs_changed``), and a change is C07 (verifier/judge/checks.py ``check_timed_inputs``), whatever the child's
+``inputs_changed``), and a change is C07 (verifier/judge/checks.py ``check_timed_inputs``), whatever the child's
 monitors say. Honest twin: the same kernel writing a new tensor on every call passes, timed.
 """
 
@@ -19,7 +19,7 @@ from bench.lib import fixtures as fx
 from kernelmill.schema import Candidate, Task
 from verifier import cheats
 from verifier.engine import VerifyConfig, verify_batch
-from verifier.execute.harness import _inputs_changed
+from verifier.execute.timed_checks import inputs_changed as _inputs_changed
 
 KERNEL = r'''
 #include <torch/extension.h>

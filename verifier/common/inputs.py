@@ -153,7 +153,7 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     """``torch.equal`` (same shape, dtype and values), except that NaN equals NaN: a tensor holding NaN is left
     alone, not changed, where it was not written (an input drawn with NaN in it, an output whose reference has NaN
     where a task's op makes them). The check of a trial's inputs in the child, of a timed call's in the harness
-    (``_inputs_changed``) and of the outputs written after the clock's end read it so; -0.0 equals 0.0 as there."""
+    (``inputs_changed``) and of the outputs written after the clock's end read it so; -0.0 equals 0.0 as there."""
     if torch.equal(a, b):
         return True
     if a.shape != b.shape or a.dtype != b.dtype or not (a.is_floating_point() or a.is_complex()):

@@ -2,7 +2,7 @@
 the cpu pair of tests/redteam/test_redteam_timed_inputs.py with a CUDA kernel. A timed call's input is a view into
 the harness's pool (CUDA IPC memory), its storage far larger than the tensor; the cheat writes its answer into that
 input and returns it. The harness compares the pool's inputs with what it wrote, on its own stream right after the
-calls' done word (verifier/execute/harness.py ``_inputs_changed``): C07. Honest twin: a new tensor every call passes.
+calls' done word (verifier/execute/timed_checks.py ``inputs_changed``): C07. Honest twin: a new tensor every call passes.
 """
 
 import sys
