@@ -43,7 +43,7 @@ from verifier.build.runtime import child_builder
 from verifier.common.backends import get_backend
 from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, usable_cores
 from verifier.execute import admission
-from verifier.execute.locks import device_work, lock_path, lock_wait_s
+from verifier.execute.locks import device_work, give_back_cache, lock_path, lock_wait_s
 from verifier.execute.processes import clear_job_root, exec_slot
 from verifier.execute.queue import ReadyQueue, build_order
 from verifier.judge import cpu_time
@@ -237,8 +237,7 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
             except Exception as e:  # noqa: BLE001 - the verifier's own device work out of memory: run it again
                 if wait_s is None or not device_memory_error(e):
                     raise
-                if torch.cuda.is_available() and torch.cuda.is_initialized():
-                    torch.cuda.empty_cache()
+                give_back_cache("cuda")
                 time.sleep(wait_s)
                 continue
             if not attempt.setup_failed or wait_s is None:
@@ -320,8 +319,7 @@ def _slot_job(w: Work | SlotWarmUp, results: list, cfg: VerifyConfig, build_root
     try:
         return execute_item(w, results, cfg, build_root)
     finally:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        give_back_cache("cuda")
 
 
 def _check_toolchain(backend: str) -> None:

@@ -55,6 +55,7 @@ import torch
 from verifier.common import ipc
 from verifier.common.devlock import device_lock, held_exclusive
 from verifier.common.inputs import as_list, nbytes
+from verifier.execute.locks import bracket_in_flight
 from verifier.execute.brackets import LEAST_BRACKETS, TIGHT, Bracket, Clocked, order_interval, tight
 from verifier.execute.timed_checks import TimedChecks, inputs_changed
 
@@ -407,42 +408,44 @@ class Harness(TimedChecks):
         msg = recv(wait_s)
         self._part("queue", time.perf_counter() - t0)
         late = bool(msg) and msg.get("op") == "timeout"
-        try:
-            with torch.cuda.stream(s):
-                ipc.wait_value(s, self._hold.data_ptr(), seq)
-                try:
-                    start.record(s)
-                    self._write_inputs(private, views)
-                    self._flush.zero_()
-                    ipc.write_value(s, gate, seq)
-                finally:  # (never left holding this stream, whatever raised while queuing)
-                    ipc.write_value(self._unblock, self._hold.data_ptr(), seq)
-                ipc.wait_value(s, done, seq)
-                end.record(s)
-                snapshot = _snapshot(views)  # on this stream right after done, outside the clock
-                changed = inputs_changed(private, views) if compare else []  # so are the inputs' comparisons
-        except BaseException:  # the harness's own failure (its copies out of device memory): the child's calls,
-            with contextlib.suppress(Exception):  # queued behind the gate, run and end instead of waiting for ever
+        # from the first gated work queued to the stream's drain: no cudaFree of this process meanwhile (locks.py)
+        with bracket_in_flight():
+            try:
+                with torch.cuda.stream(s):
+                    ipc.wait_value(s, self._hold.data_ptr(), seq)
+                    try:
+                        start.record(s)
+                        self._write_inputs(private, views)
+                        self._flush.zero_()
+                        ipc.write_value(s, gate, seq)
+                    finally:  # (never left holding this stream, whatever raised while queuing)
+                        ipc.write_value(self._unblock, self._hold.data_ptr(), seq)
+                    ipc.wait_value(s, done, seq)
+                    end.record(s)
+                    snapshot = _snapshot(views)  # on this stream right after done, outside the clock
+                    changed = inputs_changed(private, views) if compare else []  # so are the inputs' comparisons
+            except BaseException:  # the harness's own failure (its copies out of device memory): the child's calls,
+                with contextlib.suppress(Exception):  # queued behind the gate, run and end instead of waiting for ever
+                    self._release(seq)
+                raise
+            if late:
+                msg = recv()
+            if not msg or msg.get("op") != "queued":
                 self._release(seq)
-            raise
-        if late:
-            msg = recv()
-        if not msg or msg.get("op") != "queued":
-            self._release(seq)
-            raise _ChildGone(f"the child did not queue its bracket: {msg!r}")
-        deadline = time.monotonic() + max(60.0, 4 * self.budget_s)
-        while not end.query():  # the child's done, or a child that never writes it (then released here)
-            if time.monotonic() > deadline:
-                self._release(seq)
-                self.result.problems.append("a timed bracket never reported done")
+                raise _ChildGone(f"the child did not queue its bracket: {msg!r}")
+            deadline = time.monotonic() + max(60.0, 4 * self.budget_s)
+            while not end.query():  # the child's done, or a child that never writes it (then released here)
+                if time.monotonic() > deadline:
+                    self._release(seq)
+                    self.result.problems.append("a timed bracket never reported done")
+                    return None, late, [], []
+                time.sleep(2e-5)
+            s.synchronize()  # the snapshot
+            send({"ok": True})
+            if msg.get("error"):
+                self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
                 return None, late, [], []
-            time.sleep(2e-5)
-        s.synchronize()  # the snapshot
-        send({"ok": True})
-        if msg.get("error"):
-            self.result.problems.append(f"a timed call failed: {str(msg['error'])[:300]}")
-            return None, late, [], []
-        return start.elapsed_time(end) * 1e-3, late, snapshot, changed
+            return start.elapsed_time(end) * 1e-3, late, snapshot, changed
 
     def _release(self, seq: int) -> None:
         """Open the gate and write done from a stream of this process, so that neither side waits for ever."""

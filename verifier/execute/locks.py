@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,10 +109,47 @@ def device_work(cfg: VerifyConfig, backend: str) -> Iterator[DeviceLock]:
         try:
             yield lock
         finally:
-            torch.cuda.empty_cache()
+            give_back_cache(backend)
 
 
-def give_back_cache(backend: str) -> None:
-    """The allocator's free blocks back to the driver (cuda; nothing on cpu): after a task's plan leaves the cache."""
-    if backend == "cuda" and torch.cuda.is_initialized():
+# A clocked bracket's stream (verifier/execute/harness.py ``_clock_cuda``) waits on words that its harness's thread
+# writes from Python after queuing (the hold, the gate) and on the child's done. ``empty_cache`` frees through
+# cudaFree, which waits for every stream of the process, holding the allocator's lock and the interpreter's: the
+# bracket's thread can then never write its word, and the process stops. At 92b516b an H100's real batch stopped so
+# after its first candidate: the engine's preparation threads each gave the cache back after timing a task's
+# reference (d0a2af8) while another thread's reference bracket was queued, and no later verdict came in 271 s. So
+# the cache goes back only where no bracket of this process is in flight, and none starts meanwhile.
+_BRACKETS = threading.Condition()
+_in_flight = 0
+GIVE_BACK_WAIT_S = 5.0  # the longest wait for brackets in flight to end; past it the cache is kept this time
+
+
+@contextlib.contextmanager
+def bracket_in_flight() -> Iterator[None]:
+    """Held by a harness's thread from the first gated work it queues on its stream to the stream's drain."""
+    global _in_flight
+    with _BRACKETS:
+        _in_flight += 1
+    try:
+        yield
+    finally:
+        with _BRACKETS:
+            _in_flight -= 1
+            _BRACKETS.notify_all()
+
+
+def brackets_in_flight() -> int:
+    return _in_flight
+
+
+def give_back_cache(backend: str, wait_s: float = GIVE_BACK_WAIT_S) -> bool:
+    """The allocator's free blocks back to the driver (cuda; nothing on cpu), once no clocked bracket of this process
+    is in flight (waiting up to ``wait_s``; none starts while it runs): whether it did. The one way the verifier's
+    processes empty the cache."""
+    if backend != "cuda" or not torch.cuda.is_initialized():
+        return False
+    with _BRACKETS:
+        if not _BRACKETS.wait_for(lambda: _in_flight == 0, timeout=wait_s):
+            return False
         torch.cuda.empty_cache()
+        return True

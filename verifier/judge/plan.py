@@ -341,8 +341,7 @@ def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
     try:
         return _float64_outputs(model, draws, outs)
     except torch.cuda.OutOfMemoryError:  # the estimate missed (another process, forward's own workspace)
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        give_back_cache("cuda")
         return "the float64 reference ran out of device memory", [], None
 
 
