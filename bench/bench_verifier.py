@@ -133,6 +133,7 @@ def _real_argv(a, k: int, budget_s: float, out_json: Path) -> list[str]:
             "--per-task", str(k), "--levels", a.levels, "--n-tasks", str(a.n_tasks), "--sources", a.sources,
             "--backend", a.backend, "--budget-s", f"{budget_s:.0f}", "--one-batch", str(out_json)]
     return argv + (["--exec-workers", str(a.exec_workers)] if a.exec_workers else []) + \
+        (["--stacks", a.stacks] if a.stacks else []) + \
         (["--pad-copies"] if a.pad_copies else []) + (["--no-split"] if a.no_split else []) + \
         [x for kv in a.verify for x in ("--verify", kv)]
 
@@ -143,6 +144,11 @@ def real_main(a) -> int:
     import json
 
     if a.one_batch:
+        if a.stacks:  # every thread's stack each minute: where a batch that stops is waiting (92b516b's stopped)
+            import faulthandler
+
+            stacks = open(f"{a.stacks}.k{a.per_task}", "w")
+            faulthandler.dump_traceback_later(60, repeat=True, file=stacks)
         real_once(a, Path(a.one_batch))
         return 0
     t_start = time.perf_counter()
@@ -207,6 +213,8 @@ def main():
                     help="real batch: the candidates' backend (cpu: a smoke run on a manifest of cpu solutions)")
     ap.add_argument("--pad-copies", action="store_true",
                     help="real batch: fill a task with fewer than k distinct solutions with identical copies")
+    ap.add_argument("--stacks", default="", help="real batch: write every thread's stack each minute to STACKS.k<k> "
+                    "(faulthandler), to see where a batch that stops waits")
     ap.add_argument("--one-batch", default="", help=argparse.SUPPRESS)  # the child process of one real batch
     a = ap.parse_args()
     if a.batch == "real":
