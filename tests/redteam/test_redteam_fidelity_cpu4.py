@@ -245,6 +245,10 @@ GEOMETRIES = {
     "1d_through_2d": (lambda x: F.max_pool1d(x, 4, 2, 1, return_indices=True), (2, 3, 33)),
     "3d_kernel3_pad1": (lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True), (1, 2, 9, 8, 7)),
     "2d_unbatched_module": (lambda x: torch.nn.MaxPool2d(2, 2, return_indices=True)(x), (3, 8, 8)),
+    "adaptive_2d_uneven": (lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True), (2, 3, 10, 7)),
+    "adaptive_2d_upsampling": (lambda x: F.adaptive_max_pool2d(x, (6, 5), return_indices=True), (1, 2, 4, 3)),
+    "adaptive_1d_through_2d": (lambda x: F.adaptive_max_pool1d(x, 5, return_indices=True), (2, 3, 13)),
+    "adaptive_3d": (lambda x: F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True), (1, 2, 5, 6, 7)),
 }
 
 
@@ -267,3 +271,92 @@ def test_every_reference_index_is_in_its_own_window_and_names_its_value(name):
     moved = flat.roll(1, dims=-1)  # each position given its neighbour's index: outside its window where they differ
     differs = moved != flat
     assert bool(differs.any()) and not bool(_in_window(mark, moved)[differs].all())
+
+
+# ------------------------------------------------------------------ 111, adaptive: windows of uneven, overlapping sizes
+ADAPTIVE_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveMaxPool2d((4, 5), return_indices=True)
+
+    def forward(self, x):
+        return self.pool(torch.round(x.clamp(-1.0, 1.0)) + 1.0)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 15, 13)]
+
+
+def get_init_inputs():
+    return []
+'''
+OUT_HW = (4, 5)
+
+
+def _adaptive(x, pick):
+    """An honest adaptive max pooling written out window by window; ``pick(window values) -> position``."""
+    q = torch.round(x.clamp(-1.0, 1.0)) + 1.0
+    n, c, h, w = q.shape
+    vals = torch.empty(n, c, *OUT_HW, dtype=q.dtype, device=q.device)
+    idx = torch.empty(n, c, *OUT_HW, dtype=torch.int64, device=q.device)
+    for oh in range(OUT_HW[0]):
+        r0, r1 = oh * h // OUT_HW[0], -(-(oh + 1) * h // OUT_HW[0])
+        for ow in range(OUT_HW[1]):
+            c0, c1 = ow * w // OUT_HW[1], -(-(ow + 1) * w // OUT_HW[1])
+            win = q[:, :, r0:r1, c0:c1].reshape(n, c, -1)
+            pos = pick(win)
+            vals[:, :, oh, ow] = win.gather(-1, pos.unsqueeze(-1)).squeeze(-1)
+            idx[:, :, oh, ow] = (r0 + pos // (c1 - c0)) * w + c0 + pos % (c1 - c0)
+    return vals, idx
+
+
+def _adaptive_first(x):
+    return _adaptive(x, lambda win: win.argmax(-1))
+
+
+def _adaptive_last(x):
+    return _adaptive(x, lambda win: win.shape[-1] - 1 - win.flip(-1).argmax(-1))
+
+
+def _adaptive_neighbour(x):
+    v, i = _adaptive_first(x)
+    return v, i.roll(1, dims=3)
+
+
+def _adaptive_minimum(x):
+    v, _ = _adaptive_first(x)
+    return v, _adaptive(x, lambda win: win.argmin(-1))[1]
+
+
+ADAPTIVE_HONEST = {"first_of_tied_maxima": _adaptive_first, "last_of_tied_maxima": _adaptive_last}
+ADAPTIVE_WRONG = {"tied_value_in_the_next_window": _adaptive_neighbour, "window_minimum": _adaptive_minimum}
+
+
+@pytest.fixture(scope="module")
+def adaptive():
+    return judge(ADAPTIVE_TASK, "adaptive_maxpool_indices", {**ADAPTIVE_HONEST, **ADAPTIVE_WRONG})
+
+
+def test_adaptive_pooling_indices_are_marked_and_an_honest_answer_differs(adaptive):
+    refs, out = adaptive
+    mark = selection_of(refs[1])
+    assert isinstance(mark, Pooled) and mark.adaptive, mark
+    assert int((out["last_of_tied_maxima"][3][1] != refs[1]).sum()) > 20  # not vacuous
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTIVE_HONEST))
+def test_another_of_an_adaptive_windows_tied_maxima_is_right(adaptive, name):
+    ok, details, timed, _ = adaptive[1][name]
+    assert ok, details
+    assert timed == ["", ""], timed
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTIVE_WRONG))
+def test_an_adaptive_index_outside_its_window_or_on_a_smaller_value_stays_wrong(adaptive, name):
+    ok, details, timed, _ = adaptive[1][name]
+    assert not ok, (name, details)
+    assert any(timed), (name, timed)

@@ -29,14 +29,13 @@ A boolean output of a comparison (``x @ w > 0``, ``x >= threshold``) is read the
 ``threshold_resolved``): where ``a - b`` is within rounding of zero (the judge: the budget of ``a - b`` measured from
 the fp32 reference's against float64's accepts 0), the other answer is as right; an exact tie keeps its answer.
 
-Max pooling's ``return_indices`` (``max_pool1d/2d/3d_with_indices``, docs/ANTI_CHEAT.md class 111) is read the
-same way (``Pooled``, ``pooled_resolved``): an index that names, inside the same window, a value tied with the
-reference's pick (within the budget of the picked values) is as right; one outside its window, out of range, or on a
-smaller value stays wrong. PyTorch documents no choice among a window's ties.
+Max pooling's ``return_indices`` (``max_pool1d/2d/3d_with_indices`` and adaptive max pooling, docs/ANTI_CHEAT.md class
+111) is read the same way (``Pooled``, ``pooled_resolved``): an index that names, inside the same window, a value tied
+with the reference's pick (within the budget of the picked values) is as right; one outside its window, out of range,
+or on a smaller value stays wrong. PyTorch documents no choice among a window's ties.
 
 Not covered: an index output that reaches the task's output through arithmetic (``indices + 1``, a gather of other
-values by it) or a permutation (``.t()``) is compared as an integer output, exactly; so are adaptive max pooling's
-indices.
+values by it) or a permutation (``.t()``) is compared as an integer output, exactly.
 """
 
 from __future__ import annotations
@@ -115,13 +114,17 @@ def _unordered_topk(func, args, kwargs, out) -> list | None:
 
 
 POOLS = {aten.max_pool1d_with_indices: 1, aten.max_pool2d_with_indices: 2, aten.max_pool3d_with_indices: 3}
+# adaptive max pooling (adaptive_max_pool1d reaches the dispatcher as the 2d op over an unsqueezed input): output
+# position i of a dimension of In -> Out takes the window [floor(i In / Out), ceil((i + 1) In / Out))
+ADAPTIVE_POOLS = {aten.adaptive_max_pool2d: 2, aten.adaptive_max_pool3d: 3}
 
 
 @dataclass(frozen=True)
 class Pooled:
     """The index output of a max pooling (``return_indices``): each index names an element of its (batch, channel)
     plane of ``src`` (flattened over the ``n`` pooled dimensions) inside its output position's window (``kernel``,
-    ``stride``, ``padding``, ``dilation``); ``shape`` the index tensor as the op returned it."""
+    ``stride``, ``padding``, ``dilation``; ``adaptive``: an adaptive pooling's windows, from the sizes alone);
+    ``shape`` the index tensor as the op returned it."""
 
     src: torch.Tensor
     n: int
@@ -130,10 +133,12 @@ class Pooled:
     padding: tuple
     dilation: tuple
     shape: tuple
+    adaptive: bool = False
 
 
 def _pooled(func, args, kwargs, out) -> tuple[torch.Tensor, Pooled] | None:
-    n = POOLS.get(func._overloadpacket)
+    adaptive = ADAPTIVE_POOLS.get(func._overloadpacket)
+    n = POOLS.get(func._overloadpacket) or adaptive
     if n is None or not isinstance(out, (tuple, list)) or len(out) != 2 or not args or \
             not isinstance(args[0], torch.Tensor) or not isinstance(out[1], torch.Tensor):
         return None
@@ -144,6 +149,8 @@ def _pooled(func, args, kwargs, out) -> tuple[torch.Tensor, Pooled] | None:
         v = [int(x) for x in v] if isinstance(v, (list, tuple)) else [int(v)]
         return tuple(v * n if len(v) == 1 else v)
 
+    if adaptive:
+        return out[1], Pooled(args[0].detach(), n, (), (), (), (), tuple(out[1].shape), adaptive=True)
     kernel = per_dim(b.get("kernel_size"), 1)
     return out[1], Pooled(args[0].detach(), n, kernel, per_dim(b.get("stride"), kernel), per_dim(b.get("padding"), 0),
                           per_dim(b.get("dilation"), 1), tuple(out[1].shape))
@@ -171,6 +178,10 @@ def _in_window(mark: Pooled, idx: torch.Tensor) -> torch.Tensor:
         coord, rest = rest % int(ins[d]), rest // int(ins[d])
         out_at = pos % int(outs[d])
         pos = pos // int(outs[d])
+        if mark.adaptive:
+            size, cut = int(ins[d]), int(outs[d])
+            ok &= (coord >= out_at * size // cut) & (coord < -(-(out_at + 1) * size // cut))
+            continue
         rel = coord - (out_at * mark.stride[d] - mark.padding[d])
         ok &= (rel >= 0) & (rel % mark.dilation[d] == 0) & (rel // mark.dilation[d] < mark.kernel[d])
     return ok

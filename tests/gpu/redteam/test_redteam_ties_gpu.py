@@ -5,8 +5,8 @@ them stay wrong, in the judge and in the harness's check of a timed call."""
 
 import pytest
 
-from tests.redteam.test_redteam_fidelity_cpu4 import (HONEST, ONE_ELEMENT, POOL_HONEST, POOL_TASK, POOL_WRONG, TASK,
-                                                      WRONG, judge)
+from tests.redteam.test_redteam_fidelity_cpu4 import (ADAPTIVE_HONEST, ADAPTIVE_TASK, ADAPTIVE_WRONG, HONEST, ONE_ELEMENT,
+                                                      POOL_HONEST, POOL_TASK, POOL_WRONG, TASK, WRONG, judge)
 from verifier.common.ties import Pooled, Unordered, selection_of
 
 pytestmark = pytest.mark.gpu
@@ -15,24 +15,29 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def judged():
     return {"topk": judge(TASK, "topk_unsorted_cuda", {**HONEST, **WRONG}, "cuda"),
-            "pool": judge(POOL_TASK, "maxpool_indices_cuda", {**POOL_HONEST, **POOL_WRONG}, "cuda")}
+            "pool": judge(POOL_TASK, "maxpool_indices_cuda", {**POOL_HONEST, **POOL_WRONG}, "cuda"),
+            "adaptive": judge(ADAPTIVE_TASK, "adaptive_maxpool_indices_cuda", {**ADAPTIVE_HONEST, **ADAPTIVE_WRONG},
+                              "cuda")}
 
 
 def test_the_device_references_outputs_are_marked(judged):
-    topk, pool = judged["topk"][0], judged["pool"][0]
-    assert all(r.is_cuda for r in topk + pool)
+    topk, pool, adaptive = judged["topk"][0], judged["pool"][0], judged["adaptive"][0]
+    assert all(r.is_cuda for r in topk + pool + adaptive)
+    assert isinstance(selection_of(adaptive[1]), Pooled) and selection_of(adaptive[1]).adaptive
     assert [type(selection_of(r)) for r in topk] == [Unordered, Unordered]
     assert isinstance(selection_of(pool[1]), Pooled) and selection_of(pool[0]) is None
 
 
-@pytest.mark.parametrize("which,name", [("topk", n) for n in sorted(HONEST)] + [("pool", n) for n in sorted(POOL_HONEST)])
+@pytest.mark.parametrize("which,name", [("topk", n) for n in sorted(HONEST)] + [("pool", n) for n in sorted(POOL_HONEST)]
+                         + [("adaptive", n) for n in sorted(ADAPTIVE_HONEST)])
 def test_an_honest_order_or_tie_passes_on_cuda(judged, which, name):
     ok, details, timed, _ = judged[which][1][name]
     assert ok, details
     assert timed == ["", ""], timed
 
 
-@pytest.mark.parametrize("which,name", [("topk", n) for n in sorted(WRONG)] + [("pool", n) for n in sorted(POOL_WRONG)])
+@pytest.mark.parametrize("which,name", [("topk", n) for n in sorted(WRONG)] + [("pool", n) for n in sorted(POOL_WRONG)]
+                         + [("adaptive", n) for n in sorted(ADAPTIVE_WRONG)])
 def test_a_wrong_selection_stays_wrong_on_cuda(judged, which, name):
     ok, details, timed, _ = judged[which][1][name]
     assert not ok, (name, details)
