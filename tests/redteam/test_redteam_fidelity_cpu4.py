@@ -360,3 +360,59 @@ def test_an_adaptive_index_outside_its_window_or_on_a_smaller_value_stays_wrong(
     ok, details, timed, _ = adaptive[1][name]
     assert not ok, (name, details)
     assert any(timed), (name, timed)
+
+
+# --------------------------------------------------- 110, through arithmetic: an unsorted topk's values, then pointwise
+ARITH_TASK = TASK.replace("        return v.contiguous(), i\n",
+                          "        return torch.relu(v * 2.0 - 1.0) * torch.sigmoid(v) + 0.5\n")
+
+
+def _arith(answer):
+    def f(x):
+        v = answer(x)[0]
+        return [torch.relu(v * 2.0 - 1.0) * torch.sigmoid(v) + 0.5]
+    return f
+
+
+ARITH_HONEST = {name: _arith(f) for name, f in HONEST.items()}
+ARITH_WRONG = {"smallest_k": _arith(_smallest), "maximum_named_k_times": _arith(_max_named_k_times)}
+
+
+@pytest.fixture(scope="module")
+def arith():
+    return judge(ARITH_TASK, "topk_unsorted_arith", {**ARITH_HONEST, **ARITH_WRONG})
+
+
+def test_pointwise_arithmetic_of_unsorted_values_keeps_their_mark(arith):
+    refs, _ = arith
+    assert "torch.relu(v * 2.0 - 1.0)" in ARITH_TASK  # the replacement took
+    mark = selection_of(refs[0])
+    assert isinstance(mark, Unordered) and mark.sel is None, mark
+
+
+@pytest.mark.parametrize("name", sorted(ARITH_HONEST))
+def test_the_same_selection_through_arithmetic_in_another_order_is_right(arith, name):
+    ok, details, timed, _ = arith[1][name]
+    assert ok, details
+    assert timed == [""], timed
+
+
+@pytest.mark.parametrize("name", sorted(ARITH_WRONG))
+def test_another_selection_through_arithmetic_stays_wrong(arith, name):
+    ok, details, timed, _ = arith[1][name]
+    assert not ok, (name, details)
+    assert any(timed), (name, timed)
+
+
+def test_the_mark_does_not_spread_through_an_operand_laid_out_by_position():
+    """``v + bias`` (a bias of the row's width) is not a permutation of the reference's output in another order:
+    compared in order, as before; ``v * 2`` beside it keeps the mark."""
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(5))
+    bias = torch.arange(float(K))
+
+    def f(t):
+        v, _ = torch.topk(t, K, dim=1, sorted=False)
+        return v + bias, v * 2.0, v * v
+    by_position, scaled, squared = reference_outputs(f, [x])
+    assert selection_of(by_position) is None
+    assert isinstance(selection_of(scaled), Unordered) and isinstance(selection_of(squared), Unordered)

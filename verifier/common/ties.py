@@ -34,6 +34,9 @@ Max pooling's ``return_indices`` (``max_pool1d/2d/3d_with_indices`` and adaptive
 with the reference's pick (within the budget of the picked values) is as right; one outside its window, out of range,
 or on a smaller value stays wrong. PyTorch documents no choice among a window's ties.
 
+An unsorted topk's values carry the mark through pointwise arithmetic of their own (``relu(v * 2 - 1)``), which permutes
+with them; not through an operand laid out by position (``v + bias``).
+
 Not covered: an index output that reaches the task's output through arithmetic (``indices + 1``, a gather of other
 values by it) or a permutation (``.t()``) is compared as an integer output, exactly.
 """
@@ -303,6 +306,25 @@ def _threshold(func, args, out) -> tuple[torch.Tensor, Threshold] | None:
     return out, Threshold(args[0].detach(), b, tuple(out.shape))
 
 
+def _elementwise_of_unordered(seen, func, args, kwargs, out) -> Unordered | None:
+    """The mark of an unsorted topk's values output (``Unordered``, no ``sel``) carried through a pointwise op whose
+    every tensor operand of more than one element carries that same mark (``relu(v * 2 - 1)``, ``v * v.sigmoid()``;
+    scalars and 0-d tensors beside it): such an op permutes with its input, so its output is in no promised order
+    either. An operand laid out by position (a bias of the row's width) does not carry it: the output is then not a
+    permutation of the reference's. Index outputs are not carried (``i + 1`` no longer names elements)."""
+    if torch.Tag.pointwise not in getattr(func, "tags", ()) or not isinstance(out, torch.Tensor):
+        return None
+    operands = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.numel() > 1]
+    if not operands or any(a not in seen for a in operands):
+        return None
+    mark = seen[operands[0]]
+    if not isinstance(mark, Unordered) or mark.sel is not None or any(seen[a] is not mark for a in operands):
+        return None
+    if any(tuple(a.shape) != tuple(out.shape) for a in operands) or out.numel() != operands[0].numel():
+        return None
+    return mark
+
+
 class SelectionTracker(TorchDispatchMode):
     """Records the index outputs of selection ops, and the boolean outputs of comparisons, run under it (see the
     module docstring)."""
@@ -323,6 +345,10 @@ class SelectionTracker(TorchDispatchMode):
             if not both and found is None and func._overloadpacket in KEEPS_ORDER and args and isinstance(args[0], torch.Tensor) \
                     and isinstance(out, torch.Tensor) and args[0] in self.seen and out.numel() == args[0].numel():
                 self.seen[out] = self.seen[args[0]]
+            elif not both and found is None:
+                mark = _elementwise_of_unordered(self.seen, func, args, kwargs, out)
+                if mark is not None:
+                    self.seen[out] = mark
         except Exception:  # noqa: BLE001 - a record widens a comparison; it is never a reason for the reference to fail
             pass
         return out
