@@ -24,7 +24,6 @@ import dataclasses
 import functools
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -94,18 +93,6 @@ def build_host(cfg: VerifyConfig) -> HostSettings:
 # ---------------------------------------------------------------------------- stages 4-6 (jobs: verifier/runs.py; 1-3: verifier/screen.py)
 
 
-def _cpu_sampler(backend: str, build_root: Path) -> str:
-    """The compiled sampler of forward's CPU time for a cpu job (verifier/judge/cpu_time.py), or "" on cuda. A build
-    that fails leaves the job without it: its records then hold no samples, which the judge does not count for the
-    candidate."""
-    if backend != "cpu":
-        return ""
-    try:
-        return str(cpu_time.build(build_root))
-    except (OSError, RuntimeError, subprocess.SubprocessError):
-        return ""
-
-
 def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verdict:
     """Correctness, runtime legality and timing of a compiled candidate; judged here. Problems on the
     verifier's side (the task does not fit, its reference fails) end as ``verifier_error``."""
@@ -127,7 +114,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     n = cfg.trials + (1 if plan.other_shape else 0)
     job = new_job("candidate", backend, cfg, build_root, w.reference_code, candidate_code=w.code, n_trials=n,
                other_shape=plan.other_shape, input_files=not plan.reproducible, n_timing=cfg.timing_trials,
-               cpu_sampler=_cpu_sampler(backend, build_root))
+               cpu_sampler=cpu_time.sampler_for(backend, build_root))
     job_dir = new_job_dir(job, cfg)
 
     def ship_inputs(i: int, seed: int) -> None:

@@ -42,7 +42,7 @@ from verifier.execute.brackets import Clocked
 from verifier.execute.harness import Harness
 from verifier.execute.locks import give_back_cache, lock_path, lock_wait_s
 from verifier.execute.processes import _job_root, _run_child, exec_slot, made_lock_files, warm_servers
-from verifier.judge import prep_cache
+from verifier.judge import cpu_time, prep_cache
 from verifier.judge.execution import ChildRun
 from verifier.judge.outputs import RNG_LOCK, forget_reference, reference_cpu
 from verifier.judge.plan import _PLAN_LOCK, _PLANS, TaskPlan, task_plan
@@ -483,7 +483,8 @@ def measure_reference(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_roo
     """One part of the reference's timing (``EAGER`` or ``COMPILED``, the latter's brackets reduced by ``null``) in
     its own child, clocked by the harness in this process."""
     compiled = part == COMPILED
-    job = new_job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials, time_eager=not compiled)
+    job = new_job("reference", backend, cfg, build_root, plan.text, n_timing=cfg.timing_trials, time_eager=not compiled,
+                  cpu_sampler=cpu_time.sampler_for(backend, build_root))  # sampled as the candidate's calls are
     job_dir = new_job_dir(job, cfg)
     device = "cuda" if backend == "cuda" else "cpu"
     harness = make_harness(plan, job, job_dir, device, cfg, check=False, null=null if compiled else None)

@@ -15,6 +15,7 @@ import torch
 from verifier.child.channel import Channel
 from verifier.child.harness_client import BracketClient
 from verifier.child.loading import exec_module
+from verifier.child.sampler import Sampler
 from verifier.child.monitors import (
     DispatchRecorder,
     watched,
@@ -75,10 +76,16 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
         models = {"reference": model} if job.time_eager else {}
         if compiled is not None:
             models["compiled"] = compiled
-        # on cpu the candidate's timed calls run under the dispatch monitor, whose host cost would be the candidate's
-        # alone: the reference and the null pay it too (on cuda the host is ahead of the device and the monitors
-        # cost no device time)
-        wrap = (lambda f: watched(f, DispatchRecorder())) if job.backend == "cpu" else (lambda f: f)
+        # on cpu the candidate's timed calls run under the dispatch monitor and the sampler of their CPU time
+        # (verifier/child/sampler.py, a thread that costs a watched call a few percent of a core), whose host cost
+        # would be the candidate's alone: the reference and the null pay them too (on cuda the host is ahead of the
+        # device and the monitors cost no device time). The reference's samples are not read.
+        sampler = Sampler(job.cpu_sampler if job.backend == "cpu" else "")
+        sampler.start()
+        if sampler.error:
+            report.events.append(sampler.error)
+        wrap = (lambda f: watched(f, DispatchRecorder(), sampler if sampler.started else None)) \
+            if job.backend == "cpu" else (lambda f: f)
         with device_lock(job.timing_lock or None) as lock:
             # whether each model waits on the host (its brackets' gates then open without the long wait,
             # verifier/execute/harness.py): device work, held shared; its first calls' costs fall here, not in the
@@ -118,6 +125,7 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
                 except Exception as e:  # noqa: BLE001
                     report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
                 clock.phase("compile")
+        sampler.stop()
     return report
 
 
