@@ -223,20 +223,6 @@ def test_the_pooling_indices_are_marked_and_the_honest_answers_differ_from_the_r
     assert int((moved != refs[1]).sum()) > 50
 
 
-@pytest.mark.parametrize("name", sorted(POOL_HONEST))
-def test_another_of_a_windows_tied_maxima_is_right(pooled, name):
-    ok, details, timed, _ = pooled[1][name]
-    assert ok, details
-    assert timed == ["", ""], timed
-
-
-@pytest.mark.parametrize("name", sorted(POOL_WRONG))
-def test_an_index_outside_its_window_or_on_a_smaller_value_stays_wrong(pooled, name):
-    ok, details, timed, _ = pooled[1][name]
-    assert not ok, (name, details)
-    assert any(timed), (name, timed)
-
-
 GEOMETRIES = {
     "2d_kernel3_stride2_pad1": (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), (2, 3, 17, 19)),
     "2d_dilation2": (lambda x: F.max_pool2d(x, 2, 1, 0, dilation=2, return_indices=True), (2, 3, 12, 12)),
@@ -348,16 +334,21 @@ def test_adaptive_pooling_indices_are_marked_and_an_honest_answer_differs(adapti
     assert int((out["last_of_tied_maxima"][3][1] != refs[1]).sum()) > 20  # not vacuous
 
 
-@pytest.mark.parametrize("name", sorted(ADAPTIVE_HONEST))
-def test_another_of_an_adaptive_windows_tied_maxima_is_right(adaptive, name):
-    ok, details, timed, _ = adaptive[1][name]
+# the fixed windows (``pooled``) and the adaptive ones (``adaptive``, above) judged by the same two tests
+POOLINGS_HONEST = [("pooled", n) for n in sorted(POOL_HONEST)] + [("adaptive", n) for n in sorted(ADAPTIVE_HONEST)]
+POOLINGS_WRONG = [("pooled", n) for n in sorted(POOL_WRONG)] + [("adaptive", n) for n in sorted(ADAPTIVE_WRONG)]
+
+
+@pytest.mark.parametrize("which,name", POOLINGS_HONEST)
+def test_another_of_a_windows_tied_maxima_is_right(request, which, name):
+    ok, details, timed, _ = request.getfixturevalue(which)[1][name]
     assert ok, details
     assert timed == ["", ""], timed
 
 
-@pytest.mark.parametrize("name", sorted(ADAPTIVE_WRONG))
-def test_an_adaptive_index_outside_its_window_or_on_a_smaller_value_stays_wrong(adaptive, name):
-    ok, details, timed, _ = adaptive[1][name]
+@pytest.mark.parametrize("which,name", POOLINGS_WRONG)
+def test_an_index_outside_its_window_or_on_a_smaller_value_stays_wrong(request, which, name):
+    ok, details, timed, _ = request.getfixturevalue(which)[1][name]
     assert not ok, (name, details)
     assert any(timed), (name, timed)
 

@@ -63,6 +63,27 @@ def test_the_engines_builds_hold_every_device_lock_of_the_host_shared():
     assert VerifyConfig().host().code_locks == ()  # a build outside a batch times nothing: no locks
 
 
+def _close_later(timer: DeviceLock, ready, delay_s: float) -> tuple[threading.Thread, list]:
+    """A thread that closes the timing window ``timer`` holds ``delay_s`` after ``ready()`` returns; the list gets the
+    time it closed."""
+    released: list = []
+
+    def run():
+        ready()
+        time.sleep(delay_s)
+        released.append(time.time())
+        timer.close()
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, released
+
+
+def _init_stamps(log: str) -> list[float]:
+    """When the STAMPED extension's static initialiser ran, as its log lines say."""
+    return [float(x) for x in re.findall(r"KM_INIT_AT (\d+\.\d+)", log)]
+
+
 def test_the_import_check_waits_for_an_open_timing_window(tmp_path):
     """A timer holds the lock exclusive from before the build until 6 s after its shared object exists (the compile
     is over, the import check is next); the initialiser's stamp says the check ran only once the window closed."""
@@ -70,24 +91,19 @@ def test_the_import_check_waits_for_an_open_timing_window(tmp_path):
     timer = DeviceLock(lock_file)
     assert timer.acquire(True, 5.0)
     builds = tmp_path / "builds"
-    released = []
 
-    def release_after_the_compile():
+    def compiled():
         deadline = time.monotonic() + 600
         while not list(builds.rglob("*.so")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(6.0)
-        released.append(time.time())
-        timer.close()
 
-    t = threading.Thread(target=release_after_the_compile)
-    t.start()
+    t, released = _close_later(timer, compiled, 6.0)
     name = f"stamped_{int(time.time() * 1000) % 100000}"
     res = build_blocking(builds, {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]}, 600,
                          host=dataclasses.replace(HOST, code_locks=(lock_file,)))
     t.join()
     assert res.ok, res.log[-2000:]
-    stamps = [float(x) for x in re.findall(r"KM_INIT_AT (\d+\.\d+)", res.log)]
+    stamps = _init_stamps(res.log)
     assert stamps and released, res.log[-2000:]
     assert min(stamps) >= released[0] - 0.05, (stamps, released)
     # the wait is the build's to report (stage_seconds compile_lock_wait): what was left of the 6 s the window stayed
@@ -131,7 +147,7 @@ def test_a_build_whose_compile_used_its_deadline_still_waits_for_the_window_and_
     assert timer.acquire(True, 5.0)
     monkeypatch.setattr(steps, "CHECK_RESERVE_S", 590.0)
     monkeypatch.setattr(steps, "CHECK_LOCK_MIN_S", 60.0)
-    released, ready = [], threading.Event()
+    ready = threading.Event()
     gate = steps.Build._gate
 
     def gated(self, *args):  # the check is ready to load the module: the window stays open 3 s more
@@ -139,15 +155,7 @@ def test_a_build_whose_compile_used_its_deadline_still_waits_for_the_window_and_
         return gate(self, *args)
 
     monkeypatch.setattr(steps.Build, "_gate", gated)
-
-    def close_later():
-        ready.wait(300)
-        time.sleep(3.0)
-        released.append(time.time())
-        timer.close()
-
-    t = threading.Thread(target=close_later)
-    t.start()
+    t, released = _close_later(timer, lambda: ready.wait(300), 3.0)
     name = f"late_{int(time.time() * 1000) % 100000}"
     try:
         res = build_blocking(tmp_path / "builds", {"cpp_sources": STAMPED.replace("NAME", name), "functions": [name]},
@@ -155,7 +163,7 @@ def test_a_build_whose_compile_used_its_deadline_still_waits_for_the_window_and_
     finally:
         t.join()
     assert res.ok and not res.verifier_error, (res.verifier_error, res.log[-2000:])
-    stamps = [float(x) for x in re.findall(r"KM_INIT_AT (\d+\.\d+)", res.log)]
+    stamps = _init_stamps(res.log)
     assert stamps and min(stamps) >= released[0] - 0.05, (stamps, released)
     assert res.lock_wait_s >= 1.5, res.lock_wait_s
 
@@ -201,7 +209,7 @@ def test_the_import_check_runs_no_candidate_code_before_the_verifiers_go(tmp_pat
         t_go = time.time()
         (rw / "go").write_text("")
         log = p.communicate(timeout=120)[0]
-        stamps = [float(x) for x in re.findall(r"KM_INIT_AT (\d+\.\d+)", log)]
+        stamps = _init_stamps(log)
         assert p.returncode == 0 and stamps and min(stamps) >= t_go - 0.05, log[-2000:]
 
 

@@ -320,7 +320,7 @@ def _elementwise_of_unordered(seen, func, args, kwargs, out) -> Unordered | None
     mark = seen[operands[0]]
     if not isinstance(mark, Unordered) or mark.sel is not None or any(seen[a] is not mark for a in operands):
         return None
-    if any(tuple(a.shape) != tuple(out.shape) for a in operands) or out.numel() != operands[0].numel():
+    if any(a.shape != out.shape for a in operands):
         return None
     return mark
 
