@@ -318,10 +318,11 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
     """A task's one-off preparation (its plan, then its reference timing's ``part``), run as soon as a batch meets the
     task so that it overlaps the compiling of the task's candidates instead of following it: on the H100 a task's
     preparation took 31-62 s (median) and its first candidate waited for all of it after its own build. The
-    timing child is admitted by the memory gate like a job. Skipped when no candidate of the task is pending any
-    more (all stopped at compile); any failure is left for the candidate's own call, which meets it again and
-    makes it that candidate's verdict. Returns whether the task's compiled part is still to be prepared (after its
-    eager part, where ``cfg`` times torch.compile)."""
+    timing child is admitted by the memory gate for what it holds (``TaskPlan.timing_bytes``), not for a
+    candidate's job. Skipped when no candidate of the task is pending any more (all stopped at compile); any
+    failure is left for the candidate's own call, which meets it again and makes it that candidate's verdict.
+    Returns whether the task's compiled part is still to be prepared (after its eager part, where ``cfg`` times
+    torch.compile)."""
     if not _PLANS.held(key):
         return False
     try:
@@ -334,7 +335,7 @@ def prepare_task(key: tuple, reference_code: str, backend: str, cfg: VerifyConfi
             # the compiled part in the background: no candidate waits for memory behind its build (its judge waits
             # for it, or times it itself, where it has not begun)
             gate = admission.gate_for(plan.device, cfg.memory_budget_gib)
-            with gate.admit(plan.job_bytes(), background=part == COMPILED):
+            with gate.admit(plan.timing_bytes(), background=part == COMPILED):
                 if part == EAGER:
                     eager_timing(plan, backend, cfg, build_root)
                     return cfg.time_torch_compile

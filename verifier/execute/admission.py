@@ -51,6 +51,26 @@ FLOAT64_FACTOR = 2  # the float64 reference: inputs, outputs and weights once mo
 WORK_COPIES = 3
 
 
+# a task's reference timing (verifier/runs.py ``prepare_task``: its eager part, then torch.compile's, each a child
+# of its own) holds less than a candidate's job: the benchmark's shape only (the extra shape is a trial's), no
+# float64 copy, no judge. Its child: the model, one draw of the inputs, the template output and a call's, the
+# forward's intermediates. The harness beside it (verifier/execute/harness.py): its reference's set-up call (inputs,
+# outputs, intermediates, weights) and its bracket sets, the private inputs and the pool they are copied into
+# (``HARNESS_SETS_BYTES`` at most, harness.SET_BUDGET, or two sets where one is larger). Charged a candidate's job,
+# a big task's preparation waited for memory beside two busy slots of eight, and its candidate waited 144 s in the
+# ready queue behind it (one H100's real batch at 0dae5de, k = 1)
+HARNESS_SETS_BYTES = {"cuda": 2 << 30, "cpu": 256 << 20}
+
+
+def timing_bytes(input_bytes: int, output_bytes: int, weight_bytes: int, work_bytes: int = 0,
+                 device: str = "cuda") -> int:
+    """The bytes one reference timing of a task plans to hold at its peak (its child and the harness's part)."""
+    per_set = input_bytes + output_bytes
+    child = input_bytes + 2 * output_bytes + weight_bytes + work_bytes
+    harness = per_set + weight_bytes + work_bytes + max(HARNESS_SETS_BYTES[device], 2 * per_set)
+    return int(child + harness) + PROCESS_BYTES
+
+
 def job_bytes(input_bytes: int, output_bytes: int, weight_bytes: int, float64: bool, work_bytes: int = 0) -> int:
     """The bytes one execution job plans to hold at its peak (one trial at a time): the child's and the judge's
     copies of the inputs, outputs and weights, the float64 reference's when it runs, the forwards' intermediates

@@ -55,12 +55,13 @@ import torch
 from verifier.common import ipc
 from verifier.common.devlock import device_lock, held_exclusive
 from verifier.common.inputs import as_list, nbytes
+from verifier.execute.admission import HARNESS_SETS_BYTES
 from verifier.execute.locks import bracket_in_flight
 from verifier.execute.brackets import LEAST_BRACKETS, TIGHT, Bracket, Clocked, order_interval, tight
 from verifier.execute.timed_checks import TimedChecks, inputs_changed
 
 MAX_CALLS = 256  # calls per bracket at most (a short kernel needs many to outweigh the cross-process waits)
-SET_BUDGET = {"cuda": 2 << 30, "cpu": 256 << 20}  # bytes of input + output sets per bracket (x2: private copies)
+SET_BUDGET = HARNESS_SETS_BYTES  # bytes of input + output sets per bracket (x2: private copies)
 TARGET_S = {"cuda": 0.02, "cpu": 0.02}  # a bracket's calls last about this long
 QUEUE_WAIT_S = 2.0  # cuda: the gate opens this long after the bracket's layout was sent, queued or not ...
 # ... or this long for a model whose last LATE_RUN brackets all came late (its forward waits on the host for the

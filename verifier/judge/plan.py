@@ -95,6 +95,13 @@ class TaskPlan:
                                    self.weight_bytes, not self.float64,
                                    int(self.work_bytes * self.trial_scale)) + self.module_bytes
 
+    def timing_bytes(self) -> int:
+        """The bytes a reference timing of this task plans to hold (runs.prepare_task admits it by them): the
+        benchmark's shape, no float64 copy, no judge (``admission.timing_bytes``); never more than a candidate's
+        job, which times the reference itself where no preparation did."""
+        return min(self.job_bytes(), admission.timing_bytes(self.input_bytes, self.output_bytes, self.weight_bytes,
+                                                            self.work_bytes, self.device) + self.module_bytes)
+
     def largest_output_bytes(self) -> int:
         """The outputs of the largest trial: the extra shape's as measured, else scaled with its inputs."""
         if self.other_shape and self.other_output_bytes:
