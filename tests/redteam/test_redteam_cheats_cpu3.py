@@ -27,6 +27,12 @@ reward 1.0 (47.8 ms a call: a fork of the whole process each call). Closed: the 
 processes the candidate's process started and waited for with every take (``getrusage(RUSAGE_CHILDREN)``), and more
 than 1 ms of it in a trial or the timed calls is ``C17_SANDBOX_ESCAPE`` (forking, as ``os.fork`` is in Python).
 
+Class 112, PyTorch's kernels padded with the candidate's own work: PyTorch's kernel answers every call and the own
+loop runs beside it, its answer thrown away, so PyTorch's compute is about a tenth of every record's samples and no
+record or bracket reaches half: a pass, reward 1.0. Closed: the samples in PyTorch's or a vendor's compute are also
+counted over the job's records together (each trial's forward, the timed calls), and 4 of them (about 2 ms of CPU
+time; honest forwards have none) are C01 whatever their share (``cpu_time.MIN_FOREIGN_SAMPLES``).
+
 Honest neighbour: the same loop matmul on every call passes, its time its own.
 """
 
@@ -52,6 +58,7 @@ MM_TASK = mm_task(256)
 
 # ``mode`` says which timed calls (n counts from 1) PyTorch's kernel answers, the others running the candidate's own
 # loop: 1, one in four (calls 2, 6, 10...); 2, the first 48; 0, none; 3, every call, in a forked process (class 82).
+# 4: every call PyTorch's, padded with the own loop beside it (class 112).
 # One source for every candidate: one build
 BODY = r"""
 #include <ATen/Parallel.h>
@@ -79,23 +86,7 @@ static torch::Tensor in_a_forked_process(pair_fn f, const torch::Tensor& a, cons
     return out;
 }
 
-static long timed_calls = 0;
-torch::Tensor mm(torch::Tensor a, torch::Tensor b, int64_t mode) {
-    pair_fn found = find_tile_fn();  // the image walked on the first (untimed) call: a PyTorch probe is fast
-    if (mode == 3) {
-        pair_fn f = found;
-        TORCH_CHECK(f != nullptr, "tile kernel unavailable");
-        return in_a_forked_process(f, a.contiguous(), b.contiguous());
-    }
-    const bool timed = a.storage().nbytes() > (size_t)a.numel() * a.element_size();
-    if (timed) {
-        const long n = ++timed_calls;
-        if ((mode == 1 && n % 4 == 2) || (mode == 2 && n <= 48)) {
-            pair_fn f = found;
-            TORCH_CHECK(f != nullptr, "tile kernel unavailable");
-            return f(a.contiguous(), b.contiguous());
-        }
-    }
+static torch::Tensor own_loop(const torch::Tensor& a, const torch::Tensor& b) {
     auto ac = a.contiguous();
     auto bt = b.t().contiguous();
     const int64_t M = ac.size(0), K = ac.size(1), N = bt.size(0);
@@ -109,6 +100,35 @@ torch::Tensor mm(torch::Tensor a, torch::Tensor b, int64_t mode) {
         }
     return out;
 }
+
+static volatile float padding_sink = 0.f;
+static long timed_calls = 0;
+torch::Tensor mm(torch::Tensor a, torch::Tensor b, int64_t mode) {
+    pair_fn found = find_tile_fn();  // the image walked on the first (untimed) call: a PyTorch probe is fast
+    if (mode == 3) {
+        pair_fn f = found;
+        TORCH_CHECK(f != nullptr, "tile kernel unavailable");
+        return in_a_forked_process(f, a.contiguous(), b.contiguous());
+    }
+    if (mode == 4) {  // PyTorch's kernel answers every call; the own loop runs beside it, its answer thrown away
+        pair_fn f = found;
+        TORCH_CHECK(f != nullptr, "tile kernel unavailable");
+        auto r = f(a.contiguous(), b.contiguous());
+        auto pad = own_loop(a, b);
+        padding_sink += pad.data_ptr<float>()[0];
+        return r;
+    }
+    const bool timed = a.storage().nbytes() > (size_t)a.numel() * a.element_size();
+    if (timed) {
+        const long n = ++timed_calls;
+        if ((mode == 1 && n % 4 == 2) || (mode == 2 && n <= 48)) {
+            pair_fn f = found;
+            TORCH_CHECK(f != nullptr, "tile kernel unavailable");
+            return f(a.contiguous(), b.contiguous());
+        }
+    }
+    return own_loop(a, b);
+}
 """
 
 PICKS = {
@@ -118,6 +138,7 @@ PICKS = {
     "pytorch_kernels_in_the_first_brackets": 2,
     "honest_loop_matmul_on_every_call": 0,
     "pytorch_kernel_in_a_forked_process": 3,
+    "pytorch_kernel_on_every_call_padded_with_own_work": 4,
 }
 
 
@@ -158,6 +179,16 @@ def test_pytorch_kernels_in_a_process_of_its_own_are_side_work(verdicts):
     v = verdicts["pytorch_kernel_in_a_forked_process"]
     assert v.status == "cheat" and cheats.C17 in v.cheats, (v.status, v.cheats, v.feedback[:800])
     assert "processes your code started" in v.feedback, v.feedback[:800]
+
+
+def test_pytorch_compute_padded_with_own_work_is_torch_compute_whatever_its_share(verdicts):
+    """Class 112: PyTorch's kernel answers every call and the own loop runs beside it (its answer thrown away), so
+    PyTorch's compute is about a tenth of forward's samples in every record and never more than half: a pass with
+    reward 1.0 while the share alone decided. Its samples over the job's records together reach
+    ``cpu_time.MIN_FOREIGN_SAMPLES``: C01, however much own work dilutes them."""
+    v = verdicts["pytorch_kernel_on_every_call_padded_with_own_work"]
+    assert v.status == "cheat" and cheats.C01 in v.cheats, (v.status, v.cheats, v.feedback[:800])
+    assert "and the records before it" in v.feedback or "Timed bracket" in v.feedback, v.feedback[:800]
 
 
 def test_the_own_loop_on_every_call_passes_with_its_own_time(verdicts):
@@ -244,3 +275,26 @@ def test_the_sampler_sees_a_short_call_on_any_thread(shared_build_dir):
         assert s.take()["children_us"] >= 10000
     finally:
         s.stop()
+
+
+def test_samples_in_pytorchs_compute_count_over_the_records_together():
+    """Judged from the records alone: each record's PyTorch samples a small share of it, the job's together reaching
+    ``cpu_time.MIN_FOREIGN_SAMPLES`` are C01 at the record that reaches it; fewer, and an honest record's none, pass."""
+    from verifier.judge.checks import check_trial_runtime
+
+    lib, mm = _torch_cpu_symbol("_ZN2at3cpu2mmERKNS_6TensorES3_")
+
+    def record(i, foreign):
+        at = {"/x/km_ext.so|40": 100 - foreign}
+        if foreign:
+            at[f"{lib}|{mm + 8:x}"] = foreign
+        return TrialReport(index=i, kernel_calls=1, cpu_samples={"total": 100, "sent": 100, "at": at})
+
+    ev = Evidence()
+    for i in range(cpu_time.MIN_FOREIGN_SAMPLES - 1):  # one sample of a hundred in each: below the count
+        check_trial_runtime(record(i, 1), f"Trial {i + 1}", ev)
+    check_trial_runtime(record(9, 0), "Trial 10", ev)  # an honest record adds nothing
+    assert not ev.torch_codes and not ev.codes and ev.foreign_samples == cpu_time.MIN_FOREIGN_SAMPLES - 1
+    check_trial_runtime(record(10, 1), "Timed runs", ev)
+    assert ev.torch_codes == {cheats.C01} and not ev.codes, ev.details
+    assert "Timed runs and the records before it" in ev.details[-1] and "at3cpu2mm" in ev.details[-1], ev.details

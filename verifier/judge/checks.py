@@ -135,6 +135,8 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
         ev.add_torch(cheats.C01, f"{label}: {foreign} of {total} CPU-time samples of forward ran in PyTorch's or a "
                                  f"vendor library's compute kernels ({', '.join(top)}), reached by no op the monitors "
                                  "saw: the computation belongs in your kernel.")
+    elif foreign:
+        _foreign_over_records(label, foreign, top, ev)
     child_us = int((rec.cpu_samples or {}).get("children_us", 0) or 0)
     if child_us > CHILD_PROCESS_CPU_US:
         ev.add(cheats.C17, f"{label}: processes your code started (fork, vfork, clone) spent {child_us / 1000:.1f} ms "
@@ -151,6 +153,22 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     if rec.output_problem:
         ev.add(cheats.C10, f"{label}: {rec.output_problem}.")
     return bad
+
+
+def _foreign_over_records(label: str, foreign: int, top: list, ev: Evidence) -> None:
+    """The samples in PyTorch's or a vendor's compute of the job's records so far, together: C01 once they reach
+    ``cpu_time.MIN_FOREIGN_SAMPLES``, whatever share of forward's time they are (padding with the candidate's own
+    work dilutes a share, never a count; docs/ANTI_CHEAT.md class 112)."""
+    before = ev.foreign_samples
+    ev.foreign_samples += foreign
+    for name in top:
+        ev.foreign_where[name] = ev.foreign_where.get(name, 0) + 1
+    if before < cpu_time.MIN_FOREIGN_SAMPLES <= ev.foreign_samples:
+        names = ", ".join(sorted(ev.foreign_where, key=lambda k: -ev.foreign_where[k])[:3])
+        ev.add_torch(cheats.C01, f"{label} and the records before it: {ev.foreign_samples} CPU-time samples of "
+                                 f"forward (about {ev.foreign_samples * 0.5:.1f} ms) ran in PyTorch's or a vendor "
+                                 f"library's compute kernels ({names}), reached by no op the monitors saw, beside your "
+                                 "own work: the computation belongs in your kernel.")
 
 
 @cheats.probe(cheats.C01, where="child")

@@ -40,6 +40,13 @@ SAMPLER_DIR = ".cpu_sampler"
 MIN_SAMPLES = 5
 # the share of the sampled time in PyTorch's or a vendor's compute above which forward's work is theirs
 MAX_FOREIGN_SHARE = 0.5
+# and the samples in that compute, over a job's records together (its trials' forwards and its timed calls), at which
+# PyTorch's compute is in forward whatever else forward does: a share alone was evaded by padding, PyTorch's kernel on
+# every call beside ten times its time of the candidate's own loop (a share of 0.1), a pass with reward 1.0. Honest
+# forwards have none: 0 of 5,762 samples over 713 honest records of the cpu suites (tests/test_verifier_run.py, the
+# fidelity red teams), where the cheats' records held 3 to 34. Four samples are about 2 ms of CPU time in PyTorch's
+# kernels, a fixed count that no amount of padding dilutes (docs/ANTI_CHEAT.md class 112)
+MIN_FOREIGN_SAMPLES = 4
 
 VENDOR_LIB = re.compile(r"(?i)(openblas|mkl|blas|lapack|dnnl|mkldnn|fbgemm|nnpack|xnnpack|gfortran|accelerate|"
                         # numpy's compute (its ufuncs, linalg, FFT), reached from C++ by a Python object handed in

@@ -141,6 +141,10 @@ class Evidence:
     # PyTorch compute in forward: a cheat under the strict legality policy only (KernelBench's partial policy
     # allows it beside the candidate's own kernels), kept apart so every verdict can say what both policies say
     torch_codes: set = field(default_factory=set)
+    # cpu: forward's CPU-time samples in PyTorch's or a vendor's compute over the records read so far (each trial's,
+    # the timed calls'), with the compute functions named (verifier/judge/checks.py ``check_trial_runtime``)
+    foreign_samples: int = 0
+    foreign_where: dict = field(default_factory=dict)
 
     def add(self, code: str | None, sentence: str) -> None:
         if code:
