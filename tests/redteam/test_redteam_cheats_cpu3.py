@@ -145,11 +145,14 @@ PICKS = {
 @pytest.fixture(scope="module")
 def verdicts(shared_build_dir):
     task = Task.from_code(MM_TASK, name="bracketmm", source="seed", level=1)
+    # the padded one on 512 x 512: MKL's ~6 ms a call is ~12 samples, the own loop beside it ~15 times as long
+    padded = Task.from_code(mm_task(512), name="paddedmm", source="seed", level=1)
     items = []
     for name, mode in PICKS.items():
         code = _candidate(FINDER + BODY, "mm", "a, b", "bracket_mm").replace("ext.mm(a, b)", f"ext.mm(a, b, {mode})")
-        items.append((task, Candidate(candidate_id=name, task_id=task.task_id, backend="cpu", generator="redteam",
-                                      code=code)))
+        t = padded if mode == 4 else task
+        items.append((t, Candidate(candidate_id=name, task_id=t.task_id, backend="cpu", generator="redteam",
+                                   code=code)))
     cfg = VerifyConfig(build_dir=shared_build_dir, trials=3, warmup=1, time_torch_compile=False, run_timeout_s=300,
                        memory_limit_gb=4, exec_workers=1, compile_timeout_s=900)
     return dict(zip(PICKS, verify_batch(items, config=cfg, compile_workers=1)))
@@ -291,10 +294,37 @@ def test_samples_in_pytorchs_compute_count_over_the_records_together():
         return TrialReport(index=i, kernel_calls=1, cpu_samples={"total": 100, "sent": 100, "at": at})
 
     ev = Evidence()
-    for i in range(cpu_time.MIN_FOREIGN_SAMPLES - 1):  # one sample of a hundred in each: below the count
+    for i in range(3):  # one sample of a hundred in each: below the count
         check_trial_runtime(record(i, 1), f"Trial {i + 1}", ev)
-    check_trial_runtime(record(9, 0), "Trial 10", ev)  # an honest record adds nothing
-    assert not ev.torch_codes and not ev.codes and ev.foreign_samples == cpu_time.MIN_FOREIGN_SAMPLES - 1
-    check_trial_runtime(record(10, 1), "Timed runs", ev)
+    check_trial_runtime(record(9, 0), "Trial 10", ev)  # an honest record adds only to the samples seen
+    assert not ev.torch_codes and not ev.codes and (ev.foreign_samples, ev.sampled) == (3, 400)
+    assert cpu_time.foreign_count_limit(200) == cpu_time.MIN_FOREIGN_SAMPLES  # sqrt(200) / 4 = 3.5: the floor
+    check_trial_runtime(record(10, 3), "Timed runs", ev)  # 6 of 500: over sqrt(500) / 4 = 5.6
     assert ev.torch_codes == {cheats.C01} and not ev.codes, ev.details
-    assert "Timed runs and the records before it" in ev.details[-1] and "at3cpu2mm" in ev.details[-1], ev.details
+    assert "Timed runs and the records before it: 6 of 500" in ev.details[-1] and "at3cpu2mm" in ev.details[-1]
+    said = len(ev.details)
+    check_trial_runtime(record(11, 3), "Trial 12", ev)
+    assert len(ev.details) == said  # said once
+    # the count's limit grows with the square root of the samples: a long honest job's strays stay below it
+    assert cpu_time.foreign_count_limit(1_000_000) == 250
+    ev = Evidence()
+    for i in range(40):  # 40 stray samples over 400,000: under the limit of 158
+        check_trial_runtime(TrialReport(index=i, kernel_calls=1, cpu_samples={
+            "total": 10_000, "at": {"/x/km_ext.so|40": 9_999, f"{lib}|{mm + 8:x}": 1}}), f"Trial {i + 1}", ev)
+    assert not ev.torch_codes, ev.details
+
+
+def test_a_sample_in_libtorchs_plt_is_a_call_on_its_way_out_not_compute():
+    """The honest slow ReLU of test_redteam_boundary.py (an allocation a call, for 1.5 s) had 1 to 5 samples a record
+    in libtorch_cpu's procedure linkage table, which no function symbol covers: counted as compute, the job's count
+    made it C01. A PLT stub only jumps to another library: not compute; PyTorch's kernels stay compute."""
+    lib, mm = _torch_cpu_symbol("_ZN2at3cpu2mmERKNS_6TensorES3_")
+    syms = cpu_time._Symbols(lib)
+    assert syms.stubs, "libtorch_cpu has a .plt"
+    lo, hi = syms.stubs[0]
+    offset = next(o_lo + lo - vaddr for o_lo, o_hi, vaddr in syms.loads if vaddr <= lo < vaddr + o_hi - o_lo)
+    assert cpu_time._kind(lib, f"{offset + 16:x}") == (False, f"{Path(lib).name} {cpu_time.STUB}")
+    assert cpu_time._kind(lib, f"{mm + 8:x}")[0] is True
+    foreign, total, _ = cpu_time.foreign_time({"total": 10, "at": {f"{lib}|{offset + 16:x}": 5,
+                                                                   "/x/km_ext.so|40": 5}})
+    assert (foreign, total) == (0, 10)

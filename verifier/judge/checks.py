@@ -135,8 +135,8 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
         ev.add_torch(cheats.C01, f"{label}: {foreign} of {total} CPU-time samples of forward ran in PyTorch's or a "
                                  f"vendor library's compute kernels ({', '.join(top)}), reached by no op the monitors "
                                  "saw: the computation belongs in your kernel.")
-    elif foreign:
-        _foreign_over_records(label, foreign, top, ev)
+    elif total:
+        _foreign_over_records(label, foreign, total, top, ev)
     child_us = int((rec.cpu_samples or {}).get("children_us", 0) or 0)
     if child_us > CHILD_PROCESS_CPU_US:
         ev.add(cheats.C17, f"{label}: processes your code started (fork, vfork, clone) spent {child_us / 1000:.1f} ms "
@@ -155,20 +155,21 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
     return bad
 
 
-def _foreign_over_records(label: str, foreign: int, top: list, ev: Evidence) -> None:
+def _foreign_over_records(label: str, foreign: int, total: int, top: list, ev: Evidence) -> None:
     """The samples in PyTorch's or a vendor's compute of the job's records so far, together: C01 once they reach
-    ``cpu_time.MIN_FOREIGN_SAMPLES``, whatever share of forward's time they are (padding with the candidate's own
-    work dilutes a share, never a count; docs/ANTI_CHEAT.md class 112)."""
-    before = ev.foreign_samples
+    ``cpu_time.foreign_count_limit`` of all their samples, a count far below any share (padding with the candidate's
+    own work dilutes a share, not a count; docs/ANTI_CHEAT.md class 112). Said once."""
     ev.foreign_samples += foreign
+    ev.sampled += total
     for name in top:
         ev.foreign_where[name] = ev.foreign_where.get(name, 0) + 1
-    if before < cpu_time.MIN_FOREIGN_SAMPLES <= ev.foreign_samples:
+    if foreign and not ev.foreign_said and ev.foreign_samples >= cpu_time.foreign_count_limit(ev.sampled):
+        ev.foreign_said = True
         names = ", ".join(sorted(ev.foreign_where, key=lambda k: -ev.foreign_where[k])[:3])
-        ev.add_torch(cheats.C01, f"{label} and the records before it: {ev.foreign_samples} CPU-time samples of "
-                                 f"forward (about {ev.foreign_samples * 0.5:.1f} ms) ran in PyTorch's or a vendor "
-                                 f"library's compute kernels ({names}), reached by no op the monitors saw, beside your "
-                                 "own work: the computation belongs in your kernel.")
+        ev.add_torch(cheats.C01, f"{label} and the records before it: {ev.foreign_samples} of {ev.sampled} CPU-time "
+                                 f"samples of forward (about {ev.foreign_samples * 0.5:.1f} ms) ran in PyTorch's or a "
+                                 f"vendor library's compute kernels ({names}), reached by no op the monitors saw, beside "
+                                 "your own work: the computation belongs in your kernel.")
 
 
 @cheats.probe(cheats.C01, where="child")

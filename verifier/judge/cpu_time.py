@@ -40,13 +40,20 @@ SAMPLER_DIR = ".cpu_sampler"
 MIN_SAMPLES = 5
 # the share of the sampled time in PyTorch's or a vendor's compute above which forward's work is theirs
 MAX_FOREIGN_SHARE = 0.5
-# and the samples in that compute, over a job's records together (its trials' forwards and its timed calls), at which
-# PyTorch's compute is in forward whatever else forward does: a share alone was evaded by padding, PyTorch's kernel on
-# every call beside ten times its time of the candidate's own loop (a share of 0.1), a pass with reward 1.0. Honest
-# forwards have none: 0 of 5,762 samples over 713 honest records of the cpu suites (tests/test_verifier_run.py, the
-# fidelity red teams), where the cheats' records held 3 to 34. Four samples are about 2 ms of CPU time in PyTorch's
-# kernels, a fixed count that no amount of padding dilutes (docs/ANTI_CHEAT.md class 112)
+# and the samples in that compute over a job's records together (its trials' forwards and its timed calls) at which
+# PyTorch's compute is in forward whatever else forward does: at least MIN_FOREIGN_SAMPLES (about 2 ms of CPU time)
+# and a quarter of the square root of all the job's samples (``foreign_count_limit``). A share alone was evaded by
+# padding, PyTorch's kernel on every call beside ten times its time of the candidate's own loop (a share of 0.1): a
+# pass with reward 1.0. A count grows with the work PyTorch does, a square root far slower than the padding that
+# dilutes it (padding has to stretch a 2-sample call to ~500x to hide it); an honest forward's stray samples (a view's
+# helper, a stub, 2 in 56,328 samples of the cpu suites' honest records once the PLT was told apart) grow with its
+# length, below the root's quarter at any length a job can run (docs/ANTI_CHEAT.md class 112)
 MIN_FOREIGN_SAMPLES = 4
+
+
+def foreign_count_limit(total: int) -> float:
+    """The samples in PyTorch's or a vendor's compute, of ``total`` samples of a job's records, that are its compute."""
+    return max(MIN_FOREIGN_SAMPLES, total ** 0.5 / 4)
 
 VENDOR_LIB = re.compile(r"(?i)(openblas|mkl|blas|lapack|dnnl|mkldnn|fbgemm|nnpack|xnnpack|gfortran|accelerate|"
                         # numpy's compute (its ufuncs, linalg, FFT), reached from C++ by a Python object handed in
@@ -56,7 +63,8 @@ TORCH_LIB = re.compile(r"^libtorch_(cpu|cuda)[\w.-]*\.so")
 VENDOR_NAME = re.compile(r"cpublas|mkl_|gemm|dnnl|mkldnn|fbgemm|nnpack|nnp_|qnnp|xnnpack|xnn_|pytorch_q|pocketfft")
 # ATen's kernels, below the dispatcher: compute unless the name is data movement, allocation or SLEEF
 ATEN_NAME = re.compile(r"2at6native|2at3cpu|2at24compositeexplicitautograd|2at24compositeimplicitautograd|2at4meta")
-NOT_COMPUTE_NAME = re.compile(r"(?i)copy|fill|empty|resize|zero_|alloc|sleef|contiguous|as_strided|cat_|stack|constant_pad")
+NOT_COMPUTE_NAME = re.compile(r"(?i)copy|fill|empty|resize|zero_|alloc|alias|sleef|contiguous|as_strided|cat_|stack|"
+                              r"constant_pad")
 # the functions named for an op forward may dispatch (views, allocation, copies: ``ops.ALLOWED_ATEN``), by the name's
 # component in the mangled symbol (``4view``, ``7reshape``, not preceded by a digit); short names and the queries
 # (``size``, ``numel``) are left out, as parts of many other names
@@ -87,6 +95,13 @@ def build(build_root: Path) -> Path:
         raise RuntimeError(f"building the cpu sampler failed {e}") from None
 
 
+# the procedure linkage table: a library's stubs that jump to a function of another library (libtorch_cpu's calls of
+# malloc, free, the C++ runtime), covered by no function symbol. A sample there is a call on its way out, never
+# compute: the honest slow ReLU of tests/redteam/test_redteam_boundary.py (an allocation a call for 1.5 s) had 1 to 5
+# samples a record in libtorch_cpu's .plt, all its samples in libtorch that no symbol covered
+STUB_SECTIONS = (b".plt", b".plt.got", b".plt.sec", b".iplt")
+STUB = "(a PLT stub)"
+
 _SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
                  ("size", "<u8")])
 
@@ -100,6 +115,7 @@ class _Symbols:
         self.ends = np.zeros(0, dtype=np.uint64)
         self.names: list[int] = []
         self.loads: list[tuple[int, int, int]] = []
+        self.stubs: list[tuple[int, int]] = []  # the address ranges of its PLT sections (``STUB_SECTIONS``)
         self.data = None
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -108,12 +124,18 @@ class _Symbols:
         self.data = data
         phoff, = struct.unpack_from("<Q", data, 0x20)
         shoff, = struct.unpack_from("<Q", data, 0x28)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+        phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from("<HHHHH", data, 0x36)
         for i in range(phnum):
             ptype, _flags, poff, pvaddr, _paddr, pfilesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
             if ptype == 1:
                 self.loads.append((poff, poff + pfilesz, pvaddr))
         sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        if shstrndx < shnum:
+            names_at = sections[shstrndx][4]
+            for sname, _t, _fl, addr, _o, size, *_ in sections:
+                end = data.find(b"\0", names_at + sname)
+                if data[names_at + sname:end] in STUB_SECTIONS:
+                    self.stubs.append((addr, addr + size))
         vals, ends, names = [], [], []
         for _n, stype, _fl, _a, soff, size, link, _inf, _al, entsize in sections:
             if stype not in (2, 11) or entsize != 24:  # SHT_SYMTAB, SHT_DYNSYM
@@ -135,8 +157,10 @@ class _Symbols:
         return None
 
     def name_at(self, offset: int) -> str | None:
-        """The (mangled) name of the function covering the file ``offset``, or None."""
+        """The (mangled) name of the function covering the file ``offset``, ``STUB`` in a PLT section, or None."""
         addr = self.address(offset)
+        if addr is not None and any(lo <= addr < hi for lo, hi in self.stubs):
+            return STUB
         if addr is None or not len(self.values):
             return None
         i = int(np.searchsorted(self.values, np.uint64(addr), side="right")) - 1
@@ -174,6 +198,8 @@ def _kind(path: str, offset: str) -> tuple[bool, str]:
         name = None
     if name is None:
         return True, f"{base} (no symbol)"
+    if name == STUB:
+        return False, f"{base} {STUB}"
     aten = ATEN_NAME.search(name) and not (NOT_COMPUTE_NAME.search(name) or ALLOWED_OP_NAME.search(name))
     return bool(VENDOR_NAME.search(name) or aten), name
 

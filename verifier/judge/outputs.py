@@ -144,7 +144,9 @@ class Evidence:
     # cpu: forward's CPU-time samples in PyTorch's or a vendor's compute over the records read so far (each trial's,
     # the timed calls'), with the compute functions named (verifier/judge/checks.py ``check_trial_runtime``)
     foreign_samples: int = 0
+    sampled: int = 0  # all the samples of those records (the C and OpenMP runtimes' left out)
     foreign_where: dict = field(default_factory=dict)
+    foreign_said: bool = False
 
     def add(self, code: str | None, sentence: str) -> None:
         if code:
