@@ -3,6 +3,11 @@ the budget (verify.memory_budget_gib), a job larger than the whole budget runs a
 together, and what a task held in the verifier's process (its plan, the task's module) is freed once no pending
 candidate of the task is left. Verdicts do not change: every honest kernel here passes.
 
+The bytes a plan asks the gate for are checked apart from a batch: a job's (``TaskPlan.job_bytes``: inputs, outputs,
+the reference's intermediates, the float64 copy, scaled with the trial's inputs) and a task's reference timing's
+(``TaskPlan.timing_bytes``: the benchmark's shape only, never more than a job), which is what a task's preparation
+(``runs.prepare_task``) asks for.
+
 The batches are real (cpu backend, compiled kernels, execution children). Which children run at the same time is
 observed by wrapping the verifier's own ``_run_driven`` (the real one runs inside): the wrapper marks a candidate's
 child as running and holds its start until a second child starts, a job is held back by the memory gate, or no
@@ -347,3 +352,74 @@ def test_a_task_is_refused_for_the_device_it_needs_not_for_the_memory_other_jobs
     other = relu_task(512, 1024 + 16, "too-big-device")
     p = engine.task_plan(other.reference_code, "cpu", base)
     assert p.skip_reason.startswith("skipped: the task's inputs take") and "GiB in all" in p.skip_reason
+
+
+def test_a_jobs_bytes_count_its_references_intermediates():
+    """A task's job is admitted by its forward's intermediates too (TaskPlan.work_bytes, measured on cuda when the
+    task is planned: tests/gpu/test_verifier_gpu.py), once for each forward that holds them, twice more with the
+    float64 reference; scaled with the trial's inputs."""
+    from verifier.judge.plan import TaskPlan
+
+    base = dict(ref_mod=None, text="", device="cuda", input_bytes=1 << 20, output_bytes=1 << 20, float64="")
+    light, heavy = TaskPlan(**base), TaskPlan(**base, work_bytes=1 << 30)
+    assert heavy.job_bytes() - light.job_bytes() == (admission.WORK_COPIES + admission.FLOAT64_FACTOR) << 30
+    fixed = dict(base, float64="no float64 reference")
+    assert TaskPlan(**fixed, work_bytes=1 << 30).job_bytes() - TaskPlan(**fixed).job_bytes() == \
+        admission.WORK_COPIES << 30
+    scaled = TaskPlan(**base, work_bytes=1 << 30, trial_scale=2.0)
+    assert scaled.job_bytes() - TaskPlan(**base, trial_scale=2.0).job_bytes() == \
+        2 * (admission.WORK_COPIES + admission.FLOAT64_FACTOR) << 30
+
+
+def test_a_reference_timing_plans_for_the_benchmarks_shape_without_the_judge():
+    """A task's reference timing (runs.prepare_task) is admitted for what its child and the harness hold: the
+    benchmark's shape (the extra shape, the float64 copy and the judge's copies are a candidate's job's), its
+    intermediates once in each process, the harness's bracket sets; never more than a candidate's job."""
+    from verifier.judge.plan import TaskPlan
+
+    gib = 1 << 30
+    base = dict(ref_mod=None, text="", device="cuda", input_bytes=gib // 4, output_bytes=gib, work_bytes=4 * gib)
+    big = TaskPlan(**base, float64="", trial_scale=1.5, other_shape='{"dims": 1}', other_output_bytes=3 * gib // 2)
+    plain = TaskPlan(**base, float64="no float64 reference")
+    assert big.timing_bytes() == plain.timing_bytes()  # neither the extra shape nor the float64 copy counts
+    sets = max(admission.HARNESS_SETS_BYTES["cuda"], 2 * (gib // 4 + gib))
+    assert big.timing_bytes() == (2 * (gib // 4) + 3 * gib + 2 * (4 * gib) + sets + admission.PROCESS_BYTES)
+    assert big.timing_bytes() < big.job_bytes() / 2  # 13.75 GiB against 34.6
+    # a small task's timing would plan more than its job (the harness's bracket sets): its job's bytes cap it
+    small = TaskPlan(ref_mod=None, text="", device="cuda", input_bytes=1 << 20, output_bytes=1 << 20, float64="")
+    assert small.timing_bytes() == small.job_bytes()
+    mid = dict(ref_mod=None, text="", input_bytes=64 << 20, output_bytes=64 << 20, work_bytes=2 * gib, float64="")
+    assert TaskPlan(**mid, device="cuda").timing_bytes() - TaskPlan(**mid, device="cpu").timing_bytes() == \
+        admission.HARNESS_SETS_BYTES["cuda"] - admission.HARNESS_SETS_BYTES["cpu"]  # the harness's sets by device
+
+
+def test_a_tasks_preparation_asks_the_gate_for_its_reference_timing_not_a_candidates_job(monkeypatch, tmp_path):
+    """A big task's preparation charged a candidate's job (its extra shape, float64 copy and judge) waited for
+    memory beside two busy slots of eight on an H100 (0dae5de), and held its candidate 144 s in the ready queue:
+    the gate is asked for the plan's ``timing_bytes``."""
+    from verifier import runs
+
+    code = fx.RELU_TASK.replace("torch.randn(64, 1000)", "torch.randn(2048, 4096)") + "\n# prep bytes\n"
+    asked = []
+
+    class Recording(admission.MemoryGate):
+        def acquire(self, n: int, background: bool = False) -> None:
+            asked.append(n)
+            super().acquire(n, background)
+
+    gate = Recording(1 << 40)
+    monkeypatch.setattr(admission, "gate_for", lambda *a, **k: gate)
+    timed = []
+    monkeypatch.setattr(runs, "eager_timing", lambda plan, *a: timed.append(gate.admitted))
+    monkeypatch.setattr(runs, "timing_to_measure", lambda *a: False)
+    cfg = VerifyConfig(build_dir=str(tmp_path), timing_trials=3, time_torch_compile=False)
+    key = ("prep-bytes", code)
+    runs._PLANS.hold(key)
+    try:
+        assert runs.prepare_task(key, code, "cpu", cfg, tmp_path, "prep-bytes") is False
+    finally:
+        runs._PLANS.release(key)
+    plan = runs.task_plan(code, "cpu", cfg, "prep-bytes")
+    assert plan.timing_bytes() < plan.job_bytes()
+    assert timed == [plan.timing_bytes()] and asked[-1] == plan.timing_bytes(), (asked, plan.timing_bytes())
+    assert gate.admitted == 0
