@@ -132,6 +132,26 @@ def test_the_warm_up_gives_way_between_its_calls_the_device_idle_and_times_their
     assert log == ["call", "sync"]
 
 
+def test_the_one_at_a_time_probes_fit_their_share_of_the_exclusive_hold():
+    """verifier/child/timing.py probe_count: the probes (``launch_us``, a figure that decides nothing) run inside the
+    timing's exclusive hold, so a slow model gets as many as fit ``PROBE_BUDGET_S`` (at least two) where a fast one
+    gets ``gap_probes``; a slow model's ten calls had held every other slot's trials up to 2 s."""
+    from verifier.child import timing
+
+    class Backend:
+        def synchronize(self):
+            pass
+
+    def model(call_s):
+        return lambda *a: time.sleep(call_s)
+
+    draw = lambda s: [s]  # noqa: E731
+    assert timing.probe_count(Backend(), model(0.0005), draw, [1, 2], 10) == 10
+    slow = timing.probe_count(Backend(), model(0.1), draw, [1, 2], 10)
+    assert slow == max(2, int(timing.PROBE_BUDGET_S / 0.1)) and slow * 0.1 <= max(2 * 0.1, timing.PROBE_BUDGET_S)
+    assert timing.probe_count(Backend(), model(0.4), draw, [1, 2], 10) == 2
+
+
 def test_the_candidate_child_never_waits_on_the_verifier_holding_the_device():
     """The channel's questions that wait on the verifier's own work (a trial's seed: the last output sealed, the
     next trial's inputs drawn; the timing seeds: the last trial's output sealed, seconds for a large one) are asked
