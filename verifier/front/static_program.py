@@ -34,6 +34,7 @@ from verifier.front.static_scope import (
     _loop_bindings,
     _Scope,
     forward_nodes,
+    graph_captured_nodes,
     import_time_nodes,
     init_only_nodes,
 )
@@ -169,6 +170,12 @@ class Program:
 
         self.aliases, self.judged = aliases, judged
         canonical = self.canonical
+        # what a CUDA graph captures runs again at each replay: forward's work wherever it is written (construction
+        # capturing `self.y = self.x @ self.w.t()` for forward to replay is PyTorch computing the answer)
+        for n in graph_captured_nodes(tree, canonical):
+            self.init_ids.discard(n)
+            self.import_ids.discard(n)
+            self.forward_fns.setdefault(n, "a CUDA graph forward replays")
         # what load_inline returned (``ext = load_inline(...)``, ``self.ext = ...``): calls on it are the candidate's
         # own functions, whatever they are called (``ext.mm`` is not ``Tensor.mm``)
         extension_objects = {_dotted(t) for n in ast.walk(tree) if isinstance(n, ast.Assign) and

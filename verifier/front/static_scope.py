@@ -364,6 +364,39 @@ def init_only_nodes(tree: ast.Module) -> set[int]:
     return ids
 
 
+# a CUDA graph's capture: PyTorch's context manager (``with torch.cuda.graph(g):``) and the graph's own bracket
+# (``g.capture_begin()`` ... ``g.capture_end()``)
+GRAPH_CAPTURE = frozenset({"torch.cuda.graph", "torch.cuda.graphs.graph"})
+
+
+def graph_captured_nodes(tree: ast.Module, canonical) -> set[int]:
+    """Ids of the nodes a CUDA graph captures: the body of ``with torch.cuda.graph(...)`` (any spelling
+    ``canonical`` resolves to it) and the statements between a ``.capture_begin()`` and the next ``.capture_end()``
+    of one body. What a capture records runs again at every ``replay()``: written in ``__init__`` it is forward's
+    work all the same (a matmul captured at construction and replayed by forward is PyTorch computing the answer),
+    never set-up."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.With, ast.AsyncWith)) and any(
+                isinstance(item.context_expr, ast.Call)
+                and canonical(_dotted(item.context_expr.func)) in GRAPH_CAPTURE for item in node.items):
+            ids |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+        for body in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")):
+            if not isinstance(body, list):
+                continue
+            inside = False
+            for stmt in body:
+                call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+                method = call.func.attr if call is not None and isinstance(call.func, ast.Attribute) else ""
+                if method == "capture_begin":
+                    inside = True
+                elif method == "capture_end":
+                    inside = False
+                elif inside:
+                    ids |= {id(n) for n in ast.walk(stmt)}
+    return ids
+
+
 def import_time_nodes(tree: ast.Module) -> set[int]:
     """Ids of the nodes that run once, when the program is imported: its module-level statements and class
     bodies, the bodies of the functions and lambdas they define left out (those run when called), and so is a

@@ -1,0 +1,157 @@
+"""Red team of CUDA graphs in a candidate (docs/ANTI_CHEAT.md class 113), the static half (the verdicts on a GPU are
+tests/gpu/redteam/test_redteam_graphs_gpu.py's).
+
+What a graph captures runs again at every ``replay()``. Construction may compute with PyTorch (parameters drawn, a
+table built: set-up, before any input exists), so PyTorch compute captured into a graph at construction, with
+forward copying its input into the graph's static buffer and replaying it, passed the static scan as set-up: forward
+itself only copies and replays. Captured compute is forward's work wherever it is written (``with
+torch.cuda.graph(g):`` under any spelling of the name, and the statements between ``g.capture_begin()`` and
+``g.capture_end()``); a graph of the candidate's own kernels, captured as PyTorch's documentation shows (warm-up
+on a side stream joined back, then the capture), stays honest."""
+
+import pytest
+
+from verifier import cheats
+from verifier.front.static import scan
+
+HEAD = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SRC = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void relu_graph_kernel(const float* __restrict__ x, float* __restrict__ y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float v = x[i]; y[i] = v > 0.0f ? v : 0.0f; }
+}
+torch::Tensor relu_cuda(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    relu_graph_kernel<<<(unsigned)((n + 255) / 256), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+CPP_SRC = "torch::Tensor relu_cuda(torch::Tensor x);"
+'''
+
+EXT = ('self.ext = load_inline(name="relu_graph_{tag}", cpp_sources=CPP_SRC, cuda_sources=CUDA_SRC, '
+       'functions=["relu_cuda"])')
+
+
+def program(tag: str, init: str, forward: str, top: str = "") -> str:
+    return HEAD + top + f'''
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {EXT.format(tag=tag)}
+{init}
+    def forward(self, x):
+{forward}
+'''
+
+
+# PyTorch's ReLU captured at construction for the task's shape; forward copies its input in, replays the graph and
+# hands PyTorch's answer through its own kernel (a ReLU of a ReLU: the same values)
+CAPTURED_AT_INIT = program("init", '''        self.sx = torch.zeros(2048, 4096, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.relu(self.sx)
+        torch.cuda.current_stream().wait_stream(s)
+        self.g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.g):
+            self.sy = torch.relu(self.sx)
+''', '''        self.sx.copy_(x)
+        self.g.replay()
+        return self.ext.relu_cuda(self.sy)''')
+
+# the same through the imported name and through the graph's own capture calls
+CAPTURED_BY_IMPORTED_NAME = CAPTURED_AT_INIT.replace("with torch.cuda.graph(self.g):", "with graph(self.g):").replace(
+    "from torch.utils.cpp_extension import load_inline\n",
+    "from torch.utils.cpp_extension import load_inline\nfrom torch.cuda import graph\n", 1)
+CAPTURED_BY_BEGIN_END = program("begin", '''        self.sx = torch.zeros(2048, 4096, device="cuda")
+        self.g = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        self.g.capture_begin()
+        self.sy = self.sx.clamp(min=0)
+        self.g.capture_end()
+''', '''        self.sx.copy_(x)
+        self.g.replay()
+        return self.ext.relu_cuda(self.sy)''')
+# an nn layer's forward captured at construction
+LAYER_CAPTURED = program("layer", '''        self.act = nn.ReLU()
+        self.sx = torch.zeros(2048, 4096, device="cuda")
+        self.g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.g):
+            self.sy = self.act(self.sx)
+''', '''        self.sx.copy_(x)
+        self.g.replay()
+        return self.ext.relu_cuda(self.sy)''')
+
+# honest: the candidate's own kernel captured on forward's first call of a shape (PyTorch's documented pattern:
+# warm-up on a side stream joined back, the capture, then copy in, replay, copy out)
+HONEST_OWN_KERNEL_GRAPH = program("honest", '''        self.graphs = {}
+''', '''        key = tuple(x.shape)
+        if key not in self.graphs:
+            static_x = torch.empty_like(x)
+            static_x.copy_(x)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    self.ext.relu_cuda(static_x)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                static_y = self.ext.relu_cuda(static_x)
+            self.graphs[key] = (g, static_x, static_y)
+        g, static_x, static_y = self.graphs[key]
+        static_x.copy_(x)
+        g.replay()
+        return static_y.clone()''')
+# honest: the own kernel captured at construction for the task's shape (set-up that builds a graph of own work)
+HONEST_OWN_KERNEL_AT_INIT = program("honest_init", '''        self.sx = torch.zeros(2048, 4096, device="cuda")
+        self.g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.g):
+            self.sy = self.ext.relu_cuda(self.sx)
+''', '''        if x.shape != self.sx.shape:
+            return self.ext.relu_cuda(x)
+        self.sx.copy_(x)
+        self.g.replay()
+        return self.sy.clone()''')
+
+CHEATS = {
+    "torch_relu_captured_at_init": CAPTURED_AT_INIT,
+    "captured_through_the_imported_name": CAPTURED_BY_IMPORTED_NAME,
+    "captured_between_capture_begin_and_end": CAPTURED_BY_BEGIN_END,
+    "nn_layer_captured_at_init": LAYER_CAPTURED,
+}
+HONEST = {
+    "own_kernel_graph_captured_in_forward": HONEST_OWN_KERNEL_GRAPH,
+    "own_kernel_graph_captured_at_init": HONEST_OWN_KERNEL_AT_INIT,
+}
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_pytorch_compute_a_graph_captures_is_forwards(name):
+    report = scan(CHEATS[name], backend="cuda")
+    assert cheats.C01 in report.cheat_codes, (name, [str(f) for f in report.findings])
+
+
+@pytest.mark.parametrize("name", list(HONEST))
+def test_a_graph_of_the_candidates_own_kernels_is_honest(name):
+    report = scan(HONEST[name], backend="cuda")
+    assert report.cheat_codes == [], (name, [str(f) for f in report.findings])
+
+
+def test_pytorch_compute_at_construction_outside_a_capture_stays_set_up():
+    """The rule is the capture's, not construction's: the same ReLU run once at construction (a table, a buffer
+    drawn) is set-up as before."""
+    code = CAPTURED_AT_INIT.replace("with torch.cuda.graph(self.g):\n            self.sy = torch.relu(self.sx)",
+                                    "self.sy = torch.relu(self.sx)")
+    assert "torch.cuda.graph(" not in code
+    report = scan(code, backend="cuda")
+    assert cheats.C01 not in report.cheat_codes, [str(f) for f in report.findings]
