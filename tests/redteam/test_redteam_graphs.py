@@ -6,8 +6,11 @@ table built: set-up, before any input exists), so PyTorch compute captured into 
 forward copying its input into the graph's static buffer and replaying it, passed the static scan as set-up: forward
 itself only copies and replays. Captured compute is forward's work wherever it is written (``with
 torch.cuda.graph(g):`` under any spelling of the name, and the statements between ``g.capture_begin()`` and
-``g.capture_end()``); a graph of the candidate's own kernels, captured as PyTorch's documentation shows (warm-up
-on a side stream joined back, then the capture), stays honest."""
+``g.capture_end()``), and so is a PyTorch layer or function handed to ``torch.cuda.make_graphed_callables``
+(forward calls what replays it); a graph of the candidate's own kernels, captured as PyTorch's documentation shows
+(warm-up on a side stream joined back, then the capture), or its own function handed there, stays honest. Found on
+the way: a layer constructed with a method chain (``nn.Linear(...).cuda()``) was no layer to the scan, so forward
+calling it had no static finding."""
 
 import pytest
 
@@ -123,7 +126,26 @@ HONEST_OWN_KERNEL_AT_INIT = program("honest_init", '''        self.sx = torch.ze
         self.g.replay()
         return self.sy.clone()''')
 
+SAMPLE = '(torch.zeros(2048, 4096, device="cuda"),)'
+# torch.cuda.make_graphed_callables: the callable it is handed is captured, and forward calls what replays it
+GRAPHED_LAYER = program("graphed_layer", f"""        self.lin = nn.Linear(4096, 4096).cuda()
+        self.fn = torch.cuda.make_graphed_callables(self.lin, {SAMPLE})
+""", """        return self.ext.relu_cuda(self.fn(x))""")
+GRAPHED_INLINE_LAYER = program("graphed_inline", f"""        self.fn = torch.cuda.make_graphed_callables(nn.ReLU().cuda(), {SAMPLE})
+""", """        return self.ext.relu_cuda(self.fn(x))""")
+GRAPHED_TORCH_FUNCTION = program("graphed_fn", f"""        self.fn = torch.cuda.make_graphed_callables(torch.relu, {SAMPLE})
+""", """        return self.ext.relu_cuda(self.fn(x))""")
+# an nn layer moved with `.cuda()` as it is constructed, called by forward (the layer behind the method chain)
+LAYER_MOVED_AND_CALLED = program("moved", """        self.lin = nn.Linear(4096, 4096).cuda().eval()
+""", """        return self.ext.relu_cuda(self.lin(x))""")
+HONEST_GRAPHED_OWN_FUNCTION = program("graphed_own", f"""        self.fn = torch.cuda.make_graphed_callables(self.ext.relu_cuda, {SAMPLE})
+""", """        return self.fn(x)""")
+
 CHEATS = {
+    "layer_handed_to_make_graphed_callables": GRAPHED_LAYER,
+    "layer_constructed_in_the_make_graphed_callables_call": GRAPHED_INLINE_LAYER,
+    "torch_function_handed_to_make_graphed_callables": GRAPHED_TORCH_FUNCTION,
+    "layer_moved_by_cuda_then_called": LAYER_MOVED_AND_CALLED,
     "torch_relu_captured_at_init": CAPTURED_AT_INIT,
     "captured_through_the_imported_name": CAPTURED_BY_IMPORTED_NAME,
     "captured_between_capture_begin_and_end": CAPTURED_BY_BEGIN_END,
@@ -132,6 +154,7 @@ CHEATS = {
 HONEST = {
     "own_kernel_graph_captured_in_forward": HONEST_OWN_KERNEL_GRAPH,
     "own_kernel_graph_captured_at_init": HONEST_OWN_KERNEL_AT_INIT,
+    "own_function_handed_to_make_graphed_callables": HONEST_GRAPHED_OWN_FUNCTION,
 }
 
 

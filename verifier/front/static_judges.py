@@ -29,6 +29,8 @@ from verifier.front.static_rules import (
     USE_JUDGED,
 )
 from verifier.front.static_scope import (
+    _NN_NO_COMPUTE,
+    GRAPHED_CALLABLES,
     always_raises,
     layer_bases,
     layer_reaches,
@@ -184,6 +186,34 @@ def _judge_attribute(prog: Program, node: ast.Attribute) -> None:
                 break
 
 
+def _judge_graphed(prog: Program, node: ast.Call, layers: set[str]) -> None:
+    """``torch.cuda.make_graphed_callables(what, samples)``: ``what`` (a callable, or a tuple of them) is captured into
+    a CUDA graph that the returned callable replays, from forward: a PyTorch layer of the class (``self.lin``), one
+    constructed there (``nn.Linear(...)``) or a PyTorch compute function handed to it is forward's PyTorch compute
+    wherever the call is written (docs/ANTI_CHEAT.md class 113). A function of the program's own is judged by its
+    body as a stored function is; the candidate's own extension function is its own work."""
+    first = node.args[0]
+    for arg in (first.elts if isinstance(first, (ast.Tuple, ast.List)) else [first]):
+        dotted = _dotted(arg)
+        full = prog.canonical(dotted) if dotted else ""
+        made = prog.canonical(_dotted(arg.func)) if isinstance(arg, ast.Call) else ""
+        while isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and not made.startswith("torch.nn."):
+            arg = arg.func.value  # `nn.Linear(...).cuda()`: the layer constructed under the method calls
+            made = prog.canonical(_dotted(arg.func)) if isinstance(arg, ast.Call) else ""
+        if dotted.startswith("self.") and dotted.count(".") == 1 and dotted[5:] in layers:
+            what = f"the nn submodule `{dotted}`"
+        elif made.startswith("torch.nn.") and made.rsplit(".", 1)[-1] not in _NN_NO_COMPUTE and \
+                made.rsplit(".", 1)[-1][:1].isupper():
+            what = f"a `{made}` layer"
+        elif full and is_torch_compute(full):
+            what = f"`{full}`"
+        else:
+            continue
+        prog.forward_fns.setdefault(id(node), "a CUDA graph forward replays")  # never construction's set-up
+        prog.add(cheats.C01, node, f"hands {what} to `torch.cuda.make_graphed_callables`: the graph it captures is "
+                                   "replayed from forward (PyTorch's computation, not your kernel)", True)
+
+
 def _judge_call(prog: Program, node: ast.Call) -> None:
     """A call: reflection judged by what it does, files, host compute with numpy, the calls of CALL_CODES, PyTorch
     compute (functions, tensor methods, nn submodules and containers), the reference Model constructed."""
@@ -290,6 +320,8 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
         elif fn == "Model" and not own_model:
             add(cheats.C04, node, "constructs the reference `Model`")
     layers = enclosing_class.get(id(node), model_layers)
+    if full in GRAPHED_CALLABLES and node.args:
+        _judge_graphed(prog, node, layers)
     if (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
             and node.func.value.id == "self" and node.func.attr in layers):
         add(cheats.C01, node, f"calls nn submodule `self.{node.func.attr}` (its PyTorch forward)", True)

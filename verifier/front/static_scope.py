@@ -27,6 +27,9 @@ from verifier.front.extract import (
 # nn classes that hold parameters or modules, or compute nothing in eval mode (a view, the identity)
 _NN_NO_COMPUTE = {"Parameter", "ParameterList", "ParameterDict", "Flatten", "Unflatten", "Identity", "Dropout",
                   "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Module"}
+# nn.Module methods that return the module itself: `nn.Linear(...).cuda()` is the layer
+_MODULE_RETURNS_SELF = {"cuda", "cpu", "to", "half", "float", "double", "bfloat16", "eval", "train", "requires_grad_",
+                        "to_empty", "type", "share_memory", "apply", "zero_grad"}
 # containers: they compute what their members compute (a Sequential of the candidate's own modules runs its kernels)
 _NN_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict"}
 
@@ -92,7 +95,11 @@ class _Scope:
         """Whether an nn construction computes with PyTorch when called: a layer does (not those in
         _NN_NO_COMPUTE), and so does a class of the program that inherits one without a forward of its own
         (``runs_layer``); a container does when a layer is among its members, read from its arguments and, for
-        names they use, from what the enclosing function assigns or appends to those names."""
+        names they use, from what the enclosing function assigns or appends to those names. nn.Module's methods that
+        return the module itself (``nn.Linear(...).cuda()``, ``.to(device)``, ``.eval()``) are looked through."""
+        while isinstance(call.func, ast.Attribute) and call.func.attr in _MODULE_RETURNS_SELF and \
+                isinstance(call.func.value, ast.Call):
+            call = call.func.value
         if self.runs_layer(call):
             return True
         kind = self.nn_class(call)
@@ -367,6 +374,8 @@ def init_only_nodes(tree: ast.Module) -> set[int]:
 # a CUDA graph's capture: PyTorch's context manager (``with torch.cuda.graph(g):``) and the graph's own bracket
 # (``g.capture_begin()`` ... ``g.capture_end()``)
 GRAPH_CAPTURE = frozenset({"torch.cuda.graph", "torch.cuda.graphs.graph"})
+# what captures a callable into a graph and returns the callable that replays it
+GRAPHED_CALLABLES = frozenset({"torch.cuda.make_graphed_callables", "torch.cuda.graphs.make_graphed_callables"})
 
 
 def graph_captured_nodes(tree: ast.Module, canonical) -> set[int]:
