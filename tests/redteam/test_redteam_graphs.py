@@ -10,7 +10,8 @@ torch.cuda.graph(g):`` under any spelling of the name, and the statements betwee
 (forward calls what replays it); a graph of the candidate's own kernels, captured as PyTorch's documentation shows
 (warm-up on a side stream joined back, then the capture), or its own function handed there, stays honest. Found on
 the way: a layer constructed with a method chain (``nn.Linear(...).cuda()``) was no layer to the scan, so forward
-calling it had no static finding."""
+calling it had no static finding; nor had a layer's ``forward`` or ``getattr(torch, "relu")`` taken as a value at
+construction and called by forward (a dtype or an initialiser read by ``getattr`` stays honest)."""
 
 import pytest
 
@@ -138,6 +139,16 @@ GRAPHED_TORCH_FUNCTION = program("graphed_fn", f"""        self.fn = torch.cuda.
 # an nn layer moved with `.cuda()` as it is constructed, called by forward (the layer behind the method chain)
 LAYER_MOVED_AND_CALLED = program("moved", """        self.lin = nn.Linear(4096, 4096).cuda().eval()
 """, """        return self.ext.relu_cuda(self.lin(x))""")
+# the same class without a graph: PyTorch's compute taken at construction as a value forward calls later
+LAYER_FORWARD_HANDED_ON = program("handed_forward", """        self.lin = nn.ReLU()
+        self.impl = self.lin.forward
+""", """        return self.ext.relu_cuda(self.impl(x))""")
+GETATTR_VALUE = program("getattr_value", """        self.op = getattr(torch, "relu")
+""", """        return self.ext.relu_cuda(self.op(x))""")
+HONEST_GETATTR_DTYPE = program("getattr_dtype", """        self.dt = getattr(torch, "float32")
+        self.w = nn.Parameter(torch.empty(16))
+        getattr(nn.init, "normal_")(self.w)
+""", """        return self.ext.relu_cuda(x.to(self.dt))""")
 HONEST_GRAPHED_OWN_FUNCTION = program("graphed_own", f"""        self.fn = torch.cuda.make_graphed_callables(self.ext.relu_cuda, {SAMPLE})
 """, """        return self.fn(x)""")
 
@@ -146,6 +157,8 @@ CHEATS = {
     "layer_constructed_in_the_make_graphed_callables_call": GRAPHED_INLINE_LAYER,
     "torch_function_handed_to_make_graphed_callables": GRAPHED_TORCH_FUNCTION,
     "layer_moved_by_cuda_then_called": LAYER_MOVED_AND_CALLED,
+    "layer_forward_handed_on_at_construction": LAYER_FORWARD_HANDED_ON,
+    "torch_function_read_by_getattr_as_a_value": GETATTR_VALUE,
     "torch_relu_captured_at_init": CAPTURED_AT_INIT,
     "captured_through_the_imported_name": CAPTURED_BY_IMPORTED_NAME,
     "captured_between_capture_begin_and_end": CAPTURED_BY_BEGIN_END,
@@ -155,6 +168,7 @@ HONEST = {
     "own_kernel_graph_captured_in_forward": HONEST_OWN_KERNEL_GRAPH,
     "own_kernel_graph_captured_at_init": HONEST_OWN_KERNEL_AT_INIT,
     "own_function_handed_to_make_graphed_callables": HONEST_GRAPHED_OWN_FUNCTION,
+    "dtype_and_initialiser_read_by_getattr": HONEST_GETATTR_DTYPE,
 }
 
 

@@ -149,6 +149,14 @@ def _judge_attribute(prog: Program, node: ast.Attribute) -> None:
         # (an initialiser handed on, `functools.partial(nn.init.normal_, std=0.02)`, runs where construction runs)
         add(cheats.C01, node, f"hands `{_dotted(node)}` on as a value (PyTorch compute, run wherever it is called)",
             True, handed_on=not canonical(_dotted(node)).startswith("torch.nn.init."))
+    recv = _dotted(node.value)
+    if isinstance(node.ctx, ast.Load) and node.attr in ("forward", "__call__") and \
+            not (isinstance(parent, ast.Call) and parent.func is node) and recv.startswith("self.") and \
+            recv.count(".") == 1 and recv[5:] in prog.enclosing_class.get(id(node), prog.model_layers):
+        # `self.impl = self.lin.forward` (then `self.impl(x)` in forward): the layer's PyTorch forward handed on
+        prog.forward_fns.setdefault(id(node), "a layer's forward handed on")  # never construction's set-up
+        add(cheats.C01, node, f"hands the nn submodule's `{recv}.{node.attr}` on as a value (its PyTorch forward, "
+                              "run wherever it is called)", True, handed_on=True)
     if _dunder(node.attr) and node.attr not in DUNDER_OK and \
             node.attr != "__dict__" and not any(node.attr == k.split(".")[-1] for k in ATTR_CODES):
         add(dunder_code(node.attr), node, f"touches `{_dotted(node) or node.attr}` (interpreter internals)")
@@ -184,6 +192,21 @@ def _judge_attribute(prog: Program, node: ast.Attribute) -> None:
             if name == key or name.endswith("." + key) or node.attr == key:
                 add(code_, node, f"touches `{name or node.attr}`")
                 break
+
+
+def _judge_getattr_value(prog: Program, node: ast.Call) -> None:
+    """``getattr(torch, "relu")`` read as a value, not called there (``self.op = getattr(F, "gelu")`` in ``__init__``,
+    then ``self.op(x)`` in forward): a PyTorch compute function handed on, as ``torch.relu`` written as a value is
+    (``_judge_attribute``), wherever it is read; called at once it is judge_read's."""
+    parent = prog.parents.get(id(node))
+    if not (isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2) or \
+            (isinstance(parent, ast.Call) and parent.func is node) or not _dotted(node.args[0]) or \
+            not (isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        return
+    full = prog.canonical(f"{_dotted(node.args[0])}.{node.args[1].value}")
+    if compute_function(full):
+        prog.add(cheats.C01, node, f"reads `{full}` with `getattr` as a value (PyTorch compute, run wherever it is "
+                                   "called)", True, handed_on=True)
 
 
 def _judge_graphed(prog: Program, node: ast.Call, layers: set[str]) -> None:
@@ -230,6 +253,7 @@ def _judge_call(prog: Program, node: ast.Call) -> None:
     if hits is not None:  # getattr / hasattr / setattr / delattr / vars: judged by what they do
         for hit in hits:
             add(hit.code, node, hit.what, hit.torch)
+        _judge_getattr_value(prog, node)
         return
     if full.startswith(FILE_READERS) or full.replace("np.", "numpy.", 1).startswith(FILE_READERS):
         add(cheats.C15, node, f"calls `{raw}` (reads or writes files)")
