@@ -192,3 +192,24 @@ def test_pytorch_compute_at_construction_outside_a_capture_stays_set_up():
     assert "torch.cuda.graph(" not in code
     report = scan(code, backend="cuda")
     assert cheats.C01 not in report.cheat_codes, [str(f) for f in report.findings]
+
+
+def test_a_record_whose_forward_replayed_its_own_kernels_is_not_c02():
+    """A forward that replays a graph of its own kernels calls no function of its extension: its record counts no
+    kernel call, and the profile shows its own kernels run inside forward (``own_kernel_us``). That is a launch, not
+    C02; a record with neither (nothing of its own called, none of its kernels seen) still is, and so is a job whose
+    trials show neither under the partial policy's test of its own kernels."""
+    from verifier.common.contract import ChildReport, TrialReport
+    from verifier.judge.checks import check_trial_runtime, own_kernels_ran
+    from verifier.judge.outputs import Evidence
+
+    replayed = TrialReport(index=1, kernel_calls=0, own_kernel_us=310.0)
+    ev = Evidence()
+    check_trial_runtime(replayed, "Trial 2", ev)
+    assert cheats.C02 not in ev.codes, ev.codes
+    ev = Evidence()
+    check_trial_runtime(TrialReport(index=1, kernel_calls=0), "Trial 2", ev)
+    assert cheats.C02 in ev.codes
+    called = TrialReport(index=0, kernel_calls=2, own_kernel_us=300.0)
+    assert own_kernels_ran(ChildReport(kind="candidate", trials=[called, replayed]))
+    assert not own_kernels_ran(ChildReport(kind="candidate", trials=[called, TrialReport(index=1, kernel_calls=0)]))

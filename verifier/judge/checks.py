@@ -142,7 +142,9 @@ def check_trial_runtime(rec: TrialReport, label: str, ev: Evidence) -> list[str]
         ev.add(cheats.C17, f"{label}: processes your code started (fork, vfork, clone) spent {child_us / 1000:.1f} ms "
                            "of CPU time: work outside your process's threads, where no monitor of forward looks. Compute "
                            "in your own kernels, on your process's threads.")
-    if rec.kernel_calls == 0:
+    # a forward that replays a CUDA graph of its own kernels calls no function of its extension, and the profile shows
+    # those kernels run inside forward (docs/ANTI_CHEAT.md class 113): launched, not C02
+    if rec.kernel_calls == 0 and not rec.own_kernel_us > 0:
         ev.add(cheats.C02, f"{label}: none of your compiled kernel functions was called during forward.")
     if rec.threads_added > 0:
         ev.add(cheats.C09, f"{label}: {rec.threads_added} thread(s) of yours were still at work after forward "
@@ -264,9 +266,11 @@ def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Ev
 
 
 def own_kernels_ran(report: ChildReport) -> bool:
-    """The candidate's own kernels were called on every trial (and, on cuda, the profiler saw one run)."""
+    """The candidate's own kernels were called on every trial, or seen to run in it (cuda: a graph's replay), and, on
+    cuda, the profiler saw one run."""
     trials = [t for t in report.trials if not t.error]
-    return bool(trials) and all(t.kernel_calls > 0 for t in trials) and report.own_kernel_ran is not False
+    return bool(trials) and all(t.kernel_calls > 0 or t.own_kernel_us > 0 for t in trials) and \
+        report.own_kernel_ran is not False
 
 
 NO_CONTRIBUTION = "your own kernels do not contribute to the output: with them skipped it is still correct"
