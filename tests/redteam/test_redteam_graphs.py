@@ -68,7 +68,9 @@ CAPTURED_AT_INIT = program("init", '''        self.sx = torch.zeros(2048, 4096, 
         self.g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.g):
             self.sy = torch.relu(self.sx)
-''', '''        self.sx.copy_(x)
+''', '''        if x.shape != self.sx.shape:
+            return self.ext.relu_cuda(x)
+        self.sx.copy_(x)
         self.g.replay()
         return self.ext.relu_cuda(self.sy)''')
 
@@ -82,7 +84,9 @@ CAPTURED_BY_BEGIN_END = program("begin", '''        self.sx = torch.zeros(2048, 
         self.g.capture_begin()
         self.sy = self.sx.clamp(min=0)
         self.g.capture_end()
-''', '''        self.sx.copy_(x)
+''', '''        if x.shape != self.sx.shape:
+            return self.ext.relu_cuda(x)
+        self.sx.copy_(x)
         self.g.replay()
         return self.ext.relu_cuda(self.sy)''')
 # an nn layer's forward captured at construction
@@ -91,7 +95,9 @@ LAYER_CAPTURED = program("layer", '''        self.act = nn.ReLU()
         self.g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.g):
             self.sy = self.act(self.sx)
-''', '''        self.sx.copy_(x)
+''', '''        if x.shape != self.sx.shape:
+            return self.ext.relu_cuda(x)
+        self.sx.copy_(x)
         self.g.replay()
         return self.ext.relu_cuda(self.sy)''')
 
@@ -150,7 +156,9 @@ HONEST_GETATTR_DTYPE = program("getattr_dtype", """        self.dt = getattr(tor
         getattr(nn.init, "normal_")(self.w)
 """, """        return self.ext.relu_cuda(x.to(self.dt))""")
 HONEST_GRAPHED_OWN_FUNCTION = program("graphed_own", f"""        self.fn = torch.cuda.make_graphed_callables(self.ext.relu_cuda, {SAMPLE})
-""", """        return self.fn(x)""")
+""", """        if x.shape != (2048, 4096):
+            return self.ext.relu_cuda(x)
+        return self.fn(x)""")
 
 CHEATS = {
     "layer_handed_to_make_graphed_callables": GRAPHED_LAYER,
@@ -213,3 +221,32 @@ def test_a_record_whose_forward_replayed_its_own_kernels_is_not_c02():
     called = TrialReport(index=0, kernel_calls=2, own_kernel_us=300.0)
     assert own_kernels_ran(ChildReport(kind="candidate", trials=[called, replayed]))
     assert not own_kernels_ran(ChildReport(kind="candidate", trials=[called, TrialReport(index=1, kernel_calls=0)]))
+
+
+def test_compute_kernels_a_replayed_graph_ran_are_pytorch_compute_whatever_their_share():
+    """The trials of a forward that launched a CUDA graph (the profiler's cudaGraphLaunch inside it: ``graph_launches``)
+    whose device profile shows PyTorch's compute kernels: PyTorch compute under the strict policy however small its
+    share (on one H100 the ReLU captured through a name passed at 58% of forward's compute, below the 50% own share
+    rule's reach); a graph whose replay runs only the candidate's kernels and PyTorch's copies and fills is not."""
+    from verifier.common.contract import ChildReport, TrialReport
+    from verifier.common.config import VerifyConfig
+    from verifier.judge.checks import check_own_kernels
+    from verifier.judge.outputs import Evidence
+    from kernelmill.schema import Verdict
+
+    relu = "void at::native::vectorized_elementwise_kernel<4, at::native::launch_clamp_scalar>(int)"
+    fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)"
+
+    def judged(foreign: dict, graphs: int) -> Evidence:
+        trials = [TrialReport(index=i, kernel_calls=1, own_kernel_us=300.0, foreign_kernel_us=dict(foreign),
+                              graph_launches=graphs) for i in range(3)]
+        report = ChildReport(kind="candidate", trials=trials, cuda_kernel_names=["relu_graph_kernel"])
+        ev = Evidence()
+        check_own_kernels(report, VerifyConfig(), Verdict(candidate_id="c", task_id="t"), ev)
+        return ev
+
+    ev = judged({relu: 100.0, fill: 5.0}, graphs=1)  # 25% of the compute: under the share rule's reach
+    assert cheats.C01 in ev.torch_codes, (ev.codes, ev.torch_codes)
+    assert not ({cheats.C01} & (judged({relu: 100.0}, graphs=0).torch_codes | judged({relu: 100.0}, graphs=0).codes))
+    honest = judged({fill: 5.0}, graphs=1)
+    assert cheats.C01 not in honest.torch_codes | honest.codes

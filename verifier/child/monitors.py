@@ -248,6 +248,10 @@ def operators() -> set[str]:
     return {n.split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names()}
 
 
+# the CUDA runtime's and driver's launches of a graph, as the profiler names their calls
+GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
+
+
 def read_profile(prof, kernel_names: list[str], rec: TrialReport, registry=None) -> int:
     """aten ops the profiler saw inside the ``km_forward`` markers, the marker that proves it watched the call,
     and (cuda) the device time of kernels run within the marker's device-side ranges: in a session that also
@@ -263,7 +267,7 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport, registry=None)
         if e.name == "km_forward" and getattr(e, "time_range", None) is not None:
             (dev_win if "cuda" in str(getattr(e, "device_type", "")).lower() else host_win).append(
                 (e.time_range.start, e.time_range.end))
-    names, own, foreign, ops, known = [], 0.0, {}, [], None
+    names, own, foreign, ops, known, graphs = [], 0.0, {}, [], None, 0
     host_win, dev_win = Windows(host_win), Windows(dev_win)
     for e in events:
         dev = str(getattr(e, "device_type", "")).lower()
@@ -278,6 +282,9 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport, registry=None)
             else:
                 foreign[e.name[:160]] = foreign.get(e.name[:160], 0.0) + us
             continue
+        if e.name.startswith(GRAPH_LAUNCH) and (not host_win or _inside(e, host_win)):
+            graphs += 1  # the runtime's call: what the graph runs shows among the device's kernels, no op explains it
+            continue
         if ("::" in e.name or FUSION_GROUP.match(e.name)) and (not host_win or _inside(e, host_win)):
             ops.append(e.name)
             # an operator of any namespace (its own are left out by the caller), or a fusion group; a
@@ -291,6 +298,7 @@ def read_profile(prof, kernel_names: list[str], rec: TrialReport, registry=None)
     rec.profiled_ops = sorted({n for n in names if registry is None or not registry.created(n)})
     rec.own_kernel_us = round(own, 3)
     rec.foreign_kernel_us = {k: round(v, 3) for k, v in foreign.items()}
+    rec.graph_launches = graphs
     if not host_win:
         rec.monitor_problems.append("the profiler stopped recording during forward")
     return registry.calls(ops) if registry is not None else 0

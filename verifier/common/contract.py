@@ -179,6 +179,7 @@ class TrialReport(_Record):
     ref_digest: list = field(default_factory=list)
     own_kernel_us: float = 0.0  # cuda: device time in kernels named in the candidate's sources
     foreign_kernel_us: dict = field(default_factory=dict)  # cuda: other kernels, name -> device us
+    graph_launches: int = 0  # cuda: CUDA graphs forward launched (the profiler's cudaGraphLaunch calls inside it)
     # cpu: where forward's CPU time went (verifier/child/sampler.py ``Sampler.take``): {"total": n, "at": {...}}
     cpu_samples: dict = field(default_factory=dict)
     # cpu, the timed calls: each clocked bracket's samples, ``{"seq": the harness's bracket number, **samples}``
