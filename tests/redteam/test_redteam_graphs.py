@@ -250,3 +250,29 @@ def test_compute_kernels_a_replayed_graph_ran_are_pytorch_compute_whatever_their
     assert not ({cheats.C01} & (judged({relu: 100.0}, graphs=0).torch_codes | judged({relu: 100.0}, graphs=0).codes))
     honest = judged({fill: 5.0}, graphs=1)
     assert cheats.C01 not in honest.torch_codes | honest.codes
+
+
+def test_the_profile_counts_the_graphs_forward_launched():
+    """verifier/child/monitors.py read_profile: a ``cudaGraphLaunch`` call (the runtime's, as the profiler names it,
+    a version suffix or the driver's ``cuGraphLaunch`` alike) inside forward's marker is a graph launch of that
+    forward; one outside it (the harness's, another call's) is not; the kernels the replay ran are judged as any."""
+    from types import SimpleNamespace
+
+    from verifier.child.monitors import read_profile
+    from verifier.common.contract import TrialReport
+
+    def event(name, device, start, end):
+        span = SimpleNamespace(start=start, end=end, elapsed_us=lambda: float(end - start))
+        return SimpleNamespace(name=name, device_type=device, time_range=span)
+
+    relu = "void at::native::vectorized_elementwise_kernel<4, at::native::launch_clamp_scalar>(int)"
+    events = [event("km_forward", "DeviceType.CPU", 0, 100), event("km_forward", "DeviceType.CUDA", 10, 95),
+              event("cudaGraphLaunch_v10000", "DeviceType.CPU", 20, 25), event("cuGraphLaunch", "DeviceType.CPU", 30, 31),
+              event("cudaGraphLaunch", "DeviceType.CPU", 200, 205),  # outside forward
+              event(relu, "DeviceType.CUDA", 40, 60), event("relu_graph_kernel(float const*, float*, long)",
+                                                             "DeviceType.CUDA", 60, 90)]
+    rec = TrialReport(index=0)
+    read_profile(SimpleNamespace(events=lambda: events), ["relu_graph_kernel"], rec)
+    assert rec.graph_launches == 2
+    assert rec.own_kernel_us == 30.0 and rec.foreign_kernel_us == {relu: 20.0}
+    assert rec.profiled_ops == []
