@@ -206,6 +206,23 @@ class ModelNew(nn.Module):
 '''
 
 
+def cuda_relu_verdicts(codes: dict[str, str], generator: str, timing_trials: int = 4) -> dict:
+    """Each program of ``codes`` (name -> source) verified on cuda against CUDA_RELU_TASK in one batch, at the GPU red
+    teams' settings (3 trials, ``timing_trials`` timed brackets, no torch.compile timing, three execution slots, a
+    fresh build root): the verdicts by name."""
+    import tempfile
+
+    from kernelmill.schema import Candidate, Task
+    from verifier.engine import VerifyConfig, verify_batch
+
+    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix=f"km-{generator}-gpu-"), trials=3, timing_trials=timing_trials,
+                       time_torch_compile=False, run_timeout_s=120, exec_workers=3)
+    task = Task.from_code(CUDA_RELU_TASK, name="relu", source="seed", level=1)
+    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator=generator, code=c))
+             for n, c in codes.items()]
+    return {v.candidate_id: v for v in verify_batch(items, config=cfg, compile_workers=4)}
+
+
 CUDA_RELU_BARE_TEMPLATE = r'''
 #include <cstdint>
 __global__ void relu_bare_{k}(const float* __restrict__ x, float* __restrict__ y, int64_t n) {{

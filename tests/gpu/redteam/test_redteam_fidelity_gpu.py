@@ -5,13 +5,9 @@
   kernel in forward: not a pass (Triton compute is out of scope, said clearly);
 - a CPU tensor op in ``__init__`` starts PyTorch's intra-op pool: not the candidate's thread (C09 on a 64-core host)."""
 
-import tempfile
-
 import pytest
 
 from bench.lib import fixtures as fx
-from kernelmill.schema import Candidate, Task
-from verifier.engine import VerifyConfig, verify_batch
 
 pytestmark = pytest.mark.gpu
 
@@ -46,12 +42,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def verdicts():
-    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-fidelity-gpu-"), trials=3, timing_trials=4,
-                       time_torch_compile=False, run_timeout_s=120, exec_workers=3)
-    task = Task.from_code(fx.CUDA_RELU_TASK, name="relu", source="seed", level=1)
-    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="fidelity", code=c))
-             for n, (c, _) in CASES.items()]
-    return {v.candidate_id: v for v in verify_batch(items, config=cfg, compile_workers=4)}
+    return fx.cuda_relu_verdicts({n: c for n, (c, _) in CASES.items()}, "fidelity")
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -8,15 +8,11 @@ tests/redteam/test_redteam_graphs.py's):
 - the candidate's own kernel in a graph, captured on forward's first call of a shape as PyTorch documents it, or at
   construction for the task's shape: a pass (the graph's replays launch the candidate's own kernels)."""
 
-import tempfile
-
 import pytest
 
 from bench.lib import fixtures as fx
-from kernelmill.schema import Candidate, Task
 from tests.redteam.test_redteam_graphs import CAPTURED_AT_INIT, HONEST
 from verifier import cheats
-from verifier.engine import VerifyConfig, verify_batch
 
 pytestmark = pytest.mark.gpu
 
@@ -36,12 +32,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def verdicts():
     assert "capture(self.g)" in THROUGH_A_NAME and "capture = torch.cuda.graph" in THROUGH_A_NAME
-    cfg = VerifyConfig(build_dir=tempfile.mkdtemp(prefix="km-graphs-gpu-"), trials=3, timing_trials=4,
-                       time_torch_compile=False, run_timeout_s=120, exec_workers=3)
-    task = Task.from_code(fx.CUDA_RELU_TASK, name="relu", source="seed", level=1)
-    items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="graphs", code=c))
-             for n, (c, _) in CASES.items()]
-    return {v.candidate_id: v for v in verify_batch(items, config=cfg, compile_workers=4)}
+    return fx.cuda_relu_verdicts({n: c for n, (c, _) in CASES.items()}, "graphs")
 
 
 @pytest.mark.parametrize("name", list(CASES))
