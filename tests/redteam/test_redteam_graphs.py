@@ -142,6 +142,22 @@ GRAPHED_INLINE_LAYER = program("graphed_inline", f"""        self.fn = torch.cud
 """, """        return self.ext.relu_cuda(self.fn(x))""")
 GRAPHED_TORCH_FUNCTION = program("graphed_fn", f"""        self.fn = torch.cuda.make_graphed_callables(torch.relu, {SAMPLE})
 """, """        return self.ext.relu_cuda(self.fn(x))""")
+OWN_BLOCK = """
+
+class OwnRelu(nn.Module):
+    def __init__(self, ext):
+        super().__init__()
+        self.ext = ext
+
+    def forward(self, x):
+        return self.ext.relu_cuda(x)
+"""
+GRAPHED_CONTAINER_WITH_A_LAYER = program("graphed_seq", f"""        self.fn = torch.cuda.make_graphed_callables(nn.Sequential(nn.ReLU(), OwnRelu(self.ext)), {SAMPLE})
+""", """        return self.ext.relu_cuda(self.fn(x))""", top=OWN_BLOCK)
+HONEST_GRAPHED_CONTAINER_OF_OWN = program("graphed_own_seq", f"""        self.fn = torch.cuda.make_graphed_callables(nn.Sequential(OwnRelu(self.ext)).cuda(), {SAMPLE})
+""", """        if x.shape != (2048, 4096):
+            return self.ext.relu_cuda(x)
+        return self.fn(x)""", top=OWN_BLOCK)
 # an nn layer moved with `.cuda()` as it is constructed, called by forward (the layer behind the method chain)
 LAYER_MOVED_AND_CALLED = program("moved", """        self.lin = nn.Linear(4096, 4096).cuda().eval()
 """, """        return self.ext.relu_cuda(self.lin(x))""")
@@ -164,6 +180,7 @@ CHEATS = {
     "layer_handed_to_make_graphed_callables": GRAPHED_LAYER,
     "layer_constructed_in_the_make_graphed_callables_call": GRAPHED_INLINE_LAYER,
     "torch_function_handed_to_make_graphed_callables": GRAPHED_TORCH_FUNCTION,
+    "container_with_a_layer_handed_to_make_graphed_callables": GRAPHED_CONTAINER_WITH_A_LAYER,
     "layer_moved_by_cuda_then_called": LAYER_MOVED_AND_CALLED,
     "layer_forward_handed_on_at_construction": LAYER_FORWARD_HANDED_ON,
     "torch_function_read_by_getattr_as_a_value": GETATTR_VALUE,
@@ -178,6 +195,8 @@ HONEST = {
     "own_function_handed_to_make_graphed_callables": HONEST_GRAPHED_OWN_FUNCTION,
     "dtype_and_initialiser_read_by_getattr": HONEST_GETATTR_DTYPE,
 }
+# judged by the static scan only (tests/gpu runs HONEST)
+HONEST_STATIC = {**HONEST, "container_of_own_modules_handed_to_make_graphed_callables": HONEST_GRAPHED_CONTAINER_OF_OWN}
 
 
 @pytest.mark.parametrize("name", list(CHEATS))
@@ -186,9 +205,9 @@ def test_pytorch_compute_a_graph_captures_is_forwards(name):
     assert cheats.C01 in report.cheat_codes, (name, [str(f) for f in report.findings])
 
 
-@pytest.mark.parametrize("name", list(HONEST))
+@pytest.mark.parametrize("name", list(HONEST_STATIC))
 def test_a_graph_of_the_candidates_own_kernels_is_honest(name):
-    report = scan(HONEST[name], backend="cuda")
+    report = scan(HONEST_STATIC[name], backend="cuda")
     assert report.cheat_codes == [], (name, [str(f) for f in report.findings])
 
 
