@@ -29,8 +29,6 @@ from verifier.front.static_rules import (
     USE_JUDGED,
 )
 from verifier.front.static_scope import (
-    _NN_CONTAINERS,
-    _NN_NO_COMPUTE,
     GRAPHED_CALLABLES,
     always_raises,
     layer_bases,
@@ -220,16 +218,12 @@ def _judge_graphed(prog: Program, node: ast.Call, layers: set[str]) -> None:
     for arg in (first.elts if isinstance(first, (ast.Tuple, ast.List)) else [first]):
         dotted = _dotted(arg)
         full = prog.canonical(dotted) if dotted else ""
-        # a PyTorch layer constructed in the argument: `nn.Linear(...).cuda()`, or a member of a container made there
-        # (`nn.Sequential(nn.Linear(...), Own())`; a container of the program's own modules is not one)
-        made = next((m for n in ast.walk(arg) if isinstance(n, ast.Call)
-                     for m in [prog.canonical(_dotted(n.func))]
-                     if m.startswith("torch.nn.") and m.rsplit(".", 1)[-1][:1].isupper()
-                     and m.rsplit(".", 1)[-1] not in _NN_NO_COMPUTE | _NN_CONTAINERS), "")
         if dotted.startswith("self.") and dotted.count(".") == 1 and dotted[5:] in layers:
             what = f"the nn submodule `{dotted}`"
-        elif made:
-            what = f"a `{made}` layer"
+        elif isinstance(arg, ast.Call) and prog.structure._computes(arg, None):
+            # a PyTorch layer constructed there (`nn.Linear(...).cuda()`, a container holding one), read as the
+            # class's own layers are (a container of the program's own modules is not one)
+            what = f"the PyTorch layer `{ast.unparse(arg)[:80]}`"
         elif full and is_torch_compute(full):
             what = f"`{full}`"
         else:

@@ -238,6 +238,7 @@ class Program:
 
         self.binding, self.model_new, self.scope_nodes, self.classes, self.chain = \
             binding, model_new, scope_nodes, classes, chain
+        self.structure = structure  # the program's classes and what their nn constructions compute (static_scope)
         self.own_model, self.parents, self.method_ids, self.model_layers = own_model, parents, method_ids, model_layers
         self.enclosing_class, self.loop_layers, self.reflect, self.kinds = enclosing_class, loop_layers, reflect, kinds
 

@@ -257,12 +257,11 @@ def check_own_kernels(report: ChildReport, cfg: VerifyConfig, v: Verdict, ev: Ev
     # a CUDA graph forward replayed ran compute kernels of PyTorch's or a vendor's: no op was dispatched for them (a
     # replay dispatches nothing), whatever their share (docs/ANTI_CHEAT.md class 113: PyTorch's ReLU captured at
     # construction and replayed beside the candidate's own kernel, 58% of forward's compute, passed under 50%)
-    replayed = {n: us for t in trials if t.graph_launches for n, us in t.foreign_kernel_us.items()
-                if kernel_family(n) != "copy/fill"}
+    replayed = sorted({n for t in trials if t.graph_launches for n in t.foreign_kernel_us if n in names},
+                      key=lambda n: -names[n])[:3]
     if replayed:
-        top_replayed = sorted(replayed.items(), key=lambda kv: -kv[1])[:3]
         ev.add_torch(cheats.C01, "Forward launched a CUDA graph that ran kernels that are not yours: " +
-                     ", ".join(f"{kernel_family(n)}: {n[:100]}" for n, _ in top_replayed) +
+                     ", ".join(f"{kernel_family(n)}: {n[:100]}" for n in replayed) +
                      ". A graph replays what was captured into it; capture your own kernels only.")
     vendor = {f: us for f, us in fam.items() if f in ("cuBLAS", "cuDNN", "CUTLASS")}
     foreign_share = 1.0 - own / compute if compute > 0 else 0.0
