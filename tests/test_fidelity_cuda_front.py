@@ -36,10 +36,10 @@ DATA = Path(__file__).resolve().parent / "data" / "fidelity_cuda"
 
 # --------------------------------------------------------------------------------------------- the rules that fire
 
-C03_HANDLER = ("C03_FALLBACK_BRANCH, static.py _judge_model_new: a try/except handler is a fallback unless every "
+C03_HANDLER = ("C03_FALLBACK_BRANCH, static_model.py judge_model_new: a try/except handler is a fallback unless every "
                "statement is a `raise`; one that logs, builds its message or sets a default and then raises (or "
                "that only construction runs) computes nothing instead of the kernel")
-C03_INIT = ("C03_FALLBACK_BRANCH, static.py _judge_model_new: a try/except in ModelNew.__init__ (a default SM count "
+C03_INIT = ("C03_FALLBACK_BRANCH, static_model.py judge_model_new: a try/except in ModelNew.__init__ (a default SM count "
             "when the device query fails) is judged as a forward fallback; construction computes no output")
 C01_OWN_NAME = ("C01_TORCH_COMPUTE (torch, strict: C19), static.py _judge_call + static_kinds.Kinds: `self.norm(x)` / "
                 "`self.relu(x)` where `norm`/`relu` is the program's own nn.Module or method is read as Tensor.norm / "
@@ -58,7 +58,7 @@ BARE_HEADERS = ("build, pool.py build_variants / BARE_PRELUDE: a torch-free .cu 
                 "cuda_runtime.h only), where std::runtime_error / std::string are undeclared; load_inline's own "
                 "torch/types.h declares them, so with full_build_fallback = false the honest source is a compile_error")
 
-C04_LAYER_BASE = ("C04_REFERENCE_MODEL, static.py _judge_model_new: a ModelNew that subclasses an nn layer (nn.Conv2d for its "
+C04_LAYER_BASE = ("C04_REFERENCE_MODEL, static_model.py judge_model_new: a ModelNew that subclasses an nn layer (nn.Conv2d for its "
                   "parameters and initialisation) and overrides forward with its own kernel is read as the reference; "
                   "only `Model` (and super().forward, already C04) is the reference")
 
