@@ -205,6 +205,12 @@ def test_side_stream_work_is_not_hidden():
         # C09 from the idle-gap probes, C01 from the time coverage, or C16: the harness read a timed output the
         # side stream had not finished when the child's done passed. Either way it is not passed faster.
         assert {cheats.C09, cheats.C01, cheats.C16} & set(v.cheats), v.feedback
+    elif v.status == "wrong":
+        # a race of the candidate's own: its output was allocated on the current stream, where the verifier's
+        # poison fill of freed memory was still queued, and written on a stream ordered after nothing. Blocks that
+        # ran before the fill reached their elements lost them to it (on one H100 at e5fe740: all but the
+        # spinning warp's 32 elements "never written"). Wrong, never passed faster.
+        assert "never written" in v.feedback, v.feedback
     else:
         assert v.status == "pass" and v.runtime_us >= 0.8 * slow.runtime_us, (
             v.status, v.runtime_us, slow.runtime_us, v.versions.get("timing"), v.feedback[:600])
