@@ -317,10 +317,22 @@ def test_a_cpp_only_extension_builds_split_boxed_and_behaves_as_written(tmp_path
     from verifier.build.pool import build_blocking
     from verifier.child.loading import load_so
 
+    from bench.lib import fixtures as fx
+
     spec = {"cpp_sources": CPU_SRC, "functions": ["scaled", "fill_ones"], "extra_cflags": ["-O2"]}
+    fx.make_headers(with_pch, spec)  # the slim head's precompiled header, which the shim is asked to start with
     res = build_blocking(tmp_path / "split", spec, 600, host=with_pch.host())
     assert res.ok and res.variant == "split_cpp", res.log[-3000:]
-    assert json.loads((tmp_path / "split" / res.key / "split_cpp" / "compile.json").read_text())["binding"] == "boxed"
+    vdir = tmp_path / "split" / res.key / "split_cpp"
+    assert json.loads((vdir / "compile.json").read_text())["binding"] == "boxed"
+    # the boxed binding's shim under the host unit's precompiled head (verifier/build/boxed.py SLIM_HEAD_FILES): the
+    # head's include first, its directory on the shim's compile command, as on the host unit's
+    log = (vdir.parent / "split_cpp.log").read_text()
+    shim_line = next(ln for ln in log.splitlines() if "km_boxed_shim.o" in ln and " -c " in ln)
+    host_line = next(ln for ln in log.splitlines() if "km_host.o" in ln and " -c " in ln)
+    head_dir = [a for a in host_line.split() if a.startswith("-I") and Path(a[2:], "km_slim_cpu_head.h.gch").is_file()]
+    assert head_dir and head_dir[0] in shim_line.split(), log[-3000:]
+    assert (vdir / "km_boxed_shim.cpp").read_text().startswith("#include <km_slim_cpu_head.h>\n")
     full_host = dataclasses_replace(with_pch.host(), split_build=False)
     # another source, so another key and module name (CPython hands back the first module loaded under a name), and
     # the same flags, so the same precompiled header (another flag set would make one of its own: a minute here)

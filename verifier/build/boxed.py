@@ -158,9 +158,11 @@ def _declared_type(t: str) -> str:
     return re.sub(r"\b(?:torch|at)::optional<", "std::optional<", t)
 
 
-def shim_source(b: BoxedBinding) -> str:
-    """The per-build object's text: the file's declarations, a shim per function, the table."""
-    lines = ["#include <ATen/core/Tensor.h>", "#include <c10/util/ArrayRef.h>", "#include <cstdint>",
+def shim_source(b: BoxedBinding, head: str = "") -> str:
+    """The per-build object's text: the file's declarations, a shim per function, the table. ``head``: a precompiled
+    header's name the unit starts with (:data:`SLIM_HEAD_FILES`, the split's host unit's, already on the compile
+    command's include path): its headers parse once per flags instead of once per build."""
+    lines = ([f"#include <{head}>"] if head else []) + ["#include <ATen/core/Tensor.h>", "#include <c10/util/ArrayRef.h>", "#include <cstdint>",
              "#include <optional>", "#include <tuple>", "#include <utility>", "#include <vector>"]
     for f in b.functions:
         lines.append(f"{_declared_type(f.ret)} {f.name}({', '.join(_declared_type(p) for p in f.params)});")
@@ -184,6 +186,16 @@ def shim_source(b: BoxedBinding) -> str:
     lines += ["};", f"const int km_n_entries = {len(b.functions)};", "#pragma GCC visibility pop"]
     return "\n".join(lines) + "\n"
 
+
+# The heads a split build's host unit is compiled under (verifier/build/slim.py SLIM_HEADER, SLIM_CPU_HEADER: the
+# files verifier/build/pch.py precompiles under these names): both start with the shim's own ``ATen/core/Tensor.h``,
+# so a shim compiled under one parses ``ATen/core/Tensor.h`` and the tensor operators from the precompiled header
+# (~1.3 of the shim's ~2.5 s on the CPU machine) and otherwise means what it meant. The CUDA head's ``cuda.h`` and
+# ``cuda_runtime.h`` add global C functions and their inline overloads (``max``, ``min``): a shim's call
+# ``::name(args)`` of a declared function still resolves to the file's declaration, an exact match of its own
+# types, and a declaration those headers conflict with fails the shim's compile, after which the build goes on as
+# without the boxed form (the canonical form, then the file as written)
+SLIM_HEAD_FILES = ("km_slim_cpu_head.h", "km_slim_head.h")
 
 ENTRY_STRUCT = ("struct km_entry { const char* name; const char* doc; const int* params; int n_params; int ret; "
                 "int wrapped; void (*shim)(void* const*, void*); };")

@@ -438,12 +438,23 @@ def _boxed_form(build_dir: Path, cache_dir: Path, out: str, src: str) -> _Boxed 
     if not idents or any(n in idents for n in form.names):
         return None
     (build_dir / boxed.MODULE_FILE).write_text(boxed.MODULE_SOURCE)
-    (build_dir / boxed.SHIM_FILE).write_text(boxed.shim_source(form))
+    (build_dir / boxed.SHIM_FILE).write_text(boxed.shim_source(form, _slim_head(shlex.split(written_cmd))))
     cmd = _with_input(written_cmd, src_path, build_dir / boxed.MODULE_FILE, out, boxed.MODULE_OBJECT)
     shim_cmd = _with_input(written_cmd, src_path, build_dir / boxed.SHIM_FILE, out, boxed.SHIM_OBJECT)
     key, _ = _cached_object(build_dir, cache_dir, cmd, [boxed.MODULE_FILE])
     lock = os.open(cache_dir / f".{key}.lock", os.O_CREAT | os.O_RDWR, 0o644)
     return _Boxed(form, out, cmd, shim_cmd, key, lock, [], prebuilt=_prebuilt_module(written_cmd))
+
+
+def _slim_head(argv: list[str]) -> str:
+    """The name of a split host unit's precompiled head (``boxed.SLIM_HEAD_FILES``) that one of the compile command's
+    include directories holds precompiled, else ""."""
+    for a in argv:
+        if a.startswith("-I"):
+            for name in boxed.SLIM_HEAD_FILES:
+                if (Path(a[2:]) / f"{name}.gch").is_file():
+                    return name
+    return ""
 
 
 def _prebuilt_module(cmd: str) -> Path | None:
