@@ -314,10 +314,9 @@ def test_a_cpp_only_extension_builds_split_boxed_and_behaves_as_written(tmp_path
 
     import torch
 
+    from bench.lib import fixtures as fx
     from verifier.build.pool import build_blocking
     from verifier.child.loading import load_so
-
-    from bench.lib import fixtures as fx
 
     spec = {"cpp_sources": CPU_SRC, "functions": ["scaled", "fill_ones"], "extra_cflags": ["-O2"]}
     fx.make_headers(with_pch, spec)  # the slim head's precompiled header, which the shim is asked to start with

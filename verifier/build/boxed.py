@@ -16,9 +16,10 @@ What it is. Two objects take the place of ``main.o``:
   result with pybind11's caster of the declared return type; the call sits inside torch's error translation
   (``HANDLE_TH_ERRORS ... END_HANDLE_TH_ERRORS_PYBIND``, what ``torch::wrap_pybind_function`` puts around it)
   where the file wraps its functions, and the conversions outside it, as there;
-- the shim object (:func:`shim_source`, per build, ~1 s: ``ATen/core/Tensor.h`` and no pybind11): the file's own
-  declarations (the same names and types, so the link resolves them to the same functions, default visibility as
-  the file gives them), one shim per function that calls it with the converted arguments
+- the shim object (:func:`shim_source`, per build, ~1 s: ``ATen/core/Tensor.h``, from the split host unit's
+  precompiled head where the build has one, and no pybind11): the file's own declarations (the same names and
+  types, so the link resolves them to the same functions, default visibility as the file gives them), one shim per
+  function that calls it with the converted arguments
   (``*static_cast<T*>(a[i])``: a reference to the caster's value, as pybind11 passes it) and stores its result, and
   the table (Python name, docstring, type codes, shim), hidden.
 
@@ -162,8 +163,9 @@ def shim_source(b: BoxedBinding, head: str = "") -> str:
     """The per-build object's text: the file's declarations, a shim per function, the table. ``head``: a precompiled
     header's name the unit starts with (:data:`SLIM_HEAD_FILES`, the split's host unit's, already on the compile
     command's include path): its headers parse once per flags instead of once per build."""
-    lines = ([f"#include <{head}>"] if head else []) + ["#include <ATen/core/Tensor.h>", "#include <c10/util/ArrayRef.h>", "#include <cstdint>",
-             "#include <optional>", "#include <tuple>", "#include <utility>", "#include <vector>"]
+    lines = [f"#include <{head}>"] if head else []
+    lines += ["#include <ATen/core/Tensor.h>", "#include <c10/util/ArrayRef.h>", "#include <cstdint>",
+              "#include <optional>", "#include <tuple>", "#include <utility>", "#include <vector>"]
     for f in b.functions:
         lines.append(f"{_declared_type(f.ret)} {f.name}({', '.join(_declared_type(p) for p in f.params)});")
     lines += ["#pragma GCC visibility push(hidden)", "namespace {"]
