@@ -411,7 +411,9 @@ def tie_resolved(o: torch.Tensor, r: torch.Tensor, sel: Selection,
     Anything that is not a valid choice among ties stays as it was, for the comparison to find."""
     if o.shape != r.shape or o.dtype != r.dtype or o.is_floating_point() or not o.numel():
         return o, 0, 0
-    src = sel.src.to(o.device)
+    # all of it on the reference's device: the candidate's output may be a host copy of an answer the reference gave
+    # on the GPU (a model-written argmax judged so was the verifier's error, gather across two devices, at 54a3136)
+    src = sel.src.to(r.device)
     try:
         oi, ri = as_index(o.to(r.device), sel), as_index(r, sel)
     except RuntimeError:
@@ -425,7 +427,7 @@ def tie_resolved(o: torch.Tensor, r: torch.Tensor, sel: Selection,
     if not sel.any_tie:  # a true tie has the documented answer (the first occurrence, the input's order)
         exact = mine == theirs
         if src64 is not None and src64.shape == src.shape:
-            s64 = src64.to(o.device)
+            s64 = src64.to(r.device)
             exact &= picked(s64, sel, oc) == picked(s64, sel, ri)
         documented = int((ok & exact).sum())
         ok &= ~exact
