@@ -97,11 +97,11 @@ def _identity(path: str) -> str:
         return p
 
 
-def _pch_dirs(argv: list[str]) -> Iterator[Path]:
-    """The include directories (``-I``) of a compile command that hold a precompiled ``torch/extension.h.gch``
-    (verifier/build/pch.py), in order."""
+def _pch_dirs(argv: list[str], header: str = "torch/extension.h") -> Iterator[Path]:
+    """The include directories (``-I``) of a compile command that hold ``header`` precompiled (``<header>.gch``,
+    verifier/build/pch.py), in order."""
     for a in argv:
-        if a.startswith("-I") and (Path(a[2:]) / "torch" / "extension.h.gch").exists():
+        if a.startswith("-I") and (Path(a[2:]) / f"{header}.gch").exists():
             yield Path(a[2:])
 
 
@@ -450,10 +450,9 @@ def _slim_head(argv: list[str]) -> str:
     """The name of a split host unit's precompiled head (``boxed.SLIM_HEAD_FILES``) that one of the compile command's
     include directories holds precompiled, else ""."""
     for a in argv:
-        if a.startswith("-I"):
-            for name in boxed.SLIM_HEAD_FILES:
-                if (Path(a[2:]) / f"{name}.gch").is_file():
-                    return name
+        for name in boxed.SLIM_HEAD_FILES:
+            if next(_pch_dirs([a], name), None) is not None:
+                return name
     return ""
 
 

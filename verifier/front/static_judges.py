@@ -218,7 +218,7 @@ def _judge_graphed(prog: Program, node: ast.Call, layers: set[str]) -> None:
         full = prog.canonical(dotted) if dotted else ""
         if dotted.startswith("self.") and dotted.count(".") == 1 and dotted[5:] in layers:
             what = f"the nn submodule `{dotted}`"
-        elif isinstance(arg, ast.Call) and prog.structure._computes(arg, None):
+        elif isinstance(arg, ast.Call) and prog.structure.computes(arg, None):
             # a PyTorch layer constructed there (`nn.Linear(...).cuda()`, a container holding one), read as the
             # class's own layers are (a container of the program's own modules is not one)
             what = f"the PyTorch layer `{ast.unparse(arg)[:80]}`"

@@ -91,7 +91,7 @@ class _Scope:
                   if full.split(".")[-1] not in _NN_NO_COMPUTE]
         return layers[0] if layers else ""
 
-    def _computes(self, call: ast.Call, fn: ast.AST | None) -> bool:
+    def computes(self, call: ast.Call, fn: ast.AST | None) -> bool:
         """Whether an nn construction computes with PyTorch when called: a layer does (not those in
         _NN_NO_COMPUTE), and so does a class of the program that inherits one without a forward of its own
         (``runs_layer``); a container does when a layer is among its members, read from its arguments and, for
@@ -139,14 +139,14 @@ class _Scope:
                         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                         for t in targets:
                             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                                if self._computes(node.value, fn):
+                                if self.computes(node.value, fn):
                                     out.add(t.attr)
                         continue
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                             node.func.attr in ("add_module", "register_module") and len(node.args) == 2 and \
                             isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
                         target, value = node.args[0].value, node.args[1]
-                    if target and isinstance(value, ast.Call) and self._computes(value, fn):
+                    if target and isinstance(value, ast.Call) and self.computes(value, fn):
                         out.add(target)
         return out
 
