@@ -189,14 +189,14 @@ def shim_source(b: BoxedBinding, head: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-# The heads a split build's host unit is compiled under (verifier/build/slim.py SLIM_HEADER, SLIM_CPU_HEADER: the
-# files verifier/build/pch.py precompiles under these names): both start with the shim's own ``ATen/core/Tensor.h``,
-# so a shim compiled under one parses ``ATen/core/Tensor.h`` and the tensor operators from the precompiled header
-# (~1.3 of the shim's ~2.5 s on the CPU machine) and otherwise means what it meant. The CUDA head's ``cuda.h`` and
-# ``cuda_runtime.h`` add global C functions and their inline overloads (``max``, ``min``): a shim's call
-# ``::name(args)`` of a declared function still resolves to the file's declaration, an exact match of its own
-# types, and a declaration those headers conflict with fails the shim's compile, after which the build goes on as
-# without the boxed form (the canonical form, then the file as written)
+# The heads a split build's host unit is compiled under (verifier/build/slim.py SLIM_HEADER, SLIM_CPU_HEADER: the files
+# verifier/build/pch.py precompiles under these names, which slim.py takes from here): both start with the shim's own
+# ``ATen/core/Tensor.h``, so a shim compiled under one parses ``ATen/core/Tensor.h`` and the tensor operators from the
+# precompiled header (~1.3 of the shim's ~2.5 s on the CPU machine) and otherwise means what it meant. The CUDA head's
+# ``cuda.h`` and ``cuda_runtime.h`` add global C functions and their inline overloads (``max``, ``min``): a shim's call
+# ``::name(args)`` of a declared function still resolves to the file's declaration, an exact match of its own types, and
+# a declaration those headers conflict with fails the shim's compile, after which the build goes on as without the boxed
+# form (the canonical form, then the file as written)
 SLIM_HEAD_FILES = ("km_slim_cpu_head.h", "km_slim_head.h")
 
 ENTRY_STRUCT = ("struct km_entry { const char* name; const char* doc; const int* params; int n_params; int ret; "

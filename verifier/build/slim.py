@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch.utils.cpp_extension as ce
 
+from verifier.build.boxed import SLIM_HEAD_FILES
 from verifier.front.vendor import strip_cxx
 
 # includes the slim build replaces (everything a typical source gets from them is in the prelude)
@@ -75,11 +76,14 @@ _OPERATORS = _per_operator("ATen/TensorOperators.h")
 # precompiled header of their own (SLIM_HEADER, verifier/build/pch.py; ~3.6 of a host unit's ~4.6 s, measured on the
 # CPU machine), the unit then starting ``#include <km_slim_head.h>`` in their place
 SLIM_HEAD = "\n".join(["#include <cuda.h>", "#include <cuda_runtime.h>", "#include <ATen/core/Tensor.h>", _OPERATORS]) + "\n"
-SLIM_HEADER = ("km_slim_head.h", SLIM_HEAD)
+# the heads' file names are boxed.py's (torch-free: the object cache, verifier/build/objcache.py, looks for them on a
+# shim's compile command)
+_CPU_HEAD_FILE, _HEAD_FILE = SLIM_HEAD_FILES
+SLIM_HEADER = (_HEAD_FILE, SLIM_HEAD)
 # the same head for a C++-only extension's host unit (the "split_cpp" variant, verifier/build/variants.py): no CUDA
 # header, which a C++-only build of torch's never includes (nor has on its include path)
 SLIM_CPU_HEAD = "\n".join(["#include <ATen/core/Tensor.h>", _OPERATORS]) + "\n"
-SLIM_CPU_HEADER = ("km_slim_cpu_head.h", SLIM_CPU_HEAD)
+SLIM_CPU_HEADER = (_CPU_HEAD_FILE, SLIM_CPU_HEAD)
 SLIM_HEADERS = {SLIM_HEAD: SLIM_HEADER, SLIM_CPU_HEAD: SLIM_CPU_HEADER}  # a host unit's head -> its header file
 
 
