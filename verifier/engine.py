@@ -126,7 +126,8 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     # the child's and the judge's memory, admitted together (verifier/execute/admission.py): jobs whose planned bytes do
     # not fit beside those running wait, first come first served; one larger than the whole budget runs alone
     try:
-        with admission.gate_for(device, cfg.memory_budget_gib).admit(plan.job_bytes()) as waited:
+        with admission.gate_for(device, cfg.memory_budget_gib).admit(admission.ALONE if w.alone else plan.job_bytes()) \
+                as waited:
             v.stage_seconds["execute_admission"] = round(waited, 3)
             # timed once per task, before the first candidate runs and outside any device lock: the eager part (its
             # null reduces the candidate's brackets); torch.compile's part waits for the judge
@@ -230,7 +231,12 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
             if not attempt.setup_failed or wait_s is None:
                 if k:
                     attempt.verdict.versions["setup_retries"] = k
+                if attempt.alone:
+                    attempt.verdict.versions["memory_alone"] = True
                 return attempt
+            if attempt.alone and not w.alone:  # its trial ran out of device memory beside other jobs: again at once,
+                w.alone = True                 # with the memory gate to itself (verdict._device_memory_beside_others)
+                continue
             time.sleep(wait_s)  # another process's memory on the device, most often: it may be given back
     except InputError as e:
         finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])

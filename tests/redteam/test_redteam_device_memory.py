@@ -44,10 +44,12 @@ def _work(backend: str = "cuda", name: str = "oom"):
     return w
 
 
-def _outcome(tmp_path: Path, free: int, log: str = LOG, backend: str = "cuda", ev: Evidence | None = None):
+def _outcome(tmp_path: Path, free: int, log: str = LOG, backend: str = "cuda", ev: Evidence | None = None,
+             alone: bool = True):
     """The process outcome of a child that died without a report, its log ending ``log``, the device reading
-    ``free`` bytes free afterwards."""
+    ``free`` bytes free afterwards; ``alone``: the job ran with the memory gate to itself (its second run)."""
     w = _work(backend)
+    w.alone = alone
     ex = SimpleNamespace(run=ChildRun(rc=1, timed_out=False, log=log), job=SimpleNamespace(n_trials=5),
                          job_dir=tmp_path, ledger=Ledger(), clocked=Clocked())
     with mock.patch.object(admission, "free_bytes", return_value=free) as read:
@@ -80,6 +82,9 @@ def test_redteam_an_out_of_memory_line_on_a_free_device_keeps_its_crash(tmp_path
     process is gone: the reading decides, not the line, and the verdict is its crash."""
     w, v, _ = _outcome(tmp_path, free=70 * GIB)
     assert v.status == "crash" and not w.setup_failed, (v.status, v.feedback)
+    # beside other jobs it is first run again alone (a shortage beside them is not yet the candidate's)
+    w, v, _ = _outcome(tmp_path, free=70 * GIB, alone=False)
+    assert v.status == "verifier_error" and w.setup_failed and w.alone and "run again alone" in v.feedback
     # just under the job's need, and just over it
     need = PLAN.job_bytes() + CONTEXT_MARGIN_BYTES
     assert _outcome(tmp_path, free=need - 1)[1].status == "verifier_error"
@@ -139,3 +144,82 @@ def test_a_trials_own_device_out_of_memory_error_is_marked_for_the_reading():
     caught = checked("Traceback ...\nMemoryError\n\nDuring handling of the above exception, another exception "
                      "occurred:\n\nTraceback ...\nValueError: shapes differ")
     assert caught.device_oom == 0 and "(out of memory)" not in caught.crash_detail
+
+
+# A trial's own out-of-memory error beside other jobs (verdict._device_memory_beside_others): the planned bytes the
+# memory gate admits jobs by count the task's tensors, never a candidate's own workspace (an im2col convolution asked
+# 17 GiB on the extra shape with 16 GiB free beside seven other jobs on one H100, 54a3136), so such a job is run again
+# with the gate to itself before the shortage is the candidate's crash.
+
+def test_a_request_alone_waits_for_the_jobs_admitted_and_nothing_enters_beside_it():
+    import threading
+    import time
+
+    gate = admission.MemoryGate(10 * GIB)
+    gate.acquire(GIB)  # one job running
+    order: list = []
+
+    def alone():
+        with gate.admit(admission.ALONE):
+            order.append(("alone in", gate.admitted))
+            time.sleep(0.3)
+            order.append(("alone out", gate.admitted))
+
+    t = threading.Thread(target=alone)
+    t.start()
+    time.sleep(0.2)
+    assert order == [] and gate.waiting == 1  # the running job's 1 GiB keeps it out
+    gate.release(GIB)
+    time.sleep(0.1)
+    small = threading.Thread(target=lambda: (gate.acquire(GIB), order.append(("small in", 0)), gate.release(GIB)))
+    small.start()
+    t.join()
+    small.join()
+    assert order[0] == ("alone in", 10 * GIB) and order[1] == ("alone out", 10 * GIB)  # the whole budget, alone
+    assert order[2] == ("small in", 0) and gate.admitted == 0
+
+
+def test_a_trial_out_of_device_memory_is_run_again_alone_and_its_second_outcome_is_the_verdict(monkeypatch):
+    """The engine's side (engine.execute_item): the first attempt's trial ran out of device memory beside other jobs;
+    the second runs at once with ``alone`` set, and its outcome (here a pass: the workspace fitted the device) is the
+    verdict, marked ``memory_alone``; no set-up wait is spent on it."""
+    import time
+
+    from verifier import engine
+    from verifier.judge.verdict import _device_memory_beside_others, finish
+
+    seen: list = []
+
+    def fake_execute(w, backend, cfg, build_root):
+        seen.append(w.alone)
+        if not w.alone:
+            return _device_memory_beside_others(w, "Trial 6")
+        w.verdict.correct = True
+        return finish(w, "pass")
+
+    monkeypatch.setattr(engine, "_execute", fake_execute)
+    monkeypatch.setattr(engine, "compile_done", lambda w, results, root: True)
+    w = _work()
+    t0 = time.monotonic()
+    out = engine.execute_item(w, [], VerifyConfig(), Path("/nonexistent"))
+    assert seen == [False, True] and time.monotonic() - t0 < 2.0
+    assert out.verdict.status == "pass" and out.verdict.versions.get("memory_alone") is True
+    assert out.verdict.versions.get("setup_retries") == 1
+
+
+def test_redteam_an_out_of_memory_error_raised_on_every_run_keeps_its_crash(tmp_path):
+    """Red team, end to end on the cpu backend: a forward that raises the device's out-of-memory error on every call
+    (the line is the candidate's to write) gets one run alone and then its crash, never a pass or a verifier_error;
+    the same forward raising it on the extra shape only is no C14 (memory, not sizes) and no pass either."""
+    oom = ('raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total '
+           'capacity of 79.18 GiB of which 3.00 GiB is free.")')
+    verdicts = fx.verify_cpu(TASK, {
+        "always": fx.cpu_candidate(f"y = ext.relu(x.contiguous())\n{oom}"),
+        "extra_shape_only": fx.cpu_candidate(f"if x.shape != (64, 1000):\n    {oom}\nreturn ext.relu(x.contiguous())"),
+        "honest": fx.HONEST_RELU,
+    }, str(tmp_path / "b"))
+    for name in ("always", "extra_shape_only"):
+        v = verdicts[name]
+        assert v.status == "crash" and v.versions.get("memory_alone") is True, (name, v.status, v.feedback)
+        assert "out of memory" in v.feedback and not v.cheats
+    assert verdicts["honest"].status == "pass" and "memory_alone" not in verdicts["honest"].versions

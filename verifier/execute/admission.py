@@ -36,6 +36,7 @@ GIB = 1 << 30
 CUDA_SHARE = 0.75
 CPU_SHARE = 0.5
 
+ALONE = 1 << 62  # a request for more than any budget: the job runs with nothing else admitted beside it
 BYPASS_S = 10.0  # how long a waiting request may be passed by later ones that fit (MemoryGate)
 PROCESS_BYTES = 256 << 20  # an execution child's own workspace: a CUDA context and allocator slack, or torch on cpu
 CHILD_INPUT_COPIES = 3  # the trial's inputs, their pristine copy, the clone the reference runs on (verifier/child/worker.py)

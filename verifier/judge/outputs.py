@@ -35,7 +35,7 @@ import torch
 
 from verifier import cheats
 from verifier.common.config import VerifyConfig
-from verifier.common.inputs import as_list, cpu_model, digests_match, same_value
+from verifier.common.inputs import cpu_model, digests_match, same_value
 from verifier.common.ties import (Pooled, Selection, Threshold, Unordered, aligned, as_index, picked, pooled_picks,
                                   reference_outputs, resolved, selection_of)
 from verifier.judge import feedback

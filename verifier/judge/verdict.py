@@ -89,6 +89,9 @@ class Work:
     # the task's reference raised in the candidate's process (ChildReport.reference_error, no tampering seen): judged
     # once the trials before it are checked (``_reference_failed``)
     reference_failed_there: bool = False
+    # run with the execution memory gate to itself (verifier/execute/admission.py): set where a trial ran out of
+    # device memory beside other jobs (``_device_memory_beside_others``), which the engine then runs again alone
+    alone: bool = False
 
     def note_binary_torch(self, ops) -> None:
         """PyTorch compute ops a built extension imports (the compile pool's or a run-time build's): kept for the
@@ -179,6 +182,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
         return _reference_failed(w, plan, ex, report, model, reference_timing, ev)
     if t.device_oom and not ev.codes and (held := device_held_by_others(w, plan)):
         return _device_memory_elsewhere(w, held, f"Trial {t.device_oom}")
+    if t.device_oom and not ev.codes and not w.alone:
+        return _device_memory_beside_others(w, f"Trial {t.device_oom}")
     if t.crash_detail or not (t.regular_ok and t.passed == n):
         v.cheats = ev.decide(torch=False)
         return finish(w, "crash" if t.crash_detail else "wrong",
@@ -288,6 +293,8 @@ def _process_outcome(w: Work, cfg: VerifyConfig, plan, ex: Execution, ev: Eviden
     if run.rc != 0 or not (job_dir / "report.json").is_file():
         if not ev.codes and device_memory_line(last_line(run.log)) and (held := device_held_by_others(w, plan)):
             return _device_memory_elsewhere(w, held, "The process running your kernel")
+        if not ev.codes and device_memory_line(last_line(run.log)) and not w.alone:
+            return _device_memory_beside_others(w, "The process running your kernel")
         rc = run.rc
         why = f"killed by signal {signal.Signals(-rc).name}" if rc and rc < 0 else f"exit status {rc}"
         hint = " (a segmentation fault: an invalid memory access)" if rc == -signal.SIGSEGV else ""
@@ -427,6 +434,20 @@ def device_held_by_others(w: Work, plan) -> str:
         return ""
     return (f"{free / 2**30:.2f} GiB of the device was free after your process ended, where this task's job needs "
             f"{need / 2**30:.2f} GiB")
+
+
+def _device_memory_beside_others(w: Work, what: str) -> Verdict:
+    """A trial of the candidate's ran out of device memory while other jobs may have run beside it: its own
+    allocations (a workspace its inputs' size asks for, as an im2col convolution's) need not fit beside theirs, where
+    they fit the device. The planned bytes the memory gate admits jobs by (``TaskPlan.job_bytes``) count the task's
+    inputs, outputs, weights and the reference's intermediates, never what a candidate allocates of its own; on one
+    H100's real batch (54a3136) a convolution asked 17 GiB on the extra shape with 16 GiB free beside seven other
+    jobs, and its crash was the verifier's concurrency. So the job is run again with the gate to itself (``alone``:
+    no other job of this verifier admitted beside it), and only a shortage there is the candidate's crash."""
+    w.alone = True
+    w.setup_failed = True
+    return finish(w, "verifier_error", [f"{what} ran out of device memory beside other jobs: to be run again alone, "
+                                        "the verifier's failure if it cannot be, not your kernel's."])
 
 
 def _device_memory_elsewhere(w: Work, held: str, what: str) -> Verdict:
