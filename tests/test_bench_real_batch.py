@@ -155,6 +155,8 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     # the null subtracted and the resolution the interval took from it (cpu: a host clock, nothing subtracted)
     assert got[0]["null_us"] and got[0]["resolution_us"] == {"candidate": 0.0, "eager": 0.0} and got[0]["calls"] >= 1
     assert got[0]["stage_seconds"]["child_trial_forward"] > 0
+    # whether the engine ran the job again (a set-up failure on the verifier's side; the memory gate to itself)
+    assert got[0]["setup_retries"] == 0 and got[0]["memory_alone"] is False
     # the harness's late brackets and the child's host-wait hint (cpu: no gate, no hint)
     assert got[0]["late"] == 0 and got[0]["host_waits"] is False and got[0]["host_waits_taken_back"] is False
     # what the task's reference timing held the device alone for (verifier/runs.py reference_hold), and its table

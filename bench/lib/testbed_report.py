@@ -334,6 +334,9 @@ def real_row(cand, v) -> dict:
             "null_us": v.versions.get("timing", {}).get("null_us"),
             "resolution_us": v.versions.get("timing", {}).get("resolution_us"),
             "calls": v.versions.get("timing", {}).get("calls"),
+            # the engine's runs again of a job whose set-up failed on the verifier's side, and whether the last ran
+            # with the memory gate to itself (verifier/engine.py execute_item): the stage seconds are the last run's
+            "setup_retries": v.versions.get("setup_retries", 0), "memory_alone": bool(v.versions.get("memory_alone")),
             # why, for every verdict but a pass (the verifier's side, a crash, the task, and what made a cheat or a
             # wrong answer: a verdict that differs from another run's is read from it; a cheat's line is after the
             # feedback's heading, so more of it is kept)
@@ -554,7 +557,8 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
     comes from: the candidate's and eager's per call, the speedup's 95% interval; a speedup alone cannot say which
     side moved between two runs; and its seconds by stage, the child's pieces included; its task's reference
     timing's hold of the device, ``reference``; the null subtracted, each side's resolution from it and the
-    candidate's calls a bracket, which the next batch's speedups are read against)."""
+    candidate's calls a bracket, which the next batch's speedups are read against; the engine's runs again of its job,
+    ``setup_retries`` and ``memory_alone``, whose earlier runs' seconds the stage seconds do not hold)."""
     with open(path, "w") as f:
         for rec in records:
             for r in rec["rows"]:
@@ -563,7 +567,8 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
                                     **{k: r.get(k) for k in ("t", "task_id", "runtime_us", "eager_us", "speedup_lo",
                                                              "speedup_hi", "late", "host_waits",
                                                              "host_waits_taken_back", "reference", "stage_seconds",
-                                                             "null_us", "resolution_us", "calls", "why")}})
+                                                             "null_us", "resolution_us", "calls", "setup_retries",
+                                                             "memory_alone", "why")}})
                         + "\n")
 
 
