@@ -156,7 +156,7 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert got[0]["null_us"] and got[0]["resolution_us"] == {"candidate": 0.0, "eager": 0.0} and got[0]["calls"] >= 1
     assert got[0]["stage_seconds"]["child_trial_forward"] > 0
     # whether the engine ran the job again (a set-up failure on the verifier's side; the memory gate to itself)
-    assert got[0]["setup_retries"] == 0 and got[0]["memory_alone"] is False
+    assert got[0]["setup_retries"] == 0 and got[0]["memory_alone"] is False and got[0]["setup_failures"] == []
     # the harness's late brackets and the child's host-wait hint (cpu: no gate, no hint)
     assert got[0]["late"] == 0 and got[0]["host_waits"] is False and got[0]["host_waits_taken_back"] is False
     # what the task's reference timing held the device alone for (verifier/runs.py reference_hold), and its table
@@ -239,3 +239,20 @@ def test_the_reference_hold_table_times_each_task_through_the_verifiers_path(tmp
     assert "get_inputs" in rows[1][-2] and rows[1][1] == "-", rows[1]
     text = "\n".join(reference_hold.lines(rows, device="cpu", command="c", commit="abc", torch_version="t"))
     assert "| relu |" in text and "at abc" in text and text.count("\n|") == 4, text
+
+
+def test_the_report_names_each_job_run_again_and_what_its_earlier_runs_failed_on():
+    """A straggler's seconds spent on the engine's runs again (a set-up failure on the verifier's side) are read from
+    the report: the candidates run again, how often, whether the last had the memory gate to itself, and each earlier
+    run's failure line; a batch without any says 0."""
+    from bench.lib.testbed_report import retry_lines
+
+    rows = [{"id": "a", "status": "pass", "setup_retries": 0},
+            {"id": "l2-p7", "status": "cheat", "setup_retries": 2, "memory_alone": True,
+             "setup_failures": ["The execution process failed before your code ran: | CUDA error: out of memory",
+                                "The verifier's timing harness failed on its own side"]}]
+    lines = retry_lines({"rows": rows})
+    assert lines[0].startswith("- jobs run again after a set-up failure on the verifier's side: 1 (2 runs again; "
+                               "the last with the memory gate to itself: 1)")
+    assert "l2-p7 (cheat): run 1: The execution process failed" in lines[1] and "run 2: The verifier's timing" in lines[1]
+    assert retry_lines({"rows": rows[:1]}) == ["- jobs run again after a set-up failure on the verifier's side: 0"]

@@ -310,10 +310,11 @@ def test_an_execution_process_that_failed_before_the_candidate_ran_is_run_again(
 
     def execute(fails: int):
         def run(w, backend, cfg, build_root):
-            calls.append(w.verdict.candidate_id)
+            calls.append((w.verdict.candidate_id, w.alone))
             if len(calls) <= fails:
                 w.setup_failed = True
-                return finish(w, "verifier_error", ["The execution process failed before your code ran: OOM"])
+                return finish(w, "verifier_error", ["The execution process failed before your code ran:",
+                                                    f"CUDA error: out of memory (run {len(calls)})"])
             w.verdict.correct = True
             return finish(w, "pass", [])
         return run
@@ -324,13 +325,54 @@ def test_an_execution_process_that_failed_before_the_candidate_ran_is_run_again(
     monkeypatch.setattr(engine, "_execute", execute(1))
     v = engine.execute_item(w, [], cfg, tmp_path).verdict
     assert (v.status, v.versions.get("setup_retries"), len(calls)) == ("pass", 1, 2)
+    # the run again had the memory gate to itself; what the first run failed on is kept on the verdict
+    assert [alone for _, alone in calls] == [False, True] and v.versions.get("memory_alone") is True
+    assert v.versions["setup_failures"] == ["The execution process failed before your code ran: | CUDA error: out of "
+                                            "memory (run 1)"]
     assert w.verdict.status in ("", None)  # each attempt judged a copy: the first one's verdict left nothing behind
     calls.clear()
     monkeypatch.setattr(engine, "_execute", execute(5))
     v = engine.execute_item(screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "stays"), [],
                             cfg, tmp_path).verdict
     assert (v.status, v.versions.get("setup_retries"), len(calls)) == ("verifier_error", 2, 3)
-    assert "before your code ran" in v.feedback
+    assert "before your code ran" in v.feedback and len(v.versions["setup_failures"]) == 2
+
+
+def test_a_set_up_failure_is_first_run_again_at_once_alone_and_only_then_waits(monkeypatch, tmp_path):
+    """A set-up failure beside other jobs (the device's warm-up, the harness's allocation: any of Work.setup_failed's
+    causes) is first run again at once with the memory gate to itself, no wait spent (one H100's real batch at
+    b1f71d4: its last candidate waited 85 s on fixed waits with the device idle); only one that fails alone too waits
+    for other processes, and the waits it spends are the engine's."""
+    import time
+
+    from verifier import engine
+    from verifier.judge.verdict import finish
+
+    calls, slept = [], []
+
+    def execute(fails: int):
+        def run(w, backend, cfg, build_root):
+            calls.append(w.alone)
+            if len(calls) <= fails:
+                w.setup_failed = True
+                return finish(w, "verifier_error", ["The execution process failed to initialise the device before "
+                                                    "your code ran:", "CUDA error: out of memory"])
+            w.verdict.correct = True
+            return finish(w, "pass", [])
+        return run
+
+    monkeypatch.setattr(engine, "SETUP_RETRY_S", (30.0, 40.0, 50.0))
+    monkeypatch.setattr(engine.time, "sleep", slept.append)
+    cfg = VerifyConfig(build_dir=str(tmp_path))
+    for fails, waits in ((1, []), (2, [40.0]), (3, [40.0, 50.0])):
+        calls.clear(), slept.clear()
+        monkeypatch.setattr(engine, "_execute", execute(fails))
+        t0 = time.monotonic()
+        v = engine.execute_item(screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, f"f{fails}"),
+                                [], cfg, tmp_path).verdict
+        assert v.status == "pass" and v.versions["setup_retries"] == fails and slept == waits, (fails, slept)
+        assert calls == [False] + [True] * fails and time.monotonic() - t0 < 5.0
+        assert len(v.versions["setup_failures"]) == fails and v.versions.get("memory_alone") is True
 
 
 def test_the_verifiers_own_device_work_out_of_memory_is_run_again(monkeypatch, tmp_path):

@@ -218,6 +218,7 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
     try:
         if not compile_done(w, results, build_root):
             return w
+        failures: list[str] = []  # each failed attempt's first line, kept on the verdict (versions["setup_failures"])
         for k, wait_s in enumerate((*SETUP_RETRY_S, None)):
             attempt = w if wait_s is None else copy.deepcopy(w)  # a copy while a retry may need the Work as it was
             try:
@@ -226,18 +227,18 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
                 if wait_s is None or not device_memory_error(e):
                     raise
                 give_back_cache("cuda")
-                time.sleep(wait_s)
+                failures.append(f"{type(e).__name__}: {str(e).strip()[:200]}")
+                _before_retry(w, wait_s)
                 continue
             if not attempt.setup_failed or wait_s is None:
                 if k:
                     attempt.verdict.versions["setup_retries"] = k
+                    attempt.verdict.versions["setup_failures"] = failures
                 if attempt.alone:
                     attempt.verdict.versions["memory_alone"] = True
                 return attempt
-            if attempt.alone and not w.alone:  # its trial ran out of device memory beside other jobs: again at once,
-                w.alone = True                 # with the memory gate to itself (verdict._device_memory_beside_others)
-                continue
-            time.sleep(wait_s)  # another process's memory on the device, most often: it may be given back
+            failures.append(_attempt_line(attempt.verdict.feedback))
+            _before_retry(w, wait_s)
     except InputError as e:
         finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
     except Exception as e:  # noqa: BLE001 - one candidate never stops the batch
@@ -265,13 +266,35 @@ def device_memory_error(e: BaseException) -> bool:
                                                      and "out of memory" in str(e))
 
 
+def _before_retry(w: Work, wait_s: float) -> None:
+    """What comes before a set-up failure's next attempt: the first is run again at once with the execution memory
+    gate to itself (``Work.alone``: no other job of this verifier admitted beside it; the admission waits for those
+    running to end and give their memory back), which cures a shortage this verifier's own jobs caused, the trial's
+    workspace beside them (``_device_memory_beside_others``) as much as the device's warm-up or the harness's
+    allocation; later ones, a shortage that stays with the device to itself, wait for other processes to give
+    theirs back. One H100's real batch at b1f71d4 had its last candidate wait 85 s on the fixed waits after the
+    other 23 were done, with the device idle."""
+    if not w.alone:
+        w.alone = True
+        return
+    time.sleep(wait_s)
+
+
+def _attempt_line(feedback: str) -> str:
+    """A failed attempt's verdict, as the retries record it: the three lines after its status line (what failed and
+    the error it quotes), 300 characters."""
+    lines = [ln.strip() for ln in (feedback or "").splitlines() if ln.strip()]
+    return " | ".join(lines[1:4] or lines)[:300]
+
+
 # the verifier's own device work out of memory (device_memory_error), or an execution process that failed before the
-# candidate's code ran (Work.setup_failed: its device warm-up or the
-# verifier's set-up, out of device memory when other processes held it) is run again after these waits; then it is
-# the verifier_error it says. On one H200 shared by ten test workers, each verifier's slots with their own CUDA
-# contexts, nine honest candidates' children ran out of memory while starting their profiler (9ec18ff), and at
-# 7024904 one honest candidate's child did so three times in 25 s (its profiler's stop: CUPTI's buffers): a third
-# wait of a minute, as a verifier_error costs the candidate its verdict and the batch its row
+# candidate's code ran (Work.setup_failed: its device warm-up or the verifier's set-up, out of device memory when other
+# processes held it) is run again: first at once alone (``_before_retry``: a wait is spent only by a job that ran
+# alone already), then after the later waits; then it is the verifier_error it says. On one H200 shared by ten test
+# workers, each verifier's slots with their own CUDA contexts, nine honest candidates' children ran out of memory
+# while starting their profiler (9ec18ff), and at 7024904 one honest candidate's child did so three times in 25 s (its
+# profiler's stop: CUPTI's buffers): a third wait of a minute, as a verifier_error costs the candidate its verdict and
+# the batch its row
 SETUP_RETRY_S = (5.0, 20.0, 60.0)
 
 

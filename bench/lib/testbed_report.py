@@ -335,8 +335,10 @@ def real_row(cand, v) -> dict:
             "resolution_us": v.versions.get("timing", {}).get("resolution_us"),
             "calls": v.versions.get("timing", {}).get("calls"),
             # the engine's runs again of a job whose set-up failed on the verifier's side, and whether the last ran
-            # with the memory gate to itself (verifier/engine.py execute_item): the stage seconds are the last run's
+            # with the memory gate to itself (verifier/engine.py execute_item), what each earlier run failed on: the
+            # stage seconds are the last run's
             "setup_retries": v.versions.get("setup_retries", 0), "memory_alone": bool(v.versions.get("memory_alone")),
+            "setup_failures": list(v.versions.get("setup_failures", [])),
             # why, for every verdict but a pass (the verifier's side, a crash, the task, and what made a cheat or a
             # wrong answer: a verdict that differs from another run's is read from it; a cheat's line is after the
             # feedback's heading, so more of it is kept)
@@ -445,6 +447,21 @@ def reference_lines(record: dict) -> list[str]:
     return out + [""]
 
 
+def retry_lines(record: dict) -> list[str]:
+    """The candidates whose job the engine ran again after a set-up failure on the verifier's side (verifier/engine.py
+    execute_item), with what each earlier run failed on: the seconds a straggler spent there are read from it."""
+    again = [r for r in record["rows"] if r.get("setup_retries")]
+    if not again:
+        return ["- jobs run again after a set-up failure on the verifier's side: 0"]
+    out = [f"- jobs run again after a set-up failure on the verifier's side: {len(again)} "
+           f"({sum(r['setup_retries'] for r in again)} runs again; the last with the memory gate to itself: "
+           f"{sum(bool(r.get('memory_alone')) for r in again)})"]
+    for r in again:
+        out += [f"  - {r['id']} ({r['status']}): " + "; ".join(f"run {i + 1}: {line}" for i, line in
+                                                               enumerate(r.get("setup_failures") or []))]
+    return out
+
+
 def real_section(record: dict) -> tuple[float | None, list[str]]:
     """(candidates per hour, markdown lines) of one batch's record."""
     from verifier.serve.cost import HEADLINE_KEYS, cost_table
@@ -470,7 +487,7 @@ def real_section(record: dict) -> tuple[float | None, list[str]]:
              f" candidates; candidates whose forward waits on the host by their child's check: "
              f"{sum(bool(r.get('host_waits')) for r in record['rows'])} (the hint taken back by a bracket in time: "
              f"{sum(bool(r.get('host_waits_taken_back')) for r in record['rows'])})",
-             *slot_lines(record), *reference_lines(record),
+             *retry_lines(record), *slot_lines(record), *reference_lines(record),
              *([f"- the verify entry raised: {e}" for e in record["errors"]]), "",
              "Seconds per candidate by stage (medians over the distinct programs that have the stage; "
              "from Verdict.stage_seconds):", "", *cost_table(cost, HEADLINE_KEYS), "",
@@ -558,7 +575,7 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
     side moved between two runs; and its seconds by stage, the child's pieces included; its task's reference
     timing's hold of the device, ``reference``; the null subtracted, each side's resolution from it and the
     candidate's calls a bracket, which the next batch's speedups are read against; the engine's runs again of its job,
-    ``setup_retries`` and ``memory_alone``, whose earlier runs' seconds the stage seconds do not hold)."""
+    ``setup_retries``, ``memory_alone`` and ``setup_failures``, whose earlier runs' seconds the stage seconds do not hold)."""
     with open(path, "w") as f:
         for rec in records:
             for r in rec["rows"]:
@@ -568,7 +585,7 @@ def write_real_verdicts(records: list[dict], path: Path) -> None:
                                                              "speedup_hi", "late", "host_waits",
                                                              "host_waits_taken_back", "reference", "stage_seconds",
                                                              "null_us", "resolution_us", "calls", "setup_retries",
-                                                             "memory_alone", "why")}})
+                                                             "memory_alone", "setup_failures", "why")}})
                         + "\n")
 
 
