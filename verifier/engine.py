@@ -270,7 +270,7 @@ def _before_retry(w: Work, wait_s: float) -> None:
     """What comes before a set-up failure's next attempt: the first is run again at once with the execution memory
     gate to itself (``Work.alone``: no other job of this verifier admitted beside it; the admission waits for those
     running to end and give their memory back), which cures a shortage this verifier's own jobs caused, the trial's
-    workspace beside them (``_device_memory_beside_others``) as much as the device's warm-up or the harness's
+    workspace beside them (``verdict._device_shortage``) as much as the device's warm-up or the harness's
     allocation; later ones, a shortage that stays with the device to itself, wait for other processes to give
     theirs back. One H100's real batch at b1f71d4 had its last candidate wait 85 s on the fixed waits after the
     other 23 were done, with the device idle."""

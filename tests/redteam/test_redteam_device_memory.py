@@ -146,7 +146,7 @@ def test_a_trials_own_device_out_of_memory_error_is_marked_for_the_reading():
     assert caught.device_oom == 0 and "(out of memory)" not in caught.crash_detail
 
 
-# A trial's own out-of-memory error beside other jobs (verdict._device_memory_beside_others): the planned bytes the
+# A trial's own out-of-memory error beside other jobs (verdict._device_shortage): the planned bytes the
 # memory gate admits jobs by count the task's tensors, never a candidate's own workspace (an im2col convolution asked
 # 17 GiB on the extra shape with 16 GiB free beside seven other jobs on one H100, 54a3136), so such a job is run again
 # with the gate to itself before the shortage is the candidate's crash.
@@ -186,14 +186,14 @@ def test_a_trial_out_of_device_memory_is_run_again_alone_and_its_second_outcome_
     import time
 
     from verifier import engine
-    from verifier.judge.verdict import _device_memory_beside_others, finish
+    from verifier.judge.verdict import _device_shortage, finish
 
     seen: list = []
 
     def fake_execute(w, backend, cfg, build_root):
         seen.append(w.alone)
         if not w.alone:
-            return _device_memory_beside_others(w, "Trial 6")
+            return _device_shortage(w, None, "Trial 6")
         w.verdict.correct = True
         return finish(w, "pass")
 

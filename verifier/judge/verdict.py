@@ -90,7 +90,7 @@ class Work:
     # once the trials before it are checked (``_reference_failed``)
     reference_failed_there: bool = False
     # run with the execution memory gate to itself (verifier/execute/admission.py): set where a trial ran out of
-    # device memory beside other jobs (``_device_memory_beside_others``), which the engine then runs again alone
+    # device memory beside other jobs (``_device_shortage``), which the engine then runs again alone
     alone: bool = False
 
     def note_binary_torch(self, ops) -> None:
@@ -180,10 +180,8 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     v.max_rel_err = max(e[1] for e in t.errs) if t.errs else None
     if w.reference_failed_there and not t.crash_detail and t.regular_ok and t.passed == len(report.trials):
         return _reference_failed(w, plan, ex, report, model, reference_timing, ev)
-    if t.device_oom and not ev.codes and (held := device_held_by_others(w, plan)):
-        return _device_memory_elsewhere(w, held, f"Trial {t.device_oom}")
-    if t.device_oom and not ev.codes and not w.alone:
-        return _device_memory_beside_others(w, f"Trial {t.device_oom}")
+    if t.device_oom and not ev.codes and (shortage := _device_shortage(w, plan, f"Trial {t.device_oom}")):
+        return shortage
     if t.crash_detail or not (t.regular_ok and t.passed == n):
         v.cheats = ev.decide(torch=False)
         return finish(w, "crash" if t.crash_detail else "wrong",
@@ -291,10 +289,9 @@ def _process_outcome(w: Work, cfg: VerifyConfig, plan, ex: Execution, ev: Eviden
                                       "for copying out this task's outputs). " + progress(ex.ledger, job.n_trials) +
                                       (f" Last output:\n{log_tail}" if log_tail else "")])
     if run.rc != 0 or not (job_dir / "report.json").is_file():
-        if not ev.codes and device_memory_line(last_line(run.log)) and (held := device_held_by_others(w, plan)):
-            return _device_memory_elsewhere(w, held, "The process running your kernel")
-        if not ev.codes and device_memory_line(last_line(run.log)) and not w.alone:
-            return _device_memory_beside_others(w, "The process running your kernel")
+        if not ev.codes and device_memory_line(last_line(run.log)) and \
+                (shortage := _device_shortage(w, plan, "The process running your kernel")):
+            return shortage
         rc = run.rc
         why = f"killed by signal {signal.Signals(-rc).name}" if rc and rc < 0 else f"exit status {rc}"
         hint = " (a segmentation fault: an invalid memory access)" if rc == -signal.SIGSEGV else ""
@@ -436,26 +433,30 @@ def device_held_by_others(w: Work, plan) -> str:
             f"{need / 2**30:.2f} GiB")
 
 
-def _device_memory_beside_others(w: Work, what: str) -> Verdict:
-    """A trial of the candidate's ran out of device memory while other jobs may have run beside it: its own
-    allocations (a workspace its inputs' size asks for, as an im2col convolution's) need not fit beside theirs, where
-    they fit the device. The planned bytes the memory gate admits jobs by (``TaskPlan.job_bytes``) count the task's
-    inputs, outputs, weights and the reference's intermediates, never what a candidate allocates of its own; on one
-    H100's real batch (54a3136) a convolution asked 17 GiB on the extra shape with 16 GiB free beside seven other
-    jobs, and its crash was the verifier's concurrency. So the job is run again with the gate to itself (``alone``:
-    no other job of this verifier admitted beside it), and only a shortage there is the candidate's crash."""
-    w.alone = True
+def _device_shortage(w: Work, plan, what: str) -> Verdict | None:
+    """Whose a device out-of-memory error of the candidate's process was (a trial's, or the line its process died
+    on), where no cheat was seen: the verifier's failure, run again by the engine (``Work.setup_failed``), while it
+    may have been other processes' or other jobs' memory; None where it was the candidate's own crash.
+
+    - Other processes held the device (``device_held_by_others``: read here after the candidate's process ended):
+      the verifier's, whether or not the job ran alone (docs/ANTI_CHEAT.md class 54).
+    - Other jobs of this verifier may have run beside it (``Work.alone`` unset): the candidate's own allocations (a
+      workspace its inputs' size asks for, as an im2col convolution's) need not fit beside theirs, where they fit the
+      device; the memory gate admits jobs by their task's planned bytes (``TaskPlan.job_bytes``: inputs, outputs,
+      weights, the reference's intermediates), never a candidate's own workspace. On one H100's real batch (54a3136)
+      a convolution asked 17 GiB on the extra shape with 16 GiB free beside seven other jobs, and its crash was the
+      verifier's concurrency. The engine runs the job again with the gate to itself (class 115).
+    - It ran alone and the device was free after it: the candidate's crash (None)."""
+    held = device_held_by_others(w, plan)
+    if not held and w.alone:
+        return None
     w.setup_failed = True
+    if held:
+        return finish(w, "verifier_error", [f"{what} ran out of device memory while other processes held it ({held}): "
+                                            "the verifier's failure, not your kernel's."])
+    w.alone = True
     return finish(w, "verifier_error", [f"{what} ran out of device memory beside other jobs: to be run again alone, "
                                         "the verifier's failure if it cannot be, not your kernel's."])
-
-
-def _device_memory_elsewhere(w: Work, held: str, what: str) -> Verdict:
-    """The candidate's process ran out of device memory that other processes held (``device_held_by_others``): the
-    verifier's failure, run again after the engine's set-up waits (``Work.setup_failed``), then the verifier_error."""
-    w.setup_failed = True
-    return finish(w, "verifier_error", [f"{what} ran out of device memory while other processes held it ({held}): "
-                                        "the verifier's failure, not your kernel's."])
 
 
 # a CUDA error that outlives the call that raised it (the context is broken for every later call): what a kernel's
