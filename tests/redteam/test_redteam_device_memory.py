@@ -222,4 +222,7 @@ def test_redteam_an_out_of_memory_error_raised_on_every_run_keeps_its_crash(tmp_
         v = verdicts[name]
         assert v.status == "crash" and v.versions.get("memory_alone") is True, (name, v.status, v.feedback)
         assert "out of memory" in v.feedback and not v.cheats
+        # one run again, at once and alone (no set-up wait spent), and what the first run failed on kept
+        assert v.versions.get("setup_retries") == 1 and len(v.versions["setup_failures"]) == 1, v.versions
+        assert "ran out of device memory beside other jobs" in v.versions["setup_failures"][0]
     assert verdicts["honest"].status == "pass" and "memory_alone" not in verdicts["honest"].versions
