@@ -30,7 +30,7 @@ from bench.lib import fixtures as fx, lock_trace  # noqa: E402
 from bench.lib.pch_warm import headers_made, warm_pch  # noqa: E402
 from bench.lib.proc_cpu import GpuSampler, ProcCpu, cpu_model  # noqa: E402
 from bench.lib.testbed import verify_keys  # noqa: E402
-from bench.lib.testbed_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
+from bench.lib.real_report import real_record, real_report, real_row, write_real_verdicts  # noqa: E402
 from kernelmill.schema import Candidate, Task  # noqa: E402
 from kernelmill.settings import parse_section  # noqa: E402
 from verifier.engine import VerifyConfig, usable_cores, verify_batch  # noqa: E402

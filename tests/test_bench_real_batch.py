@@ -143,7 +143,7 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert cost.per_gpu_hour == pytest.approx(100.0)  # 1 program in 36 s of wall on one device
     assert cost.stage("execute").total_s == pytest.approx(vs[0].stage_seconds["execute"])
     # the verdicts file keeps the times a speedup comes from (which side moved between two runs)
-    from bench.lib.testbed_report import real_row, write_real_verdicts
+    from bench.lib.real_report import real_row, write_real_verdicts
 
     rows = [real_row(c, v) for (_, c), v in zip(b.items, vs)]
     write_real_verdicts([{"per_task": 2, "rows": rows}], tmp_path / "v.jsonl")
@@ -169,7 +169,7 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     # and the harness's own seconds of its brackets inside that hold: its private draws and their wait for the RNG lock
     assert ref["harness_s"]["draw"] > 0 and ref["harness_s"]["draw_lock_wait"] >= 0, ref
     assert ref["harness_s"]["clock"] > 0, ref
-    from bench.lib.testbed_report import reference_lines
+    from bench.lib.real_report import reference_lines
 
     text = "\n".join(reference_lines({"rows": rows}))
     assert "(1 tasks;" in text and "| reference_brackets |" in text and "| null |" in text, text
@@ -177,7 +177,7 @@ def test_copies_are_verified_once_and_the_cost_counts_programs_once(tmp_path, sh
     assert "| load |" in text and "| lock_wait |" in text, text
     assert reference_lines({"rows": [dict(r, reference=None) for r in rows]}) == []
     # how busy the slots were and how long the timing held the device alone, from the same seconds
-    from bench.lib.testbed_report import HELD_ALONE, slot_lines
+    from bench.lib.real_report import HELD_ALONE, slot_lines
 
     (line,) = slot_lines({"slots": 2, "wall_s": 36.0, "rows": rows})
     busy = vs[0].stage_seconds["execute"] / 72.0  # one program: its copy's seconds are not counted again
@@ -245,7 +245,7 @@ def test_the_report_names_each_job_run_again_and_what_its_earlier_runs_failed_on
     """A straggler's seconds spent on the engine's runs again (a set-up failure on the verifier's side) are read from
     the report: the candidates run again, how often, whether the last had the memory gate to itself, and each earlier
     run's failure line; a batch without any says 0."""
-    from bench.lib.testbed_report import retry_lines
+    from bench.lib.real_report import retry_lines
 
     rows = [{"id": "a", "status": "pass", "setup_retries": 0},
             {"id": "l2-p7", "status": "cheat", "setup_retries": 2, "memory_alone": True,

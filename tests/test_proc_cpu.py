@@ -121,7 +121,7 @@ def test_a_childs_cpu_lands_in_the_windows_it_was_spent_in(tmp_path):
     windows add up to the run's total for that kind. The child runs under a name of its own (the interpreter linked
     as ``kmwindowprobe``: its kind is "other: kmwindowprobe"), since every process of the host is sampled and the
     other pytest-xdist worker's builds would add to any kind the verifier's processes have."""
-    from bench.lib.testbed_report import timeline_lines
+    from bench.lib.real_report import timeline_lines
 
     probe = tmp_path / "kmwindowprobe"
     probe.symlink_to(sys.executable)

@@ -399,7 +399,7 @@ def test_build_reads_a_fork_with_both_judgements_and_leaves_out_harness_faults(t
 def test_the_real_batch_report_shows_its_ramp_minute_by_minute():
     """A budget-cut batch's rate is mostly its first minutes (the builds, the tasks' preparations, the slots'
     processes starting): the report gives the verdicts of each minute beside the filled pipeline's rate."""
-    from bench.lib.testbed_report import filled_lines
+    from bench.lib.real_report import filled_lines
 
     rows = [{"t": t} for t in (2, 4, 70, 130, 131, 132, 150, 179)]
     text = "\n".join(filled_lines({"wall_s": 185.0, "rows": rows}))

@@ -2,6 +2,7 @@
 
     testbed            the test bed of model-written KernelBench solutions (select, shard, run, the real-code batch)
     testbed_report     its verdict rows and reports (merge, classify, compare two runs)
+    real_report        the real-code batch's records and report (bench/bench_verifier.py --batch real: rate, stages)
     testbed_sources    builds ext/testbed from the mirrors of the source repositories (bench/testbed_build.py)
     fixtures           small tasks and candidates, honest and cheating, for the verifier's tests and benchmarks
     mixed_batch        the mixed batch of 8 level 1-2 tasks that bench/bench_verifier.py --batch mixed measures
