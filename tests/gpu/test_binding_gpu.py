@@ -42,7 +42,9 @@ def _verdicts(build_dir: str, canonical: bool) -> dict:
     fx.make_headers(cfg, fx.CUDA_EXT_SPEC)
     items = [(task, Candidate(candidate_id=n, task_id=task.task_id, backend="cuda", generator="test", code=c))
              for n, c in CASES.items()]
-    return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=2)))
+    # one compile worker a case: the three full CUDA builds (split_build off: nvcc with torch's headers) at once, not
+    # two and then one (this file alone took 276 s of one H100's tests/gpu at a6b853a, the two configs' rounds in turn)
+    return dict(zip(CASES, verify_batch(items, config=cfg, compile_workers=len(CASES))))
 
 
 def _reused(build_dir: str, marker: str) -> int:
