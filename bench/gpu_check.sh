@@ -44,8 +44,8 @@ while :; do echo "$(date +%T) $(awk '/MemAvailable/ {print int($2/1024)}' /proc/
 MEMLOOP=$!
 # the processes the run leaves are ended after it (bench/reap.py: the verifier's build steps and sandboxes run in
 # sessions of their own, which `timeout` does not reach), so that what comes next in the same call runs alone
-python3 bench/reap.py timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n $WORKERS --dist loadfile -p no:cacheprovider \
-  --durations=30 ${TESTS:-tests/gpu} >$OUT/pytest_gpu.log 2>&1
+python3 bench/reap.py timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n $WORKERS --dist loadfile --no-loadscope-reorder \
+  -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} >$OUT/pytest_gpu.log 2>&1
 rc=$?
 kill $SMI $MEMLOOP 2>/dev/null
 sort -t, -k3 -n $OUT/gpu_memory.csv 2>/dev/null | tail -1 | sed 's/^/most device memory in use (MiB): /' | tee -a $OUT/device.txt

@@ -12,6 +12,46 @@ import pytest
 
 collect_ignore = [] if os.environ.get("KERNELMILL_TESTBED", "").strip() else ["test_testbed_gpu.py"]
 
+# The order the files start in under pytest-xdist (bench/gpu_check.sh: ``--dist loadfile --no-loadscope-reorder``),
+# by their seconds in a whole run (bench/results/durations_gpu_*.tsv), the longest first, so that no long file starts
+# last: xdist's default order is by number of tests, and at a6b853a test_binding_gpu.py (2 tests, 276 s: the
+# longest) started last, after about 175 s, and the run passed its 375 s cap. One exception: xdist gives a worker
+# whose file holds two tests or fewer a second file at once (its heuristic of two pending tests), so the binding
+# file comes after the five longest, with a file of small tests as its second. A file not listed here starts after
+# all of them: list a new file by its seconds (tests/test_gpu_tier_order.py asks that every file is).
+FILE_ORDER = (
+    "redteam/test_redteam_gpu.py",  # 209 s at a6b853a (one H100, six workers)
+    "test_verifier_gpu.py",  # 176 s
+    "redteam/test_redteam_partial_gpu.py",  # 149 s
+    "test_precision_gpu.py",  # 145 s
+    "redteam/test_redteam_graphs_gpu.py",  # 126 s
+    "test_binding_gpu.py",  # 276 s (two tests: its second file follows at once)
+    "redteam/test_redteam_ties_gpu.py",  # 14 s
+    "test_trust_gpu.py",  # 90 s
+    "test_build_fallback_gpu.py",  # 88 s
+    "test_sandbox_gpu.py",  # 53 s
+    "redteam/test_redteam_fidelity_gpu.py",  # 42 s
+    "redteam/test_redteam_omnipotent_gpu.py",  # 34 s
+    "redteam/test_redteam_timed_inputs_gpu.py",  # 22 s
+    "test_testbed_gpu.py",  # only with KERNELMILL_TESTBED (a run over the fetched test bed)
+)
+
+
+def file_rank(nodeid: str) -> int:
+    """A test's file's place in ``FILE_ORDER`` (its node id relative to the repository root); unlisted files last."""
+    path = nodeid.split("::", 1)[0]
+    for i, name in enumerate(FILE_ORDER):
+        if path == f"tests/gpu/{name}":
+            return i
+    return len(FILE_ORDER)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The GPU tier's files in ``FILE_ORDER`` (each file's tests in their own order)."""
+    if any(item.nodeid.startswith("tests/gpu/") for item in items):
+        items[:] = sorted(items, key=lambda item: file_rank(item.nodeid) if item.nodeid.startswith("tests/gpu/")
+                          else -1)
+
 
 def pytest_runtest_logreport(report):
     path = os.environ.get("KERNELMILL_TEST_DURATIONS")
