@@ -42,9 +42,9 @@ SMI=$!
 while :; do echo "$(date +%T) $(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo) $(nvidia-smi \
   --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l)"; sleep 5; done >$OUT/host_memory.txt &
 MEMLOOP=$!
-# the processes the run leaves are ended after it (bench/reap.py: the verifier's build steps and sandboxes run in
+# the processes the run leaves are ended after it (bench/lib/reap.py: the verifier's build steps and sandboxes run in
 # sessions of their own, which `timeout` does not reach), so that what comes next in the same call runs alone
-python3 bench/reap.py timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n $WORKERS --dist loadfile --no-loadscope-reorder \
+python3 -m bench.lib.reap timeout ${PYTEST_S:-400} python3 -m pytest -v -m gpu -n $WORKERS --dist loadfile --no-loadscope-reorder \
   -p no:cacheprovider --durations=30 ${TESTS:-tests/gpu} >$OUT/pytest_gpu.log 2>&1
 rc=$?
 kill $SMI $MEMLOOP 2>/dev/null

@@ -1,4 +1,4 @@
-"""bench/reap.py: the GPU check's cleanup ends what a command left behind in sessions of its own (which `timeout`
+"""bench/lib/reap.py: the GPU check's cleanup ends what a command left behind in sessions of its own (which `timeout`
 does not reach), and exits with the command's status."""
 
 import subprocess
@@ -22,7 +22,7 @@ def test_processes_left_in_sessions_of_their_own_are_ended_and_the_status_kept(t
     # a process in a new session, and one that a new session's shell left behind (its parent gone at once)
     script = (f"setsid sleep 300 & echo $! >> {pids}; "
               f"setsid bash -c 'sleep 300 & echo $! >> {pids}' ; exit 7")
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "reap.py"), "bash", "-c", script],
+    run = subprocess.run([sys.executable, "-m", "bench.lib.reap", "bash", "-c", script], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 7, run.stderr
     left = [int(p) for p in pids.read_text().split()]
@@ -32,6 +32,6 @@ def test_processes_left_in_sessions_of_their_own_are_ended_and_the_status_kept(t
 
 
 def test_a_command_that_leaves_nothing_ends_nothing():
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "reap.py"), "true"], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "bench.lib.reap", "true"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 0 and "0 process(es)" in run.stderr

@@ -7,6 +7,7 @@
     fixtures           small tasks and candidates, honest and cheating, for the verifier's tests and benchmarks
     mixed_batch        the mixed batch of 8 level 1-2 tasks that bench/bench_verifier.py --batch mixed measures
     proc_cpu           host CPU seconds by kind of process over a benchmark (compilers, execution children, ...)
+    reap               runs a command and ends every process it left (the GPU check's cleanup: bench/gpu_check.sh)
     build_breakdown    a batch's builds by the variant that produced each module, the fast variants that failed first
     slim_testbed       how often the slim build variant compiles for the test bed's solutions, and why not
     torch_imports      what model-written answers take from PyTorch's libraries (the C01 allowlist's fidelity)

@@ -6,7 +6,7 @@ batch that came next in the same device call (its one-off 63 s against 37 s, two
 its descendants' subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): whatever they leave is re-parented here once its
 parent ends, and is killed here, until none is left.
 
-    python3 bench/reap.py CMD [ARGS...]   # exits with CMD's status; says on stderr how many it ended
+    PYTHONPATH=. python3 -m bench.lib.reap CMD [ARGS...]   # exits with CMD's status; says on stderr how many it ended
 """
 
 from __future__ import annotations
