@@ -5,16 +5,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.lib.proc_cpu import proc_stat
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
+        return proc_stat(pid)[1][0] != "Z"
     except OSError:
         return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def test_processes_left_in_sessions_of_their_own_are_ended_and_the_status_kept(tmp_path):

@@ -69,6 +69,14 @@ def kind(pid: int, comm: str, cmdline: str, me: int) -> str:
     return "other: " + comm
 
 
+def proc_stat(pid: int) -> tuple[str, list[str]]:
+    """A process's name and the fields of ``/proc/<pid>/stat`` after it (state, ppid, ...: ``fields[0]`` is field 3 of
+    proc(5)); the name may hold spaces and parentheses, so it is cut at the last ")". OSError where it is gone."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
 def host_cpu_ticks() -> tuple[int, int]:
     """(busy, total) jiffies of all the host's cores from /proc/stat (busy: all but idle and iowait)."""
     try:
@@ -109,10 +117,7 @@ class ProcCpu(threading.Thread):
             self.window_ticks[w] = host_cpu_ticks()
         for pid in pids:
             try:
-                with open(f"/proc/{pid}/stat") as f:
-                    stat = f.read()
-                comm = stat[stat.index("(") + 1:stat.rindex(")")]
-                fields = stat[stat.rindex(")") + 2:].split()
+                comm, fields = proc_stat(pid)
                 cpu = (int(fields[11]) + int(fields[12])) / self.tick
                 if pid not in self.last:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:

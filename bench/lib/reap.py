@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from bench.lib.proc_cpu import proc_stat
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -28,11 +30,9 @@ def children(pid: int) -> list[int]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
+            fields = proc_stat(int(name))[1]
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
         if int(fields[1]) == pid and fields[0] != "Z":
             out.append(int(name))
     return out

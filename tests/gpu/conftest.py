@@ -37,20 +37,17 @@ FILE_ORDER = (
 )
 
 
-def file_rank(nodeid: str) -> int:
-    """A test's file's place in ``FILE_ORDER`` (its node id relative to the repository root); unlisted files last."""
-    path = nodeid.split("::", 1)[0]
-    for i, name in enumerate(FILE_ORDER):
-        if path == f"tests/gpu/{name}":
-            return i
-    return len(FILE_ORDER)
+_RANK = {f"tests/gpu/{name}": i for i, name in enumerate(FILE_ORDER)}
 
 
 def pytest_collection_modifyitems(config, items):
-    """The GPU tier's files in ``FILE_ORDER`` (each file's tests in their own order)."""
-    if any(item.nodeid.startswith("tests/gpu/") for item in items):
-        items[:] = sorted(items, key=lambda item: file_rank(item.nodeid) if item.nodeid.startswith("tests/gpu/")
-                          else -1)
+    """The GPU tier's files in ``FILE_ORDER`` (each file's tests in their own order; unlisted files of the tier after
+    them, tests outside the tier before it, as they were)."""
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return _RANK.get(path, len(FILE_ORDER)) if path.startswith("tests/gpu/") else -1
+
+    items.sort(key=rank)
 
 
 def pytest_runtest_logreport(report):
