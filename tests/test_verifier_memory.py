@@ -337,6 +337,27 @@ def test_the_float64_reference_is_left_out_when_its_outputs_would_not_fit():
     why, pooled, outs64 = _float64_check(model, [x], outs, 8 * 64 * 4, room, cfg)
     assert why == "" and outs64[0][0].dtype == torch.float64 and len(pooled) == 1
 
+    class Short(torch.nn.Module):
+        """A float64 forward the device's memory fails in the driver's or a library's wording, not torch's type: that
+        is the device's memory (a missed estimate), not a reference without a float64 kernel."""
+
+        def __init__(self, message: str):
+            super().__init__()
+            self.message, self.lin = message, torch.nn.Linear(64, 256)
+
+        def forward(self, x):
+            if x.dtype == torch.float64:
+                raise RuntimeError(self.message)
+            return self.lin(x)
+
+    for message, why_part in (("cuMemCreate failed: CUDA driver error 2 (CUDA_ERROR_OUT_OF_MEMORY)", "ran out of"),
+                              ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+                               "ran out of"),
+                              ('"addmm_impl_cpu_" not implemented for \'Double\'', "does not run in float64")):
+        short = Short(message)
+        why, _, outs64 = _float64_check(short, [x], [[short(x[0]).detach()]], 8 * 64 * 4, room, cfg)
+        assert why_part in why and outs64 is None, (message, why)
+
 
 def test_a_task_is_refused_for_the_device_it_needs_not_for_the_memory_other_jobs_hold(base, monkeypatch):
     """KernelBench's Softsign (6 GiB of inputs) was skipped on an H100 with 18.8 GiB free while three other jobs

@@ -39,7 +39,7 @@ from kernelmill.schema import Candidate, Task, Verdict
 from verifier import workers as trusted
 from verifier.build.pool import CompilePool
 from verifier.build.runtime import child_builder
-from verifier.common.backends import get_backend
+from verifier.common.backends import get_backend, out_of_device_memory
 from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, usable_cores
 from verifier.execute import admission
 from verifier.execute.locks import device_work, give_back_cache, lock_path, lock_wait_s
@@ -263,7 +263,7 @@ def device_memory_error(e: BaseException) -> bool:
     """Whether an exception of the verifier's own process is its device out of memory (the judge's reference, the
     inputs it draws on the device: other processes held the memory), which a wait may cure, as for a set-up failure."""
     return isinstance(e, torch.OutOfMemoryError) or (type(e).__name__ in ("AcceleratorError", "RuntimeError")
-                                                     and "out of memory" in str(e))
+                                                     and out_of_device_memory(e))
 
 
 def _before_retry(w: Work, wait_s: float) -> None:

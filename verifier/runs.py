@@ -20,7 +20,6 @@ import dataclasses
 import hashlib
 import itertools
 import queue
-import re
 import secrets
 import shutil
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from verifier.common.backends import get_backend
+from verifier.common.backends import device_memory_text, get_backend
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import ChildReport, Job
 from verifier.common.inputs import draw_inputs
@@ -236,7 +235,6 @@ def _timed(plan: TaskPlan, backend: str, cfg: VerifyConfig, build_root: Path, pa
 # builds), and the failure would be kept for every candidate of the task. On one H200 shared by ten pytest workers'
 # verifiers (about a hundred CUDA contexts) torch.compile's reference failed 'CUDA error: out of memory' and its
 # task's ten verdicts came without compile_us (tests/gpu at 53a4b28 and 871ae8c).
-SHORT_OF_DEVICE = re.compile(r"out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation", re.IGNORECASE)
 SHORTAGE_PAUSES_S = (5.0, 15.0)
 
 
@@ -247,7 +245,7 @@ def _failure(rep: ChildReport) -> str:
 
 def _short_of_device(timing: ReferenceTiming) -> bool:
     rep = timing.report  # (any of its errors, not only the first _failure names)
-    return bool(SHORT_OF_DEVICE.search(" ".join((rep.compile_error, rep.setup_error, rep.timing_error))))
+    return device_memory_text(" ".join((rep.compile_error, rep.setup_error, rep.timing_error)))
 
 
 def _again_if_short_of_device(measure: Callable[[], ReferenceTiming]) -> Callable[[], ReferenceTiming]:

@@ -59,10 +59,14 @@ def _outcome(tmp_path: Path, free: int, log: str = LOG, backend: str = "cuda", e
 
 def test_the_error_lines_that_say_the_device_ran_out():
     for line in (POISON_OOM, "RuntimeError: CUDA error: out of memory",
-                 "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"):
+                 "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+                 # the driver's wording (torch's expandable segments), which one H100's real batch met at 048b0da
+                 "RuntimeError: cuMemCreate failed: CUDA driver error 2 (CUDA_ERROR_OUT_OF_MEMORY)",
+                 "RuntimeError: cudaErrorMemoryAllocation", "RuntimeError: CURAND_STATUS_ALLOCATION_FAILED"):
         assert device_memory_line(line), line
     for line in ("MemoryError", "RuntimeError: std::bad_alloc", "RuntimeError: CUDA error: an illegal memory access "
-                 "was encountered", "ValueError: out of range"):
+                 "was encountered", "ValueError: out of range", "RuntimeError: CUDA error: invalid argument",
+                 "RuntimeError: cuMemCreate failed: CUDA driver error 1 (CUDA_ERROR_INVALID_VALUE)"):
         assert not device_memory_line(line), line
 
 

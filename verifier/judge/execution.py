@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from verifier.common.backends import device_memory_text
 from verifier.common.contract import Job
 from verifier.execute.brackets import Clocked
 from verifier.execute.channel import Ledger
@@ -62,17 +63,16 @@ def last_line(text: str) -> str:
 def harness_memory_error(error: str) -> bool:
     """Whether the timing harness's failure (``"<exception type>: <message>"``, channel.Ledger.harness_error or
     Clocked.error) is its device out of memory."""
-    return error.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or "out of memory" in error.lower()
+    return error.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or device_memory_text(error)
 
 
 def memory_error(line: str) -> bool:
     """Whether an exception's line (``"<type>: <message>"``) says memory ran out: the device's (a library's own
     allocation too: cuBLAS's, cuDNN's), or the host's."""
-    return harness_memory_error(line) or any(s in line for s in (
-        "MemoryError", "bad_alloc", "can't allocate memory", "ALLOC_FAILED", "cudaErrorMemoryAllocation"))
+    return harness_memory_error(line) or any(s in line for s in ("MemoryError", "bad_alloc", "can't allocate memory"))
 
 
 def device_memory_line(line: str) -> bool:
     """Whether an exception's line says the device's memory ran out (torch's allocator, a CUDA call, a library's own
     allocation), not the host's."""
-    return harness_memory_error(line) or any(s in line for s in ("ALLOC_FAILED", "cudaErrorMemoryAllocation"))
+    return harness_memory_error(line)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from kernelmill.errors import InputError
+from verifier.common.backends import out_of_device_memory
 from verifier.common.config import VerifyConfig
 from verifier.common.contract import Job
 from verifier.common.inputs import (
@@ -270,7 +271,7 @@ class PlanOutOfMemory(InputError):
 
 def _out_of_memory(e: BaseException, device: str) -> bool:
     """Whether the reference's run failed for the device's memory (torch's error, or a CUDA call's)."""
-    return isinstance(e, torch.OutOfMemoryError) or (device == "cuda" and "out of memory" in str(e))
+    return isinstance(e, torch.OutOfMemoryError) or (device == "cuda" and out_of_device_memory(e))
 
 
 def _peak_start(device: str) -> int:
@@ -347,7 +348,9 @@ def _float64_check(model, draws: list, outs: list, input_bytes: int, free: int,
         return "the float64 copy of the reference, its inputs and outputs does not fit in memory", [], None
     try:
         return _float64_outputs(model, draws, outs)
-    except torch.cuda.OutOfMemoryError:  # the estimate missed (another process, forward's own workspace)
+    except Exception as e:  # noqa: BLE001 - the estimate missed (another process, forward's own workspace)
+        if not out_of_device_memory(e):
+            raise
         give_back_cache("cuda")
         return "the float64 reference ran out of device memory", [], None
 
@@ -365,9 +368,9 @@ def _float64_outputs(model, draws: list, outs: list) -> tuple[str, list, list | 
                 pooled += [RefStats(0.0, 0.0)] * (len(outs[0]) - len(pooled))
             else:
                 out64 = as_list(model64(*widen(inputs)))
-        except torch.cuda.OutOfMemoryError:
-            raise
         except Exception as e:  # noqa: BLE001 - e.g. an op without a float64 kernel: the fixed tolerance instead
+            if out_of_device_memory(e):  # (any wording of it: a driver's or a library's, not only torch's type)
+                raise
             return f"the reference does not run in float64 ({type(e).__name__}: {str(e)[:120]})", [], None
         if len(out64) != len(out) or any(isinstance(o, torch.Tensor) and (not isinstance(p, torch.Tensor) or
                                                                         p.shape != o.shape) for o, p in zip(out, out64)):
