@@ -223,6 +223,31 @@ def test_a_slot_never_takes_a_candidate_of_a_task_still_being_prepared(monkeypat
         assert ready.get() is None  # the end of the batch
 
 
+def test_a_candidate_put_back_for_its_run_alone_is_taken_only_when_no_other_can_be():
+    """The engine's set-up retry (engine._requeue) puts a candidate back for a run with the device's memory to
+    itself: a slot takes it only once no other candidate can be taken (a task this slot judged, a prepared one), the
+    oldest such first, and before the end of the batch; a slot waiting on an empty queue is woken by it."""
+    ready = ReadyQueue(["a", "b", "c", "d"])
+    ready.put((0, []))
+    ready.put_later((1, ["f"]))
+    ready.put((2, []))
+    ready.put_later((3, []))
+    assert ready.get(seen={"c"}) == (2, [])  # the slot's own task first, as before
+    assert ready.get() == (0, [])
+    assert ready.get() == (1, ["f"]) and ready.get() == (3, [])  # nothing else ready: the put-back ones, oldest first
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(ready.get()), daemon=True)
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not got
+    ready.put_later((1, []))
+    t.join(10)
+    assert got == [(1, [])]
+    ready.put(None)
+    ready.put_later((3, []))
+    assert ready.get() == (3, []) and ready.get() is None  # the end of the batch comes after every put-back one
+
+
 def test_a_task_whose_preparation_waits_for_a_thread_is_not_waited_for(monkeypatch):
     """A preparation that has not begun (every preparation thread is busy with other tasks) is not waited for: a
     slot takes its candidate and times the reference itself, as slots did before tasks were prepared ahead, rather

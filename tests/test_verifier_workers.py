@@ -338,6 +338,74 @@ def test_an_execution_process_that_failed_before_the_candidate_ran_is_run_again(
     assert "before your code ran" in v.feedback and len(v.versions["setup_failures"]) == 2
 
 
+def test_in_a_batch_a_set_up_failure_waits_in_the_queue_for_its_run_alone(monkeypatch, tmp_path):
+    """In a batch (verify_batch sets ``Work.retry_later``) a job whose first attempt failed on the verifier's side
+    is handed back, unjudged, for its run alone (``Work.requeued``) instead of running alone at once: a run alone holds
+    every other slot's next candidate back until the jobs beside it end (one H100's real batch at 048b0da: three such
+    runs held the candidates behind them 22-57 s each at memory admission). The slot takes the other candidates
+    first; the job's run alone comes once no other is ready, and its verdict keeps what the first attempt failed on.
+    Red team: the hand-back is the verifier's own bookkeeping; a job that fails alone as well still ends as the
+    verifier_error it says after the waits, never a verdict of the candidate's."""
+    from verifier import engine
+    from verifier.entry import verify
+    from verifier.judge.verdict import finish
+
+    calls: list = []
+    fail_ids = {"bad": 1}
+
+    def run(w, backend, cfg, build_root):
+        cid = w.verdict.candidate_id
+        calls.append((cid, w.alone))
+        if fail_ids.get(cid, 0) > 0:
+            fail_ids[cid] -= 1
+            w.setup_failed = True
+            return finish(w, "verifier_error", ["The execution process failed before your code ran:",
+                                                "CUDA error: out of memory"])
+        w.verdict.correct = True
+        return finish(w, "pass", [])
+
+    monkeypatch.setattr(engine, "SETUP_RETRY_S", (0.0, 0.0))
+    monkeypatch.setattr(engine, "_execute", run)
+    cfg = VerifyConfig(build_dir=str(tmp_path), exec_workers=1, time_torch_compile=False)
+    # one candidate's own call: no queue to hand it back to, run alone at once (as before)
+    w = screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "bad")
+    fail_ids["bad"] = 1
+    v = engine.execute_item(w, [], cfg, tmp_path).verdict
+    assert v.status == "pass" and [c for c in calls] == [("bad", False), ("bad", True)], calls
+    # handed back where the caller holds it: unjudged, marked alone, its failure kept; the next call runs it alone
+    calls.clear()
+    fail_ids["bad"] = 1
+    w = screen.front(TASK.reference_code, fx.HONEST_RELU, "cpu", TASK.task_id, "bad")
+    w.retry_later = True
+    back = engine.execute_item(w, [], cfg, tmp_path)
+    assert back.requeued and back.alone and not back.verdict.status and len(back.setup_failures) == 1, back.verdict
+    v = engine.execute_item(back, [], cfg, tmp_path).verdict
+    assert v.status == "pass" and v.versions["setup_retries"] == 1 and v.versions.get("memory_alone") is True
+    assert calls == [("bad", False), ("bad", True)] and "out of memory" in v.versions["setup_failures"][0]
+    # a batch: one slot; the failed job's run alone comes after every other candidate's
+    calls.clear()
+    fail_ids["bad"] = 1
+    codes = [fx.HONEST_RELU + f"\n# variant {k}\n" for k in range(3)]
+    tasks = [TASK] * 4
+    from kernelmill.schema import Candidate
+
+    cands = [Candidate(candidate_id=cid, task_id=TASK.task_id, code=code, backend="cpu", generator="test")
+             for cid, code in zip(("bad", "c1", "c2", "c3"), [fx.HONEST_RELU] + codes)]
+    vs = verify(list(zip(tasks, cands)), config=cfg)
+    assert [v.status for v in vs] == ["pass"] * 4, [(v.candidate_id, v.status, v.feedback) for v in vs]
+    assert calls.count(("bad", False)) == 1 and calls[-1] == ("bad", True), calls
+    assert sorted(c for c, _ in calls if c != "bad") == ["c1", "c2", "c3"], calls
+    assert vs[0].versions["setup_retries"] == 1 and vs[0].versions.get("memory_alone") is True
+    assert all("setup_retries" not in v.versions for v in vs[1:])
+    # one that fails alone too ends as the verifier_error it says, after the waits
+    calls.clear()
+    fail_ids["bad"] = 9
+    vs = verify(list(zip(tasks[:2], cands[:2])), config=cfg)
+    assert vs[0].status == "verifier_error" and "before your code ran" in vs[0].feedback, vs[0].feedback
+    assert vs[0].versions["setup_retries"] == 2 and vs[1].status == "pass"
+    assert [a for c, a in calls if c == "bad"] == [False, True, True], calls
+
+
 def test_a_set_up_failure_is_first_run_again_at_once_alone_and_only_then_waits(monkeypatch, tmp_path):
     """A set-up failure beside other jobs (the device's warm-up, the harness's allocation: any of Work.setup_failed's
     causes) is first run again at once with the memory gate to itself, no wait spent (one H100's real batch at

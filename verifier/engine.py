@@ -216,10 +216,13 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
     Runs in the engine's execution thread, or in the slot's trusted process (verifier/workers.py), which returns
     the Work."""
     try:
-        if not compile_done(w, results, build_root):
+        if not w.setup_failures and not compile_done(w, results, build_root):  # (read once: not on a requeued run)
             return w
-        failures: list[str] = []  # each failed attempt's first line, kept on the verdict (versions["setup_failures"])
-        for k, wait_s in enumerate((*SETUP_RETRY_S, None)):
+        w.requeued = False
+        failures = w.setup_failures  # each failed attempt's first line, on the verdict (versions["setup_failures"])
+        schedule = (*SETUP_RETRY_S, None)
+        for k in range(len(failures), len(schedule)):
+            wait_s = schedule[k]
             attempt = w if wait_s is None else copy.deepcopy(w)  # a copy while a retry may need the Work as it was
             try:
                 _execute(attempt, attempt.verdict.backend, cfg, build_root)
@@ -228,6 +231,8 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
                     raise
                 give_back_cache("cuda")
                 failures.append(f"{type(e).__name__}: {str(e).strip()[:200]}")
+                if _requeue(w):
+                    return w
                 _before_retry(w, wait_s)
                 continue
             if not attempt.setup_failed or wait_s is None:
@@ -238,6 +243,8 @@ def execute_item(w: Work, results: list, cfg: VerifyConfig, build_root: Path) ->
                     attempt.verdict.versions["memory_alone"] = True
                 return attempt
             failures.append(_attempt_line(attempt.verdict.feedback))
+            if _requeue(w):
+                return w
             _before_retry(w, wait_s)
     except InputError as e:
         finish(w, "verifier_error", [f"The verifier could not run this task: {e}"])
@@ -278,6 +285,21 @@ def _before_retry(w: Work, wait_s: float) -> None:
         w.alone = True
         return
     time.sleep(wait_s)
+
+
+def _requeue(w: Work) -> bool:
+    """Whether a job whose first attempt failed on the verifier's side goes back to the batch's ready queue for its
+    run alone (``Work.requeued``; the engine's slot takes other candidates meanwhile) instead of running alone at once:
+    a run alone waits for every job admitted beside it to end and holds the next ones back, so mid-batch it stopped
+    the other seven slots. On one H100's real batch at 048b0da (k = 8) three such runs held the candidates behind them
+    22-57 s each at memory admission (793 s of the slots' 2,804 s executing). The queue gives it a slot once no other
+    candidate is ready (verifier/execute/queue.py ``ReadyQueue``), where its run alone costs the batch least.
+    False where the caller cannot hold it (``Work.retry_later`` unset: one candidate's verify, a test) or it ran alone
+    already: run at once, as before."""
+    if not w.retry_later or w.alone:
+        return False
+    w.alone = w.requeued = True
+    return True
 
 
 def _attempt_line(feedback: str) -> str:
@@ -404,6 +426,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
             task, cand = items[i]
             backend = resolve_backend(cand.backend or "cpu")
             w = front(task.reference_code, cand.code or cand.response, backend, task.task_id, cand.candidate_id)
+            w.retry_later = True  # a set-up failure's run alone waits in the ready queue (execute_item, _requeue)
             works[i] = w
             if w.verdict.status:
                 deliver(i, w)
@@ -494,6 +517,9 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                     finish(w, "verifier_error", [f"Verifier error on this candidate: {type(e).__name__}: {e}"])
                 finally:
                     count("executing", -1)
+                if w.requeued:  # its run alone, once no other candidate is ready (``_requeue``)
+                    ready.put_later(item)
+                    continue
                 if w.compiled_pending and w.verdict.status != "verifier_error":
                     compiled_parts.add(plan_keys[i], i, w)  # the slot takes its next candidate meanwhile
                 else:

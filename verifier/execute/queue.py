@@ -31,17 +31,25 @@ class ReadyQueue:
     take the next prepared one, instead of in the slot for that task's reference timing, doing nothing while candidates
     of prepared tasks queued (on one H200's real batch, 97db09e: 405 of the 2,000 seconds the eight slots spent
     executing; 675 of 1,837 at 8b1b652 with the prepared ones first). ``poke`` (a preparation ended) wakes the
-    waiting slots. None (put once per slot, when every verdict is in) ends a slot."""
+    waiting slots. A candidate put back for a run with the device's memory to itself (``put_later``: the engine's
+    set-up retry) is taken only when no other candidate can be, oldest first: that run holds every other slot's next
+    candidate back until it ends. None (put once per slot, when every verdict is in) ends a slot."""
 
     def __init__(self, plan_keys: list, prepared: Callable[[tuple], bool] = lambda key: True):
         self.plan_keys = plan_keys
         self.prepared = prepared
         self.items: list = []
+        self.later: list = []
         self.cond = threading.Condition()
 
     def put(self, item) -> None:
         with self.cond:
             self.items.append(item)
+            self.cond.notify_all()
+
+    def put_later(self, item) -> None:
+        with self.cond:
+            self.later.append(item)
             self.cond.notify_all()
 
     def poke(self, _key=None) -> None:
@@ -56,6 +64,8 @@ class ReadyQueue:
                                  if item is not None and wanted(self.plan_keys[item[0]])), None)
                     if pick is not None:
                         return self.items.pop(pick)
+                if self.later:
+                    return self.later.pop(0)
                 if None in self.items:
                     return self.items.pop(self.items.index(None))
                 self.cond.wait(1.0)  # a preparation's end pokes; the timeout only bounds a missed one

@@ -92,6 +92,12 @@ class Work:
     # run with the execution memory gate to itself (verifier/execute/admission.py): set where a trial ran out of
     # device memory beside other jobs (``_device_shortage``), which the engine then runs again alone
     alone: bool = False
+    # the set-up retries (engine.execute_item): each failed attempt's line so far (versions["setup_failures"]), kept
+    # while the job waits in the batch's ready queue for its run alone (``retry_later``, set by the engine where its
+    # queue can hold it: verify_batch); ``requeued``: handed back for that run, not finished
+    setup_failures: list = dataclasses.field(default_factory=list)
+    retry_later: bool = False
+    requeued: bool = False
 
     def note_binary_torch(self, ops) -> None:
         """PyTorch compute ops a built extension imports (the compile pool's or a run-time build's): kept for the
