@@ -60,19 +60,15 @@ def last_line(text: str) -> str:
     return next((ln.strip() for ln in reversed(str(text).splitlines()) if ln.strip()), "")
 
 
-def harness_memory_error(error: str) -> bool:
-    """Whether the timing harness's failure (``"<exception type>: <message>"``, channel.Ledger.harness_error or
-    Clocked.error) is its device out of memory."""
-    return error.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or device_memory_text(error)
-
-
 def memory_error(line: str) -> bool:
     """Whether an exception's line (``"<type>: <message>"``) says memory ran out: the device's (a library's own
     allocation too: cuBLAS's, cuDNN's), or the host's."""
-    return harness_memory_error(line) or any(s in line for s in ("MemoryError", "bad_alloc", "can't allocate memory"))
+    return device_memory_line(line) or any(s in line for s in ("MemoryError", "bad_alloc", "can't allocate memory"))
 
 
 def device_memory_line(line: str) -> bool:
-    """Whether an exception's line says the device's memory ran out (torch's allocator, a CUDA call, a library's own
-    allocation), not the host's."""
-    return harness_memory_error(line)
+    """Whether an exception's line (``"<type>: <message>"``: the candidate process's last line, or the timing
+    harness's failure, channel.Ledger.harness_error or Clocked.error) says the device's memory ran out (torch's
+    allocator, a CUDA runtime or driver call, a library's own allocation: ``backends.device_memory_text``), not the
+    host's."""
+    return line.startswith(("OutOfMemoryError", "torch.OutOfMemoryError")) or device_memory_text(line)

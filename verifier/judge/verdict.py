@@ -52,7 +52,7 @@ from verifier.judge.checks import (
     own_work_ok,
     use_streamed_records,
 )
-from verifier.judge.execution import Execution, device_memory_line, harness_memory_error, last_line, memory_error
+from verifier.judge.execution import Execution, device_memory_line, last_line, memory_error
 from verifier.judge.numerics import FLOAT64_OWN
 from verifier.judge.outputs import (
     Evidence,
@@ -80,7 +80,7 @@ class Work:
     binary_torch: list = dataclasses.field(default_factory=list)  # PyTorch compute ops the built extension imports
     # the verifier's own side failed in a way a wait may cure: the execution process before the candidate's code ran
     # (the device's warm-up, the verifier's own set-up: a device another tenant filled), or the timing harness out of
-    # device memory (``harness_memory_error``): the verifier's failure, which the engine tries again
+    # device memory (``device_memory_line``): the verifier's failure, which the engine tries again
     # (engine.execute_item)
     setup_failed: bool = False
     # judged and timed before its task's torch.compile part was: the engine adds torch.compile's figures once it is
@@ -482,7 +482,7 @@ def _harness_failed(w: Work, cfg: VerifyConfig, report: ChildReport, ev: Evidenc
     decided = _legality_outcome(w, cfg, report, ev, ex.knockout)
     if decided.status != "pass":
         return decided
-    w.setup_failed = harness_memory_error(error)
+    w.setup_failed = device_memory_line(error)
     return finish(w, "verifier_error", [f"The verifier's timing harness failed on its own side ({error}); this is "
                                         "not your kernel's fault."])
 
