@@ -7,6 +7,7 @@ backend with real processes:
   ``verifier_error``), never the candidate's verdict, and the slot's next job gets a new process;
 - a batch judged in slot processes gives the verdicts the in-process slots give (a pass, a wrong output, a compile
   error), in processes that are not the engine's, and keeps them for the next batch;
+- a slot's process judges by the plan the engine made of the task (handed with the candidate), not one of its own;
 - slots' processes start side by side: each one's imports run while the others' do (a cold batch's slots came up
   one after another when the spawner thread waited for each).
 
@@ -224,6 +225,53 @@ def test_a_batch_judged_in_slot_processes_gives_the_in_process_verdicts(shared_b
     after = _batch("processes", shared_build_dir)
     assert [v.status for v in after] == [v.status for v in threads]
     assert workers._IDLE and not {p.proc.pid for p in workers._IDLE} & set(kept)
+
+
+def test_a_slot_process_judges_by_the_plan_the_engine_made_and_does_not_plan_the_task_again(shared_build_dir,
+                                                                                            monkeypatch):
+    """The engine hands its plan of the task (its preparation's: the extra shape, the measured tolerance) to the slot's
+    process with the candidate (``Work.plan``), which judges by it instead of planning the task again. The engine's
+    plans are marked here as no plan of the slot's own could be (a task fault only this process's planning gives):
+    the verdict says which plan judged. Without the hand-over the slot's process plans the task itself (no mark)
+    and the honest candidate passes."""
+    from verifier import engine
+    from verifier.judge import plan as plan_mod
+
+    cfg = VerifyConfig(build_dir=shared_build_dir, timing_trials=3, warmup=1, time_torch_compile=False,
+                       run_timeout_s=60, memory_limit_gb=4, exec_processes="processes", exec_workers=1)
+
+    def batch_of(tag: str) -> list:
+        task = Task.from_code(TASK.reference_code + f"# {tag}\n", name="handed_plan_relu", source="seed", level=1)
+        engine_plan = plan_mod.task_plan(task.reference_code, "cpu", cfg)  # this process's, before its batch
+        return [(task, Candidate(candidate_id="c0", task_id=task.task_id, backend="cpu", generator="t",
+                                 code=fx.HONEST_RELU))], engine_plan
+
+    items, _ = batch_of("planned here")
+    task = items[0][0]
+    assert plan_mod.plan_to_hand_over(task.reference_code + "# never planned\n", "cpu", cfg) is None
+    handed = plan_mod.plan_to_hand_over(task.reference_code, "cpu", cfg)
+    made = plan_mod.task_plan(task.reference_code, "cpu", cfg)
+    assert handed is not None and handed.ref_mod is None and made.ref_mod is not None  # picklable: no module
+    assert (handed.other_shape, handed.pooled, handed.output_bytes) == (made.other_shape, made.pooled,
+                                                                        made.output_bytes)
+    real = plan_mod._build_plan
+
+    def marked(*a, **kw):
+        plan = real(*a, **kw)
+        plan.task_fault = "marked by the engine's own planning"
+        return plan
+
+    monkeypatch.setattr(plan_mod, "_build_plan", marked)
+    items, engine_plan = batch_of("marked, handed over")
+    assert engine_plan.task_fault == "marked by the engine's own planning"
+    (v,) = verify_batch(items, config=cfg)
+    assert v.status == "task_error" and "marked by the engine's own planning" in v.feedback
+    assert v.stage_seconds.get("execute_plan") is not None
+    monkeypatch.setattr(engine, "plan_to_hand_over", lambda *a, **kw: None)
+    items, engine_plan = batch_of("marked, not handed over")
+    assert engine_plan.task_fault
+    (own,) = verify_batch(items, config=cfg)
+    assert own.status == "pass", own.feedback  # the slot's process planned the task itself
 
 
 def test_a_judging_slot_runs_the_next_candidates_child_while_it_judges_and_children_keep_their_count(

@@ -59,6 +59,8 @@ from verifier.judge.plan import (  # noqa: F401
     _release_plan,
     load_reference,
     plan_settings,  # (re-exported)
+    plan_to_hand_over,
+    take_plan,
     task_plan,
 )
 from verifier.judge.verdict import Work, finish, judge
@@ -102,6 +104,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
     t0 = time.perf_counter()
     try:
         plan = task_plan(w.reference_code, backend, cfg, v.task_id or "task")
+        v.stage_seconds["execute_plan"] = round(time.perf_counter() - t0, 3)
     except InputError as e:
         # out of device memory while planning: the device's, run again after the set-up waits (execute_item)
         w.setup_failed = isinstance(e, PlanOutOfMemory)
@@ -354,6 +357,10 @@ def _slot_job(w: Work | SlotWarmUp, results: list, cfg: VerifyConfig, build_root
     if isinstance(w, SlotWarmUp):
         warm_slot(w.backends, cfg, build_root)
         return None
+    if w.plan is not None:  # the engine's plan of the task: this process does not plan it again
+        with contextlib.suppress(Exception):  # (not taken: the job plans the task itself and meets what fails)
+            take_plan(w.plan, w.verdict.backend, cfg, w.verdict.task_id or "task")
+        w.plan = None  # (the Work goes back without it)
     try:
         return execute_item(w, results, cfg, build_root)
     finally:
@@ -492,7 +499,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                     exec_jobs(None)
 
         def exec_jobs(slot_process) -> None:
-            seen: set = set()  # the tasks this slot has judged: their plans are made in its process already
+            seen: set = set()  # the tasks this slot has judged: its process holds their plans already
             while True:
                 item = ready.get(seen)
                 if item is None:
@@ -508,6 +515,7 @@ def verify_batch(items: Sequence[tuple[Task, Candidate]], *, config: VerifyConfi
                         w = execute_item(w, results, cfg, cfg.build_root())
                     else:
                         try:
+                            w.plan = plan_to_hand_over(w.reference_code, w.verdict.backend, cfg)
                             w = slot_process().run((w, results, cfg, cfg.build_root()), turns.get(w.verdict.backend))
                         except trusted.WorkerDied as e:
                             finish(w, "verifier_error", [f"Verifier error on this candidate: {e}; this is not your "

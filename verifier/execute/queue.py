@@ -25,8 +25,8 @@ def build_order(items: Sequence[tuple]) -> list[int]:
 
 class ReadyQueue:
     """The candidates whose builds are over, for the execution slots. A slot takes the oldest candidate of a task it
-    has judged before when there is one (``get(seen)``), since in a slot's own process (verifier/workers.py) a task's
-    plan is made once per process; else the oldest of a task whose preparation is not under way (``prepared``: its
+    has judged before when there is one (``get(seen)``), whose plan and reference its own process (verifier/workers.py)
+    holds already; else the oldest of a task whose preparation is not under way (``prepared``: its
     reference timed, or nothing to wait for). It never takes one of a task being prepared: it waits here, free to
     take the next prepared one, instead of in the slot for that task's reference timing, doing nothing while candidates
     of prepared tasks queued (on one H200's real batch, 97db09e: 405 of the 2,000 seconds the eight slots spent

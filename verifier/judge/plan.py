@@ -65,7 +65,7 @@ class TaskPlan:
     """What the verifier learned about a task program once (cached per program and backend): how its
     inputs are made, whether an extra-shape trial exists, whether it fits the machine."""
 
-    ref_mod: types.ModuleType
+    ref_mod: types.ModuleType | None  # None only in a copy handed to another process (``plan_to_hand_over``)
     text: str
     device: str
     reproducible: bool = True  # get_inputs gives the same inputs for the same seed (else they are shipped)
@@ -171,6 +171,27 @@ def task_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str = 
     gate (verifier/execute/admission.py) like an execution job."""
     return _PLANS.get_or_build(_plan_key(reference_code, backend, cfg),
                                lambda: _build_plan(reference_code, backend, cfg, name))
+
+
+def plan_to_hand_over(reference_code: str, backend: str, cfg: VerifyConfig) -> TaskPlan | None:
+    """This process's plan of the task where it has one, without its module (``ref_mod`` None, picklable): what the
+    engine hands a slot's trusted process (verifier/workers.py) with a candidate of the task (``Work.plan``), so that
+    the slot judges by the plan the task's preparation made (its extra shape, its measured tolerance) instead of
+    running the reference's planning again in its own process. Made again there, it held each cuda slot 6.2 s
+    (median) of a candidate's execution in one H100's real batch of one candidate per task (048b0da's
+    ``execute_prepare``), and its reference runs held the device shared while timers waited. None where this
+    process has no plan of the task (the slot then makes its own)."""
+    plan = _PLANS.get(_plan_key(reference_code, backend, cfg))
+    return None if plan is None else dataclasses.replace(plan, ref_mod=None)
+
+
+def take_plan(plan: TaskPlan, backend: str, cfg: VerifyConfig, name: str = "task") -> TaskPlan:
+    """A plan another of the verifier's processes made (``plan_to_hand_over``), kept as this process's plan of the
+    task unless it has one already (which stays): its program is loaded here again (a module of its own, no run of
+    the reference). The verifier's processes only hand plans between themselves (the trusted pipe of
+    verifier/workers.py): a plan holds the extra shape a candidate must not learn."""
+    return _PLANS.get_or_build(_plan_key(plan.text, backend, cfg),
+                               lambda: dataclasses.replace(plan, ref_mod=load_reference(plan.text, name)))
 
 
 def _build_plan(reference_code: str, backend: str, cfg: VerifyConfig, name: str) -> TaskPlan:

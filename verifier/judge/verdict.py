@@ -60,6 +60,7 @@ from verifier.judge.outputs import (
     reference_cpu,
     reference_models,
 )
+from verifier.judge.plan import TaskPlan
 from verifier.judge.reward import reward_for
 from verifier.judge.speedups import record_speedups
 from verifier.judge.trials import check_trials, reference_name_hint
@@ -98,6 +99,10 @@ class Work:
     setup_failures: list = dataclasses.field(default_factory=list)
     retry_later: bool = False
     requeued: bool = False
+    # the task's plan as the engine's process made it, without its module (verifier/judge/plan.py
+    # ``plan_to_hand_over``): handed with the Work to a slot's trusted process, which takes it (``take_plan``) instead
+    # of planning the task again, and sends the Work back without it
+    plan: TaskPlan | None = None
 
     def note_binary_torch(self, ops) -> None:
         """PyTorch compute ops a built extension imports (the compile pool's or a run-time build's): kept for the

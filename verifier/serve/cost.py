@@ -56,6 +56,8 @@ STAGES = (
     ("execute_admission", "  waiting for memory admission", True, False),
     ("execute_prepare", "  preparing the task (plan + eager reference timing; paid once per task, later candidates "
                         "wait on it)", True, False),
+    ("execute_plan", "    of it: the task's plan in the judging process (made there, or taken as the engine's process "
+                     "made it)", True, False),
     ("execute_child_turn", "  waiting for a child's turn (slots beyond the children at a time judge beside them)",
      True, False),
     ("execute_child", "  the execution child", True, False),
