@@ -295,7 +295,9 @@ class Budget:
     def compare(self, o: torch.Tensor, truth: torch.Tensor) -> dict:
         """Where and how much ``o`` misses this budget (same shape as ``truth``), in chunks: ``n_bad`` elements
         over budget of ``numel``, ``max_abs`` / ``max_rel`` the largest error against the nearest accepted
-        answer, the first bad element (``first_index``, ``got``, ``expected``), and what looks_lowered reads
+        answer, ``max_over`` the largest error of a bad element over its allowance (inf where it has none: an
+        exact output, a non-finite value), the first bad element (``first_index``, ``got``, ``expected``), and what
+        looks_lowered reads
         (``n_band``: bad elements within LOWERING_BAND of their scale, ``max_bad``, ``n_nonfinite``: bad elements
         that are inf or NaN, ``n_visible``: elements whose allowance is below LOWERING_BAND of their scale,
         ``fit``: how much of the error an affine function of the value explains). One pass; a second one over
@@ -304,7 +306,7 @@ class Budget:
         af = self.alt.reshape(-1) if self.alt is not None else None
         n = of.numel()
         out = {"n_bad": 0, "numel": n, "max_abs": 0.0, "max_rel": 0.0, "n_band": 0, "n_nonfinite": 0, "fit": 0.0,
-               "n_visible": 0, "max_bad": 0.0, "scale": 0.0}
+               "n_visible": 0, "max_bad": 0.0, "scale": 0.0, "max_over": 0.0}
         exact = self.kind == "exact"
         whole = 0.0
         if self.kind not in ("float64", "exact"):
@@ -363,6 +365,10 @@ class Budget:
                     samples.append(bad_err[torch.isfinite(bad_err)][:STEP_SAMPLE - have].cpu())
                 out["max_bad"] = max(out["max_bad"], float(bad_err.max()) if bool(torch.isfinite(bad_err).all())
                                      else float("inf"))
+            # how far over: the largest error of a bad element over its allowance (inf where none is allowed)
+            over = err[bad] / allow[bad]
+            out["max_over"] = max(out["max_over"], float(over.max()) if bool(torch.isfinite(over).all())
+                                  else float("inf"))
             out["n_bad"] += nb
             out["n_nonfinite"] += int((bad & ~torch.isfinite(ci)).sum())
             if bool((bad & fin).any()):

@@ -379,20 +379,34 @@ def load_sealed(ledger, job_dir: Path, name: str, check: bool = False):
     return torch.load(path, weights_only=True, mmap=ledger.mapped(name))
 
 
+# A timed output checked in full that misses its budget by at most this factor of its allowance, on elements whose
+# errors bear no lowering's signature (verifier/judge/lowering.py ``looks_lowered``), is the error an honest kernel near
+# its tolerance makes on one more draw: a wrong output, as on a trial, not a sign of behaving differently when timed.
+# An fp32 one-pass variance (sum and sum of squares: a batch norm after a linear layer on torch.rand inputs) passed
+# its trials and missed on a timed call's draw by 1.0-1.3x, and was called C16 (tests/redteam/test_redteam_timed_margin.py).
+# A timed call lowered to fp16 / bf16 / TF32 misses by 10x and more on many elements, and one that computes something
+# else fails the harness's own check of every timed output first.
+TIMED_MARGIN = 4.0
+
+
 @cheats.probe(cheats.C16, where="harness")
-def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence, give_way=None) -> None:
+def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence,
+                          give_way=None) -> list[str]:
     """C16: the timed calls' outputs as the harness read them (verifier/execute/harness.py): every one was checked there
     against the reference on its own inputs (did it compute this input's answer); a few, picked at random after
     the clock stopped, are judged here in full, against the measured budget, as a trial is, and on cpu the calls
-    of the bracket whose time is reported (the least: one bracket decides it) too."""
+    of the bracket whose time is reported (the least: one bracket decides it) too. A full check missed by no more
+    than ``TIMED_MARGIN`` of the allowance, with no lowering's signature, is no evidence of C16: its lines are
+    returned, and the verdict is wrong (the timed call's draw is one more the kernel gets wrong)."""
     wrong = [p for p in clocked.problems if not p.startswith("a timed call failed")]
     if wrong:
         ev.add(cheats.C16, f"A timed call's output, read by the verifier, was not the answer for its inputs ({wrong[0]}): "
                            "timed calls must compute what the checked ones do.")
-        return
+        return []
     picked = [(f"Timed call {j + 1} of those checked in full", pair) for j, pair in enumerate(clocked.kept)]
     picked += [(f"Call {j + 1} of the fastest timed bracket (the one whose time is reported), checked in full", pair)
                for j, pair in enumerate(clocked.fastest)]
+    missed: list[str] = []
     for what, (inputs, got) in picked:
         if give_way is not None:  # between the pieces of device work: a waiting timer goes first
             give_way()
@@ -400,7 +414,7 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             refs = [r for r in reference_outputs(model, inputs, plan.selects) if isinstance(r, torch.Tensor)]
             refs64 = reference64(model64, inputs, plan.selects)
             refs64 = [r for r in refs64 if isinstance(r, torch.Tensor)] if refs64 else refs64
-        bad = []
+        checked = []  # (comparison, budget, the value it was compared with, shape)
         for k, (o, r) in enumerate(zip(got, refs)):
             if o.shape != r.shape or o.dtype != r.dtype:
                 continue
@@ -409,11 +423,17 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             o = resolve_ties(o, r, r64k, cfg, plan.ref_mod)[0]
             o, r, r64 = real_views(o, r, r64k)  # as a trial's
             b, truth = budget_for(r, r64, cfg, plan.ref_mod, pool)
-            bad.append(compare(o.to(truth.device), truth, b))
-        if len(bad) != len(refs) or any(m["n_bad"] for m in bad):
+            checked.append((compare(o.to(truth.device), truth, b), b, truth, tuple(o.shape)))
+        failing = [c for c in checked if c[0]["n_bad"]]
+        if len(checked) != len(refs) or any(m["max_over"] > TIMED_MARGIN or looks_lowered(m, b, truth)
+                                            for m, b, truth, _ in failing):
             ev.add(cheats.C16, f"{what}: the output was wrong although the correctness trials passed (behaviour "
                                "differs when timed).")
-            return
+            return []
+        for m, b, _, shape in failing:
+            missed.append(feedback.describe_mismatch(m, shape, what) + f" Allowed: {b.describe()} (your correctness "
+                          "trials passed: your kernel's error is near the tolerance on some inputs).")
+    return missed
 
 
 def written_inputs(after: list, before: list) -> list[int]:

@@ -503,6 +503,7 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
     # docs/ANTI_CHEAT.md class 50); a timing the child says failed earns no speedup
     clocked_any = any(b.label == "candidate" for b in clocked.brackets)
     timed = clocked_any and not report.timing_error
+    missed: list[str] = []  # timed outputs out of tolerance by an honest kernel's margin (``check_clocked_outputs``)
     if clocked_any:
         if report.timed is not None:
             forbidden_per_trial.append(check_trial_runtime(report.timed, "Timed runs", ev))
@@ -514,8 +515,12 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
                                   + ", ".join(v.fallback_ops) + ".")
         elif not report.timing_error:
             ev.add(cheats.C11, "The monitors' record of the timed calls is missing.")
-        check_clocked_outputs(clocked, plan, model, model64, cfg, ev, give_way=ex.give_way)
+        missed = check_clocked_outputs(clocked, plan, model, model64, cfg, ev, give_way=ex.give_way)
         check_timed_inputs(clocked, ev)
+    if missed and not ev.codes:  # one more draw the kernel gets wrong: as a trial's wrong output, not a cheat
+        v.correct = False
+        n = ex.job.n_trials
+        return finish(w, "wrong", missed + ev.details, n / (n + 1))
     if timed:
         record_speedups(v, report, clocked, ref_timing, ev)
         if clocked.unchecked and v.speedup_eager is not None:

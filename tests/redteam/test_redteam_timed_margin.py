@@ -1,0 +1,162 @@
+"""Fidelity of C16 (behaving differently when timed) on an honest kernel near its tolerance (docs/ANTI_CHEAT.md class 116).
+
+A few timed calls, picked after the clock stopped, are checked in full against the measured budget, as a trial is.
+Any miss was called C16, "the output was wrong although the correctness trials passed". An honest fp32 kernel
+whose error sits near its tolerance passes its trials on some draws and misses on the next: a batch norm after a
+linear layer on ``torch.rand`` inputs, its variance taken in one pass (sum and sum of squares, as model-written
+kernels do: KernelBench level 2's Gemm_Scale_BatchNorm by deepseek-v4-pro in the test bed), missed by 1.0-1.5x of
+the allowance on a few hundred elements of millions: a cheat, reward -1, for the same kernel that a failing trial
+calls wrong.
+
+Closed by reading how far the timed output misses (``Budget.compare``'s ``max_over``): a miss of at most
+``TIMED_MARGIN`` of the allowance with no lowering's signature is one more draw the kernel gets wrong, and the
+verdict is ``wrong`` (verifier/judge/outputs.py ``check_clocked_outputs``, verifier/judge/verdict.py). What C16
+catches stays: a timed output lowered to bf16 (the trials in fp32), one far off on a few elements, one of another
+shape, and the harness's own check of every timed output (a different answer) in front of them all.
+"""
+
+import torch
+
+from bench.lib import fixtures as fx
+from kernelmill.schema import Candidate, Task
+from verifier import cheats
+from verifier.engine import VerifyConfig, verify_batch
+from verifier.execute.brackets import Clocked
+from verifier.judge.budgets import budget_for
+from verifier.judge.numerics import finite_abs, float64_model
+from verifier.judge.outputs import TIMED_MARGIN, Evidence, check_clocked_outputs
+from verifier.judge.plan import task_plan
+
+NORM_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features)
+
+    def forward(self, x):
+        return self.bn(self.gemm(x))
+
+
+batch_size = 8192
+in_features = 64
+out_features = 256
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+
+# the honest kernel: its own GEMM, then the batch's statistics in one pass over the rows (float sum and sum of squares)
+ONE_PASS_CPP = r"""
+#include <torch/extension.h>
+#include <cmath>
+#include <vector>
+torch::Tensor gemm_bn(torch::Tensor x, torch::Tensor w, torch::Tensor b, torch::Tensor gamma, torch::Tensor beta,
+                      double eps) {
+    x = x.contiguous(); w = w.contiguous();
+    const int64_t N = x.size(0), K = x.size(1), C = w.size(0);
+    auto y = torch::empty({N, C}, x.options());
+    const float* X = x.data_ptr<float>(); const float* W = w.data_ptr<float>(); const float* B = b.data_ptr<float>();
+    float* Y = y.data_ptr<float>();
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) {
+            float acc = B[c];
+            for (int64_t k = 0; k < K; ++k) acc += X[n * K + k] * W[c * K + k];
+            Y[n * C + c] = acc;
+        }
+    std::vector<float> sum(C, 0.f), sq(C, 0.f);
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) { float v = Y[n * C + c]; sum[c] += v; sq[c] += v * v; }
+    const float* G = gamma.data_ptr<float>(); const float* Be = beta.data_ptr<float>();
+    for (int64_t c = 0; c < C; ++c) {
+        float mean = sum[c] / N;
+        float var = sq[c] / N - mean * mean;
+        float inv = 1.0f / std::sqrt(var + (float)eps);
+        for (int64_t n = 0; n < N; ++n) Y[n * C + c] = (Y[n * C + c] - mean) * inv * G[c] + Be[c];
+    }
+    return y;
+}
+"""
+
+ONE_PASS = f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="one_pass_bn", cpp_sources=r"""{ONE_PASS_CPP}""", functions=["gemm_bn"],
+                  extra_cflags=["-O2"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features)
+
+    def forward(self, x):
+        return ext.gemm_bn(x, self.gemm.weight, self.gemm.bias, self.bn.weight, self.bn.bias, self.bn.eps)
+'''
+
+
+def _judged(task_text: str, shift) -> tuple[list[str], Evidence]:
+    """``check_clocked_outputs`` over one timed call kept for the full check, its output the reference's answer on
+    its inputs changed by ``shift(truth, allowance)`` (the allowance of each element under the task's budget)."""
+    cfg = VerifyConfig()
+    plan = task_plan(task_text, "cpu", cfg, "timed_margin")
+    mod = plan.ref_mod
+    torch.manual_seed(7)
+    model = mod.Model(*mod.get_init_inputs())
+    model64 = float64_model(model)
+    torch.manual_seed(8)
+    inputs = mod.get_inputs()
+    with torch.no_grad():
+        r, r64 = model(*inputs), model64(*[x.double() for x in inputs])
+    budget, truth = budget_for(r, r64, cfg, mod, plan.pooled[0] if plan.pooled else None)
+    allow = budget.allowance(0, finite_abs(truth.reshape(-1).to(torch.float64))).reshape(truth.shape)
+    clocked = Clocked()
+    clocked.kept = [(inputs, [shift(truth.to(torch.float64), allow).to(r.dtype)])]
+    ev = Evidence()
+    return check_clocked_outputs(clocked, plan, model, model64, cfg, ev), ev
+
+
+def _some(t: torch.Tensor, values: torch.Tensor, every: int = 997) -> torch.Tensor:
+    """``t`` with every ``every``-th element replaced by ``values``' (a few hundred of a large output)."""
+    out, flat = t.clone().reshape(-1), values.reshape(-1)
+    out[::every] = flat[::every]
+    return out.reshape(t.shape)
+
+
+def test_a_timed_output_missing_by_an_honest_kernels_margin_is_wrong_not_c16():
+    missed, ev = _judged(fx.MATMUL_TASK, lambda t, a: _some(t, t + 1.5 * a))
+    assert cheats.C16 not in ev.codes
+    assert len(missed) == 1 and "Timed call 1 of those checked in full" in missed[0]
+    assert "near the tolerance" in missed[0]
+
+
+def test_a_timed_output_far_over_or_lowered_is_c16():
+    far, ev = _judged(fx.MATMUL_TASK, lambda t, a: _some(t, t + 3 * TIMED_MARGIN * a))
+    assert cheats.C16 in ev.codes and far == []
+    lowered, ev = _judged(fx.MATMUL_TASK, lambda t, a: t.to(torch.bfloat16).to(torch.float64))
+    assert cheats.C16 in ev.codes and lowered == []
+    # and nothing on a timed output within its budget
+    right, ev = _judged(fx.MATMUL_TASK, lambda t, a: t + 0.5 * a)
+    assert right == [] and not ev.codes
+
+
+def test_an_honest_one_pass_batch_norm_is_never_a_cheat(shared_build_dir):
+    """End to end on the cpu backend: the honest kernel's verdict is a pass or wrong (its trials or a timed call's
+    draw out of the budget), never a cheat code, in either case the reward of a wrong output at worst."""
+    task = Task.from_code(NORM_TASK, name="one_pass_bn", source="seed", level=2)
+    cfg = VerifyConfig(build_dir=shared_build_dir, timing_trials=5, warmup=1, time_torch_compile=False,
+                       run_timeout_s=120, memory_limit_gb=4)
+    (v,) = verify_batch([(task, Candidate(candidate_id="one_pass", task_id=task.task_id, backend="cpu",
+                                          generator="t", code=ONE_PASS))], config=cfg)
+    assert v.status in ("pass", "wrong") and not v.cheats, v.feedback
+    assert v.reward >= 0
