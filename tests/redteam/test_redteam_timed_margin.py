@@ -4,7 +4,7 @@ A few timed calls, picked after the clock stopped, are checked in full against t
 Any miss was called C16, "the output was wrong although the correctness trials passed". An honest fp32 kernel
 whose error sits near its tolerance passes its trials on some draws and misses on the next: a batch norm after a
 linear layer on ``torch.rand`` inputs, its variance taken in one pass (sum and sum of squares, as model-written
-kernels do: KernelBench level 2's Gemm_Scale_BatchNorm by deepseek-v4-pro in the test bed), missed by 1.0-1.5x of
+kernels do: KernelBench level 2's Gemm_Scale_BatchNorm by deepseek-v4-pro in the test bed), missed by about 1.5x of
 the allowance on a few hundred elements of millions: a cheat, reward -1, for the same kernel that a failing trial
 calls wrong.
 
