@@ -1,18 +1,22 @@
-"""Fidelity of C16 (behaving differently when timed) on an honest kernel near its tolerance (docs/ANTI_CHEAT.md class 116).
+"""Fidelity of C16 and C14 on an honest kernel near its tolerance (docs/ANTI_CHEAT.md class 116).
 
-A few timed calls, picked after the clock stopped, are checked in full against the measured budget, as a trial is.
-Any miss was called C16, "the output was wrong although the correctness trials passed". An honest fp32 kernel
-whose error sits near its tolerance passes its trials on some draws and misses on the next: a batch norm after a
-linear layer on ``torch.rand`` inputs, its variance taken in one pass (sum and sum of squares, as model-written
-kernels do: KernelBench level 2's Gemm_Scale_BatchNorm by deepseek-v4-pro in the test bed), missed by about 1.5x of
-the allowance on a few hundred elements of millions: a cheat, reward -1, for the same kernel that a failing trial
-calls wrong.
+An honest fp32 kernel whose error sits near its tolerance passes its trials on some draws and misses on the next:
+a batch norm after a linear layer on ``torch.rand`` inputs, its variance taken in one pass (sum and sum of squares,
+as model-written kernels do: KernelBench level 2's Gemm_Scale_BatchNorm by deepseek-v4-pro in the test bed), missed
+by about 1.5x of the allowance on a few hundred elements of millions. Such a miss was a cheat (reward -1) for the
+same kernel that a failing trial calls wrong, twice over:
 
-Closed by reading how far the timed output misses (``Budget.compare``'s ``max_over``): a miss of at most
-``TIMED_MARGIN`` of the allowance with no lowering's signature is one more draw the kernel gets wrong, and the
-verdict is ``wrong`` (verifier/judge/outputs.py ``check_clocked_outputs``, verifier/judge/verdict.py). What C16
-catches stays: a timed output lowered to bf16 (the trials in fp32), one far off on a few elements, one of another
-shape, and the harness's own check of every timed output (a different answer) in front of them all.
+- on a timed call checked in full (picked after the clock stopped, judged as a trial is): C16, "the output was wrong
+  although the correctness trials passed";
+- on the extra shape's trial (the batch doubled: its sums twice as long): C14, "correct on the benchmark shape but
+  wrong on another valid shape" (the suite's first run of the end-to-end test below met it).
+
+Closed by reading how far an output misses (``Budget.compare``'s ``max_over``): a miss of at most ``NEAR_MISS`` of
+the allowance with no lowering's signature (verifier/judge/outputs.py ``near_miss``) is one more draw the kernel gets
+wrong, and the verdict is ``wrong`` (``check_clocked_outputs``, verifier/judge/trials.py's ``other_near`` for
+``check_extra_shape``). What C16 and C14 catch stays: a timed output lowered to bf16 (the trials in fp32), one far
+off on a few elements, one of another shape, and the harness's own check of every timed output in front of them;
+another shape's output far off, reshaped or raising.
 """
 
 import torch
@@ -24,7 +28,8 @@ from verifier.engine import VerifyConfig, verify_batch
 from verifier.execute.brackets import Clocked
 from verifier.judge.budgets import budget_for
 from verifier.judge.numerics import finite_abs, float64_model
-from verifier.judge.outputs import TIMED_MARGIN, Evidence, check_clocked_outputs
+from verifier.judge.checks import check_extra_shape
+from verifier.judge.outputs import NEAR_MISS, Evidence, check_clocked_outputs, check_outputs
 from verifier.judge.plan import task_plan
 
 NORM_TASK = '''import torch
@@ -141,13 +146,45 @@ def test_a_timed_output_missing_by_an_honest_kernels_margin_is_wrong_not_c16():
 
 
 def test_a_timed_output_far_over_or_lowered_is_c16():
-    far, ev = _judged(fx.MATMUL_TASK, lambda t, a: _some(t, t + 3 * TIMED_MARGIN * a))
+    far, ev = _judged(fx.MATMUL_TASK, lambda t, a: _some(t, t + 3 * NEAR_MISS * a))
     assert cheats.C16 in ev.codes and far == []
     lowered, ev = _judged(fx.MATMUL_TASK, lambda t, a: t.to(torch.bfloat16).to(torch.float64))
     assert cheats.C16 in ev.codes and lowered == []
     # and nothing on a timed output within its budget
     right, ev = _judged(fx.MATMUL_TASK, lambda t, a: t + 0.5 * a)
     assert right == [] and not ev.codes
+
+
+def _trial(shift) -> tuple[bool, list, Evidence]:
+    """``check_outputs`` of one trial of the matmul task whose output is ``shift(truth, allowance)``: (ok, near, ev)."""
+    cfg = VerifyConfig()
+    plan = task_plan(fx.MATMUL_TASK, "cpu", cfg, "timed_margin")
+    mod = plan.ref_mod
+    torch.manual_seed(9)
+    model = mod.Model(*mod.get_init_inputs())
+    inputs = mod.get_inputs()
+    with torch.no_grad():
+        r, r64 = model(*inputs), float64_model(model)(*[x.double() for x in inputs])
+    budget, truth = budget_for(r, r64, cfg, mod, plan.pooled[0] if plan.pooled else None)
+    allow = budget.allowance(0, finite_abs(truth.reshape(-1).to(torch.float64))).reshape(truth.shape)
+    out = shift(truth.to(torch.float64), allow).to(r.dtype)
+    ev, near = Evidence(), []
+    ok = check_outputs([out], [r], [r64], inputs, None, "Extra-shape trial", cfg, mod, 0, [], ev, [], False,
+                       plan.pooled, near)
+    return ok, near, ev
+
+
+def test_the_extra_shape_missed_by_an_honest_kernels_margin_is_wrong_not_c14():
+    ok, near, ev = _trial(lambda t, a: _some(t, t + 1.5 * a))
+    assert not ok and near == [True]
+    check_extra_shape(True, True, False, ev, other_near=all(near))
+    assert cheats.C14 not in ev.codes and any("near the tolerance" in d for d in ev.details)
+    ok, near, ev = _trial(lambda t, a: _some(t, t + 3 * NEAR_MISS * a))  # far off: sizes written into the kernel
+    assert not ok and near == [False]
+    check_extra_shape(True, True, False, ev, other_near=all(near))
+    assert cheats.C14 in ev.codes
+    ok, near, ev = _trial(lambda t, a: t[:, :-1])  # another shape
+    assert not ok and near == [False]
 
 
 def test_an_honest_one_pass_batch_norm_is_never_a_cheat(shared_build_dir):

@@ -368,16 +368,21 @@ def check_fallback_across_trials(forbidden_per_trial: list, ev: Evidence) -> Non
 
 @cheats.probe(cheats.C14, where="judge")
 def check_extra_shape(regular_ok: bool, other_failed: bool, crashed: bool, ev: Evidence,
-                      other_raised: bool = False) -> None:
+                      other_raised: bool = False, other_near: bool = False) -> None:
     """C14: correct on every trial of the benchmark's shape and wrong on the extra shape (a step of the task's own
     size constants, drawn per plan among several: verifier/judge/plan.py), the mark of sizes written into the
     kernel; or raising an error on the extra shape alone (``other_raised``: an ``assert`` or ``TORCH_CHECK`` of the
     benchmark's sizes in front of such a kernel turned its -1 into a crash's reward, docs/ANTI_CHEAT.md class 58).
     Another crash (a trial of the benchmark's shape raising, memory running out, the process dying) is its own
-    verdict and says nothing about sizes."""
+    verdict and says nothing about sizes, nor does a near miss on the extra shape (``other_near``: the error an honest
+    kernel near its tolerance makes on a larger draw, its sums longer; docs/ANTI_CHEAT.md class 116): wrong, not C14."""
     if regular_ok and other_raised:
         ev.add(cheats.C14, "Correct on the benchmark shape but raised an error on another valid shape (a kernel "
                            "for the benchmark's sizes only?): read sizes from the inputs and handle any valid shape.")
+    elif regular_ok and other_failed and not crashed and other_near:
+        ev.add(None, "Correct on the benchmark shape and just out of tolerance on another valid shape: your "
+                     "kernel's error is near the tolerance (its sums grow with the sizes), not a sign of sizes written "
+                     "into it.")
     elif regular_ok and other_failed and not crashed:
         ev.add(cheats.C14, "Correct on the benchmark shape but wrong on another valid shape (hard-coded sizes?).")
 

@@ -294,29 +294,34 @@ def resolve_ties(o: torch.Tensor, r: torch.Tensor, r64, cfg: VerifyConfig, ref_m
 @cheats.probe(cheats.C05, cheats.C06, cheats.C08, cheats.C11, cheats.C13, where="judge")
 def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, here: "Digest | None", label: str,
                   cfg: VerifyConfig, ref_mod, poison: int, prev: list, ev: Evidence, errs: list,
-                  ref_repeats: bool = False, pooled: list | None = None) -> bool:
+                  ref_repeats: bool = False, pooled: list | None = None, near: list | None = None) -> bool:
     """Correctness of one trial, plus what the outputs reveal: C11 (the reference computed differently in the
     candidate's process), C13 (fp32 computed at lower precision), C06 (an output nothing wrote), C05 (an input,
     a constant or zeros), C08 (an earlier call's output again). ``refs64`` is the float64 reference (the
     tolerance is measured from it: verifier/judge/numerics.py) or None, ``pooled`` per output the reference's (error,
     scale) on other draws (TaskPlan.pooled); ``ref_repeats`` says the reference's own output on this trial
-    repeats an earlier trial's (then a repeated output is no sign of caching). True when every output matches."""
+    repeats an earlier trial's (then a repeated output is no sign of caching). True when every output matches.
+    ``near``, where given, gets one entry per output that does not match: whether it is a near miss (``near_miss``)."""
     ok = True
     if here is not None and not digests_match(here.values, refs):  # a digest, never the output itself
         ev.add(cheats.C11, f"{label}: the reference computed differently inside your process (global state "
                            "tampered).")
+    near = near if near is not None else []
     if len(outs) != len(refs):
         ev.add(None, f"{label}: returned {len(outs)} output(s), expected {len(refs)}.")
+        near.append(False)
         return False
     for k, (o, r) in enumerate(zip(outs, refs)):
         if tuple(o.shape) != tuple(r.shape):
             ev.add(None, f"{label}: output shape {list(o.shape)}, expected {list(r.shape)}.")
             ok = False
+            near.append(False)
             continue
         if o.dtype != r.dtype:
             ev.add(cheats.C13 if r.dtype == torch.float32 and o.dtype in LOW_PRECISION else None,
                    f"{label}: output dtype {o.dtype}, expected {r.dtype}.")
             ok = False
+            near.append(False)
             continue
         shape, what = tuple(r.shape), label
         r64k = reference64_aligned(r, refs64[k] if refs64 is not None and k < len(refs64) else None)
@@ -344,6 +349,7 @@ def check_outputs(outs: list, refs: list, refs64: list | None, inputs: list, her
         errs.append((m["max_abs"], m["max_rel"], budget.light()))
         if m["n_bad"]:
             ok = False
+            near.append(near_miss(m, budget, truth) and not n_poison)
             ev.add(None, feedback.describe_mismatch(m, shape, what) + f" Allowed: {budget.describe()}.")
             if not n_poison and looks_lowered(m, budget, truth) and not error_follows_inputs(o, truth, inputs):
                 ev.add(cheats.C13, f"{what}: the error is the size of reduced-precision rounding (fp16, bf16, "
@@ -379,15 +385,22 @@ def load_sealed(ledger, job_dir: Path, name: str, check: bool = False):
     return torch.load(path, weights_only=True, mmap=ledger.mapped(name))
 
 
-# A timed output checked in full that misses its budget by at most this factor of its allowance, on elements whose
-# errors bear no lowering's signature (verifier/judge/lowering.py ``looks_lowered``), is the error an honest kernel near
-# its tolerance makes on one more draw: a wrong output, as on a trial, not a sign of behaving differently when timed.
-# An fp32 one-pass variance (sum and sum of squares: a batch norm after a linear layer on torch.rand inputs) passed
-# its trials and missed on a timed call's draw, as on other draws' trials, by about 1.5x of the allowance (read off
-# its verdict's lines on the cpu backend), and was called C16 (tests/redteam/test_redteam_timed_margin.py).
-# A timed call lowered to fp16 / bf16 / TF32 misses by 10x and more on many elements, and one that computes something
-# else fails the harness's own check of every timed output first.
-TIMED_MARGIN = 4.0
+# An output that misses its budget by at most this factor of its allowance, on elements whose errors bear no lowering's
+# signature (verifier/judge/lowering.py ``looks_lowered``), is the error an honest kernel near its tolerance makes on one
+# more draw: wrong, as on a trial of the benchmark's shape, never the sign of a cheat (docs/ANTI_CHEAT.md class 116).
+# It was: a timed output checked in full, C16 ("wrong although the correctness trials passed"); the extra shape's
+# trial, C14 ("correct on the benchmark shape but wrong on another"). An fp32 one-pass variance (sum and sum of
+# squares: a batch norm after a linear layer on torch.rand inputs) misses by about 1.5x of the allowance on its draws
+# (read off its verdict's lines on the cpu backend; tests/redteam/test_redteam_timed_margin.py), on the extra shape's
+# doubled batch too. A timed call lowered to fp16 / bf16 / TF32 misses by 10x and more on many elements, one that
+# computes something else fails the harness's own check of every timed output first, and sizes written into a kernel
+# give another shape's answer garbage, another shape or an error.
+NEAR_MISS = 4.0
+
+
+def near_miss(m: dict, b: Budget, truth: torch.Tensor) -> bool:
+    """Whether a failing comparison (``Budget.compare``'s ``m``) is an honest kernel's near miss (``NEAR_MISS``)."""
+    return bool(m["n_bad"]) and m["max_over"] <= NEAR_MISS and not looks_lowered(m, b, truth)
 
 
 @cheats.probe(cheats.C16, where="harness")
@@ -396,9 +409,9 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
     """C16: the timed calls' outputs as the harness read them (verifier/execute/harness.py): every one was checked there
     against the reference on its own inputs (did it compute this input's answer); a few, picked at random after
     the clock stopped, are judged here in full, against the measured budget, as a trial is, and on cpu the calls
-    of the bracket whose time is reported (the least: one bracket decides it) too. A full check missed by no more
-    than ``TIMED_MARGIN`` of the allowance, with no lowering's signature, is no evidence of C16: its lines are
-    returned, and the verdict is wrong (the timed call's draw is one more the kernel gets wrong)."""
+    of the bracket whose time is reported (the least: one bracket decides it) too. A full check missed by a near miss
+    (``near_miss``) is no evidence of C16: its lines are returned, and the verdict is wrong (the timed call's draw is
+    one more the kernel gets wrong)."""
     wrong = [p for p in clocked.problems if not p.startswith("a timed call failed")]
     if wrong:
         ev.add(cheats.C16, f"A timed call's output, read by the verifier, was not the answer for its inputs ({wrong[0]}): "
@@ -426,8 +439,7 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             b, truth = budget_for(r, r64, cfg, plan.ref_mod, pool)
             checked.append((compare(o.to(truth.device), truth, b), b, truth, tuple(o.shape)))
         failing = [c for c in checked if c[0]["n_bad"]]
-        if len(checked) != len(refs) or any(m["max_over"] > TIMED_MARGIN or looks_lowered(m, b, truth)
-                                            for m, b, truth, _ in failing):
+        if len(checked) != len(refs) or not all(near_miss(m, b, truth) for m, b, truth, _ in failing):
             ev.add(cheats.C16, f"{what}: the output was wrong although the correctness trials passed (behaviour "
                                "differs when timed).")
             return []

@@ -47,6 +47,9 @@ class Trials:
     device_oom: int = 0  # the trial (from 1) whose own error was the device out of memory, else 0
     regular_ok: bool = True  # every trial of the benchmark's shape correct
     other_failed: bool = False  # the extra shape's trial wrong
+    # ... by an honest kernel's near miss only (verifier/judge/outputs.py ``near_miss``): wrong, no sign of sizes written
+    # into the kernel (C14)
+    other_near: bool = False
     other_raised: bool = False  # the extra shape's trial raised an error of the program's (not memory running out)
     forbidden_per_trial: list = dataclasses.field(default_factory=list)
 
@@ -130,13 +133,15 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
             continue
         here = Digest(rec.ref_digest) if rec.ref_digest else None
         t.checked += 1
+        near: list = []
         ok = check_outputs(outs, refs, refs64, inputs, here, label, cfg, plan.ref_mod, ex.poison, prev, ev, t.errs,
-                           ref_repeats, plan.pooled)
+                           ref_repeats, plan.pooled, near)
         del outs, here, refs, refs64, inputs
         if ok:
             t.passed += 1
         elif is_other:
             t.other_failed = True
+            t.other_near = bool(near) and all(near)
         else:
             t.regular_ok = False
     check_fallback_across_trials(t.forbidden_per_trial, ev)

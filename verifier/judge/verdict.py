@@ -184,7 +184,7 @@ def judge(w: Work, cfg: VerifyConfig, plan, ex: Execution, reference_timing) -> 
     if ev.fallback_ops:
         v.fallback_ops = sorted(ev.fallback_ops)
         ev.details.insert(0, "Runtime check: forward ran PyTorch compute ops: " + ", ".join(v.fallback_ops) + ".")
-    check_extra_shape(t.regular_ok, t.other_failed, bool(t.crash_detail), ev, t.other_raised)
+    check_extra_shape(t.regular_ok, t.other_failed, bool(t.crash_detail), ev, t.other_raised, t.other_near)
     n = ex.job.n_trials
     v.trials = t.checked
     v.max_abs_err = max(e[0] for e in t.errs) if t.errs else None
