@@ -110,23 +110,29 @@ class ModelNew(nn.Module):
 '''
 
 
-def _judged(task_text: str, shift) -> tuple[list[str], Evidence]:
-    """``check_clocked_outputs`` over one timed call kept for the full check, its output the reference's answer on
-    its inputs changed by ``shift(truth, allowance)`` (the allowance of each element under the task's budget)."""
+def _case(shift) -> tuple:
+    """One draw of the matmul task judged on the cpu: (cfg, plan, model, its float64 copy, inputs, the fp32 reference's
+    output, the float64 one, an output ``shift(truth, allowance)``: the truth the budget compares with and each
+    element's allowance under it)."""
     cfg = VerifyConfig()
-    plan = task_plan(task_text, "cpu", cfg, "timed_margin")
+    plan = task_plan(fx.MATMUL_TASK, "cpu", cfg, "timed_margin")
     mod = plan.ref_mod
     torch.manual_seed(7)
     model = mod.Model(*mod.get_init_inputs())
     model64 = float64_model(model)
-    torch.manual_seed(8)
     inputs = mod.get_inputs()
     with torch.no_grad():
         r, r64 = model(*inputs), model64(*[x.double() for x in inputs])
     budget, truth = budget_for(r, r64, cfg, mod, plan.pooled[0] if plan.pooled else None)
     allow = budget.allowance(0, finite_abs(truth.reshape(-1).to(torch.float64))).reshape(truth.shape)
+    return cfg, plan, model, model64, inputs, r, r64, shift(truth.to(torch.float64), allow).to(r.dtype)
+
+
+def _judged(shift) -> tuple[list[str], Evidence]:
+    """``check_clocked_outputs`` over one timed call kept for the full check, its output ``_case``'s."""
+    cfg, plan, model, model64, inputs, _, _, out = _case(shift)
     clocked = Clocked()
-    clocked.kept = [(inputs, [shift(truth.to(torch.float64), allow).to(r.dtype)])]
+    clocked.kept = [(inputs, [out])]
     ev = Evidence()
     return check_clocked_outputs(clocked, plan, model, model64, cfg, ev), ev
 
@@ -139,37 +145,27 @@ def _some(t: torch.Tensor, values: torch.Tensor, every: int = 997) -> torch.Tens
 
 
 def test_a_timed_output_missing_by_an_honest_kernels_margin_is_wrong_not_c16():
-    missed, ev = _judged(fx.MATMUL_TASK, lambda t, a: _some(t, t + 1.5 * a))
+    missed, ev = _judged(lambda t, a: _some(t, t + 1.5 * a))
     assert cheats.C16 not in ev.codes
     assert len(missed) == 1 and "Timed call 1 of those checked in full" in missed[0]
     assert "near the tolerance" in missed[0]
 
 
 def test_a_timed_output_far_over_or_lowered_is_c16():
-    far, ev = _judged(fx.MATMUL_TASK, lambda t, a: _some(t, t + 3 * NEAR_MISS * a))
+    far, ev = _judged(lambda t, a: _some(t, t + 3 * NEAR_MISS * a))
     assert cheats.C16 in ev.codes and far == []
-    lowered, ev = _judged(fx.MATMUL_TASK, lambda t, a: t.to(torch.bfloat16).to(torch.float64))
+    lowered, ev = _judged(lambda t, a: t.to(torch.bfloat16).to(torch.float64))
     assert cheats.C16 in ev.codes and lowered == []
     # and nothing on a timed output within its budget
-    right, ev = _judged(fx.MATMUL_TASK, lambda t, a: t + 0.5 * a)
+    right, ev = _judged(lambda t, a: t + 0.5 * a)
     assert right == [] and not ev.codes
 
 
 def _trial(shift) -> tuple[bool, list, Evidence]:
-    """``check_outputs`` of one trial of the matmul task whose output is ``shift(truth, allowance)``: (ok, near, ev)."""
-    cfg = VerifyConfig()
-    plan = task_plan(fx.MATMUL_TASK, "cpu", cfg, "timed_margin")
-    mod = plan.ref_mod
-    torch.manual_seed(9)
-    model = mod.Model(*mod.get_init_inputs())
-    inputs = mod.get_inputs()
-    with torch.no_grad():
-        r, r64 = model(*inputs), float64_model(model)(*[x.double() for x in inputs])
-    budget, truth = budget_for(r, r64, cfg, mod, plan.pooled[0] if plan.pooled else None)
-    allow = budget.allowance(0, finite_abs(truth.reshape(-1).to(torch.float64))).reshape(truth.shape)
-    out = shift(truth.to(torch.float64), allow).to(r.dtype)
+    """``check_outputs`` of one trial whose output is ``_case``'s: (ok, near, ev)."""
+    cfg, plan, _, _, inputs, r, r64, out = _case(shift)
     ev, near = Evidence(), []
-    ok = check_outputs([out], [r], [r64], inputs, None, "Extra-shape trial", cfg, mod, 0, [], ev, [], False,
+    ok = check_outputs([out], [r], [r64], inputs, None, "Extra-shape trial", cfg, plan.ref_mod, 0, [], ev, [], False,
                        plan.pooled, near)
     return ok, near, ev
 
