@@ -65,6 +65,24 @@ def test_compilers_under_the_references_torch_compile_are_counted_apart_from_bui
     assert by_kind[UNDER_COMPILE][0] >= 0.8, by_kind
 
 
+def test_a_process_is_counted_as_the_program_it_execs_into(tmp_path):
+    """A process seen before its exec (a fork still showing its parent's name and command line, here a python that
+    waits, then execs a compiler) is counted from then on as the program it became."""
+    from bench.lib.proc_cpu import INDUCTOR
+
+    cc = tmp_path / "cc1plus"
+    cc.symlink_to(sys.executable)
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\ntime.sleep(0.3)"
+    p = ProcCpu(interval=0.05)
+    p.start()
+    subprocess.run([sys.executable, "-c", "import os, sys, time\ntime.sleep(0.5)\n"
+                    "os.execv(sys.argv[1], [sys.argv[1], '-c', sys.argv[2]])", str(cc), burn,
+                    "torch._inductor.compile_worker"], check=True)
+    by_kind = p.finish()
+    assert by_kind["compilers (nvcc phases, gcc, ninja, ld)"][0] >= 0.8, by_kind
+    assert by_kind.get(INDUCTOR, (0.0, 0))[0] < 0.5, by_kind
+
+
 def test_an_execution_child_that_names_itself_after_its_job_is_counted_under_that_job():
     """A fork server's child is seen first as ``python`` (it makes its CUDA context while it waits for a job), then
     names itself after the job (verifier/child/worker.py ``name_process``): its whole CPU goes to the job's kind."""

@@ -26,6 +26,9 @@ COMPILERS = {"nvcc", "cicc", "cudafe++", "ptxas", "fatbinary", "nvlink", "cc1plu
 
 INDUCTOR = "torch.compile's compile workers (inductor; the reference's timing)"
 UNDER_COMPILE = "compilers under torch.compile (triton, inductor's C++: the reference's timing)"
+# how long (s) after it is first seen a process's command line is re-read: one seen between its fork and its exec
+# still shows its parent's, and a python that execs a python keeps its name
+YOUNG_S = 2.0
 EXECUTION = "execution processes (python: torch, CUDA context, profiler, the job)"
 # an execution child names itself after its job once it has one (verifier/child/worker.py ``name_process``): all
 # its CPU, the CUDA context it made while it waited for the job included, is that kind's
@@ -96,6 +99,7 @@ class ProcCpu(threading.Thread):
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.last: dict[int, tuple[str, float]] = {}  # pid -> (kind, cpu s at the last sample)
         self.base: dict[int, float] = {}  # pid -> cpu s already spent when first seen (processes older than us)
+        self.seen: dict[int, tuple[str, float]] = {}  # pid -> (its name at the last sample, when first seen)
         self.me = os.getpid()
         self.window_s = window_s
         # {window index: {kind: CPU s}} (what each kind spent in each window of window_s since the start), and the
@@ -120,25 +124,38 @@ class ProcCpu(threading.Thread):
                 comm, fields = proc_stat(pid)
                 cpu = (int(fields[11]) + int(fields[12])) / self.tick
                 if pid not in self.last:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    k = kind(pid, comm, cmd, self.me)
-                    parent = self.last.get(int(fields[1]), ("",))[0]
-                    if k.startswith("compilers") and parent in (EXECUTION, INDUCTOR, UNDER_COMPILE):
-                        k = UNDER_COMPILE  # a compiler the reference's torch.compile started, not a candidate's build
+                    k = self._classify(pid, comm, fields)
                     self.last[pid] = (k, cpu)
+                    self.seen[pid] = (comm, time.monotonic())
                     if first:
                         self.base[pid] = cpu
                     else:  # a process born since the last sample: all it spent is this window's
                         self.timeline[w][k] += cpu
-                elif comm in JOB_KINDS:  # a fork server's child that took its job since the last sample
-                    self.timeline[w][JOB_KINDS[comm]] += cpu - self.last[pid][1]
-                    self.last[pid] = (JOB_KINDS[comm], cpu)
-                else:
-                    self.timeline[w][self.last[pid][0]] += cpu - self.last[pid][1]
-                    self.last[pid] = (self.last[pid][0], cpu)
+                    continue
+                k = self.last[pid][0]
+                was, born = self.seen[pid]
+                if comm in JOB_KINDS:  # a fork server's child that took its job since the last sample
+                    k = JOB_KINDS[comm]
+                elif comm != was or time.monotonic() - born < YOUNG_S:
+                    # a process seen between its fork and its exec carries its parent's name and command line: the
+                    # program it becomes decides its kind (in the timeline, what it spent before stays where it was)
+                    k = self._classify(pid, comm, fields, k)
+                self.timeline[w][k] += cpu - self.last[pid][1]
+                self.last[pid] = (k, cpu)
+                self.seen[pid] = (comm, born)
             except (OSError, ValueError, IndexError):
                 continue
+
+    def _classify(self, pid: int, comm: str, fields: list[str], was: str = "") -> str:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        if was and not cmd:  # a zombie (or a kernel thread) shows no command line: it stays what it was
+            return was
+        k = kind(pid, comm, cmd, self.me)
+        parent = self.last.get(int(fields[1]), ("",))[0]
+        if k.startswith("compilers") and parent in (EXECUTION, INDUCTOR, UNDER_COMPILE):
+            k = UNDER_COMPILE  # a compiler the reference's torch.compile started, not a candidate's build
+        return k
 
     def run(self) -> None:
         while not self.stop.wait(self.interval):
