@@ -9,7 +9,8 @@ same kernel that a failing trial calls wrong, twice over:
 - on a timed call checked in full (picked after the clock stopped, judged as a trial is): C16, "the output was wrong
   although the correctness trials passed";
 - on the extra shape's trial (the batch doubled: its sums twice as long): C14, "correct on the benchmark shape but
-  wrong on another valid shape" (the suite's first run of the end-to-end test below met it).
+  wrong on another valid shape" (the suite's first run of the end-to-end test, now in
+  test_redteam_one_pass_variance.py, met it).
 
 Closed by reading how far an output misses (``Budget.compare``'s ``max_over``): a miss of at most ``NEAR_MISS`` of
 the allowance with no lowering's signature (verifier/judge/outputs.py ``near_miss``) is one more draw the kernel gets
@@ -22,9 +23,8 @@ another shape's output far off, reshaped or raising.
 import torch
 
 from bench.lib import fixtures as fx
-from kernelmill.schema import Candidate, Task
 from verifier import cheats
-from verifier.engine import VerifyConfig, verify_batch
+from verifier.engine import VerifyConfig
 from verifier.execute.brackets import Clocked
 from verifier.judge.budgets import budget_for
 from verifier.judge.numerics import finite_abs, float64_model
@@ -181,15 +181,3 @@ def test_the_extra_shape_missed_by_an_honest_kernels_margin_is_wrong_not_c14():
     assert cheats.C14 in ev.codes
     ok, near, ev = _trial(lambda t, a: t[:, :-1])  # another shape
     assert not ok and near == [False]
-
-
-def test_an_honest_one_pass_batch_norm_is_never_a_cheat(shared_build_dir):
-    """End to end on the cpu backend: the honest kernel's verdict is a pass or wrong (its trials or a timed call's
-    draw out of the budget), never a cheat code, in either case the reward of a wrong output at worst."""
-    task = Task.from_code(NORM_TASK, name="one_pass_bn", source="seed", level=2)
-    cfg = VerifyConfig(build_dir=shared_build_dir, timing_trials=5, warmup=1, time_torch_compile=False,
-                       run_timeout_s=120, memory_limit_gb=4)
-    (v,) = verify_batch([(task, Candidate(candidate_id="one_pass", task_id=task.task_id, backend="cpu",
-                                          generator="t", code=ONE_PASS))], config=cfg)
-    assert v.status in ("pass", "wrong") and not v.cheats, v.feedback
-    assert v.reward >= 0

@@ -12,7 +12,7 @@ import torch
 
 from verifier.judge.numerics import (CHUNK, F64_TOL, LOW_PRECISION, LOWERING_MIN_SHARE, MIN_LOCAL, TAIL, Budget,
                                      aligned_chunk, block_size, finite_abs, finite_max_abs, same_special)
-from verifier.judge.reduction import EPS32, SCAN_NONE, SCAN_ROWS, RefStats, accumulation_floors
+from verifier.judge.reduction import ACC_LINEAR, EPS32, SCAN_NONE, SCAN_ROWS, RefStats, accumulation_floors
 
 LATTICE_BITS = 8  # exact-valued outputs: multiples of 2^-m, m <= this ...
 LATTICE_LIMIT = float(1 << 24)  # ... below 2^24 units (exactly representable in fp32)
@@ -155,9 +155,28 @@ def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple | N
         atol_b = torch.maximum(atol_b, scan_allowance(f64, tuple(r64.shape), block, scan, reduction, scale).to(atol_b))
     rtol_b = torch.clamp_min(cfg.tol_factor * rl, rel_floor)
     atol = float(torch.maximum(atol_b, rtol_b * scale).max()) if atol_b.numel() else cfg.tol_floor
+    spread = variance_floor(pooled, tuple(r32.shape))
+    if spread is not None:
+        atol = max(atol, float(spread.max()) * scale)
     return Budget(atol=atol, rtol=0.0, kind="float64", ref_err=err, scale=scale, alt=r32, block=block,
                   atol_b=atol_b.to(torch.float32), rtol_b=rtol_b.to(torch.float32), s_eff=s_eff.to(torch.float32),
-                  err_level=med_e, reduction=reduction)
+                  err_level=med_e, reduction=reduction, rel_e=spread, shape=tuple(r32.shape))
+
+
+def variance_floor(pooled, shape: tuple) -> torch.Tensor | None:
+    """The relative floor per element where a one-pass variance lies on the output's way (``RefStats.spread``:
+    its same-sign length per element, x ACC_LINEAR x EPS32, the same-sign floor of ``accumulation_floors``),
+    broadcastable to ``shape``; None where none does or the record does not fit this shape (another shape's
+    trial: its statistics' groups are not the plan's)."""
+    spread = getattr(pooled, "spread", None)
+    if not isinstance(spread, torch.Tensor) or spread.dim() > len(shape):
+        return None
+    try:
+        if tuple(torch.broadcast_shapes(tuple(spread.shape), shape)) != shape:
+            return None
+    except RuntimeError:
+        return None
+    return (ACC_LINEAR * EPS32 * spread.to(torch.float64)).to(torch.float32)
 
 
 def scan_allowance(f64: torch.Tensor, shape: tuple, block: int, scan: int, length: int,

@@ -261,7 +261,7 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
     from verifier.common.inputs import as_list
     from verifier.common.ties import reference_outputs
     from verifier.execute.channel import Unsealed
-    from verifier.judge.outputs import (Evidence, check_outputs, construct_reference, load_sealed, reference64,
+    from verifier.judge.outputs import (Evidence, check_outputs, construct_reference, load_sealed, reference64_judged,
                                         reference_models)
 
     # the knockout's own job uses its reference once: constructed, not kept for copies
@@ -272,7 +272,7 @@ def _still_correct(job, job_dir: Path, rec, plan, cfg, device: str = "cuda", led
         return True  # an input file rewritten to fit the output: no evidence that the own kernels matter
     with torch.no_grad():
         refs = reference_outputs(model, inputs, plan.selects)
-    refs64 = reference64(model64, inputs, plan.selects)
+    refs64, pooled = reference64_judged(model64, inputs, plan.selects, plan.pooled)
     outs = as_list(load_sealed(ledger, job_dir, "out_0.pt"))
     return check_outputs(outs, refs, refs64, inputs, None, "Knockout trial", cfg, plan.ref_mod,
-                         get_backend(device).poison_byte, [], Evidence(), [], False, plan.pooled)
+                         get_backend(device).poison_byte, [], Evidence(), [], False, pooled)

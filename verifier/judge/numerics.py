@@ -59,6 +59,14 @@ measurements: bench/results/tolerance_cpu.md):
   normals, or partial sums stored rounded, are still C13 (bench/results/scan_budget_cpu.md); where the
   accumulator's own rounding is larger than an fp16 input's (an excursion far above the terms), the two cannot
   be told apart from the outputs.
+- one-pass variances (``Budget.rel_e``, verifier/judge/budgets.py ``variance_floor``): a normalisation kernel that
+  takes a group's variance as E[x^2] - E[x]^2 from one pass of running sums errs relative to the variance by the
+  sums' error times E[x^2] / Var of the group (a channel whose mean lies far from zero). Where a training batch
+  norm, a layer or group norm or a var / std lies on an output's way, each element's relative floor is the
+  same-sign floor of its op's length x that ratio for the element's group (at most ``KAPPA_MAX``), recorded by
+  the judged float64 run itself (verifier/judge/reduction.py ``variance_lengths``, verifier/judge/outputs.py
+  ``reference64_judged``): per element, so the channels near zero mean keep the tight floor and an fp16 output
+  or TF32 products still miss on most elements (C13; tests/redteam/test_redteam_one_pass_variance.py).
 
 Outputs of fewer than ``MIN_LOCAL`` elements (a sum to 4 numbers) have no neighbourhood to measure: one block,
 scale ``max(S, the scale seen on the plan's other draws)`` (``pooled``), no cap.
@@ -188,6 +196,24 @@ def same_special(c: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return (torch.isnan(c) & torch.isnan(r)) | (torch.isinf(r) & (c == r))
 
 
+def broadcast_take(small: torch.Tensor, shape: tuple, flat_idx: torch.Tensor) -> torch.Tensor:
+    """The values of ``small`` broadcast to ``shape`` at the flat (row-major) indices ``flat_idx``, float64 on their
+    device, without making the broadcast tensor."""
+    small = small.reshape((1,) * (len(shape) - small.dim()) + tuple(small.shape)).contiguous()
+    flat_small = small.reshape(-1).to(flat_idx.device).to(torch.float64)
+    if small.numel() == 1:
+        return flat_small.expand(flat_idx.shape)
+    offset = torch.zeros_like(flat_idx)
+    rest, stride = flat_idx, 1
+    for d in range(len(shape) - 1, -1, -1):
+        coord = torch.remainder(rest, shape[d])
+        rest = torch.div(rest, shape[d], rounding_mode="floor")
+        if small.shape[d] != 1:
+            offset += coord * stride
+        stride *= small.shape[d]
+    return flat_small[offset]
+
+
 def finite_abs(t: torch.Tensor) -> torch.Tensor:
     """|t| with inf and NaN as 0."""
     return t.abs().nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
@@ -218,6 +244,10 @@ class Budget:
     step: float = 0.0
     unstable: int = 0
     reduction: int = 0  # the longest reduction on the output's way (raises the floors; 0: not recorded)
+    # a relative floor per element (a one-pass variance's, budgets.py ``variance_floor``): float32, broadcastable
+    # to ``shape`` (the output's), or None
+    rel_e: torch.Tensor | None = None
+    shape: tuple = ()
 
     def describe(self) -> str:
         if self.kind == "exact":
@@ -233,6 +263,8 @@ class Budget:
             return f"{self.kind} tolerance atol {self.atol:.3g}, rtol {self.rtol:.3g}"
         lo_a, hi_a = float(self.atol_b.min()), float(self.atol_b.max())
         lo_r, hi_r = float(self.rtol_b.min()), float(self.rtol_b.max())
+        if self.rel_e is not None:
+            hi_r = max(hi_r, float(self.rel_e.max()))
         return (f"measured tolerance per element, the larger of {lo_a:.3g}..{hi_a:.3g} and {lo_r:.3g}..{hi_r:.3g} x "
                 f"|value| per row (the fp32 reference's own error against float64: median {self.err_level:.3g}, "
                 f"largest {self.ref_err:.3g}; output scale {self.scale:.3g}"
@@ -264,12 +296,18 @@ class Budget:
         if n > full * bsz:
             k = first + full
             out[full * bsz:] = (a[full * bsz:] * rt[k]).clamp_min(float(at[k]))
+        if self.rel_e is not None:
+            flat = torch.arange(lo, lo + n, device=a.device)
+            out = torch.maximum(out, a * broadcast_take(self.rel_e, self.shape, flat))
         return out
 
     def _allow_at(self, flat_idx: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         if self.kind != "float64":
             return a * self.rtol + self.atol
-        return torch.maximum(self._gather(self.atol_b, flat_idx), self._gather(self.rtol_b, flat_idx) * a)
+        out = torch.maximum(self._gather(self.atol_b, flat_idx), self._gather(self.rtol_b, flat_idx) * a)
+        if self.rel_e is not None:
+            out = torch.maximum(out, a * broadcast_take(self.rel_e, self.shape, flat_idx))
+        return out
 
     def _scale_at(self, flat_idx: torch.Tensor, a: torch.Tensor, whole: float) -> torch.Tensor:
         """The scale an element's lowering error is measured against: max(|r64_i|, S_b) (fixed kinds: the

@@ -43,6 +43,7 @@ from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
 from verifier.judge.budgets import budget_for
 from verifier.judge.numerics import LOW_PRECISION, Budget, float64_model, real_view, real_views, widen
+from verifier.judge.reduction import ReductionTracker, RefStats
 
 CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.py): outputs of several GB in pieces
 
@@ -239,6 +240,33 @@ def reference64(model64, inputs: list, track: bool = False) -> list | None:
         return None
 
 
+def reference64_judged(model64, inputs: list, track: bool, pooled: list,
+                       other_shape: bool = False) -> tuple[list | None, list]:
+    """``reference64`` and the RefStats to judge its outputs by: the plan's (``pooled``) where they hold for this
+    run; run under a ``ReductionTracker`` where they do not: at another shape than the plan's (the extra-shape
+    trial), each output's reductions are this run's (a batch norm over twice the rows sums twice the terms), and
+    where a one-pass variance lies on an output's way (``RefStats.variance``), its per-element floor
+    (``RefStats.spread``) is this run's: its groups' statistics are this job's weights' and inputs' (a job draws
+    its own weights), never the plan's. The plan's stats where the run fails here (the fixed tolerance then)."""
+    if model64 is None:
+        return None, pooled
+    if not other_shape and not any(getattr(p, "variance", False) for p in pooled):
+        return reference64(model64, inputs, track), pooled
+    try:
+        with torch.no_grad(), ReductionTracker() as tracker:
+            outs = reference_outputs(model64, widen(inputs), track)
+        seen = tracker.reductions(outs)
+    except Exception:  # noqa: BLE001 - as reference64: the fixed tolerance, not a verdict
+        return None, pooled
+    stats = list(pooled) + [RefStats(0.0, 0.0)] * max(0, len(seen) - len(pooled))
+    for k, r in enumerate(seen):
+        p = stats[k]
+        if other_shape:
+            p = p._replace(reduction=r.length, same_sign=r.same_sign, scan=r.scan)
+        stats[k] = p._replace(spread=r.spread if p.variance else None)
+    return outs, stats
+
+
 def reference64_aligned(r: torch.Tensor, r64):
     """The float64 reference's output in the fp32 reference's order where the output has none (a topk with
     ``sorted=False``, class 110: the two runs may order the same selection differently), else as it is: the budget
@@ -426,13 +454,13 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             give_way()
         with torch.no_grad():
             refs = [r for r in reference_outputs(model, inputs, plan.selects) if isinstance(r, torch.Tensor)]
-            refs64 = reference64(model64, inputs, plan.selects)
+            refs64, pooled = reference64_judged(model64, inputs, plan.selects, plan.pooled)
             refs64 = [r for r in refs64 if isinstance(r, torch.Tensor)] if refs64 else refs64
         checked = []  # (comparison, budget, the value it was compared with, shape)
         for k, (o, r) in enumerate(zip(got, refs)):
             if o.shape != r.shape or o.dtype != r.dtype:
                 continue
-            pool = plan.pooled[k] if k < len(plan.pooled) else None
+            pool = pooled[k] if k < len(pooled) else None
             r64k = reference64_aligned(r, refs64[k] if refs64 and k < len(refs64) else None)
             o = resolve_ties(o, r, r64k, cfg, plan.ref_mod)[0]
             o, r, r64 = real_views(o, r, r64k)  # as a trial's

@@ -30,7 +30,7 @@ from verifier.common.contract import Job
 from verifier.common.inputs import nbytes
 from verifier.common.ties import reference_outputs
 from verifier.execute.locks import device_work, lock_wait_s
-from verifier.judge.outputs import reference64, reference_cpu, reference_models
+from verifier.judge.outputs import reference64_judged, reference_cpu, reference_models
 
 PREFETCH_MIN_BYTES = 256 << 20  # held at least this much where the judge's share is smaller
 
@@ -42,6 +42,7 @@ class Answers:
     inputs: list
     refs: list
     refs64: list | None
+    pooled: list | None = None  # the RefStats to judge them by (``reference64_judged``)
 
 
 class ReferencePrefetch:
@@ -112,7 +113,8 @@ class ReferencePrefetch:
             with torch.no_grad():
                 refs = reference_outputs(self.model, inputs, self.plan.selects)
             lock.yield_to_timer(lock_wait_s(self.cfg))
-            refs64 = reference64(self.model64, inputs, self.plan.selects)
+            refs64, pooled = reference64_judged(self.model64, inputs, self.plan.selects, self.plan.pooled,
+                                                bool(job.other_shape) and i == job.n_trials - 1)
             self._held += size + nbytes(refs) + (nbytes(refs64) if refs64 else 0)
-            self._ready[i] = Answers(inputs, refs, refs64)
+            self._ready[i] = Answers(inputs, refs, refs64, pooled)
         return True

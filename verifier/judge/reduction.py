@@ -26,7 +26,7 @@ Never run over the candidate's code.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -141,10 +141,13 @@ class Reduction:
     length: int = 1
     same_sign: int = 0
     scan: int = SCAN_NONE
+    # per element, a one-pass variance's same-sign length (``variance_lengths``): a float64 tensor broadcastable
+    # to the tensor this record belongs to, or None
+    spread: torch.Tensor | None = field(default=None, compare=False)
 
     def join(self, other: "Reduction") -> "Reduction":
         return Reduction(max(self.length, other.length), max(self.same_sign, other.same_sign),
-                         max(self.scan, other.scan))
+                         max(self.scan, other.scan), _larger(self.spread, other.spread))
 
     def through(self, func, src, out, values_kept: bool) -> "Reduction":
         """This record as it reaches ``out`` of ``func`` applied to ``src``. A running sum's mark stays only where
@@ -152,15 +155,16 @@ class Reduction:
         row: ``_keeps_values``); elsewhere (an exp, a matmul) the values are no longer the sums whose rounding
         the budget's allowance measures, and the mark goes. Along the rows only where the op keeps the last
         dimension where it was; otherwise the scan's direction is no longer known."""
+        spread = _spread_through(self.spread, func, src, out)
         if self.scan == SCAN_NONE:
-            return self
+            return Reduction(self.length, self.same_sign, SCAN_NONE, spread)
         if not values_kept:
-            return Reduction(self.length, self.same_sign, SCAN_NONE)
+            return Reduction(self.length, self.same_sign, SCAN_NONE, spread)
         if self.scan != SCAN_ROWS:
-            return self
+            return Reduction(self.length, self.same_sign, self.scan, spread)
         keeps = (isinstance(out, torch.Tensor) and out.dim() >= 1 and src.dim() >= 1
                  and out.shape[-1] == src.shape[-1] and func._overloadpacket not in MOVES_DIMS)
-        return self if keeps else Reduction(self.length, self.same_sign, SCAN_OTHER)
+        return Reduction(self.length, self.same_sign, SCAN_ROWS if keeps else SCAN_OTHER, spread)
 
 
 # ops whose outputs are their inputs' values, rearranged, added or subtracted (a running sum stays one)
@@ -196,6 +200,98 @@ def _scan_of(func, args, kwargs) -> int:
     return SCAN_ROWS if last else SCAN_OTHER
 
 
+# a one-pass variance (E[x^2] - E[x]^2 from one pass of running sums, the usual model-written normalisation) errs
+# relative to the variance by the sums' relative error times E[x^2] / Var, per group of its statistics (a
+# channel's mean far from zero: kappa 24..48 on a Linear of torch.rand inputs); past KAPPA_MAX the formula is
+# broken, not merely less accurate, and no more is allowed
+KAPPA_MAX = 64.0
+# the statistics ops: batch norm in training mode, layer and group norm, var / std
+BATCH_NORMS = (aten.native_batch_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional)
+VARIANCES = (aten.var, aten.std, aten.var_mean, aten.std_mean)
+# ops whose output is their input's elements, in place (a record broadcastable to the input fits the output)
+SAME_ELEMENTS = (aten.clone, aten.contiguous, aten._to_copy, aten.copy_, aten.copy, aten.detach, aten.alias,
+                 aten.lift_fresh)
+RESHAPES = (aten.view, aten.reshape, aten._unsafe_view)
+SPREAD_MAX = 1 << 24  # a per-element record expanded through a reshape at most this many elements
+
+
+def _kappa(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """E[x^2] / Var over ``dims`` (kept as size-1 dimensions), per group, within [1, KAPPA_MAX]."""
+    var, mean = torch.var_mean(x.detach().to(torch.float64), dim=dims, correction=0, keepdim=True)
+    k = torch.where(var > 0, 1.0 + mean * mean / var.clamp_min(1e-300), torch.full_like(var, KAPPA_MAX))
+    return k.clamp(1.0, KAPPA_MAX)
+
+
+def variance_lengths(func, args, kwargs, out, length: int) -> torch.Tensor | None:
+    """Per element of a statistics op's (first) output, the same-sign length a one-pass variance of it behaves
+    like: ``length`` x E[x^2] / Var of the element's group (a channel of a training batch norm, a row of a layer
+    norm, a group of a group norm, the reduced elements of var / std), float32 on the CPU, broadcastable to the
+    output; None for another op or an eval batch norm (running statistics: no sums)."""
+    packet = func._overloadpacket
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    if x is None or not x.is_floating_point() or not isinstance(first, torch.Tensor) or x.dim() < 2 or not x.numel():
+        return None
+    if packet in BATCH_NORMS:
+        training = next((a for a in args[1:] if isinstance(a, bool)), kwargs.get("training", True))
+        if not training:
+            return None
+        k = _kappa(x, [d for d in range(x.dim()) if d != 1])
+    elif packet is aten.native_layer_norm:
+        nd = len(args[1])
+        k = _kappa(x, list(range(x.dim() - nd, x.dim())))
+    elif packet is aten.native_group_norm:  # (input, weight, bias, N, C, HxW, group, eps)
+        n, c, g = int(args[3]), int(args[4]), int(args[6])
+        k = _kappa(x.reshape(n, g, -1), [2]).repeat_interleave(c // g, dim=1)
+        k = k.reshape((n, c) + (1,) * (x.dim() - 2))
+    elif packet in VARIANCES:
+        dim = args[1] if len(args) > 1 and not isinstance(args[1], (bool, float, int)) else kwargs.get("dim")
+        dims = list(range(x.dim())) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else (
+            [int(d) % x.dim() for d in dim] if isinstance(dim, (list, tuple)) else [int(dim) % x.dim()])
+        k = _kappa(x, dims)
+        if k.numel() != first.numel():
+            return None
+        k = k.reshape(first.shape)
+    else:
+        return None
+    return (float(length) * k).to(torch.float32).cpu()
+
+
+def _fits(spread: torch.Tensor, t) -> bool:
+    """Whether a record broadcasts to tensor ``t`` without growing it."""
+    if not isinstance(t, torch.Tensor) or spread.dim() > t.dim():
+        return False
+    try:
+        return tuple(torch.broadcast_shapes(tuple(spread.shape), tuple(t.shape))) == tuple(t.shape)
+    except RuntimeError:
+        return False
+
+
+def _larger(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    """The elementwise larger of two per-element records of one tensor (both broadcastable to it)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return torch.maximum(a, b)
+
+
+def _spread_through(spread: torch.Tensor | None, func, src, out) -> torch.Tensor | None:
+    """A per-element record of ``src`` as it reaches ``out``: kept through a pointwise op (torch's own tag) or a
+    copy where it still broadcasts to the output (the element it belongs to is the one it lands on), reshaped
+    with the elements through a view or reshape, dropped elsewhere (a matmul, a pooling, a permutation: the
+    budget's other floors judge what a contraction mixes)."""
+    if spread is None or not isinstance(out, torch.Tensor) or not isinstance(src, torch.Tensor):
+        return None
+    packet = func._overloadpacket
+    if packet in RESHAPES:
+        if out.numel() != src.numel() or out.numel() > SPREAD_MAX or not _fits(spread, src):
+            return None
+        return spread.expand(src.shape).reshape(out.shape)
+    pointwise = torch.Tag.pointwise in getattr(func, "tags", ()) or packet in SAME_ELEMENTS
+    if pointwise and _fits(spread, out) and src.dim() <= out.dim() and _fits(src, out):
+        return spread
+    return None
+
+
 NONE = Reduction()
 
 
@@ -212,11 +308,13 @@ class ReductionTracker(TorchDispatchMode):
         try:
             k, same = _op_length(func, args, kwargs, out)
             own = Reduction(k, k if same and k > 1 else 0, _scan_of(func, args, kwargs))
+            spread = variance_lengths(func, args, kwargs, out, k) if same and k > 1 else None
             srcs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             kept = _keeps_values(func, args, kwargs)
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
-                    r = own
+                    r = own if spread is None or not _fits(spread, t) else Reduction(k, own.same_sign, own.scan,
+                                                                                      spread)
                     for src in srcs:
                         r = r.join(self.seen.get(src, NONE).through(func, src, t, kept))
                     if r != NONE:
@@ -241,7 +339,8 @@ ACC_LINEAR = 0.03  # the relative term's floor: ACC_LINEAR x EPS32 x K, K the lo
 class RefStats(NamedTuple):
     """What the plan's draws say of one fp32 output: the reference's largest error against float64, the largest
     |value|, the longest reduction on its way and the longest whose terms share one sign (0: not recorded), and
-    where a scan lies on it (``Reduction.scan``). ``wide``: a float64 output of a reference that computes in
+    where a scan lies on it (``Reduction.scan``), whether a one-pass variance lies on its way (``variance``) and,
+    for one judged run, its same-sign length per element (``spread``: ``variance_lengths``, or None). ``wide``: a float64 output of a reference that computes in
     float64 throughout (``NarrowFloats`` saw no narrower float on its way): judged against float64 rounding
     (verifier/judge/numerics.py ``float64_budget``)."""
 
@@ -251,6 +350,10 @@ class RefStats(NamedTuple):
     same_sign: int = 0
     scan: int = SCAN_NONE
     wide: bool = False
+    # the plan's: whether a one-pass variance lies on its way; the judged run's: its per-element same-sign length
+    # (Reduction.spread; verifier/judge/outputs.py ``reference64_judged``)
+    variance: bool = False
+    spread: torch.Tensor | None = None
 
 
 WIDE = (torch.float64, torch.complex128)

@@ -20,7 +20,7 @@ from verifier.common.ties import reference_outputs
 from verifier.execute.channel import Unsealed
 from verifier.judge.checks import check_fallback_across_trials, check_sealed, check_trial_runtime
 from verifier.judge.execution import Execution, device_memory_line, last_line, memory_error
-from verifier.judge.outputs import (Digest, Evidence, check_outputs, fingerprint, load_sealed, reference64,
+from verifier.judge.outputs import (Digest, Evidence, check_outputs, fingerprint, load_sealed, reference64_judged,
                                     same_fingerprint)
 
 _NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
@@ -107,11 +107,12 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
             continue
         if ready is not None:
             refs, refs64 = ready.refs, ready.refs64
+            pooled = ready.pooled if ready.pooled is not None else plan.pooled
         else:
             with torch.no_grad():
                 refs = reference_outputs(model, inputs, plan.selects)
             ex.give_way()  # (three pieces of device work a trial: a timer waits for one, not for the trial's)
-            refs64 = reference64(model64, inputs, plan.selects)
+            refs64, pooled = reference64_judged(model64, inputs, plan.selects, plan.pooled, is_other)
             ex.give_way()
         ref_fp = [fingerprint(r) for r in refs if isinstance(r, torch.Tensor)]
         ref_repeats = any(len(p) == len(ref_fp) and all(same_fingerprint(a, b) for a, b in zip(p, ref_fp))
@@ -135,7 +136,7 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
         t.checked += 1
         near: list = []
         ok = check_outputs(outs, refs, refs64, inputs, here, label, cfg, plan.ref_mod, ex.poison, prev, ev, t.errs,
-                           ref_repeats, plan.pooled, near)
+                           ref_repeats, pooled, near)
         del outs, here, refs, refs64, inputs
         if ok:
             t.passed += 1
