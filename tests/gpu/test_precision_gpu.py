@@ -2,7 +2,8 @@
 against the tolerance measured from a float64 reference, the same kernels computing at TF32 / fp16 / bf16
 precision are C13, a convolution reference is plain fp32 (cuDNN's default TF32 switched off, so a TF32
 candidate is not hidden inside the reference's own error), an underflowing reference is the task's fault,
-and a square-symmetric task's extra shape keeps its contract. One CUDA source holds every kernel (one build).
+a square-symmetric task's extra shape keeps its contract, and a batch norm whose variance is taken in one pass
+passes while the same kernel's output in fp16 is C13 (docs/ANTI_CHEAT.md class 117). One CUDA source holds every kernel (one build).
 Runs as `pytest -m gpu tests/gpu`."""
 
 import os
@@ -148,12 +149,37 @@ torch::Tensor swish_bias(torch::Tensor y, torch::Tensor b) {
     swish_bias_k<<<1024, 256>>>(y.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), y.numel(), y.size(1));
     return out;
 }
+// batch norm (training) over the rows of y + bias: one thread per channel, its statistics in one pass of float
+// sums (sum and sum of squares, then E[x^2] - E[x]^2), as model-written kernels take them; the output optionally
+// rounded to fewer mantissa bits
+__global__ void bn_one_pass_k(const float* y, const float* bias, const float* g, const float* be, float* out,
+                              int64_t N, int64_t C, float eps, int mantissa) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; if (c >= C) return;
+    float s = 0.f, q = 0.f;
+    for (int64_t n = 0; n < N; ++n) { float v = y[n * C + c] + bias[c]; s += v; q += v * v; }
+    float mean = s / N, var = q / N - mean * mean, inv = rsqrtf(var + eps);
+    for (int64_t n = 0; n < N; ++n)
+        out[n * C + c] = keep_bits((y[n * C + c] + bias[c] - mean) * inv * g[c] + be[c], mantissa);
+}
+static torch::Tensor bn(torch::Tensor y, torch::Tensor bias, torch::Tensor g, torch::Tensor be, int mantissa) {
+    y = y.contiguous(); auto out = torch::empty_like(y); int64_t N = y.size(0), C = y.size(1);
+    bn_one_pass_k<<<(C + 63) / 64, 64>>>(y.data_ptr<float>(), bias.data_ptr<float>(), g.data_ptr<float>(),
+                                         be.data_ptr<float>(), out.data_ptr<float>(), N, C, 1e-5f, mantissa);
+    return out;
+}
+torch::Tensor bn_one_pass(torch::Tensor y, torch::Tensor bias, torch::Tensor g, torch::Tensor be) {
+    return bn(y, bias, g, be, 23);
+}
+torch::Tensor bn_one_pass_fp16(torch::Tensor y, torch::Tensor bias, torch::Tensor g, torch::Tensor be) {
+    return bn(y, bias, g, be, 10);
+}
 torch::Tensor conv_fp32(torch::Tensor x, torch::Tensor w, torch::Tensor b) { return conv(x, w, b, 23); }
 torch::Tensor conv_tf32(torch::Tensor x, torch::Tensor w, torch::Tensor b) { return conv(x, w, b, 10); }
 '''
 FUNCS = ["matmul_fp32", "matmul_tf32", "matmul_bf16", "matmul_fixed_1024", "sum_fp32", "sum_fp16", "cumsum_rows",
-         "fro_normalize", "prod_rows", "conv_fp32", "conv_tf32", "swish_bias"]
+         "fro_normalize", "prod_rows", "conv_fp32", "conv_tf32", "swish_bias", "bn_one_pass", "bn_one_pass_fp16"]
 CPP_SRC = "\n".join(f"torch::Tensor {f}(torch::Tensor a" + (", torch::Tensor b" if f.startswith("matmul") else
+                    ", torch::Tensor b, torch::Tensor g, torch::Tensor e" if f.startswith("bn_") else
                     ", torch::Tensor w, torch::Tensor b" if f.startswith("conv") else
                     ", torch::Tensor b" if f == "swish_bias" else "") + ");" for f in FUNCS)
 
@@ -193,8 +219,15 @@ TASKS = {
                           init="i, o: self.fc = nn.Linear(i, o)", init_inputs="[1024, 512]"),
     "conv3x3": _task("self.conv(x)", "return [torch.randn(16, 64, 66, 66)]",
                      init="c, k: self.conv = nn.Conv2d(c, k, 3)", init_inputs="[64, 64]"),
+    # docs/ANTI_CHEAT.md class 117: channels whose mean lies far from zero (a linear layer of torch.rand inputs)
+    "linear_bn": _task("self.bn(self.gemm(x))", "return [torch.rand(16384, 256)]",
+                       init="i, o: self.gemm = nn.Linear(i, o)\n        self.bn = nn.BatchNorm1d(o)",
+                       init_inputs="[256, 256]"),
 }
 CONV_INIT = "self.conv = nn.Conv2d(c, k, 3)"
+BN_INIT = "self.gemm = nn.Linear(i, o)\n        self.bn = nn.BatchNorm1d(o)"
+BN_FORWARD = ("y = ext.matmul_fp32(x, self.gemm.weight.t().contiguous())\n        "
+              "return ext.{}(y, self.gemm.bias, self.bn.weight, self.bn.bias)")
 # parameters of its own names, created in nn.Linear's order: the same values only when both models draw them
 # from the same generator (the reference was built on the GPU's generator, the candidate on the cpu's)
 OWN_LINEAR_INIT = ("self.w = nn.Parameter(torch.empty(o, i))\n        self.b = nn.Parameter(torch.empty(o))\n        "
@@ -219,6 +252,10 @@ CASES = {
                                        params="c, k"), "pass", None),
     "conv_tf32": ("conv3x3", candidate("return ext.conv_tf32(x, self.conv.weight, self.conv.bias)", init=CONV_INIT,
                                        params="c, k"), "cheat", cheats.C13),
+    "bn_one_pass": ("linear_bn", candidate(BN_FORWARD.format("bn_one_pass"), init=BN_INIT, params="i, o"), "pass",
+                    None),
+    "bn_one_pass_fp16": ("linear_bn", candidate(BN_FORWARD.format("bn_one_pass_fp16"), init=BN_INIT, params="i, o"),
+                         "cheat", cheats.C13),
 }
 BUILD_DIR = os.environ.get("KM_GPU_BUILDS") or tempfile.mkdtemp(prefix="km-gpu-builds-")
 _CACHE: dict = {}
