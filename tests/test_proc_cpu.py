@@ -49,20 +49,25 @@ def test_compilers_under_the_references_torch_compile_are_counted_apart_from_bui
     from bench.lib.proc_cpu import INDUCTOR, UNDER_COMPILE
 
     assert kind(5, "python3", "python3 -m torch._inductor.compile_worker --workers=16", 1) == INDUCTOR
-    # a "compiler": the interpreter under a compiler's name (a process's name is its executable's, a link's name
-    # included), so that it burns one CPU-second by its own clock whatever the machine's speed and load (a shell
-    # loop of a fixed count took 0.4 CPU-s on a fast machine)
+    # an inductor-worker look-alike that starts the compiler
+    by_kind = _sampled_compiler(tmp_path, "import subprocess, sys, time\ntime.sleep(0.3)\n"
+                                          "subprocess.run([sys.argv[1], '-c', sys.argv[2]], check=True)")
+    assert by_kind[UNDER_COMPILE][0] >= 0.8, by_kind
+
+
+def _sampled_compiler(tmp_path, launcher: str) -> dict:
+    """The sampler's table over ``launcher`` (python code, with the compiler's path and program as its arguments,
+    and an inductor worker's module name on its command line) starting a "compiler": the interpreter under a
+    compiler's name (a process's name is its executable's, a link's name included), so that it burns one CPU-second
+    by its own clock whatever the machine's speed and load (a shell loop of a fixed count took 0.4 CPU-s on a fast
+    machine)."""
     cc = tmp_path / "cc1plus"
     cc.symlink_to(sys.executable)
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\ntime.sleep(0.3)"
     p = ProcCpu(interval=0.05)
     p.start()
-    # an inductor-worker look-alike that starts the compiler
-    subprocess.run([sys.executable, "-c", "import subprocess, sys, time\ntime.sleep(0.3)\n"
-                    "subprocess.run([sys.argv[1], '-c', sys.argv[2]], check=True)", str(cc), burn,
-                    "torch._inductor.compile_worker"], check=True)
-    by_kind = p.finish()
-    assert by_kind[UNDER_COMPILE][0] >= 0.8, by_kind
+    subprocess.run([sys.executable, "-c", launcher, str(cc), burn, "torch._inductor.compile_worker"], check=True)
+    return p.finish()
 
 
 def test_a_process_is_counted_as_the_program_it_execs_into(tmp_path):
@@ -70,15 +75,8 @@ def test_a_process_is_counted_as_the_program_it_execs_into(tmp_path):
     waits, then execs a compiler) is counted from then on as the program it became."""
     from bench.lib.proc_cpu import INDUCTOR
 
-    cc = tmp_path / "cc1plus"
-    cc.symlink_to(sys.executable)
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\ntime.sleep(0.3)"
-    p = ProcCpu(interval=0.05)
-    p.start()
-    subprocess.run([sys.executable, "-c", "import os, sys, time\ntime.sleep(0.5)\n"
-                    "os.execv(sys.argv[1], [sys.argv[1], '-c', sys.argv[2]])", str(cc), burn,
-                    "torch._inductor.compile_worker"], check=True)
-    by_kind = p.finish()
+    by_kind = _sampled_compiler(tmp_path, "import os, sys, time\ntime.sleep(0.5)\n"
+                                          "os.execv(sys.argv[1], [sys.argv[1], '-c', sys.argv[2]])")
     assert by_kind["compilers (nvcc phases, gcc, ninja, ld)"][0] >= 0.8, by_kind
     assert by_kind.get(INDUCTOR, (0.0, 0))[0] < 0.5, by_kind
 
