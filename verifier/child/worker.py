@@ -363,7 +363,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         if job.input_files:
             inputs = to_device(torch.load(job_dir / f"trial_{i}.pt", weights_only=True)["inputs"], device)
         else:
-            other = job.other_shape if (job.other_shape and i == n - 1) else ""
+            other = job.other_shape_at(i)
             inputs = draw_inputs(ref.get_inputs, seed, device, job.reference_code, other)
         del seed
         pristine = clone(inputs)
@@ -375,7 +375,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         # there could be copied over its own output (the outputs are sealed by the verifier as their records
         # arrive: verifier/execute/channel.py). A regular trial's stolen answer buys nothing: the even trials must
         # be right by the candidate's own work.
-        other_trial = bool(job.other_shape) and i == n - 1
+        other_trial = bool(job.other_shape_at(i))
         ref_first = i % 2 == 1 and not other_trial
         with torch.no_grad():
             if ref_first:  # freed memory the reference just wrote is C06 bait; only its digest is kept (C15)

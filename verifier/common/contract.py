@@ -135,6 +135,10 @@ class Job(_Record):
     timing_budget_s: float = VerifyConfig.timing_budget_s
     cpu_sampler: str = ""  # cpu: the compiled sampler of forward's CPU time (verifier/child/sampler.py), or ""
 
+    def other_shape_at(self, i: int) -> str:
+        """The extra shape's mode where trial ``i`` is its trial (the last one, where the job has one), else ""."""
+        return self.other_shape if self.other_shape and i == self.n_trials - 1 else ""
+
     def write(self, job_dir: Path) -> None:
         """The job as the child reads it: without the seeds (they are handed out one step at a time)."""
         (job_dir / JOB_FILE).write_text(self._text())

@@ -12,7 +12,8 @@ import torch
 
 from verifier.judge.numerics import (CHUNK, F64_TOL, LOW_PRECISION, LOWERING_MIN_SHARE, MIN_LOCAL, TAIL, Budget,
                                      aligned_chunk, block_size, finite_abs, finite_max_abs, same_special)
-from verifier.judge.reduction import ACC_LINEAR, EPS32, SCAN_NONE, SCAN_ROWS, RefStats, accumulation_floors
+from verifier.judge.reduction import (ACC_LINEAR, EPS32, SCAN_NONE, SCAN_ROWS, RefStats, accumulation_floors,
+                                      fits_shape)
 
 LATTICE_BITS = 8  # exact-valued outputs: multiples of 2^-m, m <= this ...
 LATTICE_LIMIT = float(1 << 24)  # ... below 2^24 units (exactly representable in fp32)
@@ -169,12 +170,7 @@ def variance_floor(pooled, shape: tuple) -> torch.Tensor | None:
     broadcastable to ``shape``; None where none does or the record does not fit this shape (another shape's
     trial: its statistics' groups are not the plan's)."""
     spread = getattr(pooled, "spread", None)
-    if not isinstance(spread, torch.Tensor) or spread.dim() > len(shape):
-        return None
-    try:
-        if tuple(torch.broadcast_shapes(tuple(spread.shape), shape)) != shape:
-            return None
-    except RuntimeError:
+    if not isinstance(spread, torch.Tensor) or not fits_shape(spread, shape):
         return None
     return (ACC_LINEAR * EPS32 * spread.to(torch.float64)).to(torch.float32)
 

@@ -125,7 +125,7 @@ class TaskPlan:
     def draw_trial(self, job: Job, i: int, device: str, seed: int | None = None) -> list:
         """The inputs of trial ``i`` of ``job`` drawn from its seed (``seed``, or the one the job's run recorded; the
         last trial is the extra shape, if any)."""
-        other = job.other_shape if (job.other_shape and i == job.n_trials - 1) else ""
+        other = job.other_shape_at(i)
         with RNG_LOCK:
             return draw_inputs(self.ref_mod.get_inputs, job.trial_seeds[i] if seed is None else seed, device,
                                self.text, other)

@@ -114,7 +114,7 @@ class ReferencePrefetch:
                 refs = reference_outputs(self.model, inputs, self.plan.selects)
             lock.yield_to_timer(lock_wait_s(self.cfg))
             refs64, pooled = reference64_judged(self.model64, inputs, self.plan.selects, self.plan.pooled,
-                                                bool(job.other_shape) and i == job.n_trials - 1)
+                                                bool(job.other_shape_at(i)))
             self._held += size + nbytes(refs) + (nbytes(refs64) if refs64 else 0)
             self._ready[i] = Answers(inputs, refs, refs64, pooled)
         return True

@@ -141,8 +141,8 @@ class Reduction:
     length: int = 1
     same_sign: int = 0
     scan: int = SCAN_NONE
-    # per element, a one-pass variance's same-sign length (``variance_lengths``): a float64 tensor broadcastable
-    # to the tensor this record belongs to, or None
+    # per element, a one-pass variance's same-sign length (``variance_lengths``): a float32 tensor on the CPU,
+    # broadcastable to the tensor this record belongs to, or None
     spread: torch.Tensor | None = field(default=None, compare=False)
 
     def join(self, other: "Reduction") -> "Reduction":
@@ -156,9 +156,7 @@ class Reduction:
         the budget's allowance measures, and the mark goes. Along the rows only where the op keeps the last
         dimension where it was; otherwise the scan's direction is no longer known."""
         spread = _spread_through(self.spread, func, src, out)
-        if self.scan == SCAN_NONE:
-            return Reduction(self.length, self.same_sign, SCAN_NONE, spread)
-        if not values_kept:
+        if self.scan == SCAN_NONE or not values_kept:
             return Reduction(self.length, self.same_sign, SCAN_NONE, spread)
         if self.scan != SCAN_ROWS:
             return Reduction(self.length, self.same_sign, self.scan, spread)
@@ -257,14 +255,20 @@ def variance_lengths(func, args, kwargs, out, length: int) -> torch.Tensor | Non
     return (float(length) * k).to(torch.float32).cpu()
 
 
-def _fits(spread: torch.Tensor, t) -> bool:
-    """Whether a record broadcasts to tensor ``t`` without growing it."""
-    if not isinstance(t, torch.Tensor) or spread.dim() > t.dim():
+def fits_shape(spread: torch.Tensor, shape: tuple) -> bool:
+    """Whether a record broadcasts to ``shape`` without growing it."""
+    shape = tuple(shape)
+    if spread.dim() > len(shape):
         return False
     try:
-        return tuple(torch.broadcast_shapes(tuple(spread.shape), tuple(t.shape))) == tuple(t.shape)
+        return tuple(torch.broadcast_shapes(tuple(spread.shape), shape)) == shape
     except RuntimeError:
         return False
+
+
+def _fits(spread: torch.Tensor, t) -> bool:
+    """Whether a record broadcasts to tensor ``t`` without growing it."""
+    return isinstance(t, torch.Tensor) and fits_shape(spread, t.shape)
 
 
 def _larger(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:

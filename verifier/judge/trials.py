@@ -78,10 +78,9 @@ def check_trials(cfg: VerifyConfig, plan, ex: Execution, report: ChildReport, mo
     job, job_dir, t = ex.job, ex.job_dir, Trials()
     ref_prev: list = []
     prev: list = []
-    n = job.n_trials
     for rec in report.trials:
         ex.give_way()
-        is_other = bool(job.other_shape) and rec.index == n - 1
+        is_other = bool(job.other_shape_at(rec.index))
         ready = ex.prefetched.take(rec.index) if ex.prefetched is not None else None
         try:
             inputs = ready.inputs if ready is not None else plan.trial_inputs(job, rec.index, ex.device, job_dir,
