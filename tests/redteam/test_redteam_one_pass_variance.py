@@ -31,7 +31,7 @@ from verifier.engine import VerifyConfig, verify_batch
 from verifier.judge.budgets import budget_for
 from verifier.judge.numerics import broadcast_take, float64_model
 from verifier.judge.outputs import Evidence, check_outputs, reference64_judged
-from verifier.judge.reduction import KAPPA_MAX, ReductionTracker, RefStats
+from verifier.judge.reduction import ACC_FOLDED, EPS32, KAPPA_MAX, ReductionTracker, RefStats
 
 CFG = VerifyConfig()
 
@@ -77,6 +77,23 @@ def test_the_plan_records_each_group_s_amplification_per_element():
     (s,) = spreads(lambda v: v.var(1), y)
     assert s.shape == (8,) and torch.allclose(s.double(), 64 * kappa(y, [1]).reshape(8), rtol=1e-5)
     assert spreads(lambda v: bn.train()(lin(v)) @ torch.ones(16, 3, dtype=torch.float64), x) == [None]
+
+
+def test_an_op_that_mixes_the_elements_folds_the_floor_into_the_scale_term():
+    """Through a matmul (or a permutation, which moves the elements off their channels) the per-element record goes
+    and its largest goes on as a share of the scale (``Reduction.folded``: ACC_FOLDED x EPS32 x it)."""
+    torch.manual_seed(0)
+    x = torch.rand(512, 32, dtype=torch.float64) * 2 + 3
+    bn = nn.BatchNorm1d(32).double()
+    with ReductionTracker() as tracker:
+        y = bn(x)
+        mixed = y @ torch.ones(32, 3, dtype=torch.float64)
+        moved = y.t()
+    own, r_mixed, r_moved = tracker.reductions([y, mixed, moved])
+    assert own.spread is not None and own.folded == 0.0
+    want = ACC_FOLDED * EPS32 * float(own.spread.max())
+    for r in (r_mixed, r_moved):
+        assert r.spread is None and r.folded == pytest.approx(want, rel=1e-6), r
 
 
 def test_broadcast_take_reads_the_broadcast_tensor_without_making_it():
@@ -143,11 +160,51 @@ def test_a_lowering_is_still_c13_under_the_channels_floors(gemm_bn):
     status, ev = _judge(fp16, r32, r64, pooled)
     assert status == "cheat" and cheats.C13 in ev.codes, ev.codes
 
-    def tf32(t):
-        return (t.view(torch.int32) + 0x1000 & ~0x1FFF).view(torch.float32)
-
     h_tf32 = (tf32(x).double() @ tf32(model[0].weight.detach()).double().t() + model[0].bias.detach().double())
     lowered = nn.functional.batch_norm(h_tf32, None, None, training=True).float()
+    status, ev = _judge(lowered, r32, r64, pooled)
+    assert status == "cheat" and cheats.C13 in ev.codes, ev.codes
+
+
+def tf32(t):
+    return (t.view(torch.int32) + 0x1000 & ~0x1FFF).view(torch.float32)
+
+
+@pytest.fixture(scope="module")
+def bn_gemm():
+    """A batch norm before a linear layer, on inputs of mean / std 7 (E[x^2] / Var 49 in every channel): (the
+    input, the model, the fp32 reference's output, the float64 reference's, the stats the judge reads)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.BatchNorm1d(128), nn.Linear(128, 128))
+    x = torch.rand(8192, 128) * 2 + 3
+    with torch.no_grad():
+        r32 = model(x)
+    plan_stats = [RefStats(0.0, float(r32.abs().max()), 8192, 8192, variance=True)]
+    refs64, pooled = reference64_judged(float64_model(model), [x], False, plan_stats)
+    return x, model, r32, refs64[0], pooled
+
+
+def test_an_honest_one_pass_norm_before_a_linear_layer_passes_by_the_folded_floor(bn_gemm):
+    """The honest kernel's one-pass batch norm, then its fp32 linear layer: a pass with the folded floor, wrong on
+    elements of ordinary size without it (the fault this closes: the per-element floor went at the matmul)."""
+    x, model, r32, r64, pooled = bn_gemm
+    assert pooled[0].spread is None and pooled[0].folded > 1e-4
+    lin = model[1]
+    with torch.no_grad():
+        out = one_pass_bn(x) @ lin.weight.t() + lin.bias
+    assert _judge(out, r32, r64, pooled)[0] == "pass"
+    assert _judge(out, r32, r64, [pooled[0]._replace(folded=0.0)])[0] == "wrong"
+
+
+def test_tf32_products_after_the_norm_are_still_c13(bn_gemm):
+    """Red team: an exact batch norm whose linear layer multiplies in TF32 (10-bit mantissas) errs by a share of the
+    output's size as the one-pass variance does; the folded floor is the measured share of an honest sum's error,
+    not the budget's margin over it, so the lowering still misses on many elements (C13)."""
+    x, model, r32, r64, pooled = bn_gemm
+    bn, lin = model
+    with torch.no_grad():
+        h = nn.functional.batch_norm(x.double(), None, None, training=True, eps=bn.eps).float()
+        lowered = (tf32(h).double() @ tf32(lin.weight.detach()).double().t() + lin.bias.double()).float()
     status, ev = _judge(lowered, r32, r64, pooled)
     assert status == "cheat" and cheats.C13 in ev.codes, ev.codes
 

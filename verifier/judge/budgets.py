@@ -150,6 +150,8 @@ def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple | N
         s_eff = torch.clamp(TAIL * typ, max=scale)
     reduction, same_sign = (pooled.reduction, pooled.same_sign) if isinstance(pooled, RefStats) else (0, 0)
     scale_floor, rel_floor = accumulation_floors(reduction, same_sign, cfg.tol_scale)
+    folded = float(pooled.folded) if isinstance(pooled, RefStats) else 0.0
+    scale_floor = max(scale_floor, folded)  # a one-pass variance's floor after a contraction (Reduction.folded)
     atol_b = torch.clamp_min(torch.maximum(cfg.tol_factor * lev, scale_floor * s_eff), cfg.tol_floor)
     scan = pooled.scan if isinstance(pooled, RefStats) else SCAN_NONE
     if scan != SCAN_NONE and n >= MIN_LOCAL:  # a running sum: the rounding its accumulator carries
@@ -161,7 +163,7 @@ def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple | N
         atol = max(atol, float(spread.max()) * scale)
     return Budget(atol=atol, rtol=0.0, kind="float64", ref_err=err, scale=scale, alt=r32, block=block,
                   atol_b=atol_b.to(torch.float32), rtol_b=rtol_b.to(torch.float32), s_eff=s_eff.to(torch.float32),
-                  err_level=med_e, reduction=reduction, rel_e=spread, shape=tuple(r32.shape))
+                  err_level=med_e, reduction=reduction, rel_e=spread, shape=tuple(r32.shape), folded=folded)
 
 
 def variance_floor(pooled, shape: tuple) -> torch.Tensor | None:

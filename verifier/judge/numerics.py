@@ -66,7 +66,12 @@ measurements: bench/results/tolerance_cpu.md):
   same-sign floor of its op's length x that ratio for the element's group (at most ``KAPPA_MAX``), recorded by
   the judged float64 run itself (verifier/judge/reduction.py ``variance_lengths``, verifier/judge/outputs.py
   ``reference64_judged``): per element, so the channels near zero mean keep the tight floor and an fp16 output
-  or TF32 products still miss on most elements (C13; tests/redteam/test_redteam_one_pass_variance.py).
+  or TF32 products still miss on most elements (C13; tests/redteam/test_redteam_one_pass_variance.py). Where an
+  op mixes or moves those elements (a matmul or a convolution after the norm, a permutation, a pooling), the
+  largest of them goes on as a floor of the scale term (``Budget.folded``, ``Reduction.folded``): the
+  contraction's sum is off by the normalised values' relative error times the output's typical size, not each
+  output's own. Where every channel lies far from zero mean (mean / std of 7 and more over thousands of rows), an
+  honest one-pass variance errs as much as an fp16 output does, and the two cannot be told apart from outputs.
 
 Outputs of fewer than ``MIN_LOCAL`` elements (a sum to 4 numbers) have no neighbourhood to measure: one block,
 scale ``max(S, the scale seen on the plan's other draws)`` (``pooled``), no cap.
@@ -248,6 +253,7 @@ class Budget:
     # to ``shape`` (the output's), or None
     rel_e: torch.Tensor | None = None
     shape: tuple = ()
+    folded: float = 0.0  # a one-pass variance's floor as a share of the scale, after a contraction (raises atol_b)
 
     def describe(self) -> str:
         if self.kind == "exact":
@@ -269,6 +275,7 @@ class Budget:
                 f"|value| per row (the fp32 reference's own error against float64: median {self.err_level:.3g}, "
                 f"largest {self.ref_err:.3g}; output scale {self.scale:.3g}"
                 + (f"; floors for a {self.reduction}-term reduction" if self.reduction > 1 else "")
+                + (f"; a one-pass variance's floor of {self.folded:.3g} x the scale on its way" if self.folded else "")
                 + "), against float64 or the fp32 reference's own value")
 
     def light(self) -> "Budget":

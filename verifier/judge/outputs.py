@@ -263,7 +263,7 @@ def reference64_judged(model64, inputs: list, track: bool, pooled: list,
         p = stats[k]
         if other_shape:
             p = p._replace(reduction=r.length, same_sign=r.same_sign, scan=r.scan)
-        stats[k] = p._replace(spread=r.spread if p.variance else None)
+        stats[k] = p._replace(spread=r.spread if p.variance else None, folded=r.folded if p.variance else p.folded)
     return outs, stats
 
 

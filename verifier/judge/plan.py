@@ -385,7 +385,8 @@ def _float64_outputs(model, draws: list, outs: list) -> tuple[str, list, list | 
             if d == 0:  # the first draw also records each output's reduction length (the budget's floors)
                 with ReductionTracker() as tracker:
                     out64 = as_list(model64(*widen(inputs)))
-                pooled = [RefStats(0.0, 0.0, r.length, r.same_sign, r.scan, variance=r.spread is not None)
+                pooled = [RefStats(0.0, 0.0, r.length, r.same_sign, r.scan,
+                                   variance=r.spread is not None or r.folded > 0, folded=r.folded)
                           for r in tracker.reductions(out64)]
                 pooled += [RefStats(0.0, 0.0)] * (len(outs[0]) - len(pooled))
             else:
