@@ -223,11 +223,19 @@ TASKS = {
     "linear_bn": _task("self.bn(self.gemm(x))", "return [torch.rand(16384, 256)]",
                        init="i, o: self.gemm = nn.Linear(i, o)\n        self.bn = nn.BatchNorm1d(o)",
                        init_inputs="[256, 256]"),
+    # class 118: a batch norm before a linear layer, every channel far from zero mean (mean / std 7)
+    "bn_linear": _task("self.gemm(self.bn(x))", "return [torch.rand(8192, 256) * 2 + 3]",
+                       init="i, o: self.bn = nn.BatchNorm1d(i)\n        self.gemm = nn.Linear(i, o, bias=False)",
+                       init_inputs="[256, 256]"),
 }
 CONV_INIT = "self.conv = nn.Conv2d(c, k, 3)"
 BN_INIT = "self.gemm = nn.Linear(i, o)\n        self.bn = nn.BatchNorm1d(o)"
 BN_FORWARD = ("y = ext.matmul_fp32(x, self.gemm.weight.t().contiguous())\n        "
               "return ext.{}(y, self.gemm.bias, self.bn.weight, self.bn.bias)")
+BN_FIRST_INIT = ("self.bn = nn.BatchNorm1d(i)\n        self.gemm = nn.Linear(i, o, bias=False)\n        "
+                 "self.register_buffer('zero', torch.zeros(i))")
+BN_FIRST_FORWARD = ("h = ext.bn_one_pass(x, self.zero, self.bn.weight, self.bn.bias)\n        "
+                    "return ext.{}(h, self.gemm.weight.t().contiguous())")
 # parameters of its own names, created in nn.Linear's order: the same values only when both models draw them
 # from the same generator (the reference was built on the GPU's generator, the candidate on the cpu's)
 OWN_LINEAR_INIT = ("self.w = nn.Parameter(torch.empty(o, i))\n        self.b = nn.Parameter(torch.empty(o))\n        "
@@ -256,6 +264,10 @@ CASES = {
                     None),
     "bn_one_pass_fp16": ("linear_bn", candidate(BN_FORWARD.format("bn_one_pass_fp16"), init=BN_INIT, params="i, o"),
                          "cheat", cheats.C13),
+    "bn_one_pass_then_linear": ("bn_linear", candidate(BN_FIRST_FORWARD.format("matmul_fp32"), init=BN_FIRST_INIT,
+                                                       params="i, o"), "pass", None),
+    "bn_one_pass_then_linear_tf32": ("bn_linear", candidate(BN_FIRST_FORWARD.format("matmul_tf32"),
+                                                            init=BN_FIRST_INIT, params="i, o"), "cheat", cheats.C13),
 }
 BUILD_DIR = os.environ.get("KM_GPU_BUILDS") or tempfile.mkdtemp(prefix="km-gpu-builds-")
 _CACHE: dict = {}
