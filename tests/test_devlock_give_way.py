@@ -288,3 +288,47 @@ def test_host_work_aside_lets_a_timer_in_and_takes_the_hold_back_within_the_budg
         pass
     for lk in (child, timer):
         lk.close()
+
+
+def test_the_float64_reference_gives_way_between_its_layers(tmp_path, monkeypatch):
+    """A float64 reference of a large model holds the device for seconds: its judged runs call the give-way before
+    each leaf module (verifier/judge/outputs.py ``layer_yields``), and with a timer waiting the work queued so far
+    is drained, the shared hold let go for the timer and taken back (verifier/execute/locks.py ``between_layers``).
+    The hooks go with the run; a model of one leaf has no point between layers."""
+    import torch
+    import torch.nn as nn
+
+    from verifier.execute import locks
+    from verifier.judge.outputs import RefStats, reference64, reference64_judged
+
+    calls = []
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 4), nn.Tanh())).double()
+    x = torch.rand(3, 8)
+    want = model(x.double())
+    out = reference64(model, [x], give_way=lambda: calls.append("gave way"))
+    assert torch.equal(out[0], want) and len(calls) == 4  # the four leaves
+    assert all(not m._forward_pre_hooks for m in model.modules())  # removed after the run
+    _, stats = reference64_judged(model, [x], False, [RefStats(0.0, 1.0, variance=True)],
+                                  give_way=lambda: calls.append("gave way"))
+    assert len(calls) == 8 and all(not m._forward_pre_hooks for m in model.modules())
+    reference64(nn.Linear(8, 8).double(), [x], give_way=lambda: calls.append("one leaf"))
+    assert "one leaf" not in calls
+
+    path = str(tmp_path / "dev.lock")
+    holder, timer = DeviceLock(path), DeviceLock(path)
+    assert holder.acquire(False, 1.0)
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: synced.append(holder.held))
+    give_way = locks.between_layers(holder, 5.0)
+    give_way()  # no timer waits: the hold is kept, nothing drained
+    assert holder.held == "shared" and not synced
+    got = {}
+    t = threading.Thread(target=lambda: got.update(timer=timer.acquire(True, 10.0)) or time.sleep(0.2)
+                         or timer.release())
+    t.start()
+    _until_a_timer_waits(holder)
+    give_way()
+    t.join()
+    assert got["timer"] and synced == ["shared"] and holder.held == "shared"  # drained while still held, then gave way
+    assert holder.yielded_s > 0
+    holder.release()
