@@ -42,7 +42,7 @@ from verifier.build.runtime import child_builder
 from verifier.common.backends import get_backend, out_of_device_memory
 from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, usable_cores
 from verifier.execute import admission
-from verifier.execute.locks import between_layers, device_work, give_back_cache, lock_path, lock_wait_s
+from verifier.execute.locks import device_work, give_back_cache, lock_path, lock_wait_s
 from verifier.execute.processes import clear_job_root, exec_slot
 from verifier.execute.queue import ReadyQueue, build_order
 from verifier.judge import cpu_time
@@ -191,9 +191,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                 t_judge = time.perf_counter()
                 try:
                     judge(w, cfg, plan, Execution(job, job_dir, run, ledger, device, poison, clocked, knockout,
-                                                  give_way, prefetch, (began, returned), aside,
-                                                  between_layers(lock, lock_wait_s(cfg)) if backend == "cuda"
-                                                  else None), ref_timing)
+                                                  give_way, prefetch, (began, returned), aside), ref_timing)
                 finally:
                     v.stage_seconds["execute_judge"] = round(time.perf_counter() - t_judge, 3)
             if timed and v.runtime_us is not None:

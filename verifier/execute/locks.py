@@ -18,7 +18,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -110,18 +110,6 @@ def device_work(cfg: VerifyConfig, backend: str) -> Iterator[DeviceLock]:
             yield lock
         finally:
             give_back_cache(backend)
-
-
-def between_layers(lock: DeviceLock, budget_s: float) -> Callable[[], None]:
-    """A point of giving way inside one long forward of this process's own device work (the float64 reference of a
-    large model, verifier/judge/outputs.py ``layer_yields``): where a timer waits, the work queued so far is drained
-    first (a device synchronize), so that none of it runs inside the timer's window, and the shared hold let go
-    (``yield_to_timer``, within ``budget_s`` of yields in all); a look at the timers' queue otherwise."""
-    def give_way() -> None:
-        if lock.timer_waiting():
-            torch.cuda.synchronize()
-            lock.yield_to_timer(budget_s)
-    return give_way
 
 
 # A clocked bracket's stream (verifier/execute/harness.py ``_clock_cuda``) waits on words that its harness's thread

@@ -53,9 +53,6 @@ class Execution:
     # host work of the judge's amid its device work (an output file's seal checked and read): the shared hold let go
     # for its length (verifier/common/devlock.py ``aside``), so that no timer waits for it
     aside: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-    # called between the layers of the judge's float64 reference runs (verifier/judge/outputs.py ``layer_yields``;
-    # verifier/execute/locks.py ``between_layers``), or None
-    between_layers: Callable[[], object] | None = None
 
 
 def last_line(text: str) -> str:

@@ -25,7 +25,6 @@ judged wrong with that said, not C08 (``same_for_every_sample``); C06 on cpu nee
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import threading
 from collections import OrderedDict
@@ -228,52 +227,33 @@ def same_fingerprint(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
 
 
-@contextlib.contextmanager
-def layer_yields(model, give_way):
-    """``give_way()`` before each leaf module of ``model`` runs, for the length of the block: the float64 reference of
-    a large model holds the device for seconds (convolutions in float64; on one H100's k = 1 batch four such runs
-    kept waiting timers 5 s each, bench/results/throughput_real_NVIDIA_H100_80GB_HBM3_k1_dfec153.md), and a timer
-    then waits for one layer, not the whole forward. Nothing where ``give_way`` is None or ``model`` has no two
-    leaves."""
-    leaves = [m for m in model.modules() if next(m.children(), None) is None] \
-        if give_way is not None and isinstance(model, torch.nn.Module) else []
-    handles = [m.register_forward_pre_hook(lambda *_: give_way()) for m in leaves] if len(leaves) > 1 else []
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def reference64(model64, inputs: list, track: bool = False, give_way=None) -> list | None:
+def reference64(model64, inputs: list, track: bool = False) -> list | None:
     """The float64 reference's outputs on ``inputs`` (widened), or None without a float64 model or when it
     fails here (then the fixed tolerance applies to this trial). ``track``: index outputs of a selection marked with
-    what they select (``ties.reference_outputs``; the plan's ``selects``). ``give_way``: called between its layers
-    (``layer_yields``)."""
+    what they select (``ties.reference_outputs``; the plan's ``selects``)."""
     if model64 is None:
         return None
     try:
-        with torch.no_grad(), layer_yields(model64, give_way):
+        with torch.no_grad():
             return reference_outputs(model64, widen(inputs), track)
     except Exception:  # noqa: BLE001 - the plan ran it once; a failure here is the fixed tolerance, not a verdict
         return None
 
 
 def reference64_judged(model64, inputs: list, track: bool, pooled: list,
-                       other_shape: bool = False, give_way=None) -> tuple[list | None, list]:
+                       other_shape: bool = False) -> tuple[list | None, list]:
     """``reference64`` and the RefStats to judge its outputs by: the plan's (``pooled``) where they hold for this
     run; run under a ``ReductionTracker`` where they do not: at another shape than the plan's (the extra-shape
     trial), each output's reductions are this run's (a batch norm over twice the rows sums twice the terms), and
     where a one-pass variance lies on an output's way (``RefStats.variance``), its per-element floor
     (``RefStats.spread``) is this run's: its groups' statistics are this job's weights' and inputs' (a job draws
-    its own weights), never the plan's. The plan's stats where the run fails here (the fixed tolerance then).
-    ``give_way``: called between its layers (``layer_yields``)."""
+    its own weights), never the plan's. The plan's stats where the run fails here (the fixed tolerance then)."""
     if model64 is None:
         return None, pooled
     if not other_shape and not any(getattr(p, "variance", False) for p in pooled):
-        return reference64(model64, inputs, track, give_way), pooled
+        return reference64(model64, inputs, track), pooled
     try:
-        with torch.no_grad(), layer_yields(model64, give_way), ReductionTracker() as tracker:
+        with torch.no_grad(), ReductionTracker() as tracker:
             outs = reference_outputs(model64, widen(inputs), track)
         seen = tracker.reductions(outs)
     except Exception:  # noqa: BLE001 - as reference64: the fixed tolerance, not a verdict
@@ -453,7 +433,7 @@ def near_miss(m: dict, b: Budget, truth: torch.Tensor) -> bool:
 
 @cheats.probe(cheats.C16, where="harness")
 def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: Evidence,
-                          give_way=None, between_layers=None) -> list[str]:
+                          give_way=None) -> list[str]:
     """C16: the timed calls' outputs as the harness read them (verifier/execute/harness.py): every one was checked there
     against the reference on its own inputs (did it compute this input's answer); a few, picked at random after
     the clock stopped, are judged here in full, against the measured budget, as a trial is, and on cpu the calls
@@ -474,7 +454,7 @@ def check_clocked_outputs(clocked, plan, model, model64, cfg: VerifyConfig, ev: 
             give_way()
         with torch.no_grad():
             refs = [r for r in reference_outputs(model, inputs, plan.selects) if isinstance(r, torch.Tensor)]
-            refs64, pooled = reference64_judged(model64, inputs, plan.selects, plan.pooled, give_way=between_layers)
+            refs64, pooled = reference64_judged(model64, inputs, plan.selects, plan.pooled)
             refs64 = [r for r in refs64 if isinstance(r, torch.Tensor)] if refs64 else refs64
         checked = []  # (comparison, budget, the value it was compared with, shape)
         for k, (o, r) in enumerate(zip(got, refs)):

@@ -29,7 +29,7 @@ from verifier.common.config import VerifyConfig
 from verifier.common.contract import Job
 from verifier.common.inputs import nbytes
 from verifier.common.ties import reference_outputs
-from verifier.execute.locks import between_layers, device_work, lock_wait_s
+from verifier.execute.locks import device_work, lock_wait_s
 from verifier.judge.outputs import reference64_judged, reference_cpu, reference_models
 
 PREFETCH_MIN_BYTES = 256 << 20  # held at least this much where the judge's share is smaller
@@ -95,9 +95,6 @@ class ReferencePrefetch:
                 continue
             expected += 1
 
-    def _between(self, lock):
-        return between_layers(lock, lock_wait_s(self.cfg)) if self.backend == "cuda" else None
-
     def _answer(self, i: int, seed: int) -> bool:
         """Trial ``i``'s answers, kept where they fit; False when they do not (nothing of trial ``i`` ran)."""
         job = self.job
@@ -117,7 +114,7 @@ class ReferencePrefetch:
                 refs = reference_outputs(self.model, inputs, self.plan.selects)
             lock.yield_to_timer(lock_wait_s(self.cfg))
             refs64, pooled = reference64_judged(self.model64, inputs, self.plan.selects, self.plan.pooled,
-                                                bool(job.other_shape_at(i)), give_way=self._between(lock))
+                                                bool(job.other_shape_at(i)))
             self._held += size + nbytes(refs) + (nbytes(refs64) if refs64 else 0)
             self._ready[i] = Answers(inputs, refs, refs64, pooled)
         return True

@@ -515,8 +515,7 @@ def _timing_outcome(w: Work, plan, ex: Execution, report: ChildReport, ref_timin
                                   + ", ".join(v.fallback_ops) + ".")
         elif not report.timing_error:
             ev.add(cheats.C11, "The monitors' record of the timed calls is missing.")
-        missed = check_clocked_outputs(clocked, plan, model, model64, cfg, ev, give_way=ex.give_way,
-                                       between_layers=ex.between_layers)
+        missed = check_clocked_outputs(clocked, plan, model, model64, cfg, ev, give_way=ex.give_way)
         check_timed_inputs(clocked, ev)
     if missed and not ev.codes:  # one more draw the kernel gets wrong: as a trial's wrong output, not a cheat
         v.correct = False
