@@ -19,7 +19,7 @@ import torch
 from bench.lib import fixtures as fx
 from verifier import cheats, screen
 from verifier.common.config import VerifyConfig
-from verifier.common.contract import ChildReport, TrialReport
+from verifier.common.contract import ChildReport, Job, TrialReport
 from verifier.execute import admission
 from verifier.execute.brackets import Clocked
 from verifier.execute.channel import Ledger
@@ -123,7 +123,8 @@ def test_a_trials_own_device_out_of_memory_error_is_marked_for_the_reading():
     """A trial whose forward raised the device's out-of-memory error is marked (its number), so that the judge reads
     the device before it calls it a crash; the host's memory or another error is not."""
     plan = SimpleNamespace(trial_inputs=lambda *a: [torch.zeros(4)], ref_mod=None, pooled=[], selects=False)
-    ex = SimpleNamespace(job=SimpleNamespace(n_trials=5, other_shape=""), job_dir=Path("/nonexistent"), device="cpu",
+    ex = SimpleNamespace(job=Job(kind="candidate", backend="cpu", build_root="", reference_code="", init_seed=0,
+                                 n_trials=5), job_dir=Path("/nonexistent"), device="cpu",
                          ledger=Ledger(), prefetched=None, give_way=lambda: None,
                          aside=contextlib.nullcontext, poison=0)
 
