@@ -31,7 +31,7 @@ from verifier.engine import VerifyConfig, verify_batch
 from verifier.judge.budgets import budget_for
 from verifier.judge.numerics import broadcast_take, float64_model
 from verifier.judge.outputs import Evidence, check_outputs, reference64_judged
-from verifier.judge.reduction import ACC_FOLDED, EPS32, KAPPA_MAX, ReductionTracker, RefStats
+from verifier.judge.reduction import ACC_FOLDED, EPS32, FOLDED_TRACKED, KAPPA_MAX, ReductionTracker, RefStats
 
 CFG = VerifyConfig()
 
@@ -207,6 +207,25 @@ def test_tf32_products_after_the_norm_are_still_c13(bn_gemm):
         lowered = (tf32(h).double() @ tf32(lin.weight.detach()).double().t() + lin.bias.double()).float()
     status, ev = _judge(lowered, r32, r64, pooled)
     assert status == "cheat" and cheats.C13 in ev.codes, ev.codes
+
+
+def test_the_plan_tracks_every_judged_run_only_where_the_folded_floor_can_matter():
+    """A folded floor far below the budget's relative floor (batch norms of zero-mean activations, then
+    convolutions, as in a ResNet) keeps the plan's value: no judged run pays the tracker (~3 ms an op); one that can
+    matter (every channel far from zero mean) is recorded again by each judged run, for its job's own weights."""
+    from verifier.judge.plan import _float64_outputs
+
+    torch.manual_seed(0)
+    resnetish = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3))
+    x = torch.randn(4, 8, 12, 12)
+    far = nn.Sequential(nn.BatchNorm1d(64), nn.Linear(64, 32))
+    y = torch.rand(4096, 64) * 2 + 3
+    for model, inputs, tracked in ((resnetish, [x], False), (far, [y], True)):
+        with torch.no_grad():
+            out = [model(*inputs)]
+        _, (stats,), _ = _float64_outputs(model, [inputs], [out])
+        assert stats.folded > 0 and stats.spread is None
+        assert stats.variance is tracked and (stats.folded > FOLDED_TRACKED) is tracked, stats
 
 
 def test_a_job_s_floors_are_its_own_weights_not_the_plan_s():

@@ -36,7 +36,7 @@ from verifier.execute.locks import device_work, give_back_cache, lock_wait_s
 from verifier.judge.budgets import error_and_scale
 from verifier.judge.numerics import FLOAT64_OWN, float64_model, real_view, widen
 from verifier.judge.outputs import RNG_LOCK, inputs_fault, load_sealed, reference_fault, written_inputs
-from verifier.judge.reduction import WIDE, NarrowFloats, ReductionTracker, RefStats
+from verifier.judge.reduction import FOLDED_TRACKED, WIDE, NarrowFloats, ReductionTracker, RefStats
 
 
 def load_reference(reference_code: str, name: str = "task"):
@@ -386,7 +386,7 @@ def _float64_outputs(model, draws: list, outs: list) -> tuple[str, list, list | 
                 with ReductionTracker() as tracker:
                     out64 = as_list(model64(*widen(inputs)))
                 pooled = [RefStats(0.0, 0.0, r.length, r.same_sign, r.scan,
-                                   variance=r.spread is not None or r.folded > 0, folded=r.folded)
+                                   variance=r.spread is not None or r.folded > FOLDED_TRACKED, folded=r.folded)
                           for r in tracker.reductions(out64)]
                 pooled += [RefStats(0.0, 0.0)] * (len(outs[0]) - len(pooled))
             else:

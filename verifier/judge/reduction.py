@@ -360,6 +360,10 @@ ACC_LINEAR = 0.03  # the relative term's floor: ACC_LINEAR x EPS32 x K, K the lo
 # a same-sign sum's error (0.011 at K = 4096, less beyond), not ACC_LINEAR's margin over it, which would let TF32
 # products after the norm through (their error is a share of the output's size too)
 ACC_FOLDED = 0.011
+# a folded floor the plan saw below this (a quarter of the default relative floor, tol_scale 8e-5) is left to the
+# plan's value: tracking every judged run costs ~3 ms an op (a ResNet's batch norms, then convolutions: a folded
+# floor of 3e-6, and 0.33 s a run against 0.01 s untracked); above it each run records its own (its job's weights)
+FOLDED_TRACKED = 2e-5
 
 
 class RefStats(NamedTuple):
