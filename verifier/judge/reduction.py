@@ -162,7 +162,8 @@ class Reduction:
         dimension where it was; otherwise the scan's direction is no longer known. A one-pass variance's record
         per element goes on where the elements stay its own (``_spread_through``), else as ``folded``."""
         spread = _spread_through(self.spread, func, src, out)
-        folded = self.folded if spread is not None or self.spread is None else max(self.folded, folded_floor(self.spread))
+        dropped = spread is None and self.spread is not None
+        folded = max(self.folded, folded_floor(self.spread)) if dropped else self.folded
         if self.scan == SCAN_NONE or not values_kept:
             return Reduction(self.length, self.same_sign, SCAN_NONE, spread, folded)
         if self.scan != SCAN_ROWS:
@@ -175,11 +176,11 @@ class Reduction:
 def folded_floor(spread: torch.Tensor) -> float:
     """A one-pass variance's per-element record (its same-sign length: ``budgets.variance_floor`` makes it the
     relative floor ACC_LINEAR x EPS32 x it) once an op mixes or moves the elements it belongs to: its largest, as a
-    share of the output's scale, ACC_FOLDED x EPS32 x it. A matmul or a convolution after a batch norm sums products of normalised values,
-    each off by its channel's relative error: the sum is off by that error times a sum of the size of the output's
-    typical value (the products' signs differ), not of each output's own value, which such a sum may cancel to
-    near zero (an honest one-pass batch norm before a linear layer missed its allowance by 2x on elements of
-    ordinary size before this floor, on inputs of mean / std 7)."""
+    share of the output's scale, ACC_FOLDED x EPS32 x it. A matmul or a convolution after a batch norm sums
+    products of normalised values, each off by its channel's relative error: the sum is off by that error times a
+    sum of the size of the output's typical value (the products' signs differ), not of each output's own value,
+    which such a sum may cancel to near zero (an honest one-pass batch norm before a linear layer missed its
+    allowance by 2x on elements of ordinary size before this floor, on inputs of mean / std 7)."""
     return float(ACC_FOLDED * EPS32 * float(spread.max())) if spread.numel() else 0.0
 
 
