@@ -209,6 +209,31 @@ def test_tf32_products_after_the_norm_are_still_c13(bn_gemm):
     assert status == "cheat" and cheats.C13 in ev.codes, ev.codes
 
 
+def test_a_one_pass_batch_norm_before_a_convolution_passes_and_tf32_does_not():
+    """The fold through a convolution (a ResNet's or a DenseNet's norm, then its 3x3 convolution): the honest
+    one-pass BatchNorm2d over N x H x W positions, then an fp32 convolution, passes (wrong without the fold); the
+    same convolution with TF32 products after an exact norm is rejected."""
+    from verifier.judge.plan import _float64_outputs
+
+    torch.manual_seed(0)
+    bn, conv = nn.BatchNorm2d(16), nn.Conv2d(16, 16, 3, padding=1)
+    model = nn.Sequential(bn, conv)
+    x = torch.rand(16, 16, 24, 24) * 2 + 3
+    with torch.no_grad():
+        r32 = model(x)
+        _, (plan,), _ = _float64_outputs(model, [[x]], [[r32]])
+        plan = plan._replace(scale=float(r32.abs().max()))
+        refs64, pooled = reference64_judged(float64_model(model), [x], False, [plan])
+        xn = one_pass_bn(x.permute(0, 2, 3, 1).reshape(-1, 16)).reshape(16, 24, 24, 16).permute(0, 3, 1, 2)
+        honest = conv(xn.contiguous())
+        exact = nn.functional.batch_norm(x.double(), None, None, training=True).float().contiguous()
+        lowered = nn.functional.conv2d(tf32(exact), tf32(conv.weight.detach()), conv.bias, padding=1)
+    assert pooled[0].folded > FOLDED_TRACKED and pooled[0].variance
+    assert _judge(honest, r32, refs64[0], pooled)[0] == "pass"
+    assert _judge(honest, r32, refs64[0], [pooled[0]._replace(folded=0.0)])[0] == "wrong"
+    assert _judge(lowered, r32, refs64[0], pooled)[0] != "pass"
+
+
 def test_the_plan_tracks_every_judged_run_only_where_the_folded_floor_can_matter():
     """A folded floor far below the budget's relative floor (batch norms of zero-mean activations, then
     convolutions, as in a ResNet) keeps the plan's value: no judged run pays the tracker (~3 ms an op); one that can
