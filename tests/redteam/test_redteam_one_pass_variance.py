@@ -31,6 +31,7 @@ from verifier.engine import VerifyConfig, verify_batch
 from verifier.judge.budgets import budget_for
 from verifier.judge.numerics import broadcast_take, float64_model
 from verifier.judge.outputs import Evidence, check_outputs, reference64_judged
+from verifier.judge.plan import _float64_outputs
 from verifier.judge.reduction import ACC_FOLDED, EPS32, FOLDED_TRACKED, KAPPA_MAX, ReductionTracker, RefStats
 
 CFG = VerifyConfig()
@@ -213,8 +214,6 @@ def test_a_one_pass_batch_norm_before_a_convolution_passes_and_tf32_does_not():
     """The fold through a convolution (a ResNet's or a DenseNet's norm, then its 3x3 convolution): the honest
     one-pass BatchNorm2d over N x H x W positions, then an fp32 convolution, passes (wrong without the fold); the
     same convolution with TF32 products after an exact norm is rejected."""
-    from verifier.judge.plan import _float64_outputs
-
     torch.manual_seed(0)
     bn, conv = nn.BatchNorm2d(16), nn.Conv2d(16, 16, 3, padding=1)
     model = nn.Sequential(bn, conv)
@@ -238,8 +237,6 @@ def test_the_plan_tracks_every_judged_run_only_where_the_folded_floor_can_matter
     """A folded floor far below the budget's relative floor (batch norms of zero-mean activations, then
     convolutions, as in a ResNet) keeps the plan's value: no judged run pays the tracker (~3 ms an op); one that can
     matter (every channel far from zero mean) is recorded again by each judged run, for its job's own weights."""
-    from verifier.judge.plan import _float64_outputs
-
     torch.manual_seed(0)
     resnetish = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3))
     x = torch.randn(4, 8, 12, 12)

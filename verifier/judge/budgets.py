@@ -148,9 +148,9 @@ def measured_budget(r32: torch.Tensor, r64: torch.Tensor, cfg, pooled: tuple | N
         s_eff = torch.full_like(typ, max(scale, pooled[1] if pooled else 0.0))
     else:
         s_eff = torch.clamp(TAIL * typ, max=scale)
-    reduction, same_sign = (pooled.reduction, pooled.same_sign) if isinstance(pooled, RefStats) else (0, 0)
+    reduction, same_sign, folded = (pooled.reduction, pooled.same_sign, float(pooled.folded)) \
+        if isinstance(pooled, RefStats) else (0, 0, 0.0)
     scale_floor, rel_floor = accumulation_floors(reduction, same_sign, cfg.tol_scale)
-    folded = float(pooled.folded) if isinstance(pooled, RefStats) else 0.0
     scale_floor = max(scale_floor, folded)  # a one-pass variance's floor after a contraction (Reduction.folded)
     atol_b = torch.clamp_min(torch.maximum(cfg.tol_factor * lev, scale_floor * s_eff), cfg.tol_floor)
     scan = pooled.scan if isinstance(pooled, RefStats) else SCAN_NONE
