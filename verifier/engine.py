@@ -41,6 +41,7 @@ from verifier.build.pool import CompilePool
 from verifier.build.runtime import child_builder
 from verifier.common.backends import get_backend, out_of_device_memory
 from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, usable_cores
+from verifier.common import hostwait
 from verifier.execute import admission
 from verifier.execute.locks import device_work, give_back_cache, lock_path, lock_wait_s
 from verifier.execute.processes import clear_job_root, exec_slot
@@ -328,7 +329,9 @@ SLOT_ENTRY = "verifier.engine:serve_slot"
 
 def serve_slot(fd: int) -> None:
     """The main of a slot's trusted process (verifier/workers.py): its jobs are ``execute_item``'s, run in one
-    execution slot (its fork servers kept from job to job)."""
+    execution slot (its fork servers kept from job to job). Its CUDA waits sleep (verifier/common/hostwait.py): the
+    judge's float64 forwards and the harness's windows are most of its time on a device, beside the batch's builds."""
+    hostwait.block_on_waits()
     with exec_slot():
         trusted.serve(fd, _slot_job)
     # the pipe closed: the exit handlers end this process's fork servers and job roots (side by side), then it ends

@@ -251,3 +251,40 @@ def test_a_tasks_plan_measures_its_forwards_intermediates():
     li = plan_mod.task_plan(light, "cuda", cfg, "light")
     assert h.work_bytes >= 256 << 20 > 16 * li.work_bytes, (h.work_bytes, li.work_bytes)
     assert h.job_bytes() - li.job_bytes() >= admission.WORK_COPIES * (256 << 20), (h.job_bytes(), li.job_bytes())
+
+
+# A process of the verifier's waiting on its device sleeps (verifier/common/hostwait.py): the fork server's warm-up of
+# a child sets it before the CUDA context, and a synchronize on a long kernel then costs the process little CPU; with
+# the switch KERNELMILL_SPIN_WAITS=1 CUDA's default spin holds a core the whole wait (what the measurement tells apart).
+_WAIT_PROBE = r"""
+import json, os, time, torch
+from verifier.child import forkserver
+from verifier.common import hostwait
+notes = forkserver._warm_up()
+x = torch.ones(1, device="cuda")
+torch.cuda.synchronize()
+t0, c0 = time.perf_counter(), time.process_time()
+torch.cuda._sleep(1_200_000_000)  # clock cycles of one thread: about 0.6 s at 2 GHz
+torch.cuda.synchronize()
+print(json.dumps({"blocking": hostwait.waits_blocking(), "wall": time.perf_counter() - t0,
+                  "cpu": time.process_time() - c0, "notes": notes}))
+"""
+
+
+@pytest.mark.parametrize("spin", [False, True], ids=["blocking", "spin_switch"])
+def test_verifier_process_waits_for_the_device_asleep(spin):
+    import json
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    env.pop("KERNELMILL_SPIN_WAITS", None)
+    if spin:
+        env["KERNELMILL_SPIN_WAITS"] = "1"
+    out = subprocess.run([sys.executable, "-c", _WAIT_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["notes"] == [] and got["wall"] > 0.3, got
+    if spin:
+        assert got["blocking"] is False and got["cpu"] > 0.5 * got["wall"], got
+    else:
+        assert got["blocking"] is True and got["cpu"] < 0.2 * got["wall"], got

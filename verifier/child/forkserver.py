@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import torch
 
-from verifier.common import childenv, sandbox
+from verifier.common import childenv, hostwait, sandbox
 
 
 def _run_forked(job_dir: str, job_main: Callable[[str], int], notes: tuple = ()) -> None:
@@ -75,6 +75,7 @@ def _warm_up() -> list[str]:
     notes = []
     try:
         if os.environ.get(childenv.WARM_BACKEND, "cuda") == "cuda" and torch.cuda.is_available():
+            hostwait.block_on_waits()  # before the context: its waits sleep, not spin (verifier/common/hostwait.py)
             torch.empty(1, device="cuda")
             from torch.profiler import ProfilerActivity, profile
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):

@@ -1,0 +1,75 @@
+"""How a process of the verifier's waits for its device: asleep until the driver wakes it (``CU_CTX_SCHED_BLOCKING_SYNC``),
+not CUDA's default for a process with fewer contexts than the host has cores, a spin that holds a whole core for as
+long as the device works (every ``synchronize``, ``.item()``, copy back to the host).
+
+Why: on one GPU host the verifier runs many processes with a CUDA context at once (each execution slot's trusted
+process and its warm children, the reference's children), each waiting on the device for long stretches (a float64
+reference forward of a level-3 model, the trials, the timing windows), while the candidates' builds need the same
+cores. A spinning wait is the CPU of a build it delays.
+
+What it does not change: what the verifier measures. Every timed figure is the device's own (CUDA events around the
+gated calls, verifier/execute/harness.py), which no host wait enters; the candidate's and the reference's children
+wait alike. A candidate can set its own process back to spinning: that costs it its own CPU only.
+
+``block_on_waits()`` sets the flag on every visible device's primary context before the process makes one (torch
+makes the primary context, and takes the flags set here); called where a process of the verifier's starts its CUDA
+(verifier/child/forkserver.py's warm-up, verifier/engine.py's slot processes), never in a fork server (the driver
+initialised there would make its forks unusable). Imports: the standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+BLOCKING_SYNC = 0x04  # CU_CTX_SCHED_BLOCKING_SYNC
+SCHED_MASK = 0x07  # CU_CTX_SCHED_MASK
+OFF = "KERNELMILL_SPIN_WAITS"  # set to 1: leave CUDA's default (a comparison run)
+
+
+def _driver():
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+def block_on_waits() -> bool:
+    """Ask for blocking waits on every visible device's primary context; whether the driver took it on all of them.
+    False (and nothing changed) without a driver or a device, where ``KERNELMILL_SPIN_WAITS=1``, or where a device's
+    context is already active with other scheduling flags (the flags of an active context are left as they are)."""
+    if os.environ.get(OFF) == "1":
+        return False
+    cu = _driver()
+    if cu is None or cu.cuInit(0) != 0:
+        return False
+    count = ctypes.c_int(0)
+    if cu.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return False
+    ok = True
+    for ordinal in range(count.value):
+        dev = ctypes.c_int(0)
+        flags, active = ctypes.c_uint(0), ctypes.c_int(0)
+        if cu.cuDeviceGet(ctypes.byref(dev), ordinal) != 0 or \
+                cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) != 0:
+            ok = False
+            continue
+        if active.value:
+            ok = ok and (flags.value & SCHED_MASK) == BLOCKING_SYNC
+            continue
+        set_flags = getattr(cu, "cuDevicePrimaryCtxSetFlags_v2", None) or cu.cuDevicePrimaryCtxSetFlags
+        ok = set_flags(dev, ctypes.c_uint((flags.value & ~SCHED_MASK) | BLOCKING_SYNC)) == 0 and ok
+    return ok
+
+
+def waits_blocking(ordinal: int = 0) -> bool | None:
+    """Whether device ``ordinal``'s primary context is set to blocking waits; None without a driver or device."""
+    cu = _driver()
+    if cu is None or cu.cuInit(0) != 0:
+        return None
+    dev = ctypes.c_int(0)
+    flags, active = ctypes.c_uint(0), ctypes.c_int(0)
+    if cu.cuDeviceGet(ctypes.byref(dev), ordinal) != 0 or \
+            cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) != 0:
+        return None
+    return (flags.value & SCHED_MASK) == BLOCKING_SYNC
