@@ -242,3 +242,38 @@ long km_sampler_take(uint64_t *out, uint32_t *weights, long max, long *sent, lon
     km_child_last = now;
     return n;
 }
+
+/* The dispatch monitor's check of a host conversion of floating values to an integer or boolean dtype
+ * (verifier/child/monitors.py ``DispatchRecorder._conversion``): 1 where a value is not whole (``to_bool``: not 0 or 1),
+ * NaN included, else 0; -1 for a shape it does not take. Here, in the sampler's own library, not with numpy: the check
+ * runs inside the watched call, and its samples in numpy's library counted as a vendor's compute in the candidate's
+ * forward (an honest conversion of whole values was C01 on a loaded host). ``kind``: 4 float32, 8 float64, 2 float16;
+ * ``strides`` in elements. No libm: a double of magnitude 2^52 or more is whole. */
+static double km_half(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+    if (e == 0x1f) bits = sign | 0x7f800000u | (m << 13);
+    else if (e != 0) bits = sign | ((e + 112) << 23) | (m << 13);
+    else if (m == 0) bits = sign;
+    else { e = 113; while (!(m & 0x400)) { m <<= 1; e--; } bits = sign | (e << 23) | ((m & 0x3ff) << 13); }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+int km_not_whole(const char *base, int kind, int ndim, const long *shape, const long *strides, int to_bool) {
+    long idx[64];
+    if (ndim < 0 || ndim > 64 || (kind != 2 && kind != 4 && kind != 8)) return -1;
+    for (int d = 0; d < ndim; ++d) { if (shape[d] <= 0) return 0; idx[d] = 0; }
+    for (;;) {
+        long off = 0;
+        for (int d = 0; d < ndim; ++d) off += idx[d] * strides[d];
+        double v = kind == 4 ? ((const float *)base)[off] : kind == 8 ? ((const double *)base)[off]
+                                                                       : km_half(((const uint16_t *)base)[off]);
+        if (v != v) return 1;
+        if (to_bool) { if (v != 0.0 && v != 1.0) return 1; }
+        else if ((v < 0 ? -v : v) < 4503599627370496.0 && v != (double)(long long)v) return 1;
+        int d = ndim - 1;
+        while (d >= 0 && ++idx[d] == shape[d]) { idx[d] = 0; --d; }
+        if (d < 0) return 0;
+    }
+}

@@ -35,7 +35,7 @@ from verifier.common.ops import FUSION_GROUP
 class DispatchRecorder(TorchDispatchMode):
     """Records every aten op dispatched while active (Python calls and at:: calls from C++ alike)."""
 
-    def __init__(self):
+    def __init__(self, sampler=None):
         super().__init__()
         self.ops: list[str] = []
         # tensor data one call handed to host code, the most of any call (each ``with recorder:`` is one forward
@@ -48,6 +48,9 @@ class DispatchRecorder(TorchDispatchMode):
         self.conversions: list = []  # (op, source, target dtype) of floating values copied to integers or booleans
         self.rounded: list[str] = []  # host conversions found to round as they happened
         self._seen_conversions = 0
+        # the sampler of forward's CPU time (cpu: verifier/child/sampler.py) while a watched call runs: the host
+        # conversions' check runs in its library, whose samples are nobody's compute (``rounds_host``)
+        self.sampler = sampler
 
     def __enter__(self):
         self._call_bytes = 0
@@ -81,7 +84,7 @@ class DispatchRecorder(TorchDispatchMode):
         call (``rounding_ops``), kept by a uniform sample of ``MAX_CONVERSIONS`` over all of them, drawn from the
         system's entropy, so that whole-valued conversions made first cannot push a rounding one out of view."""
         if src.device.type == "cpu" and src.dtype in (torch.float32, torch.float64, torch.float16) and np is not None:
-            if not self.rounded and rounds_host(src, dtype):
+            if not self.rounded and rounds_host(src, dtype, self.sampler):
                 self.rounded.append(f"{op}({src.dtype}->{dtype}, rounding)")
             return
         self._seen_conversions += 1
@@ -147,10 +150,18 @@ MAX_CONVERSIONS = 32  # device conversions kept per call for ``rounds``: a unifo
 _ENTROPY = random.SystemRandom()
 
 
-def rounds_host(src: torch.Tensor, dtype: torch.dtype) -> bool:
-    """``rounds`` for a host tensor, computed with numpy on a view of it: no aten op runs."""
+def rounds_host(src: torch.Tensor, dtype: torch.dtype, sampler=None) -> bool:
+    """``rounds`` for a host tensor of float32, float64 or float16, with no aten op: in the CPU sampler's library where
+    a watched call is sampled (``sampler``: inside the call, numpy's samples would be a vendor's compute in the
+    candidate's forward: an honest conversion of whole values, 64 x 1000 floats, was C01 in a loaded suite run),
+    else with numpy on a view of it."""
     if src.numel() == 0:
         return False
+    if sampler is not None:
+        got = sampler.not_whole(src.data_ptr(), src.element_size(), tuple(src.shape), tuple(src.stride()),
+                                dtype == torch.bool)
+        if got is not None:
+            return got
     a = torch._C.TensorBase.numpy(src)  # the method itself: a watched call's HOST_READS count the candidate's reads
     if dtype == torch.bool:
         return bool(((a != 0) & (a != 1)).any())
@@ -174,6 +185,7 @@ def watched(fn, recorder: DispatchRecorder, sampler=None):
     counts only what happens within it), and on cpu with ``sampler`` (verifier/child/sampler.py) recording where its
     CPU time goes. Used for timed calls too, so a timed call looks like a checked one; ``recorder.removed`` says if a
     call took the dispatch monitor off."""
+    recorder.sampler = recorder.sampler or sampler
 
     def call(*inputs):
         with recorder:

@@ -30,6 +30,8 @@ class Sampler:
         try:
             lib = ctypes.CDLL(path)
             lib.km_sampler_start.argtypes = [ctypes.c_long]
+            lib.km_not_whole.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_long),
+                                         ctypes.POINTER(ctypes.c_long), ctypes.c_int]
             lib.km_sampler_take.restype = ctypes.c_long
             lib.km_sampler_take.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32),
                                             ctypes.c_long, ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_long),
@@ -56,6 +58,17 @@ class Sampler:
     def off(self) -> None:
         if self.started:
             self.lib.km_sampler_off()
+
+    def not_whole(self, ptr: int, itemsize: int, shape: tuple, strides: tuple, to_bool: bool) -> bool | None:
+        """Whether a host tensor of float32 / float64 / float16 (``itemsize`` 4, 8, 2) at ``ptr`` holds a value that
+        is not whole (``to_bool``: not 0 or 1), NaN included: the dispatch monitor's conversion check, in this
+        library's C (cpu_sampler.c ``km_not_whole``), whose samples are nobody's compute; None where it cannot say."""
+        if self.lib is None or len(shape) > 64:
+            return None
+        n = len(shape)
+        got = self.lib.km_not_whole(ctypes.c_void_p(ptr), itemsize, n, (ctypes.c_long * max(n, 1))(*shape),
+                                    (ctypes.c_long * max(n, 1))(*strides), int(to_bool))
+        return None if got < 0 else bool(got)
 
     def intact(self) -> bool:
         return not self.started or bool(self.lib.km_sampler_intact())

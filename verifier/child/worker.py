@@ -393,7 +393,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
             clock.part("trial_yield")
             backend.poison_free_memory(nbytes(inputs) * 2)
             KERNEL_CALLS[0] = 0
-            recorder = DispatchRecorder()
+            recorder = DispatchRecorder(sampler)
             clock.part("trial_poison")
             try:
                 with profiled(backend) as prof:
