@@ -55,12 +55,18 @@ def test_execution_slots_serve_the_next_batch_and_keep_nothing_between_candidate
     first = run([leaver])
     assert first[0].status == "pass", first[0].feedback
     slot_servers = {k: s.proc.pid for k, s in processes._SERVERS.items() if k[1] == "slot"}
+    slots_made = processes._SLOTS_MADE
     assert slot_servers, "an execution thread of verify_batch runs in a leased slot"
     roots = [Path(r) for k, r in processes._JOB_ROOTS.items() if k[0] == "slot"]
     assert roots and all(not any(r.iterdir()) for r in roots), "the leaver's file was removed with its job"
     second = run([looker, fx.HONEST_RELU])
     assert [v.status for v in second] == ["pass", "pass"], [v.feedback for v in second]
-    assert {k: s.proc.pid for k, s in processes._SERVERS.items() if k[1] == "slot"} == slot_servers
+    after = {k: s.proc.pid for k, s in processes._SERVERS.items() if k[1] == "slot"}
+    # the first batch's servers serve on (same processes) and the second batch leased only slots the first made:
+    # which free slot a thread takes first depends on which of the batch's threads (its task's preparation, its
+    # execution) leased one before (a warm build root made the first batch's preparation lease one and start nothing)
+    assert slot_servers.items() <= after.items(), (slot_servers, after)
+    assert processes._SLOTS_MADE == slots_made, "the second batch made slots of its own instead of leasing the first's"
 
 
 def test_warm_fork_servers_take_turns_and_keep_nothing_between_their_jobs(config, monkeypatch):

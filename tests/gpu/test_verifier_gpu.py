@@ -255,7 +255,8 @@ def test_a_tasks_plan_measures_its_forwards_intermediates():
 
 # A process of the verifier's waiting on its device sleeps (verifier/common/hostwait.py): the fork server's warm-up of
 # a child sets it before the CUDA context, and a synchronize on a long kernel then costs the process little CPU; under
-# [verify] host_waits = "spin" (the server's children told so) CUDA's default spin holds a core the whole wait.
+# [verify] host_waits = "spin" (the server's children told so) CUDA's default spin holds a core the whole wait. A
+# timing phase (``hostwait.spinning``) spins as CUDA's default does, and blocks again after it.
 _WAIT_PROBE = r"""
 import json, os, time, torch
 from verifier.child import forkserver
@@ -263,11 +264,19 @@ from verifier.common import hostwait
 notes = forkserver._warm_up()
 x = torch.ones(1, device="cuda")
 torch.cuda.synchronize()
-t0, c0 = time.perf_counter(), time.process_time()
-torch.cuda._sleep(1_200_000_000)  # clock cycles of one thread: about 0.6 s at 2 GHz
-torch.cuda.synchronize()
-print(json.dumps({"blocking": hostwait.waits_blocking(), "wall": time.perf_counter() - t0,
-                  "cpu": time.process_time() - c0, "notes": notes}))
+
+
+def wait():
+    t0, c0 = time.perf_counter(), time.process_time()
+    torch.cuda._sleep(1_200_000_000)  # clock cycles of one thread: about 0.6 s at 2 GHz
+    torch.cuda.synchronize()
+    return {"blocking": hostwait.waits_blocking(), "wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
+
+
+got = wait()
+with hostwait.spinning() as changed:
+    timing = dict(wait(), changed=changed)
+print(json.dumps(dict(got, notes=notes, timing=timing, after=hostwait.waits_blocking())))
 """
 
 
@@ -284,7 +293,11 @@ def test_verifier_process_waits_for_the_device_asleep(spin):
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["notes"] == [] and got["wall"] > 0.3, got
+    timing = got["timing"]
+    assert timing["blocking"] is False and timing["cpu"] > 0.5 * timing["wall"], got  # a timing phase spins
     if spin:
         assert got["blocking"] is False and got["cpu"] > 0.5 * got["wall"], got
+        assert timing["changed"] is False and got["after"] is False, got
     else:
         assert got["blocking"] is True and got["cpu"] < 0.2 * got["wall"], got
+        assert timing["changed"] is True and got["after"] is True, got

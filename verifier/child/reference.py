@@ -6,6 +6,7 @@ Imports: torch, the standard library and verifier/child + verifier/common.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
 from pathlib import Path
@@ -28,7 +29,7 @@ from verifier.child.timing import (
     probe_calls,
     probe_count,
 )
-from verifier.common import priority
+from verifier.common import hostwait, priority
 from verifier.common.contract import (
     COMPILE_CACHE,
     ChildReport,
@@ -101,30 +102,33 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
             report.lock_wait_s = round(lock.waited_s, 4)
             clock.phase("lock_wait")
             clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
-            try:
-                backend.warm_device(job.warm_device_ms)
-                clock.part("warm_device")
-                if job.time_eager:  # the harness (the verifier's process) clocks every bracket; this one only calls
-                    template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
-                    clock.part("template")
-                    brackets(clocked, "reference", wrap(model), job.n_brackets, waits.get("reference", False))
-                    clock.part("reference_brackets")
-                    brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
-                    clock.part("null_brackets")
-                    n = probe_count(backend, model, draw, seeds, job.gap_probes)
-                    report.eager = ModelTiming()
-                    report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw, n)
-                    clock.part("probes")
-                    clock.phase("eager")
-            except Exception:  # noqa: BLE001
-                report.timing_error = traceback.format_exc(limit=3)[-2500:]
-            if compiled is not None and not report.timing_error:
+            # held alone: waits spin, as the candidate's (verifier/common/hostwait.py)
+            with hostwait.spinning() if job.backend == "cuda" else contextlib.nullcontext():
                 try:
-                    brackets(clocked, "compiled", wrap(compiled), job.n_brackets, waits.get("compiled", False))
-                    report.compiled = ModelTiming()
-                except Exception as e:  # noqa: BLE001
-                    report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
-                clock.phase("compile")
+                    backend.warm_device(job.warm_device_ms)
+                    clock.part("warm_device")
+                    if job.time_eager:  # the harness (the verifier's process) clocks every bracket; this one calls
+                        template = [t.clone() for t in as_list(model(*draw(seeds[0])))]
+                        clock.part("template")
+                        brackets(clocked, "reference", wrap(model), job.n_brackets, waits.get("reference", False))
+                        clock.part("reference_brackets")
+                        brackets(clocked, "null", wrap(lambda *x: template), 2 * job.n_brackets)
+                        clock.part("null_brackets")
+                        n = probe_count(backend, model, draw, seeds, job.gap_probes)
+                        report.eager = ModelTiming()
+                        report.eager.launch_us, report.eager.idle_gap_us = probe_calls(backend, model, seeds, draw,
+                                                                                       n)
+                        clock.part("probes")
+                        clock.phase("eager")
+                except Exception:  # noqa: BLE001
+                    report.timing_error = traceback.format_exc(limit=3)[-2500:]
+                if compiled is not None and not report.timing_error:
+                    try:
+                        brackets(clocked, "compiled", wrap(compiled), job.n_brackets, waits.get("compiled", False))
+                        report.compiled = ModelTiming()
+                    except Exception as e:  # noqa: BLE001
+                        report.compile_error = f"{type(e).__name__}: {str(e)[:300]}"
+                    clock.phase("compile")
         sampler.stop()
     return report
 

@@ -29,6 +29,7 @@ Imports: torch and the standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -71,7 +72,7 @@ from verifier.child.timing import (
     probe_count,
     warm_up,
 )
-from verifier.common import childenv
+from verifier.common import childenv, hostwait
 from verifier.common.backends import get_backend
 from verifier.common.contract import (
     FLAGS_FILE,
@@ -507,6 +508,11 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 report.events.append(f"timing ran without the device to itself: the lock was not free within "
                                      f"{job.lock_wait_s:.0f} s")
         clock.phase("timing_lock_wait")
+        # held alone to be timed: this process's waits spin, as CUDA's default (verifier/common/hostwait.py), until
+        # the lock is let go
+        spin = contextlib.ExitStack()
+        if job.backend == "cuda":
+            spin.enter_context(hostwait.spinning())
         with torch.no_grad():
             try:
                 if report.timing_error:
@@ -540,6 +546,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 # the device's part is over: reading the profile (host work, a second or more for thousands of
                 # timed calls) holds nobody's timing back
                 lock.release()
+                spin.close()
                 own_in_profile = read_profile(prof, cuda_kernels, timed, registry[0])
                 clock.part("timing_read_profile")
                 timed.kernel_calls = KERNEL_CALLS[0] + max(registry[0].calls(recorder.ops), own_in_profile)
@@ -555,6 +562,8 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
                 clock.part("timing_record")
             except Exception:  # noqa: BLE001
                 report.timing_error = report.timing_error or traceback.format_exc(limit=3)[-2500:]
+            finally:
+                spin.close()
         # the candidate's threads as the last timed call (or probe) returned, judged as after a trial
         report.threads_added_timing = side_work_threads(threads_beside(tids0), tids0)
         clock.phase("timing")

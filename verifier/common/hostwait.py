@@ -1,6 +1,6 @@
-"""How a process of the verifier's waits for its device: asleep until the driver wakes it (``CU_CTX_SCHED_BLOCKING_SYNC``),
-not CUDA's default for a process with fewer contexts than the host has cores, a spin that holds a whole core for as
-long as the device works (every ``synchronize``, ``.item()``, copy back to the host).
+"""How a process of the verifier's waits for its device: asleep until the driver wakes it
+(``CU_CTX_SCHED_BLOCKING_SYNC``), not CUDA's default for a process with fewer contexts than the host has cores, a
+spin that holds a whole core for as long as the device works (every ``synchronize``, ``.item()``, copy to the host).
 
 Why: on one GPU host the verifier runs many processes with a CUDA context at once (each execution slot's trusted
 process and its warm children, the reference's children), each waiting on the device for long stretches (a float64
@@ -8,8 +8,10 @@ reference forward of a level-3 model, the trials, the timing windows), while the
 cores. A spinning wait is the CPU of a build it delays.
 
 What it does not change: what the verifier measures. Every timed figure is the device's own (CUDA events around the
-gated calls, verifier/execute/harness.py), which no host wait enters; the candidate's and the reference's children
-wait alike. A candidate can set its own process back to spinning: that costs it its own CPU only.
+gated calls, verifier/execute/harness.py); a forward that waits on the host inside a timed call (``.item()``, a
+synchronize) would carry a sleeping thread's wake-up in its time, so a child spins while it holds the device alone
+to be timed (``spinning``: CUDA's default again, the candidate's and the reference's children alike). A candidate can
+set its own process back to spinning throughout: that costs it its own CPU only.
 
 ``block_on_waits()`` sets the flag on every visible device's primary context before the process makes one (torch
 makes the primary context, and takes the flags set here); called where a process of the verifier's starts its CUDA
@@ -20,8 +22,10 @@ forks unusable). Imports: the standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
+AUTO = 0x00  # CU_CTX_SCHED_AUTO: CUDA's default (a spin where the process has fewer contexts than the host has cores)
 BLOCKING_SYNC = 0x04  # CU_CTX_SCHED_BLOCKING_SYNC
 SCHED_MASK = 0x07  # CU_CTX_SCHED_MASK
 
@@ -59,11 +63,32 @@ def block_on_waits() -> bool:
     return ok
 
 
+@contextlib.contextmanager
+def spinning():
+    """The current context's waits spin (CUDA's default) while the block runs, then block again: a child's timing
+    phase, where it holds the device alone. Needs the driver's ``cuCtxSetFlags`` (CUDA 12.1); without it, or where
+    the context does not wait blocking, nothing changes."""
+    cu = _driver()
+    set_flags = getattr(cu, "cuCtxSetFlags", None) if cu is not None else None
+    old = ctypes.c_uint(0)
+    changed = bool(set_flags) and cu.cuCtxGetFlags(ctypes.byref(old)) == 0 and \
+        (old.value & SCHED_MASK) == BLOCKING_SYNC and set_flags(ctypes.c_uint((old.value & ~SCHED_MASK) | AUTO)) == 0
+    try:
+        yield changed
+    finally:
+        if changed:
+            set_flags(old)
+
+
 def waits_blocking(ordinal: int = 0) -> bool | None:
-    """Whether device ``ordinal``'s primary context is set to blocking waits; None without a driver or device."""
+    """Whether this thread's current context (else device ``ordinal``'s primary context) waits blocking; None
+    without a driver or device."""
     cu = _driver()
     if cu is None or cu.cuInit(0) != 0:
         return None
+    current = ctypes.c_uint(0)
+    if cu.cuCtxGetFlags(ctypes.byref(current)) == 0:
+        return (current.value & SCHED_MASK) == BLOCKING_SYNC
     dev = ctypes.c_int(0)
     flags, active = ctypes.c_uint(0), ctypes.c_int(0)
     if cu.cuDeviceGet(ctypes.byref(dev), ordinal) != 0 or \
