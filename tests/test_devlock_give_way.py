@@ -288,3 +288,92 @@ def test_host_work_aside_lets_a_timer_in_and_takes_the_hold_back_within_the_budg
         pass
     for lk in (child, timer):
         lk.close()
+
+
+def _timer_in_the_middle(cfg, work, ops: int = 60, queue_at: int = 10):
+    """Run ``ops`` torch calls inside ``work()`` (a context holding the device shared); at call ``queue_at`` a timer
+    (another lock on the same files, a thread) queues for the device, and the work goes on once it is queued. Returns
+    (the calls done when the timer got the device, the calls done in all, the work's result)."""
+    import torch
+
+    from verifier.execute import locks
+
+    done, got, queued = [0], [], threading.Event()
+
+    def timer():
+        with DeviceLock(locks.lock_path(cfg, "cuda")) as t:
+            queued.set()
+            assert t.acquire(True, 20)
+            got.append(done[0])
+            time.sleep(0.05)
+
+    th = threading.Thread(target=timer)
+    total = torch.zeros(4)
+    with work() as lock:
+        assert lock.held == "shared"
+        for i in range(ops):
+            if i == queue_at:
+                th.start()
+                assert queued.wait(10)
+                _until_a_timer_waits(lock)
+                time.sleep(0.01)
+            total = total + torch.full((4,), float(i))
+            done[0] += 1
+    th.join(10)
+    return got[0], done[0], total
+
+
+def test_the_verifiers_device_work_gives_way_between_any_two_of_its_torch_calls(tmp_path):
+    """The verifier's own device work (device_work: the plan's, the reference prefetch's and the judge's runs of the
+    reference in fp32 and float64) gives way to a waiting timer at the next torch call, not only at the points its
+    code names: a float64 reference of a whole network is one piece of seconds that a timer waited for whole (the
+    drains of one H100's real batch). The calls' results are theirs (the mode passes them through)."""
+    import torch
+
+    from kernelmill.settings import VerifyConfig
+    from verifier.execute import locks
+
+    cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"))
+    at, done, total = _timer_in_the_middle(cfg, lambda: locks.device_work(cfg, "cuda"))
+    assert done == 60 and torch.equal(total, torch.full((4,), float(sum(range(60)))))
+    assert 10 <= at <= 12, at  # the timer got the device within a call or two of queueing, long before the end
+
+
+def test_the_verifiers_device_work_never_gives_way_under_the_rng_lock(tmp_path):
+    """Under RNG_LOCK (a seed and its draws) the verifier's device work never gives way: the timer it would wait for
+    may be a candidate whose brackets a harness thread of the same process clocks, drawing each bracket's inputs
+    under that lock; the timer gets the device once the work is over."""
+    from kernelmill.settings import VerifyConfig
+    from verifier.execute import locks
+    from verifier.judge.outputs import RNG_LOCK
+
+    cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"))
+
+    @contextlib.contextmanager
+    def under_the_rng_lock():
+        with RNG_LOCK, locks.device_work(cfg, "cuda") as lock:
+            yield lock
+
+    at, done, _ = _timer_in_the_middle(cfg, under_the_rng_lock)
+    assert at == done == 60, (at, done)
+
+
+def test_giving_way_between_torch_calls_leaves_a_shared_hold_alone_when_no_timer_waits(tmp_path):
+    """Without a waiting timer the mode keeps the hold (no exclusive taker gets in between the calls), and where the
+    work holds nothing (the lock not taken in time, a cpu job) it never looks."""
+    import torch
+
+    from kernelmill.settings import VerifyConfig
+    from verifier.execute import locks
+
+    cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"))
+    with DeviceLock(locks.lock_path(cfg, "cuda")) as probe:
+        with locks.device_work(cfg, "cuda") as lock, locks.GivingWay(lock, 5.0, "cuda") as mode:
+            x = torch.ones(8)
+            for _ in range(50):
+                x = x * 1.0
+            assert not probe.acquire(True, 0.1) and lock.held == "shared" and mode.gave_way == 0
+    free = DeviceLock(str(tmp_path / "other.lock"))
+    with locks.GivingWay(free, 5.0, "cuda") as mode:
+        assert float((torch.ones(3) + 1).sum()) == 6.0 and mode.gave_way == 0 and free.held is None
+    free.close()

@@ -21,3 +21,24 @@ def test_setting_reaches_the_servers_and_is_checked():
     assert "host_waits" in SERVER_HOST_FIELDS  # a server started under the other value is started again
     with pytest.raises(InputError, match="verify.host_waits"):
         VerifyConfig(host_waits="sometimes").check()
+
+
+def test_a_childs_timing_spins_only_where_its_process_was_told_to_block(monkeypatch):
+    """``held_alone``, the one spelling of a child's timing phase (the candidate's and the reference's): on cuda under
+    host_waits = "block" it switches the context to spinning (``spinning``) for the phase; under "spin" (CUDA's own
+    default already) and on cpu it touches nothing, not even the driver."""
+    from verifier.common import childenv
+
+    asked = []
+    monkeypatch.setattr(hostwait, "_driver", lambda: asked.append(1))  # None: no driver here
+    monkeypatch.setenv(childenv.HOST_WAITS, "spin")
+    for backend in ("cuda", "cpu"):
+        with hostwait.held_alone(backend) as changed:
+            assert changed is False
+    monkeypatch.setenv(childenv.HOST_WAITS, "block")
+    with hostwait.held_alone("cpu") as changed:
+        assert changed is False
+    assert asked == []
+    with hostwait.held_alone("cuda") as changed:
+        assert changed is False  # asked the driver (none here: nothing to switch)
+    assert asked == [1]

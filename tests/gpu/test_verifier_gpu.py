@@ -256,7 +256,8 @@ def test_a_tasks_plan_measures_its_forwards_intermediates():
 # A process of the verifier's waiting on its device sleeps (verifier/common/hostwait.py): the fork server's warm-up of
 # a child sets it before the CUDA context, and a synchronize on a long kernel then costs the process little CPU; under
 # [verify] host_waits = "spin" (the server's children told so) CUDA's default spin holds a core the whole wait. A
-# timing phase (``hostwait.spinning``) spins as CUDA's default does, and blocks again after it.
+# timing phase (``hostwait.held_alone``, the children's one spelling) spins as CUDA's default does, and blocks again
+# after it.
 _WAIT_PROBE = r"""
 import json, os, time, torch
 from verifier.child import forkserver
@@ -274,7 +275,7 @@ def wait():
 
 
 got = wait()
-with hostwait.spinning() as changed:
+with hostwait.held_alone("cuda") as changed:
     timing = dict(wait(), changed=changed)
 print(json.dumps(dict(got, notes=notes, timing=timing, after=hostwait.waits_blocking())))
 """
@@ -301,3 +302,50 @@ def test_verifier_process_waits_for_the_device_asleep(spin):
     else:
         assert got["blocking"] is True and got["cpu"] < 0.2 * got["wall"], got
         assert timing["changed"] is True and got["after"] is True, got
+
+
+def test_the_verifiers_float64_work_gives_way_on_the_device(tmp_path):
+    """The verifier's own device work (verifier/execute/locks.py ``device_work``) runs at most ``GivingWay.DEPTH``
+    torch calls ahead of its host, and a timer that queues in the middle of a float64 chain gets the device after
+    one or two more calls, with this process's queued work finished (its stream idle): not after the whole chain,
+    which the host would otherwise have queued in a millisecond."""
+    import threading
+    import time
+
+    from verifier.common.devlock import DeviceLock
+    from verifier.execute import locks
+
+    cfg = VerifyConfig(lock_dir=str(tmp_path / "locks"))
+    a = torch.randn(4096, 4096, dtype=torch.float64, device="cuda") / 64
+    torch.cuda.synchronize()
+    depth, n, queue_at = locks.GivingWay.DEPTH, 40, 12
+    marks, behind, got, queued = [], [], [], threading.Event()
+    stream = torch.cuda.current_stream()
+
+    def timer():
+        with DeviceLock(locks.lock_path(cfg, "cuda")) as t:
+            queued.set()
+            assert t.acquire(True, 30)
+            got.append((len(marks), stream.query()))
+            time.sleep(0.02)
+
+    th = threading.Thread(target=timer)
+    with locks.device_work(cfg, "cuda") as lock:
+        x = a
+        for i in range(n):
+            if i == queue_at:
+                th.start()
+                assert queued.wait(10)
+                while not lock.timer_waiting():
+                    time.sleep(0.001)
+            x = (x @ a) / 64
+            marks.append(torch.cuda.Event())
+            marks[-1].record(stream)
+            if i > depth:
+                behind.append(marks[i - depth - 1].query())  # the call DEPTH + 1 back has finished
+    th.join(30)
+    torch.cuda.synchronize()
+    assert all(behind), behind
+    at, idle = got[0]
+    assert queue_at <= at <= queue_at + 2 and idle, got
+    assert torch.isfinite(x).all()

@@ -6,7 +6,6 @@ Imports: torch, the standard library and verifier/child + verifier/common.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import traceback
 from pathlib import Path
@@ -103,7 +102,7 @@ def run_reference(job: Job, job_dir: Path, report: ChildReport, backend) -> Chil
             clock.phase("lock_wait")
             clocked = BracketClient(ch, job.backend, lambda: draw(seeds[0]))
             # held alone: waits spin, as the candidate's (verifier/common/hostwait.py)
-            with hostwait.spinning() if job.backend == "cuda" else contextlib.nullcontext():
+            with hostwait.held_alone(job.backend):
                 try:
                     backend.warm_device(job.warm_device_ms)
                     clock.part("warm_device")

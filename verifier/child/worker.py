@@ -511,8 +511,7 @@ def _run_candidate(job: Job, job_dir: Path, report: ChildReport, backend) -> Chi
         # held alone to be timed: this process's waits spin, as CUDA's default (verifier/common/hostwait.py), until
         # the lock is let go
         spin = contextlib.ExitStack()
-        if job.backend == "cuda":
-            spin.enter_context(hostwait.spinning())
+        spin.enter_context(hostwait.held_alone(job.backend))
         with torch.no_grad():
             try:
                 if report.timing_error:

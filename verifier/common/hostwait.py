@@ -20,13 +20,16 @@ makes the primary context, and takes the flags set here); called where a process
 "spin" (CUDA's): on one H100's real batch at k = 1 (24 model-written candidates, 16 cores) blocking cut the slots' and
 the execution processes' CPU by about 1 CPU-s a program each and the builds' wall by a tenth, but the batch took 170
 and 177 s against 152 s spinning: the trials and the device lock's hand-offs wait for each wake-up (the lock free,
-nobody on the device, 28 s against 7 s). Imports: the standard library only.
+nobody on the device, 28 s against 7 s). Imports: the standard library and verifier/common/childenv.py only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+
+from verifier.common import childenv
 
 AUTO = 0x00  # CU_CTX_SCHED_AUTO: CUDA's default (a spin where the process has fewer contexts than the host has cores)
 BLOCKING_SYNC = 0x04  # CU_CTX_SCHED_BLOCKING_SYNC
@@ -38,6 +41,16 @@ def _driver():
         return ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
+
+
+def _primary_state(cu, ordinal: int):
+    """(device handle, flags, whether active) of device ``ordinal``'s primary context; None where the driver says no."""
+    dev = ctypes.c_int(0)
+    flags, active = ctypes.c_uint(0), ctypes.c_int(0)
+    if cu.cuDeviceGet(ctypes.byref(dev), ordinal) != 0 or \
+            cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) != 0:
+        return None
+    return dev, flags.value, bool(active.value)
 
 
 def block_on_waits() -> bool:
@@ -52,17 +65,16 @@ def block_on_waits() -> bool:
         return False
     ok = True
     for ordinal in range(count.value):
-        dev = ctypes.c_int(0)
-        flags, active = ctypes.c_uint(0), ctypes.c_int(0)
-        if cu.cuDeviceGet(ctypes.byref(dev), ordinal) != 0 or \
-                cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) != 0:
+        state = _primary_state(cu, ordinal)
+        if state is None:
             ok = False
             continue
-        if active.value:
-            ok = ok and (flags.value & SCHED_MASK) == BLOCKING_SYNC
+        dev, flags, active = state
+        if active:
+            ok = ok and (flags & SCHED_MASK) == BLOCKING_SYNC
             continue
         set_flags = getattr(cu, "cuDevicePrimaryCtxSetFlags_v2", None) or cu.cuDevicePrimaryCtxSetFlags
-        ok = set_flags(dev, ctypes.c_uint((flags.value & ~SCHED_MASK) | BLOCKING_SYNC)) == 0 and ok
+        ok = set_flags(dev, ctypes.c_uint((flags & ~SCHED_MASK) | BLOCKING_SYNC)) == 0 and ok
     return ok
 
 
@@ -83,6 +95,15 @@ def spinning():
             set_flags(old)
 
 
+def held_alone(backend: str):
+    """The context a child's timing phase runs in while it holds the device alone: its waits spin (``spinning``) on
+    cuda where its warm process was told to wait blocking (``childenv.HOST_WAITS``); otherwise nothing (CUDA's own
+    default spins already). The one spelling for the candidate's and the reference's children."""
+    if backend == "cuda" and os.environ.get(childenv.HOST_WAITS, "spin") == "block":
+        return spinning()
+    return contextlib.nullcontext(False)
+
+
 def waits_blocking(ordinal: int = 0) -> bool | None:
     """Whether this thread's current context (else device ``ordinal``'s primary context) waits blocking; None
     without a driver or device."""
@@ -92,9 +113,5 @@ def waits_blocking(ordinal: int = 0) -> bool | None:
     current = ctypes.c_uint(0)
     if cu.cuCtxGetFlags(ctypes.byref(current)) == 0:
         return (current.value & SCHED_MASK) == BLOCKING_SYNC
-    dev = ctypes.c_int(0)
-    flags, active = ctypes.c_uint(0), ctypes.c_int(0)
-    if cu.cuDeviceGet(ctypes.byref(dev), ordinal) != 0 or \
-            cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) != 0:
-        return None
-    return (flags.value & SCHED_MASK) == BLOCKING_SYNC
+    state = _primary_state(cu, ordinal)
+    return None if state is None else (state[1] & SCHED_MASK) == BLOCKING_SYNC
