@@ -43,7 +43,7 @@ from verifier.common.backends import get_backend, out_of_device_memory
 from verifier.common.config import HostSettings, VerifyConfig, resolve_backend, usable_cores
 from verifier.common import hostwait
 from verifier.execute import admission
-from verifier.execute.locks import device_work, give_back_cache, give_way_to_timer, lock_path, lock_wait_s
+from verifier.execute.locks import device_work, give_back_cache, lock_path, lock_wait_s
 from verifier.execute.processes import clear_job_root, exec_slot
 from verifier.execute.queue import ReadyQueue, build_order
 from verifier.judge import cpu_time
@@ -187,9 +187,7 @@ def _execute(w: Work, backend: str, cfg: VerifyConfig, build_root: Path) -> Verd
                                             run_driven=driven, backend=backend, keep_scalars=keep_scalars)
                     finally:
                         lock.acquire(False, lock_wait_s(cfg))
-                # its queued device work finished before a timer goes first (and the judge's torch calls give way
-                # between them too, device_work's GivingWay)
-                give_way = functools.partial(give_way_to_timer, lock, lock_wait_s(cfg), backend)
+                give_way = functools.partial(lock.yield_to_timer, lock_wait_s(cfg))
                 aside = functools.partial(lock.aside, lock_wait_s(cfg))
                 t_judge = time.perf_counter()
                 try:

@@ -4,8 +4,8 @@
 the longest wait for it; ``shared_lock``: the lock for the verifier's own device work (cuda only); and
 ``device_work``, the one frame in which this process runs the reference on the device (a task's plan, the judging
 of a candidate's trials and timed calls, inputs drawn for a child): on cuda it holds the device lock shared, so that
-no timing phase of another process has this work inside its window, gives way to a waiting timer between its torch
-calls (``GivingWay``), and gives the allocator's free blocks back as it ends.
+no timing phase of another process has this work inside its window, and gives the allocator's free blocks back as
+it ends.
 
 Enters: the config and the backend. Leaves: a held DeviceLock (NoLock on cpu or with ``device_lock`` off).
 Imports: torch, verifier.common.
@@ -18,7 +18,6 @@ import os
 import re
 import stat
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +26,6 @@ import torch
 from kernelmill.errors import InputError
 from verifier.common.config import VerifyConfig
 from verifier.common.devlock import DeviceLock, device_lock
-from torch.overrides import TorchFunctionMode
 
 
 def lock_path(cfg: VerifyConfig, backend: str) -> str:
@@ -89,85 +87,6 @@ def lock_wait_s(cfg: VerifyConfig) -> float:
     return min(30.0, 0.2 * cfg.run_timeout_s)
 
 
-# RLocks under which this process's device work never gives way (``unyielding``): a thread that gave way waits for
-# the timer's whole phase, and that timer may be a candidate whose brackets a harness thread of this process clocks,
-# drawing each one's inputs under the RNG lock (verifier/execute/harness.py): held by a thread that gave way, it
-# would stop the timing it waits for until the lock's budget ran out
-_UNYIELDING: list = []
-
-
-def unyielding(rlock):
-    """Register ``rlock`` (a ``threading.RLock``) as a lock under which ``GivingWay`` never gives way; returns it."""
-    _UNYIELDING.append(rlock)
-    return rlock
-
-
-def give_way_to_timer(lock: DeviceLock, budget_s: float, backend: str) -> bool:
-    """A point between two pieces of this process's shared device work: where a timer waits, this thread's queued
-    device work is finished first (a timer given the device must not find this process's kernels still running in
-    its window), then the timer goes first (``DeviceLock.yield_to_timer``, within ``budget_s`` for all the lock's
-    yields). Never under an ``unyielding`` lock this thread holds. Returns whether a timer waited."""
-    if not lock.timer_waiting() or any(r._is_owned() for r in _UNYIELDING):
-        return False
-    if backend == "cuda" and torch.cuda.is_initialized():
-        torch.cuda.current_stream().synchronize()
-    lock.yield_to_timer(budget_s)
-    return True
-
-
-class GivingWay(TorchFunctionMode):
-    """The verifier's own device work under the shared hold (the plan's, the reference prefetch's, the judge's runs
-    of the reference in fp32 and float64) gives way to a waiting timer between any two of its torch calls, not only
-    at the points its code names: a float64 reference of a large convolution or of a whole network is one piece of
-    seconds, and a timer waited for all of it (on one H100's real batch at 5b05a1b, 14 s of the drains timers waited
-    on were the prefetch's float64 runs, 2.4 s each, and 4.8 s one judge's: bench/results/HISTORY.md).
-
-    Two things make a call boundary a point to give way at. The timer is asked about at each call (a look at the
-    lock's files; ``give_way_to_timer``), at most every ``LOOK_S``. And this thread's device work may run at most ``DEPTH``
-    calls ahead of its host: each call's end is marked on the thread's stream by a blocking event, and a call waits
-    for the mark ``DEPTH`` calls back (a sleep, not a spin, on the host) -- without it the host queues a whole
-    float64 network in a millisecond, and the timer that comes next waits for the device to work through it.
-
-    Passes every call through unchanged (the results are the calls'); thread-local, as torch's modes are; on cuda
-    only (``device_work``). Attribute reads (``Tensor.shape``) queue nothing and pass straight through."""
-
-    DEPTH = 3
-    LOOK_S = 0.0002
-
-    def __init__(self, lock: DeviceLock, budget_s: float, backend: str):
-        super().__init__()
-        self.lock, self.budget_s, self.backend = lock, budget_s, backend
-        self.gave_way = 0  # how many times a timer went first
-        self._marks: list = []
-        self._k = 0
-        self._looked = 0.0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if getattr(func, "__name__", "") == "__get__":
-            return out
-        if self.backend == "cuda" and torch.cuda.is_initialized():
-            self._bound()
-        now = time.monotonic()
-        if now - self._looked >= self.LOOK_S:
-            self._looked = now
-            if self.lock.held == "shared" and give_way_to_timer(self.lock, self.budget_s, self.backend):
-                self.gave_way += 1
-        return out
-
-    def _bound(self) -> None:
-        """Mark this call's end on the stream; wait for the mark ``DEPTH`` calls back."""
-        if not self._marks:
-            self._marks = [None] * self.DEPTH
-        mark = self._marks[self._k]
-        if mark is None:
-            mark = self._marks[self._k] = torch.cuda.Event(blocking=True)
-        else:
-            mark.synchronize()  # (at once where it is done: the device is not behind)
-        mark.record(torch.cuda.current_stream())
-        self._k = (self._k + 1) % self.DEPTH
-
-
 @contextlib.contextmanager
 def device_work(cfg: VerifyConfig, backend: str) -> Iterator[DeviceLock]:
     """The verifier's own process running the reference on the device (a task's plan; the fp32 and float64
@@ -188,8 +107,7 @@ def device_work(cfg: VerifyConfig, backend: str) -> Iterator[DeviceLock]:
             yield lock
             return
         try:
-            with GivingWay(lock, lock_wait_s(cfg), backend):
-                yield lock
+            yield lock
         finally:
             give_back_cache(backend)
 

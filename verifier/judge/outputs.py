@@ -38,7 +38,6 @@ from verifier.common.config import VerifyConfig
 from verifier.common.inputs import cpu_model, digests_match, same_value
 from verifier.common.ties import (Pooled, Selection, Threshold, Unordered, aligned, as_index, picked, pooled_picks,
                                   reference_outputs, resolved, selection_of)
-from verifier.execute.locks import unyielding
 from verifier.judge import feedback
 from verifier.judge.lowering import error_follows_inputs, looks_lowered
 from verifier.judge.numerics import CHUNK as NUMERICS_CHUNK
@@ -51,7 +50,7 @@ CHUNK = NUMERICS_CHUNK  # elements compared at a time (verifier/judge/numerics.p
 # torch's global generators are shared by the execution threads of verify_batch: a seed and the draws it
 # must determine happen under this lock, or a concurrent candidate's draws land in between (here because
 # the harness draws inputs in the channel's thread; judge.py and engine.py take it too)
-RNG_LOCK = unyielding(threading.RLock())  # never given way under (verifier/execute/locks.py)
+RNG_LOCK = threading.RLock()
 
 
 # the job's reference as constructed on the cpu, kept while the job runs (forget_reference): its harness, its

@@ -4,8 +4,7 @@ The judge compares each trial's output with the reference run here on the trial'
 (verifier/judge/trials.py ``check_trials``). Those inputs are known as soon as the verifier hands the trial's seed
 out (verifier/execute/channel.py ``Driver``), so the runs need not wait for the child to end: a thread of the slot's
 process draws them and runs the references in trial order while the child computes, under the device lock held
-shared and giving way to a waiting timer between its torch calls (verifier/execute/locks.py ``GivingWay``), as the
-judge's own runs do. The judge then takes what is
+shared and giving way to a waiting timer between trials, as the judge's own runs are. The judge then takes what is
 ready and runs the rest itself, on the same reference models, in the same order.
 
 What it keeps is bounded (``budget_bytes``: the judge's share of the job's admitted memory, which is idle while the
@@ -30,7 +29,7 @@ from verifier.common.config import VerifyConfig
 from verifier.common.contract import Job
 from verifier.common.inputs import nbytes
 from verifier.common.ties import reference_outputs
-from verifier.execute.locks import device_work, give_way_to_timer, lock_wait_s
+from verifier.execute.locks import device_work, lock_wait_s
 from verifier.judge.outputs import reference64_judged, reference_cpu, reference_models
 
 PREFETCH_MIN_BYTES = 256 << 20  # held at least this much where the judge's share is smaller
@@ -113,7 +112,7 @@ class ReferencePrefetch:
                 return False
             with torch.no_grad():
                 refs = reference_outputs(self.model, inputs, self.plan.selects)
-            give_way_to_timer(lock, lock_wait_s(self.cfg), self.backend)
+            lock.yield_to_timer(lock_wait_s(self.cfg))
             refs64, pooled = reference64_judged(self.model64, inputs, self.plan.selects, self.plan.pooled,
                                                 bool(job.other_shape_at(i)))
             self._held += size + nbytes(refs) + (nbytes(refs64) if refs64 else 0)
