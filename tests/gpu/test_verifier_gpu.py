@@ -302,4 +302,3 @@ def test_verifier_process_waits_for_the_device_asleep(spin):
     else:
         assert got["blocking"] is True and got["cpu"] < 0.2 * got["wall"], got
         assert timing["changed"] is True and got["after"] is True, got
-
