@@ -1,8 +1,9 @@
-"""How a process of the verifier's waits for its device: asleep until the driver wakes it
-(``CU_CTX_SCHED_BLOCKING_SYNC``), not CUDA's default for a process with fewer contexts than the host has cores, a
-spin that holds a whole core for as long as the device works (every ``synchronize``, ``.item()``, copy to the host).
+"""How a process of the verifier's waits for its device: CUDA's default for a process with fewer contexts than the
+host has cores, a spin that holds a whole core for as long as the device works (every ``synchronize``, ``.item()``,
+copy to the host), or, under ``[verify] host_waits = "block"``, asleep until the driver wakes it
+(``CU_CTX_SCHED_BLOCKING_SYNC``).
 
-Why: on one GPU host the verifier runs many processes with a CUDA context at once (each execution slot's trusted
+Why block: on one GPU host the verifier runs many processes with a CUDA context at once (each execution slot's trusted
 process and its warm children, the reference's children), each waiting on the device for long stretches (a float64
 reference forward of a level-3 model, the trials, the timing windows), while the candidates' builds need the same
 cores. A spinning wait is the CPU of a build it delays.
